@@ -343,6 +343,21 @@ def test_a_saved_default_prompt_is_refused_not_dropped(directory, rows, tmp_path
                                st_ce.CrossEncoder(str(tmp_path / "ce")).predict(pairs), atol=2e-6, rtol=0)
 
 
+def _rerank_cuts_as_sentence_transformers(directory, max_length: int) -> None:
+    """Both CrossEncoders and the rerank pipeline on ``directory`` cut pairs at ``max_length``: the pipeline's raw
+    scores are sentence-transformers' logits (a long text among short ones)."""
+    import bertkit
+
+    want_model = st_ce.CrossEncoder(str(directory))
+    assert want_model.max_length == CrossEncoder(directory).max_length == max_length
+    texts = ["Paris is in France.", LONG, "Berlin is the capital of Germany."]
+    want = want_model.predict([("Where is Paris?", t) for t in texts], activation_fn=torch.nn.Identity())
+    pipe = bertkit.pipeline("rerank", directory, progress=False)
+    assert pipe.max_length == max_length
+    got = {r["index"]: r["score"] for r in pipe({"query": "Where is Paris?", "texts": texts}, raw_scores=True)}
+    np.testing.assert_allclose([got[i] for i in range(3)], want, atol=2e-5, rtol=0)
+
+
 def test_a_directory_without_modules_json_is_read_as_a_plain_checkpoint(directory, rows, tmp_path):
     """Without modules.json, sentence-transformers loads a directory as a Hugging Face checkpoint and reads neither
     config_sentence_transformers.json nor sentence_bert_config.json: an activation or a max_seq_length found there
@@ -386,14 +401,7 @@ def test_rerank_pipeline_cuts_pairs_at_the_max_seq_length_the_directory_declares
     sbert = json.loads((tmp_path / "ce" / "sentence_bert_config.json").read_text())
     sbert.pop("max_seq_length", None)
     (tmp_path / "ce" / "sentence_bert_config.json").write_text(json.dumps({**sbert, **declared}))
-    want_model = st_ce.CrossEncoder(str(tmp_path / "ce"))
-    assert want_model.max_length == CrossEncoder(tmp_path / "ce").max_length == 24
-    texts = ["Paris is in France.", LONG, "Berlin is the capital of Germany."]
-    want = want_model.predict([("Where is Paris?", t) for t in texts], activation_fn=torch.nn.Identity())
-    pipe = bertkit.pipeline("rerank", tmp_path / "ce", progress=False)
-    assert pipe.max_length == 24
-    got = {r["index"]: r["score"] for r in pipe({"query": "Where is Paris?", "texts": texts}, raw_scores=True)}
-    np.testing.assert_allclose([got[i] for i in range(3)], want, atol=2e-5, rtol=0)
+    _rerank_cuts_as_sentence_transformers(tmp_path / "ce", 24)
     assert bertkit.pipeline("rerank", tmp_path / "ce", max_length=64, progress=False).max_length == 64
 
 
@@ -403,21 +411,12 @@ def test_rerank_pipeline_cuts_at_the_declared_max_seq_length_over_a_smaller_toke
     serve --task rerank`) refused the directory ("max_length 48 is outside [8, 24]")."""
     import json
 
-    import bertkit
-
     CrossEncoder(directory).save(tmp_path / "ce")
     sbert = json.loads((tmp_path / "ce" / "sentence_bert_config.json").read_text())
     (tmp_path / "ce" / "sentence_bert_config.json").write_text(json.dumps({**sbert, "max_seq_length": 48}))
     config = json.loads((tmp_path / "ce" / "tokenizer_config.json").read_text())
     (tmp_path / "ce" / "tokenizer_config.json").write_text(json.dumps({**config, "model_max_length": 24}))
-    want_model = st_ce.CrossEncoder(str(tmp_path / "ce"))
-    assert want_model.max_length == CrossEncoder(tmp_path / "ce").max_length == 48
-    texts = ["Paris is in France.", LONG, "Berlin is the capital of Germany."]
-    want = want_model.predict([("Where is Paris?", t) for t in texts], activation_fn=torch.nn.Identity())
-    pipe = bertkit.pipeline("rerank", tmp_path / "ce", progress=False)
-    assert pipe.max_length == 48
-    got = {r["index"]: r["score"] for r in pipe({"query": "Where is Paris?", "texts": texts}, raw_scores=True)}
-    np.testing.assert_allclose([got[i] for i in range(3)], want, atol=2e-5, rtol=0)
+    _rerank_cuts_as_sentence_transformers(tmp_path / "ce", 48)
 
 
 def test_rerank_pipeline_warns_when_the_directory_scores_by_another_activation(directory, tmp_path, caplog):

@@ -8,7 +8,7 @@ states them.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from typing import Any, NamedTuple
 
 from bertkit.errors import BertkitError
@@ -262,33 +262,6 @@ def pad_rows(rows: list[Row], padding: str | None, max_length: int | None, multi
             values += [pad_id if key == "input_ids" else PAD_VALUES[key]] * (length - len(values))
 
 
-def examples_of(encoded_inputs: Mapping[str, Any] | Sequence[Mapping[str, Any]]
-                ) -> tuple[list[dict[str, Any]], bool, str | None]:
-    """(one dict per example, whether the input was a batch, ``"pt"``/``"np"`` when its input_ids are torch tensors
-    or numpy arrays, else None) from what ``pad`` takes: a dict of (lists of) values or a list of per-example dicts;
-    tensors become lists."""
-    if isinstance(encoded_inputs, Mapping):
-        ids = encoded_inputs["input_ids"]
-        batched = len(ids) > 0 and not isinstance(_as_py(ids)[0], int)
-        columns = {k: _as_py(v) if batched else [_as_py(v)] for k, v in encoded_inputs.items()}
-        examples = [{k: v[i] for k, v in columns.items()} for i in range(len(columns["input_ids"]))]
-        return examples, batched, _tensor_kind(ids)
-    kind = _tensor_kind(encoded_inputs[0]["input_ids"]) if encoded_inputs and "input_ids" in encoded_inputs[0] else None
-    return [{k: _as_py(v) for k, v in e.items()} for e in encoded_inputs], True, kind
-
-
-def _tensor_kind(value: Any) -> str | None:
-    """``"pt"`` for torch tensors, ``"np"`` for numpy arrays (the first value inside lists), else None."""
-    while isinstance(value, (list, tuple)) and value:
-        value = value[0]
-    module = type(value).__module__
-    return "pt" if module.startswith("torch") else "np" if module == "numpy" else None
-
-
-def _as_py(values: Any) -> Any:
-    return values.tolist() if hasattr(values, "tolist") else values
-
-
 def as_tensor(values: Any, return_tensors: str | None, empty_shape: tuple[int, ...] | None = None) -> Any:
     """Ids (or offsets, masks, lengths) as an int64 torch tensor (``"pt"``), a numpy array (``"np"``) or as they
     are (None). ``empty_shape``: the int64 zeros' shape to return instead, for rows without tokens (their nested
@@ -305,19 +278,6 @@ def as_tensor(values: Any, return_tensors: str | None, empty_shape: tuple[int, .
 
         return np.asarray(values) if empty_shape is None else np.zeros(empty_shape, dtype=np.int64)
     return values
-
-
-def column_as_tensor(values: Any, return_tensors: str | None) -> Any:
-    """A column ``pad`` passes through (labels, ...) as transformers converts it: integers int64, floats float32
-    (regression scores, soft multi-label targets: never cut to integers), bools bool; an empty column int64."""
-    if return_tensors != "pt":
-        return as_tensor(values, return_tensors)
-    import numpy as np
-    import torch
-
-    arr = np.asarray(values)
-    kind = arr.dtype.kind if arr.size else "i"
-    return torch.from_numpy(arr.astype(np.float32 if kind == "f" else bool if kind == "b" else np.int64, copy=False))
 
 
 def to_batch_encoding(rows: list[Row], batched: bool, return_tensors: str | None) -> BatchEncoding:

@@ -17,13 +17,10 @@ from bertkit.outputs import atomic_write_json
 from bertkit.staging import staged
 from bertkit.tokenization.basic import BasicTokenizer
 from bertkit.tokenization.batch import (
-    PAD_VALUES,
     Segment,
     as_tensor,
     check_lengths,
-    column_as_tensor,
     encode_rows,
-    examples_of,
     pad_rows,
     resolve_padding,
     resolve_truncation,
@@ -44,6 +41,7 @@ from bertkit.tokenization.loading import (
     read_tokenizer_json,
     tokenizer_json,
 )
+from bertkit.tokenization.pad import pad_examples
 from bertkit.tokenization.text import TextEncoder
 from bertkit.tokenization.wordpiece import VOCAB_FILE, WordPiece, load_vocab, unique_tokens, write_vocab_file
 
@@ -500,47 +498,8 @@ class BertTokenizer:
         kind of tensors; one example (not a batch) gives (T,) columns."""
         if padding_side is not None:
             _right_only("padding_side", padding_side)
-        examples, batched, given_kind = examples_of(encoded_inputs)
-        if return_tensors is None:  # tensors in, the same kind of tensors out, as transformers' pad
-            return_tensors = given_kind
-        if any("input_ids" not in e for e in examples):
-            raise BertkitError("pad needs input_ids in every example (the tokenizer's output)")
-        rows = [{k: list(e[k]) for k in PAD_VALUES if k in e} for e in examples]
-        for i, row in enumerate(rows):
-            row.setdefault("attention_mask", [1] * len(row["input_ids"]))
-            n = len(row["input_ids"])
-            uneven = {k: len(v) for k, v in row.items() if len(v) != n}
-            if uneven:  # padded as they are, the tokens and their mask or segments would no longer line up
-                raise BertkitError(f"pad: example {i} has {n} input_ids but "
-                                   + ", ".join(f"{k} of length {m}" for k, m in uneven.items())
-                                   + "; every column of an example is one entry per token: encode it again")
-        pad = resolve_padding(padding)
-        if pad == "max_length" and max_length is None:
-            max_length = self._max_length_to_pad_to()
-        check_lengths(max_length, pad_to_multiple_of, 0, False)
-        pad_rows(rows, pad, max_length, pad_to_multiple_of, self.pad_token_id)
-        out = to_batch_encoding(rows, batched or return_tensors is not None, return_tensors)
-        if not batched and return_tensors is not None:  # one example: (T,) columns, no batch axis (as transformers)
-            out = BatchEncoding({k: v[0] for k, v in out.items()})
-        for key in dict.fromkeys(k for e in examples for k in e if k not in PAD_VALUES):
-            lacking = [i for i, e in enumerate(examples) if key not in e]
-            if lacking:
-                raise BertkitError(f"pad: example {lacking[0]} of the batch has no {key!r} but example "
-                                   f"{next(i for i, e in enumerate(examples) if key in e)} has one; give every "
-                                   f"example a {key!r}, or drop the column from all of them")
-            values = [e[key] for e in examples]
-            lengths = sorted({len(v) for v in values if isinstance(v, (list, tuple))})
-            if return_tensors is not None and batched and len(lengths) > 1:
-                raise BertkitError(f"pad: {key!r} has rows of {lengths[0]}..{lengths[-1]} values, which make no tensor; "
-                                   f"pad() pads only the tokenizer's columns ({', '.join(PAD_VALUES)}): give {key!r} "
-                                   "one length per batch (token labels padded with -100, as "
-                                   "DataCollatorForTokenClassification does), or drop it")
-            nones = [i for i, v in enumerate(values) if v is None]
-            if return_tensors is not None and nones:
-                raise BertkitError(f"pad: example {nones[0]} of the batch has {key!r} None; give every example a "
-                                   f"{key!r} value, or drop the column (to predict, leave labels out)")
-            out[key] = column_as_tensor(values if batched else values[0], return_tensors)
-        return out
+        return pad_examples(encoded_inputs, self.pad_token_id, self._max_length_to_pad_to, padding, max_length,
+                            pad_to_multiple_of, return_tensors)
 
     def _max_length_to_pad_to(self) -> int:
         """model_max_length, which padding="max_length" without a max_length pads to; an error when the files set
