@@ -131,12 +131,12 @@ def mine_hard_negatives(dataset: Any, model: Any, anchor_column_name: str | None
     repeat = torch.tensor([len(p) for p in positive_ids])
     flat_positives = torch.tensor([i for p in positive_ids for i in p])
     positive_scores = model.similarity_pairwise(query_emb.repeat_interleave(repeat, 0), corpus_emb[flat_positives])
-    if rescore:  # every candidate, a padding one (id -1) as the last text, as sentence-transformers scores it
-        for q, row in enumerate(ids.tolist()):
-            scores[q] = cross_encoder.predict([(queries[q], texts[i]) for i in row], batch_size=batch_size,
-                                              convert_to_tensor=True).to(scores)
-        positive_scores = cross_encoder.predict([(queries[q], texts[p]) for q, pids in enumerate(positive_ids)
-                                                 for p in pids], batch_size=batch_size, convert_to_tensor=True)
+    if rescore:  # every candidate (a padding one, id -1, as the last text, as sentence-transformers scores it) and
+        # every positive, in one predict call: batches across queries
+        pairs = [(queries[q], texts[i]) for q, row in enumerate(ids.tolist()) for i in row]
+        pairs += [(queries[q], texts[p]) for q, pids in enumerate(positive_ids) for p in pids]
+        rescored = cross_encoder.predict(pairs, batch_size=batch_size, convert_to_tensor=True).to(scores)
+        scores, positive_scores = rescored[:ids.numel()].view(ids.shape).clone(), rescored[ids.numel():]
     scores[ids == -1] = -torch.inf
     if not include_positives:
         scores[torch.stack([torch.isin(ids[q], torch.tensor(p)) for q, p in enumerate(positive_ids)])] = -torch.inf
