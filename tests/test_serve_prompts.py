@@ -1,4 +1,4 @@
-"""`bertkit serve` on a sentence-transformers directory with a default prompt ("query: " before every text, left out
+"""`bertkit serve` on a sentence-transformers directory with a default prompt named "query" ("search: " before every text, left out
 of the mean pooling) and a max_seq_length of 16: what TEI's and OpenAI's routes count and embed is the prompted
 text, as ``encode`` embeds it. MiniLM cut to two layers (the property does not depend on depth)."""
 
@@ -15,21 +15,21 @@ from sentence_helpers import POOLING, st_directory  # noqa: E402
 from serve_helpers import Server, refusal  # noqa: E402
 
 TEXT = "A man is playing a guitar."
-# 15 tokens alone, 17 after the prompt's two ("query", ":"): over max_seq_length 16 only once prompted
+# 15 tokens alone, 17 after the prompt's two ("search", ":"): over max_seq_length 16 only once prompted
 LONG = "one two three four five six seven eight nine ten eleven twelve thirteen"
 
 
 @pytest.fixture(scope="module")
 def prompted(minilm_2_layers, tmp_path_factory):
-    """(server URL, the sentence-embedding pipeline, its directory) of a directory whose default prompt is "query: "."""
+    """(server URL, the sentence-embedding pipeline, its directory) of a directory whose default prompt is "search: "."""
     from bertkit import pipeline
     from bertkit.inference.serve import create_app
 
     d = st_directory(minilm_2_layers, tmp_path_factory.mktemp("prompted") / "m", max_seq_length=16,
                      pooling={**POOLING, "include_prompt": False},
-                     st_config={"prompts": {"query": "query: ", "document": ""}, "default_prompt_name": "query"})
+                     st_config={"prompts": {"query": "search: ", "document": ""}, "default_prompt_name": "query"})
     pipe = pipeline("sentence-embedding", d, batch_size=8, progress=False)
-    assert (pipe.prompt, pipe.left_out({}, pipe.prompt)["prompt_length"], pipe.max_length) == ("query: ", 3, 16)
+    assert (pipe.prompt, pipe.left_out({}, pipe.prompt)["prompt_length"], pipe.max_length) == ("search: ", 3, 16)
     server = Server(create_app(pipe, str(d), max_batch_size=8, max_wait_ms=2))
     yield server.url, pipe, d
     server.stop()
@@ -96,7 +96,7 @@ def test_prompt_name_embeds_as_sentence_transformers_with_that_prompt(prompted):
     np.testing.assert_allclose(np.asarray(r.json()), want["document"], atol=2e-6)
 
     tokens = httpx.post(f"{url}/tokenize", json={"inputs": TEXT, "prompt_name": "query"}).json()[0]
-    assert [t["text"] for t in tokens[1:4]] == ["query", ":", "A"]
+    assert [t["text"] for t in tokens[1:4]] == ["search", ":", "A"]
     r = httpx.post(f"{url}/embed", json={"inputs": texts, "prompt_name": "passage"})
     assert r.status_code == 422 and "prompt_name must be one of this model's prompts" in refusal(r), r.text
     with pytest.raises(Exception, match="prompt_name 'passage' is not one of this model's prompts: 'query', 'document'"):

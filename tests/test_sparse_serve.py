@@ -18,7 +18,8 @@ pytest.importorskip("sentence_transformers")
 import test_sparse_encoder  # noqa: E402  (tests/ is on sys.path under pytest)
 
 LAYOUTS = test_sparse_encoder.LAYOUTS
-layouts, texts = test_sparse_encoder.layouts, test_sparse_encoder.texts  # its fixtures: the same directories and texts
+# its fixtures: the same directories and texts
+layouts, texts, vocab_size = test_sparse_encoder.layouts, test_sparse_encoder.texts, test_sparse_encoder.vocab_size
 
 SIDES = (("document", "encode_document"), ("query", "encode_query"))
 
@@ -90,10 +91,10 @@ def test_each_side_is_cut_where_its_route_cuts(layouts, texts, tmp_path):
     encoder[0].sub_modules["document"][0].max_seq_length = 16
     encoder.save(tmp_path / "short")
     encoder = SparseEncoder(tmp_path / "short")
-    queries = [" ".join(texts[-3:]), texts[0]]  # 32 and 157 word pieces
+    queries = [" ".join(texts[-3:]), texts[0]]  # 36 and 190 word pieces
     want = _expected(encoder, "encode_query", queries)
     pipe = pipeline("sparse-embedding", tmp_path / "short")
-    assert [pipe.length(q, "query") for q in queries] == [(32, 512), (157, 512)]
+    assert [pipe.length(q, "query") for q in queries] == [(36, 512), (190, 512)]
     _assert_same(pipe(queries, prompt_name="query"), want)
     _assert_same(pipe(texts[:2]), _expected(encoder, "encode_document", texts[:2]))
     cut = pipeline("sparse-embedding", tmp_path / "short", max_length=8)(queries, prompt_name="query")
@@ -203,7 +204,7 @@ def test_embed_sparse_answers_encode_document_and_encode_query(layout, layouts, 
     assert root.json() == httpx.post(f"{url}/embed_sparse", json={"inputs": [texts[1]]}, timeout=60).json()
 
 
-def test_the_wire_is_teis_documented_shape(served, texts):
+def test_the_wire_is_teis_documented_shape(served, texts, vocab_size):
     """TEI's README example body, and its answer: a JSON list per input of objects with exactly an int "index" and a
     float "value", indices ascending; /info says what TEI's does for a SPLADE model."""
     import httpx
@@ -220,7 +221,7 @@ def test_the_wire_is_teis_documented_shape(served, texts):
     assert int(r.headers["x-compute-tokens"]) == 6  # [CLS] i like you . [SEP]
     info = httpx.get(f"{url}/info").json()
     assert info["model_type"] == {"embedding": {"pooling": "splade"}} and info["task"] == "sparse-embedding"
-    assert info["embedding_dimension"] == 30522 and info["max_input_length"] == 128 and info["auto_truncate"]
+    assert info["embedding_dimension"] == vocab_size and info["max_input_length"] == 128 and info["auto_truncate"]
     # the Inference API's /predict runs the same pipeline
     p = httpx.post(f"{url}/predict", json={"inputs": "I like you.", "parameters": {"return_tokens": True}},
                    timeout=60).json()
