@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import base64
 import dataclasses
+import json
 from typing import Any
 
 import numpy as np
@@ -82,6 +83,12 @@ def _openai(data: Any, server: Any) -> Call:
         raise RequestError(422, f'encoding_format must be "float" or "base64", got {repr(encoding)[:80]}')
     f = fields(data, "/v1/embeddings", ("input",), ("model", "encoding_format", "dimensions", "user"), server)
     raw = f["input"]
+    if isinstance(raw, list) and raw and not any(isinstance(x, (str, list)) for x in raw):
+        # neither texts nor lists in it: one text's token ids, where the loop below would blame its first id
+        bad = next((x for x in raw if not _is_ids([x])), None)
+        if bad is not None:
+            raise RequestError(422, f"input is one sequence of token ids, and {json.dumps(bad)[:40]} in it is not a "
+                                    "token id (an int)")
     if isinstance(raw, str) or _is_ids(raw):
         raw = [raw]  # one text, or one text's token ids
     if not (isinstance(raw, list) and raw):
