@@ -71,7 +71,9 @@ def _encode_ids(pipe: Any, ids: list[int], index: int) -> dict[str, Any]:
     ids = [ids[0], *pipe.prompt_ids, *ids[1:]]
     if len(ids) > pipe.max_length:
         prompt = f" with the prompt's {len(pipe.prompt_ids)}" if pipe.prompt_ids else ""
-        raise RequestError(422, f"input {index} has {len(ids)} token ids{prompt}, over max_length {pipe.max_length}")
+        raise RequestError(422, f"input {index} has {len(ids)} token ids{prompt}, over max_length {pipe.max_length}: "
+                                f"send at most {pipe.max_length - len(pipe.prompt_ids)} ids, or the text, which is cut "
+                                "at max_length")
     return pipe.left_out({"input_ids": ids, "token_type_ids": [0] * len(ids)}, pipe.prompt)
 
 
