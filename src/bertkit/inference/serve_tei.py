@@ -87,9 +87,9 @@ def _openai(data: Any, server: Any) -> Call:
     raw = f["input"]
     if isinstance(raw, list) and raw and not any(isinstance(x, (str, list)) for x in raw):
         # neither texts nor lists in it: one text's token ids, where the loop below would blame its first id
-        bad = next((x for x in raw if not _is_ids([x])), None)
-        if bad is not None:
-            raise RequestError(422, f"input is one sequence of token ids, and {json.dumps(bad)[:40]} in it is not a "
+        bad = [x for x in raw if not _is_ids([x])]
+        if bad:
+            raise RequestError(422, f"input is one sequence of token ids, and {json.dumps(bad[0])[:40]} in it is not a "
                                     "token id (an int)")
     if isinstance(raw, str) or _is_ids(raw):
         raw = [raw]  # one text, or one text's token ids
