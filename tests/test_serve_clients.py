@@ -158,6 +158,10 @@ def test_the_openai_client_shows_why_a_request_was_refused(embedder):
     ({"input": [[15339, 1917]]}, "does not start with [CLS] (101) and end with [SEP] (102): token ids are this "
                                  "model's"),
     ({"input": [101, 7592, 2088]}, "check_embedding_ctx_length=False"),
+    # one sequence of ids with a float in it: the float is named, not the valid id before it ("input 0 is int 101")
+    ({"input": [101, 7592.5, 102]}, "7592.5 in it is not a token id (an int)"),
+    ({"input": [101, True, 102]}, "true in it is not a token id"),
+    ({"input": [101, None]}, "null in it is not a token id"),
     ({"input": "x", "encoding_format": "int8"}, 'encoding_format must be "float" or "base64"'),
     ({"input": "x", "dimensions": 385}, "dimensions must be an int in [1, 384]"),
     ({"input": ["x"] * 17}, "17 inputs exceed max_items 16"),

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import base64
 import dataclasses
+import json
 from typing import Any
 
 import numpy as np
@@ -70,7 +71,9 @@ def _encode_ids(pipe: Any, ids: list[int], index: int) -> dict[str, Any]:
     ids = [ids[0], *pipe.prompt_ids, *ids[1:]]
     if len(ids) > pipe.max_length:
         prompt = f" with the prompt's {len(pipe.prompt_ids)}" if pipe.prompt_ids else ""
-        raise RequestError(422, f"input {index} has {len(ids)} token ids{prompt}, over max_length {pipe.max_length}")
+        raise RequestError(422, f"input {index} has {len(ids)} token ids{prompt}, over max_length {pipe.max_length}: "
+                                f"send at most {pipe.max_length - len(pipe.prompt_ids)} ids, or the text, which is cut "
+                                "at max_length")
     return pipe.left_out({"input_ids": ids, "token_type_ids": [0] * len(ids)}, pipe.prompt)
 
 
@@ -82,6 +85,12 @@ def _openai(data: Any, server: Any) -> Call:
         raise RequestError(422, f'encoding_format must be "float" or "base64", got {repr(encoding)[:80]}')
     f = fields(data, "/v1/embeddings", ("input",), ("model", "encoding_format", "dimensions", "user"), server)
     raw = f["input"]
+    if isinstance(raw, list) and raw and not any(isinstance(x, (str, list)) for x in raw):
+        # neither texts nor lists in it: one text's token ids, where the loop below would blame its first id
+        bad = [x for x in raw if not _is_ids([x])]
+        if bad:
+            raise RequestError(422, f"input is one sequence of token ids, and {json.dumps(bad[0])[:40]} in it is not a "
+                                    "token id (an int)")
     if isinstance(raw, str) or _is_ids(raw):
         raw = [raw]  # one text, or one text's token ids
     if not (isinstance(raw, list) and raw):
