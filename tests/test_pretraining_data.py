@@ -331,6 +331,21 @@ def test_errors(tok, tmp_path):
     assert len(PretrainingDataset(tmp_path / "o9")) > 0
 
 
+@pytest.mark.parametrize("field, value, kind", [("whole_word_mask", "no", "a bool"), ("max_seq_length", 64.5, "an int"),
+                                               ("dupe_factor", 2.5, "an int"), ("max_predictions_per_seq", 3.7, "an int"),
+                                               ("masked_lm_prob", "0.2", "a number"), ("seed", True, "an int")])
+def test_a_field_of_the_wrong_type_is_refused_before_anything_is_written(tmp_path, field, value, kind):
+    """A truthy string would have masked whole words quietly, 3.7 predictions masked 1 to 3.7 tokens, and a float
+    length or dupe factor failed in the worker; each is named before any work."""
+    corpus = tmp_path / "c.txt"
+    corpus.write_text("One sentence here.\nAnother one here.\n")
+    tok = BertTokenizer({t: i for i, t in enumerate(["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "one"])})
+    with pytest.raises(ValueError, match=rf"^{field} must be {kind}, got {value!r} \({type(value).__name__}\)$"):
+        create_pretraining_data([corpus], tok, tmp_path / "out", **{field: value}, num_workers=0, progress=False)
+    assert not (tmp_path / "out").exists()
+    assert PretrainingConfig(max_seq_length=64, masked_lm_prob=1 / 5, short_seq_prob=0).max_seq_length == 64
+
+
 def test_a_lone_last_part_joins_the_last_work_unit(tmp_path):
     """Work units hold at least two file parts: a last part left on its own goes into the unit before it."""
     files = []
