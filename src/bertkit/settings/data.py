@@ -14,6 +14,7 @@ from bertkit.settings.fields import (
     at_least_one,
     flag,
     nonempty,
+    tokenizer_path,
 )
 
 
@@ -44,7 +45,7 @@ class CreateDataSettings(PretrainingConfig):
 
     files: list[Path] = flag(positional=True, check=nonempty)
     """Text files: one sentence per line with blank lines between documents (google's format), or prose."""
-    vocab: Path
+    vocab: Path = flag(check=tokenizer_path)
     """The tokenizer: its directory (vocab.txt + tokenizer_config.json) or its vocab.txt."""
     output_dir: Path = flag(aliases=("--out",))
     """Directory for the shards and manifest.json."""
