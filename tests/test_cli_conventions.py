@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -260,6 +261,21 @@ def test_create_pretraining_data_runs_from_the_command_line(tmp_path, minilm_dir
     assert json.loads(capsys.readouterr().out)["shards"] == 1
     manifest = json.loads((tmp_path / "out" / "manifest.json").read_text())
     assert manifest["config"]["random_next_prob"] == 0.3
+
+
+@pytest.mark.parametrize("command", ["create-pretraining-data", "pretrain"])
+def test_a_vocab_file_not_named_vocab_txt_is_refused(tmp_path, minilm_dir, capsys, command):
+    """--vocab DIR/small.txt once read DIR/vocab.txt, another vocabulary, without a word."""
+    for name in ("vocab.txt", "tokenizer_config.json"):
+        shutil.copy(minilm_dir / name, tmp_path / name)
+    (tmp_path / "small.txt").write_text("[PAD]\n[UNK]\n[CLS]\n[SEP]\n[MASK]\na\n")
+    corpus = tmp_path / "c.txt"
+    corpus.write_text("one sentence here.\nanother one here.\n")
+    rest = ([str(corpus)] if command == "create-pretraining-data" else
+            ["--data", str(tmp_path), "--max-steps", "1", "--config-name", "tiny"])
+    assert main([command, *rest, "--vocab", str(tmp_path / "small.txt"), "--output-dir", str(tmp_path / "out")]) == 2
+    assert f"--vocab {tmp_path / 'small.txt'} is a file other than vocab.txt" in capsys.readouterr().err
+    assert not (tmp_path / "out").exists()
 
 
 # Fields a command keeps off its command line, each for a stated reason (a new hidden field must be added here,

@@ -131,6 +131,25 @@ def test_whole_word_masking_never_splits_a_word(tok, tmp_path):
     assert 0.14 <= predicted / maskable <= 0.155  # skipping words that overshoot lowers it a little
 
 
+def test_special_tokens_written_in_the_text_are_text(tmp_path):
+    """A "[SEP]" or "[MASK]" in the corpus is "[", "sep", "]" as google's tokenizer reads it: special ids stand only
+    where the layout puts them ([CLS] A [SEP] B [SEP]) and are never masked-LM targets."""
+    words = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "[", "]", ".", "sep", "mask", "cls", "pad", "unk", "a", "b"]
+    tok = BertTokenizer({t: i for i, t in enumerate(words)})
+    corpus = tmp_path / "c.txt"
+    corpus.write_text("a [SEP] b.\nb [MASK] a [CLS].\na[PAD]b [UNK].\n\nb a.\na b [SEP].\n")
+    create_pretraining_data([corpus], tok, tmp_path / "out", dupe_factor=20, masked_lm_prob=0.5, input_format="sentences",
+                            num_workers=0, progress=False)
+    ds = PretrainingDataset(tmp_path / "out")
+    seen = np.zeros(len(words), dtype=int)
+    for i in range(len(ds)):
+        item = ds[i]
+        ids, b = originals(item), int(np.argmax(item["token_type_ids"]))
+        assert np.flatnonzero(ids <= 4).tolist() == [0, b - 1, len(ids) - 1], tok.convert_ids_to_tokens(ids.tolist())
+        seen += np.bincount(ids, minlength=len(words))
+    assert seen[[5, 6, 8, 9, 10, 11, 12]].min() > 0  # "[", "]", "sep", "mask", "cls", "pad", "unk"
+
+
 # --------------------------------------------------------------------------------------------------
 # Next-sentence negatives
 # --------------------------------------------------------------------------------------------------
@@ -329,6 +348,21 @@ def test_errors(tok, tmp_path):
         create_pretraining_data([good], tok, tmp_path / "o9", **kwargs)
     create_pretraining_data([good], tok, tmp_path / "o9", overwrite=True, **kwargs)
     assert len(PretrainingDataset(tmp_path / "o9")) > 0
+
+
+@pytest.mark.parametrize("field, value, kind", [("whole_word_mask", "no", "a bool"), ("max_seq_length", 64.5, "an int"),
+                                               ("dupe_factor", 2.5, "an int"), ("max_predictions_per_seq", 3.7, "an int"),
+                                               ("masked_lm_prob", "0.2", "a number"), ("seed", True, "an int")])
+def test_a_field_of_the_wrong_type_is_refused_before_anything_is_written(tmp_path, field, value, kind):
+    """A truthy string would have masked whole words quietly, 3.7 predictions masked 1 to 3.7 tokens, and a float
+    length or dupe factor failed in the worker; each is named before any work."""
+    corpus = tmp_path / "c.txt"
+    corpus.write_text("One sentence here.\nAnother one here.\n")
+    tok = BertTokenizer({t: i for i, t in enumerate(["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "one"])})
+    with pytest.raises(ValueError, match=rf"^{field} must be {kind}, got {value!r} \({type(value).__name__}\)$"):
+        create_pretraining_data([corpus], tok, tmp_path / "out", **{field: value}, num_workers=0, progress=False)
+    assert not (tmp_path / "out").exists()
+    assert PretrainingConfig(max_seq_length=64, masked_lm_prob=1 / 5, short_seq_prob=0).max_seq_length == 64
 
 
 def test_a_lone_last_part_joins_the_last_work_unit(tmp_path):

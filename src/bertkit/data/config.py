@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from typing import Literal
 
 from bertkit.data.text import INPUT_FORMATS
@@ -40,6 +40,12 @@ class PretrainingConfig:
     """Seed of pairs and masks: same seed, same bytes."""
 
     def __post_init__(self):
+        # Types first: a truthy "no" would mask whole words, 3.7 predictions would mask up to 3.7 tokens, a float
+        # length would fail in a worker (the Literal fields are checked against their values below).
+        for f in fields(PretrainingConfig):
+            value, kind = getattr(self, f.name), _KINDS.get(f.type)
+            if kind is not None and (isinstance(value, bool) != (kind[0] is bool) or not isinstance(value, kind)):
+                raise BertkitError(f"{f.name} must be {_KIND_NAMES[f.type]}, got {value!r} ({type(value).__name__})")
         checks = [
             ("max_seq_length", self.max_seq_length >= 5, "must be at least 5 ([CLS] a [SEP] b [SEP])"),
             ("max_predictions_per_seq", self.max_predictions_per_seq >= 1, "must be at least 1"),
@@ -56,3 +62,7 @@ class PretrainingConfig:
         for name, ok, why in checks:
             if not ok:
                 raise BertkitError(f"{name}={getattr(self, name)!r} {why}")
+
+
+_KINDS = {"int": (int,), "float": (int, float), "bool": (bool,)}  # the annotations (strings, as written above)
+_KIND_NAMES = {"int": "an int", "float": "a number", "bool": "a bool"}

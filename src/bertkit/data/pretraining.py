@@ -12,6 +12,7 @@ import dataclasses
 import logging
 import os
 import random
+import re
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -166,9 +167,16 @@ class _Job:
         self.tables = MaskingTables.from_vocab(tokenizer.convert_ids_to_tokens(list(range(len(tokenizer.vocab)))),
                                                self.special_ids)
         self.token_dtype = _token_dtype(len(tokenizer.vocab))
+        written = [re.escape(t) for t in tokenizer.all_special_tokens if len(t) > 1]
+        self.special_text = re.compile("|".join(written) or "(?!)")  # (?!) matches nothing
 
     def tokenize(self, sentences: list[str]) -> list[list[int]]:
-        """Ids of each sentence; sentences with no token (e.g. only control characters) are dropped."""
+        """Ids of each sentence; sentences with no token (e.g. only control characters) are dropped.
+
+        A special token written in the text ("[SEP]") is text, as google's tokenizer reads it ("[", "sep", "]"): a NUL
+        after its first character keeps the tokenizer from matching it, and its clean-up drops the NUL. So special ids
+        stand only where an instance's layout puts them, and are never masked-LM targets."""
+        sentences = [self.special_text.sub(lambda m: m[0][0] + "\0" + m[0][1:], s) for s in sentences]
         ids = self.tokenizer(sentences, add_special_tokens=False)["input_ids"]
         return [s for s in ids if s]
 

@@ -14,6 +14,7 @@ from bertkit.settings.fields import (
     at_least_one,
     flag,
     nonempty,
+    tokenizer_path,
 )
 
 
@@ -43,8 +44,9 @@ class CreateDataSettings(PretrainingConfig):
     PretrainingConfig decide the output bytes (they are stored in the manifest); these decide how to run."""
 
     files: list[Path] = flag(positional=True, check=nonempty)
-    """Text files: one sentence per line with blank lines between documents (google's format), or prose."""
-    vocab: Path
+    """Text files: prose, WikiText, or one sentence per line with blank lines between documents (google's format:
+    pass --input-format sentences, which "auto" never picks)."""
+    vocab: Path = flag(check=tokenizer_path)
     """The tokenizer: its directory (vocab.txt + tokenizer_config.json) or its vocab.txt."""
     output_dir: Path = flag(aliases=("--out",))
     """Directory for the shards and manifest.json."""

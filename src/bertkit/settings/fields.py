@@ -220,6 +220,15 @@ def nonempty(name: str, value: Any) -> None:
         raise BertkitError(f"{name}: give at least one")
 
 
+def tokenizer_path(name: str, value: Any) -> None:
+    """A tokenizer's directory, or its vocab.txt (google-research/bert's --vocab_file): the commands read the directory
+    of a file, so any other file would be the vocab.txt beside it, another vocabulary."""
+    if value is not None and Path(value).is_file() and Path(value).name != "vocab.txt":
+        raise BertkitError(f"--{name.replace('_', '-')} {value} is a file other than vocab.txt: pass the tokenizer's "
+                           "directory (vocab.txt and tokenizer_config.json), or put this file in a directory of its "
+                           "own as vocab.txt, beside a tokenizer_config.json")
+
+
 def default_lr(hidden_size: int, paper_lr: float) -> float:
     """The paper's rate for BERT-BASE-sized models and up; 1e-4 for narrower ones (Turc et al. 2019)."""
     return paper_lr if hidden_size >= 768 else SMALL_MODEL_LR

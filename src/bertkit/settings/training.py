@@ -31,6 +31,7 @@ from bertkit.settings.fields import (
     share,
     step_count,
     strict_share,
+    tokenizer_path,
 )
 from bertkit.tasks.files import MAX_LINE_BYTES
 
@@ -305,7 +306,7 @@ class PretrainSettings(TrainingSettings):
 
     data: Path
     """Instances from create-pretraining-data (phase 1, e.g. 128 tokens)."""
-    vocab: Path
+    vocab: Path = flag(check=tokenizer_path)
     """The tokenizer the data was made with: its directory or its vocab.txt."""
     config_name: Any = "mini"
     """Model shape: a preset (tiny, mini, small, medium, base, large), a config.json path, or a BertConfig."""
