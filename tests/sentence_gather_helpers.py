@@ -163,6 +163,24 @@ def gathered_rows(rank: int) -> dict:
     return out
 
 
+def logged_terms(model_dir: str, rank: int) -> dict:
+    """The terms a loss returns by name (as SpladeLoss does), logged by the trainer's LossModel: here the rows of
+    each batch, 3 and 3 on rank 0 and 6 on rank 1."""
+    from bertkit.sentence import SentenceTransformer
+    from bertkit.sentence.losses.base import SentenceLoss
+    from bertkit.sentence.trainer import LossModel
+
+    class Rows(SentenceLoss):
+        def forward(self, features, labels):
+            return {"rows": torch.tensor(float(features[0]["input_ids"].shape[0]))}
+
+    module = LossModel(Rows(SentenceTransformer(model_dir)))
+    for n in ([3, 3] if rank == 0 else [6]):
+        module(torch.ones(n, 1, 2, dtype=torch.long), torch.ones(n, 1, 2, dtype=torch.long),
+               torch.zeros(n, 1, 2, dtype=torch.long), [2], [0], [None], torch.zeros(n), torch.arange(n))
+    return module.components("train")
+
+
 def worker(rank: int, world: int, port: int, model_dir: str, data_dir: str, result_file: str) -> None:
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
     torch.set_num_threads(1)
@@ -171,9 +189,11 @@ def worker(rank: int, world: int, port: int, model_dir: str, data_dir: str, resu
         gathered = gathered_rows(rank)
         gathered_all = [None] * world
         dist.all_gather_object(gathered_all, gathered)
+        terms = [None] * world
+        dist.all_gather_object(terms, logged_terms(model_dir, rank))
         losses = compare(model_dir, data_dir)
         if rank == 0:
-            torch.save({"gathered": gathered_all, "losses": losses}, result_file)
+            torch.save({"gathered": gathered_all, "losses": losses, "terms": terms}, result_file)
         dist.barrier()
     finally:
         dist.destroy_process_group()

@@ -72,6 +72,13 @@ def test_an_evaluation_batch_is_evaluated_alone(results):
     assert abs(alone_0 - alone_1) > 0.1  # the ranks' batches differ: a gathered loss would be one number on both
 
 
+def test_a_loss_s_terms_are_logged_over_every_process(results):
+    """Was: each rank logged its own batches' mean of a loss's named terms (SpladeLoss's regularisers), so the log
+    (rank 0's) held rank 0's alone, beside a loss averaged over the ranks; sentence-transformers logs their mean over
+    every process's batches. Batches of 3 and 3 rows on rank 0 and of 6 on rank 1: 4 on both."""
+    assert results["terms"] == [{"rows": 4.0}, {"rows": 4.0}]
+
+
 def test_misaligned_positives_would_be_caught(results):
     """The control: the same batch with rank 1's positives paired with rank 0's anchors (misplaced offsets, the
     kind of sentence-transformers' 2025 gather bug) has another loss, so the comparisons above would fail on it.
