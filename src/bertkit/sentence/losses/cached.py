@@ -111,7 +111,7 @@ class CachedMultipleNegativesRankingLoss(MultipleNegativesRankingLoss):
                         fork.__exit__(None, None, None)
                     parts = torch.autograd.grad(emb, params, grad[start:start + self.mini_batch_size] * grad_output,
                                                 allow_unused=True)
-                    total = [t if g is None else g if t is None else t + g for t, g in zip(total, parts)]
+                    total = [t if g is None else g if t is None else t.add_(g) for t, g in zip(total, parts)]
         return total
 
 
