@@ -9,6 +9,7 @@ from pathlib import Path
 
 import torch
 import torch.distributed as dist
+from torch.nn.parallel import DistributedDataParallel
 
 # Each case: the loss, the columns it takes, and how the batch is split: per rank, the rows it runs, its weight
 # (its share of the global batch x world size, as the training loop weights it) and each row's dataset index.
@@ -105,6 +106,28 @@ def compare(model_dir: str, data_dir: str) -> dict:
             results[f"{name}-{split}"] = {"want": want, "got": [float(g) for g in got_all],
                                           "grad_error": float((grad - want_grad).norm() / want_grad.norm()),
                                           "grad_norm": float(want_grad.norm())}
+    # under DDP (as the trainer runs it): the cached loss's averaged gradient is the uncached loss's
+    model.bert.pooler.requires_grad_(False)  # as the trainer leaves it: no part of an embedding, so no gradient
+    ddp = DistributedDataParallel(_Losses({name: make_loss(name, model, True) for name in ("mnrl", "cached")}))
+    mine = features(model, columns, SPLITS["even"][rank])
+    ddp_grads = {}
+    for name in ("mnrl", "cached"):
+        model.zero_grad(set_to_none=True)
+        ddp(name, mine).backward()
+        ddp_grads[name] = torch.cat([p.grad.flatten() for p in model.parameters() if p.grad is not None])
+    if rank == 0:
+        want = ddp_grads["mnrl"]
+        results["ddp-cached"] = {"grad_error": float((ddp_grads["cached"] - want).norm() / want.norm()),
+                                 "grad_norm": float(want.norm())}
+    # evaluation (no grad): each rank's own batch (5 rows on rank 0, 11 on rank 1), with the gathering loss and alone
+    mine = range(0, 5) if rank == 0 else range(5, 16)
+    with torch.no_grad():
+        evaluated = [float(make_loss("mnrl", model, gather, guide)(features(model, columns, mine), None))
+                     for gather in (True, False)]
+    evaluations = [None] * world
+    dist.all_gather_object(evaluations, evaluated)
+    if rank == 0:
+        results["evaluation"] = evaluations
     # control: the batch with rank 1's positives paired with rank 0's anchors, as misplaced offsets would pair them
     if rank == 0:
         cols = [columns[0], columns[1][8:16] + columns[1][:8]]
@@ -112,6 +135,17 @@ def compare(model_dir: str, data_dir: str) -> dict:
                                                                                  None).detach()),
                               "want": results["mnrl-even"]["want"]}
     return results
+
+
+class _Losses(torch.nn.Module):
+    """Losses over one model, by name: one DDP wrapper runs each of them."""
+
+    def __init__(self, losses: dict):
+        super().__init__()
+        self.losses = torch.nn.ModuleDict(losses)
+
+    def forward(self, name: str, feats: list[dict]) -> torch.Tensor:
+        return self.losses[name](feats, None)
 
 
 def gathered_rows(rank: int) -> dict:
@@ -129,6 +163,24 @@ def gathered_rows(rank: int) -> dict:
     return out
 
 
+def logged_terms(model_dir: str, rank: int) -> dict:
+    """The terms a loss returns by name (as SpladeLoss does), logged by the trainer's LossModel: here the rows of
+    each batch, 3 and 3 on rank 0 and 6 on rank 1."""
+    from bertkit.sentence import SentenceTransformer
+    from bertkit.sentence.losses.base import SentenceLoss
+    from bertkit.sentence.trainer import LossModel
+
+    class Rows(SentenceLoss):
+        def forward(self, features, labels):
+            return {"rows": torch.tensor(float(features[0]["input_ids"].shape[0]))}
+
+    module = LossModel(Rows(SentenceTransformer(model_dir)))
+    for n in ([3, 3] if rank == 0 else [6]):
+        module(torch.ones(n, 1, 2, dtype=torch.long), torch.ones(n, 1, 2, dtype=torch.long),
+               torch.zeros(n, 1, 2, dtype=torch.long), [2], [0], [None], torch.zeros(n), torch.arange(n))
+    return module.components("train")
+
+
 def worker(rank: int, world: int, port: int, model_dir: str, data_dir: str, result_file: str) -> None:
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
     torch.set_num_threads(1)
@@ -137,9 +189,11 @@ def worker(rank: int, world: int, port: int, model_dir: str, data_dir: str, resu
         gathered = gathered_rows(rank)
         gathered_all = [None] * world
         dist.all_gather_object(gathered_all, gathered)
+        terms = [None] * world
+        dist.all_gather_object(terms, logged_terms(model_dir, rank))
         losses = compare(model_dir, data_dir)
         if rank == 0:
-            torch.save({"gathered": gathered_all, "losses": losses}, result_file)
+            torch.save({"gathered": gathered_all, "losses": losses, "terms": terms}, result_file)
         dist.barrier()
     finally:
         dist.destroy_process_group()

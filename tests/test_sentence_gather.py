@@ -54,6 +54,31 @@ def test_two_processes_give_the_loss_and_gradients_of_one(results, case):
     assert r["grad_norm"] > 0
 
 
+def test_the_cached_loss_under_ddp_has_the_uncached_gradient(results):
+    """Was: under DDP (the trainer under torchrun) CachedMultipleNegativesRankingLoss ran a backward pass per
+    mini-batch inside the loop's; DDP averaged the first mini-batch's gradient over the processes and left the others'
+    local (a training script's first-step gradient norm 6.04, where sentence-transformers and the uncached loss give
+    3.49). Its gradients now reach autograd in one step."""
+    r = results["losses"]["ddp-cached"]
+    assert r["grad_error"] <= 1e-5 and r["grad_norm"] > 0
+
+
+def test_an_evaluation_batch_is_evaluated_alone(results):
+    """Was: evaluating (no grad) with gather_across_devices=True gathered each rank's batch with the other ranks':
+    a loss one process never computes for that batch, and a crash under torchrun (gloo: "Received data size doesn't
+    match") where the ranks were dealt different numbers of evaluation batches (3 batches over 2 ranks)."""
+    (gathered_0, alone_0), (gathered_1, alone_1) = results["losses"]["evaluation"]
+    assert gathered_0 == pytest.approx(alone_0, rel=1e-6) and gathered_1 == pytest.approx(alone_1, rel=1e-6)
+    assert abs(alone_0 - alone_1) > 0.1  # the ranks' batches differ: a gathered loss would be one number on both
+
+
+def test_a_loss_s_terms_are_logged_over_every_process(results):
+    """Was: each rank logged its own batches' mean of a loss's named terms (SpladeLoss's regularisers), so the log
+    (rank 0's) held rank 0's alone, beside a loss averaged over the ranks; sentence-transformers logs their mean over
+    every process's batches. Batches of 3 and 3 rows on rank 0 and of 6 on rank 1: 4 on both."""
+    assert results["terms"] == [{"rows": 4.0}, {"rows": 4.0}]
+
+
 def test_misaligned_positives_would_be_caught(results):
     """The control: the same batch with rank 1's positives paired with rank 0's anchors (misplaced offsets, the
     kind of sentence-transformers' 2025 gather bug) has another loss, so the comparisons above would fail on it.

@@ -1064,6 +1064,19 @@ def test_multiple_choice_collator_matches_transformers(minilm_dir):
 # ---------------------------------------------------------------------------------------------------
 
 
+def test_every_rank_loads_the_best_checkpoint_once_rank_0_has_written_it(tmp_path):
+    """Was: under torchrun, load_best_model_at_end had ranks other than 0 read the best checkpoint as soon as training
+    ended, while rank 0 could still be writing it (the last one): FileNotFoundError for its state.pt."""
+    from distributed_helpers import free_port
+    from launch_helpers import spawn_gloo_workers
+    from trainer_torchrun_script import best_is_last_worker
+
+    (tmp_path / "vocab.txt").write_text("\n".join(["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
+                                                  + [f"w{i}" for i in range(92)]) + "\n")
+    spawn_gloo_workers(best_is_last_worker, lambda: (2, free_port(), str(tmp_path / "out")), 2)
+    assert sorted(p.name for p in (tmp_path / "out").iterdir() if p.name.startswith("checkpoint-")) == ["checkpoint-2"]
+
+
 def test_a_trainer_script_under_torchrun_equals_one_process(tmp_path):
     """The same script, as one process with batch 16 and under torchrun as two with 8 each: the Trainer joins
     the process group, the ranks train on halves of each batch (the same losses and weights), evaluation and

@@ -66,5 +66,38 @@ def main(out: str, result: str, per_device: int) -> None:
                     "weights": {k: v.clone() for k, v in model.state_dict().items()}}, result)
 
 
+def best_is_last_worker(rank: int, world: int, port: int, out: str) -> None:
+    """For tests/test_trainer.py (spawned, as torchrun would start it): 2 steps whose one checkpoint, the last, is the
+    best that load_best_model_at_end loads, rank 0 slow to write it (as a large model's checkpoint is)."""
+    import os
+    import time
+
+    from bertkit.training import loop
+
+    os.environ.update(RANK=str(rank), WORLD_SIZE=str(world), LOCAL_RANK=str(rank), MASTER_ADDR="127.0.0.1",
+                      MASTER_PORT=str(port))
+    torch.set_num_threads(1)
+    if rank == 0:
+        save = loop.save_checkpoint
+
+        def slow_save(*args, **kwargs):
+            time.sleep(1.0)
+            return save(*args, **kwargs)
+
+        loop.save_checkpoint = slow_save
+    vocab = Path(out).parent / "vocab.txt"
+    torch.manual_seed(0)
+    model = BertForSequenceClassification(BertConfig(
+        vocab_size=97, hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=64,
+        max_position_embeddings=64, hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0, num_labels=2))
+    args = TrainingArguments(output_dir=out, per_device_train_batch_size=4, max_steps=2, learning_rate=1e-3,
+                             eval_strategy="steps", eval_steps=2, save_strategy="steps", save_steps=2,
+                             load_best_model_at_end=True, seed=1, disable_tqdm=True, use_cpu=True)
+    trainer = Trainer(model=model, args=args, train_dataset=rows(16, 1), eval_dataset=rows(8, 2),
+                      data_collator=DataCollatorWithPadding(BertTokenizer(str(vocab))))
+    trainer.train()
+    assert Path(trainer.state.best_model_checkpoint).name == "checkpoint-2"
+
+
 if __name__ == "__main__":
     main(sys.argv[1], sys.argv[2], int(sys.argv[3]))

@@ -54,7 +54,7 @@ from bertkit.sentence.training_args import (
     for_dataset,
 )
 from bertkit.training.callbacks import EvalPrediction, metric_key
-from bertkit.training.distributed import current
+from bertkit.training.distributed import all_gather, current
 from bertkit.training.optim import parameter_groups
 from bertkit.training.trainer import Trainer
 
@@ -107,11 +107,15 @@ class LossModel(nn.Module):
         return LossOutput(value)
 
     def components(self, split: str) -> dict[str, float]:
-        """Each term's mean over the batches since the last call (then reset), rounded to 4 decimals as
-        sentence-transformers logs it; {} for a loss of one term."""
-        sums, count = self._sums[split], self._counts[split]
+        """Each term's mean over the batches since the last call (then reset), under torchrun over every process's
+        batches (every rank logs the same records), rounded to 4 decimals as sentence-transformers logs it; {} for a
+        loss of one term."""
+        parts = all_gather(({name: total.cpu() for name, total in self._sums[split].items()}, self._counts[split]))
         self._sums[split], self._counts[split] = {}, 0
-        return {name: round((total / count).item(), 4) for name, total in sums.items()} if count else {}
+        count = sum(n for _, n in parts)
+        names = dict.fromkeys(name for sums, _ in parts for name in sums)  # a rank may have evaluated no batch
+        return {name: round((sum(sums[name] for sums, _ in parts if name in sums) / count).item(), 4)
+                for name in names} if count else {}
 
     def save_pretrained(self, path: str | Path) -> Path:
         loss = next(iter(self.loss.values())) if isinstance(self.loss, nn.ModuleDict) else self.loss

@@ -56,7 +56,7 @@ from bertkit.training.checkpoint import (
     refuse_other_run,
     remove_torn_writes,
 )
-from bertkit.training.distributed import current, join_for_process
+from bertkit.training.distributed import agree, current, join_for_process
 from bertkit.training.loop import LoopHooks, Phase, Position, run_fingerprint, train
 from bertkit.training.trainer_args import TrainingArguments
 
@@ -273,6 +273,8 @@ class Trainer:
         seconds = time.perf_counter() - t0
         self.state.global_step = result.step
         if args.load_best_model_at_end and self.state.best_model_checkpoint is not None:
+            # rank 0 may still be writing it (the last checkpoint) when the other ranks get here: they wait for it
+            agree(True, "training")
             load_model_state(self._module, read_state(Path(self.state.best_model_checkpoint))["model"])
         loss = _mean_train_loss(result.history, start_step)
         done = result.step - start_step

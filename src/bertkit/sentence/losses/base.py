@@ -77,7 +77,10 @@ class SentenceLoss(nn.Module):
         GISTEmbedLoss), or with ``gather_across_devices`` under torchrun on the global batch's (losses/gather.py)."""
         compute = compute or self.compute_loss_from_embeddings
         extra = () if guide is None else (guide,)
-        if not (self.gather_across_devices and gathering()):
+        # Evaluation (no grad) gathers nothing: its batches are dealt out whole, so the ranks run different numbers
+        # of them (a gather would wait for a peer with none left), and each batch's loss is then the one that one
+        # process computes for it.
+        if not (self.gather_across_devices and gathering() and torch.is_grad_enabled()):
             return compute(embeddings, labels, *extra)
         index = sentence_features[0].get("index")
         embeddings, factor = gather_rows(embeddings, index)

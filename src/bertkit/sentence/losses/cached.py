@@ -3,9 +3,12 @@ of any size trains in the memory of ``mini_batch_size`` rows.
 
 Three passes: (1) embed every column in mini-batches, dropping each one's graph at once, keeping each mini-batch's random state;
 (2) compute the loss on those embeddings (leaves), backward to the embeddings only, and keep their gradients;
-(3) when the training loop calls ``loss.backward()``, a hook re-embeds each mini-batch with its random state
-replayed (same dropout) and backpropagates the cached gradient through it. The parameters' gradients are those of
-the uncached loss on the same batch (tests/test_sentence_losses.py).
+(3) when the training loop calls ``loss.backward()``, the loss's autograd node re-embeds each mini-batch with its
+random state replayed (same dropout), takes the parameters' gradients through it for the cached gradient, and hands
+their sum to autograd. The parameters' gradients are those of the uncached loss on the same batch
+(tests/test_sentence_losses.py). One node for all of them, not a backward pass per mini-batch: autograd accumulates
+each parameter's gradient once, where DDP's hook sees it; per mini-batch, DDP averaged the first one's gradient over
+the processes and left the others' local (tests/test_sentence_gather.py).
 """
 
 from __future__ import annotations
@@ -84,17 +87,19 @@ class CachedMultipleNegativesRankingLoss(MultipleNegativesRankingLoss):
         with torch.enable_grad():
             loss = self.loss_on_batch(leaves, sentence_features, labels, loss_fn)
             grads = torch.autograd.grad(loss, leaves)
-        result = loss.detach().requires_grad_()
-        result.register_hook(lambda grad_output: self._backward(sentence_features, states, grads, grad_output))
-        return result
+        params = [p for p in self.model.parameters() if p.requires_grad]
+        return _Recomputed.apply(loss.detach(), lambda grad_output: self._backward(
+            sentence_features, states, grads, params, grad_output), *params)
 
     def _embed(self, features: dict[str, Any]) -> Tensor:
         return self.model.embed(features["input_ids"], features["attention_mask"], features.get("token_type_ids"),
                                 int(features.get("prompt_length", 0)))
 
     def _backward(self, sentence_features: Sequence[dict[str, Any]], states: list[list[_RandomState]],
-                  grads: Sequence[Tensor], grad_output: Tensor) -> None:
-        """Re-embed each mini-batch with its random state replayed and backpropagate its cached gradient."""
+                  grads: Sequence[Tensor], params: list[Tensor], grad_output: Tensor) -> list[Tensor | None]:
+        """The gradients of ``params``: each mini-batch re-embedded with its random state replayed, its cached
+        gradient taken through it, summed over the mini-batches."""
+        total: list[Tensor | None] = [None] * len(params)
         with torch.enable_grad():
             for features, column_states, grad in zip(sentence_features, states, grads):
                 for i, state in enumerate(column_states):
@@ -104,4 +109,20 @@ class CachedMultipleNegativesRankingLoss(MultipleNegativesRankingLoss):
                         emb = self._embed(_rows(features, start, start + self.mini_batch_size))
                     finally:
                         fork.__exit__(None, None, None)
-                    emb.backward(grad[start:start + self.mini_batch_size] * grad_output)
+                    parts = torch.autograd.grad(emb, params, grad[start:start + self.mini_batch_size] * grad_output,
+                                                allow_unused=True)
+                    total = [t if g is None else g if t is None else t.add_(g) for t, g in zip(total, parts)]
+        return total
+
+
+class _Recomputed(torch.autograd.Function):
+    """A loss value whose gradients for ``params`` ``recompute(grad_output)`` gives, in one backward step."""
+
+    @staticmethod
+    def forward(ctx: Any, loss: Tensor, recompute: Callable[[Tensor], list[Tensor | None]], *params: Tensor) -> Tensor:
+        ctx.recompute = recompute
+        return loss.clone()
+
+    @staticmethod
+    def backward(ctx: Any, grad_output: Tensor) -> tuple[Tensor | None, ...]:
+        return (None, None, *ctx.recompute(grad_output))
