@@ -236,3 +236,23 @@ def test_training_steps_follow_transformers_with_dropout_off(tmp_path):
     theirs_state = theirs.state_dict()
     for key, value in ours.published_state_dict().items():
         torch.testing.assert_close(value, theirs_state[key], atol=1e-5, rtol=1e-4, msg=key)
+
+
+@pytest.mark.parametrize("stored,cast", [(torch.bfloat16, None), (torch.float32, torch.bfloat16)])
+def test_a_saved_checkpoint_names_its_weights_dtype_for_transformers(stored, cast, tmp_path):
+    """transformers 5 loads a checkpoint in config.json's ``dtype`` (its default ``dtype="auto"``), so a bf16
+    checkpoint loaded as float32 (bertkit's default) and saved must say float32, and a model cast to bf16 must say
+    bf16: transformers then computes what bertkit does, not a rounding of it."""
+    torch.manual_seed(0)
+    transformers.BertForMaskedLM(transformers.BertConfig(**TINY)).to(stored).save_pretrained(tmp_path / "hf")
+    ours = H.BertForMaskedLM.from_pretrained(tmp_path / "hf")
+    if cast is not None:
+        ours.to(cast)
+    ours.save_pretrained(tmp_path / "ours")
+    theirs = transformers.BertForMaskedLM.from_pretrained(tmp_path / "ours")
+    assert theirs.dtype == ours.dtype == (cast or torch.float32)
+    inputs, _ = _inputs(H.BertForMaskedLM, torch.Generator().manual_seed(5), 2)
+    real = inputs["attention_mask"].bool()
+    with torch.no_grad():
+        a, b = ours(**inputs).logits[real], theirs(**inputs).logits[real]
+        torch.testing.assert_close(a, b, **TOL)

@@ -521,6 +521,10 @@ class PretrainedMixin(TransformersModelCalls):
         directory = Path(path)
         config = self.config.to_dict()
         config["architectures"] = [type(self).__name__]
+        # transformers 5 loads a checkpoint in config.json's dtype (its default dtype="auto"): the weights' own, not
+        # the one a loaded config.json named (a bf16 checkpoint loaded as float32 would be read back as bf16).
+        config.pop("torch_dtype", None)  # transformers 4's name for it
+        config["dtype"] = str(self.dtype).removeprefix("torch.")  # type: ignore[attr-defined]
         from safetensors.torch import save_file
 
         state = self.published_state_dict()
