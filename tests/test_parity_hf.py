@@ -256,3 +256,18 @@ def test_a_saved_checkpoint_names_its_weights_dtype_for_transformers(stored, cas
     with torch.no_grad():
         a, b = ours(**inputs).logits[real], theirs(**inputs).logits[real]
         torch.testing.assert_close(a, b, **TOL)
+
+
+def test_a_masked_lm_saved_from_an_untied_config_loads_tied_in_transformers(tmp_path):
+    """An untied checkpoint's encoder loads (its decoder left out) and its config.json keeps tie_word_embeddings
+    false; a masked LM built on that config and saved must not tell transformers to draw its decoder afresh:
+    bertkit's decoder is the word embeddings, written once."""
+    torch.manual_seed(0)
+    ours = H.BertForMaskedLM(BertConfig.from_dict({**TINY, "tie_word_embeddings": False})).eval()
+    ours.save_pretrained(tmp_path)
+    theirs, info = transformers.BertForMaskedLM.from_pretrained(tmp_path, output_loading_info=True)
+    assert not any(info.values()), info
+    inputs, _ = _inputs(H.BertForMaskedLM, torch.Generator().manual_seed(6), 2)
+    real = inputs["attention_mask"].bool()
+    with torch.no_grad():
+        torch.testing.assert_close(ours(**inputs).logits[real], theirs.eval()(**inputs).logits[real], **TOL)

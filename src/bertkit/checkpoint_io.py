@@ -525,6 +525,9 @@ class PretrainedMixin(TransformersModelCalls):
         # the one a loaded config.json named (a bf16 checkpoint loaded as float32 would be read back as bf16).
         config.pop("torch_dtype", None)  # transformers 4's name for it
         config["dtype"] = str(self.dtype).removeprefix("torch.")  # type: ignore[attr-defined]
+        # The masked-LM decoder is the word embeddings, never written (TIED_KEYS): a tie_word_embeddings false kept
+        # from the config of an untied checkpoint's encoder would have transformers draw the decoder afresh.
+        config.pop("tie_word_embeddings", None)
         from safetensors.torch import save_file
 
         state = self.published_state_dict()
