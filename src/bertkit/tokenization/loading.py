@@ -56,6 +56,14 @@ def read_settings(path: Path) -> dict[str, Any]:
             f"{config_file} sets do_basic_tokenize=false, which bertkit does not support "
             f"(WordPiece straight on whitespace-split text); remove the key to use BERT's basic tokenizer"
         )
+    # transformers' BertJapaneseTokenizer (cl-tohoku's model_type "bert" checkpoints): words split by MeCab (or
+    # Sudachi, Juman++), pieces that are characters; BERT's basic tokenizer and WordPiece would give other ids.
+    for key, bert in (("word_tokenizer_type", "basic"), ("subword_tokenizer_type", "wordpiece")):
+        if config.get(key, bert) != bert:
+            raise BertkitError(f"{config_file} sets {key}={config[key]!r}, a setting of transformers' "
+                               f"BertJapaneseTokenizer that bertkit does not implement (its tokenizer is BERT's basic "
+                               f"tokenizer and WordPiece, {key}={bert!r}), so the ids would not be the checkpoint's: "
+                               "tokenize with transformers")
     for key in ("padding_side", "truncation_side"):
         if config.get(key, "right") != "right":
             raise BertkitError(f"{config_file} sets {key}={config[key]!r}; bertkit pads and truncates on the "
