@@ -236,3 +236,38 @@ def test_training_steps_follow_transformers_with_dropout_off(tmp_path):
     theirs_state = theirs.state_dict()
     for key, value in ours.published_state_dict().items():
         torch.testing.assert_close(value, theirs_state[key], atol=1e-5, rtol=1e-4, msg=key)
+
+
+@pytest.mark.parametrize("stored,cast", [(torch.bfloat16, None), (torch.float32, torch.bfloat16)])
+def test_a_saved_checkpoint_names_its_weights_dtype_for_transformers(stored, cast, tmp_path):
+    """transformers 5 loads a checkpoint in config.json's ``dtype`` (its default ``dtype="auto"``), so a bf16
+    checkpoint loaded as float32 (bertkit's default) and saved must say float32, and a model cast to bf16 must say
+    bf16: transformers then computes what bertkit does, not a rounding of it."""
+    torch.manual_seed(0)
+    transformers.BertForMaskedLM(transformers.BertConfig(**TINY)).to(stored).save_pretrained(tmp_path / "hf")
+    ours = H.BertForMaskedLM.from_pretrained(tmp_path / "hf")
+    if cast is not None:
+        ours.to(cast)
+    ours.save_pretrained(tmp_path / "ours")
+    theirs = transformers.BertForMaskedLM.from_pretrained(tmp_path / "ours")
+    assert theirs.dtype == ours.dtype == (cast or torch.float32)
+    inputs, _ = _inputs(H.BertForMaskedLM, torch.Generator().manual_seed(5), 2)
+    real = inputs["attention_mask"].bool()
+    with torch.no_grad():
+        a, b = ours(**inputs).logits[real], theirs(**inputs).logits[real]
+        torch.testing.assert_close(a, b, **TOL)
+
+
+def test_a_masked_lm_saved_from_an_untied_config_loads_tied_in_transformers(tmp_path):
+    """An untied checkpoint's encoder loads (its decoder left out) and its config.json keeps tie_word_embeddings
+    false; a masked LM built on that config and saved must not tell transformers to draw its decoder afresh:
+    bertkit's decoder is the word embeddings, written once."""
+    torch.manual_seed(0)
+    ours = H.BertForMaskedLM(BertConfig.from_dict({**TINY, "tie_word_embeddings": False})).eval()
+    ours.save_pretrained(tmp_path)
+    theirs, info = transformers.BertForMaskedLM.from_pretrained(tmp_path, output_loading_info=True)
+    assert not any(info.values()), info
+    inputs, _ = _inputs(H.BertForMaskedLM, torch.Generator().manual_seed(6), 2)
+    real = inputs["attention_mask"].bool()
+    with torch.no_grad():
+        torch.testing.assert_close(ours(**inputs).logits[real], theirs.eval()(**inputs).logits[real], **TOL)

@@ -120,6 +120,16 @@ def test_fill_mask_several_masks_and_errors(tmp_path_factory, minilm_dir, hf_tok
         bertkit.pipeline("fill-mask", minilm_dir)
 
 
+@pytest.mark.parametrize("task,num_labels", [("text-classification", 3), ("multiple-choice", 1)])
+def test_a_token_classifier_is_refused_by_the_pipelines_whose_head_reads_the_pooler(tmp_path_factory, minilm_dir, task,
+                                                                                    num_labels):
+    """A token-classification checkpoint has a classifier.weight of the shape these heads take, but no pooler (their
+    classifier reads the pooled [CLS]): loaded, its pooler would be random and every score noise."""
+    d, _ = _tiny_dir(tmp_path_factory, minilm_dir, "BertForTokenClassification", num_labels=num_labels)
+    with pytest.raises(BertkitError, match=f"has no {task} head \\(its weights lack pooler.dense.weight\\)"):
+        bertkit.pipeline(task, d)
+
+
 def test_call_options_given_to_pipeline_are_refused(tmp_path_factory, minilm_dir):
     # transformers' pipeline("fill-mask", model, top_k=3) answers 3 candidates per call; bertkit's failed with a bare
     # TypeError from Pipeline.__init__

@@ -456,6 +456,19 @@ def test_vocabulary_errors(tmp_path: Path) -> None:
         BertTokenizer.from_pretrained(tmp_path)
 
 
+@pytest.mark.parametrize("settings", [{"word_tokenizer_type": "mecab"}, {"subword_tokenizer_type": "character"}])
+def test_a_japanese_tokenizer_directory_is_refused_naming_its_settings(tmp_path: Path, settings) -> None:
+    """cl-tohoku's BERT checkpoints (model_type "bert") split words with MeCab, or into characters, by these
+    settings of transformers' BertJapaneseTokenizer: read as BERT's basic tokenizer and WordPiece, their ids would be
+    other ids, unannounced."""
+    (tmp_path / "tokenizer_config.json").write_text(json.dumps(
+        {"do_lower_case": False, "tokenizer_class": "BertJapaneseTokenizer", **settings}))
+    (tmp_path / "vocab.txt").write_text("".join(t + "\n" for t in TOKENS), encoding="utf-8")
+    key, value = next(iter(settings.items()))
+    with pytest.raises(ValueError, match=f"sets {key}={value!r}.*BertJapaneseTokenizer"):
+        BertTokenizer.from_pretrained(tmp_path)
+
+
 def test_input_errors(tok: BertTokenizer) -> None:
     with pytest.raises(ValueError, match="text has 2 entries but text_pair has 1"):
         tok(["a", "b"], ["c"])

@@ -244,3 +244,26 @@ def test_a_tokenizer_json_model_without_its_type_is_read_as_wordpiece(minilm_dir
     assert type(tokenizers.Tokenizer.from_file(str(d / "tokenizer.json")).model).__name__ == "WordPiece"
     assert BertTokenizer.from_pretrained(d)(texts)["input_ids"] == \
         transformers.AutoTokenizer.from_pretrained(d)(texts)["input_ids"]
+
+
+@pytest.mark.parametrize("flag", [{"single_word": True}, {"normalized": False}])
+def test_an_added_token_matched_otherwise_than_add_tokens_matches_is_refused(minilm_dir, tmp_path, flag):
+    """transformers matches a single_word token only as a whole word, a normalized=false one in the raw text (so
+    "NewWord" in an uncased tokenizer is case-sensitive); bertkit matches added tokens as add_tokens adds them, so such
+    a file is refused, naming the token and the flag, from tokenizer.json and from tokenizer_config.json's
+    added_tokens_decoder alike. ("a NewWord and newwords": transformers' ids differ from bertkit's either way.)"""
+    hf = transformers.BertTokenizer.from_pretrained(minilm_dir)
+    hf.add_tokens([tokenizers.AddedToken("NewWord", **flag)])
+    hf.save_pretrained(tmp_path / "json")
+    (key, value), = flag.items()
+    message = f"added token 'NewWord' has {key}={str(value).lower()}"
+    with pytest.raises(ValueError, match=message):
+        BertTokenizer.from_pretrained(tmp_path / "json")
+    d = _copy_tokenizer(minilm_dir, tmp_path / "vocab")
+    (d / "tokenizer.json").unlink()
+    config = json.loads((d / "tokenizer_config.json").read_text(encoding="utf-8"))
+    entry = {"content": "NewWord", "lstrip": False, "rstrip": False, "single_word": False, "normalized": True,
+             "special": False, **flag}
+    (d / "tokenizer_config.json").write_text(json.dumps({**config, "added_tokens_decoder": {"30522": entry}}))
+    with pytest.raises(ValueError, match=message):
+        BertTokenizer.from_pretrained(d)

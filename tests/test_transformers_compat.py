@@ -223,6 +223,45 @@ def test_from_pretrained_dtype_device_and_strict_keywords(tmp_path, tiny_checkpo
     assert BertConfig.from_pretrained(tmp_path / "config.json") == BertConfig.from_pretrained(tmp_path)
 
 
+@pytest.mark.parametrize("key,named,stored", [("torch_dtype", "float32", torch.float16),
+                                               ("dtype", "bfloat16", torch.float32)])
+def test_dtype_auto_is_transformers_config_json_first(tmp_path, key, named, stored):
+    """transformers' dtype="auto" is the one config.json names (``dtype``, ``torch_dtype`` before 4.56), else the
+    weights': a checkpoint whose weights were cast after its config was written computes as transformers does."""
+    torch.manual_seed(0)
+    transformers.BertForMaskedLM(transformers.BertConfig(**TINY)).to(stored).save_pretrained(tmp_path)
+    config = json.loads((tmp_path / "config.json").read_text())
+    config.pop("dtype")
+    (tmp_path / "config.json").write_text(json.dumps({**config, key: named}))
+    theirs = transformers.BertForMaskedLM.from_pretrained(tmp_path, dtype="auto")
+    ours = H.BertForMaskedLM.from_pretrained(tmp_path, dtype="auto")
+    assert ours.dtype == theirs.dtype == getattr(torch, named)
+    ids = torch.randint(1, TINY["vocab_size"], (2, 9), generator=torch.Generator().manual_seed(0))
+    with torch.no_grad():
+        torch.testing.assert_close(ours(ids).logits, theirs(ids).logits, atol=1e-5, rtol=0)
+
+
+def test_a_transformers_config_is_refused_where_it_would_build_another_network(tmp_path):
+    """transformers' BertConfig has bertkit's field names, so a model built on it ran, without the checks that
+    refuse what bertkit does not implement: is_decoder=True (causal attention in transformers) gave the bidirectional
+    encoder's outputs, unannounced."""
+    torch.manual_seed(0)
+    transformers.BertModel(transformers.BertConfig(**TINY)).save_pretrained(tmp_path)
+    decoder = transformers.BertConfig.from_pretrained(tmp_path, is_decoder=True)
+    for build in (lambda: BertModel.from_pretrained(tmp_path, config=decoder), lambda: H.BertForMaskedLM(decoder),
+                  lambda: bertkit.AutoModel.from_config(decoder)):
+        with pytest.raises(BertkitError, match="needs a bertkit BertConfig, got transformers.*BertConfig.from_dict"):
+            build()
+    with pytest.raises(BertkitError, match="is_decoder=true"):
+        BertConfig.from_dict(decoder.to_dict())
+    ours = BertModel.from_pretrained(tmp_path, config=BertConfig.from_dict(transformers.BertConfig.from_pretrained(
+        tmp_path).to_dict()))
+    theirs = transformers.BertModel.from_pretrained(tmp_path).eval()
+    ids = torch.randint(1, TINY["vocab_size"], (2, 9), generator=torch.Generator().manual_seed(0))
+    with torch.no_grad():
+        torch.testing.assert_close(ours(ids).last_hidden_state, theirs(ids).last_hidden_state, atol=1e-5, rtol=0)
+
+
 def test_dtype_device_and_config_from_pretrained(minilm_dir):
     model = BertModel.from_pretrained(minilm_dir, dtype="bfloat16", device="cpu")
     assert model.dtype == torch.bfloat16 and model.device == torch.device("cpu")

@@ -44,9 +44,6 @@ class _AutoModel:
     @classmethod
     def from_config(cls, config: BertConfig, **kwargs: Any):
         """A freshly initialised model of this config (no weights loaded), as transformers' ``from_config``."""
-        if not isinstance(config, BertConfig):
-            raise BertkitError(f"from_config needs a bertkit BertConfig, got {type(config).__name__}; build one with "
-                               "AutoConfig.from_pretrained(path) or BertConfig(...)")
         return cls.model_class(config, **kwargs)
 
 

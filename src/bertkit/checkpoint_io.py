@@ -305,11 +305,15 @@ def _checkpoint_directory(path: str | Path | None, config: BertConfig | None,
     return directory
 
 
-def _resolve_dtype(dtype: torch.dtype | str | None, weights: dict[str, Tensor]) -> torch.dtype | None:
-    """``from_pretrained``'s dtype as a torch dtype: ``"auto"`` is the stored weights' floating-point dtype, a
-    name must be a torch floating-point dtype's; None leaves the model's as built."""
+def _resolve_dtype(dtype: torch.dtype | str | None, weights: dict[str, Tensor], config: BertConfig
+                   ) -> torch.dtype | None:
+    """``from_pretrained``'s dtype as a torch dtype: ``"auto"`` is transformers', the one config.json names
+    (``dtype``, or ``torch_dtype`` before transformers 4.56), else the stored weights' floating-point dtype; a name
+    must be a torch floating-point dtype's; None leaves the model's as built."""
     if dtype == "auto":
-        return next((t.dtype for t in weights.values() if t.is_floating_point()), torch.float32)
+        dtype = config.extra.get("dtype") or config.extra.get("torch_dtype")
+        if dtype is None:
+            return next((t.dtype for t in weights.values() if t.is_floating_point()), torch.float32)
     if isinstance(dtype, str):
         resolved = getattr(torch, dtype, None)
         if not isinstance(resolved, torch.dtype) or not resolved.is_floating_point:
@@ -391,7 +395,7 @@ class PretrainedMixin(TransformersModelCalls):
         model._initialise_unloaded(loaded)
         if attn_implementation is not None:
             model._encoder().attn_implementation = attn_implementation
-        dtype = _resolve_dtype(dtype, weights)
+        dtype = _resolve_dtype(dtype, weights, config)
         if dtype is not None or device is not None:
             model.to(device=device, dtype=dtype)  # type: ignore[attr-defined]
         return model.eval()  # type: ignore[attr-defined]
@@ -521,6 +525,13 @@ class PretrainedMixin(TransformersModelCalls):
         directory = Path(path)
         config = self.config.to_dict()
         config["architectures"] = [type(self).__name__]
+        # transformers 5 loads a checkpoint in config.json's dtype (its default dtype="auto"): the weights' own, not
+        # the one a loaded config.json named (a bf16 checkpoint loaded as float32 would be read back as bf16).
+        config.pop("torch_dtype", None)  # transformers 4's name for it
+        config["dtype"] = str(self.dtype).removeprefix("torch.")  # type: ignore[attr-defined]
+        # The masked-LM decoder is the word embeddings, never written (TIED_KEYS): a tie_word_embeddings false kept
+        # from the config of an untied checkpoint's encoder would have transformers draw the decoder afresh.
+        config.pop("tie_word_embeddings", None)
         from safetensors.torch import save_file
 
         state = self.published_state_dict()

@@ -281,6 +281,11 @@ class BertModel(PretrainedMixin, nn.Module):
 
     def __init__(self, config: BertConfig, add_pooling_layer: bool = True):
         super().__init__()
+        if not isinstance(config, BertConfig):  # transformers' has the same fields, unchecked (is_decoder, ...)
+            raise BertkitError(f"{type(self).__name__} needs a bertkit BertConfig, got {type(config).__module__}."
+                               f"{type(config).__name__}; convert it with bertkit.BertConfig.from_dict(config.to_dict()), "
+                               "which refuses what bertkit does not implement, or read the checkpoint's with "
+                               "bertkit.AutoConfig.from_pretrained(path)")
         check_fits_in_memory(config)  # before the first layer is allocated, not when the allocator gives up
         self.config = config
         self.embeddings = BertEmbeddings(config)

@@ -148,7 +148,8 @@ class TextClassificationPipeline(TextOrPairPipeline):
 
     task = tasks.TextClassification.name
     model_class = BertForSequenceClassification
-    required_keys = ("classifier.weight",)
+    # The classifier reads the pooler: a token classifier's checkpoint has the same classifier.weight and no pooler.
+    required_keys = ("pooler.dense.weight", "classifier.weight")
     instead_of = {
         "top_k": "every label's probability is in the result's \"scores\" (by label name)",
         "return_all_scores": "every label's probability is in the result's \"scores\" (by label name)",
@@ -431,7 +432,7 @@ class MultipleChoicePipeline(Pipeline):
 
     task = tasks.MultipleChoice.name
     model_class = BertForMultipleChoice
-    required_keys = ("classifier.weight",)
+    required_keys = ("pooler.dense.weight", "classifier.weight")  # as text-classification's
     fields = {"context": str, "choices": list}
 
     def encode(self, item: dict, **_: Any) -> list[dict[str, Any]]:

@@ -56,6 +56,14 @@ def read_settings(path: Path) -> dict[str, Any]:
             f"{config_file} sets do_basic_tokenize=false, which bertkit does not support "
             f"(WordPiece straight on whitespace-split text); remove the key to use BERT's basic tokenizer"
         )
+    # transformers' BertJapaneseTokenizer (cl-tohoku's model_type "bert" checkpoints): words split by MeCab (or
+    # Sudachi, Juman++), pieces that are characters; BERT's basic tokenizer and WordPiece would give other ids.
+    for key, bert in (("word_tokenizer_type", "basic"), ("subword_tokenizer_type", "wordpiece")):
+        if config.get(key, bert) != bert:
+            raise BertkitError(f"{config_file} sets {key}={config[key]!r}, a setting of transformers' "
+                               f"BertJapaneseTokenizer that bertkit does not implement (its tokenizer is BERT's basic "
+                               f"tokenizer and WordPiece, {key}={bert!r}), so the ids would not be the checkpoint's: "
+                               "tokenize with transformers")
     for key in ("padding_side", "truncation_side"):
         if config.get(key, "right") != "right":
             raise BertkitError(f"{config_file} sets {key}={config[key]!r}; bertkit pads and truncates on the "
@@ -93,6 +101,8 @@ def added_past(tokens: list[str], path: Path, settings: dict[str, Any]) -> int:
         found[i] = (token, False)
     for key, entry in (read_json(path / CONFIG_FILE).get("added_tokens_decoder") or {}).items():
         found[int(key)] = (token_content(entry, "added_tokens_decoder"), bool(entry.get("special")))
+        if int(key) >= size:
+            check_added_token(entry, path / CONFIG_FILE)
     named = {settings.get(k, _DEFAULT_SPECIAL[k]) for k in SPECIAL_TOKEN_KEYS}
     for i in sorted(i for i in found if i >= size):
         token, special = found[i]
@@ -112,6 +122,21 @@ def _typed(value: Any, types: tuple[type, ...], where: str) -> Any:
         hint = " (a string: write true/false without quotes)" if isinstance(value, str) else ""
         raise BertkitError(f"{where} must be {want}, got {value!r}{hint}")
     return value
+
+
+def check_added_token(entry: Any, file: Path) -> None:
+    """Refuse an added token (a serialised AddedToken) matched otherwise than bertkit matches added tokens, as
+    transformers' add_tokens adds them: in the normalized (lower-cased) text, inside words too. A special token is
+    matched in the raw text whatever its flags."""
+    if not isinstance(entry, dict) or entry.get("special"):
+        return
+    flags = [f"{flag}={str(entry[flag]).lower()}" for flag, default in (("single_word", False), ("normalized", True))
+             if entry.get(flag, default) != default]
+    if flags:
+        raise BertkitError(f"{file}: added token {entry.get('content')!r} has {' and '.join(flags)}, which bertkit "
+                           "does not implement (it matches added tokens in the normalized text, inside words too, as "
+                           "transformers' add_tokens adds them), so the ids would not be transformers': add the token "
+                           "again with add_tokens([...]) and save, or tokenize with transformers")
 
 
 def token_content(value: Any, key: str) -> str:
@@ -157,6 +182,7 @@ def read_tokenizer_json(file: Path, settings: dict[str, Any]) -> tuple[list[str]
             raise BertkitError(f"{file}: added token {content!r} has id {i} but the vocabulary gives it "
                                f"{ids[content]}")
         (special if entry.get("special") else added).append((i, content))
+        check_added_token(entry, file)
     if added:
         merged["added_tokens"] = [t for _, t in sorted(added)]
     merged.update(settings)
