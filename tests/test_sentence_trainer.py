@@ -67,6 +67,15 @@ def test_bad_input_is_named_before_anything_is_written(model, tmp_path):
     with pytest.raises(BertkitError, match="optimizers"):
         SentenceTransformerTrainer(model=model, args=st_args(tmp_path), loss=mnrl, train_dataset=PAIRS,
                                    optimizers=(object(), None))
+    for reserved in ("dataset_name", "return_loss"):  # sentence-transformers refuses both; a text column otherwise
+        with pytest.raises(BertkitError, match=rf"train_dataset has the column\(s\) \['{reserved}'\], whose names "
+                                               r"sentence-transformers reserves.*dataset.remove_columns"):
+            SentenceTransformerTrainer(model=model, args=st_args(tmp_path), loss=mnrl,
+                                       train_dataset=[{**p, reserved: "x"} for p in PAIRS])
+    holes = [{**p, "positive": None if i == 9 else p["positive"]} for i, p in enumerate(PAIRS)]  # not at the first step
+    with pytest.raises(BertkitError, match=r"train_dataset: row 9, column 'positive' holds None, not a text.*"
+                                           r"dataset.filter"):
+        SentenceTransformerTrainer(model=model, args=st_args(tmp_path), loss=mnrl, train_dataset=holes)
     with pytest.raises(BertkitError, match=r"relevant document id\(s\) are not in the corpus, e.g. \['d9'\]"):
         evaluation.InformationRetrievalEvaluator({"q": "a question"}, {"d1": "a doc"}, {"q": {"d1", "d9"}})
     assert not (tmp_path / "out").exists()
