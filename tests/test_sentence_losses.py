@@ -208,6 +208,8 @@ def test_bad_arguments_are_named(model):
                         ("mini_batch_num_tokens", 4096)):  # sentence-transformers' arguments, named as MNRL's are
         with pytest.raises(BertkitError, match=f"CachedMultipleNegativesRankingLoss\\({name}={value!r}\\) is not impl"):
             losses.CachedMultipleNegativesRankingLoss(model, **{name: value})
+    with pytest.raises(BertkitError, match="GISTEmbedLoss: temperature must be a positive finite number, got inf"):
+        losses.GISTEmbedLoss(model, model, temperature=float("inf"))  # every logit 0: a constant loss
     with pytest.raises(BertkitError, match="needs one label per row"):
         losses.CoSENTLoss(model).compute_loss_from_embeddings(_embeddings(2), None)
 
@@ -216,3 +218,6 @@ def test_importing_a_loss_bertkit_does_not_implement_names_what_to_use():
     """A ported script's `from ... import` shows the advice (an AttributeError would become "cannot import name")."""
     with pytest.raises(BertkitError, match="SoftmaxLoss is not implemented in bertkit: train a pair classifier"):
         from bertkit.sentence.losses import SoftmaxLoss  # noqa: F401
+    for name in set(st_losses.__all__) - set(losses.__all__):  # each of sentence-transformers' names, helpers too
+        with pytest.raises(BertkitError, match=f"losses.{name} is not implemented in bertkit: "):
+            getattr(losses, name)

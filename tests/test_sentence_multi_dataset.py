@@ -261,13 +261,16 @@ def test_prompts_per_dataset_are_resolved_as_sentence_transformers(model, tmp_pa
     the one sentence-transformers' collator resolves for a batch of that dataset. A dict by dataset for a dataset of
     its own is refused (sentence-transformers refuses it at the first batch)."""
     collator = pytest.importorskip("sentence_transformers.sentence_transformer.data_collator")
+    st_arguments = pytest.importorskip("sentence_transformers").SentenceTransformerTrainingArguments
     mnrl, cosent = losses.MultipleNegativesRankingLoss(model), losses.CoSENTLoss(model)
     loss = {"pairs": mnrl, "scored": cosent}
     for prompts in ({"pairs": "query: "}, {"pairs": {"anchor": "q: "}, "scored": {"s2": "d: "}},
-                    {"scored": {"s1": "s: "}}, {"anchor": "q: ", "s2": "d: "}, "all: "):
+                    {"scored": {"s1": "s: "}}, {"anchor": "q: ", "s2": "d: "}, "all: ",
+                    '{"pairs": {"anchor": "q: "}}', '{"anchor": "q: "}', '"all: "'):  # JSON text: what it holds
         trainer = SentenceTransformerTrainer(model=model, args=st_args(tmp_path, prompts=prompts), loss=loss,
                                              train_dataset={"pairs": PAIRS, "scored": SCORED})
-        reference = collator.SentenceTransformerDataCollator(preprocess_fn=None, prompts=prompts)
+        theirs = st_arguments(output_dir=str(tmp_path / "st"), prompts=prompts, report_to="none").prompts
+        reference = collator.SentenceTransformerDataCollator(preprocess_fn=None, prompts=theirs)
         for name, part in trainer.train_dataset.parts.items():
             resolved = reference._resolve_prompts({"dataset_name": name})
             assert part.prompts == [reference._get_prompt_for_column(resolved, c) for c in part.texts], (prompts, name)

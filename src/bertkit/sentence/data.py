@@ -3,7 +3,8 @@
 sentence-transformers' multi-dataset batch order (each batch from one dataset).
 
 Columns are the loss's inputs in the dataset's order (anchor, positive, negatives...); a column named "label",
-"labels", "score" or "scores" is the label, "dataset_name" is left out.
+"labels", "score" or "scores" is the label; "dataset_name" and "return_loss" are refused, as sentence-transformers
+refuses them (its trainer reserves them).
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from bertkit.errors import BertkitError
 from bertkit.training import trainer_data
 
 LABEL_COLUMNS = ("label", "labels", "score", "scores")
+RESERVED_COLUMNS = ("dataset_name", "return_loss")  # sentence-transformers' trainer refuses a dataset holding them
 
 
 def column_names(dataset: Any) -> list[str]:
@@ -45,8 +47,12 @@ def loss_columns(dataset: Any, loss: Any, what: str) -> tuple[str | None, list[s
         raise BertkitError(f"{what}: a {type(dataset).__name__} is not supported; give a datasets.Dataset (or a list "
                            "of dicts), or a dict of them")
     names = column_names(dataset)
+    reserved = [c for c in names if c in RESERVED_COLUMNS]
+    if reserved:
+        raise BertkitError(f"{what} has the column(s) {reserved}, whose names sentence-transformers reserves (it refuses "
+                           f"them too): rename or remove them (dataset.remove_columns({reserved}))")
     label = next((c for c in LABEL_COLUMNS if c in names), None)
-    texts = [c for c in names if c != label and c != "dataset_name"]
+    texts = [c for c in names if c != label]
     lo, hi = loss.columns
     if len(texts) < lo or (hi is not None and len(texts) > hi) or (loss.needs_label and label is None):
         raise BertkitError(f"{what} has the text columns {texts}" + (f" and the label column {label!r}"
@@ -76,6 +82,7 @@ class SentenceExamples(Sequence):
                                f"(its text columns: {self.texts}): map those, e.g. {{{self.texts[0]!r}: 'query', "
                                f"{self.texts[-1]!r}: 'document'}}")
         self.dataset, self.model = dataset, model
+        self._check_texts(what)
         self.prompts = [prompts if isinstance(prompts, str) else (prompts or {}).get(c) for c in self.texts]
         self.prompt_lengths = [model.prompt_length(p) for p in self.prompts]
         self.tasks = [router_mapping.get(c) for c in self.texts]
@@ -87,15 +94,24 @@ class SentenceExamples(Sequence):
         row = self.dataset[i]
         ids, types = [], []
         for column, prompt, task in zip(self.texts, self.prompts, self.tasks):
-            text = row[column]
-            if not isinstance(text, str):
-                raise BertkitError(f"row {i}, column {column!r}: expected a text, got {type(text).__name__}")
-            enc = self.model.tokenize([text], prompt, **({"task": task} if task is not None else {}))
+            enc = self.model.tokenize([row[column]], prompt, **({"task": task} if task is not None else {}))
             ids.append(enc["input_ids"][0].tolist())
             types.append(enc["token_type_ids"][0].tolist())
         label = row[self.label] if self.label is not None else 0
         return {"input_ids": ids, "token_type_ids": types, "prompt_length": self.prompt_lengths, "task": self.tasks,
                 "label": label, "index": i, "dataset_name": self.name}
+
+    def _check_texts(self, what: str) -> None:
+        """Every row's text columns hold strings, checked once before anything is written: a None or a number at row
+        500,000 would otherwise stop the run at the step whose batch holds it."""
+        for c in self.texts:
+            values = (trainer_data.column(self.dataset, c) if trainer_data.is_hf_dataset(self.dataset)
+                      else [self.dataset[i].get(c) for i in range(len(self.dataset))])  # a list's row may lack it
+            row = next((i for i, v in enumerate(values) if not isinstance(v, str)), None)
+            if row is not None:
+                raise BertkitError(f"{what}: row {row}, column {c!r} holds {values[row]!r}, not a text; every text "
+                                   f"column holds strings: fill in or drop such rows (dataset.filter(lambda r: "
+                                   f"isinstance(r[{c!r}], str)))")
 
     def texts_by_row(self) -> list[set[str]]:
         """Each row's texts (what the no-duplicates sampler keeps apart within a batch), the columns read at once."""

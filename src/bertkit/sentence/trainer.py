@@ -362,6 +362,16 @@ class SentenceTransformerTrainer(Trainer):
             batches = [rows[i:i + size] for i in range(0, len(rows), size)]
         return batches[info.rank::info.world_size]
 
+    def _loss_weights(self, batches: list[list[int]], rows: int) -> list[int] | None:
+        """sentence-transformers' eval_loss, transformers' evaluation loop's: each batch's loss counted
+        per_device_eval_batch_size times, the last batch's as many times as the rows left over (rows % size, or size).
+        That is each batch's rows, but where the no-duplicates sampler leaves a batch short before the last (batches
+        of 7, 6, 3 rows weigh 8, 8, 8: 0.584 where the rows give 0.642). Under torchrun: each batch's rows."""
+        size = self.args.per_device_eval_batch_size
+        if current().world_size > 1 or not batches:
+            return None
+        return [size] * (len(batches) - 1) + [rows % size or size]
+
     def log(self, logs: dict[str, float]) -> None:
         """The record, with the loss's terms' means beside "loss" / "eval_loss" for a loss that names them."""
         split = "train" if "loss" in logs else "eval" if "eval_loss" in logs else None

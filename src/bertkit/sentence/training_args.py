@@ -125,6 +125,11 @@ class SentenceTransformerTrainingArguments(TrainingArguments):
                                "losses, which bertkit.sentence does not have); use 'batch_sampler' or 'no_duplicates'")
         if sampler == BatchSamplers.NO_DUPLICATES_HASHED.value:
             sampler = BatchSamplers.NO_DUPLICATES.value
+        if isinstance(prompts, str):  # a dict's JSON text (a command line's) is the dict, as sentence-transformers reads it
+            try:
+                prompts = json.loads(prompts)
+            except json.JSONDecodeError:
+                pass  # a prompt
         if prompts is not None and not (isinstance(prompts, str) or (isinstance(prompts, dict) and all(
                 isinstance(k, str) and (isinstance(v, str) or (isinstance(v, dict) and all(
                     isinstance(c, str) and isinstance(p, str) for c, p in v.items()))) for k, v in prompts.items()))):

@@ -20,12 +20,14 @@ FIELDS = ("logits", "start_logits", "end_logits", "prediction_logits", "seq_rela
 
 def gather(module: nn.Module, examples: Sequence, batches: list[list[int]], *, label_names: Sequence[str],
            collate: Callable[[list], dict], device: str, bf16: bool,
-           on_step: Callable[[], None] | None = None) -> tuple[Any, Any, float | None]:
+           on_step: Callable[[], None] | None = None,
+           weights: Sequence[int] | None = None) -> tuple[Any, Any, float | None]:
     """(predictions, labels, mean loss) of every example, computed in ``batches`` (this process's); under torchrun
-    every rank gets all the rows back, so metrics see the whole dataset once. ``on_step`` after each batch."""
+    every rank gets all the rows back, so metrics see the whole dataset once. ``on_step`` after each batch. The mean
+    loss weighs each batch's by its rows, or by ``weights`` (one a batch)."""
 
-    def step(batch: dict, rows: list) -> tuple[list[np.ndarray], list[np.ndarray], float, int]:
-        """One batch's output arrays, label arrays (one per label name), loss x rows and rows with a loss."""
+    def step(batch: dict, rows: list) -> tuple[list[np.ndarray], list[np.ndarray], float | None]:
+        """One batch's output arrays, label arrays (one per label name) and loss."""
         out = module(**batch)
         loss = getattr(out, "loss", None)
         fields = [getattr(out, f) for f in FIELDS if getattr(out, f, None) is not None]
@@ -33,7 +35,7 @@ def gather(module: nn.Module, examples: Sequence, batches: list[list[int]], *, l
         if (mlm := getattr(out, "prediction_logits", None)) is not None and "labels" in batch:
             fields = [_at_every_token(f, batch["labels"]) if f is mlm else f for f in fields]
         result = ([f.float().cpu().numpy() for f in fields], [batch[k].cpu().numpy() for k in label_names if k in batch],
-                  0.0 if loss is None else float(loss) * len(rows), 0 if loss is None else len(rows))
+                  None if loss is None else float(loss))
         if on_step is not None:
             on_step()
         return result
@@ -45,9 +47,10 @@ def gather(module: nn.Module, examples: Sequence, batches: list[list[int]], *, l
         joined = [_concat([b[j] for b in batches])[order] for j in range(len(batches[0]))] if batches else []
         return None if not joined else joined[0] if len(joined) == 1 else tuple(joined)
 
-    loss_sum, loss_n = sum(p[2] for _, p in parts), sum(p[3] for _, p in parts)
+    weights = weights if weights is not None else [len(idx) for idx, _ in parts]
+    losses = [(p[2], w) for (_, p), w in zip(parts, weights) if p[2] is not None]
     return (columns([p[0] for _, p in parts]), columns([p[1] for _, p in parts if p[1]]),
-            loss_sum / loss_n if loss_n else None)
+            sum(v * w for v, w in losses) / sum(w for _, w in losses) if losses else None)
 
 
 def _at_every_token(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:

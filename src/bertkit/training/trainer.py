@@ -541,10 +541,15 @@ class Trainer:
         """(logits, labels, mean loss) of every example in transformers' layout (``predictions.gather``), computed in
         ``batches`` (``_eval_batches``'), on_prediction_step after each when ``events``."""
         module = module if module is not None else self._module
-        return predictions.gather(module, examples, batches if batches is not None else self._eval_batches(examples),
-                                  label_names=self.label_names, collate=self._collate, device=self.device,
-                                  bf16=self.args.bf16, on_step=(lambda: self._event("on_prediction_step")) if events
-                                  else None)
+        batches = batches if batches is not None else self._eval_batches(examples)
+        return predictions.gather(module, examples, batches, label_names=self.label_names, collate=self._collate,
+                                  device=self.device, bf16=self.args.bf16,
+                                  on_step=(lambda: self._event("on_prediction_step")) if events else None,
+                                  weights=self._loss_weights(batches, len(examples)))
+
+    def _loss_weights(self, batches: list[list[int]], rows: int) -> list[int] | None:
+        """Each evaluation batch's weight in the mean loss; None: its rows."""
+        return None
 
     def save_model(self, output_dir: str | Path | None = None, _internal_call: bool = False) -> None:
         """The model (config.json, model.safetensors) and the tokenizer, in the Hugging Face layout."""

@@ -4,7 +4,7 @@ workers), batched as lists, and the labels.
 Columns are the loss's inputs in the dataset's order: (anchor, candidate, more candidates...) for the pairwise
 losses; (query, list of documents) with a list of labels per row for the listwise ones (their labels padded
 to the batch's largest document count with NaN). A column named "label", "labels", "score" or
-"scores" is the label, "dataset_name" is left out.
+"scores" is the label; "dataset_name" and "return_loss" are refused (``loss_columns``).
 """
 
 from __future__ import annotations

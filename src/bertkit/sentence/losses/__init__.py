@@ -31,7 +31,7 @@ _GROUPED = ("needs batches grouped by label (batch_sampler=GROUP_BY_LABEL, which
 # sentence-transformers' losses bertkit does not implement, with what to use
 _REFUSED = {
     "BatchAllTripletLoss": _GROUPED, "BatchHardTripletLoss": _GROUPED, "BatchSemiHardTripletLoss": _GROUPED,
-    "BatchHardSoftMarginTripletLoss": _GROUPED,
+    "BatchHardSoftMarginTripletLoss": _GROUPED, "BatchHardTripletLossDistanceFunction": _GROUPED,
     "SoftmaxLoss": "train a pair classifier with bertkit.sentence.cross_encoder (CrossEncoder(path, num_labels=3), "
                    "CrossEntropyLoss), or the embedder on NLI triplets with MultipleNegativesRankingLoss",
     "AdaptiveLayerLoss": "use MatryoshkaLoss for embeddings that can be cut short",
@@ -45,6 +45,7 @@ _REFUSED = {
     "ContrastiveTensionLoss": "use MultipleNegativesRankingLoss on (text, text) rows of the same text (SimCSE)",
     "ContrastiveTensionLossInBatchNegatives": "use MultipleNegativesRankingLoss on (text, text) rows of the same text "
                                               "(SimCSE)",
+    "ContrastiveTensionDataLoader": "use MultipleNegativesRankingLoss on (text, text) rows of the same text (SimCSE)",
     "GlobalOrthogonalRegularizationLoss": "not implemented; train without it",
 }
 __getattr__ = refusing_getattr(__name__, _REFUSED)

@@ -16,7 +16,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from bertkit.errors import BertkitError
-from bertkit.sentence.losses.base import SentenceLoss, embed_columns
+from bertkit.sentence.losses.base import SentenceLoss, check_positive, embed_columns
 from bertkit.sentence.util import cos_sim
 
 
@@ -42,8 +42,7 @@ class GISTEmbedLoss(SentenceLoss):
         _check_same_tokens(model, guide)
         if margin_strategy not in ("absolute", "relative"):
             raise BertkitError(f"GISTEmbedLoss: margin_strategy {margin_strategy!r} is not 'absolute' or 'relative'")
-        if not temperature > 0:
-            raise BertkitError(f"GISTEmbedLoss: temperature must be > 0, got {temperature!r}")
+        check_positive("GISTEmbedLoss", "temperature", temperature)
         # not a submodule: the trainer's optimizer, checkpoints and train()/eval() must not reach the guide
         object.__setattr__(self, "guide", guide)
         self.temperature, self.margin_strategy, self.margin = temperature, margin_strategy, margin
