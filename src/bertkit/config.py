@@ -16,7 +16,8 @@ from typing import Any
 from bertkit.errors import BertkitError, MissingFileError, read_json_object
 from bertkit.outputs import atomic_write_text
 
-# hidden_act -> nn.GELU's ``approximate`` (None: ReLU). "gelu" is the paper's code's exact erf GELU.
+# hidden_act -> nn.GELU's ``approximate`` (None: ReLU). "gelu" is the exact erf GELU, as transformers computes it
+# (google-research/bert's modeling.py first computed erf's, later the tanh approximation, "gelu_new" here).
 ACTIVATIONS = {"gelu": "none", "gelu_new": "tanh", "gelu_pytorch_tanh": "tanh", "relu": None}
 PROBLEM_TYPES = ("regression", "single_label_classification", "multi_label_classification")
 DEFAULT_ID2LABEL = {0: "LABEL_0", 1: "LABEL_1"}
