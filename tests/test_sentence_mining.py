@@ -142,9 +142,10 @@ def cross_encoders(tmp_path_factory, minilm_2_layers):
     from bertkit.sentence import CrossEncoder
     from cross_encoder_helpers import cross_encoder_directory
 
-    # 2 layers: the rescoring, not the cross-encoder's depth, is what is compared (a third of the cost)
+    # 2 layers and pairs cut at 64 tokens: the rescoring, not the cross-encoder's depth or a paragraph's length, is
+    # what is compared (the pairs of questions and whole paragraphs took 40 s a call at 512)
     directory = cross_encoder_directory(minilm_2_layers, tmp_path_factory.mktemp("mine-ce") / "ce")
-    return CrossEncoder(directory), st.CrossEncoder(str(directory), device="cpu")
+    return CrossEncoder(directory, max_length=64), st.CrossEncoder(str(directory), device="cpu", max_length=64)
 
 
 @pytest.mark.parametrize("kwargs", [
