@@ -16,7 +16,7 @@ httpx = pytest.importorskip("httpx", reason="the HTTP client of these tests: pip
 from serve_helpers import Server  # noqa: E402  (uvicorn on a free loopback port, in a thread)
 
 
-def test_rerank_serves_a_trained_cross_encoder_with_rank_scores(tmp_path, minilm_dir, data_dir):
+def test_rerank_serves_a_trained_cross_encoder_with_rank_scores(tmp_path, minilm_2_layers, data_dir):
     from bertkit import pipeline
     from bertkit.inference.serve import create_app
     from bertkit.sentence.cross_encoder import (
@@ -27,7 +27,7 @@ def test_rerank_serves_a_trained_cross_encoder_with_rank_scores(tmp_path, minilm
     )
 
     rows = squad_rerank(data_dir, 0, 8)
-    model = CrossEncoder(cross_encoder_directory(minilm_dir, tmp_path / "base"), max_length=48)
+    model = CrossEncoder(cross_encoder_directory(minilm_2_layers, tmp_path / "base"), max_length=48)
     before = model.predict([(rows[0]["query"], rows[0]["positive"])])
     train = [{"query": r["query"], "text": t, "label": float(t == r["positive"])}
              for r in rows for t in (r["positive"], r["negatives"][0])]
