@@ -126,3 +126,15 @@ def test_real_text_vocab(tmp_path):
     # A 3,000-entry vocabulary on its own training text: few pieces per word, no unknowns.
     assert 1.0 <= len(pieces) / words < 1.35
     assert "[UNK]" not in pieces
+
+
+def test_words_are_split_where_the_tokenizer_splits_them(tmp_path):
+    # Was: lines were split with `str.split()`, which also splits at \x0b \x0c \x1c-\x1f \x85; BERT (and the tokenizer
+    # that uses the vocabulary, and tokenizers' trainer) deletes them as control characters: "foo\x0cbar" is one word.
+    f = write(tmp_path, "t.txt", "foo\x0cbar foo\x0bbar ab\x1cc ab\x85c\n")
+    assert count_words([f], num_workers=1) == {"foobar": 2, "abc": 2}
+    vocab = train_wordpiece_vocab([f], 100, 2, num_workers=1, progress=False)
+    # As tokenizers' WordPieceTrainer learns it from the same text, given the order of the "##" entries.
+    assert vocab[len(SPECIAL_TOKENS):] == ["a", "b", "c", "f", "o", "r", "##a", "##b", "##c", "##o", "##r", "ab", "fo",
+                                           "##ar", "##bar", "##obar", "abc", "foobar"]
+    assert BertTokenizer(vocab).tokenize("foo\x0cbar ab\x1cc") == ["foobar", "abc"]

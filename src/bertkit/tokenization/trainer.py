@@ -19,7 +19,7 @@ from tqdm.auto import tqdm
 
 from bertkit._parallel import spawn_pool
 from bertkit.errors import BertkitError, MissingFileError
-from bertkit.tokenization.basic import BasicTokenizer
+from bertkit.tokenization.basic import NON_SEPARATOR_SPACE_RE, BasicTokenizer
 from bertkit.tokenization.textfiles import iter_lines
 from bertkit.tokenization.wordpiece import PREFIX, SPECIAL_TOKENS
 
@@ -101,7 +101,8 @@ def _count_chunks(job: tuple[str, str]) -> Counter[str]:
     path, errors = job
     counter: Counter[str] = Counter()
     for line in iter_lines(path, errors=errors):
-        counter.update(line.split())
+        # `str.split()` also splits at characters BERT deletes ("foo\x0cbar" is one word): delete them first.
+        counter.update(NON_SEPARATOR_SPACE_RE.sub("", line).split())
     return counter
 
 
