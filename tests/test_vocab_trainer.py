@@ -138,3 +138,16 @@ def test_words_are_split_where_the_tokenizer_splits_them(tmp_path):
     assert vocab[len(SPECIAL_TOKENS):] == ["a", "b", "c", "f", "o", "r", "##a", "##b", "##c", "##o", "##r", "ab", "fo",
                                            "##ar", "##bar", "##obar", "abc", "foobar"]
     assert BertTokenizer(vocab).tokenize("foo\x0cbar ab\x1cc") == ["foobar", "abc"]
+
+
+@pytest.mark.parametrize("kwargs, message", [
+    ({"vocab_size": 5}, "vocab_size 5 leaves no room for characters beside the 5 special tokens"),
+    ({"min_frequency": 0}, "min_frequency must be at least 1, got 0"),
+    ({"limit_alphabet": 0}, "limit_alphabet must be at least 1, got 0"),
+])
+def test_bad_settings_are_refused_before_the_files_are_read(tmp_path, kwargs, message):
+    # Was: refused only after counting every word of the corpus (minutes on a large one). The file is not UTF-8, so
+    # reading it would raise another error first.
+    bad = write(tmp_path, "bad.txt", b"\xff\n")
+    with pytest.raises(ValueError, match=message):
+        train_wordpiece_vocab([bad], **{"vocab_size": 100, **kwargs}, num_workers=1, progress=False)

@@ -46,6 +46,7 @@ def train_wordpiece_vocab(
     that are not UTF-8 are handled (``"strict"`` raises, naming file and line; or ``"replace"``).
     Returns the vocabulary, index = token id.
     """
+    _check_settings(vocab_size, min_frequency, limit_alphabet)  # before counting, which can take minutes
     if not files:
         raise BertkitError("no input files: pass at least one text file to learn a vocabulary from")
     for file in files:
@@ -129,10 +130,7 @@ def learn_wordpiece(
     progress: bool = False,
 ) -> list[str]:
     """Learn the vocabulary from a table of word counts (module docstring, steps 3-4)."""
-    if min_frequency < 1:
-        raise BertkitError(f"min_frequency must be at least 1, got {min_frequency}")
-    if limit_alphabet < 1:
-        raise BertkitError(f"limit_alphabet must be at least 1, got {limit_alphabet}")
+    _check_settings(vocab_size, min_frequency, limit_alphabet)
 
     vocab, words = _alphabet(word_counts, vocab_size, limit_alphabet)
     # Symbols are the vocabulary entries; words are lists of symbol ids.
@@ -170,6 +168,18 @@ def learn_wordpiece(
                 heapq.heappush(heap, (-n, pair[0], pair[1]))
     bar.close()
     return vocab
+
+
+def _check_settings(vocab_size: int, min_frequency: int, limit_alphabet: int) -> None:
+    if vocab_size <= len(SPECIAL_TOKENS):
+        raise BertkitError(
+            f"vocab_size {vocab_size} leaves no room for characters beside the {len(SPECIAL_TOKENS)} special tokens; "
+            "raise vocab_size (BERT's is 30522)"
+        )
+    if min_frequency < 1:
+        raise BertkitError(f"min_frequency must be at least 1, got {min_frequency}")
+    if limit_alphabet < 1:
+        raise BertkitError(f"limit_alphabet must be at least 1, got {limit_alphabet}")
 
 
 def _alphabet(
