@@ -1,5 +1,6 @@
-"""WordPiece vocabulary learning (bertkit.tokenization.trainer): exact vocabularies on tiny texts,
-round trip through BertTokenizer, error cases, and a check on real text when the corpus is present."""
+"""WordPiece vocabulary learning (bertkit.tokenization.trainer): exact vocabularies on tiny texts, the same as
+tokenizers' trainer, round trip through BertTokenizer and transformers, error cases, and a check on real text when the
+corpus is present."""
 
 from __future__ import annotations
 
@@ -151,3 +152,27 @@ def test_bad_settings_are_refused_before_the_files_are_read(tmp_path, kwargs, me
     bad = write(tmp_path, "bad.txt", b"\xff\n")
     with pytest.raises(ValueError, match=message):
         train_wordpiece_vocab([bad], **{"vocab_size": 100, **kwargs}, num_workers=1, progress=False)
+
+
+def test_same_vocabulary_as_tokenizers_and_the_saved_directory_loads_in_transformers(tmp_path):
+    from tokenizers import BertWordPieceTokenizer
+    from transformers import BertTokenizerFast
+
+    # Sennrich et al.'s example. tokenizers numbers the "##c" entries in hash-map order (ties between pairs go to
+    # the smaller ids); here every tie is decided the same in any order, so the merges are comparable exactly.
+    f = write(tmp_path, "t.txt", "low " * 5 + "lower " * 2 + "newest " * 6 + "Widest " * 3 + "\n")
+    vocab = train_wordpiece_vocab([f], 100, 2, num_workers=1, progress=False)
+    ref = BertWordPieceTokenizer(lowercase=True)
+    ref.train([str(f)], vocab_size=100, min_frequency=2, limit_alphabet=1000, show_progress=False)
+    ref_vocab = sorted(ref.get_vocab(), key=ref.get_vocab().get)
+    chars = [t for t in vocab if t.startswith("##") and len(t) == 3]
+    assert vocab == [*SPECIAL_TOKENS, *"deilnorstw", *chars, "##es", "##est", "lo", "low", "ne", "##west", "newest",
+                     "wi", "##dest", "widest", "##er", "lower"]
+    assert chars == sorted(t for t in ref_vocab if t.startswith("##") and len(t) == 3)
+    assert [t for t in vocab if t not in chars] == [t for t in ref_vocab if t not in chars]
+
+    BertTokenizer(vocab, do_lower_case=True).save_pretrained(tmp_path / "tok")
+    held_out = ["The newest widest lowest", "LOWER, newer; widow!", "wonder low-est"]
+    ids = BertTokenizer.from_pretrained(tmp_path / "tok")(held_out)["input_ids"]
+    assert ids == BertTokenizerFast.from_pretrained(tmp_path / "tok")(held_out)["input_ids"]
+    assert ids[0] == [2, 1, 29, 32, 26, 24, 3]  # [CLS] [UNK] (no "h") newest widest low ##est [SEP]
