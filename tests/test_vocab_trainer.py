@@ -1,5 +1,6 @@
-"""WordPiece vocabulary learning (bertkit.tokenization.trainer): exact vocabularies on tiny texts,
-round trip through BertTokenizer, error cases, and a check on real text when the corpus is present."""
+"""WordPiece vocabulary learning (bertkit.tokenization.trainer): exact vocabularies on tiny texts, the same as
+tokenizers' trainer, round trip through BertTokenizer and transformers, error cases, and a check on real text when the
+corpus is present."""
 
 from __future__ import annotations
 
@@ -126,3 +127,52 @@ def test_real_text_vocab(tmp_path):
     # A 3,000-entry vocabulary on its own training text: few pieces per word, no unknowns.
     assert 1.0 <= len(pieces) / words < 1.35
     assert "[UNK]" not in pieces
+
+
+def test_words_are_split_where_the_tokenizer_splits_them(tmp_path):
+    # Was: lines were split with `str.split()`, which also splits at \x0b \x0c \x1c-\x1f \x85; BERT (and the tokenizer
+    # that uses the vocabulary, and tokenizers' trainer) deletes them as control characters: "foo\x0cbar" is one word.
+    f = write(tmp_path, "t.txt", "foo\x0cbar foo\x0bbar ab\x1cc ab\x85c\n")
+    assert count_words([f], num_workers=1) == {"foobar": 2, "abc": 2}
+    vocab = train_wordpiece_vocab([f], 100, 2, num_workers=1, progress=False)
+    # As tokenizers' WordPieceTrainer learns it from the same text, given the order of the "##" entries.
+    assert vocab[len(SPECIAL_TOKENS):] == ["a", "b", "c", "f", "o", "r", "##a", "##b", "##c", "##o", "##r", "ab", "fo",
+                                           "##ar", "##bar", "##obar", "abc", "foobar"]
+    assert BertTokenizer(vocab).tokenize("foo\x0cbar ab\x1cc") == ["foobar", "abc"]
+
+
+@pytest.mark.parametrize("kwargs, message", [
+    ({"vocab_size": 5}, "vocab_size 5 leaves no room for characters beside the 5 special tokens"),
+    ({"min_frequency": 0}, "min_frequency must be at least 1, got 0"),
+    ({"limit_alphabet": 0}, "limit_alphabet must be at least 1, got 0"),
+])
+def test_bad_settings_are_refused_before_the_files_are_read(tmp_path, kwargs, message):
+    # Was: refused only after counting every word of the corpus (minutes on a large one). The file is not UTF-8, so
+    # reading it would raise another error first.
+    bad = write(tmp_path, "bad.txt", b"\xff\n")
+    with pytest.raises(ValueError, match=message):
+        train_wordpiece_vocab([bad], **{"vocab_size": 100, **kwargs}, num_workers=1, progress=False)
+
+
+def test_same_vocabulary_as_tokenizers_and_the_saved_directory_loads_in_transformers(tmp_path):
+    from tokenizers import BertWordPieceTokenizer
+    from transformers import BertTokenizerFast
+
+    # Sennrich et al.'s example. tokenizers numbers the "##c" entries in hash-map order (ties between pairs go to
+    # the smaller ids); here every tie is decided the same in any order, so the merges are comparable exactly.
+    f = write(tmp_path, "t.txt", "low " * 5 + "lower " * 2 + "newest " * 6 + "Widest " * 3 + "\n")
+    vocab = train_wordpiece_vocab([f], 100, 2, num_workers=1, progress=False)
+    ref = BertWordPieceTokenizer(lowercase=True)
+    ref.train([str(f)], vocab_size=100, min_frequency=2, limit_alphabet=1000, show_progress=False)
+    ref_vocab = sorted(ref.get_vocab(), key=ref.get_vocab().get)
+    chars = [t for t in vocab if t.startswith("##") and len(t) == 3]
+    assert vocab == [*SPECIAL_TOKENS, *"deilnorstw", *chars, "##es", "##est", "lo", "low", "ne", "##west", "newest",
+                     "wi", "##dest", "widest", "##er", "lower"]
+    assert chars == sorted(t for t in ref_vocab if t.startswith("##") and len(t) == 3)
+    assert [t for t in vocab if t not in chars] == [t for t in ref_vocab if t not in chars]
+
+    BertTokenizer(vocab, do_lower_case=True).save_pretrained(tmp_path / "tok")
+    held_out = ["The newest widest lowest", "LOWER, newer; widow!", "wonder low-est"]
+    ids = BertTokenizer.from_pretrained(tmp_path / "tok")(held_out)["input_ids"]
+    assert ids == BertTokenizerFast.from_pretrained(tmp_path / "tok")(held_out)["input_ids"]
+    assert ids[0] == [2, 1, 29, 32, 26, 24, 3]  # [CLS] [UNK] (no "h") newest widest low ##est [SEP]

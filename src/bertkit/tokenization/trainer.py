@@ -19,7 +19,7 @@ from tqdm.auto import tqdm
 
 from bertkit._parallel import spawn_pool
 from bertkit.errors import BertkitError, MissingFileError
-from bertkit.tokenization.basic import BasicTokenizer
+from bertkit.tokenization.basic import NON_SEPARATOR_SPACE_RE, BasicTokenizer
 from bertkit.tokenization.textfiles import iter_lines
 from bertkit.tokenization.wordpiece import PREFIX, SPECIAL_TOKENS
 
@@ -46,6 +46,7 @@ def train_wordpiece_vocab(
     that are not UTF-8 are handled (``"strict"`` raises, naming file and line; or ``"replace"``).
     Returns the vocabulary, index = token id.
     """
+    _check_settings(vocab_size, min_frequency, limit_alphabet)  # before counting, which can take minutes
     if not files:
         raise BertkitError("no input files: pass at least one text file to learn a vocabulary from")
     for file in files:
@@ -100,8 +101,17 @@ def count_words(
 def _count_chunks(job: tuple[str, str]) -> Counter[str]:
     path, errors = job
     counter: Counter[str] = Counter()
+    block: list[str] = []
+    size = 0
+    # Lines in blocks of about 64k characters: fewer calls (faster than a line at a time without the regex), memory
+    # bounded. `str.split()` also splits at characters BERT deletes ("foo\x0cbar" is one word): delete them first.
     for line in iter_lines(path, errors=errors):
-        counter.update(line.split())
+        block.append(line)
+        size += len(line)
+        if size > 65536:
+            counter.update(NON_SEPARATOR_SPACE_RE.sub("", " ".join(block)).split())
+            block, size = [], 0
+    counter.update(NON_SEPARATOR_SPACE_RE.sub("", " ".join(block)).split())
     return counter
 
 
@@ -128,10 +138,7 @@ def learn_wordpiece(
     progress: bool = False,
 ) -> list[str]:
     """Learn the vocabulary from a table of word counts (module docstring, steps 3-4)."""
-    if min_frequency < 1:
-        raise BertkitError(f"min_frequency must be at least 1, got {min_frequency}")
-    if limit_alphabet < 1:
-        raise BertkitError(f"limit_alphabet must be at least 1, got {limit_alphabet}")
+    _check_settings(vocab_size, min_frequency, limit_alphabet)
 
     vocab, words = _alphabet(word_counts, vocab_size, limit_alphabet)
     # Symbols are the vocabulary entries; words are lists of symbol ids.
@@ -169,6 +176,18 @@ def learn_wordpiece(
                 heapq.heappush(heap, (-n, pair[0], pair[1]))
     bar.close()
     return vocab
+
+
+def _check_settings(vocab_size: int, min_frequency: int, limit_alphabet: int) -> None:
+    if vocab_size <= len(SPECIAL_TOKENS):
+        raise BertkitError(
+            f"vocab_size {vocab_size} leaves no room for characters beside the {len(SPECIAL_TOKENS)} special tokens; "
+            "raise vocab_size (BERT's is 30522)"
+        )
+    if min_frequency < 1:
+        raise BertkitError(f"min_frequency must be at least 1, got {min_frequency}")
+    if limit_alphabet < 1:
+        raise BertkitError(f"limit_alphabet must be at least 1, got {limit_alphabet}")
 
 
 def _alphabet(
