@@ -659,3 +659,17 @@ def test_a_flag_another_command_has_is_unknown_here_not_a_prefix(vocab, tmp_path
                      capsys)
     _one_line_error(code, err, "--input")
     assert "--input-format" not in err
+
+
+def test_an_output_dir_inside_a_model_a_bertkit_run_wrote_is_refused(ckpts, tmp_path, capsys):
+    """`finetune classify --model RUN/best --output-dir RUN/best/sub` was accepted: the model directory holds no
+    manifest of its own (RUN's records it), and a later `--overwrite` of RUN removed the nested run's model."""
+    train = tmp_path / "train.csv"
+    train.write_text("text,label\na good film,pos\nthe film is dull,neg\n")
+    args = ["finetune", "classify", "--train-file", train, "--validation-file", train, "--max-steps", 1,
+            "--no-progress"]
+    assert _cli([*args, "--model", ckpts["clf"], "--output-dir", tmp_path / "run"], capsys)[0] == 0
+    model = tmp_path / "run" / "best"
+    code, err = _cli([*args, "--model", model, "--output-dir", model / "sub"], capsys)
+    _one_line_error(code, err, f"is inside the command's own input --model-name-or-path {model}")
+    assert not (model / "sub").exists() and not list(model.glob(".*bertkit*"))

@@ -109,3 +109,18 @@ def test_documented_command_parses(name, argv):
             _parser().parse_args(normalize_argv(argv))
     except SystemExit as e:  # --help and --version exit 0; a bad flag or value exits 2 with argparse's message
         assert e.code == 0, f"{name}\n{err.getvalue().strip()}"
+
+
+_PATH = re.compile(r"\b(?:tests|bench|experiments|examples|src/bertkit|docs|configs)/[\w./-]*\w")
+
+
+def test_documented_files_exist():
+    """A script, test or module the documentation names exists, unless its paragraph says which commit kept it
+    ("at commit 4403231"): a reader's first paste of a command must not meet a missing file."""
+    missing = []
+    for path in [*DOCS, ROOT / "CONTRIBUTING.md"]:
+        for paragraph in re.split(r"\n\s*\n", path.read_text(encoding="utf-8")):
+            if re.search(r"\bcommit\s+[0-9a-f]{7,40}\b", paragraph):
+                continue
+            missing += [f"{path.name}: {p}" for p in _PATH.findall(paragraph) if not (ROOT / p).exists()]
+    assert not missing, missing

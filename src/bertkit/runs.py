@@ -57,7 +57,8 @@ def refuse_inputs(output: Path, inputs: Mapping[str, Any], *, is_dir: bool, flag
     """A command never writes into, or clears, its own inputs (``inputs``: setting -> path or paths): ``output`` (a
     directory when ``is_dir``) equal to or holding an input is refused, and so is a directory inside an input
     directory a bertkit run made. An output file may be written beside the inputs as a new file, never over an
-    existing one inside an input directory (the model's own weights or vocabulary), --overwrite or not."""
+    existing one inside an input directory (the model's own weights or vocabulary), --overwrite or not. A model
+    directory inside a run (``RUN/best``) is the run's: its manifest is RUN's, and RUN's --overwrite removes it."""
     out = output.resolve()
     for name, value in inputs.items():
         for path in [Path(v).resolve() for v in (value if isinstance(value, (list, tuple)) else [value])
@@ -66,7 +67,7 @@ def refuse_inputs(output: Path, inputs: Mapping[str, Any], *, is_dir: bool, flag
                 how = "is"
             elif out in path.parents:
                 how = "holds"
-            elif is_dir and path in out.parents and (path / MARKER).is_file():
+            elif is_dir and path in out.parents and any((p / MARKER).is_file() for p in (path, *path.parents)):
                 how = "is inside"
             elif not is_dir and path in out.parents and os.path.lexists(output):
                 how = "would replace a file of"  # a model directory's own weights or vocab.txt: the input lost
