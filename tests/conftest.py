@@ -3,9 +3,11 @@ pre-training inputs, and the factories of tiny random models and checkpoints (``
 
 from __future__ import annotations
 
+import getpass
 import json
 import os
 import shutil
+import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -20,6 +22,14 @@ if int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1")) > 1:
     _threads = str(max(1, (os.cpu_count() or 1) // int(os.environ["PYTEST_XDIST_WORKER_COUNT"])))
     os.environ["OMP_NUM_THREADS"] = _threads
     os.environ["MKL_NUM_THREADS"] = _threads
+
+# An emulated narrower CPU (ATEN_CPU_CAPABILITY=avx2, BENCHMARKS.md) compiles into an Inductor cache of its own:
+# Inductor's cache key leaves the capability out, so the default cache serves kernels built for the unlimited CPU,
+# which computed wrong values under it (compiled models' logits, int8's per-token activation ranges; PyTorch 2.13).
+# The variable reaches the processes the tests start.
+if os.environ.get("ATEN_CPU_CAPABILITY"):
+    os.environ.setdefault("TORCHINDUCTOR_CACHE_DIR", os.path.join(
+        tempfile.gettempdir(), f"torchinductor_{getpass.getuser()}_{os.environ['ATEN_CPU_CAPABILITY'].lower()}"))
 
 DATA = Path(os.environ.get("BERTKIT_DATA", REPO.parent / "shared" / "data"))
 
@@ -194,10 +204,3 @@ def tiny_checkpoint():
     return _tiny_checkpoint
 
 
-# torch.compile's CPU kernels under an emulated narrower ISA: with ATEN_CPU_CAPABILITY set below what the CPU has,
-# compiled models returned NaN on an AVX-512 machine (PyTorch 2.13; also on the tree before bertkit's current
-# compile path), so the kernels inductor generates and ATen's held-back ones disagree there. A real AVX2 CPU sets
-# no such variable; these tests run on it and on every unlimited CPU.
-compiled_on_this_cpu = pytest.mark.skipif(
-    bool(os.environ.get("ATEN_CPU_CAPABILITY")),
-    reason="torch.compile's CPU kernels give NaN under ATEN_CPU_CAPABILITY emulation (not on a real CPU of that class)")

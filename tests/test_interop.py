@@ -22,7 +22,6 @@ from torch import nn
 import bertkit.heads as H
 from bertkit.config import BertConfig
 from bertkit.modeling import BertModel
-from conftest import compiled_on_this_cpu
 
 # No dropout anywhere: training steps of the two libraries then compute the same numbers.
 TINY = dict(vocab_size=99, hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=37,
@@ -394,7 +393,6 @@ def _has_compiler() -> bool:
 
 
 @pytest.mark.skipif(not _has_compiler(), reason="torch.compile (inductor) needs a C++ compiler on the CPU")
-@compiled_on_this_cpu
 def test_torch_compile_equals_eager():
     torch._dynamo.reset()
     ours, _ = _pair(H.BertForSequenceClassification)

@@ -8,7 +8,6 @@ import pytest
 import torch
 
 from bertkit import BertConfig, BertForPreTraining, BertForSequenceClassification, padding
-from conftest import compiled_on_this_cpu
 
 CFG = BertConfig(vocab_size=120, hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=48,
                  max_position_embeddings=32, hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)
@@ -87,7 +86,6 @@ def test_compile_layers_keeps_the_state_dict_names():
 
 
 @pytest.mark.slow
-@compiled_on_this_cpu
 def test_compiled_layers_match_eager_across_changing_token_counts():
     """compile_layers(): same outputs and gradients as eager, for batches whose real-token count differs
     (the unpadded layout's shapes are dynamic), with the state_dict names unchanged. Slow: Inductor
