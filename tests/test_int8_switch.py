@@ -430,18 +430,20 @@ def test_predict_glue_int8_close_to_fp32(classifier_dir, data_dir, sentences, tm
     assert len(quantized) == 1 and quantized[0][0] == [s.strip() for s in sentences["sst2_train"][-32:]]
     assert int8_projections(quantized[0][1])
     assert (fp32["quantize"], int8["quantize"], int8["calibration"]) == (None, "int8", str(calibration))
-    # the float parts: bf16 by default on a CPU with bf16 instructions, fp32 with --no-bf16
+    # the float parts: fp32 by default on every CPU class, and with --no-bf16
     assert int8["float_dtype"] == "float32"
     kept = _benchmark(capsys, *base, "--out", tmp_path / "kept", "--int8", "--calibration-file", calibration, "--no-bf16")
-    assert kept["float_dtype"] == "float32" and abs(kept["scores"]["accuracy"] - fp32["scores"]["accuracy"]) <= 2 / 64
-    labels = [[line.split("\t")[1] for line in (tmp_path / run / "SST-2.tsv").read_text().splitlines()[1:]]
-              for run in ("fp32", "int8")]
-    same = np.mean([a == b for a, b in zip(*labels)])
-    # measured: 64 of 64 labels equal to fp32's, accuracy 0.734 both (float parts in bf16, the default here);
-    # with --no-bf16 63 of 64, 0.719 (the one label that changed)
-    assert len(labels[1]) == 64 and same >= 0.95, same
+    assert kept["float_dtype"] == "float32"
+    labels = {run: [line.split("\t")[1] for line in (tmp_path / run / "SST-2.tsv").read_text().splitlines()[1:]]
+              for run in ("fp32", "int8", "kept")}
     assert fp32["scores"]["accuracy"] >= 0.6  # a trained head (chance is 0.5), so agreement means something
-    assert abs(int8["scores"]["accuracy"] - fp32["scores"]["accuracy"]) <= 2 / 64, (fp32["scores"], int8["scores"])
+    # measured: 63 or 64 of 64 labels equal to fp32's at 8 bits (AVX-512 VNNI), 61 at 7 bits (fbgemm, the AVX2
+    # class, emulated): at most 3 flips on this weak head's near-boundary sentences, on every class; and each run's
+    # report.json accuracy is computed from its own labels, so it moves by at most one row per flipped label
+    for run, report in (("int8", int8), ("kept", kept)):
+        flips = sum(a != b for a, b in zip(labels["fp32"], labels[run]))
+        assert len(labels[run]) == 64 and flips <= 3, (run, flips)
+        assert abs(report["scores"]["accuracy"] - fp32["scores"]["accuracy"]) <= flips / 64 + 1e-9, (run, report)
 
 
 def test_predict_ner_int8_close_to_fp32(tok, data_dir, tmp_path, capsys):
