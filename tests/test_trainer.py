@@ -12,6 +12,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import shutil
 import sys
 from pathlib import Path
 
@@ -85,6 +86,36 @@ def test_the_guide_gives_transformers_numbers_step_by_step(checkpoint, tmp_path)
     np.testing.assert_array_equal(bk_pred.label_ids, hf_pred.label_ids)
     assert bk_pred.predictions.shape == (13, 2)
     assert bk_pred.metrics["test_accuracy"] == hf_pred.metrics["test_accuracy"]
+
+
+def test_dropout_draws_transformers_masks_for_the_same_seed(checkpoint, tmp_path):
+    """Dropout on (0.1), the padded layout (bertkit otherwise draws over real tokens only, by design): the same masks
+    as transformers' run at every step, across an epoch's start and an evaluation. transformers' data loader draws
+    one number from torch's global generator each time it starts; bertkit drew none, so every mask differed (the
+    first loss 0.6935 against 0.6961)."""
+    dropped = tmp_path / "dropout"
+    shutil.copytree(checkpoint, dropped)
+    config = json.loads((dropped / "config.json").read_text())
+    (dropped / "config.json").write_text(json.dumps({**config, "hidden_dropout_prob": 0.1,
+                                                     "attention_probs_dropout_prob": 0.1}))
+    runs = []
+    for lib in (transformers, bertkit):
+        tokenizer = lib.AutoTokenizer.from_pretrained(dropped)
+        model = lib.AutoModelForSequenceClassification.from_pretrained(dropped)
+        if lib is bertkit:
+            model.bert.layout = "padded"
+        rows = [dict(tokenizer(r["text"]), label=r["label"]) for r in TRAIN]
+        args = lib.TrainingArguments(output_dir=str(tmp_path / lib.__name__), learning_rate=1e-3,
+                                     per_device_train_batch_size=8, num_train_epochs=2, logging_steps=1,
+                                     eval_strategy="epoch", save_strategy="no", report_to="none", use_cpu=True, seed=7,
+                                     disable_tqdm=True)
+        trainer = lib.Trainer(model=model, args=args, train_dataset=rows, eval_dataset=rows[:8],
+                              data_collator=lib.DataCollatorWithPadding(tokenizer))
+        trainer.train()
+        runs.append([x[1] for x in _losses(trainer.state.log_history)])
+    theirs, ours = runs
+    assert len(ours) == len(theirs) == 10
+    np.testing.assert_allclose(ours, theirs, rtol=1e-5)
 
 
 def test_token_classification_gives_transformers_numbers(checkpoint, tmp_path):

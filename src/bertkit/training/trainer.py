@@ -421,6 +421,8 @@ class Trainer:
             self.state.epoch = pos.epoch + pos.batch / self._micro_per_epoch
         if name == "save":  # every rank (rank 0 named it already, writing the state): load_best_model_at_end on each
             self._name_best_checkpoint()
+        if name == "epoch_begin" and pos.batch == 0:  # not where a resumed epoch goes on: it drew at its start
+            _loader_draw()
         self._event(f"on_{name}")
 
     def _on_record(self, record: dict) -> None:
@@ -507,6 +509,7 @@ class Trainer:
         examples = self._examples(dataset, what)
         if check:
             self._check_batch(examples, what, need_labels=False)
+        _loader_draw()
         t0 = time.perf_counter()
         preds, labels, loss = self._predictions(examples, module, batches=self._eval_batches(dataset))
         return PredictionOutput(preds, labels, self._score(preds, labels, loss, len(examples),
@@ -560,6 +563,13 @@ class Trainer:
         self.model.save_pretrained(directory)
         if self.processing_class is not None and hasattr(self.processing_class, "save_pretrained"):
             self.processing_class.save_pretrained(directory)
+
+
+def _loader_draw() -> None:
+    """The one number transformers' data loader draws from torch's global generator each time it starts (an epoch, an
+    evaluation, predict()): drawn here too, dropout's masks (and an unseeded masking collator's) are a transformers
+    run's for the same seed. bertkit's loader draws from its own generator, so a resumed run draws what it drew."""
+    torch.empty((), dtype=torch.int64).random_()
 
 
 def _fp16(requested: bool, device: str) -> bool:
