@@ -148,8 +148,7 @@ class TextClassificationPipeline(TextOrPairPipeline):
 
     task = tasks.TextClassification.name
     model_class = BertForSequenceClassification
-    # The classifier reads the pooler: a token classifier's checkpoint has the same classifier.weight and no pooler.
-    required_keys = ("pooler.dense.weight", "classifier.weight")
+    required_keys = ("pooler.dense.weight", "classifier.weight")  # the classifier reads the pooler
     instead_of = {
         "top_k": "every label's probability is in the result's \"scores\" (by label name)",
         "return_all_scores": "every label's probability is in the result's \"scores\" (by label name)",
