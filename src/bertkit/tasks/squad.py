@@ -206,7 +206,9 @@ def _max_context_flags(spans: Sequence[tuple[int, int]]) -> list[list[bool]]:
 def _check_windows(max_seq_length: int, doc_stride: int, max_query_length: int) -> None:
     if max_seq_length <= max_query_length + 3:
         raise BertkitError(f"max_seq_length {max_seq_length} must exceed max_query_length {max_query_length} + 3 "
-                           "([CLS] and two [SEP]) to leave room for context")
+                           "([CLS] and two [SEP]) to leave room for context: lower max_query_length (the "
+                           "question-answering pipeline's max_question_length, /predict's max_question_len) or raise "
+                           "max_seq_length (the pipeline's max_length, serve's --max-length)")
     if doc_stride < 1:
         raise BertkitError(f"doc_stride {doc_stride} must be at least 1")
 
