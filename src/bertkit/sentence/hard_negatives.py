@@ -169,8 +169,9 @@ def mine_hard_negatives(dataset: Any, model: Any, anchor_column_name: str | None
         negative_scores, order = negative_scores.gather(1, picked).sort(dim=1, descending=True)
         negative_ids = negative_ids.gather(1, picked).gather(1, order)
 
-    out = _rows(output_format, output_scores, anchor_column_name, positive_column_name, queries, texts, positive_ids,
-                positive_scores.tolist(), negative_ids.tolist(), negative_scores.tolist())
+    names = _column_names(output_format, output_scores, anchor_column_name, positive_column_name, num_negatives)
+    out = _rows(output_format, output_scores, queries, texts, positive_ids, positive_scores.tolist(),
+                negative_ids.tolist(), negative_scores.tolist())
     if verbose:
         kept = negative_scores[negative_scores > -torch.inf]
         print(f"mined {len(kept)} negatives for {len(queries)} anchors from {len(texts)} texts: mean score "
@@ -180,9 +181,8 @@ def mine_hard_negatives(dataset: Any, model: Any, anchor_column_name: str | None
         from datasets import Dataset
 
         # by column, so that a dataset left without rows (every candidate filtered out) keeps its columns
-        names = _column_names(output_format, output_scores, anchor_column_name, positive_column_name, num_negatives)
-        return Dataset.from_dict({name: [row[name] for row in out] for name in names})
-    return out
+        return Dataset.from_dict({name: [row[i] for row in out] for i, name in enumerate(names)})
+    return [dict(zip(names, row)) for row in out]
 
 
 def _column(name: str | None, columns: list[str], position: int, what: str) -> str:
@@ -197,7 +197,7 @@ def _column(name: str | None, columns: list[str], position: int, what: str) -> s
 
 def _column_names(output_format: str, output_scores: bool, anchor: str, positive: str,
                   num_negatives: int) -> list[str]:
-    """The output's columns, as ``_rows`` fills them."""
+    """The output's columns, the order of ``_rows``' values."""
     if output_format == "labeled-pair":
         return [anchor, positive, "score" if output_scores else "label"]
     if output_format == "labeled-list":
@@ -206,34 +206,29 @@ def _column_names(output_format: str, output_scores: bool, anchor: str, positive
     return [anchor, positive, *negatives, *(["scores"] if output_scores else [])]
 
 
-def _rows(output_format: str, output_scores: bool, anchor: str, positive: str, queries: list[str], texts: list[str],
+def _rows(output_format: str, output_scores: bool, queries: list[str], texts: list[str],
           positive_ids: list[list[int]], positive_scores: list[float], negative_ids: list[list[int]],
-          negative_scores: list[list[float]]) -> list[dict[str, Any]]:
-    """The output rows, in sentence-transformers' order: by anchor (first appearance), then positive, then negative
-    rank; a negative scored -inf (filtered out, or missing) is left out."""
-    rows: list[dict[str, Any]] = []
+          negative_scores: list[list[float]]) -> list[tuple]:
+    """The output rows, each its values in ``_column_names``' order, in sentence-transformers' order: by anchor (first
+    appearance), then positive, then negative rank; a negative scored -inf (filtered out, or missing) is left out."""
+    rows: list[tuple] = []
     r = 0  # index of the (anchor, positive) pair
     for q, pids in enumerate(positive_ids):
         found = [(texts[i], s) for i, s in zip(negative_ids[q], negative_scores[q]) if s != -float("inf")]
         if output_format == "labeled-pair":
             for pid in pids:
-                rows.append({anchor: queries[q], positive: texts[pid],
-                             **({"score": positive_scores[r]} if output_scores else {"label": 1})})
+                rows.append((queries[q], texts[pid], positive_scores[r] if output_scores else 1))
                 r += 1
-            rows.extend({anchor: queries[q], positive: t, **({"score": s} if output_scores else {"label": 0})}
-                        for t, s in found)
+            rows.extend((queries[q], t, s if output_scores else 0) for t, s in found)
             continue
         for pid in pids:
-            base, pos_score = {anchor: queries[q], positive: texts[pid]}, positive_scores[r]
+            base, scores = (queries[q], texts[pid]), [positive_scores[r]] + [s for _, s in found]
             r += 1
             if output_format == "triplet":
-                rows.extend({**base, "negative": t, **({"scores": [pos_score, s]} if output_scores else {})}
-                            for t, s in found)
+                rows.extend((*base, t, *([[scores[0], s]] if output_scores else [])) for t, s in found)
             elif output_format == "n-tuple" and len(found) == len(negative_ids[q]):
-                rows.append({**base, **{f"negative_{i}": t for i, (t, _) in enumerate(found, 1)},
-                             **({"scores": [pos_score] + [s for _, s in found]} if output_scores else {})})
+                rows.append((*base, *(t for t, _ in found), *([scores] if output_scores else [])))
             elif output_format == "labeled-list" and found:
-                rows.append({anchor: queries[q], positive: [texts[pid]] + [t for t, _ in found],
-                             **({"scores": [pos_score] + [s for _, s in found]} if output_scores
-                                else {"labels": [1] + [0] * len(found)})})
+                rows.append((queries[q], [texts[pid]] + [t for t, _ in found],
+                             scores if output_scores else [1] + [0] * len(found)))
     return rows
