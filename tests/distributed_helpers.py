@@ -70,7 +70,8 @@ def run_training(task: str, out_dir: str, global_batch: int, accum: int, steps: 
     if any); returns the final weights (rank 0) and the logged records."""
     from bertkit.heads import BertForPreTraining, BertForSequenceClassification
     from bertkit.settings import TrainingSettings
-    from bertkit.training.batch_plan import BatchPlan, micro_batch_size
+    from bertkit.settings.training import micro_batch_size
+    from bertkit.training.batch_plan import BatchPlan
     from bertkit.training.distributed import current
     from bertkit.training.loop import Phase, train
 

@@ -207,10 +207,25 @@ def test_bad_hyperparameters_are_refused_before_any_work(tmp_path, capsys):
 
 
 def test_global_batch_that_does_not_split_is_a_clear_error(tmp_path, capsys):
-    from bertkit.training.batch_plan import micro_batch_size
+    from bertkit.settings.training import micro_batch_size
 
     with pytest.raises(ValueError, match="--batch-size 30 .global. does not split evenly over 1 process.es. x 4"):
         micro_batch_size(30, 1, 4)
+
+
+@pytest.mark.parametrize("command", [["finetune", "ner", "--data-dir", "d", "--model", "m"],
+                                     ["pretrain", "--data", "d", "--vocab", "v", "--max-steps", "1"]])
+def test_a_global_batch_that_does_not_split_over_torchruns_processes_is_refused_with_the_settings(
+        command, monkeypatch, tmp_path, capsys):
+    """Checked where the settings are, before the process joins its group or loads a model: not minutes later."""
+    for name, value in (("RANK", "0"), ("WORLD_SIZE", "2"), ("LOCAL_RANK", "0")):
+        monkeypatch.setenv(name, value)
+    with pytest.raises(ValueError, match="--batch-size 6 .global. does not split evenly over 2 process.es. x 2 "):
+        _settings([*command, "--out", "o", "--batch-size", "6", "--gradient-accumulation-steps", "2"])
+    assert _settings([*command, "--out", "o", "--batch-size", "8", "--gradient-accumulation-steps", "2"])
+    code = main([*command, "--out", str(tmp_path / "o"), "--batch-size", "6", "--gradient-accumulation-steps", "2"])
+    assert code == 2 and "does not split evenly over 2 process(es)" in capsys.readouterr().err
+    assert not (tmp_path / "o").exists()
 
 
 def test_vocab_accepts_the_file_as_well_as_the_directory(tmp_path):

@@ -9,7 +9,8 @@ import pytest
 import torch
 
 from bertkit.errors import BertkitError
-from bertkit.training.batch_plan import BatchPlan, EpochBatches, micro_batch_size
+from bertkit.settings.training import micro_batch_size
+from bertkit.training.batch_plan import BatchPlan, EpochBatches
 from bertkit.training.checkpoint import read_state
 from distributed_helpers import run_spawned, run_training  # tests/ is on sys.path under pytest
 

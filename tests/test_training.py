@@ -12,7 +12,8 @@ from bertkit import BertConfig, BertForSequenceClassification
 from bertkit.data.collate import collate
 from bertkit.errors import BertkitError
 from bertkit.settings import TrainingSettings
-from bertkit.training.batch_plan import BatchPlan, micro_batch_size
+from bertkit.settings.training import micro_batch_size
+from bertkit.training.batch_plan import BatchPlan
 from bertkit.training.loop import Phase, TrainResult, train
 from bertkit.training.optim import build_optimizer, linear_warmup_decay, parameter_groups
 

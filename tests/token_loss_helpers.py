@@ -28,7 +28,8 @@ def run_training(task: str, data_file: str, out_dir: str, global_batch: int, acc
     from bertkit.data.dataset import collate_pretraining
     from bertkit.heads import BertForPreTraining, BertForTokenClassification
     from bertkit.settings import TrainingSettings
-    from bertkit.training.batch_plan import BatchPlan, micro_batch_size
+    from bertkit.settings.training import micro_batch_size
+    from bertkit.training.batch_plan import BatchPlan
     from bertkit.training.distributed import current
     from bertkit.training.loop import Phase, train
 

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar, Literal
 
+from bertkit._parallel import info_from_env
 from bertkit.errors import BertkitError
 from bertkit.settings.fields import (
     OverwriteSettings,
@@ -40,6 +41,17 @@ from bertkit.tasks.files import MAX_LINE_BYTES
 # -------------------------------------------------------------------------------------------------
 
 STRATEGIES = Literal["no", "steps", "epoch"]
+
+
+def micro_batch_size(global_batch: int, world_size: int, grad_accum: int) -> int:
+    """Sequences each process feeds per micro-step: the global batch split over processes and accumulation."""
+    per, rest = divmod(global_batch, world_size * grad_accum)
+    if rest or per < 1:
+        raise BertkitError(
+            f"--batch-size {global_batch} (global) does not split evenly over {world_size} process(es) x "
+            f"{grad_accum} gradient-accumulation step(s); choose a batch size divisible by {world_size * grad_accum}"
+        )
+    return per
 
 
 @dataclass(kw_only=True)
@@ -136,6 +148,8 @@ class TrainingSettings(OverwriteSettings, ProgressSettings):
             raise BertkitError("bf16 and fp16 are both set; choose one autocast type")
         if self.eval_strategy is None:
             self.eval_strategy = "steps" if self.eval_steps else "epoch"
+        if self.batch_size is not None:  # under torchrun too: refused before a model or data is loaded
+            micro_batch_size(self.batch_size, info_from_env().world_size, self.gradient_accumulation_steps)
 
     def training(self, **overrides: Any) -> TrainingSettings:
         """The knobs alone (what the training loop reads), with ``overrides`` applied."""

@@ -18,17 +18,6 @@ from bertkit.errors import BertkitError
 Batch = dict[str, Tensor]
 
 
-def micro_batch_size(global_batch: int, world_size: int, grad_accum: int) -> int:
-    """Sequences each process feeds per micro-step: the global batch split over processes and accumulation."""
-    per, rest = divmod(global_batch, world_size * grad_accum)
-    if rest or per < 1:
-        raise BertkitError(
-            f"--batch-size {global_batch} (global) does not split evenly over {world_size} process(es) x "
-            f"{grad_accum} gradient-accumulation step(s); choose a batch size divisible by {world_size * grad_accum}"
-        )
-    return per
-
-
 class BatchPlan:
     """Which examples make up each micro-batch of each epoch. ``collate`` turns a list of examples into a batch of
     tensors; a dataset that draws something per epoch (dynamic masking) gets ``set_epoch(epoch)`` before use. Each

@@ -11,7 +11,8 @@ from torch import nn
 from bertkit.errors import BertkitError
 from bertkit.manifests import remove_owned_tree
 from bertkit.settings import TrainingSettings
-from bertkit.training.batch_plan import BatchPlan, micro_batch_size, steps_for_epochs
+from bertkit.settings.training import micro_batch_size
+from bertkit.training.batch_plan import BatchPlan, steps_for_epochs
 from bertkit.training.distributed import current
 from bertkit.training.loop import Phase, TrainResult, train
 from bertkit.training.plot import plot_metrics

@@ -25,9 +25,10 @@ from bertkit.inference.runner import evaluate, in_order
 from bertkit.manifests import sha256_of
 from bertkit.outputs import atomic_write_json
 from bertkit.settings import PretrainSettings
+from bertkit.settings.training import micro_batch_size
 from bertkit.tokenization import BertTokenizer
 from bertkit.tokenization.wordpiece import load_vocab
-from bertkit.training.batch_plan import BatchPlan, micro_batch_size
+from bertkit.training.batch_plan import BatchPlan
 from bertkit.training.distributed import current, process_device
 from bertkit.training.loop import LoopHooks, Phase, TrainResult, train
 from bertkit.training.plot import plot_metrics
