@@ -88,7 +88,13 @@ def test_a_mask_of_0_and_1_in_any_dtype_gives_the_same_outputs():
 
 def test_a_class_label_out_of_range_is_refused_naming_it_in_every_head():
     """A label column with more classes than the head has reached torch's IndexError from inside the loss."""
-    from bertkit import BertForMultipleChoice, BertForNextSentencePrediction, BertForTokenClassification
+    from bertkit import (
+        BertForMaskedLM,
+        BertForMultipleChoice,
+        BertForNextSentencePrediction,
+        BertForPreTraining,
+        BertForTokenClassification,
+    )
 
     ids = torch.tensor([[1, 5, 7, 2], [1, 6, 2, 0]])
     mask = torch.tensor([[1, 1, 1, 1], [1, 1, 1, 0]])
@@ -102,8 +108,15 @@ def test_a_class_label_out_of_range_is_refused_naming_it_in_every_head():
     assert torch.isfinite(tagger(ids, mask, labels=torch.tensor([[-100, 2, 0, -100], [-100, 1, -100, -100]])).loss)
     with pytest.raises(BertkitError, match=r"labels holds 3, but this head has 3 classes"):
         tagger(ids, mask, labels=torch.tensor([[-100, 3, 0, -100], [-100, 1, -100, -100]]))
-    with pytest.raises(BertkitError, match=r"labels holds 2, but this head has 2 classes"):
+    # each head says what its labels are: next-sentence and masked-LM heads have no num_labels to give
+    with pytest.raises(BertkitError, match=r"labels holds 2, but this head has 2 classes .*: a next-sentence label is 0"):
         BertForNextSentencePrediction(CONFIG).eval()(ids, mask, labels=torch.tensor([0, 2]))
+    with pytest.raises(BertkitError, match=r"next_sentence_label holds 2, .*: a next-sentence label is 0 when"):
+        BertForPreTraining(CONFIG).eval()(ids, mask, next_sentence_label=torch.tensor([0, 2]))
+    v = CONFIG.vocab_size
+    with pytest.raises(BertkitError, match=rf"labels holds {v}, but this head has {v} classes .*: masked-LM labels "
+                                           rf"are ids of the model's vocabulary \(vocab_size {v}\)"):
+        BertForMaskedLM(CONFIG).eval()(ids, mask, labels=torch.tensor([[-100, v, -100, -100], [-100] * 4]))
     with pytest.raises(BertkitError, match=r"labels holds 2, but this head has 2 classes"):
         BertForMultipleChoice(CONFIG).eval()(ids[None].expand(2, 2, 4), mask[None].expand(2, 2, 4),
                                               labels=torch.tensor([1, 2]))

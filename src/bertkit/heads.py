@@ -153,7 +153,7 @@ class BertPreTrainingHeads(nn.Module):
             self.seq_relationship = new_linear(config.hidden_size, 2)
 
 
-def check_class_labels(labels: Tensor, num_classes: int, name: str = "labels") -> Tensor:
+def check_class_labels(labels: Tensor, num_classes: int, name: str = "labels", fix: str | None = None) -> Tensor:
     """``labels``, once each is a class id in [0, num_classes) or -100 (no loss): anything else is refused
     naming the value, instead of torch's "Target 5 is out of bounds" from inside the loss."""
     if labels.is_floating_point() or labels.is_complex() or labels.dtype == torch.bool:
@@ -164,18 +164,24 @@ def check_class_labels(labels: Tensor, num_classes: int, name: str = "labels") -
         if bool(bad.any()):
             value = int(labels[bad][0])
             raise BertkitError(f"{name} holds {value}, but this head has {num_classes} classes (ids 0 to "
-                               f"{num_classes - 1}, or {IGNORE_INDEX} for no loss): map the labels to ids below "
-                               f"{num_classes}, or give the model num_labels (and id2label) for every class")
+                               f"{num_classes - 1}, or {IGNORE_INDEX} for no loss): " + (
+                                   fix or f"map the labels to ids below {num_classes}, or give the model num_labels "
+                                   "(and id2label) for every class"))
     return labels
 
 
-def token_loss(logits: Tensor, target: Tensor, num_items_in_batch: Tensor | float | None) -> tuple[Tensor, Tensor]:
+_NSP_FIX = "a next-sentence label is 0 when sentence B follows A, 1 when B is a random sentence"
+
+
+def token_loss(logits: Tensor, target: Tensor, num_items_in_batch: Tensor | float | None,
+               fix: str | None = None) -> tuple[Tensor, Tensor]:
     """(mean cross-entropy over the targets not -100, the loss to optimise).
 
     The second is the mean too, unless ``num_items_in_batch`` (transformers' name: the targets of the whole
     global batch) is given: then it is this batch's sum over that count, so every token of the global batch
-    weighs the same however micro-batches and processes split it."""
-    check_class_labels(target, logits.shape[-1])
+    weighs the same however micro-batches and processes split it. ``fix`` says how to repair a target out of
+    range (``check_class_labels``)."""
+    check_class_labels(target, logits.shape[-1], fix=fix)
     total = F.cross_entropy(logits, target, ignore_index=IGNORE_INDEX, reduction="sum")
     # The count stays on the device (no read back: it would stall a GPU's queue and break a compiled graph);
     # with no labelled token the sum is 0, and so is the mean (not NaN).
@@ -195,7 +201,9 @@ def masked_lm_loss(head: BertLMPredictionHead, out: BertModelOutput, labels: Ten
     if hidden.shape[0] != target.numel():
         raise BertkitError("masked-LM labels at padding positions must be -100 (nothing is predicted there)")
     logits = head(hidden)  # (N, V)
-    return (logits, *token_loss(logits, target, num_items_in_batch))
+    fix = (f"masked-LM labels are ids of the model's vocabulary (vocab_size {logits.shape[-1]}): tokenize with the "
+           "model's own tokenizer, whose vocabulary the config's vocab_size counts")
+    return (logits, *token_loss(logits, target, num_items_in_batch, fix))
 
 
 class _HeadModel(PretrainedMixin, nn.Module):
@@ -269,7 +277,7 @@ class BertForPreTraining(_HeadModel):
         nsp_logits = self.cls.seq_relationship(out.pooler_output)  # (B, 2)
         nsp_loss = None
         if next_sentence_label is not None:
-            nsp_target = check_class_labels(next_sentence_label.view(-1), 2, "next_sentence_label")
+            nsp_target = check_class_labels(next_sentence_label.view(-1), 2, "next_sentence_label", _NSP_FIX)
             nsp_loss = F.cross_entropy(nsp_logits, nsp_target)
         parts = [x for x in (mlm_objective, nsp_loss) if x is not None]
         loss = sum(parts[1:], parts[0]) if parts else None
@@ -315,7 +323,7 @@ class BertForNextSentencePrediction(_HeadModel):
         out = self._encode(input_ids, attention_mask, token_type_ids, position_ids, inputs_embeds,
                            output_hidden_states, output_attentions)
         logits = self.cls.seq_relationship(out.pooler_output)
-        loss = F.cross_entropy(logits, check_class_labels(labels.view(-1), logits.shape[-1])) if labels is not None else None
+        loss = F.cross_entropy(logits, check_class_labels(labels.view(-1), 2, fix=_NSP_FIX)) if labels is not None else None
         result = ClassifierOutput(loss, logits, out.hidden_states, out.attentions)
         return self._result(result, return_dict)
 
