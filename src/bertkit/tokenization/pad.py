@@ -24,7 +24,7 @@ def pad_examples(encoded_inputs: Mapping[str, Any] | Sequence[Mapping[str, Any]]
                  pad_to_multiple_of: int | None = None, return_tensors: str | None = None) -> BatchEncoding:
     """``BertTokenizer.pad``'s work; ``default_max_length()`` is what ``padding="max_length"`` pads to without a
     ``max_length``."""
-    examples, batched, given_kind = examples_of(encoded_inputs)
+    examples, batched, given_kind = _examples_of(encoded_inputs)
     if return_tensors is None:  # tensors in, the same kind of tensors out, as transformers' pad
         return_tensors = given_kind
     if any("input_ids" not in e for e in examples):
@@ -63,11 +63,11 @@ def pad_examples(encoded_inputs: Mapping[str, Any] | Sequence[Mapping[str, Any]]
         if return_tensors is not None and nones:
             raise BertkitError(f"pad: example {nones[0]} of the batch has {key!r} None; give every example a "
                                f"{key!r} value, or drop the column (to predict, leave labels out)")
-        out[key] = column_as_tensor(values if batched else values[0], return_tensors)
+        out[key] = _column_as_tensor(values if batched else values[0], return_tensors)
     return out
 
 
-def examples_of(encoded_inputs: Mapping[str, Any] | Sequence[Mapping[str, Any]]
+def _examples_of(encoded_inputs: Mapping[str, Any] | Sequence[Mapping[str, Any]]
                 ) -> tuple[list[dict[str, Any]], bool, str | None]:
     """(one dict per example, whether the input was a batch, ``"pt"``/``"np"`` when its input_ids are torch tensors
     or numpy arrays, else None) from what ``pad`` takes: a dict of (lists of) values or a list of per-example dicts;
@@ -94,7 +94,7 @@ def _as_py(values: Any) -> Any:
     return values.tolist() if hasattr(values, "tolist") else values
 
 
-def column_as_tensor(values: Any, return_tensors: str | None) -> Any:
+def _column_as_tensor(values: Any, return_tensors: str | None) -> Any:
     """A column ``pad`` passes through (labels, ...) as transformers converts it: integers int64, floats float32
     (regression scores, soft multi-label targets: never cut to integers), bools bool; an empty column int64."""
     if return_tensors != "pt":
