@@ -57,6 +57,8 @@ def test_predict_and_rank_give_sentence_transformers_scores(directory, rows, tmp
     got = got_model.rank(query, docs, top_k=3, return_documents=True)
     assert [(g["corpus_id"], g["text"]) for g in got] == [(w["corpus_id"], w["text"]) for w in want]
     assert [g["score"] for g in got] == pytest.approx([w["score"] for w in want], abs=2e-6)
+    # sentence-transformers 6 takes rank's apply_softmax and ignores it (deprecated): a script passing it ran here too
+    assert got_model.rank(query, docs, top_k=3, return_documents=True, apply_softmax=True) == got
     # documents from a generator are ranked as the list (they were read by the check, and none were left to score)
     from_generator = got_model.rank(query, (d for d in docs), top_k=3, return_documents=True)
     assert [(g["corpus_id"], g["text"]) for g in from_generator] == [(w["corpus_id"], w["text"]) for w in want]

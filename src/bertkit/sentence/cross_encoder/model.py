@@ -313,10 +313,15 @@ class CrossEncoder(ReferenceCalls, nn.Module):
 
     def rank(self, query: str, documents: Sequence[str], top_k: int | None = None, return_documents: bool = False,
              batch_size: int = 32, show_progress_bar: bool | None = None, activation_fn: Callable | None = None,
-             device: str | None = None, **unknown: Any) -> list[dict[str, Any]]:
+             device: str | None = None, apply_softmax: bool | None = None,
+             **unknown: Any) -> list[dict[str, Any]]:
         """The documents by score for ``query``, best first: ``[{"corpus_id", "score"(, "text")}, ...]``, the
-        first ``top_k``. Needs a one-label model."""
+        first ``top_k``. Needs a one-label model. ``apply_softmax`` is accepted and ignored, as sentence-transformers
+        6 does (a softmax over one label is 1)."""
         _refuse("rank", unknown, _REFUSED_CALL)
+        if apply_softmax is not None:
+            logger.warning("CrossEncoder.rank's apply_softmax has no effect (rank needs a one-label model, whose "
+                           "softmax is 1), as in sentence-transformers 6: leave it out")
         if self.num_labels != 1:
             raise BertkitError(f"rank() needs a one-label cross-encoder; this one has {self.num_labels} labels: use "
                                "predict() on (query, document) pairs")
