@@ -160,6 +160,20 @@ def test_fill_mask_rows_without_the_mask_token_name_file_and_line_before_the_mod
     assert not (tmp_path / "out.jsonl").exists()
 
 
+def test_fill_mask_without_top_k_writes_the_pipelines_five_candidates(tmp_path, minilm_2_layers, tiny_checkpoint):
+    # --top-k unset is the pipeline's default (5 per [MASK], as transformers'), not question-answering's 1
+    from bertkit import pipeline
+
+    model = tiny_checkpoint(tmp_path / "mlm", "BertForMaskedLM", tokenizer=minilm_2_layers)
+    texts = ["the [MASK] sat on the mat.", "[MASK] and [MASK]!"]
+    (tmp_path / "masked.txt").write_text("\n".join(texts) + "\n", encoding="utf-8")
+    assert main(["predict", "fill-mask", "--model", str(model), "--input", str(tmp_path / "masked.txt"),
+                 "--output-file", str(tmp_path / "out.jsonl"), "--no-progress"]) == 0
+    got = [r["predictions"] for r in _read(tmp_path / "out.jsonl")]
+    assert [len(got[0]), [len(m) for m in got[1]]] == [5, [5, 5]]
+    assert got == json.loads(json.dumps(pipeline("fill-mask", model)(texts)))
+
+
 def test_question_answering_top_k_and_max_length_are_refused_before_the_model_loads(tmp_path, capsys):
     # MiniLM has no question-answering head: the top_k error, not the head's, proves the check came before the load;
     # the earlier predictions the user asked to replace are still there

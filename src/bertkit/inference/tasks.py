@@ -109,8 +109,8 @@ class Task:
         return {}
 
     def call_inputs(self, inputs: list[Any], s: Any) -> tuple[list[Any], dict[str, Any]]:
-        """The pipeline's inputs and call options for the records read."""
-        return inputs, {k: getattr(s, k) for k in self.predict_options}
+        """The pipeline's inputs and call options for the records read (a setting left unset: its default)."""
+        return inputs, {k: getattr(s, k) for k in self.predict_options if getattr(s, k) is not None}
 
     def record(self, id_: Any, result: Any) -> dict[str, Any]:
         """One line of predict's output."""
