@@ -248,11 +248,12 @@ class TokenClassification(Task):
         tags = list((getattr(pipe.config, "id2label", None) or {}).values())
         if not tags:
             return {}
-        # the tags and the entity types they make, as the pipeline groups them (B-PER, B_PER, S-PER: PER; O: O)
+        # the tags and the entity types they make, as the pipeline groups them (B-PER, B_PER, S-PER: PER), and "O",
+        # transformers' default, taken whatever the model's tags
         group_entities = self.pipeline_class().group_entities
         kinds = {e["entity_group"] for t in tags
                  for e in group_entities([{"tag": t, "score": 0.0, "start": 0, "end": 0}], "", outside=True)}
-        return {"ignore_labels": label_names_check({*tags, *kinds})}
+        return {"ignore_labels": label_names_check({"O", *tags, *kinds})}
 
     def render(self, server: Any, call: Call, results: list[Any]) -> Any:
         group_entities = self.pipeline_class().group_entities
