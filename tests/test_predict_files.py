@@ -117,6 +117,9 @@ def test_predict_pairs_and_question_answering_from_jsonl(classifier, tmp_path, m
     ("empty.jsonl", "\n\n", "holds no inputs"),
     ("dup.csv", "text,id,text\na,1,b\n", "dup.csv:1: the header names column 'text' more than once"),
     ("gap.tsv", "text\tx\nfine\t1\n\nalso fine\t2\n", "gap.tsv:3: blank line"),
+    # quoting a tab, as the CSV advice said, does not help in a TSV: its quotes are text
+    ("tab.tsv", 'text\tx\n"a\tb"\t1\n',
+     "tab.tsv:2: 3 fields but the header names 2 (text, x); a TSV field holds no tab"),
     ("notes.dat", "fine\n", "notes.dat: cannot tell the format from the suffix '.dat'; pass --input-format"),
 ])
 def test_a_malformed_input_names_file_and_line_and_writes_nothing(classifier, tmp_path, capsys, name, content,
