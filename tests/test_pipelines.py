@@ -140,6 +140,18 @@ def test_call_options_given_to_pipeline_are_refused(tmp_path_factory, minilm_dir
     assert len(bertkit.pipeline("fill-mask", d)("a [MASK] b", top_k=3)) == 3
 
 
+def test_question_and_context_as_keywords_are_refused_naming_the_dict(tmp_path_factory, minilm_dir):
+    # transformers' question-answering is called pipe(question=..., context=...); bertkit's ended in a bare TypeError
+    # (missing 'inputs') that named neither the task nor the input it takes
+    d, _ = _tiny_dir(tmp_path_factory, minilm_dir, "BertForQuestionAnswering")
+    qa = bertkit.pipeline("question-answering", d)
+    with pytest.raises(BertkitError, match=r"question-answering takes each input as one dict, not as keywords "
+                                           r"\(question=, context=\): pipe\(\{'question': \.\.\., 'context': \.\.\.\}\)"):
+        qa(question="Who sang?", context="Ella sang.")
+    answer = qa({"question": "Who sang?", "context": "Ella sang."})
+    assert "Ella sang."[answer["start"]:answer["end"]] == answer["answer"] != ""
+
+
 def test_an_option_no_pipeline_takes_is_refused_naming_the_task(minilm_dir):
     # transformers' aggregation_strategy (or a typo) ended in a bare TypeError from Pipeline.__init__ that named
     # neither the task nor what it takes; the model is not loaded first

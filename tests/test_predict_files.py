@@ -117,6 +117,9 @@ def test_predict_pairs_and_question_answering_from_jsonl(classifier, tmp_path, m
     ("empty.jsonl", "\n\n", "holds no inputs"),
     ("dup.csv", "text,id,text\na,1,b\n", "dup.csv:1: the header names column 'text' more than once"),
     ("gap.tsv", "text\tx\nfine\t1\n\nalso fine\t2\n", "gap.tsv:3: blank line"),
+    # quoting a tab, as the CSV advice said, does not help in a TSV: its quotes are text
+    ("tab.tsv", 'text\tx\n"a\tb"\t1\n',
+     "tab.tsv:2: 3 fields but the header names 2 (text, x); a TSV field holds no tab"),
     ("notes.dat", "fine\n", "notes.dat: cannot tell the format from the suffix '.dat'; pass --input-format"),
 ])
 def test_a_malformed_input_names_file_and_line_and_writes_nothing(classifier, tmp_path, capsys, name, content,
@@ -158,6 +161,20 @@ def test_fill_mask_rows_without_the_mask_token_name_file_and_line_before_the_mod
     assert main([*args, "--input", str(tmp_path / "masked.txt")]) == 2
     assert "has no fill-mask head" in capsys.readouterr().err  # every row passed; the model was the next thing
     assert not (tmp_path / "out.jsonl").exists()
+
+
+def test_fill_mask_without_top_k_writes_the_pipelines_five_candidates(tmp_path, minilm_2_layers, tiny_checkpoint):
+    # --top-k unset is the pipeline's default (5 per [MASK], as transformers'), not question-answering's 1
+    from bertkit import pipeline
+
+    model = tiny_checkpoint(tmp_path / "mlm", "BertForMaskedLM", tokenizer=minilm_2_layers)
+    texts = ["the [MASK] sat on the mat.", "[MASK] and [MASK]!"]
+    (tmp_path / "masked.txt").write_text("\n".join(texts) + "\n", encoding="utf-8")
+    assert main(["predict", "fill-mask", "--model", str(model), "--input", str(tmp_path / "masked.txt"),
+                 "--output-file", str(tmp_path / "out.jsonl"), "--no-progress"]) == 0
+    got = [r["predictions"] for r in _read(tmp_path / "out.jsonl")]
+    assert [len(got[0]), [len(m) for m in got[1]]] == [5, [5, 5]]
+    assert got == json.loads(json.dumps(pipeline("fill-mask", model)(texts)))
 
 
 def test_question_answering_top_k_and_max_length_are_refused_before_the_model_loads(tmp_path, capsys):

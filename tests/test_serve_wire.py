@@ -133,6 +133,30 @@ def test_token_classification_answers_entity_groups(tmp_path_factory, minilm_dir
         assert r.status_code == 422 and 'aggregation_strategy must be "first"' in r.json()["error"]
 
 
+def test_token_classification_serves_tags_written_with_an_underscore(tmp_path_factory, minilm_dir):
+    # B_PER / I_PER, which the pipeline groups as PER: every request was a 500 (IndexError in ignore_labels' check)
+    from fastapi.testclient import TestClient
+
+    from bertkit import pipeline
+    from bertkit.inference.serve import create_app
+
+    d = _tiny(tmp_path_factory, minilm_dir, "BertForTokenClassification",
+              id2label={0: "O", 1: "B_PER", 2: "I_PER", 3: "B_LOC", 4: "I_LOC"})
+    text = "George Washington went to Washington D.C. with John Smith of New York City in 1789."
+    pipe = pipeline("token-classification", d)
+    entities = pipe(text)["entities"]
+    assert {e["entity_group"] for e in entities} == {"PER", "LOC"}
+    with TestClient(create_app(pipe, str(d), max_wait_ms=1)) as client:
+        r = client.post("/predict", json={"inputs": text})
+        assert r.status_code == 200 and r.json() == entities
+        r = client.post("/predict", json={"inputs": text, "parameters": {"ignore_labels": ["O", "PER"]}})
+        assert r.status_code == 200 and r.json() == [e for e in entities if e["entity_group"] == "LOC"]
+        r = client.post("/predict", json={"inputs": text, "parameters": {"ignore_labels": ["PERSON"]}})
+        assert r.status_code == 422 and r.json()["error"] == (
+            "ignore_labels must be a list of this model's label names (B_LOC, B_PER, I_LOC, I_PER, LOC, O, PER), got "
+            "['PERSON']")
+
+
 def test_fill_mask_answers_the_candidates(tmp_path_factory, minilm_dir, sentences):
     d = _tiny(tmp_path_factory, minilm_dir, "BertForMaskedLM")
     ref = transformers.pipeline("fill-mask", model=str(d), tokenizer=str(d), device="cpu")

@@ -215,8 +215,13 @@ class Pipeline:
         """What answers the transformers options ``names`` here (``instead_of``), for a refusal's message."""
         return "".join(f"; instead of {n}: {cls.instead_of[n]}" for n in names if n in cls.instead_of)
 
-    def __call__(self, inputs: Any, **options: Any) -> Any:
+    def __call__(self, inputs: Any = None, **options: Any) -> Any:
         """One input gives one result; a list of inputs gives the list of results, in input order."""
+        named = [f"{k}=" for k in self.fields if k in options]
+        if named:  # transformers' question-answering call, pipe(question=..., context=...): one input's fields
+            shape = ", ".join(f"{k!r}: ..." for k in self.fields)
+            raise BertkitError(f"{self.task} takes each input as one dict, not as keywords ({', '.join(named)}): "
+                               f"pipe({{{shape}}}), or a list of such dicts")
         if isinstance(inputs, (str, dict, *self.input_kinds)):
             return self.run([inputs], **options)[0]
         if isinstance(inputs, (set, frozenset)):

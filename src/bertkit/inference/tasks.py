@@ -109,8 +109,8 @@ class Task:
         return {}
 
     def call_inputs(self, inputs: list[Any], s: Any) -> tuple[list[Any], dict[str, Any]]:
-        """The pipeline's inputs and call options for the records read."""
-        return inputs, {k: getattr(s, k) for k in self.predict_options}
+        """The pipeline's inputs and call options for the records read (a setting left unset: its default)."""
+        return inputs, {k: getattr(s, k) for k in self.predict_options if getattr(s, k) is not None}
 
     def record(self, id_: Any, result: Any) -> dict[str, Any]:
         """One line of predict's output."""
@@ -248,8 +248,12 @@ class TokenClassification(Task):
         tags = list((getattr(pipe.config, "id2label", None) or {}).values())
         if not tags:
             return {}
-        return {"ignore_labels": label_names_check(
-            {"O", *tags, *(t.split("-", 1)[1] if len(t) > 2 and t[1] in "-_" else t for t in tags)})}
+        # the tags and the entity types they make, as the pipeline groups them (B-PER, B_PER, S-PER: PER), and "O",
+        # transformers' default, taken whatever the model's tags
+        group_entities = self.pipeline_class().group_entities
+        kinds = {e["entity_group"] for t in tags
+                 for e in group_entities([{"tag": t, "score": 0.0, "start": 0, "end": 0}], "", outside=True)}
+        return {"ignore_labels": label_names_check({"O", *tags, *kinds})}
 
     def render(self, server: Any, call: Call, results: list[Any]) -> Any:
         group_entities = self.pipeline_class().group_entities

@@ -203,8 +203,9 @@ class PredictFileSettings(OverwriteSettings, ProgressSettings, Int8Settings):
     max_length: int | None = flag(None, check=pipeline_length)
     """Tokens per sequence (default: the model's positions, or a sentence-transformers directory's max_seq_length);
     texts are truncated, QA contexts windowed."""
-    top_k: int = flag(1, check=at_least_one)
-    """fill-mask: tokens per [MASK]; question-answering: answers per question (at most 20, the SQuAD recipe's n-best)."""
+    top_k: int | None = flag(None, check=at_least_one)
+    """fill-mask: tokens per [MASK] (default 5); question-answering: answers per question (default 1, at most 20, the
+    SQuAD recipe's n-best): the pipeline's defaults."""
     pooling: Literal["auto", "mean", "cls"] = "auto"
     """feature-extraction / sentence-embedding: how token states become one vector (auto: as a
     sentence-transformers directory's 1_Pooling says, else mean)."""

@@ -155,8 +155,11 @@ def read_records(path: Path, fmt: str, max_line_bytes: int = MAX_LINE_BYTES) -> 
                                            f"({', '.join(header)}); give every column its own name")
                     continue
                 if len(row) != len(header):
+                    fix = ("quote fields holding the delimiter" if fmt == "csv" else "a TSV field holds no tab "
+                           "(quotes are text in TSV, as in GLUE's files): remove it, or write the file as CSV, "
+                           "where quotes hold one")
                     raise BertkitError(f"{path}:{line}: {len(row)} fields but the header names {len(header)} "
-                                       f"({', '.join(header)}); quote fields holding the delimiter")
+                                       f"({', '.join(header)}); {fix}")
                 yield line, dict(zip(header, row))
             return
         for line, text in enumerate(lines, 1):
