@@ -38,7 +38,7 @@ class PredictBenchmarkSettings(OverwriteSettings, Int8Settings):
     output_dir: Path = flag(aliases=("--out",))
     """Directory for the prediction files (or the GLUE submission file) and report.json."""
     max_seq_length: int = flag(128, check=at_least_one)
-    """Tokens per input; longer inputs are truncated (SQuAD: windowed)."""
+    """Tokens per input; longer inputs are truncated (SQuAD: windowed; NER: split into windows at word boundaries)."""
     batch_size: int = flag(64, check=at_least_one)
     """Sequences per batch."""
     max_predict_samples: int | None = flag(None, check=at_least_one)
