@@ -169,6 +169,8 @@ def test_extraction_errors_name_the_fix(tiny, tmp_path):
         fx.extract_features(model, tok, TEXTS, tmp_path / "f.txt", progress=False)
     with pytest.raises(ValueError, match="max_seq_length 200 exceeds max_position_embeddings 128"):
         fx.extract_features(model, tok, TEXTS, tmp_path / "f.jsonl", max_seq_length=200, progress=False)
+    with pytest.raises(ValueError, match=r"texts\[0\] is 'hi', not a \(text_a, text_b or None\) pair"):
+        fx.extract_features(model, tok, ["hi"], tmp_path / "f.jsonl", progress=False)  # not "h" ||| "i"
     with pytest.raises(ValueError, match=r"max_seq_length 2 leaves no room for the 3 special tokens of a pair"):
         fx.extract_features(model, tok, TEXTS, tmp_path / "f.jsonl", max_seq_length=2, progress=False)
     assert not list(tmp_path.iterdir())

@@ -284,6 +284,11 @@ def _check_request(model: BertModel, out: Path, dtype: str, max_seq_length: int,
     if dtype not in ("float32", "float16"):
         raise BertkitError(f"dtype {dtype!r} must be 'float32' or 'float16'")
     model.config.check_sequence_length(max_seq_length, "max_seq_length")
+    # a bare string would unpack into a pair of its two characters ("hi": "h" ||| "i"), or fail half-way
+    bad = next((k for k, text in enumerate(texts) if isinstance(text, str) or len(text) != 2), None)
+    if bad is not None:
+        raise BertkitError(f"texts[{bad}] is {texts[bad]!r}, not a (text_a, text_b or None) pair; pass a text alone "
+                           "as (text, None) (read_texts(path) reads a file into these pairs)")
     need = 3 if any(b is not None for _, b in texts) else 2  # [CLS] a [SEP] (b [SEP]) with a token or none each
     if max_seq_length < need:
         raise BertkitError(f"max_seq_length {max_seq_length} leaves no room for the {need} special tokens of "
