@@ -289,6 +289,15 @@ def test_bilstm_tagger_shapes_and_padding():
     torch.testing.assert_close(tagger(x2, mask, labels).loss, expected)
 
 
+def test_a_combination_given_twice_is_refused(tmp_path):
+    """It would train the same tagger twice into one runs/NAME, for one row of the table."""
+    with pytest.raises(ValueError, match=r"combination last_hidden is given twice in \['last_hidden', 'embeddings', "
+                                         r"'last_hidden'\]; give each once"):
+        fs.StudySettings(data_dir=tmp_path, model_name_or_path=tmp_path, output_dir=tmp_path / "study",
+                         combinations=("last_hidden", "embeddings", "last_hidden"))
+    assert not (tmp_path / "study").exists()
+
+
 def test_feature_study_end_to_end(tiny, tmp_path):
     d, _, _ = tiny
     data = tmp_path / "conll"

@@ -410,3 +410,10 @@ class StudySettings(OverwriteSettings, ProgressSettings):
     """Seed of the tagger's weights and the data order."""
     device: str = "cpu"
     """cpu, cuda, ..."""
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        # a repeat would train the same tagger again into the same runs/NAME, and the table holds one row per name
+        twice = next((c for k, c in enumerate(self.combinations) if c in self.combinations[:k]), None)
+        if twice is not None:
+            raise BertkitError(f"combination {twice} is given twice in {list(self.combinations)}; give each once")
