@@ -203,10 +203,11 @@ def test_cli_extract_features(tiny, tmp_path, capsys):
     inp = tmp_path / "in.txt"
     inp.write_text("hello world\nthe fox ||| the dog\n")
     assert main(["extract-features", "--model", str(d), "--input", str(inp), "--out", str(tmp_path / "o.jsonl"),
-                 "--layers=-1,-2", "--no-progress"]) == 0
+                 "--layers", "-1,-2", "--no-progress"]) == 0  # not read as a flag "-1,-2"
     assert json.loads(capsys.readouterr().out)["lines"] == 2
     first = json.loads((tmp_path / "o.jsonl").read_text().splitlines()[0])
     assert [f["token"] for f in first["features"]] == ["[CLS]", "hello", "world", "[SEP]"]
+    assert [layer["index"] for layer in first["features"][0]["layers"]] == [-1, -2]
 
 
 # ---------------------------------------------------------------- the study's pieces

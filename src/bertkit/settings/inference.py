@@ -102,7 +102,7 @@ class ExtractSettings(OverwriteSettings, ProgressSettings, Int8Settings):
     output_file: Path = flag(aliases=("--out",))
     """FILE.jsonl (google's format) or FILE.safetensors."""
     layers: tuple[int, ...] = (-1, -2, -3, -4)
-    """Hidden states to write: 0 = embeddings .. L = last, negative from the end (write --layers=-1,-2)."""
+    """Hidden states to write: 0 = embeddings .. L = last, negative from the end (e.g. -1,-2)."""
     max_seq_length: int = flag(128, check=at_least_one)
     """Tokens per input; longer inputs are truncated."""
     batch_size: int = flag(32, check=at_least_one)
