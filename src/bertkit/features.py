@@ -289,7 +289,7 @@ def _check_request(model: BertModel, out: Path, dtype: str, max_seq_length: int,
     if bad is not None:
         raise BertkitError(f"texts[{bad}] is {texts[bad]!r}, not a (text_a, text_b or None) pair; pass a text alone "
                            "as (text, None) (read_texts(path) reads a file into these pairs)")
-    need = 3 if any(b is not None for _, b in texts) else 2  # [CLS] a [SEP] (b [SEP]) with a token or none each
+    need = 3 if any(b is not None for _, b in texts) else 2  # [CLS] a [SEP] (b [SEP]), even with no text left
     if max_seq_length < need:
         raise BertkitError(f"max_seq_length {max_seq_length} leaves no room for the {need} special tokens of "
                            f"{'a pair (text_a ||| text_b)' if need == 3 else 'a text'}; use at least {need}")
