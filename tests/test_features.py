@@ -106,6 +106,23 @@ def test_batched_extraction_matches_within_rounding(tiny, tmp_path):
                                        rtol=1e-5, atol=1e-5)
 
 
+@pytest.mark.parametrize("max_len, text, tokens", [
+    # 2 + 1 (one token at a time off the longer, off b on a tie); tokenizers' longest_first keeps 1 + 2
+    (6, ("the quick", "jumps over lazy"), ["[CLS]", "the", "quick", "[SEP]", "jumps", "[SEP]"]),
+    (4, ("hello world", "the fox"), ["[CLS]", "hello", "[SEP]"]),  # b cut to no tokens: no second [SEP]
+    (128, ("hello", "\u200b"), ["[CLS]", "hello", "[SEP]"]),  # b of no tokens: the text alone
+    (4, ("the quick brown fox", None), ["[CLS]", "the", "quick", "[SEP]"]),
+])
+def test_long_inputs_are_cut_as_googles_extract_features(tiny, tmp_path, max_len, text, tokens):
+    _, model, tok = tiny
+    [enc] = fx.encode_texts(tok, [text], max_len)
+    first = tokens.index("[SEP]") + 1
+    assert (tok.convert_ids_to_tokens(enc["input_ids"]), enc["token_type_ids"]) == (
+        tokens, [0] * first + [1] * (len(tokens) - first))
+    fx.extract_features(model, tok, [text], tmp_path / "f.jsonl", layers=[-1], max_seq_length=max_len, progress=False)
+    assert next(fx.read_features(tmp_path / "f.jsonl"))["tokens"] == tokens
+
+
 def test_safetensors_shards_hold_the_jsonl_numbers(tiny, tmp_path):
     _, model, tok = tiny
     fx.extract_features(model, tok, TEXTS, tmp_path / "f.jsonl", layers=[-1, 1], batch_size=1, progress=False)
@@ -152,6 +169,11 @@ def test_extraction_errors_name_the_fix(tiny, tmp_path):
         fx.extract_features(model, tok, TEXTS, tmp_path / "f.txt", progress=False)
     with pytest.raises(ValueError, match="max_seq_length 200 exceeds max_position_embeddings 128"):
         fx.extract_features(model, tok, TEXTS, tmp_path / "f.jsonl", max_seq_length=200, progress=False)
+    with pytest.raises(ValueError, match=r"texts\[0\] is 'hi', not a \(text_a, text_b or None\) pair"):
+        fx.extract_features(model, tok, ["hi"], tmp_path / "f.jsonl", progress=False)  # not "h" ||| "i"
+    with pytest.raises(ValueError, match=r"max_seq_length 2 leaves no room for the 3 special tokens of a pair"):
+        fx.extract_features(model, tok, TEXTS, tmp_path / "f.jsonl", max_seq_length=2, progress=False)
+    assert not list(tmp_path.iterdir())
 
 
 def test_layers_named_twice_or_none_are_refused(tiny, tmp_path):
@@ -181,10 +203,11 @@ def test_cli_extract_features(tiny, tmp_path, capsys):
     inp = tmp_path / "in.txt"
     inp.write_text("hello world\nthe fox ||| the dog\n")
     assert main(["extract-features", "--model", str(d), "--input", str(inp), "--out", str(tmp_path / "o.jsonl"),
-                 "--layers=-1,-2", "--no-progress"]) == 0
+                 "--layers", "-1,-2", "--no-progress"]) == 0  # not read as a flag "-1,-2"
     assert json.loads(capsys.readouterr().out)["lines"] == 2
     first = json.loads((tmp_path / "o.jsonl").read_text().splitlines()[0])
     assert [f["token"] for f in first["features"]] == ["[CLS]", "hello", "world", "[SEP]"]
+    assert [layer["index"] for layer in first["features"][0]["layers"]] == [-1, -2]
 
 
 # ---------------------------------------------------------------- the study's pieces
@@ -265,6 +288,15 @@ def test_bilstm_tagger_shapes_and_padding():
     labels = torch.tensor([[0, 2, 1, 1], [2, 0, -100, -100]])
     expected = torch.nn.functional.cross_entropy(logits[mask.bool()], labels[mask.bool()])
     torch.testing.assert_close(tagger(x2, mask, labels).loss, expected)
+
+
+def test_a_combination_given_twice_is_refused(tmp_path):
+    """It would train the same tagger twice into one runs/NAME, for one row of the table."""
+    with pytest.raises(ValueError, match=r"combination last_hidden is given twice in \['last_hidden', 'embeddings', "
+                                         r"'last_hidden'\]; give each once"):
+        fs.StudySettings(data_dir=tmp_path, model_name_or_path=tmp_path, output_dir=tmp_path / "study",
+                         combinations=("last_hidden", "embeddings", "last_hidden"))
+    assert not (tmp_path / "study").exists()
 
 
 def test_feature_study_end_to_end(tiny, tmp_path):

@@ -93,7 +93,8 @@ def test_read_iob1_file_converts_and_iob2_check_names_the_line(tmp_path):
     s1, s2 = ner.read_conll(path, tag_scheme="iob1")
     assert s1.tags == ("B-ORG", "O", "B-MISC") and s2.tags == ("B-PER", "I-PER")
     assert (s1.line, s2.line) == (3, 7)
-    with pytest.raises(ValueError, match=rf"{path} line 3: tag 'I-ORG' follows 'O'.*tag_scheme='iob1'"):
+    fix = r"pass --tag-scheme iob1 \(tag_scheme='iob1' from Python\)"
+    with pytest.raises(ValueError, match=rf"{path} line 3: tag 'I-ORG' follows 'O'.*{fix}"):
         ner.read_conll(path)
 
 

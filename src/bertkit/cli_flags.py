@@ -12,6 +12,7 @@ import dataclasses
 import functools
 import inspect
 import json
+import re
 import sys
 import types
 import typing
@@ -199,10 +200,19 @@ def build_settings(cls: type, args: argparse.Namespace) -> Any:
     return cls(**values)
 
 
+# "-1,-2": argparse reads a lone "-1" after a flag as its value, but a comma list of negative numbers as a flag
+_NEGATIVE_LIST = re.compile(r"-\d[^,]*(,[^,]*)+")
+
+
 def normalize_argv(argv: list[str]) -> list[str]:
-    """``--learning_rate=3e-5`` -> ``--learning-rate=3e-5``: the underscore spellings of transformers' scripts."""
-    out = []
+    """``--learning_rate=3e-5`` -> ``--learning-rate=3e-5``: the underscore spellings of transformers' scripts;
+    ``--layers -1,-2`` -> ``--layers=-1,-2``."""
+    out: list[str] = []
     for arg in argv:
+        flag = out[-1] if out else ""
+        if flag.startswith("--") and flag != "--" and "=" not in flag and _NEGATIVE_LIST.fullmatch(arg):
+            out[-1] = f"{flag}={arg}"
+            continue
         if arg.startswith("--") and arg != "--":
             name, eq, value = arg.partition("=")
             arg = name.replace("_", "-") + eq + value

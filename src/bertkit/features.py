@@ -73,11 +73,21 @@ def resolve_layers(layers: Sequence[int], num_states: int) -> list[int]:
 
 
 def encode_texts(tokenizer: Any, texts: Sequence[tuple[str, str | None]], max_seq_length: int) -> list[dict]:
-    """``[CLS] a [SEP] (b [SEP])``, the longer segment cut first when too long (google's _truncate_seq_pair)."""
+    """``[CLS] a [SEP] (b [SEP])`` as google's extract_features.py builds it: a pair too long loses one token at a
+    time from its longer segment, from b on a tie (_truncate_seq_pair; tokenizers' "longest_first" splits the cut
+    in halves instead), and a b without tokens, given so or cut to none, is no segment (no second [SEP])."""
     encoded = []
     for a, b in texts:
-        enc = tokenizer(a, text_pair=b, max_length=max_seq_length, truncation="longest_first")
-        encoded.append({"input_ids": enc["input_ids"], "token_type_ids": enc["token_type_ids"]})
+        ids_a = tokenizer(a, add_special_tokens=False)["input_ids"]
+        ids_b = tokenizer(b, add_special_tokens=False)["input_ids"] if b else []
+        if ids_b:
+            while len(ids_a) + len(ids_b) > max_seq_length - 3:
+                (ids_a if len(ids_a) > len(ids_b) else ids_b).pop()
+        else:
+            del ids_a[max_seq_length - 2:]
+        first = [tokenizer.cls_token_id, *ids_a, tokenizer.sep_token_id]
+        second = [*ids_b, tokenizer.sep_token_id] if ids_b else []
+        encoded.append({"input_ids": first + second, "token_type_ids": [0] * len(first) + [1] * len(second)})
     return encoded
 
 
@@ -184,7 +194,7 @@ def extract_features(
     from bertkit.training.distributed import current
 
     out = Path(out)
-    _check_request(model, out, dtype, max_seq_length)
+    _check_request(model, out, dtype, max_seq_length, texts)
     positions = resolve_layers(layers, model.config.num_hidden_layers + 1)
     model = model.eval().to(device)
     if torch.device(device).type == "cpu":
@@ -267,12 +277,22 @@ def _report(files: Sequence[Path], encoded: Sequence[dict], layers: Sequence[int
             "processes": world, "seconds": round(seconds, 1), "tokens_per_s": round(n_tokens / max(seconds, 1e-9), 1)}
 
 
-def _check_request(model: BertModel, out: Path, dtype: str, max_seq_length: int) -> None:
+def _check_request(model: BertModel, out: Path, dtype: str, max_seq_length: int,
+                   texts: Sequence[tuple[str, str | None]]) -> None:
     if out.suffix not in (".jsonl", ".safetensors"):
         raise BertkitError(f"output {out} must end in .jsonl (google's JSON lines) or .safetensors (tensors)")
     if dtype not in ("float32", "float16"):
         raise BertkitError(f"dtype {dtype!r} must be 'float32' or 'float16'")
     model.config.check_sequence_length(max_seq_length, "max_seq_length")
+    # a bare string would unpack into a pair of its two characters ("hi": "h" ||| "i"), or fail half-way
+    bad = next((k for k, text in enumerate(texts) if isinstance(text, str) or len(text) != 2), None)
+    if bad is not None:
+        raise BertkitError(f"texts[{bad}] is {texts[bad]!r}, not a (text_a, text_b or None) pair; pass a text alone "
+                           "as (text, None) (read_texts(path) reads a file into these pairs)")
+    need = 3 if any(b is not None for _, b in texts) else 2  # [CLS] a [SEP] (b [SEP]), even with no text left
+    if max_seq_length < need:
+        raise BertkitError(f"max_seq_length {max_seq_length} leaves no room for the {need} special tokens of "
+                           f"{'a pair (text_a ||| text_b)' if need == 3 else 'a text'}; use at least {need}")
 
 
 def _plan_output(out: Path, encoded: Sequence[dict], per_token_bytes: int, max_shard_bytes: int, chunk_size: int,

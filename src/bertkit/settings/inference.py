@@ -38,7 +38,7 @@ class PredictBenchmarkSettings(OverwriteSettings, Int8Settings):
     output_dir: Path = flag(aliases=("--out",))
     """Directory for the prediction files (or the GLUE submission file) and report.json."""
     max_seq_length: int = flag(128, check=at_least_one)
-    """Tokens per input; longer inputs are truncated (SQuAD: windowed)."""
+    """Tokens per input; longer inputs are truncated (SQuAD: windowed; NER: split into windows at word boundaries)."""
     batch_size: int = flag(64, check=at_least_one)
     """Sequences per batch."""
     max_predict_samples: int | None = flag(None, check=at_least_one)
@@ -102,7 +102,7 @@ class ExtractSettings(OverwriteSettings, ProgressSettings, Int8Settings):
     output_file: Path = flag(aliases=("--out",))
     """FILE.jsonl (google's format) or FILE.safetensors."""
     layers: tuple[int, ...] = (-1, -2, -3, -4)
-    """Hidden states to write: 0 = embeddings .. L = last, negative from the end (write --layers=-1,-2)."""
+    """Hidden states to write: 0 = embeddings .. L = last, negative from the end (e.g. -1,-2)."""
     max_seq_length: int = flag(128, check=at_least_one)
     """Tokens per input; longer inputs are truncated."""
     batch_size: int = flag(32, check=at_least_one)

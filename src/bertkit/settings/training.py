@@ -182,7 +182,8 @@ class FinetuneSettings(TrainingSettings):
     model_name_or_path: Path = flag(aliases=("--model",))
     """Pre-trained checkpoint directory (Hugging Face layout: config.json, model.safetensors, vocab.txt)."""
     max_seq_length: int = flag(128, check=at_least_one)
-    """Tokens per input after WordPiece, [CLS] and [SEP] included; longer inputs are truncated (SQuAD: windowed)."""
+    """Tokens per input after WordPiece, [CLS] and [SEP] included; longer inputs are truncated (SQuAD: windowed;
+    NER: split into windows at word boundaries)."""
     eval_batch_size: int = flag(64, check=at_least_one)
     """Sequences per batch when predicting."""
     max_eval_samples: int | None = flag(None, check=at_least_one)
@@ -404,7 +405,7 @@ class StudySettings(OverwriteSettings, ProgressSettings):
     lstm_layers: int = flag(2, check=at_least_one)
     """BiLSTM layers."""
     dropout: float = flag(0.25, check=share)
-    """Dropout on the BiLSTM's input and between its layers."""
+    """Dropout on the BiLSTM's input, between its layers and before the classifier."""
     num_train_epochs: int = flag(3, aliases=("--epochs",), check=at_least_one)
     """Passes over the training sentences."""
     batch_size: int = flag(32, check=at_least_one)
@@ -412,7 +413,7 @@ class StudySettings(OverwriteSettings, ProgressSettings):
     learning_rate: float = flag(1e-3, aliases=("--lr",), parse=parse_one_lr, check=positive)
     """Adam's learning rate for the tagger."""
     max_seq_length: int = flag(128, check=at_least_one)
-    """Tokens per sentence when extracting activations."""
+    """Tokens per window when extracting activations (a longer sentence is split at word boundaries)."""
     extract_batch_size: int = flag(64, check=at_least_one)
     """Sentences per batch when extracting activations."""
     max_train_samples: int | None = flag(None, check=at_least_one)
@@ -423,3 +424,10 @@ class StudySettings(OverwriteSettings, ProgressSettings):
     """Seed of the tagger's weights and the data order."""
     device: str = "cpu"
     """cpu, cuda, ..."""
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        # a repeat would train the same tagger again into the same runs/NAME, and the table holds one row per name
+        twice = next((c for k, c in enumerate(self.combinations) if c in self.combinations[:k]), None)
+        if twice is not None:
+            raise BertkitError(f"combination {twice} is given twice in {list(self.combinations)}; give each once")

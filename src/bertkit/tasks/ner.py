@@ -114,7 +114,7 @@ def _sentence(path: Path, words: list[str], tags: list[str], lines: list[int], t
         raise BertkitError(
             f"{path} line {lines[bad]}: tag {tags[bad]!r} follows {tags[bad - 1] if bad else 'O'!r}, "
             "which is not valid IOB2 (every entity starts with B-); if the file is IOB1, "
-            "pass tag_scheme='iob1'"
+            "pass --tag-scheme iob1 (tag_scheme='iob1' from Python)"
         )
     return NerSentence(tuple(words), tuple(fixed), lines[0])
 
