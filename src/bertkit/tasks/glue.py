@@ -261,9 +261,9 @@ def featurize(
     examples: Sequence[GlueExample], tokenizer: Any, max_seq_length: int, task: str | GlueTask
 ) -> list[dict[str, Any]]:
     """Tokenize into ``[CLS] a [SEP] (b [SEP])`` without padding, long pairs cut as transformers' run_glue cuts them
-    (``truncation="longest_first"``: from the longer segment, then from both in turn once they are equal, where
-    google-research/bert's ``_truncate_seq_pair`` cuts text_b first: a token more of a and one less of b on some
-    ties); ``labels`` (class index, or float for regression) when the example has one."""
+    (``truncation="longest_first"``: from the longer segment, then from both once they are equal; on a tie
+    google-research/bert's ``_truncate_seq_pair`` cuts text_b, so for some pairs it keeps one token more of a and one
+    less of b); ``labels`` (class index, or float for regression) when the example has one."""
     t = get_task(task)
     n_special = len(t.text_columns) + 1  # [CLS] and one [SEP] per segment
     if max_seq_length < n_special + 1:
