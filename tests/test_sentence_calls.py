@@ -455,6 +455,30 @@ def test_the_pipeline_reads_the_older_layout_with_the_encoder_in_0_transformer(t
     assert FeatureExtractionPipeline.tokenizer_of(d)("hi")["input_ids"] == ref.tokenizer("hi")["input_ids"]
 
 
+def test_a_sentence_bert_config_beside_modules_json_is_not_the_0_transformers(tmp_path, minilm_2_layers):
+    """In the older layout sentence-transformers reads the Transformer's sentence_bert_config.json from 0_Transformer/
+    only; one at the top (max_seq_length 16 here) is no module's file. bertkit read it when 0_Transformer/ had none and
+    cut texts at 16 where sentence-transformers cuts at the tokenizer's 512 (vectors 1.7 apart on a long text)."""
+    import bertkit
+
+    d = st_directory(minilm_2_layers, tmp_path / "m", max_seq_length=16)
+    (d / "0_Transformer").mkdir()
+    for f in d.iterdir():
+        if f.is_file() and f.name not in ("modules.json", "config_sentence_transformers.json",
+                                          "sentence_bert_config.json"):
+            f.rename(d / "0_Transformer" / f.name)
+    modules = json.loads((d / "modules.json").read_text())
+    (d / "modules.json").write_text(json.dumps([{**modules[0], "path": "0_Transformer"}, *modules[1:]]))
+    ref = st.SentenceTransformer(str(d), device="cpu")
+    ours = SentenceTransformer(d)
+    assert ref.max_seq_length == ours.max_seq_length == 512
+    want = ref.encode([LONG, TEXTS[0]], normalize_embeddings=True)
+    _same(ours.encode([LONG, TEXTS[0]], normalize_embeddings=True), want)
+    pipe = bertkit.pipeline("sentence-embedding", str(d), progress=False)
+    assert pipe.max_length == 512
+    _same(np.asarray(pipe([LONG, TEXTS[0]]), dtype=np.float32), want)
+
+
 def test_positions_past_512_without_a_model_max_length_cut_where_sentence_transformers_does(tmp_path, minilm_dir,
                                                                                           tiny_checkpoint):
     """A checkpoint of 1,024 positions whose tokenizer_config.json sets no model_max_length: transformers' tokenizer

@@ -1,7 +1,7 @@
 """What a sentence-transformers directory declares, read in one place.
 
 ``modules.json`` lists the modules (Transformer at "" or "0_Transformer", Pooling at 1_Pooling, Normalize at
-2_Normalize); ``sentence_bert_config.json`` holds max_seq_length (where texts are cut, unless its tokenizer_args
+2_Normalize); ``sentence_bert_config.json``, in the Transformer's directory, holds max_seq_length (where texts are cut, unless its tokenizer_args
 give a model_max_length) and do_lower_case; what else it sets that would change a vector is refused
 (``transformer_max_seq_length``);
 ``config_sentence_transformers.json`` the prompts, default_prompt_name, similarity_fn_name and truncate_dim (the
@@ -154,7 +154,7 @@ def read_directory(path: str | Path) -> SentenceDirectory:
     pooling = read_json(pooling_file)
     if pooling is None:
         raise FileNotFoundError(f"{pooling_file} is missing; {path / MODULES} lists a Pooling module there")
-    sbert_file = encoder_dir / SBERT_CONFIG if (encoder_dir / SBERT_CONFIG).is_file() else path / SBERT_CONFIG
+    sbert_file = encoder_dir / SBERT_CONFIG  # the Transformer module's own, as sentence-transformers reads it
     sbert = read_json(sbert_file) or {}
     st = read_json(path / ST_CONFIG) or {}
     max_seq_length = transformer_max_seq_length(sbert, sbert_file)
