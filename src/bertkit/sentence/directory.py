@@ -1,9 +1,9 @@
 """What a sentence-transformers directory declares, read in one place.
 
 ``modules.json`` lists the modules (Transformer at "" or "0_Transformer", Pooling at 1_Pooling, Normalize at
-2_Normalize); ``sentence_bert_config.json``, in the Transformer's directory, holds max_seq_length (where texts are cut, unless its tokenizer_args
-give a model_max_length) and do_lower_case; what else it sets that would change a vector is refused
-(``transformer_max_seq_length``);
+2_Normalize); ``sentence_bert_config.json``, in the Transformer's directory, holds max_seq_length (where texts are
+cut, unless its tokenizer_args give a model_max_length) and do_lower_case; what else it sets that would change a
+vector is refused (``transformer_max_seq_length``);
 ``config_sentence_transformers.json`` the prompts, default_prompt_name, similarity_fn_name and truncate_dim (the
 embedding's width), as sentence-transformers 6 writes them. ``SentenceTransformer``, the embedding pipelines (and
 so ``bertkit predict`` and ``bertkit serve``) and ``CrossEncoder`` read a directory through ``read_directory``, so
