@@ -822,6 +822,51 @@ def test_a_cross_encoders_max_length_is_its_tokenizers_model_max_length(st_dir, 
     assert ours.tokenizer.model_max_length == 24  # the save leaves it as it was
 
 
+def test_a_cross_encoder_directory_setting_what_bertkit_does_not_apply_is_refused(st_dir, tmp_path):
+    """sentence_bert_config.json's do_lower_case makes sentence-transformers' CrossEncoder lowercase both texts (logit
+    1.3826 against 1.3857 for this pair on a cased tokenizer), and its Transformer fails on a key it does not know;
+    bertkit's CrossEncoder and rerank pipeline (`bertkit serve --task rerank`) read only the file's max_seq_length and
+    scored the pair as given. Refused by name now, before the weights load, as a SentenceTransformer's file is; so is
+    a default prompt in the rerank pipeline, as in CrossEncoder."""
+    import bertkit
+
+    st_ce = pytest.importorskip("sentence_transformers.cross_encoder")
+    torch.manual_seed(0)
+    model = CrossEncoder(st_dir, activation_fn=torch.nn.Identity())
+    with torch.no_grad():
+        model.model.classifier.weight.mul_(50)  # a new classifier's logits are near 0 for any pair
+    d = model.save(tmp_path / "ce")
+    tokenizer = json.loads((d / "tokenizer.json").read_text(encoding="utf-8"))
+    tokenizer["normalizer"]["lowercase"] = False  # cased, so that lower-casing changes the tokens
+    (d / "tokenizer.json").write_text(json.dumps(tokenizer), encoding="utf-8")
+    config = json.loads((d / "tokenizer_config.json").read_text())
+    (d / "tokenizer_config.json").write_text(json.dumps({**config, "do_lower_case": False}))
+    pair = ("HOW MANY people LIVE in Berlin?", "BERLIN HAS 3.5 million inhabitants.")
+    sbert = json.loads((d / "sentence_bert_config.json").read_text())
+    cased = CrossEncoder(d).predict([pair])
+    _same(cased, st_ce.CrossEncoder(str(d), device="cpu").predict([pair], show_progress_bar=False), atol=1e-6)
+    (d / "sentence_bert_config.json").write_text(json.dumps({**sbert, "do_lower_case": True}))
+    lowered = st_ce.CrossEncoder(str(d), device="cpu").predict([pair], show_progress_bar=False)
+    assert np.abs(lowered - cased).max() > 1e-3
+    for load in (CrossEncoder, lambda d: bertkit.pipeline("rerank", str(d), progress=False)):
+        with pytest.raises(BertkitError, match=r"sentence_bert_config.json sets do_lower_case.*tokenizer_config.json"):
+            load(d)
+    (d / "sentence_bert_config.json").write_text(json.dumps({**sbert, "model_args": {"num_labels": 3}}))
+    with pytest.raises(BertkitError, match=r"sets \{'model_args.num_labels': 3\}, which bertkit does not apply"):
+        CrossEncoder(d)
+    # a default prompt, which sentence-transformers puts before each query: CrossEncoder refused it, the rerank
+    # pipeline scored the bare pairs
+    (d / "sentence_bert_config.json").write_text(json.dumps(sbert))
+    st_config = json.loads((d / "config_sentence_transformers.json").read_text())
+    (d / "config_sentence_transformers.json").write_text(json.dumps({**st_config, "prompts": {"query": "query: "},
+                                                                     "default_prompt_name": "query"}))
+    prompted = st_ce.CrossEncoder(str(d), device="cpu").predict([pair], show_progress_bar=False)
+    assert np.abs(prompted - cased).max() > 3e-4  # 1.3861 against 1.3857
+    for load in (CrossEncoder, lambda d: bertkit.pipeline("rerank", str(d), progress=False)):
+        with pytest.raises(BertkitError, match="sets default_prompt_name 'query'"):
+            load(d)
+
+
 def test_a_similarity_fn_name_sentence_transformers_does_not_support_is_refused_not_renamed(st_dir, tmp_path):
     """config_sentence_transformers.json's "dot_product" (or "maxsim"): sentence-transformers 6 ignores a name it does
     not support and scores with cosine; bertkit read "dot_product" as dot, so a model without Normalize scored other

@@ -32,8 +32,7 @@ from bertkit.outputs import atomic_write_json
 from bertkit.sentence.directory import (
     MODULES,
     SBERT_CONFIG,
-    ST_CONFIG,
-    declared_max_seq_length,
+    cross_encoder_max_seq_length,
     module_types,
     read_json,
     saved_activation,
@@ -111,20 +110,6 @@ def activation_from_name(name: str, where: str) -> nn.Module:
                            "activation_fn= when loading") from None
 
 
-def _refuse_default_prompt(path: Path) -> None:
-    """A directory whose config_sentence_transformers.json sets a default prompt: sentence-transformers 6 puts it
-    before every query, bertkit implements no cross-encoder prompts, and would score the bare pairs (0.5124 against
-    0.5127 for a SQuAD pair with "query: "), so it is refused rather than loaded."""
-    config = read_json(path / ST_CONFIG) or {}
-    name = config.get("default_prompt_name")
-    prompt = (config.get("prompts") or {}).get(name) if name is not None else None
-    if prompt:
-        raise BertkitError(f"{path / ST_CONFIG} sets default_prompt_name {name!r}: sentence-transformers puts its "
-                           f"prompt {prompt!r} before every query, and bertkit does not implement cross-encoder "
-                           "prompts; load it with sentence-transformers, or set default_prompt_name to null there and "
-                           "put the prompt before each query yourself")
-
-
 class CrossEncoder(ReferenceCalls, nn.Module):
     """A cross-encoder on bertkit's ``BertForSequenceClassification`` (``self.model``); see the module docstring.
     ``num_labels`` overrides the checkpoint's label count (a new classifier for a BERT checkpoint); ``max_length``
@@ -143,18 +128,18 @@ class CrossEncoder(ReferenceCalls, nn.Module):
         # sentence-transformers reads sentence_bert_config.json and config_sentence_transformers.json only beside a
         # modules.json; without one it loads the directory as a plain checkpoint (a max_seq_length 16 there cut pairs
         # at 16 in bertkit, at the tokenizer's 512 in sentence-transformers)
-        encoder_dir, declared = path, declared_max_seq_length(path) if modules is not None else None
+        encoder_dir, declared = path, None
         if types[:2] == ["Transformer", "Pooling"]:  # an embedder: its transformer with a new classifier
             # sentence-transformers' words; it reads neither the embedder's max_seq_length nor its prompts
             logger.warning("Converting SentenceTransformer model %s to CrossEncoder.", path)
-            encoder_dir, declared = path / modules[0].get("path", ""), None
+            encoder_dir = path / modules[0].get("path", "")
         elif types != ["Transformer"] or (modules or [{}])[0].get("path", "") not in ("", "."):
             raise BertkitError(f"{path / MODULES} lists the modules {types}; bertkit's CrossEncoder implements one "
                                "Transformer module at the top of the directory (a sequence classifier), or loads a "
                                "SentenceTransformer's (Transformer, Pooling...) with a new classifier; use "
                                "sentence-transformers for this model")
         elif modules is not None:
-            _refuse_default_prompt(path)
+            declared = cross_encoder_max_seq_length(path)
         if not (encoder_dir / "config.json").is_file():
             raise FileNotFoundError(f"cross-encoder directory {encoder_dir} has no config.json; pass a directory saved "
                                     "by CrossEncoder.save, sentence-transformers or transformers (or a BERT checkpoint)")
