@@ -822,6 +822,23 @@ def test_a_cross_encoders_max_length_is_its_tokenizers_model_max_length(st_dir, 
     assert ours.tokenizer.model_max_length == 24  # the save leaves it as it was
 
 
+def test_arguments_at_sentence_transformers_defaults_are_nothing_asked_for(models, st_dir):
+    """``SentenceTransformer(path, cache_folder=None, revision=None, ...)`` and ``encode(texts, pool=None)`` (a script
+    passing its own defaults through) work as in sentence-transformers; bertkit refused any value of an argument it
+    does not implement, None too, where its CrossEncoder took None as nothing asked for. A value is refused by name,
+    processor_kwargs (sentence-transformers 6's name for tokenizer_kwargs) included."""
+    ours, ref = models
+    defaults = dict.fromkeys(("cache_folder", "revision", "token", "model_kwargs", "processor_kwargs",
+                              "tokenizer_kwargs", "config_kwargs", "model_card_data"))
+    _same(SentenceTransformer(st_dir, **defaults).encode(TEXTS), ref.encode(TEXTS))
+    _same(ours.encode(TEXTS, pool=None, chunk_size=None), ref.encode(TEXTS, pool=None, chunk_size=None))
+    CrossEncoder(st_dir, **defaults)
+    with pytest.raises(BertkitError, match=r"SentenceTransformer\(processor_kwargs=...\) is not implemented"):
+        SentenceTransformer(st_dir, processor_kwargs={"model_max_length": 16})
+    with pytest.raises(BertkitError, match=r"SentenceTransformer\(cache_folder=...\) is not implemented"):
+        SentenceTransformer(st_dir, cache_folder="cache")
+
+
 def test_a_cross_encoder_directory_setting_what_bertkit_does_not_apply_is_refused(st_dir, tmp_path):
     """sentence_bert_config.json's do_lower_case makes sentence-transformers' CrossEncoder lowercase both texts (logit
     1.3826 against 1.3857 for this pair on a cased tokenizer), and its Transformer fails on a key it does not know;

@@ -59,9 +59,22 @@ _REFUSED_INIT = {
     "backend": "bertkit runs its own PyTorch encoder; for int8 use bertkit.pipeline(..., quantize='int8')",
     "model_kwargs": "bertkit builds its BertModel from config.json; drop this argument",
     "tokenizer_kwargs": "bertkit reads the tokenizer's settings from its files; drop this argument",
+    "processor_kwargs": "bertkit reads the tokenizer's settings from its files; drop this argument",
     "config_kwargs": "edit config.json, or set dropout on model.bert after loading",
     "model_card_data": "bertkit writes no model card; drop this argument",
 }
+
+
+def refuse_arguments(what: str, unknown: dict[str, Any], table: dict[str, str]) -> None:
+    """Refuse by name the arguments ``what`` was given that bertkit does not implement (``table``: what to do
+    instead) or does not know. One given as None is sentence-transformers' default, nothing asked for: a script that
+    passes its own defaults through (``cache_folder=args.cache_folder``) loads the model."""
+    for name, value in unknown.items():
+        if name in table:
+            if value is None:
+                continue
+            raise BertkitError(f"{what}({name}=...) is not implemented in bertkit: {table[name]}")
+        raise BertkitError(f"{what} got an unknown argument {name!r}")
 
 
 _TRAINER = ("train with SentenceTransformerTrainer (CrossEncoderTrainer, SparseEncoderTrainer), which fit() "
@@ -182,10 +195,7 @@ class SentenceTransformer(ReferenceCalls, Prompted, nn.Module):
                  similarity_fn_name: str | None = None, truncate_dim: int | None = None,
                  local_files_only: bool = True, **unknown: Any):
         super().__init__()
-        for name in unknown:
-            if name in _REFUSED_INIT:
-                raise BertkitError(f"SentenceTransformer({name}=...) is not implemented in bertkit: {_REFUSED_INIT[name]}")
-            raise BertkitError(f"SentenceTransformer got an unknown argument {name!r}")
+        refuse_arguments("SentenceTransformer", unknown, _REFUSED_INIT)
         if not local_files_only:
             raise BertkitError("bertkit.sentence loads local directories only; download the model and pass its path")
         path = Path(model_name_or_path)
@@ -335,6 +345,9 @@ class SentenceTransformer(ReferenceCalls, Prompted, nn.Module):
         ``quantize_embeddings`` does (int8/uint8 buckets from these embeddings)."""
         if "sentences" in unknown and inputs is None:  # sentence-transformers' name before 6
             inputs = unknown.pop("sentences")
+        for name in ("pool", "chunk_size"):  # multi-process encoding's; None (their default) asks for none
+            if name in unknown and unknown[name] is None:
+                del unknown[name]
         if unknown:
             extra = {"pool", "chunk_size"} & set(unknown)
             raise BertkitError(f"encode() got arguments bertkit does not implement: {sorted(unknown)}"

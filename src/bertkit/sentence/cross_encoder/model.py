@@ -39,7 +39,7 @@ from bertkit.sentence.directory import (
     tokenizer_limit,
     write_st_config,
 )
-from bertkit.sentence.model import ReferenceCalls, as_requested
+from bertkit.sentence.model import ReferenceCalls, as_requested, refuse_arguments
 from bertkit.staging import staged
 from bertkit.tokenization import AutoTokenizer
 from bertkit.tokenization.batch import truncation_lengths
@@ -78,15 +78,6 @@ _REFUSED_CALL = {
 GPU_HALF_WIDTH_MULTIPLE = 64
 
 
-def _refuse(what: str, unknown: dict[str, Any], table: dict[str, str]) -> None:
-    for name, value in unknown.items():
-        if name in table:
-            if value is None:  # sentence-transformers' default: nothing asked for
-                continue
-            raise BertkitError(f"{what}({name}=...) is not implemented in bertkit: {table[name]}")
-        raise BertkitError(f"{what} got an unknown argument {name!r}")
-
-
 def fullname(fn: Any) -> str:
     """The name sentence-transformers records for an activation (its ``util.fullname``): its class's, a function's
     too (``function``, ``builtin_function_or_method``: builtins bare). A function's own name
@@ -119,7 +110,7 @@ class CrossEncoder(ReferenceCalls, nn.Module):
                  max_length: int | None = None, activation_fn: Callable | None = None, device: str | None = None,
                  local_files_only: bool = True, **unknown: Any):
         super().__init__()
-        _refuse("CrossEncoder", unknown, _REFUSED_INIT)
+        refuse_arguments("CrossEncoder", unknown, _REFUSED_INIT)
         if not local_files_only:
             raise BertkitError("bertkit.sentence loads local directories only; download the model and pass its path")
         path = Path(model_name_or_path)
@@ -245,7 +236,7 @@ class CrossEncoder(ReferenceCalls, nn.Module):
         longest first in batches of ``batch_size`` and come back in their order. ``activation_fn`` (default: the
         model's) is applied to the logits; ``apply_softmax`` then normalises several labels' scores. No pairs give
         sentence-transformers' empty result: ``np.array([])`` (shape (0,), float64), ``torch.tensor([])`` or ``[]``."""
-        _refuse("predict", unknown, _REFUSED_CALL)
+        refuse_arguments("predict", unknown, _REFUSED_CALL)
         if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
             raise BertkitError(f"batch_size must be a whole number >= 1, got {batch_size!r}")
         if isinstance(inputs, np.ndarray):  # an (N, 2) or (2,) array of strings, as sentence-transformers takes
@@ -301,7 +292,7 @@ class CrossEncoder(ReferenceCalls, nn.Module):
              device: str | None = None, **unknown: Any) -> list[dict[str, Any]]:
         """The documents by score for ``query``, best first: ``[{"corpus_id", "score"(, "text")}, ...]``, the
         first ``top_k``. Needs a one-label model."""
-        _refuse("rank", unknown, _REFUSED_CALL)
+        refuse_arguments("rank", unknown, _REFUSED_CALL)
         if self.num_labels != 1:
             raise BertkitError(f"rank() needs a one-label cross-encoder; this one has {self.num_labels} labels: use "
                                "predict() on (query, document) pairs")
