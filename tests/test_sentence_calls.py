@@ -837,6 +837,11 @@ def test_arguments_at_sentence_transformers_defaults_are_nothing_asked_for(model
         SentenceTransformer(st_dir, processor_kwargs={"model_max_length": 16})
     with pytest.raises(BertkitError, match=r"SentenceTransformer\(cache_folder=...\) is not implemented"):
         SentenceTransformer(st_dir, cache_folder="cache")
+    # not a path: named (it was pathlib's "expected str, bytes or os.PathLike object, not NoneType")
+    with pytest.raises(BertkitError, match="SentenceTransformer takes the path of a local directory .*, got NoneType"):
+        SentenceTransformer(None)
+    with pytest.raises(BertkitError, match="CrossEncoder takes the path of a local directory .*, got int 5"):
+        CrossEncoder(5)
 
 
 def test_a_cross_encoder_directory_setting_what_bertkit_does_not_apply_is_refused(st_dir, tmp_path):

@@ -65,6 +65,15 @@ _REFUSED_INIT = {
 }
 
 
+def model_path(value: Any, what: str) -> Path:
+    """``value`` as the local directory ``what`` loads from; anything but a str or path (None: sentence-transformers'
+    empty model, to build from modules) is refused naming it."""
+    if not isinstance(value, (str, os.PathLike)):
+        raise BertkitError(f"{what} takes the path of a local directory (a str or Path), got {type(value).__name__} "
+                           f"{str(value)[:60]}")
+    return Path(value)
+
+
 def refuse_arguments(what: str, unknown: dict[str, Any], table: dict[str, str]) -> None:
     """Refuse by name the arguments ``what`` was given that bertkit does not implement (``table``: what to do
     instead) or does not know. One given as None is sentence-transformers' default, nothing asked for: a script that
@@ -198,7 +207,7 @@ class SentenceTransformer(ReferenceCalls, Prompted, nn.Module):
         refuse_arguments("SentenceTransformer", unknown, _REFUSED_INIT)
         if not local_files_only:
             raise BertkitError("bertkit.sentence loads local directories only; download the model and pass its path")
-        path = Path(model_name_or_path)
+        path = model_path(model_name_or_path, "SentenceTransformer")
         if not path.is_dir():
             raise FileNotFoundError(f"sentence-transformers directory {path} does not exist; pass a directory with "
                                     f"{MODULES} (or a BERT checkpoint directory with config.json)")

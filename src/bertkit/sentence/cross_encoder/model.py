@@ -39,7 +39,7 @@ from bertkit.sentence.directory import (
     tokenizer_limit,
     write_st_config,
 )
-from bertkit.sentence.model import ReferenceCalls, as_requested, refuse_arguments
+from bertkit.sentence.model import ReferenceCalls, as_requested, model_path, refuse_arguments
 from bertkit.staging import staged
 from bertkit.tokenization import AutoTokenizer
 from bertkit.tokenization.batch import truncation_lengths
@@ -113,7 +113,7 @@ class CrossEncoder(ReferenceCalls, nn.Module):
         refuse_arguments("CrossEncoder", unknown, _REFUSED_INIT)
         if not local_files_only:
             raise BertkitError("bertkit.sentence loads local directories only; download the model and pass its path")
-        path = Path(model_name_or_path)
+        path = model_path(model_name_or_path, "CrossEncoder")
         modules = read_json(path / MODULES)
         types = module_types(modules) if modules is not None else ["Transformer"]
         # sentence-transformers reads sentence_bert_config.json and config_sentence_transformers.json only beside a

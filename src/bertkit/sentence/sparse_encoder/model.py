@@ -38,7 +38,7 @@ from bertkit.sentence.directory import (
     token_limit,
     write_st_config,
 )
-from bertkit.sentence.model import _REFUSED_INIT, ReferenceCalls, refuse_arguments, texts_of
+from bertkit.sentence.model import _REFUSED_INIT, ReferenceCalls, model_path, refuse_arguments, texts_of
 from bertkit.sentence.prompts import Prompted
 from bertkit.sentence.sparse_encoder.modules import (
     MLMTransformer,
@@ -131,7 +131,7 @@ class SparseEncoder(ReferenceCalls, Prompted, nn.Sequential):
             raise BertkitError("SparseEncoder takes a directory (model_name_or_path) or modules=[...], one of them")
         saved: dict[str, Any] = {}
         if modules is None:
-            path = Path(model_name_or_path)
+            path = model_path(model_name_or_path, "SparseEncoder")
             if not path.is_dir():
                 raise FileNotFoundError(f"sparse encoder directory {path} does not exist; pass a directory with "
                                         f"{MODULES} (or a checkpoint directory with a masked-LM head)")
