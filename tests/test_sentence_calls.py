@@ -130,6 +130,9 @@ def test_a_text_pair_is_refused_by_name(models):
     ours, _ = models
     with pytest.raises(BertkitError, match="input 0 is the text pair .* not implemented"):
         ours.encode([("a question", "a passage")])
+    # a 2-D string array's rows are pairs there too (bertkit named only the ndarray's type)
+    with pytest.raises(BertkitError, match="input 0 is the text pair .* not implemented"):
+        ours.encode(np.array([["a question", "a passage"], ["another", "pair"]]))
 
 
 @pytest.mark.parametrize(("prompts", "default_prompt_name"), [

@@ -142,7 +142,8 @@ def texts_of(inputs: Any) -> tuple[list[str], bool]:
     model's: a list, tuple or string array (or a ``datasets`` column) is a batch; a str or a dict ``{"text": str}``
     (its text modality, as a row of a dataset whose one column is "text") is one input. What it cannot embed as a
     text is refused naming the input: a dict with other keys (a dataset row with more columns), a (text, text) pair
-    (which it encodes as one sequence; bertkit.sentence does not), a chat message, a non-string."""
+    or a 2-D string array's row of two (which it encodes as one sequence; bertkit.sentence does not), a chat message,
+    a non-string."""
     if isinstance(inputs, AbstractSet):  # sentence-transformers refuses one too
         raise BertkitError(f"encode() got a {type(inputs).__name__} of {len(inputs)} texts: a set has no order, so its "
                            "vectors could not be matched back to its texts; pass a list (encode(sorted(texts)))")
@@ -171,7 +172,7 @@ def _text(item: Any, where: str) -> str:
                            "nothing else (sentence-transformers 6 refuses other keys too), so a dataset row with other "
                            f"columns is not embedded whole: embed its column, encode(row[{column!r}]) or "
                            f"encode(dataset[{column!r}])")
-    if isinstance(item, (tuple, list)) and len(item) == 2 and all(isinstance(x, str) for x in item):
+    if isinstance(item, (tuple, list, np.ndarray)) and len(item) == 2 and all(isinstance(x, str) for x in item):
         raise BertkitError(f"encode() {where} is the text pair {str(item)[:80]}; embedding a pair as one sequence is "
                            "not implemented in bertkit.sentence: embed each text, or score the pair with a CrossEncoder")
     raise BertkitError(f"encode() {where} is {type(item).__name__} {str(item)[:60]!r}; encode takes strings (or "
