@@ -130,6 +130,9 @@ def test_a_text_pair_is_refused_by_name(models):
     ours, _ = models
     with pytest.raises(BertkitError, match="input 0 is the text pair .* not implemented"):
         ours.encode([("a question", "a passage")])
+    # a 2-D string array's rows are pairs there too (bertkit named only the ndarray's type)
+    with pytest.raises(BertkitError, match="input 0 is the text pair .* not implemented"):
+        ours.encode(np.array([["a question", "a passage"], ["another", "pair"]]))
 
 
 @pytest.mark.parametrize(("prompts", "default_prompt_name"), [
@@ -453,6 +456,30 @@ def test_the_pipeline_reads_the_older_layout_with_the_encoder_in_0_transformer(t
     assert (pipe.max_length, pipe.prompt) == (32, "query: ")
     _same(np.asarray(pipe([LONG, TEXTS[0]]), dtype=np.float32), want)
     assert FeatureExtractionPipeline.tokenizer_of(d)("hi")["input_ids"] == ref.tokenizer("hi")["input_ids"]
+
+
+def test_a_sentence_bert_config_beside_modules_json_is_not_the_0_transformers(tmp_path, minilm_2_layers):
+    """In the older layout sentence-transformers reads the Transformer's sentence_bert_config.json from 0_Transformer/
+    only; one at the top (max_seq_length 16 here) is no module's file. bertkit read it when 0_Transformer/ had none and
+    cut texts at 16 where sentence-transformers cuts at the tokenizer's 512 (vectors 1.7 apart on a long text)."""
+    import bertkit
+
+    d = st_directory(minilm_2_layers, tmp_path / "m", max_seq_length=16)
+    (d / "0_Transformer").mkdir()
+    for f in d.iterdir():
+        if f.is_file() and f.name not in ("modules.json", "config_sentence_transformers.json",
+                                          "sentence_bert_config.json"):
+            f.rename(d / "0_Transformer" / f.name)
+    modules = json.loads((d / "modules.json").read_text())
+    (d / "modules.json").write_text(json.dumps([{**modules[0], "path": "0_Transformer"}, *modules[1:]]))
+    ref = st.SentenceTransformer(str(d), device="cpu")
+    ours = SentenceTransformer(d)
+    assert ref.max_seq_length == ours.max_seq_length == 512
+    want = ref.encode([LONG, TEXTS[0]], normalize_embeddings=True)
+    _same(ours.encode([LONG, TEXTS[0]], normalize_embeddings=True), want)
+    pipe = bertkit.pipeline("sentence-embedding", str(d), progress=False)
+    assert pipe.max_length == 512
+    _same(np.asarray(pipe([LONG, TEXTS[0]]), dtype=np.float32), want)
 
 
 def test_positions_past_512_without_a_model_max_length_cut_where_sentence_transformers_does(tmp_path, minilm_dir,
@@ -796,6 +823,73 @@ def test_a_cross_encoders_max_length_is_its_tokenizers_model_max_length(st_dir, 
     assert st_ce.CrossEncoder(str(tmp_path / "saved"), device="cpu").max_seq_length == CrossEncoder(
         tmp_path / "saved").max_length == 24
     assert ours.tokenizer.model_max_length == 24  # the save leaves it as it was
+
+
+def test_arguments_at_sentence_transformers_defaults_are_nothing_asked_for(models, st_dir):
+    """``SentenceTransformer(path, cache_folder=None, revision=None, ...)`` and ``encode(texts, pool=None)`` (a script
+    passing its own defaults through) work as in sentence-transformers; bertkit refused any value of an argument it
+    does not implement, None too, where its CrossEncoder took None as nothing asked for. A value is refused by name,
+    processor_kwargs (sentence-transformers 6's name for tokenizer_kwargs) included."""
+    ours, ref = models
+    defaults = dict.fromkeys(("cache_folder", "revision", "token", "model_kwargs", "processor_kwargs",
+                              "tokenizer_kwargs", "config_kwargs", "model_card_data"))
+    _same(SentenceTransformer(st_dir, **defaults).encode(TEXTS), ref.encode(TEXTS))
+    _same(ours.encode(TEXTS, pool=None, chunk_size=None), ref.encode(TEXTS, pool=None, chunk_size=None))
+    CrossEncoder(st_dir, **defaults)
+    with pytest.raises(BertkitError, match=r"SentenceTransformer\(processor_kwargs=...\) is not implemented"):
+        SentenceTransformer(st_dir, processor_kwargs={"model_max_length": 16})
+    with pytest.raises(BertkitError, match=r"SentenceTransformer\(cache_folder=...\) is not implemented"):
+        SentenceTransformer(st_dir, cache_folder="cache")
+    # not a path: named (it was pathlib's "expected str, bytes or os.PathLike object, not NoneType")
+    with pytest.raises(BertkitError, match="SentenceTransformer takes the path of a local directory .*, got NoneType"):
+        SentenceTransformer(None)
+    with pytest.raises(BertkitError, match="CrossEncoder takes the path of a local directory .*, got int 5"):
+        CrossEncoder(5)
+
+
+def test_a_cross_encoder_directory_setting_what_bertkit_does_not_apply_is_refused(st_dir, tmp_path):
+    """sentence_bert_config.json's do_lower_case makes sentence-transformers' CrossEncoder lowercase both texts (logit
+    1.3826 against 1.3857 for this pair on a cased tokenizer), and its Transformer fails on a key it does not know;
+    bertkit's CrossEncoder and rerank pipeline (`bertkit serve --task rerank`) read only the file's max_seq_length and
+    scored the pair as given. Refused by name now, before the weights load, as a SentenceTransformer's file is; so is
+    a default prompt in the rerank pipeline, as in CrossEncoder."""
+    import bertkit
+
+    st_ce = pytest.importorskip("sentence_transformers.cross_encoder")
+    torch.manual_seed(0)
+    model = CrossEncoder(st_dir, activation_fn=torch.nn.Identity())
+    with torch.no_grad():
+        model.model.classifier.weight.mul_(50)  # a new classifier's logits are near 0 for any pair
+    d = model.save(tmp_path / "ce")
+    tokenizer = json.loads((d / "tokenizer.json").read_text(encoding="utf-8"))
+    tokenizer["normalizer"]["lowercase"] = False  # cased, so that lower-casing changes the tokens
+    (d / "tokenizer.json").write_text(json.dumps(tokenizer), encoding="utf-8")
+    config = json.loads((d / "tokenizer_config.json").read_text())
+    (d / "tokenizer_config.json").write_text(json.dumps({**config, "do_lower_case": False}))
+    pair = ("HOW MANY people LIVE in Berlin?", "BERLIN HAS 3.5 million inhabitants.")
+    sbert = json.loads((d / "sentence_bert_config.json").read_text())
+    cased = CrossEncoder(d).predict([pair])
+    _same(cased, st_ce.CrossEncoder(str(d), device="cpu").predict([pair], show_progress_bar=False), atol=1e-6)
+    (d / "sentence_bert_config.json").write_text(json.dumps({**sbert, "do_lower_case": True}))
+    lowered = st_ce.CrossEncoder(str(d), device="cpu").predict([pair], show_progress_bar=False)
+    assert np.abs(lowered - cased).max() > 1e-3
+    for load in (CrossEncoder, lambda d: bertkit.pipeline("rerank", str(d), progress=False)):
+        with pytest.raises(BertkitError, match=r"sentence_bert_config.json sets do_lower_case.*tokenizer_config.json"):
+            load(d)
+    (d / "sentence_bert_config.json").write_text(json.dumps({**sbert, "model_args": {"num_labels": 3}}))
+    with pytest.raises(BertkitError, match=r"sets \{'model_args.num_labels': 3\}, which bertkit does not apply"):
+        CrossEncoder(d)
+    # a default prompt, which sentence-transformers puts before each query: CrossEncoder refused it, the rerank
+    # pipeline scored the bare pairs
+    (d / "sentence_bert_config.json").write_text(json.dumps(sbert))
+    st_config = json.loads((d / "config_sentence_transformers.json").read_text())
+    (d / "config_sentence_transformers.json").write_text(json.dumps({**st_config, "prompts": {"query": "query: "},
+                                                                     "default_prompt_name": "query"}))
+    prompted = st_ce.CrossEncoder(str(d), device="cpu").predict([pair], show_progress_bar=False)
+    assert np.abs(prompted - cased).max() > 3e-4  # 1.3861 against 1.3857
+    for load in (CrossEncoder, lambda d: bertkit.pipeline("rerank", str(d), progress=False)):
+        with pytest.raises(BertkitError, match="sets default_prompt_name 'query'"):
+            load(d)
 
 
 def test_a_similarity_fn_name_sentence_transformers_does_not_support_is_refused_not_renamed(st_dir, tmp_path):

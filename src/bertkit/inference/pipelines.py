@@ -29,7 +29,7 @@ from bertkit.inference.base import Pipeline, refuse_empty_text, softmax
 from bertkit.modeling import BertModel
 from bertkit.sentence.directory import (
     SentenceDirectory,
-    declared_max_seq_length,
+    cross_encoder_max_seq_length,
     read_directory,
     saved_activation,
 )
@@ -253,8 +253,9 @@ class RerankPipeline(TextClassificationPipeline):
         """A cross-encoder directory's pairs are cut at the max_seq_length its sentence_bert_config.json declares, else
         the tokenizer's model_max_length (``max_length`` given wins): where its ``CrossEncoder`` cuts them, and where TEI
         does, which reads that file without a modules.json too (sentence-transformers and ``CrossEncoder`` do not)."""
+        declared = cross_encoder_max_seq_length(Path(model_dir))  # whether or not max_length is given: it refuses
         if kwargs.get("max_length") is None:
-            kwargs["max_length"] = declared_max_seq_length(model_dir)
+            kwargs["max_length"] = declared
         pipe = super().from_pretrained(model_dir, **kwargs)
         named = saved_activation(Path(model_dir), pipe.model.config.extra)
         if pipe.relevant is None and named and named.rsplit(".", 1)[-1] != "Sigmoid":

@@ -1,9 +1,9 @@
 """What a sentence-transformers directory declares, read in one place.
 
 ``modules.json`` lists the modules (Transformer at "" or "0_Transformer", Pooling at 1_Pooling, Normalize at
-2_Normalize); ``sentence_bert_config.json`` holds max_seq_length (where texts are cut, unless its tokenizer_args
-give a model_max_length) and do_lower_case; what else it sets that would change a vector is refused
-(``transformer_max_seq_length``);
+2_Normalize); ``sentence_bert_config.json``, in the Transformer's directory, holds max_seq_length (where texts are
+cut, unless its tokenizer_args give a model_max_length) and do_lower_case; what else it sets that would change a
+vector is refused (``transformer_max_seq_length``);
 ``config_sentence_transformers.json`` the prompts, default_prompt_name, similarity_fn_name and truncate_dim (the
 embedding's width), as sentence-transformers 6 writes them. ``SentenceTransformer``, the embedding pipelines (and
 so ``bertkit predict`` and ``bertkit serve``) and ``CrossEncoder`` read a directory through ``read_directory``, so
@@ -36,6 +36,9 @@ _TRANSFORMER_DEFAULTS = {"transformer_task": "feature-extraction", "module_outpu
 _TOKENIZER_ARGS, _MODEL_ARGS = ("tokenizer_args", "processor_kwargs"), ("model_args", "model_kwargs", "config_args",
                                                                        "config_kwargs")
 _NO_EFFECT = {"unpad_inputs", "trust_remote_code", "attn_implementation"}  # speed or loading only; the same numbers
+# a cross-encoder's Transformer, as sentence-transformers 6 writes it: the classifier's logits are its scores
+_CROSS_ENCODER_KEYS = {"transformer_task": "sequence-classification", "module_output_name": "scores",
+                       "modality_config": {"text": {"method": "forward", "method_output_name": "logits"}}}
 
 
 def token_limit(name: str, value: Any, positions: int, least: int = 2) -> int:
@@ -154,7 +157,7 @@ def read_directory(path: str | Path) -> SentenceDirectory:
     pooling = read_json(pooling_file)
     if pooling is None:
         raise FileNotFoundError(f"{pooling_file} is missing; {path / MODULES} lists a Pooling module there")
-    sbert_file = encoder_dir / SBERT_CONFIG if (encoder_dir / SBERT_CONFIG).is_file() else path / SBERT_CONFIG
+    sbert_file = encoder_dir / SBERT_CONFIG  # the Transformer module's own, as sentence-transformers reads it
     sbert = read_json(sbert_file) or {}
     st = read_json(path / ST_CONFIG) or {}
     max_seq_length = transformer_max_seq_length(sbert, sbert_file)
@@ -188,6 +191,38 @@ def transformer_max_seq_length(sbert: dict[str, Any], sbert_file: Path,
                            "text cut at max_seq_length; move a tokenizer setting (do_lower_case, strip_accents) to "
                            "tokenizer_config.json, remove what the model does not need, or use sentence-transformers")
     return _declared_length(sbert, sbert_file)
+
+
+def cross_encoder_max_seq_length(directory: Path) -> int | None:
+    """Where a cross-encoder ``directory``'s pairs are cut, as its sentence_bert_config.json declares it (None: the
+    tokenizer's model_max_length), for ``CrossEncoder`` and the rerank pipeline. What the directory sets that
+    bertkit's CrossEncoder does not apply is refused rather than loaded: another transformer_task (no classifier), the
+    file's do_lower_case (sentence-transformers lowercases both texts of each pair; bertkit scored them as given), a
+    setting a SentenceTransformer's file is refused for (``transformer_max_seq_length``), and a default prompt in
+    config_sentence_transformers.json (sentence-transformers puts it before every query; bertkit implements no
+    cross-encoder prompts and scored the bare pairs, 0.5124 against 0.5127 for a SQuAD pair with "query: ")."""
+    sbert_file = directory / SBERT_CONFIG
+    sbert = read_json(sbert_file) or {}
+    task = sbert.get("transformer_task", _CROSS_ENCODER_KEYS["transformer_task"])
+    if task != _CROSS_ENCODER_KEYS["transformer_task"]:  # an embedder's ("feature-extraction"), a sparse encoder's
+        raise BertkitError(f"{sbert_file}: transformer_task {task!r} is not a cross-encoder's (sequence-classification), "
+                           "so this directory holds no classifier to score pairs with: serve an embedder's as "
+                           "sentence-embedding (CrossEncoder(path) gives its encoder a new classifier to train), a "
+                           "sparse encoder's as sparse-embedding")
+    if sbert.get("do_lower_case"):
+        raise BertkitError(f"{sbert_file} sets do_lower_case, which bertkit's CrossEncoder does not apply "
+                           "(sentence-transformers lowercases both texts of each pair): set it in the tokenizer's "
+                           "files instead (do_lower_case in tokenizer_config.json, lowercase in tokenizer.json's "
+                           "normalizer) and remove it here, or use sentence-transformers")
+    config = read_json(directory / ST_CONFIG) or {}
+    name = config.get("default_prompt_name")
+    prompt = (config.get("prompts") or {}).get(name) if name is not None else None
+    if prompt:
+        raise BertkitError(f"{directory / ST_CONFIG} sets default_prompt_name {name!r}: sentence-transformers puts its "
+                           f"prompt {prompt!r} before every query, and bertkit does not implement cross-encoder "
+                           "prompts; load it with sentence-transformers, or set default_prompt_name to null there and "
+                           "put the prompt before each query yourself")
+    return transformer_max_seq_length(sbert, sbert_file, _CROSS_ENCODER_KEYS)
 
 
 def declared_max_seq_length(directory: str | Path) -> int | None:

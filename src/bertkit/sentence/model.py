@@ -59,9 +59,31 @@ _REFUSED_INIT = {
     "backend": "bertkit runs its own PyTorch encoder; for int8 use bertkit.pipeline(..., quantize='int8')",
     "model_kwargs": "bertkit builds its BertModel from config.json; drop this argument",
     "tokenizer_kwargs": "bertkit reads the tokenizer's settings from its files; drop this argument",
+    "processor_kwargs": "bertkit reads the tokenizer's settings from its files; drop this argument",
     "config_kwargs": "edit config.json, or set dropout on model.bert after loading",
     "model_card_data": "bertkit writes no model card; drop this argument",
 }
+
+
+def model_path(value: Any, what: str) -> Path:
+    """``value`` as the local directory ``what`` loads from; anything but a str or path (None: sentence-transformers'
+    empty model, to build from modules) is refused naming it."""
+    if not isinstance(value, (str, os.PathLike)):
+        raise BertkitError(f"{what} takes the path of a local directory (a str or Path), got {type(value).__name__} "
+                           f"{str(value)[:60]}")
+    return Path(value)
+
+
+def refuse_arguments(what: str, unknown: dict[str, Any], table: dict[str, str]) -> None:
+    """Refuse by name the arguments ``what`` was given that bertkit does not implement (``table``: what to do
+    instead) or does not know. One given as None is sentence-transformers' default, nothing asked for: a script that
+    passes its own defaults through (``cache_folder=args.cache_folder``) loads the model."""
+    for name, value in unknown.items():
+        if name in table:
+            if value is None:
+                continue
+            raise BertkitError(f"{what}({name}=...) is not implemented in bertkit: {table[name]}")
+        raise BertkitError(f"{what} got an unknown argument {name!r}")
 
 
 _TRAINER = ("train with SentenceTransformerTrainer (CrossEncoderTrainer, SparseEncoderTrainer), which fit() "
@@ -120,7 +142,8 @@ def texts_of(inputs: Any) -> tuple[list[str], bool]:
     model's: a list, tuple or string array (or a ``datasets`` column) is a batch; a str or a dict ``{"text": str}``
     (its text modality, as a row of a dataset whose one column is "text") is one input. What it cannot embed as a
     text is refused naming the input: a dict with other keys (a dataset row with more columns), a (text, text) pair
-    (which it encodes as one sequence; bertkit.sentence does not), a chat message, a non-string."""
+    or a 2-D string array's row of two (which it encodes as one sequence; bertkit.sentence does not), a chat message,
+    a non-string."""
     if isinstance(inputs, AbstractSet):  # sentence-transformers refuses one too
         raise BertkitError(f"encode() got a {type(inputs).__name__} of {len(inputs)} texts: a set has no order, so its "
                            "vectors could not be matched back to its texts; pass a list (encode(sorted(texts)))")
@@ -149,7 +172,7 @@ def _text(item: Any, where: str) -> str:
                            "nothing else (sentence-transformers 6 refuses other keys too), so a dataset row with other "
                            f"columns is not embedded whole: embed its column, encode(row[{column!r}]) or "
                            f"encode(dataset[{column!r}])")
-    if isinstance(item, (tuple, list)) and len(item) == 2 and all(isinstance(x, str) for x in item):
+    if isinstance(item, (tuple, list, np.ndarray)) and len(item) == 2 and all(isinstance(x, str) for x in item):
         raise BertkitError(f"encode() {where} is the text pair {str(item)[:80]}; embedding a pair as one sequence is "
                            "not implemented in bertkit.sentence: embed each text, or score the pair with a CrossEncoder")
     raise BertkitError(f"encode() {where} is {type(item).__name__} {str(item)[:60]!r}; encode takes strings (or "
@@ -182,13 +205,10 @@ class SentenceTransformer(ReferenceCalls, Prompted, nn.Module):
                  similarity_fn_name: str | None = None, truncate_dim: int | None = None,
                  local_files_only: bool = True, **unknown: Any):
         super().__init__()
-        for name in unknown:
-            if name in _REFUSED_INIT:
-                raise BertkitError(f"SentenceTransformer({name}=...) is not implemented in bertkit: {_REFUSED_INIT[name]}")
-            raise BertkitError(f"SentenceTransformer got an unknown argument {name!r}")
+        refuse_arguments("SentenceTransformer", unknown, _REFUSED_INIT)
         if not local_files_only:
             raise BertkitError("bertkit.sentence loads local directories only; download the model and pass its path")
-        path = Path(model_name_or_path)
+        path = model_path(model_name_or_path, "SentenceTransformer")
         if not path.is_dir():
             raise FileNotFoundError(f"sentence-transformers directory {path} does not exist; pass a directory with "
                                     f"{MODULES} (or a BERT checkpoint directory with config.json)")
@@ -335,6 +355,9 @@ class SentenceTransformer(ReferenceCalls, Prompted, nn.Module):
         ``quantize_embeddings`` does (int8/uint8 buckets from these embeddings)."""
         if "sentences" in unknown and inputs is None:  # sentence-transformers' name before 6
             inputs = unknown.pop("sentences")
+        for name in ("pool", "chunk_size"):  # multi-process encoding's; None (their default) asks for none
+            if name in unknown and unknown[name] is None:
+                del unknown[name]
         if unknown:
             extra = {"pool", "chunk_size"} & set(unknown)
             raise BertkitError(f"encode() got arguments bertkit does not implement: {sorted(unknown)}"

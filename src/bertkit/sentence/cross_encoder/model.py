@@ -32,15 +32,14 @@ from bertkit.outputs import atomic_write_json
 from bertkit.sentence.directory import (
     MODULES,
     SBERT_CONFIG,
-    ST_CONFIG,
-    declared_max_seq_length,
+    cross_encoder_max_seq_length,
     module_types,
     read_json,
     saved_activation,
     tokenizer_limit,
     write_st_config,
 )
-from bertkit.sentence.model import ReferenceCalls, as_requested
+from bertkit.sentence.model import ReferenceCalls, as_requested, model_path, refuse_arguments
 from bertkit.staging import staged
 from bertkit.tokenization import AutoTokenizer
 from bertkit.tokenization.batch import truncation_lengths
@@ -79,15 +78,6 @@ _REFUSED_CALL = {
 GPU_HALF_WIDTH_MULTIPLE = 64
 
 
-def _refuse(what: str, unknown: dict[str, Any], table: dict[str, str]) -> None:
-    for name, value in unknown.items():
-        if name in table:
-            if value is None:  # sentence-transformers' default: nothing asked for
-                continue
-            raise BertkitError(f"{what}({name}=...) is not implemented in bertkit: {table[name]}")
-        raise BertkitError(f"{what} got an unknown argument {name!r}")
-
-
 def fullname(fn: Any) -> str:
     """The name sentence-transformers records for an activation (its ``util.fullname``): its class's, a function's
     too (``function``, ``builtin_function_or_method``: builtins bare). A function's own name
@@ -111,20 +101,6 @@ def activation_from_name(name: str, where: str) -> nn.Module:
                            "activation_fn= when loading") from None
 
 
-def _refuse_default_prompt(path: Path) -> None:
-    """A directory whose config_sentence_transformers.json sets a default prompt: sentence-transformers 6 puts it
-    before every query, bertkit implements no cross-encoder prompts, and would score the bare pairs (0.5124 against
-    0.5127 for a SQuAD pair with "query: "), so it is refused rather than loaded."""
-    config = read_json(path / ST_CONFIG) or {}
-    name = config.get("default_prompt_name")
-    prompt = (config.get("prompts") or {}).get(name) if name is not None else None
-    if prompt:
-        raise BertkitError(f"{path / ST_CONFIG} sets default_prompt_name {name!r}: sentence-transformers puts its "
-                           f"prompt {prompt!r} before every query, and bertkit does not implement cross-encoder "
-                           "prompts; load it with sentence-transformers, or set default_prompt_name to null there and "
-                           "put the prompt before each query yourself")
-
-
 class CrossEncoder(ReferenceCalls, nn.Module):
     """A cross-encoder on bertkit's ``BertForSequenceClassification`` (``self.model``); see the module docstring.
     ``num_labels`` overrides the checkpoint's label count (a new classifier for a BERT checkpoint); ``max_length``
@@ -134,27 +110,27 @@ class CrossEncoder(ReferenceCalls, nn.Module):
                  max_length: int | None = None, activation_fn: Callable | None = None, device: str | None = None,
                  local_files_only: bool = True, **unknown: Any):
         super().__init__()
-        _refuse("CrossEncoder", unknown, _REFUSED_INIT)
+        refuse_arguments("CrossEncoder", unknown, _REFUSED_INIT)
         if not local_files_only:
             raise BertkitError("bertkit.sentence loads local directories only; download the model and pass its path")
-        path = Path(model_name_or_path)
+        path = model_path(model_name_or_path, "CrossEncoder")
         modules = read_json(path / MODULES)
         types = module_types(modules) if modules is not None else ["Transformer"]
         # sentence-transformers reads sentence_bert_config.json and config_sentence_transformers.json only beside a
         # modules.json; without one it loads the directory as a plain checkpoint (a max_seq_length 16 there cut pairs
         # at 16 in bertkit, at the tokenizer's 512 in sentence-transformers)
-        encoder_dir, declared = path, declared_max_seq_length(path) if modules is not None else None
+        encoder_dir, declared = path, None
         if types[:2] == ["Transformer", "Pooling"]:  # an embedder: its transformer with a new classifier
             # sentence-transformers' words; it reads neither the embedder's max_seq_length nor its prompts
             logger.warning("Converting SentenceTransformer model %s to CrossEncoder.", path)
-            encoder_dir, declared = path / modules[0].get("path", ""), None
+            encoder_dir = path / modules[0].get("path", "")
         elif types != ["Transformer"] or (modules or [{}])[0].get("path", "") not in ("", "."):
             raise BertkitError(f"{path / MODULES} lists the modules {types}; bertkit's CrossEncoder implements one "
                                "Transformer module at the top of the directory (a sequence classifier), or loads a "
                                "SentenceTransformer's (Transformer, Pooling...) with a new classifier; use "
                                "sentence-transformers for this model")
         elif modules is not None:
-            _refuse_default_prompt(path)
+            declared = cross_encoder_max_seq_length(path)
         if not (encoder_dir / "config.json").is_file():
             raise FileNotFoundError(f"cross-encoder directory {encoder_dir} has no config.json; pass a directory saved "
                                     "by CrossEncoder.save, sentence-transformers or transformers (or a BERT checkpoint)")
@@ -260,7 +236,7 @@ class CrossEncoder(ReferenceCalls, nn.Module):
         longest first in batches of ``batch_size`` and come back in their order. ``activation_fn`` (default: the
         model's) is applied to the logits; ``apply_softmax`` then normalises several labels' scores. No pairs give
         sentence-transformers' empty result: ``np.array([])`` (shape (0,), float64), ``torch.tensor([])`` or ``[]``."""
-        _refuse("predict", unknown, _REFUSED_CALL)
+        refuse_arguments("predict", unknown, _REFUSED_CALL)
         if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
             raise BertkitError(f"batch_size must be a whole number >= 1, got {batch_size!r}")
         if isinstance(inputs, np.ndarray):  # an (N, 2) or (2,) array of strings, as sentence-transformers takes
@@ -318,7 +294,7 @@ class CrossEncoder(ReferenceCalls, nn.Module):
         """The documents by score for ``query``, best first: ``[{"corpus_id", "score"(, "text")}, ...]``, the
         first ``top_k``. Needs a one-label model. ``apply_softmax`` is accepted and ignored, as sentence-transformers
         6 does (a softmax over one label is 1)."""
-        _refuse("rank", unknown, _REFUSED_CALL)
+        refuse_arguments("rank", unknown, _REFUSED_CALL)
         if apply_softmax is not None:
             logger.warning("CrossEncoder.rank's apply_softmax has no effect (rank needs a one-label model, whose "
                            "softmax is 1), as in sentence-transformers 6: leave it out")

@@ -38,7 +38,7 @@ from bertkit.sentence.directory import (
     token_limit,
     write_st_config,
 )
-from bertkit.sentence.model import _REFUSED_INIT, ReferenceCalls, texts_of
+from bertkit.sentence.model import _REFUSED_INIT, ReferenceCalls, model_path, refuse_arguments, texts_of
 from bertkit.sentence.prompts import Prompted
 from bertkit.sentence.sparse_encoder.modules import (
     MLMTransformer,
@@ -124,18 +124,14 @@ class SparseEncoder(ReferenceCalls, Prompted, nn.Sequential):
                  device: str | None = None, prompts: dict[str, str] | None = None,
                  default_prompt_name: str | None = None, similarity_fn_name: str | None = None,
                  max_active_dims: int | None = None, local_files_only: bool = True, **unknown: Any):
-        for name in unknown:
-            if name in _REFUSED_INIT or name == "processor_kwargs":
-                raise BertkitError(f"SparseEncoder({name}=...) is not implemented in bertkit: "
-                                   f"{_REFUSED_INIT.get(name, 'bertkit reads the tokenizer settings from its files')}")
-            raise BertkitError(f"SparseEncoder got an unknown argument {name!r}")
+        refuse_arguments("SparseEncoder", unknown, _REFUSED_INIT)
         if not local_files_only:
             raise BertkitError("bertkit.sentence loads local directories only; download the model and pass its path")
         if (model_name_or_path is None) == (modules is None):
             raise BertkitError("SparseEncoder takes a directory (model_name_or_path) or modules=[...], one of them")
         saved: dict[str, Any] = {}
         if modules is None:
-            path = Path(model_name_or_path)
+            path = model_path(model_name_or_path, "SparseEncoder")
             if not path.is_dir():
                 raise FileNotFoundError(f"sparse encoder directory {path} does not exist; pass a directory with "
                                         f"{MODULES} (or a checkpoint directory with a masked-LM head)")
