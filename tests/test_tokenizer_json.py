@@ -12,6 +12,7 @@ import shutil
 
 import pytest
 
+from bertkit.errors import BertkitError
 from bertkit.tokenization import BertTokenizer
 from bertkit.tokenization.loading import read_tokenizer_json
 
@@ -133,7 +134,8 @@ def test_what_is_written_reads_back_as_the_same_tokenizer(words, tmp_path, texts
     tok = _tokenizer(words, SETTINGS.get(name, {}))
     tok.add_special_tokens({"additional_special_tokens": ["newtok"]})
     tok.save_pretrained(tmp_path)
-    tokens, settings, wordpiece_size = read_tokenizer_json(tmp_path / "tokenizer.json", {})
+    normalizer = {k: getattr(tok, k) for k in ("do_lower_case", "strip_accents", "tokenize_chinese_chars")}
+    tokens, settings, wordpiece_size = read_tokenizer_json(tmp_path / "tokenizer.json", normalizer)  # as saved
     assert tokens == tok._tokens and wordpiece_size == tok._wordpiece_size == 30522
     assert settings == {"unk_token": "[UNK]", "max_input_chars_per_word": 100, "do_lower_case": tok.do_lower_case,
                         "strip_accents": tok.strip_accents, "tokenize_chinese_chars": tok.tokenize_chinese_chars,
@@ -267,3 +269,30 @@ def test_an_added_token_matched_otherwise_than_add_tokens_matches_is_refused(min
     (d / "tokenizer_config.json").write_text(json.dumps({**config, "added_tokens_decoder": {"30522": entry}}))
     with pytest.raises(ValueError, match=message):
         BertTokenizer.from_pretrained(d)
+
+
+@pytest.mark.parametrize(("key", "value", "setting"), [("lowercase", False, "do_lower_case"),
+                                                       ("strip_accents", True, "strip_accents"),
+                                                       ("handle_chinese_chars", False, "tokenize_chinese_chars")])
+def test_a_normalizer_setting_only_tokenizer_json_holds_is_refused(minilm_dir, tmp_path, key, value, setting):
+    """transformers 5 builds the normalizer from tokenizer_config.json and its defaults, ignoring tokenizer.json's;
+    tokenizers reads the file. With the setting only in tokenizer.json the two differ ("HELLO 中文": transformers
+    [101, 7592, 1746, 1861, 102] where a file saying lowercase false gave bertkit and tokenizers [101, 100, 1746,
+    1861, 102]; handle_chinese_chars false: 30387 for 文), and bertkit read the file: a sentence-transformers vector at
+    cosine 0.52. Refused naming the line to add; with it in the config, bertkit gives transformers' ids."""
+    transformers = pytest.importorskip("transformers")
+    data = json.loads((minilm_dir / "tokenizer.json").read_text(encoding="utf-8"))
+    data["normalizer"][key] = value
+    (tmp_path / "tokenizer.json").write_text(json.dumps(data), encoding="utf-8")
+    config = json.loads((minilm_dir / "tokenizer_config.json").read_text(encoding="utf-8"))
+    config = {k: v for k, v in config.items() if k not in ("do_lower_case", "strip_accents", "tokenize_chinese_chars")}
+    (tmp_path / "tokenizer_config.json").write_text(json.dumps(config), encoding="utf-8")
+    with pytest.raises(BertkitError, match=rf"normalizer.{key} is {json.dumps(value)} but tokenizer_config.json sets "
+                                           rf"no {setting}, .*: add \"{setting}\": {json.dumps(value)} to"):
+        BertTokenizer.from_pretrained(tmp_path)
+    text = "HELLO Wörld 中文"
+    assert BertTokenizer.from_pretrained(tmp_path, **{setting: value})(text)["input_ids"] == \
+        transformers.BertTokenizer.from_pretrained(tmp_path, **{setting: value})(text)["input_ids"]
+    (tmp_path / "tokenizer_config.json").write_text(json.dumps({**config, setting: value}), encoding="utf-8")
+    assert BertTokenizer.from_pretrained(tmp_path)(text)["input_ids"] == \
+        transformers.AutoTokenizer.from_pretrained(tmp_path)(text)["input_ids"]

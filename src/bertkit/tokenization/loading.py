@@ -185,6 +185,16 @@ def read_tokenizer_json(file: Path, settings: dict[str, Any]) -> tuple[list[str]
         check_added_token(entry, file)
     if added:
         merged["added_tokens"] = [t for _, t in sorted(added)]
+    for part, key, arg, default in _TOKENIZER_JSON_SETTINGS[2:]:
+        # transformers 5 (so sentence-transformers, pipelines) builds the normalizer from tokenizer_config.json and
+        # its own defaults, ignoring this file's; tokenizers reads the file: without the setting in the config, a
+        # value here other than the default gives other ids in each, and neither could be matched quietly
+        if arg not in settings and merged[arg] != default:
+            raise BertkitError(
+                f"{file}: {part}.{key} is {json.dumps(merged[arg])} but {CONFIG_FILE} sets no {arg}, so transformers "
+                f"5 and sentence-transformers tokenize with their default {json.dumps(default)} where tokenizers reads "
+                f"{json.dumps(merged[arg])}: add \"{arg}\": {json.dumps(merged[arg])} to {CONFIG_FILE} (or pass "
+                f"{arg}= to from_pretrained) to say which")
     merged.update(settings)
     named = {merged.get(k, _DEFAULT_SPECIAL[k]) for k in SPECIAL_TOKEN_KEYS}
     listed = list(merged.get("additional_special_tokens", ()))

@@ -196,7 +196,7 @@ class BertTokenizer:
         source = json_file = path / TOKENIZER_FILE
         settings = read_settings(path)
         if json_file.is_file():  # first, as transformers and sentence-transformers read it: the same ids as theirs
-            vocab, settings, wordpiece_size = read_tokenizer_json(json_file, settings)
+            vocab, settings, wordpiece_size = read_tokenizer_json(json_file, {**settings, **overrides})
         elif vocab.is_file():
             source, vocab = vocab, load_vocab(vocab)
             wordpiece_size = added_past(vocab, path, settings)  # transformers' added tokens past it, at their ids
