@@ -298,6 +298,20 @@ def test_decode_of_a_batch_names_batch_decode(minilm_dir):
     assert ours.batch_decode([[101, 1037, 102], [101, 1038, 102]]) == ["[CLS] a [SEP]", "[CLS] b [SEP]"]
 
 
+def test_ids_as_numpy_integers_or_0_d_tensors_decode_as_in_transformers(toks, sentences):
+    # list(array) and list(tensor) hold numpy integers and 0-d tensors: transformers decodes them, bertkit refused them
+    # saying to use batch_decode
+    ours, hf = toks
+    ids = hf(sentences[0], return_tensors="pt")["input_ids"][0]
+    for row in (list(ids), list(ids.numpy())):
+        assert ours.decode(row) == hf.decode(row) == "[CLS] it ' s a charming and often affecting journey. [SEP]"
+        assert ours.decode(row, skip_special_tokens=True) == hf.decode(row, skip_special_tokens=True)
+        assert ours.convert_ids_to_tokens(row) == hf.convert_ids_to_tokens(row)
+        assert ours.batch_decode([row, row]) == hf.batch_decode([row, row])
+    with pytest.raises(TypeError, match="use batch_decode"):
+        ours.decode(list(hf(sentences[:2], padding=True, return_tensors="np")["input_ids"]))
+
+
 def test_batch_encoding_copy_keeps_its_type_and_maps(toks, sentences):
     # transformers' BatchEncoding.copy() (and `enc | {...}`) is a BatchEncoding; bertkit's was a plain dict, so the
     # copy lost attribute access, .to() and word_ids()

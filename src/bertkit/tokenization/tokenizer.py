@@ -579,6 +579,9 @@ def _as_id_list(ids: Any) -> list[int]:
         return [ids]
     ids = list(ids)
     if ids and not isinstance(ids[0], int):
+        # numpy integers and 0-d tensors (``list(array)``, ``list(tensor)``) are ids too, as transformers reads them
+        ids = [i.tolist() if hasattr(i, "tolist") else i for i in ids]
+    if ids and not isinstance(ids[0], int):
         raise TypeError(
             f"expected a flat sequence of token ids, got elements of type {type(ids[0]).__name__}; for a batch of "
             "sequences (a list of lists, a 2-D tensor) use batch_decode, which transformers 5's decode also does"
