@@ -108,6 +108,17 @@ def test_a_stride_no_window_can_hold_is_refused_whatever_the_texts_length(toks, 
     assert a["input_ids"] == b["input_ids"]
 
 
+def test_windows_of_a_pair_whose_max_length_holds_only_the_special_tokens_are_refused_naming_it(toks, squad):
+    # max_length 3 leaves a pair no token of text: transformers returns rows of 14 and 171 tokens for max_length 3;
+    # bertkit's refusal said to use a stride smaller than 0
+    ours, hf = toks
+    questions, contexts = squad
+    kw = dict(truncation="only_second", max_length=3, stride=0, return_overflowing_tokens=True)
+    assert [len(row) for row in hf(questions[0], contexts[0], **kw)["input_ids"]][:3] == [3, 14, 171]
+    with pytest.raises(BertkitError, match="max_length 3 holds only the 3 special tokens.*use max_length > 3"):
+        ours(questions[0], contexts[0], **kw)
+
+
 def test_pad_and_pad_to_multiple_of(toks, sentences):
     ours, hf = toks
     for kw in (dict(padding=True, pad_to_multiple_of=8), dict(padding="max_length", max_length=50,

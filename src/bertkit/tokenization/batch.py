@@ -207,6 +207,9 @@ def _windows(seg_a: Segment, seg_b: Segment | None, add_special: bool, strategy:
         raise BertkitError("return_overflowing_tokens on text pairs needs truncation='only_first' or "
                            "'only_second' (which text to cut into windows), not 'longest_first'")
     which, full, keep = (0, seg_a, n_a) if n_a != len_a else (1, seg_b, n_b)
+    if keep == 0:  # a budget of 0: transformers returns rows longer than max_length
+        raise BertkitError(f"max_length {max_length} holds only the {num_special} special tokens, so no window has room "
+                           f"for a token of the text; use max_length > {num_special}")
     if stride >= keep:
         raise BertkitError(f"stride {stride} must be smaller than the {keep} tokens of the text that fit in "
                            f"each window (max_length {max_length}); use a smaller stride or a larger max_length")
