@@ -71,6 +71,24 @@ def test_is_split_into_words(toks, conll_words):
     assert one_a["input_ids"] == one_b["input_ids"] and one_a.word_ids() == one_b.word_ids()
 
 
+def test_a_list_of_pairs_of_word_lists_is_a_batch_of_pairs(toks, conll_words):
+    # transformers reads [(words, pair_words), ...] with is_split_into_words=True as a batch of pairs; bertkit refused
+    # it ("each text is a list of words (str), got tuple"), and called a str text a batch
+    ours, hf = toks
+    pairs = [(a[:5], b) for a, b in zip(conll_words[:6], conll_words[6:12])]
+    assert ours([(["a", "b"], ["c"])], is_split_into_words=True)["input_ids"] == [[101, 1037, 1038, 102, 1039, 102]]
+    kw = dict(is_split_into_words=True, return_offsets_mapping=True, truncation="only_second", max_length=32, stride=4,
+              return_overflowing_tokens=True)
+    a, b = ours(pairs, **kw), hf(pairs, **kw)
+    assert a["input_ids"] == b["input_ids"] and a["token_type_ids"] == b["token_type_ids"]
+    assert a["offset_mapping"] == [[tuple(o) for o in r] for r in b["offset_mapping"]]
+    assert a["overflow_to_sample_mapping"] == b["overflow_to_sample_mapping"]
+    for i in range(len(b["input_ids"])):
+        assert a.word_ids(i) == b.word_ids(i) and a.sequence_ids(i) == b.sequence_ids(i)
+    with pytest.raises(TypeError, match="got the str 'hello world'; pass its words"):
+        ours("hello world", "x y", is_split_into_words=True)
+
+
 @pytest.mark.parametrize("stride", [0, 7, 40])
 def test_overflowing_tokens_with_stride(toks, squad, stride):
     ours, hf = toks
