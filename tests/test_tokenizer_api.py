@@ -89,6 +89,18 @@ def test_a_list_of_pairs_of_word_lists_is_a_batch_of_pairs(toks, conll_words):
         ours("hello world", "x y", is_split_into_words=True)
 
 
+def test_encode_takes_one_list_of_words(toks, conll_words):
+    # transformers' encode(words, is_split_into_words=True) gives that text's ids; bertkit refused the list as a batch
+    ours, hf = toks
+    words, pair = conll_words[0], conll_words[1]
+    assert ours.encode(words, is_split_into_words=True) == hf.encode(words, is_split_into_words=True)
+    assert ours.encode(["a", "b"], ["c"], is_split_into_words=True) == [101, 1037, 1038, 102, 1039, 102]
+    assert ours.encode(words, pair, is_split_into_words=True, max_length=12, truncation=True) == hf.encode(
+        words, pair, is_split_into_words=True, max_length=12, truncation=True)
+    with pytest.raises(TypeError, match="for a batch call the tokenizer itself"):
+        ours.encode([words, pair], is_split_into_words=True)
+
+
 @pytest.mark.parametrize("stride", [0, 7, 40])
 def test_overflowing_tokens_with_stride(toks, squad, stride):
     ours, hf = toks

@@ -512,9 +512,12 @@ class BertTokenizer:
 
     def encode(self, text: str, text_pair: str | None = None, **kwargs: Any) -> list[int]:
         """``input_ids`` of one text (or pair), special tokens included; keyword arguments as ``__call__``."""
-        if not isinstance(text, str):
+        words = kwargs.get("is_split_into_words") and isinstance(text, (list, tuple)) and all(
+            isinstance(w, str) for w in text)
+        if not isinstance(text, str) and not words:
             raise TypeError(
-                f"encode takes one str; for a batch call the tokenizer itself (got {type(text).__name__})"
+                "encode takes one str (with is_split_into_words=True one list of words); for a batch call the "
+                f"tokenizer itself (got {type(text).__name__})"
             )
         return self(text, text_pair, **kwargs)["input_ids"]
 
