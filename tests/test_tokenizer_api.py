@@ -405,6 +405,27 @@ def test_a_replaced_special_token_stays_special_as_in_transformers(minilm_dir, t
         assert again(text)["input_ids"] == [101, 1060, 0, 1061, 30522, 102] and again.pad_token == "[PAD2]"
 
 
+def test_assigning_a_special_token_moves_its_id_as_in_transformers(minilm_dir):
+    # tok.pad_token = "[MASK]": transformers pads with 103 and says pad_token_id 103; bertkit's pad_token read
+    # "[MASK]" while pad_token_id stayed 0 and rows were padded with 0
+    ours = BertTokenizer.from_pretrained(minilm_dir)
+    hf = transformers.BertTokenizerFast.from_pretrained(minilm_dir)
+    ours.pad_token = hf.pad_token = "[MASK]"
+    ours.mask_token = hf.mask_token = "[PAD]"
+    assert ours.pad_token_id == hf.pad_token_id == 103 and ours.mask_token_id == hf.mask_token_id == 0
+    text = ["x [PAD] y [MASK]", "a"]
+    a, b = ours(text, padding=True, return_special_tokens_mask=True), hf(text, padding=True, return_special_tokens_mask=True)
+    assert a["input_ids"] == b["input_ids"] == [[101, 1060, 0, 1061, 103, 102], [101, 1037, 102, 103, 103, 103]]
+    assert a["special_tokens_mask"] == b["special_tokens_mask"]
+    assert ours.pad([{"input_ids": [5, 6]}, {"input_ids": [5]}])["input_ids"] == [[5, 6], [5, 103]]
+    assert ours.decode(a["input_ids"][0], skip_special_tokens=True) == hf.decode(b["input_ids"][0],
+                                                                               skip_special_tokens=True) == "x y"
+    for value in ("hello", "<new>"):  # transformers pads with hello's id, or [UNK]'s for a token it lacks
+        with pytest.raises(BertkitError, match=f"pad_token='{value}' is not one of .* add_special_tokens"):
+            ours.pad_token = value
+    assert ours.pad_token == "[MASK]" and ours.pad_token_id == 103
+
+
 @pytest.mark.parametrize("return_tensors", ["pt", "np"])
 def test_pad_of_one_example_gives_its_row_unbatched(toks, sentences, return_tensors):
     # transformers pads one example dict to (T,) tensors (as its columns came); bertkit gave (1, T)

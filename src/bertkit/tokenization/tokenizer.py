@@ -140,6 +140,20 @@ class BertTokenizer:
             )
         self._build()
 
+    def __setattr__(self, name: str, value: Any) -> None:
+        # tok.pad_token = "[MASK]", as transformers users write it: pad_token_id and what pads follow (assigned alone,
+        # the ids stayed the old token's). transformers cuts out of the text and skips in decode the tokens it did
+        # before, so only a token already special keeps that set as it is.
+        if name in SPECIAL_TOKEN_KEYS and "vocab" in self.__dict__:
+            if value not in self.all_special_tokens:
+                raise BertkitError(f"{name}={value!r} is not one of this tokenizer's special tokens "
+                                   f"{self.all_special_tokens}; make it one with add_special_tokens({{{name!r}: "
+                                   f"{value!r}}}) (a token the vocabulary lacks is added: resize the model's "
+                                   "embeddings to len(tokenizer))")
+            self.add_special_tokens({name: value})
+        else:
+            super().__setattr__(name, value)
+
     def _special_list(self) -> list[str]:
         return [*(getattr(self, key) for key in SPECIAL_TOKEN_KEYS), *self.additional_special_tokens]
 
@@ -336,7 +350,7 @@ class BertTokenizer:
                 if value in self.additional_special_tokens:  # now a named special token instead
                     self.additional_special_tokens.remove(value)
                 old = getattr(self, key)
-                setattr(self, key, value)
+                self.__dict__[key] = value  # not through __setattr__, which comes here
                 if old not in self._special_list():
                     # the token it replaces stays special (cut out of the text, skipped by decode), as transformers
                     # keeps it and as from_pretrained reads a tokenizer.json that flags it special
