@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import random
+import re
 
 import pytest
 import torch
@@ -289,6 +290,15 @@ def test_an_added_token_reads_back_as_its_normalised_form(minilm_dir, lower):
             "[CLS]", "[e1]", "cafe", " 中  文 ", "new york", "[ENT]", "hello", "[SEP]"]
     assert ours.convert_tokens_to_ids(["[E1]", "Café"]) == hf.convert_tokens_to_ids(["[E1]", "Café"]) == [30522,
                                                                                                         30523]
+
+
+def test_from_pretrained_names_a_keyword_it_does_not_take(minilm_dir):
+    # transformers' from_pretrained takes Hub options; bertkit's constructor raised a bare TypeError after the files
+    # were read
+    for kw in ({"revision": "main"}, {"cache_dir": "/tmp/x", "trust_remote_code": False}):
+        with pytest.raises(BertkitError, match=re.escape(f"unknown keyword arguments {sorted(kw)}")):
+            BertTokenizer.from_pretrained(minilm_dir, **kw)
+    assert BertTokenizer.from_pretrained(minilm_dir, model_max_length=128, do_lower_case=True).model_max_length == 128
 
 
 def test_hub_id_for_tokenizer_says_how_to_get_it(monkeypatch):

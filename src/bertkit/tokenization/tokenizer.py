@@ -200,6 +200,12 @@ class BertTokenizer:
         where the constructor's default is 512."""
         from bertkit.hub import resolve_directory
 
+        settings_known = (*SETTING_TYPES, *SPECIAL_TOKEN_KEYS, "additional_special_tokens")
+        unknown = sorted(set(overrides) - set(settings_known))
+        if unknown:  # else the constructor's TypeError, after the files are read, names one and no way on
+            raise BertkitError(f"from_pretrained got unknown keyword arguments {unknown}: it overrides the settings "
+                               f"{list(settings_known)}; Hub options (revision, cache_dir, token, ...) are "
+                               "huggingface_hub's: fetch with `hf download ID --local-dir DIR`, then pass DIR")
         path = resolve_directory(path, "tokenizer directory")
         if not path.is_dir():
             raise MissingFileError(
