@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import random
+import re
 
 import pytest
 import torch
@@ -71,6 +72,36 @@ def test_is_split_into_words(toks, conll_words):
     assert one_a["input_ids"] == one_b["input_ids"] and one_a.word_ids() == one_b.word_ids()
 
 
+def test_a_list_of_pairs_of_word_lists_is_a_batch_of_pairs(toks, conll_words):
+    # transformers reads [(words, pair_words), ...] with is_split_into_words=True as a batch of pairs; bertkit refused
+    # it ("each text is a list of words (str), got tuple"), and called a str text a batch
+    ours, hf = toks
+    pairs = [(a[:5], b) for a, b in zip(conll_words[:6], conll_words[6:12])]
+    assert ours([(["a", "b"], ["c"])], is_split_into_words=True)["input_ids"] == [[101, 1037, 1038, 102, 1039, 102]]
+    kw = dict(is_split_into_words=True, return_offsets_mapping=True, truncation="only_second", max_length=32, stride=4,
+              return_overflowing_tokens=True)
+    a, b = ours(pairs, **kw), hf(pairs, **kw)
+    assert a["input_ids"] == b["input_ids"] and a["token_type_ids"] == b["token_type_ids"]
+    assert a["offset_mapping"] == [[tuple(o) for o in r] for r in b["offset_mapping"]]
+    assert a["overflow_to_sample_mapping"] == b["overflow_to_sample_mapping"]
+    for i in range(len(b["input_ids"])):
+        assert a.word_ids(i) == b.word_ids(i) and a.sequence_ids(i) == b.sequence_ids(i)
+    with pytest.raises(TypeError, match="got the str 'hello world'; pass its words"):
+        ours("hello world", "x y", is_split_into_words=True)
+
+
+def test_encode_takes_one_list_of_words(toks, conll_words):
+    # transformers' encode(words, is_split_into_words=True) gives that text's ids; bertkit refused the list as a batch
+    ours, hf = toks
+    words, pair = conll_words[0], conll_words[1]
+    assert ours.encode(words, is_split_into_words=True) == hf.encode(words, is_split_into_words=True)
+    assert ours.encode(["a", "b"], ["c"], is_split_into_words=True) == [101, 1037, 1038, 102, 1039, 102]
+    assert ours.encode(words, pair, is_split_into_words=True, max_length=12, truncation=True) == hf.encode(
+        words, pair, is_split_into_words=True, max_length=12, truncation=True)
+    with pytest.raises(TypeError, match="for a batch call the tokenizer itself"):
+        ours.encode([words, pair], is_split_into_words=True)
+
+
 @pytest.mark.parametrize("stride", [0, 7, 40])
 def test_overflowing_tokens_with_stride(toks, squad, stride):
     ours, hf = toks
@@ -106,6 +137,17 @@ def test_a_stride_no_window_can_hold_is_refused_whatever_the_texts_length(toks, 
             ours(*texts, stride=31, **kw)
     a, b = ours(questions[0], stride=30, **kw), hf(questions[0], stride=30, **kw)  # the edge both let through
     assert a["input_ids"] == b["input_ids"]
+
+
+def test_windows_of_a_pair_whose_max_length_holds_only_the_special_tokens_are_refused_naming_it(toks, squad):
+    # max_length 3 leaves a pair no token of text: transformers returns rows of 14 and 171 tokens for max_length 3;
+    # bertkit's refusal said to use a stride smaller than 0
+    ours, hf = toks
+    questions, contexts = squad
+    kw = dict(truncation="only_second", max_length=3, stride=0, return_overflowing_tokens=True)
+    assert [len(row) for row in hf(questions[0], contexts[0], **kw)["input_ids"]][:3] == [3, 14, 171]
+    with pytest.raises(BertkitError, match="max_length 3 holds only the 3 special tokens.*use max_length > 3"):
+        ours(questions[0], contexts[0], **kw)
 
 
 def test_pad_and_pad_to_multiple_of(toks, sentences):
@@ -250,6 +292,15 @@ def test_an_added_token_reads_back_as_its_normalised_form(minilm_dir, lower):
                                                                                                         30523]
 
 
+def test_from_pretrained_names_a_keyword_it_does_not_take(minilm_dir):
+    # transformers' from_pretrained takes Hub options; bertkit's constructor raised a bare TypeError after the files
+    # were read
+    for kw in ({"revision": "main"}, {"cache_dir": "/tmp/x", "trust_remote_code": False}):
+        with pytest.raises(BertkitError, match=re.escape(f"unknown keyword arguments {sorted(kw)}")):
+            BertTokenizer.from_pretrained(minilm_dir, **kw)
+    assert BertTokenizer.from_pretrained(minilm_dir, model_max_length=128, do_lower_case=True).model_max_length == 128
+
+
 def test_hub_id_for_tokenizer_says_how_to_get_it(monkeypatch):
     import sys
 
@@ -296,6 +347,20 @@ def test_decode_of_a_batch_names_batch_decode(minilm_dir):
     with pytest.raises(TypeError, match="use batch_decode"):
         ours.decode([[101, 1037, 102], [101, 1038, 102]])
     assert ours.batch_decode([[101, 1037, 102], [101, 1038, 102]]) == ["[CLS] a [SEP]", "[CLS] b [SEP]"]
+
+
+def test_ids_as_numpy_integers_or_0_d_tensors_decode_as_in_transformers(toks, sentences):
+    # list(array) and list(tensor) hold numpy integers and 0-d tensors: transformers decodes them, bertkit refused them
+    # saying to use batch_decode
+    ours, hf = toks
+    ids = hf(sentences[0], return_tensors="pt")["input_ids"][0]
+    for row in (list(ids), list(ids.numpy())):
+        assert ours.decode(row) == hf.decode(row) == "[CLS] it ' s a charming and often affecting journey. [SEP]"
+        assert ours.decode(row, skip_special_tokens=True) == hf.decode(row, skip_special_tokens=True)
+        assert ours.convert_ids_to_tokens(row) == hf.convert_ids_to_tokens(row)
+        assert ours.batch_decode([row, row]) == hf.batch_decode([row, row])
+    with pytest.raises(TypeError, match="use batch_decode"):
+        ours.decode(list(hf(sentences[:2], padding=True, return_tensors="np")["input_ids"]))
 
 
 def test_batch_encoding_copy_keeps_its_type_and_maps(toks, sentences):
@@ -348,6 +413,27 @@ def test_a_replaced_special_token_stays_special_as_in_transformers(minilm_dir, t
     ours.save_pretrained(tmp_path)
     for again in (BertTokenizer.from_pretrained(tmp_path), transformers.BertTokenizerFast.from_pretrained(tmp_path)):
         assert again(text)["input_ids"] == [101, 1060, 0, 1061, 30522, 102] and again.pad_token == "[PAD2]"
+
+
+def test_assigning_a_special_token_moves_its_id_as_in_transformers(minilm_dir):
+    # tok.pad_token = "[MASK]": transformers pads with 103 and says pad_token_id 103; bertkit's pad_token read
+    # "[MASK]" while pad_token_id stayed 0 and rows were padded with 0
+    ours = BertTokenizer.from_pretrained(minilm_dir)
+    hf = transformers.BertTokenizerFast.from_pretrained(minilm_dir)
+    ours.pad_token = hf.pad_token = "[MASK]"
+    ours.mask_token = hf.mask_token = "[PAD]"
+    assert ours.pad_token_id == hf.pad_token_id == 103 and ours.mask_token_id == hf.mask_token_id == 0
+    text = ["x [PAD] y [MASK]", "a"]
+    a, b = ours(text, padding=True, return_special_tokens_mask=True), hf(text, padding=True, return_special_tokens_mask=True)
+    assert a["input_ids"] == b["input_ids"] == [[101, 1060, 0, 1061, 103, 102], [101, 1037, 102, 103, 103, 103]]
+    assert a["special_tokens_mask"] == b["special_tokens_mask"]
+    assert ours.pad([{"input_ids": [5, 6]}, {"input_ids": [5]}])["input_ids"] == [[5, 6], [5, 103]]
+    assert ours.decode(a["input_ids"][0], skip_special_tokens=True) == hf.decode(b["input_ids"][0],
+                                                                               skip_special_tokens=True) == "x y"
+    for value in ("hello", "<new>"):  # transformers pads with hello's id, or [UNK]'s for a token it lacks
+        with pytest.raises(BertkitError, match=f"pad_token='{value}' is not one of .* add_special_tokens"):
+            ours.pad_token = value
+    assert ours.pad_token == "[MASK]" and ours.pad_token_id == 103
 
 
 @pytest.mark.parametrize("return_tensors", ["pt", "np"])

@@ -35,7 +35,7 @@ class Segment(NamedTuple):
 def split_inputs(text: Any, text_pair: Any, split: bool) -> tuple[list[Any], list[Any], bool]:
     """(texts, their pairs or Nones, whether the call was batched) from ``__call__``'s first two arguments."""
     accepted = ("the tokenizer takes a str, a list of str, a list of (text, text_pair), or with is_split_into_words=True "
-                "a list of words (or a list of such lists)")
+                "a list of words (or a list of such lists, or of (words, pair_words))")
     if not isinstance(text, (str, list, tuple)):
         raise BertkitError(f"{accepted}; got {type(text).__name__} {text!r:.60}")
     if not split and not isinstance(text, str):
@@ -48,6 +48,13 @@ def split_inputs(text: Any, text_pair: Any, split: bool) -> tuple[list[Any], lis
             hint = ": for pre-split words pass is_split_into_words=True" if isinstance(bad, (list, tuple)) else ""
             raise BertkitError(f"{accepted}; got a list holding {type(bad).__name__} {bad!r:.60}{hint}")
     if split:
+        if isinstance(text, str):
+            raise TypeError(f"with is_split_into_words=True a text is a list of words, got the str {text!r:.60}; pass "
+                            "its words (text.split()) or leave is_split_into_words off")
+        if text_pair is None and text and all(isinstance(t, (list, tuple)) and len(t) == 2 and all(
+                isinstance(x, (list, tuple)) for x in t) for t in text):
+            # [(words, pair_words), ...]: a batch of pairs of word lists, as Hugging Face reads it
+            return [t[0] for t in text], [t[1] for t in text], True
         batched = not (isinstance(text, (list, tuple)) and (not text or isinstance(text[0], str)))
     else:
         batched = not isinstance(text, str)
@@ -207,6 +214,9 @@ def _windows(seg_a: Segment, seg_b: Segment | None, add_special: bool, strategy:
         raise BertkitError("return_overflowing_tokens on text pairs needs truncation='only_first' or "
                            "'only_second' (which text to cut into windows), not 'longest_first'")
     which, full, keep = (0, seg_a, n_a) if n_a != len_a else (1, seg_b, n_b)
+    if keep == 0:  # a budget of 0: transformers returns rows longer than max_length
+        raise BertkitError(f"max_length {max_length} holds only the {num_special} special tokens, so no window has room "
+                           f"for a token of the text; use max_length > {num_special}")
     if stride >= keep:
         raise BertkitError(f"stride {stride} must be smaller than the {keep} tokens of the text that fit in "
                            f"each window (max_length {max_length}); use a smaller stride or a larger max_length")

@@ -140,6 +140,20 @@ class BertTokenizer:
             )
         self._build()
 
+    def __setattr__(self, name: str, value: Any) -> None:
+        # tok.pad_token = "[MASK]", as transformers users write it: pad_token_id and what pads follow (assigned alone,
+        # the ids stayed the old token's). transformers cuts out of the text and skips in decode the tokens it did
+        # before, so only a token already special keeps that set as it is.
+        if name in SPECIAL_TOKEN_KEYS and "vocab" in self.__dict__:
+            if value not in self.all_special_tokens:
+                raise BertkitError(f"{name}={value!r} is not one of this tokenizer's special tokens "
+                                   f"{self.all_special_tokens}; make it one with add_special_tokens({{{name!r}: "
+                                   f"{value!r}}}) (a token the vocabulary lacks is added: resize the model's "
+                                   "embeddings to len(tokenizer))")
+            self.add_special_tokens({name: value})
+        else:
+            super().__setattr__(name, value)
+
     def _special_list(self) -> list[str]:
         return [*(getattr(self, key) for key in SPECIAL_TOKEN_KEYS), *self.additional_special_tokens]
 
@@ -186,6 +200,12 @@ class BertTokenizer:
         where the constructor's default is 512."""
         from bertkit.hub import resolve_directory
 
+        settings_known = (*SETTING_TYPES, *SPECIAL_TOKEN_KEYS, "additional_special_tokens")
+        unknown = sorted(set(overrides) - set(settings_known))
+        if unknown:  # else the constructor's TypeError, after the files are read, names one and no way on
+            raise BertkitError(f"from_pretrained got unknown keyword arguments {unknown}: it overrides the settings "
+                               f"{list(settings_known)}; Hub options (revision, cache_dir, token, ...) are "
+                               "huggingface_hub's: fetch with `hf download ID --local-dir DIR`, then pass DIR")
         path = resolve_directory(path, "tokenizer directory")
         if not path.is_dir():
             raise MissingFileError(
@@ -336,7 +356,7 @@ class BertTokenizer:
                 if value in self.additional_special_tokens:  # now a named special token instead
                     self.additional_special_tokens.remove(value)
                 old = getattr(self, key)
-                setattr(self, key, value)
+                self.__dict__[key] = value  # not through __setattr__, which comes here
                 if old not in self._special_list():
                     # the token it replaces stays special (cut out of the text, skipped by decode), as transformers
                     # keeps it and as from_pretrained reads a tokenizer.json that flags it special
@@ -512,9 +532,12 @@ class BertTokenizer:
 
     def encode(self, text: str, text_pair: str | None = None, **kwargs: Any) -> list[int]:
         """``input_ids`` of one text (or pair), special tokens included; keyword arguments as ``__call__``."""
-        if not isinstance(text, str):
+        words = kwargs.get("is_split_into_words") and isinstance(text, (list, tuple)) and all(
+            isinstance(w, str) for w in text)
+        if not isinstance(text, str) and not words:
             raise TypeError(
-                f"encode takes one str; for a batch call the tokenizer itself (got {type(text).__name__})"
+                "encode takes one str (with is_split_into_words=True one list of words); for a batch call the "
+                f"tokenizer itself (got {type(text).__name__})"
             )
         return self(text, text_pair, **kwargs)["input_ids"]
 
@@ -578,6 +601,9 @@ def _as_id_list(ids: Any) -> list[int]:
     if isinstance(ids, int):
         return [ids]
     ids = list(ids)
+    if ids and not isinstance(ids[0], int):
+        # numpy integers and 0-d tensors (``list(array)``, ``list(tensor)``) are ids too, as transformers reads them
+        ids = [i.tolist() if hasattr(i, "tolist") else i for i in ids]
     if ids and not isinstance(ids[0], int):
         raise TypeError(
             f"expected a flat sequence of token ids, got elements of type {type(ids[0]).__name__}; for a batch of "
