@@ -303,6 +303,12 @@ def claim_output_dir(path: str | os.PathLike, command: str, fingerprint: dict | 
                 replaces = True
             else:
                 fixes = "pass --resume to continue it, " if same and resumable else ""
+                # a file no manifest names would stop --overwrite (_all_or_nothing): named now, not advised past
+                if yours := [rel for rel in present if rel not in recorded_files(target)]:
+                    raise BertkitError(
+                        f"{path} already holds the output of a `bertkit {marker.get('command')}` run and "
+                        f"{len(yours)} file(s) bertkit did not write there (e.g. {', '.join(yours[:3])}), which "
+                        f"bertkit never removes; {fixes}move them, or choose another output directory")
                 raise BertkitError(
                     f"{path} already holds the output of a `bertkit {marker.get('command')}` run ({len(present)} "
                     f"file(s)); {fixes}pass --overwrite to replace it (only the files bertkit wrote there are "
