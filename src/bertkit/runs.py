@@ -249,10 +249,11 @@ def lock_output_dir(path: str | os.PathLike, command: str, inputs: Mapping[str, 
             return False
         if (record["command"] == command and resume) or overwrite:
             return True
+        fix = ("pass --resume to continue it, or" if record["command"] == command else
+               f"continue it with `bertkit {record['command']} --resume`, or pass")  # this command's --resume cannot
         raise BertkitError(
             f"the last `bertkit {record['command']}` run into {path} was cut short; its files are in "
-            f"{staging_path(target)}: pass --resume to continue it, or --overwrite to start again (they are "
-            "removed)")
+            f"{staging_path(target)}: {fix} --overwrite to start again (they are removed)")
 
     return Stage.open(target, command, {}, keep)
 
