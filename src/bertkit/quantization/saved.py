@@ -251,7 +251,11 @@ def _copy_sentence_modules(source: Path, out: Path) -> None:
             shutil.copyfile(source / name, out / name)
     if not (source / _SENTENCE_FILES[0]).is_file():
         return
-    for module in json.loads((source / _SENTENCE_FILES[0]).read_text(encoding="utf-8")):
+    try:
+        modules = json.loads((source / _SENTENCE_FILES[0]).read_text(encoding="utf-8"))
+    except ValueError:  # copied as it is: refused where it is read, naming it, as the float directory's is
+        return
+    for module in modules if isinstance(modules, list) else []:
         path = module.get("path") if isinstance(module, dict) else None
         if isinstance(path, str) and path not in ("", ".", "..") and Path(path).name == path and (source / path).is_dir():
             shutil.copytree(source / path, out / path)
