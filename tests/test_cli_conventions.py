@@ -419,7 +419,7 @@ def test_a_sequence_length_beyond_the_models_positions_is_refused_at_once(name, 
                             max_position_embeddings=16)
     cls = COMMANDS[name].settings
     flag = "--max-seq-length" if "max_seq_length" in {f.name for f in dataclasses.fields(cls)} else "--max-length"
-    values = {"task": "sst2" if name.endswith("glue") else "feature-extraction"}
+    values = {"task": "sst2" if name.endswith("glue") else "feature-extraction", "output_file": tmp_path / "out.jsonl"}
     argv = [*name.split(), flag, "17"]
     for f in dataclasses.fields(cls):
         if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING:

@@ -210,6 +210,22 @@ def test_cli_extract_features(tiny, tmp_path, capsys):
     assert [layer["index"] for layer in first["features"][0]["layers"]] == [-1, -2]
 
 
+
+def test_cli_refuses_an_output_name_of_another_format_before_it_checks_that_it_exists(tiny, tmp_path, capsys):
+    """Was: `--out notes.txt` (a file of the user's) said "already exists; pass --overwrite", and with --overwrite
+    "must end in .jsonl or .safetensors", after loading the model: advice that could not work."""
+    from bertkit.cli import main
+
+    d, _, _ = tiny
+    (tmp_path / "in.txt").write_text("hello world\n")
+    (tmp_path / "notes.txt").write_text("mine")
+    for extra in ([], ["--overwrite"]):
+        assert main(["extract-features", "--model", str(d), "--input", str(tmp_path / "in.txt"), "--out",
+                     str(tmp_path / "notes.txt"), "--no-progress", *extra]) == 2
+        err = capsys.readouterr().err
+        assert "notes.txt must end in .jsonl (google's JSON lines) or .safetensors (tensors)" in err, err
+    assert (tmp_path / "notes.txt").read_text() == "mine"
+
 # ---------------------------------------------------------------- the study's pieces
 
 

@@ -357,6 +357,9 @@ def test_overwrite_refused_for_a_users_note_removes_nothing(tmp_path, tiny_check
     (out / "notes.txt").write_text("the user's note")
     before = _snapshot(out)
     assert "best/model.safetensors" in before and "report.json" in before
+    assert main(args) == 2  # was: "pass --overwrite to replace it", advice refused for the note
+    err = capsys.readouterr().err
+    assert "bertkit did not write there (e.g. notes.txt)" in err and "pass --overwrite" not in err
     assert main([*args, "--overwrite"]) == 2
     err = capsys.readouterr().err
     assert "remain (e.g. notes.txt)" in err and "nothing was removed" in err

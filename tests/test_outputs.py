@@ -185,6 +185,18 @@ def test_a_killed_run_leaves_the_earlier_one_whole_and_its_own_files_are_recogni
     assert not staging.exists()
 
 
+def test_a_killed_run_of_another_command_is_not_offered_this_commands_resume(tmp_path):
+    """Was: `finetune classify` into the directory of a killed `pretrain` run said "pass --resume to continue it",
+    and with --resume it said the same again: only `bertkit pretrain --resume` continues that run."""
+    killed_run(tmp_path / "out", "pretrain", {"checkpoints/step-1/state.pt": "x"})
+    for resume in (False, True):
+        with pytest.raises(BertkitError, match=r"was cut short; its files are in .*: continue it with `bertkit pretrain "
+                                               r"--resume`, or pass --overwrite to start again") as refused:
+            claim_output_dir(tmp_path / "out", "finetune classify", resume=resume)
+        assert "pass --resume" not in str(refused.value)
+    assert (staging_dir_of(tmp_path / "out") / "checkpoints" / "step-1" / "state.pt").read_text() == "x"
+
+
 def test_resume_continues_a_killed_run_in_its_staging_directory(tmp_path):
     killed_run(tmp_path / "out", "pretrain", {"checkpoints/step-1/state.pt": "x"})
     assert not (tmp_path / "out").exists()  # nothing of a run that never finished looks complete

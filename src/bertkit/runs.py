@@ -249,10 +249,11 @@ def lock_output_dir(path: str | os.PathLike, command: str, inputs: Mapping[str, 
             return False
         if (record["command"] == command and resume) or overwrite:
             return True
+        fix = ("pass --resume to continue it, or" if record["command"] == command else
+               f"continue it with `bertkit {record['command']} --resume`, or pass")  # this command's --resume cannot
         raise BertkitError(
             f"the last `bertkit {record['command']}` run into {path} was cut short; its files are in "
-            f"{staging_path(target)}: pass --resume to continue it, or --overwrite to start again (they are "
-            "removed)")
+            f"{staging_path(target)}: {fix} --overwrite to start again (they are removed)")
 
     return Stage.open(target, command, {}, keep)
 
@@ -303,6 +304,12 @@ def claim_output_dir(path: str | os.PathLike, command: str, fingerprint: dict | 
                 replaces = True
             else:
                 fixes = "pass --resume to continue it, " if same and resumable else ""
+                # a file no manifest names would stop --overwrite (_all_or_nothing): named now, not advised past
+                if yours := [rel for rel in present if rel not in recorded_files(target)]:
+                    raise BertkitError(
+                        f"{path} already holds the output of a `bertkit {marker.get('command')}` run and "
+                        f"{len(yours)} file(s) bertkit did not write there (e.g. {', '.join(yours[:3])}), which "
+                        f"bertkit never removes; {fixes}move them, or choose another output directory")
                 raise BertkitError(
                     f"{path} already holds the output of a `bertkit {marker.get('command')}` run ({len(present)} "
                     f"file(s)); {fixes}pass --overwrite to replace it (only the files bertkit wrote there are "

@@ -10,6 +10,7 @@ engine's packing, so a directory written on one x86 CPU runs on another.
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 
 import torch
@@ -51,6 +52,10 @@ QUANT_METHOD = "bertkit-int8"
 INT8_FORMAT_VERSION = 3
 # How to write a directory again (for one this bertkit refuses): the command, with the directory's own path.
 _REWRITE = "write it again: bertkit quantize --model FLOAT_CHECKPOINT --output-dir {} --overwrite"
+
+# A sentence-transformers directory's own files (bertkit.sentence.directory reads them): its pooling, normalisation,
+# the length texts are cut at and its prompts make its vectors as much as the weights do.
+_SENTENCE_FILES = ("modules.json", "sentence_bert_config.json", "config_sentence_transformers.json")
 
 # An int8 file's projections: (layer index, projection) -> {"weight": ..., "weight_scale": ..., "inv_scale": ...}
 _SavedProjections = dict[tuple[int, str], dict[str, Tensor]]
@@ -228,12 +233,32 @@ def quantize_checkpoint(model_dir: str | Path, output_dir: str | Path, *, calibr
     with staged(out) as staging:  # the model and its tokenizer appear together, or not at all
         save_int8(quantized, staging, calibration=calibration)
         tokenizer.save_pretrained(staging)
+        _copy_sentence_modules(source, staging)
     kernel = check_int8_kernel()
     return {"model": str(source), "output_dir": str(out), "architecture": model_class.__name__,
             "int8_projections": len(int8_projections(quantized)), "projections": list(PROJECTIONS),
             "kernel": kernel.name, "activation_bits": kernel.activation_bits, "calibration": calibration,
             "bytes": {"float": sum(f.stat().st_size for f in weight_files(source)),
                       "int8": (out / INT8_WEIGHTS_NAME).stat().st_size}}
+
+
+def _copy_sentence_modules(source: Path, out: Path) -> None:
+    """The sentence-transformers files of ``source`` (modules.json and the module directories it lists beside the
+    encoder's) copied to ``out``, so the int8 directory embeds as ``pipeline(..., quantize="int8")`` on ``source``
+    does. A module path other than a plain directory name is not followed (nothing is copied from outside)."""
+    for name in _SENTENCE_FILES:
+        if (source / name).is_file():
+            shutil.copyfile(source / name, out / name)
+    if not (source / _SENTENCE_FILES[0]).is_file():
+        return
+    try:
+        modules = json.loads((source / _SENTENCE_FILES[0]).read_text(encoding="utf-8"))
+    except ValueError:  # copied as it is: refused where it is read, naming it, as the float directory's is
+        return
+    for module in modules if isinstance(modules, list) else []:
+        path = module.get("path") if isinstance(module, dict) else None
+        if isinstance(path, str) and path not in ("", ".", "..") and Path(path).name == path and (source / path).is_dir():
+            shutil.copytree(source / path, out / path)
 
 
 def load_for_inference(model_class: type[nn.Module], model_dir: str | Path) -> nn.Module:

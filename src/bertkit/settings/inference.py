@@ -116,6 +116,9 @@ class ExtractSettings(OverwriteSettings, ProgressSettings, Int8Settings):
         if not self.layers:
             raise BertkitError("layers: give at least one layer index (e.g. --layers=-1)")
         super().__post_init__()
+        if self.output_file.suffix not in (".jsonl", ".safetensors"):  # before an existing file's --overwrite advice
+            raise BertkitError(f"output {self.output_file} must end in .jsonl (google's JSON lines) or .safetensors "
+                               "(tensors)")
 
 
 @dataclass(kw_only=True)
