@@ -124,6 +124,12 @@ def test_correlations_of_constant_input_are_nan_like_scipy():
     assert metrics.spearman([1, 2, 3], [30, 20, 10]) == pytest.approx(-1.0)
 
 
+@pytest.mark.parametrize("scale", [1e-200, 1.0, 1e200])
+def test_pearson_of_very_large_or_small_values_is_scipys(scale):
+    # scipy.stats.pearsonr([1, 2, 4], [0, 1, 2]) = 0.98198..., at any scale of the first input
+    assert metrics.pearson(np.array([1.0, 2.0, 4.0]) * scale, [0, 1, 2]) == pytest.approx(0.9819805060619656, rel=1e-12)
+
+
 def test_metric_length_mismatch_is_an_error():
     with pytest.raises(ValueError, match="3 values but y_pred has 2"):
         metrics.accuracy([0, 1, 1], [0, 1])
