@@ -48,7 +48,7 @@ class PredictBenchmarkSettings(OverwriteSettings, Int8Settings):
 @redefault(batch_size=128)
 class PredictGlueSettings(PredictBenchmarkSettings):
     """Predict a GLUE split with a fine-tuned checkpoint and write the GLUE-submission TSV. The checkpoint's outputs
-    are read by its config.json id2label when it names the task's labels, in any order (as run_glue.py reads them),
+    are read by its config.json id2label when it names the task's labels, in any order or case (as run_glue.py reads them),
     else in output order."""
 
     task: str

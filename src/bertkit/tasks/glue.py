@@ -91,14 +91,24 @@ class GlueTask:
     def metric(self, predictions: np.ndarray, references: np.ndarray) -> dict[str, float]:
         return {name: score(references, predictions) for name, score in METRICS[self.metric_kind].items()}
 
+    def label_order(self, id2label: Mapping[int, str]) -> list[int] | None:
+        """For each of this task's labels in order, the output a checkpoint's ``id2label`` names it by, in whatever
+        order and case it keeps them (roberta-large-mnli's CONTRADICTION, NEUTRAL, ENTAILMENT), as run_glue.py
+        matches them; None when the names are not the task's labels."""
+        names = [id2label[i].lower() for i in range(len(id2label))]
+        if self.labels is None or sorted(names) != sorted(self.labels):
+            return None
+        return [names.index(label) for label in self.labels]
+
     def output_order(self, id2label: Mapping[int, str], model: str | os.PathLike) -> list[int]:
         """For each of this task's labels in order, the model output that scores it, as run_glue.py reads a
-        checkpoint: by its label names when they are the task's, in whatever order it keeps them (roberta-large-mnli's
-        contradiction, neutral, entailment); else in output order (transformers' LABEL_0, LABEL_1, ...; other names,
-        such as a sentiment model's negative, positive on SST-2, with a warning naming both)."""
+        checkpoint: by its label names when they are the task's (``label_order``); else in output order
+        (transformers' LABEL_0, LABEL_1, ...; other names, such as a sentiment model's negative, positive on SST-2,
+        with a warning naming both)."""
+        order = self.label_order(id2label)
+        if order is not None:
+            return order
         names = [id2label[i] for i in range(len(id2label))]
-        if self.labels is not None and sorted(names) == sorted(self.labels):
-            return [names.index(label) for label in self.labels]
         if self.labels is not None and names != [f"LABEL_{i}" for i in range(len(names))]:
             logger.warning("%s names its outputs %s, not %s's labels %s: output i is read as label i (%s)", model, names,
                            self.name, list(self.labels), ", ".join(f"{n} = {t}" for n, t in zip(names, self.labels)))
