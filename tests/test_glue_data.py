@@ -7,6 +7,7 @@ tested on small files written here in the exact GLUE layout.
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 import numpy as np
@@ -144,6 +145,18 @@ def test_task_metrics_have_the_glue_keys():
 
 
 # ---------------------------------------------------------------- registry
+
+
+def test_label_order_matches_a_checkpoints_names_in_any_order_and_case():
+    mnli = glue.get_task("mnli")  # contradiction, entailment, neutral
+    assert mnli.label_order({0: "CONTRADICTION", 1: "NEUTRAL", 2: "ENTAILMENT"}) == [0, 2, 1]  # roberta-large-mnli
+    assert mnli.label_order({0: "entailment", 1: "neutral", 2: "contradiction"}) == [2, 0, 1]
+    assert mnli.label_order({0: "LABEL_0", 1: "LABEL_1", 2: "LABEL_2"}) is None
+    users = dataclasses.replace(mnli, labels=("NEG", "POS"))  # finetune classify's labels, read from a user's file
+    assert users.label_order({0: "POS", 1: "NEG"}) == users.label_order({0: "pos", 1: "neg"}) == [1, 0]
+    cased = dataclasses.replace(mnli, labels=("POS", "pos"))  # two classes that differ only in case
+    assert cased.label_order({0: "pos", 1: "POS"}) == [1, 0]
+    assert cased.label_order({0: "Pos", 1: "POS"}) is None
 
 
 def test_registry_covers_the_nine_tasks_plus_mismatched_and_diagnostic():

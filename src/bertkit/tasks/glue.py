@@ -97,10 +97,14 @@ class GlueTask:
         """For each of this task's labels in order, the output a checkpoint's ``id2label`` names it by, in whatever
         order and case it keeps them (roberta-large-mnli's CONTRADICTION, NEUTRAL, ENTAILMENT), as run_glue.py
         matches them; None when the names are not the task's labels."""
-        names = [id2label[i].lower() for i in range(len(id2label))]
-        if self.labels is None or sorted(names) != sorted(self.labels):
+        if self.labels is None:
             return None
-        return [names.index(label) for label in self.labels]
+        names = [id2label[i] for i in range(len(id2label))]
+        for fold in (str, str.lower):  # the exact names first: a user's classes may differ only in case
+            folded, labels = [fold(n) for n in names], [fold(label) for label in self.labels]
+            if sorted(folded) == sorted(labels) and len(set(labels)) == len(labels):
+                return [folded.index(label) for label in labels]
+        return None
 
     def output_order(self, id2label: Mapping[int, str], model: str | os.PathLike) -> list[int]:
         """For each of this task's labels in order, the model output that scores it, as run_glue.py reads a
