@@ -517,6 +517,8 @@ def test_write_submission_label_names_and_scores(tmp_path):
     assert out.read_text() == "index\tprediction\n0\tentailment\n1\tnot_entailment\n2\tnot_entailment\n"
     out = glue.write_submission("sts-b", [0.12345, 4.9996], ["10", "11"], tmp_path / "custom.tsv")
     assert out.read_text() == "index\tprediction\n10\t0.123\n11\t5.000\n"
+    out = glue.write_submission("sts-b", [-0.2, 5.7], ["0", "1"], tmp_path / "unclipped.tsv")  # as run_glue.py
+    assert out.read_text() == "index\tprediction\n0\t-0.200\n1\t5.700\n"
     assert glue.write_submission("mnli-mm", [2], ["0"], tmp_path).name == "MNLI-mm.tsv"
     assert (tmp_path / "MNLI-mm.tsv").read_text().splitlines()[1] == "0\tneutral"
     with pytest.raises(ValueError, match="2 predictions but 1 ids"):

@@ -305,7 +305,8 @@ def write_submission(
     task: str | GlueTask, predictions: Sequence[Any], ids: Sequence[str], path: str | os.PathLike
 ) -> Path:
     """Write a GLUE-server submission file (``index\\tprediction`` rows: label names, or STS-B scores to three
-    decimals); a directory ``path`` gets the task's standard file name. Returns the path written."""
+    decimals, not clipped to [0, 5], as run_glue.py writes them; GLUE's baseline clips its scores); a directory
+    ``path`` gets the task's standard file name. Returns the path written."""
     t = get_task(task)
     if len(predictions) != len(ids):
         raise BertkitError(f"{len(predictions)} predictions but {len(ids)} ids; pass one id per prediction")
