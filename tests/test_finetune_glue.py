@@ -180,3 +180,41 @@ def test_predict_glue_reads_other_label_names_in_output_order_with_a_warning(tmp
             f"{tmp_path / 'yes'} names its outputs ['yes', 'no'], not rte's labels ['entailment', 'not_entailment']: "
             "output i is read as label i (yes = entailment, no = not_entailment)"])
     assert outputs["yes"] == outputs["LABEL_0"]
+
+
+def test_label_names_in_capitals_are_the_tasks_labels(tmp_path, glue_model, capsys):
+    """roberta-large-mnli names its outputs CONTRADICTION, NEUTRAL, ENTAILMENT: run_glue.py matches a checkpoint's
+    names to the task's without case, so `predict glue` and `finetune glue` read that head by its names. Read in
+    output order, the same head in capitals scored 0.25 on this dev set where it scores 0.75."""
+    d = tmp_path / "glue" / "RTE"
+    d.mkdir(parents=True)
+    pairs = [("the movie was good", "the plot was great", "entailment")] + [
+        (f"the movie was {w}", "the plot was fine", "not_entailment") for w in ("bad", "poor", "awful")]
+    for split in ("train", "dev"):
+        (d / f"{split}.tsv").write_text("index\tsentence1\tsentence2\tlabel\n"
+                                        + "".join(f"{i}\t{a}\t{b}\t{y}\n" for i, (a, b, y) in enumerate(pairs)))
+    (d / "test.tsv").write_text("index\tsentence1\tsentence2\n" + "".join(f"{i}\t{a}\t{b}\n" for i, (a, b, _) in enumerate(pairs)))
+    model = BertForSequenceClassification.from_pretrained(glue_model, id2label={0: "entailment", 1: "not_entailment"})
+    with torch.no_grad():
+        model.classifier.weight.copy_(torch.randn(2, 16, generator=torch.Generator().manual_seed(0)) * 5)
+    model.save_pretrained(tmp_path / "ordered")
+    for name in ("tokenizer_config.json", "vocab.txt"):
+        (tmp_path / "ordered" / name).write_bytes((glue_model / name).read_bytes())
+    _save_swapped(model, {0: "NOT_ENTAILMENT", 1: "ENTAILMENT"}, tmp_path / "capitals", tokenizer=glue_model)
+    written = {}
+    for which in ("ordered", "capitals"):
+        for split in ("dev", "test"):
+            out = tmp_path / f"sub-{which}-{split}"
+            assert main(["predict", "glue", "--task", "rte", "--data-dir", str(tmp_path / "glue"), "--split", split,
+                         "--model", str(tmp_path / which), "--out", str(out), "--max-seq-length", "32"]) == 0
+            written[which, split] = ((out / "RTE.tsv").read_text(),
+                                     json.loads((out / "report.json").read_text()).get("scores"))
+    assert written["ordered", "dev"][1] == {"accuracy": 0.75}  # not_entailment on every pair
+    assert written["capitals", "dev"] == written["ordered", "dev"]
+    assert written["capitals", "test"] == written["ordered", "test"]
+    capsys.readouterr()
+    assert main(["finetune", "glue", "--task", "rte", "--data-dir", str(tmp_path / "glue"), "--model",
+                 str(tmp_path / "capitals"), "--out", str(tmp_path / "again"), "--lr", "1e-12", "--max-steps", "1",
+                 "--seed", "1", "--batch-size", "4", "--max-seq-length", "32", "--no-progress", "--eval-strategy",
+                 "no"]) == 0
+    assert json.loads(capsys.readouterr().out)["best"]["accuracy"]["mean"] == 0.75

@@ -7,6 +7,7 @@ tested on small files written here in the exact GLUE layout.
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 import numpy as np
@@ -124,6 +125,12 @@ def test_correlations_of_constant_input_are_nan_like_scipy():
     assert metrics.spearman([1, 2, 3], [30, 20, 10]) == pytest.approx(-1.0)
 
 
+@pytest.mark.parametrize("scale", [1e-200, 1.0, 1e200])
+def test_pearson_of_very_large_or_small_values_is_scipys(scale):
+    # scipy.stats.pearsonr([1, 2, 4], [0, 1, 2]) = 0.98198..., at any scale of the first input
+    assert metrics.pearson(np.array([1.0, 2.0, 4.0]) * scale, [0, 1, 2]) == pytest.approx(0.9819805060619656, rel=1e-12)
+
+
 def test_metric_length_mismatch_is_an_error():
     with pytest.raises(ValueError, match="3 values but y_pred has 2"):
         metrics.accuracy([0, 1, 1], [0, 1])
@@ -138,6 +145,18 @@ def test_task_metrics_have_the_glue_keys():
 
 
 # ---------------------------------------------------------------- registry
+
+
+def test_label_order_matches_a_checkpoints_names_in_any_order_and_case():
+    mnli = glue.get_task("mnli")  # contradiction, entailment, neutral
+    assert mnli.label_order({0: "CONTRADICTION", 1: "NEUTRAL", 2: "ENTAILMENT"}) == [0, 2, 1]  # roberta-large-mnli
+    assert mnli.label_order({0: "entailment", 1: "neutral", 2: "contradiction"}) == [2, 0, 1]
+    assert mnli.label_order({0: "LABEL_0", 1: "LABEL_1", 2: "LABEL_2"}) is None
+    users = dataclasses.replace(mnli, labels=("NEG", "POS"))  # finetune classify's labels, read from a user's file
+    assert users.label_order({0: "POS", 1: "NEG"}) == users.label_order({0: "pos", 1: "neg"}) == [1, 0]
+    cased = dataclasses.replace(mnli, labels=("POS", "pos"))  # two classes that differ only in case
+    assert cased.label_order({0: "pos", 1: "POS"}) == [1, 0]
+    assert cased.label_order({0: "Pos", 1: "POS"}) is None
 
 
 def test_registry_covers_the_nine_tasks_plus_mismatched_and_diagnostic():
@@ -498,6 +517,8 @@ def test_write_submission_label_names_and_scores(tmp_path):
     assert out.read_text() == "index\tprediction\n0\tentailment\n1\tnot_entailment\n2\tnot_entailment\n"
     out = glue.write_submission("sts-b", [0.12345, 4.9996], ["10", "11"], tmp_path / "custom.tsv")
     assert out.read_text() == "index\tprediction\n10\t0.123\n11\t5.000\n"
+    out = glue.write_submission("sts-b", [-0.2, 5.7], ["0", "1"], tmp_path / "unclipped.tsv")  # as run_glue.py
+    assert out.read_text() == "index\tprediction\n0\t-0.200\n1\t5.700\n"
     assert glue.write_submission("mnli-mm", [2], ["0"], tmp_path).name == "MNLI-mm.tsv"
     assert (tmp_path / "MNLI-mm.tsv").read_text().splitlines()[1] == "0\tneutral"
     with pytest.raises(ValueError, match="2 predictions but 1 ids"):

@@ -48,8 +48,10 @@ class PredictBenchmarkSettings(OverwriteSettings, Int8Settings):
 @redefault(batch_size=128)
 class PredictGlueSettings(PredictBenchmarkSettings):
     """Predict a GLUE split with a fine-tuned checkpoint and write the GLUE-submission TSV. The checkpoint's outputs
-    are read by its config.json id2label when it names the task's labels, in any order (as run_glue.py reads them),
-    else in output order."""
+    are read by its config.json id2label when it names the task's labels, in any order or case (as run_glue.py reads
+    them), else in output order as the task's labels sorted, as Hugging Face's GLUE processors list them (MNLI and AX:
+    contradiction, entailment, neutral; the `datasets` glue config lists MNLI's as entailment, neutral, contradiction,
+    so a LABEL_0..2 model trained on that is misread)."""
 
     task: str
     """cola, sst2, mrpc, stsb, qqp, mnli, qnli, rte or wnli."""

@@ -16,8 +16,10 @@ google-research/bert `run_classifier.py` and Hugging Face's `glue_processors`:
     WNLI    header; index, sentence1, sentence2, label         header; index, sentence1, sentence2
     AX      (diagnostic, test only) header; index, sentence1, sentence2; scored with an MNLI model
 
-Files are UTF-8 with no quoting (a literal ``"`` is text): rows are split on tab only. Matched and mismatched
-MNLI are two entries ("mnli", "mnli-mm") sharing the training file, as in Hugging Face's processors.
+Files are UTF-8 with no quoting (a literal ``"`` is text): rows are split on tab only. A row with another number
+of columns (or an empty line) is refused naming its file and line, where Hugging Face's QQP processor skips a row
+too short for its questions or label without a word (GLUE's first QQP release had such rows). Matched and
+mismatched MNLI are two entries ("mnli", "mnli-mm") sharing the training file, as in Hugging Face's processors.
 """
 
 from __future__ import annotations
@@ -91,14 +93,28 @@ class GlueTask:
     def metric(self, predictions: np.ndarray, references: np.ndarray) -> dict[str, float]:
         return {name: score(references, predictions) for name, score in METRICS[self.metric_kind].items()}
 
+    def label_order(self, id2label: Mapping[int, str]) -> list[int] | None:
+        """For each of this task's labels in order, the output a checkpoint's ``id2label`` names it by, in whatever
+        order and case it keeps them (roberta-large-mnli's CONTRADICTION, NEUTRAL, ENTAILMENT), as run_glue.py
+        matches them; None when the names are not the task's labels."""
+        if self.labels is None:
+            return None
+        names = [id2label[i] for i in range(len(id2label))]
+        for fold in (str, str.lower):  # the exact names first: a user's classes may differ only in case
+            folded, labels = [fold(n) for n in names], [fold(label) for label in self.labels]
+            if sorted(folded) == sorted(labels) and len(set(labels)) == len(labels):
+                return [folded.index(label) for label in labels]
+        return None
+
     def output_order(self, id2label: Mapping[int, str], model: str | os.PathLike) -> list[int]:
         """For each of this task's labels in order, the model output that scores it, as run_glue.py reads a
-        checkpoint: by its label names when they are the task's, in whatever order it keeps them (roberta-large-mnli's
-        contradiction, neutral, entailment); else in output order (transformers' LABEL_0, LABEL_1, ...; other names,
-        such as a sentiment model's negative, positive on SST-2, with a warning naming both)."""
+        checkpoint: by its label names when they are the task's (``label_order``); else in output order
+        (transformers' LABEL_0, LABEL_1, ...; other names, such as a sentiment model's negative, positive on SST-2,
+        with a warning naming both)."""
+        order = self.label_order(id2label)
+        if order is not None:
+            return order
         names = [id2label[i] for i in range(len(id2label))]
-        if self.labels is not None and sorted(names) == sorted(self.labels):
-            return [names.index(label) for label in self.labels]
         if self.labels is not None and names != [f"LABEL_{i}" for i in range(len(names))]:
             logger.warning("%s names its outputs %s, not %s's labels %s: output i is read as label i (%s)", model, names,
                            self.name, list(self.labels), ", ".join(f"{n} = {t}" for n, t in zip(names, self.labels)))
@@ -289,7 +305,8 @@ def write_submission(
     task: str | GlueTask, predictions: Sequence[Any], ids: Sequence[str], path: str | os.PathLike
 ) -> Path:
     """Write a GLUE-server submission file (``index\\tprediction`` rows: label names, or STS-B scores to three
-    decimals); a directory ``path`` gets the task's standard file name. Returns the path written."""
+    decimals, not clipped to [0, 5], as run_glue.py writes them; GLUE's baseline clips its scores); a directory
+    ``path`` gets the task's standard file name. Returns the path written."""
     t = get_task(task)
     if len(predictions) != len(ids):
         raise BertkitError(f"{len(predictions)} predictions but {len(ids)} ids; pass one id per prediction")

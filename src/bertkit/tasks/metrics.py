@@ -76,12 +76,15 @@ def pearson(x: ArrayLike, y: ArrayLike) -> float:
     if not (np.isfinite(a).all() and np.isfinite(b).all()):
         return float("nan")
     am, bm = a - a.mean(), b - b.mean()
-    na, nb = np.linalg.norm(am), np.linalg.norm(bm)
-    if na == 0 or nb == 0:
+    ma, mb = np.abs(am).max(), np.abs(bm).max()
+    if ma == 0 or mb == 0:
         return float("nan")
-    # Normalise before the dot product (as scipy does) so huge values do not overflow. np.clip keeps a NaN a
-    # NaN (max/min would have turned it into 1.0: a diverged model reported perfect).
-    return float(np.clip(np.dot(am / na, bm / nb), -1.0, 1.0))
+    # Scale by the largest deviation, then normalise, before the dot product (as scipy does): the norm squares
+    # the values, which overflows above about 1e154 and underflows to 0 below about 1e-154 (r came out 0.0 or NaN
+    # where it is 0.98). np.clip keeps a NaN a NaN (max/min would have turned it into 1.0: a diverged model
+    # reported perfect).
+    am, bm = am / ma, bm / mb
+    return float(np.clip(np.dot(am / np.linalg.norm(am), bm / np.linalg.norm(bm)), -1.0, 1.0))
 
 
 def rankdata(x: ArrayLike) -> np.ndarray:

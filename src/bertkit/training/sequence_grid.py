@@ -52,12 +52,9 @@ def fit_sequence_classifier(task: glue.GlueTask, train_examples: Sequence[glue.G
     start = BertConfig.from_json_file(Path(s.model_name_or_path) / "config.json")
     lrs = s.grid(start.hidden_size)
     # A checkpoint fine-tuned on this task that keeps its labels in another order (a published MNLI model's
-    # contradiction, neutral, entailment): its head's rows move to the task's order, so each keeps its meaning, as
+    # CONTRADICTION, NEUTRAL, ENTAILMENT): its head's rows move to the task's order, so each keeps its meaning, as
     # run_glue.py keeps the model's order (relabelled in place, every prediction would start on the wrong label).
-    names = [start.id2label[i] for i in range(len(start.id2label))] if start.id2label else []
-    reorder = (task.output_order(start.id2label, s.model_name_or_path)
-               if task.labels is not None and sorted(names) == sorted(task.labels) and names != list(task.labels)
-               else None)
+    reorder = task.label_order(start.id2label or {})
     s.output_dir.mkdir(parents=True, exist_ok=True)
     runs, best_score = [], -float("inf")
     for lr, seed in ((lr, seed) for lr in lrs for seed in s.seed):
