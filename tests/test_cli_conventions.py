@@ -213,6 +213,15 @@ def test_global_batch_that_does_not_split_is_a_clear_error(tmp_path, capsys):
         micro_batch_size(30, 1, 4)
 
 
+def test_a_list_flag_with_an_item_left_out_is_refused(capsys):
+    """"-1,,2" was read as -1,2: the value between the commas was dropped without a word."""
+    with pytest.raises(SystemExit):
+        _settings(["extract-features", "--model", "m", "--input", "i.txt", "--out", "o.jsonl", "--layers", "-1,,2"])
+    assert "expected a comma-separated list of int, got '-1,,2'" in capsys.readouterr().err
+    assert _settings(["extract-features", "--model", "m", "--input", "i.txt", "--out", "o.jsonl",
+                      "--layers", "-1,2"]).layers == (-1, 2)
+
+
 @pytest.mark.parametrize("command", [["finetune", "ner", "--data-dir", "d", "--model", "m"],
                                      ["pretrain", "--data", "d", "--vocab", "v", "--max-steps", "1"]])
 def test_a_global_batch_that_does_not_split_over_torchruns_processes_is_refused_with_the_settings(

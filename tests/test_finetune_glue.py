@@ -85,6 +85,8 @@ def test_grid_summary_and_defaults():
     assert report["configs"][0]["mcc"]["std"] == pytest.approx(0.0707107, abs=1e-6)
     assert parse_lr_grid("paper") == (2e-5, 3e-5, 4e-5, 5e-5)
     assert parse_lr_grid("3e-5") == (3e-5,) and parse_lr_grid("1e-4,2e-4") == (1e-4, 2e-4)
+    with pytest.raises(ValueError, match="give a number, a comma list"):  # a rate left out: not a grid of two
+        parse_lr_grid("1e-4,,2e-4")
     assert default_lr(768, 2e-5) == 2e-5 and default_lr(384, 2e-5) == 1e-4
 
 
@@ -157,6 +159,23 @@ def test_predict_glue_reads_the_checkpoints_label_order(tmp_path, glue_model):
     # the head's second row (not_entailment in the first checkpoint) wins: -0.49 against 0.34 on every pair
     assert written["ordered", "test"][0] == "index\tprediction\n" + "".join(f"{i}\tnot_entailment\n" for i in range(10, 14))
     assert written["ordered", "dev"][1] == {"accuracy": 0.5}
+
+
+def test_predict_glue_refuses_a_checkpoint_fine_tuned_on_the_other_kind_of_input(tmp_path, glue_model, capsys):
+    """finetune writes text_pair into config.json; an SST-2 model (single sentences) predicting RTE's pairs ran
+    without a word, its scores of pairs it was never shown written as RTE's submission."""
+    _write_rte(tmp_path / "glue")
+    BertForSequenceClassification.from_pretrained(glue_model).save_pretrained(tmp_path / "sst2-model")
+    for name in ("tokenizer_config.json", "vocab.txt"):
+        (tmp_path / "sst2-model" / name).write_bytes((glue_model / name).read_bytes())
+    config = json.loads((tmp_path / "sst2-model" / "config.json").read_text())
+    (tmp_path / "sst2-model" / "config.json").write_text(json.dumps({**config, "text_pair": False}))
+    code = main(["predict", "glue", "--task", "rte", "--data-dir", str(tmp_path / "glue"), "--model",
+                 str(tmp_path / "sst2-model"), "--out", str(tmp_path / "sub"), "--max-seq-length", "32"])
+    assert code == 2
+    assert (f"{tmp_path / 'sst2-model'} was fine-tuned on single texts (its config.json's text_pair), but rte pairs "
+            "two texts") in capsys.readouterr().err
+    assert not (tmp_path / "sub").exists()
 
 
 def test_predict_glue_reads_other_label_names_in_output_order_with_a_warning(tmp_path, glue_model, caplog):

@@ -532,3 +532,9 @@ def test_submission_ids_come_from_the_test_file(tmp_path, glue_dir):
     out = glue.write_submission("rte", [0] * len(test), [e.id for e in test], tmp_path)
     lines = out.read_text().splitlines()
     assert len(lines) == 3001 and lines[0] == "index\tprediction" and lines[-1] == "2999\tentailment"
+
+
+def test_ax_has_no_training_split_and_says_how_it_is_predicted(tmp_path):
+    with pytest.raises(ValueError, match=r"GLUE ax has no split 'train'; it has \['test'\]; AX is predicted with a "
+                                         r"model fine-tuned on MNLI: bertkit finetune glue --task mnli"):
+        glue.read_glue("ax", tmp_path, "train")

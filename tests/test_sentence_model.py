@@ -156,3 +156,16 @@ def test_bad_input_is_named(models, tmp_path, minilm_dir):
         d = st_directory(minilm_dir, tmp_path / f"pooling-{len(message)}", pooling=pooling)
         with pytest.raises(BertkitError, match=message):  # a TypeError from int() or tuple() before
             SentenceTransformer(d)
+
+
+@pytest.mark.parametrize("listed", [{"0": {"type": "Transformer"}}, [1, 2], [{"path": ""}], [{"type": "Pooling", "path": 1}]])
+def test_a_modules_json_of_another_shape_is_refused_naming_it(tmp_path, listed):
+    """A modules.json that is valid JSON but not a list of modules reached the readers' indexing: AttributeError or
+    TypeError from inside SentenceTransformer, CrossEncoder or SparseEncoder."""
+    from bertkit.sentence import CrossEncoder, SentenceTransformer, SparseEncoder
+
+    (tmp_path / "modules.json").write_text(json.dumps(listed), encoding="utf-8")
+    for load in (SentenceTransformer, CrossEncoder, SparseEncoder):
+        with pytest.raises(BertkitError, match=r"modules.json must be a list of modules \({'idx', 'name', 'path', "
+                                               r"'type'} each\), got .*; restore it from the model's source"):
+            load(str(tmp_path))

@@ -75,8 +75,11 @@ def _converter(tp: Any, parse: Callable | None) -> tuple[Callable[[str], Any] | 
 
 def _comma_list(item: type, text: str) -> tuple[Any, ...]:
     """``"-1,-2"`` -> ``(-1, -2)``; argparse would say "invalid partial value" for a ValueError: say what it takes."""
+    parts = text.split(",") if text.strip() else []
     try:
-        return tuple(item(x) for x in text.split(",") if x.strip())
+        if any(not x.strip() for x in parts):  # "-1,,2": a value left out, not a list of two
+            raise ValueError
+        return tuple(item(x) for x in parts)
     except ValueError:
         raise argparse.ArgumentTypeError(f"expected a comma-separated list of {item.__name__}, got {text!r} "
                                          f"(e.g. -1,-2)") from None

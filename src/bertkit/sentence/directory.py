@@ -108,6 +108,18 @@ def module_types(modules: list[dict[str, Any]]) -> list[str]:
     return [t.rsplit(".", 1)[-1] if t.startswith("sentence_transformers.") else t for t in types]
 
 
+def read_modules(directory: Path) -> list[dict[str, Any]] | None:
+    """``directory``'s modules.json (None without one): a list of ``{"idx", "name", "path", "type"}`` objects, as
+    sentence-transformers writes it; any other shape is refused naming the file (the readers index into it)."""
+    modules = read_json(directory / MODULES)
+    if modules is not None and not (isinstance(modules, list) and all(
+            isinstance(m, dict) and isinstance(m.get("type"), str) and isinstance(m.get("path", ""), str)
+            for m in modules)):
+        raise BertkitError(f"{directory / MODULES} must be a list of modules ({{'idx', 'name', 'path', 'type'}} "
+                           f"each), got {str(modules)[:80]}; restore it from the model's source")
+    return modules
+
+
 def read_json(path: Path) -> Any:
     """The JSON in ``path``, or None when there is no such file."""
     if not path.is_file():
@@ -143,7 +155,7 @@ def read_directory(path: str | Path) -> SentenceDirectory:
     """``path``'s sentence-transformers settings (``SentenceDirectory``). A module bertkit does not implement (Dense,
     a custom module) and a value that cannot be one are refused, naming the file."""
     path = Path(path)
-    modules = read_json(path / MODULES)
+    modules = read_modules(path)
     if modules is None:
         return SentenceDirectory(path, path)
     types = module_types(modules)

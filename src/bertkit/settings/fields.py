@@ -239,7 +239,7 @@ def parse_lr_grid(text: str) -> tuple[float, ...]:
     if text.strip().lower() == "paper":
         return PAPER_GRID
     try:
-        return tuple(float(x) for x in text.split(",") if x.strip())
+        return tuple(float(x) for x in text.split(","))  # an empty item ("2e-5,,3e-5") is float's ValueError
     except ValueError:
         raise BertkitError(f"{text!r}: give a number, a comma list of numbers, or 'paper' {PAPER_GRID}") from None
 

@@ -54,7 +54,8 @@ class PredictGlueSettings(PredictBenchmarkSettings):
     so a LABEL_0..2 model trained on that is misread)."""
 
     task: str
-    """cola, sst2, mrpc, stsb, qqp, mnli, qnli, rte or wnli."""
+    """cola, sst2, mrpc, stsb, qqp, mnli, mnli-mm (MNLI's mismatched files), qnli, rte, wnli or ax (the diagnostic
+    set, with an MNLI model)."""
     data_dir: Path
     """The GLUE root holding SST-2/, MRPC/, ..."""
     split: Literal["test", "dev"] = "test"

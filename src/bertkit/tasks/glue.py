@@ -269,7 +269,9 @@ def read_glue(task: str | GlueTask, data_dir: str | os.PathLike, split: str) -> 
     """Read ``split`` ("train", "dev" or "test") of ``task`` from ``data_dir``, the GLUE download's root."""
     t = get_task(task)
     if split not in t.files:
-        raise BertkitError(f"GLUE {t.name} has no split {split!r}; it has {sorted(t.files)}")
+        fix = ("; AX is predicted with a model fine-tuned on MNLI: bertkit finetune glue --task mnli, then bertkit "
+               "predict glue --task ax --model RUN/best" if t.name == "ax" else "")
+        raise BertkitError(f"GLUE {t.name} has no split {split!r}; it has {sorted(t.files)}{fix}")
     return t.read(Path(data_dir) / t.data_dir / t.files[split], labeled=split != "test")
 
 

@@ -33,6 +33,12 @@ def predict_glue(s: PredictGlueSettings) -> dict[str, Any]:
     if model.config.num_labels != task.num_labels:
         raise BertkitError(f"{s.model_name_or_path} has {model.config.num_labels} outputs but {task.name} needs "
                            f"{task.num_labels}; is it a checkpoint fine-tuned on this task?")
+    pairs, trained = len(task.text_columns) == 2, model.config.extra.get("text_pair")
+    if isinstance(trained, bool) and trained != pairs:  # what finetune wrote: a single-text model reads no pair
+        raise BertkitError(f"{s.model_name_or_path} was fine-tuned on {'text pairs' if trained else 'single texts'} "
+                           f"(its config.json's text_pair), but {task.name} "
+                           f"{'pairs two texts' if pairs else 'has one text'}: is it a checkpoint fine-tuned on this "
+                           "task?")
     order = task.output_order(model.config.id2label, s.model_name_or_path)  # before any file is read or written
     examples = first(glue.read_glue(task, s.data_dir, s.split), s.max_predict_samples)
     features = glue.featurize(examples, tokenizer, s.max_seq_length, task)

@@ -35,6 +35,7 @@ from bertkit.sentence.directory import (
     cross_encoder_max_seq_length,
     module_types,
     read_json,
+    read_modules,
     saved_activation,
     tokenizer_limit,
     write_st_config,
@@ -114,7 +115,7 @@ class CrossEncoder(ReferenceCalls, nn.Module):
         if not local_files_only:
             raise BertkitError("bertkit.sentence loads local directories only; download the model and pass its path")
         path = model_path(model_name_or_path, "CrossEncoder")
-        modules = read_json(path / MODULES)
+        modules = read_modules(path)
         types = module_types(modules) if modules is not None else ["Transformer"]
         # sentence-transformers reads sentence_bert_config.json and config_sentence_transformers.json only beside a
         # modules.json; without one it loads the directory as a plain checkpoint (a max_seq_length 16 there cut pairs

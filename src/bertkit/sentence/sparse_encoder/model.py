@@ -35,6 +35,7 @@ from bertkit.sentence.directory import (
     ST_CONFIG,
     module_types,
     read_json,
+    read_modules,
     token_limit,
     write_st_config,
 )
@@ -95,7 +96,7 @@ def _read_modules(path: Path) -> tuple[list[nn.Module], dict[str, Any]]:
     prompts = st.get("prompts") or {}
     if not (isinstance(prompts, dict) and all(isinstance(v, str) or v is None for v in prompts.values())):
         raise BertkitError(f"{path / ST_CONFIG}: prompts must be an object of strings, got {str(prompts)[:80]}")
-    listed = read_json(path / MODULES)
+    listed = read_modules(path)
     if listed is None:
         logger.info("%s has no %s: a new SPLADE model, the masked-LM head with SpladePooling('max', 'relu')",
                     path, MODULES)

@@ -29,7 +29,7 @@ from bertkit.errors import BertkitError
 from bertkit.inference import tasks
 from bertkit.inference.base import Pipeline
 from bertkit.inference.prepare import check_request, prepare_model
-from bertkit.sentence.directory import MODULES, read_json
+from bertkit.sentence.directory import read_json, read_modules
 from bertkit.sentence.sparse_encoder.model import SparseEncoder, select_max_active_dims, splade_embedder
 from bertkit.sentence.sparse_encoder.modules import Router, SparseStaticEmbedding, Transformer
 from bertkit.tokenization import BertTokenizer
@@ -127,7 +127,7 @@ class SparseEmbeddingPipeline(Pipeline):
     def tokenizer_of(cls, model_dir: str | Path) -> BertTokenizer:
         """The tokenizer of ``model_dir``'s first module (a Router's first route's), read without the weights."""
         directory = Path(model_dir)
-        listed = read_json(directory / MODULES)
+        listed = read_modules(directory)
         if listed:
             directory = directory / listed[0].get("path", "")
             router = read_json(directory / Router.CONFIG)
