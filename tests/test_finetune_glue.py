@@ -134,26 +134,33 @@ def _write_rte(root):
                                 + "".join(f"{i + 10}\t{a}\t{b}\n" for i, (a, b, _) in enumerate(pairs)))
 
 
-def test_predict_glue_reads_the_checkpoints_label_order(tmp_path, glue_model):
-    """A checkpoint whose id2label orders the task's labels its own way (roberta-large-mnli's contradiction,
-    neutral, entailment; any model fine-tuned elsewhere) is read by its label names, as run_glue.py reads it: the
-    same head with its rows swapped and its labels named in the other order writes the same submission."""
-    _write_rte(tmp_path / "glue")
+def _rte_submissions(glue_model, tmp_path, name: str, id2label: dict[int, str]) -> dict:
+    """{(model, split): (RTE.tsv, dev scores)} of ``predict glue`` on tmp_path/glue's RTE with a head in the task's
+    label order ("ordered") and the same head saved as ``name`` with its rows swapped and named ``id2label``."""
     model = BertForSequenceClassification.from_pretrained(glue_model, id2label={0: "entailment", 1: "not_entailment"})
     with torch.no_grad():
         model.classifier.weight.copy_(torch.randn(2, 16, generator=torch.Generator().manual_seed(0)) * 5)
     model.save_pretrained(tmp_path / "ordered")
-    for name in ("tokenizer_config.json", "vocab.txt"):
-        (tmp_path / "ordered" / name).write_bytes((glue_model / name).read_bytes())
-    _save_swapped(model, {0: "not_entailment", 1: "entailment"}, tmp_path / "swapped", tokenizer=glue_model)
+    for file in ("tokenizer_config.json", "vocab.txt"):
+        (tmp_path / "ordered" / file).write_bytes((glue_model / file).read_bytes())
+    _save_swapped(model, id2label, tmp_path / name, tokenizer=glue_model)
     written = {}
-    for which in ("ordered", "swapped"):
+    for which in ("ordered", name):
         for split in ("dev", "test"):
             out = tmp_path / f"sub-{which}-{split}"
             assert main(["predict", "glue", "--task", "rte", "--data-dir", str(tmp_path / "glue"), "--split", split,
                          "--model", str(tmp_path / which), "--out", str(out), "--max-seq-length", "32"]) == 0
             written[which, split] = ((out / "RTE.tsv").read_text(),
                                      json.loads((out / "report.json").read_text()).get("scores"))
+    return written
+
+
+def test_predict_glue_reads_the_checkpoints_label_order(tmp_path, glue_model):
+    """A checkpoint whose id2label orders the task's labels its own way (roberta-large-mnli's contradiction,
+    neutral, entailment; any model fine-tuned elsewhere) is read by its label names, as run_glue.py reads it: the
+    same head with its rows swapped and its labels named in the other order writes the same submission."""
+    _write_rte(tmp_path / "glue")
+    written = _rte_submissions(glue_model, tmp_path, "swapped", {0: "not_entailment", 1: "entailment"})
     assert written["swapped", "test"] == written["ordered", "test"]
     assert written["swapped", "dev"] == written["ordered", "dev"]
     # the head's second row (not_entailment in the first checkpoint) wins: -0.49 against 0.34 on every pair
@@ -213,21 +220,7 @@ def test_label_names_in_capitals_are_the_tasks_labels(tmp_path, glue_model, caps
         (d / f"{split}.tsv").write_text("index\tsentence1\tsentence2\tlabel\n"
                                         + "".join(f"{i}\t{a}\t{b}\t{y}\n" for i, (a, b, y) in enumerate(pairs)))
     (d / "test.tsv").write_text("index\tsentence1\tsentence2\n" + "".join(f"{i}\t{a}\t{b}\n" for i, (a, b, _) in enumerate(pairs)))
-    model = BertForSequenceClassification.from_pretrained(glue_model, id2label={0: "entailment", 1: "not_entailment"})
-    with torch.no_grad():
-        model.classifier.weight.copy_(torch.randn(2, 16, generator=torch.Generator().manual_seed(0)) * 5)
-    model.save_pretrained(tmp_path / "ordered")
-    for name in ("tokenizer_config.json", "vocab.txt"):
-        (tmp_path / "ordered" / name).write_bytes((glue_model / name).read_bytes())
-    _save_swapped(model, {0: "NOT_ENTAILMENT", 1: "ENTAILMENT"}, tmp_path / "capitals", tokenizer=glue_model)
-    written = {}
-    for which in ("ordered", "capitals"):
-        for split in ("dev", "test"):
-            out = tmp_path / f"sub-{which}-{split}"
-            assert main(["predict", "glue", "--task", "rte", "--data-dir", str(tmp_path / "glue"), "--split", split,
-                         "--model", str(tmp_path / which), "--out", str(out), "--max-seq-length", "32"]) == 0
-            written[which, split] = ((out / "RTE.tsv").read_text(),
-                                     json.loads((out / "report.json").read_text()).get("scores"))
+    written = _rte_submissions(glue_model, tmp_path, "capitals", {0: "NOT_ENTAILMENT", 1: "ENTAILMENT"})
     assert written["ordered", "dev"][1] == {"accuracy": 0.75}  # not_entailment on every pair
     assert written["capitals", "dev"] == written["ordered", "dev"]
     assert written["capitals", "test"] == written["ordered", "test"]
