@@ -327,7 +327,29 @@ def test_finetune_squad_with_a_train_file_uses_it_unchanged(tmp_path, encoder_di
                                                 batch_size=4, max_seq_length=48, max_query_length=12,
                                                 progress=False))
     assert report["split"] is None and report["train_questions"] == 4 and report["eval_questions"] == 6
-    assert "all 6 questions" in report["evaluated_on"]
+    assert "6 of its 6 questions" in report["evaluated_on"]
+
+
+@pytest.mark.parametrize("version", ["1.1", "2.0"])
+def test_finetune_squad_scores_only_the_max_eval_samples_questions(tmp_path, encoder_dir, version):
+    train_file = _squad_file(tmp_path / "train.json", n_articles=2, impossible=version == "2.0")
+    dev_file = _squad_file(tmp_path / "dev.json", n_articles=3, impossible=version == "2.0")
+    out = tmp_path / "o"
+    report = tt.finetune_squad(tt.SquadSettings(train_file=train_file, predict_file=dev_file, version=version,
+                                                model_name_or_path=encoder_dir, output_dir=out, num_train_epochs=1,
+                                                batch_size=4, max_seq_length=48, max_query_length=12,
+                                                max_eval_samples=4, progress=False))
+    predictions = json.loads((out / "predictions.json").read_text())
+    # The official script on the 4 questions predicted: the others neither count as wrong (v1.1) nor are refused as
+    # unanswered (v2.0).
+    scored = [{**a, "paragraphs": [{**p, "qas": [q for q in p["qas"] if q["id"] in predictions]}
+                                   for p in a["paragraphs"]]} for a in squad.load_squad(dev_file)["data"]]
+    if version == "1.1":
+        assert report["scores"] == to_fractions(squad_eval.evaluate_v1(scored, predictions))
+    else:
+        assert report["scores"]["total"] == 4
+        assert report["scores"]["f1"] == pytest.approx(squad_eval.evaluate_v2(scored, predictions)["f1"] / 100)
+    assert report["eval_questions"] == len(predictions) == 4 and "4 of its" in report["evaluated_on"]
 
 
 def test_finetune_squad_v2_picks_the_best_f1_threshold(tmp_path, encoder_dir):

@@ -241,6 +241,14 @@ def squad_finetuning_examples(s: SquadSettings) -> tuple[list[squad.SquadExample
     return train_examples, eval_examples, eval_articles, split
 
 
+def questions_of(articles: Sequence[dict], examples: Sequence[squad.SquadExample]) -> list[dict]:
+    """``articles`` with only the questions of ``examples``: those --max-eval-samples / --max-predict-samples kept
+    are the ones scored, not counted wrong (evaluate-v1.1.py) nor refused as unanswered (evaluate-v2.0.py)."""
+    wanted = {e.qas_id for e in examples}
+    return [{**a, "paragraphs": [{**p, "qas": [q for q in p["qas"] if q["id"] in wanted]} for p in a["paragraphs"]]}
+            for a in articles]
+
+
 def official_scores(version: str, articles: Sequence[dict], preds: squad.SquadPredictions) -> dict[str, Any]:
     """The official script's scores of ``preds`` (v2.0 with the null odds) as fractions in [0, 1]."""
     if version == "1.1":
@@ -270,9 +278,10 @@ def finetune_squad(s: SquadSettings) -> dict[str, Any]:
     """Fine-tune on SQuAD and score the predict file (or its held-out articles), writing the predictions in
     run_squad.py's formats."""
     tokenizer = BertTokenizer.from_pretrained(s.model_name_or_path)
-    all_train_examples, eval_examples, eval_articles, split = squad_finetuning_examples(s)
+    all_train_examples, all_eval_examples, eval_articles, split = squad_finetuning_examples(s)
     train_examples = first(all_train_examples, s.max_train_samples)
-    eval_examples = first(eval_examples, s.max_eval_samples)
+    eval_examples = first(all_eval_examples, s.max_eval_samples)
+    eval_articles = questions_of(eval_articles, eval_examples)
     shape = {"max_seq_length": s.max_seq_length, "doc_stride": s.doc_stride, "max_query_length": s.max_query_length}
     train_features = squad.featurize_squad(train_examples, tokenizer, **shape)
     eval_features = squad.featurize_squad(eval_examples, tokenizer, **shape)
@@ -285,7 +294,7 @@ def finetune_squad(s: SquadSettings) -> dict[str, Any]:
                                     max_answer_length=s.max_answer_length, batch_size=s.eval_batch_size,
                                     bf16=s.bf16, device=process_device(s.device))
         preds, scores = score_squad_finetuning(s, eval_articles, eval_examples, eval_features, preds, rows)
-        report.update(evaluated_on=split["note"] if split else f"{s.predict_file} (all {len(eval_examples)} questions)",
+        report.update(evaluated_on=split["note"] if split else f"{s.predict_file} ({len(eval_examples)} of its {len(all_eval_examples)} questions)",
                       scores=scores, split=split, predict_seconds=round(time.perf_counter() - t0, 1),
                       train_questions=len(train_examples), train_features=len(train_features),
                       eval_questions=len(eval_examples), eval_features=len(eval_features))
@@ -314,10 +323,7 @@ def predict_squad_file(s: PredictSquadSettings) -> dict[str, Any]:
                               "questions": len(examples),
                               "files": {k: str(v) for k, v in preds.write(s.output_dir).items()}}
     if any(e.answers or e.is_impossible for e in examples):  # gold answers given: the official scores
-        wanted = {e.qas_id for e in examples}
-        articles = [{**a, "paragraphs": [{**p, "qas": [q for q in p["qas"] if q["id"] in wanted]}
-                                         for p in a["paragraphs"]]} for a in dataset["data"]]
-        report["scores"] = official_scores(s.version, articles, preds)
+        report["scores"] = official_scores(s.version, questions_of(dataset["data"], examples), preds)
     return prediction_report(s, precision, report)
 
 
