@@ -374,6 +374,27 @@ def test_squad_v1_refuses_unanswerable_questions(tmp_path, encoder_dir):
         tt.finetune_squad(tt.SquadSettings(predict_file=path, model_name_or_path=encoder_dir, output_dir=tmp_path / "o"))
 
 
+def test_predict_squad_v1_refuses_unanswerable_questions_before_predicting(tmp_path, encoder_dir, tiny_checkpoint):
+    model = tiny_checkpoint(tmp_path / "qa", "BertForQuestionAnswering", tokenizer=encoder_dir)
+    path = _squad_file(tmp_path / "dev-v2.0.json", impossible=True)
+    with pytest.raises(ValueError, match="prediction data holds 6 unanswerable.*--version 2.0"):
+        tt.predict_squad_file(tt.PredictSquadSettings(model_name_or_path=model, predict_file=path,
+                                                      output_dir=tmp_path / "o", max_seq_length=48,
+                                                           max_query_length=12))
+    assert not (tmp_path / "o").exists()
+    # A file without gold answers (a test set) is answered, not refused.
+    unlabelled = json.loads(path.read_text())
+    for a in unlabelled["data"]:
+        for q in a["paragraphs"][0]["qas"]:
+            q["answers"] = []
+            q.pop("is_impossible", None)
+    path.write_text(json.dumps(unlabelled))
+    report = tt.predict_squad_file(tt.PredictSquadSettings(model_name_or_path=model, predict_file=path,
+                                                           output_dir=tmp_path / "o", max_seq_length=48,
+                                                           max_query_length=12))
+    assert report["questions"] == 18 and "scores" not in report
+
+
 # ---------------------------------------------------------------- SWAG
 
 

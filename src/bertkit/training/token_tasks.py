@@ -232,13 +232,17 @@ def squad_finetuning_examples(s: SquadSettings) -> tuple[list[squad.SquadExample
     train_articles, eval_articles, split = _squad_split(s, dataset)
     train_examples = squad.squad_examples(train_articles, source=str(s.train_file or s.predict_file))
     eval_examples = squad.squad_examples(eval_articles, source=str(s.predict_file))
-    if s.version == "1.1":
-        for name, examples in (("training", train_examples), ("evaluation", eval_examples)):
-            bad = [e.qas_id for e in examples if e.is_impossible or not e.answers]
-            if bad:
-                raise BertkitError(f"the {name} data holds {len(bad)} unanswerable questions (e.g. {bad[:3]}), "
-                                   "which SQuAD v1.1 does not have; pass version '2.0' (--version 2.0)")
+    for name, examples in (("training", train_examples), ("evaluation", eval_examples)):
+        _refuse_unanswerable_in_v1(s.version, name, examples)
     return train_examples, eval_examples, eval_articles, split
+
+
+def _refuse_unanswerable_in_v1(version: str, name: str, examples: Sequence[squad.SquadExample]) -> None:
+    """SQuAD v1.1 trains on and scores (evaluate-v1.1.py) only questions with a gold answer."""
+    bad = [e.qas_id for e in examples if e.is_impossible or not e.answers]
+    if version == "1.1" and bad:
+        raise BertkitError(f"the {name} data holds {len(bad)} unanswerable questions (e.g. {bad[:3]}), "
+                           "which SQuAD v1.1 does not have; pass version '2.0' (--version 2.0)")
 
 
 def questions_of(articles: Sequence[dict], examples: Sequence[squad.SquadExample]) -> list[dict]:
@@ -310,9 +314,12 @@ def finetune_squad(s: SquadSettings) -> dict[str, Any]:
 
 def predict_squad_file(s: PredictSquadSettings) -> dict[str, Any]:
     """Answer ``s.predict_file``: run_squad.py's prediction files, scored where the file has answers."""
-    model, tokenizer, precision = load_finetuned(BertForQuestionAnswering, s, "squad")
     dataset = squad.load_squad(s.predict_file)
     examples = first(squad.squad_examples(dataset["data"], source=str(s.predict_file)), s.max_predict_samples)
+    scored = any(e.answers or e.is_impossible for e in examples)  # gold answers given: the official scores
+    if scored:
+        _refuse_unanswerable_in_v1(s.version, "prediction", examples)
+    model, tokenizer, precision = load_finetuned(BertForQuestionAnswering, s, "squad")
     features = squad.featurize_squad(examples, tokenizer, max_seq_length=s.max_seq_length, doc_stride=s.doc_stride,
                                      max_query_length=s.max_query_length)
     preds, _ = predict_squad(model, examples, features, pad_id=tokenizer.pad_token_id, version=s.version,
@@ -322,7 +329,7 @@ def predict_squad_file(s: PredictSquadSettings) -> dict[str, Any]:
     report: dict[str, Any] = {"task": f"squad{s.version}", "predict_file": str(s.predict_file),
                               "questions": len(examples),
                               "files": {k: str(v) for k, v in preds.write(s.output_dir).items()}}
-    if any(e.answers or e.is_impossible for e in examples):  # gold answers given: the official scores
+    if scored:
         report["scores"] = official_scores(s.version, questions_of(dataset["data"], examples), preds)
     return prediction_report(s, precision, report)
 
