@@ -374,6 +374,14 @@ def test_squad_v1_refuses_unanswerable_questions(tmp_path, encoder_dir):
         tt.finetune_squad(tt.SquadSettings(predict_file=path, model_name_or_path=encoder_dir, output_dir=tmp_path / "o"))
 
 
+@pytest.mark.parametrize("threshold", [float("nan"), float("inf")])
+def test_predict_squad_refuses_a_null_threshold_that_is_not_finite(tmp_path, threshold):
+    # NaN would quietly never predict "no answer" (score_diff > nan is False); serve refuses both too.
+    with pytest.raises(ValueError, match=f"null_threshold must be a finite number, got {threshold}"):
+        tt.PredictSquadSettings(model_name_or_path=tmp_path, predict_file=tmp_path / "d.json", output_dir=tmp_path,
+                                version="2.0", null_threshold=threshold)
+
+
 def test_predict_squad_v1_refuses_unanswerable_questions_before_predicting(tmp_path, encoder_dir, tiny_checkpoint):
     model = tiny_checkpoint(tmp_path / "qa", "BertForQuestionAnswering", tokenizer=encoder_dir)
     path = _squad_file(tmp_path / "dev-v2.0.json", impossible=True)

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
@@ -80,7 +81,7 @@ class PredictSquadSettings(PredictBenchmarkSettings, SquadWindowSettings):
 
     predict_file: Path = flag(aliases=("--input",))
     """The SQuAD JSON (dev-v1.1.json, dev-v2.0.json, or your own in that format)."""
-    null_threshold: float = 0.0
+    null_threshold: float = flag(0.0, check=in_range(math.isfinite, "a finite number"))  # as serve's null_threshold
     """2.0: predict no answer when the null score beats the best span by more than this (finetune squad's
     report gives the threshold chosen on dev)."""
 
