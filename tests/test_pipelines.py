@@ -19,7 +19,7 @@ import torch
 
 import bertkit
 from bertkit.errors import BertkitError
-from bertkit.inference.pipelines import group_entities
+from bertkit.inference.pipelines import QuestionAnsweringPipeline, group_entities
 from bertkit.tasks import squad
 from bertkit.tasks.ner import read_conll
 
@@ -470,6 +470,13 @@ def test_question_answering_top_k_changes_neither_answer_nor_scores(tmp_path_fac
                                    [n["probability"] for n in ref.nbest["q"][:k]], atol=1e-6, rtol=0)
     with pytest.raises(BertkitError, match="top_k 21 exceeds the 20 candidates the SQuAD recipe weighs"):
         qa(item, top_k=21)
+
+
+@pytest.mark.parametrize("threshold", [float("nan"), float("inf"), "1"])
+def test_question_answering_refuses_a_null_threshold_that_is_not_a_finite_number(threshold):
+    # NaN would quietly never answer "" (score_diff > nan is False); serve refuses the same values.
+    with pytest.raises(BertkitError, match=f"null_threshold must be a finite number, got {threshold!r}"):
+        QuestionAnsweringPipeline.check_options({"allow_no_answer": True, "null_threshold": threshold})
 
 
 def test_question_answering_long_context_and_no_answer(tmp_path_factory, minilm_dir, squad_all):

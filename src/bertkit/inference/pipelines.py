@@ -7,6 +7,7 @@ they share (batching, order, the non-finite check) is ``base.Pipeline``'s, SQuAD
 from __future__ import annotations
 
 import logging
+import math
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -391,6 +392,10 @@ class QuestionAnsweringPipeline(Pipeline):
         if top_k > cls.n_best_size:  # more candidates would change which spans compete, so the answer and scores
             raise BertkitError(f"question-answering's top_k {top_k} exceeds the {cls.n_best_size} candidates the "
                                f"SQuAD recipe weighs (its n-best size); ask for top_k {cls.n_best_size} or fewer")
+        threshold = options.get("null_threshold", 0.0)
+        if isinstance(threshold, bool) or not isinstance(threshold, (int, float)) or not math.isfinite(threshold):
+            # NaN would never predict "no answer" (score_diff > nan is False): refused, as serve does
+            raise BertkitError(f"null_threshold must be a finite number, got {threshold!r}")
 
     def window_step(self, question: str, doc_stride: int | None, max_question_length: int) -> int:
         """run_squad.py's step between window starts: the recipe's 128, or the step whose windows share
