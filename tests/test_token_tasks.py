@@ -327,7 +327,7 @@ def test_finetune_squad_with_a_train_file_uses_it_unchanged(tmp_path, encoder_di
                                                 batch_size=4, max_seq_length=48, max_query_length=12,
                                                 progress=False))
     assert report["split"] is None and report["train_questions"] == 4 and report["eval_questions"] == 6
-    assert "6 of its 6 questions" in report["evaluated_on"]
+    assert "all 6 questions" in report["evaluated_on"]
 
 
 @pytest.mark.parametrize("version", ["1.1", "2.0"])
@@ -349,7 +349,7 @@ def test_finetune_squad_scores_only_the_max_eval_samples_questions(tmp_path, enc
     else:
         assert report["scores"]["total"] == 4
         assert report["scores"]["f1"] == pytest.approx(squad_eval.evaluate_v2(scored, predictions)["f1"] / 100)
-    assert report["eval_questions"] == len(predictions) == 4 and "4 of its" in report["evaluated_on"]
+    assert report["eval_questions"] == len(predictions) == 4 and "Only the first 4 of these" in report["evaluated_on"]
 
 
 def test_finetune_squad_v2_picks_the_best_f1_threshold(tmp_path, encoder_dir):

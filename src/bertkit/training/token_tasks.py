@@ -298,7 +298,11 @@ def finetune_squad(s: SquadSettings) -> dict[str, Any]:
                                     max_answer_length=s.max_answer_length, batch_size=s.eval_batch_size,
                                     bf16=s.bf16, device=process_device(s.device))
         preds, scores = score_squad_finetuning(s, eval_articles, eval_examples, eval_features, preds, rows)
-        report.update(evaluated_on=split["note"] if split else f"{s.predict_file} ({len(eval_examples)} of its {len(all_eval_examples)} questions)",
+        evaluated_on = split["note"] if split else f"{s.predict_file}: all {len(all_eval_examples)} questions."
+        if len(eval_examples) < len(all_eval_examples):
+            evaluated_on += (f" Only the first {len(eval_examples)} of these {len(all_eval_examples)} questions are "
+                             "scored (--max-eval-samples).")
+        report.update(evaluated_on=evaluated_on,
                       scores=scores, split=split, predict_seconds=round(time.perf_counter() - t0, 1),
                       train_questions=len(train_examples), train_features=len(train_features),
                       eval_questions=len(eval_examples), eval_features=len(eval_features))
