@@ -125,8 +125,10 @@ def test_predict_refuses_non_finite_outputs_naming_the_first_bad_row():
     ("adam_beta1", 1.0, r"adam_beta1 must be in \[0, 1\), got 1.0"),
     ("adam_beta2", float("nan"), r"adam_beta2 must be in \[0, 1\), got nan"),
     ("adam_epsilon", 0.0, "adam_epsilon must be a finite positive number, got 0.0"),
-    ("max_grad_norm", float("nan"), "max_grad_norm must be a finite non-negative number, got nan"),
-    ("max_grad_norm", -1.0, "max_grad_norm must be a finite non-negative number, got -1.0"),
+    ("max_grad_norm", float("nan"), r"max_grad_norm must be a finite non-negative number \(0: .*\), got nan"),
+    ("max_grad_norm", -1.0, r"max_grad_norm must be a finite non-negative number \(0: .*\), got -1.0"),
+    # transformers' idiom for "measure the norm, never clip"; here it is 0
+    ("max_grad_norm", float("inf"), r"\(0: no clipping, the norm still logged as grad_norm; transformers' inf\), got inf"),
     ("skip_nonfinite", -1, "skip_nonfinite must be a finite non-negative number, got -1"),
     ("num_train_epochs", float("inf"), "num_train_epochs must be a finite positive number, got inf"),
 ])

@@ -92,8 +92,10 @@ class TrainingSettings(OverwriteSettings, ProgressSettings):
     """Adam's second-moment decay."""
     adam_epsilon: float = flag(1e-6, hf=1e-8, check=positive, checkpoint=True)
     """Adam's epsilon (google-research/bert uses 1e-6)."""
-    max_grad_norm: float = flag(1.0, check=non_negative, checkpoint=True)
-    """Clip the global gradient norm to this; 0 disables clipping."""
+    max_grad_norm: float = flag(1.0, check=in_range(lambda v: math.isfinite(v) and v >= 0, (
+        "a finite non-negative number (0: no clipping, the norm still logged as grad_norm; transformers' inf)")),
+        checkpoint=True)
+    """Clip the global gradient norm to this; 0 disables clipping (the norm is still measured and logged)."""
     bf16: bool = flag(False, checkpoint=True)
     """bfloat16 autocast (CPUs with AVX-512 BF16 or AMX, recent GPUs); weights and optimiser stay fp32."""
     fp16: bool = flag(False, checkpoint=True)

@@ -246,6 +246,12 @@ class Trainer:
         per_epoch = steps_per_epoch(plan, accum)
         total = args.max_steps if args.max_steps > 0 else steps_for_epochs(plan, args.num_train_epochs, accum)
         resume = self._resume_point(out, resume_from_checkpoint)
+        if self._trained and resume is None:
+            raise BertkitError(
+                "train() was called before on this Trainer: transformers' Trainer would go on with that call's "
+                "optimiser (AdamW's moments and step count) and bertkit's loop builds a new one, so this run would "
+                "train another model without a word; make a new Trainer(model=trainer.model, ...) for a fresh "
+                "optimiser, or continue a checkpointed run with train(resume_from_checkpoint=True)")
         # the loop reads the arguments themselves: fp16 alone is decided for the device first (``_fp16``)
         settings = args if _fp16(args.fp16, self.device) == args.fp16 else dataclasses.replace(args, fp16=False)
         fingerprint = self._fingerprint(examples, total, info.world_size)
@@ -263,6 +269,7 @@ class Trainer:
                 remove_torn_writes(out, HF_LAYOUT)
             t0 = time.perf_counter()
             self._event("on_train_begin")
+            self._trained = True
             result = train(self._module, [Phase(plan, total)], settings,
                            evaluate=self._evaluate_in_loop if self._evaluates() else None,
                            fingerprint=fingerprint, resume=resume or False,
@@ -285,6 +292,7 @@ class Trainer:
         return TrainOutput(result.step, loss, metrics)
 
     _schedule_steps: int | None = None  # the schedule's length, where it is not the run's (loop.LoopHooks)
+    _trained = False  # a train() call has reached the loop (and built an optimiser transformers would keep)
 
     def _parameter_groups(self) -> list[dict] | None:
         """The optimiser's parameter groups; None: the loop's (the model's, at one rate, transformers' decay rule)."""
