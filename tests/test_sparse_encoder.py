@@ -305,6 +305,31 @@ def test_reranking_evaluator_metrics(max_active_dims, batched, layouts, texts):
     assert abs(got["squad_corpus_active_dims"] - sum(map(sum, per_sample)) / sum(map(len, per_sample))) > 1
 
 
+def test_information_retrieval_evaluator_takes_its_arguments_in_sentence_transformers_order(layouts, tmp_path):
+    """max_active_dims is the 14th argument, where the dense evaluator has truncate_dim: given by position it keeps
+    each vector's 5 largest weights (bertkit took it for truncate_dim and kept every weight: the queries' active
+    dimensions 141.7 against 5.0, and the ranking metrics of unpruned vectors)."""
+    from sentence_transformers.sparse_encoder.evaluation import (
+        SparseInformationRetrievalEvaluator as Reference,
+    )
+
+    from bertkit.sentence import SparseEncoder
+    from bertkit.sentence.sparse_encoder.evaluation import SparseInformationRetrievalEvaluator
+
+    corpus = dict(enumerate(["The weather is lovely today.", "He drove to the stadium after lunch.",
+                             "Cats sleep all day long.", "Rain fell on the town all week.",
+                             "The stadium holds fifty thousand fans."]))
+    queries = {"q0": "how is the weather", "q1": "who drove to the stadium", "q2": "stadium size"}
+    relevant = {"q0": {0, 3}, "q1": {1}, "q2": {4, 1}}
+    by_position = (queries, corpus, relevant, 50000, [10], [10], [1, 3], [1, 3], [100], False, 32, "ir", False, 5)
+    got = SparseInformationRetrievalEvaluator(*by_position)(SparseEncoder(layouts["splade"]), str(tmp_path))
+    want = Reference(*by_position)(st.SparseEncoder(str(layouts["splade"]), device="cpu"), str(tmp_path))
+    assert got["ir_query_active_dims"] == got["ir_corpus_active_dims"] == 5.0
+    assert got.keys() == want.keys()
+    for key, value in want.items():
+        assert got[key] == pytest.approx(value, abs=1e-6), key
+
+
 def test_sparse_evaluators_not_implemented_are_refused_by_name():
     """Every sparse evaluator sentence-transformers has: bertkit's, or refused naming what to use instead."""
     from sentence_transformers.sparse_encoder import evaluation as reference

@@ -311,6 +311,37 @@ def test_a_scale_or_temperature_that_is_not_positive_and_finite_is_refused(spars
     assert sparse_model.similarity_fn_name == "dot"  # left as it was (SparseCoSENTLoss sets "cosine")
 
 
+def test_a_loss_called_on_too_few_columns_is_refused_and_on_enough_gives_sentence_transformers_number(checkpoint,
+                                                                                                       sparse_model):
+    """The trainer checks a dataset's columns; a direct call is checked too: a softmax over one candidate column is
+    a constant 0 (sentence-transformers refuses it), and one column failed inside torch.cat."""
+    st = pytest.importorskip("sentence_transformers")
+    from sentence_transformers.sparse_encoder import losses as reference
+
+    from bertkit.sentence.sparse_encoder import losses
+
+    columns = [["who drove", "what is the weather"], ["He drove to the stadium.", "The weather is lovely."],
+               ["Cats sleep.", "The river is wide."]]
+    teacher = torch.tensor([[3.0, 1.0], [0.5, 0.2]])
+
+    def value(lib, model, n):
+        loss = lib.SpladeLoss(model, lib.SparseDistillKLDivLoss(model), 3e-3, 5e-3)
+        return loss([model.tokenize(texts) for texts in columns[:n]], teacher[:, :n - 1])
+
+    with pytest.raises(BertkitError, match=r"SparseDistillKLDivLoss takes 3 or more text column\(s\) and a label "
+                                           r"column \('label' or 'score'\), got a batch of 2 text column\(s\)"):
+        value(losses, sparse_model, 2)
+    mnrl = losses.SpladeLoss(sparse_model, losses.SparseMultipleNegativesRankingLoss(sparse_model), 3e-3, 5e-3)
+    with pytest.raises(BertkitError, match=r"SparseMultipleNegativesRankingLoss takes 2 or more text column\(s\), got "
+                                           r"a batch of 1 text column\(s\)"):
+        mnrl([sparse_model.tokenize(columns[0])], None)
+    got = value(losses, sparse_model, 3)
+    want = value(reference, st.SparseEncoder(str(checkpoint), device="cpu"), 3)
+    assert got.keys() == want.keys()
+    for name in want:  # float32 rounding of the same sums
+        torch.testing.assert_close(got[name], want[name], rtol=1e-5, atol=0)
+
+
 def test_numpy_numbers_are_weights(sparse_model):
     import numpy as np
 

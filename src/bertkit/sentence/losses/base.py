@@ -75,6 +75,11 @@ class SentenceLoss(nn.Module):
                       guide: list[Tensor] | None = None) -> Tensor:
         """``compute`` (this loss's own by default) on this process's embeddings (and a guide model's, for
         GISTEmbedLoss), or with ``gather_across_devices`` under torchrun on the global batch's (losses/gather.py)."""
+        lo, hi = self.columns
+        if len(embeddings) < lo or (hi is not None and len(embeddings) > hi):
+            # the trainer checks a dataset's columns when it is made; a direct call is checked here (a softmax over
+            # one candidate column would be a constant 0, and one column would fail inside torch.cat)
+            raise BertkitError(f"{self.describe_columns()}, got a batch of {len(embeddings)} text column(s)")
         compute = compute or self.compute_loss_from_embeddings
         extra = () if guide is None else (guide,)
         # Evaluation (no grad) gathers nothing: its batches are dealt out whole, so the ranks run different numbers

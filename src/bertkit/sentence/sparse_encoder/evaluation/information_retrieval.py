@@ -20,18 +20,28 @@ def _active_share(embeddings: torch.Tensor) -> torch.Tensor:
 
 
 class SparseInformationRetrievalEvaluator(SparseEvaluator, InformationRetrievalEvaluator):
-    """``InformationRetrievalEvaluator``'s arguments (without ``truncate_dim``) and ``max_active_dims`` (None: the
-    model's). Metric keys: the dense evaluator's, then ``{name}_query_active_dims``, ``_query_sparsity_ratio``,
+    """``InformationRetrievalEvaluator``'s arguments, ``max_active_dims`` (None: the model's) in place of
+    ``truncate_dim``. Metric keys: the dense evaluator's, then ``{name}_query_active_dims``, ``_query_sparsity_ratio``,
     ``_corpus_active_dims``, ``_corpus_sparsity_ratio`` and ``_avg_flops``."""
 
     def __init__(self, queries: dict[str, str], corpus: dict[str, str], relevant_docs: dict[str, set[str]],
-                 corpus_chunk_size: int = 50000, *args: Any, max_active_dims: int | None = None, **kwargs: Any):
-        if kwargs.get("truncate_dim") is not None:
-            raise BertkitError("SparseInformationRetrievalEvaluator has no truncate_dim (a sparse vector's dimensions "
-                               "are word pieces): keep the largest weights with max_active_dims")
+                 corpus_chunk_size: int = 50000, mrr_at_k: list[int] = [10], ndcg_at_k: list[int] = [10],  # noqa: B006
+                 accuracy_at_k: list[int] = [1, 3, 5, 10], precision_recall_at_k: list[int] = [1, 3, 5, 10],  # noqa: B006
+                 map_at_k: list[int] = [100], show_progress_bar: bool = False, batch_size: int = 32,  # noqa: B006
+                 name: str = "", write_csv: bool = True, max_active_dims: int | None = None,
+                 score_functions: dict[str, Any] | None = None, main_score_function: str | None = None,
+                 query_prompt: str | None = None, query_prompt_name: str | None = None,
+                 corpus_prompt: str | None = None, corpus_prompt_name: str | None = None,
+                 write_predictions: bool = False):
+        # sentence-transformers' order: max_active_dims where the dense evaluator has truncate_dim, so a script that
+        # passes the arguments by position gives each its meaning
         if isinstance(corpus_chunk_size, bool) or not isinstance(corpus_chunk_size, int) or corpus_chunk_size < 1:
             raise BertkitError(f"corpus_chunk_size must be a whole number >= 1, got {corpus_chunk_size!r}")
-        super().__init__(queries, corpus, relevant_docs, corpus_chunk_size, *args, **kwargs)
+        super().__init__(queries, corpus, relevant_docs, corpus_chunk_size, mrr_at_k, ndcg_at_k, accuracy_at_k,
+                         precision_recall_at_k, map_at_k, show_progress_bar, batch_size, name, write_csv,
+                         score_functions=score_functions, main_score_function=main_score_function,
+                         query_prompt=query_prompt, query_prompt_name=query_prompt_name, corpus_prompt=corpus_prompt,
+                         corpus_prompt_name=corpus_prompt_name, write_predictions=write_predictions)
         self.corpus_chunk_size = corpus_chunk_size
         self.max_active_dims = max_active_dims
         self.sparsity_stats: dict[str, float] = {}
