@@ -27,6 +27,7 @@ from bertkit.tokenization.batch import (
     split_inputs,
     to_batch_encoding,
 )
+from bertkit.tokenization.decoding import as_id_list, cleaned_up, wordpiece_text
 from bertkit.tokenization.encoding import BatchEncoding
 from bertkit.tokenization.loading import (
     ADDED_TOKENS_FILE,
@@ -50,17 +51,6 @@ __all__ = ["BertTokenizer", "BertTokenizerFast"]
 # transformers' model_max_length for a tokenizer whose files set none (its VERY_LARGE_INTEGER): no limit of the
 # tokenizer's own, so a model's positions decide where its texts are cut (sentence-transformers caps it at them)
 NO_MODEL_MAX_LENGTH = int(1e30)
-# WordPiece decoder clean-up (tokenizers' `decoders::wordpiece::cleanup`), applied to each token with
-# the space that joins it to the previous one.
-_CLEANUP = (
-    (" .", "."), (" ?", "?"), (" !", "!"), (" ,", ","), (" ' ", "'"), (" n't", "n't"), (" 'm", "'m"),
-    (" do not", " don't"), (" 's", "'s"), (" 've", "'ve"), (" 're", "'re"),
-)  # fmt: skip
-# transformers' `clean_up_tokenization`, applied to the whole decoded string when
-# clean_up_tokenization_spaces is on: the same but for " do not".
-_CLEANUP_TEXT = tuple(pair for pair in _CLEANUP if pair[0] != " do not")
-
-
 def _right_only(name: str, value: object) -> None:
     if value != "right":
         raise BertkitError(f"{name}={value!r}: bertkit pads and truncates on the right only (BERT's layout; "
@@ -375,7 +365,7 @@ class BertTokenizer:
         """Id(s) -> token string(s); an id outside 0..len(self)-1 is a ValueError."""
         if isinstance(ids, int) or (hasattr(ids, "ndim") and ids.ndim == 0):
             return self._token_of(int(ids))
-        return [self._token_of(int(i)) for i in _as_id_list(ids)]
+        return [self._token_of(int(i)) for i in as_id_list(ids)]
 
     # What transformers' data collators read besides pad(): BERT pads and truncates on the right only, so
     # setting either to "left" (as transformers allows) is refused rather than kept and ignored.
@@ -556,30 +546,18 @@ class BertTokenizer:
         is the normalised one (lower-cased, accents stripped for uncased models): use offsets to recover the original.
         """
         skip = self._special_id_set if skip_special_tokens else frozenset()
-        text = self.convert_tokens_to_string([self._token_of(i) for i in _as_id_list(ids) if i not in skip])
+        text = wordpiece_text([self._token_of(i) for i in as_id_list(ids) if i not in skip])
         if clean_up_tokenization_spaces is None:
             clean_up_tokenization_spaces = self.clean_up_tokenization_spaces
-        if clean_up_tokenization_spaces:
-            for dirty, clean in _CLEANUP_TEXT:
-                text = text.replace(dirty, clean)
-        return text
+        return cleaned_up(text) if clean_up_tokenization_spaces else text
 
     def batch_decode(self, sequences: Iterable[Iterable[int]], **kwargs: Any) -> list[str]:
         """``decode`` for each sequence of a batch (a list of lists or a (B, T) tensor)."""
         return [self.decode(ids, **kwargs) for ids in sequences]
 
     def convert_tokens_to_string(self, tokens: Sequence[str]) -> str:
-        """Token strings -> text with the WordPiece decoder (tokenizers' ``decoders.WordPiece``): a ``##``
-        piece joins the previous token (the first token keeps its ``##``), the others get a space, and the
-        space before ``. ? ! ,`` and a few contractions is dropped token by token."""
-        pieces: list[str] = []
-        for token in tokens:
-            if pieces:
-                token = token[2:] if token.startswith("##") else " " + token
-            for dirty, clean in _CLEANUP:
-                token = token.replace(dirty, clean)
-            pieces.append(token)
-        return "".join(pieces)
+        """Token strings -> text with the WordPiece decoder (``decoding.wordpiece_text``)."""
+        return wordpiece_text(tokens)
 
 
 def _tokens_from_mapping(vocab: Mapping[str, int]) -> list[str]:
@@ -592,24 +570,6 @@ def _tokens_from_mapping(vocab: Mapping[str, int]) -> list[str]:
             )
         tokens[i] = token
     return tokens  # type: ignore[return-value]
-
-
-def _as_id_list(ids: Any) -> list[int]:
-    """A flat list of ints from a list, tuple, 1-D tensor or 1-D array."""
-    if hasattr(ids, "tolist"):
-        ids = ids.tolist()
-    if isinstance(ids, int):
-        return [ids]
-    ids = list(ids)
-    if ids and not isinstance(ids[0], int):
-        # numpy integers and 0-d tensors (``list(array)``, ``list(tensor)``) are ids too, as transformers reads them
-        ids = [i.tolist() if hasattr(i, "tolist") else i for i in ids]
-    if ids and not isinstance(ids[0], int):
-        raise TypeError(
-            f"expected a flat sequence of token ids, got elements of type {type(ids[0]).__name__}; for a batch of "
-            "sequences (a list of lists, a 2-D tensor) use batch_decode, which transformers 5's decode also does"
-        )
-    return ids
 
 
 # The name code written against transformers imports; one class, with BertTokenizerFast's behaviour.

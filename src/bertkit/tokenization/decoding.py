@@ -1,0 +1,55 @@
+"""Ids -> text: the WordPiece decoder (tokenizers' ``decoders.WordPiece``) and transformers' clean-up of the decoded
+string, which ``BertTokenizer.decode`` and ``convert_tokens_to_string`` apply."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+# WordPiece decoder clean-up (tokenizers' `decoders::wordpiece::cleanup`), applied to each token with
+# the space that joins it to the previous one.
+_CLEANUP = (
+    (" .", "."), (" ?", "?"), (" !", "!"), (" ,", ","), (" ' ", "'"), (" n't", "n't"), (" 'm", "'m"),
+    (" do not", " don't"), (" 's", "'s"), (" 've", "'ve"), (" 're", "'re"),
+)  # fmt: skip
+# transformers' `clean_up_tokenization`, applied to the whole decoded string when
+# clean_up_tokenization_spaces is on: the same but for " do not".
+_CLEANUP_TEXT = tuple(pair for pair in _CLEANUP if pair[0] != " do not")
+
+
+def wordpiece_text(tokens: Sequence[str]) -> str:
+    """Token strings -> text: a ``##`` piece joins the previous token (the first token keeps its ``##``), the others
+    get a space, and the space before ``. ? ! ,`` and a few contractions is dropped token by token."""
+    pieces: list[str] = []
+    for token in tokens:
+        if pieces:
+            token = token[2:] if token.startswith("##") else " " + token
+        for dirty, clean in _CLEANUP:
+            token = token.replace(dirty, clean)
+        pieces.append(token)
+    return "".join(pieces)
+
+
+def cleaned_up(text: str) -> str:
+    """transformers' ``clean_up_tokenization`` of a decoded string (``clean_up_tokenization_spaces``)."""
+    for dirty, clean in _CLEANUP_TEXT:
+        text = text.replace(dirty, clean)
+    return text
+
+
+def as_id_list(ids: Any) -> list[int]:
+    """A flat list of ints from a list, tuple, 1-D tensor or 1-D array."""
+    if hasattr(ids, "tolist"):
+        ids = ids.tolist()
+    if isinstance(ids, int):
+        return [ids]
+    ids = list(ids)
+    if ids and not isinstance(ids[0], int):
+        # numpy integers and 0-d tensors (``list(array)``, ``list(tensor)``) are ids too, as transformers reads them
+        ids = [i.tolist() if hasattr(i, "tolist") else i for i in ids]
+    if ids and not isinstance(ids[0], int):
+        raise TypeError(
+            f"expected a flat sequence of token ids, got elements of type {type(ids[0]).__name__}; for a batch of "
+            "sequences (a list of lists, a 2-D tensor) use batch_decode, which transformers 5's decode also does"
+        )
+    return ids
