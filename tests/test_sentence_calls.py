@@ -438,7 +438,7 @@ def test_the_pipeline_reads_the_older_layout_with_the_encoder_in_0_transformer(t
     32 here) in 0_Transformer/, which modules.json names. Both SentenceTransformers read it; the embedding pipeline
     (`bertkit serve`, `bertkit predict`) looked for config.json at the top and refused the directory."""
     import bertkit
-    from bertkit.inference.pipelines import FeatureExtractionPipeline
+    from bertkit.inference.embedding import FeatureExtractionPipeline
 
     d = st_directory(minilm_2_layers, tmp_path / "m", max_seq_length=32, st_config={"prompts": PROMPTS,
                                                                                     "default_prompt_name": "query"})

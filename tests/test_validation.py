@@ -56,7 +56,7 @@ def test_a_max_length_beyond_the_positions_is_refused_by_every_api_that_takes_on
     max_length above the positions and failed in the forward pass with advice to truncate in the tokenizer; the
     pipeline and extract_features refused it each in their own words. Now one check, one message."""
     from bertkit.features import extract_features
-    from bertkit.inference.pipelines import FeatureExtractionPipeline
+    from bertkit.inference.embedding import FeatureExtractionPipeline
     from bertkit.quantization import quantize_int8_on_texts
 
     tok = BertTokenizer({t: i for i, t in enumerate(["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "a"])})

@@ -335,7 +335,7 @@ class MultipleChoice(Task):
 class FeatureExtraction(Task):
     name = "feature-extraction"
     help = "one vector per input (mean or CLS pooling)"
-    pipeline = "bertkit.inference.pipelines:FeatureExtractionPipeline"
+    pipeline = "bertkit.inference.embedding:FeatureExtractionPipeline"
     result_key = "embedding"
     body_fields = answer_params = EMBED_FIELDS  # InferenceClient sends TEI's fields at the top level
     encoded = counted = True
@@ -377,7 +377,7 @@ class FeatureExtraction(Task):
 class SentenceEmbedding(FeatureExtraction):
     name = "sentence-embedding"
     help = "unit-length sentence vectors"
-    pipeline = "bertkit.inference.pipelines:SentenceEmbeddingPipeline"
+    pipeline = "bertkit.inference.embedding:SentenceEmbeddingPipeline"
 
 
 class SparseEmbedding(Task):
