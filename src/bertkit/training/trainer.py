@@ -177,30 +177,8 @@ class Trainer:
         return trainer_data.examples(dataset, what, keep=keep, model=self._module, training=training)
 
     def _check_batch(self, examples: Sequence, what: str, need_labels: bool) -> None:
-        """Collate one example before anything is written: every key must be an argument of the model's forward,
-        and training needs labels. It must not use up random draws (torch's, a masking collator's generator; one
-        made on first use, as transformers' collators make it, is dropped again)."""
-        first = examples[0]
-        generator = getattr(self.data_collator, "generator", "absent")
-        saved = (torch.get_rng_state(), generator.get_state() if isinstance(generator, torch.Generator) else None)
-        try:
-            batch = self.data_collator([first])
-        finally:
-            torch.set_rng_state(saved[0])
-            if saved[1] is not None:
-                generator.set_state(saved[1])
-            elif generator is None:
-                self.data_collator.generator = None
-        unknown = [k for k in batch if k not in self._forward_args]
-        if unknown:
-            raise BertkitError(
-                f"{what}: column(s) {unknown} are not arguments of {type(self._module).__name__}.forward "
-                f"({', '.join(self._forward_args)}); remove them (dataset.remove_columns({unknown})) or keep "
-                "remove_unused_columns=True")
-        if need_labels and not any(k in batch for k in self.label_names):
-            raise BertkitError(
-                f"{what} has no labels: its batches hold {sorted(batch)}, and {type(self._module).__name__} trains on "
-                f"{self.label_names}; add a 'label' (or 'labels') column, or set label_names in TrainingArguments")
+        trainer_data.check_batch(self.data_collator, examples[0], what, self._forward_args,
+                                 self.label_names if need_labels else None, type(self._module).__name__)
 
     def _collate(self, examples: list) -> dict:
         return {k: v for k, v in self.data_collator(examples).items() if isinstance(v, torch.Tensor)}

@@ -247,3 +247,30 @@ def train_order(examples: Sequence, strategy: str, seed: int, group: int) -> Cal
         return [i for b in torch.randperm(len(batches), generator=g).tolist() for i in batches[b]]
 
     return grouped
+
+
+def check_batch(collator: Any, first: Any, what: str, forward_args: Sequence[str], label_names: Sequence[str] | None,
+                model_name: str) -> None:
+    """Collate one example before anything is written: every key must be an argument of the model's forward
+    (``forward_args``), and with ``label_names`` (training) one of them must be there. It must not use up random
+    draws (torch's, a masking collator's generator; one made on first use, as transformers' collators make it, is
+    dropped again)."""
+    generator = getattr(collator, "generator", "absent")
+    saved = (torch.get_rng_state(), generator.get_state() if isinstance(generator, torch.Generator) else None)
+    try:
+        batch = collator([first])
+    finally:
+        torch.set_rng_state(saved[0])
+        if saved[1] is not None:
+            generator.set_state(saved[1])
+        elif generator is None:
+            collator.generator = None
+    unknown = [k for k in batch if k not in forward_args]
+    if unknown:
+        raise BertkitError(
+            f"{what}: column(s) {unknown} are not arguments of {model_name}.forward ({', '.join(forward_args)}); "
+            f"remove them (dataset.remove_columns({unknown})) or keep remove_unused_columns=True")
+    if label_names is not None and not any(k in batch for k in label_names):
+        raise BertkitError(
+            f"{what} has no labels: its batches hold {sorted(batch)}, and {model_name} trains on {label_names}; add "
+            "a 'label' (or 'labels') column, or set label_names in TrainingArguments")
