@@ -355,14 +355,7 @@ class SentenceTransformer(ReferenceCalls, Prompted, nn.Module):
         ``quantize_embeddings`` does (int8/uint8 buckets from these embeddings)."""
         if "sentences" in unknown and inputs is None:  # sentence-transformers' name before 6
             inputs = unknown.pop("sentences")
-        for name in ("pool", "chunk_size"):  # multi-process encoding's; None (their default) asks for none
-            if name in unknown and unknown[name] is None:
-                del unknown[name]
-        if unknown:
-            extra = {"pool", "chunk_size"} & set(unknown)
-            raise BertkitError(f"encode() got arguments bertkit does not implement: {sorted(unknown)}"
-                               + ("; multi-process encoding is not implemented: call encode in one process"
-                                  if extra else ""))
+        refuse_arguments("encode", unknown, {"pool": _ONE_PROCESS, "chunk_size": _ONE_PROCESS})  # multi-process's
         if output_value != "sentence_embedding":
             raise BertkitError(f"output_value {output_value!r} is not implemented; bertkit.sentence returns sentence "
                                "embeddings (for token states use bertkit.pipeline('feature-extraction', pooling='none'))")
