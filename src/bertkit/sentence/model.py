@@ -355,7 +355,8 @@ class SentenceTransformer(ReferenceCalls, Prompted, nn.Module):
         ``quantize_embeddings`` does (int8/uint8 buckets from these embeddings)."""
         if "sentences" in unknown and inputs is None:  # sentence-transformers' name before 6
             inputs = unknown.pop("sentences")
-        refuse_arguments("encode", unknown, {"pool": _ONE_PROCESS, "chunk_size": _ONE_PROCESS})  # multi-process's
+        multi = f"multi-process encoding is not implemented: {_ONE_PROCESS}"
+        refuse_arguments("encode", unknown, {"pool": multi, "chunk_size": multi})
         if output_value != "sentence_embedding":
             raise BertkitError(f"output_value {output_value!r} is not implemented; bertkit.sentence returns sentence "
                                "embeddings (for token states use bertkit.pipeline('feature-extraction', pooling='none'))")
