@@ -267,6 +267,21 @@ def test_squad_without_id_or_context_and_with_duplicate_ids(tmp_path):
         squad.read_squad(_squad(tmp_path, [dict(q, id="a"), dict(q, id="a")]))
 
 
+@pytest.mark.parametrize("command", [["predict", "squad", "--out", "preds"], ["finetune", "squad", "--output-dir", "run"]])
+def test_squad_windows_without_room_for_context_are_refused_before_the_model_is_read(tmp_path, capsys, command):
+    """--max-seq-length 60 with the default --max-query-length 64: no window could hold context. Refused from the
+    flags alone (the model directory does not exist), with nothing written."""
+    from bertkit.cli import main
+
+    (tmp_path / "dev.json").write_text('{"data": []}')
+    args = [*command[:2], "--model", str(tmp_path / "no-such-model"), "--predict-file", str(tmp_path / "dev.json"),
+            "--max-seq-length", "60", command[2], str(tmp_path / command[3])]
+    assert main(args) == 2
+    assert ("--max-seq-length 60 must exceed --max-query-length 64 + 3 ([CLS] and two [SEP])"
+            in capsys.readouterr().err)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["dev.json"]
+
+
 # ---------------------------------------------------------------- pre-training data and its vocabulary
 
 

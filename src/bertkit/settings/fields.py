@@ -329,3 +329,13 @@ class SquadWindowSettings(Settings):
     """Candidate starts and ends considered per window."""
     max_answer_length: int = flag(30, check=at_least_one)
     """Longest answer, in tokens."""
+
+    def __post_init__(self) -> None:
+        """Refuse windows with no room for context before any model or data is read (every command that takes
+        these settings has ``max_seq_length``)."""
+        super().__post_init__()
+        length = getattr(self, "max_seq_length")
+        if length <= self.max_query_length + 3:
+            raise BertkitError(f"--max-seq-length {length} must exceed --max-query-length {self.max_query_length} + 3 "
+                               "([CLS] and two [SEP]) to leave room for context: lower --max-query-length or raise "
+                               "--max-seq-length")
