@@ -184,6 +184,8 @@ def _embed(data: Any, server: Any, all_tokens: bool = False) -> Call:
     apart from pooled rows of other requests."""
     pipe, limits = server.pipe, server.limits
     path, vector = ("/embed_all", ()) if all_tokens else ("/embed", ("normalize", "dimensions"))
+    if not all_tokens:
+        one_vector(pipe, path)
     f = fields(data, path, ("inputs",), ("truncate", "truncation_direction", "prompt_name", *vector), server)
     texts = texts_of(f["inputs"], "inputs", limits)
     items = [encode(pipe, read_input(pipe, t, i), i, f.get("truncate", True), prompt_name=f.get("prompt_name"))
