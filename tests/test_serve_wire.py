@@ -261,6 +261,9 @@ def test_embeddings_on_predict_and_tei_embed(tmp_path_factory, minilm_dir, sente
         assert r.status_code == 422 and "over max_length 512" in r.json()["error"]
         r = httpx.post(f"{url}/embed", json={"inputs": sentences[0], "dimensions": 33})
         assert r.status_code == 422 and "dimensions must be an int in [1, 32]" in r.json()["error"]
+        for ids in ([101, 7592, 102], [[101, 7592, 102]]):  # TEI's /embed takes ids; here they go to /v1/embeddings
+            r = httpx.post(f"{url}/embed", json={"inputs": ids})
+            assert r.status_code == 422 and "send the ids as the input of /v1/embeddings" in r.json()["error"], r.text
 
         # sentence similarity: InferenceClient's (on /predict) and TEI's /similarity, cosines of the embeddings
         unit = expected / np.linalg.norm(expected, axis=1, keepdims=True)
