@@ -346,7 +346,7 @@ def app(ckpts):
 def test_every_key_but_the_servers_is_refused(app, header):
     headers = {} if header is None else {"Authorization": header}
     r = app["emb"].post("/v1/embeddings", headers=headers, json={"input": "a good film"})
-    assert r.status_code == 401 and r.json()["error"]["type"] == "unauthorized", r.text  # OpenAI's error body
+    assert r.status_code == 401 and r.json()["error"]["type"] == "Unauthorized", r.text  # OpenAI's error body
     assert KEY not in r.text
 
 

@@ -279,7 +279,7 @@ def test_a_flood_gets_results_or_fast_refusals_and_a_request_after_it_is_answere
         assert all(r.status_code == 429 for r in refused)  # answered while the model thread is still held
         assert all(int(r.headers["Retry-After"]) >= 1 for r in refused)
         assert "at max_concurrent_requests 8 (8 inputs admitted and not answered" in refused[0].json()["error"]
-        assert refused[0].json()["error_type"] == "overloaded"
+        assert refused[0].json()["error_type"] == "Overloaded"
         ready = httpx.get(f"{server.url}/ready", timeout=5)
         assert ready.status_code == 503 and ready.json()["status"] == "full" and "Retry-After" in ready.headers
         t0 = time.perf_counter()

@@ -138,13 +138,13 @@ def test_the_openai_client_shows_why_a_request_was_refused(embedder):
     with pytest.raises(openai.UnprocessableEntityError) as refused:
         client.embeddings.create(model="m", input=["a text", "  "])
     assert str(refused.value).startswith("Error code: 422 - sentence-embedding input 1 is empty: '  ' holds no token")
-    assert (refused.value.type, refused.value.code, refused.value.param) == ("validation", None, None)
+    assert (refused.value.type, refused.value.code, refused.value.param) == ("Validation", None, None)
     with pytest.raises(openai.AuthenticationError) as unauthorized:
         openai.OpenAI(base_url=f"{url}/v1", api_key="wrong", max_retries=0).embeddings.create(model="m", input="x")
     assert str(unauthorized.value).startswith("Error code: 401 - this server needs an API key")
-    assert unauthorized.value.type == "unauthorized"
-    # TEI's routes keep TEI's body
-    assert httpx.post(f"{url}/embed", headers=AUTH, json={"inputs": "  "}).json()["error_type"] == "validation"
+    assert unauthorized.value.type == "Unauthorized"
+    # TEI's routes keep TEI's body, its error type spelt as TEI's server sends it (not its OpenAPI page's "validation")
+    assert httpx.post(f"{url}/embed", headers=AUTH, json={"inputs": "  "}).json()["error_type"] == "Validation"
 
 
 @pytest.mark.parametrize("body, message", [
@@ -279,6 +279,7 @@ def test_rerank_scores_equal_transformers_sigmoid_of_the_cross_encoders_logit(re
 def test_rerank_on_a_classifier_server_answers_424_naming_the_rerank_task(classifier):
     r = httpx.post(f"{classifier[0]}/rerank", json={"query": QUERY, "texts": TEXTS})
     assert r.status_code == 424 and "start it with --task rerank" in r.json()["error"], r.text
+    assert r.json()["error_type"] == "Backend"  # TEI's type for "model is not a re-ranker model"
 
 
 @pytest.mark.parametrize("body, status, message", [
@@ -402,7 +403,7 @@ def test_a_request_refused_by_the_api_key_is_counted_as_any_other_refusal(embedd
             httpx.get(f"{url}/info")]  # a GET route: refused, not counted
     assert [r.status_code for r in sent] == [401, 401, 422, 401]
     kinds = [r.json()["error"]["type"] if r.url.path == "/v1/embeddings" else r.json()["error_type"] for r in sent]
-    assert kinds == ["unauthorized", "unauthorized", "validation", "unauthorized"]
+    assert kinds == ["Unauthorized", "Unauthorized", "Validation", "Unauthorized"]
     after = _samples(url, AUTH)
     assert {n: after[(n, ())] - before[(n, ())] for n in names} == {
         "bertkit_requests_total": 3, "bertkit_errors_total": 3, "bertkit_refused_total": 0}

@@ -147,7 +147,7 @@ def test_a_compressed_body_is_refused_with_415_naming_its_encoding(servers, enco
     assert r.json() == {"error": f"the request body is encoded (Content-Encoding: {encoding}); this server reads "
                                  "JSON bodies as sent, uncompressed, as TEI does: send it without "
                                  "Content-Encoding (or turn off request compression in the client or proxy)",
-                        "error_type": "validation"}
+                        "error_type": "Validation"}
     for same in ("identity", "Identity"):  # the body as sent: read
         r = httpx.post(f"{url}/predict", content=body, timeout=30,
                        headers={"content-type": "application/json", "content-encoding": same})

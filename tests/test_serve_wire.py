@@ -22,7 +22,7 @@ httpx = pytest.importorskip("httpx", reason="the HTTP client of these tests: pip
 hub = pytest.importorskip("huggingface_hub", reason="the Inference API's client: pip install huggingface_hub")
 transformers = pytest.importorskip("transformers")
 
-from serve_helpers import Server  # noqa: E402 (after the skips: Server runs uvicorn)
+from serve_helpers import Server, refusal  # noqa: E402 (after the skips: Server runs uvicorn)
 
 TOKENIZER_FILES = ("vocab.txt", "tokenizer_config.json", "special_tokens_map.json", "tokenizer.json")
 TINY = dict(vocab_size=30522, hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=37,
@@ -261,6 +261,9 @@ def test_embeddings_on_predict_and_tei_embed(tmp_path_factory, minilm_dir, sente
         assert r.status_code == 422 and "over max_length 512" in r.json()["error"]
         r = httpx.post(f"{url}/embed", json={"inputs": sentences[0], "dimensions": 33})
         assert r.status_code == 422 and "dimensions must be an int in [1, 32]" in r.json()["error"]
+        for ids in ([101, 7592, 102], [[101, 7592, 102]]):  # TEI's /embed takes ids; here they go to /v1/embeddings
+            r = httpx.post(f"{url}/embed", json={"inputs": ids})
+            assert r.status_code == 422 and "send the ids as the input of /v1/embeddings" in r.json()["error"], r.text
 
         # sentence similarity: InferenceClient's (on /predict) and TEI's /similarity, cosines of the embeddings
         unit = expected / np.linalg.norm(expected, axis=1, keepdims=True)
@@ -272,3 +275,16 @@ def test_embeddings_on_predict_and_tei_embed(tmp_path_factory, minilm_dir, sente
         assert np.allclose(tei, cosines, atol=1e-5)
         r = httpx.post(f"{url}/similarity", json={"inputs": {"source_sentence": sentences[0], "sentences": []}})
         assert r.status_code == 422 and "source_sentence" in r.json()["error"]
+
+
+def test_embed_on_a_server_of_token_states_is_refused_and_embed_all_gives_them(tmp_path_factory, minilm_dir, sentences):
+    """pooling="none" gives every token's state: /embed, one vector per text, refuses it as /v1/embeddings does (it
+    answered each token's vector, each normalised), naming /embed_all, which gives the pipeline's states."""
+    d = _tiny(tmp_path_factory, minilm_dir, "BertModel")
+    with serving("feature-extraction", d, pooling="none") as (url, pipe, _):
+        for path, body in (("/embed", {"inputs": sentences[:2]}), ("/v1/embeddings", {"input": sentences[:2]})):
+            r = httpx.post(f"{url}{path}", json=body)
+            assert r.status_code == 422 and 'pooling="none"; /embed_all gives every token' in refusal(r), r.text[:200]
+        states = httpx.post(f"{url}/embed_all", json={"inputs": sentences[:2]}).json()
+        for got, expected in zip(states, pipe(sentences[:2]), strict=True):
+            np.testing.assert_allclose(got, expected, atol=1e-5)

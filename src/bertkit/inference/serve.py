@@ -26,7 +26,9 @@ from bertkit.settings.inference import check_api_key, check_served_name
 
 logger = logging.getLogger("bertkit")
 
-_ERROR_TYPES = {429: "overloaded", 503: "unhealthy", 500: "backend", 424: "backend", 401: "unauthorized"}
+# TEI's error types as its server sends them: its ErrorType's variant names, as serde writes an enum ("Validation"), not
+# the lower-case examples of its OpenAPI page; 401 is bertkit's own (TEI answers it without a body)
+_ERROR_TYPES = {429: "Overloaded", 503: "Unhealthy", 500: "Backend", 424: "Backend", 401: "Unauthorized"}
 
 
 def require_serving() -> None:
@@ -42,7 +44,7 @@ def _health(server: _Server) -> Any:
     from fastapi.responses import JSONResponse
 
     if not server.batcher.alive():  # a bug stopped the loop that feeds the model: restart this replica
-        return JSONResponse({"error": "the batching loop has stopped", "error_type": "unhealthy"}, 503)
+        return JSONResponse({"error": "the batching loop has stopped", "error_type": "Unhealthy"}, 503)
     return {"status": "ok"}
 
 
@@ -90,7 +92,7 @@ def _error_response(e: RequestError, route: Route | None) -> Any:
     """The refusal's answer, in the body its route's clients read (``Route.error``; TEI's by default)."""
     from fastapi.responses import JSONResponse
 
-    kind = _ERROR_TYPES.get(e.status, "validation")
+    kind = _ERROR_TYPES.get(e.status, "Validation")
     body = route.error(e.message, kind) if route is not None and route.error else {"error": e.message,
                                                                                      "error_type": kind}
     return JSONResponse(body, status_code=e.status, headers=e.headers)

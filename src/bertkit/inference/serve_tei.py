@@ -184,8 +184,14 @@ def _embed(data: Any, server: Any, all_tokens: bool = False) -> Call:
     apart from pooled rows of other requests."""
     pipe, limits = server.pipe, server.limits
     path, vector = ("/embed_all", ()) if all_tokens else ("/embed", ("normalize", "dimensions"))
+    if not all_tokens:
+        one_vector(pipe, path)
     f = fields(data, path, ("inputs",), ("truncate", "truncation_direction", "prompt_name", *vector), server)
-    texts = texts_of(f["inputs"], "inputs", limits)
+    raw = f["inputs"]
+    if not all_tokens and (_is_ids(raw) or isinstance(raw, list) and raw and all(map(_is_ids, raw))):
+        raise RequestError(422, "/embed takes texts, not token ids (TEI's takes both): send the ids as the input of "
+                                "/v1/embeddings, the whole sequence as /tokenize gives it ([CLS] ... [SEP])")
+    texts = texts_of(raw, "inputs", limits)
     items = [encode(pipe, read_input(pipe, t, i), i, f.get("truncate", True), prompt_name=f.get("prompt_name"))
              | ({"all_tokens": True} if all_tokens else {}) for i, t in enumerate(texts)]
     answer = {} if all_tokens else {"normalize": f.get("normalize", True), "dimensions": f.get("dimensions")}

@@ -267,7 +267,8 @@ def one_vector(pipe: Any, path: str) -> None:
     """422 if ``path`` gives one vector per input and the server's pipeline gives every token's state."""
     if pipe.pooling == "none":
         raise RequestError(422, f"{path} gives one vector per input; this server's pipeline has "
-                                'pooling="none"')
+                                'pooling="none"; /embed_all gives every token\'s state, or serve a pipeline with a '
+                                'pooling (pooling="mean")')
 
 
 def fields(data: Any, path: str, required: tuple[str, ...], optional: tuple[str, ...], server: Any) -> dict[str, Any]:
