@@ -265,6 +265,19 @@ def test_finetune_ner_subset_is_reported(conll_dir, encoder_dir, tmp_path):
     assert report["train_sentences"] == 2 and "the first 2 of the 4" in report["subset"]
 
 
+@pytest.mark.parametrize("labels", [9, ["NN", "VB", "O"]])
+def test_predict_ner_refuses_a_checkpoint_whose_labels_are_not_tags(conll_dir, encoder_dir, tiny_checkpoint, tmp_path,
+                                                                   labels):
+    # transformers' default names (LABEL_0 ...) or a POS tagger's: conlleval finds no entity in them, so the file was
+    # tagged LABEL_3 and scored F1 0.0 against the gold entities.
+    model = tiny_checkpoint(tmp_path / "tagger", "BertForTokenClassification", tokenizer=encoder_dir, labels=labels)
+    bad = "'LABEL_0', 'LABEL_1'" if labels == 9 else "'NN', 'VB'"
+    with pytest.raises(ValueError, match=rf"id2label has labels that are not NER tags \(O, B-TYPE, I-TYPE\): \[{bad}"):
+        tt.predict_ner_file(tt.PredictNerSettings(model_name_or_path=model, data_file=conll_dir / "test.txt",
+                                                  output_dir=tmp_path / "o"))
+    assert not (tmp_path / "o").exists()
+
+
 # ---------------------------------------------------------------- SQuAD
 
 

@@ -171,11 +171,12 @@ def finetune_ner(s: NerSettings) -> dict[str, Any]:
 def predict_ner_file(s: PredictNerSettings) -> dict[str, Any]:
     """Tag ``s.data_file`` with a fine-tuned checkpoint: predictions.txt (word gold pred) and conlleval scores."""
     model, tokenizer, precision = load_finetuned(BertForTokenClassification, s, "ner")
-    names = model.config.id2label
-    if not names:
-        raise BertkitError(f"{s.model_name_or_path}/config.json has no id2label: the tag names are unknown; "
-                           "use a checkpoint written by `bertkit finetune ner`")
-    labels = [names[i] for i in range(len(names))]
+    labels = [model.config.id2label[i] for i in range(len(model.config.id2label))]
+    not_tags = [label for label in labels if not ner.is_tag(label)]
+    if not_tags:  # transformers' default names (LABEL_0, ...) or another task's: conlleval would find no entity
+        raise BertkitError(f"{s.model_name_or_path}/config.json's id2label has labels that are not NER tags (O, B-TYPE, "
+                           f"I-TYPE): {not_tags[:5]}; use a checkpoint fine-tuned for NER (`bertkit finetune ner`, "
+                           "or one whose id2label names its tags)")
     sentences = first(ner.read_conll(s.data_file, s.tag_scheme), s.max_predict_samples)
     # Gold tags the model does not know get ids past its outputs: featurize accepts them, none is predicted.
     gold = sorted({t for sent in sentences for t in sent.tags} - set(labels))
