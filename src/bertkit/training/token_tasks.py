@@ -17,6 +17,7 @@ import numpy as np
 import torch
 from torch import nn
 
+from bertkit.config import BertConfig
 from bertkit.data.collate import collate
 from bertkit.errors import BertkitError
 from bertkit.heads import BertForMultipleChoice, BertForQuestionAnswering, BertForTokenClassification
@@ -143,6 +144,9 @@ def finetune_ner(s: NerSettings) -> dict[str, Any]:
     data["dev"] = first(data["dev"], s.max_eval_samples)
     train_sentences = first(data["train"], s.max_train_samples)
     labels = ner.label_list(data["train"])  # from all of train, so a subset run keeps the same head
+    tagged = BertConfig.from_pretrained(s.model_name_or_path).id2label
+    if sorted(tagged.values()) == sorted(labels):  # a tagger of these labels (run_ner.py's order, say):
+        labels = [tagged[i] for i in range(len(tagged))]  # each row of its head keeps its tag, as in run_ner.py
     feats = {split: ner.featurize_ner(sents, tokenizer, labels, s.max_seq_length)
              for split, sents in (("train", train_sentences), ("dev", data["dev"]), ("test", data["test"]))}
 
