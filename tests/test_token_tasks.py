@@ -265,6 +265,16 @@ def test_finetune_ner_subset_is_reported(conll_dir, encoder_dir, tmp_path):
     assert report["train_sentences"] == 2 and "the first 2 of the 4" in report["subset"]
 
 
+def test_finetune_ner_refuses_an_entity_type_the_training_data_lacks(encoder_dir, tmp_path):
+    data = tmp_path / "data"
+    data.mkdir()
+    for split, text in CONLL.items():
+        (data / f"{split}.txt").write_text(text.replace("B-LOC", "B-DATE") if split == "test" else text)
+    with pytest.raises(ValueError, match=rf"{data / 'test.txt'} has tags \['B-DATE'\] that train.txt lacks"):
+        tt.finetune_ner(tt.NerSettings(data_dir=data, model_name_or_path=encoder_dir, output_dir=tmp_path / "o"))
+    assert not (tmp_path / "o").exists()
+
+
 def test_finetune_ner_keeps_the_tag_order_of_a_checkpoint_that_has_them(conll_dir, encoder_dir, tiny_checkpoint,
                                                                         tmp_path):
     # run_ner.py's order (sorted names): each row of the head keeps its tag, as run_ner.py keeps it. The rows were

@@ -147,6 +147,12 @@ def finetune_ner(s: NerSettings) -> dict[str, Any]:
     tagged = BertConfig.from_pretrained(s.model_name_or_path).id2label
     if sorted(tagged.values()) == sorted(labels):  # a tagger of these labels (run_ner.py's order, say):
         labels = [tagged[i] for i in range(len(tagged))]  # each row of its head keeps its tag, as in run_ner.py
+    for split in ("dev", "test"):
+        unseen = sorted({t for sent in data[split] for t in sent.tags} - set(labels))
+        if unseen:
+            raise BertkitError(f"{s.data_dir / NER_SPLITS[split]} has tags {unseen} that {NER_SPLITS['train']} lacks: "
+                               "the tagger learns the training data's entity types only; add sentences with them "
+                               f"to {NER_SPLITS['train']}")
     feats = {split: ner.featurize_ner(sents, tokenizer, labels, s.max_seq_length)
              for split, sents in (("train", train_sentences), ("dev", data["dev"]), ("test", data["test"]))}
 
