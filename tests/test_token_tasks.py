@@ -14,6 +14,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from safetensors.torch import load_file
 from torch import nn
 
 from bertkit import BertForTokenClassification, BertTokenizer
@@ -461,6 +462,26 @@ def test_finetune_swag_on_small_csvs(tmp_path, encoder_dir):
     assert all(r["prediction"] == int(np.argmax(r["scores"])) for r in rows)
     assert report["accuracy"] == pytest.approx(np.mean([r["prediction"] == r["label"] for r in rows]))
     assert report["per_epoch"][-1]["accuracy"] == pytest.approx(report["accuracy"])
+
+
+def test_finetune_swag_with_accumulation_trains_as_the_full_batch(tmp_path, encoder_dir, tiny_checkpoint):
+    """10 examples in steps of 6: the last step holds 4, which accumulation 2 feeds as micro-batches of 3 and 1. Each
+    micro-batch's mean counts by its share of the step's examples, so the weights are the full batch's (the two means
+    counted alike gave the one example three times its weight)."""
+    encoder = tiny_checkpoint(tmp_path / "encoder", tokenizer=encoder_dir, hidden_dropout_prob=0.0,
+                              attention_probs_dropout_prob=0.0)
+    train_file = _swag_file(tmp_path / "train.csv", 10)
+    weights = []
+    for accumulation in (1, 2):
+        out = tmp_path / f"x{accumulation}"
+        report = tt.finetune_swag(tt.SwagSettings(train_file=train_file, predict_file=train_file, model_name_or_path=encoder,
+                                                  output_dir=out, num_train_epochs=1, batch_size=6, learning_rate=1e-2,
+                                                  gradient_accumulation_steps=accumulation, progress=False))
+        assert report["steps"] == 2
+        weights.append(load_file(out / "model" / "model.safetensors"))
+    # the classifier's bias moves all four scores alike, a direction the softmax ignores: Adam moves it by rounding noise
+    diff = {k: float((weights[0][k] - weights[1][k]).abs().max()) for k in weights[0] if k != "classifier.bias"}
+    assert max(diff.values()) <= 1e-5, diff
 
 
 def test_finetune_swag_predicts_an_unlabelled_test_file(tmp_path, encoder_dir):
