@@ -470,11 +470,11 @@ def test_finetune_swag_with_accumulation_trains_as_the_full_batch(tmp_path, enco
     counted alike gave the one example three times its weight)."""
     encoder = tiny_checkpoint(tmp_path / "encoder", tokenizer=encoder_dir, hidden_dropout_prob=0.0,
                               attention_probs_dropout_prob=0.0)
-    train_file = _swag_file(tmp_path / "train.csv", 10)
+    train_file, predict_file = _swag_file(tmp_path / "train.csv", 10), _swag_file(tmp_path / "val.csv", 1)
     weights = []
     for accumulation in (1, 2):
         out = tmp_path / f"x{accumulation}"
-        report = tt.finetune_swag(tt.SwagSettings(train_file=train_file, predict_file=train_file, model_name_or_path=encoder,
+        report = tt.finetune_swag(tt.SwagSettings(train_file=train_file, predict_file=predict_file, model_name_or_path=encoder,
                                                   output_dir=out, num_train_epochs=1, batch_size=6, learning_rate=1e-2,
                                                   gradient_accumulation_steps=accumulation, progress=False))
         assert report["steps"] == 2
