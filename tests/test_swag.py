@@ -74,6 +74,17 @@ def test_malformed_rows_name_file_and_line(tmp_path):
         swag.read_swag(tmp_path / "nothere.csv")
 
 
+@pytest.mark.parametrize("header", [HEADER, None])
+def test_a_file_without_rows_is_refused_naming_it(tmp_path, header):
+    # A header alone (or nothing) read as no examples: `predict swag` then failed in np.stack, and `finetune swag`
+    # trained and failed at its first evaluation, leaving a staging directory behind.
+    path = _write_csv(tmp_path / "val.csv", header, []) if header else tmp_path / "val.csv"
+    if not header:
+        path.write_bytes(b"")
+    with pytest.raises(ValueError, match=rf"{path} holds no examples \(an empty SWAG file\)"):
+        swag.read_swag(path)
+
+
 def test_featurize_four_choices(tmp_path, tok):
     examples = swag.read_swag(_write_csv(tmp_path / "val.csv", HEADER, ROWS))
     feats = swag.featurize_swag(examples, tok, max_seq_length=64)

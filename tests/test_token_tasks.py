@@ -14,6 +14,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from safetensors.torch import load_file
 from torch import nn
 
 from bertkit import BertForTokenClassification, BertTokenizer
@@ -265,6 +266,48 @@ def test_finetune_ner_subset_is_reported(conll_dir, encoder_dir, tmp_path):
     assert report["train_sentences"] == 2 and "the first 2 of the 4" in report["subset"]
 
 
+def test_finetune_ner_refuses_an_entity_type_the_training_data_lacks(encoder_dir, tmp_path):
+    data = tmp_path / "data"
+    data.mkdir()
+    for split, text in CONLL.items():
+        (data / f"{split}.txt").write_text(text.replace("B-LOC", "B-DATE") if split == "test" else text)
+    with pytest.raises(ValueError, match=rf"{data / 'test.txt'} has tags \['B-DATE'\] that train.txt lacks"):
+        tt.finetune_ner(tt.NerSettings(data_dir=data, model_name_or_path=encoder_dir, output_dir=tmp_path / "o"))
+    assert not (tmp_path / "o").exists()
+
+
+def test_finetune_ner_keeps_the_tag_order_of_a_checkpoint_that_has_them(conll_dir, encoder_dir, tiny_checkpoint,
+                                                                        tmp_path):
+    # run_ner.py's order (sorted names): each row of the head keeps its tag, as run_ner.py keeps it. The rows were
+    # renamed in bertkit's order instead, so a tagger fine-tuned further started from the wrong tags (MiniLM on
+    # CoNLL-2003, lr 1e-12: dev F1 0.004 where the checkpoint scores 0.249).
+    labels = sorted(ner.label_list(ner.read_conll(conll_dir / "train.txt")))
+    assert labels[0] == "B-LOC" and labels[-1] == "O"
+    tagger = tiny_checkpoint(tmp_path / "tagger", "BertForTokenClassification", tokenizer=encoder_dir, labels=labels)
+    report = tt.finetune_ner(tt.NerSettings(data_dir=conll_dir, model_name_or_path=tagger, output_dir=tmp_path / "o",
+                                            num_train_epochs=1, batch_size=4, learning_rate=1e-12, progress=False))
+    assert report["labels"] == labels
+    tok = BertTokenizer.from_pretrained(tagger)
+    test = ner.read_conll(conll_dir / "test.txt")
+    tags = tt.predict_ner(BertForTokenClassification.from_pretrained(tagger), test,
+                          ner.featurize_ner(test, tok, labels), labels, pad_id=tok.pad_token_id)
+    assert report["test"] == tt.ner_scores(test, tags)
+    assert report["test"]["accuracy"] == pytest.approx(2 / 14)  # the checkpoint's own tags (random weights)
+
+
+@pytest.mark.parametrize("labels", [9, ["NN", "VB", "O"]])
+def test_predict_ner_refuses_a_checkpoint_whose_labels_are_not_tags(conll_dir, encoder_dir, tiny_checkpoint, tmp_path,
+                                                                   labels):
+    # transformers' default names (LABEL_0 ...) or a POS tagger's: conlleval finds no entity in them, so the file was
+    # tagged LABEL_3 and scored F1 0.0 against the gold entities.
+    model = tiny_checkpoint(tmp_path / "tagger", "BertForTokenClassification", tokenizer=encoder_dir, labels=labels)
+    bad = "'LABEL_0', 'LABEL_1'" if labels == 9 else "'NN', 'VB'"
+    with pytest.raises(ValueError, match=rf"id2label has labels that are not NER tags \(O, B-TYPE, I-TYPE\): \[{bad}"):
+        tt.predict_ner_file(tt.PredictNerSettings(model_name_or_path=model, data_file=conll_dir / "test.txt",
+                                                  output_dir=tmp_path / "o"))
+    assert not (tmp_path / "o").exists()
+
+
 # ---------------------------------------------------------------- SQuAD
 
 
@@ -419,6 +462,26 @@ def test_finetune_swag_on_small_csvs(tmp_path, encoder_dir):
     assert all(r["prediction"] == int(np.argmax(r["scores"])) for r in rows)
     assert report["accuracy"] == pytest.approx(np.mean([r["prediction"] == r["label"] for r in rows]))
     assert report["per_epoch"][-1]["accuracy"] == pytest.approx(report["accuracy"])
+
+
+def test_finetune_swag_with_accumulation_trains_as_the_full_batch(tmp_path, encoder_dir, tiny_checkpoint):
+    """10 examples in steps of 6: the last step holds 4, which accumulation 2 feeds as micro-batches of 3 and 1. Each
+    micro-batch's mean counts by its share of the step's examples, so the weights are the full batch's (the two means
+    counted alike gave the one example three times its weight)."""
+    encoder = tiny_checkpoint(tmp_path / "encoder", tokenizer=encoder_dir, hidden_dropout_prob=0.0,
+                              attention_probs_dropout_prob=0.0)
+    train_file, predict_file = _swag_file(tmp_path / "train.csv", 10), _swag_file(tmp_path / "val.csv", 1)
+    weights = []
+    for accumulation in (1, 2):
+        out = tmp_path / f"x{accumulation}"
+        report = tt.finetune_swag(tt.SwagSettings(train_file=train_file, predict_file=predict_file, model_name_or_path=encoder,
+                                                  output_dir=out, num_train_epochs=1, batch_size=6, learning_rate=1e-2,
+                                                  gradient_accumulation_steps=accumulation, progress=False))
+        assert report["steps"] == 2
+        weights.append(load_file(out / "model" / "model.safetensors"))
+    # the classifier's bias moves all four scores alike, a direction the softmax ignores: Adam moves it by rounding noise
+    diff = {k: float((weights[0][k] - weights[1][k]).abs().max()) for k in weights[0] if k != "classifier.bias"}
+    assert max(diff.values()) <= 1e-5, diff
 
 
 def test_finetune_swag_predicts_an_unlabelled_test_file(tmp_path, encoder_dir):

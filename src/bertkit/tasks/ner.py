@@ -34,6 +34,12 @@ def _split_tag(tag: str) -> tuple[str, str]:
     return (prefix, kind) if sep else (tag, "")
 
 
+def is_tag(tag: str) -> bool:
+    """``O``, ``B-TYPE`` or ``I-TYPE``: a tag conlleval reads as outside or in an entity."""
+    prefix, kind = _split_tag(tag)
+    return tag == "O" or (prefix in ("B", "I") and bool(kind))
+
+
 def iob1_to_iob2(tags: Sequence[str]) -> list[str]:
     """IOB1 (B- only between adjacent same-type entities) -> IOB2: an ``I-X`` after ``O`` or another type is ``B-X``."""
     out, prev = [], "O"
@@ -97,11 +103,9 @@ def _check_token_line(path: Path, lineno: int, raw: str, cols: list[str], n_colu
             f"malformed line in {path} line {lineno}: expected {n_columns} space-separated "
             f"columns like the first token line, got {len(cols)}"
         )
-    tag = cols[-1]
-    prefix, kind = _split_tag(tag)
-    if not (tag == "O" or (prefix in ("B", "I") and kind)):
+    if not is_tag(cols[-1]):
         raise BertkitError(
-            f"malformed line in {path} line {lineno}: tag {tag!r} is not O, B-TYPE or I-TYPE"
+            f"malformed line in {path} line {lineno}: tag {cols[-1]!r} is not O, B-TYPE or I-TYPE"
         )
     return n_columns
 

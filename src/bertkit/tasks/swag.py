@@ -62,6 +62,8 @@ def read_swag(path: str | os.PathLike) -> list[SwagExample]:
                 line=lineno,
             )
         )
+    if not examples:
+        raise BertkitError(f"{path} holds no examples (an empty SWAG file); every file must have rows")
     return examples
 
 

@@ -166,6 +166,7 @@ class _Run:
     t0: float = 0.0
     step_micro: int = 0  # micro-batches of the current optimiser step done
     step_size: int = 1  # its micro-batches: gradient_accumulation_steps, or the fewer an epoch has left
+    step_shares: list[float] = field(default_factory=list)  # each micro-batch's weight in the step's mean
     spoiled: str | None = None  # why the current optimiser step's gradient cannot be used
     grad_norm: float | None = None  # the last optimiser step's gradient norm, before clipping
     step_lr: float = 0.0  # the learning rate the last optimiser step used (what transformers logs)
@@ -302,12 +303,19 @@ class _Run:
             # an epoch's last step takes the micro-batches the epoch has left, as transformers' does: none carries
             # into the next epoch
             self.step_size = min(args.gradient_accumulation_steps, len(phase.plan) - pos.batch)
+            # A per-sequence loss counts by its micro-batch's share of the step's examples where the plan cuts the
+            # global batch (--batch-size) itself: an epoch's short last batch is split unevenly (6 + 4 -> 3 + 3 + 3 + 1),
+            # and the step must still be its mean. transformers' Trainer (a drawn plan: its per-device batches)
+            # averages the step's micro-batch means.
+            sizes = [len(c) for c in phase.plan.global_batches(pos.epoch)[pos.batch:pos.batch + self.step_size]]
+            self.step_shares = [n * len(sizes) / sum(sizes) if phase.plan.draw is None else 1.0 for n in sizes]
             self.control.should_log = self.control.should_evaluate = self.control.should_save = False
             self.event("step_begin")
             if self.token_losses:
                 step = step_targets(phase.plan, pos.epoch, pos.batch, self.step_size, targets, self.device)
                 self.num_items = None if step is None else max(step, 1) / self.info.world_size
         accum = self.step_size
+        weight *= self.step_shares[self.step_micro]
         pos.batch += 1
         self.step_micro += 1
         sync = self.step_micro == accum

@@ -17,6 +17,7 @@ import numpy as np
 import torch
 from torch import nn
 
+from bertkit.config import BertConfig
 from bertkit.data.collate import collate
 from bertkit.errors import BertkitError
 from bertkit.heads import BertForMultipleChoice, BertForQuestionAnswering, BertForTokenClassification
@@ -143,6 +144,15 @@ def finetune_ner(s: NerSettings) -> dict[str, Any]:
     data["dev"] = first(data["dev"], s.max_eval_samples)
     train_sentences = first(data["train"], s.max_train_samples)
     labels = ner.label_list(data["train"])  # from all of train, so a subset run keeps the same head
+    tagged = BertConfig.from_pretrained(s.model_name_or_path).id2label
+    if sorted(tagged.values()) == sorted(labels):  # a tagger of these labels (run_ner.py's order, say):
+        labels = [tagged[i] for i in range(len(tagged))]  # each row of its head keeps its tag, as in run_ner.py
+    for split in ("dev", "test"):
+        unseen = sorted({t for sent in data[split] for t in sent.tags} - set(labels))
+        if unseen:
+            raise BertkitError(f"{s.data_dir / NER_SPLITS[split]} has tags {unseen} that {NER_SPLITS['train']} lacks: "
+                               "the tagger learns the training data's entity types only; add sentences with them "
+                               f"to {NER_SPLITS['train']}")
     feats = {split: ner.featurize_ner(sents, tokenizer, labels, s.max_seq_length)
              for split, sents in (("train", train_sentences), ("dev", data["dev"]), ("test", data["test"]))}
 
@@ -171,11 +181,12 @@ def finetune_ner(s: NerSettings) -> dict[str, Any]:
 def predict_ner_file(s: PredictNerSettings) -> dict[str, Any]:
     """Tag ``s.data_file`` with a fine-tuned checkpoint: predictions.txt (word gold pred) and conlleval scores."""
     model, tokenizer, precision = load_finetuned(BertForTokenClassification, s, "ner")
-    names = model.config.id2label
-    if not names:
-        raise BertkitError(f"{s.model_name_or_path}/config.json has no id2label: the tag names are unknown; "
-                           "use a checkpoint written by `bertkit finetune ner`")
-    labels = [names[i] for i in range(len(names))]
+    labels = [model.config.id2label[i] for i in range(len(model.config.id2label))]
+    not_tags = [label for label in labels if not ner.is_tag(label)]
+    if not_tags:  # transformers' default names (LABEL_0, ...) or another task's: conlleval would find no entity
+        raise BertkitError(f"{s.model_name_or_path}/config.json's id2label has labels that are not NER tags (O, B-TYPE, "
+                           f"I-TYPE): {not_tags[:5]}; use a checkpoint fine-tuned for NER (`bertkit finetune ner`, "
+                           "or one whose id2label names its tags)")
     sentences = first(ner.read_conll(s.data_file, s.tag_scheme), s.max_predict_samples)
     # Gold tags the model does not know get ids past its outputs: featurize accepts them, none is predicted.
     gold = sorted({t for sent in sentences for t in sent.tags} - set(labels))
