@@ -245,6 +245,23 @@ def test_bundle_written_without_tensorflow_converts_to_equal_outputs(tmp_path, t
         tf_to_published({**google, "cls/squad/extra": np.zeros(2, np.float32)})
 
 
+@pytest.mark.parametrize("extra", [
+    # google-research/bert's AdamWeightDecayOptimizer as a tf.train.Optimizer subclass names its slots after itself
+    ("bert/pooler/dense/kernel/AdamWeightDecayOptimizer", "bert/pooler/dense/kernel/AdamWeightDecayOptimizer_1"),
+    # tf.train.AdamOptimizer: slots Adam, Adam_1 and its two non-slot accumulators at the root
+    ("bert/pooler/dense/kernel/Adam", "bert/pooler/dense/kernel/Adam_1", "beta1_power", "beta2_power"),
+])
+def test_optimizer_state_of_other_optimizers_is_skipped(extra):
+    """Every optimizer variable transformers' load_tf_weights_in_bert skips is skipped too: the same weights come
+    out, not an error on a training checkpoint."""
+    rng = np.random.default_rng(0)
+    weights = {"bert/pooler/dense/bias": rng.standard_normal(H).astype(np.float32),
+               "bert/pooler/dense/kernel": rng.standard_normal((H, 3)).astype(np.float32)}
+    published = tf_to_published({**weights, **{name: np.ones((), np.float32) for name in extra}})
+    assert list(published) == ["bert.pooler.dense.bias", "bert.pooler.dense.weight"]
+    assert torch.equal(published["bert.pooler.dense.weight"], torch.from_numpy(weights["bert/pooler/dense/kernel"].T))
+
+
 def test_crc32c_matches_the_standard_check_value_and_a_bitwise_reference():
     from bertkit.inference.tf_checkpoint import crc32c
 

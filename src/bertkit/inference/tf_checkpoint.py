@@ -271,8 +271,11 @@ _HEADS = {"cls/predictions/output_bias": "cls.predictions.bias",
           "cls/seq_relationship/output_bias": "cls.seq_relationship.bias",
           "output_weights": "classifier.weight", "output_bias": "classifier.bias",
           "cls/squad/output_weights": "qa_outputs.weight", "cls/squad/output_bias": "qa_outputs.bias"}
-# Optimizer state and bookkeeping in training checkpoints: carries no model weights.
-_SKIP = re.compile(r"(^|/)(adam_m|adam_v|Adam|Adam_1|Momentum)$|^global_step$|^good_steps$|^loss_scale")
+# Optimizer state and bookkeeping in training checkpoints: carries no model weights. Slots are named after the
+# optimizer (AdamWeightDecayOptimizer's own adam_m/adam_v, or tf.train.Optimizer's slot names); tf.train.AdamOptimizer
+# also keeps beta1_power and beta2_power at the root.
+_SKIP = re.compile(r"(^|/)(adam_m|adam_v|AdamWeightDecayOptimizer(_1)?|Adam|Adam_1|Momentum)$|^beta[12]_power$"
+                   r"|^global_step$|^good_steps$|^loss_scale")
 _ARCHITECTURE = (("cls/squad/output_weights", "BertForQuestionAnswering"),
                  ("output_weights", "BertForSequenceClassification"),
                  ("cls/predictions/output_bias", "BertForPreTraining"))
