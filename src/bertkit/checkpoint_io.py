@@ -108,6 +108,8 @@ def _canonical(published: dict[str, Tensor], prefix: str = "") -> dict[str, Tens
         key = _normalise_published_key(key)
         bare = _strip_encoder_prefix(key)
         out[prefix + bare if bare.startswith(("embeddings.", "encoder.", "pooler.")) else key] = value
+    if "cls.predictions.bias" not in out and TIED_KEYS[1] in out:  # the MLM bias stored as its tied copy only, which
+        out["cls.predictions.bias"] = out.pop(TIED_KEYS[1])  # transformers' tied-weight map loads as the bias
     return out
 
 
