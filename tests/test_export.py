@@ -186,3 +186,21 @@ def test_an_opset_the_exporter_cannot_write_is_refused_naming_the_range(tmp_path
     assert main(["export", "onnx", "--model", str(model_dir), "--out", str(tmp_path / "m.onnx"), "--opset",
                  str(opset)]) == 2
     assert "supported opsets are 14 to" in capsys.readouterr().err and not (tmp_path / "m.onnx").exists()
+
+
+def test_the_newest_supported_opset_is_one_the_exporter_writes(tmp_path, minilm_dir, tiny_checkpoint):
+    """The TorchScript exporter bertkit runs writes up to its own newest opset (torch.onnx's newest is the dynamo
+    exporter's): the top of the range exports without torch's "is not supported" warning, and runs as bertkit."""
+    pytest.importorskip("onnxruntime", reason="pip install 'bertkit[onnx]'")
+    import warnings
+
+    from bertkit.inference.export import supported_opsets
+
+    model_dir = tiny_checkpoint(tmp_path / "m", tokenizer=BertTokenizer.from_pretrained(minilm_dir),
+                                **_ON_MINILM_VOCAB)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        result = export_onnx(model_dir, tmp_path / "m.onnx", opset=supported_opsets()[-1])
+    assert not [str(w.message) for w in caught if "not supported" in str(w.message)]
+    assert result["opset"] == supported_opsets()[-1] and result["verified_max_abs_diff"] < 1e-5
+

@@ -74,10 +74,12 @@ MIN_OPSET = 14
 
 
 def supported_opsets() -> range:
-    """The opsets ``export_onnx`` can write: from ``MIN_OPSET`` to the newest the installed torch.onnx knows."""
+    """The opsets ``export_onnx`` can write: from ``MIN_OPSET`` to the newest the installed torch's TorchScript
+    exporter writes (torch.onnx's ``ONNX_MAX_OPSET`` is the dynamo exporter's; above its own newest the TorchScript
+    one warns that the opset is not supported)."""
     from torch.onnx import _constants
 
-    return range(MIN_OPSET, _constants.ONNX_MAX_OPSET + 1)
+    return range(MIN_OPSET, _constants.ONNX_TORCHSCRIPT_EXPORTER_MAX_OPSET + 1)
 
 
 def export_onnx(model_dir: str | Path, out: str | Path, *, opset: int = 17, overwrite: bool = False,
@@ -98,7 +100,7 @@ def export_onnx(model_dir: str | Path, out: str | Path, *, opset: int = 17, over
     if opset not in opsets:
         raise BertkitError(f"--opset {opset} is not one bertkit can export: the supported opsets are {opsets.start} "
                            f"to {opsets.stop - 1} (from {MIN_OPSET}, the first with the attention operator, to the "
-                           f"newest this torch {torch.__version__} knows)")
+                           f"newest this torch {torch.__version__}'s TorchScript exporter writes)")
     model = load_for_export(model_dir)
     tokenizer = BertTokenizer.from_pretrained(model_dir)
     wrapper = TupleOutputModel(model).eval()
