@@ -262,6 +262,20 @@ def test_optimizer_state_of_other_optimizers_is_skipped(extra):
     assert torch.equal(published["bert.pooler.dense.weight"], torch.from_numpy(weights["bert/pooler/dense/kernel"].T))
 
 
+def test_a_vocabulary_of_another_size_is_refused_before_the_checkpoint_is_read(tmp_path, monkeypatch):
+    """A vocab.txt that is not the checkpoint's is named before the weights (1.3 GB for BERT-LARGE) are read."""
+    import bertkit.inference.tf_checkpoint as tf_checkpoint
+
+    (tmp_path / "bert_config.json").write_text(json.dumps({"vocab_size": V, "hidden_size": H, "num_hidden_layers": L,
+                                                            "num_attention_heads": NH, "intermediate_size": I}))
+    (tmp_path / "vocab.txt").write_text("\n".join(VOCAB[:-1]) + "\n")
+    monkeypatch.setattr(tf_checkpoint, "read_tf_checkpoint", lambda *a, **k: pytest.fail("the checkpoint was read"))
+    with pytest.raises(BertkitError, match=rf"vocab.txt has {V - 1} tokens but .*bert_config.json says vocab_size {V}"):
+        convert_tf_checkpoint(tmp_path / "bert_model.ckpt", tmp_path / "bert_config.json", tmp_path / "vocab.txt",
+                              tmp_path / "out")
+    assert not (tmp_path / "out").exists()
+
+
 def test_crc32c_matches_the_standard_check_value_and_a_bitwise_reference():
     from bertkit.inference.tf_checkpoint import crc32c
 

@@ -339,6 +339,11 @@ def convert_tf_checkpoint(tf_checkpoint: str | Path, bert_config: str | Path, vo
     if existing:  # bertkit never replaces files it did not create (the CLI's --overwrite removes its own first)
         raise BertkitError(f"{output_dir} already holds {', '.join(existing)}; choose a new output directory")
     config = BertConfig.from_dict(read_json_object(bert_config, "pass the checkpoint's bert_config.json"))
+    tokenizer = BertTokenizer(vocab, do_lower_case=_guess_lower_case(vocab) if do_lower_case is None
+                              else do_lower_case)
+    if len(tokenizer) != config.vocab_size:  # before reading the checkpoint (1.3 GB for BERT-LARGE)
+        raise BertkitError(f"{vocab} has {len(tokenizer)} tokens but {bert_config} says vocab_size "
+                           f"{config.vocab_size}; pass the vocab.txt that came with this checkpoint")
     variables = read_tf_checkpoint(tf_checkpoint, skip=_SKIP)
     published = tf_to_published(variables)
     arch = next((a for g, a in _ARCHITECTURE if g in variables), "BertModel")
@@ -347,11 +352,6 @@ def convert_tf_checkpoint(tf_checkpoint: str | Path, bert_config: str | Path, vo
         config = config.with_labels(num_labels)
     model = MODEL_CLASSES[arch](config)
     model.load_published_state_dict(published, source=str(tf_checkpoint))  # strict: names and shapes
-    tokenizer = BertTokenizer(vocab, do_lower_case=_guess_lower_case(vocab) if do_lower_case is None
-                              else do_lower_case)
-    if len(tokenizer) != config.vocab_size:
-        raise BertkitError(f"{vocab} has {len(tokenizer)} tokens but {bert_config} says vocab_size "
-                           f"{config.vocab_size}; pass the vocab.txt that came with this checkpoint")
     with staged(output_dir) as out:  # the model and its tokenizer appear together, or not at all
         model.save_pretrained(out)  # config.json (architectures: [arch]) and model.safetensors
         tokenizer.save_pretrained(out)
