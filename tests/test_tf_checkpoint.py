@@ -276,6 +276,15 @@ def test_a_vocabulary_of_another_size_is_refused_before_the_checkpoint_is_read(t
     assert not (tmp_path / "out").exists()
 
 
+def test_a_tensorflow_2_object_based_checkpoint_is_named_as_such(tmp_path):
+    """tf.train.Checkpoint (tensorflow/models' BERT) names variables by object path beside a string object graph:
+    refused as that kind of checkpoint, not as a string dtype or as unknown variables."""
+    write_bundle(tmp_path / "bert_model.ckpt", {"_CHECKPOINTABLE_OBJECT_GRAPH": np.zeros(1, np.float32),
+                                                "model/w/.ATTRIBUTES/VARIABLE_VALUE": np.ones((2, 2), np.float32)})
+    with pytest.raises(BertkitError, match=r"bert_model.ckpt.index is a TensorFlow 2 object-based checkpoint"):
+        read_tf_checkpoint(tmp_path / "bert_model.ckpt")
+
+
 def test_crc32c_matches_the_standard_check_value_and_a_bitwise_reference():
     from bertkit.inference.tf_checkpoint import crc32c
 

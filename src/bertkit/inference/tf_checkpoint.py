@@ -215,6 +215,11 @@ def read_tf_checkpoint(prefix: str | Path, skip: re.Pattern | None = None) -> di
         entries = {raw_name.decode("utf-8"): _entry(value) for raw_name, value in sorted(table.items())}
     except (IndexError, struct.error, ValueError) as e:  # a bad varint, wire type or name: the bytes are damaged
         raise _corrupt(index, e) from None
+    if "_CHECKPOINTABLE_OBJECT_GRAPH" in entries:  # tf.train.Checkpoint's object graph, a string tensor
+        raise BertkitError(f"{index} is a TensorFlow 2 object-based checkpoint (tf.train.Checkpoint: variables named "
+                           "by object path, as tensorflow/models' BERT writes them), not one of google-research/bert's "
+                           "(tf.compat.v1.train.Saver's names, bert/encoder/layer_0/...); bertkit reads the latter, "
+                           "the bert_model.ckpt of google-research/bert's downloads")
     num_shards = int(header.get(1, 1))
     if header.get(2, 0) != 0:
         raise BertkitError(f"{index}: the checkpoint was written big-endian; bertkit reads little-endian bundles")
