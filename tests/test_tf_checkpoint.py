@@ -285,6 +285,28 @@ def test_a_tensorflow_2_object_based_checkpoint_is_named_as_such(tmp_path):
         read_tf_checkpoint(tmp_path / "bert_model.ckpt")
 
 
+def test_a_checkpoint_without_the_next_sentence_head_converts_as_a_masked_lm(tmp_path, tiny_model):
+    """No cls/seq_relationship variables: the masked LM it holds, not a pre-training model whose next-sentence head
+    would be written with random weights that load later as if they were the checkpoint's."""
+    from bertkit.heads import BertForMaskedLM
+
+    model = tiny_model(BertForPreTraining, vocab_size=V, hidden_size=H, num_hidden_layers=L, num_attention_heads=NH,
+                       intermediate_size=I, max_position_embeddings=P).eval()
+    google = {k: v for k, v in _google_names(model.published_state_dict()).items()
+              if not k.startswith("cls/seq_relationship/")}
+    write_bundle(tmp_path / "bert_model.ckpt", google)
+    config = {k: v for k, v in model.config.to_dict().items() if k not in ("model_type", "architectures")}
+    (tmp_path / "bert_config.json").write_text(json.dumps(config))
+    (tmp_path / "vocab.txt").write_text("\n".join(VOCAB) + "\n")
+    result = convert_tf_checkpoint(tmp_path / "bert_model.ckpt", tmp_path / "bert_config.json", tmp_path / "vocab.txt",
+                                   tmp_path / "out")
+    assert result["architecture"] == "BertForMaskedLM" and result["tensors"] == len(google)
+    ids = torch.randint(5, V, (2, 9), generator=torch.Generator().manual_seed(1))
+    with torch.no_grad():
+        want, got = model(ids).prediction_logits, BertForMaskedLM.from_pretrained(tmp_path / "out")(ids).logits
+    torch.testing.assert_close(got, want, atol=0, rtol=0)
+
+
 def test_crc32c_matches_the_standard_check_value_and_a_bitwise_reference():
     from bertkit.inference.tf_checkpoint import crc32c
 

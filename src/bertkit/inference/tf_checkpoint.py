@@ -281,9 +281,12 @@ _HEADS = {"cls/predictions/output_bias": "cls.predictions.bias",
 # also keeps beta1_power and beta2_power at the root.
 _SKIP = re.compile(r"(^|/)(adam_m|adam_v|AdamWeightDecayOptimizer(_1)?|Adam|Adam_1|Momentum)$|^beta[12]_power$"
                    r"|^global_step$|^good_steps$|^loss_scale")
+# The model class a checkpoint holds, by the first of these variables it has (a masked LM without the next-sentence
+# head is written as one, not as a pre-training model with a random next-sentence head).
 _ARCHITECTURE = (("cls/squad/output_weights", "BertForQuestionAnswering"),
                  ("output_weights", "BertForSequenceClassification"),
-                 ("cls/predictions/output_bias", "BertForPreTraining"))
+                 ("cls/seq_relationship/output_weights", "BertForPreTraining"),
+                 ("cls/predictions/output_bias", "BertForMaskedLM"))
 
 
 def published_name(name: str) -> tuple[str, bool] | None:
