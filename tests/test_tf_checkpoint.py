@@ -250,10 +250,12 @@ def test_bundle_written_without_tensorflow_converts_to_equal_outputs(tmp_path, t
     ("bert/pooler/dense/kernel/AdamWeightDecayOptimizer", "bert/pooler/dense/kernel/AdamWeightDecayOptimizer_1"),
     # tf.train.AdamOptimizer: slots Adam, Adam_1 and its two non-slot accumulators at the root
     ("bert/pooler/dense/kernel/Adam", "bert/pooler/dense/kernel/Adam_1", "beta1_power", "beta2_power"),
+    # NVIDIA's LAMBOptimizer (DeepLearningExamples' TensorFlow BERT), beside its loss scaling's variables
+    ("bert/pooler/dense/kernel/lamb_m", "bert/pooler/dense/kernel/lamb_v", "good_steps", "loss_scale"),
 ])
 def test_optimizer_state_of_other_optimizers_is_skipped(extra):
-    """Every optimizer variable transformers' load_tf_weights_in_bert skips is skipped too: the same weights come
-    out, not an error on a training checkpoint."""
+    """Optimizer state is skipped (every variable transformers' load_tf_weights_in_bert skips, and LAMB's slots):
+    the same weights come out, not an error on a training checkpoint."""
     rng = np.random.default_rng(0)
     weights = {"bert/pooler/dense/bias": rng.standard_normal(H).astype(np.float32),
                "bert/pooler/dense/kernel": rng.standard_normal((H, 3)).astype(np.float32)}
