@@ -367,6 +367,27 @@ def test_a_checkpoint_holding_the_masked_lm_bias_as_the_decoders_loads_it(cls, t
         torch.testing.assert_close(loaded.prediction_logits[real], hf(**batch)[0][real], **TOL)
 
 
+def test_fill_mask_runs_a_checkpoint_holding_the_masked_lm_bias_as_the_decoders(tmp_path, tiny_checkpoint):
+    """The pipeline's check for a masked-LM head reads the names as loading does: cls.predictions.decoder.bias is
+    the bias, and the scores are transformers' fill-mask pipeline's on the same directory."""
+    from safetensors.torch import load_file, save_file
+
+    import bertkit
+
+    tokens = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"] + [f"w{i}" for i in range(30)]
+    directory = tiny_checkpoint(tmp_path, H.BertForMaskedLM, tokenizer=tokens, **{k: v for k, v in TINY.items()
+                                                                                   if k != "vocab_size"})
+    state = load_file(str(directory / "model.safetensors"))
+    state["cls.predictions.decoder.bias"] = state.pop("cls.predictions.bias").normal_(generator=torch.Generator()
+                                                                                      .manual_seed(0))
+    save_file(state, str(directory / "model.safetensors"), metadata={"format": "pt"})
+    texts = ["w1 w2 [MASK] w3", "[MASK] w7"]
+    ours = bertkit.pipeline("fill-mask", directory)(texts, top_k=3)
+    theirs = transformers.pipeline("fill-mask", model=str(directory), device="cpu", top_k=3)(texts)
+    assert [[c["token"] for c in r] for r in ours] == [[c["token"] for c in r] for r in theirs]
+    assert [c["score"] for r in ours for c in r] == pytest.approx([c["score"] for r in theirs for c in r], abs=1e-6)
+
+
 def test_bertkits_own_checkpoints_keep_the_tied_decoder_as_a_view(tmp_path):
     """Only ``state_dict()`` for others lists the tied decoder as a copy: the training loop's checkpoint state
     shares the word-embedding storage (torch.save writes it once) and loading reads the model's views."""
