@@ -37,7 +37,9 @@ class TupleOutputModel(nn.Module):
         self.output_names = model.output_names
 
     def forward(self, input_ids: Tensor, token_type_ids: Tensor, attention_mask: Tensor) -> tuple[Tensor, ...]:
-        out = self.model(input_ids, token_type_ids=token_type_ids, attention_mask=attention_mask)
+        # config.json's runtime switches are a caller's defaults; the graph returns the head's outputs alone
+        out = self.model(input_ids, token_type_ids=token_type_ids, attention_mask=attention_mask, return_dict=True,
+                         output_hidden_states=False, output_attentions=False)
         return tuple(getattr(out, n) for n in self.output_names)
 
 
