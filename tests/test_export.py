@@ -186,3 +186,33 @@ def test_an_opset_the_exporter_cannot_write_is_refused_naming_the_range(tmp_path
     assert main(["export", "onnx", "--model", str(model_dir), "--out", str(tmp_path / "m.onnx"), "--opset",
                  str(opset)]) == 2
     assert "supported opsets are 14 to" in capsys.readouterr().err and not (tmp_path / "m.onnx").exists()
+
+
+def test_the_newest_supported_opset_is_one_the_exporter_writes(tmp_path, minilm_dir, tiny_checkpoint):
+    """The TorchScript exporter bertkit runs writes up to its own newest opset (torch.onnx's newest is the dynamo
+    exporter's): the top of the range exports without torch's "is not supported" warning, and runs as bertkit."""
+    pytest.importorskip("onnxruntime", reason="pip install 'bertkit[onnx]'")
+    import warnings
+
+    from bertkit.inference.export import supported_opsets
+
+    model_dir = tiny_checkpoint(tmp_path / "m", tokenizer=BertTokenizer.from_pretrained(minilm_dir),
+                                **_ON_MINILM_VOCAB)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        result = export_onnx(model_dir, tmp_path / "m.onnx", opset=supported_opsets()[-1])
+    assert not [str(w.message) for w in caught if "not supported" in str(w.message)]
+    assert result["opset"] == supported_opsets()[-1] and result["verified_max_abs_diff"] < 1e-5
+
+
+def test_a_checkpoint_whose_config_asks_for_tuples_and_extra_outputs_exports_its_head(tmp_path, minilm_dir,
+                                                                                       tiny_checkpoint):
+    """config.json's runtime switches (return_dict false, output_hidden_states / output_attentions true, as a
+    model saved after setting them has) are a caller's defaults: the graph still returns the head's outputs."""
+    pytest.importorskip("onnxruntime", reason="pip install 'bertkit[onnx]'")
+    model_dir = tiny_checkpoint(tmp_path / "m", H.BertForSequenceClassification,
+                                tokenizer=BertTokenizer.from_pretrained(minilm_dir), return_dict=False,
+                                output_hidden_states=True, output_attentions=True, **_ON_MINILM_VOCAB)
+    result = export_onnx(model_dir, tmp_path / "m.onnx")
+    assert result["outputs"] == ["logits"] and result["verified_max_abs_diff"] < 1e-5
+

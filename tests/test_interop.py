@@ -343,6 +343,51 @@ def test_a_checkpoint_with_an_untied_decoder_is_refused_for_masked_lm_and_loads_
                                    hf.bert(**batch).last_hidden_state[real], **TOL)
 
 
+@pytest.mark.parametrize("cls", [H.BertForMaskedLM, H.BertForPreTraining], ids=lambda c: c.__name__)
+def test_a_checkpoint_holding_the_masked_lm_bias_as_the_decoders_loads_it(cls, tmp_path):
+    """The masked-LM bias stored only under its tied copy's name, cls.predictions.decoder.bias: transformers' tied-
+    weight map loads it as cls.predictions.bias, and so does bertkit (not a fresh zero bias, other logits)."""
+    from safetensors.torch import load_file, save_file
+
+    ours, hf = _pair(cls)
+    with torch.no_grad():
+        hf.cls.predictions.bias.normal_()
+    hf.save_pretrained(tmp_path)
+    state = load_file(str(tmp_path / "model.safetensors"))
+    state["cls.predictions.decoder.bias"] = state.pop("cls.predictions.bias")
+    save_file(state, str(tmp_path / "model.safetensors"), metadata={"format": "pt"})
+    batch = _batch()
+    real = batch["attention_mask"].bool()
+    with torch.no_grad():
+        theirs = getattr(transformers, cls.__name__).from_pretrained(tmp_path)(**batch)
+        loaded = cls.from_pretrained(tmp_path)(**batch)
+    logits = theirs.logits if cls is H.BertForMaskedLM else theirs.prediction_logits
+    torch.testing.assert_close(loaded.prediction_logits[real], logits[real], **TOL)
+    with torch.no_grad():
+        torch.testing.assert_close(loaded.prediction_logits[real], hf(**batch)[0][real], **TOL)
+
+
+def test_fill_mask_runs_a_checkpoint_holding_the_masked_lm_bias_as_the_decoders(tmp_path, tiny_checkpoint):
+    """The pipeline's check for a masked-LM head reads the names as loading does: cls.predictions.decoder.bias is
+    the bias, and the scores are transformers' fill-mask pipeline's on the same directory."""
+    from safetensors.torch import load_file, save_file
+
+    import bertkit
+
+    tokens = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"] + [f"w{i}" for i in range(30)]
+    directory = tiny_checkpoint(tmp_path, H.BertForMaskedLM, tokenizer=tokens, **{k: v for k, v in TINY.items()
+                                                                                   if k != "vocab_size"})
+    state = load_file(str(directory / "model.safetensors"))
+    state["cls.predictions.decoder.bias"] = state.pop("cls.predictions.bias").normal_(generator=torch.Generator()
+                                                                                      .manual_seed(0))
+    save_file(state, str(directory / "model.safetensors"), metadata={"format": "pt"})
+    texts = ["w1 w2 [MASK] w3", "[MASK] w7"]
+    ours = bertkit.pipeline("fill-mask", directory)(texts, top_k=3)
+    theirs = transformers.pipeline("fill-mask", model=str(directory), device="cpu", top_k=3)(texts)
+    assert [[c["token"] for c in r] for r in ours] == [[c["token"] for c in r] for r in theirs]
+    assert [c["score"] for r in ours for c in r] == pytest.approx([c["score"] for r in theirs for c in r], abs=1e-6)
+
+
 def test_bertkits_own_checkpoints_keep_the_tied_decoder_as_a_view(tmp_path):
     """Only ``state_dict()`` for others lists the tied decoder as a copy: the training loop's checkpoint state
     shares the word-embedding storage (torch.save writes it once) and loading reads the model's views."""

@@ -245,6 +245,70 @@ def test_bundle_written_without_tensorflow_converts_to_equal_outputs(tmp_path, t
         tf_to_published({**google, "cls/squad/extra": np.zeros(2, np.float32)})
 
 
+@pytest.mark.parametrize("extra", [
+    # google-research/bert's AdamWeightDecayOptimizer as a tf.train.Optimizer subclass names its slots after itself
+    ("bert/pooler/dense/kernel/AdamWeightDecayOptimizer", "bert/pooler/dense/kernel/AdamWeightDecayOptimizer_1"),
+    # tf.train.AdamOptimizer: slots Adam, Adam_1 and its two non-slot accumulators at the root
+    ("bert/pooler/dense/kernel/Adam", "bert/pooler/dense/kernel/Adam_1", "beta1_power", "beta2_power"),
+    # NVIDIA's LAMBOptimizer (DeepLearningExamples' TensorFlow BERT), beside its loss scaling's variables
+    ("bert/pooler/dense/kernel/lamb_m", "bert/pooler/dense/kernel/lamb_v", "good_steps", "loss_scale"),
+])
+def test_optimizer_state_of_other_optimizers_is_skipped(extra):
+    """Optimizer state is skipped (every variable transformers' load_tf_weights_in_bert skips, and LAMB's slots):
+    the same weights come out, not an error on a training checkpoint."""
+    rng = np.random.default_rng(0)
+    weights = {"bert/pooler/dense/bias": rng.standard_normal(H).astype(np.float32),
+               "bert/pooler/dense/kernel": rng.standard_normal((H, 3)).astype(np.float32)}
+    published = tf_to_published({**weights, **{name: np.ones((), np.float32) for name in extra}})
+    assert list(published) == ["bert.pooler.dense.bias", "bert.pooler.dense.weight"]
+    assert torch.equal(published["bert.pooler.dense.weight"], torch.from_numpy(weights["bert/pooler/dense/kernel"].T))
+
+
+def test_a_vocabulary_of_another_size_is_refused_before_the_checkpoint_is_read(tmp_path, monkeypatch):
+    """A vocab.txt that is not the checkpoint's is named before the weights (1.3 GB for BERT-LARGE) are read."""
+    import bertkit.inference.tf_checkpoint as tf_checkpoint
+
+    (tmp_path / "bert_config.json").write_text(json.dumps({"vocab_size": V, "hidden_size": H, "num_hidden_layers": L,
+                                                            "num_attention_heads": NH, "intermediate_size": I}))
+    (tmp_path / "vocab.txt").write_text("\n".join(VOCAB[:-1]) + "\n")
+    monkeypatch.setattr(tf_checkpoint, "read_tf_checkpoint", lambda *a, **k: pytest.fail("the checkpoint was read"))
+    with pytest.raises(BertkitError, match=rf"vocab.txt has {V - 1} tokens but .*bert_config.json says vocab_size {V}"):
+        convert_tf_checkpoint(tmp_path / "bert_model.ckpt", tmp_path / "bert_config.json", tmp_path / "vocab.txt",
+                              tmp_path / "out")
+    assert not (tmp_path / "out").exists()
+
+
+def test_a_tensorflow_2_object_based_checkpoint_is_named_as_such(tmp_path):
+    """tf.train.Checkpoint (tensorflow/models' BERT) names variables by object path beside a string object graph:
+    refused as that kind of checkpoint, not as a string dtype or as unknown variables."""
+    write_bundle(tmp_path / "bert_model.ckpt", {"_CHECKPOINTABLE_OBJECT_GRAPH": np.zeros(1, np.float32),
+                                                "model/w/.ATTRIBUTES/VARIABLE_VALUE": np.ones((2, 2), np.float32)})
+    with pytest.raises(BertkitError, match=r"bert_model.ckpt.index is a TensorFlow 2 object-based checkpoint"):
+        read_tf_checkpoint(tmp_path / "bert_model.ckpt")
+
+
+def test_a_checkpoint_without_the_next_sentence_head_converts_as_a_masked_lm(tmp_path, tiny_model):
+    """No cls/seq_relationship variables: the masked LM it holds, not a pre-training model whose next-sentence head
+    would be written with random weights that load later as if they were the checkpoint's."""
+    from bertkit.heads import BertForMaskedLM
+
+    model = tiny_model(BertForPreTraining, vocab_size=V, hidden_size=H, num_hidden_layers=L, num_attention_heads=NH,
+                       intermediate_size=I, max_position_embeddings=P).eval()
+    google = {k: v for k, v in _google_names(model.published_state_dict()).items()
+              if not k.startswith("cls/seq_relationship/")}
+    write_bundle(tmp_path / "bert_model.ckpt", google)
+    config = {k: v for k, v in model.config.to_dict().items() if k not in ("model_type", "architectures")}
+    (tmp_path / "bert_config.json").write_text(json.dumps(config))
+    (tmp_path / "vocab.txt").write_text("\n".join(VOCAB) + "\n")
+    result = convert_tf_checkpoint(tmp_path / "bert_model.ckpt", tmp_path / "bert_config.json", tmp_path / "vocab.txt",
+                                   tmp_path / "out")
+    assert result["architecture"] == "BertForMaskedLM" and result["tensors"] == len(google)
+    ids = torch.randint(5, V, (2, 9), generator=torch.Generator().manual_seed(1))
+    with torch.no_grad():
+        want, got = model(ids).prediction_logits, BertForMaskedLM.from_pretrained(tmp_path / "out")(ids).logits
+    torch.testing.assert_close(got, want, atol=0, rtol=0)
+
+
 def test_crc32c_matches_the_standard_check_value_and_a_bitwise_reference():
     from bertkit.inference.tf_checkpoint import crc32c
 

@@ -17,6 +17,7 @@ from __future__ import annotations
 import inspect
 import json
 import logging
+from collections.abc import Iterable
 from contextvars import ContextVar
 from pathlib import Path
 from typing import Any, ClassVar
@@ -108,7 +109,14 @@ def _canonical(published: dict[str, Tensor], prefix: str = "") -> dict[str, Tens
         key = _normalise_published_key(key)
         bare = _strip_encoder_prefix(key)
         out[prefix + bare if bare.startswith(("embeddings.", "encoder.", "pooler.")) else key] = value
+    if "cls.predictions.bias" not in out and TIED_KEYS[1] in out:  # the MLM bias stored as its tied copy only, which
+        out["cls.predictions.bias"] = out.pop(TIED_KEYS[1])  # transformers' tied-weight map loads as the bias
     return out
+
+
+def canonical_names(names: Iterable[str]) -> set[str]:
+    """A checkpoint's tensor names as loading reads them (``_canonical``), the encoder's without ``bert.``."""
+    return set(_canonical(dict.fromkeys(names)))  # type: ignore[arg-type]  # the names alone
 
 
 # ---------------------------------------------------------------------------------------------------

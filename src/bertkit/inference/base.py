@@ -13,7 +13,7 @@ import numpy as np
 import torch
 from torch import Tensor, nn
 
-from bertkit.checkpoint_io import INT8_WEIGHTS_NAME, WEIGHTS_NAME, read_weights
+from bertkit.checkpoint_io import INT8_WEIGHTS_NAME, WEIGHTS_NAME, canonical_names, read_weights
 from bertkit.errors import BertkitError, MissingFileError
 from bertkit.inference.prepare import check_request, prepare_model
 from bertkit.inference.runner import run_length_sorted
@@ -42,15 +42,16 @@ def refuse_empty_text(tokenizer: Any, text: str, where: str, fix: str = "send te
 
 
 def published_keys(model_dir: Path) -> set[str]:
-    """Names of the tensors in a checkpoint directory, read from the file header only (no weights loaded)."""
+    """Names of the tensors in a checkpoint directory as loading reads them (``canonical_names``: the encoder's
+    without ``bert.``), read from the file header only (no weights loaded)."""
     st = model_dir / (INT8_WEIGHTS_NAME if is_int8_checkpoint(model_dir) else WEIGHTS_NAME)  # int8: the head as published
     if not st.is_file():
-        return set(read_weights(model_dir))  # transformers' torch pickle
+        return canonical_names(read_weights(model_dir))  # transformers' torch pickle
     from safetensors import SafetensorError, safe_open
 
     try:
         with safe_open(str(st), framework="pt") as f:
-            return set(f.keys())
+            return canonical_names(f.keys())
     except SafetensorError as e:  # the same words as loading the weights gives
         raise BertkitError(f"{st} could not be read as safetensors ({e}); the file is truncated or corrupt "
                            f"(size {st.stat().st_size} bytes): copy or download it again") from e
@@ -139,7 +140,7 @@ class Pipeline:
             raise MissingFileError(f"{directory / 'config.json'} not found: pass a checkpoint directory written by "
                                    "save_pretrained (config.json, model.safetensors, vocab.txt)")
         if cls.required_keys:
-            have = {k.removeprefix("bert.") for k in published_keys(directory)}
+            have = published_keys(directory)
             missing = [k for k in cls.required_keys if k not in have]
             if missing:
                 raise BertkitError(f"{directory} has no {cls.task} head (its weights lack {', '.join(missing)}); "

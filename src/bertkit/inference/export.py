@@ -37,7 +37,9 @@ class TupleOutputModel(nn.Module):
         self.output_names = model.output_names
 
     def forward(self, input_ids: Tensor, token_type_ids: Tensor, attention_mask: Tensor) -> tuple[Tensor, ...]:
-        out = self.model(input_ids, token_type_ids=token_type_ids, attention_mask=attention_mask)
+        # config.json's runtime switches are a caller's defaults; the graph returns the head's outputs alone
+        out = self.model(input_ids, token_type_ids=token_type_ids, attention_mask=attention_mask, return_dict=True,
+                         output_hidden_states=False, output_attentions=False)
         return tuple(getattr(out, n) for n in self.output_names)
 
 
@@ -74,10 +76,12 @@ MIN_OPSET = 14
 
 
 def supported_opsets() -> range:
-    """The opsets ``export_onnx`` can write: from ``MIN_OPSET`` to the newest the installed torch.onnx knows."""
+    """The opsets ``export_onnx`` can write: from ``MIN_OPSET`` to the newest the installed torch's TorchScript
+    exporter writes (torch.onnx's ``ONNX_MAX_OPSET`` is the dynamo exporter's; above its own newest the TorchScript
+    one warns that the opset is not supported)."""
     from torch.onnx import _constants
 
-    return range(MIN_OPSET, _constants.ONNX_MAX_OPSET + 1)
+    return range(MIN_OPSET, _constants.ONNX_TORCHSCRIPT_EXPORTER_MAX_OPSET + 1)
 
 
 def export_onnx(model_dir: str | Path, out: str | Path, *, opset: int = 17, overwrite: bool = False,
@@ -98,7 +102,7 @@ def export_onnx(model_dir: str | Path, out: str | Path, *, opset: int = 17, over
     if opset not in opsets:
         raise BertkitError(f"--opset {opset} is not one bertkit can export: the supported opsets are {opsets.start} "
                            f"to {opsets.stop - 1} (from {MIN_OPSET}, the first with the attention operator, to the "
-                           f"newest this torch {torch.__version__} knows)")
+                           f"newest this torch {torch.__version__}'s TorchScript exporter writes)")
     model = load_for_export(model_dir)
     tokenizer = BertTokenizer.from_pretrained(model_dir)
     wrapper = TupleOutputModel(model).eval()

@@ -215,6 +215,11 @@ def read_tf_checkpoint(prefix: str | Path, skip: re.Pattern | None = None) -> di
         entries = {raw_name.decode("utf-8"): _entry(value) for raw_name, value in sorted(table.items())}
     except (IndexError, struct.error, ValueError) as e:  # a bad varint, wire type or name: the bytes are damaged
         raise _corrupt(index, e) from None
+    if "_CHECKPOINTABLE_OBJECT_GRAPH" in entries:  # tf.train.Checkpoint's object graph, a string tensor
+        raise BertkitError(f"{index} is a TensorFlow 2 object-based checkpoint (tf.train.Checkpoint: variables named "
+                           "by object path, as tensorflow/models' BERT writes them), not one of google-research/bert's "
+                           "(tf.compat.v1.train.Saver's names, bert/encoder/layer_0/...); bertkit reads the latter, "
+                           "the bert_model.ckpt of google-research/bert's downloads")
     num_shards = int(header.get(1, 1))
     if header.get(2, 0) != 0:
         raise BertkitError(f"{index}: the checkpoint was written big-endian; bertkit reads little-endian bundles")
@@ -271,11 +276,17 @@ _HEADS = {"cls/predictions/output_bias": "cls.predictions.bias",
           "cls/seq_relationship/output_bias": "cls.seq_relationship.bias",
           "output_weights": "classifier.weight", "output_bias": "classifier.bias",
           "cls/squad/output_weights": "qa_outputs.weight", "cls/squad/output_bias": "qa_outputs.bias"}
-# Optimizer state and bookkeeping in training checkpoints: carries no model weights.
-_SKIP = re.compile(r"(^|/)(adam_m|adam_v|Adam|Adam_1|Momentum)$|^global_step$|^good_steps$|^loss_scale")
+# Optimizer state and bookkeeping in training checkpoints: carries no model weights. Slots are named after the
+# optimizer (AdamWeightDecayOptimizer's own adam_m/adam_v, NVIDIA's LAMBOptimizer's lamb_m/lamb_v, or tf.train.
+# Optimizer's slot names); tf.train.AdamOptimizer also keeps beta1_power and beta2_power at the root.
+_SKIP = re.compile(r"(^|/)(adam_m|adam_v|lamb_m|lamb_v|AdamWeightDecayOptimizer(_1)?|Adam|Adam_1|Momentum)$"
+                   r"|^beta[12]_power$|^global_step$|^good_steps$|^loss_scale")
+# The model class a checkpoint holds, by the first of these variables it has (a masked LM without the next-sentence
+# head is written as one, not as a pre-training model with a random next-sentence head).
 _ARCHITECTURE = (("cls/squad/output_weights", "BertForQuestionAnswering"),
                  ("output_weights", "BertForSequenceClassification"),
-                 ("cls/predictions/output_bias", "BertForPreTraining"))
+                 ("cls/seq_relationship/output_weights", "BertForPreTraining"),
+                 ("cls/predictions/output_bias", "BertForMaskedLM"))
 
 
 def published_name(name: str) -> tuple[str, bool] | None:
@@ -336,6 +347,11 @@ def convert_tf_checkpoint(tf_checkpoint: str | Path, bert_config: str | Path, vo
     if existing:  # bertkit never replaces files it did not create (the CLI's --overwrite removes its own first)
         raise BertkitError(f"{output_dir} already holds {', '.join(existing)}; choose a new output directory")
     config = BertConfig.from_dict(read_json_object(bert_config, "pass the checkpoint's bert_config.json"))
+    tokenizer = BertTokenizer(vocab, do_lower_case=_guess_lower_case(vocab) if do_lower_case is None
+                              else do_lower_case)
+    if len(tokenizer) != config.vocab_size:  # before reading the checkpoint (1.3 GB for BERT-LARGE)
+        raise BertkitError(f"{vocab} has {len(tokenizer)} tokens but {bert_config} says vocab_size "
+                           f"{config.vocab_size}; pass the vocab.txt that came with this checkpoint")
     variables = read_tf_checkpoint(tf_checkpoint, skip=_SKIP)
     published = tf_to_published(variables)
     arch = next((a for g, a in _ARCHITECTURE if g in variables), "BertModel")
@@ -344,11 +360,6 @@ def convert_tf_checkpoint(tf_checkpoint: str | Path, bert_config: str | Path, vo
         config = config.with_labels(num_labels)
     model = MODEL_CLASSES[arch](config)
     model.load_published_state_dict(published, source=str(tf_checkpoint))  # strict: names and shapes
-    tokenizer = BertTokenizer(vocab, do_lower_case=_guess_lower_case(vocab) if do_lower_case is None
-                              else do_lower_case)
-    if len(tokenizer) != config.vocab_size:
-        raise BertkitError(f"{vocab} has {len(tokenizer)} tokens but {bert_config} says vocab_size "
-                           f"{config.vocab_size}; pass the vocab.txt that came with this checkpoint")
     with staged(output_dir) as out:  # the model and its tokenizer appear together, or not at all
         model.save_pretrained(out)  # config.json (architectures: [arch]) and model.safetensors
         tokenizer.save_pretrained(out)

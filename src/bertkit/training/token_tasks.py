@@ -103,7 +103,7 @@ def load_finetuned(cls: type[nn.Module], s: PredictBenchmarkSettings, task: str)
     head = "qa_outputs.weight" if cls is BertForQuestionAnswering else "classifier.weight"
     if not (path / "config.json").is_file():
         raise BertkitError(f"{path / 'config.json'} not found: pass the model directory a finetune {task} run wrote")
-    if head not in {k.removeprefix("bert.") for k in published_keys(path)}:
+    if head not in published_keys(path):
         raise BertkitError(f"{path} has no {task} head ({head} is missing); pass a checkpoint fine-tuned with "
                            f"`bertkit finetune {task}`")
     tokenizer = BertTokenizer.from_pretrained(path)
