@@ -244,6 +244,17 @@ def test_semantic_search_with_corpus_chunks_smaller_than_top_k():
                                    [[h["score"] for h in hits] for hits in want], atol=1e-6)
 
 
+def test_semantic_search_refuses_chunk_sizes_below_one_by_name():
+    """A chunk size below 0 searched nothing: every query came back with no hits, without a word, as
+    sentence-transformers' (range() with a negative step is empty); 0 failed inside range()."""
+    x = torch.randn(4, 8, generator=torch.Generator().manual_seed(0))
+    assert st_util.semantic_search(x, x, query_chunk_size=-1) == [[], [], [], []]
+    for kwargs in ({"query_chunk_size": -1}, {"corpus_chunk_size": -5}, {"corpus_chunk_size": 0}, {"top_k": 0}):
+        (name, value), = kwargs.items()
+        with pytest.raises(BertkitError, match=rf"^{name} must be >= 1, got {value}$"):
+            util.semantic_search(x, x, **kwargs)
+
+
 def test_semantic_search_keeps_sentence_transformers_ids_among_equal_scores(models):
     """A corpus holding texts twice (equal scores): sentence-transformers keeps, of equal scores, the ones its min-heap
     of (score, corpus_id) keeps, the larger ids, in the heap's order; bertkit merged torch.topk's and returned other

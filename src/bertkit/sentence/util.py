@@ -197,6 +197,15 @@ def _functions(name: Any) -> tuple[Callable[[Any, Any], Tensor], Callable[[Any, 
     return SIMILARITY_FUNCTIONS[similarity_function(name)]
 
 
+def _at_least_one(**counts: int) -> None:
+    """Refuse a count (``top_k``, a chunk or batch size) below 1, by name. sentence-transformers searches nothing
+    with a chunk size below 0 (``range`` with a negative step is empty: no hits, no pairs, no word) and returns
+    nothing for a ``top_k`` or ``max_pairs`` of 0: a value no caller means."""
+    for name, value in counts.items():
+        if value < 1:
+            raise BertkitError(f"{name} must be >= 1, got {value}")
+
+
 def semantic_search(query_embeddings: Any, corpus_embeddings: Any, query_chunk_size: int = 100,
                     corpus_chunk_size: int = 500000, top_k: int = 10,
                     score_function: Callable[[Tensor, Tensor], Tensor] = cos_sim) -> list[list[dict[str, Any]]]:
@@ -206,9 +215,8 @@ def semantic_search(query_embeddings: Any, corpus_embeddings: Any, query_chunk_s
     chunk's unsorted ``torch.topk``, kept in a min-heap of (score, corpus_id), so that the larger ids of equal scores
     stay, listed in the heap's order (by ``torch.topk``'s merged order, bertkit returned other ids of the same
     scores)."""
+    _at_least_one(top_k=top_k, query_chunk_size=query_chunk_size, corpus_chunk_size=corpus_chunk_size)
     queries, corpus = _batches(query_embeddings, corpus_embeddings)
-    if top_k < 1:
-        raise BertkitError(f"top_k must be >= 1, got {top_k}")
     heaps: list[list[tuple[float, int]]] = [[] for _ in range(len(queries))]
     for c0 in range(0, len(corpus), corpus_chunk_size):
         chunk = _chunk(corpus, c0, corpus_chunk_size)
@@ -298,10 +306,8 @@ def paraphrase_mining_embeddings(embeddings: Any, query_chunk_size: int = 5000, 
     pair keeps the score of the first search that finds it. As in sentence-transformers, the kept pairs are a
     min-heap of (score, i, j); once full, a pair pushed out sets a floor that no later pair at or below it passes,
     and equal scores come out in the heap's order."""
-    for value, what in ((max_pairs, "max_pairs"), (top_k, "top_k"), (query_chunk_size, "query_chunk_size"),
-                        (corpus_chunk_size, "corpus_chunk_size")):
-        if value < 1:
-            raise BertkitError(f"{what} must be >= 1, got {value}")
+    _at_least_one(max_pairs=max_pairs, top_k=top_k, query_chunk_size=query_chunk_size,
+                  corpus_chunk_size=corpus_chunk_size)
     embeddings = _tensor(embeddings, "embeddings")
     embeddings = embeddings.unsqueeze(0) if embeddings.dim() == 1 else embeddings
     kept: list[tuple[float, int, int]] = []
@@ -334,9 +340,7 @@ def community_detection(embeddings: Any, threshold: float = 0.75, min_community_
     the members no earlier community took, if enough are left. As in sentence-transformers, a centre's neighbours
     are the ``torch.topk`` of a window of at least 50 that doubles (for this and later centres) while all of it
     passes, so equal similarities come in its order; the threshold is compared as a float32 number."""
-    if min_community_size < 1 or batch_size < 1:
-        raise BertkitError(f"min_community_size and batch_size must be >= 1, got {min_community_size} and "
-                           f"{batch_size}")
+    _at_least_one(min_community_size=min_community_size, batch_size=batch_size)
     if not isinstance(embeddings, Tensor) and len(embeddings) == 0:
         return []
     x = _tensor(embeddings, "embeddings").to_dense()
