@@ -83,7 +83,8 @@ def _rows(a: Any, b: Any) -> tuple[Tensor, Tensor]:
 
 
 def normalize_embeddings(embeddings: Tensor) -> Tensor:
-    """Each row at unit length (rows of zeros stay zero); a sparse tensor stays sparse."""
+    """Each row at unit length (rows of zeros stay zero); a sparse tensor stays sparse, a float16 or bfloat16 one
+    normalised in float32 (its squares summed in its own precision gave a fifth of its values one unit off)."""
     if not embeddings.is_sparse:
         return F.normalize(embeddings, p=2, dim=-1)
     embeddings = embeddings.coalesce()
@@ -91,8 +92,9 @@ def normalize_embeddings(embeddings: Tensor) -> Tensor:
     if embeddings.dim() == 1:
         return torch.sparse_coo_tensor(indices, F.normalize(values, p=2, dim=0), embeddings.size(),
                                        check_invariants=False)  # a coalesced tensor's indices: valid, no warning
-    norms = values.new_zeros(embeddings.size(0)).index_add_(0, indices[0], values ** 2).sqrt()[indices[0]]
-    scaled = torch.where(norms > 0, values / torch.where(norms > 0, norms, 1), values)
+    wide = values.float() if values.dtype in (torch.float16, torch.bfloat16) else values  # as sentence-transformers
+    norms = wide.new_zeros(embeddings.size(0)).index_add_(0, indices[0], wide ** 2).sqrt()[indices[0]]
+    scaled = torch.where(norms > 0, wide / torch.where(norms > 0, norms, 1), wide).to(values.dtype)
     return torch.sparse_coo_tensor(indices, scaled, embeddings.size(), check_invariants=False).coalesce()
 
 
