@@ -306,6 +306,20 @@ def test_sparse_embeddings_in_search_and_similarities_are_sentence_transformers(
             _same(getattr(util, name)(a, b), getattr(st_util, name)(a, b), atol=1e-6)
 
 
+def test_csr_and_csc_embeddings_are_read_as_coo():
+    """sentence-transformers computes dot_score of CSR or CSC embeddings (torch.mm takes them), and bertkit failed
+    inside PyTorch; every function now gives what sentence-transformers gives for the same COO tensor (where its own
+    functions other than dot_score fail inside PyTorch)."""
+    dense = 0.1 * torch.randn(12, 64, generator=torch.Generator().manual_seed(0))  # MiniLM's scale
+    coo = torch.where(dense.abs() > 0.1, dense, 0).to_sparse()
+    for compressed in (coo.to_sparse_csr(), coo.to_sparse_csc()):
+        _same(util.dot_score(compressed, compressed), st_util.dot_score(compressed, compressed), atol=1e-6)
+        for name in UTIL:
+            _same(getattr(util, name)(compressed, dense), getattr(st_util, name)(coo, dense), atol=1e-6)
+        got, want = util.semantic_search(compressed, compressed, top_k=3), st_util.semantic_search(coo, coo, top_k=3)
+        assert [[h["corpus_id"] for h in hits] for hits in got] == [[h["corpus_id"] for h in hits] for hits in want]
+
+
 def test_normalize_embeddings_of_half_precision_sparse_rows_is_sentence_transformers():
     """sentence-transformers sums a float16 or bfloat16 sparse row's squares in float32 and gives the values back in
     their own precision; summed in float16, a fifth of MiniLM's sparse values came out one unit off."""

@@ -28,7 +28,8 @@ def _tensor(x: Any, name: str) -> Tensor:
     """``x`` (a list, array or tensor of one vector (D,) or several (N, D)) as a tensor that similarities can be
     computed in: float32 for integer embeddings (``quantize_embeddings``' int8/uint8, whose products overflow in
     their own type) and for floats narrower than 32 bits (as sentence-transformers 6, whose bf16 products tie).
-    Sparse COO tensors (a ``SparseEncoder``'s, or a list of its rows) stay sparse, coalesced, in float32."""
+    Sparse COO tensors (a ``SparseEncoder``'s, or a list of its rows) stay sparse, coalesced, in float32; CSR, CSC
+    and their blocked forms are read as COO."""
     if not isinstance(x, Tensor):
         if isinstance(x, list) and x and all(isinstance(v, Tensor) for v in x):
             x = torch.stack([v.coalesce() if v.is_sparse else v for v in x])
@@ -39,6 +40,8 @@ def _tensor(x: Any, name: str) -> Tensor:
             x = torch.as_tensor(np.asarray(x))
             if x.dtype == torch.float64 and type(leaf) in (float, int):  # numpy made Python floats float64
                 x = x.float()
+    if x.layout in (torch.sparse_csr, torch.sparse_csc, torch.sparse_bsr, torch.sparse_bsc):
+        x = x.to_sparse_coo()  # sentence-transformers computes only dot_score of these; PyTorch fails in the rest
     if x.dim() not in (1, 2):
         raise BertkitError(f"{name} has the shape {tuple(x.shape)}; give one embedding (D,) or a batch (N, D)")
     if x.is_sparse:
