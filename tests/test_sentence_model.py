@@ -107,7 +107,8 @@ def test_quantization_reads_tensors_in_their_own_precision():
 def test_quantization_refuses_what_it_would_turn_into_numbers():
     """A NaN was quantized as a number, and as the minimum of its dimension made that dimension of every embedding
     one bucket; ranges of shape (2, 1), or calibration embeddings of one dimension or one embedding, were broadcast
-    over every dimension. sentence-transformers does all of it without a word; bertkit refuses each by name."""
+    over every dimension. sentence-transformers does all of it without a word; bertkit refuses each by name, as it
+    does its quantization module's faiss and usearch searches."""
     floats = torch.randn(20, 8, generator=torch.Generator().manual_seed(0)).numpy()
     nan = floats.copy()
     nan[3, 5] = np.nan
@@ -128,6 +129,9 @@ def test_quantization_refuses_what_it_would_turn_into_numbers():
                                                       r"is not finite")):
         with pytest.raises(BertkitError, match=message):
             quantize_embeddings(embeddings, "int8", **kwargs)
+    with pytest.raises(BertkitError, match=r"quantization.semantic_search_usearch is not implemented in bertkit: "
+                                           r"search exactly with bertkit.sentence.util.semantic_search"):
+        from bertkit.sentence.quantization import semantic_search_usearch  # noqa: F401
 
 
 def test_saved_directory_opens_in_sentence_transformers(models, tmp_path):

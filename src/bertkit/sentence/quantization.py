@@ -8,7 +8,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from bertkit.errors import BertkitError
+from bertkit.errors import BertkitError, refusing_getattr
 
 PRECISIONS = ("float32", "int8", "uint8", "binary", "ubinary")
 
@@ -81,3 +81,9 @@ def _numpy(embeddings: torch.Tensor) -> np.ndarray:
     reads them: float64 embeddings rounded to float32 first would land some values in the next bucket."""
     embeddings = embeddings.detach().cpu()
     return (embeddings.float() if embeddings.dtype == torch.bfloat16 else embeddings).numpy()
+
+
+# sentence_transformers.quantization's approximate searches (faiss, usearch: libraries bertkit does not depend on)
+__getattr__ = refusing_getattr(__name__, dict.fromkeys(
+    ["semantic_search_faiss", "semantic_search_usearch"],
+    "search exactly with bertkit.sentence.util.semantic_search(query_embeddings, corpus_embeddings, top_k=...)"))
