@@ -320,6 +320,17 @@ def test_csr_and_csc_embeddings_are_read_as_coo():
         assert [[h["corpus_id"] for h in hits] for hits in got] == [[h["corpus_id"] for h in hits] for hits in want]
 
 
+def test_community_detection_shows_its_progress_bar_when_asked(capsys):
+    """show_progress_bar=True was taken and ignored; sentence-transformers draws "Finding clusters" over the batches."""
+    x = torch.randn(40, 8, generator=torch.Generator().manual_seed(0))
+    kwargs = {"threshold": 0.5, "min_community_size": 3, "batch_size": 16}
+    assert util.community_detection(x, **kwargs) == st_util.community_detection(x, **kwargs)
+    assert "Finding clusters" not in capsys.readouterr().err
+    assert util.community_detection(x, show_progress_bar=True, **kwargs) == st_util.community_detection(x, **kwargs)
+    err = capsys.readouterr().err
+    assert "Finding clusters: 100%" in err and "3/3" in err
+
+
 def test_normalize_embeddings_of_half_precision_sparse_rows_is_sentence_transformers():
     """sentence-transformers sums a float16 or bfloat16 sparse row's squares in float32 and gives the values back in
     their own precision; summed in float16, a fifth of MiniLM's sparse values came out one unit off."""

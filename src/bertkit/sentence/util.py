@@ -18,6 +18,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 from torch import Tensor
+from tqdm.auto import tqdm
 
 from bertkit.errors import BertkitError, refusing_getattr
 from bertkit.sentence.hard_negatives import mine_hard_negatives  # noqa: F401  (sentence_transformers.util's name)
@@ -357,7 +358,7 @@ def community_detection(embeddings: Any, threshold: float = 0.75, min_community_
     threshold_t = torch.tensor(threshold, dtype=torch.float32, device=x.device)
     window = min(max(2 * min_community_size, 50), n)
     candidates: list[tuple[int, np.ndarray]] = []
-    for start in range(0, n, batch_size):
+    for start in tqdm(range(0, n, batch_size), desc="Finding clusters", disable=not show_progress_bar):
         scores = x[start:start + batch_size] @ x.T  # (b, N)
         enough = scores.topk(min_community_size, dim=1).values[:, -1] >= threshold_t
         for row in enough.nonzero().flatten().tolist():
