@@ -159,6 +159,8 @@ def test_paraphrase_mining_matches(mined_sentences, models):
                                           top_k=2)
     with pytest.raises(BertkitError, match="corpus_chunk_size must be >= 1, got 0"):
         util.paraphrase_mining_embeddings(embeddings, corpus_chunk_size=0)
+    with pytest.raises(BertkitError, match="max_pairs must be >= 1, got 0"):  # before encoding (it came after)
+        util.paraphrase_mining(_Fixed({}), sentences, max_pairs=0)
     for kwargs in ({}, {"top_k": 3, "max_pairs": 40, "query_chunk_size": 17, "corpus_chunk_size": 23},
                    {"top_k": 1, "max_pairs": 7}, {"score_function": util.dot_score, "top_k": 5}):
         st_kwargs = kwargs | ({"score_function": st.util.dot_score} if "score_function" in kwargs else {})

@@ -298,6 +298,8 @@ def paraphrase_mining(model: Any, sentences: list[str], show_progress_bar: bool 
                       prompt: str | None = None) -> list[list[float | int]]:
     """The most similar pairs of ``sentences`` as ``[score, i, j]`` (i < j), best first: ``model.encode`` each
     sentence, then ``paraphrase_mining_embeddings``."""
+    _at_least_one(max_pairs=max_pairs, top_k=top_k, query_chunk_size=query_chunk_size,
+                  corpus_chunk_size=corpus_chunk_size)  # before the sentences are encoded
     embeddings = model.encode(sentences, show_progress_bar=show_progress_bar, batch_size=batch_size,
                               convert_to_tensor=True, truncate_dim=truncate_dim, prompt_name=prompt_name, prompt=prompt)
     return paraphrase_mining_embeddings(embeddings, query_chunk_size, corpus_chunk_size, max_pairs, top_k,
