@@ -347,7 +347,7 @@ def community_detection(embeddings: Any, threshold: float = 0.75, min_community_
     Every embedding with enough neighbours is a candidate centre; candidates are taken largest first, each keeping
     the members no earlier community took, if enough are left. As in sentence-transformers, a centre's neighbours
     are the ``torch.topk`` of a window of at least 50 that doubles (for this and later centres) while all of it
-    passes, so equal similarities come in its order; the threshold is compared as a float32 number."""
+    passes, so equal similarities come in its order, and the threshold is compared in its types."""
     _at_least_one(min_community_size=min_community_size, batch_size=batch_size)
     if not isinstance(embeddings, Tensor) and len(embeddings) == 0:
         return []
@@ -357,12 +357,16 @@ def community_detection(embeddings: Any, threshold: float = 0.75, min_community_
     if n == 0 or n < min_community_size:
         return []
     x = normalize_embeddings(x)
-    threshold_t = torch.tensor(threshold, dtype=torch.float32, device=x.device)
+    # As sentence-transformers: the threshold in float32 from a Python float, in float64 from numpy's; compared one
+    # similarity at a time (a centre's, and the window's last) in the wider of the two types, and with the members
+    # in the similarities' own
+    threshold_t = torch.as_tensor(threshold, device=x.device)
     window = min(max(2 * min_community_size, 50), n)
     candidates: list[tuple[int, np.ndarray]] = []
     for start in tqdm(range(0, n, batch_size), desc="Finding clusters", disable=not show_progress_bar):
         scores = x[start:start + batch_size] @ x.T  # (b, N)
-        enough = scores.topk(min_community_size, dim=1).values[:, -1] >= threshold_t
+        wider = torch.promote_types(scores.dtype, threshold_t.dtype)
+        enough = scores.topk(min_community_size, dim=1).values[:, -1].to(wider) >= threshold_t
         for row in enough.nonzero().flatten().tolist():
             values, ids = scores[row].topk(window)
             while values[-1] >= threshold_t and window < n:
