@@ -1,9 +1,9 @@
 """Similarity functions and exact semantic search, with sentence-transformers' names (``sentence_transformers.util``).
 
 Every function takes lists, numpy arrays or tensors, one vector or a batch of them, and returns a float tensor
-(integer embeddings, int8 or uint8, are computed in float32; Python numbers in float32, as ``torch.tensor`` makes
-them and sentence-transformers computes them). Embeddings of different widths, or a pairwise call on
-different numbers of embeddings, are refused with both shapes.
+(integer embeddings, int8 or uint8 or Python integers, are computed in float32; Python floats in float32, as
+``torch.tensor`` makes them and sentence-transformers computes them). Embeddings of different widths, or a pairwise
+call on different numbers of embeddings, are refused with both shapes.
 """
 
 from __future__ import annotations
