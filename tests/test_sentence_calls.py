@@ -244,6 +244,17 @@ def test_semantic_search_with_corpus_chunks_smaller_than_top_k():
                                    [[h["score"] for h in hits] for hits in want], atol=1e-6)
 
 
+def test_semantic_search_refuses_chunk_sizes_below_one_by_name():
+    """A chunk size below 0 searched nothing: every query came back with no hits, without a word, as
+    sentence-transformers' (range() with a negative step is empty); 0 failed inside range()."""
+    x = torch.randn(4, 8, generator=torch.Generator().manual_seed(0))
+    assert st_util.semantic_search(x, x, query_chunk_size=-1) == [[], [], [], []]
+    for kwargs in ({"query_chunk_size": -1}, {"corpus_chunk_size": -5}, {"corpus_chunk_size": 0}, {"top_k": 0}):
+        (name, value), = kwargs.items()
+        with pytest.raises(BertkitError, match=rf"^{name} must be >= 1, got {value}$"):
+            util.semantic_search(x, x, **kwargs)
+
+
 def test_semantic_search_keeps_sentence_transformers_ids_among_equal_scores(models):
     """A corpus holding texts twice (equal scores): sentence-transformers keeps, of equal scores, the ones its min-heap
     of (score, corpus_id) keeps, the larger ids, in the heap's order; bertkit merged torch.topk's and returned other
@@ -293,6 +304,41 @@ def test_sparse_embeddings_in_search_and_similarities_are_sentence_transformers(
     for name in ("pairwise_cos_sim", "pairwise_dot_score"):
         for a, b in ((sparse, dense[0]), (dense[:1], sparse), (dense[3], sparse)):
             _same(getattr(util, name)(a, b), getattr(st_util, name)(a, b), atol=1e-6)
+
+
+def test_csr_and_csc_embeddings_are_read_as_coo():
+    """sentence-transformers computes dot_score of CSR or CSC embeddings (torch.mm takes them), and bertkit failed
+    inside PyTorch; every function now gives what sentence-transformers gives for the same COO tensor (where its own
+    functions other than dot_score fail inside PyTorch)."""
+    dense = 0.1 * torch.randn(12, 64, generator=torch.Generator().manual_seed(0))  # MiniLM's scale
+    coo = torch.where(dense.abs() > 0.1, dense, 0).to_sparse()
+    for compressed in (coo.to_sparse_csr(), coo.to_sparse_csc()):
+        _same(util.dot_score(compressed, compressed), st_util.dot_score(compressed, compressed), atol=1e-6)
+        for name in UTIL:
+            _same(getattr(util, name)(compressed, dense), getattr(st_util, name)(coo, dense), atol=1e-6)
+        got, want = util.semantic_search(compressed, compressed, top_k=3), st_util.semantic_search(coo, coo, top_k=3)
+        assert [[h["corpus_id"] for h in hits] for hits in got] == [[h["corpus_id"] for h in hits] for hits in want]
+
+
+def test_community_detection_shows_its_progress_bar_when_asked(capsys):
+    """show_progress_bar=True was taken and ignored; sentence-transformers draws "Finding clusters" over the batches."""
+    x = torch.randn(40, 8, generator=torch.Generator().manual_seed(0))
+    kwargs = {"threshold": 0.5, "min_community_size": 3, "batch_size": 16}
+    assert util.community_detection(x, **kwargs) == st_util.community_detection(x, **kwargs)
+    assert "Finding clusters" not in capsys.readouterr().err
+    assert util.community_detection(x, show_progress_bar=True, **kwargs) == st_util.community_detection(x, **kwargs)
+    err = capsys.readouterr().err
+    assert "Finding clusters: 100%" in err and "3/3" in err
+
+
+def test_normalize_embeddings_of_half_precision_sparse_rows_is_sentence_transformers():
+    """sentence-transformers sums a float16 or bfloat16 sparse row's squares in float32 and gives the values back in
+    their own precision; summed in float16, a fifth of MiniLM's sparse values came out one unit off."""
+    dense = torch.randn(16, 256, generator=torch.Generator().manual_seed(0))
+    sparse = torch.where(dense.abs() > 1, dense, 0).to_sparse()
+    for dtype in (torch.float16, torch.bfloat16):
+        got, want = util.normalize_embeddings(sparse.to(dtype)), st_util.normalize_embeddings(sparse.to(dtype))
+        assert got.dtype == want.dtype == dtype and torch.equal(got.to_dense(), want.to_dense()), dtype
 
 
 def test_similarity_function_enum_is_sentence_transformers(models):

@@ -104,6 +104,36 @@ def test_quantization_reads_tensors_in_their_own_precision():
         assert got.dtype == want.dtype and got.shape == want.shape, precision
 
 
+def test_quantization_refuses_what_it_would_turn_into_numbers():
+    """A NaN was quantized as a number, and as the minimum of its dimension made that dimension of every embedding
+    one bucket; ranges of shape (2, 1), or calibration embeddings of one dimension or one embedding, were broadcast
+    over every dimension. sentence-transformers does all of it without a word; bertkit refuses each by name, as it
+    does its quantization module's faiss and usearch searches."""
+    floats = torch.randn(20, 8, generator=torch.Generator().manual_seed(0)).numpy()
+    nan = floats.copy()
+    nan[3, 5] = np.nan
+    assert len(set(st.quantize_embeddings(nan, "int8")[:, 5])) == 1
+    for precision in ("int8", "uint8", "binary", "ubinary"):
+        with pytest.raises(BertkitError, match=rf"^embeddings\[3, 5\] is NaN, which {precision} quantization"):
+            quantize_embeddings(nan, precision)
+    assert np.isnan(quantize_embeddings(nan, "float32")[3, 5])
+    ranges = np.stack([floats.min(0), floats.max(0)])
+    for embeddings, kwargs, message in (
+            (floats, {"ranges": ranges[:, :1]}, r"the int8 ranges from ranges= have the shape \(2, 1\), and the "
+                                                r"embeddings 8 dimensions: give ranges of shape \(2, 8\)"),
+            (floats[:, :1], {"ranges": ranges}, r"ranges= have the shape \(2, 8\), and the embeddings 1 dimensions"),
+            (floats, {"calibration_embeddings": floats[:, :1]}, r"from calibration_embeddings= have the shape \(2, 1\)"),
+            (floats, {"calibration_embeddings": floats[0]}, r"from calibration_embeddings= of shape \(8,\)"),
+            (floats.reshape(2, 10, 8), {}, r"from the embeddings of shape \(2, 10, 8\)"),
+            (floats, {"calibration_embeddings": nan}, r"range of dimension 5 from calibration_embeddings=, nan to nan, "
+                                                      r"is not finite")):
+        with pytest.raises(BertkitError, match=message):
+            quantize_embeddings(embeddings, "int8", **kwargs)
+    with pytest.raises(BertkitError, match=r"quantization.semantic_search_usearch is not implemented in bertkit: "
+                                           r"search exactly with bertkit.sentence.util.semantic_search"):
+        from bertkit.sentence.quantization import semantic_search_usearch  # noqa: F401
+
+
 def test_saved_directory_opens_in_sentence_transformers(models, tmp_path):
     ours, ref = models
     ours.save(tmp_path / "saved")

@@ -159,6 +159,8 @@ def test_paraphrase_mining_matches(mined_sentences, models):
                                           top_k=2)
     with pytest.raises(BertkitError, match="corpus_chunk_size must be >= 1, got 0"):
         util.paraphrase_mining_embeddings(embeddings, corpus_chunk_size=0)
+    with pytest.raises(BertkitError, match="max_pairs must be >= 1, got 0"):  # before encoding (it came after)
+        util.paraphrase_mining(_Fixed({}), sentences, max_pairs=0)
     for kwargs in ({}, {"top_k": 3, "max_pairs": 40, "query_chunk_size": 17, "corpus_chunk_size": 23},
                    {"top_k": 1, "max_pairs": 7}, {"score_function": util.dot_score, "top_k": 5}):
         st_kwargs = kwargs | ({"score_function": st.util.dot_score} if "score_function" in kwargs else {})
@@ -195,6 +197,21 @@ def test_community_detection_matches(mined_sentences):
         assert len(want) >= 2
     assert [len(c) for c in want][:3] == [70, 25, 12]
     assert util.community_detection(embeddings[:3], min_community_size=5) == []
+
+
+def test_community_detection_compares_a_threshold_in_its_type_as_sentence_transformers():
+    """sentence-transformers compares a numpy float64 threshold with a centre's similarities in float64 (a Python
+    float in float32); bertkit rounded every threshold to float32, so that at a float64 threshold just above a
+    similarity it found communities sentence-transformers does not (20 of 58 such thresholds on 300 STS-B
+    sentences)."""
+    x = torch.randn(30, 16, generator=torch.Generator().manual_seed(0))
+    nearest = util.cos_sim(x, x).fill_diagonal_(-1).max(1).values.tolist()
+    differ = 0
+    for threshold in [np.float64(s) + 1e-12 for s in nearest] + [s + 1e-12 for s in nearest]:
+        want = st.util.community_detection(x, threshold=threshold, min_community_size=2)
+        assert util.community_detection(x, threshold=threshold, min_community_size=2) == want
+        differ += want != st.util.community_detection(x, threshold=float(threshold), min_community_size=2)
+    assert differ == 14  # of 30 float64 thresholds, which float32 rounds down to the similarity they lie above
 
 
 def test_paraphrase_mining_evaluator_matches(mrpc, mined_sentences):

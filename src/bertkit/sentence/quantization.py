@@ -8,7 +8,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from bertkit.errors import BertkitError
+from bertkit.errors import BertkitError, refusing_getattr
 
 PRECISIONS = ("float32", "int8", "uint8", "binary", "ubinary")
 
@@ -38,16 +38,35 @@ def quantize_embeddings(embeddings: Any, precision: str, ranges: np.ndarray | No
         raise BertkitError(f"embeddings to quantize must be float, got {embeddings.dtype}: they are quantized already")
     if precision == "float32":
         return embeddings.astype(np.float32)
+    if np.isnan(embeddings).any():  # a NaN cast to an integer is a number like any other, in sentence-transformers too
+        at = [int(i) for i in np.argwhere(np.isnan(embeddings))[0]]
+        raise BertkitError(f"embeddings{at} is NaN, which {precision} quantization would turn into a number; drop or "
+                           "fix that embedding first")
     if precision in ("int8", "uint8"):
         if ranges is None and embeddings.ndim == 2 and len(embeddings) == 0:
             return np.zeros((0, embeddings.shape[1]), np.uint8 if precision == "uint8" else np.int8)
+        origin = "ranges="
         if ranges is None:
+            origin = "the embeddings" if calibration_embeddings is None else "calibration_embeddings="
             source = embeddings if calibration_embeddings is None else np.asarray(calibration_embeddings)
-            if calibration_embeddings is None and (source.ndim == 1 or source.shape[0] == 1):
-                raise BertkitError(f"{precision} buckets cannot be computed from a single embedding; pass ranges= or "
-                                   "calibration_embeddings= from a representative set of embeddings")
+            if source.ndim != 2 or source.shape[0] == 1:
+                raise BertkitError(f"{precision} buckets cannot be computed from {origin} of shape {source.shape}: "
+                                   "they need a batch (N, D) of several embeddings (a single embedding gives each "
+                                   "dimension one value); pass ranges= or calibration_embeddings= from a "
+                                   "representative set of embeddings")
             ranges = np.vstack((source.min(axis=0), source.max(axis=0)))
         ranges = np.asarray(ranges).astype(np.float32, copy=False)
+        # numpy broadcasts a (2, 1) range over every dimension (and a width-1 embedding over every range), and a
+        # range that is not finite puts every embedding's value in one bucket: numbers, without a word
+        width = embeddings.shape[-1]
+        if ranges.shape != (2, width):
+            raise BertkitError(f"the {precision} ranges from {origin} have the shape {ranges.shape}, and the embeddings "
+                               f"{width} dimensions: give ranges of shape (2, {width}) (each dimension's minimum and "
+                               f"maximum) or calibration_embeddings of {width} dimensions")
+        if not np.isfinite(ranges).all():
+            dim = int(np.argwhere(~np.isfinite(ranges))[0][1])
+            raise BertkitError(f"the {precision} range of dimension {dim} from {origin}, {ranges[0, dim]} to "
+                               f"{ranges[1, dim]}, is not finite; give finite ranges= or calibration_embeddings=")
         starts = ranges[0, :]
         steps = (ranges[1, :] - starts) / 255
         steps = np.where(steps == 0, 1, steps)  # a constant dimension: every value in bucket 0
@@ -62,3 +81,9 @@ def _numpy(embeddings: torch.Tensor) -> np.ndarray:
     reads them: float64 embeddings rounded to float32 first would land some values in the next bucket."""
     embeddings = embeddings.detach().cpu()
     return (embeddings.float() if embeddings.dtype == torch.bfloat16 else embeddings).numpy()
+
+
+# sentence_transformers.quantization's approximate searches (faiss, usearch: libraries bertkit does not depend on)
+__getattr__ = refusing_getattr(__name__, dict.fromkeys(
+    ["semantic_search_faiss", "semantic_search_usearch"],
+    "search exactly with bertkit.sentence.util.semantic_search(query_embeddings, corpus_embeddings, top_k=...)"))

@@ -1,9 +1,9 @@
 """Similarity functions and exact semantic search, with sentence-transformers' names (``sentence_transformers.util``).
 
 Every function takes lists, numpy arrays or tensors, one vector or a batch of them, and returns a float tensor
-(integer embeddings, int8 or uint8, are computed in float32; Python numbers in float32, as ``torch.tensor`` makes
-them and sentence-transformers computes them). Embeddings of different widths, or a pairwise call on
-different numbers of embeddings, are refused with both shapes.
+(integer embeddings, int8 or uint8 or Python integers, are computed in float32; Python floats in float32, as
+``torch.tensor`` makes them and sentence-transformers computes them). Embeddings of different widths, or a pairwise
+call on different numbers of embeddings, are refused with both shapes.
 """
 
 from __future__ import annotations
@@ -18,6 +18,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 from torch import Tensor
+from tqdm.auto import tqdm
 
 from bertkit.errors import BertkitError, refusing_getattr
 from bertkit.sentence.hard_negatives import mine_hard_negatives  # noqa: F401  (sentence_transformers.util's name)
@@ -28,7 +29,8 @@ def _tensor(x: Any, name: str) -> Tensor:
     """``x`` (a list, array or tensor of one vector (D,) or several (N, D)) as a tensor that similarities can be
     computed in: float32 for integer embeddings (``quantize_embeddings``' int8/uint8, whose products overflow in
     their own type) and for floats narrower than 32 bits (as sentence-transformers 6, whose bf16 products tie).
-    Sparse COO tensors (a ``SparseEncoder``'s, or a list of its rows) stay sparse, coalesced, in float32."""
+    Sparse COO tensors (a ``SparseEncoder``'s, or a list of its rows) stay sparse, coalesced, in float32; CSR, CSC
+    and their blocked forms are read as COO."""
     if not isinstance(x, Tensor):
         if isinstance(x, list) and x and all(isinstance(v, Tensor) for v in x):
             x = torch.stack([v.coalesce() if v.is_sparse else v for v in x])
@@ -39,6 +41,8 @@ def _tensor(x: Any, name: str) -> Tensor:
             x = torch.as_tensor(np.asarray(x))
             if x.dtype == torch.float64 and type(leaf) in (float, int):  # numpy made Python floats float64
                 x = x.float()
+    if x.layout in (torch.sparse_csr, torch.sparse_csc, torch.sparse_bsr, torch.sparse_bsc):
+        x = x.to_sparse_coo()  # sentence-transformers computes only dot_score of these; PyTorch fails in the rest
     if x.dim() not in (1, 2):
         raise BertkitError(f"{name} has the shape {tuple(x.shape)}; give one embedding (D,) or a batch (N, D)")
     if x.is_sparse:
@@ -83,7 +87,8 @@ def _rows(a: Any, b: Any) -> tuple[Tensor, Tensor]:
 
 
 def normalize_embeddings(embeddings: Tensor) -> Tensor:
-    """Each row at unit length (rows of zeros stay zero); a sparse tensor stays sparse."""
+    """Each row at unit length (rows of zeros stay zero); a sparse tensor stays sparse, a float16 or bfloat16 one
+    normalised in float32 (its squares summed in its own precision gave a fifth of its values one unit off)."""
     if not embeddings.is_sparse:
         return F.normalize(embeddings, p=2, dim=-1)
     embeddings = embeddings.coalesce()
@@ -91,8 +96,9 @@ def normalize_embeddings(embeddings: Tensor) -> Tensor:
     if embeddings.dim() == 1:
         return torch.sparse_coo_tensor(indices, F.normalize(values, p=2, dim=0), embeddings.size(),
                                        check_invariants=False)  # a coalesced tensor's indices: valid, no warning
-    norms = values.new_zeros(embeddings.size(0)).index_add_(0, indices[0], values ** 2).sqrt()[indices[0]]
-    scaled = torch.where(norms > 0, values / torch.where(norms > 0, norms, 1), values)
+    wide = values.float() if values.dtype in (torch.float16, torch.bfloat16) else values  # as sentence-transformers
+    norms = wide.new_zeros(embeddings.size(0)).index_add_(0, indices[0], wide ** 2).sqrt()[indices[0]]
+    scaled = torch.where(norms > 0, wide / torch.where(norms > 0, norms, 1), wide).to(values.dtype)
     return torch.sparse_coo_tensor(indices, scaled, embeddings.size(), check_invariants=False).coalesce()
 
 
@@ -197,6 +203,15 @@ def _functions(name: Any) -> tuple[Callable[[Any, Any], Tensor], Callable[[Any, 
     return SIMILARITY_FUNCTIONS[similarity_function(name)]
 
 
+def _at_least_one(**counts: int) -> None:
+    """Refuse a count (``top_k``, a chunk or batch size) below 1, by name. sentence-transformers searches nothing
+    with a chunk size below 0 (``range`` with a negative step is empty: no hits, no pairs, no word) and returns
+    nothing for a ``top_k`` or ``max_pairs`` of 0: a value no caller means."""
+    for name, value in counts.items():
+        if value < 1:
+            raise BertkitError(f"{name} must be >= 1, got {value}")
+
+
 def semantic_search(query_embeddings: Any, corpus_embeddings: Any, query_chunk_size: int = 100,
                     corpus_chunk_size: int = 500000, top_k: int = 10,
                     score_function: Callable[[Tensor, Tensor], Tensor] = cos_sim) -> list[list[dict[str, Any]]]:
@@ -206,9 +221,8 @@ def semantic_search(query_embeddings: Any, corpus_embeddings: Any, query_chunk_s
     chunk's unsorted ``torch.topk``, kept in a min-heap of (score, corpus_id), so that the larger ids of equal scores
     stay, listed in the heap's order (by ``torch.topk``'s merged order, bertkit returned other ids of the same
     scores)."""
+    _at_least_one(top_k=top_k, query_chunk_size=query_chunk_size, corpus_chunk_size=corpus_chunk_size)
     queries, corpus = _batches(query_embeddings, corpus_embeddings)
-    if top_k < 1:
-        raise BertkitError(f"top_k must be >= 1, got {top_k}")
     heaps: list[list[tuple[float, int]]] = [[] for _ in range(len(queries))]
     for c0 in range(0, len(corpus), corpus_chunk_size):
         chunk = _chunk(corpus, c0, corpus_chunk_size)
@@ -284,6 +298,8 @@ def paraphrase_mining(model: Any, sentences: list[str], show_progress_bar: bool 
                       prompt: str | None = None) -> list[list[float | int]]:
     """The most similar pairs of ``sentences`` as ``[score, i, j]`` (i < j), best first: ``model.encode`` each
     sentence, then ``paraphrase_mining_embeddings``."""
+    _at_least_one(max_pairs=max_pairs, top_k=top_k, query_chunk_size=query_chunk_size,
+                  corpus_chunk_size=corpus_chunk_size)  # before the sentences are encoded
     embeddings = model.encode(sentences, show_progress_bar=show_progress_bar, batch_size=batch_size,
                               convert_to_tensor=True, truncate_dim=truncate_dim, prompt_name=prompt_name, prompt=prompt)
     return paraphrase_mining_embeddings(embeddings, query_chunk_size, corpus_chunk_size, max_pairs, top_k,
@@ -298,10 +314,8 @@ def paraphrase_mining_embeddings(embeddings: Any, query_chunk_size: int = 5000, 
     pair keeps the score of the first search that finds it. As in sentence-transformers, the kept pairs are a
     min-heap of (score, i, j); once full, a pair pushed out sets a floor that no later pair at or below it passes,
     and equal scores come out in the heap's order."""
-    for value, what in ((max_pairs, "max_pairs"), (top_k, "top_k"), (query_chunk_size, "query_chunk_size"),
-                        (corpus_chunk_size, "corpus_chunk_size")):
-        if value < 1:
-            raise BertkitError(f"{what} must be >= 1, got {value}")
+    _at_least_one(max_pairs=max_pairs, top_k=top_k, query_chunk_size=query_chunk_size,
+                  corpus_chunk_size=corpus_chunk_size)
     embeddings = _tensor(embeddings, "embeddings")
     embeddings = embeddings.unsqueeze(0) if embeddings.dim() == 1 else embeddings
     kept: list[tuple[float, int, int]] = []
@@ -333,10 +347,8 @@ def community_detection(embeddings: Any, threshold: float = 0.75, min_community_
     Every embedding with enough neighbours is a candidate centre; candidates are taken largest first, each keeping
     the members no earlier community took, if enough are left. As in sentence-transformers, a centre's neighbours
     are the ``torch.topk`` of a window of at least 50 that doubles (for this and later centres) while all of it
-    passes, so equal similarities come in its order; the threshold is compared as a float32 number."""
-    if min_community_size < 1 or batch_size < 1:
-        raise BertkitError(f"min_community_size and batch_size must be >= 1, got {min_community_size} and "
-                           f"{batch_size}")
+    passes, so equal similarities come in its order, and the threshold is compared in its types."""
+    _at_least_one(min_community_size=min_community_size, batch_size=batch_size)
     if not isinstance(embeddings, Tensor) and len(embeddings) == 0:
         return []
     x = _tensor(embeddings, "embeddings").to_dense()
@@ -345,12 +357,16 @@ def community_detection(embeddings: Any, threshold: float = 0.75, min_community_
     if n == 0 or n < min_community_size:
         return []
     x = normalize_embeddings(x)
-    threshold_t = torch.tensor(threshold, dtype=torch.float32, device=x.device)
+    # As sentence-transformers: the threshold in float32 from a Python float, in float64 from numpy's; compared one
+    # similarity at a time (a centre's, and the window's last) in the wider of the two types, and with the members
+    # in the similarities' own
+    threshold_t = torch.as_tensor(threshold, device=x.device)
     window = min(max(2 * min_community_size, 50), n)
     candidates: list[tuple[int, np.ndarray]] = []
-    for start in range(0, n, batch_size):
+    for start in tqdm(range(0, n, batch_size), desc="Finding clusters", disable=not show_progress_bar):
         scores = x[start:start + batch_size] @ x.T  # (b, N)
-        enough = scores.topk(min_community_size, dim=1).values[:, -1] >= threshold_t
+        wider = torch.promote_types(scores.dtype, threshold_t.dtype)
+        enough = scores.topk(min_community_size, dim=1).values[:, -1].to(wider) >= threshold_t
         for row in enough.nonzero().flatten().tolist():
             values, ids = scores[row].topk(window)
             while values[-1] >= threshold_t and window < n:
