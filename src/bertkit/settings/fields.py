@@ -334,7 +334,7 @@ class SquadWindowSettings(Settings):
         """Refuse windows with no room for context before any model or data is read (every command that takes
         these settings has ``max_seq_length``)."""
         super().__post_init__()
-        length = getattr(self, "max_seq_length")
+        length = self.max_seq_length  # type: ignore[attr-defined]  # declared by each command beside this group
         if length <= self.max_query_length + 3:
             raise BertkitError(f"--max-seq-length {length} must exceed --max-query-length {self.max_query_length} + 3 "
                                "([CLS] and two [SEP]) to leave room for context: lower --max-query-length or raise "
