@@ -358,6 +358,27 @@ def test_an_activation_function_is_recorded_as_sentence_transformers_records_it(
         CrossEncoder(tmp_path / "function")
 
 
+def test_an_activation_that_is_no_callable_is_refused_before_scoring(directory, tmp_path):
+    """activation_fn="sigmoid" (a name, where a callable goes) at init, set on the model or passed to predict failed
+    with "'str' object is not callable" only after every pair was scored, as in sentence-transformers, and saved, the
+    directory named the activation "str". Refused when given, naming the value; a callable still scores."""
+    from bertkit.sentence.cross_encoder.model import fullname
+
+    message = "activation_fn must be a callable applied to the logits (torch.nn.Sigmoid(), torch.nn.Identity(), " \
+              "torch.sigmoid, ...), got str 'sigmoid'"
+    with pytest.raises(BertkitError, match=re.escape(message)):
+        CrossEncoder(directory, activation_fn="sigmoid")
+    model = CrossEncoder(directory, activation_fn=torch.sigmoid)
+    with pytest.raises(BertkitError, match=re.escape(message)):
+        model.activation_fn = "sigmoid"
+    with pytest.raises(BertkitError, match=re.escape(message)):
+        model.predict([("a question", "a passage")], activation_fn="sigmoid")
+    assert fullname(model.activation_fn) == "builtin_function_or_method"
+    pairs = [("Where is Paris?", "Paris is in France."), ("Where is Paris?", "Bread is baked.")]
+    want = st_ce.CrossEncoder(str(directory)).predict(pairs, activation_fn=torch.sigmoid)
+    np.testing.assert_allclose(model.predict(pairs), want, atol=2e-6, rtol=0)
+
+
 def test_a_saved_default_prompt_is_refused_not_dropped(directory, rows, tmp_path):
     """sentence-transformers 6 saves a cross-encoder's prompts and default_prompt_name in
     config_sentence_transformers.json and puts the default prompt before every query; bertkit loaded such a directory

@@ -102,6 +102,15 @@ def activation_from_name(name: str, where: str) -> nn.Module:
                            "activation_fn= when loading") from None
 
 
+def checked_activation(fn: Any) -> Any:
+    """``fn`` if it can score logits: a name ("sigmoid") failed only after every pair was scored, and saved, it
+    named the activation ``str``."""
+    if fn is not None and not callable(fn):
+        raise BertkitError(f"activation_fn must be a callable applied to the logits (torch.nn.Sigmoid(), "
+                           f"torch.nn.Identity(), torch.sigmoid, ...), got {type(fn).__name__} {str(fn)[:40]!r}")
+    return fn
+
+
 class CrossEncoder(ReferenceCalls, nn.Module):
     """A cross-encoder on bertkit's ``BertForSequenceClassification`` (``self.model``); see the module docstring.
     ``num_labels`` overrides the checkpoint's label count (a new classifier for a BERT checkpoint); ``max_length``
@@ -157,7 +166,7 @@ class CrossEncoder(ReferenceCalls, nn.Module):
 
     def __setattr__(self, name: str, value: Any) -> None:
         if name == "activation_fn":  # a plain attribute (as sentence-transformers keeps it), not a sub-module
-            object.__setattr__(self, name, value)
+            object.__setattr__(self, name, checked_activation(value))
             return
         super().__setattr__(name, value)
 
@@ -262,7 +271,7 @@ class CrossEncoder(ReferenceCalls, nn.Module):
             return torch.tensor([], device=self.device) if convert_to_tensor else np.array([]) if convert_to_numpy else []
         if show_progress_bar is None:
             show_progress_bar = logger.getEffectiveLevel() <= logging.INFO and len(pairs) > 10 * batch_size
-        activation_fn = activation_fn if activation_fn is not None else self.activation_fn
+        activation_fn = checked_activation(activation_fn) if activation_fn is not None else self.activation_fn
         scores = self._scores(pairs, batch_size, bool(show_progress_bar))
         if activation_fn is not None:
             scores = activation_fn(scores)
