@@ -103,8 +103,8 @@ def activation_from_name(name: str, where: str) -> nn.Module:
 
 
 def checked_activation(fn: Any) -> Any:
-    """``fn`` if it can score logits: a name ("sigmoid") failed only after every pair was scored, and saved, it
-    named the activation ``str``."""
+    """``fn`` if it can score logits, refused when given: a name ("sigmoid") would fail only after every pair is
+    scored, and a save would record the activation as ``str``."""
     if fn is not None and not callable(fn):
         raise BertkitError(f"activation_fn must be a callable applied to the logits (torch.nn.Sigmoid(), "
                            f"torch.nn.Identity(), torch.sigmoid, ...), got {type(fn).__name__} {str(fn)[:40]!r}")
