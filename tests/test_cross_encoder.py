@@ -90,6 +90,15 @@ def test_several_labels_predict_softmax_as_sentence_transformers(minilm_2_layers
         got_model.rank("q", ["a", "b"])
     with pytest.raises(BertkitError, match="1 output label"):
         losses.BinaryCrossEntropyLoss(got_model)
+    # num_labels other than the directory's classifier's: refused, as there, but naming what CrossEncoder can do (the
+    # loader's advice, ignore_mismatched_sizes=True, is no argument of it); the directory's own count loads it
+    with pytest.raises(RuntimeError, match="ignore_mismatched_sizes"):
+        st_ce.CrossEncoder(str(d), num_labels=1)
+    with pytest.raises(BertkitError, match=re.escape(
+            f"{d} holds a classifier of 3 label(s), and num_labels=1 asks for another: leave num_labels out to load "
+            "it, or load the checkpoint it was fine-tuned from with num_labels=1 for a new classifier")):
+        CrossEncoder(d, num_labels=1)
+    np.testing.assert_array_equal(CrossEncoder(d, num_labels=3).predict(pairs), got_model.predict(pairs))
 
 
 def _both(directory):

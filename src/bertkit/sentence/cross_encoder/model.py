@@ -145,9 +145,17 @@ class CrossEncoder(ReferenceCalls, nn.Module):
             raise FileNotFoundError(f"cross-encoder directory {encoder_dir} has no config.json; pass a directory saved "
                                     "by CrossEncoder.save, sentence-transformers or transformers (or a BERT checkpoint)")
         # as sentence-transformers: a checkpoint that is no sequence classifier gets a new one-label head
-        architectures = (read_json(encoder_dir / "config.json") or {}).get("architectures") or []
-        if num_labels is None and not any(str(a).endswith("ForSequenceClassification") for a in architectures):
+        config = read_json(encoder_dir / "config.json") or {}
+        classifier = any(str(a).endswith("ForSequenceClassification") for a in config.get("architectures") or [])
+        if num_labels is None and not classifier:
             num_labels = 1
+        labels = len(config.get("id2label") or {})
+        if num_labels is not None and classifier and labels and num_labels != labels:
+            # the loader's advice (ignore_mismatched_sizes=True) is no argument of CrossEncoder; sentence-transformers
+            # stops here too, unless given model_kwargs={"ignore_mismatched_sizes": True}
+            raise BertkitError(f"{encoder_dir} holds a classifier of {labels} label(s), and num_labels={num_labels} "
+                               "asks for another: leave num_labels out to load it, or load the checkpoint it was "
+                               f"fine-tuned from with num_labels={num_labels} for a new classifier")
         overrides = {} if num_labels is None else {"num_labels": num_labels}
         self.model = BertForSequenceClassification.from_pretrained(encoder_dir, **overrides)
         self.tokenizer = AutoTokenizer.from_pretrained(encoder_dir)
