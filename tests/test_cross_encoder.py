@@ -5,6 +5,8 @@ included); and the refusals of what bertkit does not implement."""
 
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import pytest
 import torch
@@ -88,6 +90,15 @@ def test_several_labels_predict_softmax_as_sentence_transformers(minilm_2_layers
         got_model.rank("q", ["a", "b"])
     with pytest.raises(BertkitError, match="1 output label"):
         losses.BinaryCrossEntropyLoss(got_model)
+    # num_labels other than the directory's classifier's: refused, as there, but naming what CrossEncoder can do (the
+    # loader's advice, ignore_mismatched_sizes=True, is no argument of it); the directory's own count loads it
+    with pytest.raises(RuntimeError, match="ignore_mismatched_sizes"):
+        st_ce.CrossEncoder(str(d), num_labels=1)
+    with pytest.raises(BertkitError, match=re.escape(
+            f"{d} holds a classifier of 3 label(s), and num_labels=1 asks for another: leave num_labels out to load "
+            "it, or load the checkpoint it was fine-tuned from with num_labels=1 for a new classifier")):
+        CrossEncoder(d, num_labels=1)
+    np.testing.assert_array_equal(CrossEncoder(d, num_labels=3).predict(pairs), got_model.predict(pairs))
 
 
 def _both(directory):
@@ -245,6 +256,41 @@ def test_reranking_evaluator_refuses_a_text_where_a_list_of_texts_goes(sample):
         {k: float(v) for k, v in want.items()}, abs=1e-12)
 
 
+def test_reranking_evaluator_takes_at_k_none_and_refuses_what_sentence_transformers_cannot_rank():
+    """at_k=None (the whole ranking: scikit-learn's k=None) gives sentence-transformers' numbers (it divided by
+    zero); a sample that leaves one document to rank (sentence-transformers stops at scikit-learn's "Computing NDCG is
+    only meaningful when there is more than 1 document" after scoring every pair) scored a perfect 1.0; empty
+    documents, an at_k below 1, failed at the call (KeyError 'negative', ZeroDivisionError). Each is refused when the
+    evaluator is made, naming the sample or the value."""
+    samples = [{"query": "q", "positive": ["p1", "p2"], "negative": ["n1", "n2", "n3"]},
+               {"query": "r", "positive": ["p"], "documents": ["a", "p", "b", "c"]},
+               {"query": "s", "positive": ["x", "p"], "documents": ["p", "a"]}]
+    table = {("q", "p1"): 0.3, ("q", "p2"): 0.2, ("q", "n1"): 0.1, ("q", "n2"): 0.9, ("q", "n3"): 0.4,
+             ("r", "p"): 0.05, ("r", "a"): 0.5, ("r", "b"): 0.6, ("r", "c"): 0.01, ("s", "x"): 0.7, ("s", "p"): 0.2,
+             ("s", "a"): 0.3}
+    want = st_evaluation.CrossEncoderRerankingEvaluator(samples, at_k=None, write_csv=False)(_Table(table))
+    got = evaluation.CrossEncoderRerankingEvaluator(samples, at_k=None, write_csv=False)(_Table(table))
+    assert got.keys() == want.keys() and "ndcg@None" in got
+    np.testing.assert_allclose([got[k] for k in want], [float(v) for v in want.values()], atol=1e-12)
+    assert got["ndcg@None"] == pytest.approx(0.663454169367836, abs=1e-12)
+    one = "sample 0 leaves one document to rank, and nDCG needs two or more"
+    for sample, kwargs, message in (
+            ({"query": "q", "positive": ["p"], "negative": []}, {}, one),
+            ({"query": "q", "positive": "p", "documents": ["p"]}, {}, one),  # the first stage's ranking too
+            ({"query": "q", "positive": ["p"], "documents": ["p"]}, {"always_rerank_positives": False}, one),
+            ({"query": "q", "positive": ["p"], "documents": []}, {}, "sample 0's 'documents' is empty"),
+            (samples[0], {"at_k": 0}, "at_k must be a whole number >= 1 (or None: the whole ranking), got 0"),
+            (samples[0], {"mrr_at_k": -1}, "mrr_at_k must be a whole number >= 1 (or None: the whole ranking), got -1")):
+        with pytest.raises((ValueError, TypeError)):  # scikit-learn's InvalidParameterError is a ValueError
+            st_evaluation.CrossEncoderRerankingEvaluator([sample], write_csv=False, **kwargs)(_Table(table | {("q", "p"): 1.0}))
+        with pytest.raises(BertkitError, match=re.escape(message)):
+            evaluation.CrossEncoderRerankingEvaluator([sample], **kwargs)
+    # what sentence-transformers ranks: a positive the first stage missed makes its ranking two long
+    missed = [{"query": "q", "positive": ["p", "x"], "documents": ["p"]}]
+    assert evaluation.CrossEncoderRerankingEvaluator(missed, write_csv=False)(_Table({("q", "p"): 0.5, ("q", "x"): 0.4}))[
+        "base_ndcg@10"] == 1.0
+
+
 def test_what_bertkit_does_not_implement_is_refused_by_name(directory, rows, tmp_path):
     from bertkit.sentence.cross_encoder import CrossEncoderTrainer, CrossEncoderTrainingArguments
 
@@ -319,6 +365,27 @@ def test_an_activation_function_is_recorded_as_sentence_transformers_records_it(
     assert isinstance(st_ce.CrossEncoder(str(tmp_path / "function")).activation_fn, torch.nn.Sigmoid)
     with pytest.raises(BertkitError, match="names the activation 'function'; bertkit resolves torch activations only"):
         CrossEncoder(tmp_path / "function")
+
+
+def test_an_activation_that_is_no_callable_is_refused_before_scoring(directory, tmp_path):
+    """activation_fn="sigmoid" (a name, where a callable goes) at init, set on the model or passed to predict failed
+    with "'str' object is not callable" only after every pair was scored, as in sentence-transformers, and saved, the
+    directory named the activation "str". Refused when given, naming the value; a callable still scores."""
+    from bertkit.sentence.cross_encoder.model import fullname
+
+    message = "activation_fn must be a callable applied to the logits (torch.nn.Sigmoid(), torch.nn.Identity(), " \
+              "torch.sigmoid, ...), got str 'sigmoid'"
+    with pytest.raises(BertkitError, match=re.escape(message)):
+        CrossEncoder(directory, activation_fn="sigmoid")
+    model = CrossEncoder(directory, activation_fn=torch.sigmoid)
+    with pytest.raises(BertkitError, match=re.escape(message)):
+        model.activation_fn = "sigmoid"
+    with pytest.raises(BertkitError, match=re.escape(message)):
+        model.predict([("a question", "a passage")], activation_fn="sigmoid")
+    assert fullname(model.activation_fn) == "builtin_function_or_method"
+    pairs = [("Where is Paris?", "Paris is in France."), ("Where is Paris?", "Bread is baked.")]
+    want = st_ce.CrossEncoder(str(directory)).predict(pairs, activation_fn=torch.sigmoid)
+    np.testing.assert_allclose(model.predict(pairs), want, atol=2e-6, rtol=0)
 
 
 def test_a_saved_default_prompt_is_refused_not_dropped(directory, rows, tmp_path):

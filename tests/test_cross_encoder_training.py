@@ -5,6 +5,8 @@ step, the same reranking metrics on another article's questions after training, 
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import pytest
 
@@ -113,6 +115,47 @@ def test_training_script_gives_sentence_transformers_numbers(loss, tmp_path, min
 def _logit(p) -> np.ndarray:
     p = np.asarray(p, dtype=np.float64)
     return np.log(p / (1 - p))
+
+
+def test_the_best_model_by_an_evaluator_alone_is_sentence_transformers(tmp_path, minilm_2_layers, data_dir):
+    """load_best_model_at_end with metric_for_best_model named as the evaluator writes it and no eval_dataset (a
+    reranker trained with its reranking evaluator alone): the same evaluations, the same best checkpoint, and the
+    model it loads scores as sentence-transformers' (bertkit refused it: "needs an eval_dataset"). A metric the
+    evaluator does not write is refused before training, naming the ones it does."""
+    import re
+
+    from bertkit.errors import BertkitError
+
+    rows, held = squad_rerank(data_dir, 0, 4), squad_rerank(data_dir, 1, 4)
+    model_dir = cross_encoder_directory(minilm_2_layers, tmp_path / "ce")
+    train = datasets.Dataset.from_list(_dataset("BinaryCrossEntropyLoss", rows))
+    samples = [{"query": r["query"], "positive": [r["positive"]], "negative": r["negatives"]} for r in held]
+    pairs = [(r["query"], t) for r in held for t in (r["positive"], *r["negatives"])]
+
+    def run(lib, metric="dev_map"):
+        ce = __import__(f"{lib}.cross_encoder", fromlist=["evaluation"])
+        model = ce.CrossEncoder(str(model_dir), max_length=32)
+        args = ce.CrossEncoderTrainingArguments(
+            output_dir=str(tmp_path / lib), per_device_train_batch_size=4, max_steps=2, learning_rate=LEARNING_RATE,
+            eval_strategy="steps", eval_steps=1, save_strategy="steps", save_steps=1, load_best_model_at_end=True,
+            metric_for_best_model=metric, greater_is_better=False, report_to="none", seed=42, use_cpu=True,
+            disable_tqdm=True)
+        trainer = ce.CrossEncoderTrainer(model=model, args=args, train_dataset=train,
+                                         evaluator=ce.evaluation.CrossEncoderRerankingEvaluator(samples, name="dev"))
+        trainer.train()
+        evaluations = [e["eval_dev_map"] for e in trainer.state.log_history if "eval_dev_map" in e]
+        return evaluations, trainer.state.best_model_checkpoint, model.predict(pairs)
+
+    want_maps, want_best, want_scores = run("sentence_transformers")
+    got_maps, got_best, got_scores = run("bertkit.sentence")
+    assert len(got_maps) == len(want_maps) == 2 and len(set(want_maps)) > 1  # the steps changed the ranking
+    np.testing.assert_allclose(got_maps, want_maps, atol=1e-12)
+    assert Path(got_best).name == Path(want_best).name == f"checkpoint-{1 + int(np.argmin(want_maps))}"
+    np.testing.assert_allclose(got_scores, want_scores, atol=1e-6, rtol=0)
+    with pytest.raises(BertkitError, match=re.escape(
+            "metric_for_best_model 'ndcg@10' is not a metric this run computes: evaluation returns ['eval_dev_map', "
+            "'eval_dev_mrr@10', 'eval_dev_ndcg@10']")):
+        run("bertkit.sentence", "ndcg@10")
 
 
 def test_string_labels_advice_leads_to_a_model_the_loss_accepts(tmp_path, minilm_2_layers):

@@ -414,7 +414,7 @@ class SentenceTransformerTrainer(Trainer):
         evaluator, self.evaluator = self.evaluator, copy.deepcopy(self.evaluator)
         self._evaluations_write_csv = False
         try:
-            if isinstance(self.eval_dataset, Mapping) and self.compute_metrics is not None:
+            if isinstance(self.eval_dataset, Mapping | None) and self.compute_metrics is not None:
                 self._check_metric_of_datasets()
             else:
                 super()._check_metric()
@@ -422,12 +422,12 @@ class SentenceTransformerTrainer(Trainer):
             self.evaluator, self._evaluations_write_csv = evaluator, True
 
     def _check_metric_of_datasets(self) -> None:
-        """metric_for_best_model among the metrics of an evaluation of a dict of datasets with an evaluator: each
-        dataset's, and the evaluator's once, as ``eval_{metric}`` (``_evaluate_in_loop``), not per dataset."""
+        """metric_for_best_model among the metrics of an evaluation of a dict of datasets (or none) with an evaluator:
+        each dataset's, and the evaluator's once, as ``eval_{metric}`` (``_evaluate_in_loop``), not per dataset."""
         name = self.args.metric_for_best_model
         if name is None:
             return
-        keys = [f"eval_{dataset}_{k}" for dataset in self.eval_dataset
+        keys = [f"eval_{dataset}_{k}" for dataset in self.eval_dataset or {}
                 for k in ("loss", "runtime", "samples_per_second", "steps_per_second")]
         keys += [k if k.startswith("eval_") else f"eval_{k}" for k in self._evaluator_metrics(None)]
         if metric_key(name) not in keys:

@@ -52,7 +52,19 @@ class CrossEncoderRerankingEvaluator(ResultsCsv):
                     raise BertkitError(f"CrossEncoderRerankingEvaluator: sample {i}'s {key!r} is "
                                        f"{type(value).__name__} {str(value)[:60]!r}; give a list of texts "
                                        f"([{str(value)[:20]!r}] for one)")
+            if "documents" in s and not s["documents"]:
+                raise BertkitError(f"CrossEncoderRerankingEvaluator: sample {i}'s 'documents' is empty; give the "
+                                   "first stage's documents for its query, or leave the sample out")
+            for ranked in _rankings(s, always_rerank_positives)[1:]:
+                # scikit-learn's ndcg_score refuses one document, so sentence-transformers stops at this sample
+                # (after scoring every pair); the 1.0 of a ranking of one would count as a perfect rerank
+                if ranked is not None and len(ranked) == 1 and ranked[0]:
+                    raise BertkitError(f"CrossEncoderRerankingEvaluator: sample {i} leaves one document to rank, "
+                                       "and nDCG needs two or more; add negatives to it, or leave it out")
         self.at_k = mrr_at_k if mrr_at_k is not None else at_k
+        if self.at_k is not None and (isinstance(self.at_k, bool) or not isinstance(self.at_k, int) or self.at_k < 1):
+            raise BertkitError(f"CrossEncoderRerankingEvaluator: {'mrr_at_k' if mrr_at_k is not None else 'at_k'} "
+                               f"must be a whole number >= 1 (or None: the whole ranking), got {self.at_k!r}")
         self.always_rerank_positives, self.name = always_rerank_positives, name
         self.batch_size, self.show_progress_bar, self.write_csv = batch_size, show_progress_bar, write_csv
         self.primary_metric = f"{name}_ndcg@{self.at_k}" if name else f"ndcg@{self.at_k}"
@@ -63,31 +75,19 @@ class CrossEncoderRerankingEvaluator(ResultsCsv):
         ranking = np.argsort(scores)[::-1]
         mrr = next((1 / (rank + 1) for rank, i in enumerate(ranking[:self.at_k]) if relevant[i]), 0.0)
         relevant_array = np.asarray(relevant)
-        return mrr, ndcg_at_k(relevant_array, scores, self.at_k), average_precision(relevant_array, scores)
+        return (mrr, ndcg_at_k(relevant_array, scores, self.at_k or len(scores)),
+                average_precision(relevant_array, scores))
 
     def __call__(self, model: Any, output_path: str | None = None, epoch: int = -1, steps: int = -1) -> dict[str, float]:
         base, per_sample, pairs = [], [], []
         for s in self.samples:
-            query, positive, documents = s["query"], s["positive"], s.get("documents")
-            positive = [positive] if isinstance(positive, str) else list(positive)
-            if documents:
-                first_stage = [int(d in positive) for d in documents]
-                if sum(first_stage) == 0:
-                    base.append((0.0, 0.0, 0.0))
-                else:
-                    first_stage += [1] * (len(positive) - sum(first_stage))
-                    base.append(self._metrics(first_stage, np.arange(len(first_stage), 0, -1)))
-                if self.always_rerank_positives:
-                    docs = positive + [d for d in documents if d not in positive]
-                    relevant = [1] * len(positive) + [0] * (len(docs) - len(positive))
-                else:
-                    docs, relevant = list(documents), [int(d in positive) for d in documents]
-            else:
-                docs = positive + list(s["negative"])
-                relevant = [1] * len(positive) + [0] * len(s["negative"])
+            docs, relevant, first_stage = _rankings(s, self.always_rerank_positives)
+            if first_stage is not None:
+                base.append(self._metrics(first_stage, np.arange(len(first_stage), 0, -1)) if sum(first_stage)
+                            else (0.0, 0.0, 0.0))
             per_sample.append((relevant, len(docs)) if sum(relevant) else None)
             if sum(relevant):
-                pairs += [(query, d) for d in docs]
+                pairs += [(s["query"], d) for d in docs]
         scores = model.predict(pairs, batch_size=self.batch_size, convert_to_numpy=True,
                                show_progress_bar=self.show_progress_bar) if pairs else np.array([])
         refuse_nonfinite(scores, pairs, "CrossEncoderRerankingEvaluator", "score")
@@ -108,6 +108,24 @@ class CrossEncoderRerankingEvaluator(ResultsCsv):
             metrics |= {"base_map": float(b_ap), f"base_mrr@{self.at_k}": float(b_mrr),
                         f"base_ndcg@{self.at_k}": float(b_nd)}
         return {f"{self.name}_{k}" if self.name else k: v for k, v in metrics.items()}
+
+
+def _rankings(sample: dict[str, Any], always_rerank_positives: bool) -> tuple[list[str], list[int], list[int] | None]:
+    """A sample as sentence-transformers reranks it: the documents scored and their relevance, and the relevance in
+    the first stage's order (the positives it missed last; None without ``documents``)."""
+    positive, documents = sample["positive"], sample.get("documents")
+    positive = [positive] if isinstance(positive, str) else list(positive)
+    if documents is None:
+        return positive + list(sample["negative"]), [1] * len(positive) + [0] * len(sample["negative"]), None
+    first_stage = [int(d in positive) for d in documents]
+    if always_rerank_positives:
+        docs = positive + [d for d in documents if d not in positive]
+        relevant = [1] * len(positive) + [0] * (len(docs) - len(positive))
+    else:
+        docs, relevant = list(documents), list(first_stage)
+    if sum(first_stage):
+        first_stage += [1] * (len(positive) - sum(first_stage))
+    return docs, relevant, first_stage
 
 
 def f1_averages(labels: np.ndarray, predicted: np.ndarray) -> tuple[float, float, float]:

@@ -102,6 +102,15 @@ def activation_from_name(name: str, where: str) -> nn.Module:
                            "activation_fn= when loading") from None
 
 
+def checked_activation(fn: Any) -> Any:
+    """``fn`` if it can score logits, refused when given: a name ("sigmoid") would fail only after every pair is
+    scored, and a save would record the activation as ``str``."""
+    if fn is not None and not callable(fn):
+        raise BertkitError(f"activation_fn must be a callable applied to the logits (torch.nn.Sigmoid(), "
+                           f"torch.nn.Identity(), torch.sigmoid, ...), got {type(fn).__name__} {str(fn)[:40]!r}")
+    return fn
+
+
 class CrossEncoder(ReferenceCalls, nn.Module):
     """A cross-encoder on bertkit's ``BertForSequenceClassification`` (``self.model``); see the module docstring.
     ``num_labels`` overrides the checkpoint's label count (a new classifier for a BERT checkpoint); ``max_length``
@@ -136,9 +145,17 @@ class CrossEncoder(ReferenceCalls, nn.Module):
             raise FileNotFoundError(f"cross-encoder directory {encoder_dir} has no config.json; pass a directory saved "
                                     "by CrossEncoder.save, sentence-transformers or transformers (or a BERT checkpoint)")
         # as sentence-transformers: a checkpoint that is no sequence classifier gets a new one-label head
-        architectures = (read_json(encoder_dir / "config.json") or {}).get("architectures") or []
-        if num_labels is None and not any(str(a).endswith("ForSequenceClassification") for a in architectures):
+        config = read_json(encoder_dir / "config.json") or {}
+        classifier = any(str(a).endswith("ForSequenceClassification") for a in config.get("architectures") or [])
+        if num_labels is None and not classifier:
             num_labels = 1
+        labels = len(config.get("id2label") or {})
+        if num_labels is not None and classifier and labels and num_labels != labels:
+            # the loader's advice (ignore_mismatched_sizes=True) is no argument of CrossEncoder; sentence-transformers
+            # stops here too, unless given model_kwargs={"ignore_mismatched_sizes": True}
+            raise BertkitError(f"{encoder_dir} holds a classifier of {labels} label(s), and num_labels={num_labels} "
+                               "asks for another: leave num_labels out to load it, or load the checkpoint it was "
+                               f"fine-tuned from with num_labels={num_labels} for a new classifier")
         overrides = {} if num_labels is None else {"num_labels": num_labels}
         self.model = BertForSequenceClassification.from_pretrained(encoder_dir, **overrides)
         self.tokenizer = AutoTokenizer.from_pretrained(encoder_dir)
@@ -157,7 +174,7 @@ class CrossEncoder(ReferenceCalls, nn.Module):
 
     def __setattr__(self, name: str, value: Any) -> None:
         if name == "activation_fn":  # a plain attribute (as sentence-transformers keeps it), not a sub-module
-            object.__setattr__(self, name, value)
+            object.__setattr__(self, name, checked_activation(value))
             return
         super().__setattr__(name, value)
 
@@ -262,7 +279,7 @@ class CrossEncoder(ReferenceCalls, nn.Module):
             return torch.tensor([], device=self.device) if convert_to_tensor else np.array([]) if convert_to_numpy else []
         if show_progress_bar is None:
             show_progress_bar = logger.getEffectiveLevel() <= logging.INFO and len(pairs) > 10 * batch_size
-        activation_fn = activation_fn if activation_fn is not None else self.activation_fn
+        activation_fn = checked_activation(activation_fn) if activation_fn is not None else self.activation_fn
         scores = self._scores(pairs, batch_size, bool(show_progress_bar))
         if activation_fn is not None:
             scores = activation_fn(scores)
