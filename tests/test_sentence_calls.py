@@ -678,6 +678,20 @@ def test_a_prompt_longer_than_max_seq_length_leaves_the_sep_to_pool(tmp_path, mi
 MODE_KEYS = {"max": "max_tokens", "mean": "mean_tokens", "cls": "cls_token"}
 
 
+def test_cls_pooling_of_a_text_the_prompt_takes_whole_is_its_cls(tmp_path, minilm_2_layers):
+    """include_prompt False, cls pooling, and a prompt ending inside a word: "quest" is 3 pieces (q ##ue ##st), and
+    "quest" + "ion" is the one piece "question", so the prompt's 4 leading tokens cover that text's whole row.
+    sentence-transformers pools its [CLS] (the first of no unmasked token); bertkit pooled position 4: past that row,
+    zeros or a padding token's state in a batch (0.9 off on all-MiniLM-L6-v2), an IndexError alone."""
+    d = st_directory(minilm_2_layers, tmp_path / "m", normalize=False,
+                     pooling={"word_embedding_dimension": 384, "pooling_mode_cls_token": True, "include_prompt": False})
+    ref, ours = st.SentenceTransformer(str(d), device="cpu"), SentenceTransformer(d)
+    for texts in (["ion", TEXTS[0]], ["ion"]):
+        want = ref.encode(texts, prompt="quest")
+        _same(ours.encode(texts, prompt="quest"), want)
+    np.testing.assert_allclose(want[0], ref.encode(["question"])[0], atol=1e-6)  # the row's [CLS]: no prompt cut
+
+
 def test_cross_encoder_on_an_embedders_directory(st_dir, minilm_2_layers, caplog):
     """CrossEncoder(an embedder's directory) loads its transformer with a new one-label classifier and
     sentence-transformers' warning, where bertkit refused; with the same classifier weights it scores as
