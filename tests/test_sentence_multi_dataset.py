@@ -303,6 +303,8 @@ def test_a_prompt_for_no_text_column_is_refused_before_anything_is_written(model
     trainer = SentenceTransformerTrainer(model=model, args=st_args(tmp_path, prompts={"negative": "n: "}), loss=mnrl,
                                          train_dataset=PAIRS, eval_dataset=[{**r, "negative": "x"} for r in PAIRS])
     assert trainer.eval_dataset.prompts == [None, None, "n: "]
+    SentenceTransformerTrainer(model=model, args=st_args(tmp_path, prompts={"question": "q: "}), loss=mnrl,
+                               evaluator=lambda *a, **k: {})  # no dataset: nothing to name
 
 
 def _cross_encoder_steps(lib: str, model_dir, out_dir, sampler: str) -> list[tuple[str, int, float]]:

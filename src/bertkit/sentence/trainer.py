@@ -189,8 +189,8 @@ def check_prompt_columns(prompts: Any, parts: list[SentenceExamples]) -> None:
     """Each key of ``prompts`` names a text column of a dataset (``{column: prompt}``), a dataset
     (``{dataset: ...}``), or, inside a dataset's dict, a text column of that dataset. sentence-transformers leaves
     a prompt for any other name unused (a misspelt column, the label column): the model would train without the
-    prompt meant for it and then be used with it."""
-    if not isinstance(prompts, dict) or not prompts:
+    prompt meant for it and then be used with it. Without a dataset (an evaluator alone) there is nothing to check."""
+    if not isinstance(prompts, dict) or not prompts or not parts:
         return
     texts: dict[str | None, set[str]] = {}
     for part in parts:
