@@ -701,6 +701,28 @@ def test_do_lower_case_lowers_each_character_as_sentence_transformers(tmp_path, 
     _same(ours.encode([GREEK], prompt_name="q"), ref.encode([GREEK], prompt_name="q"))
 
 
+def test_do_lower_case_leaves_a_texts_special_tokens_as_they_are(tmp_path, minilm_2_layers):
+    """do_lower_case: tokenizers splits a text's special tokens ("[SEP]" between a title and its passage, a prompt's
+    "[CLS]") off before sentence-transformers' Lowercase normalizer runs, so they stay tokens; bertkit lower-cased
+    them into the pieces of "[sep]" (cosine 0.93 to sentence-transformers' vector), in encode, a prompt's length,
+    the training columns (``tokenize``) and the embedding pipeline."""
+    import bertkit
+
+    d = st_directory(minilm_2_layers, tmp_path / "m", max_seq_length=64,
+                     st_config={"prompts": {"query": "[CLS] Query: "}, "default_prompt_name": "query"},
+                     pooling={"word_embedding_dimension": 384, "pooling_mode_mean_tokens": True,
+                              "include_prompt": False})
+    (d / "sentence_bert_config.json").write_text(json.dumps({"max_seq_length": 64, "do_lower_case": True}))
+    ours, ref = SentenceTransformer(d), st.SentenceTransformer(str(d), device="cpu")
+    texts = ["Super Bowl 50 [SEP] The Broncos WON", "[MASK] is Cased"]
+    assert ours.tokenize(texts)["input_ids"].tolist() == ref.preprocess(texts)["input_ids"].tolist()
+    assert ours.prompt_length("[CLS] Query: ") == ref.preprocess(texts, prompt="[CLS] Query: ")["prompt_length"] == 6
+    want = ref.encode(texts)
+    _same(ours.encode(texts), want)
+    got = bertkit.pipeline("sentence-embedding", str(d), progress=False)(texts)
+    np.testing.assert_allclose(np.asarray(got), ref.encode(texts, normalize_embeddings=True), atol=2e-5)
+
+
 @pytest.mark.parametrize("mode", ["max", "mean", "cls"])
 def test_a_prompt_longer_than_max_seq_length_leaves_the_sep_to_pool(tmp_path, minilm_2_layers, mode):
     """include_prompt False and a prompt of 10 word pieces with max_seq_length 8: sentence-transformers measures the
@@ -722,6 +744,20 @@ def test_a_prompt_longer_than_max_seq_length_leaves_the_sep_to_pool(tmp_path, mi
 
 
 MODE_KEYS = {"max": "max_tokens", "mean": "mean_tokens", "cls": "cls_token"}
+
+
+def test_cls_pooling_of_a_text_the_prompt_takes_whole_is_its_cls(tmp_path, minilm_2_layers):
+    """include_prompt False, cls pooling, and a prompt ending inside a word: "quest" is 3 pieces (q ##ue ##st), and
+    "quest" + "ion" is the one piece "question", so the prompt's 4 leading tokens cover that text's whole row.
+    sentence-transformers pools its [CLS] (the first of no unmasked token); bertkit pooled position 4: past that row,
+    zeros or a padding token's state in a batch (0.9 off on all-MiniLM-L6-v2), an IndexError alone."""
+    d = st_directory(minilm_2_layers, tmp_path / "m", normalize=False,
+                     pooling={"word_embedding_dimension": 384, "pooling_mode_cls_token": True, "include_prompt": False})
+    ref, ours = st.SentenceTransformer(str(d), device="cpu"), SentenceTransformer(d)
+    for texts in (["ion", TEXTS[0]], ["ion"]):
+        want = ref.encode(texts, prompt="quest")
+        _same(ours.encode(texts, prompt="quest"), want)
+    np.testing.assert_allclose(want[0], ref.encode(["question"])[0], atol=1e-6)  # the row's [CLS]: no prompt cut
 
 
 def test_cross_encoder_on_an_embedders_directory(st_dir, minilm_2_layers, caplog):

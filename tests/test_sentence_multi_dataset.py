@@ -6,6 +6,8 @@ written."""
 
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import pytest
 import torch
@@ -278,6 +280,31 @@ def test_prompts_per_dataset_are_resolved_as_sentence_transformers(model, tmp_pa
                                            "train_dataset is one dataset"):
         SentenceTransformerTrainer(model=model, args=st_args(tmp_path, prompts={"pairs": {"anchor": "q: "}}), loss=mnrl,
                                    train_dataset=PAIRS)
+
+
+def test_a_prompt_for_no_text_column_is_refused_before_anything_is_written(model, tmp_path):
+    """sentence-transformers leaves a prompt unused whose name is no text column (a misspelt column, the label column,
+    a dataset's name for a dataset of its own) or no dataset: the model trains without the prompt meant for it, with
+    nothing said. Refused, naming the keys, before anything is written; a column of the eval dataset alone is one the
+    prompts may name."""
+    mnrl, cosent = losses.MultipleNegativesRankingLoss(model), losses.CoSENTLoss(model)
+    both = {"pairs": mnrl, "scored": cosent}
+    for prompts, train, loss, unused in (
+            ({"question": "q: "}, PAIRS, mnrl, "['question']"),
+            ({"s1": "a: ", "score": "x: "}, SCORED, cosent, "['score']"),
+            ({"pairs": "q: "}, PAIRS, mnrl, "['pairs']"),
+            ({"anchor": "q: ", "s3": "d: "}, {"pairs": PAIRS, "scored": SCORED}, both, "['s3']"),
+            ({"pairs": {"anchr": "q: "}}, {"pairs": PAIRS, "scored": SCORED}, both, "['pairs.anchr']"),
+            ({"pairs": {"anchor": "q: "}, "other": {"s1": "a: "}}, {"pairs": PAIRS, "scored": SCORED}, both, "['other']")):
+        with pytest.raises(BertkitError, match=rf"prompts names {re.escape(unused)}, no text column"):
+            SentenceTransformerTrainer(model=model, args=st_args(tmp_path, prompts=prompts), loss=loss,
+                                       train_dataset=train)
+    assert not (tmp_path / "out").exists()
+    trainer = SentenceTransformerTrainer(model=model, args=st_args(tmp_path, prompts={"negative": "n: "}), loss=mnrl,
+                                         train_dataset=PAIRS, eval_dataset=[{**r, "negative": "x"} for r in PAIRS])
+    assert trainer.eval_dataset.prompts == [None, None, "n: "]
+    SentenceTransformerTrainer(model=model, args=st_args(tmp_path, prompts={"question": "q: "}), loss=mnrl,
+                               evaluator=lambda *a, **k: {})  # no dataset: nothing to name
 
 
 def _cross_encoder_steps(lib: str, model_dir, out_dir, sampler: str) -> list[tuple[str, int, float]]:

@@ -29,7 +29,13 @@ def pool_tokens(out: BertModelOutput, attention_mask: Tensor, mode: str, prompt_
     lay, x = out.token_layout, out.tokens.float()
     B, T = attention_mask.shape
     if mode == "cls":
-        return lay.first_tokens(x) if not prompt_length else lay.to_batch(x)[:, prompt_length]
+        if not prompt_length:
+            return lay.first_tokens(x)
+        # the first token after the prompt; a text the prompt takes whole (its first word merged with the prompt's
+        # last into fewer pieces: "quest" + "ion") pools its [CLS], as sentence-transformers' argmax over a row of
+        # zeros picks it
+        first = torch.where(attention_mask.sum(1) > prompt_length, prompt_length, 0)  # (B,)
+        return lay.to_batch(x)[torch.arange(B, device=x.device), first]
     mask = attention_mask.to(x.dtype)
     if prompt_length:
         mask = mask.clone()

@@ -185,6 +185,29 @@ def check_loss_names(loss: Any, train_dataset: Any, eval_dataset: Any) -> None:
                            f"(their names: {sorted(named)}): name the datasets' losses by their keys")
 
 
+def check_prompt_columns(prompts: Any, parts: list[SentenceExamples]) -> None:
+    """Each key of ``prompts`` names a text column of a dataset (``{column: prompt}``), a dataset
+    (``{dataset: ...}``), or, inside a dataset's dict, a text column of that dataset. sentence-transformers leaves
+    a prompt for any other name unused (a misspelt column, the label column): the model would train without the
+    prompt meant for it and then be used with it. Without a dataset (an evaluator alone) there is nothing to check."""
+    if not isinstance(prompts, dict) or not prompts or not parts:
+        return
+    texts: dict[str | None, set[str]] = {}
+    for part in parts:
+        texts.setdefault(part.name, set()).update(part.texts)
+    by_dataset = isinstance(next(iter(prompts.values())), dict)  # as the collator reads it (``for_dataset``)
+    columns = set().union(*texts.values())
+    unused = [key for key in prompts if key not in texts and (by_dataset or key not in columns)]
+    unused += [f"{key}.{c}" for key, value in prompts.items() if key in texts and isinstance(value, dict)
+               for c in value if c not in texts[key]]
+    if unused:
+        datasets = sorted(n for n in texts if n is not None)
+        raise BertkitError(f"prompts names {unused}, no text column" + (" or dataset" if datasets else "") + " of "
+                           f"train_dataset or eval_dataset (text columns {sorted(columns)}" + (f", datasets {datasets}"
+                           if datasets else "") + "; a label column takes no prompt): sentence-transformers leaves "
+                           "such a prompt unused; name the columns the prompts are for")
+
+
 def check_same_parameters(loss: Any) -> None:
     """Under torchrun a step's gradients are averaged over the parameters every loss trains: a loss per dataset with
     parameters of its own would leave them without a gradient in the steps of another dataset, which DDP refuses
@@ -226,6 +249,8 @@ class SentenceTransformerTrainer(Trainer):
         self._check_router_mapping(model, args.router_mapping)
         train, dev = (self._examples_of(data, args, name) if data is not None else None
                       for data, name in ((train_dataset, "train_dataset"), (eval_dataset, "eval_dataset")))
+        check_prompt_columns(args.prompts, [part for data in (train, dev) if data is not None
+                                            for part in (data.values() if isinstance(data, dict) else [data])])
         if isinstance(train, dict):  # the datasets end to end, batched by multi_dataset_batch_sampler
             train = MultiDatasetExamples(train)
         super().__init__(model=model, args=args, data_collator=SentenceCollator(model.tokenizer.pad_token_id),

@@ -339,7 +339,8 @@ class Transformer(nn.Module):
     def tokenize(self, texts: Sequence[str], prompt: str | None = None) -> dict[str, Tensor]:
         texts = [(prompt or "") + t for t in texts]
         if self.do_lower_case:
-            texts = [lowercase(t) for t in texts]  # per character, as sentence-transformers' Lowercase
+            # per character, as sentence-transformers' Lowercase, its special tokens as they are
+            texts = [lowercase(t, self.tokenizer.all_special_tokens) for t in texts]
         return dict(self.tokenizer(texts, padding=True, truncation=True, max_length=self.max_seq_length,
                                    return_tensors="pt"))
 

@@ -148,14 +148,16 @@ class SparseEmbeddingPipeline(Pipeline):
     def length(self, text: str, prompt_name: str | None = None) -> tuple[int, int]:
         """(tokens of ``text`` as its side reads it, before any cut; where the side cuts)."""
         side = self.side(prompt_name)
-        text = lowercase(side.prompt + text) if side.lower else side.prompt + text
+        text = side.prompt + text
+        if side.lower:
+            text = lowercase(text, self.tokenizer.all_special_tokens)
         return len(self.tokenizer(text, add_special_tokens=not side.static)["input_ids"]), side.limit
 
     def encode(self, item: str, prompt_name: str | None = None, **_: Any) -> list[dict[str, Any]]:
         side = self.side(prompt_name)
         text = side.prompt + item  # as the route's input module tokenizes (Transformer / SparseStaticEmbedding)
         if side.lower:
-            text = lowercase(text)
+            text = lowercase(text, self.tokenizer.all_special_tokens)
         enc = self.tokenizer(text, add_special_tokens=not side.static, truncation=True, max_length=side.limit)
         return [{"input_ids": enc["input_ids"], "token_type_ids": enc["token_type_ids"], "side": side.name}]
 
