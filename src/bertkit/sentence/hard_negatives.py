@@ -58,8 +58,15 @@ def mine_hard_negatives(dataset: Any, model: Any, anchor_column_name: str | None
         if value is not None and (value is not False or name == "as_triplets"):
             raise BertkitError(f"mine_hard_negatives({name}=...) is not implemented in bertkit: {_REFUSED[name]}")
     columns = column_names(dataset)
+    if len(dataset) == 0:
+        raise BertkitError(f"mine_hard_negatives: the dataset (columns {columns}) has no rows; give it (anchor, "
+                           "positive) pairs")
     anchor_column_name = _column(anchor_column_name, columns, 0, "anchor_column_name")
     positive_column_name = _column(positive_column_name, columns, 1, "positive_column_name")
+    if anchor_column_name == positive_column_name:  # each anchor its own positive: nothing to mine against
+        raise BertkitError(f"mine_hard_negatives: anchor_column_name and positive_column_name are both "
+                           f"{anchor_column_name!r} (of the columns {columns}); name the positive column with "
+                           "positive_column_name=")
     if margin is not None:
         absolute_margin = margin
     if include_positives:
@@ -81,8 +88,10 @@ def mine_hard_negatives(dataset: Any, model: Any, anchor_column_name: str | None
         bad = next((i for i, v in enumerate(values) if not isinstance(v, str)), None)
         if bad is not None:
             raise BertkitError(f"mine_hard_negatives: row {bad}, column {column!r} is {type(values[bad]).__name__} "
-                               f"{str(values[bad])[:60]!r}, not a text; fill it in or drop the row "
-                               "(dataset.filter(lambda row: row[...] is not None))")
+                               f"{str(values[bad])[:60]!r}, not a text; "
+                               + ("fill it in or drop the row (dataset.filter(lambda row: row[...] is not None))"
+                                  if values[bad] is None else "name the text columns with anchor_column_name= and "
+                                  f"positive_column_name= (the columns: {columns})"))
     bad = next((i for i, v in enumerate(corpus or ()) if not isinstance(v, str)), None)
     if bad is not None:
         raise BertkitError(f"mine_hard_negatives: corpus[{bad}] is {type(corpus[bad]).__name__} "
