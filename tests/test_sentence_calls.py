@@ -908,15 +908,19 @@ def test_a_cross_encoders_max_length_is_its_tokenizers_model_max_length(st_dir, 
 
 
 def test_arguments_at_sentence_transformers_defaults_are_nothing_asked_for(models, st_dir):
-    """``SentenceTransformer(path, cache_folder=None, revision=None, ...)`` and ``encode(texts, pool=None)`` (a script
-    passing its own defaults through) work as in sentence-transformers; bertkit refused any value of an argument it
-    does not implement, None too, where its CrossEncoder took None as nothing asked for. A value is refused by name,
-    processor_kwargs (sentence-transformers 6's name for tokenizer_kwargs) included."""
+    """``SentenceTransformer(path, cache_folder=None, revision=None, ...)`` and ``encode(texts, pool=None,
+    task=None)`` (a script passing its own defaults through) work as in sentence-transformers; bertkit refused any
+    value of an argument it does not implement, None too, where its CrossEncoder took None as nothing asked for. A
+    value is refused by name, processor_kwargs (sentence-transformers 6's name for tokenizer_kwargs) included."""
     ours, ref = models
     defaults = dict.fromkeys(("cache_folder", "revision", "token", "model_kwargs", "processor_kwargs",
                               "tokenizer_kwargs", "config_kwargs", "model_card_data"))
     _same(SentenceTransformer(st_dir, **defaults).encode(TEXTS), ref.encode(TEXTS))
-    _same(ours.encode(TEXTS, pool=None, chunk_size=None), ref.encode(TEXTS, pool=None, chunk_size=None))
+    _same(ours.encode(TEXTS, pool=None, chunk_size=None, task=None),
+          ref.encode(TEXTS, pool=None, chunk_size=None, task=None))
+    with pytest.raises(BertkitError, match=r"encode\(task=...\) is not implemented in bertkit: a SentenceTransformer "
+                                           "has no Router to route a task through"):
+        ours.encode(TEXTS, task="query")  # "unknown argument" before, None included
     CrossEncoder(st_dir, **defaults)
     with pytest.raises(BertkitError, match=r"SentenceTransformer\(processor_kwargs=...\) is not implemented"):
         SentenceTransformer(st_dir, processor_kwargs={"model_max_length": 16})

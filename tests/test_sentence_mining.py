@@ -110,6 +110,32 @@ def test_list_of_dicts_and_refusals(models, squad):
         mine_hard_negatives(pairs, ours, anchor_column_name="query")
 
 
+
+def test_a_dataset_mining_cannot_use_is_refused_before_any_work(models, squad):
+    """No rows (bertkit raised max()'s "empty sequence"), the positive column defaulting to the anchor's (bertkit
+    mined each anchor against itself as its positive; sentence-transformers raises a KeyError), a margin or score
+    that is not a finite number, a range that is not a whole number, and a first column that is not text (the fix
+    named is the columns, not filling in a None)."""
+    ours, _ = models
+    pairs, _ = squad
+    with pytest.raises(BertkitError, match=r"the dataset \(columns \['question', 'paragraph'\]\) has no rows"):
+        mine_hard_negatives(datasets.Dataset.from_dict({"question": [], "paragraph": []}), ours, verbose=False)
+    with pytest.raises(BertkitError, match="anchor_column_name and positive_column_name are both 'paragraph' .*; name "
+                                           "the positive column with positive_column_name="):
+        mine_hard_negatives(datasets.Dataset.from_list(pairs), ours, anchor_column_name="paragraph", verbose=False)
+    for name, value, want in (("relative_margin", float("nan"), "a finite number or None"),
+                              ("max_score", "0.8", "a finite number or None"),
+                              ("range_min", 1.0, "a whole number >= 0"), ("range_min", -1, "a whole number >= 0")):
+        # a NaN margin kept every candidate (as in sentence-transformers); a float range_min failed in torch.topk
+        # after the encoding
+        with pytest.raises(BertkitError, match=f"{name} must be {want}, got {value!r}"):
+            mine_hard_negatives(pairs, ours, verbose=False, **{name: value})
+    numbered = [{"id": i, **row} for i, row in enumerate(pairs)]
+    with pytest.raises(BertkitError, match=r"row 0, column 'id' is int '0', not a text; name the text columns with "
+                                           r"anchor_column_name= and positive_column_name= \(the columns: \['id', "):
+        mine_hard_negatives(numbered, ours, verbose=False)
+
+
 def test_a_mining_left_without_rows_keeps_its_columns(models, squad):
     """Every candidate filtered out (min_score above every score): sentence-transformers' dataset of no rows, with its
     columns; bertkit's had no columns at all, so that ``dataset["negative"]`` or a concatenation failed later."""

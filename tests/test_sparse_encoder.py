@@ -186,6 +186,24 @@ def test_a_route_named_text_is_the_modalitys(layouts, texts, tmp_path, vocab_siz
     assert ours.sparsity(ours.encode(one))["active_dims"] > 10 * ours.sparsity(ours.encode_query(one))["active_dims"]
 
 
+
+def test_a_task_against_its_method_or_keyed_texts_are_refused(layouts, texts):
+    """encode_query(task="document") (sentence-transformers raises a TypeError) embedded queries by the document
+    route under encode_query's name; [{"query": text}], which sentence-transformers' Router reads as texts of that
+    task, was refused as a dict "sentence-transformers refuses too". Each now names the call to make instead."""
+    from bertkit.sentence import SparseEncoder
+
+    ours = SparseEncoder(layouts["inference_free"])
+    with pytest.raises(BertkitError, match=r"encode_query\(\) routes by task='query', not task='document': call "
+                                           r"encode\(..., task='document'\)"):
+        ours.encode_query(texts[-2:], task="document")
+    with pytest.raises(BertkitError, match=r"encode_document\(\) routes by task='document', not task='query'"):
+        ours.encode_document(texts[-2:], task="query")
+    with pytest.raises(BertkitError, match=r"input 0 is \{'query': ...\}, sentence-transformers' older form of texts "
+                                           r"of a task: pass the texts and task='query'"):
+        ours.encode([{"query": t} for t in texts[-2:]])
+
+
 # each layout once and each max_active_dims once (the grid's other two cells repeat what these exercise). The corpus
 # in chunks of 9 and 3: sentence-transformers reports the corpus sparsity as each chunk's float32 mean weighted by
 # its size (a mean of 9 paragraphs' counts is seldom a float32); bertkit took the whole corpus's mean (corpus active

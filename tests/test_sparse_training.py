@@ -436,6 +436,15 @@ def test_bad_router_and_learning_rate_mappings_are_refused_by_name(inference_fre
                                            r"columns of train_dataset \(its text columns: \['query', 'positive', "
                                            r"'negative'\]"):
         trainer(router_mapping={"question": "query", "positive": "document"})
+    # one mapping for a dict of datasets, each naming its own columns: the fix is a mapping per dataset
+    args = SparseEncoderTrainingArguments(output_dir=str(out), report_to="none", use_cpu=True,
+                                          router_mapping={**ROUTES, "q2": "query", "d2": "document"})
+    with pytest.raises(BertkitError, match=re.escape(
+            "not text columns of train_dataset['squad'] (its text columns: ['query', 'positive', 'negative']): map "
+            "those, e.g. one mapping per dataset, {'squad': {'query': 'query', 'negative': 'document'}, ...}")):
+        SparseEncoderTrainer(model=router, args=args, loss=losses.SpladeLoss(
+            router, losses.SparseMultipleNegativesRankingLoss(router), 3e-5, None), train_dataset={
+                "squad": rows, "other": datasets.Dataset.from_list([{"q2": "a question", "d2": "a passage"}] * 4)})
     with pytest.raises(BertkitError, match=r"the Router has no route for the train_dataset column\(s\) "
                                            r"\{'query': 'queries'\}.*its routes are \['query', 'document'\]"):
         trainer(router_mapping={"query": "queries", "positive": "document"})

@@ -78,9 +78,10 @@ class SentenceExamples(Sequence):
         self.name = name
         unknown = [c for c in router_mapping if c not in self.texts]
         if unknown:
+            example = f"{{{self.texts[0]!r}: 'query', {self.texts[-1]!r}: 'document'}}"
             raise BertkitError(f"router_mapping names the column(s) {unknown}, which are not text columns of {what} "
-                               f"(its text columns: {self.texts}): map those, e.g. {{{self.texts[0]!r}: 'query', "
-                               f"{self.texts[-1]!r}: 'document'}}")
+                               f"(its text columns: {self.texts}): map those, e.g. " + (example if name is None else
+                               f"one mapping per dataset, {{{name!r}: {example}, ...}}"))
         self.dataset, self.model = dataset, model
         self._check_texts(what)
         self.prompts = [prompts if isinstance(prompts, str) else (prompts or {}).get(c) for c in self.texts]

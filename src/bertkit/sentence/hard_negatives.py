@@ -13,8 +13,10 @@ a document), normalised; a query's candidates are its ``range_max`` best-scoring
 
 from __future__ import annotations
 
+import math
 import random
 from collections import Counter
+from numbers import Integral, Real
 from typing import Any
 
 import torch
@@ -58,8 +60,15 @@ def mine_hard_negatives(dataset: Any, model: Any, anchor_column_name: str | None
         if value is not None and (value is not False or name == "as_triplets"):
             raise BertkitError(f"mine_hard_negatives({name}=...) is not implemented in bertkit: {_REFUSED[name]}")
     columns = column_names(dataset)
+    if len(dataset) == 0:
+        raise BertkitError(f"mine_hard_negatives: the dataset (columns {columns}) has no rows; give it (anchor, "
+                           "positive) pairs")
     anchor_column_name = _column(anchor_column_name, columns, 0, "anchor_column_name")
     positive_column_name = _column(positive_column_name, columns, 1, "positive_column_name")
+    if anchor_column_name == positive_column_name:  # each anchor its own positive: nothing to mine against
+        raise BertkitError(f"mine_hard_negatives: anchor_column_name and positive_column_name are both "
+                           f"{anchor_column_name!r} (of the columns {columns}); name the positive column with "
+                           "positive_column_name=")
     if margin is not None:
         absolute_margin = margin
     if include_positives:
@@ -70,10 +79,16 @@ def mine_hard_negatives(dataset: Any, model: Any, anchor_column_name: str | None
                               "output_scores=True" if output_format == "n-tuple-scores" else ""))
     if sampling_strategy not in ("top", "random"):
         raise BertkitError(f"sampling_strategy {sampling_strategy!r} is not 'top' or 'random'")
-    if isinstance(num_negatives, bool) or not isinstance(num_negatives, int) or num_negatives < 1:
-        raise BertkitError(f"num_negatives must be a whole number >= 1, got {num_negatives!r}")
-    if faiss_batch_size < 1:
-        raise BertkitError(f"faiss_batch_size must be >= 1, got {faiss_batch_size}")
+    for name, value, least in (("num_negatives", num_negatives, 1), ("range_min", range_min, 0),
+                               ("range_max", range_max, 1), ("batch_size", batch_size, 1),
+                               ("faiss_batch_size", faiss_batch_size, 1)):
+        if value is not None and (isinstance(value, bool) or not isinstance(value, Integral) or value < least):
+            raise BertkitError(f"{name} must be a whole number >= {least}, got {value!r}")
+    for name, value in (("max_score", max_score), ("min_score", min_score), ("absolute_margin", absolute_margin),
+                        ("relative_margin", relative_margin), ("margin", margin)):
+        # a NaN compares False, so that its filter would keep every candidate
+        if value is not None and (isinstance(value, bool) or not isinstance(value, Real) or not math.isfinite(value)):
+            raise BertkitError(f"{name} must be a finite number or None, got {value!r}")
     rows = [dataset[i] for i in range(len(dataset))] if not hasattr(dataset, "column_names") else None
     queries_all = [r[anchor_column_name] for r in rows] if rows is not None else list(dataset[anchor_column_name])
     positives_all = [r[positive_column_name] for r in rows] if rows is not None else list(dataset[positive_column_name])
@@ -81,8 +96,10 @@ def mine_hard_negatives(dataset: Any, model: Any, anchor_column_name: str | None
         bad = next((i for i, v in enumerate(values) if not isinstance(v, str)), None)
         if bad is not None:
             raise BertkitError(f"mine_hard_negatives: row {bad}, column {column!r} is {type(values[bad]).__name__} "
-                               f"{str(values[bad])[:60]!r}, not a text; fill it in or drop the row "
-                               "(dataset.filter(lambda row: row[...] is not None))")
+                               f"{str(values[bad])[:60]!r}, not a text; "
+                               + ("fill it in or drop the row (dataset.filter(lambda row: row[...] is not None))"
+                                  if values[bad] is None else "name the text columns with anchor_column_name= and "
+                                  f"positive_column_name= (the columns: {columns})"))
     bad = next((i for i, v in enumerate(corpus or ()) if not isinstance(v, str)), None)
     if bad is not None:
         raise BertkitError(f"mine_hard_negatives: corpus[{bad}] is {type(corpus[bad]).__name__} "
@@ -92,9 +109,9 @@ def mine_hard_negatives(dataset: Any, model: Any, anchor_column_name: str | None
     rescore = cross_encoder is not None and (filtered or min_score is not None)
     if range_max is None:  # room for skipped candidates when filters drop some, and for the positives
         range_max = range_min + num_negatives * (10 if filtered or rescore else 1) + max_rows
-    if range_min < 0 or range_min >= range_max or num_negatives > range_max - range_min:
+    if range_min >= range_max or num_negatives > range_max - range_min:
         raise BertkitError(f"range_min {range_min} and range_max {range_max} leave {range_max - range_min} "
-                           f"candidates for num_negatives {num_negatives}; need 0 <= range_min < range_max and "
+                           f"candidates for num_negatives {num_negatives}; need range_min < range_max and "
                            "range_max - range_min >= num_negatives")
 
     texts = list(dict.fromkeys((list(corpus) if corpus is not None else positives_all) + positives_all))

@@ -357,7 +357,9 @@ class SentenceTransformer(ReferenceCalls, Prompted, nn.Module):
         if "sentences" in unknown and inputs is None:  # sentence-transformers' name before 6
             inputs = unknown.pop("sentences")
         multi = f"multi-process encoding is not implemented: {_ONE_PROCESS}"
-        refuse_arguments("encode", unknown, {"pool": multi, "chunk_size": multi})
+        refuse_arguments("encode", unknown, {"pool": multi, "chunk_size": multi, "task": (
+            "a SentenceTransformer has no Router to route a task through (sentence-transformers ignores it then); "
+            "drop this argument")})
         if output_value != "sentence_embedding":
             raise BertkitError(f"output_value {output_value!r} is not implemented; bertkit.sentence returns sentence "
                                "embeddings (for token states use bertkit.pipeline('feature-extraction', pooling='none'))")

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import logging
 import numbers
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -298,6 +298,12 @@ class SparseEncoder(ReferenceCalls, Prompted, nn.Sequential):
                                "bertkit: call encode in one process, on one device")
         if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
             raise BertkitError(f"batch_size must be a whole number >= 1, got {batch_size!r}")
+        first = inputs[0] if isinstance(inputs, list) and inputs else None
+        if isinstance(self[0], Router) and isinstance(first, Mapping) and len(first) == 1 and "text" not in first:
+            # sentence-transformers' Router reads [{task: text}] as texts of that task, an older form kept there
+            key = next(iter(first))
+            raise BertkitError(f"encode() input 0 is {{{key!r}: ...}}, sentence-transformers' older form of texts of "
+                               f"a task: pass the texts and task={key!r}")
         texts, single = texts_of(inputs)
         empty = [i for i, t in enumerate(texts) if not t.strip()]
         if empty:
@@ -323,12 +329,12 @@ class SparseEncoder(ReferenceCalls, Prompted, nn.Sequential):
     def encode_query(self, inputs: Any = None, prompt_name: str | None = None, prompt: str | None = None,
                      **kwargs: Any) -> Any:
         """``encode`` with the "query" prompt (``Prompted.encode_query``) and the "query" route."""
-        return super().encode_query(inputs, prompt_name, prompt, **{"task": "query", **kwargs})
+        return super().encode_query(inputs, prompt_name, prompt, **_with_task("query", kwargs))
 
     def encode_document(self, inputs: Any = None, prompt_name: str | None = None, prompt: str | None = None,
                         **kwargs: Any) -> Any:
         """``encode`` with the "document" prompt (``Prompted.encode_document``) and the "document" route."""
-        return super().encode_document(inputs, prompt_name, prompt, **{"task": "document", **kwargs})
+        return super().encode_document(inputs, prompt_name, prompt, **_with_task("document", kwargs))
 
     @torch.inference_mode()
     def _embed_texts(self, texts: list[str], prompt: str | None, task: str | None, route: list[nn.Module],
@@ -462,6 +468,15 @@ class SparseEncoder(ReferenceCalls, Prompted, nn.Sequential):
         return directory
 
     save_pretrained = save
+
+
+def _with_task(task: str, kwargs: dict[str, Any]) -> dict[str, Any]:
+    """encode_query's / encode_document's arguments to ``encode``, with their task: another task, which would take
+    another route under the method's name, is refused (sentence-transformers raises a TypeError)."""
+    if "task" in kwargs:
+        raise BertkitError(f"encode_{task}() routes by task={task!r}, not task={kwargs['task']!r}: call "
+                           f"encode(..., task={kwargs['task']!r})")
+    return {**kwargs, "task": task}
 
 
 def select_max_active_dims(embeddings: Tensor, k: int | None) -> Tensor:
