@@ -160,7 +160,7 @@ class _Run:
     log_file: RunLog
     window: dict
     bar: Any = None
-    window_n: int = 0
+    window_n: float = 0.0  # the steps in the logging window (``settle``)
     seqs: int = 0
     tokens: int = 0
     t0: float = 0.0
@@ -224,7 +224,7 @@ class _Run:
         if args.report_to == "tensorboard":
             run.log_file.open_tensorboard()
         run.bar = _progress(total, run.pos.step, args.progress and info.is_main)
-        run.window_n = int(run.window.pop("_n", 0))
+        run.window_n = float(run.window.pop("_n", 0))
         run.logged_at = run.pos.step
         run.t0 = time.perf_counter()
         run.token_losses = accepts_num_items(model)
@@ -382,14 +382,17 @@ class _Run:
         read = read_step(pending, norm, self.device)
         if read is None:
             return None
+        # the window counts steps, each the mean of its micro-batches, as transformers' Trainer logs (a window of a
+        # full step and an epoch's short last one is the mean of the two steps, not of their micro-batches)
+        share = 1 / self.step_size
         for m, (value, loss) in zip(pending, read[0]):
             if self.spoiled is not None and not self.info.enabled:
                 break
             if math.isfinite(value) and m.counted:
-                self.window["loss"] = self.window.get("loss", 0.0) + loss
+                self.window["loss"] = self.window.get("loss", 0.0) + loss * share
                 for k, v in m.metrics.items():
-                    self.window[k] = self.window.get(k, 0.0) + v
-                self.window_n += 1
+                    self.window[k] = self.window.get(k, 0.0) + v * share
+                self.window_n += share
             elif not math.isfinite(value) and self.spoiled is None:
                 self.spoiled = m.spoiled(loss)
         return read[1]
@@ -441,7 +444,7 @@ class _Run:
             record["skipped_nonfinite"] = pos.skipped
         self.log(record)
         self.bar.set_postfix(loss=f"{record['loss']:.4f}")
-        self.window, self.window_n, self.seqs, self.tokens, self.t0 = {}, 0, 0, 0, time.perf_counter()
+        self.window, self.window_n, self.seqs, self.tokens, self.t0 = {}, 0.0, 0, 0, time.perf_counter()
         self.logged_at = pos.step
 
     def log(self, record: dict) -> None:
@@ -573,7 +576,7 @@ def _clip_grad_norm(module: nn.Module, max_norm: float) -> Tensor:
     return torch.nn.utils.clip_grad_norm_(module.parameters(), max_norm if max_norm > 0 else math.inf)
 
 
-def _over_ranks(window: dict, n: int, seqs: int, tokens: int) -> tuple[dict, int, int, int]:
+def _over_ranks(window: dict, n: float, seqs: int, tokens: int) -> tuple[dict, float, int, int]:
     """The logging window summed over the ranks."""
     parts = all_gather((window, n, seqs, tokens))
     if len(parts) == 1:
