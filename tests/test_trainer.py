@@ -186,6 +186,44 @@ def test_masked_lm_with_either_librarys_collator_gives_transformers_numbers(chec
     np.testing.assert_allclose(losses(bertkit, transformers.DataCollatorForLanguageModeling), theirs, rtol=1e-5)
 
 
+def test_masked_lm_with_accumulation_counts_the_tokens_it_trains_on(checkpoint, tmp_path):
+    """With accumulation the step's loss is divided by the labelled tokens of the step's micro-batches, read ahead as
+    transformers' Trainer reads them: the masking collator draws each micro-batch's masks once. bertkit collated the
+    later micro-batches a second time to count them, so it trained on other masks than transformers' and divided by
+    the count of masks it never trained on (grad_norm 28.0 against 24.9 at the first step). The reference is
+    transformers with a loss that honours num_items_in_batch (BERT's own ignores it: docs)."""
+    mlm = tmp_path / "mlm"
+    torch.manual_seed(0)
+    transformers.BertForMaskedLM(transformers.AutoConfig.from_pretrained(checkpoint)).save_pretrained(mlm)
+    transformers.AutoTokenizer.from_pretrained(checkpoint).save_pretrained(mlm)
+
+    def per_token(outputs, labels, num_items_in_batch):
+        logits = outputs["logits"]
+        return torch.nn.functional.cross_entropy(logits.flatten(0, 1), labels.flatten(), reduction="sum") / \
+            num_items_in_batch
+
+    runs = []
+    for lib in (transformers, bertkit):
+        tokenizer = lib.AutoTokenizer.from_pretrained(mlm)
+        train = datasets.Dataset.from_list(TRAIN[:13]).map(lambda b, t=tokenizer: t(b["text"], truncation=True),
+                                                           batched=True, remove_columns=["text", "label"])
+        args = lib.TrainingArguments(output_dir=str(tmp_path / lib.__name__), learning_rate=1e-3,
+                                     per_device_train_batch_size=4, gradient_accumulation_steps=2, num_train_epochs=2,
+                                     logging_steps=1, save_strategy="no", report_to="none", use_cpu=True, seed=7,
+                                     disable_tqdm=True)
+        trainer = lib.Trainer(model=lib.AutoModelForMaskedLM.from_pretrained(mlm), args=args, train_dataset=train,
+                              processing_class=tokenizer, data_collator=lib.DataCollatorForLanguageModeling(
+                                  tokenizer, seed=3, mlm_probability=0.3),
+                              **({"compute_loss_func": per_token} if lib is transformers else {}))
+        trainer.train()
+        runs.append(trainer)
+    theirs, ours = ([h["grad_norm"] for h in t.state.log_history if "grad_norm" in h] for t in runs)
+    assert len(theirs) == 4  # 4 micro-batches an epoch, the last of one row
+    np.testing.assert_allclose(ours, theirs, rtol=1e-5)
+    for (name, a), (_, b) in zip(runs[1].model.state_dict().items(), runs[0].model.state_dict().items()):
+        torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-6, msg=name)
+
+
 @pytest.mark.parametrize("head", ["MaskedLM", "PreTraining"])
 def test_masked_lm_predictions_are_transformers_per_token_logits(checkpoint, tmp_path, head):
     """predict() on a masked-LM model: (B, T, V) logits beside the (B, T) labels (and the next-sentence logits), as

@@ -11,6 +11,7 @@ pre-training two (128 tokens, then 512).
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import logging
 import math
 import random
@@ -267,15 +268,27 @@ class _Run:
         if pos.batch < len(phase.plan):
             control.should_epoch_stop = False
             self.event("epoch_begin")
-        for weight, batch in epoch_loader(phase.plan, pos.epoch, pos.batch, self.args.dataloader_num_workers,
-                                          self.cuda):
-            if pos.step >= phase_end:
-                break
+        loader = iter(epoch_loader(phase.plan, pos.epoch, pos.batch, self.args.dataloader_num_workers, self.cuda))
+        ahead: list[tuple[float, Batch]] = []  # the step's micro-batches not run yet
+        step_count = None
+        while pos.step < phase_end:
+            if not ahead:
+                ahead = list(itertools.islice(loader, 1))
+                if not ahead:
+                    break
+                if self.step_micro == 0 and self.token_losses:
+                    # a token-level loss is divided by the step's labelled tokens: its micro-batches are read now, as
+                    # transformers' Trainer reads them, and counted on the host (on a GPU, counting there would wait
+                    # for the device); collating one twice would draw a masking collator's masks again
+                    ahead += itertools.islice(loader, min(self.args.gradient_accumulation_steps,
+                                                          len(phase.plan) - pos.batch) - 1)
+                    step_count = step_targets(ahead, self.device)
+            weight, batch = ahead.pop(0)
             if weight > 0:  # throughput, counted on the host before the batch moves
                 self.seqs, self.tokens = self.seqs + _rows(batch), self.tokens + _real_tokens(batch)
-            targets = target_count(batch)  # on the host too: on a GPU, counting there would wait for the device
+            targets = target_count(batch)
             batch = {k: v.to(self.device, non_blocking=True) if isinstance(v, Tensor) else v for k, v in batch.items()}
-            if self.micro_step(phase, weight, batch, targets):  # the last micro-batch of a step
+            if self.micro_step(phase, weight, batch, targets, step_count):  # the last micro-batch of a step
                 self.optimizer_step(phase)
             else:
                 self.event("substep_end")
@@ -295,9 +308,10 @@ class _Run:
         self.save_if_due()
 
     # -- one micro-batch: forward and backward ------------------------------------------------------------
-    def micro_step(self, phase: Phase, weight: float, batch: Batch, targets: int | None) -> bool:
-        """Forward and backward one micro-batch (``targets``: its labelled tokens, ``target_count``); True when it
-        completes an optimiser step's gradient."""
+    def micro_step(self, phase: Phase, weight: float, batch: Batch, targets: int | None,
+                   step_count: int | None) -> bool:
+        """Forward and backward one micro-batch (``targets``: its labelled tokens, ``target_count``; ``step_count``:
+        the step's, every rank's, ``step_targets``); True when it completes an optimiser step's gradient."""
         args, pos = self.args, self.pos
         if self.step_micro == 0:  # the first micro-batch of an optimiser step
             # an epoch's last step takes the micro-batches the epoch has left, as transformers' does: none carries
@@ -312,8 +326,7 @@ class _Run:
             self.control.should_log = self.control.should_evaluate = self.control.should_save = False
             self.event("step_begin")
             if self.token_losses:
-                step = step_targets(phase.plan, pos.epoch, pos.batch, self.step_size, targets, self.device)
-                self.num_items = None if step is None else max(step, 1) / self.info.world_size
+                self.num_items = None if step_count is None else max(step_count, 1) / self.info.world_size
         accum = self.step_size
         weight *= self.step_shares[self.step_micro]
         pos.batch += 1
