@@ -45,7 +45,7 @@ from bertkit.training.distributed import accumulating, all_gather, any_rank, cur
 from bertkit.training.optim import build_optimizer, linear_warmup_decay
 from bertkit.training.run_log import RunLog
 from bertkit.training.step_reads import MicroLoss, read_step
-from bertkit.training.token_loss import accepts_num_items, loss_to_log, objective, step_targets, target_count
+from bertkit.training.token_loss import accepts_num_items, loss_to_log, objective, step_targets
 
 logger = logging.getLogger("bertkit")
 
@@ -286,9 +286,8 @@ class _Run:
             weight, batch = ahead.pop(0)
             if weight > 0:  # throughput, counted on the host before the batch moves
                 self.seqs, self.tokens = self.seqs + _rows(batch), self.tokens + _real_tokens(batch)
-            targets = target_count(batch)
             batch = {k: v.to(self.device, non_blocking=True) if isinstance(v, Tensor) else v for k, v in batch.items()}
-            if self.micro_step(phase, weight, batch, targets, step_count):  # the last micro-batch of a step
+            if self.micro_step(phase, weight, batch, step_count):  # the last micro-batch of a step
                 self.optimizer_step(phase)
             else:
                 self.event("substep_end")
@@ -308,10 +307,9 @@ class _Run:
         self.save_if_due()
 
     # -- one micro-batch: forward and backward ------------------------------------------------------------
-    def micro_step(self, phase: Phase, weight: float, batch: Batch, targets: int | None,
-                   step_count: int | None) -> bool:
-        """Forward and backward one micro-batch (``targets``: its labelled tokens, ``target_count``; ``step_count``:
-        the step's, every rank's, ``step_targets``); True when it completes an optimiser step's gradient."""
+    def micro_step(self, phase: Phase, weight: float, batch: Batch, step_count: int | None) -> bool:
+        """Forward and backward one micro-batch (``step_count``: the step's labelled tokens, every rank's,
+        ``step_targets``); True when it completes an optimiser step's gradient."""
         args, pos = self.args, self.pos
         if self.step_micro == 0:  # the first micro-batch of an optimiser step
             # an epoch's last step takes the micro-batches the epoch has left, as transformers' does: none carries
@@ -344,7 +342,7 @@ class _Run:
                 self.scaler.scale(objective(out, weight, accum, self.num_items is not None)).backward()
             # The loss stays on the device until the step's end reads it with the gradient norm, in one read: a read
             # waits for the device, and one at every micro-batch left it idle while the host queued the next.
-            self.pending.append(MicroLoss(out.loss.detach(), loss_to_log(out, self.num_items), self.num_items, targets,
+            self.pending.append(MicroLoss(out.loss.detach(), loss_to_log(out, self.num_items),
                                        weight > 0, batch.get("labels"),
                                        self.batch_metrics(batch, out) if self.batch_metrics and weight > 0 else {}))
         return sync
@@ -396,13 +394,14 @@ class _Run:
         if read is None:
             return None
         # the window counts steps, each the mean of its micro-batches, as transformers' Trainer logs (a window of a
-        # full step and an epoch's short last one is the mean of the two steps, not of their micro-batches)
+        # full step and an epoch's short last one is the mean of the two steps, not of their micro-batches); a
+        # per-token loss divided by the step's targets is a part of the step's token mean already
         share = 1 / self.step_size
         for m, (value, loss) in zip(pending, read[0]):
             if self.spoiled is not None and not self.info.enabled:
                 break
             if math.isfinite(value) and m.counted:
-                self.window["loss"] = self.window.get("loss", 0.0) + loss * share
+                self.window["loss"] = self.window.get("loss", 0.0) + (loss if m.logged[1] else loss * share)
                 for k, v in m.metrics.items():
                     self.window[k] = self.window.get(k, 0.0) + v * share
                 self.window_n += share

@@ -55,16 +55,11 @@ def objective(out: Any, weight: float, accum: int, token_level: bool) -> Any:
 
 def loss_to_log(out: Any, num_items: float | None) -> tuple[Tensor, bool]:
     """The micro-batch's loss for the logs, still on the device, and whether it is a per-token loss divided by the
-    whole step's targets (``logged_loss`` makes that the micro-batch's mean once read)."""
+    whole step's targets: its part of the step's token mean, which the step's micro-batches (every rank's) add up to.
+    Pre-training logs its masked-LM part as the micro-batch's own mean, beside the next-sentence loss."""
     if num_items is None:
         return out.loss.detach(), False
-    if getattr(out, "mlm_loss", None) is not None:
-        nsp = getattr(out, "nsp_loss", None)
-        return (out.mlm_loss if nsp is None else out.mlm_loss + nsp).detach(), False  # in the loss's dtype, its own sum
-    return out.loss.detach(), True
-
-
-def logged_loss(value: float, num_items: float, local: int | None) -> float:
-    """The micro-batch's mean of a per-token loss ``value`` divided by the step's ``num_items`` targets (``local``:
-    the micro-batch's own)."""
-    return value * num_items / local if local else 0.0
+    nsp = getattr(out, "nsp_loss", None)
+    if nsp is None:
+        return out.loss.detach(), True
+    return (out.mlm_loss + nsp).detach(), False  # in the loss's dtype, its own sum
