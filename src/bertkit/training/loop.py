@@ -393,11 +393,12 @@ class _Run:
         read = read_step(pending, norm, self.device)
         if read is None:
             return None
-        # the window counts steps, each the mean of its micro-batches, as transformers' Trainer logs (a window of a
-        # full step and an epoch's short last one is the mean of the two steps, not of their micro-batches); a
-        # per-token loss divided by the step's targets is a part of the step's token mean already
-        share = 1 / self.step_size
-        for m, (value, loss) in zip(pending, read[0]):
+        # the window counts steps, each the mean of its micro-batches as it trains on them (``step_shares``), as
+        # transformers' Trainer logs (a window of a full step and an epoch's short last one is the mean of the two
+        # steps, not of their micro-batches); a per-token loss divided by the step's targets is a part of the step's
+        # token mean already. ``pending`` is the current step's micro-batches, from its first.
+        for i, (m, (value, loss)) in enumerate(zip(pending, read[0])):
+            share = self.step_shares[i] / self.step_size
             if self.spoiled is not None and not self.info.enabled:
                 break
             if math.isfinite(value) and m.counted:
