@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import math
 
+import numpy as np
 import pytest
 import torch
 
@@ -117,6 +118,22 @@ def test_gradient_accumulation_equals_the_large_batch(tmp_path):
             max_grad_norm=0, warmup_ratio=0))
         results.append(model.classifier.weight.detach().clone())
     torch.testing.assert_close(results[0], results[1], atol=1e-6, rtol=1e-5)
+
+
+def test_a_short_last_batch_split_by_accumulation_logs_the_batch_mean(tmp_path):
+    """10 examples in batches of 6: the last batch of 4 is micro-batches of 3 and 1 at accumulation 2, which the step
+    weighs 3:1; its logged loss is weighed so too, the batch of 4's mean (it was the two means' average: 0.6937
+    against 0.7080)."""
+    feats = [dict(f, input_ids=f["input_ids"][:3], token_type_ids=[0] * 3, attention_mask=[1] * 3) for f in _features(10)]
+    logged = []
+    for bs, accum in ((6, 1), (3, 2)):
+        torch.manual_seed(0)
+        result = train(BertForSequenceClassification(CFG), [Phase(BatchPlan(feats, bs, _collate, seed=0, shuffle=False), 2)],
+                       TrainingSettings(output_dir=tmp_path / f"{bs}", learning_rate=1e-2, gradient_accumulation_steps=accum,
+                                        progress=False, warmup_ratio=0, logging_steps=1))
+        logged.append([r["loss"] for r in result.history if r["split"] == "train"])
+    assert len(logged[0]) == 2
+    np.testing.assert_allclose(logged[1], logged[0], rtol=1e-5)
 
 
 def test_loop_logs_evaluates_and_learns(tmp_path):

@@ -11,6 +11,7 @@ pre-training two (128 tokens, then 512).
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import logging
 import math
 import random
@@ -44,7 +45,7 @@ from bertkit.training.distributed import accumulating, all_gather, any_rank, cur
 from bertkit.training.optim import build_optimizer, linear_warmup_decay
 from bertkit.training.run_log import RunLog
 from bertkit.training.step_reads import MicroLoss, read_step
-from bertkit.training.token_loss import accepts_num_items, loss_to_log, objective, step_targets, target_count
+from bertkit.training.token_loss import accepts_num_items, loss_to_log, objective, step_targets
 
 logger = logging.getLogger("bertkit")
 
@@ -160,7 +161,7 @@ class _Run:
     log_file: RunLog
     window: dict
     bar: Any = None
-    window_n: int = 0
+    window_n: float = 0.0  # the steps in the logging window (``settle``)
     seqs: int = 0
     tokens: int = 0
     t0: float = 0.0
@@ -224,7 +225,7 @@ class _Run:
         if args.report_to == "tensorboard":
             run.log_file.open_tensorboard()
         run.bar = _progress(total, run.pos.step, args.progress and info.is_main)
-        run.window_n = int(run.window.pop("_n", 0))
+        run.window_n = float(run.window.pop("_n", 0))
         run.logged_at = run.pos.step
         run.t0 = time.perf_counter()
         run.token_losses = accepts_num_items(model)
@@ -267,15 +268,26 @@ class _Run:
         if pos.batch < len(phase.plan):
             control.should_epoch_stop = False
             self.event("epoch_begin")
-        for weight, batch in epoch_loader(phase.plan, pos.epoch, pos.batch, self.args.dataloader_num_workers,
-                                          self.cuda):
-            if pos.step >= phase_end:
-                break
+        loader = iter(epoch_loader(phase.plan, pos.epoch, pos.batch, self.args.dataloader_num_workers, self.cuda))
+        ahead: list[tuple[float, Batch]] = []  # the step's micro-batches not run yet
+        step_count = None
+        while pos.step < phase_end:
+            if not ahead:
+                ahead = list(itertools.islice(loader, 1))
+                if not ahead:
+                    break
+                if self.step_micro == 0 and self.token_losses:
+                    # a token-level loss is divided by the step's labelled tokens: its micro-batches are read now, as
+                    # transformers' Trainer reads them, and counted on the host (on a GPU, counting there would wait
+                    # for the device); collating one twice would draw a masking collator's masks again
+                    ahead += itertools.islice(loader, min(self.args.gradient_accumulation_steps,
+                                                          len(phase.plan) - pos.batch) - 1)
+                    step_count = step_targets(ahead, self.device)
+            weight, batch = ahead.pop(0)
             if weight > 0:  # throughput, counted on the host before the batch moves
                 self.seqs, self.tokens = self.seqs + _rows(batch), self.tokens + _real_tokens(batch)
-            targets = target_count(batch)  # on the host too: on a GPU, counting there would wait for the device
             batch = {k: v.to(self.device, non_blocking=True) if isinstance(v, Tensor) else v for k, v in batch.items()}
-            if self.micro_step(phase, weight, batch, targets):  # the last micro-batch of a step
+            if self.micro_step(phase, weight, batch, step_count):  # the last micro-batch of a step
                 self.optimizer_step(phase)
             else:
                 self.event("substep_end")
@@ -295,9 +307,9 @@ class _Run:
         self.save_if_due()
 
     # -- one micro-batch: forward and backward ------------------------------------------------------------
-    def micro_step(self, phase: Phase, weight: float, batch: Batch, targets: int | None) -> bool:
-        """Forward and backward one micro-batch (``targets``: its labelled tokens, ``target_count``); True when it
-        completes an optimiser step's gradient."""
+    def micro_step(self, phase: Phase, weight: float, batch: Batch, step_count: int | None) -> bool:
+        """Forward and backward one micro-batch (``step_count``: the step's labelled tokens, every rank's,
+        ``step_targets``); True when it completes an optimiser step's gradient."""
         args, pos = self.args, self.pos
         if self.step_micro == 0:  # the first micro-batch of an optimiser step
             # an epoch's last step takes the micro-batches the epoch has left, as transformers' does: none carries
@@ -312,8 +324,7 @@ class _Run:
             self.control.should_log = self.control.should_evaluate = self.control.should_save = False
             self.event("step_begin")
             if self.token_losses:
-                step = step_targets(phase.plan, pos.epoch, pos.batch, self.step_size, targets, self.device)
-                self.num_items = None if step is None else max(step, 1) / self.info.world_size
+                self.num_items = None if step_count is None else max(step_count, 1) / self.info.world_size
         accum = self.step_size
         weight *= self.step_shares[self.step_micro]
         pos.batch += 1
@@ -331,7 +342,7 @@ class _Run:
                 self.scaler.scale(objective(out, weight, accum, self.num_items is not None)).backward()
             # The loss stays on the device until the step's end reads it with the gradient norm, in one read: a read
             # waits for the device, and one at every micro-batch left it idle while the host queued the next.
-            self.pending.append(MicroLoss(out.loss.detach(), loss_to_log(out, self.num_items), self.num_items, targets,
+            self.pending.append(MicroLoss(out.loss.detach(), loss_to_log(out, self.num_items),
                                        weight > 0, batch.get("labels"),
                                        self.batch_metrics(batch, out) if self.batch_metrics and weight > 0 else {}))
         return sync
@@ -382,14 +393,19 @@ class _Run:
         read = read_step(pending, norm, self.device)
         if read is None:
             return None
-        for m, (value, loss) in zip(pending, read[0]):
+        # the window counts steps, each the mean of its micro-batches as it trains on them (``step_shares``), as
+        # transformers' Trainer logs (a window of a full step and an epoch's short last one is the mean of the two
+        # steps, not of their micro-batches); a per-token loss divided by the step's targets is a part of the step's
+        # token mean already. ``pending`` is the current step's micro-batches, from its first.
+        for i, (m, (value, loss)) in enumerate(zip(pending, read[0])):
+            share = self.step_shares[i] / self.step_size
             if self.spoiled is not None and not self.info.enabled:
                 break
             if math.isfinite(value) and m.counted:
-                self.window["loss"] = self.window.get("loss", 0.0) + loss
+                self.window["loss"] = self.window.get("loss", 0.0) + (loss if m.logged[1] else loss * share)
                 for k, v in m.metrics.items():
-                    self.window[k] = self.window.get(k, 0.0) + v
-                self.window_n += 1
+                    self.window[k] = self.window.get(k, 0.0) + v * share
+                self.window_n += share
             elif not math.isfinite(value) and self.spoiled is None:
                 self.spoiled = m.spoiled(loss)
         return read[1]
@@ -441,7 +457,7 @@ class _Run:
             record["skipped_nonfinite"] = pos.skipped
         self.log(record)
         self.bar.set_postfix(loss=f"{record['loss']:.4f}")
-        self.window, self.window_n, self.seqs, self.tokens, self.t0 = {}, 0, 0, 0, time.perf_counter()
+        self.window, self.window_n, self.seqs, self.tokens, self.t0 = {}, 0.0, 0, 0, time.perf_counter()
         self.logged_at = pos.step
 
     def log(self, record: dict) -> None:
@@ -573,7 +589,7 @@ def _clip_grad_norm(module: nn.Module, max_norm: float) -> Tensor:
     return torch.nn.utils.clip_grad_norm_(module.parameters(), max_norm if max_norm > 0 else math.inf)
 
 
-def _over_ranks(window: dict, n: int, seqs: int, tokens: int) -> tuple[dict, int, int, int]:
+def _over_ranks(window: dict, n: float, seqs: int, tokens: int) -> tuple[dict, float, int, int]:
     """The logging window summed over the ranks."""
     parts = all_gather((window, n, seqs, tokens))
     if len(parts) == 1:

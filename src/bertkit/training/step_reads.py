@@ -11,8 +11,6 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from bertkit.training.token_loss import logged_loss
-
 
 @dataclass
 class MicroLoss:
@@ -21,14 +19,9 @@ class MicroLoss:
 
     loss: Tensor
     logged: tuple[Tensor, bool]
-    num_items: float | None
-    targets: int | None
     counted: bool  # weight > 0: a rank's stand-in example of an empty share is not logged
     labels: Tensor | None
     metrics: dict[str, float]
-
-    def logged_value(self, value: float) -> float:
-        return logged_loss(value, self.num_items, self.targets) if self.logged[1] else value
 
     def spoiled(self, loss: float) -> str:
         """Why the step is dropped when this micro-batch's loss ``loss`` is not finite."""
@@ -48,5 +41,5 @@ def read_step(pending: list[MicroLoss], norm: Tensor | None, device: str | torch
         return None
     dtype = torch.float32 if torch.device(device).type == "mps" else torch.float64  # exact for both
     values = torch.stack([t.reshape(()).to(dtype) for t in tensors]).tolist()
-    pairs = [(values[2 * i], m.logged_value(values[2 * i + 1])) for i, m in enumerate(pending)]
+    pairs = [(values[2 * i], values[2 * i + 1]) for i in range(len(pending))]
     return pairs, values[-1] if norm is not None else None

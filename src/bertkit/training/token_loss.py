@@ -9,7 +9,7 @@ from typing import Any
 
 from torch import Tensor, nn
 
-from bertkit.training.batch_plan import Batch, BatchPlan
+from bertkit.training.batch_plan import Batch
 from bertkit.training.distributed import sum_over_ranks
 
 
@@ -23,20 +23,14 @@ def target_count(batch: Batch) -> int | None:
     return int((labels != -100).sum())
 
 
-def step_targets(plan: BatchPlan, epoch: int, batch: int, size: int, first: int | None, device: str) -> int | None:
-    """The labelled tokens of the step's ``size`` micro-batches of ``epoch`` from ``batch`` on, every rank's;
-    ``first`` is the first one's ``target_count``, counted on the host before the batch moved to the device
-    (counting it there would wait for the device); the later ones are collated once more for their labels, as
-    transformers reads ahead. None for per-sequence losses."""
-    if first is None:
+def step_targets(step: list[tuple[float, Batch]], device: str) -> int | None:
+    """The labelled tokens of the step's micro-batches (``(weight, batch)``, read ahead), every rank's; None for
+    per-sequence losses."""
+    counts = [target_count(batch) for _, batch in step]
+    if counts[0] is None:
         return None
-    batches = plan.global_batches(epoch)
     # an empty share runs one example of the batch at weight 0: not a target
-    count = first if plan.shard(batches[batch]) else 0
-    for b in range(batch + 1, batch + size):
-        mine = plan.shard(batches[b])
-        count += target_count(plan.load(epoch, mine)) if mine else 0
-    return sum_over_ranks(count, device)
+    return sum_over_ranks(sum(c for (weight, _), c in zip(step, counts) if weight > 0), device)
 
 
 def accepts_num_items(model: nn.Module) -> bool:
@@ -61,16 +55,11 @@ def objective(out: Any, weight: float, accum: int, token_level: bool) -> Any:
 
 def loss_to_log(out: Any, num_items: float | None) -> tuple[Tensor, bool]:
     """The micro-batch's loss for the logs, still on the device, and whether it is a per-token loss divided by the
-    whole step's targets (``logged_loss`` makes that the micro-batch's mean once read)."""
+    whole step's targets: its part of the step's token mean, which the step's micro-batches (every rank's) add up to.
+    Pre-training logs its masked-LM part as the micro-batch's own mean, beside the next-sentence loss."""
     if num_items is None:
         return out.loss.detach(), False
-    if getattr(out, "mlm_loss", None) is not None:
-        nsp = getattr(out, "nsp_loss", None)
-        return (out.mlm_loss if nsp is None else out.mlm_loss + nsp).detach(), False  # in the loss's dtype, its own sum
-    return out.loss.detach(), True
-
-
-def logged_loss(value: float, num_items: float, local: int | None) -> float:
-    """The micro-batch's mean of a per-token loss ``value`` divided by the step's ``num_items`` targets (``local``:
-    the micro-batch's own)."""
-    return value * num_items / local if local else 0.0
+    nsp = getattr(out, "nsp_loss", None)
+    if nsp is None:
+        return out.loss.detach(), True
+    return (out.mlm_loss + nsp).detach(), False  # in the loss's dtype, its own sum
