@@ -42,9 +42,9 @@ from bertkit.training.checkpoint import (
     save_checkpoint,
 )
 from bertkit.training.distributed import accumulating, all_gather, any_rank, current, replicate
-from bertkit.training.optim import build_optimizer, linear_warmup_decay
+from bertkit.training.optim import optimisation
 from bertkit.training.run_log import RunLog
-from bertkit.training.step_reads import MicroLoss, read_step
+from bertkit.training.step_reads import MicroLoss, over_ranks, read_step, real_tokens, rows
 from bertkit.training.token_loss import accepts_num_items, loss_to_log, objective, step_targets
 
 logger = logging.getLogger("bertkit")
@@ -211,7 +211,7 @@ class _Run:
         if found is not None:
             load_model_state(model, found[1]["model"])
         module = replicate(model, device)
-        optimizer, scheduler, scaler = _optimisation(model, args, hooks.schedule_steps or total, device,
+        optimizer, scheduler, scaler = optimisation(model, args, hooks.schedule_steps or total, device,
                                                       hooks.param_groups)
         if args.torch_compile:
             _compile(model)
@@ -285,7 +285,7 @@ class _Run:
                     step_count = step_targets(ahead, self.device)
             weight, batch = ahead.pop(0)
             if weight > 0:  # throughput, counted on the host before the batch moves
-                self.seqs, self.tokens = self.seqs + _rows(batch), self.tokens + _real_tokens(batch)
+                self.seqs, self.tokens = self.seqs + rows(batch), self.tokens + real_tokens(batch)
             batch = {k: v.to(self.device, non_blocking=True) if isinstance(v, Tensor) else v for k, v in batch.items()}
             if self.micro_step(phase, weight, batch, step_count):  # the last micro-batch of a step
                 self.optimizer_step(phase)
@@ -447,7 +447,7 @@ class _Run:
         pos = self.pos
         self.settle()  # a callback's should_epoch_stop may end an epoch inside an optimiser step: its micro-batches
         dt = time.perf_counter() - self.t0
-        sums, n, seqs, tokens = _over_ranks(self.window, self.window_n, self.seqs, self.tokens)
+        sums, n, seqs, tokens = over_ranks(self.window, self.window_n, self.seqs, self.tokens)
         record = {"split": "train", "step": pos.step, "epoch": pos.epoch, "phase": phase.name,
                   "lr": self.step_lr, **{k: v / n for k, v in sums.items()},
                   "seqs_per_s": seqs / dt, "tokens_per_s": tokens / dt}
@@ -541,17 +541,6 @@ def _prepare_model(model: nn.Module, args: TrainingSettings, device: str) -> Non
             encoder.gradient_checkpointing = True
 
 
-def _optimisation(model: nn.Module, args: TrainingSettings, total: int, device: str,
-                  groups: list[dict] | None) -> tuple[Any, Any, Any]:
-    """The optimiser (over ``groups``, or the model's), its learning-rate schedule over the run's ``total`` steps
-    (each group's rate times the same factor), and the fp16 gradient scaler."""
-    optimizer = build_optimizer(model, args.learning_rate, args.weight_decay,
-                                (args.adam_beta1, args.adam_beta2), args.adam_epsilon, groups)
-    scheduler = linear_warmup_decay(optimizer, args.warmup_for(total), total, args.lr_scheduler_type)
-    scaler = torch.amp.GradScaler(torch.device(device).type, enabled=args.fp16)
-    return optimizer, scheduler, scaler
-
-
 def _compile(model: nn.Module) -> None:
     """Compile the layers of every bertkit encoder in ``model``."""
     for encoder in _encoders(model, "compile"):
@@ -568,37 +557,9 @@ def _encoders(model: nn.Module, what: str) -> list[nn.Module]:
     return encoders
 
 
-def _rows(batch: Batch) -> int:
-    """The batch's rows (a model without input_ids, e.g. the feature study's tagger on activations, marks its rows
-    with attention_mask; a cross-encoder's input_ids are lists of word pieces)."""
-    rows = batch["input_ids"] if "input_ids" in batch else batch["attention_mask"]
-    return rows.shape[0] if isinstance(rows, Tensor) else len(rows)
-
-
-def _real_tokens(batch: Batch) -> int:
-    if "attention_mask" in batch:
-        return int(batch["attention_mask"].sum())
-    ids = batch["input_ids"]
-    if isinstance(ids, Tensor):
-        return ids.numel()
-    return sum(len(piece) for row in ids for piece in row)  # word-piece lists (a cross-encoder's texts)
-
-
 def _clip_grad_norm(module: nn.Module, max_norm: float) -> Tensor:
     """Clip the global gradient norm; returns the norm before clipping, on the device (read with the losses)."""
     return torch.nn.utils.clip_grad_norm_(module.parameters(), max_norm if max_norm > 0 else math.inf)
-
-
-def _over_ranks(window: dict, n: float, seqs: int, tokens: int) -> tuple[dict, float, int, int]:
-    """The logging window summed over the ranks."""
-    parts = all_gather((window, n, seqs, tokens))
-    if len(parts) == 1:
-        return window, n, seqs, tokens
-    sums: dict = {}
-    for w, _, _, _ in parts:
-        for k, v in w.items():
-            sums[k] = sums.get(k, 0.0) + v
-    return sums, sum(p[1] for p in parts), sum(p[2] for p in parts), sum(p[3] for p in parts)
 
 
 def _autocast(args: TrainingSettings, device: str):

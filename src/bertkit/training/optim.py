@@ -7,6 +7,7 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Callable
+from typing import Any
 
 import torch
 from torch import nn
@@ -14,7 +15,7 @@ from torch.optim import Optimizer
 from torch.optim.lr_scheduler import LambdaLR
 
 from bertkit.errors import BertkitError
-from bertkit.settings import LR_SCHEDULES
+from bertkit.settings import LR_SCHEDULES, TrainingSettings
 
 # google-research/bert's optimiser settings: the defaults of a direct call (commands pass their settings').
 WEIGHT_DECAY = 0.01
@@ -102,3 +103,14 @@ def linear_warmup_decay(optimizer: Optimizer, warmup_steps: int, total_steps: in
         return max(0.0, (total_steps - step) / max(1, total_steps - warmup_steps))
 
     return LambdaLR(optimizer, factor)
+
+
+def optimisation(model: nn.Module, args: TrainingSettings, total: int, device: str,
+                  groups: list[dict] | None) -> tuple[Any, Any, Any]:
+    """The optimiser (over ``groups``, or the model's), its learning-rate schedule over the run's ``total`` steps
+    (each group's rate times the same factor), and the fp16 gradient scaler."""
+    optimizer = build_optimizer(model, args.learning_rate, args.weight_decay,
+                                (args.adam_beta1, args.adam_beta2), args.adam_epsilon, groups)
+    scheduler = linear_warmup_decay(optimizer, args.warmup_for(total), total, args.lr_scheduler_type)
+    scaler = torch.amp.GradScaler(torch.device(device).type, enabled=args.fp16)
+    return optimizer, scheduler, scaler
