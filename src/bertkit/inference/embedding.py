@@ -22,7 +22,6 @@ from bertkit.sentence.pooling import MODES as POOLING_MODES
 from bertkit.sentence.pooling import pool_tokens
 from bertkit.sentence.prompts import prompt_tokens
 from bertkit.tokenization import BertTokenizer
-from bertkit.tokenization.basic import lowercase
 
 logger = logging.getLogger("bertkit")
 
@@ -122,7 +121,7 @@ class FeatureExtractionPipeline(TextOrPairPipeline):
     @property
     def prompt_ids(self) -> list[int]:
         """The default prompt's token ids, which follow [CLS] in every text's row (none without a prompt)."""
-        prompt = lowercase(self.prompt, self.tokenizer.all_special_tokens) if self.lowercase else self.prompt
+        prompt = self.tokenizer.lowercase(self.prompt) if self.lowercase else self.prompt
         return self.tokenizer(prompt, add_special_tokens=False)["input_ids"] if prompt else []
 
     @classmethod
@@ -141,8 +140,8 @@ class FeatureExtractionPipeline(TextOrPairPipeline):
         prompt = self.prompt_for(prompt_name)
         text, pair = prompt + item[0], item[1]
         if self.lowercase:  # sentence_bert_config.json's do_lower_case, as sentence-transformers applies it
-            keep = self.tokenizer.all_special_tokens
-            text, pair = lowercase(text, keep), lowercase(pair, keep) if pair is not None else None
+            lower = self.tokenizer.lowercase
+            text, pair = lower(text), lower(pair) if pair is not None else None
         return [self.left_out(row, prompt) for row in super().encode((text, pair), **options)]
 
     def left_out(self, row: dict[str, Any], prompt: str) -> dict[str, Any]:
@@ -150,7 +149,7 @@ class FeatureExtractionPipeline(TextOrPairPipeline):
         (``prompt_length``: [CLS] and the prompt's, where 1_Pooling's include_prompt is false)."""
         if prompt and not self.include_prompt:
             if prompt not in self._prompt_lengths:  # tokenized once a prompt, not once a text
-                lowered = lowercase(prompt, self.tokenizer.all_special_tokens) if self.lowercase else prompt
+                lowered = self.tokenizer.lowercase(prompt) if self.lowercase else prompt
                 self._prompt_lengths[prompt] = prompt_tokens(self.tokenizer, lowered, self.max_length)
             row["prompt_length"] = self._prompt_lengths[prompt]
         return row

@@ -45,7 +45,6 @@ from bertkit.sentence.quantization import PRECISIONS, quantize_embeddings
 from bertkit.sentence.util import SIMILARITY_FUNCTIONS, similarity_function
 from bertkit.staging import staged
 from bertkit.tokenization import AutoTokenizer
-from bertkit.tokenization.basic import lowercase
 
 logger = logging.getLogger("bertkit")
 
@@ -312,7 +311,7 @@ class SentenceTransformer(ReferenceCalls, Prompted, nn.Module):
         ``prompt_length`` (the prompt's tokens after [CLS], 0 without one)."""
         texts = [(prompt or "") + t for t in texts]
         if self.do_lower_case:
-            texts = [lowercase(t, self.tokenizer.all_special_tokens) for t in texts]
+            texts = [self.tokenizer.lowercase(t) for t in texts]
         batch = dict(self.tokenizer(texts, padding=True, truncation=True, max_length=self.max_seq_length,
                                     return_tensors="pt"))
         batch["prompt_length"] = self.prompt_length(prompt)
@@ -324,7 +323,7 @@ class SentenceTransformer(ReferenceCalls, Prompted, nn.Module):
         """How many leading tokens (with [CLS]) the prompt takes: what Pooling leaves out when include_prompt is False."""
         if not prompt:
             return 0
-        lowered = lowercase(prompt, self.tokenizer.all_special_tokens) if self.do_lower_case else prompt
+        lowered = self.tokenizer.lowercase(prompt) if self.do_lower_case else prompt
         return prompt_tokens(self.tokenizer, lowered, self.max_seq_length)
 
     def embed(self, input_ids: Tensor, attention_mask: Tensor, token_type_ids: Tensor | None = None,

@@ -16,7 +16,7 @@ import itertools
 import re
 import sys
 import unicodedata
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable
 
 from bertkit.tokenization._unicode_tables import (
     CJK,
@@ -32,18 +32,12 @@ from bertkit.tokenization.wordpiece import Memo
 __all__ = ["BasicTokenizer", "CHUNK_RE", "NON_SEPARATOR_SPACE_RE", "lowercase"]
 
 
-def lowercase(text: str, keep: Sequence[str] = ()) -> str:
+def lowercase(text: str) -> str:
     """``text`` lower-cased as Hugging Face's tokenizers lower-case it (BertNormalizer, and the Lowercase normalizer
     sentence-transformers puts before it for do_lower_case): character by character, as Rust's
     ``char::to_lowercase``. ``str.lower()`` on a whole word turns a final Σ into ς, which they never do; it is taken
     where the text holds neither Σ nor a character whose mapping Python lacks (CPython lowers every other character
-    alone): 12x faster on SQuAD's paragraphs than a character at a time. ``keep``: strings left as they are, a
-    tokenizer's special tokens, which tokenizers splits off before any normalizer runs ("[SEP]" in a text stays the
-    [SEP] token; lowered, it was the pieces of "[sep]")."""
-    if keep and any(k in text for k in keep):  # longest first, as tokenizers matches them
-        specials = "|".join(re.escape(k) for k in sorted(keep, key=len, reverse=True))
-        parts = re.split(f"({specials})", text)
-        return "".join(part if i % 2 else lowercase(part) for i, part in enumerate(parts))
+    alone): 12x faster on SQuAD's paragraphs than a character at a time."""
     if not _LOWERED_APART.search(text):
         return text.lower()
     return "".join(LOWERCASE_EXTRA.get(ord(c)) or c.lower() for c in text)

@@ -14,7 +14,7 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 
-from bertkit.tokenization.basic import CHUNK_RE, NON_SEPARATOR_SPACE_RE, BasicTokenizer
+from bertkit.tokenization.basic import CHUNK_RE, NON_SEPARATOR_SPACE_RE, BasicTokenizer, lowercase
 from bertkit.tokenization.wordpiece import CACHE_SIZE, Memo, WordPiece
 
 Offsets = list[tuple[int, int]]
@@ -56,6 +56,15 @@ class TextEncoder:
         else:
             self._encode_added(text, 0, ids, offsets)
         return ids
+
+    def lowercase(self, text: str) -> str:
+        """``text`` lower-cased around its special tokens: tokenizers splits them off before any normalizer runs, so
+        sentence-transformers' Lowercase leaves "[SEP]" in a text the [SEP] token (lowered, it was the pieces of
+        "[sep]")."""
+        if not (any(c in text for c in self.first_chars) and self.special_re.search(text)):
+            return lowercase(text)
+        parts = self.special_re.split(text)
+        return "".join(p + m for p, m in zip(map(lowercase, parts), [*self.special_re.findall(text), ""]))
 
     def _encode_added(self, text: str, base: int, ids: list[int], offsets: Offsets | None) -> None:
         """Text without special tokens: the added tokens its normalised form holds, and the plain text around them."""

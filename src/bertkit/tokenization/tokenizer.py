@@ -396,6 +396,11 @@ class BertTokenizer:
     # Text -> ids
     # ------------------------------------------------------------------------------------------------
 
+    def lowercase(self, text: str) -> str:
+        """``text`` lower-cased as a sentence-transformers directory's do_lower_case lower-cases it before this
+        tokenizer: its special tokens left as they are."""
+        return self._text.lowercase(text)
+
     def tokenize(self, text: str) -> list[str]:
         """WordPiece strings of ``text`` (no [CLS]/[SEP]): ``"unaffable"`` -> ``["una", "##ffa", "##ble"]``; its ids
         read back as ``convert_ids_to_tokens`` reads them (an added token in its normalised form, as transformers)."""

@@ -1,7 +1,8 @@
 """A training step's values on their way from the device: each micro-batch's loss (which spoils the step when it is
 not finite) and what the logs show of it, read with the step's gradient norm in one copy at the step's end; and the
 rows and tokens the logs count, summed over the ranks with the logging window. A read waits for the device; one at
-every micro-batch, and another for the norm, left it idle while the host queued the next work. The loop (``loop._Run.settle``) decides what each value does: the logging window, or a spoiled step.
+every micro-batch, and another for the norm, left it idle while the host queued the next work. The loop
+(``loop._Run.settle``) decides what each value does: the logging window, or a spoiled step.
 """
 
 from __future__ import annotations

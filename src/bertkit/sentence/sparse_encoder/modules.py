@@ -33,7 +33,6 @@ from bertkit.outputs import atomic_write_json
 from bertkit.padding import moved
 from bertkit.sentence.directory import SBERT_CONFIG, read_json, tokenizer_limit, transformer_max_seq_length
 from bertkit.tokenization import AutoTokenizer
-from bertkit.tokenization.basic import lowercase
 
 # The head's row block when chunk_size is unset, on the CPU: the decoder's (rows, H) x (H, V) product ran at 78
 # GFLOPS on 64 rows and 48 on 1,024 (one EPYC core, MiniLM's 384 x 30,522), whose logits stay in the caches.
@@ -340,7 +339,7 @@ class Transformer(nn.Module):
         texts = [(prompt or "") + t for t in texts]
         if self.do_lower_case:
             # per character, as sentence-transformers' Lowercase, its special tokens as they are
-            texts = [lowercase(t, self.tokenizer.all_special_tokens) for t in texts]
+            texts = [self.tokenizer.lowercase(t) for t in texts]
         return dict(self.tokenizer(texts, padding=True, truncation=True, max_length=self.max_seq_length,
                                    return_tensors="pt"))
 

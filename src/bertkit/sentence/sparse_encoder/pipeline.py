@@ -33,7 +33,6 @@ from bertkit.sentence.directory import read_json, read_modules
 from bertkit.sentence.sparse_encoder.model import SparseEncoder, select_max_active_dims, splade_embedder
 from bertkit.sentence.sparse_encoder.modules import Router, SparseStaticEmbedding, Transformer
 from bertkit.tokenization import BertTokenizer
-from bertkit.tokenization.basic import lowercase
 
 SIDES = ("document", "query")  # what prompt_name selects: encode_document's vectors, encode_query's (none: encode's)
 
@@ -150,14 +149,14 @@ class SparseEmbeddingPipeline(Pipeline):
         side = self.side(prompt_name)
         text = side.prompt + text
         if side.lower:
-            text = lowercase(text, self.tokenizer.all_special_tokens)
+            text = self.tokenizer.lowercase(text)
         return len(self.tokenizer(text, add_special_tokens=not side.static)["input_ids"]), side.limit
 
     def encode(self, item: str, prompt_name: str | None = None, **_: Any) -> list[dict[str, Any]]:
         side = self.side(prompt_name)
         text = side.prompt + item  # as the route's input module tokenizes (Transformer / SparseStaticEmbedding)
         if side.lower:
-            text = lowercase(text, self.tokenizer.all_special_tokens)
+            text = self.tokenizer.lowercase(text)
         enc = self.tokenizer(text, add_special_tokens=not side.static, truncation=True, max_length=side.limit)
         return [{"input_ids": enc["input_ids"], "token_type_ids": enc["token_type_ids"], "side": side.name}]
 
