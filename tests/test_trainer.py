@@ -767,6 +767,20 @@ def test_default_collator_keeps_each_columns_dtype_as_transformers():
         torch.testing.assert_close(ours[key], theirs[key], msg=key)  # dtypes too: flag bool, labels int64
 
 
+@pytest.mark.parametrize("columns", [("label", "labels"), ("label", "label_ids"), ("labels", "label_ids"),
+                                     ("label_ids", "labels", "label")])
+def test_default_collator_picks_among_label_columns_as_transformers(columns):
+    """Rows with more than one label column: transformers' DefaultDataCollator takes ``labels``, else ``label``, else
+    ``label_ids``; bertkit's took ``label_ids``, else ``label`` (DataCollatorWithPadding's order), and trained on
+    other numbers without a word."""
+    values = {"label": [0, 1], "labels": [10, 11], "label_ids": [[20], [21]]}
+    fixed = [{"input_ids": [101, 7592, 102], **{c: values[c][i] for c in columns}} for i in range(2)]
+    ours, theirs = bertkit.DefaultDataCollator()(fixed), transformers.DefaultDataCollator()(fixed)
+    assert sorted(ours) == sorted(theirs) == ["input_ids", "labels"]
+    wanted = next(values[c] for c in ("labels", "label", "label_ids") if c in columns)
+    assert ours["labels"].tolist() == theirs["labels"].tolist() == wanted
+
+
 def test_whole_word_masking_masks_every_piece_of_a_chosen_word(minilm_dir):
     tok = bertkit.BertTokenizer.from_pretrained(minilm_dir)
     features = [dict(tok(s, return_offsets_mapping=True)) for s in SENTENCES * 8]

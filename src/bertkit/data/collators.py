@@ -89,7 +89,10 @@ class DefaultDataCollator:
             batch[key] = _as_tensor(values)
             if key in _LABEL_KEYS and batch[key].dtype == torch.bool:
                 batch[key] = batch[key].long()  # a bool label is a class id, as transformers reads it
-        return _rename_labels(batch)
+        for key in _LABEL_KEYS:  # transformers' order here: labels, else label, else label_ids (not _rename_labels')
+            if key in batch:
+                batch.setdefault("labels", batch.pop(key))
+        return batch
 
 
 @dataclass
