@@ -306,6 +306,20 @@ def test_a_list_of_pairs_is_a_batch_of_pairs(ours, hf, squad):
             b.sequence_ids(i) for i in range(len(b["input_ids"]))]
 
 
+def test_a_batch_may_mix_texts_and_pairs_as_in_transformers(ours, hf, squad):
+    """[text, (text, text_pair), [text, text_pair]]: each entry is one row, a pair where it is one. bertkit refused the
+    batch, naming the tuple as if a list of pairs were not accepted."""
+    assert ours(["who won?", ("who won?", "the panthers")])["token_type_ids"] == [[0, 0, 0, 0, 0],
+                                                                                 [0, 0, 0, 0, 0, 1, 1, 1]]
+    questions, contexts = squad
+    mixed = [questions[0], (questions[1], contexts[1]), [questions[2], ""], contexts[3]]
+    for kw in ({}, {"padding": True, "truncation": True, "max_length": 64, "return_tensors": "pt",
+                    "return_offsets_mapping": True}):
+        a, b = ours(mixed, **kw), hf(mixed, **kw)
+        assert _plain(a) == _plain(b)
+        assert [a.sequence_ids(i) for i in range(4)] == [b.sequence_ids(i) for i in range(4)]
+
+
 # ---------------------------------------------------------------------------------------------------
 # A directory saved by transformers 5: tokenizer.json + tokenizer_config.json, no vocab.txt
 # ---------------------------------------------------------------------------------------------------

@@ -39,10 +39,11 @@ def split_inputs(text: Any, text_pair: Any, split: bool) -> tuple[list[Any], lis
     if not isinstance(text, (str, list, tuple)):
         raise BertkitError(f"{accepted}; got {type(text).__name__} {text!r:.60}")
     if not split and not isinstance(text, str):
-        if text_pair is None and text and all(isinstance(t, (list, tuple)) and len(t) == 2
-                                              and all(isinstance(x, str) for x in t) for t in text):
-            # [(text, text_pair), ...] or [[text, text_pair], ...]: a batch of pairs, as Hugging Face reads it
-            return [t[0] for t in text], [t[1] for t in text], True
+        pairs = [isinstance(t, (list, tuple)) and len(t) == 2 and all(isinstance(x, str) for x in t) for t in text]
+        if text_pair is None and any(pairs) and all(p or isinstance(t, str) for p, t in zip(pairs, text)):
+            # [(text, text_pair), ...] or [[text, text_pair], ...]: a batch of pairs, as Hugging Face reads it (texts
+            # among them are rows without a pair)
+            return [t[0] if p else t for p, t in zip(pairs, text)], [t[1] if p else None for p, t in zip(pairs, text)], True
         bad = next((t for t in text if not isinstance(t, str)), None)
         if bad is not None:
             hint = ": for pre-split words pass is_split_into_words=True" if isinstance(bad, (list, tuple)) else ""
