@@ -503,3 +503,16 @@ def test_pad_names_a_passed_through_column_of_uneven_rows(toks):
     with pytest.raises(ValueError, match="labels"):
         hf.pad([dict(e) for e in examples], return_tensors="pt")
     assert ours.pad(examples)["labels"] == [[-100, 3, -100], [-100, -100]]  # lists: passed through as they are
+
+
+def test_add_special_tokens_none_is_refused_not_read_as_false(toks):
+    """add_special_tokens=None (a setting left unset) gave rows without [CLS] and [SEP], [7592, 2088] where the default
+    gives [101, 7592, 2088, 102]; transformers raises a TypeError."""
+    ours, hf = toks
+    with pytest.raises(TypeError):
+        hf("hello world", add_special_tokens=None)
+    for bad in (None, "no"):
+        with pytest.raises(BertkitError, match=f"add_special_tokens={bad!r}: pass True"):
+            ours("hello world", add_special_tokens=bad)
+    assert ours("hello world", add_special_tokens=True)["input_ids"] == [101, 7592, 2088, 102]
+    assert ours.encode("hello world", add_special_tokens=False) == hf.encode("hello world", add_special_tokens=False)

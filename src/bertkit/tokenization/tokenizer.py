@@ -436,6 +436,9 @@ class BertTokenizer:
         """
         if padding_side is not None:
             _right_only("padding_side", padding_side)
+        if add_special_tokens not in (True, False):  # None read as False would drop [CLS] and [SEP] without a word
+            raise BertkitError(f"add_special_tokens={add_special_tokens!r}: pass True (add [CLS] and [SEP], the "
+                               "default) or False")
         texts, pairs, batched = split_inputs(text, text_pair, is_split_into_words)
         strategy = resolve_truncation(truncation, max_length, padding)
         pad = resolve_padding(padding)
