@@ -318,6 +318,22 @@ def test_pad_refuses_an_example_whose_columns_differ_in_length(toks):
         tok.pad([good, {**good, "attention_mask": [1, 1]}])
 
 
+@pytest.mark.parametrize("key", ["attention_mask", "token_type_ids", "special_tokens_mask"])
+def test_pad_refuses_a_column_that_only_some_examples_have(toks, key):
+    """An attention_mask given by example 1 alone was kept ([1, 1, 0] where transformers makes [1, 1, 1]), token_type_ids
+    or a special_tokens_mask of example 1 alone was dropped (in both libraries), and one of example 0 alone met a bare
+    KeyError."""
+    ours, hf = toks
+    given = {"input_ids": [101, 7592, 102], key: [1, 1, 0] if key == "attention_mask" else [1, 0, 1]}
+    bare = {"input_ids": [101, 102]}
+    for examples, lacking, having in (([bare, given], 0, 1), ([given, bare], 1, 0)):
+        with pytest.raises(BertkitError, match=rf"example {lacking} of the batch has no '{key}' but example {having} "):
+            ours.pad(examples)
+    if key == "attention_mask":
+        assert hf.pad([bare, given])["attention_mask"] == [[1, 1, 0], [1, 1, 1]]
+    assert ours.pad([{**bare, key: [1, 1]}, given])[key] == [[1, 1, 1 if key == "special_tokens_mask" else 0], given[key]]
+
+
 
 @pytest.mark.parametrize("side", ["padding_side", "truncation_side"])
 def test_setting_a_side_to_left_is_refused_not_ignored(minilm_dir, side):

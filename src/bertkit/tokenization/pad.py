@@ -29,6 +29,12 @@ def pad_examples(encoded_inputs: Mapping[str, Any] | Sequence[Mapping[str, Any]]
         return_tensors = given_kind
     if any("input_ids" not in e for e in examples):
         raise BertkitError("pad needs input_ids in every example (the tokenizer's output)")
+    for key in dict.fromkeys(k for e in examples for k in e):
+        lacking = [i for i, e in enumerate(examples) if key not in e]
+        if lacking:  # else dropped, made up, or a KeyError, by which example comes first
+            raise BertkitError(f"pad: example {lacking[0]} of the batch has no {key!r} but example "
+                               f"{next(i for i, e in enumerate(examples) if key in e)} has one; give every "
+                               f"example a {key!r}, or drop the column from all of them")
     rows = [{k: list(e[k]) for k in PAD_VALUES if k in e} for e in examples]
     for i, row in enumerate(rows):
         row.setdefault("attention_mask", [1] * len(row["input_ids"]))
@@ -46,12 +52,7 @@ def pad_examples(encoded_inputs: Mapping[str, Any] | Sequence[Mapping[str, Any]]
     out = to_batch_encoding(rows, batched or return_tensors is not None, return_tensors)
     if not batched and return_tensors is not None:  # one example: (T,) columns, no batch axis (as transformers)
         out = BatchEncoding({k: v[0] for k, v in out.items()})
-    for key in dict.fromkeys(k for e in examples for k in e if k not in PAD_VALUES):
-        lacking = [i for i, e in enumerate(examples) if key not in e]
-        if lacking:
-            raise BertkitError(f"pad: example {lacking[0]} of the batch has no {key!r} but example "
-                               f"{next(i for i, e in enumerate(examples) if key in e)} has one; give every "
-                               f"example a {key!r}, or drop the column from all of them")
+    for key in (k for e in examples[:1] for k in e if k not in PAD_VALUES):
         values = [e[key] for e in examples]
         lengths = sorted({len(v) for v in values if isinstance(v, (list, tuple))})
         if return_tensors is not None and batched and len(lengths) > 1:
