@@ -345,6 +345,12 @@ def test_setting_a_side_to_left_is_refused_not_ignored(minilm_dir, side):
     setattr(ours, side, "right")  # the one value it has is accepted
     assert getattr(ours, side) == "right"
     assert ours(["hello world", "a"], padding=True)["input_ids"] == [[101, 7592, 2088, 102], [101, 1037, 102, 0]]
+    # from_pretrained(dir, padding_side=...), as transformers takes it: "left" named as above (it was an unknown
+    # keyword argument, "right" too)
+    with pytest.raises(BertkitError, match=f"{side}='left'.*right only"):
+        BertTokenizer.from_pretrained(minilm_dir, **{side: "left"})
+    assert BertTokenizer.from_pretrained(minilm_dir, **{side: "right"})(["a b", "a"], padding=True)["input_ids"] == [
+        [101, 1037, 1038, 102], [101, 1037, 102, 0]]
 
 
 def test_a_calls_padding_side_left_is_refused_naming_it(minilm_dir):

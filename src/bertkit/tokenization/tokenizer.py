@@ -190,6 +190,9 @@ class BertTokenizer:
         where the constructor's default is 512."""
         from bertkit.hub import resolve_directory
 
+        for side in ("padding_side", "truncation_side"):  # transformers takes them here too; "right" is all there is
+            if side in overrides:
+                _right_only(side, overrides.pop(side))
         settings_known = (*SETTING_TYPES, *SPECIAL_TOKEN_KEYS, "additional_special_tokens")
         unknown = sorted(set(overrides) - set(settings_known))
         if unknown:  # else the constructor's TypeError, after the files are read, names one and no way on
