@@ -9,7 +9,7 @@ import re
 import pytest
 import torch
 
-from bertkit import BertTokenizer
+from bertkit import BertTokenizer, DataCollatorWithPadding
 from bertkit.errors import BertkitError
 
 transformers = pytest.importorskip("transformers")
@@ -538,3 +538,19 @@ def test_add_special_tokens_none_is_refused_not_read_as_false(toks):
             ours("hello world", add_special_tokens=bad)
     assert ours("hello world", add_special_tokens=True)["input_ids"] == [101, 7592, 2088, 102]
     assert ours.encode("hello world", add_special_tokens=False) == hf.encode("hello world", add_special_tokens=False)
+
+
+def test_pad_names_examples_tokenized_with_return_tensors(toks):
+    """Examples tokenized one by one with return_tensors="pt" hold (1, T) rows; the padding collators met numpy's
+    "setting an array element with a sequence" (transformers: torch's "stack expects each tensor to be equal size")."""
+    ours, hf = toks
+    examples = [ours(t, return_tensors="pt") for t in ("hello world", "a")]
+    with pytest.raises(BertkitError, match=r"example 0's input_ids hold 1 row\(s\) of tokens, not token ids.*"
+                                           r"without return_tensors"):
+        ours.pad(examples)
+    with pytest.raises(BertkitError, match="example 0's input_ids hold 1 row"):
+        DataCollatorWithPadding(ours)(examples)
+    with pytest.raises(RuntimeError, match="stack expects each tensor to be equal size"):
+        transformers.DataCollatorWithPadding(hf)([hf(t, return_tensors="pt") for t in ("hello world", "a")])
+    assert ours.pad([{k: v[0] for k, v in e.items()} for e in examples])["input_ids"].tolist() == [
+        [101, 7592, 2088, 102], [101, 1037, 102, 0]]

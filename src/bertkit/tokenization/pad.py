@@ -37,6 +37,10 @@ def pad_examples(encoded_inputs: Mapping[str, Any] | Sequence[Mapping[str, Any]]
                                f"example a {key!r}, or drop the column from all of them")
     rows = [{k: list(e[k]) for k in PAD_VALUES if k in e} for e in examples]
     for i, row in enumerate(rows):
+        if row["input_ids"] and isinstance(row["input_ids"][0], (list, tuple)):
+            raise BertkitError(f"pad: example {i}'s input_ids hold {len(row['input_ids'])} row(s) of tokens, not token "
+                               "ids (an example tokenized with return_tensors= is a batch of one): tokenize each "
+                               "example without return_tensors, or give each row as an example of its own")
         row.setdefault("attention_mask", [1] * len(row["input_ids"]))
         n = len(row["input_ids"])
         uneven = {k: len(v) for k, v in row.items() if len(v) != n}
