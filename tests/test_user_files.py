@@ -238,6 +238,39 @@ def test_a_csv_record_spanning_lines_counts_against_the_limit(tmp_path):
         list(read_records(path, "csv", max_line_bytes=1000))
 
 
+def _texts(path):
+    return [x if isinstance(x, str) else x["text"] for x in read_inputs(path, "text-classification")[0]]
+
+
+def _conll_words(path):
+    from bertkit.tasks.ner import read_conll
+
+    return [" ".join(s.words) for s in read_conll(path)]
+
+
+def _sst2_texts(path):
+    from bertkit.tasks.glue import get_task
+
+    return [e.text_a for e in get_task("sst-2").read(path, labeled=True)]
+
+
+@pytest.mark.parametrize("name, content, read", [
+    ("cr.txt", b"good film\rbad film\r", _texts),  # was one input, "good film\rbad film"
+    ("cr.csv", b"text\rgood film\rbad film\r", _texts),
+    ("cr.jsonl", b'"good film"\r{"text": "bad film"}\r', _texts),
+    ("cr.conll", b"good O\rfilm O\r\rbad O\rfilm O\r", _conll_words),  # was "holds no sentences"
+    ("cr.tsv", b"sentence\tlabel\rgood film\t1\rbad film\t0\r", _sst2_texts),  # was "holds no examples"
+])
+def test_lines_ending_in_a_carriage_return_alone_are_refused_not_read_as_one_line(tmp_path, name, content, read):
+    path = tmp_path / name
+    path.write_bytes(content)
+    with pytest.raises(BertkitError, match=rf"cr\.{name[3:]}:1: a carriage return .* \(classic Mac OS\) would be "
+                                           r"read as one line; end its lines with \\n"):
+        read(path)
+    path.write_bytes(content.replace(b"\r", b"\r\n"))  # CRLF line ends are line ends
+    assert read(path) == ["good film", "bad film"]
+
+
 def test_bytes_that_are_not_utf8_name_the_line_without_reading_the_file_whole(tmp_path):
     path = tmp_path / "latin.csv"
     path.write_bytes("text\ngood\ncaf\xe9\n".encode("latin-1"))

@@ -1,7 +1,8 @@
 """Records from users' files: JSON lines, CSV/TSV with a header row, or plain text (one item per line).
 
 Every record comes with its 1-based line number, so an error names ``file:line``. The formats and what is
-refused (blank lines, NUL bytes, over-long lines, bytes that are not UTF-8): docs/inference.md, "Your own files".
+refused (blank lines, NUL bytes, over-long lines, bytes that are not UTF-8, lines ending in a carriage return alone):
+docs/inference.md, "Your own files".
 """
 
 from __future__ import annotations
@@ -76,6 +77,10 @@ class _Lines:
         offset, self.offset = self.offset, self.offset + len(raw)
         if self.number == 1 and raw.startswith(codecs.BOM_UTF8):  # a byte-order mark is not part of the first record
             raw, offset = raw[len(codecs.BOM_UTF8):], offset + len(codecs.BOM_UTF8)
+        if self.number == 1 and b"\r" in raw.rstrip(b"\r\n"):  # before the length check: such a file is one line
+            raise BertkitError(f"{self.path}:1: a carriage return (\\r) inside the first line: a file whose lines end "
+                               "in \\r alone (classic Mac OS) would be read as one line; end its lines with \\n "
+                               "(e.g. tr '\\r' '\\n' < FILE > NEW), or remove the \\r from the text")
         nul = raw.find(b"\0")
         if nul >= 0:
             raise BertkitError(f"{self.path}:{self.number}: a NUL byte (byte {offset + nul} of the file): a text file "
