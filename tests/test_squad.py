@@ -154,6 +154,27 @@ def test_read_errors_name_the_file_and_line(tmp_path):
         squad.read_squad(bad)
 
 
+def test_is_impossible_must_be_true_or_false_and_a_byte_order_mark_is_read(tmp_path):
+    """Was: "false" (a string) read as truthy, so an answerable question trained to [CLS] under v2.0; and a file
+    starting with a byte-order mark refused as "not valid JSON"."""
+    qa = {"id": "q1", "question": "Where?", "answers": [{"text": "Normandy", "answer_start": 20}], "is_impossible": "false"}
+    data = {"version": "v2.0", "data": [{"title": "N", "paragraphs": [{"context": "The Normans were in Normandy.",
+                                                                       "qas": [qa]}]}]}
+    path = tmp_path / "v2.json"
+    path.write_bytes(b"\xef\xbb\xbf" + json.dumps(data).encode())
+    with pytest.raises(ValueError, match=r"v2\.json article 0 \('N'\) paragraph 0 question 0: 'is_impossible' must be "
+                                         r"a bool, got str 'false'"):
+        squad.read_squad(path)
+    qa["is_impossible"] = False
+    path.write_bytes(b"\xef\xbb\xbf" + json.dumps(data).encode())
+    (q1,) = squad.read_squad(path)
+    assert not q1.is_impossible and q1.answers == (squad.SquadAnswer("Normandy", 20),)
+    path.write_text(json.dumps(data) + "\n" + json.dumps(data))  # JSON lines (run_qa.py's flattened files)
+    with pytest.raises(ValueError, match=r"v2\.json line 2 column 1: not valid JSON \(Extra data\); a SQuAD file is "
+                                         "one JSON object, not JSON lines"):
+        squad.read_squad(path)
+
+
 def test_dev_split_is_deterministic_by_title(dev_file):
     dataset = squad.load_squad(dev_file)
     train, held = squad.split_squad_articles(dataset)

@@ -56,11 +56,12 @@ def load_squad(path: str | os.PathLike) -> dict[str, Any]:
     path = Path(path)
     if not path.is_file():
         raise MissingFileError(f"SQuAD file not found: {path}")
-    with open(path, encoding="utf-8") as f:
+    with open(path, encoding="utf-8-sig") as f:  # a byte-order mark is not JSON, and no part of the data
         try:
             dataset = json.load(f)
         except json.JSONDecodeError as e:
-            raise BertkitError(f"{path} line {e.lineno} column {e.colno}: not valid JSON ({e.msg})") from None
+            lines = "; a SQuAD file is one JSON object, not JSON lines" if e.msg == "Extra data" else ""
+            raise BertkitError(f"{path} line {e.lineno} column {e.colno}: not valid JSON ({e.msg}){lines}") from None
         except UnicodeDecodeError:
             raise not_utf8(path) from None
     if not isinstance(dataset, dict) or not isinstance(dataset.get("data"), list):
@@ -120,7 +121,7 @@ def squad_examples(dataset: Mapping[str, Any] | Sequence[Mapping[str, Any]], sou
                         question=_get(qa, "question", str, where_q),
                         context=context,
                         answers=_answers(qa, "answers", context, f"{where_p} question {qid}"),
-                        is_impossible=bool(qa.get("is_impossible", False)),
+                        is_impossible=_get(qa, "is_impossible", bool, where_q) if "is_impossible" in qa else False,
                     )
                 )
     return examples
