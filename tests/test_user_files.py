@@ -271,6 +271,20 @@ def test_lines_ending_in_a_carriage_return_alone_are_refused_not_read_as_one_lin
     assert read(path) == ["good film", "bad film"]
 
 
+@pytest.mark.parametrize("content, message", [
+    ('[\n  {"text": "good"},\n  {"text": "bad"}\n]\n', r"j\.json:1: not valid JSON \(Expecting value at column 2\); the "
+     "file must be JSON lines, one value per line"),
+    ('[{"text": "good"}, {"text": "bad"}]\n', r"j\.json:1: expected an object with fields text, got list \(a JSON "
+     r"array: write JSON lines, one object per line\)"),
+])
+def test_a_json_array_names_json_lines_as_the_fix(tmp_path, content, message):
+    """datasets' json loader (run_glue.py's) reads a JSON array as rows; bertkit reads JSON lines and says so."""
+    path = tmp_path / "j.json"
+    path.write_text(content, encoding="utf-8")
+    with pytest.raises(BertkitError, match=message):
+        read_inputs(path, "text-classification")
+
+
 def test_bytes_that_are_not_utf8_name_the_line_without_reading_the_file_whole(tmp_path):
     path = tmp_path / "latin.csv"
     path.write_bytes("text\ngood\ncaf\xe9\n".encode("latin-1"))

@@ -64,7 +64,8 @@ def read_inputs(path: str | os.PathLike, task: str, columns: Columns = Columns()
         if not isinstance(record, dict):
             raise BertkitError(f"{path}:{line}: expected an object with fields "
                                f"{', '.join(str(getattr(columns, f)) for f in fields if getattr(columns, f))}, "
-                               f"got {type(record).__name__}")
+                               f"got {type(record).__name__}"
+                               f"{' (a JSON array: write JSON lines, one object per line)' if isinstance(record, list) else ''}")
         if takes_pairs and unnamed_pair is None:
             found = second_text_fields(record, used=(columns.text, columns.id, columns.label))
             if found:

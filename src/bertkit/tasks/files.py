@@ -182,4 +182,6 @@ def read_records(path: Path, fmt: str, max_line_bytes: int = MAX_LINE_BYTES) -> 
             try:
                 yield line, json.loads(text)
             except json.JSONDecodeError as e:
-                raise BertkitError(f"{path}:{line}: not valid JSON ({e.msg} at column {e.colno})") from None
+                lines = ("; the file must be JSON lines, one value per line, not a JSON document spread over lines"
+                         if line == 1 else "")
+                raise BertkitError(f"{path}:{line}: not valid JSON ({e.msg} at column {e.colno}){lines}") from None
