@@ -285,6 +285,20 @@ def test_a_json_array_names_json_lines_as_the_fix(tmp_path, content, message):
         read_inputs(path, "text-classification")
 
 
+@pytest.mark.parametrize("name, fix", [
+    ("cr.tsv", r"a TSV field holds no line break \(quotes are text in TSV\): remove it, or write the file as CSV"),
+    ("cr.csv", r"a field holding the delimiter, a quote or a newline must be quoted as a whole"),
+])
+def test_a_carriage_return_inside_a_field_is_refused_with_the_formats_fix(tmp_path, name, fix):
+    """Was: the CSV advice (quote the field) for a TSV file too, where quotes are text."""
+    path = tmp_path / name
+    sep = b"\t" if name.endswith("tsv") else b","
+    path.write_bytes(b"text" + sep + b"label\ngood film" + sep + b"pos\nbad\rfilm" + sep + b"neg\n")
+    with pytest.raises(BertkitError, match=rf"cr\.{name[3:]}:3: not valid {name[3:].upper()} from this line on "
+                                           rf"\(new-line character seen in unquoted field.*\); {fix}"):
+        list(read_records(path, file_format(path)))
+
+
 def test_bytes_that_are_not_utf8_name_the_line_without_reading_the_file_whole(tmp_path):
     path = tmp_path / "latin.csv"
     path.write_bytes("text\ngood\ncaf\xe9\n".encode("latin-1"))

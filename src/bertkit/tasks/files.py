@@ -116,9 +116,10 @@ def _csv_rows(reader: Any, lines: _Lines, path: Path, fmt: str) -> Iterator[tupl
         except StopIteration:
             return
         except csv.Error as e:
-            raise BertkitError(f"{path}:{start}: not valid {fmt.upper()} from this line on ({e}); a field holding "
-                               "the delimiter, a quote or a newline must be quoted as a whole, with its quotes "
-                               'doubled ("she said ""hi""")') from None
+            fix = ('a field holding the delimiter, a quote or a newline must be quoted as a whole, with its quotes '
+                   'doubled ("she said ""hi""")' if fmt == "csv" else "a TSV field holds no line break (quotes are "
+                   "text in TSV): remove it, or write the file as CSV, where quotes hold one")
+            raise BertkitError(f"{path}:{start}: not valid {fmt.upper()} from this line on ({e}); {fix}") from None
         yield reader.line_num, row
 
 
