@@ -143,6 +143,11 @@ def test_read_v2_json(tmp_path):
     path.write_text(json.dumps(data))
     with pytest.raises(ValueError, match="question q1.*'Normandy' is not at answer_start 19"):
         squad.read_squad(path)
+    # Was: read, as the slice ctx[-9:-1] is "Normandy", and trained to [CLS] (the span lay in no window)
+    data["data"][0]["paragraphs"][0]["qas"][0]["answers"][0]["answer_start"] = -9
+    path.write_text(json.dumps(data))
+    with pytest.raises(ValueError, match="question q1.*'Normandy' is not at answer_start -9"):
+        squad.read_squad(path)
 
 
 def test_read_errors_name_the_file_and_line(tmp_path):

@@ -86,7 +86,7 @@ def _answers(qa: Mapping[str, Any], key: str, context: str, where: str) -> tuple
         text = _get(a, "text", str, f"{where} {key}[{i}]")
         start = _get(a, "answer_start", int, f"{where} {key}[{i}]")
         ans = SquadAnswer(text, start)
-        if context[ans.start : ans.start + len(ans.text)] != ans.text:
+        if ans.start < 0 or context[ans.start : ans.start + len(ans.text)] != ans.text:  # -9: a slice from the end
             raise BertkitError(
                 f"{where}: {key} text {ans.text!r} is not at answer_start {ans.start} of its context; fix the "
                 "offset in the JSON"
