@@ -148,6 +148,11 @@ def test_read_v2_json(tmp_path):
     path.write_text(json.dumps(data))
     with pytest.raises(ValueError, match="question q1.*'Normandy' is not at answer_start -9"):
         squad.read_squad(path)
+    data["data"][0]["paragraphs"][0]["qas"][0]["answers"][0].update(text=" ", answer_start=3)  # was: [CLS] too
+    path.write_text(json.dumps(data))
+    with pytest.raises(ValueError, match=r"question q1: answers\[0\] has an empty text; an unanswerable question has "
+                                         r'no answers \("answers": \[\]'):
+        squad.read_squad(path)
 
 
 def test_read_errors_name_the_file_and_line(tmp_path):

@@ -86,6 +86,9 @@ def _answers(qa: Mapping[str, Any], key: str, context: str, where: str) -> tuple
         text = _get(a, "text", str, f"{where} {key}[{i}]")
         start = _get(a, "answer_start", int, f"{where} {key}[{i}]")
         ans = SquadAnswer(text, start)
+        if not text.strip():  # no token to label: it would train to [CLS], an unanswerable question's label
+            raise BertkitError(f"{where}: {key}[{i}] has an empty text; an unanswerable question has no answers "
+                               '("answers": [], with "is_impossible": true in SQuAD v2.0)')
         if ans.start < 0 or context[ans.start : ans.start + len(ans.text)] != ans.text:  # -9: a slice from the end
             raise BertkitError(
                 f"{where}: {key} text {ans.text!r} is not at answer_start {ans.start} of its context; fix the "
