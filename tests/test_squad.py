@@ -175,6 +175,11 @@ def test_is_impossible_must_be_true_or_false_and_a_byte_order_mark_is_read(tmp_p
     with pytest.raises(ValueError, match=r"v2\.json article 0 \('N'\) paragraph 0 question 0: 'is_impossible' must be "
                                          r"a bool, got str 'false'"):
         squad.read_squad(path)
+    qa["is_impossible"] = True  # was read: trained to [CLS], then scored by evaluate-v2.0.py against its answer
+    path.write_text(json.dumps(data))
+    with pytest.raises(ValueError, match=r"question q1: is_impossible is true, yet it has 1 answers; an unanswerable "
+                                         "question has none"):
+        squad.read_squad(path)
     qa["is_impossible"] = False
     path.write_bytes(b"\xef\xbb\xbf" + json.dumps(data).encode())
     (q1,) = squad.read_squad(path)

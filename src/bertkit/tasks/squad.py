@@ -117,16 +117,14 @@ def squad_examples(dataset: Mapping[str, Any] | Sequence[Mapping[str, Any]], sou
                     raise BertkitError(f"{where_q}: question id {qid!r} is used twice (first at {seen[qid]}); "
                                        "predictions are keyed by id, so one would be lost: make the ids unique")
                 seen[qid] = where_q
-                examples.append(
-                    SquadExample(
-                        qas_id=qid,
-                        title=title,
-                        question=_get(qa, "question", str, where_q),
-                        context=context,
-                        answers=_answers(qa, "answers", context, f"{where_p} question {qid}"),
-                        is_impossible=_get(qa, "is_impossible", bool, where_q) if "is_impossible" in qa else False,
-                    )
-                )
+                answers = _answers(qa, "answers", context, f"{where_p} question {qid}")
+                impossible = _get(qa, "is_impossible", bool, where_q) if "is_impossible" in qa else False
+                if impossible and answers:  # trained to [CLS] as unanswerable, scored against its answers
+                    raise BertkitError(f"{where_p} question {qid}: is_impossible is true, yet it has {len(answers)} "
+                                       "answers; an unanswerable question has none (SQuAD v2.0 keeps them as "
+                                       "plausible_answers): fix one or the other")
+                examples.append(SquadExample(qas_id=qid, title=title, question=_get(qa, "question", str, where_q),
+                                             context=context, answers=answers, is_impossible=impossible))
     return examples
 
 
