@@ -299,6 +299,20 @@ def test_a_carriage_return_inside_a_field_is_refused_with_the_formats_fix(tmp_pa
         list(read_records(path, file_format(path)))
 
 
+@pytest.mark.parametrize("name, content, line, fix", [
+    ("ids.txt", "good film\nbad film\n", 1, "a .txt file has no columns: write JSONL, CSV or TSV"),
+    ("ids.jsonl", '{"text": "good film", "qid": "a"}\n"bad film"\n', 2, "write it as an object"),
+])
+def test_an_id_column_is_refused_for_a_bare_text_not_replaced_by_its_position(tmp_path, name, content, line, fix):
+    """Was: ids [0, 1] for the .txt file, [\"a\", 1] for the JSON lines: the position where the column was asked."""
+    path = tmp_path / name
+    path.write_text(content, encoding="utf-8")
+    with pytest.raises(BertkitError, match=rf"ids\.{name[4:]}:{line}: a bare text has no 'qid' field for --id-column; "
+                                           rf"{fix} holding the id, or leave --id-column out"):
+        read_inputs(path, "text-classification", Columns(id="qid"))
+    assert read_inputs(path, "text-classification")[1] == [0, 1]
+
+
 def test_bytes_that_are_not_utf8_name_the_line_without_reading_the_file_whole(tmp_path):
     path = tmp_path / "latin.csv"
     path.write_bytes("text\ngood\ncaf\xe9\n".encode("latin-1"))

@@ -60,6 +60,10 @@ def read_inputs(path: str | os.PathLike, task: str, columns: Columns = Columns()
     for line, record in read_records(path, fmt, max_line_bytes):
         bare = isinstance(record, str) and fields[0] == "text" and not columns.text_pair and not rows
         if bare:  # a text file's line, a JSON string: the text alone, checked as a text field is
+            if columns.id is not None:  # its id would be its position, beside the other lines' ids from the column
+                where = "a .txt file has no columns: write JSONL, CSV or TSV" if fmt == "text" else "write it as an object"
+                raise BertkitError(f"{path}:{line}: a bare text has no {columns.id!r} field for --id-column; {where} "
+                                   "holding the id, or leave --id-column out")
             record = {columns.text: record}
         if not isinstance(record, dict):
             raise BertkitError(f"{path}:{line}: expected an object with fields "
@@ -77,7 +81,7 @@ def read_inputs(path: str | os.PathLike, task: str, columns: Columns = Columns()
             item["line"] = line
             if columns.label is not None:
                 item["label"] = _label(path, line, columns.label, record, fmt)
-        if columns.id is not None and not bare:
+        if columns.id is not None:
             if columns.id not in record:
                 raise BertkitError(f"{path}:{line}: no {columns.id!r} id column")
             ids.append(record[columns.id])
