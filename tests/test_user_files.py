@@ -313,6 +313,16 @@ def test_an_id_column_is_refused_for_a_bare_text_not_replaced_by_its_position(tm
     assert read_inputs(path, "text-classification")[1] == [0, 1]
 
 
+def test_a_json_line_without_the_named_text_pair_field_is_refused_not_read_as_a_text_alone(tmp_path):
+    """Was: line 2 read as {"text": "a dog runs"} beside line 1's pair, as a CSV row's empty cell is not."""
+    path = tmp_path / "pairs.jsonl"
+    path.write_text('{"text": "a man plays", "hyp": "someone plays"}\n{"text": "a dog runs"}\n', encoding="utf-8")
+    with pytest.raises(BertkitError, match=r"pairs\.jsonl:2: no 'hyp' field \(it has text\); name it with "
+                                           "--text-pair-column"):
+        read_inputs(path, "text-classification", Columns(text_pair="hyp"))
+    assert read_inputs(path, "text-classification")[0] == [{"text": "a man plays"}, {"text": "a dog runs"}]  # no pair asked
+
+
 def test_bytes_that_are_not_utf8_name_the_line_without_reading_the_file_whole(tmp_path):
     path = tmp_path / "latin.csv"
     path.write_bytes("text\ngood\ncaf\xe9\n".encode("latin-1"))
