@@ -167,7 +167,8 @@ def test_read_errors_name_the_file_and_line(tmp_path):
 def test_is_impossible_must_be_true_or_false_and_a_byte_order_mark_is_read(tmp_path):
     """Was: "false" (a string) read as truthy, so an answerable question trained to [CLS] under v2.0; and a file
     starting with a byte-order mark refused as "not valid JSON"."""
-    qa = {"id": "q1", "question": "Where?", "answers": [{"text": "Normandy", "answer_start": 20}], "is_impossible": "false"}
+    qa = {"id": "q1", "question": "Where?", "answers": [{"text": "Normandy", "answer_start": 20}],
+          "is_impossible": "false"}
     data = {"version": "v2.0", "data": [{"title": "N", "paragraphs": [{"context": "The Normans were in Normandy.",
                                                                        "qas": [qa]}]}]}
     path = tmp_path / "v2.json"

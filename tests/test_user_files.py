@@ -272,8 +272,8 @@ def test_lines_ending_in_a_carriage_return_alone_are_refused_not_read_as_one_lin
 
 
 @pytest.mark.parametrize("content, message", [
-    ('[\n  {"text": "good"},\n  {"text": "bad"}\n]\n', r"j\.json:1: not valid JSON \(Expecting value at column 2\); the "
-     "file must be JSON lines, one value per line"),
+    ('[\n  {"text": "good"},\n  {"text": "bad"}\n]\n',
+     r"j\.json:1: not valid JSON \(Expecting value at column 2\); the file must be JSON lines, one value per line"),
     ('[{"text": "good"}, {"text": "bad"}]\n', r"j\.json:1: expected an object with fields text, got list \(a JSON "
      r"array: write JSON lines, one object per line\)"),
 ])
@@ -301,7 +301,7 @@ def test_a_carriage_return_inside_a_field_is_refused_with_the_formats_fix(tmp_pa
 
 @pytest.mark.parametrize("name, content, line, fix", [
     ("ids.txt", "good film\nbad film\n", 1, "a .txt file has no columns: write JSONL, CSV or TSV"),
-    ("ids.jsonl", '{"text": "good film", "qid": "a"}\n"bad film"\n', 2, "write it as an object"),
+    ("ids.jsonl", '{"text": "good film", "qid": "a"}\n"bad film"\n', 2, "write an object"),
 ])
 def test_an_id_column_is_refused_for_a_bare_text_not_replaced_by_its_position(tmp_path, name, content, line, fix):
     """Was: ids [0, 1] for the .txt file, [\"a\", 1] for the JSON lines: the position where the column was asked."""
@@ -320,7 +320,7 @@ def test_a_json_line_without_the_named_text_pair_field_is_refused_not_read_as_a_
     with pytest.raises(BertkitError, match=r"pairs\.jsonl:2: no 'hyp' field \(it has text\); name it with "
                                            "--text-pair-column"):
         read_inputs(path, "text-classification", Columns(text_pair="hyp"))
-    assert read_inputs(path, "text-classification")[0] == [{"text": "a man plays"}, {"text": "a dog runs"}]  # no pair asked
+    assert read_inputs(path, "text-classification")[0] == [{"text": "a man plays"}, {"text": "a dog runs"}]
 
 
 def test_bytes_that_are_not_utf8_name_the_line_without_reading_the_file_whole(tmp_path):

@@ -240,7 +240,7 @@ class Stage:
     target: Path
     path: Path
     record: dict | None = None  # the .bertkit-partial of the write a kill cut short, when this one continues it
-    parents: tuple[Path, ...] = ()  # the directories above it this write made, deepest first: a failed one removes them
+    parents: tuple[Path, ...] = ()  # the directories above it this write made, deepest first: removed if it fails
 
     @classmethod
     def open(cls, target: Path, what: str, partial: dict,

@@ -284,8 +284,8 @@ def _refuse_lone_carriage_returns(path: str) -> None:
     with open(path, "rb") as f:
         first = f.readline(_DETECT_BYTES)
     if b"\r" in first.rstrip(b"\r\n"):
-        raise BertkitError(f"{path}: line 1 holds a carriage return (\\r) before its end: a file whose lines end in \\r "
-                           "alone (classic Mac OS) would be read as one line; end its lines with \\n "
+        raise BertkitError(f"{path}: line 1 holds a carriage return (\\r) before its end: a file whose lines end "
+                           "in \\r alone (classic Mac OS) would be read as one line; end its lines with \\n "
                            "(e.g. tr '\\r' '\\n' < FILE > NEW), or remove the \\r from the text")
 
 

@@ -61,15 +61,15 @@ def read_inputs(path: str | os.PathLike, task: str, columns: Columns = Columns()
         bare = isinstance(record, str) and fields[0] == "text" and not columns.text_pair and not rows
         if bare:  # a text file's line, a JSON string: the text alone, checked as a text field is
             if columns.id is not None:  # its id would be its position, beside the other lines' ids from the column
-                where = "a .txt file has no columns: write JSONL, CSV or TSV" if fmt == "text" else "write it as an object"
-                raise BertkitError(f"{path}:{line}: a bare text has no {columns.id!r} field for --id-column; {where} "
+                fix = "a .txt file has no columns: write JSONL, CSV or TSV" if fmt == "text" else "write an object"
+                raise BertkitError(f"{path}:{line}: a bare text has no {columns.id!r} field for --id-column; {fix} "
                                    "holding the id, or leave --id-column out")
             record = {columns.text: record}
         if not isinstance(record, dict):
+            array = " (a JSON array: write JSON lines, one object per line)" if isinstance(record, list) else ""
             raise BertkitError(f"{path}:{line}: expected an object with fields "
                                f"{', '.join(str(getattr(columns, f)) for f in fields if getattr(columns, f))}, "
-                               f"got {type(record).__name__}"
-                               f"{' (a JSON array: write JSON lines, one object per line)' if isinstance(record, list) else ''}")
+                               f"got {type(record).__name__}{array}")
         if takes_pairs and unnamed_pair is None:
             found = second_text_fields(record, used=(columns.text, columns.id, columns.label))
             if found:

@@ -1,8 +1,8 @@
 """Records from users' files: JSON lines, CSV/TSV with a header row, or plain text (one item per line).
 
 Every record comes with its 1-based line number, so an error names ``file:line``. The formats and what is
-refused (blank lines, NUL bytes, over-long lines, bytes that are not UTF-8, lines ending in a carriage return alone):
-docs/inference.md, "Your own files".
+refused (blank lines, NUL bytes, over-long lines, bytes that are not UTF-8, lines that end in a carriage return
+alone): docs/inference.md, "Your own files".
 """
 
 from __future__ import annotations

@@ -54,8 +54,8 @@ def iob1_to_iob2(tags: Sequence[str]) -> list[str]:
 
 def read_conll(path: str | os.PathLike, tag_scheme: Literal["iob1", "iob2"] = "iob2") -> list[NerSentence]:
     """Read a CoNLL file: ``word ... tag`` per token line (split at spaces and tabs), blank lines between
-    sentences, ``-DOCSTART-`` skipped. IOB1 is converted to IOB2; in an IOB2 file an ``I-X`` that starts an entity is an error naming
-    the line (the file is likely IOB1, as the original 2003 release)."""
+    sentences, ``-DOCSTART-`` skipped. IOB1 is converted to IOB2; in an IOB2 file an ``I-X`` that starts an
+    entity is an error naming the line (the file is likely IOB1, as the original 2003 release)."""
     path = Path(path)
     if tag_scheme not in ("iob1", "iob2"):
         raise BertkitError(f"tag_scheme {tag_scheme!r} must be 'iob1' or 'iob2'")
