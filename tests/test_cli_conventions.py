@@ -237,6 +237,16 @@ def test_a_global_batch_that_does_not_split_over_torchruns_processes_is_refused_
     assert not (tmp_path / "o").exists()
 
 
+def test_a_command_refused_for_its_input_leaves_no_directory_it_made(tmp_path, minilm_dir, capsys):
+    """Was: the output directory's new parents were left behind, empty (made to lock the output before reading)."""
+    corpus = tmp_path / "mac.txt"
+    corpus.write_bytes(b"One sentence here.\rAnother one here.\r")  # lines that end in \r alone: refused
+    out = tmp_path / "new" / "runs" / "out"
+    assert main(["create-pretraining-data", str(corpus), "--vocab", str(minilm_dir), "--output-dir", str(out)]) == 2
+    assert "mac.txt: line 1 holds a carriage return" in capsys.readouterr().err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["mac.txt"]
+
+
 def test_vocab_accepts_the_file_as_well_as_the_directory(tmp_path):
     (tmp_path / "vocab.txt").write_text("[PAD]\n")
     assert tokenizer_dir(tmp_path / "vocab.txt") == tmp_path and tokenizer_dir(tmp_path) == tmp_path

@@ -120,6 +120,14 @@ def test_two_column_files_and_trailing_sentence_without_blank_line(tmp_path):
     assert a.words == ("John", "lives") and b.tags == ("O", "B-LOC") and b.line == 7
 
 
+def test_columns_are_split_at_spaces_and_tabs_so_a_word_may_hold_a_no_break_space(tmp_path):
+    """As datasets' conll2003 reader splits them (at " "); was refused: "expected 2 ... columns, got 3"."""
+    path = _write(tmp_path / "nbsp.txt", "It O\nwas\tO\n10\u00a0000 O\nEUR\u2009 B-MISC\n\nOK  O\n")
+    a, b = ner.read_conll(path)
+    assert a.words == ("It", "was", "10\u00a0000", "EUR\u2009") and a.tags == ("O", "O", "O", "B-MISC")
+    assert b.words == ("OK",) and b.line == 6
+
+
 # ---------------------------------------------------------------- conlleval by hand
 
 

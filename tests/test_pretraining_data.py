@@ -300,6 +300,20 @@ def test_work_units_cut_large_files_at_document_boundaries(tmp_path):
 # --------------------------------------------------------------------------------------------------
 
 
+@pytest.mark.parametrize("input_format", ["sentences", "prose", "auto"])
+def test_lines_ending_in_a_carriage_return_alone_are_refused_before_any_work(tmp_path, input_format):
+    """Was: read as one line, so one document of one sentence (google's reader too, its words glued at each \\r)."""
+    path = tmp_path / "mac.txt"
+    path.write_bytes(b"First sentence here.\rSecond one here.\r\rA second document.\rWith two lines.\r")
+    with pytest.raises(ValueError, match=r"mac\.txt: line 1 holds a carriage return .* \(classic Mac OS\) would be "
+                                         r"read as one line"):
+        plan_work_units([path], input_format=input_format)
+    path.write_bytes(path.read_bytes().replace(b"\r", b"\r\n"))  # CRLF line ends are line ends
+    (unit,) = plan_work_units([path], input_format="sentences")
+    assert [d for p in unit.parts for d in iter_documents(p.path, p.input_format, start=p.start, end=p.end)] == [
+        ["First sentence here.", "Second one here."], ["A second document.", "With two lines."]]
+
+
 @needs_model
 def test_errors(tok, tmp_path):
     good = tmp_path / "good.txt"

@@ -39,6 +39,16 @@ def test_a_numeric_label_column_with_a_non_finite_value_is_refused_naming_file_a
         classify_task(_examples(labels), problem_type, "scores", pairs=False, source=Path("scores.csv"))
 
 
+@pytest.mark.parametrize("problem_type", ["auto", "classification"])
+@pytest.mark.parametrize("missing", ["NA", "null", "None", "N/A"])
+def test_a_missing_value_among_numeric_labels_is_refused_not_made_a_class(problem_type, missing):
+    """Was: classes ('0', '1', 'NA'); run_glue.py's loader reads the cell as missing (None)."""
+    with pytest.raises(BertkitError, match=rf"^d\.csv:4: label '{missing}' among numbers is a missing value, not a "):
+        classify_task(_examples(["0", "1", missing, "1"]), problem_type, "d", pairs=False, source=Path("d.csv"))
+    names = classify_task(_examples(["yes", "no", missing]), "auto", "d", pairs=False).labels  # among names: a class
+    assert names == tuple(sorted(["yes", "no", missing]))
+
+
 def test_the_same_class_number_written_two_ways_is_refused():
     with pytest.raises(BertkitError, match=r"d\.csv: labels '1' \(line 2\) and '1\.0' \(line 4\) are the same number"):
         classify_task(_examples(["1", "2", "1.0", "2"]), "auto", "d", pairs=False, source=Path("d.csv"))

@@ -143,6 +143,16 @@ def test_read_v2_json(tmp_path):
     path.write_text(json.dumps(data))
     with pytest.raises(ValueError, match="question q1.*'Normandy' is not at answer_start 19"):
         squad.read_squad(path)
+    # Was: read, as the slice ctx[-9:-1] is "Normandy", and trained to [CLS] (the span lay in no window)
+    data["data"][0]["paragraphs"][0]["qas"][0]["answers"][0]["answer_start"] = -9
+    path.write_text(json.dumps(data))
+    with pytest.raises(ValueError, match="question q1.*'Normandy' is not at answer_start -9"):
+        squad.read_squad(path)
+    data["data"][0]["paragraphs"][0]["qas"][0]["answers"][0].update(text=" ", answer_start=3)  # was: [CLS] too
+    path.write_text(json.dumps(data))
+    with pytest.raises(ValueError, match=r"question q1: answers\[0\] has an empty text; an unanswerable question has "
+                                         r'no answers \("answers": \[\]'):
+        squad.read_squad(path)
 
 
 def test_read_errors_name_the_file_and_line(tmp_path):
@@ -152,6 +162,33 @@ def test_read_errors_name_the_file_and_line(tmp_path):
     bad.write_text('{"data": [\n  {"title": "x",}\n]}')
     with pytest.raises(ValueError, match=r"bad\.json line 2 column"):
         squad.read_squad(bad)
+
+
+def test_is_impossible_must_be_true_or_false_and_a_byte_order_mark_is_read(tmp_path):
+    """Was: "false" (a string) read as truthy, so an answerable question trained to [CLS] under v2.0; and a file
+    starting with a byte-order mark refused as "not valid JSON"."""
+    qa = {"id": "q1", "question": "Where?", "answers": [{"text": "Normandy", "answer_start": 20}],
+          "is_impossible": "false"}
+    data = {"version": "v2.0", "data": [{"title": "N", "paragraphs": [{"context": "The Normans were in Normandy.",
+                                                                       "qas": [qa]}]}]}
+    path = tmp_path / "v2.json"
+    path.write_bytes(b"\xef\xbb\xbf" + json.dumps(data).encode())
+    with pytest.raises(ValueError, match=r"v2\.json article 0 \('N'\) paragraph 0 question 0: 'is_impossible' must be "
+                                         r"a bool, got str 'false'"):
+        squad.read_squad(path)
+    qa["is_impossible"] = True  # was read: trained to [CLS], then scored by evaluate-v2.0.py against its answer
+    path.write_text(json.dumps(data))
+    with pytest.raises(ValueError, match=r"question q1: is_impossible is true, yet it has 1 answers; an unanswerable "
+                                         "question has none"):
+        squad.read_squad(path)
+    qa["is_impossible"] = False
+    path.write_bytes(b"\xef\xbb\xbf" + json.dumps(data).encode())
+    (q1,) = squad.read_squad(path)
+    assert not q1.is_impossible and q1.answers == (squad.SquadAnswer("Normandy", 20),)
+    path.write_text(json.dumps(data) + "\n" + json.dumps(data))  # JSON lines (run_qa.py's flattened files)
+    with pytest.raises(ValueError, match=r"v2\.json line 2 column 1: not valid JSON \(Extra data\); a SQuAD file is "
+                                         "one JSON object, not JSON lines"):
+        squad.read_squad(path)
 
 
 def test_dev_split_is_deterministic_by_title(dev_file):

@@ -238,6 +238,91 @@ def test_a_csv_record_spanning_lines_counts_against_the_limit(tmp_path):
         list(read_records(path, "csv", max_line_bytes=1000))
 
 
+def _texts(path):
+    return [x if isinstance(x, str) else x["text"] for x in read_inputs(path, "text-classification")[0]]
+
+
+def _conll_words(path):
+    from bertkit.tasks.ner import read_conll
+
+    return [" ".join(s.words) for s in read_conll(path)]
+
+
+def _sst2_texts(path):
+    from bertkit.tasks.glue import get_task
+
+    return [e.text_a for e in get_task("sst-2").read(path, labeled=True)]
+
+
+@pytest.mark.parametrize("name, content, read", [
+    ("cr.txt", b"good film\rbad film\r", _texts),  # was one input, "good film\rbad film"
+    ("cr.csv", b"text\rgood film\rbad film\r", _texts),
+    ("cr.jsonl", b'"good film"\r{"text": "bad film"}\r', _texts),
+    ("cr.conll", b"good O\rfilm O\r\rbad O\rfilm O\r", _conll_words),  # was "holds no sentences"
+    ("cr.tsv", b"sentence\tlabel\rgood film\t1\rbad film\t0\r", _sst2_texts),  # was "holds no examples"
+])
+def test_lines_ending_in_a_carriage_return_alone_are_refused_not_read_as_one_line(tmp_path, name, content, read):
+    path = tmp_path / name
+    path.write_bytes(content)
+    with pytest.raises(BertkitError, match=rf"cr\.{name[3:]}:1: a carriage return .* \(classic Mac OS\) would be "
+                                           r"read as one line; end its lines with \\n"):
+        read(path)
+    path.write_bytes(content.replace(b"\r", b"\r\n"))  # CRLF line ends are line ends
+    assert read(path) == ["good film", "bad film"]
+
+
+@pytest.mark.parametrize("content, message", [
+    ('[\n  {"text": "good"},\n  {"text": "bad"}\n]\n',
+     r"j\.json:1: not valid JSON \(Expecting value at column 2\); the file must be JSON lines, one value per line"),
+    ('[{"text": "good"}, {"text": "bad"}]\n', r"j\.json:1: expected an object with fields text, got list \(a JSON "
+     r"array: write JSON lines, one object per line\)"),
+])
+def test_a_json_array_names_json_lines_as_the_fix(tmp_path, content, message):
+    """datasets' json loader (run_glue.py's) reads a JSON array as rows; bertkit reads JSON lines and says so."""
+    path = tmp_path / "j.json"
+    path.write_text(content, encoding="utf-8")
+    with pytest.raises(BertkitError, match=message):
+        read_inputs(path, "text-classification")
+
+
+@pytest.mark.parametrize("name, fix", [
+    ("cr.tsv", r"a TSV field holds no line break \(quotes are text in TSV\): remove it, or write the file as CSV"),
+    ("cr.csv", r"a field holding the delimiter, a quote or a newline must be quoted as a whole"),
+])
+def test_a_carriage_return_inside_a_field_is_refused_with_the_formats_fix(tmp_path, name, fix):
+    """Was: the CSV advice (quote the field) for a TSV file too, where quotes are text."""
+    path = tmp_path / name
+    sep = b"\t" if name.endswith("tsv") else b","
+    path.write_bytes(b"text" + sep + b"label\ngood film" + sep + b"pos\nbad\rfilm" + sep + b"neg\n")
+    with pytest.raises(BertkitError, match=rf"cr\.{name[3:]}:3: not valid {name[3:].upper()} from this line on "
+                                           rf"\(new-line character seen in unquoted field.*\); {fix}"):
+        list(read_records(path, file_format(path)))
+
+
+@pytest.mark.parametrize("name, content, line, fix", [
+    ("ids.txt", "good film\nbad film\n", 1, "a .txt file has no columns: write JSONL, CSV or TSV"),
+    ("ids.jsonl", '{"text": "good film", "qid": "a"}\n"bad film"\n', 2, "write an object"),
+])
+def test_an_id_column_is_refused_for_a_bare_text_not_replaced_by_its_position(tmp_path, name, content, line, fix):
+    """Was: ids [0, 1] for the .txt file, [\"a\", 1] for the JSON lines: the position where the column was asked."""
+    path = tmp_path / name
+    path.write_text(content, encoding="utf-8")
+    with pytest.raises(BertkitError, match=rf"ids\.{name[4:]}:{line}: a bare text has no 'qid' field for --id-column; "
+                                           rf"{fix} holding the id, or leave --id-column out"):
+        read_inputs(path, "text-classification", Columns(id="qid"))
+    assert read_inputs(path, "text-classification")[1] == [0, 1]
+
+
+def test_a_json_line_without_the_named_text_pair_field_is_refused_not_read_as_a_text_alone(tmp_path):
+    """Was: line 2 read as {"text": "a dog runs"} beside line 1's pair, as a CSV row's empty cell is not."""
+    path = tmp_path / "pairs.jsonl"
+    path.write_text('{"text": "a man plays", "hyp": "someone plays"}\n{"text": "a dog runs"}\n', encoding="utf-8")
+    with pytest.raises(BertkitError, match=r"pairs\.jsonl:2: no 'hyp' field \(it has text\); name it with "
+                                           "--text-pair-column"):
+        read_inputs(path, "text-classification", Columns(text_pair="hyp"))
+    assert read_inputs(path, "text-classification")[0] == [{"text": "a man plays"}, {"text": "a dog runs"}]
+
+
 def test_bytes_that_are_not_utf8_name_the_line_without_reading_the_file_whole(tmp_path):
     path = tmp_path / "latin.csv"
     path.write_bytes("text\ngood\ncaf\xe9\n".encode("latin-1"))

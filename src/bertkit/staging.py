@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import errno
+import itertools
 import json
 import logging
 import os
@@ -239,6 +240,7 @@ class Stage:
     target: Path
     path: Path
     record: dict | None = None  # the .bertkit-partial of the write a kill cut short, when this one continues it
+    parents: tuple[Path, ...] = ()  # the directories above it this write made, deepest first: removed if it fails
 
     @classmethod
     def open(cls, target: Path, what: str, partial: dict,
@@ -261,6 +263,8 @@ class Stage:
             raise WriteError(errno.EACCES, f"cannot write {target}{inside}: {os.strerror(errno.EACCES)}; choose a "
                                            "directory you can write to (nothing was replaced: what was there before "
                                            "is intact)")
+        parent = target.parent.absolute()
+        parents = tuple(itertools.takewhile(lambda d: not os.path.lexists(d), (parent, *parent.parents)))
         with writing(target):
             target.parent.mkdir(parents=True, exist_ok=True)
             _recover(target, path)
@@ -285,7 +289,7 @@ class Stage:
             if made and (isinstance(e, WriteError) or not isinstance(e, BertkitError)):  # not: held meanwhile
                 shutil.rmtree(path, ignore_errors=True)
             raise
-        stage = cls(target, path)
+        stage = cls(target, path, parents=parents)
         try:
             if not made:
                 record = _read_partial(path)
@@ -371,6 +375,8 @@ class Stage:
                         with contextlib.suppress(FileNotFoundError):
                             os.unlink(self.path / name)
                     os.rmdir(self.path)
+                    for parent in self.parents:  # empty unless another process wrote there meanwhile: then kept
+                        os.rmdir(parent)
         finally:
             dir_lock.unlock(self.path)
 

@@ -46,12 +46,12 @@ def read_inputs(path: str | os.PathLike, task: str, columns: Columns = Columns()
     ``max_line_bytes``: the longest line read (see ``bertkit.tasks.files``). A record holding a second text that
     ``columns`` does not name (``text_pair``, ``sentence2``, ...) is refused when ``pair_model`` (the model was
     fine-tuned on pairs), else logged as a warning, once, naming the first line that holds one. ``rows`` (finetune
-    classify): every record must name its columns (no plain text, no missing text_pair), and each item carries its
+    classify): every record must name its columns (no plain text), and each item carries its
     ``line`` and, when ``columns.label`` names one, its ``label``.
     """
     path = Path(path)
     spec = task_named(task)
-    fields, optional = spec.record_fields()
+    fields, _ = spec.record_fields()
     fmt = _input_format(path, spec, fields, columns, input_format, rows)
     takes_pairs = "text_pair" in fields and columns.text_pair is None
     unnamed_pair: tuple[int, list[str]] | None = None  # the first line holding a second text no flag names
@@ -60,23 +60,28 @@ def read_inputs(path: str | os.PathLike, task: str, columns: Columns = Columns()
     for line, record in read_records(path, fmt, max_line_bytes):
         bare = isinstance(record, str) and fields[0] == "text" and not columns.text_pair and not rows
         if bare:  # a text file's line, a JSON string: the text alone, checked as a text field is
+            if columns.id is not None:  # its id would be its position, beside the other lines' ids from the column
+                fix = "a .txt file has no columns: write JSONL, CSV or TSV" if fmt == "text" else "write an object"
+                raise BertkitError(f"{path}:{line}: a bare text has no {columns.id!r} field for --id-column; {fix} "
+                                   "holding the id, or leave --id-column out")
             record = {columns.text: record}
         if not isinstance(record, dict):
+            array = " (a JSON array: write JSON lines, one object per line)" if isinstance(record, list) else ""
             raise BertkitError(f"{path}:{line}: expected an object with fields "
                                f"{', '.join(str(getattr(columns, f)) for f in fields if getattr(columns, f))}, "
-                               f"got {type(record).__name__}")
+                               f"got {type(record).__name__}{array}")
         if takes_pairs and unnamed_pair is None:
             found = second_text_fields(record, used=(columns.text, columns.id, columns.label))
             if found:
                 unnamed_pair = (line, found)
                 if pair_model:
                     raise BertkitError(_unnamed_pair(path, line, found, fmt, refused=True))
-        item = _record_item(path, line, record, spec, fields, optional, columns, fmt, tokenizer, rows)
+        item = _record_item(path, line, record, spec, fields, columns, fmt, tokenizer)
         if rows:
             item["line"] = line
             if columns.label is not None:
                 item["label"] = _label(path, line, columns.label, record, fmt)
-        if columns.id is not None and not bare:
+        if columns.id is not None:
             if columns.id not in record:
                 raise BertkitError(f"{path}:{line}: no {columns.id!r} id column")
             ids.append(record[columns.id])
@@ -107,16 +112,15 @@ def _input_format(path: Path, task: Task, fields: tuple[str, ...], columns: Colu
 
 
 def _record_item(path: Path, line: int, record: dict[str, Any], task: Task, fields: tuple[str, ...],
-                 optional: tuple[str, ...], columns: Columns, fmt: str, tokenizer: Any, rows: bool) -> dict[str, Any]:
-    """The pipeline input of one record: each of ``fields``, from the column ``columns`` names, checked."""
+                 columns: Columns, fmt: str, tokenizer: Any) -> dict[str, Any]:
+    """The pipeline input of one record: each of ``fields`` a column is named for (``--text-pair-column`` too: a
+    JSON line without it is refused, not read as a text alone), from that column, checked."""
     item: dict[str, Any] = {}
     for field in fields:
         name = getattr(columns, field)  # the column or field holding it
         if name is None:
             continue
         if name not in record:
-            if field in optional and fmt == "jsonl" and not rows:
-                continue
             have = ", ".join(map(str, record)) or "none"
             raise BertkitError(f"{path}:{line}: no {name!r} {'column' if fmt != 'jsonl' else 'field'} "
                                f"(it has {have}); name it with --{field.replace('_', '-')}-column")

@@ -1,7 +1,8 @@
 """Records from users' files: JSON lines, CSV/TSV with a header row, or plain text (one item per line).
 
 Every record comes with its 1-based line number, so an error names ``file:line``. The formats and what is
-refused (blank lines, NUL bytes, over-long lines, bytes that are not UTF-8): docs/inference.md, "Your own files".
+refused (blank lines, NUL bytes, over-long lines, bytes that are not UTF-8, lines that end in a carriage return
+alone): docs/inference.md, "Your own files".
 """
 
 from __future__ import annotations
@@ -76,6 +77,10 @@ class _Lines:
         offset, self.offset = self.offset, self.offset + len(raw)
         if self.number == 1 and raw.startswith(codecs.BOM_UTF8):  # a byte-order mark is not part of the first record
             raw, offset = raw[len(codecs.BOM_UTF8):], offset + len(codecs.BOM_UTF8)
+        if self.number == 1 and b"\r" in raw.rstrip(b"\r\n"):  # before the length check: such a file is one line
+            raise BertkitError(f"{self.path}:1: a carriage return (\\r) inside the first line: a file whose lines end "
+                               "in \\r alone (classic Mac OS) would be read as one line; end its lines with \\n "
+                               "(e.g. tr '\\r' '\\n' < FILE > NEW), or remove the \\r from the text")
         nul = raw.find(b"\0")
         if nul >= 0:
             raise BertkitError(f"{self.path}:{self.number}: a NUL byte (byte {offset + nul} of the file): a text file "
@@ -111,9 +116,10 @@ def _csv_rows(reader: Any, lines: _Lines, path: Path, fmt: str) -> Iterator[tupl
         except StopIteration:
             return
         except csv.Error as e:
-            raise BertkitError(f"{path}:{start}: not valid {fmt.upper()} from this line on ({e}); a field holding "
-                               "the delimiter, a quote or a newline must be quoted as a whole, with its quotes "
-                               'doubled ("she said ""hi""")') from None
+            fix = ('a field holding the delimiter, a quote or a newline must be quoted as a whole, with its quotes '
+                   'doubled ("she said ""hi""")' if fmt == "csv" else "a TSV field holds no line break (quotes are "
+                   "text in TSV): remove it, or write the file as CSV, where quotes hold one")
+            raise BertkitError(f"{path}:{start}: not valid {fmt.upper()} from this line on ({e}); {fix}") from None
         yield reader.line_num, row
 
 
@@ -177,4 +183,6 @@ def read_records(path: Path, fmt: str, max_line_bytes: int = MAX_LINE_BYTES) -> 
             try:
                 yield line, json.loads(text)
             except json.JSONDecodeError as e:
-                raise BertkitError(f"{path}:{line}: not valid JSON ({e.msg} at column {e.colno})") from None
+                lines = ("; the file must be JSON lines, one value per line, not a JSON document spread over lines"
+                         if line == 1 else "")
+                raise BertkitError(f"{path}:{line}: not valid JSON ({e.msg} at column {e.colno}){lines}") from None

@@ -16,10 +16,12 @@ google-research/bert `run_classifier.py` and Hugging Face's `glue_processors`:
     WNLI    header; index, sentence1, sentence2, label         header; index, sentence1, sentence2
     AX      (diagnostic, test only) header; index, sentence1, sentence2; scored with an MNLI model
 
-Files are UTF-8 with no quoting (a literal ``"`` is text): rows are split on tab only. A row with another number
-of columns (or an empty line) is refused naming its file and line, where Hugging Face's QQP processor skips a row
-too short for its questions or label without a word (GLUE's first QQP release had such rows). Matched and
-mismatched MNLI are two entries ("mnli", "mnli-mm") sharing the training file, as in Hugging Face's processors.
+Files are UTF-8 with no quoting (a literal ``"`` is text): rows are split on tab only, and a ``\r`` inside a row
+stays in its text (google's reader drops it, gluing two words; transformers' starts a new row there). A row with
+another number of columns (or an empty line) is refused naming its file and line, where Hugging Face's QQP
+processor skips a row too short for its questions or label without a word (GLUE's first QQP release had such
+rows). Matched and mismatched MNLI are two entries ("mnli", "mnli-mm") sharing the training file, as in Hugging
+Face's processors.
 """
 
 from __future__ import annotations

@@ -53,9 +53,9 @@ def iob1_to_iob2(tags: Sequence[str]) -> list[str]:
 
 
 def read_conll(path: str | os.PathLike, tag_scheme: Literal["iob1", "iob2"] = "iob2") -> list[NerSentence]:
-    """Read a CoNLL file: ``word ... tag`` per token line, blank lines between sentences, ``-DOCSTART-``
-    skipped. IOB1 is converted to IOB2; in an IOB2 file an ``I-X`` that starts an entity is an error naming
-    the line (the file is likely IOB1, as the original 2003 release)."""
+    """Read a CoNLL file: ``word ... tag`` per token line (split at spaces and tabs), blank lines between
+    sentences, ``-DOCSTART-`` skipped. IOB1 is converted to IOB2; in an IOB2 file an ``I-X`` that starts an
+    entity is an error naming the line (the file is likely IOB1, as the original 2003 release)."""
     path = Path(path)
     if tag_scheme not in ("iob1", "iob2"):
         raise BertkitError(f"tag_scheme {tag_scheme!r} must be 'iob1' or 'iob2'")
@@ -76,7 +76,9 @@ def read_conll(path: str | os.PathLike, tag_scheme: Literal["iob1", "iob2"] = "i
         lines.clear()
 
     for lineno, raw in read_lines(path):
-        cols = raw.split()
+        # Columns are split at spaces and tabs only, as conll2003's reader splits at spaces: a word may hold other
+        # whitespace (a no-break space in "10\u00a0000"), which str.split() would take for a column break.
+        cols = [c for c in raw.replace("\t", " ").split(" ") if c]
         if not cols or cols[0] == "-DOCSTART-":  # a sentence ends at a blank line and at a document's start
             flush()
             continue

@@ -56,11 +56,12 @@ def load_squad(path: str | os.PathLike) -> dict[str, Any]:
     path = Path(path)
     if not path.is_file():
         raise MissingFileError(f"SQuAD file not found: {path}")
-    with open(path, encoding="utf-8") as f:
+    with open(path, encoding="utf-8-sig") as f:  # a byte-order mark is not JSON, and no part of the data
         try:
             dataset = json.load(f)
         except json.JSONDecodeError as e:
-            raise BertkitError(f"{path} line {e.lineno} column {e.colno}: not valid JSON ({e.msg})") from None
+            lines = "; a SQuAD file is one JSON object, not JSON lines" if e.msg == "Extra data" else ""
+            raise BertkitError(f"{path} line {e.lineno} column {e.colno}: not valid JSON ({e.msg}){lines}") from None
         except UnicodeDecodeError:
             raise not_utf8(path) from None
     if not isinstance(dataset, dict) or not isinstance(dataset.get("data"), list):
@@ -85,7 +86,10 @@ def _answers(qa: Mapping[str, Any], key: str, context: str, where: str) -> tuple
         text = _get(a, "text", str, f"{where} {key}[{i}]")
         start = _get(a, "answer_start", int, f"{where} {key}[{i}]")
         ans = SquadAnswer(text, start)
-        if context[ans.start : ans.start + len(ans.text)] != ans.text:
+        if not text.strip():  # no token to label: it would train to [CLS], an unanswerable question's label
+            raise BertkitError(f"{where}: {key}[{i}] has an empty text; an unanswerable question has no answers "
+                               '("answers": [], with "is_impossible": true in SQuAD v2.0)')
+        if ans.start < 0 or context[ans.start : ans.start + len(ans.text)] != ans.text:  # -9: a slice from the end
             raise BertkitError(
                 f"{where}: {key} text {ans.text!r} is not at answer_start {ans.start} of its context; fix the "
                 "offset in the JSON"
@@ -113,16 +117,14 @@ def squad_examples(dataset: Mapping[str, Any] | Sequence[Mapping[str, Any]], sou
                     raise BertkitError(f"{where_q}: question id {qid!r} is used twice (first at {seen[qid]}); "
                                        "predictions are keyed by id, so one would be lost: make the ids unique")
                 seen[qid] = where_q
-                examples.append(
-                    SquadExample(
-                        qas_id=qid,
-                        title=title,
-                        question=_get(qa, "question", str, where_q),
-                        context=context,
-                        answers=_answers(qa, "answers", context, f"{where_p} question {qid}"),
-                        is_impossible=bool(qa.get("is_impossible", False)),
-                    )
-                )
+                answers = _answers(qa, "answers", context, f"{where_p} question {qid}")
+                impossible = _get(qa, "is_impossible", bool, where_q) if "is_impossible" in qa else False
+                if impossible and answers:  # trained to [CLS] as unanswerable, scored against its answers
+                    raise BertkitError(f"{where_p} question {qid}: is_impossible is true, yet it has {len(answers)} "
+                                       "answers; an unanswerable question has none (SQuAD v2.0 keeps them as "
+                                       "plausible_answers): fix one or the other")
+                examples.append(SquadExample(qas_id=qid, title=title, question=_get(qa, "question", str, where_q),
+                                             context=context, answers=answers, is_impossible=impossible))
     return examples
 
 

@@ -44,6 +44,9 @@ def _is_number(text: str) -> bool:
     return value is not None and math.isfinite(value)
 
 
+# How spreadsheets and pandas (read_csv's na_values) write a missing value, lower-cased; "nan" parses as a number.
+_MISSING = frozenset({"na", "n/a", "#n/a", "<na>", "null", "none"})
+
 # A classification whose training rows average fewer than this many per class is almost surely a mistake:
 # a numeric score read as class names, or the wrong column taken as the label.
 _ROWS_PER_CLASS_WARNING = 2.0
@@ -52,8 +55,8 @@ _ROWS_PER_CLASS_WARNING = 2.0
 def classify_task(train: Sequence[glue.GlueExample], problem_type: str, name: str, pairs: bool,
                   source: str | Path | None = None) -> glue.GlueTask:
     """The task the labels describe: class names (sorted, numerically when they are all integers) or regression.
-    A numeric label column holding a NaN or an infinity is refused (a missing value written ``nan`` would become a
-    class), as are two spellings of one class number (``1`` and ``1.0``); ``source`` names where."""
+    A numeric label column holding a NaN, an infinity or a missing value (``NA``, ``null``) is refused (it would
+    become a class), as are two spellings of one class number (``1`` and ``1.0``); ``source`` names where."""
     where = f"{source}:" if source is not None else "line "
     labels = [e.label for e in train]
     values = [_number(x) for x in labels]
@@ -64,6 +67,11 @@ def classify_task(train: Sequence[glue.GlueExample], problem_type: str, name: st
             raise BertkitError(f"{where}{bad.line}: label {bad.label!r} is not a finite number; the label column "
                                "holds numbers, so a NaN or infinity is a missing or broken value, not a class: fix "
                                "or remove that row")
+    # A column of numbers with a cell the way spreadsheets and pandas write a missing value: not a class.
+    blank = next((e for e, v in zip(train, values) if v is None and e.label.lower() in _MISSING), None)
+    if blank is not None and any(v is not None for v in values):
+        raise BertkitError(f"{where}{blank.line}: label {blank.label!r} among numbers is a missing value, not a "
+                           "class: fill in or remove that row")
     regression = problem_type == "regression" or (problem_type == "auto" and numeric and any(v != int(v) for v in values))
     if problem_type == "regression" and not numeric:
         bad = next(e for e, v in zip(train, values) if v is None)
