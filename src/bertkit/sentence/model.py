@@ -370,6 +370,8 @@ class SentenceTransformer(ReferenceCalls, Prompted, nn.Module):
         refuse_arguments("encode", unknown, {"pool": multi, "chunk_size": multi, "task": (
             "a SentenceTransformer has no Router to route a task through (sentence-transformers ignores it then); "
             "drop this argument")})
+        if isinstance(device, (list, tuple)):  # sentence-transformers' multi-process encoding, a process per device
+            raise BertkitError(f"encode(device={device!r}): {multi}")
         if output_value != "sentence_embedding":
             raise BertkitError(f"output_value {output_value!r} is not implemented; bertkit.sentence returns sentence "
                                "embeddings (for token states use bertkit.pipeline('feature-extraction', pooling='none'))")
