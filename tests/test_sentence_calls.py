@@ -1072,3 +1072,16 @@ def test_similarity_fn_name_set_to_none_is_cosine_as_in_sentence_transformers(st
     assert ours.similarity_fn_name == ref.similarity_fn_name == "cosine"
     emb = ours.encode(TEXTS[:3])
     _same(ours.similarity(emb, emb), ref.similarity(emb, emb), atol=1e-6)
+
+
+def test_encode_puts_back_the_mode_it_found(models):
+    """encode on a model in training mode embeds without dropout, as sentence-transformers does, and turns training
+    mode back on, where sentence-transformers leaves the model in eval mode (docs/sentence.md, where bertkit differs)."""
+    ours, ref = models
+    try:
+        for model in (ours, ref):
+            model.train()
+        _same(ours.encode(TEXTS[:3]), ref.encode(TEXTS[:3]))
+        assert ours.training and ours.bert.training and not ref.training
+    finally:
+        ours.eval(), ref.eval()
