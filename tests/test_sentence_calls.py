@@ -1085,3 +1085,16 @@ def test_encode_puts_back_the_mode_it_found(models):
         assert ours.training and ours.bert.training and not ref.training
     finally:
         ours.eval(), ref.eval()
+
+
+def test_a_default_prompt_name_set_to_no_prompt_is_refused_naming_it(st_dir):
+    """model.default_prompt_name = "qeury" (a prompt the model does not have): sentence-transformers encodes without a
+    prompt, other vectors than the prompt meant, without a word; bertkit refuses it at encode, naming
+    default_prompt_name (its message said prompt_name, which the call had not given)."""
+    ours, ref = SentenceTransformer(st_dir), st.SentenceTransformer(str(st_dir), device="cpu")
+    for model in (ours, ref):
+        model.default_prompt_name = "qeury"
+    _same(ref.encode(TEXTS[:2]), ref.encode(TEXTS[:2], prompt=""))
+    with pytest.raises(BertkitError, match=r"default_prompt_name 'qeury' is not one of this model's prompts "
+                                           r"\['document', 'passage', 'query'\]"):
+        ours.encode(TEXTS[:2])
