@@ -919,6 +919,7 @@ def test_arguments_at_sentence_transformers_defaults_are_nothing_asked_for(model
     _same(SentenceTransformer(st_dir, **defaults).encode(TEXTS), ref.encode(TEXTS))
     _same(ours.encode(TEXTS, pool=None, chunk_size=None, task=None),
           ref.encode(TEXTS, pool=None, chunk_size=None, task=None))
+    _same(ours.encode(TEXTS, precision=None), ref.encode(TEXTS, precision=None))  # float32 there ("not one of" here)
     with pytest.raises(BertkitError, match=r"encode\(task=...\) is not implemented in bertkit: a SentenceTransformer "
                                            "has no Router to route a task through"):
         ours.encode(TEXTS, task="query")  # "unknown argument" before, None included

@@ -353,7 +353,7 @@ class SentenceTransformer(ReferenceCalls, Prompted, nn.Module):
     # -- encode ----------------------------------------------------------------------------------------------------
     def encode(self, inputs: Any = None, prompt_name: str | None = None, prompt: str | None = None,
                batch_size: int = 32, show_progress_bar: bool | None = None,
-               output_value: str | None = "sentence_embedding", precision: str = "float32",
+               output_value: str | None = "sentence_embedding", precision: str | None = "float32",
                convert_to_numpy: bool = True, convert_to_tensor: bool = False, device: str | None = None,
                normalize_embeddings: bool = False, truncate_dim: int | None = None, **unknown: Any) -> Any:
         """Embed texts: a (N, D) numpy array by default, a tensor with ``convert_to_tensor``, a list of tensors
@@ -375,6 +375,7 @@ class SentenceTransformer(ReferenceCalls, Prompted, nn.Module):
         if output_value != "sentence_embedding":
             raise BertkitError(f"output_value {output_value!r} is not implemented; bertkit.sentence returns sentence "
                                "embeddings (for token states use bertkit.pipeline('feature-extraction', pooling='none'))")
+        precision = "float32" if precision is None else precision  # None quantizes nothing in sentence-transformers
         if precision not in PRECISIONS:
             raise BertkitError(f"precision {precision!r} is not one of {PRECISIONS}")
         if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
