@@ -116,6 +116,7 @@ def test_a_dataset_row_and_column_embed_their_text(models):
     ({}, r"input is a dict with the keys \[\]"),
     ([{"role": "user", "content": "hi"}], "chat message"),
     ({"b", "a"}, r"a set of 2 texts: a set has no order"),  # its vectors could not be matched back to the texts
+    (np.array("hi"), "input is ndarray 'hi'; encode takes strings"),  # a 0-d array: Python's "len() of unsized object"
 ])
 def test_what_sentence_transformers_refuses_bertkit_refuses_by_name(models, inputs, message):
     ours, ref = models
@@ -918,6 +919,7 @@ def test_arguments_at_sentence_transformers_defaults_are_nothing_asked_for(model
     _same(SentenceTransformer(st_dir, **defaults).encode(TEXTS), ref.encode(TEXTS))
     _same(ours.encode(TEXTS, pool=None, chunk_size=None, task=None),
           ref.encode(TEXTS, pool=None, chunk_size=None, task=None))
+    _same(ours.encode(TEXTS, precision=None), ref.encode(TEXTS, precision=None))  # float32 there ("not one of" here)
     with pytest.raises(BertkitError, match=r"encode\(task=...\) is not implemented in bertkit: a SentenceTransformer "
                                            "has no Router to route a task through"):
         ours.encode(TEXTS, task="query")  # "unknown argument" before, None included
@@ -1017,12 +1019,83 @@ def test_sentence_transformers_module_access_is_refused_naming_where_it_lives(mo
             getattr(ours, name)
 
 
-@pytest.mark.parametrize(("dtype", "atol"), [(torch.float16, 5e-4), (torch.bfloat16, 4e-3)])
-def test_a_half_models_vectors_come_back_in_its_type(st_dir, dtype, atol):
-    """model.half() / .to(torch.bfloat16): sentence-transformers returns the vectors in the model's type (a bfloat16
-    array as float32, which numpy lacks); bertkit returned float32 whatever the model's type, so the same script saved
-    arrays twice the size and compared other dtypes. The numbers agree within the type's rounding."""
+@pytest.mark.parametrize(("dtype", "atol"), [(torch.float16, 5e-4), (torch.bfloat16, 4e-3), (torch.float64, 1e-12)])
+def test_a_models_vectors_come_back_in_its_type(st_dir, dtype, atol):
+    """model.half() / .to(torch.bfloat16) / .double(): sentence-transformers returns the vectors in the model's type (a
+    bfloat16 array as float32, which numpy lacks); bertkit returned float32 whatever the model's type, so the same
+    script saved arrays twice the size and compared other dtypes, and a float64 model's vectors were rounded to float32
+    (4e-8 from its own). The numbers agree within the type's rounding."""
     ours, ref = SentenceTransformer(st_dir).to(dtype), st.SentenceTransformer(str(st_dir), device="cpu").to(dtype)
     for kwargs in ({}, {"convert_to_tensor": True}, {"convert_to_numpy": False}, {"normalize_embeddings": True}):
         _same(ours.encode(TEXTS, **kwargs), ref.encode(TEXTS, **kwargs), atol=atol)
     _same(ours.encode(TEXTS[0]), ref.encode(TEXTS[0]), atol=atol)
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_a_half_models_precision_quantizes_the_vectors_encode_returns(st_dir, dtype):
+    """encode(precision=...) quantizes the vectors encode returns, in the model's type: byte for byte
+    quantize_embeddings(encode(texts)), as in sentence-transformers. bertkit quantized the float32 values before their
+    rounding to the model's type, other buckets than quantize_embeddings(encode(...)) gave (275 of 1,920 int8 values
+    on a bfloat16 MiniLM)."""
+    ours, ref = SentenceTransformer(st_dir).to(dtype), st.SentenceTransformer(str(st_dir), device="cpu").to(dtype)
+    for precision in ("int8", "uint8", "binary"):
+        np.testing.assert_array_equal(ref.encode(TEXTS, precision=precision),
+                                      st.quantize_embeddings(ref.encode(TEXTS), precision))
+        np.testing.assert_array_equal(ours.encode(TEXTS, precision=precision),
+                                      quantize_embeddings(ours.encode(TEXTS), precision))
+
+
+def test_truncate_dim_set_on_the_model_is_checked_as_at_load_and_per_call(models):
+    """model.truncate_dim = -1 went unchecked (the constructor and encode(truncate_dim=) refuse it): encode sliced 383
+    of 384 dimensions and get_embedding_dimension said -1, as sentence-transformers does; 0 gave empty vectors where
+    get_embedding_dimension said 384. The setter checks the value as the constructor does."""
+    ours, ref = models
+    ref.truncate_dim = -1
+    assert ref.encode(TEXTS[:2]).shape == (2, 383) and ref.get_embedding_dimension() == -1
+    ref.truncate_dim = None
+    for bad in (-1, 0, 385, 2.0, True):
+        with pytest.raises(BertkitError, match=rf"truncate_dim {bad!r} must be a whole number in \[1, 384\]"):
+            ours.truncate_dim = bad
+    assert ours.truncate_dim is None and ours.encode(TEXTS[:2]).shape == (2, 384)
+    with ours.truncate_sentence_embeddings(20), ref.truncate_embeddings(20):  # sentence-transformers' name before 6
+        assert ours.get_embedding_dimension() == 20
+        _same(ours.encode(TEXTS[:2]), ref.encode(TEXTS[:2]))
+    assert ours.truncate_dim is None
+
+
+def test_similarity_fn_name_set_to_none_is_cosine_as_in_sentence_transformers(st_dir):
+    """model.similarity_fn_name = None: sentence-transformers' setter takes it (its getter then says, and its similarity
+    computes, "cosine"); bertkit refused it as a name."""
+    ours = SentenceTransformer(st_dir, similarity_fn_name="dot")
+    ref = st.SentenceTransformer(str(st_dir), device="cpu", similarity_fn_name="dot")
+    for model in (ours, ref):
+        model.similarity_fn_name = None
+    assert ours.similarity_fn_name == ref.similarity_fn_name == "cosine"
+    emb = ours.encode(TEXTS[:3])
+    _same(ours.similarity(emb, emb), ref.similarity(emb, emb), atol=1e-6)
+
+
+def test_encode_puts_back_the_mode_it_found(models):
+    """encode on a model in training mode embeds without dropout, as sentence-transformers does, and turns training
+    mode back on, where sentence-transformers leaves the model in eval mode (docs/sentence.md, where bertkit differs)."""
+    ours, ref = models
+    try:
+        for model in (ours, ref):
+            model.train()
+        _same(ours.encode(TEXTS[:3]), ref.encode(TEXTS[:3]))
+        assert ours.training and ours.bert.training and not ref.training
+    finally:
+        ours.eval(), ref.eval()
+
+
+def test_a_default_prompt_name_set_to_no_prompt_is_refused_naming_it(st_dir):
+    """model.default_prompt_name = "qeury" (a prompt the model does not have): sentence-transformers encodes without a
+    prompt, other vectors than the prompt meant, without a word; bertkit refuses it at encode, naming
+    default_prompt_name (its message said prompt_name, which the call had not given)."""
+    ours, ref = SentenceTransformer(st_dir), st.SentenceTransformer(str(st_dir), device="cpu")
+    for model in (ours, ref):
+        model.default_prompt_name = "qeury"
+    _same(ref.encode(TEXTS[:2]), ref.encode(TEXTS[:2], prompt=""))
+    with pytest.raises(BertkitError, match=r"default_prompt_name 'qeury' is not one of this model's prompts "
+                                           r"\['document', 'passage', 'query'\]"):
+        ours.encode(TEXTS[:2])

@@ -170,6 +170,9 @@ def test_bad_input_is_named(models, tmp_path, minilm_dir):
     assert ours.max_seq_length == 256
     with pytest.raises(BertkitError, match="multi-process"):
         ours.encode(TEXTS, pool={})
+    # sentence-transformers encodes in a process per device; bertkit raised torch's "to() received an invalid combination"
+    with pytest.raises(BertkitError, match=r"encode\(device=\['cpu', 'cpu'\]\): multi-process encoding is not"):
+        ours.encode(TEXTS, device=["cpu", "cpu"])
     with pytest.raises(BertkitError, match="trust_remote_code"):
         SentenceTransformer(minilm_dir, trust_remote_code=True)
     with pytest.raises(FileNotFoundError, match="does not exist"):

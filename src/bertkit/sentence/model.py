@@ -171,7 +171,8 @@ def _text(item: Any, where: str) -> str:
                            "nothing else (sentence-transformers 6 refuses other keys too), so a dataset row with other "
                            f"columns is not embedded whole: embed its column, encode(row[{column!r}]) or "
                            f"encode(dataset[{column!r}])")
-    if isinstance(item, (tuple, list, np.ndarray)) and len(item) == 2 and all(isinstance(x, str) for x in item):
+    pair = isinstance(item, (tuple, list)) or isinstance(item, np.ndarray) and item.ndim == 1  # not a 0-d array's str
+    if pair and len(item) == 2 and all(isinstance(x, str) for x in item):
         raise BertkitError(f"encode() {where} is the text pair {str(item)[:80]}; embedding a pair as one sequence is "
                            "not implemented in bertkit.sentence: embed each text, or score the pair with a CrossEncoder")
     raise BertkitError(f"encode() {where} is {type(item).__name__} {str(item)[:60]!r}; encode takes strings (or "
@@ -237,9 +238,8 @@ class SentenceTransformer(ReferenceCalls, Prompted, nn.Module):
             raise BertkitError(f"{path / ST_CONFIG}: similarity_fn_name {saved.similarity_fn_name!r} is not one of "
                                f"{sorted(SIMILARITY_FUNCTIONS)}; sentence-transformers 6 ignores it and scores with "
                                "cosine: write \"cosine\" there for its scores, or pass similarity_fn_name=")
-        self.similarity_fn_name = similarity_fn_name or saved.similarity_fn_name or "cosine"
-        self.truncate_dim = self._check_dim(truncate_dim if truncate_dim is not None else saved.truncate_dim,
-                                            "truncate_dim")
+        self.similarity_fn_name = similarity_fn_name or saved.similarity_fn_name
+        self.truncate_dim = truncate_dim if truncate_dim is not None else saved.truncate_dim
         self.eval()  # as loaded models are: encode, which puts back the mode it found, must not turn dropout on
         if device is not None:
             self.to(device)
@@ -264,8 +264,7 @@ class SentenceTransformer(ReferenceCalls, Prompted, nn.Module):
 
     def get_embedding_dimension(self) -> int:
         """The width of the embeddings ``encode`` returns (``truncate_dim`` when set)."""
-        full = self.pooling.output_dimension
-        return min(full, self.truncate_dim) if self.truncate_dim else full
+        return self.truncate_dim or self.pooling.output_dimension  # truncate_dim is checked to be at most that
 
     get_sentence_embedding_dimension = get_embedding_dimension  # sentence-transformers' name before 6
 
@@ -273,11 +272,23 @@ class SentenceTransformer(ReferenceCalls, Prompted, nn.Module):
     def truncate_embeddings(self, truncate_dim: int | None) -> Iterator[None]:
         """``with model.truncate_embeddings(64):`` encode gives 64 dimensions inside the block."""
         before = self.truncate_dim
-        self.truncate_dim = self._check_dim(truncate_dim, "truncate_dim")
+        self.truncate_dim = truncate_dim
         try:
             yield
         finally:
             self.truncate_dim = before
+
+    truncate_sentence_embeddings = truncate_embeddings  # sentence-transformers' name before 6
+
+    @property
+    def truncate_dim(self) -> int | None:
+        """The dimensions ``encode`` keeps (None: all of them); checked where it is set, as at load and per call:
+        sentence-transformers slices with any value (-1 keeps 383 of 384 dimensions)."""
+        return self._truncate_dim
+
+    @truncate_dim.setter
+    def truncate_dim(self, value: int | None) -> None:
+        self._truncate_dim = self._check_dim(value, "truncate_dim")
 
     def get_max_seq_length(self) -> int:
         return self.max_seq_length
@@ -293,8 +304,8 @@ class SentenceTransformer(ReferenceCalls, Prompted, nn.Module):
     def similarity_fn_name(self, value: Any) -> None:
         # checked and kept by its name, however given (sentence-transformers' SimilarityFunction enum too), as
         # sentence-transformers' setter: an enum kept as such was written as "SimilarityFunction.EUCLIDEAN", which
-        # sentence-transformers then read as cosine
-        self._similarity_fn_name = similarity_function(value)
+        # sentence-transformers then read as cosine; None is its default, cosine, there too
+        self._similarity_fn_name = "cosine" if value is None else similarity_function(value)
 
     @property
     def similarity(self):
@@ -342,7 +353,7 @@ class SentenceTransformer(ReferenceCalls, Prompted, nn.Module):
     # -- encode ----------------------------------------------------------------------------------------------------
     def encode(self, inputs: Any = None, prompt_name: str | None = None, prompt: str | None = None,
                batch_size: int = 32, show_progress_bar: bool | None = None,
-               output_value: str | None = "sentence_embedding", precision: str = "float32",
+               output_value: str | None = "sentence_embedding", precision: str | None = "float32",
                convert_to_numpy: bool = True, convert_to_tensor: bool = False, device: str | None = None,
                normalize_embeddings: bool = False, truncate_dim: int | None = None, **unknown: Any) -> Any:
         """Embed texts: a (N, D) numpy array by default, a tensor with ``convert_to_tensor``, a list of tensors
@@ -359,9 +370,12 @@ class SentenceTransformer(ReferenceCalls, Prompted, nn.Module):
         refuse_arguments("encode", unknown, {"pool": multi, "chunk_size": multi, "task": (
             "a SentenceTransformer has no Router to route a task through (sentence-transformers ignores it then); "
             "drop this argument")})
+        if isinstance(device, (list, tuple)):  # sentence-transformers' multi-process encoding, a process per device
+            raise BertkitError(f"encode(device={device!r}): {multi}")
         if output_value != "sentence_embedding":
             raise BertkitError(f"output_value {output_value!r} is not implemented; bertkit.sentence returns sentence "
                                "embeddings (for token states use bertkit.pipeline('feature-extraction', pooling='none'))")
+        precision = "float32" if precision is None else precision  # None quantizes nothing in sentence-transformers
         if precision not in PRECISIONS:
             raise BertkitError(f"precision {precision!r} is not one of {PRECISIONS}")
         if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
@@ -380,18 +394,19 @@ class SentenceTransformer(ReferenceCalls, Prompted, nn.Module):
             vectors = vectors[:, :dim]
         if normalize_embeddings:
             vectors = F.normalize(vectors, p=2, dim=1)
+        # in the model's type, as sentence-transformers returns a half model's vectors and quantizes them (bertkit gave
+        # float32, and quantized those)
+        vectors = vectors.to(self.bert.embeddings.word_embeddings.weight.dtype)
         if precision != "float32":
             vectors = torch.from_numpy(quantize_embeddings(vectors, precision))
-        elif (dtype := self.bert.embeddings.word_embeddings.weight.dtype) in (torch.float16, torch.bfloat16):
-            # in the model's type, as sentence-transformers returns a half model's vectors (bertkit gave float32)
-            vectors = vectors.to(dtype)
         # quantized rows come from numpy, on the CPU, as sentence-transformers returns them
         device = self.device if precision == "float32" else torch.device("cpu")
         return as_requested(vectors, convert_to_tensor, convert_to_numpy, single, device)
 
     @torch.inference_mode()
     def _embed_texts(self, texts: list[str], prompt: str | None, batch_size: int, progress: bool) -> Tensor:
-        """(N, D) float32 on the CPU, in the texts' order; batches of similar length, longest first.
+        """(N, D) on the CPU, float32 (float64 from a float64 model), in the texts' order; batches of similar length,
+        longest first.
 
         On the CPU, more than one batch runs on the encoder's copy made for inference there (``for_cpu_inference``:
         oneDNN-reordered weights, q/k/v in one product; the same numbers within float rounding): on 334 SQuAD
@@ -403,13 +418,14 @@ class SentenceTransformer(ReferenceCalls, Prompted, nn.Module):
             from bertkit.inference.prepare import for_cpu_inference
 
             self.bert = for_cpu_inference(plain, bf16=False)
-        out = torch.empty(len(texts), self.pooling.output_dimension, device=self.device)  # read back once, at the end
+        dtype = torch.promote_types(plain.embeddings.word_embeddings.weight.dtype, torch.float32)
+        out = torch.empty(len(texts), self.pooling.output_dimension, dtype=dtype, device=self.device)  # read back once
         from bertkit.inference.runner import longest_first
 
         try:
             for batch in longest_first(texts, batch_size, lambda b: self.tokenize(b, prompt), self.device, progress):
                 out[batch["rows"]] = self.embed(
-                    batch["input_ids"], batch["attention_mask"], batch["token_type_ids"], batch["prompt_length"]).float()
+                    batch["input_ids"], batch["attention_mask"], batch["token_type_ids"], batch["prompt_length"]).to(dtype)
         finally:
             self.bert = plain
             self.train(was_training)

@@ -24,9 +24,10 @@ _REFUSED = {"pooling_mode_weightedmean_tokens": "weightedmean", "pooling_mode_la
 
 
 def pool_tokens(out: BertModelOutput, attention_mask: Tensor, mode: str, prompt_length: int = 0) -> Tensor:
-    """(B, H) float32: ``mode`` pooling of ``out``'s token states over the real tokens of ``attention_mask``
-    (B, T), leaving out the first ``prompt_length`` positions (a prompt not to be pooled)."""
-    lay, x = out.token_layout, out.tokens.float()
+    """(B, H) float32 (float64 from a float64 encoder): ``mode`` pooling of ``out``'s token states over the real
+    tokens of ``attention_mask`` (B, T), leaving out the first ``prompt_length`` positions (a prompt not to be
+    pooled)."""
+    lay, x = out.token_layout, out.tokens.to(torch.promote_types(out.tokens.dtype, torch.float32))
     B, T = attention_mask.shape
     if mode == "cls":
         if not prompt_length:

@@ -64,7 +64,8 @@ class Prompted:
         name = prompt_name if prompt_name is not None else self.default_prompt_name
         if name is None:
             return None
-        if name not in self.prompts:
-            raise BertkitError(f"prompt_name {name!r} is not one of this model's prompts {sorted(self.prompts)}; "
+        if name not in self.prompts:  # sentence-transformers encodes without a prompt for a default it lacks
+            given = "prompt_name" if prompt_name is not None else "default_prompt_name"
+            raise BertkitError(f"{given} {name!r} is not one of this model's prompts {sorted(self.prompts)}; "
                                "pass prompt='...' or add it to prompts")
         return self.prompts[name]
