@@ -239,6 +239,7 @@ class _Run:
         self.scheduler.load_state_dict(state["scheduler"])
         self.scaler.load_state_dict(state["scaler"])
         pos = self.pos = Position(**state["position"])
+        self.saved_at = pos.step  # a finished run's last checkpoint is this one: not written again at its end
         self.window = restore_rank_state(state, info, self.args.seed, pos.step, self.device)
         written_by = state["world_size"]
         if info.is_main:
