@@ -340,10 +340,11 @@ class _Run:
                 with _autocast(args, self.device):
                     out = (self.module(**batch) if self.num_items is None
                            else self.module(**batch, num_items_in_batch=self.num_items))
-                self.scaler.scale(objective(out, weight, accum, self.num_items is not None)).backward()
+                part = objective(out, weight, accum, self.num_items is not None)
+                self.scaler.scale(part).backward()
             # The loss stays on the device until the step's end reads it with the gradient norm, in one read: a read
             # waits for the device, and one at every micro-batch left it idle while the host queued the next.
-            self.pending.append(MicroLoss(out.loss.detach(), loss_to_log(out, self.num_items),
+            self.pending.append(MicroLoss(out.loss.detach(), loss_to_log(out, self.num_items, part),
                                        weight > 0, batch.get("labels"),
                                        self.batch_metrics(batch, out) if self.batch_metrics and weight > 0 else {}))
         return sync
