@@ -374,7 +374,8 @@ class _Run:
         self.event("optimizer_step")
         self.scaler.update()
         self.step_lr = self.scheduler.get_last_lr()[0]
-        self.scheduler.step()
+        if math.isfinite(norm):  # fp16: a step the scaler skipped (an overflow) leaves the schedule too, as transformers'
+            self.scheduler.step()
         self.optimizer.zero_grad(set_to_none=True)
         pos.step += 1
         self.bar.update(1)
