@@ -123,3 +123,24 @@ def test_a_new_weights_initialisation_with_init_from_is_refused(tmp_path, chosen
         PretrainSettings(**common, **chosen)
     assert PretrainSettings(**common, mlm_bias_init="zeros", position_init="normal").init_from == tmp_path / "m"
     assert PretrainSettings(**{**common, "init_from": None}, **chosen).init_from is None
+
+
+def test_a_step_split_by_accumulation_logs_the_loss_of_its_whole_batch(tiny_pretraining_data, tmp_path):
+    """A step of 8 instances logs the loss it trains on, the masked-LM mean over its predicted positions plus the
+    next-sentence mean (google-research/bert's loss of the batch), however accumulation splits it. Was: 4 + 4 logged
+    the mean of the two halves' masked-LM means (8.000330 against 8.000787 at step 1, while the weights were equal)."""
+    from bertkit import BertConfig
+    from bertkit.settings import PretrainSettings
+    from bertkit.training.pretrain import pretrain
+
+    root = tiny_pretraining_data
+    config = BertConfig.preset("tiny", vocab_size=1500, hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)
+    logged = []
+    for accum in (1, 2):
+        result = pretrain(PretrainSettings(
+            data=root / "data", vocab=root / "vocab", config_name=config, output_dir=tmp_path / f"accum{accum}",
+            max_steps=2, batch_size=8, gradient_accumulation_steps=accum, learning_rate=1e-3, logging_steps=1,
+            save_strategy="no", seed=1, progress=False))  # seed 1: step 1's halves hold 20 and 19 targets
+        logged.append([r["loss"] for r in result.history if r["split"] == "train"])
+    assert len(logged[0]) == 2
+    np.testing.assert_allclose(logged[1], logged[0], rtol=1e-6)

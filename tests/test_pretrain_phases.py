@@ -168,6 +168,28 @@ def test_a_two_phase_run_stopped_and_resumed_matches_the_uninterrupted_one(two_l
     assert all(torch.equal(resumed[k], ref[k]) for k in ref)  # bit for bit
 
 
+@pytest.mark.parametrize("changed", [{"phase1_fraction": 0.3}, {"dynamic_masking_seed": 5}])
+def test_resuming_with_another_phase_split_or_masking_seed_is_refused(two_lengths, tmp_path, monkeypatch, one_thread,
+                                                                     changed):
+    """Was: ``pretrain(resume=True)`` continued a checkpoint of another phase1_fraction under the new split (stopped
+    at step 4 of 6 + 4, resumed with 3 + 7: steps 5-10 in phase 2, a run neither setting gives), or of another
+    dynamic-masking seed (other masks, on data made with --masking dynamic); the command line's run marker refused
+    both, the checkpoint did not."""
+    from bertkit.errors import BertkitError
+    from bertkit.training.pretrain import pretrain
+
+    out = tmp_path / "run"
+    with monkeypatch.context() as mp:
+        _stop_after_checkpoint(mp, 4)
+        with pytest.raises(Stopped):
+            pretrain(_settings(two_lengths, out))
+    (name, value), = changed.items()
+    before = getattr(_settings(two_lengths, out), name)
+    with pytest.raises(BertkitError, match=rf"other settings or data .*'{name}': \({before}, {value}\)"):
+        pretrain(_settings(two_lengths, out, resume=True, **changed))
+    assert [r["step"] for r in _train_rows(out)] == [1, 2, 3, 4]  # refused before a step
+
+
 def test_phase_2_trains_on_the_longer_instances(two_lengths, uninterrupted):
     """The batches each phase trained on, recomputed from its own data: 32-token instances for steps 1-6,
     64-token ones for steps 7-10, in the data order of each phase's first epoch."""

@@ -330,7 +330,9 @@ def test_kill_campaign_twenty_sigkills_at_random_moments(tiny_setup, tmp_path):
 
 
 def test_resuming_a_finished_run_keeps_its_last_evaluation(tiny_setup, tmp_path, capsys):
-    """--resume on a run that already finished changes nothing it reported (summary.json kept its eval)."""
+    """--resume on a run that already finished changes nothing it reported (summary.json kept its eval), nor its
+    last checkpoint: it was written again, and the one it replaced was kept beside it as files bertkit "cannot prove
+    it wrote" (checkpoints/step-00000020.replaced-*, a whole checkpoint more at each --resume)."""
     from bertkit.cli import main
 
     out = tmp_path / "run"
@@ -339,8 +341,13 @@ def test_resuming_a_finished_run_keeps_its_last_evaluation(tiny_setup, tmp_path,
     assert main(args) == 0
     first = json.loads((out / "summary.json").read_text())
     assert first["steps"] == 20 and first["last_eval"]["instances"] == 16
+    state = (out / "checkpoints" / "step-00000020" / "state.pt").read_bytes()
+    capsys.readouterr()
     assert main([*args, "--resume"]) == 0
     assert json.loads((out / "summary.json").read_text()) == first
+    assert sorted(p.name for p in (out / "checkpoints").iterdir()) == ["step-00000010", "step-00000020"]
+    assert (out / "checkpoints" / "step-00000020" / "state.pt").read_bytes() == state
+    assert "cannot prove" not in capsys.readouterr().err
 
 
 class _Stopped(Exception):

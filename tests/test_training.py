@@ -162,6 +162,32 @@ def test_loop_logs_evaluates_and_learns(tmp_path):
     assert (tmp_path / "checkpoints").is_dir()
 
 
+def test_an_fp16_step_the_scaler_skips_leaves_the_schedule_where_it_was(tmp_path):
+    """fp16: a step whose gradient overflows is skipped by the gradient scaler, and the learning-rate schedule does not
+    move either, as transformers' Trainer (accelerate) does: the steps after it take the rates it would have taken
+    (step 3 overflows: rates f(0), f(1), f(2), f(2), f(3), f(4) of the schedule). Was: the schedule moved on, one step
+    ahead of transformers' for the rest of the run."""
+    transformers = pytest.importorskip("transformers")
+    torch.manual_seed(0)
+    model = BertForSequenceClassification(CFG)
+    calls = []
+
+    def overflow_at_step_3(grad):
+        calls.append(None)  # once per step (no accumulation)
+        return grad * math.inf if len(calls) == 3 else grad
+
+    model.classifier.bias.register_hook(overflow_at_step_3)
+    result = train(model, [Phase(BatchPlan(_features(48), 8, _collate, seed=0), 6)], TrainingSettings(
+        output_dir=tmp_path, learning_rate=1e-3, warmup_steps=2, fp16=True, device="cpu", logging_steps=1,
+        save_strategy="no", progress=False))
+    records = [r for r in result.history if r["split"] == "train"]
+    assert [r["step"] for r in records] == [1, 2, 3, 4, 5, 6]
+    assert not math.isfinite(records[2]["grad_norm"])
+    opt = torch.optim.SGD([torch.nn.Parameter(torch.zeros(1))], lr=1e-3)
+    factor = transformers.get_linear_schedule_with_warmup(opt, 2, 6).lr_lambdas[0]
+    assert [r["lr"] for r in records] == [1e-3 * factor(s) for s in (0, 1, 2, 2, 3, 4)]
+
+
 def test_batch_plan_is_a_function_of_seed_and_epoch():
     plan = BatchPlan(list(range(10)), 3, list, seed=5)
     assert plan.batches(0) == BatchPlan(list(range(10)), 3, list, seed=5).batches(0)

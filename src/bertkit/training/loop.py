@@ -239,6 +239,7 @@ class _Run:
         self.scheduler.load_state_dict(state["scheduler"])
         self.scaler.load_state_dict(state["scaler"])
         pos = self.pos = Position(**state["position"])
+        self.saved_at = pos.step  # a finished run's last checkpoint is this one: not written again at its end
         self.window = restore_rank_state(state, info, self.args.seed, pos.step, self.device)
         written_by = state["world_size"]
         if info.is_main:
@@ -339,10 +340,11 @@ class _Run:
                 with _autocast(args, self.device):
                     out = (self.module(**batch) if self.num_items is None
                            else self.module(**batch, num_items_in_batch=self.num_items))
-                self.scaler.scale(objective(out, weight, accum, self.num_items is not None)).backward()
+                part = objective(out, weight, accum, self.num_items is not None)
+                self.scaler.scale(part).backward()
             # The loss stays on the device until the step's end reads it with the gradient norm, in one read: a read
             # waits for the device, and one at every micro-batch left it idle while the host queued the next.
-            self.pending.append(MicroLoss(out.loss.detach(), loss_to_log(out, self.num_items),
+            self.pending.append(MicroLoss(out.loss.detach(), loss_to_log(out, self.num_items, part),
                                        weight > 0, batch.get("labels"),
                                        self.batch_metrics(batch, out) if self.batch_metrics and weight > 0 else {}))
         return sync
@@ -372,7 +374,8 @@ class _Run:
         self.event("optimizer_step")
         self.scaler.update()
         self.step_lr = self.scheduler.get_last_lr()[0]
-        self.scheduler.step()
+        if math.isfinite(norm):  # fp16: a step the scaler skipped (an overflow) leaves the schedule too, as transformers'
+            self.scheduler.step()
         self.optimizer.zero_grad(set_to_none=True)
         pos.step += 1
         self.bar.update(1)

@@ -211,10 +211,15 @@ def _weights_digest(directory: Path) -> str | list[str]:
 def resume_fingerprint(s: PretrainSettings, config: BertConfig, phases: list[Phase]) -> dict:
     """What a checkpoint must have been trained with for ``resume`` to continue it."""
     fresh = s.init_from is None  # with --init-from the checkpoint's MLM bias and positions are kept
+    # which steps train on which data, and the masks dynamic masking draws; recorded only where they are set, so that
+    # a checkpoint written before they were recorded still resumes
+    split = {"phase1_fraction": s.phase1_fraction if len(phases) > 1 else None,
+             "dynamic_masking_seed": s.dynamic_masking_seed}
     return {"model_config": config.to_dict(), "max_steps": s.max_steps, "batch_size": s.batch_size,
             # the data's content (the manifest lists every shard's sha256), not its path: data
             # regenerated at the same path must not resume silently, data moved elsewhere may
             "data": [sha256_of(Path(p.plan.dataset.path) / MANIFEST) for p in phases],
+            **{k: v for k, v in split.items() if v is not None},
             "mlm_bias_init": s.mlm_bias_init if fresh else None,
             "position_init": s.position_init if fresh else None, "nsp": s.nsp,
             "init_from": None if fresh else _weights_digest(s.init_from)}

@@ -53,13 +53,11 @@ def objective(out: Any, weight: float, accum: int, token_level: bool) -> Any:
     return out.loss if nsp is None else out.loss + nsp * (weight / accum - 1)
 
 
-def loss_to_log(out: Any, num_items: float | None) -> tuple[Tensor, bool]:
+def loss_to_log(out: Any, num_items: float | None, part: Tensor) -> tuple[Tensor, bool]:
     """The micro-batch's loss for the logs, still on the device, and whether it is a per-token loss divided by the
-    whole step's targets: its part of the step's token mean, which the step's micro-batches (every rank's) add up to.
-    Pre-training logs its masked-LM part as the micro-batch's own mean, beside the next-sentence loss."""
+    whole step's targets: then ``part`` (``objective``'s), its part of the step's loss, which the step's micro-batches
+    (every rank's) add up to: the step's token mean (pre-training's plus its next-sentence mean, as google-research/bert
+    logs the loss of the batch)."""
     if num_items is None:
         return out.loss.detach(), False
-    nsp = getattr(out, "nsp_loss", None)
-    if nsp is None:
-        return out.loss.detach(), True
-    return (out.mlm_loss + nsp).detach(), False  # in the loss's dtype, its own sum
+    return part.detach(), True
