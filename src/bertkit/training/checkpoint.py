@@ -89,7 +89,7 @@ def _disk_full_error(out_dir: Path, layout: CheckpointLayout, final: Path, weigh
     the checkpoint where it would be once the command's run is in place."""
     previous = layout.dirs(out_dir)
     needed = sum(t.numel() * t.element_size() for t in weights.values()) * 3  # weights + 2 Adam moments
-    free = shutil.disk_usage(layout.root(out_dir)).free
+    free = shutil.disk_usage(out_dir).free  # the run's own directory: the failed write removed the ones it made
     kept = f"the previous checkpoint {as_placed(str(previous[-1]))} is intact" if previous else "nothing else was changed"
     return BertkitError(
         f"{os.strerror(code)}: could not write the checkpoint {as_placed(str(final))} (it needs about {needed / 1e6:.0f} MB, "
