@@ -283,3 +283,26 @@ def test_retrieval_cutoffs_keep_their_order_and_are_refused_twice_or_empty():
                          ({"score_functions": {}}, "score_functions is empty")):
         with pytest.raises(BertkitError, match=message):
             evaluation.InformationRetrievalEvaluator(queries, corpus, relevant, **bad)
+
+
+def test_retrieval_scores_the_corpus_a_chunk_at_a_time_as_sentence_transformers():
+    """Each document has a copy under another id, in another chunk of corpus_chunk_size documents: scored a chunk at a
+    time, a copy and its original may score an ulp apart, which then decides their order, not the corpus id.
+    bertkit scored the whole corpus at once (accuracy@1 1.0, the ids deciding every tie, where sentence-transformers
+    gives 0.775 at chunks of 7 here); it now scores by chunks as sentence-transformers does."""
+    g = torch.Generator().manual_seed(0)
+    docs = {f"d{i}": torch.randn(384, generator=g) for i in range(40)}
+    table = {f"q{i}": docs[f"d{i}"] + 0.1 * torch.randn(384, generator=g) for i in range(40)} | docs | {
+        f"e{i}": docs[f"d{i}"].clone() for i in range(40)}
+    queries, relevant = {f"q{i}": f"q{i}" for i in range(40)}, {f"q{i}": {f"d{i}"} for i in range(40)}
+    corpus = {k: k for k in [*(f"e{i}" for i in range(40)), *docs]}
+    kwargs = {"score_functions": {"cosine": st.util.cos_sim}, "accuracy_at_k": [1, 2], "precision_recall_at_k": [1],
+              "mrr_at_k": [2], "ndcg_at_k": [2], "map_at_k": [2]}
+    for chunk in (50000, 7, 3):
+        want = st_evaluation.InformationRetrievalEvaluator(queries, corpus, relevant, corpus_chunk_size=chunk,
+                                                           write_csv=False, **kwargs)(_Fixed(table))
+        got = evaluation.InformationRetrievalEvaluator(queries, corpus, relevant, corpus_chunk_size=chunk,
+                                                       **kwargs)(_Fixed(table))
+        _assert_same(got, want, atol=1e-12)
+    with pytest.raises(BertkitError, match="corpus_chunk_size must be a whole number >= 1, got 0"):
+        evaluation.InformationRetrievalEvaluator(queries, corpus, relevant, corpus_chunk_size=0)
