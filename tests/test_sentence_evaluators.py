@@ -113,8 +113,9 @@ class _Fixed:
     def set_evaluation_metrics(self, *_):
         pass
 
-    def encode(self, texts, convert_to_tensor=False, **_):
+    def encode(self, texts, convert_to_tensor=False, normalize_embeddings=False, **_):
         out = torch.stack([self.table[t] for t in texts])
+        out = torch.nn.functional.normalize(out, dim=-1) if normalize_embeddings else out
         return out if convert_to_tensor else out.numpy()
 
     encode_query = encode_document = encode
@@ -222,3 +223,86 @@ def test_retrieval_primary_metric_is_chosen_at_the_first_call_and_kept():
                                                             write_csv=False)
     tied(_Fixed(unit)), tied_want(_Fixed(unit))
     assert tied.primary_metric == tied_want.primary_metric == "cosine_ndcg@10"
+
+
+def test_similarity_at_float32_precision_scores_normalized_embeddings():
+    """precision="float32" makes sentence-transformers encode normalized (normalize_embeddings=bool(precision)), so
+    dot, euclidean and manhattan score unit vectors: bertkit scored the raw embeddings (pearson_dot 0.8458 against
+    0.9272 on STS-B dev and MiniLM without its Normalize module)."""
+    table = _scaled_table(3, [f"{side}{i}" for side in "ab" for i in range(8)])
+    args = ([f"a{i}" for i in range(8)], [f"b{i}" for i in range(8)], [0.1, 0.9, 0.4, 0.3, 0.8, 0.2, 0.6, 0.5])
+    for precision in (None, "float32"):
+        kwargs = {"precision": precision, "similarity_fn_names": FNS}
+        want = st_evaluation.EmbeddingSimilarityEvaluator(*args, **kwargs)(_Fixed(table))
+        got = evaluation.EmbeddingSimilarityEvaluator(*args, **kwargs)(_Fixed(table))
+        _assert_same(got, want)
+        if precision is None:
+            raw = got
+    assert abs(raw["pearson_dot"] - got["pearson_dot"]) > 0.02  # normalizing did change the dot products
+
+
+def test_similarity_gold_scores_are_refused_before_encoding_unless_numbers_that_differ():
+    """Gold scores given as strings were converted to numbers, where sentence-transformers ranks them as text for
+    Spearman; gold scores all equal (one pair included) gave an error only once the model had encoded every pair."""
+    for scores, message in (([0.5, "4.0", 2.0], r"score 1 is the string '4.0'; give the gold scores as numbers"),
+                            ([3.0, 3.0, 3.0], r"3 gold score\(s\), all equal \(\[3.0, 3.0, 3.0\]\); a correlation"),
+                            ([1.0], r"1 gold score\(s\), all equal")):
+        with pytest.raises(BertkitError, match=message):
+            evaluation.EmbeddingSimilarityEvaluator(["a", "b", "c"][:len(scores)], ["d", "e", "f"][:len(scores)], scores)
+
+
+def test_numpy_labels_and_texts_are_taken_as_sentence_transformers_takes_them():
+    """A numpy array of labels (a DataFrame column's .values) or of texts stopped bertkit with numpy's "truth value
+    of an array is ambiguous"."""
+    table = _scaled_table(5, [f"{side}{i}" for side in "apn" for i in range(6)])
+    a, p, n = (np.array([f"{side}{i}" for i in range(6)]) for side in "apn")
+    labels = np.array([1, 0, 1, 1, 0, 0])
+    for make in (lambda e: e.BinaryClassificationEvaluator(a, p, labels, similarity_fn_names=FNS),
+                 lambda e: e.TripletEvaluator(a, p, n, similarity_fn_names=FNS)):
+        want, got = make(st_evaluation)(_Fixed(table)), make(evaluation)(_Fixed(table))
+        _assert_same(got, want, atol=1e-6)
+
+
+def test_retrieval_cutoffs_keep_their_order_and_are_refused_twice_or_empty():
+    """Each metric's keys come in the order its ks are given, as sentence-transformers lists them (bertkit sorted
+    them). A k given twice is refused: sentence-transformers counts accuracy@k and MRR@k once per mention (an
+    accuracy of 1.49 where 0.74 of the SQuAD questions find their paragraph first). An empty list of ks, or of score
+    functions, is refused too (sentence-transformers fails on it once the corpus is encoded)."""
+    queries, corpus = {f"q{i}": f"q{i}" for i in range(4)}, {f"d{i}": f"d{i}" for i in range(7)}
+    relevant = {f"q{i}": {f"d{i}", f"d{i + 3}"} for i in range(4)}
+    table = _scaled_table(2, [*queries, *corpus])
+    kwargs = {"score_functions": {"cosine": st.util.cos_sim}, "accuracy_at_k": [5, 1, 3], "precision_recall_at_k": [10, 2], "mrr_at_k": [3, 1], "map_at_k": [4, 2]}
+    want = st_evaluation.InformationRetrievalEvaluator(queries, corpus, relevant, write_csv=False, **kwargs)(
+        _Fixed(table))
+    got = evaluation.InformationRetrievalEvaluator(queries, corpus, relevant, **kwargs)(_Fixed(table))
+    _assert_same(got, want, atol=1e-12)
+    assert list(got)[:5] == ["cosine_accuracy@5", "cosine_accuracy@1", "cosine_accuracy@3", "cosine_precision@10",
+                             "cosine_precision@2"]
+    for bad, message in (({"accuracy_at_k": [1, 1, 3]}, r"accuracy_at_k is \[1, 1, 3\]; give a list of different"),
+                         ({"map_at_k": []}, r"map_at_k is \[\]; give"), ({"mrr_at_k": [0]}, r"mrr_at_k is \[0\]"),
+                         ({"score_functions": {}}, "score_functions is empty")):
+        with pytest.raises(BertkitError, match=message):
+            evaluation.InformationRetrievalEvaluator(queries, corpus, relevant, **bad)
+
+
+def test_retrieval_scores_the_corpus_a_chunk_at_a_time_as_sentence_transformers():
+    """Each document has a copy under another id, in another chunk of corpus_chunk_size documents: scored a chunk at a
+    time, a copy and its original may score an ulp apart, which then decides their order, not the corpus id.
+    bertkit scored the whole corpus at once (accuracy@1 1.0, the ids deciding every tie, where sentence-transformers
+    gives 0.775 at chunks of 7 here); it now scores by chunks as sentence-transformers does."""
+    g = torch.Generator().manual_seed(0)
+    docs = {f"d{i}": torch.randn(384, generator=g) for i in range(40)}
+    table = {f"q{i}": docs[f"d{i}"] + 0.1 * torch.randn(384, generator=g) for i in range(40)} | docs | {
+        f"e{i}": docs[f"d{i}"].clone() for i in range(40)}
+    queries, relevant = {f"q{i}": f"q{i}" for i in range(40)}, {f"q{i}": {f"d{i}"} for i in range(40)}
+    corpus = {k: k for k in [*(f"e{i}" for i in range(40)), *docs]}
+    kwargs = {"score_functions": {"cosine": st.util.cos_sim}, "accuracy_at_k": [1, 2], "precision_recall_at_k": [1],
+              "mrr_at_k": [2], "ndcg_at_k": [2], "map_at_k": [2]}
+    for chunk in (50000, 7, 3):
+        want = st_evaluation.InformationRetrievalEvaluator(queries, corpus, relevant, corpus_chunk_size=chunk,
+                                                           write_csv=False, **kwargs)(_Fixed(table))
+        got = evaluation.InformationRetrievalEvaluator(queries, corpus, relevant, corpus_chunk_size=chunk,
+                                                       **kwargs)(_Fixed(table))
+        _assert_same(got, want, atol=1e-12)
+    with pytest.raises(BertkitError, match="corpus_chunk_size must be a whole number >= 1, got 0"):
+        evaluation.InformationRetrievalEvaluator(queries, corpus, relevant, corpus_chunk_size=0)

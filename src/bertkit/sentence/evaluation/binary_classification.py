@@ -82,7 +82,7 @@ class BinaryClassificationEvaluator(ResultsCsv, EmbeddingEvaluator):
         if not len(sentences1) == len(sentences2) == len(labels):
             raise BertkitError(f"BinaryClassificationEvaluator: {len(sentences1)} sentences1, {len(sentences2)} "
                                f"sentences2 and {len(labels)} labels; give one label per pair")
-        if not labels:
+        if not len(labels):  # a numpy array of labels has no truth value
             raise BertkitError("BinaryClassificationEvaluator: no pairs to evaluate")
         self.labels = binary_labels(labels, "BinaryClassificationEvaluator")
         if not self.labels.any():

@@ -1,7 +1,7 @@
 """InformationRetrievalEvaluator: embed queries and a corpus, rank the corpus for each query by the model's
-similarity (exact search, ties broken by corpus id), and score the ranking against the relevant documents:
-accuracy@k, precision@k, recall@k, MRR@k, nDCG@k (binary relevance) and MAP@k, as sentence-transformers
-computes them (same keys, same numbers)."""
+similarity (exact search, ``corpus_chunk_size`` documents scored at a time, ties broken by corpus id), and score
+the ranking against the relevant documents: accuracy@k, precision@k, recall@k, MRR@k, nDCG@k (binary relevance)
+and MAP@k, as sentence-transformers computes them (same keys, same numbers)."""
 
 from __future__ import annotations
 
@@ -52,9 +52,19 @@ class InformationRetrievalEvaluator(ResultsCsv, EmbeddingEvaluator):
             raise BertkitError(f"InformationRetrievalEvaluator{f' {name!r}' if name else ''}: {len(missing)} relevant "
                                f"document id(s) are not in the corpus, e.g. {missing[:5]}; add them to corpus, or "
                                "remove them from relevant_docs")
-        ks = [*mrr_at_k, *ndcg_at_k, *accuracy_at_k, *precision_recall_at_k, *map_at_k]
-        if not ks or any(isinstance(k, bool) or not isinstance(k, int) or k < 1 for k in ks):
-            raise BertkitError(f"InformationRetrievalEvaluator: every k must be a whole number >= 1, got {ks}")
+        cutoffs = {"mrr_at_k": mrr_at_k, "ndcg_at_k": ndcg_at_k, "accuracy_at_k": accuracy_at_k,
+                   "precision_recall_at_k": precision_recall_at_k, "map_at_k": map_at_k}
+        for what, ks in cutoffs.items():
+            # a k given twice is counted twice in sentence-transformers' accuracy@k and MRR@k (an accuracy of 2)
+            if not ks or len(set(ks)) < len(ks) or any(isinstance(k, bool) or not isinstance(k, int) or k < 1
+                                                      for k in ks):
+                raise BertkitError(f"InformationRetrievalEvaluator: {what} is {ks!r}; give a list of different whole "
+                                   "numbers >= 1")
+        if isinstance(corpus_chunk_size, bool) or not isinstance(corpus_chunk_size, int) or corpus_chunk_size < 1:
+            raise BertkitError(f"corpus_chunk_size must be a whole number >= 1, got {corpus_chunk_size!r}")
+        if score_functions is not None and not score_functions:
+            raise BertkitError("InformationRetrievalEvaluator: score_functions is empty; give {name: function}, or "
+                               "None for the model's similarity function")
         self.query_ids = [q for q in queries if relevant_docs.get(q)]
         if not self.query_ids:
             raise BertkitError("InformationRetrievalEvaluator: no query has a relevant document in relevant_docs")
@@ -64,7 +74,8 @@ class InformationRetrievalEvaluator(ResultsCsv, EmbeddingEvaluator):
         self.relevant_docs = relevant_docs
         self.mrr_at_k, self.ndcg_at_k, self.accuracy_at_k = mrr_at_k, ndcg_at_k, accuracy_at_k
         self.precision_recall_at_k, self.map_at_k = precision_recall_at_k, map_at_k
-        self.max_k = max(ks)
+        self.max_k = max(k for ks in cutoffs.values() for k in ks)
+        self.corpus_chunk_size = corpus_chunk_size
         self.batch_size, self.show_progress_bar, self.name = batch_size, show_progress_bar, name
         self.truncate_dim, self.score_functions = truncate_dim, score_functions
         self.main_score_function = main_score_function
@@ -80,8 +91,12 @@ class InformationRetrievalEvaluator(ResultsCsv, EmbeddingEvaluator):
         q = self.embed(model, self.queries, "query", prompt=self.query_prompt, prompt_name=self.query_prompt_name)
         c = self.embed(model, self.corpus, "document", prompt=self.corpus_prompt, prompt_name=self.corpus_prompt_name)
         metrics: dict[str, float] = {}
+        n, size = len(self.corpus), self.corpus_chunk_size
+        chunks = [torch.arange(a, min(a + size, n), device=c.device) for a in range(0, n, size)]
         for fn_name, fn in functions.items():
-            ranked = self.rank(fn(q, c))
+            # scored corpus_chunk_size documents at a time, as sentence-transformers scores them: equal documents in
+            # two chunks may score an ulp apart, and that, not the corpus id, then orders them
+            ranked = self.rank(torch.cat([fn(q, c.index_select(0, rows)) for rows in chunks], dim=1))
             for key, value in self.compute_metrics(ranked).items():
                 metrics[f"{fn_name}_{key}"] = value
         columns = [(fn, key) for fn in sorted(functions) for key in self.csv_metrics()]
@@ -136,6 +151,5 @@ class InformationRetrievalEvaluator(ResultsCsv, EmbeddingEvaluator):
                         found += 1
                         total += found / (r + 1)
                 out.setdefault(f"map@{k}", []).append(total / min(k, len(relevant)))
-        order = ["accuracy", "precision", "recall", "ndcg", "mrr", "map"]
-        keys = sorted(out, key=lambda key: (order.index(key.split("@")[0]), int(key.split("@")[1])))
-        return {key: float(np.mean(out[key])) for key in keys}
+        order = ["accuracy", "precision", "recall", "ndcg", "mrr", "map"]  # each metric's ks in the order given
+        return {key: float(np.mean(out[key])) for key in sorted(out, key=lambda key: order.index(key.split("@")[0]))}

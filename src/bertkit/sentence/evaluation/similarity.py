@@ -58,10 +58,18 @@ class EmbeddingSimilarityEvaluator(ResultsCsv, EmbeddingEvaluator):
         if not len(sentences1) == len(sentences2) == len(scores):
             raise BertkitError(f"EmbeddingSimilarityEvaluator: {len(sentences1)} sentences1, {len(sentences2)} "
                                f"sentences2 and {len(scores)} scores; give one score per pair")
+        text = next(((i, s) for i, s in enumerate(scores) if isinstance(s, (str, bytes))), None)
+        if text:  # scipy ranks strings as text ("10" before "9"), so sentence-transformers' Spearman is of the text
+            raise BertkitError(f"EmbeddingSimilarityEvaluator: score {text[0]} is the string {text[1]!r}; give the "
+                               f"gold scores as numbers (float({text[1]!r}))")
+        if len(set(map(float, scores))) < 2:
+            raise BertkitError(f"EmbeddingSimilarityEvaluator: {len(scores)} gold score(s), all equal "
+                               f"({list(scores)[:3]}); a correlation needs at least two different scores")
         if precision not in (None, "float32"):
             raise BertkitError(f"EmbeddingSimilarityEvaluator(precision={precision!r}) is not implemented in bertkit; "
                                "evaluate in float32")
         self.sentences1, self.sentences2, self.scores = list(sentences1), list(sentences2), list(scores)
+        self.precision = precision
         self.batch_size, self.show_progress_bar, self.name, self.truncate_dim = batch_size, show_progress_bar, name, truncate_dim
         self.main_similarity = similarity_function(main_similarity) if main_similarity else None
         self.similarity_fn_names = [similarity_function(n) for n in similarity_fn_names or []] or (
@@ -69,6 +77,11 @@ class EmbeddingSimilarityEvaluator(ResultsCsv, EmbeddingEvaluator):
         self.primary_metric: str | None = None
         self.write_csv = write_csv
         self.csv_file = results_csv_name("similarity_evaluation", name, precision)
+
+    def encode_options(self) -> dict[str, Any]:
+        # sentence-transformers encodes at a given precision normalized, float32 included: dot, euclidean and
+        # manhattan then score unit vectors
+        return super().encode_options() | {"normalize_embeddings": self.precision is not None}
 
     def __call__(self, model: Any, output_path: str | None = None, epoch: int = -1, steps: int = -1) -> dict[str, float]:
         e1, e2 = self.embed(model, self.sentences1), self.embed(model, self.sentences2)

@@ -33,7 +33,7 @@ class TripletEvaluator(ResultsCsv, EmbeddingEvaluator):
         if not len(anchors) == len(positives) == len(negatives):
             raise BertkitError(f"TripletEvaluator: {len(anchors)} anchors, {len(positives)} positives and "
                                f"{len(negatives)} negatives; give one positive and one negative per anchor")
-        if not anchors:
+        if not len(anchors):  # a numpy array of texts has no truth value
             raise BertkitError("TripletEvaluator: no triplets to evaluate")
         self.anchors, self.positives, self.negatives = list(anchors), list(positives), list(negatives)
         self.main_similarity_function = similarity_function(main_similarity_function) \

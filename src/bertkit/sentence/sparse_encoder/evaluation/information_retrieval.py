@@ -9,7 +9,6 @@ from typing import Any
 
 import torch
 
-from bertkit.errors import BertkitError
 from bertkit.sentence.evaluation.information_retrieval import InformationRetrievalEvaluator
 from bertkit.sentence.sparse_encoder.evaluation.base import SparseEvaluator, sparsity
 
@@ -35,14 +34,11 @@ class SparseInformationRetrievalEvaluator(SparseEvaluator, InformationRetrievalE
                  write_predictions: bool = False):
         # sentence-transformers' order: max_active_dims where the dense evaluator has truncate_dim, so a script that
         # passes the arguments by position gives each its meaning
-        if isinstance(corpus_chunk_size, bool) or not isinstance(corpus_chunk_size, int) or corpus_chunk_size < 1:
-            raise BertkitError(f"corpus_chunk_size must be a whole number >= 1, got {corpus_chunk_size!r}")
         super().__init__(queries, corpus, relevant_docs, corpus_chunk_size, mrr_at_k, ndcg_at_k, accuracy_at_k,
                          precision_recall_at_k, map_at_k, show_progress_bar, batch_size, name, write_csv,
                          score_functions=score_functions, main_score_function=main_score_function,
                          query_prompt=query_prompt, query_prompt_name=query_prompt_name, corpus_prompt=corpus_prompt,
                          corpus_prompt_name=corpus_prompt_name, write_predictions=write_predictions)
-        self.corpus_chunk_size = corpus_chunk_size
         self.max_active_dims = max_active_dims
         self.sparsity_stats: dict[str, float] = {}
 
