@@ -348,6 +348,26 @@ def test_information_retrieval_evaluator_takes_its_arguments_in_sentence_transfo
         assert got[key] == pytest.approx(value, abs=1e-6), key
 
 
+def test_sparse_evaluators_refuse_a_bad_max_active_dims_when_made():
+    """Before any work: an evaluator handed to the trainer first runs after eval_steps of training (and their
+    checkpoints), where encode would refuse it (bertkit accepted max_active_dims 0 when the evaluator was made, as
+    sentence-transformers does). Above the vocabulary size is refused by encode, before the evaluator encodes."""
+    from bertkit.sentence.sparse_encoder import evaluation
+
+    makers = {"SparseInformationRetrievalEvaluator": lambda k: evaluation.SparseInformationRetrievalEvaluator(
+                  {"q": "a question"}, {"d": "a document"}, {"q": {"d"}}, max_active_dims=k),
+              "SparseEmbeddingSimilarityEvaluator": lambda k: evaluation.SparseEmbeddingSimilarityEvaluator(
+                  ["a"], ["b"], [1.0], max_active_dims=k),
+              "SparseTripletEvaluator": lambda k: evaluation.SparseTripletEvaluator(["a"], ["b"], ["c"], max_active_dims=k),
+              "SparseRerankingEvaluator": lambda k: evaluation.SparseRerankingEvaluator(
+                  [{"query": "a", "positive": ["b"], "negative": ["c"]}], max_active_dims=k)}
+    for name, make in makers.items():
+        for k in (0, -3, 2.5, True, "5"):
+            with pytest.raises(BertkitError, match=rf"{name}: max_active_dims {k!r} must be a whole number >= 1"):
+                make(k)
+        assert make(np.int64(5)).max_active_dims == 5 and make(None).max_active_dims is None
+
+
 def test_sparse_evaluators_not_implemented_are_refused_by_name():
     """Every sparse evaluator sentence-transformers has: bertkit's, or refused naming what to use instead."""
     from sentence_transformers.sparse_encoder import evaluation as reference

@@ -3,11 +3,13 @@ embedding kept until the evaluator has read its sparsity (``sparsity_of``), as s
 
 from __future__ import annotations
 
+import numbers
 from abc import ABC, abstractmethod
 from typing import Any
 
 import torch
 
+from bertkit.errors import BertkitError
 from bertkit.sentence.evaluation.base import ResultsCsv, prefixed
 
 
@@ -18,9 +20,21 @@ class SparseEvaluator(ABC):
     prefix. ``sparsity_stats`` keeps the last call's statistics. The results CSV is the dense evaluator's with the
     statistics' columns after its own (and every line ended ``\\r\\n``), as sentence-transformers writes it."""
 
-    max_active_dims: int | None
     name: str
     csv_lineterminator = "\r\n"  # sentence-transformers rewrites the file with Python's csv writer to add the columns
+
+    @property
+    def max_active_dims(self) -> int | None:
+        return self._max_active_dims
+
+    @max_active_dims.setter
+    def max_active_dims(self, k: Any) -> None:
+        # checked when the evaluator is made: one given to the trainer first runs after steps of training; the
+        # vocabulary size, which bounds it too, is the model's, checked by encode before the evaluator encodes
+        if k is not None and (isinstance(k, bool) or not isinstance(k, numbers.Integral) or k < 1):
+            raise BertkitError(f"{type(self).__name__}: max_active_dims {k!r} must be a whole number >= 1 (at most the "
+                               "model's vocabulary size), or None for the model's")
+        self._max_active_dims = None if k is None else int(k)
 
     def __call__(self, model: Any, output_path: str | None = None, epoch: int = -1, steps: int = -1) -> dict[str, float]:
         self._embedded: list[torch.Tensor] = []
