@@ -357,7 +357,7 @@ def test_sparse_evaluators_refuse_a_bad_max_active_dims_when_made():
     makers = {"SparseInformationRetrievalEvaluator": lambda k: evaluation.SparseInformationRetrievalEvaluator(
                   {"q": "a question"}, {"d": "a document"}, {"q": {"d"}}, max_active_dims=k),
               "SparseEmbeddingSimilarityEvaluator": lambda k: evaluation.SparseEmbeddingSimilarityEvaluator(
-                  ["a"], ["b"], [1.0], max_active_dims=k),
+                  ["a", "c"], ["b", "d"], [1.0, 0.0], max_active_dims=k),
               "SparseTripletEvaluator": lambda k: evaluation.SparseTripletEvaluator(["a"], ["b"], ["c"], max_active_dims=k),
               "SparseRerankingEvaluator": lambda k: evaluation.SparseRerankingEvaluator(
                   [{"query": "a", "positive": ["b"], "negative": ["c"]}], max_active_dims=k)}
