@@ -134,10 +134,13 @@ def _steer(name, state, control):
 def test_every_control_flag_does_what_it_does_in_transformers(checkpoint, tmp_path):
     settings = dict(per_device_train_batch_size=4, gradient_accumulation_steps=1, num_train_epochs=3,
                     logging_steps=8, eval_strategy="no", save_strategy="no", steer=_steer)
-    theirs, _ = _run(transformers, checkpoint, tmp_path / "hf", **settings)
+    theirs, reference = _run(transformers, checkpoint, tmp_path / "hf", **settings)
     ours, trainer = _run(bertkit, checkpoint, tmp_path / "bk", **settings)
     assert ours == theirs
     history = trainer.state.log_history
+    # train_loss is the mean of the 7 steps trained, the 4 after the last log (at 3) too, as transformers reports it
+    train_loss = [[h["train_loss"] for h in t.state.log_history if "train_loss" in h] for t in (trainer, reference)]
+    assert train_loss[0] == pytest.approx(train_loss[1], rel=1e-5)
     assert sorted(p.name for p in (tmp_path / "bk").glob("checkpoint-*")) == ["checkpoint-1", "checkpoint-2"]  # save
     assert [h["step"] for h in history if "eval_loss" in h][:1] == [2]  # should_evaluate
     assert [h["step"] for h in history if "loss" in h] == [3]  # should_log

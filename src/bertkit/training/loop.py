@@ -73,6 +73,9 @@ class TrainResult:
     step: int
     history: list[dict] = field(default_factory=list)  # every metrics.jsonl record of this run
     skipped_nonfinite: int = 0
+    # the mean loss of the steps this call trained (not a resumed run's earlier ones), logged or not (a callback's
+    # should_training_stop ends a run between logs), as transformers' Trainer reports train_loss; 0.0 for no step
+    train_loss: float = 0.0
 
     @property
     def last_eval(self) -> dict | None:
@@ -162,6 +165,8 @@ class _Run:
     window: dict
     bar: Any = None
     window_n: float = 0.0  # the steps in the logging window (``settle``)
+    trained_loss: float = 0.0  # the window's loss sum and steps over every step this call trained (train_loss)
+    trained_n: float = 0.0
     seqs: int = 0
     tokens: int = 0
     t0: float = 0.0
@@ -402,7 +407,10 @@ class _Run:
             if self.spoiled is not None and not self.info.enabled:
                 break
             if math.isfinite(value) and m.counted:
-                self.window["loss"] = self.window.get("loss", 0.0) + (loss if m.logged[1] else loss * share)
+                part = loss if m.logged[1] else loss * share
+                self.window["loss"] = self.window.get("loss", 0.0) + part
+                self.trained_loss += part
+                self.trained_n += share
                 for k, v in m.metrics.items():
                     self.window[k] = self.window.get(k, 0.0) + v * share
                 self.window_n += share
@@ -501,7 +509,8 @@ class _Run:
         if self.args.save_strategy != "no" and self.saved_at != self.pos.step:
             self.checkpoint()
         self.log_file.close()
-        return TrainResult(self.pos.step, self.log_file.history, self.pos.skipped)
+        sums, n, _, _ = over_ranks({"loss": self.trained_loss}, self.trained_n, 0, 0)
+        return TrainResult(self.pos.step, self.log_file.history, self.pos.skipped, sums["loss"] / (n or 1))
 
 
 def run_fingerprint(args: TrainingSettings, fingerprint: dict[str, Any] | None) -> dict[str, Any]:
