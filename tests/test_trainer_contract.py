@@ -23,7 +23,7 @@ import torch
 import bertkit
 from bertkit import staging
 from bertkit.errors import BertkitError
-from trainer_helpers import TEST, TRAIN, KillAt, Killed, accuracy, tiny_classifier
+from trainer_helpers import TEST, TRAIN, KillAt, Killed, _losses, accuracy, tiny_classifier
 
 transformers = pytest.importorskip("transformers")
 datasets = pytest.importorskip("datasets")
@@ -88,7 +88,9 @@ def _run(lib, checkpoint: Path, out: Path, steer=None, callbacks_extra=None, **o
 
 @pytest.mark.parametrize("overrides", [
     {},  # accumulation (substeps), evaluation and checkpoints every 3 steps, the last step's
-    dict(gradient_accumulation_steps=1, max_steps=11, eval_strategy="epoch", save_strategy="epoch"),  # cut short
+    # cut short; an epoch's log comes after on_epoch_end, the cut epoch's too
+    dict(gradient_accumulation_steps=1, max_steps=11, logging_strategy="epoch", eval_strategy="epoch",
+         save_strategy="epoch"),
 ], ids=["steps", "epochs"])
 def test_callbacks_see_what_transformers_callbacks_see(checkpoint, tmp_path, overrides):
     theirs, _ = _run(transformers, checkpoint, tmp_path / "hf", **overrides)
@@ -349,6 +351,29 @@ def test_save_total_limit_holds_across_killed_runs(checkpoint, tmp_path):
         assert len(list(out.glob("checkpoint-*"))) <= 2
     _trainer(checkpoint, out, save_total_limit=2).train(resume_from_checkpoint=True)
     assert sorted(p.name for p in out.glob("checkpoint-*")) == ["checkpoint-6", "checkpoint-8"]
+
+
+def test_an_epochs_log_after_a_checkpoint_at_its_last_step_survives_a_kill_between_the_two(checkpoint, tmp_path):
+    """logging_strategy "epoch" logs after on_epoch_end, so after the checkpoint of the epoch's last step (4 steps
+    an epoch, save_steps 4): a run killed between the two logs that epoch when resumed, as the whole run did."""
+
+    class KillAtSave(bertkit.TrainerCallback):
+        def on_save(self, args, state, control, **kwargs):
+            if state.global_step == 4:
+                raise Killed
+
+    settings = dict(train=TRAIN[:16], logging_strategy="epoch", save_steps=4)
+    whole = _trainer(checkpoint, tmp_path / "whole", **settings)
+    whole.train()
+    killed = _trainer(checkpoint, tmp_path / "run", **settings)
+    killed.add_callback(KillAtSave())
+    with pytest.raises(Killed):
+        killed.train()
+    again = _trainer(checkpoint, tmp_path / "run", **settings)
+    again.train(resume_from_checkpoint=True)
+    assert [step for step, _, _ in _losses(whole.state.log_history)] == [4, 8]
+    logs = [[h for h in t.state.log_history if "loss" in h] for t in (again, whole)]
+    assert logs[0] == logs[1] and {"grad_norm", "learning_rate"} <= set(logs[0][0])
 
 
 @pytest.mark.parametrize("limit", [1, 2, 3])

@@ -28,7 +28,7 @@ from bertkit._hardware import resolve_device, warn_if_bf16_is_emulated
 from bertkit._parallel import DistInfo
 from bertkit.errors import BertkitError, NonFiniteError
 from bertkit.settings import TrainingSettings, checkpoint_fields, resume_fingerprint
-from bertkit.training.batch_plan import Batch, BatchPlan, epoch_loader, steps_per_epoch
+from bertkit.training.batch_plan import Batch, BatchPlan, epoch_loader
 from bertkit.training.callbacks import TrainerControl
 from bertkit.training.checkpoint import (
     STEP_LAYOUT,
@@ -231,7 +231,11 @@ class _Run:
             run.log_file.open_tensorboard()
         run.bar = _progress(total, run.pos.step, args.progress and info.is_main)
         run.window_n = float(run.window.pop("_n", 0))
-        run.logged_at = run.pos.step
+        # the step of the newest train record: an epoch's log comes after a checkpoint written at its last step, so
+        # a run killed between the two still owes it; one killed after it logged it, and must not count it again
+        run.logged_at = max((r["step"] for r in run.log_file.history if r["split"] == "train"), default=0)
+        if run.logged_at == run.pos.step:
+            run.window, run.window_n = {}, 0.0
         run.t0 = time.perf_counter()
         run.token_losses = accepts_num_items(model)
         module.train()
@@ -244,6 +248,8 @@ class _Run:
         self.scheduler.load_state_dict(state["scheduler"])
         self.scaler.load_state_dict(state["scaler"])
         pos = self.pos = Position(**state["position"])
+        last = state.get("last_step", {})  # (a checkpoint written before it was kept: its next log has its own)
+        self.step_lr, self.grad_norm = last.get("lr", 0.0), last.get("grad_norm")
         self.window = restore_rank_state(state, info, self.args.seed, pos.step, self.device)
         written_by = state["world_size"]
         if info.is_main:
@@ -302,6 +308,7 @@ class _Run:
         if not (ended or control.should_epoch_stop or control.should_training_stop or pos.step >= self.total):
             return  # a phase's last step within an epoch: the next phase starts its own epochs
         # not evaluated before a kill at this step, nor at this step's end
+        control.should_log |= self.args.logging_strategy == "epoch"
         control.should_evaluate |= self.args.eval_strategy == "epoch" and not self.log_file.evaluated_at(pos.step)
         control.should_save |= (self.args.save_strategy == "epoch" and pos.step < self.total
                                 and not control.should_training_stop)
@@ -382,7 +389,9 @@ class _Run:
         pos.step += 1
         self.bar.update(1)
         control, last = self.control, pos.step == self.total
-        control.should_log |= pos.step % self.log_every == 0 or last
+        # logging_strategy "epoch" logs at the epoch's end (run_epoch), after on_epoch_end as transformers does; so
+        # does the run's last step there
+        control.should_log |= pos.step % self.log_every == 0 or (last and self.args.logging_strategy != "epoch")
         control.should_evaluate |= bool(self.eval_every) and (pos.step % self.eval_every == 0 or last)
         control.should_save |= bool(self.save_every) and (last or pos.step % self.save_every == 0)
         self.event("step_end")
@@ -496,6 +505,8 @@ class _Run:
                 "scaler": self.scaler.state_dict(), "rank_rng": rng, "world_size": self.info.world_size,
                 "position": dataclasses.asdict(self.pos), "fingerprint": self.fingerprint,
                 "windows": windows,  # partial logging-window sums: resumed logs equal uninterrupted ones
+                # what the step's log reports, for a log after the checkpoint (an epoch's, at its end)
+                "last_step": {"lr": self.step_lr, "grad_norm": self.grad_norm},
             }, self.pos.step, self.args.save_total_limit or 2**62, self.model, layout=self.hooks.layout,
                 write_extra=self.hooks.write_extra, protect=self.hooks.protect)
         self.saved_at = self.pos.step
@@ -520,12 +531,10 @@ def run_fingerprint(args: TrainingSettings, fingerprint: dict[str, Any] | None) 
 
 
 def cadence(args: TrainingSettings, phases: list[Phase]) -> dict[str, int | None]:
-    """Every how many optimiser steps the run logs, evaluates and saves ("epoch" evaluation and saving happen in
-    ``run_epoch``; the last step is always logged)."""
+    """Every how many optimiser steps the run logs, evaluates and saves ("epoch" logging, evaluation and saving
+    happen in ``run_epoch``; the last step is always logged)."""
     total = sum(p.steps for p in phases)
-    per_epoch = steps_per_epoch(phases[0].plan, args.gradient_accumulation_steps)
-    log_every = {"steps": args.steps_of(args.logging_steps, total), "epoch": per_epoch, "no": total + 1}
-    return {"log_every": log_every[args.logging_strategy],
+    return {"log_every": args.steps_of(args.logging_steps, total) if args.logging_strategy == "steps" else total + 1,
             "eval_every": (args.steps_of(args.eval_steps or args.logging_steps, total)
                            if args.eval_strategy == "steps" else None),
             "save_every": args.steps_of(args.save_steps, total) if args.save_strategy == "steps" else None}
