@@ -10,6 +10,7 @@ kills, a stray checkpoint directory).
 
 from __future__ import annotations
 
+import json
 import logging
 import math
 import re
@@ -355,7 +356,8 @@ def test_save_total_limit_holds_across_killed_runs(checkpoint, tmp_path):
 
 def test_an_epochs_log_after_a_checkpoint_at_its_last_step_survives_a_kill_between_the_two(checkpoint, tmp_path):
     """logging_strategy "epoch" logs after on_epoch_end, so after the checkpoint of the epoch's last step (4 steps
-    an epoch, save_steps 4): a run killed between the two logs that epoch when resumed, as the whole run did."""
+    an epoch, save_steps 4): a run killed between the two, or later in the next epoch (its metrics.jsonl holding the
+    log, its checkpoint's trainer_state.json not), logs that epoch when resumed there, once, as the whole run did."""
 
     class KillAtSave(bertkit.TrainerCallback):
         def on_save(self, args, state, control, **kwargs):
@@ -365,15 +367,19 @@ def test_an_epochs_log_after_a_checkpoint_at_its_last_step_survives_a_kill_betwe
     settings = dict(train=TRAIN[:16], logging_strategy="epoch", save_steps=4)
     whole = _trainer(checkpoint, tmp_path / "whole", **settings)
     whole.train()
-    killed = _trainer(checkpoint, tmp_path / "run", **settings)
-    killed.add_callback(KillAtSave())
-    with pytest.raises(Killed):
-        killed.train()
-    again = _trainer(checkpoint, tmp_path / "run", **settings)
-    again.train(resume_from_checkpoint=True)
     assert [step for step, _, _ in _losses(whole.state.log_history)] == [4, 8]
-    logs = [[h for h in t.state.log_history if "loss" in h] for t in (again, whole)]
-    assert logs[0] == logs[1] and {"grad_norm", "learning_rate"} <= set(logs[0][0])
+    for kill in (KillAtSave(), KillAt(6)):
+        out = tmp_path / type(kill).__name__
+        killed = _trainer(checkpoint, out, **settings)
+        killed.add_callback(kill)
+        with pytest.raises(Killed):
+            killed.train()
+        again = _trainer(checkpoint, out, **settings)
+        again.train(resume_from_checkpoint=True)
+        logs = [[h for h in t.state.log_history if "loss" in h] for t in (again, whole)]
+        assert logs[0] == logs[1] and {"grad_norm", "learning_rate"} <= set(logs[0][0])
+        assert [r["step"] for r in map(json.loads, (out / "metrics.jsonl").read_text().splitlines())
+                if r["split"] == "train"] == [4, 8]
 
 
 @pytest.mark.parametrize("limit", [1, 2, 3])

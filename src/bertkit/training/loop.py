@@ -232,17 +232,15 @@ class _Run:
         run.bar = _progress(total, run.pos.step, args.progress and info.is_main)
         run.window_n = float(run.window.pop("_n", 0))
         # the step of the newest train record: an epoch's log comes after a checkpoint written at its last step, so
-        # a run killed between the two still owes it; one killed after it logged it, and must not count it again
+        # the run resumed there owes it
         run.logged_at = max((r["step"] for r in run.log_file.history if r["split"] == "train"), default=0)
-        if run.logged_at == run.pos.step:
-            run.window, run.window_n = {}, 0.0
         run.t0 = time.perf_counter()
         run.token_losses = accepts_num_items(model)
         module.train()
         return run
 
     def restore(self, path: Path, state: dict) -> None:
-        """Continue from the checkpoint at ``path``, metrics.jsonl cut back to its step."""
+        """Continue from the checkpoint at ``path``, metrics.jsonl cut back to the records it found."""
         info = self.info
         load_optimizer_state(self.optimizer, state["optimizer"])
         self.scheduler.load_state_dict(state["scheduler"])
@@ -260,7 +258,7 @@ class _Run:
                     "sample position (step %d; phase %d, epoch %d, global micro-batch %d), but the ranks' random "
                     "states were re-seeded, so dropout differs from an uninterrupted run", info.world_size,
                     written_by, pos.step, pos.phase, pos.epoch, pos.batch)
-        self.log_file.resume(pos.step)
+        self.log_file.resume(pos.step, state.get("records"))
 
     def begin(self) -> None:
         """Seed a fresh run and start its metrics.jsonl."""
@@ -507,6 +505,7 @@ class _Run:
                 "windows": windows,  # partial logging-window sums: resumed logs equal uninterrupted ones
                 # what the step's log reports, for a log after the checkpoint (an epoch's, at its end)
                 "last_step": {"lr": self.step_lr, "grad_norm": self.grad_norm},
+                "records": len(self.log_file.history),  # metrics.jsonl's, which a resume cuts back to
             }, self.pos.step, self.args.save_total_limit or 2**62, self.model, layout=self.hooks.layout,
                 write_extra=self.hooks.write_extra, protect=self.hooks.protect)
         self.saved_at = self.pos.step
