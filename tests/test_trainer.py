@@ -299,6 +299,12 @@ def test_resume_from_checkpoint_reproduces_the_uninterrupted_run(checkpoint, tmp
     resumed_steps = [loss for step, loss, _ in _losses(whole.state.log_history) if step > 3]
     assert result.training_loss == pytest.approx(sum(resumed_steps) / len(resumed_steps), rel=1e-9)
     assert result.training_loss != pytest.approx(whole_result.training_loss, rel=1e-6)
+    # checkpoint-3 between two logs (logging_steps 2: step 3's loss waits in the window): still the mean of steps 4-8,
+    # not one that weighs the step-4 log (the mean of steps 3 and 4) as step 4's loss
+    with pytest.raises(Killed):
+        _bertkit_trainer(checkpoint, tmp_path / "between", callbacks=[KillAt(4)], dropout=0.1, logging_steps=2).train()
+    between = _bertkit_trainer(checkpoint, tmp_path / "between", dropout=0.1, logging_steps=2)
+    assert between.train(resume_from_checkpoint=True).training_loss == pytest.approx(result.training_loss, rel=1e-9)
     finished = _bertkit_trainer(checkpoint, tmp_path / "whole", dropout=0.1).train(resume_from_checkpoint=True)
     assert finished.global_step == 8  # a finished run trains no further step (transformers 5.24 trains one past it)
     for (name, a), (_, b) in zip(again.model.state_dict().items(), whole.model.state_dict().items()):

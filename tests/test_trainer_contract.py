@@ -10,6 +10,7 @@ kills, a stray checkpoint directory).
 
 from __future__ import annotations
 
+import json
 import logging
 import math
 import re
@@ -23,7 +24,7 @@ import torch
 import bertkit
 from bertkit import staging
 from bertkit.errors import BertkitError
-from trainer_helpers import TEST, TRAIN, KillAt, Killed, accuracy, tiny_classifier
+from trainer_helpers import TEST, TRAIN, KillAt, Killed, _losses, accuracy, tiny_classifier
 
 transformers = pytest.importorskip("transformers")
 datasets = pytest.importorskip("datasets")
@@ -88,7 +89,9 @@ def _run(lib, checkpoint: Path, out: Path, steer=None, callbacks_extra=None, **o
 
 @pytest.mark.parametrize("overrides", [
     {},  # accumulation (substeps), evaluation and checkpoints every 3 steps, the last step's
-    dict(gradient_accumulation_steps=1, max_steps=11, eval_strategy="epoch", save_strategy="epoch"),  # cut short
+    # cut short; an epoch's log comes after on_epoch_end, the cut epoch's too
+    dict(gradient_accumulation_steps=1, max_steps=11, logging_strategy="epoch", eval_strategy="epoch",
+         save_strategy="epoch"),
 ], ids=["steps", "epochs"])
 def test_callbacks_see_what_transformers_callbacks_see(checkpoint, tmp_path, overrides):
     theirs, _ = _run(transformers, checkpoint, tmp_path / "hf", **overrides)
@@ -134,10 +137,13 @@ def _steer(name, state, control):
 def test_every_control_flag_does_what_it_does_in_transformers(checkpoint, tmp_path):
     settings = dict(per_device_train_batch_size=4, gradient_accumulation_steps=1, num_train_epochs=3,
                     logging_steps=8, eval_strategy="no", save_strategy="no", steer=_steer)
-    theirs, _ = _run(transformers, checkpoint, tmp_path / "hf", **settings)
+    theirs, reference = _run(transformers, checkpoint, tmp_path / "hf", **settings)
     ours, trainer = _run(bertkit, checkpoint, tmp_path / "bk", **settings)
     assert ours == theirs
     history = trainer.state.log_history
+    # train_loss is the mean of the 7 steps trained, the 4 after the last log (at 3) too, as transformers reports it
+    train_loss = [[h["train_loss"] for h in t.state.log_history if "train_loss" in h] for t in (trainer, reference)]
+    assert train_loss[0] == pytest.approx(train_loss[1], rel=1e-5)
     assert sorted(p.name for p in (tmp_path / "bk").glob("checkpoint-*")) == ["checkpoint-1", "checkpoint-2"]  # save
     assert [h["step"] for h in history if "eval_loss" in h][:1] == [2]  # should_evaluate
     assert [h["step"] for h in history if "loss" in h] == [3]  # should_log
@@ -346,6 +352,34 @@ def test_save_total_limit_holds_across_killed_runs(checkpoint, tmp_path):
         assert len(list(out.glob("checkpoint-*"))) <= 2
     _trainer(checkpoint, out, save_total_limit=2).train(resume_from_checkpoint=True)
     assert sorted(p.name for p in out.glob("checkpoint-*")) == ["checkpoint-6", "checkpoint-8"]
+
+
+def test_an_epochs_log_after_a_checkpoint_at_its_last_step_survives_a_kill_between_the_two(checkpoint, tmp_path):
+    """logging_strategy "epoch" logs after on_epoch_end, so after the checkpoint of the epoch's last step (4 steps
+    an epoch, save_steps 4): a run killed between the two, or later in the next epoch (its metrics.jsonl holding the
+    log, its checkpoint's trainer_state.json not), logs that epoch when resumed there, once, as the whole run did."""
+
+    class KillAtSave(bertkit.TrainerCallback):
+        def on_save(self, args, state, control, **kwargs):
+            if state.global_step == 4:
+                raise Killed
+
+    settings = dict(train=TRAIN[:16], logging_strategy="epoch", save_steps=4)
+    whole = _trainer(checkpoint, tmp_path / "whole", **settings)
+    whole.train()
+    assert [step for step, _, _ in _losses(whole.state.log_history)] == [4, 8]
+    for kill in (KillAtSave(), KillAt(6)):
+        out = tmp_path / type(kill).__name__
+        killed = _trainer(checkpoint, out, **settings)
+        killed.add_callback(kill)
+        with pytest.raises(Killed):
+            killed.train()
+        again = _trainer(checkpoint, out, **settings)
+        again.train(resume_from_checkpoint=True)
+        logs = [[h for h in t.state.log_history if "loss" in h] for t in (again, whole)]
+        assert logs[0] == logs[1] and {"grad_norm", "learning_rate"} <= set(logs[0][0])
+        assert [r["step"] for r in map(json.loads, (out / "metrics.jsonl").read_text().splitlines())
+                if r["split"] == "train"] == [4, 8]
 
 
 @pytest.mark.parametrize("limit", [1, 2, 3])

@@ -28,7 +28,7 @@ from bertkit._hardware import resolve_device, warn_if_bf16_is_emulated
 from bertkit._parallel import DistInfo
 from bertkit.errors import BertkitError, NonFiniteError
 from bertkit.settings import TrainingSettings, checkpoint_fields, resume_fingerprint
-from bertkit.training.batch_plan import Batch, BatchPlan, epoch_loader, steps_per_epoch
+from bertkit.training.batch_plan import Batch, BatchPlan, epoch_loader
 from bertkit.training.callbacks import TrainerControl
 from bertkit.training.checkpoint import (
     STEP_LAYOUT,
@@ -73,6 +73,9 @@ class TrainResult:
     step: int
     history: list[dict] = field(default_factory=list)  # every metrics.jsonl record of this run
     skipped_nonfinite: int = 0
+    # the mean loss of the steps this call trained (not a resumed run's earlier ones), logged or not (a callback's
+    # should_training_stop ends a run between logs), as transformers' Trainer reports train_loss; 0.0 for no step
+    train_loss: float = 0.0
 
     @property
     def last_eval(self) -> dict | None:
@@ -162,6 +165,8 @@ class _Run:
     window: dict
     bar: Any = None
     window_n: float = 0.0  # the steps in the logging window (``settle``)
+    trained_loss: float = 0.0  # the window's loss sum and steps over every step this call trained (train_loss)
+    trained_n: float = 0.0
     seqs: int = 0
     tokens: int = 0
     t0: float = 0.0
@@ -226,20 +231,24 @@ class _Run:
             run.log_file.open_tensorboard()
         run.bar = _progress(total, run.pos.step, args.progress and info.is_main)
         run.window_n = float(run.window.pop("_n", 0))
-        run.logged_at = run.pos.step
+        # the step of the newest train record: an epoch's log comes after a checkpoint written at its last step, so
+        # the run resumed there owes it
+        run.logged_at = max((r["step"] for r in run.log_file.history if r["split"] == "train"), default=0)
         run.t0 = time.perf_counter()
         run.token_losses = accepts_num_items(model)
         module.train()
         return run
 
     def restore(self, path: Path, state: dict) -> None:
-        """Continue from the checkpoint at ``path``, metrics.jsonl cut back to its step."""
+        """Continue from the checkpoint at ``path``, metrics.jsonl cut back to the records it found."""
         info = self.info
         load_optimizer_state(self.optimizer, state["optimizer"])
         self.scheduler.load_state_dict(state["scheduler"])
         self.scaler.load_state_dict(state["scaler"])
         pos = self.pos = Position(**state["position"])
         self.saved_at = pos.step  # a finished run's last checkpoint is this one: not written again at its end
+        last = state.get("last_step", {})  # (a checkpoint written before it was kept: its next log has its own)
+        self.step_lr, self.grad_norm = last.get("lr", 0.0), last.get("grad_norm")
         self.window = restore_rank_state(state, info, self.args.seed, pos.step, self.device)
         written_by = state["world_size"]
         if info.is_main:
@@ -250,7 +259,7 @@ class _Run:
                     "sample position (step %d; phase %d, epoch %d, global micro-batch %d), but the ranks' random "
                     "states were re-seeded, so dropout differs from an uninterrupted run", info.world_size,
                     written_by, pos.step, pos.phase, pos.epoch, pos.batch)
-        self.log_file.resume(pos.step)
+        self.log_file.resume(pos.step, state.get("records"))
 
     def begin(self) -> None:
         """Seed a fresh run and start its metrics.jsonl."""
@@ -298,6 +307,7 @@ class _Run:
         if not (ended or control.should_epoch_stop or control.should_training_stop or pos.step >= self.total):
             return  # a phase's last step within an epoch: the next phase starts its own epochs
         # not evaluated before a kill at this step, nor at this step's end
+        control.should_log |= self.args.logging_strategy == "epoch"
         control.should_evaluate |= self.args.eval_strategy == "epoch" and not self.log_file.evaluated_at(pos.step)
         control.should_save |= (self.args.save_strategy == "epoch" and pos.step < self.total
                                 and not control.should_training_stop)
@@ -380,7 +390,9 @@ class _Run:
         pos.step += 1
         self.bar.update(1)
         control, last = self.control, pos.step == self.total
-        control.should_log |= pos.step % self.log_every == 0 or last
+        # logging_strategy "epoch" logs at the epoch's end (run_epoch), after on_epoch_end as transformers does; so
+        # does the run's last step there
+        control.should_log |= pos.step % self.log_every == 0 or (last and self.args.logging_strategy != "epoch")
         control.should_evaluate |= bool(self.eval_every) and (pos.step % self.eval_every == 0 or last)
         control.should_save |= bool(self.save_every) and (last or pos.step % self.save_every == 0)
         self.event("step_end")
@@ -405,7 +417,10 @@ class _Run:
             if self.spoiled is not None and not self.info.enabled:
                 break
             if math.isfinite(value) and m.counted:
-                self.window["loss"] = self.window.get("loss", 0.0) + (loss if m.logged[1] else loss * share)
+                part = loss if m.logged[1] else loss * share
+                self.window["loss"] = self.window.get("loss", 0.0) + part
+                self.trained_loss += part
+                self.trained_n += share
                 for k, v in m.metrics.items():
                     self.window[k] = self.window.get(k, 0.0) + v * share
                 self.window_n += share
@@ -491,6 +506,9 @@ class _Run:
                 "scaler": self.scaler.state_dict(), "rank_rng": rng, "world_size": self.info.world_size,
                 "position": dataclasses.asdict(self.pos), "fingerprint": self.fingerprint,
                 "windows": windows,  # partial logging-window sums: resumed logs equal uninterrupted ones
+                # what the step's log reports, for a log after the checkpoint (an epoch's, at its end)
+                "last_step": {"lr": self.step_lr, "grad_norm": self.grad_norm},
+                "records": len(self.log_file.history),  # metrics.jsonl's, which a resume cuts back to
             }, self.pos.step, self.args.save_total_limit or 2**62, self.model, layout=self.hooks.layout,
                 write_extra=self.hooks.write_extra, protect=self.hooks.protect)
         self.saved_at = self.pos.step
@@ -504,7 +522,8 @@ class _Run:
         if self.args.save_strategy != "no" and self.saved_at != self.pos.step:
             self.checkpoint()
         self.log_file.close()
-        return TrainResult(self.pos.step, self.log_file.history, self.pos.skipped)
+        sums, n, _, _ = over_ranks({"loss": self.trained_loss}, self.trained_n, 0, 0)
+        return TrainResult(self.pos.step, self.log_file.history, self.pos.skipped, sums["loss"] / (n or 1))
 
 
 def run_fingerprint(args: TrainingSettings, fingerprint: dict[str, Any] | None) -> dict[str, Any]:
@@ -514,12 +533,10 @@ def run_fingerprint(args: TrainingSettings, fingerprint: dict[str, Any] | None) 
 
 
 def cadence(args: TrainingSettings, phases: list[Phase]) -> dict[str, int | None]:
-    """Every how many optimiser steps the run logs, evaluates and saves ("epoch" evaluation and saving happen in
-    ``run_epoch``; the last step is always logged)."""
+    """Every how many optimiser steps the run logs, evaluates and saves ("epoch" logging, evaluation and saving
+    happen in ``run_epoch``; the last step is always logged)."""
     total = sum(p.steps for p in phases)
-    per_epoch = steps_per_epoch(phases[0].plan, args.gradient_accumulation_steps)
-    log_every = {"steps": args.steps_of(args.logging_steps, total), "epoch": per_epoch, "no": total + 1}
-    return {"log_every": log_every[args.logging_strategy],
+    return {"log_every": args.steps_of(args.logging_steps, total) if args.logging_strategy == "steps" else total + 1,
             "eval_every": (args.steps_of(args.eval_steps or args.logging_steps, total)
                            if args.eval_strategy == "steps" else None),
             "save_every": args.steps_of(args.save_steps, total) if args.save_strategy == "steps" else None}

@@ -33,9 +33,11 @@ class RunLog:
             record(self.path, appends=True, data=b"")  # before it is written: a kill leaves it recorded
             atomic_write_text(self.path, "")
 
-    def resume(self, step: int) -> None:
-        """The history up to ``step`` (the checkpoint's); the records after it (a killed run's) are dropped."""
-        self.history = [r for r in _read_jsonl(self.path) if r["step"] <= step]
+    def resume(self, step: int, records: int | None = None) -> None:
+        """The history as the checkpoint of ``step`` found it, its first ``records`` (None: those up to ``step``); the
+        records after it (a killed run's: an epoch's log and evaluation come after its last step's checkpoint, which
+        the resumed run makes again) are dropped."""
+        self.history = [r for r in _read_jsonl(self.path) if r["step"] <= step][:records]
         if self.writes:
             text = "".join(json.dumps(r) + "\n" for r in self.history)
             record(self.path, appends=True, data=text.encode("utf-8"))

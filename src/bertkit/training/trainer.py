@@ -261,7 +261,7 @@ class Trainer:
             # rank 0 may still be writing it (the last checkpoint) when the other ranks get here: they wait for it
             agree(True, "training")
             load_model_state(self._module, read_state(Path(self.state.best_model_checkpoint))["model"])
-        loss = _mean_train_loss(result.history, start_step)
+        loss = result.train_loss
         done = result.step - start_step
         metrics = {"train_runtime": seconds, "train_samples_per_second": done * accum * plan.batch_size * info.world_size
                    / max(seconds, 1e-9), "train_steps_per_second": done / max(seconds, 1e-9), "train_loss": loss}
@@ -572,10 +572,3 @@ def _fp16(requested: bool, device: str) -> bool:
 def _plain(value: Any) -> Any:
     return value.item() if hasattr(value, "item") and getattr(value, "ndim", 1) == 0 else value
 
-
-def _mean_train_loss(history: list[dict[str, Any]], since: int = 0) -> float:
-    """The mean training loss of the steps after ``since`` (a resumed run's checkpoint step), as transformers reports
-    it: each logged loss weighted by the steps it covers, over the steps this ``train()`` call took."""
-    losses = [(r["step"], r["loss"]) for r in history if r.get("split") == "train" and "loss" in r and r["step"] > since]
-    steps_before = [since] + [s for s, _ in losses[:-1]]
-    return sum(v * (s - p) for (s, v), p in zip(losses, steps_before)) / max(1, losses[-1][0] - since) if losses else 0.0
