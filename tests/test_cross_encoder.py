@@ -308,6 +308,14 @@ def test_what_bertkit_does_not_implement_is_refused_by_name(directory, rows, tmp
         with pytest.raises(BertkitError, match=rf"max_length {limit} must be a whole number in \[3, 512\]"):
             model.max_length = limit
     assert model.max_length == 32
+    # sentence-transformers takes max_length=0 and then cuts no pair (past 512 tokens the encoder fails); read as "not
+    # given", it cut pairs at the directory's length instead: scores 4e-6 apart on SQuAD pairs, more on long ones
+    with pytest.raises(BertkitError, match=r"max_length 0 must be a whole number in \[3, 512\]"):
+        CrossEncoder(directory, max_length=0)
+    # a top_k that is no count failed in the slice after every document was scored (1.5), or dropped the last (-1)
+    for top_k in (1.5, -1, True, "3"):
+        with pytest.raises(BertkitError, match=re.escape(f"top_k must be a whole number >= 0 or None, got {top_k!r}")):
+            model.rank("q", ["a", "b"], top_k=top_k)
     with pytest.raises(BertkitError, match="prompts"):
         CrossEncoderTrainingArguments(output_dir="unused", prompts="query: ")
     with pytest.raises(BertkitError, match="LambdaLoss takes a query column, a column of document lists"):

@@ -159,8 +159,9 @@ class CrossEncoder(ReferenceCalls, nn.Module):
         overrides = {} if num_labels is None else {"num_labels": num_labels}
         self.model = BertForSequenceClassification.from_pretrained(encoder_dir, **overrides)
         self.tokenizer = AutoTokenizer.from_pretrained(encoder_dir)
-        self.max_length = max_length or declared or min(self.tokenizer.model_max_length,
-                                                        self.model.config.max_position_embeddings)
+        # 0 is checked, not taken for "not given": sentence-transformers cuts no pair at 0
+        self.max_length = max_length if max_length is not None else declared or min(
+            self.tokenizer.model_max_length, self.model.config.max_position_embeddings)
         saved = saved_activation(path, self.model.config.extra)
         if activation_fn is not None:
             self.activation_fn = activation_fn
@@ -316,6 +317,10 @@ class CrossEncoder(ReferenceCalls, nn.Module):
         if apply_softmax is not None:
             logger.warning("CrossEncoder.rank's apply_softmax has no effect (rank needs a one-label model, whose "
                            "softmax is 1), as in sentence-transformers 6: leave it out")
+        if top_k is not None and (isinstance(top_k, bool) or not isinstance(top_k, int) or top_k < 0):
+            # sentence-transformers slices by it: 1.5 failed after every document was scored, -1 dropped the last
+            raise BertkitError(f"rank()'s top_k must be a whole number >= 0 or None, got {top_k!r}: the documents "
+                               "to return, best first (None: all of them)")
         if self.num_labels != 1:
             raise BertkitError(f"rank() needs a one-label cross-encoder; this one has {self.num_labels} labels: use "
                                "predict() on (query, document) pairs")
