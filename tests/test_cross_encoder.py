@@ -51,6 +51,11 @@ def test_predict_and_rank_give_sentence_transformers_scores(directory, rows, tmp
         torch.testing.assert_close(raw, want_model.predict(pairs, activation_fn=torch.nn.Identity(),
                                                            convert_to_tensor=True), atol=2e-5, rtol=0)
     assert got_model.predict(pairs[0]) == pytest.approx(float(got[0]), abs=1e-6)  # one pair: one score
+    # numpy scores are float32 whatever dtype the activation gives, as there (these were float64 and int64)
+    for activation in (lambda x: x.double(), lambda x: (x > 0).long()):
+        st_scores, scores = (m.predict(pairs, activation_fn=activation) for m in (want_model, got_model))
+        assert scores.dtype == st_scores.dtype == np.float32
+        np.testing.assert_allclose(scores, st_scores, atol=2e-6, rtol=0)
     np.testing.assert_allclose(got_model.predict(np.array(pairs), batch_size=4), want, atol=2e-6, rtol=0)  # (N, 2)
     with pytest.raises(BertkitError, match="got a set: pass a list"):  # no order to give the scores back in
         got_model.predict(set(pairs))

@@ -250,7 +250,7 @@ class CrossEncoder(ReferenceCalls, nn.Module):
                 show_progress_bar: bool | None = None, activation_fn: Callable | None = None,
                 apply_softmax: bool | None = False, convert_to_numpy: bool = True, convert_to_tensor: bool = False,
                 device: str | None = None, **unknown: Any) -> Any:
-        """Score (a, b) pairs: a numpy array by default ((N,) for one label, (N, labels) otherwise), a tensor with
+        """Score (a, b) pairs: a float32 numpy array by default ((N,) for one label, (N, labels) otherwise), a tensor with
         ``convert_to_tensor``, a list of tensors with both conversions off; one pair gives one score. Pairs run
         longest first in batches of ``batch_size`` and come back in their order. ``activation_fn`` (default: the
         model's) is applied to the logits; ``apply_softmax`` then normalises several labels' scores. No pairs give
@@ -288,6 +288,8 @@ class CrossEncoder(ReferenceCalls, nn.Module):
             scores = scores.squeeze(-1)
         if apply_softmax and scores.ndim > 1:
             scores = torch.softmax(scores, dim=1)
+        if convert_to_numpy and not convert_to_tensor:  # float32 whatever the activation gives, as there
+            scores = scores.float()
         return as_requested(scores, convert_to_tensor, convert_to_numpy, single, self.device)
 
     @torch.inference_mode()
