@@ -303,10 +303,18 @@ def test_what_bertkit_does_not_implement_is_refused_by_name(directory, rows, tmp
                          ({"trust_remote_code": True}, "trust_remote_code"), ({"colour": 1}, "colour")):
         with pytest.raises(BertkitError, match=name):
             CrossEncoder(directory, **kwargs)
+    # sentence-transformers' old names, taken there with a warning: refused naming the new one ("unknown" before)
+    with pytest.raises(BertkitError, match="old name of activation_fn: pass activation_fn="):
+        CrossEncoder(directory, default_activation_function=torch.nn.Identity())
     model = CrossEncoder(directory, max_length=32)
-    for kwargs, name in (({"pool": object()}, "pool"), ({"prompt": "q: "}, "prompt"), ({"colour": 1}, "colour")):
+    for kwargs, name in (({"pool": object()}, "pool"), ({"prompt": "q: "}, "prompt"), ({"colour": 1}, "colour"),
+                         ({"activation_fct": torch.nn.Identity()}, "old name of activation_fn: pass activation_fn="),
+                         ({"num_workers": 2}, "no effect in sentence-transformers 6 either: drop it")):
         with pytest.raises(BertkitError, match=name):
             model.predict([("a", "b")], **kwargs)
+    with pytest.raises(BertkitError, match=re.escape("rank(convert_to_tensor=...) is not implemented in bertkit: rank "
+                                                     "returns Python floats")):
+        model.rank("q", ["a"], convert_to_tensor=True)
     with pytest.raises(BertkitError, match="pairs"):
         model.predict(["a", "b", "c"])
     for limit in (600, 2):  # refused where it is set (at predict it was the encoder's error, advising the tokenizer)

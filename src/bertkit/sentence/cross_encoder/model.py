@@ -63,6 +63,8 @@ _REFUSED_INIT = {
     "config_kwargs": "use num_labels=, or edit config.json",
     "model_card_data": "bertkit writes no model card; drop this argument",
     "keep_in_fp32_modules": "bertkit's classifier runs in the model's dtype; drop this argument",
+    "default_activation_function": "sentence-transformers' old name of activation_fn: pass activation_fn=",
+    "classifier_dropout": "set classifier_dropout in config.json (it acts in training only)",
 }
 # predict()/rank() arguments bertkit does not implement
 _REFUSED_CALL = {
@@ -70,6 +72,11 @@ _REFUSED_CALL = {
     "prompt_name": "prompts are not implemented for cross-encoders: put the text before the query yourself",
     "pool": "multi-process inference is not implemented: call predict in one process",
     "chunk_size": "multi-process inference is not implemented: call predict in one process",
+    "activation_fct": "sentence-transformers' old name of activation_fn: pass activation_fn=",
+    "num_workers": "it has no effect in sentence-transformers 6 either: drop it",
+    # predict takes these; rank returns Python floats (sentence-transformers 6 ignores them there)
+    "convert_to_numpy": "rank returns Python floats, whatever it is given: drop it",
+    "convert_to_tensor": "rank returns Python floats, whatever it is given: drop it",
 }
 
 
