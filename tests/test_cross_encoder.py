@@ -303,6 +303,9 @@ def test_what_bertkit_does_not_implement_is_refused_by_name(directory, rows, tmp
                          ({"trust_remote_code": True}, "trust_remote_code"), ({"colour": 1}, "colour")):
         with pytest.raises(BertkitError, match=name):
             CrossEncoder(directory, **kwargs)
+    with pytest.raises(FileNotFoundError, match="cross-encoder/ms-marco-MiniLM-L6-v2 does not exist; bertkit loads "
+                                                "local directories"):
+        CrossEncoder("cross-encoder/ms-marco-MiniLM-L6-v2")
     # sentence-transformers' old names, taken there with a warning: refused naming the new one ("unknown" before)
     with pytest.raises(BertkitError, match="old name of activation_fn: pass activation_fn="):
         CrossEncoder(directory, default_activation_function=torch.nn.Identity())

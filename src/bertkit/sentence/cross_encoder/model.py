@@ -131,6 +131,9 @@ class CrossEncoder(ReferenceCalls, nn.Module):
         if not local_files_only:
             raise BertkitError("bertkit.sentence loads local directories only; download the model and pass its path")
         path = model_path(model_name_or_path, "CrossEncoder")
+        if not path.is_dir():  # a Hub id among them: "has no config.json" below sent the user looking for the file
+            raise FileNotFoundError(f"cross-encoder directory {path} does not exist; bertkit loads local directories: "
+                                    "pass the path of one (a Hub model: download it first)")
         modules = read_modules(path)
         types = module_types(modules) if modules is not None else ["Transformer"]
         # sentence-transformers reads sentence_bert_config.json and config_sentence_transformers.json only beside a
