@@ -63,6 +63,8 @@ _REFUSED_INIT = {
     "config_kwargs": "use num_labels=, or edit config.json",
     "model_card_data": "bertkit writes no model card; drop this argument",
     "keep_in_fp32_modules": "bertkit's classifier runs in the model's dtype; drop this argument",
+    "default_activation_function": "sentence-transformers' old name of activation_fn: pass activation_fn=",
+    "classifier_dropout": "set classifier_dropout in config.json (it acts in training only)",
 }
 # predict()/rank() arguments bertkit does not implement
 _REFUSED_CALL = {
@@ -70,6 +72,11 @@ _REFUSED_CALL = {
     "prompt_name": "prompts are not implemented for cross-encoders: put the text before the query yourself",
     "pool": "multi-process inference is not implemented: call predict in one process",
     "chunk_size": "multi-process inference is not implemented: call predict in one process",
+    "activation_fct": "sentence-transformers' old name of activation_fn: pass activation_fn=",
+    "num_workers": "it has no effect in sentence-transformers 6 either: drop it",
+    # predict takes these; rank returns Python floats (sentence-transformers 6 ignores them there)
+    "convert_to_numpy": "rank returns Python floats, whatever it is given: drop it",
+    "convert_to_tensor": "rank returns Python floats, whatever it is given: drop it",
 }
 
 
@@ -124,6 +131,9 @@ class CrossEncoder(ReferenceCalls, nn.Module):
         if not local_files_only:
             raise BertkitError("bertkit.sentence loads local directories only; download the model and pass its path")
         path = model_path(model_name_or_path, "CrossEncoder")
+        if not path.is_dir():  # a Hub id among them: "has no config.json" below sent the user looking for the file
+            raise FileNotFoundError(f"cross-encoder directory {path} does not exist; bertkit loads local directories: "
+                                    "pass the path of one (a Hub model: download it first)")
         modules = read_modules(path)
         types = module_types(modules) if modules is not None else ["Transformer"]
         # sentence-transformers reads sentence_bert_config.json and config_sentence_transformers.json only beside a
@@ -159,8 +169,9 @@ class CrossEncoder(ReferenceCalls, nn.Module):
         overrides = {} if num_labels is None else {"num_labels": num_labels}
         self.model = BertForSequenceClassification.from_pretrained(encoder_dir, **overrides)
         self.tokenizer = AutoTokenizer.from_pretrained(encoder_dir)
-        self.max_length = max_length or declared or min(self.tokenizer.model_max_length,
-                                                        self.model.config.max_position_embeddings)
+        # 0 is checked, not taken for "not given": sentence-transformers cuts no pair at 0
+        self.max_length = max_length if max_length is not None else declared or min(
+            self.tokenizer.model_max_length, self.model.config.max_position_embeddings)
         saved = saved_activation(path, self.model.config.extra)
         if activation_fn is not None:
             self.activation_fn = activation_fn
@@ -249,7 +260,7 @@ class CrossEncoder(ReferenceCalls, nn.Module):
                 show_progress_bar: bool | None = None, activation_fn: Callable | None = None,
                 apply_softmax: bool | None = False, convert_to_numpy: bool = True, convert_to_tensor: bool = False,
                 device: str | None = None, **unknown: Any) -> Any:
-        """Score (a, b) pairs: a numpy array by default ((N,) for one label, (N, labels) otherwise), a tensor with
+        """Score (a, b) pairs: a float32 numpy array by default ((N,) for one label, (N, labels) otherwise), a tensor with
         ``convert_to_tensor``, a list of tensors with both conversions off; one pair gives one score. Pairs run
         longest first in batches of ``batch_size`` and come back in their order. ``activation_fn`` (default: the
         model's) is applied to the logits; ``apply_softmax`` then normalises several labels' scores. No pairs give
@@ -287,6 +298,8 @@ class CrossEncoder(ReferenceCalls, nn.Module):
             scores = scores.squeeze(-1)
         if apply_softmax and scores.ndim > 1:
             scores = torch.softmax(scores, dim=1)
+        if convert_to_numpy and not convert_to_tensor:  # float32 whatever the activation gives, as there
+            scores = scores.float()
         return as_requested(scores, convert_to_tensor, convert_to_numpy, single, self.device)
 
     @torch.inference_mode()
@@ -316,6 +329,10 @@ class CrossEncoder(ReferenceCalls, nn.Module):
         if apply_softmax is not None:
             logger.warning("CrossEncoder.rank's apply_softmax has no effect (rank needs a one-label model, whose "
                            "softmax is 1), as in sentence-transformers 6: leave it out")
+        if top_k is not None and (isinstance(top_k, bool) or not isinstance(top_k, int) or top_k < 0):
+            # sentence-transformers slices by it: 1.5 failed after every document was scored, -1 dropped the last
+            raise BertkitError(f"rank()'s top_k must be a whole number >= 0 or None, got {top_k!r}: the documents "
+                               "to return, best first (None: all of them)")
         if self.num_labels != 1:
             raise BertkitError(f"rank() needs a one-label cross-encoder; this one has {self.num_labels} labels: use "
                                "predict() on (query, document) pairs")
