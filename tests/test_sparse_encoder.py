@@ -609,3 +609,14 @@ def test_the_tokenizers_model_max_length_is_max_seq_length(layouts, texts):
     ours.tokenizer.model_max_length = 600
     with pytest.raises(BertkitError, match=r"max_seq_length \(the tokenizer's model_max_length\) 600 must be"):
         ours.encode_document(texts[:2])
+
+
+def test_a_fill_mask_transformers_max_seq_length_of_0_is_refused_not_read_as_the_default(tmp_path, tiny_checkpoint,
+                                                                                         minilm_dir):
+    """Was: ``Transformer(path, max_seq_length=0)`` cut texts at the checkpoint's 512 without a word."""
+    from bertkit.sentence.sparse_encoder.modules import Transformer
+
+    directory = tiny_checkpoint(tmp_path / "tiny", "BertForPreTraining", tokenizer=minilm_dir)
+    assert Transformer(directory, max_seq_length=7).max_seq_length == 7
+    with pytest.raises(BertkitError, match="max_seq_length 0"):
+        Transformer(directory, max_seq_length=0)

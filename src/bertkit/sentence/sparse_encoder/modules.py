@@ -298,8 +298,9 @@ class Transformer(nn.Module):
                                f"tokenizer {words}; each SPLADE dimension is a word piece, so they must be the "
                                "same: use the checkpoint's own tokenizer, or resize the embeddings to the tokenizer")
         try:
-            self.max_seq_length = max_seq_length or min(self.tokenizer.model_max_length,
-                                                        self.model.config.max_position_embeddings)
+            # 0 is a length (refused), not "the default": sentence-transformers cuts at what it is given
+            self.max_seq_length = max_seq_length if max_seq_length is not None else min(
+                self.tokenizer.model_max_length, self.model.config.max_position_embeddings)
         except BertkitError as e:
             raise BertkitError(f"{path}: {e}; lower it in {SBERT_CONFIG}") from None
         self.do_lower_case = bool(do_lower_case)
