@@ -306,3 +306,28 @@ def test_retrieval_scores_the_corpus_a_chunk_at_a_time_as_sentence_transformers(
         _assert_same(got, want, atol=1e-12)
     with pytest.raises(BertkitError, match="corpus_chunk_size must be a whole number >= 1, got 0"):
         evaluation.InformationRetrievalEvaluator(queries, corpus, relevant, corpus_chunk_size=0)
+
+
+def test_a_bad_batch_size_is_refused_when_the_evaluator_is_made():
+    """Was: accepted until the first call, which for an evaluator given to a trainer comes after eval_steps of
+    training and their checkpoints (sparse evaluators inherit the check)."""
+    from bertkit.sentence.sparse_encoder import evaluation as sparse
+
+    makers = {
+        "InformationRetrievalEvaluator": lambda b: evaluation.InformationRetrievalEvaluator(
+            {"q": "a question"}, {"d": "a document"}, {"q": {"d"}}, batch_size=b),
+        "EmbeddingSimilarityEvaluator": lambda b: evaluation.EmbeddingSimilarityEvaluator(
+            ["a", "c"], ["b", "d"], [1.0, 0.0], batch_size=b),
+        "BinaryClassificationEvaluator": lambda b: evaluation.BinaryClassificationEvaluator(
+            ["a", "c"], ["b", "d"], [1, 0], batch_size=b),
+        "TripletEvaluator": lambda b: evaluation.TripletEvaluator(["a"], ["b"], ["c"], batch_size=b),
+        "RerankingEvaluator": lambda b: evaluation.RerankingEvaluator(
+            [{"query": "a", "positive": ["b"], "negative": ["c"]}], batch_size=b),
+        "ParaphraseMiningEvaluator": lambda b: evaluation.ParaphraseMiningEvaluator({1: "a", 2: "b"}, batch_size=b),
+        "SparseTripletEvaluator": lambda b: sparse.SparseTripletEvaluator(["a"], ["b"], ["c"], batch_size=b),
+    }
+    for name, make in makers.items():
+        for bad in (0, -1, 2.5, True, "8"):
+            with pytest.raises(BertkitError, match=rf"{name}: batch_size {bad!r} must be a whole number >= 1"):
+                make(bad)
+        assert make(np.int64(4)).batch_size == 4

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import csv
 import io
+import numbers
 import os
 from collections.abc import Mapping, Sequence, Set
 from pathlib import Path
@@ -54,9 +55,19 @@ def refuse_nonfinite(outputs: Any, inputs: Sequence[Any], who: str, what: str) -
 class EmbeddingEvaluator:
     """An evaluator that embeds its texts with ``embed``, in batches of ``batch_size``, at ``truncate_dim``."""
 
-    batch_size: int
     show_progress_bar: bool
     truncate_dim: int | None
+
+    @property
+    def batch_size(self) -> int:
+        return self._batch_size
+
+    @batch_size.setter
+    def batch_size(self, value: Any) -> None:
+        # checked when the evaluator is made: one given to a trainer first runs after eval_steps of training
+        if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < 1:
+            raise BertkitError(f"{type(self).__name__}: batch_size {value!r} must be a whole number >= 1")
+        self._batch_size = int(value)
 
     def embed(self, model: Any, texts: list[str], kind: str | None = None, **prompt: Any) -> torch.Tensor:
         """``texts``' (N, D) embeddings, encoded as queries (``kind`` "query"), documents ("document") or plain texts

@@ -8,7 +8,7 @@ from collections.abc import Hashable, Iterable, Mapping
 from typing import Any
 
 from bertkit.errors import BertkitError
-from bertkit.sentence.evaluation.base import ResultsCsv, prefixed, refuse_nonfinite, results_csv_name
+from bertkit.sentence.evaluation.base import EmbeddingEvaluator, ResultsCsv, prefixed, results_csv_name
 from bertkit.sentence.util import paraphrase_mining_embeddings
 
 
@@ -32,7 +32,7 @@ def _closure(duplicates: set[tuple[Hashable, Hashable]]) -> set[tuple[Hashable, 
     return closed
 
 
-class ParaphraseMiningEvaluator(ResultsCsv):
+class ParaphraseMiningEvaluator(ResultsCsv, EmbeddingEvaluator):
     """``average_precision``, ``f1``, ``precision``, ``recall`` and ``threshold`` of the pairs mined from
     ``sentences_map`` ({id: sentence}) against the duplicates (``duplicates_list`` of id pairs and/or
     ``duplicates_dict`` {id1: {id2: bool}}, which sentence-transformers documents as symmetric; a pair counts in
@@ -62,9 +62,7 @@ class ParaphraseMiningEvaluator(ResultsCsv):
         self.csv_file = results_csv_name("paraphrase_mining_evaluation", name)
 
     def __call__(self, model: Any, output_path: str | None = None, epoch: int = -1, steps: int = -1) -> dict[str, float]:
-        embeddings = model.encode(self.sentences, show_progress_bar=self.show_progress_bar, batch_size=self.batch_size,
-                                  convert_to_tensor=True, truncate_dim=self.truncate_dim)  # util.paraphrase_mining's
-        refuse_nonfinite(embeddings, self.sentences, "ParaphraseMiningEvaluator", "embedding")
+        embeddings = self.embed(model, self.sentences)  # util.paraphrase_mining's encode
         mined = paraphrase_mining_embeddings(embeddings, self.query_chunk_size, self.corpus_chunk_size, self.max_pairs,
                                              self.top_k)
         total = self.total_num_duplicates
