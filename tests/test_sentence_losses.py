@@ -221,3 +221,16 @@ def test_importing_a_loss_bertkit_does_not_implement_names_what_to_use():
     for name in set(st_losses.__all__) - set(losses.__all__):  # each of sentence-transformers' names, helpers too
         with pytest.raises(BertkitError, match=f"losses.{name} is not implemented in bertkit: "):
             getattr(losses, name)
+
+
+@pytest.mark.parametrize("name,columns,labels", [
+    ("MarginMSELoss", 3, torch.tensor([0.3, -1.2, 2.0, 0.0, 5.1, -0.4])),
+    ("DistillKLDivLoss", 3, torch.arange(12.0).reshape(6, 2).cos() * 3)])
+def test_a_matrix_similarity_in_a_distillation_loss_is_refused(name, columns, labels):
+    """Was: cos_sim's (B, B) scores broadcast against the (B, 1) margins into a loss of other pairs, with only torch's
+    broadcasting warning (MarginMSELoss), or failed inside torch."""
+    from bertkit.sentence.util import cos_sim
+
+    loss = getattr(losses, name)(_Dim(), similarity_fct=cos_sim)
+    with pytest.raises(BertkitError, match=rf"{name}: similarity_fct gave scores of the shape \(6, 6\) for 6 pairs"):
+        loss.compute_loss_from_embeddings(_embeddings(columns), labels)

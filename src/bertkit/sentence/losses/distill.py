@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
+from typing import Any
 
 import torch
 from torch import Tensor, nn
@@ -23,6 +24,17 @@ def _labels(name: str, labels: Tensor | None, what: str) -> Tensor:
     if labels is None:
         raise BertkitError(f"{name} needs the teacher's scores as the label column ('label' or 'score'): {what}")
     return labels
+
+
+def _pairwise(loss: Any, a: Tensor, b: Tensor) -> Tensor:
+    """``loss.similarity_fct`` of each row of ``a`` with its row of ``b``: (B,). A matrix similarity (cos_sim: every
+    row with every row, (B, B)) would broadcast against the labels into another loss, or fail inside torch."""
+    scores = loss.similarity_fct(a, b)
+    if scores.shape != a.shape[:1]:
+        raise BertkitError(f"{type(loss).__name__}: similarity_fct gave scores of the shape {tuple(scores.shape)} for "
+                           f"{len(a)} pairs; it must score each row with its own pair, as util.pairwise_dot_score "
+                           "and util.pairwise_cos_sim do, not every row with every row (cos_sim, dot_score)")
+    return scores
 
 
 class MarginMSELoss(SentenceLoss):
@@ -50,8 +62,8 @@ class MarginMSELoss(SentenceLoss):
             raise BertkitError(f"{type(self).__name__}: labels of the shape {tuple(labels.shape)} for {B} rows and "
                                f"{n} negative column(s); give per row the {n} margin(s) sim(q, pos) - sim(q, neg_i), "
                                f"or the teacher's {n + 1} scores (positive first)")
-        scores = self.similarity_fct(query, positive)  # (B,)
-        margins = torch.stack([scores - self.similarity_fct(query, neg) for neg in negatives], dim=1)  # (B, n)
+        scores = _pairwise(self, query, positive)  # (B,)
+        margins = torch.stack([scores - _pairwise(self, query, neg) for neg in negatives], dim=1)  # (B, n)
         return self.loss_fct(margins, labels.detach().to(margins.dtype))
 
 
@@ -83,7 +95,7 @@ class DistillKLDivLoss(SentenceLoss):
         if labels.shape != (B, n):
             raise BertkitError(f"{name}: teacher scores of the shape {tuple(labels.shape)}; give {n} per row (one per "
                                f"candidate column), ({B}, {n}) for this batch")
-        student = torch.stack([self.similarity_fct(query, c) for c in candidates], dim=1) / self.student_temperature
+        student = torch.stack([_pairwise(self, query, c) for c in candidates], dim=1) / self.student_temperature
         teacher = torch.softmax(labels.detach().to(student.dtype) / self.teacher_temperature, dim=1)  # (B, n)
         if not self._checked_teacher:  # once: reading the scores back stalls an accelerator
             self._checked_teacher = True
