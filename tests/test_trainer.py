@@ -787,6 +787,26 @@ def test_default_collator_picks_among_label_columns_as_transformers(columns):
     assert ours["labels"].tolist() == theirs["labels"].tolist() == wanted
 
 
+def test_default_collator_reads_dataclass_features_as_transformers():
+    """InputFeatures-like dataclasses (the older GLUE processors' output): transformers collates their fields; bertkit
+    failed with "'F' object is not iterable"."""
+    import dataclasses
+
+    @dataclasses.dataclass
+    class F:
+        input_ids: list
+        attention_mask: list
+        label: int
+
+    features = [F([101, 7592, 102], [1, 1, 1], 1), F([101, 2088, 102], [1, 1, 1], 0)]
+    ours, theirs = bertkit.DefaultDataCollator()(features), transformers.DefaultDataCollator()(features)
+    assert sorted(ours) == sorted(theirs) == ["attention_mask", "input_ids", "labels"]
+    for key in theirs:
+        assert ours[key].tolist() == theirs[key].tolist() and ours[key].dtype == theirs[key].dtype, key
+    with pytest.raises(BertkitError, match="a feature is list"):
+        bertkit.DefaultDataCollator()([[101, 102]])
+
+
 def test_whole_word_masking_masks_every_piece_of_a_chosen_word(minilm_dir):
     tok = bertkit.BertTokenizer.from_pretrained(minilm_dir)
     features = [dict(tok(s, return_offsets_mapping=True)) for s in SENTENCES * 8]

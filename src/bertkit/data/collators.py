@@ -70,6 +70,12 @@ class DefaultDataCollator:
             raise BertkitError("the collator got an empty batch")
         if (return_tensors or self.return_tensors) != "pt":
             raise BertkitError("bertkit's collators return PyTorch tensors only (return_tensors='pt')")
+        if not isinstance(features[0], Mapping):  # InputFeatures-like dataclasses: their fields, as transformers
+            bad = next((f for f in features if not hasattr(f, "__dict__")), None)
+            if bad is not None:
+                raise BertkitError(f"DefaultDataCollator: a feature is {type(bad).__name__} {str(bad)[:60]!r}; give "
+                                   "dicts of columns (a dataset's rows) or objects with those attributes")
+            features = [vars(f) for f in features]
         first = features[0]
         batch = {}
         for key in first:
