@@ -13,11 +13,11 @@ transformers = pytest.importorskip("transformers")
 
 
 def _real_texts(data_dir):
-    """150 SST-2 dev sentences and 80 RTE dev pairs (long premises: real padding in every batch)."""
+    """64 SST-2 dev sentences and 32 RTE dev pairs (long premises: real padding in every batch)."""
     with open(data_dir / "glue/SST-2/dev.tsv", encoding="utf-8") as f:
-        singles = [row["sentence"] for row in csv.DictReader(f, delimiter="\t", quoting=csv.QUOTE_NONE)][:150]
+        singles = [row["sentence"] for row in csv.DictReader(f, delimiter="\t", quoting=csv.QUOTE_NONE)][:64]
     with open(data_dir / "glue/RTE/dev.tsv", encoding="utf-8") as f:
-        pairs = [(r["sentence1"], r["sentence2"]) for r in csv.DictReader(f, delimiter="\t", quoting=csv.QUOTE_NONE)][:80]
+        pairs = [(r["sentence1"], r["sentence2"]) for r in csv.DictReader(f, delimiter="\t", quoting=csv.QUOTE_NONE)][:32]
     return singles, pairs
 
 
@@ -47,7 +47,7 @@ def test_minilm_matches_transformers_on_real_text(models, data_dir):
         torch.testing.assert_close(a.pooler_output, b.pooler_output, atol=1e-5, rtol=0)
         worst = max(worst, (a.last_hidden_state[real] - b.last_hidden_state[real]).abs().max().item())
         n += len(texts)
-    assert n >= 200
+    assert n == 96
     print(f"max abs diff over {n} real sentences/pairs: {worst:.2e}")
 
 
