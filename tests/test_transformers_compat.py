@@ -167,6 +167,20 @@ def test_auto_classes_refuse_another_model_type_naming_it(tmp_path):
             auto.from_pretrained(tmp_path)
 
 
+def test_labels_named_on_the_config_as_run_glue_names_them():
+    configs = bertkit.BertConfig(num_labels=3), transformers.BertConfig(num_labels=3)
+    for config in configs:  # run_glue.py, after loading the model with num_labels
+        config.label2id = {"neg": 0, "neu": 1, "pos": 2}
+        config.id2label = {i: label for label, i in config.label2id.items()}
+    ours, theirs = configs
+    assert ours.id2label == theirs.id2label == {0: "neg", 1: "neu", 2: "pos"}
+    assert ours.label2id == theirs.label2id and ours.num_labels == 3
+    for bad in ({"neg": 0, "pos": 0}, {"neg": 1, "pos": 2}, ["neg", "pos"]):
+        with pytest.raises(BertkitError, match="label2id must map each label to its own id 0..n-1"):
+            ours.label2id = bad
+    assert ours.id2label == {0: "neg", 1: "neu", 2: "pos"}
+
+
 def test_from_pretrained_keywords(minilm_dir, batch, tmp_path):
     kw = dict(num_labels=3, id2label={0: "neg", 1: "neu", 2: "pos"}, label2id={"neg": 0, "neu": 1, "pos": 2},
               problem_type="single_label_classification", output_hidden_states=True)

@@ -156,6 +156,15 @@ class BertConfig:
     def label2id(self) -> dict[str, int]:
         return {v: k for k, v in (self.id2label or {}).items()}
 
+    @label2id.setter
+    def label2id(self, label2id: dict[str, int]) -> None:
+        """Names the labels as transformers' scripts do (``run_glue``: ``model.config.label2id = label_to_id``, then
+        ``id2label`` from it): ``id2label`` becomes its inverse, so the two maps never disagree."""
+        if not isinstance(label2id, dict) or sorted(label2id.values()) != list(range(len(label2id))):
+            raise BertkitError(f"BertConfig.label2id must map each label to its own id 0..n-1, like {{\"NEGATIVE\": 0, "
+                               f"\"POSITIVE\": 1}}, got {label2id!r}")
+        self.id2label = {i: str(label) for label, i in label2id.items()}
+
     def with_labels(self, labels: list[str] | int) -> BertConfig:
         """A copy whose classification head has these label names (or this many ``LABEL_i`` labels)."""
         if isinstance(labels, int):
