@@ -181,6 +181,17 @@ def test_labels_named_on_the_config_as_run_glue_names_them():
     assert ours.id2label == {0: "neg", 1: "neu", 2: "pos"}
 
 
+def test_a_one_label_single_label_classifier_is_refused_however_the_label_count_is_given(tiny_checkpoint, tmp_path):
+    # a softmax over one label: every loss 0.0; transformers refuses BertConfig(num_labels=1, ...) too
+    with pytest.raises(ValueError, match="requires `num_labels > 1`"):
+        transformers.BertConfig(num_labels=1, problem_type="single_label_classification")
+    for make in (lambda: BertConfig(num_labels=1, problem_type="single_label_classification"),
+                 lambda: H.BertForSequenceClassification.from_pretrained(
+                     tiny_checkpoint(tmp_path), num_labels=1, problem_type="single_label_classification")):
+        with pytest.raises(BertkitError, match="'single_label_classification' needs num_labels > 1, got 1 label"):
+            make()
+
+
 def test_from_pretrained_keywords(minilm_dir, batch, tmp_path):
     kw = dict(num_labels=3, id2label={0: "neg", 1: "neu", 2: "pos"}, label2id={"neg": 0, "neu": 1, "pos": 2},
               problem_type="single_label_classification", output_hidden_states=True)

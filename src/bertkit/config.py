@@ -281,6 +281,7 @@ def _init(self: BertConfig, *args: Any, num_labels: int | None = None, label2id:
     _dataclass_init(self, *args, **kwargs)
     if num_labels is not None:
         self.num_labels = num_labels
+        self._normalise_labels()  # the label count checked against problem_type, as __post_init__ checks id2label
     if label2id is not None and {v: k for k, v in label2id.items()} != self.id2label:
         raise BertkitError(f"label2id {label2id} does not invert id2label {self.id2label}")
 
