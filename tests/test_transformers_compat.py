@@ -167,6 +167,31 @@ def test_auto_classes_refuse_another_model_type_naming_it(tmp_path):
             auto.from_pretrained(tmp_path)
 
 
+def test_labels_named_on_the_config_as_run_glue_names_them():
+    configs = bertkit.BertConfig(num_labels=3), transformers.BertConfig(num_labels=3)
+    for config in configs:  # run_glue.py, after loading the model with num_labels
+        config.label2id = {"neg": 0, "neu": 1, "pos": 2}
+        config.id2label = {i: label for label, i in config.label2id.items()}
+    ours, theirs = configs
+    assert ours.id2label == theirs.id2label == {0: "neg", 1: "neu", 2: "pos"}
+    assert ours.label2id == theirs.label2id and ours.num_labels == 3
+    for bad in ({"neg": 0, "pos": 0}, {"neg": 1, "pos": 2}, ["neg", "pos"]):
+        with pytest.raises(BertkitError, match="label2id must map each label to its own id 0..n-1"):
+            ours.label2id = bad
+    assert ours.id2label == {0: "neg", 1: "neu", 2: "pos"}
+
+
+def test_a_one_label_single_label_classifier_is_refused_however_the_label_count_is_given(tiny_checkpoint, tmp_path):
+    # a softmax over one label: every loss 0.0; transformers refuses BertConfig(num_labels=1, ...) too
+    with pytest.raises(ValueError, match="requires `num_labels > 1`"):
+        transformers.BertConfig(num_labels=1, problem_type="single_label_classification")
+    for make in (lambda: BertConfig(num_labels=1, problem_type="single_label_classification"),
+                 lambda: H.BertForSequenceClassification.from_pretrained(
+                     tiny_checkpoint(tmp_path), num_labels=1, problem_type="single_label_classification")):
+        with pytest.raises(BertkitError, match="'single_label_classification' needs num_labels > 1, got 1 label"):
+            make()
+
+
 def test_from_pretrained_keywords(minilm_dir, batch, tmp_path):
     kw = dict(num_labels=3, id2label={0: "neg", 1: "neu", 2: "pos"}, label2id={"neg": 0, "neu": 1, "pos": 2},
               problem_type="single_label_classification", output_hidden_states=True)
@@ -512,6 +537,10 @@ def test_model_objects(minilm_dir):
                 p.requires_grad = False
     assert ours.num_parameters(only_trainable=True) == theirs.num_parameters(only_trainable=True)
     assert ours.num_parameters(only_trainable=True) < ours.num_parameters()
+    # the embedding matrices left out, their LayerNorm counted (10,826,682 of this masked LM's 22,744,506)
+    for only_trainable in (False, True):
+        assert (ours.num_parameters(only_trainable, exclude_embeddings=True)
+                == theirs.num_parameters(only_trainable, exclude_embeddings=True))
     # the tied decoder, visible: the output embedding's weight *is* the input embedding's
     assert ours.get_output_embeddings().weight is ours.get_input_embeddings().weight
     assert theirs.get_output_embeddings().weight is theirs.get_input_embeddings().weight

@@ -70,10 +70,12 @@ class TransformersModelCalls:
         return self._encoder()
 
     def num_parameters(self, only_trainable: bool = False, exclude_embeddings: bool = False) -> int:
-        """Parameter count, as transformers counts it (a tied weight once)."""
-        params = self.parameters() if not exclude_embeddings else (  # type: ignore[attr-defined]
-            p for n, p in self.named_parameters() if "embeddings." not in n)  # type: ignore[attr-defined]
-        return sum(p.numel() for p in params if p.requires_grad or not only_trainable)
+        """Parameter count, as transformers counts it (a tied weight once; ``exclude_embeddings`` leaves out the
+        embedding matrices, not the embeddings' LayerNorm)."""
+        modules = self.modules() if exclude_embeddings else ()  # type: ignore[attr-defined]
+        skip = {id(m.weight) for m in modules if isinstance(m, nn.Embedding)}
+        return sum(p.numel() for p in self.parameters()  # type: ignore[attr-defined]
+                   if id(p) not in skip and (p.requires_grad or not only_trainable))
 
     def _mlm_head(self):
         return getattr(getattr(self, "cls", None), "predictions", None)

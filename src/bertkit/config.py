@@ -156,6 +156,15 @@ class BertConfig:
     def label2id(self) -> dict[str, int]:
         return {v: k for k, v in (self.id2label or {}).items()}
 
+    @label2id.setter
+    def label2id(self, label2id: dict[str, int]) -> None:
+        """Names the labels as transformers' scripts do (``run_glue``: ``model.config.label2id = label_to_id``, then
+        ``id2label`` from it): ``id2label`` becomes its inverse, so the two maps never disagree."""
+        if not isinstance(label2id, dict) or sorted(label2id.values()) != list(range(len(label2id))):
+            raise BertkitError(f"BertConfig.label2id must map each label to its own id 0..n-1, like {{\"NEGATIVE\": 0, "
+                               f"\"POSITIVE\": 1}}, got {label2id!r}")
+        self.id2label = {i: str(label) for label, i in label2id.items()}
+
     def with_labels(self, labels: list[str] | int) -> BertConfig:
         """A copy whose classification head has these label names (or this many ``LABEL_i`` labels)."""
         if isinstance(labels, int):
@@ -272,6 +281,7 @@ def _init(self: BertConfig, *args: Any, num_labels: int | None = None, label2id:
     _dataclass_init(self, *args, **kwargs)
     if num_labels is not None:
         self.num_labels = num_labels
+        self._normalise_labels()  # the label count checked against problem_type, as __post_init__ checks id2label
     if label2id is not None and {v: k for k, v in label2id.items()} != self.id2label:
         raise BertkitError(f"label2id {label2id} does not invert id2label {self.id2label}")
 
