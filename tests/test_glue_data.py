@@ -71,6 +71,20 @@ def test_classification_metrics_edge_cases_match_sklearn(y, p):
     assert metrics.accuracy(y, p) == sk.accuracy_score(y, p)
 
 
+@pytest.mark.parametrize(
+    "y, p, message",
+    [
+        ([0, 1, 2, 1], [0, 1, 1, 2], r"needs two classes, got 3 \(\[0, 1, 2\]\); use f1_macro"),  # sklearn: multiclass
+        ([2, 3, 2], [3, 3, 2], r"positive class 1 is not one of the labels \[2, 3\]"),  # sklearn: not a valid label
+    ],
+)
+def test_binary_f1_is_refused_where_sklearn_refuses_it(y, p, message):
+    # the F1 of class 1 against the rest (0.5 and 0.0 here) is a number no reference gives for these labels
+    with pytest.raises(ValueError, match=message):
+        metrics.f1_binary(y, p)
+    assert metrics.f1_binary([2, 2], [2, 2]) == 0.0  # one class only: sklearn's 0.0 (with its warning)
+
+
 @pytest.mark.parametrize("seed", range(5))
 def test_macro_f1_matches_sklearn_on_random_multiclass_predictions(seed):
     sk = pytest.importorskip("sklearn.metrics")

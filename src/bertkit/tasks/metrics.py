@@ -34,8 +34,19 @@ def accuracy(y_true: ArrayLike, y_pred: ArrayLike) -> float:
 
 
 def f1_binary(y_true: ArrayLike, y_pred: ArrayLike, positive: int = 1) -> float:
-    """F1 of the ``positive`` class (sklearn ``f1_score``), as 2·TP / (2·TP + FP + FN): defined where P or R is 0/0."""
+    """F1 of the ``positive`` class (sklearn ``f1_score``), as 2·TP / (2·TP + FP + FN): defined where P or R is 0/0.
+    Refused, as sklearn refuses it, for more than two classes or two that do not include ``positive`` (the F1 of
+    one class against the rest is then a number no reference reports)."""
     t, p = _pair(y_true, y_pred)
+    classes = np.unique(np.concatenate([t, p])).tolist()
+    if len(classes) > 2:
+        raise BertkitError(f"f1_binary needs two classes, got {len(classes)} ({classes}); use f1_macro for several")
+    if len(classes) == 2 and positive not in classes:
+        raise BertkitError(f"positive class {positive!r} is not one of the labels {classes}; pass positive= one of them")
+    return _f1_of(t, p, positive)
+
+
+def _f1_of(t: np.ndarray, p: np.ndarray, positive: Any) -> float:
     tp = np.sum((p == positive) & (t == positive))
     fp = np.sum((p == positive) & (t != positive))
     fn = np.sum((p != positive) & (t == positive))
@@ -46,7 +57,7 @@ def f1_binary(y_true: ArrayLike, y_pred: ArrayLike, positive: int = 1) -> float:
 def f1_macro(y_true: ArrayLike, y_pred: ArrayLike) -> float:
     """Unweighted mean of the F1 of each class in ``y_true`` or ``y_pred`` (sklearn ``average="macro"``)."""
     t, p = _pair(y_true, y_pred)
-    return float(np.mean([f1_binary(t, p, positive=k) for k in np.unique(np.concatenate([t, p]))]))
+    return float(np.mean([_f1_of(t, p, k) for k in np.unique(np.concatenate([t, p]))]))
 
 
 def matthews_corrcoef(y_true: ArrayLike, y_pred: ArrayLike) -> float:
