@@ -150,6 +150,17 @@ def test_metric_length_mismatch_is_an_error():
         metrics.accuracy([0, 1, 1], [0, 1])
 
 
+def test_labels_as_strings_against_indices_are_an_error_as_in_sklearn():
+    # "1" never equals 1: accuracy came out 0.0 where it is 2/3 (sklearn: "Mix of label input types")
+    for score in (metrics.accuracy, metrics.f1_binary, metrics.matthews_corrcoef):
+        with pytest.raises(ValueError, match=r"y_true holds strings \(\['0', '1'\], ...\) and y_pred numbers"):
+            score(["1", "0", "1"], [1, 0, 0])
+    with pytest.raises(ValueError, match=r"y_pred holds strings \(\['0', '1'\], ...\) and y_true numbers"):
+        metrics.accuracy([1, 0, 0], ["1", "0", "1"])
+    assert metrics.accuracy(["1", "0", "1"], ["1", "0", "0"]) == pytest.approx(2 / 3)  # names on both sides
+    assert metrics.accuracy([1.0, 0.0, True], [1, 0, 0]) == pytest.approx(2 / 3)  # numbers of any kind, as sklearn
+
+
 def test_task_metrics_have_the_glue_keys():
     assert glue.get_task("cola").metric(np.asarray([1, 1, 1]), np.asarray([0, 1, 1])) == {"mcc": 0.0}
     mrpc = glue.get_task("mrpc").metric(np.asarray([1, 0, 1, 1]), np.asarray([1, 0, 0, 1]))

@@ -24,6 +24,10 @@ def _pair(y_true: ArrayLike, y_pred: ArrayLike) -> tuple[np.ndarray, np.ndarray]
         )
     if t.size == 0:
         raise BertkitError("cannot compute a metric on 0 examples; the evaluation set is empty")
+    if (t.dtype.kind in "US") != (p.dtype.kind in "US"):  # "1" never equals 1: accuracy would be 0.0
+        (name, words), other = (("y_true", t), "y_pred") if t.dtype.kind in "US" else (("y_pred", p), "y_true")
+        raise BertkitError(f"{name} holds strings ({np.unique(words)[:3].tolist()}, ...) and {other} numbers; pass "
+                           "both as class indices or both as label names")
     return t, p
 
 
