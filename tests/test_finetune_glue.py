@@ -230,3 +230,27 @@ def test_label_names_in_capitals_are_the_tasks_labels(tmp_path, glue_model, caps
                  "--seed", "1", "--batch-size", "4", "--max-seq-length", "32", "--no-progress", "--eval-strategy",
                  "no"]) == 0
     assert json.loads(capsys.readouterr().out)["best"]["accuracy"]["mean"] == 0.75
+
+
+@pytest.mark.parametrize("command", ["finetune", "predict"])
+def test_sts_b_dev_rows_all_scored_alike_are_refused_before_any_work(tmp_path, glue_model, capsys, command):
+    # Pearson of one row is an error, of equal scores NaN: found before training (the run used to train, then stop)
+    d = tmp_path / "glue" / "STS-B"
+    d.mkdir(parents=True)
+    head = "index\tgenre\tfilename\tyear\told_index\tsource1\tsource2\tsentence1\tsentence2"
+    rows = [f"{i}\tg\tf\ty\t{i}\ts\ts\tthe movie was {w}\tthe plot was {w}\t{score}\n"
+            for i, (w, score) in enumerate([("good", "4.000"), ("bad", "4.0"), ("fine", "2.5"), ("poor", "1.0")])]
+    for split in ("train", "dev"):
+        (d / f"{split}.tsv").write_text(f"{head}\tscore\n" + "".join(rows))
+    args = ["--task", "stsb", "--data-dir", str(tmp_path / "glue"), "--out", str(tmp_path / "run"),
+            "--max-seq-length", "32"]
+    if command == "finetune":
+        args = ["finetune", "glue", "--model", str(glue_model), "--max-eval-samples", "2", "--no-progress", *args]
+    else:
+        BertForSequenceClassification.from_pretrained(glue_model, num_labels=1).save_pretrained(glue_model)
+        args = ["predict", "glue", "--model", str(glue_model), "--split", "dev", "--max-predict-samples", "2", *args]
+    assert main(args) == 2
+    flag = "--max-eval-samples" if command == "finetune" else "--max-predict-samples"
+    assert (f"{flag} 2 keeps 2 sts-b dev rows, all scored 4.000: the correlations sts-b is scored by (Pearson, "
+            f"Spearman) need differing scores; pass a larger {flag}") in capsys.readouterr().err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["glue", "model"]  # nothing written

@@ -23,7 +23,17 @@ def finetune_glue(s: GlueSettings) -> dict[str, Any]:
     task = glue.get_task(s.task)
     train_examples = first(glue.read_glue(task, s.data_dir, "train"), s.max_train_samples)
     dev_examples = first(glue.read_glue(task, s.data_dir, "dev"), s.max_eval_samples)
+    _check_scorable(task, dev_examples, "--max-eval-samples", s.max_eval_samples)
     return fit_sequence_classifier(task, train_examples, dev_examples, s)
+
+
+def _check_scorable(task: glue.GlueTask, dev: list[glue.GlueExample], flag: str, value: int | None) -> None:
+    """Refuse, before any work, dev rows too few or too alike for STS-B's correlations (each would be NaN or
+    an error once the model has run)."""
+    if task.is_regression and len({float(e.label) for e in dev}) < 2:
+        raise BertkitError(f"{flag} {value} keeps {len(dev)} {task.name} dev rows, all scored {dev[0].label}: the "
+                           f"correlations {task.name} is scored by (Pearson, Spearman) need differing scores; pass a "
+                           f"larger {flag}")
 
 
 def predict_glue(s: PredictGlueSettings) -> dict[str, Any]:
@@ -41,6 +51,8 @@ def predict_glue(s: PredictGlueSettings) -> dict[str, Any]:
                            "task?")
     order = task.output_order(model.config.id2label, s.model_name_or_path)  # before any file is read or written
     examples = first(glue.read_glue(task, s.data_dir, s.split), s.max_predict_samples)
+    if s.split != "test":
+        _check_scorable(task, examples, "--max-predict-samples", s.max_predict_samples)
     features = glue.featurize(examples, tokenizer, s.max_seq_length, task)
     logits = np.stack(predict(model, features, lambda b: collate(b, tokenizer.pad_token_id),
                               batch_size=s.batch_size, bf16=precision.bf16, device=precision.device))
