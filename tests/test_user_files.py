@@ -349,6 +349,12 @@ def _examples(labels: list[str]) -> list[GlueExample]:
     return [GlueExample(id=str(i), text_a="t", text_b=None, label=x, line=i + 2) for i, x in enumerate(labels)]
 
 
+def test_labels_with_underscores_are_names_sorted_as_text_as_run_glue_reads_them():
+    # float("10_1") is 101, but pandas (run_glue.py's CSV reader) reads a name: id2label in text order, as its sorted()
+    assert classify_task(_examples(["9_9", "10_1", "9_9"]), "auto", "x", pairs=False).labels == ("10_1", "9_9")
+    assert classify_task(_examples(["1_0", "10", "10"]), "auto", "x", pairs=False).labels == ("10", "1_0")  # 2 classes
+
+
 def test_finetune_classify_scores_macro_f1_beside_accuracy_for_more_than_two_classes():
     three = classify_task(_examples(["neg", "neutral", "pos", "neutral"]), "auto", "reviews", pairs=False)
     assert three.labels == ("neg", "neutral", "pos")

@@ -32,7 +32,10 @@ def read_labelled(path: Path, s: ClassifySettings, tokenizer: Any) -> list[glue.
 
 
 def _number(text: str) -> float | None:
-    """The number a label spells (``"3.8"``, ``"nan"``, ``"-inf"``), or None for a class name."""
+    """The number a label spells (``"3.8"``, ``"nan"``, ``"-inf"``), or None for a class name: ``"1_2"`` too, which
+    Python's float reads as 12 where pandas (and so run_glue.py) reads a name (sorted as text, not as 12)."""
+    if "_" in text:
+        return None
     try:
         return float(text)
     except ValueError:
