@@ -232,16 +232,30 @@ def test_label_names_in_capitals_are_the_tasks_labels(tmp_path, glue_model, caps
     assert json.loads(capsys.readouterr().out)["best"]["accuracy"]["mean"] == 0.75
 
 
-@pytest.mark.parametrize("command", ["finetune", "predict"])
-def test_sts_b_dev_rows_all_scored_alike_are_refused_before_any_work(tmp_path, glue_model, capsys, command):
-    # Pearson of one row is an error, of equal scores NaN: found before training (the run used to train, then stop)
-    d = tmp_path / "glue" / "STS-B"
+def _write_stsb(root):
+    d = root / "STS-B"
     d.mkdir(parents=True)
     head = "index\tgenre\tfilename\tyear\told_index\tsource1\tsource2\tsentence1\tsentence2"
     rows = [f"{i}\tg\tf\ty\t{i}\ts\ts\tthe movie was {w}\tthe plot was {w}\t{score}\n"
             for i, (w, score) in enumerate([("good", "4.000"), ("bad", "4.0"), ("fine", "2.5"), ("poor", "1.0")])]
     for split in ("train", "dev"):
         (d / f"{split}.tsv").write_text(f"{head}\tscore\n" + "".join(rows))
+
+
+def test_sts_b_checkpoint_names_its_output_as_run_glue_does(tmp_path, glue_model):
+    # run_glue.py's STS-B config.json: one output named transformers' LABEL_0 (a pipeline's label), not "score"
+    _write_stsb(tmp_path / "glue")
+    assert main(["finetune", "glue", "--task", "stsb", "--data-dir", str(tmp_path / "glue"), "--model", str(glue_model),
+                 "--out", str(tmp_path / "run"), "--max-steps", "1", "--batch-size", "4", "--max-seq-length", "32",
+                 "--no-progress"]) == 0
+    best = BertForSequenceClassification.from_pretrained(tmp_path / "run" / "best")
+    assert best.config.id2label == {0: "LABEL_0"} and best.config.problem_type == "regression"
+
+
+@pytest.mark.parametrize("command", ["finetune", "predict"])
+def test_sts_b_dev_rows_all_scored_alike_are_refused_before_any_work(tmp_path, glue_model, capsys, command):
+    # Pearson of one row is an error, of equal scores NaN: found before training (the run used to train, then stop)
+    _write_stsb(tmp_path / "glue")
     args = ["--task", "stsb", "--data-dir", str(tmp_path / "glue"), "--out", str(tmp_path / "run"),
             "--max-seq-length", "32"]
     if command == "finetune":

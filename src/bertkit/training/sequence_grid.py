@@ -48,7 +48,7 @@ def fit_sequence_classifier(task: glue.GlueTask, train_examples: Sequence[glue.G
                                   device=process_device(s.device)))
         return task.metric(logits[:, 0] if task.is_regression else logits.argmax(-1), dev_refs)
 
-    labels = list(task.labels) if task.labels is not None else ["score"]
+    labels = list(task.labels) if task.labels is not None else ["LABEL_0"]  # transformers' name (run_glue's STS-B)
     start = BertConfig.from_json_file(Path(s.model_name_or_path) / "config.json")
     lrs = s.grid(start.hidden_size)
     # A checkpoint fine-tuned on this task that keeps its labels in another order (a published MNLI model's
