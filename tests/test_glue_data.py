@@ -157,6 +157,8 @@ def test_labels_as_strings_against_indices_are_an_error_as_in_sklearn():
             score(["1", "0", "1"], [1, 0, 0])
     with pytest.raises(ValueError, match=r"y_pred holds strings \(\['0', '1'\], ...\) and y_true numbers"):
         metrics.accuracy([1, 0, 0], ["1", "0", "1"])
+    with pytest.raises(ValueError, match=r"y_true holds strings"):  # an object array, as a pandas column gives
+        metrics.accuracy(np.array(["1", "0", "1"], dtype=object), [1, 0, 0])
     assert metrics.accuracy(["1", "0", "1"], ["1", "0", "0"]) == pytest.approx(2 / 3)  # names on both sides
     assert metrics.accuracy([1.0, 0.0, True], [1, 0, 0]) == pytest.approx(2 / 3)  # numbers of any kind, as sklearn
 

@@ -24,11 +24,16 @@ def _pair(y_true: ArrayLike, y_pred: ArrayLike) -> tuple[np.ndarray, np.ndarray]
         )
     if t.size == 0:
         raise BertkitError("cannot compute a metric on 0 examples; the evaluation set is empty")
-    if (t.dtype.kind in "US") != (p.dtype.kind in "US"):  # "1" never equals 1: accuracy would be 0.0
-        (name, words), other = (("y_true", t), "y_pred") if t.dtype.kind in "US" else (("y_pred", p), "y_true")
+    if _is_text(t) != _is_text(p):  # "1" never equals 1: accuracy would be 0.0
+        (name, words), other = (("y_true", t), "y_pred") if _is_text(t) else (("y_pred", p), "y_true")
         raise BertkitError(f"{name} holds strings ({np.unique(words)[:3].tolist()}, ...) and {other} numbers; pass "
                            "both as class indices or both as label names")
     return t, p
+
+
+def _is_text(a: np.ndarray) -> bool:
+    """Whether ``a`` holds strings: a numpy string array, or an object one (a pandas column of names)."""
+    return a.dtype.kind in "US" or (a.dtype.kind == "O" and isinstance(a[0], str))
 
 
 def accuracy(y_true: ArrayLike, y_pred: ArrayLike) -> float:
