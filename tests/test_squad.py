@@ -446,3 +446,20 @@ def test_postprocess_v1_without_a_valid_span_answers_empty(tok):
     s, e = _logits(f, _tokens_of(f, ctx, "dog")[0], _tokens_of(f, ctx, "fox")[0])
     preds = squad.postprocess_predictions([ex], [f], [s], [e], n_best_size=1)
     assert preds.predictions["q1"] == "empty"
+
+
+def test_sizes_below_one_are_refused_not_answered_empty_or_without_the_question(tok):
+    # max_query_length 0 fed windows without the question (-1: without its last token), n_best_size or
+    # max_answer_length 0 answered every question "empty": each is now an error before any work
+    ctx = "The quick brown fox jumps over the lazy dog."
+    ex = squad.SquadExample("q1", "t", "What jumps?", ctx, (squad.SquadAnswer("fox", 16),))
+    for bad in (0, -1):
+        with pytest.raises(ValueError, match=f"max_query_length {bad} must be at least 1"):
+            squad.featurize_squad([ex], tok, max_query_length=bad)
+    (f,) = squad.featurize_squad([ex], tok)
+    s, e = _logits(f, _tokens_of(f, ctx, "fox")[0], _tokens_of(f, ctx, "fox")[0])
+    assert squad.postprocess_predictions([ex], [f], [s], [e], n_best_size=1, max_answer_length=1).predictions == {
+        "q1": "fox"}
+    for n_best, length in ((0, 30), (20, 0), (20, -2)):
+        with pytest.raises(ValueError, match=f"n_best_size {n_best} and max_answer_length {length} must be at least 1"):
+            squad.postprocess_predictions([ex], [f], [s], [e], n_best_size=n_best, max_answer_length=length)

@@ -213,6 +213,8 @@ def _check_windows(max_seq_length: int, doc_stride: int, max_query_length: int) 
                            "max_seq_length (the pipeline's max_length, serve's --max-length)")
     if doc_stride < 1:
         raise BertkitError(f"doc_stride {doc_stride} must be at least 1")
+    if max_query_length < 1:  # 0 would drop the question, -1 its last token
+        raise BertkitError(f"max_query_length {max_query_length} must be at least 1")
 
 
 def count_windows(question: str, context: str, tokenizer: Any, *, max_seq_length: int, doc_stride: int,
@@ -338,6 +340,8 @@ def postprocess_predictions(
     ``start_logits[i]`` / ``end_logits[i]`` belong to ``features[i]``; padding past its length is ignored
     (run_squad.py let it take n-best slots).
     """
+    if n_best_size < 1 or max_answer_length < 1:  # no span could be kept: every answer would be "empty"
+        raise BertkitError(f"n_best_size {n_best_size} and max_answer_length {max_answer_length} must be at least 1")
     by_example = _features_by_example(features, start_logits, end_logits)
     predictions: dict[str, str] = {}
     nbest_json: dict[str, list[dict[str, Any]]] = {}
