@@ -123,6 +123,13 @@ def test_evaluate_v2_requires_every_prediction():
         squad_eval.evaluate_v2(V2_DATASET, {k: v for k, v in V2_PREDS.items() if k != "n2"})
 
 
+@pytest.mark.parametrize("na_probs", [None, {}])
+def test_evaluate_v2_refuses_a_dataset_without_questions_as_v1_does(na_probs):
+    # was a bare ZeroDivisionError
+    with pytest.raises(ValueError, match="the dataset has no questions"):
+        squad_eval.evaluate_v2({"data": [{"title": "t", "paragraphs": []}]}, {}, na_probs)
+
+
 # ---------------------------------------------------------------- reading and the dev split
 
 

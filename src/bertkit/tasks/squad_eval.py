@@ -119,6 +119,8 @@ def evaluate_v2(
     qid_to_has_ans = {
         qa["id"]: bool(qa["answers"]) for a in articles for p in a["paragraphs"] for qa in p["qas"]
     }
+    if not qid_to_has_ans:
+        raise BertkitError("the dataset has no questions")
     missing = [q for q in qid_to_has_ans if q not in predictions]
     if missing:
         raise BertkitError(
