@@ -445,8 +445,8 @@ def _nbest(prelim: list[tuple], context: str, n_best_size: int, with_null: bool,
         nbest.append((text, sl, el, None if cs < 0 else (cs, ce)))
     if with_null and "" not in seen:
         nbest.append(("", *null_logits, None))
-    # run_squad.py's nonce entries: keep a non-null candidate so v2.0 always has a span to compare
-    # the null score with, and never return an empty n-best list.
+    # The nonce entries: run_squad.py's keeps the n-best list from being empty; transformers' utils_qa.py's keeps a
+    # non-null candidate for v2.0 to compare the null score with (run_squad.py fails there).
     if with_null and len(nbest) == 1:
         nbest.insert(0, ("empty", 0.0, 0.0, None))
     if not nbest:
