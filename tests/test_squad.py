@@ -12,6 +12,7 @@ import unicodedata
 import numpy as np
 import pytest
 
+from bertkit.errors import NonFiniteError
 from bertkit.tasks import squad, squad_eval
 from bertkit.tokenization import BertTokenizer
 
@@ -470,3 +471,18 @@ def test_sizes_below_one_are_refused_not_answered_empty_or_without_the_question(
     for n_best, length in ((0, 30), (20, 0), (20, -2)):
         with pytest.raises(ValueError, match=f"n_best_size {n_best} and max_answer_length {length} must be at least 1"):
             squad.postprocess_predictions([ex], [f], [s], [e], n_best_size=n_best, max_answer_length=length)
+
+
+@pytest.mark.parametrize("version_2", [False, True])
+@pytest.mark.parametrize("bad", [float("nan"), float("inf")])
+def test_postprocess_refuses_nan_or_inf_logits(tok, version_2, bad):
+    # NaN at [CLS] answered v2.0's question "" with null odds inf: a NaN turned into a score
+    ctx = "The quick brown fox jumps over the lazy dog."
+    ex = squad.SquadExample("q1", "t", "What jumps?", ctx, ())
+    (f,) = squad.featurize_squad([ex], tok)
+    s, e = _logits(f, _tokens_of(f, ctx, "fox")[0], _tokens_of(f, ctx, "fox")[0])
+    s[0] = bad
+    with pytest.raises(NonFiniteError, match="logits for feature 0 hold NaN or \\+inf"):
+        squad.postprocess_predictions([ex], [f], [s], [e], version_2_with_negative=version_2)
+    s[0] = float("-inf")  # a masked position is allowed
+    assert squad.postprocess_predictions([ex], [f], [s], [e]).predictions == {"q1": "fox"}

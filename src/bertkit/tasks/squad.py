@@ -28,7 +28,7 @@ from typing import Any
 
 import numpy as np
 
-from bertkit.errors import BertkitError, MissingFileError, not_utf8
+from bertkit.errors import BertkitError, MissingFileError, NonFiniteError, not_utf8
 from bertkit.outputs import atomic_write
 from bertkit.tasks.squad_eval import _articles
 
@@ -402,6 +402,10 @@ def _candidates(windows: list[tuple[int, Mapping[str, Any], Sequence[float], Seq
             raise BertkitError(
                 f"logits for feature {fi} have {min(s_logits.size, e_logits.size)} values, need {n}"
             )
+        if (np.isnan(s_logits) | np.isposinf(s_logits) | np.isnan(e_logits) | np.isposinf(e_logits)).any():
+            # NaN at [CLS] left the null score at +inf and answered "" (null odds inf); elsewhere it scrambles the
+            # sort. -inf is a masked position, as the QA head masks padding.
+            raise NonFiniteError(f"logits for feature {fi} hold NaN or +inf; no answer or score can come of them")
         if with_null and s_logits[0] + e_logits[0] < score_null:
             score_null, null_logits = s_logits[0] + e_logits[0], (float(s_logits[0]), float(e_logits[0]))
         prelim += _window_spans(f, s_logits, e_logits, n_best_size, max_answer_length)
