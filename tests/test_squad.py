@@ -124,6 +124,12 @@ def test_evaluate_v2_requires_every_prediction():
         squad_eval.evaluate_v2(V2_DATASET, {k: v for k, v in V2_PREDS.items() if k != "n2"})
 
 
+def test_evaluate_v2_refuses_a_nan_na_prob():
+    # NaN sorted anywhere in the best-threshold search and was never above na_prob_thresh
+    with pytest.raises(ValueError, match=r"1 questions have a NaN na_prob, e.g. \['n2'\]"):
+        squad_eval.evaluate_v2(V2_DATASET, V2_PREDS, {**{k: 0.0 for k in V2_PREDS}, "n2": float("nan")})
+
+
 @pytest.mark.parametrize("na_probs", [None, {}])
 def test_evaluate_v2_refuses_a_dataset_without_questions_as_v1_does(na_probs):
     # was a bare ZeroDivisionError
