@@ -10,6 +10,7 @@ from __future__ import annotations
 import csv
 import json
 import random
+import re
 import shutil
 from pathlib import Path
 
@@ -477,6 +478,25 @@ def test_question_answering_refuses_a_null_threshold_that_is_not_a_finite_number
     # NaN would quietly never answer "" (score_diff > nan is False); serve refuses the same values.
     with pytest.raises(BertkitError, match=f"null_threshold must be a finite number, got {threshold!r}"):
         QuestionAnsweringPipeline.check_options({"allow_no_answer": True, "null_threshold": threshold})
+
+
+@pytest.mark.parametrize(("option", "value", "message"), [
+    ("max_answer_length", 0, "max_answer_length must be an int of at least 1, got 0"),
+    ("max_answer_length", True, "max_answer_length must be an int of at least 1, got True"),
+    ("max_answer_length", 2.5, "max_answer_length must be an int of at least 1, got 2.5"),
+    ("max_question_length", 0, "max_question_length must be an int of at least 1, got 0"),
+    ("max_question_length", -1, "max_question_length must be an int of at least 1, got -1"),
+    ("doc_stride", -1, "doc_stride must be an int of at least 0, got -1"),
+    ("doc_stride", 2.5, "doc_stride must be an int of at least 0, got 2.5"),
+    ("allow_no_answer", "yes", "allow_no_answer must be True or False, got 'yes'"),
+])
+def test_question_answering_refuses_sizes_that_would_answer_quietly_wrong(option, value, message):
+    # max_answer_length 0 answered "" at score 0; max_question_length 0 dropped the question (-1: its last token);
+    # "yes" was taken for True: each refused before the model runs, as serve refuses them
+    with pytest.raises(BertkitError, match=re.escape(message)):
+        QuestionAnsweringPipeline.check_options({option: value})
+    QuestionAnsweringPipeline.check_options({"max_answer_length": 1, "max_question_length": 1, "doc_stride": 0,
+                                             "allow_no_answer": True})
 
 
 def test_question_answering_long_context_and_no_answer(tmp_path_factory, minilm_dir, squad_all):

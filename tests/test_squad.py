@@ -12,6 +12,7 @@ import unicodedata
 import numpy as np
 import pytest
 
+from bertkit.errors import NonFiniteError
 from bertkit.tasks import squad, squad_eval
 from bertkit.tokenization import BertTokenizer
 
@@ -121,6 +122,19 @@ def test_evaluate_v2_na_prob_thresh_turns_answers_into_no_answer():
 def test_evaluate_v2_requires_every_prediction():
     with pytest.raises(ValueError, match="1 questions have no prediction"):
         squad_eval.evaluate_v2(V2_DATASET, {k: v for k, v in V2_PREDS.items() if k != "n2"})
+
+
+def test_evaluate_v2_refuses_a_nan_na_prob():
+    # NaN sorted anywhere in the best-threshold search and was never above na_prob_thresh
+    with pytest.raises(ValueError, match=r"1 questions have a NaN na_prob, e.g. \['n2'\]"):
+        squad_eval.evaluate_v2(V2_DATASET, V2_PREDS, {**{k: 0.0 for k in V2_PREDS}, "n2": float("nan")})
+
+
+@pytest.mark.parametrize("na_probs", [None, {}])
+def test_evaluate_v2_refuses_a_dataset_without_questions_as_v1_does(na_probs):
+    # was a bare ZeroDivisionError
+    with pytest.raises(ValueError, match="the dataset has no questions"):
+        squad_eval.evaluate_v2({"data": [{"title": "t", "paragraphs": []}]}, {}, na_probs)
 
 
 # ---------------------------------------------------------------- reading and the dev split
@@ -446,3 +460,35 @@ def test_postprocess_v1_without_a_valid_span_answers_empty(tok):
     s, e = _logits(f, _tokens_of(f, ctx, "dog")[0], _tokens_of(f, ctx, "fox")[0])
     preds = squad.postprocess_predictions([ex], [f], [s], [e], n_best_size=1)
     assert preds.predictions["q1"] == "empty"
+
+
+def test_sizes_below_one_are_refused_not_answered_empty_or_without_the_question(tok):
+    # max_query_length 0 fed windows without the question (-1: without its last token), n_best_size or
+    # max_answer_length 0 answered every question "empty": each is now an error before any work
+    ctx = "The quick brown fox jumps over the lazy dog."
+    ex = squad.SquadExample("q1", "t", "What jumps?", ctx, (squad.SquadAnswer("fox", 16),))
+    for bad in (0, -1):
+        with pytest.raises(ValueError, match=f"max_query_length {bad} must be at least 1"):
+            squad.featurize_squad([ex], tok, max_query_length=bad)
+    (f,) = squad.featurize_squad([ex], tok)
+    s, e = _logits(f, _tokens_of(f, ctx, "fox")[0], _tokens_of(f, ctx, "fox")[0])
+    assert squad.postprocess_predictions([ex], [f], [s], [e], n_best_size=1, max_answer_length=1).predictions == {
+        "q1": "fox"}
+    for n_best, length in ((0, 30), (20, 0), (20, -2)):
+        with pytest.raises(ValueError, match=f"n_best_size {n_best} and max_answer_length {length} must be at least 1"):
+            squad.postprocess_predictions([ex], [f], [s], [e], n_best_size=n_best, max_answer_length=length)
+
+
+@pytest.mark.parametrize("version_2", [False, True])
+@pytest.mark.parametrize("bad", [float("nan"), float("inf")])
+def test_postprocess_refuses_nan_or_inf_logits(tok, version_2, bad):
+    # NaN at [CLS] answered v2.0's question "" with null odds inf: a NaN turned into a score
+    ctx = "The quick brown fox jumps over the lazy dog."
+    ex = squad.SquadExample("q1", "t", "What jumps?", ctx, ())
+    (f,) = squad.featurize_squad([ex], tok)
+    s, e = _logits(f, _tokens_of(f, ctx, "fox")[0], _tokens_of(f, ctx, "fox")[0])
+    s[0] = bad
+    with pytest.raises(NonFiniteError, match="logits for feature 0 hold NaN or \\+inf"):
+        squad.postprocess_predictions([ex], [f], [s], [e], version_2_with_negative=version_2)
+    s[0] = float("-inf")  # a masked position is allowed
+    assert squad.postprocess_predictions([ex], [f], [s], [e]).predictions == {"q1": "fox"}

@@ -380,6 +380,14 @@ class QuestionAnsweringPipeline(Pipeline):
         if top_k > cls.n_best_size:  # more candidates would change which spans compete, so the answer and scores
             raise BertkitError(f"question-answering's top_k {top_k} exceeds the {cls.n_best_size} candidates the "
                                f"SQuAD recipe weighs (its n-best size); ask for top_k {cls.n_best_size} or fewer")
+        for name, least in (("max_question_length", 1), ("max_answer_length", 1), ("doc_stride", 0)):
+            value = options.get(name, least)  # a question cut to 0 or -1 tokens, spans of 0: quietly wrong answers
+            if name == "doc_stride" and value is None:
+                continue
+            if isinstance(value, bool) or not isinstance(value, int) or value < least:
+                raise BertkitError(f"question-answering's {name} must be an int of at least {least}, got {value!r}")
+        if not isinstance(options.get("allow_no_answer", False), bool):
+            raise BertkitError(f"allow_no_answer must be True or False, got {options['allow_no_answer']!r}")
         threshold = options.get("null_threshold", 0.0)
         if isinstance(threshold, bool) or not isinstance(threshold, (int, float)) or not math.isfinite(threshold):
             # NaN would never predict "no answer" (score_diff > nan is False): refused, as serve does

@@ -28,7 +28,7 @@ from typing import Any
 
 import numpy as np
 
-from bertkit.errors import BertkitError, MissingFileError, not_utf8
+from bertkit.errors import BertkitError, MissingFileError, NonFiniteError, not_utf8
 from bertkit.outputs import atomic_write
 from bertkit.tasks.squad_eval import _articles
 
@@ -213,6 +213,8 @@ def _check_windows(max_seq_length: int, doc_stride: int, max_query_length: int) 
                            "max_seq_length (the pipeline's max_length, serve's --max-length)")
     if doc_stride < 1:
         raise BertkitError(f"doc_stride {doc_stride} must be at least 1")
+    if max_query_length < 1:  # 0 would drop the question, -1 its last token
+        raise BertkitError(f"max_query_length {max_query_length} must be at least 1")
 
 
 def count_windows(question: str, context: str, tokenizer: Any, *, max_seq_length: int, doc_stride: int,
@@ -338,6 +340,8 @@ def postprocess_predictions(
     ``start_logits[i]`` / ``end_logits[i]`` belong to ``features[i]``; padding past its length is ignored
     (run_squad.py let it take n-best slots).
     """
+    if n_best_size < 1 or max_answer_length < 1:  # no span could be kept: every answer would be "empty"
+        raise BertkitError(f"n_best_size {n_best_size} and max_answer_length {max_answer_length} must be at least 1")
     by_example = _features_by_example(features, start_logits, end_logits)
     predictions: dict[str, str] = {}
     nbest_json: dict[str, list[dict[str, Any]]] = {}
@@ -398,6 +402,10 @@ def _candidates(windows: list[tuple[int, Mapping[str, Any], Sequence[float], Seq
             raise BertkitError(
                 f"logits for feature {fi} have {min(s_logits.size, e_logits.size)} values, need {n}"
             )
+        if (np.isnan(s_logits) | np.isposinf(s_logits) | np.isnan(e_logits) | np.isposinf(e_logits)).any():
+            # NaN at [CLS] left the null score at +inf and answered "" (null odds inf); elsewhere it scrambles the
+            # sort. -inf is a masked position, as the QA head masks padding.
+            raise NonFiniteError(f"logits for feature {fi} hold NaN or +inf; no answer or score can come of them")
         if with_null and s_logits[0] + e_logits[0] < score_null:
             score_null, null_logits = s_logits[0] + e_logits[0], (float(s_logits[0]), float(e_logits[0]))
         prelim += _window_spans(f, s_logits, e_logits, n_best_size, max_answer_length)
@@ -441,8 +449,8 @@ def _nbest(prelim: list[tuple], context: str, n_best_size: int, with_null: bool,
         nbest.append((text, sl, el, None if cs < 0 else (cs, ce)))
     if with_null and "" not in seen:
         nbest.append(("", *null_logits, None))
-    # run_squad.py's nonce entries: keep a non-null candidate so v2.0 always has a span to compare
-    # the null score with, and never return an empty n-best list.
+    # The nonce entries: run_squad.py's keeps the n-best list from being empty; transformers' utils_qa.py's keeps a
+    # non-null candidate for v2.0 to compare the null score with (run_squad.py fails there).
     if with_null and len(nbest) == 1:
         nbest.insert(0, ("empty", 0.0, 0.0, None))
     if not nbest:

@@ -5,6 +5,7 @@ function names kept), so scores here are the leaderboard's.
 from __future__ import annotations
 
 import collections
+import math
 import re
 import string
 import warnings
@@ -119,6 +120,8 @@ def evaluate_v2(
     qid_to_has_ans = {
         qa["id"]: bool(qa["answers"]) for a in articles for p in a["paragraphs"] for qa in p["qas"]
     }
+    if not qid_to_has_ans:
+        raise BertkitError("the dataset has no questions")
     missing = [q for q in qid_to_has_ans if q not in predictions]
     if missing:
         raise BertkitError(
@@ -131,6 +134,9 @@ def evaluate_v2(
         raise BertkitError(
             f"{len(missing)} questions have no na_prob, e.g. {missing[:3]}; give one per question"
         )
+    nan = [q for q in qid_to_has_ans if math.isnan(probs[q])]  # NaN sorts anywhere, and is never above a threshold
+    if nan:
+        raise BertkitError(f"{len(nan)} questions have a NaN na_prob, e.g. {nan[:3]}; give each a number")
     exact = _apply_no_ans_threshold(exact_raw, probs, qid_to_has_ans, na_prob_thresh)
     f1 = _apply_no_ans_threshold(f1_raw, probs, qid_to_has_ans, na_prob_thresh)
     out = _make_eval_dict(exact, f1, list(exact))
