@@ -646,3 +646,13 @@ def test_a_sentence_transformers_directory_pools_as_its_1_pooling_says(minilm_di
     mean = np.asarray(bertkit.pipeline("sentence-embedding", model=str(d), pooling="mean", progress=False)(texts))
     assert np.abs(mean - want).max() > 0.05  # the vectors a mean would have given instead
     assert "pools by 'cls'" in caplog.text
+
+
+def test_question_answering_refuses_a_null_threshold_without_allow_no_answer():
+    """Was: accepted and without effect (every question answered with a span), as if the threshold were applied."""
+    from bertkit.inference.pipelines import QuestionAnsweringPipeline
+
+    with pytest.raises(BertkitError, match="null_threshold 0.5 sets when to predict no answer, which only "
+                                           "allow_no_answer=True"):
+        QuestionAnsweringPipeline.check_options({"null_threshold": 0.5})
+    QuestionAnsweringPipeline.check_options({"null_threshold": 0.5, "allow_no_answer": True})

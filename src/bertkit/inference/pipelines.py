@@ -392,6 +392,10 @@ class QuestionAnsweringPipeline(Pipeline):
         if isinstance(threshold, bool) or not isinstance(threshold, (int, float)) or not math.isfinite(threshold):
             # NaN would never predict "no answer" (score_diff > nan is False): refused, as serve does
             raise BertkitError(f"null_threshold must be a finite number, got {threshold!r}")
+        if "null_threshold" in options and not options.get("allow_no_answer", False):
+            # without it every question gets a span: the threshold would change nothing, without a word
+            raise BertkitError(f"null_threshold {threshold!r} sets when to predict no answer, which only "
+                               "allow_no_answer=True (SQuAD 2.0) does: pass allow_no_answer=True, or drop null_threshold")
 
     def window_step(self, question: str, doc_stride: int | None, max_question_length: int) -> int:
         """run_squad.py's step between window starts: the recipe's 128, or the step whose windows share
