@@ -8,6 +8,7 @@ catch ``ValueError`` or ``FileNotFoundError`` keep working.
 from __future__ import annotations
 
 import json
+import numbers
 import os
 from collections.abc import Callable
 from pathlib import Path
@@ -42,6 +43,12 @@ class NotImplementedInBertkit(BertkitError, AttributeError):
 
 class NonFiniteError(BertkitError):
     """A loss, gradient or model output that is NaN or infinite: never turned into a score or saved weights."""
+
+
+def is_whole(value: Any, least: int = 1, most: float = float("inf")) -> bool:
+    """Whether ``value`` is a whole number (a Python or numpy integer; a bool is no count) in [least, most]: the
+    check of every size, count and k a caller gives, each refusal in its own words."""
+    return not isinstance(value, bool) and isinstance(value, numbers.Integral) and least <= value <= most
 
 
 def refusing_getattr(module: str, refused: dict[str, str]) -> Callable[[str], Any]:

@@ -14,7 +14,7 @@ import torch
 from torch import Tensor, nn
 
 from bertkit.checkpoint_io import INT8_WEIGHTS_NAME, WEIGHTS_NAME, canonical_names, read_weights
-from bertkit.errors import BertkitError, MissingFileError
+from bertkit.errors import BertkitError, MissingFileError, is_whole
 from bertkit.inference.prepare import check_request, prepare_model
 from bertkit.inference.runner import run_length_sorted
 from bertkit.padding import pad_batch
@@ -103,7 +103,7 @@ class Pipeline:
                  bf16: bool | None = None, batch_size: int = 32, max_length: int | None = None,
                  progress: bool | None = None, quantize: str | None = None,
                  calibration_texts: Sequence[str | tuple[str, str]] | None = None):
-        if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
+        if not is_whole(batch_size):
             raise BertkitError(f"batch_size must be a positive int, got {batch_size!r}")
         if max_length is None:
             max_length = min(tokenizer.model_max_length, model.config.max_position_embeddings)
@@ -208,7 +208,7 @@ class Pipeline:
             raise BertkitError(f"{cls.task} pipeline does not take {', '.join(unknown)}; its options are "
                                f"{', '.join(cls.call_options) or 'none'}{cls.instead(unknown)}")
         top_k = options.get("top_k", 1)
-        if isinstance(top_k, bool) or not isinstance(top_k, int) or top_k < 1:
+        if not is_whole(top_k):
             raise BertkitError(f"top_k must be a positive int, got {top_k!r}")
 
     @classmethod

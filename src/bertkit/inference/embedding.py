@@ -12,7 +12,7 @@ from typing import Any
 import numpy as np
 import torch.nn.functional as F
 
-from bertkit.errors import BertkitError
+from bertkit.errors import BertkitError, is_whole
 from bertkit.inference import tasks
 from bertkit.inference.base import Pipeline
 from bertkit.inference.pipelines import TextOrPairPipeline, per_row
@@ -88,8 +88,7 @@ class FeatureExtractionPipeline(TextOrPairPipeline):
         self.normalize_module = saved.normalize  # 2_Normalize: before truncate_dim, as the model's own forward
         width = model.config.hidden_size
         truncate_dim = saved.truncate_dim if truncate_dim is None else truncate_dim
-        if truncate_dim is not None and (isinstance(truncate_dim, bool) or not isinstance(truncate_dim, int)
-                                         or not 1 <= truncate_dim <= width):
+        if truncate_dim is not None and not is_whole(truncate_dim, 1, width):
             raise BertkitError(f"truncate_dim {truncate_dim!r} must be a whole number in [1, {width}] (the model's "
                                "hidden size)")
         self.truncate_dim = truncate_dim

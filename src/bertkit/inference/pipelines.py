@@ -16,7 +16,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from bertkit.errors import BertkitError
+from bertkit.errors import BertkitError, is_whole
 from bertkit.heads import (
     BertForMaskedLM,
     BertForMultipleChoice,
@@ -384,7 +384,7 @@ class QuestionAnsweringPipeline(Pipeline):
             value = options.get(name, least)  # a question cut to 0 or -1 tokens, spans of 0: quietly wrong answers
             if name == "doc_stride" and value is None:
                 continue
-            if isinstance(value, bool) or not isinstance(value, int) or value < least:
+            if not is_whole(value, least):
                 raise BertkitError(f"question-answering's {name} must be an int of at least {least}, got {value!r}")
         if not isinstance(options.get("allow_no_answer", False), bool):
             raise BertkitError(f"allow_no_answer must be True or False, got {options['allow_no_answer']!r}")

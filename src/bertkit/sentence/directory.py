@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from bertkit.errors import BertkitError
+from bertkit.errors import BertkitError, is_whole
 from bertkit.sentence.pooling import Pooling
 
 MODULES = "modules.json"
@@ -45,7 +45,7 @@ def token_limit(name: str, value: Any, positions: int, least: int = 2) -> int:
     """``value`` checked as a model's ``max_seq_length`` (``max_length``: a cross-encoder's, ``least`` 3 for a pair's
     special tokens) where it is set, on loading and afterwards: past the encoder's positions a long text reached the
     encoder at encode, whose error advised the tokenizer's truncation."""
-    if isinstance(value, bool) or not isinstance(value, int) or not least <= value <= positions:
+    if not is_whole(value, least, positions):
         raise BertkitError(f"{name} {value!r} must be a whole number in [{least}, {positions}] (the encoder's "
                            "positions, its special tokens included)")
     return value
@@ -255,6 +255,6 @@ def _declared_length(sbert: dict[str, Any], sbert_file: Path) -> int | None:
 def _whole(value: Any, name: str, where: Path) -> int | None:
     if value is None:
         return None
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+    if not is_whole(value):
         raise BertkitError(f"{where}: {name} {value!r} must be a whole number >= 1 (or absent)")
     return value

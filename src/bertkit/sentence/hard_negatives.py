@@ -16,12 +16,12 @@ from __future__ import annotations
 import math
 import random
 from collections import Counter
-from numbers import Integral, Real
+from numbers import Real
 from typing import Any
 
 import torch
 
-from bertkit.errors import BertkitError
+from bertkit.errors import BertkitError, is_whole
 from bertkit.sentence.data import column_names
 
 FORMATS = ("triplet", "n-tuple", "labeled-pair", "labeled-list")
@@ -82,7 +82,7 @@ def mine_hard_negatives(dataset: Any, model: Any, anchor_column_name: str | None
     for name, value, least in (("num_negatives", num_negatives, 1), ("range_min", range_min, 0),
                                ("range_max", range_max, 1), ("batch_size", batch_size, 1),
                                ("faiss_batch_size", faiss_batch_size, 1)):
-        if value is not None and (isinstance(value, bool) or not isinstance(value, Integral) or value < least):
+        if value is not None and not is_whole(value, least):
             raise BertkitError(f"{name} must be a whole number >= {least}, got {value!r}")
     for name, value in (("max_score", max_score), ("min_score", min_score), ("absolute_margin", absolute_margin),
                         ("relative_margin", relative_margin), ("margin", margin)):

@@ -27,7 +27,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from bertkit.errors import BertkitError, NotImplementedInBertkit
+from bertkit.errors import BertkitError, NotImplementedInBertkit, is_whole
 from bertkit.modeling import BertModel
 from bertkit.outputs import atomic_write_json
 from bertkit.padding import moved
@@ -248,9 +248,9 @@ class SentenceTransformer(ReferenceCalls, Prompted, nn.Module):
         if dim is None:
             return None
         full = self.pooling.output_dimension
-        if isinstance(dim, bool) or not isinstance(dim, int) or not 1 <= dim <= full:
+        if not is_whole(dim, 1, full):
             raise BertkitError(f"{name} {dim!r} must be a whole number in [1, {full}] (this model's dimension)")
-        return dim
+        return int(dim)  # a numpy integer would not be written to config_sentence_transformers.json
 
     # -- what sentence-transformers' model exposes ------------------------------------------------------------
     @property
@@ -378,7 +378,7 @@ class SentenceTransformer(ReferenceCalls, Prompted, nn.Module):
         precision = "float32" if precision is None else precision  # None quantizes nothing in sentence-transformers
         if precision not in PRECISIONS:
             raise BertkitError(f"precision {precision!r} is not one of {PRECISIONS}")
-        if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
+        if not is_whole(batch_size):
             raise BertkitError(f"batch_size must be a whole number >= 1, got {batch_size!r}")
         texts, single = texts_of(inputs)
         prompt = self._resolve_prompt(prompt, prompt_name)

@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any, NamedTuple
 
-from bertkit.errors import BertkitError
+from bertkit.errors import BertkitError, is_whole
 from bertkit.tokenization.encoding import BatchEncoding, RowInfo, word_index
 
 TRUNCATION_STRATEGIES = ("longest_first", "only_first", "only_second")
@@ -84,8 +84,7 @@ def check_lengths(max_length: int | None, pad_to_multiple_of: int | None, stride
                            f"{type(max_length).__name__} {max_length!r}")
     if max_length is not None and max_length < 0:
         raise BertkitError(f"max_length must be >= 0, got {max_length}")
-    if pad_to_multiple_of is not None and (isinstance(pad_to_multiple_of, bool) or not isinstance(pad_to_multiple_of, int)
-                                           or pad_to_multiple_of < 1):
+    if pad_to_multiple_of is not None and not is_whole(pad_to_multiple_of):
         raise BertkitError(f"pad_to_multiple_of must be a positive int, got {pad_to_multiple_of!r}")
     if stride < 0 or (stride and not overflow):
         raise BertkitError(f"stride={stride} needs return_overflowing_tokens=True and a value >= 0 (the number "

@@ -19,7 +19,7 @@ from typing import Any
 
 import numpy as np
 
-from bertkit.errors import BertkitError, refusing_getattr
+from bertkit.errors import BertkitError, is_whole, refusing_getattr
 from bertkit.sentence.evaluation.base import ResultsCsv, refuse_nonfinite, results_csv_name
 from bertkit.sentence.evaluation.binary_classification import BinaryClassificationEvaluator, binary_labels
 from bertkit.sentence.evaluation.reranking import average_precision, ndcg_at_k
@@ -62,7 +62,7 @@ class CrossEncoderRerankingEvaluator(ResultsCsv):
                     raise BertkitError(f"CrossEncoderRerankingEvaluator: sample {i} leaves one document to rank, "
                                        "and nDCG needs two or more; add negatives to it, or leave it out")
         self.at_k = mrr_at_k if mrr_at_k is not None else at_k
-        if self.at_k is not None and (isinstance(self.at_k, bool) or not isinstance(self.at_k, int) or self.at_k < 1):
+        if self.at_k is not None and not is_whole(self.at_k):
             raise BertkitError(f"CrossEncoderRerankingEvaluator: {'mrr_at_k' if mrr_at_k is not None else 'at_k'} "
                                f"must be a whole number >= 1 (or None: the whole ranking), got {self.at_k!r}")
         self.always_rerank_positives, self.name = always_rerank_positives, name

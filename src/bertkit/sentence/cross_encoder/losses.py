@@ -20,7 +20,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from bertkit.errors import BertkitError, refusing_getattr
+from bertkit.errors import BertkitError, is_whole, refusing_getattr
 from bertkit.sentence.cross_encoder.model import CrossEncoder, fullname
 
 Text = str | list[int]
@@ -137,8 +137,7 @@ class MultipleNegativesRankingLoss(CrossEncoderLoss):
     def __init__(self, model: CrossEncoder, num_negatives: int | None = 4, scale: float = 10.0,
                  activation_fn: nn.Module | None = _SIGMOID):
         super().__init__(model)
-        if num_negatives is not None and (isinstance(num_negatives, bool) or not isinstance(num_negatives, int)
-                                          or num_negatives < 1):
+        if num_negatives is not None and not is_whole(num_negatives):
             raise BertkitError(f"num_negatives must be a whole number >= 1 or None (all), got {num_negatives!r}")
         self.num_negatives, self.scale, self.activation_fn = num_negatives, scale, activation_fn
         self.cross_entropy_loss = nn.CrossEntropyLoss()

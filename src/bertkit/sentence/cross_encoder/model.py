@@ -26,7 +26,7 @@ import numpy as np
 import torch
 from torch import Tensor, nn
 
-from bertkit.errors import BertkitError
+from bertkit.errors import BertkitError, is_whole
 from bertkit.heads import BertForSequenceClassification
 from bertkit.outputs import atomic_write_json
 from bertkit.sentence.directory import (
@@ -266,7 +266,7 @@ class CrossEncoder(ReferenceCalls, nn.Module):
         model's) is applied to the logits; ``apply_softmax`` then normalises several labels' scores. No pairs give
         sentence-transformers' empty result: ``np.array([])`` (shape (0,), float64), ``torch.tensor([])`` or ``[]``."""
         refuse_arguments("predict", unknown, _REFUSED_CALL)
-        if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
+        if not is_whole(batch_size):
             raise BertkitError(f"batch_size must be a whole number >= 1, got {batch_size!r}")
         if isinstance(inputs, np.ndarray):  # an (N, 2) or (2,) array of strings, as sentence-transformers takes
             inputs = inputs.tolist()
@@ -329,7 +329,7 @@ class CrossEncoder(ReferenceCalls, nn.Module):
         if apply_softmax is not None:
             logger.warning("CrossEncoder.rank's apply_softmax has no effect (rank needs a one-label model, whose "
                            "softmax is 1), as in sentence-transformers 6: leave it out")
-        if top_k is not None and (isinstance(top_k, bool) or not isinstance(top_k, int) or top_k < 0):
+        if top_k is not None and not is_whole(top_k, 0):
             # sentence-transformers slices by it: 1.5 failed after every document was scored, -1 dropped the last
             raise BertkitError(f"rank()'s top_k must be a whole number >= 0 or None, got {top_k!r}: the documents "
                                "to return, best first (None: all of them)")

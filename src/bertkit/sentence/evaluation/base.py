@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import csv
 import io
-import numbers
 import os
 from collections.abc import Mapping, Sequence, Set
 from pathlib import Path
@@ -15,7 +14,7 @@ from typing import Any
 
 import torch
 
-from bertkit.errors import BertkitError, NonFiniteError
+from bertkit.errors import BertkitError, NonFiniteError, is_whole
 from bertkit.outputs import atomic_write_text, writing
 from bertkit.runs import record
 
@@ -65,7 +64,7 @@ class EmbeddingEvaluator:
     @batch_size.setter
     def batch_size(self, value: Any) -> None:
         # checked when the evaluator is made: one given to a trainer first runs after eval_steps of training
-        if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < 1:
+        if not is_whole(value):
             raise BertkitError(f"{type(self).__name__}: batch_size {value!r} must be a whole number >= 1")
         self._batch_size = int(value)
 

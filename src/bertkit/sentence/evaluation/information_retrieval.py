@@ -12,7 +12,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from bertkit.errors import BertkitError
+from bertkit.errors import BertkitError, is_whole
 from bertkit.sentence.evaluation.base import EmbeddingEvaluator, ResultsCsv, prefixed, results_csv_name
 from bertkit.sentence.util import SIMILARITY_FUNCTIONS, similarity_function
 
@@ -56,11 +56,10 @@ class InformationRetrievalEvaluator(ResultsCsv, EmbeddingEvaluator):
                    "precision_recall_at_k": precision_recall_at_k, "map_at_k": map_at_k}
         for what, ks in cutoffs.items():
             # a k given twice is counted twice in sentence-transformers' accuracy@k and MRR@k (an accuracy of 2)
-            if not ks or len(set(ks)) < len(ks) or any(isinstance(k, bool) or not isinstance(k, int) or k < 1
-                                                      for k in ks):
+            if not ks or len(set(ks)) < len(ks) or not all(map(is_whole, ks)):
                 raise BertkitError(f"InformationRetrievalEvaluator: {what} is {ks!r}; give a list of different whole "
                                    "numbers >= 1")
-        if isinstance(corpus_chunk_size, bool) or not isinstance(corpus_chunk_size, int) or corpus_chunk_size < 1:
+        if not is_whole(corpus_chunk_size):
             raise BertkitError(f"corpus_chunk_size must be a whole number >= 1, got {corpus_chunk_size!r}")
         if score_functions is not None and not score_functions:
             raise BertkitError("InformationRetrievalEvaluator: score_functions is empty; give {name: function}, or "

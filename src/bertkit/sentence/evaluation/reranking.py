@@ -10,7 +10,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from bertkit.errors import BertkitError
+from bertkit.errors import BertkitError, is_whole
 from bertkit.sentence.evaluation.base import EmbeddingEvaluator, ResultsCsv, prefixed, results_csv_name
 from bertkit.sentence.util import cos_sim
 
@@ -52,7 +52,7 @@ class RerankingEvaluator(ResultsCsv, EmbeddingEvaluator):
                  batch_size: int = 64, show_progress_bar: bool = False, use_batched_encoding: bool = True,
                  truncate_dim: int | None = None, mrr_at_k: int | None = None):
         at_k = mrr_at_k if mrr_at_k is not None else at_k
-        if isinstance(at_k, bool) or not isinstance(at_k, int) or at_k < 1:
+        if not is_whole(at_k):
             raise BertkitError(f"RerankingEvaluator: at_k must be a whole number >= 1, got {at_k!r}")
         self.samples = []
         for i, sample in enumerate(samples.values() if isinstance(samples, dict) else samples):

@@ -19,7 +19,7 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from bertkit.errors import BertkitError
+from bertkit.errors import BertkitError, is_whole
 from bertkit.sentence.losses.base import refuse
 from bertkit.sentence.losses.multiple_negatives import MultipleNegativesRankingLoss
 from bertkit.sentence.util import cos_sim
@@ -59,7 +59,7 @@ class CachedMultipleNegativesRankingLoss(MultipleNegativesRankingLoss):
                          hardness_mode, hardness_strength)
         refuse(type(self).__name__, "mini_batch_num_tokens", mini_batch_num_tokens, None,
                "mini-batches are mini_batch_size rows each")
-        if isinstance(mini_batch_size, bool) or not isinstance(mini_batch_size, int) or mini_batch_size < 1:
+        if not is_whole(mini_batch_size):
             raise BertkitError(f"CachedMultipleNegativesRankingLoss: mini_batch_size must be a whole number >= 1, "
                                f"got {mini_batch_size!r}")
         self.mini_batch_size = mini_batch_size

@@ -10,7 +10,7 @@ from typing import Any
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from bertkit.errors import BertkitError
+from bertkit.errors import BertkitError, is_whole
 from bertkit.sentence.losses.base import SentenceLoss, embed_columns
 from bertkit.sentence.losses.cached import CachedMultipleNegativesRankingLoss
 from bertkit.sentence.losses.gist import GISTEmbedLoss
@@ -27,7 +27,7 @@ class MatryoshkaLoss(SentenceLoss):
             raise BertkitError(f"MatryoshkaLoss wraps a bertkit.sentence loss, got {type(loss).__name__}")
         full = model.get_sentence_embedding_dimension()
         dims = list(matryoshka_dims)
-        if not dims or any(isinstance(d, bool) or not isinstance(d, int) or not 1 <= d <= full for d in dims):
+        if not dims or any(not is_whole(d, 1, full) for d in dims):
             raise BertkitError(f"MatryoshkaLoss: matryoshka_dims {dims} must be whole numbers in [1, {full}], this "
                                f"model's embedding dimension")
         weights = [1] * len(dims) if matryoshka_weights is None else list(matryoshka_weights)

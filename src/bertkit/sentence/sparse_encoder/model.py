@@ -19,7 +19,6 @@ by name (``_REFUSED_INIT``, ``_REFUSED_ENCODE``, the modules ``route_of`` refuse
 from __future__ import annotations
 
 import logging
-import numbers
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, ClassVar
@@ -28,7 +27,7 @@ import torch
 from torch import Tensor, nn
 
 from bertkit.checkpoint_io import read_config_json
-from bertkit.errors import BertkitError
+from bertkit.errors import BertkitError, is_whole
 from bertkit.outputs import atomic_write_json
 from bertkit.sentence.directory import (
     MODULES,
@@ -240,7 +239,7 @@ class SparseEncoder(ReferenceCalls, Prompted, nn.Sequential):
         if k is None:
             return None
         vocab = self.get_embedding_dimension()
-        if isinstance(k, bool) or not isinstance(k, numbers.Integral) or not 1 <= k <= vocab:
+        if not is_whole(k, 1, vocab):
             raise BertkitError(f"max_active_dims {k!r} must be a whole number in [1, {vocab}] (this model's "
                                "vocabulary size), or None to keep every active dimension")
         return int(k)  # a numpy integer too; saved in config_sentence_transformers.json as a JSON number
@@ -296,7 +295,7 @@ class SparseEncoder(ReferenceCalls, Prompted, nn.Sequential):
         if pool is not None or chunk_size is not None or isinstance(device, (list, tuple)):
             raise BertkitError("multi-process encoding (pool, chunk_size, a list of devices) is not implemented in "
                                "bertkit: call encode in one process, on one device")
-        if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
+        if not is_whole(batch_size):
             raise BertkitError(f"batch_size must be a whole number >= 1, got {batch_size!r}")
         first = inputs[0] if isinstance(inputs, list) and inputs else None
         if isinstance(self[0], Router) and isinstance(first, Mapping) and len(first) == 1 and "text" not in first:
@@ -413,7 +412,7 @@ class SparseEncoder(ReferenceCalls, Prompted, nn.Sequential):
     def decode(self, embeddings: Tensor, top_k: int | None = None) -> list[Any]:
         """Each row's (word piece, weight) pairs, the largest weight first (``top_k`` of them): a list for a (V,)
         embedding, a list of lists for (N, V)."""
-        if top_k is not None and (isinstance(top_k, bool) or not isinstance(top_k, int) or top_k < 1):
+        if top_k is not None and not is_whole(top_k):
             raise BertkitError(f"top_k must be a whole number >= 1 (or None for every active word piece), got {top_k!r}")
         if not isinstance(embeddings, Tensor) or embeddings.dim() not in (1, 2):
             raise BertkitError("decode() takes a (V,) or (N, V) tensor of sparse embeddings, got "

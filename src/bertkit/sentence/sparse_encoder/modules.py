@@ -26,7 +26,7 @@ import torch
 from torch import Tensor, nn
 
 from bertkit.checkpoint_io import read_weights
-from bertkit.errors import BertkitError
+from bertkit.errors import BertkitError, is_whole
 from bertkit.heads import BertForMaskedLM
 from bertkit.modeling import BertModelOutput
 from bertkit.outputs import atomic_write_json
@@ -63,8 +63,7 @@ class SpladePooling(nn.Module):
         super().__init__()
         _check_choice("pooling_strategy", pooling_strategy, self.STRATEGIES)
         _check_choice("activation_function", activation_function, self.ACTIVATIONS)
-        if chunk_size is not None and (isinstance(chunk_size, bool) or not isinstance(chunk_size, int)
-                                       or chunk_size < 1):
+        if chunk_size is not None and not is_whole(chunk_size):
             raise BertkitError(f"SpladePooling chunk_size {chunk_size!r} must be a whole number >= 1 (or None)")
         self.pooling_strategy, self.activation_function = pooling_strategy, activation_function
         self.embedding_dimension, self.chunk_size = embedding_dimension, chunk_size

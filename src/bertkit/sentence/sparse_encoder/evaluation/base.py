@@ -3,13 +3,12 @@ embedding kept until the evaluator has read its sparsity (``sparsity_of``), as s
 
 from __future__ import annotations
 
-import numbers
 from abc import ABC, abstractmethod
 from typing import Any
 
 import torch
 
-from bertkit.errors import BertkitError
+from bertkit.errors import BertkitError, is_whole
 from bertkit.sentence.evaluation.base import ResultsCsv, prefixed
 
 
@@ -31,7 +30,7 @@ class SparseEvaluator(ABC):
     def max_active_dims(self, k: Any) -> None:
         # checked when the evaluator is made: one given to the trainer first runs after steps of training; the
         # vocabulary size, which bounds it too, is the model's, checked by encode before the evaluator encodes
-        if k is not None and (isinstance(k, bool) or not isinstance(k, numbers.Integral) or k < 1):
+        if k is not None and not is_whole(k):
             raise BertkitError(f"{type(self).__name__}: max_active_dims {k!r} must be a whole number >= 1 (at most the "
                                "model's vocabulary size), or None for the model's")
         self._max_active_dims = None if k is None else int(k)
