@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from bertkit.errors import BertkitError, MissingFileError
-from bertkit.tokenization.textfiles import iter_lines
+from bertkit.tokenization.textfiles import iter_lines, refuse_lone_carriage_returns
 
 INPUT_FORMATS = ("auto", "prose", "sentences", "wikitext")
 
@@ -257,7 +257,8 @@ def plan_work_units(
         size = os.path.getsize(path)
         if size == 0:
             continue
-        _refuse_lone_carriage_returns(path)
+        with open(path, "rb") as f:
+            refuse_lone_carriage_returns(f.readline(_DETECT_BYTES), path)
         cuts = [0] + _cut_points(path, fmt, size, unit_bytes) + [size]
         parts.extend(FilePart(path, fmt, a, b) for a, b in zip(cuts, cuts[1:], strict=False) if b > a)
 
@@ -276,17 +277,6 @@ def plan_work_units(
     if not units:
         raise BertkitError(f"the corpus is empty: all {len(files)} input file(s) have 0 bytes")
     return units
-
-
-def _refuse_lone_carriage_returns(path: str) -> None:
-    """Lines end at \\n (\\r\\n too): a file whose lines end in \\r alone would be one line, so one sentence, or one
-    paragraph of a whole book with its licence header kept."""
-    with open(path, "rb") as f:
-        first = f.readline(_DETECT_BYTES)
-    if b"\r" in first.rstrip(b"\r\n"):
-        raise BertkitError(f"{path}: line 1 holds a carriage return (\\r) before its end: a file whose lines end "
-                           "in \\r alone (classic Mac OS) would be read as one line; end its lines with \\n "
-                           "(e.g. tr '\\r' '\\n' < FILE > NEW), or remove the \\r from the text")
 
 
 def _cut_points(path: str, fmt: str, size: int, unit_bytes: int) -> list[int]:

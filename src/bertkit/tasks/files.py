@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any, BinaryIO
 
 from bertkit.errors import BertkitError
+from bertkit.tokenization.textfiles import refuse_lone_carriage_returns
 
 FORMATS = ("jsonl", "csv", "tsv", "text")
 SUFFIXES = {".jsonl": "jsonl", ".json": "jsonl", ".ndjson": "jsonl", ".csv": "csv", ".tsv": "tsv", ".txt": "text"}
@@ -77,10 +78,8 @@ class _Lines:
         offset, self.offset = self.offset, self.offset + len(raw)
         if self.number == 1 and raw.startswith(codecs.BOM_UTF8):  # a byte-order mark is not part of the first record
             raw, offset = raw[len(codecs.BOM_UTF8):], offset + len(codecs.BOM_UTF8)
-        if self.number == 1 and b"\r" in raw.rstrip(b"\r\n"):  # before the length check: such a file is one line
-            raise BertkitError(f"{self.path}:1: a carriage return (\\r) inside the first line: a file whose lines end "
-                               "in \\r alone (classic Mac OS) would be read as one line; end its lines with \\n "
-                               "(e.g. tr '\\r' '\\n' < FILE > NEW), or remove the \\r from the text")
+        if self.number == 1:  # before the length check: such a file is one line
+            refuse_lone_carriage_returns(raw, f"{self.path}:1")
         nul = raw.find(b"\0")
         if nul >= 0:
             raise BertkitError(f"{self.path}:{self.number}: a NUL byte (byte {offset + nul} of the file): a text file "

@@ -14,6 +14,15 @@ from bertkit.errors import BertkitError
 DECODE_ERRORS = ("strict", "replace", "ignore")
 
 
+def refuse_lone_carriage_returns(first_line: bytes, where: str) -> None:
+    """Lines end at \\n (\\r\\n too): a file whose lines end in \\r alone would be read as one line, so one input,
+    one sentence, or one paragraph of a whole book. ``where`` names the file (and line) in the error."""
+    if b"\r" in first_line.rstrip(b"\r\n"):
+        raise BertkitError(f"{where}: a carriage return (\\r) inside the first line: a file whose lines end in \\r "
+                           "alone (classic Mac OS) would be read as one line; end its lines with \\n "
+                           "(e.g. tr '\\r' '\\n' < FILE > NEW), or remove the \\r from the text")
+
+
 def iter_lines(
     path: str | os.PathLike, errors: str = "strict", start: int = 0, end: int | None = None
 ) -> Iterator[str]:
