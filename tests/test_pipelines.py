@@ -559,6 +559,33 @@ def test_sentence_embeddings_equal_sentence_transformers(minilm_dir, sst2, monke
     assert np.allclose(np.linalg.norm(got, axis=1), 1.0, atol=1e-6)
 
 
+def test_max_length_above_the_tokenizers_model_max_length_cuts_there(minilm_2_layers, tmp_path, data_dir,
+                                                                      monkeypatch):
+    """Under 512 positions, a tokenizer_config.json saying model_max_length 24 (where sentence-transformers 6 saves a
+    model's max_seq_length; its sentence_bert_config.json then declares none): max_length=40 cuts texts at 40, as
+    transformers' pipeline given truncation=True, max_length=40 and sentence-transformers given max_seq_length 40 do.
+    bertkit refused it ("max_length 40 is outside [8, 24]"), and took it where sentence_bert_config.json declared
+    the 24."""
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    st = pytest.importorskip("sentence_transformers")
+    text = json.loads((data_dir / "squad/dev-v1.1.json").read_text())["data"][0]["paragraphs"][0]["context"]
+    plain = tmp_path / "plain"
+    shutil.copytree(minilm_2_layers, plain)
+    config = json.loads((plain / "tokenizer_config.json").read_text())
+    (plain / "tokenizer_config.json").write_text(json.dumps({**config, "model_max_length": 24}))
+    theirs = transformers.pipeline("feature-extraction", model=str(plain), device="cpu",
+                                   tokenize_kwargs={"truncation": True, "max_length": 40})(text)
+    ours = bertkit.pipeline("feature-extraction", plain, pooling="none", max_length=40)(text)
+    assert np.array(ours).shape == (40, 384)
+    np.testing.assert_allclose(ours, np.array(theirs)[0], atol=1e-5, rtol=0)
+    model = st.SentenceTransformer(str(plain), device="cpu")
+    model.save(str(tmp_path / "st6"))
+    assert "max_seq_length" not in json.loads((tmp_path / "st6" / "sentence_bert_config.json").read_text())
+    model.max_seq_length = 40
+    ours = bertkit.pipeline("sentence-embedding", tmp_path / "st6", max_length=40)([text])
+    np.testing.assert_allclose(ours, model.encode([text], normalize_embeddings=True), atol=1e-5, rtol=0)
+
+
 def test_feature_extraction_cls_and_tokens(minilm_dir, sst2):
     texts = sst2[:12]
     hf = transformers.BertModel.from_pretrained(minilm_dir).eval()

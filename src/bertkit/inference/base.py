@@ -108,9 +108,10 @@ class Pipeline:
         if max_length is None:
             max_length = min(tokenizer.model_max_length, model.config.max_position_embeddings)
         model.config.check_sequence_length(max_length, "max_length")
-        if not 8 <= max_length <= tokenizer.model_max_length:
-            raise BertkitError(f"max_length {max_length} is outside [8, {tokenizer.model_max_length}] (8 to the "
-                               "tokenizer's model_max_length)")
+        # a max_length over the tokenizer's model_max_length cuts there, as transformers' pipelines cut at a
+        # max_length given and sentence-transformers at a max_seq_length set: every encode passes it to the tokenizer
+        if max_length < 8:
+            raise BertkitError(f"max_length must be at least 8 (a pipeline's shortest sequence), got {max_length}")
         # int8 already (load_int8, or quantize_int8 by the caller) runs as such; quantize="int8" makes a quantized
         # copy, calibrated on the given texts or the built-in sentences
         self.model, self.precision = prepare_model(model, device=device, bf16=bf16, quantize=quantize,
