@@ -325,7 +325,8 @@ def test_token_classification_words_tags_and_offsets(tmp_path_factory, minilm_di
 
 def test_token_classification_entities_are_transformers_first_aggregation(tmp_path_factory, minilm_dir, data_dir):
     """``entities`` are what transformers' pipeline gives with aggregation_strategy="first" (spans, types, scores), so
-    a refusal of aggregation_strategy names it; ignore_labels and the classifier's top_k name their fields too."""
+    a refusal of aggregation_strategy names it; ignore_labels, stride and the classifier's top_k name what answers
+    instead too."""
     sentences = read_conll(data_dir / "conll2003/valid.txt")[:30]
     tags = sorted({t for s in sentences for t in s.tags})
     id2label = dict(enumerate(tags))
@@ -349,6 +350,8 @@ def test_token_classification_entities_are_transformers_first_aggregation(tmp_pa
         ours(texts[0], aggregation_strategy="simple")
     with pytest.raises(BertkitError, match=r"instead of ignore_labels: \"words\" holds every word"):
         ours(texts[0], ignore_labels=[])
+    with pytest.raises(BertkitError, match=r"instead of stride: text past max_length tokens is not tagged"):
+        ours(texts[0], stride=64)  # transformers tags a long text's rest in windows; the refusal said no more
     clf, _ = _tiny_dir(tmp_path_factory, minilm_dir, "BertForSequenceClassification")
     with pytest.raises(BertkitError, match=r"does not take top_k; .* instead of top_k: every label's probability is in "
                                            r"the result's \"scores\""):
