@@ -141,6 +141,18 @@ def test_call_options_given_to_pipeline_are_refused(tmp_path_factory, minilm_dir
     assert len(bertkit.pipeline("fill-mask", d)("a [MASK] b", top_k=3)) == 3
 
 
+def test_a_calls_length_options_are_refused_naming_the_pipelines_max_length(tmp_path_factory, minilm_dir):
+    # transformers' classifier(text, truncation=True, max_length=64) cuts at 64; the refusal here said only "its
+    # options are none", not that the length is the pipeline's, given when it is made
+    d, _ = _tiny_dir(tmp_path_factory, minilm_dir, "BertForSequenceClassification")
+    with pytest.raises(BertkitError, match=r"does not take max_length, truncation; its options are none; instead of "
+                                           r"max_length, truncation: sequences hold at most the pipeline's max_length "
+                                           r"tokens \(a text is cut there\), given when it is made: "
+                                           r"bertkit.pipeline\(task, model, max_length=N\)$"):
+        bertkit.pipeline("text-classification", d)("a b", truncation=True, max_length=64)
+    assert bertkit.pipeline("text-classification", d, max_length=64).max_length == 64
+
+
 def test_question_and_context_as_keywords_are_refused_naming_the_dict(tmp_path_factory, minilm_dir):
     # transformers' question-answering is called pipe(question=..., context=...); bertkit's ended in a bare TypeError
     # (missing 'inputs') that named neither the task nor the input it takes
