@@ -141,6 +141,18 @@ def test_call_options_given_to_pipeline_are_refused(tmp_path_factory, minilm_dir
     assert len(bertkit.pipeline("fill-mask", d)("a [MASK] b", top_k=3)) == 3
 
 
+def test_a_calls_length_options_are_refused_naming_the_pipelines_max_length(tmp_path_factory, minilm_dir):
+    # transformers' classifier(text, truncation=True, max_length=64) cuts at 64; the refusal here said only "its
+    # options are none", not that the length is the pipeline's, given when it is made
+    d, _ = _tiny_dir(tmp_path_factory, minilm_dir, "BertForSequenceClassification")
+    with pytest.raises(BertkitError, match=r"does not take max_length, truncation; its options are none; instead of "
+                                           r"max_length, truncation: sequences hold at most the pipeline's max_length "
+                                           r"tokens \(a text is cut there\), given when it is made: "
+                                           r"bertkit.pipeline\(task, model, max_length=N\)$"):
+        bertkit.pipeline("text-classification", d)("a b", truncation=True, max_length=64)
+    assert bertkit.pipeline("text-classification", d, max_length=64).max_length == 64
+
+
 def test_question_and_context_as_keywords_are_refused_naming_the_dict(tmp_path_factory, minilm_dir):
     # transformers' question-answering is called pipe(question=..., context=...); bertkit's ended in a bare TypeError
     # (missing 'inputs') that named neither the task nor the input it takes
@@ -325,7 +337,8 @@ def test_token_classification_words_tags_and_offsets(tmp_path_factory, minilm_di
 
 def test_token_classification_entities_are_transformers_first_aggregation(tmp_path_factory, minilm_dir, data_dir):
     """``entities`` are what transformers' pipeline gives with aggregation_strategy="first" (spans, types, scores), so
-    a refusal of aggregation_strategy names it; ignore_labels and the classifier's top_k name their fields too."""
+    a refusal of aggregation_strategy names it; ignore_labels, stride and the classifier's top_k name what answers
+    instead too."""
     sentences = read_conll(data_dir / "conll2003/valid.txt")[:30]
     tags = sorted({t for s in sentences for t in s.tags})
     id2label = dict(enumerate(tags))
@@ -349,6 +362,8 @@ def test_token_classification_entities_are_transformers_first_aggregation(tmp_pa
         ours(texts[0], aggregation_strategy="simple")
     with pytest.raises(BertkitError, match=r"instead of ignore_labels: \"words\" holds every word"):
         ours(texts[0], ignore_labels=[])
+    with pytest.raises(BertkitError, match=r"instead of stride: text past max_length tokens is not tagged"):
+        ours(texts[0], stride=64)  # transformers tags a long text's rest in windows; the refusal said no more
     clf, _ = _tiny_dir(tmp_path_factory, minilm_dir, "BertForSequenceClassification")
     with pytest.raises(BertkitError, match=r"does not take top_k; .* instead of top_k: every label's probability is in "
                                            r"the result's \"scores\""):
@@ -557,6 +572,33 @@ def test_sentence_embeddings_equal_sentence_transformers(minilm_dir, sst2, monke
     got = np.array(bertkit.pipeline("sentence-embedding", minilm_dir, batch_size=16)(texts))
     np.testing.assert_allclose(got, ref, atol=1e-5, rtol=0)
     assert np.allclose(np.linalg.norm(got, axis=1), 1.0, atol=1e-6)
+
+
+def test_max_length_above_the_tokenizers_model_max_length_cuts_there(minilm_2_layers, tmp_path, data_dir,
+                                                                      monkeypatch):
+    """Under 512 positions, a tokenizer_config.json saying model_max_length 24 (where sentence-transformers 6 saves a
+    model's max_seq_length; its sentence_bert_config.json then declares none): max_length=40 cuts texts at 40, as
+    transformers' pipeline given truncation=True, max_length=40 and sentence-transformers given max_seq_length 40 do.
+    bertkit refused it ("max_length 40 is outside [8, 24]"), and took it where sentence_bert_config.json declared
+    the 24."""
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    st = pytest.importorskip("sentence_transformers")
+    text = json.loads((data_dir / "squad/dev-v1.1.json").read_text())["data"][0]["paragraphs"][0]["context"]
+    plain = tmp_path / "plain"
+    shutil.copytree(minilm_2_layers, plain)
+    config = json.loads((plain / "tokenizer_config.json").read_text())
+    (plain / "tokenizer_config.json").write_text(json.dumps({**config, "model_max_length": 24}))
+    theirs = transformers.pipeline("feature-extraction", model=str(plain), device="cpu",
+                                   tokenize_kwargs={"truncation": True, "max_length": 40})(text)
+    ours = bertkit.pipeline("feature-extraction", plain, pooling="none", max_length=40)(text)
+    assert np.array(ours).shape == (40, 384)
+    np.testing.assert_allclose(ours, np.array(theirs)[0], atol=1e-5, rtol=0)
+    model = st.SentenceTransformer(str(plain), device="cpu")
+    model.save(str(tmp_path / "st6"))
+    assert "max_seq_length" not in json.loads((tmp_path / "st6" / "sentence_bert_config.json").read_text())
+    model.max_seq_length = 40
+    ours = bertkit.pipeline("sentence-embedding", tmp_path / "st6", max_length=40)([text])
+    np.testing.assert_allclose(ours, model.encode([text], normalize_embeddings=True), atol=1e-5, rtol=0)
 
 
 def test_feature_extraction_cls_and_tokens(minilm_dir, sst2):

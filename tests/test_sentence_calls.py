@@ -924,8 +924,9 @@ def test_arguments_at_sentence_transformers_defaults_are_nothing_asked_for(model
                                            "has no Router to route a task through"):
         ours.encode(TEXTS, task="query")  # "unknown argument" before, None included
     CrossEncoder(st_dir, **defaults)
-    with pytest.raises(BertkitError, match=r"SentenceTransformer\(processor_kwargs=...\) is not implemented"):
-        SentenceTransformer(st_dir, processor_kwargs={"model_max_length": 16})
+    with pytest.raises(BertkitError, match=r"SentenceTransformer\(processor_kwargs=...\) is not implemented in bertkit: "
+                                           "for its model_max_length set model.max_seq_length after loading"):
+        SentenceTransformer(st_dir, processor_kwargs={"model_max_length": 16})  # it said "drop this argument"
     with pytest.raises(BertkitError, match=r"SentenceTransformer\(cache_folder=...\) is not implemented"):
         SentenceTransformer(st_dir, cache_folder="cache")
     # not a path: named (it was pathlib's "expected str, bytes or os.PathLike object, not NoneType")

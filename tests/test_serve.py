@@ -177,7 +177,8 @@ def test_an_input_that_fails_inside_a_shared_batch_fails_its_own_request_only(se
     (b'{"inputs": "a\\ud800b"}', 400, "a string holds \\ud800, half of a UTF-16 surrogate pair"),
     (b'{"inputs": "x", "parameters": {"\\udfff": 1}}', 400, "a string holds \\udfff"),
     (json.dumps({"inputs": ["t"] * 9}).encode(), 422, "9 inputs exceed max_items 8"),
-    (json.dumps({"inputs": "y" * 2001}).encode(), 422, "2001 characters, over max_text_chars 2000"),
+    (json.dumps({"inputs": "y" * 2001}).encode(), 422, "2001 characters, over max_text_chars 2000: send less (the model "
+     "reads a text's first max_length tokens), or start the server with a larger --max-text-chars"),
     (json.dumps({"inputs": "x", "parameters": {"stride": 2}}).encode(), 422, "takes no parameter(s) stride"),
     (json.dumps({"inputs": "x", "parameters": {"top_k": 0}}).encode(), 422, "top_k must be an int in [1, 100]"),
     (json.dumps({"inputs": ["z" * 1500] * 14}).encode(), 413, "exceeds max_body_bytes 20000"),

@@ -24,6 +24,12 @@ from bertkit.tokenization import BertTokenizer
 
 # Rows at or above which a progress bar is drawn when ``progress`` is None (auto): a few seconds of work.
 _PROGRESS_ROWS = 512
+# transformers' pipelines take their tokenizer's length options per call; a pipeline here cuts at the one length it
+# was made with, so a call's is refused naming where the length goes
+_LENGTH_OPTIONS = dict.fromkeys(
+    ("truncation", "max_length", "max_seq_len", "tokenizer_kwargs", "tokenize_kwargs"),
+    "sequences hold at most the pipeline's max_length tokens (a text is cut there), given when it is made: "
+    "bertkit.pipeline(task, model, max_length=N)")
 # A printable ASCII character other than a space: BERT's tokenizer keeps every one (a word piece or punctuation).
 _KEPT = re.compile(r"[!-~]")
 
@@ -108,9 +114,10 @@ class Pipeline:
         if max_length is None:
             max_length = min(tokenizer.model_max_length, model.config.max_position_embeddings)
         model.config.check_sequence_length(max_length, "max_length")
-        if not 8 <= max_length <= tokenizer.model_max_length:
-            raise BertkitError(f"max_length {max_length} is outside [8, {tokenizer.model_max_length}] (8 to the "
-                               "tokenizer's model_max_length)")
+        # a max_length over the tokenizer's model_max_length cuts there, as transformers' pipelines cut at a
+        # max_length given and sentence-transformers at a max_seq_length set: every encode passes it to the tokenizer
+        if max_length < 8:
+            raise BertkitError(f"max_length must be at least 8 (a pipeline's shortest sequence), got {max_length}")
         # int8 already (load_int8, or quantize_int8 by the caller) runs as such; quantize="int8" makes a quantized
         # copy, calibrated on the given texts or the built-in sentences
         self.model, self.precision = prepare_model(model, device=device, bf16=bf16, quantize=quantize,
@@ -214,7 +221,12 @@ class Pipeline:
     @classmethod
     def instead(cls, names: Sequence[str]) -> str:
         """What answers the transformers options ``names`` here (``instead_of``), for a refusal's message."""
-        return "".join(f"; instead of {n}: {cls.instead_of[n]}" for n in names if n in cls.instead_of)
+        known = {**_LENGTH_OPTIONS, **cls.instead_of}
+        advice: dict[str, list[str]] = {}
+        for n in names:
+            if n in known:
+                advice.setdefault(known[n], []).append(n)
+        return "".join(f"; instead of {', '.join(ns)}: {a}" for a, ns in advice.items())
 
     def __call__(self, inputs: Any = None, **options: Any) -> Any:
         """One input gives one result; a list of inputs gives the list of results, in input order."""

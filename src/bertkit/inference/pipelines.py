@@ -316,7 +316,9 @@ class TokenClassificationPipeline(Pipeline):
     instead_of = {
         "aggregation_strategy": "the result's \"entities\" are transformers' aggregation_strategy=\"first\" (each "
                                 "word the tag of its first piece), \"words\" each word's tag",
-        "ignore_labels": "\"words\" holds every word (\"O\" too), \"entities\" none tagged \"O\""}
+        "ignore_labels": "\"words\" holds every word (\"O\" too), \"entities\" none tagged \"O\"",
+        "stride": "text past max_length tokens is not tagged (transformers' stride tags the rest in overlapping "
+                  "windows): pass a long text in parts of at most max_length tokens"}
 
     def encode(self, item: str, **_: Any) -> list[dict[str, Any]]:
         enc = self.tokenizer(item, truncation=True, max_length=self.max_length, return_offsets_mapping=True,

@@ -46,7 +46,9 @@ class Limits(RequestLimits):
 
     def check_chars(self, n: int, what: str) -> None:
         if n > self.max_text_chars:
-            raise RequestError(422, f"{what} has {n} characters, over max_text_chars {self.max_text_chars}")
+            raise RequestError(422, f"{what} has {n} characters, over max_text_chars {self.max_text_chars}: send "
+                               "less (the model reads a text's first max_length tokens), or start the server with a "
+                               "larger --max-text-chars")
 
 
 def _chars(item: Any) -> int:

@@ -458,9 +458,9 @@ def pipeline(task: str | None = None, model: Any = None, *, tokenizer: Any = Non
     which). ``quantize="int8"`` runs the encoder's projections in int8 on the CPU (docs/inference.md section int8):
     a quantized copy, made once, calibrated on ``calibration_texts`` (a few hundred texts like the inputs; strings
     or ``(text, text_pair)`` tuples) or by default on 64 built-in English sentences. ``batch_size`` sequences run
-    at once, grouped by length; ``max_length`` (default: the model's positions, or a sentence-transformers
-    directory's max_seq_length) caps each sequence: texts are
-    truncated, QA contexts windowed.
+    at once, grouped by length; ``max_length`` (default: the tokenizer's model_max_length capped at the model's
+    positions, or a sentence-transformers directory's max_seq_length; given, up to the positions) caps each
+    sequence: texts are truncated, QA contexts windowed.
     ``progress`` draws a bar (None: only for long inputs). ``options`` go to the task's pipeline (e.g.
     ``pooling="cls"``, ``normalize=True`` for embeddings).
     """

@@ -57,8 +57,11 @@ _REFUSED_INIT = {
     "token": "bertkit loads local directories; download the model first",
     "backend": "bertkit runs its own PyTorch encoder; for int8 use bertkit.pipeline(..., quantize='int8')",
     "model_kwargs": "bertkit builds its BertModel from config.json; drop this argument",
-    "tokenizer_kwargs": "bertkit reads the tokenizer's settings from its files; drop this argument",
-    "processor_kwargs": "bertkit reads the tokenizer's settings from its files; drop this argument",
+    # dropped without a word, a model_max_length there would leave texts cut at the files' length
+    "tokenizer_kwargs": "for its model_max_length set model.max_seq_length after loading; bertkit reads the "
+                        "tokenizer's other settings from its files",
+    "processor_kwargs": "for its model_max_length set model.max_seq_length after loading; bertkit reads the "
+                        "tokenizer's other settings from its files",
     "config_kwargs": "edit config.json, or set dropout on model.bert after loading",
     "model_card_data": "bertkit writes no model card; drop this argument",
 }

@@ -208,8 +208,8 @@ class PredictFileSettings(OverwriteSettings, ProgressSettings, Int8Settings):
     batch_size: int = flag(32, check=at_least_one)
     """Sequences per batch (inputs are grouped by length, so batches carry little padding)."""
     max_length: int | None = flag(None, check=pipeline_length)
-    """Tokens per sequence (default: the model's positions, or a sentence-transformers directory's max_seq_length);
-    texts are truncated, QA contexts windowed."""
+    """Tokens per sequence (default: the tokenizer's model_max_length capped at the model's positions, or a
+    sentence-transformers directory's max_seq_length); texts are truncated, QA contexts windowed."""
     top_k: int | None = flag(None, check=at_least_one)
     """fill-mask: tokens per [MASK] (default 5); question-answering: answers per question (default 1, at most 20, the
     SQuAD recipe's n-best): the pipeline's defaults."""
@@ -290,8 +290,8 @@ class ServeSettings(RequestLimits, Int8Settings):
     """On SIGTERM, how long admitted requests may take to finish before the server stops anyway: a deadline for
     every connection (requests still open then are cut off) and for the model call under way."""
     max_length: int | None = flag(None, check=pipeline_length)
-    """Tokens per sequence (default: the model's positions, or a sentence-transformers directory's max_seq_length);
-    texts are truncated, QA contexts windowed."""
+    """Tokens per sequence (default: the tokenizer's model_max_length capped at the model's positions, or a
+    sentence-transformers directory's max_seq_length); texts are truncated, QA contexts windowed."""
     log_level: Literal["critical", "error", "warning", "info", "debug"] = "info"
     """uvicorn's log level."""
     served_model_name: str | None = None
