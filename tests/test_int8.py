@@ -429,6 +429,19 @@ def test_refuses_models_and_arguments_it_cannot_quantize(fp32, calibration, int8
         quantize_int8(fp32, calibration=[])
 
 
+def test_a_model_prepared_for_inference_is_refused_as_such_not_as_quantized(minilm_2_layers):
+    """A pipeline's model (or optimize_for_inference's) holds PreparedLinear projections, its GELU fused into ffn_in:
+    quantizing it was refused as "quantized already", which it is not; the fix is the model as loaded."""
+    from bertkit import optimize_for_inference, pipeline
+
+    tok = BertTokenizer.from_pretrained(minilm_2_layers)
+    fp32 = pipeline("feature-extraction", minilm_2_layers)
+    for prepared in (fp32.model, optimize_for_inference(BertModel.from_pretrained(minilm_2_layers))):
+        with pytest.raises(BertkitError, match=r"layer 0's qkv is PreparedLinear, a copy prepared for inference "
+                                               r"\(a pipeline's \.model, optimize_for_inference\).*from_pretrained"):
+            pipeline("feature-extraction", prepared, tokenizer=tok, quantize="int8")
+
+
 def test_a_failed_compile_quantizes_eagerly_and_says_so_once(monkeypatch, caplog):
     """A few tokens never pay for compiling; where compiling fails (no C++ compiler) the codes are computed eagerly,
     the same, with one warning."""
