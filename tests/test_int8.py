@@ -429,6 +429,26 @@ def test_refuses_models_and_arguments_it_cannot_quantize(fp32, calibration, int8
         quantize_int8(fp32, calibration=[])
 
 
+@pytest.mark.parametrize("batch_size", [0, -1, 2.5, True])
+def test_calibration_refuses_a_batch_size_that_is_not_a_count(minilm_2_layers, batch_size):
+    """Was: range()'s "arg 3 must not be zero" for 0, an IndexError for -1, a TypeError for 2.5, and True ran as 1."""
+    tok = BertTokenizer.from_pretrained(minilm_2_layers)
+    with pytest.raises(BertkitError, match=rf"batch_size must be a positive int, got {batch_size!r}"):
+        calibration_batches(tok, ["a real sentence"], batch_size=batch_size)
+
+
+@pytest.mark.parametrize(("texts", "max_length"), [(["a real sentence"], 2), ([("a question", "an answer")], 3)])
+def test_calibration_refuses_a_max_length_that_leaves_no_word(minilm_2_layers, texts, max_length):
+    """Was: "calibration text 0 holds no word once tokenized ... remove blank texts", of a text that is not blank:
+    max_length left room for the special tokens only. Three tokens cut a single text to one word, four a pair."""
+    tok = BertTokenizer.from_pretrained(minilm_2_layers)
+    with pytest.raises(BertkitError, match=rf"max_length {max_length} leaves no room for a word beside the "
+                                           rf"{max_length} special tokens; pass max_length {max_length + 1} or more"):
+        calibration_batches(tok, texts, max_length=max_length)
+    batch = calibration_batches(tok, texts, max_length=max_length + 1)[0]
+    assert int(batch["attention_mask"].sum()) == max_length + 1  # one word kept
+
+
 def test_a_model_prepared_for_inference_is_refused_as_such_not_as_quantized(minilm_2_layers):
     """A pipeline's model (or optimize_for_inference's) holds PreparedLinear projections, its GELU fused into ffn_in:
     quantizing it was refused as "quantized already", which it is not; the fix is the model as loaded."""
