@@ -399,7 +399,7 @@ def test_padded_and_unpadded_layouts_agree(int8, fp32_embeddings, tok, sst2_sent
     texts = sst2_sentences[:96]
     unpadded, padded = embed(int8, tok, texts), embed(int8, tok, texts, layout="padded")
     reference = fp32_embeddings["sst2"][:96]
-    assert float(F.cosine_similarity(padded, reference).min()) >= 0.99  # measured 0.9907 (unpadded 0.9967)
+    assert float(F.cosine_similarity(padded, reference).min()) >= 0.99  # measured 0.9970 (unpadded 0.9977)
     assert float(F.cosine_similarity(unpadded, reference).min()) >= 0.99
     assert float(F.cosine_similarity(unpadded, padded).min()) >= 0.98
 
