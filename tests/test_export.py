@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import csv
+import re
 
 import pytest
 import torch
@@ -186,6 +187,19 @@ def test_an_opset_the_exporter_cannot_write_is_refused_naming_the_range(tmp_path
     assert main(["export", "onnx", "--model", str(model_dir), "--out", str(tmp_path / "m.onnx"), "--opset",
                  str(opset)]) == 2
     assert "supported opsets are 14 to" in capsys.readouterr().err and not (tmp_path / "m.onnx").exists()
+
+
+@pytest.mark.parametrize("opset", [17.0, "17", True])
+def test_an_opset_that_is_not_an_int_is_refused_naming_it(tmp_path, minilm_dir, opset, tiny_checkpoint):
+    """Was: 17.0 passed the range check (17.0 in range(14, 21)) and stopped inside torch.onnx's exporter with a
+    TypeError and a dump of the graph; "17" was refused as "--opset 17 is not one bertkit can export", of the range
+    it then named."""
+    pytest.importorskip("onnx", reason="pip install 'bertkit[onnx]'")
+    model_dir = tiny_checkpoint(tmp_path / "m", tokenizer=BertTokenizer.from_pretrained(minilm_dir),
+                                **_ON_MINILM_VOCAB)
+    with pytest.raises(BertkitError, match=rf"--opset {re.escape(repr(opset))} is not one bertkit can export"):
+        export_onnx(model_dir, tmp_path / "m.onnx", opset=opset)
+    assert not (tmp_path / "m.onnx").exists()
 
 
 def test_the_newest_supported_opset_is_one_the_exporter_writes(tmp_path, minilm_dir, tiny_checkpoint):

@@ -14,7 +14,7 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from bertkit.errors import BertkitError
+from bertkit.errors import BertkitError, is_whole
 from bertkit.heads import MODEL_CLASSES, BertForMultipleChoice
 from bertkit.quantization.saved import model_class_of
 
@@ -99,8 +99,8 @@ def export_onnx(model_dir: str | Path, out: str | Path, *, opset: int = 17, over
     refuse_existing_file(out, overwrite, inputs={"model": model_dir})  # never a file of the model itself
     _require_onnx()
     opsets = supported_opsets()
-    if opset not in opsets:
-        raise BertkitError(f"--opset {opset} is not one bertkit can export: the supported opsets are {opsets.start} "
+    if not is_whole(opset) or opset not in opsets:  # 17.0 is in range(14, 21), and fails inside the exporter
+        raise BertkitError(f"--opset {opset!r} is not one bertkit can export: the supported opsets are {opsets.start} "
                            f"to {opsets.stop - 1} (from {MIN_OPSET}, the first with the attention operator, to the "
                            f"newest this torch {torch.__version__}'s TorchScript exporter writes)")
     model = load_for_export(model_dir)

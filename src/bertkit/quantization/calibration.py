@@ -14,7 +14,7 @@ from pathlib import Path
 import torch
 from torch import Tensor, nn
 
-from bertkit.errors import BertkitError, MissingFileError
+from bertkit.errors import BertkitError, MissingFileError, is_whole
 from bertkit.modeling import BertModel
 from bertkit.quantization.kernels import SMOOTHING_BOUND
 from bertkit.quantization.projections import _layers, get_projection
@@ -76,6 +76,12 @@ def calibration_batches(tokenizer: BertTokenizer, texts: Sequence[str | tuple[st
                            "(text, text_pair) tuples")
     if not texts:
         raise BertkitError("calibration_batches needs at least one text (a few hundred is right)")
+    if not is_whole(batch_size):
+        raise BertkitError(f"batch_size must be a positive int, got {batch_size!r}")
+    specials = 3 if any(isinstance(t, tuple) for t in texts) else 2  # [CLS] a [SEP] (b [SEP])
+    if is_whole(max_length, 0) and max_length <= specials:
+        raise BertkitError(f"max_length {max_length} leaves no room for a word beside the {specials} special tokens; "
+                           f"pass max_length {specials + 1} or more (calibration measures the activations of real text)")
     out = []
     for a in range(0, len(texts), batch_size):
         chunk = texts[a:a + batch_size]

@@ -55,9 +55,16 @@ def quantize_int8(model: nn.Module, *, calibration: Iterable[Mapping[str, Tensor
     targets = [(i, kind) for i in range(len(_layers(encoder))) for kind in PROJECTIONS]
     for i, kind in targets:
         module = float_projection(_layers(encoder)[i], kind)
+        if isinstance(module, Int8Linear):
+            raise BertkitError(f"layer {i}'s {kind} is Int8Linear: the model is quantized already; quantize the fp32 "
+                               "model once")
         if type(module) is not nn.Linear:
-            raise BertkitError(f"layer {i}'s {kind} is {type(module).__name__}, not an fp32 nn.Linear: the model "
-                               "is quantized already; quantize the fp32 model once")
+            # named, not imported: inference.prepare is a layer above (its PreparedLinear fuses ffn_in's GELU, which
+            # an int8 copy of its weights alone would lose)
+            what = ("a copy prepared for inference (a pipeline's .model, optimize_for_inference)"
+                    if type(module).__name__ == "PreparedLinear" else "not a plain nn.Linear (peft's wrapper, a hook)")
+            raise BertkitError(f"layer {i}'s {kind} is {type(module).__name__}, {what}: quantize the model as "
+                               "from_pretrained loads it (pipeline(task, model, quantize='int8') makes its own copy)")
     if calibration is None:
         raise BertkitError("quantize_int8 needs calibration batches: calibration_batches(tokenizer, texts) with a few "
                            "hundred texts like the model's inputs (quantize_int8_on_texts uses built-in sentences)")
