@@ -347,7 +347,8 @@ def test_what_bertkit_does_not_implement_is_refused_by_name(directory, rows, tmp
     with pytest.raises(BertkitError, match="compute_metrics"):
         CrossEncoderTrainer(model=model, train_dataset=[{"q": "a", "d": "b", "label": 1}], compute_metrics=len)
     model.save(tmp_path / "custom")  # config_sentence_transformers.json is read beside modules.json
-    (tmp_path / "custom" / "config_sentence_transformers.json").write_text('{"activation_fn": "my.module.Act"}')
+    (tmp_path / "custom" / "config_sentence_transformers.json").write_text(
+        '{"model_type": "CrossEncoder", "activation_fn": "my.module.Act"}')
     with pytest.raises(BertkitError, match="torch activations only"):
         CrossEncoder(tmp_path / "custom")
 
@@ -475,6 +476,25 @@ def test_a_directory_without_modules_json_is_read_as_a_plain_checkpoint(director
                                                 "sbert_ce_default_activation_function": "torch.nn.modules.linear.Identity"}))
     assert isinstance(st_ce.CrossEncoder(str(v4)).activation_fn, torch.nn.Sigmoid)
     assert isinstance(CrossEncoder(v4).activation_fn, torch.nn.Sigmoid)
+
+    # beside a modules.json too, unless config_sentence_transformers.json names the model a CrossEncoder (its
+    # "model_type"; without the file or the key, "SentenceTransformer"): sentence-transformers then converts the
+    # directory ("Converting SentenceTransformer model ... to CrossEncoder.") and reads it as a plain checkpoint. bertkit
+    # read the files as a CrossEncoder's: cut at 16, Identity (0.07 against 0.52 for a pair), the prompt refused
+    CrossEncoder(directory).save(tmp_path / "untyped")
+    sbert = json.loads((tmp_path / "untyped" / "sentence_bert_config.json").read_text())
+    (tmp_path / "untyped" / "sentence_bert_config.json").write_text(json.dumps({**sbert, "max_seq_length": 16}))
+    for st_config in (None, {"activation_fn": "torch.nn.modules.linear.Identity", "prompts": {"query": "query: "},
+                             "default_prompt_name": "query"}):
+        config_file = tmp_path / "untyped" / "config_sentence_transformers.json"
+        config_file.unlink(missing_ok=True)
+        if st_config is not None:
+            config_file.write_text(json.dumps(st_config))
+        want_model, got_model = st_ce.CrossEncoder(str(tmp_path / "untyped")), CrossEncoder(tmp_path / "untyped")
+        assert isinstance(want_model.activation_fn, torch.nn.Sigmoid) and isinstance(got_model.activation_fn,
+                                                                                      torch.nn.Sigmoid)
+        assert got_model.max_length == want_model.max_seq_length == 512
+        np.testing.assert_allclose(got_model.predict(pairs), want_model.predict(pairs), atol=2e-6, rtol=0)
 
 
 @pytest.mark.parametrize("declared", [{"max_seq_length": 24},
