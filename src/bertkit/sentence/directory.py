@@ -232,8 +232,9 @@ def cross_encoder_max_seq_length(directory: Path) -> int | None:
     if sbert.get("do_lower_case"):
         raise BertkitError(f"{sbert_file} sets do_lower_case, which bertkit's CrossEncoder does not apply "
                            "(sentence-transformers lowercases both texts of each pair): set it in the tokenizer's "
-                           "files instead (do_lower_case in tokenizer_config.json, lowercase in tokenizer.json's "
-                           "normalizer) and remove it here, or use sentence-transformers")
+                           "files instead (do_lower_case: true in tokenizer_config.json, with strip_accents: false "
+                           "where the tokenizer keeps accents, as that lowercasing does) and remove it here, or use "
+                           "sentence-transformers")
     config = read_json(directory / ST_CONFIG) or {}
     name = config.get("default_prompt_name")
     prompt = (config.get("prompts") or {}).get(name) if name is not None else None
