@@ -309,10 +309,16 @@ def test_what_bertkit_does_not_implement_is_refused_by_name(directory, rows, tmp
     # sentence-transformers' old names, taken there with a warning: refused naming the new one ("unknown" before)
     with pytest.raises(BertkitError, match="old name of activation_fn: pass activation_fn="):
         CrossEncoder(directory, default_activation_function=torch.nn.Identity())
+    # its older names of the arguments above, which it still takes: refused as those ("unknown argument" before)
+    for name, instead in (("tokenizer_args", "use max_length="), ("automodel_args", "bertkit builds its model from config"),
+                          ("config_args", "use num_labels="), ("cache_dir", "bertkit loads local directories")):
+        with pytest.raises(BertkitError, match=rf"CrossEncoder\({name}=...\) is not implemented in bertkit: {instead}"):
+            CrossEncoder(directory, **{name: {"model_max_length": 16}})
     model = CrossEncoder(directory, max_length=32)
     for kwargs, name in (({"pool": object()}, "pool"), ({"prompt": "q: "}, "prompt"), ({"colour": 1}, "colour"),
                          ({"activation_fct": torch.nn.Identity()}, "old name of activation_fn: pass activation_fn="),
-                         ({"num_workers": 2}, "no effect in sentence-transformers 6 either: drop it")):
+                         ({"num_workers": 2}, "no effect in sentence-transformers 6 either: drop it"),
+                         ({"sentences": [("a", "b")]}, r"old name of inputs: pass the pairs first, predict\(pairs\)")):
         with pytest.raises(BertkitError, match=name):
             model.predict([("a", "b")], **kwargs)
     with pytest.raises(BertkitError, match=re.escape("rank(convert_to_tensor=...) is not implemented in bertkit: rank "

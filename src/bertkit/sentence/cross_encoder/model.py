@@ -67,6 +67,9 @@ _REFUSED_INIT = {
     "default_activation_function": "sentence-transformers' old name of activation_fn: pass activation_fn=",
     "classifier_dropout": "set classifier_dropout in config.json (it acts in training only)",
 }
+# the older names sentence-transformers 6 still takes for them (with a warning)
+_REFUSED_INIT.update({old: _REFUSED_INIT[new] for old, new in (("automodel_args", "model_kwargs"), (
+    "tokenizer_args", "processor_kwargs"), ("config_args", "config_kwargs"), ("cache_dir", "cache_folder"))})
 # predict()/rank() arguments bertkit does not implement
 _REFUSED_CALL = {
     "prompt": "prompts are not implemented for cross-encoders: put the text before the query yourself",
@@ -74,6 +77,7 @@ _REFUSED_CALL = {
     "pool": "multi-process inference is not implemented: call predict in one process",
     "chunk_size": "multi-process inference is not implemented: call predict in one process",
     "activation_fct": "sentence-transformers' old name of activation_fn: pass activation_fn=",
+    "sentences": "sentence-transformers' old name of inputs: pass the pairs first, predict(pairs)",
     "num_workers": "it has no effect in sentence-transformers 6 either: drop it",
     # predict takes these; rank returns Python floats (sentence-transformers 6 ignores them there)
     "convert_to_numpy": "rank returns Python floats, whatever it is given: drop it",
