@@ -83,6 +83,25 @@ def test_predict_and_rank_give_sentence_transformers_scores(directory, rows, tmp
     assert CrossEncoder(tmp_path / "saved").max_length == 32
 
 
+def test_pairs_are_batched_as_sentence_transformers_batches_them(directory):
+    """Pairs are run longest first, as in sentence-transformers, which sorts the lengths with np.argsort's default
+    sort: not stable past 16 inputs. bertkit sorted stably, so past 16 pairs of one length its batches held other
+    pairs, and a pair's score moved by a float32 step with the batch it was padded in: copies of a document ranked in
+    another order than there (with MiniLM's first 2 layers and a classifier 50 times larger, 8 random draws of 40
+    same-length documents out of 8)."""
+    rng = np.random.default_rng(0)
+    same_length = ["Denver won the game.", "Carolina lost it...", "The Broncos played.", "Santa Clara hosted."]
+    documents = [same_length[i] for i in rng.integers(0, 4, 40)] + [LONG[:60]] * 3
+    batches = {}
+    for name, model in (("want", st_ce.CrossEncoder(str(directory), max_length=48)),
+                        ("got", CrossEncoder(directory, max_length=48))):
+        seen, preprocess = batches.setdefault(name, []), model.preprocess
+        model.preprocess = lambda pairs, *args, seen=seen, preprocess=preprocess, **kwargs: (
+            seen.append([tuple(p) for p in pairs]) or preprocess(pairs, *args, **kwargs))
+        model.rank("Who won Super Bowl 50?", documents, batch_size=8)
+    assert batches["got"] == batches["want"]
+
+
 def test_several_labels_predict_softmax_as_sentence_transformers(minilm_2_layers, tmp_path, rows):
     d = cross_encoder_directory(minilm_2_layers, tmp_path / "three", num_labels=3)
     pairs = _pairs(rows)[:5]
@@ -309,10 +328,16 @@ def test_what_bertkit_does_not_implement_is_refused_by_name(directory, rows, tmp
     # sentence-transformers' old names, taken there with a warning: refused naming the new one ("unknown" before)
     with pytest.raises(BertkitError, match="old name of activation_fn: pass activation_fn="):
         CrossEncoder(directory, default_activation_function=torch.nn.Identity())
+    # its older names of the arguments above, which it still takes: refused as those ("unknown argument" before)
+    for name, instead in (("tokenizer_args", "use max_length="), ("automodel_args", "bertkit builds its model from config"),
+                          ("config_args", "use num_labels="), ("cache_dir", "bertkit loads local directories")):
+        with pytest.raises(BertkitError, match=rf"CrossEncoder\({name}=...\) is not implemented in bertkit: {instead}"):
+            CrossEncoder(directory, **{name: {"model_max_length": 16}})
     model = CrossEncoder(directory, max_length=32)
     for kwargs, name in (({"pool": object()}, "pool"), ({"prompt": "q: "}, "prompt"), ({"colour": 1}, "colour"),
                          ({"activation_fct": torch.nn.Identity()}, "old name of activation_fn: pass activation_fn="),
-                         ({"num_workers": 2}, "no effect in sentence-transformers 6 either: drop it")):
+                         ({"num_workers": 2}, "no effect in sentence-transformers 6 either: drop it"),
+                         ({"sentences": [("a", "b")]}, r"old name of inputs: pass the pairs first, predict\(pairs\)")):
         with pytest.raises(BertkitError, match=name):
             model.predict([("a", "b")], **kwargs)
     with pytest.raises(BertkitError, match=re.escape("rank(convert_to_tensor=...) is not implemented in bertkit: rank "
@@ -347,7 +372,8 @@ def test_what_bertkit_does_not_implement_is_refused_by_name(directory, rows, tmp
     with pytest.raises(BertkitError, match="compute_metrics"):
         CrossEncoderTrainer(model=model, train_dataset=[{"q": "a", "d": "b", "label": 1}], compute_metrics=len)
     model.save(tmp_path / "custom")  # config_sentence_transformers.json is read beside modules.json
-    (tmp_path / "custom" / "config_sentence_transformers.json").write_text('{"activation_fn": "my.module.Act"}')
+    (tmp_path / "custom" / "config_sentence_transformers.json").write_text(
+        '{"model_type": "CrossEncoder", "activation_fn": "my.module.Act"}')
     with pytest.raises(BertkitError, match="torch activations only"):
         CrossEncoder(tmp_path / "custom")
 
@@ -475,6 +501,25 @@ def test_a_directory_without_modules_json_is_read_as_a_plain_checkpoint(director
                                                 "sbert_ce_default_activation_function": "torch.nn.modules.linear.Identity"}))
     assert isinstance(st_ce.CrossEncoder(str(v4)).activation_fn, torch.nn.Sigmoid)
     assert isinstance(CrossEncoder(v4).activation_fn, torch.nn.Sigmoid)
+
+    # beside a modules.json too, unless config_sentence_transformers.json names the model a CrossEncoder (its
+    # "model_type"; without the file or the key, "SentenceTransformer"): sentence-transformers then converts the
+    # directory ("Converting SentenceTransformer model ... to CrossEncoder.") and reads it as a plain checkpoint. bertkit
+    # read the files as a CrossEncoder's: cut at 16, Identity (0.07 against 0.52 for a pair), the prompt refused
+    CrossEncoder(directory).save(tmp_path / "untyped")
+    sbert = json.loads((tmp_path / "untyped" / "sentence_bert_config.json").read_text())
+    (tmp_path / "untyped" / "sentence_bert_config.json").write_text(json.dumps({**sbert, "max_seq_length": 16}))
+    for st_config in (None, {"activation_fn": "torch.nn.modules.linear.Identity", "prompts": {"query": "query: "},
+                             "default_prompt_name": "query"}):
+        config_file = tmp_path / "untyped" / "config_sentence_transformers.json"
+        config_file.unlink(missing_ok=True)
+        if st_config is not None:
+            config_file.write_text(json.dumps(st_config))
+        want_model, got_model = st_ce.CrossEncoder(str(tmp_path / "untyped")), CrossEncoder(tmp_path / "untyped")
+        assert isinstance(want_model.activation_fn, torch.nn.Sigmoid) and isinstance(got_model.activation_fn,
+                                                                                      torch.nn.Sigmoid)
+        assert got_model.max_length == want_model.max_seq_length == 512
+        np.testing.assert_allclose(got_model.predict(pairs), want_model.predict(pairs), atol=2e-6, rtol=0)
 
 
 @pytest.mark.parametrize("declared", [{"max_seq_length": 24},

@@ -965,6 +965,13 @@ def test_a_cross_encoder_directory_setting_what_bertkit_does_not_apply_is_refuse
     for load in (CrossEncoder, lambda d: bertkit.pipeline("rerank", str(d), progress=False)):
         with pytest.raises(BertkitError, match=r"sentence_bert_config.json sets do_lower_case.*tokenizer_config.json"):
             load(d)
+    # the fix the refusal names: the tokenizer's own do_lower_case, accents kept, scores as that lowercasing does
+    accented = [pair, ("Où est le CAFÉ?", "İSTANBUL Straße ΣΑΣ")]
+    lowered = st_ce.CrossEncoder(str(d), device="cpu").predict(accented, show_progress_bar=False)
+    (d / "sentence_bert_config.json").write_text(json.dumps(sbert))
+    (d / "tokenizer_config.json").write_text(json.dumps({**config, "do_lower_case": True, "strip_accents": False}))
+    _same(CrossEncoder(d).predict(accented), lowered, atol=1e-6)
+    (d / "tokenizer_config.json").write_text(json.dumps({**config, "do_lower_case": False}))
     (d / "sentence_bert_config.json").write_text(json.dumps({**sbert, "model_args": {"num_labels": 3}}))
     with pytest.raises(BertkitError, match=r"sets \{'model_args.num_labels': 3\}, which bertkit does not apply"):
         CrossEncoder(d)

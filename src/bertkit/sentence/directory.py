@@ -83,14 +83,22 @@ def write_st_config(directory: Path, model_type: str, **fields: Any) -> None:
                                               **fields})
 
 
+def saved_cross_encoder(directory: Path) -> bool:
+    """Whether sentence-transformers' CrossEncoder reads ``directory`` as one it saved: a modules.json, and a
+    config_sentence_transformers.json whose ``model_type`` is "CrossEncoder". Any other it converts ("Converting
+    SentenceTransformer model ... to CrossEncoder.": no file or no key is "SentenceTransformer" there), loading the
+    checkpoint with none of the settings those files and sentence_bert_config.json hold."""
+    return (directory / MODULES).is_file() and (read_json(directory / ST_CONFIG) or {}).get("model_type") == "CrossEncoder"
+
+
 def saved_activation(directory: Path, config_extra: dict[str, Any]) -> str | None:
     """The activation a cross-encoder directory names (``torch.nn.modules.activation.Sigmoid``, ...), None where it
-    names none, read as sentence-transformers reads it: config_sentence_transformers.json (v5 and later), only beside
-    a modules.json (without one it loads the directory as a plain checkpoint, without that file); else config.json's
+    names none, read as sentence-transformers reads it: config_sentence_transformers.json (v5 and later), only in a
+    directory it saved (``saved_cross_encoder``; any other it loads as a plain checkpoint); else config.json's
     "sentence_transformers" (v4; ``config_extra`` holds config.json's keys bertkit's config does not), which ends the
     search when it has the key, even set to null; else its "sbert_ce_default_activation_function" (before v4)."""
     directory = Path(directory)
-    named = (read_json(directory / ST_CONFIG) or {}).get("activation_fn") if (directory / MODULES).is_file() else None
+    named = (read_json(directory / ST_CONFIG) or {}).get("activation_fn") if saved_cross_encoder(directory) else None
     if named:
         return named
     v4 = config_extra.get("sentence_transformers")
@@ -224,8 +232,9 @@ def cross_encoder_max_seq_length(directory: Path) -> int | None:
     if sbert.get("do_lower_case"):
         raise BertkitError(f"{sbert_file} sets do_lower_case, which bertkit's CrossEncoder does not apply "
                            "(sentence-transformers lowercases both texts of each pair): set it in the tokenizer's "
-                           "files instead (do_lower_case in tokenizer_config.json, lowercase in tokenizer.json's "
-                           "normalizer) and remove it here, or use sentence-transformers")
+                           "files instead (do_lower_case: true in tokenizer_config.json, with strip_accents: false "
+                           "where the tokenizer keeps accents, as that lowercasing does) and remove it here, or use "
+                           "sentence-transformers")
     config = read_json(directory / ST_CONFIG) or {}
     name = config.get("default_prompt_name")
     prompt = (config.get("prompts") or {}).get(name) if name is not None else None

@@ -37,6 +37,7 @@ from bertkit.sentence.directory import (
     read_json,
     read_modules,
     saved_activation,
+    saved_cross_encoder,
     tokenizer_limit,
     write_st_config,
 )
@@ -66,6 +67,9 @@ _REFUSED_INIT = {
     "default_activation_function": "sentence-transformers' old name of activation_fn: pass activation_fn=",
     "classifier_dropout": "set classifier_dropout in config.json (it acts in training only)",
 }
+# the older names sentence-transformers 6 still takes for them (with a warning)
+_REFUSED_INIT.update({old: _REFUSED_INIT[new] for old, new in (("automodel_args", "model_kwargs"), (
+    "tokenizer_args", "processor_kwargs"), ("config_args", "config_kwargs"), ("cache_dir", "cache_folder"))})
 # predict()/rank() arguments bertkit does not implement
 _REFUSED_CALL = {
     "prompt": "prompts are not implemented for cross-encoders: put the text before the query yourself",
@@ -73,6 +77,7 @@ _REFUSED_CALL = {
     "pool": "multi-process inference is not implemented: call predict in one process",
     "chunk_size": "multi-process inference is not implemented: call predict in one process",
     "activation_fct": "sentence-transformers' old name of activation_fn: pass activation_fn=",
+    "sentences": "sentence-transformers' old name of inputs: pass the pairs first, predict(pairs)",
     "num_workers": "it has no effect in sentence-transformers 6 either: drop it",
     # predict takes these; rank returns Python floats (sentence-transformers 6 ignores them there)
     "convert_to_numpy": "rank returns Python floats, whatever it is given: drop it",
@@ -136,12 +141,13 @@ class CrossEncoder(ReferenceCalls, nn.Module):
                                     "pass the path of one (a Hub model: download it first)")
         modules = read_modules(path)
         types = module_types(modules) if modules is not None else ["Transformer"]
-        # sentence-transformers reads sentence_bert_config.json and config_sentence_transformers.json only beside a
-        # modules.json; without one it loads the directory as a plain checkpoint (a max_seq_length 16 there cut pairs
-        # at 16 in bertkit, at the tokenizer's 512 in sentence-transformers)
+        # sentence-transformers reads sentence_bert_config.json and config_sentence_transformers.json only in a
+        # directory it saved as a CrossEncoder; any other it loads as a plain checkpoint (a max_seq_length 16 there cut
+        # pairs at 16 in bertkit, at the tokenizer's 512 in sentence-transformers)
         encoder_dir, declared = path, None
-        if types[:2] == ["Transformer", "Pooling"]:  # an embedder: its transformer with a new classifier
-            # sentence-transformers' words; it reads neither the embedder's max_seq_length nor its prompts
+        untyped = modules is not None and types == ["Transformer"] and not saved_cross_encoder(path)
+        if types[:2] == ["Transformer", "Pooling"] or untyped:  # an embedder's transformer, with a new classifier
+            # sentence-transformers' words; it reads neither max_seq_length nor the prompts there
             logger.warning("Converting SentenceTransformer model %s to CrossEncoder.", path)
             encoder_dir = path / modules[0].get("path", "")
         elif types != ["Transformer"] or (modules or [{}])[0].get("path", "") not in ("", "."):
