@@ -128,9 +128,10 @@ def optimize_for_inference(model: nn.Module, *, device: str | torch.device = "cp
     """The copy of ``model`` that pipelines, ``predict`` and ``serve`` run (``prepare_model``): in eval mode on
     ``device``, and on the CPU its inference copy (``for_cpu_inference``: query, key and value one GEMM, weights
     prepared once for oneDNN, the GELU fused): the same outputs within fp32 rounding, about twice as fast on short
-    texts. ``model`` keeps its plain ``nn.Linear`` modules and its mode (for training, peft and hooks); the copy
-    is for inference only. An int8 model (``quantize_int8``, ``load_int8``) stays int8. With ``bf16=True`` the copy is
-    made for bf16: call it inside ``torch.autocast("cpu", dtype=torch.bfloat16)``, as pipelines do.
+    texts. ``model`` keeps its plain ``nn.Linear`` modules and, on the CPU, its mode (for training, peft and
+    hooks); the copy is for inference only. An int8 model (``quantize_int8``, ``load_int8``) stays int8. With
+    ``bf16=True`` the copy is made for bf16: call it inside ``torch.autocast("cpu", dtype=torch.bfloat16)``, as
+    pipelines do.
 
         model = bertkit.optimize_for_inference(BertModel.from_pretrained("models/minilm"))
     """
