@@ -192,9 +192,9 @@ class PreparedLinear(nn.Module):
     autocast's cast of every weight on every call (BENCHMARKS.md, "Linear layers on oneDNN"). The input is cast to
     ``dtype`` as autocast casts it, so in bf16 the output is autocast's (within bf16 rounding on oneDNN's weight).
 
-    Inference only (``train`` and a backward pass are refused): the weights are a snapshot, outside the state dict. ``source`` keeps the float32 weight and bias
-    it was made from, from which ``copy.deepcopy`` and ``for_cpu_inference`` make it again (the reordered weight is
-    an opaque tensor nothing can copy)."""
+    Inference only (``train`` and a backward pass are refused): the weights are a snapshot, outside the state dict.
+    ``source`` keeps the float32 weight and bias it was made from, from which ``copy.deepcopy`` and
+    ``for_cpu_inference`` make it again (the reordered weight is an opaque tensor nothing can copy)."""
 
     def __init__(self, weight: Tensor, bias: Tensor | None, dtype: torch.dtype, activation: nn.Module | None = None):
         super().__init__()
