@@ -176,6 +176,29 @@ def test_extraction_errors_name_the_fix(tiny, tmp_path):
     assert not list(tmp_path.iterdir())
 
 
+def test_extraction_prepares_the_model_as_pipelines_do(tiny, tmp_path):
+    """Extraction from Python runs the model through ``prepare_model``, as the command and the pipelines do: bf16 is
+    checked before any work (a str was read by its truthiness, then failed in torch.autocast; float16 weights failed
+    inside PyTorch with "Unexpected floating ScalarType"; float64 ones ran in float64 under bf16), and a model being
+    trained keeps its train mode (extraction switched it to eval), its states those of the eval model."""
+    _, model, tok = tiny
+    out = tmp_path / "f.jsonl"
+    for wrong, match in ((model, "bf16 must be True, False or None.*got 'false'"),
+                         (BertModel(model.config).half(), "holds float16 weights.*model.float()"),
+                         (BertModel(model.config).double(), "holds float64 weights.*model.float()")):
+        with pytest.raises(BertkitError, match=match):
+            fx.extract_features(wrong, tok, TEXTS, out, progress=False, bf16="false" if wrong is model else True)
+    assert not list(tmp_path.iterdir())
+    model.train()
+    try:
+        fx.extract_features(model, tok, TEXTS[:2], out, layers=[-1], batch_size=1, progress=False)
+        assert model.training
+    finally:
+        model.eval()
+    for (text, pair), rec in zip(TEXTS[:2], fx.read_features(out)):
+        np.testing.assert_array_equal(rec["layers"][-1], _reference(model, tok, text, pair)[1][-1])
+
+
 def test_layers_named_twice_or_none_are_refused(tiny, tmp_path):
     """A repeated index would be one tensor in the file while the metadata and the report list it twice."""
     _, model, tok = tiny

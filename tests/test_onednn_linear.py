@@ -189,6 +189,83 @@ def test_hooked_and_wrapped_projections_stay_modules(tiny_model):
     assert len(seen) == 2
 
 
+def test_the_copy_is_for_inference_only_and_leaves_the_models_mode(tiny_model):
+    """The copy runs with gradients on as under ``torch.no_grad``, but a backward pass through it and its ``.train()``
+    are refused, naming the model to train, as an int8 model's are: oneDNN's Linear has no backward, so a backward
+    through the copy ran, its projections got no gradient and the embeddings' gradients were wrong (off by 7.9 on
+    MiniLM's embedding LayerNorm). The model passed in keeps its mode: one being trained stays in train mode (it was
+    switched to eval, so training went on without dropout)."""
+    from bertkit.errors import BertkitError
+
+    model = tiny_model().train()
+    ids, mask = _inputs()
+    real = mask.bool()
+    fast = prepare_model(model)[0]
+    assert model.training and not fast.training
+    out = fast(input_ids=ids, attention_mask=mask).last_hidden_state
+    with torch.no_grad():
+        torch.testing.assert_close(out[real], model.eval()(input_ids=ids, attention_mask=mask).last_hidden_state[real],
+                                   atol=1e-5, rtol=0)
+    with pytest.raises(BertkitError, match="inference copy .*for inference only.*the model it was made from"):
+        out.sum().backward()
+    embeds = model.embeddings.word_embeddings(ids).detach().requires_grad_()  # a saliency map's input
+    with pytest.raises(BertkitError, match="for inference only"):
+        fast(inputs_embeds=embeds, attention_mask=mask).pooler_output.sum().backward()
+    with pytest.raises(BertkitError, match="for inference only"):
+        fast.train()
+
+
+def test_the_copy_is_refused_by_save_pretrained_naming_the_model_to_save(tiny_model, tmp_path):
+    """The copy's projections are prepared weights outside its state dict: ``save_pretrained`` refuses it, before
+    writing anything, naming what to save (it named int8 as the cause, and save_int8 as the fix)."""
+    from bertkit.errors import BertkitError
+    from bertkit.heads import BertForSequenceClassification
+
+    model = BertForSequenceClassification(tiny_model().config)
+    with pytest.raises(BertkitError, match="inference copy .*save the model it was made from"):
+        prepare_model(model)[0].save_pretrained(tmp_path / "out")
+    assert not (tmp_path / "out").exists()
+
+
+def test_the_copy_refuses_another_dtype_naming_the_fix(tiny_model):
+    """The prepared weights are no parameters ``.to()`` could convert: ``.double()`` ran the copy's projections in
+    fp32 under float64 LayerNorms (1.8e-6 from the float64 model on MiniLM, not 1e-15) and ``.half()`` failed in the
+    first LayerNorm with "mixed dtype". Both are refused by name; a conversion that changes nothing runs."""
+    from bertkit.errors import BertkitError
+
+    model = tiny_model().eval()
+    ids, mask = _inputs()
+    fast = prepare_model(model)[0]
+    with torch.no_grad():
+        want = fast(input_ids=ids, attention_mask=mask).last_hidden_state
+        assert torch.equal(fast.float().to("cpu")(input_ids=ids, attention_mask=mask).last_hidden_state, want)
+    for convert, dtype in ((lambda m: m.double(), "torch.float64"), (lambda m: m.half(), "torch.float16"),
+                           (lambda m: m.to(torch.bfloat16), "torch.bfloat16")):
+        with pytest.raises(BertkitError, match=f"prepared from torch.float32 weights .*not {dtype}.*prepare that"):
+            convert(copy.deepcopy(fast))
+
+
+def test_a_model_of_another_dtype_runs_as_it_is_and_says_so(tiny_model):
+    """A float64, float16 or bfloat16 model has no fp32 encoder to prepare: it runs as it is (the plain model's
+    outputs bit for bit), and its precision record names its dtype (it said float32). bf16 autocast casts only
+    float32 weights: a float64 model asked for bf16 ran in float64 under a record saying bfloat16, so it is refused
+    as float16 is (which fails inside the first layer); bfloat16 weights run in bf16, as asked."""
+    from bertkit.errors import BertkitError
+
+    ids, mask = _inputs()
+    for dtype in (torch.float64, torch.float16, torch.bfloat16):
+        model = tiny_model().to(dtype).eval()
+        prepared, precision = prepare_model(model)
+        assert prepared is model and precision.dtype == str(dtype).removeprefix("torch.")
+        with torch.no_grad():
+            assert torch.equal(prepared(ids, mask).last_hidden_state, model(ids, mask).last_hidden_state)
+        if dtype == torch.bfloat16:
+            assert prepare_model(model, bf16=True)[1].dtype == "bfloat16"
+        else:
+            with pytest.raises(BertkitError, match=f"holds {precision.dtype} weights.*model.float()"):
+                prepare_model(model, bf16=True)
+
+
 def _probe_answers() -> list[bool]:
     """Every probe's answer computed afresh (``__wrapped__``: past the process-wide cache, through the context pin)."""
     from bertkit._hardware import onednn_int8_exact

@@ -520,10 +520,11 @@ class PretrainedMixin(TransformersModelCalls):
         absent = [key for key in encoder_keys + head_keys if key not in own]
         if absent:
             raise BertkitError(f"{type(self).__name__} has no float {', '.join(absent[:3])}"
-                               f"{f' (and {len(absent) - 3} more)' if len(absent) > 3 else ''}: an int8 model's "
-                               "projections are not float weights. Save it with bertkit.quantization.save_int8 "
-                               "(or `bertkit quantize` from the float checkpoint); save_pretrained writes float "
-                               "checkpoints")
+                               f"{f' (and {len(absent) - 3} more)' if len(absent) > 3 else ''}: its projections are "
+                               "not float weights. An int8 model: save it with bertkit.quantization.save_int8 (or "
+                               "`bertkit quantize` from the float checkpoint). The inference copy that "
+                               "optimize_for_inference, prepare_model and pipelines make: save the model it was made "
+                               "from. save_pretrained writes float checkpoints")
         return {key: own[key].detach().contiguous().cpu() for key in encoder_keys + head_keys}
 
     def save_pretrained(self, path: str | Path) -> Path:

@@ -190,15 +190,15 @@ def extract_features(
     """
     from tqdm.auto import tqdm
 
-    from bertkit.inference.prepare import for_cpu_inference
+    from bertkit.inference.prepare import prepare_model
     from bertkit.training.distributed import current
 
     out = Path(out)
     _check_request(model, out, dtype, max_seq_length, texts)
     positions = resolve_layers(layers, model.config.num_hidden_layers + 1)
-    model = model.eval().to(device)
-    if torch.device(device).type == "cpu":
-        model = for_cpu_inference(model, bf16)
+    # as pipelines run it: bf16 checked, on the CPU the copy made for inference, the model passed in left as it is
+    model, precision = prepare_model(model, device=device, bf16=bf16)
+    device, bf16 = precision.device, precision.bf16
     encoded = encode_texts(tokenizer, texts, max_seq_length)
     per_token = len(positions) * model.config.hidden_size * np.dtype(dtype).itemsize
     plan, files, units, batches = _plan_output(out, encoded, per_token, max_shard_bytes, chunk_size, batch_size)

@@ -127,7 +127,7 @@ class Pipeline:
         self.quantize = self.precision.quantize
         self.tokenizer = tokenizer
         self.config = model.config
-        self.bf16 = self.precision.bf16  # as asked, or prepare_model's default (int8 on a bf16 CPU: on)
+        self.bf16 = self.precision.bf16  # as asked; unset is off (prepare_model)
         self.batch_size = batch_size
         self.max_length = max_length
         self.progress = progress

@@ -46,7 +46,7 @@ def for_prediction(model: nn.Module, tokenizer: BertTokenizer, s: PredictBenchma
     """A loaded fine-tuned ``model`` made ready by ``prepare_model`` as pipelines make theirs: on ``s.device`` in
     eval mode and, with --int8, quantized on the built-in sentences or --calibration-file's, cut to
     --max-seq-length; a model that is int8 already (a `bertkit quantize` directory) runs as it is, on the CPU.
-    Callers run it under ``precision.bf16``: --bf16 / --no-bf16 as given, else on for int8 on a bf16 CPU."""
+    Callers run it under ``precision.bf16``: --bf16 / --no-bf16 as given, else off (int8 too)."""
     return prepare_model(model, s.model_name_or_path, device=s.device, bf16=s.bf16,
                          quantize="int8" if s.int8 else None, calibration_file=s.calibration_file,
                          tokenizer=tokenizer, max_length=s.max_seq_length)

@@ -25,6 +25,7 @@ from bertkit import _hardware, quantization
 from bertkit._hardware import onednn_linear, resolve_device, warn_if_bf16_is_emulated
 from bertkit.errors import BertkitError
 from bertkit.modeling import BertModel
+from bertkit.quantization.kernels import without_backward
 
 
 @dataclass(frozen=True)
@@ -33,7 +34,7 @@ class Precision:
     encoder's projections were quantized to int8."""
 
     device: torch.device
-    dtype: str  # "float32", or "bfloat16" (autocast over float32 weights)
+    dtype: str  # "bfloat16" under bf16 autocast, else the weights' ("float32"; a converted model's "float64", ...)
     quantize: str | None  # "int8" or None
     calibration: str | None = None  # with int8: "built-in", a calibration file, "texts", or what the int8 dir records
 
@@ -88,7 +89,8 @@ def prepare_model(model: nn.Module | type[nn.Module], model_dir: str | Path | No
                                "calibration_texts apply when quantizing a float checkpoint: pass that with them")
         quantize = "int8"
     dev = check_request(device, bf16=bf16, quantize=quantize, calibrating=calibrating, local_rank=local_rank)
-    model = model.eval() if int8_already else model.to(dev).eval()
+    if not int8_already:
+        model = model.to(dev)
     calibration = None
     if int8_already:
         calibration = (model.config.extra.get("quantization_config") or {}).get("calibration") or "built-in"
@@ -106,22 +108,30 @@ def prepare_model(model: nn.Module | type[nn.Module], model_dir: str | Path | No
         bf16 = False
     elif bf16:
         warn_if_bf16_is_emulated(dev.type)
-        # autocast cannot mix bf16 with float16 weights: PyTorch fails inside the first layer with a bare error
-        if not int8_already and any(p.dtype == torch.float16 for p in model.parameters()):
-            raise BertkitError("bf16 autocast cannot run float16 weights: call model.float() (or .bfloat16()) "
-                               "before passing the model with bf16, or leave bf16 off to run it in float16")
+        # autocast casts float32 weights only: with float16 ones PyTorch fails inside the first layer with a bare
+        # error, and float64 ones ran in float64 under a record saying bfloat16
+        odd = sorted(str(d).removeprefix("torch.") for d in {p.dtype for p in model.parameters()}
+                     if d in (torch.float16, torch.float64))
+        if not int8_already and odd:
+            raise BertkitError(f"bf16 autocast runs float32 weights in bf16, and the model holds {odd[0]} weights: "
+                               "call model.float() (or .bfloat16()) before passing the model with bf16, or leave "
+                               f"bf16 off to run it in {odd[0]}")
+    weights = next((p.dtype for p in model.parameters() if p.is_floating_point()), torch.float32)
     if dev.type == "cpu":
         model = for_cpu_inference(model, bf16)
-    return model, Precision(dev, "bfloat16" if bf16 else "float32", quantize, calibration)
+    # in eval mode after the copy: on the CPU the model passed in keeps its mode (one being trained stays in train)
+    return model.eval(), Precision(dev, "bfloat16" if bf16 else str(weights).removeprefix("torch."), quantize,
+                                   calibration)
 
 
 def optimize_for_inference(model: nn.Module, *, device: str | torch.device = "cpu", bf16: bool = False) -> nn.Module:
     """The copy of ``model`` that pipelines, ``predict`` and ``serve`` run (``prepare_model``): in eval mode on
     ``device``, and on the CPU its inference copy (``for_cpu_inference``: query, key and value one GEMM, weights
     prepared once for oneDNN, the GELU fused): the same outputs within fp32 rounding, about twice as fast on short
-    texts. ``model`` keeps its plain ``nn.Linear`` modules (for training, peft and hooks). An int8 model
-    (``quantize_int8``, ``load_int8``) stays int8. With ``bf16=True`` the copy is made for bf16: call it inside
-    ``torch.autocast("cpu", dtype=torch.bfloat16)``, as pipelines do.
+    texts. ``model`` keeps its plain ``nn.Linear`` modules and, on the CPU, its mode (for training, peft and
+    hooks); the copy is for inference only. An int8 model (``quantize_int8``, ``load_int8``) stays int8. With
+    ``bf16=True`` the copy is made for bf16: call it inside ``torch.autocast("cpu", dtype=torch.bfloat16)``, as
+    pipelines do.
 
         model = bertkit.optimize_for_inference(BertModel.from_pretrained("models/minilm"))
     """
@@ -158,6 +168,10 @@ def _checked_bf16(bf16: Any) -> bool | None:
 # fp32, which builds nothing per shape: there the rows would be pure cost.
 BF16_TOKEN_MULTIPLE = 64
 
+NOT_FOR_TRAINING = ("the inference copy (optimize_for_inference, prepare_model) is for inference only: its projections "
+                    "are prepared weights without a backward; train, or take gradients through, the model it was "
+                    "made from")
+
 # oneDNN's fused post-operations for the feed-forward activations (``_linear_pointwise``'s attr and algorithm).
 _ONEDNN_ACTIVATIONS = {("GELU", "none"): ("gelu", "none"), ("GELU", "tanh"): ("gelu", "tanh"),
                        ("ReLU", None): ("relu", "")}
@@ -178,9 +192,9 @@ class PreparedLinear(nn.Module):
     autocast's cast of every weight on every call (BENCHMARKS.md, "Linear layers on oneDNN"). The input is cast to
     ``dtype`` as autocast casts it, so in bf16 the output is autocast's (within bf16 rounding on oneDNN's weight).
 
-    Inference only: the weights are a snapshot, outside the state dict. ``source`` keeps the float32 weight and bias
-    it was made from, from which ``copy.deepcopy`` and ``for_cpu_inference`` make it again (the reordered weight is
-    an opaque tensor nothing can copy)."""
+    Inference only (``train`` and a backward pass are refused): the weights are a snapshot, outside the state dict.
+    ``source`` keeps the float32 weight and bias it was made from, from which ``copy.deepcopy`` and
+    ``for_cpu_inference`` make it again (the reordered weight is an opaque tensor nothing can copy)."""
 
     def __init__(self, weight: Tensor, bias: Tensor | None, dtype: torch.dtype, activation: nn.Module | None = None):
         super().__init__()
@@ -194,6 +208,7 @@ class PreparedLinear(nn.Module):
         self.weight = torch.ops.mkldnn._reorder_linear_weight(weight, 1024) if self.onednn else weight
         self.bias = None if bias is None else bias.detach().to(dtype)
         self.dtype = dtype
+        self.training = False  # for inference only (``train`` refuses)
         self.post_op = ("none", "")
         if activation is not None:
             if not self.onednn or dtype != torch.float32:
@@ -203,11 +218,31 @@ class PreparedLinear(nn.Module):
     def __deepcopy__(self, memo: dict) -> PreparedLinear:
         return PreparedLinear(*copy.deepcopy(self.source, memo), self.dtype, copy.deepcopy(self.activation, memo))
 
+    def _apply(self, fn: Any, recurse: bool = True) -> PreparedLinear:
+        # .to(), .double(), .half() reach here, and the prepared weight is no parameter they could convert: the
+        # projections would stay fp32 in a float64 model, or fail inside a float16 one
+        weight = self.source[0]
+        converted = fn(weight)
+        if (converted.dtype, converted.device) != (weight.dtype, weight.device):
+            raise BertkitError(f"the inference copy's projections are prepared from {weight.dtype} weights on "
+                               f"{weight.device}, not {converted.dtype} on {converted.device}: convert the model it "
+                               "was made from (model.to(...)) and prepare that (optimize_for_inference)")
+        return self
+
     def forward(self, x: Tensor) -> Tensor:
-        x = x.to(self.dtype)
         if self.onednn:
-            return torch.ops.mkldnn._linear_pointwise(x, self.weight, self.bias, self.post_op[0], [], self.post_op[1])
-        return F.linear(x, self.weight, self.bias)
+            y = torch.ops.mkldnn._linear_pointwise(x.to(self.dtype), self.weight, self.bias, self.post_op[0], [],
+                                                   self.post_op[1])
+        else:
+            y = F.linear(x.to(self.dtype), self.weight, self.bias)
+        # oneDNN's Linear has no backward (a backward through the copy ran with wrong gradients), and neither kernel
+        # trains the weights, a snapshot: a backward pass is refused
+        return without_backward(y, x, NOT_FOR_TRAINING)
+
+    def train(self, mode: bool = True) -> PreparedLinear:
+        if mode:
+            raise BertkitError(NOT_FOR_TRAINING)
+        return super().train(False)
 
     def extra_repr(self) -> str:
         kernel = "oneDNN" if self.onednn else "F.linear"
@@ -233,7 +268,7 @@ def for_cpu_inference(model: nn.Module, bf16: bool) -> nn.Module:
     are not plain ``nn.Linear`` (peft's wrappers, hooked modules) stay as they are; ``model`` is unchanged. A model
     prepared for the other precision is prepared again from the weights it was made from (a pipeline's model given
     to another pipeline); one prepared for this precision already, or without a float32 bertkit encoder, is
-    returned as it is."""
+    returned as it is. The copy is for inference only: its ``.train()`` and a backward pass through it are refused."""
     dtype = torch.bfloat16 if bf16 else torch.float32
     prepared = {m.dtype for m in model.modules() if isinstance(m, PreparedLinear)}
     if prepared == {dtype} or not any(isinstance(m, BertModel) and m.embeddings.word_embeddings.weight.dtype

@@ -250,7 +250,7 @@ class Int8Linear(nn.Module):
         y = y.reshape(*shape[:-1], self.out_features)
         # The int8 kernels have no backward: without this, gradients through them would be silently wrong
         # (PyTorch only warns), so a backward pass through an int8 projection is refused instead.
-        return _NoBackward.apply(y, x) if torch.is_grad_enabled() and x.requires_grad else y
+        return without_backward(y, x, NOT_FOR_TRAINING)
 
     def train(self, mode: bool = True) -> Int8Linear:
         if mode:
@@ -267,14 +267,18 @@ NOT_FOR_TRAINING = ("an int8 model is for inference only (its int8 kernels have 
                     "the fp32 checkpoint, then quantize it (quantize='int8', --int8) to predict")
 
 
-class _NoBackward(torch.autograd.Function):
-    """``y`` (computed from ``x`` by kernels autograd does not see) as a result of ``x``; the backward pass refuses,
-    naming why (see ``Int8Linear.forward``)."""
+def without_backward(y: Tensor, x: Tensor, refusal: str) -> Tensor:
+    """``y``, computed from ``x`` by kernels autograd does not see (int8's, oneDNN's prepared Linear), as a result of
+    ``x`` whose backward pass refuses with ``refusal``: PyTorch alone would only warn and give wrong gradients."""
+    return _NoBackward.apply(y, x, refusal) if torch.is_grad_enabled() and x.requires_grad else y
 
+
+class _NoBackward(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, y: Tensor, x: Tensor) -> Tensor:
+    def forward(ctx, y: Tensor, x: Tensor, refusal: str) -> Tensor:
+        ctx.refusal = refusal
         return y.view_as(y)
 
     @staticmethod
-    def backward(ctx, grad: Tensor) -> tuple[Tensor, Tensor]:
-        raise BertkitError(NOT_FOR_TRAINING)
+    def backward(ctx, grad: Tensor) -> tuple[Tensor, Tensor, None]:
+        raise BertkitError(ctx.refusal)

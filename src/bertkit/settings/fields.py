@@ -290,7 +290,7 @@ class ProgressSettings(Settings):
 
 @dataclass(kw_only=True)
 class Int8Settings(Settings):
-    """For commands that apply a model: where, and int8 inference on the CPU and bf16, whose default depends on it."""
+    """For commands that apply a model: where, int8 inference on the CPU, and bf16."""
 
     device: str = "cpu"
     """cpu, cuda, cuda:N or auto (CUDA when present, else cpu; the CPU with --int8); under torchrun a bare cuda (or
@@ -299,8 +299,8 @@ class Int8Settings(Settings):
     """Run the encoder's projections in int8 on the CPU (docs/inference.md, section int8): outputs close to fp32's,
     not equal. Default: int8 for a `bertkit quantize` directory (which runs in nothing else), fp32 otherwise."""
     bf16: bool | None = None
-    """bfloat16 autocast (CPUs with AVX-512 BF16 or AMX, recent GPUs). Default: on for int8 on CPUs with bf16
-    instructions (what int8 leaves float runs in bf16), off otherwise."""
+    """bfloat16 autocast (CPUs with AVX-512 BF16 or AMX, recent GPUs). Default: off, with int8 too (what int8 leaves
+    float runs in fp32)."""
     calibration_file: Path | None = None
     """With --int8: a text file, one sentence per line (a few hundred, like the inputs), to calibrate int8 on.
     Default: 64 built-in English sentences."""
