@@ -20,6 +20,7 @@ from bertkit.tokenization.batch import (
     Segment,
     as_tensor,
     check_lengths,
+    check_return_tensors,
     encode_rows,
     pad_rows,
     resolve_padding,
@@ -450,6 +451,7 @@ class BertTokenizer:
         elif max_length is None and strategy is not None:
             max_length = self.model_max_length
         check_lengths(max_length, pad_to_multiple_of, stride, return_overflowing_tokens)
+        check_return_tensors(return_tensors)
         n_special = 2 if add_special_tokens else 0
         if return_overflowing_tokens and strategy is not None and stride > max_length - n_special:
             # refused before any text is read, as transformers does: else only a text long enough to need a
