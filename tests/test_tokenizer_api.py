@@ -385,6 +385,37 @@ def test_ids_as_numpy_integers_or_0_d_tensors_decode_as_in_transformers(toks, se
         ours.decode(list(hf(sentences[:2], padding=True, return_tensors="np")["input_ids"]))
 
 
+def test_ids_that_are_not_integers_and_a_flat_batch_are_refused_not_decoded(toks):
+    # decode([101, 2.0, 102]) read the float as id 2 ("[CLS] [unused1] [SEP]"; transformers: TypeError) and 2.7 failed
+    # with KeyError(2.7); batch_decode of one flat sequence decoded each id as a row of its own (["[CLS]", "[SEP]"],
+    # where transformers 5 gives the one row "[CLS] [SEP]"); convert_tokens_to_string("hello") gave "h e l l o"
+    ours, hf = toks
+    for ids in ([101, 2.0, 102], [101, 2.7, 102], [101, torch.tensor(5.0), 102], torch.tensor([101.0, 102.0])):
+        with pytest.raises(TypeError):
+            hf.decode(ids)
+        with pytest.raises(TypeError, match=r"token ids are integers: got .* at position (1|0)"):
+            ours.decode(ids)
+        with pytest.raises(TypeError, match=r"token ids are integers"):
+            ours.convert_ids_to_tokens(ids)
+    assert hf.batch_decode([101, 7592, 102]) == ["[CLS] hello [SEP]"]  # deprecated there: one sequence, one row
+    for flat in ([101, 7592, 102], torch.tensor([101, 7592, 102])):
+        with pytest.raises(TypeError, match="one sequence of 3 ids.*decode"):
+            ours.batch_decode(flat)
+    assert ours.batch_decode(torch.tensor([[101, 7592, 102]])) == hf.batch_decode(torch.tensor([[101, 7592, 102]]))
+    with pytest.raises(TypeError):
+        hf.convert_tokens_to_string("hello")
+    with pytest.raises(TypeError, match="a list of token strings, got the str 'hello'"):
+        ours.convert_tokens_to_string("hello")
+
+
+def test_an_unknown_return_tensors_is_refused_before_any_text_is_read(toks, sentences, monkeypatch):
+    # return_tensors="tf" was refused only after every text of the batch had been tokenized and padded
+    ours, _ = toks
+    monkeypatch.setattr(ours, "_segment", lambda *args: pytest.fail("a text was tokenized"))
+    with pytest.raises(BertkitError, match="return_tensors='tf' is not supported; use 'pt', 'np' or None"):
+        ours(sentences, padding=True, return_tensors="tf")
+
+
 def test_batch_encoding_copy_keeps_its_type_and_maps(toks, sentences):
     # transformers' BatchEncoding.copy() (and `enc | {...}`) is a BatchEncoding; bertkit's was a plain dict, so the
     # copy lost attribute access, .to() and word_ids()

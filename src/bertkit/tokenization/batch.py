@@ -91,6 +91,12 @@ def check_lengths(max_length: int | None, pad_to_multiple_of: int | None, stride
                            "of tokens consecutive windows share)")
 
 
+def check_return_tensors(return_tensors: str | None) -> None:
+    """Refused before any text is read (a batch tokenized for nothing, else)."""
+    if return_tensors not in (None, "pt", "np"):
+        raise BertkitError(f"return_tensors={return_tensors!r} is not supported; use 'pt', 'np' or None")
+
+
 def resolve_truncation(
     truncation: bool | str | None, max_length: int | None, padding: bool | str
 ) -> str | None:
@@ -295,8 +301,6 @@ def to_batch_encoding(rows: list[Row], batched: bool, return_tensors: str | None
     keys = list(rows[0]) if rows else ["input_ids", "token_type_ids", "attention_mask"]
     if return_tensors is None:
         return BatchEncoding({k: [row[k] for row in rows] for k in keys} if batched else rows[0])
-    if return_tensors not in ("pt", "np"):
-        raise BertkitError(f"return_tensors={return_tensors!r} is not supported; use 'pt', 'np' or None")
     lengths = sorted({len(row["input_ids"]) for row in rows})
     if len(lengths) > 1:
         raise BertkitError(

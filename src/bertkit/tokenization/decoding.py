@@ -38,18 +38,24 @@ def cleaned_up(text: str) -> str:
 
 
 def as_id_list(ids: Any) -> list[int]:
-    """A flat list of ints from a list, tuple, 1-D tensor or 1-D array."""
+    """A flat list of ints from a list, tuple, 1-D tensor or 1-D array; anything else in it is a TypeError (a float
+    id is not cut to an integer: transformers' decode refuses it too)."""
     if hasattr(ids, "tolist"):
         ids = ids.tolist()
     if isinstance(ids, int):
         return [ids]
     ids = list(ids)
-    if ids and not isinstance(ids[0], int):
+    if not all(isinstance(i, int) for i in ids):
         # numpy integers and 0-d tensors (``list(array)``, ``list(tensor)``) are ids too, as transformers reads them
         ids = [i.tolist() if hasattr(i, "tolist") else i for i in ids]
-    if ids and not isinstance(ids[0], int):
-        raise TypeError(
-            f"expected a flat sequence of token ids, got elements of type {type(ids[0]).__name__}; for a batch of "
-            "sequences (a list of lists, a 2-D tensor) use batch_decode, which transformers 5's decode also does"
-        )
+        bad = next((k for k, i in enumerate(ids) if not isinstance(i, int)), None)
+        if bad is not None and isinstance(ids[bad], (list, tuple)):
+            raise TypeError(
+                f"expected a flat sequence of token ids, got a {type(ids[bad]).__name__} at position {bad}; for a "
+                "batch of sequences (a list of lists, a 2-D tensor) use batch_decode, which transformers 5's decode "
+                "also does"
+            )
+        if bad is not None:
+            raise TypeError(f"token ids are integers: got {ids[bad]!r} ({type(ids[bad]).__name__}) at position {bad}; "
+                            "pass integer ids (a float tensor's .long())")
     return ids

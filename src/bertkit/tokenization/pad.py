@@ -12,6 +12,7 @@ from bertkit.tokenization.batch import (
     PAD_VALUES,
     as_tensor,
     check_lengths,
+    check_return_tensors,
     pad_rows,
     resolve_padding,
     to_batch_encoding,
@@ -52,6 +53,7 @@ def pad_examples(encoded_inputs: Mapping[str, Any] | Sequence[Mapping[str, Any]]
     if pad == "max_length" and max_length is None:
         max_length = default_max_length()
     check_lengths(max_length, pad_to_multiple_of, 0, False)
+    check_return_tensors(return_tensors)
     pad_rows(rows, pad, max_length, pad_to_multiple_of, pad_token_id)
     out = to_batch_encoding(rows, batched or return_tensors is not None, return_tensors)
     if not batched and return_tensors is not None:  # one example: (T,) columns, no batch axis (as transformers)

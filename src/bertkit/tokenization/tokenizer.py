@@ -20,6 +20,7 @@ from bertkit.tokenization.batch import (
     Segment,
     as_tensor,
     check_lengths,
+    check_return_tensors,
     encode_rows,
     pad_rows,
     resolve_padding,
@@ -366,9 +367,9 @@ class BertTokenizer:
 
     def convert_ids_to_tokens(self, ids: int | Iterable[int]) -> str | list[str]:
         """Id(s) -> token string(s); an id outside 0..len(self)-1 is a ValueError."""
-        if isinstance(ids, int) or (hasattr(ids, "ndim") and ids.ndim == 0):
-            return self._token_of(int(ids))
-        return [self._token_of(int(i)) for i in as_id_list(ids)]
+        if isinstance(ids, int) or getattr(ids, "ndim", None) == 0:
+            return self._token_of(as_id_list([ids])[0])
+        return [self._token_of(i) for i in as_id_list(ids)]
 
     # What transformers' data collators read besides pad(): BERT pads and truncates on the right only, so
     # setting either to "left" (as transformers allows) is refused rather than kept and ignored.
@@ -450,6 +451,7 @@ class BertTokenizer:
         elif max_length is None and strategy is not None:
             max_length = self.model_max_length
         check_lengths(max_length, pad_to_multiple_of, stride, return_overflowing_tokens)
+        check_return_tensors(return_tensors)
         n_special = 2 if add_special_tokens else 0
         if return_overflowing_tokens and strategy is not None and stride > max_length - n_special:
             # refused before any text is read, as transformers does: else only a text long enough to need a
@@ -564,10 +566,18 @@ class BertTokenizer:
 
     def batch_decode(self, sequences: Iterable[Iterable[int]], **kwargs: Any) -> list[str]:
         """``decode`` for each sequence of a batch (a list of lists or a (B, T) tensor)."""
-        return [self.decode(ids, **kwargs) for ids in sequences]
+        rows = sequences.tolist() if hasattr(sequences, "tolist") else list(sequences)
+        if rows and (isinstance(rows[0], int) or getattr(rows[0], "ndim", None) == 0):
+            # transformers 5 decodes it as one row (deprecated); each id as a row of its own is no one's answer
+            raise TypeError(f"batch_decode takes a batch of sequences (a list of id lists, a 2-D tensor), got one "
+                            f"sequence of {len(rows)} ids: use decode for it")
+        return [self.decode(ids, **kwargs) for ids in rows]
 
     def convert_tokens_to_string(self, tokens: Sequence[str]) -> str:
         """Token strings -> text with the WordPiece decoder (``decoding.wordpiece_text``)."""
+        if isinstance(tokens, str):  # else spelled out letter by letter ("h e l l o"); transformers refuses it too
+            raise TypeError(f"convert_tokens_to_string takes a list of token strings, got the str {tokens!r:.60}: "
+                            "pass tokenizer.tokenize(text)")
         return wordpiece_text(tokens)
 
 
