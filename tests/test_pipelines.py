@@ -364,6 +364,19 @@ def test_token_classification_entities_are_transformers_first_aggregation(tmp_pa
         ours(texts[0], ignore_labels=[])
     with pytest.raises(BertkitError, match=r"instead of stride: text past max_length tokens is not tagged"):
         ours(texts[0], stride=64)  # transformers tags a long text's rest in windows; the refusal said no more
+    # Pre-tokenized words: the refusal's fix, the words joined by spaces, is transformers' is_split_into_words=True
+    words = [list(s.words) for s in sentences[:8]]
+    split = theirs(words, is_split_into_words=True, aggregation_strategy="first")
+    for o, ref in zip(ours([" ".join(w) for w in words]), split, strict=True):
+        assert [(e["entity_group"], e["start"], e["end"]) for e in o["entities"]] == \
+            [(e["entity_group"], e["start"], e["end"]) for e in ref]
+        np.testing.assert_allclose([e["score"] for e in o["entities"]], [float(e["score"]) for e in ref], atol=1e-5)
+    assert sum(map(len, split)) > 10
+    with pytest.raises(BertkitError, match=r"instead of is_split_into_words: pass the words joined by spaces, "
+                                           r"\" \"\.join\(words\)"):
+        ours(words[0], is_split_into_words=True)
+    with pytest.raises(BertkitError, match=r"instead of batch_size: the pipeline's batch_size, given when it is made"):
+        ours(texts[0], batch_size=2)  # transformers' per-call batch_size; the refusal named no fix
     clf, _ = _tiny_dir(tmp_path_factory, minilm_dir, "BertForSequenceClassification")
     with pytest.raises(BertkitError, match=r"does not take top_k; .* instead of top_k: every label's probability is in "
                                            r"the result's \"scores\""):

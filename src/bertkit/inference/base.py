@@ -30,6 +30,8 @@ _LENGTH_OPTIONS = dict.fromkeys(
     ("truncation", "max_length", "max_seq_len", "tokenizer_kwargs", "tokenize_kwargs"),
     "sequences hold at most the pipeline's max_length tokens (a text is cut there), given when it is made: "
     "bertkit.pipeline(task, model, max_length=N)")
+_BATCH_OPTION = {"batch_size": "the pipeline's batch_size, given when it is made: bertkit.pipeline(task, model, "
+                                "batch_size=N) (transformers takes it per call too)"}
 # A printable ASCII character other than a space: BERT's tokenizer keeps every one (a word piece or punctuation).
 _KEPT = re.compile(r"[!-~]")
 
@@ -221,7 +223,7 @@ class Pipeline:
     @classmethod
     def instead(cls, names: Sequence[str]) -> str:
         """What answers the transformers options ``names`` here (``instead_of``), for a refusal's message."""
-        known = {**_LENGTH_OPTIONS, **cls.instead_of}
+        known = {**_LENGTH_OPTIONS, **_BATCH_OPTION, **cls.instead_of}
         advice: dict[str, list[str]] = {}
         for n in names:
             if n in known:

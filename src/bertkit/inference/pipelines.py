@@ -318,7 +318,10 @@ class TokenClassificationPipeline(Pipeline):
                                 "word the tag of its first piece), \"words\" each word's tag",
         "ignore_labels": "\"words\" holds every word (\"O\" too), \"entities\" none tagged \"O\"",
         "stride": "text past max_length tokens is not tagged (transformers' stride tags the rest in overlapping "
-                  "windows): pass a long text in parts of at most max_length tokens"}
+                  "windows): pass a long text in parts of at most max_length tokens",
+        **dict.fromkeys(("is_split_into_words", "delimiter"),
+                        "pass the words joined by spaces, \" \".join(words): the same words, tags and entities as "
+                        "transformers' is_split_into_words=True (its default delimiter \" \"), offsets into that string")}
 
     def encode(self, item: str, **_: Any) -> list[dict[str, Any]]:
         enc = self.tokenizer(item, truncation=True, max_length=self.max_length, return_offsets_mapping=True,
