@@ -339,6 +339,46 @@ def test_hub_id_without_files_says_how_to_get_them(monkeypatch):
     with pytest.raises(MissingFileError, match="does not exist"):
         BertModel.from_pretrained("./no/such/dir")
 
+
+def test_a_hub_id_reads_the_caches_main_snapshot_and_refuses_another_revision_before_reading(minilm_2_layers,
+                                                                                                tmp_path, monkeypatch):
+    """A cache as `hf download` leaves it (snapshots/<commit>/ linking into blobs/, refs/main naming one): the id
+    loads refs/main's snapshot, as transformers does. revision= (subfolder=, cache_dir=, ...) at anything but
+    transformers' default was refused only after the main snapshot was read, as an unknown config field, so online
+    bertkit downloaded the main revision first; now it is refused before, saying how to fetch that revision."""
+    hub = pytest.importorskip("huggingface_hub")
+    repo = tmp_path / "hub" / "models--org--mini"
+    main, other = "a" * 40, "b" * 40
+    for commit in (main, other):
+        (repo / "snapshots" / commit).mkdir(parents=True)
+        for f in minilm_2_layers.iterdir():
+            (repo / "blobs").mkdir(exist_ok=True)
+            blob = repo / "blobs" / f.name  # (a real blob is named by its hash)
+            if not blob.exists():
+                blob.write_bytes(f.read_bytes())
+            (repo / "snapshots" / commit / f.name).symlink_to(f"../../blobs/{f.name}")
+    (repo / "refs").mkdir()
+    (repo / "refs" / "main").write_text(main)
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setattr(hub.constants, "HF_HUB_OFFLINE", True)
+    monkeypatch.setattr(hub.constants, "HF_HUB_CACHE", str(tmp_path / "hub"))
+    ids = torch.tensor([[101, 7592, 2088, 102]])
+    with torch.no_grad():
+        ours = BertModel.from_pretrained("org/mini", revision="main")(ids).last_hidden_state
+        theirs = transformers.BertModel.from_pretrained("org/mini", cache_dir=tmp_path / "hub")(ids).last_hidden_state
+        local = BertModel.from_pretrained(minilm_2_layers)(ids).last_hidden_state
+    assert torch.equal(ours, local)
+    torch.testing.assert_close(ours, theirs, atol=1e-6, rtol=0)
+    assert BertTokenizer.from_pretrained("org/mini", token=None)("hello world")["input_ids"] == [101, 7592, 2088, 102]
+    for load in (BertModel.from_pretrained, BertConfig.from_pretrained, bertkit.AutoTokenizer.from_pretrained):
+        for name in ("org/mini", "org/not-cached"):
+            with pytest.raises(BertkitError, match=rf"revision=.*hf download {name} --revision REV --local-dir DIR"):
+                load(name, revision=other)
+    for option in ({"subfolder": "sub"}, {"cache_dir": str(tmp_path)}, {"local_files_only": True}, {"token": "hf_x"}):
+        with pytest.raises(BertkitError, match=f"{next(iter(option))}=") as raised:
+            BertModel.from_pretrained("org/mini", **option)
+        assert "hf_x" not in str(raised.value)
+
 # ---- outputs: attentions, hidden states, tuple and mapping access ----------------------------------------------
 
 

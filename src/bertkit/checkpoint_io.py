@@ -28,6 +28,7 @@ from torch import Tensor
 from bertkit.compat import TransformersModelCalls
 from bertkit.config import BertConfig
 from bertkit.errors import BertkitError, MissingFileError, read_json_object
+from bertkit.hub import refuse_hub_options, resolve_directory
 from bertkit.outputs import atomic_target, atomic_write_text
 from bertkit.staging import staged
 
@@ -305,8 +306,6 @@ def _checkpoint_directory(path: str | Path | None, config: BertConfig | None,
         if config is None or state_dict is None:
             raise BertkitError("from_pretrained(None, ...) needs both config= and state_dict=")
         return None
-    from bertkit.hub import resolve_directory
-
     directory = resolve_directory(path)
     if not directory.is_dir():
         raise MissingFileError(f"checkpoint directory {directory} does not exist")
@@ -376,6 +375,7 @@ class PretrainedMixin(TransformersModelCalls):
         is ``"sdpa"`` (default) or ``"eager"``; ``ignore_mismatched_sizes=True`` re-initialises head weights of
         another shape (another label count), logging which.
         """
+        refuse_hub_options(path, config_overrides)
         if "torch_dtype" in config_overrides:  # transformers' name before 4.56; ported code still passes it
             if dtype is not None:
                 raise BertkitError("pass dtype= or torch_dtype= (its older transformers name), not both")

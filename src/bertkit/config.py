@@ -228,8 +228,9 @@ class BertConfig:
     def from_pretrained(cls, path: str | Path, **overrides: Any) -> BertConfig:
         """The config of a checkpoint directory (its config.json), a config.json file, or a Hub id
         (``bertkit.hub``); keyword arguments override fields, as in ``from_json_file``."""
-        from bertkit.hub import resolve_directory
+        from bertkit.hub import refuse_hub_options, resolve_directory
 
+        refuse_hub_options(path, overrides)
         path = resolve_directory(path)
         return cls.from_json_file(path / "config.json" if path.is_dir() else path, **overrides)
 

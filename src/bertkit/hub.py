@@ -12,7 +12,7 @@ import re
 import socket
 from pathlib import Path
 
-from bertkit.errors import MissingFileError
+from bertkit.errors import BertkitError, MissingFileError
 
 # What a Hub repo id looks like: "name" or "owner/name", letters, digits, - _ . (no leading dot, no "..").
 _HUB_ID = re.compile(r"^(?:[A-Za-z0-9][\w.-]{0,95}/)?[A-Za-z0-9][\w.-]{0,95}$")
@@ -21,6 +21,10 @@ _HUB_ID = re.compile(r"^(?:[A-Za-z0-9][\w.-]{0,95}/)?[A-Za-z0-9][\w.-]{0,95}$")
 _PATTERNS = ["config.json", "model.safetensors", "model.safetensors.index.json", "model-*-of-*.safetensors",
              "tokenizer.json", "vocab.txt", "tokenizer_config.json", "special_tokens_map.json", "added_tokens.json"]
 PROBE_TIMEOUT_S = 3.0
+# transformers' from_pretrained keywords that choose where the files come from, at their defaults: bertkit reads the
+# directory, or the Hub id's main snapshot (its cache, else downloaded), which is what these defaults ask for.
+HUB_OPTIONS = {"revision": "main", "subfolder": "", "cache_dir": None, "local_files_only": False, "token": None,
+               "trust_remote_code": False, "force_download": False, "proxies": None}
 
 
 def looks_like_hub_id(path: str | os.PathLike) -> bool:
@@ -32,6 +36,19 @@ def how_to_get(repo_id: str, what: str) -> str:
     return (f"{what} {repo_id!r} does not exist here; if it is a Hugging Face Hub id, download it with "
             f"`hf download {repo_id} --local-dir DIR` (huggingface_hub's CLI) (or `pip install huggingface_hub` and bertkit "
             "does so itself when online), then pass DIR")
+
+
+def refuse_hub_options(path: str | os.PathLike | None, options: dict) -> None:
+    """Take transformers' Hub keywords out of ``options``; one not at its default (another revision, a subfolder, a
+    cache) is refused before any file is read or downloaded: resolving the main snapshot first would load (or
+    download) other files than those asked for."""
+    for name, default in HUB_OPTIONS.items():
+        if name in options and options.pop(name) != default:
+            fix = (f"drop it and pass the directory to read ({os.fspath(path)} is local; for a subfolder, the folder inside it)" if path is not None and Path(path).exists() else
+                   f"fetch the files with `hf download {os.fspath(path or 'ID')} --revision REV --local-dir DIR` "
+                   "(huggingface_hub's CLI), then pass DIR (DIR/SUBFOLDER for a subfolder)")
+            raise BertkitError(f"from_pretrained({name}=...) is not implemented in bertkit (only {name}={default!r}, "
+                               f"transformers' default): it reads a local directory, or a Hub id's main snapshot; {fix}")
 
 
 def _hub_reachable(endpoint: str) -> bool:

@@ -36,8 +36,9 @@ class AutoTokenizer:
         """Load the BERT tokenizer in ``path`` (a directory or Hub id); ``kwargs`` as
         ``BertTokenizer.from_pretrained``. ``use_fast=False`` (transformers' Python tokenizer, which
         normalises a few characters differently) is refused: bertkit's tokenizer is the fast one's twin."""
-        from bertkit.hub import resolve_directory
+        from bertkit.hub import refuse_hub_options, resolve_directory
 
+        refuse_hub_options(path, kwargs)
         if use_fast is not True:
             raise BertkitError(f"use_fast={use_fast!r}: bertkit's tokenizer reproduces BertTokenizerFast only; "
                                "drop the argument (or pass use_fast=True)")

@@ -189,8 +189,9 @@ class BertTokenizer:
         """Load a tokenizer directory (the layouts ``loading`` reads); keyword arguments override the settings
         its files hold. Files that set no model_max_length give transformers' "no limit" (``NO_MODEL_MAX_LENGTH``),
         where the constructor's default is 512."""
-        from bertkit.hub import resolve_directory
+        from bertkit.hub import refuse_hub_options, resolve_directory
 
+        refuse_hub_options(path, overrides)
         for side in ("padding_side", "truncation_side"):  # transformers takes them here too; "right" is all there is
             if side in overrides:
                 _right_only(side, overrides.pop(side))
@@ -198,8 +199,7 @@ class BertTokenizer:
         unknown = sorted(set(overrides) - set(settings_known))
         if unknown:  # else the constructor's TypeError, after the files are read, names one and no way on
             raise BertkitError(f"from_pretrained got unknown keyword arguments {unknown}: it overrides the settings "
-                               f"{list(settings_known)}; Hub options (revision, cache_dir, token, ...) are "
-                               "huggingface_hub's: fetch with `hf download ID --local-dir DIR`, then pass DIR")
+                               f"{list(settings_known)}")
         path = resolve_directory(path, "tokenizer directory")
         if not path.is_dir():
             raise MissingFileError(
