@@ -13,6 +13,7 @@ The silent differences come first: each of those failed on the code before it wa
 from __future__ import annotations
 
 import json
+import shutil
 import sys
 
 import pytest
@@ -378,6 +379,32 @@ def test_a_hub_id_reads_the_caches_main_snapshot_and_refuses_another_revision_be
         with pytest.raises(BertkitError, match=f"{next(iter(option))}=") as raised:
             BertModel.from_pretrained("org/mini", **option)
         assert "hf_x" not in str(raised.value)
+
+
+def test_an_empty_a_file_and_a_tilde_path_are_refused_as_transformers_refuses_them(minilm_2_layers, tmp_path,
+                                                                                     monkeypatch):
+    """"" read the working directory (Path("") is "."): a checkpoint there loaded, and save_pretrained("")'s
+    directory loaded back, where transformers refuses the name. A file, or a "~" path (which neither library
+    expands), was reported as a directory that "does not exist"."""
+    shutil.copytree(minilm_2_layers, tmp_path / "run")
+    monkeypatch.chdir(tmp_path / "run")
+    monkeypatch.setenv("HOME", str(tmp_path))
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    from bertkit.sentence import CrossEncoder, SentenceTransformer
+
+    for load in (BertModel.from_pretrained, BertConfig.from_pretrained, BertTokenizer.from_pretrained,
+                 bertkit.AutoTokenizer.from_pretrained, transformers.BertModel.from_pretrained, SentenceTransformer,
+                 CrossEncoder, lambda path: bertkit.pipeline("feature-extraction", path)):
+        with pytest.raises((BertkitError, OSError), match="empty string|Repo id must"):
+            load("")
+    for load in (BertModel.from_pretrained, bertkit.AutoTokenizer.from_pretrained):
+        with pytest.raises(MissingFileError, match=r"config.json is a file; pass the directory that holds it \(\.\)"):
+            load("config.json")
+        with pytest.raises(MissingFileError, match=r"~/run does not exist \(a leading ~ is not expanded"):
+            load("~/run")
+    with pytest.raises(OSError):
+        transformers.BertModel.from_pretrained("~/run")
+    assert BertModel.from_pretrained(".").config.num_hidden_layers == 2  # "." is the working directory, as there
 
 # ---- outputs: attentions, hidden states, tuple and mapping access ----------------------------------------------
 

@@ -28,7 +28,7 @@ from torch import Tensor
 from bertkit.compat import TransformersModelCalls
 from bertkit.config import BertConfig
 from bertkit.errors import BertkitError, MissingFileError, read_json_object
-from bertkit.hub import refuse_hub_options, resolve_directory
+from bertkit.hub import not_a_directory, refuse_hub_options, resolve_directory
 from bertkit.outputs import atomic_target, atomic_write_text
 from bertkit.staging import staged
 
@@ -308,7 +308,7 @@ def _checkpoint_directory(path: str | Path | None, config: BertConfig | None,
         return None
     directory = resolve_directory(path)
     if not directory.is_dir():
-        raise MissingFileError(f"checkpoint directory {directory} does not exist")
+        raise not_a_directory(directory, "checkpoint directory", "pass the directory save_pretrained wrote")
     return directory
 
 

@@ -51,6 +51,16 @@ def refuse_hub_options(path: str | os.PathLike | None, options: dict) -> None:
                                f"transformers' default): it reads a local directory, or a Hub id's main snapshot; {fix}")
 
 
+def not_a_directory(directory: Path, what: str, fix: str) -> MissingFileError:
+    """The error for a ``what`` path that is no directory, saying which way it is not: a file (its folder is wanted),
+    a leading "~" (expanded by the shell, not by Python, nor by transformers), or nothing there."""
+    if directory.is_file():
+        return MissingFileError(f"{what} {directory} is a file; pass the directory that holds it ({directory.parent})")
+    home = (" (a leading ~ is not expanded here, as in transformers: pass os.path.expanduser(path))"
+            if os.fspath(directory).startswith("~") else "")
+    return MissingFileError(f"{what} {directory} does not exist{home}; {fix}")
+
+
 def _hub_reachable(endpoint: str) -> bool:
     host = re.sub(r"^https?://", "", endpoint).split("/")[0]
     host, _, port = host.partition(":")
@@ -64,6 +74,9 @@ def _hub_reachable(endpoint: str) -> bool:
 def resolve_directory(path: str | os.PathLike, what: str = "checkpoint directory") -> Path:
     """``path`` itself when it exists; for a Hub id, the snapshot directory (cache, else download), or a
     MissingFileError saying how to download it."""
+    if not os.fspath(path):  # Path("") is ".": the working directory would be read where no path was given
+        raise MissingFileError(f"{what} is an empty string; pass a directory ('.' for the working directory) or a "
+                               "Hub id")
     directory = Path(path)
     if directory.is_dir() or not looks_like_hub_id(path):
         return directory  # the caller reports a missing directory in its own words

@@ -73,6 +73,8 @@ def model_path(value: Any, what: str) -> Path:
     if not isinstance(value, (str, os.PathLike)):
         raise BertkitError(f"{what} takes the path of a local directory (a str or Path), got {type(value).__name__} "
                            f"{str(value)[:60]}")
+    if not os.fspath(value):  # Path("") is ".": the working directory would load, unnamed
+        raise BertkitError(f"{what} got an empty string; pass a directory ('.' for the working directory)")
     return Path(value)
 
 

@@ -189,7 +189,7 @@ class BertTokenizer:
         """Load a tokenizer directory (the layouts ``loading`` reads); keyword arguments override the settings
         its files hold. Files that set no model_max_length give transformers' "no limit" (``NO_MODEL_MAX_LENGTH``),
         where the constructor's default is 512."""
-        from bertkit.hub import refuse_hub_options, resolve_directory
+        from bertkit.hub import not_a_directory, refuse_hub_options, resolve_directory
 
         refuse_hub_options(path, overrides)
         for side in ("padding_side", "truncation_side"):  # transformers takes them here too; "right" is all there is
@@ -202,10 +202,8 @@ class BertTokenizer:
                                f"{list(settings_known)}")
         path = resolve_directory(path, "tokenizer directory")
         if not path.is_dir():
-            raise MissingFileError(
-                f"tokenizer directory {path} does not exist; pass the checkpoint directory that holds "
-                f"{VOCAB_FILE} (or {TOKENIZER_FILE}) and {CONFIG_FILE}"
-            )
+            raise not_a_directory(path, "tokenizer directory", f"pass the checkpoint directory that holds {VOCAB_FILE} "
+                                  f"(or {TOKENIZER_FILE}) and {CONFIG_FILE}")
         vocab: Path | list[str] = path / VOCAB_FILE
         source = json_file = path / TOKENIZER_FILE
         settings = read_settings(path)
