@@ -406,6 +406,20 @@ def test_an_empty_a_file_and_a_tilde_path_are_refused_as_transformers_refuses_th
         transformers.BertModel.from_pretrained("~/run")
     assert BertModel.from_pretrained(".").config.num_hidden_layers == 2  # "." is the working directory, as there
 
+
+def test_the_loaders_of_local_directories_say_how_to_download_a_hub_id(tmp_path, monkeypatch):
+    """SentenceTransformer, CrossEncoder, SparseEncoder and pipeline() read local directories only (docs/sentence.md,
+    docs/inference.md); given a Hub id they said it "does not exist" (pipeline(): "config.json not found") and no
+    more."""
+    from bertkit.sentence import CrossEncoder, SentenceTransformer, SparseEncoder
+
+    monkeypatch.chdir(tmp_path)
+    for load in (SentenceTransformer, CrossEncoder, SparseEncoder, lambda path: bertkit.pipeline("text-classification",
+                 path), lambda path: bertkit.pipeline("sentence-embedding", path)):
+        with pytest.raises(MissingFileError, match=r"org/name does not exist; .*download it with `hf download "
+                                                   r"org/name --local-dir DIR`"):
+            load("org/name")
+
 # ---- outputs: attentions, hidden states, tuple and mapping access ----------------------------------------------
 
 

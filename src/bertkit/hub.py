@@ -51,6 +51,14 @@ def refuse_hub_options(path: str | os.PathLike | None, options: dict) -> None:
                                f"transformers' default): it reads a local directory, or a Hub id's main snapshot; {fix}")
 
 
+def download_hint(path: str | os.PathLike) -> str:
+    """For a loader of local directories only: how to fetch ``path`` when it looks like a Hub id ("" otherwise)."""
+    if not looks_like_hub_id(path):
+        return ""
+    return (f"; if {os.fspath(path)!r} is a Hugging Face Hub id, download it with `hf download {os.fspath(path)} "
+            "--local-dir DIR` (huggingface_hub's CLI), then pass DIR")
+
+
 def not_a_directory(directory: Path, what: str, fix: str) -> MissingFileError:
     """The error for a ``what`` path that is no directory, saying which way it is not: a file (its folder is wanted),
     a leading "~" (expanded by the shell, not by Python, nor by transformers), or nothing there."""
