@@ -381,6 +381,47 @@ def test_a_hub_id_reads_the_caches_main_snapshot_and_refuses_another_revision_be
         assert "hf_x" not in str(raised.value)
 
 
+def test_a_hub_repo_without_safetensors_downloads_its_torch_pickle(minilm_2_layers, tmp_path, monkeypatch):
+    """Online, only the safetensors patterns were fetched: a repo from before safetensors (the Google miniatures)
+    came down without weights and failed "no float weights". transformers falls back to pytorch_model.bin; so does
+    bertkit now, and still leaves the TF and Flax weights on the Hub. (The Hub is faked: snapshot_download copies
+    what allow_patterns selects from a folder.)"""
+    import fnmatch
+
+    from huggingface_hub.errors import LocalEntryNotFoundError
+    from safetensors.torch import load_file
+
+    import bertkit.hub
+
+    remote = tmp_path / "remote"
+    remote.mkdir()
+    for f in minilm_2_layers.iterdir():
+        if f.name != "model.safetensors":
+            shutil.copy(f, remote / f.name)
+    torch.save(load_file(minilm_2_layers / "model.safetensors"), remote / "pytorch_model.bin")
+    (remote / "tf_model.h5").write_bytes(b"not fetched")
+    snapshot = tmp_path / "cache" / "snapshots" / ("a" * 40)
+
+    def snapshot_download(repo_id, allow_patterns, local_files_only=False):
+        if local_files_only:
+            raise LocalEntryNotFoundError("not cached")
+        snapshot.mkdir(parents=True, exist_ok=True)
+        for f in remote.iterdir():
+            if any(fnmatch.fnmatch(f.name, pattern) for pattern in allow_patterns):
+                shutil.copy(f, snapshot / f.name)
+        return str(snapshot)
+
+    monkeypatch.setattr("huggingface_hub.snapshot_download", snapshot_download)
+    monkeypatch.setattr("huggingface_hub.constants.HF_HUB_OFFLINE", False)
+    monkeypatch.setattr(bertkit.hub, "_hub_reachable", lambda endpoint: True)
+    ids = torch.tensor([[101, 7592, 2088, 102]])
+    with torch.no_grad():
+        got = BertModel.from_pretrained("google/bert_uncased_L-2_H-128_A-2")(ids).last_hidden_state
+        local = BertModel.from_pretrained(minilm_2_layers)(ids).last_hidden_state
+    assert torch.equal(got, local)
+    assert sorted(f.name for f in snapshot.iterdir()) == sorted(f.name for f in remote.iterdir() if f.suffix != ".h5")
+
+
 def test_an_empty_a_file_and_a_tilde_path_are_refused_as_transformers_refuses_them(minilm_2_layers, tmp_path,
                                                                                      monkeypatch):
     """"" read the working directory (Path("") is "."): a checkpoint there loaded, and save_pretrained("")'s

@@ -20,6 +20,8 @@ _HUB_ID = re.compile(r"^(?:[A-Za-z0-9][\w.-]{0,95}/)?[A-Za-z0-9][\w.-]{0,95}$")
 # (TF/Flax/ONNX weights, ...) is not downloaded.
 _PATTERNS = ["config.json", "model.safetensors", "model.safetensors.index.json", "model-*-of-*.safetensors",
              "tokenizer.json", "vocab.txt", "tokenizer_config.json", "special_tokens_map.json", "added_tokens.json"]
+# transformers' torch pickle, fetched only where a repo has no safetensors weights, as transformers falls back to it
+_PICKLE_PATTERNS = ["pytorch_model.bin", "pytorch_model.bin.index.json", "pytorch_model-*-of-*.bin"]
 PROBE_TIMEOUT_S = 3.0
 # transformers' from_pretrained keywords that choose where the files come from, at their defaults: bertkit reads the
 # directory, or the Hub id's main snapshot (its cache, else downloaded), which is what these defaults ask for.
@@ -106,7 +108,10 @@ def resolve_directory(path: str | os.PathLike, what: str = "checkpoint directory
         raise MissingFileError(how_to_get(repo_id, what) + f"; the Hub ({constants.ENDPOINT}) is not reachable "
                                "from here and the files are not in the local cache") from None
     try:
-        return Path(snapshot_download(repo_id, allow_patterns=_PATTERNS))
+        directory = Path(snapshot_download(repo_id, allow_patterns=_PATTERNS))
+        if not any(directory.glob("model*.safetensors")):  # a repo from before safetensors (the Google miniatures'):
+            directory = Path(snapshot_download(repo_id, allow_patterns=_PICKLE_PATTERNS))  # transformers' fallback
+        return directory
     except (HfHubHTTPError, OSError) as e:
         raise MissingFileError(how_to_get(repo_id, what) + f"; downloading it failed: {str(e).splitlines()[0]}"
                                ) from None
