@@ -381,7 +381,7 @@ def test_a_hub_id_reads_the_caches_main_snapshot_and_refuses_another_revision_be
         assert "hf_x" not in str(raised.value)
 
 
-def test_a_hub_repo_without_safetensors_downloads_its_torch_pickle(minilm_2_layers, tmp_path, monkeypatch):
+def test_a_hub_repo_without_safetensors_or_cached_in_part_downloads_its_weights(minilm_2_layers, tmp_path, monkeypatch):
     """Online, only the safetensors patterns were fetched: a repo from before safetensors (the Google miniatures)
     came down without weights and failed "no float weights". transformers falls back to pytorch_model.bin; so does
     bertkit now, and still leaves the TF and Flax weights on the Hub. (The Hub is faked: snapshot_download copies
@@ -404,7 +404,9 @@ def test_a_hub_repo_without_safetensors_downloads_its_torch_pickle(minilm_2_laye
 
     def snapshot_download(repo_id, allow_patterns, local_files_only=False):
         if local_files_only:
-            raise LocalEntryNotFoundError("not cached")
+            if not snapshot.is_dir():
+                raise LocalEntryNotFoundError("not cached")
+            return str(snapshot)
         snapshot.mkdir(parents=True, exist_ok=True)
         for f in remote.iterdir():
             if any(fnmatch.fnmatch(f.name, pattern) for pattern in allow_patterns):
@@ -420,6 +422,12 @@ def test_a_hub_repo_without_safetensors_downloads_its_torch_pickle(minilm_2_laye
         local = BertModel.from_pretrained(minilm_2_layers)(ids).last_hidden_state
     assert torch.equal(got, local)
     assert sorted(f.name for f in snapshot.iterdir()) == sorted(f.name for f in remote.iterdir() if f.suffix != ".h5")
+    # A snapshot that another library cached in part (transformers' AutoTokenizer: config.json and the tokenizer's
+    # files) was taken as the whole checkpoint: "no float weights", online too. Its missing files are fetched now.
+    (snapshot / "pytorch_model.bin").unlink()
+    with torch.no_grad():
+        got = BertModel.from_pretrained("google/bert_uncased_L-2_H-128_A-2")(ids).last_hidden_state
+    assert torch.equal(got, local)
 
 
 def test_an_empty_a_file_and_a_tilde_path_are_refused_as_transformers_refuses_them(minilm_2_layers, tmp_path,

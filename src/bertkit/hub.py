@@ -81,6 +81,14 @@ def _hub_reachable(endpoint: str) -> bool:
         return False
 
 
+def _whole(snapshot: Path) -> bool:
+    """Whether a cached snapshot holds config, weights and tokenizer: another library may have cached part of a repo
+    (transformers' AutoTokenizer caches config.json and the tokenizer files, no weights)."""
+    weights = [*snapshot.glob("model*.safetensors"), *snapshot.glob("pytorch_model*.bin")]
+    return (snapshot / "config.json").is_file() and bool(weights) and any(
+        (snapshot / name).is_file() for name in ("vocab.txt", "tokenizer.json"))
+
+
 def resolve_directory(path: str | os.PathLike, what: str = "checkpoint directory") -> Path:
     """``path`` itself when it exists; for a Hub id, the snapshot directory (cache, else download), or a
     MissingFileError saying how to download it."""
@@ -96,15 +104,20 @@ def resolve_directory(path: str | os.PathLike, what: str = "checkpoint directory
         from huggingface_hub.errors import HfHubHTTPError, HFValidationError, LocalEntryNotFoundError
     except ImportError:
         raise MissingFileError(how_to_get(repo_id, what)) from None
+    cached = None
     try:
-        return Path(snapshot_download(repo_id, allow_patterns=_PATTERNS, local_files_only=True))
+        cached = Path(snapshot_download(repo_id, allow_patterns=_PATTERNS, local_files_only=True))
     except HFValidationError:  # "my--model", "x-", "name.git": no Hub id, so a local directory that is missing
         return directory
     except LocalEntryNotFoundError:
         pass  # not cached: try the network below
+    if cached is not None and _whole(cached):
+        return cached
     from huggingface_hub import constants
 
     if constants.HF_HUB_OFFLINE or not _hub_reachable(constants.ENDPOINT):
+        if cached is not None:
+            return cached  # what the cache holds; the caller names the file it lacks
         raise MissingFileError(how_to_get(repo_id, what) + f"; the Hub ({constants.ENDPOINT}) is not reachable "
                                "from here and the files are not in the local cache") from None
     try:
