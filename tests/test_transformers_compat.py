@@ -375,6 +375,15 @@ def test_a_hub_id_reads_the_caches_main_snapshot_and_refuses_another_revision_be
         for name in ("org/mini", "org/not-cached"):
             with pytest.raises(BertkitError, match=rf"revision=.*hf download {name} --revision REV --local-dir DIR"):
                 load(name, revision=other)
+    # A snapshot another library cached in part, read offline: the error names the repo and how to fetch the rest
+    # (it said to re-save the directory, or to fetch bertkit's example model).
+    for names, load in ((["model.safetensors"], BertModel.from_pretrained), (["config.json"], BertConfig.from_pretrained),
+                        (["vocab.txt", "tokenizer.json"], BertTokenizer.from_pretrained)):
+        for name in names:
+            (repo / "snapshots" / main / name).unlink()
+        with pytest.raises(MissingFileError, match=r"cache of org/mini, holding part of it: fetch the rest with `hf "
+                                                   r"download org/mini`"):
+            load("org/mini")
     for option in ({"subfolder": "sub"}, {"cache_dir": str(tmp_path)}, {"local_files_only": True}, {"token": "hf_x"}):
         with pytest.raises(BertkitError, match=f"{next(iter(option))}=") as raised:
             BertModel.from_pretrained("org/mini", **option)

@@ -28,7 +28,7 @@ from torch import Tensor
 from bertkit.compat import TransformersModelCalls
 from bertkit.config import BertConfig
 from bertkit.errors import BertkitError, MissingFileError, read_json_object
-from bertkit.hub import not_a_directory, refuse_hub_options, resolve_directory
+from bertkit.hub import cache_hint, not_a_directory, refuse_hub_options, resolve_directory
 from bertkit.outputs import atomic_target, atomic_write_text
 from bertkit.staging import staged
 
@@ -231,7 +231,7 @@ def _stored_weights(directory: Path) -> tuple[list[Path], set[str] | None]:
                                        "download or copy the missing shards")
             return [directory / s for s in shards], set(weight_map)
     raise MissingFileError(
-        f"no float weights in {directory}: expected {WEIGHTS_NAME} (or {PICKLE_WEIGHTS_NAME}, or either's shards with "
+        f"no float weights in {directory}{cache_hint(directory)}: expected {WEIGHTS_NAME} (or {PICKLE_WEIGHTS_NAME}, or either's shards with "
         "its .index.json); point at a directory written by save_pretrained, or fetch the example with `bertkit "
         f"download-example-model DIR`. An int8 model written by `bertkit quantize` ({INT8_WEIGHTS_NAME}) runs with "
         "pipeline(task, directory), bertkit predict/serve/extract-features or "

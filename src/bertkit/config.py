@@ -238,8 +238,10 @@ class BertConfig:
     def from_json_file(cls, path: str | Path, **overrides: Any) -> BertConfig:
         path = Path(path)
         if not path.is_file():
+            from bertkit.hub import cache_hint
+
             raise MissingFileError(
-                f"config file {path} does not exist; a checkpoint directory needs config.json "
+                f"config file {path} does not exist{cache_hint(path.parent)}; a checkpoint directory needs config.json "
                 "(save one with BertConfig.save_pretrained or pick a preset with BertConfig.preset)"
             )
         data = read_json_object(path, "write the config as one JSON object, or re-save the checkpoint")

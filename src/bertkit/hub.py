@@ -53,6 +53,17 @@ def refuse_hub_options(path: str | os.PathLike | None, options: dict) -> None:
                                f"transformers' default): it reads a local directory, or a Hub id's main snapshot; {fix}")
 
 
+def cache_hint(directory: Path) -> str:
+    """For a file missing from ``directory``: when that is a snapshot in huggingface_hub's cache (which may hold part
+    of a repo: transformers' AutoTokenizer caches no weights), how to fetch the rest ("" otherwise)."""
+    repo = directory.parent.parent.name
+    if directory.parent.name != "snapshots" or not repo.startswith("models--"):
+        return ""
+    repo_id = repo.removeprefix("models--").replace("--", "/")
+    return (f" (huggingface_hub's cache of {repo_id}, holding part of it: fetch the rest with `hf download "
+            f"{repo_id}`, or load it online)")
+
+
 def download_hint(path: str | os.PathLike) -> str:
     """For a loader of local directories only: how to fetch ``path`` when it looks like a Hub id ("" otherwise)."""
     if not looks_like_hub_id(path):

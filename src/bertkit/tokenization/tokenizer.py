@@ -189,7 +189,7 @@ class BertTokenizer:
         """Load a tokenizer directory (the layouts ``loading`` reads); keyword arguments override the settings
         its files hold. Files that set no model_max_length give transformers' "no limit" (``NO_MODEL_MAX_LENGTH``),
         where the constructor's default is 512."""
-        from bertkit.hub import not_a_directory, refuse_hub_options, resolve_directory
+        from bertkit.hub import cache_hint, not_a_directory, refuse_hub_options, resolve_directory
 
         refuse_hub_options(path, overrides)
         for side in ("padding_side", "truncation_side"):  # transformers takes them here too; "right" is all there is
@@ -214,7 +214,7 @@ class BertTokenizer:
             wordpiece_size = added_past(vocab, path, settings)  # transformers' added tokens past it, at their ids
         else:
             raise MissingFileError(
-                f"{vocab} not found (nor {TOKENIZER_FILE}): a BERT tokenizer directory needs {VOCAB_FILE} (and "
+                f"{vocab} not found (nor {TOKENIZER_FILE}){cache_hint(path)}: a BERT tokenizer directory needs {VOCAB_FILE} (and "
                 f"{CONFIG_FILE}), or transformers' {TOKENIZER_FILE}; copy them from the checkpoint, or build one "
                 f"with BertTokenizer(vocab).save_pretrained({str(path)!r})"
             )
