@@ -375,6 +375,9 @@ def test_a_hub_id_reads_the_caches_main_snapshot_and_refuses_another_revision_be
         for name in ("org/mini", "org/not-cached"):
             with pytest.raises(BertkitError, match=rf"revision=.*hf download {name} --revision REV --local-dir DIR"):
                 load(name, revision=other)
+    for load in (BertModel.from_pretrained, BertConfig.from_pretrained):  # any unknown keyword too (it was refused
+        with pytest.raises(BertkitError, match="unknown keyword argument device_map"):  # after the download)
+            load("org/not-cached", device_map="auto")
     # A snapshot another library cached in part, read offline: the error names the repo and how to fetch the rest
     # (it said to re-save the directory, or to fetch bertkit's example model).
     for names, load in ((["model.safetensors"], BertModel.from_pretrained), (["config.json"], BertConfig.from_pretrained),

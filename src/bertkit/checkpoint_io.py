@@ -384,6 +384,7 @@ class PretrainedMixin(TransformersModelCalls):
             raise BertkitError(f"attn_implementation {attn_implementation!r} is not available in bertkit; use "
                                f"'sdpa' (the default: PyTorch's fused attention, padding skipped) or 'eager' "
                                "(attention written out, as transformers' eager)")
+        BertConfig.check_overrides(config_overrides)
         directory = _checkpoint_directory(path, config, state_dict)
         if config is None:
             config = BertConfig.from_json_file(directory / CONFIG_NAME, **config_overrides)
