@@ -365,12 +365,12 @@ def test_a_hub_id_reads_the_caches_main_snapshot_and_refuses_another_revision_be
     monkeypatch.setattr(hub.constants, "HF_HUB_CACHE", str(tmp_path / "hub"))
     ids = torch.tensor([[101, 7592, 2088, 102]])
     with torch.no_grad():
-        ours = BertModel.from_pretrained("org/mini", revision="main")(ids).last_hidden_state
+        ours = BertModel.from_pretrained("org/mini", revision="main", cache_dir=None)(ids).last_hidden_state
         theirs = transformers.BertModel.from_pretrained("org/mini", cache_dir=tmp_path / "hub")(ids).last_hidden_state
         local = BertModel.from_pretrained(minilm_2_layers)(ids).last_hidden_state
     assert torch.equal(ours, local)
     torch.testing.assert_close(ours, theirs, atol=1e-6, rtol=0)
-    assert BertTokenizer.from_pretrained("org/mini", token=None)("hello world")["input_ids"] == [101, 7592, 2088, 102]
+    assert BertTokenizer.from_pretrained("org/mini", revision=None)("hello world")["input_ids"] == [101, 7592, 2088, 102]
     for load in (BertModel.from_pretrained, BertConfig.from_pretrained, bertkit.AutoTokenizer.from_pretrained):
         for name in ("org/mini", "org/not-cached"):
             with pytest.raises(BertkitError, match=rf"revision=.*hf download {name} --revision REV --local-dir DIR"):

@@ -23,8 +23,9 @@ _PATTERNS = ["config.json", "model.safetensors", "model.safetensors.index.json",
 # transformers' torch pickle, fetched only where a repo has no safetensors weights, as transformers falls back to it
 _PICKLE_PATTERNS = ["pytorch_model.bin", "pytorch_model.bin.index.json", "pytorch_model-*-of-*.bin"]
 PROBE_TIMEOUT_S = 3.0
-# transformers' from_pretrained keywords that choose where the files come from, at their defaults: bertkit reads the
-# directory, or the Hub id's main snapshot (its cache, else downloaded), which is what these defaults ask for.
+# transformers' from_pretrained keywords that choose where the files come from, at their defaults (or None, which
+# transformers reads as the default): bertkit reads the directory, or the Hub id's main snapshot (its cache, else
+# downloaded), which is what these defaults ask for.
 HUB_OPTIONS = {"revision": "main", "subfolder": "", "cache_dir": None, "local_files_only": False, "token": None,
                "trust_remote_code": False, "force_download": False, "proxies": None}
 
@@ -45,7 +46,7 @@ def refuse_hub_options(path: str | os.PathLike | None, options: dict) -> None:
     cache) is refused before any file is read or downloaded: resolving the main snapshot first would load (or
     download) other files than those asked for."""
     for name, default in HUB_OPTIONS.items():
-        if name in options and options.pop(name) != default:
+        if name in options and options.pop(name) not in (default, None):  # None: transformers takes its default
             fix = (f"drop it and pass the directory to read ({os.fspath(path)} is local; for a subfolder, the folder inside it)" if path is not None and Path(path).exists() else
                    f"fetch the files with `hf download {os.fspath(path or 'ID')} --revision REV --local-dir DIR` "
                    "(huggingface_hub's CLI), then pass DIR (DIR/SUBFOLDER for a subfolder)")
