@@ -1,8 +1,10 @@
 """Hugging Face Hub ids where a checkpoint directory is expected (``bert-base-uncased``, ``org/name``).
 
-A path that does not exist and looks like a Hub id is taken from huggingface_hub's cache, else downloaded
-when that package is installed and the Hub answers (probed first, so offline fails in seconds); otherwise the
-error says how to get the files.
+A path that does not exist and looks like a Hub id is taken from huggingface_hub's cache (the snapshot refs/main
+names; one cached in part is completed when online), else downloaded when that package is installed and the Hub
+answers (probed first, so offline fails in seconds); otherwise the error says how to get the files. transformers'
+options that pick other files (revision=, subfolder=, cache_dir=, ...) are refused, unless at their defaults, before
+anything is read.
 """
 
 from __future__ import annotations
