@@ -236,7 +236,7 @@ def test_nan_weights_are_refused_as_they_load_naming_the_weight(ckpts, tmp_path)
 def test_a_hub_name_and_a_file_path_are_named(ckpts):
     with pytest.raises(MissingFileError, match="hf download bert-base-uncased"):
         bertkit.AutoModel.from_pretrained("bert-base-uncased")
-    with pytest.raises(MissingFileError, match="config.json does not exist"):
+    with pytest.raises(MissingFileError, match=r"config.json is a file; pass the directory that holds it \(.*clf\)"):
         bertkit.AutoModel.from_pretrained(ckpts["clf"] / "config.json")
 
 

@@ -13,6 +13,7 @@ The silent differences come first: each of those failed on the code before it wa
 from __future__ import annotations
 
 import json
+import shutil
 import sys
 
 import pytest
@@ -338,6 +339,147 @@ def test_hub_id_without_files_says_how_to_get_them(monkeypatch):
         BertConfig.from_pretrained("bert-base-uncased")
     with pytest.raises(MissingFileError, match="does not exist"):
         BertModel.from_pretrained("./no/such/dir")
+
+
+def test_a_hub_id_reads_the_caches_main_snapshot_and_refuses_another_revision_before_reading(minilm_2_layers,
+                                                                                                tmp_path, monkeypatch):
+    """A cache as `hf download` leaves it (snapshots/<commit>/ linking into blobs/, refs/main naming one): the id
+    loads refs/main's snapshot, as transformers does. revision= (subfolder=, cache_dir=, ...) at anything but
+    transformers' default was refused only after the main snapshot was read, as an unknown config field, so online
+    bertkit downloaded the main revision first; now it is refused before, saying how to fetch that revision."""
+    hub = pytest.importorskip("huggingface_hub")
+    repo = tmp_path / "hub" / "models--org--mini"
+    main, other = "a" * 40, "b" * 40
+    for commit in (main, other):
+        (repo / "snapshots" / commit).mkdir(parents=True)
+        for f in minilm_2_layers.iterdir():
+            (repo / "blobs").mkdir(exist_ok=True)
+            blob = repo / "blobs" / f.name  # (a real blob is named by its hash)
+            if not blob.exists():
+                blob.write_bytes(f.read_bytes())
+            (repo / "snapshots" / commit / f.name).symlink_to(f"../../blobs/{f.name}")
+    (repo / "refs").mkdir()
+    (repo / "refs" / "main").write_text(main)
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setattr(hub.constants, "HF_HUB_OFFLINE", True)
+    monkeypatch.setattr(hub.constants, "HF_HUB_CACHE", str(tmp_path / "hub"))
+    ids = torch.tensor([[101, 7592, 2088, 102]])
+    with torch.no_grad():
+        ours = BertModel.from_pretrained("org/mini", revision="main", cache_dir=None)(ids).last_hidden_state
+        theirs = transformers.BertModel.from_pretrained("org/mini", cache_dir=tmp_path / "hub")(ids).last_hidden_state
+        local = BertModel.from_pretrained(minilm_2_layers)(ids).last_hidden_state
+    assert torch.equal(ours, local)
+    torch.testing.assert_close(ours, theirs, atol=1e-6, rtol=0)
+    assert BertTokenizer.from_pretrained("org/mini", revision=None)("hello world")["input_ids"] == [101, 7592, 2088, 102]
+    for load in (BertModel.from_pretrained, BertConfig.from_pretrained, bertkit.AutoTokenizer.from_pretrained):
+        for name in ("org/mini", "org/not-cached"):
+            with pytest.raises(BertkitError, match=rf"revision=.*hf download {name} --revision REV --local-dir DIR"):
+                load(name, revision=other)
+    for load in (BertModel.from_pretrained, BertConfig.from_pretrained):  # any unknown keyword too (it was refused
+        with pytest.raises(BertkitError, match="unknown keyword argument device_map"):  # after the download)
+            load("org/not-cached", device_map="auto")
+    # A snapshot another library cached in part, read offline: the error names the repo and how to fetch the rest
+    # (it said to re-save the directory, or to fetch bertkit's example model).
+    for names, load in ((["model.safetensors"], BertModel.from_pretrained), (["config.json"], BertConfig.from_pretrained),
+                        (["vocab.txt", "tokenizer.json"], BertTokenizer.from_pretrained)):
+        for name in names:
+            (repo / "snapshots" / main / name).unlink()
+        with pytest.raises(MissingFileError, match=r"cache of org/mini, holding part of it: fetch the rest with `hf "
+                                                   r"download org/mini`"):
+            load("org/mini")
+    for option in ({"subfolder": "sub"}, {"cache_dir": str(tmp_path)}, {"local_files_only": True}, {"token": "hf_x"}):
+        with pytest.raises(BertkitError, match=f"{next(iter(option))}=") as raised:
+            BertModel.from_pretrained("org/mini", **option)
+        assert "hf_x" not in str(raised.value)
+
+
+def test_a_hub_repo_without_safetensors_or_cached_in_part_downloads_its_weights(minilm_2_layers, tmp_path, monkeypatch):
+    """Online, only the safetensors patterns were fetched: a repo from before safetensors (the Google miniatures)
+    came down without weights and failed "no float weights". transformers falls back to pytorch_model.bin; so does
+    bertkit now, and still leaves the TF and Flax weights on the Hub. (The Hub is faked: snapshot_download copies
+    what allow_patterns selects from a folder.)"""
+    import fnmatch
+
+    from huggingface_hub.errors import LocalEntryNotFoundError
+    from safetensors.torch import load_file
+
+    import bertkit.hub
+
+    remote = tmp_path / "remote"
+    remote.mkdir()
+    for f in minilm_2_layers.iterdir():
+        if f.name != "model.safetensors":
+            shutil.copy(f, remote / f.name)
+    torch.save(load_file(minilm_2_layers / "model.safetensors"), remote / "pytorch_model.bin")
+    (remote / "tf_model.h5").write_bytes(b"not fetched")
+    snapshot = tmp_path / "cache" / "snapshots" / ("a" * 40)
+
+    def snapshot_download(repo_id, allow_patterns, local_files_only=False):
+        if local_files_only:
+            if not snapshot.is_dir():
+                raise LocalEntryNotFoundError("not cached")
+            return str(snapshot)
+        snapshot.mkdir(parents=True, exist_ok=True)
+        for f in remote.iterdir():
+            if any(fnmatch.fnmatch(f.name, pattern) for pattern in allow_patterns):
+                shutil.copy(f, snapshot / f.name)
+        return str(snapshot)
+
+    monkeypatch.setattr("huggingface_hub.snapshot_download", snapshot_download)
+    monkeypatch.setattr("huggingface_hub.constants.HF_HUB_OFFLINE", False)
+    monkeypatch.setattr(bertkit.hub, "_hub_reachable", lambda endpoint: True)
+    ids = torch.tensor([[101, 7592, 2088, 102]])
+    with torch.no_grad():
+        got = BertModel.from_pretrained("google/bert_uncased_L-2_H-128_A-2")(ids).last_hidden_state
+        local = BertModel.from_pretrained(minilm_2_layers)(ids).last_hidden_state
+    assert torch.equal(got, local)
+    assert sorted(f.name for f in snapshot.iterdir()) == sorted(f.name for f in remote.iterdir() if f.suffix != ".h5")
+    # A snapshot that another library cached in part (transformers' AutoTokenizer: config.json and the tokenizer's
+    # files) was taken as the whole checkpoint: "no float weights", online too. Its missing files are fetched now.
+    (snapshot / "pytorch_model.bin").unlink()
+    with torch.no_grad():
+        got = BertModel.from_pretrained("google/bert_uncased_L-2_H-128_A-2")(ids).last_hidden_state
+    assert torch.equal(got, local)
+
+
+def test_an_empty_a_file_and_a_tilde_path_are_refused_as_transformers_refuses_them(minilm_2_layers, tmp_path,
+                                                                                     monkeypatch):
+    """"" read the working directory (Path("") is "."): a checkpoint there loaded, and save_pretrained("")'s
+    directory loaded back, where transformers refuses the name. A file, or a "~" path (which neither library
+    expands), was reported as a directory that "does not exist"."""
+    shutil.copytree(minilm_2_layers, tmp_path / "run")
+    monkeypatch.chdir(tmp_path / "run")
+    monkeypatch.setenv("HOME", str(tmp_path))
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    from bertkit.sentence import CrossEncoder, SentenceTransformer
+
+    for load in (BertModel.from_pretrained, BertConfig.from_pretrained, BertTokenizer.from_pretrained,
+                 bertkit.AutoTokenizer.from_pretrained, transformers.BertModel.from_pretrained, SentenceTransformer,
+                 CrossEncoder, lambda path: bertkit.pipeline("feature-extraction", path)):
+        with pytest.raises((BertkitError, OSError), match="empty string|Repo id must"):
+            load("")
+    for load in (BertModel.from_pretrained, bertkit.AutoTokenizer.from_pretrained):
+        with pytest.raises(MissingFileError, match=r"config.json is a file; pass the directory that holds it \(\.\)"):
+            load("config.json")
+        with pytest.raises(MissingFileError, match=r"~/run does not exist \(a leading ~ is not expanded"):
+            load("~/run")
+    with pytest.raises(OSError):
+        transformers.BertModel.from_pretrained("~/run")
+    assert BertModel.from_pretrained(".").config.num_hidden_layers == 2  # "." is the working directory, as there
+
+
+def test_the_loaders_of_local_directories_say_how_to_download_a_hub_id(tmp_path, monkeypatch):
+    """SentenceTransformer, CrossEncoder, SparseEncoder and pipeline() read local directories only (docs/sentence.md,
+    docs/inference.md); given a Hub id they said it "does not exist" (pipeline(): "config.json not found") and no
+    more."""
+    from bertkit.sentence import CrossEncoder, SentenceTransformer, SparseEncoder
+
+    monkeypatch.chdir(tmp_path)
+    for load in (SentenceTransformer, CrossEncoder, SparseEncoder, lambda path: bertkit.pipeline("text-classification",
+                 path), lambda path: bertkit.pipeline("sentence-embedding", path)):
+        with pytest.raises(MissingFileError, match=r"org/name does not exist; .*download it with `hf download "
+                                                   r"org/name --local-dir DIR`"):
+            load("org/name")
 
 # ---- outputs: attentions, hidden states, tuple and mapping access ----------------------------------------------
 

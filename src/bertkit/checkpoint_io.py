@@ -28,6 +28,7 @@ from torch import Tensor
 from bertkit.compat import TransformersModelCalls
 from bertkit.config import BertConfig
 from bertkit.errors import BertkitError, MissingFileError, read_json_object
+from bertkit.hub import cache_hint, not_a_directory, refuse_hub_options, resolve_directory
 from bertkit.outputs import atomic_target, atomic_write_text
 from bertkit.staging import staged
 
@@ -230,7 +231,7 @@ def _stored_weights(directory: Path) -> tuple[list[Path], set[str] | None]:
                                        "download or copy the missing shards")
             return [directory / s for s in shards], set(weight_map)
     raise MissingFileError(
-        f"no float weights in {directory}: expected {WEIGHTS_NAME} (or {PICKLE_WEIGHTS_NAME}, or either's shards with "
+        f"no float weights in {directory}{cache_hint(directory)}: expected {WEIGHTS_NAME} (or {PICKLE_WEIGHTS_NAME}, or either's shards with "
         "its .index.json); point at a directory written by save_pretrained, or fetch the example with `bertkit "
         f"download-example-model DIR`. An int8 model written by `bertkit quantize` ({INT8_WEIGHTS_NAME}) runs with "
         "pipeline(task, directory), bertkit predict/serve/extract-features or "
@@ -305,11 +306,9 @@ def _checkpoint_directory(path: str | Path | None, config: BertConfig | None,
         if config is None or state_dict is None:
             raise BertkitError("from_pretrained(None, ...) needs both config= and state_dict=")
         return None
-    from bertkit.hub import resolve_directory
-
     directory = resolve_directory(path)
     if not directory.is_dir():
-        raise MissingFileError(f"checkpoint directory {directory} does not exist")
+        raise not_a_directory(directory, "checkpoint directory", "pass the directory save_pretrained wrote")
     return directory
 
 
@@ -376,6 +375,7 @@ class PretrainedMixin(TransformersModelCalls):
         is ``"sdpa"`` (default) or ``"eager"``; ``ignore_mismatched_sizes=True`` re-initialises head weights of
         another shape (another label count), logging which.
         """
+        refuse_hub_options(path, config_overrides)
         if "torch_dtype" in config_overrides:  # transformers' name before 4.56; ported code still passes it
             if dtype is not None:
                 raise BertkitError("pass dtype= or torch_dtype= (its older transformers name), not both")
@@ -384,6 +384,7 @@ class PretrainedMixin(TransformersModelCalls):
             raise BertkitError(f"attn_implementation {attn_implementation!r} is not available in bertkit; use "
                                f"'sdpa' (the default: PyTorch's fused attention, padding skipped) or 'eager' "
                                "(attention written out, as transformers' eager)")
+        BertConfig.check_overrides(config_overrides)
         directory = _checkpoint_directory(path, config, state_dict)
         if config is None:
             config = BertConfig.from_json_file(directory / CONFIG_NAME, **config_overrides)

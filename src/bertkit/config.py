@@ -184,17 +184,23 @@ class BertConfig:
 
     # ---- dict / JSON ---------------------------------------------------------------------------------
     @classmethod
+    def check_overrides(cls, overrides: dict[str, Any]) -> None:
+        """Refuse a keyword that is no field. Unknown config.json keys are kept (``extra``); an unknown keyword is a
+        mistake (a typo, device_map), refused by ``from_pretrained`` before a file is read or downloaded."""
+        known = {f.name for f in dataclasses.fields(cls)} - {"extra"}
+        unknown = sorted(set(overrides) - known - {"num_labels", "label2id"})
+        if unknown:
+            raise BertkitError(f"unknown keyword argument{'s' if len(unknown) > 1 else ''} {', '.join(unknown)}: "
+                               f"not a BertConfig field (fields: {', '.join(sorted(known))}, or num_labels)")
+
+    @classmethod
     def from_dict(cls, data: dict[str, Any], **overrides: Any) -> BertConfig:
         model_type = data.get("model_type", "bert")
         if model_type != "bert":
             raise BertkitError(f"a {model_type!r} checkpoint (model_type {model_type!r}); bertkit implements BERT "
                                "(model_type 'bert') only: load it with transformers")
+        cls.check_overrides(overrides)
         known = {f.name for f in dataclasses.fields(cls)} - {"extra"}
-        # Unknown config.json keys are kept (``extra``); an unknown keyword is a mistake (a typo, device_map).
-        unknown = sorted(set(overrides) - known - {"num_labels", "label2id"})
-        if unknown:
-            raise BertkitError(f"unknown keyword argument{'s' if len(unknown) > 1 else ''} {', '.join(unknown)}: "
-                               f"not a BertConfig field (fields: {', '.join(sorted(known))}, or num_labels)")
         merged = {**data, **overrides}
         kwargs = {k: v for k, v in merged.items() if k in known}
         # Derived or re-written on save: label2id (from id2label), model_type, architectures (the saving class).
@@ -228,8 +234,10 @@ class BertConfig:
     def from_pretrained(cls, path: str | Path, **overrides: Any) -> BertConfig:
         """The config of a checkpoint directory (its config.json), a config.json file, or a Hub id
         (``bertkit.hub``); keyword arguments override fields, as in ``from_json_file``."""
-        from bertkit.hub import resolve_directory
+        from bertkit.hub import refuse_hub_options, resolve_directory
 
+        refuse_hub_options(path, overrides)
+        cls.check_overrides(overrides)
         path = resolve_directory(path)
         return cls.from_json_file(path / "config.json" if path.is_dir() else path, **overrides)
 
@@ -237,8 +245,10 @@ class BertConfig:
     def from_json_file(cls, path: str | Path, **overrides: Any) -> BertConfig:
         path = Path(path)
         if not path.is_file():
+            from bertkit.hub import cache_hint
+
             raise MissingFileError(
-                f"config file {path} does not exist; a checkpoint directory needs config.json "
+                f"config file {path} does not exist{cache_hint(path.parent)}; a checkpoint directory needs config.json "
                 "(save one with BertConfig.save_pretrained or pick a preset with BertConfig.preset)"
             )
         data = read_json_object(path, "write the config as one JSON object, or re-save the checkpoint")

@@ -15,6 +15,7 @@ from torch import Tensor, nn
 
 from bertkit.checkpoint_io import INT8_WEIGHTS_NAME, WEIGHTS_NAME, canonical_names, read_weights
 from bertkit.errors import BertkitError, MissingFileError, is_whole
+from bertkit.hub import download_hint, not_a_directory
 from bertkit.inference.prepare import check_request, prepare_model
 from bertkit.inference.runner import run_length_sorted
 from bertkit.padding import pad_batch
@@ -145,6 +146,9 @@ class Pipeline:
         # An int8 request that cannot run is refused before the weights load.
         check_request(kwargs.get("device", "cpu"), bf16=kwargs.get("bf16"), quantize=quantize,
                       calibrating=kwargs.get("calibration_texts") is not None)
+        if not directory.is_dir():  # a Hub id among them: bertkit's pipelines read local directories
+            raise not_a_directory(directory, "checkpoint directory", "pass a checkpoint directory written by "
+                                  f"save_pretrained (config.json, model.safetensors, vocab.txt){download_hint(model_dir)}")
         if not (directory / "config.json").is_file():
             raise MissingFileError(f"{directory / 'config.json'} not found: pass a checkpoint directory written by "
                                    "save_pretrained (config.json, model.safetensors, vocab.txt)")

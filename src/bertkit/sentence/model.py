@@ -28,6 +28,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from bertkit.errors import BertkitError, NotImplementedInBertkit, is_whole
+from bertkit.hub import download_hint, not_a_directory
 from bertkit.modeling import BertModel
 from bertkit.outputs import atomic_write_json
 from bertkit.padding import moved
@@ -73,6 +74,8 @@ def model_path(value: Any, what: str) -> Path:
     if not isinstance(value, (str, os.PathLike)):
         raise BertkitError(f"{what} takes the path of a local directory (a str or Path), got {type(value).__name__} "
                            f"{str(value)[:60]}")
+    if not os.fspath(value):  # Path("") is ".": the working directory would load, unnamed
+        raise BertkitError(f"{what} got an empty string; pass a directory ('.' for the working directory)")
     return Path(value)
 
 
@@ -213,8 +216,8 @@ class SentenceTransformer(ReferenceCalls, Prompted, nn.Module):
             raise BertkitError("bertkit.sentence loads local directories only; download the model and pass its path")
         path = model_path(model_name_or_path, "SentenceTransformer")
         if not path.is_dir():
-            raise FileNotFoundError(f"sentence-transformers directory {path} does not exist; pass a directory with "
-                                    f"{MODULES} (or a BERT checkpoint directory with config.json)")
+            raise not_a_directory(path, "sentence-transformers directory", f"pass a directory with {MODULES} (or a "
+                                  f"BERT checkpoint directory with config.json){download_hint(model_name_or_path)}")
         self.name_or_path = str(path)
         saved = read_directory(path)
         self.normalize = saved.normalize

@@ -10,7 +10,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from bertkit.errors import BertkitError, MissingFileError
+from bertkit.errors import BertkitError
 from bertkit.tokenization.loading import CONFIG_FILE, read_json
 from bertkit.tokenization.tokenizer import BertTokenizer
 
@@ -36,14 +36,15 @@ class AutoTokenizer:
         """Load the BERT tokenizer in ``path`` (a directory or Hub id); ``kwargs`` as
         ``BertTokenizer.from_pretrained``. ``use_fast=False`` (transformers' Python tokenizer, which
         normalises a few characters differently) is refused: bertkit's tokenizer is the fast one's twin."""
-        from bertkit.hub import resolve_directory
+        from bertkit.hub import not_a_directory, refuse_hub_options, resolve_directory
 
+        refuse_hub_options(path, kwargs)
         if use_fast is not True:
             raise BertkitError(f"use_fast={use_fast!r}: bertkit's tokenizer reproduces BertTokenizerFast only; "
                                "drop the argument (or pass use_fast=True)")
         directory = resolve_directory(path, "tokenizer directory")
         if not directory.is_dir():
-            raise MissingFileError(f"tokenizer directory {directory} does not exist; pass the checkpoint directory")
+            raise not_a_directory(directory, "tokenizer directory", "pass the checkpoint directory")
         _check_is_bert(directory)
         return BertTokenizer.from_pretrained(directory, **kwargs)
 

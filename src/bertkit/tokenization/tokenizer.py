@@ -189,8 +189,9 @@ class BertTokenizer:
         """Load a tokenizer directory (the layouts ``loading`` reads); keyword arguments override the settings
         its files hold. Files that set no model_max_length give transformers' "no limit" (``NO_MODEL_MAX_LENGTH``),
         where the constructor's default is 512."""
-        from bertkit.hub import resolve_directory
+        from bertkit.hub import cache_hint, not_a_directory, refuse_hub_options, resolve_directory
 
+        refuse_hub_options(path, overrides)
         for side in ("padding_side", "truncation_side"):  # transformers takes them here too; "right" is all there is
             if side in overrides:
                 _right_only(side, overrides.pop(side))
@@ -198,14 +199,11 @@ class BertTokenizer:
         unknown = sorted(set(overrides) - set(settings_known))
         if unknown:  # else the constructor's TypeError, after the files are read, names one and no way on
             raise BertkitError(f"from_pretrained got unknown keyword arguments {unknown}: it overrides the settings "
-                               f"{list(settings_known)}; Hub options (revision, cache_dir, token, ...) are "
-                               "huggingface_hub's: fetch with `hf download ID --local-dir DIR`, then pass DIR")
+                               f"{list(settings_known)}")
         path = resolve_directory(path, "tokenizer directory")
         if not path.is_dir():
-            raise MissingFileError(
-                f"tokenizer directory {path} does not exist; pass the checkpoint directory that holds "
-                f"{VOCAB_FILE} (or {TOKENIZER_FILE}) and {CONFIG_FILE}"
-            )
+            raise not_a_directory(path, "tokenizer directory", f"pass the checkpoint directory that holds {VOCAB_FILE} "
+                                  f"(or {TOKENIZER_FILE}) and {CONFIG_FILE}")
         vocab: Path | list[str] = path / VOCAB_FILE
         source = json_file = path / TOKENIZER_FILE
         settings = read_settings(path)
@@ -216,7 +214,7 @@ class BertTokenizer:
             wordpiece_size = added_past(vocab, path, settings)  # transformers' added tokens past it, at their ids
         else:
             raise MissingFileError(
-                f"{vocab} not found (nor {TOKENIZER_FILE}): a BERT tokenizer directory needs {VOCAB_FILE} (and "
+                f"{vocab} not found (nor {TOKENIZER_FILE}){cache_hint(path)}: a BERT tokenizer directory needs {VOCAB_FILE} (and "
                 f"{CONFIG_FILE}), or transformers' {TOKENIZER_FILE}; copy them from the checkpoint, or build one "
                 f"with BertTokenizer(vocab).save_pretrained({str(path)!r})"
             )

@@ -28,6 +28,7 @@ from torch import Tensor, nn
 
 from bertkit.errors import BertkitError, is_whole
 from bertkit.heads import BertForSequenceClassification
+from bertkit.hub import download_hint, not_a_directory
 from bertkit.outputs import atomic_write_json
 from bertkit.sentence.directory import (
     MODULES,
@@ -137,8 +138,8 @@ class CrossEncoder(ReferenceCalls, nn.Module):
             raise BertkitError("bertkit.sentence loads local directories only; download the model and pass its path")
         path = model_path(model_name_or_path, "CrossEncoder")
         if not path.is_dir():  # a Hub id among them: "has no config.json" below sent the user looking for the file
-            raise FileNotFoundError(f"cross-encoder directory {path} does not exist; bertkit loads local directories: "
-                                    "pass the path of one (a Hub model: download it first)")
+            raise not_a_directory(path, "cross-encoder directory", "bertkit loads local directories: pass the path of "
+                                  f"one{download_hint(model_name_or_path) or ' (a Hub model: download it first)'}")
         modules = read_modules(path)
         types = module_types(modules) if modules is not None else ["Transformer"]
         # sentence-transformers reads sentence_bert_config.json and config_sentence_transformers.json only in a

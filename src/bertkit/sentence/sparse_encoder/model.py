@@ -28,6 +28,7 @@ from torch import Tensor, nn
 
 from bertkit.checkpoint_io import read_config_json
 from bertkit.errors import BertkitError, is_whole
+from bertkit.hub import download_hint, not_a_directory
 from bertkit.outputs import atomic_write_json
 from bertkit.sentence.directory import (
     MODULES,
@@ -133,8 +134,8 @@ class SparseEncoder(ReferenceCalls, Prompted, nn.Sequential):
         if modules is None:
             path = model_path(model_name_or_path, "SparseEncoder")
             if not path.is_dir():
-                raise FileNotFoundError(f"sparse encoder directory {path} does not exist; pass a directory with "
-                                        f"{MODULES} (or a checkpoint directory with a masked-LM head)")
+                raise not_a_directory(path, "sparse encoder directory", f"pass a directory with {MODULES} (or a "
+                                      f"checkpoint directory with a masked-LM head){download_hint(model_name_or_path)}")
             modules, saved = _read_modules(path)
         super().__init__(*modules)
         self.name_or_path = str(model_name_or_path) if model_name_or_path is not None else None
