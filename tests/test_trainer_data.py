@@ -306,3 +306,29 @@ def test_a_seeded_collators_process_id_is_not_a_setting_a_resume_must_share(chec
     settings = trainer._fingerprint(examples, 3, 1)["trainer"]["data_collator"]["DataCollatorForLanguageModeling"]
     assert settings["seed"] == 3 and settings["mlm_probability"] == 0.15
     assert not any(k.startswith("_") for k in settings), settings
+
+
+def test_a_model_returning_tuples_is_refused_not_predicted_as_none(checkpoint, tok, tmp_path):
+    """config.return_dict=False: transformers' Trainer takes the loss and logits from the tuple; bertkit's predict()
+    returned predictions None and no test_loss (compute_metrics fed None), and train() met "'tuple' object has no
+    attribute 'loss'"."""
+    data = _dataset(tok, TEST)
+    args = dict(use_cpu=True, report_to="none", disable_tqdm=True, per_device_eval_batch_size=4)
+    hf = transformers.AutoModelForSequenceClassification.from_pretrained(checkpoint)
+    hf.config.return_dict = False
+    expected = transformers.Trainer(model=hf, args=transformers.TrainingArguments(str(tmp_path / "hf"), **args),
+                                    processing_class=transformers.AutoTokenizer.from_pretrained(checkpoint)).predict(data)
+    model = bertkit.AutoModelForSequenceClassification.from_pretrained(checkpoint)
+    trainer = bertkit.Trainer(model=model, args=bertkit.TrainingArguments(str(tmp_path / "bk"), **args),
+                              train_dataset=data, processing_class=tok)
+    got = trainer.predict(data)
+    torch.testing.assert_close(got.predictions, expected.predictions, rtol=1e-5, atol=1e-6)
+    assert got.metrics["test_loss"] == pytest.approx(expected.metrics["test_loss"], rel=1e-5)
+    model.config.return_dict = False
+    fix = re.escape("the model's config sets return_dict=False, so BertForSequenceClassification returns tuples, and "
+                    "bertkit's Trainer reads its outputs by name (loss, logits); set model.config.return_dict = True")
+    with pytest.raises(BertkitError, match=f"test_dataset: {fix}"):
+        trainer.predict(data)
+    with pytest.raises(BertkitError, match=f"train_dataset: {fix}"):
+        trainer.train()
+    assert not (tmp_path / "bk").exists()  # refused before anything is written

@@ -177,6 +177,12 @@ class Trainer:
         return trainer_data.examples(dataset, what, keep=keep, model=self._module, training=training)
 
     def _check_batch(self, examples: Sequence, what: str, need_labels: bool) -> None:
+        if getattr(getattr(self._module, "config", None), "return_dict", True) is False:
+            # the loop and the predictions read the outputs by name: a tuple would give no predictions, no loss
+            raise BertkitError(
+                f"{what}: the model's config sets return_dict=False, so {type(self._module).__name__} returns tuples, "
+                "and bertkit's Trainer reads its outputs by name (loss, logits); set model.config.return_dict = True "
+                "(transformers' Trainer gives the same predictions and losses either way)")
         trainer_data.check_batch(self.data_collator, examples[0], what, self._forward_args,
                                  self.label_names if need_labels else None, type(self._module).__name__)
 
