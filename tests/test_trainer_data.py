@@ -332,3 +332,28 @@ def test_a_model_returning_tuples_is_refused_not_predicted_as_none(checkpoint, t
     with pytest.raises(BertkitError, match=f"train_dataset: {fix}"):
         trainer.train()
     assert not (tmp_path / "bk").exists()  # refused before anything is written
+
+
+def test_a_key_the_collator_adds_is_named_as_the_collators(checkpoint, tok, tmp_path):
+    """A data_collator returning a key the model does not take (an example id): transformers' Trainer passes it to
+    the model's **kwargs, which ignore it; bertkit refused it as a dataset column, asking to remove it from the
+    dataset or keep remove_unused_columns=True (which it was)."""
+    def with_id(collate):
+        return lambda rows: {**collate(rows), "row_id": torch.arange(len(rows))}
+
+    args = dict(max_steps=3, per_device_train_batch_size=4, learning_rate=1e-3, logging_steps=1, save_strategy="no",
+                use_cpu=True, seed=7, disable_tqdm=True, report_to="none")
+    hf_tok = transformers.AutoTokenizer.from_pretrained(checkpoint)
+    hf = transformers.Trainer(model=transformers.AutoModelForSequenceClassification.from_pretrained(checkpoint),
+                              args=transformers.TrainingArguments(str(tmp_path / "hf"), **args),
+                              train_dataset=_dataset(tok, TRAIN), processing_class=hf_tok,
+                              data_collator=with_id(transformers.DataCollatorWithPadding(hf_tok)))
+    hf.train()
+    losses = _train(checkpoint, tok, tmp_path / "bk", _dataset(tok, TRAIN))
+    assert losses == pytest.approx([loss for _, loss, _ in _losses(hf.state.log_history)], rel=1e-5)
+    with pytest.raises(BertkitError, match=re.escape(
+            "train_dataset: the data_collator returns ['row_id'], which are not arguments of "
+            "BertForSequenceClassification.forward (input_ids, ")):
+        _train(checkpoint, tok, tmp_path / "bk-id", _dataset(tok, TRAIN),
+               collator=with_id(bertkit.DataCollatorWithPadding(tok)))
+    assert not (tmp_path / "bk-id").exists()
