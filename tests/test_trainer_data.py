@@ -9,6 +9,7 @@ import logging
 import re
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 
@@ -357,3 +358,24 @@ def test_a_key_the_collator_adds_is_named_as_the_collators(checkpoint, tok, tmp_
         _train(checkpoint, tok, tmp_path / "bk-id", _dataset(tok, TRAIN),
                collator=with_id(bertkit.DataCollatorWithPadding(tok)))
     assert not (tmp_path / "bk-id").exists()
+
+
+@pytest.mark.parametrize("lib", ["transformers", "bertkit"])
+def test_eval_prediction_has_transformers_fields(checkpoint, tok, tmp_path, lib):
+    """transformers 5's EvalPrediction has ``losses`` (None unless include_for_metrics asks for them): a
+    compute_metrics reading it met AttributeError under bertkit."""
+    L = transformers if lib == "transformers" else bertkit
+    seen = []
+
+    def metrics(p):
+        seen.append((p.inputs, p.losses, len(tuple(p))))
+        return accuracy(p)
+
+    model = L.AutoModelForSequenceClassification.from_pretrained(checkpoint)
+    trainer = L.Trainer(model=model, args=L.TrainingArguments(str(tmp_path), use_cpu=True, report_to="none"),
+                        processing_class=L.AutoTokenizer.from_pretrained(checkpoint), compute_metrics=metrics)
+    got = trainer.evaluate(_dataset(tok, TEST))
+    assert seen == [(None, None, 2)]
+    assert (got["eval_loss"], got["eval_accuracy"]) == (pytest.approx(0.691335, rel=1e-5), pytest.approx(11 / 13))
+    p = bertkit.EvalPrediction(np.zeros(2), np.ones(2), losses=np.full(2, 0.5))
+    assert [x.tolist() for x in p] == [[0.0, 0.0], [1.0, 1.0], [0.5, 0.5]]
