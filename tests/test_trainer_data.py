@@ -379,3 +379,38 @@ def test_eval_prediction_has_transformers_fields(checkpoint, tok, tmp_path, lib)
     assert (got["eval_loss"], got["eval_accuracy"]) == (pytest.approx(0.691335, rel=1e-5), pytest.approx(11 / 13))
     p = bertkit.EvalPrediction(np.zeros(2), np.ones(2), losses=np.full(2, 0.5))
     assert [x.tolist() for x in p] == [[0.0, 0.0], [1.0, 1.0], [0.5, 0.5]]
+
+
+class _DictOutput(torch.nn.Module):
+    """A custom model around a head, returning its outputs as a dict (or a tuple), as hand-written models do."""
+
+    def __init__(self, head, kind: str):
+        super().__init__()
+        self.head, self.kind, self.config = head, kind, head.config
+
+    def forward(self, input_ids, attention_mask=None, token_type_ids=None, labels=None):
+        out = self.head(input_ids=input_ids, attention_mask=attention_mask, token_type_ids=token_type_ids, labels=labels)
+        return {"loss": out.loss, "logits": out.logits} if self.kind == "dict" else (out.loss, out.logits)
+
+
+def test_a_model_returning_a_dict_or_tuple_is_named_not_predicted_as_none(checkpoint, tok, tmp_path):
+    """transformers' Trainer reads a dict's or tuple's loss and logits; bertkit's predict() returned predictions None
+    and no test_loss, and compute_metrics was handed the None (one taking np.asarray of it scored 0.5 on 10 SST-2 rows)."""
+    data = _dataset(tok, TEST)
+    args = dict(use_cpu=True, report_to="none", disable_tqdm=True, per_device_eval_batch_size=4)
+    head = transformers.AutoModelForSequenceClassification.from_pretrained(checkpoint)
+    hf_tok = transformers.AutoTokenizer.from_pretrained(checkpoint)
+    plain = bertkit.Trainer(model=bertkit.AutoModelForSequenceClassification.from_pretrained(checkpoint),
+                            args=bertkit.TrainingArguments(str(tmp_path / "bk"), **args), processing_class=tok)
+    expected = plain.predict(data)
+    for kind in ("dict", "tuple"):
+        theirs = transformers.Trainer(model=_DictOutput(head, kind), processing_class=hf_tok,
+                                      args=transformers.TrainingArguments(str(tmp_path / "hf"), **args)).predict(data)
+        torch.testing.assert_close(theirs.predictions, expected.predictions, rtol=1e-5, atol=1e-6)
+        assert theirs.metrics["test_loss"] == pytest.approx(expected.metrics["test_loss"], rel=1e-5)
+        model = _DictOutput(bertkit.AutoModelForSequenceClassification.from_pretrained(checkpoint), kind)
+        trainer = bertkit.Trainer(model=model, args=bertkit.TrainingArguments(str(tmp_path / "bk"), **args),
+                                  processing_class=tok, compute_metrics=accuracy)
+        with pytest.raises(BertkitError, match=re.escape(
+                f"_DictOutput's forward returned a {kind}, and the Trainer reads a model's outputs by name")):
+            trainer.predict(data)
