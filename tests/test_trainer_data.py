@@ -414,3 +414,21 @@ def test_a_model_returning_a_dict_or_tuple_is_named_not_predicted_as_none(checkp
         with pytest.raises(BertkitError, match=re.escape(
                 f"_DictOutput's forward returned a {kind}, and the Trainer reads a model's outputs by name")):
             trainer.predict(data)
+
+
+def test_label_names_the_model_does_not_take_are_named(checkpoint, tok, tmp_path):
+    """label_names=["label"] (the dataset's column, which the collator renames labels): transformers' Trainer then finds
+    no labels, its predictions a tuple (the batch losses, the logits); bertkit's predict() gave the logits with
+    test_loss but label_ids None and no metrics."""
+    data = _dataset(tok, TEST)
+    args = dict(use_cpu=True, report_to="none", disable_tqdm=True, per_device_eval_batch_size=4, label_names=["label"])
+    theirs = transformers.Trainer(model=transformers.AutoModelForSequenceClassification.from_pretrained(checkpoint),
+                                  args=transformers.TrainingArguments(str(tmp_path / "hf"), **args),
+                                  processing_class=transformers.AutoTokenizer.from_pretrained(checkpoint),
+                                  compute_metrics=accuracy).predict(data)
+    assert theirs.label_ids is None and [p.shape for p in theirs.predictions] == [(4,), (13, 2)]
+    with pytest.raises(BertkitError, match=re.escape(
+            "label_names ['label'] are not arguments of BertForSequenceClassification.forward (input_ids, ")):
+        bertkit.Trainer(model=bertkit.AutoModelForSequenceClassification.from_pretrained(checkpoint),
+                        args=bertkit.TrainingArguments(str(tmp_path / "bk"), **args), processing_class=tok)
+    assert not (tmp_path / "bk").exists()

@@ -126,6 +126,13 @@ class Trainer:
         self._forward_args = list(forward)
         self.label_names = self.args.label_names or [
             p for p in forward if "label" in p or p in ("start_positions", "end_positions")]
+        not_taken = [n for n in self.label_names if n not in forward]
+        if not_taken and not any(p.kind is p.VAR_KEYWORD for p in forward.values()):
+            # the labels are read from the batch the model is called with: a name it does not take is never there
+            raise BertkitError(
+                f"label_names {not_taken} are not arguments of {type(self._module).__name__}.forward "
+                f"({', '.join(forward)}), so no batch holds them and evaluations would have no labels; name the "
+                "arguments the labels go to (['labels']: the collators rename a 'label' column to it)")
         if self.args.eval_strategy != "no" and not self._evaluates():
             raise BertkitError(f"eval_strategy {self.args.eval_strategy!r} needs an eval_dataset: pass "
                                f"{type(self).__name__}(eval_dataset=...), or set eval_strategy='no'")
