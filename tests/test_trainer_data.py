@@ -9,6 +9,7 @@ import logging
 import re
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 
@@ -306,3 +307,128 @@ def test_a_seeded_collators_process_id_is_not_a_setting_a_resume_must_share(chec
     settings = trainer._fingerprint(examples, 3, 1)["trainer"]["data_collator"]["DataCollatorForLanguageModeling"]
     assert settings["seed"] == 3 and settings["mlm_probability"] == 0.15
     assert not any(k.startswith("_") for k in settings), settings
+
+
+def test_a_model_returning_tuples_is_refused_not_predicted_as_none(checkpoint, tok, tmp_path):
+    """config.return_dict=False: transformers' Trainer takes the loss and logits from the tuple; bertkit's predict()
+    returned predictions None and no test_loss (compute_metrics fed None), and train() met "'tuple' object has no
+    attribute 'loss'"."""
+    data = _dataset(tok, TEST)
+    args = dict(use_cpu=True, report_to="none", disable_tqdm=True, per_device_eval_batch_size=4)
+    hf = transformers.AutoModelForSequenceClassification.from_pretrained(checkpoint)
+    hf.config.return_dict = False
+    expected = transformers.Trainer(model=hf, args=transformers.TrainingArguments(str(tmp_path / "hf"), **args),
+                                    processing_class=transformers.AutoTokenizer.from_pretrained(checkpoint)).predict(data)
+    model = bertkit.AutoModelForSequenceClassification.from_pretrained(checkpoint)
+    trainer = bertkit.Trainer(model=model, args=bertkit.TrainingArguments(str(tmp_path / "bk"), **args),
+                              train_dataset=data, processing_class=tok)
+    got = trainer.predict(data)
+    torch.testing.assert_close(got.predictions, expected.predictions, rtol=1e-5, atol=1e-6)
+    assert got.metrics["test_loss"] == pytest.approx(expected.metrics["test_loss"], rel=1e-5)
+    model.config.return_dict = False
+    fix = re.escape("the model's config sets return_dict=False, so BertForSequenceClassification returns tuples, and "
+                    "bertkit's Trainer reads its outputs by name (loss, logits); set model.config.return_dict = True")
+    with pytest.raises(BertkitError, match=f"test_dataset: {fix}"):
+        trainer.predict(data)
+    with pytest.raises(BertkitError, match=f"train_dataset: {fix}"):
+        trainer.train()
+    assert not (tmp_path / "bk").exists()  # refused before anything is written
+
+
+def test_a_key_the_collator_adds_is_named_as_the_collators(checkpoint, tok, tmp_path):
+    """A data_collator returning a key the model does not take (an example id): transformers' Trainer passes it to
+    the model's **kwargs, which ignore it; bertkit refused it as a dataset column, asking to remove it from the
+    dataset or keep remove_unused_columns=True (which it was)."""
+    def with_id(collate):
+        return lambda rows: {**collate(rows), "row_id": torch.arange(len(rows))}
+
+    args = dict(max_steps=3, per_device_train_batch_size=4, learning_rate=1e-3, logging_steps=1, save_strategy="no",
+                use_cpu=True, seed=7, disable_tqdm=True, report_to="none")
+    hf_tok = transformers.AutoTokenizer.from_pretrained(checkpoint)
+    hf = transformers.Trainer(model=transformers.AutoModelForSequenceClassification.from_pretrained(checkpoint),
+                              args=transformers.TrainingArguments(str(tmp_path / "hf"), **args),
+                              train_dataset=_dataset(tok, TRAIN), processing_class=hf_tok,
+                              data_collator=with_id(transformers.DataCollatorWithPadding(hf_tok)))
+    hf.train()
+    losses = _train(checkpoint, tok, tmp_path / "bk", _dataset(tok, TRAIN))
+    assert losses == pytest.approx([loss for _, loss, _ in _losses(hf.state.log_history)], rel=1e-5)
+    with pytest.raises(BertkitError, match=re.escape(
+            "train_dataset: the data_collator returns ['row_id'], which are not arguments of "
+            "BertForSequenceClassification.forward (input_ids, ")):
+        _train(checkpoint, tok, tmp_path / "bk-id", _dataset(tok, TRAIN),
+               collator=with_id(bertkit.DataCollatorWithPadding(tok)))
+    assert not (tmp_path / "bk-id").exists()
+
+
+@pytest.mark.parametrize("lib", ["transformers", "bertkit"])
+def test_eval_prediction_has_transformers_fields(checkpoint, tok, tmp_path, lib):
+    """transformers 5's EvalPrediction has ``losses`` (None unless include_for_metrics asks for them): a
+    compute_metrics reading it met AttributeError under bertkit."""
+    L = transformers if lib == "transformers" else bertkit
+    seen = []
+
+    def metrics(p):
+        seen.append((p.inputs, p.losses, len(tuple(p))))
+        return accuracy(p)
+
+    model = L.AutoModelForSequenceClassification.from_pretrained(checkpoint)
+    trainer = L.Trainer(model=model, args=L.TrainingArguments(str(tmp_path), use_cpu=True, report_to="none"),
+                        processing_class=L.AutoTokenizer.from_pretrained(checkpoint), compute_metrics=metrics)
+    got = trainer.evaluate(_dataset(tok, TEST))
+    assert seen == [(None, None, 2)]
+    assert (got["eval_loss"], got["eval_accuracy"]) == (pytest.approx(0.691335, rel=1e-5), pytest.approx(11 / 13))
+    p = bertkit.EvalPrediction(np.zeros(2), np.ones(2), losses=np.full(2, 0.5))
+    assert [x.tolist() for x in p] == [[0.0, 0.0], [1.0, 1.0], [0.5, 0.5]]
+
+
+class _DictOutput(torch.nn.Module):
+    """A custom model around a head, returning its outputs as a dict (or a tuple), as hand-written models do."""
+
+    def __init__(self, head, kind: str):
+        super().__init__()
+        self.head, self.kind, self.config = head, kind, head.config
+
+    def forward(self, input_ids, attention_mask=None, token_type_ids=None, labels=None):
+        out = self.head(input_ids=input_ids, attention_mask=attention_mask, token_type_ids=token_type_ids, labels=labels)
+        return {"loss": out.loss, "logits": out.logits} if self.kind == "dict" else (out.loss, out.logits)
+
+
+def test_a_model_returning_a_dict_or_tuple_is_named_not_predicted_as_none(checkpoint, tok, tmp_path):
+    """transformers' Trainer reads a dict's or tuple's loss and logits; bertkit's predict() returned predictions None
+    and no test_loss, and compute_metrics was handed the None (one taking np.asarray of it scored 0.5 on 10 SST-2 rows)."""
+    data = _dataset(tok, TEST)
+    args = dict(use_cpu=True, report_to="none", disable_tqdm=True, per_device_eval_batch_size=4)
+    head = transformers.AutoModelForSequenceClassification.from_pretrained(checkpoint)
+    hf_tok = transformers.AutoTokenizer.from_pretrained(checkpoint)
+    plain = bertkit.Trainer(model=bertkit.AutoModelForSequenceClassification.from_pretrained(checkpoint),
+                            args=bertkit.TrainingArguments(str(tmp_path / "bk"), **args), processing_class=tok)
+    expected = plain.predict(data)
+    for kind in ("dict", "tuple"):
+        theirs = transformers.Trainer(model=_DictOutput(head, kind), processing_class=hf_tok,
+                                      args=transformers.TrainingArguments(str(tmp_path / "hf"), **args)).predict(data)
+        torch.testing.assert_close(theirs.predictions, expected.predictions, rtol=1e-5, atol=1e-6)
+        assert theirs.metrics["test_loss"] == pytest.approx(expected.metrics["test_loss"], rel=1e-5)
+        model = _DictOutput(bertkit.AutoModelForSequenceClassification.from_pretrained(checkpoint), kind)
+        trainer = bertkit.Trainer(model=model, args=bertkit.TrainingArguments(str(tmp_path / "bk"), **args),
+                                  processing_class=tok, compute_metrics=accuracy)
+        with pytest.raises(BertkitError, match=re.escape(
+                f"_DictOutput's forward returned a {kind}, and the Trainer reads a model's outputs by name")):
+            trainer.predict(data)
+
+
+def test_label_names_the_model_does_not_take_are_named(checkpoint, tok, tmp_path):
+    """label_names=["label"] (the dataset's column, which the collator renames labels): transformers' Trainer then finds
+    no labels, its predictions a tuple (the batch losses, the logits); bertkit's predict() gave the logits with
+    test_loss but label_ids None and no metrics."""
+    data = _dataset(tok, TEST)
+    args = dict(use_cpu=True, report_to="none", disable_tqdm=True, per_device_eval_batch_size=4, label_names=["label"])
+    theirs = transformers.Trainer(model=transformers.AutoModelForSequenceClassification.from_pretrained(checkpoint),
+                                  args=transformers.TrainingArguments(str(tmp_path / "hf"), **args),
+                                  processing_class=transformers.AutoTokenizer.from_pretrained(checkpoint),
+                                  compute_metrics=accuracy).predict(data)
+    assert theirs.label_ids is None and [p.shape for p in theirs.predictions] == [(4,), (13, 2)]
+    with pytest.raises(BertkitError, match=re.escape(
+            "label_names ['label'] are not arguments of BertForSequenceClassification.forward (input_ids, ")):
+        bertkit.Trainer(model=bertkit.AutoModelForSequenceClassification.from_pretrained(checkpoint),
+                        args=bertkit.TrainingArguments(str(tmp_path / "bk"), **args), processing_class=tok)
+    assert not (tmp_path / "bk").exists()

@@ -13,14 +13,14 @@ from bertkit.errors import BertkitError
 
 
 class EvalPrediction:
-    """What ``compute_metrics`` receives: ``predictions`` (logits, numpy) and ``label_ids``; unpacks as a pair."""
+    """What ``compute_metrics`` receives: ``predictions`` (logits, numpy) and ``label_ids``; unpacks as a pair, with
+    ``inputs`` and ``losses`` after them when given (transformers 5's fields; the Trainer gives neither)."""
 
-    def __init__(self, predictions: Any, label_ids: Any, inputs: Any = None):
-        self.predictions, self.label_ids, self.inputs = predictions, label_ids, inputs
+    def __init__(self, predictions: Any, label_ids: Any, inputs: Any = None, losses: Any = None):
+        self.predictions, self.label_ids, self.inputs, self.losses = predictions, label_ids, inputs, losses
 
     def __iter__(self):
-        return iter((self.predictions, self.label_ids) if self.inputs is None
-                    else (self.predictions, self.label_ids, self.inputs))
+        return iter((self.predictions, self.label_ids, *(x for x in (self.inputs, self.losses) if x is not None)))
 
     def __getitem__(self, i: int) -> Any:
         return tuple(self)[i]

@@ -12,6 +12,7 @@ import numpy as np
 import torch
 from torch import nn
 
+from bertkit.errors import BertkitError
 from bertkit.inference.runner import evaluate
 
 # the output fields predictions are made of, in transformers' order (a masked-LM's prediction_logits is its logits)
@@ -32,6 +33,11 @@ def gather(module: nn.Module, examples: Sequence, batches: list[list[int]], *, l
         loss = getattr(out, "loss", None)
         fields = [getattr(out, f) for f in FIELDS if getattr(out, f, None) is not None]
         fields = list({id(f): f for f in fields}.values())
+        if not fields and not hasattr(out, "loss"):  # a tuple or dict: read by name, it would give no predictions
+            raise BertkitError(
+                f"{type(module).__name__}'s forward returned a {type(out).__name__}, and the Trainer reads a model's "
+                f"outputs by name (loss, and predictions from {', '.join(FIELDS)}): return an object with them as "
+                "attributes (a dataclass, or transformers' ModelOutput), as bertkit's and transformers' heads do")
         if (mlm := getattr(out, "prediction_logits", None)) is not None and "labels" in batch:
             fields = [_at_every_token(f, batch["labels"]) if f is mlm else f for f in fields]
         result = ([f.float().cpu().numpy() for f in fields], [batch[k].cpu().numpy() for k in label_names if k in batch],

@@ -126,6 +126,13 @@ class Trainer:
         self._forward_args = list(forward)
         self.label_names = self.args.label_names or [
             p for p in forward if "label" in p or p in ("start_positions", "end_positions")]
+        not_taken = [n for n in self.label_names if n not in forward]
+        if not_taken and not any(p.kind is p.VAR_KEYWORD for p in forward.values()):
+            # the labels are read from the batch the model is called with: a name it does not take is never there
+            raise BertkitError(
+                f"label_names {not_taken} are not arguments of {type(self._module).__name__}.forward "
+                f"({', '.join(forward)}), so no batch holds them and evaluations would have no labels; name the "
+                "arguments the labels go to (['labels']: the collators rename a 'label' column to it)")
         if self.args.eval_strategy != "no" and not self._evaluates():
             raise BertkitError(f"eval_strategy {self.args.eval_strategy!r} needs an eval_dataset: pass "
                                f"{type(self).__name__}(eval_dataset=...), or set eval_strategy='no'")
@@ -177,6 +184,12 @@ class Trainer:
         return trainer_data.examples(dataset, what, keep=keep, model=self._module, training=training)
 
     def _check_batch(self, examples: Sequence, what: str, need_labels: bool) -> None:
+        if getattr(getattr(self._module, "config", None), "return_dict", True) is False:
+            # the loop and the predictions read the outputs by name: a tuple would give no predictions, no loss
+            raise BertkitError(
+                f"{what}: the model's config sets return_dict=False, so {type(self._module).__name__} returns tuples, "
+                "and bertkit's Trainer reads its outputs by name (loss, logits); set model.config.return_dict = True "
+                "(transformers' Trainer gives the same predictions and losses either way)")
         trainer_data.check_batch(self.data_collator, examples[0], what, self._forward_args,
                                  self.label_names if need_labels else None, type(self._module).__name__)
 

@@ -22,7 +22,6 @@ from bertkit.settings.fields import at_least_one, flag, in_seed_range, redefault
 
 # Every transformers TrainingArguments field bertkit does not implement, under transformers' default (checked against
 # the installed transformers by tests/test_trainer.py); any other value is refused, with ADVICE where there is one.
-_FACTORY = object()  # a default transformers builds per instance (a list or dict): any value given is refused
 _NOT_IMPLEMENTED: tuple[tuple[Any, tuple[str, ...]], ...] = (
     (None, ("lr_scheduler_kwargs", "optim_args", "optim_target_modules", "tf32", "activation_checkpointing",
             "activation_checkpointing_kwargs", "gradient_checkpointing_kwargs", "torch_compile_backend",
@@ -49,7 +48,7 @@ _NOT_IMPLEMENTED: tuple[tuple[Any, tuple[str, ...]], ...] = (
     ("huggingface", ("project",)),
     ("every_save", ("hub_strategy",)),
     ("length", ("length_column_name",)),
-    (_FACTORY, ("include_for_metrics",)),
+    ([], ("include_for_metrics",)),
 )
 REFUSED: dict[str, Any] = {name: default for default, names in _NOT_IMPLEMENTED for name in names}
 _HUB = "save with trainer.save_model(DIR) and upload DIR with huggingface_hub"
@@ -157,7 +156,7 @@ def _checked_init(self: TrainingArguments, output_dir: str | Path | None = None,
         if name in known:
             continue
         if name in REFUSED:
-            if REFUSED[name] is not _FACTORY and _same(kwargs[name], REFUSED[name]):
+            if _same(kwargs[name], REFUSED[name]):
                 del kwargs[name]  # transformers' own default: the behaviour bertkit has anyway
                 continue
             advice = next((a for start, a in ADVICE.items() if name.startswith(start)), "drop this argument")

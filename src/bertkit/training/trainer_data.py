@@ -266,6 +266,12 @@ def check_batch(collator: Any, first: Any, what: str, forward_args: Sequence[str
         elif generator is None:
             collator.generator = None
     unknown = [k for k in batch if k not in forward_args]
+    added = [k for k in unknown if k not in first]
+    if added:  # no column of the data: remove_unused_columns cannot drop them
+        raise BertkitError(
+            f"{what}: the data_collator returns {added}, which are not arguments of {model_name}.forward "
+            f"({', '.join(forward_args)}); return only those from the collator (transformers' Trainer passes them to "
+            "the model, whose **kwargs ignore them)")
     if unknown:
         raise BertkitError(
             f"{what}: column(s) {unknown} are not arguments of {model_name}.forward ({', '.join(forward_args)}); "
