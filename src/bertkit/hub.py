@@ -39,8 +39,8 @@ def looks_like_hub_id(path: str | os.PathLike) -> bool:
 
 def how_to_get(repo_id: str, what: str) -> str:
     return (f"{what} {repo_id!r} does not exist here; if it is a Hugging Face Hub id, download it with "
-            f"`hf download {repo_id} --local-dir DIR` (huggingface_hub's CLI) (or `pip install huggingface_hub` and bertkit "
-            "does so itself when online), then pass DIR")
+            f"`hf download {repo_id} --local-dir DIR` (huggingface_hub's CLI) (or `pip install huggingface_hub` and "
+            "bertkit does so itself when online), then pass DIR")
 
 
 def refuse_hub_options(path: str | os.PathLike | None, options: dict) -> None:
@@ -49,9 +49,12 @@ def refuse_hub_options(path: str | os.PathLike | None, options: dict) -> None:
     download) other files than those asked for."""
     for name, default in HUB_OPTIONS.items():
         if name in options and options.pop(name) not in (default, None):  # None: transformers takes its default
-            fix = (f"drop it and pass the directory to read ({os.fspath(path)} is local; for a subfolder, the folder inside it)" if path is not None and Path(path).exists() else
-                   f"fetch the files with `hf download {os.fspath(path or 'ID')} --revision REV --local-dir DIR` "
-                   "(huggingface_hub's CLI), then pass DIR (DIR/SUBFOLDER for a subfolder)")
+            if path is not None and Path(path).exists():
+                fix = (f"drop it and pass the directory to read ({os.fspath(path)} is local; for a subfolder, the "
+                       "folder inside it)")
+            else:
+                fix = (f"fetch the files with `hf download {os.fspath(path or 'ID')} --revision REV --local-dir DIR` "
+                       "(huggingface_hub's CLI), then pass DIR (DIR/SUBFOLDER for a subfolder)")
             raise BertkitError(f"from_pretrained({name}=...) is not implemented in bertkit (only {name}={default!r}, "
                                f"transformers' default): it reads a local directory, or a Hub id's main snapshot; {fix}")
 
