@@ -232,8 +232,9 @@ def _stored_weights(directory: Path) -> tuple[list[Path], set[str] | None]:
             return [directory / s for s in shards], set(weight_map)
     raise MissingFileError(
         f"no float weights in {directory}{cache_hint(directory)}: expected {WEIGHTS_NAME} (or {PICKLE_WEIGHTS_NAME}, "
-        "or either's shards with its .index.json); point at a directory written by save_pretrained, or fetch the example with `bertkit "
-        f"download-example-model DIR`. An int8 model written by `bertkit quantize` ({INT8_WEIGHTS_NAME}) runs with "
+        "or either's shards with its .index.json); point at a directory written by save_pretrained, or fetch the "
+        "example with `bertkit download-example-model DIR`. An int8 model written by `bertkit quantize` "
+        f"({INT8_WEIGHTS_NAME}) runs with "
         "pipeline(task, directory), bertkit predict/serve/extract-features or "
         "bertkit.quantization.load_int8(directory); to fine-tune or convert it, use the fp32 directory it was "
         "quantized from")

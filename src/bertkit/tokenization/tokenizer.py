@@ -214,8 +214,8 @@ class BertTokenizer:
             wordpiece_size = added_past(vocab, path, settings)  # transformers' added tokens past it, at their ids
         else:
             raise MissingFileError(
-                f"{vocab} not found (nor {TOKENIZER_FILE}){cache_hint(path)}: a BERT tokenizer directory needs {VOCAB_FILE} (and "
-                f"{CONFIG_FILE}), or transformers' {TOKENIZER_FILE}; copy them from the checkpoint, or build one "
+                f"{vocab} not found (nor {TOKENIZER_FILE}){cache_hint(path)}: a BERT tokenizer directory needs "
+                f"{VOCAB_FILE} (and {CONFIG_FILE}), or transformers' {TOKENIZER_FILE}; copy them from the checkpoint, or build one "
                 f"with BertTokenizer(vocab).save_pretrained({str(path)!r})"
             )
         settings.update(overrides)
