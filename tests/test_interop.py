@@ -19,6 +19,7 @@ import torch
 import transformers
 from torch import nn
 
+import bertkit
 import bertkit.heads as H
 from bertkit.config import BertConfig
 from bertkit.modeling import BertModel
@@ -244,6 +245,67 @@ def test_transformers_trainer_trains_evaluates_and_saves_a_bertkit_model(tmp_pat
 
     for key, value in load_file(str(saved / "model.safetensors")).items():
         assert torch.equal(reloaded.state_dict()[key], value), key
+
+
+def _lora(model, task_type: str | None):
+    import peft
+
+    torch.manual_seed(11)  # the same LoRA initialisation
+    config = peft.LoraConfig(task_type=task_type, r=4, lora_alpha=8, lora_dropout=0.0, target_modules=["query", "value"])
+    return peft.get_peft_model(model, config)
+
+
+@pytest.mark.parametrize("task_type", ["SEQ_CLS", None])
+def test_bertkits_trainer_trains_a_peft_model_as_transformers_trainer(task_type, tmp_path):
+    """peft's wrapper names fewer forward arguments than the model it wraps (``token_type_ids`` is not among a
+    SEQ_CLS wrapper's, a wrapper without task_type names none) and passes the rest on: the Trainer keeps the columns
+    the base model takes, as transformers' Trainer does. The same losses and LoRA weights."""
+    runs = []
+    for lib, model in zip((bertkit, transformers), _pair(H.BertForSequenceClassification)):
+        wrapped = _lora(model, task_type)
+        with torch.no_grad():  # LoRA's B starts at zero: nudge it so the adapters change the outputs from step 1
+            for name, p in wrapped.named_parameters():
+                if "lora_B" in name:
+                    p.fill_(0.05)
+        args = lib.TrainingArguments(output_dir=str(tmp_path / lib.__name__), max_steps=4, per_device_train_batch_size=4,
+                                     learning_rate=1e-2, logging_steps=1, report_to="none", use_cpu=True,
+                                     save_strategy="no", seed=3, disable_tqdm=True)
+        trainer = lib.Trainer(model=wrapped, args=args, train_dataset=_Rows(16))
+        trainer.train()
+        runs.append(([h["loss"] for h in trainer.state.log_history if "loss" in h],
+                     {n: p.detach().clone() for n, p in wrapped.named_parameters() if p.requires_grad}))
+    (ours, ours_weights), (theirs, their_weights) = runs
+    assert len(ours) == 4 and ours == pytest.approx(theirs, rel=1e-6)
+    assert ours_weights.keys() == their_weights.keys()
+    for name, weight in ours_weights.items():
+        torch.testing.assert_close(weight, their_weights[name], rtol=1e-5, atol=1e-7)
+
+
+def test_a_peft_wrapped_token_head_is_trained_on_the_steps_token_mean(tmp_path):
+    """The token loss of a peft-wrapped tagger is divided by the labelled tokens of the whole step, as the tagger's own
+    (the wrapper passes ``num_items_in_batch`` on): batches of 8 and 4 with accumulation 2 log the same losses and
+    train the same LoRA weights, though the first step's micro-batches hold 20 and 4 labelled tokens."""
+    g = torch.Generator().manual_seed(7)
+    rows = []
+    for i, row in enumerate(_Rows(16)):
+        labels = torch.randint(0, 3, (12,), generator=g)
+        labels[1 + 8 * (i < 2):] = -100  # one labelled token per row, 9 in the first two
+        rows.append({**{k: v for k, v in row.items() if k != "labels"}, "labels": labels})
+    runs = []
+    for batch_size, accumulation in ((8, 1), (4, 2)):
+        model = _lora(_pair(H.BertForTokenClassification, num_labels=3)[0], "TOKEN_CLS")
+        args = bertkit.TrainingArguments(output_dir=str(tmp_path / str(batch_size)), max_steps=2,
+                                         per_device_train_batch_size=batch_size, gradient_accumulation_steps=accumulation,
+                                         learning_rate=1e-2, logging_steps=1, report_to="none", save_strategy="no",
+                                         seed=3, disable_tqdm=True, train_sampling_strategy="sequential")
+        trainer = bertkit.Trainer(model=model, args=args, train_dataset=rows)
+        trainer.train()
+        runs.append(([h["loss"] for h in trainer.state.log_history if "loss" in h],
+                     [p.detach().clone() for p in model.parameters() if p.requires_grad]))
+    (one, one_weights), (accumulated, accumulated_weights) = runs
+    assert accumulated == pytest.approx(one, rel=1e-6)
+    for weight, want in zip(accumulated_weights, one_weights):
+        torch.testing.assert_close(weight, want, rtol=1e-5, atol=1e-7)
 
 
 class _MaskedRows(torch.utils.data.Dataset):

@@ -33,10 +33,18 @@ def step_targets(step: list[tuple[float, Batch]], device: str) -> int | None:
     return sum_over_ranks(sum(c for (weight, _), c in zip(step, counts) if weight > 0), device)
 
 
-def accepts_num_items(model: nn.Module) -> bool:
+def forward_parameters(model: nn.Module) -> list[str]:
+    """The arguments ``model``'s forward takes. peft's wrapper (``get_peft_model``) passes what it does not name
+    (``token_type_ids``, ``num_items_in_batch``) on to the model it wraps through ``**kwargs``: its base model's are
+    read, as transformers' Trainer reads them, or the Trainer would drop those columns."""
     import inspect
 
-    return "num_items_in_batch" in inspect.signature(model.forward).parameters
+    base = model.get_base_model() if hasattr(model, "get_base_model") else model
+    return list(inspect.signature(base.forward).parameters)
+
+
+def accepts_num_items(model: nn.Module) -> bool:
+    return "num_items_in_batch" in forward_parameters(model)
 
 
 def objective(out: Any, weight: float, accum: int, token_level: bool) -> Any:

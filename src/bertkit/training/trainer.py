@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import inspect
 import json
 import logging
 import math
@@ -58,6 +57,7 @@ from bertkit.training.checkpoint import (
 )
 from bertkit.training.distributed import agree, current, join_for_process
 from bertkit.training.loop import LoopHooks, Phase, Position, run_fingerprint, train
+from bertkit.training.token_loss import forward_parameters
 from bertkit.training.trainer_args import TrainingArguments
 
 TRAINER_STATE = "trainer_state.json"
@@ -122,10 +122,9 @@ class Trainer:
         # under torchrun: join the process group (DDP over the ranks, evaluation split over them)
         _, self.device = join_for_process(self.args.device, self.args.ddp_timeout)
         self._module.to(self.device)
-        forward = inspect.signature(self._module.forward).parameters
-        self._forward_args = list(forward)
+        self._forward_args = forward_parameters(self._module)
         self.label_names = self.args.label_names or [
-            p for p in forward if "label" in p or p in ("start_positions", "end_positions")]
+            p for p in self._forward_args if "label" in p or p in ("start_positions", "end_positions")]
         if self.args.eval_strategy != "no" and not self._evaluates():
             raise BertkitError(f"eval_strategy {self.args.eval_strategy!r} needs an eval_dataset: pass "
                                f"{type(self).__name__}(eval_dataset=...), or set eval_strategy='no'")
