@@ -163,6 +163,27 @@ def test_peft_lora_matches_transformers(targets, tmp_path):
         torch.testing.assert_close(again(**batches[1]).logits, logits, **TOL)
 
 
+@pytest.mark.parametrize("kind", ["PromptTuningConfig", "PromptEncoderConfig"])
+def test_peft_prompt_tuning_matches_transformers(kind):
+    """Prompt tuning and P-tuning (virtual tokens before the input's embeddings): the same trainable parameters,
+    outputs and training losses as on transformers' model."""
+    import peft
+
+    models = []
+    for model in _pair(H.BertForSequenceClassification, num_labels=3):
+        torch.manual_seed(11)
+        config = getattr(peft, kind)(task_type="SEQ_CLS", num_virtual_tokens=3, encoder_hidden_size=16) \
+            if kind == "PromptEncoderConfig" else getattr(peft, kind)(task_type="SEQ_CLS", num_virtual_tokens=3)
+        models.append(peft.get_peft_model(model, config))
+    ours, theirs = models
+    assert ours.get_nb_trainable_parameters() == theirs.get_nb_trainable_parameters()
+    g = torch.Generator().manual_seed(5)
+    batches = [dict(_batch(seed=s), labels=torch.randint(0, 3, (4,), generator=g)) for s in range(3)]
+    with torch.no_grad():
+        torch.testing.assert_close(ours.eval()(**batches[0]).logits, theirs.eval()(**batches[0]).logits, **TOL)
+    assert _train(ours, batches, 3) == pytest.approx(_train(theirs, batches, 3), abs=1e-5, rel=1e-4)
+
+
 # ---------------------------------------------------------------------------------------------------
 # accelerate and transformers' Trainer
 # ---------------------------------------------------------------------------------------------------
