@@ -22,6 +22,7 @@ from torch import nn
 import bertkit
 import bertkit.heads as H
 from bertkit.config import BertConfig
+from bertkit.errors import BertkitError
 from bertkit.modeling import BertModel
 
 # No dropout anywhere: training steps of the two libraries then compute the same numbers.
@@ -533,6 +534,19 @@ def test_torch_compile_equals_eager():
         want_other = ours(**_batch(B=4, T=12, seed=1)).logits
     torch.testing.assert_close(got, want, **TOL)
     torch.testing.assert_close(got_other, want_other, **TOL)
+
+
+def test_the_trainer_refuses_a_compiled_model_naming_torch_compile(tmp_path):
+    """torch.compile(model)'s forward names no argument: no column would reach the model (transformers' Trainer fails
+    on the first batch, "includes input_ids, but you provided ['label']"). Refused when constructed, nothing written,
+    naming TrainingArguments(torch_compile=True)."""
+    ours, _ = _pair(H.BertForSequenceClassification)
+    args = bertkit.TrainingArguments(output_dir=str(tmp_path / "out"), max_steps=1, report_to="none")
+    for model in (ours, _lora(ours, "SEQ_CLS")):
+        with pytest.raises(BertkitError, match=r"^Trainer got torch.compile\(model\) \((BertFor|PeftModelFor)"
+                                               r"SequenceClassification compiled\).*TrainingArguments\(torch_compile=True\)"):
+            bertkit.Trainer(model=torch.compile(model), args=args, train_dataset=_Rows(4))
+    assert not (tmp_path / "out").exists()
 
 
 def test_torch_export_with_dynamic_batch_and_sequence_equals_eager():

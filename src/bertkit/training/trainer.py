@@ -21,6 +21,7 @@ import json
 import logging
 import math
 import random
+import sys
 import time
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
@@ -99,6 +100,12 @@ class Trainer:
             raise BertkitError("model_init (hyper-parameter search) is not implemented; pass model=")
         if model is None:
             raise BertkitError("Trainer needs a model")
+        dynamo = sys.modules.get("torch._dynamo.eval_frame")  # loaded once anything is compiled (importing it: 1.5 s)
+        if dynamo is not None and isinstance(model, dynamo.OptimizedModule):
+            raise BertkitError(
+                f"Trainer got torch.compile(model) ({type(model._orig_mod).__name__} compiled): its forward names no "
+                "argument, so no column of the data would reach the model (transformers' Trainer fails there too); "
+                "pass the model itself with TrainingArguments(torch_compile=True), which compiles its layers")
         self.args = args if args is not None else TrainingArguments()
         if not isinstance(self.args, TrainingArguments):
             raise BertkitError(f"args must be bertkit.TrainingArguments, got {type(self.args).__module__}."
