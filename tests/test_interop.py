@@ -164,6 +164,45 @@ def test_peft_lora_matches_transformers(targets, tmp_path):
         torch.testing.assert_close(again(**batches[1]).logits, logits, **TOL)
 
 
+def test_a_peft_adapter_saved_on_one_library_loads_on_the_other(tmp_path):
+    """``save_pretrained`` of a LoRA model writes what it writes on transformers' model (adapter_config.json, with
+    the base model's directory, and the tensors' names); each library's adapter loads with ``PeftModel.from_pretrained``
+    on the other's base model, with the same outputs."""
+    import json
+
+    import peft
+    from safetensors.torch import load_file
+
+    _pair(H.BertForSequenceClassification)[0].save_pretrained(tmp_path / "base")
+    batch = _batch()
+    for lib in (bertkit, transformers):
+        wrapped = _lora(lib.BertForSequenceClassification.from_pretrained(tmp_path / "base"), "SEQ_CLS")
+        with torch.no_grad():
+            for name, p in wrapped.named_parameters():
+                if "lora_B" in name:
+                    p.fill_(0.5)
+        wrapped.save_pretrained(tmp_path / lib.__name__)
+    ours, theirs = (tmp_path / "bertkit", tmp_path / "transformers")
+    configs = [json.loads((d / "adapter_config.json").read_text()) for d in (ours, theirs)]
+    assert configs[0]["base_model_name_or_path"] == str(tmp_path / "base")
+    for config in configs:  # a set, written in hash order
+        config["target_modules"] = sorted(config["target_modules"])
+        config.pop("auto_mapping")  # the base model's class and module
+    assert configs[0] == configs[1]
+    weights = [load_file(d / "adapter_model.safetensors") for d in (ours, theirs)]
+    assert weights[0].keys() == weights[1].keys() and any(".lora_B." in k for k in weights[0])
+    outputs = {}
+    for writer in (ours, theirs):
+        for lib in (bertkit, transformers):
+            base = lib.BertForSequenceClassification.from_pretrained(tmp_path / "base")
+            with torch.no_grad():
+                outputs[writer.name, lib.__name__] = peft.PeftModel.from_pretrained(base, writer)(**batch).logits
+    want = outputs["transformers", "transformers"]
+    assert (want - _pair(H.BertForSequenceClassification)[1](**batch).logits).abs().max() > 1e-3  # the adapter acts
+    for logits in outputs.values():
+        torch.testing.assert_close(logits, want, **TOL)
+
+
 @pytest.mark.parametrize("kind", ["PromptTuningConfig", "PromptEncoderConfig"])
 def test_peft_prompt_tuning_matches_transformers(kind):
     """Prompt tuning and P-tuning (virtual tokens before the input's embeddings): the same trainable parameters,
