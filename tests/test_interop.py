@@ -19,8 +19,10 @@ import torch
 import transformers
 from torch import nn
 
+import bertkit
 import bertkit.heads as H
 from bertkit.config import BertConfig
+from bertkit.errors import BertkitError
 from bertkit.modeling import BertModel
 
 # No dropout anywhere: training steps of the two libraries then compute the same numbers.
@@ -162,6 +164,66 @@ def test_peft_lora_matches_transformers(targets, tmp_path):
         torch.testing.assert_close(again(**batches[1]).logits, logits, **TOL)
 
 
+def test_a_peft_adapter_saved_on_one_library_loads_on_the_other(tmp_path):
+    """``save_pretrained`` of a LoRA model writes what it writes on transformers' model (adapter_config.json, with
+    the base model's directory, and the tensors' names); each library's adapter loads with ``PeftModel.from_pretrained``
+    on the other's base model, with the same outputs."""
+    import json
+
+    import peft
+    from safetensors.torch import load_file
+
+    _pair(H.BertForSequenceClassification)[0].save_pretrained(tmp_path / "base")
+    batch = _batch()
+    for lib in (bertkit, transformers):
+        wrapped = _lora(lib.BertForSequenceClassification.from_pretrained(tmp_path / "base"), "SEQ_CLS")
+        with torch.no_grad():
+            for name, p in wrapped.named_parameters():
+                if "lora_B" in name:
+                    p.fill_(0.5)
+        wrapped.save_pretrained(tmp_path / lib.__name__)
+    ours, theirs = (tmp_path / "bertkit", tmp_path / "transformers")
+    configs = [json.loads((d / "adapter_config.json").read_text()) for d in (ours, theirs)]
+    assert configs[0]["base_model_name_or_path"] == str(tmp_path / "base")
+    for config in configs:  # a set, written in hash order
+        config["target_modules"] = sorted(config["target_modules"])
+        config.pop("auto_mapping")  # the base model's class and module
+    assert configs[0] == configs[1]
+    weights = [load_file(d / "adapter_model.safetensors") for d in (ours, theirs)]
+    assert weights[0].keys() == weights[1].keys() and any(".lora_B." in k for k in weights[0])
+    outputs = {}
+    for writer in (ours, theirs):
+        for lib in (bertkit, transformers):
+            base = lib.BertForSequenceClassification.from_pretrained(tmp_path / "base")
+            with torch.no_grad():
+                outputs[writer.name, lib.__name__] = peft.PeftModel.from_pretrained(base, writer)(**batch).logits
+    want = outputs["transformers", "transformers"]
+    assert (want - _pair(H.BertForSequenceClassification)[1](**batch).logits).abs().max() > 1e-3  # the adapter acts
+    for logits in outputs.values():
+        torch.testing.assert_close(logits, want, **TOL)
+
+
+@pytest.mark.parametrize("kind", ["PromptTuningConfig", "PromptEncoderConfig"])
+def test_peft_prompt_tuning_matches_transformers(kind):
+    """Prompt tuning and P-tuning (virtual tokens before the input's embeddings): the same trainable parameters,
+    outputs and training losses as on transformers' model."""
+    import peft
+
+    models = []
+    for model in _pair(H.BertForSequenceClassification, num_labels=3):
+        torch.manual_seed(11)
+        config = getattr(peft, kind)(task_type="SEQ_CLS", num_virtual_tokens=3, encoder_hidden_size=16) \
+            if kind == "PromptEncoderConfig" else getattr(peft, kind)(task_type="SEQ_CLS", num_virtual_tokens=3)
+        models.append(peft.get_peft_model(model, config))
+    ours, theirs = models
+    assert ours.get_nb_trainable_parameters() == theirs.get_nb_trainable_parameters()
+    g = torch.Generator().manual_seed(5)
+    batches = [dict(_batch(seed=s), labels=torch.randint(0, 3, (4,), generator=g)) for s in range(3)]
+    with torch.no_grad():
+        torch.testing.assert_close(ours.eval()(**batches[0]).logits, theirs.eval()(**batches[0]).logits, **TOL)
+    assert _train(ours, batches, 3) == pytest.approx(_train(theirs, batches, 3), abs=1e-5, rel=1e-4)
+
+
 # ---------------------------------------------------------------------------------------------------
 # accelerate and transformers' Trainer
 # ---------------------------------------------------------------------------------------------------
@@ -244,6 +306,67 @@ def test_transformers_trainer_trains_evaluates_and_saves_a_bertkit_model(tmp_pat
 
     for key, value in load_file(str(saved / "model.safetensors")).items():
         assert torch.equal(reloaded.state_dict()[key], value), key
+
+
+def _lora(model, task_type: str | None):
+    import peft
+
+    torch.manual_seed(11)  # the same LoRA initialisation
+    config = peft.LoraConfig(task_type=task_type, r=4, lora_alpha=8, lora_dropout=0.0, target_modules=["query", "value"])
+    return peft.get_peft_model(model, config)
+
+
+@pytest.mark.parametrize("task_type", ["SEQ_CLS", None])
+def test_bertkits_trainer_trains_a_peft_model_as_transformers_trainer(task_type, tmp_path):
+    """peft's wrapper names fewer forward arguments than the model it wraps (``token_type_ids`` is not among a
+    SEQ_CLS wrapper's, a wrapper without task_type names none) and passes the rest on: the Trainer keeps the columns
+    the base model takes, as transformers' Trainer does. The same losses and LoRA weights."""
+    runs = []
+    for lib, model in zip((bertkit, transformers), _pair(H.BertForSequenceClassification)):
+        wrapped = _lora(model, task_type)
+        with torch.no_grad():  # LoRA's B starts at zero: nudge it so the adapters change the outputs from step 1
+            for name, p in wrapped.named_parameters():
+                if "lora_B" in name:
+                    p.fill_(0.05)
+        args = lib.TrainingArguments(output_dir=str(tmp_path / lib.__name__), max_steps=4, per_device_train_batch_size=4,
+                                     learning_rate=1e-2, logging_steps=1, report_to="none", use_cpu=True,
+                                     save_strategy="no", seed=3, disable_tqdm=True)
+        trainer = lib.Trainer(model=wrapped, args=args, train_dataset=_Rows(16))
+        trainer.train()
+        runs.append(([h["loss"] for h in trainer.state.log_history if "loss" in h],
+                     {n: p.detach().clone() for n, p in wrapped.named_parameters() if p.requires_grad}))
+    (ours, ours_weights), (theirs, their_weights) = runs
+    assert len(ours) == 4 and ours == pytest.approx(theirs, rel=1e-6)
+    assert ours_weights.keys() == their_weights.keys()
+    for name, weight in ours_weights.items():
+        torch.testing.assert_close(weight, their_weights[name], rtol=1e-5, atol=1e-7)
+
+
+def test_a_peft_wrapped_token_head_is_trained_on_the_steps_token_mean(tmp_path):
+    """The token loss of a peft-wrapped tagger is divided by the labelled tokens of the whole step, as the tagger's own
+    (the wrapper passes ``num_items_in_batch`` on): batches of 8 and 4 with accumulation 2 log the same losses and
+    train the same LoRA weights, though the first step's micro-batches hold 20 and 4 labelled tokens."""
+    g = torch.Generator().manual_seed(7)
+    rows = []
+    for i, row in enumerate(_Rows(16)):
+        labels = torch.randint(0, 3, (12,), generator=g)
+        labels[1 + 8 * (i < 2):] = -100  # one labelled token per row, 9 in the first two
+        rows.append({**{k: v for k, v in row.items() if k != "labels"}, "labels": labels})
+    runs = []
+    for batch_size, accumulation in ((8, 1), (4, 2)):
+        model = _lora(_pair(H.BertForTokenClassification, num_labels=3)[0], "TOKEN_CLS")
+        args = bertkit.TrainingArguments(output_dir=str(tmp_path / str(batch_size)), max_steps=2,
+                                         per_device_train_batch_size=batch_size, gradient_accumulation_steps=accumulation,
+                                         learning_rate=1e-2, logging_steps=1, report_to="none", save_strategy="no",
+                                         seed=3, disable_tqdm=True, train_sampling_strategy="sequential")
+        trainer = bertkit.Trainer(model=model, args=args, train_dataset=rows)
+        trainer.train()
+        runs.append(([h["loss"] for h in trainer.state.log_history if "loss" in h],
+                     [p.detach().clone() for p in model.parameters() if p.requires_grad]))
+    (one, one_weights), (accumulated, accumulated_weights) = runs
+    assert accumulated == pytest.approx(one, rel=1e-6)
+    for weight, want in zip(accumulated_weights, one_weights):
+        torch.testing.assert_close(weight, want, rtol=1e-5, atol=1e-7)
 
 
 class _MaskedRows(torch.utils.data.Dataset):
@@ -450,6 +573,19 @@ def test_torch_compile_equals_eager():
         want_other = ours(**_batch(B=4, T=12, seed=1)).logits
     torch.testing.assert_close(got, want, **TOL)
     torch.testing.assert_close(got_other, want_other, **TOL)
+
+
+def test_the_trainer_refuses_a_compiled_model_naming_torch_compile(tmp_path):
+    """torch.compile(model)'s forward names no argument: no column would reach the model (transformers' Trainer fails
+    on the first batch, "includes input_ids, but you provided ['label']"). Refused when constructed, nothing written,
+    naming TrainingArguments(torch_compile=True)."""
+    ours, _ = _pair(H.BertForSequenceClassification)
+    args = bertkit.TrainingArguments(output_dir=str(tmp_path / "out"), max_steps=1, report_to="none")
+    for model in (ours, _lora(ours, "SEQ_CLS")):
+        with pytest.raises(BertkitError, match=r"^Trainer got torch.compile\(model\) \((BertFor|PeftModelFor)"
+                                               r"SequenceClassification compiled\).*TrainingArguments\(torch_compile=True\)"):
+            bertkit.Trainer(model=torch.compile(model), args=args, train_dataset=_Rows(4))
+    assert not (tmp_path / "out").exists()
 
 
 def test_torch_export_with_dynamic_batch_and_sequence_equals_eager():

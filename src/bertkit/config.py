@@ -257,6 +257,11 @@ class BertConfig:
         except BertkitError as e:
             raise BertkitError(f"{path}: {e}") from None
 
+    def get_text_config(self, decoder: bool | None = None, encoder: bool | None = None) -> BertConfig:
+        """transformers' config of the text model, which peft reads (prompt tuning: its vocabulary size): BERT's
+        is this one."""
+        return self
+
     def to_json_string(self) -> str:
         return json.dumps(self.to_dict(), indent=2, sort_keys=True) + "\n"
 

@@ -5,6 +5,8 @@ a sparse micro-batch more, so that accumulation and several processes train as o
 
 from __future__ import annotations
 
+import inspect
+from collections.abc import Mapping
 from typing import Any
 
 from torch import Tensor, nn
@@ -33,10 +35,16 @@ def step_targets(step: list[tuple[float, Batch]], device: str) -> int | None:
     return sum_over_ranks(sum(c for (weight, _), c in zip(step, counts) if weight > 0), device)
 
 
-def accepts_num_items(model: nn.Module) -> bool:
-    import inspect
+def forward_parameters(model: nn.Module) -> Mapping[str, inspect.Parameter]:
+    """The arguments ``model``'s forward takes, by name. peft's wrapper (``get_peft_model``) passes what it does not name
+    (``token_type_ids``, ``num_items_in_batch``) on to the model it wraps through ``**kwargs``: its base model's are
+    read, as transformers' Trainer reads them, or the Trainer would drop those columns."""
+    base = model.get_base_model() if hasattr(model, "get_base_model") else model
+    return inspect.signature(base.forward).parameters
 
-    return "num_items_in_batch" in inspect.signature(model.forward).parameters
+
+def accepts_num_items(model: nn.Module) -> bool:
+    return "num_items_in_batch" in forward_parameters(model)
 
 
 def objective(out: Any, weight: float, accum: int, token_level: bool) -> Any:

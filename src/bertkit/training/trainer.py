@@ -17,11 +17,11 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import inspect
 import json
 import logging
 import math
 import random
+import sys
 import time
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
@@ -58,6 +58,7 @@ from bertkit.training.checkpoint import (
 )
 from bertkit.training.distributed import agree, current, join_for_process
 from bertkit.training.loop import LoopHooks, Phase, Position, run_fingerprint, train
+from bertkit.training.token_loss import forward_parameters
 from bertkit.training.trainer_args import TrainingArguments
 
 TRAINER_STATE = "trainer_state.json"
@@ -99,6 +100,12 @@ class Trainer:
             raise BertkitError("model_init (hyper-parameter search) is not implemented; pass model=")
         if model is None:
             raise BertkitError("Trainer needs a model")
+        dynamo = sys.modules.get("torch._dynamo.eval_frame")  # loaded once anything is compiled (importing it: 1.5 s)
+        if dynamo is not None and isinstance(model, dynamo.OptimizedModule):
+            raise BertkitError(
+                f"Trainer got torch.compile(model) ({type(model._orig_mod).__name__} compiled): its forward names no "
+                "argument, so no column of the data would reach the model (transformers' Trainer fails there too); "
+                "pass the model itself with TrainingArguments(torch_compile=True), which compiles its layers")
         self.args = args if args is not None else TrainingArguments()
         if not isinstance(self.args, TrainingArguments):
             raise BertkitError(f"args must be bertkit.TrainingArguments, got {type(self.args).__module__}."
@@ -122,17 +129,16 @@ class Trainer:
         # under torchrun: join the process group (DDP over the ranks, evaluation split over them)
         _, self.device = join_for_process(self.args.device, self.args.ddp_timeout)
         self._module.to(self.device)
-        forward = inspect.signature(self._module.forward).parameters
-        self._forward_args = list(forward)
+        self._forward_args = forward_parameters(self._module)
         self.label_names = self.args.label_names or [
-            p for p in forward if "label" in p or p in ("start_positions", "end_positions")]
-        not_taken = [n for n in self.label_names if n not in forward]
-        if not_taken and not any(p.kind is p.VAR_KEYWORD for p in forward.values()):
+            p for p in self._forward_args if "label" in p or p in ("start_positions", "end_positions")]
+        not_taken = [n for n in self.label_names if n not in self._forward_args]
+        if not_taken and not any(p.kind is p.VAR_KEYWORD for p in self._forward_args.values()):
             # the labels are read from the batch the model is called with: a name it does not take is never there
             raise BertkitError(
                 f"label_names {not_taken} are not arguments of {type(self._module).__name__}.forward "
-                f"({', '.join(forward)}), so no batch holds them and evaluations would have no labels; name the "
-                "arguments the labels go to (['labels']: the collators rename a 'label' column to it)")
+                f"({', '.join(self._forward_args)}), so no batch holds them and evaluations would have no labels; "
+                "name the arguments the labels go to (['labels']: the collators rename a 'label' column to it)")
         if self.args.eval_strategy != "no" and not self._evaluates():
             raise BertkitError(f"eval_strategy {self.args.eval_strategy!r} needs an eval_dataset: pass "
                                f"{type(self).__name__}(eval_dataset=...), or set eval_strategy='no'")
