@@ -36,9 +36,9 @@ def step_targets(step: list[tuple[float, Batch]], device: str) -> int | None:
 
 
 def forward_parameters(model: nn.Module) -> Mapping[str, inspect.Parameter]:
-    """The arguments ``model``'s forward takes, by name. peft's wrapper (``get_peft_model``) passes what it does not name
-    (``token_type_ids``, ``num_items_in_batch``) on to the model it wraps through ``**kwargs``: its base model's are
-    read, as transformers' Trainer reads them, or the Trainer would drop those columns."""
+    """The arguments ``model``'s forward takes, by name. peft's wrapper (``get_peft_model``) passes what it does not
+    name (``token_type_ids``, ``num_items_in_batch``) on to the model it wraps through ``**kwargs``: its base model's
+    are read, as transformers' Trainer reads them, or the Trainer would drop those columns."""
     base = model.get_base_model() if hasattr(model, "get_base_model") else model
     return inspect.signature(base.forward).parameters
 
