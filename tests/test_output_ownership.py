@@ -563,12 +563,14 @@ def test_a_save_into_a_directory_with_a_manifest_it_cannot_read_keeps_everything
     assert all(torch.equal(loaded[k], v) for k, v in model.state_dict().items())
 
 
-@pytest.mark.parametrize("where", ["a file", "a symlink to nowhere"])
+@pytest.mark.parametrize("where", ["a file", "a symlink to nowhere", "an empty string"])
 @pytest.mark.parametrize("save", ["BertModel.save_pretrained", "BertTokenizer.save_pretrained",
                                   "SentenceTransformer.save", "CrossEncoder.save"])
-def test_a_save_to_a_path_that_is_no_directory_is_refused_naming_it(tmp_path, tiny_checkpoint, save, where):
+def test_a_save_to_a_path_that_is_no_directory_is_refused_naming_it(tmp_path, tiny_checkpoint, save, where,
+                                                                    monkeypatch):
     """Was: every save but the model's failed renaming its staging directory over the path ("[Errno 20] Not a
-    directory: '.out.bertkit-staging' -> 'out'"), and the model's named a dangling symlink that too."""
+    directory: '.out.bertkit-staging' -> 'out'"), and the model's named a dangling symlink that too; an empty string
+    (Path("") is ".") saved into the working directory, where transformers' save_pretrained fails."""
     from bertkit import BertModel, BertTokenizer
     from bertkit.sentence import CrossEncoder, SentenceTransformer
 
@@ -579,6 +581,12 @@ def test_a_save_to_a_path_that_is_no_directory_is_refused_naming_it(tmp_path, ti
               "SentenceTransformer.save": lambda: SentenceTransformer(str(model_dir)).save,
               "CrossEncoder.save": lambda: CrossEncoder(str(model_dir)).save}[save]()
     out = tmp_path / "out"
+    if where == "an empty string":
+        monkeypatch.chdir(tmp_path)
+        with pytest.raises(BertkitError, match="a save needs the path of a directory and got an empty string"):
+            writer("")
+        assert sorted(p.name for p in tmp_path.iterdir()) == ["model"]
+        return
     if where == "a file":
         out.write_text("the user's results")
     else:

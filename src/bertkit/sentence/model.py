@@ -44,7 +44,7 @@ from bertkit.sentence.pooling import Pooling
 from bertkit.sentence.prompts import Prompted, prompt_tokens
 from bertkit.sentence.quantization import PRECISIONS, quantize_embeddings
 from bertkit.sentence.util import SIMILARITY_FUNCTIONS, similarity_function
-from bertkit.staging import staged
+from bertkit.staging import save_directory, staged
 from bertkit.tokenization import AutoTokenizer
 
 logger = logging.getLogger("bertkit")
@@ -450,7 +450,7 @@ class SentenceTransformer(ReferenceCalls, Prompted, nn.Module):
         writes it); sentence-transformers opens it. The directory is written beside ``path`` and moved into place
         whole (``bertkit.staging.staged``): a kill or a full disk leaves what was there before, never a directory that
         loads with other settings."""
-        directory = Path(path)
+        directory = save_directory(path)
         with staged(directory) as out:
             self.bert.save_pretrained(out)
             self.tokenizer.save_pretrained(out)

@@ -14,7 +14,7 @@ from typing import Any
 
 from bertkit.errors import BertkitError, MissingFileError
 from bertkit.outputs import atomic_write_json
-from bertkit.staging import staged
+from bertkit.staging import save_directory, staged
 from bertkit.tokenization.basic import BasicTokenizer
 from bertkit.tokenization.batch import (
     Segment,
@@ -237,7 +237,7 @@ class BertTokenizer:
         ``added_tokens.json``; returns their paths. The files are written beside ``path`` and moved in together
         (``bertkit.staging.staged``). tokenizer.json is the file transformers and sentence-transformers read first
         (and bertkit too): one left in ``path`` by another tokenizer would give their ids, not this tokenizer's."""
-        path = Path(path)
+        path = save_directory(path)
         special_map = {k: getattr(self, k) for k in SPECIAL_TOKEN_KEYS}
         if self.additional_special_tokens:
             special_map["additional_special_tokens"] = self.additional_special_tokens
