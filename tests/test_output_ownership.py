@@ -583,7 +583,7 @@ def test_a_save_to_a_path_that_is_no_directory_is_refused_naming_it(tmp_path, ti
     out = tmp_path / "out"
     if where == "an empty string":
         monkeypatch.chdir(tmp_path)
-        with pytest.raises(BertkitError, match="a save needs the path of a directory and got an empty string"):
+        with pytest.raises(BertkitError, match="the directory to save into is an empty string"):
             writer("")
         assert sorted(p.name for p in tmp_path.iterdir()) == ["model"]
         return

@@ -27,10 +27,10 @@ from torch import Tensor
 
 from bertkit.compat import TransformersModelCalls
 from bertkit.config import BertConfig
-from bertkit.errors import BertkitError, MissingFileError, read_json_object
+from bertkit.errors import BertkitError, MissingFileError, given_path, read_json_object
 from bertkit.hub import cache_hint, not_a_directory, refuse_hub_options, resolve_directory
 from bertkit.outputs import atomic_target, atomic_write_text
-from bertkit.staging import save_directory, staged
+from bertkit.staging import staged
 
 logger = logging.getLogger("bertkit")
 
@@ -535,7 +535,7 @@ class PretrainedMixin(TransformersModelCalls):
         """Write config.json and model.safetensors; returns the directory. The directory is written beside
         ``path`` and moved into place whole (``bertkit.staging.staged``): a kill or a full disk leaves what was
         there before."""
-        directory = save_directory(path)
+        directory = given_path(path, "the directory to save into")
         config = self.config.to_dict()
         config["architectures"] = [type(self).__name__]
         # transformers 5 loads a checkpoint in config.json's dtype (its default dtype="auto"): the weights' own, not

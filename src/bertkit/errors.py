@@ -45,6 +45,14 @@ class NonFiniteError(BertkitError):
     """A loss, gradient or model output that is NaN or infinite: never turned into a score or saved weights."""
 
 
+def given_path(path: str | os.PathLike, what: str) -> Path:
+    """``path`` as a Path, an empty string refused: ``Path("")`` is ".", so the working directory would be read or
+    written, unnamed, where no path was given (transformers refuses the name)."""
+    if not os.fspath(path):
+        raise BertkitError(f"{what} is an empty string; pass a directory ('.' for the working directory)")
+    return Path(path)
+
+
 def is_whole(value: Any, least: int = 1, most: float = float("inf")) -> bool:
     """Whether ``value`` is a whole number (a Python or numpy integer; a bool is no count) in [least, most]: the
     check of every size, count and k a caller gives, each refusal in its own words."""

@@ -14,7 +14,7 @@ import re
 import socket
 from pathlib import Path
 
-from bertkit.errors import BertkitError, MissingFileError
+from bertkit.errors import BertkitError, MissingFileError, given_path
 
 # What a Hub repo id looks like: "name" or "owner/name", letters, digits, - _ . (no leading dot, no "..").
 _HUB_ID = re.compile(r"^(?:[A-Za-z0-9][\w.-]{0,95}/)?[A-Za-z0-9][\w.-]{0,95}$")
@@ -109,10 +109,7 @@ def _whole(snapshot: Path) -> bool:
 def resolve_directory(path: str | os.PathLike, what: str = "checkpoint directory") -> Path:
     """``path`` itself when it exists; for a Hub id, the snapshot directory (cache, else download), or a
     MissingFileError saying how to download it."""
-    if not os.fspath(path):  # Path("") is ".": the working directory would be read where no path was given
-        raise MissingFileError(f"{what} is an empty string; pass a directory ('.' for the working directory) or a "
-                               "Hub id")
-    directory = Path(path)
+    directory = given_path(path, what)
     if directory.is_dir() or not looks_like_hub_id(path):
         return directory  # the caller reports a missing directory in its own words
     repo_id = os.fspath(path)

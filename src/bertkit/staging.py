@@ -381,15 +381,6 @@ class Stage:
             dir_lock.unlock(self.path)
 
 
-def save_directory(path: str | os.PathLike) -> Path:
-    """``path`` as the directory a save writes: an empty string is refused (``Path("")`` is ".", so the save would
-    land among the working directory's files, where transformers' save_pretrained fails)."""
-    if not os.fspath(path):
-        raise BertkitError("a save needs the path of a directory and got an empty string; pass one ('.' for the "
-                           "working directory)")
-    return Path(path)
-
-
 @contextlib.contextmanager
 def staged(target: str | os.PathLike, what: str = "save", *, manifest: bool = False) -> Iterator[Path]:
     """A directory to write ``target``'s whole content into, made ``target`` in one step when the block ends without

@@ -18,7 +18,7 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from bertkit.errors import BertkitError
+from bertkit.errors import BertkitError, given_path
 from bertkit.inference import serve_tei
 from bertkit.inference.serve_wire import (
     EMBED_FIELDS,
@@ -485,9 +485,8 @@ def pipeline(task: str | None = None, model: Any = None, *, tokenizer: Any = Non
     if not isinstance(model, (str, os.PathLike, nn.Module)):
         raise BertkitError(f"pipeline model must be a checkpoint directory (a str or Path) or a bertkit model, got "
                            f"{type(model).__name__} {str(model)[:60]!r}")
-    if isinstance(model, str) and not model:  # Path("") is ".": the working directory would load, unnamed
-        raise BertkitError("pipeline model is an empty string; pass a checkpoint directory ('.' for the working "
-                           "directory)")
+    if not isinstance(model, nn.Module):
+        given_path(model, "pipeline model")
     kwargs = dict(device=device, bf16=bf16, batch_size=batch_size, max_length=max_length, progress=progress,
                   quantize=quantize, calibration_texts=calibration_texts, **options)
     cls = TASKS[task].pipeline_class()

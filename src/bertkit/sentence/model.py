@@ -27,7 +27,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from bertkit.errors import BertkitError, NotImplementedInBertkit, is_whole
+from bertkit.errors import BertkitError, NotImplementedInBertkit, given_path, is_whole
 from bertkit.hub import download_hint, not_a_directory
 from bertkit.modeling import BertModel
 from bertkit.outputs import atomic_write_json
@@ -44,7 +44,7 @@ from bertkit.sentence.pooling import Pooling
 from bertkit.sentence.prompts import Prompted, prompt_tokens
 from bertkit.sentence.quantization import PRECISIONS, quantize_embeddings
 from bertkit.sentence.util import SIMILARITY_FUNCTIONS, similarity_function
-from bertkit.staging import save_directory, staged
+from bertkit.staging import staged
 from bertkit.tokenization import AutoTokenizer
 
 logger = logging.getLogger("bertkit")
@@ -74,9 +74,7 @@ def model_path(value: Any, what: str) -> Path:
     if not isinstance(value, (str, os.PathLike)):
         raise BertkitError(f"{what} takes the path of a local directory (a str or Path), got {type(value).__name__} "
                            f"{str(value)[:60]}")
-    if not os.fspath(value):  # Path("") is ".": the working directory would load, unnamed
-        raise BertkitError(f"{what} got an empty string; pass a directory ('.' for the working directory)")
-    return Path(value)
+    return given_path(value, f"{what}'s directory")
 
 
 def refuse_arguments(what: str, unknown: dict[str, Any], table: dict[str, str]) -> None:
@@ -450,7 +448,7 @@ class SentenceTransformer(ReferenceCalls, Prompted, nn.Module):
         writes it); sentence-transformers opens it. The directory is written beside ``path`` and moved into place
         whole (``bertkit.staging.staged``): a kill or a full disk leaves what was there before, never a directory that
         loads with other settings."""
-        directory = save_directory(path)
+        directory = given_path(path, "the directory to save into")
         with staged(directory) as out:
             self.bert.save_pretrained(out)
             self.tokenizer.save_pretrained(out)

@@ -12,9 +12,9 @@ from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from bertkit.errors import BertkitError, MissingFileError
+from bertkit.errors import BertkitError, MissingFileError, given_path
 from bertkit.outputs import atomic_write_json
-from bertkit.staging import save_directory, staged
+from bertkit.staging import staged
 from bertkit.tokenization.basic import BasicTokenizer
 from bertkit.tokenization.batch import (
     Segment,
@@ -237,7 +237,7 @@ class BertTokenizer:
         ``added_tokens.json``; returns their paths. The files are written beside ``path`` and moved in together
         (``bertkit.staging.staged``). tokenizer.json is the file transformers and sentence-transformers read first
         (and bertkit too): one left in ``path`` by another tokenizer would give their ids, not this tokenizer's."""
-        path = save_directory(path)
+        path = given_path(path, "the directory to save into")
         special_map = {k: getattr(self, k) for k in SPECIAL_TOKEN_KEYS}
         if self.additional_special_tokens:
             special_map["additional_special_tokens"] = self.additional_special_tokens

@@ -26,7 +26,7 @@ import numpy as np
 import torch
 from torch import Tensor, nn
 
-from bertkit.errors import BertkitError, is_whole
+from bertkit.errors import BertkitError, given_path, is_whole
 from bertkit.heads import BertForSequenceClassification
 from bertkit.hub import download_hint, not_a_directory
 from bertkit.outputs import atomic_write_json
@@ -43,7 +43,7 @@ from bertkit.sentence.directory import (
     write_st_config,
 )
 from bertkit.sentence.model import ReferenceCalls, as_requested, model_path, refuse_arguments
-from bertkit.staging import save_directory, staged
+from bertkit.staging import staged
 from bertkit.tokenization import AutoTokenizer
 from bertkit.tokenization.batch import truncation_lengths
 
@@ -374,7 +374,7 @@ class CrossEncoder(ReferenceCalls, nn.Module):
         (its model_max_length is ``max_length``, which ``bertkit serve`` reads too) at the top, modules.json, and the
         activation in config_sentence_transformers.json. Written beside ``path`` and moved into place whole
         (``bertkit.staging.staged``)."""
-        directory = save_directory(path)
+        directory = given_path(path, "the directory to save into")
         with staged(directory) as out:
             self.model.save_pretrained(out)
             self.tokenizer.save_pretrained(out)

@@ -27,7 +27,7 @@ import torch
 from torch import Tensor, nn
 
 from bertkit.checkpoint_io import read_config_json
-from bertkit.errors import BertkitError, is_whole
+from bertkit.errors import BertkitError, given_path, is_whole
 from bertkit.hub import download_hint, not_a_directory
 from bertkit.outputs import atomic_write_json
 from bertkit.sentence.directory import (
@@ -51,7 +51,7 @@ from bertkit.sentence.sparse_encoder.modules import (
     route_of,
 )
 from bertkit.sentence.util import SIMILARITY_FUNCTIONS, similarity_function
-from bertkit.staging import save_directory, staged
+from bertkit.staging import staged
 
 logger = logging.getLogger("bertkit")
 
@@ -453,7 +453,7 @@ class SparseEncoder(ReferenceCalls, Prompted, nn.Sequential):
         """Write the model in sentence-transformers 6's layout: the Transformer (or the Router) at the top, each
         other module in "{index}_{class}", modules.json and config_sentence_transformers.json; sentence-transformers
         opens it. Staged beside ``path`` and moved into place whole (``bertkit.staging.staged``)."""
-        directory = save_directory(path)
+        directory = given_path(path, "the directory to save into")
         with staged(directory) as out:
             listed = []
             for i, module in enumerate(self):
