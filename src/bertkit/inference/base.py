@@ -25,14 +25,13 @@ from bertkit.tokenization import BertTokenizer
 
 # Rows at or above which a progress bar is drawn when ``progress`` is None (auto): a few seconds of work.
 _PROGRESS_ROWS = 512
-# transformers' pipelines take their tokenizer's length options per call; a pipeline here cuts at the one length it
-# was made with, so a call's is refused naming where the length goes
-_LENGTH_OPTIONS = dict.fromkeys(
+# transformers' pipelines take their tokenizer's length options and the batch size per call too; a pipeline here
+# keeps the ones it was made with, so a call's is refused naming where it goes
+_MADE_WITH = {**dict.fromkeys(
     ("truncation", "max_length", "max_seq_len", "tokenizer_kwargs", "tokenize_kwargs"),
     "sequences hold at most the pipeline's max_length tokens (a text is cut there), given when it is made: "
-    "bertkit.pipeline(task, model, max_length=N)")
-_BATCH_OPTION = {"batch_size": "the pipeline's batch_size, given when it is made: bertkit.pipeline(task, model, "
-                                "batch_size=N) (transformers takes it per call too)"}
+    "bertkit.pipeline(task, model, max_length=N)"),
+    "batch_size": "the pipeline's batch_size, given when it is made: bertkit.pipeline(task, model, batch_size=N)"}
 # A printable ASCII character other than a space: BERT's tokenizer keeps every one (a word piece or punctuation).
 _KEPT = re.compile(r"[!-~]")
 
@@ -227,7 +226,7 @@ class Pipeline:
     @classmethod
     def instead(cls, names: Sequence[str]) -> str:
         """What answers the transformers options ``names`` here (``instead_of``), for a refusal's message."""
-        known = {**_LENGTH_OPTIONS, **_BATCH_OPTION, **cls.instead_of}
+        known = {**_MADE_WITH, **cls.instead_of}
         advice: dict[str, list[str]] = {}
         for n in names:
             if n in known:
