@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import shutil
 from pathlib import Path
 
 import pytest
@@ -393,6 +394,31 @@ def test_export_reads_a_config_that_is_not_json_or_names_one_architecture_as_a_s
     (m / "config.json").write_text('{"hidden_size": 32,')
     with pytest.raises(BertkitError, match=r"m/config\.json is not valid JSON"):
         load_for_export(m)
+
+
+def test_a_head_under_no_named_architecture_is_refused_not_exported_or_quantized_without_it(tiny_dirs, tmp_path):
+    """A classifier's config.json without "architectures" loaded as the bare encoder: `bertkit quantize` and ONNX
+    export wrote the encoder alone, the classifier dropped without a word. The head's weights are named instead."""
+    from bertkit.inference.export import load_for_export
+    from bertkit.quantization import quantize_checkpoint
+
+    m = tmp_path / "m"
+    shutil.copytree(tiny_dirs["clf"], m)
+    config = json.loads((m / "config.json").read_text())
+    (m / "config.json").write_text(json.dumps({k: v for k, v in config.items() if k != "architectures"}))
+    message = r"m/config\.json names no architecture and the weights hold a head \(classifier\).*BertForSequenceClass"
+    with pytest.raises(BertkitError, match=message):
+        load_for_export(m)
+    with pytest.raises(BertkitError, match=message):
+        quantize_checkpoint(m, tmp_path / "q")
+    assert not (tmp_path / "q").exists()
+    (m / "config.json").write_text(json.dumps({**config, "architectures": ["BertModel"]}))  # the encoder alone, asked
+    assert type(load_for_export(m)).__name__ == "BertModel"
+    encoder = tmp_path / "enc"
+    shutil.copytree(tiny_dirs["enc"], encoder)
+    config = json.loads((encoder / "config.json").read_text())
+    (encoder / "config.json").write_text(json.dumps({k: v for k, v in config.items() if k != "architectures"}))
+    assert type(load_for_export(encoder)).__name__ == "BertModel"  # no head: the encoder, as before
 
 
 def test_a_corrupt_tensorflow_index_or_config_is_named_not_a_parser_traceback(tiny_dirs, tmp_path):

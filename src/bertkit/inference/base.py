@@ -13,13 +13,12 @@ import numpy as np
 import torch
 from torch import Tensor, nn
 
-from bertkit.checkpoint_io import INT8_WEIGHTS_NAME, WEIGHTS_NAME, canonical_names, read_weights
 from bertkit.errors import BertkitError, MissingFileError, is_whole
 from bertkit.hub import download_hint, not_a_directory
 from bertkit.inference.prepare import check_request, prepare_model
 from bertkit.inference.runner import run_length_sorted
 from bertkit.padding import pad_batch
-from bertkit.quantization import is_int8_checkpoint, load_for_inference, read_calibration_file
+from bertkit.quantization import is_int8_checkpoint, load_for_inference, published_keys, read_calibration_file
 from bertkit.sentence.directory import declared_max_seq_length
 from bertkit.tokenization import BertTokenizer
 
@@ -47,22 +46,6 @@ def refuse_empty_text(tokenizer: Any, text: str, where: str, fix: str = "send te
         raise BertkitError(f"{where} is empty: {text[:40]!r} holds no token (it is blank, or only control or "
                            "zero-width characters), so the model would read [CLS] and [SEP] alone in its place, the "
                            f"same for every empty text; {fix}")
-
-
-def published_keys(model_dir: Path) -> set[str]:
-    """Names of the tensors in a checkpoint directory as loading reads them (``canonical_names``: the encoder's
-    without ``bert.``), read from the file header only (no weights loaded)."""
-    st = model_dir / (INT8_WEIGHTS_NAME if is_int8_checkpoint(model_dir) else WEIGHTS_NAME)  # int8: the head as published
-    if not st.is_file():
-        return canonical_names(read_weights(model_dir))  # transformers' torch pickle
-    from safetensors import SafetensorError, safe_open
-
-    try:
-        with safe_open(str(st), framework="pt") as f:
-            return canonical_names(f.keys())
-    except SafetensorError as e:  # the same words as loading the weights gives
-        raise BertkitError(f"{st} could not be read as safetensors ({e}); the file is truncated or corrupt "
-                           f"(size {st.stat().st_size} bytes): copy or download it again") from e
 
 
 def int8_options(settings: Any) -> dict[str, Any]:

@@ -19,10 +19,14 @@ from torch import Tensor, nn
 from bertkit._hardware import check_int8_kernel
 from bertkit.checkpoint_io import (
     CONFIG_NAME,
+    FAMILY_HEADS,
     INT8_WEIGHTS_NAME,
     TIED_KEYS,
+    WEIGHTS_NAME,
+    canonical_names,
     encoder_published_names,
     read_config_json,
+    read_weights,
     weight_files,
 )
 from bertkit.config import BertConfig
@@ -64,6 +68,22 @@ _SavedProjections = dict[tuple[int, str], dict[str, Tensor]]
 def is_int8_checkpoint(model_dir: str | Path) -> bool:
     """Whether ``model_dir`` holds an int8 model written by ``save_int8`` / ``bertkit quantize``."""
     return (Path(model_dir) / INT8_WEIGHTS_NAME).is_file()
+
+
+def published_keys(model_dir: Path) -> set[str]:
+    """Names of the tensors in a checkpoint directory as loading reads them (``canonical_names``: the encoder's
+    without ``bert.``), read from the file header only (no weights loaded)."""
+    st = model_dir / (INT8_WEIGHTS_NAME if is_int8_checkpoint(model_dir) else WEIGHTS_NAME)  # int8: the head as published
+    if not st.is_file():
+        return canonical_names(read_weights(model_dir))  # transformers' torch pickle
+    from safetensors import SafetensorError, safe_open
+
+    try:
+        with safe_open(str(st), framework="pt") as f:
+            return canonical_names(f.keys())
+    except SafetensorError as e:  # the same words as loading the weights gives
+        raise BertkitError(f"{st} could not be read as safetensors ({e}); the file is truncated or corrupt "
+                           f"(size {st.stat().st_size} bytes): copy or download it again") from e
 
 
 def save_int8(model: nn.Module, output_dir: str | Path, *, calibration: str = "built-in") -> Path:
@@ -123,8 +143,17 @@ def _quantization_config(int8: dict[tuple[int, str], nn.Module], calibration: st
 
 
 def model_class_of(directory: Path) -> type[nn.Module]:
-    """The bertkit class config.json's ``architectures`` names (the bare encoder when it names none)."""
-    archs = read_config_json(directory).get("architectures") or ["BertModel"]
+    """The bertkit class config.json's ``architectures`` names (the bare encoder when it names none and the weights
+    hold no head: a head's weights under no named class are refused, as the bare encoder would leave them out)."""
+    archs = read_config_json(directory).get("architectures")
+    if not archs:
+        heads = sorted({key.split(".")[0] for key in published_keys(directory) if key.startswith(FAMILY_HEADS)})
+        if heads:
+            raise BertkitError(
+                f"{directory / CONFIG_NAME} names no architecture and the weights hold a head ({', '.join(heads)}), "
+                "which the bare encoder it would load as leaves out: set \"architectures\" in config.json to the "
+                f"head's class (one of {', '.join(MODEL_CLASSES)}), or to [\"BertModel\"] for the encoder alone")
+        return BertModel
     name = archs if isinstance(archs, str) else archs[0] if isinstance(archs, list) else None
     if name not in MODEL_CLASSES:
         raise BertkitError(f"{directory / CONFIG_NAME} names architecture {archs!r}; bertkit has "

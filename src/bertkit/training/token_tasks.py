@@ -23,7 +23,7 @@ from bertkit.errors import BertkitError
 from bertkit.heads import BertForMultipleChoice, BertForQuestionAnswering, BertForTokenClassification
 from bertkit.inference.predict import EVAL_BATCH_SIZE, for_prediction, predict
 from bertkit.outputs import atomic_write, atomic_write_json
-from bertkit.quantization import load_for_inference
+from bertkit.quantization import load_for_inference, published_keys
 from bertkit.settings import (
     FinetuneSettings,
     NerSettings,
@@ -97,8 +97,6 @@ def _finetune(cls: type[nn.Module], s: FinetuneSettings, train_features: Sequenc
 
 def load_finetuned(cls: type[nn.Module], s: PredictBenchmarkSettings, task: str) -> tuple[nn.Module, BertTokenizer, Any]:
     """A checkpoint fine-tuned for ``task``, ready to predict (``for_prediction``), its tokenizer and precision."""
-    from bertkit.inference.base import published_keys
-
     path = s.model_name_or_path
     head = "qa_outputs.weight" if cls is BertForQuestionAnswering else "classifier.weight"
     if not (path / "config.json").is_file():
