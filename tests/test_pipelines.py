@@ -131,6 +131,24 @@ def test_a_token_classifier_is_refused_by_the_pipelines_whose_head_reads_the_poo
         bertkit.pipeline(task, d)
 
 
+@pytest.mark.parametrize("hf_class,num_labels,task", [("BertForSequenceClassification", 1, "multiple-choice"),
+                                                      ("BertForSequenceClassification", 3, "token-classification"),
+                                                      ("BertForMultipleChoice", 1, "text-classification"),
+                                                      ("BertForTokenClassification", 3, "token-classification")])
+def test_a_classifier_trained_for_another_task_is_refused_by_the_class_its_config_names(
+        tmp_path_factory, minilm_dir, hf_class, num_labels, task):
+    """Sequence, token and multiple-choice classifiers store the same weights (classifier.weight; a one-output
+    regressor's has a multiple-choice head's shape): an STS-B regressor loaded for multiple choice ran and scored the
+    choices with its similarity head. config.json's architectures tells them apart, and a mismatch is refused."""
+    d, _ = _tiny_dir(tmp_path_factory, minilm_dir, hf_class, num_labels=num_labels)
+    if hf_class == "BertForTokenClassification":  # its own task loads, as before
+        assert bertkit.pipeline(task, d).model_class.__name__ == hf_class
+        return
+    with pytest.raises(BertkitError, match=f"config.json names {hf_class}, not the .* {task} runs: its classifier was "
+                                           "trained for another task"):
+        bertkit.pipeline(task, d)
+
+
 def test_call_options_given_to_pipeline_are_refused(tmp_path_factory, minilm_dir):
     # transformers' pipeline("fill-mask", model, top_k=3) answers 3 candidates per call; bertkit's failed with a bare
     # TypeError from Pipeline.__init__

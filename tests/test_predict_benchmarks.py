@@ -13,7 +13,12 @@ import pytest
 
 from bertkit import BertTokenizer
 from bertkit.cli import main
-from bertkit.heads import BertForMultipleChoice, BertForQuestionAnswering, BertForTokenClassification
+from bertkit.heads import (
+    BertForMultipleChoice,
+    BertForQuestionAnswering,
+    BertForSequenceClassification,
+    BertForTokenClassification,
+)
 from bertkit.inference.prepare import for_cpu_inference
 from bertkit.tasks import ner, squad, squad_eval, swag
 from bertkit.tasks.metrics import to_fractions
@@ -78,6 +83,18 @@ def test_predict_squad_equals_the_recipes_predictions(tmp_path, minilm_dir, data
     subset = [{**a, "paragraphs": [{**p, "qas": [q for q in p["qas"] if q["id"] in first40]} for p in a["paragraphs"]]}
               for a in data]
     assert report["scores"] == to_fractions(squad_eval.evaluate_v1(subset, preds.predictions))
+
+
+def test_predict_swag_refuses_a_one_output_regressor_for_its_choices(tmp_path, minilm_dir, capsys, tiny_checkpoint):
+    """An STS-B regressor's classifier has the multiple-choice head's shape (1 x hidden): `predict swag` scored the
+    choices with it and wrote an accuracy. The class config.json names is another head, so it is refused."""
+    d = tiny_checkpoint(tmp_path / "model", BertForSequenceClassification, tokenizer=minilm_dir, labels=["score"],
+                        **ON_MINILM)
+    path = tmp_path / "val.csv"
+    path.write_text("video-id,sent1,sent2,ending0,ending1,ending2,ending3,label\nv,A man,He,runs.,sits.,eats.,sings.,0\n")
+    code, _, err = _run(capsys, "predict", "swag", "--model", d, "--predict-file", path, "--out", tmp_path / "run")
+    assert code != 0 and "config.json names BertForSequenceClassification, not the BertForMultipleChoice swag runs" in err
+    assert not (tmp_path / "run").exists()
 
 
 def test_predict_swag_equals_the_recipes_predictions(tmp_path, minilm_dir, sst2_dev, capsys, tiny_checkpoint):

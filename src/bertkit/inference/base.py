@@ -18,7 +18,7 @@ from bertkit.hub import download_hint, not_a_directory
 from bertkit.inference.prepare import check_request, prepare_model
 from bertkit.inference.runner import run_length_sorted
 from bertkit.padding import pad_batch
-from bertkit.quantization import is_int8_checkpoint, load_for_inference, published_keys, read_calibration_file
+from bertkit.quantization import is_int8_checkpoint, load_for_inference, read_calibration_file, require_head
 from bertkit.sentence.directory import declared_max_seq_length
 from bertkit.tokenization import BertTokenizer
 
@@ -134,12 +134,7 @@ class Pipeline:
         if not (directory / "config.json").is_file():
             raise MissingFileError(f"{directory / 'config.json'} not found: pass a checkpoint directory written by "
                                    "save_pretrained (config.json, model.safetensors, vocab.txt)")
-        if cls.required_keys:
-            have = published_keys(directory)
-            missing = [k for k in cls.required_keys if k not in have]
-            if missing:
-                raise BertkitError(f"{directory} has no {cls.task} head (its weights lack {', '.join(missing)}); "
-                                   f"{cls.missing_head_fix}")
+        require_head(directory, cls.model_class, cls.required_keys, cls.task, cls.missing_head_fix)
         tokenizer = BertTokenizer.from_pretrained(directory)
         declared = declared_max_seq_length(directory)
         if declared is not None:

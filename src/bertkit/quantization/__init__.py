@@ -20,12 +20,13 @@ from bertkit.quantization.saved import (
     is_int8_checkpoint,
     load_for_inference,
     load_int8,
-    published_keys,
     quantize_checkpoint,
+    require_head,
     save_int8,
 )
 
 __all__ = ["quantize_int8", "quantize_int8_on_texts", "calibration_batches", "check_int8_support",
            "read_calibration_file", "int8_projections", "encoder_of", "Int8Linear", "PROJECTIONS",
            "save_int8", "load_int8", "load_for_inference", "quantize_checkpoint",
-           "is_int8_model", "is_int8_checkpoint", "published_keys", "QUANT_METHOD"]
+           "is_int8_model", "is_int8_checkpoint", "require_head",
+           "QUANT_METHOD"]

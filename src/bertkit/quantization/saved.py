@@ -161,6 +161,26 @@ def model_class_of(directory: Path) -> type[nn.Module]:
     return MODEL_CLASSES[name]
 
 
+# The heads whose weights have the same names and shapes (classifier.weight: num_labels x hidden, or 1 x hidden for
+# multiple choice and for a one-output regressor): only the class config.json names tells a checkpoint of one apart.
+_CLASSIFIERS = ("BertForSequenceClassification", "BertForTokenClassification", "BertForMultipleChoice")
+
+
+def require_head(directory: Path, model_class: type[nn.Module], required: tuple[str, ...], task: str, fix: str) -> None:
+    """Refuse a checkpoint without the weights ``required`` for ``task``, or whose config.json names another
+    classifier head than ``model_class``: its weights would load and give that other task's numbers (an STS-B
+    regressor's one output read as SWAG's choice scores) without a word."""
+    missing = [key for key in required if key not in published_keys(directory)]
+    if missing:
+        raise BertkitError(f"{directory} has no {task} head (its weights lack {', '.join(missing)}); {fix}")
+    archs = read_config_json(directory).get("architectures")
+    named = archs[0] if isinstance(archs, list) and archs else archs
+    if named in _CLASSIFIERS and model_class.__name__ in _CLASSIFIERS and named != model_class.__name__:
+        raise BertkitError(f"{directory / CONFIG_NAME} names {named}, not the {model_class.__name__} {task} runs: its "
+                           "classifier was trained for another task, and would give numbers that mean nothing here; "
+                           f"{fix}")
+
+
 def load_int8(model_dir: str | Path, model_class: type[nn.Module] | None = None) -> nn.Module:
     """The int8 model ``save_int8`` / ``bertkit quantize`` wrote to ``model_dir``, in eval mode on the CPU, as
     ``model_class`` (default: config.json's ``architectures``; a head model's directory loads as ``BertModel`` too).

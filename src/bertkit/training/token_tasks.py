@@ -23,7 +23,7 @@ from bertkit.errors import BertkitError
 from bertkit.heads import BertForMultipleChoice, BertForQuestionAnswering, BertForTokenClassification
 from bertkit.inference.predict import EVAL_BATCH_SIZE, for_prediction, predict
 from bertkit.outputs import atomic_write, atomic_write_json
-from bertkit.quantization import load_for_inference, published_keys
+from bertkit.quantization import load_for_inference, require_head
 from bertkit.settings import (
     FinetuneSettings,
     NerSettings,
@@ -101,9 +101,7 @@ def load_finetuned(cls: type[nn.Module], s: PredictBenchmarkSettings, task: str)
     head = "qa_outputs.weight" if cls is BertForQuestionAnswering else "classifier.weight"
     if not (path / "config.json").is_file():
         raise BertkitError(f"{path / 'config.json'} not found: pass the model directory a finetune {task} run wrote")
-    if head not in published_keys(path):
-        raise BertkitError(f"{path} has no {task} head ({head} is missing); pass a checkpoint fine-tuned with "
-                           f"`bertkit finetune {task}`")
+    require_head(path, cls, (head,), task, f"pass a checkpoint fine-tuned with `bertkit finetune {task}`")
     tokenizer = BertTokenizer.from_pretrained(path)
     model, precision = for_prediction(load_for_inference(cls, path), tokenizer, s)
     return model, tokenizer, precision
