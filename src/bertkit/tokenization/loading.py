@@ -101,8 +101,7 @@ def added_past(tokens: list[str], path: Path, settings: dict[str, Any]) -> int:
         found[i] = (token, False)
     for key, entry in (read_json(path / CONFIG_FILE).get("added_tokens_decoder") or {}).items():
         found[int(key)] = (token_content(entry, "added_tokens_decoder"), bool(entry.get("special")))
-        if int(key) >= size:
-            check_added_token(entry, path / CONFIG_FILE)
+        check_added_token(entry, path / CONFIG_FILE)  # vocab.txt's [MASK] too: transformers applies its flags
     named = {settings.get(k, _DEFAULT_SPECIAL[k]) for k in SPECIAL_TOKEN_KEYS}
     for i in sorted(i for i in found if i >= size):
         token, special = found[i]
@@ -125,18 +124,24 @@ def _typed(value: Any, types: tuple[type, ...], where: str) -> Any:
 
 
 def check_added_token(entry: Any, file: Path) -> None:
-    """Refuse an added token (a serialised AddedToken) matched otherwise than bertkit matches added tokens, as
-    transformers' add_tokens adds them: in the normalized (lower-cased) text, inside words too. A special token is
-    matched in the raw text whatever its flags."""
-    if not isinstance(entry, dict) or entry.get("special"):
+    """Refuse a token cut out of the text (a serialised AddedToken) that transformers matches otherwise than bertkit
+    does: a special token exactly as written, in the raw text; another as add_tokens adds it, in the normalized
+    (lower-cased) text; either inside words too (not single_word), its offsets its own characters (lstrip and rstrip
+    take the whitespace beside it into them)."""
+    if not isinstance(entry, dict):
         return
-    flags = [f"{flag}={str(entry[flag]).lower()}" for flag, default in (("single_word", False), ("normalized", True))
-             if entry.get(flag, default) != default]
+    special = bool(entry.get("special"))
+    wanted = {"single_word": False, "lstrip": False, "rstrip": False, "normalized": not special}
+    flags = [flag for flag, default in wanted.items() if entry.get(flag, default) != default]
     if flags:
-        raise BertkitError(f"{file}: added token {entry.get('content')!r} has {' and '.join(flags)}, which bertkit "
-                           "does not implement (it matches added tokens in the normalized text, inside words too, as "
-                           "transformers' add_tokens adds them), so the ids would not be transformers': add the token "
-                           "again with add_tokens([...]) and save, or tokenize with transformers")
+        kind = "special token" if special else "added token"
+        raise BertkitError(f"{file}: {kind} {entry.get('content')!r} has "
+                           f"{' and '.join(f'{f}={str(entry[f]).lower()}' for f in flags)}, which bertkit does not "
+                           "implement (it matches a special token as written in the raw text, an added one in the "
+                           "normalized text as add_tokens adds it, inside words too, its offsets covering the token "
+                           "alone), so the ids or offsets would not be transformers': set "
+                           f"{' and '.join(f'{f}={str(wanted[f]).lower()}' for f in flags)} in its entry (transformers "
+                           "then matches it as bertkit does), or tokenize with transformers")
 
 
 def token_content(value: Any, key: str) -> str:
