@@ -420,7 +420,7 @@ def test_save_and_load_round_trip(tmp_path: Path) -> None:
 
 def test_load_reads_hugging_face_style_config(tmp_path: Path) -> None:
     (tmp_path / "vocab.txt").write_text("".join(t + "\n" for t in TOKENS), encoding="utf-8")
-    config = {"do_lower_case": False, "model_max_length": 1e30, "mask_token": {"content": "[MASK]", "lstrip": True},
+    config = {"do_lower_case": False, "model_max_length": 1e30, "mask_token": {"content": "[MASK]", "lstrip": False},
               "tokenizer_class": "BertTokenizer", "name_or_path": "somewhere/else-uncased"}  # fmt: skip
     (tmp_path / "tokenizer_config.json").write_text(json.dumps(config))
     tok = BertTokenizer.from_pretrained(tmp_path)

@@ -78,10 +78,15 @@ def read_settings(path: Path) -> dict[str, Any]:
     if extra and "additional_special_tokens" not in special:
         special["additional_special_tokens"] = list(extra.values() if isinstance(extra, dict) else extra)
     # Hugging Face lets special_tokens_map.json override the config's special tokens
-    special.update({k: v for k, v in read_json(path / SPECIAL_TOKENS_MAP_FILE).items() if k in _SPECIAL_SETTINGS})
+    special_map = {k: v for k, v in read_json(path / SPECIAL_TOKENS_MAP_FILE).items() if k in _SPECIAL_SETTINGS}
+    special.update(special_map)
     for key, value in special.items():
         many = key == "additional_special_tokens"
         settings[key] = [token_content(t, key) for t in value] if many else token_content(value, key)
+        for entry in value if many else [value]:  # a serialised AddedToken: transformers 5 applies its flags
+            if isinstance(entry, dict):
+                check_added_token({**entry, "special": True},
+                                  path / (SPECIAL_TOKENS_MAP_FILE if key in special_map else CONFIG_FILE))
     if isinstance(settings.get("model_max_length"), float):  # HF writes 1e30 for "no limit"
         settings["model_max_length"] = int(settings["model_max_length"])
     added = read_json(path / ADDED_TOKENS_FILE)  # bertkit writes them into vocab.txt as well, at the same ids
