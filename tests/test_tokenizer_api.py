@@ -13,6 +13,7 @@ from bertkit import BertTokenizer, DataCollatorWithPadding
 from bertkit.errors import BertkitError
 
 transformers = pytest.importorskip("transformers")
+tokenizers = pytest.importorskip("tokenizers")
 
 
 @pytest.fixture(scope="module")
@@ -216,6 +217,17 @@ def test_add_tokens_and_special_tokens_with_model_resize(minilm_dir, sentences, 
     with torch.no_grad():
         logits = BertForMaskedLM.from_pretrained(tmp_path).eval()(torch.tensor([a["input_ids"][0]])).prediction_logits
     assert logits.shape[-1] == len(ours)
+
+
+@pytest.mark.parametrize("tokens", [None, [None], "", [" x"], [tokenizers.AddedToken("[E1]", lstrip=True)]])
+def test_add_tokens_names_a_token_it_cannot_add(minilm_dir, tokens):
+    """transformers adds an AddedToken with its options, " x" with its space (so "a x b" is "a", " x", "b"), and
+    counts None or "" as 0 tokens; bertkit refuses each, naming it, before anything is added (None was Python's
+    "'NoneType' object is not iterable")."""
+    ours = BertTokenizer.from_pretrained(minilm_dir)
+    with pytest.raises(BertkitError, match=r"tokens to add must be non-empty strings .*: pass each as a str"):
+        ours.add_tokens(tokens)
+    assert len(ours) == 30522 and ours.added_tokens == []
 
 
 def test_an_added_token_is_never_made_from_a_words_pieces(minilm_dir):

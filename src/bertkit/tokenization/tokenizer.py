@@ -309,10 +309,14 @@ class BertTokenizer:
         and WordPiece never makes one from a word's pieces; with
         ``special_tokens=True`` it becomes an additional special token (matched exactly, skipped by decode).
         """
-        tokens = [new_tokens] if isinstance(new_tokens, str) else list(new_tokens)
+        many = isinstance(new_tokens, Iterable) and not isinstance(new_tokens, str)
+        tokens = list(new_tokens) if many else [new_tokens]
         bad = [t for t in tokens if not isinstance(t, str) or not t or t != t.strip()]
         if bad:
-            raise BertkitError(f"tokens to add must be non-empty strings without surrounding spaces, got {bad}")
+            # transformers takes an AddedToken too; its options (single_word, lstrip, rstrip, normalized) would match
+            # the token otherwise than bertkit matches added tokens (docs/tokenizer.md, "Loading and saving")
+            raise BertkitError(f"tokens to add must be non-empty strings without surrounding spaces, got {bad}: pass "
+                               "each as a str, stripped (an AddedToken's .content: its options are not implemented)")
         added = 0
         for token in dict.fromkeys(tokens):
             if token not in self.vocab:
