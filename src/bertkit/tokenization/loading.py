@@ -15,7 +15,7 @@ from typing import Any
 
 from bertkit.errors import BertkitError, read_json_object
 
-__all__ = ["read_json", "read_settings", "read_tokenizer_json", "tokenizer_json", "check_fits_model"]
+__all__ = ["read_json", "read_settings", "read_tokenizer_json", "tokenizer_json", "check_fits_model", "typed_setting"]
 
 CONFIG_FILE = "tokenizer_config.json"
 SPECIAL_TOKENS_MAP_FILE = "special_tokens_map.json"
@@ -72,7 +72,7 @@ def read_settings(path: Path) -> dict[str, Any]:
         config["model_max_length"] = config["max_len"]
     for key, types in SETTING_TYPES.items():
         if key in config:
-            settings[key] = _typed(config[key], types, f"{config_file}: {key}")
+            settings[key] = typed_setting(config[key], types, f"{config_file}: {key}")
     special = {k: v for k, v in config.items() if k in _SPECIAL_SETTINGS and v is not None}
     extra = config.get("extra_special_tokens")  # transformers 5's name for additional_special_tokens
     if extra and "additional_special_tokens" not in special:
@@ -120,10 +120,12 @@ def added_past(tokens: list[str], path: Path, settings: dict[str, Any]) -> int:
     return size
 
 
-def _typed(value: Any, types: tuple[type, ...], where: str) -> Any:
+def typed_setting(value: Any, types: tuple[type, ...], where: str) -> Any:
+    """``value`` when it has one of ``types`` (a bool is not an int here), else a ValueError naming ``where``."""
     if not isinstance(value, types) or (bool not in types and isinstance(value, bool)):
         want = " or ".join("null" if t is type(None) else t.__name__ for t in types)
-        hint = " (a string: write true/false without quotes)" if isinstance(value, str) else ""
+        hint = (f" (a string: write {'true/false' if bool in types else 'the number'} without quotes)"
+                if isinstance(value, str) else "")
         raise BertkitError(f"{where} must be {want}, got {value!r}{hint}")
     return value
 
@@ -180,7 +182,7 @@ def read_tokenizer_json(file: Path, settings: dict[str, Any]) -> tuple[list[str]
     if not isinstance(vocab, dict) or not vocab:
         raise BertkitError(f"{file}: model.vocab must be a non-empty {{token: id}} object, got "
                            f"{type(vocab).__name__}")
-    merged = {arg: _typed(parts[part].get(key, default), SETTING_TYPES.get(arg, (str,)), f"{file}: {part}.{key}")
+    merged = {arg: typed_setting(parts[part].get(key, default), SETTING_TYPES.get(arg, (str,)), f"{file}: {part}.{key}")
               for part, key, arg, default in _TOKENIZER_JSON_SETTINGS}
     ids = dict(vocab)
     added, special = [], []

@@ -42,6 +42,7 @@ from bertkit.tokenization.loading import (
     read_settings,
     read_tokenizer_json,
     tokenizer_json,
+    typed_setting,
 )
 from bertkit.tokenization.pad import pad_examples
 from bertkit.tokenization.text import TextEncoder
@@ -106,12 +107,18 @@ class BertTokenizer:
         else:
             tokens = load_vocab(vocab)
         self._tokens = tokens
+        settings = {"do_lower_case": do_lower_case, "strip_accents": strip_accents,
+                    "tokenize_chinese_chars": tokenize_chinese_chars, "model_max_length": model_max_length,
+                    "max_input_chars_per_word": max_input_chars_per_word,
+                    "clean_up_tokenization_spaces": clean_up_tokenization_spaces}
+        for key, value in settings.items():  # as transformers refuses them: bool("false") would lower-case
+            typed_setting(value, SETTING_TYPES[key], key)
         # WordPiece segments words with these first tokens only: add_tokens appends tokens that are matched in the
         # text, never produced from a word's pieces (Hugging Face keeps them out of its WordPiece model).
         self._wordpiece_size = len(tokens)
-        self.do_lower_case = bool(do_lower_case)
+        self.do_lower_case = do_lower_case
         self.strip_accents = strip_accents
-        self.tokenize_chinese_chars = bool(tokenize_chinese_chars)
+        self.tokenize_chinese_chars = tokenize_chinese_chars
         self.unk_token, self.sep_token, self.pad_token = unk_token, sep_token, pad_token
         self.cls_token, self.mask_token = cls_token, mask_token
         self.additional_special_tokens = list(additional_special_tokens)
@@ -120,7 +127,7 @@ class BertTokenizer:
         self.added_tokens: list[str] = list(dict.fromkeys(added_tokens))
         self.model_max_length = int(model_max_length)
         self.max_input_chars_per_word = max_input_chars_per_word
-        self.clean_up_tokenization_spaces = bool(clean_up_tokenization_spaces)
+        self.clean_up_tokenization_spaces = clean_up_tokenization_spaces
 
         missing = [t for t in (*self._special_list(), *added_tokens) if t not in tokens]
         if missing:
