@@ -45,7 +45,7 @@ from bertkit.tokenization.loading import (
     typed_setting,
 )
 from bertkit.tokenization.pad import pad_examples
-from bertkit.tokenization.text import TextEncoder
+from bertkit.tokenization.text import TextEncoder, check_added_tokens
 from bertkit.tokenization.wordpiece import VOCAB_FILE, WordPiece, load_vocab, unique_tokens, write_vocab_file
 
 __all__ = ["BertTokenizer", "BertTokenizerFast"]
@@ -137,6 +137,7 @@ class BertTokenizer:
                 f"mask_token=)"
             )
         self._build()
+        check_added_tokens(self._text.basic, self.added_tokens, self.all_special_tokens)
 
     def __setattr__(self, name: str, value: Any) -> None:
         # tok.pad_token = "[MASK]", as transformers users write it: pad_token_id and what pads follow (assigned alone,
@@ -324,6 +325,8 @@ class BertTokenizer:
             # the token otherwise than bertkit matches added tokens (docs/tokenizer.md, "Loading and saving")
             raise BertkitError(f"tokens to add must be non-empty strings without surrounding spaces, got {bad}: pass "
                                "each as a str, stripped (an AddedToken's .content: its options are not implemented)")
+        if not special_tokens:  # before anything is added
+            check_added_tokens(self._text.basic, [*self.added_tokens, *tokens], self.all_special_tokens)
         added = 0
         for token in dict.fromkeys(tokens):
             if token not in self.vocab:
