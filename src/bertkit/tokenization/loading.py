@@ -15,7 +15,8 @@ from typing import Any
 
 from bertkit.errors import BertkitError, read_json_object
 
-__all__ = ["read_json", "read_settings", "read_tokenizer_json", "tokenizer_json", "check_fits_model", "typed_setting"]
+__all__ = ["read_json", "read_settings", "read_tokenizer_json", "tokenizer_json", "check_fits_model",
+           "typed_setting"]
 
 CONFIG_FILE = "tokenizer_config.json"
 SPECIAL_TOKENS_MAP_FILE = "special_tokens_map.json"
@@ -182,7 +183,8 @@ def read_tokenizer_json(file: Path, settings: dict[str, Any]) -> tuple[list[str]
     if not isinstance(vocab, dict) or not vocab:
         raise BertkitError(f"{file}: model.vocab must be a non-empty {{token: id}} object, got "
                            f"{type(vocab).__name__}")
-    merged = {arg: typed_setting(parts[part].get(key, default), SETTING_TYPES.get(arg, (str,)), f"{file}: {part}.{key}")
+    merged = {arg: typed_setting(parts[part].get(key, default), SETTING_TYPES.get(arg, (str,)),
+                                 f"{file}: {part}.{key}")
               for part, key, arg, default in _TOKENIZER_JSON_SETTINGS}
     ids = dict(vocab)
     added, special = [], []
