@@ -420,7 +420,7 @@ def test_save_and_load_round_trip(tmp_path: Path) -> None:
 
 def test_load_reads_hugging_face_style_config(tmp_path: Path) -> None:
     (tmp_path / "vocab.txt").write_text("".join(t + "\n" for t in TOKENS), encoding="utf-8")
-    config = {"do_lower_case": False, "model_max_length": 1e30, "mask_token": {"content": "[MASK]", "lstrip": True},
+    config = {"do_lower_case": False, "model_max_length": 1e30, "mask_token": {"content": "[MASK]", "lstrip": False},
               "tokenizer_class": "BertTokenizer", "name_or_path": "somewhere/else-uncased"}  # fmt: skip
     (tmp_path / "tokenizer_config.json").write_text(json.dumps(config))
     tok = BertTokenizer.from_pretrained(tmp_path)
@@ -454,6 +454,25 @@ def test_vocabulary_errors(tmp_path: Path) -> None:
     (tmp_path / "vocab.txt").write_text("".join(t + "\n" for t in TOKENS), encoding="utf-8")
     with pytest.raises(ValueError, match="do_basic_tokenize=false"):
         BertTokenizer.from_pretrained(tmp_path)
+
+
+@pytest.mark.parametrize(("settings", "message"), [
+    ({"do_lower_case": "false"}, r"do_lower_case must be bool, got 'false' \(a string: write true/false without"),
+    ({"do_lower_case": None}, "do_lower_case must be bool, got None"),
+    ({"strip_accents": 0}, "strip_accents must be bool or null, got 0"),
+    ({"tokenize_chinese_chars": None}, "tokenize_chinese_chars must be bool, got None"),
+    ({"model_max_length": "512"}, r"model_max_length must be int or float, got '512' \(a string: write the number"),
+])
+def test_a_setting_of_the_wrong_type_is_refused_not_read_as_a_truth_value(minilm_dir: Path, settings, message) -> None:
+    """transformers' BertTokenizerFast refuses these (TypeError "'str' object is not an instance of 'bool'"); bertkit
+    read them as truth values: do_lower_case="false" lower-cased ("HELLO" [101, 7592, 102], where the cased reading
+    gives [101, 100, 102]), tokenize_chinese_chars=None left 文 whole (30387, not 1861). Refused naming the value,
+    passed to the constructor or to from_pretrained."""
+    with pytest.raises(ValueError, match=message):
+        BertTokenizer(minilm_dir / "vocab.txt", **settings)
+    with pytest.raises(ValueError, match=message):
+        BertTokenizer.from_pretrained(minilm_dir, **settings)
+    assert BertTokenizer(minilm_dir / "vocab.txt", do_lower_case=False)("HELLO")["input_ids"] == [101, 100, 102]
 
 
 @pytest.mark.parametrize("settings", [{"word_tokenizer_type": "mecab"}, {"subword_tokenizer_type": "character"}])

@@ -13,6 +13,7 @@ from bertkit import BertTokenizer, DataCollatorWithPadding
 from bertkit.errors import BertkitError
 
 transformers = pytest.importorskip("transformers")
+tokenizers = pytest.importorskip("tokenizers")
 
 
 @pytest.fixture(scope="module")
@@ -216,6 +217,47 @@ def test_add_tokens_and_special_tokens_with_model_resize(minilm_dir, sentences, 
     with torch.no_grad():
         logits = BertForMaskedLM.from_pretrained(tmp_path).eval()(torch.tensor([a["input_ids"][0]])).prediction_logits
     assert logits.shape[-1] == len(ours)
+
+
+@pytest.mark.parametrize("tokens", [None, [None], "", [" x"], [tokenizers.AddedToken("[E1]", lstrip=True)]])
+def test_add_tokens_names_a_token_it_cannot_add(minilm_dir, tokens):
+    """transformers adds an AddedToken with its options, " x" with its space (so "a x b" is "a", " x", "b"), and
+    counts None or "" as 0 tokens; bertkit refuses each, naming it, before anything is added (None was Python's
+    "'NoneType' object is not iterable")."""
+    ours = BertTokenizer.from_pretrained(minilm_dir)
+    with pytest.raises(BertkitError, match=r"tokens to add must be non-empty strings .*: pass each as a str"):
+        ours.add_tokens(tokens)
+    assert len(ours) == 30522 and ours.added_tokens == []
+
+
+@pytest.mark.parametrize("tokens", [["Foo", "FOO"], ["ët", "e\u0301t"], ["york", "York"], ["\u0301"]])
+def test_an_added_token_the_normalised_text_cannot_tell_apart_is_refused(minilm_dir, tmp_path, tokens):
+    """An uncased tokenizer matches added tokens by their normalised forms: "Foo" and "FOO" are both "foo". transformers
+    gave "FOO foo" [30522, 30522] live and [30523, 30523] once saved and loaded (["Foo", "FOO"] in one call; added
+    one by one, the other way round), and from bertkit's save 30523 where bertkit gave 30522: the same directory, other
+    ids. A token that normalises to nothing ("\u0301") made transformers fail on every text ("AddedVocabulary bad
+    split"). Refused, naming both, before anything is added, and in a directory transformers saved with both; as
+    special tokens (matched as written), or cased, each keeps its id, as in transformers."""
+    ours = BertTokenizer.from_pretrained(minilm_dir)
+    clash = r"to nothing, so no text" if len(tokens) == 1 else rf"to .*, as the added '{tokens[0]}' does, so no text"
+    message = rf"token '{tokens[-1]}' normalises \(BasicTokenizer\(do_lower_case=True.*{clash}.*special_tokens=True"
+    with pytest.raises(BertkitError, match=message):
+        ours.add_tokens(tokens)
+    assert len(ours) == 30522 and ours.added_tokens == []
+    if len(tokens) == 2:  # transformers adds them: its save is refused too
+        hf = transformers.BertTokenizerFast.from_pretrained(minilm_dir)
+        hf.add_tokens(tokens)
+        hf.save_pretrained(tmp_path)
+        with pytest.raises(BertkitError, match=message):
+            BertTokenizer.from_pretrained(tmp_path)
+    text = "Foo FOO ët e\u0301t York york"
+    for lower, special in ((True, True), (False, False)):
+        ours = BertTokenizer.from_pretrained(minilm_dir, do_lower_case=lower)
+        hf = transformers.BertTokenizerFast.from_pretrained(minilm_dir, do_lower_case=lower)
+        if tokens != ["\u0301"] or special:
+            assert ours.add_tokens(tokens, special_tokens=special) >= 1
+            hf.add_tokens(tokens, special_tokens=special)
+        assert ours(text)["input_ids"] == hf(text)["input_ids"]
 
 
 def test_an_added_token_is_never_made_from_a_words_pieces(minilm_dir):

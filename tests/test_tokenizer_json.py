@@ -248,12 +248,13 @@ def test_a_tokenizer_json_model_without_its_type_is_read_as_wordpiece(minilm_dir
         transformers.AutoTokenizer.from_pretrained(d)(texts)["input_ids"]
 
 
-@pytest.mark.parametrize("flag", [{"single_word": True}, {"normalized": False}])
+@pytest.mark.parametrize("flag", [{"single_word": True}, {"normalized": False}, {"rstrip": True}])
 def test_an_added_token_matched_otherwise_than_add_tokens_matches_is_refused(minilm_dir, tmp_path, flag):
     """transformers matches a single_word token only as a whole word, a normalized=false one in the raw text (so
-    "NewWord" in an uncased tokenizer is case-sensitive); bertkit matches added tokens as add_tokens adds them, so such
-    a file is refused, naming the token and the flag, from tokenizer.json and from tokenizer_config.json's
-    added_tokens_decoder alike. ("a NewWord and newwords": transformers' ids differ from bertkit's either way.)"""
+    "NewWord" in an uncased tokenizer is case-sensitive), and an rstrip one's offsets take the whitespace after it;
+    bertkit matches added tokens as add_tokens adds them, so such a file is refused, naming the token and the flag,
+    from tokenizer.json and from tokenizer_config.json's added_tokens_decoder alike. ("a NewWord and newwords":
+    transformers' ids, or offsets, differ from bertkit's either way.)"""
     hf = transformers.BertTokenizer.from_pretrained(minilm_dir)
     hf.add_tokens([tokenizers.AddedToken("NewWord", **flag)])
     hf.save_pretrained(tmp_path / "json")
@@ -269,6 +270,55 @@ def test_an_added_token_matched_otherwise_than_add_tokens_matches_is_refused(min
     (d / "tokenizer_config.json").write_text(json.dumps({**config, "added_tokens_decoder": {"30522": entry}}))
     with pytest.raises(ValueError, match=message):
         BertTokenizer.from_pretrained(d)
+
+
+@pytest.mark.parametrize(("flag", "layout"), [({"single_word": True}, "json"), ({"normalized": True}, "json"),
+                                               ({"lstrip": True}, "json"), ({"rstrip": True}, "config"),
+                                               ({"single_word": True}, "map")])
+def test_a_special_token_matched_otherwise_than_as_written_is_refused(minilm_dir, tmp_path, flag, layout):
+    """transformers matches a special token with single_word=true only as a whole word, a normalized=true one in the
+    normalized text, and takes the whitespace beside an lstrip/rstrip one into its offsets; bertkit matches special
+    tokens as written, inside words, offsets the token alone. Read as bertkit's, "x[MASK]y a [MASK]  b [mask]" gave
+    bertkit [101, 1060, 103, 1061, ...] where single_word gives transformers [101, 1060, 1031, 7308, 1033, 1061, ...]
+    ("[", "mask", "]"), normalized [..., 1038, 103, 102] where bertkit had [..., 1038, 1031, 7308, 1033, 102], and
+    lstrip the second [MASK] the offsets (10, 17) where bertkit had (11, 17). Refused naming the token and the flag,
+    from tokenizer.json, tokenizer_config.json's added_tokens_decoder (a vocab.txt's [MASK] too) and a special token
+    written as a serialised AddedToken (special_tokens_map.json); with the flag as bertkit matches, transformers gives
+    bertkit's ids and offsets."""
+    d = _copy_tokenizer(minilm_dir, tmp_path / "tok")
+    (key, value), = flag.items()
+    entry = {"content": "[MASK]", "lstrip": False, "rstrip": False, "single_word": False, "normalized": False,
+             "special": True}
+    if layout == "json":
+        data = json.loads((d / "tokenizer.json").read_text(encoding="utf-8"))
+        data["added_tokens"] = [{**e, **flag} if e["content"] == "[MASK]" else e for e in data["added_tokens"]]
+        (d / "tokenizer.json").write_text(json.dumps(data), encoding="utf-8")
+    elif layout == "config":
+        (d / "tokenizer.json").unlink()
+        config = json.loads((d / "tokenizer_config.json").read_text(encoding="utf-8"))
+        config["added_tokens_decoder"] = {"103": {**entry, **flag}}
+        (d / "tokenizer_config.json").write_text(json.dumps(config), encoding="utf-8")
+    else:  # transformers 4 wrote special tokens as serialised AddedTokens there
+        (d / "tokenizer.json").unlink()
+        (d / "special_tokens_map.json").write_text(json.dumps({"mask_token": {**entry, **flag}}), encoding="utf-8")
+    with pytest.raises(BertkitError, match=f"special token '\\[MASK\\]' has {key}={str(value).lower()}, .*: set "
+                                           f"{key}={str(not value).lower()} in its entry"):
+        BertTokenizer.from_pretrained(d)
+    text = "x[MASK]y a [MASK]  b [mask]"
+    want = transformers.AutoTokenizer.from_pretrained(d)(text, return_offsets_mapping=True)
+    assert want["input_ids"] != [101, 1060, 103, 1061, 1037, 103, 1038, 1031, 7308, 1033, 102] or \
+        want["offset_mapping"][5] != (11, 17)  # the difference the refusal keeps out
+    if layout == "json":
+        (d / "tokenizer.json").write_text(json.dumps({**data, "added_tokens": [
+            {**e, key: not value} if e["content"] == "[MASK]" else e for e in data["added_tokens"]]}), encoding="utf-8")
+    elif layout == "config":
+        (d / "tokenizer_config.json").write_text(json.dumps({**config, "added_tokens_decoder": {"103": entry}}))
+    else:
+        (d / "special_tokens_map.json").write_text(json.dumps({"mask_token": entry}), encoding="utf-8")
+    got = BertTokenizer.from_pretrained(d)(text, return_offsets_mapping=True)
+    want = transformers.AutoTokenizer.from_pretrained(d)(text, return_offsets_mapping=True)
+    assert got["input_ids"] == want["input_ids"] == [101, 1060, 103, 1061, 1037, 103, 1038, 1031, 7308, 1033, 102]
+    assert got["offset_mapping"] == want["offset_mapping"] and got["offset_mapping"][5] == (11, 17)
 
 
 @pytest.mark.parametrize(("key", "value", "setting"), [("lowercase", False, "do_lower_case"),

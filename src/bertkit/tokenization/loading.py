@@ -15,7 +15,8 @@ from typing import Any
 
 from bertkit.errors import BertkitError, read_json_object
 
-__all__ = ["read_json", "read_settings", "read_tokenizer_json", "tokenizer_json", "check_fits_model"]
+__all__ = ["read_json", "read_settings", "read_tokenizer_json", "tokenizer_json", "check_fits_model",
+           "typed_setting"]
 
 CONFIG_FILE = "tokenizer_config.json"
 SPECIAL_TOKENS_MAP_FILE = "special_tokens_map.json"
@@ -72,16 +73,21 @@ def read_settings(path: Path) -> dict[str, Any]:
         config["model_max_length"] = config["max_len"]
     for key, types in SETTING_TYPES.items():
         if key in config:
-            settings[key] = _typed(config[key], types, f"{config_file}: {key}")
+            settings[key] = typed_setting(config[key], types, f"{config_file}: {key}")
     special = {k: v for k, v in config.items() if k in _SPECIAL_SETTINGS and v is not None}
     extra = config.get("extra_special_tokens")  # transformers 5's name for additional_special_tokens
     if extra and "additional_special_tokens" not in special:
         special["additional_special_tokens"] = list(extra.values() if isinstance(extra, dict) else extra)
     # Hugging Face lets special_tokens_map.json override the config's special tokens
-    special.update({k: v for k, v in read_json(path / SPECIAL_TOKENS_MAP_FILE).items() if k in _SPECIAL_SETTINGS})
+    special_map = {k: v for k, v in read_json(path / SPECIAL_TOKENS_MAP_FILE).items() if k in _SPECIAL_SETTINGS}
+    special.update(special_map)
     for key, value in special.items():
         many = key == "additional_special_tokens"
         settings[key] = [token_content(t, key) for t in value] if many else token_content(value, key)
+        for entry in value if many else [value]:  # a serialised AddedToken: transformers 5 applies its flags
+            if isinstance(entry, dict):
+                check_added_token({**entry, "special": True},
+                                  path / (SPECIAL_TOKENS_MAP_FILE if key in special_map else CONFIG_FILE))
     if isinstance(settings.get("model_max_length"), float):  # HF writes 1e30 for "no limit"
         settings["model_max_length"] = int(settings["model_max_length"])
     added = read_json(path / ADDED_TOKENS_FILE)  # bertkit writes them into vocab.txt as well, at the same ids
@@ -101,8 +107,7 @@ def added_past(tokens: list[str], path: Path, settings: dict[str, Any]) -> int:
         found[i] = (token, False)
     for key, entry in (read_json(path / CONFIG_FILE).get("added_tokens_decoder") or {}).items():
         found[int(key)] = (token_content(entry, "added_tokens_decoder"), bool(entry.get("special")))
-        if int(key) >= size:
-            check_added_token(entry, path / CONFIG_FILE)
+        check_added_token(entry, path / CONFIG_FILE)  # vocab.txt's [MASK] too: transformers applies its flags
     named = {settings.get(k, _DEFAULT_SPECIAL[k]) for k in SPECIAL_TOKEN_KEYS}
     for i in sorted(i for i in found if i >= size):
         token, special = found[i]
@@ -116,27 +121,35 @@ def added_past(tokens: list[str], path: Path, settings: dict[str, Any]) -> int:
     return size
 
 
-def _typed(value: Any, types: tuple[type, ...], where: str) -> Any:
+def typed_setting(value: Any, types: tuple[type, ...], where: str) -> Any:
+    """``value`` when it has one of ``types`` (a bool is not an int here), else a ValueError naming ``where``."""
     if not isinstance(value, types) or (bool not in types and isinstance(value, bool)):
         want = " or ".join("null" if t is type(None) else t.__name__ for t in types)
-        hint = " (a string: write true/false without quotes)" if isinstance(value, str) else ""
+        hint = (f" (a string: write {'true/false' if bool in types else 'the number'} without quotes)"
+                if isinstance(value, str) else "")
         raise BertkitError(f"{where} must be {want}, got {value!r}{hint}")
     return value
 
 
 def check_added_token(entry: Any, file: Path) -> None:
-    """Refuse an added token (a serialised AddedToken) matched otherwise than bertkit matches added tokens, as
-    transformers' add_tokens adds them: in the normalized (lower-cased) text, inside words too. A special token is
-    matched in the raw text whatever its flags."""
-    if not isinstance(entry, dict) or entry.get("special"):
+    """Refuse a token cut out of the text (a serialised AddedToken) that transformers matches otherwise than bertkit
+    does: a special token exactly as written, in the raw text; another as add_tokens adds it, in the normalized
+    (lower-cased) text; either inside words too (not single_word), its offsets its own characters (lstrip and rstrip
+    take the whitespace beside it into them)."""
+    if not isinstance(entry, dict):
         return
-    flags = [f"{flag}={str(entry[flag]).lower()}" for flag, default in (("single_word", False), ("normalized", True))
-             if entry.get(flag, default) != default]
+    special = bool(entry.get("special"))
+    wanted = {"single_word": False, "lstrip": False, "rstrip": False, "normalized": not special}
+    flags = [flag for flag, default in wanted.items() if entry.get(flag, default) != default]
     if flags:
-        raise BertkitError(f"{file}: added token {entry.get('content')!r} has {' and '.join(flags)}, which bertkit "
-                           "does not implement (it matches added tokens in the normalized text, inside words too, as "
-                           "transformers' add_tokens adds them), so the ids would not be transformers': add the token "
-                           "again with add_tokens([...]) and save, or tokenize with transformers")
+        kind = "special token" if special else "added token"
+        raise BertkitError(f"{file}: {kind} {entry.get('content')!r} has "
+                           f"{' and '.join(f'{f}={str(entry[f]).lower()}' for f in flags)}, which bertkit does not "
+                           "implement (it matches a special token as written in the raw text, an added one in the "
+                           "normalized text as add_tokens adds it, inside words too, its offsets covering the token "
+                           "alone), so the ids or offsets would not be transformers': set "
+                           f"{' and '.join(f'{f}={str(wanted[f]).lower()}' for f in flags)} in its entry (transformers "
+                           "then matches it as bertkit does), or tokenize with transformers")
 
 
 def token_content(value: Any, key: str) -> str:
@@ -170,7 +183,8 @@ def read_tokenizer_json(file: Path, settings: dict[str, Any]) -> tuple[list[str]
     if not isinstance(vocab, dict) or not vocab:
         raise BertkitError(f"{file}: model.vocab must be a non-empty {{token: id}} object, got "
                            f"{type(vocab).__name__}")
-    merged = {arg: _typed(parts[part].get(key, default), SETTING_TYPES.get(arg, (str,)), f"{file}: {part}.{key}")
+    merged = {arg: typed_setting(parts[part].get(key, default), SETTING_TYPES.get(arg, (str,)),
+                                 f"{file}: {part}.{key}")
               for part, key, arg, default in _TOKENIZER_JSON_SETTINGS}
     ids = dict(vocab)
     added, special = [], []

@@ -14,6 +14,7 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 
+from bertkit.errors import BertkitError
 from bertkit.tokenization.basic import CHUNK_RE, NON_SEPARATOR_SPACE_RE, BasicTokenizer, lowercase
 from bertkit.tokenization.wordpiece import CACHE_SIZE, Memo, WordPiece
 
@@ -118,6 +119,25 @@ class TextEncoder:
                 else:
                     offsets.append((source[w + a], source[w + b - 1] + 1))
         return tuple(ids), tuple(offsets)
+
+
+def check_added_tokens(basic: BasicTokenizer, tokens: Iterable[str], special_tokens: Sequence[str]) -> None:
+    """Refuse added tokens (not special) that the normalised text cannot tell apart: two of one normalised form
+    ("Foo" and "FOO" uncased), or one of none ("\u0301" with accents stripped). transformers matches either of two by
+    no fixed rule (one live, the other once saved and loaded) and fails on every text with the other ("AddedVocabulary
+    bad split"); matched as written (special tokens), each is its own."""
+    known: dict[str, str] = {}
+    for token in dict.fromkeys(tokens):
+        if token in special_tokens:
+            continue
+        normal = basic.normalize(token)[0]
+        other = known.setdefault(normal, token)
+        if normal and other == token:
+            continue
+        clash = (f"to {normal!r}, as the added {other!r} does, so no text can tell them apart: keep one of them"
+                 if normal else "to nothing, so no text can match it: leave it out")
+        raise BertkitError(f"token {token!r} normalises ({basic!r}) {clash}, or add it with special_tokens=True to "
+                           "match it as written")
 
 
 def _spans(text: str) -> Iterator[tuple[int, str]]:

@@ -42,9 +42,10 @@ from bertkit.tokenization.loading import (
     read_settings,
     read_tokenizer_json,
     tokenizer_json,
+    typed_setting,
 )
 from bertkit.tokenization.pad import pad_examples
-from bertkit.tokenization.text import TextEncoder
+from bertkit.tokenization.text import TextEncoder, check_added_tokens
 from bertkit.tokenization.wordpiece import VOCAB_FILE, WordPiece, load_vocab, unique_tokens, write_vocab_file
 
 __all__ = ["BertTokenizer", "BertTokenizerFast"]
@@ -106,12 +107,18 @@ class BertTokenizer:
         else:
             tokens = load_vocab(vocab)
         self._tokens = tokens
+        settings = {"do_lower_case": do_lower_case, "strip_accents": strip_accents,
+                    "tokenize_chinese_chars": tokenize_chinese_chars, "model_max_length": model_max_length,
+                    "max_input_chars_per_word": max_input_chars_per_word,
+                    "clean_up_tokenization_spaces": clean_up_tokenization_spaces}
+        for key, value in settings.items():  # as transformers refuses them: bool("false") would lower-case
+            typed_setting(value, SETTING_TYPES[key], key)
         # WordPiece segments words with these first tokens only: add_tokens appends tokens that are matched in the
         # text, never produced from a word's pieces (Hugging Face keeps them out of its WordPiece model).
         self._wordpiece_size = len(tokens)
-        self.do_lower_case = bool(do_lower_case)
+        self.do_lower_case = do_lower_case
         self.strip_accents = strip_accents
-        self.tokenize_chinese_chars = bool(tokenize_chinese_chars)
+        self.tokenize_chinese_chars = tokenize_chinese_chars
         self.unk_token, self.sep_token, self.pad_token = unk_token, sep_token, pad_token
         self.cls_token, self.mask_token = cls_token, mask_token
         self.additional_special_tokens = list(additional_special_tokens)
@@ -120,7 +127,7 @@ class BertTokenizer:
         self.added_tokens: list[str] = list(dict.fromkeys(added_tokens))
         self.model_max_length = int(model_max_length)
         self.max_input_chars_per_word = max_input_chars_per_word
-        self.clean_up_tokenization_spaces = bool(clean_up_tokenization_spaces)
+        self.clean_up_tokenization_spaces = clean_up_tokenization_spaces
 
         missing = [t for t in (*self._special_list(), *added_tokens) if t not in tokens]
         if missing:
@@ -130,6 +137,7 @@ class BertTokenizer:
                 f"mask_token=)"
             )
         self._build()
+        check_added_tokens(self._text.basic, self.added_tokens, self.all_special_tokens)
 
     def __setattr__(self, name: str, value: Any) -> None:
         # tok.pad_token = "[MASK]", as transformers users write it: pad_token_id and what pads follow (assigned alone,
@@ -309,10 +317,16 @@ class BertTokenizer:
         and WordPiece never makes one from a word's pieces; with
         ``special_tokens=True`` it becomes an additional special token (matched exactly, skipped by decode).
         """
-        tokens = [new_tokens] if isinstance(new_tokens, str) else list(new_tokens)
+        many = isinstance(new_tokens, Iterable) and not isinstance(new_tokens, str)
+        tokens = list(new_tokens) if many else [new_tokens]
         bad = [t for t in tokens if not isinstance(t, str) or not t or t != t.strip()]
         if bad:
-            raise BertkitError(f"tokens to add must be non-empty strings without surrounding spaces, got {bad}")
+            # transformers takes an AddedToken too; its options (single_word, lstrip, rstrip, normalized) would match
+            # the token otherwise than bertkit matches added tokens (docs/tokenizer.md, "Loading and saving")
+            raise BertkitError(f"tokens to add must be non-empty strings without surrounding spaces, got {bad}: pass "
+                               "each as a str, stripped (an AddedToken's .content: its options are not implemented)")
+        if not special_tokens:  # before anything is added
+            check_added_tokens(self._text.basic, [*self.added_tokens, *tokens], self.all_special_tokens)
         added = 0
         for token in dict.fromkeys(tokens):
             if token not in self.vocab:
