@@ -167,6 +167,36 @@ def test_an_input_that_fails_inside_a_shared_batch_fails_its_own_request_only(se
         server.stop()
 
 
+def test_a_model_call_that_raises_is_answered_500_in_teis_body_and_counted(served):
+    """An exception of the model's own (torch's out of memory, ...) reached the client as a bare text/plain "Internal
+    Server Error" (on /v1/embeddings too, where OpenAI's client then shows no reason), uncounted by /metrics; its
+    request now gets a 500 naming it in TEI's body, and the server answers the next request."""
+    from bertkit.inference.serve import create_app
+
+    _, pipe = served
+
+    class Failing(type(pipe)):
+        def run_rows(self, rows):
+            if any(len(row["input_ids"]) == 3 for row in rows):  # one word between [CLS] and [SEP]
+                raise RuntimeError("CUDA out of memory. Tried to allocate 2.00 GiB")
+            return super().run_rows(rows)
+
+    server = Server(create_app(Failing(pipe.model, pipe.tokenizer, batch_size=16), "failing", max_wait_ms=1))
+    try:
+        before = metrics(server.url)
+        r = httpx.post(f"{server.url}/predict", json={"inputs": "boom"}, timeout=60)
+        assert r.status_code == 500
+        assert r.json() == {"error": "the model call failed: RuntimeError: CUDA out of memory. Tried to allocate "
+                                     "2.00 GiB", "error_type": "Backend"}
+        after = metrics(server.url)
+        assert (after["requests"] - before["requests"], after["errors"] - before["errors"]) == (1, 1)
+        assert httpx.get(f"{server.url}/health").status_code == 200
+        fine = httpx.post(f"{server.url}/predict", json={"inputs": "a fine film"}, timeout=60)
+        assert fine.status_code == 200 and _close(fine.json()[0], pipe("a fine film"))
+    finally:
+        server.stop()
+
+
 @pytest.mark.parametrize("body, status, message", [
     (b'{"inputs": "unclosed', 400, "not valid JSON"),
     (b'["a list"]', 422, "the body of /predict must be a JSON object with inputs"),
