@@ -446,3 +446,70 @@ def test_sigterm_drains_the_admitted_requests_then_the_server_exits(tiny_dir):
         if proc.poll() is None:
             proc.kill()
             proc.wait()
+
+
+def test_a_second_ctrl_c_stops_the_model_call_under_way_at_its_next_batch(tiny_dir, monkeypatch):
+    """uvicorn's second Ctrl-C ("CTRL+C to force quit", its log says) skips the app's shutdown, which is what stops
+    a model call under way at its next forward batch: serve() returned, but the process could not exit until the
+    model thread had computed every batch of the call (minutes for a request of max_windows_per_request windows).
+    ``serve`` runs in this process, its pipeline held inside the first of eight forward batches."""
+    import os
+    import threading
+
+    import bertkit.inference
+    from bertkit.inference.pipelines import TextClassificationPipeline
+    from bertkit.inference.serve import serve
+    from bertkit.settings import ServeSettings
+
+    entered, release, done, batches = threading.Event(), threading.Event(), threading.Event(), []
+
+    class Held(TextClassificationPipeline):
+        def forward(self, batch, rows):
+            batches.append(len(rows))
+            entered.set()
+            assert release.wait(60), "the test never released the model thread"
+            return super().forward(batch, rows)
+
+        def run_rows(self, rows):
+            try:
+                return super().run_rows(rows)
+            finally:
+                done.set()
+
+    monkeypatch.setattr(bertkit.inference, "pipeline",
+                        lambda task, path, **_: Held.from_pretrained(path, batch_size=1, progress=False))
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+
+    def listening() -> bool:
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=1).close()
+            return True
+        except OSError:
+            return False
+
+    def client() -> int | str:
+        until(listening, 60)
+        try:
+            return _post(f"http://127.0.0.1:{port}", [f"text {i}" for i in range(8)], timeout=60).status_code
+        except httpx.TransportError as e:
+            return type(e).__name__
+
+    def ctrl_c_twice() -> None:
+        assert entered.wait(60)
+        os.kill(os.getpid(), signal.SIGINT)  # drains: the listening socket closes, the held call is waited on
+        until(lambda: not listening())
+        os.kill(os.getpid(), signal.SIGINT)  # force quit
+
+    with concurrent.futures.ThreadPoolExecutor(2) as pool:
+        answer = pool.submit(client)
+        pool.submit(ctrl_c_twice)
+        try:
+            serve(ServeSettings(model_name_or_path=tiny_dir, task="text-classification", port=port, max_batch_size=8,
+                                log_level="critical"))
+        finally:
+            release.set()
+        assert answer.result() == 503
+    assert done.wait(60)
+    assert batches == [1]  # the held batch finished; the next seven never ran

@@ -160,9 +160,10 @@ class _Server:
             return JSONResponse(route.render(self, call, results), headers=self._timing(call, job, t0, parsing))
         except ClientDisconnect:
             return Response(status_code=499)
-        except asyncio.CancelledError:  # uvicorn cancels what is still open when shutdown's grace period ends
-            return self.refuse(RequestError(503, "the server shut down (its graceful_shutdown_s passed) before "
-                                                 "this request was answered", {"Connection": "close"}), route)
+        except asyncio.CancelledError:  # uvicorn cancels what is still open once shutdown's grace period ends
+            return self.refuse(RequestError(503, "the server shut down before this request was answered (its "
+                                                 "graceful_shutdown_s passed, or a second Ctrl-C)",
+                                            {"Connection": "close"}), route)
         except RequestError as e:
             return self.refuse(e, route)
         except BertkitError as e:  # an option's value the pipeline refuses (top_k=0, ...)
@@ -274,7 +275,8 @@ def create_app(pipe: Any, model_dir: str, *, max_batch_size: int = 32, max_wait_
                served_model_name: str | None = None) -> Any:
     """The FastAPI application serving ``pipe`` on ``ROUTES`` (the arguments are ``bertkit serve``'s flags).
     ``app.state.draining = True`` refuses new requests with 503 while admitted ones finish (``serve`` sets it on
-    SIGTERM); ``app.state.stats`` holds the counters."""
+    SIGTERM); ``app.state.stopping.set()`` ends the model call under way at its next forward batch (the app's
+    shutdown sets it); ``app.state.stats`` holds the counters."""
     require_serving()
     from contextlib import asynccontextmanager
 
@@ -302,6 +304,7 @@ def create_app(pipe: Any, model_dir: str, *, max_batch_size: int = 32, max_wait_
 
     app = FastAPI(title=f"bertkit {pipe.task}", lifespan=lifespan, docs_url=None, redoc_url=None)
     app.state.draining = False
+    app.state.stopping = stopping
     app.state.stats = stats
     name = model_dir if served_model_name is None else served_model_name
     server = _Server(app, pipe, task, limits, stats, default_normalize, name)
@@ -414,6 +417,9 @@ def serve(s: Any) -> dict[str, Any]:
     try:
         server.run()
     finally:
+        # A second Ctrl-C (uvicorn's force quit) skips the app's shutdown, which stops the model call under way:
+        # stopped here, it ends at its next forward batch instead of holding the process until all of it is computed.
+        app.state.stopping.set()
         for sig, handler in previous.items():
             signal.signal(sig, handler)
     return dict(vars(app.state.stats))
