@@ -67,8 +67,10 @@ def _prometheus(server: _Server) -> Any:
     counters = {k: v for k, v in vars(server.stats).items() if k != "largest_batch"}
     gauges = {"admitted_inputs": batcher.inputs, "queued_requests": len(batcher.jobs),
               "largest_batch": server.stats.largest_batch}
+    # The TYPE line names the sample (Prometheus' text format 0.0.4): one naming bertkit_requests would leave
+    # bertkit_requests_total untyped
     lines = [line for name, value in counters.items()
-             for line in (f"# TYPE bertkit_{name} counter", f"bertkit_{name}_total {value}")]
+             for line in (f"# TYPE bertkit_{name}_total counter", f"bertkit_{name}_total {value}")]
     lines += [line for name, value in gauges.items()
               for line in (f"# TYPE bertkit_{name} gauge", f"bertkit_{name} {value}")]
     return PlainTextResponse("\n".join(lines) + "\n", media_type="text/plain; version=0.0.4")
