@@ -457,8 +457,8 @@ def test_a_second_ctrl_c_stops_the_model_call_under_way_at_its_next_batch(tiny_d
     import threading
 
     import bertkit.inference
+    import bertkit.inference.serve as serve_module
     from bertkit.inference.pipelines import TextClassificationPipeline
-    from bertkit.inference.serve import serve
     from bertkit.settings import ServeSettings
 
     entered, release, done, batches = threading.Event(), threading.Event(), threading.Event(), []
@@ -478,6 +478,7 @@ def test_a_second_ctrl_c_stops_the_model_call_under_way_at_its_next_batch(tiny_d
 
     monkeypatch.setattr(bertkit.inference, "pipeline",
                         lambda task, path, **_: Held.from_pretrained(path, batch_size=1, progress=False))
+    monkeypatch.setattr(serve_module, "fix_mmap_threshold", lambda: False)  # the server process's, not pytest's
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
@@ -506,8 +507,8 @@ def test_a_second_ctrl_c_stops_the_model_call_under_way_at_its_next_batch(tiny_d
         answer = pool.submit(client)
         pool.submit(ctrl_c_twice)
         try:
-            serve(ServeSettings(model_name_or_path=tiny_dir, task="text-classification", port=port, max_batch_size=8,
-                                log_level="critical"))
+            serve_module.serve(ServeSettings(model_name_or_path=tiny_dir, task="text-classification", port=port,
+                                             max_batch_size=8, log_level="critical"))
         finally:
             release.set()
         assert answer.result() == 503
