@@ -379,6 +379,15 @@ def test_health_answers_while_the_model_computes_a_long_batch(served):
     assert max(waits) < 1.0, waits
 
 
+@pytest.mark.parametrize("path", ["/health", "/ready", "/info", "/metrics"])
+def test_the_get_routes_answer_head_as_teis_do(served, path):
+    """Monitors that check with HEAD (uptime checkers, curl -I) got 405 and took the server for down; TEI's GET
+    routes answer HEAD (axum's), with the GET's status and headers and no body."""
+    server, _ = served
+    head, get = httpx.head(f"{server.url}{path}"), httpx.get(f"{server.url}{path}")
+    assert (head.status_code, head.headers["content-type"], head.content) == (200, get.headers["content-type"], b"")
+
+
 def test_a_lone_request_does_not_wait_for_companions_and_a_batch_waits_for_one_being_read(tiny_dir):
     """max_wait_ms (here 10 s, the largest allowed) is spent only while another request's body is still being
     read: a lone request is answered long before it (a client timeout of 5 s would fail otherwise), and two

@@ -322,6 +322,8 @@ def create_app(pipe: Any, model_dir: str, *, max_batch_size: int = 32, max_wait_
 
     for route in ROUTES:
         app.add_api_route(route.path, handler(route), methods=[route.method], summary=route.help)
+        if route.get:  # HEAD too, as TEI's GET routes (axum's) answer it: monitors that check with HEAD
+            app.add_api_route(route.path, handler(route), methods=["HEAD"], include_in_schema=False)
     if api_key is not None:
         app.add_middleware(_BearerKey, key=api_key, server=server)
     return app
