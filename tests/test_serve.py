@@ -206,12 +206,14 @@ def test_a_model_call_that_raises_is_answered_500_in_teis_body_and_counted(serve
     # half of a surrogate pair: Python's parser took it and the model read a text that is no Unicode
     (b'{"inputs": "a\\ud800b"}', 400, "a string holds \\ud800, half of a UTF-16 surrogate pair"),
     (b'{"inputs": "x", "parameters": {"\\udfff": 1}}', 400, "a string holds \\udfff"),
-    (json.dumps({"inputs": ["t"] * 9}).encode(), 422, "9 inputs exceed max_items 8"),
+    (json.dumps({"inputs": ["t"] * 9}).encode(), 422, "9 inputs exceed max_items 8 per request: send them in "
+     "requests of at most 8, or start the server with a larger --max-items"),
     (json.dumps({"inputs": "y" * 2001}).encode(), 422, "2001 characters, over max_text_chars 2000: send less (the model "
      "reads a text's first max_length tokens), or start the server with a larger --max-text-chars"),
     (json.dumps({"inputs": "x", "parameters": {"stride": 2}}).encode(), 422, "takes no parameter(s) stride"),
     (json.dumps({"inputs": "x", "parameters": {"top_k": 0}}).encode(), 422, "top_k must be an int in [1, 100]"),
-    (json.dumps({"inputs": ["z" * 1500] * 14}).encode(), 413, "exceeds max_body_bytes 20000"),
+    (json.dumps({"inputs": ["z" * 1500] * 14}).encode(), 413, "exceeds max_body_bytes 20000: send fewer or shorter "
+     "inputs per request, or start the server with a larger --max-body-bytes"),
 ])
 def test_bad_requests_get_a_4xx_naming_the_problem(served, body, status, message):
     server, _ = served

@@ -100,17 +100,20 @@ def _error_response(e: RequestError, route: Route | None) -> Any:
     return JSONResponse(body, status_code=e.status, headers=e.headers)
 
 
+_SEND_LESS = "send fewer or shorter inputs per request, or start the server with a larger --max-body-bytes"
+
+
 async def _read_body(request: Any, limits: Limits) -> bytes:
     """The body, refused (413) as soon as it is known to be too large: from its Content-Length, or while read."""
     declared = request.headers.get("content-length")
     if declared is not None and declared.isdigit() and int(declared) > limits.max_body_bytes:
         raise RequestError(413, f"request body of {declared} bytes exceeds max_body_bytes "
-                                f"{limits.max_body_bytes}")
+                                f"{limits.max_body_bytes}: {_SEND_LESS}")
     chunks, size = [], 0
     async for chunk in request.stream():
         size += len(chunk)
         if size > limits.max_body_bytes:
-            raise RequestError(413, f"request body exceeds max_body_bytes {limits.max_body_bytes}")
+            raise RequestError(413, f"request body exceeds max_body_bytes {limits.max_body_bytes}: {_SEND_LESS}")
         chunks.append(chunk)
     return b"".join(chunks)
 
