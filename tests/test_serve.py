@@ -167,6 +167,36 @@ def test_an_input_that_fails_inside_a_shared_batch_fails_its_own_request_only(se
         server.stop()
 
 
+def test_a_model_call_that_raises_is_answered_500_in_teis_body_and_counted(served):
+    """An exception of the model's own (torch's out of memory, ...) reached the client as a bare text/plain "Internal
+    Server Error" (on /v1/embeddings too, where OpenAI's client then shows no reason), uncounted by /metrics; its
+    request now gets a 500 naming it in TEI's body, and the server answers the next request."""
+    from bertkit.inference.serve import create_app
+
+    _, pipe = served
+
+    class Failing(type(pipe)):
+        def run_rows(self, rows):
+            if any(len(row["input_ids"]) == 3 for row in rows):  # one word between [CLS] and [SEP]
+                raise RuntimeError("CUDA out of memory. Tried to allocate 2.00 GiB")
+            return super().run_rows(rows)
+
+    server = Server(create_app(Failing(pipe.model, pipe.tokenizer, batch_size=16), "failing", max_wait_ms=1))
+    try:
+        before = metrics(server.url)
+        r = httpx.post(f"{server.url}/predict", json={"inputs": "boom"}, timeout=60)
+        assert r.status_code == 500
+        assert r.json() == {"error": "the model call failed: RuntimeError: CUDA out of memory. Tried to allocate "
+                                     "2.00 GiB", "error_type": "Backend"}
+        after = metrics(server.url)
+        assert (after["requests"] - before["requests"], after["errors"] - before["errors"]) == (1, 1)
+        assert httpx.get(f"{server.url}/health").status_code == 200
+        fine = httpx.post(f"{server.url}/predict", json={"inputs": "a fine film"}, timeout=60)
+        assert fine.status_code == 200 and _close(fine.json()[0], pipe("a fine film"))
+    finally:
+        server.stop()
+
+
 @pytest.mark.parametrize("body, status, message", [
     (b'{"inputs": "unclosed', 400, "not valid JSON"),
     (b'["a list"]', 422, "the body of /predict must be a JSON object with inputs"),
@@ -176,12 +206,14 @@ def test_an_input_that_fails_inside_a_shared_batch_fails_its_own_request_only(se
     # half of a surrogate pair: Python's parser took it and the model read a text that is no Unicode
     (b'{"inputs": "a\\ud800b"}', 400, "a string holds \\ud800, half of a UTF-16 surrogate pair"),
     (b'{"inputs": "x", "parameters": {"\\udfff": 1}}', 400, "a string holds \\udfff"),
-    (json.dumps({"inputs": ["t"] * 9}).encode(), 422, "9 inputs exceed max_items 8"),
+    (json.dumps({"inputs": ["t"] * 9}).encode(), 422, "9 inputs exceed max_items 8 per request: send them in "
+     "requests of at most 8, or start the server with a larger --max-items"),
     (json.dumps({"inputs": "y" * 2001}).encode(), 422, "2001 characters, over max_text_chars 2000: send less (the model "
      "reads a text's first max_length tokens), or start the server with a larger --max-text-chars"),
     (json.dumps({"inputs": "x", "parameters": {"stride": 2}}).encode(), 422, "takes no parameter(s) stride"),
     (json.dumps({"inputs": "x", "parameters": {"top_k": 0}}).encode(), 422, "top_k must be an int in [1, 100]"),
-    (json.dumps({"inputs": ["z" * 1500] * 14}).encode(), 413, "exceeds max_body_bytes 20000"),
+    (json.dumps({"inputs": ["z" * 1500] * 14}).encode(), 413, "exceeds max_body_bytes 20000: send fewer or shorter "
+     "inputs per request, or start the server with a larger --max-body-bytes"),
 ])
 def test_bad_requests_get_a_4xx_naming_the_problem(served, body, status, message):
     server, _ = served
@@ -349,6 +381,15 @@ def test_health_answers_while_the_model_computes_a_long_batch(served):
     assert max(waits) < 1.0, waits
 
 
+@pytest.mark.parametrize("path", ["/health", "/ready", "/info", "/metrics"])
+def test_the_get_routes_answer_head_as_teis_do(served, path):
+    """Monitors that check with HEAD (uptime checkers, curl -I) got 405 and took the server for down; TEI's GET
+    routes answer HEAD (axum's), with the GET's status and headers and no body."""
+    server, _ = served
+    head, get = httpx.head(f"{server.url}{path}"), httpx.get(f"{server.url}{path}")
+    assert (head.status_code, head.headers["content-type"], head.content) == (200, get.headers["content-type"], b"")
+
+
 def test_a_lone_request_does_not_wait_for_companions_and_a_batch_waits_for_one_being_read(tiny_dir):
     """max_wait_ms (here 10 s, the largest allowed) is spent only while another request's body is still being
     read: a lone request is answered long before it (a client timeout of 5 s would fail otherwise), and two
@@ -416,3 +457,71 @@ def test_sigterm_drains_the_admitted_requests_then_the_server_exits(tiny_dir):
         if proc.poll() is None:
             proc.kill()
             proc.wait()
+
+
+def test_a_second_ctrl_c_stops_the_model_call_under_way_at_its_next_batch(tiny_dir, monkeypatch):
+    """uvicorn's second Ctrl-C ("CTRL+C to force quit", its log says) skips the app's shutdown, which is what stops
+    a model call under way at its next forward batch: serve() returned, but the process could not exit until the
+    model thread had computed every batch of the call (minutes for a request of max_windows_per_request windows).
+    ``serve`` runs in this process, its pipeline held inside the first of eight forward batches."""
+    import os
+    import threading
+
+    import bertkit.inference
+    import bertkit.inference.serve as serve_module
+    from bertkit.inference.pipelines import TextClassificationPipeline
+    from bertkit.settings import ServeSettings
+
+    entered, release, done, batches = threading.Event(), threading.Event(), threading.Event(), []
+
+    class Held(TextClassificationPipeline):
+        def forward(self, batch, rows):
+            batches.append(len(rows))
+            entered.set()
+            assert release.wait(60), "the test never released the model thread"
+            return super().forward(batch, rows)
+
+        def run_rows(self, rows):
+            try:
+                return super().run_rows(rows)
+            finally:
+                done.set()
+
+    monkeypatch.setattr(bertkit.inference, "pipeline",
+                        lambda task, path, **_: Held.from_pretrained(path, batch_size=1, progress=False))
+    monkeypatch.setattr(serve_module, "fix_mmap_threshold", lambda: False)  # the server process's, not pytest's
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+
+    def listening() -> bool:
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=1).close()
+            return True
+        except OSError:
+            return False
+
+    def client() -> int | str:
+        until(listening, 60)
+        try:
+            return _post(f"http://127.0.0.1:{port}", [f"text {i}" for i in range(8)], timeout=60).status_code
+        except httpx.TransportError as e:
+            return type(e).__name__
+
+    def ctrl_c_twice() -> None:
+        assert entered.wait(60)
+        os.kill(os.getpid(), signal.SIGINT)  # drains: the listening socket closes, the held call is waited on
+        until(lambda: not listening())
+        os.kill(os.getpid(), signal.SIGINT)  # force quit
+
+    with concurrent.futures.ThreadPoolExecutor(2) as pool:
+        answer = pool.submit(client)
+        pool.submit(ctrl_c_twice)
+        try:
+            serve_module.serve(ServeSettings(model_name_or_path=tiny_dir, task="text-classification", port=port,
+                                             max_batch_size=8, log_level="critical"))
+        finally:
+            release.set()
+        assert answer.result() == 503
+    assert done.wait(60)
+    assert batches == [1]  # the held batch finished; the next seven never ran

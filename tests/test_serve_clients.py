@@ -388,6 +388,14 @@ def test_metrics_parse_and_the_counters_move_by_the_requests_sent(reranker):
     assert after[("bertkit_model_seconds_total", ())] > before[("bertkit_model_seconds_total", ())]
     assert after[("bertkit_admitted_inputs", ())] == after[("bertkit_queued_requests", ())] == 0
     assert after[("bertkit_largest_batch", ())] >= 2
+    # Typed as each sample is named: a TYPE line naming bertkit_requests left bertkit_requests_total "unknown"
+    from prometheus_client.parser import text_string_to_metric_families
+
+    kinds = {s.name: family.type for family in text_string_to_metric_families(httpx.get(f"{url}/metrics").text)
+             for s in family.samples}
+    assert kinds == {**{f"bertkit_{name}_total": "counter" for name in (
+        "requests", "items", "tokens", "batches", "model_seconds", "refused", "abandoned", "errors")},
+        **dict.fromkeys(("bertkit_admitted_inputs", "bertkit_queued_requests", "bertkit_largest_batch"), "gauge")}
 
 
 def test_a_request_refused_by_the_api_key_is_counted_as_any_other_refusal(embedder):

@@ -174,7 +174,8 @@ def test_null_is_the_default_and_the_inference_api_names_still_work(servers):
     (b'{"inputs": "a", "parameters": {"top_k": -Infinity}}', 400, "-Infinity is not a JSON number"),
     # nested 100,000 deep: a RecursionError inside json.loads answered 500
     (b"[" * 100_000 + b"]" * 100_000, 413, "nests lists and objects about 1,000 or more deep, over max_json_depth"),
-    (b'{"inputs": ' + b"[" * 17 + b'"a"' + b"]" * 17 + b"}", 413, "18 deep, over max_json_depth 16"),
+    (b'{"inputs": ' + b"[" * 17 + b'"a"' + b"]" * 17 + b"}", 413, "18 deep, over max_json_depth 16: no route's body "
+     "nests more than a few levels, so check how it is built (or start the server with a larger --max-json-depth)"),
 ])
 def test_duplicate_keys_non_numbers_and_deep_nesting_are_refused_before_any_work(servers, body, status, message):
     url = servers("clf")

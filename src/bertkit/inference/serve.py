@@ -67,8 +67,10 @@ def _prometheus(server: _Server) -> Any:
     counters = {k: v for k, v in vars(server.stats).items() if k != "largest_batch"}
     gauges = {"admitted_inputs": batcher.inputs, "queued_requests": len(batcher.jobs),
               "largest_batch": server.stats.largest_batch}
+    # The TYPE line names the sample (Prometheus' text format 0.0.4): one naming bertkit_requests would leave
+    # bertkit_requests_total untyped
     lines = [line for name, value in counters.items()
-             for line in (f"# TYPE bertkit_{name} counter", f"bertkit_{name}_total {value}")]
+             for line in (f"# TYPE bertkit_{name}_total counter", f"bertkit_{name}_total {value}")]
     lines += [line for name, value in gauges.items()
               for line in (f"# TYPE bertkit_{name} gauge", f"bertkit_{name} {value}")]
     return PlainTextResponse("\n".join(lines) + "\n", media_type="text/plain; version=0.0.4")
@@ -98,17 +100,20 @@ def _error_response(e: RequestError, route: Route | None) -> Any:
     return JSONResponse(body, status_code=e.status, headers=e.headers)
 
 
+_SEND_LESS = "send fewer or shorter inputs per request, or start the server with a larger --max-body-bytes"
+
+
 async def _read_body(request: Any, limits: Limits) -> bytes:
     """The body, refused (413) as soon as it is known to be too large: from its Content-Length, or while read."""
     declared = request.headers.get("content-length")
     if declared is not None and declared.isdigit() and int(declared) > limits.max_body_bytes:
         raise RequestError(413, f"request body of {declared} bytes exceeds max_body_bytes "
-                                f"{limits.max_body_bytes}")
+                                f"{limits.max_body_bytes}: {_SEND_LESS}")
     chunks, size = [], 0
     async for chunk in request.stream():
         size += len(chunk)
         if size > limits.max_body_bytes:
-            raise RequestError(413, f"request body exceeds max_body_bytes {limits.max_body_bytes}")
+            raise RequestError(413, f"request body exceeds max_body_bytes {limits.max_body_bytes}: {_SEND_LESS}")
         chunks.append(chunk)
     return b"".join(chunks)
 
@@ -160,9 +165,10 @@ class _Server:
             return JSONResponse(route.render(self, call, results), headers=self._timing(call, job, t0, parsing))
         except ClientDisconnect:
             return Response(status_code=499)
-        except asyncio.CancelledError:  # uvicorn cancels what is still open when shutdown's grace period ends
-            return self.refuse(RequestError(503, "the server shut down (its graceful_shutdown_s passed) before "
-                                                 "this request was answered", {"Connection": "close"}), route)
+        except asyncio.CancelledError:  # uvicorn cancels what is still open once shutdown's grace period ends
+            return self.refuse(RequestError(503, "the server shut down before this request was answered (its "
+                                                 "graceful_shutdown_s passed, or a second Ctrl-C)",
+                                            {"Connection": "close"}), route)
         except RequestError as e:
             return self.refuse(e, route)
         except BertkitError as e:  # an option's value the pipeline refuses (top_k=0, ...)
@@ -274,7 +280,8 @@ def create_app(pipe: Any, model_dir: str, *, max_batch_size: int = 32, max_wait_
                served_model_name: str | None = None) -> Any:
     """The FastAPI application serving ``pipe`` on ``ROUTES`` (the arguments are ``bertkit serve``'s flags).
     ``app.state.draining = True`` refuses new requests with 503 while admitted ones finish (``serve`` sets it on
-    SIGTERM); ``app.state.stats`` holds the counters."""
+    SIGTERM); ``app.state.stopping.set()`` ends the model call under way at its next forward batch (the app's
+    shutdown sets it); ``app.state.stats`` holds the counters."""
     require_serving()
     from contextlib import asynccontextmanager
 
@@ -302,6 +309,7 @@ def create_app(pipe: Any, model_dir: str, *, max_batch_size: int = 32, max_wait_
 
     app = FastAPI(title=f"bertkit {pipe.task}", lifespan=lifespan, docs_url=None, redoc_url=None)
     app.state.draining = False
+    app.state.stopping = stopping
     app.state.stats = stats
     name = model_dir if served_model_name is None else served_model_name
     server = _Server(app, pipe, task, limits, stats, default_normalize, name)
@@ -317,6 +325,8 @@ def create_app(pipe: Any, model_dir: str, *, max_batch_size: int = 32, max_wait_
 
     for route in ROUTES:
         app.add_api_route(route.path, handler(route), methods=[route.method], summary=route.help)
+        if route.get:  # HEAD too, as TEI's GET routes (axum's) answer it: monitors that check with HEAD
+            app.add_api_route(route.path, handler(route), methods=["HEAD"], include_in_schema=False)
     if api_key is not None:
         app.add_middleware(_BearerKey, key=api_key, server=server)
     return app
@@ -414,6 +424,9 @@ def serve(s: Any) -> dict[str, Any]:
     try:
         server.run()
     finally:
+        # A second Ctrl-C (uvicorn's force quit) skips the app's shutdown, which stops the model call under way:
+        # stopped here, it ends at its next forward batch instead of holding the process until all of it is computed.
+        app.state.stopping.set()
         for sig, handler in previous.items():
             signal.signal(sig, handler)
     return dict(vars(app.state.stats))

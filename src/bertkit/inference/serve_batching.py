@@ -16,6 +16,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
+from bertkit.errors import BertkitError
 from bertkit.inference.serve_wire import RequestError
 
 logger = logging.getLogger("bertkit")
@@ -207,7 +208,7 @@ class Batcher:
                                                                        jobs[0].options)
         except Exception as e:  # noqa: BLE001 (handed to the waiting request, which answers it as an HTTP error)
             if len(jobs) == 1:
-                return self._finish(jobs[0], exception=e)
+                return self._finish(jobs[0], exception=_answerable(e))
             for job in jobs:
                 if not job.future.cancelled():  # its client may have gone while the shared call ran
                     await self._run([job])
@@ -237,6 +238,16 @@ class Batcher:
             job.future.set_exception(exception)
         else:
             job.future.set_result(results)
+
+
+def _answerable(e: Exception) -> Exception:
+    """A failed model call's exception as its request can answer it: a refusal or a pipeline's error as it is; any
+    other (torch's out of memory, a bug) logged with its traceback and answered 500, TEI's ``Backend`` type, naming
+    it, so that the client reads why and /metrics counts it."""
+    if isinstance(e, (RequestError, BertkitError)):
+        return e
+    logger.error("a model call failed", exc_info=e)
+    return RequestError(500, f"the model call failed: {type(e).__name__}: {e}")
 
 
 def model_call(pipe: Any) -> Callable[[list[Any], dict[str, Any]], list[Any]]:

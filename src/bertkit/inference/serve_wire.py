@@ -42,7 +42,8 @@ class Limits(RequestLimits):
 
     def check_items(self, n: int, name: str = "inputs") -> None:
         if n > self.max_items:
-            raise RequestError(422, f"{n} {name} exceed max_items {self.max_items} per request")
+            raise RequestError(422, f"{n} {name} exceed max_items {self.max_items} per request: send them in requests "
+                                    f"of at most {self.max_items}, or start the server with a larger --max-items")
 
     def check_chars(self, n: int, what: str) -> None:
         if n > self.max_text_chars:
@@ -170,7 +171,8 @@ def load_json(body: bytes, limits: Limits) -> Any:
                                         "halves of the pair, or send the text as UTF-8")
             return data
     raise RequestError(413, f"the body nests lists and objects {depth} deep, over max_json_depth "
-                            f"{limits.max_json_depth}")
+                            f"{limits.max_json_depth}: no route's body nests more than a few levels, so check how it is "
+                            "built (or start the server with a larger --max-json-depth)")
 
 
 def _default(method: Callable[..., Any], name: str) -> Any:  # written once, in the pipeline's signature
