@@ -121,6 +121,21 @@ def test_fill_mask_several_masks_and_errors(tmp_path_factory, minilm_dir, hf_tok
         bertkit.pipeline("fill-mask", minilm_dir)
 
 
+def test_fill_mask_top_k_past_the_vocabulary_is_refused(tmp_path_factory, minilm_dir, hf_tok):
+    # top_k 30,523 on a 30,522-token vocabulary answered 30,522 candidates, fewer than asked and without a word (`bertkit
+    # predict --top-k 40000` wrote an 11 MB file); transformers' pipeline fails inside torch.topk after the model ran
+    d, hf_model = _tiny_dir(tmp_path_factory, minilm_dir, "BertForMaskedLM")
+    fill = bertkit.pipeline("fill-mask", d)
+    with pytest.raises(BertkitError, match=r"^top_k 30523 exceeds the 30522 tokens of this model's vocabulary, every "
+                                           r"candidate a \[MASK\] has: ask for top_k 30522 or fewer$"):
+        fill("the [MASK] sat .", top_k=30523)
+    every = fill("the [MASK] sat .", top_k=30522)  # the whole vocabulary, best first: the probabilities sum to 1
+    assert len(every) == 30522 and abs(sum(c["score"] for c in every) - 1) < 1e-5
+    ref = transformers.pipeline("fill-mask", model=hf_model, tokenizer=hf_tok, device="cpu")("the [MASK] sat .", top_k=3)
+    assert [c["token"] for c in every[:3]] == [c["token"] for c in ref]
+    np.testing.assert_allclose([c["score"] for c in every[:3]], [c["score"] for c in ref], rtol=1e-5, atol=0)
+
+
 @pytest.mark.parametrize("task,num_labels", [("text-classification", 3), ("multiple-choice", 1)])
 def test_a_token_classifier_is_refused_by_the_pipelines_whose_head_reads_the_pooler(tmp_path_factory, minilm_dir, task,
                                                                                     num_labels):

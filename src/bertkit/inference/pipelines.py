@@ -59,7 +59,11 @@ class FillMaskPipeline(Pipeline):
                         "(google's or Hugging Face's bert-base-*, one converted by convert-tf-checkpoint, or "
                         "bertkit pretrain's output)")
 
-    def encode(self, item: str, **_: Any) -> list[dict[str, Any]]:
+    def encode(self, item: str, top_k: int | None = None, **_: Any) -> list[dict[str, Any]]:
+        vocab = self.config.vocab_size
+        if top_k is not None and top_k > vocab:  # the ranking would stop at the vocabulary: fewer than asked, unsaid
+            raise BertkitError(f"top_k {top_k} exceeds the {vocab} tokens of this model's vocabulary, every candidate "
+                               f"a {self.tokenizer.mask_token} has: ask for top_k {vocab} or fewer")
         enc = self.tokenizer(item, truncation=True, max_length=self.max_length)
         masks = [i for i, t in enumerate(enc["input_ids"]) if t == self.tokenizer.mask_token_id]
         if not masks:
