@@ -121,6 +121,25 @@ def test_fill_mask_several_masks_and_errors(tmp_path_factory, minilm_dir, hf_tok
         bertkit.pipeline("fill-mask", minilm_dir)
 
 
+def test_fill_mask_sequences_of_several_masks_leave_out_pad_as_transformers(tmp_path_factory, minilm_dir, hf_tok):
+    # transformers drops [PAD] from a filled sequence (its batch's padding), a [PAD] candidate and one in the text too;
+    # with several masks the special tokens stay, and bertkit's read "[CLS] the [PAD] sat on the [MASK] . [SEP]" where
+    # transformers' reads "[CLS] the sat on the [MASK]. [SEP]"
+    d, hf_model = _tiny_dir(tmp_path_factory, minilm_dir, "BertForMaskedLM")
+    with torch.no_grad():
+        hf_model.cls.predictions.bias[hf_tok.pad_token_id] += 20  # [PAD] the first candidate
+    hf_model.save_pretrained(d)
+    texts = ["the [MASK] sat on the [MASK] .", "a [PAD] b [MASK] c [MASK] d", "one [MASK] [PAD] mask"]
+    ours = bertkit.pipeline("fill-mask", d)(texts, top_k=2)
+    ref = transformers.pipeline("fill-mask", model=hf_model, tokenizer=hf_tok, device="cpu")(texts, top_k=2)
+    assert ours[0][0][0]["token"] == hf_tok.pad_token_id and ours[0][0][0]["sequence"] == "[CLS] the sat on the [MASK]. [SEP]"
+    for o, r in zip(ours, ref, strict=True):
+        o, r = (o, r) if isinstance(o[0], list) else ([o], [r])
+        assert [[(c["token"], c["token_str"], c["sequence"]) for c in m] for m in o] == \
+               [[(c["token"], c["token_str"], c["sequence"]) for c in m] for m in r]
+        np.testing.assert_allclose([[c["score"] for c in m] for m in o], [[c["score"] for c in m] for m in r], rtol=1e-5)
+
+
 def test_fill_mask_top_k_past_the_vocabulary_is_refused(tmp_path_factory, minilm_dir, hf_tok):
     # top_k 30,523 on a 30,522-token vocabulary answered 30,522 candidates, fewer than asked and without a word (`bertkit
     # predict --top-k 40000` wrote an 11 MB file); transformers' pipeline fails inside torch.topk after the model ran

@@ -97,9 +97,10 @@ class FillMaskPipeline(Pipeline):
         for m, p in zip(masks, probs):
             candidates = []
             for t in np.argsort(-p, kind="stable")[:top_k].tolist():
-                filled = [*ids[:m], t, *ids[m + 1:]]
-                # With several masks the other masks stay visible, and so do [CLS] and [SEP], as transformers
-                # decodes the sequence then ("[CLS] the cat sat on the [MASK]. [SEP]")
+                # [PAD] is left out, a candidate [PAD] too, as transformers leaves out its batch's padding. With several
+                # masks the other masks stay visible, and so do [CLS] and [SEP], as transformers decodes the sequence
+                # then ("[CLS] the cat sat on the [MASK]. [SEP]")
+                filled = [x for x in (*ids[:m], t, *ids[m + 1:]) if x != tok.pad_token_id]
                 candidates.append({"score": float(p[t]), "token": t,  # a special token shows, as transformers
                                    "token_str": tok.decode([t], skip_special_tokens=False),
                                    "sequence": tok.decode(filled, skip_special_tokens=len(masks) == 1)})
