@@ -229,6 +229,11 @@ def test_fill_mask_refuses_a_mask_past_max_length(tmp_path_factory, minilm_dir, 
     text = "the [MASK] sat on the mat and then it went on and on and on and on and on [MASK] ."
     with pytest.raises(BertkitError, match=r"has 2 \[MASK\] tokens, 1 of them past its first 16 tokens"):
         fill(text)
+    # its only [MASK] past max_length: the refusal said the text had none and to write one
+    with pytest.raises(BertkitError, match=r"has its only \[MASK\] token past its first 16 tokens \(max_length\), "
+                                           r"which the model does not read: shorten the text before it, or raise "
+                                           r"max_length \(up to 512"):
+        fill("it went on and on and on and on and on and on and then the [MASK] sat .")
     short = "the [MASK] sat on the mat and [MASK] ."  # both within 16 tokens: one list per mask, transformers' numbers
     ref = transformers.pipeline("fill-mask", model=hf_model, tokenizer=hf_tok, device="cpu", top_k=2)(short)
     got = fill(short, top_k=2)

@@ -65,20 +65,22 @@ class FillMaskPipeline(Pipeline):
             raise BertkitError(f"top_k {top_k} exceeds the {vocab} tokens of this model's vocabulary, every candidate "
                                f"a {self.tokenizer.mask_token} has: ask for top_k {vocab} or fewer")
         enc = self.tokenizer(item, truncation=True, max_length=self.max_length)
+        mask = self.tokenizer.mask_token
         masks = [i for i, t in enumerate(enc["input_ids"]) if t == self.tokenizer.mask_token_id]
-        if not masks:
-            raise BertkitError(f"fill-mask input {item[:60]!r} has no {self.tokenizer.mask_token} token "
-                               f"(within its first {self.max_length} tokens); write {self.tokenizer.mask_token} "
-                               "where a word should be predicted")
         cut = 0
         if len(enc["input_ids"]) >= self.max_length:  # the text may have been cut: count its masks whole
             cut = self.tokenizer(item, add_special_tokens=False)["input_ids"].count(self.tokenizer.mask_token_id) \
                 - len(masks)
         if cut:  # answered, it would read as the text's only (or first few) masks: the list's shape changes too
-            raise BertkitError(f"fill-mask input {item[:60]!r} has {len(masks) + cut} {self.tokenizer.mask_token} "
-                               f"tokens, {cut} of them past its first {self.max_length} tokens (max_length), which "
-                               "the model does not read: shorten the text before them, or raise max_length (up to "
+            n = len(masks) + cut
+            which = f"its only {mask} token" if n == 1 else f"{n} {mask} tokens, {cut} of them"
+            raise BertkitError(f"fill-mask input {item[:60]!r} has {which} past its first {self.max_length} tokens "
+                               f"(max_length), which the model does not read: shorten the text before "
+                               f"{'it' if n == 1 else 'them'}, or raise max_length (up to "
                                f"{self.config.max_position_embeddings}, the model's positions)")
+        if not masks:
+            raise BertkitError(f"fill-mask input {item[:60]!r} has no {mask} token; write {mask} where a word should be "
+                               "predicted")
         return [{"input_ids": enc["input_ids"], "token_type_ids": enc["token_type_ids"], "masks": masks}]
 
     def forward(self, batch: dict[str, Tensor], rows: Sequence[dict[str, Any]]) -> list[np.ndarray]:
