@@ -121,6 +121,40 @@ def test_fill_mask_several_masks_and_errors(tmp_path_factory, minilm_dir, hf_tok
         bertkit.pipeline("fill-mask", minilm_dir)
 
 
+def test_fill_mask_sequences_of_several_masks_leave_out_pad_as_transformers(tmp_path_factory, minilm_dir, hf_tok):
+    # transformers drops [PAD] from a filled sequence (its batch's padding), a [PAD] candidate and one in the text too;
+    # with several masks the special tokens stay, and bertkit's read "[CLS] the [PAD] sat on the [MASK] . [SEP]" where
+    # transformers' reads "[CLS] the sat on the [MASK]. [SEP]"
+    d, hf_model = _tiny_dir(tmp_path_factory, minilm_dir, "BertForMaskedLM")
+    with torch.no_grad():
+        hf_model.cls.predictions.bias[hf_tok.pad_token_id] += 20  # [PAD] the first candidate
+    hf_model.save_pretrained(d)
+    texts = ["the [MASK] sat on the [MASK] .", "a [PAD] b [MASK] c [MASK] d", "one [MASK] [PAD] mask"]
+    ours = bertkit.pipeline("fill-mask", d)(texts, top_k=2)
+    ref = transformers.pipeline("fill-mask", model=hf_model, tokenizer=hf_tok, device="cpu")(texts, top_k=2)
+    assert ours[0][0][0]["token"] == hf_tok.pad_token_id and ours[0][0][0]["sequence"] == "[CLS] the sat on the [MASK]. [SEP]"
+    for o, r in zip(ours, ref, strict=True):
+        o, r = (o, r) if isinstance(o[0], list) else ([o], [r])
+        assert [[(c["token"], c["token_str"], c["sequence"]) for c in m] for m in o] == \
+               [[(c["token"], c["token_str"], c["sequence"]) for c in m] for m in r]
+        np.testing.assert_allclose([[c["score"] for c in m] for m in o], [[c["score"] for c in m] for m in r], rtol=1e-5)
+
+
+def test_fill_mask_top_k_past_the_vocabulary_is_refused(tmp_path_factory, minilm_dir, hf_tok):
+    # top_k 30,523 on a 30,522-token vocabulary answered 30,522 candidates, fewer than asked and without a word (`bertkit
+    # predict --top-k 40000` wrote an 11 MB file); transformers' pipeline fails inside torch.topk after the model ran
+    d, hf_model = _tiny_dir(tmp_path_factory, minilm_dir, "BertForMaskedLM")
+    fill = bertkit.pipeline("fill-mask", d)
+    with pytest.raises(BertkitError, match=r"^top_k 30523 exceeds the 30522 tokens of this model's vocabulary, every "
+                                           r"candidate a \[MASK\] has: ask for top_k 30522 or fewer$"):
+        fill("the [MASK] sat .", top_k=30523)
+    every = fill("the [MASK] sat .", top_k=30522)  # the whole vocabulary, best first: the probabilities sum to 1
+    assert len(every) == 30522 and abs(sum(c["score"] for c in every) - 1) < 1e-5
+    ref = transformers.pipeline("fill-mask", model=hf_model, tokenizer=hf_tok, device="cpu")("the [MASK] sat .", top_k=3)
+    assert [c["token"] for c in every[:3]] == [c["token"] for c in ref]
+    np.testing.assert_allclose([c["score"] for c in every[:3]], [c["score"] for c in ref], rtol=1e-5, atol=0)
+
+
 @pytest.mark.parametrize("task,num_labels", [("text-classification", 3), ("multiple-choice", 1)])
 def test_a_token_classifier_is_refused_by_the_pipelines_whose_head_reads_the_pooler(tmp_path_factory, minilm_dir, task,
                                                                                     num_labels):
@@ -213,6 +247,11 @@ def test_fill_mask_refuses_a_mask_past_max_length(tmp_path_factory, minilm_dir, 
     text = "the [MASK] sat on the mat and then it went on and on and on and on and on [MASK] ."
     with pytest.raises(BertkitError, match=r"has 2 \[MASK\] tokens, 1 of them past its first 16 tokens"):
         fill(text)
+    # its only [MASK] past max_length: the refusal said the text had none and to write one
+    with pytest.raises(BertkitError, match=r"has its only \[MASK\] token past its first 16 tokens \(max_length\), "
+                                           r"which the model does not read: shorten the text before it, or raise "
+                                           r"max_length \(up to 512"):
+        fill("it went on and on and on and on and on and on and then the [MASK] sat .")
     short = "the [MASK] sat on the mat and [MASK] ."  # both within 16 tokens: one list per mask, transformers' numbers
     ref = transformers.pipeline("fill-mask", model=hf_model, tokenizer=hf_tok, device="cpu", top_k=2)(short)
     got = fill(short, top_k=2)

@@ -13,6 +13,7 @@ The silent differences come first: each of those failed on the code before it wa
 from __future__ import annotations
 
 import json
+import re
 import shutil
 import sys
 
@@ -834,3 +835,24 @@ def test_a_loss_for_the_labels_given_where_transformers_gives_none_or_nan(tmp_pa
             none = torch.full((3, 11), -100)
             a, b = ours(**inputs, labels=none).loss, hf(**inputs, labels=none).loss
         assert a.item() == 0.0 and b.isnan(), (name, a, b)
+
+
+@pytest.mark.parametrize("name", ["BertForMaskedLM", "BertForTokenClassification"])
+def test_token_labels_of_another_shape_than_the_inputs_are_refused(name, tmp_path):
+    """transformers flattens token labels: any shape with one label per input token gives its loss, and labels of
+    another size fail there. bertkit read labels one short against other tokens than their own and answered a loss:
+    32 labels on (3, 11) inputs gave 5.4837 (masked LM), 1.0310 (token classification)."""
+    inputs = _batch()
+    labels = torch.randint(0, 3, (3, 11), generator=torch.Generator().manual_seed(5))
+    labels[inputs["attention_mask"] == 0] = -100
+    labels[:, ::2] = -100
+    ours, hf = _pair(name, tmp_path)
+    with torch.no_grad():
+        expected = hf(**inputs, labels=labels).loss
+        for same in (labels, labels.reshape(-1)):
+            torch.testing.assert_close(ours(**inputs, labels=same).loss, expected, atol=1e-6, rtol=0)
+        for short in (labels[:, :-1], labels[:-1], labels.reshape(-1)[1:]):
+            with pytest.raises(BertkitError, match=rf"^labels of shape {re.escape(str(tuple(short.shape)))} for inputs "
+                                                   r"of shape \(3, 11\): give one label per input token \(-100 where "
+                                                   r"none applies\)"):
+                ours(**inputs, labels=short)

@@ -189,12 +189,22 @@ def token_loss(logits: Tensor, target: Tensor, num_items_in_batch: Tensor | floa
     return mean, (mean if num_items_in_batch is None else total / num_items_in_batch)
 
 
+def check_token_labels(labels: Tensor, out: BertModelOutput) -> None:
+    """Token labels hold one label per input token, in any shape (transformers flattens them): a label more or less
+    would be read against other tokens than its own, and still give a loss."""
+    B, T = out.token_layout.batch_shape
+    if labels.numel() != B * T:
+        raise BertkitError(f"labels of shape {tuple(labels.shape)} for inputs of shape ({B}, {T}): give one label per "
+                           "input token (-100 where none applies)")
+
+
 def masked_lm_loss(head: BertLMPredictionHead, out: BertModelOutput, labels: Tensor | None,
                    num_items_in_batch: Tensor | float | None = None):
     """(logits, mean loss, loss to optimise): full (B, T, V) logits without labels; only the labelled positions'
     (N, V) with them."""
     if labels is None:
         return head(out.last_hidden_state), None, None
+    check_token_labels(labels, out)
     selected = labels != IGNORE_INDEX  # (B, T)
     hidden = out.token_layout.select(out.tokens, selected)  # (N, H)
     target = labels[selected]
@@ -394,6 +404,7 @@ class BertForTokenClassification(_ClassifierHeadModel):
         stored = self.classifier(self.dropout(out.tokens))  # per stored token: (B, T, C) or (N, C)
         loss = None
         if labels is not None:
+            check_token_labels(labels, out)
             # Padding carries label -100, so the loss over stored tokens equals the loss over the rectangle.
             if out.token_layout.is_padded:
                 target = labels.reshape(-1)

@@ -59,22 +59,28 @@ class FillMaskPipeline(Pipeline):
                         "(google's or Hugging Face's bert-base-*, one converted by convert-tf-checkpoint, or "
                         "bertkit pretrain's output)")
 
-    def encode(self, item: str, **_: Any) -> list[dict[str, Any]]:
+    def encode(self, item: str, top_k: int | None = None, **_: Any) -> list[dict[str, Any]]:
+        vocab = self.config.vocab_size
+        if top_k is not None and top_k > vocab:  # the ranking would stop at the vocabulary: fewer than asked, unsaid
+            raise BertkitError(f"top_k {top_k} exceeds the {vocab} tokens of this model's vocabulary, every candidate "
+                               f"a {self.tokenizer.mask_token} has: ask for top_k {vocab} or fewer")
         enc = self.tokenizer(item, truncation=True, max_length=self.max_length)
+        mask = self.tokenizer.mask_token
         masks = [i for i, t in enumerate(enc["input_ids"]) if t == self.tokenizer.mask_token_id]
-        if not masks:
-            raise BertkitError(f"fill-mask input {item[:60]!r} has no {self.tokenizer.mask_token} token "
-                               f"(within its first {self.max_length} tokens); write {self.tokenizer.mask_token} "
-                               "where a word should be predicted")
         cut = 0
         if len(enc["input_ids"]) >= self.max_length:  # the text may have been cut: count its masks whole
             cut = self.tokenizer(item, add_special_tokens=False)["input_ids"].count(self.tokenizer.mask_token_id) \
                 - len(masks)
         if cut:  # answered, it would read as the text's only (or first few) masks: the list's shape changes too
-            raise BertkitError(f"fill-mask input {item[:60]!r} has {len(masks) + cut} {self.tokenizer.mask_token} "
-                               f"tokens, {cut} of them past its first {self.max_length} tokens (max_length), which "
-                               "the model does not read: shorten the text before them, or raise max_length (up to "
+            n = len(masks) + cut
+            which = f"its only {mask} token" if n == 1 else f"{n} {mask} tokens, {cut} of them"
+            raise BertkitError(f"fill-mask input {item[:60]!r} has {which} past its first {self.max_length} tokens "
+                               f"(max_length), which the model does not read: shorten the text before "
+                               f"{'it' if n == 1 else 'them'}, or raise max_length (up to "
                                f"{self.config.max_position_embeddings}, the model's positions)")
+        if not masks:
+            raise BertkitError(f"fill-mask input {item[:60]!r} has no {mask} token; write {mask} where a word should be "
+                               "predicted")
         return [{"input_ids": enc["input_ids"], "token_type_ids": enc["token_type_ids"], "masks": masks}]
 
     def forward(self, batch: dict[str, Tensor], rows: Sequence[dict[str, Any]]) -> list[np.ndarray]:
@@ -93,9 +99,10 @@ class FillMaskPipeline(Pipeline):
         for m, p in zip(masks, probs):
             candidates = []
             for t in np.argsort(-p, kind="stable")[:top_k].tolist():
-                filled = [*ids[:m], t, *ids[m + 1:]]
-                # With several masks the other masks stay visible, and so do [CLS] and [SEP], as transformers
-                # decodes the sequence then ("[CLS] the cat sat on the [MASK]. [SEP]")
+                # [PAD] is left out, a candidate [PAD] too, as transformers leaves out its batch's padding. With several
+                # masks the other masks stay visible, and so do [CLS] and [SEP], as transformers decodes the sequence
+                # then ("[CLS] the cat sat on the [MASK]. [SEP]")
+                filled = [x for x in (*ids[:m], t, *ids[m + 1:]) if x != tok.pad_token_id]
                 candidates.append({"score": float(p[t]), "token": t,  # a special token shows, as transformers
                                    "token_str": tok.decode([t], skip_special_tokens=False),
                                    "sequence": tok.decode(filled, skip_special_tokens=len(masks) == 1)})
