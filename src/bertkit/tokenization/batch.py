@@ -8,7 +8,7 @@ states them.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any, NamedTuple
 
 from bertkit.errors import BertkitError, is_whole
@@ -124,6 +124,47 @@ def resolve_padding(padding: bool | str | None) -> str | None:
     if padding == "max_length":
         return "max_length"
     raise BertkitError(f"padding={padding!r} is not one of True, False, 'longest', 'max_length'")
+
+
+class CallPlan(NamedTuple):
+    """What a tokenizer call does once its options are checked: the truncation strategy (None: none), the padding
+    ("longest", "max_length" or None) and the max_length both work to."""
+
+    strategy: str | None
+    padding: str | None
+    max_length: int | None
+
+
+def plan_call(truncation: bool | str | None, max_length: int | None, padding: bool | str, pad_to_multiple_of: int | None,
+              stride: int, overflow: bool, return_tensors: str | None, add_special_tokens: bool, model_max_length: int,
+              length_to_pad_to: Callable[[], int]) -> CallPlan:
+    """The ``__call__`` options as transformers resolves them, every combination it refuses refused here, before
+    any text is read: the length is ``max_length``, else ``length_to_pad_to()`` for padding="max_length", else
+    ``model_max_length`` when truncating."""
+    if add_special_tokens not in (True, False):  # None read as False would drop [CLS] and [SEP] without a word
+        raise BertkitError(f"add_special_tokens={add_special_tokens!r}: pass True (add [CLS] and [SEP], the default) "
+                           "or False")
+    strategy = resolve_truncation(truncation, max_length, padding)
+    pad = resolve_padding(padding)
+    if max_length is None and pad == "max_length":
+        max_length = length_to_pad_to()
+    elif max_length is None and strategy is not None:
+        max_length = model_max_length
+    check_lengths(max_length, pad_to_multiple_of, stride, overflow)
+    check_return_tensors(return_tensors)
+    n_special = 2 if add_special_tokens else 0
+    if overflow and strategy is not None and max_length is not None and stride > max_length - n_special:
+        # as transformers refuses it; else only a text long enough to need a second window would find out
+        raise BertkitError(f"stride {stride} is more than the {max_length - n_special} tokens a window of max_length "
+                           f"{max_length} holds besides its {n_special} special tokens: use a smaller stride or a "
+                           "larger max_length")
+    if strategy is not None and pad is not None and pad_to_multiple_of and max_length and max_length % pad_to_multiple_of:
+        # rows cut at max_length, then padded past it to the next multiple: transformers refuses this
+        raise BertkitError(f"truncation at max_length={max_length} and padding to a multiple of pad_to_multiple_of="
+                           f"{pad_to_multiple_of}: the length is not a multiple of it, so padded rows would be longer "
+                           "than the cut; give a max_length that is a multiple (as transformers requires), or leave "
+                           "one of them off")
+    return CallPlan(strategy, pad, max_length)
 
 
 def truncation_lengths(

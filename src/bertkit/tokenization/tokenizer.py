@@ -19,12 +19,9 @@ from bertkit.tokenization.basic import BasicTokenizer
 from bertkit.tokenization.batch import (
     Segment,
     as_tensor,
-    check_lengths,
-    check_return_tensors,
     encode_rows,
     pad_rows,
-    resolve_padding,
-    resolve_truncation,
+    plan_call,
     split_inputs,
     to_batch_encoding,
 )
@@ -452,31 +449,10 @@ class BertTokenizer:
         """
         if padding_side is not None:
             _right_only("padding_side", padding_side)
-        if add_special_tokens not in (True, False):  # None read as False would drop [CLS] and [SEP] without a word
-            raise BertkitError(f"add_special_tokens={add_special_tokens!r}: pass True (add [CLS] and [SEP], the "
-                               "default) or False")
         texts, pairs, batched = split_inputs(text, text_pair, is_split_into_words)
-        strategy = resolve_truncation(truncation, max_length, padding)
-        pad = resolve_padding(padding)
-        if max_length is None and pad == "max_length":
-            max_length = self._max_length_to_pad_to()
-        elif max_length is None and strategy is not None:
-            max_length = self.model_max_length
-        check_lengths(max_length, pad_to_multiple_of, stride, return_overflowing_tokens)
-        check_return_tensors(return_tensors)
-        n_special = 2 if add_special_tokens else 0
-        if return_overflowing_tokens and strategy is not None and stride > max_length - n_special:
-            # refused before any text is read, as transformers does: else only a text long enough to need a
-            # second window would find out
-            raise BertkitError(f"stride {stride} is more than the {max_length - n_special} tokens a window of "
-                               f"max_length {max_length} holds besides its {n_special} special tokens: use a smaller "
-                               "stride or a larger max_length")
-        if strategy is not None and pad is not None and pad_to_multiple_of and max_length % pad_to_multiple_of:
-            # rows cut at max_length, then padded past it to the next multiple: transformers refuses this
-            raise BertkitError(f"truncation at max_length={max_length} and padding to a multiple of "
-                               f"pad_to_multiple_of={pad_to_multiple_of}: the length is not a multiple of it, so "
-                               "padded rows would be longer than the cut; give a max_length that is a multiple "
-                               "(as transformers requires), or leave one of them off")
+        strategy, pad, max_length = plan_call(truncation, max_length, padding, pad_to_multiple_of, stride,
+                                              return_overflowing_tokens, return_tensors, add_special_tokens,
+                                              self.model_max_length, self._max_length_to_pad_to)
 
         segment = functools.partial(self._segment, with_offsets=return_offsets_mapping, split=is_split_into_words)
         segments = [(segment(a), None if b is None else segment(b)) for a, b in zip(texts, pairs)]
