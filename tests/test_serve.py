@@ -315,17 +315,15 @@ def test_a_flood_gets_results_or_fast_refusals_and_a_request_after_it_is_answere
         assert refused[0].json()["error_type"] == "Overloaded"
         ready = httpx.get(f"{server.url}/ready", timeout=5)
         assert ready.status_code == 503 and ready.json()["status"] == "full" and "Retry-After" in ready.headers
-        t0 = time.perf_counter()
-        assert httpx.get(f"{server.url}/health", timeout=5).json() == {"status": "ok"}
-        assert time.perf_counter() - t0 < 1.0  # liveness does not wait for the model thread
+        # answered while the model thread is still held: liveness does not wait for it
+        assert httpx.get(f"{server.url}/health", timeout=30).json() == {"status": "ok"}
         gate.release()
         answers = [f.result() for f in futures]
     statuses = sorted(r.status_code for r in answers)
     assert statuses == [200] * 8 + [429] * 24, statuses  # only results and refusals: no client timed out
     assert all(len(r.json()[0]) == 2 for r in answers if r.status_code == 200)
-    t0 = time.perf_counter()
-    after = _post(server.url, texts[0], timeout=10)
-    assert after.status_code == 200 and time.perf_counter() - t0 < 1.0
+    after = _post(server.url, texts[0], timeout=30)
+    assert after.status_code == 200
     s = stats()
     assert (s["refused"], s["items"]) == (24, 9)
     assert httpx.get(f"{server.url}/ready").json() == {"status": "ready", "admitted_inputs": 0,
@@ -344,8 +342,7 @@ def test_requests_whose_client_left_are_never_computed(held):
         until(lambda: stats()["abandoned"] - before["abandoned"] == 5)  # noticed while the model is still held
         gate.release()
         assert blocker.result().status_code == 200
-    t0 = time.perf_counter()
-    assert _post(server.url, "one more", timeout=10).status_code == 200 and time.perf_counter() - t0 < 1.0
+    assert _post(server.url, "one more", timeout=30).status_code == 200
     after = stats()
     assert after["items"] - before["items"] == 2  # the blocker and the last request: none of the five
     assert httpx.get(f"{server.url}/ready").json()["admitted_inputs"] == 0
@@ -367,18 +364,36 @@ def test_a_call_carries_at_most_max_batch_size_inputs(held):
     assert stats()["largest_batch"] == 6
 
 
-def test_health_answers_while_the_model_computes_a_long_batch(served):
-    server, _ = served
-    long_text = " ".join(" ".join(_sentences(40)).split()[:300])[:2000]
-    with concurrent.futures.ThreadPoolExecutor(1) as pool:
-        busy = pool.submit(_post, server.url, [long_text] * 8)
-        waits: list[float] = []
-        while not waits or not busy.done():
-            t0 = time.perf_counter()
-            assert httpx.get(f"{server.url}/health", timeout=10).status_code == 200
-            waits.append(time.perf_counter() - t0)
-        assert busy.result().status_code == 200
-    assert max(waits) < 1.0, waits
+def test_health_answers_while_the_model_computes_a_long_batch(tiny_dir):
+    """/health is answered while the model thread computes: the pipeline is held inside its forward until /health
+    has answered (a /health waiting on the model would never answer; no timing is asserted)."""
+    import threading
+
+    from bertkit.inference.pipelines import TextClassificationPipeline
+    from bertkit.inference.serve import Limits, create_app
+
+    entered, release = threading.Event(), threading.Event()
+
+    class Held(TextClassificationPipeline):
+        def forward(self, batch, rows):
+            entered.set()
+            assert release.wait(60), "the test never released the model thread"
+            return super().forward(batch, rows)
+
+    server = Server(create_app(Held.from_pretrained(tiny_dir, progress=False), str(tiny_dir), max_batch_size=8,
+                               max_wait_ms=10, limits=Limits()))
+    try:
+        with concurrent.futures.ThreadPoolExecutor(1) as pool:
+            busy = pool.submit(_post, server.url, _sentences(8), 60)
+            assert entered.wait(60)
+            try:
+                health = httpx.get(f"{server.url}/health", timeout=30)
+            finally:
+                release.set()
+            assert health.status_code == 200 and not busy.done()  # answered while the model was held
+            assert busy.result().status_code == 200
+    finally:
+        server.stop()
 
 
 @pytest.mark.parametrize("path", ["/health", "/ready", "/info", "/metrics"])
