@@ -365,8 +365,15 @@ def test_serve_int8_answers_with_the_int8_pipelines_embeddings(minilm_dir, embed
 
     from bertkit.quantization import kernels
 
-    apps = []
-    monkeypatch.setattr(uvicorn.Server, "run", lambda self: apps.append(self.config.app))  # no socket, no loop
+    texts = sentences["stsb"][:6]
+    answers = {}
+
+    def run(self) -> None:  # no socket, no loop: the requests are made while serve() runs, as a client's would be
+        with TestClient(self.config.app) as client:
+            answers["info"] = client.get("/info").json()
+            answers["served"] = client.post("/embed", json={"inputs": texts, "normalize": False}).json()
+
+    monkeypatch.setattr(uvicorn.Server, "run", run)
     # a fresh compiled per-token quantization (``ffn_out``, on oneDNN on every class), as in a new process: the
     # server compiles it before it serves, not in a request
     fresh = kernels._Compiled(kernels.quantize_per_token)
@@ -374,10 +381,8 @@ def test_serve_int8_answers_with_the_int8_pipelines_embeddings(minilm_dir, embed
     assert main(["serve", "--model", str(minilm_dir), "--task", "feature-extraction", "--int8"]) == 0
     capsys.readouterr()
     assert fresh.compiled is not None and fresh.checked, (KERNEL, fresh.compiled)
-    texts = sentences["stsb"][:6]
-    with TestClient(apps[0]) as client:
-        assert client.get("/info").json()["model_dtype"] == "int8"
-        served = client.post("/embed", json={"inputs": texts, "normalize": False}).json()
+    assert answers["info"]["model_dtype"] == "int8"
+    served = answers["served"]
     np.testing.assert_allclose(served, embedders[1](texts), rtol=0, atol=1e-5)
 
 
