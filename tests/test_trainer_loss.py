@@ -121,9 +121,11 @@ def test_label_smoothing_is_refused_where_it_would_change_nothing_or_fail(checkp
     for model, said in ((bertkit.AutoModelForQuestionAnswering.from_pretrained(checkpoints["seq"]),
                          "BertForQuestionAnswering takes no 'labels' argument"),
                         (bertkit.AutoModelForSequenceClassification.from_pretrained(
-                            checkpoints["seq"], problem_type="multi_label_classification"), "multi-label classifier"),
-                        (bertkit.AutoModelForSequenceClassification.from_pretrained(checkpoints["seq"], num_labels=1),
-                         "has one output")):
+                            checkpoints["seq"], problem_type="multi_label_classification"),
+                         "BertForSequenceClassification is a multi-label classifier"),
+                        (bertkit.AutoModelForSequenceClassification.from_pretrained(
+                            checkpoints["seq"], num_labels=1, ignore_mismatched_sizes=True),
+                         "BertForSequenceClassification has one output")):
         with pytest.raises(BertkitError, match=f"label_smoothing_factor 0.1: {said}"):
             bertkit.Trainer(model=model, args=args)
     for bad in (-0.1, 1.5, float("nan")):
