@@ -181,9 +181,9 @@ class _Run:
     spoiled: str | None = None  # why the current optimiser step's gradient cannot be used
     grad_norm: float | None = None  # the last optimiser step's gradient norm, before clipping
     step_lr: float = 0.0  # the learning rate the last optimiser step used (what transformers logs)
-    # Token-level losses (masked LM, tagging) are divided by the labelled tokens of the whole optimiser step
-    # (all micro-batches, all ranks: ``step_targets``) when the model takes transformers' num_items_in_batch;
-    # ``count`` counts a micro-batch's (``LoopHooks.count_items``), None where nothing is counted.
+    # Token-level losses (masked LM, tagging; the Trainer's loss when it takes transformers' num_items_in_batch) are
+    # divided by the labelled items of the whole optimiser step (all micro-batches, all ranks: ``step_targets``), which
+    # ``count`` counts in a micro-batch (``LoopHooks.count_items``); None where nothing is counted.
     count: Callable[[Batch], int | None] | None = None
     num_items: float | None = None
     hooks: LoopHooks = field(default_factory=LoopHooks)
@@ -293,7 +293,7 @@ class _Run:
                 if not ahead:
                     break
                 if self.step_micro == 0 and self.count is not None:
-                    # a token-level loss is divided by the step's labelled tokens: its micro-batches are read now, as
+                    # a loss may be divided by the step's labelled items: its micro-batches are read now, as
                     # transformers' Trainer reads them, and counted on the host (on a GPU, counting there would wait
                     # for the device); collating one twice would draw a masking collator's masks again
                     ahead += itertools.islice(loader, min(self.args.gradient_accumulation_steps,

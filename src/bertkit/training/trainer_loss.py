@@ -143,6 +143,6 @@ class TrainerLoss:
         if not label_names or any(batch.get(k) is None for k in label_names):
             out = module(**batch)
             return getattr(out, "loss", None), out
-        count = self._count_items(batch)
+        count = self._count_items(batch)  # at least 1, as training counts: no labelled token is a loss of 0, not 0 / 0
         return self.compute_loss(module, batch, return_outputs=True, num_items_in_batch=None if count is None
-                                 else torch.tensor(float(count)))
+                                 else torch.tensor(float(max(count, 1))))
