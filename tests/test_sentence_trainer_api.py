@@ -175,6 +175,24 @@ def test_a_run_refused_as_it_starts_leaves_nothing_it_created(dirs, tmp_path):
     assert [json.loads(r)["step"] for r in (mine / "metrics.jsonl").read_text().splitlines()] == [1]
 
 
+def test_a_compute_loss_override_and_label_smoothing_are_refused_with_the_fix(dirs, tmp_path):
+    """The base Trainer calls a compute_loss override with (model, batch); sentence-transformers' calls the loss on the
+    batch's features, so an override written for it is refused, as label_smoothing_factor, which its trainers never
+    apply."""
+
+    class Custom(SentenceTransformerTrainer):
+        def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
+            raise AssertionError("never called")
+
+    model = SentenceTransformer(dirs["dense"])
+    with pytest.raises(BertkitError, match="Custom overrides compute_loss, .*a loss module, given as loss="):
+        Custom(model=model, args=SentenceTransformerTrainingArguments(output_dir=str(tmp_path / "never"), **QUIET),
+               train_dataset=PAIRS, loss=losses.MultipleNegativesRankingLoss(model))
+    with pytest.raises(BertkitError, match="label_smoothing_factor 0.1: sentence-transformers' trainers never apply"):
+        CrossEncoderTrainingArguments(output_dir=str(tmp_path / "never"), label_smoothing_factor=0.1, **QUIET)
+    assert not (tmp_path / "never").exists()
+
+
 @pytest.mark.parametrize("labels", ["cross", "cross3"])
 def test_predict_of_no_pairs_is_sentence_transformers_empty_result(labels, dirs):
     """``CrossEncoder.predict([])`` is sentence-transformers' ``np.array([])``, shape (0,) float64, whatever the

@@ -175,16 +175,13 @@ def test_load_best_model_at_end_without_eval_labels_is_refused_before_training(c
 
 
 def test_a_subclass_overriding_a_method_bertkit_never_calls_is_refused(checkpoint, tmp_path):
-    """The class-weighted loss recipe: transformers trains on the override's loss; bertkit's loop trained on the
-    model's own loss, the override skipped without a word."""
+    """transformers calls training_step for each micro-batch; bertkit's loop runs the step itself, so an override of
+    it would be skipped without a word. (compute_loss is called by both: tests/test_trainer_loss.py.)"""
     losses = {}
     for lib in (transformers, bertkit):
-        class Weighted(lib.Trainer):
-            def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
-                labels = inputs.pop("labels")
-                out = model(**inputs)
-                loss = torch.nn.functional.cross_entropy(out.logits, labels, weight=torch.tensor([1.0, 5.0]))
-                return (loss, out) if return_outputs else loss
+        class Stepped(lib.Trainer):
+            def training_step(self, model, inputs, num_items_in_batch=None):
+                return super().training_step(model, inputs, num_items_in_batch) * 0
 
         class Logged(lib.Trainer):  # log is called by both: an override of it is honoured
             seen = losses.setdefault(lib.__name__, [])
@@ -199,9 +196,9 @@ def test_a_subclass_overriding_a_method_bertkit_never_calls_is_refused(checkpoin
                                      max_steps=2, logging_steps=1, save_strategy="no", disable_tqdm=True, seed=3)
         model = lib.AutoModelForSequenceClassification.from_pretrained(checkpoint)
         if lib is bertkit:
-            with pytest.raises(BertkitError, match=r"^Weighted overrides compute_loss, which transformers' Trainer "
+            with pytest.raises(BertkitError, match=r"^Stepped overrides training_step, which transformers' Trainer "
                                                    r"calls and bertkit's never does"):
-                Weighted(model=model, args=args, train_dataset=rows, processing_class=tokenizer)
+                Stepped(model=model, args=args, train_dataset=rows, processing_class=tokenizer)
         Logged(model=model, args=args, train_dataset=rows, processing_class=tokenizer).train()
     np.testing.assert_allclose(losses["bertkit"], losses["transformers"], rtol=1e-5)
     assert len(losses["bertkit"]) == 2

@@ -412,7 +412,7 @@ def test_a_model_returning_a_dict_or_tuple_is_named_not_predicted_as_none(checkp
         trainer = bertkit.Trainer(model=model, args=bertkit.TrainingArguments(str(tmp_path / "bk"), **args),
                                   processing_class=tok, compute_metrics=accuracy)
         with pytest.raises(BertkitError, match=re.escape(
-                f"_DictOutput's forward returned a {kind}, and the Trainer reads a model's outputs by name")):
+                f"_DictOutput's outputs are a {kind} (what its forward returned")):
             trainer.predict(data)
 
 

@@ -56,7 +56,7 @@ from bertkit.sentence.training_args import (
 from bertkit.training.callbacks import EvalPrediction, metric_key
 from bertkit.training.distributed import all_gather, current
 from bertkit.training.optim import parameter_groups
-from bertkit.training.trainer import Trainer
+from bertkit.training.trainer import NOT_CALLED, Trainer
 
 _REFUSED = {
     "model_init": "hyper-parameter search is not implemented; pass model=",
@@ -228,6 +228,10 @@ class SentenceTransformerTrainer(Trainer):
     inputs in order; see the module docstring. Without ``loss``, CoSENTLoss (sentence-transformers' default)."""
 
     model_class: ClassVar[type[nn.Module]] = SentenceTransformer
+    # sentence-transformers' compute_loss calls the loss on the batch's features: an override of it written for that
+    # would get the Trainer's (model, batch) call
+    _not_called = (*NOT_CALLED, "compute_loss")
+    _custom_loss = "a custom loss is a loss module, given as loss="
     training_args_class: ClassVar[type[SentenceTransformerTrainingArguments]] = SentenceTransformerTrainingArguments
     _evaluations_write_csv = True  # off for the check of metric_for_best_model (``_check_metric``)
 

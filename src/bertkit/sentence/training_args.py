@@ -110,6 +110,11 @@ class SentenceTransformerTrainingArguments(TrainingArguments):
                  learning_rate_mapping: dict[str, float] | str | None = None,
                  multi_dataset_batch_sampler: MultiDatasetBatchSamplers | str = MultiDatasetBatchSamplers.PROPORTIONAL,
                  **kwargs: Any):
+        if kwargs.get("label_smoothing_factor", 0.0) != 0.0:
+            raise BertkitError(f"label_smoothing_factor {kwargs['label_smoothing_factor']!r}: sentence-transformers' "
+                               "trainers never apply it (their compute_loss calls the loss), so it would change "
+                               "nothing: drop it (a cross-encoder's CrossEntropyLoss(model, label_smoothing=...) "
+                               "smooths its labels)")
         multi = getattr(multi_dataset_batch_sampler, "value", multi_dataset_batch_sampler)
         if not isinstance(multi, str) or multi not in {s.value for s in MultiDatasetBatchSamplers}:
             raise BertkitError(f"multi_dataset_batch_sampler {multi_dataset_batch_sampler!r} is not implemented: give "

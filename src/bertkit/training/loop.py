@@ -45,7 +45,7 @@ from bertkit.training.distributed import accumulating, all_gather, any_rank, cur
 from bertkit.training.optim import optimisation
 from bertkit.training.run_log import RunLog
 from bertkit.training.step_reads import MicroLoss, over_ranks, read_step, real_tokens, rows
-from bertkit.training.token_loss import accepts_num_items, loss_to_log, objective, step_targets
+from bertkit.training.token_loss import item_counter, loss_to_log, model_loss, objective, step_targets
 
 logger = logging.getLogger("bertkit")
 
@@ -91,7 +91,10 @@ class LoopHooks:
     every logged record; ``event(name, position)`` is called where transformers calls ``on_<name>``;
     ``param_groups``: the optimiser's (``optim.parameter_groups``; by default the model's, at one rate).
     ``schedule_steps``: the learning-rate schedule's length where it is not the run's (sentence-transformers' ``fit``
-    counts it from whole batches).
+    counts it from whole batches). ``compute_loss(module, batch, num_items)``: each micro-batch's loss, outputs and
+    whether the loss is normalised over the step's ``num_items`` (``token_loss.model_loss``'s contract), given the
+    step's items as ``count_items`` counts them in each micro-batch (None: the labelled tokens, ``target_count``, for
+    a model whose forward takes ``num_items_in_batch``).
 
     ``control`` follows transformers' rules: at a step's (or epoch's) end the loop sets the flags its strategies
     call for, calls ``event``, then logs, evaluates and saves as the flags then say, clearing each as it acts."""
@@ -104,6 +107,8 @@ class LoopHooks:
     control: TrainerControl = field(default_factory=TrainerControl)
     param_groups: list[dict] | None = None
     schedule_steps: int | None = None
+    compute_loss: Callable[[nn.Module, Batch, Any], tuple[Tensor, Any, bool]] = model_loss
+    count_items: Callable[[Batch], int | None] | None = None
 
 
 def train(
@@ -176,9 +181,10 @@ class _Run:
     spoiled: str | None = None  # why the current optimiser step's gradient cannot be used
     grad_norm: float | None = None  # the last optimiser step's gradient norm, before clipping
     step_lr: float = 0.0  # the learning rate the last optimiser step used (what transformers logs)
-    # Token-level losses (masked LM, tagging) are divided by the labelled tokens of the whole optimiser step
-    # (all micro-batches, all ranks: ``step_targets``) when the model takes transformers' num_items_in_batch.
-    token_losses: bool = False
+    # Token-level losses (masked LM, tagging; the Trainer's loss when it takes transformers' num_items_in_batch) are
+    # divided by the labelled items of the whole optimiser step (all micro-batches, all ranks: ``step_targets``), which
+    # ``count`` counts in a micro-batch (``LoopHooks.count_items``); None where nothing is counted.
+    count: Callable[[Batch], int | None] | None = None
     num_items: float | None = None
     hooks: LoopHooks = field(default_factory=LoopHooks)
     pending: list[MicroLoss] = field(default_factory=list)  # this optimiser step's micro-batches, not read yet (settle)
@@ -235,7 +241,7 @@ class _Run:
         # the run resumed there owes it
         run.logged_at = max((r["step"] for r in run.log_file.history if r["split"] == "train"), default=0)
         run.t0 = time.perf_counter()
-        run.token_losses = accepts_num_items(model)
+        run.count = hooks.count_items or item_counter(model)
         module.train()
         return run
 
@@ -286,13 +292,13 @@ class _Run:
                 ahead = list(itertools.islice(loader, 1))
                 if not ahead:
                     break
-                if self.step_micro == 0 and self.token_losses:
-                    # a token-level loss is divided by the step's labelled tokens: its micro-batches are read now, as
+                if self.step_micro == 0 and self.count is not None:
+                    # a loss may be divided by the step's labelled items: its micro-batches are read now, as
                     # transformers' Trainer reads them, and counted on the host (on a GPU, counting there would wait
                     # for the device); collating one twice would draw a masking collator's masks again
                     ahead += itertools.islice(loader, min(self.args.gradient_accumulation_steps,
                                                           len(phase.plan) - pos.batch) - 1)
-                    step_count = step_targets(ahead, self.device)
+                    step_count = step_targets(ahead, self.device, self.count)
             weight, batch = ahead.pop(0)
             if weight > 0:  # throughput, counted on the host before the batch moves
                 self.seqs, self.tokens = self.seqs + rows(batch), self.tokens + real_tokens(batch)
@@ -334,7 +340,7 @@ class _Run:
             self.step_shares = [n * len(sizes) / sum(sizes) if phase.plan.draw is None else 1.0 for n in sizes]
             self.control.should_log = self.control.should_evaluate = self.control.should_save = False
             self.event("step_begin")
-            if self.token_losses:
+            if self.count is not None:
                 self.num_items = None if step_count is None else max(step_count, 1) / self.info.world_size
         accum = self.step_size
         weight *= self.step_shares[self.step_micro]
@@ -346,16 +352,15 @@ class _Run:
         # Under DDP every rank runs every backward pass, a spoiled one too: skipping one would leave the
         # others waiting in the gradient all-reduce. The step is then dropped on all ranks.
         if self.spoiled is None or self.info.enabled:
+            labels = batch.get("labels")  # before the loss, which may pop them (as transformers' examples do)
             with accumulating(self.module, sync):
                 with _autocast(args, self.device):
-                    out = (self.module(**batch) if self.num_items is None
-                           else self.module(**batch, num_items_in_batch=self.num_items))
-                part = objective(out, weight, accum, self.num_items is not None)
+                    loss, out, normalised = self.hooks.compute_loss(self.module, batch, self.num_items)
+                part = objective(loss, out, weight, accum, normalised)
                 self.scaler.scale(part).backward()
             # The loss stays on the device until the step's end reads it with the gradient norm, in one read: a read
             # waits for the device, and one at every micro-batch left it idle while the host queued the next.
-            self.pending.append(MicroLoss(out.loss.detach(), loss_to_log(out, self.num_items, part),
-                                       weight > 0, batch.get("labels"),
+            self.pending.append(MicroLoss(loss.detach(), loss_to_log(loss, normalised, part), weight > 0, labels,
                                        self.batch_metrics(batch, out) if self.batch_metrics and weight > 0 else {}))
         return sync
 

@@ -21,27 +21,25 @@ FIELDS = ("logits", "start_logits", "end_logits", "prediction_logits", "seq_rela
 
 def gather(module: nn.Module, examples: Sequence, batches: list[list[int]], *, label_names: Sequence[str],
            collate: Callable[[list], dict], device: str, bf16: bool,
-           on_step: Callable[[], None] | None = None,
+           forward: Callable[[dict], tuple[Any, Any]], on_step: Callable[[], None] | None = None,
            weights: Sequence[int] | None = None) -> tuple[Any, Any, float | None]:
-    """(predictions, labels, mean loss) of every example, computed in ``batches`` (this process's); under torchrun
-    every rank gets all the rows back, so metrics see the whole dataset once. ``on_step`` after each batch. The mean
-    loss weighs each batch's by its rows, or by ``weights`` (one a batch)."""
+    """(predictions, labels, mean loss) of every example, computed in ``batches`` (this process's) by ``forward``
+    (a batch's loss and ``module``'s outputs); under torchrun every rank gets all the rows back, so metrics see the
+    whole dataset once. ``on_step`` after each batch. The mean loss weighs each batch's by its rows, or by
+    ``weights`` (one a batch)."""
 
     def step(batch: dict, rows: list) -> tuple[list[np.ndarray], list[np.ndarray], float | None]:
         """One batch's output arrays, label arrays (one per label name) and loss."""
-        out = module(**batch)
-        loss = getattr(out, "loss", None)
+        labels = [batch[k].cpu().numpy() for k in label_names if k in batch]  # before a loss that pops them
+        mlm_labels = batch.get("labels")
+        loss, out = forward(batch)
         fields = [getattr(out, f) for f in FIELDS if getattr(out, f, None) is not None]
         fields = list({id(f): f for f in fields}.values())
         if not fields and not hasattr(out, "loss"):  # a tuple or dict: read by name, it would give no predictions
-            raise BertkitError(
-                f"{type(module).__name__}'s forward returned a {type(out).__name__}, and the Trainer reads a model's "
-                f"outputs by name (loss, and predictions from {', '.join(FIELDS)}): return an object with them as "
-                "attributes (a dataclass, or transformers' ModelOutput), as bertkit's and transformers' heads do")
-        if (mlm := getattr(out, "prediction_logits", None)) is not None and "labels" in batch:
-            fields = [_at_every_token(f, batch["labels"]) if f is mlm else f for f in fields]
-        result = ([f.float().cpu().numpy() for f in fields], [batch[k].cpu().numpy() for k in label_names if k in batch],
-                  None if loss is None else float(loss))
+            raise unreadable(module, out)
+        if (mlm := getattr(out, "prediction_logits", None)) is not None and mlm_labels is not None:
+            fields = [_at_every_token(f, mlm_labels) if f is mlm else f for f in fields]
+        result = ([f.float().cpu().numpy() for f in fields], labels, None if loss is None else float(loss))
         if on_step is not None:
             on_step()
         return result
@@ -57,6 +55,15 @@ def gather(module: nn.Module, examples: Sequence, batches: list[list[int]], *, l
     losses = [(p[2], w) for (_, p), w in zip(parts, weights) if p[2] is not None]
     return (columns([p[0] for _, p in parts]), columns([p[1] for _, p in parts if p[1]]),
             sum(v * w for v, w in losses) / sum(w for _, w in losses) if losses else None)
+
+
+def unreadable(module: nn.Module, out: Any) -> BertkitError:
+    """The error for outputs the Trainer cannot read by name (a tuple or a dict)."""
+    return BertkitError(
+        f"{type(module).__name__}'s outputs are a {type(out).__name__} (what its forward returned, or a compute_loss "
+        f"override as its outputs), and the Trainer reads a model's outputs by name (loss, and predictions from "
+        f"{', '.join(FIELDS)}): return an object with them as attributes (a dataclass, or transformers' ModelOutput), "
+        "as bertkit's and transformers' heads do")
 
 
 def _at_every_token(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:

@@ -6,7 +6,7 @@ a sparse micro-batch more, so that accumulation and several processes train as o
 from __future__ import annotations
 
 import inspect
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from torch import Tensor, nn
@@ -25,10 +25,11 @@ def target_count(batch: Batch) -> int | None:
     return int((labels != -100).sum())
 
 
-def step_targets(step: list[tuple[float, Batch]], device: str) -> int | None:
-    """The labelled tokens of the step's micro-batches (``(weight, batch)``, read ahead), every rank's; None for
-    per-sequence losses."""
-    counts = [target_count(batch) for _, batch in step]
+def step_targets(step: list[tuple[float, Batch]], device: str,
+                 count: Callable[[Batch], int | None] = target_count) -> int | None:
+    """The labelled items (``count``'s: by default tokens) of the step's micro-batches (``(weight, batch)``, read
+    ahead), every rank's; None where ``count`` gives None (by default, per-sequence losses)."""
+    counts = [count(batch) for _, batch in step]
     if counts[0] is None:
         return None
     # an empty share runs one example of the batch at weight 0: not a target
@@ -47,25 +48,38 @@ def accepts_num_items(model: nn.Module) -> bool:
     return "num_items_in_batch" in forward_parameters(model)
 
 
-def objective(out: Any, weight: float, accum: int, token_level: bool) -> Any:
-    """The loss this micro-batch back-propagates: per-sequence losses weighted by the micro-batch's share of the
-    global batch (``weight``) over the accumulation steps; per-token ones (already divided by the step's target
-    count) as they are, a next-sentence part weighted as per-sequence."""
-    if not token_level:
+def item_counter(model: nn.Module) -> Callable[[Batch], int | None] | None:
+    """What the loop counts for ``model``'s num_items_in_batch: the labelled tokens when its forward takes it."""
+    return target_count if accepts_num_items(model) else None
+
+
+def model_loss(model: nn.Module, batch: Batch, num_items: Any) -> tuple[Tensor, Any, bool]:
+    """The loop's loss unless its caller gives another (``LoopHooks.compute_loss``): the model's own, its outputs, and
+    whether it is divided by the step's labelled items (``num_items``, given to the forward when not None)."""
+    out = model(**batch) if num_items is None else model(**batch, num_items_in_batch=num_items)
+    return out.loss, out, num_items is not None
+
+
+def objective(loss: Tensor, out: Any, weight: float, accum: int, normalised: bool) -> Tensor:
+    """The loss this micro-batch back-propagates: one not ``normalised`` over the step's items (a per-sequence mean)
+    weighted by the micro-batch's share of the global batch (``weight``) over the accumulation steps; a normalised one
+    (a per-token loss divided by the step's target count) as it is, a next-sentence part in ``out`` weighted as
+    per-sequence."""
+    if not normalised:
         if weight == 1.0:  # x / 1 is x: no kernel (and no backward one) for the common case
-            return out.loss if accum == 1 else out.loss / accum
-        return out.loss * weight / accum
+            return loss if accum == 1 else loss / accum
+        return loss * weight / accum
     if weight == 0:
-        return out.loss * 0
+        return loss * 0
     nsp = getattr(out, "nsp_loss", None)
-    return out.loss if nsp is None else out.loss + nsp * (weight / accum - 1)
+    return loss if nsp is None else loss + nsp * (weight / accum - 1)
 
 
-def loss_to_log(out: Any, num_items: float | None, part: Tensor) -> tuple[Tensor, bool]:
-    """The micro-batch's loss for the logs, still on the device, and whether it is a per-token loss divided by the
-    whole step's targets: then ``part`` (``objective``'s), its part of the step's loss, which the step's micro-batches
-    (every rank's) add up to: the step's token mean (pre-training's plus its next-sentence mean, as google-research/bert
-    logs the loss of the batch)."""
-    if num_items is None:
-        return out.loss.detach(), False
+def loss_to_log(loss: Tensor, normalised: bool, part: Tensor) -> tuple[Tensor, bool]:
+    """The micro-batch's loss for the logs, still on the device, and whether it is normalised over the whole step's
+    items: then ``part`` (``objective``'s), its part of the step's loss, which the step's micro-batches (every rank's)
+    add up to: the step's token mean (pre-training's plus its next-sentence mean, as google-research/bert logs the loss
+    of the batch)."""
+    if not normalised:
+        return loss.detach(), False
     return part.detach(), True

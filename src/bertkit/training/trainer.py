@@ -60,12 +60,14 @@ from bertkit.training.distributed import agree, current, join_for_process
 from bertkit.training.loop import LoopHooks, Phase, Position, run_fingerprint, train
 from bertkit.training.token_loss import forward_parameters
 from bertkit.training.trainer_args import TrainingArguments
+from bertkit.training.trainer_loss import TrainerLoss
 
 TRAINER_STATE = "trainer_state.json"
 logger = logging.getLogger("bertkit")
 # transformers' Trainer methods its subclasses override to change training or prediction, which bertkit's Trainer
-# never calls (the loop trains on the model's own loss): an override is refused, never silently skipped
-NOT_CALLED = ("compute_loss", "training_step", "prediction_step", "create_optimizer", "create_scheduler",
+# never calls (its loop runs the steps itself; compute_loss is called, as transformers calls it): an override is
+# refused, never silently skipped
+NOT_CALLED = ("training_step", "prediction_step", "create_optimizer", "create_scheduler",
               "create_optimizer_and_scheduler", "get_train_dataloader", "get_eval_dataloader", "get_test_dataloader",
               "evaluation_loop", "get_decay_parameter_names")
 
@@ -77,8 +79,10 @@ def set_seed(seed: int) -> None:
     torch.manual_seed(seed)
 
 
-class Trainer:
+class Trainer(TrainerLoss):
     """transformers' Trainer on bertkit's loop; see the module docstring."""
+
+    _not_called: tuple[str, ...] = NOT_CALLED  # the overrides refused (the sentence trainers' add compute_loss)
 
     def __init__(self, model: nn.Module | None = None, args: TrainingArguments | None = None,
                  data_collator: Callable | None = None, train_dataset: Any = None, eval_dataset: Any = None,
@@ -89,13 +93,12 @@ class Trainer:
             raise BertkitError(f"Trainer got arguments bertkit does not implement: {sorted(unknown)}; "
                                "see docs/coming-from-transformers.md")
         overridden = [name for cls in type(self).__mro__ if not cls.__module__.startswith("bertkit.")
-                      for name in NOT_CALLED if name in vars(cls)]
+                      for name in self._not_called if name in vars(cls)]
         if overridden:
             raise BertkitError(
                 f"{type(self).__name__} overrides {', '.join(overridden)}, which transformers' Trainer calls and "
-                "bertkit's never does (its loop trains on the loss the model's forward returns), so the override "
-                "would be skipped without a word: compute a custom loss in the model's forward (a subclass of the "
-                "head), or train with transformers' Trainer")
+                "bertkit's never does (its loop runs the steps itself), so the override would be skipped without a "
+                f"word: {self._custom_loss}, or train with transformers' Trainer")
         if model_init is not None:
             raise BertkitError("model_init (hyper-parameter search) is not implemented; pass model=")
         if model is None:
@@ -130,6 +133,7 @@ class Trainer:
         _, self.device = join_for_process(self.args.device, self.args.ddp_timeout)
         self._module.to(self.device)
         self._forward_args = forward_parameters(self._module)
+        self._set_up_loss(self._module, self._forward_args)
         self.label_names = self.args.label_names or [
             p for p in self._forward_args if "label" in p or p in ("start_positions", "end_positions")]
         not_taken = [n for n in self.label_names if n not in self._forward_args]
@@ -273,7 +277,8 @@ class Trainer:
                            hooks=LoopHooks(layout=HF_LAYOUT, write_extra=self._write_checkpoint_extras,
                                            protect=self._is_best, on_record=self._on_record, event=self._loop_event,
                                            control=self.control, param_groups=self._parameter_groups(),
-                                           schedule_steps=self._schedule_steps))
+                                           schedule_steps=self._schedule_steps, compute_loss=self._training_loss,
+                                           count_items=self._count_items))
         seconds = time.perf_counter() - t0
         self.state.global_step = result.step
         if args.load_best_model_at_end and self.state.best_model_checkpoint is not None:
@@ -551,6 +556,7 @@ class Trainer:
         module = module if module is not None else self._module
         batches = batches if batches is not None else self._eval_batches(examples)
         return predictions.gather(module, examples, batches, label_names=self.label_names, collate=self._collate,
+                                  forward=lambda batch: self._evaluated(module, batch, self.label_names),
                                   device=self.device, bf16=self.args.bf16,
                                   on_step=(lambda: self._event("on_prediction_step")) if events else None,
                                   weights=self._loss_weights(batches, len(examples)))

@@ -18,7 +18,7 @@ from bertkit._hardware import resolve_device
 from bertkit._parallel import info_from_env
 from bertkit.errors import BertkitError
 from bertkit.settings import TrainingSettings
-from bertkit.settings.fields import at_least_one, flag, in_seed_range, redefault
+from bertkit.settings.fields import at_least_one, between, flag, in_seed_range, redefault
 
 # Every transformers TrainingArguments field bertkit does not implement, under transformers' default (checked against
 # the installed transformers by tests/test_trainer.py); any other value is refused, with ADVICE where there is one.
@@ -38,7 +38,6 @@ _NOT_IMPLEMENTED: tuple[tuple[Any, tuple[str, ...]], ...] = (
              "batch_eval_metrics", "save_only_model", "save_on_each_node", "enable_jit_checkpoint", "push_to_hub",
              "hub_always_push", "ignore_data_skip", "restore_callback_states_from_checkpoint", "full_determinism",
              "dataloader_drop_last", "dataloader_persistent_workers")),
-    (0.0, ("label_smoothing_factor",)),
     (0, ("eval_delay",)),
     (-1, ("local_rank",)),
     ("", ("debug",)),
@@ -94,6 +93,8 @@ class TrainingArguments(TrainingSettings):
     run_name: str | None = None
     remove_unused_columns: bool = True
     label_names: list[str] | None = None
+    label_smoothing_factor: float = flag(0.0, check=between(0.0, 1.0))
+    """transformers' LabelSmoother on a classifier's or tagger's logits (the range torch's label_smoothing takes)."""
     use_cpu: bool = False
     disable_tqdm: bool | None = None
     train_sampling_strategy: Literal["random", "sequential", "group_by_length"] = "random"
