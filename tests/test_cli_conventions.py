@@ -452,3 +452,14 @@ def test_a_sequence_length_beyond_the_models_positions_is_refused_at_once(name, 
                                             f"{model}: it has no position embedding beyond 16 tokens; pass {flag} 16 "
                                             "or less"), err
     assert sorted(p.name for p in tmp_path.iterdir()) == ["model"]  # nothing locked, made or written
+
+
+def test_a_help_shows_the_default_a_command_gives_a_field_not_the_text_written_for_anothers():
+    """Was: pretrain's --learning-rate help read "Default: the paper's rate for the task on models 768 wide and up,
+    1e-4 below. (default: 0.0001)": the fine-tuning commands' rule beside the 1e-4 pre-training always runs at."""
+    helps = {name: {a.dest: a.help for a in parser._actions} for name, parser, _ in ALL}
+    assert helps["pretrain"]["learning_rate"] == "Peak learning rate. (default: 0.0001)"
+    assert helps["finetune ner"]["learning_rate"] == ("Peak learning rate. Default: the paper's rate for the task on "
+                                                      "models 768 wide and up, 1e-4 below.")
+    assert helps["finetune glue"]["num_train_epochs"] == ("Passes over the training data (fractions allowed). "
+                                                          "(default: 3.0)")

@@ -131,7 +131,9 @@ def add_settings_flags(parser: argparse.ArgumentParser, cls: type, choices: dict
             continue
         if required:
             help_text += " (required)"
-        elif default is not None or "Default:" not in help_text:
+        elif default is not None:  # a "Default: ..." sentence says what None does, not the value a command gives
+            help_text = help_text.split(" Default:")[0] + f" (default: {_shown(default)})"
+        elif "Default:" not in help_text:
             help_text += f" (default: {_shown(default)})"
         names = [_flag_name(f.name), *meta.get("aliases", ())]
         if _not_none(hints[f.name]) is bool:  # bool | None: unset lets the command decide (--bf16 with --int8)
