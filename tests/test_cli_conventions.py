@@ -475,3 +475,17 @@ def test_help_loads_neither_torch_nor_numpy():
             "print(sorted({m.split('.')[0] for m in sys.modules} & {'torch', 'numpy', 'safetensors', 'tqdm'}))")
     run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert run.stdout.split() == ["[]"]
+
+
+@pytest.mark.parametrize("command", [["finetune", "ner", "--data-dir", "d", "--model", "m"],
+                                     ["pretrain", "--data", "d", "--vocab", "v", "--max-steps", "1"]])
+def test_resume_and_overwrite_together_are_refused(command, tmp_path, capsys):
+    """Was: both were taken and --resume won without a word (a cut-short run continued where the user may have
+    asked to start again), or a new run started under --resume where there was nothing to continue."""
+    out = tmp_path / "o"
+    assert main([*command, "--output-dir", str(out), "--resume", "--overwrite"]) == 2
+    assert capsys.readouterr().err.strip().splitlines() == [
+        f"bertkit {' '.join(command[:2]) if command[0] == 'finetune' else 'pretrain'}: error: --resume and "
+        "--overwrite are both set: --resume continues the run in --output-dir from its last checkpoint, --overwrite "
+        "starts it again (bertkit's files there are removed once the new run is finished); choose one"]
+    assert not list(tmp_path.iterdir())
