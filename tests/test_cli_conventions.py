@@ -489,3 +489,33 @@ def test_resume_and_overwrite_together_are_refused(command, tmp_path, capsys):
         "--overwrite are both set: --resume continues the run in --output-dir from its last checkpoint, --overwrite "
         "starts it again (bertkit's files there are removed once the new run is finished); choose one"]
     assert not list(tmp_path.iterdir())
+
+
+EMPTY = {"--output-dir": ["train-tokenizer", "CORPUS", "--output-dir", ""],
+         "files": ["train-tokenizer", "", "--output-dir", "out"],
+         "--vocab": ["create-pretraining-data", "CORPUS", "--vocab", "", "--output-dir", "out"],
+         "--config": ["train-tokenizer", "CORPUS", "--config", "RUN_JSON"]}
+
+
+@pytest.mark.parametrize("flag", EMPTY)
+def test_an_empty_path_is_refused_not_read_as_the_working_directory(flag, tmp_path, monkeypatch, capsys):
+    """Was: `--output-dir ""` became Path("") = ".", and train-tokenizer wrote its vocabulary into the working
+    directory, unnamed; an empty --vocab or --model read the files there (errors.given_path refuses "" from
+    Python)."""
+    corpus = tmp_path / "c.txt"
+    corpus.write_text("a good film here.\nthe cat sat.\n")
+    (tmp_path / "run.json").write_text(json.dumps({"output_dir": ""}))
+    work = tmp_path / "work"
+    work.mkdir()
+    monkeypatch.chdir(work)
+    argv = [{"CORPUS": str(corpus), "RUN_JSON": str(tmp_path / "run.json")}.get(a, a) for a in EMPTY[flag]]
+    try:
+        code = main([*argv, "--vocab-size", "30"] if argv[0] == "train-tokenizer" else argv)
+    except SystemExit as e:  # argparse's usage error
+        code = e.code
+    assert code == 2
+    err = capsys.readouterr().err.strip().splitlines()[-1]
+    assert err.endswith("an empty path; pass a path ('.' for the working directory)"), err
+    assert not list(work.iterdir())
+    assert main(["train-tokenizer", str(corpus), "--vocab-size", "30", "--no-progress", "--output-dir", "."]) == 0
+    assert (work / "vocab.txt").is_file()  # "." is the working directory, asked for by name
