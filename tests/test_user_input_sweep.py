@@ -141,3 +141,29 @@ def test_finetune_classify_on_a_users_label_column_trains_right_or_refuses_befor
     if labels is not None:
         id2label = json.loads((out / "best" / "config.json").read_text())["id2label"]
         assert [id2label[str(i)] for i in range(len(id2label))] == labels
+
+
+@pytest.mark.parametrize("flag", ["--train-file", "--validation-file", "--input", "extract-features --input"])
+def test_a_directory_given_for_a_file_of_inputs_is_refused_naming_it_not_another_flag(classifier, tmp_path, capsys,
+                                                                                     flag):
+    """Was: `finetune classify --train-file DIR` was refused as "--input DIR is a directory", a flag it has not, and
+    `extract-features --input DIR` as "input file not found"."""
+    (tmp_path / "rows.csv").write_text(_rows(["pos", "neg"] * 3), encoding="utf-8")
+    folder = tmp_path / "folder"
+    folder.mkdir()
+    if flag == "extract-features --input":
+        argv = ["extract-features", "--model", classifier, "--input", folder, "--output-file", tmp_path / "f.jsonl",
+                "--layers", "-1", "--max-seq-length", "32"]
+    elif flag == "--input":
+        argv = ["predict", "text-classification", "--model", classifier, "--input", folder,
+                "--output-file", tmp_path / "pred.jsonl"]
+    else:
+        files = {"--train-file": tmp_path / "rows.csv", "--validation-file": tmp_path / "rows.csv", flag: folder}
+        argv = ["finetune", "classify", "--model", classifier, *[x for kv in files.items() for x in kv],
+                "--output-dir", tmp_path / "run", "--max-seq-length", "32"]
+    code, err = _run(argv, capsys)
+    assert code == 2
+    name = argv[0] if argv[0] == "extract-features" else " ".join(argv[:2])
+    assert err.strip().splitlines() == [f"bertkit {name}: error: {folder} is a directory; pass the "
+                                        "file of inputs"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["folder", "rows.csv"]

@@ -67,10 +67,20 @@ def _converter(tp: Any, parse: Callable | None) -> tuple[Callable[[str], Any] | 
     if origin is tuple:  # tuple[int, ...]: a comma list
         return functools.partial(_comma_list, args[0]), None, False
     if origin is list:
-        return args[0], None, True
-    if tp in (int, float, str, Path):
+        return _path if args[0] is Path else args[0], None, True
+    if tp is Path:
+        return _path, None, False
+    if tp in (int, float, str):
         return tp, None, False
     return str, None, False  # Any (a preset name or a path)
+
+
+def _path(text: str) -> Path:
+    """A path flag's value; an empty one is refused: ``Path("")`` is ".", the working directory, which no one named
+    (``errors.given_path``, the library's refusal of it)."""
+    if not text:
+        raise argparse.ArgumentTypeError("an empty path; pass a path ('.' for the working directory)")
+    return Path(text)
 
 
 def _comma_list(item: type, text: str) -> tuple[Any, ...]:
@@ -131,7 +141,9 @@ def add_settings_flags(parser: argparse.ArgumentParser, cls: type, choices: dict
             continue
         if required:
             help_text += " (required)"
-        elif default is not None or "Default:" not in help_text:
+        elif default is not None:  # a "Default: ..." sentence says what None does, not the value a command gives
+            help_text = help_text.split(" Default:")[0] + f" (default: {_shown(default)})"
+        elif "Default:" not in help_text:
             help_text += f" (default: {_shown(default)})"
         names = [_flag_name(f.name), *meta.get("aliases", ())]
         if _not_none(hints[f.name]) is bool:  # bool | None: unset lets the command decide (--bf16 with --int8)

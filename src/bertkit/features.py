@@ -43,6 +43,8 @@ _PAD = {"input_ids": 0, "token_type_ids": 0}
 def read_texts(path: str | os.PathLike) -> list[tuple[str, str | None]]:
     """One example per line (blank lines included, as google's reader): ``text`` or ``text_a ||| text_b``."""
     path = Path(path)
+    if path.is_dir():
+        raise BertkitError(f"{path} is a directory; pass the file of inputs")
     if not path.is_file():
         raise MissingFileError(f"input file not found: {path}")
     from bertkit.tasks.files import read_lines  # line by line: a NUL byte, bad UTF-8 or a 1 GB line is named

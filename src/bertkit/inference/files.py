@@ -100,7 +100,7 @@ def _input_format(path: Path, task: Task, fields: tuple[str, ...], columns: Colu
     """The format ``path`` is read as, once the task, the file and the columns are known to fit together; checked
     before any line is read."""
     if path.is_dir():
-        raise BertkitError(f"--input {path} is a directory; pass the file of inputs")
+        raise BertkitError(f"{path} is a directory; pass the file of inputs")  # --input, --train-file, ...
     if not path.is_file():
         raise MissingFileError(f"input file not found: {path}")
     fmt = file_format(path, input_format)

@@ -12,8 +12,6 @@ import dataclasses
 import json
 from typing import Any
 
-import numpy as np
-
 from bertkit.errors import BertkitError
 from bertkit.inference.serve_wire import (
     NEEDS_EMBEDDING,
@@ -200,6 +198,8 @@ def _embed(data: Any, server: Any, all_tokens: bool = False) -> Call:
 
 
 def _openai_answer(server: Any, call: Call, results: list[Any]) -> dict[str, Any]:
+    import numpy as np
+
     a, data = call.answer, []
     for i, r in enumerate(results):
         v = embedding(r, a, True)  # dimensions kept, then normalised (OpenAI's and TEI's order)

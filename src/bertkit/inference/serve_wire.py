@@ -13,8 +13,6 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-import numpy as np
-
 from bertkit.errors import BertkitError
 from bertkit.settings.inference import RequestLimits
 
@@ -366,6 +364,8 @@ def fitted(tokens: int, what: str, pipe: Any, truncate: bool) -> int:
 
 def embedding(vector: list[Any], answer: dict[str, Any], default_normalize: bool) -> list[Any]:
     """A vector as answered: cut to ``dimensions``, then normalised (``normalize``, else ``default_normalize``)."""
+    import numpy as np
+
     v = np.asarray(vector, dtype=np.float32)
     if answer.get("dimensions"):
         v = v[..., :answer["dimensions"]]  # Matryoshka truncation, then normalisation (TEI's order)

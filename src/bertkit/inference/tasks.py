@@ -4,8 +4,8 @@ on which routes. ``TASK_LIST`` names them once; ``bertkit.pipeline``, the predic
 choices and routes, and the wire's per-task parameters all come from it, and no other module switches on a task's
 name. A new task is one class here, added to ``TASK_LIST``.
 
-Importing this module loads no torch (the command line reads it for its help): a task names its pipeline as
-``"module:Class"``, imported when the task runs.
+Importing this module loads no torch, nor numpy (the command line reads it for its help, where numpy was a fifth
+of ``bertkit --help``'s time): a task names its pipeline as ``"module:Class"``, imported when the task runs.
 """
 
 from __future__ import annotations
@@ -14,9 +14,7 @@ import importlib
 import inspect
 import os
 from collections.abc import Callable, Sequence
-from typing import Any, ClassVar
-
-import numpy as np
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from bertkit.errors import BertkitError, given_path
 from bertkit.inference import serve_tei
@@ -34,6 +32,9 @@ from bertkit.inference.serve_wire import (
     label_names_check,
     read_input,
 )
+
+if TYPE_CHECKING:
+    import numpy as np
 
 
 def _labels(config: Any) -> dict[str, str]:
@@ -185,6 +186,8 @@ class TextClassification(Task):
 def _classification(config: Any, logits: np.ndarray, answer: dict[str, Any], tei: bool) -> list[dict[str, Any]]:
     """``[{label, score}]`` best first, scored as transformers' pipeline does (TEI: softmax, or sigmoid for
     one label; ``raw_scores``: the logits)."""
+    import numpy as np
+
     x = logits.astype(np.float64)
     n = len(x)
     fn = answer.get("function_to_apply")
@@ -363,6 +366,8 @@ class FeatureExtraction(Task):
     def render(self, server: Any, call: Call, results: list[Any]) -> Any:
         a = call.answer
         if a.get("similarity"):  # cosines of the source sentence's unit vector with the others'
+            import numpy as np
+
             v = np.asarray(embedding(results, {**a, "normalize": True}, True), dtype=np.float64)
             return (v[1:] @ v[0]).tolist()
         return [embedding(r, a, server.default_normalize) for r in results]  # one text too gives a list of one

@@ -148,6 +148,10 @@ class TrainingSettings(OverwriteSettings, ProgressSettings):
         super().__post_init__()
         if self.bf16 and self.fp16:
             raise BertkitError("bf16 and fp16 are both set; choose one autocast type")
+        if self.resume and self.overwrite:  # either winning quietly would do what one of them did not ask
+            raise BertkitError("--resume and --overwrite are both set: --resume continues the run in --output-dir "
+                               "from its last checkpoint, --overwrite starts it again (bertkit's files there are "
+                               "removed once the new run is finished); choose one")
         if self.eval_strategy is None:
             self.eval_strategy = "steps" if self.eval_steps else "epoch"
         if self.batch_size is not None:  # under torchrun too: refused before a model or data is loaded
