@@ -519,3 +519,19 @@ def test_an_empty_path_is_refused_not_read_as_the_working_directory(flag, tmp_pa
     assert not list(work.iterdir())
     assert main(["train-tokenizer", str(corpus), "--vocab-size", "30", "--no-progress", "--output-dir", "."]) == 0
     assert (work / "vocab.txt").is_file()  # "." is the working directory, asked for by name
+
+
+def test_ctrl_c_ends_a_command_with_one_line_and_the_shells_status_not_a_traceback(tmp_path, monkeypatch, capsys):
+    """Ctrl-C printed bertkit's note on what it kept, then a Python traceback of where the interrupt landed (some 50
+    lines), and the process died by the signal; now one line and exit 130, as a shell reports SIGINT."""
+    import bertkit.tokenization.trainer
+
+    def interrupted(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(bertkit.tokenization.trainer, "train_wordpiece_vocab", interrupted)
+    corpus = tmp_path / "corpus.txt"
+    corpus.write_text("a few words of text\n", encoding="utf-8")
+    assert main(["train-tokenizer", str(corpus), "--output-dir", str(tmp_path / "out"), "--no-progress"]) == 130
+    assert capsys.readouterr().err.strip().splitlines()[-1] == "bertkit train-tokenizer: interrupted"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["corpus.txt"]

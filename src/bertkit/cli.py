@@ -424,6 +424,11 @@ def main(argv: list[str] | None = None) -> int:
         # Anything else is a bug in bertkit and keeps its traceback (exit 1).
         print(f"bertkit {name}: error: {e}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt:
+        # Ctrl-C: what the command leaves behind (a kept staging directory, a run --resume continues) was logged as it
+        # stopped; a traceback of where the interrupt landed would bury that. 130: the shell's status for SIGINT.
+        print(f"bertkit {name}: interrupted", file=sys.stderr)
+        return 130
     except OSError as e:
         if e.filename is None:  # not about a path the user can fix (a socket, a bug): keep the traceback
             raise
