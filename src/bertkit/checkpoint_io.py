@@ -296,7 +296,10 @@ def new_embedding(num_embeddings: int, embedding_dim: int, padding_idx: int | No
     """``nn.Embedding``, skipping its default draw inside ``from_pretrained`` (see ``new_linear``)."""
     if initialise_on_construction():
         return torch.nn.Embedding(num_embeddings, embedding_dim, padding_idx=padding_idx)
-    return torch.nn.utils.skip_init(torch.nn.Embedding, num_embeddings, embedding_dim, padding_idx=padding_idx)
+    # a weight given is not drawn; skip_init's draw on the meta device goes through torch._refs, whose first call
+    # imports torch._dynamo: 2 s of every process's first from_pretrained
+    return torch.nn.Embedding(num_embeddings, embedding_dim, padding_idx=padding_idx,
+                              _weight=torch.empty(num_embeddings, embedding_dim))
 
 
 def _checkpoint_directory(path: str | Path | None, config: BertConfig | None,
