@@ -289,8 +289,13 @@ def new_linear(in_features: int, out_features: int, bias: bool = True) -> torch.
     """``nn.Linear``; inside ``from_pretrained`` without its default draw (loading sets every value)."""
     if initialise_on_construction():
         return torch.nn.Linear(in_features, out_features, bias=bias)
-    # drawn on the meta device (no work), then given empty weights; torch's skip_init makes them with empty_like on
-    # meta tensors, through torch._refs, whose first call imports sympy and the symbolic shapes (0.5 s of a process)
+    return empty_linear(in_features, out_features, bias)
+
+
+def empty_linear(in_features: int, out_features: int, bias: bool = True) -> torch.nn.Linear:
+    """``nn.Linear`` with uninitialised weights, for a caller that sets them all. Drawn on the meta device (no work),
+    then given empty weights: torch's skip_init makes them with empty_like on meta tensors, through torch._refs, whose
+    first call imports sympy and the symbolic shapes (0.5 s of a process)."""
     layer = torch.nn.Linear(in_features, out_features, bias=bias, device="meta")
     layer.weight = torch.nn.Parameter(torch.empty(out_features, in_features))
     if bias:

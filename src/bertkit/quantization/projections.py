@@ -11,7 +11,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from bertkit.checkpoint_io import encoder_published_names
+from bertkit.checkpoint_io import empty_linear, encoder_published_names
 from bertkit.errors import BertkitError
 from bertkit.modeling import BertModel
 from bertkit.quantization.kernels import Int8Linear
@@ -53,8 +53,7 @@ def float_projection(layer: nn.Module, kind: str) -> nn.Module:
     odd = next((m for m in linears if type(m) is not nn.Linear), None)
     if odd is not None:
         return odd
-    fused = torch.nn.utils.skip_init(nn.Linear, linears[0].in_features, 3 * linears[0].out_features,
-                                     bias=linears[0].bias is not None)
+    fused = empty_linear(linears[0].in_features, 3 * linears[0].out_features, bias=linears[0].bias is not None)
     with torch.no_grad():
         fused.weight.copy_(torch.cat([m.weight for m in linears]))
         if fused.bias is not None:
