@@ -119,6 +119,15 @@ def test_evaluate_v2_na_prob_thresh_turns_answers_into_no_answer():
     assert result["exact"] == 75.0 and result["NoAns_exact"] == 100.0
 
 
+def test_evaluate_v2_scores_an_unanswerable_question_without_an_answers_list():
+    # "is_impossible": true alone, as the reader takes it: was a KeyError after the model had run
+    dataset = json.loads(json.dumps(V2_DATASET))
+    for qa in dataset["data"][0]["paragraphs"][0]["qas"][2:]:
+        del qa["answers"]
+    assert squad_eval.evaluate_v2(dataset, V2_PREDS, V2_NA) == squad_eval.evaluate_v2(V2_DATASET, V2_PREDS, V2_NA)
+    assert squad_eval.evaluate_v2(dataset, V2_PREDS)["NoAns_exact"] == 50.0
+
+
 def test_evaluate_v2_requires_every_prediction():
     with pytest.raises(ValueError, match="1 questions have no prediction"):
         squad_eval.evaluate_v2(V2_DATASET, {k: v for k, v in V2_PREDS.items() if k != "n2"})

@@ -117,8 +117,10 @@ def evaluate_v2(
     """evaluate-v2.0.py: exact/f1/total with HasAns_* / NoAns_* (percent) and, given ``na_probs``, best_exact /
     best_f1 with their thresholds. A missing prediction is an error (the official script's KeyError)."""
     articles = _articles(dataset)
+    # An unanswerable question may come without an "answers" list (``"is_impossible": true`` alone), as
+    # ``squad_examples`` reads it: no gold answer, where the official script stops with a KeyError.
     qid_to_has_ans = {
-        qa["id"]: bool(qa["answers"]) for a in articles for p in a["paragraphs"] for qa in p["qas"]
+        qa["id"]: bool(qa.get("answers")) for a in articles for p in a["paragraphs"] for qa in p["qas"]
     }
     if not qid_to_has_ans:
         raise BertkitError("the dataset has no questions")
@@ -161,7 +163,7 @@ def _raw_scores(
     for article in articles:
         for p in article["paragraphs"]:
             for qa in p["qas"]:
-                golds = [a["text"] for a in qa["answers"] if normalize_answer(a["text"])] or [""]
+                golds = [a["text"] for a in qa.get("answers", []) if normalize_answer(a["text"])] or [""]
                 pred = predictions[qa["id"]]
                 exact_raw[qa["id"]] = max(compute_exact(g, pred) for g in golds)
                 f1_raw[qa["id"]] = max(compute_f1(g, pred) for g in golds)
