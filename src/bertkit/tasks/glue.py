@@ -232,7 +232,9 @@ def _read_tsv(task: GlueTask, path: Path, layout: _Layout) -> list[GlueExample]:
         if not line.strip():
             raise BertkitError(f"malformed row in {path} line {lineno}: empty line; GLUE files have none, remove it")
         if len(cols) not in layout.n_columns:
-            hint = "" if layout.label is not None else " (a test file: is this a train/dev file read with labeled=False?)"
+            labeled = task.labeled_layout
+            hint = (" (as many as a train/dev file has: is this one read as the test split?)"
+                    if layout.label is None and labeled is not None and len(cols) in labeled.n_columns else "")
             raise BertkitError(f"malformed row in {path} line {lineno}: expected "
                                f"{' or '.join(map(str, layout.n_columns))} tab-separated columns for {task.name}, "
                                f"got {len(cols)}{hint}")
