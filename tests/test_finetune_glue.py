@@ -168,6 +168,27 @@ def test_predict_glue_reads_the_checkpoints_label_order(tmp_path, glue_model):
     assert written["ordered", "dev"][1] == {"accuracy": 0.5}
 
 
+def test_predict_glue_breaks_a_tie_between_outputs_as_transformers_argmax_does(tmp_path, glue_model):
+    """Outputs that tie (bf16's 8-bit mantissa makes them common) go to the checkpoint's first, as np.argmax over the
+    logits and then id2label gives it (run_glue.py, the pipelines), not to the task's first label: a head scoring
+    every pair 0.0 twice, named not_entailment, entailment, predicted entailment on every pair."""
+    _write_rte(tmp_path / "glue")
+    model = BertForSequenceClassification.from_pretrained(glue_model, id2label={0: "not_entailment", 1: "entailment"})
+    with torch.no_grad():
+        model.classifier.weight.zero_()
+        model.classifier.bias.zero_()
+    model.save_pretrained(tmp_path / "tied")
+    for name in ("tokenizer_config.json", "vocab.txt"):
+        (tmp_path / "tied" / name).write_bytes((glue_model / name).read_bytes())
+    for split in ("dev", "test"):
+        assert main(["predict", "glue", "--task", "rte", "--data-dir", str(tmp_path / "glue"), "--split", split,
+                     "--model", str(tmp_path / "tied"), "--out", str(tmp_path / split), "--max-seq-length", "32"]) == 0
+    ids = range(10, 14)
+    assert (tmp_path / "test" / "RTE.tsv").read_text() == "index\tprediction\n" + "".join(
+        f"{i}\tnot_entailment\n" for i in ids)
+    assert json.loads((tmp_path / "dev" / "report.json").read_text())["scores"] == {"accuracy": 0.5}
+
+
 def test_predict_glue_refuses_a_checkpoint_fine_tuned_on_the_other_kind_of_input(tmp_path, glue_model, capsys):
     """finetune writes text_pair into config.json; an SST-2 model (single sentences) predicting RTE's pairs ran
     without a word, its scores of pairs it was never shown written as RTE's submission."""

@@ -217,16 +217,24 @@ def _read_tsv(task: GlueTask, path: Path, layout: _Layout) -> list[GlueExample]:
     for lineno, line in read_lines(path):
         cols = line.split("\t")
         if lineno == 1 and layout.header:
-            # a file that lost its header would silently lose its first example (read as the header)
-            missing = [c for c in task.text_columns if c not in cols]
-            if missing:
-                raise BertkitError(f"{path} line 1 is not the header {task.name} files start with (no column "
-                                   f"{', '.join(missing)}); restore the header line as the GLUE download has it")
+            # a file that lost its header would silently lose its first example (read as the header); one of the
+            # other layout with as many columns (SST-2's dev file, sentence and label, as its test file's index and
+            # sentence) would have its labels predicted and its sentences echoed as the index
+            kind = " test" if layout.label is None else ""
+            at = (layout.text_a,) if layout.text_b is None else (layout.text_a, layout.text_b)
+            for i, name in zip(at, task.text_columns):
+                if i >= len(cols) or cols[i] != name:
+                    found = f"column {i + 1} is {cols[i]!r}" if i < len(cols) else f"it has {len(cols)} columns"
+                    raise BertkitError(f"{path} line 1 is not the header {task.name}{kind} files start with ({found}, "
+                                       f"not {name!r}); pass {task.name}'s{kind or ' train/dev'} file as the GLUE "
+                                       "download has it, its header line included")
             continue
         if not line.strip():
             raise BertkitError(f"malformed row in {path} line {lineno}: empty line; GLUE files have none, remove it")
         if len(cols) not in layout.n_columns:
-            hint = "" if layout.label is not None else " (a test file: is this a train/dev file read with labeled=False?)"
+            labeled = task.labeled_layout
+            hint = (" (as many as a train/dev file has: is this one read as the test split?)"
+                    if layout.label is None and labeled is not None and len(cols) in labeled.n_columns else "")
             raise BertkitError(f"malformed row in {path} line {lineno}: expected "
                                f"{' or '.join(map(str, layout.n_columns))} tab-separated columns for {task.name}, "
                                f"got {len(cols)}{hint}")

@@ -56,7 +56,9 @@ def predict_glue(s: PredictGlueSettings) -> dict[str, Any]:
     features = glue.featurize(examples, tokenizer, s.max_seq_length, task)
     logits = np.stack(predict(model, features, lambda b: collate(b, tokenizer.pad_token_id),
                               batch_size=s.batch_size, bf16=precision.bf16, device=precision.device))
-    preds = logits[:, 0] if task.is_regression else logits[:, order].argmax(-1)
+    # the model's own argmax, then the task label of that output: a tie goes to its first output, as np.argmax
+    # then id2label gives it (run_glue.py, the pipelines), whatever order it keeps its labels in
+    preds = logits[:, 0] if task.is_regression else np.argsort(order)[logits.argmax(-1)]
     s.output_dir.mkdir(parents=True, exist_ok=True)
     path = glue.write_submission(task, preds.tolist(), [e.id for e in examples], s.output_dir)
     report: dict[str, Any] = {"task": task.name, "split": s.split, "examples": len(examples), "file": str(path)}
