@@ -242,22 +242,21 @@ def test_a_glue_file_without_its_header_is_refused(tmp_path):
 def test_an_sst2_dev_file_as_the_test_file_is_refused_by_its_header(tmp_path):
     # Both have two columns: read as a test file (index, sentence), the labels were the texts predicted and the
     # sentences the index echoed; the header names the columns where the test layout has others.
-    root = _glue_file(tmp_path, "SST-2", "test", "sentence\tlabel\na fine film\t1\n")
-    with pytest.raises(BertkitError, match=r"test.tsv line 1 is not the header sst-2 test files start with \(column 2 "
-                                           r"is 'label', not 'sentence'\)"):
-        glue.read_glue("sst2", root, "test")
-    root = _glue_file(tmp_path / "t", "SST-2", "dev", "index\tsentence\n0\ta fine film\n")
-    with pytest.raises(BertkitError, match=r"column 1 is 'index', not 'sentence'"):
-        glue.read_glue("sst2", root, "dev")
     # RTE's dev file has the test file's header columns where the test layout reads them, and one more: its rows
     # are refused, saying so; a test row short of a column is only that
-    root = _glue_file(tmp_path / "rte", "RTE", "test", "index\tsentence1\tsentence2\tlabel\n0\tA.\tB.\tentailment\n")
-    with pytest.raises(BertkitError, match=r"expected 3 tab-separated columns for rte, got 4 \(as many as a train/dev "
-                                           r"file has: is this one read as the test split\?\)"):
-        glue.read_glue("rte", root, "test")
-    root = _glue_file(tmp_path / "rte2", "RTE", "test", "index\tsentence1\tsentence2\n0\tA.\n")
-    with pytest.raises(BertkitError, match=r"expected 3 tab-separated columns for rte, got 2$"):
-        glue.read_glue("rte", root, "test")
+    for where, (task, name, split, content), message in (
+            ("sst2-test", ("sst2", "SST-2", "test", "sentence\tlabel\na fine film\t1\n"),
+             r"test.tsv line 1 is not the header sst-2 test files start with \(column 2 is 'label', not 'sentence'\)"),
+            ("sst2-dev", ("sst2", "SST-2", "dev", "index\tsentence\n0\ta fine film\n"),
+             r"column 1 is 'index', not 'sentence'"),
+            ("rte", ("rte", "RTE", "test", "index\tsentence1\tsentence2\tlabel\n0\tA.\tB.\tentailment\n"),
+             r"expected 3 tab-separated columns for rte, got 4 \(as many as a train/dev file has: is this one read as "
+             r"the test split\?\)"),
+            ("rte2", ("rte", "RTE", "test", "index\tsentence1\tsentence2\n0\tA.\n"),
+             r"expected 3 tab-separated columns for rte, got 2$")):
+        root = _glue_file(tmp_path / where, name, split, content)
+        with pytest.raises(BertkitError, match=message):
+            glue.read_glue(task, root, split)
     ok = _glue_file(tmp_path / "ok", "SST-2", "test", "index\tsentence\n7\ta fine film\n")
     assert [(e.id, e.text_a) for e in glue.read_glue("sst2", ok, "test")] == [("7", "a fine film")]
 
