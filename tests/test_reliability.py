@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import re
 import shutil
 from pathlib import Path
 
@@ -345,6 +346,27 @@ def test_finetune_classify_gives_a_fresh_head_to_a_checkpoint_fine_tuned_for_oth
                  "--batch-size", "3", "--max-seq-length", "64", "--no-progress"]) == 0
     config = json.loads((tmp_path / "three" / "best" / "config.json").read_text())
     assert config["id2label"] == {"0": "a", "1": "b", "2": "c"}
+
+
+def test_one_class_written_two_ways_is_one_class_or_refused(tiny_dirs, tmp_path, capsys):
+    """"text, pos" (a CSV's ", ") gives the label " pos": read stripped, it is the class "pos", not a third class beside
+    "pos" and "neg"; "1" and "1.0" are one number written two ways, refused (two classes, or one, by a guess)."""
+    from bertkit.cli import main
+
+    def run(labels: list[str], out: str) -> int:
+        train = _csv(tmp_path / f"{out}.csv", labels)
+        return main(["finetune", "classify", "--model", str(tiny_dirs["clf"]), "--train-file", str(train),
+                     "--validation-file", str(train), "--output-dir", str(tmp_path / out), "--max-seq-length", "64",
+                     "--num-train-epochs", "1", "--batch-size", "3", "--no-progress"])
+
+    assert run(["pos", "neg", " pos", "neg", "pos ", "neg"], "spaced") == 0
+    config = json.loads((tmp_path / "spaced" / "best" / "config.json").read_text())
+    assert config["id2label"] == {"0": "neg", "1": "pos"}
+    capsys.readouterr()
+    assert run(["1", "0", "1.0", "0", "1", "0"], "numbers") == 2
+    assert re.search(r"labels '1' \(line 2\) and '1.0' \(line 4\) are the same number written two ways, so they "
+                     "would be two classes", capsys.readouterr().err)
+    assert not (tmp_path / "numbers").exists()
 
 
 def test_finetune_classify_with_eval_strategy_no_scores_dev_once_at_the_end(tiny_dirs, tmp_path):
