@@ -38,9 +38,8 @@ def looks_like_hub_id(path: str | os.PathLike) -> bool:
 
 
 def how_to_get(repo_id: str, what: str) -> str:
-    return (f"{what} {repo_id!r} does not exist here; if it is a Hugging Face Hub id, download it with "
-            f"`hf download {repo_id} --local-dir DIR` (huggingface_hub's CLI) (or `pip install huggingface_hub` and "
-            "bertkit does so itself when online), then pass DIR")
+    return (f"{what} {repo_id!r} does not exist here{download_hint(repo_id)} (or `pip install huggingface_hub`: "
+            "bertkit then downloads it itself when online)")
 
 
 def refuse_hub_options(path: str | os.PathLike | None, options: dict) -> None:

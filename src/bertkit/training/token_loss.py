@@ -11,8 +11,16 @@ from typing import Any
 
 from torch import Tensor, nn
 
+from bertkit.heads import IGNORE_INDEX
 from bertkit.training.batch_plan import Batch
 from bertkit.training.distributed import sum_over_ranks
+
+
+def labelled_items(batch: Batch) -> int | None:
+    """transformers' ``num_items_in_batch`` share of one batch: its ``labels`` that are not -100, whatever their shape
+    (a classifier's rows, a tagger's tokens); None without ``labels``."""
+    labels = batch.get("labels")
+    return int((labels != IGNORE_INDEX).sum()) if isinstance(labels, Tensor) else None
 
 
 def target_count(batch: Batch) -> int | None:
@@ -22,7 +30,7 @@ def target_count(batch: Batch) -> int | None:
     if not isinstance(labels, Tensor) or not isinstance(ids, Tensor) or labels.shape != ids.shape \
             or labels.is_floating_point():
         return None
-    return int((labels != -100).sum())
+    return labelled_items(batch)
 
 
 def step_targets(step: list[tuple[float, Batch]], device: str,
@@ -44,13 +52,9 @@ def forward_parameters(model: nn.Module) -> Mapping[str, inspect.Parameter]:
     return inspect.signature(base.forward).parameters
 
 
-def accepts_num_items(model: nn.Module) -> bool:
-    return "num_items_in_batch" in forward_parameters(model)
-
-
 def item_counter(model: nn.Module) -> Callable[[Batch], int | None] | None:
     """What the loop counts for ``model``'s num_items_in_batch: the labelled tokens when its forward takes it."""
-    return target_count if accepts_num_items(model) else None
+    return target_count if "num_items_in_batch" in forward_parameters(model) else None
 
 
 def model_loss(model: nn.Module, batch: Batch, num_items: Any) -> tuple[Tensor, Any, bool]:

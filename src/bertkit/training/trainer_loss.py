@@ -11,17 +11,10 @@ import torch
 from torch import Tensor, nn
 
 from bertkit.errors import BertkitError
+from bertkit.heads import IGNORE_INDEX
 from bertkit.training.batch_plan import Batch
 from bertkit.training.predictions import unreadable
-
-IGNORE_INDEX = -100
-
-
-def labelled_items(batch: Batch) -> int | None:
-    """transformers' ``num_items_in_batch`` share of one batch: its ``labels`` that are not -100, whatever their shape
-    (a classifier's rows, a tagger's tokens); None without ``labels``."""
-    labels = batch.get("labels")
-    return int((labels != IGNORE_INDEX).sum()) if isinstance(labels, Tensor) else None
+from bertkit.training.token_loss import labelled_items
 
 
 class LabelSmoother:
