@@ -61,7 +61,7 @@ def model_loss(model: nn.Module, batch: Batch, num_items: Any) -> tuple[Tensor, 
     """The loop's loss unless its caller gives another (``LoopHooks.compute_loss``): the model's own, its outputs, and
     whether it is divided by the step's labelled items (``num_items``, given to the forward when not None)."""
     out = model(**batch) if num_items is None else model(**batch, num_items_in_batch=num_items)
-    return out.loss, out, num_items is not None
+    return getattr(out, "loss", None), out, num_items is not None  # None: outputs not read by name (the caller says)
 
 
 def objective(loss: Tensor, out: Any, weight: float, accum: int, normalised: bool) -> Tensor:

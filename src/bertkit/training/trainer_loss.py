@@ -14,7 +14,7 @@ from bertkit.errors import BertkitError
 from bertkit.heads import IGNORE_INDEX
 from bertkit.training.batch_plan import Batch
 from bertkit.training.predictions import unreadable
-from bertkit.training.token_loss import labelled_items
+from bertkit.training.token_loss import labelled_items, model_loss
 
 
 class LabelSmoother:
@@ -104,10 +104,7 @@ class TrainerLoss:
         if self.label_smoother is not None and "labels" in inputs:
             inputs = dict(inputs)
             labels = inputs.pop("labels")
-        if num_items_in_batch is not None and self._takes_num_items:
-            outputs = model(**inputs, num_items_in_batch=num_items_in_batch)
-        else:
-            outputs = model(**inputs)
+        _, outputs, _ = model_loss(model, inputs, num_items_in_batch if self._takes_num_items else None)
         if not hasattr(outputs, "loss"):
             raise unreadable(model, outputs)
         loss = outputs.loss if labels is None else self.label_smoother(outputs, labels, num_items_in_batch)
