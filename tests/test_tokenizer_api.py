@@ -60,6 +60,24 @@ def test_word_ids_and_sequence_ids(toks, sentences, squad):
         assert a.word_ids(i) == b.word_ids(i) and a.sequence_ids(i) == b.sequence_ids(i)
 
 
+@pytest.mark.parametrize("split", [False, True])
+def test_a_none_in_a_batch_of_pairs_is_refused_naming_its_row(toks, squad, split):
+    # A missing ending (datasets reads an empty CSV field as None) among SWAG-style pairs: transformers raises
+    # "TextInputSequence must be str"; bertkit encoded that row as [CLS] question [SEP], no second segment, silently.
+    ours, hf = toks
+    questions, contexts = squad
+    pairs = [c.split() if split else c for c in contexts[:4]]
+    pairs[2] = None
+    firsts = [q.split() for q in questions[:4]] if split else questions[:4]
+    with pytest.raises(TypeError):
+        hf(firsts, pairs, is_split_into_words=split)
+    with pytest.raises(BertkitError, match=r"text_pair\[2\] is None .* give '' for an empty second segment"):
+        ours(firsts, pairs, is_split_into_words=split, truncation=True, max_length=64)
+    pairs[2] = [] if split else ""  # an empty second segment is one: [CLS] question [SEP] [SEP], as transformers
+    assert ours(firsts, pairs, is_split_into_words=split)["input_ids"] == hf(firsts, pairs,
+                                                                             is_split_into_words=split)["input_ids"]
+
+
 def test_is_split_into_words(toks, conll_words):
     ours, hf = toks
     batch = conll_words[:60]

@@ -70,6 +70,11 @@ def split_inputs(text: Any, text_pair: Any, split: bool) -> tuple[list[Any], lis
         pairs = list(text_pair)
         if len(pairs) != len(texts):
             raise BertkitError(f"text has {len(texts)} entries but text_pair has {len(pairs)}")
+        missing = next((i for i, b in enumerate(pairs) if b is None), None)
+        if missing is not None:  # transformers refuses it; read as no pair, the row lost its text without a word
+            raise BertkitError(f"text_pair[{missing}] is None (a missing value, as datasets reads an empty CSV "
+                               "field); every row of a batch of pairs needs its second text: give '' for an empty "
+                               "second segment, or fill or drop that row")
         return texts, pairs, batched
     if not isinstance(text_pair, list if split else str):
         raise TypeError(f"text is a single text, so text_pair must be one too, got {type(text_pair).__name__}")
