@@ -117,9 +117,36 @@ def test_a_class_label_out_of_range_is_refused_naming_it_in_every_head():
     with pytest.raises(BertkitError, match=rf"labels holds {v}, but this head has {v} classes .*: masked-LM labels "
                                            rf"are ids of the model's vocabulary \(vocab_size {v}\)"):
         BertForMaskedLM(CONFIG).eval()(ids, mask, labels=torch.tensor([[-100, v, -100, -100], [-100] * 4]))
-    with pytest.raises(BertkitError, match=r"labels holds 2, but this head has 2 classes"):
-        BertForMultipleChoice(CONFIG).eval()(ids[None].expand(2, 2, 4), mask[None].expand(2, 2, 4),
-                                              labels=torch.tensor([1, 2]))
+    # a multiple-choice head has as many classes as the input has choices: num_labels is no fix there
+    choice = BertForMultipleChoice(CONFIG).eval()
+    with pytest.raises(BertkitError, match=r"labels holds 2, but this head has 2 classes .*: a multiple-choice label "
+                                           r"is the index of the right one of the input's 2 choices \(num_labels"):
+        choice(ids[None].expand(2, 2, 4), mask[None].expand(2, 2, 4), labels=torch.tensor([1, 2]))
+    with pytest.raises(BertkitError, match=r"labels has shape \(2, 2\) but the input has 2 example\(s\) of 2 choices: "
+                                           "give one label per example"):  # one-hot rows of ids
+        choice(ids[None].expand(2, 2, 4), mask[None].expand(2, 2, 4), labels=torch.tensor([[0, 1], [1, 0]]))
+
+
+def test_multiple_choice_takes_class_ids_and_soft_targets_as_transformers():
+    """transformers' BertForMultipleChoice passes float (B, C) labels to cross-entropy as probabilities over the
+    choices (distillation, annotator votes); bertkit refused them ("labels must hold class ids")."""
+    transformers = pytest.importorskip("transformers")
+    from bertkit import BertForMultipleChoice
+
+    torch.manual_seed(0)
+    ours = BertForMultipleChoice(CONFIG).eval()
+    theirs = transformers.BertForMultipleChoice(transformers.BertConfig(**CONFIG.to_dict())).eval()
+    theirs.load_state_dict(ours.state_dict())
+    ids = torch.tensor([[[1, 5, 7, 2], [1, 6, 2, 0], [1, 9, 8, 2]], [[1, 4, 2, 0], [1, 7, 7, 2], [1, 3, 2, 0]]])
+    mask = (ids != 0).long()
+    soft = torch.tensor([[0.0, 0.25, 0.75], [1.0, 0.0, 0.0]])
+    with torch.no_grad():
+        logits = ours(ids, mask).logits  # (2, 3)
+        for labels in (torch.tensor([2, 0]), soft):
+            a, b = ours(ids, mask, labels=labels).loss, theirs(ids, mask, labels=labels).loss
+            torch.testing.assert_close(a, b, rtol=1e-6, atol=1e-7)
+    expected = -(soft * logits.log_softmax(-1)).sum(-1).mean()  # cross-entropy against the distributions
+    torch.testing.assert_close(a, expected)
 
 
 def test_float_labels_on_several_outputs_are_multi_label_as_in_transformers():

@@ -461,7 +461,8 @@ class BertForQuestionAnswering(_HeadModel):
 
 class BertForMultipleChoice(_ClassifierHeadModel):
     """Pick one of C continuations (SWAG, paper section 4.4): score each [CLS] A [SEP] choice [SEP] with
-    one H -> 1 layer on its pooled state and softmax over the C scores."""
+    one H -> 1 layer on its pooled state and softmax over the C scores. ``labels``: (B,) indices of the right
+    choice, or float (B, C) probabilities over the choices (soft targets, as transformers' head takes them)."""
 
     output_names = ("logits",)
     classifier_outputs = 1  # one score per choice
@@ -481,7 +482,17 @@ class BertForMultipleChoice(_ClassifierHeadModel):
         embeds = inputs_embeds.reshape(B * C, T, -1) if inputs_embeds is not None else None
         out = self._encode(*flat, embeds, output_hidden_states, output_attentions)
         logits = self.classifier(self.dropout(out.pooler_output)).view(B, C)  # (B, C)
-        loss = F.cross_entropy(logits, check_class_labels(labels.view(-1), logits.shape[-1])) if labels is not None else None
+        loss = None
+        if labels is not None and labels.is_floating_point() and tuple(labels.shape) == (B, C):
+            loss = F.cross_entropy(logits, labels.to(logits.dtype))  # a distribution over the choices, as transformers
+        elif labels is not None:
+            if labels.numel() != B:  # (B, C) class ids were read as B * C labels: torch's batch-size error
+                raise BertkitError(f"labels has shape {tuple(labels.shape)} but the input has {B} example(s) of {C} "
+                                   "choices: give one label per example, the index of its right choice (or float "
+                                   f"({B}, {C}) probabilities over the choices)")
+            fix = (f"a multiple-choice label is the index of the right one of the input's {C} choices "
+                   "(num_labels plays no part)")
+            loss = F.cross_entropy(logits, check_class_labels(labels.view(-1), C, fix=fix))
         result = ClassifierOutput(loss, logits, out.hidden_states, out.attentions)
         return self._result(result, return_dict)
 
