@@ -74,6 +74,16 @@ def test_malformed_rows_name_file_and_line(tmp_path):
         swag.read_swag(tmp_path / "nothere.csv")
 
 
+def test_a_fifth_ending_column_is_refused_naming_it(tmp_path):
+    # A five-choice file in the swagaf layout: ending4 was never read, so its rows trained and were scored as 4-way
+    # questions without a word (and a row whose answer is ending4 was called a malformed label).
+    header = [*HEADER[:-1], "ending4", "label"]
+    path = _write_csv(tmp_path / "five.csv", header, [[*ROWS[0][:-1], "goes home.", "0"]])
+    with pytest.raises(ValueError, match=r"five\.csv line 1: header has the columns \['ending4'\] beyond SWAG's 4 "
+                                         r"endings .*DataCollatorForMultipleChoice"):
+        swag.read_swag(path)
+
+
 @pytest.mark.parametrize("header", [HEADER, None])
 def test_a_file_without_rows_is_refused_naming_it(tmp_path, header):
     # A header alone (or nothing) read as no examples: `predict swag` then failed in np.stack, and `finetune swag`

@@ -44,6 +44,12 @@ def read_swag(path: str | os.PathLike) -> list[SwagExample]:
             missing = [c for c in _REQUIRED if c not in row]
             if missing:
                 raise BertkitError(f"{path} line 1: header lacks the SWAG columns {missing}; is this a swagaf CSV?")
+            extra = [c for c in row if c.startswith("ending") and c[6:].isdigit() and int(c[6:]) >= NUM_CHOICES]
+            if extra:  # read as SWAG, the file's other endings were never scored and the rest trained as 4-way
+                raise BertkitError(f"{path} line 1: header has the columns {extra} beyond SWAG's {NUM_CHOICES} "
+                                   "endings (ending0 to ending3), which the swag commands score; remove them, or "
+                                   "train on another number of choices with AutoModelForMultipleChoice, "
+                                   "DataCollatorForMultipleChoice and Trainer")
         label = None
         if "label" in row:
             raw = row["label"]
