@@ -79,8 +79,11 @@ def test_a_fifth_ending_column_is_refused_naming_it(tmp_path):
     # questions without a word (and a row whose answer is ending4 was called a malformed label).
     header = [*HEADER[:-1], "ending4", "label"]
     path = _write_csv(tmp_path / "five.csv", header, [[*ROWS[0][:-1], "goes home.", "0"]])
-    with pytest.raises(ValueError, match=r"five\.csv line 1: header has the columns \['ending4'\] beyond SWAG's 4 "
-                                         r"endings .*DataCollatorForMultipleChoice"):
+    with pytest.raises(
+        ValueError,
+        match=r"five\.csv line 1: header has the columns \['ending4'\] beyond SWAG's 4 "
+        r"endings .*DataCollatorForMultipleChoice",
+    ):
         swag.read_swag(path)
 
 
