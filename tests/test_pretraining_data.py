@@ -416,3 +416,26 @@ def test_overwrite_removes_only_shards_bertkit_owns(static_dir, tmp_path, capsys
     assert main([*args, "--dupe-factor", "2"]) == 2 and "--overwrite" in capsys.readouterr().err
     assert main([*args, "--dupe-factor", "2", "--overwrite"]) == 0
     assert read_manifest(tmp_path / "cli")["config"]["dupe_factor"] == 2
+
+
+@needs_model
+@pytest.mark.parametrize("compress, kind", [("gzip", "gzip"), ("bz2", "bzip2"), ("lzma", "xz")])
+def test_a_compressed_file_is_refused_naming_how_to_decompress_it(tok, tmp_path, compress, kind):
+    """Was: a .gz was refused as "not valid UTF-8 ... pass --errors replace", and with --errors replace (or ignore)
+    its compressed bytes were read as text: 355 instances of noise ("[CLS]wyxш & ] [UNK]? 0cq < ) 8mh ...") from
+    two gzip'd files, trained on without a word."""
+    import importlib
+
+    text = b"One sentence here.\nAnother one here.\n\nA second document.\nWith two lines.\n" * 20
+    path = tmp_path / f"corpus.txt.{kind}"
+    path.write_bytes(importlib.import_module(compress).compress(text))
+    for errors in ("strict", "replace", "ignore"):
+        with pytest.raises(ValueError, match=rf"corpus\.txt\.{kind} is {kind}-compressed, not text: decompress it "
+                                             rf"first"):
+            create_pretraining_data([path], tok, tmp_path / "out", num_workers=0, progress=False,
+                                    input_format="sentences", errors=errors)
+    assert not (tmp_path / "out").exists()
+    from bertkit.tokenization.trainer import train_wordpiece_vocab
+
+    with pytest.raises(ValueError, match=rf"corpus\.txt\.{kind} is {kind}-compressed"):
+        train_wordpiece_vocab([str(path)], vocab_size=100, errors="replace", num_workers=0, progress=False)

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from bertkit.errors import BertkitError, MissingFileError
-from bertkit.tokenization.textfiles import iter_lines, refuse_lone_carriage_returns
+from bertkit.tokenization.textfiles import iter_lines, refuse_compressed, refuse_lone_carriage_returns
 
 INPUT_FORMATS = ("auto", "prose", "sentences", "wikitext")
 
@@ -253,12 +253,14 @@ def plan_work_units(
         path = str(file)
         if not Path(path).is_file():
             raise MissingFileError(f"input file {path} does not exist (or is not a file)")
-        fmt = detect_format(path) if input_format == "auto" else input_format
         size = os.path.getsize(path)
         if size == 0:
             continue
         with open(path, "rb") as f:
-            refuse_lone_carriage_returns(f.readline(_DETECT_BYTES), path)
+            first_line = f.readline(_DETECT_BYTES)
+        refuse_compressed(first_line, path)
+        refuse_lone_carriage_returns(first_line, path)
+        fmt = detect_format(path) if input_format == "auto" else input_format
         cuts = [0] + _cut_points(path, fmt, size, unit_bytes) + [size]
         parts.extend(FilePart(path, fmt, a, b) for a, b in zip(cuts, cuts[1:], strict=False) if b > a)
 

@@ -14,6 +14,22 @@ from bertkit.errors import BertkitError
 DECODE_ERRORS = ("strict", "replace", "ignore")
 
 
+# Leading bytes of the compressed formats a corpus comes in: read as text (--errors replace), they are noise.
+_COMPRESSED = ((b"\x1f\x8b", "gzip", "gunzip -k"), (b"\xfd7zXZ\x00", "xz", "unxz -k"),
+               (b"\x28\xb5\x2f\xfd", "zstd", "unzstd"), (b"PK\x03\x04", "zip", "unzip"))
+
+
+def refuse_compressed(head: bytes, path: str | os.PathLike) -> None:
+    """A compressed file is refused, naming its format and how to decompress it: read as text it would be an error
+    about UTF-8 whose fix (errors='replace') turns its bytes into instances or words of noise."""
+    found = [(kind, how) for magic, kind, how in _COMPRESSED if head.startswith(magic)]
+    if head[:3] == b"BZh" and head[3:4].isdigit() and head[4:10] == b"1AY&SY":
+        found = [("bzip2", "bunzip2 -k")]
+    for kind, how in found:
+        raise BertkitError(f"{path} is {kind}-compressed, not text: decompress it first ({how} {path}) and pass "
+                           "the decompressed file")
+
+
 def refuse_lone_carriage_returns(first_line: bytes, where: str) -> None:
     """Lines end at \\n (\\r\\n too): a file whose lines end in \\r alone would be read as one line, so one input,
     one sentence, or one paragraph of a whole book. ``where`` names the file (and line) in the error."""
@@ -35,6 +51,8 @@ def iter_lines(
         raise BertkitError(f"errors={errors!r} is not one of {DECODE_ERRORS}")
     offset = start
     with open(path, "rb") as f:
+        if start == 0:
+            refuse_compressed(f.read(16), path)
         f.seek(start)
         for lineno, raw in enumerate(f, start=1):
             if end is not None and offset >= end:
