@@ -439,3 +439,46 @@ def test_a_compressed_file_is_refused_naming_how_to_decompress_it(tok, tmp_path,
 
     with pytest.raises(ValueError, match=rf"corpus\.txt\.{kind} is {kind}-compressed"):
         train_wordpiece_vocab([str(path)], vocab_size=100, errors="replace", num_workers=0, progress=False)
+
+
+# google-research/bert's sample_text.txt, in its layout: one sentence per line, a blank line between documents, the
+# first line without a final stop (three documents, 10 + 8 + 12 lines there; fewer here).
+GOOGLE_SAMPLE = """This text is included to make sure Unicode is handled properly: 力加勝北区ᴵᴺᵀᵃছজটডণত
+Text should be one-sentence-per-line, with empty lines between documents.
+This sample text is public domain and was randomly selected from Project Guttenberg.
+
+The rain had only ceased with the gray streaks of morning at Blazing Star, and the settlement awoke to a moral sense.
+Indeed, it was recorded in Blazing Star that a fortunate early riser had once picked up a chunk of gold quartz.
+Nothing of this kind was found this morning.
+But the mining camp was in a state of excitement.
+There had been a shooting in the night.
+
+Somewhere in the town a dog barked.
+The stranger looked up from his coffee.
+He did not know that the sheriff had been waiting for him since dawn.
+"""
+
+
+def test_auto_reads_googles_one_sentence_per_line_files_as_sentences(tmp_path):
+    """Was: ``input_format="auto"`` read google's own layout (its sample_text.txt) as prose: one file, one document,
+    so sample_text.txt's three documents became one (and its first line, without a final stop, was dropped: 28 of
+    31 sentences), and every "random next" segment came from that same document (6 of 6 at dupe_factor 1)."""
+    path = tmp_path / "sample_text.txt"
+    path.write_text(GOOGLE_SAMPLE, encoding="utf-8")
+    (unit,) = plan_work_units([path], input_format="auto")
+    assert [p.input_format for p in unit.parts] == ["sentences"]
+    docs = list(iter_documents(path, "auto"))
+    assert [len(d) for d in docs] == [3, 5, 3] and docs[0][0].startswith("This text is included")
+    assert docs == list(iter_documents(path, "sentences"))
+
+
+@needs_corpus
+def test_auto_reads_every_file_of_the_shared_corpus_as_before():
+    """The sentence-per-line test of ``auto`` picks none of the shared corpus' prose (the closest, a play, pg1254.txt:
+    74% of its lines are one sentence, against 90% for google's sample_text.txt)."""
+    from bertkit.data.text import detect_format
+
+    files = sorted(CORPUS.glob("*/*.txt")) + sorted(CORPUS.glob("*/*.md")) + sorted(CORPUS.glob("*/*.raw"))
+    formats = [detect_format(f) for f in files]
+    assert len(files) == 1021 and formats.count("sentences") == 0
+    assert formats.count("wikitext") == 1  # wiki.valid.raw
