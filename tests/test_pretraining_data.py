@@ -482,3 +482,31 @@ def test_auto_reads_every_file_of_the_shared_corpus_as_before():
     formats = [detect_format(f) for f in files]
     assert len(files) == 1021 and formats.count("sentences") == 0
     assert formats.count("wikitext") == 1  # wiki.valid.raw
+
+
+@needs_model
+def test_input_files_globs_directories_and_duplicates(tok, tmp_path):
+    """google's --input_file takes glob patterns; bertkit refused them as missing files ("input file corpus/*.txt does
+    not exist"), which a --config file (no shell to expand them) meets. A file given twice was read twice: its
+    documents twice, so "random next" segments drawn from the twin were the true next text, labelled random."""
+    corpus = tmp_path / "corpus"
+    corpus.mkdir()
+    for name in ("b.txt", "a.txt"):
+        (corpus / name).write_text(f"First line of {name}.\nSecond line of {name}.\n\nOther document.\nIts end.\n")
+    kwargs = dict(num_workers=0, progress=False, input_format="sentences", dupe_factor=1)
+    made = create_pretraining_data([str(corpus / "*.txt")], tok, tmp_path / "o1", **kwargs)
+    assert made["input_files"] == [str(corpus / "a.txt"), str(corpus / "b.txt")]  # sorted, as google's Glob
+    assert made["counts"]["documents"] == 4
+    with pytest.raises(FileNotFoundError, match=r"no file matches .*corpus/\*\.md"):
+        create_pretraining_data([str(corpus / "*.md")], tok, tmp_path / "o2", **kwargs)
+    with pytest.raises(FileNotFoundError, match=r"corpus is a directory: pass the files in it"):
+        create_pretraining_data([corpus], tok, tmp_path / "o3", **kwargs)
+    with pytest.raises(ValueError, match=r"a\.txt is given twice \(as .*corpus/a\.txt and .*corpus/\./a\.txt\)"):
+        create_pretraining_data([corpus / "a.txt", corpus / "b.txt", f"{corpus}/./a.txt"], tok, tmp_path / "o4",
+                                **kwargs)
+    with pytest.raises(ValueError, match=r"a\.txt is given twice"):
+        create_pretraining_data([str(corpus / "*.txt"), corpus / "a.txt"], tok, tmp_path / "o5", **kwargs)
+    same = corpus / "b.txt"
+    with pytest.raises(ValueError, match=r"b\.txt is given twice"):  # one path object twice, as a shell may pass it
+        create_pretraining_data([same, same], tok, tmp_path / "o5", **kwargs)
+    assert not any((tmp_path / f"o{i}").exists() for i in range(2, 6))

@@ -33,7 +33,7 @@ from bertkit.data.shards import (
     shard_name,
     write_manifest,
 )
-from bertkit.data.text import WorkUnit, iter_documents, plan_work_units
+from bertkit.data.text import WorkUnit, expand_input_files, iter_documents, plan_work_units
 from bertkit.errors import BertkitError
 from bertkit.manifests import sha256_of
 from bertkit.outputs import atomic_write_text
@@ -71,6 +71,7 @@ def create_pretraining_data(
     vocab = tokenizer.convert_ids_to_tokens(list(range(len(tokenizer.vocab))))
     if not input_files:
         raise BertkitError("no input files: pass at least one text file")
+    input_files = expand_input_files(input_files)
     units = plan_work_units(input_files, config.input_format, config.unit_bytes)
 
     started = time.perf_counter()

@@ -9,6 +9,7 @@ naming the file, line and byte offset unless ``errors`` is ``"replace"`` or ``"i
 
 from __future__ import annotations
 
+import glob
 import itertools
 import os
 import re
@@ -270,10 +271,7 @@ def plan_work_units(
     if input_format not in INPUT_FORMATS:
         raise BertkitError(f"input_format={input_format!r} is not one of {INPUT_FORMATS}")
     parts: list[FilePart] = []
-    for file in files:
-        path = str(file)
-        if not Path(path).is_file():
-            raise MissingFileError(f"input file {path} does not exist (or is not a file)")
+    for path in expand_input_files(files):
         size = os.path.getsize(path)
         if size == 0:
             continue
@@ -300,6 +298,39 @@ def plan_work_units(
     if not units:
         raise BertkitError(f"the corpus is empty: all {len(files)} input file(s) have 0 bytes")
     return units
+
+
+def expand_input_files(files: Sequence[str | os.PathLike]) -> list[str]:
+    """The input files, a glob pattern (``corpus/*.txt``, as google's ``--input_file`` takes) replaced by the files it
+    matches, sorted. A directory, a pattern matching nothing, a missing file, or a file given twice (its documents
+    read twice, a "random next" segment drawn from the twin would be the true next text) is refused."""
+    paths: list[str] = []
+    for file in files:
+        name = str(file)
+        if not os.path.lexists(name) and glob.has_magic(name):
+            matched = sorted(p for p in glob.glob(name) if os.path.isfile(p))
+            if not matched:
+                raise MissingFileError(f"no file matches {name}: check the pattern, or name the files")
+            paths.extend(matched)
+        elif os.path.isdir(name):
+            raise MissingFileError(f"{name} is a directory: pass the files in it ({os.path.join(name, '*.txt')}, "
+                                   "a pattern bertkit expands, or the shell's)")
+        elif not os.path.isfile(name):
+            raise MissingFileError(f"input file {name} does not exist (or is not a file)")
+        else:
+            paths.append(name)
+    seen: dict[tuple[int, int], str] = {}
+    for path in paths:
+        stat = os.stat(path)
+        key = (stat.st_dev, stat.st_ino)
+        if key not in seen:
+            seen[key] = path
+            continue
+        first = seen[key]
+        raise BertkitError(f"{Path(path).name} is given twice (as {first} and {path}): its documents would be read "
+                           "twice, and a random-next segment drawn from the copy would be the true next text; "
+                           "pass each file once (--dupe-factor makes more instances of every document)")
+    return paths
 
 
 def _cut_points(path: str, fmt: str, size: int, unit_bytes: int) -> list[int]:

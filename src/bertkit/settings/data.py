@@ -45,7 +45,8 @@ class CreateDataSettings(PretrainingConfig):
 
     files: list[Path] = flag(positional=True, check=nonempty)
     """Text files: prose, WikiText, or one sentence per line with blank lines between documents (google's format,
-    which "auto" recognises; --input-format sentences forces it)."""
+    which "auto" recognises; --input-format sentences forces it). A quoted glob pattern ("corpus/*.txt") is
+    expanded, sorted; a file given twice is refused."""
     vocab: Path = flag(check=tokenizer_path)
     """The tokenizer: its directory (vocab.txt + tokenizer_config.json) or its vocab.txt."""
     output_dir: Path = flag(aliases=("--out",))
