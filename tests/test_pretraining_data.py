@@ -510,3 +510,17 @@ def test_input_files_globs_directories_and_duplicates(tok, tmp_path):
     with pytest.raises(ValueError, match=r"b\.txt is given twice"):  # one path object twice, as a shell may pass it
         create_pretraining_data([same, same], tok, tmp_path / "o5", **kwargs)
     assert not any((tmp_path / f"o{i}").exists() for i in range(2, 6))
+
+
+@needs_model
+@pytest.mark.parametrize("encoding, name", [("utf-16", "UTF-16"), ("utf-32", "UTF-32")])
+def test_a_utf16_file_is_refused_naming_how_to_convert_it(tok, tmp_path, encoding, name):
+    """Was: refused as "not valid UTF-8 ... pass --errors replace", which read google's sample (3 documents) as 1: each
+    UTF-16 line break leaves a NUL on the next line, so no line was blank, and non-ASCII text came out as U+FFFD."""
+    path = tmp_path / "notepad.txt"
+    path.write_text(GOOGLE_SAMPLE, encoding=encoding)  # with its byte-order mark, as Windows Notepad saves "Unicode"
+    for errors in ("strict", "replace"):
+        with pytest.raises(ValueError, match=rf"notepad\.txt is {name} text, not UTF-8: convert it first \(iconv -f "
+                                             rf"{name} -t UTF-8 "):
+            create_pretraining_data([path], tok, tmp_path / "out", num_workers=0, progress=False,
+                                    input_format="sentences", errors=errors)
