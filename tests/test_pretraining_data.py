@@ -524,3 +524,27 @@ def test_a_utf16_file_is_refused_naming_how_to_convert_it(tok, tmp_path, encodin
                                              rf"{name} -t UTF-8 "):
             create_pretraining_data([path], tok, tmp_path / "out", num_workers=0, progress=False,
                                     input_format="sentences", errors=errors)
+
+
+@needs_model
+def test_random_next_segments_drawn_from_their_own_document_are_counted_and_warned(tok, tmp_path, caplog):
+    """Was silent: a file of one article per line (run_mlm's line_by_line layout; 150 Wikipedia articles, 1.95 MB) is
+    one prose document, so all 2,067 "random next" segments came from that document, often the same article."""
+    articles = [" ".join(f"Article {a} sentence {s} says something new." for s in range(12)) for a in range(30)]
+    one = tmp_path / "one_per_line.txt"
+    one.write_text("\n".join(articles) + "\n")
+    kwargs = dict(num_workers=0, progress=False, dupe_factor=1)
+    with caplog.at_level("WARNING", logger="bertkit"):
+        made = create_pretraining_data([one], tok, tmp_path / "o1", **kwargs)
+    counts = made["counts"]
+    assert counts["documents"] == 1 and counts["random_next"] > 0
+    assert counts["random_next_same_document"] == counts["random_next"]
+    assert (f"{counts['random_next']} of the {counts['random_next']} random-next segments come from the document of "
+            "their first segment") in caplog.text
+    caplog.clear()
+    two = tmp_path / "two.txt"
+    two.write_text("\n\n".join(articles[:2]) + "\n")
+    with caplog.at_level("WARNING", logger="bertkit"):
+        made = create_pretraining_data([one, two], tok, tmp_path / "o2", **kwargs)  # two files, three documents
+    assert made["counts"]["random_next_same_document"] == 0 < made["counts"]["random_next"]
+    assert "random-next segments come from" not in caplog.text
