@@ -510,6 +510,14 @@ def test_input_files_globs_directories_and_duplicates(tok, tmp_path):
     with pytest.raises(ValueError, match=r"b\.txt is given twice"):  # one path object twice, as a shell may pass it
         create_pretraining_data([same, same], tok, tmp_path / "o5", **kwargs)
     assert not any((tmp_path / f"o{i}").exists() for i in range(2, 6))
+    from bertkit.tokenization.trainer import train_wordpiece_vocab  # train-tokenizer reads its files the same way
+
+    learned = train_wordpiece_vocab([str(corpus / "*.txt")], vocab_size=60, min_frequency=1, num_workers=0,
+                                    progress=False)
+    assert learned == train_wordpiece_vocab([corpus / "a.txt", corpus / "b.txt"], vocab_size=60, min_frequency=1,
+                                            num_workers=0, progress=False)
+    with pytest.raises(ValueError, match=r"a\.txt is given twice .*: its words would be counted twice"):
+        train_wordpiece_vocab([corpus / "a.txt", corpus / "a.txt"], vocab_size=60, num_workers=0, progress=False)
 
 
 @needs_model

@@ -9,16 +9,19 @@ naming the file, line and byte offset unless ``errors`` is ``"replace"`` or ``"i
 
 from __future__ import annotations
 
-import glob
 import itertools
 import os
 import re
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
-from pathlib import Path
 
-from bertkit.errors import BertkitError, MissingFileError
-from bertkit.tokenization.textfiles import iter_lines, refuse_compressed, refuse_lone_carriage_returns
+from bertkit.errors import BertkitError
+from bertkit.tokenization.textfiles import (
+    expand_input_files,
+    iter_lines,
+    refuse_compressed,
+    refuse_lone_carriage_returns,
+)
 
 INPUT_FORMATS = ("auto", "prose", "sentences", "wikitext")
 
@@ -35,6 +38,8 @@ _TABLE_MARKUP = re.compile(r"\|-|-{3,} +-{3,}")
 _CLOSERS = "\"'”’»)]_*"
 _PROSE_END = ".!?:;…"
 _DETECT_BYTES = 64 * 1024
+_TWICE = ("its documents would be read twice, and a random-next segment drawn from the copy would be the true next "
+          "text; pass each file once (--dupe-factor makes more instances of every document)")
 _SENTENCE_LINES_SHARE = 0.85  # lines that are one whole sentence, for "auto" to read a file as google's layout
 
 
@@ -271,7 +276,7 @@ def plan_work_units(
     if input_format not in INPUT_FORMATS:
         raise BertkitError(f"input_format={input_format!r} is not one of {INPUT_FORMATS}")
     parts: list[FilePart] = []
-    for path in expand_input_files(files):
+    for path in expand_input_files(files, _TWICE):
         size = os.path.getsize(path)
         if size == 0:
             continue
@@ -298,39 +303,6 @@ def plan_work_units(
     if not units:
         raise BertkitError(f"the corpus is empty: all {len(files)} input file(s) have 0 bytes")
     return units
-
-
-def expand_input_files(files: Sequence[str | os.PathLike]) -> list[str]:
-    """The input files, a glob pattern (``corpus/*.txt``, as google's ``--input_file`` takes) replaced by the files it
-    matches, sorted. A directory, a pattern matching nothing, a missing file, or a file given twice (its documents
-    read twice, a "random next" segment drawn from the twin would be the true next text) is refused."""
-    paths: list[str] = []
-    for file in files:
-        name = str(file)
-        if not os.path.lexists(name) and glob.has_magic(name):
-            matched = sorted(p for p in glob.glob(name) if os.path.isfile(p))
-            if not matched:
-                raise MissingFileError(f"no file matches {name}: check the pattern, or name the files")
-            paths.extend(matched)
-        elif os.path.isdir(name):
-            raise MissingFileError(f"{name} is a directory: pass the files in it ({os.path.join(name, '*.txt')}, "
-                                   "a pattern bertkit expands, or the shell's)")
-        elif not os.path.isfile(name):
-            raise MissingFileError(f"input file {name} does not exist (or is not a file)")
-        else:
-            paths.append(name)
-    seen: dict[tuple[int, int], str] = {}
-    for path in paths:
-        stat = os.stat(path)
-        key = (stat.st_dev, stat.st_ino)
-        if key not in seen:
-            seen[key] = path
-            continue
-        first = seen[key]
-        raise BertkitError(f"{Path(path).name} is given twice (as {first} and {path}): its documents would be read "
-                           "twice, and a random-next segment drawn from the copy would be the true next text; "
-                           "pass each file once (--dupe-factor makes more instances of every document)")
-    return paths
 
 
 def _cut_points(path: str, fmt: str, size: int, unit_bytes: int) -> list[int]:

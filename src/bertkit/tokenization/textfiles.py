@@ -6,10 +6,11 @@ Below both the vocabulary trainer (``tokenization/trainer.py``) and the pre-trai
 
 from __future__ import annotations
 
+import glob
 import os
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 
-from bertkit.errors import BertkitError
+from bertkit.errors import BertkitError, MissingFileError
 
 DECODE_ERRORS = ("strict", "replace", "ignore")
 
@@ -77,3 +78,35 @@ def iter_lines(
                 line = line[1:]
             offset += len(raw)
             yield line.rstrip("\r\n")
+
+
+def expand_input_files(files: Sequence[str | os.PathLike],
+                       twice: str = "its text would be read twice; pass each file once") -> list[str]:
+    """The input files, a glob pattern (``corpus/*.txt``, as google's ``--input_file`` takes) replaced by the files it
+    matches, sorted. A directory, a pattern matching nothing, a missing file, or a file given twice (``twice`` says what
+    reading it twice would do) is refused."""
+    paths: list[str] = []
+    for file in files:
+        name = str(file)
+        if not os.path.lexists(name) and glob.has_magic(name):
+            matched = sorted(p for p in glob.glob(name) if os.path.isfile(p))
+            if not matched:
+                raise MissingFileError(f"no file matches {name}: check the pattern, or name the files")
+            paths.extend(matched)
+        elif os.path.isdir(name):
+            raise MissingFileError(f"{name} is a directory: pass the files in it ({os.path.join(name, '*.txt')}, "
+                                   "a pattern bertkit expands, or the shell's)")
+        elif not os.path.isfile(name):
+            raise MissingFileError(f"input file {name} does not exist (or is not a file)")
+        else:
+            paths.append(name)
+    seen: dict[tuple[int, int], str] = {}
+    for path in paths:
+        stat = os.stat(path)
+        key = (stat.st_dev, stat.st_ino)
+        if key not in seen:
+            seen[key] = path
+            continue
+        first = seen[key]
+        raise BertkitError(f"{os.path.basename(path)} is given twice (as {first} and {path}): {twice}")
+    return paths
