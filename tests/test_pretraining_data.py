@@ -22,6 +22,7 @@ from bertkit.data.shards import read_manifest
 from bertkit.data.text import iter_documents, plan_work_units, split_sentences
 from bertkit.manifests import sha256_of
 from bertkit.tokenization import BertTokenizer
+from bertkit.tokenization.trainer import train_wordpiece_vocab
 
 ROOT = Path(__file__).resolve().parents[1]
 CORPUS = Path("/work/shared/data/corpus")
@@ -435,8 +436,6 @@ def test_a_compressed_file_is_refused_naming_how_to_decompress_it(tok, tmp_path,
             create_pretraining_data([path], tok, tmp_path / "out", num_workers=0, progress=False,
                                     input_format="sentences", errors=errors)
     assert not (tmp_path / "out").exists()
-    from bertkit.tokenization.trainer import train_wordpiece_vocab
-
     with pytest.raises(ValueError, match=rf"corpus\.txt\.{kind} is {kind}-compressed"):
         train_wordpiece_vocab([str(path)], vocab_size=100, errors="replace", num_workers=0, progress=False)
 
@@ -510,8 +509,7 @@ def test_input_files_globs_directories_and_duplicates(tok, tmp_path):
     with pytest.raises(ValueError, match=r"b\.txt is given twice"):  # one path object twice, as a shell may pass it
         create_pretraining_data([same, same], tok, tmp_path / "o5", **kwargs)
     assert not any((tmp_path / f"o{i}").exists() for i in range(2, 6))
-    from bertkit.tokenization.trainer import train_wordpiece_vocab  # train-tokenizer reads its files the same way
-
+    # train-tokenizer reads its files the same way
     learned = train_wordpiece_vocab([str(corpus / "*.txt")], vocab_size=60, min_frequency=1, num_workers=0,
                                     progress=False)
     assert learned == train_wordpiece_vocab([corpus / "a.txt", corpus / "b.txt"], vocab_size=60, min_frequency=1,

@@ -38,9 +38,12 @@ _TABLE_MARKUP = re.compile(r"\|-|-{3,} +-{3,}")
 _CLOSERS = "\"'”’»)]_*"
 _PROSE_END = ".!?:;…"
 _DETECT_BYTES = 64 * 1024
-_TWICE = ("its documents would be read twice, and a random-next segment drawn from the copy would be the true next "
-          "text; pass each file once (--dupe-factor makes more instances of every document)")
-_SENTENCE_LINES_SHARE = 0.85  # lines that are one whole sentence, for "auto" to read a file as google's layout
+_TWICE = (
+    "its documents would be read twice, and a random-next segment drawn from the copy would be the true next "
+    "text; pass each file once (--dupe-factor makes more instances of every document)"
+)
+# Lines that are one whole sentence, for "auto" to read a file as google's layout.
+_SENTENCE_LINES_SHARE = 0.85
 
 
 # --------------------------------------------------------------------------------------------------
@@ -136,13 +139,19 @@ def _one_sentence_per_line(lines: list[str]) -> bool:
     """google-research/bert's layout (its sample_text.txt): blank lines between documents of several lines, nearly
     every line one whole sentence (90% in sample_text.txt; of the shared corpus' books and articles, at most 74%, a
     play's speaker lines). Read as prose such a file would be one document, its negatives drawn from itself."""
-    blocks = [len(list(group)) for blank, group in itertools.groupby(lines, key=lambda s: not s.strip()) if not blank]
+    blocks = [
+        len(list(group))
+        for blank, group in itertools.groupby(lines, key=lambda s: not s.strip())
+        if not blank
+    ]
     if len(blocks) < 2 or sum(n >= 2 for n in blocks) < len(blocks) / 2:
         return False
     if any(_GUTENBERG_START.match(line) for line in lines):
         return False  # a Project Gutenberg book: prose, whose licence header prose reading drops
     text = [line.strip() for line in lines if line.strip()]
-    whole = sum(1 for line in text if line.rstrip(_CLOSERS)[-1:] in _PROSE_END and len(split_sentences(line)) == 1)
+    whole = sum(
+        1 for line in text if line.rstrip(_CLOSERS)[-1:] in _PROSE_END and len(split_sentences(line)) == 1
+    )
     return whole >= _SENTENCE_LINES_SHARE * len(text)
 
 
