@@ -22,6 +22,7 @@ from bertkit.data.shards import read_manifest
 from bertkit.data.text import iter_documents, plan_work_units, split_sentences
 from bertkit.manifests import sha256_of
 from bertkit.tokenization import BertTokenizer
+from bertkit.tokenization.trainer import train_wordpiece_vocab
 
 ROOT = Path(__file__).resolve().parents[1]
 CORPUS = Path("/work/shared/data/corpus")
@@ -416,3 +417,140 @@ def test_overwrite_removes_only_shards_bertkit_owns(static_dir, tmp_path, capsys
     assert main([*args, "--dupe-factor", "2"]) == 2 and "--overwrite" in capsys.readouterr().err
     assert main([*args, "--dupe-factor", "2", "--overwrite"]) == 0
     assert read_manifest(tmp_path / "cli")["config"]["dupe_factor"] == 2
+
+
+@needs_model
+@pytest.mark.parametrize("compress, kind", [("gzip", "gzip"), ("bz2", "bzip2"), ("lzma", "xz")])
+def test_a_compressed_file_is_refused_naming_how_to_decompress_it(tok, tmp_path, compress, kind):
+    """Was: a .gz was refused as "not valid UTF-8 ... pass --errors replace", and with --errors replace (or ignore)
+    its compressed bytes were read as text: 355 instances of noise ("[CLS]wyxш & ] [UNK]? 0cq < ) 8mh ...") from
+    two gzip'd files, trained on without a word."""
+    import importlib
+
+    text = b"One sentence here.\nAnother one here.\n\nA second document.\nWith two lines.\n" * 20
+    path = tmp_path / f"corpus.txt.{kind}"
+    path.write_bytes(importlib.import_module(compress).compress(text))
+    for errors in ("strict", "replace", "ignore"):
+        with pytest.raises(ValueError, match=rf"corpus\.txt\.{kind} is {kind}-compressed, not text: decompress it "
+                                             rf"first"):
+            create_pretraining_data([path], tok, tmp_path / "out", num_workers=0, progress=False,
+                                    input_format="sentences", errors=errors)
+    assert not (tmp_path / "out").exists()
+    with pytest.raises(ValueError, match=rf"corpus\.txt\.{kind} is {kind}-compressed"):
+        train_wordpiece_vocab([str(path)], vocab_size=100, errors="replace", num_workers=0, progress=False)
+
+
+# google-research/bert's sample_text.txt, in its layout: one sentence per line, a blank line between documents, the
+# first line without a final stop (three documents, 10 + 8 + 12 lines there; fewer here).
+GOOGLE_SAMPLE = """This text is included to make sure Unicode is handled properly: 力加勝北区ᴵᴺᵀᵃছজটডণত
+Text should be one-sentence-per-line, with empty lines between documents.
+This sample text is public domain and was randomly selected from Project Guttenberg.
+
+The rain had only ceased with the gray streaks of morning at Blazing Star, and the settlement awoke to a moral sense.
+Indeed, it was recorded in Blazing Star that a fortunate early riser had once picked up a chunk of gold quartz.
+Nothing of this kind was found this morning.
+But the mining camp was in a state of excitement.
+There had been a shooting in the night.
+
+Somewhere in the town a dog barked.
+The stranger looked up from his coffee.
+He did not know that the sheriff had been waiting for him since dawn.
+"""
+
+
+def test_auto_reads_googles_one_sentence_per_line_files_as_sentences(tmp_path):
+    """Was: ``input_format="auto"`` read google's own layout (its sample_text.txt) as prose: one file, one document,
+    so sample_text.txt's three documents became one (and its first line, without a final stop, was dropped: 28 of
+    31 sentences), and every "random next" segment came from that same document (6 of 6 at dupe_factor 1)."""
+    path = tmp_path / "sample_text.txt"
+    path.write_text(GOOGLE_SAMPLE, encoding="utf-8")
+    (unit,) = plan_work_units([path], input_format="auto")
+    assert [p.input_format for p in unit.parts] == ["sentences"]
+    docs = list(iter_documents(path, "auto"))
+    assert [len(d) for d in docs] == [3, 5, 3] and docs[0][0].startswith("This text is included")
+    assert docs == list(iter_documents(path, "sentences"))
+
+
+@needs_corpus
+def test_auto_reads_every_file_of_the_shared_corpus_as_before():
+    """The sentence-per-line test of ``auto`` picks none of the shared corpus' prose (the closest, a play, pg1254.txt:
+    74% of its lines are one sentence, against 90% for google's sample_text.txt)."""
+    from bertkit.data.text import detect_format
+
+    files = sorted(CORPUS.glob("*/*.txt")) + sorted(CORPUS.glob("*/*.md")) + sorted(CORPUS.glob("*/*.raw"))
+    formats = [detect_format(f) for f in files]
+    assert len(files) == 1021 and formats.count("sentences") == 0
+    assert formats.count("wikitext") == 1  # wiki.valid.raw
+
+
+@needs_model
+def test_input_files_globs_directories_and_duplicates(tok, tmp_path):
+    """google's --input_file takes glob patterns; bertkit refused them as missing files ("input file corpus/*.txt does
+    not exist"), which a --config file (no shell to expand them) meets. A file given twice was read twice: its
+    documents twice, so "random next" segments drawn from the twin were the true next text, labelled random."""
+    corpus = tmp_path / "corpus"
+    corpus.mkdir()
+    for name in ("b.txt", "a.txt"):
+        (corpus / name).write_text(f"First line of {name}.\nSecond line of {name}.\n\nOther document.\nIts end.\n")
+    kwargs = dict(num_workers=0, progress=False, input_format="sentences", dupe_factor=1)
+    made = create_pretraining_data([str(corpus / "*.txt")], tok, tmp_path / "o1", **kwargs)
+    assert made["input_files"] == [str(corpus / "a.txt"), str(corpus / "b.txt")]  # sorted, as google's Glob
+    assert made["counts"]["documents"] == 4
+    with pytest.raises(FileNotFoundError, match=r"no file matches .*corpus/\*\.md"):
+        create_pretraining_data([str(corpus / "*.md")], tok, tmp_path / "o2", **kwargs)
+    with pytest.raises(FileNotFoundError, match=r"corpus is a directory: pass the files in it"):
+        create_pretraining_data([corpus], tok, tmp_path / "o3", **kwargs)
+    with pytest.raises(ValueError, match=r"a\.txt is given twice \(as .*corpus/a\.txt and .*corpus/\./a\.txt\)"):
+        create_pretraining_data([corpus / "a.txt", corpus / "b.txt", f"{corpus}/./a.txt"], tok, tmp_path / "o4",
+                                **kwargs)
+    with pytest.raises(ValueError, match=r"a\.txt is given twice"):
+        create_pretraining_data([str(corpus / "*.txt"), corpus / "a.txt"], tok, tmp_path / "o5", **kwargs)
+    same = corpus / "b.txt"
+    with pytest.raises(ValueError, match=r"b\.txt is given twice"):  # one path object twice, as a shell may pass it
+        create_pretraining_data([same, same], tok, tmp_path / "o5", **kwargs)
+    assert not any((tmp_path / f"o{i}").exists() for i in range(2, 6))
+    # train-tokenizer reads its files the same way
+    learned = train_wordpiece_vocab([str(corpus / "*.txt")], vocab_size=60, min_frequency=1, num_workers=0,
+                                    progress=False)
+    assert learned == train_wordpiece_vocab([corpus / "a.txt", corpus / "b.txt"], vocab_size=60, min_frequency=1,
+                                            num_workers=0, progress=False)
+    with pytest.raises(ValueError, match=r"a\.txt is given twice .*: its words would be counted twice"):
+        train_wordpiece_vocab([corpus / "a.txt", corpus / "a.txt"], vocab_size=60, num_workers=0, progress=False)
+
+
+@needs_model
+@pytest.mark.parametrize("encoding, name", [("utf-16", "UTF-16"), ("utf-32", "UTF-32")])
+def test_a_utf16_file_is_refused_naming_how_to_convert_it(tok, tmp_path, encoding, name):
+    """Was: refused as "not valid UTF-8 ... pass --errors replace", which read google's sample (3 documents) as 1: each
+    UTF-16 line break leaves a NUL on the next line, so no line was blank, and non-ASCII text came out as U+FFFD."""
+    path = tmp_path / "notepad.txt"
+    path.write_text(GOOGLE_SAMPLE, encoding=encoding)  # with its byte-order mark, as Windows Notepad saves "Unicode"
+    for errors in ("strict", "replace"):
+        with pytest.raises(ValueError, match=rf"notepad\.txt is {name} text, not UTF-8: convert it first \(iconv -f "
+                                             rf"{name} -t UTF-8 "):
+            create_pretraining_data([path], tok, tmp_path / "out", num_workers=0, progress=False,
+                                    input_format="sentences", errors=errors)
+
+
+@needs_model
+def test_random_next_segments_drawn_from_their_own_document_are_counted_and_warned(tok, tmp_path, caplog):
+    """Was silent: a file of one article per line (run_mlm's line_by_line layout; 150 Wikipedia articles, 1.95 MB) is
+    one prose document, so all 2,067 "random next" segments came from that document, often the same article."""
+    articles = [" ".join(f"Article {a} sentence {s} says something new." for s in range(12)) for a in range(30)]
+    one = tmp_path / "one_per_line.txt"
+    one.write_text("\n".join(articles) + "\n")
+    kwargs = dict(num_workers=0, progress=False, dupe_factor=1)
+    with caplog.at_level("WARNING", logger="bertkit"):
+        made = create_pretraining_data([one], tok, tmp_path / "o1", **kwargs)
+    counts = made["counts"]
+    assert counts["documents"] == 1 and counts["random_next"] > 0
+    assert counts["random_next_same_document"] == counts["random_next"]
+    assert (f"{counts['random_next']} of the {counts['random_next']} random-next segments come from the document of "
+            "their first segment") in caplog.text
+    caplog.clear()
+    two = tmp_path / "two.txt"
+    two.write_text("\n\n".join(articles[:2]) + "\n")
+    with caplog.at_level("WARNING", logger="bertkit"):
+        made = create_pretraining_data([one, two], tok, tmp_path / "o2", **kwargs)  # two files, three documents
+    assert made["counts"]["random_next_same_document"] == 0 < made["counts"]["random_next"]
+    assert "random-next segments come from" not in caplog.text

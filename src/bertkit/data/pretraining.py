@@ -33,7 +33,7 @@ from bertkit.data.shards import (
     shard_name,
     write_manifest,
 )
-from bertkit.data.text import WorkUnit, iter_documents, plan_work_units
+from bertkit.data.text import WorkUnit, expand_input_files, iter_documents, plan_work_units
 from bertkit.errors import BertkitError
 from bertkit.manifests import sha256_of
 from bertkit.outputs import atomic_write_text
@@ -71,6 +71,7 @@ def create_pretraining_data(
     vocab = tokenizer.convert_ids_to_tokens(list(range(len(tokenizer.vocab))))
     if not input_files:
         raise BertkitError("no input files: pass at least one text file")
+    input_files = expand_input_files(input_files)
     units = plan_work_units(input_files, config.input_format, config.unit_bytes)
 
     started = time.perf_counter()
@@ -103,6 +104,7 @@ def _make_shards(job: _Job, units: list[WorkUnit], num_workers: int, progress: b
     bar.close()
     counts = {k: sum(r["counts"][k] for r in results) for k in COUNTS}
     _check_counts(counts, num_files, job.config.input_format)
+    _warn_same_document_negatives(counts)
     return [r["shard"] for r in results], counts
 
 
@@ -125,7 +127,7 @@ def _manifest(config: PretrainingConfig, input_files: Sequence, tokenizer, vocab
 
 
 COUNTS = ("instances", "tokens", "documents", "multi_sentence_documents", "sentences", "random_next",
-          "masked_positions")
+          "random_next_same_document", "masked_positions")
 
 
 def _check_counts(counts: dict, num_files: int, input_format: str) -> None:
@@ -140,6 +142,19 @@ def _check_counts(counts: dict, num_files: int, input_format: str) -> None:
             "pairs are impossible; with input_format='sentences' put one sentence per line and a "
             "blank line between documents"
         )
+
+
+def _warn_same_document_negatives(counts: dict) -> None:
+    """A work unit of one document draws its "random next" segments from that document (google's fallback after ten
+    draws), weak negatives for next-sentence prediction: said, with the count, rather than done silently."""
+    same, total = counts["random_next_same_document"], counts["random_next"]
+    if total and same > 0.01 * total:
+        logger.warning(
+            "%d of the %d random-next segments come from the document of their first segment: a work unit held one "
+            "document (a file read as one document: a book in prose, or lines with no blank line between documents, "
+            "such as one article per line). Give several files, or mark documents with blank lines "
+            "(--input-format sentences: one sentence per line), or pre-train without NSP (pretrain --no-nsp)",
+            same, total)
 
 
 def _special_ids(tokenizer) -> dict[str, int]:
@@ -211,6 +226,7 @@ class _Job:
             "multi_sentence_documents": sum(len(d) >= 2 for d in documents),
             "sentences": sentences,
             "random_next": sum(p.is_random_next for p in pairs),
+            "random_next_same_document": sum(p.is_random_next and p.b_span[0] == p.a_span[0] for p in pairs),
             "masked_positions": int(len(arrays.get("masked_positions", ()))),
         }
         return {"shard": shard, "counts": counts}

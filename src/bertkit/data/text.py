@@ -14,10 +14,14 @@ import os
 import re
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
-from pathlib import Path
 
-from bertkit.errors import BertkitError, MissingFileError
-from bertkit.tokenization.textfiles import iter_lines, refuse_lone_carriage_returns
+from bertkit.errors import BertkitError
+from bertkit.tokenization.textfiles import (
+    expand_input_files,
+    iter_lines,
+    refuse_compressed,
+    refuse_lone_carriage_returns,
+)
 
 INPUT_FORMATS = ("auto", "prose", "sentences", "wikitext")
 
@@ -34,6 +38,12 @@ _TABLE_MARKUP = re.compile(r"\|-|-{3,} +-{3,}")
 _CLOSERS = "\"'”’»)]_*"
 _PROSE_END = ".!?:;…"
 _DETECT_BYTES = 64 * 1024
+_TWICE = (
+    "its documents would be read twice, and a random-next segment drawn from the copy would be the true next "
+    "text; pass each file once (--dupe-factor makes more instances of every document)"
+)
+# Lines that are one whole sentence, for "auto" to read a file as google's layout.
+_SENTENCE_LINES_SHARE = 0.85
 
 
 # --------------------------------------------------------------------------------------------------
@@ -112,11 +122,37 @@ def _period_ends_sentence(text: str, period: int, digit_follows: bool) -> bool:
 
 
 def detect_format(path: str | os.PathLike) -> str:
-    """``"wikitext"`` if the first 64 KiB hold two or more `` = Title = `` lines, else ``"prose"``."""
+    """``"wikitext"`` if the first 64 KiB hold two or more `` = Title = `` lines; ``"sentences"`` if they are laid
+    out as google's files are (:func:`_one_sentence_per_line`); else ``"prose"``."""
     with open(path, "rb") as f:
-        head = f.read(_DETECT_BYTES).decode("utf-8", errors="replace")
-    titles = sum(1 for line in head.splitlines() if _WIKITEXT_TITLE.match(line.rstrip("\r")))
-    return "wikitext" if titles >= 2 else "prose"
+        raw = f.read(_DETECT_BYTES)
+    lines = raw.decode("utf-8", errors="replace").splitlines()
+    if len(raw) == _DETECT_BYTES:
+        lines = lines[:-1]  # cut short by the 64 KiB
+    titles = sum(1 for line in lines if _WIKITEXT_TITLE.match(line.rstrip("\r")))
+    if titles >= 2:
+        return "wikitext"
+    return "sentences" if _one_sentence_per_line(lines) else "prose"
+
+
+def _one_sentence_per_line(lines: list[str]) -> bool:
+    """google-research/bert's layout (its sample_text.txt): blank lines between documents of several lines, nearly
+    every line one whole sentence (90% in sample_text.txt; of the shared corpus' books and articles, at most 74%, a
+    play's speaker lines). Read as prose such a file would be one document, its negatives drawn from itself."""
+    blocks = [
+        len(list(group))
+        for blank, group in itertools.groupby(lines, key=lambda s: not s.strip())
+        if not blank
+    ]
+    if len(blocks) < 2 or sum(n >= 2 for n in blocks) < len(blocks) / 2:
+        return False
+    if any(_GUTENBERG_START.match(line) for line in lines):
+        return False  # a Project Gutenberg book: prose, whose licence header prose reading drops
+    text = [line.strip() for line in lines if line.strip()]
+    whole = sum(
+        1 for line in text if line.rstrip(_CLOSERS)[-1:] in _PROSE_END and len(split_sentences(line)) == 1
+    )
+    return whole >= _SENTENCE_LINES_SHARE * len(text)
 
 
 def clean_paragraph(paragraph: str) -> str | None:
@@ -249,16 +285,15 @@ def plan_work_units(
     if input_format not in INPUT_FORMATS:
         raise BertkitError(f"input_format={input_format!r} is not one of {INPUT_FORMATS}")
     parts: list[FilePart] = []
-    for file in files:
-        path = str(file)
-        if not Path(path).is_file():
-            raise MissingFileError(f"input file {path} does not exist (or is not a file)")
-        fmt = detect_format(path) if input_format == "auto" else input_format
+    for path in expand_input_files(files, _TWICE):
         size = os.path.getsize(path)
         if size == 0:
             continue
         with open(path, "rb") as f:
-            refuse_lone_carriage_returns(f.readline(_DETECT_BYTES), path)
+            first_line = f.readline(_DETECT_BYTES)
+        refuse_compressed(first_line, path)
+        refuse_lone_carriage_returns(first_line, path)
+        fmt = detect_format(path) if input_format == "auto" else input_format
         cuts = [0] + _cut_points(path, fmt, size, unit_bytes) + [size]
         parts.extend(FilePart(path, fmt, a, b) for a, b in zip(cuts, cuts[1:], strict=False) if b > a)
 

@@ -44,8 +44,9 @@ class CreateDataSettings(PretrainingConfig):
     PretrainingConfig decide the output bytes (they are stored in the manifest); these decide how to run."""
 
     files: list[Path] = flag(positional=True, check=nonempty)
-    """Text files: prose, WikiText, or one sentence per line with blank lines between documents (google's format:
-    pass --input-format sentences, which "auto" never picks)."""
+    """Text files: prose, WikiText, or one sentence per line with blank lines between documents (google's format,
+    which "auto" recognises; --input-format sentences forces it). A quoted glob pattern ("corpus/*.txt") is
+    expanded, sorted; a file given twice is refused."""
     vocab: Path = flag(check=tokenizer_path)
     """The tokenizer: its directory (vocab.txt + tokenizer_config.json) or its vocab.txt."""
     output_dir: Path = flag(aliases=("--out",))

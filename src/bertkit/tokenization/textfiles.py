@@ -6,12 +6,36 @@ Below both the vocabulary trainer (``tokenization/trainer.py``) and the pre-trai
 
 from __future__ import annotations
 
+import glob
 import os
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 
-from bertkit.errors import BertkitError
+from bertkit.errors import BertkitError, MissingFileError
 
 DECODE_ERRORS = ("strict", "replace", "ignore")
+
+
+# Leading bytes of the compressed formats a corpus comes in: read as text (--errors replace), they are noise.
+_COMPRESSED = ((b"\x1f\x8b", "gzip", "gunzip -k"), (b"\xfd7zXZ\x00", "xz", "unxz -k"),
+               (b"\x28\xb5\x2f\xfd", "zstd", "unzstd"), (b"PK\x03\x04", "zip", "unzip"))
+
+
+def refuse_compressed(head: bytes, path: str | os.PathLike) -> None:
+    """A compressed file, or UTF-16/32 text, is refused, naming its format and how to decompress or convert it: read
+    as UTF-8 it would be an error whose fix (errors='replace') turns its bytes into instances or words of noise."""
+    found = [(kind, how) for magic, kind, how in _COMPRESSED if head.startswith(magic)]
+    if head[:3] == b"BZh" and head[3:4].isdigit() and head[4:10] == b"1AY&SY":
+        found = [("bzip2", "bunzip2 -k")]
+    # Byte-order marks of UTF-32 before UTF-16 (UTF-32 LE's starts with UTF-16 LE's): what Windows saves as "Unicode".
+    for bom, name in ((b"\xff\xfe\x00\x00", "UTF-32"), (b"\x00\x00\xfe\xff", "UTF-32"), (b"\xff\xfe", "UTF-16"),
+                      (b"\xfe\xff", "UTF-16")):
+        if head.startswith(bom):
+            raise BertkitError(f"{path} is {name} text, not UTF-8: convert it first (iconv -f {name} -t UTF-8 {path} > "
+                               "NEW.txt) and pass the converted file; read as UTF-8 (errors='replace') its line breaks "
+                               "leave a NUL on each next line, so no line is blank and documents run together")
+    for kind, how in found:
+        raise BertkitError(f"{path} is {kind}-compressed, not text: decompress it first ({how} {path}) and pass "
+                           "the decompressed file")
 
 
 def refuse_lone_carriage_returns(first_line: bytes, where: str) -> None:
@@ -35,6 +59,8 @@ def iter_lines(
         raise BertkitError(f"errors={errors!r} is not one of {DECODE_ERRORS}")
     offset = start
     with open(path, "rb") as f:
+        if start == 0:
+            refuse_compressed(f.read(16), path)
         f.seek(start)
         for lineno, raw in enumerate(f, start=1):
             if end is not None and offset >= end:
@@ -52,3 +78,35 @@ def iter_lines(
                 line = line[1:]
             offset += len(raw)
             yield line.rstrip("\r\n")
+
+
+def expand_input_files(files: Sequence[str | os.PathLike],
+                       twice: str = "its text would be read twice; pass each file once") -> list[str]:
+    """The input files, a glob pattern (``corpus/*.txt``, as google's ``--input_file`` takes) replaced by the files it
+    matches, sorted. A directory, a pattern matching nothing, a missing file, or a file given twice (``twice`` says what
+    reading it twice would do) is refused."""
+    paths: list[str] = []
+    for file in files:
+        name = str(file)
+        if not os.path.lexists(name) and glob.has_magic(name):
+            matched = sorted(p for p in glob.glob(name) if os.path.isfile(p))
+            if not matched:
+                raise MissingFileError(f"no file matches {name}: check the pattern, or name the files")
+            paths.extend(matched)
+        elif os.path.isdir(name):
+            raise MissingFileError(f"{name} is a directory: pass the files in it ({os.path.join(name, '*.txt')}, "
+                                   "a pattern bertkit expands, or the shell's)")
+        elif not os.path.isfile(name):
+            raise MissingFileError(f"input file {name} does not exist (or is not a file)")
+        else:
+            paths.append(name)
+    seen: dict[tuple[int, int], str] = {}
+    for path in paths:
+        stat = os.stat(path)
+        key = (stat.st_dev, stat.st_ino)
+        if key not in seen:
+            seen[key] = path
+            continue
+        first = seen[key]
+        raise BertkitError(f"{os.path.basename(path)} is given twice (as {first} and {path}): {twice}")
+    return paths

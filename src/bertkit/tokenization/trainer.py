@@ -13,14 +13,13 @@ import heapq
 import os
 from collections import Counter, defaultdict
 from collections.abc import Mapping, Sequence
-from pathlib import Path
 
 from tqdm.auto import tqdm
 
 from bertkit._parallel import spawn_pool
-from bertkit.errors import BertkitError, MissingFileError
+from bertkit.errors import BertkitError
 from bertkit.tokenization.basic import NON_SEPARATOR_SPACE_RE, BasicTokenizer
-from bertkit.tokenization.textfiles import iter_lines
+from bertkit.tokenization.textfiles import expand_input_files, iter_lines
 from bertkit.tokenization.wordpiece import PREFIX, SPECIAL_TOKENS
 
 
@@ -49,9 +48,8 @@ def train_wordpiece_vocab(
     _check_settings(vocab_size, min_frequency, limit_alphabet)  # before counting, which can take minutes
     if not files:
         raise BertkitError("no input files: pass at least one text file to learn a vocabulary from")
-    for file in files:
-        if not Path(file).is_file():
-            raise MissingFileError(f"input file {file} does not exist (or is not a file)")
+    files = expand_input_files(files, "its words would be counted twice, which changes the vocabulary (pieces "
+                               "that reach --min-frequency only by the copy); pass each file once")
     basic = BasicTokenizer(lowercase, strip_accents, tokenize_chinese_chars)
     counts = count_words(files, basic, errors=errors, num_workers=num_workers, progress=progress)
     if not counts:
