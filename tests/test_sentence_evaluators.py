@@ -353,3 +353,26 @@ def test_a_bad_batch_size_is_refused_when_the_evaluator_is_made():
             with pytest.raises(BertkitError, match=rf"{name}: batch_size {bad!r} must be a whole number >= 1"):
                 make(bad)
         assert make(np.int64(4)).batch_size == 4
+
+
+def test_truncate_dim_is_checked_when_the_evaluator_is_made():
+    """truncate_dim 0, -1 or 2.5 was taken and refused only by encode at the first evaluation, after eval_steps of
+    training (sentence-transformers slices with it: 0 scores empty vectors, -1 drops the last dimension)."""
+    makers = {
+        "InformationRetrievalEvaluator": lambda **k: evaluation.InformationRetrievalEvaluator(
+            {"q": "a question"}, {"d": "a document"}, {"q": {"d"}}, **k),
+        "EmbeddingSimilarityEvaluator": lambda **k: evaluation.EmbeddingSimilarityEvaluator(
+            ["a", "c"], ["b", "d"], [1.0, 0.0], **k),
+        "BinaryClassificationEvaluator": lambda **k: evaluation.BinaryClassificationEvaluator(
+            ["a", "c"], ["b", "d"], [1, 0], **k),
+        "TripletEvaluator": lambda **k: evaluation.TripletEvaluator(["a"], ["b"], ["c"], **k),
+        "RerankingEvaluator": lambda **k: evaluation.RerankingEvaluator(
+            [{"query": "a", "positive": ["b"], "negative": ["c"]}], **k),
+        "ParaphraseMiningEvaluator": lambda **k: evaluation.ParaphraseMiningEvaluator({1: "a", 2: "b"}, **k),
+    }
+    for name, make in makers.items():
+        for bad in (0, -1, 2.5, True, "8"):
+            with pytest.raises(BertkitError, match=rf"{name}: truncate_dim {bad!r} must be a whole number >= 1 \(or "
+                                                   r"None: the model's\)"):
+                make(truncate_dim=bad)
+        assert make(truncate_dim=np.int64(4)).truncate_dim == 4 and make().truncate_dim is None
