@@ -202,6 +202,16 @@ def test_matryoshka_distillation_cuts_the_teacher_as_sentence_transformers(model
 def test_bad_arguments_are_named(model):
     with pytest.raises(BertkitError, match=r"matryoshka_dims \[768, 64\] must be whole numbers in \[1, 384\]"):
         losses.MatryoshkaLoss(model, losses.MultipleNegativesRankingLoss(model), [768, 64])
+    # both reached training: a NaN weight made every step's loss NaN without a word (in sentence-transformers too),
+    # a float n_dims_per_step stopped the first step with "can't multiply sequence by non-int of type 'float'"
+    mnrl = losses.MultipleNegativesRankingLoss(model)
+    with pytest.raises(BertkitError, match=r"MatryoshkaLoss: matryoshka_weights \[1, nan\] must be finite numbers"):
+        losses.MatryoshkaLoss(model, mnrl, [384, 64], [1, float("nan")])
+    for n in (1.5, "2", True):
+        with pytest.raises(BertkitError, match=rf"MatryoshkaLoss: n_dims_per_step {n!r} must be a whole number \(k > 0 "
+                                               r"draws k of the dimensions a step; 0 or less takes them all\)"):
+            losses.MatryoshkaLoss(model, mnrl, [384, 64], n_dims_per_step=n)
+    assert losses.MatryoshkaLoss(model, mnrl, [384, 64], n_dims_per_step=-5)._dims() == [0, 1]  # all, as there
     with pytest.raises(BertkitError, match="mini_batch_size"):
         losses.CachedMultipleNegativesRankingLoss(model, mini_batch_size=0)
     for name, value in (("hardness_mode", "in_batch_negatives"), ("hardness_strength", 2.0),

@@ -5,6 +5,7 @@ a saved directory that sentence-transformers opens, and clear refusals."""
 from __future__ import annotations
 
 import json
+import re
 
 import numpy as np
 import pytest
@@ -202,3 +203,23 @@ def test_a_modules_json_of_another_shape_is_refused_naming_it(tmp_path, listed):
         with pytest.raises(BertkitError, match=r"modules.json must be a list of modules \({'idx', 'name', 'path', "
                                                r"'type'} each\), got .*; restore it from the model's source"):
             load(str(tmp_path))
+
+
+def test_a_saved_truncate_dim_wider_than_the_model_is_refused_naming_the_file(tmp_path, minilm_dir):
+    """A config_sentence_transformers.json whose truncate_dim exceeds the model's width (sentence-transformers slices
+    with it and returns every dimension): the refusal named neither the file nor the fix, so SentenceTransformer,
+    the embedding pipelines, `bertkit predict` and `bertkit serve` said "truncate_dim 500 must be a whole number in
+    [1, 384]" of a value the caller never gave."""
+    from bertkit import pipeline
+
+    saved = st_directory(minilm_dir, tmp_path / "wide", st_config={"truncate_dim": 500})
+    file = re.escape(str(saved / "config_sentence_transformers.json"))
+    want = (rf"^{file}: truncate_dim 500 exceeds this model's 384 dimensions \(sentence-transformers then keeps all "
+            r"384\); write a truncate_dim in \[1, 384\] there or remove it \(in Python, truncate_dim= chooses another\)")
+    with pytest.raises(BertkitError, match=want):
+        SentenceTransformer(saved)
+    with pytest.raises(BertkitError, match=want):
+        pipeline("sentence-embedding", model=str(saved))
+    # the caller's truncate_dim wins over the file's, as in sentence-transformers
+    assert SentenceTransformer(saved, truncate_dim=64).encode(TEXTS[:2]).shape == (2, 64)
+    assert np.asarray(pipeline("feature-extraction", model=str(saved), truncate_dim=64)(TEXTS[:2])).shape == (2, 64)

@@ -87,7 +87,7 @@ class FeatureExtractionPipeline(TextOrPairPipeline):
         self.normalize = self.default_normalize if normalize is None else bool(normalize)
         self.normalize_module = saved.normalize  # 2_Normalize: before truncate_dim, as the model's own forward
         width = model.config.hidden_size
-        truncate_dim = saved.truncate_dim if truncate_dim is None else truncate_dim
+        truncate_dim = saved.truncate_dim_within(width) if truncate_dim is None else truncate_dim
         if truncate_dim is not None and not is_whole(truncate_dim, 1, width):
             raise BertkitError(f"truncate_dim {truncate_dim!r} must be a whole number in [1, {width}] (the model's "
                                "hidden size)")

@@ -158,6 +158,15 @@ class SentenceDirectory:
     def default_prompt(self) -> str | None:
         return self.prompts.get(self.default_prompt_name) if self.default_prompt_name is not None else None
 
+    def truncate_dim_within(self, width: int) -> int | None:
+        """The saved truncate_dim, refused naming the file where it exceeds the model's ``width``: sentence-transformers
+        slices with it and keeps every dimension, and the caller, who never gave the value, must learn where it is."""
+        if self.truncate_dim is not None and self.truncate_dim > width:
+            raise BertkitError(f"{self.path / ST_CONFIG}: truncate_dim {self.truncate_dim} exceeds this model's {width} "
+                               f"dimensions (sentence-transformers then keeps all {width}); write a truncate_dim in "
+                               f"[1, {width}] there or remove it (in Python, truncate_dim= chooses another)")
+        return self.truncate_dim
+
 
 def read_directory(path: str | Path) -> SentenceDirectory:
     """``path``'s sentence-transformers settings (``SentenceDirectory``). A module bertkit does not implement (Dense,

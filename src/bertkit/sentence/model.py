@@ -243,7 +243,8 @@ class SentenceTransformer(ReferenceCalls, Prompted, nn.Module):
                                f"{sorted(SIMILARITY_FUNCTIONS)}; sentence-transformers 6 ignores it and scores with "
                                "cosine: write \"cosine\" there for its scores, or pass similarity_fn_name=")
         self.similarity_fn_name = similarity_fn_name or saved.similarity_fn_name
-        self.truncate_dim = truncate_dim if truncate_dim is not None else saved.truncate_dim
+        self.truncate_dim = truncate_dim if truncate_dim is not None else saved.truncate_dim_within(
+            pooling.output_dimension)
         self.eval()  # as loaded models are: encode, which puts back the mode it found, must not turn dropout on
         if device is not None:
             self.to(device)

@@ -55,7 +55,18 @@ class EmbeddingEvaluator:
     """An evaluator that embeds its texts with ``embed``, in batches of ``batch_size``, at ``truncate_dim``."""
 
     show_progress_bar: bool
-    truncate_dim: int | None
+
+    @property
+    def truncate_dim(self) -> int | None:
+        return self._truncate_dim
+
+    @truncate_dim.setter
+    def truncate_dim(self, value: Any) -> None:
+        # checked when the evaluator is made, as batch_size (the model's width is checked by encode)
+        if value is not None and not is_whole(value):
+            raise BertkitError(f"{type(self).__name__}: truncate_dim {value!r} must be a whole number >= 1 (or None: "
+                               "the model's)")
+        self._truncate_dim = None if value is None else int(value)
 
     @property
     def batch_size(self) -> int:

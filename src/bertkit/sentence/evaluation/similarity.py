@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 import numpy as np
+import torch
 
 from bertkit.errors import BertkitError
 from bertkit.sentence.evaluation.base import (
@@ -15,6 +16,7 @@ from bertkit.sentence.evaluation.base import (
     refuse_one_text,
     results_csv_name,
 )
+from bertkit.sentence.quantization import PRECISIONS
 from bertkit.sentence.util import SIMILARITY_FUNCTIONS, similarity_function
 
 
@@ -46,6 +48,15 @@ def spearman(a: np.ndarray, b: np.ndarray) -> float:
     return pearson(_ranks(a), _ranks(b))
 
 
+def _scored_as_floats(quantized: torch.Tensor, precision: str) -> torch.Tensor:
+    """Quantized embeddings as sentence-transformers scores them: float32 codes, bits unpacked (binary's codes
+    shifted back by 128 first; the padding bits of a width that is no multiple of 8 included)."""
+    codes = quantized.cpu().numpy()
+    if precision in ("binary", "ubinary"):
+        codes = np.unpackbits((codes.astype(np.int16) + 128 if precision == "binary" else codes).astype(np.uint8), axis=1)
+    return torch.from_numpy(codes.astype(np.float32))
+
+
 class EmbeddingSimilarityEvaluator(ResultsCsv, EmbeddingEvaluator):
     """``pearson_{fn}`` and ``spearman_{fn}`` for each similarity function (by default the model's). With an
     ``output_path``: ``similarity_evaluation[_{name}]_results.csv``."""
@@ -65,9 +76,8 @@ class EmbeddingSimilarityEvaluator(ResultsCsv, EmbeddingEvaluator):
         if len(set(map(float, scores))) < 2:
             raise BertkitError(f"EmbeddingSimilarityEvaluator: {len(scores)} gold score(s), all equal "
                                f"({list(scores)[:3]}); a correlation needs at least two different scores")
-        if precision not in (None, "float32"):
-            raise BertkitError(f"EmbeddingSimilarityEvaluator(precision={precision!r}) is not implemented in bertkit; "
-                               "evaluate in float32")
+        if precision is not None and precision not in PRECISIONS:
+            raise BertkitError(f"EmbeddingSimilarityEvaluator: precision {precision!r} is not one of {PRECISIONS}")
         self.sentences1, self.sentences2, self.scores = list(sentences1), list(sentences2), list(scores)
         self.precision = precision
         self.batch_size, self.show_progress_bar, self.name, self.truncate_dim = batch_size, show_progress_bar, name, truncate_dim
@@ -81,10 +91,17 @@ class EmbeddingSimilarityEvaluator(ResultsCsv, EmbeddingEvaluator):
     def encode_options(self) -> dict[str, Any]:
         # sentence-transformers encodes at a given precision normalized, float32 included: dot, euclidean and
         # manhattan then score unit vectors
-        return super().encode_options() | {"normalize_embeddings": self.precision is not None}
+        quantized = {"precision": self.precision} if self.precision not in (None, "float32") else {}
+        return super().encode_options() | {"normalize_embeddings": self.precision is not None, **quantized}
 
     def __call__(self, model: Any, output_path: str | None = None, epoch: int = -1, steps: int = -1) -> dict[str, float]:
-        e1, e2 = self.embed(model, self.sentences1), self.embed(model, self.sentences2)
+        if self.precision in ("int8", "uint8"):  # buckets from both sides at once: a sentence gets one code, as there
+            both = self.embed(model, [*self.sentences1, *self.sentences2])
+            e1, e2 = both[:len(self.sentences1)], both[len(self.sentences1):]
+        else:
+            e1, e2 = self.embed(model, self.sentences1), self.embed(model, self.sentences2)
+        if self.precision not in (None, "float32"):
+            e1, e2 = _scored_as_floats(e1, self.precision), _scored_as_floats(e2, self.precision)
         names = self.similarity_fn_names or [model.similarity_fn_name]
         metrics: dict[str, float] = {}
         for fn in names:

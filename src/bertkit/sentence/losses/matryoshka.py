@@ -3,6 +3,8 @@ for each d of ``matryoshka_dims``, weighted; what ``encode(truncate_dim=d)`` the
 
 from __future__ import annotations
 
+import math
+import numbers
 import random
 from collections.abc import Sequence
 from typing import Any
@@ -33,6 +35,12 @@ class MatryoshkaLoss(SentenceLoss):
         weights = [1] * len(dims) if matryoshka_weights is None else list(matryoshka_weights)
         if len(weights) != len(dims):
             raise BertkitError(f"MatryoshkaLoss: {len(weights)} matryoshka_weights for {len(dims)} matryoshka_dims")
+        if not all(isinstance(w, numbers.Real) and not isinstance(w, bool) and math.isfinite(w) for w in weights):
+            # a NaN weight makes every step's loss NaN, in sentence-transformers too, without a word
+            raise BertkitError(f"MatryoshkaLoss: matryoshka_weights {weights} must be finite numbers")
+        if not is_whole(n_dims_per_step, -math.inf):  # a float or a string stopped the first step with a TypeError
+            raise BertkitError(f"MatryoshkaLoss: n_dims_per_step {n_dims_per_step!r} must be a whole number (k > 0 draws k "
+                               "of the dimensions a step; 0 or less takes them all)")
         pairs = sorted(zip(dims, weights), key=lambda p: p[0], reverse=True)
         self.loss = loss
         self.matryoshka_dims = tuple(d for d, _ in pairs)
