@@ -19,6 +19,7 @@ import os
 import shutil
 import stat
 import tempfile
+import time
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -306,7 +307,8 @@ class Stage:
                     logger.info("removing %s, a write of %s a kill cut short", path, target)
                     clear_staging(path)
             if (holder := dir_lock.held_by_another(target)) is not None:
-                raise BertkitError(f"{target} is in use by {holder}; wait for it to finish or choose another output")
+                raise dir_lock.Held(f"{target} is in use by {holder}; wait for it to finish or choose another output",
+                                    holder)
             with contextlib.suppress(FileNotFoundError, NotADirectoryError):
                 (target / PARTIAL).unlink()  # the mark a kill left on a finished write, once swapped
             if stage.record is None and regular_stat(path / PARTIAL) is not None:
@@ -381,8 +383,27 @@ class Stage:
             dir_lock.unlock(self.path)
 
 
+def _open_shared(target: Path, what: str, partial: dict, shared_by: str | None) -> Stage:
+    """``Stage.open``; with ``shared_by``, the lock names the job, and a write of ``target`` another process of that
+    job has under way is waited for (its lock is dropped when its directory is in place, or when it dies)."""
+    if shared_by is None:
+        return Stage.open(target, what, partial)
+    tag, waited = f"[{shared_by}]", False
+    while True:
+        try:
+            return Stage.open(target, f"{what} {tag}", partial)
+        except dir_lock.Held as e:
+            if not e.holder.endswith(f"{tag})"):
+                raise
+            if not waited:
+                logger.info("%s is being written by %s, of this process's job: waiting for it", target, e.holder)
+                waited = True
+            time.sleep(0.05)
+
+
 @contextlib.contextmanager
-def staged(target: str | os.PathLike, what: str = "save", *, manifest: bool = False) -> Iterator[Path]:
+def staged(target: str | os.PathLike, what: str = "save", *, manifest: bool = False,
+           shared_by: str | None = None) -> Iterator[Path]:
     """A directory to write ``target``'s whole content into, made ``target`` in one step when the block ends without
     an error (renamed into place, or exchanged with the directory there: its other files are kept, the files this
     write makes replace theirs). On an error nothing changes at ``target`` (a full or read-only file system is one
@@ -391,7 +412,12 @@ def staged(target: str | os.PathLike, what: str = "save", *, manifest: bool = Fa
     point, which cannot be swapped (each file is still replaced whole). With ``manifest`` (a checkpoint) it is always
     staged, a manifest of its files is written last, and it adds to no directory: a file of one already at its name
     (a user's ``checkpoint-3``, or where a symlink of that name leads) that it writes too is kept beside it, named
-    in a warning, not replaced."""
+    in a warning, not replaced.
+
+    ``shared_by`` names a job whose processes save the same content (``bertkit._parallel.job_of``: the ranks of one
+    torchrun run, where a sentence-transformers script saves the model on every rank, as that library writes it):
+    a write of ``target`` under way in another process of that job is waited for, then this one writes it again,
+    as a second save of the name does; any other writer under way is refused, as without it."""
     target = target_of(target)
     if os.path.lexists(target) and not target.is_dir():
         raise BertkitError(f"{target} is {'a file' if target.exists() else 'a symlink to nowhere'}, not a directory: "
@@ -402,7 +428,7 @@ def staged(target: str | os.PathLike, what: str = "save", *, manifest: bool = Fa
         yield target
         return
     # the mark says which kind this is to a write after a kill mid-swap: a save ("write") adds to a directory
-    stage = Stage.open(target, what, {"whole": what} if manifest else {"write": what})
+    stage = _open_shared(target, what, {"whole": what} if manifest else {"write": what}, shared_by)
     with writing(target):
         try:
             yield stage.path

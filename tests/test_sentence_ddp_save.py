@@ -1,0 +1,69 @@
+"""A sentence model saved by every rank of a torchrun job, as sentence-transformers' scripts save it
+(``model.save_pretrained(final_dir)`` after ``trainer.train()``, unguarded): a rank that finds another rank of its
+job writing the directory waits for that write, then writes it again (the same weights under DDP), as
+sentence-transformers 6.2 ends with every rank having written the same files. Was: the later rank stopped with
+"FINAL/.final.bertkit-staging is in use by pid N (bertkit save)", so the job failed after training (exit 1, seen
+with 2 ranks saving MiniLM), where sentence-transformers' ends with exit 0.
+
+Rank 0's write under way is this test process inside ``staged`` (the save's own context), named as a rank of the
+job; rank 1 is a process given torchrun's environment (no process group is needed to save).
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from bertkit._parallel import job_of
+from bertkit.staging import staged
+
+SAVE = """
+import logging, sys
+logging.basicConfig(level=logging.INFO, format="%(message)s")
+from bertkit.sentence import SentenceTransformer
+from bertkit.sentence.cross_encoder import CrossEncoder
+model = (CrossEncoder if sys.argv[1] == "cross" else SentenceTransformer)(sys.argv[2])
+print("saved", model.save_pretrained(sys.argv[3]), flush=True)
+"""
+
+
+def _env(job: str, rank: int) -> dict[str, str]:
+    return {"RANK": str(rank), "LOCAL_RANK": str(rank), "WORLD_SIZE": "2", "TORCHELASTIC_RUN_ID": job,
+            "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "29555"}
+
+
+def _rank(rank: int, job: str, kind: str, model: Path, out: Path) -> subprocess.Popen:
+    env = {**os.environ, **_env(job, rank), "PYTHONPATH": str(Path(__file__).resolve().parents[1] / "src"),
+           "OMP_NUM_THREADS": "1"}
+    return subprocess.Popen([sys.executable, "-c", SAVE, kind, str(model), str(out)], env=env, text=True,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+
+
+@pytest.mark.parametrize("kind", ["sentence", "cross"])
+def test_a_rank_saving_what_another_rank_of_its_job_is_saving_waits_and_saves(kind, tmp_path, tiny_checkpoint,
+                                                                              minilm_dir):
+    model = tiny_checkpoint(tmp_path / "model", "BertModel" if kind == "sentence" else "BertForSequenceClassification",
+                            tokenizer=minilm_dir, **({"labels": 1} if kind == "cross" else {}))
+    out = tmp_path / "final"
+    with staged(out, shared_by=job_of(_env("job-a", 0))) as stage:  # rank 0's save, under way
+        (stage / "rank0.txt").write_text("rank 0 was here")
+        # another job's process is refused, as any other writer is
+        other = _rank(1, "job-b", kind, model, out)
+        _, refused = other.communicate(timeout=120)
+        assert other.returncode == 1, refused[-2000:]
+        assert f"is in use by pid {os.getpid()} (bertkit save [torchrun job job-a at 127.0.0.1:29555])" in refused
+        second = _rank(1, "job-a", kind, model, out)
+        waiting = ""
+        while "of this process's job: waiting for it" not in waiting and (line := second.stderr.readline()):
+            waiting += line
+        assert f"{out} is being written by pid {os.getpid()} (bertkit save [torchrun job job-a" in waiting, waiting
+        assert second.poll() is None  # it waits while rank 0 writes
+    stdout, stderr = second.communicate(timeout=120)
+    assert second.returncode == 0 and stdout == f"saved {out}\n", stderr[-2000:]
+    assert (out / "rank0.txt").read_text() == "rank 0 was here"  # rank 1's save added to rank 0's, as a save adds
+    assert (out / "modules.json").is_file() and (out / "model.safetensors").is_file()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["final", "model"]
