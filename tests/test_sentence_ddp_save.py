@@ -1,12 +1,12 @@
 """A sentence model saved by every rank of a torchrun job, as sentence-transformers' scripts save it
-(``model.save_pretrained(final_dir)`` after ``trainer.train()``, unguarded): a rank that finds another rank of its
-job writing the directory waits for that write, then writes it again (the same weights under DDP), as
-sentence-transformers 6.2 ends with every rank having written the same files. Was: the later rank stopped with
-"FINAL/.final.bertkit-staging is in use by pid N (bertkit save)", so the job failed after training (exit 1, seen
-with 2 ranks saving MiniLM), where sentence-transformers' ends with exit 0.
+(``model.save_pretrained(final_dir)`` after ``trainer.train()``, unguarded): the first rank to save writes the
+directory; a rank that finds another rank of its job writing it waits for that write and leaves the directory as
+written (the weights are the same under DDP): it does not swap the directory under the rank that wrote it. sentence-transformers 6.2 ends with every rank having written the same files. Was: the
+later rank stopped with "FINAL/.final.bertkit-staging is in use by pid N (bertkit save)", so the job failed after
+training (exit 1, seen with 2 ranks saving MiniLM), where sentence-transformers' ends with exit 0.
 
 Rank 0's write under way is this test process inside ``staged`` (the save's own context), named as a rank of the
-job; rank 1 is a process given torchrun's environment (no process group is needed to save).
+job; the other ranks are processes given torchrun's environment (no process group is needed to save).
 """
 
 from __future__ import annotations
@@ -19,6 +19,8 @@ from pathlib import Path
 import pytest
 
 from bertkit._parallel import job_of
+from bertkit.sentence import SentenceTransformer
+from bertkit.sentence.cross_encoder import CrossEncoder
 from bertkit.staging import staged
 
 SAVE = """
@@ -49,7 +51,9 @@ def test_a_rank_saving_what_another_rank_of_its_job_is_saving_waits_and_saves(ki
     model = tiny_checkpoint(tmp_path / "model", "BertModel" if kind == "sentence" else "BertForSequenceClassification",
                             tokenizer=minilm_dir, **({"labels": 1} if kind == "cross" else {}))
     out = tmp_path / "final"
+    cls = CrossEncoder if kind == "cross" else SentenceTransformer
     with staged(out, shared_by=job_of(_env("job-a", 0))) as stage:  # rank 0's save, under way
+        cls(model).save(stage)
         (stage / "rank0.txt").write_text("rank 0 was here")
         # another job's process is refused, as any other writer is
         other = _rank(1, "job-b", kind, model, out)
@@ -62,8 +66,11 @@ def test_a_rank_saving_what_another_rank_of_its_job_is_saving_waits_and_saves(ki
             waiting += line
         assert f"{out} is being written by pid {os.getpid()} (bertkit save [torchrun job job-a" in waiting, waiting
         assert second.poll() is None  # it waits while rank 0 writes
+    written = {p.relative_to(out): p.stat().st_mtime_ns for p in out.rglob("*") if p.is_file()}
+    assert Path("modules.json") in written and Path("rank0.txt") in written
     stdout, stderr = second.communicate(timeout=120)
     assert second.returncode == 0 and stdout == f"saved {out}\n", stderr[-2000:]
-    assert (out / "rank0.txt").read_text() == "rank 0 was here"  # rank 1's save added to rank 0's, as a save adds
-    assert (out / "modules.json").is_file() and (out / "model.safetensors").is_file()
+    assert "leaves it as written" in stderr
+    # rank 0's files, untouched, and nothing left beside them
+    assert {p.relative_to(out): p.stat().st_mtime_ns for p in out.rglob("*") if p.is_file()} == written
     assert sorted(p.name for p in tmp_path.iterdir()) == ["final", "model"]

@@ -383,22 +383,42 @@ class Stage:
             dir_lock.unlock(self.path)
 
 
-def _open_shared(target: Path, what: str, partial: dict, shared_by: str | None) -> Stage:
-    """``Stage.open``; with ``shared_by``, the lock names the job, and a write of ``target`` another process of that
-    job has under way is waited for (its lock is dropped when its directory is in place, or when it dies)."""
+def _written_by_sibling(target: Path, tag: str) -> bool:
+    """Whether another process of the job ``tag`` names is writing ``target`` (its staging directory's lock, or the
+    target's, names that job and another pid): then waited for (its lock is dropped when its directory is in place,
+    or when it dies), and True once ``target`` is there. A finished save leaves no lock file, so a save after it
+    writes the directory again, as a second save of a name does."""
+    mine = f"pid {os.getpid()} "
+    for place in (staging_path(target), target):
+        try:
+            line = (place / LOCK).read_text(encoding="utf-8", errors="replace").strip() if regular_stat(
+                place / LOCK) else ""
+        except OSError:
+            line = ""
+        if not line.endswith(f"{tag})") or line.startswith(mine):
+            continue
+        if dir_lock.held_by_another(place) is not None:
+            logger.info("%s is being written by %s, of this process's job: waiting for it", target, line)
+            while dir_lock.held_by_another(place) is not None:
+                time.sleep(0.05)
+        return target.is_dir()
+    return False
+
+
+def _open_shared(target: Path, what: str, partial: dict, shared_by: str | None) -> Stage | None:
+    """``Stage.open``; with ``shared_by``, the lock names the job, and None where another process of that job was
+    writing ``target`` (waited for), so this one leaves it as that one wrote it."""
     if shared_by is None:
         return Stage.open(target, what, partial)
-    tag, waited = f"[{shared_by}]", False
-    while True:
+    tag = f"[{shared_by}]"
+    while not _written_by_sibling(target, tag):
         try:
             return Stage.open(target, f"{what} {tag}", partial)
-        except dir_lock.Held as e:
+        except dir_lock.Held as e:  # another process took it between the look and the lock: look again
             if not e.holder.endswith(f"{tag})"):
                 raise
-            if not waited:
-                logger.info("%s is being written by %s, of this process's job: waiting for it", target, e.holder)
-                waited = True
-            time.sleep(0.05)
+    logger.info("%s was written by another process of this process's job; this save leaves it as written", target)
+    return None
 
 
 @contextlib.contextmanager
@@ -416,8 +436,9 @@ def staged(target: str | os.PathLike, what: str = "save", *, manifest: bool = Fa
 
     ``shared_by`` names a job whose processes save the same content (``bertkit._parallel.job_of``: the ranks of one
     torchrun run, where a sentence-transformers script saves the model on every rank, as that library writes it):
-    a write of ``target`` under way in another process of that job is waited for, then this one writes it again,
-    as a second save of the name does; any other writer under way is refused, as without it."""
+    where another process of that job is writing ``target``, this one waits for it and writes nothing to it (the
+    block writes into a scratch directory, removed): that write stands, not swapped away under the process that made
+    it. Any other writer under way is refused, as without it."""
     target = target_of(target)
     if os.path.lexists(target) and not target.is_dir():
         raise BertkitError(f"{target} is {'a file' if target.exists() else 'a symlink to nowhere'}, not a directory: "
@@ -429,6 +450,10 @@ def staged(target: str | os.PathLike, what: str = "save", *, manifest: bool = Fa
         return
     # the mark says which kind this is to a write after a kill mid-swap: a save ("write") adds to a directory
     stage = _open_shared(target, what, {"whole": what} if manifest else {"write": what}, shared_by)
+    if stage is None:  # another rank of the job wrote it: this write goes to a scratch directory, then away
+        with tempfile.TemporaryDirectory(prefix="bertkit-shared-save-") as scratch:
+            yield Path(scratch)
+        return
     with writing(target):
         try:
             yield stage.path
