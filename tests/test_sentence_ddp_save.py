@@ -74,3 +74,25 @@ def test_a_rank_saving_what_another_rank_of_its_job_is_saving_waits_and_saves(ki
     # rank 0's files, untouched, and nothing left beside them
     assert {p.relative_to(out): p.stat().st_mtime_ns for p in out.rglob("*") if p.is_file()} == written
     assert sorted(p.name for p in tmp_path.iterdir()) == ["final", "model"]
+
+
+def test_a_lock_file_a_killed_rank_left_is_no_write_under_way(tmp_path, tiny_checkpoint, minilm_dir):
+    """A staging directory a killed save of the job left (its lock file naming the job, held by no one: a rerun with
+    the same rendezvous id and endpoint has the same name) is cleared and the save is written, not skipped as if
+    another rank were writing it: the directory gets the new weights."""
+    from bertkit.outputs import PARTIAL
+
+    old = tiny_checkpoint(tmp_path / "old", tokenizer=minilm_dir, seed=0)
+    new = tiny_checkpoint(tmp_path / "new", tokenizer=minilm_dir, seed=1)
+    out = tmp_path / "final"
+    SentenceTransformer(old).save(out)
+    before = (out / "model.safetensors").read_bytes()
+    left = tmp_path / ".final.bertkit-staging"
+    left.mkdir()
+    (left / ".bertkit-lock").write_text("pid 999999 (bertkit save [torchrun job job-a at 127.0.0.1:29555])")
+    (left / PARTIAL).write_text('{"write": "save"}')
+    stdout, stderr = _rank(0, "job-a", "sentence", new, out).communicate(timeout=120)
+    assert stdout == f"saved {out}\n" and "leaves it as written" not in stderr, stderr[-2000:]
+    after = (out / "model.safetensors").read_bytes()
+    assert after != before and after == (tmp_path / "new" / "model.safetensors").read_bytes()
+    assert not left.exists()

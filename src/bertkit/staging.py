@@ -395,12 +395,12 @@ def _written_by_sibling(target: Path, tag: str) -> bool:
                 place / LOCK) else ""
         except OSError:
             line = ""
-        if not line.endswith(f"{tag})") or line.startswith(mine):
+        # held, not only named: a lock file a killed write left names its job too, and is no write under way
+        if not line.endswith(f"{tag})") or line.startswith(mine) or dir_lock.held_by_another(place) is None:
             continue
-        if dir_lock.held_by_another(place) is not None:
-            logger.info("%s is being written by %s, of this process's job: waiting for it", target, line)
-            while dir_lock.held_by_another(place) is not None:
-                time.sleep(0.05)
+        logger.info("%s is being written by %s, of this process's job: waiting for it", target, line)
+        while dir_lock.held_by_another(place) is not None:
+            time.sleep(0.05)
         return target.is_dir()
     return False
 
