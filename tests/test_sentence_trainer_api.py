@@ -410,3 +410,16 @@ def test_cross_encoder_trainer_runs_its_evaluator(dirs, tmp_path):
     ours = _cross_encoder_evaluations("bertkit", dirs["cross"], tmp_path / "out")
     assert ours == theirs
     assert "eval_cls_accuracy" in ours[0]
+
+
+@pytest.mark.parametrize("kind", ["dense", "cross"])
+def test_eval_strategy_without_anything_to_evaluate_names_the_evaluator_too(kind, dirs, tmp_path):
+    """Was: "eval_strategy 'steps' needs an eval_dataset: pass SentenceTransformerTrainer(eval_dataset=...)", where
+    these trainers evaluate with an evaluator alone too (sentence-transformers: "Either provide an `eval_dataset` or
+    an `evaluator`")."""
+    name = "SentenceTransformerTrainer" if kind == "dense" else "CrossEncoderTrainer"
+    with pytest.raises(BertkitError, match=re.escape(
+            f"eval_strategy 'steps' needs an eval_dataset or an evaluator: pass {name}(eval_dataset=..., or "
+            "evaluator=...), or set eval_strategy='no'")):
+        _bertkit_trainer(kind, dirs[kind], tmp_path / "out", eval_strategy="steps", eval_steps=1)
+    assert not (tmp_path / "out").exists()

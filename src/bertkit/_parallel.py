@@ -52,6 +52,16 @@ class DistInfo:
         return self.world_size > 1
 
 
+def job_of(env: Mapping[str, str] | None = None) -> str | None:
+    """The torchrun job this process is a rank of, as one name every rank of it gives ("torchrun job RUN_ID at
+    MASTER_ADDR:MASTER_PORT"); None without torchrun. Its ranks save the same sentence model where a script
+    written for sentence-transformers saves it on every rank (``bertkit.staging.staged``'s ``shared_by``)."""
+    env = os.environ if env is None else env
+    if not info_from_env(env).enabled or "TORCHELASTIC_RUN_ID" not in env:
+        return None
+    return f"torchrun job {env['TORCHELASTIC_RUN_ID']} at {env.get('MASTER_ADDR', '')}:{env.get('MASTER_PORT', '')}"
+
+
 def info_from_env(env: Mapping[str, str] | None = None) -> DistInfo:
     """The place torchrun's environment (``RANK``, ``WORLD_SIZE``, ``LOCAL_RANK``) gives this process; rank 0 of 1
     without torchrun."""

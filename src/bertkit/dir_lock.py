@@ -29,6 +29,14 @@ _HELD: dict[str, IO] = {}  # real directory -> the lock this process holds on it
 _KEPT: set[str] = set()  # of those, the finished runs' (a command's, held until the process exits)
 
 
+class Held(BertkitError):
+    """A directory's lock is another process's: ``holder`` is the line it wrote ("pid 12 (bertkit save)")."""
+
+    def __init__(self, message: str, holder: str):
+        super().__init__(message)
+        self.holder = holder
+
+
 def staging_path(target: Path) -> Path:
     """Where ``target`` is written before it is renamed into place: ``.NAME.bertkit-staging`` beside it."""
     return target.parent / f".{target.name}{STAGING}"
@@ -56,8 +64,8 @@ def lock(directory: Path, command: str) -> IO:
         f = os.fdopen(fd, "r+", encoding="utf-8", errors="replace")
         if (holder := _holder(f.fileno(), exclusive=True)) is not None:
             f.close()
-            raise BertkitError(f"{directory} is in use by {holder}; wait for it to finish or choose another "
-                               "output directory") from None
+            raise Held(f"{directory} is in use by {holder}; wait for it to finish or choose another output "
+                       "directory", holder) from None
         if (previous := f.read().strip()) and not _LINE.fullmatch(previous):
             f.close()
             raise BertkitError(f"{path} holds something bertkit did not write ({previous[:40]!r}); bertkit will "

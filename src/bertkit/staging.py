@@ -19,6 +19,7 @@ import os
 import shutil
 import stat
 import tempfile
+import time
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -306,7 +307,8 @@ class Stage:
                     logger.info("removing %s, a write of %s a kill cut short", path, target)
                     clear_staging(path)
             if (holder := dir_lock.held_by_another(target)) is not None:
-                raise BertkitError(f"{target} is in use by {holder}; wait for it to finish or choose another output")
+                raise dir_lock.Held(f"{target} is in use by {holder}; wait for it to finish or choose another output",
+                                    holder)
             with contextlib.suppress(FileNotFoundError, NotADirectoryError):
                 (target / PARTIAL).unlink()  # the mark a kill left on a finished write, once swapped
             if stage.record is None and regular_stat(path / PARTIAL) is not None:
@@ -381,8 +383,47 @@ class Stage:
             dir_lock.unlock(self.path)
 
 
+def _written_by_sibling(target: Path, tag: str) -> bool:
+    """Whether another process of the job ``tag`` names is writing ``target`` (its staging directory's lock, or the
+    target's, names that job and another pid): then waited for (its lock is dropped when its directory is in place,
+    or when it dies), and True once ``target`` is there. A finished save leaves no lock file, so a save after it
+    writes the directory again, as a second save of a name does."""
+    mine = f"pid {os.getpid()} "
+    for place in (staging_path(target), target):
+        try:
+            line = (place / LOCK).read_text(encoding="utf-8", errors="replace").strip() if regular_stat(
+                place / LOCK) else ""
+        except OSError:
+            line = ""
+        # held, not only named: a lock file a killed write left names its job too, and is no write under way
+        if not line.endswith(f"{tag})") or line.startswith(mine) or dir_lock.held_by_another(place) is None:
+            continue
+        logger.info("%s is being written by %s, of this process's job: waiting for it", target, line)
+        while dir_lock.held_by_another(place) is not None:
+            time.sleep(0.05)
+        return target.is_dir()
+    return False
+
+
+def _open_shared(target: Path, what: str, partial: dict, shared_by: str | None) -> Stage | None:
+    """``Stage.open``; with ``shared_by``, the lock names the job, and None where another process of that job was
+    writing ``target`` (waited for), so this one leaves it as that one wrote it."""
+    if shared_by is None:
+        return Stage.open(target, what, partial)
+    tag = f"[{shared_by}]"
+    while not _written_by_sibling(target, tag):
+        try:
+            return Stage.open(target, f"{what} {tag}", partial)
+        except dir_lock.Held as e:  # another process took it between the look and the lock: look again
+            if not e.holder.endswith(f"{tag})"):
+                raise
+    logger.info("%s was written by another process of this process's job; this save leaves it as written", target)
+    return None
+
+
 @contextlib.contextmanager
-def staged(target: str | os.PathLike, what: str = "save", *, manifest: bool = False) -> Iterator[Path]:
+def staged(target: str | os.PathLike, what: str = "save", *, manifest: bool = False,
+           shared_by: str | None = None) -> Iterator[Path]:
     """A directory to write ``target``'s whole content into, made ``target`` in one step when the block ends without
     an error (renamed into place, or exchanged with the directory there: its other files are kept, the files this
     write makes replace theirs). On an error nothing changes at ``target`` (a full or read-only file system is one
@@ -391,7 +432,13 @@ def staged(target: str | os.PathLike, what: str = "save", *, manifest: bool = Fa
     point, which cannot be swapped (each file is still replaced whole). With ``manifest`` (a checkpoint) it is always
     staged, a manifest of its files is written last, and it adds to no directory: a file of one already at its name
     (a user's ``checkpoint-3``, or where a symlink of that name leads) that it writes too is kept beside it, named
-    in a warning, not replaced."""
+    in a warning, not replaced.
+
+    ``shared_by`` names a job whose processes save the same content (``bertkit._parallel.job_of``: the ranks of one
+    torchrun run, where a sentence-transformers script saves the model on every rank, as that library writes it):
+    where another process of that job is writing ``target``, this one waits for it and writes nothing to it (the
+    block writes into a scratch directory, removed): that write stands, not swapped away under the process that made
+    it. Any other writer under way is refused, as without it."""
     target = target_of(target)
     if os.path.lexists(target) and not target.is_dir():
         raise BertkitError(f"{target} is {'a file' if target.exists() else 'a symlink to nowhere'}, not a directory: "
@@ -402,7 +449,11 @@ def staged(target: str | os.PathLike, what: str = "save", *, manifest: bool = Fa
         yield target
         return
     # the mark says which kind this is to a write after a kill mid-swap: a save ("write") adds to a directory
-    stage = Stage.open(target, what, {"whole": what} if manifest else {"write": what})
+    stage = _open_shared(target, what, {"whole": what} if manifest else {"write": what}, shared_by)
+    if stage is None:  # another rank of the job wrote it: this write goes to a scratch directory, then away
+        with tempfile.TemporaryDirectory(prefix="bertkit-shared-save-") as scratch:
+            yield Path(scratch)
+        return
     with writing(target):
         try:
             yield stage.path

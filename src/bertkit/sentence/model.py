@@ -27,6 +27,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from bertkit._parallel import job_of
 from bertkit.errors import BertkitError, NotImplementedInBertkit, given_path, is_whole
 from bertkit.hub import download_hint, not_a_directory
 from bertkit.modeling import BertModel
@@ -450,7 +451,7 @@ class SentenceTransformer(ReferenceCalls, Prompted, nn.Module):
         whole (``bertkit.staging.staged``): a kill or a full disk leaves what was there before, never a directory that
         loads with other settings."""
         directory = given_path(path, "the directory to save into")
-        with staged(directory) as out:
+        with staged(directory, shared_by=job_of()) as out:
             self.bert.save_pretrained(out)
             self.tokenizer.save_pretrained(out)
             atomic_write_json(out / "1_Pooling" / "config.json", self.pooling.to_config())

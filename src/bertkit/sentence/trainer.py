@@ -463,6 +463,8 @@ class SentenceTransformerTrainer(Trainer):
             raise BertkitError(f"metric_for_best_model {name!r} is not a metric this run computes: evaluation "
                                f"returns {keys}; name one of them (without or with the eval_ prefix)")
 
+    _evaluates_with = ("an eval_dataset or an evaluator", "eval_dataset=..., or evaluator=...")
+
     def _evaluates(self) -> bool:
         """An eval_dataset, or an evaluator alone (sentence-transformers' trainer evaluates with either)."""
         return self.eval_dataset is not None or self.compute_metrics is not None

@@ -83,6 +83,7 @@ class Trainer(TrainerLoss):
     """transformers' Trainer on bertkit's loop; see the module docstring."""
 
     _not_called: tuple[str, ...] = NOT_CALLED  # the overrides refused (the sentence trainers' add compute_loss)
+    _evaluates_with = ("an eval_dataset", "eval_dataset=...")  # eval_strategy's error: what evaluates, and its argument
 
     def __init__(self, model: nn.Module | None = None, args: TrainingArguments | None = None,
                  data_collator: Callable | None = None, train_dataset: Any = None, eval_dataset: Any = None,
@@ -144,8 +145,8 @@ class Trainer(TrainerLoss):
                 f"({', '.join(self._forward_args)}), so no batch holds them and evaluations would have no labels; "
                 "name the arguments the labels go to (['labels']: the collators rename a 'label' column to it)")
         if self.args.eval_strategy != "no" and not self._evaluates():
-            raise BertkitError(f"eval_strategy {self.args.eval_strategy!r} needs an eval_dataset: pass "
-                               f"{type(self).__name__}(eval_dataset=...), or set eval_strategy='no'")
+            raise BertkitError(f"eval_strategy {self.args.eval_strategy!r} needs {self._evaluates_with[0]}: pass "
+                               f"{type(self).__name__}({self._evaluates_with[1]}), or set eval_strategy='no'")
         self._event("on_init_end")
 
     def _evaluates(self) -> bool:

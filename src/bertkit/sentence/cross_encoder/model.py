@@ -26,6 +26,7 @@ import numpy as np
 import torch
 from torch import Tensor, nn
 
+from bertkit._parallel import job_of
 from bertkit.errors import BertkitError, given_path, is_whole
 from bertkit.heads import BertForSequenceClassification
 from bertkit.hub import download_hint, not_a_directory
@@ -375,7 +376,7 @@ class CrossEncoder(ReferenceCalls, nn.Module):
         activation in config_sentence_transformers.json. Written beside ``path`` and moved into place whole
         (``bertkit.staging.staged``)."""
         directory = given_path(path, "the directory to save into")
-        with staged(directory) as out:
+        with staged(directory, shared_by=job_of()) as out:
             self.model.save_pretrained(out)
             self.tokenizer.save_pretrained(out)
             atomic_write_json(out / SBERT_CONFIG, {

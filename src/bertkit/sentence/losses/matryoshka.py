@@ -16,6 +16,7 @@ from bertkit.errors import BertkitError, is_whole
 from bertkit.sentence.losses.base import SentenceLoss, embed_columns
 from bertkit.sentence.losses.cached import CachedMultipleNegativesRankingLoss
 from bertkit.sentence.losses.gist import GISTEmbedLoss
+from bertkit.training.distributed import all_gather
 
 
 class MatryoshkaLoss(SentenceLoss):
@@ -49,9 +50,16 @@ class MatryoshkaLoss(SentenceLoss):
         self.columns, self.needs_label, self.in_batch_negatives = loss.columns, loss.needs_label, loss.in_batch_negatives
 
     def _dims(self) -> list[int]:
+        """The indices of this step's widths: all, or ``n_dims_per_step`` drawn from Python's ``random``. In training
+        under torchrun, rank 0's draw on every rank: the loop seeds each rank's ``random`` apart (seed + rank), and
+        ranks training other widths in one step would average gradients of other losses (and, gathered, score the
+        global batch at other widths), where sentence-transformers' ranks, seeded alike, draw the same widths and
+        2 processes x 8 train as one process x 16. Evaluation draws on each rank (ranks evaluate other batches)."""
         chosen = list(range(len(self.matryoshka_dims)))
         if 0 < self.n_dims_per_step < len(chosen):
             chosen = sorted(random.sample(chosen, self.n_dims_per_step))
+            if self.training:
+                chosen = all_gather(chosen)[0]
         return chosen
 
     def compute_loss_from_embeddings(self, embeddings: list[Tensor], labels: Tensor | None, *guide: list[Tensor]) -> Tensor:

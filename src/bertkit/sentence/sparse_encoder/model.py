@@ -26,6 +26,7 @@ from typing import Any, ClassVar
 import torch
 from torch import Tensor, nn
 
+from bertkit._parallel import job_of
 from bertkit.checkpoint_io import read_config_json
 from bertkit.errors import BertkitError, given_path, is_whole
 from bertkit.hub import download_hint, not_a_directory
@@ -454,7 +455,7 @@ class SparseEncoder(ReferenceCalls, Prompted, nn.Sequential):
         other module in "{index}_{class}", modules.json and config_sentence_transformers.json; sentence-transformers
         opens it. Staged beside ``path`` and moved into place whole (``bertkit.staging.staged``)."""
         directory = given_path(path, "the directory to save into")
-        with staged(directory) as out:
+        with staged(directory, shared_by=job_of()) as out:
             listed = []
             for i, module in enumerate(self):
                 sub = "" if isinstance(module, (Transformer, Router)) else f"{i}_{type(module).__name__}"

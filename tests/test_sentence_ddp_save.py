@@ -1,0 +1,98 @@
+"""A sentence model saved by every rank of a torchrun job, as sentence-transformers' scripts save it
+(``model.save_pretrained(final_dir)`` after ``trainer.train()``, unguarded): the first rank to save writes the
+directory; a rank that finds another rank of its job writing it waits for that write and leaves the directory as
+written (the weights are the same under DDP): it does not swap the directory under the rank that wrote it. sentence-transformers 6.2 ends with every rank having written the same files. Was: the
+later rank stopped with "FINAL/.final.bertkit-staging is in use by pid N (bertkit save)", so the job failed after
+training (exit 1, seen with 2 ranks saving MiniLM), where sentence-transformers' ends with exit 0.
+
+Rank 0's write under way is this test process inside ``staged`` (the save's own context), named as a rank of the
+job; the other ranks are processes given torchrun's environment (no process group is needed to save).
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from bertkit._parallel import job_of
+from bertkit.sentence import SentenceTransformer
+from bertkit.sentence.cross_encoder import CrossEncoder
+from bertkit.staging import staged
+
+SAVE = """
+import logging, sys
+logging.basicConfig(level=logging.INFO, format="%(message)s")
+from bertkit.sentence import SentenceTransformer
+from bertkit.sentence.cross_encoder import CrossEncoder
+model = (CrossEncoder if sys.argv[1] == "cross" else SentenceTransformer)(sys.argv[2])
+print("saved", model.save_pretrained(sys.argv[3]), flush=True)
+"""
+
+
+def _env(job: str, rank: int) -> dict[str, str]:
+    return {"RANK": str(rank), "LOCAL_RANK": str(rank), "WORLD_SIZE": "2", "TORCHELASTIC_RUN_ID": job,
+            "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "29555"}
+
+
+def _rank(rank: int, job: str, kind: str, model: Path, out: Path) -> subprocess.Popen:
+    env = {**os.environ, **_env(job, rank), "PYTHONPATH": str(Path(__file__).resolve().parents[1] / "src"),
+           "OMP_NUM_THREADS": "1"}
+    return subprocess.Popen([sys.executable, "-c", SAVE, kind, str(model), str(out)], env=env, text=True,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+
+
+@pytest.mark.parametrize("kind", ["sentence", "cross"])
+def test_a_rank_saving_what_another_rank_of_its_job_is_saving_waits_and_saves(kind, tmp_path, tiny_checkpoint,
+                                                                              minilm_dir):
+    model = tiny_checkpoint(tmp_path / "model", "BertModel" if kind == "sentence" else "BertForSequenceClassification",
+                            tokenizer=minilm_dir, **({"labels": 1} if kind == "cross" else {}))
+    out = tmp_path / "final"
+    cls = CrossEncoder if kind == "cross" else SentenceTransformer
+    with staged(out, shared_by=job_of(_env("job-a", 0))) as stage:  # rank 0's save, under way
+        cls(model).save(stage)
+        (stage / "rank0.txt").write_text("rank 0 was here")
+        # another job's process is refused, as any other writer is
+        other = _rank(1, "job-b", kind, model, out)
+        _, refused = other.communicate(timeout=120)
+        assert other.returncode == 1, refused[-2000:]
+        assert f"is in use by pid {os.getpid()} (bertkit save [torchrun job job-a at 127.0.0.1:29555])" in refused
+        second = _rank(1, "job-a", kind, model, out)
+        waiting = ""
+        while "of this process's job: waiting for it" not in waiting and (line := second.stderr.readline()):
+            waiting += line
+        assert f"{out} is being written by pid {os.getpid()} (bertkit save [torchrun job job-a" in waiting, waiting
+        assert second.poll() is None  # it waits while rank 0 writes
+    written = {p.relative_to(out): p.stat().st_mtime_ns for p in out.rglob("*") if p.is_file()}
+    assert Path("modules.json") in written and Path("rank0.txt") in written
+    stdout, stderr = second.communicate(timeout=120)
+    assert second.returncode == 0 and stdout == f"saved {out}\n", stderr[-2000:]
+    assert "leaves it as written" in stderr
+    # rank 0's files, untouched, and nothing left beside them
+    assert {p.relative_to(out): p.stat().st_mtime_ns for p in out.rglob("*") if p.is_file()} == written
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["final", "model"]
+
+
+def test_a_lock_file_a_killed_rank_left_is_no_write_under_way(tmp_path, tiny_checkpoint, minilm_dir):
+    """A staging directory a killed save of the job left (its lock file naming the job, held by no one: a rerun with
+    the same rendezvous id and endpoint has the same name) is cleared and the save is written, not skipped as if
+    another rank were writing it: the directory gets the new weights."""
+    from bertkit.outputs import PARTIAL
+
+    old = tiny_checkpoint(tmp_path / "old", tokenizer=minilm_dir, seed=0)
+    new = tiny_checkpoint(tmp_path / "new", tokenizer=minilm_dir, seed=1)
+    out = tmp_path / "final"
+    SentenceTransformer(old).save(out)
+    before = (out / "model.safetensors").read_bytes()
+    left = tmp_path / ".final.bertkit-staging"
+    left.mkdir()
+    (left / ".bertkit-lock").write_text("pid 999999 (bertkit save [torchrun job job-a at 127.0.0.1:29555])")
+    (left / PARTIAL).write_text('{"write": "save"}')
+    stdout, stderr = _rank(0, "job-a", "sentence", new, out).communicate(timeout=120)
+    assert stdout == f"saved {out}\n" and "leaves it as written" not in stderr, stderr[-2000:]
+    after = (out / "model.safetensors").read_bytes()
+    assert after != before and after == (tmp_path / "new" / "model.safetensors").read_bytes()
+    assert not left.exists()
