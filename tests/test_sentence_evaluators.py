@@ -372,7 +372,7 @@ def test_truncate_dim_is_checked_when_the_evaluator_is_made():
     }
     for name, make in makers.items():
         for bad in (0, -1, 2.5, True, "8"):
-            with pytest.raises(BertkitError, match=rf"{name}: truncate_dim {bad!r} must be a whole number >= 1 \(or "
-                                                   r"None: the model's\)"):
+            with pytest.raises(BertkitError, match=rf"{name}: truncate_dim {bad!r} must be a whole number >= 1, or "
+                                                   r"None for the model's"):
                 make(truncate_dim=bad)
         assert make(truncate_dim=np.int64(4)).truncate_dim == 4 and make().truncate_dim is None

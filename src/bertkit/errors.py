@@ -59,6 +59,27 @@ def is_whole(value: Any, least: int = 1, most: float = float("inf")) -> bool:
     return not isinstance(value, bool) and isinstance(value, numbers.Integral) and least <= value <= most
 
 
+class WholeSetting:
+    """An attribute checked when it is set, so a constructor refuses it before any work (an evaluator given to a
+    trainer first runs after steps of training): a whole number >= 1, or, where ``none`` says what None means, None.
+    ``bound`` adds what else bounds it to the error."""
+
+    def __init__(self, none: str | None = None, bound: str = ""):
+        self.none, self.bound = none, bound
+
+    def __set_name__(self, owner: type, name: str) -> None:
+        self.name = name
+
+    def __get__(self, obj: Any, owner: type | None = None) -> Any:
+        return self if obj is None else obj.__dict__[self.name]
+
+    def __set__(self, obj: Any, value: Any) -> None:
+        if not (value is None and self.none is not None) and not is_whole(value):
+            raise BertkitError(f"{type(obj).__name__}: {self.name} {value!r} must be a whole number >= 1{self.bound}"
+                               + (f", or None for {self.none}" if self.none is not None else ""))
+        obj.__dict__[self.name] = None if value is None else int(value)
+
+
 def refusing_getattr(module: str, refused: dict[str, str]) -> Callable[[str], Any]:
     """A module's ``__getattr__`` for the names a reference library's module has and bertkit does not implement:
     each raises a BertkitError with what to use (``refused[name]``), which ``from module import name`` shows as it

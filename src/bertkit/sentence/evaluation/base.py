@@ -14,7 +14,7 @@ from typing import Any
 
 import torch
 
-from bertkit.errors import BertkitError, NonFiniteError, is_whole
+from bertkit.errors import BertkitError, NonFiniteError, WholeSetting
 from bertkit.outputs import atomic_write_text, writing
 from bertkit.runs import record
 
@@ -55,29 +55,8 @@ class EmbeddingEvaluator:
     """An evaluator that embeds its texts with ``embed``, in batches of ``batch_size``, at ``truncate_dim``."""
 
     show_progress_bar: bool
-
-    @property
-    def truncate_dim(self) -> int | None:
-        return self._truncate_dim
-
-    @truncate_dim.setter
-    def truncate_dim(self, value: Any) -> None:
-        # checked when the evaluator is made, as batch_size (the model's width is checked by encode)
-        if value is not None and not is_whole(value):
-            raise BertkitError(f"{type(self).__name__}: truncate_dim {value!r} must be a whole number >= 1 (or None: "
-                               "the model's)")
-        self._truncate_dim = None if value is None else int(value)
-
-    @property
-    def batch_size(self) -> int:
-        return self._batch_size
-
-    @batch_size.setter
-    def batch_size(self, value: Any) -> None:
-        # checked when the evaluator is made: one given to a trainer first runs after eval_steps of training
-        if not is_whole(value):
-            raise BertkitError(f"{type(self).__name__}: batch_size {value!r} must be a whole number >= 1")
-        self._batch_size = int(value)
+    truncate_dim = WholeSetting(none="the model's")  # the model's width bounds it too, checked by encode
+    batch_size = WholeSetting()
 
     def embed(self, model: Any, texts: list[str], kind: str | None = None, **prompt: Any) -> torch.Tensor:
         """``texts``' (N, D) embeddings, encoded as queries (``kind`` "query"), documents ("document") or plain texts

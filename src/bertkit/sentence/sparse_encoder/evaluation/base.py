@@ -8,7 +8,7 @@ from typing import Any
 
 import torch
 
-from bertkit.errors import BertkitError, is_whole
+from bertkit.errors import WholeSetting
 from bertkit.sentence.evaluation.base import ResultsCsv, prefixed
 
 
@@ -22,18 +22,8 @@ class SparseEvaluator(ABC):
     name: str
     csv_lineterminator = "\r\n"  # sentence-transformers rewrites the file with Python's csv writer to add the columns
 
-    @property
-    def max_active_dims(self) -> int | None:
-        return self._max_active_dims
-
-    @max_active_dims.setter
-    def max_active_dims(self, k: Any) -> None:
-        # checked when the evaluator is made: one given to the trainer first runs after steps of training; the
-        # vocabulary size, which bounds it too, is the model's, checked by encode before the evaluator encodes
-        if k is not None and not is_whole(k):
-            raise BertkitError(f"{type(self).__name__}: max_active_dims {k!r} must be a whole number >= 1 (at most the "
-                               "model's vocabulary size), or None for the model's")
-        self._max_active_dims = None if k is None else int(k)
+    # the vocabulary size, which bounds it too, is the model's, checked by encode before the evaluator encodes
+    max_active_dims = WholeSetting(none="the model's", bound=" (at most the model's vocabulary size)")
 
     def __call__(self, model: Any, output_path: str | None = None, epoch: int = -1, steps: int = -1) -> dict[str, float]:
         self._embedded: list[torch.Tensor] = []
