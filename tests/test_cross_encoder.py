@@ -329,7 +329,7 @@ def test_what_bertkit_does_not_implement_is_refused_by_name(directory, rows, tmp
     with pytest.raises(BertkitError, match="old name of activation_fn: pass activation_fn="):
         CrossEncoder(directory, default_activation_function=torch.nn.Identity())
     # its older names of the arguments above, which it still takes: refused as those ("unknown argument" before)
-    for name, instead in (("tokenizer_args", "use max_length="), ("automodel_args", "bertkit builds its model from config"),
+    for name, instead in (("tokenizer_args", "use max_length="), ("automodel_args", "sentence-transformers. old name of model_kwargs: pass model_kwargs="),
                           ("config_args", "use num_labels="), ("cache_dir", "bertkit loads local directories")):
         with pytest.raises(BertkitError, match=rf"CrossEncoder\({name}=...\) is not implemented in bertkit: {instead}"):
             CrossEncoder(directory, **{name: {"model_max_length": 16}})

@@ -224,6 +224,11 @@ def test_an_option_no_pipeline_takes_is_refused_naming_the_task(minilm_dir):
                                            r"poolng; it takes batch_size, .*normalize, pooling, .*; per call: prompt_name"):
         bertkit.pipeline("feature-extraction", minilm_dir, poolng="cls", aggregation_strategy="simple")
     assert len(bertkit.pipeline("feature-extraction", minilm_dir, pooling="cls", truncate_dim=8)("a b")) == 8
+    # transformers' dtype= / torch_dtype= (weights loaded in bf16): the refusal names bf16=True, bertkit's bf16
+    for name in ("dtype", "torch_dtype"):
+        with pytest.raises(BertkitError, match=rf"does not take {name}; .* instead of {name}: bf16=True computes in "
+                                               r"bfloat16 \(autocast over the checkpoint's weights\)"):
+            bertkit.pipeline("text-classification", minilm_dir, **{name: torch.bfloat16})
 
 
 def test_feature_extraction_per_token_is_transformers_feature_extraction(minilm_dir, sst2, data_dir):

@@ -1107,3 +1107,38 @@ def test_a_default_prompt_name_set_to_no_prompt_is_refused_naming_it(st_dir):
     with pytest.raises(BertkitError, match=r"default_prompt_name 'qeury' is not one of this model's prompts "
                                            r"\['document', 'passage', 'query'\]"):
         ours.encode(TEXTS[:2])
+
+
+def test_model_kwargs_dtype_loads_the_encoder_in_that_dtype_as_sentence_transformers(st_dir, data_dir):
+    """``SentenceTransformer(path, model_kwargs={"torch_dtype": torch.bfloat16})`` (sentence-transformers' way to
+    embed in bf16 or fp16; ``dtype`` since transformers 4.56, ``"auto"``: the saved one) loads the encoder in that
+    type, as there: bertkit refused model_kwargs whole, advising to drop it, after which the script embedded in
+    float32. The CrossEncoder takes it too; any other key is refused by name."""
+    rows = (data_dir / "glue" / "SST-2" / "dev.tsv").read_text(encoding="utf-8").splitlines()[1:25]
+    texts = [r.split("\t")[0] for r in rows]
+    for kwargs in ({"torch_dtype": torch.bfloat16}, {"dtype": "bfloat16"}, {"torch_dtype": "float16"}):
+        ours = SentenceTransformer(st_dir, model_kwargs=kwargs)
+        theirs = st.SentenceTransformer(str(st_dir), device="cpu", model_kwargs=kwargs)
+        dtype = next(theirs.parameters()).dtype
+        assert next(ours.parameters()).dtype == dtype != torch.float32
+        got = ours.encode(texts, convert_to_tensor=True)
+        want = theirs.encode(texts, convert_to_tensor=True)
+        assert got.dtype == want.dtype == dtype
+        # bertkit normalises in float32 before rounding to the type: within one rounding of the type at 0.5
+        torch.testing.assert_close(got.float(), want.float(), rtol=0, atol=4e-3 if dtype == torch.bfloat16 else 5e-4)
+    auto = SentenceTransformer(st_dir, model_kwargs={"dtype": "auto"})
+    assert next(auto.parameters()).dtype == torch.float32  # config.json's (MiniLM's weights are float32)
+
+    pairs = [(texts[i], texts[i + 1]) for i in range(8)]
+    st_ce = pytest.importorskip("sentence_transformers.cross_encoder")
+    ce = CrossEncoder(st_dir, model_kwargs={"torch_dtype": torch.bfloat16})
+    st_ce_model = st_ce.CrossEncoder(str(st_dir), device="cpu", model_kwargs={"torch_dtype": torch.bfloat16})
+    assert ce.model.dtype == next(st_ce_model.parameters()).dtype == torch.bfloat16
+    assert ce.predict(pairs).dtype == np.float32
+    with pytest.raises(BertkitError, match=r"SentenceTransformer\(model_kwargs=...\) sets \['device_map'\], which "
+                                           "bertkit does not implement: it takes dtype, torch_dtype, attn_impl"):
+        SentenceTransformer(st_dir, model_kwargs={"dtype": "bfloat16", "device_map": "auto"})
+    with pytest.raises(BertkitError, match=r"CrossEncoder\(model_kwargs=...\) sets \['load_in_8bit'\]"):
+        CrossEncoder(st_dir, model_kwargs={"load_in_8bit": True})
+    with pytest.raises(BertkitError, match="pass dtype= or torch_dtype="):
+        SentenceTransformer(st_dir, model_kwargs={"dtype": "bfloat16", "torch_dtype": "bfloat16"})

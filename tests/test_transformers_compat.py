@@ -268,6 +268,24 @@ def test_dtype_auto_is_transformers_config_json_first(tmp_path, key, named, stor
         torch.testing.assert_close(ours(ids).logits, theirs(ids).logits, atol=1e-5, rtol=0)
 
 
+@pytest.mark.parametrize("kwargs,dtype", [({"dtype": torch.bfloat16}, torch.bfloat16),
+                                          ({"torch_dtype": "float16"}, torch.float16)])
+def test_from_config_takes_transformers_dtype(tmp_path, kwargs, dtype):
+    """``AutoModelForSequenceClassification.from_config(config, dtype=torch.bfloat16)`` (``torch_dtype=`` before
+    transformers 4.56) builds the model in that dtype, as transformers does, and save_pretrained writes it so: bertkit
+    passed the keyword to the model class, a TypeError ("unexpected keyword argument 'dtype'")."""
+    theirs = transformers.AutoModelForSequenceClassification.from_config(transformers.BertConfig(**TINY), **kwargs)
+    ours = bertkit.AutoModelForSequenceClassification.from_config(BertConfig(**TINY), **kwargs)
+    assert ours.dtype == theirs.dtype == dtype
+    ids = torch.randint(1, TINY["vocab_size"], (2, 9), generator=torch.Generator().manual_seed(0))
+    assert ours(ids).logits.dtype == theirs(ids).logits.dtype == dtype
+    ours.save_pretrained(tmp_path)
+    assert json.loads((tmp_path / "config.json").read_text())["dtype"] == str(dtype).removeprefix("torch.")
+    assert transformers.AutoModelForSequenceClassification.from_pretrained(tmp_path).dtype == dtype
+    with pytest.raises(BertkitError, match="pass dtype= or torch_dtype="):
+        bertkit.AutoModel.from_config(BertConfig(**TINY), dtype="bfloat16", torch_dtype="bfloat16")
+
+
 def test_a_transformers_config_is_refused_where_it_would_build_another_network(tmp_path):
     """transformers' BertConfig has bertkit's field names, so a model built on it ran, without the checks that
     refuse what bertkit does not implement: is_decoder=True (causal attention in transformers) gave the bidirectional

@@ -327,7 +327,7 @@ def _checkpoint_directory(path: str | Path | None, config: BertConfig | None,
     return directory
 
 
-def _resolve_dtype(dtype: torch.dtype | str | None, weights: dict[str, Tensor], config: BertConfig
+def resolve_dtype(dtype: torch.dtype | str | None, weights: dict[str, Tensor], config: BertConfig
                    ) -> torch.dtype | None:
     """``from_pretrained``'s dtype as a torch dtype: ``"auto"`` is transformers', the one config.json names
     (``dtype``, or ``torch_dtype`` before transformers 4.56), else the stored weights' floating-point dtype; a name
@@ -421,7 +421,7 @@ class PretrainedMixin(TransformersModelCalls):
             model.name_or_path = str(path)  # transformers' attribute: peft writes it to adapter_config.json
         if attn_implementation is not None:
             model._encoder().attn_implementation = attn_implementation
-        dtype = _resolve_dtype(dtype, weights, config)
+        dtype = resolve_dtype(dtype, weights, config)
         if dtype is not None or device is not None:
             model.to(device=device, dtype=dtype)  # type: ignore[attr-defined]
         return model.eval()  # type: ignore[attr-defined]

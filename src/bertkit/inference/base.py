@@ -30,7 +30,9 @@ _MADE_WITH = {**dict.fromkeys(
     ("truncation", "max_length", "max_seq_len", "tokenizer_kwargs", "tokenize_kwargs"),
     "sequences hold at most the pipeline's max_length tokens (a text is cut there), given when it is made: "
     "bertkit.pipeline(task, model, max_length=N)"),
-    "batch_size": "the pipeline's batch_size, given when it is made: bertkit.pipeline(task, model, batch_size=N)"}
+    "batch_size": "the pipeline's batch_size, given when it is made: bertkit.pipeline(task, model, batch_size=N)",
+    # transformers loads the weights in that dtype; bertkit's reduced precision is bf16 autocast over the weights
+    **dict.fromkeys(("dtype", "torch_dtype"), "bf16=True computes in bfloat16 (autocast over the checkpoint's weights)")}
 # A printable ASCII character other than a space: BERT's tokenizer keeps every one (a word piece or punctuation).
 _KEPT = re.compile(r"[!-~]")
 

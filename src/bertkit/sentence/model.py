@@ -58,7 +58,9 @@ _REFUSED_INIT = {
     "revision": "bertkit loads local directories; check out the revision first",
     "token": "bertkit loads local directories; download the model first",
     "backend": "bertkit runs its own PyTorch encoder; for int8 use bertkit.pipeline(..., quantize='int8')",
-    "model_kwargs": "bertkit builds its BertModel from config.json; drop this argument",
+    # (SparseEncoder's: SentenceTransformer and CrossEncoder take model_kwargs' dtype, model_kwargs_options)
+    "model_kwargs": "bertkit builds its BertModel from config.json; for another dtype call .bfloat16() or .half() "
+                    "on the loaded model",
     # dropped without a word, a model_max_length there would leave texts cut at the files' length
     "tokenizer_kwargs": "for its model_max_length set model.max_seq_length after loading; bertkit reads the "
                         "tokenizer's other settings from its files",
@@ -88,6 +90,26 @@ def refuse_arguments(what: str, unknown: dict[str, Any], table: dict[str, str]) 
                 continue
             raise BertkitError(f"{what}({name}=...) is not implemented in bertkit: {table[name]}")
         raise BertkitError(f"{what} got an unknown argument {name!r}")
+
+
+# transformers' from_pretrained keywords that sentence-transformers' model_kwargs carries and bertkit's takes
+_MODEL_KWARGS = ("dtype", "torch_dtype", "attn_implementation")
+
+
+def model_kwargs_options(what: str, model_kwargs: dict[str, Any] | None) -> dict[str, Any]:
+    """sentence-transformers' ``model_kwargs`` as keywords of bertkit's ``from_pretrained``: ``dtype`` (its older
+    name ``torch_dtype``, ``"auto"``) and ``attn_implementation``; any other key is refused by name. Refused whole,
+    ``{"torch_dtype": torch.bfloat16}`` had the script drop it and embed in float32, where sentence-transformers
+    embeds in bf16."""
+    if model_kwargs is None:
+        return {}
+    if not isinstance(model_kwargs, Mapping):
+        raise BertkitError(f"{what}(model_kwargs=...) takes a dict, got {type(model_kwargs).__name__}")
+    other = sorted(str(k) for k in model_kwargs if k not in _MODEL_KWARGS)
+    if other:
+        raise BertkitError(f"{what}(model_kwargs=...) sets {other}, which bertkit does not implement: it takes "
+                           f"{', '.join(_MODEL_KWARGS)} there; drop the others")
+    return dict(model_kwargs)
 
 
 _TRAINER = ("train with SentenceTransformerTrainer (CrossEncoderTrainer, SparseEncoderTrainer), which fit() "
@@ -208,9 +230,10 @@ class SentenceTransformer(ReferenceCalls, Prompted, nn.Module):
     def __init__(self, model_name_or_path: str | Path, device: str | None = None, *,
                  prompts: dict[str, str] | None = None, default_prompt_name: str | None = None,
                  similarity_fn_name: str | None = None, truncate_dim: int | None = None,
-                 local_files_only: bool = True, **unknown: Any):
+                 local_files_only: bool = True, model_kwargs: dict[str, Any] | None = None, **unknown: Any):
         super().__init__()
         refuse_arguments("SentenceTransformer", unknown, _REFUSED_INIT)
+        options = model_kwargs_options("SentenceTransformer", model_kwargs)
         if not local_files_only:
             raise BertkitError("bertkit.sentence loads local directories only; download the model and pass its path")
         path = model_path(model_name_or_path, "SentenceTransformer")
@@ -220,7 +243,7 @@ class SentenceTransformer(ReferenceCalls, Prompted, nn.Module):
         self.name_or_path = str(path)
         saved = read_directory(path)
         self.normalize = saved.normalize
-        self.bert = BertModel.from_pretrained(saved.encoder_dir)
+        self.bert = BertModel.from_pretrained(saved.encoder_dir, **options)
         self.tokenizer = AutoTokenizer.from_pretrained(saved.encoder_dir)
         pooling = saved.pooling
         if pooling is None:

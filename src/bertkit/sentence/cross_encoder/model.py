@@ -43,7 +43,13 @@ from bertkit.sentence.directory import (
     tokenizer_limit,
     write_st_config,
 )
-from bertkit.sentence.model import ReferenceCalls, as_requested, model_path, refuse_arguments
+from bertkit.sentence.model import (
+    ReferenceCalls,
+    as_requested,
+    model_kwargs_options,
+    model_path,
+    refuse_arguments,
+)
 from bertkit.staging import staged
 from bertkit.tokenization import AutoTokenizer
 from bertkit.tokenization.batch import truncation_lengths
@@ -60,7 +66,7 @@ _REFUSED_INIT = {
     "revision": "bertkit loads local directories; check out the revision first",
     "token": "bertkit loads local directories; download the model first",
     "backend": "bertkit runs its own PyTorch encoder; for int8 serve it with bertkit serve --quantize int8",
-    "model_kwargs": "bertkit builds its model from config.json; drop this argument",
+    "automodel_args": "sentence-transformers' old name of model_kwargs: pass model_kwargs=",
     "processor_kwargs": "use max_length=; bertkit reads the tokenizer's other settings from its files",
     "tokenizer_kwargs": "use max_length=; bertkit reads the tokenizer's other settings from its files",
     "config_kwargs": "use num_labels=, or edit config.json",
@@ -70,7 +76,7 @@ _REFUSED_INIT = {
     "classifier_dropout": "set classifier_dropout in config.json (it acts in training only)",
 }
 # the older names sentence-transformers 6 still takes for them (with a warning)
-_REFUSED_INIT.update({old: _REFUSED_INIT[new] for old, new in (("automodel_args", "model_kwargs"), (
+_REFUSED_INIT.update({old: _REFUSED_INIT[new] for old, new in ((
     "tokenizer_args", "processor_kwargs"), ("config_args", "config_kwargs"), ("cache_dir", "cache_folder"))})
 # predict()/rank() arguments bertkit does not implement
 _REFUSED_CALL = {
@@ -132,9 +138,10 @@ class CrossEncoder(ReferenceCalls, nn.Module):
 
     def __init__(self, model_name_or_path: str | Path, *, num_labels: int | None = None,
                  max_length: int | None = None, activation_fn: Callable | None = None, device: str | None = None,
-                 local_files_only: bool = True, **unknown: Any):
+                 local_files_only: bool = True, model_kwargs: dict[str, Any] | None = None, **unknown: Any):
         super().__init__()
         refuse_arguments("CrossEncoder", unknown, _REFUSED_INIT)
+        options = model_kwargs_options("CrossEncoder", model_kwargs)
         if not local_files_only:
             raise BertkitError("bertkit.sentence loads local directories only; download the model and pass its path")
         path = model_path(model_name_or_path, "CrossEncoder")
@@ -175,7 +182,7 @@ class CrossEncoder(ReferenceCalls, nn.Module):
                                "asks for another: leave num_labels out to load it, or load the checkpoint it was "
                                f"fine-tuned from with num_labels={num_labels} for a new classifier")
         overrides = {} if num_labels is None else {"num_labels": num_labels}
-        self.model = BertForSequenceClassification.from_pretrained(encoder_dir, **overrides)
+        self.model = BertForSequenceClassification.from_pretrained(encoder_dir, **overrides, **options)
         self.tokenizer = AutoTokenizer.from_pretrained(encoder_dir)
         # 0 is checked, not taken for "not given": sentence-transformers cuts no pair at 0
         self.max_length = max_length if max_length is not None else declared or min(
