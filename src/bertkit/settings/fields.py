@@ -28,8 +28,9 @@ def coerce_paths(settings: Any) -> None:
     """Every field typed ``Path``, ``Path | None`` or ``list[Path]`` made a Path (a str from Python or JSON)."""
     for name, kind in path_fields(type(settings)).items():
         value = getattr(settings, name)
-        if value is None:
-            continue
+        paths = value if kind == "list" and isinstance(value, (list, tuple)) else [value]
+        if value is None or not all(isinstance(v, (str, os.PathLike)) for v in paths):
+            continue  # not made a Path: ``check_fields`` names it (a 5 or a list from a --config file)
         value = [Path(v) for v in value] if kind == "list" else Path(value)
         object.__setattr__(settings, name, value)  # frozen settings too
 
