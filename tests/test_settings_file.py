@@ -213,3 +213,22 @@ def test_a_runs_recorded_settings_are_a_settings_file(tmp_path, capsys):
         f"bertkit pretrain: error: --config {tmp_path / 'run.json'}: num_train_epochs 3 is not a setting of this "
         "command (fixed at None); remove it"
     )
+
+
+def test_a_setting_spelled_both_ways_is_given_twice(tmp_path, capsys):
+    """Was: ``{"max_seq_length": 64, "max-seq-length": 128}`` ran at 128 without a word (the dash spelling, read as
+    the same field, silently replaced the first; the same key twice was already refused)."""
+    cfg = tmp_path / "run.json"
+    cfg.write_text(
+        '{"task": "rte", "data_dir": "d", "model_name_or_path": "m", "output_dir": "o", '
+        '"max_seq_length": 64, "max-seq-length": 128}'
+    )
+    assert main(["finetune", "glue", "--config", str(cfg)]) == 2
+    assert capsys.readouterr().err.strip() == (
+        f"bertkit finetune glue: error: --config {cfg}: the setting 'max_seq_length' is given twice (as "
+        "'max-seq-length' too); give it once"
+    )
+    cfg.write_text(
+        '{"task": "rte", "data_dir": "d", "model_name_or_path": "m", "output_dir": "o", "max-seq-length": 96}'
+    )
+    assert _settings(["finetune", "glue", "--config", str(cfg)]).max_seq_length == 96

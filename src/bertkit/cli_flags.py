@@ -179,7 +179,13 @@ def read_settings_file(path: Path) -> dict[str, Any]:
     if not isinstance(values, dict):
         raise BertkitError(f"--config {path}: expected a JSON object of setting names to values, got "
                            f"{type(values).__name__ if values is not None else 'null'}")
-    return {k.replace("-", "_"): v for k, v in values.items()}
+    out: dict[str, Any] = {}
+    for key, value in values.items():  # "max-seq-length" is max_seq_length: given both ways, it is given twice
+        name = key.replace("-", "_")
+        if name in out:
+            raise BertkitError(f"--config {path}: the setting {name!r} is given twice (as {key!r} too); give it once")
+        out[name] = value
+    return out
 
 
 def _unique_keys(path: Path, pairs: list[tuple[str, Any]]) -> dict[str, Any]:
