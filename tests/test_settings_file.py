@@ -232,3 +232,31 @@ def test_a_setting_spelled_both_ways_is_given_twice(tmp_path, capsys):
         '{"task": "rte", "data_dir": "d", "model_name_or_path": "m", "output_dir": "o", "max-seq-length": 96}'
     )
     assert _settings(["finetune", "glue", "--config", str(cfg)]).max_seq_length == 96
+
+
+@pytest.mark.parametrize(
+    "values,message",
+    [
+        ({"seed": 3.5}, "seed must be tuple[int, ...], got 3.5 (float)"),
+        ({"seed": True}, "seed must be tuple[int, ...], got True (bool)"),
+        (
+            {"learning_rate": {"lr": 1e-4}},
+            "learning_rate must be tuple[float, ...] or None, got {'lr': 0.0001} (dict)",
+        ),
+    ],
+)
+def test_a_grid_setting_of_another_json_type_is_named(tmp_path, capsys, values, message):
+    """Was: ``"seed": 3.5`` in a GLUE settings file crashed with "TypeError: 'float' object is not iterable" and a
+    traceback (exit 1); a JSON object for learning_rate became the tuple of its keys."""
+    base = {"task": "rte", "data_dir": "d", "model_name_or_path": "m", "output_dir": "o"}
+    assert main(["finetune", "glue", "--config", _config(tmp_path / "c.json", {**base, **values})]) == 2
+    assert capsys.readouterr().err.strip() == f"bertkit finetune glue: error: {message}"
+    s = _settings(
+        [
+            "finetune",
+            "glue",
+            "--config",
+            _config(tmp_path / "c.json", {**base, "seed": 4, "learning_rate": 1}),
+        ]
+    )
+    assert (s.seed, s.learning_rate) == ((4,), (1,))

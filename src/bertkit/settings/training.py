@@ -224,10 +224,12 @@ class SequenceClassificationSettings(FinetuneSettings):
 
     def __post_init__(self) -> None:
         # One value (Python, --config JSON) or a grid: a tuple from here on, as the flags give it.
+        # Anything else (3.5 seeds, a JSON object) is left as given, for the type check to name.
         lrs, seeds = self.learning_rate, self.seed
-        lrs = (lrs,) if isinstance(lrs, (int, float)) else lrs
-        self.learning_rate = tuple(lrs) if lrs is not None else None
-        self.seed = (seeds,) if isinstance(seeds, int) else tuple(seeds)
+        one_lr = isinstance(lrs, (int, float)) and not isinstance(lrs, bool)
+        self.learning_rate = (lrs,) if one_lr else tuple(lrs) if isinstance(lrs, (list, tuple)) else lrs
+        one_seed = isinstance(seeds, int) and not isinstance(seeds, bool)
+        self.seed = (seeds,) if one_seed else tuple(seeds) if isinstance(seeds, (list, tuple)) else seeds
         super().__post_init__()
         if not self.seed:
             raise BertkitError("seed: give at least one seed")
