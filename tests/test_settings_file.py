@@ -260,3 +260,33 @@ def test_a_grid_setting_of_another_json_type_is_named(tmp_path, capsys, values, 
         ]
     )
     assert (s.seed, s.learning_rate) == ((4,), (1,))
+
+
+def test_every_settings_field_refuses_any_json_value_by_name(tmp_path):
+    """Every command's every setting, given each JSON type in a settings file, builds or is refused with a
+    BertkitError (one line, exit 2), never another exception (a traceback). Was: finetune squad's ``"version": {}``
+    crashed with "TypeError: unhashable type: 'dict'" (and glue's ``"seed": 3.5``, ``"output_dir": 5``: above)."""
+    import argparse
+    import dataclasses
+
+    from bertkit.errors import BertkitError
+    from bertkit.settings.fields import on_command_line
+
+    cfg = tmp_path / "c.json"
+    for name, command in COMMANDS.items():
+        fields = [f for f in dataclasses.fields(command.settings) if on_command_line(f)]
+        required = {
+            f.name: {"files": ["a.txt"], "task": "rte", "max_steps": 1}.get(f.name, "x")
+            for f in fields
+            if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING
+        }
+        required.update({"output_file": "o.jsonl"} if "output_file" in required else {})
+        for f in fields:
+            for value in (5, True, None, {}, "x", 1.5, [1]):  # each JSON type
+                cfg.write_text(json.dumps({**required, f.name: value}))
+                try:
+                    build_settings(command.settings, argparse.Namespace(_config_file=[cfg]))
+                except BertkitError:
+                    pass
+                except Exception as e:  # noqa: BLE001 - the test names what escaped
+                    pytest.fail(f"{name}: {f.name}={value!r}: {type(e).__name__}: {e}")

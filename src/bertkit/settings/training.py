@@ -305,7 +305,8 @@ class SquadSettings(FinetuneSettings, SquadWindowSettings):
     """Without --train-file: the seed of the article split."""
 
     def __post_init__(self) -> None:
-        for name, value in SQUAD_PAPER.get(self.version, {}).items():  # the paper's per-version defaults, then checked
+        paper = SQUAD_PAPER.get(self.version, {}) if isinstance(self.version, str) else {}  # a {} from JSON: checked
+        for name, value in paper.items():  # the paper's per-version defaults, then checked
             if getattr(self, name) is None:
                 setattr(self, name, value)
         super().__post_init__()
