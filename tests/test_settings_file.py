@@ -290,3 +290,32 @@ def test_every_settings_field_refuses_any_json_value_by_name(tmp_path):
                     pass
                 except Exception as e:  # noqa: BLE001 - the test names what escaped
                     pytest.fail(f"{name}: {f.name}={value!r}: {type(e).__name__}: {e}")
+
+
+def test_a_models_config_json_is_named_as_such(minilm_dir, capsys):
+    """Was: ``bertkit pretrain --config MODEL/config.json`` (run_mlm.py's --config_name is a model's config) listed 20
+    "unknown settings" and the 45 known ones, not what the file is nor where it goes."""
+    config = minilm_dir / "config.json"
+    assert (
+        main(
+            [
+                "pretrain",
+                "--data",
+                "d",
+                "--vocab",
+                "v",
+                "--out",
+                "o",
+                "--max-steps",
+                "2",
+                "--config",
+                str(config),
+            ]
+        )
+        == 2
+    )
+    assert capsys.readouterr().err.strip() == (
+        f"bertkit pretrain: error: --config {config} is a model's config.json (hidden_size, num_attention_heads, "
+        "...); --config takes this command's settings: pass a model's directory as --model, and a model shape to "
+        "pretrain as --config-name FILE"
+    )

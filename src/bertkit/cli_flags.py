@@ -225,6 +225,10 @@ def _file_values(cls: type, fields: dict[str, dataclasses.Field], path: Path) ->
                                    f"(fixed at {f.default!r}); remove it")
             del values[f.name]
     unknown = sorted(set(values) - set(fields))
+    if {"hidden_size", "num_attention_heads"} <= set(unknown):  # transformers' --config_name is a model's config
+        raise BertkitError(f"--config {path} is a model's config.json (hidden_size, num_attention_heads, ...); "
+                           "--config takes this command's settings: pass a model's directory as --model, and a "
+                           "model shape to pretrain as --config-name FILE")
     if unknown:
         raise BertkitError(f"--config {path}: unknown settings {unknown}; known: {sorted(fields)}")
     hints = typing.get_type_hints(cls)
