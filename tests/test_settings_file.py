@@ -319,3 +319,18 @@ def test_a_models_config_json_is_named_as_such(minilm_dir, capsys):
         "...); --config takes this command's settings: pass a model's directory as --model, and a model shape to "
         "pretrain as --config-name FILE"
     )
+
+
+@pytest.mark.parametrize("value", [5, {"hidden_size": 64}, ["tiny"], None])
+def test_a_model_shape_of_another_json_type_is_named(tmp_path, capsys, value):
+    """Was: pretrain's config_name (typed Any) took any JSON value, and the run crashed later with "TypeError:
+    expected str, bytes or os.PathLike object, not int" and a traceback (exit 1)."""
+    cfg = _config(
+        tmp_path / "c.json",
+        {"data": "d", "vocab": "v", "output_dir": "o", "max_steps": 1, "config_name": value},
+    )
+    assert main(["pretrain", "--config", cfg]) == 2
+    shown = {list: "('tiny',) (tuple)"}.get(type(value), f"{value!r} ({type(value).__name__})")
+    assert capsys.readouterr().err.strip() == (
+        f"bertkit pretrain: error: config_name must be a str or a path or BertConfig, got {shown}"
+    )

@@ -175,6 +175,8 @@ def _accepts(kind: Any, value: Any) -> bool:
         return any(_accepts(k, value) for k in args)
     if origin in (list, tuple):
         return isinstance(value, (list, tuple)) and all(_accepts(args[0], v) for v in value)
+    if isinstance(kind, type):  # a class (pretrain's config_name takes a BertConfig)
+        return isinstance(value, kind)
     raise AssertionError(f"no check for the annotation {kind!r}")
 
 
@@ -184,7 +186,7 @@ def _describe(kind: Any) -> str:
     if typing.get_origin(kind) is typing.Literal:
         return "one of " + ", ".join(repr(a) for a in typing.get_args(kind))
     return {type(None): "None", bool: "a bool", int: "an int", float: "a number", str: "a str",
-            Path: "a path"}.get(kind, str(kind).replace("pathlib.", ""))
+            Path: "a path"}.get(kind, kind.__name__ if isinstance(kind, type) else str(kind).replace("pathlib.", ""))
 
 
 # -- the checks fields name (``flag(check=...)``): each refuses with the field's name, the value and the range ------

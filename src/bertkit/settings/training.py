@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any, ClassVar, Literal
 
 from bertkit._parallel import info_from_env
+from bertkit.config import BertConfig
 from bertkit.errors import BertkitError
 from bertkit.settings.fields import (
     OverwriteSettings,
@@ -332,7 +333,7 @@ class PretrainSettings(TrainingSettings):
     """Instances from create-pretraining-data (phase 1, e.g. 128 tokens)."""
     vocab: Path = flag(check=tokenizer_path)
     """The tokenizer the data was made with: its directory or its vocab.txt."""
-    config_name: Any = "mini"
+    config_name: str | Path | BertConfig = "mini"
     """Model shape: a preset (tiny, mini, small, medium, base, large), a config.json path, or a BertConfig."""
     phase2_data: Path | None = None
     """Longer instances (e.g. 512 tokens) for the last (1 - phase1_fraction) of the steps."""
