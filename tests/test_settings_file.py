@@ -334,3 +334,14 @@ def test_a_model_shape_of_another_json_type_is_named(tmp_path, capsys, value):
     assert capsys.readouterr().err.strip() == (
         f"bertkit pretrain: error: config_name must be a str or a path or BertConfig, got {shown}"
     )
+
+
+def test_a_flags_other_spelling_is_named_with_its_field(tmp_path, capsys):
+    """Was: ``{"lr": 1e-4, "out": "o"}`` (the flags --lr and --out) was "unknown settings ['lr', 'out']" and the list
+    of 45 known ones, not which name each one goes by."""
+    cfg = _config(tmp_path / "c.json", {"data_dir": "d", "model": "m", "out": "o", "lr": 1e-4})
+    assert main(["finetune", "ner", "--config", cfg]) == 2
+    assert capsys.readouterr().err.strip() == (
+        f"bertkit finetune ner: error: --config {cfg}: a settings file names each setting by its field: "
+        "'learning_rate' for 'lr', 'model_name_or_path' for 'model', 'output_dir' for 'out'"
+    )

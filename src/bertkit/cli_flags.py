@@ -229,6 +229,10 @@ def _file_values(cls: type, fields: dict[str, dataclasses.Field], path: Path) ->
         raise BertkitError(f"--config {path} is a model's config.json (hidden_size, num_attention_heads, ...); "
                            "--config takes this command's settings: pass a model's directory as --model, and a "
                            "model shape to pretrain as --config-name FILE")
+    aliases = {a.lstrip("-").replace("-", "_"): n for n, f in fields.items() for a in f.metadata.get("aliases", ())}
+    if renamed := {k: aliases[k] for k in unknown if k in aliases}:  # "lr": a flag's other spelling, not its name
+        raise BertkitError(f"--config {path}: a settings file names each setting by its field: "
+                           + ", ".join(f"{n!r} for {k!r}" for k, n in renamed.items()))
     if unknown:
         raise BertkitError(f"--config {path}: unknown settings {unknown}; known: {sorted(fields)}")
     hints = typing.get_type_hints(cls)
