@@ -99,7 +99,7 @@ def test_the_shipped_one_hour_recipe_is_valid_settings_and_a_bert(tmp_path):
     from bertkit.training.pretrain import model_config
 
     recipe = Path(__file__).resolve().parents[1] / "examples" / "pretrain-1h"
-    args = argparse.Namespace(_config_file=recipe / "pretrain.json", data=tmp_path, vocab=tmp_path,
+    args = argparse.Namespace(_config_file=[recipe / "pretrain.json"], data=tmp_path, vocab=tmp_path,
                               output_dir=tmp_path / "run", config_name=str(recipe / "config.json"))
     s = build_settings(PretrainSettings, args)
     assert (s.nsp, s.mlm_bias_init, s.position_init, s.batch_size) == (False, "unigram", "sinusoidal", 32)

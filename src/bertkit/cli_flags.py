@@ -135,9 +135,9 @@ def add_settings_flags(parser: argparse.ArgumentParser, cls: type, choices: dict
             f.default_factory() if f.default_factory is not dataclasses.MISSING else dataclasses.MISSING)
         required = default is dataclasses.MISSING
         help_text = docs.get(f.name, "").replace("%", "%%")  # argparse %-formats help ("15%" in a docstring)
-        if meta.get("positional"):
-            parser.add_argument(f.name, nargs="+" if many else None, type=convert, help=help_text,
-                                default=argparse.SUPPRESS)
+        if meta.get("positional"):  # optional here: a --config file may give it (build_settings: when neither does)
+            parser.add_argument(f.name, nargs="*" if many else "?", type=convert, help=help_text,
+                                default=[] if many else None)  # not SUPPRESS: argparse makes that string a value
             continue
         if required:
             help_text += " (required)"
@@ -152,8 +152,9 @@ def add_settings_flags(parser: argparse.ArgumentParser, cls: type, choices: dict
         else:
             parser.add_argument(*names, dest=f.name, type=convert, choices=known, help=help_text,
                                 default=argparse.SUPPRESS, metavar=f.name.upper() if known is None else None)
-    parser.add_argument("--config", dest="_config_file", type=Path, default=argparse.SUPPRESS, metavar="FILE",
-                        help="a JSON file of these settings; flags on the command line win")
+    parser.add_argument("--config", dest="_config_file", type=_path, action="append", default=argparse.SUPPRESS,
+                        metavar="FILE", help="a JSON file of these settings (paths in it are read from the working "
+                        "directory); given twice, the later file wins; flags on the command line win")
 
 
 def read_settings_file(path: Path) -> dict[str, Any]:
@@ -169,10 +170,22 @@ def read_settings_file(path: Path) -> dict[str, Any]:
     try:
         values = json.loads(text, object_pairs_hook=functools.partial(_unique_keys, path))
     except json.JSONDecodeError as e:
+        if path.suffix.lower() in (".yaml", ".yml"):  # transformers' HfArgumentParser.parse_yaml_file reads these
+            raise BertkitError(f"--config {path}: a YAML file; --config reads JSON only (the same keys, as a JSON "
+                               "object): write it as JSON, e.g. python -c \"import json, sys, yaml; "
+                               "json.dump(yaml.safe_load(open(sys.argv[1])), sys.stdout)\" FILE.yaml > FILE.json"
+                               ) from None
         raise BertkitError(f"--config {path}: not valid JSON ({e})") from None
     if not isinstance(values, dict):
-        raise BertkitError(f"--config {path}: expected a JSON object of setting names to values")
-    return {k.replace("-", "_"): v for k, v in values.items()}
+        raise BertkitError(f"--config {path}: expected a JSON object of setting names to values, got "
+                           f"{type(values).__name__ if values is not None else 'null'}")
+    out: dict[str, Any] = {}
+    for key, value in values.items():  # "max-seq-length" is max_seq_length: given both ways, it is given twice
+        name = key.replace("-", "_")
+        if name in out:
+            raise BertkitError(f"--config {path}: the setting {name!r} is given twice (as {key!r} too); give it once")
+        out[name] = value
+    return out
 
 
 def _unique_keys(path: Path, pairs: list[tuple[str, Any]]) -> dict[str, Any]:
@@ -186,33 +199,57 @@ def _unique_keys(path: Path, pairs: list[tuple[str, Any]]) -> dict[str, Any]:
 
 
 def build_settings(cls: type, args: argparse.Namespace) -> Any:
-    """The settings object from a settings file (if any) and the flags given; dataclass defaults fill the rest."""
-    given = {k: v for k, v in vars(args).items() if not k.startswith("_") and k not in ("command", "family", "verbose")}
-    values: dict[str, Any] = {}
-    if "_config_file" in vars(args):
-        values = read_settings_file(args._config_file)
+    """The settings object from the settings files (if any; a later one wins) and the flags given; dataclass
+    defaults fill the rest."""
     fields = {f.name: f for f in dataclasses.fields(cls) if on_command_line(f)}
-    unknown = sorted(set(values) - set(fields))
-    if unknown:
-        raise BertkitError(f"--config {args._config_file}: unknown settings {unknown}; known: {sorted(fields)}")
-    hints = typing.get_type_hints(cls)
-    for name, value in list(values.items()):  # file values are JSON types: convert strings and lists as flags are
-        parse = fields[name].metadata.get("parse")
-        convert, _, many = _converter(hints[name], parse)
-        try:
-            if isinstance(value, str) and hints[name] is not str:
-                value = (parse or convert)(value)
-            elif isinstance(value, list) and not many:
-                value = tuple(value)
-        except (ValueError, argparse.ArgumentTypeError) as e:  # BertkitError, float("abc"), a comma list
-            raise BertkitError(f"--config {args._config_file}: {name}: {e}") from None
-        values[name] = value  # its type is checked with the flags' values, when the settings are built
+    given = {k: v for k, v in vars(args).items() if not k.startswith("_") and k not in ("command", "family", "verbose")
+             and not (k in fields and fields[k].metadata.get("positional") and v in (None, []))}  # left to a file
+    values: dict[str, Any] = {}
+    for path in vars(args).get("_config_file", []):
+        values.update(_file_values(cls, fields, path))
     values.update(given)
-    missing = [_flag_name(n) for n, f in fields.items() if n not in values
+    missing = [n if f.metadata.get("positional") else _flag_name(n) for n, f in fields.items() if n not in values
                and f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING]
     if missing:
         raise BertkitError(f"missing required setting(s) {', '.join(missing)} (on the command line or in --config)")
     return cls(**values)
+
+
+def _file_values(cls: type, fields: dict[str, dataclasses.Field], path: Path) -> dict[str, Any]:
+    """A settings file's values, converted as the flags' are (file values are JSON types: strings and lists)."""
+    values = read_settings_file(path)
+    for f in dataclasses.fields(cls):  # a field the command fixes (pretrain's num_train_epochs): its run records it
+        if f.name in values and f.name not in fields and f.default is not dataclasses.MISSING:
+            if values[f.name] != json.loads(json.dumps(f.default, default=str)):
+                raise BertkitError(f"--config {path}: {f.name} {values[f.name]!r} is not a setting of this command "
+                                   f"(fixed at {f.default!r}); remove it")
+            del values[f.name]
+    unknown = sorted(set(values) - set(fields))
+    if {"hidden_size", "num_attention_heads"} <= set(unknown):  # transformers' --config_name is a model's config
+        raise BertkitError(f"--config {path} is a model's config.json (hidden_size, num_attention_heads, ...); "
+                           "--config takes this command's settings: pass a model's directory as --model, and a "
+                           "model shape to pretrain as --config-name FILE")
+    aliases = {a.lstrip("-").replace("-", "_"): n for n, f in fields.items() for a in f.metadata.get("aliases", ())}
+    if renamed := {k: aliases[k] for k in unknown if k in aliases}:  # "lr": a flag's other spelling, not its name
+        raise BertkitError(f"--config {path}: a settings file names each setting by its field: "
+                           + ", ".join(f"{n!r} for {k!r}" for k, n in renamed.items()))
+    if unknown:
+        raise BertkitError(f"--config {path}: unknown settings {unknown}; known: {sorted(fields)}")
+    hints = typing.get_type_hints(cls)
+    for name, value in list(values.items()):
+        parse = fields[name].metadata.get("parse")
+        convert, _, many = _converter(hints[name], parse)
+        try:
+            if isinstance(value, str) and many:  # "files": "corpus/*.txt", one item as on the command line
+                value = [convert(value)]
+            elif isinstance(value, str) and hints[name] is not str:
+                value = (parse or convert)(value)
+            elif isinstance(value, list) and not many:
+                value = tuple(value)
+        except (ValueError, argparse.ArgumentTypeError) as e:  # BertkitError, float("abc"), a comma list
+            raise BertkitError(f"--config {path}: {name}: {e}") from None
+        values[name] = value  # its type is checked with the flags' values, when the settings are built
+    return values
 
 
 # "-1,-2": argparse reads a lone "-1" after a flag as its value, but a comma list of negative numbers as a flag

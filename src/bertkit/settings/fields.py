@@ -28,8 +28,9 @@ def coerce_paths(settings: Any) -> None:
     """Every field typed ``Path``, ``Path | None`` or ``list[Path]`` made a Path (a str from Python or JSON)."""
     for name, kind in path_fields(type(settings)).items():
         value = getattr(settings, name)
-        if value is None:
-            continue
+        paths = value if kind == "list" and isinstance(value, (list, tuple)) else [value]
+        if value is None or not all(isinstance(v, (str, os.PathLike)) for v in paths):
+            continue  # not made a Path: ``check_fields`` names it (a 5 or a list from a --config file)
         value = [Path(v) for v in value] if kind == "list" else Path(value)
         object.__setattr__(settings, name, value)  # frozen settings too
 
@@ -174,6 +175,8 @@ def _accepts(kind: Any, value: Any) -> bool:
         return any(_accepts(k, value) for k in args)
     if origin in (list, tuple):
         return isinstance(value, (list, tuple)) and all(_accepts(args[0], v) for v in value)
+    if isinstance(kind, type):  # a class (pretrain's config_name takes a BertConfig)
+        return isinstance(value, kind)
     raise AssertionError(f"no check for the annotation {kind!r}")
 
 
@@ -183,7 +186,7 @@ def _describe(kind: Any) -> str:
     if typing.get_origin(kind) is typing.Literal:
         return "one of " + ", ".join(repr(a) for a in typing.get_args(kind))
     return {type(None): "None", bool: "a bool", int: "an int", float: "a number", str: "a str",
-            Path: "a path"}.get(kind, str(kind).replace("pathlib.", ""))
+            Path: "a path"}.get(kind, kind.__name__ if isinstance(kind, type) else str(kind).replace("pathlib.", ""))
 
 
 # -- the checks fields name (``flag(check=...)``): each refuses with the field's name, the value and the range ------

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any, ClassVar, Literal
 
 from bertkit._parallel import info_from_env
+from bertkit.config import BertConfig
 from bertkit.errors import BertkitError
 from bertkit.settings.fields import (
     OverwriteSettings,
@@ -224,10 +225,12 @@ class SequenceClassificationSettings(FinetuneSettings):
 
     def __post_init__(self) -> None:
         # One value (Python, --config JSON) or a grid: a tuple from here on, as the flags give it.
+        # Anything else (3.5 seeds, a JSON object) is left as given, for the type check to name.
         lrs, seeds = self.learning_rate, self.seed
-        lrs = (lrs,) if isinstance(lrs, (int, float)) else lrs
-        self.learning_rate = tuple(lrs) if lrs is not None else None
-        self.seed = (seeds,) if isinstance(seeds, int) else tuple(seeds)
+        one_lr = isinstance(lrs, (int, float)) and not isinstance(lrs, bool)
+        self.learning_rate = (lrs,) if one_lr else tuple(lrs) if isinstance(lrs, (list, tuple)) else lrs
+        one_seed = isinstance(seeds, int) and not isinstance(seeds, bool)
+        self.seed = (seeds,) if one_seed else tuple(seeds) if isinstance(seeds, (list, tuple)) else seeds
         super().__post_init__()
         if not self.seed:
             raise BertkitError("seed: give at least one seed")
@@ -303,7 +306,8 @@ class SquadSettings(FinetuneSettings, SquadWindowSettings):
     """Without --train-file: the seed of the article split."""
 
     def __post_init__(self) -> None:
-        for name, value in SQUAD_PAPER.get(self.version, {}).items():  # the paper's per-version defaults, then checked
+        paper = SQUAD_PAPER.get(self.version, {}) if isinstance(self.version, str) else {}  # a {} from JSON: checked
+        for name, value in paper.items():  # the paper's per-version defaults, then checked
             if getattr(self, name) is None:
                 setattr(self, name, value)
         super().__post_init__()
@@ -329,7 +333,7 @@ class PretrainSettings(TrainingSettings):
     """Instances from create-pretraining-data (phase 1, e.g. 128 tokens)."""
     vocab: Path = flag(check=tokenizer_path)
     """The tokenizer the data was made with: its directory or its vocab.txt."""
-    config_name: Any = "mini"
+    config_name: str | Path | BertConfig = "mini"
     """Model shape: a preset (tiny, mini, small, medium, base, large), a config.json path, or a BertConfig."""
     phase2_data: Path | None = None
     """Longer instances (e.g. 512 tokens) for the last (1 - phase1_fraction) of the steps."""

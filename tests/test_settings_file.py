@@ -1,0 +1,347 @@
+"""``--config FILE``: a JSON object of a command's settings, named as their fields, as transformers'
+``HfArgumentParser.parse_args_into_dataclasses(args_filename=...)`` reads one: every setting a flag gives (the
+positional ones too), converted and checked as the flags are; several files merge in order; the command line wins."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from bertkit.cli import COMMANDS, build_parser, build_settings, main, normalize_argv
+
+
+def _settings(argv: list[str]):
+    args = build_parser().parse_args(normalize_argv(argv))
+    name = f"{args.command} {args.family}" if "family" in vars(args) else args.command
+    return build_settings(COMMANDS[name].settings, args)
+
+
+def _config(path: Path, values: dict) -> str:
+    path.write_text(json.dumps(values))
+    return str(path)
+
+
+def _data_files(out: Path) -> dict:
+    return json.loads((out / ".bertkit-run.json").read_text())["files"]
+
+
+def test_positional_settings_come_from_the_file(tmp_path, minilm_dir, monkeypatch, capsys):
+    """Was: a config giving create-pretraining-data's "files" (or download-example-model's "output_dir") was refused,
+    "the following arguments are required: files", before the file was read; the positional argument had to stay on
+    the command line."""
+    monkeypatch.chdir(tmp_path)
+    Path("corpus.txt").write_text(
+        "The cat sat on the mat. It was warm there.\n\nA dog ran home. It was late.\n" * 20
+    )
+    common = {"vocab": str(minilm_dir), "max_seq_length": 32, "progress": False}
+    assert (
+        main(
+            [
+                "create-pretraining-data",
+                "corpus.txt",
+                "--output-dir",
+                "flags",
+                "--vocab",
+                str(minilm_dir),
+                "--max-seq-length",
+                "32",
+                "--no-progress",
+            ]
+        )
+        == 0
+    )
+    assert (
+        main(
+            [
+                "create-pretraining-data",
+                "--config",
+                _config(tmp_path / "c.json", {"files": ["corpus.txt"], "output_dir": "file", **common}),
+            ]
+        )
+        == 0
+    )
+    assert (
+        main(
+            [
+                "create-pretraining-data",
+                "--config",  # one path, as on the command line, is a list of one
+                _config(tmp_path / "c.json", {"files": "corpus.txt", "output_dir": "one", **common}),
+            ]
+        )
+        == 0
+    )
+    capsys.readouterr()
+    assert _data_files(Path("flags")) == _data_files(Path("file")) == _data_files(Path("one"))
+    # the command line's positional wins over the file's; neither: the name of what is missing
+    s = _settings(
+        [
+            "create-pretraining-data",
+            "cli.txt",
+            "--config",
+            _config(tmp_path / "c.json", {"files": ["file.txt"], "output_dir": "o", **common}),
+        ]
+    )
+    assert s.files == [Path("cli.txt")]
+    assert _settings(["create-pretraining-data", "--config", str(tmp_path / "c.json")]).files == [
+        Path("file.txt")
+    ]
+    assert main(["create-pretraining-data", "--vocab", "v", "--output-dir", "o"]) == 2
+    assert (
+        capsys.readouterr()
+        .err.strip()
+        .endswith("error: missing required setting(s) files (on the command line or in --config)")
+    )
+    # an optional positional left out is not argparse's "==SUPPRESS==" placeholder taken for a path
+    s = _settings(["download-example-model", "--config", _config(tmp_path / "d.json", {"output_dir": "m"})])
+    assert s.output_dir == Path("m")
+    assert _settings(
+        ["download-example-model", "given", "--config", str(tmp_path / "d.json")]
+    ).output_dir == Path("given")
+    assert main(["download-example-model"]) == 2
+    assert "missing required setting(s) output_dir" in capsys.readouterr().err
+    assert sorted(p.name for p in tmp_path.iterdir()) == [
+        "c.json",
+        "corpus.txt",
+        "d.json",
+        "file",
+        "flags",
+        "one",
+    ]
+
+
+def test_several_files_merge_in_order_and_the_command_line_wins(tmp_path):
+    """Was: a second --config replaced the first without a word, its settings dropped (transformers'
+    ``args_file_flag`` reads every file given, a later one winning)."""
+    base = _config(
+        tmp_path / "base.json",
+        {
+            "task": "rte",
+            "data_dir": "d",
+            "model_name_or_path": "m",
+            "output_dir": "o",
+            "max_seq_length": 64,
+            "seed": 3,
+        },
+    )
+    over = _config(tmp_path / "over.json", {"max_seq_length": 32})
+    s = _settings(["finetune", "glue", "--config", base, "--config", over])
+    assert (s.task, s.max_seq_length, s.seed) == ("rte", 32, (3,))
+    s = _settings(["finetune", "glue", "--config", over, "--config", base, "--seed", "5"])
+    assert (s.max_seq_length, s.seed) == (64, (5,))
+
+
+@pytest.mark.parametrize(
+    "value,shown", [(5, "5 (int)"), (True, "True (bool)"), ({"a": 1}, "{'a': 1} (dict)")]
+)
+def test_a_path_setting_of_another_json_type_is_named(tmp_path, capsys, value, shown):
+    """Was: ``"output_dir": 5`` in a settings file crashed with a traceback, "TypeError: expected str, bytes or
+    os.PathLike object, not int" (exit 1)."""
+    cfg = _config(
+        tmp_path / "c.json", {"task": "rte", "data_dir": "d", "model_name_or_path": "m", "output_dir": value}
+    )
+    assert main(["finetune", "glue", "--config", cfg]) == 2
+    assert (
+        capsys.readouterr().err.strip()
+        == f"bertkit finetune glue: error: output_dir must be a path, got {shown}"
+    )
+    cfg = _config(tmp_path / "c.json", {"files": [3], "output_dir": "o"})
+    assert main(["train-tokenizer", "--config", cfg]) == 2
+    assert "error: files must be list[Path], got [3] (list)" in capsys.readouterr().err
+
+
+def test_yaml_and_other_shapes_are_refused_with_what_to_do(tmp_path, capsys):
+    """Was: a YAML file (transformers' ``parse_yaml_file`` reads one) was "not valid JSON (Expecting value: line 1
+    column 1 (char 0))"; a JSON list or null did not say what it held."""
+    argv = ["finetune", "glue", "--task", "rte", "--data-dir", "d", "--model", "m", "--out", "o", "--config"]
+    (tmp_path / "run.yaml").write_text("max_seq_length: 64\nseed: 3\n")
+    assert main([*argv, str(tmp_path / "run.yaml")]) == 2
+    err = capsys.readouterr().err
+    assert (
+        f"--config {tmp_path / 'run.yaml'}: a YAML file; --config reads JSON only" in err
+        and "yaml.safe_load" in err
+    )
+    (tmp_path / "run.yml").write_text('{"seed": 3}')  # YAML that is JSON reads as JSON
+    assert _settings([*argv, str(tmp_path / "run.yml")]).seed == (3,)
+    for text, held in (('[{"seed": 3}]', "list"), ("null", "null"), ("3", "int")):
+        (tmp_path / "run.json").write_text(text)
+        assert main([*argv, str(tmp_path / "run.json")]) == 2
+        assert (
+            capsys.readouterr()
+            .err.strip()
+            .endswith(
+                f"--config {tmp_path / 'run.json'}: expected a JSON object of setting names to values, got {held}"
+            )
+        )
+
+
+def test_a_runs_recorded_settings_are_a_settings_file(tmp_path, capsys):
+    """The settings a run records in its .bertkit-run.json (``resume_fingerprint``) read back as --config give the
+    same settings. Was: pretrain's recorded num_train_epochs and max_train_samples (fixed by the command, no flags)
+    were "unknown settings", so a recorded pretrain run could not be run again from its record."""
+    from bertkit.settings import resume_fingerprint
+
+    s = _settings(
+        [
+            "pretrain",
+            "--data",
+            "d",
+            "--vocab",
+            "v",
+            "--output-dir",
+            "o",
+            "--max-steps",
+            "7",
+            "--config-name",
+            "tiny",
+            "--no-nsp",
+            "--learning-rate",
+            "3e-4",
+        ]
+    )
+    recorded = resume_fingerprint(s)
+    assert (recorded["num_train_epochs"], recorded["max_train_samples"]) == (None, None)
+    again = _settings(["pretrain", "--config", _config(tmp_path / "run.json", recorded)])
+    assert resume_fingerprint(again) == recorded
+    # such a field at another value is refused by name: pretrain runs --max-steps, not epochs
+    assert (
+        main(["pretrain", "--config", _config(tmp_path / "run.json", {**recorded, "num_train_epochs": 3})])
+        == 2
+    )
+    assert capsys.readouterr().err.strip() == (
+        f"bertkit pretrain: error: --config {tmp_path / 'run.json'}: num_train_epochs 3 is not a setting of this "
+        "command (fixed at None); remove it"
+    )
+
+
+def test_a_setting_spelled_both_ways_is_given_twice(tmp_path, capsys):
+    """Was: ``{"max_seq_length": 64, "max-seq-length": 128}`` ran at 128 without a word (the dash spelling, read as
+    the same field, silently replaced the first; the same key twice was already refused)."""
+    cfg = tmp_path / "run.json"
+    cfg.write_text(
+        '{"task": "rte", "data_dir": "d", "model_name_or_path": "m", "output_dir": "o", '
+        '"max_seq_length": 64, "max-seq-length": 128}'
+    )
+    assert main(["finetune", "glue", "--config", str(cfg)]) == 2
+    assert capsys.readouterr().err.strip() == (
+        f"bertkit finetune glue: error: --config {cfg}: the setting 'max_seq_length' is given twice (as "
+        "'max-seq-length' too); give it once"
+    )
+    cfg.write_text(
+        '{"task": "rte", "data_dir": "d", "model_name_or_path": "m", "output_dir": "o", "max-seq-length": 96}'
+    )
+    assert _settings(["finetune", "glue", "--config", str(cfg)]).max_seq_length == 96
+
+
+@pytest.mark.parametrize(
+    "values,message",
+    [
+        ({"seed": 3.5}, "seed must be tuple[int, ...], got 3.5 (float)"),
+        ({"seed": True}, "seed must be tuple[int, ...], got True (bool)"),
+        (
+            {"learning_rate": {"lr": 1e-4}},
+            "learning_rate must be tuple[float, ...] or None, got {'lr': 0.0001} (dict)",
+        ),
+    ],
+)
+def test_a_grid_setting_of_another_json_type_is_named(tmp_path, capsys, values, message):
+    """Was: ``"seed": 3.5`` in a GLUE settings file crashed with "TypeError: 'float' object is not iterable" and a
+    traceback (exit 1); a JSON object for learning_rate became the tuple of its keys."""
+    base = {"task": "rte", "data_dir": "d", "model_name_or_path": "m", "output_dir": "o"}
+    assert main(["finetune", "glue", "--config", _config(tmp_path / "c.json", {**base, **values})]) == 2
+    assert capsys.readouterr().err.strip() == f"bertkit finetune glue: error: {message}"
+    s = _settings(
+        [
+            "finetune",
+            "glue",
+            "--config",
+            _config(tmp_path / "c.json", {**base, "seed": 4, "learning_rate": 1}),
+        ]
+    )
+    assert (s.seed, s.learning_rate) == ((4,), (1,))
+
+
+def test_every_settings_field_refuses_any_json_value_by_name(tmp_path):
+    """Every command's every setting, given each JSON type in a settings file, builds or is refused with a
+    BertkitError (one line, exit 2), never another exception (a traceback). Was: finetune squad's ``"version": {}``
+    crashed with "TypeError: unhashable type: 'dict'" (and glue's ``"seed": 3.5``, ``"output_dir": 5``: above)."""
+    import argparse
+    import dataclasses
+
+    from bertkit.errors import BertkitError
+    from bertkit.settings.fields import on_command_line
+
+    cfg = tmp_path / "c.json"
+    for name, command in COMMANDS.items():
+        fields = [f for f in dataclasses.fields(command.settings) if on_command_line(f)]
+        required = {
+            f.name: {"files": ["a.txt"], "task": "rte", "max_steps": 1}.get(f.name, "x")
+            for f in fields
+            if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING
+        }
+        required.update({"output_file": "o.jsonl"} if "output_file" in required else {})
+        for f in fields:
+            for value in (5, True, None, {}, "x", 1.5, [1]):  # each JSON type
+                cfg.write_text(json.dumps({**required, f.name: value}))
+                try:
+                    build_settings(command.settings, argparse.Namespace(_config_file=[cfg]))
+                except BertkitError:
+                    pass
+                except Exception as e:  # noqa: BLE001 - the test names what escaped
+                    pytest.fail(f"{name}: {f.name}={value!r}: {type(e).__name__}: {e}")
+
+
+def test_a_models_config_json_is_named_as_such(minilm_dir, capsys):
+    """Was: ``bertkit pretrain --config MODEL/config.json`` (run_mlm.py's --config_name is a model's config) listed 20
+    "unknown settings" and the 45 known ones, not what the file is nor where it goes."""
+    config = minilm_dir / "config.json"
+    assert (
+        main(
+            [
+                "pretrain",
+                "--data",
+                "d",
+                "--vocab",
+                "v",
+                "--out",
+                "o",
+                "--max-steps",
+                "2",
+                "--config",
+                str(config),
+            ]
+        )
+        == 2
+    )
+    assert capsys.readouterr().err.strip() == (
+        f"bertkit pretrain: error: --config {config} is a model's config.json (hidden_size, num_attention_heads, "
+        "...); --config takes this command's settings: pass a model's directory as --model, and a model shape to "
+        "pretrain as --config-name FILE"
+    )
+
+
+@pytest.mark.parametrize("value", [5, {"hidden_size": 64}, ["tiny"], None])
+def test_a_model_shape_of_another_json_type_is_named(tmp_path, capsys, value):
+    """Was: pretrain's config_name (typed Any) took any JSON value, and the run crashed later with "TypeError:
+    expected str, bytes or os.PathLike object, not int" and a traceback (exit 1)."""
+    cfg = _config(
+        tmp_path / "c.json",
+        {"data": "d", "vocab": "v", "output_dir": "o", "max_steps": 1, "config_name": value},
+    )
+    assert main(["pretrain", "--config", cfg]) == 2
+    shown = {list: "('tiny',) (tuple)"}.get(type(value), f"{value!r} ({type(value).__name__})")
+    assert capsys.readouterr().err.strip() == (
+        f"bertkit pretrain: error: config_name must be a str or a path or BertConfig, got {shown}"
+    )
+
+
+def test_a_flags_other_spelling_is_named_with_its_field(tmp_path, capsys):
+    """Was: ``{"lr": 1e-4, "out": "o"}`` (the flags --lr and --out) was "unknown settings ['lr', 'out']" and the list
+    of 45 known ones, not which name each one goes by."""
+    cfg = _config(tmp_path / "c.json", {"data_dir": "d", "model": "m", "out": "o", "lr": 1e-4})
+    assert main(["finetune", "ner", "--config", cfg]) == 2
+    assert capsys.readouterr().err.strip() == (
+        f"bertkit finetune ner: error: --config {cfg}: a settings file names each setting by its field: "
+        "'learning_rate' for 'lr', 'model_name_or_path' for 'model', 'output_dir' for 'out'"
+    )
