@@ -149,6 +149,16 @@ def test_one_shard_is_the_named_file_and_fp16_is_allowed(tiny, tmp_path):
     assert rec["layers"][-1].dtype == np.float16
 
 
+def test_fp16_jsonl_holds_the_fp16_safetensors_values(tiny, tmp_path):
+    # --dtype float16 was ignored for .jsonl: float32 values in 9 digits, not the fp16 ones it asked for
+    _, model, tok = tiny
+    for name in ("h.jsonl", "h.safetensors"):
+        fx.extract_features(model, tok, TEXTS, tmp_path / name, layers=[-1, 0], dtype="float16", progress=False)
+    for a, b in zip(fx.read_features(tmp_path / "h.jsonl"), fx.read_features(tmp_path / "h.safetensors"), strict=True):
+        for name in (-1, 0):
+            np.testing.assert_array_equal(a["layers"][name], b["layers"][name].astype(np.float32))
+
+
 @pytest.mark.parametrize("name", ["mine.jsonl", "mine.safetensors"])
 def test_an_existing_output_file_is_replaced_only_with_overwrite(tiny, tmp_path, name):
     _, model, tok = tiny

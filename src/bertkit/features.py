@@ -238,7 +238,7 @@ def extract_features(
                 states_of(p, u)
         return {"rank": rank, "lines": sum(len(b) for part in batches for unit in part for b in unit[rank::world])}
     if out.suffix == ".jsonl":
-        _write_jsonl(out, units[0], states_of, encoded, tokenizer, layers)
+        _write_jsonl(out, units[0], states_of, encoded, tokenizer, layers, np.dtype(dtype))
     else:
         _write_safetensors(files, plan, units, states_of, encoded, layers, np.dtype(dtype),
                            _safetensors_meta(layers, dtype, model.config.hidden_size, max_seq_length))
@@ -312,13 +312,14 @@ def _plan_output(out: Path, encoded: Sequence[dict], per_token_bytes: int, max_s
 
 
 def _write_jsonl(out: Path, units: list[list[int]], states_of: Callable[[int, int], dict[int, np.ndarray]],
-                 encoded: Sequence[dict], tokenizer: Any, layers: Sequence[int]) -> None:
+                 encoded: Sequence[dict], tokenizer: Any, layers: Sequence[int], np_dtype: np.dtype) -> None:
     with atomic_write(out) as f:
         for u, unit in enumerate(units):
             states = states_of(0, u)
             for i in unit:
                 tokens = tokenizer.convert_ids_to_tokens(encoded[i]["input_ids"])
-                f.write(_jsonl_line(i, tokens, states[i], layers))
+                # float16: the values a .safetensors output holds, read back exactly as float32
+                f.write(_jsonl_line(i, tokens, states[i].astype(np_dtype).astype(np.float32), layers))
 
 
 def _write_safetensors(files: list[Path], plan: list[range], units: list[list[list[int]]],
