@@ -216,6 +216,12 @@ def test_layers_named_twice_or_none_are_refused(tiny, tmp_path):
         fx.extract_features(model, tok, TEXTS, tmp_path / "f.safetensors", layers=[-1, 0, -1], progress=False)
     with pytest.raises(ValueError, match="give at least one layer index"):
         fx.extract_features(model, tok, TEXTS, tmp_path / "f.jsonl", layers=[], progress=False)
+    # two names of one state (3 layers: -1 is 3, -4 is 0) were written twice, as if two layers
+    with pytest.raises(ValueError, match=r"layers -1 and 3 in \[-1, -2, 3\] are the same hidden state of this model "
+                                         r"\(3 layers: -1 = 3\)"):
+        fx.extract_features(model, tok, TEXTS, tmp_path / "f.jsonl", layers=[-1, -2, 3], progress=False)
+    with pytest.raises(ValueError, match=r"layers 0 and -4 in \[0, -4\] are the same hidden state"):
+        fx.extract_features(model, tok, TEXTS, tmp_path / "f.safetensors", layers=[0, -4], progress=False)
     assert not list(tmp_path.iterdir())
 
 

@@ -70,6 +70,11 @@ def resolve_layers(layers: Sequence[int], num_states: int) -> list[int]:
         if not -num_states <= i < num_states:
             raise BertkitError(f"layer {i} does not exist: this model has {num_states} hidden states "
                              f"(0 = embeddings .. {num_states - 1} = last layer; -1 .. -{num_states} from the end)")
+        if i % num_states in resolved:  # -1 and L: the same state written twice, under two names
+            other = layers[resolved.index(i % num_states)]
+            raise BertkitError(f"layers {other} and {i} in {list(layers)} are the same hidden state of this model "
+                               f"({num_states - 1} layers: {i % num_states - num_states} = {i % num_states}); "
+                               "give each layer once")
         resolved.append(i % num_states)
     return resolved
 
