@@ -140,6 +140,15 @@ def test_safetensors_shards_hold_the_jsonl_numbers(tiny, tmp_path):
             np.testing.assert_array_equal(a["layers"][name], b["layers"][name])
 
 
+def test_both_formats_read_back_in_the_order_of_layers(tiny, tmp_path):
+    # safetensors came back sorted by tensor name ([-4, -3, -2, -1] as -1, -2, -3, -4): a concatenation of
+    # rec["layers"].values() was another vector than the .jsonl's
+    _, model, tok = tiny
+    for name in ("o.jsonl", "o.safetensors"):
+        fx.extract_features(model, tok, TEXTS, tmp_path / name, layers=[-3, -2, -1, 0], progress=False)
+        assert [list(rec["layers"]) for rec in fx.read_features(tmp_path / name)] == [[-3, -2, -1, 0]] * len(TEXTS)
+
+
 def test_one_shard_is_the_named_file_and_fp16_is_allowed(tiny, tmp_path):
     _, model, tok = tiny
     result = fx.extract_features(model, tok, TEXTS[:2], tmp_path / "x.safetensors", layers=[-1], dtype="float16",

@@ -390,7 +390,7 @@ def _one_output(path: Path) -> list[Path]:
 
 
 def read_features(path: str | os.PathLike) -> Iterator[dict[str, Any]]:
-    """Yield ``{"line_index", "tokens" (jsonl) or "input_ids" (safetensors), "layers": {index: (T, H)}}`` from
+    """Yield ``{"line_index", "tokens" (jsonl) or "input_ids" (safetensors), "layers": {index: (T, H)} in the order extracted}`` from
     what ``extract_features`` wrote to ``path`` (its shards found by name)."""
     path = Path(path)
     if path.suffix == ".jsonl":
@@ -410,7 +410,9 @@ def read_features(path: str | os.PathLike) -> Iterator[dict[str, Any]]:
     shards = _one_output(path)
     for shard in shards:
         t = load_file(str(shard))
-        names = [int(k.split(".", 1)[1]) for k in t if k.startswith("layer.")]
+        # in the order asked for, as the .jsonl has them (the file holds its tensors sorted by name)
+        names = json.loads(_shard_meta(shard).get("layers", "[]")) or [int(k.split(".", 1)[1]) for k in t
+                                                                      if k.startswith("layer.")]
         offsets = t["offsets"]
         for j, line in enumerate(t["line_index"].tolist()):
             a, b = int(offsets[j]), int(offsets[j + 1])
