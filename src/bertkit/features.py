@@ -390,8 +390,8 @@ def _one_output(path: Path) -> list[Path]:
 
 
 def read_features(path: str | os.PathLike) -> Iterator[dict[str, Any]]:
-    """Yield ``{"line_index", "tokens" (jsonl) or "input_ids" (safetensors), "layers": {index: (T, H)} in the order extracted}`` from
-    what ``extract_features`` wrote to ``path`` (its shards found by name)."""
+    """Yield ``{"line_index", "tokens" (jsonl) or "input_ids" (safetensors), "layers": {index: (T, H)}}`` from
+    what ``extract_features`` wrote to ``path`` (its shards found by name), the layers in the order extracted."""
     path = Path(path)
     if path.suffix == ".jsonl":
         if not path.is_file():
