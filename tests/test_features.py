@@ -497,3 +497,14 @@ def test_a_users_file_named_like_a_shard_is_refused_not_removed(tiny, tmp_path):
         fx.extract_features(model, tok, TEXTS, out, layers=[-1], batch_size=1, max_shard_bytes=SHARD_BYTES,
                             progress=False, overwrite=True)
     assert theirs.read_bytes() == b"the user's own bytes" and sorted(tmp_path.iterdir()) == [theirs]
+    # at a name this run writes again (5 lines in 3 shards) it was replaced by a shard
+    theirs = theirs.rename(tmp_path / "f-00002-of-00003.safetensors")
+    with pytest.raises(BertkitError, match="f-00002-of-00003.safetensors is named as a shard of f.safetensors but is "
+                                           "not one bertkit wrote"):
+        fx.extract_features(model, tok, TEXTS, out, layers=[-1], batch_size=1, max_shard_bytes=SHARD_BYTES,
+                            progress=False, overwrite=True)
+    assert theirs.read_bytes() == b"the user's own bytes" and sorted(tmp_path.iterdir()) == [theirs]
+    theirs.unlink()
+    fx.extract_features(model, tok, TEXTS, out, layers=[-1], batch_size=1, max_shard_bytes=SHARD_BYTES,
+                        progress=False)
+    assert sorted(p.name for p in tmp_path.iterdir()) == [f"f-0000{k}-of-00003.safetensors" for k in (1, 2, 3)]

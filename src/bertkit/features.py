@@ -214,8 +214,10 @@ def extract_features(
     earlier = existing_output(out)
     for path in dict.fromkeys([*files, *earlier]):
         refuse_existing_file(path, overwrite, flag="--overwrite (overwrite=True from Python)")
-    for path in set(earlier) - set(files):  # removed at the end: only an extraction's own shard, never a user's file
-        if not _is_feature_shard(path):
+    # replaced or removed at the end: beside ``out`` itself (the name given), only an extraction's own shards, never
+    # a user's file at a shard's name, whether this run writes that name again or not
+    for path in earlier:
+        if (path != out or out not in files) and not _is_feature_shard(path):
             raise BertkitError(f"{path} is named as a shard of {out.name} but is not one bertkit wrote (no "
                                "'bertkit-features' metadata); move it away or choose another output file")
     rank, world = current().rank, current().world_size
