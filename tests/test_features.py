@@ -231,7 +231,18 @@ def test_layers_named_twice_or_none_are_refused(tiny, tmp_path):
         fx.extract_features(model, tok, TEXTS, tmp_path / "f.jsonl", layers=[-1, -2, 3], progress=False)
     with pytest.raises(ValueError, match=r"layers 0 and -4 in \[0, -4\] are the same hidden state"):
         fx.extract_features(model, tok, TEXTS, tmp_path / "f.safetensors", layers=[0, -4], progress=False)
+    # google's flag string was read character by character ("layer - is given twice"), True written as
+    # '"index":True' (not JSON), a float or a bare int failed with a TypeError
+    with pytest.raises(ValueError, match=r"layers='-1,-2': give a list of layer indices, e.g. layers=\[-1, -2\]"):
+        fx.extract_features(model, tok, TEXTS, tmp_path / "f.jsonl", layers="-1,-2", progress=False)
+    with pytest.raises(ValueError, match=r"layers=-1: give a list of layer indices"):
+        fx.extract_features(model, tok, TEXTS, tmp_path / "f.jsonl", layers=-1, progress=False)
+    for bad, shown in ((True, "True"), (1.0, "1.0"), ("-1", "'-1'")):
+        with pytest.raises(ValueError, match=rf"layer {shown} in layers=\[-2, {shown}\] is not an integer index"):
+            fx.extract_features(model, tok, TEXTS, tmp_path / "f.jsonl", layers=[-2, bad], progress=False)
     assert not list(tmp_path.iterdir())
+    fx.extract_features(model, tok, TEXTS, tmp_path / "f.safetensors", layers=np.array([-1, 0]), progress=False)
+    assert list(next(fx.read_features(tmp_path / "f.safetensors"))["layers"]) == [-1, 0]
 
 
 @pytest.mark.parametrize("suffix", [".jsonl", ".safetensors"])

@@ -57,8 +57,21 @@ def read_texts(path: str | os.PathLike) -> list[tuple[str, str | None]]:
     return out
 
 
+def layer_indices(layers: Sequence[int]) -> list[int]:
+    """``layers`` as a list of ints, or an error naming the fix: a string (google's ``--layers`` flag), a bare
+    int, or a float or bool among them (``True`` would be written into the .jsonl as ``"index":True``)."""
+    if isinstance(layers, (str, bytes, int, np.integer)):
+        raise BertkitError(f"layers={layers!r}: give a list of layer indices, e.g. layers=[-1, -2] (google's "
+                           "--layers string '-1,-2' is [int(x) for x in s.split(',')])")
+    bad = next((i for i in layers if isinstance(i, (bool, np.bool_)) or not isinstance(i, (int, np.integer))), None)
+    if bad is not None:
+        raise BertkitError(f"layer {bad!r} in layers={list(layers)!r} is not an integer index; give ints, e.g. [-1, -2]")
+    return [int(i) for i in layers]
+
+
 def resolve_layers(layers: Sequence[int], num_states: int) -> list[int]:
     """Layer indices (negative ones from the end) -> positions in the L + 1 hidden states."""
+    layers = layer_indices(layers)
     if not layers:
         raise BertkitError("layers: give at least one layer index (e.g. layers=[-1], --layers=-1)")
     # a repeated index would be one tensor (one key per index) where the metadata and the report list two
@@ -202,6 +215,7 @@ def extract_features(
 
     out = Path(out)
     _check_request(model, out, dtype, max_seq_length, texts)
+    layers = layer_indices(layers)  # the names written: plain ints (numpy's too), for json
     positions = resolve_layers(layers, model.config.num_hidden_layers + 1)
     # as pipelines run it: bf16 checked, on the CPU the copy made for inference, the model passed in left as it is
     model, precision = prepare_model(model, device=device, bf16=bf16)
