@@ -374,6 +374,16 @@ def test_a_combination_given_twice_is_refused(tmp_path):
     assert not (tmp_path / "study").exists()
 
 
+def test_combinations_given_as_a_list_from_python_are_the_tuple_the_flags_give(tmp_path):
+    # a list was checked whole: "unknown layer combination ['last_hidden', 'concat_last_four']"
+    s = fs.StudySettings(data_dir=tmp_path, model_name_or_path=tmp_path, output_dir=tmp_path / "study",
+                         combinations=["last_hidden", "concat_last_four"])
+    assert s.combinations == ("last_hidden", "concat_last_four")
+    with pytest.raises(ValueError, match=r"unknown layer combination 'sum'; choose from \['embeddings'"):
+        fs.StudySettings(data_dir=tmp_path, model_name_or_path=tmp_path, output_dir=tmp_path / "study",
+                         combinations=["last_hidden", "sum"])
+
+
 def test_feature_study_end_to_end(tiny, tmp_path):
     d, _, _ = tiny
     data = tmp_path / "conll"
