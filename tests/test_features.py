@@ -140,6 +140,15 @@ def test_safetensors_shards_hold_the_jsonl_numbers(tiny, tmp_path):
             np.testing.assert_array_equal(a["layers"][name], b["layers"][name])
 
 
+def test_both_formats_read_back_in_the_order_of_layers(tiny, tmp_path):
+    # safetensors came back sorted by tensor name ([-4, -3, -2, -1] as -1, -2, -3, -4): a concatenation of
+    # rec["layers"].values() was another vector than the .jsonl's
+    _, model, tok = tiny
+    for name in ("o.jsonl", "o.safetensors"):
+        fx.extract_features(model, tok, TEXTS, tmp_path / name, layers=[-3, -2, -1, 0], progress=False)
+        assert [list(rec["layers"]) for rec in fx.read_features(tmp_path / name)] == [[-3, -2, -1, 0]] * len(TEXTS)
+
+
 def test_one_shard_is_the_named_file_and_fp16_is_allowed(tiny, tmp_path):
     _, model, tok = tiny
     result = fx.extract_features(model, tok, TEXTS[:2], tmp_path / "x.safetensors", layers=[-1], dtype="float16",
@@ -147,6 +156,16 @@ def test_one_shard_is_the_named_file_and_fp16_is_allowed(tiny, tmp_path):
     assert result["files"] == [str(tmp_path / "x.safetensors")]
     rec = next(fx.read_features(tmp_path / "x.safetensors"))
     assert rec["layers"][-1].dtype == np.float16
+
+
+def test_fp16_jsonl_holds_the_fp16_safetensors_values(tiny, tmp_path):
+    # --dtype float16 was ignored for .jsonl: float32 values in 9 digits, not the fp16 ones it asked for
+    _, model, tok = tiny
+    for name in ("h.jsonl", "h.safetensors"):
+        fx.extract_features(model, tok, TEXTS, tmp_path / name, layers=[-1, 0], dtype="float16", progress=False)
+    for a, b in zip(fx.read_features(tmp_path / "h.jsonl"), fx.read_features(tmp_path / "h.safetensors"), strict=True):
+        for name in (-1, 0):
+            np.testing.assert_array_equal(a["layers"][name], b["layers"][name].astype(np.float32))
 
 
 @pytest.mark.parametrize("name", ["mine.jsonl", "mine.safetensors"])
@@ -206,7 +225,24 @@ def test_layers_named_twice_or_none_are_refused(tiny, tmp_path):
         fx.extract_features(model, tok, TEXTS, tmp_path / "f.safetensors", layers=[-1, 0, -1], progress=False)
     with pytest.raises(ValueError, match="give at least one layer index"):
         fx.extract_features(model, tok, TEXTS, tmp_path / "f.jsonl", layers=[], progress=False)
+    # two names of one state (3 layers: -1 is 3, -4 is 0) were written twice, as if two layers
+    with pytest.raises(ValueError, match=r"layers -1 and 3 in \[-1, -2, 3\] are the same hidden state of this model "
+                                         r"\(3 layers: -1 = 3\)"):
+        fx.extract_features(model, tok, TEXTS, tmp_path / "f.jsonl", layers=[-1, -2, 3], progress=False)
+    with pytest.raises(ValueError, match=r"layers 0 and -4 in \[0, -4\] are the same hidden state"):
+        fx.extract_features(model, tok, TEXTS, tmp_path / "f.safetensors", layers=[0, -4], progress=False)
+    # google's flag string was read character by character ("layer - is given twice"), True written as
+    # '"index":True' (not JSON), a float or a bare int failed with a TypeError
+    with pytest.raises(ValueError, match=r"layers='-1,-2': give a list of layer indices, e.g. layers=\[-1, -2\]"):
+        fx.extract_features(model, tok, TEXTS, tmp_path / "f.jsonl", layers="-1,-2", progress=False)
+    with pytest.raises(ValueError, match=r"layers=-1: give a list of layer indices"):
+        fx.extract_features(model, tok, TEXTS, tmp_path / "f.jsonl", layers=-1, progress=False)
+    for bad, shown in ((True, "True"), (1.0, "1.0"), ("-1", "'-1'")):
+        with pytest.raises(ValueError, match=rf"layer {shown} in layers=\[-2, {shown}\] is not an integer index"):
+            fx.extract_features(model, tok, TEXTS, tmp_path / "f.jsonl", layers=[-2, bad], progress=False)
     assert not list(tmp_path.iterdir())
+    fx.extract_features(model, tok, TEXTS, tmp_path / "f.safetensors", layers=np.array([-1, 0]), progress=False)
+    assert list(next(fx.read_features(tmp_path / "f.safetensors"))["layers"]) == [-1, 0]
 
 
 @pytest.mark.parametrize("suffix", [".jsonl", ".safetensors"])
@@ -336,6 +372,16 @@ def test_a_combination_given_twice_is_refused(tmp_path):
         fs.StudySettings(data_dir=tmp_path, model_name_or_path=tmp_path, output_dir=tmp_path / "study",
                          combinations=("last_hidden", "embeddings", "last_hidden"))
     assert not (tmp_path / "study").exists()
+
+
+def test_combinations_given_as_a_list_from_python_are_the_tuple_the_flags_give(tmp_path):
+    # a list was checked whole: "unknown layer combination ['last_hidden', 'concat_last_four']"
+    s = fs.StudySettings(data_dir=tmp_path, model_name_or_path=tmp_path, output_dir=tmp_path / "study",
+                         combinations=["last_hidden", "concat_last_four"])
+    assert s.combinations == ("last_hidden", "concat_last_four")
+    with pytest.raises(ValueError, match=r"unknown layer combination 'sum'; choose from \['embeddings'"):
+        fs.StudySettings(data_dir=tmp_path, model_name_or_path=tmp_path, output_dir=tmp_path / "study",
+                         combinations=["last_hidden", "sum"])
 
 
 def test_feature_study_end_to_end(tiny, tmp_path):
@@ -472,3 +518,14 @@ def test_a_users_file_named_like_a_shard_is_refused_not_removed(tiny, tmp_path):
         fx.extract_features(model, tok, TEXTS, out, layers=[-1], batch_size=1, max_shard_bytes=SHARD_BYTES,
                             progress=False, overwrite=True)
     assert theirs.read_bytes() == b"the user's own bytes" and sorted(tmp_path.iterdir()) == [theirs]
+    # at a name this run writes again (5 lines in 3 shards) it was replaced by a shard
+    theirs = theirs.rename(tmp_path / "f-00002-of-00003.safetensors")
+    with pytest.raises(BertkitError, match="f-00002-of-00003.safetensors is named as a shard of f.safetensors but is "
+                                           "not one bertkit wrote"):
+        fx.extract_features(model, tok, TEXTS, out, layers=[-1], batch_size=1, max_shard_bytes=SHARD_BYTES,
+                            progress=False, overwrite=True)
+    assert theirs.read_bytes() == b"the user's own bytes" and sorted(tmp_path.iterdir()) == [theirs]
+    theirs.unlink()
+    fx.extract_features(model, tok, TEXTS, out, layers=[-1], batch_size=1, max_shard_bytes=SHARD_BYTES,
+                        progress=False)
+    assert sorted(p.name for p in tmp_path.iterdir()) == [f"f-0000{k}-of-00003.safetensors" for k in (1, 2, 3)]

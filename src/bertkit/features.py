@@ -57,8 +57,21 @@ def read_texts(path: str | os.PathLike) -> list[tuple[str, str | None]]:
     return out
 
 
+def layer_indices(layers: Sequence[int]) -> list[int]:
+    """``layers`` as a list of ints, or an error naming the fix: a string (google's ``--layers`` flag), a bare
+    int, or a float or bool among them (``True`` would be written into the .jsonl as ``"index":True``)."""
+    if isinstance(layers, (str, bytes, int, np.integer)):
+        raise BertkitError(f"layers={layers!r}: give a list of layer indices, e.g. layers=[-1, -2] (google's "
+                           "--layers string '-1,-2' is [int(x) for x in s.split(',')])")
+    bad = next((i for i in layers if isinstance(i, (bool, np.bool_)) or not isinstance(i, (int, np.integer))), None)
+    if bad is not None:
+        raise BertkitError(f"layer {bad!r} in layers={list(layers)!r} is not an integer index; give ints, e.g. [-1, -2]")
+    return [int(i) for i in layers]
+
+
 def resolve_layers(layers: Sequence[int], num_states: int) -> list[int]:
     """Layer indices (negative ones from the end) -> positions in the L + 1 hidden states."""
+    layers = layer_indices(layers)
     if not layers:
         raise BertkitError("layers: give at least one layer index (e.g. layers=[-1], --layers=-1)")
     # a repeated index would be one tensor (one key per index) where the metadata and the report list two
@@ -70,6 +83,11 @@ def resolve_layers(layers: Sequence[int], num_states: int) -> list[int]:
         if not -num_states <= i < num_states:
             raise BertkitError(f"layer {i} does not exist: this model has {num_states} hidden states "
                              f"(0 = embeddings .. {num_states - 1} = last layer; -1 .. -{num_states} from the end)")
+        if i % num_states in resolved:  # -1 and L: the same state written twice, under two names
+            other = layers[resolved.index(i % num_states)]
+            raise BertkitError(f"layers {other} and {i} in {list(layers)} are the same hidden state of this model "
+                               f"({num_states - 1} layers: {i % num_states - num_states} = {i % num_states}); "
+                               "give each layer once")
         resolved.append(i % num_states)
     return resolved
 
@@ -197,6 +215,7 @@ def extract_features(
 
     out = Path(out)
     _check_request(model, out, dtype, max_seq_length, texts)
+    layers = layer_indices(layers)  # the names written: plain ints (numpy's too), for json
     positions = resolve_layers(layers, model.config.num_hidden_layers + 1)
     # as pipelines run it: bf16 checked, on the CPU the copy made for inference, the model passed in left as it is
     model, precision = prepare_model(model, device=device, bf16=bf16)
@@ -209,8 +228,10 @@ def extract_features(
     earlier = existing_output(out)
     for path in dict.fromkeys([*files, *earlier]):
         refuse_existing_file(path, overwrite, flag="--overwrite (overwrite=True from Python)")
-    for path in set(earlier) - set(files):  # removed at the end: only an extraction's own shard, never a user's file
-        if not _is_feature_shard(path):
+    # replaced or removed at the end: beside ``out`` itself (the name given), only an extraction's own shards, never
+    # a user's file at a shard's name, whether this run writes that name again or not
+    for path in earlier:
+        if (path != out or out not in files) and not _is_feature_shard(path):
             raise BertkitError(f"{path} is named as a shard of {out.name} but is not one bertkit wrote (no "
                                "'bertkit-features' metadata); move it away or choose another output file")
     rank, world = current().rank, current().world_size
@@ -238,7 +259,7 @@ def extract_features(
                 states_of(p, u)
         return {"rank": rank, "lines": sum(len(b) for part in batches for unit in part for b in unit[rank::world])}
     if out.suffix == ".jsonl":
-        _write_jsonl(out, units[0], states_of, encoded, tokenizer, layers)
+        _write_jsonl(out, units[0], states_of, encoded, tokenizer, layers, np.dtype(dtype))
     else:
         _write_safetensors(files, plan, units, states_of, encoded, layers, np.dtype(dtype),
                            _safetensors_meta(layers, dtype, model.config.hidden_size, max_seq_length))
@@ -312,13 +333,14 @@ def _plan_output(out: Path, encoded: Sequence[dict], per_token_bytes: int, max_s
 
 
 def _write_jsonl(out: Path, units: list[list[int]], states_of: Callable[[int, int], dict[int, np.ndarray]],
-                 encoded: Sequence[dict], tokenizer: Any, layers: Sequence[int]) -> None:
+                 encoded: Sequence[dict], tokenizer: Any, layers: Sequence[int], np_dtype: np.dtype) -> None:
     with atomic_write(out) as f:
         for u, unit in enumerate(units):
             states = states_of(0, u)
             for i in unit:
                 tokens = tokenizer.convert_ids_to_tokens(encoded[i]["input_ids"])
-                f.write(_jsonl_line(i, tokens, states[i], layers))
+                # float16: the values a .safetensors output holds, read back exactly as float32
+                f.write(_jsonl_line(i, tokens, states[i].astype(np_dtype).astype(np.float32), layers))
 
 
 def _write_safetensors(files: list[Path], plan: list[range], units: list[list[list[int]]],
@@ -385,7 +407,7 @@ def _one_output(path: Path) -> list[Path]:
 
 def read_features(path: str | os.PathLike) -> Iterator[dict[str, Any]]:
     """Yield ``{"line_index", "tokens" (jsonl) or "input_ids" (safetensors), "layers": {index: (T, H)}}`` from
-    what ``extract_features`` wrote to ``path`` (its shards found by name)."""
+    what ``extract_features`` wrote to ``path`` (its shards found by name), the layers in the order extracted."""
     path = Path(path)
     if path.suffix == ".jsonl":
         if not path.is_file():
@@ -404,7 +426,9 @@ def read_features(path: str | os.PathLike) -> Iterator[dict[str, Any]]:
     shards = _one_output(path)
     for shard in shards:
         t = load_file(str(shard))
-        names = [int(k.split(".", 1)[1]) for k in t if k.startswith("layer.")]
+        # in the order asked for, as the .jsonl has them (the file holds its tensors sorted by name)
+        names = json.loads(_shard_meta(shard).get("layers", "[]")) or [int(k.split(".", 1)[1]) for k in t
+                                                                      if k.startswith("layer.")]
         offsets = t["offsets"]
         for j, line in enumerate(t["line_index"].tolist()):
             a, b = int(offsets[j]), int(offsets[j + 1])

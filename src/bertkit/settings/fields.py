@@ -133,6 +133,9 @@ def check_fields(settings: Any) -> None:
         if isinstance(value, enum.Enum):  # transformers' IntervalStrategy, SchedulerType, ...
             value = value.value
             object.__setattr__(settings, f.name, value)
+        if isinstance(value, list) and typing.get_origin(_not_none(hints[f.name])) is tuple:
+            value = tuple(value)  # a list from Python: a tuple, as the flags and --config give it, checked item by item
+            object.__setattr__(settings, f.name, value)
         if not _accepts(hints[f.name], value):
             choices = typing.get_args(_not_none(hints[f.name]))
             if typing.get_origin(_not_none(hints[f.name])) is typing.Literal and isinstance(value, str):

@@ -112,7 +112,7 @@ class ExtractSettings(OverwriteSettings, ProgressSettings, Int8Settings):
     batch_size: int = flag(32, check=at_least_one)
     """Sequences per batch."""
     dtype: Literal["float32", "float16"] = "float32"
-    """Value type in safetensors output."""
+    """Value type of the written states (float16: rounded so, in .jsonl as in .safetensors)."""
     ddp_timeout: float = flag(1800.0, check=positive)
     """Under torchrun: seconds a process waits for the others before the run stops with an error."""
 
