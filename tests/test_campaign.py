@@ -512,7 +512,8 @@ def test_a_settings_file_with_a_byte_order_mark_is_read(ckpts, lines, tmp_path, 
 
 
 @pytest.mark.parametrize("layers, written", [
-    ("-1", [-1]), ("0", [0]), ("2", [2]), ("-3", [-3]), ("2,-1", [2, -1]), ("-0", [0]),
+    ("-1", [-1]), ("0", [0]), ("2", [2]), ("-3", [-3]), ("1,-1", [1, -1]), ("-0", [0]),
+    ("2,-1", "layers 2 and -1 in [2, -1] are the same hidden state of this model (2 layers: -1 = 2)"),
     ("1,,2", "expected a comma-separated list of int, got '1,,2'"),  # a layer left out, not the list 1,2
     ("3", "layer 3 does not exist: this model has 3 hidden states"), ("-4", "layer -4 does not exist"),
     ("", "give at least one layer index"), ("a", "--layers: expected a comma-separated list of int, got 'a'"),
