@@ -33,10 +33,11 @@ from bertkit.data.shards import (
     shard_name,
     write_manifest,
 )
-from bertkit.data.text import WorkUnit, expand_input_files, iter_documents, plan_work_units
+from bertkit.data.text import WorkUnit, iter_documents, plan_work_units
 from bertkit.errors import BertkitError
 from bertkit.manifests import sha256_of
 from bertkit.outputs import atomic_write_text
+from bertkit.tokenization.textfiles import expand_input_files
 
 logger = logging.getLogger(__name__)
 SPECIAL_ROLES = ("pad", "unk", "cls", "sep", "mask")  # the manifest records each one's id
@@ -71,7 +72,9 @@ def create_pretraining_data(
     vocab = tokenizer.convert_ids_to_tokens(list(range(len(tokenizer.vocab))))
     if not input_files:
         raise BertkitError("no input files: pass at least one text file")
-    input_files = expand_input_files(input_files)
+    input_files = expand_input_files(input_files, "its documents would be read twice, and a random-next segment "
+                                     "drawn from the copy would be the true next text; pass each file once "
+                                     "(--dupe-factor makes more instances of every document)")
     units = plan_work_units(input_files, config.input_format, config.unit_bytes)
 
     started = time.perf_counter()

@@ -16,12 +16,7 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
 from bertkit.errors import BertkitError
-from bertkit.tokenization.textfiles import (
-    expand_input_files,
-    iter_lines,
-    refuse_compressed,
-    refuse_lone_carriage_returns,
-)
+from bertkit.tokenization.textfiles import iter_lines, refuse_compressed, refuse_lone_carriage_returns
 
 INPUT_FORMATS = ("auto", "prose", "sentences", "wikitext")
 
@@ -38,10 +33,6 @@ _TABLE_MARKUP = re.compile(r"\|-|-{3,} +-{3,}")
 _CLOSERS = "\"'”’»)]_*"
 _PROSE_END = ".!?:;…"
 _DETECT_BYTES = 64 * 1024
-_TWICE = (
-    "its documents would be read twice, and a random-next segment drawn from the copy would be the true next "
-    "text; pass each file once (--dupe-factor makes more instances of every document)"
-)
 # Lines that are one whole sentence, for "auto" to read a file as google's layout.
 _SENTENCE_LINES_SHARE = 0.85
 
@@ -279,13 +270,14 @@ def plan_work_units(
     "random next" segments can come from another document); a larger file is cut at the first document
     boundary after each multiple of ``unit_bytes`` (docs/pretraining-data.md, "Parallel, streaming,
     deterministic"). The plan never depends on the number of workers. A corpus of empty files is an error.
+    ``files`` are files (``tokenization.textfiles.expand_input_files`` expands patterns and refuses the rest).
     """
     if unit_bytes < 1:
         raise BertkitError(f"unit_bytes must be positive, got {unit_bytes}")
     if input_format not in INPUT_FORMATS:
         raise BertkitError(f"input_format={input_format!r} is not one of {INPUT_FORMATS}")
     parts: list[FilePart] = []
-    for path in expand_input_files(files, _TWICE):
+    for path in map(str, files):
         size = os.path.getsize(path)
         if size == 0:
             continue

@@ -23,9 +23,6 @@ _COMPRESSED = ((b"\x1f\x8b", "gzip", "gunzip -k"), (b"\xfd7zXZ\x00", "xz", "unxz
 def refuse_compressed(head: bytes, path: str | os.PathLike) -> None:
     """A compressed file, or UTF-16/32 text, is refused, naming its format and how to decompress or convert it: read
     as UTF-8 it would be an error whose fix (errors='replace') turns its bytes into instances or words of noise."""
-    found = [(kind, how) for magic, kind, how in _COMPRESSED if head.startswith(magic)]
-    if head[:3] == b"BZh" and head[3:4].isdigit() and head[4:10] == b"1AY&SY":
-        found = [("bzip2", "bunzip2 -k")]
     # Byte-order marks of UTF-32 before UTF-16 (UTF-32 LE's starts with UTF-16 LE's): what Windows saves as "Unicode".
     for bom, name in ((b"\xff\xfe\x00\x00", "UTF-32"), (b"\x00\x00\xfe\xff", "UTF-32"), (b"\xff\xfe", "UTF-16"),
                       (b"\xfe\xff", "UTF-16")):
@@ -33,7 +30,11 @@ def refuse_compressed(head: bytes, path: str | os.PathLike) -> None:
             raise BertkitError(f"{path} is {name} text, not UTF-8: convert it first (iconv -f {name} -t UTF-8 {path} > "
                                "NEW.txt) and pass the converted file; read as UTF-8 (errors='replace') its line breaks "
                                "leave a NUL on each next line, so no line is blank and documents run together")
-    for kind, how in found:
+    found = next(((kind, how) for magic, kind, how in _COMPRESSED if head.startswith(magic)), None)
+    if head[:3] == b"BZh" and head[3:4].isdigit() and head[4:10] == b"1AY&SY":
+        found = ("bzip2", "bunzip2 -k")
+    if found is not None:
+        kind, how = found
         raise BertkitError(f"{path} is {kind}-compressed, not text: decompress it first ({how} {path}) and pass "
                            "the decompressed file")
 
