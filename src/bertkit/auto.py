@@ -13,7 +13,7 @@ from typing import Any
 
 import torch
 
-from bertkit.checkpoint_io import resolve_dtype
+from bertkit.checkpoint_io import dtype_argument, resolve_dtype
 from bertkit.config import BertConfig
 from bertkit.errors import BertkitError
 from bertkit.heads import MODEL_CLASSES
@@ -49,10 +49,7 @@ class _AutoModel:
         """A freshly initialised model of this config (no weights loaded), as transformers' ``from_config``:
         ``dtype`` (or its older name ``torch_dtype``; a name, or ``"auto"``: config.json's, else float32) is the
         model's, as there (it was a TypeError from the model class)."""
-        if "torch_dtype" in kwargs:  # transformers' name before 4.56
-            if dtype is not None:
-                raise BertkitError("pass dtype= or torch_dtype= (its older transformers name), not both")
-            dtype = kwargs.pop("torch_dtype")
+        dtype = dtype_argument(dtype, kwargs)
         model = cls.model_class(config, **kwargs)
         resolved = resolve_dtype(dtype, {}, config)
         return model if resolved is None else model.to(resolved)

@@ -327,6 +327,16 @@ def _checkpoint_directory(path: str | Path | None, config: BertConfig | None,
     return directory
 
 
+def dtype_argument(dtype: torch.dtype | str | None, kwargs: dict[str, Any]) -> torch.dtype | str | None:
+    """``dtype=``, or ``torch_dtype=`` (transformers' name before 4.56; ported code still passes it) taken out of
+    ``kwargs``; both given is refused."""
+    if "torch_dtype" not in kwargs:
+        return dtype
+    if dtype is not None:
+        raise BertkitError("pass dtype= or torch_dtype= (its older transformers name), not both")
+    return kwargs.pop("torch_dtype")
+
+
 def resolve_dtype(dtype: torch.dtype | str | None, weights: dict[str, Tensor], config: BertConfig
                    ) -> torch.dtype | None:
     """``from_pretrained``'s dtype as a torch dtype: ``"auto"`` is transformers', the one config.json names
@@ -391,10 +401,7 @@ class PretrainedMixin(TransformersModelCalls):
         another shape (another label count), logging which.
         """
         refuse_hub_options(path, config_overrides)
-        if "torch_dtype" in config_overrides:  # transformers' name before 4.56; ported code still passes it
-            if dtype is not None:
-                raise BertkitError("pass dtype= or torch_dtype= (its older transformers name), not both")
-            dtype = config_overrides.pop("torch_dtype")
+        dtype = dtype_argument(dtype, config_overrides)
         if attn_implementation not in (None, *ATTN_IMPLEMENTATIONS):
             raise BertkitError(f"attn_implementation {attn_implementation!r} is not available in bertkit; use "
                                f"'sdpa' (the default: PyTorch's fused attention, padding skipped) or 'eager' "
