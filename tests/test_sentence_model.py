@@ -223,3 +223,18 @@ def test_a_saved_truncate_dim_wider_than_the_model_is_refused_naming_the_file(tm
     # the caller's truncate_dim wins over the file's, as in sentence-transformers
     assert SentenceTransformer(saved, truncate_dim=64).encode(TEXTS[:2]).shape == (2, 64)
     assert np.asarray(pipeline("feature-extraction", model=str(saved), truncate_dim=64)(TEXTS[:2])).shape == (2, 64)
+
+
+def test_forward_returns_the_token_embeddings_beside_the_sentence_embedding(models):
+    """``model(features)["token_embeddings"]``, sentence-transformers' last-layer token states: a KeyError before
+    (bertkit's forward added only ``sentence_embedding``)."""
+    ours, ref = models
+    features, want = ours.tokenize(TEXTS[:3]), ref.tokenize(TEXTS[:3])
+    with torch.no_grad():
+        got, expected = ours(features), ref(want)
+    assert {"token_embeddings", "sentence_embedding", "attention_mask"} <= set(got)
+    real = want["attention_mask"].bool()  # (B, T): sentence-transformers' padding positions hold unpooled states
+    assert got["token_embeddings"].shape == expected["token_embeddings"].shape == (3, *real.shape[1:], 384)
+    torch.testing.assert_close(got["token_embeddings"][real], expected["token_embeddings"][real], atol=1e-5, rtol=0)
+    torch.testing.assert_close(got["sentence_embedding"], expected["sentence_embedding"], atol=1e-5, rtol=0)
+

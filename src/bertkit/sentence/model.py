@@ -30,7 +30,7 @@ from torch import Tensor, nn
 from bertkit._parallel import job_of
 from bertkit.errors import BertkitError, NotImplementedInBertkit, given_path, is_whole
 from bertkit.hub import download_hint, not_a_directory
-from bertkit.modeling import BertModel
+from bertkit.modeling import BertModel, BertModelOutput
 from bertkit.outputs import atomic_write_json
 from bertkit.padding import moved
 from bertkit.sentence.directory import (
@@ -370,14 +370,20 @@ class SentenceTransformer(ReferenceCalls, Prompted, nn.Module):
               prompt_length: int = 0) -> Tensor:
         """(B, D) sentence embeddings of a tokenized batch: encoder, pooling, then Normalize if the model has it."""
         out = self.bert(input_ids, attention_mask, token_type_ids)  # the batch may still be on the host (encode)
+        return self._pool(out, attention_mask, prompt_length)
+
+    def _pool(self, out: BertModelOutput, attention_mask: Tensor, prompt_length: int) -> Tensor:
         v = self.pooling(out, moved(attention_mask, out.tokens.device), prompt_length)
         return F.normalize(v, p=2, dim=-1) if self.normalize else v
 
     def forward(self, features: dict[str, Tensor]) -> dict[str, Tensor]:
-        """sentence-transformers' ``model(features)``: the features with ``sentence_embedding`` added."""
-        emb = self.embed(features["input_ids"], features["attention_mask"], features.get("token_type_ids"),
-                         int(features.get("prompt_length", 0)))
-        return {**features, "sentence_embedding": emb}
+        """sentence-transformers' ``model(features)``: the features with ``token_embeddings`` (B, T, H), the
+        encoder's last layer, and ``sentence_embedding`` (B, D) added. Padding positions of ``token_embeddings`` hold
+        zeros where the encoder ran unpadded (sentence-transformers': the states computed there, which no pooling
+        reads)."""
+        out = self.bert(features["input_ids"], features["attention_mask"], features.get("token_type_ids"))
+        emb = self._pool(out, features["attention_mask"], int(features.get("prompt_length", 0)))
+        return {**features, "token_embeddings": out.last_hidden_state, "sentence_embedding": emb}
 
     # -- encode ----------------------------------------------------------------------------------------------------
     def encode(self, inputs: Any = None, prompt_name: str | None = None, prompt: str | None = None,
