@@ -238,3 +238,22 @@ def test_forward_returns_the_token_embeddings_beside_the_sentence_embedding(mode
     torch.testing.assert_close(got["token_embeddings"][real], expected["token_embeddings"][real], atol=1e-5, rtol=0)
     torch.testing.assert_close(got["sentence_embedding"], expected["sentence_embedding"], atol=1e-5, rtol=0)
 
+
+def test_assembling_modules_is_refused_naming_the_directory_way(models):
+    """``from sentence_transformers import models`` ported: Python's "cannot import name 'models'", and
+    ``SentenceTransformer(modules=[...])`` without a path a TypeError for the missing argument; now both say that
+    bertkit loads a directory, and ``model.append(...)`` where the encoder lives."""
+    from bertkit.errors import NotImplementedInBertkit
+    from bertkit.sentence import models as st_modules
+
+    directory = r"is loaded from a directory, not assembled from modules: SentenceTransformer\(path\) on a BERT"
+    for name in ("Transformer", "Pooling", "Normalize"):
+        with pytest.raises(BertkitError, match=rf"^models.{name} is not implemented in bertkit: .*{directory}"):
+            getattr(st_modules, name)
+    with pytest.raises(BertkitError, match=r"^models.Dense is not implemented in bertkit: .*use sentence-transformers"):
+        from bertkit.sentence.models import Dense  # noqa: F401
+    with pytest.raises(BertkitError, match=rf"^SentenceTransformer\(modules=...\) is not implemented in bertkit: .*"
+                                           rf"{directory}"):
+        SentenceTransformer(modules=[object()])
+    with pytest.raises(NotImplementedInBertkit, match=r"SentenceTransformer.append is not implemented .* model.bert"):
+        models[0].append(None)

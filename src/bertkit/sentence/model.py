@@ -50,9 +50,15 @@ from bertkit.tokenization import AutoTokenizer
 
 logger = logging.getLogger("bertkit")
 
+# what a script that assembles sentence-transformers' modules (SentenceTransformer(modules=[...]), models.Pooling)
+# does here instead
+FROM_A_DIRECTORY = ("bertkit's SentenceTransformer is loaded from a directory, not assembled from modules: "
+                    "SentenceTransformer(path) on a BERT checkpoint is its Transformer and mean Pooling (set "
+                    "model.max_seq_length = N after loading); for another pooling or a Normalize, build and save the "
+                    "model once with sentence-transformers and load that directory")
 # sentence-transformers' constructor arguments bertkit does not implement, with what to do instead
 _REFUSED_INIT = {
-    "modules": "build the directory with sentence-transformers, or start from a BERT checkpoint directory",
+    "modules": FROM_A_DIRECTORY,
     "cache_folder": "bertkit loads local directories; download the model first",
     "trust_remote_code": "bertkit runs BERT only; drop this argument",
     "revision": "bertkit loads local directories; check out the revision first",
@@ -124,6 +130,7 @@ _MODULES = ("bertkit's SentenceTransformer is no list of modules: its encoder is
 # sentence-transformers' model methods bertkit does not implement, with what to use instead
 _REFUSED_METHODS = {
     "_first_module": _MODULES, "_last_module": _MODULES, "transformers_model": _MODULES,
+    "append": _MODULES, "extend": _MODULES, "insert": _MODULES,  # nn.Sequential's, which sentence-transformers' is
     "fit": _TRAINER,  # (a SparseEncoder's: SentenceTransformer and CrossEncoder have their own)
     "old_fit": "old_fit is sentence-transformers' v2 training loop; call fit(), which trains on the trainer as "
                "sentence-transformers' fit() does, or " + _TRAINER,
@@ -227,7 +234,7 @@ class SentenceTransformer(ReferenceCalls, Prompted, nn.Module):
     # ``model``): under these names a learning_rate_mapping written for sentence-transformers selects parameters
     st_paths: ClassVar[dict[str, str]] = {"bert": "0.model"}
 
-    def __init__(self, model_name_or_path: str | Path, device: str | None = None, *,
+    def __init__(self, model_name_or_path: str | Path | None = None, device: str | None = None, *,
                  prompts: dict[str, str] | None = None, default_prompt_name: str | None = None,
                  similarity_fn_name: str | None = None, truncate_dim: int | None = None,
                  local_files_only: bool = True, model_kwargs: dict[str, Any] | None = None, **unknown: Any):
