@@ -257,3 +257,18 @@ def test_assembling_modules_is_refused_naming_the_directory_way(models):
         SentenceTransformer(modules=[object()])
     with pytest.raises(NotImplementedInBertkit, match=r"SentenceTransformer.append is not implemented .* model.bert"):
         models[0].append(None)
+
+
+def test_tokenize_takes_a_list_of_texts_and_names_what_is_not_one(models):
+    """A str was tokenized a character at a time (as sentence-transformers does: 11 one-letter rows for "hello
+    world"), and a None or a number in the list raised Python's "can only concatenate str"; a {"text": ...} dict,
+    which encode takes, was that TypeError too. Now a dict is its text and the others are refused by name."""
+    ours, ref = models
+    got, want = ours.tokenize([{"text": TEXTS[0]}, TEXTS[1]]), ref.tokenize([{"text": TEXTS[0]}, TEXTS[1]])
+    assert torch.equal(got["input_ids"], want["input_ids"]) and got["input_ids"].shape[0] == 2
+    with pytest.raises(BertkitError, match=r"^tokenize\(\) takes a list of texts, got str 'hello world'; pass \[text\]"):
+        ours.tokenize("hello world")
+    for bad, message in ((None, "is NoneType 'None'; tokenize takes strings"), (5, "is int '5'; tokenize takes"),
+                         (("a", "b"), "is the text pair \\('a', 'b'\\)")):
+        with pytest.raises(BertkitError, match=rf"^tokenize\(\) input 1 {message}"):
+            ours.tokenize(["fine", bad])

@@ -186,7 +186,8 @@ def texts_of(inputs: Any) -> tuple[list[str], bool]:
     return [_text(x, "input" if single else f"input {i}") for i, x in enumerate(items)], single
 
 
-def _text(item: Any, where: str) -> str:
+def _text(item: Any, where: str, call: str = "encode") -> str:
+    """``item`` as one text, or the refusal naming ``call``'s input ``where`` and what to give instead."""
     if isinstance(item, str):
         return str(item)  # a numpy string as the plain str the tokenizer takes
     if isinstance(item, Mapping):
@@ -194,23 +195,23 @@ def _text(item: Any, where: str) -> str:
         if keys == ["text"]:
             if isinstance(item["text"], str):
                 return item["text"]
-            raise BertkitError(f"encode() {where} holds 'text' {type(item['text']).__name__} "
+            raise BertkitError(f"{call}() {where} holds 'text' {type(item['text']).__name__} "
                                f"{str(item['text'])[:60]!r}; give the text as a string (join pre-split words: "
                                "pre-tokenized input is not implemented)")
         if {"role", "content"} <= set(keys):
-            raise BertkitError(f"encode() {where} is a chat message ({keys}); this model embeds texts: pass the "
+            raise BertkitError(f"{call}() {where} is a chat message ({keys}); this model embeds texts: pass the "
                                "message's content")
         column = next((k for k in keys if isinstance(item[k], str)), "text")
-        raise BertkitError(f"encode() {where} is a dict with the keys {keys}; a dict input is {{'text': ...}} and "
+        raise BertkitError(f"{call}() {where} is a dict with the keys {keys}; a dict input is {{'text': ...}} and "
                            "nothing else (sentence-transformers 6 refuses other keys too), so a dataset row with other "
                            f"columns is not embedded whole: embed its column, encode(row[{column!r}]) or "
                            f"encode(dataset[{column!r}])")
     pair = isinstance(item, (tuple, list)) or isinstance(item, np.ndarray) and item.ndim == 1  # not a 0-d array's str
     if pair and len(item) == 2 and all(isinstance(x, str) for x in item):
-        raise BertkitError(f"encode() {where} is the text pair {str(item)[:80]}; embedding a pair as one sequence is "
+        raise BertkitError(f"{call}() {where} is the text pair {str(item)[:80]}; embedding a pair as one sequence is "
                            "not implemented in bertkit.sentence: embed each text, or score the pair with a CrossEncoder")
-    raise BertkitError(f"encode() {where} is {type(item).__name__} {str(item)[:60]!r}; encode takes strings (or "
-                       "{'text': str}), one or a list of them")
+    raise BertkitError(f"{call}() {where} is {type(item).__name__} {str(item)[:60]!r}; {call} takes strings (or "
+                       "{'text': str}), " + ("one or a list of them" if call == "encode" else "a list of them"))
 
 
 def as_requested(rows: Tensor, convert_to_tensor: bool, convert_to_numpy: bool, single: bool,
@@ -356,7 +357,11 @@ class SentenceTransformer(ReferenceCalls, Prompted, nn.Module):
     def tokenize(self, texts: Sequence[str], prompt: str | None = None) -> dict[str, Tensor]:
         """``input_ids``, ``token_type_ids``, ``attention_mask`` (B, T), truncated to max_seq_length, and
         ``prompt_length`` (the prompt's tokens after [CLS], 0 without one)."""
-        texts = [(prompt or "") + t for t in texts]
+        if isinstance(texts, (str, Mapping)) or not isinstance(texts, Iterable):
+            # sentence-transformers tokenizes a str's characters as texts (a dict's keys), a batch of one-letter rows
+            raise BertkitError(f"tokenize() takes a list of texts, got {type(texts).__name__} {str(texts)[:60]!r}; "
+                               "pass [text] for one")
+        texts = [(prompt or "") + _text(t, f"input {i}", "tokenize") for i, t in enumerate(texts)]
         if self.do_lower_case:
             texts = [self.tokenizer.lowercase(t) for t in texts]
         batch = dict(self.tokenizer(texts, padding=True, truncation=True, max_length=self.max_seq_length,
