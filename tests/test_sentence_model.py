@@ -243,12 +243,15 @@ def test_assembling_modules_is_refused_naming_the_directory_way(models):
     """``from sentence_transformers import models`` ported: Python's "cannot import name 'models'", and
     ``SentenceTransformer(modules=[...])`` without a path a TypeError for the missing argument; now both say that
     bertkit loads a directory, and ``model.append(...)`` where the encoder lives."""
+    from sentence_transformers.sentence_transformer import modules as reference
+
     from bertkit.errors import NotImplementedInBertkit
     from bertkit.sentence import models as st_modules
 
     directory = r"is loaded from a directory, not assembled from modules: SentenceTransformer\(path\) on a BERT"
-    for name in ("Transformer", "Pooling", "Normalize"):
-        with pytest.raises(BertkitError, match=rf"^models.{name} is not implemented in bertkit: .*{directory}"):
+    for name in reference.__all__:  # every module of sentence-transformers' models
+        fix = directory if name in ("Transformer", "Pooling", "Normalize") else "use sentence-transformers"
+        with pytest.raises(BertkitError, match=rf"^models.{name} is not implemented in bertkit: .*{fix}"):
             getattr(st_modules, name)
     with pytest.raises(BertkitError, match=r"^models.Dense is not implemented in bertkit: .*use sentence-transformers"):
         from bertkit.sentence.models import Dense  # noqa: F401

@@ -390,6 +390,28 @@ def test_sparse_evaluators_not_implemented_are_refused_by_name():
         evaluation.SparseNoSuchEvaluator  # noqa: B018
 
 
+
+def test_the_models_import_of_sentence_transformers_5_assembles_the_same_encoder(layouts, texts):
+    """``from sentence_transformers.sparse_encoder.models import MLMTransformer, SpladePooling`` (sentence-transformers
+    5's module name, which 6 still imports) was a ModuleNotFoundError here; now it is the modules', and every module
+    sentence-transformers has is bertkit's or refused by name (SparseAutoEncoder was Python's "cannot import name")."""
+    from sentence_transformers.sparse_encoder import modules as reference
+
+    from bertkit.sentence.sparse_encoder import SparseEncoder, models, modules
+
+    checkpoint = str(layouts["checkpoint"])
+    ours = SparseEncoder(modules=[models.MLMTransformer(checkpoint), models.SpladePooling("sum")])
+    theirs = st.SparseEncoder(modules=[MLMTransformer(checkpoint), SpladePooling("sum")], device="cpu")
+    _assert_same_vectors(ours.encode(texts[:4]), theirs.encode(texts[:4]), summed=True)
+    for name in reference.__all__:
+        if name in models.__all__:
+            assert getattr(models, name) is getattr(modules, name)
+            continue
+        with pytest.raises(BertkitError, match=rf"^sparse_encoder.modules.{name} is not implemented in bertkit: "):
+            getattr(models, name)
+    assert sorted(set(reference.__all__) - set(models.__all__)) == ["Asym", "Dense", "InputModule", "Module",
+                                                                    "SparseAutoEncoder"]
+
 @pytest.mark.parametrize("strategy,activation", [("max", "relu"), ("sum", "log1p_relu")])
 def test_splade_pooling_chunks_give_the_same_vectors(strategy, activation, tmp_path, tiny_checkpoint, minilm_dir,
                                                     caplog):

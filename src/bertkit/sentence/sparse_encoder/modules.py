@@ -26,7 +26,7 @@ import torch
 from torch import Tensor, nn
 
 from bertkit.checkpoint_io import read_weights
-from bertkit.errors import BertkitError, is_whole
+from bertkit.errors import BertkitError, is_whole, refusing_getattr
 from bertkit.heads import BertForMaskedLM
 from bertkit.modeling import BertModelOutput
 from bertkit.outputs import atomic_write_json
@@ -547,3 +547,14 @@ def route_of(modules: Sequence[nn.Module], where: str) -> list[nn.Module]:
                        "SpladePooling, or SparseStaticEmbedding, on each route (a Router's routes, or the model's "
                        "modules). Other modules (SparseAutoEncoder, Dense, Pooling: sentence-transformers' CSR "
                        "encoders) are not implemented: use sentence-transformers for this model")
+
+
+_CSR = ("bertkit's SparseEncoder runs Transformer (fill-mask) + SpladePooling, or SparseStaticEmbedding, on each route; "
+        "sentence-transformers' CSR encoders (Pooling, SparseAutoEncoder) and a Dense are not implemented: use "
+        "sentence-transformers for such a model")
+# sentence-transformers' sparse modules bertkit does not implement, with what to use
+_REFUSED = {"Dense": _CSR, "SparseAutoEncoder": _CSR,
+            "Asym": "use Router.for_query_document(query_modules=[...], document_modules=[...])",
+            **dict.fromkeys(("Module", "InputModule"), "a custom module is not implemented: bertkit assembles the "
+                                                       "modules listed in docs/sentence.md")}
+__getattr__ = refusing_getattr(__name__, _REFUSED)
