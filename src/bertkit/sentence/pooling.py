@@ -75,6 +75,8 @@ class Pooling:
             raise BertkitError(f"{where}: pooling_mode {mode!r} must be a mode's name or a list of them, from {MODES}")
         if mode is not None:
             modes = (mode,) if isinstance(mode, str) else tuple(mode)
+            if not modes:  # sentence-transformers fails at the first encode (torch.cat of no poolings)
+                raise BertkitError(f"{where}: pooling_mode [] names no mode; list one or more of {MODES}")
         else:
             modes = tuple(name for key, name in _LEGACY_KEYS.items() if config.get(key))
         refused += [m for m in modes if m not in MODES]
