@@ -390,11 +390,12 @@ class SentenceTransformer(ReferenceCalls, Prompted, nn.Module):
 
     def forward(self, features: dict[str, Tensor]) -> dict[str, Tensor]:
         """sentence-transformers' ``model(features)``: the features with ``token_embeddings`` (B, T, H), the
-        encoder's last layer, and ``sentence_embedding`` (B, D) added. Padding positions of ``token_embeddings`` hold
-        zeros where the encoder ran unpadded (sentence-transformers': the states computed there, which no pooling
-        reads)."""
+        encoder's last layer, and ``sentence_embedding`` (B, D) added, both in the type the encoder computed (pooled
+        and normalised in float32, as ``encode``). Padding positions of ``token_embeddings`` hold zeros where the
+        encoder ran unpadded (sentence-transformers': the states computed there, which no pooling reads)."""
         out = self.bert(features["input_ids"], features["attention_mask"], features.get("token_type_ids"))
-        emb = self._pool(out, features["attention_mask"], int(features.get("prompt_length", 0)))
+        # a half model's float32 embedding met its other float16 tensors in a product: torch refuses mixed types
+        emb = self._pool(out, features["attention_mask"], int(features.get("prompt_length", 0))).to(out.tokens.dtype)
         return {**features, "token_embeddings": out.last_hidden_state, "sentence_embedding": emb}
 
     # -- encode ----------------------------------------------------------------------------------------------------
