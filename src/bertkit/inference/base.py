@@ -170,7 +170,7 @@ class Pipeline:
     def decode(self, item: Any, rows: list[dict[str, Any]], outputs: list[np.ndarray], **options: Any) -> Any:
         raise NotImplementedError
 
-    def check_input(self, item: Any, index: int) -> Any:
+    def check_input(self, item: Any, index: int | str) -> Any:
         """The input as the pipeline reads it (``fields``); a wrong type or an empty text (``refuse_empty_text``) is
         an error naming the input's index."""
         if not self.fields:
