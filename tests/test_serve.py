@@ -197,6 +197,35 @@ def test_a_model_call_that_raises_is_answered_500_in_teis_body_and_counted(serve
         server.stop()
 
 
+def test_a_fault_reading_a_request_is_answered_500_in_teis_body_and_counted(served):
+    """A fault of the server's own while it read a body (the parser thread) reached the client as a bare text/plain
+    "Internal Server Error", uncounted by /metrics (/tokenize with prompt_name on a sparse server did so): it is now
+    answered as a failed model call is, a 500 naming it in TEI's body, and the server answers the next request."""
+    from bertkit.inference.serve import create_app
+
+    _, pipe = served
+
+    class Faulty(type(pipe)):
+        def check_input(self, item, index):
+            if item == "boom":
+                raise AttributeError("'Faulty' object has no attribute 'prompt_for'")
+            return super().check_input(item, index)
+
+    server = Server(create_app(Faulty(pipe.model, pipe.tokenizer, batch_size=16), "faulty", max_wait_ms=1))
+    try:
+        before = metrics(server.url)
+        r = httpx.post(f"{server.url}/predict", json={"inputs": "boom"}, timeout=60)
+        assert r.status_code == 500
+        assert r.json() == {"error": "answering /predict failed: AttributeError: 'Faulty' object has no attribute "
+                                     "'prompt_for'", "error_type": "Backend"}
+        after = metrics(server.url)
+        assert (after["requests"] - before["requests"], after["errors"] - before["errors"]) == (1, 1)
+        fine = httpx.post(f"{server.url}/predict", json={"inputs": "a fine film"}, timeout=60)
+        assert fine.status_code == 200 and _close(fine.json()[0], pipe("a fine film"))
+    finally:
+        server.stop()
+
+
 @pytest.mark.parametrize("body, status, message", [
     (b'{"inputs": "unclosed', 400, "not valid JSON"),
     (b'["a list"]', 422, "the body of /predict must be a JSON object with inputs"),

@@ -657,7 +657,6 @@ def test_the_start_up_line_says_whether_the_routes_are_protected(monkeypatch, ca
     ("/embed", {"inputs": ["", "a text"]}, ["", "a text"]),
     ("/", {"inputs": "\t"}, ["\t"]),
     ("/predict", {"inputs": ["a text", "b", "\u200b"]}, ["a text", "b", "\u200b"]),  # a zero-width space alone
-    ("/similarity", {"inputs": {"source_sentence": "a text", "sentences": ["b", ""]}}, ["a text", "b", ""]),
 ])
 def test_an_empty_text_is_refused_on_every_route_in_the_pipelines_words(embedder, path, body, texts):
     """An empty string got the vector of [CLS] [SEP] as if it were the text's (OpenAI and TEI refuse it). The server
@@ -671,6 +670,24 @@ def test_an_empty_text_is_refused_on_every_route_in_the_pipelines_words(embedder
         pipe(texts)
     assert refusal(r) == str(refused.value)
     assert " is empty: " in refusal(r)
+
+
+def test_similarity_names_a_refused_sentence_by_its_field(embedder):
+    """/similarity named a sentence it refused by its place among the texts it embeds, the source sentence first: the
+    second of ``sentences`` was "input 2", which a client reads as sentences[2] (another text, or none)."""
+    url, _ = embedder
+
+    def refused(inputs: dict, **parameters) -> str:
+        r = httpx.post(f"{url}/similarity", headers=AUTH, json={"inputs": inputs, "parameters": parameters})
+        assert r.status_code == 422, r.text
+        return refusal(r)
+
+    assert refused({"source_sentence": "a text", "sentences": ["b", ""]}).startswith(
+        "sentence-embedding input sentences[1] is empty: '' holds no token")
+    assert refused({"source_sentence": "x " * 600, "sentences": ["b"]}, truncate=False).startswith(
+        "input source_sentence has 602 tokens, over max_length 512; send truncate: true")
+    assert refused({"source_sentence": "a", "sentences": ["b", "y " * 600]}, truncate=False).startswith(
+        "input sentences[1] has 602 tokens")
 
 
 def test_a_text_of_emoji_is_embedded_as_the_pipeline_embeds_it_not_refused_as_empty(embedder, reranker):

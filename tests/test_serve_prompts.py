@@ -166,3 +166,45 @@ def test_openais_client_without_v1_in_its_base_url_reaches_the_embeddings_route(
                                                                                                input=[TEXT, LONG])
         np.testing.assert_allclose(np.asarray([d.embedding for d in answer.data]), want, atol=2e-6)
         assert answer.usage.prompt_tokens == 11 + 16
+
+
+def test_tokenize_gives_the_ids_a_lower_casing_directory_reads_with_offsets_into_the_text_as_sent(minilm_2_layers,
+                                                                                                tmp_path):
+    """A directory whose sentence_bert_config.json says do_lower_case over a cased tokenizer reads its texts
+    lower-cased (sentence-transformers' Lowercase before the tokenizer). /tokenize gave the cased text's ids ("Man" an
+    [UNK] of the uncased vocabulary), so those ids sent back to /v1/embeddings embedded another text than /embed did
+    (0.24 apart on MiniLM); with prompt_name on a sparse server (test_sparse_serve.py) it answered 500. Its ids are
+    now the ones the model reads, and each token's text and offsets are the input's as sent, past a character that
+    lowers to two ("İ": "i" and a combining dot)."""
+    import json
+
+    from bertkit import pipeline
+    from bertkit.inference.serve import create_app
+
+    d = st_directory(minilm_2_layers, tmp_path / "m", st_config={"prompts": {"query": "Search: "}})
+    for name, key, cased in (("tokenizer_config.json", None, {"do_lower_case": False}),
+                             ("tokenizer.json", "normalizer", {"lowercase": False})):
+        saved = json.loads((d / name).read_text())
+        (d / name).unlink()  # a symlink to the checkpoint's file
+        (saved[key] if key else saved).update(cased)
+        (d / name).write_text(json.dumps(saved))
+    (d / "sentence_bert_config.json").write_text(json.dumps({"max_seq_length": 64, "do_lower_case": True}))
+    pipe = pipeline("sentence-embedding", d, batch_size=8, progress=False)
+    assert pipe.lowercase and pipe.tokenizer("Man", add_special_tokens=False)["input_ids"] == [100]  # cased: [UNK]
+    server = Server(create_app(pipe, str(d), max_batch_size=8, max_wait_ms=2))
+    try:
+        text = "İstanbul: A Man plays."
+        for body, sent in (({"inputs": text}, text), ({"inputs": text, "prompt_name": "query"}, "Search: " + text)):
+            tokens = httpx.post(f"{server.url}/tokenize", json=body).json()[0]
+            assert [t["id"] for t in tokens] == pipe.encode((text, None), **body)[0]["input_ids"]
+            words = [(t["id"], t["text"], t["start"], t["stop"]) for t in tokens if not t["special"]]
+            at = len(sent) - len(text)  # the prompt's characters
+            assert words[-6:] == [(100, "İstanbul", at, at + 8), (1024, ":", at + 8, at + 9), (1037, "A", at + 10, at + 11),
+                                  (2158, "Man", at + 12, at + 15), (3248, "plays", at + 16, at + 21),
+                                  (1012, ".", at + 21, at + 22)]
+        ids = [t["id"] for t in httpx.post(f"{server.url}/tokenize", json={"inputs": text}).json()[0]]
+        from_ids = httpx.post(f"{server.url}/v1/embeddings", json={"input": [ids]}).json()["data"][0]["embedding"]
+        np.testing.assert_allclose(from_ids, httpx.post(f"{server.url}/embed", json={"inputs": text}).json()[0],
+                                   atol=1e-6)
+    finally:
+        server.stop()

@@ -228,6 +228,19 @@ def test_the_wire_is_teis_documented_shape(served, texts, vocab_size):
     assert sorted(d["token"] for d in p) == sorted(served_tokens(body[0]))
 
 
+@pytest.mark.parametrize("side", ["query", "document"])
+def test_tokenize_takes_prompt_name_as_embed_sparse_does(served, side):
+    """/tokenize with prompt_name on a sparse server answered 500, a plain-text "Internal Server Error" (the pipeline
+    had no prompt of its own to give). It gives the tokens of the side's prompt and the text: these directories have
+    no prompts, so the text's."""
+    import httpx
+
+    r = httpx.post(f"{served['splade'].url}/tokenize", json={"inputs": "I like you.", "prompt_name": side}, timeout=60)
+    assert r.status_code == 200, r.text
+    assert [(t["id"], t["start"]) for t in r.json()[0]] == [(101, None), (1045, 0), (2066, 2), (2017, 7), (1012, 10),
+                                                             (102, None)]
+
+
 def served_tokens(pairs: list[dict]) -> list[str]:
     from bertkit.tokenization import BertTokenizer
     from serve_helpers import MODEL

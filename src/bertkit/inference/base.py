@@ -153,6 +153,12 @@ class Pipeline:
         predict`` checks a file's texts with it before the model loads)."""
         return BertTokenizer.from_pretrained(model_dir)
 
+    def text_form(self, prompt_name: str | None) -> tuple[str, bool]:
+        """(the prompt put before a text, whether the text is lower-cased before the tokenizer): how the model writes
+        a text before tokenizing it, which ``/tokenize`` shows. None and no here; a sentence-transformers directory
+        says otherwise (the embedding and sparse pipelines)."""
+        return "", False
+
     # -- the three task-specific steps ----------------------------------------------------------------
     def encode(self, item: Any, **options: Any) -> list[dict[str, Any]]:
         raise NotImplementedError
@@ -164,7 +170,7 @@ class Pipeline:
     def decode(self, item: Any, rows: list[dict[str, Any]], outputs: list[np.ndarray], **options: Any) -> Any:
         raise NotImplementedError
 
-    def check_input(self, item: Any, index: int) -> Any:
+    def check_input(self, item: Any, index: int | str) -> Any:
         """The input as the pipeline reads it (``fields``); a wrong type or an empty text (``refuse_empty_text``) is
         an error naming the input's index."""
         if not self.fields:

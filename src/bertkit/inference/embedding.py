@@ -134,11 +134,14 @@ class FeatureExtractionPipeline(TextOrPairPipeline):
         ``encode(prompt_name=...)`` chooses in sentence-transformers)."""
         return self.prompt if prompt_name is None else prompt_named(self.prompts, prompt_name)
 
+    def text_form(self, prompt_name: str | None) -> tuple[str, bool]:
+        return self.prompt_for(prompt_name), self.lowercase
+
     def encode(self, item: tuple[str, str | None], prompt_name: str | None = None,
                **options: Any) -> list[dict[str, Any]]:
-        prompt = self.prompt_for(prompt_name)
+        prompt, lowercase = self.text_form(prompt_name)
         text, pair = prompt + item[0], item[1]
-        if self.lowercase:  # sentence_bert_config.json's do_lower_case, as sentence-transformers applies it
+        if lowercase:  # sentence_bert_config.json's do_lower_case, as sentence-transformers applies it
             lower = self.tokenizer.lowercase
             text, pair = lower(text), lower(pair) if pair is not None else None
         return [self.left_out(row, prompt) for row in super().encode((text, pair), **options)]

@@ -118,7 +118,7 @@ class TextOrPairPipeline(Pipeline):
     fields = {"text": str, "text_pair": str}
     optional = ("text_pair",)
 
-    def check_input(self, item: Any, index: int) -> tuple[str, str | None]:
+    def check_input(self, item: Any, index: int | str) -> tuple[str, str | None]:
         if isinstance(item, str):
             refuse_empty_text(self.tokenizer, item, f"{self.task} input {index}")
             return item, None

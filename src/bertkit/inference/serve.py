@@ -19,7 +19,7 @@ from typing import Any
 
 from bertkit.errors import BertkitError, NonFiniteError
 from bertkit.inference import serve_tei
-from bertkit.inference.serve_batching import Batcher, Job, Stats, fix_mmap_threshold, model_call
+from bertkit.inference.serve_batching import Batcher, Job, Stats, answerable, fix_mmap_threshold, model_call
 from bertkit.inference.serve_wire import PREDICT, Call, Limits, RequestError, Route, load_json
 from bertkit.inference.tasks import SERVED, TASK_ROUTES, Task, task_named
 from bertkit.settings.inference import check_api_key, check_served_name
@@ -173,6 +173,8 @@ class _Server:
             return self.refuse(e, route)
         except BertkitError as e:  # an option's value the pipeline refuses (top_k=0, ...)
             return self.refuse(RequestError(500 if isinstance(e, NonFiniteError) else 422, str(e)), route)
+        except Exception as e:  # noqa: BLE001 (a fault reading the body or writing the answer: TEI's body, as a model call's)
+            return self.refuse(answerable(e, f"answering {route.path}"), route)
 
     def refuse(self, e: RequestError, route: Route) -> Any:
         """The answer to a refused request, counted by /metrics' one rule for refusals (docs/inference.md): once, in

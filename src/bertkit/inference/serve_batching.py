@@ -208,7 +208,7 @@ class Batcher:
                                                                        jobs[0].options)
         except Exception as e:  # noqa: BLE001 (handed to the waiting request, which answers it as an HTTP error)
             if len(jobs) == 1:
-                return self._finish(jobs[0], exception=_answerable(e))
+                return self._finish(jobs[0], exception=answerable(e))
             for job in jobs:
                 if not job.future.cancelled():  # its client may have gone while the shared call ran
                     await self._run([job])
@@ -240,14 +240,14 @@ class Batcher:
             job.future.set_result(results)
 
 
-def _answerable(e: Exception) -> Exception:
-    """A failed model call's exception as its request can answer it: a refusal or a pipeline's error as it is; any
-    other (torch's out of memory, a bug) logged with its traceback and answered 500, TEI's ``Backend`` type, naming
-    it, so that the client reads why and /metrics counts it."""
+def answerable(e: Exception, what: str = "the model call") -> Exception:
+    """The exception of a failed model call (or of ``what`` else failed) as its request can answer it: a refusal or
+    a pipeline's error as it is; any other (torch's out of memory, a bug) logged with its traceback and answered 500,
+    TEI's ``Backend`` type, naming it, so that the client reads why and /metrics counts it."""
     if isinstance(e, (RequestError, BertkitError)):
         return e
-    logger.error("a model call failed", exc_info=e)
-    return RequestError(500, f"the model call failed: {type(e).__name__}: {e}")
+    logger.error("%s failed", what, exc_info=e)
+    return RequestError(500, f"{what} failed: {type(e).__name__}: {e}")
 
 
 def model_call(pipe: Any) -> Callable[[list[Any], dict[str, Any]], list[Any]]:

@@ -136,20 +136,36 @@ def _rerank(data: Any, server: Any) -> Call:
                 chars=sum(len(f["query"]) + len(t) for t in texts))
 
 
+def _lowered_starts(text: str) -> list[int]:
+    """For each character of ``text`` lower-cased a character at a time (as ``BertTokenizer.lowercase``), and for its
+    end, where it comes from in ``text``: a character may lower to two ("İ" to "i" and a combining dot)."""
+    from bertkit.tokenization.basic import lowercase
+
+    return [*(i for i, c in enumerate(text) for _ in lowercase(c)), len(text)]
+
+
 def _tokenize(data: Any, server: Any) -> Call:
+    """TEI's /tokenize: the tokens of each text as the model reads it (the prompt ``prompt_name`` names first, and
+    lower-cased where the directory's do_lower_case says, so that the ids are those ``/v1/embeddings`` embeds as the
+    text), each with its text and offsets in the input as sent (the prompt before it)."""
     pipe, limits = server.pipe, server.limits
     f = fields(data, "/tokenize", ("inputs",), ("add_special_tokens", "prompt_name"), server)
     texts = texts_of(f["inputs"], "inputs", limits)
+    try:
+        prompt, lowercase = pipe.text_form(f.get("prompt_name"))
+    except BertkitError as e:  # a side of a sparse encoder that cannot embed
+        raise RequestError(422, str(e)) from None
     if f.get("prompt_name") is not None:  # the prompt's tokens first; start and stop count in the prompted text
-        prompt = pipe.prompt_for(f["prompt_name"])
         texts = [prompt + t for t in texts]
     out = []
     for text in texts:
-        enc = pipe.tokenizer(text, add_special_tokens=f.get("add_special_tokens", True), return_offsets_mapping=True,
+        read = pipe.tokenizer.lowercase(text) if lowercase else text
+        enc = pipe.tokenizer(read, add_special_tokens=f.get("add_special_tokens", True), return_offsets_mapping=True,
                              return_special_tokens_mask=True)
+        at = _lowered_starts(text) if len(read) != len(text) else range(len(text) + 1)
         pieces = pipe.tokenizer.convert_ids_to_tokens(enc["input_ids"])
         out.append([{"id": i, "text": piece, "special": True, "start": None, "stop": None} if special else
-                    {"id": i, "text": text[a:b], "special": False, "start": a, "stop": b}
+                    {"id": i, "text": text[at[a]:at[b]], "special": False, "start": at[a], "stop": at[b]}
                     for i, piece, special, (a, b) in zip(enc["input_ids"], pieces, enc["special_tokens_mask"],
                                                          enc["offset_mapping"])])
     return Call([], {}, {"result": out}, chars=sum(map(len, texts)))

@@ -251,14 +251,16 @@ def parse_request(data: Any, server: Any, similarity: bool = False) -> Call:
     raw = f.pop("inputs")  # a list is always several inputs: a pair is {"text", "text_pair"} or [[a, b]]
     answer = {renamed.get(k, k): v for k, v in {**params, **f}.items()}  # render reads what it needs
     options = {k: v for k, v in answer.items() if k in pipe.call_options}
+    names = None  # what an error calls each input: its index, or its field in a sentence-similarity body
     if similarity or SIMILARITY in task.routes and isinstance(raw, dict) and "source_sentence" in raw:
         raw, answer["similarity"] = _similarity_inputs(raw, pipe), True
+        names = ["source_sentence", *(f"sentences[{j}]" for j in range(len(raw) - 1))]
     single = not isinstance(raw, list)
     items = [raw] if single else raw
     if not items:
         raise RequestError(422, "inputs is an empty list")
     limits.check_items(len(items))
-    checked, counted, chars, cost = _check_inputs(items, server, options, answer.get("truncate", True))
+    checked, counted, chars, cost = _check_inputs(items, server, options, answer.get("truncate", True), names)
     if task.encoded:
         options = {"rows": True}
     tei = any(k in data for k in top)
@@ -302,11 +304,12 @@ def _similarity_inputs(raw: Any, pipe: Any) -> list[str]:
     return [raw["source_sentence"], *others]
 
 
-def _check_inputs(items: list[Any], server: Any, options: dict[str, Any],
-                  truncate: bool) -> tuple[list[Any], list[int], int, int]:
+def _check_inputs(items: list[Any], server: Any, options: dict[str, Any], truncate: bool,
+                  names: list[str] | None = None) -> tuple[list[Any], list[int], int, int]:
     """(checked inputs, encoded for a task that is ``encoded``; token count of each one-sequence input; characters in
-    all; model sequences): each input is refused here, naming its index, not inside a batch shared with other
-    requests, and so is a request over a limit of cost (``Task.cost``), counted before any window is built."""
+    all; model sequences): each input is refused here, naming its index (or its name in ``names``), not inside a
+    batch shared with other requests, and so is a request over a limit of cost (``Task.cost``), counted before any
+    window is built."""
     pipe, limits, task = server.pipe, server.limits, server.task
     checked: list[Any] = []
     counted: list[int] = []
@@ -314,14 +317,15 @@ def _check_inputs(items: list[Any], server: Any, options: dict[str, Any],
     for i, item in enumerate(items):
         if isinstance(item, list):  # JSON has no tuples: [text, text_pair]; TEI's batches write a text as [text]
             item = item[0] if len(item) == 1 else tuple(item)
+        where = names[i] if names else i
         n = _chars(item)
-        limits.check_chars(n, f"input {i}")
-        read = read_input(pipe, item, i)
+        limits.check_chars(n, f"input {where}")
+        read = read_input(pipe, item, where)
         if task.encoded:
-            item = encode(pipe, read, i, truncate, **options)
+            item = encode(pipe, read, where, truncate, **options)
             counted.append(len(item["input_ids"]))
         elif task.counted:  # counted for max_batch_tokens, x-compute-tokens and /metrics
-            counted.append(fitted(len(pipe.tokenizer(read)["input_ids"]), f"input {i}", pipe, truncate))
+            counted.append(fitted(len(pipe.tokenizer(read)["input_ids"]), f"input {where}", pipe, truncate))
         chars += n
         checked.append(item)
         sequences, more, what = task.cost(pipe, item, options, i)
@@ -337,7 +341,7 @@ def _check_inputs(items: list[Any], server: Any, options: dict[str, Any],
     return checked, counted, chars, cost
 
 
-def read_input(pipe: Any, item: Any, index: int) -> Any:
+def read_input(pipe: Any, item: Any, index: int | str) -> Any:
     """The input as the pipeline reads it (``Pipeline.check_input``), or a 422 naming what is wrong with it (a field
     it does not read, a wrong type, an empty text): refused here, not in a batch shared with other requests."""
     try:
@@ -346,7 +350,8 @@ def read_input(pipe: Any, item: Any, index: int) -> Any:
         raise RequestError(422, str(e)) from None
 
 
-def encode(pipe: Any, read: tuple[str, str | None], index: int, truncate: bool, **options: Any) -> dict[str, Any]:
+def encode(pipe: Any, read: tuple[str, str | None], index: int | str, truncate: bool,
+           **options: Any) -> dict[str, Any]:
     """The model's row for a (text, text_pair) ``read_input`` gave, cut at max_length (422 instead when ``truncate``
     is off): measured on the row the pipeline builds, an embedding model's prompt included."""
     row = pipe.encode(read, truncate=truncate, **options)[0]

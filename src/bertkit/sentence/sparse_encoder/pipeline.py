@@ -144,6 +144,10 @@ class SparseEmbeddingPipeline(Pipeline):
             raise side
         return side
 
+    def text_form(self, prompt_name: str | None) -> tuple[str, bool]:
+        side = self.side(prompt_name)
+        return side.prompt, side.lower
+
     def length(self, text: str, prompt_name: str | None = None) -> tuple[int, int]:
         """(tokens of ``text`` as its side reads it, before any cut; where the side cuts)."""
         side = self.side(prompt_name)
