@@ -115,6 +115,9 @@ def model_kwargs_options(what: str, model_kwargs: dict[str, Any] | None) -> dict
 _TRAINER = ("train with SentenceTransformerTrainer (CrossEncoderTrainer, SparseEncoderTrainer), which fit() "
             "wraps in sentence-transformers: docs/sentence.md")
 _ONE_PROCESS = "call encode() in one process, which uses every core through torch's threads"
+# the pool methods of all three model classes (a CrossEncoder's "call encode()" sent its users to a method it lacks)
+_NO_POOL = ("call encode() (a CrossEncoder's predict() or rank()) in one process, which uses every core through "
+            "torch's threads")
 _HUB = "bertkit works offline: save(path), then upload the directory with huggingface_hub (`hf upload REPO path`)"
 _ADAPTERS = ("wrap the encoder (model.bert; a CrossEncoder's model.model) with peft's get_peft_model, and "
              "merge_and_unload() it before saving")
@@ -128,8 +131,8 @@ _REFUSED_METHODS = {
     "old_fit": "old_fit is sentence-transformers' v2 training loop; call fit(), which trains on the trainer as "
                "sentence-transformers' fit() does, or " + _TRAINER,
     "smart_batching_collate": _TRAINER,
-    "start_multi_process_pool": _ONE_PROCESS, "stop_multi_process_pool": _ONE_PROCESS,
-    "encode_multi_process": _ONE_PROCESS, "push_to_hub": _HUB, "save_to_hub": _HUB,
+    "start_multi_process_pool": _NO_POOL, "stop_multi_process_pool": _NO_POOL, "encode_multi_process": _NO_POOL,
+    "push_to_hub": _HUB, "save_to_hub": _HUB,
     **dict.fromkeys(("add_adapter", "load_adapter", "set_adapter", "enable_adapters", "disable_adapters",
                      "active_adapter", "active_adapters", "delete_adapter", "get_adapter_state_dict"), _ADAPTERS),
 }

@@ -281,6 +281,9 @@ class CrossEncoder(ReferenceCalls, nn.Module):
         model's) is applied to the logits; ``apply_softmax`` then normalises several labels' scores. No pairs give
         sentence-transformers' empty result: ``np.array([])`` (shape (0,), float64), ``torch.tensor([])`` or ``[]``."""
         refuse_arguments("predict", unknown, _REFUSED_CALL)
+        if isinstance(device, (list, tuple)):  # sentence-transformers' multi-process inference, a process per device
+            # (torch's "to() received an invalid combination of arguments" before)
+            raise BertkitError(f"predict(device={device!r}): {_REFUSED_CALL['pool']}, on one device (device='cpu')")
         if not is_whole(batch_size):
             raise BertkitError(f"batch_size must be a whole number >= 1, got {batch_size!r}")
         if isinstance(inputs, np.ndarray):  # an (N, 2) or (2,) array of strings, as sentence-transformers takes
