@@ -370,9 +370,11 @@ class SentenceTransformer(ReferenceCalls, Prompted, nn.Module):
         return prompt_tokens(self.tokenizer, lowered, self.max_seq_length)
 
     def embed(self, input_ids: Tensor, attention_mask: Tensor, token_type_ids: Tensor | None = None,
-              prompt_length: int = 0) -> Tensor:
-        """(B, D) sentence embeddings of a tokenized batch: encoder, pooling, then Normalize if the model has it."""
-        out = self.bert(input_ids, attention_mask, token_type_ids)  # the batch may still be on the host (encode)
+              prompt_length: int = 0, *, bert: nn.Module | None = None) -> Tensor:
+        """(B, D) sentence embeddings of a tokenized batch: encoder, pooling, then Normalize if the model has it.
+        ``bert``: the encoder to run in place of ``self.bert`` (``encode``'s copy made for CPU inference)."""
+        bert = self.bert if bert is None else bert
+        out = bert(input_ids, attention_mask, token_type_ids)  # the batch may still be on the host (encode)
         v = self.pooling(out, moved(attention_mask, out.tokens.device), prompt_length)
         return F.normalize(v, p=2, dim=-1) if self.normalize else v
 
@@ -442,24 +444,25 @@ class SentenceTransformer(ReferenceCalls, Prompted, nn.Module):
 
         On the CPU, more than one batch runs on the encoder's copy made for inference there (``for_cpu_inference``:
         oneDNN-reordered weights, q/k/v in one product; the same numbers within float rounding): on 334 SQuAD
-        paragraphs it encoded 1.24x faster, and the copy (about 60 ms for MiniLM) is paid back within a batch."""
+        paragraphs it encoded 1.24x faster, and the copy (about 60 ms for MiniLM) is paid back within a batch. The
+        copy is this call's own, never put in ``self.bert``: encode called from two threads at once left it there for
+        good (each put back the encoder it found), so that ``save`` failed and training trained other weights."""
         was_training = self.training
         self.eval()
-        plain = self.bert
+        bert = self.bert
         if self.device.type == "cpu" and len(texts) > batch_size:
             from bertkit.inference.prepare import for_cpu_inference
 
-            self.bert = for_cpu_inference(plain, bf16=False)
-        dtype = torch.promote_types(plain.embeddings.word_embeddings.weight.dtype, torch.float32)
+            bert = for_cpu_inference(bert, bf16=False)
+        dtype = torch.promote_types(self.bert.embeddings.word_embeddings.weight.dtype, torch.float32)
         out = torch.empty(len(texts), self.pooling.output_dimension, dtype=dtype, device=self.device)  # read back once
         from bertkit.inference.runner import longest_first
 
         try:
             for batch in longest_first(texts, batch_size, lambda b: self.tokenize(b, prompt), self.device, progress):
-                out[batch["rows"]] = self.embed(
-                    batch["input_ids"], batch["attention_mask"], batch["token_type_ids"], batch["prompt_length"]).to(dtype)
+                out[batch["rows"]] = self.embed(batch["input_ids"], batch["attention_mask"], batch["token_type_ids"],
+                                                batch["prompt_length"], bert=bert).to(dtype)
         finally:
-            self.bert = plain
             self.train(was_training)
         return out.cpu()
 
