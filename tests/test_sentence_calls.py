@@ -923,7 +923,16 @@ def test_arguments_at_sentence_transformers_defaults_are_nothing_asked_for(model
     with pytest.raises(BertkitError, match=r"encode\(task=...\) is not implemented in bertkit: a SentenceTransformer "
                                            "has no Router to route a task through"):
         ours.encode(TEXTS, task="query")  # "unknown argument" before, None included
-    CrossEncoder(st_dir, **defaults)
+    # sentence-transformers 6 cuts this call's texts at 16 tokens: "unknown argument 'processing_kwargs'" before
+    cut = {"text": {"max_length": 16, "truncation": True}}
+    _same(ours.encode(TEXTS, processing_kwargs=None), ref.encode(TEXTS, processing_kwargs=None))
+    with pytest.raises(BertkitError, match=r"encode\(processing_kwargs=...\) is not implemented in bertkit: texts are "
+                                           "cut at the model's max_seq_length"):
+        ours.encode(TEXTS, processing_kwargs=cut)
+    cross_encoder = CrossEncoder(st_dir, **defaults)
+    with pytest.raises(BertkitError, match=r"predict\(processing_kwargs=...\) is not implemented in bertkit: texts "
+                                           r"are cut at the model's max_seq_length \(a CrossEncoder's max_length\)"):
+        cross_encoder.predict([("a", "b")], processing_kwargs=cut)
     with pytest.raises(BertkitError, match=r"SentenceTransformer\(processor_kwargs=...\) is not implemented in bertkit: "
                                            "for its model_max_length set model.max_seq_length after loading"):
         SentenceTransformer(st_dir, processor_kwargs={"model_max_length": 16})  # it said "drop this argument"

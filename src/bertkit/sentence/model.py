@@ -118,6 +118,10 @@ _ONE_PROCESS = "call encode() in one process, which uses every core through torc
 # the pool methods of all three model classes (a CrossEncoder's "call encode()" sent its users to a method it lacks)
 _NO_POOL = ("call encode() (a CrossEncoder's predict() or rank()) in one process, which uses every core through "
             "torch's threads")
+# sentence-transformers 6's per-call tokenizer settings (encode / predict(processing_kwargs={"text": {"max_length":
+# 16}})), which bertkit called an unknown argument
+PROCESSING_KWARGS = ("texts are cut at the model's max_seq_length (a CrossEncoder's max_length) in every call: set "
+                     "it on the model for another length")
 _HUB = "bertkit works offline: save(path), then upload the directory with huggingface_hub (`hf upload REPO path`)"
 _ADAPTERS = ("wrap the encoder (model.bert; a CrossEncoder's model.model) with peft's get_peft_model, and "
              "merge_and_unload() it before saving")
@@ -401,7 +405,8 @@ class SentenceTransformer(ReferenceCalls, Prompted, nn.Module):
         if "sentences" in unknown and inputs is None:  # sentence-transformers' name before 6
             inputs = unknown.pop("sentences")
         multi = f"multi-process encoding is not implemented: {_ONE_PROCESS}"
-        refuse_arguments("encode", unknown, {"pool": multi, "chunk_size": multi, "task": (
+        refuse_arguments("encode", unknown, {"pool": multi, "chunk_size": multi, "processing_kwargs": PROCESSING_KWARGS,
+                                             "task": (
             "a SentenceTransformer has no Router to route a task through (sentence-transformers ignores it then); "
             "drop this argument")})
         if isinstance(device, (list, tuple)):  # sentence-transformers' multi-process encoding, a process per device

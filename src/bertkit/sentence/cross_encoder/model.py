@@ -44,6 +44,7 @@ from bertkit.sentence.directory import (
     write_st_config,
 )
 from bertkit.sentence.model import (
+    PROCESSING_KWARGS,
     ReferenceCalls,
     as_requested,
     model_kwargs_options,
@@ -84,6 +85,7 @@ _REFUSED_CALL = {
     "prompt_name": "prompts are not implemented for cross-encoders: put the text before the query yourself",
     "pool": "multi-process inference is not implemented: call predict in one process",
     "chunk_size": "multi-process inference is not implemented: call predict in one process",
+    "processing_kwargs": PROCESSING_KWARGS,
     "activation_fct": "sentence-transformers' old name of activation_fn: pass activation_fn=",
     "sentences": "sentence-transformers' old name of inputs: pass the pairs first, predict(pairs)",
     "num_workers": "it has no effect in sentence-transformers 6 either: drop it",
