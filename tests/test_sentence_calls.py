@@ -126,6 +126,26 @@ def test_what_sentence_transformers_refuses_bertkit_refuses_by_name(models, inpu
         ours.encode(inputs)
 
 
+def test_a_data_frame_is_refused_naming_its_columns(models, st_dir):
+    """A pandas DataFrame iterates over its column names: ``encode(df)`` gave one vector, of the word "text", for a frame
+    of three texts (sentence-transformers refuses it by type), and ``rank(query, df)`` ranked the column names
+    (sentence-transformers does too). Both are refused naming the column to pass."""
+    pd = pytest.importorskip("pandas")
+    ours, ref = models
+    frame = pd.DataFrame({"text": TEXTS[:3]})
+    with pytest.raises(ValueError):
+        ref.encode(frame)
+    for call in (lambda: ours.encode(frame), lambda: ours.encode_query(frame)):
+        with pytest.raises(BertkitError, match=r"encode\(\) got a pandas DataFrame of 3 rows and the columns \['text'\], "
+                                               r"which iterates over its column names.*pass a column, "
+                                               r"encode\(df\['text'\]\)"):
+            call()
+    _same(ours.encode(frame["text"]), ref.encode(frame["text"].tolist()))  # a column is a batch of texts
+    with pytest.raises(BertkitError, match=r"rank\(\) got a pandas DataFrame of 3 rows .* pass a column, "
+                                           r"rank\(query, df\['text'\]\)"):
+        CrossEncoder(st_dir).rank("a query", frame)
+
+
 def test_a_text_pair_is_refused_by_name(models):
     """sentence-transformers embeds (a, b) as one sequence; bertkit.sentence does not implement it and says so."""
     ours, _ = models

@@ -16,6 +16,7 @@ from __future__ import annotations
 import importlib
 import logging
 import os
+import sys
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from collections.abc import Set as AbstractSet
 from contextlib import contextmanager
@@ -180,10 +181,23 @@ def texts_of(inputs: Any) -> tuple[list[str], bool]:
     if isinstance(inputs, AbstractSet):  # sentence-transformers refuses one too
         raise BertkitError(f"encode() got a {type(inputs).__name__} of {len(inputs)} texts: a set has no order, so its "
                            "vectors could not be matched back to its texts; pass a list (encode(sorted(texts)))")
+    refuse_data_frame(inputs, "encode()", "encode(df[{}])")
     single = isinstance(inputs, (str, bytes, Mapping)) or not isinstance(inputs, Iterable) or \
         (isinstance(inputs, np.ndarray) and (inputs.ndim == 0 or inputs.dtype.kind not in "UO"))
     items = [inputs] if single else list(inputs)
     return [_text(x, "input" if single else f"input {i}") for i, x in enumerate(items)], single
+
+
+def refuse_data_frame(inputs: Any, what: str, call: str) -> None:  # call: "encode(df[{}])", the column's place
+    """A pandas DataFrame is refused naming its columns: iterated, it gives its column names, not its rows, so
+    ``encode(df)`` embedded the word "text" once for a frame of many texts (sentence-transformers refuses it by type).
+    pandas is looked up only where the script imported it."""
+    pandas = sys.modules.get("pandas")
+    if pandas is not None and isinstance(inputs, pandas.DataFrame):
+        columns = [str(c) for c in inputs.columns]
+        column = columns[0] if columns else "text"
+        raise BertkitError(f"{what} got a pandas DataFrame of {len(inputs)} rows and the columns {columns[:5]}, which "
+                           f"iterates over its column names, not its texts: pass a column, {call.format(repr(column))}")
 
 
 def _text(item: Any, where: str) -> str:

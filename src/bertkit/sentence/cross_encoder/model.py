@@ -50,6 +50,7 @@ from bertkit.sentence.model import (
     model_kwargs_options,
     model_path,
     refuse_arguments,
+    refuse_data_frame,
 )
 from bertkit.staging import staged
 from bertkit.tokenization import AutoTokenizer
@@ -361,6 +362,7 @@ class CrossEncoder(ReferenceCalls, nn.Module):
             # a set has no order for corpus_id to point into
             raise BertkitError(f"rank() takes the documents as a list of strings, got a {type(documents).__name__} "
                                f"{str(documents)[:60]!r}: pass a list (corpus_id is each one's index in it)")
+        refuse_data_frame(documents, "rank()", "rank(query, df[{}])")  # ranked by its column names before
         documents = list(documents)  # a generator is read once: checked and scored from the same list
         bad = next(((f"document {i}", d) for i, d in enumerate(documents) if not isinstance(d, str)),
                    ("the query", query) if not isinstance(query, str) else None)
