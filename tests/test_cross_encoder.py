@@ -345,6 +345,17 @@ def test_what_bertkit_does_not_implement_is_refused_by_name(directory, rows, tmp
         model.rank("q", ["a"], convert_to_tensor=True)
     with pytest.raises(BertkitError, match="pairs"):
         model.predict(["a", "b", "c"])
+    # sentence-transformers' multi-process inference by a list of devices: torch's "to() received an invalid
+    # combination of arguments" before, from predict and from rank
+    for call in (lambda: model.predict([("a", "b")], device=["cpu", "cpu"]),
+                 lambda: model.rank("q", ["a", "b"], device=["cpu"])):
+        with pytest.raises(BertkitError, match=r"predict\(device=\['cpu'.*\]\): multi-process inference is not "
+                                               r"implemented: call predict in one process, on one device"):
+            call()
+    # the pool's methods name the CrossEncoder's own calls (they said "call encode()", which it does not have)
+    with pytest.raises(BertkitError, match=r"start_multi_process_pool is not implemented in bertkit: call encode\(\) "
+                                           r"\(a CrossEncoder's predict\(\) or rank\(\)\) in one process"):
+        model.start_multi_process_pool()
     for limit in (600, 2):  # refused where it is set (at predict it was the encoder's error, advising the tokenizer)
         with pytest.raises(BertkitError, match=rf"max_length {limit} must be a whole number in \[3, 512\]"):
             model.max_length = limit

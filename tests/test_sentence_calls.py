@@ -126,6 +126,26 @@ def test_what_sentence_transformers_refuses_bertkit_refuses_by_name(models, inpu
         ours.encode(inputs)
 
 
+def test_a_data_frame_is_refused_naming_its_columns(models, st_dir):
+    """A pandas DataFrame iterates over its column names: ``encode(df)`` gave one vector, of the word "text", for a frame
+    of three texts (sentence-transformers refuses it by type), and ``rank(query, df)`` ranked the column names
+    (sentence-transformers does too). Both are refused naming the column to pass."""
+    pd = pytest.importorskip("pandas")
+    ours, ref = models
+    frame = pd.DataFrame({"text": TEXTS[:3]})
+    with pytest.raises(ValueError):
+        ref.encode(frame)
+    for call in (lambda: ours.encode(frame), lambda: ours.encode_query(frame)):
+        with pytest.raises(BertkitError, match=r"encode\(\) got a pandas DataFrame of 3 rows and the columns \['text'\], "
+                                               r"which iterates over its column names.*pass a column, "
+                                               r"encode\(df\['text'\]\)"):
+            call()
+    _same(ours.encode(frame["text"]), ref.encode(frame["text"].tolist()))  # a column is a batch of texts
+    with pytest.raises(BertkitError, match=r"rank\(\) got a pandas DataFrame of 3 rows .* pass a column, "
+                                           r"rank\(query, df\['text'\]\)"):
+        CrossEncoder(st_dir).rank("a query", frame)
+
+
 def test_a_text_pair_is_refused_by_name(models):
     """sentence-transformers embeds (a, b) as one sequence; bertkit.sentence does not implement it and says so."""
     ours, _ = models
@@ -923,7 +943,16 @@ def test_arguments_at_sentence_transformers_defaults_are_nothing_asked_for(model
     with pytest.raises(BertkitError, match=r"encode\(task=...\) is not implemented in bertkit: a SentenceTransformer "
                                            "has no Router to route a task through"):
         ours.encode(TEXTS, task="query")  # "unknown argument" before, None included
-    CrossEncoder(st_dir, **defaults)
+    # sentence-transformers 6 cuts this call's texts at 16 tokens: "unknown argument 'processing_kwargs'" before
+    cut = {"text": {"max_length": 16, "truncation": True}}
+    _same(ours.encode(TEXTS, processing_kwargs=None), ref.encode(TEXTS, processing_kwargs=None))
+    with pytest.raises(BertkitError, match=r"encode\(processing_kwargs=...\) is not implemented in bertkit: texts are "
+                                           "cut at the model's max_seq_length"):
+        ours.encode(TEXTS, processing_kwargs=cut)
+    cross_encoder = CrossEncoder(st_dir, **defaults)
+    with pytest.raises(BertkitError, match=r"predict\(processing_kwargs=...\) is not implemented in bertkit: texts "
+                                           r"are cut at the model's max_seq_length \(a CrossEncoder's max_length\)"):
+        cross_encoder.predict([("a", "b")], processing_kwargs=cut)
     with pytest.raises(BertkitError, match=r"SentenceTransformer\(processor_kwargs=...\) is not implemented in bertkit: "
                                            "for its model_max_length set model.max_seq_length after loading"):
         SentenceTransformer(st_dir, processor_kwargs={"model_max_length": 16})  # it said "drop this argument"

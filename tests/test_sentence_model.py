@@ -291,3 +291,50 @@ def test_tokenize_takes_a_list_of_texts_and_names_what_is_not_one(models):
                          (("a", "b"), "is the text pair \\('a', 'b'\\)")):
         with pytest.raises(BertkitError, match=rf"^tokenize\(\) input 1 {message}"):
             ours.tokenize(["fine", bad])
+
+
+def test_encode_from_two_threads_leaves_the_model_its_own_encoder(st_dir, tmp_path):
+    """Two threads encoding at once on one model (a web server's workers): the second starts while the first runs and
+    ends after it. Each call ran on a copy of the encoder made for CPU inference, put in ``model.bert`` and put back at
+    its end, so the second put back the first's copy: the model kept it for good, ``save`` failed ("BertModel has no
+    float encoder.layer.0.attention.self.query.weight") and training would have trained other weights. Forced here in
+    that order by a hook on the encoder; each call's vectors are the model's."""
+    import threading
+
+    model = SentenceTransformer(st_dir)
+    encoder, texts = model.bert, TEXTS * 2  # more texts than a batch: the copy for CPU inference
+    want = model.encode(texts, batch_size=4)
+    first_in, second_in, first_done = threading.Event(), threading.Event(), threading.Event()
+    results: dict[str, np.ndarray] = {}
+
+    def meet(module, args):
+        name = threading.current_thread().name
+        if name == "first" and not first_in.is_set():
+            first_in.set()
+            assert second_in.wait(30)  # the second call has its encoder before the first ends
+        elif name == "second" and not second_in.is_set():
+            second_in.set()
+            assert first_done.wait(30)  # the second call ends after the first
+
+    def first():
+        results["first"] = model.encode(texts, batch_size=4)
+        first_done.set()
+
+    def second():
+        assert first_in.wait(30)
+        results["second"] = model.encode(texts, batch_size=4)
+
+    hook = model.bert.register_forward_pre_hook(meet)  # the copy for CPU inference is made with it
+    try:
+        threads = [threading.Thread(target=f, name=f.__name__) for f in (first, second)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(60)
+    finally:
+        hook.remove()
+    assert model.bert is encoder, "encode left its copy for CPU inference in model.bert"
+    for name in ("first", "second"):
+        np.testing.assert_allclose(results[name], want, atol=1e-6, rtol=0)
+    model.save(tmp_path / "saved")  # the float checkpoint, as before any encode
+    np.testing.assert_allclose(SentenceTransformer(tmp_path / "saved").encode(texts), want, atol=1e-6, rtol=0)

@@ -538,6 +538,11 @@ def test_bad_arguments_are_refused(layouts, tmp_path, vocab_size):
         SparseEncoder(layouts["splade"], backend="onnx")
     with pytest.raises(BertkitError, match="multi-process encoding"):
         model.encode(["a text"], device=["cpu", "cpu"])
+    # sentence-transformers 6's per-call tokenizer settings: "encode() got arguments bertkit does not implement" before
+    with pytest.raises(BertkitError, match=r"encode\(processing_kwargs=...\) is not implemented in bertkit: texts are "
+                                           "cut at the model's max_seq_length"):
+        model.encode(["a text"], processing_kwargs={"text": {"max_length": 8}})
+    assert model.encode(["a text"], processing_kwargs=None).shape == (1, vocab_size)
     bad = tmp_path / "bad-pooling"
     shutil.copytree(layouts["splade"], bad)
     (bad / "1_SpladePooling" / "config.json").write_text(json.dumps({"pooling_strategy": "mean"}))

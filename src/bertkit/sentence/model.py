@@ -16,6 +16,7 @@ from __future__ import annotations
 import importlib
 import logging
 import os
+import sys
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from collections.abc import Set as AbstractSet
 from contextlib import contextmanager
@@ -121,6 +122,13 @@ def model_kwargs_options(what: str, model_kwargs: dict[str, Any] | None) -> dict
 _TRAINER = ("train with SentenceTransformerTrainer (CrossEncoderTrainer, SparseEncoderTrainer), which fit() "
             "wraps in sentence-transformers: docs/sentence.md")
 _ONE_PROCESS = "call encode() in one process, which uses every core through torch's threads"
+# the pool methods of all three model classes (a CrossEncoder's "call encode()" sent its users to a method it lacks)
+_NO_POOL = ("call encode() (a CrossEncoder's predict() or rank()) in one process, which uses every core through "
+            "torch's threads")
+# sentence-transformers 6's per-call tokenizer settings (encode / predict(processing_kwargs={"text": {"max_length":
+# 16}})), which bertkit called an unknown argument
+PROCESSING_KWARGS = ("texts are cut at the model's max_seq_length (a CrossEncoder's max_length) in every call: set "
+                     "it on the model for another length")
 _HUB = "bertkit works offline: save(path), then upload the directory with huggingface_hub (`hf upload REPO path`)"
 _ADAPTERS = ("wrap the encoder (model.bert; a CrossEncoder's model.model) with peft's get_peft_model, and "
              "merge_and_unload() it before saving")
@@ -135,8 +143,8 @@ _REFUSED_METHODS = {
     "old_fit": "old_fit is sentence-transformers' v2 training loop; call fit(), which trains on the trainer as "
                "sentence-transformers' fit() does, or " + _TRAINER,
     "smart_batching_collate": _TRAINER,
-    "start_multi_process_pool": _ONE_PROCESS, "stop_multi_process_pool": _ONE_PROCESS,
-    "encode_multi_process": _ONE_PROCESS, "push_to_hub": _HUB, "save_to_hub": _HUB,
+    "start_multi_process_pool": _NO_POOL, "stop_multi_process_pool": _NO_POOL, "encode_multi_process": _NO_POOL,
+    "push_to_hub": _HUB, "save_to_hub": _HUB,
     **dict.fromkeys(("add_adapter", "load_adapter", "set_adapter", "enable_adapters", "disable_adapters",
                      "active_adapter", "active_adapters", "delete_adapter", "get_adapter_state_dict"), _ADAPTERS),
 }
@@ -180,10 +188,23 @@ def texts_of(inputs: Any) -> tuple[list[str], bool]:
     if isinstance(inputs, AbstractSet):  # sentence-transformers refuses one too
         raise BertkitError(f"encode() got a {type(inputs).__name__} of {len(inputs)} texts: a set has no order, so its "
                            "vectors could not be matched back to its texts; pass a list (encode(sorted(texts)))")
+    refuse_data_frame(inputs, "encode()", "encode(df[{}])")
     single = isinstance(inputs, (str, bytes, Mapping)) or not isinstance(inputs, Iterable) or \
         (isinstance(inputs, np.ndarray) and (inputs.ndim == 0 or inputs.dtype.kind not in "UO"))
     items = [inputs] if single else list(inputs)
     return [_text(x, "input" if single else f"input {i}") for i, x in enumerate(items)], single
+
+
+def refuse_data_frame(inputs: Any, what: str, call: str) -> None:  # call: "encode(df[{}])", the column's place
+    """A pandas DataFrame is refused naming its columns: iterated, it gives its column names, not its rows, so
+    ``encode(df)`` embedded the word "text" once for a frame of many texts (sentence-transformers refuses it by type).
+    pandas is looked up only where the script imported it."""
+    pandas = sys.modules.get("pandas")
+    if pandas is not None and isinstance(inputs, pandas.DataFrame):
+        columns = [str(c) for c in inputs.columns]
+        column = columns[0] if columns else "text"
+        raise BertkitError(f"{what} got a pandas DataFrame of {len(inputs)} rows and the columns {columns[:5]}, which "
+                           f"iterates over its column names, not its texts: pass a column, {call.format(repr(column))}")
 
 
 def _text(item: Any, where: str, call: str = "encode") -> str:
@@ -361,6 +382,7 @@ class SentenceTransformer(ReferenceCalls, Prompted, nn.Module):
             # sentence-transformers tokenizes a str's characters as texts (a dict's keys), a batch of one-letter rows
             raise BertkitError(f"tokenize() takes a list of texts, got {type(texts).__name__} {str(texts)[:60]!r}; "
                                "pass [text] for one")
+        refuse_data_frame(texts, "tokenize()", "tokenize(df[{}])")
         texts = [(prompt or "") + _text(t, f"input {i}", "tokenize") for i, t in enumerate(texts)]
         if self.do_lower_case:
             texts = [self.tokenizer.lowercase(t) for t in texts]
@@ -379,9 +401,11 @@ class SentenceTransformer(ReferenceCalls, Prompted, nn.Module):
         return prompt_tokens(self.tokenizer, lowered, self.max_seq_length)
 
     def embed(self, input_ids: Tensor, attention_mask: Tensor, token_type_ids: Tensor | None = None,
-              prompt_length: int = 0) -> Tensor:
-        """(B, D) sentence embeddings of a tokenized batch: encoder, pooling, then Normalize if the model has it."""
-        out = self.bert(input_ids, attention_mask, token_type_ids)  # the batch may still be on the host (encode)
+              prompt_length: int = 0, *, bert: nn.Module | None = None) -> Tensor:
+        """(B, D) sentence embeddings of a tokenized batch: encoder, pooling, then Normalize if the model has it.
+        ``bert``: the encoder to run in place of ``self.bert`` (``encode``'s copy made for CPU inference)."""
+        bert = self.bert if bert is None else bert
+        out = bert(input_ids, attention_mask, token_type_ids)  # the batch may still be on the host (encode)
         return self._pool(out, attention_mask, prompt_length)
 
     def _pool(self, out: BertModelOutput, attention_mask: Tensor, prompt_length: int) -> Tensor:
@@ -415,7 +439,8 @@ class SentenceTransformer(ReferenceCalls, Prompted, nn.Module):
         if "sentences" in unknown and inputs is None:  # sentence-transformers' name before 6
             inputs = unknown.pop("sentences")
         multi = f"multi-process encoding is not implemented: {_ONE_PROCESS}"
-        refuse_arguments("encode", unknown, {"pool": multi, "chunk_size": multi, "task": (
+        refuse_arguments("encode", unknown, {"pool": multi, "chunk_size": multi, "processing_kwargs": PROCESSING_KWARGS,
+                                             "task": (
             "a SentenceTransformer has no Router to route a task through (sentence-transformers ignores it then); "
             "drop this argument")})
         if isinstance(device, (list, tuple)):  # sentence-transformers' multi-process encoding, a process per device
@@ -458,24 +483,25 @@ class SentenceTransformer(ReferenceCalls, Prompted, nn.Module):
 
         On the CPU, more than one batch runs on the encoder's copy made for inference there (``for_cpu_inference``:
         oneDNN-reordered weights, q/k/v in one product; the same numbers within float rounding): on 334 SQuAD
-        paragraphs it encoded 1.24x faster, and the copy (about 60 ms for MiniLM) is paid back within a batch."""
+        paragraphs it encoded 1.24x faster, and the copy (about 60 ms for MiniLM) is paid back within a batch. The
+        copy is this call's own, never put in ``self.bert``: encode called from two threads at once left it there for
+        good (each put back the encoder it found), so that ``save`` failed and training trained other weights."""
         was_training = self.training
         self.eval()
-        plain = self.bert
+        bert = self.bert
         if self.device.type == "cpu" and len(texts) > batch_size:
             from bertkit.inference.prepare import for_cpu_inference
 
-            self.bert = for_cpu_inference(plain, bf16=False)
-        dtype = torch.promote_types(plain.embeddings.word_embeddings.weight.dtype, torch.float32)
+            bert = for_cpu_inference(bert, bf16=False)
+        dtype = torch.promote_types(self.bert.embeddings.word_embeddings.weight.dtype, torch.float32)
         out = torch.empty(len(texts), self.pooling.output_dimension, dtype=dtype, device=self.device)  # read back once
         from bertkit.inference.runner import longest_first
 
         try:
             for batch in longest_first(texts, batch_size, lambda b: self.tokenize(b, prompt), self.device, progress):
-                out[batch["rows"]] = self.embed(
-                    batch["input_ids"], batch["attention_mask"], batch["token_type_ids"], batch["prompt_length"]).to(dtype)
+                out[batch["rows"]] = self.embed(batch["input_ids"], batch["attention_mask"], batch["token_type_ids"],
+                                                batch["prompt_length"], bert=bert).to(dtype)
         finally:
-            self.bert = plain
             self.train(was_training)
         return out.cpu()
 

@@ -44,11 +44,13 @@ from bertkit.sentence.directory import (
     write_st_config,
 )
 from bertkit.sentence.model import (
+    PROCESSING_KWARGS,
     ReferenceCalls,
     as_requested,
     model_kwargs_options,
     model_path,
     refuse_arguments,
+    refuse_data_frame,
 )
 from bertkit.staging import staged
 from bertkit.tokenization import AutoTokenizer
@@ -84,6 +86,7 @@ _REFUSED_CALL = {
     "prompt_name": "prompts are not implemented for cross-encoders: put the text before the query yourself",
     "pool": "multi-process inference is not implemented: call predict in one process",
     "chunk_size": "multi-process inference is not implemented: call predict in one process",
+    "processing_kwargs": PROCESSING_KWARGS,
     "activation_fct": "sentence-transformers' old name of activation_fn: pass activation_fn=",
     "sentences": "sentence-transformers' old name of inputs: pass the pairs first, predict(pairs)",
     "num_workers": "it has no effect in sentence-transformers 6 either: drop it",
@@ -281,6 +284,9 @@ class CrossEncoder(ReferenceCalls, nn.Module):
         model's) is applied to the logits; ``apply_softmax`` then normalises several labels' scores. No pairs give
         sentence-transformers' empty result: ``np.array([])`` (shape (0,), float64), ``torch.tensor([])`` or ``[]``."""
         refuse_arguments("predict", unknown, _REFUSED_CALL)
+        if isinstance(device, (list, tuple)):  # sentence-transformers' multi-process inference, a process per device
+            # (torch's "to() received an invalid combination of arguments" before)
+            raise BertkitError(f"predict(device={device!r}): {_REFUSED_CALL['pool']}, on one device (device='cpu')")
         if not is_whole(batch_size):
             raise BertkitError(f"batch_size must be a whole number >= 1, got {batch_size!r}")
         if isinstance(inputs, np.ndarray):  # an (N, 2) or (2,) array of strings, as sentence-transformers takes
@@ -356,6 +362,7 @@ class CrossEncoder(ReferenceCalls, nn.Module):
             # a set has no order for corpus_id to point into
             raise BertkitError(f"rank() takes the documents as a list of strings, got a {type(documents).__name__} "
                                f"{str(documents)[:60]!r}: pass a list (corpus_id is each one's index in it)")
+        refuse_data_frame(documents, "rank()", "rank(query, df[{}])")  # ranked by its column names before
         documents = list(documents)  # a generator is read once: checked and scored from the same list
         bad = next(((f"document {i}", d) for i, d in enumerate(documents) if not isinstance(d, str)),
                    ("the query", query) if not isinstance(query, str) else None)

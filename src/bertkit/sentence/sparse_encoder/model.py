@@ -40,7 +40,14 @@ from bertkit.sentence.directory import (
     token_limit,
     write_st_config,
 )
-from bertkit.sentence.model import _REFUSED_INIT, ReferenceCalls, model_path, refuse_arguments, texts_of
+from bertkit.sentence.model import (
+    _REFUSED_INIT,
+    PROCESSING_KWARGS,
+    ReferenceCalls,
+    model_path,
+    refuse_arguments,
+    texts_of,
+)
 from bertkit.sentence.prompts import Prompted
 from bertkit.sentence.sparse_encoder.modules import (
     MLMTransformer,
@@ -288,6 +295,9 @@ class SparseEncoder(ReferenceCalls, Prompted, nn.Sequential):
         encode_document pass)."""
         if "sentences" in unknown and inputs is None:  # sentence-transformers' name before 6
             inputs = unknown.pop("sentences")
+        if unknown.get("processing_kwargs") is not None:
+            raise BertkitError(f"encode(processing_kwargs=...) is not implemented in bertkit: {PROCESSING_KWARGS}")
+        unknown.pop("processing_kwargs", None)  # None: sentence-transformers' default, nothing asked for
         for name in unknown:
             if name in _REFUSED_ENCODE:
                 raise BertkitError(f"SparseEncoder.encode({name}=...) is not an argument of sparse encoders: "
