@@ -15,7 +15,7 @@ import os
 import sys
 from collections import Counter, defaultdict
 from collections.abc import Iterable, Mapping, Sequence
-from typing import TYPE_CHECKING
+from typing import Any
 
 from tqdm.auto import tqdm
 
@@ -25,9 +25,6 @@ from bertkit.tokenization.basic import NON_SEPARATOR_SPACE_RE, BasicTokenizer
 from bertkit.tokenization.loading import SPECIAL_TOKEN_KEYS
 from bertkit.tokenization.textfiles import expand_input_files, iter_lines
 from bertkit.tokenization.wordpiece import PREFIX, SPECIAL_TOKENS
-
-if TYPE_CHECKING:
-    from bertkit.tokenization.tokenizer import BertTokenizer
 
 
 def train_wordpiece_vocab(
@@ -319,7 +316,7 @@ def _batch(item: object, i: int) -> Iterable[object]:
 
 
 def train_new_tokenizer(
-    tokenizer: BertTokenizer,
+    tokenizer: Any,
     text_iterator: Iterable[str | Sequence[str]],
     vocab_size: int,
     length: int | None = None,
@@ -330,16 +327,15 @@ def train_new_tokenizer(
     limit_alphabet: int | None = None,
     initial_alphabet: Iterable[str] = (),
     show_progress: bool = True,
-) -> BertTokenizer:
-    """``tokenizer.train_new_from_iterator(...)``, as transformers': a tokenizer with ``tokenizer``'s normalisation
+) -> Any:
+    """``tokenizer.train_new_from_iterator(...)``, as transformers': a tokenizer (``BertTokenizer``, which this module
+    does not import: the tokenizer imports it) with ``tokenizer``'s normalisation
     (lower-casing, accents, Chinese characters) and special tokens and a vocabulary of at most ``vocab_size``
     learned from ``text_iterator``. The vocabulary starts with the special tokens in the order of their ids (renamed
     by ``special_tokens_map``, {old token: new token}), then ``new_special_tokens``; tokens added with ``add_tokens``
     are not carried over. The keywords are tokenizers' ``WordPieceTrainer``'s, with its defaults (``min_frequency``
     0, which merges what 1 merges; no ``limit_alphabet``); ``length`` (the number of items) is for the progress bar.
     """
-    from bertkit.tokenization.tokenizer import BertTokenizer
-
     if min_frequency < 0:
         raise BertkitError(f"min_frequency must be at least 0, got {min_frequency}")
     rename = dict(special_tokens_map or {})
@@ -365,7 +361,7 @@ def train_new_tokenizer(
                             initial_alphabet=initial_alphabet, special_tokens=special_tokens, progress=show_progress)
     named = {key: rename.get(getattr(tokenizer, key), getattr(tokenizer, key)) for key in SPECIAL_TOKEN_KEYS}
     additional = [rename.get(t, t) for t in tokenizer.additional_special_tokens] + new
-    return BertTokenizer(vocab, do_lower_case=tokenizer.do_lower_case, strip_accents=tokenizer.strip_accents,
+    return type(tokenizer)(vocab, do_lower_case=tokenizer.do_lower_case, strip_accents=tokenizer.strip_accents,
                          tokenize_chinese_chars=tokenizer.tokenize_chinese_chars, **named,
                          additional_special_tokens=[t for t in dict.fromkeys(additional) if t not in named.values()],
                          model_max_length=tokenizer.model_max_length,
