@@ -4,6 +4,7 @@ corpus is present."""
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
@@ -267,3 +268,23 @@ def test_initial_alphabet_is_kept_whatever_its_count():
         [*SPECIAL_TOKENS, "a", "b", "c", "q", "z", "é", "##b", "##c", "##q", "ab", "abc", "zq"]
     with pytest.raises(ValueError, match=r"initial_alphabet holds 'ab': it takes single characters"):
         learn_wordpiece(counts, 100, 1, initial_alphabet=["ab"])
+
+
+def test_a_script_without_a_main_guard_is_told_so_not_left_waiting(tmp_path):
+    # Was: multiprocessing.Pool replaced each worker that died starting (a spawned worker runs the script again, which
+    # calls the trainer again, which Python refuses in a worker) and waited for ever: a script written for tokenizers
+    # (whose trainer needs no guard) hung with the default num_workers=2.
+    import subprocess
+    import sys
+
+    files = [write(tmp_path, f"{i}.txt", f"some words of file {i}\n") for i in range(2)]
+    script = write(tmp_path, "learn.py", "import sys\nfrom bertkit.tokenization.trainer import train_wordpiece_vocab\n"
+                   "print(len(train_wordpiece_vocab(sys.argv[1:], vocab_size=100, progress=False)))\n")
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).parents[1] / "src")}
+    done = subprocess.run([sys.executable, str(script), *map(str, files)], capture_output=True, text=True, timeout=120,
+                          env=env)
+    assert done.returncode == 1
+    assert done.stderr.strip().splitlines()[-1] == (
+        "bertkit.errors.BertkitError: a worker process ended before its work was done (num_workers=2). Workers start "
+        "by running the calling script again: in a script, call this under `if __name__ == \"__main__\":` (or pass "
+        "num_workers=1). Otherwise the machine may have killed it for memory: pass fewer workers")
