@@ -255,6 +255,10 @@ def test_train_new_from_iterator_refuses_what_would_learn_from_the_wrong_text():
         tok.train_new_from_iterator(["a"], 100, min_frequency=-1, show_progress=False)
     with pytest.raises(ValueError, match="vocab_size 6 leaves no room for characters beside the 6 special tokens"):
         tok.train_new_from_iterator(["a"], 6, new_special_tokens=["<e>"], show_progress=False)
+    # transformers returns a vocabulary larger than asked for
+    with pytest.raises(ValueError, match=r"vocab_size 8 is smaller than the 5 special tokens plus the 5-entry character "
+                       r"alphabet; raise vocab_size or lower limit_alphabet \(now None: every character\)"):
+        tok.train_new_from_iterator(["abc"], 8, show_progress=False)
     with pytest.raises(TypeError, match="unexpected keyword argument 'continuing_subword_prefix'"):
         tok.train_new_from_iterator(["a"], 100, continuing_subword_prefix="@@")
 
