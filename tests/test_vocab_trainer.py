@@ -92,6 +92,15 @@ def test_round_trip_through_bert_tokenizer(tmp_path):
     assert tok.tokenize("believex believers") == ["[UNK]", "[UNK]"]
 
 
+def test_one_path_is_one_file_as_tokenizers_takes_it(tmp_path):
+    # Was: a str was read as its characters ("/ is a directory: pass the files in it"), a Path was a TypeError; tokenizers'
+    # BertWordPieceTokenizer.train(files="corpus.txt") takes one path.
+    f = write(tmp_path, "t.txt", "ab AB ab\nab ab abc\n\nabc ABC\n")
+    expected = [*SPECIAL_TOKENS, "a", "b", "c", "##b", "##c", "ab", "abc"]
+    for one in (str(f), f):
+        assert train_wordpiece_vocab(one, vocab_size=100, min_frequency=1, num_workers=1, progress=False) == expected
+
+
 def test_parallel_counting_equals_serial(tmp_path):
     files = [write(tmp_path, f"{i}.txt", f"word{i} shared text, file {i}.\n" * (i + 2)) for i in range(4)]
     serial = count_words(files, num_workers=1)

@@ -28,7 +28,7 @@ from bertkit.tokenization.wordpiece import PREFIX, SPECIAL_TOKENS
 
 
 def train_wordpiece_vocab(
-    files: Sequence[str | os.PathLike],
+    files: str | os.PathLike | Sequence[str | os.PathLike],
     vocab_size: int = 30522,
     min_frequency: int = 2,
     lowercase: bool = True,
