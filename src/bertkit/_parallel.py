@@ -6,7 +6,10 @@ from __future__ import annotations
 
 import multiprocessing
 import os
-from collections.abc import Callable, Iterator, Mapping
+import signal
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures.process import BrokenProcessPool
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
@@ -16,22 +19,50 @@ from bertkit.errors import BertkitError
 
 @contextmanager
 def spawn_pool(num_workers: int, num_units: int, initializer: Callable[..., None] | None = None,
-               initargs: tuple[Any, ...] = ()) -> Iterator[Any]:
+               initargs: tuple[Any, ...] = ()) -> Iterator[_Pool | None]:
     """A ``spawn`` pool of ``min(num_workers, num_units)`` workers, or ``None`` to run in this process.
 
-    ``spawn``, not ``fork``: the caller may hold torch threads or a tqdm monitor thread, which a forked
-    child would inherit in a broken state. The pool is terminated on exit, also on errors and Ctrl-C.
+    ``spawn``, not ``fork``: the caller may hold torch threads or a tqdm monitor thread, which a forked child would
+    inherit in a broken state. A ``concurrent.futures`` pool, not ``multiprocessing.Pool``, which replaces a worker
+    that dies without a word: a worker that cannot start (a script without ``if __name__ == "__main__":``, which each
+    spawned worker runs again) left the caller waiting forever, and so did Ctrl-C (a worker it ended took its task, or
+    the lock terminate() needs, with it). Workers ignore SIGINT; on Ctrl-C or an error the work not started is
+    cancelled and the call returns when the units under way are done (a worker killed mid-answer would leave the
+    result pipe half-written, which the pool then waits on for ever).
     """
     workers = min(num_workers, num_units)
     if workers <= 1:
         yield None
         return
-    pool = multiprocessing.get_context("spawn").Pool(workers, initializer=initializer, initargs=initargs)
+    executor = ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn"),
+                                   initializer=_start_worker, initargs=(initializer, initargs))
     try:
-        yield pool
+        yield _Pool(executor, workers)
     finally:
-        pool.terminate()
-        pool.join()
+        executor.shutdown(wait=True, cancel_futures=True)
+
+
+def _start_worker(initializer: Callable[..., None] | None, initargs: tuple[Any, ...]) -> None:
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C reaches the terminal's whole group: the caller handles it
+    if initializer is not None:
+        initializer(*initargs)
+
+
+class _Pool:
+    """What the data jobs use of a process pool: ``imap``, results in input order."""
+
+    def __init__(self, executor: ProcessPoolExecutor, workers: int):
+        self._executor, self._workers = executor, workers
+
+    def imap(self, function: Callable[[Any], Any], items: Iterable[Any]) -> Iterator[Any]:
+        try:
+            yield from self._executor.map(function, items)
+        except BrokenProcessPool:
+            raise BertkitError(
+                f"a worker process ended before its work was done (num_workers={self._workers}). Workers start by "
+                "running the calling script again: in a script, call this under `if __name__ == \"__main__\":` (or "
+                "pass num_workers=1). Otherwise the machine may have killed it for memory: pass fewer workers"
+            ) from None
 
 
 @dataclass(frozen=True)

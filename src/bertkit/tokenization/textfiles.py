@@ -81,11 +81,14 @@ def iter_lines(
             yield line.rstrip("\r\n")
 
 
-def expand_input_files(files: Sequence[str | os.PathLike],
+def expand_input_files(files: str | os.PathLike | Sequence[str | os.PathLike],
                        twice: str = "its text would be read twice; pass each file once") -> list[str]:
     """The input files, a glob pattern (``corpus/*.txt``, as google's ``--input_file`` takes) replaced by the files it
-    matches, sorted. A directory, a pattern matching nothing, a missing file, or a file given twice (``twice`` says what
-    reading it twice would do) is refused."""
+    matches, sorted; one path alone is one file (as tokenizers' ``train(files="corpus.txt")`` takes it). A directory, a
+    pattern matching nothing, a missing file, or a file given twice (``twice`` says what reading it twice would do) is
+    refused."""
+    if isinstance(files, (str, os.PathLike)):  # else a str is read as its characters, each a file name ("/", "t", ...)
+        files = [files]
     paths: list[str] = []
     for file in files:
         name = str(file)

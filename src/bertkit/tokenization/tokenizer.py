@@ -259,6 +259,16 @@ class BertTokenizer:
                 atomic_write_json(out / name, data)
         return [path / VOCAB_FILE, *(path / name for name, _ in files)]
 
+    def train_new_from_iterator(self, text_iterator: Iterable[str | Sequence[str]], vocab_size: int,
+                                length: int | None = None, new_special_tokens: Sequence[str] | None = None,
+                                special_tokens_map: Mapping[str, str] | None = None, **trainer: Any) -> BertTokenizer:
+        """A new tokenizer with this one's settings and special tokens and a vocabulary learned from ``text_iterator``
+        (texts or batches of texts), as transformers': ``bertkit.tokenization.trainer.train_new_tokenizer``."""
+        from bertkit.tokenization.trainer import train_new_tokenizer
+
+        return train_new_tokenizer(self, text_iterator, vocab_size, length, new_special_tokens, special_tokens_map,
+                                   **trainer)
+
     # ------------------------------------------------------------------------------------------------
     # Vocabulary
     # ------------------------------------------------------------------------------------------------

@@ -4,27 +4,31 @@ The algorithm of Hugging Face ``tokenizers``' ``WordPieceTrainer``: byte-pair me
 every piece after a word's first carries ``##``, most frequent pair first (Sennrich et al., 2016; the BERT
 paper only says "WordPiece embeddings (Wu et al., 2016) with a 30,000 token vocabulary"). Steps: (1-2) word
 counts, in ``num_workers`` processes; (3) the alphabet; (4) merges with incrementally updated pair counts and a
-lazy max-heap. docs/pretraining-data.md, section 1, has the details.
+lazy max-heap. docs/pretraining-data.md, section 1, has the details. ``train_new_tokenizer`` is transformers'
+``train_new_from_iterator`` on this trainer: a vocabulary learned from texts in memory, the settings of a tokenizer.
 """
 
 from __future__ import annotations
 
 import heapq
 import os
+import sys
 from collections import Counter, defaultdict
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
 
 from tqdm.auto import tqdm
 
 from bertkit._parallel import spawn_pool
 from bertkit.errors import BertkitError
 from bertkit.tokenization.basic import NON_SEPARATOR_SPACE_RE, BasicTokenizer
+from bertkit.tokenization.loading import SPECIAL_TOKEN_KEYS
 from bertkit.tokenization.textfiles import expand_input_files, iter_lines
 from bertkit.tokenization.wordpiece import PREFIX, SPECIAL_TOKENS
 
 
 def train_wordpiece_vocab(
-    files: Sequence[str | os.PathLike],
+    files: str | os.PathLike | Sequence[str | os.PathLike],
     vocab_size: int = 30522,
     min_frequency: int = 2,
     lowercase: bool = True,
@@ -132,13 +136,17 @@ def learn_wordpiece(
     vocab_size: int,
     min_frequency: int = 2,
     *,
-    limit_alphabet: int = 1000,
+    limit_alphabet: int | None = 1000,
+    initial_alphabet: Iterable[str] = (),
+    special_tokens: Sequence[str] = SPECIAL_TOKENS,
     progress: bool = False,
 ) -> list[str]:
-    """Learn the vocabulary from a table of word counts (module docstring, steps 3-4)."""
-    _check_settings(vocab_size, min_frequency, limit_alphabet)
+    """Learn the vocabulary from a table of word counts (module docstring, steps 3-4). The vocabulary starts with
+    ``special_tokens``; ``limit_alphabet=None`` keeps every character; the characters of ``initial_alphabet`` are
+    kept whatever their count (as in tokenizers' ``WordPieceTrainer``)."""
+    _check_settings(vocab_size, min_frequency, limit_alphabet, len(special_tokens))
 
-    vocab, words = _alphabet(word_counts, vocab_size, limit_alphabet)
+    vocab, words = _alphabet(word_counts, vocab_size, limit_alphabet, initial_alphabet, special_tokens)
     # Symbols are the vocabulary entries; words are lists of symbol ids.
     symbol_id = {s: i for i, s in enumerate(vocab)}
     prefix = PREFIX
@@ -176,41 +184,49 @@ def learn_wordpiece(
     return vocab
 
 
-def _check_settings(vocab_size: int, min_frequency: int, limit_alphabet: int) -> None:
-    if vocab_size <= len(SPECIAL_TOKENS):
+def _check_settings(vocab_size: int, min_frequency: int, limit_alphabet: int | None,
+                    n_special: int = len(SPECIAL_TOKENS)) -> None:
+    if vocab_size <= n_special:
         raise BertkitError(
-            f"vocab_size {vocab_size} leaves no room for characters beside the {len(SPECIAL_TOKENS)} special tokens; "
+            f"vocab_size {vocab_size} leaves no room for characters beside the {n_special} special tokens; "
             "raise vocab_size (BERT's is 30522)"
         )
     if min_frequency < 1:
         raise BertkitError(f"min_frequency must be at least 1, got {min_frequency}")
-    if limit_alphabet < 1:
+    if limit_alphabet is not None and limit_alphabet < 1:
         raise BertkitError(f"limit_alphabet must be at least 1, got {limit_alphabet}")
 
 
 def _alphabet(
-    word_counts: Mapping[str, int], vocab_size: int, limit_alphabet: int
+    word_counts: Mapping[str, int], vocab_size: int, limit_alphabet: int | None, initial_alphabet: Iterable[str],
+    special_tokens: Sequence[str],
 ) -> tuple[list[str], list[str]]:
     """Step 3: (the starting vocabulary, the words spelled in its alphabet, sorted). The vocabulary is the special
-    tokens, the ``limit_alphabet`` most frequent characters and ``##`` + each character seen inside a word."""
+    tokens, the ``limit_alphabet`` most frequent characters (those of ``initial_alphabet`` first) and ``##`` + each
+    character seen inside a word."""
     char_counts: Counter[str] = Counter()
     for word, n in word_counts.items():
         for ch in word:
             char_counts[ch] += n
+    for ch in initial_alphabet:
+        if not isinstance(ch, str) or len(ch) != 1:
+            raise BertkitError(f"initial_alphabet holds {ch!r}: it takes single characters (list('abc'))")
+        char_counts[ch] = sys.maxsize  # as tokenizers counts them: kept unless limit_alphabet is below their number
     ranked = sorted(char_counts.items(), key=lambda kv: (-kv[1], kv[0]))[:limit_alphabet]
     alphabet = sorted(ch for ch, _ in ranked)
     alphabet_set = set(alphabet)
 
     words = sorted(w for w in word_counts if set(w) <= alphabet_set)
     inner_chars = sorted({ch for w in words for ch in w[1:]})
-    vocab = list(SPECIAL_TOKENS)
+    vocab = list(dict.fromkeys(special_tokens))
+    n_special = len(vocab)
     vocab += [ch for ch in alphabet if ch not in vocab]
     vocab += [PREFIX + ch for ch in inner_chars if PREFIX + ch not in vocab]
     if len(vocab) > vocab_size:
         raise BertkitError(
-            f"vocab_size {vocab_size} is smaller than the {len(SPECIAL_TOKENS)} special tokens plus the "
-            f"{len(vocab) - len(SPECIAL_TOKENS)}-entry character alphabet; raise vocab_size or lower "
-            f"limit_alphabet (now {limit_alphabet})"
+            f"vocab_size {vocab_size} is smaller than the {n_special} special tokens plus the "
+            f"{len(vocab) - n_special}-entry character alphabet; raise vocab_size or lower "
+            f"limit_alphabet (now {'None: every character' if limit_alphabet is None else limit_alphabet})"
         )
     return vocab, words
 
@@ -267,3 +283,87 @@ def _merge_pair(
     pair_counts.pop((a, b), None)
     return touched
 
+
+
+# --------------------------------------------------------------------------------------------------
+# Texts in memory: transformers' train_new_from_iterator
+# --------------------------------------------------------------------------------------------------
+
+
+def count_words_in_texts(
+    texts: Iterable[str | Sequence[str]], basic: BasicTokenizer, *, total: int | None = None, progress: bool = False
+) -> Counter[str]:
+    """Count ``basic``'s words over ``texts``: texts, or batches (lists) of texts, as tokenizers'
+    ``train_from_iterator`` takes them; each text is read as ``count_words`` reads a line."""
+    if isinstance(texts, str):
+        raise BertkitError(f"the texts are one string ({texts[:40]!r}...): iterated, it would be read one character at "
+                           "a time, each a text; pass a list of texts, or an iterator of batches (lists) of texts")
+    chunks: Counter[str] = Counter()
+    for i, item in enumerate(tqdm(texts, total=total, desc="count", disable=not progress)):
+        for text in [item] if isinstance(item, str) else _batch(item, i):
+            if not isinstance(text, str):
+                raise TypeError(f"item {i} of the texts holds a {type(text).__name__} ({text!r:.40}); the iterator "
+                                "must yield texts (str) or batches (lists) of texts")
+            chunks.update(NON_SEPARATOR_SPACE_RE.sub("", text).split())
+    return _tokenize_chunks((list(chunks.items()), basic))
+
+
+def _batch(item: object, i: int) -> Iterable[object]:
+    if isinstance(item, (bytes, Mapping)) or not isinstance(item, Iterable):
+        raise TypeError(f"item {i} of the texts is a {type(item).__name__} ({item!r:.40}); the iterator must yield "
+                        "texts (str) or batches (lists) of texts (a datasets row is a dict: yield row['text'])")
+    return item
+
+
+def train_new_tokenizer(
+    tokenizer: Any,
+    text_iterator: Iterable[str | Sequence[str]],
+    vocab_size: int,
+    length: int | None = None,
+    new_special_tokens: Sequence[str] | None = None,
+    special_tokens_map: Mapping[str, str] | None = None,
+    *,
+    min_frequency: int = 0,
+    limit_alphabet: int | None = None,
+    initial_alphabet: Iterable[str] = (),
+    show_progress: bool = True,
+) -> Any:
+    """``tokenizer.train_new_from_iterator(...)``, as transformers': a tokenizer (``BertTokenizer``, which this module
+    does not import: the tokenizer imports it) with ``tokenizer``'s normalisation
+    (lower-casing, accents, Chinese characters) and special tokens and a vocabulary of at most ``vocab_size``
+    learned from ``text_iterator``. The vocabulary starts with the special tokens in the order of their ids (renamed
+    by ``special_tokens_map``, {old token: new token}), then ``new_special_tokens``; tokens added with ``add_tokens``
+    are not carried over. The keywords are tokenizers' ``WordPieceTrainer``'s, with its defaults (``min_frequency``
+    0, which merges what 1 merges; no ``limit_alphabet``); ``length`` (the number of items) is for the progress bar.
+    """
+    if min_frequency < 0:
+        raise BertkitError(f"min_frequency must be at least 0, got {min_frequency}")
+    rename = dict(special_tokens_map or {})
+    unknown = sorted(set(rename) - set(tokenizer.all_special_tokens))
+    if unknown:  # transformers ignores them: a misspelt key would leave the token as it was, silently
+        raise BertkitError(f"special_tokens_map renames {unknown}, which are not special tokens of this tokenizer "
+                           f"{tokenizer.all_special_tokens}: its keys are the tokens to rename, its values their new "
+                           "text ({'[UNK]': '<unk>'})")
+    new = list(new_special_tokens or [])
+    for token in [*rename.values(), *new]:
+        if not isinstance(token, str) or not token.strip():
+            raise BertkitError(f"special token {token!r} is not a non-blank str; pass special tokens as strings")
+    old = sorted(tokenizer.all_special_tokens, key=tokenizer.vocab.__getitem__)
+    special_tokens = list(dict.fromkeys([*(rename.get(t, t) for t in old), *new]))
+    _check_settings(vocab_size, max(min_frequency, 1), limit_alphabet, len(special_tokens))
+
+    basic = BasicTokenizer(tokenizer.do_lower_case, tokenizer.strip_accents, tokenizer.tokenize_chinese_chars)
+    counts = count_words_in_texts(text_iterator, basic, total=length, progress=show_progress)
+    if not counts:
+        raise BertkitError("no words found in the texts: is the iterator empty, or a generator already used up? "
+                           "(a generator is read once: make a new one for each call)")
+    vocab = learn_wordpiece(counts, vocab_size, max(min_frequency, 1), limit_alphabet=limit_alphabet,
+                            initial_alphabet=initial_alphabet, special_tokens=special_tokens, progress=show_progress)
+    named = {key: rename.get(getattr(tokenizer, key), getattr(tokenizer, key)) for key in SPECIAL_TOKEN_KEYS}
+    additional = [rename.get(t, t) for t in tokenizer.additional_special_tokens] + new
+    return type(tokenizer)(vocab, do_lower_case=tokenizer.do_lower_case, strip_accents=tokenizer.strip_accents,
+                         tokenize_chinese_chars=tokenizer.tokenize_chinese_chars, **named,
+                         additional_special_tokens=[t for t in dict.fromkeys(additional) if t not in named.values()],
+                         model_max_length=tokenizer.model_max_length,
+                         max_input_chars_per_word=tokenizer.max_input_chars_per_word,
+                         clean_up_tokenization_spaces=tokenizer.clean_up_tokenization_spaces)
