@@ -686,6 +686,30 @@ def test_pipeline_honours_the_directorys_default_prompt_and_lower_casing(tmp_pat
     np.testing.assert_allclose(got, ref.encode(texts, normalize_embeddings=True), atol=2e-5)
 
 
+
+def test_a_default_prompt_name_naming_no_prompt_is_refused_by_the_pipeline_as_by_sentence_transformers(
+        tmp_path, minilm_2_layers):
+    """config_sentence_transformers.json's default_prompt_name "classification" without such a prompt:
+    sentence-transformers and SentenceTransformer refuse to load the directory; the pipeline (so `predict` and
+    `serve`) embedded every text with no prompt. "document", which sentence-transformers 6 gives every model (""),
+    is no such case: its vectors are sentence-transformers'."""
+    import bertkit
+
+    d = st_directory(minilm_2_layers, tmp_path / "m", max_seq_length=64,
+                     st_config={"prompts": PROMPTS, "default_prompt_name": "classification"})
+    with pytest.raises(ValueError, match="Default prompt name 'classification' not found"):
+        st.SentenceTransformer(str(d), device="cpu")
+    for task in ("feature-extraction", "sentence-embedding"):
+        with pytest.raises(BertkitError, match=r"config_sentence_transformers.json: default_prompt_name "
+                                               r"'classification' is not one of its prompts \['document', 'passage', "
+                                               r"'query'\], so sentence-transformers refuses to load it"):
+            bertkit.pipeline(task, str(d), progress=False)
+    (d / "config_sentence_transformers.json").write_text(json.dumps({"prompts": PROMPTS,
+                                                                     "default_prompt_name": "document"}))
+    got = bertkit.pipeline("feature-extraction", str(d), progress=False)(TEXTS[:3])
+    np.testing.assert_allclose(np.asarray(got), st.SentenceTransformer(str(d), device="cpu").encode(TEXTS[:3]),
+                               atol=2e-5)
+
 GREEK = "Ο ΛΟΓΟΣ ΤΟΥ ΘΕΟΣ"  # each word ends in Σ: lower-cased as a whole, a final Σ becomes ς
 
 

@@ -17,10 +17,10 @@ from bertkit.inference import tasks
 from bertkit.inference.base import Pipeline
 from bertkit.inference.pipelines import TextOrPairPipeline, per_row
 from bertkit.modeling import BertModel
-from bertkit.sentence.directory import SentenceDirectory, read_directory
+from bertkit.sentence.directory import ST_CONFIG, SentenceDirectory, read_directory
 from bertkit.sentence.pooling import MODES as POOLING_MODES
 from bertkit.sentence.pooling import pool_tokens
-from bertkit.sentence.prompts import prompt_tokens
+from bertkit.sentence.prompts import DEFAULT_PROMPTS, prompt_tokens
 from bertkit.tokenization import BertTokenizer
 
 logger = logging.getLogger("bertkit")
@@ -31,11 +31,18 @@ POOLINGS = (*POOLING_MODES, "none")
 
 def sentence_directory(directory: Path) -> SentenceDirectory:
     """What a sentence-transformers directory declares (``bertkit.sentence.directory``), once a pipeline can honour
-    it: several pooling modes concatenated are refused (a pipeline returns one vector of one mode)."""
+    it: several pooling modes concatenated are refused (a pipeline returns one vector of one mode), and so is a
+    default_prompt_name that names no prompt, which sentence-transformers and ``SentenceTransformer`` refuse to load
+    (the pipeline embedded with no prompt)."""
     saved = read_directory(directory)
     if saved.pooling is not None and len(saved.pooling.modes) != 1:
         raise BertkitError(f"{directory}/1_Pooling concatenates the poolings {list(saved.pooling.modes)}; a pipeline "
                            "returns one: load this model with bertkit.sentence.SentenceTransformer")
+    known = {**DEFAULT_PROMPTS, **saved.prompts}  # sentence-transformers 6 gives every model "query" and "document"
+    if saved.default_prompt_name is not None and saved.default_prompt_name not in known:
+        raise BertkitError(f"{saved.path / ST_CONFIG}: default_prompt_name {saved.default_prompt_name!r} is not one "
+                           f"of its prompts {sorted(known)}, so sentence-transformers refuses to load it: add that "
+                           "prompt to prompts there, or set default_prompt_name to null")
     return saved
 
 
