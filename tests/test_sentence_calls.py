@@ -748,7 +748,7 @@ def test_do_lower_case_leaves_a_texts_special_tokens_as_they_are(tmp_path, minil
     np.testing.assert_allclose(np.asarray(got), ref.encode(texts, normalize_embeddings=True), atol=2e-5)
 
 
-@pytest.mark.parametrize("mode", ["max", "mean", "cls"])
+@pytest.mark.parametrize("mode", ["max", "mean", "cls", "lasttoken", "weightedmean"])
 def test_a_prompt_longer_than_max_seq_length_leaves_the_sep_to_pool(tmp_path, minilm_2_layers, mode):
     """include_prompt False and a prompt of 10 word pieces with max_seq_length 8: sentence-transformers measures the
     prompt cut as a text is (7 tokens with [CLS]) and pools the [SEP] left; bertkit left out 10, so max pooling gave
@@ -768,7 +768,8 @@ def test_a_prompt_longer_than_max_seq_length_leaves_the_sep_to_pool(tmp_path, mi
     np.testing.assert_allclose(np.asarray(got), want, atol=2e-5)
 
 
-MODE_KEYS = {"max": "max_tokens", "mean": "mean_tokens", "cls": "cls_token"}
+MODE_KEYS = {"max": "max_tokens", "mean": "mean_tokens", "cls": "cls_token", "lasttoken": "lasttoken",
+             "weightedmean": "weightedmean_tokens"}
 
 
 def test_cls_pooling_of_a_text_the_prompt_takes_whole_is_its_cls(tmp_path, minilm_2_layers):

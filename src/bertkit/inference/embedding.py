@@ -58,8 +58,8 @@ class FeatureExtractionPipeline(TextOrPairPipeline):
     """A text (or ``(text, text_pair)``) -> its embedding, a list of floats.
 
     ``pooling="mean"`` averages the last layer's token states over the real tokens ([CLS] and [SEP]
-    included, as sentence-transformers does), ``"cls"`` takes [CLS]'s state, ``"max"`` and
-    ``"mean_sqrt_len_tokens"`` are sentence-transformers' other single modes, ``"none"`` returns every
+    included, as sentence-transformers does), ``"cls"`` takes [CLS]'s state, ``"max"``, ``"mean_sqrt_len_tokens"``,
+    ``"weightedmean"`` and ``"lasttoken"`` are sentence-transformers' other single modes, ``"none"`` returns every
     token's state (a list per token). ``truncate_dim`` keeps a vector's first dimensions (Matryoshka), then
     ``normalize=True`` scales it to unit L2 norm (cosine similarity becomes a dot product): encode's
     ``normalize_embeddings``. Pooling runs on the encoder's unpadded tokens.
