@@ -448,6 +448,49 @@ def test_poolings_concatenated_in_another_order_keep_it_through_a_save(tmp_path,
     assert SentenceTransformer(tmp_path / "legacy-saved").pooling.modes == ("cls", "mean")
 
 
+def test_poolings_concatenated_embed_as_sentence_transformers_in_the_pipeline_predict_and_serve(tmp_path,
+                                                                                                minilm_2_layers):
+    """pooling_mode ["max", "cls", "mean"] with truncate_dim 500 (past one mode's 384), a prompt left out and a
+    Normalize: the pipelines refused such a directory ("1_Pooling concatenates the poolings"), so `predict` and `serve`
+    did; they now give its encode() vectors, 1,152 wide before truncate_dim, and /info says the modes."""
+    import bertkit
+    from bertkit.inference.files import predict_file
+    from bertkit.settings.inference import PredictFileSettings
+
+    d = st_directory(minilm_2_layers, tmp_path / "m", max_seq_length=16,
+                     st_config={"prompts": PROMPTS, "default_prompt_name": "query", "truncate_dim": 500},
+                     pooling={"embedding_dimension": 384, "pooling_mode": ["max", "cls", "mean"],
+                              "include_prompt": False})
+    ref = st.SentenceTransformer(str(d), device="cpu")
+    want = ref.encode(TEXTS)
+    assert want.shape == (len(TEXTS), 500)
+    pipe = bertkit.pipeline("feature-extraction", str(d), progress=False)
+    assert (pipe.pooling, pipe.dimension) == (["max", "cls", "mean"], 500)
+    np.testing.assert_allclose(np.asarray(pipe(TEXTS)), want, atol=2e-5)
+    np.testing.assert_allclose(np.asarray(pipe(TEXTS, prompt_name="passage")),
+                               ref.encode(TEXTS, prompt_name="passage"), atol=2e-5)
+    (tmp_path / "in.txt").write_text("\n".join(TEXTS) + "\n", encoding="utf-8")
+    predict_file(PredictFileSettings(task="sentence-embedding", model_name_or_path=d, input=tmp_path / "in.txt",
+                                     output_file=tmp_path / "out.jsonl", progress=False))
+    rows = [json.loads(line) for line in (tmp_path / "out.jsonl").read_text().splitlines()]
+    np.testing.assert_allclose(np.asarray([r["embedding"] for r in rows]),
+                               ref.encode(TEXTS, normalize_embeddings=True), atol=2e-5)
+
+    httpx = pytest.importorskip("httpx")
+    pytest.importorskip("uvicorn")
+    from bertkit.inference.serve import create_app
+    from serve_helpers import Server
+
+    server = Server(create_app(pipe, str(d), max_batch_size=8, max_wait_ms=1))
+    try:
+        info = httpx.get(f"{server.url}/info").json()
+        assert (info["model_type"], info["embedding_dimension"]) == ({"embedding": {"pooling": ["max", "cls", "mean"]}},
+                                                                     500)
+        tei = httpx.post(f"{server.url}/embed", json={"inputs": TEXTS, "normalize": False}).json()
+        np.testing.assert_allclose(np.asarray(tei), want, atol=2e-5)
+    finally:
+        server.stop()
+
 def test_a_tokenizers_max_len_is_its_model_max_length(tmp_path, minilm_2_layers):
     """tokenizer_config.json's older "max_len" (64, no model_max_length): transformers reads it as model_max_length,
     so sentence-transformers cut texts at 64 where bertkit cut them at 512 (0.65 cosine on a SQuAD paragraph with
