@@ -84,6 +84,8 @@ class Pooling:
         if mode is not None and not (isinstance(mode, str) or isinstance(mode, list)
                                      and all(isinstance(m, str) for m in mode)):
             raise BertkitError(f"{where}: pooling_mode {mode!r} must be a mode's name or a list of them, from {MODES}")
+        if mode == []:  # sentence-transformers fails in torch.cat; not the legacy keys' default, the mean
+            raise BertkitError(f"{where}: pooling_mode [] names no mode; write the model's modes there, from {MODES}")
         if mode is not None:
             modes = (mode,) if isinstance(mode, str) else tuple(mode)
         else:
