@@ -18,7 +18,8 @@ st = pytest.importorskip("sentence_transformers", reason="the reference: pip ins
 st_models = pytest.importorskip("sentence_transformers.models")
 
 TEXTS = ["A man is eating food.", "THE QUICK Brown Fox jumps over the lazy dog near the RIVER bank in June.", "hi",
-         "Ünïcödé accents and CJK 漢字 too, İstanbul", "Sentence embeddings put similar sentences close together. " * 5]
+         "Ünïcödé accents and CJK 漢字 too, İstanbul",
+         "Sentence embeddings put similar sentences close together. " * 5]
 PROMPTS = {"query": "Query: ", "document": "Passage: "}
 
 

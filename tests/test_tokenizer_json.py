@@ -378,7 +378,8 @@ def test_sentence_transformers_lowercase_before_the_bert_normalizer_reads_as_its
     with pytest.raises(BertkitError, match=r"normalizer is Lowercase before BertNormalizer .* but the tokenizer is "
                                            r"cased .*set \"do_lower_case\": true in tokenizer_config.json"):
         BertTokenizer.from_pretrained(tmp_path)
-    (tmp_path / "tokenizer_config.json").write_text(json.dumps({**config, "do_lower_case": True, "strip_accents": False}))
+    lowered = {**config, "do_lower_case": True, "strip_accents": False}
+    (tmp_path / "tokenizer_config.json").write_text(json.dumps(lowered), encoding="utf-8")
     from_file = tokenizers.Tokenizer.from_file(str(tmp_path / "tokenizer.json"))
     from_file.no_padding()
     text = "HELLO Wörld Ünïcödé"

@@ -62,12 +62,12 @@ class FeatureExtractionPipeline(TextOrPairPipeline):
     ``normalize_embeddings``. Pooling runs on the encoder's unpadded tokens.
 
     A sentence-transformers directory (``directory``, as ``from_pretrained`` reads it) gives what its model's
-    ``encode`` gives: its 1_Pooling's modes (concatenated), its max_seq_length as ``max_length``, its truncate_dim, its default
-    prompt before each text (left out of the pooling where 1_Pooling says so), its do_lower_case, and its Normalize
-    module, part of the model as in sentence-transformers: it scales the pooled vector before truncate_dim keeps its
-    first dimensions (so a truncated vector is not unit-length unless ``normalize`` asks; ``normalize=False`` does
-    not undo it, as ``normalize_embeddings=False`` does not). Any other argument given explicitly wins. Left unset,
-    another checkpoint pools by the mean.
+    ``encode`` gives: its 1_Pooling's modes (concatenated), its max_seq_length as ``max_length``, its truncate_dim,
+    its default prompt before each text (left out of the pooling where 1_Pooling says so), its do_lower_case, and its
+    Normalize module, part of the model as in sentence-transformers: it scales the pooled vector before truncate_dim
+    keeps its first dimensions (so a truncated vector is not unit-length unless ``normalize`` asks;
+    ``normalize=False`` does not undo it, as ``normalize_embeddings=False`` does not). Any other argument given
+    explicitly wins. Left unset, another checkpoint pools by the mean.
     """
 
     task = tasks.FeatureExtraction.name
@@ -115,8 +115,9 @@ class FeatureExtractionPipeline(TextOrPairPipeline):
         asked = kwargs.get("pooling")
         if saved.pooling is not None and asked not in (None, "none") and (asked,) != saved.pooling.modes:
             modes = saved.pooling.modes
+            declared = modes[0] if len(modes) == 1 else list(modes)
             logger.warning("%s pools by %r (1_Pooling); pooling=%r was asked for, so its vectors are not the "
-                           "model's sentence embeddings", model_dir, modes[0] if len(modes) == 1 else list(modes), asked)
+                           "model's sentence embeddings", model_dir, declared, asked)
         return super().from_pretrained(saved.encoder_dir, directory=saved, **kwargs)
 
     @classmethod
