@@ -690,8 +690,8 @@ def test_feature_extraction_cls_and_tokens(minilm_dir, sst2):
     bf16 = np.array(bertkit.pipeline("sentence-embedding", minilm_dir, bf16=True)(texts))
     fp32 = np.array(bertkit.pipeline("sentence-embedding", minilm_dir)(texts))
     assert (bf16 * fp32).sum(1).min() > 0.99  # cosine similarity: bf16 rounding, not a different vector
-    with pytest.raises(BertkitError, match="pooling 'weightedmean'"):
-        bertkit.pipeline("feature-extraction", minilm_dir, pooling="weightedmean")
+    with pytest.raises(BertkitError, match="pooling 'attention'"):
+        bertkit.pipeline("feature-extraction", minilm_dir, pooling="attention")
     with pytest.raises(BertkitError, match="unknown pipeline task"):
         bertkit.pipeline("summarization", minilm_dir)
 

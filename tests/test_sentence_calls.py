@@ -468,6 +468,49 @@ def test_poolings_concatenated_in_another_order_keep_it_through_a_save(tmp_path,
     assert SentenceTransformer(tmp_path / "legacy-saved").pooling.modes == ("cls", "mean")
 
 
+def test_poolings_concatenated_embed_as_sentence_transformers_in_the_pipeline_predict_and_serve(tmp_path,
+                                                                                                minilm_2_layers):
+    """pooling_mode ["max", "cls", "mean"] with truncate_dim 500 (past one mode's 384), a prompt left out and a
+    Normalize: the pipelines refused such a directory ("1_Pooling concatenates the poolings"), so `predict` and `serve`
+    did; they now give its encode() vectors, 1,152 wide before truncate_dim, and /info says the modes."""
+    import bertkit
+    from bertkit.inference.files import predict_file
+    from bertkit.settings.inference import PredictFileSettings
+
+    d = st_directory(minilm_2_layers, tmp_path / "m", max_seq_length=16,
+                     st_config={"prompts": PROMPTS, "default_prompt_name": "query", "truncate_dim": 500},
+                     pooling={"embedding_dimension": 384, "pooling_mode": ["max", "cls", "mean"],
+                              "include_prompt": False})
+    ref = st.SentenceTransformer(str(d), device="cpu")
+    want = ref.encode(TEXTS)
+    assert want.shape == (len(TEXTS), 500)
+    pipe = bertkit.pipeline("feature-extraction", str(d), progress=False)
+    assert (pipe.pooling, pipe.dimension) == (["max", "cls", "mean"], 500)
+    np.testing.assert_allclose(np.asarray(pipe(TEXTS)), want, atol=2e-5)
+    np.testing.assert_allclose(np.asarray(pipe(TEXTS, prompt_name="passage")),
+                               ref.encode(TEXTS, prompt_name="passage"), atol=2e-5)
+    (tmp_path / "in.txt").write_text("\n".join(TEXTS) + "\n", encoding="utf-8")
+    predict_file(PredictFileSettings(task="sentence-embedding", model_name_or_path=d, input=tmp_path / "in.txt",
+                                     output_file=tmp_path / "out.jsonl", progress=False))
+    rows = [json.loads(line) for line in (tmp_path / "out.jsonl").read_text().splitlines()]
+    np.testing.assert_allclose(np.asarray([r["embedding"] for r in rows]),
+                               ref.encode(TEXTS, normalize_embeddings=True), atol=2e-5)
+
+    httpx = pytest.importorskip("httpx")
+    pytest.importorskip("uvicorn")
+    from bertkit.inference.serve import create_app
+    from serve_helpers import Server
+
+    server = Server(create_app(pipe, str(d), max_batch_size=8, max_wait_ms=1))
+    try:
+        info = httpx.get(f"{server.url}/info").json()
+        assert (info["model_type"], info["embedding_dimension"]) == ({"embedding": {"pooling": ["max", "cls", "mean"]}},
+                                                                     500)
+        tei = httpx.post(f"{server.url}/embed", json={"inputs": TEXTS, "normalize": False}).json()
+        np.testing.assert_allclose(np.asarray(tei), want, atol=2e-5)
+    finally:
+        server.stop()
+
 def test_a_tokenizers_max_len_is_its_model_max_length(tmp_path, minilm_2_layers):
     """tokenizer_config.json's older "max_len" (64, no model_max_length): transformers reads it as model_max_length,
     so sentence-transformers cut texts at 64 where bertkit cut them at 512 (0.65 cosine on a SQuAD paragraph with
@@ -706,6 +749,30 @@ def test_pipeline_honours_the_directorys_default_prompt_and_lower_casing(tmp_pat
     np.testing.assert_allclose(got, ref.encode(texts, normalize_embeddings=True), atol=2e-5)
 
 
+
+def test_a_default_prompt_name_naming_no_prompt_is_refused_by_the_pipeline_as_by_sentence_transformers(
+        tmp_path, minilm_2_layers):
+    """config_sentence_transformers.json's default_prompt_name "classification" without such a prompt:
+    sentence-transformers and SentenceTransformer refuse to load the directory; the pipeline (so `predict` and
+    `serve`) embedded every text with no prompt. "document", which sentence-transformers 6 gives every model (""),
+    is no such case: its vectors are sentence-transformers'."""
+    import bertkit
+
+    d = st_directory(minilm_2_layers, tmp_path / "m", max_seq_length=64,
+                     st_config={"prompts": PROMPTS, "default_prompt_name": "classification"})
+    with pytest.raises(ValueError, match="Default prompt name 'classification' not found"):
+        st.SentenceTransformer(str(d), device="cpu")
+    for task in ("feature-extraction", "sentence-embedding"):
+        with pytest.raises(BertkitError, match=r"config_sentence_transformers.json: default_prompt_name "
+                                               r"'classification' is not one of its prompts \['document', 'passage', "
+                                               r"'query'\], so sentence-transformers refuses to load it"):
+            bertkit.pipeline(task, str(d), progress=False)
+    (d / "config_sentence_transformers.json").write_text(json.dumps({"prompts": PROMPTS,
+                                                                     "default_prompt_name": "document"}))
+    got = bertkit.pipeline("feature-extraction", str(d), progress=False)(TEXTS[:3])
+    np.testing.assert_allclose(np.asarray(got), st.SentenceTransformer(str(d), device="cpu").encode(TEXTS[:3]),
+                               atol=2e-5)
+
 GREEK = "Ο ΛΟΓΟΣ ΤΟΥ ΘΕΟΣ"  # each word ends in Σ: lower-cased as a whole, a final Σ becomes ς
 
 
@@ -744,7 +811,7 @@ def test_do_lower_case_leaves_a_texts_special_tokens_as_they_are(tmp_path, minil
     np.testing.assert_allclose(np.asarray(got), ref.encode(texts, normalize_embeddings=True), atol=2e-5)
 
 
-@pytest.mark.parametrize("mode", ["max", "mean", "cls"])
+@pytest.mark.parametrize("mode", ["max", "mean", "cls", "lasttoken", "weightedmean"])
 def test_a_prompt_longer_than_max_seq_length_leaves_the_sep_to_pool(tmp_path, minilm_2_layers, mode):
     """include_prompt False and a prompt of 10 word pieces with max_seq_length 8: sentence-transformers measures the
     prompt cut as a text is (7 tokens with [CLS]) and pools the [SEP] left; bertkit left out 10, so max pooling gave
@@ -764,7 +831,8 @@ def test_a_prompt_longer_than_max_seq_length_leaves_the_sep_to_pool(tmp_path, mi
     np.testing.assert_allclose(np.asarray(got), want, atol=2e-5)
 
 
-MODE_KEYS = {"max": "max_tokens", "mean": "mean_tokens", "cls": "cls_token"}
+MODE_KEYS = {"max": "max_tokens", "mean": "mean_tokens", "cls": "cls_token", "lasttoken": "lasttoken",
+             "weightedmean": "weightedmean_tokens"}
 
 
 def test_cls_pooling_of_a_text_the_prompt_takes_whole_is_its_cls(tmp_path, minilm_2_layers):

@@ -58,6 +58,34 @@ def test_pooling_modes_match(tmp_path, minilm_dir):
     torch.testing.assert_close(got, want, atol=1e-5, rtol=0)
 
 
+def test_weightedmean_and_lasttoken_pool_as_sentence_transformers(tmp_path, minilm_2_layers):
+    """weightedmean (token i weighs i) and lasttoken (the last token, [SEP]), concatenated after the other modes in
+    the order sentence-transformers gives them, a prompt left out: refused before ("pooling ['weightedmean',
+    'lasttoken'] is not implemented"), in SentenceTransformer and the pipelines. A save writes their legacy keys too,
+    and sentence-transformers reads the save as the same model."""
+    import bertkit
+
+    legacy = {"pooling_mode_weightedmean_tokens": True, "pooling_mode_lasttoken": True, "include_prompt": False}
+    d = st_directory(minilm_2_layers, tmp_path / "m", pooling={**POOLING, **legacy}, normalize=False,
+                     st_config={"prompts": {"query": "query: "}})
+    ours, ref = SentenceTransformer(d), st.SentenceTransformer(str(d), device="cpu")
+    assert ours.pooling.modes == ("mean", "weightedmean", "lasttoken")
+    got, want = ours.encode(TEXTS, prompt_name="query"), ref.encode(TEXTS, prompt_name="query")
+    assert got.shape == want.shape == (len(TEXTS), 3 * 384)
+    torch.testing.assert_close(got, want, atol=1e-5, rtol=0)
+    ours.save(tmp_path / "saved")
+    saved = json.loads((tmp_path / "saved" / "1_Pooling" / "config.json").read_text())
+    assert (saved["pooling_mode_weightedmean_tokens"], saved["pooling_mode_lasttoken"]) == (True, True)
+    again = st.SentenceTransformer(str(tmp_path / "saved"), device="cpu").encode(TEXTS, prompt_name="query")
+    torch.testing.assert_close(again, want, atol=1e-5, rtol=0)
+    for mode in ("weightedmean", "lasttoken"):
+        pipe = bertkit.pipeline("feature-extraction", minilm_2_layers, pooling=mode, progress=False)
+        single = st_directory(minilm_2_layers, tmp_path / mode, normalize=False,
+                              pooling={"word_embedding_dimension": 384, "pooling_mode": mode})
+        np.testing.assert_allclose(np.asarray(pipe(TEXTS)), st.SentenceTransformer(str(single), device="cpu").encode(
+            TEXTS), atol=2e-5)
+
+
 def test_prompt_left_out_of_pooling(tmp_path, minilm_dir):
     d = st_directory(minilm_dir, tmp_path / "m", pooling={**POOLING, "include_prompt": False})
     ours, ref = SentenceTransformer(d), st.SentenceTransformer(str(d), device="cpu")

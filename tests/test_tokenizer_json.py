@@ -346,3 +346,42 @@ def test_a_normalizer_setting_only_tokenizer_json_holds_is_refused(minilm_dir, t
     (tmp_path / "tokenizer_config.json").write_text(json.dumps({**config, setting: value}), encoding="utf-8")
     assert BertTokenizer.from_pretrained(tmp_path)(text)["input_ids"] == \
         transformers.AutoTokenizer.from_pretrained(tmp_path)(text)["input_ids"]
+
+
+def test_sentence_transformers_lowercase_before_the_bert_normalizer_reads_as_its_tokenizer(minilm_dir, tmp_path, texts):
+    """sentence-transformers 6 saves a Transformer's do_lower_case only as a Lowercase normalizer put before the
+    BertNormalizer in tokenizer.json (its sentence_bert_config.json no longer says it), so every directory it saved
+    with do_lower_case=True was refused ("normalizer.type is 'Sequence'"). Before an uncased BertNormalizer the
+    Lowercase changes no text (tokenizers gives the same string for every code point), so the three libraries give
+    one set of ids; a cased tokenizer there is refused: transformers 5 rebuilds the normalizer from
+    tokenizer_config.json and keeps the case ("HELLO" is [UNK]) where tokenizers reads the file and lowers it."""
+    for name in ("vocab.txt", "tokenizer_config.json", "special_tokens_map.json"):
+        shutil.copy(minilm_dir / name, tmp_path / name)
+    data = json.loads((minilm_dir / "tokenizer.json").read_text(encoding="utf-8"))
+    data["normalizer"] = {"type": "Sequence", "normalizers": [{"type": "Lowercase"}, data["normalizer"]]}
+    (tmp_path / "tokenizer.json").write_text(json.dumps(data), encoding="utf-8")
+    ours = BertTokenizer.from_pretrained(tmp_path)
+    theirs = transformers.AutoTokenizer.from_pretrained(tmp_path)
+    from_file = tokenizers.Tokenizer.from_file(str(tmp_path / "tokenizer.json"))
+    from_file.no_padding()
+    from_file.no_truncation()  # MiniLM's file pads and cuts at 128, which the tokenizers' callers set per call
+    want = [e.ids for e in from_file.encode_batch(texts)]
+    assert ours(texts)["input_ids"] == theirs(texts)["input_ids"] == want
+    assert ours("HELLO Wörld")["input_ids"] == [101, 7592, 2088, 102]
+
+    config = json.loads((minilm_dir / "tokenizer_config.json").read_text(encoding="utf-8"))
+    (tmp_path / "tokenizer_config.json").write_text(json.dumps({**config, "do_lower_case": False}), encoding="utf-8")
+    data["normalizer"]["normalizers"][1]["lowercase"] = False
+    (tmp_path / "tokenizer.json").write_text(json.dumps(data), encoding="utf-8")
+    assert transformers.AutoTokenizer.from_pretrained(tmp_path)("HELLO")["input_ids"] == [101, 100, 102]
+    assert tokenizers.Tokenizer.from_file(str(tmp_path / "tokenizer.json")).encode("HELLO").ids[:3] == [101, 7592, 102]
+    with pytest.raises(BertkitError, match=r"normalizer is Lowercase before BertNormalizer .* but the tokenizer is "
+                                           r"cased .*set \"do_lower_case\": true in tokenizer_config.json"):
+        BertTokenizer.from_pretrained(tmp_path)
+    lowered = {**config, "do_lower_case": True, "strip_accents": False}
+    (tmp_path / "tokenizer_config.json").write_text(json.dumps(lowered), encoding="utf-8")
+    from_file = tokenizers.Tokenizer.from_file(str(tmp_path / "tokenizer.json"))
+    from_file.no_padding()
+    text = "HELLO Wörld Ünïcödé"
+    assert BertTokenizer.from_pretrained(tmp_path)(text)["input_ids"] == from_file.encode(text).ids == \
+        transformers.AutoTokenizer.from_pretrained(tmp_path)(text)["input_ids"]

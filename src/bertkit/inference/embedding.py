@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import torch
 import torch.nn.functional as F
 
 from bertkit.errors import BertkitError, is_whole
@@ -17,10 +18,10 @@ from bertkit.inference import tasks
 from bertkit.inference.base import Pipeline
 from bertkit.inference.pipelines import TextOrPairPipeline, per_row
 from bertkit.modeling import BertModel
-from bertkit.sentence.directory import SentenceDirectory, read_directory
+from bertkit.sentence.directory import ST_CONFIG, SentenceDirectory, read_directory
 from bertkit.sentence.pooling import MODES as POOLING_MODES
 from bertkit.sentence.pooling import pool_tokens
-from bertkit.sentence.prompts import prompt_tokens
+from bertkit.sentence.prompts import DEFAULT_PROMPTS, prompt_tokens
 from bertkit.tokenization import BertTokenizer
 
 logger = logging.getLogger("bertkit")
@@ -31,11 +32,14 @@ POOLINGS = (*POOLING_MODES, "none")
 
 def sentence_directory(directory: Path) -> SentenceDirectory:
     """What a sentence-transformers directory declares (``bertkit.sentence.directory``), once a pipeline can honour
-    it: several pooling modes concatenated are refused (a pipeline returns one vector of one mode)."""
+    it: a default_prompt_name that names no prompt, which sentence-transformers and ``SentenceTransformer`` refuse to
+    load, is refused (the pipeline embedded with no prompt)."""
     saved = read_directory(directory)
-    if saved.pooling is not None and len(saved.pooling.modes) != 1:
-        raise BertkitError(f"{directory}/1_Pooling concatenates the poolings {list(saved.pooling.modes)}; a pipeline "
-                           "returns one: load this model with bertkit.sentence.SentenceTransformer")
+    known = {**DEFAULT_PROMPTS, **saved.prompts}  # sentence-transformers 6 gives every model "query" and "document"
+    if saved.default_prompt_name is not None and saved.default_prompt_name not in known:
+        raise BertkitError(f"{saved.path / ST_CONFIG}: default_prompt_name {saved.default_prompt_name!r} is not one "
+                           f"of its prompts {sorted(known)}, so sentence-transformers refuses to load it: add that "
+                           "prompt to prompts there, or set default_prompt_name to null")
     return saved
 
 
@@ -51,19 +55,19 @@ class FeatureExtractionPipeline(TextOrPairPipeline):
     """A text (or ``(text, text_pair)``) -> its embedding, a list of floats.
 
     ``pooling="mean"`` averages the last layer's token states over the real tokens ([CLS] and [SEP]
-    included, as sentence-transformers does), ``"cls"`` takes [CLS]'s state, ``"max"`` and
-    ``"mean_sqrt_len_tokens"`` are sentence-transformers' other single modes, ``"none"`` returns every
+    included, as sentence-transformers does), ``"cls"`` takes [CLS]'s state, ``"max"``, ``"mean_sqrt_len_tokens"``,
+    ``"weightedmean"`` and ``"lasttoken"`` are sentence-transformers' other single modes, ``"none"`` returns every
     token's state (a list per token). ``truncate_dim`` keeps a vector's first dimensions (Matryoshka), then
     ``normalize=True`` scales it to unit L2 norm (cosine similarity becomes a dot product): encode's
     ``normalize_embeddings``. Pooling runs on the encoder's unpadded tokens.
 
     A sentence-transformers directory (``directory``, as ``from_pretrained`` reads it) gives what its model's
-    ``encode`` gives: its 1_Pooling's mode, its max_seq_length as ``max_length``, its truncate_dim, its default
-    prompt before each text (left out of the pooling where 1_Pooling says so), its do_lower_case, and its Normalize
-    module, part of the model as in sentence-transformers: it scales the pooled vector before truncate_dim keeps its
-    first dimensions (so a truncated vector is not unit-length unless ``normalize`` asks; ``normalize=False`` does
-    not undo it, as ``normalize_embeddings=False`` does not). Any other argument given explicitly wins. Left unset,
-    another checkpoint pools by the mean.
+    ``encode`` gives: its 1_Pooling's modes (concatenated), its max_seq_length as ``max_length``, its truncate_dim,
+    its default prompt before each text (left out of the pooling where 1_Pooling says so), its do_lower_case, and its
+    Normalize module, part of the model as in sentence-transformers: it scales the pooled vector before truncate_dim
+    keeps its first dimensions (so a truncated vector is not unit-length unless ``normalize`` asks;
+    ``normalize=False`` does not undo it, as ``normalize_embeddings=False`` does not). Any other argument given
+    explicitly wins. Left unset, another checkpoint pools by the mean.
     """
 
     task = tasks.FeatureExtraction.name
@@ -77,20 +81,22 @@ class FeatureExtractionPipeline(TextOrPairPipeline):
     def __init__(self, model, tokenizer, *, pooling: str | None = None, normalize: bool | None = None,
                  truncate_dim: int | None = None, directory: SentenceDirectory | None = None, **kwargs: Any):
         saved = directory if directory is not None else SentenceDirectory(Path(), Path())  # a model object: defaults
-        pooling = pooling or (saved.pooling.modes[0] if saved.pooling is not None else "mean")
-        if pooling not in POOLINGS:
+        # the directory's modes, several concatenated in their order as its model's Pooling does, unless one is asked
+        modes = (pooling,) if pooling else saved.pooling.modes if saved.pooling is not None else ("mean",)
+        if pooling is not None and pooling not in POOLINGS:
             raise BertkitError(f"pooling {pooling!r} is not one of {POOLINGS}")
         if kwargs.get("max_length") is None:
             kwargs["max_length"] = saved.max_seq_length
         super().__init__(model, tokenizer, **kwargs)
-        self.pooling = pooling
+        self.modes = modes
+        self.pooling = modes[0] if len(modes) == 1 else list(modes)  # what /info says, as 1_Pooling's pooling_mode
         self.normalize = self.default_normalize if normalize is None else bool(normalize)
         self.normalize_module = saved.normalize  # 2_Normalize: before truncate_dim, as the model's own forward
-        width = model.config.hidden_size
+        width = model.config.hidden_size * len(modes)
         truncate_dim = saved.truncate_dim_within(width) if truncate_dim is None else truncate_dim
         if truncate_dim is not None and not is_whole(truncate_dim, 1, width):
-            raise BertkitError(f"truncate_dim {truncate_dim!r} must be a whole number in [1, {width}] (the model's "
-                               "hidden size)")
+            raise BertkitError(f"truncate_dim {truncate_dim!r} must be a whole number in [1, {width}] (the width of "
+                               "the pooled vector)")
         self.truncate_dim = truncate_dim
         self.lowercase, self.prompts = saved.do_lower_case, saved.prompts
         self.default_prompt_name, self.prompt = saved.default_prompt_name, saved.default_prompt or ""
@@ -100,16 +106,18 @@ class FeatureExtractionPipeline(TextOrPairPipeline):
     @property
     def dimension(self) -> int:
         """The width of the vectors this pipeline returns (every token's, for pooling "none")."""
-        width = self.config.hidden_size
+        width = self.config.hidden_size * (1 if self.pooling == "none" else len(self.modes))
         return width if self.pooling == "none" or self.truncate_dim is None else self.truncate_dim
 
     @classmethod
     def from_pretrained(cls, model_dir: str | Path, **kwargs: Any) -> Pipeline:
         saved = sentence_directory(Path(model_dir))
         asked = kwargs.get("pooling")
-        if saved.pooling is not None and asked not in (None, saved.pooling.modes[0], "none"):
+        if saved.pooling is not None and asked not in (None, "none") and (asked,) != saved.pooling.modes:
+            modes = saved.pooling.modes
+            declared = modes[0] if len(modes) == 1 else list(modes)
             logger.warning("%s pools by %r (1_Pooling); pooling=%r was asked for, so its vectors are not the "
-                           "model's sentence embeddings", model_dir, saved.pooling.modes[0], asked)
+                           "model's sentence embeddings", model_dir, declared, asked)
         return super().from_pretrained(saved.encoder_dir, directory=saved, **kwargs)
 
     @classmethod
@@ -162,9 +170,10 @@ class FeatureExtractionPipeline(TextOrPairPipeline):
         if tokens:
             v = out.token_layout.to_batch(out.tokens.float())  # (B, T, H)
         else:
-            # (B, H): sentence-transformers' Pooling (and Normalize), then its truncate_dim; the rows of a batch
+            # (B, H x modes): sentence-transformers' Pooling (and Normalize), then its truncate_dim; the rows of a batch
             # share their prompt's length (run_rows batches rows of other lengths apart)
-            v = pool_tokens(out, batch["attention_mask"], self.pooling, rows[0].get("prompt_length", 0))
+            skip = rows[0].get("prompt_length", 0)
+            v = torch.cat([pool_tokens(out, batch["attention_mask"], m, skip) for m in self.modes], dim=-1)
             if self.normalize_module:
                 v = F.normalize(v, dim=-1)
             v = v[:, :self.dimension]

@@ -1,6 +1,7 @@
 """Pooling: token states -> one vector per text, as sentence-transformers' ``Pooling`` module (1_Pooling).
 
-Modes "mean", "cls", "max" and "mean_sqrt_len_tokens", several concatenated in the order given. Pooling reads
+Modes "mean", "cls", "max", "mean_sqrt_len_tokens", "weightedmean" and "lasttoken", several concatenated in the order
+given. Pooling reads
 the encoder's output in whichever layout it computed (``TokenLayout``): on the unpadded layout the mean is a
 scatter-add over the real tokens only, so padding costs nothing.
 """
@@ -16,11 +17,11 @@ from torch import Tensor
 from bertkit.errors import BertkitError
 from bertkit.modeling import BertModelOutput
 
-MODES = ("cls", "max", "mean", "mean_sqrt_len_tokens")
+MODES = ("cls", "max", "mean", "mean_sqrt_len_tokens", "weightedmean", "lasttoken")
 # sentence-transformers' older 1_Pooling/config.json keys, in the order its Pooling concatenates them
 _LEGACY_KEYS = {"pooling_mode_cls_token": "cls", "pooling_mode_max_tokens": "max",
-                "pooling_mode_mean_tokens": "mean", "pooling_mode_mean_sqrt_len_tokens": "mean_sqrt_len_tokens"}
-_REFUSED = {"pooling_mode_weightedmean_tokens": "weightedmean", "pooling_mode_lasttoken": "lasttoken"}
+                "pooling_mode_mean_tokens": "mean", "pooling_mode_mean_sqrt_len_tokens": "mean_sqrt_len_tokens",
+                "pooling_mode_weightedmean_tokens": "weightedmean", "pooling_mode_lasttoken": "lasttoken"}
 
 
 def pool_tokens(out: BertModelOutput, attention_mask: Tensor, mode: str, prompt_length: int = 0) -> Tensor:
@@ -43,6 +44,17 @@ def pool_tokens(out: BertModelOutput, attention_mask: Tensor, mode: str, prompt_
         mask[:, :prompt_length] = 0
     if mode == "max":
         return lay.to_batch(x).masked_fill(mask.unsqueeze(-1) == 0, float("-inf")).max(dim=1).values
+    if mode == "lasttoken":
+        # the last pooled token ([SEP] for a BERT text); a row the prompt takes whole gives zeros, as
+        # sentence-transformers multiplies the token it gathers by the mask there
+        last = T - 1 - mask.flip(1).argmax(1)  # (B,)
+        rows = torch.arange(B, device=x.device)
+        return lay.to_batch(x)[rows, last] * mask[rows, last].unsqueeze(-1)
+    if mode == "weightedmean":
+        # token i (from 1) weighs i, positions counted from [CLS] with the prompt's included, as there
+        weights = mask * torch.arange(1, T + 1, device=x.device, dtype=x.dtype)  # (B, T)
+        summed = (lay.to_batch(x) * weights.unsqueeze(-1)).sum(1)  # (B, H)
+        return summed / weights.sum(1, keepdim=True).clamp(min=1e-9)
     if lay.is_padded:
         summed = (x * mask.unsqueeze(-1)).sum(1)  # (B, H)
     else:
@@ -68,7 +80,6 @@ class Pooling:
 
     @classmethod
     def from_config(cls, config: dict[str, Any], where: str) -> Pooling:
-        refused = [name for key, name in _REFUSED.items() if config.get(key)]
         mode = config.get("pooling_mode")
         if mode is not None and not (isinstance(mode, str) or isinstance(mode, list)
                                      and all(isinstance(m, str) for m in mode)):
@@ -79,7 +90,7 @@ class Pooling:
                 raise BertkitError(f"{where}: pooling_mode [] names no mode; list one or more of {MODES}")
         else:
             modes = tuple(name for key, name in _LEGACY_KEYS.items() if config.get(key))
-        refused += [m for m in modes if m not in MODES]
+        refused = [m for m in modes if m not in MODES]
         if refused:
             raise BertkitError(f"{where}: pooling {refused} is not implemented in bertkit (it pools with {MODES}); "
                                "use sentence-transformers for this model")
@@ -95,7 +106,6 @@ class Pooling:
         legacy = {key: name in self.modes for key, name in _LEGACY_KEYS.items()}
         in_legacy_order = tuple(name for name in _LEGACY_KEYS.values() if name in self.modes)
         return {"word_embedding_dimension": self.embedding_dimension, **legacy,
-                "pooling_mode_weightedmean_tokens": False, "pooling_mode_lasttoken": False,
                 **({} if in_legacy_order == self.modes else {"pooling_mode": list(self.modes)}),
                 "include_prompt": self.include_prompt}
 

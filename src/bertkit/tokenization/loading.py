@@ -174,6 +174,9 @@ def read_tokenizer_json(file: Path, settings: dict[str, Any]) -> tuple[list[str]
         # A model without its type (files of tokenizers before 0.9, as some Hub checkpoints still have them): tokenizers
         # and transformers read it as WordPiece.
         parts["model"] = {**model, "type": "WordPiece"}
+    lowercase_first = _lowercase_before_bert(parts["normalizer"])
+    if lowercase_first:
+        parts["normalizer"] = parts["normalizer"]["normalizers"][1]
     for part, key, want in _BERT_TOKENIZER_JSON:
         got = parts[part].get(key, None if key == "type" else want)
         if got != want:
@@ -210,12 +213,29 @@ def read_tokenizer_json(file: Path, settings: dict[str, Any]) -> tuple[list[str]
                 f"{json.dumps(merged[arg])}: add \"{arg}\": {json.dumps(merged[arg])} to {CONFIG_FILE} (or pass "
                 f"{arg}= to from_pretrained) to say which")
     merged.update(settings)
+    if lowercase_first and not merged["do_lower_case"]:
+        raise BertkitError(
+            f"{file}: normalizer is Lowercase before BertNormalizer (sentence-transformers 6 saves do_lower_case so) "
+            "but the tokenizer is cased (do_lower_case false), and transformers 5 and sentence-transformers build the "
+            "normalizer from tokenizer_config.json and keep the case, where tokenizers (and TEI) read this file and "
+            "lower it: to lower texts, set \"do_lower_case\": true in tokenizer_config.json (with \"strip_accents\": "
+            "false to keep accents, as Lowercase does), which all of them read; to keep the case, remove the Lowercase")
     named = {merged.get(k, _DEFAULT_SPECIAL[k]) for k in SPECIAL_TOKEN_KEYS}
     listed = list(merged.get("additional_special_tokens", ()))
     extra = [t for _, t in sorted(special) if t not in named and t not in listed]
     if extra:
         merged["additional_special_tokens"] = listed + extra
     return _in_id_order(ids, file), merged, 1 + max(vocab.values())
+
+
+def _lowercase_before_bert(normalizer: dict[str, Any]) -> bool:
+    """Whether ``normalizer`` is the Sequence of Lowercase and BertNormalizer that sentence-transformers 6 saves for a
+    Transformer with do_lower_case (its only record of the setting). Where the BertNormalizer lowers too (an uncased
+    tokenizer), the Lowercase changes no text: tokenizers gives the same string for every code point, alone and with
+    a combining accent, whatever strip_accents and handle_chinese_chars say."""
+    steps = normalizer.get("normalizers") if normalizer.get("type") == "Sequence" else None
+    return (isinstance(steps, list) and len(steps) == 2 and all(isinstance(s, dict) for s in steps)
+            and steps[0] == {"type": "Lowercase"} and steps[1].get("type") == "BertNormalizer")
 
 
 def _in_id_order(ids: dict[str, Any], file: Path) -> list[str]:
