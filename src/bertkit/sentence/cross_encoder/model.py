@@ -46,10 +46,10 @@ from bertkit.sentence.directory import (
 from bertkit.sentence.model import (
     ReferenceCalls,
     as_requested,
-    model_kwargs_options,
     model_path,
     refuse_arguments,
 )
+from bertkit.sentence.models import model_kwargs_options
 from bertkit.staging import staged
 from bertkit.tokenization import AutoTokenizer
 from bertkit.tokenization.batch import truncation_lengths
