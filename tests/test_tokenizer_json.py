@@ -346,3 +346,23 @@ def test_a_normalizer_setting_only_tokenizer_json_holds_is_refused(minilm_dir, t
     (tmp_path / "tokenizer_config.json").write_text(json.dumps({**config, setting: value}), encoding="utf-8")
     assert BertTokenizer.from_pretrained(tmp_path)(text)["input_ids"] == \
         transformers.AutoTokenizer.from_pretrained(tmp_path)(text)["input_ids"]
+
+
+def test_a_normalizer_that_lowercases_first_is_read_as_transformers_reads_it(minilm_dir, tmp_path):
+    """sentence-transformers' ``Transformer(path, do_lower_case=True)`` saves tokenizer.json's normalizer as a
+    Sequence [Lowercase, BertNormalizer]; bertkit refused it as "not BERT's WordPiece tokenizer", so a directory
+    sentence-transformers saved did not load. transformers 5 builds the normalizer from tokenizer_config.json: on an
+    uncased tokenizer the Lowercase changes nothing, and bertkit gives its ids; on a cased one transformers drops the
+    lowercasing the model was trained with, which is refused naming the setting."""
+    d = _copy_tokenizer(minilm_dir, tmp_path / "tok")
+    data = json.loads((d / "tokenizer.json").read_text(encoding="utf-8"))
+    data["normalizer"] = {"type": "Sequence", "normalizers": [{"type": "Lowercase"}, data["normalizer"]]}
+    (d / "tokenizer.json").write_text(json.dumps(data), encoding="utf-8")
+    text = "HELLO Wörld 中文 İstanbul"
+    assert BertTokenizer.from_pretrained(d)(text)["input_ids"] == \
+        transformers.AutoTokenizer.from_pretrained(d)(text)["input_ids"] == [101, 7592, 2088, 1746, 1861, 9960, 102]
+    config = json.loads((d / "tokenizer_config.json").read_text(encoding="utf-8"))
+    (d / "tokenizer_config.json").write_text(json.dumps({**config, "do_lower_case": False}), encoding="utf-8")
+    with pytest.raises(BertkitError, match=r"lowercases before its BertNormalizer .* sets do_lower_case false, .*"
+                                           r"set \"do_lower_case\": true \(with \"strip_accents\": false"):
+        BertTokenizer.from_pretrained(d)

@@ -169,6 +169,13 @@ def read_tokenizer_json(file: Path, settings: dict[str, Any]) -> tuple[list[str]
     tokenizer.json flags special out of the text, a ``[CLS]`` that a new ``cls_token`` replaced included."""
     data = read_json(file)
     parts = {part: data[part] if isinstance(data.get(part), dict) else {} for part in ("model", "normalizer")}
+    steps = parts["normalizer"].get("normalizers") if parts["normalizer"].get("type") == "Sequence" else None
+    lowercased_first = isinstance(steps, list) and [s.get("type") if isinstance(s, dict) else s for s in steps] == \
+        ["Lowercase", "BertNormalizer"]
+    if lowercased_first:
+        # sentence-transformers' Transformer(do_lower_case=True) saves its tokenizer so; transformers 5 builds the
+        # normalizer from tokenizer_config.json (below), which drops the Lowercase
+        parts["normalizer"] = steps[1]
     model = parts["model"]
     if "type" not in model and "continuing_subword_prefix" in model and "merges" not in model:
         # A model without its type (files of tokenizers before 0.9, as some Hub checkpoints still have them): tokenizers
@@ -210,6 +217,13 @@ def read_tokenizer_json(file: Path, settings: dict[str, Any]) -> tuple[list[str]
                 f"{json.dumps(merged[arg])}: add \"{arg}\": {json.dumps(merged[arg])} to {CONFIG_FILE} (or pass "
                 f"{arg}= to from_pretrained) to say which")
     merged.update(settings)
+    if lowercased_first and not merged["do_lower_case"]:
+        raise BertkitError(
+            f"{file}: the normalizer lowercases before its BertNormalizer (sentence-transformers' Transformer("
+            f"do_lower_case=True) saves it so) but {CONFIG_FILE} sets do_lower_case false, which transformers 5 and "
+            "sentence-transformers build the normalizer from, dropping the lowercasing this model was used with: set "
+            f"\"do_lower_case\": true (with \"strip_accents\": false to keep accents, as the Lowercase did) in "
+            f"{CONFIG_FILE} to lowercase, or put the BertNormalizer alone in {file.name} not to")
     named = {merged.get(k, _DEFAULT_SPECIAL[k]) for k in SPECIAL_TOKEN_KEYS}
     listed = list(merged.get("additional_special_tokens", ()))
     extra = [t for _, t in sorted(special) if t not in named and t not in listed]
