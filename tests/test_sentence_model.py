@@ -333,6 +333,11 @@ def test_modules_are_a_transformer_a_pooling_and_a_normalize_in_that_order(words
         with pytest.raises(BertkitError, match=re.escape(f"SentenceTransformer(modules={names}): bertkit's ") +
                            "SentenceTransformer is bertkit.sentence.models' Transformer, Pooling and an optional"):
             SentenceTransformer(modules=modules)
+    assert SentenceTransformer(modules=(m for m in [word, pool])).pooling == pool  # any iterable, as there
+    with pytest.raises(BertkitError, match=r"modules=...\) takes a list of modules, got Transformer"):
+        SentenceTransformer(modules=word)
+    with pytest.raises(BertkitError, match=r"models.Transformer takes the path of a local directory .*got NoneType"):
+        ours.Transformer(None)
     with pytest.raises(BertkitError, match=r"takes a directory \(model_name_or_path, model_kwargs\) or modules"):
         SentenceTransformer(models[0].name_or_path, modules=[word, pool])
     for name in set(reference.__all__) - {"Transformer", "Pooling", "Normalize"}:

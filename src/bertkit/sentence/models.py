@@ -12,7 +12,8 @@ sentence-transformers is refused by name, on first use.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import os
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -68,6 +69,9 @@ class Transformer:
         unknown = sorted(set(settings) - _SETTINGS)
         if unknown:
             raise BertkitError(f"models.Transformer got unknown arguments {unknown}")
+        if not isinstance(model_name_or_path, (str, os.PathLike)):
+            raise BertkitError(f"models.Transformer takes the path of a local directory (a str or Path), got "
+                               f"{type(model_name_or_path).__name__} {str(model_name_or_path)[:60]}")
         path = given_path(model_name_or_path, "models.Transformer's directory")
         if cache_dir is not None or backend != "torch" or tokenizer_name_or_path not in (None, model_name_or_path):
             raise BertkitError("models.Transformer(cache_dir=, backend=, tokenizer_name_or_path=) is not implemented "
@@ -136,6 +140,11 @@ class Normalize:
 def in_order(modules: Any) -> tuple[Transformer, PoolingSettings, bool]:
     """``SentenceTransformer(modules=[...])``'s list as its Transformer, its Pooling and whether it normalises: a
     Transformer, a Pooling and an optional Normalize, in that order; anything else is refused naming it."""
+    if isinstance(modules, Mapping):  # sentence-transformers takes an OrderedDict of them too
+        modules = list(modules.values())
+    if not isinstance(modules, Iterable):
+        raise BertkitError(f"SentenceTransformer(modules=...) takes a list of modules, got {type(modules).__name__}")
+    modules = list(modules)
     names = [type(m).__name__ if not isinstance(m, PoolingSettings) else "Pooling" for m in modules]
     kinds = (Transformer, PoolingSettings, Normalize)
     if not (2 <= len(modules) <= 3 and all(isinstance(m, k) for m, k in zip(modules, kinds))):
