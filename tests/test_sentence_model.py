@@ -278,7 +278,8 @@ def test_a_model_assembled_from_modules_embeds_as_sentence_transformers(words, t
         built = [model(modules=[word, lib.Pooling(word.get_word_embedding_dimension(), *modes, **legacy),
                                 *([lib.Normalize()] if normalize else [])])
                  for word, lib, model in zip(words, (ours, st_models), (SentenceTransformer, st.SentenceTransformer))]
-        assert built[0].get_sentence_embedding_dimension() == built[1].get_sentence_embedding_dimension()
+        assert built[0].get_sentence_embedding_dimension() == built[1].get_sentence_embedding_dimension() == \
+            built[0].pooling.get_sentence_embedding_dimension() == built[1][1].get_sentence_embedding_dimension()
         torch.testing.assert_close(built[0].encode(texts, convert_to_tensor=True), built[1].encode(
             texts, convert_to_tensor=True), atol=1e-5, rtol=0, msg=f"{modes} {legacy} {normalize}")
     saved = st.SentenceTransformer(str(built[0].save(tmp_path / "m")), device="cpu")
