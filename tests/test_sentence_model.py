@@ -297,8 +297,8 @@ def test_the_transformers_arguments_are_sentence_transformers(words, minilm_dir)
     word = ours.Transformer(minilm_dir, max_seq_length=256, tokenizer_args={"model_max_length": 16},
                             config_args={"hidden_dropout_prob": 0.0}, model_args={"torch_dtype": torch.float32})
     model = SentenceTransformer(modules=[word, ours.Pooling(384, "cls")])
-    assert (model.max_seq_length, word.auto_model.config.hidden_dropout_prob, word.get_word_embedding_dimension()) \
-        == (16, 0.0, 384)
+    assert (model.max_seq_length, word.auto_model.config.hidden_dropout_prob, word.get_word_embedding_dimension(),
+            model.name_or_path) == (16, 0.0, 384, str(minilm_dir))
     assert ours.Transformer(minilm_dir).max_seq_length == 512  # the tokenizer's, within the positions
     word.max_seq_length = 32
     assert model.tokenize([TEXTS[3]])["input_ids"].shape == (1, 32)

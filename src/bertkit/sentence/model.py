@@ -225,7 +225,8 @@ class SentenceTransformer(ReferenceCalls, Prompted, nn.Module):
                                    "modules=[...], one of them; give model_kwargs to models.Transformer")
             word, pooling, self.normalize = in_order(modules)
             saved = SentenceDirectory(Path(), Path())  # prompts, similarity, truncate_dim: the defaults
-            self.name_or_path, where = None, "SentenceTransformer(modules=...)"
+            # the Transformer's directory, as a message names the model (GISTEmbedLoss's guide)
+            self.name_or_path, where = word.model.name_or_path, "SentenceTransformer(modules=...)"
         else:
             # a directory is read into the modules a script assembles: the one model either way
             path = model_path(model_name_or_path, "SentenceTransformer")
