@@ -77,6 +77,12 @@ class Transformer:
             raise BertkitError("models.Transformer(cache_dir=, backend=, tokenizer_name_or_path=) is not implemented "
                                "in bertkit: it loads the encoder and its own tokenizer from one local directory, in "
                                "PyTorch; drop these arguments")
+        task = settings.get("transformer_task", "feature-extraction")
+        if task != "feature-extraction":
+            raise BertkitError(f"models.Transformer(transformer_task={task!r}): this is a SentenceTransformer's "
+                               "(feature-extraction); a SparseEncoder's fill-mask Transformer is "
+                               "bertkit.sentence.sparse_encoder.models.Transformer, a CrossEncoder loads with "
+                               "CrossEncoder(path)")
         options = model_kwargs_options("models.Transformer", settings.pop("model_kwargs", None))
         config = settings.pop("config_kwargs", None) or {}
         given = f"models.Transformer({str(model_name_or_path)!r}, ...)"
