@@ -87,7 +87,7 @@ class Transformer:
         config = settings.pop("config_kwargs", None) or {}
         given = f"models.Transformer({str(model_name_or_path)!r}, ...)"
         # the arguments read by the rule for sentence_bert_config.json's keys, which holds the same settings
-        length = transformer_max_seq_length({**settings, "max_seq_length": max_seq_length}, given)  # type: ignore[arg-type]
+        length = transformer_max_seq_length({**settings, "max_seq_length": max_seq_length}, given)
         self.model = BertModel.from_pretrained(path, **options, **config)
         self.tokenizer = AutoTokenizer.from_pretrained(path)
         self.max_seq_length = length if length is not None else min(self.tokenizer.model_max_length,
