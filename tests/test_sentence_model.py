@@ -330,7 +330,10 @@ def test_modules_are_a_transformer_a_pooling_and_a_normalize_in_that_order(words
     for modules, names in [([pool, word], "['Pooling', 'Transformer']"), ([word], "['Transformer']"),
                            ([word, norm, pool], "['Transformer', 'Normalize', 'Pooling']"),
                            ([word, pool, norm, norm], "['Transformer', 'Pooling', 'Normalize', 'Normalize']"),
-                           ([words[1], st_models.Pooling(384)], "['Transformer', 'Pooling']")]:
+                           ([words[1], st_models.Pooling(384)],
+                            "['sentence_transformers.base.modules.transformer.Transformer', "
+                            "'sentence_transformers.sentence_transformer.modules.pooling.Pooling']"),
+                           ([word, pool, 3], "['Transformer', 'Pooling', 'builtins.int']")]:
         with pytest.raises(BertkitError, match=re.escape(f"SentenceTransformer(modules={names}): bertkit's ") +
                            "SentenceTransformer is bertkit.sentence.models' Transformer, Pooling and an optional"):
             SentenceTransformer(modules=modules)

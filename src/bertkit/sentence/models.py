@@ -151,7 +151,9 @@ def in_order(modules: Any) -> tuple[Transformer, PoolingSettings, bool]:
     if not isinstance(modules, Iterable):
         raise BertkitError(f"SentenceTransformer(modules=...) takes a list of modules, got {type(modules).__name__}")
     modules = list(modules)
-    names = [type(m).__name__ if not isinstance(m, PoolingSettings) else "Pooling" for m in modules]
+    # another package's module by its whole name: sentence-transformers' own Pooling is not this one
+    names = ["Pooling" if isinstance(m, PoolingSettings) else type(m).__name__ if type(m).__module__ == __name__
+             else f"{type(m).__module__}.{type(m).__qualname__}" for m in modules]
     kinds = (Transformer, PoolingSettings, Normalize)
     if not (2 <= len(modules) <= 3 and all(isinstance(m, k) for m, k in zip(modules, kinds))):
         raise BertkitError(f"SentenceTransformer(modules={names}): bertkit's SentenceTransformer is "
