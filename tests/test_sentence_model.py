@@ -16,6 +16,7 @@ from bertkit.sentence import SentenceTransformer, quantize_embeddings
 from sentence_helpers import POOLING, st_directory
 
 st = pytest.importorskip("sentence_transformers")
+st_models = pytest.importorskip("sentence_transformers.models")
 
 TEXTS = ["A man is eating food.", "A man is riding a horse on a sunny beach.", "hi",
          "Sentence embeddings put similar sentences close together, and different ones apart. " * 12,
@@ -283,25 +284,97 @@ def test_forward_of_a_half_model_gives_its_embedding_in_that_type(st_dir, dtype)
     torch.testing.assert_close(got["sentence_embedding"].float(), want["sentence_embedding"].float(),
                                atol=5e-4 if dtype == torch.float16 else 4e-3, rtol=0)
 
-def test_assembling_modules_is_refused_naming_the_directory_way(models):
-    """``from sentence_transformers import models`` ported: Python's "cannot import name 'models'", and
-    ``SentenceTransformer(modules=[...])`` without a path a TypeError for the missing argument; now both say that
-    bertkit loads a directory, and ``model.append(...)`` where the encoder lives."""
+@pytest.fixture(scope="module")
+def words(minilm_dir):
+    """Each library's models.Transformer on MiniLM, cut at 128 tokens (TEXTS[3] is longer)."""
+    from bertkit.sentence import models as ours
+
+    return ours.Transformer(minilm_dir, max_seq_length=128), st_models.Transformer(str(minilm_dir), max_seq_length=128)
+
+
+def test_a_model_assembled_from_modules_embeds_as_sentence_transformers(words, tmp_path):
+    """The classic script, ``SentenceTransformer(modules=[models.Transformer(path), models.Pooling(dim, mode),
+    models.Normalize()])``, was refused; now it gives sentence-transformers' vectors for each pooling (a list
+    concatenated in its order, the older booleans read as sentence-transformers 6 reads them), and saves a directory
+    sentence-transformers loads to those vectors."""
+    from bertkit.sentence import models as ours
+
+    texts = TEXTS[2:]  # a one-word text, a long one (cut at 128), accents and CJK
+    for normalize, modes, legacy in [(False, ("cls",), {}), (True, ("max",), {}), (False, ("mean_sqrt_len_tokens",), {}),
+                                     (True, (["max", "cls"],), {}),
+                                     (False, (), {"pooling_mode_max_tokens": True, "pooling_mode_mean_tokens": True})]:
+        built = [model(modules=[word, lib.Pooling(word.get_word_embedding_dimension(), *modes, **legacy),
+                                *([lib.Normalize()] if normalize else [])])
+                 for word, lib, model in zip(words, (ours, st_models), (SentenceTransformer, st.SentenceTransformer))]
+        assert built[0].get_sentence_embedding_dimension() == built[1].get_sentence_embedding_dimension() == \
+            built[0].pooling.get_sentence_embedding_dimension() == built[1][1].get_sentence_embedding_dimension()
+        torch.testing.assert_close(built[0].encode(texts, convert_to_tensor=True), built[1].encode(
+            texts, convert_to_tensor=True), atol=1e-5, rtol=0, msg=f"{modes} {legacy} {normalize}")
+    saved = st.SentenceTransformer(str(built[0].save(tmp_path / "m")), device="cpu")
+    assert saved.max_seq_length == 128
+    torch.testing.assert_close(saved.encode(texts, convert_to_tensor=True), built[1].encode(texts, convert_to_tensor=True),
+                               atol=1e-5, rtol=0)
+
+
+def test_the_transformers_arguments_are_sentence_transformers(words, minilm_dir):
+    """max_seq_length lives on the tokenizer, shared with the model assembled from it (``word.max_seq_length = 32``
+    cuts its texts at 32, as there); tokenizer_args' model_max_length wins over max_seq_length; config_args sets the
+    encoder's config. What would change a vector and bertkit does not apply is refused by name."""
+    from bertkit.sentence import models as ours
+
+    word = ours.Transformer(minilm_dir, max_seq_length=256, tokenizer_args={"model_max_length": 16},
+                            config_args={"hidden_dropout_prob": 0.0}, model_args={"torch_dtype": torch.float32})
+    model = SentenceTransformer(modules=[word, ours.Pooling(384, "cls")])
+    assert (model.max_seq_length, word.auto_model.config.hidden_dropout_prob, word.get_word_embedding_dimension(),
+            model.name_or_path) == (16, 0.0, 384, str(minilm_dir))
+    assert ours.Transformer(minilm_dir).max_seq_length == 512  # the tokenizer's, within the positions
+    word.max_seq_length = 32
+    assert model.tokenize([TEXTS[3]])["input_ids"].shape == (1, 32)
+    for bad, message in [({"transformer_task": "fill-mask"}, r"fill-mask'\): this is a SentenceTransformer's .*sparse_encoder.models.Transformer"),
+                         ({"tokenizer_args": {"do_lower_case": False}}, r"sets \{'processor_kwargs.do_lower_case'"),
+                         ({"model_args": {"device_map": "auto"}}, r"model_kwargs=...\) sets \['device_map'\]"),
+                         ({"max_seq_length": 1000}, r"max_seq_length 1000 must be a whole number in \[2, 512\]"),
+                         ({"backend": "onnx"}, r"backend=.* is not implemented in bertkit"),
+                         ({"max_seq_lenght": 64}, r"unknown arguments \['max_seq_lenght'\]")]:
+        with pytest.raises(BertkitError, match=message):
+            ours.Transformer(minilm_dir, **bad)
+    with pytest.raises(BertkitError, match=r"pooling \['weightedmean'\] is not implemented"):
+        ours.Pooling(384, pooling_mode="weightedmean")
+    with pytest.raises(BertkitError, match=r"Pooling's embedding_dimension must be a whole number >= 1.*got None"):
+        ours.Pooling(pooling_mode="cls")
+    with pytest.raises(BertkitError, match=r"its Pooling says 768 dimensions but the encoder's hidden_size is 384"):
+        SentenceTransformer(modules=[words[0], ours.Pooling(768)])
+
+
+def test_modules_are_a_transformer_a_pooling_and_a_normalize_in_that_order(words, models):
+    """Any other list, and every other module of sentence-transformers' models, is refused naming it; so is
+    ``model.append(...)``, which sentence-transformers' Sequential has."""
     from sentence_transformers.sentence_transformer import modules as reference
 
     from bertkit.errors import NotImplementedInBertkit
-    from bertkit.sentence import models as st_modules
+    from bertkit.sentence import models as ours
 
-    directory = r"is loaded from a directory, not assembled from modules: SentenceTransformer\(path\) on a BERT"
-    for name in reference.__all__:  # every module of sentence-transformers' models
-        fix = directory if name in ("Transformer", "Pooling", "Normalize") else "use sentence-transformers"
-        with pytest.raises(BertkitError, match=rf"^models.{name} is not implemented in bertkit: .*{fix}"):
-            getattr(st_modules, name)
-    with pytest.raises(BertkitError, match=r"^models.Dense is not implemented in bertkit: .*use sentence-transformers"):
-        from bertkit.sentence.models import Dense  # noqa: F401
-    with pytest.raises(BertkitError, match=rf"^SentenceTransformer\(modules=...\) is not implemented in bertkit: .*"
-                                           rf"{directory}"):
-        SentenceTransformer(modules=[object()])
+    word, pool, norm = words[0], ours.Pooling(384), ours.Normalize()
+    for modules, names in [([pool, word], "['Pooling', 'Transformer']"), ([word], "['Transformer']"),
+                           ([word, norm, pool], "['Transformer', 'Normalize', 'Pooling']"),
+                           ([word, pool, norm, norm], "['Transformer', 'Pooling', 'Normalize', 'Normalize']"),
+                           ([words[1], st_models.Pooling(384)],
+                            "['sentence_transformers.base.modules.transformer.Transformer', "
+                            "'sentence_transformers.sentence_transformer.modules.pooling.Pooling']"),
+                           ([word, pool, 3], "['Transformer', 'Pooling', 'builtins.int']")]:
+        with pytest.raises(BertkitError, match=re.escape(f"SentenceTransformer(modules={names}): bertkit's ") +
+                           "SentenceTransformer is bertkit.sentence.models' Transformer, Pooling and an optional"):
+            SentenceTransformer(modules=modules)
+    assert SentenceTransformer(modules=(m for m in [word, pool])).pooling == pool  # any iterable, as there
+    with pytest.raises(BertkitError, match=r"modules=...\) takes a list of modules, got Transformer"):
+        SentenceTransformer(modules=word)
+    with pytest.raises(BertkitError, match=r"models.Transformer takes the path of a local directory .*got NoneType"):
+        ours.Transformer(None)
+    with pytest.raises(BertkitError, match=r"takes a directory \(model_name_or_path, model_kwargs\) or modules"):
+        SentenceTransformer(models[0].name_or_path, modules=[word, pool])
+    for name in set(reference.__all__) - {"Transformer", "Pooling", "Normalize"}:
+        with pytest.raises(BertkitError, match=rf"^models.{name} is not implemented in bertkit: .*use sentence-transformers"):
+            getattr(ours, name)
     with pytest.raises(NotImplementedInBertkit, match=r"SentenceTransformer.append is not implemented .* model.bert"):
         models[0].append(None)
 

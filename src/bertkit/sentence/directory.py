@@ -199,13 +199,14 @@ def read_directory(path: str | Path) -> SentenceDirectory:
                              st.get("default_prompt_name"), st.get("similarity_fn_name"), truncate_dim)
 
 
-def transformer_max_seq_length(sbert: dict[str, Any], sbert_file: Path,
+def transformer_max_seq_length(sbert: dict[str, Any], sbert_file: Path | str,
                                task_keys: dict[str, Any] | None = None) -> int | None:
     """Where an embedder's Transformer module cuts its texts, from its sentence_bert_config.json ``sbert``: a
     model_max_length in tokenizer_args (processor_kwargs) wins over max_seq_length, as in sentence-transformers 6. A
     key bertkit does not apply (model or config arguments, another task or output, per-task lengths) is refused with
     what to change, as a key sentence-transformers does not know fails there. ``task_keys``: the task and output
-    keys at the values the reader computes, where they are not a dense Transformer's (a sparse encoder's fill-mask)."""
+    keys at the values the reader computes, where they are not a dense Transformer's (a sparse encoder's fill-mask).
+    ``sbert_file`` names where the settings come from: the file, or the call (``models.Transformer``) giving them."""
     defaults = {**_TRANSFORMER_DEFAULTS, **(task_keys or {})}
     args = {k: sbert[k] if isinstance(sbert[k], dict) else {"": sbert[k]} for k in (*_TOKENIZER_ARGS, *_MODEL_ARGS)
             if sbert.get(k)}
@@ -263,14 +264,14 @@ def declared_max_seq_length(directory: str | Path) -> int | None:
     return _declared_length(read_json(sbert_file) or {}, sbert_file)
 
 
-def _declared_length(sbert: dict[str, Any], sbert_file: Path) -> int | None:
+def _declared_length(sbert: dict[str, Any], sbert_file: Path | str) -> int | None:
     """A model_max_length in tokenizer_args (processor_kwargs), else max_seq_length: sentence-transformers 6 gives
     max_seq_length to the tokenizer as its model_max_length only where its arguments set none."""
     given = [a for a in (sbert.get(k) for k in _TOKENIZER_ARGS) if isinstance(a, dict) and "model_max_length" in a]
     return _whole(given[0]["model_max_length"] if given else sbert.get("max_seq_length"), "max_seq_length", sbert_file)
 
 
-def _whole(value: Any, name: str, where: Path) -> int | None:
+def _whole(value: Any, name: str, where: Path | str) -> int | None:
     if value is None:
         return None
     if not is_whole(value):

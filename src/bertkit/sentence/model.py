@@ -1,5 +1,5 @@
 """``SentenceTransformer``: a BERT encoder, pooling and an optional unit-length normalisation, read from and
-written to sentence-transformers' directory layout.
+written to sentence-transformers' directory layout, or assembled from ``bertkit.sentence.models``' modules.
 
     model = SentenceTransformer("models/all-MiniLM-L6-v2")
     emb = model.encode(["A man is eating food.", "A man rides a horse."], normalize_embeddings=True)
@@ -38,28 +38,22 @@ from bertkit.sentence.directory import (
     MODULES,
     SBERT_CONFIG,
     ST_CONFIG,
+    SentenceDirectory,
     read_directory,
     tokenizer_limit,
     write_st_config,
 )
+from bertkit.sentence.models import Transformer, in_order, model_kwargs_options
 from bertkit.sentence.pooling import Pooling
 from bertkit.sentence.prompts import Prompted, prompt_tokens
 from bertkit.sentence.quantization import PRECISIONS, quantize_embeddings
 from bertkit.sentence.util import SIMILARITY_FUNCTIONS, similarity_function
 from bertkit.staging import staged
-from bertkit.tokenization import AutoTokenizer
 
 logger = logging.getLogger("bertkit")
 
-# what a script that assembles sentence-transformers' modules (SentenceTransformer(modules=[...]), models.Pooling)
-# does here instead
-FROM_A_DIRECTORY = ("bertkit's SentenceTransformer is loaded from a directory, not assembled from modules: "
-                    "SentenceTransformer(path) on a BERT checkpoint is its Transformer and mean Pooling (set "
-                    "model.max_seq_length = N after loading); for another pooling or a Normalize, build and save the "
-                    "model once with sentence-transformers and load that directory")
 # sentence-transformers' constructor arguments bertkit does not implement, with what to do instead
 _REFUSED_INIT = {
-    "modules": FROM_A_DIRECTORY,
     "cache_folder": "bertkit loads local directories; download the model first",
     "trust_remote_code": "bertkit runs BERT only; drop this argument",
     "revision": "bertkit loads local directories; check out the revision first",
@@ -97,26 +91,6 @@ def refuse_arguments(what: str, unknown: dict[str, Any], table: dict[str, str]) 
                 continue
             raise BertkitError(f"{what}({name}=...) is not implemented in bertkit: {table[name]}")
         raise BertkitError(f"{what} got an unknown argument {name!r}")
-
-
-# transformers' from_pretrained keywords that sentence-transformers' model_kwargs carries and bertkit's takes
-_MODEL_KWARGS = ("dtype", "torch_dtype", "attn_implementation")
-
-
-def model_kwargs_options(what: str, model_kwargs: dict[str, Any] | None) -> dict[str, Any]:
-    """sentence-transformers' ``model_kwargs`` as keywords of bertkit's ``from_pretrained``: ``dtype`` (its older
-    name ``torch_dtype``, ``"auto"``) and ``attn_implementation``; any other key is refused by name. Refused whole,
-    ``{"torch_dtype": torch.bfloat16}`` had the script drop it and embed in float32, where sentence-transformers
-    embeds in bf16."""
-    if model_kwargs is None:
-        return {}
-    if not isinstance(model_kwargs, Mapping):
-        raise BertkitError(f"{what}(model_kwargs=...) takes a dict, got {type(model_kwargs).__name__}")
-    other = sorted(str(k) for k in model_kwargs if k not in _MODEL_KWARGS)
-    if other:
-        raise BertkitError(f"{what}(model_kwargs=...) sets {other}, which bertkit does not implement: it takes "
-                           f"{', '.join(_MODEL_KWARGS)} there; drop the others")
-    return dict(model_kwargs)
 
 
 _TRAINER = ("train with SentenceTransformerTrainer (CrossEncoderTrainer, SparseEncoderTrainer), which fit() "
@@ -257,42 +231,52 @@ class SentenceTransformer(ReferenceCalls, Prompted, nn.Module):
     st_paths: ClassVar[dict[str, str]] = {"bert": "0.model"}
 
     def __init__(self, model_name_or_path: str | Path | None = None, device: str | None = None, *,
-                 prompts: dict[str, str] | None = None, default_prompt_name: str | None = None,
-                 similarity_fn_name: str | None = None, truncate_dim: int | None = None,
-                 local_files_only: bool = True, model_kwargs: dict[str, Any] | None = None, **unknown: Any):
+                 modules: Sequence[Any] | None = None, prompts: dict[str, str] | None = None,
+                 default_prompt_name: str | None = None, similarity_fn_name: str | None = None,
+                 truncate_dim: int | None = None, local_files_only: bool = True,
+                 model_kwargs: dict[str, Any] | None = None, **unknown: Any):
         super().__init__()
         refuse_arguments("SentenceTransformer", unknown, _REFUSED_INIT)
         options = model_kwargs_options("SentenceTransformer", model_kwargs)
         if not local_files_only:
             raise BertkitError("bertkit.sentence loads local directories only; download the model and pass its path")
-        path = model_path(model_name_or_path, "SentenceTransformer")
-        if not path.is_dir():
-            raise not_a_directory(path, "sentence-transformers directory", f"pass a directory with {MODULES} (or a "
-                                  f"BERT checkpoint directory with config.json){download_hint(model_name_or_path)}")
-        self.name_or_path = str(path)
-        saved = read_directory(path)
-        self.normalize = saved.normalize
-        self.bert = BertModel.from_pretrained(saved.encoder_dir, **options)
-        self.tokenizer = AutoTokenizer.from_pretrained(saved.encoder_dir)
-        pooling = saved.pooling
-        if pooling is None:
-            logger.warning("%s has no %s: mean pooling, no normalisation (as sentence-transformers builds it)",
-                           path, MODULES)
-            pooling = Pooling(self.bert.config.hidden_size)
+        if modules is not None:
+            if model_name_or_path is not None or options:
+                raise BertkitError("SentenceTransformer takes a directory (model_name_or_path, model_kwargs) or "
+                                   "modules=[...], one of them; give model_kwargs to models.Transformer")
+            word, pooling, self.normalize = in_order(modules)
+            saved = SentenceDirectory(Path(), Path())  # prompts, similarity, truncate_dim: the defaults
+            # the Transformer's directory, as a message names the model (GISTEmbedLoss's guide)
+            self.name_or_path, where = word.model.name_or_path, "SentenceTransformer(modules=...)"
+        else:
+            # a directory is read into the modules a script assembles: the one model either way
+            path = model_path(model_name_or_path, "SentenceTransformer")
+            if not path.is_dir():
+                raise not_a_directory(path, "sentence-transformers directory", f"pass a directory with {MODULES} (or "
+                                      f"a BERT checkpoint directory with config.json){download_hint(model_name_or_path)}")
+            self.name_or_path = where = str(path)
+            saved = read_directory(path)
+            word = Transformer(saved.encoder_dir, do_lower_case=saved.do_lower_case, model_kwargs=options)
+            try:  # the directory's, else the tokenizer's limit capped at the positions; checked by the setter
+                if saved.max_seq_length is not None:
+                    word.max_seq_length = saved.max_seq_length
+            except BertkitError as e:
+                raise BertkitError(f"{path}: {e}; lower it in {SBERT_CONFIG}") from None
+            pooling, self.normalize = saved.pooling, saved.normalize
+            if pooling is None:
+                logger.warning("%s has no %s: mean pooling, no normalisation (as sentence-transformers builds it)",
+                               path, MODULES)
+                pooling = Pooling(word.get_embedding_dimension())
+        self.bert, self.tokenizer, self.do_lower_case = word.model, word.tokenizer, word.do_lower_case
         if pooling.embedding_dimension != self.bert.config.hidden_size:
-            raise BertkitError(f"{path}: 1_Pooling says {pooling.embedding_dimension} dimensions but the encoder's "
-                               f"hidden_size is {self.bert.config.hidden_size}; the directory is inconsistent")
+            raise BertkitError(f"{where}: its Pooling says {pooling.embedding_dimension} dimensions but the encoder's "
+                               f"hidden_size is {self.bert.config.hidden_size}; give Pooling the encoder's "
+                               "(word.get_word_embedding_dimension())")
         self.pooling = pooling
-        try:  # the directory's, else the tokenizer's limit capped at the positions; checked by the setter
-            self.max_seq_length = saved.max_seq_length or min(self.tokenizer.model_max_length,
-                                                              self.bert.config.max_position_embeddings)
-        except BertkitError as e:
-            raise BertkitError(f"{path}: {e}; lower it in {SBERT_CONFIG}") from None
-        self.do_lower_case = saved.do_lower_case
         self._set_prompts(prompts, default_prompt_name, saved.prompts, saved.default_prompt_name)
         if similarity_fn_name is None and saved.similarity_fn_name not in (None, *SIMILARITY_FUNCTIONS):
             # sentence-transformers 6 ignores a name it does not support here and scores with cosine, without a word
-            raise BertkitError(f"{path / ST_CONFIG}: similarity_fn_name {saved.similarity_fn_name!r} is not one of "
+            raise BertkitError(f"{saved.path / ST_CONFIG}: similarity_fn_name {saved.similarity_fn_name!r} is not one of "
                                f"{sorted(SIMILARITY_FUNCTIONS)}; sentence-transformers 6 ignores it and scores with "
                                "cosine: write \"cosine\" there for its scores, or pass similarity_fn_name=")
         self.similarity_fn_name = similarity_fn_name or saved.similarity_fn_name

@@ -1,22 +1,171 @@
-"""sentence-transformers' ``models`` (``from sentence_transformers import models``), whose modules bertkit does not
-assemble: each name is refused, on first use, with what to do instead.
+"""sentence-transformers' ``models`` (``from sentence_transformers import models``): ``Transformer``, ``Pooling`` and
+``Normalize``, the modules a ``SentenceTransformer`` is assembled from, as a training script builds a new embedder:
 
-A script that builds its model from modules, ``SentenceTransformer(modules=[models.Transformer(path),
-models.Pooling(384)])``, stopped at its import with Python's "cannot import name 'models'", which said nothing of
-bertkit's way; now ``models.Transformer(...)`` says it, before anything is loaded or written.
+    word = models.Transformer("path/to/bert", max_seq_length=256)
+    pool = models.Pooling(word.get_word_embedding_dimension(), pooling_mode="cls")
+    model = SentenceTransformer(modules=[word, pool, models.Normalize()])
+
+They hold settings (and the Transformer its loaded encoder and tokenizer); ``SentenceTransformer`` is the one model,
+whether assembled from them or loaded from a directory, which it reads into these same three. Every other module of
+sentence-transformers is refused by name, on first use.
 """
 
 from __future__ import annotations
 
-from bertkit.errors import refusing_getattr
-from bertkit.sentence.model import FROM_A_DIRECTORY
+import os
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+from typing import Any
+
+from bertkit.errors import BertkitError, given_path, is_whole, refusing_getattr
+from bertkit.modeling import BertModel
+from bertkit.sentence.directory import tokenizer_limit, transformer_max_seq_length
+from bertkit.sentence.pooling import Pooling as PoolingSettings
+from bertkit.tokenization import AutoTokenizer
+
+# transformers' from_pretrained keywords that sentence-transformers' model_kwargs carries and bertkit's takes
+_MODEL_KWARGS = ("dtype", "torch_dtype", "attn_implementation")
+
+
+def model_kwargs_options(what: str, model_kwargs: dict[str, Any] | None) -> dict[str, Any]:
+    """sentence-transformers' ``model_kwargs`` as keywords of bertkit's ``from_pretrained``: ``dtype`` (its older
+    name ``torch_dtype``, ``"auto"``) and ``attn_implementation``; any other key is refused by name. Refused whole,
+    ``{"torch_dtype": torch.bfloat16}`` had the script drop it and embed in float32, where sentence-transformers
+    embeds in bf16."""
+    if model_kwargs is None:
+        return {}
+    if not isinstance(model_kwargs, Mapping):
+        raise BertkitError(f"{what}(model_kwargs=...) takes a dict, got {type(model_kwargs).__name__}")
+    other = sorted(str(k) for k in model_kwargs if k not in _MODEL_KWARGS)
+    if other:
+        raise BertkitError(f"{what}(model_kwargs=...) sets {other}, which bertkit does not implement: it takes "
+                           f"{', '.join(_MODEL_KWARGS)} there; drop the others")
+    return dict(model_kwargs)
+
+
+# sentence-transformers 6's Transformer arguments beyond the named ones: read as its sentence_bert_config.json keys
+_SETTINGS = {"transformer_task", "model_kwargs", "processor_kwargs", "config_kwargs", "processing_kwargs",
+             "modality_config", "module_output_name", "unpad_inputs", "query_length", "document_length",
+             "query_expansion"}
+# sentence-transformers 6's older argument names, which it renames (the new name wins where both are given)
+_RENAMED = {"model_args": "model_kwargs", "tokenizer_args": "processor_kwargs", "config_args": "config_kwargs"}
+
+
+class Transformer:
+    """A BERT encoder (``auto_model``, bertkit's ``BertModel``) and its tokenizer; ``max_seq_length`` (where texts are
+    cut: the tokenizer's model_max_length, as there) and ``do_lower_case``. Arguments as sentence-transformers 6's:
+    ``model_kwargs`` (``model_args``) takes dtype and attn_implementation, ``config_kwargs`` (``config_args``) the
+    config's fields (``{"hidden_dropout_prob": 0.0}``), ``processor_kwargs`` (``tokenizer_args``) model_max_length,
+    which wins over max_seq_length; what would change a vector and bertkit does not apply is refused by name, as
+    the same keys in a directory's sentence_bert_config.json are (``transformer_max_seq_length``)."""
+
+    def __init__(self, model_name_or_path: str | Path, *, max_seq_length: int | None = None,
+                 do_lower_case: bool = False, cache_dir: str | None = None, backend: str = "torch",
+                 tokenizer_name_or_path: str | None = None, **settings: Any):
+        for old, new in _RENAMED.items():
+            if old in settings:
+                settings.setdefault(new, settings[old])
+                del settings[old]
+        unknown = sorted(set(settings) - _SETTINGS)
+        if unknown:
+            raise BertkitError(f"models.Transformer got unknown arguments {unknown}")
+        if not isinstance(model_name_or_path, (str, os.PathLike)):
+            raise BertkitError(f"models.Transformer takes the path of a local directory (a str or Path), got "
+                               f"{type(model_name_or_path).__name__} {str(model_name_or_path)[:60]}")
+        path = given_path(model_name_or_path, "models.Transformer's directory")
+        if cache_dir is not None or backend != "torch" or tokenizer_name_or_path not in (None, model_name_or_path):
+            raise BertkitError("models.Transformer(cache_dir=, backend=, tokenizer_name_or_path=) is not implemented "
+                               "in bertkit: it loads the encoder and its own tokenizer from one local directory, in "
+                               "PyTorch; drop these arguments")
+        task = settings.get("transformer_task", "feature-extraction")
+        if task != "feature-extraction":
+            raise BertkitError(f"models.Transformer(transformer_task={task!r}): this is a SentenceTransformer's "
+                               "(feature-extraction); a SparseEncoder's fill-mask Transformer is "
+                               "bertkit.sentence.sparse_encoder.models.Transformer, a CrossEncoder loads with "
+                               "CrossEncoder(path)")
+        options = model_kwargs_options("models.Transformer", settings.pop("model_kwargs", None))
+        config = settings.pop("config_kwargs", None) or {}
+        given = f"models.Transformer({str(model_name_or_path)!r}, ...)"
+        # the arguments read by the rule for sentence_bert_config.json's keys, which holds the same settings
+        length = transformer_max_seq_length({**settings, "max_seq_length": max_seq_length}, given)
+        self.model = BertModel.from_pretrained(path, **options, **config)
+        self.tokenizer = AutoTokenizer.from_pretrained(path)
+        self.max_seq_length = length if length is not None else min(self.tokenizer.model_max_length,
+                                                                     self.model.config.max_position_embeddings)
+        self.do_lower_case = bool(do_lower_case)
+
+    max_seq_length = tokenizer_limit("max_seq_length", lambda module: module.model.config.max_position_embeddings)
+
+    @property
+    def auto_model(self) -> BertModel:
+        return self.model
+
+    def get_embedding_dimension(self) -> int:
+        """The width of the token states: the encoder's hidden_size."""
+        return self.model.config.hidden_size
+
+    get_word_embedding_dimension = get_embedding_dimension  # sentence-transformers' name before 6
+
+    def __repr__(self) -> str:
+        return f"Transformer({{'max_seq_length': {self.max_seq_length}, 'do_lower_case': {self.do_lower_case}}})"
+
+
+def Pooling(embedding_dimension: int | None = None, pooling_mode: str | tuple[str, ...] | list[str] | None = None,
+            include_prompt: bool = True, *, word_embedding_dimension: int | None = None,
+            **legacy_modes: bool) -> PoolingSettings:
+    """The pooling settings (``bertkit.sentence.pooling.Pooling``) from sentence-transformers 6's arguments:
+    ``pooling_mode`` a mode or a list of them (concatenated in that order; default "mean"), or the older booleans
+    (``pooling_mode_cls_token=True``: the modes set True, in sentence-transformers' order, "mean" where none is),
+    which ``pooling_mode`` wins over, as there. The modes bertkit does not implement are refused by name."""
+    dim = embedding_dimension if embedding_dimension is not None else word_embedding_dimension
+    if not is_whole(dim):
+        raise BertkitError(f"models.Pooling's embedding_dimension must be a whole number >= 1 (the encoder's "
+                           f"hidden_size: word.get_word_embedding_dimension()), got {dim!r}")
+    unknown = sorted(k for k in legacy_modes if not k.startswith("pooling_mode_"))
+    if unknown:
+        raise BertkitError(f"models.Pooling got unknown arguments {unknown}")
+    if isinstance(pooling_mode, tuple):  # a config file's list
+        pooling_mode = list(pooling_mode)
+    return PoolingSettings.from_config({"embedding_dimension": dim, "pooling_mode": pooling_mode,
+                                        "include_prompt": include_prompt, **legacy_modes}, "models.Pooling(...)")
+
+
+class Normalize:
+    """Unit-length sentence embeddings: the last module of a ``SentenceTransformer``."""
+
+    def __init__(self, module_input_name: str = "sentence_embedding", module_output_name: str | None = None):
+        if module_input_name != "sentence_embedding" or module_output_name not in (None, module_input_name):
+            raise BertkitError(f"models.Normalize(module_input_name={module_input_name!r}, module_output_name="
+                               f"{module_output_name!r}) is not implemented in bertkit: it normalises the sentence "
+                               "embedding (token embeddings are a multi-vector model's); drop these arguments")
+
+    def __repr__(self) -> str:
+        return "Normalize()"
+
+
+def in_order(modules: Any) -> tuple[Transformer, PoolingSettings, bool]:
+    """``SentenceTransformer(modules=[...])``'s list as its Transformer, its Pooling and whether it normalises: a
+    Transformer, a Pooling and an optional Normalize, in that order; anything else is refused naming it."""
+    if isinstance(modules, Mapping):  # sentence-transformers takes an OrderedDict of them too
+        modules = list(modules.values())
+    if not isinstance(modules, Iterable):
+        raise BertkitError(f"SentenceTransformer(modules=...) takes a list of modules, got {type(modules).__name__}")
+    modules = list(modules)
+    # another package's module by its whole name: sentence-transformers' own Pooling is not this one
+    names = ["Pooling" if isinstance(m, PoolingSettings) else type(m).__name__ if type(m).__module__ == __name__
+             else f"{type(m).__module__}.{type(m).__qualname__}" for m in modules]
+    kinds = (Transformer, PoolingSettings, Normalize)
+    if not (2 <= len(modules) <= 3 and all(isinstance(m, k) for m, k in zip(modules, kinds))):
+        raise BertkitError(f"SentenceTransformer(modules={names}): bertkit's SentenceTransformer is "
+                           "bertkit.sentence.models' Transformer, Pooling and an optional Normalize, in that order; "
+                           "use sentence-transformers for a model with other modules")
+    return modules[0], modules[1], len(modules) == 3
+
 
 _OTHER = "bertkit's SentenceTransformer is a BERT encoder, Pooling and an optional Normalize; use sentence-transformers " \
          "for a model with this module"
-_REFUSED = {
-    **dict.fromkeys(("Transformer", "Pooling", "Normalize"), FROM_A_DIRECTORY),
-    **dict.fromkeys(("Dense", "LayerNorm", "Dropout", "WeightedLayerPooling", "WordEmbeddings", "WordWeights", "LSTM",
-                     "CNN", "BoW", "StaticEmbedding", "CLIPModel", "Router", "Asym", "Module", "InputModule",
-                     "tokenizer"), _OTHER),
-}
+_REFUSED = dict.fromkeys(("Dense", "LayerNorm", "Dropout", "WeightedLayerPooling", "WordEmbeddings", "WordWeights",
+                          "LSTM", "CNN", "BoW", "StaticEmbedding", "CLIPModel", "Router", "Asym", "Module",
+                          "InputModule", "tokenizer"), _OTHER)
+
 __getattr__ = refusing_getattr(__name__, _REFUSED)

@@ -113,6 +113,11 @@ class Pooling:
     def output_dimension(self) -> int:
         return self.embedding_dimension * len(self.modes)
 
+    def get_embedding_dimension(self) -> int:  # sentence-transformers' module method
+        return self.output_dimension
+
+    get_sentence_embedding_dimension = get_embedding_dimension  # its name before 6
+
     def __call__(self, out: BertModelOutput, attention_mask: Tensor, prompt_length: int = 0) -> Tensor:
         skip = 0 if self.include_prompt else prompt_length
         parts = [pool_tokens(out, attention_mask, m, skip) for m in self.modes]

@@ -47,11 +47,11 @@ from bertkit.sentence.model import (
     PROCESSING_KWARGS,
     ReferenceCalls,
     as_requested,
-    model_kwargs_options,
     model_path,
     refuse_arguments,
     refuse_data_frame,
 )
+from bertkit.sentence.models import model_kwargs_options
 from bertkit.staging import staged
 from bertkit.tokenization import AutoTokenizer
 from bertkit.tokenization.batch import truncation_lengths
