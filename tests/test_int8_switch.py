@@ -192,6 +192,7 @@ def test_int8_keeps_its_float_parts_fp32_unless_bf16_is_asked_for(embedders, sen
         np.testing.assert_array_equal(default(sentences["stsb"][:32]), float32(sentences["stsb"][:32]))
 
 
+@pytest.mark.slow  # long; in make test-slow (make test stays under 5 minutes)
 def test_fitted_classifier_gives_fp32s_labels(classifiers, sentences):
     texts, gold = sentences["sst2"], np.array(sentences["sst2_labels"])
     fp32, int8 = (pipe(texts) for pipe in classifiers)

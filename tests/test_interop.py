@@ -606,7 +606,8 @@ def test_torch_export_with_dynamic_batch_and_sequence_equals_eager():
         torch.testing.assert_close(got.pooler_output, want.pooler_output, **TOL)
 
 
-@pytest.mark.parametrize("cls", [BertModel, H.BertForSequenceClassification, H.BertForQuestionAnswering],
+@pytest.mark.parametrize("cls", [pytest.param(BertModel, marks=pytest.mark.slow), H.BertForSequenceClassification,
+                                 pytest.param(H.BertForQuestionAnswering, marks=pytest.mark.slow)],
                          ids=lambda c: c.__name__)
 def test_dynamo_onnx_export_runs_in_onnxruntime_equal_to_eager(cls, tmp_path):
     """``torch.onnx.export(model, ..., dynamo=True)`` on the model itself (its output dataclass flattens to

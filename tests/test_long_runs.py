@@ -92,6 +92,7 @@ def test_finetuning_draws_its_curves(tmp_path):
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
+@pytest.mark.slow  # long; in make test-slow (make test stays under 5 minutes)
 def test_report_to_tensorboard_without_the_package_says_what_to_install(tiny, tmp_path):
     from bertkit.training.pretrain import pretrain
 

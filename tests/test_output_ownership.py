@@ -465,6 +465,7 @@ sys.exit(cli.main(sys.argv[3:]))
 """
 
 
+@pytest.mark.slow  # long; in make test-slow (make test stays under 5 minutes)
 def test_a_command_started_while_another_runs_is_refused_however_late_it_would_claim(tmp_path, tiny_checkpoint):
     """Was: the lock was taken only after start-up (torch's import, the device: 15 s on a busy machine), so a
     second `finetune classify --overwrite` started while the first ran reached its claim after the first had

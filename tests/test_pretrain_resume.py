@@ -89,6 +89,7 @@ def test_killed_run_resumes_bit_for_bit(tiny_setup, uninterrupted, tmp_path):
     assert a == b
 
 
+@pytest.mark.slow  # long; in make test-slow (make test stays under 5 minutes)
 def test_killed_inside_checkpoint_writes_resumes_bit_for_bit(tiny_setup, uninterrupted, tmp_path):
     """Two SIGKILLs, each inside a checkpoint write (a half-written state.pt; after resuming, a checkpoint
     renamed into place before the old ones are pruned), then --resume: the uninterrupted run's losses and

@@ -71,7 +71,8 @@ def _fit(lib: str, model_dir, out, two: bool, evaluate: bool = False, evaluation
 
 @pytest.mark.parametrize(("two", "fit_kwargs", "steps", "checkpoints"), [
     (False, {}, 2 * 4, [6, 8]),  # 11 pairs in batches of 3: 4 a epoch
-    (True, {}, 2 * 6, [9, 12]),  # ROUND_ROBIN: the fewest batches (3 of 9 scored rows) of each dataset
+    # ROUND_ROBIN: the fewest batches (3 of 9 scored rows) of each dataset
+    pytest.param(True, {}, 2 * 6, [9, 12], marks=pytest.mark.slow),
     (True, {"epochs": 1, "steps_per_epoch": 5, "scheduler": "WarmupCosine"}, 5, [3, 5]),
 ], ids=["mnrl", "mnrl+cosent", "steps_per_epoch+cosine"])
 def test_fit_gives_sentence_transformers_numbers(two, fit_kwargs, steps, checkpoints, model_dir, tmp_path):
@@ -90,7 +91,7 @@ def test_fit_gives_sentence_transformers_numbers(two, fit_kwargs, steps, checkpo
 @pytest.mark.parametrize(("evaluation_steps", "evaluations"), [
     (0, [(1.0, 4), (2.0, 8)]),
     # every 3 steps and at the end (transformers' rule), beside each epoch's end: step 8 is evaluated twice
-    (3, [(0.75, 3), (1.0, 4), (1.5, 6), (2.0, 8), (2.0, 8)]),
+    pytest.param(3, [(0.75, 3), (1.0, 4), (1.5, 6), (2.0, 8), (2.0, 8)], marks=pytest.mark.slow),
 ])
 def test_fit_evaluates_as_sentence_transformers(model_dir, tmp_path, evaluation_steps, evaluations):
     """With an evaluator: it runs at each epoch's end (and every evaluation_steps), fit's callback gets (score,

@@ -135,7 +135,7 @@ def _check_code_points(lower: bool, firsts: list[int]) -> None:
     assert not bad, f"{len(bad)} code points differ, e.g. {bad[:20]}"
 
 
-@pytest.mark.parametrize("lower", [True, False], ids=["uncased", "cased"])
+@pytest.mark.parametrize("lower", [True, pytest.param(False, marks=pytest.mark.slow)], ids=["uncased", "cased"])
 def test_every_assigned_code_point_basic_tokenizer(lower: bool) -> None:
     """Every code point of planes 0-3 and 14 (all that Unicode assigns), and the first and last 4096 of each
     unassigned or private-use plane."""

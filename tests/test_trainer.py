@@ -1189,6 +1189,7 @@ def test_multiple_choice_collator_matches_transformers(minilm_dir):
 # ---------------------------------------------------------------------------------------------------
 
 
+@pytest.mark.slow  # long; in make test-slow (make test stays under 5 minutes)
 def test_every_rank_loads_the_best_checkpoint_once_rank_0_has_written_it(tmp_path):
     """Was: under torchrun, load_best_model_at_end had ranks other than 0 read the best checkpoint as soon as training
     ended, while rank 0 could still be writing it (the last one): FileNotFoundError for its state.pt."""
@@ -1202,6 +1203,7 @@ def test_every_rank_loads_the_best_checkpoint_once_rank_0_has_written_it(tmp_pat
     assert sorted(p.name for p in (tmp_path / "out").iterdir() if p.name.startswith("checkpoint-")) == ["checkpoint-2"]
 
 
+@pytest.mark.slow  # long; in make test-slow (make test stays under 5 minutes)
 def test_a_trainer_script_under_torchrun_equals_one_process(tmp_path):
     """The same script, as one process with batch 16 and under torchrun as two with 8 each: the Trainer joins
     the process group, the ranks train on halves of each batch (the same losses and weights), evaluation and

@@ -90,8 +90,8 @@ def _run(lib, checkpoint: Path, out: Path, steer=None, callbacks_extra=None, **o
 @pytest.mark.parametrize("overrides", [
     {},  # accumulation (substeps), evaluation and checkpoints every 3 steps, the last step's
     # cut short; an epoch's log comes after on_epoch_end, the cut epoch's too
-    dict(gradient_accumulation_steps=1, max_steps=11, logging_strategy="epoch", eval_strategy="epoch",
-         save_strategy="epoch"),
+    pytest.param(dict(gradient_accumulation_steps=1, max_steps=11, logging_strategy="epoch", eval_strategy="epoch",
+                      save_strategy="epoch"), marks=pytest.mark.slow),
 ], ids=["steps", "epochs"])
 def test_callbacks_see_what_transformers_callbacks_see(checkpoint, tmp_path, overrides):
     theirs, _ = _run(transformers, checkpoint, tmp_path / "hf", **overrides)
@@ -379,7 +379,7 @@ def test_an_epochs_log_after_a_checkpoint_at_its_last_step_survives_a_kill_betwe
                 if r["split"] == "train"] == [4, 8]
 
 
-@pytest.mark.parametrize("limit", [1, 2, 3])
+@pytest.mark.parametrize("limit", [pytest.param(1, marks=pytest.mark.slow), 2, pytest.param(3, marks=pytest.mark.slow)])
 def test_save_total_limit_counts_the_best_checkpoint_as_transformers_does(checkpoint, tmp_path, limit):
     """save_total_limit is the number of checkpoints in all, the best and the newest among them (transformers'
     rotate_checkpoints); bertkit kept save_total_limit others beside the best: one more than asked."""
