@@ -167,59 +167,43 @@ def test_an_input_that_fails_inside_a_shared_batch_fails_its_own_request_only(se
         server.stop()
 
 
-def test_a_model_call_that_raises_is_answered_500_in_teis_body_and_counted(served):
-    """An exception of the model's own (torch's out of memory, ...) reached the client as a bare text/plain "Internal
-    Server Error" (on /v1/embeddings too, where OpenAI's client then shows no reason), uncounted by /metrics; its
-    request now gets a 500 naming it in TEI's body, and the server answers the next request."""
+class _FailsInTheModelCall:
+    def run_rows(self, rows):
+        if any(len(row["input_ids"]) == 3 for row in rows):  # one word between [CLS] and [SEP]
+            raise RuntimeError("CUDA out of memory. Tried to allocate 2.00 GiB")
+        return super().run_rows(rows)
+
+
+class _FailsReadingTheRequest:
+    def check_input(self, item, index):
+        if item == "boom":
+            raise AttributeError("'Faulty' object has no attribute 'prompt_for'")
+        return super().check_input(item, index)
+
+
+@pytest.mark.parametrize("fault, error", [
+    (_FailsInTheModelCall, "the model call failed: RuntimeError: CUDA out of memory. Tried to allocate 2.00 GiB"),
+    (_FailsReadingTheRequest, "answering /predict failed: AttributeError: 'Faulty' object has no attribute "
+                              "'prompt_for'"),
+], ids=["model-call", "reading-the-request"])
+def test_a_fault_is_answered_500_in_teis_body_and_counted(served, fault, error):
+    """An exception of the model's own (torch's out of memory, ...) or of the server's while it read a body (the
+    parser thread: /tokenize with prompt_name on a sparse server did so) reached the client as a bare text/plain
+    "Internal Server Error" (on /v1/embeddings too, where OpenAI's client then shows no reason), uncounted by
+    /metrics; its request now gets a 500 naming it in TEI's body, and the server answers the next request."""
     from bertkit.inference.serve import create_app
 
     _, pipe = served
-
-    class Failing(type(pipe)):
-        def run_rows(self, rows):
-            if any(len(row["input_ids"]) == 3 for row in rows):  # one word between [CLS] and [SEP]
-                raise RuntimeError("CUDA out of memory. Tried to allocate 2.00 GiB")
-            return super().run_rows(rows)
-
-    server = Server(create_app(Failing(pipe.model, pipe.tokenizer, batch_size=16), "failing", max_wait_ms=1))
+    faulty = type("Faulty", (fault, type(pipe)), {})
+    server = Server(create_app(faulty(pipe.model, pipe.tokenizer, batch_size=16), "faulty", max_wait_ms=1))
     try:
         before = metrics(server.url)
         r = httpx.post(f"{server.url}/predict", json={"inputs": "boom"}, timeout=60)
         assert r.status_code == 500
-        assert r.json() == {"error": "the model call failed: RuntimeError: CUDA out of memory. Tried to allocate "
-                                     "2.00 GiB", "error_type": "Backend"}
+        assert r.json() == {"error": error, "error_type": "Backend"}
         after = metrics(server.url)
         assert (after["requests"] - before["requests"], after["errors"] - before["errors"]) == (1, 1)
         assert httpx.get(f"{server.url}/health").status_code == 200
-        fine = httpx.post(f"{server.url}/predict", json={"inputs": "a fine film"}, timeout=60)
-        assert fine.status_code == 200 and _close(fine.json()[0], pipe("a fine film"))
-    finally:
-        server.stop()
-
-
-def test_a_fault_reading_a_request_is_answered_500_in_teis_body_and_counted(served):
-    """A fault of the server's own while it read a body (the parser thread) reached the client as a bare text/plain
-    "Internal Server Error", uncounted by /metrics (/tokenize with prompt_name on a sparse server did so): it is now
-    answered as a failed model call is, a 500 naming it in TEI's body, and the server answers the next request."""
-    from bertkit.inference.serve import create_app
-
-    _, pipe = served
-
-    class Faulty(type(pipe)):
-        def check_input(self, item, index):
-            if item == "boom":
-                raise AttributeError("'Faulty' object has no attribute 'prompt_for'")
-            return super().check_input(item, index)
-
-    server = Server(create_app(Faulty(pipe.model, pipe.tokenizer, batch_size=16), "faulty", max_wait_ms=1))
-    try:
-        before = metrics(server.url)
-        r = httpx.post(f"{server.url}/predict", json={"inputs": "boom"}, timeout=60)
-        assert r.status_code == 500
-        assert r.json() == {"error": "answering /predict failed: AttributeError: 'Faulty' object has no attribute "
-                                     "'prompt_for'", "error_type": "Backend"}
-        after = metrics(server.url)
-        assert (after["requests"] - before["requests"], after["errors"] - before["errors"]) == (1, 1)
         fine = httpx.post(f"{server.url}/predict", json={"inputs": "a fine film"}, timeout=60)
         assert fine.status_code == 200 and _close(fine.json()[0], pipe("a fine film"))
     finally:
