@@ -9,6 +9,7 @@ vectors for the directory (its max_seq_length and truncate_dim), and /info says 
 
 from __future__ import annotations
 
+import importlib
 import json
 import logging
 import shutil
@@ -1109,19 +1110,80 @@ def test_a_similarity_fn_name_sentence_transformers_does_not_support_is_refused_
         SentenceTransformer(d, similarity_fn_name="dot_product")
 
 
-def test_sentence_transformers_module_access_is_refused_naming_where_it_lives(models):
-    """model[0].auto_model, model[0].max_seq_length = 512, model._first_module(): Python's "not subscriptable" and
-    "no attribute" before; now each names bertkit's model.bert, model.tokenizer, model.pooling and max_seq_length."""
+def test_modules_by_position_are_sentence_transformers(st_dir, tmp_path):
+    """sentence-transformers' model is a Sequential that scripts index: model[0].auto_model (to freeze), model[0].
+    max_seq_length = 16, model[1] (the Pooling), model[-1], len, iteration, _first_module(). bertkit refused them all;
+    now they are views of the one model, and the same script gives the same vectors, and a model saved after
+    model[0].max_seq_length = 16 reloads cutting at 16 in both."""
     from bertkit.errors import NotImplementedInBertkit
+    from bertkit.sentence import models
 
-    ours, ref = models
-    assert ref[0].auto_model is ref._first_module().auto_model
-    with pytest.raises(NotImplementedInBertkit, match=r"model\[0\] is not implemented in bertkit: .* model.bert "
-                                                       r"\(model\[0\].auto_model there\)"):
-        _ = ours[0].auto_model
-    for name in ("_first_module", "transformers_model"):
-        with pytest.raises(NotImplementedInBertkit, match=rf"SentenceTransformer.{name} is not implemented in bertkit"):
-            getattr(ours, name)
+    ours, ref = SentenceTransformer(st_dir), st.SentenceTransformer(str(st_dir), device="cpu")
+    assert len(ours) == len(ref) == 3 and bool(ours)
+    assert [type(m).__name__ for m in ref] == ["Transformer", "Pooling", "Normalize"]
+    assert [type(m) for m in ours] == [models.TransformerOf, type(ours.pooling), models.Normalize]
+    assert isinstance(ours[0], models.Transformer) and ours[1] is ours.pooling and ours[-1] is ours[2]
+    assert ours._first_module() is ours[0] and ours._last_module() is ours[-1] and ours[-3] is ours[0]
+    assert ours[0].auto_model is ours.bert is ours.transformers_model
+    assert ours[1].get_sentence_embedding_dimension() == ref[1].get_embedding_dimension() == 384
+    assert ours[1].pooling_mode == ref[1].pooling_mode == "mean"
+    assert ours[0].get_word_embedding_dimension() == 384
+    for model in (ours, ref):
+        model[0].max_seq_length = 16
+        model[0].do_lower_case = True
+    assert ours.max_seq_length == 16 and ours.do_lower_case
+    loud = [t.upper() for t in TEXTS]
+    _same(ours.encode(loud), ref.encode(loud), atol=1e-5)
+    ours[0].do_lower_case = ref[0].do_lower_case = False
+    _same(ours.encode(loud), ref.encode(loud), atol=1e-5)
+    ours.save(tmp_path / "ours")
+    ref.save(str(tmp_path / "ref"))
+    for saved in (SentenceTransformer(tmp_path / "ours"), SentenceTransformer(tmp_path / "ref")):
+        assert saved[0].max_seq_length == 16
+        _same(saved.encode(TEXTS), ref.encode(TEXTS), atol=1e-5)
+    # the encoder replaced (peft's wrapper, a copy): model[0] sees it, and a script's assignment replaces it
+    ours.bert = SentenceTransformer(st_dir).bert
+    assert ours[0].auto_model is ours.bert
+    other = SentenceTransformer(st_dir).bert
+    ours[0].auto_model = other
+    assert ours.bert is other
+    with pytest.raises(BertkitError, match=r"model\[0\].maxlen is not a setting of bertkit's Transformer"):
+        ours[0].maxlen = 16  # kept on the view, the model would never read it
+    with pytest.raises(IndexError, match=r"index 3 is out of range: this model has 3 modules"):
+        _ = ours[3]
+    with pytest.raises(NotImplementedInBertkit, match=r"slicing a SentenceTransformer is not implemented"):
+        _ = ours[:2]
+    ours.normalize = False
+    assert len(ours) == 2 and ours[-1] is ours.pooling
+    with pytest.raises(IndexError):
+        _ = ours[2]
+
+
+def test_embeddings_frozen_through_model_0_train_as_sentence_transformers(tmp_path, minilm_2_layers):
+    """The script freezes the embeddings through model[0].auto_model, then trains MNRL: the same losses, frozen
+    weights and vectors as sentence-transformers (dropout off, so the steps agree)."""
+
+    directory = st_directory(minilm_2_layers, tmp_path / "minilm", dropout=0.0)
+    pairs = [{"anchor": f"question {i} about {w}", "positive": f"a paragraph on {w} number {i}"}
+             for i, w in enumerate(["cats", "the sea", "tax law", "football", "jazz", "rain", "Rome", "code"])]
+    runs = {}
+    for name, package in (("ours", "bertkit.sentence"), ("ref", "sentence_transformers")):  # the import swapped
+        lib, losses = importlib.import_module(package), importlib.import_module(f"{package}.losses")
+        model = lib.SentenceTransformer(str(directory), device="cpu")
+        for p in model[0].auto_model.embeddings.parameters():
+            p.requires_grad = False
+        frozen = model[0].auto_model.embeddings.word_embeddings.weight.detach().clone()
+        args = lib.SentenceTransformerTrainingArguments(
+            output_dir=str(tmp_path / name), report_to="none", use_cpu=True, disable_tqdm=True,
+            per_device_train_batch_size=4, max_steps=2, learning_rate=1e-4, save_strategy="no", logging_steps=1, seed=1)
+        trainer = lib.SentenceTransformerTrainer(model=model, args=args, loss=losses.MultipleNegativesRankingLoss(model),
+                                                 train_dataset=datasets.Dataset.from_list(pairs))
+        trainer.train()
+        assert torch.equal(frozen, model[0].auto_model.embeddings.word_embeddings.weight)
+        runs[name] = ([h["loss"] for h in trainer.state.log_history if "loss" in h], model.encode(TEXTS))
+    assert len(runs["ours"][0]) == 2
+    np.testing.assert_allclose(runs["ours"][0], runs["ref"][0], atol=1e-5)
+    _same(runs["ours"][1], runs["ref"][1], atol=1e-5)
 
 
 @pytest.mark.parametrize(("dtype", "atol"), [(torch.float16, 5e-4), (torch.bfloat16, 4e-3), (torch.float64, 1e-12)])

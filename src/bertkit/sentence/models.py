@@ -110,6 +110,50 @@ class Transformer:
         return f"Transformer({{'max_seq_length': {self.max_seq_length}, 'do_lower_case': {self.do_lower_case}}})"
 
 
+class TransformerOf(Transformer):
+    """``model[0]`` of a ``SentenceTransformer``: its encoder, tokenizer and ``do_lower_case`` seen as the Transformer
+    sentence-transformers indexes, read from and written to the model itself. ``auto_model`` is always ``model.bert``
+    (also once peft's wrapper or a script has replaced it), and ``model[0].max_seq_length = 256`` or ``do_lower_case``
+    changes what ``model.encode`` does, as there; nothing is held here that the model could disagree with."""
+
+    def __init__(self, owner: Any):
+        self.__dict__["_owner"] = owner  # the only state: every attribute below reads and writes the model's
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        if not hasattr(type(self), name):
+            # kept on this view, it would be a setting the model never reads (sentence-transformers' would not either,
+            # but it keeps the value): refused rather than accepted and forgotten
+            raise BertkitError(f"model[0].{name} is not a setting of bertkit's Transformer; it takes auto_model, "
+                               "tokenizer, max_seq_length and do_lower_case")
+        super().__setattr__(name, value)
+
+    @property
+    def model(self) -> Any:
+        return self._owner.bert
+
+    @model.setter
+    def model(self, value: Any) -> None:
+        self._owner.bert = value
+
+    auto_model = model  # type: ignore[assignment]  # sentence-transformers' name: model[0].auto_model = peft_model
+
+    @property
+    def tokenizer(self) -> Any:
+        return self._owner.tokenizer
+
+    @tokenizer.setter
+    def tokenizer(self, value: Any) -> None:
+        self._owner.tokenizer = value
+
+    @property
+    def do_lower_case(self) -> bool:
+        return self._owner.do_lower_case
+
+    @do_lower_case.setter
+    def do_lower_case(self, value: bool) -> None:
+        self._owner.do_lower_case = bool(value)
+
+
 def Pooling(embedding_dimension: int | None = None, pooling_mode: str | tuple[str, ...] | list[str] | None = None,
             include_prompt: bool = True, *, word_embedding_dimension: int | None = None,
             **legacy_modes: bool) -> PoolingSettings:

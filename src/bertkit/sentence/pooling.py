@@ -113,6 +113,13 @@ class Pooling:
     def output_dimension(self) -> int:
         return self.embedding_dimension * len(self.modes)
 
+    pooling_output_dimension = output_dimension  # sentence-transformers' names for what model[1] holds
+
+    @property
+    def pooling_mode(self) -> str | list[str]:
+        """The mode, or the modes concatenated, as sentence-transformers 6's Pooling holds them."""
+        return self.modes[0] if len(self.modes) == 1 else list(self.modes)
+
     def get_embedding_dimension(self) -> int:  # sentence-transformers' module method
         return self.output_dimension
 
