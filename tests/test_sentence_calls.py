@@ -1159,6 +1159,28 @@ def test_modules_by_position_are_sentence_transformers(st_dir, tmp_path):
         _ = ours[2]
 
 
+def test_pooling_set_through_model_1_pools_as_sentence_transformers(st_dir, tmp_path):
+    """model[1].include_prompt = False, model.set_pooling_include_prompt(False) and model[1].pooling_mode = "cls"
+    change what sentence-transformers pools (a prompted vector 0.11 from the pooled prompt's, the cls one 0.67 from
+    the mean's); bertkit's Pooling was frozen ("cannot assign to field") and the method missing."""
+    calls = (lambda m: setattr(m[1], "include_prompt", False), lambda m: m.set_pooling_include_prompt(False),
+             lambda m: setattr(m[1], "pooling_mode", "cls"), lambda m: setattr(m[1], "pooling_mode", ["cls", "mean"]))
+    for call in calls:
+        ours, ref = SentenceTransformer(st_dir), st.SentenceTransformer(str(st_dir), device="cpu")
+        call(ours)
+        call(ref)
+        _same(ours.encode(TEXTS, prompt_name="query"), ref.encode(TEXTS, prompt_name="query"), atol=1e-5)
+    # two modes: 768 dimensions, which sentence-transformers encodes but still reports as 384 (set at its init)
+    assert ours.get_embedding_dimension() == ref.encode(TEXTS).shape[1] == 768
+    ours.save(tmp_path / "ours")  # the modes set are the ones saved
+    _same(st.SentenceTransformer(str(tmp_path / "ours"), device="cpu").encode(TEXTS), ref.encode(TEXTS), atol=1e-5)
+    with pytest.raises(BertkitError, match=r"pooling mode\(s\) \['median'\] not implemented"):
+        ours[1].pooling_mode = "median"
+    with pytest.raises(BertkitError, match=r"Pooling.mode is not a setting of bertkit's Pooling"):
+        ours[1].mode = "cls"
+    assert ours[1].modes == ("cls", "mean")
+
+
 def test_embeddings_frozen_through_model_0_train_as_sentence_transformers(tmp_path, minilm_2_layers):
     """The script freezes the embeddings through model[0].auto_model, then trains MNRL: the same losses, frozen
     weights and vectors as sentence-transformers (dropout off, so the steps agree)."""

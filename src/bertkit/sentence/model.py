@@ -342,6 +342,10 @@ class SentenceTransformer(ReferenceCalls, Prompted, nn.Module):
     def _last_module(self) -> Any:
         return self[-1]
 
+    def set_pooling_include_prompt(self, include_prompt: bool) -> None:
+        """Whether a prompt's tokens are pooled (``model[1].include_prompt``), as sentence-transformers' method."""
+        self.pooling.include_prompt = include_prompt
+
     @property
     def transformers_model(self) -> nn.Module:
         """The encoder (``model.bert``), as sentence-transformers' ``transformers_model`` gives model[0].auto_model."""
