@@ -997,6 +997,26 @@ def test_a_cross_encoders_max_length_is_its_tokenizers_model_max_length(st_dir, 
     assert ours.tokenizer.model_max_length == 24  # the save leaves it as it was
 
 
+def test_a_cross_encoders_module_by_position_is_sentence_transformers(st_dir):
+    """sentence-transformers 6's CrossEncoder is a Sequential of one Transformer: ce[0].auto_model (to freeze or wrap),
+    ce[0].max_seq_length = 16, len(ce), ce._first_module(). bertkit's said "not subscriptable"; now model[0] is a view
+    of its encoder (model.model) and tokenizer, and the same calls give the same scores."""
+    st_ce = pytest.importorskip("sentence_transformers.cross_encoder")
+    ours, ref = CrossEncoder(st_dir), st_ce.CrossEncoder(str(st_dir), device="cpu")
+    ours.model.classifier.load_state_dict(ref[0].model.classifier.state_dict())
+    assert len(ours) == len(ref) == 1 and list(ours) == [ours[0]] and ours[-1] is ours._first_module() is ours[0]
+    assert ours[0].auto_model is ours.model and ours._last_module().tokenizer is ours.tokenizer
+    pairs = [(TEXTS[0], LONG), (TEXTS[1], TEXTS[5]), (LONG, TEXTS[4])]
+    for model in (ours, ref):
+        model[0].max_seq_length = 16
+    assert ours.max_length == 16
+    _same(ours.predict(pairs), ref.predict(pairs, show_progress_bar=False), atol=1e-5)
+    with pytest.raises(BertkitError, match=r"CrossEncoder\[0\].do_lower_case = True is not implemented"):
+        ours[0].do_lower_case = True
+    with pytest.raises(IndexError, match="index 1 is out of range: this model has 1 modules"):
+        _ = ours[1]
+
+
 def test_arguments_at_sentence_transformers_defaults_are_nothing_asked_for(models, st_dir):
     """``SentenceTransformer(path, cache_folder=None, revision=None, ...)`` and ``encode(texts, pool=None,
     task=None)`` (a script passing its own defaults through) work as in sentence-transformers; bertkit refused any

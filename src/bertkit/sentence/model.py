@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import importlib
 import logging
-import operator
 import os
 import sys
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
@@ -45,7 +44,7 @@ from bertkit.sentence.directory import (
     tokenizer_limit,
     write_st_config,
 )
-from bertkit.sentence.models import Normalize, Transformer, TransformerOf, in_order, model_kwargs_options
+from bertkit.sentence.models import Indexed, Normalize, Transformer, in_order, model_kwargs_options
 from bertkit.sentence.pooling import Pooling
 from bertkit.sentence.prompts import Prompted, prompt_tokens
 from bertkit.sentence.quantization import PRECISIONS, quantize_embeddings
@@ -222,10 +221,11 @@ def as_requested(rows: Tensor, convert_to_tensor: bool, convert_to_numpy: bool, 
         result = list(rows.to(device))
     return result[0] if single else result
 
-class SentenceTransformer(ReferenceCalls, Prompted, nn.Module):
+class SentenceTransformer(Indexed, ReferenceCalls, Prompted, nn.Module):
     """A BERT encoder + pooling (+ Normalize). ``forward`` takes a tokenized batch and returns the sentence
     embeddings (B, D); ``encode`` takes texts."""
 
+    _encoder = "bert"  # the attribute model[0].auto_model is
     # sentence-transformers' path of a module (its encoder is module "0", a Transformer holding the BertModel as
     # ``model``): under these names a learning_rate_mapping written for sentence-transformers selects parameters
     st_paths: ClassVar[dict[str, str]] = {"bert": "0.model"}
@@ -300,47 +300,14 @@ class SentenceTransformer(ReferenceCalls, Prompted, nn.Module):
         return self.bert.embeddings.word_embeddings.weight.device
 
     # sentence-transformers' model is a Sequential of these modules, which scripts index (model[0].auto_model,
-    # model[0].max_seq_length = 256, model[1].get_sentence_embedding_dimension()): the same modules here, as views of
-    # this one model (model[0].auto_model is model.bert, model[1] is model.pooling)
-    @cached_property
-    def _transformer_module(self) -> TransformerOf:
-        return TransformerOf(self)
-
+    # model[0].max_seq_length = 256, model[1].get_sentence_embedding_dimension()): ``Indexed`` gives the same modules
+    # here, as views of this one model (model[0].auto_model is model.bert, model[1] is model.pooling)
     @cached_property
     def _normalize_module(self) -> Normalize:
         return Normalize()
 
     def _module_list(self) -> list[Any]:
         return [self._transformer_module, self.pooling, *([self._normalize_module] if self.normalize else [])]
-
-    def __getitem__(self, index: Any) -> Any:
-        if isinstance(index, slice):
-            # sentence-transformers' Sequential builds a new model from the slice (and 6.2 fails doing so); here a
-            # model without its Transformer or Pooling does not exist
-            raise NotImplementedInBertkit(f"model[{index!r}]: slicing a SentenceTransformer is not implemented in "
-                                          f"bertkit: {_MODULES}")
-        modules = self._module_list()
-        try:
-            i = operator.index(index)
-        except TypeError:
-            raise TypeError(f"model[{index!r}]: a SentenceTransformer's modules are indexed by position, a whole "
-                            f"number in [-{len(modules)}, {len(modules) - 1}]") from None
-        if not -len(modules) <= i < len(modules):
-            raise IndexError(f"index {i} is out of range: this model has {len(modules)} modules "
-                             f"({', '.join(('Transformer', 'Pooling', 'Normalize')[:len(modules)])})")
-        return modules[i]
-
-    def __len__(self) -> int:  # 2 or 3, so that `if model:` stays true
-        return len(self._module_list())
-
-    def __iter__(self) -> Iterator[Any]:
-        return iter(self._module_list())
-
-    def _first_module(self) -> TransformerOf:
-        return self[0]
-
-    def _last_module(self) -> Any:
-        return self[-1]
 
     def set_pooling_include_prompt(self, include_prompt: bool) -> None:
         """Whether a prompt's tokens are pooled (``model[1].include_prompt``), as sentence-transformers' method."""

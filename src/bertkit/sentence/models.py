@@ -12,12 +12,14 @@ sentence-transformers is refused by name, on first use.
 
 from __future__ import annotations
 
+import operator
 import os
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
+from functools import cached_property
 from pathlib import Path
 from typing import Any
 
-from bertkit.errors import BertkitError, given_path, is_whole, refusing_getattr
+from bertkit.errors import BertkitError, NotImplementedInBertkit, given_path, is_whole, refusing_getattr
 from bertkit.modeling import BertModel
 from bertkit.sentence.directory import tokenizer_limit, transformer_max_seq_length
 from bertkit.sentence.pooling import Pooling as PoolingSettings
@@ -111,10 +113,11 @@ class Transformer:
 
 
 class TransformerOf(Transformer):
-    """``model[0]`` of a ``SentenceTransformer``: its encoder, tokenizer and ``do_lower_case`` seen as the Transformer
-    sentence-transformers indexes, read from and written to the model itself. ``auto_model`` is always ``model.bert``
-    (also once peft's wrapper or a script has replaced it), and ``model[0].max_seq_length = 256`` or ``do_lower_case``
-    changes what ``model.encode`` does, as there; nothing is held here that the model could disagree with."""
+    """``model[0]`` of a ``SentenceTransformer`` (or ``CrossEncoder``): its encoder, tokenizer and ``do_lower_case``
+    seen as the Transformer sentence-transformers indexes, read from and written to the model itself. ``auto_model``
+    is always the model's encoder (``model.bert``; a CrossEncoder's ``model.model``), also once peft's wrapper or a
+    script has replaced it, and ``model[0].max_seq_length = 256`` or ``do_lower_case`` changes what ``model.encode``
+    does, as there; nothing is held here that the model could disagree with."""
 
     def __init__(self, owner: Any):
         self.__dict__["_owner"] = owner  # the only state: every attribute below reads and writes the model's
@@ -129,11 +132,11 @@ class TransformerOf(Transformer):
 
     @property
     def model(self) -> Any:
-        return self._owner.bert
+        return getattr(self._owner, self._owner._encoder)
 
     @model.setter
     def model(self, value: Any) -> None:
-        self._owner.bert = value
+        setattr(self._owner, self._owner._encoder, value)
 
     auto_model = model  # type: ignore[assignment]  # sentence-transformers' name: model[0].auto_model = peft_model
 
@@ -147,11 +150,60 @@ class TransformerOf(Transformer):
 
     @property
     def do_lower_case(self) -> bool:
-        return self._owner.do_lower_case
+        return getattr(self._owner, "do_lower_case", False)
 
     @do_lower_case.setter
     def do_lower_case(self, value: bool) -> None:
-        self._owner.do_lower_case = bool(value)
+        if hasattr(self._owner, "do_lower_case"):
+            self._owner.do_lower_case = bool(value)
+        elif value:
+            raise BertkitError(f"{type(self._owner).__name__}[0].do_lower_case = True is not implemented in bertkit: "
+                               "its tokenizer's files say whether it lowercases (do_lower_case in tokenizer_config.json)")
+
+
+class Indexed:
+    """sentence-transformers' models are Sequentials of modules that scripts index (``model[0].auto_model``,
+    ``model[-1]``, ``len(model)``, ``for module in model``, ``_first_module()``): the same, over the model's
+    ``_module_list()``, views of the one model. ``_encoder`` names the attribute ``model[0].auto_model`` is."""
+
+    _encoder: str
+
+    def _module_list(self) -> list[Any]:
+        return [self._transformer_module]
+
+    @cached_property
+    def _transformer_module(self) -> TransformerOf:
+        return TransformerOf(self)
+
+    def __getitem__(self, index: Any) -> Any:
+        name = type(self).__name__
+        if isinstance(index, slice):
+            # sentence-transformers' Sequential builds a new model from the slice (and 6.2 fails doing so); here a
+            # model without its Transformer or Pooling does not exist
+            raise NotImplementedInBertkit(f"model[{index!r}]: slicing a {name} is not implemented in bertkit: its "
+                                          "modules are fixed; build another from bertkit.sentence.models' modules")
+        modules = self._module_list()
+        try:
+            i = operator.index(index)
+        except TypeError:
+            raise TypeError(f"model[{index!r}]: a {name}'s modules are indexed by position, a whole number in "
+                            f"[-{len(modules)}, {len(modules) - 1}]") from None
+        if not -len(modules) <= i < len(modules):
+            kinds = ", ".join(("Transformer", "Pooling", "Normalize")[:len(modules)])
+            raise IndexError(f"index {i} is out of range: this model has {len(modules)} modules ({kinds})")
+        return modules[i]
+
+    def __len__(self) -> int:  # at least 1, so that `if model:` stays true
+        return len(self._module_list())
+
+    def __iter__(self) -> Iterator[Any]:
+        return iter(self._module_list())
+
+    def _first_module(self) -> TransformerOf:
+        return self[0]
+
+    def _last_module(self) -> Any:
+        return self[-1]
 
 
 def Pooling(embedding_dimension: int | None = None, pooling_mode: str | tuple[str, ...] | list[str] | None = None,
