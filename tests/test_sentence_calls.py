@@ -1011,6 +1011,8 @@ def test_a_cross_encoders_module_by_position_is_sentence_transformers(st_dir):
         model[0].max_seq_length = 16
     assert ours.max_length == 16
     _same(ours.predict(pairs), ref.predict(pairs, show_progress_bar=False), atol=1e-5)
+    with pytest.raises(BertkitError, match=r"max_length 2 must be a whole number in \[3, 512\]"):
+        ours[0].max_seq_length = 2  # the model's own limit: a pair needs 3 tokens (the view took 2 before)
     with pytest.raises(BertkitError, match=r"CrossEncoder\[0\].do_lower_case = True is not implemented"):
         ours[0].do_lower_case = True
     with pytest.raises(IndexError, match="index 1 is out of range: this model has 1 modules"):

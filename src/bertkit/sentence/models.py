@@ -141,6 +141,14 @@ class TransformerOf(Transformer):
     auto_model = model  # type: ignore[assignment]  # sentence-transformers' name: model[0].auto_model = peft_model
 
     @property
+    def max_seq_length(self) -> int:  # the model's, checked by its own limits (a CrossEncoder's pair needs 3 tokens)
+        return self._owner.max_seq_length
+
+    @max_seq_length.setter
+    def max_seq_length(self, value: int) -> None:
+        self._owner.max_seq_length = value
+
+    @property
     def tokenizer(self) -> Any:
         return self._owner.tokenizer
 
