@@ -1203,6 +1203,27 @@ def test_pooling_set_through_model_1_pools_as_sentence_transformers(st_dir, tmp_
     assert ours[1].modes == ("cls", "mean")
 
 
+def test_a_peft_adapter_directory_is_refused_naming_the_recipe(st_dir, tmp_path):
+    """model[0].auto_model = get_peft_model(...), then save: the directory holds the adapter over its base, as
+    sentence-transformers writes one (and loads: the same vectors). bertkit said "config.json does not exist"; now it
+    names the adapter and its base, and the recipe it gives (PeftModel.from_pretrained, merge_and_unload) gives the
+    vectors back."""
+    peft = pytest.importorskip("peft")
+    torch.manual_seed(0)
+    model = SentenceTransformer(st_dir)
+    model[0].auto_model = peft.get_peft_model(model[0].auto_model, peft.LoraConfig(
+        r=4, target_modules=["query", "value"], init_lora_weights="gaussian"))
+    want = model.encode(TEXTS)
+    model.save(tmp_path / "lora")
+    _same(st.SentenceTransformer(str(tmp_path / "lora"), device="cpu").encode(TEXTS), want, atol=1e-5)
+    with pytest.raises(BertkitError, match=rf"holds a peft adapter \(adapter_config.json\) over {st_dir}, not a whole "
+                                           r"encoder; bertkit loads no adapters"):
+        SentenceTransformer(tmp_path / "lora")
+    base = SentenceTransformer(st_dir)
+    base.bert = peft.PeftModel.from_pretrained(base.bert, str(tmp_path / "lora")).merge_and_unload()
+    _same(base.encode(TEXTS), want, atol=1e-6)
+
+
 def test_embeddings_frozen_through_model_0_train_as_sentence_transformers(tmp_path, minilm_2_layers):
     """The script freezes the embeddings through model[0].auto_model, then trains MNRL: the same losses, frozen
     weights and vectors as sentence-transformers (dropout off, so the steps agree)."""

@@ -12,6 +12,7 @@ sentence-transformers is refused by name, on first use.
 
 from __future__ import annotations
 
+import json
 import operator
 import os
 from collections.abc import Iterable, Iterator, Mapping
@@ -53,6 +54,14 @@ _SETTINGS = {"transformer_task", "model_kwargs", "processor_kwargs", "config_kwa
 _RENAMED = {"model_args": "model_kwargs", "tokenizer_args": "processor_kwargs", "config_args": "config_kwargs"}
 
 
+def adapter_base(config_file: Path) -> str:
+    """The base checkpoint a peft adapter's config names (for the refusal to load it)."""
+    try:
+        return str(json.loads(config_file.read_text()).get("base_model_name_or_path") or "an unnamed base")
+    except (OSError, ValueError, AttributeError):
+        return "a base it does not name"
+
+
 class Transformer:
     """A BERT encoder (``auto_model``, bertkit's ``BertModel``) and its tokenizer; ``max_seq_length`` (where texts are
     cut: the tokenizer's model_max_length, as there) and ``do_lower_case``. Arguments as sentence-transformers 6's:
@@ -90,6 +99,13 @@ class Transformer:
         given = f"models.Transformer({str(model_name_or_path)!r}, ...)"
         # the arguments read by the rule for sentence_bert_config.json's keys, which holds the same settings
         length = transformer_max_seq_length({**settings, "max_seq_length": max_seq_length}, given)
+        if (path / "adapter_config.json").is_file() and not (path / "config.json").is_file():
+            # a peft adapter over a base checkpoint, as sentence-transformers (and bertkit's save of a model whose
+            # encoder peft wraps) writes it; said before as "config.json does not exist"
+            base = adapter_base(path / "adapter_config.json")
+            raise BertkitError(f"{path} holds a peft adapter (adapter_config.json) over {base}, not a whole encoder; "
+                               "bertkit loads no adapters: load the base, wrap its encoder with peft's "
+                               "PeftModel.from_pretrained(model.bert, this directory), merge_and_unload() it, and save")
         self.model = BertModel.from_pretrained(path, **options, **config)
         self.tokenizer = AutoTokenizer.from_pretrained(path)
         self.max_seq_length = length if length is not None else min(self.tokenizer.model_max_length,
