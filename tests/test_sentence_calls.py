@@ -9,6 +9,7 @@ vectors for the directory (its max_seq_length and truncate_dim), and /info says 
 
 from __future__ import annotations
 
+import importlib
 import json
 import logging
 import shutil
@@ -996,6 +997,28 @@ def test_a_cross_encoders_max_length_is_its_tokenizers_model_max_length(st_dir, 
     assert ours.tokenizer.model_max_length == 24  # the save leaves it as it was
 
 
+def test_a_cross_encoders_module_by_position_is_sentence_transformers(st_dir):
+    """sentence-transformers 6's CrossEncoder is a Sequential of one Transformer: ce[0].auto_model (to freeze or wrap),
+    ce[0].max_seq_length = 16, len(ce), ce._first_module(). bertkit's said "not subscriptable"; now model[0] is a view
+    of its encoder (model.model) and tokenizer, and the same calls give the same scores."""
+    st_ce = pytest.importorskip("sentence_transformers.cross_encoder")
+    ours, ref = CrossEncoder(st_dir), st_ce.CrossEncoder(str(st_dir), device="cpu")
+    ours.model.classifier.load_state_dict(ref[0].model.classifier.state_dict())
+    assert len(ours) == len(ref) == 1 and list(ours) == [ours[0]] and ours[-1] is ours._first_module() is ours[0]
+    assert ours[0].auto_model is ours.model and ours._last_module().tokenizer is ours.tokenizer
+    pairs = [(TEXTS[0], LONG), (TEXTS[1], TEXTS[5]), (LONG, TEXTS[4])]
+    for model in (ours, ref):
+        model[0].max_seq_length = 16
+    assert ours.max_length == 16
+    _same(ours.predict(pairs), ref.predict(pairs, show_progress_bar=False), atol=1e-5)
+    with pytest.raises(BertkitError, match=r"max_length 2 must be a whole number in \[3, 512\]"):
+        ours[0].max_seq_length = 2  # the model's own limit: a pair needs 3 tokens (the view took 2 before)
+    with pytest.raises(BertkitError, match=r"CrossEncoder\[0\].do_lower_case = True is not implemented"):
+        ours[0].do_lower_case = True
+    with pytest.raises(IndexError, match="index 1 is out of range: this model has 1 modules"):
+        _ = ours[1]
+
+
 def test_arguments_at_sentence_transformers_defaults_are_nothing_asked_for(models, st_dir):
     """``SentenceTransformer(path, cache_folder=None, revision=None, ...)`` and ``encode(texts, pool=None,
     task=None)`` (a script passing its own defaults through) work as in sentence-transformers; bertkit refused any
@@ -1109,19 +1132,123 @@ def test_a_similarity_fn_name_sentence_transformers_does_not_support_is_refused_
         SentenceTransformer(d, similarity_fn_name="dot_product")
 
 
-def test_sentence_transformers_module_access_is_refused_naming_where_it_lives(models):
-    """model[0].auto_model, model[0].max_seq_length = 512, model._first_module(): Python's "not subscriptable" and
-    "no attribute" before; now each names bertkit's model.bert, model.tokenizer, model.pooling and max_seq_length."""
+def test_modules_by_position_are_sentence_transformers(st_dir, tmp_path):
+    """sentence-transformers' model is a Sequential that scripts index: model[0].auto_model (to freeze), model[0].
+    max_seq_length = 16, model[1] (the Pooling), model[-1], len, iteration, _first_module(). bertkit refused them all;
+    now they are views of the one model, and the same script gives the same vectors, and a model saved after
+    model[0].max_seq_length = 16 reloads cutting at 16 in both."""
     from bertkit.errors import NotImplementedInBertkit
+    from bertkit.sentence import models
 
-    ours, ref = models
-    assert ref[0].auto_model is ref._first_module().auto_model
-    with pytest.raises(NotImplementedInBertkit, match=r"model\[0\] is not implemented in bertkit: .* model.bert "
-                                                       r"\(model\[0\].auto_model there\)"):
-        _ = ours[0].auto_model
-    for name in ("_first_module", "transformers_model"):
-        with pytest.raises(NotImplementedInBertkit, match=rf"SentenceTransformer.{name} is not implemented in bertkit"):
-            getattr(ours, name)
+    ours, ref = SentenceTransformer(st_dir), st.SentenceTransformer(str(st_dir), device="cpu")
+    assert len(ours) == len(ref) == 3 and bool(ours)
+    assert [type(m).__name__ for m in ref] == ["Transformer", "Pooling", "Normalize"]
+    assert [type(m) for m in ours] == [models.TransformerOf, type(ours.pooling), models.Normalize]
+    assert isinstance(ours[0], models.Transformer) and ours[1] is ours.pooling and ours[-1] is ours[2]
+    assert ours._first_module() is ours[0] and ours._last_module() is ours[-1] and ours[-3] is ours[0]
+    assert ours[0].auto_model is ours.bert is ours.transformers_model
+    assert ours[1].get_sentence_embedding_dimension() == ref[1].get_embedding_dimension() == 384
+    assert ours[1].pooling_mode == ref[1].pooling_mode == "mean"
+    assert ours[0].get_word_embedding_dimension() == 384
+    for model in (ours, ref):
+        model[0].max_seq_length = 16
+        model[0].do_lower_case = True
+    assert ours.max_seq_length == 16 and ours.do_lower_case
+    loud = [t.upper() for t in TEXTS]
+    _same(ours.encode(loud), ref.encode(loud), atol=1e-5)
+    ours[0].do_lower_case = ref[0].do_lower_case = False
+    _same(ours.encode(loud), ref.encode(loud), atol=1e-5)
+    ours.save(tmp_path / "ours")
+    ref.save(str(tmp_path / "ref"))
+    for saved in (SentenceTransformer(tmp_path / "ours"), SentenceTransformer(tmp_path / "ref")):
+        assert saved[0].max_seq_length == 16
+        _same(saved.encode(TEXTS), ref.encode(TEXTS), atol=1e-5)
+    # the encoder replaced (peft's wrapper, a copy): model[0] sees it, and a script's assignment replaces it
+    ours.bert = SentenceTransformer(st_dir).bert
+    assert ours[0].auto_model is ours.bert
+    other = SentenceTransformer(st_dir).bert
+    ours[0].auto_model = other
+    assert ours.bert is other
+    with pytest.raises(BertkitError, match=r"model\[0\].maxlen is not a setting of bertkit's Transformer"):
+        ours[0].maxlen = 16  # kept on the view, the model would never read it
+    with pytest.raises(IndexError, match=r"index 3 is out of range: this model has 3 modules"):
+        _ = ours[3]
+    with pytest.raises(NotImplementedInBertkit, match=r"slicing a SentenceTransformer is not implemented"):
+        _ = ours[:2]
+    ours.normalize = False
+    assert len(ours) == 2 and ours[-1] is ours.pooling
+    with pytest.raises(IndexError):
+        _ = ours[2]
+
+
+def test_pooling_set_through_model_1_pools_as_sentence_transformers(st_dir, tmp_path):
+    """model[1].include_prompt = False, model.set_pooling_include_prompt(False) and model[1].pooling_mode = "cls"
+    change what sentence-transformers pools (a prompted vector 0.11 from the pooled prompt's, the cls one 0.67 from
+    the mean's); bertkit's Pooling was frozen ("cannot assign to field") and the method missing."""
+    calls = (lambda m: setattr(m[1], "include_prompt", False), lambda m: m.set_pooling_include_prompt(False),
+             lambda m: setattr(m[1], "pooling_mode", "cls"), lambda m: setattr(m[1], "pooling_mode", ["cls", "mean"]))
+    for call in calls:
+        ours, ref = SentenceTransformer(st_dir), st.SentenceTransformer(str(st_dir), device="cpu")
+        call(ours)
+        call(ref)
+        _same(ours.encode(TEXTS, prompt_name="query"), ref.encode(TEXTS, prompt_name="query"), atol=1e-5)
+    # two modes: 768 dimensions, which sentence-transformers encodes but still reports as 384 (set at its init)
+    assert ours.get_embedding_dimension() == ref.encode(TEXTS).shape[1] == 768
+    ours.save(tmp_path / "ours")  # the modes set are the ones saved
+    _same(st.SentenceTransformer(str(tmp_path / "ours"), device="cpu").encode(TEXTS), ref.encode(TEXTS), atol=1e-5)
+    with pytest.raises(BertkitError, match=r"pooling mode\(s\) \['median'\] not implemented"):
+        ours[1].pooling_mode = "median"
+    with pytest.raises(BertkitError, match=r"Pooling.mode is not a setting of bertkit's Pooling"):
+        ours[1].mode = "cls"
+    assert ours[1].modes == ("cls", "mean")
+
+
+def test_a_peft_adapter_directory_is_refused_naming_the_recipe(st_dir, tmp_path):
+    """model[0].auto_model = get_peft_model(...), then save: the directory holds the adapter over its base, as
+    sentence-transformers writes one (and loads: the same vectors). bertkit said "config.json does not exist"; now it
+    names the adapter and its base, and the recipe it gives (PeftModel.from_pretrained, merge_and_unload) gives the
+    vectors back."""
+    peft = pytest.importorskip("peft")
+    torch.manual_seed(0)
+    model = SentenceTransformer(st_dir)
+    model[0].auto_model = peft.get_peft_model(model[0].auto_model, peft.LoraConfig(
+        r=4, target_modules=["query", "value"], init_lora_weights="gaussian"))
+    want = model.encode(TEXTS)
+    model.save(tmp_path / "lora")
+    _same(st.SentenceTransformer(str(tmp_path / "lora"), device="cpu").encode(TEXTS), want, atol=1e-5)
+    with pytest.raises(BertkitError, match=rf"holds a peft adapter \(adapter_config.json\) over {st_dir}, not a whole "
+                                           r"encoder; bertkit loads no adapters"):
+        SentenceTransformer(tmp_path / "lora")
+    base = SentenceTransformer(st_dir)
+    base.bert = peft.PeftModel.from_pretrained(base.bert, str(tmp_path / "lora")).merge_and_unload()
+    _same(base.encode(TEXTS), want, atol=1e-6)
+
+
+def test_embeddings_frozen_through_model_0_train_as_sentence_transformers(tmp_path, minilm_2_layers):
+    """The script freezes the embeddings through model[0].auto_model, then trains MNRL: the same losses, frozen
+    weights and vectors as sentence-transformers (dropout off, so the steps agree)."""
+
+    directory = st_directory(minilm_2_layers, tmp_path / "minilm", dropout=0.0)
+    pairs = [{"anchor": f"question {i} about {w}", "positive": f"a paragraph on {w} number {i}"}
+             for i, w in enumerate(["cats", "the sea", "tax law", "football", "jazz", "rain", "Rome", "code"])]
+    runs = {}
+    for name, package in (("ours", "bertkit.sentence"), ("ref", "sentence_transformers")):  # the import swapped
+        lib, losses = importlib.import_module(package), importlib.import_module(f"{package}.losses")
+        model = lib.SentenceTransformer(str(directory), device="cpu")
+        for p in model[0].auto_model.embeddings.parameters():
+            p.requires_grad = False
+        frozen = model[0].auto_model.embeddings.word_embeddings.weight.detach().clone()
+        args = lib.SentenceTransformerTrainingArguments(
+            output_dir=str(tmp_path / name), report_to="none", use_cpu=True, disable_tqdm=True,
+            per_device_train_batch_size=4, max_steps=2, learning_rate=1e-4, save_strategy="no", logging_steps=1, seed=1)
+        trainer = lib.SentenceTransformerTrainer(model=model, args=args, loss=losses.MultipleNegativesRankingLoss(model),
+                                                 train_dataset=datasets.Dataset.from_list(pairs))
+        trainer.train()
+        assert torch.equal(frozen, model[0].auto_model.embeddings.word_embeddings.weight)
+        runs[name] = ([h["loss"] for h in trainer.state.log_history if "loss" in h], model.encode(TEXTS))
+    assert len(runs["ours"][0]) == 2
+    np.testing.assert_allclose(runs["ours"][0], runs["ref"][0], atol=1e-5)
+    _same(runs["ours"][1], runs["ref"][1], atol=1e-5)
 
 
 @pytest.mark.parametrize(("dtype", "atol"), [(torch.float16, 5e-4), (torch.bfloat16, 4e-3), (torch.float64, 1e-12)])

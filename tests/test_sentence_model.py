@@ -375,7 +375,8 @@ def test_modules_are_a_transformer_a_pooling_and_a_normalize_in_that_order(words
     for name in set(reference.__all__) - {"Transformer", "Pooling", "Normalize"}:
         with pytest.raises(BertkitError, match=rf"^models.{name} is not implemented in bertkit: .*use sentence-transformers"):
             getattr(ours, name)
-    with pytest.raises(NotImplementedInBertkit, match=r"SentenceTransformer.append is not implemented .* model.bert"):
+    with pytest.raises(NotImplementedInBertkit, match=r"SentenceTransformer.append is not implemented .* build another with "
+                                                      r"SentenceTransformer\(modules=\[...\]\)"):
         models[0].append(None)
 
 

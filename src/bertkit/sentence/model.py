@@ -20,6 +20,7 @@ import sys
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from collections.abc import Set as AbstractSet
 from contextlib import contextmanager
+from functools import cached_property
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -43,7 +44,7 @@ from bertkit.sentence.directory import (
     tokenizer_limit,
     write_st_config,
 )
-from bertkit.sentence.models import Transformer, in_order, model_kwargs_options
+from bertkit.sentence.models import Indexed, Normalize, Transformer, in_order, model_kwargs_options
 from bertkit.sentence.pooling import Pooling
 from bertkit.sentence.prompts import Prompted, prompt_tokens
 from bertkit.sentence.quantization import PRECISIONS, quantize_embeddings
@@ -106,12 +107,10 @@ PROCESSING_KWARGS = ("texts are cut at the model's max_seq_length (a CrossEncode
 _HUB = "bertkit works offline: save(path), then upload the directory with huggingface_hub (`hf upload REPO path`)"
 _ADAPTERS = ("wrap the encoder (model.bert; a CrossEncoder's model.model) with peft's get_peft_model, and "
              "merge_and_unload() it before saving")
-_MODULES = ("bertkit's SentenceTransformer is no list of modules: its encoder is model.bert (model[0].auto_model "
-            "there), its tokenizer model.tokenizer, its pooling model.pooling (model[1]) and model.normalize says "
-            "whether it normalises; set max_seq_length on the model itself (model.max_seq_length = 256)")
+_MODULES = ("bertkit's SentenceTransformer holds one Transformer, Pooling and optional Normalize (model[0], model[1], "
+            "model[2]); build another with SentenceTransformer(modules=[...]) from bertkit.sentence.models")
 # sentence-transformers' model methods bertkit does not implement, with what to use instead
 _REFUSED_METHODS = {
-    "_first_module": _MODULES, "_last_module": _MODULES, "transformers_model": _MODULES,
     "append": _MODULES, "extend": _MODULES, "insert": _MODULES,  # nn.Sequential's, which sentence-transformers' is
     "fit": _TRAINER,  # (a SparseEncoder's: SentenceTransformer and CrossEncoder have their own)
     "old_fit": "old_fit is sentence-transformers' v2 training loop; call fit(), which trains on the trainer as "
@@ -222,10 +221,11 @@ def as_requested(rows: Tensor, convert_to_tensor: bool, convert_to_numpy: bool, 
         result = list(rows.to(device))
     return result[0] if single else result
 
-class SentenceTransformer(ReferenceCalls, Prompted, nn.Module):
+class SentenceTransformer(Indexed, ReferenceCalls, Prompted, nn.Module):
     """A BERT encoder + pooling (+ Normalize). ``forward`` takes a tokenized batch and returns the sentence
     embeddings (B, D); ``encode`` takes texts."""
 
+    _encoder = "bert"  # the attribute model[0].auto_model is
     # sentence-transformers' path of a module (its encoder is module "0", a Transformer holding the BertModel as
     # ``model``): under these names a learning_rate_mapping written for sentence-transformers selects parameters
     st_paths: ClassVar[dict[str, str]] = {"bert": "0.model"}
@@ -299,10 +299,24 @@ class SentenceTransformer(ReferenceCalls, Prompted, nn.Module):
     def device(self) -> torch.device:
         return self.bert.embeddings.word_embeddings.weight.device
 
-    def __getitem__(self, index: Any) -> Any:
-        # sentence-transformers' model is a Sequential: model[0].max_seq_length = 512 and model[0].auto_model are
-        # common in scripts, and Python's "not subscriptable" said nothing of where those live here
-        raise NotImplementedInBertkit(f"model[{index!r}] is not implemented in bertkit: {_MODULES}")
+    # sentence-transformers' model is a Sequential of these modules, which scripts index (model[0].auto_model,
+    # model[0].max_seq_length = 256, model[1].get_sentence_embedding_dimension()): ``Indexed`` gives the same modules
+    # here, as views of this one model (model[0].auto_model is model.bert, model[1] is model.pooling)
+    @cached_property
+    def _normalize_module(self) -> Normalize:
+        return Normalize()
+
+    def _module_list(self) -> list[Any]:
+        return [self._transformer_module, self.pooling, *([self._normalize_module] if self.normalize else [])]
+
+    def set_pooling_include_prompt(self, include_prompt: bool) -> None:
+        """Whether a prompt's tokens are pooled (``model[1].include_prompt``), as sentence-transformers' method."""
+        self.pooling.include_prompt = include_prompt
+
+    @property
+    def transformers_model(self) -> nn.Module:
+        """The encoder (``model.bert``), as sentence-transformers' ``transformers_model`` gives model[0].auto_model."""
+        return self.bert
 
     def get_embedding_dimension(self) -> int:
         """The width of the embeddings ``encode`` returns (``truncate_dim`` when set)."""

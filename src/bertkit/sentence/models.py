@@ -12,12 +12,15 @@ sentence-transformers is refused by name, on first use.
 
 from __future__ import annotations
 
+import json
+import operator
 import os
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
+from functools import cached_property
 from pathlib import Path
 from typing import Any
 
-from bertkit.errors import BertkitError, given_path, is_whole, refusing_getattr
+from bertkit.errors import BertkitError, NotImplementedInBertkit, given_path, is_whole, refusing_getattr
 from bertkit.modeling import BertModel
 from bertkit.sentence.directory import tokenizer_limit, transformer_max_seq_length
 from bertkit.sentence.pooling import Pooling as PoolingSettings
@@ -49,6 +52,14 @@ _SETTINGS = {"transformer_task", "model_kwargs", "processor_kwargs", "config_kwa
              "query_expansion"}
 # sentence-transformers 6's older argument names, which it renames (the new name wins where both are given)
 _RENAMED = {"model_args": "model_kwargs", "tokenizer_args": "processor_kwargs", "config_args": "config_kwargs"}
+
+
+def adapter_base(config_file: Path) -> str:
+    """The base checkpoint a peft adapter's config names (for the refusal to load it)."""
+    try:
+        return str(json.loads(config_file.read_text()).get("base_model_name_or_path") or "an unnamed base")
+    except (OSError, ValueError, AttributeError):
+        return "a base it does not name"
 
 
 class Transformer:
@@ -88,6 +99,13 @@ class Transformer:
         given = f"models.Transformer({str(model_name_or_path)!r}, ...)"
         # the arguments read by the rule for sentence_bert_config.json's keys, which holds the same settings
         length = transformer_max_seq_length({**settings, "max_seq_length": max_seq_length}, given)
+        if (path / "adapter_config.json").is_file() and not (path / "config.json").is_file():
+            # a peft adapter over a base checkpoint, as sentence-transformers (and bertkit's save of a model whose
+            # encoder peft wraps) writes it; said before as "config.json does not exist"
+            base = adapter_base(path / "adapter_config.json")
+            raise BertkitError(f"{path} holds a peft adapter (adapter_config.json) over {base}, not a whole encoder; "
+                               "bertkit loads no adapters: load the base, wrap its encoder with peft's "
+                               "PeftModel.from_pretrained(model.bert, this directory), merge_and_unload() it, and save")
         self.model = BertModel.from_pretrained(path, **options, **config)
         self.tokenizer = AutoTokenizer.from_pretrained(path)
         self.max_seq_length = length if length is not None else min(self.tokenizer.model_max_length,
@@ -108,6 +126,108 @@ class Transformer:
 
     def __repr__(self) -> str:
         return f"Transformer({{'max_seq_length': {self.max_seq_length}, 'do_lower_case': {self.do_lower_case}}})"
+
+
+class TransformerOf(Transformer):
+    """``model[0]`` of a ``SentenceTransformer`` (or ``CrossEncoder``): its encoder, tokenizer and ``do_lower_case``
+    seen as the Transformer sentence-transformers indexes, read from and written to the model itself. ``auto_model``
+    is always the model's encoder (``model.bert``; a CrossEncoder's ``model.model``), also once peft's wrapper or a
+    script has replaced it, and ``model[0].max_seq_length = 256`` or ``do_lower_case`` changes what ``model.encode``
+    does, as there; nothing is held here that the model could disagree with."""
+
+    def __init__(self, owner: Any):
+        self.__dict__["_owner"] = owner  # the only state: every attribute below reads and writes the model's
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        if not hasattr(type(self), name):
+            # kept on this view, it would be a setting the model never reads (sentence-transformers' would not either,
+            # but it keeps the value): refused rather than accepted and forgotten
+            raise BertkitError(f"model[0].{name} is not a setting of bertkit's Transformer; it takes auto_model, "
+                               "tokenizer, max_seq_length and do_lower_case")
+        super().__setattr__(name, value)
+
+    @property
+    def model(self) -> Any:
+        return getattr(self._owner, self._owner._encoder)
+
+    @model.setter
+    def model(self, value: Any) -> None:
+        setattr(self._owner, self._owner._encoder, value)
+
+    auto_model = model  # type: ignore[assignment]  # sentence-transformers' name: model[0].auto_model = peft_model
+
+    @property
+    def max_seq_length(self) -> int:  # the model's, checked by its own limits (a CrossEncoder's pair needs 3 tokens)
+        return self._owner.max_seq_length
+
+    @max_seq_length.setter
+    def max_seq_length(self, value: int) -> None:
+        self._owner.max_seq_length = value
+
+    @property
+    def tokenizer(self) -> Any:
+        return self._owner.tokenizer
+
+    @tokenizer.setter
+    def tokenizer(self, value: Any) -> None:
+        self._owner.tokenizer = value
+
+    @property
+    def do_lower_case(self) -> bool:
+        return getattr(self._owner, "do_lower_case", False)
+
+    @do_lower_case.setter
+    def do_lower_case(self, value: bool) -> None:
+        if hasattr(self._owner, "do_lower_case"):
+            self._owner.do_lower_case = bool(value)
+        elif value:
+            raise BertkitError(f"{type(self._owner).__name__}[0].do_lower_case = True is not implemented in bertkit: "
+                               "its tokenizer's files say whether it lowercases (do_lower_case in tokenizer_config.json)")
+
+
+class Indexed:
+    """sentence-transformers' models are Sequentials of modules that scripts index (``model[0].auto_model``,
+    ``model[-1]``, ``len(model)``, ``for module in model``, ``_first_module()``): the same, over the model's
+    ``_module_list()``, views of the one model. ``_encoder`` names the attribute ``model[0].auto_model`` is."""
+
+    _encoder: str
+
+    def _module_list(self) -> list[Any]:
+        return [self._transformer_module]
+
+    @cached_property
+    def _transformer_module(self) -> TransformerOf:
+        return TransformerOf(self)
+
+    def __getitem__(self, index: Any) -> Any:
+        name = type(self).__name__
+        if isinstance(index, slice):
+            # sentence-transformers' Sequential builds a new model from the slice (and 6.2 fails doing so); here a
+            # model without its Transformer or Pooling does not exist
+            raise NotImplementedInBertkit(f"model[{index!r}]: slicing a {name} is not implemented in bertkit: its "
+                                          "modules are fixed; build another from bertkit.sentence.models' modules")
+        modules = self._module_list()
+        try:
+            i = operator.index(index)
+        except TypeError:
+            raise TypeError(f"model[{index!r}]: a {name}'s modules are indexed by position, a whole number in "
+                            f"[-{len(modules)}, {len(modules) - 1}]") from None
+        if not -len(modules) <= i < len(modules):
+            kinds = ", ".join(("Transformer", "Pooling", "Normalize")[:len(modules)])
+            raise IndexError(f"index {i} is out of range: this model has {len(modules)} modules ({kinds})")
+        return modules[i]
+
+    def __len__(self) -> int:  # at least 1, so that `if model:` stays true
+        return len(self._module_list())
+
+    def __iter__(self) -> Iterator[Any]:
+        return iter(self._module_list())
+
+    def _first_module(self) -> TransformerOf:
+        return self[0]
+
+    def _last_module(self) -> Any:
+        return self[-1]
 
 
 def Pooling(embedding_dimension: int | None = None, pooling_mode: str | tuple[str, ...] | list[str] | None = None,

@@ -64,19 +64,34 @@ def pool_tokens(out: BertModelOutput, attention_mask: Tensor, mode: str, prompt_
     return summed / (count if mode == "mean" else count.sqrt())
 
 
-@dataclass(frozen=True)
+def _checked_modes(modes: Any) -> tuple[str, ...]:
+    modes = (modes,) if isinstance(modes, str) else tuple(modes)
+    bad = [m for m in modes if m not in MODES]
+    if bad or not modes:
+        raise BertkitError(f"pooling mode(s) {bad or list(modes)} not implemented; bertkit pools with {MODES}")
+    return modes
+
+
+@dataclass
 class Pooling:
     """What 1_Pooling/config.json says: the modes (concatenated), the width of the token states, and whether a
-    prompt's tokens are pooled."""
+    prompt's tokens are pooled. A model's ``model[1]``: setting ``include_prompt`` or ``pooling_mode`` changes what it
+    pools, as sentence-transformers' Pooling does."""
 
     embedding_dimension: int
     modes: tuple[str, ...] = ("mean",)
     include_prompt: bool = True
 
-    def __post_init__(self) -> None:
-        bad = [m for m in self.modes if m not in MODES]
-        if bad or not self.modes:
-            raise BertkitError(f"pooling mode(s) {bad or list(self.modes)} not implemented; bertkit pools with {MODES}")
+    def __setattr__(self, name: str, value: Any) -> None:
+        if name not in ("embedding_dimension", "modes", "include_prompt", "pooling_mode"):
+            # kept, it would be a setting pooling never reads
+            raise BertkitError(f"Pooling.{name} is not a setting of bertkit's Pooling; it takes pooling_mode and "
+                               "include_prompt")
+        if name == "modes":
+            value = _checked_modes(value)
+        elif name == "include_prompt":
+            value = bool(value)
+        super().__setattr__(name, value)
 
     @classmethod
     def from_config(cls, config: dict[str, Any], where: str) -> Pooling:
@@ -112,6 +127,17 @@ class Pooling:
     @property
     def output_dimension(self) -> int:
         return self.embedding_dimension * len(self.modes)
+
+    pooling_output_dimension = output_dimension  # sentence-transformers' names for what model[1] holds
+
+    @property
+    def pooling_mode(self) -> str | list[str]:
+        """The mode, or the modes concatenated, as sentence-transformers 6's Pooling holds them."""
+        return self.modes[0] if len(self.modes) == 1 else list(self.modes)
+
+    @pooling_mode.setter
+    def pooling_mode(self, value: str | list[str]) -> None:
+        self.modes = value  # type: ignore[assignment]  # a mode's name or a list, checked and kept as a tuple
 
     def get_embedding_dimension(self) -> int:  # sentence-transformers' module method
         return self.output_dimension

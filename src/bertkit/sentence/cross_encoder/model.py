@@ -51,7 +51,7 @@ from bertkit.sentence.model import (
     refuse_arguments,
     refuse_data_frame,
 )
-from bertkit.sentence.models import model_kwargs_options
+from bertkit.sentence.models import Indexed, model_kwargs_options
 from bertkit.staging import staged
 from bertkit.tokenization import AutoTokenizer
 from bertkit.tokenization.batch import truncation_lengths
@@ -134,10 +134,13 @@ def checked_activation(fn: Any) -> Any:
     return fn
 
 
-class CrossEncoder(ReferenceCalls, nn.Module):
+class CrossEncoder(Indexed, ReferenceCalls, nn.Module):
     """A cross-encoder on bertkit's ``BertForSequenceClassification`` (``self.model``); see the module docstring.
     ``num_labels`` overrides the checkpoint's label count (a new classifier for a BERT checkpoint); ``max_length``
-    the tokens a pair keeps (default: the tokenizer's model_max_length, capped at the position embeddings)."""
+    the tokens a pair keeps (default: the tokenizer's model_max_length, capped at the position embeddings).
+    ``model[0]`` is its Transformer, as sentence-transformers 6's: ``model[0].auto_model`` is ``model.model``."""
+
+    _encoder = "model"  # the attribute model[0].auto_model is
 
     def __init__(self, model_name_or_path: str | Path, *, num_labels: int | None = None,
                  max_length: int | None = None, activation_fn: Callable | None = None, device: str | None = None,
