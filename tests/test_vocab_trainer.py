@@ -297,7 +297,8 @@ def test_a_script_without_a_main_guard_is_told_so_not_left_waiting(tmp_path):
     done = subprocess.run([sys.executable, str(script), *map(str, files)], capture_output=True, text=True, timeout=120,
                           env=env)
     assert done.returncode == 1
-    assert done.stderr.strip().splitlines()[-1] == (
+    # the error's line, not necessarily the last: the resource tracker may warn of the dead pool's semaphores after it
+    assert done.stderr.strip().splitlines().count(
         "bertkit.errors.BertkitError: a worker process ended before its work was done (num_workers=2). Workers start "
         "by running the calling script again: in a script, call this under `if __name__ == \"__main__\":` (or pass "
-        "num_workers=1). Otherwise the machine may have killed it for memory: pass fewer workers")
+        "num_workers=1). Otherwise the machine may have killed it for memory: pass fewer workers") == 1
