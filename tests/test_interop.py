@@ -561,6 +561,7 @@ def _has_compiler() -> bool:
 
 
 @pytest.mark.skipif(not _has_compiler(), reason="torch.compile (inductor) needs a C++ compiler on the CPU")
+@pytest.mark.slow  # long; in make test-slow (make test stays under 5 minutes)
 def test_torch_compile_equals_eager():
     torch._dynamo.reset()
     ours, _ = _pair(H.BertForSequenceClassification)

@@ -420,6 +420,7 @@ if info_from_env().rank == 0:  # the job is still there: rank 0 tearing down, to
 """
 
 
+@pytest.mark.slow  # long; in make test-slow (make test stays under 5 minutes)
 def test_a_torchrun_jobs_lock_holds_until_rank_0_exits(tmp_path, tiny_pretraining_data, capsys):
     """Was: a second `torchrun ... pretrain --overwrite` (or one process) into a running torchrun pretrain's
     directory was accepted once rank 0 had left the claim, while the job was still running."""

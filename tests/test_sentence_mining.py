@@ -176,7 +176,8 @@ def cross_encoders(tmp_path_factory, minilm_2_layers):
 
 @pytest.mark.parametrize("kwargs", [
     {"max_score": 0.6, "output_scores": True},
-    {"output_format": "labeled-list", "min_score": 0.3, "range_min": 2, "num_negatives": 2, "output_scores": True},
+    pytest.param({"output_format": "labeled-list", "min_score": 0.3, "range_min": 2, "num_negatives": 2,
+                  "output_scores": True}, marks=pytest.mark.slow),
     {"output_scores": True},  # no filter: sentence-transformers does not rescore
 ])
 def test_cross_encoder_rescores_as_sentence_transformers(models, squad, cross_encoders, kwargs):

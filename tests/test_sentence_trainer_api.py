@@ -328,6 +328,7 @@ def _resumed_loss(lib, path, out) -> tuple[float, list[float], int]:
     return result.training_loss, logged, result.global_step
 
 
+@pytest.mark.slow  # long; in make test-slow (make test stays under 5 minutes)
 def test_a_resumed_run_reports_the_mean_loss_of_the_steps_it_trained(dirs, tmp_path):
     """train(resume_from_checkpoint=...)'s training_loss is the mean of the steps that call trained (3 and 4 of a run
     resumed at step 2), as transformers computes it; bertkit's was the mean over all 4 steps, the checkpoint's
