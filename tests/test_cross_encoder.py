@@ -591,3 +591,25 @@ def test_rerank_pipeline_warns_when_the_directory_scores_by_another_activation(d
     with caplog.at_level(logging.WARNING, logger="bertkit"):  # the default sigmoid: the same numbers, nothing to say
         bertkit.pipeline("rerank", directory, progress=False)
     assert "names the activation" not in caplog.text
+
+
+def test_a_peft_adapter_directory_is_refused_naming_the_recipe(directory, tmp_path):
+    """model.model = get_peft_model(...), then save: the directory holds the adapter over its base (adapter_config.json,
+    no config.json), as sentence-transformers writes one. CrossEncoder said "has no config.json"; it now names the
+    adapter and its base as SentenceTransformer does, and its recipe gives the scores back."""
+    peft = pytest.importorskip("peft")
+    torch.manual_seed(0)
+    model = CrossEncoder(directory)
+    model.model = peft.get_peft_model(model.model, peft.LoraConfig(r=4, target_modules=["query", "value"],
+                                                                   init_lora_weights="gaussian"))
+    pairs = [("Where is Paris?", "Paris is in France."), ("Where is Rome?", "Paris is in France.")]
+    want = model.predict(pairs)
+    model.save(tmp_path / "lora")
+    with pytest.raises(BertkitError, match=rf"holds a peft adapter \(adapter_config.json\) over {directory}, not a "
+                                           r"whole encoder; bertkit loads no adapters: load the base \(CrossEncoder"
+                                           r"\(base\)\), wrap its encoder with peft's PeftModel.from_pretrained"
+                                           r"\(model.model, this directory\)"):
+        CrossEncoder(tmp_path / "lora")
+    base = CrossEncoder(directory)
+    base.model = peft.PeftModel.from_pretrained(base.model, str(tmp_path / "lora")).merge_and_unload()
+    np.testing.assert_allclose(base.predict(pairs), want, atol=1e-6)

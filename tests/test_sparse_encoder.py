@@ -647,3 +647,27 @@ def test_a_fill_mask_transformers_max_seq_length_of_0_is_refused_not_read_as_the
     assert Transformer(directory, max_seq_length=7).max_seq_length == 7
     with pytest.raises(BertkitError, match="max_seq_length 0"):
         Transformer(directory, max_seq_length=0)
+
+
+def test_a_peft_adapter_directory_is_refused_naming_the_recipe(layouts, tmp_path):
+    """model[0].model = get_peft_model(...), then save: the directory holds the adapter over its base
+    (adapter_config.json, no config.json). SparseEncoder said "config.json does not exist"; it now names the adapter
+    and its base as SentenceTransformer and CrossEncoder do, and its recipe gives the vectors back."""
+    peft = pytest.importorskip("peft")
+    from bertkit.sentence import SparseEncoder
+
+    torch.manual_seed(0)
+    model = SparseEncoder(layouts["checkpoint"])
+    model[0].model = peft.get_peft_model(model[0].model, peft.LoraConfig(r=4, target_modules=["query", "value"],
+                                                                         init_lora_weights="gaussian"))
+    texts = ["Where is Paris?", "Paris is in France."]
+    want = model.encode(texts, convert_to_sparse_tensor=False)
+    model[0].model.save_pretrained(tmp_path / "lora")
+    with pytest.raises(BertkitError, match=rf"holds a peft adapter \(adapter_config.json\) over "
+                                           rf"{layouts['checkpoint']}, not a whole encoder; bertkit loads no adapters: "
+                                           r"load the base \(SparseEncoder\(base\)\), wrap its encoder with peft's "
+                                           r"PeftModel.from_pretrained\(model\[0\].model, this directory\)"):
+        SparseEncoder(tmp_path / "lora")
+    base = SparseEncoder(layouts["checkpoint"])
+    base[0].model = peft.PeftModel.from_pretrained(base[0].model, str(tmp_path / "lora")).merge_and_unload()
+    torch.testing.assert_close(base.encode(texts, convert_to_sparse_tensor=False), want, atol=1e-6, rtol=0)

@@ -62,6 +62,18 @@ def adapter_base(config_file: Path) -> str:
         return "a base it does not name"
 
 
+def refuse_adapter(path: Path, loader: str, wrapped: str) -> None:
+    """Refuse ``path`` when it holds a peft adapter (adapter_config.json, no config.json) over a base checkpoint, as
+    sentence-transformers (and bertkit's save of a model whose encoder peft wraps) writes it: the one refusal of
+    every encoder class, which said "config.json does not exist" before. ``loader`` is what loads the base
+    (``SentenceTransformer(base)``), ``wrapped`` the module of it that peft wraps (``model.bert``)."""
+    if (path / "adapter_config.json").is_file() and not (path / "config.json").is_file():
+        base = adapter_base(path / "adapter_config.json")
+        raise BertkitError(f"{path} holds a peft adapter (adapter_config.json) over {base}, not a whole encoder; "
+                           f"bertkit loads no adapters: load the base ({loader}), wrap its encoder with peft's "
+                           f"PeftModel.from_pretrained({wrapped}, this directory), merge_and_unload() it, and save")
+
+
 class Transformer:
     """A BERT encoder (``auto_model``, bertkit's ``BertModel``) and its tokenizer; ``max_seq_length`` (where texts are
     cut: the tokenizer's model_max_length, as there) and ``do_lower_case``. Arguments as sentence-transformers 6's:
@@ -99,13 +111,7 @@ class Transformer:
         given = f"models.Transformer({str(model_name_or_path)!r}, ...)"
         # the arguments read by the rule for sentence_bert_config.json's keys, which holds the same settings
         length = transformer_max_seq_length({**settings, "max_seq_length": max_seq_length}, given)
-        if (path / "adapter_config.json").is_file() and not (path / "config.json").is_file():
-            # a peft adapter over a base checkpoint, as sentence-transformers (and bertkit's save of a model whose
-            # encoder peft wraps) writes it; said before as "config.json does not exist"
-            base = adapter_base(path / "adapter_config.json")
-            raise BertkitError(f"{path} holds a peft adapter (adapter_config.json) over {base}, not a whole encoder; "
-                               "bertkit loads no adapters: load the base, wrap its encoder with peft's "
-                               "PeftModel.from_pretrained(model.bert, this directory), merge_and_unload() it, and save")
+        refuse_adapter(path, "SentenceTransformer(base)", "model.bert")
         self.model = BertModel.from_pretrained(path, **options, **config)
         self.tokenizer = AutoTokenizer.from_pretrained(path)
         self.max_seq_length = length if length is not None else min(self.tokenizer.model_max_length,

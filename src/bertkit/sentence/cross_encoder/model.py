@@ -51,7 +51,7 @@ from bertkit.sentence.model import (
     refuse_arguments,
     refuse_data_frame,
 )
-from bertkit.sentence.models import Indexed, model_kwargs_options
+from bertkit.sentence.models import Indexed, model_kwargs_options, refuse_adapter
 from bertkit.staging import staged
 from bertkit.tokenization import AutoTokenizer
 from bertkit.tokenization.batch import truncation_lengths
@@ -172,6 +172,7 @@ class CrossEncoder(Indexed, ReferenceCalls, nn.Module):
                                "sentence-transformers for this model")
         elif modules is not None:
             declared = cross_encoder_max_seq_length(path)
+        refuse_adapter(encoder_dir, "CrossEncoder(base)", "model.model")
         if not (encoder_dir / "config.json").is_file():
             raise FileNotFoundError(f"cross-encoder directory {encoder_dir} has no config.json; pass a directory saved "
                                     "by CrossEncoder.save, sentence-transformers or transformers (or a BERT checkpoint)")

@@ -32,6 +32,7 @@ from bertkit.modeling import BertModelOutput
 from bertkit.outputs import atomic_write_json
 from bertkit.padding import moved
 from bertkit.sentence.directory import SBERT_CONFIG, read_json, tokenizer_limit, transformer_max_seq_length
+from bertkit.sentence.models import refuse_adapter
 from bertkit.tokenization import AutoTokenizer
 
 # The head's row block when chunk_size is unset, on the CPU: the decoder's (rows, H) x (H, V) product ran at 78
@@ -289,6 +290,7 @@ class Transformer(nn.Module):
                                "fill-mask task only (SPLADE); for dense embeddings use bertkit.sentence."
                                "SentenceTransformer")
         path = Path(model_name_or_path)
+        refuse_adapter(path, "SparseEncoder(base)", "model[0].model")
         self.model = load_masked_lm(path)
         self.tokenizer = AutoTokenizer.from_pretrained(path)
         vocab, words = self.model.config.vocab_size, len(self.tokenizer)
