@@ -613,3 +613,16 @@ def test_a_peft_adapter_directory_is_refused_naming_the_recipe(directory, tmp_pa
     base = CrossEncoder(directory)
     base.model = peft.PeftModel.from_pretrained(base.model, str(tmp_path / "lora")).merge_and_unload()
     np.testing.assert_allclose(base.predict(pairs), want, atol=1e-6)
+
+
+@pytest.mark.parametrize("method", ["append", "extend", "insert"])
+def test_changing_the_modules_is_refused_naming_the_cross_encoder(directory, method):
+    """sentence-transformers' CrossEncoder is a Sequential (append / extend / insert); bertkit's holds one module, and
+    the refusal spoke of a SentenceTransformer ("bertkit's SentenceTransformer holds one Transformer, Pooling...")."""
+    from bertkit.errors import NotImplementedInBertkit
+
+    with pytest.raises(NotImplementedInBertkit) as caught:
+        getattr(CrossEncoder(directory), method)
+    assert str(caught.value).startswith(f"CrossEncoder.{method} is not implemented in bertkit: bertkit's CrossEncoder "
+                                        "holds one Transformer (model[0]: the encoder with its classifier")
+    assert "SentenceTransformer holds" not in str(caught.value)

@@ -107,11 +107,8 @@ PROCESSING_KWARGS = ("texts are cut at the model's max_seq_length (a CrossEncode
 _HUB = "bertkit works offline: save(path), then upload the directory with huggingface_hub (`hf upload REPO path`)"
 _ADAPTERS = ("wrap the encoder (model.bert; a CrossEncoder's model.model) with peft's get_peft_model, and "
              "merge_and_unload() it before saving")
-_MODULES = ("bertkit's SentenceTransformer holds one Transformer, Pooling and optional Normalize (model[0], model[1], "
-            "model[2]); build another with SentenceTransformer(modules=[...]) from bertkit.sentence.models")
 # sentence-transformers' model methods bertkit does not implement, with what to use instead
 _REFUSED_METHODS = {
-    "append": _MODULES, "extend": _MODULES, "insert": _MODULES,  # nn.Sequential's, which sentence-transformers' is
     "fit": _TRAINER,  # (a SparseEncoder's: SentenceTransformer and CrossEncoder have their own)
     "old_fit": "old_fit is sentence-transformers' v2 training loop; call fit(), which trains on the trainer as "
                "sentence-transformers' fit() does, or " + _TRAINER,
@@ -127,6 +124,10 @@ class ReferenceCalls:
     """The model methods of sentence-transformers' three model classes beyond encoding, for bertkit's three
     (SentenceTransformer, CrossEncoder, SparseEncoder): ``evaluate`` and ``gradient_checkpointing_enable``; the
     methods bertkit does not implement (``_REFUSED_METHODS``) raise ``NotImplementedInBertkit`` naming what to use."""
+
+    # what the class's fixed modules are and how to get others, said by nn.Sequential's append / extend / insert,
+    # which sentence-transformers' models have (a SparseEncoder is a Sequential: it has them too)
+    _fixed_modules: ClassVar[str | None] = None
 
     def evaluate(self, evaluator: Callable[..., Any], output_path: str | None = None) -> Any:
         """``evaluator(model, output_path)``, as sentence-transformers' ``model.evaluate``: the directory is made and
@@ -145,8 +146,12 @@ class ReferenceCalls:
         try:
             return super().__getattr__(name)  # type: ignore[misc]  # nn.Module's: parameters, buffers, submodules
         except AttributeError:
+            what = type(self).__name__
+            if name in ("append", "extend", "insert") and self._fixed_modules is not None:
+                raise NotImplementedInBertkit(f"{what}.{name} is not implemented in bertkit: bertkit's {what} holds "
+                                              f"{self._fixed_modules}") from None
             if name in _REFUSED_METHODS:
-                raise NotImplementedInBertkit(f"{type(self).__name__}.{name} is not implemented in bertkit: "
+                raise NotImplementedInBertkit(f"{what}.{name} is not implemented in bertkit: "
                                               f"{_REFUSED_METHODS[name]}") from None
             raise
 
@@ -226,6 +231,8 @@ class SentenceTransformer(Indexed, ReferenceCalls, Prompted, nn.Module):
     embeddings (B, D); ``encode`` takes texts."""
 
     _encoder = "bert"  # the attribute model[0].auto_model is
+    _fixed_modules = ("one Transformer, Pooling and optional Normalize (model[0], model[1], model[2]); build another "
+                      "with SentenceTransformer(modules=[...]) from bertkit.sentence.models")
     # sentence-transformers' path of a module (its encoder is module "0", a Transformer holding the BertModel as
     # ``model``): under these names a learning_rate_mapping written for sentence-transformers selects parameters
     st_paths: ClassVar[dict[str, str]] = {"bert": "0.model"}

@@ -141,6 +141,9 @@ class CrossEncoder(Indexed, ReferenceCalls, nn.Module):
     ``model[0]`` is its Transformer, as sentence-transformers 6's: ``model[0].auto_model`` is ``model.model``."""
 
     _encoder = "model"  # the attribute model[0].auto_model is
+    _fixed_modules = ("one Transformer (model[0]: the encoder with its classifier, which scores a pair); load another "
+                      "with CrossEncoder(path), and embed texts with a SentenceTransformer(modules=[...]) from "
+                      "bertkit.sentence.models")
 
     def __init__(self, model_name_or_path: str | Path, *, num_labels: int | None = None,
                  max_length: int | None = None, activation_fn: Callable | None = None, device: str | None = None,
