@@ -1366,3 +1366,21 @@ def test_model_kwargs_dtype_loads_the_encoder_in_that_dtype_as_sentence_transfor
         CrossEncoder(st_dir, model_kwargs={"load_in_8bit": True})
     with pytest.raises(BertkitError, match="pass dtype= or torch_dtype="):
         SentenceTransformer(st_dir, model_kwargs={"dtype": "bfloat16", "torch_dtype": "bfloat16"})
+
+
+def test_texts_without_words_give_sentence_transformers_vectors_and_scores(models, minilm_2_layers, tmp_path):
+    """The encoders' rule for an empty text (sentence-transformers 6.2's, in its three classes): "", whitespace,
+    control and zero-width characters are read as [CLS] [SEP] alone, each giving the same vector or score, not
+    refused (the pipelines and servers refuse them: docs/inference.md). SparseEncoder's: tests/test_sparse_encoder.py."""
+    from cross_encoder_helpers import cross_encoder_directory
+
+    texts = ["", " ", "\t\n", "\x00\x01", "\u200b", "hi"]
+    ours, ref = models
+    got = ours.encode(texts)
+    _same(got, ref.encode(texts))
+    assert np.array_equal(got[:5], np.repeat(got[:1], 5, axis=0)) and not np.allclose(got[0], got[5])
+    directory = cross_encoder_directory(minilm_2_layers, tmp_path / "ce")
+    pairs = [(t, "Paris is in France.") for t in texts] + [("Where is Paris?", t) for t in texts]
+    scores = CrossEncoder(directory).predict(pairs)
+    _same(scores, st.CrossEncoder(str(directory), device="cpu").predict(pairs))
+    assert len(set(scores[:5].tolist())) == 1 and len(set(scores[6:11].tolist())) == 1

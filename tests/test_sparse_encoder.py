@@ -520,8 +520,6 @@ def test_bad_arguments_are_refused(layouts, tmp_path, vocab_size):
     from bertkit.sentence.sparse_encoder.modules import SpladePooling as Pooling
 
     model = SparseEncoder(layouts["splade"])
-    with pytest.raises(BertkitError, match=r"2 empty text\(s\) \(at \[1, 2\]\)"):
-        model.encode(["a text", "", "  \n"])
     assert model.encode(["a text"], max_active_dims=np.int64(3)).coalesce().values().numel() == 3
     for k in (0, vocab_size + 1, True, 2.5, np.int64(0)):
         with pytest.raises(BertkitError, match=rf"max_active_dims .* must be a whole number in \[1, {vocab_size}\]"):
@@ -671,3 +669,20 @@ def test_a_peft_adapter_directory_is_refused_naming_the_recipe(layouts, tmp_path
     base = SparseEncoder(layouts["checkpoint"])
     base[0].model = peft.PeftModel.from_pretrained(base[0].model, str(tmp_path / "lora")).merge_and_unload()
     torch.testing.assert_close(base.encode(texts, convert_to_sparse_tensor=False), want, atol=1e-6, rtol=0)
+
+
+def test_texts_without_words_give_sentence_transformers_vectors(layouts):
+    """"", whitespace, control and zero-width characters: sentence-transformers' SparseEncoder (as its
+    SentenceTransformer and CrossEncoder, and bertkit's) reads [CLS] [SEP] alone for each. bertkit's SparseEncoder
+    refused "" and " " ("empty text(s)") but took "\\x00\\x01" and "\\u200b", which have no words either; it now takes
+    them all, with sentence-transformers' vectors (79 active dimensions each, a static query route's none)."""
+    from bertkit.sentence import SparseEncoder
+
+    texts = ["", " ", "\t\n", "\x00\x01", "\u200b", "a text"]
+    for layout, method in (("splade", "encode"), ("inference_free", "encode_query"),
+                           ("inference_free", "encode_document")):
+        ours = getattr(SparseEncoder(layouts[layout]), method)(texts)
+        _assert_same_vectors(ours, getattr(st.SparseEncoder(str(layouts[layout]), device="cpu"), method)(texts))
+        dense = ours.to_dense()
+        assert torch.equal(dense[:5], dense[:1].expand(5, -1))  # each is [CLS] [SEP]'s vector
+        assert (dense != 0).sum(1).tolist() == ([0] * 5 + [2] if method == "encode_query" else [79] * 5 + [88])

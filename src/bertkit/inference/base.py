@@ -43,7 +43,8 @@ def refuse_empty_text(tokenizer: Any, text: str, where: str, fix: str = "send te
     A text is empty when the tokenizer keeps no token of it: "", whitespace, or only characters it drops (control
     and zero-width characters, accents alone where it strips accents). Its result would be that of [CLS] [SEP]
     alone, the same for every empty text, so it is refused naming ``where``. A character the vocabulary lacks is
-    not empty: it is [UNK], a token the model reads (a text of emoji is [CLS] [UNK] [SEP])."""
+    not empty: it is [UNK], a token the model reads (a text of emoji is [CLS] [UNK] [SEP]). bertkit.sentence's model
+    classes (SentenceTransformer, CrossEncoder, SparseEncoder) take such a text, as sentence-transformers' do."""
     if _KEPT.search(text) is None and not tokenizer(text, add_special_tokens=False)["input_ids"]:
         raise BertkitError(f"{where} is empty: {text[:40]!r} holds no token (it is blank, or only control or "
                            "zero-width characters), so the model would read [CLS] and [SEP] alone in its place, the "

@@ -316,10 +316,6 @@ class SparseEncoder(ReferenceCalls, Prompted, nn.Sequential):
             raise BertkitError(f"encode() input 0 is {{{key!r}: ...}}, sentence-transformers' older form of texts of "
                                f"a task: pass the texts and task={key!r}")
         texts, single = texts_of(inputs)
-        empty = [i for i, t in enumerate(texts) if not t.strip()]
-        if empty:
-            raise BertkitError(f"encode() got {len(empty)} empty text(s) (at {empty[:5]}); a text without words has "
-                               "no word pieces to weigh: leave it out, or give it its words")
         prompt = self._resolve_prompt(prompt, prompt_name)
         k = self._check_active_dims(max_active_dims) if max_active_dims is not None else self.max_active_dims
         route = self._route(task)
