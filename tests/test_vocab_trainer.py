@@ -297,8 +297,32 @@ def test_a_script_without_a_main_guard_is_told_so_not_left_waiting(tmp_path):
     done = subprocess.run([sys.executable, str(script), *map(str, files)], capture_output=True, text=True, timeout=120,
                           env=env)
     assert done.returncode == 1
-    # the error's line, not necessarily the last: the resource tracker may warn of the dead pool's semaphores after it
+    # the error's line, once; the workers' own refusals (below) name the same fix, and leave nothing behind
+    assert "leaked semaphore" not in done.stderr
     assert done.stderr.strip().splitlines().count(
         "bertkit.errors.BertkitError: a worker process ended before its work was done (num_workers=2). Workers start "
         "by running the calling script again: in a script, call this under `if __name__ == \"__main__\":` (or pass "
         "num_workers=1). Otherwise the machine may have killed it for memory: pass fewer workers") == 1
+
+
+def test_a_worker_still_running_the_script_refuses_before_making_a_pool(monkeypatch):
+    """A spawned worker re-running a script without a main guard made the executor (its queues' 5 semaphores) before
+    Python refused to start its processes; the parent, seeing its pool broken, killed such a worker mid-way, and the
+    resource tracker then warned "There appear to be 5 leaked semaphore objects" after bertkit's error (1 run in 3).
+    The worker now refuses before it makes anything."""
+    import multiprocessing
+
+    from bertkit import _parallel
+    from bertkit.errors import BertkitError
+
+    made = []
+    monkeypatch.setattr(_parallel, "ProcessPoolExecutor", lambda *a, **k: made.append(a))
+    monkeypatch.setattr(multiprocessing.current_process(), "_inheriting", True, raising=False)
+    with pytest.raises(BertkitError, match=r"^this worker process is running the calling script again, as each "
+                                           r"spawned worker does, .*`if __name__ == \"__main__\":` \(or pass "
+                                           r"num_workers=1\)$"):
+        with _parallel.spawn_pool(2, 4):
+            pass
+    assert made == []
+    with _parallel.spawn_pool(1, 4) as pool:  # one worker runs in this process: nothing to refuse
+        assert pool is None

@@ -34,6 +34,13 @@ def spawn_pool(num_workers: int, num_units: int, initializer: Callable[..., None
     if workers <= 1:
         yield None
         return
+    if getattr(multiprocessing.current_process(), "_inheriting", False):
+        # a spawned worker still running the calling script (no main guard), the stdlib's own test for it; refused
+        # before the executor makes its queues' 5 semaphores, which the worker left behind when the parent, seeing the
+        # pool broken, killed it mid-way ("There appear to be 5 leaked semaphore objects" after the parent's error)
+        raise BertkitError("this worker process is running the calling script again, as each spawned worker does, and "
+                           "reached a call that starts a pool of its own: in the script, make the call under "
+                           "`if __name__ == \"__main__\":` (or pass num_workers=1)")
     executor = ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn"),
                                    initializer=_start_worker, initargs=(initializer, initargs))
     try:
