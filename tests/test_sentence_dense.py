@@ -126,3 +126,6 @@ def test_what_a_dense_layer_cannot_be_is_refused_by_name(minilm_2_layers, tmp_pa
         SentenceTransformer(modules=[word, pool, models.Dense(768, 128)])
     with pytest.raises(BertkitError, match=r"activation_function=torch.nn.modules.activation.GELU\) is not implemented"):
         models.Dense(384, 128, activation_function=torch.nn.GELU())
+    with pytest.raises(BertkitError, match=r"init_weight=...\) has the shape \(384, 128\); a Dense of 384 -> 128 takes "
+                                           r"\(128, 384\)"):  # a RuntimeError from torch's copy before
+        models.Dense(384, 128, init_weight=torch.zeros(384, 128))

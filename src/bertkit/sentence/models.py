@@ -307,11 +307,16 @@ class Dense(nn.Module):
         self.in_features, self.out_features, self.bias = int(in_features), int(out_features), bool(bias)
         self.linear = nn.Linear(self.in_features, self.out_features, bias=self.bias)
         self.activation_function = type(activation)()
+        given = {"init_weight": (init_weight, self.linear.weight), "init_bias": (init_bias if self.bias else None,
+                                                                                  self.linear.bias)}
         with torch.no_grad():  # sentence-transformers makes them the Parameters; copied here, checked by shape
-            if init_weight is not None:
-                self.linear.weight.copy_(init_weight)
-            if init_bias is not None and self.bias:
-                self.linear.bias.copy_(init_bias)
+            for name, (value, parameter) in given.items():
+                if value is None:
+                    continue
+                if tuple(value.shape) != tuple(parameter.shape):  # sentence-transformers fails at the first forward
+                    raise BertkitError(f"models.Dense({name}=...) has the shape {tuple(value.shape)}; a Dense of "
+                                       f"{self.in_features} -> {self.out_features} takes {tuple(parameter.shape)}")
+                parameter.copy_(value)
 
     def forward(self, x: Tensor) -> Tensor:  # (B, in_features) -> (B, out_features), in the layer's type
         return self.activation_function(self.linear(x.to(self.linear.weight.dtype)))
