@@ -200,7 +200,7 @@ def read_directory(path: str | Path) -> SentenceDirectory:
     return SentenceDirectory(path, encoder_dir, Pooling.from_config(pooling, str(pooling_file)), normalize,
                              max_seq_length, bool(sbert.get("do_lower_case", False)), dict(prompts),
                              st.get("default_prompt_name"), st.get("similarity_fn_name"), truncate_dim,
-                             tuple(path / m["path"] for m in modules[2:2 + len(dense)]))
+                             tuple(path / m.get("path", "") for m in modules[2:2 + len(dense)]))
 
 
 def transformer_max_seq_length(sbert: dict[str, Any], sbert_file: Path | str,
