@@ -1,5 +1,5 @@
-"""``SentenceTransformer``: a BERT encoder, pooling, any Dense layers and an optional unit-length normalisation, read from and
-written to sentence-transformers' directory layout, or assembled from ``bertkit.sentence.models``' modules.
+"""``SentenceTransformer``: a BERT encoder, pooling, any Dense layers and an optional unit-length normalisation, read
+from and written to sentence-transformers' directory layout, or assembled from ``bertkit.sentence.models``' modules.
 
     model = SentenceTransformer("models/all-MiniLM-L6-v2")
     emb = model.encode(["A man is eating food.", "A man rides a horse."], normalize_embeddings=True)
@@ -107,8 +107,8 @@ PROCESSING_KWARGS = ("texts are cut at the model's max_seq_length (a CrossEncode
 _HUB = "bertkit works offline: save(path), then upload the directory with huggingface_hub (`hf upload REPO path`)"
 _ADAPTERS = ("wrap the encoder (model.bert; a CrossEncoder's model.model) with peft's get_peft_model, and "
              "merge_and_unload() it before saving")
-_MODULES = ("bertkit's SentenceTransformer holds one Transformer, Pooling, any Dense and an optional Normalize (model[0], "
-            "model[1], ...); build another with SentenceTransformer(modules=[...]) from bertkit.sentence.models")
+_MODULES = ("bertkit's SentenceTransformer holds one Transformer, Pooling, any Dense and an optional Normalize "
+            "(model[0], model[1], ...); build another with SentenceTransformer(modules=[...]) from bertkit.sentence.models")
 # sentence-transformers' model methods bertkit does not implement, with what to use instead
 _REFUSED_METHODS = {
     "append": _MODULES, "extend": _MODULES, "insert": _MODULES,  # nn.Sequential's, which sentence-transformers' is
@@ -545,7 +545,8 @@ class SentenceTransformer(Indexed, ReferenceCalls, Prompted, nn.Module):
                        {"idx": 1, "name": "1", "path": "1_Pooling", "type": "sentence_transformers.models.Pooling"}]
             for i, layer in enumerate(self.dense, start=2):
                 layer.save(out / f"{i}_Dense")
-                modules.append({"idx": i, "name": str(i), "path": f"{i}_Dense", "type": "sentence_transformers.models.Dense"})
+                modules.append({"idx": i, "name": str(i), "path": f"{i}_Dense",
+                                "type": "sentence_transformers.models.Dense"})
             if self.normalize:
                 i = len(modules)
                 (out / f"{i}_Normalize").mkdir(exist_ok=True)
