@@ -532,8 +532,8 @@ class SentenceTransformer(Indexed, ReferenceCalls, Prompted, nn.Module):
     # -- save -------------------------------------------------------------------------------------------------------
     def save(self, path: str | Path) -> Path:
         """Write the model in sentence-transformers' layout (the encoder and tokenizer at the top, 1_Pooling, a
-        2_Dense, 3_Dense, ... per Dense layer, N_Normalize when normalising, modules.json and the two configs, truncate_dim where sentence-transformers 6
-        writes it); sentence-transformers opens it. The directory is written beside ``path`` and moved into place
+        2_Dense, 3_Dense, ... per Dense layer, N_Normalize when normalising, modules.json and the two configs,
+        truncate_dim where sentence-transformers 6 writes it); sentence-transformers opens it. The directory is written beside ``path`` and moved into place
         whole (``bertkit.staging.staged``): a kill or a full disk leaves what was there before, never a directory that
         loads with other settings."""
         directory = given_path(path, "the directory to save into")
