@@ -59,6 +59,11 @@ def test_a_directory_with_dense_layers_embeds_as_sentence_transformers(minilm_2_
         torch.testing.assert_close(back.encode(TEXTS, convert_to_tensor=True), expected, atol=1e-5, rtol=0)
         assert json.loads((tmp_path / f"ours-{normalize}" / "2_Dense" / "config.json").read_text()) == \
             json.loads((saved / "2_Dense" / "config.json").read_text())
+    # model_kwargs' dtype loads the Dense layers in it too, as there (kept in float32 they gave vectors 1e-3 from its)
+    half = [lib(str(saved), model_kwargs={"dtype": torch.bfloat16}) for lib in (SentenceTransformer, st.SentenceTransformer)]
+    assert half[0][2].linear.weight.dtype == torch.bfloat16
+    torch.testing.assert_close(half[0].encode(TEXTS, convert_to_tensor=True), half[1].encode(TEXTS, convert_to_tensor=True),
+                               atol=1e-6, rtol=0)
 
 
 def test_mnrl_trains_the_dense_layers_to_sentence_transformers_losses(minilm_2_layers, tmp_path):

@@ -267,7 +267,9 @@ class SentenceTransformer(Indexed, ReferenceCalls, Prompted, nn.Module):
             except BertkitError as e:
                 raise BertkitError(f"{path}: {e}; lower it in {SBERT_CONFIG}") from None
             pooling, self.normalize = saved.pooling, saved.normalize
-            dense = [Dense.load(d) for d in saved.dense]
+            # in the encoder's type, as sentence-transformers loads every module in model_kwargs' dtype (a bf16
+            # encoder's vectors through a float32 Dense were 1e-3 from its)
+            dense = [Dense.load(d).to(word.model.dtype) for d in saved.dense]
             if pooling is None:
                 logger.warning("%s has no %s: mean pooling, no normalisation (as sentence-transformers builds it)",
                                path, MODULES)
