@@ -212,7 +212,7 @@ def test_bad_input_is_named(models, tmp_path, minilm_dir):
     d = st_directory(minilm_dir, tmp_path / "dense")
     (d / "modules.json").write_text(json.dumps(json.loads((d / "modules.json").read_text())[:2] + [
         {"idx": 2, "name": "2", "path": "2_Dense", "type": "sentence_transformers.models.Dense"}]))
-    with pytest.raises(BertkitError, match="Dense"):
+    with pytest.raises(FileNotFoundError, match="2_Dense/config.json is missing; modules.json lists a Dense"):
         SentenceTransformer(d)
     for pooling, message in (({"pooling_mode": "mean"}, "has no embedding_dimension"),
                              ({"embedding_dimension": 384, "pooling_mode": 5}, "pooling_mode 5 must be a mode's name"),
@@ -363,7 +363,7 @@ def test_modules_are_a_transformer_a_pooling_and_a_normalize_in_that_order(words
                             "'sentence_transformers.sentence_transformer.modules.pooling.Pooling']"),
                            ([word, pool, 3], "['Transformer', 'Pooling', 'builtins.int']")]:
         with pytest.raises(BertkitError, match=re.escape(f"SentenceTransformer(modules={names}): bertkit's ") +
-                           "SentenceTransformer is bertkit.sentence.models' Transformer, Pooling and an optional"):
+                           "SentenceTransformer is bertkit.sentence.models' Transformer, Pooling, any Dense and an optional"):
             SentenceTransformer(modules=modules)
     assert SentenceTransformer(modules=(m for m in [word, pool])).pooling == pool  # any iterable, as there
     with pytest.raises(BertkitError, match=r"modules=...\) takes a list of modules, got Transformer"):
@@ -372,7 +372,7 @@ def test_modules_are_a_transformer_a_pooling_and_a_normalize_in_that_order(words
         ours.Transformer(None)
     with pytest.raises(BertkitError, match=r"takes a directory \(model_name_or_path, model_kwargs\) or modules"):
         SentenceTransformer(models[0].name_or_path, modules=[word, pool])
-    for name in set(reference.__all__) - {"Transformer", "Pooling", "Normalize"}:
+    for name in set(reference.__all__) - {"Transformer", "Pooling", "Dense", "Normalize"}:
         with pytest.raises(BertkitError, match=rf"^models.{name} is not implemented in bertkit: .*use sentence-transformers"):
             getattr(ours, name)
     with pytest.raises(NotImplementedInBertkit, match=r"SentenceTransformer.append is not implemented .* build another with "

@@ -35,6 +35,10 @@ def sentence_directory(directory: Path) -> SentenceDirectory:
     it: a default_prompt_name that names no prompt, which sentence-transformers and ``SentenceTransformer`` refuse to
     load, is refused (the pipeline embedded with no prompt)."""
     saved = read_directory(directory)
+    if saved.dense:  # its vectors pass through trained layers the pipelines do not run
+        raise BertkitError(f"{directory} has Dense modules after its Pooling ({', '.join(d.name for d in saved.dense)}), "
+                           "which the embedding pipelines, predict and serve do not implement: load it with "
+                           "bertkit.sentence.SentenceTransformer")
     known = {**DEFAULT_PROMPTS, **saved.prompts}  # sentence-transformers 6 gives every model "query" and "document"
     if saved.default_prompt_name is not None and saved.default_prompt_name not in known:
         raise BertkitError(f"{saved.path / ST_CONFIG}: default_prompt_name {saved.default_prompt_name!r} is not one "

@@ -1,7 +1,7 @@
 """What a sentence-transformers directory declares, read in one place.
 
-``modules.json`` lists the modules (Transformer at "" or "0_Transformer", Pooling at 1_Pooling, Normalize at
-2_Normalize); ``sentence_bert_config.json``, in the Transformer's directory, holds max_seq_length (where texts are
+``modules.json`` lists the modules (Transformer at "" or "0_Transformer", Pooling at 1_Pooling, any Dense layers at
+2_Dense, 3_Dense, ..., Normalize last); ``sentence_bert_config.json``, in the Transformer's directory, holds max_seq_length (where texts are
 cut, unless its tokenizer_args give a model_max_length) and do_lower_case; what else it sets that would change a
 vector is refused (``transformer_max_seq_length``);
 ``config_sentence_transformers.json`` the prompts, default_prompt_name, similarity_fn_name and truncate_dim (the
@@ -24,7 +24,7 @@ from bertkit.sentence.pooling import Pooling
 MODULES = "modules.json"
 ST_CONFIG = "config_sentence_transformers.json"
 SBERT_CONFIG = "sentence_bert_config.json"
-_TYPES = {"Transformer", "Pooling", "Normalize"}
+_TYPES = {"Transformer", "Pooling", "Dense", "Normalize"}
 # sentence_bert_config.json: sentence-transformers 6 gives every key to its Transformer's constructor (a key it does
 # not know fails there). bertkit reads max_seq_length and do_lower_case, and a tokenizer's model_max_length (which
 # wins over max_seq_length there); the keys below either hold their only value bertkit computes or do not change a
@@ -153,6 +153,7 @@ class SentenceDirectory:
     default_prompt_name: str | None = None
     similarity_fn_name: str | None = None
     truncate_dim: int | None = None
+    dense: tuple[Path, ...] = ()  # the Dense modules' directories, applied in this order after pooling
 
     @property
     def default_prompt(self) -> str | None:
@@ -169,17 +170,19 @@ class SentenceDirectory:
 
 
 def read_directory(path: str | Path) -> SentenceDirectory:
-    """``path``'s sentence-transformers settings (``SentenceDirectory``). A module bertkit does not implement (Dense,
-    a custom module) and a value that cannot be one are refused, naming the file."""
+    """``path``'s sentence-transformers settings (``SentenceDirectory``). A module bertkit does not implement (a
+    LayerNorm, a custom module) and a value that cannot be one are refused, naming the file."""
     path = Path(path)
     modules = read_modules(path)
     if modules is None:
         return SentenceDirectory(path, path)
     types = module_types(modules)
     unknown = [t for t in types if t not in _TYPES]
-    if unknown or types[:2] != ["Transformer", "Pooling"] or types[2:] not in ([], ["Normalize"]):
-        raise BertkitError(f"{path / MODULES} lists the modules {types}; bertkit implements Transformer, Pooling "
-                           f"and an optional Normalize, in that order (not {unknown or types}); use "
+    normalize = types[-1:] == ["Normalize"]
+    dense = types[2:len(types) - normalize]
+    if unknown or types[:2] != ["Transformer", "Pooling"] or set(dense) - {"Dense"}:
+        raise BertkitError(f"{path / MODULES} lists the modules {types}; bertkit implements Transformer, Pooling, "
+                           f"any Dense and an optional Normalize, in that order (not {unknown or types}); use "
                            "sentence-transformers for this model")
     encoder_dir = path / modules[0].get("path", "")
     pooling_file = path / modules[1]["path"] / "config.json"
@@ -194,9 +197,10 @@ def read_directory(path: str | Path) -> SentenceDirectory:
     prompts = st.get("prompts") or {}
     if not (isinstance(prompts, dict) and all(isinstance(v, str) or v is None for v in prompts.values())):
         raise BertkitError(f"{path / ST_CONFIG}: prompts must be an object of strings, got {str(prompts)[:80]}")
-    return SentenceDirectory(path, encoder_dir, Pooling.from_config(pooling, str(pooling_file)), len(types) == 3,
+    return SentenceDirectory(path, encoder_dir, Pooling.from_config(pooling, str(pooling_file)), normalize,
                              max_seq_length, bool(sbert.get("do_lower_case", False)), dict(prompts),
-                             st.get("default_prompt_name"), st.get("similarity_fn_name"), truncate_dim)
+                             st.get("default_prompt_name"), st.get("similarity_fn_name"), truncate_dim,
+                             tuple(path / m.get("path", "") for m in modules[2:2 + len(dense)]))
 
 
 def transformer_max_seq_length(sbert: dict[str, Any], sbert_file: Path | str,

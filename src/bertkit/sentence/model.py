@@ -1,5 +1,5 @@
-"""``SentenceTransformer``: a BERT encoder, pooling and an optional unit-length normalisation, read from and
-written to sentence-transformers' directory layout, or assembled from ``bertkit.sentence.models``' modules.
+"""``SentenceTransformer``: a BERT encoder, pooling, any Dense layers and an optional unit-length normalisation, read
+from and written to sentence-transformers' directory layout, or assembled from ``bertkit.sentence.models``' modules.
 
     model = SentenceTransformer("models/all-MiniLM-L6-v2")
     emb = model.encode(["A man is eating food.", "A man rides a horse."], normalize_embeddings=True)
@@ -7,8 +7,8 @@ written to sentence-transformers' directory layout, or assembled from ``bertkit.
 
 What the directory declares (modules, pooling, max_seq_length, prompts, similarity function, truncate_dim) is read
 by ``bertkit.sentence.directory``. A plain Hugging Face checkpoint (no modules.json) gets mean pooling and no
-normalisation, as sentence-transformers gives it. A module bertkit does not implement (Dense, a custom module) is
-refused by name.
+normalisation, as sentence-transformers gives it. A module bertkit does not implement (a LayerNorm, a custom module)
+is refused by name.
 """
 
 from __future__ import annotations
@@ -44,7 +44,7 @@ from bertkit.sentence.directory import (
     tokenizer_limit,
     write_st_config,
 )
-from bertkit.sentence.models import Indexed, Normalize, Transformer, in_order, model_kwargs_options
+from bertkit.sentence.models import Dense, Indexed, Normalize, Transformer, in_order, model_kwargs_options
 from bertkit.sentence.pooling import Pooling
 from bertkit.sentence.prompts import Prompted, prompt_tokens
 from bertkit.sentence.quantization import PRECISIONS, quantize_embeddings
@@ -227,15 +227,19 @@ def as_requested(rows: Tensor, convert_to_tensor: bool, convert_to_numpy: bool, 
     return result[0] if single else result
 
 class SentenceTransformer(Indexed, ReferenceCalls, Prompted, nn.Module):
-    """A BERT encoder + pooling (+ Normalize). ``forward`` takes a tokenized batch and returns the sentence
-    embeddings (B, D); ``encode`` takes texts."""
+    """A BERT encoder + pooling (+ Dense layers) (+ Normalize). ``forward`` takes a tokenized batch and returns the
+    sentence embeddings (B, D); ``encode`` takes texts."""
 
     _encoder = "bert"  # the attribute model[0].auto_model is
-    _fixed_modules = ("one Transformer, Pooling and optional Normalize (model[0], model[1], model[2]); build another "
-                      "with SentenceTransformer(modules=[...]) from bertkit.sentence.models")
-    # sentence-transformers' path of a module (its encoder is module "0", a Transformer holding the BertModel as
-    # ``model``): under these names a learning_rate_mapping written for sentence-transformers selects parameters
-    st_paths: ClassVar[dict[str, str]] = {"bert": "0.model"}
+    _fixed_modules = ("one Transformer, Pooling, any Dense and an optional Normalize (model[0], model[1], ...); build "
+                      "another with SentenceTransformer(modules=[...]) from bertkit.sentence.models")
+
+    @property
+    def st_paths(self) -> dict[str, str]:
+        """sentence-transformers' path of a module (its encoder is module "0", a Transformer holding the BertModel as
+        ``model``; the Dense layers modules "2", "3", ...): under these names a learning_rate_mapping written for
+        sentence-transformers selects parameters."""
+        return {"bert": "0.model", **{f"dense.{i}": str(2 + i) for i in range(len(self.dense))}}
 
     def __init__(self, model_name_or_path: str | Path | None = None, device: str | None = None, *,
                  modules: Sequence[Any] | None = None, prompts: dict[str, str] | None = None,
@@ -251,7 +255,7 @@ class SentenceTransformer(Indexed, ReferenceCalls, Prompted, nn.Module):
             if model_name_or_path is not None or options:
                 raise BertkitError("SentenceTransformer takes a directory (model_name_or_path, model_kwargs) or "
                                    "modules=[...], one of them; give model_kwargs to models.Transformer")
-            word, pooling, self.normalize = in_order(modules)
+            word, pooling, dense, self.normalize = in_order(modules)
             saved = SentenceDirectory(Path(), Path())  # prompts, similarity, truncate_dim: the defaults
             # the Transformer's directory, as a message names the model (GISTEmbedLoss's guide)
             self.name_or_path, where = word.model.name_or_path, "SentenceTransformer(modules=...)"
@@ -270,6 +274,9 @@ class SentenceTransformer(Indexed, ReferenceCalls, Prompted, nn.Module):
             except BertkitError as e:
                 raise BertkitError(f"{path}: {e}; lower it in {SBERT_CONFIG}") from None
             pooling, self.normalize = saved.pooling, saved.normalize
+            # in the encoder's type, as sentence-transformers loads every module in model_kwargs' dtype (a bf16
+            # encoder's vectors through a float32 Dense were 1e-3 from its)
+            dense = [Dense.load(d).to(word.model.dtype) for d in saved.dense]
             if pooling is None:
                 logger.warning("%s has no %s: mean pooling, no normalisation (as sentence-transformers builds it)",
                                path, MODULES)
@@ -280,6 +287,14 @@ class SentenceTransformer(Indexed, ReferenceCalls, Prompted, nn.Module):
                                f"hidden_size is {self.bert.config.hidden_size}; give Pooling the encoder's "
                                "(word.get_word_embedding_dimension())")
         self.pooling = pooling
+        width = pooling.output_dimension
+        for i, layer in enumerate(dense):
+            if layer.in_features != width:
+                raise BertkitError(f"{where}: Dense {i} takes {layer.in_features} dimensions but "
+                                   f"{'its Pooling' if i == 0 else f'Dense {i - 1}'} gives {width}; make its "
+                                   f"in_features {width}")
+            width = layer.out_features
+        self.dense = nn.ModuleList(dense)  # the model's parameters: trained, moved and saved with it
         self._set_prompts(prompts, default_prompt_name, saved.prompts, saved.default_prompt_name)
         if similarity_fn_name is None and saved.similarity_fn_name not in (None, *SIMILARITY_FUNCTIONS):
             # sentence-transformers 6 ignores a name it does not support here and scores with cosine, without a word
@@ -287,8 +302,7 @@ class SentenceTransformer(Indexed, ReferenceCalls, Prompted, nn.Module):
                                f"{sorted(SIMILARITY_FUNCTIONS)}; sentence-transformers 6 ignores it and scores with "
                                "cosine: write \"cosine\" there for its scores, or pass similarity_fn_name=")
         self.similarity_fn_name = similarity_fn_name or saved.similarity_fn_name
-        self.truncate_dim = truncate_dim if truncate_dim is not None else saved.truncate_dim_within(
-            pooling.output_dimension)
+        self.truncate_dim = truncate_dim if truncate_dim is not None else saved.truncate_dim_within(self._width)
         self.eval()  # as loaded models are: encode, which puts back the mode it found, must not turn dropout on
         if device is not None:
             self.to(device)
@@ -296,10 +310,15 @@ class SentenceTransformer(Indexed, ReferenceCalls, Prompted, nn.Module):
     def _check_dim(self, dim: int | None, name: str) -> int | None:
         if dim is None:
             return None
-        full = self.pooling.output_dimension
+        full = self._width
         if not is_whole(dim, 1, full):
             raise BertkitError(f"{name} {dim!r} must be a whole number in [1, {full}] (this model's dimension)")
         return int(dim)  # a numpy integer would not be written to config_sentence_transformers.json
+
+    @property
+    def _width(self) -> int:
+        """The sentence embedding's dimensions: the last Dense's out_features, else the pooling's."""
+        return self.dense[-1].out_features if len(self.dense) else self.pooling.output_dimension
 
     # -- what sentence-transformers' model exposes ------------------------------------------------------------
     @property
@@ -314,7 +333,8 @@ class SentenceTransformer(Indexed, ReferenceCalls, Prompted, nn.Module):
         return Normalize()
 
     def _module_list(self) -> list[Any]:
-        return [self._transformer_module, self.pooling, *([self._normalize_module] if self.normalize else [])]
+        return [self._transformer_module, self.pooling, *self.dense,
+                *([self._normalize_module] if self.normalize else [])]
 
     def set_pooling_include_prompt(self, include_prompt: bool) -> None:
         """Whether a prompt's tokens are pooled (``model[1].include_prompt``), as sentence-transformers' method."""
@@ -327,7 +347,7 @@ class SentenceTransformer(Indexed, ReferenceCalls, Prompted, nn.Module):
 
     def get_embedding_dimension(self) -> int:
         """The width of the embeddings ``encode`` returns (``truncate_dim`` when set)."""
-        return self.truncate_dim or self.pooling.output_dimension  # truncate_dim is checked to be at most that
+        return self.truncate_dim or self._width  # truncate_dim is checked to be at most that
 
     get_sentence_embedding_dimension = get_embedding_dimension  # sentence-transformers' name before 6
 
@@ -415,6 +435,8 @@ class SentenceTransformer(Indexed, ReferenceCalls, Prompted, nn.Module):
 
     def _pool(self, out: BertModelOutput, attention_mask: Tensor, prompt_length: int) -> Tensor:
         v = self.pooling(out, moved(attention_mask, out.tokens.device), prompt_length)
+        for layer in self.dense:  # after pooling, before Normalize (and encode's truncate_dim), as there
+            v = layer(v)
         return F.normalize(v, p=2, dim=-1) if self.normalize else v
 
     def forward(self, features: dict[str, Tensor]) -> dict[str, Tensor]:
@@ -499,7 +521,7 @@ class SentenceTransformer(Indexed, ReferenceCalls, Prompted, nn.Module):
 
             bert = for_cpu_inference(bert, bf16=False)
         dtype = torch.promote_types(self.bert.embeddings.word_embeddings.weight.dtype, torch.float32)
-        out = torch.empty(len(texts), self.pooling.output_dimension, dtype=dtype, device=self.device)  # read back once
+        out = torch.empty(len(texts), self._width, dtype=dtype, device=self.device)  # read back once
         from bertkit.inference.runner import longest_first
 
         try:
@@ -518,9 +540,9 @@ class SentenceTransformer(Indexed, ReferenceCalls, Prompted, nn.Module):
 
     # -- save -------------------------------------------------------------------------------------------------------
     def save(self, path: str | Path) -> Path:
-        """Write the model in sentence-transformers' layout (the encoder and tokenizer at the top, 1_Pooling,
-        2_Normalize when normalising, modules.json and the two configs, truncate_dim where sentence-transformers 6
-        writes it); sentence-transformers opens it. The directory is written beside ``path`` and moved into place
+        """Write the model in sentence-transformers' layout (the encoder and tokenizer at the top, 1_Pooling, a
+        2_Dense, 3_Dense, ... per Dense layer, N_Normalize when normalising, modules.json and the two configs,
+        truncate_dim where sentence-transformers 6 writes it); sentence-transformers opens it. The directory is written beside ``path`` and moved into place
         whole (``bertkit.staging.staged``): a kill or a full disk leaves what was there before, never a directory that
         loads with other settings."""
         directory = given_path(path, "the directory to save into")
@@ -530,9 +552,14 @@ class SentenceTransformer(Indexed, ReferenceCalls, Prompted, nn.Module):
             atomic_write_json(out / "1_Pooling" / "config.json", self.pooling.to_config())
             modules = [{"idx": 0, "name": "0", "path": "", "type": "sentence_transformers.models.Transformer"},
                        {"idx": 1, "name": "1", "path": "1_Pooling", "type": "sentence_transformers.models.Pooling"}]
+            for i, layer in enumerate(self.dense, start=2):
+                layer.save(out / f"{i}_Dense")
+                modules.append({"idx": i, "name": str(i), "path": f"{i}_Dense",
+                                "type": "sentence_transformers.models.Dense"})
             if self.normalize:
-                (out / "2_Normalize").mkdir(exist_ok=True)
-                modules.append({"idx": 2, "name": "2", "path": "2_Normalize",
+                i = len(modules)
+                (out / f"{i}_Normalize").mkdir(exist_ok=True)
+                modules.append({"idx": i, "name": str(i), "path": f"{i}_Normalize",
                                 "type": "sentence_transformers.models.Normalize"})
             atomic_write_json(out / SBERT_CONFIG, {"max_seq_length": self.max_seq_length,
                                                    "do_lower_case": self.do_lower_case})

@@ -1,13 +1,15 @@
 """sentence-transformers' ``models`` (``from sentence_transformers import models``): ``Transformer``, ``Pooling`` and
-``Normalize``, the modules a ``SentenceTransformer`` is assembled from, as a training script builds a new embedder:
+``Normalize``, with ``Dense`` layers between the last two, the modules a ``SentenceTransformer`` is assembled from, as
+a training script builds a new embedder:
 
     word = models.Transformer("path/to/bert", max_seq_length=256)
     pool = models.Pooling(word.get_word_embedding_dimension(), pooling_mode="cls")
-    model = SentenceTransformer(modules=[word, pool, models.Normalize()])
+    dense = models.Dense(pool.get_sentence_embedding_dimension(), 128, activation_function=torch.nn.Tanh())
+    model = SentenceTransformer(modules=[word, pool, dense, models.Normalize()])
 
-They hold settings (and the Transformer its loaded encoder and tokenizer); ``SentenceTransformer`` is the one model,
-whether assembled from them or loaded from a directory, which it reads into these same three. Every other module of
-sentence-transformers is refused by name, on first use.
+They hold settings (the Transformer its loaded encoder and tokenizer, a Dense its weights, which the model trains);
+``SentenceTransformer`` is the one model, whether assembled from them or loaded from a directory, which it reads into
+these same modules. Every other module of sentence-transformers is refused by name, on first use.
 """
 
 from __future__ import annotations
@@ -20,6 +22,10 @@ from functools import cached_property
 from pathlib import Path
 from typing import Any
 
+import torch
+from torch import Tensor, nn
+
+from bertkit.checkpoint_io import read_weights
 from bertkit.errors import BertkitError, NotImplementedInBertkit, given_path, is_whole, refusing_getattr
 from bertkit.modeling import BertModel
 from bertkit.sentence.directory import tokenizer_limit, transformer_max_seq_length
@@ -219,7 +225,7 @@ class Indexed:
             raise TypeError(f"model[{index!r}]: a {name}'s modules are indexed by position, a whole number in "
                             f"[-{len(modules)}, {len(modules) - 1}]") from None
         if not -len(modules) <= i < len(modules):
-            kinds = ", ".join(("Transformer", "Pooling", "Normalize")[:len(modules)])
+            kinds = ", ".join(["Transformer", *(type(m).__name__ for m in modules[1:])])
             raise IndexError(f"index {i} is out of range: this model has {len(modules)} modules ({kinds})")
         return modules[i]
 
@@ -268,10 +274,124 @@ class Normalize:
     def __repr__(self) -> str:
         return "Normalize()"
 
+# the activations sentence-transformers writes in a Dense's config.json (its class's path), which bertkit builds
+_ACTIVATIONS: dict[str, type[nn.Module]] = {"torch.nn.modules.activation.Tanh": nn.Tanh,
+                                            "torch.nn.modules.linear.Identity": nn.Identity}
 
-def in_order(modules: Any) -> tuple[Transformer, PoolingSettings, bool]:
-    """``SentenceTransformer(modules=[...])``'s list as its Transformer, its Pooling and whether it normalises: a
-    Transformer, a Pooling and an optional Normalize, in that order; anything else is refused naming it."""
+
+_TANH = nn.Tanh()  # sentence-transformers' default (a module holds no state: each Dense builds its own)
+
+
+def _activation_name(activation: Any) -> str:
+    kind = type(activation)
+    return f"{kind.__module__}.{kind.__qualname__}"
+
+
+class Dense(nn.Module):
+    """sentence-transformers' Dense (N_Dense): ``activation_function(linear(x))`` on the sentence embedding, after
+    pooling and before Normalize; one or more, each taking the width the one before gives. Its parameters are the
+    model's (``model.dense``), so training updates them. Activations: ``nn.Tanh()`` (the default, as there) and
+    ``nn.Identity()`` (also for None); any other, a residual and other inputs or outputs are refused by name."""
+
+    def __init__(self, in_features: int, out_features: int, bias: bool = True,
+                 activation_function: nn.Module | None = _TANH, init_weight: Tensor | None = None,
+                 init_bias: Tensor | None = None, module_input_name: str = "sentence_embedding",
+                 module_output_name: str | None = None, use_residual: bool = False):
+        super().__init__()
+        for name, value in (("in_features", in_features), ("out_features", out_features)):
+            if not is_whole(value):
+                raise BertkitError(f"models.Dense's {name} must be a whole number >= 1, got {value!r}")
+        activation = nn.Identity() if activation_function is None else activation_function
+        if _activation_name(activation) not in _ACTIVATIONS:
+            raise BertkitError(f"models.Dense(activation_function={_activation_name(activation)}) is not implemented "
+                               "in bertkit: it takes torch.nn.Tanh() or torch.nn.Identity() (None); use "
+                               "sentence-transformers for this model")
+        if use_residual or module_input_name != "sentence_embedding" or module_output_name not in (None, module_input_name):
+            raise BertkitError(f"models.Dense(use_residual={use_residual!r}, module_input_name={module_input_name!r}, "
+                               f"module_output_name={module_output_name!r}) is not implemented in bertkit: it maps the "
+                               "sentence embedding without a residual; drop these arguments")
+        self.in_features, self.out_features, self.bias = int(in_features), int(out_features), bool(bias)
+        self.linear = nn.Linear(self.in_features, self.out_features, bias=self.bias)
+        self.activation_function = type(activation)()
+        given = {"init_weight": (init_weight, self.linear.weight), "init_bias": (init_bias if self.bias else None,
+                                                                                  self.linear.bias)}
+        with torch.no_grad():  # sentence-transformers makes them the Parameters; copied here, checked by shape
+            for name, (value, parameter) in given.items():
+                if value is None:
+                    continue
+                if tuple(value.shape) != tuple(parameter.shape):  # sentence-transformers fails at the first forward
+                    raise BertkitError(f"models.Dense({name}=...) has the shape {tuple(value.shape)}; a Dense of "
+                                       f"{self.in_features} -> {self.out_features} takes {tuple(parameter.shape)}")
+                parameter.copy_(value)
+
+    def forward(self, x: Tensor) -> Tensor:  # (B, in_features) -> (B, out_features), in the layer's type
+        return self.activation_function(self.linear(x.to(self.linear.weight.dtype)))
+
+    def get_embedding_dimension(self) -> int:
+        return self.out_features
+
+    get_sentence_embedding_dimension = get_embedding_dimension  # sentence-transformers' name before 6
+
+    def get_config_dict(self) -> dict[str, Any]:
+        """config.json as sentence-transformers 6.2 writes it."""
+        return {"in_features": self.in_features, "out_features": self.out_features, "bias": self.bias,
+                "activation_function": _activation_name(self.activation_function),
+                "module_input_name": "sentence_embedding", "module_output_name": "sentence_embedding"}
+
+    def save(self, output_path: str | Path) -> None:
+        """config.json and model.safetensors (``linear.weight``, ``linear.bias``), as sentence-transformers writes them."""
+        from safetensors.torch import save_file
+
+        from bertkit.outputs import atomic_write_json
+
+        out = Path(output_path)
+        out.mkdir(parents=True, exist_ok=True)
+        save_file({k: v.detach().contiguous().cpu() for k, v in self.state_dict().items()},
+                  str(out / "model.safetensors"), metadata={"format": "pt"})
+        atomic_write_json(out / "config.json", self.get_config_dict())
+
+    @classmethod
+    def load(cls, directory: str | Path) -> Dense:
+        """A Dense directory as sentence-transformers 6.2 writes it: config.json (``activation_function`` the class's
+        path; Tanh where it names none, as there) and model.safetensors or pytorch_model.bin. An activation other than
+        Tanh and Identity (sentence-transformers falls back to Tanh for one outside torch), a key it would not give
+        the same vectors with, and weights of another shape or names are refused naming the file."""
+        directory = Path(directory)
+        config_file = directory / "config.json"
+        if not config_file.is_file():
+            raise FileNotFoundError(f"{config_file} is missing; modules.json lists a Dense module there")
+        config = json.loads(config_file.read_text(encoding="utf-8"))
+        name = config.pop("activation_function", "torch.nn.modules.activation.Tanh")
+        if name not in _ACTIVATIONS:
+            raise BertkitError(f"{config_file}: activation_function {name!r} is not implemented in bertkit (it builds "
+                               f"{', '.join(_ACTIVATIONS)}); use sentence-transformers for this model")
+        known = {"in_features", "out_features", "bias", "module_input_name", "module_output_name", "use_residual"}
+        other = sorted(set(config) - known)
+        if other or not {"in_features", "out_features"} <= set(config):
+            raise BertkitError(f"{config_file} sets {other} or lacks in_features/out_features; bertkit reads "
+                               f"{sorted(known | {'activation_function'})}: restore it from the model's source")
+        try:
+            dense = cls(**config, activation_function=_ACTIVATIONS[name]())
+        except BertkitError as e:
+            raise BertkitError(f"{config_file}: {e}") from None
+        weights = read_weights(directory)
+        expected = {k: tuple(v.shape) for k, v in dense.state_dict().items()}
+        found = {k: tuple(v.shape) for k, v in weights.items()}
+        if found != expected:
+            raise BertkitError(f"the weights in {directory} are {found}, but its config.json makes a Dense of "
+                               f"{expected}; restore the directory from the model's source")
+        dense.load_state_dict(weights)
+        return dense
+
+    def __repr__(self) -> str:
+        return (f"Dense({{'in_features': {self.in_features}, 'out_features': {self.out_features}, 'bias': {self.bias}, "
+                f"'activation_function': '{_activation_name(self.activation_function)}'}})")
+
+
+def in_order(modules: Any) -> tuple[Transformer, PoolingSettings, list[Dense], bool]:
+    """``SentenceTransformer(modules=[...])``'s list as its Transformer, its Pooling, its Dense layers and whether it
+    normalises: a Transformer, a Pooling, any Dense layers and an optional Normalize, in that order; anything else is
+    refused naming it."""
     if isinstance(modules, Mapping):  # sentence-transformers takes an OrderedDict of them too
         modules = list(modules.values())
     if not isinstance(modules, Iterable):
@@ -280,17 +400,19 @@ def in_order(modules: Any) -> tuple[Transformer, PoolingSettings, bool]:
     # another package's module by its whole name: sentence-transformers' own Pooling is not this one
     names = ["Pooling" if isinstance(m, PoolingSettings) else type(m).__name__ if type(m).__module__ == __name__
              else f"{type(m).__module__}.{type(m).__qualname__}" for m in modules]
-    kinds = (Transformer, PoolingSettings, Normalize)
-    if not (2 <= len(modules) <= 3 and all(isinstance(m, k) for m, k in zip(modules, kinds))):
+    normalize = bool(modules) and isinstance(modules[-1], Normalize)
+    middle = modules[2:len(modules) - normalize]
+    if not (len(modules) >= 2 and isinstance(modules[0], Transformer) and isinstance(modules[1], PoolingSettings)
+            and all(isinstance(m, Dense) for m in middle)):
         raise BertkitError(f"SentenceTransformer(modules={names}): bertkit's SentenceTransformer is "
-                           "bertkit.sentence.models' Transformer, Pooling and an optional Normalize, in that order; "
-                           "use sentence-transformers for a model with other modules")
-    return modules[0], modules[1], len(modules) == 3
+                           "bertkit.sentence.models' Transformer, Pooling, any Dense and an optional Normalize, in "
+                           "that order; use sentence-transformers for a model with other modules")
+    return modules[0], modules[1], middle, normalize
 
 
-_OTHER = "bertkit's SentenceTransformer is a BERT encoder, Pooling and an optional Normalize; use sentence-transformers " \
-         "for a model with this module"
-_REFUSED = dict.fromkeys(("Dense", "LayerNorm", "Dropout", "WeightedLayerPooling", "WordEmbeddings", "WordWeights",
+_OTHER = "bertkit's SentenceTransformer is a BERT encoder, Pooling, any Dense and an optional Normalize; use " \
+         "sentence-transformers for a model with this module"
+_REFUSED = dict.fromkeys(("LayerNorm", "Dropout", "WeightedLayerPooling", "WordEmbeddings", "WordWeights",
                           "LSTM", "CNN", "BoW", "StaticEmbedding", "CLIPModel", "Router", "Asym", "Module",
                           "InputModule", "tokenizer"), _OTHER)
 
