@@ -1196,7 +1196,7 @@ def test_pooling_set_through_model_1_pools_as_sentence_transformers(st_dir, tmp_
     assert ours.get_embedding_dimension() == ref.encode(TEXTS).shape[1] == 768
     ours.save(tmp_path / "ours")  # the modes set are the ones saved
     _same(st.SentenceTransformer(str(tmp_path / "ours"), device="cpu").encode(TEXTS), ref.encode(TEXTS), atol=1e-5)
-    with pytest.raises(BertkitError, match=r"pooling mode\(s\) \['median'\] not implemented"):
+    with pytest.raises(BertkitError, match=r"Pooling.pooling_mode: pooling \['median'\] is not implemented"):
         ours[1].pooling_mode = "median"
     with pytest.raises(BertkitError, match=r"Pooling.mode is not a setting of bertkit's Pooling"):
         ours[1].mode = "cls"

@@ -140,6 +140,19 @@ class Transformer:
         return f"Transformer({{'max_seq_length': {self.max_seq_length}, 'do_lower_case': {self.do_lower_case}}})"
 
 
+class _OwnersAttribute:
+    """An attribute of ``model[0]`` that is its model's: read from and written to the model under the same name."""
+
+    def __set_name__(self, owner: type, name: str) -> None:
+        self.name = name
+
+    def __get__(self, view: Any, cls: type | None = None) -> Any:
+        return self if view is None else getattr(view._owner, self.name)
+
+    def __set__(self, view: Any, value: Any) -> None:
+        setattr(view._owner, self.name, value)
+
+
 class TransformerOf(Transformer):
     """``model[0]`` of a ``SentenceTransformer`` (or ``CrossEncoder``): its encoder, tokenizer and ``do_lower_case``
     seen as the Transformer sentence-transformers indexes, read from and written to the model itself. ``auto_model``
@@ -168,21 +181,9 @@ class TransformerOf(Transformer):
 
     auto_model = model  # type: ignore[assignment]  # sentence-transformers' name: model[0].auto_model = peft_model
 
-    @property
-    def max_seq_length(self) -> int:  # the model's, checked by its own limits (a CrossEncoder's pair needs 3 tokens)
-        return self._owner.max_seq_length
-
-    @max_seq_length.setter
-    def max_seq_length(self, value: int) -> None:
-        self._owner.max_seq_length = value
-
-    @property
-    def tokenizer(self) -> Any:
-        return self._owner.tokenizer
-
-    @tokenizer.setter
-    def tokenizer(self, value: Any) -> None:
-        self._owner.tokenizer = value
+    # the model's own, checked by its own limits (a CrossEncoder's pair needs 3 tokens)
+    max_seq_length = _OwnersAttribute()
+    tokenizer = _OwnersAttribute()
 
     @property
     def do_lower_case(self) -> bool:

@@ -64,11 +64,15 @@ def pool_tokens(out: BertModelOutput, attention_mask: Tensor, mode: str, prompt_
     return summed / (count if mode == "mean" else count.sqrt())
 
 
-def _checked_modes(modes: Any) -> tuple[str, ...]:
+def _checked_modes(modes: Any, where: str) -> tuple[str, ...]:
+    """``modes`` (a mode's name or several) as the tuple pooling concatenates, each one bertkit implements."""
     modes = (modes,) if isinstance(modes, str) else tuple(modes)
-    bad = [m for m in modes if m not in MODES]
-    if bad or not modes:
-        raise BertkitError(f"pooling mode(s) {bad or list(modes)} not implemented; bertkit pools with {MODES}")
+    if not modes:  # sentence-transformers fails at the first encode (torch.cat of no poolings)
+        raise BertkitError(f"{where}: pooling_mode [] names no mode; list one or more of {MODES}")
+    refused = [m for m in modes if m not in MODES]
+    if refused:
+        raise BertkitError(f"{where}: pooling {refused} is not implemented in bertkit (it pools with {MODES}); "
+                           "use sentence-transformers for this model")
     return modes
 
 
@@ -88,7 +92,7 @@ class Pooling:
             raise BertkitError(f"Pooling.{name} is not a setting of bertkit's Pooling; it takes pooling_mode and "
                                "include_prompt")
         if name == "modes":
-            value = _checked_modes(value)
+            value = _checked_modes(value, "Pooling.pooling_mode")
         elif name == "include_prompt":
             value = bool(value)
         super().__setattr__(name, value)
@@ -99,20 +103,13 @@ class Pooling:
         if mode is not None and not (isinstance(mode, str) or isinstance(mode, list)
                                      and all(isinstance(m, str) for m in mode)):
             raise BertkitError(f"{where}: pooling_mode {mode!r} must be a mode's name or a list of them, from {MODES}")
-        if mode is not None:
-            modes = (mode,) if isinstance(mode, str) else tuple(mode)
-            if not modes:  # sentence-transformers fails at the first encode (torch.cat of no poolings)
-                raise BertkitError(f"{where}: pooling_mode [] names no mode; list one or more of {MODES}")
-        else:
-            modes = tuple(name for key, name in _LEGACY_KEYS.items() if config.get(key))
-        refused = [m for m in modes if m not in MODES]
-        if refused:
-            raise BertkitError(f"{where}: pooling {refused} is not implemented in bertkit (it pools with {MODES}); "
-                               "use sentence-transformers for this model")
+        # the legacy booleans set, in sentence-transformers' order (none set: the mean)
+        modes = _checked_modes(mode if mode is not None else
+                               [name for key, name in _LEGACY_KEYS.items() if config.get(key)] or "mean", where)
         dim = config.get("embedding_dimension", config.get("word_embedding_dimension"))
         if dim is None:
             raise BertkitError(f"{where} has no embedding_dimension; write the encoder's hidden_size there")
-        return cls(int(dim), modes or ("mean",), bool(config.get("include_prompt", True)))
+        return cls(int(dim), modes, bool(config.get("include_prompt", True)))
 
     def to_config(self) -> dict[str, Any]:
         """The legacy booleans every sentence-transformers reads, and where they cannot say the modes (another order
