@@ -104,18 +104,25 @@ def _predict_file(task: str, s) -> dict:
 
 
 def _extract(s) -> dict:
-    from bertkit.features import extract_features, read_texts
+    from bertkit.config import BertConfig
+    from bertkit.features import extract_features, max_seq_length_for, read_texts, text_form
     from bertkit.inference.predict import for_prediction
     from bertkit.modeling import BertModel
     from bertkit.tokenization import BertTokenizer
 
+    form = text_form(s.model_name_or_path, s.prompt_name)  # a sentence-transformers directory's prompt, case, length
     texts = read_texts(s.input)
-    tokenizer = BertTokenizer.from_pretrained(s.model_name_or_path)
+    tokenizer = BertTokenizer.from_pretrained(form.encoder_dir)
+    positions = BertConfig.from_pretrained(form.encoder_dir).max_position_embeddings
+    s = dataclasses.replace(s, model_name_or_path=form.encoder_dir,
+                            max_seq_length=max_seq_length_for(s.max_seq_length, form, tokenizer, positions))
     model, precision = for_prediction(BertModel, tokenizer, s)  # s.device is this process's own (_resolve_device)
     report = extract_features(model, tokenizer, texts, s.output_file, layers=s.layers, max_seq_length=s.max_seq_length,
                               batch_size=s.batch_size, dtype=s.dtype, device=str(precision.device),
-                              progress=s.progress, overwrite=s.overwrite, bf16=precision.bf16)
-    return {**report, **precision.record()}
+                              progress=s.progress, overwrite=s.overwrite, bf16=precision.bf16, prompt=form.prompt,
+                              lowercase=form.lowercase)
+    return {**report, **precision.record(), "max_seq_length": s.max_seq_length, "prompt": form.prompt,
+            "lowercase": form.lowercase}
 
 
 def _feature_study(s) -> dict:

@@ -15,6 +15,7 @@ import re
 import time
 import uuid
 from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
@@ -92,12 +93,104 @@ def resolve_layers(layers: Sequence[int], num_states: int) -> list[int]:
     return resolved
 
 
-def encode_texts(tokenizer: Any, texts: Sequence[tuple[str, str | None]], max_seq_length: int) -> list[dict]:
+@dataclass(frozen=True)
+class TextForm:
+    """How a directory's model sees its texts, as sentence-transformers' ``encode`` feeds them to the encoder: the
+    ``prompt`` put before each text (before ``text_a`` of a pair), whether they are ``lowercase``d first
+    (sentence_bert_config.json's do_lower_case), and ``max_seq_length``, the tokens they are cut at (None: the
+    directory declares none; a plain checkpoint). ``encoder_dir`` holds config.json, the weights and the tokenizer;
+    ``source`` names where the length is declared, for messages."""
+
+    encoder_dir: Path
+    prompt: str = ""
+    lowercase: bool = False
+    max_seq_length: int | None = None
+    source: str = ""
+
+
+def text_form(model_dir: str | os.PathLike, prompt_name: str | None = None) -> TextForm:
+    """The ``TextForm`` of ``model_dir``: a plain checkpoint's texts are given as they are; a sentence-transformers
+    directory's (an embedder, a cross-encoder, a sparse encoder) are given its prompt (``prompt_name``'s, else the
+    default prompt), its do_lower_case and its max_seq_length, so that the states written are those of the tokens
+    its model sees. A directory whose texts reach different modules by kind (an inference-free sparse encoder's
+    Router) is refused, naming the modules."""
+    from bertkit.inference.embedding import prompt_named, sentence_directory
+    from bertkit.sentence.directory import (
+        MODULES,
+        SBERT_CONFIG,
+        ST_CONFIG,
+        cross_encoder_max_seq_length,
+        module_types,
+        read_json,
+        read_modules,
+        transformer_max_seq_length,
+    )
+    from bertkit.sentence.sparse_encoder.modules import _FILL_MASK
+
+    path = Path(model_dir)
+    modules = read_modules(path)
+    types = module_types(modules) if modules is not None else []
+    st_config = read_json(path / ST_CONFIG) or {}
+    prompts = {k: v for k, v in (st_config.get("prompts") or {}).items() if isinstance(v, str)}
+    if modules is None or types == ["Transformer"]:  # a plain checkpoint; a cross-encoder (one Transformer module)
+        if prompt_name is not None:
+            raise BertkitError(f"prompt_name {prompt_name!r}: {path} is not a sentence-transformers embedder's "
+                               "directory, so it has no prompts; put the prompt before each text yourself")
+        if modules is None:
+            return TextForm(path)
+        # refuses the file's do_lower_case and a default prompt, naming them: bertkit's CrossEncoder applies neither
+        return TextForm(path, max_seq_length=cross_encoder_max_seq_length(path), source=str(path / SBERT_CONFIG))
+    if types[:2] == ["Transformer", "Pooling"]:
+        saved = sentence_directory(path)  # refuses a default_prompt_name that names no prompt
+        prompt = prompt_named(saved.prompts, prompt_name) if prompt_name is not None else saved.default_prompt or ""
+        return TextForm(saved.encoder_dir, prompt, saved.do_lower_case, saved.max_seq_length,
+                        str(saved.encoder_dir / SBERT_CONFIG))
+    if types[:1] in (["Transformer"], ["MLMTransformer"]) and types[1:] == ["SpladePooling"]:
+        encoder_dir = path / modules[0].get("path", "")
+        sbert_file = encoder_dir / SBERT_CONFIG
+        sbert = read_json(sbert_file) or {}
+        limit = transformer_max_seq_length({k: v for k, v in sbert.items() if k != "transformer_task"}, sbert_file,
+                                           _FILL_MASK)
+        prompt = (prompt_named(prompts, prompt_name) if prompt_name is not None
+                  else prompts.get(st_config.get("default_prompt_name"), ""))
+        return TextForm(encoder_dir, prompt, bool(sbert.get("do_lower_case", False)), limit, str(sbert_file))
+    raise BertkitError(f"{path / MODULES} lists the modules {types}: extract-features writes the states of one "
+                       "encoder, as a SentenceTransformer (Transformer, Pooling, ...), a CrossEncoder (Transformer) or "
+                       "a SparseEncoder (Transformer, SpladePooling) directory holds it; pass the directory of the "
+                       "encoder you want (a route's own)")
+
+
+def max_seq_length_for(given: int | None, form: TextForm, tokenizer: Any, positions: int) -> int:
+    """The tokens each text is cut at: ``given``, else a sentence-transformers directory's max_seq_length (else its
+    tokenizer's model_max_length, where sentence-transformers 6 saves it, within the encoder's ``positions``), else
+    google's 128. A ``given`` over the directory's is refused: its model never sees more of a text, and states of
+    tokens past it attend to context its own vectors never had."""
+    if not form.source:  # a plain checkpoint: google's default
+        return MAX_SEQ_LENGTH if given is None else given
+    declared = form.max_seq_length
+    where = form.source if declared is not None else f"{form.encoder_dir / 'tokenizer_config.json'} (model_max_length)"
+    limit = min(declared if declared is not None else tokenizer.model_max_length, positions)
+    if given is None:
+        return limit
+    if given > limit:
+        raise BertkitError(f"max_seq_length {given} exceeds the {limit} tokens {where} declares: the directory's model "
+                           f"cuts every text at {limit}, so states over more tokens are not what it computes; give "
+                           f"--max-seq-length {limit} or less (or leave it out), or raise max_seq_length there")
+    return given
+
+
+def encode_texts(tokenizer: Any, texts: Sequence[tuple[str, str | None]], max_seq_length: int, *,
+                 prompt: str = "", lowercase: bool = False) -> list[dict]:
     """``[CLS] a [SEP] (b [SEP])`` as google's extract_features.py builds it: a pair too long loses one token at a
     time from its longer segment, from b on a tie (_truncate_seq_pair; tokenizers' "longest_first" splits the cut
-    in halves instead), and a b without tokens, given so or cut to none, is no segment (no second [SEP])."""
+    in halves instead), and a b without tokens, given so or cut to none, is no segment (no second [SEP]).
+    ``prompt`` goes before ``a`` and ``lowercase`` lowers both texts first, as sentence-transformers' encode does
+    (``text_form``): the prompt's tokens are part of ``a``, written and cut with it."""
     encoded = []
     for a, b in texts:
+        a = prompt + a
+        if lowercase:  # around the special tokens, as sentence-transformers' Lowercase normalizer
+            a, b = tokenizer.lowercase(a), tokenizer.lowercase(b) if b is not None else None
         ids_a = tokenizer(a, add_special_tokens=False)["input_ids"]
         ids_b = tokenizer(b, add_special_tokens=False)["input_ids"] if b else []
         if ids_b:
@@ -191,7 +284,7 @@ def extract_features(
     out: str | os.PathLike,
     *,
     layers: Sequence[int] = LAST_FOUR_LAYERS,
-    max_seq_length: int = MAX_SEQ_LENGTH,
+    max_seq_length: int | None = None,
     batch_size: int = BATCH_SIZE,
     dtype: Literal["float32", "float16"] = "float32",
     chunk_size: int = 2048,
@@ -200,8 +293,15 @@ def extract_features(
     progress: bool = True,
     overwrite: bool = False,
     bf16: bool = False,
+    prompt: str | None = None,
+    lowercase: bool | None = None,
 ) -> dict[str, Any]:
     """Write the ``layers`` hidden states of every token of ``texts`` to ``out`` (.jsonl or .safetensors).
+
+    ``prompt`` (put before each text, its tokens written with the text's), ``lowercase`` and ``max_seq_length``
+    left None are those of the sentence-transformers directory ``model`` was loaded from (``model.name_or_path``;
+    ``text_form`` and ``max_seq_length_for``), so the states are of the tokens its model sees; for a plain
+    checkpoint no prompt, the texts as given, and google's 128 tokens.
 
     Layer indices index the L + 1 hidden states (0 = embeddings), negative ones from the end; ``read_features``
     reads either format back. Work proceeds ``chunk_size`` lines at a time. Under torchrun the batches are shared
@@ -214,13 +314,18 @@ def extract_features(
     from bertkit.training.distributed import current
 
     out = Path(out)
+    loaded_from = getattr(model, "name_or_path", None)  # set by from_pretrained
+    form = text_form(loaded_from) if loaded_from and (Path(loaded_from) / "modules.json").is_file() else TextForm(Path())
+    prompt = form.prompt if prompt is None else prompt
+    lowercase = form.lowercase if lowercase is None else lowercase
+    max_seq_length = max_seq_length_for(max_seq_length, form, tokenizer, model.config.max_position_embeddings)
     _check_request(model, out, dtype, max_seq_length, texts)
     layers = layer_indices(layers)  # the names written: plain ints (numpy's too), for json
     positions = resolve_layers(layers, model.config.num_hidden_layers + 1)
     # as pipelines run it: bf16 checked, on the CPU the copy made for inference, the model passed in left as it is
     model, precision = prepare_model(model, device=device, bf16=bf16)
     device, bf16 = precision.device, precision.bf16
-    encoded = encode_texts(tokenizer, texts, max_seq_length)
+    encoded = encode_texts(tokenizer, texts, max_seq_length, prompt=prompt, lowercase=lowercase)
     per_token = len(positions) * model.config.hidden_size * np.dtype(dtype).itemsize
     plan, files, units, batches = _plan_output(out, encoded, per_token, max_shard_bytes, chunk_size, batch_size)
     # ``out`` and its shards, in this run's number or another: an earlier output is replaced whole (never some of
@@ -262,7 +367,8 @@ def extract_features(
         _write_jsonl(out, units[0], states_of, encoded, tokenizer, layers, np.dtype(dtype))
     else:
         _write_safetensors(files, plan, units, states_of, encoded, layers, np.dtype(dtype),
-                           _safetensors_meta(layers, dtype, model.config.hidden_size, max_seq_length))
+                           _safetensors_meta(layers, dtype, model.config.hidden_size, max_seq_length,
+                                             prompt, lowercase))
     for path in set(earlier) - set(files):  # the earlier output's other shards, once the new ones are in place:
         if _is_feature_shard(path):  # checked again, so a file put there during the run is kept
             path.unlink(missing_ok=True)
@@ -286,11 +392,14 @@ def _shard_meta(path: Path) -> dict[str, str]:
         return {}
 
 
-def _safetensors_meta(layers: Sequence[int], dtype: str, hidden_size: int, max_seq_length: int) -> dict[str, str]:
+def _safetensors_meta(layers: Sequence[int], dtype: str, hidden_size: int, max_seq_length: int, prompt: str,
+                      lowercase: bool) -> dict[str, str]:
     # "extraction" tells one extraction's shards from another's of the same names: the shards are renamed into place
     # one by one, so a kill in between leaves some of each (``_one_output`` refuses to read them as one)
+    # "prompt" and "lowercase" say which text of each line the states are of (a sentence-transformers directory's)
     return {"format": "bertkit-features", "layers": json.dumps(list(layers)), "dtype": dtype,
-            "hidden_size": str(hidden_size), "max_seq_length": str(max_seq_length), "extraction": uuid.uuid4().hex}
+            "hidden_size": str(hidden_size), "max_seq_length": str(max_seq_length), "prompt": prompt,
+            "lowercase": json.dumps(lowercase), "extraction": uuid.uuid4().hex}
 
 
 def _report(files: Sequence[Path], encoded: Sequence[dict], layers: Sequence[int], world: int,
@@ -436,5 +545,5 @@ def read_features(path: str | os.PathLike) -> Iterator[dict[str, Any]]:
                    "layers": {n: t[f"layer.{n}"][a:b] for n in names}}
 
 
-__all__ = ["read_texts", "extract_features", "read_features", "resolve_layers", "hidden_states_for", "length_batches",
+__all__ = ["read_texts", "text_form", "TextForm", "max_seq_length_for", "extract_features", "read_features", "resolve_layers", "hidden_states_for", "length_batches",
            "run_batches", "encode_texts"]

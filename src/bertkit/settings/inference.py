@@ -107,8 +107,11 @@ class ExtractSettings(OverwriteSettings, ProgressSettings, Int8Settings):
     """FILE.jsonl (google's format) or FILE.safetensors."""
     layers: tuple[int, ...] = (-1, -2, -3, -4)
     """Hidden states to write: 0 = embeddings .. L = last, negative from the end (e.g. -1,-2)."""
-    max_seq_length: int = flag(128, check=at_least_one)
-    """Tokens per input; longer inputs are truncated."""
+    max_seq_length: int | None = flag(None, check=at_least_one)
+    """Tokens per input; longer inputs are truncated (default: a sentence-transformers directory's max_seq_length,
+    which a larger value is refused over; else 128, google's)."""
+    prompt_name: str | None = None
+    """A sentence-transformers directory's prompt put before each text (default: its default prompt, if any)."""
     batch_size: int = flag(32, check=at_least_one)
     """Sequences per batch."""
     dtype: Literal["float32", "float16"] = "float32"

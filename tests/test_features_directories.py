@@ -1,0 +1,134 @@
+"""``bertkit extract-features`` on sentence-transformers directories: the states written are those of the tokens the
+directory's model sees (sentence-transformers' ``encode``): its default prompt or ``--prompt-name``'s before each
+text, its do_lower_case, its max_seq_length, and its Transformer's own directory (0_Transformer/ in older layouts).
+Values are compared with ``model(..., output_hidden_states=True)`` on those tokens, bit for bit (one text, batch 1).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from bertkit import BertModel, BertTokenizer
+from bertkit import features as fx
+from bertkit.errors import BertkitError
+from bertkit.inference.prepare import for_cpu_inference
+
+SPECIALS = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
+WORDS = "the quick brown fox jumps over lazy dog hello world eu".split()
+
+
+def _reference(model, tok, text, max_len):
+    model = for_cpu_inference(model.eval(), bf16=False)  # the computation extraction runs on the CPU
+    enc = tok(text, max_length=max_len, truncation=True)
+    with torch.no_grad():
+        states = model(torch.tensor([enc["input_ids"]]), output_hidden_states=True).hidden_states
+    return tok.convert_ids_to_tokens(enc["input_ids"]), [s[0].numpy() for s in states]
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory, tiny_checkpoint) -> Path:
+    tok = BertTokenizer({t: i for i, t in enumerate(SPECIALS + WORDS)})
+    return tiny_checkpoint(tmp_path_factory.mktemp("tiny_encoder"), tokenizer=tok, num_hidden_layers=3)
+
+
+
+
+def _st_directory(tiny_checkpoint, root: Path, sbert: dict, st_config: dict, layout: str = "0_Transformer") -> Path:
+    """A sentence-transformers directory (v2-v5 files) over a cased tokenizer of the tiny vocabulary, its Transformer
+    in ``layout`` (sentence-transformers' older 0_Transformer/, or "" for the root)."""
+    cased = BertTokenizer({t: i for i, t in enumerate(SPECIALS + WORDS)}, do_lower_case=False)
+    encoder = tiny_checkpoint(root / layout if layout else root, tokenizer=cased, num_hidden_layers=3)
+    (root / "modules.json").write_text(json.dumps([
+        {"idx": 0, "name": "0", "path": layout, "type": "sentence_transformers.models.Transformer"},
+        {"idx": 1, "name": "1", "path": "1_Pooling", "type": "sentence_transformers.models.Pooling"}]))
+    (root / "1_Pooling").mkdir()
+    (root / "1_Pooling" / "config.json").write_text(json.dumps({"word_embedding_dimension": 32,
+                                                                "pooling_mode_mean_tokens": True}))
+    (encoder / "sentence_bert_config.json").write_text(json.dumps(sbert))
+    (root / "config_sentence_transformers.json").write_text(json.dumps(st_config))
+    return root
+
+
+@pytest.mark.parametrize("layout", ["", "0_Transformer"])
+def test_cli_writes_the_tokens_a_sentence_transformers_directorys_model_sees(tiny_checkpoint, tmp_path, capsys,
+                                                                             layout):
+    """Was: extract-features read the directory as a plain checkpoint: no default prompt, no do_lower_case (a cased
+    tokenizer then made [UNK] of every capitalised word) and google's 128 tokens over the directory's max_seq_length
+    (on all-MiniLM-L6-v2-like MiniLM directories: 21 tokens written where encode(output_value="token_embeddings")
+    has 10, the prompt's tokens missing), and a 0_Transformer/ layout failed for want of vocab.txt at the root. Now
+    the states are those of sentence-transformers' tokens (MiniLM: within 6e-6 of transformers' hidden states on
+    them, every layer)."""
+    from bertkit.cli import main
+
+    d = _st_directory(tiny_checkpoint, tmp_path / "st", {"max_seq_length": 7, "do_lower_case": True},
+                      {"prompts": {"query": "Hello ", "doc": "EU "}, "default_prompt_name": "query"}, layout)
+    inp = tmp_path / "in.txt"
+    inp.write_text("The quick BROWN fox jumps over\n")
+    out = tmp_path / "o.jsonl"
+    assert main(["extract-features", "--model", str(d), "--input", str(inp), "--out", str(out), "--layers=-1,0",
+                 "--no-progress"]) == 0
+    (row,) = fx.read_features(out)
+    assert row["tokens"] == ["[CLS]", "hello", "the", "quick", "brown", "fox", "[SEP]"]
+    report = json.loads(capsys.readouterr().out)
+    assert (report["max_seq_length"], report["prompt"], report["lowercase"]) == (7, "Hello ", True)
+    model, tok = BertModel.from_pretrained(d / layout), BertTokenizer.from_pretrained(d / layout)
+    tokens, states = _reference(model, tok, "hello the quick brown fox jumps over", max_len=7)
+    assert tokens == row["tokens"]
+    np.testing.assert_array_equal(row["layers"][-1], states[-1])
+    np.testing.assert_array_equal(row["layers"][0], states[0])
+
+    assert main(["extract-features", "--model", str(d), "--input", str(inp), "--out", str(out), "--overwrite",
+                 "--prompt-name", "doc", "--max-seq-length", "5", "--no-progress"]) == 0
+    assert next(fx.read_features(out))["tokens"] == ["[CLS]", "eu", "the", "quick", "[SEP]"]
+
+
+def test_a_length_over_a_directorys_or_a_prompt_it_lacks_is_refused_by_name(tiny_checkpoint, tmp_path):
+    """Was: --max-seq-length 128 on a directory cut at 7 wrote states over 128 tokens without a word."""
+    d = _st_directory(tiny_checkpoint, tmp_path / "st", {"max_seq_length": 7, "do_lower_case": False},
+                      {"prompts": {"query": "Hello "}}, layout="")
+    form = fx.text_form(d)
+    assert (form.encoder_dir, form.prompt, form.lowercase, form.max_seq_length) == (d, "", False, 7)
+    tok = BertTokenizer.from_pretrained(d)
+    with pytest.raises(BertkitError, match=r"max_seq_length 128 exceeds the 7 tokens .*sentence_bert_config.json "
+                                           r"declares.*--max-seq-length 7 or less"):
+        fx.max_seq_length_for(128, form, tok, 512)
+    assert fx.max_seq_length_for(None, form, tok, 512) == 7
+    assert fx.max_seq_length_for(None, fx.text_form(tmp_path / "st"), tok, 512) == 7
+    with pytest.raises(BertkitError, match="prompt_name 'doc' is not one of this model's prompts: 'query'"):
+        fx.text_form(d, "doc")
+
+
+def test_a_cross_encoder_directory_is_cut_at_its_tokenizers_length(tiny, tiny_checkpoint, tmp_path):
+    """sentence-transformers 6 saves a cross-encoder's max_length as its tokenizer's model_max_length (no
+    sentence_bert_config.json key): extraction cuts there, as CrossEncoder.predict does; a plain checkpoint keeps
+    google's 128 whatever its tokenizer says."""
+    tok = BertTokenizer({t: i for i, t in enumerate(SPECIALS + WORDS)}, model_max_length=6)
+    d = tiny_checkpoint(tmp_path / "ce", "BertForSequenceClassification", tokenizer=tok, num_hidden_layers=3)
+    (d / "modules.json").write_text(json.dumps([{"idx": 0, "name": "0", "path": "",
+                                                 "type": "sentence_transformers.base.modules.transformer.Transformer"}]))
+    (d / "config_sentence_transformers.json").write_text(json.dumps({"model_type": "CrossEncoder", "prompts": {}}))
+    form = fx.text_form(d)
+    assert fx.max_seq_length_for(None, form, BertTokenizer.from_pretrained(d), 512) == 6
+    assert fx.max_seq_length_for(None, fx.text_form(tiny), tok, 512) == fx.MAX_SEQ_LENGTH
+
+
+def test_the_python_api_reads_the_directory_the_model_was_loaded_from(tiny_checkpoint, tmp_path):
+    """Was: ``extract_features(BertModel.from_pretrained(st_dir), ...)`` wrote the states of the bare text at 128
+    tokens. Now its prompt, do_lower_case and max_seq_length apply unless given."""
+    d = _st_directory(tiny_checkpoint, tmp_path / "st", {"max_seq_length": 6, "do_lower_case": True},
+                      {"prompts": {"query": "Hello "}, "default_prompt_name": "query"}, layout="")
+    model, tok = BertModel.from_pretrained(d), BertTokenizer.from_pretrained(d)
+    texts = [("The quick BROWN fox jumps over", None)]
+    fx.extract_features(model, tok, texts, tmp_path / "a.jsonl", layers=[-1], progress=False)
+    assert next(fx.read_features(tmp_path / "a.jsonl"))["tokens"] == ["[CLS]", "hello", "the", "quick", "brown",
+                                                                      "[SEP]"]
+    fx.extract_features(model, tok, texts, tmp_path / "b.jsonl", layers=[-1], progress=False, prompt="",
+                        lowercase=False, max_seq_length=5)
+    assert next(fx.read_features(tmp_path / "b.jsonl"))["tokens"] == ["[CLS]", "[UNK]", "quick", "[UNK]", "[SEP]"]
+    with pytest.raises(BertkitError, match="max_seq_length 7 exceeds the 6 tokens"):
+        fx.extract_features(model, tok, texts, tmp_path / "c.jsonl", max_seq_length=7, progress=False)
