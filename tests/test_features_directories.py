@@ -6,6 +6,7 @@ Values are compared with ``model(..., output_hidden_states=True)`` on those toke
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 
@@ -132,3 +133,38 @@ def test_the_python_api_reads_the_directory_the_model_was_loaded_from(tiny_check
     assert next(fx.read_features(tmp_path / "b.jsonl"))["tokens"] == ["[CLS]", "[UNK]", "quick", "[UNK]", "[SEP]"]
     with pytest.raises(BertkitError, match="max_seq_length 7 exceeds the 6 tokens"):
         fx.extract_features(model, tok, texts, tmp_path / "c.jsonl", max_seq_length=7, progress=False)
+
+
+CONLL = "The DT B-NP O\nQuick JJ I-NP B-ORG\nBrown NNP I-NP I-ORG\nFOX NN I-NP O\n\nHello UH O O\nWorld NN B-NP B-LOC\n"
+
+
+def test_the_feature_study_reads_a_sentence_transformers_directory(tiny_checkpoint, tmp_path):
+    """Was: ``bertkit feature-study`` on a sentence-transformers directory took its words as given (a cased tokenizer
+    made [UNK] of every capitalised word the directory's do_lower_case lowers), windowed at 128 over its
+    max_seq_length, left its default prompt out without a word, and could not read a 0_Transformer/ layout. Now the
+    words are lowered, a longer window or a default prompt is refused by name."""
+    from bertkit.settings import StudySettings
+    from bertkit.tasks import ner
+    from bertkit.training import feature_study as fs
+
+    d = _st_directory(tiny_checkpoint, tmp_path / "st", {"max_seq_length": 16, "do_lower_case": True}, {}, layout="")
+    data = tmp_path / "conll"
+    data.mkdir()
+    for split in ("train", "valid"):
+        (data / f"{split}.txt").write_text(CONLL)
+    settings = StudySettings(data_dir=data, model_name_or_path=d, output_dir=tmp_path / "study", num_train_epochs=1,
+                             combinations=("last_hidden",), progress=False, max_seq_length=16)
+    fs.feature_study(settings)
+    got = np.load(tmp_path / "study" / "activations" / "dev.npy")
+    enc = d
+    lowered = [ner.NerSentence(tuple(w.lower() for w in x.words), x.tags, x.line)
+               for x in ner.read_conll(data / "valid.txt", "iob1")]
+    want = fs.extract_word_activations(BertModel.from_pretrained(enc), BertTokenizer.from_pretrained(enc), lowered,
+                                       tmp_path / "want.npy", max_seq_length=16, progress=False)
+    np.testing.assert_array_equal(got, want.values)
+    with pytest.raises(BertkitError, match="max_seq_length 128 exceeds the 16 tokens"):
+        fs.feature_study(dataclasses.replace(settings, max_seq_length=128, output_dir=tmp_path / "s2"))
+    (d / "config_sentence_transformers.json").write_text(json.dumps({"prompts": {"q": "hello "},
+                                                                     "default_prompt_name": "q"}))
+    with pytest.raises(BertkitError, match="puts the prompt 'hello ' before every text"):
+        fs.feature_study(dataclasses.replace(settings, output_dir=tmp_path / "s3"))

@@ -248,22 +248,34 @@ def train_tagger(name: str, s: StudySettings, train_acts: WordActivations, dev_a
 def feature_study(s: StudySettings) -> dict[str, Any]:
     """Table 7 on CoNLL-2003 dev: writes ``activations/`` and ``report.json`` with the dev F1 table (last epoch;
     every epoch's in ``runs``), settings and timings."""
+    from bertkit.features import max_seq_length_for, text_form
     from bertkit.tokenization import BertTokenizer
 
-    tokenizer = BertTokenizer.from_pretrained(s.model_name_or_path)
-    model = BertModel.from_pretrained(s.model_name_or_path)
+    form = text_form(s.model_name_or_path)  # a sentence-transformers directory: the text its model sees
+    if form.prompt:
+        raise BertkitError(f"{s.model_name_or_path} puts the prompt {form.prompt!r} before every text "
+                           "(config_sentence_transformers.json's default_prompt_name), which the study's word "
+                           "activations would leave out; set default_prompt_name to null there to study the encoder "
+                           "on bare sentences, or use extract-features, which puts it in")
+    tokenizer = BertTokenizer.from_pretrained(form.encoder_dir)
+    model = BertModel.from_pretrained(form.encoder_dir)
+    # windows longer than the directory's max_seq_length are refused: its model never sees more of a text
+    max_seq_length = max_seq_length_for(s.max_seq_length, form, tokenizer, model.config.max_position_embeddings)
     num_states = model.config.num_hidden_layers + 1
     for name in s.combinations:
         combination_layers(name, num_states)  # fail before the long extraction
     train_all = ner.read_conll(s.data_dir / "train.txt", s.tag_scheme)
     dev = ner.read_conll(s.data_dir / "valid.txt", s.tag_scheme)
+    if form.lowercase:  # sentence_bert_config.json's do_lower_case: each word as the lowered sentence holds it
+        train_all, dev = ([dataclasses.replace(x, words=tuple(map(tokenizer.lowercase, x.words))) for x in split]
+                          for split in (train_all, dev))
     train = first(train_all, s.max_train_samples)
     labels = ner.label_list(train_all)
     label_id = {t: i for i, t in enumerate(labels)}
     (s.output_dir / "activations").mkdir(parents=True, exist_ok=True)
     t0 = time.perf_counter()
     train_acts, dev_acts = (extract_word_activations(
-        model, tokenizer, sentences, s.output_dir / "activations" / f"{split}.npy", max_seq_length=s.max_seq_length,
+        model, tokenizer, sentences, s.output_dir / "activations" / f"{split}.npy", max_seq_length=max_seq_length,
         batch_size=s.extract_batch_size, device=s.device, progress=s.progress)
         for split, sentences in (("train", train), ("dev", dev)))
     extract_seconds = time.perf_counter() - t0
