@@ -249,7 +249,7 @@ def test_prompt_name_embeds_with_that_prompt_as_sentence_transformers(minilm_2_l
     (model / "model.safetensors").write_bytes(b"not weights")
     args[args.index("query")] = "passage"
     assert main([*args, "--overwrite"]) == 2
-    assert "prompt_name 'passage' is not one of this model's prompts: 'query', 'doc'" in capsys.readouterr().err
+    assert "prompt_name 'passage' is not one of this model's prompts: 'query', 'document', 'doc'" in capsys.readouterr().err
 
 
 @pytest.mark.slow  # 20-40 s: make test-slow (make test stays near five minutes on two cores)

@@ -48,10 +48,13 @@ def sentence_directory(directory: Path) -> SentenceDirectory:
 
 
 def prompt_named(prompts: Mapping[str, str], prompt_name: str) -> str:
-    """``prompts[prompt_name]`` of a sentence-transformers directory, or an error naming the prompts it has."""
+    """``prompts[prompt_name]`` of a sentence-transformers directory, or an error naming the prompts it has:
+    "query" and "document" are every model's, empty unless the directory sets them, as sentence-transformers 6 (and
+    ``SentenceTransformer.encode``) has them."""
+    prompts = {**{name: "" for name in DEFAULT_PROMPTS}, **prompts}
     if prompt_name not in prompts:
-        known = ", ".join(map(repr, prompts)) or "none (config_sentence_transformers.json has no prompts)"
-        raise BertkitError(f"prompt_name {prompt_name!r} is not one of this model's prompts: {known}")
+        raise BertkitError(f"prompt_name {prompt_name!r} is not one of this model's prompts: "
+                           f"{', '.join(map(repr, prompts))}")
     return prompts[prompt_name]
 
 
