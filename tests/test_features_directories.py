@@ -99,6 +99,9 @@ def test_a_length_over_a_directorys_or_a_prompt_it_lacks_is_refused_by_name(tiny
                                            r"declares.*--max-seq-length 7 or less"):
         fx.max_seq_length_for(128, form, tok, 512)
     assert fx.max_seq_length_for(None, form, tok, 512) == 7
+    with pytest.raises(BertkitError, match=r"sentence_bert_config.json: max_seq_length 7 exceeds the encoder's 6 "
+                                           r"positions \(max_position_embeddings\); write 6 or less there"):
+        fx.max_seq_length_for(None, form, tok, 6)  # was: cut at 6 without a word
     assert fx.max_seq_length_for(None, fx.text_form(tmp_path / "st"), tok, 512) == 7
     with pytest.raises(BertkitError, match="prompt_name 'doc' is not one of this model's prompts: 'query', 'document'"):
         fx.text_form(d, "doc")

@@ -169,6 +169,9 @@ def max_seq_length_for(given: int | None, form: TextForm, tokenizer: Any, positi
         return MAX_SEQ_LENGTH if given is None else given
     declared = form.max_seq_length
     where = form.source if declared is not None else f"{form.encoder_dir / 'tokenizer_config.json'} (model_max_length)"
+    if declared is not None and declared > positions:  # sentence-transformers fails on the first text that long
+        raise BertkitError(f"{where}: max_seq_length {declared} exceeds the encoder's {positions} positions "
+                           f"(max_position_embeddings); write {positions} or less there")
     limit = min(declared if declared is not None else tokenizer.model_max_length, positions)
     if given is None:
         return limit
