@@ -173,3 +173,46 @@ def test_the_feature_study_reads_a_sentence_transformers_directory(tiny_checkpoi
                                                                      "default_prompt_name": "q"}))
     with pytest.raises(BertkitError, match="puts the prompt 'hello ' before every text"):
         fs.feature_study(dataclasses.replace(settings, output_dir=tmp_path / "s3"))
+
+
+@pytest.mark.slow  # 13 s (loading sentence-transformers and transformers): make test-slow
+def test_minilm_states_are_sentence_transformers_and_transformers_on_its_tokens(minilm_2_layers, tmp_path):
+    """Parity on real weights: a v5 directory over a cased tokenizer with do_lower_case, a default prompt and
+    max_seq_length 12; every layer against transformers' hidden states on the ids sentence-transformers' encode
+    feeds its model, the last also against its token_embeddings."""
+    st = pytest.importorskip("sentence_transformers")
+    transformers = pytest.importorskip("transformers")
+    d = tmp_path / "st"
+    d.mkdir()
+    for name in ("config.json", "model.safetensors", "vocab.txt", "special_tokens_map.json"):
+        if (minilm_2_layers / name).exists():
+            (d / name).symlink_to(minilm_2_layers / name)
+    config = json.loads((minilm_2_layers / "tokenizer_config.json").read_text())
+    (d / "tokenizer_config.json").write_text(json.dumps({**config, "do_lower_case": False, "strip_accents": False}))
+    fast = json.loads((minilm_2_layers / "tokenizer.json").read_text())
+    fast["normalizer"].update(lowercase=False, strip_accents=False)
+    (d / "tokenizer.json").write_text(json.dumps(fast))
+    (d / "modules.json").write_text(json.dumps([
+        {"idx": 0, "name": "0", "path": "", "type": "sentence_transformers.models.Transformer"},
+        {"idx": 1, "name": "1", "path": "1_Pooling", "type": "sentence_transformers.models.Pooling"}]))
+    (d / "1_Pooling").mkdir()
+    (d / "1_Pooling" / "config.json").write_text(json.dumps({"word_embedding_dimension": 384,
+                                                            "pooling_mode_mean_tokens": True}))
+    (d / "sentence_bert_config.json").write_text(json.dumps({"max_seq_length": 12, "do_lower_case": True}))
+    (d / "config_sentence_transformers.json").write_text(json.dumps({"prompts": {"query": "Query: "},
+                                                                     "default_prompt_name": "query"}))
+    texts = ["The 1964 Michigan Wolverines football team won the Big Ten.", "Hello World", "ÉCOLE in PARIS"]
+    fx.extract_features(BertModel.from_pretrained(d), BertTokenizer.from_pretrained(d), [(t, None) for t in texts],
+                        tmp_path / "f.jsonl", layers=[-1, -2, 0], progress=False)
+    ref = st.SentenceTransformer(str(d), device="cpu")
+    hf = transformers.BertModel.from_pretrained(str(d), add_pooling_layer=False).eval()
+    token_embeddings = ref.encode(texts, output_value="token_embeddings", convert_to_numpy=False)
+    for text, row, last in zip(texts, fx.read_features(tmp_path / "f.jsonl"), token_embeddings):
+        ids = ref.tokenize(["Query: " + text])["input_ids"]
+        assert row["tokens"] == ref.tokenizer.convert_ids_to_tokens(ids[0].tolist())
+        with torch.no_grad():
+            states = hf(ids, output_hidden_states=True).hidden_states
+        for layer in (-1, -2, 0):
+            np.testing.assert_allclose(row["layers"][layer], states[layer][0].numpy(), atol=2e-5, rtol=0)
+        np.testing.assert_allclose(row["layers"][-1], last.numpy(), atol=2e-5, rtol=0)
+    assert [len(r["tokens"]) for r in fx.read_features(tmp_path / "f.jsonl")] == [12, 8, 9]
