@@ -216,3 +216,16 @@ def test_minilm_states_are_sentence_transformers_and_transformers_on_its_tokens(
             np.testing.assert_allclose(row["layers"][layer], states[layer][0].numpy(), atol=2e-5, rtol=0)
         np.testing.assert_allclose(row["layers"][-1], last.numpy(), atol=2e-5, rtol=0)
     assert [len(r["tokens"]) for r in fx.read_features(tmp_path / "f.jsonl")] == [12, 8, 9]
+
+
+def test_a_prompt_written_as_null_is_empty(tiny_checkpoint, tmp_path):
+    """Was: ``--prompt-name doc`` where config_sentence_transformers.json has ``"doc": null`` failed inside the
+    feature-extraction pipeline (TypeError: None + str); sentence-transformers embeds with no prompt."""
+    import bertkit
+
+    d = _st_directory(tiny_checkpoint, tmp_path / "st", {"max_seq_length": 16, "do_lower_case": False},
+                      {"prompts": {"query": "Hello ", "doc": None}}, layout="")
+    assert fx.text_form(d, "doc").prompt == ""
+    pipe = bertkit.pipeline("feature-extraction", str(d))
+    assert pipe("the fox", prompt_name="doc") == pipe("the fox")
+    assert pipe("the fox", prompt_name="query") != pipe("the fox")

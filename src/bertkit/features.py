@@ -134,8 +134,8 @@ def text_form(model_dir: str | os.PathLike, prompt_name: str | None = None) -> T
     prompts = {k: v for k, v in (st_config.get("prompts") or {}).items() if isinstance(v, str)}
     if modules is None or types == ["Transformer"]:  # a plain checkpoint; a cross-encoder (one Transformer module)
         if prompt_name is not None:
-            raise BertkitError(f"prompt_name {prompt_name!r}: {path} is not a sentence-transformers embedder's "
-                               "directory, so it has no prompts; put the prompt before each text yourself")
+            raise BertkitError(f"prompt_name {prompt_name!r}: {path} has no prompts (a plain checkpoint's or a "
+                               "cross-encoder's directory); put the prompt before each text yourself")
         if modules is None:
             return TextForm(path)
         # refuses the file's do_lower_case and a default prompt, naming them: bertkit's CrossEncoder applies neither

@@ -50,12 +50,12 @@ def sentence_directory(directory: Path) -> SentenceDirectory:
 def prompt_named(prompts: Mapping[str, str], prompt_name: str) -> str:
     """``prompts[prompt_name]`` of a sentence-transformers directory, or an error naming the prompts it has:
     "query" and "document" are every model's, empty unless the directory sets them, as sentence-transformers 6 (and
-    ``SentenceTransformer.encode``) has them."""
+    ``SentenceTransformer.encode``) has them; a prompt written as null is empty there too."""
     prompts = {**{name: "" for name in DEFAULT_PROMPTS}, **prompts}
     if prompt_name not in prompts:
         raise BertkitError(f"prompt_name {prompt_name!r} is not one of this model's prompts: "
                            f"{', '.join(map(repr, prompts))}")
-    return prompts[prompt_name]
+    return prompts[prompt_name] or ""
 
 
 class FeatureExtractionPipeline(TextOrPairPipeline):
