@@ -548,5 +548,5 @@ def read_features(path: str | os.PathLike) -> Iterator[dict[str, Any]]:
                    "layers": {n: t[f"layer.{n}"][a:b] for n in names}}
 
 
-__all__ = ["read_texts", "text_form", "TextForm", "max_seq_length_for", "extract_features", "read_features", "resolve_layers", "hidden_states_for", "length_batches",
-           "run_batches", "encode_texts"]
+__all__ = ["read_texts", "text_form", "TextForm", "max_seq_length_for", "extract_features", "read_features",
+           "resolve_layers", "hidden_states_for", "length_batches", "run_batches", "encode_texts"]
