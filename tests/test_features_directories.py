@@ -229,3 +229,130 @@ def test_a_prompt_written_as_null_is_empty(tiny_checkpoint, tmp_path):
     pipe = bertkit.pipeline("feature-extraction", str(d))
     assert pipe("the fox", prompt_name="doc") == pipe("the fox")
     assert pipe("the fox", prompt_name="query") != pipe("the fox")
+
+
+def _fake_hub(monkeypatch, cache: Path, remotes: dict[str, Path]) -> None:
+    """huggingface_hub's downloads faked from local folders (``remotes``: repo id -> its files), into a cache laid out
+    as huggingface_hub lays it: snapshots/<commit>/, refs/main, and .no_exist/<commit>/NAME for a file asked for by
+    name that the repo lacks. snapshot_download fetches what allow_patterns selects, by huggingface_hub's matching."""
+    import shutil
+
+    import huggingface_hub
+    from huggingface_hub.errors import EntryNotFoundError, LocalEntryNotFoundError
+    from huggingface_hub.utils import filter_repo_objects
+
+    import bertkit.hub
+
+    commit = "c" * 40
+
+    def storage(repo_id: str) -> Path:
+        return cache / ("models--" + repo_id.replace("/", "--"))
+
+    def fetch(repo_id: str, names) -> Path:
+        snapshot = storage(repo_id) / "snapshots" / commit
+        for name in names:
+            (snapshot / name).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy(remotes[repo_id] / name, snapshot / name)
+        (storage(repo_id) / "refs").mkdir(parents=True, exist_ok=True)
+        (storage(repo_id) / "refs" / "main").write_text(commit)
+        return snapshot
+
+    def snapshot_download(repo_id, allow_patterns=None, local_files_only=False):
+        snapshot = storage(repo_id) / "snapshots" / commit
+        if local_files_only:
+            if not snapshot.is_dir():
+                raise LocalEntryNotFoundError("not cached")
+            return str(snapshot)
+        files = [f.relative_to(remotes[repo_id]).as_posix() for f in remotes[repo_id].rglob("*") if f.is_file()]
+        return str(fetch(repo_id, filter_repo_objects(files, allow_patterns=allow_patterns)))
+
+    def hf_hub_download(repo_id, filename):
+        if not (remotes[repo_id] / filename).is_file():
+            absent = storage(repo_id) / ".no_exist" / commit / filename
+            absent.parent.mkdir(parents=True, exist_ok=True)
+            absent.touch()
+            raise EntryNotFoundError(f"{filename} is not in {repo_id}")
+        return str(fetch(repo_id, [filename]) / filename)
+
+    monkeypatch.setattr(huggingface_hub, "snapshot_download", snapshot_download)
+    monkeypatch.setattr(huggingface_hub, "hf_hub_download", hf_hub_download)
+    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", False)
+    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_CACHE", str(cache))
+    monkeypatch.setattr(bertkit.hub, "_hub_reachable", lambda endpoint: True)
+
+
+@pytest.mark.parametrize("layout", ["", "0_Transformer"])
+def test_a_hub_id_gives_the_states_of_the_same_directory_on_disk(tiny_checkpoint, tmp_path, capsys, monkeypatch,
+                                                                   layout):
+    """Was: a sentence-transformers repo given as a Hub id came down with BERT's files only (config.json, weights,
+    tokenizer: no modules.json, sentence_bert_config.json, config_sentence_transformers.json, 1_Pooling/), so
+    extract-features wrote the states of the bare, cased text at 128 tokens where the same directory on disk gives
+    those of its prompt, do_lower_case and max_seq_length (an older 0_Transformer/ layout: no checkpoint at all).
+    Now its files come down as sentence-transformers fetches them, module folders included, and the states equal the
+    local directory's. (The Hub is faked: downloads copy from a folder into a cache laid out as huggingface_hub's.)"""
+    from bertkit.cli import main
+
+    local = _st_directory(tiny_checkpoint, tmp_path / "st", {"max_seq_length": 7, "do_lower_case": True},
+                          {"prompts": {"query": "Hello "}, "default_prompt_name": "query"}, layout)
+    (local / "tf_model.h5").write_bytes(b"not fetched")
+    (local / "onnx").mkdir()
+    (local / "onnx" / "model.onnx").write_bytes(b"not fetched")
+    _fake_hub(monkeypatch, tmp_path / "hub", {"org/st": local})
+    inp = tmp_path / "in.txt"
+    inp.write_text("The quick BROWN fox jumps over\n")
+
+    def extract(model: str, out: str) -> list:
+        assert main(["extract-features", "--model", model, "--input", str(inp), "--out", str(tmp_path / out),
+                     "--layers=-1,0", "--no-progress"]) == 0
+        return list(fx.read_features(tmp_path / out))
+
+    want = extract(str(local), "local.jsonl")
+    assert want[0]["tokens"] == ["[CLS]", "hello", "the", "quick", "brown", "fox", "[SEP]"]
+    got = extract("org/st", "hub.jsonl")
+    assert got[0]["tokens"] == want[0]["tokens"]
+    for layer in (-1, 0):
+        np.testing.assert_array_equal(got[0]["layers"][layer], want[0]["layers"][layer])
+    snapshot = tmp_path / "hub" / "models--org--st" / "snapshots" / ("c" * 40)
+    fetched = sorted(f.relative_to(snapshot).as_posix() for f in snapshot.rglob("*") if f.is_file())
+    assert fetched == sorted(f.relative_to(local).as_posix() for f in local.rglob("*")
+                             if f.is_file() and f.suffix not in (".h5", ".onnx"))
+    if not layout:  # the Python API: a model loaded by its Hub id reads the files that came with it
+        fx.extract_features(BertModel.from_pretrained("org/st"), BertTokenizer.from_pretrained("org/st"),
+                            [("The quick BROWN fox jumps over", None)], tmp_path / "py.jsonl", layers=[-1],
+                            progress=False)
+        np.testing.assert_array_equal(next(fx.read_features(tmp_path / "py.jsonl"))["layers"][-1], want[0]["layers"][-1])
+
+
+def test_a_hub_repo_cached_in_part_is_completed_or_refused_never_read_as_a_plain_checkpoint(tiny_checkpoint, tmp_path,
+                                                                                            monkeypatch):
+    """Was: a cached snapshot holding config, weights and tokenizer counted as whole, so a sentence-transformers repo
+    that transformers had cached (its BERT files only) was read as a plain checkpoint, online too. Now the snapshot
+    is completed online (modules.json first, as sentence-transformers asks for it); offline, a snapshot whose cache
+    does not record that the repo lacks modules.json is refused by name. A plain repo fetched once is known plain."""
+    import huggingface_hub
+
+    from bertkit.errors import MissingFileError
+
+    local = _st_directory(tiny_checkpoint, tmp_path / "st", {"max_seq_length": 7, "do_lower_case": True},
+                          {"prompts": {"query": "Hello "}, "default_prompt_name": "query"}, layout="")
+    plain = tiny_checkpoint(tmp_path / "plain", tokenizer=SPECIALS + WORDS, num_hidden_layers=3)
+    _fake_hub(monkeypatch, tmp_path / "hub", {"org/st": local, "org/plain": plain})
+    snapshot = tmp_path / "hub" / "models--org--st" / "snapshots" / ("c" * 40)
+    snapshot.mkdir(parents=True)
+    for name in ("config.json", "model.safetensors", "vocab.txt", "tokenizer_config.json"):  # as transformers caches
+        (snapshot / name).write_bytes((local / name).read_bytes())
+    (tmp_path / "hub" / "models--org--st" / "refs").mkdir()
+    (tmp_path / "hub" / "models--org--st" / "refs" / "main").write_text("c" * 40)
+    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", True)
+    with pytest.raises(MissingFileError, match=r"cache of org/st without a modules.json, and the cache does not "
+                                               r"record whether the repo has one.*hf download org/st --local-dir DIR"):
+        fx.text_form("org/st")
+    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", False)
+    form = fx.text_form("org/st")
+    assert (form.encoder_dir, form.prompt, form.lowercase, form.max_seq_length) == (snapshot, "Hello ", True, 7)
+    (snapshot / "1_Pooling" / "config.json").unlink()  # a module's file missing: fetched again
+    assert fx.text_form("org/st").prompt == "Hello " and (snapshot / "1_Pooling" / "config.json").is_file()
+    assert fx.text_form("org/plain") == fx.TextForm(tmp_path / "hub" / "models--org--plain" / "snapshots" / ("c" * 40))
+    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", True)  # recorded: no modules.json there
+    assert fx.text_form("org/plain").source == "" and fx.text_form("org/st").prompt == "Hello "
+

@@ -419,7 +419,7 @@ def test_a_hub_repo_without_safetensors_or_cached_in_part_downloads_its_weights(
     what allow_patterns selects from a folder.)"""
     import fnmatch
 
-    from huggingface_hub.errors import LocalEntryNotFoundError
+    from huggingface_hub.errors import EntryNotFoundError, LocalEntryNotFoundError
     from safetensors.torch import load_file
 
     import bertkit.hub
@@ -444,7 +444,11 @@ def test_a_hub_repo_without_safetensors_or_cached_in_part_downloads_its_weights(
                 shutil.copy(f, snapshot / f.name)
         return str(snapshot)
 
+    def hf_hub_download(repo_id, filename):  # bertkit asks for modules.json first, as sentence-transformers does
+        raise EntryNotFoundError(f"{filename} is not in {repo_id}")
+
     monkeypatch.setattr("huggingface_hub.snapshot_download", snapshot_download)
+    monkeypatch.setattr("huggingface_hub.hf_hub_download", hf_hub_download)
     monkeypatch.setattr("huggingface_hub.constants.HF_HUB_OFFLINE", False)
     monkeypatch.setattr(bertkit.hub, "_hub_reachable", lambda endpoint: True)
     ids = torch.tensor([[101, 7592, 2088, 102]])

@@ -113,7 +113,10 @@ def text_form(model_dir: str | os.PathLike, prompt_name: str | None = None) -> T
     directory's (an embedder, a cross-encoder, a sparse encoder) are given its prompt (``prompt_name``'s, else the
     default prompt), its do_lower_case and its max_seq_length, so that the states written are those of the tokens
     its model sees. A directory whose texts reach different modules by kind (an inference-free sparse encoder's
-    Router) is refused, naming the modules."""
+    Router) is refused, naming the modules.
+
+    ``model_dir`` may be a Hub id (its snapshot, sentence-transformers' files with it: ``bertkit.hub``)."""
+    from bertkit.hub import may_lack_sentence_files, resolve_directory
     from bertkit.inference.embedding import prompt_named, sentence_directory
     from bertkit.sentence.directory import (
         MODULES,
@@ -127,7 +130,14 @@ def text_form(model_dir: str | os.PathLike, prompt_name: str | None = None) -> T
     )
     from bertkit.sentence.sparse_encoder.modules import _FILL_MASK
 
-    path = Path(model_dir)
+    path = resolve_directory(model_dir, "model directory")
+    if may_lack_sentence_files(path):
+        repo_id = path.parent.parent.name.removeprefix("models--").replace("--", "/")
+        raise MissingFileError(f"{path} is huggingface_hub's cache of {repo_id} without a modules.json, and the cache "
+                               "does not record whether the repo has one (transformers caches a sentence-transformers "
+                               "repo's BERT files only), so its prompt, do_lower_case and max_seq_length are unknown: "
+                               "load it once with the Hub reachable (bertkit then fetches the rest, or records that "
+                               f"there is none), or `hf download {repo_id} --local-dir DIR` and pass DIR")
     modules = read_modules(path)
     types = module_types(modules) if modules is not None else []
     st_config = read_json(path / ST_CONFIG) or {}
@@ -318,7 +328,7 @@ def extract_features(
 
     out = Path(out)
     loaded_from = getattr(model, "name_or_path", None)  # set by from_pretrained
-    form = text_form(loaded_from) if loaded_from and (Path(loaded_from) / "modules.json").is_file() else TextForm(Path())
+    form = text_form(loaded_from) if loaded_from else TextForm(Path())
     prompt = form.prompt if prompt is None else prompt
     lowercase = form.lowercase if lowercase is None else lowercase
     max_seq_length = max_seq_length_for(max_seq_length, form, tokenizer, model.config.max_position_embeddings)

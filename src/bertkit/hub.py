@@ -2,13 +2,17 @@
 
 A path that does not exist and looks like a Hub id is taken from huggingface_hub's cache (the snapshot refs/main
 names; one cached in part is completed when online), else downloaded when that package is installed and the Hub
-answers (probed first, so offline fails in seconds); otherwise the error says how to get the files. transformers'
+answers (probed first, so offline fails in seconds); otherwise the error says how to get the files. A
+sentence-transformers repo (an embedder, a CrossEncoder, a SparseEncoder) comes with the files that make its vectors,
+as sentence-transformers fetches them: modules.json first, its model's and its Transformer's settings, and each
+module's folder (0_Transformer/ in older layouts, 1_Pooling/, 2_Dense/, ...). transformers'
 options that pick other files (revision=, subfolder=, cache_dir=, ...) are refused, unless at their defaults, before
 anything is read.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import socket
@@ -24,6 +28,12 @@ _PATTERNS = ["config.json", "model.safetensors", "model.safetensors.index.json",
              "tokenizer.json", "vocab.txt", "tokenizer_config.json", "special_tokens_map.json", "added_tokens.json"]
 # transformers' torch pickle, fetched only where a repo has no safetensors weights, as transformers falls back to it
 _PICKLE_PATTERNS = ["pytorch_model.bin", "pytorch_model.bin.index.json", "pytorch_model-*-of-*.bin"]
+# sentence-transformers' files at a repo's root: the module list, the model's settings (prompts, similarity) and a
+# root Transformer's own (max_seq_length, do_lower_case); the modules' folders are fetched once modules.json names them
+MODULES = "modules.json"
+_SENTENCE_FILES = [MODULES, "config_sentence_transformers.json", "sentence_bert_config.json"]
+# the modules that hold a BERT encoder: its files are fetched as a BERT repo's (no TF, Flax or ONNX weights)
+_ENCODER_MODULES = {"Transformer", "MLMTransformer"}
 PROBE_TIMEOUT_S = 3.0
 # transformers' from_pretrained keywords that choose where the files come from, at their defaults (or None, which
 # transformers reads as the default): bertkit reads the directory, or the Hub id's main snapshot (its cache, else
@@ -97,12 +107,115 @@ def _hub_reachable(endpoint: str) -> bool:
         return False
 
 
+def _modules(snapshot: Path) -> list[tuple[str, str]] | None:
+    """(folder, class name) of each module ``snapshot``'s modules.json lists; None without the file. A file of
+    another shape gives no modules here: the sentence-transformers readers refuse it, naming it."""
+    try:
+        listed = json.loads((snapshot / MODULES).read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        return None
+    except (json.JSONDecodeError, UnicodeDecodeError):
+        return []
+    listed = [m for m in listed if isinstance(m, dict)] if isinstance(listed, list) else []
+    return [(str(m.get("path") or ""), str(m.get("type", "")).rsplit(".", 1)[-1]) for m in listed]
+
+
+def _encoder_paths(modules: list[tuple[str, str]] | None) -> list[str]:
+    """Where in a repo its BERT weights and tokenizer are: its root (""), or its Transformer module's folder."""
+    return [path for path, kind in modules or [] if kind in _ENCODER_MODULES] or [""]
+
+
+def _module_patterns(modules: list[tuple[str, str]]) -> list[str]:
+    """The files of the modules in their own folders: an encoder's as a BERT repo's (with its
+    sentence_bert_config.json), any other module's whole folder, as sentence-transformers' load_dir_path fetches it
+    (a Pooling's config.json, a Dense's config and weights, a Router's routes)."""
+    patterns: list[str] = []
+    for path, kind in modules:
+        if path and kind in _ENCODER_MODULES:
+            patterns += [f"{path}/{name}" for name in (*_PATTERNS, "sentence_bert_config.json")]
+        elif path:
+            patterns.append(f"{path}/*")
+    return patterns
+
+
+def _encoder_whole(directory: Path) -> bool:
+    weights = [*directory.glob("model*.safetensors"), *directory.glob("pytorch_model*.bin")]
+    return (directory / "config.json").is_file() and bool(weights) and any(
+        (directory / name).is_file() for name in ("vocab.txt", "tokenizer.json"))
+
+
+def _module_whole(directory: Path, kind: str) -> bool:
+    if kind in _ENCODER_MODULES:
+        return _encoder_whole(directory)
+    if kind == "Normalize":  # saved without files
+        return True
+    if kind == "Dense":
+        return (directory / "config.json").is_file() and any(
+            (directory / name).is_file() for name in ("model.safetensors", "pytorch_model.bin"))
+    return directory.is_dir() and any(directory.iterdir())
+
+
+def may_lack_sentence_files(directory: Path) -> bool:
+    """Whether ``directory`` is a snapshot of huggingface_hub's cache without a modules.json that the cache does not
+    record as missing from the repo, so that it may be a sentence-transformers repo cached in part: transformers
+    caches such a repo's BERT files only (config, weights, tokenizer), and read from them alone its model would be a
+    plain checkpoint's (another pooling, no prompt, no do_lower_case, another length). The cache records a file's
+    absence where a download asked for it (``.no_exist/<commit>/modules.json``, as sentence-transformers and bertkit
+    ask) or where a snapshot download listed the repo (huggingface_hub 1.x's cached tree)."""
+    repo = directory.parent.parent
+    if (directory.parent.name != "snapshots" or not repo.name.startswith("models--")
+            or (directory / MODULES).is_file()):
+        return False
+    if (repo / ".no_exist" / directory.name / MODULES).is_file():
+        return False
+    try:  # huggingface_hub 1.x: the repo's listing, saved by snapshot_download
+        from huggingface_hub import get_cached_repo_tree
+        from huggingface_hub.errors import CachedRepoTreeNotFoundError
+    except ImportError:
+        return True
+    repo_id = repo.name.removeprefix("models--").replace("--", "/")
+    try:
+        listed = get_cached_repo_tree(repo_id, revision=directory.name, cache_dir=repo.parent)
+    except CachedRepoTreeNotFoundError:
+        return True
+    return any(f.path == MODULES for f in listed)
+
+
 def _whole(snapshot: Path) -> bool:
-    """Whether a cached snapshot holds config, weights and tokenizer: another library may have cached part of a repo
-    (transformers' AutoTokenizer caches config.json and the tokenizer files, no weights)."""
-    weights = [*snapshot.glob("model*.safetensors"), *snapshot.glob("pytorch_model*.bin")]
-    return (snapshot / "config.json").is_file() and bool(weights) and any(
-        (snapshot / name).is_file() for name in ("vocab.txt", "tokenizer.json"))
+    """Whether a cached snapshot holds what bertkit reads: config, weights and tokenizer, and for a
+    sentence-transformers repo every module's files. Another library may have cached part of a repo (transformers'
+    AutoTokenizer caches config.json and the tokenizer files, no weights; its AutoModel a sentence-transformers repo's
+    BERT files, no modules.json): such a snapshot is completed when online."""
+    modules = _modules(snapshot)
+    if modules is None:
+        return _encoder_whole(snapshot) and not may_lack_sentence_files(snapshot)
+    return all(_module_whole(snapshot / path, kind) for path, kind in modules) and all(
+        _encoder_whole(snapshot / path) for path in _encoder_paths(modules))
+
+
+def _download(repo_id: str) -> Path:
+    """The repo's files bertkit reads, downloaded into huggingface_hub's cache: modules.json first, as
+    sentence-transformers asks for it (where the repo has none, the cache records that), then the BERT files and
+    sentence-transformers' settings, then any modules' folders; pytorch_model.bin only where an encoder has no
+    safetensors weights (the Google miniatures'), as transformers falls back to it."""
+    from huggingface_hub import hf_hub_download, snapshot_download
+    from huggingface_hub.errors import EntryNotFoundError, LocalEntryNotFoundError
+
+    try:
+        modules_file = Path(hf_hub_download(repo_id, MODULES))
+    except LocalEntryNotFoundError:  # the Hub did not answer: no sign that the repo lacks the file
+        raise
+    except EntryNotFoundError:  # the Hub says the repo has none: a plain checkpoint
+        modules_file = None
+    patterns = [*_PATTERNS, *_SENTENCE_FILES]
+    if modules_file is not None:
+        patterns += _module_patterns(_modules(modules_file.parent) or [])
+    directory = Path(snapshot_download(repo_id, allow_patterns=patterns))
+    pickles = [f"{path}/{name}" if path else name for path in _encoder_paths(_modules(directory))
+               if not any((directory / path).glob("model*.safetensors")) for name in _PICKLE_PATTERNS]
+    if pickles:
+        directory = Path(snapshot_download(repo_id, allow_patterns=pickles))
+    return directory
 
 
 def resolve_directory(path: str | os.PathLike, what: str = "checkpoint directory") -> Path:
@@ -134,10 +247,7 @@ def resolve_directory(path: str | os.PathLike, what: str = "checkpoint directory
         raise MissingFileError(how_to_get(repo_id, what) + f"; the Hub ({constants.ENDPOINT}) is not reachable "
                                "from here and the files are not in the local cache") from None
     try:
-        directory = Path(snapshot_download(repo_id, allow_patterns=_PATTERNS))
-        if not any(directory.glob("model*.safetensors")):  # a repo from before safetensors (the Google miniatures'):
-            directory = Path(snapshot_download(repo_id, allow_patterns=_PICKLE_PATTERNS))  # transformers' fallback
-        return directory
+        return _download(repo_id)
     except (HfHubHTTPError, OSError) as e:
         raise MissingFileError(how_to_get(repo_id, what) + f"; downloading it failed: {str(e).splitlines()[0]}"
                                ) from None
