@@ -356,3 +356,24 @@ def test_a_hub_repo_cached_in_part_is_completed_or_refused_never_read_as_a_plain
     monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", True)  # recorded: no modules.json there
     assert fx.text_form("org/plain").source == "" and fx.text_form("org/st").prompt == "Hello "
 
+
+def test_a_model_loaded_from_0_transformer_reads_the_directory_holding_it(tiny_checkpoint, tmp_path):
+    """Was: ``extract_features(BertModel.from_pretrained(st / "0_Transformer"), ...)`` (the only way to load an
+    older layout's encoder in Python) wrote the bare, cased text at 128 tokens, where ``bertkit extract-features
+    --model st`` applies 0_Transformer/sentence_bert_config.json and the directory's prompt. Now both write the same
+    tokens and states."""
+    from bertkit.cli import main
+
+    d = _st_directory(tiny_checkpoint, tmp_path / "st", {"max_seq_length": 7, "do_lower_case": True},
+                      {"prompts": {"query": "Hello "}, "default_prompt_name": "query"}, layout="0_Transformer")
+    (tmp_path / "in.txt").write_text("The quick BROWN fox jumps over\n")
+    assert main(["extract-features", "--model", str(d), "--input", str(tmp_path / "in.txt"), "--out",
+                 str(tmp_path / "cli.jsonl"), "--layers=-1", "--no-progress"]) == 0
+    encoder = d / "0_Transformer"
+    fx.extract_features(BertModel.from_pretrained(encoder), BertTokenizer.from_pretrained(encoder),
+                        [("The quick BROWN fox jumps over", None)], tmp_path / "py.jsonl", layers=[-1], progress=False)
+    (want,), (got,) = fx.read_features(tmp_path / "cli.jsonl"), fx.read_features(tmp_path / "py.jsonl")
+    assert got["tokens"] == want["tokens"] == ["[CLS]", "hello", "the", "quick", "brown", "fox", "[SEP]"]
+    np.testing.assert_array_equal(got["layers"][-1], want["layers"][-1])
+    assert fx.text_form(encoder) == fx.text_form(d)
+

@@ -115,7 +115,9 @@ def text_form(model_dir: str | os.PathLike, prompt_name: str | None = None) -> T
     its model sees. A directory whose texts reach different modules by kind (an inference-free sparse encoder's
     Router) is refused, naming the modules.
 
-    ``model_dir`` may be a Hub id (its snapshot, sentence-transformers' files with it: ``bertkit.hub``)."""
+    ``model_dir`` may be a Hub id (its snapshot, sentence-transformers' files with it: ``bertkit.hub``), or the
+    Transformer folder of an older sentence-transformers layout (``st/0_Transformer``, which ``BertModel`` loads):
+    that is read as the directory holding it, whose model it is part of."""
     from bertkit.hub import may_lack_sentence_files, resolve_directory
     from bertkit.inference.embedding import prompt_named, sentence_directory
     from bertkit.sentence.directory import (
@@ -139,6 +141,8 @@ def text_form(model_dir: str | os.PathLike, prompt_name: str | None = None) -> T
                                "load it once with the Hub reachable (bertkit then fetches the rest, or records that "
                                f"there is none), or `hf download {repo_id} --local-dir DIR` and pass DIR")
     modules = read_modules(path)
+    if modules is None and _is_encoder_of(path):  # st/0_Transformer: the model of the directory holding it
+        return text_form(path.parent, prompt_name)
     types = module_types(modules) if modules is not None else []
     st_config = read_json(path / ST_CONFIG) or {}
     prompts = {k: v for k, v in (st_config.get("prompts") or {}).items() if isinstance(v, str)}
@@ -168,6 +172,14 @@ def text_form(model_dir: str | os.PathLike, prompt_name: str | None = None) -> T
                        "encoder, as a SentenceTransformer (Transformer, Pooling, ...), a CrossEncoder (Transformer) or "
                        "a SparseEncoder (Transformer, SpladePooling) directory holds it; pass the directory of the "
                        "encoder you want (a route's own)")
+
+
+def _is_encoder_of(path: Path) -> bool:
+    """Whether ``path`` is the Transformer folder its parent's modules.json lists first (0_Transformer/)."""
+    from bertkit.sentence.directory import read_modules
+
+    modules = read_modules(path.parent) if path.name else None
+    return bool(modules) and modules[0].get("path") == path.name
 
 
 def max_seq_length_for(given: int | None, form: TextForm, tokenizer: Any, positions: int) -> int:
