@@ -377,3 +377,21 @@ def test_a_model_loaded_from_0_transformer_reads_the_directory_holding_it(tiny_c
     np.testing.assert_array_equal(got["layers"][-1], want["layers"][-1])
     assert fx.text_form(encoder) == fx.text_form(d)
 
+
+def test_lowercase_with_a_transformers_tokenizer_keeps_its_special_tokens(tiny_checkpoint, tmp_path):
+    """Was: ``extract_features(..., lowercase=True)`` with a transformers tokenizer (or a directory's do_lower_case
+    applied through one) failed with AttributeError: no ``.lowercase``. Now the text is lowered around the
+    tokenizer's special tokens, as sentence-transformers' Lowercase normalizer leaves them, as with bertkit's."""
+    transformers = pytest.importorskip("transformers")
+    d = _st_directory(tiny_checkpoint, tmp_path / "st", {"max_seq_length": 12, "do_lower_case": True}, {}, layout="")
+    texts = [("The QUICK fox [SEP] Hello", "EU World")]
+    fx.extract_features(BertModel.from_pretrained(d), BertTokenizer.from_pretrained(d), texts, tmp_path / "a.jsonl",
+                        layers=[-1], progress=False, lowercase=True)
+    fast = transformers.BertTokenizerFast.from_pretrained(str(d))
+    assert fast.tokenize("The") == ["[UNK]"]  # cased: lowering is what makes the words known
+    fx.extract_features(BertModel.from_pretrained(d), fast, texts, tmp_path / "b.jsonl", layers=[-1], progress=False,
+                        lowercase=True)
+    (want,), (got,) = fx.read_features(tmp_path / "a.jsonl"), fx.read_features(tmp_path / "b.jsonl")
+    assert got["tokens"] == want["tokens"] == ["[CLS]", "the", "quick", "fox", "[SEP]", "hello", "[SEP]", "eu",
+                                               "world", "[SEP]"]
+    np.testing.assert_array_equal(got["layers"][-1], want["layers"][-1])

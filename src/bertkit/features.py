@@ -212,10 +212,11 @@ def encode_texts(tokenizer: Any, texts: Sequence[tuple[str, str | None]], max_se
     ``prompt`` goes before ``a`` and ``lowercase`` lowers both texts first, as sentence-transformers' encode does
     (``text_form``): the prompt's tokens are part of ``a``, written and cut with it."""
     encoded = []
+    lower = lowercaser(tokenizer) if lowercase else None
     for a, b in texts:
         a = prompt + a
-        if lowercase:  # around the special tokens, as sentence-transformers' Lowercase normalizer
-            a, b = tokenizer.lowercase(a), tokenizer.lowercase(b) if b is not None else None
+        if lower is not None:  # around the special tokens, as sentence-transformers' Lowercase normalizer
+            a, b = lower(a), lower(b) if b is not None else None
         ids_a = tokenizer(a, add_special_tokens=False)["input_ids"]
         ids_b = tokenizer(b, add_special_tokens=False)["input_ids"] if b else []
         if ids_b:
@@ -227,6 +228,21 @@ def encode_texts(tokenizer: Any, texts: Sequence[tuple[str, str | None]], max_se
         second = [*ids_b, tokenizer.sep_token_id] if ids_b else []
         encoded.append({"input_ids": first + second, "token_type_ids": [0] * len(first) + [1] * len(second)})
     return encoded
+
+
+def lowercaser(tokenizer: Any) -> Callable[[str], str]:
+    """How ``tokenizer``'s texts are lower-cased for a sentence-transformers directory's do_lower_case: bertkit's
+    ``BertTokenizer.lowercase``; for a transformers tokenizer the same, around its special tokens (which tokenizers
+    splits off before sentence-transformers' Lowercase normalizer runs, so "[SEP]" in a text stays that token)."""
+    if hasattr(tokenizer, "lowercase"):
+        return tokenizer.lowercase
+    from bertkit.tokenization.basic import lowercase
+
+    specials = sorted(getattr(tokenizer, "all_special_tokens", None) or [], key=len, reverse=True)
+    if not specials:
+        return lowercase
+    pattern = re.compile("(" + "|".join(map(re.escape, specials)) + ")")
+    return lambda text: "".join(part if i % 2 else lowercase(part) for i, part in enumerate(pattern.split(text)))
 
 
 def length_batches(encoded: Sequence[dict], indices: Sequence[int], batch_size: int) -> list[list[int]]:
@@ -571,4 +587,5 @@ def read_features(path: str | os.PathLike) -> Iterator[dict[str, Any]]:
 
 
 __all__ = ["read_texts", "text_form", "TextForm", "max_seq_length_for", "extract_features", "read_features",
-           "resolve_layers", "hidden_states_for", "length_batches", "run_batches", "encode_texts"]
+           "resolve_layers", "hidden_states_for", "length_batches", "run_batches", "encode_texts",
+           "lowercaser"]
