@@ -15,7 +15,12 @@ import pytest
 import torch
 
 from bertkit.errors import BertkitError
-from bertkit.sentence import SentenceTransformer, SentenceTransformerTrainer, losses
+from bertkit.sentence import (
+    SentenceTransformer,
+    SentenceTransformerTrainer,
+    SentenceTransformerTrainingArguments,
+    losses,
+)
 from bertkit.sentence.data import (
     group_by_label_batches,
     group_by_label_count,
@@ -227,6 +232,9 @@ def test_what_cannot_be_grouped_is_refused_before_anything_is_written(minilm_2_l
                                  per_device_eval_batch_size=3), eval_dataset=rows)
     with pytest.raises(BertkitError, match=r"BatchHardTripletLoss takes 1 text column\(s\) and a label column"):
         train([{"a": f"q{i}", "b": f"p{i}", "label": i % 2} for i in range(8)])
+    with pytest.raises(BertkitError, match=r"BatchHardTripletLoss uses the batch's other rows as negatives, and a "
+                                           r"batch of 1 holds none"):
+        train(rows, args=st_args(tmp_path, per_device_train_batch_size=1))
     for margin in (-1, float("nan"), "5"):
         with pytest.raises(BertkitError, match=r"BatchAllTripletLoss: margin must be a finite number >= 0"):
             losses.BatchAllTripletLoss(model, margin=margin)
@@ -238,3 +246,38 @@ def test_what_cannot_be_grouped_is_refused_before_anything_is_written(minilm_2_l
     with pytest.raises(BertkitError, match=r"compares labels as class ids, got torch.float32 labels"):
         loss.compute_loss_from_embeddings([torch.randn(4, 8)], torch.tensor([0.0, 0.0, 1.0, 1.0]))
     assert not (tmp_path / "out").exists()
+
+
+def test_a_run_resumes_only_under_its_batch_sampler(minilm_2_layers, tmp_path):
+    """Stopped after step 2 of 4 and resumed, a label-grouped run trains the uninterrupted run's batches to its
+    losses; resumed under another batch_sampler (either way), it is refused naming it, where it went on with other
+    batches without a word."""
+    from bertkit.training.callbacks import TrainerCallback
+
+    model_dir = st_directory(minilm_2_layers, tmp_path / "m", dropout=0.0, max_seq_length=8)
+    rows = [{"text": f"sentence {i}", "label": i % 3} for i in range(14)]
+
+    class StopAt2(TrainerCallback):
+        def on_step_end(self, args, state, control, **kwargs):
+            control.should_training_stop = state.global_step == 2
+
+    def run(out, sampler, resume=None, stop=False):
+        model = SentenceTransformer(model_dir)
+        args = SentenceTransformerTrainingArguments(
+            output_dir=str(out), per_device_train_batch_size=4, max_steps=4, save_steps=2, logging_steps=1, seed=4,
+            batch_sampler=sampler, report_to="none", use_cpu=True, disable_tqdm=True)
+        trainer = SentenceTransformerTrainer(model=model, args=args, train_dataset=rows,
+                                             loss=losses.BatchAllTripletLoss(model, margin=0.5),
+                                             callbacks=[StopAt2()] if stop else None)
+        trainer.train(resume_from_checkpoint=resume)
+        return [r["loss"] for r in trainer.state.log_history if "loss" in r]
+
+    whole = run(tmp_path / "whole", "group_by_label")
+    run(tmp_path / "cut", "group_by_label", stop=True)
+    with pytest.raises(BertkitError, match=r"other settings or data .*'samplers': \(\{'batch_sampler': "
+                                           r"'group_by_label'\}, None\)"):
+        run(tmp_path / "cut", "batch_sampler", resume=True)
+    assert run(tmp_path / "cut", "group_by_label", resume=True) == whole and len(whole) == 4
+    run(tmp_path / "plain", "batch_sampler", stop=True)
+    with pytest.raises(BertkitError, match=r"'samplers': \(None, \{'batch_sampler': 'group_by_label'\}\)"):
+        run(tmp_path / "plain", "group_by_label", resume=True)

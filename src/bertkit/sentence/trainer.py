@@ -328,14 +328,17 @@ class SentenceTransformerTrainer(Trainer):
 
     def _fingerprint(self, examples: Sequence, total: int, world_size: int) -> dict[str, Any]:
         """The base Trainer's, with the learning rates per pattern (a checkpoint's optimiser state holds the rates it
-        was saved with: resuming with others would keep those) and, for several datasets, the samplers that order
-        their batches."""
+        was saved with: resuming with others would keep those) and the samplers that draw the batches (for several
+        datasets, both; for one, batch_sampler unless it is the default, which checkpoints written before it was
+        recorded were trained with): a run resumed under another sampler went on with other batches without a word."""
         mapping, args = self.args.learning_rate_mapping, self.args
-        samplers = {"batch_sampler": args.batch_sampler.value,
-                    "multi_dataset_batch_sampler": args.multi_dataset_batch_sampler.value}
+        samplers = {"batch_sampler": args.batch_sampler.value}
+        if isinstance(self.train_dataset, MultiDatasetExamples):
+            samplers["multi_dataset_batch_sampler"] = args.multi_dataset_batch_sampler.value
+        elif args.batch_sampler is BatchSamplers.BATCH_SAMPLER:
+            samplers = {}
         return {**super()._fingerprint(examples, total, world_size),
-                **({"learning_rate_mapping": mapping} if mapping else {}),
-                **({"samplers": samplers} if isinstance(self.train_dataset, MultiDatasetExamples) else {})}
+                **({"learning_rate_mapping": mapping} if mapping else {}), **({"samplers": samplers} if samplers else {})}
 
     def _data_fingerprint(self, examples: Sequence) -> dict[str, Any]:
         """What the training examples are made from (``SentenceExamples.fingerprint``): no row is tokenized for it."""
