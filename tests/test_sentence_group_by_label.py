@@ -281,3 +281,51 @@ def test_a_run_resumes_only_under_its_batch_sampler(minilm_2_layers, tmp_path):
     run(tmp_path / "plain", "batch_sampler", stop=True)
     with pytest.raises(BertkitError, match=r"'samplers': \(None, \{'batch_sampler': 'group_by_label'\}\)"):
         run(tmp_path / "plain", "group_by_label", resume=True)
+
+
+def _fit(lib: str, model_dir, workdir, monkeypatch, texts: list[str], labels: list[int]):
+    """The legacy fit script of sentence-transformers' batch-hard examples (a SentenceLabelDataset of InputExample,
+    BatchAllTripletLoss); ``lib`` picks the import. Each step's labels and loss."""
+    if lib == "sentence_transformers":
+        import sentence_transformers as S
+        from sentence_transformers import losses as L
+        from sentence_transformers.datasets import SentenceLabelDataset
+    else:
+        import bertkit.sentence as S
+        from bertkit.sentence import losses as L
+        from bertkit.sentence.datasets import SentenceLabelDataset
+    monkeypatch.chdir(workdir)  # fit's trainer directory: checkpoints/model under the working directory
+    model = S.SentenceTransformer(str(model_dir), device="cpu")
+    seen = []
+
+    class Recorded(L.BatchAllTripletLoss):
+        def forward(self, features, labels):
+            value = super().forward(features, labels)
+            seen.append((labels.tolist(), value.item()))
+            return value
+
+    np.random.seed(3)  # SentenceLabelDataset draws from numpy's global generator
+    data = SentenceLabelDataset([S.InputExample(texts=[t], label=c) for t, c in zip(texts, labels)])
+    model.fit(train_objectives=[(torch.utils.data.DataLoader(data, batch_size=4), Recorded(model, margin=0.5))],
+              epochs=2, warmup_steps=1, show_progress_bar=False)
+    return seen
+
+
+def test_fit_on_a_sentence_label_dataset_is_sentence_transformers(minilm_2_layers, data_dir, tmp_path, monkeypatch):
+    """``model.fit`` on a DataLoader of a SentenceLabelDataset (STS-B sentences, their scores rounded to 6 classes):
+    the dataset's pass draws the same examples, fit batches them grouped by label, and every step trains on the
+    same labels to the same loss, as in sentence-transformers (where bertkit had no such dataset)."""
+    model_dir = st_directory(minilm_2_layers, tmp_path / "m", dropout=0.0, max_seq_length=16)
+    with open(data_dir / "glue" / "STS-B" / "train.tsv", encoding="utf-8") as f:
+        rows = list(csv.reader(f, delimiter="\t", quotechar=None))[1:25]
+    texts, labels = [r[7] for r in rows], [int(round(float(r[9]))) for r in rows]
+    for lib in ("sentence_transformers", "bertkit"):
+        (tmp_path / lib).mkdir()
+    want = _fit("sentence_transformers", model_dir, tmp_path / "sentence_transformers", monkeypatch, texts, labels)
+    got = _fit("bertkit", model_dir, tmp_path / "bertkit", monkeypatch, texts, labels)
+    assert [g[0] for g in got] == [w[0] for w in want] and len(got) >= 4
+    assert all(len(set(g[0])) >= 2 for g in got)  # pairs of two labels or more a batch
+    np.testing.assert_allclose([g[1] for g in got], [w[1] for w in want], rtol=1e-5, atol=1e-7)
+    with pytest.raises(BertkitError, match=r"datasets.NoDuplicatesDataLoader is not implemented in bertkit: give fit a "
+                                           r"DataLoader"):
+        from bertkit.sentence.datasets import NoDuplicatesDataLoader  # noqa: F401
