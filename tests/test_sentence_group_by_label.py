@@ -215,8 +215,10 @@ def test_what_cannot_be_grouped_is_refused_before_anything_is_written(minilm_2_l
         with pytest.raises(BertkitError, match=rf"train_dataset: row 3 has label {label!r} \({kind}\); the rows are "
                                                "grouped by label, which must be class ids"):
             train(bad)
-        with pytest.raises(BertkitError, match=r"row 3 has label"):  # also with the default sampler
+        with pytest.raises(BertkitError, match=r"row 3 has label"):  # also with the default sampler, and wrapped
             train(bad, args=st_args(tmp_path))
+        with pytest.raises(BertkitError, match=r"row 3 has label"):
+            train(bad, args=st_args(tmp_path), loss=losses.MatryoshkaLoss(model, loss, [384, 64]))
     with pytest.raises(BertkitError, match=r"train_dataset has no label column: rows are grouped and compared by "
                                            r"their label, so add a 'label' column"):
         train([{"a": f"q{i}", "b": f"p{i}"} for i in range(8)], loss=losses.MultipleNegativesRankingLoss(model))
