@@ -380,8 +380,8 @@ class SentenceTransformerTrainer(Trainer):
     # -- the base Trainer's batches, sentence-transformers' no-duplicates or label-grouped sampler's, or its
     # multi-dataset ones
     def _batches(self, examples: Sequence) -> Callable[[int], list[list[int]]]:
-        size, seed, sampler = self.args.per_device_train_batch_size * current().world_size, self.args.seed, \
-            self.args.batch_sampler
+        size, seed = self.args.per_device_train_batch_size * current().world_size, self.args.seed
+        sampler = self.args.batch_sampler
         if isinstance(self.train_dataset, MultiDatasetExamples):
             parts = list(self.train_dataset.parts.values())
             round_robin = self.args.multi_dataset_batch_sampler is MultiDatasetBatchSamplers.ROUND_ROBIN
@@ -403,8 +403,9 @@ class SentenceTransformerTrainer(Trainer):
         size = self.args.per_device_train_batch_size * current().world_size
         grouped = self.args.batch_sampler is BatchSamplers.GROUP_BY_LABEL
         if not isinstance(self.train_dataset, MultiDatasetExamples):
-            return group_by_label_count(_groups(self.train_dataset, size), size) if grouped else \
-                super()._batches_per_epoch(examples)
+            if grouped:
+                return group_by_label_count(_groups(self.train_dataset, size), size)
+            return super()._batches_per_epoch(examples)
         counts = [group_by_label_count(_groups(part, size), size) if grouped else -(-len(part) // size)
                   for part in self.train_dataset.parts.values()]
         if self.args.multi_dataset_batch_sampler is MultiDatasetBatchSamplers.ROUND_ROBIN:
