@@ -88,8 +88,6 @@ def test_embedding_distillation_and_angle_similarity_equal_sentence_transformers
     got, want = losses.AnglELoss(_Dim()).similarity_fct(*wide), st.util.pairwise_angle_sim(*wide)
     assert got.dtype == want.dtype == torch.float64
     torch.testing.assert_close(got, want)
-    with pytest.raises(BertkitError, match=r"BatchHardTripletLoss is not implemented in bertkit: needs batches grouped"):
-        _ = losses.BatchHardTripletLoss
 
 
 def test_mnrl_dot_product_and_triplet_cosine():

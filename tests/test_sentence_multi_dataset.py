@@ -65,7 +65,8 @@ def test_batches_are_sentence_transformers(model, no_duplicates):
                 for epoch in (0, 1):
                     sampler.set_epoch(epoch)
                     want = list(sampler)[:len(sampler)]  # the trainer takes len(sampler) batches an epoch
-                    got = multi_dataset_batches(parts, batch, seed + epoch, round_robin, no_duplicates)
+                    got = multi_dataset_batches(parts, batch, seed + epoch, round_robin,
+                                                "no_duplicates" if no_duplicates else "batch_sampler")
                     assert got == want, (sizes, batch, seed, cls.__name__, epoch)
 
 

@@ -62,8 +62,9 @@ def test_bad_input_is_named_before_anything_is_written(model, tmp_path):
                                            "and a bertkit SentenceTransformer has no Router: drop router_mapping"):
         SentenceTransformerTrainer(model=model, args=st_args(tmp_path, router_mapping={"anchor": "query"}), loss=mnrl,
                                    train_dataset=PAIRS)
-    with pytest.raises(BertkitError, match="group_by_label"):
-        st_args(tmp_path, batch_sampler=BatchSamplers.GROUP_BY_LABEL)
+    with pytest.raises(BertkitError, match=r"batch_sampler 'by_label' is not implemented: give one of \['batch_sampler', "
+                                           r"'no_duplicates', 'no_duplicates_hashed', 'group_by_label'\]"):
+        st_args(tmp_path, batch_sampler="by_label")
     with pytest.raises(BertkitError, match="optimizers"):
         SentenceTransformerTrainer(model=model, args=st_args(tmp_path), loss=mnrl, train_dataset=PAIRS,
                                    optimizers=(object(), None))

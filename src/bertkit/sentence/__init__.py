@@ -3,7 +3,8 @@
 A script written for sentence-transformers runs after changing its imports from ``sentence_transformers`` to
 ``bertkit.sentence``: ``SentenceTransformer``, ``SentenceTransformerTrainer``,
 ``SentenceTransformerTrainingArguments``, ``quantize_embeddings`` and the submodules ``losses``, ``evaluation``,
-``training_args`` (``BatchSamplers``), ``readers`` (``InputExample``, also exported here), ``util`` and ``cross_encoder`` (``CrossEncoder`` and its trainer, also
+``training_args`` (``BatchSamplers``), ``readers`` (``InputExample``, also exported here), ``datasets``
+(``SentenceLabelDataset``, for the legacy ``fit``), ``util`` and ``cross_encoder`` (``CrossEncoder`` and its trainer, also
 exported here, as sentence-transformers does); ``models`` (``Transformer``, ``Pooling``, ``Dense`` and ``Normalize``, to assemble
 a model from; its other modules are refused by name). What is implemented and what is refused: docs/sentence.md.
 """

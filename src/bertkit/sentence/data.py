@@ -1,5 +1,5 @@
 """Training data for the sentence losses: a dataset's text columns, tokenized per row, padded into one
-(B, C, T) batch (C columns); sentence-transformers' no-duplicates batches; several named datasets end to end, with
+(B, C, T) batch (C columns); sentence-transformers' no-duplicates and label-grouped batches; several named datasets end to end, with
 sentence-transformers' multi-dataset batch order (each batch from one dataset).
 
 Columns are the loss's inputs in the dataset's order (anchor, positive, negatives...); a column named "label",
@@ -13,7 +13,9 @@ import bisect
 import hashlib
 import itertools
 import math
+import numbers
 import pickle
+from collections import deque
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
@@ -84,6 +86,8 @@ class SentenceExamples(Sequence):
                                f"one mapping per dataset, {{{name!r}: {example}, ...}}"))
         self.dataset, self.model = dataset, model
         self._check_texts(what)
+        if loss.class_labels:  # labels compared for equality: ints, checked before anything is written
+            label_groups(self.label_column(), self.label, what)
         self.prompts = [prompts if isinstance(prompts, str) else (prompts or {}).get(c) for c in self.texts]
         self.prompt_lengths = [model.prompt_length(p) for p in self.prompts]
         self.tasks = [router_mapping.get(c) for c in self.texts]
@@ -199,6 +203,79 @@ def no_duplicates_batches(examples: SentenceExamples, batch_size: int, seed: int
     return batches
 
 
+def label_groups(labels: Sequence, column: str | None, what: str) -> dict[int, list[int]]:
+    """The rows of each label, the labels in the order they first appear; refused unless every label is an int (a
+    class id). A float would make each distinct score a class, and a string is no tensor (sentence-transformers
+    fails on it at the first batch)."""
+    if column is None:
+        raise BertkitError(f"{what} has no label column: rows are grouped and compared by their label, so add a "
+                           "'label' column of class ids (ints)")
+    groups: dict[int, list[int]] = {}
+    for row, label in enumerate(labels):
+        if isinstance(label, bool) or not isinstance(label, numbers.Integral):
+            raise BertkitError(f"{what}: row {row} has {column} {label!r} ({type(label).__name__}); the rows are "
+                               "grouped by label, which must be class ids (ints): map each class to an int, e.g. "
+                               f"dataset.class_encode_column({column!r}) for texts, or cast integral floats to int")
+        groups.setdefault(int(label), []).append(row)
+    return groups
+
+
+def paired_groups(groups: dict[int, list[int]], batch_size: int, what: str) -> dict[int, list[int]]:
+    """The labels of two rows or more (the others cannot be a positive pair), once they can fill batches of
+    ``batch_size``: refused unless that is even and at least 4 (two labels, two rows each) and two labels have two
+    rows or more, as sentence-transformers' GroupByLabelBatchSampler refuses them."""
+    if isinstance(batch_size, bool) or batch_size < 4 or batch_size % 2:
+        raise BertkitError(f"{what}: batch_sampler=GROUP_BY_LABEL fills each batch with pairs of rows of one label, "
+                           f"at least two labels a batch, so the batch size must be an even number >= 4, got "
+                           f"{batch_size}: set it to 4, 6, 8, ...")
+    paired = {label: rows for label, rows in groups.items() if len(rows) >= 2}
+    if len(paired) < 2:
+        counts = {label: len(rows) for label, rows in groups.items()}
+        raise BertkitError(f"{what}: batch_sampler=GROUP_BY_LABEL needs two labels with two rows or more each (a "
+                           f"positive pair beside a negative), and the rows per label are {counts}: give more rows, "
+                           "or use another batch_sampler")
+    return paired
+
+
+def group_by_label_count(groups: dict[int, list[int]], batch_size: int) -> int:
+    """How many batches ``group_by_label_batches`` gives: labels give a pair each in turn until one label is left
+    (so every label gives at most as many pairs as the second largest has), cut into batches; a last short batch
+    counts when it holds 4 rows or more."""
+    pairs = sorted((len(rows) // 2 for rows in groups.values()), reverse=True)
+    stream = 2 * sum(min(p, pairs[1]) for p in pairs)
+    return stream // batch_size + (stream % batch_size >= 4)
+
+
+def group_by_label_batches(groups: dict[int, list[int]], batch_size: int, generator: torch.Generator,
+                           seed: int) -> Iterator[list[int]]:
+    """sentence-transformers' GroupByLabelBatchSampler batches of one epoch (``groups``: ``paired_groups``), drawn
+    lazily from ``generator`` reseeded with ``seed`` at the first batch, as its sampler draws them (several datasets
+    share one generator, so where the draws fall matters): each label's rows shuffled and cut to an even count, then
+    rounds in which every label left gives its next two rows, the labels in a new random order each round (the
+    first swapped with the second where it would repeat the label that ended the last round); the stream is cut
+    into batches of ``batch_size`` and stops when one label is left. A last short batch is given when it holds 4 rows
+    or more (two labels' pairs); rows beyond are left out of the epoch."""
+    generator.manual_seed(seed)
+    queues = {}
+    for label, rows in groups.items():
+        order = torch.randperm(len(rows), generator=generator)[:len(rows) // 2 * 2].tolist()
+        queues[label] = deque(rows[i] for i in order)
+    labels, batch, last = list(queues), [], None
+    while len(labels) >= 2:
+        labels = [labels[i] for i in torch.randperm(len(labels), generator=generator).tolist()]
+        if batch and labels[0] == last:
+            labels[0], labels[1] = labels[1], labels[0]
+        for label in labels:
+            batch += (queues[label].popleft(), queues[label].popleft())
+            if len(batch) >= batch_size:
+                yield batch[:batch_size]
+                batch = batch[batch_size:]
+        last = labels[-1]
+        labels = [label for label in labels if queues[label]]
+    if len(batch) >= 4:
+        yield batch
+
+
 class MultiDatasetExamples(Sequence):
     """Named datasets' examples (``SentenceExamples``, or the cross-encoder's) end to end (sentence-transformers'
     ConcatDataset of a DatasetDict): row ``i`` of the k-th dataset is ``offsets[k] + i``; each example carries its
@@ -225,22 +302,32 @@ class MultiDatasetExamples(Sequence):
 
 
 def multi_dataset_batches(parts: Sequence[Any], batch_size: int, seed: int, round_robin: bool,
-                          no_duplicates: bool) -> list[list[int]]:
+                          sampler: str) -> list[list[int]]:
     """One epoch's batches of several datasets end to end (``MultiDatasetExamples``' indices), each batch from one
-    dataset, as sentence-transformers draws them (``seed``: its seed + epoch). One generator serves every sampler:
-    reseeded with ``seed``, it draws the proportional order of the datasets' batches first (round robin draws none);
-    each dataset's own shuffle is drawn from it when that dataset gives its first batch (torch's RandomSampler in a
-    BatchSampler, whose next shuffle is drawn when the rows run out: torch's own classes, so the draws fall where
-    they fall there), or, for the no-duplicates sampler, from the generator reseeded with ``seed`` (so each dataset's
-    batches are ``no_duplicates_batches``'). PROPORTIONAL gives every dataset's ceil(rows / batch) batches;
-    ROUND_ROBIN one batch of each in turn, as many rounds as the dataset with the fewest batches has."""
+    dataset, as sentence-transformers draws them (``seed``: its seed + epoch; ``sampler``: ``BatchSamplers``' value).
+    One generator serves every sampler: reseeded with ``seed``, it draws the proportional order of the datasets'
+    batches first (round robin draws none); each dataset's own shuffle is drawn from it when that dataset gives its
+    first batch (torch's RandomSampler in a BatchSampler, whose next shuffle is drawn when the rows run out: torch's
+    own classes, so the draws fall where they fall there), or, for the no-duplicates sampler, from the generator
+    reseeded with ``seed`` (so each dataset's batches are ``no_duplicates_batches``'); the label-grouped sampler
+    reseeds the shared generator at its first batch and draws each round's order from it as its batches are taken
+    (``group_by_label_batches``). PROPORTIONAL gives every dataset's batches (ceil(rows / batch), or
+    ``group_by_label_count``); ROUND_ROBIN one batch of each in turn, as many rounds as the dataset with the fewest
+    batches has."""
     generator = torch.Generator().manual_seed(seed)
     offsets = [0, *itertools.accumulate(len(p) for p in parts)]
-    counts = [math.ceil(len(p) / batch_size) for p in parts]
+    if sampler == "group_by_label":
+        groups = [paired_groups(label_groups(p.label_column(), p.label, "train_dataset"), batch_size, "train_dataset")
+                  for p in parts]
+        counts = [group_by_label_count(g, batch_size) for g in groups]
+    else:
+        counts = [math.ceil(len(p) / batch_size) for p in parts]
 
     def batches(k: int) -> Iterator[list[int]]:
-        if no_duplicates:
+        if sampler == "no_duplicates":
             return iter(no_duplicates_batches(parts[k], batch_size, seed))
+        if sampler == "group_by_label":
+            return group_by_label_batches(groups[k], batch_size, generator, seed)
         rows = torch.utils.data.RandomSampler(range(len(parts[k])), generator=generator)
         return iter(torch.utils.data.BatchSampler(rows, batch_size, drop_last=False))
 

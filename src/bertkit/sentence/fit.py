@@ -9,7 +9,7 @@ trains to the same numbers.
 Each (DataLoader of InputExample, loss) becomes a dataset named ``_dataset_{i}`` (its rows in the order one pass of
 the DataLoader gives them, columns ``sentence_0``, ``sentence_1``, … and ``label`` unless every label is 0) trained
 on its loss; the datasets' batches take turns (ROUND_ROBIN, as many from each as the shortest gives) at the last
-DataLoader's batch size. AdamW and the schedule are fit's: ``optimizer_params`` lr (torch's 1e-3 when absent), the
+DataLoader's batch size, grouped by label (GROUP_BY_LABEL) when a DataLoader reads a ``SentenceLabelDataset``. AdamW and the schedule are fit's: ``optimizer_params`` lr (torch's 1e-3 when absent), the
 ``weight_decay`` on all but biases and LayerNorm weights, the schedule ``scheduler`` over fit's count of steps
 (whole batches of the shortest dataset, times the objectives and the epochs). ``CrossEncoder.fit`` takes one
 DataLoader, as its dataset with the same columns (``cross_encoder_fit``). What bertkit cannot do is refused by name
@@ -48,8 +48,13 @@ def fit(model: Any, train_objectives: Iterable[tuple[Any, nn.Module]], evaluator
         checkpoint_path: str | None = None, checkpoint_save_steps: int = 500, checkpoint_save_total_limit: int = 0,
         resume_from_checkpoint: bool = False) -> None:
     """Train ``model`` on ``train_objectives`` as sentence-transformers' ``fit`` does (module docstring)."""
+    from bertkit.sentence.datasets import SentenceLabelDataset
     from bertkit.sentence.trainer import SentenceTransformerTrainer
-    from bertkit.sentence.training_args import MultiDatasetBatchSamplers, SentenceTransformerTrainingArguments
+    from bertkit.sentence.training_args import (
+        BatchSamplers,
+        MultiDatasetBatchSamplers,
+        SentenceTransformerTrainingArguments,
+    )
 
     optimizer = _optimizer_args(optimizer_class, optimizer_params, weight_decay, scheduler, warmup_steps,
                                 evaluation_steps)
@@ -57,8 +62,10 @@ def fit(model: Any, train_objectives: Iterable[tuple[Any, nn.Module]], evaluator
     if not objectives:
         raise BertkitError("fit(train_objectives=[]) has nothing to train: give [(DataLoader, loss), ...]")
 
-    datasets, loss, batch_size = {}, {}, 8
+    datasets, loss, batch_size, batch_sampler = {}, {}, 8, BatchSamplers.BATCH_SAMPLER
     for i, (loader, one_loss) in enumerate(objectives, start=1):
+        if isinstance(getattr(loader, "dataset", None), SentenceLabelDataset):
+            batch_sampler = BatchSamplers.GROUP_BY_LABEL  # every dataset's batches, as sentence-transformers' fit sets it
         loader_batch_size = _batch_size(loader, i)
         if loader_batch_size != batch_size and i > 1:
             logger.warning("fit: the DataLoaders' batch sizes differ (%d, then %d); every objective trains at the last "
@@ -84,7 +91,7 @@ def fit(model: Any, train_objectives: Iterable[tuple[Any, nn.Module]], evaluator
                            "or a smaller batch_size")
 
     args = SentenceTransformerTrainingArguments(
-        output_dir=checkpoint_path or _default_checkpoint_dir(),
+        output_dir=checkpoint_path or _default_checkpoint_dir(), batch_sampler=batch_sampler,
         multi_dataset_batch_sampler=MultiDatasetBatchSamplers.ROUND_ROBIN,
         per_device_train_batch_size=batch_size, per_device_eval_batch_size=batch_size, num_train_epochs=epochs,
         max_steps=max_steps, max_grad_norm=max_grad_norm, fp16=use_amp, disable_tqdm=not show_progress_bar,

@@ -41,8 +41,12 @@ from bertkit.sentence.data import (
     MultiDatasetExamples,
     SentenceCollator,
     SentenceExamples,
+    group_by_label_batches,
+    group_by_label_count,
+    label_groups,
     multi_dataset_batches,
     no_duplicates_batches,
+    paired_groups,
 )
 from bertkit.sentence.evaluation.sequential import SequentialEvaluator
 from bertkit.sentence.losses import CoSENTLoss, SentenceLoss
@@ -223,6 +227,12 @@ def check_same_parameters(loss: Any) -> None:
                            "train them in one process")
 
 
+def _groups(examples: Any, batch_size: int) -> dict[int, list[int]]:
+    """The rows the label-grouped sampler batches, by label (checked when the trainer was made)."""
+    return paired_groups(label_groups(examples.label_column(), examples.label, "the dataset"), batch_size,
+                         "the dataset")
+
+
 class SentenceTransformerTrainer(Trainer):
     """Train a ``SentenceTransformer`` with a bertkit.sentence loss on a dataset whose columns are the loss's
     inputs in order; see the module docstring. Without ``loss``, CoSENTLoss (sentence-transformers' default)."""
@@ -276,13 +286,23 @@ class SentenceTransformerTrainer(Trainer):
                      what: str) -> SentenceExamples | dict[str, SentenceExamples]:
         """``dataset`` as examples of its loss; a dict of datasets as a dict of them, each of its loss."""
         if not isinstance(dataset, Mapping):
-            return self._dataset_examples(dataset, args, what, None)
+            return self._grouped_checked(self._dataset_examples(dataset, args, what, None), args, what)
         if not dataset:
             raise BertkitError(f"{what} is an empty dict; give at least one {{name: dataset}}")
         bad = [n for n in dataset if not isinstance(n, str) or not n]
         if bad:
             raise BertkitError(f"{what}: {bad} cannot name a dataset; name each by a non-empty string")
-        return {name: self._dataset_examples(part, args, f"{what}[{name!r}]", name) for name, part in dataset.items()}
+        return {name: self._grouped_checked(self._dataset_examples(part, args, f"{what}[{name!r}]", name), args,
+                                            f"{what}[{name!r}]") for name, part in dataset.items()}
+
+    @staticmethod
+    def _grouped_checked(examples: Any, args: SentenceTransformerTrainingArguments, what: str) -> Any:
+        """``examples``, once the label-grouped sampler can batch them (a label column of ints, two labels of two rows
+        or more, an even batch of 4 or more: ``paired_groups``), before anything is written."""
+        if args.batch_sampler is BatchSamplers.GROUP_BY_LABEL:
+            size = args.per_device_train_batch_size if what.startswith("train") else args.per_device_eval_batch_size
+            paired_groups(label_groups(examples.label_column(), examples.label, what), size, what)
+        return examples
 
     def _dataset_examples(self, dataset: Any, args: SentenceTransformerTrainingArguments, what: str,
                           name: str | None) -> SentenceExamples:
@@ -308,14 +328,17 @@ class SentenceTransformerTrainer(Trainer):
 
     def _fingerprint(self, examples: Sequence, total: int, world_size: int) -> dict[str, Any]:
         """The base Trainer's, with the learning rates per pattern (a checkpoint's optimiser state holds the rates it
-        was saved with: resuming with others would keep those) and, for several datasets, the samplers that order
-        their batches."""
+        was saved with: resuming with others would keep those) and the samplers that draw the batches (for several
+        datasets, both; for one, batch_sampler unless it is the default, which checkpoints written before it was
+        recorded were trained with): a run resumed under another sampler went on with other batches without a word."""
         mapping, args = self.args.learning_rate_mapping, self.args
-        samplers = {"batch_sampler": args.batch_sampler.value,
-                    "multi_dataset_batch_sampler": args.multi_dataset_batch_sampler.value}
+        samplers = {"batch_sampler": args.batch_sampler.value}
+        if isinstance(self.train_dataset, MultiDatasetExamples):
+            samplers["multi_dataset_batch_sampler"] = args.multi_dataset_batch_sampler.value
+        elif args.batch_sampler is BatchSamplers.BATCH_SAMPLER:
+            samplers = {}
         return {**super()._fingerprint(examples, total, world_size),
-                **({"learning_rate_mapping": mapping} if mapping else {}),
-                **({"samplers": samplers} if isinstance(self.train_dataset, MultiDatasetExamples) else {})}
+                **({"learning_rate_mapping": mapping} if mapping else {}), **({"samplers": samplers} if samplers else {})}
 
     def _data_fingerprint(self, examples: Sequence) -> dict[str, Any]:
         """What the training examples are made from (``SentenceExamples.fingerprint``): no row is tokenized for it."""
@@ -354,27 +377,37 @@ class SentenceTransformerTrainer(Trainer):
     def _collate(self, examples: list) -> dict:
         return self.data_collator(examples)  # its host-side ints (column widths, prompt lengths) too
 
-    # -- the base Trainer's batches, sentence-transformers' no-duplicates sampler's, or its multi-dataset ones -----
+    # -- the base Trainer's batches, sentence-transformers' no-duplicates or label-grouped sampler's, or its
+    # multi-dataset ones
     def _batches(self, examples: Sequence) -> Callable[[int], list[list[int]]]:
         size, seed = self.args.per_device_train_batch_size * current().world_size, self.args.seed
-        no_duplicates = self.args.batch_sampler is BatchSamplers.NO_DUPLICATES
+        sampler = self.args.batch_sampler
         if isinstance(self.train_dataset, MultiDatasetExamples):
             parts = list(self.train_dataset.parts.values())
             round_robin = self.args.multi_dataset_batch_sampler is MultiDatasetBatchSamplers.ROUND_ROBIN
             return functools.lru_cache(maxsize=2)(
-                lambda epoch: multi_dataset_batches(parts, size, seed + epoch, round_robin, no_duplicates))
-        if not no_duplicates:
-            return super()._batches(examples)
+                lambda epoch: multi_dataset_batches(parts, size, seed + epoch, round_robin, sampler.value))
         examples = self.train_dataset  # the SentenceExamples (the base Trainer passes a column-dropping view)
-        return functools.lru_cache(maxsize=2)(lambda epoch: no_duplicates_batches(examples, size, seed + epoch))
+        if sampler is BatchSamplers.GROUP_BY_LABEL:
+            groups = _groups(examples, size)
+            return functools.lru_cache(maxsize=2)(
+                lambda epoch: list(group_by_label_batches(groups, size, torch.Generator(), seed + epoch)))
+        if sampler is BatchSamplers.NO_DUPLICATES:
+            return functools.lru_cache(maxsize=2)(lambda epoch: no_duplicates_batches(examples, size, seed + epoch))
+        return super()._batches(examples)
 
     def _batches_per_epoch(self, examples: Sequence) -> int | None:
-        """Several datasets: each one's ceil(rows / global batch) batches (PROPORTIONAL), or the fewest of them for
-        each dataset (ROUND_ROBIN), as sentence-transformers' samplers count them."""
-        if not isinstance(self.train_dataset, MultiDatasetExamples):
-            return super()._batches_per_epoch(examples)
+        """The label-grouped sampler's count (``group_by_label_count``); several datasets: each one's batches
+        (ceil(rows / global batch), or that count) (PROPORTIONAL), or the fewest of them for each dataset
+        (ROUND_ROBIN), as sentence-transformers' samplers count them."""
         size = self.args.per_device_train_batch_size * current().world_size
-        counts = [-(-len(part) // size) for part in self.train_dataset.parts.values()]
+        grouped = self.args.batch_sampler is BatchSamplers.GROUP_BY_LABEL
+        if not isinstance(self.train_dataset, MultiDatasetExamples):
+            if grouped:
+                return group_by_label_count(_groups(self.train_dataset, size), size)
+            return super()._batches_per_epoch(examples)
+        counts = [group_by_label_count(_groups(part, size), size) if grouped else -(-len(part) // size)
+                  for part in self.train_dataset.parts.values()]
         if self.args.multi_dataset_batch_sampler is MultiDatasetBatchSamplers.ROUND_ROBIN:
             return min(counts) * len(counts)
         return sum(counts)
@@ -386,6 +419,8 @@ class SentenceTransformerTrainer(Trainer):
         size, seed, info = self.args.per_device_eval_batch_size, self.args.seed, current()
         if self.args.batch_sampler is BatchSamplers.NO_DUPLICATES:
             batches = no_duplicates_batches(dataset, size, seed)
+        elif self.args.batch_sampler is BatchSamplers.GROUP_BY_LABEL:  # rows it leaves out are not evaluated
+            batches = list(group_by_label_batches(_groups(dataset, size), size, torch.Generator(), seed))
         else:
             rows = torch.randperm(len(dataset), generator=torch.Generator().manual_seed(seed)).tolist()
             batches = [rows[i:i + size] for i in range(0, len(rows), size)]

@@ -23,7 +23,10 @@ class BatchSamplers(str, Enum):
     sentence-transformers and transformers draw for the same seed); ``NO_DUPLICATES``: the same shuffle, each
     batch filled greedily with rows that share no text with it (sentence-transformers' NoDuplicatesBatchSampler,
     same batches), so no in-batch negative is a copy of a positive. ``NO_DUPLICATES_HASHED`` is NO_DUPLICATES
-    (bertkit compares the texts themselves). ``GROUP_BY_LABEL`` is not implemented."""
+    (bertkit compares the texts themselves). ``GROUP_BY_LABEL``: sentence-transformers' GroupByLabelBatchSampler,
+    same batches: each label's rows shuffled, then two rows of each label in turn, so every batch holds several
+    labels with two rows or more each (the batch triplet losses mine their triplets in it; the batch size is even
+    and at least 4)."""
 
     BATCH_SAMPLER = "batch_sampler"
     NO_DUPLICATES = "no_duplicates"
@@ -123,11 +126,8 @@ class SentenceTransformerTrainingArguments(TrainingArguments):
         sampler = getattr(batch_sampler, "value", batch_sampler)
         if not isinstance(sampler, str) or sampler not in {s.value for s in BatchSamplers}:
             raise BertkitError(f"batch_sampler {batch_sampler!r} is not implemented: give one of "
-                               f"{[s.value for s in BatchSamplers if s is not BatchSamplers.GROUP_BY_LABEL]} "
-                               "(a custom sampler class or function is not supported)")
-        if sampler == BatchSamplers.GROUP_BY_LABEL.value:
-            raise BertkitError("batch_sampler 'group_by_label' is not implemented (it serves the batch triplet "
-                               "losses, which bertkit.sentence does not have); use 'batch_sampler' or 'no_duplicates'")
+                               f"{[s.value for s in BatchSamplers]} (a custom sampler class or function is not "
+                               "supported)")
         if sampler == BatchSamplers.NO_DUPLICATES_HASHED.value:
             sampler = BatchSamplers.NO_DUPLICATES.value
         if isinstance(prompts, str):  # a dict's JSON text (a command line's) is the dict, as sentence-transformers reads it

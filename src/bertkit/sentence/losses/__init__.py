@@ -2,6 +2,13 @@
 
 from bertkit.errors import refusing_getattr
 from bertkit.sentence.losses.base import SentenceLoss
+from bertkit.sentence.losses.batch_triplet import (
+    BatchAllTripletLoss,
+    BatchHardSoftMarginTripletLoss,
+    BatchHardTripletLoss,
+    BatchHardTripletLossDistanceFunction,
+    BatchSemiHardTripletLoss,
+)
 from bertkit.sentence.losses.cached import CachedMultipleNegativesRankingLoss
 from bertkit.sentence.losses.distill import DistillKLDivLoss, EmbedDistillLoss, MarginMSELoss, MSELoss
 from bertkit.sentence.losses.gist import GISTEmbedLoss
@@ -24,14 +31,12 @@ from bertkit.sentence.losses.pairs import (
 __all__ = ["SentenceLoss", "MultipleNegativesRankingLoss", "MultipleNegativesSymmetricRankingLoss",
            "CachedMultipleNegativesRankingLoss", "MatryoshkaLoss", "CoSENTLoss", "AnglELoss", "CosineSimilarityLoss",
            "ContrastiveLoss", "OnlineContrastiveLoss", "SiameseDistanceMetric", "TripletLoss", "TripletDistanceMetric",
-           "GISTEmbedLoss", "MarginMSELoss", "DistillKLDivLoss", "EmbedDistillLoss", "MSELoss"]
+           "GISTEmbedLoss", "MarginMSELoss", "DistillKLDivLoss", "EmbedDistillLoss", "MSELoss", "BatchAllTripletLoss",
+           "BatchHardTripletLoss", "BatchSemiHardTripletLoss", "BatchHardSoftMarginTripletLoss",
+           "BatchHardTripletLossDistanceFunction"]
 
-_GROUPED = ("needs batches grouped by label (batch_sampler=GROUP_BY_LABEL, which bertkit does not implement): mine "
-            "(anchor, positive, negative) triplets and use TripletLoss, or pairs and MultipleNegativesRankingLoss")
 # sentence-transformers' losses bertkit does not implement, with what to use
 _REFUSED = {
-    "BatchAllTripletLoss": _GROUPED, "BatchHardTripletLoss": _GROUPED, "BatchSemiHardTripletLoss": _GROUPED,
-    "BatchHardSoftMarginTripletLoss": _GROUPED, "BatchHardTripletLossDistanceFunction": _GROUPED,
     "SoftmaxLoss": "train a pair classifier with bertkit.sentence.cross_encoder (CrossEncoder(path, num_labels=3), "
                    "CrossEntropyLoss), or the embedder on NLI triplets with MultipleNegativesRankingLoss",
     "AdaptiveLayerLoss": "use MatryoshkaLoss for embeddings that can be cut short",

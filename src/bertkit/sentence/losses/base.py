@@ -56,10 +56,12 @@ def _embed(model: nn.Module, input_ids: Tensor, attention_mask: Tensor, token_ty
 
 class SentenceLoss(nn.Module):
     """Base of bertkit.sentence's losses: the columns it takes (``columns``: fewest, most or None), whether the
-    dataset must carry a label column, whether each row's negatives are the batch's other rows."""
+    dataset must carry a label column, whether its labels are class ids (ints, compared for equality), whether each
+    row's negatives are the batch's other rows."""
 
     columns: ClassVar[tuple[int, int | None]] = (2, 2)
     needs_label: ClassVar[bool] = False
+    class_labels: ClassVar[bool] = False
     in_batch_negatives: ClassVar[bool] = False
     gather_across_devices: bool = False
 

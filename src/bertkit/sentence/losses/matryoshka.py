@@ -48,6 +48,7 @@ class MatryoshkaLoss(SentenceLoss):
         self.matryoshka_weights = tuple(w for _, w in pairs)
         self.n_dims_per_step = n_dims_per_step
         self.columns, self.needs_label, self.in_batch_negatives = loss.columns, loss.needs_label, loss.in_batch_negatives
+        self.class_labels = loss.class_labels
 
     def _dims(self) -> list[int]:
         """The indices of this step's widths: all, or ``n_dims_per_step`` drawn from Python's ``random``. In training
