@@ -20,11 +20,12 @@ from bertkit.sentence.losses.pairs import (
     TripletDistanceMetric,
     TripletLoss,
 )
+from bertkit.sentence.losses.softmax import SoftmaxLoss
 
 __all__ = ["SentenceLoss", "MultipleNegativesRankingLoss", "MultipleNegativesSymmetricRankingLoss",
            "CachedMultipleNegativesRankingLoss", "MatryoshkaLoss", "CoSENTLoss", "AnglELoss", "CosineSimilarityLoss",
            "ContrastiveLoss", "OnlineContrastiveLoss", "SiameseDistanceMetric", "TripletLoss", "TripletDistanceMetric",
-           "GISTEmbedLoss", "MarginMSELoss", "DistillKLDivLoss", "EmbedDistillLoss", "MSELoss"]
+           "GISTEmbedLoss", "MarginMSELoss", "DistillKLDivLoss", "EmbedDistillLoss", "MSELoss", "SoftmaxLoss"]
 
 _GROUPED = ("needs batches grouped by label (batch_sampler=GROUP_BY_LABEL, which bertkit does not implement): mine "
             "(anchor, positive, negative) triplets and use TripletLoss, or pairs and MultipleNegativesRankingLoss")
@@ -32,8 +33,6 @@ _GROUPED = ("needs batches grouped by label (batch_sampler=GROUP_BY_LABEL, which
 _REFUSED = {
     "BatchAllTripletLoss": _GROUPED, "BatchHardTripletLoss": _GROUPED, "BatchSemiHardTripletLoss": _GROUPED,
     "BatchHardSoftMarginTripletLoss": _GROUPED, "BatchHardTripletLossDistanceFunction": _GROUPED,
-    "SoftmaxLoss": "train a pair classifier with bertkit.sentence.cross_encoder (CrossEncoder(path, num_labels=3), "
-                   "CrossEntropyLoss), or the embedder on NLI triplets with MultipleNegativesRankingLoss",
     "AdaptiveLayerLoss": "use MatryoshkaLoss for embeddings that can be cut short",
     "Matryoshka2dLoss": "use MatryoshkaLoss for embeddings that can be cut short",
     "CachedGISTEmbedLoss": "use GISTEmbedLoss with a batch that fits in memory",

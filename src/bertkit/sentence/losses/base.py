@@ -96,6 +96,10 @@ class SentenceLoss(nn.Module):
     def compute_loss_from_embeddings(self, embeddings: list[Tensor], labels: Tensor | None) -> Tensor:
         raise NotImplementedError
 
+    def check_labels(self, labels: Sequence[Any], what: str) -> None:
+        """Refuse a dataset's label column (every row's label) that this loss cannot train on, naming the row: called
+        once when the trainer is made. Every label is accepted here; a loss with classes checks them."""
+
     def describe_columns(self) -> str:
         lo, hi = self.columns
         n = f"{lo}" if lo == hi else f"{lo} or more" if hi is None else f"{lo} to {hi}"
