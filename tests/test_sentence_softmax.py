@@ -125,6 +125,9 @@ def test_bad_softmax_arguments_and_labels_are_refused(models, tmp_path):
     with pytest.raises(BertkitError, match="all False, leaving the classifier no input"):
         losses.SoftmaxLoss(model, 384, 3, concatenation_sent_rep=False, concatenation_sent_difference=False)
     loss = losses.SoftmaxLoss(model, sentence_embedding_dimension=384, num_labels=3)  # the name before 6
+    # its classifier takes the whole width: a bare NotImplementedError here, a shape error inside torch there
+    with pytest.raises(BertkitError, match="MatryoshkaLoss cannot wrap SoftmaxLoss, which does not score cut"):
+        losses.MatryoshkaLoss(model, loss, [384, 64])
     assert loss.classifier.in_features == 3 * 384
     features = [model.tokenize(["a", "b"]), model.tokenize(["c", "d"])]
     with pytest.raises(BertkitError, match=r"label 3 is not a class of num_labels=3 \(0 to 2\)"):
