@@ -583,9 +583,8 @@ def _encoders(model: nn.Module, what: str) -> list[nn.Module]:
 
 
 def _clip_grad_norm(module: nn.Module, max_norm: float) -> Tensor:
-    """Clip the global gradient norm; returns the norm before clipping, on the device (read with the losses). The
-    norm is over ``module.clipped_parameters()`` where the trained module names them (a sentence loss: the model's,
-    not the loss's own), else over all its parameters."""
+    """Clip the global gradient norm of ``module.clipped_parameters()`` where it names them (a sentence loss: the
+    model's), else of all; returns the norm before clipping, on the device (read with the losses)."""
     params = getattr(module, "clipped_parameters", module.parameters)()
     return torch.nn.utils.clip_grad_norm_(params, max_norm if max_norm > 0 else math.inf)
 

@@ -46,7 +46,8 @@ class SoftmaxLoss(SentenceLoss):
         if embedding_dimension is None or not _whole(embedding_dimension) or embedding_dimension != width:
             # sentence-transformers builds the classifier for any width and fails at the first step inside the product
             raise BertkitError(f"{name}: embedding_dimension {embedding_dimension!r} is not the width of the model's "
-                               f"embeddings, {width}; pass model.get_sentence_embedding_dimension()")
+                               f"embeddings, {width}; pass {width} (model.get_sentence_embedding_dimension() without a "
+                               "truncate_dim)")
         if num_labels is None or not _whole(num_labels) or num_labels < 2:
             # one label: a softmax over one logit is 1, and the cross-entropy 0 at every step, training nothing
             raise BertkitError(f"{name}: num_labels must be a whole number >= 2 (the classes of the pairs), got "
