@@ -5,6 +5,7 @@ same model (MiniLM's first 2 layers, dropout off), the same classifier (drawn fr
 
 from __future__ import annotations
 
+import copy
 import csv
 
 import numpy as np
@@ -155,5 +156,9 @@ def test_bad_label_accuracy_input_is_refused(models, model_dir):
     with pytest.raises(BertkitError, match=r"example 1 has the label 2, not a class of the classifier \(2 labels"):
         evaluation.LabelAccuracyEvaluator(DataLoader(examples, batch_size=2), softmax_model=loss)(model)
     other = SentenceTransformer(model_dir)
+    evaluator = evaluation.LabelAccuracyEvaluator(DataLoader(examples[:1]), softmax_model=loss)
     with pytest.raises(BertkitError, match="softmax_model was built on another model than the one evaluated"):
-        evaluation.LabelAccuracyEvaluator(DataLoader(examples[:1]), softmax_model=loss)(other)
+        evaluator(other)
+    # the trainer checks metric_for_best_model on a deep copy, which copied the model inside the loss and was refused
+    copied = copy.deepcopy(evaluator)
+    assert copied.softmax_model is loss and copied(model) == evaluator(model)

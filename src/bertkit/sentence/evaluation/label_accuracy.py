@@ -3,6 +3,7 @@ computes it (same key, same number, same CSV)."""
 
 from __future__ import annotations
 
+import copy
 import numbers
 from typing import Any
 
@@ -39,6 +40,11 @@ class LabelAccuracyEvaluator(ResultsCsv):
         self.dataloader, self.name, self.softmax_model, self.write_csv = dataloader, name, softmax_model, write_csv
         self.csv_file = results_csv_name("accuracy_evaluation", name)
         self.primary_metric = "accuracy"
+
+    def __deepcopy__(self, memo: dict) -> LabelAccuracyEvaluator:
+        """A copy sharing the loader and the loss (the trainer runs a copy to check metric_for_best_model): a deep one
+        copied the model inside the loss, another model than the one evaluated."""
+        return copy.copy(self)
 
     def __call__(self, model: Any, output_path: str | None = None, epoch: int = -1, steps: int = -1) -> dict[str, float]:
         loss = self.softmax_model
