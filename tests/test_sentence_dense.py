@@ -134,3 +134,26 @@ def test_what_a_dense_layer_cannot_be_is_refused_by_name(minilm_2_layers, tmp_pa
     with pytest.raises(BertkitError, match=r"init_weight=...\) has the shape \(384, 128\); a Dense of 384 -> 128 takes "
                                            r"\(128, 384\)"):  # a RuntimeError from torch's copy before
         models.Dense(384, 128, init_weight=torch.zeros(384, 128))
+
+
+def test_add_module_appends_a_dense_as_sentence_transformers_does(minilm_2_layers, tmp_path):
+    """sentence-transformers' model_distillation example appends a PCA Dense to its teacher with add_module. Was:
+    bertkit registered the module and never ran it (the teacher kept embedding 384 dimensions)."""
+    from sentence_helpers import st_directory
+
+    path = st_directory(minilm_2_layers, tmp_path / "m", normalize=False, max_seq_length=64)
+    weight = torch.randn(128, 384, generator=torch.Generator().manual_seed(1)) * 0.05
+    vectors = []
+    for lib, model in ((models, SentenceTransformer(path)), (st_models, st.SentenceTransformer(str(path), device="cpu"))):
+        model.add_module("dense", lib.Dense(384, 128, bias=False, activation_function=torch.nn.Identity(),
+                                            init_weight=weight.clone()))
+        vectors.append(model.encode(TEXTS, convert_to_tensor=True))
+        assert model.get_sentence_embedding_dimension() == 128
+    torch.testing.assert_close(vectors[0], vectors[1], atol=1e-5, rtol=0)
+    normalized = SentenceTransformer(st_directory(minilm_2_layers, tmp_path / "n"))
+    with pytest.raises(BertkitError, match=r"add_module\('dense', ...\) on a model that normalises its embeddings"):
+        normalized.add_module("dense", models.Dense(384, 128))
+    with pytest.raises(BertkitError, match=r"add_module\('norm', ...\) on a LayerNorm is not implemented"):
+        normalized.add_module("norm", torch.nn.LayerNorm(384))
+    with pytest.raises(BertkitError, match="it takes 256 dimensions but the model embeds 384"):
+        SentenceTransformer(path).add_module("dense", models.Dense(256, 128))

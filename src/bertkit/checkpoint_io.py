@@ -540,6 +540,14 @@ class PretrainedMixin(TransformersModelCalls):
     # -- saving ---------------------------------------------------------------------------------------
     def published_state_dict(self) -> dict[str, Tensor]:
         """The weights as a checkpoint holds them: without the tied decoder's copies, contiguous, on the CPU."""
+        layers, configured = len(self._encoder().encoder.layer), self.config.num_hidden_layers
+        if layers != configured:
+            # the keys written follow the config: layers past it were dropped without a word (a student that ran 6
+            # layers saved 3), and missing ones were refused as if the model were int8
+            raise BertkitError(f"{type(self).__name__} runs {layers} encoder layers but its config says "
+                               f"num_hidden_layers={configured}, the number a checkpoint is read back with: set "
+                               f"config.num_hidden_layers = {layers} (the layers kept in encoder.layer), or keep "
+                               f"{configured} layers there")
         own = self.state_dict(keep_vars=True)  # type: ignore[attr-defined]  # views: no tied-decoder copy
         encoder_keys, head_keys = self._published_keys()
         absent = [key for key in encoder_keys + head_keys if key not in own]

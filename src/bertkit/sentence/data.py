@@ -86,8 +86,8 @@ class SentenceExamples(Sequence):
                                f"one mapping per dataset, {{{name!r}: {example}, ...}}"))
         self.dataset, self.model = dataset, model
         self._check_texts(what)
-        if loss.class_labels:  # labels compared for equality: ints, checked before anything is written
-            label_groups(self.label_column(), self.label, what)
+        if self.label is not None:
+            loss.check_labels(self.label_column(), what)
         self.prompts = [prompts if isinstance(prompts, str) else (prompts or {}).get(c) for c in self.texts]
         self.prompt_lengths = [model.prompt_length(p) for p in self.prompts]
         self.tasks = [router_mapping.get(c) for c in self.texts]

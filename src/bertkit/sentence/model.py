@@ -336,6 +336,24 @@ class SentenceTransformer(Indexed, ReferenceCalls, Prompted, nn.Module):
         return [self._transformer_module, self.pooling, *self.dense,
                 *([self._normalize_module] if self.normalize else [])]
 
+    def add_module(self, name: str, module: nn.Module | None) -> None:
+        """sentence-transformers' ``model.add_module(name, module)`` appends a module to its pipeline (its
+        model_distillation example appends a PCA Dense to the teacher): a Dense is appended after the model's Dense
+        layers, on a model without Normalize. Anything else is refused: registered under a new name, a module was kept
+        but never run (a teacher given a 384->128 Dense kept embedding 384 dimensions), and a Dense after Normalize
+        would run on normalised vectors, which bertkit's order (Dense layers, then Normalize) cannot hold."""
+        if isinstance(module, Dense) and not self.normalize:
+            if module.in_features != self._width:
+                raise BertkitError(f"add_module({name!r}, Dense): it takes {module.in_features} dimensions but the "
+                                   f"model embeds {self._width}; make its in_features {self._width}")
+            self.dense.append(module.to(self.device, self.bert.embeddings.word_embeddings.weight.dtype))
+            return
+        where = ("a model that normalises its embeddings (the Dense would run after Normalize there)"
+                 if isinstance(module, Dense) else f"a {type(module).__name__}")
+        raise BertkitError(f"add_module({name!r}, ...) on {where} is not implemented in bertkit.sentence: build the "
+                           "model with the module in place, SentenceTransformer(modules=[model[0], model[1], dense, "
+                           "...]) from bertkit.sentence.models (a Dense before an optional models.Normalize())")
+
     def set_pooling_include_prompt(self, include_prompt: bool) -> None:
         """Whether a prompt's tokens are pooled (``model[1].include_prompt``), as sentence-transformers' method."""
         self.pooling.include_prompt = include_prompt

@@ -583,8 +583,10 @@ def _encoders(model: nn.Module, what: str) -> list[nn.Module]:
 
 
 def _clip_grad_norm(module: nn.Module, max_norm: float) -> Tensor:
-    """Clip the global gradient norm; returns the norm before clipping, on the device (read with the losses)."""
-    return torch.nn.utils.clip_grad_norm_(module.parameters(), max_norm if max_norm > 0 else math.inf)
+    """Clip the global gradient norm of ``module.clipped_parameters()`` where it names them (a sentence loss: the
+    model's), else of all; returns the norm before clipping, on the device (read with the losses)."""
+    params = getattr(module, "clipped_parameters", module.parameters)()
+    return torch.nn.utils.clip_grad_norm_(params, max_norm if max_norm > 0 else math.inf)
 
 
 def _autocast(args: TrainingSettings, device: str):

@@ -5,6 +5,8 @@ sentence-transformers' other evaluators are refused by name with what to use (``
 from bertkit.errors import refusing_getattr
 from bertkit.sentence.evaluation.binary_classification import BinaryClassificationEvaluator
 from bertkit.sentence.evaluation.information_retrieval import InformationRetrievalEvaluator
+from bertkit.sentence.evaluation.label_accuracy import LabelAccuracyEvaluator
+from bertkit.sentence.evaluation.mse import MSEEvaluator, MSEEvaluatorFromDataFrame, TranslationEvaluator
 from bertkit.sentence.evaluation.paraphrase_mining import ParaphraseMiningEvaluator
 from bertkit.sentence.evaluation.reranking import RerankingEvaluator
 from bertkit.sentence.evaluation.sequential import SequentialEvaluator
@@ -13,23 +15,12 @@ from bertkit.sentence.evaluation.triplet import TripletEvaluator
 from bertkit.sentence.util import SimilarityFunction
 
 __all__ = ["InformationRetrievalEvaluator", "EmbeddingSimilarityEvaluator", "TripletEvaluator", "RerankingEvaluator",
-           "SequentialEvaluator", "BinaryClassificationEvaluator", "ParaphraseMiningEvaluator", "SimilarityFunction"]
+           "SequentialEvaluator", "BinaryClassificationEvaluator", "ParaphraseMiningEvaluator", "SimilarityFunction",
+           "LabelAccuracyEvaluator", "MSEEvaluator", "MSEEvaluatorFromDataFrame", "TranslationEvaluator"]
 
-_MSE = ("it compares a student's embeddings with a teacher model's of the same width: compute "
-        "torch.nn.functional.mse_loss(model.encode(target_sentences, convert_to_tensor=True), "
-        "teacher.encode(source_sentences, convert_to_tensor=True))")
 _REFUSED = {
     "NanoBEIREvaluator": "bertkit reads local files only: load the NanoBEIR datasets and run an "
                          "InformationRetrievalEvaluator on each (SequentialEvaluator runs several)",
-    "MSEEvaluator": _MSE,
-    "MSEEvaluatorFromDataFrame": _MSE,
-    "TranslationEvaluator": "use InformationRetrievalEvaluator with the source sentences as queries, the target "
-                            "sentences as the corpus, each source's translation as its relevant document and "
-                            "score_functions={'cosine': bertkit.sentence.util.cos_sim}: accuracy@1 is the "
-                            "source-to-target accuracy (swap them for target-to-source)",
-    "LabelAccuracyEvaluator": "it scores SoftmaxLoss's classifier, which bertkit does not implement: train and "
-                              "evaluate a pair classifier with bertkit.sentence.cross_encoder "
-                              "(CrossEncoderClassificationEvaluator)",
     "SentenceEvaluator": "subclass nothing: an evaluator is any callable evaluator(model, output_path=None, "
                          "epoch=-1, steps=-1) returning a dict of metrics, with a primary_metric attribute",
     "BaseEvaluator": "subclass nothing: an evaluator is any callable evaluator(model, output_path=None, "

@@ -61,7 +61,8 @@ class EmbeddingEvaluator:
     def embed(self, model: Any, texts: list[str], kind: str | None = None, **prompt: Any) -> torch.Tensor:
         """``texts``' (N, D) embeddings, encoded as queries (``kind`` "query"), documents ("document") or plain texts
         (None): the model's prompt for that kind, unless ``prompt`` gives ``prompt`` or ``prompt_name``."""
-        encode = {"query": model.encode_query, "document": model.encode_document, None: model.encode}[kind]
+        # only the method used is looked up: a distillation teacher need have nothing but encode
+        encode = getattr(model, {"query": "encode_query", "document": "encode_document", None: "encode"}[kind])
         embeddings = encode(texts, batch_size=self.batch_size, show_progress_bar=self.show_progress_bar,
                             **self.encode_options(), **prompt)
         refuse_nonfinite(embeddings, texts, type(self).__name__, f"{kind} embedding" if kind else "embedding")

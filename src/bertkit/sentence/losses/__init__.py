@@ -27,18 +27,17 @@ from bertkit.sentence.losses.pairs import (
     TripletDistanceMetric,
     TripletLoss,
 )
+from bertkit.sentence.losses.softmax import SoftmaxLoss
 
 __all__ = ["SentenceLoss", "MultipleNegativesRankingLoss", "MultipleNegativesSymmetricRankingLoss",
            "CachedMultipleNegativesRankingLoss", "MatryoshkaLoss", "CoSENTLoss", "AnglELoss", "CosineSimilarityLoss",
            "ContrastiveLoss", "OnlineContrastiveLoss", "SiameseDistanceMetric", "TripletLoss", "TripletDistanceMetric",
            "GISTEmbedLoss", "MarginMSELoss", "DistillKLDivLoss", "EmbedDistillLoss", "MSELoss", "BatchAllTripletLoss",
            "BatchHardTripletLoss", "BatchSemiHardTripletLoss", "BatchHardSoftMarginTripletLoss",
-           "BatchHardTripletLossDistanceFunction"]
+           "BatchHardTripletLossDistanceFunction", "SoftmaxLoss"]
 
 # sentence-transformers' losses bertkit does not implement, with what to use
 _REFUSED = {
-    "SoftmaxLoss": "train a pair classifier with bertkit.sentence.cross_encoder (CrossEncoder(path, num_labels=3), "
-                   "CrossEntropyLoss), or the embedder on NLI triplets with MultipleNegativesRankingLoss",
     "AdaptiveLayerLoss": "use MatryoshkaLoss for embeddings that can be cut short",
     "Matryoshka2dLoss": "use MatryoshkaLoss for embeddings that can be cut short",
     "CachedGISTEmbedLoss": "use GISTEmbedLoss with a batch that fits in memory",

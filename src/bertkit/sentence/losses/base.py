@@ -61,7 +61,6 @@ class SentenceLoss(nn.Module):
 
     columns: ClassVar[tuple[int, int | None]] = (2, 2)
     needs_label: ClassVar[bool] = False
-    class_labels: ClassVar[bool] = False
     in_batch_negatives: ClassVar[bool] = False
     gather_across_devices: bool = False
 
@@ -97,6 +96,10 @@ class SentenceLoss(nn.Module):
 
     def compute_loss_from_embeddings(self, embeddings: list[Tensor], labels: Tensor | None) -> Tensor:
         raise NotImplementedError
+
+    def check_labels(self, labels: Sequence[Any], what: str) -> None:
+        """Refuse a dataset's label column (every row's label) that this loss cannot train on, naming the row: called
+        once when the trainer is made. Every label is accepted here; a loss with classes checks them."""
 
     def describe_columns(self) -> str:
         lo, hi = self.columns

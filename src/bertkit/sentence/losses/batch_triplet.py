@@ -13,13 +13,15 @@ from __future__ import annotations
 
 import math
 import numbers
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
+from typing import Any
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
 from bertkit.errors import BertkitError
+from bertkit.sentence.data import label_groups
 from bertkit.sentence.losses.base import SentenceLoss, check_labels
 from bertkit.sentence.util import cos_sim
 
@@ -71,12 +73,14 @@ class _BatchTripletLoss(SentenceLoss):
 
     columns = (1, 1)
     needs_label = True
-    class_labels = True
     in_batch_negatives = True  # a row's positives and negatives are the batch's other rows
 
     def __init__(self, model: nn.Module, distance_metric: Callable[[Tensor], Tensor]):
         super().__init__(model)
         self.distance_metric = _check_distance(type(self).__name__, distance_metric)
+
+    def check_labels(self, labels: Sequence[Any], what: str) -> None:
+        label_groups(labels, "label", what)  # labels compared for equality: class ids (ints)
 
     def distances(self, embeddings: list[Tensor], labels: Tensor | None) -> tuple[Tensor, Tensor, Tensor]:
         """(distances (B, B), labels (B,), same label (B, B) bool, the diagonal included)."""

@@ -28,6 +28,10 @@ class MatryoshkaLoss(SentenceLoss):
         super().__init__(model)
         if not isinstance(loss, SentenceLoss):
             raise BertkitError(f"MatryoshkaLoss wraps a bertkit.sentence loss, got {type(loss).__name__}")
+        if type(loss).compute_loss_from_embeddings is SentenceLoss.compute_loss_from_embeddings:
+            # SoftmaxLoss: its classifier takes the full width (sentence-transformers fails inside the product)
+            raise BertkitError(f"MatryoshkaLoss cannot wrap {type(loss).__name__}, which does not score cut "
+                               "embeddings; train with it alone")
         full = model.get_sentence_embedding_dimension()
         dims = list(matryoshka_dims)
         if not dims or any(not is_whole(d, 1, full) for d in dims):
@@ -48,7 +52,9 @@ class MatryoshkaLoss(SentenceLoss):
         self.matryoshka_weights = tuple(w for _, w in pairs)
         self.n_dims_per_step = n_dims_per_step
         self.columns, self.needs_label, self.in_batch_negatives = loss.columns, loss.needs_label, loss.in_batch_negatives
-        self.class_labels = loss.class_labels
+
+    def check_labels(self, labels: Sequence[Any], what: str) -> None:
+        self.loss.check_labels(labels, what)
 
     def _dims(self) -> list[int]:
         """The indices of this step's widths: all, or ``n_dims_per_step`` drawn from Python's ``random``. In training
