@@ -224,8 +224,8 @@ def test_bad_arguments_are_named(model):
 
 def test_importing_a_loss_bertkit_does_not_implement_names_what_to_use():
     """A ported script's `from ... import` shows the advice (an AttributeError would become "cannot import name")."""
-    with pytest.raises(BertkitError, match="BatchAllTripletLoss is not implemented in bertkit: needs batches grouped"):
-        from bertkit.sentence.losses import BatchAllTripletLoss  # noqa: F401
+    with pytest.raises(BertkitError, match="MegaBatchMarginLoss is not implemented in bertkit: use MultipleNegatives"):
+        from bertkit.sentence.losses import MegaBatchMarginLoss  # noqa: F401
     for name in set(st_losses.__all__) - set(losses.__all__):  # each of sentence-transformers' names, helpers too
         with pytest.raises(BertkitError, match=f"losses.{name} is not implemented in bertkit: "):
             getattr(losses, name)
