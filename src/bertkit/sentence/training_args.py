@@ -128,6 +128,10 @@ class SentenceTransformerTrainingArguments(TrainingArguments):
         if sampler == BatchSamplers.GROUP_BY_LABEL.value:
             raise BertkitError("batch_sampler 'group_by_label' is not implemented (it serves the batch triplet "
                                "losses, which bertkit.sentence does not have); use 'batch_sampler' or 'no_duplicates'")
+        if kwargs.get("dataloader_drop_last") and sampler != BatchSamplers.BATCH_SAMPLER.value:
+            raise BertkitError(f"dataloader_drop_last=True with batch_sampler {sampler!r} is not implemented "
+                               "(sentence-transformers' no-duplicates sampler then resamples rows to fill its count "
+                               "of batches): set dataloader_drop_last=False, or batch_sampler 'batch_sampler'")
         if sampler == BatchSamplers.NO_DUPLICATES_HASHED.value:
             sampler = BatchSamplers.NO_DUPLICATES.value
         if isinstance(prompts, str):  # a dict's JSON text (a command line's) is the dict, as sentence-transformers reads it
