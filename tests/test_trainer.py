@@ -89,6 +89,26 @@ def test_the_guide_gives_transformers_numbers_step_by_step(checkpoint, tmp_path)
     assert bk_pred.metrics["test_accuracy"] == hf_pred.metrics["test_accuracy"]
 
 
+def test_dataloader_drop_last_gives_transformers_steps_and_evaluation(checkpoint, tmp_path):
+    """dataloader_drop_last=True: 37 rows in batches of 4 are 9 steps an epoch (the short last batch left out, 18
+    steps in all, the schedule over 18), and the evaluation and predict() take the 8 rows of the 13 that make whole
+    batches of 8, as transformers' data loaders do. bertkit refused the argument."""
+    hf, hf_result, hf_eval, hf_pred = _guide(transformers, checkpoint, tmp_path / "hf", dataloader_drop_last=True)
+    bk, bk_result, bk_eval, bk_pred = _guide(bertkit, checkpoint, tmp_path / "bk", dataloader_drop_last=True)
+    ours, theirs = _losses(bk.state.log_history), _losses(hf.state.log_history)
+    assert [s for s, _, _ in ours] == list(range(1, 19)) == [s for s, _, _ in theirs]
+    np.testing.assert_allclose([x[1] for x in ours], [x[1] for x in theirs], rtol=1e-5, atol=1e-6)
+    assert [x[2] for x in ours] == [x[2] for x in theirs]
+    assert bk_result.global_step == hf_result.global_step == 18 and bk.state.max_steps == hf.state.max_steps
+    assert [h["epoch"] for h in bk.state.log_history if "loss" in h][8] == pytest.approx(1.0)
+    assert bk_eval["eval_loss"] == pytest.approx(hf_eval["eval_loss"], rel=1e-5)
+    assert bk_pred.predictions.shape == hf_pred.predictions.shape == (8, 2)
+    np.testing.assert_allclose(bk_pred.predictions, hf_pred.predictions, atol=1e-5)
+    with pytest.raises(BertkitError, match="leaves none of train_dataset's 37 rows: they make no whole batch of 40"):
+        _guide(bertkit, checkpoint, tmp_path / "none", dataloader_drop_last=True, per_device_train_batch_size=40)
+    assert not (tmp_path / "none").exists()
+
+
 def test_dropout_draws_transformers_masks_for_the_same_seed(checkpoint, tmp_path):
     """Dropout on (0.1), the padded layout (bertkit otherwise draws over real tokens only, by design): the same masks
     as transformers' run at every step, across an epoch's start and an evaluation. transformers' data loader draws

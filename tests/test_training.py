@@ -12,7 +12,7 @@ import torch
 from bertkit import BertConfig, BertForSequenceClassification
 from bertkit.data.collate import collate
 from bertkit.errors import BertkitError
-from bertkit.settings import TrainingSettings
+from bertkit.settings import LR_SCHEDULES, TrainingSettings
 from bertkit.settings.training import micro_batch_size
 from bertkit.training.batch_plan import BatchPlan
 from bertkit.training.loop import Phase, TrainResult, train
@@ -54,16 +54,18 @@ def test_schedule_warmup_then_linear_decay():
         linear_warmup_decay(opt, -1, 10)
 
 
-@pytest.mark.parametrize("shape", ["linear", "cosine", "constant_with_warmup"])
-@pytest.mark.parametrize("warmup", [3, 25])
+@pytest.mark.parametrize("shape", LR_SCHEDULES)
+@pytest.mark.parametrize("warmup", [0, 3, 25])
 def test_schedule_shapes_match_transformers(shape, warmup):
-    """Each --lr-scheduler-type gives transformers' factor at every step (its get_scheduler, same names), a warm-up
-    longer than the run included (it rises the whole run at 1/warmup a step)."""
+    """Each --lr-scheduler-type gives transformers' factor at every step (its get_scheduler, same names, at its
+    defaults: polynomial's lr_end 1e-7 a rate, inverse_sqrt's timescale the warm-up or 10,000, constant's warm-up
+    ignored), a warm-up longer than the run included (it rises the whole run at 1/warmup a step). constant,
+    polynomial, cosine_with_restarts and inverse_sqrt were refused by name."""
     transformers = pytest.importorskip("transformers")
     rates = {}
     for impl in ("bertkit", "transformers"):
         p = torch.nn.Parameter(torch.zeros(1))
-        opt = torch.optim.SGD([p], lr=1.0)
+        opt = torch.optim.SGD([p], lr=5e-5)  # polynomial's end (1e-7) is a rate: the factor depends on the peak
         sched = (linear_warmup_decay(opt, warmup, 17, shape) if impl == "bertkit" else
                  transformers.get_scheduler(shape, opt, num_warmup_steps=warmup, num_training_steps=17))
         rates[impl] = []
@@ -73,11 +75,29 @@ def test_schedule_shapes_match_transformers(shape, warmup):
             sched.step()
     assert rates["bertkit"] == rates["transformers"]  # to the last bit
     if shape == "cosine" and warmup == 3:
-        assert rates["bertkit"][3] == 1.0 and rates["bertkit"][10] == pytest.approx(0.5)
-    if warmup == 25:
-        assert rates["bertkit"][16] == pytest.approx(16 / 25)
-    with pytest.raises(ValueError, match="choose one of linear, cosine, constant_with_warmup"):
+        assert rates["bertkit"][3] == 5e-5 and rates["bertkit"][10] == pytest.approx(2.5e-5)
+    if warmup == 25 and shape != "constant":
+        assert rates["bertkit"][16] == pytest.approx(5e-5 * 16 / 25)
+    if shape == "polynomial" and warmup < 17:
+        assert rates["bertkit"][17] == pytest.approx(1e-7) and rates["bertkit"][0] == (5e-5 if warmup == 0 else 0.0)
+    if shape == "constant":
+        assert set(rates["bertkit"]) == {5e-5}
+    with pytest.raises(ValueError, match="choose one of linear, cosine, cosine_with_restarts, polynomial, constant"):
         linear_warmup_decay(opt, 3, 17, "step")
+
+
+def test_polynomial_schedule_needs_a_rate_above_its_end():
+    """transformers' polynomial decays to the rate 1e-7: a learning rate at or below it is refused, naming both."""
+    opt = torch.optim.SGD([torch.nn.Parameter(torch.zeros(1))], lr=1e-7)
+    with pytest.raises(ValueError, match=r"decays to 1e-07 .* learning_rate above it, got 1e-07"):
+        linear_warmup_decay(opt, 0, 10, "polynomial")
+    # the warm-up as long as the run: transformers divides by zero after the last step; bertkit ends at 1e-7
+    opt = torch.optim.SGD([torch.nn.Parameter(torch.zeros(1))], lr=1e-3)
+    sched = linear_warmup_decay(opt, 4, 4, "polynomial")
+    for _ in range(4):
+        opt.step()
+        sched.step()
+    assert sched.get_last_lr()[0] == pytest.approx(1e-7)
 
 
 @pytest.mark.parametrize("shape", ["linear", "cosine"])

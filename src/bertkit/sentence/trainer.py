@@ -410,6 +410,11 @@ class SentenceTransformerTrainer(Trainer):
         """The label-grouped sampler's count (``group_by_label_count``); several datasets: each one's batches
         (ceil(rows / global batch), or that count) (PROPORTIONAL), or the fewest of them for each dataset
         (ROUND_ROBIN), as sentence-transformers' samplers count them."""
+        if self.args.dataloader_drop_last and isinstance(self.train_dataset, MultiDatasetExamples):
+            raise BertkitError("dataloader_drop_last=True with a dict of training datasets is not implemented (each "
+                               "dataset's sampler drops its own short batch there): set dataloader_drop_last=False")
+        if self.args.dataloader_drop_last and self.eval_dataset is not None:
+            self._eval_batches([])  # refused before anything is written
         size = self.args.per_device_train_batch_size * current().world_size
         grouped = self.args.batch_sampler is BatchSamplers.GROUP_BY_LABEL
         if not isinstance(self.train_dataset, MultiDatasetExamples):
@@ -427,6 +432,9 @@ class SentenceTransformerTrainer(Trainer):
         generator seeded with ``seed`` at each evaluation (an in-batch-negatives loss depends on them); under
         torchrun every world_size-th batch, as accelerate deals them out."""
         size, seed, info = self.args.per_device_eval_batch_size, self.args.seed, current()
+        if self.args.dataloader_drop_last:  # sentence-transformers' eval_loss there is not the kept batches' mean
+            raise BertkitError("dataloader_drop_last=True in an evaluation of sentence-transformers' trainers is not "
+                               "implemented: train with it and no eval_dataset, or set dataloader_drop_last=False")
         if self.args.batch_sampler is BatchSamplers.NO_DUPLICATES:
             batches = no_duplicates_batches(dataset, size, seed)
         elif self.args.batch_sampler is BatchSamplers.GROUP_BY_LABEL:  # rows it leaves out are not evaluated

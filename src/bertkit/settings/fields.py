@@ -49,7 +49,9 @@ def path_fields(cls: type) -> dict[str, str]:
     return out
 
 
-LR_SCHEDULES = ("linear", "cosine", "constant_with_warmup")  # transformers' lr_scheduler_type names
+# transformers' lr_scheduler_type names, those that need no lr_scheduler_kwargs (reduce_lr_on_plateau: evaluations)
+LR_SCHEDULES = ("linear", "cosine", "cosine_with_restarts", "polynomial", "constant", "constant_with_warmup",
+                "inverse_sqrt")
 PAPER_GRID = (2e-5, 3e-5, 4e-5, 5e-5)  # the paper's fine-tuning grid (appendix A.3), for BERT-BASE and up
 SMALL_MODEL_LR = 1e-4  # the rate Google's BERT miniatures most often selected (Turc et al. 2019)
 

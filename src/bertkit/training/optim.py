@@ -21,6 +21,7 @@ from bertkit.settings import LR_SCHEDULES, TrainingSettings
 WEIGHT_DECAY = 0.01
 ADAM_BETAS = (0.9, 0.999)
 ADAM_EPSILON = 1e-6
+POLYNOMIAL_LR_END = 1e-7  # transformers' get_polynomial_decay_schedule_with_warmup default
 
 
 # transformers' Trainer.get_decay_parameter_names: no weight decay for a LayerNorm's parameters or a name like these
@@ -84,20 +85,39 @@ def build_optimizer(model: nn.Module, lr: float, weight_decay: float = WEIGHT_DE
 def linear_warmup_decay(optimizer: Optimizer, warmup_steps: int, total_steps: int,
                         shape: str = "linear") -> LambdaLR:
     """lr rises linearly from 0 over ``warmup_steps``, then follows ``shape`` to ``total_steps`` (transformers'
-    names): linear to 0 (the paper's), cosine (half a period to 0) or constant_with_warmup. Warm-up longer than the
-    run rises for the whole run at the same slope and ends below the peak, as transformers' schedules do."""
+    names and defaults, each factor its expression, equal to the last bit): linear to 0 (the paper's), cosine (half a
+    period to 0; cosine_with_restarts, at transformers' one cycle, is the same), polynomial (linear to transformers'
+    lr_end 1e-7, an absolute rate), inverse_sqrt (1/sqrt of the steps since warm-up over the timescale: the
+    warm-up, or 10,000 without one), constant_with_warmup (stays at the peak) or constant (the peak from the first
+    step: no warm-up, as transformers' get_constant_schedule ignores it). Warm-up longer than the run rises for the
+    whole run at the same slope and ends below the peak, as transformers' schedules do."""
     if total_steps <= 0 or warmup_steps < 0:
         raise BertkitError(f"need warmup_steps >= 0 ({warmup_steps}) and total_steps > 0 ({total_steps})")
     if shape not in LR_SCHEDULES:
         raise BertkitError(f"unknown learning-rate schedule {shape!r}; choose one of {', '.join(LR_SCHEDULES)}")
+    peak = optimizer.defaults["lr"]  # polynomial's end is a rate, not a factor: transformers divides it by this
+    if shape == "polynomial" and not peak > POLYNOMIAL_LR_END:
+        raise BertkitError(f"lr_scheduler_type 'polynomial' decays to {POLYNOMIAL_LR_END} (transformers' lr_end), "
+                           f"which needs a learning_rate above it, got {peak}; raise learning_rate or choose "
+                           "'linear' (decays to 0)")
+    timescale = warmup_steps or 10_000  # inverse_sqrt's, transformers' default
 
     def factor(step: int) -> float:
+        if shape == "constant":
+            return 1.0
         if step < warmup_steps:
             return step / warmup_steps  # as google-research/bert and transformers: the first update has lr 0
         if shape == "constant_with_warmup":
             return 1.0
-        if shape == "cosine":
+        if shape == "inverse_sqrt":
+            return 1.0 / math.sqrt((step + timescale - warmup_steps) / timescale)
+        if shape in ("cosine", "cosine_with_restarts"):
             return 0.5 * (1.0 + math.cos(math.pi * min(1.0, (step - warmup_steps) / max(1, total_steps - warmup_steps))))
+        if shape == "polynomial":
+            if step > total_steps or step == warmup_steps == total_steps:  # (transformers divides by 0 there)
+                return POLYNOMIAL_LR_END / peak
+            remaining = 1 - (step - warmup_steps) / (total_steps - warmup_steps)
+            return ((peak - POLYNOMIAL_LR_END) * remaining ** 1.0 + POLYNOMIAL_LR_END) / peak
         # transformers' expression, equal to the last bit (1 - (step - warmup) / (total - warmup) is one bit off at a
         # third of the steps, in the rate the run logs)
         return max(0.0, (total_steps - step) / max(1, total_steps - warmup_steps))

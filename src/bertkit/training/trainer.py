@@ -219,7 +219,9 @@ class Trainer(TrainerLoss):
 
     def _batches_per_epoch(self, examples: Sequence) -> int | None:
         """How many of ``_batches``' batches an epoch trains on; None: ceil(rows / global batch)."""
-        return None
+        size = self.args.per_device_train_batch_size * current().world_size
+        return trainer_data.whole_batches(len(examples), size, "train_dataset", "per_device_train_batch_size") \
+            if self.args.dataloader_drop_last else None
 
     def _order(self, examples: Sequence) -> Callable[[int], Sequence[int]]:
         seed = self.args.data_seed if self.args.data_seed is not None else self.args.seed
@@ -314,6 +316,7 @@ class Trainer(TrainerLoss):
             "per_device_train_batch_size": args.per_device_train_batch_size,
             "world_size": world_size, "max_steps": total, "train_sampling_strategy": args.train_sampling_strategy,
             "data_seed": args.data_seed, "label_names": self.label_names,
+            **({"drop_last": True} if args.dataloader_drop_last else {}),  # (absent: a checkpoint from before it)
             "data_collator": {type(self.data_collator).__qualname__: collator},
             "model": config.to_dict() if hasattr(config, "to_dict") else None}}
 
@@ -547,8 +550,9 @@ class Trainer(TrainerLoss):
 
     def _eval_batches(self, dataset: Sequence) -> list[list[int]]:
         """This process's evaluation batches of ``dataset``: under torchrun every world_size-th row, in order."""
-        info = current()
-        return in_order(range(info.rank, len(dataset), info.world_size), self.args.per_device_eval_batch_size)
+        info, size = current(), self.args.per_device_eval_batch_size
+        rows = trainer_data.evaluated_rows(len(dataset), size, info.world_size, self.args.dataloader_drop_last)
+        return in_order(range(info.rank, rows, info.world_size), size)
 
     def _predictions(self, examples: Sequence, module: nn.Module | None = None, events: bool = True,
                      batches: list[list[int]] | None = None) -> tuple[Any, Any, float | None]:

@@ -37,7 +37,7 @@ _NOT_IMPLEMENTED: tuple[tuple[Any, tuple[str, ...]], ...] = (
              "logging_first_step", "prediction_loss_only", "eval_on_start", "eval_use_gather_object",
              "batch_eval_metrics", "save_only_model", "save_on_each_node", "enable_jit_checkpoint", "push_to_hub",
              "hub_always_push", "ignore_data_skip", "restore_callback_states_from_checkpoint", "full_determinism",
-             "dataloader_drop_last", "dataloader_persistent_workers")),
+             "dataloader_persistent_workers")),
     (0, ("eval_delay",)),
     (-1, ("local_rank",)),
     ("", ("debug",)),
@@ -96,6 +96,9 @@ class TrainingArguments(TrainingSettings):
     label_smoothing_factor: float = flag(0.0, check=between(0.0, 1.0))
     """transformers' LabelSmoother on a classifier's or tagger's logits (the range torch's label_smoothing takes)."""
     use_cpu: bool = False
+    dataloader_drop_last: bool = False
+    """Leave out the short last batch of each epoch (the global batch's, under torchrun) and of each evaluation and
+    predict(), as transformers' data loaders do: an epoch makes rows // batch batches."""
     disable_tqdm: bool | None = None
     train_sampling_strategy: Literal["random", "sequential", "group_by_length"] = "random"
     """random: transformers' order (a RandomSampler seeded from data_seed or seed); sequential: the dataset's

@@ -226,6 +226,26 @@ def _hashable(value: Any) -> Any:
     return value.item() if isinstance(value, np.generic) else value
 
 
+def whole_batches(rows: int, size: int, what: str, setting: str) -> int:
+    """The whole batches of ``size`` in ``rows``: what an epoch (an evaluation) takes with dataloader_drop_last, as
+    transformers' DataLoader drops the short last one. None at all is refused (transformers finds no batch to run)."""
+    if rows < size:
+        raise BertkitError(f"dataloader_drop_last=True leaves none of {what}'s {rows} rows: they make no whole batch "
+                           f"of {size}; lower {setting} below {rows + 1} or set dataloader_drop_last=False")
+    return rows // size
+
+
+def evaluated_rows(rows: int, size: int, world_size: int, drop_last: bool) -> int:
+    """The first rows an evaluation (or predict()) runs on: all, or with dataloader_drop_last those of the whole
+    batches of ``size``, as transformers' evaluation loader keeps them."""
+    if not drop_last:
+        return rows
+    if world_size > 1:  # accelerate deals the whole batches out to the processes in rounds, which bertkit does not
+        raise BertkitError(f"dataloader_drop_last=True in an evaluation or predict() under torchrun ({world_size} "
+                           "processes) is not implemented: set dataloader_drop_last=False (every row evaluated)")
+    return whole_batches(rows, size, "the evaluation data", "per_device_eval_batch_size") * size
+
+
 def train_order(examples: Sequence, strategy: str, seed: int, group: int) -> Callable[[int], Sequence[int]]:
     """Each epoch's order of the rows (``train_sampling_strategy``): "sequential"; "random", transformers' Trainer's (a
     RandomSampler that accelerate's SeedableRandomSampler reseeds with seed + epoch before each epoch: data_seed, or
