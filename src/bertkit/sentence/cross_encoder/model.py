@@ -51,7 +51,7 @@ from bertkit.sentence.model import (
     refuse_arguments,
     refuse_data_frame,
 )
-from bertkit.sentence.models import Indexed, model_kwargs_options, refuse_adapter
+from bertkit.sentence.models import Encoder, Indexed, model_kwargs_options, refuse_adapter
 from bertkit.staging import staged
 from bertkit.tokenization import AutoTokenizer
 from bertkit.tokenization.batch import truncation_lengths
@@ -140,7 +140,7 @@ class CrossEncoder(Indexed, ReferenceCalls, nn.Module):
     the tokens a pair keeps (default: the tokenizer's model_max_length, capped at the position embeddings).
     ``model[0]`` is its Transformer, as sentence-transformers 6's: ``model[0].auto_model`` is ``model.model``."""
 
-    _encoder = "model"  # the attribute model[0].auto_model is
+    model = Encoder()  # model[0].auto_model: module "0"'s model, so its parameters are named 0.model.… as there
     _fixed_modules = ("one Transformer (model[0]: the encoder with its classifier, which scores a pair); load another "
                       "with CrossEncoder(path), and embed texts with a SentenceTransformer(modules=[...]) from "
                       "bertkit.sentence.models")
