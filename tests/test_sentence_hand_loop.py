@@ -192,3 +192,23 @@ def test_model_0_takes_an_encoder_only(minilm_2_layers):
     assert model.bert is other and model.get_parameter("0.model.embeddings.word_embeddings.weight") is \
         other.embeddings.word_embeddings.weight
     assert "auto_model" not in dict(model[0].named_children())
+
+
+def test_features_built_by_hand_without_a_mask_are_refused(minilm_2_layers, cross_encoder_dir):
+    """``model({"input_ids": ids})``: sentence-transformers pools the padding as text (a coordinate of the shorter
+    text's vector moved by 0.13 on MiniLM); bertkit raised a bare KeyError. Refused naming the missing tensor and the call that makes it."""
+    import bertkit.sentence
+
+    model = _embedder(bertkit.sentence, minilm_2_layers)
+    features = model.tokenize(QUERIES[:2])
+    with pytest.raises(BertkitError, match=r"model\(features\) needs \['attention_mask'\] \(the features hold "
+                                           r"\['input_ids'\]\): build them with model.tokenize\(texts\)"):
+        model({"input_ids": features["input_ids"]})
+    whole = model(features)["sentence_embedding"]
+    torch.testing.assert_close(whole, model.encode(QUERIES[:2], convert_to_tensor=True), atol=2e-6, rtol=0)
+    cross = bertkit.sentence.CrossEncoder(cross_encoder_dir)
+    pairs = cross.tokenizer(QUERIES[:2], DOCUMENTS[:2], padding=True, truncation=True, return_tensors="pt")
+    with pytest.raises(BertkitError, match=r"needs \['token_type_ids'\] .*model.tokenizer\(queries, documents"):
+        cross({"input_ids": pairs["input_ids"], "attention_mask": pairs["attention_mask"]})
+    scores = cross.predict(list(zip(QUERIES[:2], DOCUMENTS[:2])), convert_to_tensor=True)  # sigmoid of the logits
+    torch.testing.assert_close(torch.sigmoid(cross(dict(pairs))["scores"].squeeze(-1)), scores, atol=1e-6, rtol=0)

@@ -181,6 +181,18 @@ def texts_of(inputs: Any) -> tuple[list[str], bool]:
     return [_text(x, "input" if single else f"input {i}") for i, x in enumerate(items)], single
 
 
+def check_features(features: Any, needed: tuple[str, ...], tokenize: str = "model.tokenize(texts)") -> None:
+    """Refuse ``model(features)`` without one of the ``needed`` tensors, naming it and the call that makes them: a
+    batch built by hand without ``attention_mask`` is pooled over its padding by sentence-transformers (transformers
+    takes every position as a token), and was a bare KeyError here."""
+    if not isinstance(features, Mapping):
+        raise BertkitError(f"model(features) takes the dict {tokenize} returns, got {type(features).__name__}")
+    missing = [k for k in needed if k not in features]
+    if missing:
+        raise BertkitError(f"model(features) needs {missing} (the features hold {sorted(features)}): build them with "
+                           f"{tokenize}, which gives {list(needed)}; without a mask the padding would count as text")
+
+
 def refuse_data_frame(inputs: Any, what: str, call: str) -> None:  # call: "encode(df[{}])", the column's place
     """A pandas DataFrame is refused naming its columns: iterated, it gives its column names, not its rows, so
     ``encode(df)`` embedded the word "text" once for a frame of many texts (sentence-transformers refuses it by type).
@@ -451,6 +463,7 @@ class SentenceTransformer(Indexed, ReferenceCalls, Prompted, nn.Module):
         encoder's last layer, and ``sentence_embedding`` (B, D) added, both in the type the encoder computed (pooled
         and normalised in float32, as ``encode``). Padding positions of ``token_embeddings`` hold zeros where the
         encoder ran unpadded (sentence-transformers': the states computed there, which no pooling reads)."""
+        check_features(features, ("input_ids", "attention_mask"))
         out = self.bert(features["input_ids"], features["attention_mask"], features.get("token_type_ids"))
         # a half model's float32 embedding met its other float16 tensors in a product: torch refuses mixed types
         emb = self._pool(out, features["attention_mask"], int(features.get("prompt_length", 0))).to(out.tokens.dtype)

@@ -47,6 +47,7 @@ from bertkit.sentence.model import (
     PROCESSING_KWARGS,
     ReferenceCalls,
     as_requested,
+    check_features,
     model_path,
     refuse_arguments,
     refuse_data_frame,
@@ -278,6 +279,8 @@ class CrossEncoder(Indexed, ReferenceCalls, nn.Module):
 
     def forward(self, features: dict[str, Tensor]) -> dict[str, Tensor]:
         """sentence-transformers' ``model(features)``: the features with ``scores`` (N, num_labels) added."""
+        check_features(features, ("input_ids", "attention_mask", "token_type_ids"), "model.tokenizer(queries, documents, "
+                       "padding=True, truncation=True, return_tensors='pt')")
         return {**features, "scores": self.scores(features)}
 
     # -- predict and rank -------------------------------------------------------------------------------------------
