@@ -207,8 +207,11 @@ def test_features_built_by_hand_without_a_mask_are_refused(minilm_2_layers, cros
     whole = model(features)["sentence_embedding"]
     torch.testing.assert_close(whole, model.encode(QUERIES[:2], convert_to_tensor=True), atol=2e-6, rtol=0)
     cross = bertkit.sentence.CrossEncoder(cross_encoder_dir)
-    pairs = cross.tokenizer(QUERIES[:2], DOCUMENTS[:2], padding=True, truncation=True, return_tensors="pt")
-    with pytest.raises(BertkitError, match=r"needs \['token_type_ids'\] .*model.tokenizer\(queries, documents"):
-        cross({"input_ids": pairs["input_ids"], "attention_mask": pairs["attention_mask"]})
-    scores = cross.predict(list(zip(QUERIES[:2], DOCUMENTS[:2])), convert_to_tensor=True)  # sigmoid of the logits
-    torch.testing.assert_close(torch.sigmoid(cross(dict(pairs))["scores"].squeeze(-1)), scores, atol=1e-6, rtol=0)
+    pairs = list(zip(QUERIES[:2], DOCUMENTS[:2]))
+    features = cross.tokenize(pairs)  # sentence-transformers' name before 6 (bertkit had preprocess alone)
+    with pytest.raises(BertkitError, match=r"needs \['token_type_ids'\] .*build them with model.preprocess\(pairs\)"):
+        cross({"input_ids": features["input_ids"], "attention_mask": features["attention_mask"]})
+    scores = cross.predict(pairs, convert_to_tensor=True)  # the sigmoid of the logits
+    torch.testing.assert_close(torch.sigmoid(cross(features)["scores"].squeeze(-1)), scores, atol=1e-6, rtol=0)
+    want = st.CrossEncoder(str(cross_encoder_dir), device="cpu")
+    torch.testing.assert_close(cross(features)["scores"], want(want.tokenize(pairs))["scores"], atol=1e-6, rtol=0)

@@ -273,14 +273,15 @@ class CrossEncoder(Indexed, ReferenceCalls, nn.Module):
         """sentence-transformers' ``model.preprocess(pairs)``: the tokenized batch of (a, b) pairs."""
         return self.pair_batch([p[0] for p in pairs], [p[1] for p in pairs])
 
+    tokenize = preprocess  # its name before 6, which 6.2 still takes (a training loop's model.tokenize(pairs))
+
     def scores(self, batch: dict[str, Tensor]) -> Tensor:
         """(N, num_labels) logits of a ``pair_batch``, on the host or the model's device (the model moves it)."""
         return self.model(batch["input_ids"], batch["attention_mask"], batch["token_type_ids"]).logits
 
     def forward(self, features: dict[str, Tensor]) -> dict[str, Tensor]:
         """sentence-transformers' ``model(features)``: the features with ``scores`` (N, num_labels) added."""
-        check_features(features, ("input_ids", "attention_mask", "token_type_ids"), "model.tokenizer(queries, documents, "
-                       "padding=True, truncation=True, return_tensors='pt')")
+        check_features(features, ("input_ids", "attention_mask", "token_type_ids"), "model.preprocess(pairs)")
         return {**features, "scores": self.scores(features)}
 
     # -- predict and rank -------------------------------------------------------------------------------------------
