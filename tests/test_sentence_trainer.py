@@ -137,10 +137,10 @@ def test_training_saves_a_sentence_transformers_directory(model, tmp_path):
 @pytest.mark.parametrize("mapping", [{}, {r"0\.model\.encoder\.layer\.[0-2]\.": 1e-4, r"LayerNorm": 3e-5},
                                      {r"\.0\.": 1e-4}])
 def test_learning_rate_mapping_selects_sentence_transformers_parameters(mapping, minilm_st, tmp_path):
-    r"""The dense trainer's optimiser groups are sentence-transformers': a pattern is matched against its parameter
-    names (``model.0.model.…``, not bertkit's ``model.bert.…``; r"\.0\." matches every encoder parameter there,
-    and would match layer 0 alone under bertkit's), and each parameter has the same rate and weight decay (the
-    pooler aside, which bertkit does not train: no part of a sentence embedding)."""
+    r"""The dense trainer's optimiser groups are sentence-transformers': the loss's parameter names are its
+    (``model.0.model.…``; r"\.0\." matches every encoder parameter there, and would match layer 0 alone under
+    names such as ``model.bert.…``), and each parameter has the same rate and weight decay (the pooler aside, which
+    bertkit does not train: no part of a sentence embedding)."""
     st = pytest.importorskip("sentence_transformers")
     datasets = pytest.importorskip("datasets")
     from sentence_transformers.sentence_transformer import losses as st_losses
@@ -156,12 +156,10 @@ def test_learning_rate_mapping_selects_sentence_transformers_parameters(mapping,
                                                       learning_rate_mapping=mapping)
         trainer = S.SentenceTransformerTrainer(model=encoder, args=args, train_dataset=datasets.Dataset.from_list(PAIRS),
                                                loss=loss)
-        if lib == "sentence_transformers":
-            groups, name = trainer.create_optimizer().param_groups, str
-        else:
-            groups, name = trainer._parameter_groups(), trainer._st_name  # what the loop builds AdamW over
+        # bertkit's: what the loop builds AdamW over
+        groups = trainer.create_optimizer().param_groups if lib == "sentence_transformers" else trainer._parameter_groups()
         names = {id(p): n for n, p in loss.named_parameters()}
-        rates[lib] = {name(names[id(p)]): (g.get("lr", 2e-5), g["weight_decay"]) for g in groups for p in g["params"]}
+        rates[lib] = {names[id(p)]: (g.get("lr", 2e-5), g["weight_decay"]) for g in groups for p in g["params"]}
     want = {n: r for n, r in rates["sentence_transformers"].items() if ".pooler." not in n}
     assert rates["bertkit"] == want and len(want) == 101
     assert want["model.0.model.encoder.layer.1.attention.self.query.weight"] == ((1e-4, 0.1) if mapping else (2e-5, 0.1))

@@ -44,7 +44,15 @@ from bertkit.sentence.directory import (
     tokenizer_limit,
     write_st_config,
 )
-from bertkit.sentence.models import Dense, Indexed, Normalize, Transformer, in_order, model_kwargs_options
+from bertkit.sentence.models import (
+    Dense,
+    Encoder,
+    Indexed,
+    Normalize,
+    Transformer,
+    in_order,
+    model_kwargs_options,
+)
 from bertkit.sentence.pooling import Pooling
 from bertkit.sentence.prompts import Prompted, prompt_tokens
 from bertkit.sentence.quantization import PRECISIONS, quantize_embeddings
@@ -173,6 +181,18 @@ def texts_of(inputs: Any) -> tuple[list[str], bool]:
     return [_text(x, "input" if single else f"input {i}") for i, x in enumerate(items)], single
 
 
+def check_features(features: Any, needed: tuple[str, ...], tokenize: str = "model.tokenize(texts)") -> None:
+    """Refuse ``model(features)`` without one of the ``needed`` tensors, naming it and the call that makes them: a
+    batch built by hand without ``attention_mask`` is pooled over its padding by sentence-transformers (transformers
+    takes every position as a token), and was a bare KeyError here."""
+    if not isinstance(features, Mapping):
+        raise BertkitError(f"model(features) takes the dict {tokenize} returns, got {type(features).__name__}")
+    missing = [k for k in needed if k not in features]
+    if missing:
+        raise BertkitError(f"model(features) needs {missing} (the features hold {sorted(features)}): build them with "
+                           f"{tokenize}, which gives {list(needed)}; without a mask the padding would count as text")
+
+
 def refuse_data_frame(inputs: Any, what: str, call: str) -> None:  # call: "encode(df[{}])", the column's place
     """A pandas DataFrame is refused naming its columns: iterated, it gives its column names, not its rows, so
     ``encode(df)`` embedded the word "text" once for a frame of many texts (sentence-transformers refuses it by type).
@@ -230,16 +250,9 @@ class SentenceTransformer(Indexed, ReferenceCalls, Prompted, nn.Module):
     """A BERT encoder + pooling (+ Dense layers) (+ Normalize). ``forward`` takes a tokenized batch and returns the
     sentence embeddings (B, D); ``encode`` takes texts."""
 
-    _encoder = "bert"  # the attribute model[0].auto_model is
+    bert = Encoder()  # model[0].auto_model: module "0"'s model, so its parameters are named 0.model.… as there
     _fixed_modules = ("one Transformer, Pooling, any Dense and an optional Normalize (model[0], model[1], ...); build "
                       "another with SentenceTransformer(modules=[...]) from bertkit.sentence.models")
-
-    @property
-    def st_paths(self) -> dict[str, str]:
-        """sentence-transformers' path of a module (its encoder is module "0", a Transformer holding the BertModel as
-        ``model``; the Dense layers modules "2", "3", ...): under these names a learning_rate_mapping written for
-        sentence-transformers selects parameters."""
-        return {"bert": "0.model", **{f"dense.{i}": str(2 + i) for i in range(len(self.dense))}}
 
     def __init__(self, model_name_or_path: str | Path | None = None, device: str | None = None, *,
                  modules: Sequence[Any] | None = None, prompts: dict[str, str] | None = None,
@@ -294,7 +307,8 @@ class SentenceTransformer(Indexed, ReferenceCalls, Prompted, nn.Module):
                                    f"{'its Pooling' if i == 0 else f'Dense {i - 1}'} gives {width}; make its "
                                    f"in_features {width}")
             width = layer.out_features
-        self.dense = nn.ModuleList(dense)  # the model's parameters: trained, moved and saved with it
+        for i, layer in enumerate(dense, start=2):  # modules "2", "3", ... as there (model[1] is the Pooling)
+            self.add_module(str(i), layer)  # the model's parameters: trained, moved and saved with it
         self._set_prompts(prompts, default_prompt_name, saved.prompts, saved.default_prompt_name)
         if similarity_fn_name is None and saved.similarity_fn_name not in (None, *SIMILARITY_FUNCTIONS):
             # sentence-transformers 6 ignores a name it does not support here and scores with cosine, without a word
@@ -314,6 +328,11 @@ class SentenceTransformer(Indexed, ReferenceCalls, Prompted, nn.Module):
         if not is_whole(dim, 1, full):
             raise BertkitError(f"{name} {dim!r} must be a whole number in [1, {full}] (this model's dimension)")
         return int(dim)  # a numpy integer would not be written to config_sentence_transformers.json
+
+    @property
+    def dense(self) -> list[Dense]:
+        """The Dense layers, in order: modules "2", "3", ..."""
+        return [m for m in self._modules.values() if isinstance(m, Dense)]
 
     @property
     def _width(self) -> int:
@@ -462,6 +481,7 @@ class SentenceTransformer(Indexed, ReferenceCalls, Prompted, nn.Module):
         encoder's last layer, and ``sentence_embedding`` (B, D) added, both in the type the encoder computed (pooled
         and normalised in float32, as ``encode``). Padding positions of ``token_embeddings`` hold zeros where the
         encoder ran unpadded (sentence-transformers': the states computed there, which no pooling reads)."""
+        check_features(features, ("input_ids", "attention_mask"))
         out = self.bert(features["input_ids"], features["attention_mask"], features.get("token_type_ids"))
         # a half model's float32 embedding met its other float16 tensors in a product: torch refuses mixed types
         emb = self._pool(out, features["attention_mask"], int(features.get("prompt_length", 0))).to(out.tokens.dtype)

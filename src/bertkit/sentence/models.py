@@ -18,7 +18,6 @@ import json
 import operator
 import os
 from collections.abc import Iterable, Iterator, Mapping
-from functools import cached_property
 from pathlib import Path
 from typing import Any
 
@@ -153,33 +152,40 @@ class _OwnersAttribute:
         setattr(view._owner, self.name, value)
 
 
-class TransformerOf(Transformer):
-    """``model[0]`` of a ``SentenceTransformer`` (or ``CrossEncoder``): its encoder, tokenizer and ``do_lower_case``
-    seen as the Transformer sentence-transformers indexes, read from and written to the model itself. ``auto_model``
-    is always the model's encoder (``model.bert``; a CrossEncoder's ``model.model``), also once peft's wrapper or a
-    script has replaced it, and ``model[0].max_seq_length = 256`` or ``do_lower_case`` changes what ``model.encode``
-    does, as there; nothing is held here that the model could disagree with."""
+class TransformerOf(Transformer, nn.Module):
+    """``model[0]`` of a ``SentenceTransformer`` (or ``CrossEncoder``), the module "0" that holds its encoder as
+    ``model``, as sentence-transformers 6's Transformer holds it: so the model's parameters and state dict have
+    sentence-transformers' names (``0.model.embeddings.…``; a CrossEncoder's ``0.model.bert.…``), which scripts
+    freeze by, group for the optimiser by and load each other's state dicts by. ``auto_model`` is the encoder
+    (``model.bert``; a CrossEncoder's ``model.model``), also once peft's wrapper or a script has replaced it; its
+    tokenizer, ``max_seq_length`` and ``do_lower_case`` are read from and written to the model itself, so
+    ``model[0].max_seq_length = 256`` changes what ``model.encode`` does, as there."""
 
     def __init__(self, owner: Any):
-        self.__dict__["_owner"] = owner  # the only state: every attribute below reads and writes the model's
+        nn.Module.__init__(self)
+        self.__dict__["_owner"] = owner  # not a submodule: the model holds this module, not the reverse
+        # a state dict saved by sentence-transformers before 6, whose Transformer held the encoder as auto_model
+        self._register_load_state_dict_pre_hook(_renamed_auto_model)
 
     def __setattr__(self, name: str, value: Any) -> None:
-        if not hasattr(type(self), name):
-            # kept on this view, it would be a setting the model never reads (sentence-transformers' would not either,
-            # but it keeps the value): refused rather than accepted and forgotten
+        if name in ("model", "auto_model"):
+            if not isinstance(value, nn.Module):
+                raise BertkitError(f"model[0].{name} takes the encoder, an nn.Module, got {type(value).__name__}")
+            name = "model"  # registered under sentence-transformers 6's name, whichever name set it
+        elif not hasattr(type(self), name) and name not in self.__dict__:
+            # kept on this module, it would be a setting the model never reads (sentence-transformers' would not
+            # either, but it keeps the value): refused rather than accepted and forgotten
             raise BertkitError(f"model[0].{name} is not a setting of bertkit's Transformer; it takes auto_model, "
                                "tokenizer, max_seq_length and do_lower_case")
         super().__setattr__(name, value)
 
     @property
-    def model(self) -> Any:
-        return getattr(self._owner, self._owner._encoder)
+    def auto_model(self) -> Any:  # sentence-transformers' name: model[0].auto_model = peft_model
+        return self.model
 
-    @model.setter
-    def model(self, value: Any) -> None:
-        setattr(self._owner, self._owner._encoder, value)
-
-    auto_model = model  # type: ignore[assignment]  # sentence-transformers' name: model[0].auto_model = peft_model
+    def forward(self, features: dict[str, Tensor]) -> dict[str, Tensor]:
+        raise BertkitError("model[0](features) is not implemented in bertkit: call the model, model(features), for "
+                           "its token_embeddings and sentence_embedding (a CrossEncoder: model.predict)")
 
     # the model's own, checked by its own limits (a CrossEncoder's pair needs 3 tokens)
     max_seq_length = _OwnersAttribute()
@@ -198,19 +204,49 @@ class TransformerOf(Transformer):
                                "its tokenizer's files say whether it lowercases (do_lower_case in tokenizer_config.json)")
 
 
+def _renamed_auto_model(state_dict: dict[str, Any], prefix: str, *args: Any) -> None:
+    """sentence-transformers 5's names of module "0"'s encoder (``0.auto_model.…``) as 6's (``0.model.…``): its
+    state dicts load here, where sentence-transformers 6 finds none of their keys (and, with strict=False, loads
+    nothing)."""
+    old = prefix + "auto_model."
+    for key in [k for k in state_dict if k.startswith(old)]:
+        state_dict.setdefault(prefix + "model." + key[len(old):], state_dict.pop(key))
+
+
+class Encoder:
+    """The model's attribute for its encoder (a SentenceTransformer's ``bert``, a CrossEncoder's ``model``): module
+    "0"'s ``model`` (``TransformerOf``), read and assigned (``model.bert = get_peft_model(model.bert, config)``)
+    through this name."""
+
+    def __set_name__(self, owner: type, name: str) -> None:
+        owner._encoder = name  # type: ignore[attr-defined]  # what Indexed.__setattr__ sends to module "0"
+
+    def __get__(self, model: Any, cls: type | None = None) -> Any:
+        return self if model is None else model._modules["0"].model
+
+
 class Indexed:
     """sentence-transformers' models are Sequentials of modules that scripts index (``model[0].auto_model``,
     ``model[-1]``, ``len(model)``, ``for module in model``, ``_first_module()``): the same, over the model's
-    ``_module_list()``, views of the one model. ``_encoder`` names the attribute ``model[0].auto_model`` is."""
+    ``_module_list()``. Module "0" (``TransformerOf``) holds the encoder, which the class names with ``Encoder``;
+    the others are views of the model's settings (Pooling, Normalize) or its Dense layers."""
 
-    _encoder: str
+    _encoder: str  # the attribute ``Encoder`` declares
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        if name == self._encoder:  # nn.Module would register it under this name: it is module "0"'s model
+            if "0" not in self._modules:  # type: ignore[attr-defined]
+                self.add_module("0", TransformerOf(self))  # type: ignore[attr-defined]
+            self._modules["0"].model = value  # type: ignore[attr-defined]
+        else:
+            super().__setattr__(name, value)
 
     def _module_list(self) -> list[Any]:
         return [self._transformer_module]
 
-    @cached_property
+    @property
     def _transformer_module(self) -> TransformerOf:
-        return TransformerOf(self)
+        return self._modules["0"]  # type: ignore[attr-defined]
 
     def __getitem__(self, index: Any) -> Any:
         name = type(self).__name__

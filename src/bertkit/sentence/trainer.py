@@ -333,8 +333,7 @@ class SentenceTransformerTrainer(Trainer):
     def _parameter_groups(self) -> list[dict]:
         """sentence-transformers' groups: over the loss's parameters (a loss per dataset: under the datasets' names),
         under its names (``learning_rate_mapping``)."""
-        return parameter_groups(self._module.loss, self.args.weight_decay, self.args.learning_rate_mapping,
-                                self._st_name)
+        return parameter_groups(self._module.loss, self.args.weight_decay, self.args.learning_rate_mapping)
 
     def _fingerprint(self, examples: Sequence, total: int, world_size: int) -> dict[str, Any]:
         """The base Trainer's, with the learning rates per pattern (a checkpoint's optimiser state holds the rates it
@@ -353,20 +352,6 @@ class SentenceTransformerTrainer(Trainer):
     def _data_fingerprint(self, examples: Sequence) -> dict[str, Any]:
         """What the training examples are made from (``SentenceExamples.fingerprint``): no row is tokenized for it."""
         return self.train_dataset.fingerprint()
-
-    def _st_name(self, path: str) -> str:
-        """A path in the loss (``model.bert.…``) as sentence-transformers names it (``model.0.model.…``); in a loss
-        per dataset, after the dataset's name (``{name}.model.0.model.…``)."""
-        if isinstance(self.loss, dict):
-            name, _, path = path.partition(".")
-            return f"{name}.{self._st_name_in_loss(path)}"
-        return self._st_name_in_loss(path)
-
-    def _st_name_in_loss(self, path: str) -> str:
-        for ours, theirs in self.model.st_paths.items():
-            if path == f"model.{ours}" or path.startswith(f"model.{ours}."):
-                return f"model.{theirs}{path[len(ours) + 6:]}"
-        return path
 
     def get_default_loss(self, model: SentenceTransformer) -> SentenceLoss:
         return CoSENTLoss(model)

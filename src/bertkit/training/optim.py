@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -28,27 +27,27 @@ POLYNOMIAL_LR_END = 1e-7  # transformers' get_polynomial_decay_schedule_with_war
 _NO_DECAY = re.compile(r"bias|layernorm|rmsnorm|(?:^|\.)norm(?:$|\.)|_norm(?:$|\.)")
 
 
-def parameter_groups(model: nn.Module, weight_decay: float, learning_rates: dict[str, float] | None = None,
-                     rename: Callable[[str], str] = str) -> list[dict]:
+def parameter_groups(model: nn.Module, weight_decay: float,
+                     learning_rates: dict[str, float] | None = None) -> list[dict]:
     """AdamW's parameter groups as transformers' Trainer builds them: the decayed parameters, then the undecayed
     (biases and norms, by transformers' rule: for BERT, exactly its one-dimensional parameters). Then, for each
     pattern of ``learning_rates`` in order (sentence-transformers' ``learning_rate_mapping``), the parameters whose
-    name (``rename``'s of the module path) it matches (``re.search``) leave the groups before and form two of their
-    own at its rate, decayed and undecayed, as sentence-transformers builds them: a later pattern wins. A pattern
-    that matches no parameter is refused, as sentence-transformers refuses it."""
-    names = {n: rename(n) for n, _ in model.named_parameters()}
+    name it matches (``re.search``) leave the groups before and form two of their own at its rate, decayed and
+    undecayed, as sentence-transformers builds them: a later pattern wins. A pattern that matches no parameter is
+    refused, as sentence-transformers refuses it."""
+    names = [n for n, _ in model.named_parameters()]
     trained = {n: p for n, p in model.named_parameters() if p.requires_grad}
     undecayed = {f"{prefix}.{n}" if prefix else n for prefix, module in model.named_modules()
                  for n, _ in module.named_parameters(recurse=False) if isinstance(module, nn.LayerNorm)}
-    undecayed |= {n for n, shown in names.items() if _NO_DECAY.search(shown.lower())}
+    undecayed |= {n for n in names if _NO_DECAY.search(n.lower())}
     groups = [([n for n in trained if n not in undecayed], {"weight_decay": weight_decay}),
               ([n for n in trained if n in undecayed], {"weight_decay": 0.0})]
     for pattern, lr in (learning_rates or {}).items():
-        matched = {n for n, shown in names.items() if re.search(pattern, shown)}
+        matched = {n for n in names if re.search(pattern, n)}
         if not matched:
             raise BertkitError(f"learning_rate_mapping: the pattern {pattern!r} matches no parameter name (re.search "
-                               f"on names such as {next(iter(names.values()))!r})"
-                               f"{_class_hint(model, pattern, rename)}")
+                               f"on names such as {names[0]!r})"
+                               f"{_class_hint(model, pattern)}")
         groups = [([n for n in group if n not in matched], options) for group, options in groups]
         groups += [([n for n in trained if n in matched and (n in undecayed) == skip],
                     {"lr": lr, "weight_decay": 0.0 if skip else weight_decay}) for skip in (False, True)]
@@ -56,13 +55,13 @@ def parameter_groups(model: nn.Module, weight_decay: float, learning_rates: dict
             if group or "lr" not in options]  # sentence-transformers keeps the first two, even empty
 
 
-def _class_hint(model: nn.Module, pattern: str, rename: Callable[[str], str]) -> str:
+def _class_hint(model: nn.Module, pattern: str) -> str:
     """Where ``pattern`` matches a module's class name (as sentence-transformers' docs write
     ``SparseStaticEmbedding\\.*``, which matches no parameter there either), the pattern of that module's path."""
     owner = next((p for p, m in model.named_modules() if p and re.search(pattern, type(m).__name__)), None)
     return "" if owner is None else (f"; a name is a module path, not a class: the "
-                                     f"{type(model.get_submodule(owner)).__name__} at {rename(owner)!r} is matched "
-                                     f"by {re.escape(rename(owner) + '.')!r}")
+                                     f"{type(model.get_submodule(owner)).__name__} at {owner!r} is matched "
+                                     f"by {re.escape(owner + '.')!r}")
 
 
 def _fused_ok(model: nn.Module) -> bool:

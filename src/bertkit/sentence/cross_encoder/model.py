@@ -47,11 +47,12 @@ from bertkit.sentence.model import (
     PROCESSING_KWARGS,
     ReferenceCalls,
     as_requested,
+    check_features,
     model_path,
     refuse_arguments,
     refuse_data_frame,
 )
-from bertkit.sentence.models import Indexed, model_kwargs_options, refuse_adapter
+from bertkit.sentence.models import Encoder, Indexed, model_kwargs_options, refuse_adapter
 from bertkit.staging import staged
 from bertkit.tokenization import AutoTokenizer
 from bertkit.tokenization.batch import truncation_lengths
@@ -140,7 +141,7 @@ class CrossEncoder(Indexed, ReferenceCalls, nn.Module):
     the tokens a pair keeps (default: the tokenizer's model_max_length, capped at the position embeddings).
     ``model[0]`` is its Transformer, as sentence-transformers 6's: ``model[0].auto_model`` is ``model.model``."""
 
-    _encoder = "model"  # the attribute model[0].auto_model is
+    model = Encoder()  # model[0].auto_model: module "0"'s model, so its parameters are named 0.model.… as there
     _fixed_modules = ("one Transformer (model[0]: the encoder with its classifier, which scores a pair); load another "
                       "with CrossEncoder(path), and embed texts with a SentenceTransformer(modules=[...]) from "
                       "bertkit.sentence.models")
@@ -272,12 +273,15 @@ class CrossEncoder(Indexed, ReferenceCalls, nn.Module):
         """sentence-transformers' ``model.preprocess(pairs)``: the tokenized batch of (a, b) pairs."""
         return self.pair_batch([p[0] for p in pairs], [p[1] for p in pairs])
 
+    tokenize = preprocess  # its name before 6, which 6.2 still takes (a training loop's model.tokenize(pairs))
+
     def scores(self, batch: dict[str, Tensor]) -> Tensor:
         """(N, num_labels) logits of a ``pair_batch``, on the host or the model's device (the model moves it)."""
         return self.model(batch["input_ids"], batch["attention_mask"], batch["token_type_ids"]).logits
 
     def forward(self, features: dict[str, Tensor]) -> dict[str, Tensor]:
         """sentence-transformers' ``model(features)``: the features with ``scores`` (N, num_labels) added."""
+        check_features(features, ("input_ids", "attention_mask", "token_type_ids"), "model.preprocess(pairs)")
         return {**features, "scores": self.scores(features)}
 
     # -- predict and rank -------------------------------------------------------------------------------------------

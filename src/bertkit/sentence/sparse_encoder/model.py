@@ -21,7 +21,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import Any
 
 import torch
 from torch import Tensor, nn
@@ -126,8 +126,6 @@ def _read_modules(path: Path) -> tuple[list[nn.Module], dict[str, Any]]:
 class SparseEncoder(ReferenceCalls, Prompted, nn.Sequential):
     """Modules "0", "1" as sentence-transformers' (``model[0]`` is the Transformer or the Router). ``forward`` takes
     a tokenized batch and adds ``sentence_embedding`` (B, V); ``encode`` takes texts."""
-
-    st_paths: ClassVar[dict[str, str]] = {}  # its module paths are sentence-transformers' (SentenceTransformer's are not)
 
     def __init__(self, model_name_or_path: str | Path | None = None, *, modules: Sequence[nn.Module] | None = None,
                  device: str | None = None, prompts: dict[str, str] | None = None,
