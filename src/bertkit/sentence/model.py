@@ -308,7 +308,7 @@ class SentenceTransformer(Indexed, ReferenceCalls, Prompted, nn.Module):
                                    f"in_features {width}")
             width = layer.out_features
         for i, layer in enumerate(dense, start=2):  # modules "2", "3", ... as there (model[1] is the Pooling)
-            self.add_module(str(i), layer)  # the model's parameters: trained, moved and saved with it
+            nn.Module.add_module(self, str(i), layer)  # the model's parameters: trained, moved and saved with it
         self._set_prompts(prompts, default_prompt_name, saved.prompts, saved.default_prompt_name)
         if similarity_fn_name is None and saved.similarity_fn_name not in (None, *SIMILARITY_FUNCTIONS):
             # sentence-transformers 6 ignores a name it does not support here and scores with cosine, without a word
@@ -365,7 +365,8 @@ class SentenceTransformer(Indexed, ReferenceCalls, Prompted, nn.Module):
             if module.in_features != self._width:
                 raise BertkitError(f"add_module({name!r}, Dense): it takes {module.in_features} dimensions but the "
                                    f"model embeds {self._width}; make its in_features {self._width}")
-            self.dense.append(module.to(self.device, self.bert.embeddings.word_embeddings.weight.dtype))
+            dtype = self.bert.embeddings.word_embeddings.weight.dtype
+            nn.Module.add_module(self, str(2 + len(self.dense)), module.to(self.device, dtype))
             return
         where = ("a model that normalises its embeddings (the Dense would run after Normalize there)"
                  if isinstance(module, Dense) else f"a {type(module).__name__}")

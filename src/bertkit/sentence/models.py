@@ -236,7 +236,8 @@ class Indexed:
     def __setattr__(self, name: str, value: Any) -> None:
         if name == self._encoder:  # nn.Module would register it under this name: it is module "0"'s model
             if "0" not in self._modules:  # type: ignore[attr-defined]
-                self.add_module("0", TransformerOf(self))  # type: ignore[attr-defined]
+                # nn.Module's own: SentenceTransformer.add_module is sentence-transformers' append
+                nn.Module.add_module(self, "0", TransformerOf(self))  # type: ignore[arg-type]
             self._modules["0"].model = value  # type: ignore[attr-defined]
         else:
             super().__setattr__(name, value)
