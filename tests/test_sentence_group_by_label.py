@@ -6,7 +6,6 @@ the losses cannot train on is refused by name before anything is written."""
 
 from __future__ import annotations
 
-import csv
 import functools
 import random
 
@@ -29,7 +28,7 @@ from bertkit.sentence.data import (
     paired_groups,
 )
 from bertkit.sentence.training_args import BatchSamplers
-from sentence_helpers import st_args, st_directory
+from sentence_helpers import glue_rows, st_args, st_directory
 
 datasets = pytest.importorskip("datasets")
 st_sampler = pytest.importorskip("sentence_transformers.base.sampler")
@@ -134,8 +133,7 @@ def test_losses_and_gradients_are_sentence_transformers(name):
 
 
 def _sst2(data_dir, split: str, n: int) -> list[dict]:
-    with open(data_dir / "glue" / "SST-2" / f"{split}.tsv", encoding="utf-8") as f:
-        rows = list(csv.reader(f, delimiter="\t", quotechar=None))[1:n + 1]
+    rows = glue_rows(data_dir, "SST-2", split, n)
     return [{"sentence": s, "label": int(label)} for s, label in rows]
 
 
@@ -318,8 +316,7 @@ def test_fit_on_a_sentence_label_dataset_is_sentence_transformers(minilm_2_layer
     the dataset's pass draws the same examples, fit batches them grouped by label, and every step trains on the
     same labels to the same loss, as in sentence-transformers (where bertkit had no such dataset)."""
     model_dir = st_directory(minilm_2_layers, tmp_path / "m", dropout=0.0, max_seq_length=16)
-    with open(data_dir / "glue" / "STS-B" / "train.tsv", encoding="utf-8") as f:
-        rows = list(csv.reader(f, delimiter="\t", quotechar=None))[1:25]
+    rows = glue_rows(data_dir, "STS-B", "train", 24)
     texts, labels = [r[7] for r in rows], [int(round(float(r[9]))) for r in rows]
     for lib in ("sentence_transformers", "bertkit"):
         (tmp_path / lib).mkdir()

@@ -7,7 +7,6 @@ by name with what to use."""
 
 from __future__ import annotations
 
-import csv
 from collections import defaultdict
 
 import numpy as np
@@ -19,7 +18,7 @@ from bertkit.sentence import SentenceTransformer, evaluation, util
 from bertkit.sentence.cross_encoder import CrossEncoder
 from bertkit.sentence.cross_encoder import evaluation as ce_evaluation
 from cross_encoder_helpers import cross_encoder_directory
-from sentence_helpers import st_directory
+from sentence_helpers import glue_rows, st_directory
 
 st = pytest.importorskip("sentence_transformers")
 st_evaluation = pytest.importorskip("sentence_transformers.sentence_transformer.evaluation")
@@ -31,11 +30,7 @@ FNS = ["cosine", "dot", "euclidean", "manhattan"]
 @pytest.fixture(scope="module")
 def mrpc(data_dir):
     """MRPC dev: (sentence1, sentence2, label) rows."""
-    path = data_dir / "glue" / "MRPC" / "dev.tsv"
-    if not path.is_file():
-        pytest.skip(f"{path} absent")
-    with path.open(encoding="utf-8-sig") as f:
-        rows = list(csv.reader(f, delimiter="\t", quotechar=None))[1:]
+    rows = glue_rows(data_dir, "MRPC")
     return [(r[3], r[4], int(r[0])) for r in rows]
 
 
@@ -259,11 +254,7 @@ def test_cross_encoder_classification_evaluator_matches(mrpc):
 
 
 def test_cross_encoder_correlation_evaluator_matches(data_dir):
-    path = data_dir / "glue" / "STS-B" / "dev.tsv"
-    if not path.is_file():
-        pytest.skip(f"{path} absent")
-    with path.open(encoding="utf-8") as f:
-        rows = list(csv.reader(f, delimiter="\t", quotechar=None))[1:81]
+    rows = glue_rows(data_dir, "STS-B", n=80)
     pairs, gold = [(r[7], r[8]) for r in rows], [float(r[9]) for r in rows]
     g = torch.Generator().manual_seed(0)
     predicted = np.round(np.asarray(gold) / 5 + 0.3 * torch.rand(80, generator=g).numpy(), 1)  # tied ranks

@@ -6,7 +6,6 @@ same model (MiniLM's first 2 layers, dropout off), the same classifier (drawn fr
 from __future__ import annotations
 
 import copy
-import csv
 
 import numpy as np
 import pytest
@@ -16,7 +15,7 @@ from torch.utils.data import DataLoader
 import bertkit.sentence as bk
 from bertkit.errors import BertkitError
 from bertkit.sentence import InputExample, SentenceTransformer, evaluation, losses
-from sentence_helpers import st_directory
+from sentence_helpers import glue_rows, st_directory
 
 st = pytest.importorskip("sentence_transformers")
 st_evaluation = pytest.importorskip("sentence_transformers.sentence_transformer.evaluation")
@@ -26,11 +25,7 @@ datasets = pytest.importorskip("datasets")
 
 @pytest.fixture(scope="module")
 def mrpc(data_dir):
-    path = data_dir / "glue" / "MRPC" / "dev.tsv"
-    if not path.is_file():
-        pytest.skip(f"{path} absent")
-    with path.open(encoding="utf-8-sig") as f:
-        rows = list(csv.reader(f, delimiter="\t", quotechar=None))[1:25]
+    rows = glue_rows(data_dir, "MRPC", n=24)
     return [(r[3], r[4], int(r[0])) for r in rows]
 
 

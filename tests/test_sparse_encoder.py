@@ -17,6 +17,7 @@ import pytest
 import torch
 
 from bertkit.errors import BertkitError
+from sentence_helpers import glue_rows
 from sparse_helpers import masked_lm_checkpoint
 
 st = pytest.importorskip("sentence_transformers")
@@ -243,7 +244,6 @@ def _same_metrics(got: dict, want: dict) -> None:
 @pytest.mark.parametrize("max_active_dims", [None, 48])
 def test_embedding_similarity_evaluator_metrics(max_active_dims, layouts, data_dir, vocab_size):
     """STS-B dev's first 24 pairs: correlations per similarity function and the mean sparsity of the two sides."""
-    import csv
 
     from sentence_transformers.sparse_encoder.evaluation import (
         SparseEmbeddingSimilarityEvaluator as Reference,
@@ -252,11 +252,7 @@ def test_embedding_similarity_evaluator_metrics(max_active_dims, layouts, data_d
     from bertkit.sentence import SparseEncoder
     from bertkit.sentence.sparse_encoder.evaluation import SparseEmbeddingSimilarityEvaluator
 
-    path = data_dir / "glue" / "STS-B" / "dev.tsv"
-    if not path.is_file():
-        pytest.skip(f"{path} absent")
-    with path.open(encoding="utf-8") as f:
-        rows = list(csv.reader(f, delimiter="\t", quotechar=None))[1:25]
+    rows = glue_rows(data_dir, "STS-B", n=24)
     args = [r[7] for r in rows], [r[8] for r in rows], [float(r[9]) for r in rows]
     kwargs = {"name": "sts", "max_active_dims": max_active_dims} | (
         {} if max_active_dims is None else {"similarity_fn_names": ["dot", "cosine", "euclidean", "manhattan"]})
