@@ -17,7 +17,8 @@ from __future__ import annotations
 import json
 import operator
 import os
-from collections.abc import Iterable, Iterator, Mapping
+import re
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -164,8 +165,6 @@ class TransformerOf(Transformer, nn.Module):
     def __init__(self, owner: Any):
         nn.Module.__init__(self)
         self.__dict__["_owner"] = owner  # not a submodule: the model holds this module, not the reverse
-        # a state dict saved by sentence-transformers before 6, whose Transformer held the encoder as auto_model
-        self._register_load_state_dict_pre_hook(_renamed_auto_model)
 
     def __setattr__(self, name: str, value: Any) -> None:
         if name in ("model", "auto_model"):
@@ -204,13 +203,30 @@ class TransformerOf(Transformer, nn.Module):
                                "its tokenizer's files say whether it lowercases (do_lower_case in tokenizer_config.json)")
 
 
-def _renamed_auto_model(state_dict: dict[str, Any], prefix: str, *args: Any) -> None:
-    """sentence-transformers 5's names of module "0"'s encoder (``0.auto_model.…``) as 6's (``0.model.…``): its
-    state dicts load here, where sentence-transformers 6 finds none of their keys (and, with strict=False, loads
-    nothing)."""
-    old = prefix + "auto_model."
-    for key in [k for k in state_dict if k.startswith(old)]:
-        state_dict.setdefault(prefix + "model." + key[len(old):], state_dict.pop(key))
+# The names earlier versions gave the model's tensors, relative to the model (a SentenceTransformer's or a
+# CrossEncoder's state dict; no name of one is a name of the other's), each with the name it has now
+_FORMER_NAMES: tuple[tuple[re.Pattern[str], Callable[[re.Match[str]], str]], ...] = (
+    (re.compile(r"0\.auto_model\."), lambda m: "0.model."),  # sentence-transformers 5's (6 reads none of them)
+    (re.compile(r"bert\."), lambda m: "0.model."),  # bertkit's SentenceTransformer's encoder before its names were 6's
+    (re.compile(r"dense\.(\d+)\."), lambda m: f"{int(m[1]) + 2}."),  # its Dense layers: dense.0 is module "2"
+    (re.compile(r"model\."), lambda m: "0.model."),  # bertkit's CrossEncoder's classifier model, likewise
+)
+
+
+def renamed_former_names(state_dict: dict[str, Any], prefix: str) -> None:
+    """The keys of ``state_dict`` under ``prefix`` that have a former name (``_FORMER_NAMES``) renamed, in place, to
+    the present one: a state dict saved with ``torch.save(model.state_dict())``, and a trainer checkpoint's state.pt
+    (``loss.model.bert.…``), written under those names load strictly, and a run resumes from it. A key whose present
+    name the dict holds too is left as it is, for strict loading to name as unexpected."""
+    for key in [k for k in state_dict if k.startswith(prefix)]:
+        rest = key[len(prefix):]
+        for pattern, present in _FORMER_NAMES:
+            found = pattern.match(rest)
+            if found:
+                new = prefix + present(found) + rest[found.end():]
+                if new not in state_dict:
+                    state_dict[new] = state_dict.pop(key)
+                break
 
 
 class Encoder:
@@ -232,6 +248,10 @@ class Indexed:
     the others are views of the model's settings (Pooling, Normalize) or its Dense layers."""
 
     _encoder: str  # the attribute ``Encoder`` declares
+
+    def _load_from_state_dict(self, state_dict: dict[str, Any], prefix: str, *args: Any) -> None:
+        renamed_former_names(state_dict, prefix)  # before nn.Module's, which hands module "0" its keys after this
+        super()._load_from_state_dict(state_dict, prefix, *args)  # type: ignore[misc]
 
     def __setattr__(self, name: str, value: Any) -> None:
         if name == self._encoder:  # nn.Module would register it under this name: it is module "0"'s model
