@@ -316,6 +316,25 @@ def test_a_model_assembled_from_modules_embeds_as_sentence_transformers(words, t
                                atol=1e-5, rtol=0)
 
 
+
+def test_print_shows_every_module_with_its_settings_as_sentence_transformers(words):
+    """``print(model)`` showed module 0 alone (``SentenceTransformer((0): Transformer({...}))``), as if the model had
+    no pooling, Dense or Normalize; sentence-transformers lists each module with its settings. Now the same lines
+    (several pooling modes a tuple, as there: ``model[1].pooling_mode`` was a list), but for the Transformer's, which
+    shows the settings bertkit's save writes (sentence-transformers 5's line)."""
+    from bertkit.sentence import models as ours
+
+    built = [model(modules=[word, lib.Pooling(384, ["cls", "mean"]),
+                            lib.Dense(768, 64), lib.Dense(64, 32, activation_function=torch.nn.Identity()),
+                            lib.Normalize()])
+             for word, lib, model in zip(words, (ours, st_models), (SentenceTransformer, st.SentenceTransformer))]
+    got, want = (repr(m).splitlines() for m in built)
+    assert got[0] == want[0] == "SentenceTransformer(" and got[-1] == want[-1] == ")" and len(got) == len(want) == 7
+    assert got[1] == "  (0): Transformer({'max_seq_length': 128, 'do_lower_case': False, 'architecture': 'BertModel'})"
+    assert got[2:-1] == want[2:-1] and got[3].startswith("  (2): Dense({'in_features': 768, 'out_features': 64, ")
+    assert got[2] == "  (1): Pooling({'embedding_dimension': 384, 'pooling_mode': ('cls', 'mean'), 'include_prompt': True})"
+    assert [repr(m) for m in built[0]] == [line.split(": ", 1)[1] for line in got[1:-1]]
+
 def test_the_transformers_arguments_are_sentence_transformers(words, minilm_dir):
     """max_seq_length lives on the tokenizer, shared with the model assembled from it (``word.max_seq_length = 32``
     cuts its texts at 32, as there); tokenizer_args' model_max_length wins over max_seq_length; config_args sets the

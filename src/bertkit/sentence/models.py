@@ -136,8 +136,10 @@ class Transformer:
 
     get_word_embedding_dimension = get_embedding_dimension  # sentence-transformers' name before 6
 
-    def __repr__(self) -> str:
-        return f"Transformer({{'max_seq_length': {self.max_seq_length}, 'do_lower_case': {self.do_lower_case}}})"
+    def __repr__(self) -> str:  # sentence-transformers 5's (6 shows no max_seq_length, which bertkit's save writes)
+        settings = {"max_seq_length": self.max_seq_length, "do_lower_case": self.do_lower_case,
+                    "architecture": type(self.model).__name__}
+        return f"Transformer({settings})"
 
 
 class _OwnersAttribute:
@@ -287,6 +289,12 @@ class Indexed:
             raise IndexError(f"index {i} is out of range: this model has {len(modules)} modules ({kinds})")
         return modules[i]
 
+    def __repr__(self) -> str:
+        """Each module with its settings, numbered as ``model[i]``, as sentence-transformers prints its model:
+        nn.Module's showed module "0" alone (Pooling and Normalize are not submodules), without a word of pooling."""
+        lines = "".join(f"  ({i}): {module!r}\n" for i, module in enumerate(self._module_list()))
+        return f"{type(self).__name__}(\n{lines})"
+
     def __len__(self) -> int:  # at least 1, so that `if model:` stays true
         return len(self._module_list())
 
@@ -330,7 +338,7 @@ class Normalize:
                                "embedding (token embeddings are a multi-vector model's); drop these arguments")
 
     def __repr__(self) -> str:
-        return "Normalize()"
+        return f"Normalize({ {'module_input_name': 'sentence_embedding', 'module_output_name': 'sentence_embedding'} })"
 
 # the activations sentence-transformers writes in a Dense's config.json (its class's path), which bertkit builds
 _ACTIVATIONS: dict[str, type[nn.Module]] = {"torch.nn.modules.activation.Tanh": nn.Tanh,
@@ -442,8 +450,7 @@ class Dense(nn.Module):
         return dense
 
     def __repr__(self) -> str:
-        return (f"Dense({{'in_features': {self.in_features}, 'out_features': {self.out_features}, 'bias': {self.bias}, "
-                f"'activation_function': '{_activation_name(self.activation_function)}'}})")
+        return f"Dense({self.get_config_dict()})"
 
 
 def in_order(modules: Any) -> tuple[Transformer, PoolingSettings, list[Dense], bool]:
