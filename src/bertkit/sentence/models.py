@@ -185,8 +185,12 @@ class TransformerOf(Transformer, nn.Module):
         return self.model
 
     def forward(self, features: dict[str, Tensor]) -> dict[str, Tensor]:
-        raise BertkitError("model[0](features) is not implemented in bertkit: call the model, model(features), for "
-                           "its token_embeddings and sentence_embedding (a CrossEncoder: model.predict)")
+        """sentence-transformers' Transformer.forward: ``features`` with this module's outputs added, in place as
+        there, and returned: an embedder's ``token_embeddings`` (a cross-encoder's ``scores``), and
+        ``all_layer_embeddings`` where the encoder's config sets ``output_hidden_states``. The model's own
+        computation: ``model(features)`` is this, then the pooling."""
+        features.update(self._owner._transformer_outputs(features)[1])
+        return features
 
     # the model's own, checked by its own limits (a CrossEncoder's pair needs 3 tokens)
     max_seq_length = _OwnersAttribute()
@@ -229,6 +233,13 @@ def renamed_former_names(state_dict: dict[str, Any], prefix: str) -> None:
                 if new not in state_dict:
                     state_dict[new] = state_dict.pop(key)
                 break
+
+
+def all_layer_embeddings(out: Any) -> dict[str, Any]:
+    """sentence-transformers' Transformer output ``all_layer_embeddings``, the encoder's L + 1 layers (B, T, H), the
+    embeddings' output first, where its config sets ``output_hidden_states`` (``out``: the encoder's or a head's
+    output); nothing otherwise."""
+    return {} if out.hidden_states is None else {"all_layer_embeddings": out.hidden_states}
 
 
 class Encoder:
