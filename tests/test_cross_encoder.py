@@ -102,6 +102,27 @@ def test_pairs_are_batched_as_sentence_transformers_batches_them(directory):
     assert batches["got"] == batches["want"]
 
 
+def test_module_0_scores_the_pairs_as_sentence_transformers_transformer(directory, rows):
+    """``model[0](features)`` was refused; sentence-transformers' cross-encoder Transformer adds ``scores`` (the
+    logits) and, where the config sets ``output_hidden_states``, ``all_layer_embeddings``. Now the same: the model's
+    own scores exactly, sentence-transformers' within 1e-5, the dict returned updated in place."""
+    ours, ref = CrossEncoder(directory), st_ce.CrossEncoder(str(directory), device="cpu")
+    pairs = _pairs(rows)[:4]
+    with torch.no_grad():
+        features, want = ours.preprocess(pairs), ref.preprocess(pairs)
+        got, expected = ours[0](features), ref[0](want)
+        assert got is features and set(got) == set(ours(ours.preprocess(pairs)))
+        torch.testing.assert_close(got["scores"], ours(ours.preprocess(pairs))["scores"], atol=0, rtol=0)
+        torch.testing.assert_close(got["scores"], expected["scores"], atol=1e-5, rtol=0)
+        for model in (ours, ref):
+            model[0].auto_model.config.output_hidden_states = True
+        got, expected = ours[0](ours.preprocess(pairs)), ref[0](ref.preprocess(pairs))
+    real = want["attention_mask"].bool()
+    assert len(got["all_layer_embeddings"]) == len(expected["all_layer_embeddings"]) == 3  # embeddings + 2 layers
+    for layer, reference in zip(got["all_layer_embeddings"], expected["all_layer_embeddings"], strict=True):
+        torch.testing.assert_close(layer[real], reference[real], atol=1e-5, rtol=0)
+
+
 def test_several_labels_predict_softmax_as_sentence_transformers(minilm_2_layers, tmp_path, rows):
     d = cross_encoder_directory(minilm_2_layers, tmp_path / "three", num_labels=3)
     pairs = _pairs(rows)[:5]

@@ -271,6 +271,35 @@ def test_forward_returns_the_token_embeddings_beside_the_sentence_embedding(mode
 
 
 
+def test_module_0_returns_the_token_embeddings_and_every_layer_when_asked(models):
+    """``model[0](features)``, sentence-transformers' Transformer.forward (features -> features with
+    ``token_embeddings``, and ``all_layer_embeddings`` where the encoder's config sets ``output_hidden_states``), was
+    refused. Now it is the model's own first step: ``model(features)``'s token_embeddings exactly, sentence-transformers'
+    at the real tokens within 1e-5, the same dict returned (updated in place, as there), every layer when asked."""
+    ours, ref = models
+    features, want = ours.tokenize(TEXTS[:3]), ref.tokenize(TEXTS[:3])
+    real = want["attention_mask"].bool()  # (B, T): sentence-transformers' padding positions hold unpooled states
+    with torch.no_grad():
+        whole = ours(dict(features))
+        got, expected = ours[0](features), ref[0](want)
+        assert got is features and set(got) == set(whole) - {"sentence_embedding"} and "all_layer_embeddings" not in got
+        torch.testing.assert_close(got["token_embeddings"], whole["token_embeddings"], atol=0, rtol=0)
+        torch.testing.assert_close(got["token_embeddings"][real], expected["token_embeddings"][real], atol=1e-5, rtol=0)
+        configs = [m[0].auto_model.config for m in models]
+        try:
+            for config in configs:
+                config.output_hidden_states = True
+            got, expected = ours[0](ours.tokenize(TEXTS[:3])), ref[0](ref.tokenize(TEXTS[:3]))
+            assert "all_layer_embeddings" in ours(ours.tokenize(TEXTS[:3]))
+        finally:
+            for config in configs:
+                config.output_hidden_states = False
+    assert len(got["all_layer_embeddings"]) == len(expected["all_layer_embeddings"]) == 7  # embeddings + 6 layers
+    for layer, reference in zip(got["all_layer_embeddings"], expected["all_layer_embeddings"], strict=True):
+        torch.testing.assert_close(layer[real], reference[real], atol=1e-5, rtol=0)
+    torch.testing.assert_close(got["all_layer_embeddings"][-1], got["token_embeddings"], atol=0, rtol=0)
+
+
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
 def test_forward_of_a_half_model_gives_its_embedding_in_that_type(st_dir, dtype):
     """``model.half()`` then ``model(features)``: the sentence embedding came back in float32 where
@@ -315,6 +344,25 @@ def test_a_model_assembled_from_modules_embeds_as_sentence_transformers(words, t
     torch.testing.assert_close(saved.encode(texts, convert_to_tensor=True), built[1].encode(texts, convert_to_tensor=True),
                                atol=1e-5, rtol=0)
 
+
+
+def test_print_shows_every_module_with_its_settings_as_sentence_transformers(words):
+    """``print(model)`` showed module 0 alone (``SentenceTransformer((0): Transformer({...}))``), as if the model had
+    no pooling, Dense or Normalize; sentence-transformers lists each module with its settings. Now the same lines
+    (several pooling modes a tuple, as there: ``model[1].pooling_mode`` was a list), but for the Transformer's, which
+    shows the settings bertkit's save writes (sentence-transformers 5's line)."""
+    from bertkit.sentence import models as ours
+
+    built = [model(modules=[word, lib.Pooling(384, ["cls", "mean"]),
+                            lib.Dense(768, 64), lib.Dense(64, 32, activation_function=torch.nn.Identity()),
+                            lib.Normalize()])
+             for word, lib, model in zip(words, (ours, st_models), (SentenceTransformer, st.SentenceTransformer))]
+    got, want = (repr(m).splitlines() for m in built)
+    assert got[0] == want[0] == "SentenceTransformer(" and got[-1] == want[-1] == ")" and len(got) == len(want) == 7
+    assert got[1] == "  (0): Transformer({'max_seq_length': 128, 'do_lower_case': False, 'architecture': 'BertModel'})"
+    assert got[2:-1] == want[2:-1] and got[3].startswith("  (2): Dense({'in_features': 768, 'out_features': 64, ")
+    assert got[2] == "  (1): Pooling({'embedding_dimension': 384, 'pooling_mode': ('cls', 'mean'), 'include_prompt': True})"
+    assert [repr(m) for m in built[0]] == [line.split(": ", 1)[1] for line in got[1:-1]]
 
 def test_the_transformers_arguments_are_sentence_transformers(words, minilm_dir):
     """max_seq_length lives on the tokenizer, shared with the model assembled from it (``word.max_seq_length = 32``

@@ -4,7 +4,9 @@ no-duplicates sampler makes sentence-transformers' batches, and a trained model 
 from __future__ import annotations
 
 import collections
+import re
 import sys
+from typing import Any
 
 import pytest
 import torch
@@ -14,6 +16,7 @@ from bertkit.errors import BertkitError
 from bertkit.sentence import (
     SentenceTransformer,
     SentenceTransformerTrainer,
+    SentenceTransformerTrainingArguments,
     evaluation,
     losses,
 )
@@ -382,3 +385,85 @@ def test_an_evaluator_alone_evaluates_in_training_as_sentence_transformers(model
         evaluator=evaluation.EmbeddingSimilarityEvaluator(*scored, name="sts")))
     assert [s for s, _ in got] == [s for s, _ in want] == [2, 3]
     assert [v for _, v in got] == pytest.approx([v for _, v in want], rel=1e-5)
+
+
+
+def _former_name(key: str, kind: str, prefix: str = "") -> str:
+    """A state-dict key (after ``prefix``: ``loss.model.`` in a trainer checkpoint's state.pt) as bertkit named it
+    before its names were sentence-transformers 6's: a SentenceTransformer's encoder ``bert.…`` (``0.model.…`` now)
+    and Dense layers ``dense.0.…`` (``2.…``), a CrossEncoder's classifier model ``model.…`` (``0.model.…``)."""
+    rest = re.sub(r"^0\.model\.", "bert." if kind == "sentence" else "model.", key.removeprefix(prefix))
+    return prefix + re.sub(r"^(\d+)\.linear\.", lambda m: f"dense.{int(m[1]) - 2}.linear.", rest)
+
+
+@pytest.mark.parametrize("kind", ["sentence", "cross"])
+def test_a_checkpoint_written_under_the_former_names_resumes_exactly(kind, tmp_path, tiny_checkpoint, minilm_dir):
+    """A checkpoint the trainer wrote before the model's names were sentence-transformers' (state.pt's weights under
+    ``loss.model.bert.…`` and ``loss.model.dense.0.…``, a cross-encoder's ``loss.model.model.…``; built here by
+    renaming the keys, as the former trainer wrote them) failed to resume, missing every key: an upgrade in the
+    middle of a run made it unresumable, and a state dict saved with torch.save did not load. Now the run resumes to
+    the uninterrupted run's losses, weights and Adam moments, exactly, and the state dict loads strictly."""
+    import shutil
+
+    from bertkit.sentence import models
+
+    head = "BertModel" if kind == "sentence" else "BertForSequenceClassification"
+    path = tiny_checkpoint(tmp_path / "base", head, tokenizer=minilm_dir, labels=None if kind == "sentence" else 1)
+    settings = dict(report_to="none", use_cpu=True, disable_tqdm=True, per_device_train_batch_size=4,
+                    num_train_epochs=2, learning_rate=1e-2, weight_decay=0.01, logging_steps=1, save_steps=2, seed=7)
+
+    def trainer(run: str) -> Any:
+        out = str(tmp_path / run / "out")
+        if kind == "sentence":
+            word = models.Transformer(str(path), max_seq_length=16)
+            torch.manual_seed(1)  # the Dense's weights
+            model = SentenceTransformer(modules=[word, models.Pooling(32), models.Dense(32, 16), models.Normalize()])
+            return SentenceTransformerTrainer(model=model, loss=losses.MultipleNegativesRankingLoss(model),
+                                              train_dataset=PAIRS,
+                                              args=SentenceTransformerTrainingArguments(output_dir=out, **settings))
+        model = CrossEncoder(path)
+        rows = [{"query": f"question {i}", "passage": f"passage {i // 3}", "label": float(i % 2)} for i in range(12)]
+        return CrossEncoderTrainer(model=model, loss=ce_losses.BinaryCrossEntropyLoss(model), train_dataset=rows,
+                                   args=CrossEncoderTrainingArguments(output_dir=out, **settings))
+
+    def losses_of(run: Any) -> list[float]:
+        return [r["loss"] for r in run.state.log_history if "loss" in r]
+
+    whole = trainer("whole")
+    whole.train()
+    former = {"sentence": ["bert.embeddings.word_embeddings.weight", "dense.0.linear.bias"],
+              "cross": ["model.bert.embeddings.word_embeddings.weight", "model.classifier.bias"]}[kind]
+    # the run cut after its checkpoint at step 2, state.pt's weights under the former names
+    shutil.copytree(tmp_path / "whole" / "out", tmp_path / "cut" / "out")
+    for later in ("checkpoint-4", "checkpoint-6"):
+        shutil.rmtree(tmp_path / "cut" / "out" / later)
+    state_file = tmp_path / "cut" / "out" / "checkpoint-2" / "state.pt"
+    state = torch.load(state_file, weights_only=True)
+    state["model"] = {_former_name(k, kind, "loss.model."): v for k, v in state["model"].items()}
+    assert {f"loss.model.{k}" for k in former} <= set(state["model"])
+    torch.save(state, state_file)
+
+    resumed = trainer("cut")
+    resumed.train(resume_from_checkpoint=str(state_file.parent))
+    assert losses_of(resumed) == losses_of(whole) and len(losses_of(whole)) == 6
+    assert losses_of(whole)[3] != losses_of(whole)[2]
+    want = whole.model.state_dict()
+    for name, value in resumed.model.state_dict().items():
+        assert torch.equal(value, want[name]), name
+    moments = [torch.load(tmp_path / run / "out" / "checkpoint-6" / "state.pt", weights_only=True)["optimizer"]["state"]
+               for run in ("whole", "cut")]
+    assert moments[0].keys() == moments[1].keys()
+    for i, m in moments[0].items():
+        assert torch.equal(moments[1][i]["exp_avg"], m["exp_avg"]) and torch.equal(moments[1][i]["exp_avg_sq"],
+                                                                                  m["exp_avg_sq"]), i
+
+    # torch.save(model.state_dict()) under the former names loads strictly, to the same weights
+    saved = {_former_name(k, kind): v for k, v in want.items()}
+    assert set(former) <= set(saved)
+    fresh = trainer("fresh").model
+    fresh.load_state_dict(saved, strict=True)
+    for name, value in fresh.state_dict().items():
+        assert torch.equal(value, want[name]), name
+    # a tensor under both names is not loaded twice: the former name is left for strict loading to name
+    with pytest.raises(RuntimeError, match=rf'Unexpected key\(s\) in state_dict: "{re.escape(former[0])}"'):
+        fresh.load_state_dict({former[0]: saved[former[0]], **want}, strict=True)

@@ -50,6 +50,7 @@ from bertkit.sentence.models import (
     Indexed,
     Normalize,
     Transformer,
+    all_layer_embeddings,
     in_order,
     model_kwargs_options,
 )
@@ -477,16 +478,23 @@ class SentenceTransformer(Indexed, ReferenceCalls, Prompted, nn.Module):
             v = layer(v)
         return F.normalize(v, p=2, dim=-1) if self.normalize else v
 
-    def forward(self, features: dict[str, Tensor]) -> dict[str, Tensor]:
-        """sentence-transformers' ``model(features)``: the features with ``token_embeddings`` (B, T, H), the
-        encoder's last layer, and ``sentence_embedding`` (B, D) added, both in the type the encoder computed (pooled
-        and normalised in float32, as ``encode``). Padding positions of ``token_embeddings`` hold zeros where the
-        encoder ran unpadded (sentence-transformers': the states computed there, which no pooling reads)."""
+    def _transformer_outputs(self, features: dict[str, Tensor]) -> tuple[BertModelOutput, dict[str, Any]]:
+        """What module "0" adds to ``features`` (``model[0](features)``): ``token_embeddings`` (B, T, H), the encoder's
+        last layer (and ``all_layer_embeddings`` where asked); with the encoder's output, which the pooling reads in the
+        layout the encoder computed."""
         check_features(features, ("input_ids", "attention_mask"))
         out = self.bert(features["input_ids"], features["attention_mask"], features.get("token_type_ids"))
+        return out, {"token_embeddings": out.last_hidden_state, **all_layer_embeddings(out)}
+
+    def forward(self, features: dict[str, Tensor]) -> dict[str, Tensor]:
+        """sentence-transformers' ``model(features)``: the features with module "0"'s outputs (``token_embeddings``
+        (B, T, H), ``_transformer_outputs``) and ``sentence_embedding`` (B, D) added, both in the type the encoder
+        computed (pooled and normalised in float32, as ``encode``). Padding positions of ``token_embeddings`` hold zeros
+        where the encoder ran unpadded (sentence-transformers': the states computed there, which no pooling reads)."""
+        out, added = self._transformer_outputs(features)
         # a half model's float32 embedding met its other float16 tensors in a product: torch refuses mixed types
         emb = self._pool(out, features["attention_mask"], int(features.get("prompt_length", 0))).to(out.tokens.dtype)
-        return {**features, "token_embeddings": out.last_hidden_state, "sentence_embedding": emb}
+        return {**features, **added, "sentence_embedding": emb}
 
     # -- encode ----------------------------------------------------------------------------------------------------
     def encode(self, inputs: Any = None, prompt_name: str | None = None, prompt: str | None = None,

@@ -17,7 +17,8 @@ from __future__ import annotations
 import json
 import operator
 import os
-from collections.abc import Iterable, Iterator, Mapping
+import re
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -135,8 +136,10 @@ class Transformer:
 
     get_word_embedding_dimension = get_embedding_dimension  # sentence-transformers' name before 6
 
-    def __repr__(self) -> str:
-        return f"Transformer({{'max_seq_length': {self.max_seq_length}, 'do_lower_case': {self.do_lower_case}}})"
+    def __repr__(self) -> str:  # sentence-transformers 5's (6 shows no max_seq_length, which bertkit's save writes)
+        settings = {"max_seq_length": self.max_seq_length, "do_lower_case": self.do_lower_case,
+                    "architecture": type(self.model).__name__}
+        return f"Transformer({settings})"
 
 
 class _OwnersAttribute:
@@ -164,8 +167,6 @@ class TransformerOf(Transformer, nn.Module):
     def __init__(self, owner: Any):
         nn.Module.__init__(self)
         self.__dict__["_owner"] = owner  # not a submodule: the model holds this module, not the reverse
-        # a state dict saved by sentence-transformers before 6, whose Transformer held the encoder as auto_model
-        self._register_load_state_dict_pre_hook(_renamed_auto_model)
 
     def __setattr__(self, name: str, value: Any) -> None:
         if name in ("model", "auto_model"):
@@ -184,8 +185,12 @@ class TransformerOf(Transformer, nn.Module):
         return self.model
 
     def forward(self, features: dict[str, Tensor]) -> dict[str, Tensor]:
-        raise BertkitError("model[0](features) is not implemented in bertkit: call the model, model(features), for "
-                           "its token_embeddings and sentence_embedding (a CrossEncoder: model.predict)")
+        """sentence-transformers' Transformer.forward: ``features`` with this module's outputs added, in place as
+        there, and returned: an embedder's ``token_embeddings`` (a cross-encoder's ``scores``), and
+        ``all_layer_embeddings`` where the encoder's config sets ``output_hidden_states``. The model's own
+        computation: ``model(features)`` is this, then the pooling."""
+        features.update(self._owner._transformer_outputs(features)[1])
+        return features
 
     # the model's own, checked by its own limits (a CrossEncoder's pair needs 3 tokens)
     max_seq_length = _OwnersAttribute()
@@ -204,13 +209,37 @@ class TransformerOf(Transformer, nn.Module):
                                "its tokenizer's files say whether it lowercases (do_lower_case in tokenizer_config.json)")
 
 
-def _renamed_auto_model(state_dict: dict[str, Any], prefix: str, *args: Any) -> None:
-    """sentence-transformers 5's names of module "0"'s encoder (``0.auto_model.…``) as 6's (``0.model.…``): its
-    state dicts load here, where sentence-transformers 6 finds none of their keys (and, with strict=False, loads
-    nothing)."""
-    old = prefix + "auto_model."
-    for key in [k for k in state_dict if k.startswith(old)]:
-        state_dict.setdefault(prefix + "model." + key[len(old):], state_dict.pop(key))
+# The names earlier versions gave the model's tensors, relative to the model (a SentenceTransformer's or a
+# CrossEncoder's state dict; no name of one is a name of the other's), each with the name it has now
+_FORMER_NAMES: tuple[tuple[re.Pattern[str], Callable[[re.Match[str]], str]], ...] = (
+    (re.compile(r"0\.auto_model\."), lambda m: "0.model."),  # sentence-transformers 5's (6 reads none of them)
+    (re.compile(r"bert\."), lambda m: "0.model."),  # bertkit's SentenceTransformer's encoder before its names were 6's
+    (re.compile(r"dense\.(\d+)\."), lambda m: f"{int(m[1]) + 2}."),  # its Dense layers: dense.0 is module "2"
+    (re.compile(r"model\."), lambda m: "0.model."),  # bertkit's CrossEncoder's classifier model, likewise
+)
+
+
+def renamed_former_names(state_dict: dict[str, Any], prefix: str) -> None:
+    """The keys of ``state_dict`` under ``prefix`` that have a former name (``_FORMER_NAMES``) renamed, in place, to
+    the present one: a state dict saved with ``torch.save(model.state_dict())``, and a trainer checkpoint's state.pt
+    (``loss.model.bert.…``), written under those names load strictly, and a run resumes from it. A key whose present
+    name the dict holds too is left as it is, for strict loading to name as unexpected."""
+    for key in [k for k in state_dict if k.startswith(prefix)]:
+        rest = key[len(prefix):]
+        for pattern, present in _FORMER_NAMES:
+            found = pattern.match(rest)
+            if found:
+                new = prefix + present(found) + rest[found.end():]
+                if new not in state_dict:
+                    state_dict[new] = state_dict.pop(key)
+                break
+
+
+def all_layer_embeddings(out: Any) -> dict[str, Any]:
+    """sentence-transformers' Transformer output ``all_layer_embeddings``, the encoder's L + 1 layers (B, T, H), the
+    embeddings' output first, where its config sets ``output_hidden_states`` (``out``: the encoder's or a head's
+    output); nothing otherwise."""
+    return {} if out.hidden_states is None else {"all_layer_embeddings": out.hidden_states}
 
 
 class Encoder:
@@ -232,6 +261,10 @@ class Indexed:
     the others are views of the model's settings (Pooling, Normalize) or its Dense layers."""
 
     _encoder: str  # the attribute ``Encoder`` declares
+
+    def _load_from_state_dict(self, state_dict: dict[str, Any], prefix: str, *args: Any) -> None:
+        renamed_former_names(state_dict, prefix)  # before nn.Module's, which hands module "0" its keys after this
+        super()._load_from_state_dict(state_dict, prefix, *args)  # type: ignore[misc]
 
     def __setattr__(self, name: str, value: Any) -> None:
         if name == self._encoder:  # nn.Module would register it under this name: it is module "0"'s model
@@ -266,6 +299,12 @@ class Indexed:
             kinds = ", ".join(["Transformer", *(type(m).__name__ for m in modules[1:])])
             raise IndexError(f"index {i} is out of range: this model has {len(modules)} modules ({kinds})")
         return modules[i]
+
+    def __repr__(self) -> str:
+        """Each module with its settings, numbered as ``model[i]``, as sentence-transformers prints its model:
+        nn.Module's showed module "0" alone (Pooling and Normalize are not submodules), without a word of pooling."""
+        lines = "".join(f"  ({i}): {module!r}\n" for i, module in enumerate(self._module_list()))
+        return f"{type(self).__name__}(\n{lines})"
 
     def __len__(self) -> int:  # at least 1, so that `if model:` stays true
         return len(self._module_list())
@@ -310,7 +349,7 @@ class Normalize:
                                "embedding (token embeddings are a multi-vector model's); drop these arguments")
 
     def __repr__(self) -> str:
-        return "Normalize()"
+        return f"Normalize({ {'module_input_name': 'sentence_embedding', 'module_output_name': 'sentence_embedding'} })"
 
 # the activations sentence-transformers writes in a Dense's config.json (its class's path), which bertkit builds
 _ACTIVATIONS: dict[str, type[nn.Module]] = {"torch.nn.modules.activation.Tanh": nn.Tanh,
@@ -422,8 +461,7 @@ class Dense(nn.Module):
         return dense
 
     def __repr__(self) -> str:
-        return (f"Dense({{'in_features': {self.in_features}, 'out_features': {self.out_features}, 'bias': {self.bias}, "
-                f"'activation_function': '{_activation_name(self.activation_function)}'}})")
+        return f"Dense({self.get_config_dict()})"
 
 
 def in_order(modules: Any) -> tuple[Transformer, PoolingSettings, list[Dense], bool]:

@@ -128,16 +128,21 @@ class Pooling:
     pooling_output_dimension = output_dimension  # sentence-transformers' names for what model[1] holds
 
     @property
-    def pooling_mode(self) -> str | list[str]:
-        """The mode, or the modes concatenated, as sentence-transformers 6's Pooling holds them."""
-        return self.modes[0] if len(self.modes) == 1 else list(self.modes)
+    def pooling_mode(self) -> str | tuple[str, ...]:
+        """The mode, or the modes concatenated (a tuple), as sentence-transformers 6's Pooling holds them."""
+        return self.modes[0] if len(self.modes) == 1 else self.modes
 
     @pooling_mode.setter
-    def pooling_mode(self, value: str | list[str]) -> None:
+    def pooling_mode(self, value: str | list[str] | tuple[str, ...]) -> None:
         self.modes = value  # type: ignore[assignment]  # a mode's name or a list, checked and kept as a tuple
 
     def get_embedding_dimension(self) -> int:  # sentence-transformers' module method
         return self.output_dimension
+
+    def __repr__(self) -> str:  # sentence-transformers 6's: its config's keys
+        settings = {"embedding_dimension": self.embedding_dimension, "pooling_mode": self.pooling_mode,
+                    "include_prompt": self.include_prompt}
+        return f"Pooling({settings})"
 
     get_sentence_embedding_dimension = get_embedding_dimension  # its name before 6
 

@@ -52,7 +52,13 @@ from bertkit.sentence.model import (
     refuse_arguments,
     refuse_data_frame,
 )
-from bertkit.sentence.models import Encoder, Indexed, model_kwargs_options, refuse_adapter
+from bertkit.sentence.models import (
+    Encoder,
+    Indexed,
+    all_layer_embeddings,
+    model_kwargs_options,
+    refuse_adapter,
+)
 from bertkit.staging import staged
 from bertkit.tokenization import AutoTokenizer
 from bertkit.tokenization.batch import truncation_lengths
@@ -279,10 +285,17 @@ class CrossEncoder(Indexed, ReferenceCalls, nn.Module):
         """(N, num_labels) logits of a ``pair_batch``, on the host or the model's device (the model moves it)."""
         return self.model(batch["input_ids"], batch["attention_mask"], batch["token_type_ids"]).logits
 
-    def forward(self, features: dict[str, Tensor]) -> dict[str, Tensor]:
-        """sentence-transformers' ``model(features)``: the features with ``scores`` (N, num_labels) added."""
+    def _transformer_outputs(self, features: dict[str, Tensor]) -> tuple[Any, dict[str, Any]]:
+        """What module "0" adds to ``features`` (``model[0](features)``, the whole model's, as there): ``scores``
+        (N, num_labels), the classifier's logits (and ``all_layer_embeddings`` where asked); with its output."""
         check_features(features, ("input_ids", "attention_mask", "token_type_ids"), "model.preprocess(pairs)")
-        return {**features, "scores": self.scores(features)}
+        out = self.model(features["input_ids"], features["attention_mask"], features["token_type_ids"])
+        return out, {"scores": out.logits, **all_layer_embeddings(out)}
+
+    def forward(self, features: dict[str, Tensor]) -> dict[str, Tensor]:
+        """sentence-transformers' ``model(features)``: the features with ``scores`` (N, num_labels) added
+        (``_transformer_outputs``)."""
+        return {**features, **self._transformer_outputs(features)[1]}
 
     # -- predict and rank -------------------------------------------------------------------------------------------
     def predict(self, inputs: Sequence[Sequence[str]] | Sequence[str], batch_size: int = 32,
