@@ -15,14 +15,11 @@ from __future__ import annotations
 
 import importlib
 import logging
-import os
-import sys
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from collections.abc import Set as AbstractSet
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from functools import cached_property
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import Any
 
 import numpy as np
 import torch
@@ -30,11 +27,24 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from bertkit._parallel import job_of
-from bertkit.errors import BertkitError, NotImplementedInBertkit, given_path, is_whole
+from bertkit.errors import BertkitError, given_path, is_whole
 from bertkit.hub import download_hint, not_a_directory
-from bertkit.modeling import BertModel, BertModelOutput
+from bertkit.modeling import BertModelOutput
 from bertkit.outputs import atomic_write_json
 from bertkit.padding import moved
+from bertkit.sentence.calls import (
+    ONE_PROCESS,
+    PROCESSING_KWARGS,
+    REFUSED_INIT,
+    ReferenceCalls,
+    as_requested,
+    check_features,
+    model_path,
+    one_text,
+    refuse_arguments,
+    refuse_data_frame,
+    texts_of,
+)
 from bertkit.sentence.directory import (
     MODULES,
     SBERT_CONFIG,
@@ -62,191 +72,6 @@ from bertkit.staging import staged
 
 logger = logging.getLogger("bertkit")
 
-# sentence-transformers' constructor arguments bertkit does not implement, with what to do instead
-_REFUSED_INIT = {
-    "cache_folder": "bertkit loads local directories; download the model first",
-    "trust_remote_code": "bertkit runs BERT only; drop this argument",
-    "revision": "bertkit loads local directories; check out the revision first",
-    "token": "bertkit loads local directories; download the model first",
-    "backend": "bertkit runs its own PyTorch encoder; for int8 use bertkit.pipeline(..., quantize='int8')",
-    # (SparseEncoder's: SentenceTransformer and CrossEncoder take model_kwargs' dtype, model_kwargs_options)
-    "model_kwargs": "bertkit builds its BertModel from config.json; for another dtype call .bfloat16() or .half() "
-                    "on the loaded model",
-    # dropped without a word, a model_max_length there would leave texts cut at the files' length
-    "tokenizer_kwargs": "for its model_max_length set model.max_seq_length after loading; bertkit reads the "
-                        "tokenizer's other settings from its files",
-    "processor_kwargs": "for its model_max_length set model.max_seq_length after loading; bertkit reads the "
-                        "tokenizer's other settings from its files",
-    "config_kwargs": "edit config.json, or set dropout on model.bert after loading",
-    "model_card_data": "bertkit writes no model card; drop this argument",
-}
-
-
-def model_path(value: Any, what: str) -> Path:
-    """``value`` as the local directory ``what`` loads from; anything but a str or path (None: sentence-transformers'
-    empty model, to build from modules) is refused naming it."""
-    if not isinstance(value, (str, os.PathLike)):
-        raise BertkitError(f"{what} takes the path of a local directory (a str or Path), got {type(value).__name__} "
-                           f"{str(value)[:60]}")
-    return given_path(value, f"{what}'s directory")
-
-
-def refuse_arguments(what: str, unknown: dict[str, Any], table: dict[str, str]) -> None:
-    """Refuse by name the arguments ``what`` was given that bertkit does not implement (``table``: what to do
-    instead) or does not know. One given as None is sentence-transformers' default, nothing asked for: a script that
-    passes its own defaults through (``cache_folder=args.cache_folder``) loads the model."""
-    for name, value in unknown.items():
-        if name in table:
-            if value is None:
-                continue
-            raise BertkitError(f"{what}({name}=...) is not implemented in bertkit: {table[name]}")
-        raise BertkitError(f"{what} got an unknown argument {name!r}")
-
-
-_TRAINER = ("train with SentenceTransformerTrainer (CrossEncoderTrainer, SparseEncoderTrainer), which fit() "
-            "wraps in sentence-transformers: docs/sentence.md")
-_ONE_PROCESS = "call encode() in one process, which uses every core through torch's threads"
-# the pool methods of all three model classes (a CrossEncoder's "call encode()" sent its users to a method it lacks)
-_NO_POOL = ("call encode() (a CrossEncoder's predict() or rank()) in one process, which uses every core through "
-            "torch's threads")
-# sentence-transformers 6's per-call tokenizer settings (encode / predict(processing_kwargs={"text": {"max_length":
-# 16}})), which bertkit called an unknown argument
-PROCESSING_KWARGS = ("texts are cut at the model's max_seq_length (a CrossEncoder's max_length) in every call: set "
-                     "it on the model for another length")
-_HUB = "bertkit works offline: save(path), then upload the directory with huggingface_hub (`hf upload REPO path`)"
-_ADAPTERS = ("wrap the encoder (model.bert; a CrossEncoder's model.model) with peft's get_peft_model, and "
-             "merge_and_unload() it before saving")
-# sentence-transformers' model methods bertkit does not implement, with what to use instead
-_REFUSED_METHODS = {
-    "fit": _TRAINER,  # (a SparseEncoder's: SentenceTransformer and CrossEncoder have their own)
-    "old_fit": "old_fit is sentence-transformers' v2 training loop; call fit(), which trains on the trainer as "
-               "sentence-transformers' fit() does, or " + _TRAINER,
-    "smart_batching_collate": _TRAINER,
-    "start_multi_process_pool": _NO_POOL, "stop_multi_process_pool": _NO_POOL, "encode_multi_process": _NO_POOL,
-    "push_to_hub": _HUB, "save_to_hub": _HUB,
-    **dict.fromkeys(("add_adapter", "load_adapter", "set_adapter", "enable_adapters", "disable_adapters",
-                     "active_adapter", "active_adapters", "delete_adapter", "get_adapter_state_dict"), _ADAPTERS),
-}
-
-
-class ReferenceCalls:
-    """The model methods of sentence-transformers' three model classes beyond encoding, for bertkit's three
-    (SentenceTransformer, CrossEncoder, SparseEncoder): ``evaluate`` and ``gradient_checkpointing_enable``; the
-    methods bertkit does not implement (``_REFUSED_METHODS``) raise ``NotImplementedInBertkit`` naming what to use."""
-
-    # what the class's fixed modules are and how to get others, said by nn.Sequential's append / extend / insert,
-    # which sentence-transformers' models have (a SparseEncoder is a Sequential: it has them too)
-    _fixed_modules: ClassVar[str | None] = None
-
-    def evaluate(self, evaluator: Callable[..., Any], output_path: str | None = None) -> Any:
-        """``evaluator(model, output_path)``, as sentence-transformers' ``model.evaluate``: the directory is made and
-        the evaluator writes its results CSV there."""
-        if output_path is not None:
-            os.makedirs(output_path, exist_ok=True)
-        return evaluator(self, output_path)
-
-    def gradient_checkpointing_enable(self, gradient_checkpointing_kwargs: dict[str, Any] | None = None) -> None:
-        """Recompute each encoder layer in the backward pass (the encoder's own switch)."""
-        encoders = [m for m in self.modules() if isinstance(m, BertModel)]  # type: ignore[attr-defined]
-        for encoder in encoders:
-            encoder.gradient_checkpointing_enable(gradient_checkpointing_kwargs)
-
-    def __getattr__(self, name: str) -> Any:
-        try:
-            return super().__getattr__(name)  # type: ignore[misc]  # nn.Module's: parameters, buffers, submodules
-        except AttributeError:
-            what = type(self).__name__
-            if name in ("append", "extend", "insert") and self._fixed_modules is not None:
-                raise NotImplementedInBertkit(f"{what}.{name} is not implemented in bertkit: bertkit's {what} holds "
-                                              f"{self._fixed_modules}") from None
-            if name in _REFUSED_METHODS:
-                raise NotImplementedInBertkit(f"{what}.{name} is not implemented in bertkit: "
-                                              f"{_REFUSED_METHODS[name]}") from None
-            raise
-
-
-def texts_of(inputs: Any) -> tuple[list[str], bool]:
-    """``encode``'s inputs as texts, and whether they were one input, read as sentence-transformers 6 reads a text
-    model's: a list, tuple or string array (or a ``datasets`` column) is a batch; a str or a dict ``{"text": str}``
-    (its text modality, as a row of a dataset whose one column is "text") is one input. What it cannot embed as a
-    text is refused naming the input: a dict with other keys (a dataset row with more columns), a (text, text) pair
-    or a 2-D string array's row of two (which it encodes as one sequence; bertkit.sentence does not), a chat message,
-    a non-string."""
-    if isinstance(inputs, AbstractSet):  # sentence-transformers refuses one too
-        raise BertkitError(f"encode() got a {type(inputs).__name__} of {len(inputs)} texts: a set has no order, so its "
-                           "vectors could not be matched back to its texts; pass a list (encode(sorted(texts)))")
-    refuse_data_frame(inputs, "encode()", "encode(df[{}])")
-    single = isinstance(inputs, (str, bytes, Mapping)) or not isinstance(inputs, Iterable) or \
-        (isinstance(inputs, np.ndarray) and (inputs.ndim == 0 or inputs.dtype.kind not in "UO"))
-    items = [inputs] if single else list(inputs)
-    return [_text(x, "input" if single else f"input {i}") for i, x in enumerate(items)], single
-
-
-def check_features(features: Any, needed: tuple[str, ...], tokenize: str = "model.tokenize(texts)") -> None:
-    """Refuse ``model(features)`` without one of the ``needed`` tensors, naming it and the call that makes them: a
-    batch built by hand without ``attention_mask`` is pooled over its padding by sentence-transformers (transformers
-    takes every position as a token), and was a bare KeyError here."""
-    if not isinstance(features, Mapping):
-        raise BertkitError(f"model(features) takes the dict {tokenize} returns, got {type(features).__name__}")
-    missing = [k for k in needed if k not in features]
-    if missing:
-        raise BertkitError(f"model(features) needs {missing} (the features hold {sorted(features)}): build them with "
-                           f"{tokenize}, which gives {list(needed)}; without a mask the padding would count as text")
-
-
-def refuse_data_frame(inputs: Any, what: str, call: str) -> None:  # call: "encode(df[{}])", the column's place
-    """A pandas DataFrame is refused naming its columns: iterated, it gives its column names, not its rows, so
-    ``encode(df)`` embedded the word "text" once for a frame of many texts (sentence-transformers refuses it by type).
-    pandas is looked up only where the script imported it."""
-    pandas = sys.modules.get("pandas")
-    if pandas is not None and isinstance(inputs, pandas.DataFrame):
-        columns = [str(c) for c in inputs.columns]
-        column = columns[0] if columns else "text"
-        raise BertkitError(f"{what} got a pandas DataFrame of {len(inputs)} rows and the columns {columns[:5]}, which "
-                           f"iterates over its column names, not its texts: pass a column, {call.format(repr(column))}")
-
-
-def _text(item: Any, where: str, call: str = "encode") -> str:
-    """``item`` as one text, or the refusal naming ``call``'s input ``where`` and what to give instead."""
-    if isinstance(item, str):
-        return str(item)  # a numpy string as the plain str the tokenizer takes
-    if isinstance(item, Mapping):
-        keys = list(item)
-        if keys == ["text"]:
-            if isinstance(item["text"], str):
-                return item["text"]
-            raise BertkitError(f"{call}() {where} holds 'text' {type(item['text']).__name__} "
-                               f"{str(item['text'])[:60]!r}; give the text as a string (join pre-split words: "
-                               "pre-tokenized input is not implemented)")
-        if {"role", "content"} <= set(keys):
-            raise BertkitError(f"{call}() {where} is a chat message ({keys}); this model embeds texts: pass the "
-                               "message's content")
-        column = next((k for k in keys if isinstance(item[k], str)), "text")
-        raise BertkitError(f"{call}() {where} is a dict with the keys {keys}; a dict input is {{'text': ...}} and "
-                           "nothing else (sentence-transformers 6 refuses other keys too), so a dataset row with other "
-                           f"columns is not embedded whole: embed its column, encode(row[{column!r}]) or "
-                           f"encode(dataset[{column!r}])")
-    pair = isinstance(item, (tuple, list)) or isinstance(item, np.ndarray) and item.ndim == 1  # not a 0-d array's str
-    if pair and len(item) == 2 and all(isinstance(x, str) for x in item):
-        raise BertkitError(f"{call}() {where} is the text pair {str(item)[:80]}; embedding a pair as one sequence is "
-                           "not implemented in bertkit.sentence: embed each text, or score the pair with a CrossEncoder")
-    raise BertkitError(f"{call}() {where} is {type(item).__name__} {str(item)[:60]!r}; {call} takes strings (or "
-                       "{'text': str}), " + ("one or a list of them" if call == "encode" else "a list of them"))
-
-
-def as_requested(rows: Tensor, convert_to_tensor: bool, convert_to_numpy: bool, single: bool,
-                 device: torch.device) -> Any:
-    """``rows`` as sentence-transformers returns them: a tensor, an array, or a list of row tensors; one row for a
-    single input. Tensors are on the model's ``device``, where sentence-transformers leaves what it does not turn
-    into numpy (bertkit gathers the rows on the CPU: a GPU model's tensors came back there)."""
-    if convert_to_tensor:
-        result: Any = rows.to(device)
-    elif convert_to_numpy:  # numpy has no bfloat16: float32, as there
-        result = (rows.float() if rows.dtype == torch.bfloat16 else rows).numpy()
-    else:
-        result = list(rows.to(device))
-    return result[0] if single else result
-
 class SentenceTransformer(Indexed, ReferenceCalls, Prompted, nn.Module):
     """A BERT encoder + pooling (+ Dense layers) (+ Normalize). ``forward`` takes a tokenized batch and returns the
     sentence embeddings (B, D); ``encode`` takes texts."""
@@ -261,7 +86,7 @@ class SentenceTransformer(Indexed, ReferenceCalls, Prompted, nn.Module):
                  truncate_dim: int | None = None, local_files_only: bool = True,
                  model_kwargs: dict[str, Any] | None = None, **unknown: Any):
         super().__init__()
-        refuse_arguments("SentenceTransformer", unknown, _REFUSED_INIT)
+        refuse_arguments("SentenceTransformer", unknown, REFUSED_INIT)
         options = model_kwargs_options("SentenceTransformer", model_kwargs)
         if not local_files_only:
             raise BertkitError("bertkit.sentence loads local directories only; download the model and pass its path")
@@ -447,7 +272,7 @@ class SentenceTransformer(Indexed, ReferenceCalls, Prompted, nn.Module):
             raise BertkitError(f"tokenize() takes a list of texts, got {type(texts).__name__} {str(texts)[:60]!r}; "
                                "pass [text] for one")
         refuse_data_frame(texts, "tokenize()", "tokenize(df[{}])")
-        texts = [(prompt or "") + _text(t, f"input {i}", "tokenize") for i, t in enumerate(texts)]
+        texts = [(prompt or "") + one_text(t, f"input {i}", "tokenize") for i, t in enumerate(texts)]
         if self.do_lower_case:
             texts = [self.tokenizer.lowercase(t) for t in texts]
         batch = dict(self.tokenizer(texts, padding=True, truncation=True, max_length=self.max_seq_length,
@@ -512,7 +337,7 @@ class SentenceTransformer(Indexed, ReferenceCalls, Prompted, nn.Module):
         ``quantize_embeddings`` does (int8/uint8 buckets from these embeddings)."""
         if "sentences" in unknown and inputs is None:  # sentence-transformers' name before 6
             inputs = unknown.pop("sentences")
-        multi = f"multi-process encoding is not implemented: {_ONE_PROCESS}"
+        multi = f"multi-process encoding is not implemented: {ONE_PROCESS}"
         refuse_arguments("encode", unknown, {"pool": multi, "chunk_size": multi, "processing_kwargs": PROCESSING_KWARGS,
                                              "task": (
             "a SentenceTransformer has no Router to route a task through (sentence-transformers ignores it then); "

@@ -31,6 +31,15 @@ from bertkit.errors import BertkitError, given_path, is_whole
 from bertkit.heads import BertForSequenceClassification
 from bertkit.hub import download_hint, not_a_directory
 from bertkit.outputs import atomic_write_json
+from bertkit.sentence.calls import (
+    PROCESSING_KWARGS,
+    ReferenceCalls,
+    as_requested,
+    check_features,
+    model_path,
+    refuse_arguments,
+    refuse_data_frame,
+)
 from bertkit.sentence.directory import (
     MODULES,
     SBERT_CONFIG,
@@ -42,15 +51,6 @@ from bertkit.sentence.directory import (
     saved_cross_encoder,
     tokenizer_limit,
     write_st_config,
-)
-from bertkit.sentence.model import (
-    PROCESSING_KWARGS,
-    ReferenceCalls,
-    as_requested,
-    check_features,
-    model_path,
-    refuse_arguments,
-    refuse_data_frame,
 )
 from bertkit.sentence.models import (
     Encoder,

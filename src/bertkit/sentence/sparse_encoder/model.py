@@ -13,7 +13,7 @@ layout: queries weighted by a static table, documents by SPLADE). A checkpoint d
 a masked-LM head) becomes Transformer + SpladePooling("max", "relu"), as sentence-transformers builds it for a
 ...ForMaskedLM architecture (for the others it builds a CSR model: bertkit warns, ``_read_modules``). bertkit
 writes sentence-transformers 6's layout. What sentence-transformers 6 has and bertkit does not implement is refused
-by name (``_REFUSED_INIT``, ``_REFUSED_ENCODE``, the modules ``route_of`` refuses).
+by name (``REFUSED_INIT`` (bertkit.sentence.calls), ``_REFUSED_ENCODE``, the modules ``route_of`` refuses).
 """
 
 from __future__ import annotations
@@ -31,6 +31,14 @@ from bertkit.checkpoint_io import read_config_json
 from bertkit.errors import BertkitError, given_path, is_whole
 from bertkit.hub import download_hint, not_a_directory
 from bertkit.outputs import atomic_write_json
+from bertkit.sentence.calls import (
+    PROCESSING_KWARGS,
+    REFUSED_INIT,
+    ReferenceCalls,
+    model_path,
+    refuse_arguments,
+    texts_of,
+)
 from bertkit.sentence.directory import (
     MODULES,
     ST_CONFIG,
@@ -39,14 +47,6 @@ from bertkit.sentence.directory import (
     read_modules,
     token_limit,
     write_st_config,
-)
-from bertkit.sentence.model import (
-    _REFUSED_INIT,
-    PROCESSING_KWARGS,
-    ReferenceCalls,
-    model_path,
-    refuse_arguments,
-    texts_of,
 )
 from bertkit.sentence.prompts import Prompted
 from bertkit.sentence.sparse_encoder.modules import (
@@ -131,7 +131,7 @@ class SparseEncoder(ReferenceCalls, Prompted, nn.Sequential):
                  device: str | None = None, prompts: dict[str, str] | None = None,
                  default_prompt_name: str | None = None, similarity_fn_name: str | None = None,
                  max_active_dims: int | None = None, local_files_only: bool = True, **unknown: Any):
-        refuse_arguments("SparseEncoder", unknown, _REFUSED_INIT)
+        refuse_arguments("SparseEncoder", unknown, REFUSED_INIT)
         if not local_files_only:
             raise BertkitError("bertkit.sentence loads local directories only; download the model and pass its path")
         if (model_name_or_path is None) == (modules is None):
