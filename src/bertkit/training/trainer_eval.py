@@ -68,7 +68,7 @@ class TrainerEvaluation:
         batches = math.ceil(n / self.args.per_device_eval_batch_size)
         metrics.update(runtime=seconds, samples_per_second=n / max(seconds, 1e-9),
                        steps_per_second=batches / max(seconds, 1e-9))
-        return PredictionOutput(preds, labels, {_prefixed(k, prefix): v for k, v in metrics.items()})
+        return PredictionOutput(preds, labels, {metric_key(k, prefix): v for k, v in metrics.items()})
 
     def _computed_metrics(self, preds: Any, labels: Any) -> Mapping:
         returned = self.compute_metrics(EvalPrediction(preds, labels))
@@ -155,7 +155,7 @@ class TrainerEvaluation:
                     f"labels as {self.label_names}: add a 'label' (or 'labels') column to {what}, or set neither "
                     "load_best_model_at_end nor metric_for_best_model")
             returned = self._computed_metrics(preds, labels) if self.compute_metrics else {}
-            keys += [f"{prefix}_loss"] + [_prefixed(k, prefix) for k in returned]
+            keys += [f"{prefix}_loss"] + [metric_key(k, prefix) for k in returned]
         if metric_key(name) not in keys:
             raise BertkitError(f"metric_for_best_model {name!r} is not a metric this run computes: evaluation "
                                f"returns {keys}; name one of them (without or with the eval_ prefix)")
@@ -172,8 +172,3 @@ class TrainerEvaluation:
 
 def _plain(value: Any) -> Any:
     return value.item() if hasattr(value, "item") and getattr(value, "ndim", 1) == 0 else value
-
-
-def _prefixed(key: str, prefix: str) -> str:
-    """A metric's name in the evaluation's results: under ``prefix_``, unless compute_metrics put it there."""
-    return key if key.startswith(f"{prefix}_") else f"{prefix}_{key}"
