@@ -79,8 +79,8 @@ from bertkit.sentence.cross_encoder import losses as ce_losses
 from bertkit.sentence.cross_encoder.data import columns_of
 from bertkit.sentence.training_args import BatchSamplers
 from bertkit.tokenization import BertTokenizer
+from bertkit.training import step_reads
 from bertkit.training.batch_plan import BatchPlan, epoch_loader
-from bertkit.training.loop import _real_tokens, _rows
 from bertkit.training.pretrain import collate_instances
 
 REPO = Path(__file__).resolve().parents[1]
@@ -172,8 +172,8 @@ def reference(cls: str, batches: list[list], args: argparse.Namespace) -> dict:
 
 def loop_consumer(batch: dict) -> int:
     """What the training loop does on the host with a batch before the model (counted for its throughput)."""
-    _real_tokens(batch)
-    return _rows(batch)
+    step_reads.real_tokens(batch)
+    return step_reads.rows(batch)
 
 
 def pair_consumer(model: CrossEncoder) -> Callable[[dict], int]:

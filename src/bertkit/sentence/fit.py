@@ -28,7 +28,7 @@ import torch
 from torch import nn
 
 from bertkit.errors import BertkitError, NotImplementedInBertkit
-from bertkit.training.callbacks import TrainerCallback
+from bertkit.training.callbacks import TrainerCallback, metric_key
 
 logger = logging.getLogger("bertkit")
 
@@ -295,7 +295,7 @@ class _EvaluateEachEpoch(TrainerCallback):
         metrics = self.evaluator(model, output_path=self.output_path, epoch=state.epoch, steps=state.global_step)
         if not isinstance(metrics, dict):
             metrics = {"evaluator": metrics}
-        metrics = {k if k.startswith("eval_") else f"eval_{k}": v for k, v in metrics.items()}
+        metrics = {metric_key(k): v for k, v in metrics.items()}
         if self.trainer is not None:
             self.trainer._event("on_evaluate", metrics=metrics)
 

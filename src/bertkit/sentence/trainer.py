@@ -496,7 +496,7 @@ class SentenceTransformerTrainer(Trainer):
             return
         keys = [f"eval_{dataset}_{k}" for dataset in self.eval_dataset or {}
                 for k in ("loss", "runtime", "samples_per_second", "steps_per_second")]
-        keys += [k if k.startswith("eval_") else f"eval_{k}" for k in self._evaluator_metrics(None)]
+        keys += [metric_key(k) for k in self._evaluator_metrics(None)]
         if metric_key(name) not in keys:
             raise BertkitError(f"metric_for_best_model {name!r} is not a metric this run computes: evaluation "
                                f"returns {keys}; name one of them (without or with the eval_ prefix)")
@@ -513,7 +513,7 @@ class SentenceTransformerTrainer(Trainer):
         and the evaluator once, after the first dataset, its metrics prefixed ``eval_`` alone (``evaluate()`` outside
         training runs it for each dataset, ``eval_{name}_``)."""
         if self.eval_dataset is None:
-            return {k if k.startswith("eval_") else f"eval_{k}": v for k, v in self._evaluator_metrics(None).items()}
+            return {metric_key(k): v for k, v in self._evaluator_metrics(None).items()}
         if not isinstance(self.eval_dataset, Mapping) or self.compute_metrics is None:
             return super()._evaluate_in_loop(module)
         compute_metrics, self.compute_metrics = self.compute_metrics, None
@@ -522,7 +522,7 @@ class SentenceTransformerTrainer(Trainer):
                      for prefix, what, dataset in self._eval_sets(self.eval_dataset, "eval")]
         finally:
             self.compute_metrics = compute_metrics
-        evaluated = {k if k.startswith("eval_") else f"eval_{k}": v for k, v in self._evaluator_metrics(None).items()}
+        evaluated = {metric_key(k): v for k, v in self._evaluator_metrics(None).items()}
         return {**parts[0], **evaluated, **{k: v for part in parts[1:] for k, v in part.items()}}
 
     def evaluate(self, eval_dataset: Any = None, ignore_keys: list[str] | None = None,

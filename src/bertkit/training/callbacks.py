@@ -117,6 +117,7 @@ class EarlyStoppingCallback(TrainerCallback):
             control.should_training_stop = True
 
 
-def metric_key(name: str) -> str:
-    """``accuracy`` and ``eval_accuracy`` both name the evaluation's ``eval_accuracy`` (as in transformers)."""
-    return name if name.startswith("eval_") else f"eval_{name}"
+def metric_key(name: str, prefix: str = "eval") -> str:
+    """``accuracy`` and ``eval_accuracy`` both name the evaluation's ``eval_accuracy`` (as in transformers): a metric's
+    name under ``prefix_``, unless it is there already."""
+    return name if name.startswith(f"{prefix}_") else f"{prefix}_{name}"

@@ -44,7 +44,7 @@ from bertkit.training.checkpoint import (
 from bertkit.training.distributed import accumulating, all_gather, any_rank, current, replicate
 from bertkit.training.optim import optimisation
 from bertkit.training.run_log import RunLog
-from bertkit.training.step_reads import MicroLoss, over_ranks, read_step, real_tokens, rows
+from bertkit.training.step_reads import LogWindow, MicroLoss, read_step
 from bertkit.training.token_loss import item_counter, loss_to_log, model_loss, objective, step_targets
 
 logger = logging.getLogger("bertkit")
@@ -150,7 +150,7 @@ def train(
 @dataclass
 class _Run:
     """What one ``train`` call holds between micro-steps: the model and its optimiser, where the run is (``pos``),
-    the logging window and the run's history."""
+    the logging window (``LogWindow``) and the run's history."""
 
     args: TrainingSettings
     info: DistInfo
@@ -167,14 +167,8 @@ class _Run:
     batch_metrics: Callable | None
     pos: Position
     log_file: RunLog
-    window: dict
+    window: LogWindow = field(default_factory=LogWindow)
     bar: Any = None
-    window_n: float = 0.0  # the steps in the logging window (``settle``)
-    trained_loss: float = 0.0  # the window's loss sum and steps over every step this call trained (train_loss)
-    trained_n: float = 0.0
-    seqs: int = 0
-    tokens: int = 0
-    t0: float = 0.0
     step_micro: int = 0  # micro-batches of the current optimiser step done
     step_size: int = 1  # its micro-batches: gradient_accumulation_steps, or the fewer an epoch has left
     step_shares: list[float] = field(default_factory=list)  # each micro-batch's weight in the step's mean
@@ -227,7 +221,7 @@ class _Run:
         if args.torch_compile:
             _compile(model)
         run = cls(args, info, device, phases, total, fingerprint, model, module, optimizer, scheduler, scaler,
-                  evaluate, batch_metrics, Position(), RunLog(out_dir, info.is_main), {}, hooks=hooks,
+                  evaluate, batch_metrics, Position(), RunLog(out_dir, info.is_main), hooks=hooks,
                   **cadence(args, phases))
         if found is not None:
             run.restore(*found)
@@ -236,11 +230,10 @@ class _Run:
         if args.report_to == "tensorboard":
             run.log_file.open_tensorboard()
         run.bar = _progress(total, run.pos.step, args.progress and info.is_main)
-        run.window_n = float(run.window.pop("_n", 0))
         # the step of the newest train record: an epoch's log comes after a checkpoint written at its last step, so
         # the run resumed there owes it
         run.logged_at = max((r["step"] for r in run.log_file.history if r["split"] == "train"), default=0)
-        run.t0 = time.perf_counter()
+        run.window.t0 = time.perf_counter()
         run.count = hooks.count_items or item_counter(model)
         module.train()
         return run
@@ -255,7 +248,7 @@ class _Run:
         self.saved_at = pos.step  # a finished run's last checkpoint is this one: not written again at its end
         last = state.get("last_step", {})  # (a checkpoint written before it was kept: its next log has its own)
         self.step_lr, self.grad_norm = last.get("lr", 0.0), last.get("grad_norm")
-        self.window = restore_rank_state(state, info, self.args.seed, pos.step, self.device)
+        self.window = LogWindow.resumed(restore_rank_state(state, info, self.args.seed, pos.step, self.device))
         written_by = state["world_size"]
         if info.is_main:
             logger.info("resuming from %s (step %d of %d)", path, pos.step, self.total)
@@ -300,8 +293,8 @@ class _Run:
                                                           len(phase.plan) - pos.batch) - 1)
                     step_count = step_targets(ahead, self.device, self.count)
             weight, batch = ahead.pop(0)
-            if weight > 0:  # throughput, counted on the host before the batch moves
-                self.seqs, self.tokens = self.seqs + rows(batch), self.tokens + real_tokens(batch)
+            if weight > 0:
+                self.window.count(batch)
             batch = {k: v.to(self.device, non_blocking=True) if isinstance(v, Tensor) else v for k, v in batch.items()}
             if self.micro_step(phase, weight, batch, step_count):  # the last micro-batch of a step
                 self.optimizer_step(phase)
@@ -422,13 +415,7 @@ class _Run:
             if self.spoiled is not None and not self.info.enabled:
                 break
             if math.isfinite(value) and m.counted:
-                part = loss if m.logged[1] else loss * share
-                self.window["loss"] = self.window.get("loss", 0.0) + part
-                self.trained_loss += part
-                self.trained_n += share
-                for k, v in m.metrics.items():
-                    self.window[k] = self.window.get(k, 0.0) + v * share
-                self.window_n += share
+                self.window.add(loss if m.logged[1] else loss * share, share, m.metrics)
             elif not math.isfinite(value) and self.spoiled is None:
                 self.spoiled = m.spoiled(loss)
         return read[1]
@@ -469,18 +456,14 @@ class _Run:
     def _log_window(self, phase: Phase) -> None:
         pos = self.pos
         self.settle()  # a callback's should_epoch_stop may end an epoch inside an optimiser step: its micro-batches
-        dt = time.perf_counter() - self.t0
-        sums, n, seqs, tokens = over_ranks(self.window, self.window_n, self.seqs, self.tokens)
-        record = {"split": "train", "step": pos.step, "epoch": pos.epoch, "phase": phase.name,
-                  "lr": self.step_lr, **{k: v / n for k, v in sums.items()},
-                  "seqs_per_s": seqs / dt, "tokens_per_s": tokens / dt}
+        record = {"split": "train", "step": pos.step, "epoch": pos.epoch, "phase": phase.name, "lr": self.step_lr,
+                  **self.window.take()}
         if self.grad_norm is not None:
             record["grad_norm"] = self.grad_norm
         if pos.skipped:
             record["skipped_nonfinite"] = pos.skipped
         self.log(record)
         self.bar.set_postfix(loss=f"{record['loss']:.4f}")
-        self.window, self.window_n, self.seqs, self.tokens, self.t0 = {}, 0.0, 0, 0, time.perf_counter()
         self.logged_at = pos.step
 
     def log(self, record: dict) -> None:
@@ -504,7 +487,7 @@ class _Run:
         """Write the checkpoint of this step (rank 0), then ``event("save")``."""
         self.settle()
         rng = all_gather(rng_state(self.device))
-        windows = all_gather({**self.window, "_n": self.window_n})
+        windows = all_gather(self.window.saved())
         if self.info.is_main:
             save_checkpoint(self.args.output_dir, {
                 "model": model_state(self.model), "optimizer": self.optimizer.state_dict(), "scheduler": self.scheduler.state_dict(),
@@ -527,8 +510,7 @@ class _Run:
         if self.args.save_strategy != "no" and self.saved_at != self.pos.step:
             self.checkpoint()
         self.log_file.close()
-        sums, n, _, _ = over_ranks({"loss": self.trained_loss}, self.trained_n, 0, 0)
-        return TrainResult(self.pos.step, self.log_file.history, self.pos.skipped, sums["loss"] / (n or 1))
+        return TrainResult(self.pos.step, self.log_file.history, self.pos.skipped, self.window.train_loss())
 
 
 def run_fingerprint(args: TrainingSettings, fingerprint: dict[str, Any] | None) -> dict[str, Any]:

@@ -1,13 +1,15 @@
-"""A training step's values on their way from the device: each micro-batch's loss (which spoils the step when it is
-not finite) and what the logs show of it, read with the step's gradient norm in one copy at the step's end; and the
-rows and tokens the logs count, summed over the ranks with the logging window. A read waits for the device; one at
-every micro-batch, and another for the norm, left it idle while the host queued the next work. The loop
-(``loop._Run.settle``) decides what each value does: the logging window, or a spoiled step.
+"""A training step's values on their way from the device to the logs. Each micro-batch's loss (which spoils the step
+when it is not finite) and what the logs show of it are read with the step's gradient norm in one copy at the step's
+end (``read_step``): a read waits for the device, and one at every micro-batch, and another for the norm, left it
+idle while the host queued the next work. The loop (``loop._Run.settle``) decides what each value does: a spoiled
+step, or a part of the ``LogWindow``, the steps since the last train record, whose means, rows and tokens each
+record reports, summed over the ranks.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import time
+from dataclasses import dataclass, field
 
 import torch
 from torch import Tensor
@@ -65,7 +67,58 @@ def real_tokens(batch: Batch) -> int:
     return sum(len(piece) for row in ids for piece in row)  # word-piece lists (a cross-encoder's texts)
 
 
-def over_ranks(window: dict, n: float, seqs: int, tokens: int) -> tuple[dict, float, int, int]:
+@dataclass
+class LogWindow:
+    """The logging window: the loss (and batch metrics) summed over its steps, each step the mean of its micro-batches
+    as it trains on them, the steps ``n``, and the rows and tokens trained on since ``t0``; and over every step this
+    ``train`` call trained, the loss that train_loss reports. A checkpoint keeps each rank's partial sums
+    (``saved``), so that a resumed run logs what an uninterrupted one does."""
+
+    sums: dict = field(default_factory=dict)
+    n: float = 0.0
+    seqs: int = 0
+    tokens: int = 0
+    t0: float = 0.0
+    trained_loss: float = 0.0
+    trained_n: float = 0.0
+
+    @classmethod
+    def resumed(cls, saved: dict) -> LogWindow:
+        """The window of a checkpoint's ``saved()`` (its sums and, under ``_n``, its steps)."""
+        sums = dict(saved)
+        return cls(sums, float(sums.pop("_n", 0)))
+
+    def saved(self) -> dict:
+        return {**self.sums, "_n": self.n}
+
+    def count(self, batch: Batch) -> None:
+        """Throughput: ``batch``'s rows and tokens, counted on the host before it moves to the device."""
+        self.seqs, self.tokens = self.seqs + rows(batch), self.tokens + real_tokens(batch)
+
+    def add(self, loss: float, share: float, metrics: dict[str, float]) -> None:
+        """A micro-batch's part of its step: ``loss`` (already its share of the step's mean) and ``metrics``, which
+        count by ``share``, the micro-batch's fraction of the step."""
+        self.sums["loss"] = self.sums.get("loss", 0.0) + loss
+        self.trained_loss += loss
+        self.trained_n += share
+        for k, v in metrics.items():
+            self.sums[k] = self.sums.get(k, 0.0) + v * share
+        self.n += share
+
+    def take(self) -> dict[str, float]:
+        """The window's means and throughput over every rank, for a train record; the next window starts now."""
+        dt = time.perf_counter() - self.t0
+        sums, n, seqs, tokens = _over_ranks(self.sums, self.n, self.seqs, self.tokens)
+        self.sums, self.n, self.seqs, self.tokens, self.t0 = {}, 0.0, 0, 0, time.perf_counter()
+        return {**{k: v / n for k, v in sums.items()}, "seqs_per_s": seqs / dt, "tokens_per_s": tokens / dt}
+
+    def train_loss(self) -> float:
+        """The mean loss of the steps this call trained, over every rank (0.0 for none)."""
+        sums, n, _, _ = _over_ranks({"loss": self.trained_loss}, self.trained_n, 0, 0)
+        return sums["loss"] / (n or 1)
+
+
+def _over_ranks(window: dict, n: float, seqs: int, tokens: int) -> tuple[dict, float, int, int]:
     """The logging window summed over the ranks."""
     parts = all_gather((window, n, seqs, tokens))
     if len(parts) == 1:

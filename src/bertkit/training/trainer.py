@@ -23,7 +23,7 @@ import math
 import random
 import sys
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -34,14 +34,12 @@ from torch import nn
 from bertkit._hardware import cpu_has_bf16
 from bertkit.data.collators import DataCollatorWithPadding, DefaultDataCollator
 from bertkit.errors import BertkitError
-from bertkit.inference.runner import in_order
 from bertkit.outputs import atomic_write_text
 from bertkit.runs import output_dir
-from bertkit.training import predictions, trainer_data
+from bertkit.training import trainer_data
 from bertkit.training.batch_plan import BatchPlan, steps_for_epochs, steps_per_epoch
 from bertkit.training.callbacks import (
     EvalPrediction,
-    PredictionOutput,
     TrainerCallback,
     TrainerControl,
     TrainerState,
@@ -60,6 +58,7 @@ from bertkit.training.distributed import agree, current, join_for_process
 from bertkit.training.loop import LoopHooks, Phase, Position, run_fingerprint, train
 from bertkit.training.token_loss import forward_parameters
 from bertkit.training.trainer_args import TrainingArguments
+from bertkit.training.trainer_eval import TrainerEvaluation
 from bertkit.training.trainer_loss import TrainerLoss
 
 TRAINER_STATE = "trainer_state.json"
@@ -79,7 +78,7 @@ def set_seed(seed: int) -> None:
     torch.manual_seed(seed)
 
 
-class Trainer(TrainerLoss):
+class Trainer(TrainerLoss, TrainerEvaluation):
     """transformers' Trainer on bertkit's loop; see the module docstring."""
 
     _not_called: tuple[str, ...] = NOT_CALLED  # the overrides refused (the sentence trainers' add compute_loss)
@@ -370,64 +369,7 @@ class Trainer(TrainerLoss):
                                "directory that holds it, so the run continues where it was written")
         return path
 
-    def _check_outputs(self, ignore_keys: list[str] | None, fix: str) -> None:
-        """transformers hands predict() and compute_metrics every output but the loss and ``ignore_keys``: with the
-        config's output_hidden_states or output_attentions set, a tuple (logits, hidden_states, ...), whose [0] is
-        the logits. bertkit gives the logits alone, whose [0] is the first row: refused unless ignore_keys names
-        what transformers would add, so a compute_metrics written for either is never silently fed the other."""
-        config = getattr(self._module, "config", None)
-        extra = {flag: name for flag, name in (("output_hidden_states", "hidden_states"),
-                                                ("output_attentions", "attentions"))
-                 if getattr(config, flag, False) and name not in (ignore_keys or ())}
-        if extra:
-            raise BertkitError(
-                f"the model's config sets {' and '.join(f'{f}=True' for f in extra)}: transformers' Trainer would "
-                f"return predictions as a tuple (logits, {', '.join(extra.values())}) and bertkit returns the logits "
-                "alone, so predictions[0] would be the logits there and the first row here; pass "
-                f"{fix.replace('...', repr(list(extra.values())))} to take the logits alone, or set "
-                f"{' and '.join(f'model.config.{f} = False' for f in extra)}")
-
-    def _check_metric(self) -> None:
-        """metric_for_best_model must be one evaluation returns (which needs the eval set's labels): checked on one
-        evaluation batch before training writes anything (transformers finds out at the first evaluation)."""
-        name = self.args.metric_for_best_model
-        if name is None:
-            return
-        if self.eval_dataset is None:
-            raise BertkitError(f"metric_for_best_model {name!r} needs an eval_dataset")
-        keys = []
-        for prefix, what, dataset in self._eval_sets(self.eval_dataset, "eval"):
-            examples = self._examples(dataset, what)
-            sample = [examples[i] for i in range(min(len(examples), self.args.per_device_eval_batch_size))]
-            preds, labels, _ = self._predictions(sample, events=False)
-            if labels is None and metric_key(name).startswith(f"{prefix}_"):
-                why = "load_best_model_at_end compares" if self.args.load_best_model_at_end else "it is"
-                raise BertkitError(
-                    f"metric_for_best_model {name!r} needs labels in {what} ({why} a metric of the evaluation), but "
-                    f"its batches hold {sorted(self._collate(sample[:1]))} and {type(self._module).__name__} takes "
-                    f"labels as {self.label_names}: add a 'label' (or 'labels') column to {what}, or set neither "
-                    "load_best_model_at_end nor metric_for_best_model")
-            returned = self._computed_metrics(preds, labels) if self.compute_metrics else {}
-            keys += [f"{prefix}_loss"] + [k if k.startswith(f"{prefix}_") else f"{prefix}_{k}" for k in returned]
-        if metric_key(name) not in keys:
-            raise BertkitError(f"metric_for_best_model {name!r} is not a metric this run computes: evaluation "
-                               f"returns {keys}; name one of them (without or with the eval_ prefix)")
-
-    @staticmethod
-    def _eval_sets(dataset: Any, prefix: str) -> list[tuple[str, str, Any]]:
-        """(metric prefix, name in messages, dataset) for each evaluation set (a dict's prefixed ``eval_{name}_``)."""
-        if not isinstance(dataset, Mapping):
-            return [(prefix, "eval_dataset", dataset)]
-        if not dataset:
-            raise BertkitError("eval_dataset is an empty dict; give at least one {name: dataset}")
-        return [(f"{prefix}_{name}", f"eval_dataset[{name!r}]", part) for name, part in dataset.items()]
-
     # -- the loop's hooks ------------------------------------------------------------------------------------
-    def _evaluate_in_loop(self, module: nn.Module) -> dict[str, float]:
-        self._check_outputs(self._ignore_keys_for_eval, "train(ignore_keys_for_eval=...)")  # a callback's evaluation
-        return {k: v for prefix, what, dataset in self._eval_sets(self.eval_dataset, "eval")
-                for k, v in self._prediction_output(dataset, what, prefix, module, check=False).metrics.items()}
-
     def _loop_event(self, name: str, pos: Position) -> None:
         """on_<name> at the loop's point where transformers calls it; the step and epoch move at a step's end."""
         if name == "step_end":
@@ -436,7 +378,7 @@ class Trainer(TrainerLoss):
         if name == "save":  # every rank (rank 0 named it already, writing the state): load_best_model_at_end on each
             self._name_best_checkpoint()
         if name == "epoch_begin" and pos.batch == 0:  # not where a resumed epoch goes on: it drew at its start
-            _loader_draw()
+            trainer_data.loader_draw()
         self._event(f"on_{name}")
 
     def _on_record(self, record: dict) -> None:
@@ -463,19 +405,6 @@ class Trainer(TrainerLoss):
                 if self.args.save_strategy != "no":  # as transformers: the step of a checkpoint that may be written
                     self.state.best_global_step = step
 
-    def _by_eval_set(self, metrics: dict[str, float]) -> list[dict[str, float]]:
-        """An evaluation's metrics as one record per evaluation set (for a dict of them, the keys under its
-        ``eval_{name}_`` prefix, the longest that fits; a key under none goes with the first set, as
-        sentence-transformers logs its evaluator's metrics)."""
-        if not isinstance(self.eval_dataset, Mapping):
-            return [metrics]
-        prefixes = [f"eval_{name}_" for name in self.eval_dataset]
-        parts: dict[str, dict[str, float]] = {p: {} for p in prefixes}
-        for key, value in metrics.items():
-            fits = [p for p in prefixes if key.startswith(p)]
-            parts[max(fits, key=len) if fits else prefixes[0]][key] = value
-        return [part for part in parts.values() if part]
-
     def _is_best(self, path: Path) -> bool:
         return self.state.best_model_checkpoint is not None and Path(self.state.best_model_checkpoint).name == path.name
 
@@ -495,81 +424,6 @@ class Trainer(TrainerLoss):
             self.processing_class.save_pretrained(directory)
         atomic_write_text(directory / TRAINER_STATE, json.dumps(dataclasses.asdict(self.state), indent=2) + "\n")
 
-    # -- evaluation and prediction ---------------------------------------------------------------------------
-    def evaluate(self, eval_dataset: Any = None, ignore_keys: list[str] | None = None,
-                 metric_key_prefix: str = "eval") -> dict[str, float]:
-        """eval_loss (when the data has labels) and compute_metrics' metrics, prefixed ``eval_``."""
-        dataset = eval_dataset if eval_dataset is not None else self.eval_dataset
-        if isinstance(dataset, Mapping):
-            return {k: v for prefix, _, part in self._eval_sets(dataset, metric_key_prefix)
-                    for k, v in self.evaluate(part, ignore_keys, prefix).items()}
-        self._check_outputs(ignore_keys, "evaluate(ignore_keys=...)")
-        metrics = self._prediction_output(dataset, "eval_dataset", metric_key_prefix).metrics
-        self.log(metrics)
-        self._event("on_evaluate", metrics=metrics)
-        return metrics
-
-    def predict(self, test_dataset: Any, ignore_keys: list[str] | None = None,
-                metric_key_prefix: str = "test") -> PredictionOutput:
-        """Logits (numpy, rows in the dataset's order), the labels when the data has them, and the metrics."""
-        self._check_outputs(ignore_keys, "predict(ignore_keys=...)")
-        output = self._prediction_output(test_dataset, "test_dataset", metric_key_prefix)
-        self._event("on_predict", metrics=output.metrics)
-        return output
-
-    def _prediction_output(self, dataset: Any, what: str, prefix: str, module: nn.Module | None = None,
-                           check: bool = True) -> PredictionOutput:
-        """The one evaluation of evaluate(), predict() and the loop's evaluations: predictions, labels, metrics."""
-        examples = self._examples(dataset, what)
-        if check:
-            self._check_batch(examples, what, need_labels=False)
-        _loader_draw()
-        t0 = time.perf_counter()
-        preds, labels, loss = self._predictions(examples, module, batches=self._eval_batches(dataset))
-        return PredictionOutput(preds, labels, self._score(preds, labels, loss, len(examples),
-                                                           time.perf_counter() - t0, prefix))
-
-    def _score(self, preds: Any, labels: Any, loss: float | None, n: int, seconds: float,
-               prefix: str) -> dict[str, float]:
-        metrics: dict[str, float] = {}
-        if loss is not None:
-            metrics["loss"] = loss
-        if self.compute_metrics is not None and labels is not None:
-            metrics.update({k: _plain(v) for k, v in self._computed_metrics(preds, labels).items()})
-        batches = math.ceil(n / self.args.per_device_eval_batch_size)
-        metrics.update(runtime=seconds, samples_per_second=n / max(seconds, 1e-9),
-                       steps_per_second=batches / max(seconds, 1e-9))
-        return {(k if k.startswith(f"{prefix}_") else f"{prefix}_{k}"): v for k, v in metrics.items()}
-
-    def _computed_metrics(self, preds: Any, labels: Any) -> Mapping:
-        returned = self.compute_metrics(EvalPrediction(preds, labels))
-        if not isinstance(returned, Mapping):
-            raise BertkitError(f"compute_metrics returned {type(returned).__name__} {returned!r:.80}; it must return "
-                               "a dict of metric name -> number, e.g. {'accuracy': 0.91}")
-        return returned
-
-    def _eval_batches(self, dataset: Sequence) -> list[list[int]]:
-        """This process's evaluation batches of ``dataset``: under torchrun every world_size-th row, in order."""
-        info, size = current(), self.args.per_device_eval_batch_size
-        rows = trainer_data.evaluated_rows(len(dataset), size, info.world_size, self.args.dataloader_drop_last)
-        return in_order(range(info.rank, rows, info.world_size), size)
-
-    def _predictions(self, examples: Sequence, module: nn.Module | None = None, events: bool = True,
-                     batches: list[list[int]] | None = None) -> tuple[Any, Any, float | None]:
-        """(logits, labels, mean loss) of every example in transformers' layout (``predictions.gather``), computed in
-        ``batches`` (``_eval_batches``'), on_prediction_step after each when ``events``."""
-        module = module if module is not None else self._module
-        batches = batches if batches is not None else self._eval_batches(examples)
-        return predictions.gather(module, examples, batches, label_names=self.label_names, collate=self._collate,
-                                  forward=lambda batch: self._evaluated(module, batch, self.label_names),
-                                  device=self.device, bf16=self.args.bf16,
-                                  on_step=(lambda: self._event("on_prediction_step")) if events else None,
-                                  weights=self._loss_weights(batches, len(examples)))
-
-    def _loss_weights(self, batches: list[list[int]], rows: int) -> list[int] | None:
-        """Each evaluation batch's weight in the mean loss; None: its rows."""
-        return None
-
     def save_model(self, output_dir: str | Path | None = None, _internal_call: bool = False) -> None:
         """The model (config.json, model.safetensors) and the tokenizer, in the Hugging Face layout."""
         if not current().is_main:  # under torchrun rank 0 writes, as transformers' Trainer does
@@ -581,13 +435,6 @@ class Trainer(TrainerLoss):
             self.processing_class.save_pretrained(directory)
 
 
-def _loader_draw() -> None:
-    """The one number transformers' data loader draws from torch's global generator each time it starts (an epoch, an
-    evaluation, predict()): drawn here too, dropout's masks (and an unseeded masking collator's) are a transformers
-    run's for the same seed. bertkit's loader draws from its own generator, so a resumed run draws what it drew."""
-    torch.empty((), dtype=torch.int64).random_()
-
-
 def _fp16(requested: bool, device: str) -> bool:
     """fp16 autocast on a GPU only; on a CPU fp32, as transformers' Trainer (float16 CPU kernels ran a MiniLM step
     31x slower than fp32 on an AVX2 CPU, 1.4x even with AVX512-FP16)."""
@@ -597,8 +444,3 @@ def _fp16(requested: bool, device: str) -> bool:
                    "autocast is slower than fp32 on CPUs); %s", "for reduced precision here use bf16=True, which "
                    "this CPU runs in hardware" if cpu_has_bf16() else "drop fp16")
     return False
-
-
-def _plain(value: Any) -> Any:
-    return value.item() if hasattr(value, "item") and getattr(value, "ndim", 1) == 0 else value
-

@@ -300,3 +300,10 @@ def check_batch(collator: Any, first: Any, what: str, forward_args: Sequence[str
         raise BertkitError(
             f"{what} has no labels: its batches hold {sorted(batch)}, and {model_name} trains on {label_names}; add "
             "a 'label' (or 'labels') column, or set label_names in TrainingArguments")
+
+
+def loader_draw() -> None:
+    """The one number transformers' data loader draws from torch's global generator each time it starts (an epoch, an
+    evaluation, predict()): drawn here too, dropout's masks (and an unseeded masking collator's) are a transformers
+    run's for the same seed. bertkit's loader draws from its own generator, so a resumed run draws what it drew."""
+    torch.empty((), dtype=torch.int64).random_()
