@@ -586,6 +586,30 @@ def test_a_quantized_sentence_transformers_directory_keeps_its_pooling_normalisa
     assert pipeline("sentence-embedding", tmp_path / "int8")(texts) == at_load
 
 
+@pytest.mark.parametrize("modules, refused", [
+    ([("models.Pooling", "1_Pooling"), ("models.Dense", "2_Dense")], "sentence_transformers.models.Dense at '2_Dense'"),
+    ([("sparse_encoder.models.SpladePooling", "1_SpladePooling")],
+     "sentence_transformers.sparse_encoder.models.SpladePooling at '1_SpladePooling'")])
+def test_quantize_refuses_a_module_no_int8_loader_runs_naming_it(minilm_2_layers, tmp_path, capsys, modules, refused):
+    """Was: `bertkit quantize` wrote the int8 directory of a model with a Dense layer (a SparseEncoder's
+    SpladePooling) whole, 59 MB for MiniLM, and every loader of it then refused it: the pipelines and serve for its
+    Dense, the sparse pipeline with "no float weights ... runs with pipeline(task, directory)", which is what was
+    called. Now the command refuses it before calibrating, naming the module, and writes nothing."""
+    st_dir = tmp_path / "st"
+    shutil.copytree(minilm_2_layers, st_dir)
+    listed = [{"idx": 0, "name": "0", "path": "", "type": "sentence_transformers.models.Transformer"}]
+    for i, (kind, path) in enumerate(modules, start=1):
+        (st_dir / path).mkdir()
+        (st_dir / path / "config.json").write_text(json.dumps({"word_embedding_dimension": 384}))
+        listed.append({"idx": i, "name": str(i), "path": path, "type": f"sentence_transformers.{kind}"})
+    (st_dir / "modules.json").write_text(json.dumps(listed))
+    before = sorted(p.relative_to(st_dir) for p in st_dir.rglob("*"))
+    assert main(["quantize", "--model", str(st_dir), "--output-dir", str(tmp_path / "int8")]) != 0
+    err = capsys.readouterr().err
+    assert f"{st_dir / 'modules.json'} lists {refused}; an int8 directory runs only through the pipelines" in err
+    assert not (tmp_path / "int8").exists() and sorted(p.relative_to(st_dir) for p in st_dir.rglob("*")) == before
+
+
 def test_a_saved_int8_model_runs_in_the_commands_as_with_int8(classifier_dir, quantized_classifier, minilm_dir,
                                                              data_dir, sentences, tmp_path, capsys):
     base = ["predict", "glue", "--task", "sst2", "--data-dir", data_dir / "glue", "--split", "dev",

@@ -61,6 +61,10 @@ _REWRITE = "write it again: bertkit quantize --model FLOAT_CHECKPOINT --output-d
 # the length texts are cut at and its prompts make its vectors as much as the weights do.
 _SENTENCE_FILES = ("modules.json", "sentence_bert_config.json", "config_sentence_transformers.json")
 
+# The modules of a sentence-transformers directory an int8 directory runs (through the embedding and classification
+# pipelines, predict and serve, the only loaders of one): Dense layers and a SparseEncoder's modules are not among them.
+_INT8_MODULES = ("Transformer", "Pooling", "Normalize")
+
 # An int8 file's projections: (layer index, projection) -> {"weight": ..., "weight_scale": ..., "inv_scale": ...}
 _SavedProjections = dict[tuple[int, str], dict[str, Tensor]]
 
@@ -272,6 +276,7 @@ def quantize_checkpoint(model_dir: str | Path, output_dir: str | Path, *, calibr
     if is_int8_checkpoint(source):
         raise BertkitError(f"{source} is an int8 model already (written by `bertkit quantize`); quantize the float "
                            "checkpoint it came from")
+    _refuse_modules_int8_cannot_run(source)
     model_class = model_class_of(source)
     texts = read_calibration_file(calibration_file) if calibration_file is not None else None
     tokenizer = BertTokenizer.from_pretrained(source)
@@ -289,6 +294,26 @@ def quantize_checkpoint(model_dir: str | Path, output_dir: str | Path, *, calibr
             "kernel": kernel.name, "activation_bits": kernel.activation_bits, "calibration": calibration,
             "bytes": {"float": sum(f.stat().st_size for f in weight_files(source)),
                       "int8": (out / INT8_WEIGHTS_NAME).stat().st_size}}
+
+
+def _refuse_modules_int8_cannot_run(source: Path) -> None:
+    """Refuse a sentence-transformers directory with a module no loader of an int8 directory runs (a Dense layer, a
+    SparseEncoder's MLMTransformer and SpladePooling): the directory would be written, and then refused by every
+    command that loads it, or embed without that module."""
+    modules_file = source / _SENTENCE_FILES[0]
+    if not modules_file.is_file():
+        return
+    try:
+        modules = json.loads(modules_file.read_text(encoding="utf-8"))
+    except ValueError:  # refused where it is read, naming it, as the float directory's is
+        return
+    others = [f"{module.get('type')} at {module.get('path')!r}" for module in modules if isinstance(modules, list)
+              and isinstance(module, dict) and str(module.get("type")).rpartition(".")[2] not in _INT8_MODULES]
+    if others:
+        raise BertkitError(f"{modules_file} lists {', '.join(others)}; an int8 directory runs only through the "
+                           f"pipelines, predict and serve, which run {', '.join(_INT8_MODULES)} of a "
+                           "sentence-transformers directory (and no SparseEncoder in int8): run the float directory "
+                           "(bertkit.sentence.SentenceTransformer or SparseEncoder, or pipeline(...) with bf16=True)")
 
 
 def _copy_sentence_modules(source: Path, out: Path) -> None:
