@@ -586,6 +586,31 @@ def test_a_quantized_sentence_transformers_directory_keeps_its_pooling_normalisa
     assert pipeline("sentence-embedding", tmp_path / "int8")(texts) == at_load
 
 
+def test_a_sentence_transformers_directory_of_the_older_layout_quantizes_in_its_layout(minilm_2_layers, tmp_path):
+    """Was: a directory with its Transformer in 0_Transformer/ (sentence-transformers' older layout, which it,
+    bertkit's SentenceTransformer and the pipelines load) was refused by `bertkit quantize`: "st/config.json not
+    found". Now the int8 encoder is written to 0_Transformer/ of the output, with that folder's
+    sentence_bert_config.json, and the directory embeds exactly as the int8 pipeline on the float one."""
+    st_dir = tmp_path / "st"
+    shutil.copytree(minilm_2_layers, st_dir / "0_Transformer")
+    (st_dir / "0_Transformer" / "sentence_bert_config.json").write_text(json.dumps({"max_seq_length": 8}))
+    (st_dir / "1_Pooling").mkdir()
+    (st_dir / "1_Pooling" / "config.json").write_text(json.dumps({"word_embedding_dimension": 384,
+                                                                   "pooling_mode_max_tokens": True}))
+    (st_dir / "modules.json").write_text(json.dumps([
+        {"idx": 0, "name": "0", "path": "0_Transformer", "type": "sentence_transformers.models.Transformer"},
+        {"idx": 1, "name": "1", "path": "1_Pooling", "type": "sentence_transformers.models.Pooling"}]))
+    assert main(["quantize", "--model", str(st_dir), "--output-dir", str(tmp_path / "int8"), "--max-seq-length", "8"]) == 0
+    written = sorted(str(p.relative_to(tmp_path / "int8")) for p in (tmp_path / "int8").rglob("*")
+                     if not p.name.startswith("."))
+    assert "0_Transformer/model.int8.safetensors" in written and "0_Transformer/model.safetensors" not in written
+    assert "0_Transformer/sentence_bert_config.json" in written and "model.int8.safetensors" not in written
+    texts = ["a cat sat on the mat", "the stock market fell sharply today after the news from the central bank"]
+    saved = pipeline("sentence-embedding", tmp_path / "int8")
+    assert saved.quantize == "int8" and saved.max_length == 8
+    assert saved(texts) == pipeline("sentence-embedding", st_dir, quantize="int8")(texts)
+
+
 @pytest.mark.parametrize("modules, refused", [
     ([("models.Pooling", "1_Pooling"), ("models.Dense", "2_Dense")], "sentence_transformers.models.Dense at '2_Dense'"),
     ([("sparse_encoder.models.SpladePooling", "1_SpladePooling")],

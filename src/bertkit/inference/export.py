@@ -16,7 +16,7 @@ from torch import Tensor, nn
 
 from bertkit.errors import BertkitError, is_whole
 from bertkit.heads import MODEL_CLASSES, BertForMultipleChoice
-from bertkit.quantization.saved import model_class_of
+from bertkit.quantization.saved import encoder_directory, model_class_of
 
 INPUT_NAMES = ("input_ids", "token_type_ids", "attention_mask")
 
@@ -103,8 +103,9 @@ def export_onnx(model_dir: str | Path, out: str | Path, *, opset: int = 17, over
         raise BertkitError(f"--opset {opset!r} is not one bertkit can export: the supported opsets are {opsets.start} "
                            f"to {opsets.stop - 1} (from {MIN_OPSET}, the first with the attention operator, to the "
                            f"newest this torch {torch.__version__}'s TorchScript exporter writes)")
-    model = load_for_export(model_dir)
-    tokenizer = BertTokenizer.from_pretrained(model_dir)
+    encoder = encoder_directory(Path(model_dir))  # 0_Transformer/ in sentence-transformers' older layout
+    model = load_for_export(encoder)
+    tokenizer = BertTokenizer.from_pretrained(encoder)
     wrapper = TupleOutputModel(model).eval()
     inputs = example_inputs(model, tokenizer)
     t0 = time.perf_counter()
