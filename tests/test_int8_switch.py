@@ -564,7 +564,7 @@ def test_quantize_writes_a_smaller_directory_that_loads_as_the_int8_pipeline_run
 
 
 def test_a_quantized_sentence_transformers_directory_keeps_its_pooling_normalisation_and_length(minilm_2_layers,
-                                                                                                tmp_path):
+                                                                                                tmp_path, capsys):
     """Was: `bertkit quantize` wrote the weights and the tokenizer alone, so the int8 directory of a model with CLS
     pooling, Normalize and max_seq_length 8 embedded with mean pooling at the positions' length: 0.93 away from the
     in-memory int8 model of the same directory. Now the directory's modules go with it, and they agree exactly."""
@@ -579,11 +579,18 @@ def test_a_quantized_sentence_transformers_directory_keeps_its_pooling_normalisa
         {"idx": 0, "name": "0", "path": "", "type": "sentence_transformers.models.Transformer"},
         {"idx": 1, "name": "1", "path": "1_Pooling", "type": "sentence_transformers.models.Pooling"},
         {"idx": 2, "name": "2", "path": "2_Normalize", "type": "sentence_transformers.models.Normalize"}]))
-    # calibrated on texts cut where the pipeline cuts them (the directory's max_seq_length): the same calibration
-    assert main(["quantize", "--model", str(st_dir), "--output-dir", str(tmp_path / "int8"), "--max-seq-length", "8"]) == 0
+    # calibrated on texts cut where the pipeline cuts them (the directory's max_seq_length) by default: the same
+    # calibration. Was: cut at 128, so the built-in sentences longer than 8 tokens calibrated other scales (on MiniLM
+    # with max pooling at 16 tokens, vectors 0.0095 apart from the pipeline's int8 ones)
+    assert main(["quantize", "--model", str(st_dir), "--output-dir", str(tmp_path / "int8")]) == 0
+    assert json.loads(capsys.readouterr().out)["max_seq_length"] == 8
     texts = ["a cat sat on the mat", "the stock market fell sharply today after the news from the central bank"]
     at_load = pipeline("sentence-embedding", st_dir, quantize="int8")(texts)
     assert pipeline("sentence-embedding", tmp_path / "int8")(texts) == at_load
+    # a longer cut than the model's is refused: it calibrates on tokens the model never sees
+    assert main(["quantize", "--model", str(st_dir), "--output-dir", str(tmp_path / "int8-16"),
+                 "--max-seq-length", "16"]) != 0
+    assert "max_seq_length 16 exceeds the 8 tokens" in capsys.readouterr().err
 
 
 def test_a_sentence_transformers_directory_of_the_older_layout_quantizes_in_its_layout(minilm_2_layers, tmp_path):
@@ -615,7 +622,7 @@ def test_a_sentence_transformers_directory_of_the_older_layout_quantizes_in_its_
     ([("models.Pooling", "1_Pooling"), ("models.Dense", "2_Dense")], "sentence_transformers.models.Dense at '2_Dense'"),
     ([("sparse_encoder.models.SpladePooling", "1_SpladePooling")],
      "sentence_transformers.sparse_encoder.models.SpladePooling at '1_SpladePooling'")])
-def test_quantize_refuses_a_module_no_int8_loader_runs_naming_it(minilm_2_layers, tmp_path, capsys, modules, refused):
+def test_quantize_refuses_a_module_no_int8_loader_runs_naming_it(minilm_2_layers, tmp_path, modules, refused):
     """Was: `bertkit quantize` wrote the int8 directory of a model with a Dense layer (a SparseEncoder's
     SpladePooling) whole, 59 MB for MiniLM, and every loader of it then refused it: the pipelines and serve for its
     Dense, the sparse pipeline with "no float weights ... runs with pipeline(task, directory)", which is what was
@@ -629,9 +636,12 @@ def test_quantize_refuses_a_module_no_int8_loader_runs_naming_it(minilm_2_layers
         listed.append({"idx": i, "name": str(i), "path": path, "type": f"sentence_transformers.{kind}"})
     (st_dir / "modules.json").write_text(json.dumps(listed))
     before = sorted(p.relative_to(st_dir) for p in st_dir.rglob("*"))
-    assert main(["quantize", "--model", str(st_dir), "--output-dir", str(tmp_path / "int8")]) != 0
-    err = capsys.readouterr().err
-    assert f"{st_dir / 'modules.json'} lists {refused}; an int8 directory runs only through the pipelines" in err
+    from bertkit.quantization import quantize_checkpoint
+
+    with pytest.raises(BertkitError) as refusal:
+        quantize_checkpoint(st_dir, tmp_path / "int8", max_length=8)
+    assert f"{st_dir / 'modules.json'} lists {refused}; an int8 directory runs only through the pipelines" in str(
+        refusal.value)
     assert not (tmp_path / "int8").exists() and sorted(p.relative_to(st_dir) for p in st_dir.rglob("*")) == before
 
 
