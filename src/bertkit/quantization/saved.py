@@ -303,7 +303,7 @@ def encoder_directory(directory: Path) -> Path:
     folder a sentence-transformers directory of the older layout lists first in modules.json (0_Transformer/), as
     sentence-transformers and bertkit's sentence models load it. A path other than a plain folder name is not
     followed."""
-    modules = _read_modules(directory)
+    modules = listed_modules(directory)
     first = modules[0] if modules and isinstance(modules[0], dict) else {}
     path = first.get("path")
     if (str(first.get("type")).rpartition(".")[2] in ("Transformer", "MLMTransformer") and isinstance(path, str)
@@ -316,7 +316,7 @@ def _plain_name(path: str) -> bool:
     return path not in ("", ".", "..") and Path(path).name == path
 
 
-def _read_modules(directory: Path) -> list | None:
+def listed_modules(directory: Path) -> list | None:
     """``directory``'s modules.json as a list, None where there is none (or it is no list, or no JSON: refused where
     a sentence model reads it, naming it, as the float directory's is)."""
     modules_file = directory / _SENTENCE_FILES[0]
@@ -333,7 +333,7 @@ def _refuse_modules_int8_cannot_run(source: Path) -> None:
     """Refuse a sentence-transformers directory with a module no loader of an int8 directory runs (a Dense layer, a
     SparseEncoder's MLMTransformer and SpladePooling): the directory would be written, and then refused by every
     command that loads it, or embed without that module."""
-    others = [f"{module.get('type')} at {module.get('path')!r}" for module in _read_modules(source) or []
+    others = [f"{module.get('type')} at {module.get('path')!r}" for module in listed_modules(source) or []
               if isinstance(module, dict) and str(module.get("type")).rpartition(".")[2] not in _INT8_MODULES]
     if others:
         raise BertkitError(f"{source / _SENTENCE_FILES[0]} lists {', '.join(others)}; an int8 directory runs only "
@@ -351,7 +351,7 @@ def _copy_sentence_modules(source: Path, out: Path, encoder: Path) -> None:
         for name in _SENTENCE_FILES:
             if (source / folder / name).is_file():
                 shutil.copyfile(source / folder / name, out / folder / name)
-    for module in _read_modules(source) or []:
+    for module in listed_modules(source) or []:
         path = module.get("path") if isinstance(module, dict) else None
         if isinstance(path, str) and _plain_name(path) and Path(path) != encoder and (source / path).is_dir():
             shutil.copytree(source / path, out / path)
