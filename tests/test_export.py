@@ -171,6 +171,33 @@ def test_a_rejected_export_leaves_the_earlier_file_as_it_was(tmp_path, minilm_di
     assert out.read_bytes()[:20] != b"the earlier export, "
 
 
+def test_a_sentence_transformers_directory_of_the_older_layout_exports_its_encoder(tmp_path, minilm_dir,
+                                                                                  tiny_checkpoint):
+    """Was: a sentence-transformers directory with its Transformer in 0_Transformer/ (the older layout, which
+    sentence-transformers, bertkit's SentenceTransformer and the pipelines load) was refused: "st/config.json not
+    found: pass a checkpoint directory written by save_pretrained". Now the encoder modules.json lists is exported,
+    the same graph as from its folder."""
+    pytest.importorskip("onnxruntime", reason="pip install 'bertkit[onnx]'")
+    import json
+
+    st_dir = tmp_path / "st"
+    tiny_checkpoint(st_dir / "0_Transformer", tokenizer=BertTokenizer.from_pretrained(minilm_dir), **_ON_MINILM_VOCAB)
+    (st_dir / "1_Pooling").mkdir()
+    (st_dir / "1_Pooling" / "config.json").write_text(json.dumps({"word_embedding_dimension": 32}))
+    (st_dir / "modules.json").write_text(json.dumps([
+        {"idx": 0, "name": "0", "path": "0_Transformer", "type": "sentence_transformers.models.Transformer"},
+        {"idx": 1, "name": "1", "path": "1_Pooling", "type": "sentence_transformers.models.Pooling"}]))
+    report = export_onnx(st_dir, tmp_path / "st.onnx")
+    assert report["model_class"] == "BertModel" and report["outputs"] == ["last_hidden_state", "pooler_output"]
+    assert report["verified_max_abs_diff"] < 1e-4 and report["not_in_graph"] == ["1_Pooling (Pooling)"]
+    assert "not_in_graph" not in export_onnx(st_dir / "0_Transformer", tmp_path / "encoder.onnx")
+    ort = pytest.importorskip("onnxruntime")
+    inputs = {k: v.numpy() for k, v in zip(INPUT_NAMES, _inputs(BertModel, 2, 7, seed=3))}
+    got, want = (ort.InferenceSession(str(tmp_path / f), providers=["CPUExecutionProvider"]).run(None, inputs)
+                 for f in ("st.onnx", "encoder.onnx"))
+    assert all((a == b).all() for a, b in zip(got, want))
+
+
 @pytest.mark.parametrize("opset", [9, 13, 99])
 def test_an_opset_the_exporter_cannot_write_is_refused_naming_the_range(tmp_path, minilm_dir, capsys, opset,
                                                                         tiny_checkpoint):

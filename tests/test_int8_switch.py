@@ -564,7 +564,7 @@ def test_quantize_writes_a_smaller_directory_that_loads_as_the_int8_pipeline_run
 
 
 def test_a_quantized_sentence_transformers_directory_keeps_its_pooling_normalisation_and_length(minilm_2_layers,
-                                                                                                tmp_path):
+                                                                                                tmp_path, capsys):
     """Was: `bertkit quantize` wrote the weights and the tokenizer alone, so the int8 directory of a model with CLS
     pooling, Normalize and max_seq_length 8 embedded with mean pooling at the positions' length: 0.93 away from the
     in-memory int8 model of the same directory. Now the directory's modules go with it, and they agree exactly."""
@@ -579,11 +579,70 @@ def test_a_quantized_sentence_transformers_directory_keeps_its_pooling_normalisa
         {"idx": 0, "name": "0", "path": "", "type": "sentence_transformers.models.Transformer"},
         {"idx": 1, "name": "1", "path": "1_Pooling", "type": "sentence_transformers.models.Pooling"},
         {"idx": 2, "name": "2", "path": "2_Normalize", "type": "sentence_transformers.models.Normalize"}]))
-    # calibrated on texts cut where the pipeline cuts them (the directory's max_seq_length): the same calibration
-    assert main(["quantize", "--model", str(st_dir), "--output-dir", str(tmp_path / "int8"), "--max-seq-length", "8"]) == 0
+    # calibrated on texts cut where the pipeline cuts them (the directory's max_seq_length) by default: the same
+    # calibration. Was: cut at 128, so the built-in sentences longer than 8 tokens calibrated other scales (on MiniLM
+    # with max pooling at 16 tokens, vectors 0.0095 apart from the pipeline's int8 ones)
+    assert main(["quantize", "--model", str(st_dir), "--output-dir", str(tmp_path / "int8")]) == 0
+    assert json.loads(capsys.readouterr().out)["max_seq_length"] == 8
     texts = ["a cat sat on the mat", "the stock market fell sharply today after the news from the central bank"]
     at_load = pipeline("sentence-embedding", st_dir, quantize="int8")(texts)
     assert pipeline("sentence-embedding", tmp_path / "int8")(texts) == at_load
+    # a longer cut than the model's is refused: it calibrates on tokens the model never sees
+    assert main(["quantize", "--model", str(st_dir), "--output-dir", str(tmp_path / "int8-16"),
+                 "--max-seq-length", "16"]) != 0
+    assert "max_seq_length 16 exceeds the 8 tokens" in capsys.readouterr().err
+
+
+def test_a_sentence_transformers_directory_of_the_older_layout_quantizes_in_its_layout(minilm_2_layers, tmp_path):
+    """Was: a directory with its Transformer in 0_Transformer/ (sentence-transformers' older layout, which it,
+    bertkit's SentenceTransformer and the pipelines load) was refused by `bertkit quantize`: "st/config.json not
+    found". Now the int8 encoder is written to 0_Transformer/ of the output, with that folder's
+    sentence_bert_config.json, and the directory embeds exactly as the int8 pipeline on the float one."""
+    st_dir = tmp_path / "st"
+    shutil.copytree(minilm_2_layers, st_dir / "0_Transformer")
+    (st_dir / "0_Transformer" / "sentence_bert_config.json").write_text(json.dumps({"max_seq_length": 8}))
+    (st_dir / "1_Pooling").mkdir()
+    (st_dir / "1_Pooling" / "config.json").write_text(json.dumps({"word_embedding_dimension": 384,
+                                                                   "pooling_mode_max_tokens": True}))
+    (st_dir / "modules.json").write_text(json.dumps([
+        {"idx": 0, "name": "0", "path": "0_Transformer", "type": "sentence_transformers.models.Transformer"},
+        {"idx": 1, "name": "1", "path": "1_Pooling", "type": "sentence_transformers.models.Pooling"}]))
+    assert main(["quantize", "--model", str(st_dir), "--output-dir", str(tmp_path / "int8"), "--max-seq-length", "8"]) == 0
+    written = sorted(str(p.relative_to(tmp_path / "int8")) for p in (tmp_path / "int8").rglob("*")
+                     if not p.name.startswith("."))
+    assert "0_Transformer/model.int8.safetensors" in written and "0_Transformer/model.safetensors" not in written
+    assert "0_Transformer/sentence_bert_config.json" in written and "model.int8.safetensors" not in written
+    texts = ["a cat sat on the mat", "the stock market fell sharply today after the news from the central bank"]
+    saved = pipeline("sentence-embedding", tmp_path / "int8")
+    assert saved.quantize == "int8" and saved.max_length == 8
+    assert saved(texts) == pipeline("sentence-embedding", st_dir, quantize="int8")(texts)
+
+
+@pytest.mark.parametrize("modules, refused", [
+    ([("models.Pooling", "1_Pooling"), ("models.Dense", "2_Dense")], "sentence_transformers.models.Dense at '2_Dense'"),
+    ([("sparse_encoder.models.SpladePooling", "1_SpladePooling")],
+     "sentence_transformers.sparse_encoder.models.SpladePooling at '1_SpladePooling'")])
+def test_quantize_refuses_a_module_no_int8_loader_runs_naming_it(minilm_2_layers, tmp_path, modules, refused):
+    """Was: `bertkit quantize` wrote the int8 directory of a model with a Dense layer (a SparseEncoder's
+    SpladePooling) whole, 59 MB for MiniLM, and every loader of it then refused it: the pipelines and serve for its
+    Dense, the sparse pipeline with "no float weights ... runs with pipeline(task, directory)", which is what was
+    called. Now the command refuses it before calibrating, naming the module, and writes nothing."""
+    st_dir = tmp_path / "st"
+    shutil.copytree(minilm_2_layers, st_dir)
+    listed = [{"idx": 0, "name": "0", "path": "", "type": "sentence_transformers.models.Transformer"}]
+    for i, (kind, path) in enumerate(modules, start=1):
+        (st_dir / path).mkdir()
+        (st_dir / path / "config.json").write_text(json.dumps({"word_embedding_dimension": 384}))
+        listed.append({"idx": i, "name": str(i), "path": path, "type": f"sentence_transformers.{kind}"})
+    (st_dir / "modules.json").write_text(json.dumps(listed))
+    before = sorted(p.relative_to(st_dir) for p in st_dir.rglob("*"))
+    from bertkit.quantization import quantize_checkpoint
+
+    with pytest.raises(BertkitError) as refusal:
+        quantize_checkpoint(st_dir, tmp_path / "int8", max_length=8)
+    assert f"{st_dir / 'modules.json'} lists {refused}; an int8 directory runs only through the pipelines" in str(
+        refusal.value)
+    assert not (tmp_path / "int8").exists() and sorted(p.relative_to(st_dir) for p in st_dir.rglob("*")) == before
 
 
 def test_a_saved_int8_model_runs_in_the_commands_as_with_int8(classifier_dir, quantized_classifier, minilm_dir,

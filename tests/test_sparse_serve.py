@@ -308,6 +308,11 @@ def test_bad_models_and_inputs_are_refused_before_any_work(minilm_dir, layouts, 
         pipe("a text", prompt_name="passage")
     with pytest.raises(BertkitError, match="quantize='int8' is not implemented for sparse-embedding"):
         pipeline("sparse-embedding", layouts["splade"], quantize="int8")
+    # the int8 directory `bertkit quantize` writes of a masked-LM checkpoint: was refused with "no float weights ...
+    # An int8 model ... runs with pipeline(task, directory)", the very call that refused it
+    assert main(["quantize", "--model", str(layouts["checkpoint"]), "--output-dir", str(tmp_path / "int8")]) == 0
+    with pytest.raises(BertkitError, match=r"int8 is not implemented for sparse-embedding .*: run the float checkpoint"):
+        pipeline("sparse-embedding", tmp_path / "int8")
     (tmp_path / "in.txt").write_text("a text\n\n", encoding="utf-8")
     out = tmp_path / "out.jsonl"
     assert main(["predict", "sparse-embedding", "--model", str(minilm_dir), "--input", str(tmp_path / "in.txt"),

@@ -146,9 +146,18 @@ def _export_onnx(s) -> dict:
 
 
 def _quantize(s) -> dict:
+    from bertkit.config import BertConfig
+    from bertkit.features import max_seq_length_for, text_form
     from bertkit.quantization import quantize_checkpoint
+    from bertkit.tokenization import BertTokenizer
 
-    return quantize_checkpoint(s.model, s.output_dir, calibration_file=s.calibration_file, max_length=s.max_seq_length)
+    # calibrated on texts cut where the directory's pipelines cut them, so the int8 directory runs as
+    # pipeline(..., quantize="int8") on the float one does
+    form = text_form(s.model)
+    positions = BertConfig.from_pretrained(form.encoder_dir).max_position_embeddings
+    length = max_seq_length_for(s.max_seq_length, form, BertTokenizer.from_pretrained(form.encoder_dir), positions)
+    report = quantize_checkpoint(s.model, s.output_dir, calibration_file=s.calibration_file, max_length=length)
+    return {**report, "max_seq_length": length}
 
 
 def _serve_routes() -> str:

@@ -16,7 +16,7 @@ from torch import Tensor, nn
 
 from bertkit.errors import BertkitError, is_whole
 from bertkit.heads import MODEL_CLASSES, BertForMultipleChoice
-from bertkit.quantization.saved import model_class_of
+from bertkit.quantization.saved import encoder_directory, listed_modules, model_class_of
 
 INPUT_NAMES = ("input_ids", "token_type_ids", "attention_mask")
 
@@ -103,8 +103,9 @@ def export_onnx(model_dir: str | Path, out: str | Path, *, opset: int = 17, over
         raise BertkitError(f"--opset {opset!r} is not one bertkit can export: the supported opsets are {opsets.start} "
                            f"to {opsets.stop - 1} (from {MIN_OPSET}, the first with the attention operator, to the "
                            f"newest this torch {torch.__version__}'s TorchScript exporter writes)")
-    model = load_for_export(model_dir)
-    tokenizer = BertTokenizer.from_pretrained(model_dir)
+    encoder = encoder_directory(Path(model_dir))  # 0_Transformer/ in sentence-transformers' older layout
+    model = load_for_export(encoder)
+    tokenizer = BertTokenizer.from_pretrained(encoder)
     wrapper = TupleOutputModel(model).eval()
     inputs = example_inputs(model, tokenizer)
     t0 = time.perf_counter()
@@ -117,9 +118,13 @@ def export_onnx(model_dir: str | Path, out: str | Path, *, opset: int = 17, over
 
     with atomic_target(out, verify=check) as tmp:
         _write_graph(tmp, wrapper, inputs, _dynamic_axes(model, wrapper, inputs), opset)
+    # a sentence-transformers directory's other modules (pooling, Dense, Normalize, SPLADE pooling) run after the
+    # graph: named, so that its outputs are not taken for the model's embeddings
+    outside = [f"{m.get('path')} ({str(m.get('type')).rpartition('.')[2]})" for m in listed_modules(Path(model_dir))
+               or [] if isinstance(m, dict) and Path(model_dir) / str(m.get("path", "")) != encoder]
     return {"onnx": str(out), "model_class": type(model).__name__, "inputs": list(INPUT_NAMES),
             "outputs": list(wrapper.output_names), "opset": opset, "bytes": out.stat().st_size,
-            "seconds": round(time.perf_counter() - t0, 1), **checked}
+            "seconds": round(time.perf_counter() - t0, 1), **checked, **({"not_in_graph": outside} if outside else {})}
 
 
 def _dynamic_axes(model: nn.Module, wrapper: TupleOutputModel,

@@ -61,6 +61,10 @@ _REWRITE = "write it again: bertkit quantize --model FLOAT_CHECKPOINT --output-d
 # the length texts are cut at and its prompts make its vectors as much as the weights do.
 _SENTENCE_FILES = ("modules.json", "sentence_bert_config.json", "config_sentence_transformers.json")
 
+# The modules of a sentence-transformers directory an int8 directory runs (through the embedding and classification
+# pipelines, predict and serve, the only loaders of one): Dense layers and a SparseEncoder's modules are not among them.
+_INT8_MODULES = ("Transformer", "Pooling", "Normalize")
+
 # An int8 file's projections: (layer index, projection) -> {"weight": ..., "weight_scale": ..., "inv_scale": ...}
 _SavedProjections = dict[tuple[int, str], dict[str, Tensor]]
 
@@ -269,44 +273,87 @@ def quantize_checkpoint(model_dir: str | Path, output_dir: str | Path, *, calibr
     beside it first, then moved into place whole. Returns a report: what was quantized, the files' sizes."""
     source = Path(model_dir)
     refuse_inputs(target_of(output_dir), {"model": source}, is_dir=True, flag="output_dir")
-    if is_int8_checkpoint(source):
+    encoder = encoder_directory(source)  # 0_Transformer/ in sentence-transformers' older layout, written there too
+    if is_int8_checkpoint(encoder):
         raise BertkitError(f"{source} is an int8 model already (written by `bertkit quantize`); quantize the float "
                            "checkpoint it came from")
-    model_class = model_class_of(source)
+    _refuse_modules_int8_cannot_run(source)
+    model_class = model_class_of(encoder)
     texts = read_calibration_file(calibration_file) if calibration_file is not None else None
-    tokenizer = BertTokenizer.from_pretrained(source)
-    model = model_class.from_pretrained(source)
+    tokenizer = BertTokenizer.from_pretrained(encoder)
+    model = model_class.from_pretrained(encoder)
     quantized = quantize_int8_on_texts(model, tokenizer, texts, max_length=max_length)
     calibration = "built-in" if calibration_file is None else f"{Path(calibration_file).name} ({len(texts or [])} texts)"
     out = Path(output_dir)
+    inside = encoder.relative_to(source)
     with staged(out) as staging:  # the model and its tokenizer appear together, or not at all
-        save_int8(quantized, staging, calibration=calibration)
-        tokenizer.save_pretrained(staging)
-        _copy_sentence_modules(source, staging)
+        save_int8(quantized, staging / inside, calibration=calibration)
+        tokenizer.save_pretrained(staging / inside)
+        _copy_sentence_modules(source, staging, inside)
     kernel = check_int8_kernel()
     return {"model": str(source), "output_dir": str(out), "architecture": model_class.__name__,
             "int8_projections": len(int8_projections(quantized)), "projections": list(PROJECTIONS),
             "kernel": kernel.name, "activation_bits": kernel.activation_bits, "calibration": calibration,
-            "bytes": {"float": sum(f.stat().st_size for f in weight_files(source)),
-                      "int8": (out / INT8_WEIGHTS_NAME).stat().st_size}}
+            "bytes": {"float": sum(f.stat().st_size for f in weight_files(encoder)),
+                      "int8": (out / inside / INT8_WEIGHTS_NAME).stat().st_size}}
 
 
-def _copy_sentence_modules(source: Path, out: Path) -> None:
-    """The sentence-transformers files of ``source`` (modules.json and the module directories it lists beside the
-    encoder's) copied to ``out``, so the int8 directory embeds as ``pipeline(..., quantize="int8")`` on ``source``
-    does. A module path other than a plain directory name is not followed (nothing is copied from outside)."""
-    for name in _SENTENCE_FILES:
-        if (source / name).is_file():
-            shutil.copyfile(source / name, out / name)
-    if not (source / _SENTENCE_FILES[0]).is_file():
-        return
+def encoder_directory(directory: Path) -> Path:
+    """Where a checkpoint's config.json, weights and tokenizer are: ``directory`` itself, or the Transformer module's
+    folder a sentence-transformers directory of the older layout lists first in modules.json (0_Transformer/), as
+    sentence-transformers and bertkit's sentence models load it. A path other than a plain folder name is not
+    followed."""
+    modules = listed_modules(directory)
+    first = modules[0] if modules and isinstance(modules[0], dict) else {}
+    path = first.get("path")
+    if (str(first.get("type")).rpartition(".")[2] in ("Transformer", "MLMTransformer") and isinstance(path, str)
+            and _plain_name(path) and (directory / path).is_dir()):
+        return directory / path
+    return directory
+
+
+def _plain_name(path: str) -> bool:
+    return path not in ("", ".", "..") and Path(path).name == path
+
+
+def listed_modules(directory: Path) -> list | None:
+    """``directory``'s modules.json as a list, None where there is none (or it is no list, or no JSON: refused where
+    a sentence model reads it, naming it, as the float directory's is)."""
+    modules_file = directory / _SENTENCE_FILES[0]
+    if not modules_file.is_file():
+        return None
     try:
-        modules = json.loads((source / _SENTENCE_FILES[0]).read_text(encoding="utf-8"))
-    except ValueError:  # copied as it is: refused where it is read, naming it, as the float directory's is
-        return
-    for module in modules if isinstance(modules, list) else []:
+        modules = json.loads(modules_file.read_text(encoding="utf-8"))
+    except ValueError:
+        return None
+    return modules if isinstance(modules, list) else None
+
+
+def _refuse_modules_int8_cannot_run(source: Path) -> None:
+    """Refuse a sentence-transformers directory with a module no loader of an int8 directory runs (a Dense layer, a
+    SparseEncoder's MLMTransformer and SpladePooling): the directory would be written, and then refused by every
+    command that loads it, or embed without that module."""
+    others = [f"{module.get('type')} at {module.get('path')!r}" for module in listed_modules(source) or []
+              if isinstance(module, dict) and str(module.get("type")).rpartition(".")[2] not in _INT8_MODULES]
+    if others:
+        raise BertkitError(f"{source / _SENTENCE_FILES[0]} lists {', '.join(others)}; an int8 directory runs only "
+                           f"through the pipelines, predict and serve, which run {', '.join(_INT8_MODULES)} of a "
+                           "sentence-transformers directory (and no SparseEncoder in int8): run the float directory "
+                           "(bertkit.sentence.SentenceTransformer or SparseEncoder, or pipeline(...) with bf16=True)")
+
+
+def _copy_sentence_modules(source: Path, out: Path, encoder: Path) -> None:
+    """The sentence-transformers files of ``source`` (modules.json and the module directories it lists beside the
+    encoder's, whose own sentence_bert_config.json goes with the int8 encoder written at ``out / encoder``) copied
+    to ``out``, so the int8 directory embeds as ``pipeline(..., quantize="int8")`` on ``source`` does. A module path
+    other than a plain directory name is not followed (nothing is copied from outside)."""
+    for folder in {Path(), encoder}:
+        for name in _SENTENCE_FILES:
+            if (source / folder / name).is_file():
+                shutil.copyfile(source / folder / name, out / folder / name)
+    for module in listed_modules(source) or []:
         path = module.get("path") if isinstance(module, dict) else None
-        if isinstance(path, str) and path not in ("", ".", "..") and Path(path).name == path and (source / path).is_dir():
+        if isinstance(path, str) and _plain_name(path) and Path(path) != encoder and (source / path).is_dir():
             shutil.copytree(source / path, out / path)
 
 

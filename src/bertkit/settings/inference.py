@@ -156,8 +156,9 @@ class QuantizeSettings(OverwriteSettings):
     calibration_file: Path | None = None
     """A text file, one sentence per line (a few hundred, like the inputs), to calibrate on. Default: 64 built-in
     English sentences."""
-    max_seq_length: int = flag(128, check=at_least_one)
-    """Calibration sentences are cut to this many tokens."""
+    max_seq_length: int | None = flag(None, check=at_least_one)
+    """Calibration sentences are cut to this many tokens (default: a sentence-transformers directory's
+    max_seq_length, where its pipelines cut texts, which a larger value is refused over; else 128)."""
 
 
 @dataclass(kw_only=True)

@@ -29,12 +29,16 @@ from bertkit.errors import BertkitError
 from bertkit.inference import tasks
 from bertkit.inference.base import Pipeline
 from bertkit.inference.prepare import check_request, prepare_model
+from bertkit.quantization import is_int8_checkpoint
 from bertkit.sentence.directory import read_json, read_modules
 from bertkit.sentence.sparse_encoder.model import SparseEncoder, select_max_active_dims, splade_embedder
 from bertkit.sentence.sparse_encoder.modules import Router, SparseStaticEmbedding, Transformer
 from bertkit.tokenization import BertTokenizer
 
 SIDES = ("document", "query")  # what prompt_name selects: encode_document's vectors, encode_query's (none: encode's)
+
+# Why a sparse encoder runs in float only, and what to run instead.
+_NO_INT8 = "(its vectors are the masked-LM head's float logits)"
 
 
 @dataclass
@@ -64,8 +68,8 @@ class SparseEmbeddingPipeline(Pipeline):
     def __init__(self, model: SparseEncoder, tokenizer: BertTokenizer, *, max_active_dims: int | None = None,
                  **kwargs: Any):
         if kwargs.get("quantize"):
-            raise BertkitError(f"quantize={kwargs['quantize']!r} is not implemented for sparse-embedding (its "
-                               "vectors are the masked-LM head's float logits): run it in float32 or with bf16")
+            raise BertkitError(f"quantize={kwargs['quantize']!r} is not implemented for sparse-embedding {_NO_INT8}: "
+                               "run it in float32 or with bf16")
         routes = {}
         for side in (*SIDES, None):  # None: no prompt_name, encode's route (a Router's default)
             try:
@@ -119,6 +123,10 @@ class SparseEmbeddingPipeline(Pipeline):
         refused there, by name); a request the device cannot run is refused first."""
         check_request(kwargs.get("device", "cpu"), bf16=kwargs.get("bf16"), quantize=kwargs.get("quantize"),
                       calibrating=kwargs.get("calibration_texts") is not None)
+        if is_int8_checkpoint(model_dir):  # SparseEncoder would say it has no float weights, and name this pipeline
+            raise BertkitError(f"{model_dir} is an int8 model written by `bertkit quantize`, and int8 is not "
+                               f"implemented for sparse-embedding {_NO_INT8}: run the float checkpoint it was "
+                               "quantized from, in float32 or with bf16")
         model = SparseEncoder(model_dir)
         return cls(model, model.tokenizer, **kwargs)
 
