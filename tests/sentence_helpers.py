@@ -53,3 +53,27 @@ def st_args(tmp_path: Path, **kwargs) -> SentenceTransformerTrainingArguments:
     """Arguments for a quiet CPU run of the sentence trainer writing under ``tmp_path``."""
     return SentenceTransformerTrainingArguments(output_dir=str(tmp_path / "out"), report_to="none", use_cpu=True,
                                                 disable_tqdm=True, **kwargs)
+
+
+def assert_chain_as_sentence_transformers(ours, ref, texts: list[str], prompt: str | None = None):
+    """Run the modules of ``ours`` (bertkit) and of ``ref`` (sentence-transformers) by hand on their own features,
+    ``features = model[i](features)``: each returns the dict it was given, updated in place, with the same keys added
+    as there at every step and the same values within 1e-5 (token states at the real tokens: sentence-transformers'
+    padding holds states no pooling reads); then ``model(features)`` updates the caller's dict to the same sentence
+    embedding exactly. Returns that (B, D) embedding."""
+    import torch
+
+    got, want = ours.tokenize(texts, prompt=prompt), ref.preprocess(texts, prompt=prompt)
+    given, given_ref, real = set(got), set(want), want["attention_mask"].bool()
+    assert [type(m).__name__ for m in ours][1:] == [type(m).__name__ for m in ref][1:]
+    with torch.no_grad():
+        for i, (mine, theirs) in enumerate(zip(ours, ref, strict=True)):
+            assert mine(got) is got and theirs(want) is want, i
+            assert set(got) - given == set(want) - given_ref, (i, sorted(got), sorted(want))
+            torch.testing.assert_close(got["token_embeddings"][real], want["token_embeddings"][real], atol=1e-5, rtol=0)
+            if "sentence_embedding" in want:
+                torch.testing.assert_close(got["sentence_embedding"], want["sentence_embedding"], atol=1e-5, rtol=0)
+        whole = ours.tokenize(texts, prompt=prompt)
+        ours(whole)  # the caller's dict, the return value dropped, as a ported script reads it
+    torch.testing.assert_close(whole["sentence_embedding"], got["sentence_embedding"], atol=0, rtol=0)
+    return got["sentence_embedding"]

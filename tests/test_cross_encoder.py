@@ -105,14 +105,18 @@ def test_pairs_are_batched_as_sentence_transformers_batches_them(directory):
 def test_module_0_scores_the_pairs_as_sentence_transformers_transformer(directory, rows):
     """``model[0](features)`` was refused; sentence-transformers' cross-encoder Transformer adds ``scores`` (the
     logits) and, where the config sets ``output_hidden_states``, ``all_layer_embeddings``. Now the same: the model's
-    own scores exactly, sentence-transformers' within 1e-5, the dict returned updated in place."""
+    own scores exactly, sentence-transformers' within 1e-5, the dict returned updated in place with the keys added
+    there. ``model(features)`` (a new dict before, leaving the caller's without ``scores``) updates it in place too."""
     ours, ref = CrossEncoder(directory), st_ce.CrossEncoder(str(directory), device="cpu")
     pairs = _pairs(rows)[:4]
     with torch.no_grad():
         features, want = ours.preprocess(pairs), ref.preprocess(pairs)
+        given, given_ref = set(features), set(want)
         got, expected = ours[0](features), ref[0](want)
-        assert got is features and set(got) == set(ours(ours.preprocess(pairs)))
-        torch.testing.assert_close(got["scores"], ours(ours.preprocess(pairs))["scores"], atol=0, rtol=0)
+        assert got is features and set(got) - given == set(expected) - given_ref == {"scores"}
+        whole = ours.preprocess(pairs)
+        assert ours(whole) is whole and set(whole) == set(got)
+        torch.testing.assert_close(got["scores"], whole["scores"], atol=0, rtol=0)
         torch.testing.assert_close(got["scores"], expected["scores"], atol=1e-5, rtol=0)
         for model in (ours, ref):
             model[0].auto_model.config.output_hidden_states = True

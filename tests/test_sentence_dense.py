@@ -66,6 +66,20 @@ def test_a_directory_with_dense_layers_embeds_as_sentence_transformers(minilm_2_
                                atol=1e-6, rtol=0)
 
 
+def test_modules_run_one_by_one_with_dense_layers_update_the_features_as_sentence_transformers(minilm_2_layers):
+    """``features = model[2](features)``: bertkit's Dense took the embedding tensor, not sentence-transformers' features
+    (AttributeError: 'dict' object has no attribute 'to'), and ``model(features)`` returned a new dict. Now the chain (Transformer,
+    Pooling without the prompt, two Dense layers, with and without Normalize) updates the same dict as there, within
+    1e-5."""
+    from sentence_helpers import assert_chain_as_sentence_transformers
+
+    for normalize in (True, False):
+        ours, ref = (model(modules=_modules(lib, minilm_2_layers, normalize, pooling="mean"), device="cpu")
+                     for model, lib in ((SentenceTransformer, models), (st.SentenceTransformer, st_models)))
+        ours[1].include_prompt = ref[1].include_prompt = False
+        assert assert_chain_as_sentence_transformers(ours, ref, TEXTS, prompt="query: ").shape == (4, 128)
+
+
 def test_mnrl_trains_the_dense_layers_to_sentence_transformers_losses(minilm_2_layers, tmp_path):
     """3 steps of MultipleNegativesRankingLoss (dropout off) on a model assembled with two Dense layers: the same
     losses, the Dense layers trained (their own rate by sentence-transformers' module name, ``2.linear``), and the

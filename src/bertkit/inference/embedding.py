@@ -180,7 +180,8 @@ class FeatureExtractionPipeline(TextOrPairPipeline):
             # (B, H x modes): sentence-transformers' Pooling (and Normalize), then its truncate_dim; the rows of a batch
             # share their prompt's length (run_rows batches rows of other lengths apart)
             skip = rows[0].get("prompt_length", 0)
-            v = torch.cat([pool_tokens(out, batch["attention_mask"], m, skip) for m in self.modes], dim=-1)
+            v = torch.cat([pool_tokens(out.tokens, out.token_layout, batch["attention_mask"], m, skip)
+                           for m in self.modes], dim=-1)
             if self.normalize_module:
                 v = F.normalize(v, dim=-1)
             v = v[:, :self.dimension]

@@ -140,15 +140,16 @@ def texts_of(inputs: Any) -> tuple[list[str], bool]:
     return [one_text(x, "input" if single else f"input {i}") for i, x in enumerate(items)], single
 
 
-def check_features(features: Any, needed: tuple[str, ...], tokenize: str = "model.tokenize(texts)") -> None:
-    """Refuse ``model(features)`` without one of the ``needed`` tensors, naming it and the call that makes them: a
-    batch built by hand without ``attention_mask`` is pooled over its padding by sentence-transformers (transformers
-    takes every position as a token), and was a bare KeyError here."""
+def check_features(features: Any, needed: tuple[str, ...], tokenize: str = "model.tokenize(texts)",
+                   call: str = "model(features)") -> None:
+    """Refuse ``call`` (``model(features)``, ``model[1](features)``) without one of the ``needed`` tensors, naming it
+    and the call that makes them (``tokenize``): a batch built by hand without ``attention_mask`` is pooled over its
+    padding by sentence-transformers (transformers takes every position as a token), and was a bare KeyError here."""
     if not isinstance(features, Mapping):
-        raise BertkitError(f"model(features) takes the dict {tokenize} returns, got {type(features).__name__}")
+        raise BertkitError(f"{call} takes the dict {tokenize} returns, got {type(features).__name__}")
     missing = [k for k in needed if k not in features]
     if missing:
-        raise BertkitError(f"model(features) needs {missing} (the features hold {sorted(features)}): build them with "
+        raise BertkitError(f"{call} needs {missing} (the features hold {sorted(features)}): build them with "
                            f"{tokenize}, which gives {list(needed)}; without a mask the padding would count as text")
 
 

@@ -29,9 +29,7 @@ from torch import Tensor, nn
 from bertkit._parallel import job_of
 from bertkit.errors import BertkitError, given_path, is_whole
 from bertkit.hub import download_hint, not_a_directory
-from bertkit.modeling import BertModelOutput
 from bertkit.outputs import atomic_write_json
-from bertkit.padding import moved
 from bertkit.sentence.calls import (
     ONE_PROCESS,
     PROCESSING_KWARGS,
@@ -73,8 +71,8 @@ from bertkit.staging import staged
 logger = logging.getLogger("bertkit")
 
 class SentenceTransformer(Indexed, ReferenceCalls, Prompted, nn.Module):
-    """A BERT encoder + pooling (+ Dense layers) (+ Normalize). ``forward`` takes a tokenized batch and returns the
-    sentence embeddings (B, D); ``encode`` takes texts."""
+    """A BERT encoder + pooling (+ Dense layers) (+ Normalize). ``forward`` (``Indexed.forward``) runs the modules on a
+    tokenized batch's features and returns them with the sentence embeddings (B, D) added; ``encode`` takes texts."""
 
     bert = Encoder()  # model[0].auto_model: module "0"'s model, so its parameters are named 0.model.… as there
     _fixed_modules = ("one Transformer, Pooling, any Dense and an optional Normalize (model[0], model[1], ...); build "
@@ -291,35 +289,23 @@ class SentenceTransformer(Indexed, ReferenceCalls, Prompted, nn.Module):
 
     def embed(self, input_ids: Tensor, attention_mask: Tensor, token_type_ids: Tensor | None = None,
               prompt_length: int = 0, *, bert: nn.Module | None = None) -> Tensor:
-        """(B, D) sentence embeddings of a tokenized batch: encoder, pooling, then Normalize if the model has it.
-        ``bert``: the encoder to run in place of ``self.bert`` (``encode``'s copy made for CPU inference)."""
-        bert = self.bert if bert is None else bert
-        out = bert(input_ids, attention_mask, token_type_ids)  # the batch may still be on the host (encode)
-        return self._pool(out, attention_mask, prompt_length)
+        """(B, D) sentence embeddings of a tokenized batch: ``model(features)["sentence_embedding"]``, module "0"'s
+        step run on ``bert`` in place of ``self.bert`` where given (``encode``'s copy made for CPU inference)."""
+        features = {"input_ids": input_ids, "attention_mask": attention_mask, "prompt_length": prompt_length,
+                    **({"token_type_ids": token_type_ids} if token_type_ids is not None else {})}
+        features.update(self._transformer_outputs(features, bert))
+        for module in self._module_list()[1:]:  # the Pooling, the Dense layers, Normalize: ``forward``'s chain
+            features = module(features)
+        return features["sentence_embedding"]
 
-    def _pool(self, out: BertModelOutput, attention_mask: Tensor, prompt_length: int) -> Tensor:
-        v = self.pooling(out, moved(attention_mask, out.tokens.device), prompt_length)
-        for layer in self.dense:  # after pooling, before Normalize (and encode's truncate_dim), as there
-            v = layer(v)
-        return F.normalize(v, p=2, dim=-1) if self.normalize else v
-
-    def _transformer_outputs(self, features: dict[str, Tensor]) -> tuple[BertModelOutput, dict[str, Any]]:
+    def _transformer_outputs(self, features: dict[str, Tensor], bert: nn.Module | None = None) -> dict[str, Any]:
         """What module "0" adds to ``features`` (``model[0](features)``): ``token_embeddings`` (B, T, H), the encoder's
-        last layer (and ``all_layer_embeddings`` where asked); with the encoder's output, which the pooling reads in the
-        layout the encoder computed."""
+        last layer (and ``all_layer_embeddings`` where asked). ``bert``: the encoder to run in place of ``self.bert``;
+        the batch may still be on the host (encode)."""
         check_features(features, ("input_ids", "attention_mask"))
-        out = self.bert(features["input_ids"], features["attention_mask"], features.get("token_type_ids"))
-        return out, {"token_embeddings": out.last_hidden_state, **all_layer_embeddings(out)}
-
-    def forward(self, features: dict[str, Tensor]) -> dict[str, Tensor]:
-        """sentence-transformers' ``model(features)``: the features with module "0"'s outputs (``token_embeddings``
-        (B, T, H), ``_transformer_outputs``) and ``sentence_embedding`` (B, D) added, both in the type the encoder
-        computed (pooled and normalised in float32, as ``encode``). Padding positions of ``token_embeddings`` hold zeros
-        where the encoder ran unpadded (sentence-transformers': the states computed there, which no pooling reads)."""
-        out, added = self._transformer_outputs(features)
-        # a half model's float32 embedding met its other float16 tensors in a product: torch refuses mixed types
-        emb = self._pool(out, features["attention_mask"], int(features.get("prompt_length", 0))).to(out.tokens.dtype)
-        return {**features, **added, "sentence_embedding": emb}
+        bert = self.bert if bert is None else bert
+        out = bert(features["input_ids"], features["attention_mask"], features.get("token_type_ids"))
+        return {"token_embeddings": out.last_hidden_state, **all_layer_embeddings(out)}
 
     # -- encode ----------------------------------------------------------------------------------------------------
     def encode(self, inputs: Any = None, prompt_name: str | None = None, prompt: str | None = None,

@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
+import torch.nn.functional as F
 from torch import Tensor, nn
 
 from bertkit.checkpoint_io import read_weights
@@ -187,9 +188,9 @@ class TransformerOf(Transformer, nn.Module):
     def forward(self, features: dict[str, Tensor]) -> dict[str, Tensor]:
         """sentence-transformers' Transformer.forward: ``features`` with this module's outputs added, in place as
         there, and returned: an embedder's ``token_embeddings`` (a cross-encoder's ``scores``), and
-        ``all_layer_embeddings`` where the encoder's config sets ``output_hidden_states``. The model's own
-        computation: ``model(features)`` is this, then the pooling."""
-        features.update(self._owner._transformer_outputs(features)[1])
+        ``all_layer_embeddings`` where the encoder's config sets ``output_hidden_states``. The first step of
+        ``model(features)``."""
+        features.update(self._owner._transformer_outputs(features))
         return features
 
     # the model's own, checked by its own limits (a CrossEncoder's pair needs 3 tokens)
@@ -306,6 +307,16 @@ class Indexed:
         lines = "".join(f"  ({i}): {module!r}\n" for i, module in enumerate(self._module_list()))
         return f"{type(self).__name__}(\n{lines})"
 
+    def forward(self, features: dict[str, Any]) -> dict[str, Any]:
+        """sentence-transformers' ``model(features)``, its Sequential's: each module in turn (``model[0]``, the
+        Pooling, the Dense layers, Normalize) adds its outputs to ``features``, in place, and the features are returned
+        (``token_embeddings`` (B, T, H) and ``sentence_embedding`` (B, D) in the encoder's type; a cross-encoder's
+        ``scores``). Padding positions of ``token_embeddings`` hold zeros where the encoder ran unpadded
+        (sentence-transformers': the states computed there, which no pooling reads)."""
+        for module in self._module_list():
+            features = module(features)
+        return features
+
     def __len__(self) -> int:  # at least 1, so that `if model:` stays true
         return len(self._module_list())
 
@@ -350,6 +361,15 @@ class Normalize:
 
     def __repr__(self) -> str:
         return f"Normalize({ {'module_input_name': 'sentence_embedding', 'module_output_name': 'sentence_embedding'} })"
+
+    def forward(self, features: dict[str, Any]) -> dict[str, Any]:
+        """sentence-transformers' Normalize.forward (``model[-1](features)``): the features' ``sentence_embedding``
+        scaled to unit length, in place (features without one are returned as they are, as there)."""
+        if features.get("sentence_embedding") is not None:
+            features["sentence_embedding"] = F.normalize(features["sentence_embedding"], p=2, dim=-1)
+        return features
+
+    __call__ = forward  # a module of the model's chain
 
 # the activations sentence-transformers writes in a Dense's config.json (its class's path), which bertkit builds
 _ACTIVATIONS: dict[str, type[nn.Module]] = {"torch.nn.modules.activation.Tanh": nn.Tanh,
@@ -401,8 +421,12 @@ class Dense(nn.Module):
                                        f"{self.in_features} -> {self.out_features} takes {tuple(parameter.shape)}")
                 parameter.copy_(value)
 
-    def forward(self, x: Tensor) -> Tensor:  # (B, in_features) -> (B, out_features), in the layer's type
-        return self.activation_function(self.linear(x.to(self.linear.weight.dtype)))
+    def forward(self, features: dict[str, Any]) -> dict[str, Any]:
+        """sentence-transformers' Dense.forward (``model[2](features)``): the features' ``sentence_embedding``
+        (B, in_features) mapped to (B, out_features), in the layer's type, in place, and the features returned."""
+        x = features["sentence_embedding"]
+        features["sentence_embedding"] = self.activation_function(self.linear(x.to(self.linear.weight.dtype)))
+        return features
 
     def get_embedding_dimension(self) -> int:
         return self.out_features

@@ -1,9 +1,9 @@
 """Pooling: token states -> one vector per text, as sentence-transformers' ``Pooling`` module (1_Pooling).
 
 Modes "mean", "cls", "max", "mean_sqrt_len_tokens", "weightedmean" and "lasttoken", several concatenated in the order
-given. Pooling reads
-the encoder's output in whichever layout it computed (``TokenLayout``): on the unpadded layout the mean is a
-scatter-add over the real tokens only, so padding costs nothing.
+given. ``pool_tokens`` reads token states in whichever layout the encoder computed them (``TokenLayout``): on the
+unpadded layout the mean is a scatter-add over the real tokens only. A model's ``Pooling`` module reads the features'
+(B, T, H) ``token_embeddings``, as sentence-transformers' does.
 """
 
 from __future__ import annotations
@@ -15,7 +15,8 @@ import torch
 from torch import Tensor
 
 from bertkit.errors import BertkitError
-from bertkit.modeling import BertModelOutput
+from bertkit.padding import TokenLayout, moved
+from bertkit.sentence.calls import check_features
 
 MODES = ("cls", "max", "mean", "mean_sqrt_len_tokens", "weightedmean", "lasttoken")
 # sentence-transformers' older 1_Pooling/config.json keys, in the order its Pooling concatenates them
@@ -24,11 +25,11 @@ _LEGACY_KEYS = {"pooling_mode_cls_token": "cls", "pooling_mode_max_tokens": "max
                 "pooling_mode_weightedmean_tokens": "weightedmean", "pooling_mode_lasttoken": "lasttoken"}
 
 
-def pool_tokens(out: BertModelOutput, attention_mask: Tensor, mode: str, prompt_length: int = 0) -> Tensor:
-    """(B, H) float32 (float64 from a float64 encoder): ``mode`` pooling of ``out``'s token states over the real
-    tokens of ``attention_mask`` (B, T), leaving out the first ``prompt_length`` positions (a prompt not to be
-    pooled)."""
-    lay, x = out.token_layout, out.tokens.to(torch.promote_types(out.tokens.dtype, torch.float32))
+def pool_tokens(tokens: Tensor, lay: TokenLayout, attention_mask: Tensor, mode: str, prompt_length: int = 0) -> Tensor:
+    """(B, H) float32 (float64 from a float64 encoder): ``mode`` pooling of the token states ``tokens`` (stored in the
+    layout ``lay``: an encoder output's ``tokens`` and ``token_layout``) over the real tokens of ``attention_mask``
+    (B, T), leaving out the first ``prompt_length`` positions (a prompt not to be pooled)."""
+    x = tokens.to(torch.promote_types(tokens.dtype, torch.float32))
     B, T = attention_mask.shape
     if mode == "cls":
         if not prompt_length:
@@ -146,7 +147,22 @@ class Pooling:
 
     get_sentence_embedding_dimension = get_embedding_dimension  # its name before 6
 
-    def __call__(self, out: BertModelOutput, attention_mask: Tensor, prompt_length: int = 0) -> Tensor:
-        skip = 0 if self.include_prompt else prompt_length
-        parts = [pool_tokens(out, attention_mask, m, skip) for m in self.modes]
-        return parts[0] if len(parts) == 1 else torch.cat(parts, dim=-1)  # (B, D)
+    def forward(self, features: dict[str, Any]) -> dict[str, Any]:
+        """sentence-transformers' Pooling.forward (``model[1](features)``): ``sentence_embedding`` (B, D) added to the
+        features, in place, and returned: the modes' pooling of ``token_embeddings`` (B, T, H) over the real tokens of
+        ``attention_mask``, in the token states' type (accumulated in float32). Without ``include_prompt``, the
+        features' ``prompt_length`` leading tokens (an int, or a tensor of one repeated value, as a collated batch
+        carries it) are left out, as there."""
+        check_features(features, ("token_embeddings", "attention_mask"), "model[0](model.tokenize(texts))",
+                       "model[1](features)")
+        x = features["token_embeddings"]  # (B, T, H)
+        skip, given = 0, features.get("prompt_length")
+        if not self.include_prompt and given is not None:
+            skip = int(given.reshape(-1)[0]) if isinstance(given, Tensor) else int(given)
+        mask = moved(features["attention_mask"], x.device)  # a batch's mask may still be on the host
+        lay = TokenLayout.padded(None, (x.size(0), x.size(1)))  # the rectangle as given: ``mask`` says what is real
+        parts = [pool_tokens(x, lay, mask, m, skip) for m in self.modes]
+        features["sentence_embedding"] = (parts[0] if len(parts) == 1 else torch.cat(parts, dim=-1)).to(x.dtype)
+        return features
+
+    __call__ = forward  # a module of the model's chain: model[1](features)

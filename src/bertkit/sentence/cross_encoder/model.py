@@ -285,17 +285,12 @@ class CrossEncoder(Indexed, ReferenceCalls, nn.Module):
         """(N, num_labels) logits of a ``pair_batch``, on the host or the model's device (the model moves it)."""
         return self.model(batch["input_ids"], batch["attention_mask"], batch["token_type_ids"]).logits
 
-    def _transformer_outputs(self, features: dict[str, Tensor]) -> tuple[Any, dict[str, Any]]:
-        """What module "0" adds to ``features`` (``model[0](features)``, the whole model's, as there): ``scores``
-        (N, num_labels), the classifier's logits (and ``all_layer_embeddings`` where asked); with its output."""
+    def _transformer_outputs(self, features: dict[str, Tensor]) -> dict[str, Any]:
+        """What module "0" adds to ``features`` (``model[0](features)``, and so ``model(features)``, as there):
+        ``scores`` (N, num_labels), the classifier's logits (and ``all_layer_embeddings`` where asked)."""
         check_features(features, ("input_ids", "attention_mask", "token_type_ids"), "model.preprocess(pairs)")
         out = self.model(features["input_ids"], features["attention_mask"], features["token_type_ids"])
-        return out, {"scores": out.logits, **all_layer_embeddings(out)}
-
-    def forward(self, features: dict[str, Tensor]) -> dict[str, Tensor]:
-        """sentence-transformers' ``model(features)``: the features with ``scores`` (N, num_labels) added
-        (``_transformer_outputs``)."""
-        return {**features, **self._transformer_outputs(features)[1]}
+        return {"scores": out.logits, **all_layer_embeddings(out)}
 
     # -- predict and rank -------------------------------------------------------------------------------------------
     def predict(self, inputs: Sequence[Sequence[str]] | Sequence[str], batch_size: int = 32,
