@@ -107,6 +107,19 @@ def test_same_sparse_vectors_as_sentence_transformers(layout, layouts, texts, vo
     _assert_same_vectors(one, theirs.encode_query(texts[-1]))
 
 
+def test_model_of_features_updates_the_callers_dict_as_sentence_transformers(layouts, texts):
+    """``model(features)``: sentence-transformers adds ``sentence_embedding`` (B, V) to the caller's dict and returns
+    it; bertkit returned a new dict, so a ported script reading ``features["sentence_embedding"]`` after the call got a
+    KeyError. Now the caller's dict, with the reference's values within 1e-5."""
+    from bertkit.sentence import SparseEncoder
+
+    ours, theirs = SparseEncoder(layouts["splade"]), st.SparseEncoder(str(layouts["splade"]), device="cpu")
+    features, want = ours.tokenize(texts[:3]), theirs.preprocess(texts[:3])
+    with torch.no_grad():
+        assert ours(features) is features and theirs(want) is want
+    torch.testing.assert_close(features["sentence_embedding"], want["sentence_embedding"], atol=1e-5, rtol=1e-5)
+
+
 @pytest.mark.parametrize("layout", LAYOUTS[1:])
 def test_directories_read_both_ways(layout, layouts, texts, tmp_path, vocab_size):
     """bertkit reads sentence-transformers' directory, keeps its parameter names and values, writes one that

@@ -275,9 +275,11 @@ class SparseEncoder(ReferenceCalls, Prompted, nn.Sequential):
     preprocess = tokenize  # sentence-transformers 6's name
 
     def forward(self, features: dict[str, Any], task: str | None = None) -> dict[str, Any]:
-        """sentence-transformers' ``model(features)``: the features with ``sentence_embedding`` (B, V) added."""
+        """sentence-transformers' ``model(features)``: the features with ``sentence_embedding`` (B, V) added, in place
+        as there, and returned."""
         route = self._route(task if task is not None else features.get("task"))
-        return {**features, "sentence_embedding": _embedder(route, prepared=False)(features)}
+        features["sentence_embedding"] = _embedder(route, prepared=False)(features)
+        return features
 
     # -- encode ----------------------------------------------------------------------------------------------------
     def encode(self, inputs: Any = None, prompt_name: str | None = None, prompt: str | None = None,
