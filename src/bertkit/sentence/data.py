@@ -237,24 +237,25 @@ def paired_groups(groups: dict[int, list[int]], batch_size: int, what: str) -> d
     return paired
 
 
-def group_by_label_count(groups: dict[int, list[int]], batch_size: int) -> int:
+def group_by_label_count(groups: dict[int, list[int]], batch_size: int, drop_last: bool = False) -> int:
     """How many batches ``group_by_label_batches`` gives: labels give a pair each in turn until one label is left
     (so every label gives at most as many pairs as the second largest has), cut into batches; a last short batch
-    counts when it holds 4 rows or more."""
+    counts when it holds 4 rows or more, unless ``drop_last``."""
     pairs = sorted((len(rows) // 2 for rows in groups.values()), reverse=True)
     stream = 2 * sum(min(p, pairs[1]) for p in pairs)
-    return stream // batch_size + (stream % batch_size >= 4)
+    return stream // batch_size + (not drop_last and stream % batch_size >= 4)
 
 
 def group_by_label_batches(groups: dict[int, list[int]], batch_size: int, generator: torch.Generator,
-                           seed: int) -> Iterator[list[int]]:
+                           seed: int, drop_last: bool = False) -> Iterator[list[int]]:
     """sentence-transformers' GroupByLabelBatchSampler batches of one epoch (``groups``: ``paired_groups``), drawn
     lazily from ``generator`` reseeded with ``seed`` at the first batch, as its sampler draws them (several datasets
     share one generator, so where the draws fall matters): each label's rows shuffled and cut to an even count, then
     rounds in which every label left gives its next two rows, the labels in a new random order each round (the
     first swapped with the second where it would repeat the label that ended the last round); the stream is cut
     into batches of ``batch_size`` and stops when one label is left. A last short batch is given when it holds 4 rows
-    or more (two labels' pairs); rows beyond are left out of the epoch."""
+    or more (two labels' pairs), unless ``drop_last`` (``dataloader_drop_last``); rows beyond are left out of the
+    epoch."""
     generator.manual_seed(seed)
     queues = {}
     for label, rows in groups.items():
@@ -272,7 +273,7 @@ def group_by_label_batches(groups: dict[int, list[int]], batch_size: int, genera
                 batch = batch[batch_size:]
         last = labels[-1]
         labels = [label for label in labels if queues[label]]
-    if len(batch) >= 4:
+    if not drop_last and len(batch) >= 4:
         yield batch
 
 

@@ -384,9 +384,9 @@ class SentenceTransformerTrainer(Trainer):
                 lambda epoch: multi_dataset_batches(parts, size, seed + epoch, round_robin, sampler.value))
         examples = self.train_dataset  # the SentenceExamples (the base Trainer passes a column-dropping view)
         if sampler is BatchSamplers.GROUP_BY_LABEL:
-            groups = _groups(examples, size)
+            groups, drop_last = _groups(examples, size), self.args.dataloader_drop_last
             return functools.lru_cache(maxsize=2)(
-                lambda epoch: list(group_by_label_batches(groups, size, torch.Generator(), seed + epoch)))
+                lambda epoch: list(group_by_label_batches(groups, size, torch.Generator(), seed + epoch, drop_last)))
         if sampler is BatchSamplers.NO_DUPLICATES:
             return functools.lru_cache(maxsize=2)(lambda epoch: no_duplicates_batches(examples, size, seed + epoch))
         return super()._batches(examples)
@@ -404,7 +404,7 @@ class SentenceTransformerTrainer(Trainer):
         grouped = self.args.batch_sampler is BatchSamplers.GROUP_BY_LABEL
         if not isinstance(self.train_dataset, MultiDatasetExamples):
             if grouped:
-                return group_by_label_count(_groups(self.train_dataset, size), size)
+                return group_by_label_count(_groups(self.train_dataset, size), size, self.args.dataloader_drop_last)
             return super()._batches_per_epoch(examples)
         counts = [group_by_label_count(_groups(part, size), size) if grouped else -(-len(part) // size)
                   for part in self.train_dataset.parts.values()]

@@ -128,11 +128,11 @@ class SentenceTransformerTrainingArguments(TrainingArguments):
             raise BertkitError(f"batch_sampler {batch_sampler!r} is not implemented: give one of "
                                f"{[s.value for s in BatchSamplers]} (a custom sampler class or function is not "
                                "supported)")
-        if kwargs.get("dataloader_drop_last") and sampler != BatchSamplers.BATCH_SAMPLER.value:
+        if kwargs.get("dataloader_drop_last") and sampler in (BatchSamplers.NO_DUPLICATES.value,
+                                                              BatchSamplers.NO_DUPLICATES_HASHED.value):
             raise BertkitError(f"dataloader_drop_last=True with batch_sampler {sampler!r} is not implemented "
-                               "(sentence-transformers' other samplers fill their own count of batches; its "
-                               "no-duplicates sampler resamples rows to fill it): set dataloader_drop_last=False, or "
-                               "batch_sampler 'batch_sampler'")
+                               "(sentence-transformers' no-duplicates sampler resamples rows to fill its count of "
+                               "batches): set dataloader_drop_last=False, or another batch_sampler")
         if sampler == BatchSamplers.NO_DUPLICATES_HASHED.value:
             sampler = BatchSamplers.NO_DUPLICATES.value
         if isinstance(prompts, str):  # a dict's JSON text (a command line's) is the dict, as sentence-transformers reads it
