@@ -1,7 +1,9 @@
-"""A sentence model saved by every rank of a torchrun job, as sentence-transformers' scripts save it
-(``model.save_pretrained(final_dir)`` after ``trainer.train()``, unguarded): the first rank to save writes the
-directory; a rank that finds another rank of its job writing it waits for that write and leaves the directory as
-written (the weights are the same under DDP): it does not swap the directory under the rank that wrote it. sentence-transformers 6.2 ends with every rank having written the same files. Was: the
+"""A model saved by every rank of a torchrun job, as sentence-transformers' and transformers' scripts save it
+(``model.save_pretrained(final_dir)`` after ``trainer.train()``, unguarded): a sentence model, a cross-encoder, a
+transformers model or tokenizer. The first rank to save writes the directory; a rank that finds another rank of its
+job writing it waits for that write and leaves the directory as written (the weights are the same under DDP): it
+does not swap the directory under the rank that wrote it; one writing a directory above or inside it waits, then
+writes. sentence-transformers 6.2 and transformers end with every rank having written the same files. Was: the
 later rank stopped with "FINAL/.final.bertkit-staging is in use by pid N (bertkit save)", so the job failed after
 training (exit 1, seen with 2 ranks saving MiniLM), where sentence-transformers' ends with exit 0.
 
@@ -26,11 +28,23 @@ from bertkit.staging import staged
 SAVE = """
 import logging, sys
 logging.basicConfig(level=logging.INFO, format="%(message)s")
+from bertkit import AutoTokenizer, BertModel
 from bertkit.sentence import SentenceTransformer
 from bertkit.sentence.cross_encoder import CrossEncoder
-model = (CrossEncoder if sys.argv[1] == "cross" else SentenceTransformer)(sys.argv[2])
-print("saved", model.save_pretrained(sys.argv[3]), flush=True)
+cls = {"cross": CrossEncoder, "sentence": SentenceTransformer, "model": BertModel.from_pretrained,
+       "tokenizer": AutoTokenizer.from_pretrained}[sys.argv[1]]
+saved = cls(sys.argv[2]).save_pretrained(sys.argv[3])
+print("saved", sys.argv[3] if sys.argv[1] == "tokenizer" else saved, flush=True)
 """
+# what each kind of save writes (one of its files), and the same save made in this process
+WRITES = {"sentence": "modules.json", "cross": "config.json", "model": "model.safetensors", "tokenizer": "vocab.txt"}
+
+
+def _save(kind: str, model: Path, out: Path) -> None:
+    from bertkit import AutoTokenizer, BertModel
+
+    {"cross": CrossEncoder, "sentence": SentenceTransformer, "model": BertModel.from_pretrained,
+     "tokenizer": AutoTokenizer.from_pretrained}[kind](model).save_pretrained(out)
 
 
 def _env(job: str, rank: int) -> dict[str, str]:
@@ -45,15 +59,17 @@ def _rank(rank: int, job: str, kind: str, model: Path, out: Path) -> subprocess.
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE)
 
 
-@pytest.mark.parametrize("kind", ["sentence", "cross"])
+@pytest.mark.parametrize("kind", ["sentence", "cross", "model", "tokenizer"])
 def test_a_rank_saving_what_another_rank_of_its_job_is_saving_waits_and_saves(kind, tmp_path, tiny_checkpoint,
                                                                               minilm_dir):
-    model = tiny_checkpoint(tmp_path / "model", "BertModel" if kind == "sentence" else "BertForSequenceClassification",
+    """Also a transformers model's and tokenizer's ``save_pretrained`` (transformers' scripts' unguarded
+    ``model.save_pretrained(args.output_dir)`` after ``trainer.train()``): was refused like the sentence model's,
+    "OUT/.final.bertkit-staging is in use by pid N (bertkit save)", so the job stopped after training."""
+    model = tiny_checkpoint(tmp_path / "model", "BertForSequenceClassification" if kind == "cross" else "BertModel",
                             tokenizer=minilm_dir, **({"labels": 1} if kind == "cross" else {}))
     out = tmp_path / "final"
-    cls = CrossEncoder if kind == "cross" else SentenceTransformer
     with staged(out, shared_by=job_of(_env("job-a", 0))) as stage:  # rank 0's save, under way
-        cls(model).save(stage)
+        _save(kind, model, stage)
         (stage / "rank0.txt").write_text("rank 0 was here")
         # another job's process is refused, as any other writer is
         other = _rank(1, "job-b", kind, model, out)
@@ -67,7 +83,7 @@ def test_a_rank_saving_what_another_rank_of_its_job_is_saving_waits_and_saves(ki
         assert f"{out} is being written by pid {os.getpid()} (bertkit save [torchrun job job-a" in waiting, waiting
         assert second.poll() is None  # it waits while rank 0 writes
     written = {p.relative_to(out): p.stat().st_mtime_ns for p in out.rglob("*") if p.is_file()}
-    assert Path("modules.json") in written and Path("rank0.txt") in written
+    assert Path(WRITES[kind]) in written and Path("rank0.txt") in written
     stdout, stderr = second.communicate(timeout=120)
     assert second.returncode == 0 and stdout == f"saved {out}\n", stderr[-2000:]
     assert "leaves it as written" in stderr
@@ -96,3 +112,32 @@ def test_a_lock_file_a_killed_rank_left_is_no_write_under_way(tmp_path, tiny_che
     after = (out / "model.safetensors").read_bytes()
     assert after != before and after == (tmp_path / "new" / "model.safetensors").read_bytes()
     assert not left.exists()
+
+
+@pytest.mark.parametrize("rank0_writes", ["inside", "around"])
+def test_a_rank_saving_around_or_inside_what_another_rank_of_its_job_is_saving_waits_then_writes(
+        rank0_writes, tmp_path, tiny_checkpoint, minilm_dir):
+    """Ranks of one job saving nested directories at once (rank 0 ``trainer.save_model(OUT/final)``, the others
+    on to the script's ``model.save_pretrained(OUT)``, unguarded): a save exchanges its whole directory, so one of
+    OUT swapped OUT/final's staging away from under rank 0 (seen: rank 0 stopped with FileNotFoundError
+    "OUT/final/.bertkit-partial", OUT/final left without its tokenizer and with a stray .bertkit-tmp file). Now the
+    later one waits for the other, then writes: both directories whole."""
+    model = tiny_checkpoint(tmp_path / "model", tokenizer=minilm_dir)
+    out = tmp_path / "out"
+    mine, theirs = (out / "final", out) if rank0_writes == "inside" else (out, out / "final")
+    with staged(mine, shared_by=job_of(_env("job-a", 0))) as stage:  # rank 0's save, under way
+        _save("model", model, stage)
+        (stage / "rank0.txt").write_text("rank 0 was here")
+        second = _rank(1, "job-a", "model", model, theirs)
+        waiting = ""
+        while "waits for it" not in waiting and (line := second.stderr.readline()):
+            waiting += line
+        assert f"of this process's job: {theirs} waits for it" in waiting, waiting
+        assert second.poll() is None  # it waits while rank 0 writes
+    stdout, stderr = second.communicate(timeout=120)
+    assert second.returncode == 0 and stdout == f"saved {theirs}\n", stderr[-2000:]
+    files = sorted(p.relative_to(out).as_posix() for p in out.rglob("*"))
+    final = "final/" if rank0_writes == "inside" else ""
+    assert files == sorted(["config.json", "model.safetensors", "final", "final/config.json",
+                            "final/model.safetensors", f"{final}rank0.txt"]), files
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["model", "out"]

@@ -92,8 +92,8 @@ class DistInfo:
 
 def job_of(env: Mapping[str, str] | None = None) -> str | None:
     """The torchrun job this process is a rank of, as one name every rank of it gives ("torchrun job RUN_ID at
-    MASTER_ADDR:MASTER_PORT"); None without torchrun. Its ranks save the same sentence model where a script
-    written for sentence-transformers saves it on every rank (``bertkit.staging.staged``'s ``shared_by``)."""
+    MASTER_ADDR:MASTER_PORT"); None without torchrun. Its ranks save the same model where a script written for
+    transformers or sentence-transformers saves it on every rank (``bertkit.staging.staged``'s ``shared_by``)."""
     env = os.environ if env is None else env
     if not info_from_env(env).enabled or "TORCHELASTIC_RUN_ID" not in env:
         return None

@@ -25,6 +25,7 @@ from typing import Any, ClassVar
 import torch
 from torch import Tensor
 
+from bertkit._parallel import job_of
 from bertkit.compat import TransformersModelCalls
 from bertkit.config import BertConfig
 from bertkit.errors import BertkitError, MissingFileError, given_path, read_json_object
@@ -577,7 +578,8 @@ class PretrainedMixin(TransformersModelCalls):
         from safetensors.torch import save_file
 
         state = self.published_state_dict()
-        with staged(directory) as out, atomic_target(out / WEIGHTS_NAME) as tmp:
+        # job_of: under torchrun a script's unguarded save runs on every rank, as transformers' scripts call it
+        with staged(directory, shared_by=job_of()) as out, atomic_target(out / WEIGHTS_NAME) as tmp:
             save_file(state, str(tmp), metadata={"format": "pt"})
             atomic_write_text(out / CONFIG_NAME, json.dumps(config, indent=2, sort_keys=True) + "\n")
         return directory

@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from bertkit import dir_lock
+from bertkit._parallel import info_from_env
 from bertkit.dir_lock import LOCK, staging_path
 from bertkit.errors import BertkitError, WriteError
 from bertkit.manifests import (
@@ -405,18 +406,49 @@ def _written_by_sibling(target: Path, tag: str) -> bool:
     return False
 
 
+def _sibling_around(target: Path, tag: str) -> Path | None:
+    """A directory above or inside ``target`` that another process of the job ``tag`` names is writing (its lock, or
+    its staging directory's, held), if any. A save of ``target`` exchanges the whole directory: one of a directory
+    above or inside it under way meanwhile would be swapped away, half written, from under its writer."""
+    places = [place for above in target.parents for place in (above, staging_path(above))]
+    if target.is_dir() and not target.is_symlink():
+        places += [Path(root) for root, _, files in os.walk(target) if LOCK in files and Path(root) != target]
+    mine = f"pid {os.getpid()} "
+    for place in places:
+        try:
+            line = (place / LOCK).read_text(encoding="utf-8", errors="replace").strip() if regular_stat(
+                place / LOCK) else ""
+        except OSError:
+            continue
+        if line.endswith(f"{tag})") and not line.startswith(mine) and dir_lock.held_by_another(place) is not None:
+            return place
+    return None
+
+
 def _open_shared(target: Path, what: str, partial: dict, shared_by: str | None) -> Stage | None:
     """``Stage.open``; with ``shared_by``, the lock names the job, and None where another process of that job was
-    writing ``target`` (waited for), so this one leaves it as that one wrote it."""
+    writing ``target`` (waited for), so this one leaves it as that one wrote it. Its write of a directory above or
+    inside ``target`` is waited for, then this one writes (looked for again once this one holds its lock: of two
+    that start together, at least one sees the other)."""
     if shared_by is None:
         return Stage.open(target, what, partial)
     tag = f"[{shared_by}]"
     while not _written_by_sibling(target, tag):
+        if (near := _sibling_around(target, tag)) is not None:
+            logger.info("%s is being written by another process of this process's job: %s waits for it", near, target)
+            while dir_lock.held_by_another(near) is not None:
+                time.sleep(0.05)
+            continue
         try:
-            return Stage.open(target, f"{what} {tag}", partial)
+            stage = Stage.open(target, f"{what} {tag}", partial)
         except dir_lock.Held as e:  # another process took it between the look and the lock: look again
             if not e.holder.endswith(f"{tag})"):
                 raise
+            continue
+        if _sibling_around(target, tag) is None:
+            return stage
+        stage.abort()  # both took their locks at once: this one steps back, after a pause of its own length
+        time.sleep(0.05 * (1 + info_from_env().rank % 8))
     logger.info("%s was written by another process of this process's job; this save leaves it as written", target)
     return None
 
@@ -435,10 +467,11 @@ def staged(target: str | os.PathLike, what: str = "save", *, manifest: bool = Fa
     in a warning, not replaced.
 
     ``shared_by`` names a job whose processes save the same content (``bertkit._parallel.job_of``: the ranks of one
-    torchrun run, where a sentence-transformers script saves the model on every rank, as that library writes it):
-    where another process of that job is writing ``target``, this one waits for it and writes nothing to it (the
-    block writes into a scratch directory, removed): that write stands, not swapped away under the process that made
-    it. Any other writer under way is refused, as without it."""
+    torchrun run, where a transformers or sentence-transformers script saves the model on every rank, as those
+    libraries write it): where another process of that job is writing ``target``, this one waits for it and writes
+    nothing to it (the block writes into a scratch directory, removed): that write stands, not swapped away under the
+    process that made it. One of a directory above or inside ``target`` is waited for, then this one writes. Any
+    other writer under way is refused, as without it."""
     target = target_of(target)
     if os.path.lexists(target) and not target.is_dir():
         raise BertkitError(f"{target} is {'a file' if target.exists() else 'a symlink to nowhere'}, not a directory: "

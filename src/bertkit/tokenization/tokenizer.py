@@ -12,6 +12,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from bertkit._parallel import job_of
 from bertkit.errors import BertkitError, MissingFileError, given_path
 from bertkit.outputs import atomic_write_json
 from bertkit.staging import staged
@@ -253,7 +254,7 @@ class BertTokenizer:
         # it beside tokenizer.json, so one left by an earlier save would bring its tokens back.
         files = [(CONFIG_FILE, config), (SPECIAL_TOKENS_MAP_FILE, special_map), (TOKENIZER_FILE, backend),
                  (ADDED_TOKENS_FILE, {t: self.vocab[t] for t in self.added_tokens})]
-        with staged(path) as out:
+        with staged(path, shared_by=job_of()) as out:  # every rank of a torchrun job may save it (job_of)
             write_vocab_file(self._tokens, out / VOCAB_FILE)
             for name, data in files:
                 atomic_write_json(out / name, data)
