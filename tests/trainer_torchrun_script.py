@@ -66,18 +66,21 @@ def main(out: str, result: str, per_device: int) -> None:
                     "weights": {k: v.clone() for k, v in model.state_dict().items()}}, result)
 
 
-def best_is_last_worker(rank: int, world: int, port: int, out: str) -> None:
-    """For tests/test_trainer.py (spawned, as torchrun would start it): 2 steps whose one checkpoint, the last, is the
-    best that load_best_model_at_end loads, rank 0 slow to write it (as a large model's checkpoint is)."""
+def slow_last_checkpoint_worker(rank: int, world: int, port: int, out: str, ending: str) -> None:
+    """For tests/test_trainer.py (spawned, as torchrun would start it, with torchrun's job id): 2 steps whose one
+    checkpoint, the last, rank 0 is slow to finish (as a large model's is). ``ending`` "best": it is the best that
+    load_best_model_at_end loads (rank 0 slow to write it); "save": without it, every rank then saves the model into
+    output_dir, as transformers' scripts do after ``trainer.train()``, unguarded (rank 0 slow to let go of
+    output_dir)."""
     import os
     import time
 
     from bertkit.training import loop
 
     os.environ.update(RANK=str(rank), WORLD_SIZE=str(world), LOCAL_RANK=str(rank), MASTER_ADDR="127.0.0.1",
-                      MASTER_PORT=str(port))
+                      MASTER_PORT=str(port), TORCHELASTIC_RUN_ID=f"job-{port}")
     torch.set_num_threads(1)
-    if rank == 0:
+    if rank == 0 and ending == "best":
         save = loop.save_checkpoint
 
         def slow_save(*args, **kwargs):
@@ -90,13 +93,27 @@ def best_is_last_worker(rank: int, world: int, port: int, out: str) -> None:
     model = BertForSequenceClassification(BertConfig(
         vocab_size=97, hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=64,
         max_position_embeddings=64, hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0, num_labels=2))
+    best = ending == "best"
     args = TrainingArguments(output_dir=out, per_device_train_batch_size=4, max_steps=2, learning_rate=1e-3,
-                             eval_strategy="steps", eval_steps=2, save_strategy="steps", save_steps=2,
-                             load_best_model_at_end=True, seed=1, disable_tqdm=True, use_cpu=True)
+                             eval_strategy="steps" if best else "no", eval_steps=2, save_strategy="steps",
+                             save_steps=2, load_best_model_at_end=best, seed=1, disable_tqdm=True, use_cpu=True)
     trainer = Trainer(model=model, args=args, train_dataset=rows(16, 1), eval_dataset=rows(8, 2),
                       data_collator=DataCollatorWithPadding(BertTokenizer(str(vocab))))
+    if rank == 0 and not best:  # after the loop's last collective, before rank 0 lets go of output_dir
+        from bertkit.runs import OutputDir
+
+        release = OutputDir.release
+
+        def slow_release(self, *args, **kwargs):
+            time.sleep(1.0)
+            return release(self, *args, **kwargs)
+
+        OutputDir.release = slow_release
     trainer.train()
-    assert Path(trainer.state.best_model_checkpoint).name == "checkpoint-2"
+    if best:
+        assert Path(trainer.state.best_model_checkpoint).name == "checkpoint-2"
+    else:
+        model.save_pretrained(out)
 
 
 if __name__ == "__main__":

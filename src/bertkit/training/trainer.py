@@ -283,9 +283,11 @@ class Trainer(TrainerLoss, TrainerEvaluation):
                                            count_items=self._count_items))
         seconds = time.perf_counter() - t0
         self.state.global_step = result.step
+        # every rank leaves train() once rank 0 has written the last checkpoint and let go of output_dir: a script's
+        # next save there on every rank (model.save_pretrained(args.output_dir), unguarded, as transformers' scripts
+        # save) would otherwise find it held and stop, and load_best_model_at_end reads that checkpoint
+        agree(True, "training")
         if args.load_best_model_at_end and self.state.best_model_checkpoint is not None:
-            # rank 0 may still be writing it (the last checkpoint) when the other ranks get here: they wait for it
-            agree(True, "training")
             load_model_state(self._module, read_state(Path(self.state.best_model_checkpoint))["model"])
         loss = result.train_loss
         done = result.step - start_step
