@@ -1285,3 +1285,49 @@ def test_a_trainer_script_under_torchrun_equals_one_process(tmp_path):
     assert sorted(p.name for p in (tmp_path / "two").iterdir() if p.name.startswith("checkpoint-")) == [
         "checkpoint-3", "checkpoint-6", "checkpoint-9"]
     assert (tmp_path / "two" / "final" / "model.safetensors").is_file()
+
+
+def test_the_end_of_transformers_run_glue_logs_and_saves_metrics_and_state_as_transformers_on_rank_0(
+        tmp_path, tiny_model, capsys, monkeypatch):
+    """run_glue.py, run_ner.py and run_qa.py end with ``trainer.log_metrics``, ``save_metrics``, ``save_state`` and
+    ``is_world_process_zero()``: was AttributeError ('Trainer' object has no attribute 'log_metrics'), after
+    training. The same printout and the same files, byte for byte, as transformers' helpers; on a rank other than 0
+    nothing is printed or written."""
+    from types import SimpleNamespace
+
+    from transformers import trainer_pt_utils
+
+    from bertkit.training import trainer as trainer_module
+
+    train = {"train_loss": 0.6938127080599467, "train_runtime": 3.611420631001238, "epoch": 1.0,
+             "train_samples_per_second": 26.582336927444743, "total_flos": 284197248.0, "train_steps": 6}
+    evaluation = {"eval_loss": 0.6936980485916138, "eval_accuracy": 0.475, "eval_runtime": 0.02909, "epoch": 1.0}
+    theirs = SimpleNamespace(args=SimpleNamespace(output_dir=str(tmp_path / "hf")), is_world_process_zero=lambda: True)
+    (tmp_path / "hf").mkdir()
+    for split, metrics in (("train", train), ("eval", evaluation)):
+        trainer_pt_utils.log_metrics(theirs, split, metrics)
+        trainer_pt_utils.save_metrics(theirs, split, metrics)
+    printed = capsys.readouterr().out
+    trainer = bertkit.Trainer(model=tiny_model("BertForSequenceClassification", labels=2),
+                              args=bertkit.TrainingArguments(output_dir=str(tmp_path / "bk"), use_cpu=True))
+    (tmp_path / "bk").mkdir()
+    assert trainer.is_world_process_zero() and trainer.is_local_process_zero()
+    for split, metrics in (("train", train), ("eval", evaluation)):
+        trainer.log_metrics(split, metrics)
+        trainer.save_metrics(split, metrics)
+    trainer.save_state()
+    assert capsys.readouterr().out == printed
+    assert "  train_runtime            = 0:00:03.61" in printed
+    for name in ("train_results.json", "eval_results.json", "all_results.json"):
+        assert (tmp_path / "bk" / name).read_bytes() == (tmp_path / "hf" / name).read_bytes(), name
+    state = (tmp_path / "bk" / "trainer_state.json").read_text()
+    assert json.loads(state)["global_step"] == 0 and state == json.dumps(json.loads(state), indent=2,
+                                                                          sort_keys=True) + "\n"
+    for path in (tmp_path / "bk").iterdir():
+        path.unlink()
+    monkeypatch.setattr(trainer_module, "current", lambda: bertkit._parallel.DistInfo(1, 2, 1))
+    assert not trainer.is_world_process_zero() and not trainer.is_local_process_zero()
+    trainer.log_metrics("train", train)
+    trainer.save_metrics("train", train)
+    trainer.save_state()
+    assert capsys.readouterr().out == "" and list((tmp_path / "bk").iterdir()) == []

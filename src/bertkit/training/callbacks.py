@@ -4,12 +4,16 @@
 
 from __future__ import annotations
 
+import dataclasses
+import json
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, NamedTuple
 
 import numpy as np
 
 from bertkit.errors import BertkitError
+from bertkit.outputs import atomic_write_text
 
 
 class EvalPrediction:
@@ -54,6 +58,10 @@ class TrainerState:
     best_model_checkpoint: str | None = None
     is_local_process_zero: bool = True
     is_world_process_zero: bool = True
+
+    def save_to_json(self, json_path: str | Path) -> None:
+        """The state as transformers' ``TrainerState.save_to_json`` writes it (indented, keys sorted)."""
+        atomic_write_text(Path(json_path), json.dumps(dataclasses.asdict(self), indent=2, sort_keys=True) + "\n")
 
 
 @dataclass

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import datetime
 import json
 import logging
 import math
@@ -426,6 +427,43 @@ class Trainer(TrainerLoss, TrainerEvaluation):
             self.processing_class.save_pretrained(directory)
         atomic_write_text(directory / TRAINER_STATE, json.dumps(dataclasses.asdict(self.state), indent=2) + "\n")
 
+    # -- transformers' helpers for the end of a script (run_glue.py's): rank 0 prints and writes -------------------
+    def is_world_process_zero(self) -> bool:
+        """Whether this process is rank 0 of the job (the one that writes), as transformers' Trainer says."""
+        return current().is_main
+
+    def is_local_process_zero(self) -> bool:
+        """Whether this process is the first of its machine."""
+        return current().local_rank == 0
+
+    def log_metrics(self, split: str, metrics: dict[str, Any]) -> None:
+        """Print ``metrics`` under "***** SPLIT metrics *****", one per line, sorted and aligned, as transformers does
+        (runtimes as h:mm:ss.cc, floats to 4 places); rank 0 only."""
+        if not self.is_world_process_zero():
+            return
+        shown = {k: _metric_text(k, v) for k, v in metrics.items()}
+        key_width, value_width = max(map(len, map(str, shown))), max(len(str(v)) for v in shown.values())
+        print(f"***** {split} metrics *****")
+        for key in sorted(shown):
+            print(f"  {key: <{key_width}} = {shown[key]:>{value_width}}")
+
+    def save_metrics(self, split: str, metrics: dict[str, Any], combined: bool = True) -> None:
+        """``metrics`` into output_dir/SPLIT_results.json and, with ``combined``, added to all_results.json (the files
+        transformers' Trainer writes, in its format); rank 0 only."""
+        if not self.is_world_process_zero():
+            return
+        out = Path(self.args.output_dir)
+        atomic_write_text(out / f"{split}_results.json", json.dumps(metrics, indent=4, sort_keys=True))
+        if combined:
+            everything = out / "all_results.json"
+            merged = json.loads(everything.read_text(encoding="utf-8")) if everything.is_file() else {}
+            atomic_write_text(everything, json.dumps({**merged, **metrics}, indent=4, sort_keys=True))
+
+    def save_state(self) -> None:
+        """``state`` into output_dir/trainer_state.json, as transformers' Trainer writes it; rank 0 only."""
+        if self.is_world_process_zero():
+            self.state.save_to_json(Path(self.args.output_dir) / TRAINER_STATE)
+
     def save_model(self, output_dir: str | Path | None = None, _internal_call: bool = False) -> None:
         """The model (config.json, model.safetensors) and the tokenizer, in the Hugging Face layout."""
         if not current().is_main:  # under torchrun rank 0 writes, as transformers' Trainer does
@@ -435,6 +473,16 @@ class Trainer(TrainerLoss, TrainerEvaluation):
         self.model.save_pretrained(directory)
         if self.processing_class is not None and hasattr(self.processing_class, "save_pretrained"):
             self.processing_class.save_pretrained(directory)
+
+
+def _metric_text(key: str, value: Any) -> Any:
+    """A metric as transformers' ``log_metrics`` shows it: a runtime as h:mm:ss.cc, total_flos in GF, a float to
+    4 places."""
+    if "_runtime" in key:
+        return f"{datetime.timedelta(seconds=int(value))}.{int(abs(value - int(value)) * 100):02d}"
+    if key == "total_flos":
+        return f"{int(value) >> 30}GF"
+    return round(value, 4) if isinstance(value, float) else value
 
 
 def _fp16(requested: bool, device: str) -> bool:
