@@ -16,6 +16,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -141,3 +142,31 @@ def test_a_rank_saving_around_or_inside_what_another_rank_of_its_job_is_saving_w
     assert files == sorted(["config.json", "model.safetensors", "final", "final/config.json",
                             "final/model.safetensors", f"{final}rank0.txt"]), files
     assert sorted(p.name for p in tmp_path.iterdir()) == ["model", "out"]
+
+
+def test_rank_0s_metrics_file_waits_for_another_ranks_save_of_its_directory(tmp_path, tiny_checkpoint, minilm_dir):
+    """``trainer.save_metrics`` / ``save_state`` (rank 0) writing into output_dir while another rank's
+    ``model.save_pretrained(output_dir)`` exchanges that directory: the file renamed in mid-exchange went with the old
+    directory (seen: all_results.json without the eval metrics just saved, and a stray
+    .all_results.json.*.bertkit-tmp left in output_dir). Now the write waits for that save, then is made and checked."""
+    model = tiny_checkpoint(tmp_path / "model", tokenizer=minilm_dir)
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "all_results.json").write_text('{"train_loss": 0.5}')
+    write = ("import json, sys; from pathlib import Path; from bertkit.staging import write_text_beside_job; "
+             "p = Path(sys.argv[1]); print('writing', flush=True); "
+             "write_text_beside_job(p, lambda: json.dumps({**json.loads(p.read_text()), "
+             "'eval_loss': 0.25})); print('written', flush=True)")
+    env = {**os.environ, **_env("job-a", 0), "PYTHONPATH": str(Path(__file__).resolve().parents[1] / "src")}
+    with staged(out, shared_by=job_of(_env("job-a", 1))) as stage:  # rank 1's save of output_dir, under way
+        _save("model", model, stage)
+        rank0 = subprocess.Popen([sys.executable, "-c", write, str(out / "all_results.json")], env=env, text=True,
+                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        assert rank0.stdout.readline() == "writing\n"
+        time.sleep(1.0)
+        assert rank0.poll() is None  # it waits while rank 1 saves
+        assert (out / "all_results.json").read_text() == '{"train_loss": 0.5}'
+    stdout, stderr = rank0.communicate(timeout=120)
+    assert rank0.returncode == 0 and stdout == "written\n", stderr[-2000:]
+    assert (out / "all_results.json").read_text() == '{"train_loss": 0.5, "eval_loss": 0.25}'
+    assert sorted(p.name for p in out.iterdir()) == ["all_results.json", "config.json", "model.safetensors"]

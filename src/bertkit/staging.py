@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from bertkit import dir_lock
-from bertkit._parallel import info_from_env
+from bertkit._parallel import info_from_env, job_of
 from bertkit.dir_lock import LOCK, staging_path
 from bertkit.errors import BertkitError, WriteError
 from bertkit.manifests import (
@@ -41,7 +41,9 @@ from bertkit.outputs import (
     BOOKKEEPING,
     MARKER,
     PARTIAL,
+    TMP_SUFFIX,
     atomic_write_json,
+    atomic_write_text,
     fsync_dir,
     glob_escape,
     regular_stat,
@@ -423,6 +425,46 @@ def _sibling_around(target: Path, tag: str) -> Path | None:
         if line.endswith(f"{tag})") and not line.startswith(mine) and dir_lock.held_by_another(place) is not None:
             return place
     return None
+
+
+def _sibling_writing(directory: Path, tag: str) -> Path | None:
+    """A directory at, above or inside ``directory`` that another process of the job ``tag`` names is writing."""
+    mine = f"pid {os.getpid()} "
+    for place in (directory, staging_path(directory)):
+        try:
+            line = (place / LOCK).read_text(encoding="utf-8", errors="replace").strip() if regular_stat(
+                place / LOCK) else ""
+        except OSError:
+            continue
+        if line.endswith(f"{tag})") and not line.startswith(mine) and dir_lock.held_by_another(place) is not None:
+            return place
+    return _sibling_around(directory, tag)
+
+
+def write_text_beside_job(path: Path, text: Callable[[], str]) -> None:
+    """``atomic_write_text(path, text())`` into a directory the other processes of this process's torchrun job may be
+    saving meanwhile (``model.save_pretrained(output_dir)`` on every rank): a save exchanges its whole directory, so a
+    file renamed into it mid-exchange is lost with the old one. Their writes at, above or inside it are waited for,
+    then ``text()`` (read after the wait: it may read the directory) is written, again until the file holds it with
+    none of theirs under way; this process's temporaries an exchange carried along are removed."""
+    job = job_of()
+    if job is None:
+        atomic_write_text(path, text())
+        return
+    tag, directory = f"[{job}]", target_of(path.parent)
+    while True:
+        while _sibling_writing(directory, tag) is not None:
+            time.sleep(0.05)
+        content = text()
+        atomic_write_text(path, content)
+        while _sibling_writing(directory, tag) is not None:
+            time.sleep(0.05)
+        with contextlib.suppress(OSError):
+            if path.read_text(encoding="utf-8") == content:
+                break
+    for tmp in path.parent.glob(f".{glob_escape(path.name)}.*.{os.getpid()}{TMP_SUFFIX}"):
+        with contextlib.suppress(FileNotFoundError):
+            tmp.unlink()
 
 
 def _open_shared(target: Path, what: str, partial: dict, shared_by: str | None) -> Stage | None:

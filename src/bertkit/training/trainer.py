@@ -37,6 +37,7 @@ from bertkit.data.collators import DataCollatorWithPadding, DefaultDataCollator
 from bertkit.errors import BertkitError
 from bertkit.outputs import atomic_write_text
 from bertkit.runs import output_dir
+from bertkit.staging import write_text_beside_job
 from bertkit.training import trainer_data
 from bertkit.training.batch_plan import BatchPlan, steps_for_epochs, steps_per_epoch
 from bertkit.training.callbacks import (
@@ -453,16 +454,21 @@ class Trainer(TrainerLoss, TrainerEvaluation):
         if not self.is_world_process_zero():
             return
         out = Path(self.args.output_dir)
-        atomic_write_text(out / f"{split}_results.json", json.dumps(metrics, indent=4, sort_keys=True))
+        write_text_beside_job(out / f"{split}_results.json", lambda: json.dumps(metrics, indent=4, sort_keys=True))
         if combined:
             everything = out / "all_results.json"
-            merged = json.loads(everything.read_text(encoding="utf-8")) if everything.is_file() else {}
-            atomic_write_text(everything, json.dumps({**merged, **metrics}, indent=4, sort_keys=True))
+
+            def merged() -> str:  # read once the other ranks' saves of output_dir are done (write_text_beside_job)
+                saved = json.loads(everything.read_text(encoding="utf-8")) if everything.is_file() else {}
+                return json.dumps({**saved, **metrics}, indent=4, sort_keys=True)
+
+            write_text_beside_job(everything, merged)
 
     def save_state(self) -> None:
         """``state`` into output_dir/trainer_state.json, as transformers' Trainer writes it; rank 0 only."""
-        if self.is_world_process_zero():
-            self.state.save_to_json(Path(self.args.output_dir) / TRAINER_STATE)
+        if self.is_world_process_zero():  # as TrainerState.save_to_json writes it
+            write_text_beside_job(Path(self.args.output_dir) / TRAINER_STATE, lambda: json.dumps(
+                dataclasses.asdict(self.state), indent=2, sort_keys=True) + "\n")
 
     def save_model(self, output_dir: str | Path | None = None, _internal_call: bool = False) -> None:
         """The model (config.json, model.safetensors) and the tokenizer, in the Hugging Face layout."""
