@@ -216,7 +216,7 @@ def refuse_other_run(path: Path, fingerprint: dict, saved: dict | None = None) -
         raise BertkitError(
             f"cannot resume from {path}: it was written by a run with other settings or data "
             f"(field: (checkpoint, now)) {_differences(saved, fingerprint)}; resume with the original settings and "
-            "data, or start a new --output-dir"
+            "data, or start a new output directory (--output-dir; the Trainer's output_dir)"
         )
 
 
