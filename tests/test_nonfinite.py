@@ -11,7 +11,7 @@ import pytest
 import torch
 from torch import nn
 
-from bertkit.errors import NonFiniteError
+from bertkit.errors import BertkitError, NonFiniteError
 from bertkit.inference.predict import predict
 from bertkit.settings import TrainingSettings
 from bertkit.tasks import glue, metrics
@@ -263,3 +263,22 @@ def test_rank_and_mining_refuse_non_finite_model_outputs(tmp_path, tiny_checkpoi
                                              r"\('n2'\) is not finite \(NaN or inf\), so no negatives were mined"):
         util.mine_hard_negatives(pairs, _Model(table), corpus=corpus, num_negatives=1, verbose=False)
 
+
+def test_evaluators_refuse_input_without_a_defined_metric():
+    """ParaphraseMiningEvaluator with no duplicate pair among its sentences (ids given as int where sentences_map's
+    are str) reported average precision 0 as sentence-transformers does; an empty CrossEncoderRerankingEvaluator
+    failed with a TypeError from numpy."""
+    from bertkit.sentence import evaluation
+    from bertkit.sentence.cross_encoder import evaluation as ce_evaluation
+
+    with pytest.raises(BertkitError, match=r"^ParaphraseMiningEvaluator: no duplicate pair names two ids of "
+                                           r"sentences_map \(ids such as \['1', '2', '3'\]\), so average precision is "
+                                           r"undefined; the pairs given, such as \[\(1, 2\)\], name others"):
+        evaluation.ParaphraseMiningEvaluator({"1": "q1", "2": "d1", "3": "d2"}, [(1, 2)])
+    with pytest.raises(BertkitError, match=r"so average precision is undefined; give duplicates_list or "):
+        evaluation.ParaphraseMiningEvaluator({"1": "q1", "2": "d1"}, duplicates_dict={"1": {"2": False}})
+    table = {"q1": torch.tensor([1.0, 0, 0]), "d1": torch.tensor([1.0, 0.1, 0]), "d2": torch.tensor([0.0, 1, 0])}
+    mining = evaluation.ParaphraseMiningEvaluator({"1": "q1", "2": "d1", "3": "d2"}, [("1", "2")])
+    assert mining(_Embeddings(table))["average_precision"] == 1.0
+    with pytest.raises(BertkitError, match=r"^CrossEncoderRerankingEvaluator: samples is empty"):
+        ce_evaluation.CrossEncoderRerankingEvaluator([])
