@@ -282,3 +282,22 @@ def test_evaluators_refuse_input_without_a_defined_metric():
     assert mining(_Embeddings(table))["average_precision"] == 1.0
     with pytest.raises(BertkitError, match=r"^CrossEncoderRerankingEvaluator: samples is empty"):
         ce_evaluation.CrossEncoderRerankingEvaluator([])
+
+
+def test_saving_non_finite_weights_is_refused_and_keeps_what_was_there(tmp_path, tiny_model):
+    """A diverged model's save_pretrained wrote its NaN weights over the directory's good ones (as transformers and
+    sentence-transformers save them), leaving a directory from_pretrained refuses."""
+    import bertkit
+
+    model = tiny_model("BertForSequenceClassification", labels=2)
+    model.save_pretrained(tmp_path / "m")
+    before = (tmp_path / "m" / "model.safetensors").read_bytes()
+    with torch.no_grad():
+        model.bert.encoder.layer[1].output.dense.weight[0, :3] = torch.tensor([math.nan, math.inf, -math.inf])
+    with pytest.raises(NonFiniteError, match=r"^BertForSequenceClassification holds NaN or infinite weights, "
+                                             r"\['bert.encoder.layer.1.output.dense.weight \(3 of 2048\)'\], which "
+                                             r"loading refuses; nothing was written"):
+        model.save_pretrained(tmp_path / "m")
+    assert (tmp_path / "m" / "model.safetensors").read_bytes() == before
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["m"]
+    bertkit.BertForSequenceClassification.from_pretrained(tmp_path / "m")
