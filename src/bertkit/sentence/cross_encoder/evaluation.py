@@ -56,6 +56,9 @@ class CrossEncoderRerankingEvaluator(ResultsCsv):
                     raise BertkitError(f"CrossEncoderRerankingEvaluator: sample {i}'s {key!r} is "
                                        f"{type(value).__name__} {str(value)[:60]!r}; give a list of texts "
                                        f"([{str(value)[:20]!r}] for one)")
+            if not s["positive"]:  # sentence-transformers averages it in as 0: a query with nothing to find is no miss
+                raise BertkitError(f"CrossEncoderRerankingEvaluator: sample {i}'s 'positive' is empty, so its MAP, MRR "
+                                   "and nDCG are undefined; give its relevant documents, or leave the sample out")
             if "documents" in s and not s["documents"]:
                 raise BertkitError(f"CrossEncoderRerankingEvaluator: sample {i}'s 'documents' is empty; give the "
                                    "first stage's documents for its query, or leave the sample out")
