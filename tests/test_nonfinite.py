@@ -78,6 +78,11 @@ def test_a_nan_loss_stops_training_naming_step_batch_and_checkpoint(tmp_path):
     message = str(info.value)
     assert "step 6 (train, epoch 0, batch 5)" in message and "the loss is nan" in message
     assert "step-00000004" in message  # the last good checkpoint
+    # the Python Trainers' user reads the argument names, the command line's the flags (it named the flags alone)
+    assert message.endswith("Lower the learning rate (learning_rate, --learning-rate) or raise the warmup "
+                            "(warmup_ratio, --warmup-ratio) and start again, resume from that checkpoint "
+                            "(resume_from_checkpoint, --resume), or skip up to N such steps (skip_nonfinite=N, "
+                            "--skip-nonfinite N); no final model was saved")
     assert not any("step-00000006" in str(p) for p in (tmp_path / "checkpoints").iterdir())
 
 
