@@ -11,7 +11,7 @@ import pytest
 import torch
 from torch import nn
 
-from bertkit.errors import NonFiniteError
+from bertkit.errors import BertkitError, NonFiniteError
 from bertkit.inference.predict import predict
 from bertkit.settings import TrainingSettings
 from bertkit.tasks import glue, metrics
@@ -78,6 +78,11 @@ def test_a_nan_loss_stops_training_naming_step_batch_and_checkpoint(tmp_path):
     message = str(info.value)
     assert "step 6 (train, epoch 0, batch 5)" in message and "the loss is nan" in message
     assert "step-00000004" in message  # the last good checkpoint
+    # the Python Trainers' user reads the argument names, the command line's the flags (it named the flags alone)
+    assert message.endswith("Lower the learning rate (learning_rate, --learning-rate) or raise the warmup "
+                            "(warmup_ratio, --warmup-ratio) and start again, resume from that checkpoint "
+                            "(resume_from_checkpoint, --resume), or skip up to N such steps (skip_nonfinite=N, "
+                            "--skip-nonfinite N); no final model was saved")
     assert not any("step-00000006" in str(p) for p in (tmp_path / "checkpoints").iterdir())
 
 
@@ -199,10 +204,105 @@ def test_evaluators_refuse_non_finite_embeddings_and_scores_naming_the_input():
         with pytest.raises(NonFiniteError, match=rf"^{type(evaluator).__name__}: the model's score of input 1 "):
             evaluator(scores)
     # sparse embeddings (the sparse evaluators'): the row of the first value that is not finite
-    from bertkit.sentence.evaluation.base import refuse_nonfinite
+    from bertkit.sentence.finite import refuse_nonfinite
 
     sparse = torch.sparse_coo_tensor([[0, 2, 2], [5, 1, 7]], [0.5, 1.0, float("inf")], (3, 9))
     with pytest.raises(NonFiniteError, match=r"^E: the model's embedding of input 2 \('c'\)"):
         refuse_nonfinite(sparse, ["a", "b", "c"], "E", "embedding")
     refuse_nonfinite(torch.tensor([[0.5, -1.0]]), ["a"], "E", "embedding")  # finite: nothing to say
     assert retrieval(_Embeddings({**table, "d3": torch.tensor([0.0, 0, 1])}))["cosine_accuracy@1"] == 0.5
+
+
+def test_searches_refuse_a_nan_similarity_instead_of_ranking_it():
+    """torch.topk takes a NaN for the largest value: an embedding holding a NaN (or inf, whose cosine is NaN) came out
+    semantic_search's best hit, above the true one's 1.0, and paraphrase_mining's best pair, as in
+    sentence-transformers; community_detection returned no community at all, [] (sentence-transformers too)."""
+    from bertkit.sentence import util
+
+    good = torch.tensor([[1.0, 0, 0, 0], [0, 1, 0, 0], [1, 1, 0, 0]])
+    assert [h["corpus_id"] for h in util.semantic_search(good[:1], good, top_k=3)[0]] == [0, 2, 1]
+    for poison in (float("nan"), float("inf")):
+        bad = good.clone()
+        bad[1, 0] = poison
+        with pytest.raises(NonFiniteError, match=r"^semantic_search: the similarity of query 0 and corpus entry 1 is "
+                                                 r"NaN, and a NaN has no rank"):
+            util.semantic_search(good[:1], bad, top_k=3)
+        with pytest.raises(NonFiniteError, match=r"^semantic_search: the similarity of query 3 and corpus entry 0 "):
+            util.semantic_search(torch.cat([good, bad[1:2]]), good, query_chunk_size=2, corpus_chunk_size=2)
+        with pytest.raises(NonFiniteError, match=r"^paraphrase_mining: the similarity of embedding 0 and embedding 1 "):
+            util.paraphrase_mining_embeddings(bad, top_k=2)
+        with pytest.raises(NonFiniteError, match=r"^community_detection: the similarity of embedding 0 and "
+                                                 r"embedding 1 "):
+            util.community_detection(bad, threshold=0.5, min_community_size=1)
+    assert util.community_detection(good, threshold=0.5, min_community_size=2) == [[2, 0, 1]]
+
+
+def test_rank_and_mining_refuse_non_finite_model_outputs(tmp_path, tiny_checkpoint):
+    """A cross-encoder with NaN weights: rank() sorted its NaN scores with Python's sorted, which leaves a NaN where
+    it falls (first here, as sentence-transformers ranks it); mine_hard_negatives took a NaN embedding's text as
+    every anchor's hardest negative."""
+    from bertkit.sentence import CrossEncoder, util
+
+    d = tiny_checkpoint(tmp_path / "ce", "BertForSequenceClassification", labels=1,
+                        tokenizer=["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "a", "b", "c"])
+    ce = CrossEncoder(d)
+    assert [r["corpus_id"] for r in ce.rank("a", ["b", "c", "a b"])] != []
+    with torch.no_grad():
+        ce.model.bert.embeddings.word_embeddings.weight[6] = float("nan")  # token "b"
+    with pytest.raises(NonFiniteError, match=r"^rank\(\): the model's score of input 1 \('b'\) is not finite \(NaN "
+                                             r"or inf\), so nothing was ranked"):
+        ce.rank("a", ["c", "b", "a"])
+
+    table = {"q1": torch.tensor([1.0, 0, 0]), "q2": torch.tensor([0.0, 1, 0]), "p1": torch.tensor([1.0, 0.1, 0]),
+             "p2": torch.tensor([0.1, 1, 0]), "n1": torch.tensor([0.5, 0.5, 0.1]), "n2": torch.tensor([0.0, 0, 1])}
+
+    class _Model(_Embeddings):
+        similarity, similarity_pairwise = staticmethod(util.cos_sim), staticmethod(util.pairwise_cos_sim)
+
+    pairs = [{"anchor": "q1", "positive": "p1"}, {"anchor": "q2", "positive": "p2"}]
+    corpus = ["n1", "n2"]
+    rows = util.mine_hard_negatives(pairs, _Model(table), corpus=corpus, num_negatives=1, verbose=False)
+    assert [r["negative"] for r in rows] == ["n1", "n1"]
+    table["n2"] = torch.tensor([float("nan"), 0, 1])
+    with pytest.raises(NonFiniteError, match=r"^mine_hard_negatives: the model's document embedding of input \d+ "
+                                             r"\('n2'\) is not finite \(NaN or inf\), so no negatives were mined"):
+        util.mine_hard_negatives(pairs, _Model(table), corpus=corpus, num_negatives=1, verbose=False)
+
+
+def test_evaluators_refuse_input_without_a_defined_metric():
+    """ParaphraseMiningEvaluator with no duplicate pair among its sentences (ids given as int where sentences_map's
+    are str) reported average precision 0 as sentence-transformers does; an empty CrossEncoderRerankingEvaluator
+    failed with a TypeError from numpy."""
+    from bertkit.sentence import evaluation
+    from bertkit.sentence.cross_encoder import evaluation as ce_evaluation
+
+    with pytest.raises(BertkitError, match=r"^ParaphraseMiningEvaluator: no duplicate pair names two ids of "
+                                           r"sentences_map \(ids such as \['1', '2', '3'\]\), so average precision is "
+                                           r"undefined; the pairs given, such as \[\(1, 2\)\], name others"):
+        evaluation.ParaphraseMiningEvaluator({"1": "q1", "2": "d1", "3": "d2"}, [(1, 2)])
+    with pytest.raises(BertkitError, match=r"so average precision is undefined; give duplicates_list or "):
+        evaluation.ParaphraseMiningEvaluator({"1": "q1", "2": "d1"}, duplicates_dict={"1": {"2": False}})
+    table = {"q1": torch.tensor([1.0, 0, 0]), "d1": torch.tensor([1.0, 0.1, 0]), "d2": torch.tensor([0.0, 1, 0])}
+    mining = evaluation.ParaphraseMiningEvaluator({"1": "q1", "2": "d1", "3": "d2"}, [("1", "2")])
+    assert mining(_Embeddings(table))["average_precision"] == 1.0
+    with pytest.raises(BertkitError, match=r"^CrossEncoderRerankingEvaluator: samples is empty"):
+        ce_evaluation.CrossEncoderRerankingEvaluator([])
+
+
+def test_saving_non_finite_weights_is_refused_and_keeps_what_was_there(tmp_path, tiny_model):
+    """A diverged model's save_pretrained wrote its NaN weights over the directory's good ones (as transformers and
+    sentence-transformers save them), leaving a directory from_pretrained refuses."""
+    import bertkit
+
+    model = tiny_model("BertForSequenceClassification", labels=2)
+    model.save_pretrained(tmp_path / "m")
+    before = (tmp_path / "m" / "model.safetensors").read_bytes()
+    with torch.no_grad():
+        model.bert.encoder.layer[1].output.dense.weight[0, :3] = torch.tensor([math.nan, math.inf, -math.inf])
+    with pytest.raises(NonFiniteError, match=r"^BertForSequenceClassification holds NaN or infinite weights, "
+                                             r"\['bert.encoder.layer.1.output.dense.weight \(3 of 2048\)'\], which "
+                                             r"loading refuses; nothing was written"):
+        model.save_pretrained(tmp_path / "m")
+    assert (tmp_path / "m" / "model.safetensors").read_bytes() == before
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["m"]
+    bertkit.BertForSequenceClassification.from_pretrained(tmp_path / "m")

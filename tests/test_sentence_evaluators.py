@@ -160,16 +160,25 @@ def test_a_text_where_a_list_of_texts_goes_is_refused():
         evaluation.InformationRetrievalEvaluator({"q": "a question"}, ["a doc"], {"q": {"0"}})
 
 
-def test_similarity_nan_gold_score_gives_nan_correlations():
-    """A NaN gold score makes both correlations NaN, as sentence-transformers (scipy) gives them: Spearman ranked the
-    NaN last and reported a number from the other pairs."""
+def test_similarity_gold_scores_that_are_not_finite_are_refused():
+    """A NaN gold score made both correlations NaN, as sentence-transformers (scipy) gives them, for every evaluation
+    of a run; an infinite one made Pearson NaN and Spearman a number that ranks it highest (0.8 here, as
+    sentence-transformers'): each is refused when the evaluator is made, naming the pair."""
+    from bertkit.sentence.cross_encoder import evaluation as ce_evaluation
+
     g = torch.Generator().manual_seed(1)
     table = {t: torch.randn(6, generator=g) for t in ["a0", "a1", "a2", "a3", "b0", "b1", "b2", "b3"]}
-    args = (["a0", "a1", "a2", "a3"], ["b0", "b1", "b2", "b3"], [0.9, float("nan"), 0.2, 0.5])
-    want = st_evaluation.EmbeddingSimilarityEvaluator(*args)(_Fixed(table))
-    got = evaluation.EmbeddingSimilarityEvaluator(*args)(_Fixed(table))
-    assert np.isnan(want["spearman_cosine"]) and np.isnan(want["pearson_cosine"])
-    assert list(got) == list(want) and all(np.isnan(v) for v in got.values())
+    for bad in (float("nan"), float("inf"), None):
+        args = (["a0", "a1", "a2", "a3"], ["b0", "b1", "b2", "b3"], [0.9, bad, 0.2, 0.5])
+        if bad is not None:
+            want = st_evaluation.EmbeddingSimilarityEvaluator(*args)(_Fixed(table))
+            assert np.isnan(want["pearson_cosine"]) and (np.isnan(want["spearman_cosine"]) if bad != bad
+                                                         else want["spearman_cosine"] == pytest.approx(0.8))
+        with pytest.raises(BertkitError, match=rf"^EmbeddingSimilarityEvaluator: gold score 1 is {bad}; a "
+                                               "correlation needs a finite number for each pair"):
+            evaluation.EmbeddingSimilarityEvaluator(*args)
+        with pytest.raises(BertkitError, match=rf"^CrossEncoderCorrelationEvaluator: gold score 1 is {bad}; "):
+            ce_evaluation.CrossEncoderCorrelationEvaluator(list(zip(*args[:2])), args[2])
 
 
 def test_similarity_of_close_scores_is_scipy_pearson():
@@ -340,7 +349,7 @@ def test_a_bad_batch_size_is_refused_when_the_evaluator_is_made():
         "TripletEvaluator": lambda b: evaluation.TripletEvaluator(["a"], ["b"], ["c"], batch_size=b),
         "RerankingEvaluator": lambda b: evaluation.RerankingEvaluator(
             [{"query": "a", "positive": ["b"], "negative": ["c"]}], batch_size=b),
-        "ParaphraseMiningEvaluator": lambda b: evaluation.ParaphraseMiningEvaluator({1: "a", 2: "b"}, batch_size=b),
+        "ParaphraseMiningEvaluator": lambda b: evaluation.ParaphraseMiningEvaluator({1: "a", 2: "b"}, [(1, 2)], batch_size=b),
         "SparseTripletEvaluator": lambda b: sparse.SparseTripletEvaluator(["a"], ["b"], ["c"], batch_size=b),
     }
     for name, make in makers.items():
@@ -363,7 +372,7 @@ def test_truncate_dim_is_checked_when_the_evaluator_is_made():
         "TripletEvaluator": lambda **k: evaluation.TripletEvaluator(["a"], ["b"], ["c"], **k),
         "RerankingEvaluator": lambda **k: evaluation.RerankingEvaluator(
             [{"query": "a", "positive": ["b"], "negative": ["c"]}], **k),
-        "ParaphraseMiningEvaluator": lambda **k: evaluation.ParaphraseMiningEvaluator({1: "a", 2: "b"}, **k),
+        "ParaphraseMiningEvaluator": lambda **k: evaluation.ParaphraseMiningEvaluator({1: "a", 2: "b"}, [(1, 2)], **k),
     }
     for name, make in makers.items():
         for bad in (0, -1, 2.5, True, "8"):

@@ -245,12 +245,35 @@ def test_cross_encoder_classification_evaluator_matches(mrpc):
             _assert_same(got, want)
             assert got_eval.primary_metric == want_eval.primary_metric
     three = torch.randn(100, 3, generator=g).numpy()
-    labels3 = [(i * 7) % 4 for i in range(100)]  # class 3 never predicted, as a model with 3 labels cannot
+    labels3 = [(i * 7) % 3 for i in range(100)]
     table = dict(zip(pairs, three))
     want_eval = st_ce_evaluation.CrossEncoderClassificationEvaluator(pairs, labels3, name="nli", write_csv=False)
     got_eval = ce_evaluation.CrossEncoderClassificationEvaluator(pairs, labels3, name="nli")
     _assert_same(got_eval(_Scores(table, 3)), want_eval(_Scores(table, 3)))
     assert got_eval.primary_metric == want_eval.primary_metric == "nli_f1_macro"
+    # whole floats (pandas' 1.0) are class ids, as sentence-transformers reads them
+    floats = [float(v) for v in labels3]
+    _assert_same(ce_evaluation.CrossEncoderClassificationEvaluator(pairs, floats, name="nli")(_Scores(table, 3)),
+                 want_eval(_Scores(table, 3)))
+
+
+def test_cross_encoder_classification_evaluator_refuses_labels_it_cannot_score():
+    """A label a several-label model cannot predict (a GLUE test split's -1, a fourth class) or a NaN was scored by
+    sentence-transformers as a class never predicted, or as none: F1 macro 0.3 from labels [1, 0, 3, 1, 0] on a
+    2-label model, and 0.3 with a NaN in place of the 3. A one-label model's labels that are all 0 have no average
+    precision, which sentence-transformers reports as 0.0."""
+    pairs = [("q", d) for d in "vwxyz"]
+    two = _Scores(dict(zip(pairs, np.eye(2, dtype=np.float32)[[1, 0, 1, 1, 0]])), 2)
+    for bad, shown in ((3, "3"), (-1, "-1"), (float("nan"), "nan"), (0.5, "0.5")):
+        evaluator = ce_evaluation.CrossEncoderClassificationEvaluator(pairs, [1, 0, bad, 1, 0])
+        with pytest.raises(BertkitError, match=rf"^CrossEncoderClassificationEvaluator with a 2-label model: labels "
+                                               rf"must be class ids 0 to 1; label 2 is {shown} \(1 such\)$"):
+            evaluator(two)
+    assert ce_evaluation.CrossEncoderClassificationEvaluator(pairs, [1, 0, 1, 1, 0])(two)["f1_macro"] == 1.0
+    one = _Scores(dict(zip(pairs, np.array([0.9, 0.1, 0.8, 0.7, 0.2], dtype=np.float32))), 1)
+    with pytest.raises(BertkitError, match="^CrossEncoderClassificationEvaluator: every label is 0; average "
+                                           "precision needs at least one positive pair"):
+        ce_evaluation.CrossEncoderClassificationEvaluator(pairs, [0] * 5)(one)
 
 
 def test_cross_encoder_correlation_evaluator_matches(data_dir):

@@ -13,7 +13,7 @@ import torch
 from torch.utils.data import DataLoader
 
 import bertkit.sentence as bk
-from bertkit.errors import BertkitError
+from bertkit.errors import BertkitError, NonFiniteError
 from bertkit.sentence import InputExample, SentenceTransformer, evaluation, losses
 from sentence_helpers import glue_rows, st_directory
 
@@ -157,3 +157,10 @@ def test_bad_label_accuracy_input_is_refused(models, model_dir):
     # the trainer checks metric_for_best_model on a deep copy, which copied the model inside the loss and was refused
     copied = copy.deepcopy(evaluator)
     assert copied.softmax_model is loss and copied(model) == evaluator(model)
+    # a NaN logit was argmax's class 0, counted right for a label 0 (accuracy 0.5 here, as sentence-transformers)
+    pairs = [InputExample(texts=["a", "b"], label=1), InputExample(texts=["c", "d"], label=0)]
+    with torch.no_grad():
+        loss.classifier.weight[:, :1] = float("nan")
+    with pytest.raises(NonFiniteError, match=r"^LabelAccuracyEvaluator \(the batch from example 0\): the model's "
+                                             r"output of input 0 \(\"\('a', 'b'\)\"\) is not finite"):
+        evaluation.LabelAccuracyEvaluator(DataLoader(pairs, batch_size=2), softmax_model=loss)(model)

@@ -252,6 +252,33 @@ def test_a_nan_metric_never_becomes_the_best(checkpoint, tmp_path, caplog):
     assert "eval_score is nan at step 2" in caplog.text
 
 
+
+def test_a_metric_for_best_model_that_is_no_number_is_refused_before_training(checkpoint, tmp_path):
+    """compute_metrics returning a string for metric_for_best_model failed with numpy's TypeError (ufunc 'isnan'
+    not supported) at the first evaluation, after a step was trained and logged, as transformers fails."""
+    trainer = _trainer(checkpoint, tmp_path / "run", eval_strategy="steps", eval_steps=2,
+                       metric_for_best_model="score")
+    trainer.compute_metrics = lambda eval_pred: {"score": "high"}
+    with pytest.raises(BertkitError, match=r"^metric_for_best_model 'score' is str 'high' at step 0, which is not a "
+                                           r"number to compare: return it from compute_metrics as a float"):
+        trainer.train()
+    assert not (tmp_path / "run").exists()
+
+
+def test_early_stopping_counts_an_infinite_metric_as_no_improvement():
+    """The Trainer never takes an infinite metric for the best; EarlyStoppingCallback counted it as an improvement
+    (inf > 0.5), so patience was reset by an evaluation the best checkpoint ignores."""
+    from types import SimpleNamespace
+
+    from bertkit.training.callbacks import EarlyStoppingCallback
+
+    args = SimpleNamespace(metric_for_best_model="score", greater_is_better=True)
+    for value, stops in ((math.inf, True), (math.nan, True), (np.float32(0.7), False)):
+        callback, control = EarlyStoppingCallback(early_stopping_patience=1), SimpleNamespace(should_training_stop=False)
+        callback.on_evaluate(args, SimpleNamespace(best_metric=0.5, global_step=4), control,
+                             metrics={"eval_score": value})
+        assert control.should_training_stop is stops, value
+
 class _Evaluations:
     """Records each evaluation's metrics as on_evaluate gets them, and the best checkpoint each on_save sees."""
 

@@ -28,7 +28,7 @@ from torch import Tensor
 from bertkit._parallel import job_of
 from bertkit.compat import TransformersModelCalls
 from bertkit.config import BertConfig
-from bertkit.errors import BertkitError, MissingFileError, given_path, read_json_object
+from bertkit.errors import BertkitError, MissingFileError, NonFiniteError, given_path, read_json_object
 from bertkit.hub import cache_hint, not_a_directory, refuse_hub_options, resolve_directory
 from bertkit.outputs import atomic_target, atomic_write_text
 from bertkit.staging import staged
@@ -578,6 +578,13 @@ class PretrainedMixin(TransformersModelCalls):
         from safetensors.torch import save_file
 
         state = self.published_state_dict()
+        nonfinite = [f"{k} ({int((~torch.isfinite(v)).sum())} of {v.numel()})" for k, v in state.items()
+                     if not torch.isfinite(v).all()]
+        if nonfinite:  # from_pretrained refuses them: the save would replace what is at `directory` with a dead end
+            raise NonFiniteError(f"{type(self).__name__} holds NaN or infinite weights, {nonfinite[:3]}"
+                                 f"{f' and {len(nonfinite) - 3} more' if len(nonfinite) > 3 else ''}, which loading "
+                                 "refuses; nothing was written (a diverged run?): save a model whose weights are "
+                                 "finite, or keep the last checkpoint that was")
         # job_of: under torchrun a script's unguarded save runs on every rank, as transformers' scripts call it
         with staged(directory, shared_by=job_of()) as out, atomic_target(out / WEIGHTS_NAME) as tmp:
             save_file(state, str(tmp), metadata={"format": "pt"})

@@ -21,6 +21,7 @@ from torch import Tensor
 from tqdm.auto import tqdm
 
 from bertkit.errors import BertkitError, refusing_getattr
+from bertkit.sentence.finite import refuse_nan_scores
 from bertkit.sentence.hard_negatives import mine_hard_negatives  # noqa: F401  (sentence_transformers.util's name)
 from bertkit.sentence.quantization import quantize_embeddings  # noqa: F401  (sentence_transformers.util's name)
 
@@ -228,6 +229,7 @@ def semantic_search(query_embeddings: Any, corpus_embeddings: Any, query_chunk_s
         chunk = _chunk(corpus, c0, corpus_chunk_size)
         for q0 in range(0, len(queries), query_chunk_size):
             scores = score_function(_chunk(queries, q0, query_chunk_size), chunk)
+            refuse_nan_scores(scores, "semantic_search", "query", "corpus entry", q0, c0)
             top = torch.topk(scores, min(top_k, scores.shape[1]), dim=1, largest=True, sorted=False)
             for heap, values, ids in zip(heaps[q0:q0 + query_chunk_size], top.values.tolist(),
                                          (top.indices + c0).tolist()):
@@ -248,12 +250,14 @@ def _chunk(x: Tensor, start: int, size: int) -> Tensor:
 
 
 def _nearest(queries: Tensor, corpus: Tensor, corpus_chunk_size: int, k: int,
-             score_function: Callable[[Tensor, Tensor], Tensor]) -> tuple[Tensor, Tensor]:
+             score_function: Callable[[Tensor, Tensor], Tensor], query0: int) -> tuple[Tensor, Tensor]:
     """(scores, ids) (Q, k) of each query's ``k`` best corpus entries, best first: each chunk's sorted ``torch.topk``
-    merged with the best so far, as sentence-transformers' paraphrase mining finds them (equal scores in that order)."""
+    merged with the best so far, as sentence-transformers' paraphrase mining finds them (equal scores in that order).
+    ``query0`` is the index of the first query among the embeddings, to name a pair whose similarity is NaN."""
     best_scores, best_ids = None, None
     for c0 in range(0, len(corpus), corpus_chunk_size):
         scores = score_function(queries, _chunk(corpus, c0, corpus_chunk_size))
+        refuse_nan_scores(scores, "paraphrase_mining", "embedding", "embedding", query0, c0)
         top = torch.topk(scores, min(k, scores.shape[1]), dim=1, sorted=True)
         ids = top.indices + c0
         if best_scores is None:
@@ -323,7 +327,7 @@ def paraphrase_mining_embeddings(embeddings: Any, query_chunk_size: int = 5000, 
     floor = float("-inf")
     for start in range(0, len(embeddings), query_chunk_size):
         scores, ids = _nearest(_chunk(embeddings, start, query_chunk_size), embeddings, corpus_chunk_size, top_k + 1,
-                               score_function)
+                               score_function, start)
         for i, (row_scores, row_ids) in enumerate(zip(scores.tolist(), ids.tolist()), start):
             for j, score in [(j, score) for j, score in zip(row_ids, row_scores) if j != i][:top_k]:
                 pair = (i, j) if i < j else (j, i)
@@ -365,6 +369,7 @@ def community_detection(embeddings: Any, threshold: float = 0.75, min_community_
     candidates: list[tuple[int, np.ndarray]] = []
     for start in tqdm(range(0, n, batch_size), desc="Finding clusters", disable=not show_progress_bar):
         scores = x[start:start + batch_size] @ x.T  # (b, N)
+        refuse_nan_scores(scores, "community_detection", "embedding", "embedding", start)
         wider = torch.promote_types(scores.dtype, threshold_t.dtype)
         enough = scores.topk(min_community_size, dim=1).values[:, -1].to(wider) >= threshold_t
         for row in enough.nonzero().flatten().tolist():

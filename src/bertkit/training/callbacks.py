@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
+import numbers
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, NamedTuple
@@ -112,12 +114,11 @@ class EarlyStoppingCallback(TrainerCallback):
             raise BertkitError("EarlyStoppingCallback needs evaluations: set eval_strategy to 'steps' or 'epoch'")
 
     def on_evaluate(self, args, state, control, metrics=None, **kwargs):
-        key = metric_key(args.metric_for_best_model)
-        value = (metrics or {}).get(key)
+        value = best_metric_value(args.metric_for_best_model, metrics or {}, state.global_step)
         if value is None:
             return
         better = np.greater if args.greater_is_better else np.less
-        improved = not np.isnan(value) and (  # a NaN never improves (nor is the best: the Trainer skips it)
+        improved = math.isfinite(value) and (  # a NaN or inf never improves (nor is the best: the Trainer skips it)
             state.best_metric is None
             or (better(value, state.best_metric) and abs(value - state.best_metric) > self.early_stopping_threshold))
         self.early_stopping_patience_counter = 0 if improved else self.early_stopping_patience_counter + 1
@@ -129,3 +130,20 @@ def metric_key(name: str, prefix: str = "eval") -> str:
     """``accuracy`` and ``eval_accuracy`` both name the evaluation's ``eval_accuracy`` (as in transformers): a metric's
     name under ``prefix_``, unless it is there already."""
     return name if name.startswith(f"{prefix}_") else f"{prefix}_{name}"
+
+
+def best_metric_value(name: str, metrics: dict[str, Any], step: int) -> float | None:
+    """The value of ``metric_for_best_model`` (``name``) in an evaluation's ``metrics`` as a float, None when they do
+    not hold it. A value that is not a number (a string, a list from ``compute_metrics``) is refused naming it: numpy
+    failed on it with a TypeError in the middle of training, in transformers too."""
+    key = metric_key(name)
+    if key not in metrics:
+        return None
+    value = metrics[key]
+    if isinstance(value, np.ndarray) and value.size == 1:
+        value = value.item()
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        raise BertkitError(f"metric_for_best_model {name!r} is {type(value).__name__} {str(value)[:40]!r} at step "
+                           f"{step}, which is not a number to compare: return it from compute_metrics as a float, or "
+                           "name another metric")
+    return float(value)

@@ -446,9 +446,11 @@ class _Run:
             raise NonFiniteError(
                 f"training stopped at {where}: {self.spoiled}. Last good checkpoint: "
                 f"{last[-1] if last else 'none (no checkpoint written yet)'}. "
-                + ("" if "-100" in self.spoiled else "Lower --learning-rate (or raise --warmup-ratio) and start "
-                   "again, resume from that checkpoint with --resume, or ")
-                + "pass --skip-nonfinite N to skip up to N such steps; no final model was saved")
+                # the loop runs under the command line and the Python Trainers alike: both spellings
+                + ("" if "-100" in self.spoiled else "Lower the learning rate (learning_rate, --learning-rate) or "
+                   "raise the warmup (warmup_ratio, --warmup-ratio) and start again, resume from that checkpoint "
+                   "(resume_from_checkpoint, --resume), or ")
+                + "skip up to N such steps (skip_nonfinite=N, --skip-nonfinite N); no final model was saved")
         pos.skipped += 1
         logger.warning("skipped %s: %s (%d of at most %d)", where, self.spoiled, pos.skipped, self.args.skip_nonfinite)
         self.spoiled = None

@@ -46,6 +46,7 @@ from bertkit.training.callbacks import (
     TrainerControl,
     TrainerState,
     TrainOutput,
+    best_metric_value,
     metric_key,
 )
 from bertkit.training.checkpoint import (
@@ -396,8 +397,8 @@ class Trainer(TrainerLoss, TrainerEvaluation):
             self.log(part)
             self._event("on_evaluate", metrics=part)
         name = self.args.metric_for_best_model
-        if name is not None and metric_key(name) in metrics:
-            value = metrics[metric_key(name)]
+        value = best_metric_value(name, metrics, step) if name is not None else None
+        if value is not None:
             if not math.isfinite(value):  # a NaN compares as neither better nor worse: it is never the best
                 logger.warning("%s is %s at step %d: this evaluation cannot be the best; the best stays %s",
                                metric_key(name), value, step, self.state.best_model_checkpoint)

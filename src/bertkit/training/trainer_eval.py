@@ -21,7 +21,7 @@ from torch import nn
 from bertkit.errors import BertkitError
 from bertkit.inference.runner import in_order
 from bertkit.training import predictions, trainer_data
-from bertkit.training.callbacks import EvalPrediction, PredictionOutput, metric_key
+from bertkit.training.callbacks import EvalPrediction, PredictionOutput, best_metric_value, metric_key
 from bertkit.training.distributed import current
 
 
@@ -156,6 +156,7 @@ class TrainerEvaluation:
                     "load_best_model_at_end nor metric_for_best_model")
             returned = self._computed_metrics(preds, labels) if self.compute_metrics else {}
             keys += [f"{prefix}_loss"] + [metric_key(k, prefix) for k in returned]
+            best_metric_value(name, {metric_key(k, prefix): v for k, v in returned.items()}, 0)  # a number?
         if metric_key(name) not in keys:
             raise BertkitError(f"metric_for_best_model {name!r} is not a metric this run computes: evaluation "
                                f"returns {keys}; name one of them (without or with the eval_ prefix)")

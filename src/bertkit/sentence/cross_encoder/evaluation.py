@@ -20,10 +20,11 @@ from typing import Any
 import numpy as np
 
 from bertkit.errors import BertkitError, is_whole, refusing_getattr
-from bertkit.sentence.evaluation.base import ResultsCsv, refuse_nonfinite, results_csv_name
+from bertkit.sentence.evaluation.base import ResultsCsv, results_csv_name
 from bertkit.sentence.evaluation.binary_classification import BinaryClassificationEvaluator, binary_labels
 from bertkit.sentence.evaluation.reranking import average_precision, ndcg_at_k
-from bertkit.sentence.evaluation.similarity import pearson, spearman
+from bertkit.sentence.evaluation.similarity import gold_scores, pearson, spearman
+from bertkit.sentence.finite import refuse_nonfinite
 
 
 class CrossEncoderRerankingEvaluator(ResultsCsv):
@@ -38,6 +39,9 @@ class CrossEncoderRerankingEvaluator(ResultsCsv):
             raise BertkitError("CrossEncoderRerankingEvaluator(prompt_name=...) is not implemented in bertkit: "
                                "cross-encoder prompts are not implemented")
         self.samples = list(samples.values()) if isinstance(samples, dict) else list(samples)
+        if not self.samples:  # sentence-transformers fails in numpy after scoring nothing
+            raise BertkitError("CrossEncoderRerankingEvaluator: samples is empty; give a list of {'query', "
+                               "'positive', 'negative' or 'documents'} dicts")
         for i, s in enumerate(self.samples):
             if "query" not in s or "positive" not in s or ("negative" in s) == ("documents" in s):
                 raise BertkitError(f"CrossEncoderRerankingEvaluator: sample {i} has the keys {sorted(s)}; each needs "
@@ -52,6 +56,9 @@ class CrossEncoderRerankingEvaluator(ResultsCsv):
                     raise BertkitError(f"CrossEncoderRerankingEvaluator: sample {i}'s {key!r} is "
                                        f"{type(value).__name__} {str(value)[:60]!r}; give a list of texts "
                                        f"([{str(value)[:20]!r}] for one)")
+            if not s["positive"]:  # sentence-transformers averages it in as 0: a query with nothing to find is no miss
+                raise BertkitError(f"CrossEncoderRerankingEvaluator: sample {i}'s 'positive' is empty, so its MAP, MRR "
+                                   "and nDCG are undefined; give its relevant documents, or leave the sample out")
             if "documents" in s and not s["documents"]:
                 raise BertkitError(f"CrossEncoderRerankingEvaluator: sample {i}'s 'documents' is empty; give the "
                                    "first stage's documents for its query, or leave the sample out")
@@ -141,6 +148,18 @@ def f1_averages(labels: np.ndarray, predicted: np.ndarray) -> tuple[float, float
     return float(f1.mean()), float(micro), float(np.average(f1, weights=true_sums))
 
 
+def class_labels(labels: np.ndarray, num_labels: int) -> np.ndarray:
+    """A several-label model's labels as class ids, refusing one that is not a whole number in [0, num_labels):
+    sentence-transformers scored a label of 3 or -1 as a class the model never predicts, and a NaN (in a float
+    array) as none, an F1 like any other."""
+    bad = [(i, v) for i, v in enumerate(labels.tolist()) if isinstance(v, bool) or not isinstance(v, (int, float))
+           or not float(v).is_integer() or not 0 <= v < num_labels]  # whole floats (pandas' 1.0) are class ids
+    if bad:
+        raise BertkitError(f"CrossEncoderClassificationEvaluator with a {num_labels}-label model: labels must be "
+                           f"class ids 0 to {num_labels - 1}; label {bad[0][0]} is {bad[0][1]} ({len(bad)} such)")
+    return np.asarray([int(v) for v in labels.tolist()], dtype=np.int64)
+
+
 def _pairs(sentence_pairs: Sequence[Sequence[str]], n: int, what: str, who: str) -> list[list[str]]:
     if len(sentence_pairs) != n:
         raise BertkitError(f"{who}: {len(sentence_pairs)} sentence_pairs and {n} {what}; give one per pair")
@@ -178,6 +197,9 @@ class CrossEncoderClassificationEvaluator(ResultsCsv):
         refuse_nonfinite(scores, self.sentence_pairs, "CrossEncoderClassificationEvaluator", "score")
         if model.num_labels == 1:
             labels = binary_labels(self.labels, "CrossEncoderClassificationEvaluator with a one-label model")
+            if not labels.any():  # sentence-transformers reports the undefined average precision as 0.0
+                raise BertkitError("CrossEncoderClassificationEvaluator: every label is 0; average precision needs "
+                                   "at least one positive pair (label 1)")
             accuracy, accuracy_threshold = BinaryClassificationEvaluator.find_best_acc_and_threshold(scores, labels, True)
             f1, precision, recall, f1_threshold = BinaryClassificationEvaluator.find_best_f1_and_threshold(
                 scores, labels, True)
@@ -187,7 +209,8 @@ class CrossEncoderClassificationEvaluator(ResultsCsv):
             main, columns = "average_precision", ["Accuracy", "Accuracy_Threshold", "F1", "F1_Threshold", "Precision",
                                                   "Recall", "Average_Precision"]
         else:
-            macro, micro, weighted = f1_averages(self.labels, np.argmax(scores, axis=1))
+            labels = class_labels(self.labels, model.num_labels)
+            macro, micro, weighted = f1_averages(labels, np.argmax(scores, axis=1))
             metrics, main = {"f1_macro": macro, "f1_micro": micro, "f1_weighted": weighted}, "f1_macro"
             columns = ["Macro_F1", "Micro_F1", "Weighted_F1"]
         self.write_results(output_path, ["epoch", "steps", *columns], [epoch, steps, *metrics.values()])
@@ -204,7 +227,7 @@ class CrossEncoderCorrelationEvaluator(ResultsCsv):
                  write_csv: bool = True):
         _no_prompt(prompt_name, "CrossEncoderCorrelationEvaluator")
         self.sentence_pairs = _pairs(sentence_pairs, len(scores), "scores", "CrossEncoderCorrelationEvaluator")
-        self.scores = list(scores)
+        self.scores = gold_scores(scores, "CrossEncoderCorrelationEvaluator")
         self.name, self.batch_size, self.show_progress_bar = name, batch_size, show_progress_bar
         self.write_csv = write_csv
         self.primary_metric = f"{name}_spearman" if name else "spearman"

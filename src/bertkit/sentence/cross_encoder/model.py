@@ -52,6 +52,7 @@ from bertkit.sentence.directory import (
     tokenizer_limit,
     write_st_config,
 )
+from bertkit.sentence.finite import refuse_nonfinite
 from bertkit.sentence.models import (
     Encoder,
     Indexed,
@@ -390,9 +391,10 @@ class CrossEncoder(Indexed, ReferenceCalls, nn.Module):
                                "each document are strings: fill in or drop it")
         scores = self.predict([(query, d) for d in documents], batch_size=batch_size,
                               show_progress_bar=show_progress_bar, activation_fn=activation_fn,
-                              convert_to_tensor=True, device=device).tolist()
+                              convert_to_tensor=True, device=device)
+        refuse_nonfinite(scores, documents, "rank()", "score", "nothing was ranked")
         results = [{"corpus_id": i, "score": s, **({"text": documents[i]} if return_documents else {})}
-                   for i, s in enumerate(scores)]
+                   for i, s in enumerate(scores.tolist())]
         return sorted(results, key=lambda r: r["score"], reverse=True)[:top_k]
 
     # -- fit --------------------------------------------------------------------------------------------------------

@@ -1,6 +1,6 @@
 """What the evaluators share: how their texts become embeddings (``EmbeddingEvaluator.embed``, the one place; a
 sparse evaluator overrides it and nothing else of how texts are embedded), the refusal of a model output that is
-not finite (``refuse_nonfinite``), how metric keys are named, and the results CSV each writes when given an
+not finite (``bertkit.sentence.finite``), how metric keys are named, and the results CSV each writes when given an
 ``output_path`` (``ResultsCsv``)."""
 
 from __future__ import annotations
@@ -8,15 +8,16 @@ from __future__ import annotations
 import csv
 import io
 import os
-from collections.abc import Mapping, Sequence, Set
+from collections.abc import Mapping, Set
 from pathlib import Path
 from typing import Any
 
 import torch
 
-from bertkit.errors import BertkitError, NonFiniteError, WholeSetting
+from bertkit.errors import BertkitError, WholeSetting
 from bertkit.outputs import atomic_write_text, writing
 from bertkit.runs import record
+from bertkit.sentence.finite import refuse_nonfinite
 
 
 def prefixed(metrics: dict[str, float], name: str) -> dict[str, float]:
@@ -32,23 +33,6 @@ def refuse_one_text(who: str, **texts: Any) -> None:
         if isinstance(value, (str, bytes, Mapping, Set)):
             raise BertkitError(f"{who}: {what} is {type(value).__name__} {str(value)[:60]!r}; give a list of texts "
                                f"(one a pair, in the order of the others)")
-
-
-def refuse_nonfinite(outputs: Any, inputs: Sequence[Any], who: str, what: str) -> None:
-    """Refuse model outputs (one row an input: embeddings, dense or sparse, or a cross-encoder's scores) holding a NaN
-    or an infinity, naming the first such input: ranked, thresholded or correlated, a NaN comes out a metric like any
-    other (argsort ranks it first, a comparison drops it, argmax picks it)."""
-    t = outputs if isinstance(outputs, torch.Tensor) else torch.as_tensor(outputs)
-    if t.is_sparse:
-        t = t.coalesce()
-        rows = t.indices()[0][~torch.isfinite(t.values())]
-    else:
-        rows = torch.nonzero(~torch.isfinite(t.reshape(len(t), -1)).all(dim=1)).flatten() if t.numel() else t[:0]
-    if len(rows):
-        i = int(rows.min())
-        raise NonFiniteError(f"{who}: the model's {what} of input {i} ({str(inputs[i])[:60]!r}) is not finite (NaN "
-                             "or inf), so no metric was computed: its weights are broken (a diverged run?); evaluate "
-                             "a checkpoint whose outputs are finite")
 
 
 class EmbeddingEvaluator:

@@ -12,6 +12,7 @@ import torch
 from bertkit.errors import BertkitError
 from bertkit.padding import moved
 from bertkit.sentence.evaluation.base import ResultsCsv, prefixed, results_csv_name
+from bertkit.sentence.finite import refuse_nonfinite
 
 
 def _as_list(batch: list[Any]) -> list[Any]:
@@ -64,6 +65,9 @@ class LabelAccuracyEvaluator(ResultsCsv):
                              for k, v in model.tokenize(list(column)).items()} for column in zip(*texts)]
                 with torch.no_grad():
                     _, logits = loss(features, labels=None)
+                # argmax takes a NaN for the largest: a NaN row counted as class 0, right or wrong like any other
+                refuse_nonfinite(logits, [tuple(t) for t in texts], f"LabelAccuracyEvaluator (the batch from example "
+                                 f"{total})", "output")
                 total += len(logits)
                 correct += int((logits.argmax(dim=1).cpu() == torch.tensor(labels)).sum())
         finally:

@@ -55,6 +55,14 @@ class ParaphraseMiningEvaluator(ResultsCsv, EmbeddingEvaluator):
             pairs = _closure(pairs)
         self.duplicates = {(a, b) for a, b in pairs if a in sentences_map and b in sentences_map}
         self.total_num_duplicates = len({frozenset(p) for p in self.duplicates})
+        if not self.total_num_duplicates:  # sentence-transformers reports the undefined precision as 0
+            named = [*(duplicates_list or ()), *((a, b) for a, row in (duplicates_dict or {}).items() for b, duplicate
+                                                in row.items() if duplicate)]
+            raise BertkitError(
+                f"ParaphraseMiningEvaluator: no duplicate pair names two ids of sentences_map (ids such as "
+                f"{list(sentences_map)[:3]!r}), so average precision is undefined"
+                + (f"; the pairs given, such as {named[:3]!r}, name others (ids of another type?)" if named else
+                   "; give duplicates_list or duplicates_dict"))
         self.query_chunk_size, self.corpus_chunk_size = query_chunk_size, corpus_chunk_size
         self.max_pairs, self.top_k, self.truncate_dim = max_pairs, top_k, truncate_dim
         self.show_progress_bar, self.batch_size, self.name, self.write_csv = show_progress_bar, batch_size, name, write_csv
@@ -74,14 +82,14 @@ class ParaphraseMiningEvaluator(ResultsCsv, EmbeddingEvaluator):
             if at + 1 < len(mined) and mined[at + 1][0] == score:
                 continue
             if found > found_before:
-                precision, recall = found / (at + 1), found / total if total else 0.0
+                precision, recall = found / (at + 1), found / total
                 f1 = 2 * precision * recall / (precision + recall)
                 ap += precision * (found - found_before)
                 if f1 > best_f1:
                     best_f1, best_precision, best_recall = f1, precision, recall
                     threshold = (score + mined[min(at + 1, len(mined) - 1)][0]) / 2
             found_before = found
-        metrics = {"average_precision": ap / total if total else 0, "f1": best_f1, "precision": best_precision,
+        metrics = {"average_precision": ap / total, "f1": best_f1, "precision": best_precision,
                    "recall": best_recall, "threshold": threshold}
         self.write_results(output_path, ["epoch", "steps", "precision", "recall", "f1", "threshold", "average_precision"],
                            [epoch, steps, *(metrics[k] for k in ("precision", "recall", "f1", "threshold", "average_precision"))])

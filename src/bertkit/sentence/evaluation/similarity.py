@@ -48,6 +48,29 @@ def spearman(a: np.ndarray, b: np.ndarray) -> float:
     return pearson(_ranks(a), _ranks(b))
 
 
+def gold_scores(scores: Any, who: str) -> list[float]:
+    """The gold scores of a correlation evaluator as floats, refusing what has no correlation: a string (scipy ranks
+    strings as text, "10" before "9", so sentence-transformers' Spearman is of the text), a NaN or an infinity
+    (sentence-transformers reports a NaN for both correlations, or, for an infinity, Pearson NaN and a Spearman
+    that ranks it highest: 0.7 on five STS pairs), and scores that are all equal (NaN there)."""
+    scores = list(scores)
+    for i, value in enumerate(scores):
+        if isinstance(value, (str, bytes)):
+            raise BertkitError(f"{who}: score {i} is the string {value!r}; give the gold scores as numbers "
+                               f"(float({value!r}))")
+        try:
+            finite = np.isfinite(float(value))
+        except (TypeError, ValueError):  # None, a list: float() says only that it cannot
+            finite = False
+        if not finite:
+            raise BertkitError(f"{who}: gold score {i} is {value}; a correlation needs a finite number for each "
+                               "pair: fill in or drop that pair")
+    if len(set(map(float, scores))) < 2:
+        raise BertkitError(f"{who}: {len(scores)} gold score(s), all equal ({scores[:3]}); a correlation needs at "
+                           "least two different scores")
+    return [float(v) for v in scores]
+
+
 def _scored_as_floats(quantized: torch.Tensor, precision: str) -> torch.Tensor:
     """Quantized embeddings as sentence-transformers scores them: float32 codes, bits unpacked (binary's codes
     shifted back by 128 first; the padding bits of a width that is no multiple of 8 included)."""
@@ -69,13 +92,7 @@ class EmbeddingSimilarityEvaluator(ResultsCsv, EmbeddingEvaluator):
         if not len(sentences1) == len(sentences2) == len(scores):
             raise BertkitError(f"EmbeddingSimilarityEvaluator: {len(sentences1)} sentences1, {len(sentences2)} "
                                f"sentences2 and {len(scores)} scores; give one score per pair")
-        text = next(((i, s) for i, s in enumerate(scores) if isinstance(s, (str, bytes))), None)
-        if text:  # scipy ranks strings as text ("10" before "9"), so sentence-transformers' Spearman is of the text
-            raise BertkitError(f"EmbeddingSimilarityEvaluator: score {text[0]} is the string {text[1]!r}; give the "
-                               f"gold scores as numbers (float({text[1]!r}))")
-        if len(set(map(float, scores))) < 2:
-            raise BertkitError(f"EmbeddingSimilarityEvaluator: {len(scores)} gold score(s), all equal "
-                               f"({list(scores)[:3]}); a correlation needs at least two different scores")
+        scores = gold_scores(scores, "EmbeddingSimilarityEvaluator")
         if precision is not None and precision not in PRECISIONS:
             raise BertkitError(f"EmbeddingSimilarityEvaluator: precision {precision!r} is not one of {PRECISIONS}")
         self.sentences1, self.sentences2, self.scores = list(sentences1), list(sentences2), list(scores)

@@ -1,0 +1,47 @@
+"""Where a NaN stops before it becomes a score: a model output that is not finite (``refuse_nonfinite``), refused
+by the evaluators, ``CrossEncoder.rank`` and ``mine_hard_negatives`` naming the input, and a NaN among similarities
+about to be ranked (``refuse_nan_scores``), refused by ``util``'s searches naming the pair. ``torch.topk``,
+``torch.sort`` and numpy's ``argsort`` take a NaN for the largest value and Python's ``sorted`` leaves it wherever
+it falls, so an embedding holding a NaN came out every query's best hit, or a cross-encoder's NaN score the first
+document, in sentence-transformers, whose order bertkit's otherwise keeps."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import torch
+
+from bertkit.errors import NonFiniteError
+
+
+def refuse_nonfinite(outputs: Any, inputs: Sequence[Any], who: str, what: str,
+                     result: str = "no metric was computed") -> None:
+    """Refuse model outputs (one row an input: embeddings, dense or sparse, or a cross-encoder's scores) holding a NaN
+    or an infinity, naming the first such input: ranked, thresholded or correlated, a NaN comes out a metric like any
+    other (argsort ranks it first, a comparison drops it, argmax picks it)."""
+    t = outputs if isinstance(outputs, torch.Tensor) else torch.as_tensor(outputs)
+    if t.is_sparse:
+        t = t.coalesce()
+        rows = t.indices()[0][~torch.isfinite(t.values())]
+    else:
+        rows = torch.nonzero(~torch.isfinite(t.reshape(len(t), -1)).all(dim=1)).flatten() if t.numel() else t[:0]
+    if len(rows):
+        i = int(rows.min())
+        raise NonFiniteError(f"{who}: the model's {what} of input {i} ({str(inputs[i])[:60]!r}) is not finite (NaN "
+                             f"or inf), so {result}: its weights are broken (a diverged run?); use a checkpoint "
+                             "whose outputs are finite")
+
+
+def refuse_nan_scores(scores: torch.Tensor, who: str, rows: str, columns: str, row0: int = 0,
+                      column0: int = 0) -> None:
+    """Refuse a NaN among (rows, columns) similarities about to be ranked, naming the first pair (``row0`` and
+    ``column0`` offset a chunk's indices). A NaN comes from an embedding holding a NaN or an infinity (cosine
+    similarity of an infinity is NaN); an infinite score is left to rank, as it orders like any number."""
+    bad = torch.isnan(scores.to_dense() if scores.is_sparse else scores)
+    if bad.any():
+        i, j = (int(v) for v in bad.nonzero()[0])
+        raise NonFiniteError(f"{who}: the similarity of {rows} {row0 + i} and {columns} {column0 + j} is NaN, and a "
+                             "NaN has no rank: an embedding holding a NaN or inf (a model with broken weights?); "
+                             "find it with torch.isfinite(embeddings).all(dim=1), and embed with a model whose "
+                             "outputs are finite")
