@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import datetime
 import json
 import logging
 import math
@@ -31,11 +32,12 @@ import numpy as np
 import torch
 from torch import nn
 
+from bertkit import dir_lock
 from bertkit._hardware import cpu_has_bf16
 from bertkit.data.collators import DataCollatorWithPadding, DefaultDataCollator
 from bertkit.errors import BertkitError
 from bertkit.outputs import atomic_write_text
-from bertkit.runs import output_dir
+from bertkit.runs import output_dir, record
 from bertkit.training import trainer_data
 from bertkit.training.batch_plan import BatchPlan, steps_for_epochs, steps_per_epoch
 from bertkit.training.callbacks import (
@@ -88,7 +90,8 @@ class Trainer(TrainerLoss, TrainerEvaluation):
                  data_collator: Callable | None = None, train_dataset: Any = None, eval_dataset: Any = None,
                  processing_class: Any = None, model_init: Callable | None = None,
                  compute_metrics: Callable[[EvalPrediction], dict] | None = None,
-                 callbacks: Sequence[TrainerCallback | type] | None = None, **unknown: Any):
+                 callbacks: Sequence[TrainerCallback | type] | None = None,
+                 preprocess_logits_for_metrics: Callable[[Any, Any], Any] | None = None, **unknown: Any):
         if unknown:
             raise BertkitError(f"Trainer got arguments bertkit does not implement: {sorted(unknown)}; "
                                "see docs/coming-from-transformers.md")
@@ -127,6 +130,7 @@ class Trainer(TrainerLoss, TrainerEvaluation):
         self.data_collator = data_collator
         self.train_dataset, self.eval_dataset = train_dataset, eval_dataset
         self.compute_metrics = compute_metrics
+        self.preprocess_logits_for_metrics = preprocess_logits_for_metrics
         self.callbacks: list[TrainerCallback] = [c() if isinstance(c, type) else c for c in callbacks or ()]
         self.state, self.control = TrainerState(), TrainerControl()
         # under torchrun: join the process group (DDP over the ranks, evaluation split over them)
@@ -143,6 +147,9 @@ class Trainer(TrainerLoss, TrainerEvaluation):
                 f"label_names {not_taken} are not arguments of {type(self._module).__name__}.forward "
                 f"({', '.join(self._forward_args)}), so no batch holds them and evaluations would have no labels; "
                 "name the arguments the labels go to (['labels']: the collators rename a 'label' column to it)")
+        if self.args.eval_on_start and not self._evaluates():
+            raise BertkitError(f"eval_on_start=True needs {self._evaluates_with[0]}: pass "
+                               f"{type(self).__name__}({self._evaluates_with[1]}), or set eval_on_start=False")
         if self.args.eval_strategy != "no" and not self._evaluates():
             raise BertkitError(f"eval_strategy {self.args.eval_strategy!r} needs {self._evaluates_with[0]}: pass "
                                f"{type(self).__name__}({self._evaluates_with[1]}), or set eval_strategy='no'")
@@ -239,8 +246,9 @@ class Trainer(TrainerLoss, TrainerEvaluation):
         examples = self._examples(self.train_dataset, "train_dataset", training=True)
         self._check_batch(examples, "train_dataset", need_labels=True)
         self._ignore_keys_for_eval = ignore_keys_for_eval
-        if args.eval_strategy != "no":
+        if args.eval_strategy != "no" or args.eval_on_start:
             self._check_outputs(ignore_keys_for_eval, "train(ignore_keys_for_eval=...)")
+        if args.eval_strategy != "no":
             self._check_metric()
         plan = BatchPlan(examples, args.per_device_train_batch_size, self._collate, seed=args.seed,
                          draw=self._batches(examples), rank=info.rank, world_size=info.world_size,
@@ -272,6 +280,8 @@ class Trainer(TrainerLoss, TrainerEvaluation):
                 remove_torn_writes(out, HF_LAYOUT)
             t0 = time.perf_counter()
             self._event("on_train_begin")
+            if args.eval_on_start:  # where transformers evaluates it: after on_train_begin, through evaluate()
+                self.evaluate(ignore_keys=ignore_keys_for_eval)
             self._trained = True
             result = train(self._module, [Phase(plan, total)], settings,
                            evaluate=self._evaluate_in_loop if self._evaluates() else None,
@@ -423,6 +433,66 @@ class Trainer(TrainerLoss, TrainerEvaluation):
         if self.processing_class is not None and hasattr(self.processing_class, "save_pretrained"):
             self.processing_class.save_pretrained(directory)
         atomic_write_text(directory / TRAINER_STATE, json.dumps(dataclasses.asdict(self.state), indent=2) + "\n")
+
+    # -- the example scripts' reports (transformers' trainer_pt_utils helpers) ---------------------------------
+    def is_world_process_zero(self) -> bool:
+        """Whether this is the process that writes (rank 0 under torchrun; the one process otherwise)."""
+        return current().is_main
+
+    def is_local_process_zero(self) -> bool:
+        return current().local_rank == 0
+
+    @staticmethod
+    def metrics_format(metrics: dict[str, Any]) -> dict[str, Any]:
+        """``metrics`` for reading, as transformers formats them: runtimes as h:mm:ss.cc, floats to 4 places."""
+        formatted = dict(metrics)
+        for key, value in metrics.items():
+            if "_mem_" in key:
+                formatted[key] = f"{value >> 20}MB"
+            elif "_runtime" in key:
+                formatted[key] = f"{datetime.timedelta(seconds=int(value))}.{int(abs(value - int(value)) * 100):02d}"
+            elif key == "total_flos":
+                formatted[key] = f"{int(value) >> 30}GF"
+            elif isinstance(value, float):
+                formatted[key] = round(value, 4)
+        return formatted
+
+    def log_metrics(self, split: str, metrics: dict[str, Any]) -> None:
+        """Print ``metrics`` under ``***** {split} metrics *****``, one aligned line each (rank 0 alone)."""
+        if not self.is_world_process_zero():
+            return
+        print(f"***** {split} metrics *****")
+        formatted = self.metrics_format(metrics)
+        k_width = max(len(str(k)) for k in formatted)
+        v_width = max(len(str(v)) for v in formatted.values())
+        for key in sorted(formatted):
+            print(f"  {key: <{k_width}} = {formatted[key]:>{v_width}}")
+
+    def save_metrics(self, split: str, metrics: dict[str, Any], combined: bool = True) -> None:
+        """Write ``metrics`` to ``output_dir/{split}_results.json`` and, with ``combined``, merge them into
+        ``output_dir/all_results.json`` (rank 0 alone), as transformers writes them."""
+        if not self.is_world_process_zero():
+            return
+        self._write_report(f"{split}_results.json", metrics)
+        if combined:
+            path = Path(self.args.output_dir) / "all_results.json"
+            merged = json.loads(path.read_text(encoding="utf-8")) if path.is_file() else {}
+            self._write_report(path.name, {**merged, **metrics})
+
+    def save_state(self) -> None:
+        """Write ``state`` to ``output_dir/trainer_state.json`` (rank 0 alone)."""
+        if self.is_world_process_zero():
+            self._write_report(TRAINER_STATE, dataclasses.asdict(self.state), indent=2, newline="\n")
+
+    def _write_report(self, name: str, data: dict, indent: int = 4, newline: str = "") -> None:
+        """A JSON file in output_dir, written whole and recorded in output_dir's manifest as the run's: output_dir
+        is claimed for the write when no train() holds it (as training claims it), so a later train() into it goes
+        on, and a directory holding files bertkit did not write is refused, never written into."""
+        out = Path(self.args.output_dir)
+        text = json.dumps(data, indent=indent, sort_keys=True) + newline
+        with output_dir(out, "Trainer", in_place=True) if not dir_lock.holds(out) else contextlib.nullcontext():
+            record(out / name, data=text.encode("utf-8"))
+            atomic_write_text(out / name, text)
 
     def save_model(self, output_dir: str | Path | None = None, _internal_call: bool = False) -> None:
         """The model (config.json, model.safetensors) and the tokenizer, in the Hugging Face layout."""
