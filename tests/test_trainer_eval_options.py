@@ -64,7 +64,8 @@ def _evaluate_and_predict(lib, checkpoint: Path, out: Path, preprocess=None, **o
     predicted = trainer.predict(test)
     unlabelled = trainer.predict(test.remove_columns("label"))
     return (evaluated, _summary(predicted.predictions), _summary(predicted.label_ids),
-            sorted(k for k in predicted.metrics if "preparation_time" not in k), _summary(unlabelled.predictions), unlabelled.label_ids, calls)
+            sorted(k for k in predicted.metrics if "preparation_time" not in k),
+            _summary(unlabelled.predictions), unlabelled.label_ids, calls)
 
 
 @pytest.mark.parametrize("overrides", [

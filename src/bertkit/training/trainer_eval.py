@@ -217,9 +217,9 @@ class TrainerEvaluation:
         for prefix, what, dataset in self._eval_sets(self.eval_dataset, "eval"):
             examples = self._examples(dataset, what)
             sample = [examples[i] for i in range(min(len(examples), self.args.per_device_eval_batch_size))]
-            batches = [list(range(len(sample)))]
-            _, labels, _, returned = self._evaluation(sample, None, batches, events=False)
-            if labels is None and not self._eval_options().prediction_loss_only and metric_key(name).startswith(f"{prefix}_"):
+            _, labels, _, returned = self._evaluation(sample, None, events=False)
+            loss_only = self._eval_options().prediction_loss_only
+            if labels is None and not loss_only and metric_key(name).startswith(f"{prefix}_"):
                 why = "load_best_model_at_end compares" if self.args.load_best_model_at_end else "it is"
                 raise BertkitError(
                     f"metric_for_best_model {name!r} needs labels in {what} ({why} a metric of the evaluation), but "
