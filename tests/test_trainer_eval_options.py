@@ -108,11 +108,33 @@ def test_include_for_metrics_names_what_it_takes():
         bertkit.TrainingArguments(output_dir="x", include_for_metrics=["input_ids"])
     with pytest.raises(BertkitError, match="eval_accumulation_steps must be at least 1, got 0"):
         bertkit.TrainingArguments(output_dir="x", eval_accumulation_steps=0)
-    # transformers casts the model itself to bf16 for an evaluation outside training, and leaves it so: refused,
-    # naming what does each half of that
-    with pytest.raises(BertkitError, match=re.escape("bf16_full_eval=True is a transformers argument bertkit does not "
-                                                     "implement: bf16=True evaluates under bf16 autocast")):
-        bertkit.TrainingArguments(output_dir="x", bf16_full_eval=True)
+    with pytest.raises(BertkitError, match="bf16_full_eval and fp16_full_eval are both set"):
+        bertkit.TrainingArguments(output_dir="x", bf16_full_eval=True, fp16_full_eval=True)
+
+
+def test_bf16_full_eval_gives_transformers_bf16_numbers_and_keeps_the_model(checkpoint, tmp_path):
+    """bf16_full_eval was refused; now evaluate() and predict() outside training run a bf16 copy of the model: the
+    numbers of transformers' bf16 evaluation (which casts the model itself and leaves it bf16), while the model
+    stays float32 for what follows."""
+    results = {}
+    for lib in (transformers, bertkit):
+        tokenizer = lib.AutoTokenizer.from_pretrained(checkpoint)
+        model = lib.AutoModelForSequenceClassification.from_pretrained(checkpoint)
+        test = datasets.Dataset.from_list(TEST).map(lambda b, t=tokenizer: t(b["text"], truncation=True), batched=True)
+        args = lib.TrainingArguments(output_dir=str(tmp_path / lib.__name__), per_device_eval_batch_size=5,
+                                     report_to="none", use_cpu=True, disable_tqdm=True, bf16_full_eval=True)
+        trainer = lib.Trainer(model=model, args=args, processing_class=tokenizer)
+        loss = trainer.evaluate(test)["eval_loss"]
+        results[lib.__name__] = loss, trainer.predict(test).predictions, next(model.parameters()).dtype
+        full = lib.Trainer(model=lib.AutoModelForSequenceClassification.from_pretrained(checkpoint),
+                           args=lib.TrainingArguments(output_dir=str(tmp_path / "fp32"), use_cpu=True,
+                                                      report_to="none"), processing_class=tokenizer)
+        results[lib.__name__] += (full.predict(test).predictions,)
+    (ours, our_preds, our_dtype, fp32), (theirs, their_preds, their_dtype, _) = results["bertkit"], results["transformers"]
+    assert ours == pytest.approx(theirs, abs=1e-3)
+    np.testing.assert_allclose(our_preds, their_preds, atol=4e-3)
+    assert np.abs(our_preds - fp32).max() > 1e-4  # bf16's rounding: not the float32 numbers
+    assert their_dtype == torch.bfloat16 and our_dtype == torch.float32
 
 
 def _trained(lib, checkpoint: Path, out: Path, **overrides):
@@ -124,9 +146,9 @@ def _trained(lib, checkpoint: Path, out: Path, **overrides):
 
     train = datasets.Dataset.from_list(TRAIN[:12]).map(tokenize, batched=True)
     test = datasets.Dataset.from_list(TEST[:5]).map(tokenize, batched=True)
-    args = lib.TrainingArguments(output_dir=str(out), learning_rate=1e-3, per_device_train_batch_size=4,
-                                 num_train_epochs=1, logging_steps=1, save_strategy="no", report_to="none",
-                                 use_cpu=True, seed=7, disable_tqdm=True, **overrides)
+    settings = dict(output_dir=str(out), learning_rate=1e-3, per_device_train_batch_size=4, num_train_epochs=1,
+                    logging_steps=1, save_strategy="no", report_to="none", use_cpu=True, seed=7, disable_tqdm=True)
+    args = lib.TrainingArguments(**{**settings, **overrides})
     trainer = lib.Trainer(model=model, args=args, train_dataset=train, eval_dataset=test, processing_class=tokenizer,
                           compute_metrics=lambda p: {"accuracy": float((p[0].argmax(-1) == p[1]).mean())})
     return trainer, trainer.train()
@@ -152,6 +174,20 @@ def test_eval_on_start_evaluates_before_the_first_step_as_transformers(checkpoin
     with pytest.raises(BertkitError, match=re.escape("eval_on_start=True needs an eval_dataset")):
         bertkit.Trainer(model=ours.model, args=bertkit.TrainingArguments(output_dir=str(tmp_path / "x"),
                                                                          eval_on_start=True))
+
+
+@pytest.mark.parametrize("overrides, evaluated", [
+    (dict(eval_strategy="steps", eval_steps=1, eval_delay=2), [2, 3]),
+    (dict(eval_strategy="epoch", num_train_epochs=3, eval_delay=1.5), [6, 9]),
+    (dict(eval_strategy="steps", eval_steps=2, eval_delay=5), []),  # the run's end too: never evaluated
+], ids=["steps", "epochs", "past_the_end"])
+def test_eval_delay_holds_evaluations_back_as_transformers(checkpoint, tmp_path, overrides, evaluated):
+    """eval_delay was refused; now no evaluation before that many steps (or epochs), as transformers'."""
+    steps = {}
+    for lib in (transformers, bertkit):
+        trainer, _ = _trained(lib, checkpoint, tmp_path / lib.__name__, **overrides)
+        steps[lib.__name__] = [h["step"] for h in trainer.state.log_history if "eval_loss" in h]
+    assert steps["bertkit"] == steps["transformers"] == evaluated
 
 
 def test_the_example_scripts_reports_are_transformers_files(checkpoint, tmp_path, capsys):

@@ -275,22 +275,26 @@ class Trainer(TrainerLoss, TrainerEvaluation):
         start_step = self.state.global_step
         # rank 0 locks output_dir and writes into it as it goes, as transformers' Trainer does (bertkit.runs):
         # each checkpoint is staged and renamed into place with its manifest; metrics.jsonl is recorded there
-        with output_dir(out, "Trainer", in_place=True) if info.is_main else contextlib.nullcontext():
-            if info.is_main:
-                remove_torn_writes(out, HF_LAYOUT)
-            t0 = time.perf_counter()
-            self._event("on_train_begin")
-            if args.eval_on_start:  # where transformers evaluates it: after on_train_begin, through evaluate()
-                self.evaluate(ignore_keys=ignore_keys_for_eval)
-            self._trained = True
-            result = train(self._module, [Phase(plan, total)], settings,
-                           evaluate=self._evaluate_in_loop if self._evaluates() else None,
-                           fingerprint=fingerprint, resume=resume or False,
-                           hooks=LoopHooks(layout=HF_LAYOUT, write_extra=self._write_checkpoint_extras,
-                                           protect=self._is_best, on_record=self._on_record, event=self._loop_event,
-                                           control=self.control, param_groups=self._parameter_groups(),
-                                           schedule_steps=self._schedule_steps, compute_loss=self._training_loss,
-                                           count_items=self._count_items))
+        self._in_train = True  # (what transformers' is_in_train says: bf16_full_eval casts no model then)
+        try:
+            with output_dir(out, "Trainer", in_place=True) if info.is_main else contextlib.nullcontext():
+                if info.is_main:
+                    remove_torn_writes(out, HF_LAYOUT)
+                t0 = time.perf_counter()
+                self._event("on_train_begin")
+                if args.eval_on_start:  # where transformers evaluates it: after on_train_begin, through evaluate()
+                    self.evaluate(ignore_keys=ignore_keys_for_eval)
+                self._trained = True
+                result = train(self._module, [Phase(plan, total)], settings,
+                               evaluate=self._evaluate_in_loop if self._evaluates() else None,
+                               fingerprint=fingerprint, resume=resume or False,
+                               hooks=LoopHooks(layout=HF_LAYOUT, write_extra=self._write_checkpoint_extras,
+                                               protect=self._is_best, on_record=self._on_record, event=self._loop_event,
+                                               control=self.control, param_groups=self._parameter_groups(),
+                                               schedule_steps=self._schedule_steps, compute_loss=self._training_loss,
+                                               count_items=self._count_items))
+        finally:
+            self._in_train = False
         seconds = time.perf_counter() - t0
         self.state.global_step = result.step
         if args.load_best_model_at_end and self.state.best_model_checkpoint is not None:

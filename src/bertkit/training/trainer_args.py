@@ -33,11 +33,10 @@ _NOT_IMPLEMENTED: tuple[tuple[Any, tuple[str, ...]], ...] = (
             "deepspeed", "resume_from_checkpoint")),
     (True, ("average_tokens_across_devices", "log_on_each_node", "logging_nan_inf_filter", "dataloader_pin_memory",
             "dataloader_in_order", "skip_memory_metrics")),
-    (False, ("bf16_full_eval", "fp16_full_eval", "use_liger_kernel", "use_cache", "auto_find_batch_size",
+    (False, ("use_liger_kernel", "use_cache", "auto_find_batch_size",
              "logging_first_step", "eval_use_gather_object", "save_only_model", "save_on_each_node", "enable_jit_checkpoint", "push_to_hub",
              "hub_always_push", "ignore_data_skip", "restore_callback_states_from_checkpoint", "full_determinism",
              "dataloader_persistent_workers")),
-    (0, ("eval_delay",)),
     (-1, ("local_rank",)),
     ("", ("debug",)),
     ("no", ("include_num_input_tokens_seen",)),
@@ -58,11 +57,6 @@ ADVICE = {  # by the start of the name
     "logging_first_step": "use logging_steps=1 to log every step",
     "logging_nan_inf_filter": "bertkit stops on a non-finite loss, naming the step; skip_nonfinite=N skips up to N",
     "log_level": "set logging.getLogger('bertkit') yourself",
-    "bf16_full_eval": "bf16=True evaluates under bf16 autocast, as it trains; or call model.to(torch.bfloat16) "
-                      "before evaluate(), which is what transformers does with bf16_full_eval (and leaves the model in "
-                      "bf16 for what follows)",
-    "fp16_full_eval": "call model.to(torch.float16) before evaluate() (on a GPU), which is what transformers does "
-                      "with fp16_full_eval (and leaves the model in float16 for what follows)",
     "save_only_model": "use trainer.save_model() for the model alone",
     "push_to_hub": _HUB,
     "hub_": _HUB,
@@ -115,6 +109,12 @@ class TrainingArguments(TrainingSettings):
     include_for_metrics: list[str] = dataclasses.field(default_factory=list)
     """What EvalPrediction carries beside predictions and label_ids: "inputs" (the batches' input_ids, padded with
     -100 to one length) and "loss" (each row's batch loss)."""
+    bf16_full_eval: bool = False
+    """evaluate() and predict() outside train() run a bf16 copy of the model (transformers casts the model itself,
+    and it stays bf16 for what follows; here it stays as it is); the evaluations during training are bf16's
+    autocast when bf16=True, as in transformers."""
+    fp16_full_eval: bool = False
+    """bf16_full_eval in float16."""
     eval_on_start: bool = False
     """train() evaluates once before its first step (a sanity check of the evaluation), as transformers does."""
     eval_accumulation_steps: int | None = flag(None, check=at_least_one)
@@ -140,6 +140,8 @@ class TrainingArguments(TrainingSettings):
         self.progress = not self.disable_tqdm
         super().__post_init__()  # each field's type, then its check
         self._check_best_model()
+        if self.bf16_full_eval and self.fp16_full_eval:
+            raise BertkitError("bf16_full_eval and fp16_full_eval are both set; choose one")
         unknown = [x for x in self.include_for_metrics if x not in ("inputs", "loss")]
         if unknown or not isinstance(self.include_for_metrics, list):
             raise BertkitError(f"include_for_metrics {self.include_for_metrics!r}: name what EvalPrediction should "

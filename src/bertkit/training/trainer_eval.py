@@ -11,6 +11,7 @@ writes anything.
 
 from __future__ import annotations
 
+import copy
 import math
 import time
 from collections.abc import Mapping, Sequence
@@ -39,6 +40,7 @@ class EvalOptions(NamedTuple):
 class TrainerEvaluation:
     """evaluate(), predict() and the loop's evaluation of ``bertkit.Trainer``; see the module docstring."""
 
+    _in_train = False  # inside train() (``Trainer.train`` sets it)
     _ignore_keys_for_eval: list[str] | None = None  # train(ignore_keys_for_eval=): the loop's evaluations'
     preprocess_logits_for_metrics: Any = None  # Trainer(preprocess_logits_for_metrics=): each batch's logits reduced
 
@@ -124,6 +126,16 @@ class TrainerEvaluation:
                                              losses if "loss" in include else None)
         return preds, labels, loss, {k: _plain(v) for k, v in metrics.items()}
 
+    def _evaluated_module(self) -> nn.Module:
+        """The model evaluate() and predict() run: with bf16_full_eval (fp16_full_eval) outside train(), a bf16
+        (float16) copy of it, the numbers of transformers' evaluation, which casts the model itself (and leaves it so:
+        the training and predictions after it would run on rounded weights; here the model stays as it is)."""
+        args = self.args
+        dtype = torch.float16 if args.fp16_full_eval else torch.bfloat16 if args.bf16_full_eval else None
+        if dtype is None or self._in_train:
+            return self._module
+        return copy.deepcopy(self._module).to(dtype)
+
     def _eval_options(self) -> EvalOptions:
         """What shapes an evaluation's results: the arguments'."""
         a = self.args
@@ -156,7 +168,7 @@ class TrainerEvaluation:
         if ignore_keys is None:
             config = getattr(module if module is not None else self._module, "config", None)
             ignore_keys = getattr(config, "keys_to_ignore_at_inference", ["past_key_values"]) if config else []
-        module = module if module is not None else self._module
+        module = module if module is not None else self._evaluated_module()
         name = getattr(module, "main_input_name", "input_ids") if inputs else None
         return predictions.run(module, examples, batches, label_names=self.label_names, collate=self._collate,
                                forward=lambda batch: self._evaluated(module, batch, self.label_names),
