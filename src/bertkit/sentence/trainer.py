@@ -263,6 +263,10 @@ class SentenceTransformerTrainer(Trainer):
         args = checked_arguments(type(self).__name__, model, f"bertkit.sentence.{self.model_class.__name__}",
                                  self.model_class, args, self.training_args_class, unknown)
         check_loss_names(loss, train_dataset, eval_dataset)
+        if args.bf16_full_eval or args.fp16_full_eval:  # the evaluator would score another model than the loss's
+            raise BertkitError(f"{type(self).__name__}: bf16_full_eval / fp16_full_eval are not implemented for the "
+                               "sentence trainers (sentence-transformers casts the model itself, and the evaluator "
+                               "then runs it cast); use bf16=True, or model.to(torch.bfloat16) before evaluate()")
         loss = ({name: self._loss(model, one) for name, one in loss.items()} if isinstance(loss, dict)
                 else self._loss(model, loss))
         check_batch_holds_negatives(loss, args)
