@@ -190,6 +190,11 @@ def test_a_compute_loss_override_and_label_smoothing_are_refused_with_the_fix(di
                train_dataset=PAIRS, loss=losses.MultipleNegativesRankingLoss(model))
     with pytest.raises(BertkitError, match="label_smoothing_factor 0.1: sentence-transformers' trainers never apply"):
         CrossEncoderTrainingArguments(output_dir=str(tmp_path / "never"), label_smoothing_factor=0.1, **QUIET)
+    # the base Trainer's bf16_full_eval evaluates a bf16 copy of the model; the evaluator would score the model
+    with pytest.raises(BertkitError, match="bf16_full_eval / fp16_full_eval are not implemented for the sentence"):
+        SentenceTransformerTrainer(model=model, args=SentenceTransformerTrainingArguments(
+            output_dir=str(tmp_path / "never"), bf16_full_eval=True, **QUIET), train_dataset=PAIRS,
+            loss=losses.MultipleNegativesRankingLoss(model))
     assert not (tmp_path / "never").exists()
 
 

@@ -12,7 +12,6 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
-import re
 import shutil
 import sys
 from pathlib import Path
@@ -712,17 +711,6 @@ def test_every_transformers_argument_is_implemented_or_refused_by_name():
         theirs_default = next(f.default for f in dataclasses.fields(transformers.TrainingArguments) if f.name == name)
         assert getattr(bertkit.TrainingArguments(output_dir="x"), name) == theirs_default, name
 
-
-
-def test_include_for_metrics_is_accepted_at_transformers_default_only():
-    """include_for_metrics=[] (transformers' default, which a script may spell out) was refused as if it asked for
-    inputs or losses in EvalPrediction."""
-    default = next(f.default_factory() for f in dataclasses.fields(transformers.TrainingArguments)
-                   if f.name == "include_for_metrics")
-    assert default == []
-    bertkit.TrainingArguments(output_dir="x", include_for_metrics=default)
-    with pytest.raises(BertkitError, match=re.escape("include_for_metrics=['inputs'] is a transformers argument")):
-        bertkit.TrainingArguments(output_dir="x", include_for_metrics=["inputs"])
 
 # -------------------------------------------------------------------------------------------------
 # Collators: transformers' given bertkit's tokenizer, and bertkit's against transformers'

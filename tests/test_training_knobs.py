@@ -25,13 +25,13 @@ ROWS = [(f"the movie was {w}", int(w == "good")) for w in ("good", "bad") * 8]  
 BASE = {"learning_rate": 1e-3, "num_train_epochs": 3.0, "max_steps": -1, "gradient_accumulation_steps": 1,
         "warmup_ratio": 0.1, "warmup_steps": 0, "lr_scheduler_type": "linear", "weight_decay": 0.01,
         "adam_beta1": 0.9, "adam_beta2": 0.999, "adam_epsilon": 1e-6, "max_grad_norm": 1.0, "bf16": False, "seed": 1,
-        "logging_strategy": "steps", "logging_steps": 50, "eval_strategy": "epoch", "eval_steps": None,
+        "logging_strategy": "steps", "logging_steps": 50, "eval_strategy": "epoch", "eval_steps": None, "eval_delay": 0,
         "save_strategy": "steps", "save_steps": 4, "save_total_limit": 2, "skip_nonfinite": 0,
         "gradient_checkpointing": False, "dataloader_num_workers": 0, "ddp_timeout": 1800.0}
 # The other value each numeric knob is tried at (bool and Literal knobs are flipped to another value).
 NUMBERS = {"learning_rate": 0.25, "num_train_epochs": 2.0, "max_steps": 3, "gradient_accumulation_steps": 2,
            "warmup_ratio": 0.25, "warmup_steps": 3, "adam_beta1": 0.5, "adam_beta2": 0.75, "adam_epsilon": 1e-7,
-           "weight_decay": 0.125, "max_grad_norm": 2.0, "seed": 7, "logging_steps": 2, "eval_steps": 2,
+           "weight_decay": 0.125, "max_grad_norm": 2.0, "seed": 7, "logging_steps": 2, "eval_steps": 2, "eval_delay": 1.5,
            "save_steps": 2, "save_total_limit": 3, "skip_nonfinite": 1, "dataloader_num_workers": 1,
            "ddp_timeout": 60.0}
 # Knobs that only make sense together with another one (transformers evaluates every eval_steps only under

@@ -61,6 +61,7 @@ from bertkit.training.callbacks import EvalPrediction, metric_key
 from bertkit.training.distributed import all_gather, current
 from bertkit.training.optim import parameter_groups
 from bertkit.training.trainer import NOT_CALLED, Trainer
+from bertkit.training.trainer_eval import EvalOptions
 
 _REFUSED = {
     "model_init": "hyper-parameter search is not implemented; pass model=",
@@ -262,6 +263,10 @@ class SentenceTransformerTrainer(Trainer):
         args = checked_arguments(type(self).__name__, model, f"bertkit.sentence.{self.model_class.__name__}",
                                  self.model_class, args, self.training_args_class, unknown)
         check_loss_names(loss, train_dataset, eval_dataset)
+        if args.bf16_full_eval or args.fp16_full_eval:  # the evaluator would score another model than the loss's
+            raise BertkitError(f"{type(self).__name__}: bf16_full_eval / fp16_full_eval are not implemented for the "
+                               "sentence trainers (sentence-transformers casts the model itself, and the evaluator "
+                               "then runs it cast); use bf16=True, or model.to(torch.bfloat16) before evaluate()")
         loss = ({name: self._loss(model, one) for name, one in loss.items()} if isinstance(loss, dict)
                 else self._loss(model, loss))
         check_batch_holds_negatives(loss, args)
@@ -464,14 +469,20 @@ class SentenceTransformerTrainer(Trainer):
             return dict(self.evaluator(self.model, output_path=output_path, epoch=self.state.epoch,
                                        steps=self.state.global_step))
 
-    def _predictions(self, examples: Sequence, module: nn.Module | None = None, events: bool = True,
-                     batches: list[list[int]] | None = None) -> tuple[Any, Any, float | None]:
+    def _prediction_parts(self, examples: Sequence, module: nn.Module | None, events: bool,
+                          batches: list[list[int]], **options: Any) -> list:
         """The base Trainer's, each pass's loss terms counted from zero: the terms logged beside eval_loss are those
         of the evaluation that computed it (the batch that checks metric_for_best_model, or a predict(), added
         theirs to the next evaluation's: eval_base_loss 356.7 beside an eval_loss of 224.4)."""
         if isinstance(self._module, LossModel):
             self._module.components("eval")
-        return super()._predictions(examples, module, events, batches)
+        return super()._prediction_parts(examples, module, events, batches, **options)
+
+    def _eval_options(self) -> EvalOptions:
+        """transformers' defaults: sentence-transformers' evaluation loop is the loss and the evaluator (it runs
+        transformers' with prediction_loss_only=True), so prediction_loss_only, eval_do_concat_batches,
+        include_for_metrics and batch_eval_metrics change nothing there, nor here."""
+        return EvalOptions()
 
     def _check_metric(self) -> None:
         """The base Trainer's check that metric_for_best_model is computed, which runs the evaluator once before

@@ -118,6 +118,8 @@ class TrainingSettings(OverwriteSettings, ProgressSettings):
     never. Default: steps when --eval-steps is given, else epoch."""
     eval_steps: float | None = flag(None, check=step_count)
     """With eval_strategy steps: evaluate every N optimiser steps (below 1: a share of all steps)."""
+    eval_delay: float = flag(0, check=non_negative)
+    """No evaluation before this many optimiser steps (eval_strategy steps) or epochs (epoch), as transformers'."""
     save_strategy: STRATEGIES = "steps"
     """When to save a resumable checkpoint: every --save-steps steps, at each epoch's end, or never (also not at
     the end). A checkpoint is written at the end of the run unless no."""

@@ -20,7 +20,8 @@ from bertkit.outputs import atomic_write_text
 
 class EvalPrediction:
     """What ``compute_metrics`` receives: ``predictions`` (logits, numpy) and ``label_ids``; unpacks as a pair, with
-    ``inputs`` and ``losses`` after them when given (transformers 5's fields; the Trainer gives neither)."""
+    ``inputs`` and ``losses`` after them when given (transformers 5's fields, which the Trainer fills as
+    ``include_for_metrics`` asks)."""
 
     def __init__(self, predictions: Any, label_ids: Any, inputs: Any = None, losses: Any = None):
         self.predictions, self.label_ids, self.inputs, self.losses = predictions, label_ids, inputs, losses

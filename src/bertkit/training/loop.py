@@ -187,6 +187,7 @@ class _Run:
     save_every: int | None = None
     logged_at: int = 0  # the step of the last train record (a log needs a step after it)
     saved_at: int = -1  # the step of the last checkpoint this run wrote
+    delayed: bool = False  # the last evaluation that fell due was held back by eval_delay (so is the run's end's)
 
     @property
     def control(self) -> TrainerControl:
@@ -307,7 +308,8 @@ class _Run:
             return  # a phase's last step within an epoch: the next phase starts its own epochs
         # not evaluated before a kill at this step, nor at this step's end
         control.should_log |= self.args.logging_strategy == "epoch"
-        control.should_evaluate |= self.args.eval_strategy == "epoch" and not self.log_file.evaluated_at(pos.step)
+        control.should_evaluate |= (self.args.eval_strategy == "epoch" and not self.log_file.evaluated_at(pos.step)
+                                    and self.past_delay(pos.epoch + pos.batch / len(phase.plan)))
         control.should_save |= (self.args.save_strategy == "epoch" and pos.step < self.total
                                 and not control.should_training_stop)
         self.event("epoch_end")
@@ -391,7 +393,8 @@ class _Run:
         # logging_strategy "epoch" logs at the epoch's end (run_epoch), after on_epoch_end as transformers does; so
         # does the run's last step there
         control.should_log |= pos.step % self.log_every == 0 or (last and self.args.logging_strategy != "epoch")
-        control.should_evaluate |= bool(self.eval_every) and (pos.step % self.eval_every == 0 or last)
+        control.should_evaluate |= (bool(self.eval_every) and (pos.step % self.eval_every == 0 or last)
+                                    and self.past_delay(pos.step))
         control.should_save |= bool(self.save_every) and (last or pos.step % self.save_every == 0)
         self.event("step_end")
         self.log_and_evaluate(phase)
@@ -473,6 +476,11 @@ class _Run:
         if self.hooks.on_record is not None:
             self.hooks.on_record(record)
 
+    def past_delay(self, progress: float) -> bool:
+        """Whether an evaluation due at ``progress`` (steps, or epochs for eval_strategy epoch) is past eval_delay."""
+        self.delayed = progress < self.args.eval_delay
+        return not self.delayed
+
     def run_eval(self) -> None:
         if self.evaluate is None:
             return
@@ -507,7 +515,8 @@ class _Run:
     def finish(self) -> TrainResult:
         self.bar.close()
         step = self.pos.step
-        if self.args.eval_strategy != "no" and self.evaluate is not None and not self.log_file.evaluated_at(step):
+        if (self.args.eval_strategy != "no" and self.evaluate is not None and not self.log_file.evaluated_at(step)
+                and not self.delayed):
             self.run_eval()
         if self.args.save_strategy != "no" and self.saved_at != self.pos.step:
             self.checkpoint()

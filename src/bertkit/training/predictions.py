@@ -5,13 +5,15 @@ logits at every position), with the labels and the mean loss.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 import torch
 from torch import nn
 
+from bertkit.compat import TupleAccess
 from bertkit.errors import BertkitError
 from bertkit.inference.runner import evaluate
 
@@ -19,42 +21,98 @@ from bertkit.inference.runner import evaluate
 FIELDS = ("logits", "start_logits", "end_logits", "prediction_logits", "seq_relationship_logits")
 
 
-def gather(module: nn.Module, examples: Sequence, batches: list[list[int]], *, label_names: Sequence[str],
-           collate: Callable[[list], dict], device: str, bf16: bool,
-           forward: Callable[[dict], tuple[Any, Any]], on_step: Callable[[], None] | None = None,
-           weights: Sequence[int] | None = None) -> tuple[Any, Any, float | None]:
-    """(predictions, labels, mean loss) of every example, computed in ``batches`` (this process's) by ``forward``
-    (a batch's loss and ``module``'s outputs); under torchrun every rank gets all the rows back, so metrics see the
-    whole dataset once. ``on_step`` after each batch. The mean loss weighs each batch's by its rows, or by
-    ``weights`` (one a batch)."""
+@dataclass
+class Part:
+    """One evaluation batch's results, on the CPU: its dataset rows, its prediction arrays (the output fields, or
+    what ``preprocess`` made of them), its label arrays (one per label name), its main input (``input_ids``, when
+    asked for), its loss, and the collated batch itself (when asked for)."""
 
-    def step(batch: dict, rows: list) -> tuple[list[np.ndarray], list[np.ndarray], float | None]:
-        """One batch's output arrays, label arrays (one per label name) and loss."""
-        labels = [batch[k].cpu().numpy() for k in label_names if k in batch]  # before a loss that pops them
+    rows: list[int]
+    outputs: list[np.ndarray]
+    labels: list[np.ndarray]
+    inputs: np.ndarray | None
+    loss: float | None
+    batch: dict | None = None
+    step: int = 0  # its place among its process's batches: under torchrun, the k-th batches are one step
+
+
+def run(module: nn.Module, examples: Sequence, batches: list[list[int]], *, label_names: Sequence[str],
+        collate: Callable[[list], dict], device: str, bf16: bool, forward: Callable[[dict], tuple[Any, Any]],
+        on_step: Callable[[], None] | None = None, preprocess: Callable | None = None,
+        inputs_name: str | None = None, keep_batch: bool = False, ignore_keys: Sequence[str] = ()) -> list[Part]:
+    """A ``Part`` for each of ``batches`` (this process's), computed by ``forward`` (a batch's loss and ``module``'s
+    outputs); under torchrun every rank gets every rank's parts back, rank by rank. ``preprocess(logits, labels)``:
+    transformers' ``preprocess_logits_for_metrics``, on the batch's tensors (a tuple for several outputs or labels)
+    before they leave the device. ``on_step`` after each batch. The predictions are bertkit's heads' ``FIELDS``;
+    for a custom model's ModelOutput (a dict), every output but the loss and ``ignore_keys``, as transformers'
+    prediction_step takes them."""
+
+    made_parts: list[Part] = []  # this process's, so far
+
+    def step(batch: dict, rows: list) -> Part:
+        kept = {k: v.cpu() for k, v in batch.items() if isinstance(v, torch.Tensor)} if keep_batch else None
+        label_tensors = [batch[k] for k in label_names if k in batch]  # before a loss that pops them
+        inputs = batch[inputs_name].cpu().numpy() if inputs_name is not None and inputs_name in batch else None
         mlm_labels = batch.get("labels")
         loss, out = forward(batch)
-        fields = [getattr(out, f) for f in FIELDS if getattr(out, f, None) is not None]
-        fields = list({id(f): f for f in fields}.values())
+        fields = _fields(out, ignore_keys)
         if not fields and not hasattr(out, "loss"):  # a tuple or dict: read by name, it would give no predictions
             raise unreadable(module, out)
         if (mlm := getattr(out, "prediction_logits", None)) is not None and mlm_labels is not None:
             fields = [_at_every_token(f, mlm_labels) if f is mlm else f for f in fields]
-        result = ([f.float().cpu().numpy() for f in fields], labels, None if loss is None else float(loss))
+        if preprocess is not None and fields:
+            made = preprocess(_one_or_tuple(fields), _one_or_tuple(label_tensors) if label_tensors else None)
+            arrays = [_numpy(t) for t in (made if isinstance(made, (tuple, list)) else (made,))]
+        else:
+            arrays = [f.float().cpu().numpy() for f in fields]
+        part = Part([], arrays, [t.cpu().numpy() for t in label_tensors], inputs,
+                    None if loss is None else float(loss), kept, step=len(made_parts))
+        made_parts.append(part)
         if on_step is not None:
             on_step()
-        return result
+        return part
 
-    parts = evaluate(step, examples, batches, pad=collate, device=device, bf16=bf16, model=module, gather=True)
-    order = np.argsort(np.asarray([i for idx, _ in parts for i in idx], dtype=np.int64), kind="stable")
+    done = evaluate(step, examples, batches, pad=collate, device=device, bf16=bf16, model=module, gather=True)
+    for idx, part in done:  # (``step`` is given the examples, not their indices)
+        part.rows = list(idx)
+    return [part for _, part in done]
 
-    def columns(batches: list[list[np.ndarray]]) -> Any:
-        joined = [_concat([b[j] for b in batches])[order] for j in range(len(batches[0]))] if batches else []
-        return None if not joined else joined[0] if len(joined) == 1 else tuple(joined)
 
-    weights = weights if weights is not None else [len(idx) for idx, _ in parts]
-    losses = [(p[2], w) for (_, p), w in zip(parts, weights) if p[2] is not None]
-    return (columns([p[0] for _, p in parts]), columns([p[1] for _, p in parts if p[1]]),
-            sum(v * w for v, w in losses) / sum(w for _, w in losses) if losses else None)
+def joined(parts: Sequence[Part], what: str) -> Any:
+    """The ``what`` arrays ("outputs", "labels" or "inputs") of ``parts`` concatenated in the dataset's order (token
+    tasks' batches padded with -100 to one length); one array, a tuple of them, or None when the parts have none."""
+    order = np.argsort(np.asarray([i for p in parts for i in p.rows], dtype=np.int64), kind="stable")
+    columns = [getattr(p, what) for p in parts]
+    columns = [[c] if isinstance(c, np.ndarray) else c for c in columns if c is not None and len(c)]
+    if not columns or len(columns) != len(parts):
+        return None
+    arrays = [_concat([c[j] for c in columns])[order] for j in range(len(columns[0]))]
+    return arrays[0] if len(arrays) == 1 else tuple(arrays)
+
+
+def mean_loss(parts: Sequence[Part], weights: Sequence[int] | None = None) -> float | None:
+    """The batches' losses, each weighed by its rows or by ``weights`` (one a part); None when no batch had one."""
+    weights = weights if weights is not None else [len(p.rows) for p in parts]
+    losses = [(p.loss, w) for p, w in zip(parts, weights) if p.loss is not None]
+    return sum(v * w for v, w in losses) / sum(w for _, w in losses) if losses else None
+
+
+def _fields(out: Any, ignore_keys: Sequence[str]) -> list[torch.Tensor]:
+    """The prediction tensors of a batch's outputs: a bertkit head's FIELDS, in transformers' order (each once: a
+    masked LM's prediction_logits is its logits); a custom model's ModelOutput, each value but the loss and
+    ``ignore_keys``, in its order (transformers hands over (logits, embedding) where bertkit took the logits alone,
+    and a compute_metrics reading predictions[0] got the first row)."""
+    if isinstance(out, Mapping) and not isinstance(out, TupleAccess) and hasattr(out, "loss"):
+        fields = {k: v for k, v in out.items() if k != "loss" and k not in ignore_keys and v is not None}
+        odd = [k for k, v in fields.items() if not isinstance(v, torch.Tensor)]
+        if odd:
+            raise BertkitError(f"the model's outputs {odd} are {[type(fields[k]).__name__ for k in odd]}, not "
+                               "tensors, and the Trainer hands every output but the loss to predict() and "
+                               f"compute_metrics, as transformers does: pass ignore_keys={odd} to evaluate() and "
+                               "predict() (train(ignore_keys_for_eval=...) for the evaluations during training)")
+        return list(fields.values())
+    fields = [getattr(out, f) for f in FIELDS if getattr(out, f, None) is not None]
+    return list({id(f): f for f in fields}.values())
 
 
 def unreadable(module: nn.Module, out: Any) -> BertkitError:
@@ -75,6 +133,18 @@ def _at_every_token(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
     full = logits.new_zeros(*labels.shape, logits.shape[-1])  # (B, T, V)
     full[labels != -100] = logits
     return full
+
+
+def _one_or_tuple(tensors: list[torch.Tensor]) -> Any:
+    return tensors[0] if len(tensors) == 1 else tuple(tensors)
+
+
+def _numpy(value: Any) -> np.ndarray:
+    """What preprocess_logits_for_metrics returned, as numpy: a tensor in its own dtype (bf16 read as float32)."""
+    if isinstance(value, torch.Tensor):
+        value = value.detach().cpu()
+        return (value.float() if value.dtype == torch.bfloat16 else value).numpy()
+    return np.asarray(value)
 
 
 def _concat(parts: list[np.ndarray]) -> np.ndarray:

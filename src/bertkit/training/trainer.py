@@ -32,11 +32,13 @@ import numpy as np
 import torch
 from torch import nn
 
+from bertkit import dir_lock
 from bertkit._hardware import cpu_has_bf16
+from bertkit._parallel import job_of
 from bertkit.data.collators import DataCollatorWithPadding, DefaultDataCollator
 from bertkit.errors import BertkitError
 from bertkit.outputs import atomic_write_text
-from bertkit.runs import output_dir
+from bertkit.runs import output_dir, record
 from bertkit.staging import write_text_beside_job
 from bertkit.training import trainer_data
 from bertkit.training.batch_plan import BatchPlan, steps_for_epochs, steps_per_epoch
@@ -91,7 +93,8 @@ class Trainer(TrainerLoss, TrainerEvaluation):
                  data_collator: Callable | None = None, train_dataset: Any = None, eval_dataset: Any = None,
                  processing_class: Any = None, model_init: Callable | None = None,
                  compute_metrics: Callable[[EvalPrediction], dict] | None = None,
-                 callbacks: Sequence[TrainerCallback | type] | None = None, **unknown: Any):
+                 callbacks: Sequence[TrainerCallback | type] | None = None,
+                 preprocess_logits_for_metrics: Callable[[Any, Any], Any] | None = None, **unknown: Any):
         if unknown:
             raise BertkitError(f"Trainer got arguments bertkit does not implement: {sorted(unknown)}; "
                                "see docs/coming-from-transformers.md")
@@ -130,6 +133,7 @@ class Trainer(TrainerLoss, TrainerEvaluation):
         self.data_collator = data_collator
         self.train_dataset, self.eval_dataset = train_dataset, eval_dataset
         self.compute_metrics = compute_metrics
+        self.preprocess_logits_for_metrics = preprocess_logits_for_metrics
         self.callbacks: list[TrainerCallback] = [c() if isinstance(c, type) else c for c in callbacks or ()]
         self.state, self.control = TrainerState(), TrainerControl()
         # under torchrun: join the process group (DDP over the ranks, evaluation split over them)
@@ -146,6 +150,9 @@ class Trainer(TrainerLoss, TrainerEvaluation):
                 f"label_names {not_taken} are not arguments of {type(self._module).__name__}.forward "
                 f"({', '.join(self._forward_args)}), so no batch holds them and evaluations would have no labels; "
                 "name the arguments the labels go to (['labels']: the collators rename a 'label' column to it)")
+        if self.args.eval_on_start and not self._evaluates():
+            raise BertkitError(f"eval_on_start=True needs {self._evaluates_with[0]}: pass "
+                               f"{type(self).__name__}({self._evaluates_with[1]}), or set eval_on_start=False")
         if self.args.eval_strategy != "no" and not self._evaluates():
             raise BertkitError(f"eval_strategy {self.args.eval_strategy!r} needs {self._evaluates_with[0]}: pass "
                                f"{type(self).__name__}({self._evaluates_with[1]}), or set eval_strategy='no'")
@@ -242,8 +249,9 @@ class Trainer(TrainerLoss, TrainerEvaluation):
         examples = self._examples(self.train_dataset, "train_dataset", training=True)
         self._check_batch(examples, "train_dataset", need_labels=True)
         self._ignore_keys_for_eval = ignore_keys_for_eval
-        if args.eval_strategy != "no":
+        if args.eval_strategy != "no" or args.eval_on_start:
             self._check_outputs(ignore_keys_for_eval, "train(ignore_keys_for_eval=...)")
+        if args.eval_strategy != "no":
             self._check_metric()
         plan = BatchPlan(examples, args.per_device_train_batch_size, self._collate, seed=args.seed,
                          draw=self._batches(examples), rank=info.rank, world_size=info.world_size,
@@ -270,20 +278,26 @@ class Trainer(TrainerLoss, TrainerEvaluation):
         start_step = self.state.global_step
         # rank 0 locks output_dir and writes into it as it goes, as transformers' Trainer does (bertkit.runs):
         # each checkpoint is staged and renamed into place with its manifest; metrics.jsonl is recorded there
-        with output_dir(out, "Trainer", in_place=True) if info.is_main else contextlib.nullcontext():
-            if info.is_main:
-                remove_torn_writes(out, HF_LAYOUT)
-            t0 = time.perf_counter()
-            self._event("on_train_begin")
-            self._trained = True
-            result = train(self._module, [Phase(plan, total)], settings,
-                           evaluate=self._evaluate_in_loop if self._evaluates() else None,
-                           fingerprint=fingerprint, resume=resume or False,
-                           hooks=LoopHooks(layout=HF_LAYOUT, write_extra=self._write_checkpoint_extras,
-                                           protect=self._is_best, on_record=self._on_record, event=self._loop_event,
-                                           control=self.control, param_groups=self._parameter_groups(),
-                                           schedule_steps=self._schedule_steps, compute_loss=self._training_loss,
-                                           count_items=self._count_items))
+        self._in_train = True  # (what transformers' is_in_train says: bf16_full_eval casts no model then)
+        try:
+            with output_dir(out, "Trainer", in_place=True) if info.is_main else contextlib.nullcontext():
+                if info.is_main:
+                    remove_torn_writes(out, HF_LAYOUT)
+                t0 = time.perf_counter()
+                self._event("on_train_begin")
+                if args.eval_on_start:  # where transformers evaluates it: after on_train_begin, through evaluate()
+                    self.evaluate(ignore_keys=ignore_keys_for_eval)
+                self._trained = True
+                result = train(self._module, [Phase(plan, total)], settings,
+                               evaluate=self._evaluate_in_loop if self._evaluates() else None,
+                               fingerprint=fingerprint, resume=resume or False,
+                               hooks=LoopHooks(layout=HF_LAYOUT, write_extra=self._write_checkpoint_extras,
+                                               protect=self._is_best, on_record=self._on_record, event=self._loop_event,
+                                               control=self.control, param_groups=self._parameter_groups(),
+                                               schedule_steps=self._schedule_steps, compute_loss=self._training_loss,
+                                               count_items=self._count_items))
+        finally:
+            self._in_train = False
         seconds = time.perf_counter() - t0
         self.state.global_step = result.step
         # every rank leaves train() once rank 0 has written the last checkpoint and let go of output_dir: a script's
@@ -429,47 +443,77 @@ class Trainer(TrainerLoss, TrainerEvaluation):
             self.processing_class.save_pretrained(directory)
         atomic_write_text(directory / TRAINER_STATE, json.dumps(dataclasses.asdict(self.state), indent=2) + "\n")
 
-    # -- transformers' helpers for the end of a script (run_glue.py's): rank 0 prints and writes -------------------
+    # -- the example scripts' reports (transformers' trainer_pt_utils helpers): rank 0 prints and writes ----------
     def is_world_process_zero(self) -> bool:
-        """Whether this process is rank 0 of the job (the one that writes), as transformers' Trainer says."""
+        """Whether this is the process that writes (rank 0 under torchrun; the one process otherwise)."""
         return current().is_main
 
     def is_local_process_zero(self) -> bool:
         """Whether this process is the first of its machine."""
         return current().local_rank == 0
 
+    @staticmethod
+    def metrics_format(metrics: dict[str, Any]) -> dict[str, Any]:
+        """``metrics`` for reading, as transformers formats them: runtimes as h:mm:ss.cc, floats to 4 places."""
+        formatted = dict(metrics)
+        for key, value in metrics.items():
+            if "_mem_" in key:
+                formatted[key] = f"{value >> 20}MB"
+            elif "_runtime" in key:
+                formatted[key] = f"{datetime.timedelta(seconds=int(value))}.{int(abs(value - int(value)) * 100):02d}"
+            elif key == "total_flos":
+                formatted[key] = f"{int(value) >> 30}GF"
+            elif isinstance(value, float):
+                formatted[key] = round(value, 4)
+        return formatted
+
     def log_metrics(self, split: str, metrics: dict[str, Any]) -> None:
-        """Print ``metrics`` under "***** SPLIT metrics *****", one per line, sorted and aligned, as transformers does
-        (runtimes as h:mm:ss.cc, floats to 4 places); rank 0 only."""
+        """Print ``metrics`` under ``***** {split} metrics *****``, one aligned line each (rank 0 alone)."""
         if not self.is_world_process_zero():
             return
-        shown = {k: _metric_text(k, v) for k, v in metrics.items()}
-        key_width, value_width = max(map(len, map(str, shown))), max(len(str(v)) for v in shown.values())
         print(f"***** {split} metrics *****")
-        for key in sorted(shown):
-            print(f"  {key: <{key_width}} = {shown[key]:>{value_width}}")
+        formatted = self.metrics_format(metrics)
+        k_width = max(len(str(k)) for k in formatted)
+        v_width = max(len(str(v)) for v in formatted.values())
+        for key in sorted(formatted):
+            print(f"  {key: <{k_width}} = {formatted[key]:>{v_width}}")
 
     def save_metrics(self, split: str, metrics: dict[str, Any], combined: bool = True) -> None:
-        """``metrics`` into output_dir/SPLIT_results.json and, with ``combined``, added to all_results.json (the files
-        transformers' Trainer writes, in its format); rank 0 only."""
+        """Write ``metrics`` to ``output_dir/{split}_results.json`` and, with ``combined``, merge them into
+        ``output_dir/all_results.json`` (rank 0 alone), as transformers writes them."""
         if not self.is_world_process_zero():
             return
-        out = Path(self.args.output_dir)
-        write_text_beside_job(out / f"{split}_results.json", lambda: json.dumps(metrics, indent=4, sort_keys=True))
+        self._write_report(f"{split}_results.json", lambda: json.dumps(metrics, indent=4, sort_keys=True))
         if combined:
-            everything = out / "all_results.json"
+            everything = Path(self.args.output_dir) / "all_results.json"
 
-            def merged() -> str:  # read once the other ranks' saves of output_dir are done (write_text_beside_job)
+            def merged() -> str:  # read when written: another rank's save of output_dir may be under way until then
                 saved = json.loads(everything.read_text(encoding="utf-8")) if everything.is_file() else {}
                 return json.dumps({**saved, **metrics}, indent=4, sort_keys=True)
 
-            write_text_beside_job(everything, merged)
+            self._write_report(everything.name, merged)
 
     def save_state(self) -> None:
-        """``state`` into output_dir/trainer_state.json, as transformers' Trainer writes it; rank 0 only."""
-        if self.is_world_process_zero():  # as TrainerState.save_to_json writes it
-            write_text_beside_job(Path(self.args.output_dir) / TRAINER_STATE, lambda: json.dumps(
-                dataclasses.asdict(self.state), indent=2, sort_keys=True) + "\n")
+        """Write ``state`` to ``output_dir/trainer_state.json`` (rank 0 alone), as TrainerState.save_to_json does."""
+        if self.is_world_process_zero():
+            self._write_report(TRAINER_STATE, lambda: json.dumps(dataclasses.asdict(self.state), indent=2,
+                                                                 sort_keys=True) + "\n")
+
+    def _write_report(self, name: str, text: Callable[[], str]) -> None:
+        """A report file in output_dir, written whole. In one process it is recorded in output_dir's manifest as the
+        run's (output_dir is claimed for the write when no train() holds it, as training claims it), so a later
+        train() there goes on, and a directory holding files bertkit did not write is refused, never written into.
+        Under torchrun the other ranks may be saving output_dir meanwhile (``model.save_pretrained(output_dir)`` on
+        every rank, as transformers' scripts end): their saves are waited for and the file written beside them,
+        unclaimed, since a claim would stop those saves."""
+        out = Path(self.args.output_dir)
+        if job_of() is not None:
+            write_text_beside_job(out / name, text)
+            return
+        with output_dir(out, "Trainer", in_place=True) if not dir_lock.holds(out) else contextlib.nullcontext():
+            content = text()
+            record(out / name, data=content.encode("utf-8"))
+            atomic_write_text(out / name, content)
 
     def save_model(self, output_dir: str | Path | None = None, _internal_call: bool = False) -> None:
         """The model (config.json, model.safetensors) and the tokenizer, in the Hugging Face layout."""
@@ -480,16 +524,6 @@ class Trainer(TrainerLoss, TrainerEvaluation):
         self.model.save_pretrained(directory)
         if self.processing_class is not None and hasattr(self.processing_class, "save_pretrained"):
             self.processing_class.save_pretrained(directory)
-
-
-def _metric_text(key: str, value: Any) -> Any:
-    """A metric as transformers' ``log_metrics`` shows it: a runtime as h:mm:ss.cc, total_flos in GF, a float to
-    4 places."""
-    if "_runtime" in key:
-        return f"{datetime.timedelta(seconds=int(value))}.{int(abs(value - int(value)) * 100):02d}"
-    if key == "total_flos":
-        return f"{int(value) >> 30}GF"
-    return round(value, 4) if isinstance(value, float) else value
 
 
 def _fp16(requested: bool, device: str) -> bool:

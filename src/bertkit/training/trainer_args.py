@@ -26,19 +26,17 @@ _NOT_IMPLEMENTED: tuple[tuple[Any, tuple[str, ...]], ...] = (
     (None, ("lr_scheduler_kwargs", "optim_args", "optim_target_modules", "tf32", "activation_checkpointing",
             "activation_checkpointing_kwargs", "gradient_checkpointing_kwargs", "torch_compile_backend",
             "torch_compile_mode", "liger_kernel_config", "neftune_noise_alpha", "torch_empty_cache_steps",
-            "trackio_space_id", "trackio_bucket_id", "trackio_static_space_id", "eval_accumulation_steps", "hub_token",
+            "trackio_space_id", "trackio_bucket_id", "trackio_static_space_id", "hub_token",
             "hub_private_repo", "hub_model_id", "hub_revision", "accelerator_config", "parallelism_config",
             "dataloader_prefetch_factor", "dataloader_multiprocessing_context", "ddp_find_unused_parameters",
             "ddp_bucket_cap_mb", "ddp_broadcast_buffers", "ddp_static_graph", "ddp_backend", "fsdp", "fsdp_config",
             "deepspeed", "resume_from_checkpoint")),
-    (True, ("average_tokens_across_devices", "log_on_each_node", "logging_nan_inf_filter", "eval_do_concat_batches",
-            "dataloader_pin_memory", "dataloader_in_order", "skip_memory_metrics")),
-    (False, ("bf16_full_eval", "fp16_full_eval", "use_liger_kernel", "use_cache", "auto_find_batch_size",
-             "logging_first_step", "prediction_loss_only", "eval_on_start", "eval_use_gather_object",
-             "batch_eval_metrics", "save_only_model", "save_on_each_node", "enable_jit_checkpoint", "push_to_hub",
+    (True, ("average_tokens_across_devices", "log_on_each_node", "logging_nan_inf_filter", "dataloader_pin_memory",
+            "dataloader_in_order", "skip_memory_metrics")),
+    (False, ("use_liger_kernel", "use_cache", "auto_find_batch_size",
+             "logging_first_step", "eval_use_gather_object", "save_only_model", "save_on_each_node", "enable_jit_checkpoint", "push_to_hub",
              "hub_always_push", "ignore_data_skip", "restore_callback_states_from_checkpoint", "full_determinism",
              "dataloader_persistent_workers")),
-    (0, ("eval_delay",)),
     (-1, ("local_rank",)),
     ("", ("debug",)),
     ("no", ("include_num_input_tokens_seen",)),
@@ -47,7 +45,6 @@ _NOT_IMPLEMENTED: tuple[tuple[Any, tuple[str, ...]], ...] = (
     ("huggingface", ("project",)),
     ("every_save", ("hub_strategy",)),
     ("length", ("length_column_name",)),
-    ([], ("include_for_metrics",)),
 )
 REFUSED: dict[str, Any] = {name: default for default, names in _NOT_IMPLEMENTED for name in names}
 _HUB = "save with trainer.save_model(DIR) and upload DIR with huggingface_hub"
@@ -60,7 +57,6 @@ ADVICE = {  # by the start of the name
     "logging_first_step": "use logging_steps=1 to log every step",
     "logging_nan_inf_filter": "bertkit stops on a non-finite loss, naming the step; skip_nonfinite=N skips up to N",
     "log_level": "set logging.getLogger('bertkit') yourself",
-    "eval_on_start": "call trainer.evaluate() before trainer.train()",
     "save_only_model": "use trainer.save_model() for the model alone",
     "push_to_hub": _HUB,
     "hub_": _HUB,
@@ -103,6 +99,27 @@ class TrainingArguments(TrainingSettings):
     train_sampling_strategy: Literal["random", "sequential", "group_by_length"] = "random"
     """random: transformers' order (a RandomSampler seeded from data_seed or seed); sequential: the dataset's
     order; group_by_length: bertkit's length-grouped order (less padding, faster; a different order)."""
+    prediction_loss_only: bool = False
+    """evaluate() and predict() return the loss alone: no predictions, no labels, no compute_metrics."""
+    eval_do_concat_batches: bool = True
+    """False: predictions, labels (and include_for_metrics' inputs and losses) are lists of per-batch arrays."""
+    batch_eval_metrics: bool = False
+    """compute_metrics is called for each evaluation batch, with torch tensors and ``compute_result`` True at the
+    last batch, whose return is the evaluation's metrics (transformers' protocol)."""
+    include_for_metrics: list[str] = dataclasses.field(default_factory=list)
+    """What EvalPrediction carries beside predictions and label_ids: "inputs" (the batches' input_ids, padded with
+    -100 to one length) and "loss" (each row's batch loss)."""
+    bf16_full_eval: bool = False
+    """evaluate() and predict() outside train() run a bf16 copy of the model (transformers casts the model itself,
+    and it stays bf16 for what follows; here it stays as it is); the evaluations during training are bf16's
+    autocast when bf16=True, as in transformers."""
+    fp16_full_eval: bool = False
+    """bf16_full_eval in float16."""
+    eval_on_start: bool = False
+    """train() evaluates once before its first step (a sanity check of the evaluation), as transformers does."""
+    eval_accumulation_steps: int | None = flag(None, check=at_least_one)
+    """Accepted for transformers' scripts; changes nothing: bertkit moves each evaluation batch's outputs to the CPU
+    as it goes (transformers' eval_accumulation_steps=1), so evaluation holds no more than one batch on a GPU."""
     do_train: bool = False
     """Read by example scripts, not by the Trainer (as in transformers)."""
     do_eval: bool = False
@@ -123,6 +140,12 @@ class TrainingArguments(TrainingSettings):
         self.progress = not self.disable_tqdm
         super().__post_init__()  # each field's type, then its check
         self._check_best_model()
+        if self.bf16_full_eval and self.fp16_full_eval:
+            raise BertkitError("bf16_full_eval and fp16_full_eval are both set; choose one")
+        unknown = [x for x in self.include_for_metrics if x not in ("inputs", "loss")]
+        if unknown or not isinstance(self.include_for_metrics, list):
+            raise BertkitError(f"include_for_metrics {self.include_for_metrics!r}: name what EvalPrediction should "
+                               "carry beside the predictions, a list of 'inputs' and 'loss' (e.g. ['inputs', 'loss'])")
         # transformers' ``args.device`` is the torch.device the run trains on (scripts do ``x.to(args.device)``,
         # ``args.device.type``): the loop's own choice (resolve_device), this process's GPU under torchrun
         self.device = torch.device(resolve_device(self.device, info_from_env().local_rank))

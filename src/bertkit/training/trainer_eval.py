@@ -11,11 +11,14 @@ writes anything.
 
 from __future__ import annotations
 
+import copy
 import math
 import time
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import Any, NamedTuple
 
+import numpy as np
+import torch
 from torch import nn
 
 from bertkit.errors import BertkitError
@@ -25,10 +28,21 @@ from bertkit.training.callbacks import EvalPrediction, PredictionOutput, best_me
 from bertkit.training.distributed import current
 
 
+class EvalOptions(NamedTuple):
+    """The TrainingArguments that shape an evaluation's results (their defaults: transformers')."""
+
+    prediction_loss_only: bool = False
+    eval_do_concat_batches: bool = True
+    include_for_metrics: tuple[str, ...] = ()
+    batch_eval_metrics: bool = False
+
+
 class TrainerEvaluation:
     """evaluate(), predict() and the loop's evaluation of ``bertkit.Trainer``; see the module docstring."""
 
+    _in_train = False  # inside train() (``Trainer.train`` sets it)
     _ignore_keys_for_eval: list[str] | None = None  # train(ignore_keys_for_eval=): the loop's evaluations'
+    preprocess_logits_for_metrics: Any = None  # Trainer(preprocess_logits_for_metrics=): each batch's logits reduced
 
     def evaluate(self, eval_dataset: Any = None, ignore_keys: list[str] | None = None,
                  metric_key_prefix: str = "eval") -> dict[str, float]:
@@ -38,7 +52,7 @@ class TrainerEvaluation:
             return {k: v for prefix, _, part in self._eval_sets(dataset, metric_key_prefix)
                     for k, v in self.evaluate(part, ignore_keys, prefix).items()}
         self._check_outputs(ignore_keys, "evaluate(ignore_keys=...)")
-        metrics = self._prediction_output(dataset, "eval_dataset", metric_key_prefix).metrics
+        metrics = self._prediction_output(dataset, "eval_dataset", metric_key_prefix, ignore_keys=ignore_keys).metrics
         self.log(metrics)
         self._event("on_evaluate", metrics=metrics)
         return metrics
@@ -47,12 +61,12 @@ class TrainerEvaluation:
                 metric_key_prefix: str = "test") -> PredictionOutput:
         """Logits (numpy, rows in the dataset's order), the labels when the data has them, and the metrics."""
         self._check_outputs(ignore_keys, "predict(ignore_keys=...)")
-        output = self._prediction_output(test_dataset, "test_dataset", metric_key_prefix)
+        output = self._prediction_output(test_dataset, "test_dataset", metric_key_prefix, ignore_keys=ignore_keys)
         self._event("on_predict", metrics=output.metrics)
         return output
 
     def _prediction_output(self, dataset: Any, what: str, prefix: str, module: nn.Module | None = None,
-                           check: bool = True) -> PredictionOutput:
+                           check: bool = True, ignore_keys: list[str] | None = None) -> PredictionOutput:
         """The one evaluation of evaluate(), predict() and the loop's evaluations: predictions, labels, and metrics
         prefixed ``prefix``: the mean loss (when the data has labels), compute_metrics' and the timings."""
         examples = self._examples(dataset, what)
@@ -60,18 +74,79 @@ class TrainerEvaluation:
             self._check_batch(examples, what, need_labels=False)
         trainer_data.loader_draw()
         t0 = time.perf_counter()
-        preds, labels, loss = self._predictions(examples, module, batches=self._eval_batches(dataset))
+        batches = self._eval_batches(dataset)
+        preds, labels, loss, metrics = self._evaluation(examples, module, batches, ignore_keys=ignore_keys)
         seconds, n = time.perf_counter() - t0, len(examples)
-        metrics: dict[str, float] = {} if loss is None else {"loss": loss}
-        if self.compute_metrics is not None and labels is not None:
-            metrics.update({k: _plain(v) for k, v in self._computed_metrics(preds, labels).items()})
+        metrics = {**({} if loss is None else {"loss": loss}), **metrics}
         batches = math.ceil(n / self.args.per_device_eval_batch_size)
         metrics.update(runtime=seconds, samples_per_second=n / max(seconds, 1e-9),
                        steps_per_second=batches / max(seconds, 1e-9))
         return PredictionOutput(preds, labels, {metric_key(k, prefix): v for k, v in metrics.items()})
 
-    def _computed_metrics(self, preds: Any, labels: Any) -> Mapping:
-        returned = self.compute_metrics(EvalPrediction(preds, labels))
+    def _evaluation(self, examples: Sequence, module: nn.Module | None, batches: list[list[int]] | None = None,
+                    events: bool = True, ignore_keys: list[str] | None = None
+                    ) -> tuple[Any, Any, float | None, dict[str, Any]]:
+        """(predictions, labels, mean loss, compute_metrics' metrics) of ``examples`` in ``batches``, shaped by the
+        evaluation options as transformers' evaluation loop shapes them: prediction_loss_only (the loss alone),
+        eval_do_concat_batches (False: per-batch lists), include_for_metrics (inputs, per-row losses in
+        EvalPrediction) and batch_eval_metrics (compute_metrics per batch, on tensors, ``compute_result`` at the last;
+        its last return is the metrics)."""
+        options = self._eval_options()
+        batches = batches if batches is not None else self._eval_batches(examples)
+        include = set(options.include_for_metrics)
+        per_batch = options.batch_eval_metrics and self.compute_metrics is not None
+        parts = self._prediction_parts(examples, module, events, batches, inputs="inputs" in include,
+                                       keep_batch=per_batch and "inputs" in include, ignore_keys=ignore_keys)
+        loss = predictions.mean_loss(parts, self._loss_weights(batches, len(examples)))
+        if options.prediction_loss_only:
+            return None, None, loss, {}
+        steps = _steps(parts)
+        if options.eval_do_concat_batches:
+            preds, labels, inputs = (predictions.joined(parts, what) for what in ("outputs", "labels", "inputs"))
+            losses = _row_losses(parts)
+        else:  # a list of each step's, where the steps have any
+            preds, labels, inputs = ([predictions.joined(s, what) for s in steps]
+                                     if predictions.joined(parts, what) is not None else None
+                                     for what in ("outputs", "labels", "inputs"))
+            losses = [_row_losses(s) for s in steps] if _row_losses(parts) is not None else None
+        if self.compute_metrics is None or labels is None:
+            return preds, labels, loss, {}
+        if per_batch:
+            returned: Any = None
+            for i, step in enumerate(steps):
+                extra = {"losses": _tensor(_row_losses(step)) if "loss" in include else None,
+                         "inputs": _batch_of(step) if "inputs" in include else None}
+                returned = self.compute_metrics(
+                    EvalPrediction(_tensor(predictions.joined(step, "outputs")),
+                                   _tensor(predictions.joined(step, "labels")), **extra),
+                    compute_result=i == len(steps) - 1)
+            metrics = self._checked_metrics(returned)
+        else:
+            metrics = self._computed_metrics(preds, labels, inputs if "inputs" in include else None,
+                                             losses if "loss" in include else None)
+        return preds, labels, loss, {k: _plain(v) for k, v in metrics.items()}
+
+    def _evaluated_module(self) -> nn.Module:
+        """The model evaluate() and predict() run: with bf16_full_eval (fp16_full_eval) outside train(), a bf16
+        (float16) copy of it, the numbers of transformers' evaluation, which casts the model itself (and leaves it so:
+        the training and predictions after it would run on rounded weights; here the model stays as it is)."""
+        args = self.args
+        dtype = torch.float16 if args.fp16_full_eval else torch.bfloat16 if args.bf16_full_eval else None
+        if dtype is None or self._in_train:
+            return self._module
+        return copy.deepcopy(self._module).to(dtype)
+
+    def _eval_options(self) -> EvalOptions:
+        """What shapes an evaluation's results: the arguments'."""
+        a = self.args
+        return EvalOptions(a.prediction_loss_only, a.eval_do_concat_batches, tuple(a.include_for_metrics),
+                           a.batch_eval_metrics)
+
+    def _computed_metrics(self, preds: Any, labels: Any, inputs: Any = None, losses: Any = None) -> Mapping:
+        return self._checked_metrics(self.compute_metrics(EvalPrediction(preds, labels, inputs, losses)))
+
+    @staticmethod
+    def _checked_metrics(returned: Any) -> Mapping:
         if not isinstance(returned, Mapping):
             raise BertkitError(f"compute_metrics returned {type(returned).__name__} {returned!r:.80}; it must return "
                                "a dict of metric name -> number, e.g. {'accuracy': 0.91}")
@@ -83,17 +158,24 @@ class TrainerEvaluation:
         rows = trainer_data.evaluated_rows(len(dataset), size, info.world_size, self.args.dataloader_drop_last)
         return in_order(range(info.rank, rows, info.world_size), size)
 
-    def _predictions(self, examples: Sequence, module: nn.Module | None = None, events: bool = True,
-                     batches: list[list[int]] | None = None) -> tuple[Any, Any, float | None]:
-        """(logits, labels, mean loss) of every example in transformers' layout (``predictions.gather``), computed in
-        ``batches`` (``_eval_batches``'), on_prediction_step after each when ``events``."""
-        module = module if module is not None else self._module
-        batches = batches if batches is not None else self._eval_batches(examples)
-        return predictions.gather(module, examples, batches, label_names=self.label_names, collate=self._collate,
-                                  forward=lambda batch: self._evaluated(module, batch, self.label_names),
-                                  device=self.device, bf16=self.args.bf16,
-                                  on_step=(lambda: self._event("on_prediction_step")) if events else None,
-                                  weights=self._loss_weights(batches, len(examples)))
+    def _prediction_parts(self, examples: Sequence, module: nn.Module | None, events: bool,
+                          batches: list[list[int]], inputs: bool = False, keep_batch: bool = False,
+                          ignore_keys: list[str] | None = None) -> list[predictions.Part]:
+        """Each evaluation batch's results (``predictions.run``), preprocess_logits_for_metrics applied; with
+        ``inputs``, each batch's main input (input_ids); with ``keep_batch``, the collated batch. A custom model's
+        ModelOutput gives every output but the loss and ``ignore_keys`` (by default its config's
+        keys_to_ignore_at_inference), as transformers' prediction_step."""
+        if ignore_keys is None:
+            config = getattr(module if module is not None else self._module, "config", None)
+            ignore_keys = getattr(config, "keys_to_ignore_at_inference", ["past_key_values"]) if config else []
+        module = module if module is not None else self._evaluated_module()
+        name = getattr(module, "main_input_name", "input_ids") if inputs else None
+        return predictions.run(module, examples, batches, label_names=self.label_names, collate=self._collate,
+                               forward=lambda batch: self._evaluated(module, batch, self.label_names),
+                               device=self.device, bf16=self.args.bf16,
+                               on_step=(lambda: self._event("on_prediction_step")) if events else None,
+                               preprocess=self.preprocess_logits_for_metrics, inputs_name=name,
+                               keep_batch=keep_batch, ignore_keys=ignore_keys)
 
     def _loss_weights(self, batches: list[list[int]], rows: int) -> list[int] | None:
         """Each evaluation batch's weight in the mean loss; None: its rows."""
@@ -102,7 +184,8 @@ class TrainerEvaluation:
     def _evaluate_in_loop(self, module: nn.Module) -> dict[str, float]:
         self._check_outputs(self._ignore_keys_for_eval, "train(ignore_keys_for_eval=...)")  # a callback's evaluation
         return {k: v for prefix, what, dataset in self._eval_sets(self.eval_dataset, "eval")
-                for k, v in self._prediction_output(dataset, what, prefix, module, check=False).metrics.items()}
+                for k, v in self._prediction_output(dataset, what, prefix, module, check=False,
+                                                    ignore_keys=self._ignore_keys_for_eval).metrics.items()}
 
     def _by_eval_set(self, metrics: dict[str, float]) -> list[dict[str, float]]:
         """An evaluation's metrics as one record per evaluation set (for a dict of them, the keys under its
@@ -146,15 +229,15 @@ class TrainerEvaluation:
         for prefix, what, dataset in self._eval_sets(self.eval_dataset, "eval"):
             examples = self._examples(dataset, what)
             sample = [examples[i] for i in range(min(len(examples), self.args.per_device_eval_batch_size))]
-            preds, labels, _ = self._predictions(sample, events=False)
-            if labels is None and metric_key(name).startswith(f"{prefix}_"):
+            _, labels, _, returned = self._evaluation(sample, None, events=False)
+            loss_only = self._eval_options().prediction_loss_only
+            if labels is None and not loss_only and metric_key(name).startswith(f"{prefix}_"):
                 why = "load_best_model_at_end compares" if self.args.load_best_model_at_end else "it is"
                 raise BertkitError(
                     f"metric_for_best_model {name!r} needs labels in {what} ({why} a metric of the evaluation), but "
                     f"its batches hold {sorted(self._collate(sample[:1]))} and {type(self._module).__name__} takes "
                     f"labels as {self.label_names}: add a 'label' (or 'labels') column to {what}, or set neither "
                     "load_best_model_at_end nor metric_for_best_model")
-            returned = self._computed_metrics(preds, labels) if self.compute_metrics else {}
             keys += [f"{prefix}_loss"] + [metric_key(k, prefix) for k in returned]
             best_metric_value(name, {metric_key(k, prefix): v for k, v in returned.items()}, 0)  # a number?
         if metric_key(name) not in keys:
@@ -169,6 +252,38 @@ class TrainerEvaluation:
         if not dataset:
             raise BertkitError("eval_dataset is an empty dict; give at least one {name: dataset}")
         return [(f"{prefix}_{name}", f"eval_dataset[{name!r}]", part) for name, part in dataset.items()]
+
+
+def _steps(parts: list[predictions.Part]) -> list[list[predictions.Part]]:
+    """The parts of each evaluation step, in order: one batch, or under torchrun every process's k-th batch."""
+    steps: dict[int, list[predictions.Part]] = {}
+    for part in parts:
+        steps.setdefault(part.step, []).append(part)
+    return [steps[k] for k in sorted(steps)]
+
+
+def _row_losses(parts: list[predictions.Part]) -> np.ndarray | None:
+    """Each row's loss, its batch's (transformers' ``include_for_metrics=["loss"]``), in the dataset's order."""
+    if not parts or any(p.loss is None for p in parts):
+        return None
+    rows = np.asarray([i for p in parts for i in p.rows])
+    losses = np.asarray([p.loss for p in parts for _ in p.rows], dtype=np.float32)
+    return losses[np.argsort(rows, kind="stable")]
+
+
+def _tensor(value: Any) -> Any:
+    """A step's arrays as torch tensors, as batch_eval_metrics' compute_metrics gets them."""
+    if value is None:
+        return None
+    return tuple(torch.from_numpy(v) for v in value) if isinstance(value, tuple) else torch.from_numpy(value)
+
+
+def _batch_of(step: list[predictions.Part]) -> dict:
+    """The collated batch of a step (batch_eval_metrics' ``inputs``): one process's alone."""
+    if len(step) != 1:
+        raise BertkitError("batch_eval_metrics with include_for_metrics=['inputs'] under torchrun is not implemented "
+                           "(each process's batch is padded to its own length); drop 'inputs' or batch_eval_metrics")
+    return step[0].batch
 
 
 def _plain(value: Any) -> Any:
