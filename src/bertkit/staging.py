@@ -415,30 +415,24 @@ def _sibling_around(target: Path, tag: str) -> Path | None:
     places = [place for above in target.parents for place in (above, staging_path(above))]
     if target.is_dir() and not target.is_symlink():
         places += [Path(root) for root, _, files in os.walk(target) if LOCK in files and Path(root) != target]
-    mine = f"pid {os.getpid()} "
-    for place in places:
-        try:
-            line = (place / LOCK).read_text(encoding="utf-8", errors="replace").strip() if regular_stat(
-                place / LOCK) else ""
-        except OSError:
-            continue
-        if line.endswith(f"{tag})") and not line.startswith(mine) and dir_lock.held_by_another(place) is not None:
-            return place
-    return None
+    return next((place for place in places if _held_by_sibling(place, tag)), None)
 
 
 def _sibling_writing(directory: Path, tag: str) -> Path | None:
     """A directory at, above or inside ``directory`` that another process of the job ``tag`` names is writing."""
-    mine = f"pid {os.getpid()} "
-    for place in (directory, staging_path(directory)):
-        try:
-            line = (place / LOCK).read_text(encoding="utf-8", errors="replace").strip() if regular_stat(
-                place / LOCK) else ""
-        except OSError:
-            continue
-        if line.endswith(f"{tag})") and not line.startswith(mine) and dir_lock.held_by_another(place) is not None:
-            return place
-    return _sibling_around(directory, tag)
+    here = next((place for place in (directory, staging_path(directory)) if _held_by_sibling(place, tag)), None)
+    return here if here is not None else _sibling_around(directory, tag)
+
+
+def _held_by_sibling(place: Path, tag: str) -> bool:
+    """Whether ``place``'s lock is held by another live process of the job ``tag`` names."""
+    try:
+        line = (place / LOCK).read_text(encoding="utf-8", errors="replace").strip() if regular_stat(
+            place / LOCK) else ""
+    except OSError:
+        return False
+    return (line.endswith(f"{tag})") and not line.startswith(f"pid {os.getpid()} ")
+            and dir_lock.held_by_another(place) is not None)
 
 
 def write_text_beside_job(path: Path, text: Callable[[], str]) -> None:
