@@ -102,6 +102,40 @@ def test_projections_follow_the_weights_and_their_hooks():
 # ---------------------------------------------------------------------------------------------------
 
 
+
+def test_forward_hooks_capture_transformers_tensors_on_a_padded_batch():
+    """The feature-extraction recipe: forward hooks on the embeddings, a layer, its ``attention.self``, its
+    ``intermediate`` and its ``output.dense`` capture transformers' tensors, (B, T, ...) with its numbers, on a batch
+    with padding (where padding is otherwise dropped and they would get the (N, ...) real-token rows); the model's
+    outputs keep zeros at padding, and without hooks padding is dropped as before."""
+    ours, hf = _pair(BertModel)
+    batch = _batch()
+    mask = batch["attention_mask"].bool()
+    assert not mask.all()
+    captured = {}
+    for name, model in (("ours", ours), ("hf", hf)):
+        seen = captured[name] = {}
+        layer = model.encoder.layer[1]
+        modules = {"embeddings": model.embeddings, "layer": layer, "self": layer.attention.self,
+                   "intermediate": layer.intermediate, "output.dense": layer.output.dense}
+        names = {module: key for key, module in modules.items()}
+
+        def capture(module, inputs, output, seen=seen, names=names):  # a layer's output is (states, attention)
+            seen[names[module]] = (output[0] if isinstance(output, tuple) else output).detach()
+
+        handles = [module.register_forward_hook(capture) for module in modules.values()]
+        with torch.no_grad():
+            out = model(**batch).last_hidden_state
+        for h in handles:
+            h.remove()
+        if name == "ours":
+            assert torch.equal(out[~mask], torch.zeros_like(out[~mask]))
+            assert ours(**batch).token_layout.flat_index is not None  # unhooked: padding dropped again
+    for key, want in captured["hf"].items():
+        got = captured["ours"][key]
+        assert got.shape == want.shape == (4, 12, want.shape[-1]), key
+        torch.testing.assert_close(got, want, **TOL)
+
 def _train(model, batches, steps: int, lr: float = 1e-2) -> list[float]:
     params = [p for p in model.parameters() if p.requires_grad]
     opt = torch.optim.AdamW(params, lr=lr)

@@ -338,7 +338,7 @@ class BertModel(PretrainedMixin, nn.Module):
         attention_dropout = self.config.attention_probs_dropout_prob if self.training else 0.0
         device = self.position_ids.device
         lay = token_layout(layout, attention_mask, B, T, self.embeddings.word_embeddings.weight.dtype, device,
-                           self.key_multiple, self.token_multiple, attention_dropout)
+                           self.key_multiple, self.token_multiple, attention_dropout, self._hooked())
         # Inputs may come from the host (bertkit's batch runners leave them there): checked and laid out there
         # above, with nothing read back from the device, then copied over without waiting.
         input_ids, token_type_ids, position_ids, inputs_embeds = (
@@ -385,6 +385,13 @@ class BertModel(PretrainedMixin, nn.Module):
                 f"max_length={self.config.max_position_embeddings}))"
             )
         return layout, eager
+
+    def _hooked(self) -> bool:
+        """Whether a hook watches the embeddings or a layer (or a module in them): ``"auto"`` then keeps the padded
+        rectangle, so a hook sees (B, T, ...) tensors, transformers' own, where dropping padding would hand it the
+        (N, ...) real-token rows and code indexing them as (B, T, ...) would read the wrong numbers without error."""
+        return any(m._forward_hooks or m._forward_pre_hooks or m._backward_hooks or m._backward_pre_hooks
+                   for part in (self.embeddings, self.encoder) for m in part.modules())
 
     def _embed(self, lay: TokenLayout, B: int, T: int, input_ids: Tensor | None, token_type_ids: Tensor,
                position_ids: Tensor | None, inputs_embeds: Tensor | None) -> Tensor:
