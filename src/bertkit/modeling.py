@@ -36,7 +36,7 @@ from torch import Tensor, nn
 from torch.utils.checkpoint import checkpoint
 
 from bertkit.checkpoint_io import PretrainedMixin, initialise_on_construction, new_embedding, new_linear
-from bertkit.compat import TupleAccess
+from bertkit.compat import TupleAccess, returns_dataclass
 from bertkit.config import ACTIVATIONS, BertConfig
 from bertkit.errors import BertkitError
 from bertkit.model_checks import check_fits_in_memory, check_inputs, require_compiler
@@ -328,11 +328,11 @@ class BertModel(PretrainedMixin, nn.Module):
         ``layout="auto"`` drops padding before the first layer (on a GPU only where that is faster there,
         ``padding.gpu_keeps_rectangle``); outputs are zero at padding. ``"padded"`` computes on the rectangle.
         ``inputs_embeds``, ``output_attentions`` (B, nh, T, T) per layer, ``return_dict=False`` and the config's
-        defaults for the three switches are transformers'.
+        defaults for the three switches are transformers'; under ``torch.jit.trace`` the output is the tuple.
         """
         output_hidden_states = self.config.output_hidden_states if output_hidden_states is None else output_hidden_states
         output_attentions = self.config.output_attentions if output_attentions is None else output_attentions
-        return_dict = self.config.return_dict if return_dict is None else return_dict
+        return_dict = returns_dataclass(self.config.return_dict, return_dict)
         B, T = check_inputs(self.config, input_ids, token_type_ids, attention_mask, position_ids, inputs_embeds)
         layout, eager = self._resolve_layout(layout, output_attentions, T)
         attention_dropout = self.config.attention_probs_dropout_prob if self.training else 0.0
