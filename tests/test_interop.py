@@ -610,6 +610,21 @@ def test_torch_compile_equals_eager():
     torch.testing.assert_close(got_other, want_other, **TOL)
 
 
+@pytest.mark.parametrize("train", [False, True], ids=["eval", "train"])
+def test_torch_compile_traces_the_whole_model_in_one_graph_as_transformers(train):
+    """torch.compile(model) (and fullgraph=True) sees one graph with no break, as on transformers' model: attention
+    is traced with the rest (kept out of the graph, each layer was a break: 2 here, 6 on MiniLM, and fullgraph=True
+    failed)."""
+    ours, hf = _pair(H.BertForSequenceClassification)
+    batch = {**_batch(), "labels": torch.tensor([0, 1, 1, 0])}
+    for model in (ours, hf):
+        torch._dynamo.reset()
+        model.train(train)
+        explained = torch._dynamo.explain(model)(**batch)
+        assert (explained.graph_count, explained.graph_break_count) == (1, 0), [r.reason for r in
+                                                                                explained.break_reasons]
+
+
 def test_the_trainer_refuses_a_compiled_model_naming_torch_compile(tmp_path):
     """torch.compile(model)'s forward names no argument: no column would reach the model (transformers' Trainer fails
     on the first batch, "includes input_ids, but you provided ['label']"). Refused when constructed, nothing written,

@@ -167,14 +167,16 @@ class TokenLayout:
     key_multiple: int = 1
     cu_seqlens: Tensor | None = None  # (B + 1,) int32: where each sequence starts among the stored tokens
     attn_bias: Tensor | None = None  # (B, 1, 1, T): key_mask as SDPA's additive bias (0 / min), made once a pass
+    traced: bool = False  # made inside a whole-model torch.compile / torch.export / jit.trace: attention traced too
 
     @classmethod
     def padded(cls, attention_mask: Tensor | None, shape: tuple[int, int], zero_padding: bool = False,
                key_multiple: int = 1) -> TokenLayout:
-        if attention_mask is None or (not is_tracing() and bool(attention_mask.all())):
-            return cls(shape, None, key_multiple=key_multiple)  # no padding: SDPA takes its fastest, mask-free kernel
+        traced = is_tracing()
+        if attention_mask is None or (not traced and bool(attention_mask.all())):
+            return cls(shape, None, key_multiple=key_multiple, traced=traced)  # no padding: SDPA's mask-free kernel
         return cls(shape, attention_mask.bool()[:, None, None, :], zero_padding=zero_padding,
-                   key_multiple=key_multiple)  # mask (B, 1, 1, T)
+                   key_multiple=key_multiple, traced=traced)  # mask (B, 1, 1, T)
 
     @classmethod
     def unpadded(cls, attention_mask: Tensor, token_multiple: int = 1, key_multiple: int = 1) -> TokenLayout:
@@ -358,9 +360,11 @@ def self_attention(qkv: Tensor, layout: TokenLayout, num_heads: int, dropout_p: 
     leading shape, zero at the rounding rows (they are in no group: they attend to nothing and nothing to them).
     On a GPU the padded layout's attention is one SDPA call that ``compile_layers`` compiles with the rest of the
     layer (no graph break: where bf16 keeps the rectangle, the whole layer is one compiled graph, 1.13x the
-    pre-training step with the break). Elsewhere attention stays eager (``_attend_groups``).
+    pre-training step with the break). A whole model traced (``torch.compile(model)``, ``torch.export``) computes
+    the padded layout and traces its attention with the rest, in one graph as transformers' model
+    (``fullgraph=True`` works). Elsewhere attention stays eager (``_attend_groups``).
     """
-    if layout.is_padded and qkv.is_cuda:
+    if layout.is_padded and (qkv.is_cuda or layout.traced):
         mask = layout.key_mask if layout.attn_bias is None else layout.attn_bias
         return _attend_padded(qkv, mask, num_heads, dropout_p, layout.key_multiple)
     if layout.cu_seqlens is not None:
