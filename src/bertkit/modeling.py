@@ -337,6 +337,13 @@ class BertModel(PretrainedMixin, nn.Module):
         layout, eager = self._resolve_layout(layout, output_attentions, T)
         attention_dropout = self.config.attention_probs_dropout_prob if self.training else 0.0
         device = self.position_ids.device
+        if device.type == "meta" and self.embeddings.word_embeddings.weight.device.type != "meta":
+            raise BertkitError(
+                f"the position_ids buffer is on the meta device while the weights are on "
+                f"{self.embeddings.word_embeddings.weight.device}: a model built on the meta device (torch.device"
+                "('meta'), accelerate's init_empty_weights(include_buffers=True)) and given its weights with "
+                "load_state_dict(..., assign=True) keeps its non-persistent buffers there; build it under "
+                "init_empty_weights() (buffers on the host) or load it with from_pretrained(path)")
         lay = token_layout(layout, attention_mask, B, T, self.embeddings.word_embeddings.weight.dtype, device,
                            self.key_multiple, self.token_multiple, attention_dropout, self._hooked())
         # Inputs may come from the host (bertkit's batch runners leave them there): checked and laid out there
