@@ -105,9 +105,10 @@ def test_projections_follow_the_weights_and_their_hooks():
 
 def test_forward_hooks_capture_transformers_tensors_on_a_padded_batch():
     """The feature-extraction recipe: forward hooks on the embeddings, a layer, its ``attention.self``, its
-    ``intermediate`` and its ``output.dense`` capture transformers' tensors, (B, T, ...) with its numbers, on a batch
-    with padding (where padding is otherwise dropped and they would get the (N, ...) real-token rows); the model's
-    outputs keep zeros at padding, and without hooks padding is dropped as before."""
+    ``intermediate``, its ``output.dense`` and the encoder (whose hook never ran) capture transformers' tensors,
+    (B, T, ...) with its numbers, on a batch with padding (where padding is otherwise dropped and they would get the
+    (N, ...) real-token rows); the model's outputs keep zeros at padding, and without hooks padding is dropped as
+    before."""
     ours, hf = _pair(BertModel)
     batch = _batch()
     mask = batch["attention_mask"].bool()
@@ -117,11 +118,11 @@ def test_forward_hooks_capture_transformers_tensors_on_a_padded_batch():
         seen = captured[name] = {}
         layer = model.encoder.layer[1]
         modules = {"embeddings": model.embeddings, "layer": layer, "self": layer.attention.self,
-                   "intermediate": layer.intermediate, "output.dense": layer.output.dense}
+                   "intermediate": layer.intermediate, "output.dense": layer.output.dense, "encoder": model.encoder}
         names = {module: key for key, module in modules.items()}
 
-        def capture(module, inputs, output, seen=seen, names=names):  # a layer's output is (states, attention)
-            seen[names[module]] = (output[0] if isinstance(output, tuple) else output).detach()
+        def capture(module, inputs, output, seen=seen, names=names):  # (states, ...) from a layer or the encoder
+            seen[names[module]] = (output[0] if isinstance(output, (tuple, dict)) else output).detach()
 
         handles = [module.register_forward_hook(capture) for module in modules.values()]
         with torch.no_grad():

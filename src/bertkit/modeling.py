@@ -175,11 +175,33 @@ class BertLayer(nn.Module):
 
 
 class BertEncoder(nn.Module):
-    """The L layers, as ``encoder.layer`` (transformers' path; the loop over them is ``BertModel.forward``'s)."""
+    """The L layers, as ``encoder.layer`` (transformers' path), run in turn: a module of its own, as transformers'
+    encoder, so a hook on ``model.encoder`` runs once per forward."""
 
     def __init__(self, config: BertConfig):
         super().__init__()
         self.layer = nn.ModuleList(BertLayer(config) for _ in range(config.num_hidden_layers))
+
+    def forward(self, x: Tensor, layout: TokenLayout, eager: bool = False, output_hidden_states: bool = False,
+                recompute: bool = False) -> tuple[Tensor, tuple[Tensor, ...] | None, tuple[Tensor, ...] | None]:
+        """(the last layer's states, each layer's states or None, each layer's attention probabilities or None) for
+        ``x``, the embeddings' output as ``layout`` stores it; probabilities with ``eager`` (attention written out).
+        ``recompute``: each layer recomputed in the backward pass (gradient checkpointing)."""
+        states = [x] if output_hidden_states else None
+        x = layout.pack(x)  # the rows the layers compute on: N rounded up to token_multiple
+        attentions = [] if eager else None
+        for layer in self.layer:
+            # Non-reentrant checkpointing replays the layer's dropout with the same random state
+            if recompute:
+                x, probs = checkpoint(layer, x, layout, eager, use_reentrant=False)
+            else:
+                x, probs = layer(x, layout, eager)
+            if states is not None:
+                states.append(layout.unpack(x))
+            if attentions is not None:
+                attentions.append(probs)
+        x = layout.unpack(x)  # (N, H) or (B, T, H): the real tokens only
+        return x, None if states is None else tuple(states), None if attentions is None else tuple(attentions)
 
 
 def attention_probs(qkv: Tensor, key_mask: Tensor | None, num_heads: int, dropout_p: float) -> tuple[Tensor, Tensor]:
@@ -355,24 +377,10 @@ class BertModel(PretrainedMixin, nn.Module):
                               else torch.zeros(B, T, dtype=torch.long, device=inputs_embeds.device))
 
         x = self._embed(lay, B, T, input_ids, token_type_ids, position_ids, inputs_embeds)  # (B, T, H) or (N, H)
-        states = [x] if output_hidden_states else None
-        x = lay.pack(x)  # the rows the layers compute on: N rounded up to token_multiple
-        attentions = [] if output_attentions else None
         recompute = self.gradient_checkpointing and self.training and torch.is_grad_enabled()
-        for layer in self.encoder.layer:
-            # Non-reentrant checkpointing replays the layer's dropout with the same random state
-            if recompute:
-                x, probs = checkpoint(layer, x, lay, eager, use_reentrant=False)
-            else:
-                x, probs = layer(x, lay, eager)
-            if states is not None:
-                states.append(lay.unpack(x))
-            if attentions is not None:
-                attentions.append(probs)
-        x = lay.unpack(x)  # (N, H) or (B, T, H): the real tokens only
+        x, states, attentions = self.encoder(x, lay, eager, output_hidden_states, recompute)
         pooled = self.pooler(lay.first_tokens(x)) if self.pooler is not None else None
-        out = BertModelOutput(x, pooled, lay, tuple(states) if states is not None else None,
-                              tuple(attentions) if attentions is not None else None)
+        out = BertModelOutput(x, pooled, lay, states, attentions if output_attentions else None)
         return out if return_dict else out.to_tuple()
 
     def _resolve_layout(self, layout: str | None, output_attentions: bool, T: int) -> tuple[str, bool]:
