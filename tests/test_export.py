@@ -72,6 +72,31 @@ def test_jit_trace_on_every_head_through_tuple_outputs(cls, tiny_model):
             _assert_outputs_equal(wrapper(ids, types, mask), traced(ids, types, mask), mask)
 
 
+@pytest.mark.parametrize("cls", [BertModel, H.BertForSequenceClassification, H.BertForTokenClassification])
+def test_jit_trace_of_the_model_itself_returns_its_output_tuple(cls, tiny_model):
+    """torch.jit.trace(model, (input_ids, attention_mask, token_type_ids)) as transformers users write it: the trace
+    records the output's tuple (what transformers 4's torchscript=True gave; the dataclass is refused by the tracer),
+    equal to eager's on other shapes; the model outside a trace still returns its dataclass."""
+    model = tiny_model(cls, **TINY).eval()
+    ids, types, mask = _inputs(cls, 3, 11, 0)
+    with torch.no_grad(), pytest.warns(torch.jit.TracerWarning):
+        traced = torch.jit.trace(model, (ids, mask, types))
+    for B, T, seed in ((3, 11, 1), (4, 19, 2)):
+        ids, types, mask = _inputs(cls, B, T, seed)
+        with torch.no_grad():
+            eager = model(ids, mask, types)
+            got = traced(ids, mask, types)
+        assert type(got) is tuple and not isinstance(eager, tuple)
+        _assert_outputs_equal(eager.to_tuple(), got, mask)
+
+
+def test_torchscript_true_is_refused_naming_the_trace_that_needs_no_flag(tmp_path, tiny_checkpoint):
+    directory = tiny_checkpoint(tmp_path / "tiny", **TINY)
+    with pytest.raises(BertkitError, match=r"unknown keyword argument torchscript: .*torchscript=True is not needed: "
+                                           r"torch.jit.trace\(model, \(input_ids, attention_mask, token_type_ids\)\)"):
+        BertModel.from_pretrained(directory, torchscript=True)
+
+
 def test_each_model_class_declares_the_outputs_an_exported_graph_returns():
     """transformers' names, in tuple order, declared by each class; every bertkit model class has them."""
     from bertkit.heads import MODEL_CLASSES

@@ -102,6 +102,41 @@ def test_projections_follow_the_weights_and_their_hooks():
 # ---------------------------------------------------------------------------------------------------
 
 
+
+def test_forward_hooks_capture_transformers_tensors_on_a_padded_batch():
+    """The feature-extraction recipe: forward hooks on the embeddings, a layer, its ``attention.self``, its
+    ``intermediate``, its ``output.dense`` and the encoder (whose hook never ran) capture transformers' tensors,
+    (B, T, ...) with its numbers, on a batch with padding (where padding is otherwise dropped and they would get the
+    (N, ...) real-token rows); the model's outputs keep zeros at padding, and without hooks padding is dropped as
+    before."""
+    ours, hf = _pair(BertModel)
+    batch = _batch()
+    mask = batch["attention_mask"].bool()
+    assert not mask.all()
+    captured = {}
+    for name, model in (("ours", ours), ("hf", hf)):
+        seen = captured[name] = {}
+        layer = model.encoder.layer[1]
+        modules = {"embeddings": model.embeddings, "layer": layer, "self": layer.attention.self,
+                   "intermediate": layer.intermediate, "output.dense": layer.output.dense, "encoder": model.encoder}
+        names = {module: key for key, module in modules.items()}
+
+        def capture(module, inputs, output, seen=seen, names=names):  # (states, ...) from a layer or the encoder
+            seen[names[module]] = (output[0] if isinstance(output, (tuple, dict)) else output).detach()
+
+        handles = [module.register_forward_hook(capture) for module in modules.values()]
+        with torch.no_grad():
+            out = model(**batch).last_hidden_state
+        for h in handles:
+            h.remove()
+        if name == "ours":
+            assert torch.equal(out[~mask], torch.zeros_like(out[~mask]))
+            assert ours(**batch).token_layout.flat_index is not None  # unhooked: padding dropped again
+    for key, want in captured["hf"].items():
+        got = captured["ours"][key]
+        assert got.shape == want.shape == (4, 12, want.shape[-1]), key
+        torch.testing.assert_close(got, want, **TOL)
+
 def _train(model, batches, steps: int, lr: float = 1e-2) -> list[float]:
     params = [p for p in model.parameters() if p.requires_grad]
     opt = torch.optim.AdamW(params, lr=lr)
@@ -574,6 +609,21 @@ def test_torch_compile_equals_eager():
         want_other = ours(**_batch(B=4, T=12, seed=1)).logits
     torch.testing.assert_close(got, want, **TOL)
     torch.testing.assert_close(got_other, want_other, **TOL)
+
+
+@pytest.mark.parametrize("train", [False, True], ids=["eval", "train"])
+def test_torch_compile_traces_the_whole_model_in_one_graph_as_transformers(train):
+    """torch.compile(model) (and fullgraph=True) sees one graph with no break, as on transformers' model: attention
+    is traced with the rest (kept out of the graph, each layer was a break: 2 here, 6 on MiniLM, and fullgraph=True
+    failed)."""
+    ours, hf = _pair(H.BertForSequenceClassification)
+    batch = {**_batch(), "labels": torch.tensor([0, 1, 1, 0])}
+    for model in (ours, hf):
+        torch._dynamo.reset()
+        model.train(train)
+        explained = torch._dynamo.explain(model)(**batch)
+        assert (explained.graph_count, explained.graph_break_count) == (1, 0), [r.reason for r in
+                                                                                explained.break_reasons]
 
 
 def test_the_trainer_refuses_a_compiled_model_naming_torch_compile(tmp_path):

@@ -33,6 +33,19 @@ def test_inputs_on_different_devices_are_refused_naming_each():
         model(ids, torch.ones(1, 3, dtype=torch.long, device="meta"))
 
 
+def test_a_model_built_on_meta_and_loaded_with_assign_names_the_buffer_left_there():
+    """Built under torch.device("meta") (accelerate's init_empty_weights(include_buffers=True)), then given its weights
+    by load_state_dict(assign=True): the non-persistent position_ids stay on meta; the forward says so and how to
+    build it instead (it failed in index_copy on a meta index; transformers' model computes other numbers)."""
+    weights = BertModel(CONFIG).state_dict()
+    with torch.device("meta"):
+        model = BertModel(CONFIG)
+    model.load_state_dict(weights, assign=True)
+    with pytest.raises(BertkitError, match=r"^the position_ids buffer is on the meta device while the weights are on "
+                                           r"cpu: .*init_empty_weights\(\) \(buffers on the host\)"):
+        model(torch.tensor([[1, 2, 3], [4, 5, 0]]), torch.tensor([[1, 1, 1], [1, 1, 0]]))
+
+
 def test_zero_length_sequences_are_refused_and_an_empty_batch_gives_an_empty_result():
     model = BertModel(CONFIG).eval()
     with pytest.raises(BertkitError, match=r"sequences are empty \(shape \(2, 0\)\)"):

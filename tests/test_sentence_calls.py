@@ -194,6 +194,21 @@ def test_model_attributes_and_similarity_calls(models):
     _same(ours(features)["sentence_embedding"].detach(), ref(want)["sentence_embedding"].detach())
 
 
+def test_pytorch_dynamic_quantization_quantizes_every_linear_as_on_sentence_transformers(st_dir):
+    """torch.ao.quantization.quantize_dynamic(model, {nn.Linear}, dtype=torch.qint8), the usual CPU recipe: it walks
+    every module and sets ``qconfig`` on each (model[0] refused that as an unknown setting); every projection is
+    quantized, as on sentence-transformers' model, with its vectors for texts embedded one at a time."""
+    ours, ref = SentenceTransformer(st_dir), st.SentenceTransformer(str(st_dir), device="cpu")
+    linears = sum(type(m) is torch.nn.Linear for m in ours.modules())
+    assert linears == sum(type(m) is torch.nn.Linear for m in ref.modules()) == 2 * 6 + 1  # 2 layers, pooler
+    quantized = [torch.ao.quantization.quantize_dynamic(m, {torch.nn.Linear}, dtype=torch.qint8) for m in (ours, ref)]
+    for model in quantized:
+        assert sum(type(m) is torch.ao.nn.quantized.dynamic.Linear for m in model.modules()) == linears
+        assert not any(type(m) is torch.nn.Linear for m in model.modules())
+    texts = [t for t in TEXTS if t != LONG]
+    _same(quantized[0].encode(texts, batch_size=1), quantized[1].encode(texts, batch_size=1), atol=1e-4)
+
+
 UTIL = ["cos_sim", "dot_score", "euclidean_sim", "manhattan_sim", "pairwise_cos_sim", "pairwise_dot_score",
         "pairwise_euclidean_sim", "pairwise_manhattan_sim"]
 

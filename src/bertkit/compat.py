@@ -50,6 +50,15 @@ class TupleAccess:
         return len(self.keys())
 
 
+def returns_dataclass(config_return_dict: bool, return_dict: bool | None) -> bool:
+    """Whether a forward returns its output dataclass: ``return_dict`` if given, else the config's default, but the
+    tuple while ``torch.jit.trace`` (or the TorchScript ONNX exporter) records the call: the tracer takes tensors and
+    tuples only (transformers 4's ``torchscript=True`` gave the tuple; transformers 5 needs ``strict=False``)."""
+    if return_dict is not None:
+        return return_dict
+    return config_return_dict and not torch.jit.is_tracing()
+
+
 def tied_output_embeddings(word_embeddings: nn.Embedding, bias: nn.Parameter) -> nn.Linear:
     """The MLM decoder: a ``Linear(H, V)`` whose weight *is* the word-embedding matrix and whose bias is the
     head's output bias (tied, as google-research/bert ties them); it holds no copy."""

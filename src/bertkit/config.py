@@ -29,6 +29,11 @@ _SIZES = ("vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads
 _PROBABILITIES = ("hidden_dropout_prob", "attention_probs_dropout_prob", "classifier_dropout")  # in [0, 1)
 _POSITIVE_FLOATS = ("initializer_range", "layer_norm_eps")
 _SWITCHES = ("output_hidden_states", "output_attentions", "return_dict")
+# transformers' loading keywords with no bertkit field, and what does their job here (said when one is refused).
+_TRANSFORMERS_ONLY = {
+    "torchscript": "torchscript=True is not needed: torch.jit.trace(model, (input_ids, attention_mask, "
+                   "token_type_ids)) traces a bertkit model as it is and the trace returns the output's tuple",
+}
 
 
 def encoder_parameter_count(config: BertConfig) -> int:
@@ -190,8 +195,9 @@ class BertConfig:
         known = {f.name for f in dataclasses.fields(cls)} - {"extra"}
         unknown = sorted(set(overrides) - known - {"num_labels", "label2id"})
         if unknown:
+            hints = "".join(f"; {_TRANSFORMERS_ONLY[k]}" for k in unknown if k in _TRANSFORMERS_ONLY)
             raise BertkitError(f"unknown keyword argument{'s' if len(unknown) > 1 else ''} {', '.join(unknown)}: "
-                               f"not a BertConfig field (fields: {', '.join(sorted(known))}, or num_labels)")
+                               f"not a BertConfig field (fields: {', '.join(sorted(known))}, or num_labels){hints}")
 
     @classmethod
     def from_dict(cls, data: dict[str, Any], **overrides: Any) -> BertConfig:

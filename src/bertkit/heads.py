@@ -18,7 +18,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from bertkit.checkpoint_io import PretrainedMixin, initialise_on_construction, new_linear
-from bertkit.compat import TupleAccess, tied_output_embeddings
+from bertkit.compat import TupleAccess, returns_dataclass, tied_output_embeddings
 from bertkit.config import BertConfig
 from bertkit.errors import BertkitError
 from bertkit.modeling import BertModel, BertModelOutput, activation, init_bert_weights
@@ -244,8 +244,9 @@ class _HeadModel(PretrainedMixin, nn.Module):
                          return_dict=True)  # the head reads fields; config.return_dict applies to its own output
 
     def _result(self, result: TupleAccess, return_dict: bool | None):
-        """The output dataclass, or its tuple for ``return_dict=False`` (default: ``config.return_dict``)."""
-        return result if (self.config.return_dict if return_dict is None else return_dict) else result.to_tuple()
+        """The output dataclass, or its tuple for ``return_dict=False`` (default: ``config.return_dict``; the tuple
+        under ``torch.jit.trace``)."""
+        return result if returns_dataclass(self.config.return_dict, return_dict) else result.to_tuple()
 
 
 class _ClassifierHeadModel(_HeadModel):

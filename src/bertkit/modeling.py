@@ -36,7 +36,7 @@ from torch import Tensor, nn
 from torch.utils.checkpoint import checkpoint
 
 from bertkit.checkpoint_io import PretrainedMixin, initialise_on_construction, new_embedding, new_linear
-from bertkit.compat import TupleAccess
+from bertkit.compat import TupleAccess, returns_dataclass
 from bertkit.config import ACTIVATIONS, BertConfig
 from bertkit.errors import BertkitError
 from bertkit.model_checks import check_fits_in_memory, check_inputs, require_compiler
@@ -175,11 +175,33 @@ class BertLayer(nn.Module):
 
 
 class BertEncoder(nn.Module):
-    """The L layers, as ``encoder.layer`` (transformers' path; the loop over them is ``BertModel.forward``'s)."""
+    """The L layers, as ``encoder.layer`` (transformers' path), run in turn: a module of its own, as transformers'
+    encoder, so a hook on ``model.encoder`` runs once per forward."""
 
     def __init__(self, config: BertConfig):
         super().__init__()
         self.layer = nn.ModuleList(BertLayer(config) for _ in range(config.num_hidden_layers))
+
+    def forward(self, x: Tensor, layout: TokenLayout, eager: bool = False, output_hidden_states: bool = False,
+                recompute: bool = False) -> tuple[Tensor, tuple[Tensor, ...] | None, tuple[Tensor, ...] | None]:
+        """(the last layer's states, each layer's states or None, each layer's attention probabilities or None) for
+        ``x``, the embeddings' output as ``layout`` stores it; probabilities with ``eager`` (attention written out).
+        ``recompute``: each layer recomputed in the backward pass (gradient checkpointing)."""
+        states = [x] if output_hidden_states else None
+        x = layout.pack(x)  # the rows the layers compute on: N rounded up to token_multiple
+        attentions = [] if eager else None
+        for layer in self.layer:
+            # Non-reentrant checkpointing replays the layer's dropout with the same random state
+            if recompute:
+                x, probs = checkpoint(layer, x, layout, eager, use_reentrant=False)
+            else:
+                x, probs = layer(x, layout, eager)
+            if states is not None:
+                states.append(layout.unpack(x))
+            if attentions is not None:
+                attentions.append(probs)
+        x = layout.unpack(x)  # (N, H) or (B, T, H): the real tokens only
+        return x, None if states is None else tuple(states), None if attentions is None else tuple(attentions)
 
 
 def attention_probs(qkv: Tensor, key_mask: Tensor | None, num_heads: int, dropout_p: float) -> tuple[Tensor, Tensor]:
@@ -328,17 +350,24 @@ class BertModel(PretrainedMixin, nn.Module):
         ``layout="auto"`` drops padding before the first layer (on a GPU only where that is faster there,
         ``padding.gpu_keeps_rectangle``); outputs are zero at padding. ``"padded"`` computes on the rectangle.
         ``inputs_embeds``, ``output_attentions`` (B, nh, T, T) per layer, ``return_dict=False`` and the config's
-        defaults for the three switches are transformers'.
+        defaults for the three switches are transformers'; under ``torch.jit.trace`` the output is the tuple.
         """
         output_hidden_states = self.config.output_hidden_states if output_hidden_states is None else output_hidden_states
         output_attentions = self.config.output_attentions if output_attentions is None else output_attentions
-        return_dict = self.config.return_dict if return_dict is None else return_dict
+        return_dict = returns_dataclass(self.config.return_dict, return_dict)
         B, T = check_inputs(self.config, input_ids, token_type_ids, attention_mask, position_ids, inputs_embeds)
         layout, eager = self._resolve_layout(layout, output_attentions, T)
         attention_dropout = self.config.attention_probs_dropout_prob if self.training else 0.0
         device = self.position_ids.device
+        if device.type == "meta" and self.embeddings.word_embeddings.weight.device.type != "meta":
+            raise BertkitError(
+                f"the position_ids buffer is on the meta device while the weights are on "
+                f"{self.embeddings.word_embeddings.weight.device}: a model built on the meta device (torch.device"
+                "('meta'), accelerate's init_empty_weights(include_buffers=True)) and given its weights with "
+                "load_state_dict(..., assign=True) keeps its non-persistent buffers there; build it under "
+                "init_empty_weights() (buffers on the host) or load it with from_pretrained(path)")
         lay = token_layout(layout, attention_mask, B, T, self.embeddings.word_embeddings.weight.dtype, device,
-                           self.key_multiple, self.token_multiple, attention_dropout)
+                           self.key_multiple, self.token_multiple, attention_dropout, self._hooked())
         # Inputs may come from the host (bertkit's batch runners leave them there): checked and laid out there
         # above, with nothing read back from the device, then copied over without waiting.
         input_ids, token_type_ids, position_ids, inputs_embeds = (
@@ -348,24 +377,10 @@ class BertModel(PretrainedMixin, nn.Module):
                               else torch.zeros(B, T, dtype=torch.long, device=inputs_embeds.device))
 
         x = self._embed(lay, B, T, input_ids, token_type_ids, position_ids, inputs_embeds)  # (B, T, H) or (N, H)
-        states = [x] if output_hidden_states else None
-        x = lay.pack(x)  # the rows the layers compute on: N rounded up to token_multiple
-        attentions = [] if output_attentions else None
         recompute = self.gradient_checkpointing and self.training and torch.is_grad_enabled()
-        for layer in self.encoder.layer:
-            # Non-reentrant checkpointing replays the layer's dropout with the same random state
-            if recompute:
-                x, probs = checkpoint(layer, x, lay, eager, use_reentrant=False)
-            else:
-                x, probs = layer(x, lay, eager)
-            if states is not None:
-                states.append(lay.unpack(x))
-            if attentions is not None:
-                attentions.append(probs)
-        x = lay.unpack(x)  # (N, H) or (B, T, H): the real tokens only
+        x, states, attentions = self.encoder(x, lay, eager, output_hidden_states, recompute)
         pooled = self.pooler(lay.first_tokens(x)) if self.pooler is not None else None
-        out = BertModelOutput(x, pooled, lay, tuple(states) if states is not None else None,
-                              tuple(attentions) if attentions is not None else None)
+        out = BertModelOutput(x, pooled, lay, states, attentions if output_attentions else None)
         return out if return_dict else out.to_tuple()
 
     def _resolve_layout(self, layout: str | None, output_attentions: bool, T: int) -> tuple[str, bool]:
@@ -385,6 +400,13 @@ class BertModel(PretrainedMixin, nn.Module):
                 f"max_length={self.config.max_position_embeddings}))"
             )
         return layout, eager
+
+    def _hooked(self) -> bool:
+        """Whether a hook watches the embeddings or a layer (or a module in them): ``"auto"`` then keeps the padded
+        rectangle, so a hook sees (B, T, ...) tensors, transformers' own, where dropping padding would hand it the
+        (N, ...) real-token rows and code indexing them as (B, T, ...) would read the wrong numbers without error."""
+        return any(m._forward_hooks or m._forward_pre_hooks or m._backward_hooks or m._backward_pre_hooks
+                   for part in (self.embeddings, self.encoder) for m in part.modules())
 
     def _embed(self, lay: TokenLayout, B: int, T: int, input_ids: Tensor | None, token_type_ids: Tensor,
                position_ids: Tensor | None, inputs_embeds: Tensor | None) -> Tensor:

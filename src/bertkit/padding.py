@@ -167,14 +167,16 @@ class TokenLayout:
     key_multiple: int = 1
     cu_seqlens: Tensor | None = None  # (B + 1,) int32: where each sequence starts among the stored tokens
     attn_bias: Tensor | None = None  # (B, 1, 1, T): key_mask as SDPA's additive bias (0 / min), made once a pass
+    traced: bool = False  # made inside a whole-model torch.compile / torch.export / jit.trace: attention traced too
 
     @classmethod
     def padded(cls, attention_mask: Tensor | None, shape: tuple[int, int], zero_padding: bool = False,
                key_multiple: int = 1) -> TokenLayout:
-        if attention_mask is None or (not is_tracing() and bool(attention_mask.all())):
-            return cls(shape, None, key_multiple=key_multiple)  # no padding: SDPA takes its fastest, mask-free kernel
+        traced = is_tracing()
+        if attention_mask is None or (not traced and bool(attention_mask.all())):
+            return cls(shape, None, key_multiple=key_multiple, traced=traced)  # no padding: SDPA's mask-free kernel
         return cls(shape, attention_mask.bool()[:, None, None, :], zero_padding=zero_padding,
-                   key_multiple=key_multiple)  # mask (B, 1, 1, T)
+                   key_multiple=key_multiple, traced=traced)  # mask (B, 1, 1, T)
 
     @classmethod
     def unpadded(cls, attention_mask: Tensor, token_multiple: int = 1, key_multiple: int = 1) -> TokenLayout:
@@ -257,13 +259,15 @@ torch.utils._pytree.register_dataclass(TokenLayout)  # part of BertModelOutput u
 
 
 def token_layout(layout: str, attention_mask: Tensor | None, B: int, T: int, dtype: torch.dtype, device: torch.device,
-                 key_multiple: int = 1, token_multiple: int = 1, attention_dropout: float = 0.0) -> TokenLayout:
+                 key_multiple: int = 1, token_multiple: int = 1, attention_dropout: float = 0.0,
+                 keep_rectangle: bool = False) -> TokenLayout:
     """Which tokens ``BertModel`` computes on ``device`` (``layout``: "auto", "padded" or "unpadded"): the (B, T)
     rectangle, or with ``layout`` not "padded" and right-padded rows, the real tokens only (padding dropped before
     the first layer). On a GPU ``"auto"`` drops padding only where that pays there (``gpu_keeps_rectangle``). The
     two multiples round attention's keys and the unpadded layout's rows up (1: not rounded; see the module's
     header). On a GPU in half precision without ``attention_dropout`` (inference), padding is dropped and attention
-    runs as the variable-length kernel (``varlen_attention``).
+    runs as the variable-length kernel (``varlen_attention``). ``keep_rectangle``: ``"auto"`` computes on the
+    rectangle, zeros at padding in the outputs as when padding is dropped (hooks are watching the layers).
 
     The layout is worked out where the mask is. A mask still on the host (bertkit's batch runners leave it there)
     gives it without a read-back from the device, which on a GPU waits for every queued kernel (1.3x the fp32
@@ -275,19 +279,22 @@ def token_layout(layout: str, attention_mask: Tensor | None, B: int, T: int, dty
         key_mask = moved(attention_mask, device).bool()[:, None, None, :]
         return TokenLayout((B, T), key_mask, zero_padding=True, key_multiple=key_multiple,
                            attn_bias=additive_bias(key_mask, dtype))
-    lay = _token_layout(layout, attention_mask, B, T, dtype, device, key_multiple, token_multiple, attention_dropout)
+    lay = _token_layout(layout, attention_mask, B, T, dtype, device, key_multiple, token_multiple, attention_dropout,
+                        keep_rectangle)
     return lay if attention_mask is None or attention_mask.device == device else lay.to(device)
 
 
 def _token_layout(layout: str, attention_mask: Tensor | None, B: int, T: int, dtype: torch.dtype,
-                  device: torch.device, key_multiple: int, token_multiple: int, attention_dropout: float
-                  ) -> TokenLayout:
+                  device: torch.device, key_multiple: int, token_multiple: int, attention_dropout: float,
+                  keep_rectangle: bool) -> TokenLayout:
     if layout == "padded" or attention_mask is None:
         return TokenLayout.padded(attention_mask, (B, T), key_multiple=key_multiple)
     full, right_padded = torch.stack((attention_mask.all(), attention_mask[:, 0].all())).tolist()  # one read back
     if full or not right_padded:
         # No padding to drop, or left-padded rows (first position is padding): keep the rectangle.
         return TokenLayout.padded(None if full else attention_mask, (B, T), key_multiple=key_multiple)
+    if layout == "auto" and keep_rectangle:
+        return TokenLayout.padded(attention_mask, (B, T), zero_padding=True, key_multiple=key_multiple)
     if attention_dropout == 0 and varlen_attention(device, dtype):
         return TokenLayout.varlen(attention_mask)
     if layout == "auto" and gpu_keeps_rectangle(device, dtype, T):
@@ -353,9 +360,11 @@ def self_attention(qkv: Tensor, layout: TokenLayout, num_heads: int, dropout_p: 
     leading shape, zero at the rounding rows (they are in no group: they attend to nothing and nothing to them).
     On a GPU the padded layout's attention is one SDPA call that ``compile_layers`` compiles with the rest of the
     layer (no graph break: where bf16 keeps the rectangle, the whole layer is one compiled graph, 1.13x the
-    pre-training step with the break). Elsewhere attention stays eager (``_attend_groups``).
+    pre-training step with the break). A whole model traced (``torch.compile(model)``, ``torch.export``) computes
+    the padded layout and traces its attention with the rest, in one graph as transformers' model
+    (``fullgraph=True`` works). Elsewhere attention stays eager (``_attend_groups``).
     """
-    if layout.is_padded and qkv.is_cuda:
+    if layout.is_padded and (qkv.is_cuda or layout.traced):
         mask = layout.key_mask if layout.attn_bias is None else layout.attn_bias
         return _attend_padded(qkv, mask, num_heads, dropout_p, layout.key_multiple)
     if layout.cu_seqlens is not None:

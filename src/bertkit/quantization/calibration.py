@@ -31,8 +31,8 @@ def smoothing_scale(act_absmax: Tensor, weight: Tensor, alpha: float) -> Tensor:
 def activation_absmax(encoder: BertModel, calibration: Iterable[Mapping[str, Tensor]],
                       targets: list[tuple[int, str]]) -> dict[tuple[int, str], Tensor]:
     """Per-input-channel max |x| entering each target projection over the calibration batches (each a dict
-    with ``input_ids`` and ``attention_mask``, optionally ``token_type_ids``; the default unpadded layout
-    sees real tokens only)."""
+    with ``input_ids`` and ``attention_mask``, optionally ``token_type_ids``; computed in the unpadded layout, so
+    the statistics are over real tokens only)."""
     stats: dict[tuple[int, str], Tensor] = {}
     hooks = []
     for i, kind in targets:
@@ -51,7 +51,8 @@ def activation_absmax(encoder: BertModel, calibration: Iterable[Mapping[str, Ten
             if not isinstance(batch, Mapping) or "input_ids" not in batch or "attention_mask" not in batch:
                 raise BertkitError("each calibration batch must be a dict with input_ids and attention_mask "
                                    "(and optionally token_type_ids): use calibration_batches(tokenizer, texts)")
-            encoder(batch["input_ids"], batch["attention_mask"], batch.get("token_type_ids"))
+            # Named, not "auto": the hooks above would keep the padded rectangle and count padding's activations
+            encoder(batch["input_ids"], batch["attention_mask"], batch.get("token_type_ids"), layout="unpadded")
             batches += 1
     finally:
         for h in hooks:

@@ -156,6 +156,11 @@ class _OwnersAttribute:
         setattr(view._owner, self.name, value)
 
 
+# What PyTorch's own module transforms set on every module they walk (torch.ao.quantization's quantize_dynamic and
+# prepare), read back by them, so never a forgotten setting.
+_TORCH_MODULE_ATTRIBUTES = frozenset({"qconfig"})
+
+
 class TransformerOf(Transformer, nn.Module):
     """``model[0]`` of a ``SentenceTransformer`` (or ``CrossEncoder``), the module "0" that holds its encoder as
     ``model``, as sentence-transformers 6's Transformer holds it: so the model's parameters and state dict have
@@ -174,7 +179,7 @@ class TransformerOf(Transformer, nn.Module):
             if not isinstance(value, nn.Module):
                 raise BertkitError(f"model[0].{name} takes the encoder, an nn.Module, got {type(value).__name__}")
             name = "model"  # registered under sentence-transformers 6's name, whichever name set it
-        elif not hasattr(type(self), name) and name not in self.__dict__:
+        elif not hasattr(type(self), name) and name not in self.__dict__ and name not in _TORCH_MODULE_ATTRIBUTES:
             # kept on this module, it would be a setting the model never reads (sentence-transformers' would not
             # either, but it keeps the value): refused rather than accepted and forgotten
             raise BertkitError(f"model[0].{name} is not a setting of bertkit's Transformer; it takes auto_model, "
