@@ -153,6 +153,11 @@ class BertTokenizer:
             raise BertkitError(f"tok.{name} = {value!r}: the tokenizer's text pipeline is built from it once "
                                "(transformers' tokenizer ignores the assignment until saved and loaded again); "
                                f"{_BUILT_FROM[name].format(name=name, value=value)}")
+        if name == "model_input_names" and list(value) != type(self).model_input_names:
+            # transformers then leaves out the keys it lacks: pairs without token_type_ids, scored as one segment
+            raise BertkitError(f"tok.model_input_names = {value!r}: bertkit's tokenizer does not read it and would still "
+                               "return every key; pass return_token_type_ids=False (return_attention_mask=False) to "
+                               "the calls instead (docs/tokenizer.md)")
         if name in SPECIAL_TOKEN_KEYS and "vocab" in self.__dict__:
             if value not in self.all_special_tokens:
                 raise BertkitError(f"{name}={value!r} is not one of this tokenizer's special tokens "
