@@ -352,6 +352,30 @@ def test_resuming_on_other_data_is_refused(model, tmp_path):
     assert trainer(PAIRS).train(resume_from_checkpoint=True).global_step == 2
 
 
+def test_a_datasets_columns_are_its_rows_keys_as_sentence_transformers_reads_them(model_dir, tmp_path):
+    """sentence-transformers takes a batch's columns from its rows' keys; bertkit took the Arrow column names: a
+    dataset whose with_transform renames its columns ("q" -> "anchor") stopped with KeyError: 'q', and one whose
+    set_format(columns=[...]) leaves out an "id" column was refused for that third text column. Both train as the
+    rows themselves, loss for loss."""
+    datasets = pytest.importorskip("datasets")
+    renamed = datasets.Dataset.from_list([{"q": r["anchor"], "p": r["positive"]} for r in PAIRS]).with_transform(
+        lambda batch: {"anchor": batch["q"], "positive": batch["p"]})
+    hidden = datasets.Dataset.from_list([{"id": i, **r} for i, r in enumerate(PAIRS)])
+    hidden.set_format(columns=["anchor", "positive"])
+
+    def losses_of(data: Any, name: str) -> list[float]:
+        model = SentenceTransformer(model_dir)
+        args = st_args(tmp_path / name, per_device_train_batch_size=4, max_steps=2, learning_rate=1e-4,
+                       logging_steps=1, save_strategy="no")
+        trainer = SentenceTransformerTrainer(model=model, args=args, loss=losses.MultipleNegativesRankingLoss(model),
+                                             train_dataset=data)
+        trainer.train()
+        return [h["loss"] for h in trainer.state.log_history if "loss" in h]
+
+    want = losses_of(PAIRS, "rows")
+    assert len(want) == 2 and losses_of(renamed, "renamed") == want and losses_of(hidden, "hidden") == want
+
+
 def test_an_evaluator_alone_evaluates_in_training_as_sentence_transformers(model_dir, tmp_path):
     """An evaluator without an eval_dataset evaluates in training (eval_strategy 'steps': every eval_steps and at
     the end), its metrics prefixed eval_ at the same steps with the same values; it was refused for want of an

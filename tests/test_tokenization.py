@@ -7,11 +7,13 @@ from __future__ import annotations
 
 import json
 import pickle
+import re
 import threading
 from pathlib import Path
 
 import pytest
 
+from bertkit.errors import BertkitError
 from bertkit.tokenization import BasicTokenizer, BertTokenizer, WordPiece, load_vocab
 
 TOKENS = [
@@ -508,6 +510,35 @@ def test_pickle_round_trip(tok: BertTokenizer) -> None:
     text = "Héllo, unaffable world! [MASK]"
     assert clone(text, return_offsets_mapping=True) == tok(text, return_offsets_mapping=True)
     assert len(pickle.dumps(tok)) < 4000  # caches are rebuilt, not shipped to DataLoader workers
+
+
+@pytest.mark.parametrize("name, value, fix", [
+    ("do_lower_case", False, "AutoTokenizer.from_pretrained(path, do_lower_case=False)"),
+    ("strip_accents", False, "AutoTokenizer.from_pretrained(path, strip_accents=False)"),
+    ("max_input_chars_per_word", 3, "AutoTokenizer.from_pretrained(path, max_input_chars_per_word=3)"),
+    ("additional_special_tokens", ["[MASK]"], "tok.add_special_tokens({'additional_special_tokens': ['[MASK]']})"),
+])
+def test_a_setting_assigned_after_building_is_refused(tok: BertTokenizer, name: str, value: object, fix: str) -> None:
+    """tok.do_lower_case = False left the live tokenizer lower-casing (as transformers' does) while a pickled copy, a
+    DataLoader or datasets.map worker's, was rebuilt from the new value: "Hello" was [hello] in the main process and
+    [UNK] in the workers. Refused, naming how to get that setting; the value it has may be assigned again."""
+    text = "Hello, HELLO unaffable [MASK]"
+    want = tok(text)["input_ids"]
+    with pytest.raises(BertkitError, match=rf"tok.{name} = .*built from it once.*{re.escape(fix)}"):
+        setattr(tok, name, value)
+    setattr(tok, name, getattr(tok, name))
+    assert tok(text)["input_ids"] == pickle.loads(pickle.dumps(tok))(text)["input_ids"] == want
+
+
+def test_model_input_names_assigned_is_refused_not_ignored(tok: BertTokenizer) -> None:
+    """tok.model_input_names = ["input_ids", "attention_mask"] was kept and never read: pairs still carried
+    token_type_ids 1 for the second text, where transformers leaves them out (one segment, all 0)."""
+    with pytest.raises(BertkitError, match=r"model_input_names = \['input_ids', 'attention_mask'\]: .*"
+                                           r"return_token_type_ids=False"):
+        tok.model_input_names = ["input_ids", "attention_mask"]
+    tok.model_input_names = ["input_ids", "token_type_ids", "attention_mask"]  # what it is
+    assert tok("hello", "world")["token_type_ids"] == [0, 0, 0, 1, 1]
+    assert "token_type_ids" not in tok("hello", "world", return_token_type_ids=False)
 
 
 def test_threads_get_the_same_results(tok: BertTokenizer) -> None:

@@ -157,6 +157,18 @@ def test_a_text_column_kept_for_a_padding_collator_is_named(checkpoint, tok, tmp
         bertkit.DataCollatorForLanguageModeling(tok, seed=0)([{**dict(tok("a fine plot")), "text": "a fine plot"}])
 
 
+def test_a_dataset_tokenized_by_with_transform_trains_as_the_mapped_one(checkpoint, tok, tmp_path):
+    """ds.with_transform(tokenize) with remove_unused_columns=True (the default) stopped with KeyError: 'text' before
+    the first step (as transformers does): the Arrow column the transform reads was removed as unused. The transform's
+    keys the model does not take are left out of its rows instead: the run of the mapped dataset, loss for loss, with
+    the extra column "idx" the transform passes on."""
+    rows = [{**r, "idx": i} for i, r in enumerate(TRAIN)]
+    lazy = datasets.Dataset.from_list(rows).with_transform(
+        lambda b: {**tok(b["text"], truncation=True), "label": b["label"], "idx": b["idx"]})
+    assert _train(checkpoint, tok, tmp_path / "lazy", lazy) == _train(checkpoint, tok, tmp_path / "mapped",
+                                                                      _dataset(tok, rows))
+
+
 def test_an_iterable_dataset_is_refused_naming_what_to_give(checkpoint, tok, tmp_path):
     """A datasets streaming dataset met "TypeError: object of type 'IterableDataset' has no len()"."""
     stream = _dataset(tok, TRAIN).to_iterable_dataset()

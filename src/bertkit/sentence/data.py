@@ -31,7 +31,9 @@ RESERVED_COLUMNS = ("dataset_name", "return_loss")  # sentence-transformers' tra
 
 def column_names(dataset: Any) -> list[str]:
     if hasattr(dataset, "column_names"):  # datasets.Dataset
-        return list(dataset.column_names)
+        # the keys its rows hold, as sentence-transformers reads them: set_format(columns=[...]) leaves some columns
+        # out, a transform gives its own keys (with_transform renaming "sentence1" "anchor")
+        return list(dataset[0] if len(dataset) else dataset.column_names)
     if not hasattr(dataset, "__len__") or not hasattr(dataset, "__getitem__"):
         raise BertkitError(f"{type(dataset).__name__} is not a dataset bertkit.sentence can index; give a "
                            "datasets.Dataset or a list of dicts")

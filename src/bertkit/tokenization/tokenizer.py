@@ -57,6 +57,15 @@ def _right_only(name: str, value: object) -> None:
                            "the encoder's unpadded path expects right padding); leave it \"right\"")
 
 
+# What _build makes the text pipeline from, with how to change it. transformers' fast tokenizer ignores an assignment
+# (until saved and loaded again); a pickled copy (DataLoader and datasets.map workers) rebuilt from the new value would
+# give other ids than the tokenizer it was copied from, so an assignment is refused.
+_BUILT_FROM = {**dict.fromkeys(("do_lower_case", "strip_accents", "tokenize_chinese_chars", "max_input_chars_per_word"),
+                               "load the tokenizer with it: AutoTokenizer.from_pretrained(path, {name}={value!r})"),
+               "additional_special_tokens": "add them with tok.add_special_tokens({{'{name}': {value!r}}})",
+               "added_tokens": "add them with tok.add_tokens({value!r})"}
+
+
 class _RightOnly:
     """A tokenizer attribute that reads "right" and refuses any other value set to it, naming itself."""
 
@@ -141,6 +150,15 @@ class BertTokenizer:
         # tok.pad_token = "[MASK]", as transformers users write it: pad_token_id and what pads follow (assigned alone,
         # the ids stayed the old token's). transformers cuts out of the text and skips in decode the tokens it did
         # before, so only a token already special keeps that set as it is.
+        if name in _BUILT_FROM and "_text" in self.__dict__ and value != getattr(self, name):
+            raise BertkitError(f"tok.{name} = {value!r}: the tokenizer's text pipeline is built from it once "
+                               "(transformers' tokenizer ignores the assignment until saved and loaded again); "
+                               f"{_BUILT_FROM[name].format(name=name, value=value)}")
+        if name == "model_input_names" and list(value) != type(self).model_input_names:
+            # transformers then leaves out the keys it lacks: pairs without token_type_ids, scored as one segment
+            raise BertkitError(f"tok.model_input_names = {value!r}: bertkit's tokenizer does not read it and would still "
+                               "return every key; pass return_token_type_ids=False (return_attention_mask=False) to "
+                               "the calls instead (docs/tokenizer.md)")
         if name in SPECIAL_TOKEN_KEYS and "vocab" in self.__dict__:
             if value not in self.all_special_tokens:
                 raise BertkitError(f"{name}={value!r} is not one of this tokenizer's special tokens "

@@ -36,7 +36,7 @@ def examples(dataset: Any, what: str, *, keep: set[str] | None, model: Any, trai
             "bertkit's Trainer reads its data by index, in a seeded order it can resume at the exact "
             "batch. Give a datasets.Dataset (load_dataset without streaming=True, or Dataset.from_generator over "
             "the stream), a torch map-style Dataset or a list of dicts (list(dataset) for a finite stream)")
-    if is_hf_dataset(dataset) and keep is not None:
+    if is_hf_dataset(dataset) and keep is not None and not has_transform(dataset):
         unused = [c for c in dataset.column_names if c not in keep]
         if unused:
             dataset = dataset.remove_columns(unused)
@@ -54,6 +54,13 @@ def examples(dataset: Any, what: str, *, keep: set[str] | None, model: Any, trai
 def is_hf_dataset(dataset: Any) -> bool:
     """A datasets.Dataset, recognised without importing ``datasets`` (an optional package)."""
     return type(dataset).__module__.startswith("datasets") and hasattr(dataset, "remove_columns")
+
+
+def has_transform(dataset: Any) -> bool:
+    """A datasets.Dataset given a transform (``with_transform``, ``set_transform``): its rows are what the transform
+    returns, not its Arrow columns. remove_unused_columns keeps the transform's keys the model takes, where removing
+    the Arrow columns it reads ("sentence") stopped the transform with a KeyError, as in transformers."""
+    return is_hf_dataset(dataset) and dataset.format.get("type") == "custom"
 
 
 class _Examples(Sequence):
@@ -79,6 +86,8 @@ class _Examples(Sequence):
 def column(dataset: Any, key: str) -> list:
     """Every example's ``key``: a datasets.Dataset's in one Arrow read; the labels of examples made per row
     (bertkit.sentence's, tokenized as they are read) through their ``label_column``, which tokenizes no row."""
+    if has_transform(dataset):  # through the transform, 1,000 rows a call
+        return [v for start in range(0, len(dataset), 1000) for v in dataset[start:start + 1000][key]]
     if is_hf_dataset(dataset):
         return dataset.select_columns([key]).with_format(None)[:][key]  # one Arrow column, read at once
     if key == "label" and hasattr(dataset, "label_column"):
@@ -205,12 +214,13 @@ def data_fingerprint(examples: Sequence) -> str:
     (SST-2's 67,349 rows in a third of the time of one by one)."""
     digest = hashlib.blake2b(digest_size=16)
     if is_hf_dataset(examples):
-        plain = examples.with_format(None)  # python values, whatever format the user set
+        # python values, whatever format the user set; a transform's rows as it gives them
+        plain = examples if has_transform(examples) else examples.with_format(None)
         for start in range(0, len(plain), 1000):
             batch = plain[start:start + 1000]
             names = sorted(batch)
             for values in zip(*(batch[k] for k in names)):
-                digest.update(pickle.dumps(list(zip(names, values)), protocol=4))
+                digest.update(pickle.dumps([(k, _hashable(v)) for k, v in zip(names, values)], protocol=4))
         return digest.hexdigest()
     for i in range(len(examples)):
         row = examples[i]
