@@ -512,6 +512,31 @@ def test_pickle_round_trip(tok: BertTokenizer) -> None:
     assert len(pickle.dumps(tok)) < 4000  # caches are rebuilt, not shipped to DataLoader workers
 
 
+@pytest.mark.parametrize("edit", [lambda t: t.add_tokens(["newtok"]), lambda t: t.add_special_tokens({"pad_token": "[P2]"}),
+                                  lambda t: setattr(t, "pad_token", "[MASK]")])
+def test_a_shallow_copy_shares_the_vocabulary_and_a_deep_copy_does_not(tok: BertTokenizer, edit) -> None:
+    """t2 = copy.copy(tok); t2.add_tokens(["newtok"]) left tok half-updated: len(tok) 42 and "newtok" in tok.vocab,
+    but tok("a newtok") still WordPiece's pieces. A copy of transformers' BertTokenizerFast shares its backend, so
+    both then read "newtok" as the added id (and both pad with a new pad_token); a deep copy or a pickled one is
+    independent of the tokenizer it was copied from."""
+    import copy
+
+    text, pairs = "hello newtok [P2] [MASK]", ["hello", "hello world"]
+    before = tok(text)["input_ids"], tok(pairs, padding=True)["input_ids"]
+    deep, pickled, shallow = copy.deepcopy(tok), pickle.loads(pickle.dumps(tok)), copy.copy(tok)
+    shallow.model_max_length = 7  # a setting of the copy's own, as in transformers
+    edit(shallow)
+    after = shallow(text)["input_ids"], shallow(pairs, padding=True)["input_ids"]
+    assert after != before
+    assert (tok(text)["input_ids"], tok(pairs, padding=True)["input_ids"]) == after
+    assert (len(tok), tok.pad_token_id, tok.model_max_length) == (len(shallow), shallow.pad_token_id, 512)
+    for other in (deep, pickled):
+        assert (other(text)["input_ids"], other(pairs, padding=True)["input_ids"]) == before
+        assert (len(other), other.pad_token, other.pad_token_id) == (len(VOCAB), "[PAD]", 0)
+    edit(deep)
+    assert (deep(text)["input_ids"], deep(pairs, padding=True)["input_ids"]) == after
+
+
 @pytest.mark.parametrize("name, value, fix", [
     ("do_lower_case", False, "AutoTokenizer.from_pretrained(path, do_lower_case=False)"),
     ("strip_accents", False, "AutoTokenizer.from_pretrained(path, strip_accents=False)"),

@@ -551,6 +551,26 @@ def test_assigning_a_special_token_moves_its_id_as_in_transformers(minilm_dir):
     assert ours.pad_token == "[MASK]" and ours.pad_token_id == 103
 
 
+def test_assigning_a_special_token_id_moves_the_token_and_what_is_saved_as_in_transformers(minilm_dir, tmp_path):
+    """tok.pad_token_id = 103 (a DataCollator recipe) was kept as a bare number: rows padded with 103 while pad_token
+    stayed "[PAD]", so the saved tokenizer padded with 0 once reloaded. transformers makes "[MASK]" the pad token. A
+    table made from the tokens (vocab, all_special_ids) assigned was kept and read by convert_tokens_to_ids (every
+    token [UNK]); transformers has no setter for them."""
+    ours = BertTokenizer.from_pretrained(minilm_dir)
+    hf = transformers.BertTokenizerFast.from_pretrained(minilm_dir)
+    ours.pad_token_id = hf.pad_token_id = 103
+    assert ours.pad_token == hf.pad_token == "[MASK]"
+    rows = [[101, 1037, 102, 103], [101, 1038, 1039, 102]]
+    assert ours(["a", "b c"], padding=True)["input_ids"] == hf(["a", "b c"], padding=True)["input_ids"] == rows
+    ours.save_pretrained(tmp_path)
+    for again in (BertTokenizer.from_pretrained(tmp_path), transformers.BertTokenizerFast.from_pretrained(tmp_path)):
+        assert again.pad_token_id == 103 and again(["a", "b c"], padding=True)["input_ids"] == rows
+    for name, value in (("vocab", {}), ("all_special_ids", [1]), ("ids_to_tokens", {})):
+        with pytest.raises(AttributeError, match=f"tok.{name} cannot be assigned: .*tok.add_tokens"):
+            setattr(ours, name, value)
+    assert ours.convert_tokens_to_ids(["hello", "[MASK]"]) == [7592, 103]
+
+
 @pytest.mark.parametrize("return_tensors", ["pt", "np"])
 def test_pad_of_one_example_gives_its_row_unbatched(toks, sentences, return_tensors):
     # transformers pads one example dict to (T,) tensors (as its columns came); bertkit gave (1, T)

@@ -1,7 +1,7 @@
 """BertTokenizer: text -> BERT input ids, with character offsets, token for token as BertTokenizerFast.
 
-The class holds the vocabulary, the special tokens and the settings; docs/tokenizer.md says which module does
-the rest.
+The class holds the settings and reads and writes the files; its vocabulary and special tokens, and what a user
+may change of them, are ``vocabulary``'s; docs/tokenizer.md says which module does the rest.
 """
 
 from __future__ import annotations
@@ -16,7 +16,6 @@ from bertkit._parallel import job_of
 from bertkit.errors import BertkitError, MissingFileError, given_path
 from bertkit.outputs import atomic_write_json
 from bertkit.staging import staged
-from bertkit.tokenization.basic import BasicTokenizer
 from bertkit.tokenization.batch import (
     Segment,
     as_tensor,
@@ -43,43 +42,17 @@ from bertkit.tokenization.loading import (
     typed_setting,
 )
 from bertkit.tokenization.pad import pad_examples
-from bertkit.tokenization.text import TextEncoder, check_added_tokens
-from bertkit.tokenization.wordpiece import VOCAB_FILE, WordPiece, load_vocab, unique_tokens, write_vocab_file
+from bertkit.tokenization.vocabulary import EditableVocabulary, Vocabulary, right_only
+from bertkit.tokenization.wordpiece import VOCAB_FILE, load_vocab, unique_tokens, write_vocab_file
 
 __all__ = ["BertTokenizer", "BertTokenizerFast"]
 
 # transformers' model_max_length for a tokenizer whose files set none (its VERY_LARGE_INTEGER): no limit of the
 # tokenizer's own, so a model's positions decide where its texts are cut (sentence-transformers caps it at them)
 NO_MODEL_MAX_LENGTH = int(1e30)
-def _right_only(name: str, value: object) -> None:
-    if value != "right":
-        raise BertkitError(f"{name}={value!r}: bertkit pads and truncates on the right only (BERT's layout; "
-                           "the encoder's unpadded path expects right padding); leave it \"right\"")
 
 
-# What _build makes the text pipeline from, with how to change it. transformers' fast tokenizer ignores an assignment
-# (until saved and loaded again); a pickled copy (DataLoader and datasets.map workers) rebuilt from the new value would
-# give other ids than the tokenizer it was copied from, so an assignment is refused.
-_BUILT_FROM = {**dict.fromkeys(("do_lower_case", "strip_accents", "tokenize_chinese_chars", "max_input_chars_per_word"),
-                               "load the tokenizer with it: AutoTokenizer.from_pretrained(path, {name}={value!r})"),
-               "additional_special_tokens": "add them with tok.add_special_tokens({{'{name}': {value!r}}})",
-               "added_tokens": "add them with tok.add_tokens({value!r})"}
-
-
-class _RightOnly:
-    """A tokenizer attribute that reads "right" and refuses any other value set to it, naming itself."""
-
-    def __set_name__(self, owner: type, name: str) -> None:
-        self.name = name
-
-    def __get__(self, obj: Any, owner: type | None = None) -> str:
-        return "right"
-
-    def __set__(self, obj: Any, value: object) -> None:
-        _right_only(self.name, value)
-
-
-class BertTokenizer:
+class BertTokenizer(EditableVocabulary):
     """BERT's WordPiece tokenizer, with the behaviour of Hugging Face's BertTokenizerFast.
 
     >>> tok = BertTokenizer.from_pretrained("models/minilm")
@@ -113,96 +86,25 @@ class BertTokenizer:
             tokens = unique_tokens(vocab, "the vocabulary")
         else:
             tokens = load_vocab(vocab)
-        self._tokens = tokens
         settings = {"do_lower_case": do_lower_case, "strip_accents": strip_accents,
                     "tokenize_chinese_chars": tokenize_chinese_chars, "model_max_length": model_max_length,
                     "max_input_chars_per_word": max_input_chars_per_word,
                     "clean_up_tokenization_spaces": clean_up_tokenization_spaces}
         for key, value in settings.items():  # as transformers refuses them: bool("false") would lower-case
             typed_setting(value, SETTING_TYPES[key], key)
-        # WordPiece segments words with these first tokens only: add_tokens appends tokens that are matched in the
-        # text, never produced from a word's pieces (Hugging Face keeps them out of its WordPiece model).
-        self._wordpiece_size = len(tokens)
-        self.do_lower_case = do_lower_case
-        self.strip_accents = strip_accents
-        self.tokenize_chinese_chars = tokenize_chinese_chars
-        self.unk_token, self.sep_token, self.pad_token = unk_token, sep_token, pad_token
-        self.cls_token, self.mask_token = cls_token, mask_token
-        self.additional_special_tokens = list(additional_special_tokens)
-        # Tokens added with add_tokens: cut out of the text before WordPiece, like special tokens, but matched
-        # normalised in the normalised text, as Hugging Face matches them (an uncased "NAIVE" is the added "naïve").
-        self.added_tokens: list[str] = list(dict.fromkeys(added_tokens))
+        special = {"unk_token": unk_token, "sep_token": sep_token, "pad_token": pad_token, "cls_token": cls_token,
+                   "mask_token": mask_token}
+        self._vocabulary = Vocabulary(tokens, settings, special, additional_special_tokens, added_tokens)
         self.model_max_length = int(model_max_length)
-        self.max_input_chars_per_word = max_input_chars_per_word
         self.clean_up_tokenization_spaces = clean_up_tokenization_spaces
 
-        missing = [t for t in (*self._special_list(), *added_tokens) if t not in tokens]
-        if missing:
-            raise BertkitError(
-                f"the vocabulary ({len(tokens)} tokens) lacks the special tokens {missing}; add them to the "
-                f"vocabulary or pass the names it uses (unk_token=, sep_token=, pad_token=, cls_token=, "
-                f"mask_token=)"
-            )
-        self._build()
-        check_added_tokens(self._text.basic, self.added_tokens, self.all_special_tokens)
-
     def __setattr__(self, name: str, value: Any) -> None:
-        # tok.pad_token = "[MASK]", as transformers users write it: pad_token_id and what pads follow (assigned alone,
-        # the ids stayed the old token's). transformers cuts out of the text and skips in decode the tokens it did
-        # before, so only a token already special keeps that set as it is.
-        if name in _BUILT_FROM and "_text" in self.__dict__ and value != getattr(self, name):
-            raise BertkitError(f"tok.{name} = {value!r}: the tokenizer's text pipeline is built from it once "
-                               "(transformers' tokenizer ignores the assignment until saved and loaded again); "
-                               f"{_BUILT_FROM[name].format(name=name, value=value)}")
         if name == "model_input_names" and list(value) != type(self).model_input_names:
             # transformers then leaves out the keys it lacks: pairs without token_type_ids, scored as one segment
             raise BertkitError(f"tok.model_input_names = {value!r}: bertkit's tokenizer does not read it and would still "
                                "return every key; pass return_token_type_ids=False (return_attention_mask=False) to "
                                "the calls instead (docs/tokenizer.md)")
-        if name in SPECIAL_TOKEN_KEYS and "vocab" in self.__dict__:
-            if value not in self.all_special_tokens:
-                raise BertkitError(f"{name}={value!r} is not one of this tokenizer's special tokens "
-                                   f"{self.all_special_tokens}; make it one with add_special_tokens({{{name!r}: "
-                                   f"{value!r}}}) (a token the vocabulary lacks is added: resize the model's "
-                                   "embeddings to len(tokenizer))")
-            self.add_special_tokens({name: value})
-        else:
-            super().__setattr__(name, value)
-
-    def _special_list(self) -> list[str]:
-        return [*(getattr(self, key) for key in SPECIAL_TOKEN_KEYS), *self.additional_special_tokens]
-
-    def _build(self) -> None:
-        """Derived tables and caches (rebuilt after unpickling rather than shipped to DataLoader workers)."""
-        self.vocab: dict[str, int] = {t: i for i, t in enumerate(self._tokens)}  # duplicates: last id wins, as HF
-        self.all_special_tokens: list[str] = list(dict.fromkeys(self._special_list()))
-        self.all_special_ids: list[int] = [self.vocab[t] for t in self.all_special_tokens]
-        for key in SPECIAL_TOKEN_KEYS:  # unk_token_id, sep_token_id, ...
-            setattr(self, f"{key}_id", self.vocab[getattr(self, key)])
-        basic = BasicTokenizer(self.do_lower_case, self.strip_accents, self.tokenize_chinese_chars)
-        # An id reads back (convert_ids_to_tokens, decode) as the text it matches: an added token's normalised
-        # form, as tokenizers stores it (an uncased tokenizer's added "[E1]" is "[e1]", "Café" "cafe").
-        read_back = list(self._tokens)
-        for t in self.added_tokens:
-            if t not in self.all_special_tokens:
-                read_back[self.vocab[t]] = basic.normalize(t)[0]
-        self.ids_to_tokens: dict[int, str] = dict(enumerate(read_back))
-        pieces = self.vocab if len(self._tokens) == self._wordpiece_size else \
-            {t: i for t, i in self.vocab.items() if i < self._wordpiece_size or t == self.unk_token}
-        wordpiece = WordPiece(pieces, self.unk_token, self.max_input_chars_per_word)
-        self._text = TextEncoder(self.vocab, basic, wordpiece, self.all_special_tokens, self.added_tokens)
-        self._special_id_set = frozenset(self.all_special_ids)
-        # word_ids: a token starts a word unless it is a WordPiece continuation ("##...").
-        self._continuation_ids = frozenset(i for i, t in enumerate(self._tokens) if t.startswith("##"))
-
-    def __getstate__(self) -> dict:
-        # What a DataLoader worker receives: the settings and the token list, not caches or derived maps.
-        derived = ("vocab", "ids_to_tokens", "_text", "_special_id_set", "_continuation_ids")
-        return {k: v for k, v in self.__dict__.items() if k not in derived}
-
-    def __setstate__(self, state: dict) -> None:
-        self.__dict__.update(state)
-        self._build()
+        super().__setattr__(name, value)  # the vocabulary's attributes: EditableVocabulary.__setattr__
 
     # ------------------------------------------------------------------------------------------------
     # Loading and saving
@@ -218,7 +120,7 @@ class BertTokenizer:
         refuse_hub_options(path, overrides)
         for side in ("padding_side", "truncation_side"):  # transformers takes them here too; "right" is all there is
             if side in overrides:
-                _right_only(side, overrides.pop(side))
+                right_only(side, overrides.pop(side))
         settings_known = (*SETTING_TYPES, *SPECIAL_TOKEN_KEYS, "additional_special_tokens")
         unknown = sorted(set(overrides) - set(settings_known))
         if unknown:  # else the constructor's TypeError, after the files are read, names one and no way on
@@ -251,8 +153,8 @@ class BertTokenizer:
             )
         tokenizer = cls(vocab, **settings)
         if wordpiece_size < len(tokenizer):  # added tokens (ids from wordpiece_size) are not WordPiece's, as in HF
-            tokenizer._wordpiece_size = wordpiece_size
-            tokenizer._build()
+            tokenizer._vocabulary._wordpiece_size = wordpiece_size
+            tokenizer._vocabulary._build()
         check_fits_model(len(tokenizer.vocab), path, source)
         return tokenizer
 
@@ -335,84 +237,12 @@ class BertTokenizer:
             f"model_max_length={self.model_max_length})"
         )
 
-    def add_tokens(self, new_tokens: str | Sequence[str], special_tokens: bool = False) -> int:
-        """Add tokens at the end of the vocabulary; returns how many were new (resize the model with
-        ``model.resize_token_embeddings(len(tokenizer))``). As in Hugging Face, an added token (one the vocabulary
-        had already too) is cut out of the text before WordPiece wherever its normalised form occurs in the normalised
-        text, inside a word too ("NAIVE" or "Naïve" for an uncased tokenizer's "naïve", "new\tyork" for "new york"),
-        and WordPiece never makes one from a word's pieces; with
-        ``special_tokens=True`` it becomes an additional special token (matched exactly, skipped by decode).
-        """
-        many = isinstance(new_tokens, Iterable) and not isinstance(new_tokens, str)
-        tokens = list(new_tokens) if many else [new_tokens]
-        bad = [t for t in tokens if not isinstance(t, str) or not t or t != t.strip()]
-        if bad:
-            # transformers takes an AddedToken too; its options (single_word, lstrip, rstrip, normalized) would match
-            # the token otherwise than bertkit matches added tokens (docs/tokenizer.md, "Loading and saving")
-            raise BertkitError(f"tokens to add must be non-empty strings without surrounding spaces, got {bad}: pass "
-                               "each as a str, stripped (an AddedToken's .content: its options are not implemented)")
-        if not special_tokens:  # before anything is added
-            check_added_tokens(self._text.basic, [*self.added_tokens, *tokens], self.all_special_tokens)
-        added = 0
-        for token in dict.fromkeys(tokens):
-            if token not in self.vocab:
-                self._tokens.append(token)
-                self.vocab[token] = len(self._tokens) - 1  # for the next token's check; _build remakes it
-                added += 1
-            # A token the vocabulary has already is cut out of the text from now on too ("york" in "newyorker"),
-            # as Hugging Face does; it keeps its id
-            target = self.additional_special_tokens if special_tokens else self.added_tokens
-            if token not in target and token not in self.all_special_tokens:
-                target.append(token)
-        self._build()
-        return added
-
-    def add_special_tokens(self, special_tokens_dict: Mapping[str, str | Sequence[str]]) -> int:
-        """Set special tokens (``pad_token``, ``cls_token``, ... or ``additional_special_tokens``: a list),
-        adding the ones the vocabulary lacks; returns how many were new. Additional special tokens are
-        appended to those already there (transformers can replace the list; the old ones stay in the
-        vocabulary either way). A named special token replaced (``pad_token`` "[PAD]" by "[PAD2]") becomes an
-        additional special token: transformers keeps it special too."""
-        unknown = sorted(set(special_tokens_dict) - {*SPECIAL_TOKEN_KEYS, "additional_special_tokens"})
-        if unknown:
-            raise BertkitError(f"unknown special token keys {unknown}; use {SPECIAL_TOKEN_KEYS} or "
-                               "additional_special_tokens")
-        added = 0
-        for key, value in special_tokens_dict.items():
-            if key == "additional_special_tokens":
-                added += self.add_tokens([value] if isinstance(value, str) else list(value), special_tokens=True)
-            else:
-                if not isinstance(value, str):
-                    raise BertkitError(f"{key} must be a str, got {value!r}")
-                added += self.add_tokens(value, special_tokens=True)
-                if value in self.additional_special_tokens:  # now a named special token instead
-                    self.additional_special_tokens.remove(value)
-                old = getattr(self, key)
-                self.__dict__[key] = value  # not through __setattr__, which comes here
-                if old not in self._special_list():
-                    # the token it replaces stays special (cut out of the text, skipped by decode), as transformers
-                    # keeps it and as from_pretrained reads a tokenizer.json that flags it special
-                    self.additional_special_tokens.append(old)
-        self._build()
-        return added
-
     def convert_tokens_to_ids(self, tokens: str | Iterable[str]) -> int | list[int]:
         """Token string(s) -> id(s); strings not in the vocabulary map to ``unk_token_id``."""
         if isinstance(tokens, str):
             return self.vocab.get(tokens, self.unk_token_id)
         get, unk = self.vocab.get, self.unk_token_id
         return [get(t, unk) for t in tokens]
-
-    def convert_ids_to_tokens(self, ids: int | Iterable[int]) -> str | list[str]:
-        """Id(s) -> token string(s); an id outside 0..len(self)-1 is a ValueError."""
-        if isinstance(ids, int) or getattr(ids, "ndim", None) == 0:
-            return self._token_of(as_id_list([ids])[0])
-        return [self._token_of(i) for i in as_id_list(ids)]
-
-    # What transformers' data collators read besides pad(): BERT pads and truncates on the right only, so
-    # setting either to "left" (as transformers allows) is refused rather than kept and ignored.
-    padding_side = _RightOnly()
-    truncation_side = _RightOnly()
 
     is_fast = True  # answers as BertTokenizerFast does (offsets, word_ids)
     model_input_names = ["input_ids", "token_type_ids", "attention_mask"]
@@ -428,11 +258,6 @@ class BertTokenizer:
             return [1 if int(i) in self._special_id_set else 0 for i in token_ids_0]
         mask = [1] + [0] * len(token_ids_0) + [1]
         return mask if token_ids_1 is None else mask + [0] * len(token_ids_1) + [1]
-
-    def _token_of(self, i: int) -> str:
-        if not 0 <= i < len(self._tokens):
-            raise BertkitError(f"token id {i} is outside the vocabulary (0..{len(self._tokens) - 1})")
-        return self.ids_to_tokens[i]
 
     # ------------------------------------------------------------------------------------------------
     # Text -> ids
@@ -477,7 +302,7 @@ class BertTokenizer:
         windows). A sequence longer than ``model_max_length`` is not an error here: the model checks its positions.
         """
         if padding_side is not None:
-            _right_only("padding_side", padding_side)
+            right_only("padding_side", padding_side)
         texts, pairs, batched = split_inputs(text, text_pair, is_split_into_words)
         strategy, pad, max_length = plan_call(truncation, max_length, padding, pad_to_multiple_of, stride,
                                               return_overflowing_tokens, return_tensors, add_special_tokens,
@@ -537,7 +362,7 @@ class BertTokenizer:
         bools bool, as transformers makes them). Without ``return_tensors``, torch or numpy inputs give the same
         kind of tensors; one example (not a batch) gives (T,) columns."""
         if padding_side is not None:
-            _right_only("padding_side", padding_side)
+            right_only("padding_side", padding_side)
         return pad_examples(encoded_inputs, self.pad_token_id, self._max_length_to_pad_to, padding, max_length,
                             pad_to_multiple_of, return_tensors)
 

@@ -1,0 +1,235 @@
+"""What a built tokenizer lets a user change: its vocabulary, its special and added tokens, and nothing else.
+
+``Vocabulary`` holds the tokens, the special and added tokens, the settings the text pipeline is built from, and
+what is built from them (the id maps, ``text.TextEncoder``); ``add_tokens`` and ``add_special_tokens`` edit it and
+rebuild. ``EditableVocabulary``, the base of ``BertTokenizer``, reads those attributes through to it and decides what
+an assignment to a tokenizer attribute does: ``tok.pad_token = "[MASK]"`` is ``add_special_tokens``, a setting
+the pipeline is built from is refused (with the way to change it), the padding and truncation sides are "right".
+
+A shallow copy of a tokenizer (``copy.copy``) shares its ``Vocabulary``, as a copy of transformers'
+BertTokenizerFast shares its Rust backend: a token added to either is matched by both. ``copy.deepcopy`` and
+pickling (DataLoader workers) copy it, the derived tables rebuilt rather than shipped.
+"""
+
+from __future__ import annotations
+
+import operator
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
+
+from bertkit.errors import BertkitError
+from bertkit.tokenization.basic import BasicTokenizer
+from bertkit.tokenization.decoding import as_id_list
+from bertkit.tokenization.loading import SPECIAL_TOKEN_KEYS
+from bertkit.tokenization.text import TextEncoder, check_added_tokens
+from bertkit.tokenization.wordpiece import WordPiece
+
+# What the text pipeline is built from, with how to change it. transformers' fast tokenizer ignores an assignment
+# (until saved and loaded again); a pickled copy (DataLoader and datasets.map workers) rebuilt from the new value would
+# give other ids than the tokenizer it was copied from, so an assignment is refused.
+_BUILT_FROM = {**dict.fromkeys(("do_lower_case", "strip_accents", "tokenize_chinese_chars", "max_input_chars_per_word"),
+                               "load the tokenizer with it: AutoTokenizer.from_pretrained(path, {name}={value!r})"),
+               "additional_special_tokens": "add them with tok.add_special_tokens({{'{name}': {value!r}}})",
+               "added_tokens": "add them with tok.add_tokens({value!r})"}
+_SPECIAL_IDS = {f"{key}_id": key for key in SPECIAL_TOKEN_KEYS}  # unk_token_id, sep_token_id, ...
+
+
+def right_only(name: str, value: object) -> None:
+    if value != "right":
+        raise BertkitError(f"{name}={value!r}: bertkit pads and truncates on the right only (BERT's layout; "
+                           "the encoder's unpadded path expects right padding); leave it \"right\"")
+
+
+class Vocabulary:
+    """The tokens in id order, the first ``_wordpiece_size`` of them WordPiece's (the rest added, matched in the text
+    and never made from a word's pieces, as Hugging Face keeps them out of its WordPiece model), the special and
+    added tokens, the settings of the text pipeline, and the tables ``_build`` makes from them."""
+
+    # What it pickles; the rest is derived (rebuilt after unpickling rather than shipped to DataLoader workers).
+    _STATE = ("_tokens", "_wordpiece_size", *_BUILT_FROM, *SPECIAL_TOKEN_KEYS)
+    _DERIVED = ("vocab", "all_special_tokens", "all_special_ids", *_SPECIAL_IDS, "ids_to_tokens", "_text",
+                "_special_id_set", "_continuation_ids")
+
+    def __init__(self, tokens: list[str], settings: Mapping[str, Any], special: Mapping[str, str],
+                 additional_special_tokens: Sequence[str], added_tokens: Sequence[str]):
+        self._tokens = tokens
+        self._wordpiece_size = len(tokens)
+        for key in ("do_lower_case", "strip_accents", "tokenize_chinese_chars", "max_input_chars_per_word"):
+            setattr(self, key, settings[key])
+        for key in SPECIAL_TOKEN_KEYS:
+            setattr(self, key, special[key])
+        self.additional_special_tokens = list(additional_special_tokens)
+        # Tokens added with add_tokens: cut out of the text before WordPiece, like special tokens, but matched
+        # normalised in the normalised text, as Hugging Face matches them (an uncased "NAIVE" is the added "naïve").
+        self.added_tokens: list[str] = list(dict.fromkeys(added_tokens))
+        missing = [t for t in (*self._special_list(), *added_tokens) if t not in tokens]
+        if missing:
+            raise BertkitError(
+                f"the vocabulary ({len(tokens)} tokens) lacks the special tokens {missing}; add them to the "
+                f"vocabulary or pass the names it uses (unk_token=, sep_token=, pad_token=, cls_token=, "
+                f"mask_token=)"
+            )
+        self._build()
+        check_added_tokens(self._text.basic, self.added_tokens, self.all_special_tokens)
+
+    def _special_list(self) -> list[str]:
+        return [*(getattr(self, key) for key in SPECIAL_TOKEN_KEYS), *self.additional_special_tokens]
+
+    def _build(self) -> None:
+        self.vocab: dict[str, int] = {t: i for i, t in enumerate(self._tokens)}  # duplicates: last id wins, as HF
+        self.all_special_tokens: list[str] = list(dict.fromkeys(self._special_list()))
+        self.all_special_ids: list[int] = [self.vocab[t] for t in self.all_special_tokens]
+        for name, key in _SPECIAL_IDS.items():
+            setattr(self, name, self.vocab[getattr(self, key)])
+        basic = BasicTokenizer(self.do_lower_case, self.strip_accents, self.tokenize_chinese_chars)
+        # An id reads back (convert_ids_to_tokens, decode) as the text it matches: an added token's normalised
+        # form, as tokenizers stores it (an uncased tokenizer's added "[E1]" is "[e1]", "Café" "cafe").
+        read_back = list(self._tokens)
+        for t in self.added_tokens:
+            if t not in self.all_special_tokens:
+                read_back[self.vocab[t]] = basic.normalize(t)[0]
+        self.ids_to_tokens: dict[int, str] = dict(enumerate(read_back))
+        pieces = self.vocab if len(self._tokens) == self._wordpiece_size else \
+            {t: i for t, i in self.vocab.items() if i < self._wordpiece_size or t == self.unk_token}
+        wordpiece = WordPiece(pieces, self.unk_token, self.max_input_chars_per_word)
+        self._text = TextEncoder(self.vocab, basic, wordpiece, self.all_special_tokens, self.added_tokens)
+        self._special_id_set = frozenset(self.all_special_ids)
+        # word_ids: a token starts a word unless it is a WordPiece continuation ("##...").
+        self._continuation_ids = frozenset(i for i, t in enumerate(self._tokens) if t.startswith("##"))
+
+    def __getstate__(self) -> dict:
+        return {k: v for k, v in self.__dict__.items() if k not in self._DERIVED}
+
+    def __setstate__(self, state: dict) -> None:
+        self.__dict__.update(state)
+        self._build()
+
+    def add_tokens(self, tokens: list[str], special_tokens: bool) -> int:
+        bad = [t for t in tokens if not isinstance(t, str) or not t or t != t.strip()]
+        if bad:
+            # transformers takes an AddedToken too; its options (single_word, lstrip, rstrip, normalized) would match
+            # the token otherwise than bertkit matches added tokens (docs/tokenizer.md, "Loading and saving")
+            raise BertkitError(f"tokens to add must be non-empty strings without surrounding spaces, got {bad}: pass "
+                               "each as a str, stripped (an AddedToken's .content: its options are not implemented)")
+        if not special_tokens:  # before anything is added
+            check_added_tokens(self._text.basic, [*self.added_tokens, *tokens], self.all_special_tokens)
+        added = 0
+        for token in dict.fromkeys(tokens):
+            if token not in self.vocab:
+                self._tokens.append(token)
+                self.vocab[token] = len(self._tokens) - 1  # for the next token's check; _build remakes it
+                added += 1
+            # A token the vocabulary has already is cut out of the text from now on too ("york" in "newyorker"),
+            # as Hugging Face does; it keeps its id
+            target = self.additional_special_tokens if special_tokens else self.added_tokens
+            if token not in target and token not in self.all_special_tokens:
+                target.append(token)
+        self._build()
+        return added
+
+    def add_special_tokens(self, special_tokens_dict: Mapping[str, str | Sequence[str]]) -> int:
+        unknown = sorted(set(special_tokens_dict) - {*SPECIAL_TOKEN_KEYS, "additional_special_tokens"})
+        if unknown:
+            raise BertkitError(f"unknown special token keys {unknown}; use {SPECIAL_TOKEN_KEYS} or "
+                               "additional_special_tokens")
+        added = 0
+        for key, value in special_tokens_dict.items():
+            if key == "additional_special_tokens":
+                added += self.add_tokens([value] if isinstance(value, str) else list(value), special_tokens=True)
+                continue
+            if not isinstance(value, str):
+                raise BertkitError(f"{key} must be a str, got {value!r}")
+            added += self.add_tokens([value], special_tokens=True)
+            if value in self.additional_special_tokens:  # now a named special token instead
+                self.additional_special_tokens.remove(value)
+            old = getattr(self, key)
+            setattr(self, key, value)
+            if old not in self._special_list():
+                # the token it replaces stays special (cut out of the text, skipped by decode), as transformers
+                # keeps it and as from_pretrained reads a tokenizer.json that flags it special
+                self.additional_special_tokens.append(old)
+        self._build()
+        return added
+
+
+class _RightOnly:
+    """A tokenizer attribute that reads "right" and refuses any other value set to it, naming itself."""
+
+    def __set_name__(self, owner: type, name: str) -> None:
+        self.name = name
+
+    def __get__(self, obj: Any, owner: type | None = None) -> str:
+        return "right"
+
+    def __set__(self, obj: Any, value: object) -> None:
+        right_only(self.name, value)
+
+
+class EditableVocabulary:
+    """The vocabulary side of ``BertTokenizer``: its ``Vocabulary`` read through, edited with ``add_tokens`` and
+    ``add_special_tokens``, and the assignments a user may make to it."""
+
+    _vocabulary: Vocabulary
+    # What transformers' data collators read besides pad(): BERT pads and truncates on the right only, so
+    # setting either to "left" (as transformers allows) is refused rather than kept and ignored.
+    padding_side = _RightOnly()
+    truncation_side = _RightOnly()
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        if name not in _READ_THROUGH:
+            super().__setattr__(name, value)
+        elif name in SPECIAL_TOKEN_KEYS or name in _SPECIAL_IDS:
+            # tok.pad_token = "[MASK]", as transformers users write it: pad_token_id and what pads follow (assigned
+            # alone, the ids stayed the old token's). transformers cuts out of the text and skips in decode the tokens
+            # it did before, so only a token already special keeps that set as it is.
+            key = _SPECIAL_IDS.get(name, name)
+            token = self.convert_ids_to_tokens(value) if name in _SPECIAL_IDS else value
+            if token not in self.all_special_tokens:
+                raise BertkitError(f"{name}={value!r} is not one of this tokenizer's special tokens "
+                                   f"{self.all_special_tokens}; make it one with add_special_tokens({{{key!r}: "
+                                   f"{token!r}}}) (a token the vocabulary lacks is added: resize the model's "
+                                   "embeddings to len(tokenizer))")
+            self.add_special_tokens({key: token})
+        elif name not in _BUILT_FROM:  # as transformers' properties without a setter
+            raise AttributeError(f"tok.{name} cannot be assigned: it is made from the tokens; change them with "
+                                 "tok.add_tokens([...]) or tok.add_special_tokens({...})")
+        elif value != getattr(self, name):
+            raise BertkitError(f"tok.{name} = {value!r}: the tokenizer's text pipeline is built from it once "
+                               "(transformers' tokenizer ignores the assignment until saved and loaded again); "
+                               f"{_BUILT_FROM[name].format(name=name, value=value)}")
+
+    def add_tokens(self, new_tokens: str | Sequence[str], special_tokens: bool = False) -> int:
+        """Add tokens at the end of the vocabulary; returns how many were new (resize the model with
+        ``model.resize_token_embeddings(len(tokenizer))``). As in Hugging Face, an added token (one the vocabulary
+        had already too) is cut out of the text before WordPiece wherever its normalised form occurs in the normalised
+        text, inside a word too ("NAIVE" or "Naïve" for an uncased tokenizer's "naïve", "new\\tyork" for "new york"),
+        and WordPiece never makes one from a word's pieces; with
+        ``special_tokens=True`` it becomes an additional special token (matched exactly, skipped by decode).
+        """
+        many = isinstance(new_tokens, Iterable) and not isinstance(new_tokens, str)
+        return self._vocabulary.add_tokens(list(new_tokens) if many else [new_tokens], special_tokens)
+
+    def add_special_tokens(self, special_tokens_dict: Mapping[str, str | Sequence[str]]) -> int:
+        """Set special tokens (``pad_token``, ``cls_token``, ... or ``additional_special_tokens``: a list),
+        adding the ones the vocabulary lacks; returns how many were new. Additional special tokens are
+        appended to those already there (transformers can replace the list; the old ones stay in the
+        vocabulary either way). A named special token replaced (``pad_token`` "[PAD]" by "[PAD2]") becomes an
+        additional special token: transformers keeps it special too."""
+        return self._vocabulary.add_special_tokens(special_tokens_dict)
+
+    def convert_ids_to_tokens(self, ids: int | Iterable[int]) -> str | list[str]:
+        """Id(s) -> token string(s); an id outside 0..len(self)-1 is a ValueError."""
+        if isinstance(ids, int) or getattr(ids, "ndim", None) == 0:
+            return self._token_of(as_id_list([ids])[0])
+        return [self._token_of(i) for i in as_id_list(ids)]
+
+    def _token_of(self, i: int) -> str:
+        if not 0 <= i < len(self._tokens):
+            raise BertkitError(f"token id {i} is outside the vocabulary (0..{len(self._tokens) - 1})")
+        return self.ids_to_tokens[i]
+
+
+# The tokenizer's attributes that are its Vocabulary's, read through (attrgetter: C speed, read per call by __call__).
+_READ_THROUGH = frozenset((*Vocabulary._STATE, *Vocabulary._DERIVED))
+for _name in _READ_THROUGH:
+    setattr(EditableVocabulary, _name, property(operator.attrgetter(f"_vocabulary.{_name}")))
