@@ -569,6 +569,10 @@ def test_assigning_a_special_token_id_moves_the_token_and_what_is_saved_as_in_tr
         with pytest.raises(AttributeError, match=f"tok.{name} cannot be assigned: .*tok.add_tokens"):
             setattr(ours, name, value)
     assert ours.convert_tokens_to_ids(["hello", "[MASK]"]) == [7592, 103]
+    for value in (None, "0", 0.0):
+        with pytest.raises(BertkitError, match=r"pad_token_id=.*: a token id is an int; .*'\[PAD\]': 0"):
+            ours.pad_token_id = value
+    assert ours.pad_token_id == 103
 
 
 @pytest.mark.parametrize("return_tensors", ["pt", "np"])

@@ -191,32 +191,8 @@ class BertTokenizer(EditableVocabulary):
                                    **trainer)
 
     # ------------------------------------------------------------------------------------------------
-    # Vocabulary
+    # The layout of a row (the vocabulary and its edits: EditableVocabulary)
     # ------------------------------------------------------------------------------------------------
-
-    @property
-    def vocab_size(self) -> int:
-        """The WordPiece vocabulary's size, without the tokens added past it (``len(tok)`` counts those), as
-        transformers gives it: ``range(tok.vocab_size, len(tok))`` are the added ids."""
-        return self._wordpiece_size
-
-    def __len__(self) -> int:
-        return len(self._tokens)
-
-    def get_vocab(self) -> dict[str, int]:
-        """A copy of ``{token: id}``, added tokens included (``len(tok.get_vocab()) == len(tok)``)."""
-        return dict(self.vocab)
-
-    def get_added_vocab(self) -> dict[str, int]:
-        """``{token: id}`` of the tokens cut out of the text before WordPiece (the special tokens and those added),
-        in id order, as transformers' fast tokenizer lists them."""
-        added = dict.fromkeys([*self.all_special_tokens, *self.added_tokens])
-        return dict(sorted(((t, self.vocab[t]) for t in added), key=lambda item: item[1]))
-
-    @property
-    def special_tokens_map(self) -> dict[str, str]:
-        """``{"unk_token": "[UNK]", ...}``: the named special tokens (transformers 5 lists no others here)."""
-        return {key: getattr(self, key) for key in SPECIAL_TOKEN_KEYS}
 
     def num_special_tokens_to_add(self, pair: bool = False) -> int:
         """The special tokens ``__call__`` adds: [CLS] and [SEP], and one more [SEP] for a pair."""
@@ -236,13 +212,6 @@ class BertTokenizer(EditableVocabulary):
             f"strip_accents={self.strip_accents}, tokenize_chinese_chars={self.tokenize_chinese_chars}, "
             f"model_max_length={self.model_max_length})"
         )
-
-    def convert_tokens_to_ids(self, tokens: str | Iterable[str]) -> int | list[int]:
-        """Token string(s) -> id(s); strings not in the vocabulary map to ``unk_token_id``."""
-        if isinstance(tokens, str):
-            return self.vocab.get(tokens, self.unk_token_id)
-        get, unk = self.vocab.get, self.unk_token_id
-        return [get(t, unk) for t in tokens]
 
     is_fast = True  # answers as BertTokenizerFast does (offsets, word_ids)
     model_input_names = ["input_ids", "token_type_ids", "attention_mask"]

@@ -13,6 +13,7 @@ pickling (DataLoader workers) copy it, the derived tables rebuilt rather than sh
 
 from __future__ import annotations
 
+import numbers
 import operator
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
@@ -166,8 +167,8 @@ class _RightOnly:
 
 
 class EditableVocabulary:
-    """The vocabulary side of ``BertTokenizer``: its ``Vocabulary`` read through, edited with ``add_tokens`` and
-    ``add_special_tokens``, and the assignments a user may make to it."""
+    """The vocabulary side of ``BertTokenizer``: its ``Vocabulary`` read through (tokens <-> ids, sizes), edited with
+    ``add_tokens`` and ``add_special_tokens``, and the assignments a user may make to it."""
 
     _vocabulary: Vocabulary
     # What transformers' data collators read besides pad(): BERT pads and truncates on the right only, so
@@ -183,7 +184,10 @@ class EditableVocabulary:
             # alone, the ids stayed the old token's). transformers cuts out of the text and skips in decode the tokens
             # it did before, so only a token already special keeps that set as it is.
             key = _SPECIAL_IDS.get(name, name)
-            token = self.convert_ids_to_tokens(value) if name in _SPECIAL_IDS else value
+            if name in _SPECIAL_IDS and (isinstance(value, bool) or not isinstance(value, numbers.Integral)):
+                raise BertkitError(f"{name}={value!r}: a token id is an int; pass the id of one of this tokenizer's "
+                                   f"special tokens {dict(zip(self.all_special_tokens, self.all_special_ids))}")
+            token = self.convert_ids_to_tokens(int(value)) if name in _SPECIAL_IDS else value
             if token not in self.all_special_tokens:
                 raise BertkitError(f"{name}={value!r} is not one of this tokenizer's special tokens "
                                    f"{self.all_special_tokens}; make it one with add_special_tokens({{{key!r}: "
@@ -216,6 +220,37 @@ class EditableVocabulary:
         vocabulary either way). A named special token replaced (``pad_token`` "[PAD]" by "[PAD2]") becomes an
         additional special token: transformers keeps it special too."""
         return self._vocabulary.add_special_tokens(special_tokens_dict)
+
+    @property
+    def vocab_size(self) -> int:
+        """The WordPiece vocabulary's size, without the tokens added past it (``len(tok)`` counts those), as
+        transformers gives it: ``range(tok.vocab_size, len(tok))`` are the added ids."""
+        return self._wordpiece_size
+
+    def __len__(self) -> int:
+        return len(self._tokens)
+
+    def get_vocab(self) -> dict[str, int]:
+        """A copy of ``{token: id}``, added tokens included (``len(tok.get_vocab()) == len(tok)``)."""
+        return dict(self.vocab)
+
+    def get_added_vocab(self) -> dict[str, int]:
+        """``{token: id}`` of the tokens cut out of the text before WordPiece (the special tokens and those added),
+        in id order, as transformers' fast tokenizer lists them."""
+        added = dict.fromkeys([*self.all_special_tokens, *self.added_tokens])
+        return dict(sorted(((t, self.vocab[t]) for t in added), key=lambda item: item[1]))
+
+    @property
+    def special_tokens_map(self) -> dict[str, str]:
+        """``{"unk_token": "[UNK]", ...}``: the named special tokens (transformers 5 lists no others here)."""
+        return {key: getattr(self, key) for key in SPECIAL_TOKEN_KEYS}
+
+    def convert_tokens_to_ids(self, tokens: str | Iterable[str]) -> int | list[int]:
+        """Token string(s) -> id(s); strings not in the vocabulary map to ``unk_token_id``."""
+        if isinstance(tokens, str):
+            return self.vocab.get(tokens, self.unk_token_id)
+        get, unk = self.vocab.get, self.unk_token_id
+        return [get(t, unk) for t in tokens]
 
     def convert_ids_to_tokens(self, ids: int | Iterable[int]) -> str | list[str]:
         """Id(s) -> token string(s); an id outside 0..len(self)-1 is a ValueError."""
