@@ -537,6 +537,23 @@ def test_a_shallow_copy_shares_the_vocabulary_and_a_deep_copy_does_not(tok: Bert
     assert (deep(text)["input_ids"], deep(pairs, padding=True)["input_ids"]) == after
 
 
+def test_an_encoding_keeps_the_vocabulary_its_ids_came_from_and_a_failed_edit_changes_nothing(tok) -> None:
+    """enc = tok(text); tok.add_tokens(["unaffable"]): enc.char_to_token and token_to_chars re-encoded the text with the
+    edited tokenizer, so they answered for "unaffable" as one token while enc's ids held three (char 10 gave token 2,
+    "un", not 3, "##aff"); transformers keeps them from encode time. add_special_tokens({"pad_token": "[P2]",
+    "cls_token": 5}) refused cls_token after it had added "[P2]" and made it pad_token, pad_token_id still 0."""
+    text = "hello unaffable world"
+    enc = tok(text)
+    assert tok.add_tokens(["unaffable"]) == 1 and tok(text)["input_ids"] == [2, 8, 41, 9, 3]
+    assert enc["input_ids"] == [2, 8, 5, 6, 7, 9, 3]
+    assert enc.tokens() == ["[CLS]", "hello", "un", "##aff", "##able", "world", "[SEP]"]
+    assert (enc.char_to_token(10), tuple(enc.token_to_chars(3)), enc.word_ids()) == (
+        3, (8, 11), [None, 0, 1, 1, 1, 2, None])
+    with pytest.raises(BertkitError, match="cls_token must be a str, got 5"):
+        tok.add_special_tokens({"pad_token": "[P2]", "cls_token": 5})
+    assert (len(tok), tok.pad_token, tok.all_special_tokens) == (42, "[PAD]", ["[UNK]", "[SEP]", "[PAD]", "[CLS]", "[MASK]"])
+
+
 @pytest.mark.parametrize("name, value, fix", [
     ("do_lower_case", False, "AutoTokenizer.from_pretrained(path, do_lower_case=False)"),
     ("strip_accents", False, "AutoTokenizer.from_pretrained(path, strip_accents=False)"),

@@ -473,7 +473,7 @@ def test_ids_that_are_not_integers_and_a_flat_batch_are_refused_not_decoded(toks
 def test_an_unknown_return_tensors_is_refused_before_any_text_is_read(toks, sentences, monkeypatch):
     # return_tensors="tf" was refused only after every text of the batch had been tokenized and padded
     ours, _ = toks
-    monkeypatch.setattr(ours, "_segment", lambda *args: pytest.fail("a text was tokenized"))
+    monkeypatch.setattr(ours._text, "encode", lambda *args: pytest.fail("a text was tokenized"))
     with pytest.raises(BertkitError, match="return_tensors='tf' is not supported; use 'pt', 'np' or None"):
         ours(sentences, padding=True, return_tensors="tf")
 

@@ -58,7 +58,7 @@ class BatchEncoding(dict):
     # was batched, and the tokenizer with its is_split_into_words (for token strings, "##" pieces and offsets).
     _row_info: list[RowInfo] | None = None
     _batched: bool = True
-    _tokenizer: Any = None
+    _vocabulary: Any = None  # the tokenizer's Vocabulary these ids came from
     _split: bool = False
 
     def __getattr__(self, name: str) -> Any:
@@ -113,7 +113,7 @@ class BatchEncoding(dict):
                 continue
             seq += [s] * n
             if given is None:
-                given = word_index(row[start:start + n], self._tokenizer._continuation_ids)
+                given = word_index(row[start:start + n], self._vocabulary._continuation_ids)
             words += given
             start += n
             if info.special:
@@ -136,7 +136,7 @@ class BatchEncoding(dict):
     def tokens(self, batch_index: int = 0) -> list[str]:
         """The token strings of row ``batch_index``, special tokens and padding included."""
         self._info(batch_index, "tokens()")
-        return self._tokenizer.convert_ids_to_tokens(self._row("input_ids", batch_index))
+        return [self._vocabulary.ids_to_tokens[i] for i in self._row("input_ids", batch_index)]
 
     def _sequence_range(self, batch_index: int, sequence_index: int) -> range:
         """Token positions of text ``sequence_index`` in the row; the whole row when it has no such text
@@ -162,7 +162,7 @@ class BatchEncoding(dict):
             for text, start, n in ((info.text_a, info.start_a, info.len_a),
                                    (info.text_b, info.start_b, info.len_b)):
                 if n is not None:
-                    out += self._tokenizer._segment(text, True, self._split).offsets[start:start + n] + edge
+                    out += self._vocabulary.segment(text, True, self._split).offsets[start:start + n] + edge
             cache[batch_index] = out + [(0, 0)] * (len(self._row("input_ids", batch_index)) - len(out))
         return cache[batch_index]
 

@@ -17,7 +17,6 @@ from bertkit.errors import BertkitError, MissingFileError, given_path
 from bertkit.outputs import atomic_write_json
 from bertkit.staging import staged
 from bertkit.tokenization.batch import (
-    Segment,
     as_tensor,
     encode_rows,
     pad_rows,
@@ -42,7 +41,7 @@ from bertkit.tokenization.loading import (
     typed_setting,
 )
 from bertkit.tokenization.pad import pad_examples
-from bertkit.tokenization.vocabulary import EditableVocabulary, Vocabulary, right_only
+from bertkit.tokenization.vocabulary import EditableVocabulary, SharedVocabulary, Vocabulary, right_only
 from bertkit.tokenization.wordpiece import VOCAB_FILE, load_vocab, unique_tokens, write_vocab_file
 
 __all__ = ["BertTokenizer", "BertTokenizerFast"]
@@ -94,7 +93,7 @@ class BertTokenizer(EditableVocabulary):
             typed_setting(value, SETTING_TYPES[key], key)
         special = {"unk_token": unk_token, "sep_token": sep_token, "pad_token": pad_token, "cls_token": cls_token,
                    "mask_token": mask_token}
-        self._vocabulary = Vocabulary(tokens, settings, special, additional_special_tokens, added_tokens)
+        self._shared = SharedVocabulary(Vocabulary(tokens, settings, special, additional_special_tokens, added_tokens))
         self.model_max_length = int(model_max_length)
         self.clean_up_tokenization_spaces = clean_up_tokenization_spaces
 
@@ -277,13 +276,14 @@ class BertTokenizer(EditableVocabulary):
                                               return_overflowing_tokens, return_tensors, add_special_tokens,
                                               self.model_max_length, self._max_length_to_pad_to)
 
-        segment = functools.partial(self._segment, with_offsets=return_offsets_mapping, split=is_split_into_words)
+        vocabulary = self._vocabulary  # the one these ids come from, kept by the output (SharedVocabulary)
+        segment = functools.partial(vocabulary.segment, with_offsets=return_offsets_mapping, split=is_split_into_words)
         segments = [(segment(a), None if b is None else segment(b)) for a, b in zip(texts, pairs)]
-        specials = (self.cls_token_id, self.sep_token_id) if add_special_tokens else None
+        specials = (vocabulary.cls_token_id, vocabulary.sep_token_id) if add_special_tokens else None
         rows, infos, sample_mapping = encode_rows(segments, list(zip(texts, pairs)), specials, strategy, max_length,
                                                   return_overflowing_tokens, stride, return_special_tokens_mask,
-                                                  self._continuation_ids)
-        pad_rows(rows, pad, max_length, pad_to_multiple_of, self.pad_token_id)
+                                                  vocabulary._continuation_ids)
+        pad_rows(rows, pad, max_length, pad_to_multiple_of, vocabulary.pad_token_id)
         for key, wanted in (("token_type_ids", return_token_type_ids), ("attention_mask", return_attention_mask)):
             if wanted is False:
                 for row in rows:
@@ -295,25 +295,9 @@ class BertTokenizer(EditableVocabulary):
         if return_overflowing_tokens:
             out["overflow_to_sample_mapping"] = as_tensor(sample_mapping, return_tensors)
         # What word_ids, tokens, char_to_token... of the output need (attributes, not keys).
-        out._row_info, out._tokenizer, out._split = infos, self, is_split_into_words
+        out._row_info, out._vocabulary, out._split = infos, vocabulary, is_split_into_words
         out._batched = batched or return_tensors is not None  # values are per-row (lists of lists, or (B, T))
         return out
-
-    def _segment(self, text: Any, with_offsets: bool, split: bool) -> Segment:
-        """One input text's ids, offsets (None unless ``with_offsets``) and, for pre-split words, word indices."""
-        offsets: list[tuple[int, int]] | None = [] if with_offsets else None
-        if not split:
-            return Segment(self._text.encode(text, offsets), offsets, None)
-        if isinstance(text, str) or not all(isinstance(w, str) for w in text):
-            raise TypeError("with is_split_into_words=True each text is a list of words (str), got "
-                            f"{type(text).__name__}: {str(text)[:60]!r}")
-        ids: list[int] = []
-        words: list[int] = []
-        for w, word in enumerate(text):
-            n = len(ids)
-            ids += self._text.encode(word, offsets)  # offsets relative to the word, as Hugging Face gives them
-            words += [w] * (len(ids) - n)
-        return Segment(ids, offsets, words)
 
     def pad(
         self,

@@ -6,20 +6,22 @@ rebuild. ``EditableVocabulary``, the base of ``BertTokenizer``, reads those attr
 an assignment to a tokenizer attribute does: ``tok.pad_token = "[MASK]"`` is ``add_special_tokens``, a setting
 the pipeline is built from is refused (with the way to change it), the padding and truncation sides are "right".
 
-A shallow copy of a tokenizer (``copy.copy``) shares its ``Vocabulary``, as a copy of transformers'
+A shallow copy of a tokenizer (``copy.copy``) shares its ``SharedVocabulary``, as a copy of transformers'
 BertTokenizerFast shares its Rust backend: a token added to either is matched by both. ``copy.deepcopy`` and
-pickling (DataLoader workers) copy it, the derived tables rebuilt rather than shipped.
+pickling (DataLoader workers) copy it, the derived tables rebuilt rather than shipped. An edit builds a new
+``Vocabulary`` and swaps it in: one is never changed once a tokenizer reads it.
 """
 
 from __future__ import annotations
 
 import numbers
 import operator
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 from bertkit.errors import BertkitError
 from bertkit.tokenization.basic import BasicTokenizer
+from bertkit.tokenization.batch import Segment
 from bertkit.tokenization.decoding import as_id_list
 from bertkit.tokenization.loading import SPECIAL_TOKEN_KEYS
 from bertkit.tokenization.text import TextEncoder, check_added_tokens
@@ -105,6 +107,30 @@ class Vocabulary:
         self.__dict__.update(state)
         self._build()
 
+    def edited(self) -> Vocabulary:
+        """A copy to edit, its lists its own: an edit is made on it and swapped in whole (``EditableVocabulary``)."""
+        new = object.__new__(Vocabulary)
+        new.__dict__.update(self.__dict__)
+        new._tokens, new.vocab = list(self._tokens), dict(self.vocab)
+        new.additional_special_tokens, new.added_tokens = list(self.additional_special_tokens), list(self.added_tokens)
+        return new
+
+    def segment(self, text: Any, with_offsets: bool, split: bool) -> Segment:
+        """One input text's ids, offsets (None unless ``with_offsets``) and, for pre-split words, word indices."""
+        offsets: list[tuple[int, int]] | None = [] if with_offsets else None
+        if not split:
+            return Segment(self._text.encode(text, offsets), offsets, None)
+        if isinstance(text, str) or not all(isinstance(w, str) for w in text):
+            raise TypeError("with is_split_into_words=True each text is a list of words (str), got "
+                            f"{type(text).__name__}: {str(text)[:60]!r}")
+        ids: list[int] = []
+        words: list[int] = []
+        for w, word in enumerate(text):
+            n = len(ids)
+            ids += self._text.encode(word, offsets)  # offsets relative to the word, as Hugging Face gives them
+            words += [w] * (len(ids) - n)
+        return Segment(ids, offsets, words)
+
     def add_tokens(self, tokens: list[str], special_tokens: bool) -> int:
         bad = [t for t in tokens if not isinstance(t, str) or not t or t != t.strip()]
         if bad:
@@ -153,6 +179,24 @@ class Vocabulary:
         return added
 
 
+class SharedVocabulary:
+    """The Vocabulary a tokenizer and its shallow copies read. An edit swaps in a new one: the copies see it at once
+    (as copies of transformers' tokenizer share its backend), an encoding made before keeps the Vocabulary its ids
+    came from (its offsets and word_ids recomputed with it, as transformers keeps them from encode time), and an
+    edit that fails halfway changes nothing."""
+
+    __slots__ = ("current",)
+
+    def __init__(self, vocabulary: Vocabulary):
+        self.current = vocabulary
+
+    def edit(self, change: Callable[[Vocabulary], int]) -> int:
+        new = self.current.edited()
+        result = change(new)
+        self.current = new
+        return result
+
+
 class _RightOnly:
     """A tokenizer attribute that reads "right" and refuses any other value set to it, naming itself."""
 
@@ -170,7 +214,8 @@ class EditableVocabulary:
     """The vocabulary side of ``BertTokenizer``: its ``Vocabulary`` read through (tokens <-> ids, sizes), edited with
     ``add_tokens`` and ``add_special_tokens``, and the assignments a user may make to it."""
 
-    _vocabulary: Vocabulary
+    _shared: SharedVocabulary
+    _vocabulary: Vocabulary = property(operator.attrgetter("_shared.current"))  # type: ignore[assignment]
     # What transformers' data collators read besides pad(): BERT pads and truncates on the right only, so
     # setting either to "left" (as transformers allows) is refused rather than kept and ignored.
     padding_side = _RightOnly()
@@ -211,7 +256,8 @@ class EditableVocabulary:
         ``special_tokens=True`` it becomes an additional special token (matched exactly, skipped by decode).
         """
         many = isinstance(new_tokens, Iterable) and not isinstance(new_tokens, str)
-        return self._vocabulary.add_tokens(list(new_tokens) if many else [new_tokens], special_tokens)
+        tokens = list(new_tokens) if many else [new_tokens]
+        return self._shared.edit(lambda vocabulary: vocabulary.add_tokens(tokens, special_tokens))
 
     def add_special_tokens(self, special_tokens_dict: Mapping[str, str | Sequence[str]]) -> int:
         """Set special tokens (``pad_token``, ``cls_token``, ... or ``additional_special_tokens``: a list),
@@ -219,7 +265,7 @@ class EditableVocabulary:
         appended to those already there (transformers can replace the list; the old ones stay in the
         vocabulary either way). A named special token replaced (``pad_token`` "[PAD]" by "[PAD2]") becomes an
         additional special token: transformers keeps it special too."""
-        return self._vocabulary.add_special_tokens(special_tokens_dict)
+        return self._shared.edit(lambda vocabulary: vocabulary.add_special_tokens(special_tokens_dict))
 
     @property
     def vocab_size(self) -> int:
@@ -267,4 +313,4 @@ class EditableVocabulary:
 # The tokenizer's attributes that are its Vocabulary's, read through (attrgetter: C speed, read per call by __call__).
 _READ_THROUGH = frozenset((*Vocabulary._STATE, *Vocabulary._DERIVED))
 for _name in _READ_THROUGH:
-    setattr(EditableVocabulary, _name, property(operator.attrgetter(f"_vocabulary.{_name}")))
+    setattr(EditableVocabulary, _name, property(operator.attrgetter(f"_shared.current.{_name}")))
