@@ -554,6 +554,21 @@ def test_an_encoding_keeps_the_vocabulary_its_ids_came_from_and_a_failed_edit_ch
     assert (len(tok), tok.pad_token, tok.all_special_tokens) == (42, "[PAD]", ["[UNK]", "[SEP]", "[PAD]", "[CLS]", "[MASK]"])
 
 
+@pytest.mark.parametrize("change", [lambda t: t.additional_special_tokens.append("[E3]"),
+                                    lambda t: t.all_special_tokens.append("[E3]"), lambda t: t.vocab.update(newtok=5),
+                                    lambda t: t.ids_to_tokens.update({5: "zz"}), lambda t: t.added_tokens.append("x")])
+def test_the_tables_a_user_reads_are_copies_as_in_transformers(tok: BertTokenizer, change) -> None:
+    """tok.additional_special_tokens.append("[E3]") changed the tokenizer's own list without rebuilding it: ids
+    unchanged, yet pickle.dumps(tok) (a DataLoader worker) failed with KeyError: '[E3]'; tok.vocab["newtok"] = 5 made
+    convert_tokens_to_ids("newtok") 5 while the text still read [UNK]. transformers builds these anew on each read."""
+    text = "hello [E3] newtok x"
+    want = tok(text)["input_ids"], tok.convert_tokens_to_ids(["newtok", "x"]), tok.convert_ids_to_tokens([5, 29])
+    change(tok)
+    for t in (tok, pickle.loads(pickle.dumps(tok))):
+        assert (t(text)["input_ids"], t.convert_tokens_to_ids(["newtok", "x"]), t.convert_ids_to_tokens([5, 29])) == want
+        assert (t.additional_special_tokens, t.added_tokens, len(t.all_special_tokens), len(t.vocab)) == ([], [], 5, 41)
+
+
 @pytest.mark.parametrize("name, value, fix", [
     ("do_lower_case", False, "AutoTokenizer.from_pretrained(path, do_lower_case=False)"),
     ("strip_accents", False, "AutoTokenizer.from_pretrained(path, strip_accents=False)"),

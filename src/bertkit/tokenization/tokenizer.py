@@ -163,18 +163,18 @@ class BertTokenizer(EditableVocabulary):
         (``bertkit.staging.staged``). tokenizer.json is the file transformers and sentence-transformers read first
         (and bertkit too): one left in ``path`` by another tokenizer would give their ids, not this tokenizer's."""
         path = given_path(path, "the directory to save into")
-        special_map = {k: getattr(self, k) for k in SPECIAL_TOKEN_KEYS}
-        if self.additional_special_tokens:
-            special_map["additional_special_tokens"] = self.additional_special_tokens
+        v = self._vocabulary  # its tables as they are, not the copies a user reads
+        special_map = {k: getattr(v, k) for k in SPECIAL_TOKEN_KEYS}
+        if v.additional_special_tokens:
+            special_map["additional_special_tokens"] = list(v.additional_special_tokens)
         config = {"tokenizer_class": "BertTokenizer", **{k: getattr(self, k) for k in SETTING_TYPES}, **special_map}
-        backend = tokenizer_json(self._tokens[:self._wordpiece_size], self.vocab, self.all_special_tokens,
-                                 self.added_tokens, config)
+        backend = tokenizer_json(v._tokens[:v._wordpiece_size], v.vocab, v.all_special_tokens, v.added_tokens, config)
         # added_tokens.json ({token: id}, Hugging Face's file for them) is written when empty too: transformers reads
         # it beside tokenizer.json, so one left by an earlier save would bring its tokens back.
         files = [(CONFIG_FILE, config), (SPECIAL_TOKENS_MAP_FILE, special_map), (TOKENIZER_FILE, backend),
-                 (ADDED_TOKENS_FILE, {t: self.vocab[t] for t in self.added_tokens})]
+                 (ADDED_TOKENS_FILE, {t: v.vocab[t] for t in v.added_tokens})]
         with staged(path, shared_by=job_of()) as out:  # every rank of a torchrun job may save it (job_of)
-            write_vocab_file(self._tokens, out / VOCAB_FILE)
+            write_vocab_file(v._tokens, out / VOCAB_FILE)
             for name, data in files:
                 atomic_write_json(out / name, data)
         return [path / VOCAB_FILE, *(path / name for name, _ in files)]
@@ -239,7 +239,7 @@ class BertTokenizer(EditableVocabulary):
     def tokenize(self, text: str) -> list[str]:
         """WordPiece strings of ``text`` (no [CLS]/[SEP]): ``"unaffable"`` -> ``["una", "##ffa", "##ble"]``; its ids
         read back as ``convert_ids_to_tokens`` reads them (an added token in its normalised form, as transformers)."""
-        tokens = self.ids_to_tokens
+        tokens = self._vocabulary.ids_to_tokens
         return [tokens[i] for i in self._text.encode(text)]
 
     def __call__(

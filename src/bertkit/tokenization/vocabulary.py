@@ -278,13 +278,14 @@ class EditableVocabulary:
 
     def get_vocab(self) -> dict[str, int]:
         """A copy of ``{token: id}``, added tokens included (``len(tok.get_vocab()) == len(tok)``)."""
-        return dict(self.vocab)
+        return dict(self._vocabulary.vocab)
 
     def get_added_vocab(self) -> dict[str, int]:
         """``{token: id}`` of the tokens cut out of the text before WordPiece (the special tokens and those added),
         in id order, as transformers' fast tokenizer lists them."""
-        added = dict.fromkeys([*self.all_special_tokens, *self.added_tokens])
-        return dict(sorted(((t, self.vocab[t]) for t in added), key=lambda item: item[1]))
+        vocabulary = self._vocabulary
+        added = dict.fromkeys([*vocabulary.all_special_tokens, *vocabulary.added_tokens])
+        return dict(sorted(((t, vocabulary.vocab[t]) for t in added), key=lambda item: item[1]))
 
     @property
     def special_tokens_map(self) -> dict[str, str]:
@@ -293,9 +294,10 @@ class EditableVocabulary:
 
     def convert_tokens_to_ids(self, tokens: str | Iterable[str]) -> int | list[int]:
         """Token string(s) -> id(s); strings not in the vocabulary map to ``unk_token_id``."""
+        vocabulary = self._vocabulary
         if isinstance(tokens, str):
-            return self.vocab.get(tokens, self.unk_token_id)
-        get, unk = self.vocab.get, self.unk_token_id
+            return vocabulary.vocab.get(tokens, vocabulary.unk_token_id)
+        get, unk = vocabulary.vocab.get, vocabulary.unk_token_id
         return [get(t, unk) for t in tokens]
 
     def convert_ids_to_tokens(self, ids: int | Iterable[int]) -> str | list[str]:
@@ -307,10 +309,18 @@ class EditableVocabulary:
     def _token_of(self, i: int) -> str:
         if not 0 <= i < len(self._tokens):
             raise BertkitError(f"token id {i} is outside the vocabulary (0..{len(self._tokens) - 1})")
-        return self.ids_to_tokens[i]
+        return self._vocabulary.ids_to_tokens[i]
 
 
 # The tokenizer's attributes that are its Vocabulary's, read through (attrgetter: C speed, read per call by __call__).
+# Its lists and dicts are read as copies, as transformers builds them anew on each read: tok.vocab["x"] = 5 or
+# tok.additional_special_tokens.append("[E3]") changed the tables without rebuilding what reads text (and a pickled
+# copy then failed to build); the tokenizer's own code reads them from its Vocabulary.
 _READ_THROUGH = frozenset((*Vocabulary._STATE, *Vocabulary._DERIVED))
+_READ_AS_COPIES = ("vocab", "ids_to_tokens", "all_special_tokens", "all_special_ids", "additional_special_tokens",
+                   "added_tokens")
 for _name in _READ_THROUGH:
-    setattr(EditableVocabulary, _name, property(operator.attrgetter(f"_shared.current.{_name}")))
+    _read = operator.attrgetter(f"_shared.current.{_name}")
+    if _name in _READ_AS_COPIES:
+        _read = (lambda read: lambda tok: read(tok).copy())(_read)
+    setattr(EditableVocabulary, _name, property(_read))
