@@ -575,6 +575,23 @@ def test_assigning_a_special_token_id_moves_the_token_and_what_is_saved_as_in_tr
     assert ours.pad_token_id == 103
 
 
+@pytest.mark.parametrize("replace", [True, False])
+def test_add_special_tokens_takes_replace_extra_special_tokens_as_transformers(minilm_dir, replace):
+    """add_special_tokens(..., replace_extra_special_tokens=False), transformers 5's keyword, was a TypeError; either
+    value gives transformers' ids and decode (its replaced tokens stay special)."""
+    ours = BertTokenizer.from_pretrained(minilm_dir)
+    hf = transformers.BertTokenizerFast.from_pretrained(minilm_dir)
+    for t in (ours, hf):
+        t.add_special_tokens({"additional_special_tokens": ["[E1]"]})
+        assert t.add_special_tokens({"additional_special_tokens": ["[E2]"]}, replace_extra_special_tokens=replace) == 1
+    ids = [101, 1060, 30522, 30523, 102]
+    assert ours("x [E1] [E2]")["input_ids"] == hf("x [E1] [E2]")["input_ids"] == ids
+    assert ours.decode(ids, skip_special_tokens=True) == hf.decode(ids, skip_special_tokens=True) == "x"
+    with pytest.raises(BertkitError, match="replace_extra_special_tokens='no': pass True or False"):
+        ours.add_special_tokens({"pad_token": "[E1]"}, replace_extra_special_tokens="no")
+    assert ours.pad_token == "[PAD]"
+
+
 @pytest.mark.parametrize("return_tensors", ["pt", "np"])
 def test_pad_of_one_example_gives_its_row_unbatched(toks, sentences, return_tensors):
     # transformers pads one example dict to (T,) tensors (as its columns came); bertkit gave (1, T)

@@ -259,12 +259,17 @@ class EditableVocabulary:
         tokens = list(new_tokens) if many else [new_tokens]
         return self._shared.edit(lambda vocabulary: vocabulary.add_tokens(tokens, special_tokens))
 
-    def add_special_tokens(self, special_tokens_dict: Mapping[str, str | Sequence[str]]) -> int:
+    def add_special_tokens(self, special_tokens_dict: Mapping[str, str | Sequence[str]],
+                           replace_extra_special_tokens: bool = True) -> int:
         """Set special tokens (``pad_token``, ``cls_token``, ... or ``additional_special_tokens``: a list),
         adding the ones the vocabulary lacks; returns how many were new. Additional special tokens are
-        appended to those already there (transformers can replace the list; the old ones stay in the
-        vocabulary either way). A named special token replaced (``pad_token`` "[PAD]" by "[PAD2]") becomes an
-        additional special token: transformers keeps it special too."""
+        appended to those already there, with ``replace_extra_special_tokens`` True or False: transformers' True
+        drops the old ones from ``additional_special_tokens`` only, and keeps cutting them out of the text and
+        skipping them in decode (in memory and once saved), as bertkit does with them listed. A named special token
+        replaced (``pad_token`` "[PAD]" by "[PAD2]") becomes an additional special token: transformers keeps it
+        special too."""
+        if not isinstance(replace_extra_special_tokens, bool):
+            raise BertkitError(f"replace_extra_special_tokens={replace_extra_special_tokens!r}: pass True or False")
         return self._shared.edit(lambda vocabulary: vocabulary.add_special_tokens(special_tokens_dict))
 
     @property
