@@ -8,7 +8,7 @@ the pipeline is built from is refused (with the way to change it), the padding a
 
 A shallow copy of a tokenizer (``copy.copy``) shares its ``SharedVocabulary``, as a copy of transformers'
 BertTokenizerFast shares its Rust backend: a token added to either is matched by both. ``copy.deepcopy`` and
-pickling (DataLoader workers) copy it, the derived tables rebuilt rather than shipped. An edit builds a new
+pickling (DataLoader workers) give a tokenizer of its own, its tables rebuilt rather than shipped. An edit builds a new
 ``Vocabulary`` and swaps it in: one is never changed once a tokenizer reads it.
 """
 
@@ -220,6 +220,28 @@ class EditableVocabulary:
     # setting either to "left" (as transformers allows) is refused rather than kept and ignored.
     padding_side = _RightOnly()
     truncation_side = _RightOnly()
+
+    def __copy__(self) -> EditableVocabulary:
+        # copy.copy: the same SharedVocabulary, as a copy of transformers' fast tokenizer shares its Rust backend
+        new = object.__new__(type(self))
+        new.__dict__.update(self.__dict__)
+        return new
+
+    def __getstate__(self) -> dict:
+        # pickle and copy.deepcopy: a tokenizer of its own. What a DataLoader worker receives is the tokens and the
+        # settings in one flat dict, the special tokens' ids and lists included: the dict the tokenizer pickled before
+        # its vocabulary had an object of its own, so older pickles load, and sentence.data.tokenizer_fingerprint (a
+        # resumed run's check) reads the same state from the same tokenizer.
+        vocabulary = self._vocabulary
+        listed = {k: getattr(vocabulary, k) for k in ("all_special_tokens", "all_special_ids", *_SPECIAL_IDS)}
+        own = {k: v for k, v in self.__dict__.items() if k != "_shared"}
+        return {**vocabulary.__getstate__(), **listed, **own}
+
+    def __setstate__(self, state: dict) -> None:
+        vocabulary = object.__new__(Vocabulary)
+        vocabulary.__setstate__({k: v for k, v in state.items() if k in Vocabulary._STATE})
+        self.__dict__.update({k: v for k, v in state.items() if k not in _READ_THROUGH})
+        self.__dict__["_shared"] = SharedVocabulary(vocabulary)
 
     def __setattr__(self, name: str, value: Any) -> None:
         if name not in _READ_THROUGH:
