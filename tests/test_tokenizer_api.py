@@ -592,6 +592,34 @@ def test_add_special_tokens_takes_replace_extra_special_tokens_as_transformers(m
     assert ours.pad_token == "[PAD]"
 
 
+def test_special_tokens_passed_to_from_pretrained_and_extra_special_tokens_as_transformers(minilm_dir, tmp_path):
+    """from_pretrained(path, pad_token="[NEWPAD]") or (extra_special_tokens=["[E1]"]) was refused ("the vocabulary
+    lacks the special tokens"): transformers adds them past the vocabulary. extra_special_tokens, transformers 5's
+    name for additional_special_tokens, was refused by from_pretrained and add_special_tokens. from_pretrained(path,
+    pad_token="[MASK]", additional_special_tokens=["hello"]) made the old "[PAD]" plain text ([1031, 11687, 1033]),
+    where transformers still cuts it out as 0."""
+    kw = {"pad_token": "[NEWPAD]", "extra_special_tokens": ["[E1]", "[MASK]"], "mask_token": "[M2]"}
+    ours, hf = BertTokenizer.from_pretrained(minilm_dir, **kw), transformers.BertTokenizerFast.from_pretrained(minilm_dir, **kw)
+    text = "x [E1] [NEWPAD] hello [M2] [PAD] [MASK]"
+    want = [101, 1060, 30524, 30522, 7592, 30523, 0, 103, 102]
+    assert ours(text)["input_ids"] == hf(text)["input_ids"] == want
+    assert (len(ours), ours.vocab_size, ours.pad_token_id) == (len(hf), hf.vocab_size, hf.pad_token_id) == (30525, 30522, 30522)
+    ours.save_pretrained(tmp_path)
+    for again in (BertTokenizer.from_pretrained(tmp_path), transformers.BertTokenizerFast.from_pretrained(tmp_path)):
+        assert again(text)["input_ids"] == want
+    kw = {"pad_token": "[MASK]", "additional_special_tokens": ["hello"]}
+    ours, hf = BertTokenizer.from_pretrained(minilm_dir, **kw), transformers.BertTokenizerFast.from_pretrained(minilm_dir, **kw)
+    assert ours("[PAD] x hello")["input_ids"] == hf("[PAD] x hello")["input_ids"] == [101, 0, 1060, 7592, 102]
+    ours, hf = BertTokenizer.from_pretrained(minilm_dir), transformers.BertTokenizerFast.from_pretrained(minilm_dir)
+    assert ours.add_special_tokens({"extra_special_tokens": ["[E2]"]}) == hf.add_special_tokens(
+        {"extra_special_tokens": ["[E2]"]}) == 1
+    assert ours.extra_special_tokens == hf.extra_special_tokens == ["[E2]"]
+    with pytest.raises(BertkitError, match=r"tok.additional_special_tokens = \['\[E3\]'\]: .*add_special_tokens"):
+        ours.extra_special_tokens = ["[E3]"]
+    with pytest.raises(BertkitError, match="got both extra_special_tokens and additional_special_tokens"):
+        BertTokenizer.from_pretrained(minilm_dir, extra_special_tokens=["[E1]"], additional_special_tokens=["[E2]"])
+
+
 @pytest.mark.parametrize("return_tensors", ["pt", "np"])
 def test_pad_of_one_example_gives_its_row_unbatched(toks, sentences, return_tensors):
     # transformers pads one example dict to (T,) tensors (as its columns came); bertkit gave (1, T)

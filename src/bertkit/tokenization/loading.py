@@ -24,6 +24,7 @@ ADDED_TOKENS_FILE = "added_tokens.json"
 TOKENIZER_FILE = "tokenizer.json"
 SPECIAL_TOKEN_KEYS = ("unk_token", "sep_token", "pad_token", "cls_token", "mask_token")
 _SPECIAL_SETTINGS = (*SPECIAL_TOKEN_KEYS, "additional_special_tokens")
+EXTRA_SPECIAL_TOKENS = "extra_special_tokens"  # transformers 5's name for additional_special_tokens
 _DEFAULT_SPECIAL = {"unk_token": "[UNK]", "sep_token": "[SEP]", "pad_token": "[PAD]", "cls_token": "[CLS]",
                     "mask_token": "[MASK]"}
 # What makes a tokenizer.json BERT's: (part, key, the value it must have).
@@ -40,6 +41,17 @@ _TOKENIZER_JSON_SETTINGS = (("model", "unk_token", "unk_token", "[UNK]"),
 SETTING_TYPES = {"do_lower_case": (bool,), "strip_accents": (bool, type(None)), "tokenize_chinese_chars": (bool,),
                  "model_max_length": (int, float), "max_input_chars_per_word": (int,),
                  "clean_up_tokenization_spaces": (bool,)}
+
+
+def renamed_extra(given: Mapping[str, Any], what: str) -> dict[str, Any]:
+    """``given`` with transformers 5's ``extra_special_tokens`` under bertkit's (and transformers 4's) name,
+    ``additional_special_tokens``; both given is an error naming ``what`` took them."""
+    if EXTRA_SPECIAL_TOKENS not in given:
+        return dict(given)
+    if "additional_special_tokens" in given:
+        raise BertkitError(f"{what} got both extra_special_tokens and additional_special_tokens (two names for the "
+                           "same list, transformers 5's and 4's): pass one")
+    return {("additional_special_tokens" if k == EXTRA_SPECIAL_TOKENS else k): v for k, v in given.items()}
 
 
 def read_json(file: Path) -> dict[str, Any]:
@@ -75,7 +87,7 @@ def read_settings(path: Path) -> dict[str, Any]:
         if key in config:
             settings[key] = typed_setting(config[key], types, f"{config_file}: {key}")
     special = {k: v for k, v in config.items() if k in _SPECIAL_SETTINGS and v is not None}
-    extra = config.get("extra_special_tokens")  # transformers 5's name for additional_special_tokens
+    extra = config.get(EXTRA_SPECIAL_TOKENS)
     if extra and "additional_special_tokens" not in special:
         special["additional_special_tokens"] = list(extra.values() if isinstance(extra, dict) else extra)
     # Hugging Face lets special_tokens_map.json override the config's special tokens

@@ -37,6 +37,7 @@ from bertkit.tokenization.loading import (
     check_fits_model,
     read_settings,
     read_tokenizer_json,
+    renamed_extra,
     tokenizer_json,
     typed_setting,
 )
@@ -117,6 +118,7 @@ class BertTokenizer(EditableVocabulary):
         from bertkit.hub import cache_hint, not_a_directory, refuse_hub_options, resolve_directory
 
         refuse_hub_options(path, overrides)
+        overrides = renamed_extra(overrides, "from_pretrained")
         for side in ("padding_side", "truncation_side"):  # transformers takes them here too; "right" is all there is
             if side in overrides:
                 right_only(side, overrides.pop(side))
@@ -137,24 +139,30 @@ class BertTokenizer(EditableVocabulary):
         elif vocab.is_file():
             source, vocab = vocab, load_vocab(vocab)
             wordpiece_size = added_past(vocab, path, settings)  # transformers' added tokens past it, at their ids
+            settings.update(overrides)  # (read_tokenizer_json merges them itself, before its special-flagged tokens)
         else:
             raise MissingFileError(
                 f"{vocab} not found (nor {TOKENIZER_FILE}){cache_hint(path)}: a BERT tokenizer directory needs "
                 f"{VOCAB_FILE} (and {CONFIG_FILE}), or transformers' {TOKENIZER_FILE}; copy them from the checkpoint, or build one "
                 f"with BertTokenizer(vocab).save_pretrained({str(path)!r})"
             )
-        settings.update(overrides)
         settings.setdefault("model_max_length", NO_MODEL_MAX_LENGTH)  # as transformers reads files that set none
         if "do_lower_case" not in settings:
             raise MissingFileError(
                 f"{path / CONFIG_FILE} not found (or it has no do_lower_case), so whether this checkpoint is "
                 f"cased is unknown: pass do_lower_case=True for an uncased checkpoint or False for a cased one"
             )
+        # A special token passed here that the vocabulary lacks is added past it, as transformers' from_pretrained
+        # adds it (resize the model's embeddings to len(tokenizer)).
+        given = [*(overrides[k] for k in SPECIAL_TOKEN_KEYS if k in overrides),
+                 *overrides.get("additional_special_tokens", ())]
+        in_files = len(vocab)
+        vocab = [*vocab, *(t for t in dict.fromkeys(given) if isinstance(t, str) and t not in set(vocab))]
         tokenizer = cls(vocab, **settings)
         if wordpiece_size < len(tokenizer):  # added tokens (ids from wordpiece_size) are not WordPiece's, as in HF
             tokenizer._vocabulary._wordpiece_size = wordpiece_size
             tokenizer._vocabulary._build()
-        check_fits_model(len(tokenizer.vocab), path, source)
+        check_fits_model(in_files, path, source)
         return tokenizer
 
     def save_pretrained(self, path: str | os.PathLike) -> list[Path]:

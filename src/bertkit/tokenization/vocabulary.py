@@ -23,7 +23,7 @@ from bertkit.errors import BertkitError
 from bertkit.tokenization.basic import BasicTokenizer
 from bertkit.tokenization.batch import Segment
 from bertkit.tokenization.decoding import as_id_list
-from bertkit.tokenization.loading import SPECIAL_TOKEN_KEYS
+from bertkit.tokenization.loading import EXTRA_SPECIAL_TOKENS, SPECIAL_TOKEN_KEYS, renamed_extra
 from bertkit.tokenization.text import TextEncoder, check_added_tokens
 from bertkit.tokenization.wordpiece import WordPiece
 
@@ -155,10 +155,11 @@ class Vocabulary:
         return added
 
     def add_special_tokens(self, special_tokens_dict: Mapping[str, str | Sequence[str]]) -> int:
+        special_tokens_dict = renamed_extra(special_tokens_dict, "add_special_tokens")
         unknown = sorted(set(special_tokens_dict) - {*SPECIAL_TOKEN_KEYS, "additional_special_tokens"})
         if unknown:
             raise BertkitError(f"unknown special token keys {unknown}; use {SPECIAL_TOKEN_KEYS} or "
-                               "additional_special_tokens")
+                               f"additional_special_tokens (transformers 5: {EXTRA_SPECIAL_TOKENS})")
         added = 0
         for key, value in special_tokens_dict.items():
             if key == "additional_special_tokens":
@@ -243,7 +244,14 @@ class EditableVocabulary:
         self.__dict__.update({k: v for k, v in state.items() if k not in _READ_THROUGH})
         self.__dict__["_shared"] = SharedVocabulary(vocabulary)
 
+    @property
+    def extra_special_tokens(self) -> list[str]:
+        """transformers 5's name for ``additional_special_tokens``."""
+        return self.additional_special_tokens
+
     def __setattr__(self, name: str, value: Any) -> None:
+        if name == EXTRA_SPECIAL_TOKENS:
+            name = "additional_special_tokens"  # refused as it is (transformers 5 keeps it and reads it nowhere)
         if name not in _READ_THROUGH:
             super().__setattr__(name, value)
         elif name in SPECIAL_TOKEN_KEYS or name in _SPECIAL_IDS:
@@ -283,7 +291,8 @@ class EditableVocabulary:
 
     def add_special_tokens(self, special_tokens_dict: Mapping[str, str | Sequence[str]],
                            replace_extra_special_tokens: bool = True) -> int:
-        """Set special tokens (``pad_token``, ``cls_token``, ... or ``additional_special_tokens``: a list),
+        """Set special tokens (``pad_token``, ``cls_token``, ... or ``additional_special_tokens``, transformers 5's
+        ``extra_special_tokens``: a list),
         adding the ones the vocabulary lacks; returns how many were new. Additional special tokens are
         appended to those already there, with ``replace_extra_special_tokens`` True or False: transformers' True
         drops the old ones from ``additional_special_tokens`` only, and keeps cutting them out of the text and
