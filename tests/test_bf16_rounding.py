@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import csv
 import math
+from types import SimpleNamespace
 
 import pytest
 import torch
@@ -20,11 +21,20 @@ CFG = BertConfig(vocab_size=120, hidden_size=32, num_hidden_layers=2, num_attent
                  max_position_embeddings=32, hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)
 
 
-def _rows_seen(model: BertModel) -> tuple[list[int], torch.utils.hooks.RemovableHandle]:
-    """The number of rows each forward hands the first encoder layer (N, or N rounded up)."""
+def _rows_seen(model: BertModel) -> tuple[list[int], SimpleNamespace]:
+    """The number of rows each forward hands the first encoder layer (N, or N rounded up). Counted by wrapping the
+    layer's forward, not by a hook: a hook on a layer makes the model keep the padded rectangle, as transformers'
+    hooks see it (``BertModel._hooked``)."""
     seen: list[int] = []
-    handle = model.encoder.layer[0].register_forward_pre_hook(lambda _, args: seen.append(args[0].shape[0]))
-    return seen, handle
+    layer = model.encoder.layer[0]
+    forward = layer.forward
+
+    def counting(x: torch.Tensor, *args, **kwargs):
+        seen.append(x.shape[0])
+        return forward(x, *args, **kwargs)
+
+    layer.forward = counting
+    return seen, SimpleNamespace(remove=lambda: delattr(layer, "forward"))
 
 
 def _gemm_rows_alone(n: int, rows: int) -> bool:
