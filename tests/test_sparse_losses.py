@@ -194,3 +194,37 @@ def test_bad_sparse_loss_input_is_refused_by_name(checkpoint, tmp_path):
         with pytest.raises(BertkitError, match=f"{type(loss).__name__} trains inside SpladeLoss"):
             SparseEncoderTrainer(model=model, args=args, train_dataset=rows, loss=loss)
     assert not (tmp_path / "out").exists()  # refused before anything was written
+
+
+def test_cached_splade_loss_routes_each_column_as_splade_loss_does(checkpoint, tmp_path):
+    """An inference-free model (a Router: static query weights, SPLADE documents): each mini-batch goes through its
+    column's route, the query column through the static weights, as in SpladeLoss; same terms and gradients."""
+    from sentence_transformers.sparse_encoder.modules import Router, SparseStaticEmbedding, SpladePooling
+    from sentence_transformers.sparse_encoder.modules import Transformer as STTransformer
+
+    from bertkit.sentence import SparseEncoder
+    from bertkit.sentence.sparse_encoder import losses
+
+    document = STTransformer(str(checkpoint), transformer_task="fill-mask")
+    query = SparseStaticEmbedding(tokenizer=document.tokenizer, weight=torch.rand(
+        document.auto_model.config.vocab_size, generator=torch.Generator().manual_seed(1)) + 0.5)
+    router = Router.for_query_document(query_modules=[query], document_modules=[document, SpladePooling("max")])
+    st.SparseEncoder(modules=[router], device="cpu").save(str(tmp_path / "inference_free"))
+    model = SparseEncoder(str(tmp_path / "inference_free"), device="cpu")
+    columns = [["who drove", "what is the weather", "where is paris", "why do cats sleep"],
+               ["He drove to the stadium.", "The weather is lovely.", "Paris is in France.", "Cats sleep a lot."],
+               ["Cats sleep.", "The river is wide.", "Berlin is big.", "Dogs bark."]]
+    features = [model.tokenize(texts, task=task) for texts, task in zip(columns, ("query", "document", "document"))]
+
+    def step(loss):
+        model.zero_grad()
+        terms = loss(features, None)
+        sum(terms.values()).backward()
+        return ({name: value.item() for name, value in terms.items()},
+                {name: p.grad.clone() for name, p in model.named_parameters() if p.grad is not None})
+
+    mnrl = losses.SparseMultipleNegativesRankingLoss(model)
+    want = step(losses.SpladeLoss(model, mnrl, **WEIGHTS))
+    got = step(losses.CachedSpladeLoss(model, mnrl, **WEIGHTS, mini_batch_size=3))
+    _assert_same(got, want)
+    assert "0.sub_modules.query.0.weight" in got[1]  # the static query weights took the query column's gradient
