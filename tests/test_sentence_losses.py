@@ -100,6 +100,25 @@ def test_mnrl_dot_product_and_triplet_cosine():
     torch.testing.assert_close(got.compute_loss_from_embeddings(embeddings), want.compute_loss_from_embeddings(embeddings, None))
 
 
+@pytest.mark.parametrize("metric", ["EUCLIDEAN", "MANHATTAN", "COSINE"])
+def test_triplet_gradients_where_anchor_and_positive_are_the_same_text(metric):
+    """A duplicate (the same text as anchor and positive) has distance 0; its gradient is sentence-transformers'
+    (0 for the Euclidean distance, where the square root's is infinite), not NaN for every parameter."""
+    want_leaves, got_leaves = ([e.clone().requires_grad_() for e in _embeddings(3)] for _ in range(2))
+    for leaves in (want_leaves, got_leaves):
+        leaves[1].data[:3] = leaves[0].data[:3]  # rows 0-2: anchor == positive
+    want = st_losses.TripletLoss(_Dim(), distance_metric=getattr(st_losses.TripletDistanceMetric, metric),
+                                 triplet_margin=50.0).compute_loss_from_embeddings(want_leaves, None)
+    got = losses.TripletLoss(_Dim(), distance_metric=getattr(losses.TripletDistanceMetric, metric),
+                             triplet_margin=50.0).compute_loss_from_embeddings(got_leaves, None)
+    want.backward()
+    got.backward()
+    torch.testing.assert_close(got, want)
+    for g, w in zip(got_leaves, want_leaves):
+        assert not g.grad.isnan().any()
+        torch.testing.assert_close(g.grad, w.grad, atol=1e-6, rtol=1e-6)
+
+
 @pytest.fixture(scope="module")
 def model(tmp_path_factory, minilm_dir):
     return SentenceTransformer(st_directory(minilm_dir, tmp_path_factory.mktemp("st") / "m"))

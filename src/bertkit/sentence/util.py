@@ -158,8 +158,14 @@ def pairwise_dot_score(a: Any, b: Any) -> Tensor:
 
 
 def pairwise_euclidean_sim(a: Any, b: Any) -> Tensor:
+    """(N,) negative Euclidean distances. Dense rows through ``torch.linalg.vector_norm``, as sentence-transformers:
+    its gradient where ``a[i] == b[i]`` is 0, the square root's is infinite (0 x inf: a triplet whose anchor and
+    positive are the same text made every parameter's gradient NaN)."""
     a, b = _same_layout(*_rows(a, b))
-    return -((a - b) ** 2).sum(-1).to_dense().sqrt()
+    diff = a - b
+    if diff.is_sparse:
+        return -(diff ** 2).sum(-1).to_dense().sqrt()
+    return -torch.linalg.vector_norm(diff, dim=-1)
 
 
 def pairwise_manhattan_sim(a: Any, b: Any) -> Tensor:

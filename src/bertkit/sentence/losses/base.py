@@ -36,18 +36,18 @@ def embed_columns(model: nn.Module, features: Sequence[dict[str, Any]]) -> list[
     width = max(widths)
     merged_cost = width * sum(rows)
     if len(kinds) > 1 or merged_cost > MERGE_SLACK * sum(w * r for w, r in zip(widths, rows)):
-        return [_embed(model, f["input_ids"], f["attention_mask"], f.get("token_type_ids"),
+        return [embed(model, f["input_ids"], f["attention_mask"], f.get("token_type_ids"),
                        int(f.get("prompt_length", 0)), f.get("task")) for f in features]
 
     def cat(key: str) -> Tensor:
         return torch.cat([F.pad(f[key], (0, width - f[key].shape[1])) for f in features])  # (C*B, T)
 
     types = cat("token_type_ids") if all("token_type_ids" in f for f in features) else None
-    merged = _embed(model, cat("input_ids"), cat("attention_mask"), types, *kinds.pop())  # (C*B, D)
+    merged = embed(model, cat("input_ids"), cat("attention_mask"), types, *kinds.pop())  # (C*B, D)
     return list(merged.split(rows))
 
 
-def _embed(model: nn.Module, input_ids: Tensor, attention_mask: Tensor, token_type_ids: Tensor | None,
+def embed(model: nn.Module, input_ids: Tensor, attention_mask: Tensor, token_type_ids: Tensor | None,
            prompt_length: int, task: str | None) -> Tensor:
     """``model.embed``, with the task where a column has one (only a sparse model's Router takes it)."""
     return model.embed(input_ids, attention_mask, token_type_ids, prompt_length,

@@ -9,9 +9,11 @@ and adds the FLOPS regularisers (Paria et al., 2020, arXiv:2004.05665: the squar
 embedding, which pushes rarely-useful word pieces to 0) on the documents and the queries, each times its weight
 (SPLADE v2, arXiv:2109.10086, section 2). It returns the three terms by name, as sentence-transformers' does; the
 trainer sums them and logs each. The wrapped losses are bertkit.sentence's dense ones with the sparse defaults
-(dot product, scale 1): one implementation. As in sentence-transformers, they and ``FlopsLoss`` train only inside
-``SpladeLoss`` and are refused alone. sentence-transformers' other sparse losses are refused by name with what to
-use (``_REFUSED``).
+(dot product, scale 1; cosine for the scored pairs): one implementation. As in sentence-transformers, they and
+``FlopsLoss`` train only inside ``SpladeLoss`` and are refused alone; ``SparseMSELoss`` (a teacher's embeddings)
+trains alone too. ``CachedSpladeLoss`` is SpladeLoss through GradCache (bertkit.sentence.losses.cached, the one
+implementation): the batch's columns are embedded ``mini_batch_size`` rows at a time, the same terms and gradients.
+The CSR losses are refused by name with what to use (``_REFUSED``).
 """
 
 from __future__ import annotations
@@ -27,31 +29,23 @@ from torch import Tensor, nn
 
 from bertkit.errors import BertkitError, refusing_getattr
 from bertkit.sentence.losses.base import SentenceLoss, embed_columns
-from bertkit.sentence.losses.cached import CachedMultipleNegativesRankingLoss
-from bertkit.sentence.losses.distill import DistillKLDivLoss, MarginMSELoss
+from bertkit.sentence.losses.cached import CachedMultipleNegativesRankingLoss, check_mini_batch, grad_cached
+from bertkit.sentence.losses.distill import DistillKLDivLoss, MarginMSELoss, MSELoss
 from bertkit.sentence.losses.gist import GISTEmbedLoss
 from bertkit.sentence.losses.matryoshka import MatryoshkaLoss
 from bertkit.sentence.losses.multiple_negatives import MultipleNegativesRankingLoss
-from bertkit.sentence.losses.pairs import CoSENTLoss
-from bertkit.sentence.util import dot_score, pairwise_cos_sim, pairwise_dot_score
+from bertkit.sentence.losses.pairs import CoSENTLoss, CosineSimilarityLoss, TripletDistanceMetric, TripletLoss
+from bertkit.sentence.util import dot_score, pairwise_angle_sim, pairwise_cos_sim, pairwise_dot_score
 
 logger = logging.getLogger("bertkit")
 
-__all__ = ["SpladeLoss", "FlopsLoss", "SparseMultipleNegativesRankingLoss", "SparseMarginMSELoss",
-           "SparseDistillKLDivLoss", "SparseCoSENTLoss"]
+__all__ = ["SpladeLoss", "CachedSpladeLoss", "FlopsLoss", "SparseMultipleNegativesRankingLoss", "SparseMarginMSELoss",
+           "SparseDistillKLDivLoss", "SparseCoSENTLoss", "SparseAnglELoss", "SparseCosineSimilarityLoss",
+           "SparseTripletLoss", "SparseMSELoss"]
 
-_REFUSED = {
-    "CSRLoss": "CSR models (a dense encoder + SparseAutoEncoder) are not implemented in bertkit's SparseEncoder; "
-               "train a SPLADE model with SpladeLoss",
-    "CSRReconstructionLoss": "CSR models (a dense encoder + SparseAutoEncoder) are not implemented in bertkit's "
-                             "SparseEncoder; train a SPLADE model with SpladeLoss",
-    "CachedSpladeLoss": "use SpladeLoss with a batch that fits in memory",
-    "SparseTripletLoss": "use SpladeLoss(model, loss=SparseMultipleNegativesRankingLoss(model), ...) on the same "
-                         "(anchor, positive, negative) columns",
-    "SparseCosineSimilarityLoss": "use SpladeLoss(model, loss=SparseCoSENTLoss(model), ...) on the same scored pairs",
-    "SparseAnglELoss": "use SpladeLoss(model, loss=SparseCoSENTLoss(model), ...) on the same scored pairs",
-    "SparseMSELoss": "distil a teacher's scores with SparseMarginMSELoss or SparseDistillKLDivLoss inside SpladeLoss",
-}
+_CSR = ("CSR models (a dense encoder + SparseAutoEncoder) are not implemented in bertkit's SparseEncoder; train a "
+        "SPLADE model (a masked-LM checkpoint) with SpladeLoss or CachedSpladeLoss")
+_REFUSED = {"CSRLoss": _CSR, "CSRReconstructionLoss": _CSR}
 
 
 __getattr__ = refusing_getattr(__name__, _REFUSED)
@@ -77,6 +71,13 @@ def _check_weight(name: str, value: Any, optional: bool) -> float | None:
     return float(value)
 
 
+class _InsideSplade:
+    """A loss that trains only inside SpladeLoss (sentence-transformers raises at its first step alone)."""
+
+    def forward(self, sentence_features: Sequence[dict[str, Any]], labels: Tensor | None) -> Tensor:
+        raise _inside_splade(type(self).__name__)
+
+
 class FlopsLoss(nn.Module):
     """The FLOPS regulariser: sum over the vocabulary of the squared mean weight over the batch's rows. With
     ``threshold``, rows with at most that many active dimensions count as zeros (arXiv:2504.14839's l0 mask).
@@ -100,7 +101,7 @@ class FlopsLoss(nn.Module):
         return torch.sum(torch.mean(embeddings, dim=0) ** 2)
 
 
-class SparseMultipleNegativesRankingLoss(MultipleNegativesRankingLoss):
+class SparseMultipleNegativesRankingLoss(_InsideSplade, MultipleNegativesRankingLoss):
     """MultipleNegativesRankingLoss with the sparse defaults: dot product, scale 1. Inside SpladeLoss."""
 
     def __init__(self, model: nn.Module, scale: float = 1.0, similarity_fct: Callable[[Tensor, Tensor], Tensor] = dot_score,
@@ -109,21 +110,15 @@ class SparseMultipleNegativesRankingLoss(MultipleNegativesRankingLoss):
         super().__init__(model, scale, similarity_fct, gather_across_devices, directions, partition_mode,
                          hardness_mode, hardness_strength)
 
-    def forward(self, sentence_features: Sequence[dict[str, Any]], labels: Tensor | None) -> Tensor:
-        raise _inside_splade(type(self).__name__)
 
-
-class SparseMarginMSELoss(MarginMSELoss):
+class SparseMarginMSELoss(_InsideSplade, MarginMSELoss):
     """MarginMSELoss (a teacher's margins) with the dot product. Inside SpladeLoss."""
 
     def __init__(self, model: nn.Module, similarity_fct: Callable[[Tensor, Tensor], Tensor] = pairwise_dot_score):
         super().__init__(model, similarity_fct)
 
-    def forward(self, sentence_features: Sequence[dict[str, Any]], labels: Tensor | None) -> Tensor:
-        raise _inside_splade(type(self).__name__)
 
-
-class SparseDistillKLDivLoss(DistillKLDivLoss):
+class SparseDistillKLDivLoss(_InsideSplade, DistillKLDivLoss):
     """DistillKLDivLoss (a teacher's scores over the candidates) with the dot product and temperature 2. Inside
     SpladeLoss."""
 
@@ -132,11 +127,8 @@ class SparseDistillKLDivLoss(DistillKLDivLoss):
                  teacher_temperature: float | None = None):
         super().__init__(model, similarity_fct, temperature, student_temperature, teacher_temperature)
 
-    def forward(self, sentence_features: Sequence[dict[str, Any]], labels: Tensor | None) -> Tensor:
-        raise _inside_splade(type(self).__name__)
 
-
-class SparseCoSENTLoss(CoSENTLoss):
+class SparseCoSENTLoss(_InsideSplade, CoSENTLoss):
     """CoSENTLoss on scored pairs, cosine similarity; sets the model's similarity_fn_name to "cosine" (as
     sentence-transformers does). Inside SpladeLoss."""
 
@@ -145,16 +137,48 @@ class SparseCoSENTLoss(CoSENTLoss):
         super().__init__(model, scale, similarity_fct)  # checked before the model is changed
         model.similarity_fn_name = "cosine"
 
-    def forward(self, sentence_features: Sequence[dict[str, Any]], labels: Tensor | None) -> Tensor:
-        raise _inside_splade(type(self).__name__)
+
+class SparseAnglELoss(SparseCoSENTLoss):
+    """CoSENTLoss on the AnglE similarity (``pairwise_angle_sim``), on scored pairs; sets the model's
+    similarity_fn_name to "cosine" (as sentence-transformers does). Inside SpladeLoss."""
+
+    def __init__(self, model: nn.Module, scale: float = 20.0):
+        super().__init__(model, scale, similarity_fct=pairwise_angle_sim)
+
+
+class SparseCosineSimilarityLoss(_InsideSplade, CosineSimilarityLoss):
+    """CosineSimilarityLoss: ``loss_fct`` (MSE) between each pair's cosine similarity (after
+    ``cos_score_transformation``) and its score; sets the model's similarity_fn_name to "cosine" (as
+    sentence-transformers does). Inside SpladeLoss."""
+
+    def __init__(self, model: nn.Module, loss_fct: nn.Module | None = None,
+                 cos_score_transformation: nn.Module | None = None):
+        super().__init__(model, loss_fct, cos_score_transformation)
+        model.similarity_fn_name = "cosine"
+
+
+class SparseTripletLoss(_InsideSplade, TripletLoss):
+    """TripletLoss on (anchor, positive, negative): max(0, d(a, p) - d(a, n) + margin), Euclidean, margin 5.
+    Inside SpladeLoss."""
+
+    def __init__(self, model: nn.Module, distance_metric: Callable[[Tensor, Tensor], Tensor] =
+                 TripletDistanceMetric.EUCLIDEAN, triplet_margin: float = 5):
+        super().__init__(model, distance_metric, triplet_margin)
+
+
+class SparseMSELoss(MSELoss):
+    """MSELoss: the mean squared error between each column's sparse embedding and the teacher's (the label, (B, V)
+    or (B, C, V)). Trains alone, as in sentence-transformers, or inside SpladeLoss."""
+
+    def __init__(self, model: nn.Module):
+        super().__init__(model)
 
 
 def check_trainable(loss: Any) -> None:
     """Refuses, as sentence-transformers does at the first step, a sparse loss or FlopsLoss given without SpladeLoss."""
     if isinstance(loss, FlopsLoss):
         raise _flops_alone()
-    if isinstance(loss, (SparseMultipleNegativesRankingLoss, SparseMarginMSELoss, SparseDistillKLDivLoss,
-                         SparseCoSENTLoss)):
+    if isinstance(loss, _InsideSplade):
         raise _inside_splade(type(loss).__name__)
 
 
@@ -203,9 +227,9 @@ class SpladeLoss(SentenceLoss):
             raise BertkitError(f"SpladeLoss(loss={type(loss).__name__}): give the main loss (e.g. "
                                "SparseMultipleNegativesRankingLoss); SpladeLoss adds the FLOPS regularisers itself")
         if isinstance(loss, (GISTEmbedLoss, CachedMultipleNegativesRankingLoss, MatryoshkaLoss)):
-            raise BertkitError(f"SpladeLoss(loss={type(loss).__name__}) is not implemented in bertkit: wrap "
-                               "SparseMultipleNegativesRankingLoss, SparseMarginMSELoss, SparseDistillKLDivLoss or "
-                               "SparseCoSENTLoss")
+            raise BertkitError(f"SpladeLoss(loss={type(loss).__name__}) is not implemented in bertkit: wrap one "
+                               "of the sparse losses (SparseMultipleNegativesRankingLoss, SparseMarginMSELoss, ...); "
+                               "for a large batch in little memory, CachedSpladeLoss")
         if not isinstance(loss, SentenceLoss):
             raise BertkitError(f"SpladeLoss wraps a bertkit loss, got {type(loss).__module__}.{type(loss).__name__}; "
                                "change the import to `from bertkit.sentence.sparse_encoder import losses`")
@@ -213,12 +237,56 @@ class SpladeLoss(SentenceLoss):
     def forward(self, sentence_features: Sequence[dict[str, Any]], labels: Tensor | None) -> dict[str, Tensor]:
         """{"base_loss", "document_regularizer_loss" and, with a query weight, "query_regularizer_loss"}: the terms
         the trainer sums (sentence-transformers' names)."""
-        embeddings = embed_columns(self.model, sentence_features)  # C x (B, V)
+        return self.terms(embed_columns(self.model, sentence_features), sentence_features, labels)
+
+    def terms(self, embeddings: list[Tensor], sentence_features: Sequence[dict[str, Any]],
+              labels: Tensor | None) -> dict[str, Tensor]:
+        """The terms of ``forward`` from the columns' C x (B, V) embeddings."""
         losses = {"base_loss": self.loss.loss_on_batch(embeddings, sentence_features, labels)}
         documents = embeddings if self.use_document_regularizer_only else embeddings[1:]
+        if not documents:  # sentence-transformers fails inside torch.cat
+            raise BertkitError("SpladeLoss: a batch of one text column has no documents to regularise (the first "
+                               "column is the query); give use_document_regularizer_only=True to regularise it as "
+                               "documents")
         losses["document_regularizer_loss"] = \
             self.document_regularizer.compute_loss_from_embeddings(torch.cat(documents)) * self.document_regularizer_weight
         if self.query_regularizer_weight is not None:
             losses["query_regularizer_loss"] = \
                 self.query_regularizer.compute_loss_from_embeddings(embeddings[0]) * self.query_regularizer_weight
         return losses
+
+
+class CachedSpladeLoss(SpladeLoss):
+    """SpladeLoss through GradCache (Gao et al., 2021): each column embedded ``mini_batch_size`` rows at a time,
+    the terms computed on the whole batch's embeddings, the gradients of the parameters those of SpladeLoss on the
+    same batch, in the memory of a mini-batch (bertkit.sentence.losses.cached). Same terms by name; the first one
+    carries the gradient of their sum."""
+
+    def __init__(self, model: nn.Module, loss: SentenceLoss, document_regularizer_weight: float,
+                 query_regularizer_weight: float | None = None, document_regularizer: nn.Module | None = None,
+                 query_regularizer: nn.Module | None = None, document_regularizer_threshold: int | None = None,
+                 query_regularizer_threshold: int | None = None, use_document_regularizer_only: bool = False,
+                 mini_batch_size: int = 32, mini_batch_num_tokens: int | None = None, show_progress_bar: bool = False):
+        mini_batch_size = check_mini_batch(type(self).__name__, mini_batch_size, mini_batch_num_tokens)
+        super().__init__(model, loss, document_regularizer_weight, query_regularizer_weight, document_regularizer,
+                         query_regularizer, document_regularizer_threshold, query_regularizer_threshold,
+                         use_document_regularizer_only)
+        self.mini_batch_size, self.mini_batch_num_tokens = mini_batch_size, mini_batch_num_tokens
+        self.show_progress_bar = show_progress_bar
+
+    def forward(self, sentence_features: Sequence[dict[str, Any]], labels: Tensor | None) -> dict[str, Tensor]:
+        terms: dict[str, Tensor] = {}
+
+        def total(embeddings: list[Tensor]) -> Tensor:
+            terms.update(self.terms(embeddings, sentence_features, labels))
+            return sum(terms.values())
+
+        loss = grad_cached(self.model, sentence_features, self.mini_batch_size, total)
+        if not torch.is_grad_enabled():
+            return terms
+        # GradCache's node is what carries the gradient: the first term takes it, at its own value (loss - loss is
+        # 0 with gradient 1), so the trainer's sum has the gradient of the total and each logged term its value
+        values = {name: value.detach() for name, value in terms.items()}
+        first = next(iter(values))
+        values[first] = values[first] + (loss - loss.detach())
+        return values
