@@ -541,3 +541,33 @@ def test_ported_losses_train_as_sentence_transformers(name, model_dir, minilm_2_
         assert got == pytest.approx(want, rel=1e-5)
     if name == "GlobalOrthogonalRegularizationLoss":  # both losses trained
         assert {len(step) for step in runs["bk"]} == {1, 3}
+
+
+def test_a_custom_loss_module_is_told_to_derive_from_sentence_loss(model, tmp_path):
+    """sentence-transformers' docs pair GlobalOrthogonalRegularizationLoss with MultipleNegativesRankingLoss in a
+    torch.nn.Module of the user's own; bertkit told its author to "change the import", which fixes nothing. Derived
+    from SentenceLoss, the same class trains, its terms logged."""
+    from bertkit.sentence.losses import SentenceLoss
+
+    def gor_loss(base):
+        class InfoNCEGORLoss(base):
+            def __init__(self, model):
+                super().__init__(*[model] * (base is SentenceLoss))
+                self.model = model
+                self.info_nce_loss = losses.MultipleNegativesRankingLoss(model)
+                self.gor_loss = losses.GlobalOrthogonalRegularizationLoss(model)
+
+            def forward(self, sentence_features, labels=None):
+                embeddings = [self.model(f)["sentence_embedding"] for f in sentence_features]
+                return {"info_nce": self.info_nce_loss.compute_loss_from_embeddings(embeddings, labels),
+                        **self.gor_loss.compute_loss_from_embeddings(embeddings, labels)}
+        return InfoNCEGORLoss(model)
+
+    args = st_args(tmp_path, max_steps=1, logging_steps=1, save_strategy="no")
+    with pytest.raises(BertkitError, match=re.escape(
+            "InfoNCEGORLoss is no bertkit.sentence loss: derive it from bertkit.sentence.losses.SentenceLoss (class "
+            "InfoNCEGORLoss(SentenceLoss), its __init__ calling super().__init__(model))")):
+        SentenceTransformerTrainer(model=model, args=args, train_dataset=PAIRS[:4], loss=gor_loss(torch.nn.Module))
+    trainer = SentenceTransformerTrainer(model=model, args=args, train_dataset=PAIRS[:4], loss=gor_loss(SentenceLoss))
+    trainer.train()
+    assert {"info_nce", "gor_mean", "gor_second_moment"} <= trainer.state.log_history[0].keys()
