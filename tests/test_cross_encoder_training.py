@@ -25,7 +25,7 @@ def _dataset(loss: str, rows: list[dict]) -> list[dict]:
     if loss == "BinaryCrossEntropyLoss":  # a positive and a negative pair per question
         return [{"query": r["query"], "text": t, "label": float(t == r["positive"])}
                 for r in rows for t in (r["positive"], r["negatives"][0])]
-    if loss == "MultipleNegativesRankingLoss":  # (anchor, positive, hard negative)
+    if loss.endswith("MultipleNegativesRankingLoss"):  # (anchor, positive, hard negative)
         return [{"query": r["query"], "positive": r["positive"], "negative": r["negatives"][0]} for r in rows]
     if loss == "CrossEntropyLoss":  # three classes: the answer's sentence, another sentence, another question's
         return [{"query": r["query"], "text": t, "label": c} for i, r in enumerate(rows)
@@ -76,7 +76,9 @@ def _train(lib: str, model_dir, out_dir, loss_name: str, train_rows: list[dict],
     # MNRL with all the batch's other candidates as negatives: a draw of fewer (num_negatives=4, the default) comes
     # from torch's global generator, which the two trainers leave in different states (test_cross_encoder.py
     # compares such draws from one state)
-    kwargs = {"num_negatives": None} if loss_name == "MultipleNegativesRankingLoss" else {}
+    kwargs = {"num_negatives": None} if loss_name.endswith("MultipleNegativesRankingLoss") else {}
+    if loss_name.startswith("Cached"):
+        kwargs["mini_batch_size"] = 5  # 8 rows x 9 candidates: 15 mini-batches
     trainer = CrossEncoderTrainer(model=model, args=args, train_dataset=datasets.Dataset.from_list(
         _dataset(loss_name, train_rows)), loss=Recorded(model, **kwargs), evaluator=evaluator)
     trainer.train()
@@ -85,7 +87,8 @@ def _train(lib: str, model_dir, out_dir, loss_name: str, train_rows: list[dict],
 
 
 @pytest.mark.slow  # 20-40 s each: make test-slow
-@pytest.mark.parametrize("loss", ["BinaryCrossEntropyLoss", "MultipleNegativesRankingLoss", "ListNetLoss",
+@pytest.mark.parametrize("loss", ["BinaryCrossEntropyLoss", "MultipleNegativesRankingLoss",
+                                  "CachedMultipleNegativesRankingLoss", "ListNetLoss",
                                   "LambdaLoss", "PListMLELoss", "CrossEntropyLoss", "MarginMSELoss"])
 def test_training_script_gives_sentence_transformers_numbers(loss, tmp_path, minilm_dir, data_dir):
     # all 6 layers: cut to 2, MultipleNegativesRankingLoss's 6 steps leave the loss where it started (2.77253 -> 2.77260)

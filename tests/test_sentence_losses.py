@@ -3,12 +3,15 @@
 
 from __future__ import annotations
 
+import re
+
 import pytest
 import torch
 
 from bertkit.errors import BertkitError
 from bertkit.sentence import SentenceTransformer, losses
 from bertkit.sentence.util import dot_score
+from cross_encoder_helpers import squad_rerank
 from sentence_helpers import st_directory
 
 st = pytest.importorskip("sentence_transformers")
@@ -243,8 +246,8 @@ def test_bad_arguments_are_named(model):
 
 def test_importing_a_loss_bertkit_does_not_implement_names_what_to_use():
     """A ported script's `from ... import` shows the advice (an AttributeError would become "cannot import name")."""
-    with pytest.raises(BertkitError, match="MegaBatchMarginLoss is not implemented in bertkit: use MultipleNegatives"):
-        from bertkit.sentence.losses import MegaBatchMarginLoss  # noqa: F401
+    with pytest.raises(BertkitError, match="DenoisingAutoEncoderLoss is not implemented in bertkit: adapt the encoder"):
+        from bertkit.sentence.losses import DenoisingAutoEncoderLoss  # noqa: F401
     for name in set(st_losses.__all__) - set(losses.__all__):  # each of sentence-transformers' names, helpers too
         with pytest.raises(BertkitError, match=f"losses.{name} is not implemented in bertkit: "):
             getattr(losses, name)
@@ -261,3 +264,96 @@ def test_a_matrix_similarity_in_a_distillation_loss_is_refused(name, columns, la
     loss = getattr(losses, name)(_Dim(), similarity_fct=cos_sim)
     with pytest.raises(BertkitError, match=rf"{name}: similarity_fct gave scores of the shape \(6, 6\) for 6 pairs"):
         loss.compute_loss_from_embeddings(_embeddings(columns), labels)
+
+
+CLS = {"word_embedding_dimension": 384, "pooling_mode_cls_token": True, "pooling_mode_mean_tokens": False}
+# (name, arguments, columns): each built in both libraries; a guide (GIST) is the model pooled on [CLS], so it scores
+# other pairs as false negatives than the mean-pooled model would
+TWINS = [
+    ("CachedMultipleNegativesSymmetricRankingLoss", {"mini_batch_size": 3}, 3),
+    ("CachedGISTEmbedLoss", {"mini_batch_size": 4, "margin": 0.05}, 3),
+    ("CachedGISTEmbedLoss", {"mini_batch_size": 3, "margin_strategy": "relative", "margin": 0.1,
+                             "contrast_anchors": False}, 2),
+    ("MegaBatchMarginLoss", {"mini_batch_size": 3}, 2),
+    ("MegaBatchMarginLoss", {"use_mini_batched_version": False, "positive_margin": 0.95, "negative_margin": 0.1}, 2),
+    ("GlobalOrthogonalRegularizationLoss", {}, 1),
+    ("GlobalOrthogonalRegularizationLoss", {"aggregation": "sum", "mean_weight": 2.0, "second_moment_weight": 0.5}, 3),
+]
+# each cached loss's uncached twin in bertkit (and the arguments it lacks): the same value and gradients with
+# mini-batches smaller than the batch
+UNCACHED = {"CachedMultipleNegativesSymmetricRankingLoss": "MultipleNegativesSymmetricRankingLoss",
+            "CachedGISTEmbedLoss": "GISTEmbedLoss", "MegaBatchMarginLoss": "MegaBatchMarginLoss"}
+
+
+@pytest.fixture(scope="module")
+def twins(tmp_path_factory, minilm_2_layers, data_dir):
+    """MiniLM's first 2 layers (dropout 0) in both libraries, a [CLS]-pooled guide in both, and 10 SQuAD questions,
+    their answer sentences and another sentence of the paragraph."""
+    out = tmp_path_factory.mktemp("twins")
+    model_dir = st_directory(minilm_2_layers, out / "m", dropout=0.0, max_seq_length=48)
+    guide_dir = st_directory(minilm_2_layers, out / "g", pooling=CLS, max_seq_length=48)
+    rows = squad_rerank(data_dir, 0, 10)
+    columns = [[r["query"] for r in rows], [r["positive"] for r in rows], [r["negatives"][0] for r in rows]]
+    return (SentenceTransformer(model_dir).train(), st.SentenceTransformer(str(model_dir), device="cpu").train(),
+            SentenceTransformer(guide_dir), st.SentenceTransformer(str(guide_dir), device="cpu"), columns)
+
+
+def _value_and_grads(model, loss, columns):
+    model.zero_grad(set_to_none=True)
+    value = loss([model.tokenize(texts) for texts in columns], None)
+    terms = {k: v.item() for k, v in value.items()} if isinstance(value, dict) else {}
+    value = sum(value.values()) if isinstance(value, dict) else value
+    value.backward()
+    grads = {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
+    model.zero_grad(set_to_none=True)
+    return value.detach(), terms, grads
+
+
+@pytest.mark.parametrize("name,kwargs,columns", TWINS)
+def test_ported_losses_give_sentence_transformers_values_and_gradients(twins, name, kwargs, columns):
+    """The losses a ported script met as "not implemented" give sentence-transformers' value (and terms) and
+    gradients on real rows, and each cached loss, in mini-batches smaller than the batch, its uncached twin's."""
+    import warnings
+
+    model, ref, guide, ref_guide, texts = twins
+    guided = name == "CachedGISTEmbedLoss"
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)  # the symmetric loss's, in sentence-transformers
+        want_loss = getattr(st_losses, name)(ref, *[ref_guide] * guided, **kwargs)
+    got_loss = getattr(losses, name)(model, *[guide] * guided, **kwargs)
+    texts = texts[:columns]
+    want, want_terms, want_grads = _value_and_grads(ref, want_loss, texts)
+    got, got_terms, got_grads = _value_and_grads(model, got_loss, texts)
+    torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-5)
+    assert got_terms == pytest.approx(want_terms, rel=1e-5)
+    assert got_grads.keys() == want_grads.keys() and len(got_grads) > 30
+    _assert_same_gradient(got_grads, want_grads)
+    if name in UNCACHED:
+        plain = {k: v for k, v in kwargs.items() if k != "mini_batch_size" or name == "MegaBatchMarginLoss"}
+        if name == "MegaBatchMarginLoss":
+            plain["use_mini_batched_version"] = not kwargs.get("use_mini_batched_version", True)
+        twin = getattr(losses, UNCACHED[name])(model, *[guide] * guided, **plain)
+        uncached, _, uncached_grads = _value_and_grads(model, twin, texts)
+        torch.testing.assert_close(got, uncached, atol=1e-5, rtol=1e-5)
+        _assert_same_gradient(got_grads, uncached_grads)
+        with torch.no_grad():  # evaluation: the value, in mini-batches
+            torch.testing.assert_close(got_loss([model.tokenize(t) for t in texts], None), want, atol=1e-5, rtol=1e-5)
+
+
+def test_ported_losses_name_bad_arguments(model):
+    for name in ("CachedMultipleNegativesSymmetricRankingLoss", "MegaBatchMarginLoss"):
+        for bad in (0, 2.5, "8", None):
+            with pytest.raises(BertkitError, match=rf"{name}: mini_batch_size must be a whole number >= 1, got "
+                                                   rf"{re.escape(repr(bad))}"):
+                getattr(losses, name)(model, mini_batch_size=bad)
+    with pytest.raises(BertkitError, match=r"CachedGISTEmbedLoss\(mini_batch_num_tokens=512\) is not implemented"):
+        losses.CachedGISTEmbedLoss(model, model, mini_batch_num_tokens=512)
+    with pytest.raises(BertkitError, match="MegaBatchMarginLoss: positive_margin must be a finite number .*got '0.8'"):
+        losses.MegaBatchMarginLoss(model, positive_margin="0.8")
+    with pytest.raises(BertkitError, match="GlobalOrthogonalRegularizationLoss: mean_weight and second_moment_weight "
+                                           "are both 0/None, leaving no term; give one a weight"):
+        losses.GlobalOrthogonalRegularizationLoss(model, mean_weight=0, second_moment_weight=None)
+    with pytest.raises(BertkitError, match="aggregation must be 'mean' or 'sum', got 'max'"):
+        losses.GlobalOrthogonalRegularizationLoss(model, aggregation="max")
+    with pytest.raises(BertkitError, match=r"MegaBatchMarginLoss takes 2 text column\(s\), got a batch of 3"):
+        losses.MegaBatchMarginLoss(model, mini_batch_size=2)([model.tokenize(["a", "b"])] * 3, None)

@@ -491,3 +491,83 @@ def test_a_checkpoint_written_under_the_former_names_resumes_exactly(kind, tmp_p
     # a tensor under both names is not loaded twice: the former name is left for strict loading to name
     with pytest.raises(RuntimeError, match=rf'Unexpected key\(s\) in state_dict: "{re.escape(former[0])}"'):
         fresh.load_state_dict({former[0]: saved[former[0]], **want}, strict=True)
+
+
+_CLS = {"word_embedding_dimension": 384, "pooling_mode_cls_token": True, "pooling_mode_mean_tokens": False}
+
+
+@pytest.mark.parametrize("name", ["CachedMultipleNegativesSymmetricRankingLoss", "CachedGISTEmbedLoss",
+                                  "MegaBatchMarginLoss", "GlobalOrthogonalRegularizationLoss"])
+def test_ported_losses_train_as_sentence_transformers(name, model_dir, minilm_2_layers, data_dir, tmp_path):
+    """A training script with a loss bertkit refused as not implemented, the import swapped: the same loss (and
+    terms) at every step on SQuAD (question, answer sentence, other sentence) rows. GlobalOrthogonalRegularizationLoss
+    trains beside MultipleNegativesRankingLoss as its docstring shows, a dict of losses over the dataset under two
+    names: bertkit is given the one Dataset twice, as there; sentence-transformers, which then labels every batch
+    with the last name (its transform is set on the one object) and trains the regulariser alone, two copies."""
+    st = pytest.importorskip("sentence_transformers")
+    datasets = pytest.importorskip("datasets")
+    from cross_encoder_helpers import squad_rerank
+
+    rows = [{"anchor": r["query"], "positive": r["positive"], "negative": r["negatives"][0]}
+            for r in squad_rerank(data_dir, 0, 16)]
+    if name == "MegaBatchMarginLoss":
+        rows = [{k: v for k, v in r.items() if k != "negative"} for r in rows]
+    guide_dir = st_directory(minilm_2_layers, tmp_path / "guide", pooling=_CLS, max_seq_length=32)
+    common = {"per_device_train_batch_size": 8, "max_steps": 3, "seed": 3, "logging_steps": 1, "learning_rate": 1e-4,
+              "save_strategy": "no"}
+    kwargs = {"GlobalOrthogonalRegularizationLoss": {}, "MegaBatchMarginLoss": {"mini_batch_size": 3},
+              "CachedGISTEmbedLoss": {"mini_batch_size": 3, "margin": 0.05}}.get(name, {"mini_batch_size": 3})
+    runs = {}
+    for lib in ("st", "bk"):
+        if lib == "st":
+            model, guide = (st.SentenceTransformer(str(d), device="cpu") for d in (model_dir, guide_dir))
+            args = st.SentenceTransformerTrainingArguments(output_dir=str(tmp_path / "st"), report_to="none",
+                                                           use_cpu=True, disable_tqdm=True, **common)
+            found, trainer_cls = st.sentence_transformer.losses, st.SentenceTransformerTrainer
+        else:
+            model, guide = SentenceTransformer(model_dir), SentenceTransformer(guide_dir)
+            args, found, trainer_cls = st_args(tmp_path / "bk", **common), losses, SentenceTransformerTrainer
+        loss = getattr(found, name)(model, *[guide] * (name == "CachedGISTEmbedLoss"), **kwargs)
+        train = datasets.Dataset.from_list(rows)  # one a library: sentence-transformers' trainer sets transforms on it
+        if name == "GlobalOrthogonalRegularizationLoss":
+            loss = {"main": found.MultipleNegativesRankingLoss(model), "gor": loss}
+            train = {"main": train, "gor": datasets.Dataset.from_list(rows) if lib == "st" else train}
+        trainer = trainer_cls(model=model, args=args, train_dataset=train, loss=loss)
+        trainer.train()
+        runs[lib] = [{k: h[k] for k in ("loss", "gor_mean", "gor_second_moment") if k in h and h[k] == h[k]}
+                     for h in trainer.state.log_history if "loss" in h]  # h[k] == h[k]: not sentence-transformers' NaN
+    assert len(runs["bk"]) == len(runs["st"]) == 3
+    for got, want in zip(runs["bk"], runs["st"]):
+        assert got == pytest.approx(want, rel=1e-5)
+    if name == "GlobalOrthogonalRegularizationLoss":  # both losses trained
+        assert {len(step) for step in runs["bk"]} == {1, 3}
+
+
+def test_a_custom_loss_module_is_told_to_derive_from_sentence_loss(model, tmp_path):
+    """sentence-transformers' docs pair GlobalOrthogonalRegularizationLoss with MultipleNegativesRankingLoss in a
+    torch.nn.Module of the user's own; bertkit told its author to "change the import", which fixes nothing. Derived
+    from SentenceLoss, the same class trains, its terms logged."""
+    from bertkit.sentence.losses import SentenceLoss
+
+    def gor_loss(base):
+        class InfoNCEGORLoss(base):
+            def __init__(self, model):
+                super().__init__(*[model] * (base is SentenceLoss))
+                self.model = model
+                self.info_nce_loss = losses.MultipleNegativesRankingLoss(model)
+                self.gor_loss = losses.GlobalOrthogonalRegularizationLoss(model)
+
+            def forward(self, sentence_features, labels=None):
+                embeddings = [self.model(f)["sentence_embedding"] for f in sentence_features]
+                return {"info_nce": self.info_nce_loss.compute_loss_from_embeddings(embeddings, labels),
+                        **self.gor_loss.compute_loss_from_embeddings(embeddings, labels)}
+        return InfoNCEGORLoss(model)
+
+    args = st_args(tmp_path, max_steps=1, logging_steps=1, save_strategy="no")
+    with pytest.raises(BertkitError, match=re.escape(
+            "InfoNCEGORLoss is no bertkit.sentence loss: derive it from bertkit.sentence.losses.SentenceLoss (class "
+            "InfoNCEGORLoss(SentenceLoss), its __init__ calling super().__init__(model))")):
+        SentenceTransformerTrainer(model=model, args=args, train_dataset=PAIRS[:4], loss=gor_loss(torch.nn.Module))
+    trainer = SentenceTransformerTrainer(model=model, args=args, train_dataset=PAIRS[:4], loss=gor_loss(SentenceLoss))
+    trainer.train()
+    assert {"info_nce", "gor_mean", "gor_second_moment"} <= trainer.state.log_history[0].keys()

@@ -367,8 +367,16 @@ class SentenceTransformerTrainer(Trainer):
         elif not isinstance(loss, nn.Module) and callable(loss):
             loss = loss(model)
         if not isinstance(loss, SentenceLoss):
-            raise BertkitError(f"loss must be a bertkit.sentence.losses loss, got {type(loss).__module__}."
-                               f"{type(loss).__name__}; change the import to `from bertkit.sentence import losses`")
+            kind = f"{type(loss).__module__}.{type(loss).__name__}"
+            if isinstance(loss, nn.Module) and not kind.startswith("sentence_transformers."):
+                # a loss of the user's own (sentence-transformers' docs build GlobalOrthogonalRegularizationLoss's
+                # pairing with MultipleNegativesRankingLoss so): the import is not what to change
+                raise BertkitError(f"loss {kind} is no bertkit.sentence loss: derive it from "
+                                   "bertkit.sentence.losses.SentenceLoss (class "
+                                   f"{type(loss).__name__}(SentenceLoss), its __init__ calling "
+                                   "super().__init__(model)); its forward(sentence_features, labels) stays as it is")
+            raise BertkitError(f"loss must be a bertkit.sentence.losses loss, got {kind}; change the import to "
+                               "`from bertkit.sentence import losses`")
         if loss.model is not model:
             raise BertkitError("the loss was built with another model than the trainer's; build it with "
                                "losses.X(model) of the model passed to the trainer")

@@ -20,8 +20,9 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from bertkit.errors import BertkitError, is_whole, refusing_getattr
+from bertkit.errors import BertkitError, is_whole
 from bertkit.sentence.cross_encoder.model import CrossEncoder, fullname
+from bertkit.sentence.losses.cached import check_mini_batch, grad_cached
 
 Text = str | list[int]
 # sentence-transformers' default activations: stateless modules, one shared instance each
@@ -154,13 +155,22 @@ class MultipleNegativesRankingLoss(CrossEncoderLoss):
         return [[flat[i] for i in row] for row in indices.T.tolist()]
 
     def forward(self, inputs: Sequence[Sequence[Text]], labels: Tensor | None = None) -> Tensor:
+        firsts, seconds = self.pairs(inputs)
+        return self.loss_from_logits(self.logits(firsts, seconds), len(inputs[0]))
+
+    def pairs(self, inputs: Sequence[Sequence[Text]]) -> tuple[list[Text], list[Text]]:
+        """The pairs to score, column by column: each anchor with its positive, with each in-batch negative slot's
+        candidate, with each hard negative."""
         anchors, batch = inputs[0], len(inputs[0])
         if batch < 2 and not inputs[2:]:
-            raise BertkitError("MultipleNegativesRankingLoss needs negatives: a batch of 1 row without hard-negative "
+            raise BertkitError(f"{type(self).__name__} needs negatives: a batch of 1 row without hard-negative "
                                "columns has none; use a batch of 2 or more")
         columns = [list(inputs[1]), *self.negative_columns(inputs[1:]), *map(list, inputs[2:])]
-        logits = self.logits(list(anchors) * len(columns), [c for column in columns for c in column])
-        logits = logits.reshape(len(columns), batch).T  # (B, 1 + negatives + hard negatives)
+        return list(anchors) * len(columns), [c for column in columns for c in column]
+
+    def loss_from_logits(self, logits: Tensor, batch: int) -> Tensor:
+        """The loss of the (B * columns,) logits of ``pairs``."""
+        logits = logits.reshape(-1, batch).T  # (B, 1 + negatives + hard negatives)
         if self.activation_fn:
             logits = self.activation_fn(logits)
         if self.scale:
@@ -169,6 +179,28 @@ class MultipleNegativesRankingLoss(CrossEncoderLoss):
 
     def get_config_dict(self) -> dict[str, Any]:
         return {"scale": self.scale, "num_negatives": self.num_negatives, "activation_fn": fullname(self.activation_fn)}
+
+
+class CachedMultipleNegativesRankingLoss(MultipleNegativesRankingLoss):
+    """MultipleNegativesRankingLoss computed with GradCache (bertkit.sentence.losses.cached): the pairs scored in
+    mini-batches of ``mini_batch_size``, so a batch of any size with many negatives trains in a mini-batch's memory,
+    with the uncached loss's value and gradients."""
+
+    def __init__(self, model: CrossEncoder, num_negatives: int | None = 4, scale: float = 10.0,
+                 activation_fn: nn.Module | None = _SIGMOID, mini_batch_size: int = 32,
+                 show_progress_bar: bool = False):
+        super().__init__(model, num_negatives, scale, activation_fn)
+        self.mini_batch_size = check_mini_batch(type(self).__name__, mini_batch_size)
+
+    def forward(self, inputs: Sequence[Sequence[Text]], labels: Tensor | None = None) -> Tensor:
+        firsts, seconds = self.pairs(inputs)
+        m = self.mini_batch_size
+        pieces = [lambda s=s: self.logits(firsts[s:s + m], seconds[s:s + m]) for s in range(0, len(firsts), m)]
+        return grad_cached(pieces, lambda parts: self.loss_from_logits(torch.cat(parts), len(inputs[0])),
+                           self.model, self.model.device)
+
+    def get_config_dict(self) -> dict[str, Any]:
+        return {**super().get_config_dict(), "mini_batch_size": self.mini_batch_size}
 
 
 class CrossEntropyLoss(CrossEncoderLoss):
@@ -535,16 +567,7 @@ class ADRMSELoss(_ListwiseLoss):
                 "mini_batch_size": self.mini_batch_size}
 
 
-# sentence-transformers' cross-encoder losses bertkit does not implement, with what to use
-_REFUSED = {
-    "CachedMultipleNegativesRankingLoss": "use MultipleNegativesRankingLoss, which gives its numbers (GradCache "
-                                          "only bounds the memory of a large batch); lower the batch size if it "
-                                          "does not fit",
-}
-__getattr__ = refusing_getattr(__name__, _REFUSED)
-
-
 __all__ = ["CrossEncoderLoss", "BinaryCrossEntropyLoss", "CrossEntropyLoss", "MSELoss", "MarginMSELoss",
-           "MultipleNegativesRankingLoss", "LambdaLoss", "RankNetLoss", "ListNetLoss", "PListMLELoss",
-           "PListMLELambdaWeight", "ListMLELoss", "ADRMSELoss", "BaseWeightingScheme", "NoWeightingScheme",
+           "MultipleNegativesRankingLoss", "CachedMultipleNegativesRankingLoss", "LambdaLoss", "RankNetLoss",
+           "ListNetLoss", "PListMLELoss", "PListMLELambdaWeight", "ListMLELoss", "ADRMSELoss", "BaseWeightingScheme", "NoWeightingScheme",
            "NDCGLoss1Scheme", "NDCGLoss2Scheme", "LambdaRankScheme", "NDCGLoss2PPScheme"]

@@ -9,7 +9,11 @@ from bertkit.sentence.losses.batch_triplet import (
     BatchHardTripletLossDistanceFunction,
     BatchSemiHardTripletLoss,
 )
-from bertkit.sentence.losses.cached import CachedMultipleNegativesRankingLoss
+from bertkit.sentence.losses.cached import (
+    CachedGISTEmbedLoss,
+    CachedMultipleNegativesRankingLoss,
+    CachedMultipleNegativesSymmetricRankingLoss,
+)
 from bertkit.sentence.losses.distill import DistillKLDivLoss, EmbedDistillLoss, MarginMSELoss, MSELoss
 from bertkit.sentence.losses.gist import GISTEmbedLoss
 from bertkit.sentence.losses.matryoshka import MatryoshkaLoss
@@ -28,28 +32,25 @@ from bertkit.sentence.losses.pairs import (
     TripletLoss,
 )
 from bertkit.sentence.losses.softmax import SoftmaxLoss
+from bertkit.sentence.losses.spread import GlobalOrthogonalRegularizationLoss, MegaBatchMarginLoss
 
 __all__ = ["SentenceLoss", "MultipleNegativesRankingLoss", "MultipleNegativesSymmetricRankingLoss",
            "CachedMultipleNegativesRankingLoss", "MatryoshkaLoss", "CoSENTLoss", "AnglELoss", "CosineSimilarityLoss",
            "ContrastiveLoss", "OnlineContrastiveLoss", "SiameseDistanceMetric", "TripletLoss", "TripletDistanceMetric",
            "GISTEmbedLoss", "MarginMSELoss", "DistillKLDivLoss", "EmbedDistillLoss", "MSELoss", "BatchAllTripletLoss",
            "BatchHardTripletLoss", "BatchSemiHardTripletLoss", "BatchHardSoftMarginTripletLoss",
-           "BatchHardTripletLossDistanceFunction", "SoftmaxLoss"]
+           "BatchHardTripletLossDistanceFunction", "SoftmaxLoss", "CachedMultipleNegativesSymmetricRankingLoss",
+           "CachedGISTEmbedLoss", "MegaBatchMarginLoss", "GlobalOrthogonalRegularizationLoss"]
 
 # sentence-transformers' losses bertkit does not implement, with what to use
 _REFUSED = {
     "AdaptiveLayerLoss": "use MatryoshkaLoss for embeddings that can be cut short",
     "Matryoshka2dLoss": "use MatryoshkaLoss for embeddings that can be cut short",
-    "CachedGISTEmbedLoss": "use GISTEmbedLoss with a batch that fits in memory",
-    "CachedMultipleNegativesSymmetricRankingLoss": "use MultipleNegativesSymmetricRankingLoss with a batch that fits "
-                                                   "in memory",
-    "MegaBatchMarginLoss": "use MultipleNegativesRankingLoss (in-batch negatives) or TripletLoss on mined triplets",
     "DenoisingAutoEncoderLoss": "adapt the encoder to a domain with masked-LM pre-training (bertkit pretrain "
                                 "--init-from), then train the embedder",
     "ContrastiveTensionLoss": "use MultipleNegativesRankingLoss on (text, text) rows of the same text (SimCSE)",
     "ContrastiveTensionLossInBatchNegatives": "use MultipleNegativesRankingLoss on (text, text) rows of the same text "
                                               "(SimCSE)",
     "ContrastiveTensionDataLoader": "use MultipleNegativesRankingLoss on (text, text) rows of the same text (SimCSE)",
-    "GlobalOrthogonalRegularizationLoss": "not implemented; train without it",
 }
 __getattr__ = refusing_getattr(__name__, _REFUSED)

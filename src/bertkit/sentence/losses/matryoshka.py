@@ -14,7 +14,7 @@ from torch import Tensor, nn
 
 from bertkit.errors import BertkitError, is_whole
 from bertkit.sentence.losses.base import SentenceLoss, embed_columns
-from bertkit.sentence.losses.cached import CachedMultipleNegativesRankingLoss
+from bertkit.sentence.losses.cached import CachedLoss
 from bertkit.sentence.losses.gist import GISTEmbedLoss
 from bertkit.training.distributed import all_gather
 
@@ -84,7 +84,7 @@ class MatryoshkaLoss(SentenceLoss):
         return total
 
     def forward(self, sentence_features: Sequence[dict[str, Any]], labels: Tensor | None) -> Tensor:
-        if isinstance(self.loss, CachedMultipleNegativesRankingLoss):
+        if isinstance(self.loss, CachedLoss):
             return self.loss(sentence_features, labels, loss_fn=self.compute_loss_from_embeddings)
         guide = self.loss.embed_guide(sentence_features) if isinstance(self.loss, GISTEmbedLoss) else None
         return self.loss.loss_on_batch(embed_columns(self.model, sentence_features), sentence_features, labels,

@@ -29,7 +29,11 @@ from torch import Tensor, nn
 
 from bertkit.errors import BertkitError, refusing_getattr
 from bertkit.sentence.losses.base import SentenceLoss, embed_columns
-from bertkit.sentence.losses.cached import CachedMultipleNegativesRankingLoss, check_mini_batch, grad_cached
+from bertkit.sentence.losses.cached import (
+    CachedMultipleNegativesRankingLoss,
+    check_mini_batch,
+    embedded_in_mini_batches,
+)
 from bertkit.sentence.losses.distill import DistillKLDivLoss, MarginMSELoss, MSELoss
 from bertkit.sentence.losses.gist import GISTEmbedLoss
 from bertkit.sentence.losses.matryoshka import MatryoshkaLoss
@@ -281,7 +285,7 @@ class CachedSpladeLoss(SpladeLoss):
             terms.update(self.terms(embeddings, sentence_features, labels))
             return sum(terms.values())
 
-        loss = grad_cached(self.model, sentence_features, self.mini_batch_size, total)
+        loss = embedded_in_mini_batches(self.model, sentence_features, self.mini_batch_size, total)
         if not torch.is_grad_enabled():
             return terms
         # GradCache's node is what carries the gradient: the first term takes it, at its own value (loss - loss is
