@@ -60,7 +60,8 @@ def _rank(rank: int, job: str, kind: str, model: Path, out: Path) -> subprocess.
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE)
 
 
-@pytest.mark.parametrize("kind", ["sentence", "cross", "model", "tokenizer"])
+@pytest.mark.parametrize("kind", ["model", *(pytest.param(kind, marks=pytest.mark.slow)  # one waits in `make test`
+                                             for kind in ("sentence", "cross", "tokenizer"))])
 def test_a_rank_saving_what_another_rank_of_its_job_is_saving_waits_and_saves(kind, tmp_path, tiny_checkpoint,
                                                                               minilm_dir):
     """Also a transformers model's and tokenizer's ``save_pretrained`` (transformers' scripts' unguarded

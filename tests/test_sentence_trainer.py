@@ -496,8 +496,10 @@ def test_a_checkpoint_written_under_the_former_names_resumes_exactly(kind, tmp_p
 _CLS = {"word_embedding_dimension": 384, "pooling_mode_cls_token": True, "pooling_mode_mean_tokens": False}
 
 
-@pytest.mark.parametrize("name", ["CachedMultipleNegativesSymmetricRankingLoss", "CachedGISTEmbedLoss",
-                                  "MegaBatchMarginLoss", "GlobalOrthogonalRegularizationLoss"])
+@pytest.mark.parametrize("name", [  # the cached losses' values and gradients are in test_sentence_losses' fast tests
+    pytest.param("CachedMultipleNegativesSymmetricRankingLoss", marks=pytest.mark.slow),
+    pytest.param("CachedGISTEmbedLoss", marks=pytest.mark.slow), pytest.param("MegaBatchMarginLoss", marks=pytest.mark.slow),
+    "GlobalOrthogonalRegularizationLoss"])
 def test_ported_losses_train_as_sentence_transformers(name, model_dir, minilm_2_layers, data_dir, tmp_path):
     """A training script with a loss bertkit refused as not implemented, the import swapped: the same loss (and
     terms) at every step on SQuAD (question, answer sentence, other sentence) rows. GlobalOrthogonalRegularizationLoss
