@@ -41,7 +41,7 @@ from bertkit.outputs import (
     BOOKKEEPING,
     MARKER,
     PARTIAL,
-    TMP_SUFFIX,
+    atomic_target,
     atomic_write_json,
     atomic_write_text,
     fsync_dir,
@@ -446,19 +446,22 @@ def write_text_beside_job(path: Path, text: Callable[[], str]) -> None:
         atomic_write_text(path, text())
         return
     tag, directory = f"[{job}]", target_of(path.parent)
+    written: list[str] = []  # the names of this call's own temporaries, the only files it may remove
     while True:
         while _sibling_writing(directory, tag) is not None:
             time.sleep(0.05)
         content = text()
-        atomic_write_text(path, content)
+        with atomic_target(path) as tmp:
+            written.append(tmp.name)
+            tmp.write_text(content, encoding="utf-8", newline="")
         while _sibling_writing(directory, tag) is not None:
             time.sleep(0.05)
         with contextlib.suppress(OSError):
             if path.read_text(encoding="utf-8") == content:
                 break
-    for tmp in path.parent.glob(f".{glob_escape(path.name)}.*.{os.getpid()}{TMP_SUFFIX}"):
+    for name in written:  # a copy an exchange carried into the directory under the same name
         with contextlib.suppress(FileNotFoundError):
-            tmp.unlink()
+            (path.parent / name).unlink()
 
 
 def _open_shared(target: Path, what: str, partial: dict, shared_by: str | None) -> Stage | None:
