@@ -455,9 +455,8 @@ class PretrainedMixin(TransformersModelCalls):
                 shapes.append(f"{key}: file {tuple(value.shape)}, model {tuple(model.shape)}")
             elif model.is_floating_point() and not value.is_floating_point():
                 not_float.append(f"{key}: {str(value.dtype).removeprefix('torch.')}")
-            elif value.is_floating_point() and value.numel() and not bool(torch.isfinite(torch.stack(
-                    torch.aminmax(value))).all()):  # NaN propagates to both; no full-size mask
-                nonfinite.append(f"{key} ({int((~torch.isfinite(value)).sum())} of {value.numel()})")
+            elif (bad := nonfinite_count(key, value)) is not None:
+                nonfinite.append(bad)
             else:
                 new_state[key] = value
         untied = self._untied_decoder(tensors)
@@ -578,8 +577,7 @@ class PretrainedMixin(TransformersModelCalls):
         from safetensors.torch import save_file
 
         state = self.published_state_dict()
-        nonfinite = [f"{k} ({int((~torch.isfinite(v)).sum())} of {v.numel()})" for k, v in state.items()
-                     if not torch.isfinite(v).all()]
+        nonfinite = [bad for k, v in state.items() if (bad := nonfinite_count(k, v)) is not None]
         if nonfinite:  # from_pretrained refuses them: the save would replace what is at `directory` with a dead end
             raise NonFiniteError(f"{type(self).__name__} holds NaN or infinite weights, {nonfinite[:3]}"
                                  f"{f' and {len(nonfinite) - 3} more' if len(nonfinite) > 3 else ''}, which loading "
@@ -590,3 +588,12 @@ class PretrainedMixin(TransformersModelCalls):
             save_file(state, str(tmp), metadata={"format": "pt"})
             atomic_write_text(out / CONFIG_NAME, json.dumps(config, indent=2, sort_keys=True) + "\n")
         return directory
+
+
+def nonfinite_count(key: str, value: Tensor) -> str | None:
+    """"KEY (n of N)" where the floating-point tensor ``value`` holds NaN or infinite values, else None; loading
+    refuses such weights and saving will not write them. The range is checked first (NaN propagates to both ends),
+    so a finite tensor costs no full-size mask."""
+    if not value.is_floating_point() or not value.numel() or bool(torch.isfinite(torch.stack(torch.aminmax(value))).all()):
+        return None
+    return f"{key} ({int((~torch.isfinite(value)).sum())} of {value.numel()})"
