@@ -367,7 +367,7 @@ class BertModel(PretrainedMixin, nn.Module):
                 "load_state_dict(..., assign=True) keeps its non-persistent buffers there; build it under "
                 "init_empty_weights() (buffers on the host) or load it with from_pretrained(path)")
         lay = token_layout(layout, attention_mask, B, T, self.embeddings.word_embeddings.weight.dtype, device,
-                           self.key_multiple, self.token_multiple, attention_dropout, self._hooked())
+                           self.key_multiple, self.token_multiple, attention_dropout, self._hooked)
         # Inputs may come from the host (bertkit's batch runners leave them there): checked and laid out there
         # above, with nothing read back from the device, then copied over without waiting.
         input_ids, token_type_ids, position_ids, inputs_embeds = (
@@ -405,8 +405,13 @@ class BertModel(PretrainedMixin, nn.Module):
         """Whether a hook watches the embeddings or a layer (or a module in them): ``"auto"`` then keeps the padded
         rectangle, so a hook sees (B, T, ...) tensors, transformers' own, where dropping padding would hand it the
         (N, ...) real-token rows and code indexing them as (B, T, ...) would read the wrong numbers without error."""
-        return any(m._forward_hooks or m._forward_pre_hooks or m._backward_hooks or m._backward_pre_hooks
-                   for part in (self.embeddings, self.encoder) for m in part.modules())
+        stack: list[nn.Module] = [self.embeddings, self.encoder]  # a walk of _modules: modules() costs 2x more
+        while stack:
+            m = stack.pop()
+            if m._forward_hooks or m._forward_pre_hooks or m._backward_hooks or m._backward_pre_hooks:
+                return True
+            stack.extend(child for child in m._modules.values() if child is not None)
+        return False
 
     def _embed(self, lay: TokenLayout, B: int, T: int, input_ids: Tensor | None, token_type_ids: Tensor,
                position_ids: Tensor | None, inputs_embeds: Tensor | None) -> Tensor:

@@ -19,7 +19,7 @@ Shape legend: B batch, T sequence length, N real tokens, H hidden size, nh heads
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any, Literal
 
@@ -260,14 +260,15 @@ torch.utils._pytree.register_dataclass(TokenLayout)  # part of BertModelOutput u
 
 def token_layout(layout: str, attention_mask: Tensor | None, B: int, T: int, dtype: torch.dtype, device: torch.device,
                  key_multiple: int = 1, token_multiple: int = 1, attention_dropout: float = 0.0,
-                 keep_rectangle: bool = False) -> TokenLayout:
+                 keep_rectangle: Callable[[], bool] = lambda: False) -> TokenLayout:
     """Which tokens ``BertModel`` computes on ``device`` (``layout``: "auto", "padded" or "unpadded"): the (B, T)
     rectangle, or with ``layout`` not "padded" and right-padded rows, the real tokens only (padding dropped before
     the first layer). On a GPU ``"auto"`` drops padding only where that pays there (``gpu_keeps_rectangle``). The
     two multiples round attention's keys and the unpadded layout's rows up (1: not rounded; see the module's
     header). On a GPU in half precision without ``attention_dropout`` (inference), padding is dropped and attention
-    runs as the variable-length kernel (``varlen_attention``). ``keep_rectangle``: ``"auto"`` computes on the
-    rectangle, zeros at padding in the outputs as when padding is dropped (hooks are watching the layers).
+    runs as the variable-length kernel (``varlen_attention``). ``keep_rectangle()`` true: ``"auto"`` computes on the
+    rectangle, zeros at padding in the outputs as when padding is dropped (hooks are watching the layers); asked
+    only where padding would be dropped.
 
     The layout is worked out where the mask is. A mask still on the host (bertkit's batch runners leave it there)
     gives it without a read-back from the device, which on a GPU waits for every queued kernel (1.3x the fp32
@@ -286,14 +287,14 @@ def token_layout(layout: str, attention_mask: Tensor | None, B: int, T: int, dty
 
 def _token_layout(layout: str, attention_mask: Tensor | None, B: int, T: int, dtype: torch.dtype,
                   device: torch.device, key_multiple: int, token_multiple: int, attention_dropout: float,
-                  keep_rectangle: bool) -> TokenLayout:
+                  keep_rectangle: Callable[[], bool]) -> TokenLayout:
     if layout == "padded" or attention_mask is None:
         return TokenLayout.padded(attention_mask, (B, T), key_multiple=key_multiple)
     full, right_padded = torch.stack((attention_mask.all(), attention_mask[:, 0].all())).tolist()  # one read back
     if full or not right_padded:
         # No padding to drop, or left-padded rows (first position is padding): keep the rectangle.
         return TokenLayout.padded(None if full else attention_mask, (B, T), key_multiple=key_multiple)
-    if layout == "auto" and keep_rectangle:
+    if layout == "auto" and keep_rectangle():
         return TokenLayout.padded(attention_mask, (B, T), zero_padding=True, key_multiple=key_multiple)
     if attention_dropout == 0 and varlen_attention(device, dtype):
         return TokenLayout.varlen(attention_mask)
