@@ -494,3 +494,59 @@ def test_vocab_size_leaves_out_added_tokens_as_transformers(minilm_dir, tmp_path
             tmp_path / name)
         assert (again.vocab_size, len(again)) == (ref.vocab_size, len(ref))
     assert BertTokenizer.from_pretrained(tmp_path / "hf").vocab_size == 30522
+
+
+def test_added_tokens_decoder_encoder_and_added_token_objects_as_transformers(minilm_dir):
+    """Scripts that add ``AddedToken``s (transformers' top-level class, imported from bertkit after the port) and read
+    ``added_tokens_encoder`` / ``added_tokens_decoder``: both were an AttributeError, and every AddedToken, even one at
+    the options bertkit matches as transformers does, was refused."""
+    ours, hf = BertTokenizer.from_pretrained(minilm_dir), transformers.BertTokenizerFast.from_pretrained(minilm_dir)
+    for tok, added in ((ours, bertkit.AddedToken), (hf, transformers.AddedToken)):
+        tok.add_tokens([added("[X1]"), added("Covid19"), "mrna"])  # "mrna": a WordPiece token
+        tok.add_tokens(added("[S1]", special=True))  # special by its own flag
+        tok.add_tokens([added("[S2]")], special_tokens=True)  # normalized left out: False once special
+        tok.add_special_tokens({"additional_special_tokens": [added("<e>"), "</e>"], "pad_token": added("[P2]")})
+    assert len(ours) == len(hf) == 30529 and ours.pad_token_id == hf.pad_token_id == 30526
+    assert ours.added_tokens_encoder == hf.added_tokens_encoder
+    assert list(ours.added_tokens_encoder)[5:] == ["mrna", "[X1]", "Covid19", "[S1]", "[S2]", "[P2]", "<e>", "</e>"]
+    theirs = {i: (str(t), t.special, t.normalized, t.lstrip, t.rstrip, t.single_word)
+              for i, t in hf.added_tokens_decoder.items()}
+    assert {i: (str(t), t.special, t.normalized, t.lstrip, t.rstrip, t.single_word)
+            for i, t in ours.added_tokens_decoder.items()} == theirs
+    assert repr(ours.added_tokens_decoder[30524]) == repr(hf.added_tokens_decoder[30524]) == (
+        'AddedToken("[S1]", rstrip=False, lstrip=False, single_word=False, normalized=False, special=True)')
+    text = "a[X1]b COVID19 <e>x</e>[S1] [S2] [P2] mrna"
+    a, b = ours(text, return_offsets_mapping=True), hf(text, return_offsets_mapping=True)
+    assert a["input_ids"] == b["input_ids"] and a["offset_mapping"] == b["offset_mapping"]
+    assert ours.decode(a["input_ids"], skip_special_tokens=True) == hf.decode(b["input_ids"], skip_special_tokens=True)
+    # options bertkit does not match as transformers does are refused before anything is added, naming the option
+    for token, flag in ((bertkit.AddedToken("[E]", lstrip=True), "lstrip=true"),
+                        (transformers.AddedToken("[E]", single_word=True), "single_word=true"),
+                        (bertkit.AddedToken("[E]", normalized=False), "normalized=false"),
+                        (bertkit.AddedToken("[E]", special=True, normalized=True), "normalized=true")):
+        with pytest.raises(bertkit.errors.BertkitError, match=rf"token '\[E\]' has {flag}, which bertkit does not"):
+            ours.add_tokens(["[F]", token])
+    assert len(ours) == 30529
+
+
+@pytest.mark.parametrize("extra_first", [True, False])
+def test_add_special_tokens_gives_named_tokens_their_ids_before_the_additional_ones_as_transformers(minilm_dir,
+                                                                                                    extra_first):
+    """transformers 5 renames ``additional_special_tokens`` to ``extra_special_tokens`` by popping it, so its tokens
+    take ids after the named ones' whatever the dict's order; bertkit followed the dict's order, so with the list first
+    "<e>" took 30522 and the new cls_token 30524 (transformers: 30523, 30522), and a model's rows learned or loaded
+    under one library were another token's under the other. Under transformers 5's name the list keeps its place."""
+    named = {"cls_token": "[C2]", "pad_token": "[PAD]", "mask_token": "[M2]"}
+    for key in ("additional_special_tokens", "extra_special_tokens"):
+        extra = {key: ["<e>", "</e>"]}
+        given = {**extra, **named} if extra_first else {**named, **extra}
+        ours, hf = BertTokenizer.from_pretrained(minilm_dir), transformers.BertTokenizerFast.from_pretrained(minilm_dir)
+        assert ours.add_special_tokens(given) == hf.add_special_tokens(given) == 4
+        assert ours.get_added_vocab() == hf.get_added_vocab()
+        text = "[C2] <e> Paris </e> [M2]"
+        # without [CLS]/[SEP]: transformers 5 adds the old [CLS] until saved and loaded (docs/tokenizer.md)
+        assert ours(text, add_special_tokens=False)["input_ids"] == hf(text, add_special_tokens=False)["input_ids"]
+        expect = {"[C2]": 30522, "[M2]": 30523, "<e>": 30524, "</e>": 30525}
+        if key == "extra_special_tokens" and extra_first:
+            expect = {"<e>": 30522, "</e>": 30523, "[C2]": 30524, "[M2]": 30525}
+        assert {t: i for t, i in ours.get_added_vocab().items() if i >= 30522} == expect

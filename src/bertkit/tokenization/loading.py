@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from bertkit.errors import BertkitError, read_json_object
+from bertkit.tokenization.added_token import options_bertkit_lacks, unmatched_message
 
 __all__ = ["read_json", "read_settings", "read_tokenizer_json", "tokenizer_json", "check_fits_model",
            "typed_setting"]
@@ -145,23 +146,15 @@ def typed_setting(value: Any, types: tuple[type, ...], where: str) -> Any:
 
 def check_added_token(entry: Any, file: Path) -> None:
     """Refuse a token cut out of the text (a serialised AddedToken) that transformers matches otherwise than bertkit
-    does: a special token exactly as written, in the raw text; another as add_tokens adds it, in the normalized
-    (lower-cased) text; either inside words too (not single_word), its offsets its own characters (lstrip and rstrip
-    take the whitespace beside it into them)."""
+    does (``added_token``: a special token as written, another in the normalized text, inside words too, its offsets
+    its own characters)."""
     if not isinstance(entry, dict):
         return
-    special = bool(entry.get("special"))
-    wanted = {"single_word": False, "lstrip": False, "rstrip": False, "normalized": not special}
-    flags = [flag for flag, default in wanted.items() if entry.get(flag, default) != default]
+    flags, wanted = options_bertkit_lacks(entry)
     if flags:
-        kind = "special token" if special else "added token"
-        raise BertkitError(f"{file}: {kind} {entry.get('content')!r} has "
-                           f"{' and '.join(f'{f}={str(entry[f]).lower()}' for f in flags)}, which bertkit does not "
-                           "implement (it matches a special token as written in the raw text, an added one in the "
-                           "normalized text as add_tokens adds it, inside words too, its offsets covering the token "
-                           "alone), so the ids or offsets would not be transformers': set "
-                           f"{' and '.join(f'{f}={str(wanted[f]).lower()}' for f in flags)} in its entry (transformers "
-                           "then matches it as bertkit does), or tokenize with transformers")
+        raise BertkitError(unmatched_message(f"{file}: ", entry.get("content"), bool(entry.get("special")), flags,
+                                             wanted, "set {wanted} in its entry (transformers then matches it as "
+                                             "bertkit does), or tokenize with transformers"))
 
 
 def token_content(value: Any, key: str) -> str:
