@@ -550,3 +550,17 @@ def test_add_special_tokens_gives_named_tokens_their_ids_before_the_additional_o
         if key == "extra_special_tokens" and extra_first:
             expect = {"<e>": 30522, "</e>": 30523, "[C2]": 30524, "[M2]": 30525}
         assert {t: i for t, i in ours.get_added_vocab().items() if i >= 30522} == expect
+
+
+def test_an_added_token_written_with_hashes_is_a_word_of_its_own_as_transformers(minilm_dir):
+    """An added token past the vocabulary that starts with "##" is cut out of the text as a word of its own; bertkit's
+    word_ids read its "##" as a WordPiece continuation and joined it to the word before ("ab##xyz cd": words 0, 0, 1
+    where transformers gives 0, 1, 2), so a token-classification label aligned by word_ids went to the wrong word."""
+    ours, hf = BertTokenizer.from_pretrained(minilm_dir), transformers.BertTokenizerFast.from_pretrained(minilm_dir)
+    texts = ["ab##xyz cd", "running##xyz", "jumpings ##xyz", "##xyz"]
+    for tok in (ours, hf):
+        tok.add_tokens(["##xyz"])
+    a, b = ours(texts), hf(texts)
+    assert a["input_ids"] == b["input_ids"]
+    assert [a.word_ids(i) for i in range(len(texts))] == [b.word_ids(i) for i in range(len(texts))]
+    assert a.word_ids(0) == [None, 0, 1, 2, None] and a.word_ids(2) == [None, 0, 0, 1, None]  # "##s" still joins

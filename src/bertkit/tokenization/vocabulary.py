@@ -98,8 +98,10 @@ class Vocabulary:
         wordpiece = WordPiece(pieces, self.unk_token, self.max_input_chars_per_word)
         self._text = TextEncoder(self.vocab, basic, wordpiece, self.all_special_tokens, self.added_tokens)
         self._special_id_set = frozenset(self.all_special_ids)
-        # word_ids: a token starts a word unless it is a WordPiece continuation ("##...").
-        self._continuation_ids = frozenset(i for i, t in enumerate(self._tokens) if t.startswith("##"))
+        # word_ids: a token starts a word unless it is a WordPiece continuation ("##..."); an added token past the
+        # vocabulary is never one, "##" or not (it is cut out of the text as a word of its own, as in tokenizers)
+        self._continuation_ids = frozenset(i for i, t in enumerate(self._tokens[:self._wordpiece_size])
+                                           if t.startswith("##"))
 
     def __getstate__(self) -> dict:
         return {k: v for k, v in self.__dict__.items() if k not in self._DERIVED}
