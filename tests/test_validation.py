@@ -39,7 +39,9 @@ def test_mismatched_or_out_of_range_inputs_are_named(model, kwargs, message):
         model(input_ids=ids, **kwargs)
 
 
-@pytest.mark.parametrize("bad,message", [(30, r"input_ids holds 30, outside \[0, 29\] \(vocab_size 30"),
+@pytest.mark.parametrize("bad,message", [(30, r"input_ids holds 30, outside \[0, 29\] \(vocab_size 30 .*tokenizer\?"
+                                               r" \(after tokenizer.add_tokens or add_special_tokens, grow the model to"
+                                               r" the tokenizer with model.resize_token_embeddings\(len\(tokenizer\)\)"),
                                          (-1, r"input_ids holds -1, outside \[0, 29\]")])
 def test_ids_outside_the_vocabulary_are_named(model, bad, message):
     with pytest.raises(BertkitError, match=message):
