@@ -564,3 +564,21 @@ def test_an_added_token_written_with_hashes_is_a_word_of_its_own_as_transformers
     assert a["input_ids"] == b["input_ids"]
     assert [a.word_ids(i) for i in range(len(texts))] == [b.word_ids(i) for i in range(len(texts))]
     assert a.word_ids(0) == [None, 0, 1, 2, None] and a.word_ids(2) == [None, 0, 0, 1, None]  # "##s" still joins
+
+
+def test_an_added_token_passed_to_from_pretrained_or_assigned_is_its_text_as_transformers(minilm_dir):
+    """``from_pretrained(dir, mask_token=AddedToken(...))`` and ``tok.pad_token = AddedToken(...)``: refused with a
+    message listing the AddedToken among "missing" tokens, or saying a token the list holds is not in it."""
+    for kwargs in (dict(additional_special_tokens=["<e>", "</e>"]), dict(mask_token="[M2]")):
+        ours = BertTokenizer.from_pretrained(minilm_dir, **{k: [bertkit.AddedToken(t) for t in v] if isinstance(
+            v, list) else bertkit.AddedToken(v, special=True) for k, v in kwargs.items()})
+        hf = transformers.BertTokenizerFast.from_pretrained(minilm_dir, **{k: [transformers.AddedToken(t) for t in v]
+                                                            if isinstance(v, list) else transformers.AddedToken(
+                                                                v, special=True) for k, v in kwargs.items()})
+        assert len(ours) == len(hf) and ours.get_added_vocab() == hf.get_added_vocab()
+        text = "<e> [M2] x"
+        assert ours(text)["input_ids"] == hf(text)["input_ids"]
+    for tok, added in ((ours, bertkit.AddedToken), (hf, transformers.AddedToken)):
+        tok.add_special_tokens({"additional_special_tokens": ["<p>"]})
+        tok.pad_token = added("<p>", special=True)
+    assert ours.pad_token == hf.pad_token == "<p>" and ours.pad_token_id == hf.pad_token_id == 30523

@@ -16,6 +16,7 @@ from bertkit._parallel import job_of
 from bertkit.errors import BertkitError, MissingFileError, given_path
 from bertkit.outputs import atomic_write_json
 from bertkit.staging import staged
+from bertkit.tokenization.added_token import token_text
 from bertkit.tokenization.batch import (
     as_tensor,
     encode_rows,
@@ -119,6 +120,11 @@ class BertTokenizer(EditableVocabulary):
 
         refuse_hub_options(path, overrides)
         overrides = renamed_extra(overrides, "from_pretrained")
+        for key in (*SPECIAL_TOKEN_KEYS, "additional_special_tokens"):  # an AddedToken is its text, special
+            if key in overrides and overrides[key] is not None:
+                value = overrides[key]
+                many = key == "additional_special_tokens" and not isinstance(value, str)
+                overrides[key] = [token_text(t, True)[0] for t in value] if many else token_text(value, True)[0]
         for side in ("padding_side", "truncation_side"):  # transformers takes them here too; "right" is all there is
             if side in overrides:
                 right_only(side, overrides.pop(side))

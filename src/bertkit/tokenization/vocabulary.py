@@ -273,6 +273,7 @@ class EditableVocabulary:
             # alone, the ids stayed the old token's). transformers cuts out of the text and skips in decode the tokens
             # it did before, so only a token already special keeps that set as it is.
             key = _SPECIAL_IDS.get(name, name)
+            value = token_text(value, True)[0] if name in SPECIAL_TOKEN_KEYS else value  # an AddedToken: its text
             if name in _SPECIAL_IDS and (isinstance(value, bool) or not isinstance(value, numbers.Integral)):
                 raise BertkitError(f"{name}={value!r}: a token id is an int; pass the id of one of this tokenizer's "
                                    f"special tokens {dict(zip(self.all_special_tokens, self.all_special_ids))}")
