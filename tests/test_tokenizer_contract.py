@@ -7,6 +7,7 @@ SST-2 and SQuAD text and compares the results exactly: strings, ids, offsets, sp
 from __future__ import annotations
 
 import json
+import shutil
 
 import pytest
 
@@ -370,6 +371,53 @@ def test_loads_what_transformers_5_saves_with_added_tokens(minilm_dir, tmp_path,
     assert a["offset_mapping"] == [[tuple(o) for o in r] for r in b["offset_mapping"]]
     assert ours.batch_decode(a["input_ids"], skip_special_tokens=True) == ref.batch_decode(
         b["input_ids"], skip_special_tokens=True)
+
+
+def test_a_directory_saved_by_bertkit_then_by_transformers_keeps_the_tokens_transformers_added(minilm_dir, tmp_path):
+    """bertkit saves, transformers 5 loads the directory, adds tokens and saves over it (tokenizer.json and
+    tokenizer_config.json only: bertkit's added_tokens.json stays, with the older tokens). transformers reads the added
+    tokens of tokenizer.json and of the config's added_tokens_decoder and leaves added_tokens.json aside; bertkit took
+    the stale added_tokens.json as the list of added tokens, so "btwo" (30523) was made of pieces, [18411, 12155]."""
+    ours = BertTokenizer.from_pretrained(minilm_dir)
+    ours.add_tokens(["aone"])
+    ours.save_pretrained(tmp_path)
+    ref = transformers.BertTokenizerFast.from_pretrained(tmp_path)
+    ref.add_tokens(["btwo"])
+    ref.add_special_tokens({"additional_special_tokens": ["<s2>"]})
+    ref.save_pretrained(tmp_path)
+    assert json.loads((tmp_path / "added_tokens.json").read_text()) == {"aone": 30522}
+    ref = transformers.BertTokenizerFast.from_pretrained(tmp_path)
+    ours = BertTokenizer.from_pretrained(tmp_path)
+    text = "aone btwo <s2> x"
+    assert ours(text)["input_ids"] == ref(text)["input_ids"] == [101, 30522, 30523, 30524, 1060, 102]
+    assert ours.get_added_vocab() == ref.get_added_vocab()
+
+
+@pytest.mark.parametrize("source", ["added_tokens_decoder", "added_tokens.json"])
+def test_added_tokens_the_files_beside_tokenizer_json_name_are_added_as_transformers_adds_them(minilm_dir, tmp_path,
+                                                                                              source):
+    """A tokenizer.json without the added tokens that tokenizer_config.json's added_tokens_decoder lists (a config
+    edited by hand, or a tokenizer.json replaced), or, where the config has none, that added_tokens.json lists:
+    transformers 5 appends them in the order of their ids; bertkit left the config's out without a word ("foo123" made
+    of pieces, "<x>" split) and refused the added_tokens.json ones as special tokens missing from the vocabulary."""
+    for name in ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json"):
+        shutil.copy(minilm_dir / name, tmp_path / name)
+    if source == "added_tokens.json":
+        (tmp_path / "added_tokens.json").write_text(json.dumps({"foo123": 30523, "<x>": 30522}))
+    else:
+        config = json.loads((tmp_path / "tokenizer_config.json").read_text())
+        flags = {"lstrip": False, "rstrip": False, "single_word": False}
+        config["added_tokens_decoder"] = {**config.get("added_tokens_decoder", {}),
+                                          "30522": {"content": "<x>", "normalized": False, "special": True, **flags},
+                                          "30523": {"content": "foo123", "normalized": True, "special": False, **flags}}
+        (tmp_path / "tokenizer_config.json").write_text(json.dumps(config))
+    ref = transformers.BertTokenizerFast.from_pretrained(tmp_path)
+    ours = BertTokenizer.from_pretrained(tmp_path)
+    text = "a FOO123 <x> b"
+    assert ours(text)["input_ids"] == ref(text)["input_ids"] == [101, 1037, 30523, 30522, 1038, 102]
+    assert ours.get_added_vocab() == ref.get_added_vocab()
+    skip = dict(skip_special_tokens=True)
+    assert ours.decode(ours(text)["input_ids"], **skip) == ref.decode(ref(text)["input_ids"], **skip)
 
 
 def test_an_added_token_of_tokenizer_json_is_not_made_from_a_words_pieces(minilm_dir, tmp_path):

@@ -103,9 +103,6 @@ def read_settings(path: Path) -> dict[str, Any]:
                                   path / (SPECIAL_TOKENS_MAP_FILE if key in special_map else CONFIG_FILE))
     if isinstance(settings.get("model_max_length"), float):  # HF writes 1e30 for "no limit"
         settings["model_max_length"] = int(settings["model_max_length"])
-    added = read_json(path / ADDED_TOKENS_FILE)  # bertkit writes them into vocab.txt as well, at the same ids
-    if added:
-        settings["added_tokens"] = [t for t, _ in sorted(added.items(), key=lambda kv: kv[1])]
     return settings
 
 
@@ -116,7 +113,10 @@ def added_past(tokens: list[str], path: Path, settings: dict[str, Any]) -> int:
     Returns vocab.txt's own size (WordPiece's vocabulary: the tokens appended are matched in the text only)."""
     size = len(tokens)
     found: dict[int, tuple[str, bool]] = {}
-    for token, i in read_json(path / ADDED_TOKENS_FILE).items():
+    added = read_json(path / ADDED_TOKENS_FILE)  # bertkit writes them into vocab.txt as well, at the same ids
+    if added:
+        settings["added_tokens"] = [t for t, _ in sorted(added.items(), key=lambda kv: kv[1])]
+    for token, i in added.items():
         found[i] = (token, False)
     for key, entry in (read_json(path / CONFIG_FILE).get("added_tokens_decoder") or {}).items():
         found[int(key)] = (token_content(entry, "added_tokens_decoder"), bool(entry.get("special")))
@@ -132,6 +132,35 @@ def added_past(tokens: list[str], path: Path, settings: dict[str, Any]) -> int:
         if token not in named and token not in settings.setdefault(more, []):
             settings[more].append(token)
     return size
+
+
+def added_beside_tokenizer_json(tokens: list[str], path: Path, settings: dict[str, Any]) -> None:
+    """Append to ``tokens`` (a tokenizer.json's, its added tokens included) the added tokens the files beside it name
+    and it lacks, as transformers 5 adds them: tokenizer_config.json's ``added_tokens_decoder`` where the config has
+    one, else ``added_tokens.json`` (a token special when it is one of the special tokens), each at the next id in the
+    order of the ids they give; a special one none of the named tokens joins ``settings``' additional special tokens,
+    the others its added tokens. tokenizer.json's own added tokens and ids stay as they are."""
+    config = read_json(path / CONFIG_FILE)
+    if "added_tokens_decoder" in config:
+        entries = config["added_tokens_decoder"] or {}
+        given = {int(i): (token_content(e, "added_tokens_decoder"), bool(isinstance(e, dict) and e.get("special")), e)
+                 for i, e in entries.items()}
+    else:
+        special = {*(settings.get(k, _DEFAULT_SPECIAL[k]) for k in SPECIAL_TOKEN_KEYS),
+                   *settings.get("additional_special_tokens", ())}
+        given = {i: (t, t in special, None) for t, i in read_json(path / ADDED_TOKENS_FILE).items()}
+    have = set(tokens)
+    named = {settings.get(k, _DEFAULT_SPECIAL[k]) for k in SPECIAL_TOKEN_KEYS}
+    for i in sorted(given):
+        token, special, entry = given[i]
+        if token in have:
+            continue
+        check_added_token(entry, path / CONFIG_FILE)
+        tokens.append(token)
+        have.add(token)
+        more = "additional_special_tokens" if special and token not in named else "added_tokens"
+        if token not in named and token not in settings.setdefault(more, []):
+            settings[more].append(token)
 
 
 def typed_setting(value: Any, types: tuple[type, ...], where: str) -> Any:

@@ -34,6 +34,7 @@ from bertkit.tokenization.loading import (
     SPECIAL_TOKEN_KEYS,
     SPECIAL_TOKENS_MAP_FILE,
     TOKENIZER_FILE,
+    added_beside_tokenizer_json,
     added_past,
     check_fits_model,
     read_settings,
@@ -142,6 +143,7 @@ class BertTokenizer(EditableVocabulary):
         settings = read_settings(path)
         if json_file.is_file():  # first, as transformers and sentence-transformers read it: the same ids as theirs
             vocab, settings, wordpiece_size = read_tokenizer_json(json_file, {**settings, **overrides})
+            added_beside_tokenizer_json(vocab, path, settings)  # what transformers 5 adds from the files beside it
         elif vocab.is_file():
             source, vocab = vocab, load_vocab(vocab)
             wordpiece_size = added_past(vocab, path, settings)  # transformers' added tokens past it, at their ids
