@@ -708,6 +708,21 @@ def test_resize_token_embeddings_matches_transformers(tmp_path):
         ours.resize_token_embeddings(300, mean_resizing="yes")
 
 
+@pytest.mark.parametrize("kwargs,message", [
+    (dict(new_num_tokens=0), r"new_num_tokens must be a positive int, got 0 \(the tokenizer's size: len\(tokenizer\)\)"),
+    (dict(new_num_tokens=-5), "new_num_tokens must be a positive int, got -5"),
+    (dict(new_num_tokens=220.0), "new_num_tokens must be a positive int, got 220.0"),
+    (dict(new_num_tokens=220, pad_to_multiple_of=8.0), "pad_to_multiple_of must be a positive int, got 8.0"),
+])
+def test_resize_token_embeddings_names_a_size_it_cannot_take(kwargs, message):
+    """An IndexError from inside torch (0 rows), a RuntimeError (negative), a TypeError from torch.empty (a float
+    pad_to_multiple_of, as transformers refuses it by name); a float size was taken after int()."""
+    model = H.BertForMaskedLM(BertConfig(**TINY))
+    with pytest.raises(BertkitError, match=message):
+        model.resize_token_embeddings(**kwargs)
+    assert model.get_input_embeddings().num_embeddings == model.config.vocab_size == TINY["vocab_size"]
+
+
 def test_model_objects(minilm_dir):
     ours = bertkit.BertForMaskedLM.from_pretrained(minilm_dir)
     theirs = transformers.BertForMaskedLM.from_pretrained(minilm_dir)

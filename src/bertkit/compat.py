@@ -6,6 +6,7 @@ need nothing here: bertkit's modules carry transformers' names (``model.bert.enc
 
 from __future__ import annotations
 
+import numbers
 from collections.abc import Iterator
 from typing import Any, ClassVar
 
@@ -128,12 +129,16 @@ class TransformersModelCalls:
         if not isinstance(mean_resizing, bool):
             raise BertkitError(f"mean_resizing={mean_resizing!r}: pass True (new rows around the old rows' mean) or "
                                "False (drawn from N(0, initializer_range))")
+        for name, value in (("new_num_tokens", new_num_tokens), ("pad_to_multiple_of", pad_to_multiple_of)):
+            if value is not None and (isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < 1):
+                hint = " (the tokenizer's size: len(tokenizer))" if name == "new_num_tokens" else ""
+                raise BertkitError(f"{name} must be a positive int, got {value!r}{hint}")
         old = self.get_input_embeddings()
         n = old.num_embeddings if new_num_tokens is None else int(new_num_tokens)
         if pad_to_multiple_of is not None:
-            if pad_to_multiple_of < 1:
-                raise BertkitError(f"pad_to_multiple_of must be a positive int, got {pad_to_multiple_of}")
             n = -(-n // pad_to_multiple_of) * pad_to_multiple_of
+        if not self.config.pad_token_id < n:
+            raise BertkitError(f"a vocabulary of {n} tokens does not hold pad_token_id {self.config.pad_token_id}")
         if n == old.num_embeddings:
             return old
         # nn.Embedding's own init draws (n, H) normals first, as transformers' new nn.Embedding does
