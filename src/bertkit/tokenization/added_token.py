@@ -85,12 +85,17 @@ def token_text(token: Any, special: bool) -> tuple[Any, bool]:
     transformers. Anything else is returned as it is (the caller names it)."""
     if isinstance(token, str) or not all(hasattr(token, a) for a in ("content", "special", *_OPTIONS)):
         return token, special
-    special = special or bool(token.special)
     options = {f: getattr(token, f) for f in _OPTIONS}
-    # tokenizers' AddedToken reads normalized as "not special" until added: made special by the call, a token left
-    # at that default is not normalized (transformers' add_special_tokens makes it so); bertkit's keeps "not given"
-    given = getattr(token, "_normalized", options["normalized"] if options["normalized"] != (not token.special)
-                    else None)
+    if special and not token.special and options["normalized"] and not isinstance(token, AddedToken):
+        # tokenizers' AddedToken reads normalized=True both when it was given and when it was left out (then "not
+        # special", decided when added): made special by this call, transformers matches the first in the normalized
+        # text and the second as written, and nothing tells them apart here
+        raise BertkitError(f"{token!r} is made special here, and tokenizers' AddedToken does not say whether its "
+                           "normalized=True was given (transformers then matches it in the normalized text) or left "
+                           "out (matched as written): pass bertkit's AddedToken (from bertkit import AddedToken), "
+                           "or a str, or create it with special=True")
+    special = special or bool(token.special)
+    given = getattr(token, "_normalized", options["normalized"])  # bertkit's keeps "not given" (None)
     options["normalized"] = not special if given is None else given
     flags, wanted = options_bertkit_lacks({**options, "special": special})
     if flags:
