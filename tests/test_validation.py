@@ -199,6 +199,19 @@ def test_a_vocab_longer_than_the_model_is_refused_where_they_meet(tmp_path, mini
         BertTokenizer.from_pretrained(d)
 
 
+def test_a_tokenizer_saved_with_added_tokens_beside_a_model_not_grown_names_the_resize(tmp_path, minilm_dir):
+    """add_tokens, then both saved without resize_token_embeddings: the refusal said only to use the vocabulary the
+    model was trained with."""
+    d = _tokenizer_dir(tmp_path, minilm_dir)
+    (d / "config.json").write_text(json.dumps({"vocab_size": 30522}))
+    tok = BertTokenizer.from_pretrained(minilm_dir)
+    tok.add_tokens(["covid19"])
+    tok.save_pretrained(d)
+    with pytest.raises(BertkitError, match=r"has 30523 tokens but .*vocab_size 30522: .*save the model grown to the "
+                                           r"tokenizer: model.resize_token_embeddings\(len\(tokenizer\)\)$"):
+        BertTokenizer.from_pretrained(d)
+
+
 def test_a_checkpoint_holding_code_is_refused_without_suggesting_weights_only_false(tmp_path):
     from bertkit.training.checkpoint import read_state
 

@@ -338,4 +338,5 @@ def check_fits_model(vocab_size_needed: int, path: Path, source: Path) -> None:
     if isinstance(vocab_size, int) and vocab_size_needed > vocab_size:
         raise BertkitError(f"{source} has {vocab_size_needed} tokens but {config_file} has vocab_size "
                            f"{vocab_size}: ids from {vocab_size} up would have no embedding; use the vocabulary "
-                           "the model was trained with")
+                           "the model was trained with, or, where tokens were added to it (add_tokens), save the "
+                           "model grown to the tokenizer: model.resize_token_embeddings(len(tokenizer))")
