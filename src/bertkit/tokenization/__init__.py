@@ -15,5 +15,5 @@ from bertkit.tokenization.encoding import BatchEncoding, CharSpan, TokenSpan
 from bertkit.tokenization.tokenizer import BertTokenizer, BertTokenizerFast
 from bertkit.tokenization.wordpiece import WordPiece, load_vocab
 
-__all__ = ["AddedToken", "AutoTokenizer", "BasicTokenizer", "BatchEncoding", "BertTokenizer", "BertTokenizerFast", "CharSpan",
-           "TokenSpan", "WordPiece", "load_vocab"]
+__all__ = ["AddedToken", "AutoTokenizer", "BasicTokenizer", "BatchEncoding", "BertTokenizer", "BertTokenizerFast",
+           "CharSpan", "TokenSpan", "WordPiece", "load_vocab"]

@@ -301,9 +301,9 @@ class EditableVocabulary:
         ``special_tokens=True`` it becomes an additional special token (matched exactly, skipped by decode).
         """
         many = isinstance(new_tokens, Iterable) and not isinstance(new_tokens, str)
-        tokens, special = zip(*(token_text(t, special_tokens) for t in (new_tokens if many else [new_tokens]))) \
-            if not many or new_tokens else ((), ())
-        return self._shared.edit(lambda vocabulary: vocabulary.add_tokens(list(tokens), special))
+        pairs = [token_text(t, special_tokens) for t in (new_tokens if many else [new_tokens])]
+        tokens, special = [t for t, _ in pairs], [s for _, s in pairs]
+        return self._shared.edit(lambda vocabulary: vocabulary.add_tokens(tokens, special))
 
     def add_special_tokens(self, special_tokens_dict: Mapping[str, str | Sequence[str]],
                            replace_extra_special_tokens: bool = True) -> int:
