@@ -155,6 +155,29 @@ def test_fill_mask_top_k_past_the_vocabulary_is_refused(tmp_path_factory, minilm
     np.testing.assert_allclose([c["score"] for c in every[:3]], [c["score"] for c in ref], rtol=1e-5, atol=0)
 
 
+def test_fill_mask_never_answers_a_row_past_the_tokenizer(tmp_path_factory, minilm_dir, hf_tok):
+    """After add_tokens and resize_token_embeddings(len(tok), pad_to_multiple_of=64) the rows past len(tok) hold no
+    token; scored high (here by their bias), they were candidates and decode failed with "token id 30523 is outside
+    the vocabulary" (transformers lists them with token_str ""). They are left out, the scores those of the softmax
+    over every row, and top_k counts the tokenizer's tokens."""
+    d, _ = _tiny_dir(tmp_path_factory, minilm_dir, "BertForMaskedLM")
+    tok = bertkit.AutoTokenizer.from_pretrained(d)
+    model = bertkit.BertForMaskedLM.from_pretrained(d).eval()
+    tok.add_tokens(["covid19"])
+    model.resize_token_embeddings(len(tok), pad_to_multiple_of=64)
+    assert (len(tok), model.config.vocab_size) == (30523, 30528)
+    with torch.no_grad():
+        model.cls.predictions.bias[30523:] = 50.0
+        model.cls.predictions.bias[30522] = 40.0
+    fill = bertkit.pipeline("fill-mask", model=model, tokenizer=tok)
+    best = fill("the [MASK] sat .", top_k=2)
+    assert [c["token"] for c in best] == [30522, best[1]["token"]] and best[1]["token"] < 30522
+    assert best[0]["token_str"] == "covid19" and best[0]["sequence"] == "the covid19 sat."
+    assert best[0]["score"] < 1e-4  # the five rows past the tokenizer take the rest of the probability
+    with pytest.raises(BertkitError, match="top_k 30524 exceeds the 30523 tokens"):
+        fill("the [MASK] sat .", top_k=30524)
+
+
 @pytest.mark.parametrize("task,num_labels", [("text-classification", 3), ("multiple-choice", 1)])
 def test_a_token_classifier_is_refused_by_the_pipelines_whose_head_reads_the_pooler(tmp_path_factory, minilm_dir, task,
                                                                                     num_labels):

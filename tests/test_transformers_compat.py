@@ -673,23 +673,54 @@ def test_resize_token_embeddings_matches_transformers(tmp_path):
     ours, hf = _pair("BertForMaskedLM", tmp_path)
     old = ours.get_input_embeddings().weight.detach().clone()
     n = TINY["vocab_size"] + 5
-    hf.resize_token_embeddings(n)  # transformers' default: new rows at the old rows' mean (plus ~1e-6 noise)
+    torch.manual_seed(3)
+    hf.resize_token_embeddings(n)  # transformers' default: new rows drawn around the old rows' mean (mean_resizing)
+    after_hf = torch.randn(4)
+    torch.manual_seed(3)
     emb = ours.resize_token_embeddings(n)
+    # the same rows bit for bit, and the same random numbers drawn: dropout, a head's init afterwards follow the seed
+    # as in transformers (the plain mean, drawing nothing, gave rows up to 1e-5 off and another stream after)
+    torch.testing.assert_close(torch.randn(4), after_hf, rtol=0, atol=0)
     assert emb is ours.get_input_embeddings() and emb.num_embeddings == n
     assert ours.config.vocab_size == n and ours.bert.config.vocab_size == n
     torch.testing.assert_close(emb.weight[: n - 5], old, rtol=0, atol=0)
-    torch.testing.assert_close(emb.weight, hf.get_input_embeddings().weight, atol=1e-4, rtol=0)
+    torch.testing.assert_close(emb.weight, hf.get_input_embeddings().weight, atol=0, rtol=0)
+    assert 0 < (emb.weight[n - 5:] - old.mean(0)).abs().max() < 1e-4  # drawn with 1e-9 of the old rows' covariance
     torch.testing.assert_close(ours.cls.predictions.bias, hf.cls.predictions.bias, **TOL)  # zeros for the new tokens
     # Same new rows in both: the MLM logits (decoder tied to the resized embeddings) are equal everywhere.
     with torch.no_grad():
-        hf.get_input_embeddings().weight.copy_(emb.weight)
         ids = torch.tensor([[2, 211, 50, 215, 3]])
         torch.testing.assert_close(ours(ids).prediction_logits, hf(ids).logits, **TOL)
-    assert ours.resize_token_embeddings(n + 1, pad_to_multiple_of=8).num_embeddings == 224
+    # mean_resizing=False: the whole new matrix drawn from N(0, initializer_range), the old rows then copied back
+    torch.manual_seed(4)
+    hf.resize_token_embeddings(n + 20, mean_resizing=False)
+    after_hf = torch.randn(4)
+    torch.manual_seed(4)
+    emb = ours.resize_token_embeddings(n + 20, mean_resizing=False)
+    torch.testing.assert_close(torch.randn(4), after_hf, rtol=0, atol=0)
+    torch.testing.assert_close(emb.weight, hf.get_input_embeddings().weight, atol=0, rtol=0)
+    assert ours.resize_token_embeddings(n + 21, pad_to_multiple_of=8).num_embeddings == 240
     ours.save_pretrained(tmp_path / "resized")
     again = H.BertForMaskedLM.from_pretrained(tmp_path / "resized")
-    assert again.config.vocab_size == 224
+    assert again.config.vocab_size == 240
     torch.testing.assert_close(again.cls.predictions.bias, ours.cls.predictions.bias, rtol=0, atol=0)
+    with pytest.raises(BertkitError, match="mean_resizing='yes'"):
+        ours.resize_token_embeddings(300, mean_resizing="yes")
+
+
+@pytest.mark.parametrize("kwargs,message", [
+    (dict(new_num_tokens=0), r"new_num_tokens must be a positive int, got 0 \(the tokenizer's size: len\(tokenizer\)\)"),
+    (dict(new_num_tokens=-5), "new_num_tokens must be a positive int, got -5"),
+    (dict(new_num_tokens=220.0), "new_num_tokens must be a positive int, got 220.0"),
+    (dict(new_num_tokens=220, pad_to_multiple_of=8.0), "pad_to_multiple_of must be a positive int, got 8.0"),
+])
+def test_resize_token_embeddings_names_a_size_it_cannot_take(kwargs, message):
+    """An IndexError from inside torch (0 rows), a RuntimeError (negative), a TypeError from torch.empty (a float
+    pad_to_multiple_of, as transformers refuses it by name); a float size was taken after int()."""
+    model = H.BertForMaskedLM(BertConfig(**TINY))
+    with pytest.raises(BertkitError, match=message):
+        model.resize_token_embeddings(**kwargs)
+    assert model.get_input_embeddings().num_embeddings == model.config.vocab_size == TINY["vocab_size"]
 
 
 def test_model_objects(minilm_dir):

@@ -39,7 +39,9 @@ def test_mismatched_or_out_of_range_inputs_are_named(model, kwargs, message):
         model(input_ids=ids, **kwargs)
 
 
-@pytest.mark.parametrize("bad,message", [(30, r"input_ids holds 30, outside \[0, 29\] \(vocab_size 30"),
+@pytest.mark.parametrize("bad,message", [(30, r"input_ids holds 30, outside \[0, 29\] \(vocab_size 30 .*tokenizer\?"
+                                               r" \(after tokenizer.add_tokens or add_special_tokens, grow the model to"
+                                               r" the tokenizer with model.resize_token_embeddings\(len\(tokenizer\)\)"),
                                          (-1, r"input_ids holds -1, outside \[0, 29\]")])
 def test_ids_outside_the_vocabulary_are_named(model, bad, message):
     with pytest.raises(BertkitError, match=message):
@@ -194,6 +196,19 @@ def test_a_vocab_longer_than_the_model_is_refused_where_they_meet(tmp_path, mini
     d = _tokenizer_dir(tmp_path, minilm_dir)
     (d / "config.json").write_text(json.dumps({"vocab_size": 1000}))
     with pytest.raises(BertkitError, match=r"has 30522 tokens but .*config.json has vocab_size 1000"):
+        BertTokenizer.from_pretrained(d)
+
+
+def test_a_tokenizer_saved_with_added_tokens_beside_a_model_not_grown_names_the_resize(tmp_path, minilm_dir):
+    """add_tokens, then both saved without resize_token_embeddings: the refusal said only to use the vocabulary the
+    model was trained with."""
+    d = _tokenizer_dir(tmp_path, minilm_dir)
+    (d / "config.json").write_text(json.dumps({"vocab_size": 30522}))
+    tok = BertTokenizer.from_pretrained(minilm_dir)
+    tok.add_tokens(["covid19"])
+    tok.save_pretrained(d)
+    with pytest.raises(BertkitError, match=r"has 30523 tokens but .*vocab_size 30522: .*save the model grown to the "
+                                           r"tokenizer: model.resize_token_embeddings\(len\(tokenizer\)\)$"):
         BertTokenizer.from_pretrained(d)
 
 

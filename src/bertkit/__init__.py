@@ -24,6 +24,7 @@ _EXPORTS = {
     "BertTokenizer": "bertkit.tokenization",
     "BertTokenizerFast": "bertkit.tokenization",
     "AutoTokenizer": "bertkit.tokenization",
+    "AddedToken": "bertkit.tokenization",
     "pipeline": "bertkit.inference",
     "optimize_for_inference": "bertkit.inference.prepare",
     "AutoConfig": "bertkit.auto",

@@ -6,6 +6,7 @@ need nothing here: bertkit's modules carry transformers' names (``model.bert.enc
 
 from __future__ import annotations
 
+import numbers
 from collections.abc import Iterator
 from typing import Any, ClassVar
 
@@ -117,26 +118,39 @@ class TransformersModelCalls:
                                f"{mlm.bias.numel()}: use resize_token_embeddings to change the vocabulary size")
         self._use_word_embeddings(embeddings)
 
-    def resize_token_embeddings(self, new_num_tokens: int | None = None,
-                                pad_to_multiple_of: int | None = None) -> torch.nn.Embedding:
+    def resize_token_embeddings(self, new_num_tokens: int | None = None, pad_to_multiple_of: int | None = None,
+                                mean_resizing: bool = True) -> torch.nn.Embedding:
         """Grow (or shrink) the vocabulary to ``new_num_tokens`` rows (e.g. ``len(tokenizer)``); returns the word
-        embeddings. New rows start at the mean of the old ones (transformers' ``mean_resizing``, without its
-        1e-6 noise), the MLM bias at zero; ``config.vocab_size`` follows."""
+        embeddings. New rows are transformers', drawn from torch's global generator as it draws them, so a seed gives
+        the same rows and the same random numbers afterwards (dropout, a head's init): with ``mean_resizing`` (its
+        default) from a normal of the old rows' mean and 1e-9 times their covariance, else the whole new matrix from
+        N(0, ``initializer_range``) and the old rows copied back. The MLM bias is zero for the new tokens (as
+        transformers leaves it); ``config.vocab_size`` follows."""
+        if not isinstance(mean_resizing, bool):
+            raise BertkitError(f"mean_resizing={mean_resizing!r}: pass True (new rows around the old rows' mean) or "
+                               "False (drawn from N(0, initializer_range))")
+        for name, value in (("new_num_tokens", new_num_tokens), ("pad_to_multiple_of", pad_to_multiple_of)):
+            if value is not None and (isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < 1):
+                hint = " (the tokenizer's size: len(tokenizer))" if name == "new_num_tokens" else ""
+                raise BertkitError(f"{name} must be a positive int, got {value!r}{hint}")
         old = self.get_input_embeddings()
         n = old.num_embeddings if new_num_tokens is None else int(new_num_tokens)
         if pad_to_multiple_of is not None:
-            if pad_to_multiple_of < 1:
-                raise BertkitError(f"pad_to_multiple_of must be a positive int, got {pad_to_multiple_of}")
             n = -(-n // pad_to_multiple_of) * pad_to_multiple_of
+        if not self.config.pad_token_id < n:
+            raise BertkitError(f"a vocabulary of {n} tokens does not hold pad_token_id {self.config.pad_token_id}")
         if n == old.num_embeddings:
             return old
+        # nn.Embedding's own init draws (n, H) normals first, as transformers' new nn.Embedding does
         new = torch.nn.Embedding(n, old.embedding_dim, padding_idx=old.padding_idx, device=old.weight.device,
                                  dtype=old.weight.dtype)
         keep = min(n, old.num_embeddings)
         with torch.no_grad():
+            if n > keep and mean_resizing:
+                new.weight[keep:] = _rows_around_mean(old.weight, n - keep)
+            elif n > keep:
+                new.weight.normal_(0.0, self.config.initializer_range or 0.02)
             new.weight[:keep] = old.weight[:keep]
-            if n > keep:
-                new.weight[keep:] = old.weight.float().mean(0).to(old.weight.dtype)
         new.weight.requires_grad_(old.weight.requires_grad)
         self._use_word_embeddings(new, resize_mlm_bias=True)
         return new
@@ -173,3 +187,17 @@ class TransformersModelCalls:
     @property
     def is_gradient_checkpointing(self) -> bool:
         return self._encoder().gradient_checkpointing
+
+
+def _rows_around_mean(weight: torch.Tensor, count: int) -> torch.Tensor:
+    """``count`` rows drawn as transformers' ``mean_resizing`` draws them (Hewitt, "Initializing new word embeddings
+    for pretrained language models"): from a normal with the rows' mean and 1e-9 times their covariance, so that a new
+    token changes no output distribution much; the mean itself where that covariance is not positive definite."""
+    rows = weight.detach().float()
+    mean = rows.mean(0)
+    centered = rows - mean
+    covariance = 1e-9 * (centered.T @ centered / rows.shape[0])
+    if not torch.distributions.constraints.positive_definite.check(covariance).all():
+        return mean.expand(count, -1).to(weight.dtype)
+    normal = torch.distributions.MultivariateNormal(mean, covariance_matrix=covariance)
+    return normal.sample((count,)).to(weight.dtype)

@@ -68,8 +68,11 @@ def check_inputs(config: BertConfig, input_ids: Tensor | None, token_type_ids: T
         lo, hi = values[2 * i], values[2 * i + 1]
         if lo < 0 or hi >= limit:
             bad = lo if lo < 0 else hi
+            # ids past the rows are, most often, tokens added to the tokenizer after the model was loaded
+            grown = (" (after tokenizer.add_tokens or add_special_tokens, grow the model to the tokenizer with "
+                     "model.resize_token_embeddings(len(tokenizer)))") if name == "input_ids" and bad > 0 else ""
             raise BertkitError(f"{name} holds {bad}, outside [0, {limit - 1}] ({what} {limit} of this model); "
-                               "was the input made with this model's tokenizer?")
+                               f"was the input made with this model's tokenizer?{grown}")
     if attention_mask is not None and (attention_mask.is_complex() or (len(values) > 2 * len(ranges) and values[-1])):
         check_mask_values(attention_mask)  # names the value
     return shape

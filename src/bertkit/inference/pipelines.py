@@ -60,7 +60,7 @@ class FillMaskPipeline(Pipeline):
                         "bertkit pretrain's output)")
 
     def encode(self, item: str, top_k: int | None = None, **_: Any) -> list[dict[str, Any]]:
-        vocab = self.config.vocab_size
+        vocab = min(self.config.vocab_size, len(self.tokenizer))  # rows past the tokenizer's ids hold no token
         if top_k is not None and top_k > vocab:  # the ranking would stop at the vocabulary: fewer than asked, unsaid
             raise BertkitError(f"top_k {top_k} exceeds the {vocab} tokens of this model's vocabulary, every candidate "
                                f"a {self.tokenizer.mask_token} has: ask for top_k {vocab} or fewer")
@@ -98,7 +98,10 @@ class FillMaskPipeline(Pipeline):
         per_mask = []
         for m, p in zip(masks, probs):
             candidates = []
-            for t in np.argsort(-p, kind="stable")[:top_k].tolist():
+            order = np.argsort(-p, kind="stable")
+            # rows past the tokenizer's ids (resize_token_embeddings' pad_to_multiple_of) hold no token: no candidate
+            # (transformers lists them, token_str ""); the scores stay those of the softmax over every row
+            for t in order[order < len(tok)][:top_k].tolist():
                 # [PAD] is left out, a candidate [PAD] too, as transformers leaves out its batch's padding. With several
                 # masks the other masks stay visible, and so do [CLS] and [SEP], as transformers decodes the sequence
                 # then ("[CLS] the cat sat on the [MASK]. [SEP]")

@@ -8,11 +8,12 @@
 What each module does, and why the tokenizer behaves as it does: docs/tokenizer.md.
 """
 
+from bertkit.tokenization.added_token import AddedToken
 from bertkit.tokenization.auto import AutoTokenizer
 from bertkit.tokenization.basic import BasicTokenizer
 from bertkit.tokenization.encoding import BatchEncoding, CharSpan, TokenSpan
 from bertkit.tokenization.tokenizer import BertTokenizer, BertTokenizerFast
 from bertkit.tokenization.wordpiece import WordPiece, load_vocab
 
-__all__ = ["AutoTokenizer", "BasicTokenizer", "BatchEncoding", "BertTokenizer", "BertTokenizerFast", "CharSpan",
-           "TokenSpan", "WordPiece", "load_vocab"]
+__all__ = ["AddedToken", "AutoTokenizer", "BasicTokenizer", "BatchEncoding", "BertTokenizer", "BertTokenizerFast",
+           "CharSpan", "TokenSpan", "WordPiece", "load_vocab"]

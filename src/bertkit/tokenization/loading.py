@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from bertkit.errors import BertkitError, read_json_object
+from bertkit.tokenization.added_token import options_bertkit_lacks, unmatched_message
 
 __all__ = ["read_json", "read_settings", "read_tokenizer_json", "tokenizer_json", "check_fits_model",
            "typed_setting"]
@@ -102,9 +103,6 @@ def read_settings(path: Path) -> dict[str, Any]:
                                   path / (SPECIAL_TOKENS_MAP_FILE if key in special_map else CONFIG_FILE))
     if isinstance(settings.get("model_max_length"), float):  # HF writes 1e30 for "no limit"
         settings["model_max_length"] = int(settings["model_max_length"])
-    added = read_json(path / ADDED_TOKENS_FILE)  # bertkit writes them into vocab.txt as well, at the same ids
-    if added:
-        settings["added_tokens"] = [t for t, _ in sorted(added.items(), key=lambda kv: kv[1])]
     return settings
 
 
@@ -115,7 +113,10 @@ def added_past(tokens: list[str], path: Path, settings: dict[str, Any]) -> int:
     Returns vocab.txt's own size (WordPiece's vocabulary: the tokens appended are matched in the text only)."""
     size = len(tokens)
     found: dict[int, tuple[str, bool]] = {}
-    for token, i in read_json(path / ADDED_TOKENS_FILE).items():
+    added = read_json(path / ADDED_TOKENS_FILE)  # bertkit writes them into vocab.txt as well, at the same ids
+    if added:
+        settings["added_tokens"] = [t for t, _ in sorted(added.items(), key=lambda kv: kv[1])]
+    for token, i in added.items():
         found[i] = (token, False)
     for key, entry in (read_json(path / CONFIG_FILE).get("added_tokens_decoder") or {}).items():
         found[int(key)] = (token_content(entry, "added_tokens_decoder"), bool(entry.get("special")))
@@ -133,6 +134,35 @@ def added_past(tokens: list[str], path: Path, settings: dict[str, Any]) -> int:
     return size
 
 
+def added_beside_tokenizer_json(tokens: list[str], path: Path, settings: dict[str, Any]) -> None:
+    """Append to ``tokens`` (a tokenizer.json's, its added tokens included) the added tokens the files beside it name
+    and it lacks, as transformers 5 adds them: tokenizer_config.json's ``added_tokens_decoder`` where the config has
+    one, else ``added_tokens.json`` (a token special when it is one of the special tokens), each at the next id in the
+    order of the ids they give; a special one none of the named tokens joins ``settings``' additional special tokens,
+    the others its added tokens. tokenizer.json's own added tokens and ids stay as they are."""
+    config = read_json(path / CONFIG_FILE)
+    if "added_tokens_decoder" in config:
+        entries = config["added_tokens_decoder"] or {}
+        given = {int(i): (token_content(e, "added_tokens_decoder"), bool(isinstance(e, dict) and e.get("special")), e)
+                 for i, e in entries.items()}
+    else:
+        special = {*(settings.get(k, _DEFAULT_SPECIAL[k]) for k in SPECIAL_TOKEN_KEYS),
+                   *settings.get("additional_special_tokens", ())}
+        given = {i: (t, t in special, None) for t, i in read_json(path / ADDED_TOKENS_FILE).items()}
+    have = set(tokens)
+    named = {settings.get(k, _DEFAULT_SPECIAL[k]) for k in SPECIAL_TOKEN_KEYS}
+    for i in sorted(given):
+        token, special, entry = given[i]
+        if token in have:
+            continue
+        check_added_token(entry, path / CONFIG_FILE)
+        tokens.append(token)
+        have.add(token)
+        more = "additional_special_tokens" if special and token not in named else "added_tokens"
+        if token not in named and token not in settings.setdefault(more, []):
+            settings[more].append(token)
+
+
 def typed_setting(value: Any, types: tuple[type, ...], where: str) -> Any:
     """``value`` when it has one of ``types`` (a bool is not an int here), else a ValueError naming ``where``."""
     if not isinstance(value, types) or (bool not in types and isinstance(value, bool)):
@@ -145,23 +175,15 @@ def typed_setting(value: Any, types: tuple[type, ...], where: str) -> Any:
 
 def check_added_token(entry: Any, file: Path) -> None:
     """Refuse a token cut out of the text (a serialised AddedToken) that transformers matches otherwise than bertkit
-    does: a special token exactly as written, in the raw text; another as add_tokens adds it, in the normalized
-    (lower-cased) text; either inside words too (not single_word), its offsets its own characters (lstrip and rstrip
-    take the whitespace beside it into them)."""
+    does (``added_token``: a special token as written, another in the normalized text, inside words too, its offsets
+    its own characters)."""
     if not isinstance(entry, dict):
         return
-    special = bool(entry.get("special"))
-    wanted = {"single_word": False, "lstrip": False, "rstrip": False, "normalized": not special}
-    flags = [flag for flag, default in wanted.items() if entry.get(flag, default) != default]
+    flags, wanted = options_bertkit_lacks(entry)
     if flags:
-        kind = "special token" if special else "added token"
-        raise BertkitError(f"{file}: {kind} {entry.get('content')!r} has "
-                           f"{' and '.join(f'{f}={str(entry[f]).lower()}' for f in flags)}, which bertkit does not "
-                           "implement (it matches a special token as written in the raw text, an added one in the "
-                           "normalized text as add_tokens adds it, inside words too, its offsets covering the token "
-                           "alone), so the ids or offsets would not be transformers': set "
-                           f"{' and '.join(f'{f}={str(wanted[f]).lower()}' for f in flags)} in its entry (transformers "
-                           "then matches it as bertkit does), or tokenize with transformers")
+        raise BertkitError(unmatched_message(f"{file}: ", entry.get("content"), bool(entry.get("special")), flags,
+                                             wanted, "set {wanted} in its entry (transformers then matches it as "
+                                             "bertkit does), or tokenize with transformers"))
 
 
 def token_content(value: Any, key: str) -> str:
@@ -316,4 +338,5 @@ def check_fits_model(vocab_size_needed: int, path: Path, source: Path) -> None:
     if isinstance(vocab_size, int) and vocab_size_needed > vocab_size:
         raise BertkitError(f"{source} has {vocab_size_needed} tokens but {config_file} has vocab_size "
                            f"{vocab_size}: ids from {vocab_size} up would have no embedding; use the vocabulary "
-                           "the model was trained with")
+                           "the model was trained with, or, where tokens were added to it (add_tokens), save the "
+                           "model grown to the tokenizer: model.resize_token_embeddings(len(tokenizer))")

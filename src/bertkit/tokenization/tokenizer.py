@@ -16,6 +16,7 @@ from bertkit._parallel import job_of
 from bertkit.errors import BertkitError, MissingFileError, given_path
 from bertkit.outputs import atomic_write_json
 from bertkit.staging import staged
+from bertkit.tokenization.added_token import token_text
 from bertkit.tokenization.batch import (
     as_tensor,
     encode_rows,
@@ -33,6 +34,7 @@ from bertkit.tokenization.loading import (
     SPECIAL_TOKEN_KEYS,
     SPECIAL_TOKENS_MAP_FILE,
     TOKENIZER_FILE,
+    added_beside_tokenizer_json,
     added_past,
     check_fits_model,
     read_settings,
@@ -119,6 +121,11 @@ class BertTokenizer(EditableVocabulary):
 
         refuse_hub_options(path, overrides)
         overrides = renamed_extra(overrides, "from_pretrained")
+        for key in (*SPECIAL_TOKEN_KEYS, "additional_special_tokens"):  # an AddedToken is its text, special
+            if key in overrides and overrides[key] is not None:
+                value = overrides[key]
+                many = key == "additional_special_tokens" and not isinstance(value, str)
+                overrides[key] = [token_text(t, True)[0] for t in value] if many else token_text(value, True)[0]
         for side in ("padding_side", "truncation_side"):  # transformers takes them here too; "right" is all there is
             if side in overrides:
                 right_only(side, overrides.pop(side))
@@ -136,6 +143,7 @@ class BertTokenizer(EditableVocabulary):
         settings = read_settings(path)
         if json_file.is_file():  # first, as transformers and sentence-transformers read it: the same ids as theirs
             vocab, settings, wordpiece_size = read_tokenizer_json(json_file, {**settings, **overrides})
+            added_beside_tokenizer_json(vocab, path, settings)  # what transformers 5 adds from the files beside it
         elif vocab.is_file():
             source, vocab = vocab, load_vocab(vocab)
             wordpiece_size = added_past(vocab, path, settings)  # transformers' added tokens past it, at their ids

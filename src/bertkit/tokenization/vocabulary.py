@@ -20,6 +20,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 from bertkit.errors import BertkitError
+from bertkit.tokenization.added_token import AddedToken, token_text
 from bertkit.tokenization.basic import BasicTokenizer
 from bertkit.tokenization.batch import Segment
 from bertkit.tokenization.decoding import as_id_list
@@ -97,8 +98,10 @@ class Vocabulary:
         wordpiece = WordPiece(pieces, self.unk_token, self.max_input_chars_per_word)
         self._text = TextEncoder(self.vocab, basic, wordpiece, self.all_special_tokens, self.added_tokens)
         self._special_id_set = frozenset(self.all_special_ids)
-        # word_ids: a token starts a word unless it is a WordPiece continuation ("##...").
-        self._continuation_ids = frozenset(i for i, t in enumerate(self._tokens) if t.startswith("##"))
+        # word_ids: a token starts a word unless it is a WordPiece continuation ("##..."); an added token past the
+        # vocabulary is never one, "##" or not (it is cut out of the text as a word of its own, as in tokenizers)
+        self._continuation_ids = frozenset(i for i, t in enumerate(self._tokens[:self._wordpiece_size])
+                                           if t.startswith("##"))
 
     def __getstate__(self) -> dict:
         return {k: v for k, v in self.__dict__.items() if k not in self._DERIVED}
@@ -131,30 +134,38 @@ class Vocabulary:
             words += [w] * (len(ids) - n)
         return Segment(ids, offsets, words)
 
-    def add_tokens(self, tokens: list[str], special_tokens: bool) -> int:
+    def add_tokens(self, tokens: list[str], special_tokens: bool | Sequence[bool]) -> int:
+        """Add ``tokens``, each special where ``special_tokens`` (one flag, or one per token) says; returns how many
+        ids were new."""
         bad = [t for t in tokens if not isinstance(t, str) or not t or t != t.strip()]
         if bad:
-            # transformers takes an AddedToken too; its options (single_word, lstrip, rstrip, normalized) would match
-            # the token otherwise than bertkit matches added tokens (docs/tokenizer.md, "Loading and saving")
             raise BertkitError(f"tokens to add must be non-empty strings without surrounding spaces, got {bad}: pass "
-                               "each as a str, stripped (an AddedToken's .content: its options are not implemented)")
-        if not special_tokens:  # before anything is added
-            check_added_tokens(self._text.basic, [*self.added_tokens, *tokens], self.all_special_tokens)
+                               "each as a str, stripped (or an AddedToken without lstrip, rstrip or single_word)")
+        special = [special_tokens] * len(tokens) if isinstance(special_tokens, bool) else list(special_tokens)
+        plain = [t for t, s in zip(tokens, special) if not s]
+        if plain:  # before anything is added
+            check_added_tokens(self._text.basic, [*self.added_tokens, *plain], self.all_special_tokens)
         added = 0
-        for token in dict.fromkeys(tokens):
+        for token, is_special in dict(zip(tokens, special)).items():
             if token not in self.vocab:
                 self._tokens.append(token)
                 self.vocab[token] = len(self._tokens) - 1  # for the next token's check; _build remakes it
                 added += 1
             # A token the vocabulary has already is cut out of the text from now on too ("york" in "newyorker"),
             # as Hugging Face does; it keeps its id
-            target = self.additional_special_tokens if special_tokens else self.added_tokens
+            target = self.additional_special_tokens if is_special else self.added_tokens
             if token not in target and token not in self.all_special_tokens:
                 target.append(token)
         self._build()
         return added
 
     def add_special_tokens(self, special_tokens_dict: Mapping[str, str | Sequence[str]]) -> int:
+        if "additional_special_tokens" in special_tokens_dict:
+            # transformers 5 renames the key to extra_special_tokens by popping it, so its tokens take ids after the
+            # named ones' whatever the dict's order ({"additional_special_tokens": ["<e>"], "cls_token": "<c>"}:
+            # "<c>" 30522, "<e>" 30523); under transformers 5's own name the list keeps its place
+            special_tokens_dict = {**{k: v for k, v in special_tokens_dict.items() if k != "additional_special_tokens"},
+                                   "additional_special_tokens": special_tokens_dict["additional_special_tokens"]}
         special_tokens_dict = renamed_extra(special_tokens_dict, "add_special_tokens")
         unknown = sorted(set(special_tokens_dict) - {*SPECIAL_TOKEN_KEYS, "additional_special_tokens"})
         if unknown:
@@ -163,8 +174,11 @@ class Vocabulary:
         added = 0
         for key, value in special_tokens_dict.items():
             if key == "additional_special_tokens":
-                added += self.add_tokens([value] if isinstance(value, str) else list(value), special_tokens=True)
+                many = isinstance(value, Iterable) and not isinstance(value, str)
+                tokens = [token_text(t, True)[0] for t in (value if many else [value])]
+                added += self.add_tokens(tokens, special_tokens=True)
                 continue
+            value = token_text(value, True)[0]
             if not isinstance(value, str):
                 raise BertkitError(f"{key} must be a str, got {value!r}")
             added += self.add_tokens([value], special_tokens=True)
@@ -259,6 +273,7 @@ class EditableVocabulary:
             # alone, the ids stayed the old token's). transformers cuts out of the text and skips in decode the tokens
             # it did before, so only a token already special keeps that set as it is.
             key = _SPECIAL_IDS.get(name, name)
+            value = token_text(value, True)[0] if name in SPECIAL_TOKEN_KEYS else value  # an AddedToken: its text
             if name in _SPECIAL_IDS and (isinstance(value, bool) or not isinstance(value, numbers.Integral)):
                 raise BertkitError(f"{name}={value!r}: a token id is an int; pass the id of one of this tokenizer's "
                                    f"special tokens {dict(zip(self.all_special_tokens, self.all_special_ids))}")
@@ -286,8 +301,9 @@ class EditableVocabulary:
         ``special_tokens=True`` it becomes an additional special token (matched exactly, skipped by decode).
         """
         many = isinstance(new_tokens, Iterable) and not isinstance(new_tokens, str)
-        tokens = list(new_tokens) if many else [new_tokens]
-        return self._shared.edit(lambda vocabulary: vocabulary.add_tokens(tokens, special_tokens))
+        pairs = [token_text(t, special_tokens) for t in (new_tokens if many else [new_tokens])]
+        tokens, special = [t for t, _ in pairs], [s for _, s in pairs]
+        return self._shared.edit(lambda vocabulary: vocabulary.add_tokens(tokens, special))
 
     def add_special_tokens(self, special_tokens_dict: Mapping[str, str | Sequence[str]],
                            replace_extra_special_tokens: bool = True) -> int:
@@ -322,6 +338,18 @@ class EditableVocabulary:
         vocabulary = self._vocabulary
         added = dict.fromkeys([*vocabulary.all_special_tokens, *vocabulary.added_tokens])
         return dict(sorted(((t, vocabulary.vocab[t]) for t in added), key=lambda item: item[1]))
+
+    @property
+    def added_tokens_encoder(self) -> dict[str, int]:
+        """``{token: id}`` of the tokens cut out of the text before WordPiece, as ``get_added_vocab()``."""
+        return self.get_added_vocab()
+
+    @property
+    def added_tokens_decoder(self) -> dict[int, AddedToken]:
+        """``{id: AddedToken}`` of the tokens cut out of the text before WordPiece, in id order, as transformers gives
+        them: the special ones matched as written (``normalized`` False), the others in the normalized text."""
+        special = set(self._vocabulary.all_special_tokens)
+        return {i: AddedToken(t, special=t in special) for t, i in self.get_added_vocab().items()}
 
     @property
     def special_tokens_map(self) -> dict[str, str]:
