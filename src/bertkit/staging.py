@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import errno
+import glob
 import itertools
 import json
 import logging
@@ -45,7 +46,6 @@ from bertkit.outputs import (
     atomic_write_json,
     atomic_write_text,
     fsync_dir,
-    glob_escape,
     regular_stat,
     staging_of,
     write_error,
@@ -536,7 +536,7 @@ def staged(target: str | os.PathLike, what: str = "save", *, manifest: bool = Fa
 def remove_killed_writes(directory: Path, prefix: str = "") -> None:
     """Remove the staging directories in ``directory`` (of targets named ``prefix``...) that writes a kill cut short
     left; one another process is writing is left alone."""
-    for path in sorted(directory.glob(f".{glob_escape(prefix)}*{dir_lock.STAGING}")) if directory.is_dir() else []:
+    for path in sorted(directory.glob(f".{glob.escape(prefix)}*{dir_lock.STAGING}")) if directory.is_dir() else []:
         if (path.is_symlink() or not path.is_dir() or _read_partial(path) is None
                 or dir_lock.held_by_another(path) is not None):
             continue  # not one bertkit marked as its write, or one under way
