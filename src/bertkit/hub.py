@@ -31,7 +31,9 @@ _PICKLE_PATTERNS = ["pytorch_model.bin", "pytorch_model.bin.index.json", "pytorc
 # sentence-transformers' files at a repo's root: the module list, the model's settings (prompts, similarity) and a
 # root Transformer's own (max_seq_length, do_lower_case); the modules' folders are fetched once modules.json names them
 MODULES = "modules.json"
-_SENTENCE_FILES = [MODULES, "config_sentence_transformers.json", "sentence_bert_config.json"]
+ST_CONFIG = "config_sentence_transformers.json"
+SBERT_CONFIG = "sentence_bert_config.json"
+SENTENCE_FILES = (MODULES, ST_CONFIG, SBERT_CONFIG)
 # the modules that hold a BERT encoder: its files are fetched as a BERT repo's (no TF, Flax or ONNX weights)
 _ENCODER_MODULES = {"Transformer", "MLMTransformer"}
 PROBE_TIMEOUT_S = 3.0
@@ -107,17 +109,23 @@ def _hub_reachable(endpoint: str) -> bool:
         return False
 
 
-def _modules(snapshot: Path) -> list[tuple[str, str]] | None:
-    """(folder, class name) of each module ``snapshot``'s modules.json lists; None without the file. A file of
-    another shape gives no modules here: the sentence-transformers readers refuse it, naming it."""
+def listed_modules(directory: Path) -> list[dict] | None:
+    """The module entries (dicts) ``directory``'s modules.json lists; None without the file. A file of another shape
+    gives no modules here: the sentence-transformers readers refuse it, naming it."""
     try:
-        listed = json.loads((snapshot / MODULES).read_text(encoding="utf-8"))
-    except FileNotFoundError:
+        listed = json.loads((directory / MODULES).read_text(encoding="utf-8"))
+    except (FileNotFoundError, IsADirectoryError):
         return None
     except (json.JSONDecodeError, UnicodeDecodeError):
         return []
-    listed = [m for m in listed if isinstance(m, dict)] if isinstance(listed, list) else []
-    return [(str(m.get("path") or ""), str(m.get("type", "")).rsplit(".", 1)[-1]) for m in listed]
+    return [m for m in listed if isinstance(m, dict)] if isinstance(listed, list) else []
+
+
+def _modules(snapshot: Path) -> list[tuple[str, str]] | None:
+    """(folder, class name) of each module ``snapshot``'s modules.json lists; None without the file."""
+    listed = listed_modules(snapshot)
+    return None if listed is None else [(str(m.get("path") or ""), str(m.get("type", "")).rsplit(".", 1)[-1])
+                                        for m in listed]
 
 
 def _encoder_paths(modules: list[tuple[str, str]] | None) -> list[str]:
@@ -132,7 +140,7 @@ def _module_patterns(modules: list[tuple[str, str]]) -> list[str]:
     patterns: list[str] = []
     for path, kind in modules:
         if path and kind in _ENCODER_MODULES:
-            patterns += [f"{path}/{name}" for name in (*_PATTERNS, "sentence_bert_config.json")]
+            patterns += [f"{path}/{name}" for name in (*_PATTERNS, SBERT_CONFIG)]
         elif path:
             patterns.append(f"{path}/*")
     return patterns
@@ -207,7 +215,7 @@ def _download(repo_id: str) -> Path:
         raise
     except EntryNotFoundError:  # the Hub says the repo has none: a plain checkpoint
         modules_file = None
-    patterns = [*_PATTERNS, *_SENTENCE_FILES]
+    patterns = [*_PATTERNS, *SENTENCE_FILES]
     if modules_file is not None:
         patterns += _module_patterns(_modules(modules_file.parent) or [])
     directory = Path(snapshot_download(repo_id, allow_patterns=patterns))

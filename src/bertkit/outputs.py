@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import glob
 import json
 import logging
 import os
@@ -190,15 +191,11 @@ def as_placed(text: str) -> str:
 
 def remove_dead_temporaries(path: Path) -> None:
     """The temporary files a killed write of ``path`` left beside it (their name ends in the writer's pid)."""
-    for tmp in path.parent.glob(f".{glob_escape(path.name)}.*{TMP_SUFFIX}"):
+    for tmp in path.parent.glob(f".{glob.escape(path.name)}.*{TMP_SUFFIX}"):
         pid = tmp.name[:-len(TMP_SUFFIX)].rpartition(".")[2]
         if pid.isdigit() and not _alive(int(pid)) and (st := regular_stat(tmp)) is not None and st.st_nlink == 1:
             tmp.unlink()
             logger.info("removed %s, a write of %s a kill cut short", tmp, path)
-
-
-def glob_escape(name: str) -> str:
-    return re.sub(r"([*?\[])", r"[\1]", name)
 
 
 def _alive(pid: int) -> bool:

@@ -39,15 +39,13 @@ from bertkit.errors import BertkitError
 class AttentionGroup:
     """Sequences whose attention runs as one rectangle: S_b sequences of at most T_b tokens as queries, over
     ``kv_length`` keys (T_b rounded up, ``key_multiple``). Its keys are rows ``rect_offset`` .. ``rect_offset +
-    S_b * kv_length`` of the plan's key buffer, its outputs rows ``out_offset`` .. ``out_offset + S_b * T_b`` of
-    the output buffer; ``key_mask`` (S_b, 1, 1, kv_length) is True at real keys (None: every sequence fills the
-    rectangle)."""
+    S_b * kv_length`` of the plan's key buffer; its S_b * T_b outputs follow the previous group's in the output
+    buffer. ``key_mask`` (S_b, 1, 1, kv_length) is True at real keys (None: every sequence fills the rectangle)."""
 
     shape: tuple[int, int]
     kv_length: int
     key_mask: Tensor | None
     rect_offset: int
-    out_offset: int
 
 
 @dataclass
@@ -123,7 +121,7 @@ def _attention_plan(lengths: Tensor, starts: Tensor, kv_multiple: int = 1) -> At
         key_mask = None
         if min(member_lengths) != T_kv:
             key_mask = (positions[None, :] < lens[:, None])[:, None, None, :]
-        groups.append(AttentionGroup((S_b, T_b), T_kv, key_mask, rect_rows, out_rows))
+        groups.append(AttentionGroup((S_b, T_b), T_kv, key_mask, rect_rows))
         rect_rows, out_rows = rect_rows + S_b * T_kv, out_rows + S_b * T_b
     return AttentionPlan(tuple(groups), torch.cat(rect_index), gather, rect_rows, out_rows)
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import errno
+import glob
 import itertools
 import json
 import logging
@@ -45,7 +46,6 @@ from bertkit.outputs import (
     atomic_write_json,
     atomic_write_text,
     fsync_dir,
-    glob_escape,
     regular_stat,
     staging_of,
     write_error,
@@ -391,15 +391,9 @@ def _written_by_sibling(target: Path, tag: str) -> bool:
     target's, names that job and another pid): then waited for (its lock is dropped when its directory is in place,
     or when it dies), and True once ``target`` is there. A finished save leaves no lock file, so a save after it
     writes the directory again, as a second save of a name does."""
-    mine = f"pid {os.getpid()} "
     for place in (staging_path(target), target):
-        try:
-            line = (place / LOCK).read_text(encoding="utf-8", errors="replace").strip() if regular_stat(
-                place / LOCK) else ""
-        except OSError:
-            line = ""
-        # held, not only named: a lock file a killed write left names its job too, and is no write under way
-        if not line.endswith(f"{tag})") or line.startswith(mine) or dir_lock.held_by_another(place) is None:
+        line = _sibling_lock(place, tag)
+        if line is None:
             continue
         logger.info("%s is being written by %s, of this process's job: waiting for it", target, line)
         while dir_lock.held_by_another(place) is not None:
@@ -415,24 +409,27 @@ def _sibling_around(target: Path, tag: str) -> Path | None:
     places = [place for above in target.parents for place in (above, staging_path(above))]
     if target.is_dir() and not target.is_symlink():
         places += [Path(root) for root, _, files in os.walk(target) if LOCK in files and Path(root) != target]
-    return next((place for place in places if _held_by_sibling(place, tag)), None)
+    return next((place for place in places if _sibling_lock(place, tag) is not None), None)
 
 
 def _sibling_writing(directory: Path, tag: str) -> Path | None:
     """A directory at, above or inside ``directory`` that another process of the job ``tag`` names is writing."""
-    here = next((place for place in (directory, staging_path(directory)) if _held_by_sibling(place, tag)), None)
+    here = next((place for place in (directory, staging_path(directory)) if _sibling_lock(place, tag) is not None),
+                None)
     return here if here is not None else _sibling_around(directory, tag)
 
 
-def _held_by_sibling(place: Path, tag: str) -> bool:
-    """Whether ``place``'s lock is held by another live process of the job ``tag`` names."""
+def _sibling_lock(place: Path, tag: str) -> str | None:
+    """``place``'s lock line where another live process of the job ``tag`` names holds it, else None."""
     try:
         line = (place / LOCK).read_text(encoding="utf-8", errors="replace").strip() if regular_stat(
             place / LOCK) else ""
     except OSError:
-        return False
-    return (line.endswith(f"{tag})") and not line.startswith(f"pid {os.getpid()} ")
+        return None
+    # held, not only named: a lock file a killed write left names its job too, and is no write under way
+    held = (line.endswith(f"{tag})") and not line.startswith(f"pid {os.getpid()} ")
             and dir_lock.held_by_another(place) is not None)
+    return line if held else None
 
 
 def write_text_beside_job(path: Path, text: Callable[[], str]) -> None:
@@ -539,7 +536,7 @@ def staged(target: str | os.PathLike, what: str = "save", *, manifest: bool = Fa
 def remove_killed_writes(directory: Path, prefix: str = "") -> None:
     """Remove the staging directories in ``directory`` (of targets named ``prefix``...) that writes a kill cut short
     left; one another process is writing is left alone."""
-    for path in sorted(directory.glob(f".{glob_escape(prefix)}*{dir_lock.STAGING}")) if directory.is_dir() else []:
+    for path in sorted(directory.glob(f".{glob.escape(prefix)}*{dir_lock.STAGING}")) if directory.is_dir() else []:
         if (path.is_symlink() or not path.is_dir() or _read_partial(path) is None
                 or dir_lock.held_by_another(path) is not None):
             continue  # not one bertkit marked as its write, or one under way

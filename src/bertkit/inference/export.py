@@ -16,7 +16,8 @@ from torch import Tensor, nn
 
 from bertkit.errors import BertkitError, is_whole
 from bertkit.heads import MODEL_CLASSES, BertForMultipleChoice
-from bertkit.quantization.saved import encoder_directory, listed_modules, model_class_of
+from bertkit.hub import listed_modules
+from bertkit.quantization.saved import encoder_directory, model_class_of
 
 INPUT_NAMES = ("input_ids", "token_type_ids", "attention_mask")
 
@@ -121,7 +122,7 @@ def export_onnx(model_dir: str | Path, out: str | Path, *, opset: int = 17, over
     # a sentence-transformers directory's other modules (pooling, Dense, Normalize, SPLADE pooling) run after the
     # graph: named, so that its outputs are not taken for the model's embeddings
     outside = [f"{m.get('path')} ({str(m.get('type')).rpartition('.')[2]})" for m in listed_modules(Path(model_dir))
-               or [] if isinstance(m, dict) and Path(model_dir) / str(m.get("path", "")) != encoder]
+               or [] if Path(model_dir) / str(m.get("path", "")) != encoder]
     return {"onnx": str(out), "model_class": type(model).__name__, "inputs": list(INPUT_NAMES),
             "outputs": list(wrapper.output_names), "opset": opset, "bytes": out.stat().st_size,
             "seconds": round(time.perf_counter() - t0, 1), **checked, **({"not_in_graph": outside} if outside else {})}

@@ -51,13 +51,13 @@ MALLOC_TRIM = (lambda: _LIBC.malloc_trim(0)) if hasattr(_LIBC, "malloc_trim") el
 M_MMAP_THRESHOLD = -3  # glibc's mallopt parameter number (malloc.h)
 
 
-def fix_mmap_threshold(nbytes: int = 128 * 1024) -> bool:
-    """Hold glibc's mmap threshold at ``nbytes`` (its starting value), so that every activation block above it is
+def fix_mmap_threshold() -> bool:
+    """Hold glibc's mmap threshold at its starting value, 128 KiB, so that every activation block above it is
     its own mapping, returned the moment it is freed; True when set. Left alone when the user chose a threshold
     (GLIBC_TUNABLES, MALLOC_MMAP_THRESHOLD_), and off glibc."""
     if "mmap_threshold" in os.environ.get("GLIBC_TUNABLES", "") or "MALLOC_MMAP_THRESHOLD_" in os.environ:
         return False
-    return hasattr(_LIBC, "mallopt") and _LIBC.mallopt(M_MMAP_THRESHOLD, int(nbytes)) == 1
+    return hasattr(_LIBC, "mallopt") and _LIBC.mallopt(M_MMAP_THRESHOLD, 128 * 1024) == 1
 
 
 @dataclass(eq=False)

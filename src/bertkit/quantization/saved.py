@@ -32,6 +32,7 @@ from bertkit.checkpoint_io import (
 from bertkit.config import BertConfig
 from bertkit.errors import BertkitError, MissingFileError
 from bertkit.heads import MODEL_CLASSES
+from bertkit.hub import MODULES, SENTENCE_FILES, listed_modules
 from bertkit.modeling import BertModel
 from bertkit.outputs import atomic_target, atomic_write_text
 from bertkit.quantization.calibration import read_calibration_file
@@ -56,10 +57,6 @@ QUANT_METHOD = "bertkit-int8"
 INT8_FORMAT_VERSION = 3
 # How to write a directory again (for one this bertkit refuses): the command, with the directory's own path.
 _REWRITE = "write it again: bertkit quantize --model FLOAT_CHECKPOINT --output-dir {} --overwrite"
-
-# A sentence-transformers directory's own files (bertkit.sentence.directory reads them): its pooling, normalisation,
-# the length texts are cut at and its prompts make its vectors as much as the weights do.
-_SENTENCE_FILES = ("modules.json", "sentence_bert_config.json", "config_sentence_transformers.json")
 
 # The modules of a sentence-transformers directory an int8 directory runs (through the embedding and classification
 # pipelines, predict and serve, the only loaders of one): Dense layers and a SparseEncoder's modules are not among them.
@@ -304,7 +301,7 @@ def encoder_directory(directory: Path) -> Path:
     sentence-transformers and bertkit's sentence models load it. A path other than a plain folder name is not
     followed."""
     modules = listed_modules(directory)
-    first = modules[0] if modules and isinstance(modules[0], dict) else {}
+    first = modules[0] if modules else {}
     path = first.get("path")
     if (str(first.get("type")).rpartition(".")[2] in ("Transformer", "MLMTransformer") and isinstance(path, str)
             and _plain_name(path) and (directory / path).is_dir()):
@@ -316,27 +313,14 @@ def _plain_name(path: str) -> bool:
     return path not in ("", ".", "..") and Path(path).name == path
 
 
-def listed_modules(directory: Path) -> list | None:
-    """``directory``'s modules.json as a list, None where there is none (or it is no list, or no JSON: refused where
-    a sentence model reads it, naming it, as the float directory's is)."""
-    modules_file = directory / _SENTENCE_FILES[0]
-    if not modules_file.is_file():
-        return None
-    try:
-        modules = json.loads(modules_file.read_text(encoding="utf-8"))
-    except ValueError:
-        return None
-    return modules if isinstance(modules, list) else None
-
-
 def _refuse_modules_int8_cannot_run(source: Path) -> None:
     """Refuse a sentence-transformers directory with a module no loader of an int8 directory runs (a Dense layer, a
     SparseEncoder's MLMTransformer and SpladePooling): the directory would be written, and then refused by every
     command that loads it, or embed without that module."""
     others = [f"{module.get('type')} at {module.get('path')!r}" for module in listed_modules(source) or []
-              if isinstance(module, dict) and str(module.get("type")).rpartition(".")[2] not in _INT8_MODULES]
+              if str(module.get("type")).rpartition(".")[2] not in _INT8_MODULES]
     if others:
-        raise BertkitError(f"{source / _SENTENCE_FILES[0]} lists {', '.join(others)}; an int8 directory runs only "
+        raise BertkitError(f"{source / MODULES} lists {', '.join(others)}; an int8 directory runs only "
                            f"through the pipelines, predict and serve, which run {', '.join(_INT8_MODULES)} of a "
                            "sentence-transformers directory (and no SparseEncoder in int8): run the float directory "
                            "(bertkit.sentence.SentenceTransformer or SparseEncoder, or pipeline(...) with bf16=True)")
@@ -348,11 +332,11 @@ def _copy_sentence_modules(source: Path, out: Path, encoder: Path) -> None:
     to ``out``, so the int8 directory embeds as ``pipeline(..., quantize="int8")`` on ``source`` does. A module path
     other than a plain directory name is not followed (nothing is copied from outside)."""
     for folder in {Path(), encoder}:
-        for name in _SENTENCE_FILES:
+        for name in SENTENCE_FILES:  # its pooling, normalisation, cut and prompts make its vectors as the weights do
             if (source / folder / name).is_file():
                 shutil.copyfile(source / folder / name, out / folder / name)
     for module in listed_modules(source) or []:
-        path = module.get("path") if isinstance(module, dict) else None
+        path = module.get("path")
         if isinstance(path, str) and _plain_name(path) and Path(path) != encoder and (source / path).is_dir():
             shutil.copytree(source / path, out / path)
 

@@ -13,7 +13,6 @@ import bisect
 import hashlib
 import itertools
 import math
-import numbers
 import pickle
 from collections import deque
 from collections.abc import Iterator, Mapping, Sequence
@@ -22,7 +21,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from bertkit.errors import BertkitError
+from bertkit.errors import BertkitError, is_whole
 from bertkit.training import trainer_data
 
 LABEL_COLUMNS = ("label", "labels", "score", "scores")
@@ -214,7 +213,7 @@ def label_groups(labels: Sequence, column: str | None, what: str) -> dict[int, l
                            "'label' column of class ids (ints)")
     groups: dict[int, list[int]] = {}
     for row, label in enumerate(labels):
-        if isinstance(label, bool) or not isinstance(label, numbers.Integral):
+        if not is_whole(label, -math.inf):
             raise BertkitError(f"{what}: row {row} has {column} {label!r} ({type(label).__name__}); the rows are "
                                "grouped by label, which must be class ids (ints): map each class to an int, e.g. "
                                f"dataset.class_encode_column({column!r}) for texts, or cast integral floats to int")

@@ -19,11 +19,9 @@ from pathlib import Path
 from typing import Any
 
 from bertkit.errors import BertkitError, is_whole
+from bertkit.hub import MODULES, SBERT_CONFIG, ST_CONFIG
 from bertkit.sentence.pooling import Pooling
 
-MODULES = "modules.json"
-ST_CONFIG = "config_sentence_transformers.json"
-SBERT_CONFIG = "sentence_bert_config.json"
 _TYPES = {"Transformer", "Pooling", "Dense", "Normalize"}
 # sentence_bert_config.json: sentence-transformers 6 gives every key to its Transformer's constructor (a key it does
 # not know fails there). bertkit reads max_seq_length and do_lower_case, and a tokenizer's model_max_length (which

@@ -235,7 +235,7 @@ def _rows(loader: torch.utils.data.DataLoader, i: int) -> list[dict[str, Any]]:
     """The DataLoader's examples as rows, in the order one pass of it gives them (its shuffle drawn from torch's
     global generator as sentence-transformers' pass draws it), with sentence-transformers' columns."""
     collate_fn = loader.collate_fn
-    loader.collate_fn = _as_listed  # the examples themselves, as sentence-transformers reads them
+    loader.collate_fn = list  # the examples themselves, as sentence-transformers reads them
     try:
         examples = [example for batch in loader for example in batch]
     finally:
@@ -252,10 +252,6 @@ def _rows(loader: torch.utils.data.DataLoader, i: int) -> list[dict[str, Any]]:
         unlabelled = False
     return [{**{f"sentence_{c}": e.texts[c] for c in range(width)}, **({} if unlabelled else {"label": e.label})}
             for e in examples]
-
-
-def _as_listed(batch: list) -> list:
-    return batch
 
 
 def _default_checkpoint_dir() -> str:

@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-from bertkit.errors import BertkitError
+from bertkit.errors import BertkitError, is_whole
 
 
 def coerce_paths(settings: Any) -> None:
@@ -167,7 +167,7 @@ def _accepts(kind: Any, value: Any) -> bool:
     if kind is bool:
         return isinstance(value, bool)
     if kind is int:
-        return isinstance(value, numbers.Integral) and not isinstance(value, bool)
+        return is_whole(value, -math.inf)
     if kind is float:  # an int is a float here, as in Python's own typing; a bool is not a number
         return isinstance(value, numbers.Real) and not isinstance(value, bool)
     if kind is str:

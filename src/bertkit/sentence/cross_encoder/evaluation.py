@@ -23,7 +23,7 @@ from bertkit.errors import BertkitError, is_whole, refusing_getattr
 from bertkit.sentence.evaluation.base import ResultsCsv, results_csv_name
 from bertkit.sentence.evaluation.binary_classification import BinaryClassificationEvaluator, binary_labels
 from bertkit.sentence.evaluation.reranking import average_precision, ndcg_at_k
-from bertkit.sentence.evaluation.similarity import gold_scores, pearson, spearman
+from bertkit.sentence.evaluation.similarity import correlations, gold_scores
 from bertkit.sentence.finite import refuse_nonfinite
 
 
@@ -240,7 +240,7 @@ class CrossEncoderCorrelationEvaluator(ResultsCsv):
         if np.ndim(predicted) != 1:
             raise BertkitError(f"CrossEncoderCorrelationEvaluator needs one score per pair; this model gives "
                                f"{np.shape(predicted)[-1]} (num_labels): correlate a one-label model's scores")
-        metrics = {"pearson": pearson(self.scores, predicted), "spearman": spearman(self.scores, predicted)}
+        metrics = dict(zip(("pearson", "spearman"), correlations(self.scores, predicted)))
         self.write_results(output_path, ["epoch", "steps", "Pearson_Correlation", "Spearman_Correlation"],
                            [epoch, steps, *metrics.values()])
         return {f"{self.name}_{k}" if self.name else k: v for k, v in metrics.items()}

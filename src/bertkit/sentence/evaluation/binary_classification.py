@@ -25,6 +25,7 @@ from bertkit.sentence.evaluation.base import (
 )
 from bertkit.sentence.evaluation.reranking import average_precision
 from bertkit.sentence.util import SIMILARITY_FUNCTIONS, similarity_function
+from bertkit.tasks.metrics import matthews_corrcoef
 
 # The similarity functions whose score is a distance: a pair is a duplicate below the threshold, not above it
 DISTANCES = ("euclidean", "manhattan")
@@ -56,17 +57,6 @@ def binary_labels(labels: Sequence[Any], who: str) -> np.ndarray:
     if bad:
         raise BertkitError(f"{who}: labels must be 0 or 1; label {bad[0][0]} is {bad[0][1]!r} ({len(bad)} such)")
     return np.asarray([int(v) for v in labels], dtype=np.int64)
-
-
-def matthews_corrcoef(labels: np.ndarray, predicted: np.ndarray) -> float:
-    """scikit-learn's ``matthews_corrcoef`` of 0/1 labels and predictions (0.0 where a side has one class)."""
-    labels, predicted = np.asarray(labels, dtype=np.int64), np.asarray(predicted, dtype=np.int64)
-    n = float(len(labels))
-    true_sums = np.bincount(labels, minlength=2).astype(np.float64)
-    predicted_sums = np.bincount(predicted, minlength=2).astype(np.float64)
-    covariance = float(np.sum(labels == predicted)) * n - true_sums @ predicted_sums
-    spread = (n * n - predicted_sums @ predicted_sums) * (n * n - true_sums @ true_sums)
-    return 0.0 if spread == 0 else float(covariance / np.sqrt(spread))
 
 
 class BinaryClassificationEvaluator(ResultsCsv, EmbeddingEvaluator):

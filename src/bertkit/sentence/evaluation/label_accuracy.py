@@ -15,11 +15,6 @@ from bertkit.sentence.evaluation.base import ResultsCsv, prefixed, results_csv_n
 from bertkit.sentence.finite import refuse_nonfinite
 
 
-def _as_list(batch: list[Any]) -> list[Any]:
-    """The loader's batch as its examples (a module function: a loader with workers pickles it)."""
-    return batch
-
-
 class LabelAccuracyEvaluator(ResultsCsv):
     """``{name}_accuracy``: the fraction of the ``dataloader``'s pairs (a torch DataLoader over
     ``InputExample(texts=[a, b], label=class)``) whose class is the argmax of ``softmax_model``'s logits (a
@@ -56,7 +51,7 @@ class LabelAccuracyEvaluator(ResultsCsv):
                                "classifier's weights: loss.classifier.load_state_dict(...))")
         correct = total = 0
         was_training, loader = model.training, self.dataloader
-        collate, loader.collate_fn = loader.collate_fn, _as_list  # iterated as sentence-transformers iterates it
+        collate, loader.collate_fn = loader.collate_fn, list  # its examples, as sentence-transformers iterates it
         model.eval()
         try:
             for examples in loader:

@@ -18,34 +18,17 @@ from bertkit.sentence.evaluation.base import (
 )
 from bertkit.sentence.quantization import PRECISIONS
 from bertkit.sentence.util import SIMILARITY_FUNCTIONS, similarity_function
+from bertkit.tasks.metrics import pearson, spearman
 
 
-def _ranks(x: np.ndarray) -> np.ndarray:
-    """Ranks from 1, ties given their average rank (scipy's rankdata 'average')."""
-    order = np.argsort(x, kind="mergesort")
-    ranks = np.empty(len(x), dtype=np.float64)
-    ranks[order] = np.arange(1, len(x) + 1)
-    _, inverse, counts = np.unique(x, return_inverse=True, return_counts=True)
-    sums = np.bincount(inverse, weights=ranks)
-    return sums[inverse] / counts[inverse]
-
-
-def pearson(a: np.ndarray, b: np.ndarray) -> float:
-    """scipy's ``pearsonr``, in float64 from the start: the mean of float32 scores taken in float32 moves the
-    correlation of close scores (an untrained cross-encoder's, all near 0.5) in the sixth decimal."""
-    a, b = np.asarray(a, np.float64), np.asarray(b, np.float64)
-    a, b = a - a.mean(), b - b.mean()
-    denom = np.sqrt((a * a).sum() * (b * b).sum())
-    if denom == 0:
-        raise BertkitError("a correlation is undefined: the scores or the similarities are all equal")
-    return float((a * b).sum() / denom)
-
-
-def spearman(a: np.ndarray, b: np.ndarray) -> float:
-    a, b = np.asarray(a, np.float64), np.asarray(b, np.float64)
-    if np.isnan(a).any() or np.isnan(b).any():  # a NaN has no rank: NaN, as scipy's spearmanr gives it
-        return float("nan")
-    return pearson(_ranks(a), _ranks(b))
+def correlations(scores: list[float], predicted: np.ndarray) -> tuple[float, float]:
+    """Pearson and Spearman of gold ``scores`` and a model's similarities or scores, refusing predictions that are
+    all equal (sentence-transformers reports that undefined correlation as NaN; ``gold_scores`` refused it already
+    for the gold side)."""
+    if np.ptp(predicted) == 0:
+        raise BertkitError(f"a correlation is undefined: the model's similarities or scores are all equal "
+                           f"({predicted[0]}); evaluate a model that tells the pairs apart")
+    return pearson(scores, predicted), spearman(scores, predicted)
 
 
 def gold_scores(scores: Any, who: str) -> list[float]:
@@ -123,8 +106,7 @@ class EmbeddingSimilarityEvaluator(ResultsCsv, EmbeddingEvaluator):
         metrics: dict[str, float] = {}
         for fn in names:
             sims = SIMILARITY_FUNCTIONS[fn][1](e1, e2).cpu().numpy()
-            metrics[f"pearson_{fn}"] = pearson(self.scores, sims)
-            metrics[f"spearman_{fn}"] = spearman(self.scores, sims)
+            metrics[f"pearson_{fn}"], metrics[f"spearman_{fn}"] = correlations(self.scores, sims)
         self.write_results(output_path, ["epoch", "steps", *(f"{fn}_{m}" for fn in names for m in ("pearson", "spearman"))],
                            [epoch, steps, *(metrics[f"{m}_{fn}"] for fn in names for m in ("pearson", "spearman"))])
         if len(names) > 1:

@@ -17,7 +17,7 @@ import numpy as np
 import torch
 from torch import Tensor, nn
 
-from bertkit.errors import BertkitError
+from bertkit.errors import BertkitError, is_whole
 from bertkit.sentence.losses.base import SentenceLoss, embed_columns
 
 
@@ -43,12 +43,12 @@ class SoftmaxLoss(SentenceLoss):
             embedding_dimension = sentence_embedding_dimension
         # the width the loss sees: encode's truncate_dim does not cut the embeddings trained on
         width = getattr(model, "_width", None) or model.get_sentence_embedding_dimension()
-        if embedding_dimension is None or not _whole(embedding_dimension) or embedding_dimension != width:
+        if not is_whole(embedding_dimension) or embedding_dimension != width:
             # sentence-transformers builds the classifier for any width and fails at the first step inside the product
             raise BertkitError(f"{name}: embedding_dimension {embedding_dimension!r} is not the width of the model's "
                                f"embeddings, {width}; pass {width} (model.get_sentence_embedding_dimension() without a "
                                "truncate_dim)")
-        if num_labels is None or not _whole(num_labels) or num_labels < 2:
+        if not is_whole(num_labels, 2):
             # one label: a softmax over one logit is 1, and the cross-entropy 0 at every step, training nothing
             raise BertkitError(f"{name}: num_labels must be a whole number >= 2 (the classes of the pairs), got "
                                f"{num_labels!r}; to regress a score per pair use CoSENTLoss or CosineSimilarityLoss")
@@ -56,7 +56,7 @@ class SoftmaxLoss(SentenceLoss):
                  "concatenation_sent_difference": concatenation_sent_difference,
                  "concatenation_sent_multiplication": concatenation_sent_multiplication}
         # a flag read from the command line as the string "False" would be True to sentence-transformers
-        odd = {k: v for k, v in flags.items() if not (isinstance(v, (bool, np.bool_)) or _whole(v) and v in (0, 1))}
+        odd = {k: v for k, v in flags.items() if not (isinstance(v, (bool, np.bool_)) or is_whole(v, 0, 1))}
         if odd:
             raise BertkitError(f"{name}: {', '.join(f'{k}={v!r}' for k, v in odd.items())}; each concatenation "
                                "flag is True or False")
@@ -111,8 +111,7 @@ class SoftmaxLoss(SentenceLoss):
                     raise BertkitError(f"{what}: row {row} has the label {str(value)[:60]}; a list label is the "
                                        f"{self.num_labels} class probabilities of the pair")
                 continue
-            whole = isinstance(value, numbers.Integral) and not isinstance(value, bool)
-            if not whole or not 0 <= value < self.num_labels:
+            if not is_whole(value, 0, self.num_labels - 1):
                 fix = ("cast the column to integers: dataset.cast_column('label', Value('int64')) (from datasets "
                        "import Value)" if isinstance(value, float) and math.isfinite(value) and value.is_integer()
                        else "map the dataset's labels to those indices (label2id = {'entailment': 0, ...})")
@@ -134,7 +133,3 @@ class SoftmaxLoss(SentenceLoss):
         return {"num_labels": self.num_labels, "concatenation_sent_rep": self.concatenation_sent_rep,
                 "concatenation_sent_difference": self.concatenation_sent_difference,
                 "concatenation_sent_multiplication": self.concatenation_sent_multiplication}
-
-
-def _whole(value: Any) -> bool:
-    return isinstance(value, numbers.Integral) and not isinstance(value, bool)
