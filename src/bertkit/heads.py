@@ -154,11 +154,13 @@ class BertPreTrainingHeads(nn.Module):
 
 
 def check_class_labels(labels: Tensor, num_classes: int, name: str = "labels", fix: str | None = None) -> Tensor:
-    """``labels``, once each is a class id in [0, num_classes) or -100 (no loss): anything else is refused
-    naming the value, instead of torch's "Target 5 is out of bounds" from inside the loss."""
+    """``labels`` as int64, once each is a class id in [0, num_classes) or -100 (no loss): anything else is refused
+    naming the value, instead of torch's "Target 5 is out of bounds" from inside the loss. Any integer dtype is
+    taken (int32 ids from numpy or a tokenizer's ``return_tensors="np"``: torch's loss takes int64 alone)."""
     if labels.is_floating_point() or labels.is_complex() or labels.dtype == torch.bool:
         raise BertkitError(f"{name} must hold class ids (an integer tensor), got dtype {labels.dtype}; a float "
                            "label is a regression target (problem_type='regression' with num_labels=1)")
+    labels = labels.long()
     if not is_tracing() and labels.numel():
         bad = (labels != IGNORE_INDEX) & ((labels < 0) | (labels >= num_classes))
         if bool(bad.any()):
@@ -168,6 +170,13 @@ def check_class_labels(labels: Tensor, num_classes: int, name: str = "labels", f
                                    fix or f"map the labels to ids below {num_classes}, or give the model num_labels "
                                    "(and id2label) for every class"))
     return labels
+
+
+def float_targets(labels: Tensor, logits: Tensor) -> Tensor:
+    """Regression and soft targets as the loss reads them: a float tensor kept at its own precision, so torch
+    computes the loss in the wider of the two dtypes, as transformers' losses do (STS-B's score 3.8 is not rounded
+    to 3.796875 against a bf16 model's logits, nor the loss to bf16); integer targets take the logits' dtype."""
+    return labels if labels.is_floating_point() else labels.to(logits.dtype)
 
 
 _NSP_FIX = "a next-sentence label is 0 when sentence B follows A, 1 when B is a random sentence"
@@ -181,7 +190,7 @@ def token_loss(logits: Tensor, target: Tensor, num_items_in_batch: Tensor | floa
     global batch) is given: then it is this batch's sum over that count, so every token of the global batch
     weighs the same however micro-batches and processes split it. ``fix`` says how to repair a target out of
     range (``check_class_labels``)."""
-    check_class_labels(target, logits.shape[-1], fix=fix)
+    target = check_class_labels(target, logits.shape[-1], fix=fix)
     total = F.cross_entropy(logits, target, ignore_index=IGNORE_INDEX, reduction="sum")
     # The count stays on the device (no read back: it would stall a GPU's queue and break a compiled graph);
     # with no labelled token the sum is 0, and so is the mean (not NaN).
@@ -364,26 +373,37 @@ class BertForSequenceClassification(_ClassifierHeadModel):
         loss = None
         if labels is not None:
             # transformers' inference when the config names none: one output is a regression, integer labels
-            # are class ids, float labels over several outputs are multi-label targets. Written back, as
-            # transformers does: a model trained on multi-hot targets saves multi_label_classification, so that
-            # its reloaded pipeline scores with a sigmoid, not a softmax over labels that are not exclusive.
-            if self.config.problem_type is None:
-                self.config.problem_type = (
-                    "regression" if self.config.num_labels == 1 else
-                    "single_label_classification" if labels.dtype in (torch.long, torch.int) else
-                    "multi_label_classification")
-            kind = self.config.problem_type
+            # are class ids, float labels over several outputs are multi-label targets. Written back once the
+            # loss is computed, as transformers does: a model trained on multi-hot targets saves
+            # multi_label_classification, so that its reloaded pipeline scores with a sigmoid, not a softmax over
+            # labels that are not exclusive; labels refused below leave the config as it was.
+            kind = self.config.problem_type or (
+                "regression" if self.config.num_labels == 1 else
+                "single_label_classification" if labels.dtype in (torch.long, torch.int) else
+                "multi_label_classification")
             if kind == "regression" and self.config.num_labels == 1:
-                loss = F.mse_loss(logits.squeeze(-1), labels.to(logits.dtype).view(-1))
+                loss = F.mse_loss(logits.squeeze(-1), float_targets(labels, logits).view(-1))
             elif kind == "regression":  # several targets per example, as transformers: (B, C) against (B, C)
                 if labels.shape != logits.shape:
                     raise BertkitError(f"regression labels of shape {tuple(labels.shape)} for logits of shape "
                                        f"{tuple(logits.shape)}: give {self.config.num_labels} targets per example")
-                loss = F.mse_loss(logits, labels.to(logits.dtype))
+                loss = F.mse_loss(logits, float_targets(labels, logits))
             elif kind == "single_label_classification":
+                if labels.numel() != logits.shape[0]:  # torch's "Expected input batch_size (8) to match target (16)"
+                    raise BertkitError(f"labels of shape {tuple(labels.shape)} for {logits.shape[0]} example(s): "
+                                       "single_label_classification takes one class id per example; multi-hot "
+                                       "targets are a float tensor (B, num_labels)")
                 loss = F.cross_entropy(logits, check_class_labels(labels.view(-1), logits.shape[-1]))
             else:
-                loss = F.binary_cross_entropy_with_logits(logits, labels.to(logits.dtype))
+                if labels.shape != logits.shape:  # torch's "Target size must be the same as input size"
+                    raise BertkitError(
+                        f"labels of shape {tuple(labels.shape)} ({labels.dtype}) for logits of shape "
+                        f"{tuple(logits.shape)}: multi_label_classification takes {self.config.num_labels} 0/1 targets "
+                        "per example; class ids (one per example) are an int64 or int32 tensor"
+                        + (", or set problem_type='single_label_classification'" if not labels.is_floating_point()
+                           and self.config.problem_type is None else ""))
+                loss = F.binary_cross_entropy_with_logits(logits, float_targets(labels, logits))
+            self.config.problem_type = kind
         result = ClassifierOutput(loss, logits, out.hidden_states, out.attentions)
         return self._result(result, return_dict)
 
@@ -448,7 +468,11 @@ class BertForQuestionAnswering(_HeadModel):
         if start_positions is not None and end_positions is not None:
             # Positions outside the window (clamped to T) are ignored, as transformers does.
             T = start_logits.size(1)
-            s, e = start_positions.view(-1).clamp(0, T), end_positions.view(-1).clamp(0, T)
+            for name, positions in (("start_positions", start_positions), ("end_positions", end_positions)):
+                if positions.is_floating_point() or positions.is_complex() or positions.dtype == torch.bool:
+                    raise BertkitError(f"{name} must hold token indices (an integer tensor), got dtype "
+                                       f"{positions.dtype}")
+            s, e = start_positions.view(-1).long().clamp(0, T), end_positions.view(-1).long().clamp(0, T)
             if attention_mask is not None:
                 padded_mask = F.pad(attention_mask, (0, 1), value=1)  # (B, T + 1): index T means "ignored"
                 rows = torch.arange(len(s), device=s.device)
@@ -485,7 +509,7 @@ class BertForMultipleChoice(_ClassifierHeadModel):
         logits = self.classifier(self.dropout(out.pooler_output)).view(B, C)  # (B, C)
         loss = None
         if labels is not None and labels.is_floating_point() and tuple(labels.shape) == (B, C):
-            loss = F.cross_entropy(logits, labels.to(logits.dtype))  # a distribution over the choices, as transformers
+            loss = F.cross_entropy(logits, float_targets(labels, logits))  # a distribution over the choices, as transformers
         elif labels is not None:
             if labels.numel() != B:  # (B, C) class ids were read as B * C labels: torch's batch-size error
                 raise BertkitError(f"labels has shape {tuple(labels.shape)} but the input has {B} example(s) of {C} "
