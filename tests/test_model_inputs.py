@@ -322,3 +322,19 @@ def test_a_bf16_masked_lm_loss_is_summed_in_float32_and_rounded_once():
     assert a.dtype == torch.bfloat16 and autocast.dtype == torch.float32
     assert a == exact.to(torch.bfloat16) != summed_in_bf16, (a, exact, summed_in_bf16)  # 6.90625, 6.9049, 6.9375
     assert abs(a.float() - b.float()) <= 2 ** -5  # one last place of bf16 at 4 to 8
+
+
+def test_a_problem_type_assigned_after_loading_is_checked_when_the_loss_reads_it():
+    """``model.config.problem_type = "multilabel"`` (a typo) after loading: bertkit's forward read any unknown value as
+    multi-label and trained on it, and the config saved with it would not load again; transformers returns no loss.
+    'single_label_classification' assigned to a one-output model scored a loss of 0.0 on every batch."""
+    ids = torch.tensor([[1, 5, 7, 2], [1, 6, 2, 3]])
+    model = BertForSequenceClassification(copy.deepcopy(CONFIG)).eval()
+    model.config.problem_type = "multilabel"
+    with pytest.raises(BertkitError, match=r"config.problem_type 'multilabel' is not one of \('regression', "
+                                           r"'single_label_classification', 'multi_label_classification'\)"):
+        model(ids, labels=torch.tensor([[1.0, 0.0], [0.0, 1.0]]))
+    one = BertForSequenceClassification(BertConfig.from_dict(CONFIG.to_dict(), num_labels=1, problem_type=None)).eval()
+    one.config.problem_type = "single_label_classification"
+    with pytest.raises(BertkitError, match=r"'single_label_classification' needs num_labels > 1: .* its loss is 0.0"):
+        one(ids, labels=torch.tensor([0, 0]))

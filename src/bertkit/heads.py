@@ -19,7 +19,7 @@ from torch import Tensor, nn
 
 from bertkit.checkpoint_io import PretrainedMixin, initialise_on_construction, new_linear
 from bertkit.compat import TupleAccess, returns_dataclass, tied_output_embeddings
-from bertkit.config import BertConfig
+from bertkit.config import PROBLEM_TYPES, BertConfig
 from bertkit.errors import BertkitError
 from bertkit.modeling import BertModel, BertModelOutput, activation, init_bert_weights
 from bertkit.padding import is_tracing
@@ -397,12 +397,16 @@ class BertForSequenceClassification(_ClassifierHeadModel):
                                        f"{tuple(logits.shape)}: give {self.config.num_labels} targets per example")
                 loss = F.mse_loss(logits, float_targets(labels, logits))
             elif kind == "single_label_classification":
+                if logits.shape[-1] == 1:  # the config refuses this pair; an assignment after it does not
+                    raise BertkitError("config.problem_type 'single_label_classification' needs num_labels > 1: a "
+                                       "softmax over one output scores every input 1.0 and its loss is 0.0; set "
+                                       "problem_type 'regression' for one output")
                 if labels.numel() != logits.shape[0]:  # torch's "Expected input batch_size (8) to match target (16)"
                     raise BertkitError(f"labels of shape {tuple(labels.shape)} for {logits.shape[0]} example(s): "
                                        "single_label_classification takes one class id per example; multi-hot "
                                        "targets are a float tensor (B, num_labels)")
                 loss = F.cross_entropy(logits, check_class_labels(labels.view(-1), logits.shape[-1]))
-            else:
+            elif kind == "multi_label_classification":
                 if labels.shape != logits.shape:  # torch's "Target size must be the same as input size"
                     raise BertkitError(
                         f"labels of shape {tuple(labels.shape)} ({labels.dtype}) for logits of shape "
@@ -411,6 +415,8 @@ class BertForSequenceClassification(_ClassifierHeadModel):
                         + (", or set problem_type='single_label_classification'" if not labels.is_floating_point()
                            and self.config.problem_type is None else ""))
                 loss = F.binary_cross_entropy_with_logits(logits, float_targets(labels, logits))
+            else:  # assigned after the config checked itself (transformers returns no loss, without a word)
+                raise BertkitError(f"config.problem_type {kind!r} is not one of {PROBLEM_TYPES}")
             self.config.problem_type = kind
         result = ClassifierOutput(loss, logits, out.hidden_states, out.attentions)
         return self._result(result, return_dict)
