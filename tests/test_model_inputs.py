@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import copy
 import json
+import re
 
 import pytest
 import torch
@@ -338,3 +339,42 @@ def test_a_problem_type_assigned_after_loading_is_checked_when_the_loss_reads_it
     one.config.problem_type = "single_label_classification"
     with pytest.raises(BertkitError, match=r"'single_label_classification' needs num_labels > 1: .* its loss is 0.0"):
         one(ids, labels=torch.tensor([0, 0]))
+
+
+def test_multiple_choice_takes_one_row_of_position_ids_as_transformers():
+    """transformers flattens a multiple-choice head's position_ids to (-1, T), so one row (T,) or (1, T) serves every
+    sequence; bertkit reshaped it to (B * C, T) and failed ("shape '[4, 26]' is invalid for input of size 26")."""
+    transformers = pytest.importorskip("transformers")
+    from bertkit import BertForMultipleChoice
+
+    torch.manual_seed(0)
+    ours = BertForMultipleChoice(CONFIG).eval()
+    with torch.no_grad():  # away from the initialisation's near-zero scores, so the positions show in the loss
+        for p in ours.parameters():
+            p.add_(torch.randn_like(p) * 0.3)
+    theirs = transformers.BertForMultipleChoice(transformers.BertConfig(**CONFIG.to_dict())).eval()
+    theirs.load_state_dict(ours.state_dict())
+    ids = torch.tensor([[[1, 5, 7, 2], [1, 6, 2, 3]], [[1, 9, 8, 2], [1, 4, 4, 2]]])
+    labels = torch.tensor([1, 0])
+    with torch.no_grad():
+        expected = theirs(ids, position_ids=torch.tensor([[3, 2, 1, 0]]), labels=labels).loss
+        for row in (torch.tensor([3, 2, 1, 0]), torch.tensor([[3, 2, 1, 0]]), torch.tensor([3, 2, 1, 0]).expand(2, 2, 4)):
+            torch.testing.assert_close(ours(ids, position_ids=row, labels=labels).loss, expected, rtol=1e-6, atol=1e-7)
+        assert abs(ours(ids, labels=labels).loss - expected) > 1e-4  # the positions are read
+
+
+def test_regression_targets_of_another_shape_are_refused_not_reshaped():
+    """One output, labels (2, 2) for 4 examples: bertkit flattened them and answered a loss of targets paired with
+    other examples' outputs (transformers fails on the broadcast); labels for 2 of 4 examples failed in torch."""
+    config = BertConfig.from_dict(CONFIG.to_dict(), num_labels=1, problem_type=None)
+    model = BertForSequenceClassification(config).eval()
+    ids = torch.tensor([[1, 5, 7, 2], [1, 6, 2, 3], [1, 9, 8, 2], [1, 4, 4, 2]])
+    for labels in (torch.tensor([[0.5, 1.0], [2.0, 3.0]]), torch.tensor([0.5, 1.0])):
+        with pytest.raises(BertkitError, match=rf"regression labels of shape {re.escape(str(tuple(labels.shape)))} for 4 "
+                                               r"example\(s\): give one target per example, shape \(4,\)"):
+            model(ids, labels=labels)
+    with torch.no_grad():
+        column, flat = model(ids, labels=torch.tensor([[0.5], [1.0], [2.0], [3.0]])).loss, model(
+            ids, labels=torch.tensor([0.5, 1.0, 2.0, 3.0])).loss
+        single = model(ids[:1], labels=torch.tensor(0.5)).loss
+    assert torch.equal(column, flat) and single.item() > 0

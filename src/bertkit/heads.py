@@ -390,6 +390,9 @@ class BertForSequenceClassification(_ClassifierHeadModel):
                 "single_label_classification" if labels.dtype in (torch.long, torch.int) else
                 "multi_label_classification")
             if kind == "regression" and self.config.num_labels == 1:
+                if labels.squeeze().shape != logits.squeeze().shape:  # (B,) or (B, 1); a (2, 2) read as 4 would pass
+                    raise BertkitError(f"regression labels of shape {tuple(labels.shape)} for {logits.shape[0]} "
+                                       f"example(s): give one target per example, shape ({logits.shape[0]},)")
                 loss = F.mse_loss(logits.squeeze(-1), float_targets(labels, logits).view(-1))
             elif kind == "regression":  # several targets per example, as transformers: (B, C) against (B, C)
                 if labels.shape != logits.shape:
@@ -517,7 +520,10 @@ class BertForMultipleChoice(_ClassifierHeadModel):
                                f"seq_len, hidden_size)), got {None if given is None else tuple(given.shape)}")
         B, C, T = given.shape[:3]
         flat = [x.reshape(B * C, T) if x is not None else None
-                for x in (input_ids, attention_mask, token_type_ids, position_ids)]  # (B * C, T) each
+                for x in (input_ids, attention_mask, token_type_ids)]  # (B * C, T) each
+        # position_ids as transformers flattens them: (B, C, T) to (B * C, T), one row (T,) or (1, T) for every
+        # sequence (the encoder broadcasts a single row)
+        flat.append(position_ids.reshape(-1, position_ids.shape[-1]) if position_ids is not None else None)
         embeds = inputs_embeds.reshape(B * C, T, -1) if inputs_embeds is not None else None
         out = self._encode(*flat, embeds, output_hidden_states, output_attentions)
         logits = self.classifier(self.dropout(out.pooler_output)).view(B, C)  # (B, C)
