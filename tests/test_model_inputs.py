@@ -378,3 +378,17 @@ def test_regression_targets_of_another_shape_are_refused_not_reshaped():
             ids, labels=torch.tensor([0.5, 1.0, 2.0, 3.0])).loss
         single = model(ids[:1], labels=torch.tensor(0.5)).loss
     assert torch.equal(column, flat) and single.item() > 0
+
+
+def test_heads_answer_num_labels_where_transformers_heads_do():
+    """``logits.view(-1, model.num_labels)`` in a custom loss (class weights, focal loss) was an AttributeError."""
+    transformers = pytest.importorskip("transformers")
+    from bertkit import BertForMultipleChoice, BertForQuestionAnswering, BertForTokenClassification
+
+    config = BertConfig.from_dict(CONFIG.to_dict(), num_labels=5, problem_type=None)
+    hf_config = transformers.BertConfig(**config.to_dict())
+    for cls in (BertForSequenceClassification, BertForTokenClassification, BertForQuestionAnswering,
+                BertForMultipleChoice):
+        ours, theirs = cls(config), getattr(transformers, cls.__name__)(hf_config)
+        assert getattr(ours, "num_labels", None) == getattr(theirs, "num_labels", None), cls.__name__
+    assert BertForTokenClassification(config).num_labels == 5

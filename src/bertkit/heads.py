@@ -266,6 +266,11 @@ class _HeadModel(PretrainedMixin, nn.Module):
         return result if returns_dataclass(self.config.return_dict, return_dict) else result.to_tuple()
 
 
+# transformers' ``model.num_labels`` on the heads that set it (sequence and token classification, span QA), read in
+# custom losses (``logits.view(-1, model.num_labels)``); the config's, so it follows a change of num_labels.
+config_num_labels = property(lambda self: self.config.num_labels)
+
+
 class _ClassifierHeadModel(_HeadModel):
     """A fine-tuning head that is dropout then one Linear, under transformers' names (``dropout``,
     ``classifier``): ``classifier_outputs`` outputs, or ``config.num_labels`` when None."""
@@ -369,6 +374,7 @@ class BertForSequenceClassification(_ClassifierHeadModel):
     """
 
     output_names = ("logits",)
+    num_labels = config_num_labels
 
     def forward(self, input_ids: Tensor | None = None, attention_mask: Tensor | None = None,
                 token_type_ids: Tensor | None = None, position_ids: Tensor | None = None,
@@ -429,6 +435,7 @@ class BertForTokenClassification(_ClassifierHeadModel):
     """A label per token (NER): a linear layer on every token state; -100 labels carry no loss."""
 
     output_names = ("logits",)
+    num_labels = config_num_labels
     uses_pooler = False
 
     def forward(self, input_ids: Tensor | None = None, attention_mask: Tensor | None = None,
@@ -460,6 +467,7 @@ class BertForQuestionAnswering(_HeadModel):
     """Span extraction (SQuAD): start and end logits per token from one H -> 2 layer (paper section 4.2)."""
 
     output_names = ("start_logits", "end_logits")
+    num_labels = config_num_labels
     uses_pooler = False
 
     def build_head(self, config: BertConfig) -> None:
