@@ -134,6 +134,23 @@ def test_label_keywords_that_disagree_are_refused_naming_the_keywords_not_the_fi
     assert BertForSequenceClassification.from_pretrained(saved, num_labels=2).config.id2label == {0: "neg", 1: "pos"}
 
 
+def test_run_glue_config_keywords_are_taken_and_finetuning_task_is_saved(saved, tmp_path):
+    """run_glue.py and run_ner.py call AutoConfig.from_pretrained(name, num_labels=, finetuning_task=task, cache_dir=,
+    revision=, token=, trust_remote_code=): finetuning_task was refused as an unknown keyword, though bertkit reads it
+    back from config.json (a GLUE pair task tells a pipeline that the model takes text pairs)."""
+    from bertkit import AutoConfig
+
+    config = AutoConfig.from_pretrained(saved, num_labels=2, finetuning_task="mrpc", cache_dir=None, revision="main",
+                                        token=None, trust_remote_code=False)
+    model = BertForSequenceClassification.from_pretrained(saved, config=config)
+    model.save_pretrained(tmp_path / "out")
+    assert json.loads((tmp_path / "out" / "config.json").read_text())["finetuning_task"] == "mrpc"
+    transformers = pytest.importorskip("transformers")
+    assert transformers.AutoConfig.from_pretrained(tmp_path / "out").finetuning_task == "mrpc"
+    with pytest.raises(BertkitError, match=r"^finetuning_task must be a str \(or None\), got 3"):
+        AutoConfig.from_pretrained(saved, finetuning_task=3)
+
+
 def test_the_largest_real_encoders_are_still_valid_configs():
     assert BertConfig.preset("large") and BertConfig(hidden_size=5120, num_hidden_layers=48, num_attention_heads=40,
                                                       intermediate_size=20480, vocab_size=250_002)  # ~15B: XLM-R XXL+

@@ -30,6 +30,11 @@ _PROBABILITIES = ("hidden_dropout_prob", "attention_probs_dropout_prob", "classi
 _POSITIVE_FLOATS = ("initializer_range", "layer_norm_eps")
 _SWITCHES = ("output_hidden_states", "output_attentions", "return_dict")
 # transformers' loading keywords with no bertkit field, and what does their job here (said when one is refused).
+# transformers' config keywords that are no BertConfig field but are kept in config.json as given (``extra``), as
+# transformers writes them: run_glue's and run_ner's ``finetuning_task`` (a GLUE pair task there tells a pipeline
+# that the model reads text pairs, docs/inference.md).
+_KEPT_AS_WRITTEN: dict[str, type] = {"finetuning_task": str}
+
 _TRANSFORMERS_ONLY = {
     "torchscript": "torchscript=True is not needed: torch.jit.trace(model, (input_ids, attention_mask, "
                    "token_type_ids)) traces a bertkit model as it is and the trace returns the output's tuple",
@@ -193,11 +198,14 @@ class BertConfig:
         """Refuse a keyword that is no field. Unknown config.json keys are kept (``extra``); an unknown keyword is a
         mistake (a typo, device_map), refused by ``from_pretrained`` before a file is read or downloaded."""
         known = {f.name for f in dataclasses.fields(cls)} - {"extra"}
-        unknown = sorted(set(overrides) - known - {"num_labels", "label2id"})
+        unknown = sorted(set(overrides) - known - {"num_labels", "label2id"} - set(_KEPT_AS_WRITTEN))
         if unknown:
             hints = "".join(f"; {_TRANSFORMERS_ONLY[k]}" for k in unknown if k in _TRANSFORMERS_ONLY)
             raise BertkitError(f"unknown keyword argument{'s' if len(unknown) > 1 else ''} {', '.join(unknown)}: "
                                f"not a BertConfig field (fields: {', '.join(sorted(known))}, or num_labels){hints}")
+        for key, kind in _KEPT_AS_WRITTEN.items():
+            if overrides.get(key) is not None and not isinstance(overrides[key], kind):
+                raise BertkitError(f"{key} must be a {kind.__name__} (or None), got {overrides[key]!r}")
         if overrides.get("id2label") is not None or overrides.get("label2id") is not None:
             # labels given as keywords must agree with each other (checked as such, not as config.json's)
             cls(id2label=overrides.get("id2label"), num_labels=overrides.get("num_labels"),
