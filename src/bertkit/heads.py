@@ -193,8 +193,8 @@ def token_loss(logits: Tensor, target: Tensor, num_items_in_batch: Tensor | floa
     target = check_class_labels(target, logits.shape[-1], fix=fix)
     if logits.dtype in (torch.float16, torch.bfloat16):
         # A sum rounded to bf16 is off by up to half its last place (4 at a sum of 1,400: a bf16 masked LM's loss
-        # read 10.6875 where transformers' mean, accumulated in float32 and rounded once, gives 10.75 and the exact
-        # one is 10.739): the per-token losses are summed in float32 and the results rounded once, as there.
+        # read 10.6875 where the exact one is 10.739): the per-token losses are summed in float32 and the results
+        # rounded once, to the bf16 number nearest the exact loss (transformers' bf16 mean is within a place of it).
         losses = F.cross_entropy(logits, target, ignore_index=IGNORE_INDEX, reduction="none")  # (N,)
         dtype, total = losses.dtype, losses.float().sum()  # losses.dtype: float32 under autocast, as before
     else:
