@@ -134,6 +134,14 @@ def test_label_keywords_that_disagree_are_refused_naming_the_keywords_not_the_fi
     assert BertForSequenceClassification.from_pretrained(saved, num_labels=2).config.id2label == {0: "neg", 1: "pos"}
 
 
+def test_a_bad_keyword_value_is_named_beside_the_file_it_overrides(saved):
+    """from_pretrained(dir, classifier_dropout=1.5) said "dir/config.json: BertConfig.classifier_dropout must be in
+    [0, 1), got 1.5", as if the file held it."""
+    with pytest.raises(BertkitError, match=r"config.json with classifier_dropout=1.5: BertConfig.classifier_dropout "
+                                           r"must be in \[0, 1\), got 1.5"):
+        BertForSequenceClassification.from_pretrained(saved, classifier_dropout=1.5)
+
+
 def test_run_glue_config_keywords_are_taken_and_finetuning_task_is_saved(saved, tmp_path):
     """run_glue.py and run_ner.py call AutoConfig.from_pretrained(name, num_labels=, finetuning_task=task, cache_dir=,
     revision=, token=, trust_remote_code=): finetuning_task was refused as an unknown keyword, though bertkit reads it

@@ -277,7 +277,8 @@ class BertConfig:
         try:
             return cls.from_dict(data, **overrides)
         except BertkitError as e:
-            raise BertkitError(f"{path}: {e}") from None
+            given = ", ".join(f"{k}={v!r}" for k, v in overrides.items())
+            raise BertkitError(f"{path}" + (f" with {given}" if given else "") + f": {e}") from None
 
     def get_text_config(self, decoder: bool | None = None, encoder: bool | None = None) -> BertConfig:
         """transformers' config of the text model, which peft reads (prompt tuning: its vocabulary size): BERT's
