@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import copy
 import json
+import re
 
 import pytest
 import torch
@@ -199,3 +200,195 @@ def test_a_model_trained_on_multi_hot_targets_saves_multi_label_and_its_pipeline
     with torch.no_grad():
         logits = model.eval()(torch.tensor([[2, 6, 5, 3]])).logits[0]
     torch.testing.assert_close(torch.tensor([scores["red"], scores["blue"]]), torch.sigmoid(logits))
+
+
+def _seq_pair(num_labels: int, dtype: torch.dtype = torch.float32, problem_type: str | None = None):
+    """A tiny bertkit classifier and transformers' with the same weights, both in ``dtype``."""
+    transformers = pytest.importorskip("transformers")
+    config = BertConfig.from_dict(CONFIG.to_dict(), num_labels=num_labels, problem_type=problem_type)
+    torch.manual_seed(0)
+    ours = BertForSequenceClassification(config).eval()
+    theirs = transformers.BertForSequenceClassification(transformers.BertConfig(**config.to_dict())).eval()
+    theirs.load_state_dict(ours.state_dict())
+    return ours.to(dtype), theirs.to(dtype)
+
+
+@pytest.mark.parametrize("num_labels, problem_type, labels", [
+    (1, None, torch.tensor([3.8, 0.35])),  # STS-B scores
+    (2, None, torch.tensor([[0.3, 0.71], [1.0, 0.0]])),  # soft multi-label targets
+])
+def test_float_targets_of_a_bf16_model_are_not_rounded_to_bf16(num_labels, problem_type, labels):
+    """transformers' losses promote bf16 logits against float32 targets: a float32 loss of the exact targets.
+    bertkit cast the targets to the logits' bf16 (3.8 became 3.796875) and returned a bf16 loss: MiniLM on 8 STS-B
+    dev pairs 0.0295 away from transformers' loss, a multi-label loss 0.6953 against 0.6957."""
+    ours, theirs = _seq_pair(num_labels, torch.bfloat16, problem_type)
+    ids = torch.tensor([[1, 5, 7, 2], [1, 6, 2, 3]])
+    with torch.no_grad():
+        a, b = ours(ids, labels=labels).loss, theirs(ids, labels=labels).loss
+        rounded = ours(ids, labels=labels.bfloat16()).loss  # what bertkit computed
+    assert a.dtype == b.dtype == torch.float32
+    torch.testing.assert_close(a, b, rtol=0, atol=0)
+    assert abs(a.item() - rounded.item()) > 1e-4  # the rounding is large enough for this test to see
+
+
+def test_soft_choice_targets_of_a_bf16_model_are_not_rounded_to_bf16():
+    transformers = pytest.importorskip("transformers")
+    from bertkit import BertForMultipleChoice
+
+    torch.manual_seed(0)
+    ours = BertForMultipleChoice(CONFIG).eval()
+    theirs = transformers.BertForMultipleChoice(transformers.BertConfig(**CONFIG.to_dict())).eval()
+    theirs.load_state_dict(ours.state_dict())
+    ours, theirs = ours.bfloat16(), theirs.bfloat16()
+    ids = torch.tensor([[[1, 5, 7, 2], [1, 6, 2, 3], [1, 9, 8, 2]]])
+    soft = torch.tensor([[0.3, 0.33, 0.37]])
+    with torch.no_grad():
+        a, b = ours(ids, labels=soft).loss, theirs(ids, labels=soft).loss
+    assert a.dtype == torch.float32
+    torch.testing.assert_close(a, b, rtol=0, atol=0)
+
+
+def test_int32_class_ids_are_class_ids_in_every_head():
+    """int32 labels (numpy's default int on some platforms, ``np.int32`` columns) are class ids: transformers'
+    inference says so too, but both libraries then failed inside torch ("expected target dtype to be Long or Byte,
+    but got Int"), in the classifier, the tagger, multiple choice and question answering."""
+    from bertkit import BertForMultipleChoice, BertForQuestionAnswering, BertForTokenClassification
+
+    ids = torch.tensor([[1, 5, 7, 2], [1, 6, 2, 0]])
+    mask = (ids != 0).long()
+    labels = torch.tensor([1, 0])
+    tags = torch.tensor([[-100, 1, 0, -100], [-100, 1, -100, -100]])
+    torch.manual_seed(0)
+    with torch.no_grad():
+        for model, kw in ((BertForSequenceClassification(copy.deepcopy(CONFIG)), dict(labels=labels)),
+                          (BertForTokenClassification(CONFIG), dict(labels=tags)),
+                          (BertForMultipleChoice(CONFIG), dict(labels=labels)),
+                          (BertForQuestionAnswering(CONFIG), dict(start_positions=labels + 1, end_positions=labels + 2))):
+            model.eval()
+            x = dict(input_ids=ids[None].expand(2, 2, 4), attention_mask=mask[None].expand(2, 2, 4)) if isinstance(
+                model, BertForMultipleChoice) else dict(input_ids=ids, attention_mask=mask)
+            expected = model(**x, **kw).loss
+            assert torch.equal(model(**x, **{k: v.int() for k, v in kw.items()}).loss, expected), type(model).__name__
+    assert model.config.problem_type is None or model.config.problem_type  # (QA has none)
+    with pytest.raises(BertkitError, match=r"start_positions must hold token indices \(an integer tensor\), got dtype "
+                                           r"torch.float32"):
+        model(ids, mask, start_positions=torch.tensor([1.0, 2.0]), end_positions=torch.tensor([2, 2]))
+
+
+def test_labels_a_classifier_refuses_leave_its_problem_type_unset():
+    """transformers infers multi_label_classification for int16 or float (B,) labels over 2 outputs, writes it into
+    the config, and only then fails on the shape; the config keeps it, so the next batch of class ids runs as a
+    multi-label loss, and a save writes it. bertkit wrote it back the same way; now labels it refuses, with a
+    message naming the shape and the fix, leave problem_type as it was."""
+    config = copy.deepcopy(CONFIG)
+    config.problem_type = None
+    model = BertForSequenceClassification(config).eval()
+    ids = torch.tensor([[1, 5, 7, 2], [1, 6, 2, 3]])
+    for labels in (torch.tensor([1, 0], dtype=torch.int16), torch.tensor([1.0, 0.0])):
+        with pytest.raises(BertkitError, match=rf"labels of shape \(2,\) \({labels.dtype}\) for logits of shape "
+                                               r"\(2, 2\): multi_label_classification takes 2 0/1 targets per example; "
+                                               "class ids .* are an int64 or int32 tensor"):
+            model(ids, labels=labels)
+        assert model.config.problem_type is None
+    with pytest.raises(BertkitError, match=r"labels of shape \(2, 2\) for 2 example\(s\): single_label_classification "
+                                           r"takes one class id per example; multi-hot targets are a float tensor"):
+        model(ids, labels=torch.tensor([[1, 0], [1, 1]]))
+    assert model.config.problem_type is None
+    model(ids, labels=torch.tensor([1, 0]))
+    assert model.config.problem_type == "single_label_classification"
+
+
+def test_a_bf16_masked_lm_loss_is_summed_in_float32_and_rounded_once():
+    """A bf16 model's token loss was the bf16 sum of the token losses over their count: the sum rounded to bf16 (a
+    last place of 8 at 1,400), so MiniLM's masked-LM loss on 32 CoNLL-2003 sentences read 10.6875 where the exact
+    loss of its bf16 logits is 10.739 (transformers: 10.75). Now the float32 mean rounded once: the bf16 number
+    nearest the exact loss, within one bf16 place of transformers'. Under autocast the loss stays float32."""
+    transformers = pytest.importorskip("transformers")
+    from bertkit import BertForMaskedLM
+
+    config = BertConfig.from_dict(CONFIG.to_dict(), vocab_size=1000)
+    torch.manual_seed(0)
+    ours = BertForMaskedLM(config).eval()
+    theirs = transformers.BertForMaskedLM(transformers.BertConfig(**config.to_dict())).eval()
+    theirs.load_state_dict(ours.state_dict())
+    ids = torch.randint(5, 1000, (8, 64), generator=torch.Generator().manual_seed(1))
+    with torch.no_grad():
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            autocast = ours(ids, labels=ids).loss
+        ours, theirs = ours.bfloat16(), theirs.bfloat16()
+        a, b = ours(ids, labels=ids).loss, theirs(ids, labels=ids).loss
+        logits = ours(ids).logits.view(-1, 1000)
+    exact = torch.nn.functional.cross_entropy(logits.float(), ids.view(-1))
+    summed_in_bf16 = torch.nn.functional.cross_entropy(logits, ids.view(-1), reduction="sum") / ids.numel()
+    assert a.dtype == torch.bfloat16 and autocast.dtype == torch.float32
+    assert a == exact.to(torch.bfloat16) != summed_in_bf16, (a, exact, summed_in_bf16)  # 6.90625, 6.9049, 6.9375
+    assert abs(a.float() - b.float()) <= 2 ** -5  # one last place of bf16 at 4 to 8
+
+
+def test_a_problem_type_assigned_after_loading_is_checked_when_the_loss_reads_it():
+    """``model.config.problem_type = "multilabel"`` (a typo) after loading: bertkit's forward read any unknown value as
+    multi-label and trained on it, and the config saved with it would not load again; transformers returns no loss.
+    'single_label_classification' assigned to a one-output model scored a loss of 0.0 on every batch."""
+    ids = torch.tensor([[1, 5, 7, 2], [1, 6, 2, 3]])
+    model = BertForSequenceClassification(copy.deepcopy(CONFIG)).eval()
+    model.config.problem_type = "multilabel"
+    with pytest.raises(BertkitError, match=r"config.problem_type 'multilabel' is not one of \('regression', "
+                                           r"'single_label_classification', 'multi_label_classification'\)"):
+        model(ids, labels=torch.tensor([[1.0, 0.0], [0.0, 1.0]]))
+    one = BertForSequenceClassification(BertConfig.from_dict(CONFIG.to_dict(), num_labels=1, problem_type=None)).eval()
+    one.config.problem_type = "single_label_classification"
+    with pytest.raises(BertkitError, match=r"'single_label_classification' needs num_labels > 1: .* its loss is 0.0"):
+        one(ids, labels=torch.tensor([0, 0]))
+
+
+def test_multiple_choice_takes_one_row_of_position_ids_as_transformers():
+    """transformers flattens a multiple-choice head's position_ids to (-1, T), so one row (T,) or (1, T) serves every
+    sequence; bertkit reshaped it to (B * C, T) and failed ("shape '[4, 26]' is invalid for input of size 26")."""
+    transformers = pytest.importorskip("transformers")
+    from bertkit import BertForMultipleChoice
+
+    torch.manual_seed(0)
+    ours = BertForMultipleChoice(CONFIG).eval()
+    with torch.no_grad():  # away from the initialisation's near-zero scores, so the positions show in the loss
+        for p in ours.parameters():
+            p.add_(torch.randn_like(p) * 0.3)
+    theirs = transformers.BertForMultipleChoice(transformers.BertConfig(**CONFIG.to_dict())).eval()
+    theirs.load_state_dict(ours.state_dict())
+    ids = torch.tensor([[[1, 5, 7, 2], [1, 6, 2, 3]], [[1, 9, 8, 2], [1, 4, 4, 2]]])
+    labels = torch.tensor([1, 0])
+    with torch.no_grad():
+        expected = theirs(ids, position_ids=torch.tensor([[3, 2, 1, 0]]), labels=labels).loss
+        for row in (torch.tensor([3, 2, 1, 0]), torch.tensor([[3, 2, 1, 0]]), torch.tensor([3, 2, 1, 0]).expand(2, 2, 4)):
+            torch.testing.assert_close(ours(ids, position_ids=row, labels=labels).loss, expected, rtol=1e-6, atol=1e-7)
+        assert abs(ours(ids, labels=labels).loss - expected) > 1e-4  # the positions are read
+
+
+def test_regression_targets_of_another_shape_are_refused_not_reshaped():
+    """One output, labels (2, 2) for 4 examples: bertkit flattened them and answered a loss of targets paired with
+    other examples' outputs (transformers fails on the broadcast); labels for 2 of 4 examples failed in torch."""
+    config = BertConfig.from_dict(CONFIG.to_dict(), num_labels=1, problem_type=None)
+    model = BertForSequenceClassification(config).eval()
+    ids = torch.tensor([[1, 5, 7, 2], [1, 6, 2, 3], [1, 9, 8, 2], [1, 4, 4, 2]])
+    for labels in (torch.tensor([[0.5, 1.0], [2.0, 3.0]]), torch.tensor([0.5, 1.0])):
+        with pytest.raises(BertkitError, match=rf"regression labels of shape {re.escape(str(tuple(labels.shape)))} for 4 "
+                                               r"example\(s\): give one target per example, shape \(4,\)"):
+            model(ids, labels=labels)
+    with torch.no_grad():
+        column, flat = model(ids, labels=torch.tensor([[0.5], [1.0], [2.0], [3.0]])).loss, model(
+            ids, labels=torch.tensor([0.5, 1.0, 2.0, 3.0])).loss
+        single = model(ids[:1], labels=torch.tensor(0.5)).loss
+    assert torch.equal(column, flat) and single.item() > 0
+
+
+def test_heads_answer_num_labels_where_transformers_heads_do():
+    """``logits.view(-1, model.num_labels)`` in a custom loss (class weights, focal loss) was an AttributeError."""
+    transformers = pytest.importorskip("transformers")
+    from bertkit import BertForMultipleChoice, BertForQuestionAnswering, BertForTokenClassification
+
+    config = BertConfig.from_dict(CONFIG.to_dict(), num_labels=5, problem_type=None)
+    hf_config = transformers.BertConfig(**config.to_dict())
+    for cls in (BertForSequenceClassification, BertForTokenClassification, BertForQuestionAnswering,
+                BertForMultipleChoice):
+        ours, theirs = cls(config), getattr(transformers, cls.__name__)(hf_config)
+        assert getattr(ours, "num_labels", None) == getattr(theirs, "num_labels", None), cls.__name__
+    assert BertForTokenClassification(config).num_labels == 5

@@ -110,6 +110,57 @@ def test_bad_config_values_name_file_field_and_value(saved, change, message):
     assert str(saved / "config.json") in str(info.value)
 
 
+@pytest.mark.parametrize("kw,message", [
+    (dict(num_labels=4, id2label={0: "a", 1: "b", 2: "c"}), r"num_labels=4 but 3 labels are named \(\{0: 'a', 1: 'b', "
+                                                            r"2: 'c'\}\): pass the labels alone"),
+    (dict(num_labels=2, id2label={"0": "a", "1": "b", "2": "c"}), r"num_labels=2 but 3 labels are named"),
+    (dict(num_labels=4, label2id={"a": 0, "b": 1, "c": 2}), r"num_labels=4 but 3 labels are named"),
+    (dict(id2label={0: "a", 1: "b"}, label2id={"a": 0, "b": 1, "c": 2}),
+     r"label2id \{'a': 0, 'b': 1, 'c': 2\} does not invert id2label \{0: 'a', 1: 'b'\}: pass one of the two"),
+    (dict(id2label={0: "a", 2: "c"}), r"^BertConfig.id2label keys must be 0..n-1, got \[0, 2\]"),
+])
+def test_label_keywords_that_disagree_are_refused_naming_the_keywords_not_the_file(saved, kw, message):
+    """from_pretrained(dir, num_labels=4, id2label=<3 labels>) built a 3-label head and dropped num_labels (transformers:
+    a 3-output head with 4 label2id entries), BertConfig(...) with the same keywords dropped the names instead, and a
+    label2id beside id2label was dropped without a word; a refusal blamed config.json for a keyword's value."""
+    for load in (lambda: BertForSequenceClassification.from_pretrained(saved, **kw), lambda: BertConfig(**kw)):
+        with pytest.raises(BertkitError, match=message) as info:
+            load()
+        assert "config.json" not in str(info.value)
+    # keys as config.json has them (strings), label2id beside them, num_labels agreeing: all one set of labels
+    model = BertForSequenceClassification.from_pretrained(saved, num_labels=2, id2label={"0": "x", "1": "y"},
+                                                          label2id={"x": 0, "y": 1})
+    assert model.config.id2label == {0: "x", 1: "y"} and model.classifier.out_features == 2
+    assert BertForSequenceClassification.from_pretrained(saved, num_labels=3, ignore_mismatched_sizes=True).config.id2label \
+        == {0: "LABEL_0", 1: "LABEL_1", 2: "LABEL_2"}  # a count alone still renames the file's labels
+    assert BertForSequenceClassification.from_pretrained(saved, num_labels=2).config.id2label == {0: "neg", 1: "pos"}
+
+
+def test_a_bad_keyword_value_is_named_beside_the_file_it_overrides(saved):
+    """from_pretrained(dir, classifier_dropout=1.5) said "dir/config.json: BertConfig.classifier_dropout must be in
+    [0, 1), got 1.5", as if the file held it."""
+    with pytest.raises(BertkitError, match=r"config.json with classifier_dropout=1.5: BertConfig.classifier_dropout "
+                                           r"must be in \[0, 1\), got 1.5"):
+        BertForSequenceClassification.from_pretrained(saved, classifier_dropout=1.5)
+
+
+def test_run_glue_config_keywords_are_taken_and_finetuning_task_is_saved(saved, tmp_path):
+    """run_glue.py and run_ner.py call AutoConfig.from_pretrained(name, num_labels=, finetuning_task=task, cache_dir=,
+    revision=, token=, trust_remote_code=): finetuning_task was refused as an unknown keyword, though bertkit reads it
+    back from config.json (a GLUE pair task tells a pipeline that the model takes text pairs)."""
+    from bertkit import AutoConfig
+
+    config = AutoConfig.from_pretrained(saved, num_labels=2, finetuning_task="mrpc", cache_dir=None, revision="main",
+                                        token=None, trust_remote_code=False)
+    model = BertForSequenceClassification.from_pretrained(saved, config=config)
+    model.save_pretrained(tmp_path / "out")
+    assert json.loads((tmp_path / "out" / "config.json").read_text())["finetuning_task"] == "mrpc"
+    transformers = pytest.importorskip("transformers")
+    assert transformers.AutoConfig.from_pretrained(tmp_path / "out").finetuning_task == "mrpc"
+    with pytest.raises(BertkitError, match=r"^finetuning_task must be a str \(or None\), got 3"):
+        AutoConfig.from_pretrained(saved, finetuning_task=3)
+
+
 def test_the_largest_real_encoders_are_still_valid_configs():
     assert BertConfig.preset("large") and BertConfig(hidden_size=5120, num_hidden_layers=48, num_attention_heads=40,
                                                       intermediate_size=20480, vocab_size=250_002)  # ~15B: XLM-R XXL+

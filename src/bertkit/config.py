@@ -30,6 +30,11 @@ _PROBABILITIES = ("hidden_dropout_prob", "attention_probs_dropout_prob", "classi
 _POSITIVE_FLOATS = ("initializer_range", "layer_norm_eps")
 _SWITCHES = ("output_hidden_states", "output_attentions", "return_dict")
 # transformers' loading keywords with no bertkit field, and what does their job here (said when one is refused).
+# transformers' config keywords that are no BertConfig field but are kept in config.json as given (``extra``), as
+# transformers writes them: run_glue's and run_ner's ``finetuning_task`` (a GLUE pair task there tells a pipeline
+# that the model reads text pairs, docs/inference.md).
+_KEPT_AS_WRITTEN: dict[str, type] = {"finetuning_task": str}
+
 _TRANSFORMERS_ONLY = {
     "torchscript": "torchscript=True is not needed: torch.jit.trace(model, (input_ids, attention_mask, "
                    "token_type_ids)) traces a bertkit model as it is and the trace returns the output's tuple",
@@ -193,11 +198,18 @@ class BertConfig:
         """Refuse a keyword that is no field. Unknown config.json keys are kept (``extra``); an unknown keyword is a
         mistake (a typo, device_map), refused by ``from_pretrained`` before a file is read or downloaded."""
         known = {f.name for f in dataclasses.fields(cls)} - {"extra"}
-        unknown = sorted(set(overrides) - known - {"num_labels", "label2id"})
+        unknown = sorted(set(overrides) - known - {"num_labels", "label2id"} - set(_KEPT_AS_WRITTEN))
         if unknown:
             hints = "".join(f"; {_TRANSFORMERS_ONLY[k]}" for k in unknown if k in _TRANSFORMERS_ONLY)
             raise BertkitError(f"unknown keyword argument{'s' if len(unknown) > 1 else ''} {', '.join(unknown)}: "
                                f"not a BertConfig field (fields: {', '.join(sorted(known))}, or num_labels){hints}")
+        for key, kind in _KEPT_AS_WRITTEN.items():
+            if overrides.get(key) is not None and not isinstance(overrides[key], kind):
+                raise BertkitError(f"{key} must be a {kind.__name__} (or None), got {overrides[key]!r}")
+        if overrides.get("id2label") is not None or overrides.get("label2id") is not None:
+            # labels given as keywords must agree with each other (checked as such, not as config.json's)
+            cls(id2label=overrides.get("id2label"), num_labels=overrides.get("num_labels"),
+                label2id=overrides.get("label2id"))
 
     @classmethod
     def from_dict(cls, data: dict[str, Any], **overrides: Any) -> BertConfig:
@@ -212,11 +224,15 @@ class BertConfig:
         # Derived or re-written on save: label2id (from id2label), model_type, architectures (the saving class).
         derived = ("label2id", "num_labels", "model_type", "architectures")
         extra = {k: v for k, v in merged.items() if k not in known and k not in derived}
-        if "id2label" not in overrides and overrides.get("label2id") is not None:  # the labels named now
+        if "id2label" in overrides:  # the labels named now: a label count or label2id given too must agree with them
+            kwargs["num_labels"], kwargs["label2id"] = overrides.get("num_labels"), overrides.get("label2id")
+        elif overrides.get("label2id") is not None:
             kwargs.pop("id2label", None)
-            kwargs["label2id"] = overrides["label2id"]
-        elif "id2label" not in overrides:  # a label count (config.json's or the caller's) renames the labels
+            kwargs["num_labels"], kwargs["label2id"] = overrides.get("num_labels"), overrides["label2id"]
+        else:  # a label count (config.json's or the caller's) renames config.json's labels when it differs from theirs
             kwargs["num_labels"] = merged.get("num_labels")
+            if kwargs["num_labels"] is not None and len(kwargs.get("id2label") or DEFAULT_ID2LABEL) != kwargs["num_labels"]:
+                kwargs.pop("id2label", None)
         return cls(**kwargs, extra=extra)  # the constructor takes transformers' num_labels and label2id
 
     def to_dict(self) -> dict[str, Any]:
@@ -261,7 +277,8 @@ class BertConfig:
         try:
             return cls.from_dict(data, **overrides)
         except BertkitError as e:
-            raise BertkitError(f"{path}: {e}") from None
+            given = ", ".join(f"{k}={v!r}" for k, v in overrides.items())
+            raise BertkitError(f"{path}" + (f" with {given}" if given else "") + f": {e}") from None
 
     def get_text_config(self, decoder: bool | None = None, encoder: bool | None = None) -> BertConfig:
         """transformers' config of the text model, which peft reads (prompt tuning: its vocabulary size): BERT's
@@ -299,12 +316,19 @@ def _init(self: BertConfig, *args: Any, num_labels: int | None = None, label2id:
         if not isinstance(label2id, dict):
             raise BertkitError(f"BertConfig.label2id must be a mapping like {{\"NEGATIVE\": 0}}, got {label2id!r}")
         kwargs["id2label"] = {v: k for k, v in label2id.items()}
+    named = kwargs.get("id2label")
+    if num_labels is not None and isinstance(named, dict) and len(named) != num_labels:
+        # transformers warns "incompatible" and renames the labels LABEL_0..; from_pretrained kept the names and
+        # dropped the count: either way one of the two the caller gave is lost
+        raise BertkitError(f"num_labels={num_labels} but {len(named)} labels are named ({named}): pass the labels "
+                           "alone (num_labels follows them), or as many labels as num_labels")
     _dataclass_init(self, *args, **kwargs)
     if num_labels is not None:
         self.num_labels = num_labels
         self._normalise_labels()  # the label count checked against problem_type, as __post_init__ checks id2label
     if label2id is not None and {v: k for k, v in label2id.items()} != self.id2label:
-        raise BertkitError(f"label2id {label2id} does not invert id2label {self.id2label}")
+        raise BertkitError(f"label2id {label2id} does not invert id2label {self.id2label}: pass one of the two (the "
+                           "other follows it), or two that name the same labels")
 
 
 BertConfig.__init__ = _init  # type: ignore[method-assign]

@@ -19,7 +19,7 @@ from torch import Tensor, nn
 
 from bertkit.checkpoint_io import PretrainedMixin, initialise_on_construction, new_linear
 from bertkit.compat import TupleAccess, returns_dataclass, tied_output_embeddings
-from bertkit.config import BertConfig
+from bertkit.config import PROBLEM_TYPES, BertConfig
 from bertkit.errors import BertkitError
 from bertkit.modeling import BertModel, BertModelOutput, activation, init_bert_weights
 from bertkit.padding import is_tracing
@@ -154,11 +154,13 @@ class BertPreTrainingHeads(nn.Module):
 
 
 def check_class_labels(labels: Tensor, num_classes: int, name: str = "labels", fix: str | None = None) -> Tensor:
-    """``labels``, once each is a class id in [0, num_classes) or -100 (no loss): anything else is refused
-    naming the value, instead of torch's "Target 5 is out of bounds" from inside the loss."""
+    """``labels`` as int64, once each is a class id in [0, num_classes) or -100 (no loss): anything else is refused
+    naming the value, instead of torch's "Target 5 is out of bounds" from inside the loss. Any integer dtype is
+    taken (int32 ids from numpy or a tokenizer's ``return_tensors="np"``: torch's loss takes int64 alone)."""
     if labels.is_floating_point() or labels.is_complex() or labels.dtype == torch.bool:
         raise BertkitError(f"{name} must hold class ids (an integer tensor), got dtype {labels.dtype}; a float "
                            "label is a regression target (problem_type='regression' with num_labels=1)")
+    labels = labels.long()
     if not is_tracing() and labels.numel():
         bad = (labels != IGNORE_INDEX) & ((labels < 0) | (labels >= num_classes))
         if bool(bad.any()):
@@ -168,6 +170,13 @@ def check_class_labels(labels: Tensor, num_classes: int, name: str = "labels", f
                                    fix or f"map the labels to ids below {num_classes}, or give the model num_labels "
                                    "(and id2label) for every class"))
     return labels
+
+
+def float_targets(labels: Tensor, logits: Tensor) -> Tensor:
+    """Regression and soft targets as the loss reads them: a float tensor kept at its own precision, so torch
+    computes the loss in the wider of the two dtypes, as transformers' losses do (STS-B's score 3.8 is not rounded
+    to 3.796875 against a bf16 model's logits, nor the loss to bf16); integer targets take the logits' dtype."""
+    return labels if labels.is_floating_point() else labels.to(logits.dtype)
 
 
 _NSP_FIX = "a next-sentence label is 0 when sentence B follows A, 1 when B is a random sentence"
@@ -181,12 +190,20 @@ def token_loss(logits: Tensor, target: Tensor, num_items_in_batch: Tensor | floa
     global batch) is given: then it is this batch's sum over that count, so every token of the global batch
     weighs the same however micro-batches and processes split it. ``fix`` says how to repair a target out of
     range (``check_class_labels``)."""
-    check_class_labels(target, logits.shape[-1], fix=fix)
-    total = F.cross_entropy(logits, target, ignore_index=IGNORE_INDEX, reduction="sum")
+    target = check_class_labels(target, logits.shape[-1], fix=fix)
+    if logits.dtype in (torch.float16, torch.bfloat16):
+        # A sum rounded to bf16 is off by up to half its last place (4 at a sum of 1,400: a bf16 masked LM's loss
+        # read 10.6875 where the exact one is 10.739): the per-token losses are summed in float32 and the results
+        # rounded once, to the bf16 number nearest the exact loss (transformers' bf16 mean is within a place of it).
+        losses = F.cross_entropy(logits, target, ignore_index=IGNORE_INDEX, reduction="none")  # (N,)
+        dtype, total = losses.dtype, losses.float().sum()  # losses.dtype: float32 under autocast, as before
+    else:
+        dtype, total = logits.dtype, F.cross_entropy(logits, target, ignore_index=IGNORE_INDEX, reduction="sum")
     # The count stays on the device (no read back: it would stall a GPU's queue and break a compiled graph);
     # with no labelled token the sum is 0, and so is the mean (not NaN).
     mean = total / (target != IGNORE_INDEX).sum().clamp(min=1)
-    return mean, (mean if num_items_in_batch is None else total / num_items_in_batch)
+    objective = mean if num_items_in_batch is None else total / num_items_in_batch
+    return mean.to(dtype), objective.to(dtype)
 
 
 def check_token_labels(labels: Tensor, out: BertModelOutput) -> None:
@@ -247,6 +264,11 @@ class _HeadModel(PretrainedMixin, nn.Module):
         """The output dataclass, or its tuple for ``return_dict=False`` (default: ``config.return_dict``; the tuple
         under ``torch.jit.trace``)."""
         return result if returns_dataclass(self.config.return_dict, return_dict) else result.to_tuple()
+
+
+# transformers' ``model.num_labels`` on the heads that set it (sequence and token classification, span QA), read in
+# custom losses (``logits.view(-1, model.num_labels)``); the config's, so it follows a change of num_labels.
+config_num_labels = property(lambda self: self.config.num_labels)
 
 
 class _ClassifierHeadModel(_HeadModel):
@@ -352,6 +374,7 @@ class BertForSequenceClassification(_ClassifierHeadModel):
     """
 
     output_names = ("logits",)
+    num_labels = config_num_labels
 
     def forward(self, input_ids: Tensor | None = None, attention_mask: Tensor | None = None,
                 token_type_ids: Tensor | None = None, position_ids: Tensor | None = None,
@@ -364,26 +387,46 @@ class BertForSequenceClassification(_ClassifierHeadModel):
         loss = None
         if labels is not None:
             # transformers' inference when the config names none: one output is a regression, integer labels
-            # are class ids, float labels over several outputs are multi-label targets. Written back, as
-            # transformers does: a model trained on multi-hot targets saves multi_label_classification, so that
-            # its reloaded pipeline scores with a sigmoid, not a softmax over labels that are not exclusive.
-            if self.config.problem_type is None:
-                self.config.problem_type = (
-                    "regression" if self.config.num_labels == 1 else
-                    "single_label_classification" if labels.dtype in (torch.long, torch.int) else
-                    "multi_label_classification")
-            kind = self.config.problem_type
+            # are class ids, float labels over several outputs are multi-label targets. Written back once the
+            # loss is computed, as transformers does: a model trained on multi-hot targets saves
+            # multi_label_classification, so that its reloaded pipeline scores with a sigmoid, not a softmax over
+            # labels that are not exclusive; labels refused below leave the config as it was.
+            kind = self.config.problem_type or (
+                "regression" if self.config.num_labels == 1 else
+                "single_label_classification" if labels.dtype in (torch.long, torch.int) else
+                "multi_label_classification")
             if kind == "regression" and self.config.num_labels == 1:
-                loss = F.mse_loss(logits.squeeze(-1), labels.to(logits.dtype).view(-1))
+                if labels.squeeze().shape != logits.squeeze().shape:  # (B,) or (B, 1); a (2, 2) read as 4 would pass
+                    raise BertkitError(f"regression labels of shape {tuple(labels.shape)} for {logits.shape[0]} "
+                                       f"example(s): give one target per example, shape ({logits.shape[0]},)")
+                loss = F.mse_loss(logits.squeeze(-1), float_targets(labels, logits).view(-1))
             elif kind == "regression":  # several targets per example, as transformers: (B, C) against (B, C)
                 if labels.shape != logits.shape:
                     raise BertkitError(f"regression labels of shape {tuple(labels.shape)} for logits of shape "
                                        f"{tuple(logits.shape)}: give {self.config.num_labels} targets per example")
-                loss = F.mse_loss(logits, labels.to(logits.dtype))
+                loss = F.mse_loss(logits, float_targets(labels, logits))
             elif kind == "single_label_classification":
+                if logits.shape[-1] == 1:  # the config refuses this pair; an assignment after it does not
+                    raise BertkitError("config.problem_type 'single_label_classification' needs num_labels > 1: a "
+                                       "softmax over one output scores every input 1.0 and its loss is 0.0; set "
+                                       "problem_type 'regression' for one output")
+                if labels.numel() != logits.shape[0]:  # torch's "Expected input batch_size (8) to match target (16)"
+                    raise BertkitError(f"labels of shape {tuple(labels.shape)} for {logits.shape[0]} example(s): "
+                                       "single_label_classification takes one class id per example; multi-hot "
+                                       "targets are a float tensor (B, num_labels)")
                 loss = F.cross_entropy(logits, check_class_labels(labels.view(-1), logits.shape[-1]))
-            else:
-                loss = F.binary_cross_entropy_with_logits(logits, labels.to(logits.dtype))
+            elif kind == "multi_label_classification":
+                if labels.shape != logits.shape:  # torch's "Target size must be the same as input size"
+                    raise BertkitError(
+                        f"labels of shape {tuple(labels.shape)} ({labels.dtype}) for logits of shape "
+                        f"{tuple(logits.shape)}: multi_label_classification takes {self.config.num_labels} 0/1 targets "
+                        "per example; class ids (one per example) are an int64 or int32 tensor"
+                        + (", or set problem_type='single_label_classification'" if not labels.is_floating_point()
+                           and self.config.problem_type is None else ""))
+                loss = F.binary_cross_entropy_with_logits(logits, float_targets(labels, logits))
+            else:  # assigned after the config checked itself (transformers returns no loss, without a word)
+                raise BertkitError(f"config.problem_type {kind!r} is not one of {PROBLEM_TYPES}")
+            self.config.problem_type = kind
         result = ClassifierOutput(loss, logits, out.hidden_states, out.attentions)
         return self._result(result, return_dict)
 
@@ -392,6 +435,7 @@ class BertForTokenClassification(_ClassifierHeadModel):
     """A label per token (NER): a linear layer on every token state; -100 labels carry no loss."""
 
     output_names = ("logits",)
+    num_labels = config_num_labels
     uses_pooler = False
 
     def forward(self, input_ids: Tensor | None = None, attention_mask: Tensor | None = None,
@@ -423,6 +467,7 @@ class BertForQuestionAnswering(_HeadModel):
     """Span extraction (SQuAD): start and end logits per token from one H -> 2 layer (paper section 4.2)."""
 
     output_names = ("start_logits", "end_logits")
+    num_labels = config_num_labels
     uses_pooler = False
 
     def build_head(self, config: BertConfig) -> None:
@@ -448,7 +493,11 @@ class BertForQuestionAnswering(_HeadModel):
         if start_positions is not None and end_positions is not None:
             # Positions outside the window (clamped to T) are ignored, as transformers does.
             T = start_logits.size(1)
-            s, e = start_positions.view(-1).clamp(0, T), end_positions.view(-1).clamp(0, T)
+            for name, positions in (("start_positions", start_positions), ("end_positions", end_positions)):
+                if positions.is_floating_point() or positions.is_complex() or positions.dtype == torch.bool:
+                    raise BertkitError(f"{name} must hold token indices (an integer tensor), got dtype "
+                                       f"{positions.dtype}")
+            s, e = start_positions.view(-1).long().clamp(0, T), end_positions.view(-1).long().clamp(0, T)
             if attention_mask is not None:
                 padded_mask = F.pad(attention_mask, (0, 1), value=1)  # (B, T + 1): index T means "ignored"
                 rows = torch.arange(len(s), device=s.device)
@@ -479,13 +528,16 @@ class BertForMultipleChoice(_ClassifierHeadModel):
                                f"seq_len, hidden_size)), got {None if given is None else tuple(given.shape)}")
         B, C, T = given.shape[:3]
         flat = [x.reshape(B * C, T) if x is not None else None
-                for x in (input_ids, attention_mask, token_type_ids, position_ids)]  # (B * C, T) each
+                for x in (input_ids, attention_mask, token_type_ids)]  # (B * C, T) each
+        # position_ids as transformers flattens them: (B, C, T) to (B * C, T), one row (T,) or (1, T) for every
+        # sequence (the encoder broadcasts a single row)
+        flat.append(position_ids.reshape(-1, position_ids.shape[-1]) if position_ids is not None else None)
         embeds = inputs_embeds.reshape(B * C, T, -1) if inputs_embeds is not None else None
         out = self._encode(*flat, embeds, output_hidden_states, output_attentions)
         logits = self.classifier(self.dropout(out.pooler_output)).view(B, C)  # (B, C)
         loss = None
         if labels is not None and labels.is_floating_point() and tuple(labels.shape) == (B, C):
-            loss = F.cross_entropy(logits, labels.to(logits.dtype))  # a distribution over the choices, as transformers
+            loss = F.cross_entropy(logits, float_targets(labels, logits))  # a distribution over the choices, as transformers
         elif labels is not None:
             if labels.numel() != B:  # (B, C) class ids were read as B * C labels: torch's batch-size error
                 raise BertkitError(f"labels has shape {tuple(labels.shape)} but the input has {B} example(s) of {C} "
