@@ -140,6 +140,41 @@ def test_fill_mask_sequences_of_several_masks_leave_out_pad_as_transformers(tmp_
         np.testing.assert_allclose([[c["score"] for c in m] for m in o], [[c["score"] for c in m] for m in r], rtol=1e-5)
 
 
+def test_fill_mask_targets_rank_those_tokens_as_transformers(tmp_path_factory, minilm_dir, hf_tok, caplog):
+    """transformers' ``targets=``: the named tokens alone, each with its probability over the whole vocabulary, top_k
+    capped at their number; a text that is no token is its first piece, with a warning. bertkit refused the option."""
+    d, hf_model = _tiny_dir(tmp_path_factory, minilm_dir, "BertForMaskedLM")
+    fill = bertkit.pipeline("fill-mask", d)
+    theirs = transformers.pipeline("fill-mask", model=hf_model, tokenizer=hf_tok, device="cpu")
+    texts = ["the capital of france is [MASK] .", "the [MASK] sat on the [MASK] .", "i like [MASK] very much"]
+    cases = [({"targets": ["paris", "london", "berlin", "##s", "[UNK]"]}, texts),
+             ({"targets": ["Paris", "cats", "cat", "cat"], "top_k": 2}, texts),  # "Paris" is "paris"; cat once
+             ({"targets": "dog"}, texts[0]),
+             ({"targets": ["paris", "rome"], "top_k": 40000}, texts[1])]  # capped at the 2 targets, not refused
+    for options, inputs in cases:
+        ours, ref = fill(inputs, **options), theirs(inputs, **options)
+        ours, ref = _candidates(ours), _candidates(ref)
+        assert [c[:3] for c in ours] == [c[:3] for c in ref], options
+        np.testing.assert_allclose([c[3] for c in ours], [c[3] for c in ref], rtol=1e-5, atol=0)
+    assert sorted(c["token_str"] for c in fill(texts[0], targets=["Paris", "cats", "cat", "cat"])) == \
+        ["cat", "cats", "paris"]
+    assert "fill-mask target 'Paris' is not a token of the vocabulary: scoring its first piece 'paris'" in caplog.text
+    with pytest.raises(BertkitError, match=r"^fill-mask target '  ' holds no token, so there is nothing to score: "
+                                           r"leave it out of targets$"):
+        fill(texts[0], targets=["paris", "  "])
+    for bad in ([], 3, ["paris", None]):
+        with pytest.raises(BertkitError, match=r"^fill-mask's targets must be a str or a non-empty list of str"):
+            fill(texts[0], targets=bad)
+
+
+def _candidates(result) -> list[tuple]:
+    """(token, token_str, sequence, score) of each candidate of a fill-mask result, whatever its nesting (per input,
+    per mask), in order."""
+    if isinstance(result, dict):
+        return [(result["token"], result["token_str"], result["sequence"], float(result["score"]))]
+    return [c for r in result for c in _candidates(r)]
+
+
 def test_fill_mask_top_k_past_the_vocabulary_is_refused(tmp_path_factory, minilm_dir, hf_tok):
     # top_k 30,523 on a 30,522-token vocabulary answered 30,522 candidates, fewer than asked and without a word (`bertkit
     # predict --top-k 40000` wrote an 11 MB file); transformers' pipeline fails inside torch.topk after the model ran

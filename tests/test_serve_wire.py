@@ -165,6 +165,12 @@ def test_fill_mask_answers_the_candidates(tmp_path_factory, minilm_dir, sentence
         for top_k in (None, 3):
             got = client.fill_mask(text, top_k=top_k)
             _same(got, ref(text, top_k=top_k or 5), keys=("token", "token_str", "sequence"))
+        targets = ["the", "film", "Movie", "##s"]  # "Movie" is no token of the uncased vocabulary: "movie" instead
+        _same(client.fill_mask(text, targets=targets, top_k=3), ref(text, targets=targets, top_k=3),
+              keys=("token", "token_str", "sequence"))
+        r = httpx.post(f"{url}/predict", json={"inputs": text, "parameters": {"targets": []}})
+        assert r.status_code == 422 and r.json()["error"] == (
+            "targets must be a string or a non-empty list of strings (the tokens to rank), got []")
         two = httpx.post(f"{url}/predict", json={"inputs": [text, text + " [MASK] ."]}).json()
         assert len(two) == 2 and len(two[0]) == 5 and len(two[1]) == 2 and len(two[1][0]) == 5  # per mask
 

@@ -48,20 +48,61 @@ class FillMaskPipeline(Pipeline):
 
     One mask gives a list of candidates ``{"score", "token", "token_str", "sequence"}`` (as transformers'
     fill-mask pipeline); several masks give one such list per mask. Only the masked positions go through
-    the vocabulary-wide output layer.
+    the vocabulary-wide output layer. ``targets`` (a str or a list of them) ranks those tokens alone, as transformers
+    does: each keeps its probability over the whole vocabulary, and ``top_k`` is capped at their number.
     """
 
     task = tasks.FillMask.name
     model_class = BertForMaskedLM
     required_keys = ("cls.predictions.bias", "cls.predictions.transform.dense.weight")
-    call_options = ("top_k",)
+    call_options = ("top_k", "targets")
     missing_head_fix = ("fill-mask needs the masked-LM head of pre-training: use a checkpoint that keeps it "
                         "(google's or Hugging Face's bert-base-*, one converted by convert-tf-checkpoint, or "
                         "bertkit pretrain's output)")
 
-    def encode(self, item: str, top_k: int | None = None, **_: Any) -> list[dict[str, Any]]:
+    @classmethod
+    def check_options(cls, options: Mapping[str, Any]) -> None:
+        super().check_options(options)
+        targets = options.get("targets")
+        if targets is not None and not (isinstance(targets, str) or isinstance(targets, (list, tuple)) and targets
+                                        and all(isinstance(t, str) for t in targets)):
+            raise BertkitError(f"fill-mask's targets must be a str or a non-empty list of str (the tokens to rank), "
+                               f"got {str(targets)[:80]!r}")
+
+    def read_options(self, options: dict[str, Any]) -> dict[str, Any]:
+        if options.get("targets") is None:
+            return options
+        return {**options, "targets": self.target_ids(options["targets"])}
+
+    def target_ids(self, targets: str | Sequence[str]) -> list[int]:
+        """The token ids ``targets`` name, each once, as transformers' fill-mask reads them: a token of the
+        vocabulary (``"##s"`` and ``"[UNK]"`` too) is itself; any other text is replaced by its first word piece, with
+        a warning (``"Paris"`` is ``paris`` in an uncased vocabulary, ``"unbelievable"`` is ``un``). A target that
+        holds no token ("" or blanks) is refused: it names nothing to score (transformers leaves it out, warning)."""
+        vocab = self.tokenizer.get_vocab()
+        ids: dict[int, None] = {}
+        for target in [targets] if isinstance(targets, str) else targets:
+            if target in vocab:
+                ids[vocab[target]] = None
+                continue
+            pieces = self.tokenizer(target, add_special_tokens=False)["input_ids"]
+            if not pieces:
+                raise BertkitError(f"fill-mask target {target!r} holds no token, so there is nothing to score: "
+                                   "leave it out of targets")
+            logger.warning("fill-mask target %r is not a token of the vocabulary: scoring its first piece %r instead "
+                           "(as transformers does)", target, self.tokenizer.convert_ids_to_tokens(pieces[0]))
+            ids[pieces[0]] = None
+        past = [t for t in ids if t >= self.config.vocab_size]
+        if past:  # a token added to the tokenizer after the model was saved: the model has no row to score it by
+            raise BertkitError(f"fill-mask targets {self.tokenizer.convert_ids_to_tokens(past)} are token ids {past}, "
+                               f"past the {self.config.vocab_size} rows of this model's output layer, which scores no "
+                               "such token: resize the model's token embeddings to its tokenizer, or leave them out")
+        return list(ids)
+
+    def encode(self, item: str, top_k: int | None = None, targets: list[int] | None = None,
+               **_: Any) -> list[dict[str, Any]]:
         vocab = min(self.config.vocab_size, len(self.tokenizer))  # rows past the tokenizer's ids hold no token
-        if top_k is not None and top_k > vocab:  # the ranking would stop at the vocabulary: fewer than asked, unsaid
+        if top_k is not None and top_k > vocab and targets is None:  # the ranking would stop at the vocabulary: fewer than asked, unsaid
             raise BertkitError(f"top_k {top_k} exceeds the {vocab} tokens of this model's vocabulary, every candidate "
                                f"a {self.tokenizer.mask_token} has: ask for top_k {vocab} or fewer")
         enc = self.tokenizer(item, truncation=True, max_length=self.max_length)
@@ -92,16 +133,21 @@ class FillMaskPipeline(Pipeline):
         counts = [len(r["masks"]) for r in rows]
         return [p.cpu().numpy() for p in probs.split(counts)]
 
-    def decode(self, item: str, rows, outputs, top_k: int = 5, **_: Any) -> list[dict[str, Any]] | list[list[dict[str, Any]]]:
+    def decode(self, item: str, rows, outputs, top_k: int = 5, targets: list[int] | None = None,
+               **_: Any) -> list[dict[str, Any]] | list[list[dict[str, Any]]]:
         ids, masks, probs = rows[0]["input_ids"], rows[0]["masks"], outputs[0]
         tok = self.tokenizer
         per_mask = []
         for m, p in zip(masks, probs):
             candidates = []
-            order = np.argsort(-p, kind="stable")
-            # rows past the tokenizer's ids (resize_token_embeddings' pad_to_multiple_of) hold no token: no candidate
-            # (transformers lists them, token_str ""); the scores stay those of the softmax over every row
-            for t in order[order < len(tok)][:top_k].tolist():
+            if targets is None:
+                order = np.argsort(-p, kind="stable")
+                # rows past the tokenizer's ids (resize_token_embeddings' pad_to_multiple_of) hold no token: no
+                # candidate (transformers lists them, token_str ""); the scores stay those of the softmax over every row
+                ranking = order[order < len(tok)].tolist()
+            else:  # the targets' own probabilities (not renormalised among them), best first, ties in token-id order
+                ranking = sorted(targets, key=lambda t: (-p[t], t))
+            for t in ranking[:top_k]:
                 # [PAD] is left out, a candidate [PAD] too, as transformers leaves out its batch's padding. With several
                 # masks the other masks stay visible, and so do [CLS] and [SEP], as transformers decodes the sequence
                 # then ("[CLS] the cat sat on the [MASK]. [SEP]")

@@ -156,7 +156,10 @@ class FillMask(Task):
 
     def checks(self, pipe: Any, limits: Any) -> dict[str, tuple[Callable[[Any], bool], str]]:
         vocab = len(pipe.tokenizer)
-        return {"top_k": int_in(1, vocab, " (the vocabulary's size)")} if vocab < limits.max_top_k else {}
+        targets = (lambda v: isinstance(v, str) or isinstance(v, list) and bool(v) and all(isinstance(t, str) for t in v),
+                   "a string or a non-empty list of strings (the tokens to rank)")
+        return {"targets": targets, **({"top_k": int_in(1, vocab, " (the vocabulary's size)")}
+                                       if vocab < limits.max_top_k else {})}
 
     def cost(self, pipe: Any, item: Any, options: dict[str, Any], index: int) -> tuple[int, int, str]:
         try:
