@@ -647,6 +647,17 @@ def test_question_answering_refuses_sizes_that_would_answer_quietly_wrong(option
                                              "allow_no_answer": True})
 
 
+@pytest.mark.parametrize(("theirs", "ours"), [
+    ("max_answer_len", "max_answer_length=N, the same limit"), ("max_question_len", "max_question_length=N, the same"),
+    ("handle_impossible_answer", "allow_no_answer=True, the same choice"),
+    ("align_to_words", "answers are the token span the SQuAD recipe scores")])
+def test_question_answering_refuses_transformers_names_naming_its_own(theirs, ours):
+    # a port's qa(..., max_answer_len=10) was refused with the list of options, which never said that max_answer_length
+    # is the same limit (bertkit serve takes transformers' names, so only the pipeline's refusal has to say it)
+    with pytest.raises(BertkitError, match=rf"does not take {theirs}; .*; instead of {theirs}: {re.escape(ours)}"):
+        QuestionAnsweringPipeline.check_options({theirs: True})
+
+
 def test_question_answering_long_context_and_no_answer(tmp_path_factory, minilm_dir, squad_all):
     d, _ = _tiny_dir(tmp_path_factory, minilm_dir, "BertForQuestionAnswering")
     qa = bertkit.pipeline("question-answering", d)

@@ -428,6 +428,14 @@ class QuestionAnsweringPipeline(Pipeline):
     fields = {"question": str, "context": str}
     call_options = ("top_k", "doc_stride", "max_question_length", "max_answer_length", "allow_no_answer",
                     "null_threshold")
+    # transformers' names of the same options (bertkit serve takes them, as the Inference API sends them)
+    instead_of = {"max_answer_len": "max_answer_length=N, the same limit on an answer's tokens",
+                  "max_question_len": "max_question_length=N, the same cut of the question's tokens",
+                  "handle_impossible_answer": "allow_no_answer=True, the same choice of \"\" when the null score beats "
+                                              "every span (null_threshold moves the bar)",
+                  "align_to_words": "answers are the token span the SQuAD recipe scores (transformers' "
+                                    "align_to_words=False); bertkit serve widens them to whole words, as the Inference "
+                                    "API does"}
     n_best_size = 20  # the recipe's candidates per question: spans among each window's 20 best starts and ends
 
     def _example(self, item: dict) -> squad.SquadExample:
