@@ -145,7 +145,7 @@ class FillMask(Task):
     help = "top-k tokens for each [MASK]"
     pipeline = "bertkit.inference.pipelines:FillMaskPipeline"
     result_key = "predictions"
-    predict_options = ("top_k",)
+    predict_options = ("top_k", "targets")
     counted = True
     candidates_per = "[MASK]s"
 
