@@ -456,9 +456,8 @@ def test_token_classification_words_tags_and_offsets(tmp_path_factory, minilm_di
 
 
 def test_token_classification_entities_are_transformers_first_aggregation(tmp_path_factory, minilm_dir, data_dir):
-    """``entities`` are what transformers' pipeline gives with aggregation_strategy="first" (spans, types, scores), so
-    a refusal of aggregation_strategy names it; ignore_labels, stride and the classifier's top_k name what answers
-    instead too."""
+    """``entities`` are what transformers' pipeline gives with aggregation_strategy="first" (spans, types, scores), and
+    with "average" and "max" when asked; ignore_labels, stride and the classifier's top_k name what answers instead."""
     sentences = read_conll(data_dir / "conll2003/valid.txt")[:30]
     tags = sorted({t for s in sentences for t in s.tags})
     id2label = dict(enumerate(tags))
@@ -469,17 +468,24 @@ def test_token_classification_entities_are_transformers_first_aggregation(tmp_pa
     texts = [" ".join(s.words) for s in sentences] + contexts  # CoNLL's spaced tokens, SQuAD's running text
     ours = bertkit.pipeline("token-classification", d, batch_size=8)
     theirs = transformers.pipeline("token-classification", model=str(d), device="cpu")
-    n = 0
-    for text, o in zip(texts, ours(texts), strict=True):
-        ref = theirs(text, aggregation_strategy="first")
-        assert [(e["entity_group"], e["start"], e["end"]) for e in o["entities"]] == \
-            [(e["entity_group"], e["start"], e["end"]) for e in ref]
-        np.testing.assert_allclose([e["score"] for e in o["entities"]], [float(e["score"]) for e in ref], atol=1e-5)
-        n += len(ref)
-    assert n > 100  # a comparison of many entities, of several types
-    with pytest.raises(BertkitError, match=r"does not take aggregation_strategy; .* instead of aggregation_strategy: "
-                                           r"the result's \"entities\" are transformers' aggregation_strategy=\"first\""):
+    # "average" and "max" (how a word of several pieces is tagged) were refused, naming "first"
+    for strategy, options in (("first", {}), ("average", {"aggregation_strategy": "average"}),
+                              ("max", {"aggregation_strategy": "max"})):
+        n = 0
+        for text, o in zip(texts, ours(texts, **options), strict=True):
+            ref = theirs(text, aggregation_strategy=strategy)
+            assert [(e["entity_group"], e["start"], e["end"]) for e in o["entities"]] == \
+                [(e["entity_group"], e["start"], e["end"]) for e in ref], strategy
+            np.testing.assert_allclose([e["score"] for e in o["entities"]], [float(e["score"]) for e in ref], atol=1e-5)
+            n += len(ref)
+        assert n > 100  # a comparison of many entities, of several types
+    assert ours(texts[-1], aggregation_strategy="max") != ours(texts[-1])  # the strategies differ on these words
+    with pytest.raises(BertkitError, match=r"^token-classification's aggregation_strategy 'simple' tags each word piece "
+                                           r"on its own; bertkit tags words: \"first\" \(the default"):
         ours(texts[0], aggregation_strategy="simple")
+    with pytest.raises(BertkitError, match=r"^token-classification's aggregation_strategy must be one of 'first', "
+                                           r"'average', 'max', got 'FIRST'$"):
+        ours(texts[0], aggregation_strategy="FIRST")
     with pytest.raises(BertkitError, match=r"instead of ignore_labels: \"words\" holds every word"):
         ours(texts[0], ignore_labels=[])
     with pytest.raises(BertkitError, match=r"instead of stride: text past max_length tokens is not tagged"):

@@ -129,8 +129,14 @@ def test_token_classification_answers_entity_groups(tmp_path_factory, minilm_dir
             _same(got, expected, keys=("entity_group", "start", "end"))
             assert all(g.word == texts[0][g.start:g.end] for g in got)
         assert any(e["entity_group"] == "O" for e in ref(texts[0], ignore_labels=[]))
+        for strategy in ("average", "max"):  # how a word of several pieces is tagged, as transformers'
+            for text in texts:
+                _same(client.token_classification(text, aggregation_strategy=strategy),
+                      ref(text, aggregation_strategy=strategy), keys=("entity_group", "start", "end"))
         r = httpx.post(f"{url}/predict", json={"inputs": texts[0], "parameters": {"aggregation_strategy": "simple"}})
-        assert r.status_code == 422 and 'aggregation_strategy must be "first"' in r.json()["error"]
+        assert r.status_code == 422 and r.json()["error"] == (
+            'aggregation_strategy must be "first" or "average" or "max" (how a word of several pieces is tagged; bertkit '
+            "tags words), got 'simple'")
 
 
 def test_token_classification_serves_tags_written_with_an_underscore(tmp_path_factory, minilm_dir):

@@ -361,7 +361,9 @@ class TokenClassificationPipeline(Pipeline):
     Words are WordPiece words (a token and its ``##`` continuations: whitespace and punctuation split
     them, as BERT's basic tokenizer does); each gets the tag of its first piece (how bertkit and the paper,
     section 5.3, train NER) with that tag's softmax probability, and ``start``/``end`` character offsets
-    into the input, so ``text[start:end]`` is the word exactly as written. Entities group the word tags
+    into the input, so ``text[start:end]`` is the word exactly as written; ``aggregation_strategy`` "average" (the mean
+    of its pieces' probabilities) or "max" (its surest piece's tag), as transformers', changes how a word of several
+    pieces is tagged. Entities group the word tags
     (``group_entities``). Text past ``max_length`` tokens is cut off and tagged no further.
     """
 
@@ -369,15 +371,29 @@ class TokenClassificationPipeline(Pipeline):
     model_class = BertForTokenClassification
     group_entities = staticmethod(group_entities)  # the serve's ignore_labels regroups words with it
     required_keys = ("classifier.weight",)
+    call_options = ("aggregation_strategy",)
+    # transformers' strategies that give a word one tag, each as a function of the word's pieces' probabilities (T, L)
+    word_strategies = {"first": lambda p: p[0], "average": lambda p: p.mean(0),
+                       "max": lambda p: p[int(np.argmax(p.max(1)))]}  # the piece surest of its tag, the first on a tie
     instead_of = {
-        "aggregation_strategy": "the result's \"entities\" are transformers' aggregation_strategy=\"first\" (each "
-                                "word the tag of its first piece), \"words\" each word's tag",
         "ignore_labels": "\"words\" holds every word (\"O\" too), \"entities\" none tagged \"O\"",
         "stride": "text past max_length tokens is not tagged (transformers' stride tags the rest in overlapping "
                   "windows): pass a long text in parts of at most max_length tokens",
         **dict.fromkeys(("is_split_into_words", "delimiter"),
                         "pass the words joined by spaces, \" \".join(words): the same words, tags and entities as "
                         "transformers' is_split_into_words=True (its default delimiter \" \"), offsets into that string")}
+
+    @classmethod
+    def check_options(cls, options: Mapping[str, Any]) -> None:
+        super().check_options(options)
+        strategy = options.get("aggregation_strategy", "first")
+        if strategy in ("none", "simple"):  # each piece its own tag: a word can be cut in two, so no "words" to give
+            raise BertkitError(f"token-classification's aggregation_strategy {strategy!r} tags each word piece on its "
+                               "own; bertkit tags words: \"first\" (the default: a word takes its first piece's tag, "
+                               "as NER models are trained), \"average\" or \"max\"")
+        if strategy not in cls.word_strategies:
+            raise BertkitError(f"token-classification's aggregation_strategy must be one of "
+                               f"{', '.join(map(repr, cls.word_strategies))}, got {strategy!r}")
 
     def encode(self, item: str, **_: Any) -> list[dict[str, Any]]:
         enc = self.tokenizer(item, truncation=True, max_length=self.max_length, return_offsets_mapping=True,
@@ -388,22 +404,27 @@ class TokenClassificationPipeline(Pipeline):
     def forward(self, batch, rows) -> list[np.ndarray]:
         return per_row(self.model(**batch).logits, rows)
 
-    def decode(self, item: str, rows, outputs, **_: Any) -> dict[str, Any]:
+    def decode(self, item: str, rows, outputs, aggregation_strategy: str = "first", **_: Any) -> dict[str, Any]:
         row, logits = rows[0], outputs[0]
         names = _labels(self.config)
         probs = softmax(logits)
         pieces = self.tokenizer.convert_ids_to_tokens(row["input_ids"])
-        words: list[dict[str, Any]] = []
-        for i, (piece, (s, e), special) in enumerate(zip(pieces, row["offsets"], row["special"])):
+        spans: list[list[int]] = []  # each word's pieces (their row indices)
+        for i, (piece, special) in enumerate(zip(pieces, row["special"])):
             if special:
                 continue
             # one word even where a dropped character (a zero-width space, a combining accent) lies between pieces
-            if piece.startswith("##") and words:
-                words[-1]["end"] = e
-                continue
-            best = int(np.argmax(probs[i]))
-            words.append({"start": s, "end": e, "tag": names[best], "score": float(probs[i, best])})
-        words = [{"word": item[w["start"]:w["end"]], **w} for w in words]
+            if piece.startswith("##") and spans:
+                spans[-1].append(i)
+            else:
+                spans.append([i])
+        tag_of = self.word_strategies[aggregation_strategy]
+        words: list[dict[str, Any]] = []
+        for span in spans:
+            p = tag_of(probs[span])  # (L,)
+            best = int(np.argmax(p))
+            s, e = row["offsets"][span[0]][0], row["offsets"][span[-1]][1]
+            words.append({"word": item[s:e], "start": s, "end": e, "tag": names[best], "score": float(p[best])})
         return {"words": words, "entities": group_entities(words, item)}
 
 

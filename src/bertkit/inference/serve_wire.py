@@ -204,8 +204,6 @@ def _parameter_checks(server: Any) -> dict[str, tuple[Callable[[Any], bool], str
         "prompt_name": (lambda v: False, "null (this server's model has no prompts)"),
         "encoding_format": (lambda v: v == "float", '"float"'),
         "dimensions": int_in(1, getattr(pipe, "dimension", 0), " (the width of this server's vectors)"),
-        "aggregation_strategy": (lambda v: v == "first", '"first" (each word takes its first piece\'s tag, as '
-                                                          "bertkit's NER models are trained)"),
         "ignore_labels": label_names_check(None),
         "align_to_words": (lambda v: isinstance(v, bool), "true (answers widened to whole words, the default) or false "
                                                            "(token spans)"),

@@ -247,19 +247,22 @@ class TokenClassification(Task):
     help = "word tags and entity spans with character offsets"
     pipeline = "bertkit.inference.pipelines:TokenClassificationPipeline"
     aliases = ("ner",)
-    answer_params = ("aggregation_strategy", "ignore_labels")
+    answer_params = ("ignore_labels",)
     counted = True
 
     def checks(self, pipe: Any, limits: Any) -> dict[str, tuple[Callable[[Any], bool], str]]:
+        strategies = self.pipeline_class().word_strategies
+        aggregation = {"aggregation_strategy": (lambda v: v in strategies, " or ".join(f'"{s}"' for s in strategies)
+                                                + " (how a word of several pieces is tagged; bertkit tags words)")}
         tags = list((getattr(pipe.config, "id2label", None) or {}).values())
         if not tags:
-            return {}
+            return aggregation
         # the tags and the entity types they make, as the pipeline groups them (B-PER, B_PER, S-PER: PER), and "O",
         # transformers' default, taken whatever the model's tags
         group_entities = self.pipeline_class().group_entities
         kinds = {e["entity_group"] for t in tags
                  for e in group_entities([{"tag": t, "score": 0.0, "start": 0, "end": 0}], "", outside=True)}
-        return {"ignore_labels": label_names_check({"O", *tags, *kinds})}
+        return {**aggregation, "ignore_labels": label_names_check({"O", *tags, *kinds})}
 
     def render(self, server: Any, call: Call, results: list[Any]) -> Any:
         group_entities = self.pipeline_class().group_entities
