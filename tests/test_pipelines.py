@@ -488,8 +488,27 @@ def test_token_classification_entities_are_transformers_first_aggregation(tmp_pa
         ours(texts[0], aggregation_strategy="FIRST")
     with pytest.raises(BertkitError, match=r"instead of ignore_labels: \"words\" holds every word"):
         ours(texts[0], ignore_labels=[])
-    with pytest.raises(BertkitError, match=r"instead of stride: text past max_length tokens is not tagged"):
-        ours(texts[0], stride=64)  # transformers tags a long text's rest in windows; the refusal said no more
+    # stride: a text past max_length read in windows sharing that many tokens, as transformers' (it was refused)
+    short = bertkit.pipeline("token-classification", d, max_length=48)
+    theirs.tokenizer.model_max_length = 48
+    long_texts = [p["context"] for a in json.loads((data_dir / "squad/dev-v1.1.json").read_text())["data"][:1]
+                  for p in a["paragraphs"][:4]]
+    for strategy, stride in (("first", 0), ("first", 20), ("max", 12)):
+        n = 0
+        for text, o in zip(long_texts, short(long_texts, stride=stride, aggregation_strategy=strategy), strict=True):
+            ref = theirs(text, stride=stride, aggregation_strategy=strategy)
+            assert [(e["entity_group"], e["start"], e["end"]) for e in o["entities"]] == \
+                [(e["entity_group"], e["start"], e["end"]) for e in ref], (strategy, stride)
+            np.testing.assert_allclose([e["score"] for e in o["entities"]], [float(e["score"]) for e in ref], atol=1e-5)
+            assert o["words"][-1]["end"] == len(text.rstrip())  # tagged to the end
+            n += len(ref)
+        assert n > 100
+    with pytest.raises(BertkitError, match=r"^token-classification's stride \(the tokens consecutive windows share\) "
+                                           r"must be an int of at least 0, got -1$"):
+        short(texts[0], stride=-1)
+    with pytest.raises(BertkitError, match=r"^token-classification's stride 46 must be below the 46 tokens a window "
+                                           r"holds \(max_length 48 - 2\): use a smaller stride or a larger max_length$"):
+        short(texts[0], stride=46)  # a short text too: the refusal does not hang on a text's length
     # Pre-tokenized words: the refusal's fix, the words joined by spaces, is transformers' is_split_into_words=True
     words = [list(s.words) for s in sentences[:8]]
     split = theirs(words, is_split_into_words=True, aggregation_strategy="first")

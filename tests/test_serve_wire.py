@@ -137,6 +137,8 @@ def test_token_classification_answers_entity_groups(tmp_path_factory, minilm_dir
         assert r.status_code == 422 and r.json()["error"] == (
             'aggregation_strategy must be "first" or "average" or "max" (how a word of several pieces is tagged; bertkit '
             "tags words), got 'simple'")
+        r = httpx.post(f"{url}/predict", json={"inputs": texts[0], "parameters": {"stride": 16}})
+        assert r.status_code == 422 and r.json()["error"].startswith("stride must be left out: bertkit serve tags a ")
 
 
 def test_token_classification_serves_tags_written_with_an_underscore(tmp_path_factory, minilm_dir):

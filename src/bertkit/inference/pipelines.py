@@ -355,6 +355,20 @@ def group_entities(words: Sequence[dict[str, Any]], text: str, outside: bool = F
             for kind, ws in groups]
 
 
+def keep_longest(spans: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Spans of overlapping windows (``start``, ``end``, ``score``) -> one per place, in text order: of two that
+    overlap, the longer, or the surer of two of one length, the first on a tie (transformers'
+    ``aggregate_overlapping_entities``: a word cut at a window's edge loses to the whole word in the window before)."""
+    kept: list[dict[str, Any]] = []
+    for span in sorted(spans, key=lambda x: x["start"]):
+        last = kept[-1] if kept else None
+        if last is None or not last["start"] <= span["start"] < last["end"]:
+            kept.append(span)
+        elif (span["end"] - span["start"], span["score"]) > (last["end"] - last["start"], last["score"]):
+            kept[-1] = span
+    return kept
+
+
 class TokenClassificationPipeline(Pipeline):
     """A text -> ``{"words": [...], "entities": [...]}``.
 
@@ -364,21 +378,22 @@ class TokenClassificationPipeline(Pipeline):
     into the input, so ``text[start:end]`` is the word exactly as written; ``aggregation_strategy`` "average" (the mean
     of its pieces' probabilities) or "max" (its surest piece's tag), as transformers', changes how a word of several
     pieces is tagged. Entities group the word tags
-    (``group_entities``). Text past ``max_length`` tokens is cut off and tagged no further.
+    (``group_entities``). Text past ``max_length`` tokens is cut off and tagged no further, unless ``stride`` is given:
+    then, as transformers' ``stride``, the text is read in windows of ``max_length`` tokens that share ``stride``
+    tokens, each window's words and entities are made alone, and where two overlap the longer is kept (the surer one
+    between two of one length: ``keep_longest``).
     """
 
     task = tasks.TokenClassification.name
     model_class = BertForTokenClassification
     group_entities = staticmethod(group_entities)  # the serve's ignore_labels regroups words with it
     required_keys = ("classifier.weight",)
-    call_options = ("aggregation_strategy",)
+    call_options = ("aggregation_strategy", "stride")
     # transformers' strategies that give a word one tag, each as a function of the word's pieces' probabilities (T, L)
     word_strategies = {"first": lambda p: p[0], "average": lambda p: p.mean(0),
                        "max": lambda p: p[int(np.argmax(p.max(1)))]}  # the piece surest of its tag, the first on a tie
     instead_of = {
         "ignore_labels": "\"words\" holds every word (\"O\" too), \"entities\" none tagged \"O\"",
-        "stride": "text past max_length tokens is not tagged (transformers' stride tags the rest in overlapping "
-                  "windows): pass a long text in parts of at most max_length tokens",
         **dict.fromkeys(("is_split_into_words", "delimiter"),
                         "pass the words joined by spaces, \" \".join(words): the same words, tags and entities as "
                         "transformers' is_split_into_words=True (its default delimiter \" \"), offsets into that string")}
@@ -394,18 +409,39 @@ class TokenClassificationPipeline(Pipeline):
         if strategy not in cls.word_strategies:
             raise BertkitError(f"token-classification's aggregation_strategy must be one of "
                                f"{', '.join(map(repr, cls.word_strategies))}, got {strategy!r}")
+        stride = options.get("stride")
+        if stride is not None and not is_whole(stride, 0):
+            raise BertkitError(f"token-classification's stride (the tokens consecutive windows share) must be an int "
+                               f"of at least 0, got {stride!r}")
 
-    def encode(self, item: str, **_: Any) -> list[dict[str, Any]]:
+    def read_options(self, options: dict[str, Any]) -> dict[str, Any]:
+        stride, holds = options.get("stride"), self.max_length - 2  # a window's tokens besides [CLS] and [SEP]
+        if stride is not None and stride >= holds:  # whatever the texts' lengths: windows that never advance
+            raise BertkitError(f"token-classification's stride {stride} must be below the {holds} tokens a window holds "
+                               f"(max_length {self.max_length} - 2): use a smaller stride or a larger max_length")
+        return options
+
+    def encode(self, item: str, stride: int | None = None, **_: Any) -> list[dict[str, Any]]:
+        """One row: the text's first max_length tokens; with ``stride``, one per window of the whole text."""
+        windows = {} if stride is None else {"stride": stride, "return_overflowing_tokens": True}
         enc = self.tokenizer(item, truncation=True, max_length=self.max_length, return_offsets_mapping=True,
-                             return_special_tokens_mask=True)
-        return [{"input_ids": enc["input_ids"], "token_type_ids": enc["token_type_ids"],
-                 "offsets": enc["offset_mapping"], "special": enc["special_tokens_mask"]}]
+                             return_special_tokens_mask=True, **windows)
+        keys = ("input_ids", "token_type_ids", "offset_mapping", "special_tokens_mask")
+        per_window = zip(*(enc[k] for k in keys)) if windows else [tuple(enc[k] for k in keys)]
+        return [{"input_ids": ids, "token_type_ids": types, "offsets": offsets, "special": special}
+                for ids, types, offsets, special in per_window]
 
     def forward(self, batch, rows) -> list[np.ndarray]:
         return per_row(self.model(**batch).logits, rows)
 
     def decode(self, item: str, rows, outputs, aggregation_strategy: str = "first", **_: Any) -> dict[str, Any]:
-        row, logits = rows[0], outputs[0]
+        if len(rows) == 1:
+            return self._tagged(item, rows[0], outputs[0], aggregation_strategy)
+        windows = [self._tagged(item, row, logits, aggregation_strategy) for row, logits in zip(rows, outputs)]
+        return {k: keep_longest([x for w in windows for x in w[k]]) for k in ("words", "entities")}
+
+    def _tagged(self, item: str, row: dict[str, Any], logits: np.ndarray, aggregation_strategy: str) -> dict[str, Any]:
+        """One window's words and entities."""
         names = _labels(self.config)
         probs = softmax(logits)
         pieces = self.tokenizer.convert_ids_to_tokens(row["input_ids"])

@@ -253,7 +253,10 @@ class TokenClassification(Task):
     def checks(self, pipe: Any, limits: Any) -> dict[str, tuple[Callable[[Any], bool], str]]:
         strategies = self.pipeline_class().word_strategies
         aggregation = {"aggregation_strategy": (lambda v: v in strategies, " or ".join(f'"{s}"' for s in strategies)
-                                                + " (how a word of several pieces is tagged; bertkit tags words)")}
+                                                + " (how a word of several pieces is tagged; bertkit tags words)"),
+                       # the pipeline's windows would cost more model sequences than a request is counted for
+                       "stride": (lambda v: False, "left out: bertkit serve tags a text's first max_length tokens (send "
+                                                   "a long text in parts; bertkit.pipeline takes stride)")}
         tags = list((getattr(pipe.config, "id2label", None) or {}).values())
         if not tags:
             return aggregation
