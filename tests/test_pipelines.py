@@ -509,17 +509,25 @@ def test_token_classification_entities_are_transformers_first_aggregation(tmp_pa
     with pytest.raises(BertkitError, match=r"^token-classification's stride 46 must be below the 46 tokens a window "
                                            r"holds \(max_length 48 - 2\): use a smaller stride or a larger max_length$"):
         short(texts[0], stride=46)  # a short text too: the refusal does not hang on a text's length
-    # Pre-tokenized words: the refusal's fix, the words joined by spaces, is transformers' is_split_into_words=True
+    # Pre-tokenized words, transformers' is_split_into_words=True (it was refused): one list of words is one input, a
+    # list of them several; offsets into the words joined by the delimiter, as there
     words = [list(s.words) for s in sentences[:8]]
-    split = theirs(words, is_split_into_words=True, aggregation_strategy="first")
-    for o, ref in zip(ours([" ".join(w) for w in words]), split, strict=True):
-        assert [(e["entity_group"], e["start"], e["end"]) for e in o["entities"]] == \
-            [(e["entity_group"], e["start"], e["end"]) for e in ref]
-        np.testing.assert_allclose([e["score"] for e in o["entities"]], [float(e["score"]) for e in ref], atol=1e-5)
-    assert sum(map(len, split)) > 10
-    with pytest.raises(BertkitError, match=r"instead of is_split_into_words: pass the words joined by spaces, "
-                                           r"\" \"\.join\(words\)"):
-        ours(words[0], is_split_into_words=True)
+    words[0] = [words[0][0], "", "New York", *words[0][1:]]  # an empty word, a word holding a space
+    for delimiter in (None, "\t"):
+        split = theirs(words, is_split_into_words=True, aggregation_strategy="first",
+                       **({"delimiter": delimiter} if delimiter else {}))
+        got = ours(words, is_split_into_words=True, delimiter=delimiter)
+        assert got[0] == ours(words[0], is_split_into_words=True, delimiter=delimiter)
+        for o, ref in zip(got, split, strict=True):
+            assert [(e["entity_group"], e["start"], e["end"]) for e in o["entities"]] == \
+                [(e["entity_group"], e["start"], e["end"]) for e in ref]
+            np.testing.assert_allclose([e["score"] for e in o["entities"]], [float(e["score"]) for e in ref], atol=1e-5)
+        assert sum(map(len, split)) > 10
+    with pytest.raises(BertkitError, match=r"^delimiter must be whitespace \(BERT's tokenizer splits words there\), "
+                                           r"got '\|'$"):
+        ours(words[0], is_split_into_words=True, delimiter="|")
+    with pytest.raises(BertkitError, match=r"^with is_split_into_words=True an input is a non-empty list of words"):
+        ours(texts[0], is_split_into_words=True)
     with pytest.raises(BertkitError, match=r"instead of batch_size: the pipeline's batch_size, given when it is made"):
         ours(texts[0], batch_size=2)  # transformers' per-call batch_size; the refusal named no fix
     clf, _ = _tiny_dir(tmp_path_factory, minilm_dir, "BertForSequenceClassification")

@@ -392,11 +392,34 @@ class TokenClassificationPipeline(Pipeline):
     # transformers' strategies that give a word one tag, each as a function of the word's pieces' probabilities (T, L)
     word_strategies = {"first": lambda p: p[0], "average": lambda p: p.mean(0),
                        "max": lambda p: p[int(np.argmax(p.max(1)))]}  # the piece surest of its tag, the first on a tie
-    instead_of = {
-        "ignore_labels": "\"words\" holds every word (\"O\" too), \"entities\" none tagged \"O\"",
-        **dict.fromkeys(("is_split_into_words", "delimiter"),
-                        "pass the words joined by spaces, \" \".join(words): the same words, tags and entities as "
-                        "transformers' is_split_into_words=True (its default delimiter \" \"), offsets into that string")}
+    instead_of = {"ignore_labels": "\"words\" holds every word (\"O\" too), \"entities\" none tagged \"O\""}
+
+    def __call__(self, inputs: Any = None, *, is_split_into_words: bool = False, delimiter: str | None = None,
+                 **options: Any) -> Any:
+        """As transformers' ``is_split_into_words=True``: a list of words is one input, a list of such lists several,
+        each read as its words joined by ``delimiter`` (default " "), into which the offsets point. BERT's tokenizer
+        splits at whitespace whatever the words, so the joined text gives the words, tags and entities of the words
+        tokenized one by one."""
+        if not isinstance(is_split_into_words, bool):
+            raise BertkitError(f"is_split_into_words must be True or False, got {is_split_into_words!r}")
+        if delimiter is not None and not is_split_into_words:
+            raise BertkitError("delimiter joins the words of is_split_into_words=True inputs; pass that too, or leave "
+                               "delimiter out")
+        if not is_split_into_words:
+            return super().__call__(inputs, **options)
+        delimiter = " " if delimiter is None else delimiter
+        if not isinstance(delimiter, str) or not delimiter.isspace():  # another would join words into one
+            raise BertkitError(f"delimiter must be whitespace (BERT's tokenizer splits words there), got {delimiter!r}")
+
+        def is_words(x: Any) -> bool:
+            return isinstance(x, (list, tuple)) and bool(x) and all(isinstance(w, str) for w in x)
+
+        if is_words(inputs):
+            return super().__call__(delimiter.join(inputs), **options)
+        if isinstance(inputs, (list, tuple)) and inputs and all(map(is_words, inputs)):
+            return super().__call__([delimiter.join(words) for words in inputs], **options)
+        raise BertkitError(f"with is_split_into_words=True an input is a non-empty list of words (str), or a list of "
+                           f"such lists; got {type(inputs).__name__} {str(inputs)[:60]!r}")
 
     @classmethod
     def check_options(cls, options: Mapping[str, Any]) -> None:
