@@ -20,7 +20,8 @@ import torch
 
 import bertkit
 from bertkit.errors import BertkitError
-from bertkit.inference.pipelines import QuestionAnsweringPipeline, group_entities
+from bertkit.inference.pipelines import QuestionAnsweringPipeline
+from bertkit.inference.tagging import group_entities
 from bertkit.tasks import squad
 from bertkit.tasks.ner import read_conll
 

@@ -245,7 +245,7 @@ class Rerank(Task):
 class TokenClassification(Task):
     name = "token-classification"
     help = "word tags and entity spans with character offsets"
-    pipeline = "bertkit.inference.pipelines:TokenClassificationPipeline"
+    pipeline = "bertkit.inference.tagging:TokenClassificationPipeline"
     aliases = ("ner",)
     answer_params = ("ignore_labels",)
     counted = True
