@@ -101,7 +101,9 @@ class FillMaskPipeline(Pipeline):
     def encode(self, item: str, top_k: int | None = None, targets: list[int] | None = None,
                **_: Any) -> list[dict[str, Any]]:
         vocab = min(self.config.vocab_size, len(self.tokenizer))  # rows past the tokenizer's ids hold no token
-        if top_k is not None and top_k > vocab and targets is None:  # the ranking would stop at the vocabulary: fewer than asked, unsaid
+        # the ranking would stop at the vocabulary: fewer than asked, unsaid (targets cap top_k at their number, as
+        # transformers' do: the caller named every candidate)
+        if top_k is not None and top_k > vocab and targets is None:
             raise BertkitError(f"top_k {top_k} exceeds the {vocab} tokens of this model's vocabulary, every candidate "
                                f"a {self.tokenizer.mask_token} has: ask for top_k {vocab} or fewer")
         enc = self.tokenizer(item, truncation=True, max_length=self.max_length)
