@@ -458,7 +458,7 @@ def test_token_classification_words_tags_and_offsets(tmp_path_factory, minilm_di
 
 def test_token_classification_entities_are_transformers_first_aggregation(tmp_path_factory, minilm_dir, data_dir):
     """``entities`` are what transformers' pipeline gives with aggregation_strategy="first" (spans, types, scores), and
-    with "average" and "max" when asked; ignore_labels, stride and the classifier's top_k name what answers instead."""
+    with "average" and "max", ignore_labels, stride and is_split_into_words when asked."""
     sentences = read_conll(data_dir / "conll2003/valid.txt")[:30]
     tags = sorted({t for s in sentences for t in s.tags})
     id2label = dict(enumerate(tags))
@@ -487,17 +487,29 @@ def test_token_classification_entities_are_transformers_first_aggregation(tmp_pa
     with pytest.raises(BertkitError, match=r"^token-classification's aggregation_strategy must be one of 'first', "
                                            r"'average', 'max', got 'FIRST'$"):
         ours(texts[0], aggregation_strategy="FIRST")
-    with pytest.raises(BertkitError, match=r"instead of ignore_labels: \"words\" holds every word"):
-        ours(texts[0], ignore_labels=[])
+    # ignore_labels, as transformers' (it was refused): the entity types left out, default ["O"]; a list without "O"
+    # gives each run of words tagged O as an entity group "O"
+    for ignore in (["PER", "MISC"], [], ["O", "LOC", "B-ORG"]):
+        for o, text in zip(ours(texts[:12], ignore_labels=ignore), texts[:12], strict=True):
+            ref = theirs(text, aggregation_strategy="first", ignore_labels=ignore)
+            assert [(e["entity_group"], e["start"], e["end"]) for e in o["entities"]] == \
+                [(e["entity_group"], e["start"], e["end"]) for e in ref], ignore
+            np.testing.assert_allclose([e["score"] for e in o["entities"]], [float(e["score"]) for e in ref], atol=1e-5)
+    # the list leaves something out here (the runs of O become groups in tests/test_serve_wire.py, whose head tags O)
+    assert {"PER", "MISC"} & {e["entity_group"] for o in ours(texts[:12]) for e in o["entities"]}
+    with pytest.raises(BertkitError, match=r"^ignore_labels must be a list of this model's label names \(B-LOC, B-MISC, "
+                                           r".*\), got \['PERSON'\]$"):
+        ours(texts[0], ignore_labels=["PERSON"])  # a misspelt type would leave out nothing
     # stride: a text past max_length read in windows sharing that many tokens, as transformers' (it was refused)
     short = bertkit.pipeline("token-classification", d, max_length=48)
     theirs.tokenizer.model_max_length = 48
     long_texts = [p["context"] for a in json.loads((data_dir / "squad/dev-v1.1.json").read_text())["data"][:1]
                   for p in a["paragraphs"][:4]]
-    for strategy, stride in (("first", 0), ("first", 20), ("max", 12)):
+    for strategy, stride, ignore in (("first", 0, ["O"]), ("first", 20, ["O"]), ("max", 12, ["O"]), ("first", 20, [])):
         n = 0
-        for text, o in zip(long_texts, short(long_texts, stride=stride, aggregation_strategy=strategy), strict=True):
-            ref = theirs(text, stride=stride, aggregation_strategy=strategy)
+        for text, o in zip(long_texts, short(long_texts, stride=stride, aggregation_strategy=strategy,
+                                             ignore_labels=ignore), strict=True):
+            ref = theirs(text, stride=stride, aggregation_strategy=strategy, ignore_labels=ignore)
             assert [(e["entity_group"], e["start"], e["end"]) for e in o["entities"]] == \
                 [(e["entity_group"], e["start"], e["end"]) for e in ref], (strategy, stride)
             np.testing.assert_allclose([e["score"] for e in o["entities"]], [float(e["score"]) for e in ref], atol=1e-5)

@@ -204,7 +204,6 @@ def _parameter_checks(server: Any) -> dict[str, tuple[Callable[[Any], bool], str
         "prompt_name": (lambda v: False, "null (this server's model has no prompts)"),
         "encoding_format": (lambda v: v == "float", '"float"'),
         "dimensions": int_in(1, getattr(pipe, "dimension", 0), " (the width of this server's vectors)"),
-        "ignore_labels": label_names_check(None),
         "align_to_words": (lambda v: isinstance(v, bool), "true (answers widened to whole words, the default) or false "
                                                            "(token spans)"),
         "max_seq_len": (lambda v: v == n, f"{n}, this server's max_length (set with --max-length at start)"),

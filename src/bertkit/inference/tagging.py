@@ -81,13 +81,11 @@ class TokenClassificationPipeline(Pipeline):
 
     task = tasks.TokenClassification.name
     model_class = BertForTokenClassification
-    group_entities = staticmethod(group_entities)  # the serve's ignore_labels regroups words with it
     required_keys = ("classifier.weight",)
-    call_options = ("aggregation_strategy", "stride")
+    call_options = ("aggregation_strategy", "stride", "ignore_labels")
     # transformers' strategies that give a word one tag, each as a function of the word's pieces' probabilities (T, L)
     word_strategies = {"first": lambda p: p[0], "average": lambda p: p.mean(0),
                        "max": lambda p: p[int(np.argmax(p.max(1)))]}  # the piece surest of its tag, the first on a tie
-    instead_of = {"ignore_labels": "\"words\" holds every word (\"O\" too), \"entities\" none tagged \"O\""}
 
     def __call__(self, inputs: Any = None, *, is_split_into_words: bool = False, delimiter: str | None = None,
                  **options: Any) -> Any:
@@ -132,7 +130,21 @@ class TokenClassificationPipeline(Pipeline):
             raise BertkitError(f"token-classification's stride (the tokens consecutive windows share) must be an int "
                                f"of at least 0, got {stride!r}")
 
+    @staticmethod
+    def label_names(config: Any) -> set[str]:
+        """What ``ignore_labels`` may name for a model of ``config``: its tags, the entity types they make as
+        ``group_entities`` reads them (B-PER, B_PER, S-PER: PER) and "O", transformers' default, whatever the tags."""
+        tags = list(config.id2label.values()) if getattr(config, "id2label", None) else _labels(config)
+        return {"O", *tags, *(e["entity_group"] for t in tags for e in
+                              group_entities([{"tag": t, "score": 0.0, "start": 0, "end": 0}], "", outside=True))}
+
     def read_options(self, options: dict[str, Any]) -> dict[str, Any]:
+        ignore = options.get("ignore_labels")
+        if ignore is not None:  # a misspelt name would leave out nothing, without a word
+            names = self.label_names(self.config)
+            if not isinstance(ignore, (list, tuple)) or not all(isinstance(x, str) and x in names for x in ignore):
+                raise BertkitError(f"ignore_labels must be a list of this model's label names "
+                                   f"({', '.join(sorted(names))}), got {str(ignore)[:80]}")
         stride, holds = options.get("stride"), self.max_length - 2  # a window's tokens besides [CLS] and [SEP]
         if stride is not None and stride >= holds:  # whatever the texts' lengths: windows that never advance
             raise BertkitError(f"token-classification's stride {stride} must be below the {holds} tokens a window holds "
@@ -152,14 +164,18 @@ class TokenClassificationPipeline(Pipeline):
     def forward(self, batch, rows) -> list[np.ndarray]:
         return per_row(self.model(**batch).logits, rows)
 
-    def decode(self, item: str, rows, outputs, aggregation_strategy: str = "first", **_: Any) -> dict[str, Any]:
-        if len(rows) == 1:
-            return self._tagged(item, rows[0], outputs[0], aggregation_strategy)
-        windows = [self._tagged(item, row, logits, aggregation_strategy) for row, logits in zip(rows, outputs)]
+    def decode(self, item: str, rows, outputs, aggregation_strategy: str = "first",
+               ignore_labels: Sequence[str] = ("O",), **_: Any) -> dict[str, Any]:
+        windows = [self._tagged(item, row, logits, aggregation_strategy, set(ignore_labels))
+                   for row, logits in zip(rows, outputs)]
+        if len(windows) == 1:
+            return windows[0]
         return {k: keep_longest([x for w in windows for x in w[k]]) for k in ("words", "entities")}
 
-    def _tagged(self, item: str, row: dict[str, Any], logits: np.ndarray, aggregation_strategy: str) -> dict[str, Any]:
-        """One window's words and entities."""
+    def _tagged(self, item: str, row: dict[str, Any], logits: np.ndarray, aggregation_strategy: str,
+                ignore: set[str]) -> dict[str, Any]:
+        """One window's words and entities: those of the types not in ``ignore``, the runs of words tagged O as
+        entities of type "O" too when "O" is not in it (transformers' ``ignore_labels``)."""
         names = _labels(self.config)
         probs = softmax(logits)
         pieces = self.tokenizer.convert_ids_to_tokens(row["input_ids"])
@@ -179,4 +195,5 @@ class TokenClassificationPipeline(Pipeline):
             best = int(np.argmax(p))
             s, e = row["offsets"][span[0]][0], row["offsets"][span[-1]][1]
             words.append({"word": item[s:e], "start": s, "end": e, "tag": names[best], "score": float(p[best])})
-        return {"words": words, "entities": group_entities(words, item)}
+        entities = group_entities(words, item, outside="O" not in ignore)
+        return {"words": words, "entities": [e for e in entities if e["entity_group"] not in ignore]}

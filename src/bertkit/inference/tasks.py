@@ -247,33 +247,20 @@ class TokenClassification(Task):
     help = "word tags and entity spans with character offsets"
     pipeline = "bertkit.inference.tagging:TokenClassificationPipeline"
     aliases = ("ner",)
-    answer_params = ("ignore_labels",)
     counted = True
 
     def checks(self, pipe: Any, limits: Any) -> dict[str, tuple[Callable[[Any], bool], str]]:
-        strategies = self.pipeline_class().word_strategies
-        aggregation = {"aggregation_strategy": (lambda v: v in strategies, " or ".join(f'"{s}"' for s in strategies)
-                                                + " (how a word of several pieces is tagged; bertkit tags words)"),
-                       # the pipeline's windows would cost more model sequences than a request is counted for
-                       "stride": (lambda v: False, "left out: bertkit serve tags a text's first max_length tokens (send "
-                                                   "a long text in parts; bertkit.pipeline takes stride)")}
-        tags = list((getattr(pipe.config, "id2label", None) or {}).values())
-        if not tags:
-            return aggregation
-        # the tags and the entity types they make, as the pipeline groups them (B-PER, B_PER, S-PER: PER), and "O",
-        # transformers' default, taken whatever the model's tags
-        group_entities = self.pipeline_class().group_entities
-        kinds = {e["entity_group"] for t in tags
-                 for e in group_entities([{"tag": t, "score": 0.0, "start": 0, "end": 0}], "", outside=True)}
-        return {**aggregation, "ignore_labels": label_names_check({"O", *tags, *kinds})}
+        tagging = self.pipeline_class()
+        strategies = tagging.word_strategies
+        return {"aggregation_strategy": (lambda v: v in strategies, " or ".join(f'"{s}"' for s in strategies)
+                                         + " (how a word of several pieces is tagged; bertkit tags words)"),
+                # the pipeline's windows would cost more model sequences than a request is counted for
+                "stride": (lambda v: False, "left out: bertkit serve tags a text's first max_length tokens (send a "
+                                            "long text in parts; bertkit.pipeline takes stride)"),
+                "ignore_labels": label_names_check(tagging.label_names(pipe.config))}
 
     def render(self, server: Any, call: Call, results: list[Any]) -> Any:
-        group_entities = self.pipeline_class().group_entities
-        # ignore_labels replaces transformers' default ["O"]: a list without "O" answers the words tagged O as
-        # entity groups too
-        ignore = set(call.answer.get("ignore_labels") or ()) if "ignore_labels" in call.answer else {"O"}
-        out = [[e for e in (r["entities"] if "O" in ignore else group_entities(r["words"], text, outside=True))
-                if e["entity_group"] not in ignore] for text, r in zip(call.items, results, strict=True)]
+        out = [r["entities"] for r in results]  # the pipeline left out what ignore_labels names (default ["O"])
         return out[0] if call.single else out
 
 
