@@ -181,10 +181,10 @@ def int_in(lo: int, hi: int, why: str = "") -> tuple[Callable[[Any], bool], str]
     return (lambda v: type(v) is int and lo <= v <= hi), f"an int in [{lo}, {hi}]{why}"  # a bool is no int
 
 
-def label_names_check(labels: set[str] | None) -> tuple[Callable[[Any], bool], str]:
-    """ignore_labels' check: a list of strings, each one of ``labels`` where the model names them."""
-    return (lambda v: isinstance(v, list) and all(isinstance(x, str) for x in v) and (labels is None or set(v) <= labels),
-            "a list of this model's label names" + (f" ({', '.join(sorted(labels))})" if labels else ""))
+def label_names_check(labels: set[str]) -> tuple[Callable[[Any], bool], str]:
+    """ignore_labels' check: a list of strings, each one of ``labels``."""
+    return (lambda v: isinstance(v, list) and all(isinstance(x, str) for x in v) and set(v) <= labels,
+            f"a list of this model's label names ({', '.join(sorted(labels))})")
 
 
 def _parameter_checks(server: Any) -> dict[str, tuple[Callable[[Any], bool], str]]:
