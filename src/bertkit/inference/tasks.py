@@ -167,6 +167,9 @@ class FillMask(Task):
         except BertkitError as e:
             raise RequestError(422, f"input {index}: {e}") from None
         top_k = options.get("top_k", _default(pipe.decode, "top_k"))
+        targets = options.get("targets")
+        if targets is not None:  # the answer ranks the targets alone: at most one candidate per target and mask
+            top_k = min(top_k, len([targets] if isinstance(targets, str) else targets))
         return masks, masks * top_k, f"[MASK] tokens (input {index} has {masks})"
 
 
