@@ -695,7 +695,7 @@ def test_question_answering_refuses_sizes_that_would_answer_quietly_wrong(option
 
 @pytest.mark.parametrize(("theirs", "ours"), [
     ("max_answer_len", "max_answer_length=N, the same limit"), ("max_question_len", "max_question_length=N, the same"),
-    ("handle_impossible_answer", "allow_no_answer=True, the same choice"),
+    ("handle_impossible_answer", "allow_no_answer=True: \"\" when the null score beats the best span"),
     ("align_to_words", "answers are the token span the SQuAD recipe scores")])
 def test_question_answering_refuses_transformers_names_naming_its_own(theirs, ours):
     # a port's qa(..., max_answer_len=10) was refused with the list of options, which never said that max_answer_length

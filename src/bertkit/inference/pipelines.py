@@ -347,8 +347,8 @@ class QuestionAnsweringPipeline(Pipeline):
     # transformers' names of the same options (bertkit serve takes them, as the Inference API sends them)
     instead_of = {"max_answer_len": "max_answer_length=N, the same limit on an answer's tokens",
                   "max_question_len": "max_question_length=N, the same cut of the question's tokens",
-                  "handle_impossible_answer": "allow_no_answer=True, the same choice of \"\" when the null score beats "
-                                              "every span (null_threshold moves the bar)",
+                  "handle_impossible_answer": "allow_no_answer=True: \"\" when the null score beats the best span "
+                                              "(the SQuAD 2.0 recipe's rule; null_threshold moves the bar)",
                   "align_to_words": "answers are the token span the SQuAD recipe scores (transformers' "
                                     "align_to_words=False); bertkit serve widens them to whole words, as the Inference "
                                     "API does"}
