@@ -166,6 +166,13 @@ def test_fill_mask_targets_rank_those_tokens_as_transformers(tmp_path_factory, m
     for bad in ([], 3, ["paris", None]):
         with pytest.raises(BertkitError, match=r"^fill-mask's targets must be a str or a non-empty list of str"):
             fill(texts[0], targets=bad)
+    # a token added to the tokenizer of a model not resized to it has no output row to score it by (an IndexError)
+    tok = bertkit.AutoTokenizer.from_pretrained(d)
+    tok.add_tokens(["<brandnew>"])
+    grown = bertkit.pipeline("fill-mask", bertkit.AutoModelForMaskedLM.from_pretrained(d), tokenizer=tok)
+    with pytest.raises(BertkitError, match=r"^fill-mask targets \['<brandnew>'\] are token ids \[30522\], past the 30522 "
+                                           r"rows of this model's output layer"):
+        grown(texts[0], targets=["cat", "<brandnew>"])
 
 
 def _candidates(result) -> list[tuple]:
