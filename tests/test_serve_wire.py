@@ -3,7 +3,7 @@ for every task, with answers equal to transformers' pipelines on the same weight
 Face's text-embeddings-inference (TEI): /embed, /similarity and /predict with TEI's fields.
 
 Each task runs on a tiny random model built with transformers and saved with MiniLM's vocabulary, so both
-libraries load the same weights (as tests/test_pipelines.py does)."""
+libraries load the same weights (as tests/test_pipelines.py and tests/test_tagging.py do)."""
 
 from __future__ import annotations
 
