@@ -12,7 +12,6 @@ import json
 import random
 import re
 import shutil
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -20,28 +19,12 @@ import torch
 
 import bertkit
 from bertkit.errors import BertkitError
-from bertkit.inference.pipelines import QuestionAnsweringPipeline, group_entities
+from bertkit.inference.pipelines import QuestionAnsweringPipeline
 from bertkit.tasks import squad
-from bertkit.tasks.ner import read_conll
 
 transformers = pytest.importorskip("transformers")
 
-TOKENIZER_FILES = ("vocab.txt", "tokenizer_config.json", "special_tokens_map.json", "tokenizer.json")
-TINY = dict(vocab_size=30522, hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=37,
-            max_position_embeddings=512, hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)
-
-
-def _tiny_dir(tmp_path_factory, minilm_dir: Path, hf_class: str, seed: int = 0, **config) -> tuple[Path, object]:
-    """A tiny transformers model with random weights, saved with MiniLM's tokenizer files; (dir, model)."""
-    torch.manual_seed(seed)
-    cfg = transformers.BertConfig(**TINY, **config)
-    model = getattr(transformers, hf_class)(cfg).eval()
-    d = tmp_path_factory.mktemp(hf_class)
-    model.save_pretrained(d)
-    for name in TOKENIZER_FILES:
-        if (minilm_dir / name).is_file():
-            shutil.copy(minilm_dir / name, d / name)
-    return d, model
+from pipeline_helpers import tiny_dir  # noqa: E402 (after the skip: it imports transformers)
 
 
 @pytest.fixture(scope="module")
@@ -85,7 +68,7 @@ def _masked(sentences: list[str], n: int, rng: random.Random) -> list[str]:
 
 
 def test_fill_mask_matches_transformers_pipeline(tmp_path_factory, minilm_dir, hf_tok, sst2):
-    d, hf_model = _tiny_dir(tmp_path_factory, minilm_dir, "BertForMaskedLM")
+    d, hf_model = tiny_dir(tmp_path_factory, minilm_dir, "BertForMaskedLM")
     texts = _masked(sst2, 24, random.Random(0))
     ours = bertkit.pipeline("fill-mask", d, batch_size=5)(texts, top_k=5)
     ref = transformers.pipeline("fill-mask", model=hf_model, tokenizer=hf_tok, device="cpu", top_k=5)(texts)
@@ -97,7 +80,7 @@ def test_fill_mask_matches_transformers_pipeline(tmp_path_factory, minilm_dir, h
 
 
 def test_fill_mask_several_masks_and_errors(tmp_path_factory, minilm_dir, hf_tok):
-    d, hf_model = _tiny_dir(tmp_path_factory, minilm_dir, "BertForMaskedLM")
+    d, hf_model = tiny_dir(tmp_path_factory, minilm_dir, "BertForMaskedLM")
     fill = bertkit.pipeline("fill-mask", d)
     text = "the [MASK] sat on the [MASK] ."
     out = fill(text, top_k=3)
@@ -125,7 +108,7 @@ def test_fill_mask_sequences_of_several_masks_leave_out_pad_as_transformers(tmp_
     # transformers drops [PAD] from a filled sequence (its batch's padding), a [PAD] candidate and one in the text too;
     # with several masks the special tokens stay, and bertkit's read "[CLS] the [PAD] sat on the [MASK] . [SEP]" where
     # transformers' reads "[CLS] the sat on the [MASK]. [SEP]"
-    d, hf_model = _tiny_dir(tmp_path_factory, minilm_dir, "BertForMaskedLM")
+    d, hf_model = tiny_dir(tmp_path_factory, minilm_dir, "BertForMaskedLM")
     with torch.no_grad():
         hf_model.cls.predictions.bias[hf_tok.pad_token_id] += 20  # [PAD] the first candidate
     hf_model.save_pretrained(d)
@@ -140,10 +123,52 @@ def test_fill_mask_sequences_of_several_masks_leave_out_pad_as_transformers(tmp_
         np.testing.assert_allclose([[c["score"] for c in m] for m in o], [[c["score"] for c in m] for m in r], rtol=1e-5)
 
 
+def test_fill_mask_targets_rank_those_tokens_as_transformers(tmp_path_factory, minilm_dir, hf_tok, caplog):
+    """transformers' ``targets=``: the named tokens alone, each with its probability over the whole vocabulary, top_k
+    capped at their number; a text that is no token is its first piece, with a warning. bertkit refused the option."""
+    d, hf_model = tiny_dir(tmp_path_factory, minilm_dir, "BertForMaskedLM")
+    fill = bertkit.pipeline("fill-mask", d)
+    theirs = transformers.pipeline("fill-mask", model=hf_model, tokenizer=hf_tok, device="cpu")
+    texts = ["the capital of france is [MASK] .", "the [MASK] sat on the [MASK] .", "i like [MASK] very much"]
+    cases = [({"targets": ["paris", "london", "berlin", "##s", "[UNK]"]}, texts),
+             ({"targets": ["Paris", "cats", "cat", "cat"], "top_k": 2}, texts),  # "Paris" is "paris"; cat once
+             ({"targets": "dog"}, texts[0]),
+             ({"targets": ["paris", "rome"], "top_k": 40000}, texts[1])]  # capped at the 2 targets, not refused
+    for options, inputs in cases:
+        ours, ref = fill(inputs, **options), theirs(inputs, **options)
+        ours, ref = _candidates(ours), _candidates(ref)
+        assert [c[:3] for c in ours] == [c[:3] for c in ref], options
+        np.testing.assert_allclose([c[3] for c in ours], [c[3] for c in ref], rtol=1e-5, atol=0)
+    assert sorted(c["token_str"] for c in fill(texts[0], targets=["Paris", "cats", "cat", "cat"])) == \
+        ["cat", "cats", "paris"]
+    assert "fill-mask target 'Paris' is not a token of the vocabulary: scoring its first piece 'paris'" in caplog.text
+    with pytest.raises(BertkitError, match=r"^fill-mask target '  ' holds no token, so there is nothing to score: "
+                                           r"leave it out of targets$"):
+        fill(texts[0], targets=["paris", "  "])
+    for bad in ([], 3, ["paris", None]):
+        with pytest.raises(BertkitError, match=r"^fill-mask's targets must be a str or a non-empty list of str"):
+            fill(texts[0], targets=bad)
+    # a token added to the tokenizer of a model not resized to it has no output row to score it by (an IndexError)
+    tok = bertkit.AutoTokenizer.from_pretrained(d)
+    tok.add_tokens(["<brandnew>"])
+    grown = bertkit.pipeline("fill-mask", bertkit.AutoModelForMaskedLM.from_pretrained(d), tokenizer=tok)
+    with pytest.raises(BertkitError, match=r"^fill-mask targets \['<brandnew>'\] are token ids \[30522\], past the 30522 "
+                                           r"rows of this model's output layer"):
+        grown(texts[0], targets=["cat", "<brandnew>"])
+
+
+def _candidates(result) -> list[tuple]:
+    """(token, token_str, sequence, score) of each candidate of a fill-mask result, whatever its nesting (per input,
+    per mask), in order."""
+    if isinstance(result, dict):
+        return [(result["token"], result["token_str"], result["sequence"], float(result["score"]))]
+    return [c for r in result for c in _candidates(r)]
+
+
 def test_fill_mask_top_k_past_the_vocabulary_is_refused(tmp_path_factory, minilm_dir, hf_tok):
     # top_k 30,523 on a 30,522-token vocabulary answered 30,522 candidates, fewer than asked and without a word (`bertkit
     # predict --top-k 40000` wrote an 11 MB file); transformers' pipeline fails inside torch.topk after the model ran
-    d, hf_model = _tiny_dir(tmp_path_factory, minilm_dir, "BertForMaskedLM")
+    d, hf_model = tiny_dir(tmp_path_factory, minilm_dir, "BertForMaskedLM")
     fill = bertkit.pipeline("fill-mask", d)
     with pytest.raises(BertkitError, match=r"^top_k 30523 exceeds the 30522 tokens of this model's vocabulary, every "
                                            r"candidate a \[MASK\] has: ask for top_k 30522 or fewer$"):
@@ -160,7 +185,7 @@ def test_fill_mask_never_answers_a_row_past_the_tokenizer(tmp_path_factory, mini
     token; scored high (here by their bias), they were candidates and decode failed with "token id 30523 is outside
     the vocabulary" (transformers lists them with token_str ""). They are left out, the scores those of the softmax
     over every row, and top_k counts the tokenizer's tokens."""
-    d, _ = _tiny_dir(tmp_path_factory, minilm_dir, "BertForMaskedLM")
+    d, _ = tiny_dir(tmp_path_factory, minilm_dir, "BertForMaskedLM")
     tok = bertkit.AutoTokenizer.from_pretrained(d)
     model = bertkit.BertForMaskedLM.from_pretrained(d).eval()
     tok.add_tokens(["covid19"])
@@ -183,7 +208,7 @@ def test_a_token_classifier_is_refused_by_the_pipelines_whose_head_reads_the_poo
                                                                                     num_labels):
     """A token-classification checkpoint has a classifier.weight of the shape these heads take, but no pooler (their
     classifier reads the pooled [CLS]): loaded, its pooler would be random and every score noise."""
-    d, _ = _tiny_dir(tmp_path_factory, minilm_dir, "BertForTokenClassification", num_labels=num_labels)
+    d, _ = tiny_dir(tmp_path_factory, minilm_dir, "BertForTokenClassification", num_labels=num_labels)
     with pytest.raises(BertkitError, match=f"has no {task} head \\(its weights lack pooler.dense.weight\\)"):
         bertkit.pipeline(task, d)
 
@@ -197,7 +222,7 @@ def test_a_classifier_trained_for_another_task_is_refused_by_the_class_its_confi
     """Sequence, token and multiple-choice classifiers store the same weights (classifier.weight; a one-output
     regressor's has a multiple-choice head's shape): an STS-B regressor loaded for multiple choice ran and scored the
     choices with its similarity head. config.json's architectures tells them apart, and a mismatch is refused."""
-    d, _ = _tiny_dir(tmp_path_factory, minilm_dir, hf_class, num_labels=num_labels)
+    d, _ = tiny_dir(tmp_path_factory, minilm_dir, hf_class, num_labels=num_labels)
     if hf_class == "BertForTokenClassification":  # its own task loads, as before
         assert bertkit.pipeline(task, d).model_class.__name__ == hf_class
         return
@@ -209,7 +234,7 @@ def test_a_classifier_trained_for_another_task_is_refused_by_the_class_its_confi
 def test_call_options_given_to_pipeline_are_refused(tmp_path_factory, minilm_dir):
     # transformers' pipeline("fill-mask", model, top_k=3) answers 3 candidates per call; bertkit's failed with a bare
     # TypeError from Pipeline.__init__
-    d, _ = _tiny_dir(tmp_path_factory, minilm_dir, "BertForMaskedLM")
+    d, _ = tiny_dir(tmp_path_factory, minilm_dir, "BertForMaskedLM")
     with pytest.raises(BertkitError, match=r"pipeline\('fill-mask', \.\.\., top_k=3\): top_k is an option of each "
                                            r"call here, not of pipeline\(\) .*pipe\(inputs, top_k=3\)"):
         bertkit.pipeline("fill-mask", d, top_k=3)
@@ -219,7 +244,7 @@ def test_call_options_given_to_pipeline_are_refused(tmp_path_factory, minilm_dir
 def test_a_calls_length_options_are_refused_naming_the_pipelines_max_length(tmp_path_factory, minilm_dir):
     # transformers' classifier(text, truncation=True, max_length=64) cuts at 64; the refusal here said only "its
     # options are none", not that the length is the pipeline's, given when it is made
-    d, _ = _tiny_dir(tmp_path_factory, minilm_dir, "BertForSequenceClassification")
+    d, _ = tiny_dir(tmp_path_factory, minilm_dir, "BertForSequenceClassification")
     with pytest.raises(BertkitError, match=r"does not take max_length, truncation; its options are none; instead of "
                                            r"max_length, truncation: sequences hold at most the pipeline's max_length "
                                            r"tokens \(a text is cut there\), given when it is made: "
@@ -231,7 +256,7 @@ def test_a_calls_length_options_are_refused_naming_the_pipelines_max_length(tmp_
 def test_question_and_context_as_keywords_are_refused_naming_the_dict(tmp_path_factory, minilm_dir):
     # transformers' question-answering is called pipe(question=..., context=...); bertkit's ended in a bare TypeError
     # (missing 'inputs') that named neither the task nor the input it takes
-    d, _ = _tiny_dir(tmp_path_factory, minilm_dir, "BertForQuestionAnswering")
+    d, _ = tiny_dir(tmp_path_factory, minilm_dir, "BertForQuestionAnswering")
     qa = bertkit.pipeline("question-answering", d)
     with pytest.raises(BertkitError, match=r"question-answering takes each input as one dict, not as keywords "
                                            r"\(question=, context=\): pipe\(\{'question': \.\.\., 'context': \.\.\.\}\)"):
@@ -270,7 +295,7 @@ def test_feature_extraction_per_token_is_transformers_feature_extraction(minilm_
 def test_fill_mask_refuses_a_mask_past_max_length(tmp_path_factory, minilm_dir, hf_tok):
     # the second [MASK] lies past max_length: the answer was the first mask's candidates alone, a flat list as for a
     # one-mask text, the second mask dropped without a word
-    d, hf_model = _tiny_dir(tmp_path_factory, minilm_dir, "BertForMaskedLM")
+    d, hf_model = tiny_dir(tmp_path_factory, minilm_dir, "BertForMaskedLM")
     fill = bertkit.pipeline("fill-mask", d, max_length=16)
     text = "the [MASK] sat on the mat and then it went on and on and on and on and on [MASK] ."
     with pytest.raises(BertkitError, match=r"has 2 \[MASK\] tokens, 1 of them past its first 16 tokens"):
@@ -295,7 +320,7 @@ def test_fill_mask_refuses_a_mask_past_max_length(tmp_path_factory, minilm_dir, 
 
 def test_text_classification_single_and_pairs(tmp_path_factory, minilm_dir, hf_tok, sst2, rte):
     labels = {0: "negative", 1: "neutral", 2: "positive"}
-    d, hf_model = _tiny_dir(tmp_path_factory, minilm_dir, "BertForSequenceClassification", id2label=labels,
+    d, hf_model = tiny_dir(tmp_path_factory, minilm_dir, "BertForSequenceClassification", id2label=labels,
                             label2id={v: k for k, v in labels.items()})
     clf = bertkit.pipeline("text-classification", d, batch_size=7)
     texts = sst2[:40]
@@ -317,7 +342,7 @@ def test_text_classification_single_and_pairs(tmp_path_factory, minilm_dir, hf_t
 
 
 def test_text_classification_regression_returns_the_value(tmp_path_factory, minilm_dir, hf_tok, sst2):
-    d, hf_model = _tiny_dir(tmp_path_factory, minilm_dir, "BertForSequenceClassification", num_labels=1)
+    d, hf_model = tiny_dir(tmp_path_factory, minilm_dir, "BertForSequenceClassification", num_labels=1)
     got = bertkit.pipeline("text-classification", d)(sst2[:10])
     ref = _hf_logits(hf_model, hf_tok, sst2[:10])
     np.testing.assert_allclose([o["value"] for o in got], [r[0] for r in ref], atol=1e-5, rtol=0)
@@ -326,7 +351,7 @@ def test_text_classification_regression_returns_the_value(tmp_path_factory, mini
 def test_text_classification_regression_returns_every_output(tmp_path_factory, minilm_dir, hf_tok):
     # a regression head with several targets: each output's value by label name (the first alone was returned, the
     # others dropped without a word; transformers' pipeline answers all of them)
-    d, hf_model = _tiny_dir(tmp_path_factory, minilm_dir, "BertForSequenceClassification", num_labels=3,
+    d, hf_model = tiny_dir(tmp_path_factory, minilm_dir, "BertForSequenceClassification", num_labels=3,
                             id2label={0: "valence", 1: "arousal", 2: "dominance"}, problem_type="regression")
     texts = ["a gripping, beautifully shot film", "dull.", "I would not watch it again", "Héllo, naïve café!"]
     got = bertkit.pipeline("text-classification", d)(texts)
@@ -340,7 +365,7 @@ def test_text_classification_regression_returns_every_output(tmp_path_factory, m
 def test_one_label_single_label_classifier_is_refused(tmp_path_factory, minilm_dir):
     # a softmax over one label: the pipeline scored every text 1.0 ({"label": "LABEL_0", "score": 1.0}); transformers
     # refuses the config when it loads
-    d, _ = _tiny_dir(tmp_path_factory, minilm_dir, "BertForSequenceClassification", num_labels=1)
+    d, _ = tiny_dir(tmp_path_factory, minilm_dir, "BertForSequenceClassification", num_labels=1)
     config = json.loads((d / "config.json").read_text())
     (d / "config.json").write_text(json.dumps({**config, "problem_type": "single_label_classification"}))
     with pytest.raises(ValueError, match="requires `num_labels > 1`"):
@@ -356,7 +381,7 @@ def test_one_label_single_label_classifier_is_refused(tmp_path_factory, minilm_d
 def test_text_classification_refuses_two_labels_of_one_name(tmp_path_factory, minilm_dir):
     # scores keyed by name: label 0's score was overwritten by label 1's ({"x": 0.335, "y": 0.333}, two of three
     # scores; transformers' pipeline lists all three, two named "x")
-    d, _ = _tiny_dir(tmp_path_factory, minilm_dir, "BertForSequenceClassification", num_labels=3,
+    d, _ = tiny_dir(tmp_path_factory, minilm_dir, "BertForSequenceClassification", num_labels=3,
                      id2label={0: "x", 1: "x", 2: "y"})
     theirs = transformers.pipeline("text-classification", model=str(d))("a fine film", top_k=None)
     assert sorted(r["label"] for r in theirs) == ["x", "x", "y"]
@@ -371,7 +396,7 @@ def test_text_classification_refuses_two_labels_of_one_name(tmp_path_factory, mi
 
 
 def test_results_keep_input_order_whatever_the_batching(tmp_path_factory, minilm_dir, sst2):
-    d, _ = _tiny_dir(tmp_path_factory, minilm_dir, "BertForSequenceClassification")
+    d, _ = tiny_dir(tmp_path_factory, minilm_dir, "BertForSequenceClassification")
     texts = sst2[:50]
     one_by_one = [bertkit.pipeline("text-classification", d, batch_size=1)(t) for t in texts[:10]]
     batched = bertkit.pipeline("text-classification", d, batch_size=8)(texts)
@@ -383,135 +408,6 @@ def test_results_keep_input_order_whatever_the_batching(tmp_path_factory, minilm
     for k, i in enumerate(perm):
         np.testing.assert_allclose(list(shuffled[k]["scores"].values()), list(batched[i]["scores"].values()),
                                    atol=1e-5, rtol=0)
-
-
-# ---------------------------------------------------------------------------------------------------
-# token-classification
-# ---------------------------------------------------------------------------------------------------
-
-
-def test_token_classification_words_tags_and_offsets(tmp_path_factory, minilm_dir, hf_tok, data_dir):
-    sentences = read_conll(data_dir / "conll2003/valid.txt")[:30]
-    tags = sorted({t for s in sentences for t in s.tags})
-    id2label = dict(enumerate(tags))
-    d, hf_model = _tiny_dir(tmp_path_factory, minilm_dir, "BertForTokenClassification", id2label=id2label,
-                            label2id={v: k for k, v in id2label.items()})
-    texts = [" ".join(s.words) for s in sentences]
-    got = bertkit.pipeline("token-classification", d, batch_size=4)(texts)
-    for text, o in zip(texts, got, strict=True):
-        enc = hf_tok(text, return_offsets_mapping=True, return_tensors="pt")
-        offsets = enc.pop("offset_mapping")[0].tolist()
-        with torch.no_grad():
-            logits = hf_model(**enc).logits[0]
-        word_ids = enc.word_ids()
-        expected = []
-        for w in sorted({w for w in word_ids if w is not None}):
-            toks = [i for i, x in enumerate(word_ids) if x == w]
-            p = logits[toks[0]].double().softmax(-1)
-            expected.append((offsets[toks[0]][0], offsets[toks[-1]][1], id2label[int(p.argmax())], float(p.max())))
-        assert [(w["start"], w["end"], w["tag"]) for w in o["words"]] == [e[:3] for e in expected]
-        np.testing.assert_allclose([w["score"] for w in o["words"]], [e[3] for e in expected], atol=1e-5, rtol=0)
-        for w in o["words"]:
-            assert text[w["start"]:w["end"]] == w["word"]
-        for e in o["entities"]:
-            assert text[e["start"]:e["end"]] == e["word"]
-    # Every CoNLL token is one or more whole words (punctuation splits "U.N." into four).
-    for s, o in zip(sentences, got):
-        assert "".join(w["word"] for w in o["words"]) == "".join(s.words)
-
-
-def test_token_classification_entities_are_transformers_first_aggregation(tmp_path_factory, minilm_dir, data_dir):
-    """``entities`` are what transformers' pipeline gives with aggregation_strategy="first" (spans, types, scores), so
-    a refusal of aggregation_strategy names it; ignore_labels, stride and the classifier's top_k name what answers
-    instead too."""
-    sentences = read_conll(data_dir / "conll2003/valid.txt")[:30]
-    tags = sorted({t for s in sentences for t in s.tags})
-    id2label = dict(enumerate(tags))
-    d, _ = _tiny_dir(tmp_path_factory, minilm_dir, "BertForTokenClassification", seed=3, id2label=id2label,
-                     label2id={v: k for k, v in id2label.items()})
-    contexts = [p["context"][:300] for a in json.loads((data_dir / "squad/dev-v1.1.json").read_text())["data"][:2]
-                for p in a["paragraphs"][:10]]
-    texts = [" ".join(s.words) for s in sentences] + contexts  # CoNLL's spaced tokens, SQuAD's running text
-    ours = bertkit.pipeline("token-classification", d, batch_size=8)
-    theirs = transformers.pipeline("token-classification", model=str(d), device="cpu")
-    n = 0
-    for text, o in zip(texts, ours(texts), strict=True):
-        ref = theirs(text, aggregation_strategy="first")
-        assert [(e["entity_group"], e["start"], e["end"]) for e in o["entities"]] == \
-            [(e["entity_group"], e["start"], e["end"]) for e in ref]
-        np.testing.assert_allclose([e["score"] for e in o["entities"]], [float(e["score"]) for e in ref], atol=1e-5)
-        n += len(ref)
-    assert n > 100  # a comparison of many entities, of several types
-    with pytest.raises(BertkitError, match=r"does not take aggregation_strategy; .* instead of aggregation_strategy: "
-                                           r"the result's \"entities\" are transformers' aggregation_strategy=\"first\""):
-        ours(texts[0], aggregation_strategy="simple")
-    with pytest.raises(BertkitError, match=r"instead of ignore_labels: \"words\" holds every word"):
-        ours(texts[0], ignore_labels=[])
-    with pytest.raises(BertkitError, match=r"instead of stride: text past max_length tokens is not tagged"):
-        ours(texts[0], stride=64)  # transformers tags a long text's rest in windows; the refusal said no more
-    # Pre-tokenized words: the refusal's fix, the words joined by spaces, is transformers' is_split_into_words=True
-    words = [list(s.words) for s in sentences[:8]]
-    split = theirs(words, is_split_into_words=True, aggregation_strategy="first")
-    for o, ref in zip(ours([" ".join(w) for w in words]), split, strict=True):
-        assert [(e["entity_group"], e["start"], e["end"]) for e in o["entities"]] == \
-            [(e["entity_group"], e["start"], e["end"]) for e in ref]
-        np.testing.assert_allclose([e["score"] for e in o["entities"]], [float(e["score"]) for e in ref], atol=1e-5)
-    assert sum(map(len, split)) > 10
-    with pytest.raises(BertkitError, match=r"instead of is_split_into_words: pass the words joined by spaces, "
-                                           r"\" \"\.join\(words\)"):
-        ours(words[0], is_split_into_words=True)
-    with pytest.raises(BertkitError, match=r"instead of batch_size: the pipeline's batch_size, given when it is made"):
-        ours(texts[0], batch_size=2)  # transformers' per-call batch_size; the refusal named no fix
-    clf, _ = _tiny_dir(tmp_path_factory, minilm_dir, "BertForSequenceClassification")
-    with pytest.raises(BertkitError, match=r"does not take top_k; .* instead of top_k: every label's probability is in "
-                                           r"the result's \"scores\""):
-        bertkit.pipeline("text-classification", clf, top_k=None)
-    with pytest.raises(BertkitError, match=r"instead of function_to_apply: the config's problem_type picks it"):
-        bertkit.pipeline("text-classification", clf)("a film", function_to_apply="sigmoid")
-
-
-def test_token_classification_word_keeps_pieces_across_characters_the_tokenizer_drops(tmp_path_factory, minilm_dir,
-                                                                                      hf_tok):
-    """A zero-width space, soft hyphen or combining accent inside a word is dropped by the tokenizer, so the pieces
-    on either side are one word (transformers' word_ids()); the piece after it took a tag of its own before."""
-    id2label = {0: "O", 1: "B-PER", 2: "I-PER"}
-    d, hf_model = _tiny_dir(tmp_path_factory, minilm_dir, "BertForTokenClassification", id2label=id2label,
-                            label2id={v: k for k, v in id2label.items()})
-    texts = ["hello\u200bworld", "Barbara Stre\u0301isand sings", "The cafe\u0301s of Paris"]
-    got = bertkit.pipeline("token-classification", d)(texts)
-    assert [[w["word"] for w in o["words"]] for o in got] == [
-        ["hello\u200bworld"], ["Barbara", "Stre\u0301isand", "sings"], ["The", "cafe\u0301s", "of", "Paris"]]
-    for text, o in zip(texts, got, strict=True):
-        enc = hf_tok(text, return_offsets_mapping=True, return_tensors="pt")
-        offsets = enc.pop("offset_mapping")[0].tolist()
-        with torch.no_grad():
-            p = hf_model(**enc).logits[0].double().softmax(-1)
-        word_ids = enc.word_ids()
-        firsts = [word_ids.index(w) for w in sorted({w for w in word_ids if w is not None})]
-        lasts = [len(word_ids) - 1 - word_ids[::-1].index(w) for w in sorted({w for w in word_ids if w is not None})]
-        assert [(w["start"], w["end"], w["tag"]) for w in o["words"]] == [
-            (offsets[a][0], offsets[b][1], id2label[int(p[a].argmax())]) for a, b in zip(firsts, lasts)]
-        np.testing.assert_allclose([w["score"] for w in o["words"]], [float(p[a].max()) for a in firsts], atol=1e-5,
-                                   rtol=0)
-
-
-def test_group_entities_reads_iob2_iob1_and_bioes():
-    text = "Jim Smith went to New York City and Paris"
-    spans = [(0, 3), (4, 9), (10, 14), (15, 17), (18, 21), (22, 26), (27, 31), (32, 35), (36, 41)]
-
-    def words(tags):
-        return [{"start": s, "end": e, "tag": t, "score": 0.5 + i / 100} for i, ((s, e), t) in enumerate(zip(spans, tags))]
-
-    iob2 = ["B-PER", "I-PER", "O", "O", "B-LOC", "I-LOC", "I-LOC", "O", "B-LOC"]
-    iob1 = ["I-PER", "I-PER", "O", "O", "I-LOC", "I-LOC", "I-LOC", "O", "I-LOC"]
-    bioes = ["B-PER", "E-PER", "O", "O", "B-LOC", "I-LOC", "E-LOC", "O", "S-LOC"]
-    for tags in (iob2, iob1, bioes):
-        ents = group_entities(words(tags), text)
-        assert [(e["entity_group"], e["word"]) for e in ents] == [("PER", "Jim Smith"), ("LOC", "New York City"),
-                                                                  ("LOC", "Paris")]
-        assert ents[0]["score"] == pytest.approx(0.505)
-    adjacent = group_entities(words(["B-LOC", "B-LOC", "I-PER", "O", "O", "O", "O", "O", "O"]), text)
-    assert [e["word"] for e in adjacent] == ["Jim", "Smith", "went"]
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -533,7 +429,7 @@ def test_question_answering_equals_the_squad_recipe(tmp_path_factory, minilm_dir
     """Windows of 128 tokens sharing 48 context tokens (``doc_stride`` as transformers means it) force several per
     context; answers must be what featurize_squad at the step those windows make + the transformers model's logits
     + postprocess_predictions give, and map back to the context exactly."""
-    d, hf_model = _tiny_dir(tmp_path_factory, minilm_dir, "BertForQuestionAnswering")
+    d, hf_model = tiny_dir(tmp_path_factory, minilm_dir, "BertForQuestionAnswering")
     tok = bertkit.BertTokenizer.from_pretrained(d)
     qa = bertkit.pipeline("question-answering", d, max_length=128, batch_size=6)
     refs, windows = {}, 0
@@ -564,7 +460,7 @@ def test_question_answering_top_k_changes_neither_answer_nor_scores(tmp_path_fac
     # top_k was the recipe's n-best size too (max(20, top_k)): more candidates entered each window's search and the
     # softmax over them, so asking for more alternatives changed the answer ("St" at score 1.0 with top_k 1,
     # "000" at 0.035 with top_k 100) and every score
-    d, hf_model = _tiny_dir(tmp_path_factory, minilm_dir, "BertForQuestionAnswering")
+    d, hf_model = tiny_dir(tmp_path_factory, minilm_dir, "BertForQuestionAnswering")
     qa = bertkit.pipeline("question-answering", d)
     item = {"question": "What is the thing?", "context": "U.S. İstanbul café tower's İstanbul , $3,000 The "
             "antidisestablishmentarianism Eiffel U.S. Straße (1889) don't . Straße e-mail Eiffel (1889) tower's"}
@@ -612,8 +508,19 @@ def test_question_answering_refuses_sizes_that_would_answer_quietly_wrong(option
                                              "allow_no_answer": True})
 
 
+@pytest.mark.parametrize(("theirs", "ours"), [
+    ("max_answer_len", "max_answer_length=N, the same limit"), ("max_question_len", "max_question_length=N, the same"),
+    ("handle_impossible_answer", "allow_no_answer=True: \"\" when the null score beats the best span"),
+    ("align_to_words", "answers are the token span the SQuAD recipe scores")])
+def test_question_answering_refuses_transformers_names_naming_its_own(theirs, ours):
+    # a port's qa(..., max_answer_len=10) was refused with the list of options, which never said that max_answer_length
+    # is the same limit (bertkit serve takes transformers' names, so only the pipeline's refusal has to say it)
+    with pytest.raises(BertkitError, match=rf"does not take {theirs}; .*; instead of {theirs}: {re.escape(ours)}"):
+        QuestionAnsweringPipeline.check_options({theirs: True})
+
+
 def test_question_answering_long_context_and_no_answer(tmp_path_factory, minilm_dir, squad_all):
-    d, _ = _tiny_dir(tmp_path_factory, minilm_dir, "BertForQuestionAnswering")
+    d, _ = tiny_dir(tmp_path_factory, minilm_dir, "BertForQuestionAnswering")
     qa = bertkit.pipeline("question-answering", d)
     squad_examples = squad_all[:300]
     long_context = " ".join(dict.fromkeys(ex.context for ex in squad_examples))  # several paragraphs
@@ -636,7 +543,7 @@ def test_question_answering_long_context_and_no_answer(tmp_path_factory, minilm_
 
 
 def test_multiple_choice_matches_transformers(tmp_path_factory, minilm_dir, hf_tok, sst2):
-    d, hf_model = _tiny_dir(tmp_path_factory, minilm_dir, "BertForMultipleChoice")
+    d, hf_model = tiny_dir(tmp_path_factory, minilm_dir, "BertForMultipleChoice")
     items = [{"context": sst2[i], "choices": sst2[i + 1:i + 3 + i % 2]} for i in range(0, 60, 4)]  # 2 or 3 choices
     got = bertkit.pipeline("multiple-choice", d, batch_size=4)(items)
     for item, o in zip(items, got, strict=True):
@@ -740,7 +647,7 @@ def test_bf16_on_a_cpu_without_bf16_instructions_warns_once(minilm_dir, monkeypa
 
 def test_a_dict_input_with_a_key_the_task_does_not_read_is_refused_naming_it(tmp_path_factory, minilm_dir):
     """{"text": a, "text_pairr": b} was answered as the single text a: a misspelled pair key is now refused."""
-    d, _ = _tiny_dir(tmp_path_factory, minilm_dir, "BertForSequenceClassification")
+    d, _ = tiny_dir(tmp_path_factory, minilm_dir, "BertForSequenceClassification")
     clf = bertkit.pipeline("text-classification", d)
     pair = clf({"text": "A man is eating.", "text_pair": "Someone eats."})
     assert pair != clf("A man is eating.")  # the pair key is read
@@ -749,13 +656,13 @@ def test_a_dict_input_with_a_key_the_task_does_not_read_is_refused_naming_it(tmp
     embed = bertkit.pipeline("sentence-embedding", minilm_dir)
     with pytest.raises(BertkitError, match=r"input 1 has unknown field\(s\) pair;"):
         embed(["fine", {"text": "a", "pair": "b"}])
-    qa_dir, _ = _tiny_dir(tmp_path_factory, minilm_dir, "BertForQuestionAnswering")
+    qa_dir, _ = tiny_dir(tmp_path_factory, minilm_dir, "BertForQuestionAnswering")
     with pytest.raises(BertkitError, match=r"unknown field\(s\) top_k; .* holds question, context"):
         bertkit.pipeline("question-answering", qa_dir)({"question": "Who?", "context": "Ann came.", "top_k": 3})
     for top_k in (0, True, "3"):  # an option is checked once per call, before the model runs
         with pytest.raises(BertkitError, match=rf"^top_k must be a positive int, got {top_k!r}$"):
             bertkit.pipeline("question-answering", qa_dir)({"question": "Who?", "context": "Ann came."}, top_k=top_k)
-    mc_dir, _ = _tiny_dir(tmp_path_factory, minilm_dir, "BertForMultipleChoice")
+    mc_dir, _ = tiny_dir(tmp_path_factory, minilm_dir, "BertForMultipleChoice")
     mc = bertkit.pipeline("multiple-choice", mc_dir)
     with pytest.raises(BertkitError, match=r"unknown field\(s\) label;"):
         mc({"context": "c", "choices": ["a", "b"], "label": 0})

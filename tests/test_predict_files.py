@@ -175,6 +175,13 @@ def test_fill_mask_without_top_k_writes_the_pipelines_five_candidates(tmp_path, 
     got = [r["predictions"] for r in _read(tmp_path / "out.jsonl")]
     assert [len(got[0]), [len(m) for m in got[1]]] == [5, [5, 5]]
     assert got == json.loads(json.dumps(pipeline("fill-mask", model)(texts)))
+    # --targets is the pipeline's targets (transformers'): those tokens alone, top_k capped at their number
+    assert main(["predict", "fill-mask", "--model", str(model), "--input", str(tmp_path / "masked.txt"),
+                 "--output-file", str(tmp_path / "out.jsonl"), "--no-progress", "--overwrite",
+                 "--targets", "cat,dog,The"]) == 0
+    got = [r["predictions"] for r in _read(tmp_path / "out.jsonl")]
+    assert got == json.loads(json.dumps(pipeline("fill-mask", model)(texts, targets=["cat", "dog", "the"])))
+    assert sorted(c["token_str"] for c in got[0]) == ["cat", "dog", "the"]
 
 
 def test_question_answering_top_k_and_max_length_are_refused_before_the_model_loads(tmp_path, capsys):
@@ -214,6 +221,7 @@ def test_predict_never_replaces_a_file_without_overwrite(classifier, tmp_path, c
     ("sentence-embedding", ["--return-tokens"], "sparse-embedding"),
     ("rerank", ["--pooling", "cls"], "feature-extraction, sentence-embedding"),
     ("fill-mask", ["--text-pair-column", "b"], "text-classification, feature-extraction, sentence-embedding"),
+    ("text-classification", ["--targets", "good,bad"], "fill-mask"),
 ])
 def test_a_setting_the_task_does_not_read_is_refused(classifier, tmp_path, capsys, task, flags, read_by):
     """Another task's setting was accepted and ignored: the output was not what was asked for, without a word."""

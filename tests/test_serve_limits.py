@@ -321,6 +321,10 @@ def test_candidates_are_bounded(servers):
     assert r.status_code == 422 and "top_k must be an int in [1, 100]" in r.json()["error"]
     r = httpx.post(f"{mlm}/predict", json={"inputs": " ".join(["[MASK]"] * 20), "parameters": {"top_k": 100}})
     assert r.status_code == 422 and "2000+ candidates" in r.json()["error"] and "max_candidates 1000" in r.text
+    # with targets the answer holds at most one candidate per target and mask: 20 x 3, not 20 x 100 (refused)
+    r = httpx.post(f"{mlm}/predict", json={"inputs": " ".join(["[MASK]"] * 20),
+                                           "parameters": {"top_k": 100, "targets": ["a", "the", "of"]}}, timeout=30)
+    assert r.status_code == 200 and [len(m) for m in r.json()] == [3] * 20
     r = httpx.post(f"{mlm}/predict", json={"inputs": " ".join(["[MASK]"] * 300), "parameters": {"top_k": 1}})
     assert r.status_code == 422 and "[MASK] tokens (input 0 has 300)" in r.json()["error"]
     r = httpx.post(f"{mlm}/predict", json={"inputs": "no mask here"})

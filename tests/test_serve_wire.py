@@ -3,7 +3,7 @@ for every task, with answers equal to transformers' pipelines on the same weight
 Face's text-embeddings-inference (TEI): /embed, /similarity and /predict with TEI's fields.
 
 Each task runs on a tiny random model built with transformers and saved with MiniLM's vocabulary, so both
-libraries load the same weights (as tests/test_pipelines.py does)."""
+libraries load the same weights (as tests/test_pipelines.py and tests/test_tagging.py do)."""
 
 from __future__ import annotations
 
@@ -129,8 +129,16 @@ def test_token_classification_answers_entity_groups(tmp_path_factory, minilm_dir
             _same(got, expected, keys=("entity_group", "start", "end"))
             assert all(g.word == texts[0][g.start:g.end] for g in got)
         assert any(e["entity_group"] == "O" for e in ref(texts[0], ignore_labels=[]))
+        for strategy in ("average", "max"):  # how a word of several pieces is tagged, as transformers'
+            for text in texts:
+                _same(client.token_classification(text, aggregation_strategy=strategy),
+                      ref(text, aggregation_strategy=strategy), keys=("entity_group", "start", "end"))
         r = httpx.post(f"{url}/predict", json={"inputs": texts[0], "parameters": {"aggregation_strategy": "simple"}})
-        assert r.status_code == 422 and 'aggregation_strategy must be "first"' in r.json()["error"]
+        assert r.status_code == 422 and r.json()["error"] == (
+            'aggregation_strategy must be "first" or "average" or "max" (how a word of several pieces is tagged; bertkit '
+            "tags words), got 'simple'")
+        r = httpx.post(f"{url}/predict", json={"inputs": texts[0], "parameters": {"stride": 16}})
+        assert r.status_code == 422 and r.json()["error"].startswith("stride must be left out: bertkit serve tags a ")
 
 
 def test_token_classification_serves_tags_written_with_an_underscore(tmp_path_factory, minilm_dir):
@@ -165,6 +173,12 @@ def test_fill_mask_answers_the_candidates(tmp_path_factory, minilm_dir, sentence
         for top_k in (None, 3):
             got = client.fill_mask(text, top_k=top_k)
             _same(got, ref(text, top_k=top_k or 5), keys=("token", "token_str", "sequence"))
+        targets = ["the", "film", "Movie", "##s"]  # "Movie" is no token of the uncased vocabulary: "movie" instead
+        _same(client.fill_mask(text, targets=targets, top_k=3), ref(text, targets=targets, top_k=3),
+              keys=("token", "token_str", "sequence"))
+        r = httpx.post(f"{url}/predict", json={"inputs": text, "parameters": {"targets": []}})
+        assert r.status_code == 422 and r.json()["error"] == (
+            "targets must be a string or a non-empty list of strings (the tokens to rank), got []")
         two = httpx.post(f"{url}/predict", json={"inputs": [text, text + " [MASK] ."]}).json()
         assert len(two) == 2 and len(two[0]) == 5 and len(two[1]) == 2 and len(two[1][0]) == 5  # per mask
 

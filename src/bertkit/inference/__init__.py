@@ -24,7 +24,7 @@ _EXPORTS = {
     "RerankPipeline": "bertkit.inference.pipelines",
     "SentenceEmbeddingPipeline": "bertkit.inference.embedding",
     "TextClassificationPipeline": "bertkit.inference.pipelines",
-    "TokenClassificationPipeline": "bertkit.inference.pipelines",
+    "TokenClassificationPipeline": "bertkit.inference.tagging",
 }
 __all__ = list(_EXPORTS)
 __getattr__ = _lazy_getattr("bertkit.inference", _EXPORTS)

@@ -210,6 +210,11 @@ class Pipeline:
         if not is_whole(top_k):
             raise BertkitError(f"top_k must be a positive int, got {top_k!r}")
 
+    def read_options(self, options: dict[str, Any]) -> dict[str, Any]:
+        """A call's checked options as ``encode`` and ``decode`` read them, worked out once per call (fill-mask reads
+        its ``targets`` as token ids)."""
+        return options
+
     @classmethod
     def instead(cls, names: Sequence[str]) -> str:
         """What answers the transformers options ``names`` here (``instead_of``), for a refusal's message."""
@@ -241,6 +246,7 @@ class Pipeline:
     def run(self, inputs: Sequence[Any], **options: Any) -> list[Any]:
         """Results for ``inputs``, in their order. All rows of all inputs are batched together by length."""
         self.check_options(options)
+        options = self.read_options(options)
         items = [self.check_input(x, i) for i, x in enumerate(inputs)]
         per_input = [self.encode(x, **options) for x in items]
         flat = [(i, r) for i, rows in enumerate(per_input) for r in rows]

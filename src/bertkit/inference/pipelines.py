@@ -1,5 +1,5 @@
-"""Task pipelines of the heads: fill-mask, text classification, reranking, token classification, question answering,
-multiple choice (``bertkit.pipeline``; the embedding pipelines are ``embedding.py``'s). Each turns plain inputs into JSON-able results; what
+"""Task pipelines of the heads: fill-mask, text classification, reranking, question answering, multiple choice
+(``bertkit.pipeline``; token classification is ``tagging.py``'s, the embedding pipelines ``embedding.py``'s). Each turns plain inputs into JSON-able results; what
 they share (batching, order, the non-finite check) is ``base.Pipeline``'s, SQuAD windows and answer decoding
 ``tasks.squad``'s (the same code that scores the benchmark).
 """
@@ -22,7 +22,6 @@ from bertkit.heads import (
     BertForMultipleChoice,
     BertForQuestionAnswering,
     BertForSequenceClassification,
-    BertForTokenClassification,
 )
 from bertkit.inference import tasks
 from bertkit.inference.base import Pipeline, refuse_empty_text, softmax
@@ -48,20 +47,63 @@ class FillMaskPipeline(Pipeline):
 
     One mask gives a list of candidates ``{"score", "token", "token_str", "sequence"}`` (as transformers'
     fill-mask pipeline); several masks give one such list per mask. Only the masked positions go through
-    the vocabulary-wide output layer.
+    the vocabulary-wide output layer. ``targets`` (a str or a list of them) ranks those tokens alone, as transformers
+    does: each keeps its probability over the whole vocabulary, and ``top_k`` is capped at their number.
     """
 
     task = tasks.FillMask.name
     model_class = BertForMaskedLM
     required_keys = ("cls.predictions.bias", "cls.predictions.transform.dense.weight")
-    call_options = ("top_k",)
+    call_options = ("top_k", "targets")
     missing_head_fix = ("fill-mask needs the masked-LM head of pre-training: use a checkpoint that keeps it "
                         "(google's or Hugging Face's bert-base-*, one converted by convert-tf-checkpoint, or "
                         "bertkit pretrain's output)")
 
-    def encode(self, item: str, top_k: int | None = None, **_: Any) -> list[dict[str, Any]]:
+    @classmethod
+    def check_options(cls, options: Mapping[str, Any]) -> None:
+        super().check_options(options)
+        targets = options.get("targets")
+        if targets is not None and not (isinstance(targets, str) or isinstance(targets, (list, tuple)) and targets
+                                        and all(isinstance(t, str) for t in targets)):
+            raise BertkitError(f"fill-mask's targets must be a str or a non-empty list of str (the tokens to rank), "
+                               f"got {str(targets)[:80]!r}")
+
+    def read_options(self, options: dict[str, Any]) -> dict[str, Any]:
+        if options.get("targets") is None:
+            return options
+        return {**options, "targets": self.target_ids(options["targets"])}
+
+    def target_ids(self, targets: str | Sequence[str]) -> list[int]:
+        """The token ids ``targets`` name, each once, as transformers' fill-mask reads them: a token of the
+        vocabulary (``"##s"`` and ``"[UNK]"`` too) is itself; any other text is replaced by its first word piece, with
+        a warning (``"Paris"`` is ``paris`` in an uncased vocabulary, ``"unbelievable"`` is ``un``). A target that
+        holds no token ("" or blanks) is refused: it names nothing to score (transformers leaves it out, warning)."""
+        vocab = self.tokenizer.get_vocab()
+        ids: dict[int, None] = {}
+        for target in [targets] if isinstance(targets, str) else targets:
+            if target in vocab:
+                ids[vocab[target]] = None
+                continue
+            pieces = self.tokenizer(target, add_special_tokens=False)["input_ids"]
+            if not pieces:
+                raise BertkitError(f"fill-mask target {target!r} holds no token, so there is nothing to score: "
+                                   "leave it out of targets")
+            logger.warning("fill-mask target %r is not a token of the vocabulary: scoring its first piece %r instead "
+                           "(as transformers does)", target, self.tokenizer.convert_ids_to_tokens(pieces[0]))
+            ids[pieces[0]] = None
+        past = [t for t in ids if t >= self.config.vocab_size]
+        if past:  # a token added to the tokenizer after the model was saved: the model has no row to score it by
+            raise BertkitError(f"fill-mask targets {self.tokenizer.convert_ids_to_tokens(past)} are token ids {past}, "
+                               f"past the {self.config.vocab_size} rows of this model's output layer, which scores no "
+                               "such token: resize the model's token embeddings to its tokenizer, or leave them out")
+        return list(ids)
+
+    def encode(self, item: str, top_k: int | None = None, targets: list[int] | None = None,
+               **_: Any) -> list[dict[str, Any]]:
         vocab = min(self.config.vocab_size, len(self.tokenizer))  # rows past the tokenizer's ids hold no token
-        if top_k is not None and top_k > vocab:  # the ranking would stop at the vocabulary: fewer than asked, unsaid
+        # the ranking would stop at the vocabulary: fewer than asked, unsaid (targets cap top_k at their number, as
+        # transformers' do: the caller named every candidate)
+        if top_k is not None and top_k > vocab and targets is None:
             raise BertkitError(f"top_k {top_k} exceeds the {vocab} tokens of this model's vocabulary, every candidate "
                                f"a {self.tokenizer.mask_token} has: ask for top_k {vocab} or fewer")
         enc = self.tokenizer(item, truncation=True, max_length=self.max_length)
@@ -92,16 +134,21 @@ class FillMaskPipeline(Pipeline):
         counts = [len(r["masks"]) for r in rows]
         return [p.cpu().numpy() for p in probs.split(counts)]
 
-    def decode(self, item: str, rows, outputs, top_k: int = 5, **_: Any) -> list[dict[str, Any]] | list[list[dict[str, Any]]]:
+    def decode(self, item: str, rows, outputs, top_k: int = 5, targets: list[int] | None = None,
+               **_: Any) -> list[dict[str, Any]] | list[list[dict[str, Any]]]:
         ids, masks, probs = rows[0]["input_ids"], rows[0]["masks"], outputs[0]
         tok = self.tokenizer
         per_mask = []
         for m, p in zip(masks, probs):
             candidates = []
-            order = np.argsort(-p, kind="stable")
-            # rows past the tokenizer's ids (resize_token_embeddings' pad_to_multiple_of) hold no token: no candidate
-            # (transformers lists them, token_str ""); the scores stay those of the softmax over every row
-            for t in order[order < len(tok)][:top_k].tolist():
+            if targets is None:
+                order = np.argsort(-p, kind="stable")
+                # rows past the tokenizer's ids (resize_token_embeddings' pad_to_multiple_of) hold no token: no
+                # candidate (transformers lists them, token_str ""); the scores stay those of the softmax over every row
+                ranking = order[order < len(tok)].tolist()
+            else:  # the targets' own probabilities (not renormalised among them), best first, ties in token-id order
+                ranking = sorted(targets, key=lambda t: (-p[t], t))
+            for t in ranking[:top_k]:
                 # [PAD] is left out, a candidate [PAD] too, as transformers leaves out its batch's padding. With several
                 # masks the other masks stay visible, and so do [CLS] and [SEP], as transformers decodes the sequence
                 # then ("[CLS] the cat sat on the [MASK]. [SEP]")
@@ -276,91 +323,6 @@ class RerankPipeline(TextClassificationPipeline):
         return ranked(outputs, self.relevant, item["texts"], raw_scores, return_text)
 
 
-def _split_tag(tag: str) -> tuple[str, str | None]:
-    """("B", "PER") from "B-PER"; ("O", None) from "O"; a tag without a prefix is its own type ("I")."""
-    if tag == "O":
-        return "O", None
-    if len(tag) > 2 and tag[1] in "-_" and tag[0] in "BIES":
-        return tag[0], tag[2:]
-    return "I", tag
-
-
-def group_entities(words: Sequence[dict[str, Any]], text: str, outside: bool = False) -> list[dict[str, Any]]:
-    """Word tags -> entity spans. IOB2, IOB1 and BIOES all read right: an entity starts at B/S, at a type
-    change, or after O, and ends before O, B or S, at E, or at a type change; its score is the mean of its
-    words' scores and ``word`` the exact input substring from its first word's start to its last's end.
-    ``outside``: each run of words tagged O is a group of type "O" too (transformers' pipeline with an
-    ``ignore_labels`` that leaves out "O")."""
-    groups: list[tuple[str, list[dict[str, Any]]]] = []  # (type, its words), one per entity
-    inside = False
-    for w in words:
-        prefix, kind = _split_tag(w["tag"])
-        if kind is None and outside:
-            prefix, kind = "I", "O"
-        elif kind is None:
-            inside = False
-            continue
-        if not inside or prefix in "BS" or kind != groups[-1][0]:
-            groups.append((kind, []))
-        groups[-1][1].append(w)
-        inside = prefix not in "ES"
-    return [{"entity_group": kind, "score": float(np.mean([w["score"] for w in ws])),
-             "word": text[ws[0]["start"]:ws[-1]["end"]], "start": ws[0]["start"], "end": ws[-1]["end"]}
-            for kind, ws in groups]
-
-
-class TokenClassificationPipeline(Pipeline):
-    """A text -> ``{"words": [...], "entities": [...]}``.
-
-    Words are WordPiece words (a token and its ``##`` continuations: whitespace and punctuation split
-    them, as BERT's basic tokenizer does); each gets the tag of its first piece (how bertkit and the paper,
-    section 5.3, train NER) with that tag's softmax probability, and ``start``/``end`` character offsets
-    into the input, so ``text[start:end]`` is the word exactly as written. Entities group the word tags
-    (``group_entities``). Text past ``max_length`` tokens is cut off and tagged no further.
-    """
-
-    task = tasks.TokenClassification.name
-    model_class = BertForTokenClassification
-    group_entities = staticmethod(group_entities)  # the serve's ignore_labels regroups words with it
-    required_keys = ("classifier.weight",)
-    instead_of = {
-        "aggregation_strategy": "the result's \"entities\" are transformers' aggregation_strategy=\"first\" (each "
-                                "word the tag of its first piece), \"words\" each word's tag",
-        "ignore_labels": "\"words\" holds every word (\"O\" too), \"entities\" none tagged \"O\"",
-        "stride": "text past max_length tokens is not tagged (transformers' stride tags the rest in overlapping "
-                  "windows): pass a long text in parts of at most max_length tokens",
-        **dict.fromkeys(("is_split_into_words", "delimiter"),
-                        "pass the words joined by spaces, \" \".join(words): the same words, tags and entities as "
-                        "transformers' is_split_into_words=True (its default delimiter \" \"), offsets into that string")}
-
-    def encode(self, item: str, **_: Any) -> list[dict[str, Any]]:
-        enc = self.tokenizer(item, truncation=True, max_length=self.max_length, return_offsets_mapping=True,
-                             return_special_tokens_mask=True)
-        return [{"input_ids": enc["input_ids"], "token_type_ids": enc["token_type_ids"],
-                 "offsets": enc["offset_mapping"], "special": enc["special_tokens_mask"]}]
-
-    def forward(self, batch, rows) -> list[np.ndarray]:
-        return per_row(self.model(**batch).logits, rows)
-
-    def decode(self, item: str, rows, outputs, **_: Any) -> dict[str, Any]:
-        row, logits = rows[0], outputs[0]
-        names = _labels(self.config)
-        probs = softmax(logits)
-        pieces = self.tokenizer.convert_ids_to_tokens(row["input_ids"])
-        words: list[dict[str, Any]] = []
-        for i, (piece, (s, e), special) in enumerate(zip(pieces, row["offsets"], row["special"])):
-            if special:
-                continue
-            # one word even where a dropped character (a zero-width space, a combining accent) lies between pieces
-            if piece.startswith("##") and words:
-                words[-1]["end"] = e
-                continue
-            best = int(np.argmax(probs[i]))
-            words.append({"start": s, "end": e, "tag": names[best], "score": float(probs[i, best])})
-        words = [{"word": item[w["start"]:w["end"]], **w} for w in words]
-        return {"words": words, "entities": group_entities(words, item)}
-
-
 class QuestionAnsweringPipeline(Pipeline):
     """``{"question", "context"}`` -> ``{"answer", "start", "end", "score", "nbest"}``.
 
@@ -382,6 +344,14 @@ class QuestionAnsweringPipeline(Pipeline):
     fields = {"question": str, "context": str}
     call_options = ("top_k", "doc_stride", "max_question_length", "max_answer_length", "allow_no_answer",
                     "null_threshold")
+    # transformers' names of the same options (bertkit serve takes them, as the Inference API sends them)
+    instead_of = {"max_answer_len": "max_answer_length=N, the same limit on an answer's tokens",
+                  "max_question_len": "max_question_length=N, the same cut of the question's tokens",
+                  "handle_impossible_answer": "allow_no_answer=True: \"\" when the null score beats the best span "
+                                              "(the SQuAD 2.0 recipe's rule; null_threshold moves the bar)",
+                  "align_to_words": "answers are the token span the SQuAD recipe scores (transformers' "
+                                    "align_to_words=False); bertkit serve widens them to whole words, as the Inference "
+                                    "API does"}
     n_best_size = 20  # the recipe's candidates per question: spans among each window's 20 best starts and ends
 
     def _example(self, item: dict) -> squad.SquadExample:

@@ -181,10 +181,10 @@ def int_in(lo: int, hi: int, why: str = "") -> tuple[Callable[[Any], bool], str]
     return (lambda v: type(v) is int and lo <= v <= hi), f"an int in [{lo}, {hi}]{why}"  # a bool is no int
 
 
-def label_names_check(labels: set[str] | None) -> tuple[Callable[[Any], bool], str]:
-    """ignore_labels' check: a list of strings, each one of ``labels`` where the model names them."""
-    return (lambda v: isinstance(v, list) and all(isinstance(x, str) for x in v) and (labels is None or set(v) <= labels),
-            "a list of this model's label names" + (f" ({', '.join(sorted(labels))})" if labels else ""))
+def label_names_check(labels: set[str]) -> tuple[Callable[[Any], bool], str]:
+    """ignore_labels' check: a list of strings, each one of ``labels``."""
+    return (lambda v: isinstance(v, list) and all(isinstance(x, str) for x in v) and set(v) <= labels,
+            f"a list of this model's label names ({', '.join(sorted(labels))})")
 
 
 def _parameter_checks(server: Any) -> dict[str, tuple[Callable[[Any], bool], str]]:
@@ -204,9 +204,6 @@ def _parameter_checks(server: Any) -> dict[str, tuple[Callable[[Any], bool], str
         "prompt_name": (lambda v: False, "null (this server's model has no prompts)"),
         "encoding_format": (lambda v: v == "float", '"float"'),
         "dimensions": int_in(1, getattr(pipe, "dimension", 0), " (the width of this server's vectors)"),
-        "aggregation_strategy": (lambda v: v == "first", '"first" (each word takes its first piece\'s tag, as '
-                                                          "bertkit's NER models are trained)"),
-        "ignore_labels": label_names_check(None),
         "align_to_words": (lambda v: isinstance(v, bool), "true (answers widened to whole words, the default) or false "
                                                            "(token spans)"),
         "max_seq_len": (lambda v: v == n, f"{n}, this server's max_length (set with --max-length at start)"),

@@ -145,7 +145,7 @@ class FillMask(Task):
     help = "top-k tokens for each [MASK]"
     pipeline = "bertkit.inference.pipelines:FillMaskPipeline"
     result_key = "predictions"
-    predict_options = ("top_k",)
+    predict_options = ("top_k", "targets")
     counted = True
     candidates_per = "[MASK]s"
 
@@ -156,7 +156,10 @@ class FillMask(Task):
 
     def checks(self, pipe: Any, limits: Any) -> dict[str, tuple[Callable[[Any], bool], str]]:
         vocab = len(pipe.tokenizer)
-        return {"top_k": int_in(1, vocab, " (the vocabulary's size)")} if vocab < limits.max_top_k else {}
+        targets = (lambda v: isinstance(v, str) or isinstance(v, list) and bool(v) and all(isinstance(t, str) for t in v),
+                   "a string or a non-empty list of strings (the tokens to rank)")
+        return {"targets": targets, **({"top_k": int_in(1, vocab, " (the vocabulary's size)")}
+                                       if vocab < limits.max_top_k else {})}
 
     def cost(self, pipe: Any, item: Any, options: dict[str, Any], index: int) -> tuple[int, int, str]:
         try:
@@ -164,6 +167,9 @@ class FillMask(Task):
         except BertkitError as e:
             raise RequestError(422, f"input {index}: {e}") from None
         top_k = options.get("top_k", _default(pipe.decode, "top_k"))
+        targets = options.get("targets")
+        if targets is not None:  # the answer ranks the targets alone: at most one candidate per target and mask
+            top_k = min(top_k, len([targets] if isinstance(targets, str) else targets))
         return masks, masks * top_k, f"[MASK] tokens (input {index} has {masks})"
 
 
@@ -242,29 +248,22 @@ class Rerank(Task):
 class TokenClassification(Task):
     name = "token-classification"
     help = "word tags and entity spans with character offsets"
-    pipeline = "bertkit.inference.pipelines:TokenClassificationPipeline"
+    pipeline = "bertkit.inference.tagging:TokenClassificationPipeline"
     aliases = ("ner",)
-    answer_params = ("aggregation_strategy", "ignore_labels")
     counted = True
 
     def checks(self, pipe: Any, limits: Any) -> dict[str, tuple[Callable[[Any], bool], str]]:
-        tags = list((getattr(pipe.config, "id2label", None) or {}).values())
-        if not tags:
-            return {}
-        # the tags and the entity types they make, as the pipeline groups them (B-PER, B_PER, S-PER: PER), and "O",
-        # transformers' default, taken whatever the model's tags
-        group_entities = self.pipeline_class().group_entities
-        kinds = {e["entity_group"] for t in tags
-                 for e in group_entities([{"tag": t, "score": 0.0, "start": 0, "end": 0}], "", outside=True)}
-        return {"ignore_labels": label_names_check({"O", *tags, *kinds})}
+        tagging = self.pipeline_class()
+        strategies = tagging.word_strategies
+        return {"aggregation_strategy": (lambda v: v in strategies, " or ".join(f'"{s}"' for s in strategies)
+                                         + " (how a word of several pieces is tagged; bertkit tags words)"),
+                # the pipeline's windows would cost more model sequences than a request is counted for
+                "stride": (lambda v: False, "left out: bertkit serve tags a text's first max_length tokens (send a "
+                                            "long text in parts; bertkit.pipeline takes stride)"),
+                "ignore_labels": label_names_check(tagging.label_names(pipe.config))}
 
     def render(self, server: Any, call: Call, results: list[Any]) -> Any:
-        group_entities = self.pipeline_class().group_entities
-        # ignore_labels replaces transformers' default ["O"]: a list without "O" answers the words tagged O as
-        # entity groups too
-        ignore = set(call.answer.get("ignore_labels") or ()) if "ignore_labels" in call.answer else {"O"}
-        out = [[e for e in (r["entities"] if "O" in ignore else group_entities(r["words"], text, outside=True))
-                if e["entity_group"] not in ignore] for text, r in zip(call.items, results, strict=True)]
+        out = [r["entities"] for r in results]  # the pipeline left out what ignore_labels names (default ["O"])
         return out[0] if call.single else out
 
 

@@ -217,6 +217,9 @@ class PredictFileSettings(OverwriteSettings, ProgressSettings, Int8Settings):
     top_k: int | None = flag(None, check=at_least_one)
     """fill-mask: tokens per [MASK] (default 5); question-answering: answers per question (default 1, at most 20, the
     SQuAD recipe's n-best): the pipeline's defaults."""
+    targets: tuple[str, ...] | None = None
+    """fill-mask: comma list of the tokens to rank alone (transformers' targets: each scored by its probability over
+    the vocabulary; a text that is no token is its first word piece)."""
     pooling: Literal["auto", "mean", "cls"] = "auto"
     """feature-extraction / sentence-embedding: how token states become one vector (auto: as a
     sentence-transformers directory's 1_Pooling says, else mean)."""
