@@ -48,12 +48,14 @@ A device machine receives the repository alone (not ../shared/data, not the igno
 from __future__ import annotations
 
 import argparse
+import contextlib
 import gc
 import gzip
 import importlib
 import json
 import os
 import shutil
+import sys
 import tempfile
 import time
 import traceback
@@ -367,7 +369,6 @@ def run_row(row: str, model_dir: Path, data: list, opts: SimpleNamespace, meta: 
         record["tokenize_share_of_run"] = {lib: round(runs[lib][-1]["tokenize_s"] / runs[lib][-1]["seconds"], 3)
                                            for lib in LIBS}
     record.update(meta)
-    print(json.dumps(record), flush=True)
     return record
 
 
@@ -450,7 +451,6 @@ def profile(row: str, model_dir: Path, data: list, opts: SimpleNamespace, lib: s
             record["trace"] = f"not kept: over 15 MiB gzipped; profile fewer steps (--profile-steps {active})"
         else:
             record["trace"] = str(target)
-    print(json.dumps(record), flush=True)
     fresh(opts)
     return record
 
@@ -538,15 +538,19 @@ def main(argv: list[str] | None = None) -> list[dict]:
 
 
 def guarded(fn, row: str, *args) -> dict:
-    """``fn(row, ...)``; a failure prints its JSON line (and the traceback on stderr) and the next row runs."""
+    """``fn(row, ...)`` and its JSON line on stdout; a failure's line carries its error (the traceback on stderr)
+    and the next row runs. What the libraries print meanwhile goes to stderr: the Trainers' log lines
+    (``{'train_runtime': ...}``, transformers' PrinterCallback under ``disable_tqdm``) would otherwise sit between
+    the JSON lines in gpu_check.sh's sentence.jsonl."""
     try:
-        return fn(row, *args)
+        with contextlib.redirect_stdout(sys.stderr):
+            record = fn(row, *args)
     except Exception as exc:  # one row's failure must not cost the other rows of a run on a lent machine
         traceback.print_exc()
         record = {"bench": "gpu_sentence" if fn is run_row else "gpu_sentence_profile", "row": row,
                   "error": f"{type(exc).__name__}: {exc}"[:2000]}
-        print(json.dumps(record), flush=True)
-        return record
+    print(json.dumps(record), flush=True)
+    return record
 
 
 if __name__ == "__main__":

@@ -19,7 +19,10 @@ gradient norm clipped at 1.0 (both libraries' default), fused AdamW. ``--compile
 ``--rounds`` interleaves the variants. Beside the useful FLOPs it reports model FLOPs utilisation (MFU): 6 x
 parameters x positions (every position of the batch, B x T) plus attention (12 x L x H x T^2 per sequence:
 QK^T and AV, forward and backward), over the GPU's dense bf16 peak (``--peak-tflops``; H100 and H200 SXM:
-989.4).
+989.4; on a CPU no MFU: bf16 there can pass the fp32 GEMM peak measured in the run). A check on a CPU that the
+script still runs (``TORCH_COMPILE_DISABLE=1`` keeps ``--compile``'s variants without minutes of C++ compilation):
+
+    TORCH_COMPILE_DISABLE=1 python bench/bench_pretrain.py --shape tiny --batch-size 8 --steps 1 --warmup 1 --bf16 --compile
 
 Prints one JSON line.
 """
@@ -168,6 +171,9 @@ def main() -> None:
 
     device = args.device
     batches = [{k: v.to(device) for k, v in b.items()} for b in batches if len(b["input_ids"]) == args.batch_size]
+    if not batches:
+        raise SystemExit(f"{data_dir} holds {len(ds)} instances, not one batch of --batch-size {args.batch_size}: "
+                         "make more (a longer corpus) or give a smaller --batch-size")
     flops = statistics.fmean(useful_flops(cfg, b) for b in batches)
     real = sum(int(b["attention_mask"].sum()) for b in batches) / sum(b["attention_mask"].numel() for b in batches)
     ours.to(device)
@@ -204,8 +210,8 @@ def main() -> None:
         **{f"{k}_useful_gflops": round(flops / v / 1e9, 1) for k, v in t.items()},
         ("peak_tflops" if gpu else "fp32_gemm_peak_gflops"): round(peak / (1e12 if gpu else 1e9), 1),
         **{f"{k}_share_of_peak": round(flops / v / peak, 3) for k, v in t.items()},
-        **({"model_gflop_per_step": round(mflops / 1e9, 1), **{f"{k}_mfu": round(mflops / v / peak, 3)
-                                                               for k, v in t.items()}} if gpu else {}),
+        "model_gflop_per_step": round(mflops / 1e9, 1),
+        **({f"{k}_mfu": round(mflops / v / peak, 3) for k, v in t.items()} if gpu else {}),
         **({"profile_top_ops_ms": profiles} if profiles else {}),
     }))
 

@@ -7,7 +7,8 @@ seed and saved once, so both start from the same weights), the first ``--rows`` 
 epoch, batch 32. bertkit runs twice: with transformers' data order (``train_sampling_strategy="random"``,
 the default, step-for-step the same batches) and with its length-grouped order (``"group_by_length"``).
 ``--shape base`` trains BERT-BASE's shape (L=12, H=768, A=12) with seeded weights on ``--model``'s vocabulary
-instead of the checkpoint; ``--device cuda`` runs both Trainers on the GPU (``--bf16``: both with ``bf16=True``).
+instead of the checkpoint (any BertConfig preset: ``tiny`` with ``--rows 32 --dev-rows 64`` checks in seconds on a
+CPU that the script still runs); ``--device cuda`` runs both Trainers on the GPU (``--bf16``: both with ``bf16=True``).
 
     python bench/bench_trainer.py --model models/minilm --threads 2
     python bench/bench_trainer.py --model VOCAB_DIR --shape base --device cuda --bf16 --data-dir DATA/glue/SST-2
@@ -88,15 +89,17 @@ def main() -> None:
     p.add_argument("--seed", type=int, default=1)
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--only", choices=["bertkit", "transformers"], default=None)
-    p.add_argument("--shape", choices=["checkpoint", "base"], default="checkpoint",
-                   help="base: BERT-BASE's shape with seeded weights on --model's vocabulary")
+    p.add_argument("--shape", default="checkpoint",
+                   help="checkpoint: --model's weights; a BertConfig preset (base: BERT-BASE's shape; tiny: a quick "
+                   "check on a CPU): that shape with seeded weights on --model's vocabulary")
+    p.add_argument("--dev-rows", type=int, default=None, help="evaluate on the first N dev rows (default: all 872)")
     p.add_argument("--device", default="cpu", help="cpu or cuda")
     p.add_argument("--bf16", action="store_true", help="TrainingArguments(bf16=True) in both runs")
     p.add_argument("--rounds", type=int, default=1, help="interleaved rounds; the figures are the last (warm) one's")
     args = p.parse_args()
     torch.set_num_threads(args.threads)
     train = read_sst2(args.data_dir / "train.tsv", args.rows)
-    dev = read_sst2(args.data_dir / "dev.tsv", None)
+    dev = read_sst2(args.data_dir / "dev.tsv", args.dev_rows)
 
     import bertkit
 
@@ -104,9 +107,8 @@ def main() -> None:
         start = Path(tmp, "start")  # one set of starting weights for both libraries: the head drawn once
         torch.manual_seed(args.seed)
         tokenizer = bertkit.BertTokenizer.from_pretrained(args.model)
-        if args.shape == "base":
-            config = bertkit.BertConfig(vocab_size=len(tokenizer), hidden_size=768, num_hidden_layers=12,
-                                        num_attention_heads=12, intermediate_size=3072, num_labels=2)
+        if args.shape != "checkpoint":
+            config = bertkit.BertConfig.preset(args.shape, vocab_size=len(tokenizer), num_labels=2)
             bertkit.BertForSequenceClassification(config).save_pretrained(start)
         else:
             bertkit.BertForSequenceClassification.from_pretrained(args.model, num_labels=2).save_pretrained(start)

@@ -9,6 +9,7 @@
 #                                       # tests,sentence,trainer,pretrain,inference (default: all)
 #
 # Each row writes its output to $OUT (default .gpu/out): test_cuda.txt, then one JSONL file per bench script.
+# tests/test_gpu_check.py reads the bench rows' command lines below and runs them on a CPU at tiny sizes.
 # Sizes: SCALE (bench_gpu_sentence's --scale, default 0.5), SENTENCE_ROWS (its --rows, default all),
 # TRAINER_ROWS (bench_trainer's --rows, default 3000), PY_VERSION (the device's Python for the wheels, default 3.12).
 set -euo pipefail
