@@ -135,9 +135,9 @@ def _saves(models) -> dict[str, tuple[Callable[[Path], None] | None, Callable[[P
 
 
 SAVES = ["save_pretrained, new directory", "save_pretrained over an earlier save and a user's file",
-         "SentenceTransformer.save over an earlier save", "bertkit quantize --overwrite",
+         "bertkit quantize --overwrite",
          *(pytest.param(name, marks=pytest.mark.slow) for name in (  # the same staging as the ones above
-             "SentenceTransformer.save, new directory", "tokenizer.save_pretrained into a model directory", "CrossEncoder.save over an earlier save",
+             "SentenceTransformer.save over an earlier save", "SentenceTransformer.save, new directory", "tokenizer.save_pretrained into a model directory", "CrossEncoder.save over an earlier save",
              "bertkit quantize, new directory", "bertkit create-pretraining-data --overwrite"))]
 
 

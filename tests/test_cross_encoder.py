@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 import torch
 
+from cases import slow_after
 from cross_encoder_helpers import cross_encoder_directory, squad_rerank
 
 st_ce = pytest.importorskip("sentence_transformers.cross_encoder")
@@ -230,8 +231,8 @@ def test_cross_entropy_trains_a_model_with_several_labels_as_sentence_transforme
     assert type(trainer.loss) is losses.CrossEntropyLoss  # sentence-transformers' default for several labels
 
 
-@pytest.mark.parametrize("kwargs,columns", [({"mini_batch_size": 5}, 3),
-                                            ({"mini_batch_size": 4, "num_negatives": None, "scale": 5.0}, 2)])
+@pytest.mark.parametrize("kwargs,columns", slow_after([({"mini_batch_size": 5}, 3),
+                                                       ({"mini_batch_size": 4, "num_negatives": None, "scale": 5.0}, 2)]))
 def test_cached_mnrl_gives_sentence_transformers_and_the_uncached_values_and_gradients(directory, rows, kwargs,
                                                                                         columns):
     """CachedMultipleNegativesRankingLoss (refused as not implemented): the pairs scored in mini-batches smaller

@@ -13,6 +13,7 @@ from bertkit import BertModel, BertTokenizer
 from bertkit.cli import main
 from bertkit.errors import BertkitError
 from bertkit.inference.export import INPUT_NAMES, TupleOutputModel, export_onnx
+from cases import slow_after
 
 TINY = dict(vocab_size=211, hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=37,
             max_position_embeddings=64, hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)
@@ -41,7 +42,7 @@ def _assert_outputs_equal(eager: tuple, exported: tuple, mask: torch.Tensor) -> 
         torch.testing.assert_close(b, a, atol=1e-5, rtol=0)
 
 
-@pytest.mark.parametrize("cls", CLASSES, ids=lambda c: c.__name__)
+@pytest.mark.parametrize("cls", slow_after(CLASSES, keep=2), ids=lambda c: c.__name__)
 def test_torch_export_on_every_head_with_dynamic_batch_and_sequence(cls, tiny_model):
     model = tiny_model(cls, **TINY).eval()
     batch, seq = torch.export.Dim("batch", max=256), torch.export.Dim("sequence", max=TINY["max_position_embeddings"])

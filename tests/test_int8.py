@@ -36,6 +36,7 @@ from bertkit.quantization import (
     quantize_int8,
     quantize_int8_on_texts,
 )
+from cases import slow_after
 
 KERNEL = int8_kernel()  # this machine's int8 path: every expectation below that depends on the CPU comes from it
 pytestmark = pytest.mark.skipif(KERNEL is None, reason="this PyTorch has no int8 kernel for this CPU")
@@ -372,7 +373,7 @@ def test_classifier_argmax_agrees(minilm_dir, calibration, tok, sst2_sentences):
     assert bool(agree[clear].all()), margins[clear & ~agree]
 
 
-@pytest.mark.parametrize("name", sorted(set(MODEL_CLASSES) - {"BertModel"}))
+@pytest.mark.parametrize("name", slow_after(sorted(set(MODEL_CLASSES) - {"BertModel"}), keep=2))
 def test_every_head_runs_quantized(name, minilm_dir, calibration, tok, sst2_sentences):
     cls = MODEL_CLASSES[name]
     torch.manual_seed(0)

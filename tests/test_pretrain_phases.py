@@ -14,6 +14,8 @@ from pathlib import Path
 import pytest
 import torch
 
+from cases import slow_after
+
 MAX_STEPS, SWITCH, SAVE_STEPS = 10, 6, 2  # SWITCH: the last step of phase 1 (0.6 x 10)
 PHASES = ["phase1-32"] * SWITCH + ["phase2-64"] * (MAX_STEPS - SWITCH)
 
@@ -237,7 +239,7 @@ def test_the_command_line_two_phase_run_stopped_at_the_switch_resumes_exactly(tw
     assert all(torch.equal(resumed[k], ref[k]) for k in ref)
 
 
-@pytest.mark.parametrize(("switch", "stop"), [(0, "checkpoint"), (0, "step+2"), (3, "step+2")],
+@pytest.mark.parametrize(("switch", "stop"), slow_after([(0, "checkpoint"), (0, "step+2"), (3, "step+2")]),
                          ids=["stopped-at-the-switch", "stopped-in-phase-2", "epoch-end-in-phase-1"])
 def test_an_epoch_end_checkpoint_is_evaluated_once_after_a_resume(two_lengths, tmp_path, monkeypatch, one_thread,
                                                                   switch, stop):

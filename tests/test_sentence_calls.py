@@ -20,6 +20,7 @@ import torch
 
 from bertkit.errors import BertkitError
 from bertkit.sentence import CrossEncoder, SentenceTransformer, quantize_embeddings, util
+from cases import slow_after
 from sentence_helpers import POOLING, st_directory
 
 st = pytest.importorskip("sentence_transformers", reason="the reference: pip install -e '.[test-references]'")
@@ -1266,7 +1267,7 @@ def test_embeddings_frozen_through_model_0_train_as_sentence_transformers(tmp_pa
     _same(runs["ours"][1], runs["ref"][1], atol=1e-5)
 
 
-@pytest.mark.parametrize(("dtype", "atol"), [(torch.float16, 5e-4), (torch.bfloat16, 4e-3), (torch.float64, 1e-12)])
+@pytest.mark.parametrize(("dtype", "atol"), slow_after([(torch.float16, 5e-4), (torch.bfloat16, 4e-3), (torch.float64, 1e-12)]))
 def test_a_models_vectors_come_back_in_its_type(st_dir, dtype, atol):
     """model.half() / .to(torch.bfloat16) / .double(): sentence-transformers returns the vectors in the model's type (a
     bfloat16 array as float32, which numpy lacks); bertkit returned float32 whatever the model's type, so the same

@@ -20,6 +20,7 @@ from bertkit.sentence.cross_encoder import CrossEncoder
 from bertkit.sentence.cross_encoder import evaluation as ce_evaluation
 from bertkit.sentence.sparse_encoder import SparseEncoder
 from bertkit.sentence.sparse_encoder import evaluation as sparse_evaluation
+from cases import slow_after
 from sentence_helpers import st_directory
 from sparse_helpers import masked_lm_checkpoint
 
@@ -142,8 +143,8 @@ def test_a_file_bertkit_did_not_write_is_refused(models, tmp_path):
     assert (tmp_path / "elsewhere.csv").read_bytes() == b"epoch,steps,accuracy_cosine\r\n"
 
 
-@pytest.mark.parametrize("best", [{}, {"metric_for_best_model": "t_cosine_accuracy", "load_best_model_at_end": True,
-                                      "save_strategy": "steps", "save_steps": 2}])
+@pytest.mark.parametrize("best", slow_after([{}, {"metric_for_best_model": "t_cosine_accuracy", "load_best_model_at_end": True,
+                                                 "save_strategy": "steps", "save_steps": 2}]))
 def test_the_trainer_writes_the_evaluators_csv_as_sentence_transformers(minilm_2_layers, tmp_path, best):
     """Training with an evaluator, evaluating every 2 of 4 steps: output_dir/eval holds the same CSV, byte for byte
     (epoch and step of each evaluation, the accuracies), recorded as the run's file. With metric_for_best_model, the

@@ -13,6 +13,7 @@ import torch
 
 from bertkit.errors import BertkitError
 from bertkit.sentence import SentenceTransformer, evaluation
+from cases import slow_after
 from sentence_helpers import glue_rows, st_directory
 
 st = pytest.importorskip("sentence_transformers")
@@ -245,8 +246,8 @@ def test_similarity_at_float32_precision_scores_normalized_embeddings():
     assert abs(raw["pearson_dot"] - got["pearson_dot"]) > 0.02  # normalizing did change the dot products
 
 
-@pytest.mark.parametrize("precision, truncate_dim", [("int8", 20), ("uint8", 20), ("binary", 20), ("ubinary", 20),
-                                                     ("int8", None)])
+@pytest.mark.parametrize("precision, truncate_dim", slow_after([("int8", 20), ("ubinary", 20), ("uint8", 20), ("binary", 20),
+                                                                ("int8", None)], keep=2))
 def test_similarity_at_quantized_precisions_matches(models, stsb, precision, truncate_dim, tmp_path):
     """EmbeddingSimilarityEvaluator(precision="int8" / "uint8" / "binary" / "ubinary") was refused as not implemented,
     where sentence-transformers scores the quantized embeddings (int8 buckets from both sides together, bits unpacked;

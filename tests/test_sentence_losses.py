@@ -11,6 +11,7 @@ import torch
 from bertkit.errors import BertkitError
 from bertkit.sentence import SentenceTransformer, losses
 from bertkit.sentence.util import dot_score
+from cases import slow_after
 from cross_encoder_helpers import squad_rerank
 from sentence_helpers import st_directory
 
@@ -269,15 +270,17 @@ def test_a_matrix_similarity_in_a_distillation_loss_is_refused(name, columns, la
 CLS = {"word_embedding_dimension": 384, "pooling_mode_cls_token": True, "pooling_mode_mean_tokens": False}
 # (name, arguments, columns): each built in both libraries; a guide (GIST) is the model pooled on [CLS], so it scores
 # other pairs as false negatives than the mean-pooled model would
-TWINS = [
+TWINS = [  # each loss's second configuration in `make test-slow`
     ("CachedMultipleNegativesSymmetricRankingLoss", {"mini_batch_size": 3}, 3),
     ("CachedGISTEmbedLoss", {"mini_batch_size": 4, "margin": 0.05}, 3),
-    ("CachedGISTEmbedLoss", {"mini_batch_size": 3, "margin_strategy": "relative", "margin": 0.1,
-                             "contrast_anchors": False}, 2),
     ("MegaBatchMarginLoss", {"mini_batch_size": 3}, 2),
-    ("MegaBatchMarginLoss", {"use_mini_batched_version": False, "positive_margin": 0.95, "negative_margin": 0.1}, 2),
     ("GlobalOrthogonalRegularizationLoss", {}, 1),
-    ("GlobalOrthogonalRegularizationLoss", {"aggregation": "sum", "mean_weight": 2.0, "second_moment_weight": 0.5}, 3),
+    *slow_after([
+        ("CachedGISTEmbedLoss", {"mini_batch_size": 3, "margin_strategy": "relative", "margin": 0.1,
+                                 "contrast_anchors": False}, 2),
+        ("MegaBatchMarginLoss", {"use_mini_batched_version": False, "positive_margin": 0.95, "negative_margin": 0.1}, 2),
+        ("GlobalOrthogonalRegularizationLoss", {"aggregation": "sum", "mean_weight": 2.0, "second_moment_weight": 0.5},
+         3)], keep=0),
 ]
 # each cached loss's uncached twin in bertkit (and the arguments it lacks): the same value and gradients with
 # mini-batches smaller than the batch

@@ -17,6 +17,7 @@ import pytest
 import torch
 
 from bertkit.errors import BertkitError
+from cases import slow_after
 from sentence_helpers import glue_rows
 from sparse_helpers import masked_lm_checkpoint
 
@@ -85,7 +86,7 @@ def _assert_same_vectors(got: torch.Tensor, want: torch.Tensor, summed: bool = F
     torch.testing.assert_close(got.values(), want.values().float(), atol=5e-5 if summed else 1e-5, rtol=1e-5)
 
 
-@pytest.mark.parametrize("layout", LAYOUTS)
+@pytest.mark.parametrize("layout", slow_after(LAYOUTS, keep=2))
 def test_same_sparse_vectors_as_sentence_transformers(layout, layouts, texts, vocab_size):
     from bertkit.sentence import SparseEncoder
 

@@ -22,6 +22,7 @@ import torch
 
 import bertkit
 from bertkit.errors import BertkitError
+from cases import slow_after
 from trainer_helpers import TEST, TRAIN, KillAt, Killed, _losses, accuracy, tiny_classifier
 
 transformers = pytest.importorskip("transformers")
@@ -418,7 +419,7 @@ def uninterrupted_trainer_run(checkpoint, tmp_path_factory) -> Path:
     return directory
 
 
-@pytest.mark.parametrize("where", ["state", "renamed"])
+@pytest.mark.parametrize("where", slow_after(["state", "renamed"]))
 def test_a_trainer_killed_with_sigkill_resumes_to_the_uninterrupted_run(checkpoint, uninterrupted_trainer_run, tmp_path,
                                                                         where):
     """A ``bertkit.Trainer`` script SIGKILLed in the middle of its second checkpoint (a half-written state file, or

@@ -16,6 +16,7 @@ import torch
 
 import bertkit
 from bertkit.errors import BertkitError
+from cases import slow_after
 from trainer_helpers import TEST, TRAIN, tiny_classifier
 
 transformers = pytest.importorskip("transformers")
@@ -176,11 +177,11 @@ def test_eval_on_start_evaluates_before_the_first_step_as_transformers(checkpoin
                                                                          eval_on_start=True))
 
 
-@pytest.mark.parametrize("overrides, evaluated", [
+@pytest.mark.parametrize("overrides, evaluated", slow_after([
     (dict(eval_strategy="steps", eval_steps=1, eval_delay=2), [2, 3]),
     (dict(eval_strategy="epoch", num_train_epochs=2, eval_delay=1.5), [6]),
     (dict(eval_strategy="steps", eval_steps=2, eval_delay=5), []),  # the run's end too: never evaluated
-], ids=["steps", "epochs", "past_the_end"])
+]), ids=["steps", "epochs", "past_the_end"])
 def test_eval_delay_holds_evaluations_back_as_transformers(checkpoint, tmp_path, overrides, evaluated):
     """eval_delay was refused; now no evaluation before that many steps (or epochs), as transformers'."""
     steps = {}
