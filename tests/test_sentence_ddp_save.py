@@ -94,6 +94,48 @@ def test_a_rank_saving_what_another_rank_of_its_job_is_saving_waits_and_saves(ki
     assert sorted(p.name for p in tmp_path.iterdir()) == ["final", "model"]
 
 
+def test_a_rank_finding_the_staging_directory_another_rank_has_just_made_leaves_it_to_that_rank(
+        tmp_path, tiny_checkpoint, minilm_dir, monkeypatch):
+    """Was: between one rank's making OUT's staging directory and its locking it, another rank of the job took the
+    empty directory for a kill's leftover and swapped it away; the first then stopped with FileNotFoundError, or
+    wrote into the other's new staging directory, which that one's save moved into place under it ("No such file
+    or directory: OUT/.out.bertkit-staging/.model.safetensors...bertkit-tmp", seen in 1 of 116 slow runs of every
+    rank's save after train()). Here rank 1 saves in that moment: an empty staging directory is taken as it is,
+    and a rank whose directory was taken and finished writes its own."""
+    from bertkit import dir_lock
+    from bertkit.dir_lock import staging_path
+
+    model = tiny_checkpoint(tmp_path / "model", tokenizer=minilm_dir)
+    out = tmp_path / "out"
+    for key, value in _env("job-r", 0).items():
+        monkeypatch.setenv(key, value)
+    lock, rank1 = dir_lock.lock, []
+
+    def made_not_yet_locked(directory, command):
+        if Path(directory) == staging_path(out) and not rank1:
+            assert Path(directory).is_dir() and not os.listdir(directory)  # this rank's, just made
+            second = _rank(1, "job-r", "model", model, out)
+            rank1.append((*second.communicate(timeout=120), second.returncode))
+        return lock(directory, command)
+
+    monkeypatch.setattr(dir_lock, "lock", made_not_yet_locked)
+    _save("model", model, out)
+    stdout, stderr, code = rank1[0]
+    assert code == 0 and stdout == f"saved {out}\n", stderr[-2000:]
+    assert (out / "model.safetensors").read_bytes() == (tmp_path / "model" / "model.safetensors").read_bytes()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["model", "out"]
+    # The other order: this rank opens while another has made the staging directory and not yet locked it. The
+    # directory is taken as it is (the other rank will find it held and step back), not swapped away: were it, the
+    # other rank, locking it in between, would write into a directory moved from under it.
+    from bertkit.staging import Stage
+
+    fresh = tmp_path / "fresh"
+    staging_path(fresh).mkdir(mode=0o700)  # a mode of its own tells it from one made again (its inode may be reused)
+    stage = Stage.open(fresh, "save", {"write": "save"})
+    assert stage.path == staging_path(fresh) and os.stat(stage.path).st_mode & 0o777 == 0o700 and not fresh.exists()
+    stage.abort()
+
+
 def test_a_lock_file_a_killed_rank_left_is_no_write_under_way(tmp_path, tiny_checkpoint, minilm_dir):
     """A staging directory a killed save of the job left (its lock file naming the job, held by no one: a rerun with
     the same rendezvous id and endpoint has the same name) is cleared and the save is written, not skipped as if

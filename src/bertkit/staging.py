@@ -289,13 +289,20 @@ class Stage:
         try:
             with writing(target):
                 dir_lock.lock(path, what)
+        except FileNotFoundError:
+            if made and not os.path.lexists(path):  # another process took it before this one locked it, and finished
+                return cls.open(target, what, partial, keep)
+            raise
         except BaseException as e:
             if made and (isinstance(e, WriteError) or not isinstance(e, BertkitError)):  # not: held meanwhile
                 shutil.rmtree(path, ignore_errors=True)
             raise
         stage = cls(target, path, parents=parents)
         try:
-            if not made:
+            # Empty but for the lock just taken: made by another process that has not locked it yet (it will find it
+            # held and step back), or by a kill between the two steps; nothing to recover, this write takes it.
+            # Disposed of as a kill's leftover, it was swapped away under the process that made it.
+            if not made and set(os.listdir(path)) - {LOCK}:
                 record = _read_partial(path)
                 if record is None:  # no .bertkit-partial: the replaced directory a kill left mid-swap
                     done = _read_partial(target) or {}  # the mark of the write that replaced it: a save adds
