@@ -136,6 +136,32 @@ def test_a_rank_finding_the_staging_directory_another_rank_has_just_made_leaves_
     stage.abort()
 
 
+def test_a_lock_is_taken_while_another_process_only_probes_it(tmp_path):
+    """A waiting rank polls a directory's lock with a shared lock of microseconds (``held_by_another``); a rank
+    taking the lock at that moment was refused "in use by another process", so its save failed. A probe's lock is
+    waited out; a holder's is still refused, naming it."""
+    import fcntl
+    import threading
+
+    from bertkit import dir_lock
+
+    directory = tmp_path / "d"
+    directory.mkdir()
+    (directory / dir_lock.LOCK).touch()
+    probe = os.open(directory / dir_lock.LOCK, os.O_RDONLY)
+    fcntl.flock(probe, fcntl.LOCK_SH | fcntl.LOCK_NB)  # a probe under way (its own open file: flock sees two)
+    threading.Timer(0.05, os.close, (probe,)).start()
+    dir_lock.lock(directory, "save")
+    assert dir_lock.holds(directory)
+    dir_lock.unlock(directory)
+    held = os.open(directory / dir_lock.LOCK, os.O_RDWR)
+    fcntl.flock(held, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    os.pwrite(held, b"pid 1 (bertkit save)", 0)
+    with pytest.raises(dir_lock.Held, match=r"in use by pid 1 \(bertkit save\)"):
+        dir_lock.lock(directory, "save")
+    os.close(held)
+
+
 def test_a_lock_file_a_killed_rank_left_is_no_write_under_way(tmp_path, tiny_checkpoint, minilm_dir):
     """A staging directory a killed save of the job left (its lock file naming the job, held by no one: a rerun with
     the same rendezvous id and endpoint has the same name) is cleared and the save is written, not skipped as if

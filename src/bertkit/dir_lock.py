@@ -17,6 +17,7 @@ from __future__ import annotations
 import os
 import re
 import stat
+import time
 from pathlib import Path
 from typing import IO
 
@@ -137,14 +138,31 @@ def moved(old: Path, new: Path) -> None:
 
 
 def _holder(fd: int, exclusive: bool) -> str | None:
-    """None once this process has the lock open at ``fd``; else who holds it (the line the holder wrote)."""
+    """None once this process has the lock open at ``fd``; else who holds it (the line the holder wrote).
+
+    An exclusive lock is also refused while another process probes the lock (``held_by_another``'s shared lock, held
+    for microseconds): where a shared lock can be had at that moment no one holds it, and the exclusive one is tried
+    again. Refused for a probe, a rank of a torchrun job saving beside another that polls its write failed with
+    "in use by another process"."""
     import fcntl  # POSIX only: imported where a lock is taken, not where bertkit is
 
-    try:
-        fcntl.flock(fd, (fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH) | fcntl.LOCK_NB)
-    except BlockingIOError:
-        return os.pread(fd, 200, 0).decode("utf-8", "replace").strip() or "another process"
-    return None
+    def probed_only() -> bool:  # a shared lock can be had: what refused the exclusive one was a probe's
+        try:
+            fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return False
+        fcntl.flock(fd, fcntl.LOCK_UN)
+        return True
+
+    for _ in range(1000):  # a second at most, if probes never stop
+        try:
+            fcntl.flock(fd, (fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH) | fcntl.LOCK_NB)
+            return None
+        except BlockingIOError:
+            if not (exclusive and probed_only()):
+                break
+        time.sleep(0.001)
+    return os.pread(fd, 200, 0).decode("utf-8", "replace").strip() or "another process"
 
 
 def _held_at(directory: Path) -> str | None:
