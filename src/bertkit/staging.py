@@ -450,22 +450,25 @@ def write_text_beside_job(path: Path, text: Callable[[], str]) -> None:
         atomic_write_text(path, text())
         return
     tag, directory = f"[{job}]", target_of(path.parent)
-    written: list[str] = []  # the names of this call's own temporaries, the only files it may remove
+    # this call's own temporaries, by name and file (device, inode): the only files it may remove
+    written: list[tuple[str, int, int]] = []
     while True:
         while _sibling_writing(directory, tag) is not None:
             time.sleep(0.05)
         content = text()
         with atomic_target(path) as tmp:
-            written.append(tmp.name)
             tmp.write_text(content, encoding="utf-8", newline="")
+            st = os.lstat(tmp)
+            written.append((tmp.name, st.st_dev, st.st_ino))
         while _sibling_writing(directory, tag) is not None:
             time.sleep(0.05)
         with contextlib.suppress(OSError):
             if path.read_text(encoding="utf-8") == content:
                 break
-    for name in written:  # a copy an exchange carried into the directory under the same name
-        with contextlib.suppress(FileNotFoundError):
-            (path.parent / name).unlink()
+    for name, dev, ino in written:  # one an exchange carried into the directory under its name, still this file
+        if (st := regular_stat(path.parent / name)) is not None and (st.st_dev, st.st_ino) == (dev, ino):
+            with contextlib.suppress(FileNotFoundError):
+                (path.parent / name).unlink()
 
 
 def _open_shared(target: Path, what: str, partial: dict, shared_by: str | None) -> Stage | None:
