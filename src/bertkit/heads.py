@@ -153,14 +153,20 @@ class BertPreTrainingHeads(nn.Module):
             self.seq_relationship = new_linear(config.hidden_size, 2)
 
 
+def integer_ids(ids: Tensor, name: str, what: str, hint: str = "") -> Tensor:
+    """``ids`` (class ids, token positions) as int64, from any integer dtype; a float, complex or bool tensor is
+    refused naming ``name`` (torch's losses and indexing take int64 alone, and would fail or round without a word)."""
+    if ids.is_floating_point() or ids.is_complex() or ids.dtype == torch.bool:
+        raise BertkitError(f"{name} must hold {what} (an integer tensor), got dtype {ids.dtype}{hint}")
+    return ids.long()
+
+
 def check_class_labels(labels: Tensor, num_classes: int, name: str = "labels", fix: str | None = None) -> Tensor:
     """``labels`` as int64, once each is a class id in [0, num_classes) or -100 (no loss): anything else is refused
     naming the value, instead of torch's "Target 5 is out of bounds" from inside the loss. Any integer dtype is
     taken (int32 ids from numpy or a tokenizer's ``return_tensors="np"``: torch's loss takes int64 alone)."""
-    if labels.is_floating_point() or labels.is_complex() or labels.dtype == torch.bool:
-        raise BertkitError(f"{name} must hold class ids (an integer tensor), got dtype {labels.dtype}; a float "
-                           "label is a regression target (problem_type='regression' with num_labels=1)")
-    labels = labels.long()
+    labels = integer_ids(labels, name, "class ids", "; a float label is a regression target (problem_type="
+                         "'regression' with num_labels=1)")
     if not is_tracing() and labels.numel():
         bad = (labels != IGNORE_INDEX) & ((labels < 0) | (labels >= num_classes))
         if bool(bad.any()):
@@ -493,11 +499,8 @@ class BertForQuestionAnswering(_HeadModel):
         if start_positions is not None and end_positions is not None:
             # Positions outside the window (clamped to T) are ignored, as transformers does.
             T = start_logits.size(1)
-            for name, positions in (("start_positions", start_positions), ("end_positions", end_positions)):
-                if positions.is_floating_point() or positions.is_complex() or positions.dtype == torch.bool:
-                    raise BertkitError(f"{name} must hold token indices (an integer tensor), got dtype "
-                                       f"{positions.dtype}")
-            s, e = start_positions.view(-1).long().clamp(0, T), end_positions.view(-1).long().clamp(0, T)
+            s, e = (integer_ids(p, name, "token indices").view(-1).clamp(0, T)
+                    for name, p in (("start_positions", start_positions), ("end_positions", end_positions)))
             if attention_mask is not None:
                 padded_mask = F.pad(attention_mask, (0, 1), value=1)  # (B, T + 1): index T means "ignored"
                 rows = torch.arange(len(s), device=s.device)
