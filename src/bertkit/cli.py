@@ -327,7 +327,7 @@ def _lock_early(name: str, s: Any, info: DistInfo):
     from bertkit.runs import lock_output_dir
 
     stage = lock_output_dir(s.output_dir, name, _paths(s)[1], resume=getattr(s, "resume", False),
-                            overwrite=s.overwrite, resumable=hasattr(s, "resume"))
+                            overwrite=s.overwrite)
     try:
         yield stage
     finally:

@@ -219,6 +219,12 @@ def _all_or_nothing(directory: Path, marker: dict, resume: bool = False) -> dict
     return proven
 
 
+def _users_files(directory: str | os.PathLike, present: Sequence[str]) -> BertkitError:
+    return BertkitError(f"{directory} already holds {len(present)} file(s) bertkit did not write there (e.g. "
+                        f"{', '.join(present[:3])}); bertkit never replaces files it did not create: choose an empty "
+                        "or new output directory")
+
+
 def _link_run(source: Path, stage: Path, files: Collection[str]) -> None:
     """The finished run's proven ``files`` in the staging directory of its continuation: hard links (its writes
     replace files, never change them in place), or copies where the file system has none."""
@@ -231,7 +237,7 @@ def _link_run(source: Path, stage: Path, files: Collection[str]) -> None:
 
 
 def lock_output_dir(path: str | os.PathLike, command: str, inputs: Mapping[str, Any] | None = None, *,
-                    resume: bool = False, overwrite: bool = False, resumable: bool = True) -> Stage:
+                    resume: bool = False, overwrite: bool = False) -> Stage:
     """Make and lock ``path``'s staging directory for a run of ``command``, once ``path`` is known to be no input,
     no file, and nowhere near a held directory. The command line calls it before the slow part of its start-up
     (torch's import), so a second command started meanwhile is refused at once. A run a kill cut short there is
@@ -274,7 +280,7 @@ def claim_output_dir(path: str | os.PathLike, command: str, fingerprint: dict | 
         return OutputDir(Path(path), Path(path), command, fingerprint, os.getcwd(), resumable=resumable)
     if in_place:
         return _claim_in_place(Path(path), command, inputs)
-    stage = stage or lock_output_dir(path, command, inputs, resume=resume, overwrite=overwrite, resumable=resumable)
+    stage = stage or lock_output_dir(path, command, inputs, resume=resume, overwrite=overwrite)
     claim = OutputDir(stage.path, Path(path), command, fingerprint, os.getcwd(), stage, resumable=resumable)
     if stage.record is not None and not (resume and stage.record.get("command") == command):
         stage.record, discard = None, True  # a killed run --overwrite replaces: removed once the claim is checked
@@ -287,10 +293,7 @@ def claim_output_dir(path: str | os.PathLike, command: str, fingerprint: dict | 
         marker = read_marker(target) if target.is_dir() else None
         present = listing(target) if target.is_dir() else []
         if marker is None and present:
-            raise BertkitError(
-                f"{path} already holds {len(present)} file(s) bertkit did not write there (e.g. "
-                f"{', '.join(present[:3])}); bertkit never replaces files it did not create: choose an empty "
-                "or new output directory")
+            raise _users_files(path, present)
         replaces = bool(stage.record.get("replaces")) if stage.record is not None else False
         if marker is not None and present:
             same = marker.get("command") == command
@@ -349,10 +352,7 @@ def _claim_in_place(directory: Path, command: str, inputs: Mapping[str, Any] | N
         marker = read_marker(directory)
         present = [rel for rel in listing(directory) if not rel.endswith(TMP_SUFFIX)]
         if marker is None and present:
-            raise BertkitError(
-                f"{directory} already holds {len(present)} file(s) bertkit did not write there (e.g. "
-                f"{', '.join(present[:3])}); bertkit never replaces files it did not create: choose an empty "
-                "or new output directory")
+            raise _users_files(directory, present)
         if marker is not None and marker.get("command") != command:
             raise BertkitError(f"{directory} already holds the output of a `bertkit {marker.get('command')}` run; "
                                "choose another output directory")
