@@ -268,13 +268,6 @@ def run_batches(model: BertModel, encoded: Sequence[dict], batches: Sequence[Seq
                               device=device, bar=bar, bf16=bf16)
 
 
-def hidden_states_for(model: BertModel, encoded: Sequence[dict], indices: Sequence[int], layers: Sequence[int],
-                      batch_size: int, device: str = "cpu", bar: Any = None) -> list[np.ndarray]:
-    """``run_batches`` over length-sorted batches of ``indices``; the states in ``indices`` order."""
-    out = run_batches(model, encoded, length_batches(encoded, indices, batch_size), layers, device, bar)
-    return [out[i] for i in indices]
-
-
 def _values(vec: np.ndarray) -> str:
     # 9 significant digits: the shortest width at which every float32 reads back exactly.
     return ",".join(map("{:.9g}".format, vec.tolist()))
@@ -588,5 +581,5 @@ def read_features(path: str | os.PathLike) -> Iterator[dict[str, Any]]:
 
 
 __all__ = ["read_texts", "text_form", "TextForm", "max_seq_length_for", "extract_features", "read_features",
-           "resolve_layers", "hidden_states_for", "length_batches", "run_batches", "encode_texts",
+           "resolve_layers", "length_batches", "run_batches", "encode_texts",
            "lowercaser"]

@@ -21,7 +21,7 @@ from torch import Tensor, nn
 from torch.nn.utils.rnn import pad_sequence
 
 from bertkit.errors import BertkitError
-from bertkit.features import hidden_states_for
+from bertkit.features import length_batches, run_batches
 from bertkit.heads import IGNORE_INDEX
 from bertkit.inference.runner import run_length_sorted
 from bertkit.modeling import BertModel
@@ -167,9 +167,9 @@ def _fill_word_activations(model: BertModel, features: list[dict], offsets: np.n
     encoded = [{"input_ids": f["input_ids"], "token_type_ids": f["token_type_ids"]} for f in features]
     for start in range(0, len(features), 4096):
         idx = list(range(start, min(start + 4096, len(features))))
-        for i, states in zip(idx, hidden_states_for(model, encoded, idx, list(range(num_states)), batch_size, device,
-                                                    bar)):
-            f = features[i]
+        states_of = run_batches(model, encoded, length_batches(encoded, idx, batch_size), range(num_states), device, bar)
+        for i in idx:
+            f, states = features[i], states_of[i]
             pos = [p for p, w in enumerate(f["word_ids"]) if w is not None]
             rows = offsets[f["sentence_index"]] + np.asarray([f["word_ids"][p] for p in pos])
             values[rows] = states[:, pos].transpose(1, 0, 2).astype(np.float16)  # (words, L + 1, H)
