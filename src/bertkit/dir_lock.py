@@ -127,14 +127,12 @@ def holder_command(directory: Path) -> str:
     return match.group(1) if match else ""
 
 
-def moved(old: Path, new: Path) -> None:
-    """The locked directory ``old`` was renamed to ``new`` (its lock file with it: the flock is the same)."""
-    if (f := _HELD.pop(str(old), None)) is not None:
+def moved(old: str, new: Path) -> None:
+    """The locked directory ``old`` (its resolved path, a staging directory: never kept) was renamed to ``new`` (its
+    lock file with it: the flock is the same)."""
+    if (f := _HELD.pop(old, None)) is not None:
         unlock(new)  # the lock of a directory this one replaced (its file is gone with it)
         _HELD[str(new.resolve())] = f
-        if old in _KEPT:
-            _KEPT.discard(old)
-            _KEPT.add(str(new.resolve()))
 
 
 def _holder(fd: int, exclusive: bool) -> str | None:
