@@ -128,9 +128,7 @@ class BertLMPredictionHead(nn.Module):
         self.transform = BertPredictionHeadTransform(config)
         self.bias = nn.Parameter(torch.zeros(config.vocab_size))
         self.tie(word_embeddings)
-        # torch >= 2.2 names it register_state_dict_post_hook; the private one has the same signature since 1.x
-        register = getattr(self, "register_state_dict_post_hook", None) or self._register_state_dict_hook
-        register(_tied_copies_as_their_own_tensors)
+        self.register_state_dict_post_hook(_tied_copies_as_their_own_tensors)
 
     def tie(self, word_embeddings: nn.Embedding) -> None:
         """(Re)point ``decoder`` at ``word_embeddings``' weight and at ``bias`` (after the embeddings are replaced)."""
