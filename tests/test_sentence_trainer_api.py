@@ -195,6 +195,12 @@ def test_a_compute_loss_override_and_label_smoothing_are_refused_with_the_fix(di
         SentenceTransformerTrainer(model=model, args=SentenceTransformerTrainingArguments(
             output_dir=str(tmp_path / "never"), bf16_full_eval=True, **QUIET), train_dataset=PAIRS,
             loss=losses.MultipleNegativesRankingLoss(model))
+    # the cross-encoder trainer, built by the same constructor, refuses it too (its evaluator scores the model)
+    cross = CrossEncoder(dirs["cross"])
+    with pytest.raises(BertkitError, match="CrossEncoderTrainer: bf16_full_eval / fp16_full_eval are not implemented"):
+        CrossEncoderTrainer(model=cross, args=CrossEncoderTrainingArguments(
+            output_dir=str(tmp_path / "never"), fp16_full_eval=True, **QUIET),
+            train_dataset=[{**row, "label": 1.0} for row in PAIRS])
     assert not (tmp_path / "never").exists()
 
 

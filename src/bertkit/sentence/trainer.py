@@ -79,18 +79,35 @@ class LossOutput:
     loss: Tensor
 
 
-class LossModel(nn.Module):
-    """The loss as the training loop drives it: a padded batch of the C text columns in, the loss out. Saving
-    it writes the sentence model's directory (checkpoints are sentence-transformers directories). A loss that
-    returns its terms by name (SpladeLoss) is trained on their sum, and each term's mean since the last log is
-    logged beside the loss (``components``, rounded to 4 decimals), as sentence-transformers' trainer does. With a
-    loss per dataset ({name: loss}), each batch trains on the loss of the dataset it comes from (``dataset_name``)."""
+class DatasetLosses(nn.Module):
+    """The loss as the training loop drives it, a batch in and the loss out: with a loss per dataset ({name: loss}),
+    each batch trains on the loss of the dataset it comes from (``dataset_name``). Saving it writes the model's
+    directory (checkpoints are sentence-transformers directories)."""
 
-    def __init__(self, loss: SentenceLoss | dict[str, SentenceLoss]):
+    def __init__(self, loss: nn.Module | dict[str, nn.Module]):
         super().__init__()
         # a loss per dataset under the dataset's name: the parameter names sentence-transformers' optimiser sees
         # (``{name}.model.0.…``, each shared parameter under the first name)
         self.loss = nn.ModuleDict(loss) if isinstance(loss, dict) else loss
+
+    def loss_of(self, dataset_name: str | None) -> nn.Module:
+        return self.loss[dataset_name] if isinstance(self.loss, nn.ModuleDict) else self.loss
+
+    def save_pretrained(self, path: str | Path) -> Path:
+        return self._model().save(path)
+
+    def _model(self) -> nn.Module:
+        loss = next(iter(self.loss.values())) if isinstance(self.loss, nn.ModuleDict) else self.loss
+        return loss.model
+
+
+class LossModel(DatasetLosses):
+    """``DatasetLosses`` on a padded batch of the C text columns. A loss that returns its terms by name (SpladeLoss)
+    is trained on their sum, and each term's mean since the last log is logged beside the loss (``components``,
+    rounded to 4 decimals), as sentence-transformers' trainer does."""
+
+    def __init__(self, loss: SentenceLoss | dict[str, SentenceLoss]):
+        super().__init__(loss)
         self._sums: dict[str, dict[str, Tensor]] = {"train": {}, "eval": {}}  # split -> term -> sum (detached)
         self._counts = {"train": 0, "eval": 0}
 
@@ -100,7 +117,7 @@ class LossModel(nn.Module):
         features = [{"input_ids": input_ids[:, c, :w], "attention_mask": attention_mask[:, c, :w],
                      "token_type_ids": token_type_ids[:, c, :w], "prompt_length": prompt_length[c], "task": task[c],
                      "index": index} for c, w in enumerate(widths)]  # input_ids (B, C, T) -> C x (B, width)
-        loss = self.loss[dataset_name] if isinstance(self.loss, nn.ModuleDict) else self.loss
+        loss = self.loss_of(dataset_name)
         value = loss(features, label if loss.needs_label else None)
         if isinstance(value, dict):
             split = "train" if self.training else "eval"
@@ -122,19 +139,12 @@ class LossModel(nn.Module):
         return {name: round((sum(sums[name] for sums, _ in parts if name in sums) / count).item(), 4)
                 for name in names} if count else {}
 
-    def save_pretrained(self, path: str | Path) -> Path:
-        return self._model().save(path)
-
     def clipped_parameters(self) -> Iterator[nn.Parameter]:
         """The parameters whose gradients ``max_grad_norm`` clips, and whose norm is logged: the model's, not a loss's
         own (SoftmaxLoss's classifier), as sentence-transformers clips them (transformers' Trainer clips the model it
         was given, the SentenceTransformer). Clipped with the classifier, a SoftmaxLoss step on RTE pairs whose norm
         passed 1 moved other weights than sentence-transformers' (the next loss 0.6843 against 0.6863)."""
         return self._model().parameters()
-
-    def _model(self) -> nn.Module:
-        loss = next(iter(self.loss.values())) if isinstance(self.loss, nn.ModuleDict) else self.loss
-        return loss.model
 
 
 def checked_arguments(trainer: str, model: Any, model_name: str, model_cls: type, args: Any, args_cls: type,
@@ -254,6 +264,7 @@ class SentenceTransformerTrainer(Trainer):
     _not_called = (*NOT_CALLED, "compute_loss")
     _custom_loss = "a custom loss is a loss module, given as loss="
     training_args_class: ClassVar[type[SentenceTransformerTrainingArguments]] = SentenceTransformerTrainingArguments
+    examples_class: ClassVar[type] = SentenceExamples  # what ``_examples_of`` makes of a dataset
     _evaluations_write_csv = True  # off for the check of metric_for_best_model (``_check_metric``)
 
     def __init__(self, model: SentenceTransformer | None = None, args: SentenceTransformerTrainingArguments | None = None,
@@ -282,10 +293,13 @@ class SentenceTransformerTrainer(Trainer):
                                             for part in (data.values() if isinstance(data, dict) else [data])])
         if isinstance(train, dict):  # the datasets end to end, batched by multi_dataset_batch_sampler
             train = MultiDatasetExamples(train)
-        super().__init__(model=model, args=args, data_collator=SentenceCollator(model.tokenizer.pad_token_id),
-                         train_dataset=train, eval_dataset=dev, callbacks=callbacks,
+        super().__init__(model=model, args=args, data_collator=self._collator(model), train_dataset=train,
+                         eval_dataset=dev, callbacks=callbacks,
                          compute_metrics=self._evaluator_metrics if evaluator is not None else None)
         self._parameter_groups()  # each learning_rate_mapping pattern matches a parameter, before any work
+
+    def _collator(self, model: SentenceTransformer) -> Callable[[list[dict[str, Any]]], dict[str, Any]]:
+        return SentenceCollator(model.tokenizer.pad_token_id)
 
     def _trained_module(self, model: SentenceTransformer) -> LossModel:
         """The loop trains the loss (which holds the model): ``self.model`` stays the model passed in."""
@@ -548,7 +562,7 @@ class SentenceTransformerTrainer(Trainer):
                  metric_key_prefix: str = "eval") -> dict[str, float]:
         """eval_loss on the eval dataset and the evaluator's metrics, prefixed ``eval_``; with no eval dataset, the
         evaluator's metrics alone."""
-        if eval_dataset is not None and not isinstance(eval_dataset, SentenceExamples):  # (a dict's, made already)
+        if eval_dataset is not None and not isinstance(eval_dataset, self.examples_class):  # (a dict's, made already)
             eval_dataset = self._examples_of(eval_dataset, self.args, "eval_dataset")
         if eval_dataset is None and self.eval_dataset is None:
             if self.evaluator is None:

@@ -14,8 +14,7 @@ resume are the loop's.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
-from pathlib import Path
+from collections.abc import Callable
 from typing import Any
 
 from torch import Tensor, nn
@@ -25,35 +24,17 @@ from bertkit.sentence.cross_encoder.data import CrossEncoderExamples, collate, c
 from bertkit.sentence.cross_encoder.losses import BinaryCrossEntropyLoss, CrossEncoderLoss, CrossEntropyLoss
 from bertkit.sentence.cross_encoder.model import CrossEncoder
 from bertkit.sentence.cross_encoder.training_args import CrossEncoderTrainingArguments
-from bertkit.sentence.data import MultiDatasetExamples
-from bertkit.sentence.trainer import (
-    LossOutput,
-    SentenceTransformerTrainer,
-    as_evaluator,
-    check_batch_holds_negatives,
-    check_loss_names,
-    check_same_parameters,
-    checked_arguments,
-)
+from bertkit.sentence.trainer import DatasetLosses, LossOutput, SentenceTransformerTrainer
 from bertkit.training.trainer import Trainer
 
 
-class CrossEncoderLossModel(nn.Module):
-    """The loss as the training loop drives it: a collated batch in (``data.collate``), the loss out (with a loss
-    per dataset, the loss of the batch's ``dataset_name``). Saving it writes the cross-encoder's directory."""
-
-    def __init__(self, loss: CrossEncoderLoss | dict[str, CrossEncoderLoss]):
-        super().__init__()
-        self.loss = nn.ModuleDict(loss) if isinstance(loss, dict) else loss  # as the dense trainer's LossModel
+class CrossEncoderLossModel(DatasetLosses):
+    """``DatasetLosses`` on a collated batch of pairs (``data.collate``)."""
 
     def forward(self, input_ids: list[list[list[int]]], label: Tensor, dataset_name: str | None = None) -> LossOutput:
-        loss = self.loss[dataset_name] if isinstance(self.loss, nn.ModuleDict) else self.loss
+        loss = self.loss_of(dataset_name)
         inputs, labels = columns_of(input_ids, label, loss.listwise)
         return LossOutput(loss(inputs, labels if loss.needs_label else None))
-
-    def save_pretrained(self, path: str | Path) -> Path:
-        loss = next(iter(self.loss.values())) if isinstance(self.loss, nn.ModuleDict) else self.loss
-        return loss.model.save(path)
 
 
 class CrossEncoderTrainer(SentenceTransformerTrainer):
@@ -61,26 +42,12 @@ class CrossEncoderTrainer(SentenceTransformerTrainer):
     order; see the module docstring. Without ``loss``, sentence-transformers' default: BinaryCrossEntropyLoss for one
     label, CrossEntropyLoss for several."""
 
-    def __init__(self, model: CrossEncoder | None = None, args: CrossEncoderTrainingArguments | None = None,
-                 train_dataset: Any = None, eval_dataset: Any = None,
-                 loss: CrossEncoderLoss | Callable[[CrossEncoder], CrossEncoderLoss] | None = None,
-                 evaluator: Any = None, callbacks: Sequence[Any] | None = None, **unknown: Any):
-        args = checked_arguments(type(self).__name__, model, "bertkit.sentence.cross_encoder.CrossEncoder",
-                                 CrossEncoder, args, CrossEncoderTrainingArguments, unknown)
-        check_loss_names(loss, train_dataset, eval_dataset)
-        loss = ({name: self._loss(model, one) for name, one in loss.items()} if isinstance(loss, dict)
-                else self._loss(model, loss))
-        check_batch_holds_negatives(loss, args)
-        check_same_parameters(loss)
-        self.model, self.loss, self.evaluator = model, loss, as_evaluator(evaluator)
-        train, dev = (self._examples_of(data, args, name) if data is not None else None
-                      for data, name in ((train_dataset, "train_dataset"), (eval_dataset, "eval_dataset")))
-        if isinstance(train, dict):  # the datasets end to end, batched by multi_dataset_batch_sampler
-            train = MultiDatasetExamples(train)
-        # the base Trainer's construction (SentenceTransformerTrainer's own builds bi-encoder examples and batches)
-        Trainer.__init__(self, model=model, args=args, data_collator=collate, train_dataset=train,
-                         eval_dataset=dev, callbacks=callbacks,
-                         compute_metrics=self._evaluator_metrics if evaluator is not None else None)
+    model_class = CrossEncoder
+    training_args_class = CrossEncoderTrainingArguments
+    examples_class = CrossEncoderExamples
+
+    def _collator(self, model: CrossEncoder) -> Callable[[list[dict[str, Any]]], dict[str, Any]]:
+        return collate
 
     def _trained_module(self, model: CrossEncoder) -> CrossEncoderLossModel:
         return CrossEncoderLossModel(self.loss)
@@ -107,13 +74,3 @@ class CrossEncoderTrainer(SentenceTransformerTrainer):
             raise BertkitError("the loss was built with another model than the trainer's; build it with "
                                "losses.X(model) of the model passed to the trainer")
         return loss
-
-    def evaluate(self, eval_dataset: Any = None, ignore_keys: list[str] | None = None,
-                 metric_key_prefix: str = "eval") -> dict[str, float]:
-        """eval_loss on the eval dataset and the evaluator's metrics, prefixed ``eval_``; with no eval dataset, the
-        evaluator's metrics alone."""
-        if eval_dataset is None and self.eval_dataset is None:
-            return super().evaluate(None, ignore_keys, metric_key_prefix)  # the evaluator's metrics alone
-        if eval_dataset is not None and not isinstance(eval_dataset, CrossEncoderExamples):  # (a dict's, made already)
-            eval_dataset = self._examples_of(eval_dataset, self.args, "eval_dataset")
-        return Trainer.evaluate(self, eval_dataset, ignore_keys, metric_key_prefix)
