@@ -60,3 +60,15 @@ class SparseEvaluator(ABC):
 def sparsity(model: Any, embeddings: torch.Tensor, prefix: str) -> dict[str, float]:
     """``model.sparsity`` (mean active dimensions, sparsity ratio), its keys prefixed ``{prefix}_``."""
     return prefixed(model.sparsity(embeddings), prefix)
+
+
+def mean_sparsity(model: Any, embeddings: torch.Tensor, sizes: list[int], prefix: str,
+                  weighted: bool) -> dict[str, float]:
+    """The mean over consecutive groups of rows (``sizes[i]`` rows each) of each group's ``model.sparsity``,
+    weighted by the group's rows or not: what sentence-transformers reports for embeddings it encoded in parts."""
+    stats, start = [], 0
+    for n in sizes:
+        stats.append(model.sparsity(embeddings.index_select(0, torch.arange(start, start + n))))
+        start += n
+    weights = sizes if weighted else [1] * len(sizes)
+    return {f"{prefix}_{key}": sum(s[key] * w for s, w in zip(stats, weights)) / sum(weights) for key in stats[0]}

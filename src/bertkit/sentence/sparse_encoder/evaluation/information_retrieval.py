@@ -10,7 +10,7 @@ from typing import Any
 import torch
 
 from bertkit.sentence.evaluation.information_retrieval import InformationRetrievalEvaluator
-from bertkit.sentence.sparse_encoder.evaluation.base import SparseEvaluator, sparsity
+from bertkit.sentence.sparse_encoder.evaluation.base import SparseEvaluator, mean_sparsity, sparsity
 
 
 def _active_share(embeddings: torch.Tensor) -> torch.Tensor:
@@ -47,9 +47,6 @@ class SparseInformationRetrievalEvaluator(SparseEvaluator, InformationRetrievalE
         # sentence-transformers encodes the corpus corpus_chunk_size texts at a time and reports the mean of each
         # chunk's statistics (float32 means) weighted by its size: the whole corpus's, rounded as there
         n, size = corpus.shape[0], self.corpus_chunk_size
-        starts = range(0, n, size)
-        chunks = [model.sparsity(corpus.index_select(0, torch.arange(a, min(a + size, n)))) for a in starts]
-        rows = [min(size, n - a) for a in starts]
         return {**sparsity(model, queries, "query"),
-                **{f"corpus_{key}": sum(c[key] * r for c, r in zip(chunks, rows)) / sum(rows) for key in chunks[0]},
+                **mean_sparsity(model, corpus, [min(size, n - a) for a in range(0, n, size)], "corpus", weighted=True),
                 "avg_flops": float(torch.dot(_active_share(queries), _active_share(corpus)))}

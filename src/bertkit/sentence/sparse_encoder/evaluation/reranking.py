@@ -10,7 +10,7 @@ from typing import Any
 import torch
 
 from bertkit.sentence.evaluation.reranking import RerankingEvaluator
-from bertkit.sentence.sparse_encoder.evaluation.base import SparseEvaluator, sparsity
+from bertkit.sentence.sparse_encoder.evaluation.base import SparseEvaluator, mean_sparsity, sparsity
 from bertkit.sentence.util import cos_sim
 
 
@@ -36,15 +36,5 @@ class SparseRerankingEvaluator(SparseEvaluator, RerankingEvaluator):
         if self.use_batched_encoding:
             return {**sparsity(model, queries, "query"), **sparsity(model, candidates, "corpus")}
         sizes = [len(s["positive"]) + len(s["negative"]) for s in self.samples]
-        return {**_mean_over_samples(model, queries, [1] * len(sizes), "query"),
-                **_mean_over_samples(model, candidates, sizes, "corpus")}
-
-
-def _mean_over_samples(model: Any, embeddings: torch.Tensor, sizes: list[int], prefix: str) -> dict[str, float]:
-    """The mean over the samples (``sizes[i]`` rows each, in order) of each one's ``model.sparsity``: what
-    sentence-transformers reports when it encodes each sample apart."""
-    stats, start = [], 0
-    for n in sizes:
-        stats.append(model.sparsity(embeddings.index_select(0, torch.arange(start, start + n))))
-        start += n
-    return {f"{prefix}_{key}": sum(s[key] for s in stats) / len(stats) for key in stats[0]}
+        return {**mean_sparsity(model, queries, [1] * len(sizes), "query", weighted=False),
+                **mean_sparsity(model, candidates, sizes, "corpus", weighted=False)}
