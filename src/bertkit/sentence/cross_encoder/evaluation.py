@@ -20,7 +20,7 @@ from typing import Any
 import numpy as np
 
 from bertkit.errors import BertkitError, is_whole, refusing_getattr
-from bertkit.sentence.evaluation.base import ResultsCsv, results_csv_name
+from bertkit.sentence.evaluation.base import ResultsCsv, prefixed, results_csv_name
 from bertkit.sentence.evaluation.binary_classification import BinaryClassificationEvaluator, binary_labels
 from bertkit.sentence.evaluation.reranking import average_precision, ndcg_at_k
 from bertkit.sentence.evaluation.similarity import correlations, gold_scores
@@ -35,9 +35,7 @@ class CrossEncoderRerankingEvaluator(ResultsCsv):
                  always_rerank_positives: bool = True, name: str = "", batch_size: int = 64,
                  show_progress_bar: bool = False, write_csv: bool = True, mrr_at_k: int | None = None,
                  prompt_name: str | None = None):
-        if prompt_name is not None:
-            raise BertkitError("CrossEncoderRerankingEvaluator(prompt_name=...) is not implemented in bertkit: "
-                               "cross-encoder prompts are not implemented")
+        _no_prompt(prompt_name, "CrossEncoderRerankingEvaluator")
         self.samples = list(samples.values()) if isinstance(samples, dict) else list(samples)
         if not self.samples:  # sentence-transformers fails in numpy after scoring nothing
             raise BertkitError("CrossEncoderRerankingEvaluator: samples is empty; give a list of {'query', "
@@ -114,7 +112,7 @@ class CrossEncoderRerankingEvaluator(ResultsCsv):
             b_mrr, b_nd, b_ap = np.mean(base, axis=0)
             metrics |= {"base_map": float(b_ap), f"base_mrr@{self.at_k}": float(b_mrr),
                         f"base_ndcg@{self.at_k}": float(b_nd)}
-        return {f"{self.name}_{k}" if self.name else k: v for k, v in metrics.items()}
+        return prefixed(metrics, self.name)
 
 
 def _rankings(sample: dict[str, Any], always_rerank_positives: bool) -> tuple[list[str], list[int], list[int] | None]:
@@ -215,7 +213,7 @@ class CrossEncoderClassificationEvaluator(ResultsCsv):
             columns = ["Macro_F1", "Micro_F1", "Weighted_F1"]
         self.write_results(output_path, ["epoch", "steps", *columns], [epoch, steps, *metrics.values()])
         self.primary_metric = f"{self.name}_{main}" if self.name else main
-        return {f"{self.name}_{k}" if self.name else k: float(v) for k, v in metrics.items()}
+        return prefixed(metrics, self.name)
 
 
 class CrossEncoderCorrelationEvaluator(ResultsCsv):
@@ -243,7 +241,7 @@ class CrossEncoderCorrelationEvaluator(ResultsCsv):
         metrics = dict(zip(("pearson", "spearman"), correlations(self.scores, predicted)))
         self.write_results(output_path, ["epoch", "steps", "Pearson_Correlation", "Spearman_Correlation"],
                            [epoch, steps, *metrics.values()])
-        return {f"{self.name}_{k}" if self.name else k: v for k, v in metrics.items()}
+        return prefixed(metrics, self.name)
 
 
 __all__ = ["CrossEncoderRerankingEvaluator", "CrossEncoderClassificationEvaluator", "CrossEncoderCorrelationEvaluator"]
