@@ -33,6 +33,7 @@ from bertkit.hub import download_hint, not_a_directory
 from bertkit.outputs import atomic_write_json
 from bertkit.sentence.calls import (
     PROCESSING_KWARGS,
+    REFUSED_INIT,
     ReferenceCalls,
     as_requested,
     check_features,
@@ -66,21 +67,19 @@ from bertkit.tokenization.batch import truncation_lengths
 
 logger = logging.getLogger("bertkit")
 
-# sentence-transformers' constructor arguments bertkit does not implement, with what to do instead
+# sentence-transformers' constructor arguments bertkit does not implement, with what to do instead: the three
+# models' (calls.REFUSED_INIT; model_kwargs is an argument here), and what differs for a cross-encoder
 _REFUSED_INIT = {
+    **REFUSED_INIT,
     "modules": "build the directory with sentence-transformers, or start from a BERT checkpoint directory",
     "prompts": "prompts are not implemented for cross-encoders: put the text before the query yourself",
     "default_prompt_name": "prompts are not implemented for cross-encoders: put the text before the query yourself",
-    "cache_folder": "bertkit loads local directories; download the model first",
     "trust_remote_code": "bertkit runs BERT only, and resolves torch activations only; drop this argument",
-    "revision": "bertkit loads local directories; check out the revision first",
-    "token": "bertkit loads local directories; download the model first",
     "backend": "bertkit runs its own PyTorch encoder; for int8 serve it with bertkit serve --quantize int8",
     "automodel_args": "sentence-transformers' old name of model_kwargs: pass model_kwargs=",
     "processor_kwargs": "use max_length=; bertkit reads the tokenizer's other settings from its files",
     "tokenizer_kwargs": "use max_length=; bertkit reads the tokenizer's other settings from its files",
     "config_kwargs": "use num_labels=, or edit config.json",
-    "model_card_data": "bertkit writes no model card; drop this argument",
     "keep_in_fp32_modules": "bertkit's classifier runs in the model's dtype; drop this argument",
     "default_activation_function": "sentence-transformers' old name of activation_fn: pass activation_fn=",
     "classifier_dropout": "set classifier_dropout in config.json (it acts in training only)",
