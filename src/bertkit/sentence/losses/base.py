@@ -36,22 +36,22 @@ def embed_columns(model: nn.Module, features: Sequence[dict[str, Any]]) -> list[
     width = max(widths)
     merged_cost = width * sum(rows)
     if len(kinds) > 1 or merged_cost > MERGE_SLACK * sum(w * r for w, r in zip(widths, rows)):
-        return [embed(model, f["input_ids"], f["attention_mask"], f.get("token_type_ids"),
-                       int(f.get("prompt_length", 0)), f.get("task")) for f in features]
+        return [embed(model, f) for f in features]
 
     def cat(key: str) -> Tensor:
         return torch.cat([F.pad(f[key], (0, width - f[key].shape[1])) for f in features])  # (C*B, T)
 
-    types = cat("token_type_ids") if all("token_type_ids" in f for f in features) else None
-    merged = embed(model, cat("input_ids"), cat("attention_mask"), types, *kinds.pop())  # (C*B, D)
-    return list(merged.split(rows))
+    keys = [k for k in ("input_ids", "attention_mask", "token_type_ids") if all(k in f for f in features)]
+    merged = {**{k: cat(k) for k in keys}, **dict(zip(("prompt_length", "task"), kinds.pop()))}
+    return list(embed(model, merged).split(rows))  # (C*B, D), split back into the columns
 
 
-def embed(model: nn.Module, input_ids: Tensor, attention_mask: Tensor, token_type_ids: Tensor | None,
-           prompt_length: int, task: str | None) -> Tensor:
-    """``model.embed``, with the task where a column has one (only a sparse model's Router takes it)."""
-    return model.embed(input_ids, attention_mask, token_type_ids, prompt_length,
-                       **({"task": task} if task is not None else {}))
+def embed(model: nn.Module, features: dict[str, Any]) -> Tensor:
+    """``model.embed`` of one column's features, with the task where the column has one (only a sparse model's
+    Router takes it)."""
+    task = features.get("task")
+    return model.embed(features["input_ids"], features["attention_mask"], features.get("token_type_ids"),
+                       int(features.get("prompt_length", 0)), **({"task": task} if task is not None else {}))
 
 
 class SentenceLoss(nn.Module):

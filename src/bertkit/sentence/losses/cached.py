@@ -112,18 +112,13 @@ def _rows(features: dict[str, Any], start: int, end: int) -> dict[str, Any]:
     return {k: (v[start:end] if isinstance(v, Tensor) and v.dim() > 0 else v) for k, v in features.items()}
 
 
-def _embed(model: nn.Module, features: dict[str, Any]) -> Tensor:
-    return embed(model, features["input_ids"], features["attention_mask"], features.get("token_type_ids"),
-                 int(features.get("prompt_length", 0)), features.get("task"))
-
-
 def embedded_in_mini_batches(model: nn.Module, sentence_features: Sequence[dict[str, Any]], mini_batch_size: int,
                              loss_fn: Callable[[list[Tensor]], Tensor]) -> Tensor:
     """``loss_fn`` of the columns' embeddings, each column embedded ``mini_batch_size`` rows at a time (a piece each)
     through ``grad_cached``: the parameters' gradients are those of the uncached loss."""
     m = mini_batch_size
     spans = [(c, s) for c, f in enumerate(sentence_features) for s in range(0, f["input_ids"].shape[0], m)]
-    pieces = [lambda c=c, s=s: _embed(model, _rows(sentence_features[c], s, s + m)) for c, s in spans]
+    pieces = [lambda c=c, s=s: embed(model, _rows(sentence_features[c], s, s + m)) for c, s in spans]
 
     def on_pieces(parts: list[Tensor]) -> Tensor:
         return loss_fn([torch.cat([p for (c, _), p in zip(spans, parts) if c == column])
