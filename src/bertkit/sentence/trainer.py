@@ -147,31 +147,6 @@ class LossModel(DatasetLosses):
         return self._model().parameters()
 
 
-def checked_arguments(trainer: str, model: Any, model_name: str, model_cls: type, args: Any, args_cls: type,
-                      unknown: dict[str, Any]) -> Any:
-    """The trainer's ``args`` (``args_cls()`` when None), once the model, the arguments and any other keyword are
-    what it takes: transformers' Trainer arguments it does not implement are refused by name, with the fix."""
-    for name, value in unknown.items():
-        if name in _REFUSED:
-            if value is None or (name == "optimizers" and value == (None, None)):
-                continue
-            raise BertkitError(f"{trainer}({name}=...) is not implemented in bertkit: {_REFUSED[name]}")
-        raise BertkitError(f"{trainer} got an unknown argument {name!r}")
-    if not isinstance(model, model_cls):
-        raise BertkitError(f"model must be a {model_name}, got {type(model).__name__}")
-    args = args if args is not None else args_cls()
-    if not isinstance(args, args_cls):
-        raise BertkitError(f"args must be {args_cls.__module__.rsplit('.', 1)[0]}.{args_cls.__name__}, got "
-                           f"{type(args).__name__}")
-    return args
-
-
-def as_evaluator(evaluator: Any) -> Any:
-    """The trainer's evaluator: a list of them is one SequentialEvaluator, as sentence-transformers' trainer makes it
-    (``eval_sequential_score`` beside each one's metrics)."""
-    return SequentialEvaluator(evaluator) if evaluator is not None and not callable(evaluator) else evaluator
-
-
 def check_batch_holds_negatives(loss: Any, args: Any) -> None:
     """A loss with in-batch negatives needs a global batch of two rows or more."""
     batch = args.per_device_train_batch_size * current().world_size
@@ -271,8 +246,7 @@ class SentenceTransformerTrainer(Trainer):
                  train_dataset: Any = None, eval_dataset: Any = None,
                  loss: SentenceLoss | Callable[[SentenceTransformer], SentenceLoss] | None = None,
                  evaluator: Any = None, callbacks: Sequence[Any] | None = None, **unknown: Any):
-        args = checked_arguments(type(self).__name__, model, f"bertkit.sentence.{self.model_class.__name__}",
-                                 self.model_class, args, self.training_args_class, unknown)
+        args = self._checked_arguments(model, args, unknown)
         check_loss_names(loss, train_dataset, eval_dataset)
         if args.bf16_full_eval or args.fp16_full_eval:  # the evaluator would score another model than the loss's
             raise BertkitError(f"{type(self).__name__}: bf16_full_eval / fp16_full_eval are not implemented for the "
@@ -282,7 +256,11 @@ class SentenceTransformerTrainer(Trainer):
                 else self._loss(model, loss))
         check_batch_holds_negatives(loss, args)
         check_same_parameters(loss)
-        self.model, self.loss, self.evaluator = model, loss, as_evaluator(evaluator)
+        # a list of evaluators is one SequentialEvaluator, as sentence-transformers' trainer makes it
+        # (``eval_sequential_score`` beside each one's metrics)
+        if evaluator is not None and not callable(evaluator):
+            evaluator = SequentialEvaluator(evaluator)
+        self.model, self.loss, self.evaluator = model, loss, evaluator
         pooler = getattr(getattr(model, "bert", None), "pooler", None)
         if pooler is not None:  # dense + tanh over [CLS]: no part of a sentence embedding, so it gets no
             pooler.requires_grad_(False)  # gradient, which DDP (torchrun) refuses; AdamW leaves it as is
@@ -297,6 +275,25 @@ class SentenceTransformerTrainer(Trainer):
                          eval_dataset=dev, callbacks=callbacks,
                          compute_metrics=self._evaluator_metrics if evaluator is not None else None)
         self._parameter_groups()  # each learning_rate_mapping pattern matches a parameter, before any work
+
+    def _checked_arguments(self, model: Any, args: Any, unknown: dict[str, Any]) -> Any:
+        """``args`` (the class's defaults when None), once the model, the arguments and any other keyword are what
+        the trainer takes: transformers' Trainer arguments it does not implement are refused by name, with the fix."""
+        trainer, args_cls = type(self).__name__, self.training_args_class
+        for name, value in unknown.items():
+            if name in _REFUSED:
+                if value is None or (name == "optimizers" and value == (None, None)):
+                    continue
+                raise BertkitError(f"{trainer}({name}=...) is not implemented in bertkit: {_REFUSED[name]}")
+            raise BertkitError(f"{trainer} got an unknown argument {name!r}")
+        if not isinstance(model, self.model_class):
+            raise BertkitError(f"model must be a bertkit.sentence.{self.model_class.__name__}, got "
+                               f"{type(model).__name__}")
+        args = args if args is not None else args_cls()
+        if not isinstance(args, args_cls):
+            raise BertkitError(f"args must be {args_cls.__module__.rsplit('.', 1)[0]}.{args_cls.__name__}, got "
+                               f"{type(args).__name__}")
+        return args
 
     def _collator(self, model: SentenceTransformer) -> Callable[[list[dict[str, Any]]], dict[str, Any]]:
         return SentenceCollator(model.tokenizer.pad_token_id)
