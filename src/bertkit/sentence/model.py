@@ -65,15 +65,16 @@ from bertkit.sentence.models import (
 from bertkit.sentence.pooling import Pooling
 from bertkit.sentence.prompts import Prompted, prompt_tokens
 from bertkit.sentence.quantization import PRECISIONS, quantize_embeddings
-from bertkit.sentence.util import SIMILARITY_FUNCTIONS, similarity_function
+from bertkit.sentence.util import SIMILARITY_FUNCTIONS, SimilarityByName
 from bertkit.staging import staged
 
 logger = logging.getLogger("bertkit")
 
-class SentenceTransformer(Indexed, ReferenceCalls, Prompted, nn.Module):
+class SentenceTransformer(Indexed, ReferenceCalls, Prompted, SimilarityByName, nn.Module):
     """A BERT encoder + pooling (+ Dense layers) (+ Normalize). ``forward`` (``Indexed.forward``) runs the modules on a
     tokenized batch's features and returns them with the sentence embeddings (B, D) added; ``encode`` takes texts."""
 
+    default_similarity = "cosine"
     bert = Encoder()  # model[0].auto_model: module "0"'s model, so its parameters are named 0.model.… as there
     _fixed_modules = ("one Transformer, Pooling, any Dense and an optional Normalize (model[0], model[1], ...); build "
                       "another with SentenceTransformer(modules=[...]) from bertkit.sentence.models")
@@ -239,27 +240,6 @@ class SentenceTransformer(Indexed, ReferenceCalls, Prompted, nn.Module):
         return self.max_seq_length
 
     max_seq_length = tokenizer_limit("max_seq_length", lambda model: model.bert.config.max_position_embeddings)
-
-    @property
-    def similarity_fn_name(self) -> str:
-        """"cosine", "dot", "euclidean" or "manhattan": what ``similarity`` computes and ``save`` writes."""
-        return self._similarity_fn_name
-
-    @similarity_fn_name.setter
-    def similarity_fn_name(self, value: Any) -> None:
-        # checked and kept by its name, however given (sentence-transformers' SimilarityFunction enum too), as
-        # sentence-transformers' setter: an enum kept as such was written as "SimilarityFunction.EUCLIDEAN", which
-        # sentence-transformers then read as cosine; None is its default, cosine, there too
-        self._similarity_fn_name = "cosine" if value is None else similarity_function(value)
-
-    @property
-    def similarity(self):
-        """``model.similarity(a, b)``: the (N, M) similarity matrix by ``similarity_fn_name``."""
-        return SIMILARITY_FUNCTIONS[self.similarity_fn_name][0]
-
-    @property
-    def similarity_pairwise(self):
-        return SIMILARITY_FUNCTIONS[self.similarity_fn_name][1]
 
     # -- tokenizing and the forward pass ------------------------------------------------------------------------
     def tokenize(self, texts: Sequence[str], prompt: str | None = None) -> dict[str, Tensor]:

@@ -204,6 +204,36 @@ def similarity_function(name: Any) -> str:
     return name
 
 
+class SimilarityByName:
+    """A model's ``similarity_fn_name`` and ``similarity`` / ``similarity_pairwise`` by it (SentenceTransformer's and
+    SparseEncoder's). The name is checked where it is set and kept as a name, however given (sentence-transformers'
+    SimilarityFunction enum too: an enum kept as such was written as "SimilarityFunction.EUCLIDEAN", which
+    sentence-transformers then read as cosine); None is the class's ``default_similarity``, set on first use, as
+    sentence-transformers sets it."""
+
+    default_similarity: str
+    _similarity_fn_name: str | None = None
+
+    @property
+    def similarity_fn_name(self) -> str:
+        """"cosine", "dot", "euclidean" or "manhattan": what ``similarity`` computes and ``save`` writes."""
+        if self._similarity_fn_name is None:
+            self._similarity_fn_name = self.default_similarity
+        return self._similarity_fn_name
+
+    @similarity_fn_name.setter
+    def similarity_fn_name(self, value: Any) -> None:
+        self._similarity_fn_name = None if value is None else similarity_function(value)
+
+    def similarity(self, embeddings1: Any, embeddings2: Any) -> Tensor:
+        """The (N, M) similarities by ``similarity_fn_name``, sparse or dense embeddings."""
+        return SIMILARITY_FUNCTIONS[self.similarity_fn_name][0](embeddings1, embeddings2)
+
+    def similarity_pairwise(self, embeddings1: Any, embeddings2: Any) -> Tensor:
+        """The (N,) similarities of each row of ``embeddings1`` with its row of ``embeddings2``."""
+        return SIMILARITY_FUNCTIONS[self.similarity_fn_name][1](embeddings1, embeddings2)
+
+
 def _functions(name: Any) -> tuple[Callable[[Any, Any], Tensor], Callable[[Any, Any], Tensor]]:
     """(matrix function, pairwise function) of a name or SimilarityFunction member (whose static methods'
     argument, named as in sentence-transformers, hides ``similarity_function``)."""

@@ -58,7 +58,7 @@ from bertkit.sentence.sparse_encoder.modules import (
     Transformer,
     route_of,
 )
-from bertkit.sentence.util import SIMILARITY_FUNCTIONS, similarity_function
+from bertkit.sentence.util import SimilarityByName
 from bertkit.staging import staged
 
 logger = logging.getLogger("bertkit")
@@ -123,9 +123,11 @@ def _read_modules(path: Path) -> tuple[list[nn.Module], dict[str, Any]]:
     return [_load_module(m.get("type", ""), path / m.get("path", "")) for m in listed], st
 
 
-class SparseEncoder(ReferenceCalls, Prompted, nn.Sequential):
+class SparseEncoder(ReferenceCalls, Prompted, SimilarityByName, nn.Sequential):
     """Modules "0", "1" as sentence-transformers' (``model[0]`` is the Transformer or the Router). ``forward`` takes
     a tokenized batch and adds ``sentence_embedding`` (B, V); ``encode`` takes texts."""
+
+    default_similarity = "dot"
 
     def __init__(self, model_name_or_path: str | Path | None = None, *, modules: Sequence[nn.Module] | None = None,
                  device: str | None = None, prompts: dict[str, str] | None = None,
@@ -152,8 +154,7 @@ class SparseEncoder(ReferenceCalls, Prompted, nn.Sequential):
                 # without it reports the hidden size as the model's dimension there until its first encode
                 route[-1].embedding_dimension = route[0].model.config.vocab_size
         self._set_prompts(prompts, default_prompt_name, saved.get("prompts") or {}, saved.get("default_prompt_name"))
-        name = similarity_fn_name or saved.get("similarity_fn_name")
-        self._similarity_fn_name = similarity_function(name) if name else None
+        self.similarity_fn_name = similarity_fn_name or saved.get("similarity_fn_name") or None
         self.max_active_dims = self._check_active_dims(
             max_active_dims if max_active_dims is not None else saved.get("max_active_dims"))
         self.eval()
@@ -223,24 +224,6 @@ class SparseEncoder(ReferenceCalls, Prompted, nn.Sequential):
     def splade_pooling_chunk_size(self, value: int | None) -> None:
         for pooling in (m for route in self._route_lists() for m in route if isinstance(m, SpladePooling)):
             pooling.chunk_size = SpladePooling(chunk_size=value).chunk_size  # checked as the constructor checks
-
-    @property
-    def similarity_fn_name(self) -> str:
-        """"dot" unless set, as sentence-transformers' SparseEncoder (set on first use)."""
-        if self._similarity_fn_name is None:
-            self._similarity_fn_name = "dot"
-        return self._similarity_fn_name
-
-    @similarity_fn_name.setter
-    def similarity_fn_name(self, value: Any) -> None:
-        self._similarity_fn_name = similarity_function(value) if value is not None else None
-
-    def similarity(self, embeddings1: Any, embeddings2: Any) -> Tensor:
-        """The (N, M) similarities by ``similarity_fn_name``, sparse or dense embeddings."""
-        return SIMILARITY_FUNCTIONS[self.similarity_fn_name][0](embeddings1, embeddings2)
-
-    def similarity_pairwise(self, embeddings1: Any, embeddings2: Any) -> Tensor:
-        return SIMILARITY_FUNCTIONS[self.similarity_fn_name][1](embeddings1, embeddings2)
 
     def _check_active_dims(self, k: Any) -> int | None:
         if k is None:
