@@ -240,6 +240,7 @@ class SentenceTransformerTrainer(Trainer):
     _custom_loss = "a custom loss is a loss module, given as loss="
     training_args_class: ClassVar[type[SentenceTransformerTrainingArguments]] = SentenceTransformerTrainingArguments
     examples_class: ClassVar[type] = SentenceExamples  # what ``_examples_of`` makes of a dataset
+    loss_class: ClassVar[type[nn.Module]] = SentenceLoss  # what ``_loss`` takes
     _evaluations_write_csv = True  # off for the check of metric_for_best_model (``_check_metric``)
 
     def __init__(self, model: SentenceTransformer | None = None, args: SentenceTransformerTrainingArguments | None = None,
@@ -377,21 +378,25 @@ class SentenceTransformerTrainer(Trainer):
             loss = self.get_default_loss(model)
         elif not isinstance(loss, nn.Module) and callable(loss):
             loss = loss(model)
-        if not isinstance(loss, SentenceLoss):
-            kind = f"{type(loss).__module__}.{type(loss).__name__}"
-            if isinstance(loss, nn.Module) and not kind.startswith("sentence_transformers."):
-                # a loss of the user's own (sentence-transformers' docs build GlobalOrthogonalRegularizationLoss's
-                # pairing with MultipleNegativesRankingLoss so): the import is not what to change
-                raise BertkitError(f"loss {kind} is no bertkit.sentence loss: derive it from "
-                                   "bertkit.sentence.losses.SentenceLoss (class "
-                                   f"{type(loss).__name__}(SentenceLoss), its __init__ calling "
-                                   "super().__init__(model)); its forward(sentence_features, labels) stays as it is")
-            raise BertkitError(f"loss must be a bertkit.sentence.losses loss, got {kind}; change the import to "
-                               "`from bertkit.sentence import losses`")
+        if not isinstance(loss, self.loss_class):
+            self._refuse_loss(loss, f"{type(loss).__module__}.{type(loss).__name__}")
         if loss.model is not model:
             raise BertkitError("the loss was built with another model than the trainer's; build it with "
                                "losses.X(model) of the model passed to the trainer")
         return loss
+
+    @staticmethod
+    def _refuse_loss(loss: Any, kind: str) -> None:
+        """Refuse ``loss``, of class ``kind``, which is no loss of this trainer's kind, with the fix."""
+        if isinstance(loss, nn.Module) and not kind.startswith("sentence_transformers."):
+            # a loss of the user's own (sentence-transformers' docs build GlobalOrthogonalRegularizationLoss's
+            # pairing with MultipleNegativesRankingLoss so): the import is not what to change
+            raise BertkitError(f"loss {kind} is no bertkit.sentence loss: derive it from "
+                               "bertkit.sentence.losses.SentenceLoss (class "
+                               f"{type(loss).__name__}(SentenceLoss), its __init__ calling "
+                               "super().__init__(model)); its forward(sentence_features, labels) stays as it is")
+        raise BertkitError(f"loss must be a bertkit.sentence.losses loss, got {kind}; change the import to "
+                           "`from bertkit.sentence import losses`")
 
     def _collate(self, examples: list) -> dict:
         return self.data_collator(examples)  # its host-side ints (column widths, prompt lengths) too

@@ -17,7 +17,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from torch import Tensor, nn
+from torch import Tensor
 
 from bertkit.errors import BertkitError
 from bertkit.sentence.cross_encoder.data import CrossEncoderExamples, collate, columns_of
@@ -45,6 +45,7 @@ class CrossEncoderTrainer(SentenceTransformerTrainer):
     model_class = CrossEncoder
     training_args_class = CrossEncoderTrainingArguments
     examples_class = CrossEncoderExamples
+    loss_class = CrossEncoderLoss
 
     def _collator(self, model: CrossEncoder) -> Callable[[list[dict[str, Any]]], dict[str, Any]]:
         return collate
@@ -60,17 +61,10 @@ class CrossEncoderTrainer(SentenceTransformerTrainer):
         """The base Trainer's (the loop's: the model's, at one rate): learning_rate_mapping is refused here."""
         return Trainer._parameter_groups(self)
 
+    def get_default_loss(self, model: CrossEncoder) -> CrossEncoderLoss:  # sentence-transformers' defaults
+        return BinaryCrossEntropyLoss(model) if model.num_labels == 1 else CrossEntropyLoss(model)
+
     @staticmethod
-    def _loss(model: CrossEncoder, loss: Any) -> CrossEncoderLoss:
-        if loss is None:  # sentence-transformers' defaults
-            loss = BinaryCrossEntropyLoss(model) if model.num_labels == 1 else CrossEntropyLoss(model)
-        elif not isinstance(loss, nn.Module) and callable(loss):
-            loss = loss(model)
-        if not isinstance(loss, CrossEncoderLoss):
-            raise BertkitError(f"loss must be a bertkit.sentence.cross_encoder.losses loss, got {type(loss).__module__}."
-                               f"{type(loss).__name__}; change the import to `from bertkit.sentence.cross_encoder "
-                               "import losses`")
-        if loss.model is not model:
-            raise BertkitError("the loss was built with another model than the trainer's; build it with "
-                               "losses.X(model) of the model passed to the trainer")
-        return loss
+    def _refuse_loss(loss: Any, kind: str) -> None:
+        raise BertkitError(f"loss must be a bertkit.sentence.cross_encoder.losses loss, got {kind}; change the import "
+                           "to `from bertkit.sentence.cross_encoder import losses`")
