@@ -37,11 +37,6 @@ def per_row(x: Tensor, rows: Sequence[dict[str, Any]]) -> list[np.ndarray]:
     return [x[b, : len(r["input_ids"])] for b, r in enumerate(rows)]
 
 
-def _labels(config) -> list[str]:
-    n = config.num_labels
-    return [config.id2label[i] for i in range(n)] if config.id2label else [f"LABEL_{i}" for i in range(n)]
-
-
 class FillMaskPipeline(Pipeline):
     """Text with one or more ``[MASK]`` tokens -> the ``top_k`` most likely tokens for each.
 
@@ -202,7 +197,7 @@ class TextClassificationPipeline(TextOrPairPipeline):
                              "\"labels\" above 0.5), none (regression: \"value\")"}
 
     def __init__(self, model, tokenizer, **kwargs: Any):
-        names = _labels(model.config)
+        names = tasks.label_names(model.config)
         twice = sorted({n for n in names if names.count(n) > 1})
         if twice:  # the scores are keyed by name: one label's would overwrite the other's
             ids = {n: [i for i, m in enumerate(names) if m == n] for n in twice}
@@ -216,7 +211,7 @@ class TextClassificationPipeline(TextOrPairPipeline):
         logits = outputs[0]
         kind = self.config.problem_type or ("regression" if self.config.num_labels == 1
                                             else "single_label_classification")
-        names = _labels(self.config)
+        names = tasks.label_names(self.config)
         if kind == "regression":
             values = [float(v) for v in logits]
             return {"value": values[0]} if len(values) == 1 else {"values": dict(zip(names, values))}
@@ -244,7 +239,7 @@ def relevant_label(config) -> int | None:
     if config.num_labels != 2:
         raise BertkitError(f"rerank needs a cross-encoder with one logit or two labels; this model has "
                            f"{config.num_labels} labels: serve it as text-classification")
-    names = _labels(config)
+    names = tasks.label_names(config)
     lower = [n.lower() for n in names]
     for yes, no in _RELEVANCE_NAMES:
         if lower in ([yes, no], [no, yes]):

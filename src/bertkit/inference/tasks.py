@@ -37,8 +37,9 @@ if TYPE_CHECKING:
     import numpy as np
 
 
-def _labels(config: Any) -> dict[str, str]:
-    return {str(i): config.id2label[i] if config.id2label else f"LABEL_{i}" for i in range(config.num_labels)}
+def label_names(config: Any) -> list[str]:
+    """A head's label names by output index (transformers' LABEL_i where the config names none)."""
+    return [config.id2label[i] if config.id2label else f"LABEL_{i}" for i in range(config.num_labels)]
 
 
 class Task:
@@ -136,8 +137,9 @@ class Task:
 
     def info(self, pipe: Any) -> tuple[dict[str, Any], dict[str, Any]]:
         """TEI's /info: (``model_type``, the other fields this task fills in)."""
-        labels = _labels(pipe.config)
-        return {self.model_type: {"id2label": labels, "label2id": {v: int(k) for k, v in labels.items()}}}, {}
+        labels = label_names(pipe.config)
+        return {self.model_type: {"id2label": {str(i): n for i, n in enumerate(labels)},
+                                  "label2id": {n: i for i, n in enumerate(labels)}}}, {}
 
 
 class FillMask(Task):
@@ -215,7 +217,7 @@ def _classification(config: Any, logits: np.ndarray, answer: dict[str, Any], tei
         scores = 1.0 / (1.0 + np.exp(-x))
     else:
         scores = x
-    names = list(_labels(config).values())
+    names = label_names(config)
     out = sorted(({"label": names[i], "score": float(scores[i])} for i in range(n)), key=lambda d: -d["score"])
     key = ("score", "label") if tei else ("label", "score")
     out = [{k: d[k] for k in key} for d in out]
