@@ -24,7 +24,7 @@ from bertkit.heads import (
     BertForSequenceClassification,
 )
 from bertkit.inference import tasks
-from bertkit.inference.base import Pipeline, refuse_empty_text, softmax
+from bertkit.inference.base import Pipeline, refuse_empty_text, scored
 from bertkit.sentence.directory import cross_encoder_max_seq_length, saved_activation
 from bertkit.tasks import squad
 
@@ -216,9 +216,9 @@ class TextClassificationPipeline(TextOrPairPipeline):
             values = [float(v) for v in logits]
             return {"value": values[0]} if len(values) == 1 else {"values": dict(zip(names, values))}
         if kind == "multi_label_classification":
-            p = 1.0 / (1.0 + np.exp(-logits.astype(np.float64)))
+            p = scored(logits, "sigmoid")
             return {"labels": [n for n, s in zip(names, p) if s > 0.5], "scores": dict(zip(names, map(float, p)))}
-        p = softmax(logits)
+        p = scored(logits)
         best = int(np.argmax(p))
         return {"label": names[best], "score": float(p[best]), "scores": dict(zip(names, map(float, p)))}
 
@@ -427,6 +427,6 @@ class MultipleChoicePipeline(Pipeline):
         return [{"input_ids": enc["input_ids"], "token_type_ids": enc["token_type_ids"]}]
 
     def decode(self, item: dict, rows, outputs, **_: Any) -> dict[str, Any]:
-        p = softmax(outputs[0])
+        p = scored(outputs[0])
         best = int(np.argmax(p))
         return {"choice": best, "text": item["choices"][best], "score": float(p[best]), "scores": p.tolist()}

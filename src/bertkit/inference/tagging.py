@@ -13,7 +13,7 @@ import numpy as np
 from bertkit.errors import BertkitError, is_whole
 from bertkit.heads import BertForTokenClassification
 from bertkit.inference import tasks
-from bertkit.inference.base import Pipeline, softmax
+from bertkit.inference.base import Pipeline, scored
 from bertkit.inference.pipelines import per_row
 
 
@@ -177,7 +177,7 @@ class TokenClassificationPipeline(Pipeline):
         """One window's words and entities: those of the types not in ``ignore``, the runs of words tagged O as
         entities of type "O" too when "O" is not in it (transformers' ``ignore_labels``)."""
         names = tasks.label_names(self.config)
-        probs = softmax(logits)
+        probs = scored(logits)
         pieces = self.tokenizer.convert_ids_to_tokens(row["input_ids"])
         spans: list[list[int]] = []  # each word's pieces (their row indices)
         for i, (piece, special) in enumerate(zip(pieces, row["special"])):

@@ -194,10 +194,9 @@ class TextClassification(Task):
 def _classification(config: Any, logits: np.ndarray, answer: dict[str, Any], tei: bool) -> list[dict[str, Any]]:
     """``[{label, score}]`` best first, scored as transformers' pipeline does (TEI: softmax, or sigmoid for
     one label; ``raw_scores``: the logits)."""
-    import numpy as np
+    from bertkit.inference.base import scored  # the server's, loaded with the model
 
-    x = logits.astype(np.float64)
-    n = len(x)
+    n = len(logits)
     fn = answer.get("function_to_apply")
     if answer.get("raw_scores"):
         fn = "none"
@@ -210,13 +209,7 @@ def _classification(config: Any, logits: np.ndarray, answer: dict[str, Any], tei
             fn = "sigmoid"
         else:
             fn = "softmax"
-    if fn == "softmax":
-        e = np.exp(x - x.max())
-        scores = e / e.sum()
-    elif fn == "sigmoid":
-        scores = 1.0 / (1.0 + np.exp(-x))
-    else:
-        scores = x
+    scores = scored(logits, fn)
     names = label_names(config)
     out = sorted(({"label": names[i], "score": float(scores[i])} for i in range(n)), key=lambda d: -d["score"])
     key = ("score", "label") if tei else ("label", "score")
