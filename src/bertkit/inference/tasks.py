@@ -128,12 +128,8 @@ class Task:
         return 1, 0, "inputs"
 
     def render(self, server: Any, call: Call, results: list[Any]) -> Any:
-        """/predict's answer: the Inference API's shape for the task."""
-        out = [self.render_one(r, call.answer) for r in results]
-        return out[0] if call.single else out
-
-    def render_one(self, result: Any, answer: dict[str, Any]) -> Any:
-        return result
+        """/predict's answer: the Inference API's shape for the task (by default the pipeline's results)."""
+        return results[0] if call.single else results
 
     def info(self, pipe: Any) -> tuple[dict[str, Any], dict[str, Any]]:
         """TEI's /info: (``model_type``, the other fields this task fills in)."""
