@@ -402,7 +402,7 @@ def test_every_parameter_a_route_takes_has_a_check():
 
     for task in TASK_LIST:
         fake = SimpleNamespace(task=task.name, max_length=128, tokenizer=[0] * 30522, prompts={"query": "query: "},
-                               config=SimpleNamespace(hidden_size=32, id2label={0: "O"}))
+                               config=SimpleNamespace(hidden_size=32, id2label={0: "O"}, num_labels=1))
         checks = _parameter_checks(SimpleNamespace(pipe=fake, limits=Limits(), task=task))
         accepted = ({*task.pipeline_class().call_options, *task.answer_params, *task.renamed, *task.body_fields}
                     - set(task.renamed.values()))

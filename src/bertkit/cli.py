@@ -108,6 +108,7 @@ def _extract(s) -> dict:
     from bertkit.features import extract_features, max_seq_length_for, read_texts, text_form
     from bertkit.inference.predict import for_prediction
     from bertkit.modeling import BertModel
+    from bertkit.quantization import load_for_inference
     from bertkit.tokenization import BertTokenizer
 
     form = text_form(s.model_name_or_path, s.prompt_name)  # a sentence-transformers directory's prompt, case, length
@@ -116,7 +117,8 @@ def _extract(s) -> dict:
     positions = BertConfig.from_pretrained(form.encoder_dir).max_position_embeddings
     s = dataclasses.replace(s, model_name_or_path=form.encoder_dir,
                             max_seq_length=max_seq_length_for(s.max_seq_length, form, tokenizer, positions))
-    model, precision = for_prediction(BertModel, tokenizer, s)  # s.device is this process's own (_resolve_device)
+    # s.device is this process's own (_resolve_device)
+    model, precision = for_prediction(load_for_inference(BertModel, form.encoder_dir), tokenizer, s)
     report = extract_features(model, tokenizer, texts, s.output_file, layers=s.layers, max_seq_length=s.max_seq_length,
                               batch_size=s.batch_size, dtype=s.dtype, device=str(precision.device),
                               progress=s.progress, overwrite=s.overwrite, bf16=precision.bf16, prompt=form.prompt,

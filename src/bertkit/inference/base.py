@@ -293,8 +293,11 @@ def _group(row: dict[str, Any]) -> tuple[int, int, bool]:
     return len(ids) if ids and isinstance(ids[0], list) else 0, row.get("prompt_length", 0), row.get("all_tokens", False)
 
 
-def softmax(x: np.ndarray) -> np.ndarray:
-    """Softmax over the last axis in float64 (scores a user reads should not carry bf16 rounding)."""
-    z = x.astype(np.float64) - x.max(axis=-1, keepdims=True)
-    e = np.exp(z)
-    return e / e.sum(axis=-1, keepdims=True)
+def scored(x: np.ndarray, fn: str = "softmax") -> np.ndarray:
+    """Logits as scores over the last axis, in float64 (scores a user reads should not carry bf16 rounding):
+    ``fn`` "softmax", "sigmoid", or "none" (the logits)."""
+    x = x.astype(np.float64)
+    if fn == "softmax":
+        e = np.exp(x - x.max(axis=-1, keepdims=True))
+        return e / e.sum(axis=-1, keepdims=True)
+    return 1.0 / (1.0 + np.exp(-x)) if fn == "sigmoid" else x

@@ -144,13 +144,10 @@ class FeatureExtractionPipeline(TextOrPairPipeline):
         weights (``bertkit predict`` checks --prompt-name with it before the model loads)."""
         return prompt_named(sentence_directory(Path(model_dir)).prompts, prompt_name)
 
-    def prompt_for(self, prompt_name: str | None) -> str:
-        """The prompt put before each text: ``prompts[prompt_name]``, or the default prompt when it is None (as
-        ``encode(prompt_name=...)`` chooses in sentence-transformers)."""
-        return self.prompt if prompt_name is None else prompt_named(self.prompts, prompt_name)
-
     def text_form(self, prompt_name: str | None) -> tuple[str, bool]:
-        return self.prompt_for(prompt_name), self.lowercase
+        """The prompt put before each text, ``prompts[prompt_name]`` or the default prompt when it is None (as
+        ``encode(prompt_name=...)`` chooses in sentence-transformers), and the directory's do_lower_case."""
+        return self.prompt if prompt_name is None else prompt_named(self.prompts, prompt_name), self.lowercase
 
     def encode(self, item: tuple[str, str | None], prompt_name: str | None = None,
                **options: Any) -> list[dict[str, Any]]:

@@ -24,7 +24,7 @@ from bertkit.heads import (
     BertForSequenceClassification,
 )
 from bertkit.inference import tasks
-from bertkit.inference.base import Pipeline, refuse_empty_text, softmax
+from bertkit.inference.base import Pipeline, refuse_empty_text, scored
 from bertkit.sentence.directory import cross_encoder_max_seq_length, saved_activation
 from bertkit.tasks import squad
 
@@ -35,11 +35,6 @@ def per_row(x: Tensor, rows: Sequence[dict[str, Any]]) -> list[np.ndarray]:
     """(B, T, ...) batch output -> one float32 array per row, cut to the row's own length."""
     x = x.float().cpu().numpy()
     return [x[b, : len(r["input_ids"])] for b, r in enumerate(rows)]
-
-
-def _labels(config) -> list[str]:
-    n = config.num_labels
-    return [config.id2label[i] for i in range(n)] if config.id2label else [f"LABEL_{i}" for i in range(n)]
 
 
 class FillMaskPipeline(Pipeline):
@@ -202,7 +197,7 @@ class TextClassificationPipeline(TextOrPairPipeline):
                              "\"labels\" above 0.5), none (regression: \"value\")"}
 
     def __init__(self, model, tokenizer, **kwargs: Any):
-        names = _labels(model.config)
+        names = tasks.label_names(model.config)
         twice = sorted({n for n in names if names.count(n) > 1})
         if twice:  # the scores are keyed by name: one label's would overwrite the other's
             ids = {n: [i for i, m in enumerate(names) if m == n] for n in twice}
@@ -216,14 +211,14 @@ class TextClassificationPipeline(TextOrPairPipeline):
         logits = outputs[0]
         kind = self.config.problem_type or ("regression" if self.config.num_labels == 1
                                             else "single_label_classification")
-        names = _labels(self.config)
+        names = tasks.label_names(self.config)
         if kind == "regression":
             values = [float(v) for v in logits]
             return {"value": values[0]} if len(values) == 1 else {"values": dict(zip(names, values))}
         if kind == "multi_label_classification":
-            p = 1.0 / (1.0 + np.exp(-logits.astype(np.float64)))
+            p = scored(logits, "sigmoid")
             return {"labels": [n for n, s in zip(names, p) if s > 0.5], "scores": dict(zip(names, map(float, p)))}
-        p = softmax(logits)
+        p = scored(logits)
         best = int(np.argmax(p))
         return {"label": names[best], "score": float(p[best]), "scores": dict(zip(names, map(float, p)))}
 
@@ -244,7 +239,7 @@ def relevant_label(config) -> int | None:
     if config.num_labels != 2:
         raise BertkitError(f"rerank needs a cross-encoder with one logit or two labels; this model has "
                            f"{config.num_labels} labels: serve it as text-classification")
-    names = _labels(config)
+    names = tasks.label_names(config)
     lower = [n.lower() for n in names]
     for yes, no in _RELEVANCE_NAMES:
         if lower in ([yes, no], [no, yes]):
@@ -432,6 +427,6 @@ class MultipleChoicePipeline(Pipeline):
         return [{"input_ids": enc["input_ids"], "token_type_ids": enc["token_type_ids"]}]
 
     def decode(self, item: dict, rows, outputs, **_: Any) -> dict[str, Any]:
-        p = softmax(outputs[0])
+        p = scored(outputs[0])
         best = int(np.argmax(p))
         return {"choice": best, "text": item["choices"][best], "score": float(p[best]), "scores": p.tolist()}

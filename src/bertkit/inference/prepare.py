@@ -66,20 +66,15 @@ def check_request(device: str | torch.device = "cpu", *, bf16: bool | None = Non
     return torch.device(resolve_device(device, local_rank, int8=True, bf16=bf16 is True))
 
 
-def prepare_model(model: nn.Module | type[nn.Module], model_dir: str | Path | None = None, *,
+def prepare_model(model: nn.Module, model_dir: str | Path | None = None, *,
                   device: str | torch.device = "cpu", bf16: bool | None = None, quantize: str | None = None,
                   calibration_texts: Sequence[str | tuple[str, str]] | None = None,
                   calibration_file: str | Path | None = None, tokenizer: Any = None, max_length: int | None = None,
                   local_rank: int = 0) -> tuple[nn.Module, Precision]:
-    """``model`` (a loaded model, or a model class to load from ``model_dir``: a `bertkit quantize` directory loads
-    in int8) on its device in eval mode, on the CPU as its copy made for inference (``for_cpu_inference``), with the
-    record of its precision. ``quantize="int8"`` quantizes a float model (``quantize_int8_on_texts`` on
-    ``calibration_texts``, ``calibration_file``'s lines, or the built-in sentences); an int8 model runs as it is
-    and refuses a calibration. ``bf16`` None: off."""
-    if isinstance(model, type):
-        if model_dir is None:
-            raise BertkitError(f"prepare_model got the class {model.__name__}: pass model_dir to load it from")
-        model = quantization.load_for_inference(model, Path(model_dir))
+    """``model`` (loaded from ``model_dir``, which refusals name) on its device in eval mode, on the CPU as its copy
+    made for inference (``for_cpu_inference``), with the record of its precision. ``quantize="int8"`` quantizes a
+    float model (``quantize_int8_on_texts`` on ``calibration_texts``, ``calibration_file``'s lines, or the built-in
+    sentences); an int8 model runs as it is and refuses a calibration. ``bf16`` None: off."""
     bf16 = _checked_bf16(bf16)
     calibrating = calibration_texts is not None or calibration_file is not None
     int8_already = quantization.is_int8_model(model)

@@ -46,12 +46,6 @@ def in_order(indices: Sequence[int], batch_size: int) -> list[list[int]]:
     return [list(indices[i:i + batch_size]) for i in range(0, len(indices), batch_size)]
 
 
-def to_device(batch: Mapping[str, Any], device: torch.device) -> dict[str, Any]:
-    """``batch``'s tensors on ``device`` (its other values as they are), to a GPU without waiting (``moved``)."""
-    device = torch.device(device)
-    return {k: moved(v, device) if isinstance(v, Tensor) else v for k, v in batch.items()}
-
-
 def longest_first(items: Sequence[Any], batch_size: int, prepare: Callable[[list[Any]], Mapping[str, Any]],
                   device: str | torch.device, progress: bool = False, length: Callable[[Any], int] = len
                   ) -> Iterator[dict[str, Any]]:
@@ -91,8 +85,8 @@ def evaluate(call: Call, rows: Sequence[Any], batches: Sequence[Sequence[int]], 
     ``gather``: under torchrun every process gets every process's results (each ran its own ``batches``), process
     by process.
     """
-    device_type = torch.device(device).type
-    precision = contextlib.nullcontext() if bf16 is None else torch.autocast(device_type, torch.bfloat16, enabled=bf16)
+    device = torch.device(device)
+    precision = contextlib.nullcontext() if bf16 is None else torch.autocast(device.type, torch.bfloat16, enabled=bf16)
     was_training = model.training if model is not None else False
     if model is not None:
         model.eval()
@@ -101,7 +95,8 @@ def evaluate(call: Call, rows: Sequence[Any], batches: Sequence[Sequence[int]], 
         with torch.no_grad():
             for idx in batches:
                 batch_rows = [rows[i] for i in idx]
-                batch = to_device(pad(batch_rows), device)
+                # tensors to a GPU without waiting (``moved``), other values as they are
+                batch = {k: moved(v, device) if isinstance(v, Tensor) else v for k, v in pad(batch_rows).items()}
                 with precision:
                     result = call(batch, batch_rows)
                 bad = [i for i, o in zip(idx, result) if (np.isnan(o) | np.isposinf(o)).any()] if nonfinite else []

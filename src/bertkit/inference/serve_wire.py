@@ -99,34 +99,22 @@ class Route:
         return "GET" if self.get else "POST"
 
 
-def json_depth(value: Any) -> int:
-    """How deeply the lists and objects of a parsed JSON value nest."""
-    deepest, stack = 0, [(value, 1)]
-    while stack:
-        v, depth = stack.pop()
-        if isinstance(v, (list, dict)):
-            deepest = max(deepest, depth)
-            stack.extend((x, depth + 1) for x in (v.values() if isinstance(v, dict) else v))
-    return deepest
-
-
 _SURROGATE = re.compile("[\ud800-\udfff]")
 
 
-def _lone_surrogate(value: Any) -> str | None:
-    """A surrogate code point in a parsed JSON value's strings (keys included), else None. json.loads joins an
-    escaped pair ("\\ud83d\\ude00") into its character, so one left is half a pair: no character, which no UTF-8
-    answer can hold."""
-    stack = [value]
+def _depth_and_surrogate(value: Any) -> tuple[int, str | None]:
+    """How deeply the lists and objects of a parsed JSON value nest, and a surrogate code point in its strings (keys
+    included) or None. json.loads joins an escaped pair ("\\ud83d\\ude00") into its character, so one left is half a
+    pair: no character, which no UTF-8 answer can hold."""
+    deepest, half, stack = 0, None, [(value, 0)]
     while stack:
-        v = stack.pop()
-        if isinstance(v, str):
-            found = _SURROGATE.search(v)
-            if found:
-                return found.group()
+        v, depth = stack.pop()
+        if isinstance(v, str) and half is None and (found := _SURROGATE.search(v)):
+            half = found.group()
         elif isinstance(v, (list, dict)):
-            stack.extend((*v.keys(), *v.values()) if isinstance(v, dict) else v)
-    return None
+            deepest = max(deepest, depth + 1)
+            stack.extend((x, depth + 1) for x in ((*v.keys(), *v.values()) if isinstance(v, dict) else v))
+    return deepest, half
 
 
 def _object(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
@@ -160,9 +148,8 @@ def load_json(body: bytes, limits: Limits) -> Any:
     except RecursionError:  # Python's parser recurses once per level and gives up near 1,000
         depth = "about 1,000 or more"
     else:
-        depth = json_depth(data)
+        depth, half = _depth_and_surrogate(data)
         if depth <= limits.max_json_depth:
-            half = _lone_surrogate(data)
             if half is not None:  # Python's parser takes it; TEI's (serde_json) refuses it, as RFC 8259 8.2 allows
                 raise RequestError(400, f"the body is not valid JSON: a string holds \\u{ord(half):04x}, half of a "
                                         "UTF-16 surrogate pair without its other half (no character); escape both "

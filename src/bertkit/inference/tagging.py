@@ -13,8 +13,8 @@ import numpy as np
 from bertkit.errors import BertkitError, is_whole
 from bertkit.heads import BertForTokenClassification
 from bertkit.inference import tasks
-from bertkit.inference.base import Pipeline, softmax
-from bertkit.inference.pipelines import _labels, per_row
+from bertkit.inference.base import Pipeline, scored
+from bertkit.inference.pipelines import per_row
 
 
 def _split_tag(tag: str) -> tuple[str, str | None]:
@@ -134,7 +134,7 @@ class TokenClassificationPipeline(Pipeline):
     def label_names(config: Any) -> set[str]:
         """What ``ignore_labels`` may name for a model of ``config``: its tags, the entity types they make as
         ``group_entities`` reads them (B-PER, B_PER, S-PER: PER) and "O", transformers' default, whatever the tags."""
-        tags = list(config.id2label.values()) if getattr(config, "id2label", None) else _labels(config)
+        tags = tasks.label_names(config)
         return {"O", *tags, *(e["entity_group"] for t in tags for e in
                               group_entities([{"tag": t, "score": 0.0, "start": 0, "end": 0}], "", outside=True))}
 
@@ -176,8 +176,8 @@ class TokenClassificationPipeline(Pipeline):
                 ignore: set[str]) -> dict[str, Any]:
         """One window's words and entities: those of the types not in ``ignore``, the runs of words tagged O as
         entities of type "O" too when "O" is not in it (transformers' ``ignore_labels``)."""
-        names = _labels(self.config)
-        probs = softmax(logits)
+        names = tasks.label_names(self.config)
+        probs = scored(logits)
         pieces = self.tokenizer.convert_ids_to_tokens(row["input_ids"])
         spans: list[list[int]] = []  # each word's pieces (their row indices)
         for i, (piece, special) in enumerate(zip(pieces, row["special"])):

@@ -37,8 +37,9 @@ if TYPE_CHECKING:
     import numpy as np
 
 
-def _labels(config: Any) -> dict[str, str]:
-    return {str(i): config.id2label[i] if config.id2label else f"LABEL_{i}" for i in range(config.num_labels)}
+def label_names(config: Any) -> list[str]:
+    """A head's label names by output index (transformers' LABEL_i where the config names none)."""
+    return [config.id2label[i] if config.id2label else f"LABEL_{i}" for i in range(config.num_labels)]
 
 
 class Task:
@@ -127,17 +128,14 @@ class Task:
         return 1, 0, "inputs"
 
     def render(self, server: Any, call: Call, results: list[Any]) -> Any:
-        """/predict's answer: the Inference API's shape for the task."""
-        out = [self.render_one(r, call.answer) for r in results]
-        return out[0] if call.single else out
-
-    def render_one(self, result: Any, answer: dict[str, Any]) -> Any:
-        return result
+        """/predict's answer: the Inference API's shape for the task (by default the pipeline's results)."""
+        return results[0] if call.single else results
 
     def info(self, pipe: Any) -> tuple[dict[str, Any], dict[str, Any]]:
         """TEI's /info: (``model_type``, the other fields this task fills in)."""
-        labels = _labels(pipe.config)
-        return {self.model_type: {"id2label": labels, "label2id": {v: int(k) for k, v in labels.items()}}}, {}
+        labels = label_names(pipe.config)
+        return {self.model_type: {"id2label": {str(i): n for i, n in enumerate(labels)},
+                                  "label2id": {n: i for i, n in enumerate(labels)}}}, {}
 
 
 class FillMask(Task):
@@ -192,10 +190,9 @@ class TextClassification(Task):
 def _classification(config: Any, logits: np.ndarray, answer: dict[str, Any], tei: bool) -> list[dict[str, Any]]:
     """``[{label, score}]`` best first, scored as transformers' pipeline does (TEI: softmax, or sigmoid for
     one label; ``raw_scores``: the logits)."""
-    import numpy as np
+    from bertkit.inference.base import scored  # the server's, loaded with the model
 
-    x = logits.astype(np.float64)
-    n = len(x)
+    n = len(logits)
     fn = answer.get("function_to_apply")
     if answer.get("raw_scores"):
         fn = "none"
@@ -208,14 +205,8 @@ def _classification(config: Any, logits: np.ndarray, answer: dict[str, Any], tei
             fn = "sigmoid"
         else:
             fn = "softmax"
-    if fn == "softmax":
-        e = np.exp(x - x.max())
-        scores = e / e.sum()
-    elif fn == "sigmoid":
-        scores = 1.0 / (1.0 + np.exp(-x))
-    else:
-        scores = x
-    names = list(_labels(config).values())
+    scores = scored(logits, fn)
+    names = label_names(config)
     out = sorted(({"label": names[i], "score": float(scores[i])} for i in range(n)), key=lambda d: -d["score"])
     key = ("score", "label") if tei else ("label", "score")
     out = [{k: d[k] for k in key} for d in out]

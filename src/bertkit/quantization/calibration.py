@@ -17,7 +17,7 @@ from torch import Tensor, nn
 from bertkit.errors import BertkitError, MissingFileError, is_whole
 from bertkit.modeling import BertModel
 from bertkit.quantization.kernels import SMOOTHING_BOUND
-from bertkit.quantization.projections import _layers, get_projection
+from bertkit.quantization.projections import get_projection
 from bertkit.tokenization import BertTokenizer
 
 
@@ -39,7 +39,7 @@ def activation_absmax(encoder: BertModel, calibration: Iterable[Mapping[str, Ten
         def record(module: nn.Module, inputs: tuple[Tensor, ...], output: Tensor, key=(i, kind)) -> None:
             x = inputs[0].detach().reshape(-1, inputs[0].size(-1)).abs().amax(0).float()  # (in,)
             stats[key] = x if key not in stats else torch.maximum(stats[key], x)
-        layer = _layers(encoder)[i]
+        layer = encoder.encoder.layer[i]
         # q, k and v read the same input, which is attention.self's (the three may run as one GEMM, unhooked).
         hooked = layer.attention.self if kind == "qkv" else get_projection(layer, kind)
         hooks.append(hooked.register_forward_hook(record))

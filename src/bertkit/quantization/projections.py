@@ -24,10 +24,6 @@ PROJECTIONS = ("qkv", "attn_out", "ffn_in", "ffn_out")
 PER_TOKEN = ("ffn_out",)
 
 
-def _layers(encoder: BertModel) -> nn.ModuleList:
-    return encoder.encoder.layer
-
-
 def _path(kind: str) -> str:
     """The module path inside a layer of a single-module projection (``ffn_in`` -> ``intermediate.dense``)."""
     (published,) = encoder_published_names(f"layers.0.{kind}.weight")  # encoder.layer.0.<path>.weight
@@ -86,7 +82,7 @@ def encoder_of(model: nn.Module) -> BertModel:
 def int8_projections(model: nn.Module) -> list[str]:
     """Names of the encoder projections of ``model`` that are int8 (``layers.3.qkv``, ...), in order."""
     encoder = encoder_of(model)
-    return [f"layers.{i}.{kind}" for i, layer in enumerate(_layers(encoder)) for kind in PROJECTIONS
+    return [f"layers.{i}.{kind}" for i, layer in enumerate(encoder.encoder.layer) for kind in PROJECTIONS
             if isinstance(get_projection(layer, kind), Int8Linear)]
 
 

@@ -16,7 +16,6 @@ from bertkit.quantization.kernels import Int8Linear
 from bertkit.quantization.projections import (
     PER_TOKEN,
     PROJECTIONS,
-    _layers,
     encoder_of,
     float_projection,
     set_projection,
@@ -52,9 +51,9 @@ def quantize_int8(model: nn.Module, *, calibration: Iterable[Mapping[str, Tensor
     result for a 0.1 s load."""
     encoder = encoder_of(model)
     check_int8_support(model)
-    targets = [(i, kind) for i in range(len(_layers(encoder))) for kind in PROJECTIONS]
+    targets = [(i, kind) for i in range(len(encoder.encoder.layer)) for kind in PROJECTIONS]
     for i, kind in targets:
-        module = float_projection(_layers(encoder)[i], kind)
+        module = float_projection(encoder.encoder.layer[i], kind)
         if isinstance(module, Int8Linear):
             raise BertkitError(f"layer {i}'s {kind} is Int8Linear: the model is quantized already; quantize the fp32 "
                                "model once")
@@ -72,7 +71,7 @@ def quantize_int8(model: nn.Module, *, calibration: Iterable[Mapping[str, Tensor
     target_model = copy.deepcopy(model)
     target_encoder = encoder_of(target_model)
     for i, kind in targets:
-        layer = _layers(target_encoder)[i]
+        layer = target_encoder.encoder.layer[i]
         linear = float_projection(layer, kind)
         scale = smoothing_scale(absmax[(i, kind)], linear.weight, ALPHA)
         set_projection(layer, kind, Int8Linear.from_float(linear, scale, per_token=kind in PER_TOKEN))

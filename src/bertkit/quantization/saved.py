@@ -40,7 +40,6 @@ from bertkit.quantization.kernels import Int8Linear
 from bertkit.quantization.projections import (
     PER_TOKEN,
     PROJECTIONS,
-    _layers,
     encoder_of,
     float_projection,
     get_projection,
@@ -94,7 +93,7 @@ def save_int8(model: nn.Module, output_dir: str | Path, *, calibration: str = "b
     ``quantization_config``. The tokenizer is not written (``bertkit quantize`` copies it).
     """
     encoder = encoder_of(model)
-    int8 = {(i, kind): get_projection(layer, kind) for i, layer in enumerate(_layers(encoder)) for kind in PROJECTIONS
+    int8 = {(i, kind): get_projection(layer, kind) for i, layer in enumerate(encoder.encoder.layer) for kind in PROJECTIONS
             if isinstance(get_projection(layer, kind), Int8Linear)}
     if not int8:
         raise BertkitError(f"save_int8 writes an int8 model, and this {type(model).__name__} has no int8 projection: "
@@ -252,7 +251,7 @@ def _read_int8_tensors(directory: Path, weights: Path) -> tuple[_SavedProjection
 def _install_int8(encoder: BertModel, saved: _SavedProjections, weights: Path) -> None:
     """Put ``saved``'s projections into ``encoder``'s layers as ``Int8Linear``."""
     for (i, kind), parts in sorted(saved.items()):  # layers the config lacks were refused by from_pretrained
-        stand_in = float_projection(_layers(encoder)[i], kind)
+        stand_in = float_projection(encoder.encoder.layer[i], kind)
         if tuple(parts["weight"].shape) != tuple(stand_in.weight.shape):
             raise BertkitError(f"{weights}: int8 layers.{i}.{kind} is {tuple(parts['weight'].shape)}, the config "
                                f"makes it {tuple(stand_in.weight.shape)}; the file and config.json do not belong "
@@ -260,7 +259,7 @@ def _install_int8(encoder: BertModel, saved: _SavedProjections, weights: Path) -
         bias = stand_in.bias.detach() if stand_in.bias is not None else None
         layer = Int8Linear.from_saved(f"{weights.name}: int8.layers.{i}.{kind}", parts["weight"],
                                       parts["weight_scale"], parts["inv_scale"], bias, per_token=kind in PER_TOKEN)
-        set_projection(_layers(encoder)[i], kind, layer)
+        set_projection(encoder.encoder.layer[i], kind, layer)
 
 
 def quantize_checkpoint(model_dir: str | Path, output_dir: str | Path, *, calibration_file: str | Path | None = None,

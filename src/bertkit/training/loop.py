@@ -197,10 +197,6 @@ class _Run:
         if self.hooks.event is not None:
             self.hooks.event(name, self.pos)
 
-    @property
-    def cuda(self) -> bool:
-        return torch.device(self.device).type == "cuda"
-
     # -- start: check, build the optimiser, restore a checkpoint or seed a fresh run --------------------------
     @classmethod
     def start(cls, model: nn.Module, phases: list[Phase], args: TrainingSettings, evaluate, batch_metrics,
@@ -278,7 +274,8 @@ class _Run:
         if pos.batch < len(phase.plan):
             control.should_epoch_stop = False
             self.event("epoch_begin")
-        loader = iter(epoch_loader(phase.plan, pos.epoch, pos.batch, self.args.dataloader_num_workers, self.cuda))
+        loader = iter(epoch_loader(phase.plan, pos.epoch, pos.batch, self.args.dataloader_num_workers,
+                                   torch.device(self.device).type == "cuda"))
         ahead: list[tuple[float, Batch]] = []  # the step's micro-batches not run yet
         step_count = None
         while pos.step < phase_end:

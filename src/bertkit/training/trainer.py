@@ -441,7 +441,7 @@ class Trainer(TrainerLoss, TrainerEvaluation):
         self._name_best_checkpoint()
         if self.processing_class is not None and hasattr(self.processing_class, "save_pretrained"):
             self.processing_class.save_pretrained(directory)
-        atomic_write_text(directory / TRAINER_STATE, json.dumps(dataclasses.asdict(self.state), indent=2) + "\n")
+        self.state.save_to_json(directory / TRAINER_STATE)  # as transformers writes a checkpoint's
 
     # -- the example scripts' reports (transformers' trainer_pt_utils helpers): rank 0 prints and writes ----------
     def is_world_process_zero(self) -> bool:

@@ -122,8 +122,8 @@ class TrainerEvaluation:
                     compute_result=i == len(steps) - 1)
             metrics = self._checked_metrics(returned)
         else:
-            metrics = self._computed_metrics(preds, labels, inputs if "inputs" in include else None,
-                                             losses if "loss" in include else None)
+            metrics = self._checked_metrics(self.compute_metrics(EvalPrediction(
+                preds, labels, inputs if "inputs" in include else None, losses if "loss" in include else None)))
         return preds, labels, loss, {k: _plain(v) for k, v in metrics.items()}
 
     def _evaluated_module(self) -> nn.Module:
@@ -141,9 +141,6 @@ class TrainerEvaluation:
         a = self.args
         return EvalOptions(a.prediction_loss_only, a.eval_do_concat_batches, tuple(a.include_for_metrics),
                            a.batch_eval_metrics)
-
-    def _computed_metrics(self, preds: Any, labels: Any, inputs: Any = None, losses: Any = None) -> Mapping:
-        return self._checked_metrics(self.compute_metrics(EvalPrediction(preds, labels, inputs, losses)))
 
     @staticmethod
     def _checked_metrics(returned: Any) -> Mapping:
