@@ -1015,8 +1015,8 @@ def test_a_cross_encoders_max_length_is_its_tokenizers_model_max_length(st_dir, 
 
 def test_a_cross_encoders_module_by_position_is_sentence_transformers(st_dir):
     """sentence-transformers 6's CrossEncoder is a Sequential of one Transformer: ce[0].auto_model (to freeze or wrap),
-    ce[0].max_seq_length = 16, len(ce), ce._first_module(). bertkit's said "not subscriptable"; now model[0] is a view
-    of its encoder (model.model) and tokenizer, and the same calls give the same scores."""
+    ce[0].max_seq_length = 16, len(ce), ce._first_module(). bertkit's said "not subscriptable"; now model[0] is its
+    module holding the encoder (model.model) and tokenizer, and the same calls give the same scores."""
     st_ce = pytest.importorskip("sentence_transformers.cross_encoder")
     ours, ref = CrossEncoder(st_dir), st_ce.CrossEncoder(str(st_dir), device="cpu")
     ours.model.classifier.load_state_dict(ref[0].model.classifier.state_dict())
@@ -1151,7 +1151,7 @@ def test_a_similarity_fn_name_sentence_transformers_does_not_support_is_refused_
 def test_modules_by_position_are_sentence_transformers(st_dir, tmp_path):
     """sentence-transformers' model is a Sequential that scripts index: model[0].auto_model (to freeze), model[0].
     max_seq_length = 16, model[1] (the Pooling), model[-1], len, iteration, _first_module(). bertkit refused them all;
-    now they are views of the one model, and the same script gives the same vectors, and a model saved after
+    now they are the model's modules, and the same script gives the same vectors, and a model saved after
     model[0].max_seq_length = 16 reloads cutting at 16 in both."""
     from bertkit.errors import NotImplementedInBertkit
     from bertkit.sentence import models
@@ -1159,8 +1159,9 @@ def test_modules_by_position_are_sentence_transformers(st_dir, tmp_path):
     ours, ref = SentenceTransformer(st_dir), st.SentenceTransformer(str(st_dir), device="cpu")
     assert len(ours) == len(ref) == 3 and bool(ours)
     assert [type(m).__name__ for m in ref] == ["Transformer", "Pooling", "Normalize"]
-    assert [type(m) for m in ours] == [models.TransformerOf, type(ours.pooling), models.Normalize]
+    assert [type(m) for m in ours] == [models.Transformer, type(ours.pooling), models.Normalize]
     assert isinstance(ours[0], models.Transformer) and ours[1] is ours.pooling and ours[-1] is ours[2]
+    assert list(ours) == list(ours.children()) and ours[1] is ours.get_submodule("1")  # its modules, as there
     assert ours._first_module() is ours[0] and ours._last_module() is ours[-1] and ours[-3] is ours[0]
     assert ours[0].auto_model is ours.bert is ours.transformers_model
     assert ours[1].get_sentence_embedding_dimension() == ref[1].get_embedding_dimension() == 384

@@ -17,7 +17,6 @@ import importlib
 import logging
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from functools import cached_property
 from pathlib import Path
 from typing import Any
 
@@ -36,7 +35,6 @@ from bertkit.sentence.calls import (
     REFUSED_INIT,
     ReferenceCalls,
     as_requested,
-    check_features,
     model_path,
     one_text,
     refuse_arguments,
@@ -49,18 +47,16 @@ from bertkit.sentence.directory import (
     ST_CONFIG,
     SentenceDirectory,
     read_directory,
-    tokenizer_limit,
     write_st_config,
 )
 from bertkit.sentence.models import (
     Dense,
-    Encoder,
     Indexed,
     Normalize,
     Transformer,
-    all_layer_embeddings,
     in_order,
     model_kwargs_options,
+    of_first_module,
 )
 from bertkit.sentence.pooling import Pooling
 from bertkit.sentence.prompts import Prompted, prompt_tokens
@@ -71,11 +67,13 @@ from bertkit.staging import staged
 logger = logging.getLogger("bertkit")
 
 class SentenceTransformer(Indexed, ReferenceCalls, Prompted, SimilarityByName, nn.Module):
-    """A BERT encoder + pooling (+ Dense layers) (+ Normalize). ``forward`` (``Indexed.forward``) runs the modules on a
-    tokenized batch's features and returns them with the sentence embeddings (B, D) added; ``encode`` takes texts."""
+    """A BERT encoder + pooling (+ Dense layers) (+ Normalize): the modules "0", "1", ... (``Indexed``). ``forward``
+    runs them on a tokenized batch's features and returns them with the sentence embeddings (B, D) added; ``encode``
+    takes texts."""
 
     default_similarity = "cosine"
-    bert = Encoder()  # model[0].auto_model: module "0"'s model, so its parameters are named 0.model.… as there
+    # model[0]'s: model.bert is model[0].auto_model, its parameters named 0.model.… as there
+    bert, tokenizer, do_lower_case = (of_first_module(name) for name in ("model", "tokenizer", "do_lower_case"))
     _fixed_modules = ("one Transformer, Pooling, any Dense and an optional Normalize (model[0], model[1], ...); build "
                       "another with SentenceTransformer(modules=[...]) from bertkit.sentence.models")
 
@@ -93,10 +91,10 @@ class SentenceTransformer(Indexed, ReferenceCalls, Prompted, SimilarityByName, n
             if model_name_or_path is not None or options:
                 raise BertkitError("SentenceTransformer takes a directory (model_name_or_path, model_kwargs) or "
                                    "modules=[...], one of them; give model_kwargs to models.Transformer")
-            word, pooling, dense, self.normalize = in_order(modules)
+            modules = in_order(modules)
             saved = SentenceDirectory(Path(), Path())  # prompts, similarity, truncate_dim: the defaults
             # the Transformer's directory, as a message names the model (GISTEmbedLoss's guide)
-            self.name_or_path, where = word.model.name_or_path, "SentenceTransformer(modules=...)"
+            self.name_or_path, where = modules[0].model.name_or_path, "SentenceTransformer(modules=...)"
         else:
             # a directory is read into the modules a script assembles: the one model either way
             path = model_path(model_name_or_path, "SentenceTransformer")
@@ -111,29 +109,29 @@ class SentenceTransformer(Indexed, ReferenceCalls, Prompted, SimilarityByName, n
                     word.max_seq_length = saved.max_seq_length
             except BertkitError as e:
                 raise BertkitError(f"{path}: {e}; lower it in {SBERT_CONFIG}") from None
-            pooling, self.normalize = saved.pooling, saved.normalize
-            # in the encoder's type, as sentence-transformers loads every module in model_kwargs' dtype (a bf16
-            # encoder's vectors through a float32 Dense were 1e-3 from its)
-            dense = [Dense.load(d).to(word.model.dtype) for d in saved.dense]
+            pooling = saved.pooling
             if pooling is None:
                 logger.warning("%s has no %s: mean pooling, no normalisation (as sentence-transformers builds it)",
                                path, MODULES)
                 pooling = Pooling(word.get_embedding_dimension())
-        self.bert, self.tokenizer, self.do_lower_case = word.model, word.tokenizer, word.do_lower_case
-        if pooling.embedding_dimension != self.bert.config.hidden_size:
+            # in the encoder's type, as sentence-transformers loads every module in model_kwargs' dtype (a bf16
+            # encoder's vectors through a float32 Dense were 1e-3 from its)
+            modules = [word, pooling, *(Dense.load(d).to(word.model.dtype) for d in saved.dense),
+                       *([Normalize()] if saved.normalize else [])]
+        pooling, hidden = modules[1], modules[0].get_embedding_dimension()
+        if pooling.embedding_dimension != hidden:
             raise BertkitError(f"{where}: its Pooling says {pooling.embedding_dimension} dimensions but the encoder's "
-                               f"hidden_size is {self.bert.config.hidden_size}; give Pooling the encoder's "
+                               f"hidden_size is {hidden}; give Pooling the encoder's "
                                "(word.get_word_embedding_dimension())")
-        self.pooling = pooling
         width = pooling.output_dimension
-        for i, layer in enumerate(dense):
+        for i, layer in enumerate(m for m in modules if isinstance(m, Dense)):
             if layer.in_features != width:
                 raise BertkitError(f"{where}: Dense {i} takes {layer.in_features} dimensions but "
                                    f"{'its Pooling' if i == 0 else f'Dense {i - 1}'} gives {width}; make its "
                                    f"in_features {width}")
             width = layer.out_features
-        for i, layer in enumerate(dense, start=2):  # modules "2", "3", ... as there (model[1] is the Pooling)
-            nn.Module.add_module(self, str(i), layer)  # the model's parameters: trained, moved and saved with it
+        for i, module in enumerate(modules):  # nn.Module's add_module: this class's is sentence-transformers' append
+            nn.Module.add_module(self, str(i), module)
         self._set_prompts(prompts, default_prompt_name, saved.prompts, saved.default_prompt_name)
         if similarity_fn_name is None and saved.similarity_fn_name not in (None, *SIMILARITY_FUNCTIONS):
             # sentence-transformers 6 ignores a name it does not support here and scores with cosine, without a word
@@ -155,9 +153,25 @@ class SentenceTransformer(Indexed, ReferenceCalls, Prompted, SimilarityByName, n
         return int(dim)  # a numpy integer would not be written to config_sentence_transformers.json
 
     @property
+    def pooling(self) -> Pooling:
+        return self[1]
+
+    @property
     def dense(self) -> list[Dense]:
         """The Dense layers, in order: modules "2", "3", ..."""
-        return [m for m in self._modules.values() if isinstance(m, Dense)]
+        return [m for m in self if isinstance(m, Dense)]
+
+    @property
+    def normalize(self) -> bool:
+        """Whether the last module is Normalize; set False, it is removed, set True, one is appended."""
+        return isinstance(self[-1], Normalize)
+
+    @normalize.setter
+    def normalize(self, value: bool) -> None:
+        if value and not self.normalize:
+            nn.Module.add_module(self, str(len(self)), Normalize())
+        elif not value and self.normalize:
+            del self._modules[str(len(self) - 1)]
 
     @property
     def _width(self) -> int:
@@ -168,17 +182,6 @@ class SentenceTransformer(Indexed, ReferenceCalls, Prompted, SimilarityByName, n
     @property
     def device(self) -> torch.device:
         return self.bert.embeddings.word_embeddings.weight.device
-
-    # sentence-transformers' model is a Sequential of these modules, which scripts index (model[0].auto_model,
-    # model[0].max_seq_length = 256, model[1].get_sentence_embedding_dimension()): ``Indexed`` gives the same modules
-    # here, as views of this one model (model[0].auto_model is model.bert, model[1] is model.pooling)
-    @cached_property
-    def _normalize_module(self) -> Normalize:
-        return Normalize()
-
-    def _module_list(self) -> list[Any]:
-        return [self._transformer_module, self.pooling, *self.dense,
-                *([self._normalize_module] if self.normalize else [])]
 
     def add_module(self, name: str, module: nn.Module | None) -> None:
         """sentence-transformers' ``model.add_module(name, module)`` appends a module to its pipeline (its
@@ -191,7 +194,7 @@ class SentenceTransformer(Indexed, ReferenceCalls, Prompted, SimilarityByName, n
                 raise BertkitError(f"add_module({name!r}, Dense): it takes {module.in_features} dimensions but the "
                                    f"model embeds {self._width}; make its in_features {self._width}")
             dtype = self.bert.embeddings.word_embeddings.weight.dtype
-            nn.Module.add_module(self, str(2 + len(self.dense)), module.to(self.device, dtype))
+            nn.Module.add_module(self, str(len(self)), module.to(self.device, dtype))
             return
         where = ("a model that normalises its embeddings (the Dense would run after Normalize there)"
                  if isinstance(module, Dense) else f"a {type(module).__name__}")
@@ -239,7 +242,7 @@ class SentenceTransformer(Indexed, ReferenceCalls, Prompted, SimilarityByName, n
     def get_max_seq_length(self) -> int:
         return self.max_seq_length
 
-    max_seq_length = tokenizer_limit("max_seq_length", lambda model: model.bert.config.max_position_embeddings)
+    max_seq_length = of_first_module("max_seq_length")
 
     # -- tokenizing and the forward pass ------------------------------------------------------------------------
     def tokenize(self, texts: Sequence[str], prompt: str | None = None) -> dict[str, Tensor]:
@@ -273,19 +276,10 @@ class SentenceTransformer(Indexed, ReferenceCalls, Prompted, SimilarityByName, n
         step run on ``bert`` in place of ``self.bert`` where given (``encode``'s copy made for CPU inference)."""
         features = {"input_ids": input_ids, "attention_mask": attention_mask, "prompt_length": prompt_length,
                     **({"token_type_ids": token_type_ids} if token_type_ids is not None else {})}
-        features.update(self._transformer_outputs(features, bert))
-        for module in self._module_list()[1:]:  # the Pooling, the Dense layers, Normalize: ``forward``'s chain
+        features = self[0](features, bert)
+        for module in list(self)[1:]:  # the Pooling, the Dense layers, Normalize: ``forward``'s chain
             features = module(features)
         return features["sentence_embedding"]
-
-    def _transformer_outputs(self, features: dict[str, Tensor], bert: nn.Module | None = None) -> dict[str, Any]:
-        """What module "0" adds to ``features`` (``model[0](features)``): ``token_embeddings`` (B, T, H), the encoder's
-        last layer (and ``all_layer_embeddings`` where asked). ``bert``: the encoder to run in place of ``self.bert``;
-        the batch may still be on the host (encode)."""
-        check_features(features, ("input_ids", "attention_mask"))
-        bert = self.bert if bert is None else bert
-        out = bert(features["input_ids"], features["attention_mask"], features.get("token_type_ids"))
-        return {"token_embeddings": out.last_hidden_state, **all_layer_embeddings(out)}
 
     # -- encode ----------------------------------------------------------------------------------------------------
     def encode(self, inputs: Any = None, prompt_name: str | None = None, prompt: str | None = None,

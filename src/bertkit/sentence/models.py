@@ -7,9 +7,10 @@ a training script builds a new embedder:
     dense = models.Dense(pool.get_sentence_embedding_dimension(), 128, activation_function=torch.nn.Tanh())
     model = SentenceTransformer(modules=[word, pool, dense, models.Normalize()])
 
-They hold settings (the Transformer its loaded encoder and tokenizer, a Dense its weights, which the model trains);
-``SentenceTransformer`` is the one model, whether assembled from them or loaded from a directory, which it reads into
-these same modules. Every other module of sentence-transformers is refused by name, on first use.
+They are the model's modules (the Transformer holds the encoder and its tokenizer, a Dense its weights, which the
+model trains): ``SentenceTransformer`` is the one model, whether assembled from them or loaded from a directory,
+which it reads into these same modules, and holds them as sentence-transformers' does (``model[0]``, ``model[1]``,
+...; ``Indexed``). Every other module of sentence-transformers is refused by name, on first use.
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ from torch import Tensor, nn
 from bertkit.checkpoint_io import read_weights
 from bertkit.errors import BertkitError, NotImplementedInBertkit, given_path, is_whole, refusing_getattr
 from bertkit.modeling import BertModel
+from bertkit.sentence.calls import check_features
 from bertkit.sentence.directory import tokenizer_limit, transformer_max_seq_length
 from bertkit.sentence.pooling import Pooling as PoolingSettings
 from bertkit.tokenization import AutoTokenizer
@@ -81,17 +83,26 @@ def refuse_adapter(path: Path, loader: str, wrapped: str) -> None:
                            f"PeftModel.from_pretrained({wrapped}, this directory), merge_and_unload() it, and save")
 
 
-class Transformer:
-    """A BERT encoder (``auto_model``, bertkit's ``BertModel``) and its tokenizer; ``max_seq_length`` (where texts are
-    cut: the tokenizer's model_max_length, as there) and ``do_lower_case``. Arguments as sentence-transformers 6's:
-    ``model_kwargs`` (``model_args``) takes dtype and attn_implementation, ``config_kwargs`` (``config_args``) the
-    config's fields (``{"hidden_dropout_prob": 0.0}``), ``processor_kwargs`` (``tokenizer_args``) model_max_length,
-    which wins over max_seq_length; what would change a vector and bertkit does not apply is refused by name, as
-    the same keys in a directory's sentence_bert_config.json are (``transformer_max_seq_length``)."""
+# What PyTorch's own module transforms set on every module they walk (torch.ao.quantization's quantize_dynamic and
+# prepare), read back by them, so never a forgotten setting.
+_TORCH_MODULE_ATTRIBUTES = frozenset({"qconfig"})
+
+
+class Transformer(nn.Module):
+    """A BERT encoder (``model``, also ``auto_model``: bertkit's ``BertModel``) and its tokenizer; ``max_seq_length``
+    (where texts are cut: the tokenizer's model_max_length, as there) and ``do_lower_case``. A model's ``model[0]``,
+    module "0", so its parameters have sentence-transformers 6's names (``0.model.embeddings.…``), and what is set on
+    it (``model[0].max_seq_length = 256``, ``model[0].auto_model = peft_model``) is what the model runs. Arguments as
+    sentence-transformers 6's: ``model_kwargs`` (``model_args``) takes dtype and attn_implementation,
+    ``config_kwargs`` (``config_args``) the config's fields (``{"hidden_dropout_prob": 0.0}``), ``processor_kwargs``
+    (``tokenizer_args``) model_max_length, which wins over max_seq_length; what would change a vector and bertkit
+    does not apply is refused by name, as the same keys in a directory's sentence_bert_config.json are
+    (``transformer_max_seq_length``)."""
 
     def __init__(self, model_name_or_path: str | Path, *, max_seq_length: int | None = None,
                  do_lower_case: bool = False, cache_dir: str | None = None, backend: str = "torch",
                  tokenizer_name_or_path: str | None = None, **settings: Any):
+        super().__init__()
         for old, new in _RENAMED.items():
             if old in settings:
                 settings.setdefault(new, settings[old])
@@ -128,8 +139,35 @@ class Transformer:
     max_seq_length = tokenizer_limit("max_seq_length", lambda module: module.model.config.max_position_embeddings)
 
     @property
-    def auto_model(self) -> BertModel:
+    def auto_model(self) -> nn.Module:  # sentence-transformers' name: model[0].auto_model = peft_model
         return self.model
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        if name in ("model", "auto_model"):
+            if not isinstance(value, nn.Module):
+                raise BertkitError(f"model[0].{name} takes the encoder, an nn.Module, got {type(value).__name__}")
+            name = "model"  # registered under sentence-transformers 6's name, whichever name set it
+        elif name == "do_lower_case":
+            value = bool(value)
+        elif name not in ("tokenizer", *_TORCH_MODULE_ATTRIBUTES) and not hasattr(type(self), name) \
+                and name not in self.__dict__:
+            # kept on this module, it would be a setting the model never reads (sentence-transformers' would not
+            # either, but it keeps the value): refused rather than accepted and forgotten
+            raise BertkitError(f"model[0].{name} is not a setting of bertkit's Transformer; it takes auto_model, "
+                               "tokenizer, max_seq_length and do_lower_case")
+        super().__setattr__(name, value)
+
+    def forward(self, features: dict[str, Tensor], model: nn.Module | None = None) -> dict[str, Tensor]:
+        """sentence-transformers' Transformer.forward (``model[0](features)``, the first step of ``model(features)``):
+        ``features`` with ``token_embeddings`` (B, T, H), the encoder's last layer, added in place as there, and
+        returned (and ``all_layer_embeddings`` where the encoder's config sets ``output_hidden_states``). ``model``:
+        the encoder to run in place of this module's (``encode``'s copy made for CPU inference); the batch may still
+        be on the host."""
+        check_features(features, ("input_ids", "attention_mask"))
+        out = (self.model if model is None else model)(features["input_ids"], features["attention_mask"],
+                                                       features.get("token_type_ids"))
+        features.update({"token_embeddings": out.last_hidden_state, **all_layer_embeddings(out)})
+        return features
 
     def get_embedding_dimension(self) -> int:
         """The width of the token states: the encoder's hidden_size."""
@@ -141,78 +179,6 @@ class Transformer:
         settings = {"max_seq_length": self.max_seq_length, "do_lower_case": self.do_lower_case,
                     "architecture": type(self.model).__name__}
         return f"Transformer({settings})"
-
-
-class _OwnersAttribute:
-    """An attribute of ``model[0]`` that is its model's: read from and written to the model under the same name."""
-
-    def __set_name__(self, owner: type, name: str) -> None:
-        self.name = name
-
-    def __get__(self, view: Any, cls: type | None = None) -> Any:
-        return self if view is None else getattr(view._owner, self.name)
-
-    def __set__(self, view: Any, value: Any) -> None:
-        setattr(view._owner, self.name, value)
-
-
-# What PyTorch's own module transforms set on every module they walk (torch.ao.quantization's quantize_dynamic and
-# prepare), read back by them, so never a forgotten setting.
-_TORCH_MODULE_ATTRIBUTES = frozenset({"qconfig"})
-
-
-class TransformerOf(Transformer, nn.Module):
-    """``model[0]`` of a ``SentenceTransformer`` (or ``CrossEncoder``), the module "0" that holds its encoder as
-    ``model``, as sentence-transformers 6's Transformer holds it: so the model's parameters and state dict have
-    sentence-transformers' names (``0.model.embeddings.…``; a CrossEncoder's ``0.model.bert.…``), which scripts
-    freeze by, group for the optimiser by and load each other's state dicts by. ``auto_model`` is the encoder
-    (``model.bert``; a CrossEncoder's ``model.model``), also once peft's wrapper or a script has replaced it; its
-    tokenizer, ``max_seq_length`` and ``do_lower_case`` are read from and written to the model itself, so
-    ``model[0].max_seq_length = 256`` changes what ``model.encode`` does, as there."""
-
-    def __init__(self, owner: Any):
-        nn.Module.__init__(self)
-        self.__dict__["_owner"] = owner  # not a submodule: the model holds this module, not the reverse
-
-    def __setattr__(self, name: str, value: Any) -> None:
-        if name in ("model", "auto_model"):
-            if not isinstance(value, nn.Module):
-                raise BertkitError(f"model[0].{name} takes the encoder, an nn.Module, got {type(value).__name__}")
-            name = "model"  # registered under sentence-transformers 6's name, whichever name set it
-        elif not hasattr(type(self), name) and name not in self.__dict__ and name not in _TORCH_MODULE_ATTRIBUTES:
-            # kept on this module, it would be a setting the model never reads (sentence-transformers' would not
-            # either, but it keeps the value): refused rather than accepted and forgotten
-            raise BertkitError(f"model[0].{name} is not a setting of bertkit's Transformer; it takes auto_model, "
-                               "tokenizer, max_seq_length and do_lower_case")
-        super().__setattr__(name, value)
-
-    @property
-    def auto_model(self) -> Any:  # sentence-transformers' name: model[0].auto_model = peft_model
-        return self.model
-
-    def forward(self, features: dict[str, Tensor]) -> dict[str, Tensor]:
-        """sentence-transformers' Transformer.forward: ``features`` with this module's outputs added, in place as
-        there, and returned: an embedder's ``token_embeddings`` (a cross-encoder's ``scores``), and
-        ``all_layer_embeddings`` where the encoder's config sets ``output_hidden_states``. The first step of
-        ``model(features)``."""
-        features.update(self._owner._transformer_outputs(features))
-        return features
-
-    # the model's own, checked by its own limits (a CrossEncoder's pair needs 3 tokens)
-    max_seq_length = _OwnersAttribute()
-    tokenizer = _OwnersAttribute()
-
-    @property
-    def do_lower_case(self) -> bool:
-        return getattr(self._owner, "do_lower_case", False)
-
-    @do_lower_case.setter
-    def do_lower_case(self, value: bool) -> None:
-        if hasattr(self._owner, "do_lower_case"):
-            self._owner.do_lower_case = bool(value)
-        elif value:
-            raise BertkitError(f"{type(self._owner).__name__}[0].do_lower_case = True is not implemented in bertkit: "
-                               "its tokenizer's files say whether it lowercases (do_lower_case in tokenizer_config.json)")
 
 
 # The names earlier versions gave the model's tensors, relative to the model (a SentenceTransformer's or a
@@ -248,45 +214,28 @@ def all_layer_embeddings(out: Any) -> dict[str, Any]:
     return {} if out.hidden_states is None else {"all_layer_embeddings": out.hidden_states}
 
 
-class Encoder:
-    """The model's attribute for its encoder (a SentenceTransformer's ``bert``, a CrossEncoder's ``model``): module
-    "0"'s ``model`` (``TransformerOf``), read and assigned (``model.bert = get_peft_model(model.bert, config)``)
-    through this name."""
-
-    def __set_name__(self, owner: type, name: str) -> None:
-        owner._encoder = name  # type: ignore[attr-defined]  # what Indexed.__setattr__ sends to module "0"
-
-    def __get__(self, model: Any, cls: type | None = None) -> Any:
-        return self if model is None else model._modules["0"].model
+def of_first_module(name: str) -> property:
+    """The model's attribute that is ``model[0]``'s ``name``, read and set there, as sentence-transformers' models
+    give their first module's ``tokenizer`` and ``max_seq_length``."""
+    return property(lambda model: getattr(model[0], name), lambda model, value: setattr(model[0], name, value))
 
 
 class Indexed:
     """sentence-transformers' models are Sequentials of modules that scripts index (``model[0].auto_model``,
-    ``model[-1]``, ``len(model)``, ``for module in model``, ``_first_module()``): the same, over the model's
-    ``_module_list()``. Module "0" (``TransformerOf``) holds the encoder, which the class names with ``Encoder``;
-    the others are views of the model's settings (Pooling, Normalize) or its Dense layers."""
-
-    _encoder: str  # the attribute ``Encoder`` declares
+    ``model[-1]``, ``len(model)``, ``for module in model``, ``_first_module()``); bertkit's hold theirs as the
+    submodules "0", "1", ... (the Transformer, which owns the encoder and its tokenizer, then the Pooling, any Dense
+    and Normalize), so ``model(features)`` runs them in turn and the state dict has sentence-transformers' names.
+    Appending or replacing modules is not implemented (``ReferenceCalls``)."""
 
     def _load_from_state_dict(self, state_dict: dict[str, Any], prefix: str, *args: Any) -> None:
         renamed_former_names(state_dict, prefix)  # before nn.Module's, which hands module "0" its keys after this
         super()._load_from_state_dict(state_dict, prefix, *args)  # type: ignore[misc]
 
     def __setattr__(self, name: str, value: Any) -> None:
-        if name == self._encoder:  # nn.Module would register it under this name: it is module "0"'s model
-            if "0" not in self._modules:  # type: ignore[attr-defined]
-                # nn.Module's own: SentenceTransformer.add_module is sentence-transformers' append
-                nn.Module.add_module(self, "0", TransformerOf(self))  # type: ignore[arg-type]
-            self._modules["0"].model = value  # type: ignore[attr-defined]
+        if isinstance(getattr(type(self), name, None), property):  # nn.Module would register a module as a child
+            object.__setattr__(self, name, value)  # the property's setter: model.bert = peft_model sets model[0]'s
         else:
             super().__setattr__(name, value)
-
-    def _module_list(self) -> list[Any]:
-        return [self._transformer_module]
-
-    @property
-    def _transformer_module(self) -> TransformerOf:
-        return self._modules["0"]  # type: ignore[attr-defined]
 
     def __getitem__(self, index: Any) -> Any:
         name = type(self).__name__
@@ -295,22 +244,16 @@ class Indexed:
             # model without its Transformer or Pooling does not exist
             raise NotImplementedInBertkit(f"model[{index!r}]: slicing a {name} is not implemented in bertkit: its "
                                           "modules are fixed; build another from bertkit.sentence.models' modules")
-        modules = self._module_list()
+        modules = list(self)
         try:
             i = operator.index(index)
         except TypeError:
             raise TypeError(f"model[{index!r}]: a {name}'s modules are indexed by position, a whole number in "
                             f"[-{len(modules)}, {len(modules) - 1}]") from None
         if not -len(modules) <= i < len(modules):
-            kinds = ", ".join(["Transformer", *(type(m).__name__ for m in modules[1:])])
+            kinds = ", ".join(type(m).__name__ for m in modules)
             raise IndexError(f"index {i} is out of range: this model has {len(modules)} modules ({kinds})")
         return modules[i]
-
-    def __repr__(self) -> str:
-        """Each module with its settings, numbered as ``model[i]``, as sentence-transformers prints its model:
-        nn.Module's showed module "0" alone (Pooling and Normalize are not submodules), without a word of pooling."""
-        lines = "".join(f"  ({i}): {module!r}\n" for i, module in enumerate(self._module_list()))
-        return f"{type(self).__name__}(\n{lines})"
 
     def forward(self, features: dict[str, Any]) -> dict[str, Any]:
         """sentence-transformers' ``model(features)``, its Sequential's: each module in turn (``model[0]``, the
@@ -318,17 +261,17 @@ class Indexed:
         (``token_embeddings`` (B, T, H) and ``sentence_embedding`` (B, D) in the encoder's type; a cross-encoder's
         ``scores``). Padding positions of ``token_embeddings`` hold zeros where the encoder ran unpadded
         (sentence-transformers': the states computed there, which no pooling reads)."""
-        for module in self._module_list():
+        for module in self:
             features = module(features)
         return features
 
     def __len__(self) -> int:  # at least 1, so that `if model:` stays true
-        return len(self._module_list())
+        return len(self._modules)  # type: ignore[attr-defined]
 
     def __iter__(self) -> Iterator[Any]:
-        return iter(self._module_list())
+        return iter(self._modules.values())  # type: ignore[attr-defined]
 
-    def _first_module(self) -> TransformerOf:
+    def _first_module(self) -> Transformer:
         return self[0]
 
     def _last_module(self) -> Any:
@@ -355,10 +298,11 @@ def Pooling(embedding_dimension: int | None = None, pooling_mode: str | tuple[st
                                         "include_prompt": include_prompt, **legacy_modes}, "models.Pooling(...)")
 
 
-class Normalize:
+class Normalize(nn.Module):
     """Unit-length sentence embeddings: the last module of a ``SentenceTransformer``."""
 
     def __init__(self, module_input_name: str = "sentence_embedding", module_output_name: str | None = None):
+        super().__init__()
         if module_input_name != "sentence_embedding" or module_output_name not in (None, module_input_name):
             raise BertkitError(f"models.Normalize(module_input_name={module_input_name!r}, module_output_name="
                                f"{module_output_name!r}) is not implemented in bertkit: it normalises the sentence "
@@ -373,8 +317,6 @@ class Normalize:
         if features.get("sentence_embedding") is not None:
             features["sentence_embedding"] = F.normalize(features["sentence_embedding"], p=2, dim=-1)
         return features
-
-    __call__ = forward  # a module of the model's chain
 
 # the activations sentence-transformers writes in a Dense's config.json (its class's path), which bertkit builds
 _ACTIVATIONS: dict[str, type[nn.Module]] = {"torch.nn.modules.activation.Tanh": nn.Tanh,
@@ -493,10 +435,9 @@ class Dense(nn.Module):
         return f"Dense({self.get_config_dict()})"
 
 
-def in_order(modules: Any) -> tuple[Transformer, PoolingSettings, list[Dense], bool]:
-    """``SentenceTransformer(modules=[...])``'s list as its Transformer, its Pooling, its Dense layers and whether it
-    normalises: a Transformer, a Pooling, any Dense layers and an optional Normalize, in that order; anything else is
-    refused naming it."""
+def in_order(modules: Any) -> list[nn.Module]:
+    """``SentenceTransformer(modules=[...])``'s modules as a list: a Transformer, a Pooling, any Dense layers and an
+    optional Normalize, in that order; anything else is refused naming it."""
     if isinstance(modules, Mapping):  # sentence-transformers takes an OrderedDict of them too
         modules = list(modules.values())
     if not isinstance(modules, Iterable):
@@ -512,7 +453,7 @@ def in_order(modules: Any) -> tuple[Transformer, PoolingSettings, list[Dense], b
         raise BertkitError(f"SentenceTransformer(modules={names}): bertkit's SentenceTransformer is "
                            "bertkit.sentence.models' Transformer, Pooling, any Dense and an optional Normalize, in "
                            "that order; use sentence-transformers for a model with other modules")
-    return modules[0], modules[1], middle, normalize
+    return modules
 
 
 _OTHER = "bertkit's SentenceTransformer is a BERT encoder, Pooling, any Dense and an optional Normalize; use " \

@@ -8,11 +8,10 @@ unpadded layout the mean is a scatter-add over the real tokens only. A model's `
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any
 
 import torch
-from torch import Tensor
+from torch import Tensor, nn
 
 from bertkit.errors import BertkitError
 from bertkit.padding import TokenLayout, moved
@@ -77,18 +76,18 @@ def _checked_modes(modes: Any, where: str) -> tuple[str, ...]:
     return modes
 
 
-@dataclass
-class Pooling:
+class Pooling(nn.Module):
     """What 1_Pooling/config.json says: the modes (concatenated), the width of the token states, and whether a
     prompt's tokens are pooled. A model's ``model[1]``: setting ``include_prompt`` or ``pooling_mode`` changes what it
     pools, as sentence-transformers' Pooling does."""
 
-    embedding_dimension: int
-    modes: tuple[str, ...] = ("mean",)
-    include_prompt: bool = True
+    def __init__(self, embedding_dimension: int, modes: tuple[str, ...] = ("mean",), include_prompt: bool = True):
+        super().__init__()
+        self.embedding_dimension, self.modes, self.include_prompt = embedding_dimension, modes, include_prompt
 
     def __setattr__(self, name: str, value: Any) -> None:
-        if name not in ("embedding_dimension", "modes", "include_prompt", "pooling_mode"):
+        # (nn.Module's own attributes, training among them, are in __dict__ once its __init__ has run)
+        if name not in ("embedding_dimension", "modes", "include_prompt", "pooling_mode", "qconfig", *self.__dict__):
             # kept, it would be a setting pooling never reads
             raise BertkitError(f"Pooling.{name} is not a setting of bertkit's Pooling; it takes pooling_mode and "
                                "include_prompt")
@@ -164,5 +163,3 @@ class Pooling:
         parts = [pool_tokens(x, lay, mask, m, skip) for m in self.modes]
         features["sentence_embedding"] = (parts[0] if len(parts) == 1 else torch.cat(parts, dim=-1)).to(x.dtype)
         return features
-
-    __call__ = forward  # a module of the model's chain: model[1](features)

@@ -31,6 +31,7 @@ from bertkit.errors import BertkitError, given_path, is_whole
 from bertkit.heads import BertForSequenceClassification
 from bertkit.hub import download_hint, not_a_directory
 from bertkit.outputs import atomic_write_json
+from bertkit.sentence import models
 from bertkit.sentence.calls import (
     PROCESSING_KWARGS,
     REFUSED_INIT,
@@ -55,10 +56,10 @@ from bertkit.sentence.directory import (
 )
 from bertkit.sentence.finite import refuse_nonfinite
 from bertkit.sentence.models import (
-    Encoder,
     Indexed,
     all_layer_embeddings,
     model_kwargs_options,
+    of_first_module,
     refuse_adapter,
 )
 from bertkit.staging import staged
@@ -141,13 +142,45 @@ def checked_activation(fn: Any) -> Any:
     return fn
 
 
+class Transformer(models.Transformer):
+    """A CrossEncoder's ``model[0]``, as sentence-transformers 6's Transformer of a cross-encoder: ``model`` (also
+    ``auto_model``) the sequence classifier, its tokenizer, and ``max_seq_length`` (the CrossEncoder's
+    ``max_length``: a pair keeps its 3 special tokens at least); ``model[0](features)`` adds the ``scores``."""
+
+    def __init__(self, model: BertForSequenceClassification, tokenizer: Any):
+        nn.Module.__init__(self)  # the model is loaded already: Transformer's __init__ loads an encoder's directory
+        self.model, self.tokenizer = model, tokenizer
+
+    max_seq_length = tokenizer_limit("max_length", lambda module: module.model.config.max_position_embeddings, least=3)
+
+    @property
+    def do_lower_case(self) -> bool:
+        return False
+
+    @do_lower_case.setter
+    def do_lower_case(self, value: bool) -> None:
+        if value:
+            raise BertkitError("CrossEncoder[0].do_lower_case = True is not implemented in bertkit: its tokenizer's "
+                               "files say whether it lowercases (do_lower_case in tokenizer_config.json)")
+
+    def forward(self, features: dict[str, Tensor]) -> dict[str, Any]:
+        """``features`` with ``scores`` (N, num_labels), the classifier's logits (and ``all_layer_embeddings`` where
+        asked), added in place: ``model[0](features)``, and so ``model(features)``, as there."""
+        check_features(features, ("input_ids", "attention_mask", "token_type_ids"), "model.preprocess(pairs)")
+        out = self.model(features["input_ids"], features["attention_mask"], features["token_type_ids"])
+        features.update({"scores": out.logits, **all_layer_embeddings(out)})
+        return features
+
+
 class CrossEncoder(Indexed, ReferenceCalls, nn.Module):
     """A cross-encoder on bertkit's ``BertForSequenceClassification`` (``self.model``); see the module docstring.
     ``num_labels`` overrides the checkpoint's label count (a new classifier for a BERT checkpoint); ``max_length``
     the tokens a pair keeps (default: the tokenizer's model_max_length, capped at the position embeddings).
-    ``model[0]`` is its Transformer, as sentence-transformers 6's: ``model[0].auto_model`` is ``model.model``."""
+    ``model[0]`` is its one module, as sentence-transformers 6's: ``model[0].auto_model`` is ``model.model``."""
 
-    model = Encoder()  # model[0].auto_model: module "0"'s model, so its parameters are named 0.model.… as there
+    # model[0]'s: model.model is model[0].auto_model, its parameters named 0.model.… as there
+    model, tokenizer, max_length = (of_first_module(name) for name in ("model", "tokenizer", "max_seq_length"))
+    max_seq_length = max_length  # sentence-transformers 6's name for max_length (which it keeps as an alias)
     _fixed_modules = ("one Transformer (model[0]: the encoder with its classifier, which scores a pair); load another "
                       "with CrossEncoder(path), and embed texts with a SentenceTransformer(modules=[...]) from "
                       "bertkit.sentence.models")
@@ -199,8 +232,8 @@ class CrossEncoder(Indexed, ReferenceCalls, nn.Module):
                                "asks for another: leave num_labels out to load it, or load the checkpoint it was "
                                f"fine-tuned from with num_labels={num_labels} for a new classifier")
         overrides = {} if num_labels is None else {"num_labels": num_labels}
-        self.model = BertForSequenceClassification.from_pretrained(encoder_dir, **overrides, **options)
-        self.tokenizer = AutoTokenizer.from_pretrained(encoder_dir)
+        self.add_module("0", Transformer(BertForSequenceClassification.from_pretrained(
+            encoder_dir, **overrides, **options), AutoTokenizer.from_pretrained(encoder_dir)))
         # 0 is checked, not taken for "not given": sentence-transformers cuts no pair at 0
         self.max_length = max_length if max_length is not None else declared or min(
             self.tokenizer.model_max_length, self.model.config.max_position_embeddings)
@@ -233,18 +266,6 @@ class CrossEncoder(Indexed, ReferenceCalls, nn.Module):
     @property
     def device(self) -> torch.device:
         return self.model.bert.embeddings.word_embeddings.weight.device
-
-    # a pair's 3 special tokens at least
-    max_length = tokenizer_limit("max_length", lambda model: model.model.config.max_position_embeddings, least=3)
-
-    @property
-    def max_seq_length(self) -> int:
-        """sentence-transformers 6's name for ``max_length`` (which it keeps as a deprecated alias)."""
-        return self.max_length
-
-    @max_seq_length.setter
-    def max_seq_length(self, limit: int) -> None:
-        self.max_length = limit
 
     # -- pairs -> rows --------------------------------------------------------------------------------------------
     def token_ids(self, text: str) -> list[int]:
@@ -284,13 +305,6 @@ class CrossEncoder(Indexed, ReferenceCalls, nn.Module):
     def scores(self, batch: dict[str, Tensor]) -> Tensor:
         """(N, num_labels) logits of a ``pair_batch``, on the host or the model's device (the model moves it)."""
         return self.model(batch["input_ids"], batch["attention_mask"], batch["token_type_ids"]).logits
-
-    def _transformer_outputs(self, features: dict[str, Tensor]) -> dict[str, Any]:
-        """What module "0" adds to ``features`` (``model[0](features)``, and so ``model(features)``, as there):
-        ``scores`` (N, num_labels), the classifier's logits (and ``all_layer_embeddings`` where asked)."""
-        check_features(features, ("input_ids", "attention_mask", "token_type_ids"), "model.preprocess(pairs)")
-        out = self.model(features["input_ids"], features["attention_mask"], features["token_type_ids"])
-        return {"scores": out.logits, **all_layer_embeddings(out)}
 
     # -- predict and rank -------------------------------------------------------------------------------------------
     def predict(self, inputs: Sequence[Sequence[str]] | Sequence[str], batch_size: int = 32,
