@@ -621,12 +621,14 @@ def test_a_sentence_transformers_directory_of_the_older_layout_quantizes_in_its_
 @pytest.mark.parametrize("modules, refused", [
     ([("models.Pooling", "1_Pooling"), ("models.Dense", "2_Dense")], "sentence_transformers.models.Dense at '2_Dense'"),
     ([("sparse_encoder.models.SpladePooling", "1_SpladePooling")],
-     "sentence_transformers.sparse_encoder.models.SpladePooling at '1_SpladePooling'")])
+     "sentence_transformers.sparse_encoder.models.SpladePooling at '1_SpladePooling'"),
+    ([("models.Pooling", "../1_Pooling")], "sentence_transformers.models.Pooling at '../1_Pooling'")])
 def test_quantize_refuses_a_module_no_int8_loader_runs_naming_it(minilm_2_layers, tmp_path, modules, refused):
     """Was: `bertkit quantize` wrote the int8 directory of a model with a Dense layer (a SparseEncoder's
     SpladePooling) whole, 59 MB for MiniLM, and every loader of it then refused it: the pipelines and serve for its
     Dense, the sparse pipeline with "no float weights ... runs with pipeline(task, directory)", which is what was
-    called. Now the command refuses it before calibrating, naming the module, and writes nothing."""
+    called. Now the command refuses it before calibrating, naming the module, and writes nothing. A module outside
+    a folder of the directory (../1_Pooling) was left out of the copy, and the directory written without it."""
     st_dir = tmp_path / "st"
     shutil.copytree(minilm_2_layers, st_dir)
     listed = [{"idx": 0, "name": "0", "path": "", "type": "sentence_transformers.models.Transformer"}]

@@ -223,17 +223,22 @@ def test_bad_input_is_named(models, tmp_path, minilm_dir):
             SentenceTransformer(d)
 
 
-@pytest.mark.parametrize("listed", [{"0": {"type": "Transformer"}}, [1, 2], [{"path": ""}], [{"type": "Pooling", "path": 1}]])
+@pytest.mark.parametrize("listed", [{"0": {"type": "Transformer"}}, [1, 2], [{"path": ""}], [{"type": "Pooling", "path": 1}],
+                                    b"\xff["])
 def test_a_modules_json_of_another_shape_is_refused_naming_it(tmp_path, listed):
     """A modules.json that is valid JSON but not a list of modules reached the readers' indexing: AttributeError or
-    TypeError from inside SentenceTransformer, CrossEncoder or SparseEncoder."""
+    TypeError from inside SentenceTransformer, CrossEncoder or SparseEncoder (one not UTF-8: UnicodeDecodeError).
+    `bertkit quantize` read it as no modules, and wrote an int8 directory that every loader then refused."""
+    from bertkit.quantization import quantize_checkpoint
     from bertkit.sentence import CrossEncoder, SentenceTransformer, SparseEncoder
 
-    (tmp_path / "modules.json").write_text(json.dumps(listed), encoding="utf-8")
-    for load in (SentenceTransformer, CrossEncoder, SparseEncoder):
-        with pytest.raises(BertkitError, match=r"modules.json must be a list of modules \({'idx', 'name', 'path', "
-                                               r"'type'} each\), got .*; restore it from the model's source"):
-            load(str(tmp_path))
+    (tmp_path / "st").mkdir()
+    (tmp_path / "st" / "modules.json").write_bytes(listed if isinstance(listed, bytes) else json.dumps(listed).encode())
+    for load in (SentenceTransformer, CrossEncoder, SparseEncoder, lambda d: quantize_checkpoint(d, tmp_path / "q")):
+        with pytest.raises(BertkitError, match=r"modules.json (must be a list of modules \({'idx', 'name', 'path', "
+                                               r"'type'} each\), got .*|is not valid JSON \(.*\)); restore it from the "
+                                               r"model's source"):
+            load(str(tmp_path / "st"))
 
 
 def test_a_saved_truncate_dim_wider_than_the_model_is_refused_naming_the_file(tmp_path, minilm_dir):

@@ -119,18 +119,19 @@ def text_form(model_dir: str | os.PathLike, prompt_name: str | None = None) -> T
     ``model_dir`` may be a Hub id (its snapshot, sentence-transformers' files with it: ``bertkit.hub``), or the
     Transformer folder of an older sentence-transformers layout (``st/0_Transformer``, which ``BertModel`` loads):
     that is read as the directory holding it, whose model it is part of."""
-    from bertkit.hub import may_lack_sentence_files, resolve_directory
-    from bertkit.inference.embedding import prompt_named, sentence_directory
-    from bertkit.sentence.directory import (
+    from bertkit.hub import (
         MODULES,
         SBERT_CONFIG,
         ST_CONFIG,
-        cross_encoder_max_seq_length,
+        encoder_path,
+        may_lack_sentence_files,
         module_types,
         read_json,
         read_modules,
-        transformer_max_seq_length,
+        resolve_directory,
     )
+    from bertkit.inference.embedding import prompt_named, sentence_directory
+    from bertkit.sentence.directory import cross_encoder_max_seq_length, transformer_max_seq_length
     from bertkit.sentence.sparse_encoder.modules import _FILL_MASK
 
     path = resolve_directory(model_dir, "model directory")
@@ -142,7 +143,8 @@ def text_form(model_dir: str | os.PathLike, prompt_name: str | None = None) -> T
                                "load it once with the Hub reachable (bertkit then fetches the rest, or records that "
                                f"there is none), or `hf download {repo_id} --local-dir DIR` and pass DIR")
     modules = read_modules(path)
-    if modules is None and _is_encoder_of(path):  # st/0_Transformer: the model of the directory holding it
+    if modules is None and path.name and encoder_path(read_modules(path.parent)) == path.name:
+        # st/0_Transformer, the Transformer folder its parent's modules.json lists: the model of that directory
         return text_form(path.parent, prompt_name)
     types = module_types(modules) if modules is not None else []
     st_config = read_json(path / ST_CONFIG) or {}
@@ -161,7 +163,7 @@ def text_form(model_dir: str | os.PathLike, prompt_name: str | None = None) -> T
         return TextForm(saved.encoder_dir, prompt, saved.do_lower_case, saved.max_seq_length,
                         str(saved.encoder_dir / SBERT_CONFIG))
     if types[:1] in (["Transformer"], ["MLMTransformer"]) and types[1:] == ["SpladePooling"]:
-        encoder_dir = path / modules[0].get("path", "")
+        encoder_dir = path / encoder_path(modules)
         sbert_file = encoder_dir / SBERT_CONFIG
         sbert = read_json(sbert_file) or {}
         limit = transformer_max_seq_length({k: v for k, v in sbert.items() if k != "transformer_task"}, sbert_file,
@@ -173,14 +175,6 @@ def text_form(model_dir: str | os.PathLike, prompt_name: str | None = None) -> T
                        "encoder, as a SentenceTransformer (Transformer, Pooling, ...), a CrossEncoder (Transformer) or "
                        "a SparseEncoder (Transformer, SpladePooling) directory holds it; pass the directory of the "
                        "encoder you want (a route's own)")
-
-
-def _is_encoder_of(path: Path) -> bool:
-    """Whether ``path`` is the Transformer folder its parent's modules.json lists first (0_Transformer/)."""
-    from bertkit.sentence.directory import read_modules
-
-    modules = read_modules(path.parent) if path.name else None
-    return bool(modules) and modules[0].get("path") == path.name
 
 
 def max_seq_length_for(given: int | None, form: TextForm, tokenizer: Any, positions: int) -> int:

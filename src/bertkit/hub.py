@@ -7,7 +7,8 @@ sentence-transformers repo (an embedder, a CrossEncoder, a SparseEncoder) comes 
 as sentence-transformers fetches them: modules.json first, its model's and its Transformer's settings, and each
 module's folder (0_Transformer/ in older layouts, 1_Pooling/, 2_Dense/, ...). transformers'
 options that pick other files (revision=, subfolder=, cache_dir=, ...) are refused, unless at their defaults, before
-anything is read.
+anything is read. ``read_modules`` is the one reader of a sentence-transformers directory's modules.json (with
+``module_types`` and ``encoder_path``), for the Hub's files and every loader, quantize and export alike.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ import os
 import re
 import socket
 from pathlib import Path
+from typing import Any
 
 from bertkit.errors import BertkitError, MissingFileError, given_path
 
@@ -109,36 +111,50 @@ def _hub_reachable(endpoint: str) -> bool:
         return False
 
 
-def listed_modules(directory: Path) -> list[dict] | None:
-    """The module entries (dicts) ``directory``'s modules.json lists; None without the file. A file of another shape
-    gives no modules here: the sentence-transformers readers refuse it, naming it."""
-    try:
-        listed = json.loads((directory / MODULES).read_text(encoding="utf-8"))
-    except (FileNotFoundError, IsADirectoryError):
+def read_json(path: Path) -> Any:
+    """The JSON in ``path``, or None when there is no such file."""
+    if not path.is_file():
         return None
-    except (json.JSONDecodeError, UnicodeDecodeError):
-        return []
-    return [m for m in listed if isinstance(m, dict)] if isinstance(listed, list) else []
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except ValueError as e:  # not JSON, or not UTF-8
+        raise BertkitError(f"{path} is not valid JSON ({e}); restore it from the model's source") from None
 
 
-def _modules(snapshot: Path) -> list[tuple[str, str]] | None:
-    """(folder, class name) of each module ``snapshot``'s modules.json lists; None without the file."""
-    listed = listed_modules(snapshot)
-    return None if listed is None else [(str(m.get("path") or ""), str(m.get("type", "")).rsplit(".", 1)[-1])
-                                        for m in listed]
+def read_modules(directory: Path) -> list[dict[str, Any]] | None:
+    """``directory``'s modules.json (None without one): a list of ``{"idx", "name", "path", "type"}`` objects, as
+    sentence-transformers writes it; any other shape is refused naming the file (every reader indexes into it)."""
+    modules = read_json(directory / MODULES)
+    if modules is not None and not (isinstance(modules, list) and all(
+            isinstance(m, dict) and isinstance(m.get("type"), str) and isinstance(m.get("path", ""), str)
+            for m in modules)):
+        raise BertkitError(f"{directory / MODULES} must be a list of modules ({{'idx', 'name', 'path', 'type'}} "
+                           f"each), got {str(modules)[:80]}; restore it from the model's source")
+    return modules
 
 
-def _encoder_paths(modules: list[tuple[str, str]] | None) -> list[str]:
-    """Where in a repo its BERT weights and tokenizer are: its root (""), or its Transformer module's folder."""
-    return [path for path, kind in modules or [] if kind in _ENCODER_MODULES] or [""]
+def module_types(modules: list[dict[str, Any]]) -> list[str]:
+    """The modules' class names ("Transformer", "Pooling", ...) whatever path in sentence-transformers recorded them
+    (``sentence_transformers.models.Pooling`` before 6). A module of another package keeps its whole path, so that
+    no reader takes it for sentence-transformers' module of that name: a model's own ``custom_st.Transformer``
+    (loaded by sentence-transformers with trust_remote_code) computes what its code says."""
+    return [t.rsplit(".", 1)[-1] if t.startswith("sentence_transformers.") else t for t in (m["type"] for m in modules)]
 
 
-def _module_patterns(modules: list[tuple[str, str]]) -> list[str]:
+def encoder_path(modules: list[dict[str, Any]] | None) -> str:
+    """Where in a directory (relative to it) its encoder's config.json, weights and tokenizer are: the folder of the
+    first module its modules.json lists, sentence-transformers' input module (the Transformer, in 0_Transformer/ in
+    the older layout; a Router's routes), as sentence-transformers loads it; "" (the directory) without one."""
+    return modules[0].get("path", "") if modules else ""
+
+
+def _module_patterns(modules: list[dict[str, Any]]) -> list[str]:
     """The files of the modules in their own folders: an encoder's as a BERT repo's (with its
     sentence_bert_config.json), any other module's whole folder, as sentence-transformers' load_dir_path fetches it
     (a Pooling's config.json, a Dense's config and weights, a Router's routes)."""
     patterns: list[str] = []
-    for path, kind in modules:
+    for module, kind in zip(modules, module_types(modules), strict=True):
+        path = module.get("path", "")
         if path and kind in _ENCODER_MODULES:
             patterns += [f"{path}/{name}" for name in (*_PATTERNS, SBERT_CONFIG)]
         elif path:
@@ -194,11 +210,12 @@ def _whole(snapshot: Path) -> bool:
     sentence-transformers repo every module's files. Another library may have cached part of a repo (transformers'
     AutoTokenizer caches config.json and the tokenizer files, no weights; its AutoModel a sentence-transformers repo's
     BERT files, no modules.json): such a snapshot is completed when online."""
-    modules = _modules(snapshot)
+    modules = read_modules(snapshot)
     if modules is None:
         return _encoder_whole(snapshot) and not may_lack_sentence_files(snapshot)
-    return all(_module_whole(snapshot / path, kind) for path, kind in modules) and all(
-        _encoder_whole(snapshot / path) for path in _encoder_paths(modules))
+    kinds = zip(modules, module_types(modules), strict=True)
+    return (all(_module_whole(snapshot / m.get("path", ""), kind) for m, kind in kinds)
+            and _encoder_whole(snapshot / encoder_path(modules)))
 
 
 def _download(repo_id: str) -> Path:
@@ -217,12 +234,12 @@ def _download(repo_id: str) -> Path:
         modules_file = None
     patterns = [*_PATTERNS, *SENTENCE_FILES]
     if modules_file is not None:
-        patterns += _module_patterns(_modules(modules_file.parent) or [])
+        patterns += _module_patterns(read_modules(modules_file.parent) or [])
     directory = Path(snapshot_download(repo_id, allow_patterns=patterns))
-    pickles = [f"{path}/{name}" if path else name for path in _encoder_paths(_modules(directory))
-               if not any((directory / path).glob("model*.safetensors")) for name in _PICKLE_PATTERNS]
-    if pickles:
-        directory = Path(snapshot_download(repo_id, allow_patterns=pickles))
+    encoder = encoder_path(read_modules(directory))
+    if not any((directory / encoder).glob("model*.safetensors")):
+        directory = Path(snapshot_download(repo_id, allow_patterns=[f"{encoder}/{name}" if encoder else name
+                                                                    for name in _PICKLE_PATTERNS]))
     return directory
 
 

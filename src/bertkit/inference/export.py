@@ -16,8 +16,8 @@ from torch import Tensor, nn
 
 from bertkit.errors import BertkitError, is_whole
 from bertkit.heads import MODEL_CLASSES, BertForMultipleChoice
-from bertkit.hub import listed_modules
-from bertkit.quantization.saved import encoder_directory, model_class_of
+from bertkit.hub import encoder_path, module_types, read_modules
+from bertkit.quantization.saved import model_class_of
 
 INPUT_NAMES = ("input_ids", "token_type_ids", "attention_mask")
 
@@ -104,7 +104,8 @@ def export_onnx(model_dir: str | Path, out: str | Path, *, opset: int = 17, over
         raise BertkitError(f"--opset {opset!r} is not one bertkit can export: the supported opsets are {opsets.start} "
                            f"to {opsets.stop - 1} (from {MIN_OPSET}, the first with the attention operator, to the "
                            f"newest this torch {torch.__version__}'s TorchScript exporter writes)")
-    encoder = encoder_directory(Path(model_dir))  # 0_Transformer/ in sentence-transformers' older layout
+    listed = read_modules(Path(model_dir)) or []
+    encoder = Path(model_dir) / encoder_path(listed)  # 0_Transformer/ in sentence-transformers' older layout
     model = load_for_export(encoder)
     tokenizer = BertTokenizer.from_pretrained(encoder)
     wrapper = TupleOutputModel(model).eval()
@@ -121,8 +122,7 @@ def export_onnx(model_dir: str | Path, out: str | Path, *, opset: int = 17, over
         _write_graph(tmp, wrapper, inputs, _dynamic_axes(model, wrapper, inputs), opset)
     # a sentence-transformers directory's other modules (pooling, Dense, Normalize, SPLADE pooling) run after the
     # graph: named, so that its outputs are not taken for the model's embeddings
-    outside = [f"{m.get('path')} ({str(m.get('type')).rpartition('.')[2]})" for m in listed_modules(Path(model_dir))
-               or [] if Path(model_dir) / str(m.get("path", "")) != encoder]
+    outside = [f"{m.get('path')} ({kind})" for m, kind in zip(listed[1:], module_types(listed)[1:])]
     return {"onnx": str(out), "model_class": type(model).__name__, "inputs": list(INPUT_NAMES),
             "outputs": list(wrapper.output_names), "opset": opset, "bytes": out.stat().st_size,
             "seconds": round(time.perf_counter() - t0, 1), **checked, **({"not_in_graph": outside} if outside else {})}

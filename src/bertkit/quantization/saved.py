@@ -32,7 +32,7 @@ from bertkit.checkpoint_io import (
 from bertkit.config import BertConfig
 from bertkit.errors import BertkitError, MissingFileError
 from bertkit.heads import MODEL_CLASSES
-from bertkit.hub import MODULES, SENTENCE_FILES, listed_modules
+from bertkit.hub import MODULES, SENTENCE_FILES, encoder_path, module_types, read_modules
 from bertkit.modeling import BertModel
 from bertkit.outputs import atomic_target, atomic_write_text
 from bertkit.quantization.calibration import read_calibration_file
@@ -269,11 +269,12 @@ def quantize_checkpoint(model_dir: str | Path, output_dir: str | Path, *, calibr
     beside it first, then moved into place whole. Returns a report: what was quantized, the files' sizes."""
     source = Path(model_dir)
     refuse_inputs(target_of(output_dir), {"model": source}, is_dir=True, flag="output_dir")
-    encoder = encoder_directory(source)  # 0_Transformer/ in sentence-transformers' older layout, written there too
+    listed = read_modules(source) or []
+    encoder = source / encoder_path(listed)  # 0_Transformer/ in sentence-transformers' older layout, written there too
     if is_int8_checkpoint(encoder):
         raise BertkitError(f"{source} is an int8 model already (written by `bertkit quantize`); quantize the float "
                            "checkpoint it came from")
-    _refuse_modules_int8_cannot_run(source)
+    _refuse_modules_int8_cannot_run(source, listed)
     model_class = model_class_of(encoder)
     texts = read_calibration_file(calibration_file) if calibration_file is not None else None
     tokenizer = BertTokenizer.from_pretrained(encoder)
@@ -285,7 +286,7 @@ def quantize_checkpoint(model_dir: str | Path, output_dir: str | Path, *, calibr
     with staged(out) as staging:  # the model and its tokenizer appear together, or not at all
         save_int8(quantized, staging / inside, calibration=calibration)
         tokenizer.save_pretrained(staging / inside)
-        _copy_sentence_modules(source, staging, inside)
+        _copy_sentence_modules(source, staging, inside, listed)
     kernel = check_int8_kernel()
     return {"model": str(source), "output_dir": str(out), "architecture": model_class.__name__,
             "int8_projections": len(int8_projections(quantized)), "projections": list(PROJECTIONS),
@@ -294,49 +295,36 @@ def quantize_checkpoint(model_dir: str | Path, output_dir: str | Path, *, calibr
                       "int8": (out / inside / INT8_WEIGHTS_NAME).stat().st_size}}
 
 
-def encoder_directory(directory: Path) -> Path:
-    """Where a checkpoint's config.json, weights and tokenizer are: ``directory`` itself, or the Transformer module's
-    folder a sentence-transformers directory of the older layout lists first in modules.json (0_Transformer/), as
-    sentence-transformers and bertkit's sentence models load it. A path other than a plain folder name is not
-    followed."""
-    modules = listed_modules(directory)
-    first = modules[0] if modules else {}
-    path = first.get("path")
-    if (str(first.get("type")).rpartition(".")[2] in ("Transformer", "MLMTransformer") and isinstance(path, str)
-            and _plain_name(path) and (directory / path).is_dir()):
-        return directory / path
-    return directory
+def _in_own_folder(path: str) -> bool:
+    """Whether a module's ``path`` is its directory ("") or a folder in it: nothing is read or written outside."""
+    return path in ("", ".") or (path != ".." and Path(path).name == path)
 
 
-def _plain_name(path: str) -> bool:
-    return path not in ("", ".", "..") and Path(path).name == path
-
-
-def _refuse_modules_int8_cannot_run(source: Path) -> None:
+def _refuse_modules_int8_cannot_run(source: Path, listed: list[dict]) -> None:
     """Refuse a sentence-transformers directory with a module no loader of an int8 directory runs (a Dense layer, a
-    SparseEncoder's MLMTransformer and SpladePooling): the directory would be written, and then refused by every
-    command that loads it, or embed without that module."""
-    others = [f"{module.get('type')} at {module.get('path')!r}" for module in listed_modules(source) or []
-              if str(module.get("type")).rpartition(".")[2] not in _INT8_MODULES]
+    SparseEncoder's MLMTransformer and SpladePooling), or outside a folder of its own (nested, or out of the
+    directory): the directory would be written, and then refused by every command that loads it, or embed without
+    that module."""
+    others = [f"{module['type']} at {module.get('path')!r}" for module, kind in zip(listed, module_types(listed))
+              if kind not in _INT8_MODULES or not _in_own_folder(module.get("path", ""))]
     if others:
         raise BertkitError(f"{source / MODULES} lists {', '.join(others)}; an int8 directory runs only "
                            f"through the pipelines, predict and serve, which run {', '.join(_INT8_MODULES)} of a "
-                           "sentence-transformers directory (and no SparseEncoder in int8): run the float directory "
-                           "(bertkit.sentence.SentenceTransformer or SparseEncoder, or pipeline(...) with bf16=True)")
+                           "sentence-transformers directory, each in a folder of it (and no SparseEncoder in int8): "
+                           "run the float directory (bertkit.sentence.SentenceTransformer or SparseEncoder, or "
+                           "pipeline(...) with bf16=True)")
 
 
-def _copy_sentence_modules(source: Path, out: Path, encoder: Path) -> None:
-    """The sentence-transformers files of ``source`` (modules.json and the module directories it lists beside the
+def _copy_sentence_modules(source: Path, out: Path, encoder: Path, listed: list[dict]) -> None:
+    """The sentence-transformers files of ``source`` (modules.json and the module directories ``listed`` beside the
     encoder's, whose own sentence_bert_config.json goes with the int8 encoder written at ``out / encoder``) copied
-    to ``out``, so the int8 directory embeds as ``pipeline(..., quantize="int8")`` on ``source`` does. A module path
-    other than a plain directory name is not followed (nothing is copied from outside)."""
+    to ``out``, so the int8 directory embeds as ``pipeline(..., quantize="int8")`` on ``source`` does."""
     for folder in {Path(), encoder}:
         for name in SENTENCE_FILES:  # its pooling, normalisation, cut and prompts make its vectors as the weights do
             if (source / folder / name).is_file():
                 shutil.copyfile(source / folder / name, out / folder / name)
-    for module in listed_modules(source) or []:
-        path = module.get("path")
-        if isinstance(path, str) and _plain_name(path) and Path(path) != encoder and (source / path).is_dir():
+    for path in (module.get("path", "") for module in listed):
+        if path not in ("", ".") and Path(path) != encoder and (source / path).is_dir():
             shutil.copytree(source / path, out / path)
 
 

@@ -12,14 +12,13 @@ that each gives the vectors the directory's model was trained and indexed with.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from bertkit.errors import BertkitError, is_whole
-from bertkit.hub import MODULES, SBERT_CONFIG, ST_CONFIG
+from bertkit.hub import MODULES, SBERT_CONFIG, ST_CONFIG, encoder_path, module_types, read_json, read_modules
 from bertkit.sentence.pooling import Pooling
 
 _TYPES = {"Transformer", "Pooling", "Dense", "Normalize"}
@@ -105,37 +104,6 @@ def saved_activation(directory: Path, config_extra: dict[str, Any]) -> str | Non
     return config_extra.get("sbert_ce_default_activation_function")
 
 
-def module_types(modules: list[dict[str, Any]]) -> list[str]:
-    """The modules' class names ("Transformer", "Pooling", ...) whatever path in sentence-transformers recorded them
-    (``sentence_transformers.models.Pooling`` before 6). A module of another package keeps its whole path, so that
-    no reader takes it for sentence-transformers' module of that name: a model's own ``custom_st.Transformer``
-    (loaded by sentence-transformers with trust_remote_code) computes what its code says."""
-    types = [str(m.get("type", "")) for m in modules]
-    return [t.rsplit(".", 1)[-1] if t.startswith("sentence_transformers.") else t for t in types]
-
-
-def read_modules(directory: Path) -> list[dict[str, Any]] | None:
-    """``directory``'s modules.json (None without one): a list of ``{"idx", "name", "path", "type"}`` objects, as
-    sentence-transformers writes it; any other shape is refused naming the file (the readers index into it)."""
-    modules = read_json(directory / MODULES)
-    if modules is not None and not (isinstance(modules, list) and all(
-            isinstance(m, dict) and isinstance(m.get("type"), str) and isinstance(m.get("path", ""), str)
-            for m in modules)):
-        raise BertkitError(f"{directory / MODULES} must be a list of modules ({{'idx', 'name', 'path', 'type'}} "
-                           f"each), got {str(modules)[:80]}; restore it from the model's source")
-    return modules
-
-
-def read_json(path: Path) -> Any:
-    """The JSON in ``path``, or None when there is no such file."""
-    if not path.is_file():
-        return None
-    try:
-        return json.loads(path.read_text(encoding="utf-8"))
-    except json.JSONDecodeError as e:
-        raise BertkitError(f"{path} is not valid JSON ({e}); restore it from the model's source") from None
-
-
 @dataclass(frozen=True)
 class SentenceDirectory:
     """A directory's sentence-embedding settings; for a plain checkpoint (no modules.json) ``pooling`` is None and
@@ -182,7 +150,7 @@ def read_directory(path: str | Path) -> SentenceDirectory:
         raise BertkitError(f"{path / MODULES} lists the modules {types}; bertkit implements Transformer, Pooling, "
                            f"any Dense and an optional Normalize, in that order (not {unknown or types}); use "
                            "sentence-transformers for this model")
-    encoder_dir = path / modules[0].get("path", "")
+    encoder_dir = path / encoder_path(modules)
     pooling_file = path / modules[1]["path"] / "config.json"
     pooling = read_json(pooling_file)
     if pooling is None:

@@ -29,7 +29,16 @@ from torch import Tensor, nn
 from bertkit._parallel import job_of
 from bertkit.errors import BertkitError, given_path, is_whole
 from bertkit.heads import BertForSequenceClassification
-from bertkit.hub import download_hint, not_a_directory
+from bertkit.hub import (
+    MODULES,
+    SBERT_CONFIG,
+    download_hint,
+    encoder_path,
+    module_types,
+    not_a_directory,
+    read_json,
+    read_modules,
+)
 from bertkit.outputs import atomic_write_json
 from bertkit.sentence import models
 from bertkit.sentence.calls import (
@@ -43,12 +52,7 @@ from bertkit.sentence.calls import (
     refuse_data_frame,
 )
 from bertkit.sentence.directory import (
-    MODULES,
-    SBERT_CONFIG,
     cross_encoder_max_seq_length,
-    module_types,
-    read_json,
-    read_modules,
     saved_activation,
     saved_cross_encoder,
     tokenizer_limit,
@@ -207,8 +211,8 @@ class CrossEncoder(Indexed, ReferenceCalls, nn.Module):
         if types[:2] == ["Transformer", "Pooling"] or untyped:  # an embedder's transformer, with a new classifier
             # sentence-transformers' words; it reads neither max_seq_length nor the prompts there
             logger.warning("Converting SentenceTransformer model %s to CrossEncoder.", path)
-            encoder_dir = path / modules[0].get("path", "")
-        elif types != ["Transformer"] or (modules or [{}])[0].get("path", "") not in ("", "."):
+            encoder_dir = path / encoder_path(modules)
+        elif types != ["Transformer"] or encoder_path(modules) not in ("", "."):
             raise BertkitError(f"{path / MODULES} lists the modules {types}; bertkit's CrossEncoder implements one "
                                "Transformer module at the top of the directory (a sequence classifier), or loads a "
                                "SentenceTransformer's (Transformer, Pooling...) with a new classifier; use "

@@ -29,7 +29,15 @@ from torch import Tensor, nn
 from bertkit._parallel import job_of
 from bertkit.checkpoint_io import read_config_json
 from bertkit.errors import BertkitError, given_path, is_whole
-from bertkit.hub import download_hint, not_a_directory
+from bertkit.hub import (
+    MODULES,
+    ST_CONFIG,
+    download_hint,
+    module_types,
+    not_a_directory,
+    read_json,
+    read_modules,
+)
 from bertkit.outputs import atomic_write_json
 from bertkit.sentence.calls import (
     PROCESSING_KWARGS,
@@ -39,15 +47,7 @@ from bertkit.sentence.calls import (
     refuse_arguments,
     texts_of,
 )
-from bertkit.sentence.directory import (
-    MODULES,
-    ST_CONFIG,
-    module_types,
-    read_json,
-    read_modules,
-    token_limit,
-    write_st_config,
-)
+from bertkit.sentence.directory import token_limit, write_st_config
 from bertkit.sentence.prompts import Prompted
 from bertkit.sentence.sparse_encoder.modules import (
     MLMTransformer,

@@ -28,10 +28,11 @@ from torch import Tensor, nn
 from bertkit.checkpoint_io import read_weights
 from bertkit.errors import BertkitError, is_whole, refusing_getattr
 from bertkit.heads import BertForMaskedLM
+from bertkit.hub import SBERT_CONFIG, read_json
 from bertkit.modeling import BertModelOutput
 from bertkit.outputs import atomic_write_json
 from bertkit.padding import moved
-from bertkit.sentence.directory import SBERT_CONFIG, read_json, tokenizer_limit, transformer_max_seq_length
+from bertkit.sentence.directory import tokenizer_limit, transformer_max_seq_length
 from bertkit.sentence.models import refuse_adapter
 from bertkit.tokenization import AutoTokenizer
 

@@ -26,11 +26,11 @@ import torch
 from torch import Tensor, nn
 
 from bertkit.errors import BertkitError
+from bertkit.hub import encoder_path, read_json, read_modules
 from bertkit.inference import tasks
 from bertkit.inference.base import Pipeline
 from bertkit.inference.prepare import check_request, prepare_model
 from bertkit.quantization import is_int8_checkpoint
-from bertkit.sentence.directory import read_json, read_modules
 from bertkit.sentence.sparse_encoder.model import SparseEncoder, select_max_active_dims, splade_embedder
 from bertkit.sentence.sparse_encoder.modules import Router, SparseStaticEmbedding, Transformer
 from bertkit.tokenization import BertTokenizer
@@ -136,7 +136,7 @@ class SparseEmbeddingPipeline(Pipeline):
         directory = Path(model_dir)
         listed = read_modules(directory)
         if listed:
-            directory = directory / listed[0].get("path", "")
+            directory = directory / encoder_path(listed)
             router = read_json(directory / Router.CONFIG)
             if isinstance(router, dict) and router.get("types"):
                 directory = directory / next(iter(router["types"]))
