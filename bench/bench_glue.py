@@ -39,8 +39,8 @@ from reference_loop import train_reference
 REPO = Path(__file__).resolve().parents[1]
 
 
-def scores(task, model, features, collate, refs):
-    logits = np.stack(predict(model, features, collate, batch_size=128))
+def scores(task, model, features, pad_id, refs):
+    logits = np.stack(predict(model, features, pad_id, batch_size=128))
     preds = logits[:, 0] if task.is_regression else logits.argmax(-1)
     return task.metric(preds, refs)
 
@@ -113,13 +113,13 @@ def main() -> None:
             targs = TrainingSettings(output_dir=Path(run_dir), learning_rate=args.lr, seed=seed, torch_compile=args.compile,
                                      progress=False, logging_steps=10**9)
             result = train(ours, [Phase(plan, steps)], targs,
-                           evaluate=lambda m: scores(task, m, dev_f, collate, refs))
+                           evaluate=lambda m: scores(task, m, dev_f, tok.pad_token_id, refs))
             t_ours = time.perf_counter() - t0
         ours_per_epoch = [{k: v for k, v in r.items() if k not in ("split", "step", "epoch")}
                           for r in result.history if r["split"] == "eval"]
         t0 = time.perf_counter()
         ref_per_epoch = train_reference(theirs, plan, steps, args.lr, seed,
-                                        on_epoch_end=lambda m: scores(task, m, dev_f, collate, refs))
+                                        on_epoch_end=lambda m: scores(task, m, dev_f, tok.pad_token_id, refs))
         t_ref = time.perf_counter() - t0
         done.add(seed)
         row = {"seed": seed, "settings": settings, "threads": torch.get_num_threads(), "bertkit": ours_per_epoch[-1], "transformers": ref_per_epoch[-1],

@@ -146,7 +146,7 @@ def test_fill_mask_targets_rank_those_tokens_as_transformers(tmp_path_factory, m
                                            r"leave it out of targets$"):
         fill(texts[0], targets=["paris", "  "])
     for bad in ([], 3, ["paris", None]):
-        with pytest.raises(BertkitError, match=r"^fill-mask's targets must be a str or a non-empty list of str"):
+        with pytest.raises(BertkitError, match=r"^targets must be a string or a non-empty list of strings"):
             fill(texts[0], targets=bad)
     # a token added to the tokenizer of a model not resized to it has no output row to score it by (an IndexError)
     tok = bertkit.AutoTokenizer.from_pretrained(d)
@@ -478,7 +478,8 @@ def test_question_answering_top_k_changes_neither_answer_nor_scores(tmp_path_fac
         assert a["answer"] == ref.predictions["q"] and len(a["nbest"]) == min(k, len(ref.nbest["q"]))
         np.testing.assert_allclose([n["score"] for n in a["nbest"]],
                                    [n["probability"] for n in ref.nbest["q"][:k]], atol=1e-6, rtol=0)
-    with pytest.raises(BertkitError, match="top_k 21 exceeds the 20 candidates the SQuAD recipe weighs"):
+    with pytest.raises(BertkitError, match=re.escape("top_k must be an int in [1, 20] (the SQuAD recipe's n-best size), "
+                                                     "got 21")):
         qa(item, top_k=21)
 
 
@@ -497,7 +498,7 @@ def test_question_answering_refuses_a_null_threshold_that_is_not_a_finite_number
     ("max_question_length", -1, "max_question_length must be an int of at least 1, got -1"),
     ("doc_stride", -1, "doc_stride must be an int of at least 0, got -1"),
     ("doc_stride", 2.5, "doc_stride must be an int of at least 0, got 2.5"),
-    ("allow_no_answer", "yes", "allow_no_answer must be True or False, got 'yes'"),
+    ("allow_no_answer", "yes", "allow_no_answer must be true or false, got 'yes'"),
 ])
 def test_question_answering_refuses_sizes_that_would_answer_quietly_wrong(option, value, message):
     # max_answer_length 0 answered "" at score 0; max_question_length 0 dropped the question (-1: its last token);
@@ -660,7 +661,8 @@ def test_a_dict_input_with_a_key_the_task_does_not_read_is_refused_naming_it(tmp
     with pytest.raises(BertkitError, match=r"unknown field\(s\) top_k; .* holds question, context"):
         bertkit.pipeline("question-answering", qa_dir)({"question": "Who?", "context": "Ann came.", "top_k": 3})
     for top_k in (0, True, "3"):  # an option is checked once per call, before the model runs
-        with pytest.raises(BertkitError, match=rf"^top_k must be a positive int, got {top_k!r}$"):
+        with pytest.raises(BertkitError, match=r"^top_k must be an int in \[1, 20\] \(the SQuAD recipe's n-best size\), "
+                                               rf"got {re.escape(repr(top_k))}$"):
             bertkit.pipeline("question-answering", qa_dir)({"question": "Who?", "context": "Ann came."}, top_k=top_k)
     mc_dir, _ = tiny_dir(tmp_path_factory, minilm_dir, "BertForMultipleChoice")
     mc = bertkit.pipeline("multiple-choice", mc_dir)

@@ -195,7 +195,8 @@ def test_question_answering_top_k_and_max_length_are_refused_before_the_model_lo
             "--output-file", str(out), "--no-progress", "--overwrite"]
     assert main([*args, "--top-k", "21"]) == 2
     err = capsys.readouterr().err
-    assert "question-answering's top_k 21 exceeds the 20 candidates" in err and "question-answering head" not in err
+    assert "top_k must be an int in [1, 20] (the SQuAD recipe's n-best size), got 21" in err
+    assert "question-answering head" not in err
     assert main([*args, "--top-k", "20", "--max-length", "4"]) == 2  # (--max-length 4 too was refused after the load)
     err = capsys.readouterr().err
     assert "max_length must be at least 8 (a pipeline's shortest sequence), got 4" in err and " head" not in err

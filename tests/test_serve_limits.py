@@ -109,7 +109,8 @@ QA = {"question": "Who had an impact?", "context": CONTEXT}
     ("qa", {"inputs": QA, "parameters": {"max_answer_length": 6}},  # bertkit's name: the wire takes the API's
      "question-answering takes no parameter(s) max_answer_length; it takes align_to_words, doc_stride"),
     ("qa", {"inputs": {**QA, "contxt": "another"}}, "input 0 has unknown field(s) contxt"),
-    ("mlm", {"inputs": "a [MASK] b", "parameters": {"top_k": 0}}, "top_k must be an int in [1, 100]"),
+    ("mlm", {"inputs": "a [MASK] b", "parameters": {"top_k": 0}}, "top_k must be an int of at least 1"),
+    ("mlm", {"inputs": "a [MASK] b", "parameters": {"top_k": 101}}, "top_k must be an int in [1, 100] (max_top_k)"),
     ("ner", {"inputs": "Ada Lovelace wrote it", "parameters": {"ignore_labels": ["PERSON"]}},
      "ignore_labels must be a list of this model's label names (B-PER, I-PER, O, PER)"),
     ("enc", {"inputs": "a", "normalize": True, "parameters": {"normalize": False}},
@@ -401,11 +402,12 @@ def test_every_parameter_a_route_takes_has_a_check():
     from bertkit.inference.tasks import TASK_LIST
 
     for task in TASK_LIST:
+        options = task.pipeline_class().call_options
         fake = SimpleNamespace(task=task.name, max_length=128, tokenizer=[0] * 30522, prompts={"query": "query: "},
-                               config=SimpleNamespace(hidden_size=32, id2label={0: "O"}, num_labels=1))
+                               config=SimpleNamespace(hidden_size=32, id2label={0: "O"}, num_labels=1),
+                               call_options=options)
         checks = _parameter_checks(SimpleNamespace(pipe=fake, limits=Limits(), task=task))
-        accepted = ({*task.pipeline_class().call_options, *task.answer_params, *task.renamed, *task.body_fields}
-                    - set(task.renamed.values()))
+        accepted = {*(o.wire or o.name for o in options), *task.answer_params, *task.body_fields}
         assert accepted <= set(checks), (task.name, sorted(accepted - set(checks)))
 
 

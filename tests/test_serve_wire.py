@@ -136,7 +136,8 @@ def test_token_classification_answers_entity_groups(tmp_path_factory, minilm_dir
         r = httpx.post(f"{url}/predict", json={"inputs": texts[0], "parameters": {"aggregation_strategy": "simple"}})
         assert r.status_code == 422 and r.json()["error"] == (
             'aggregation_strategy must be "first" or "average" or "max" (how a word of several pieces is tagged; bertkit '
-            "tags words), got 'simple'")
+            'tags words: "first", the default, as NER models are trained; "none" and "simple" tag each piece on its '
+            "own), got 'simple'")
         r = httpx.post(f"{url}/predict", json={"inputs": texts[0], "parameters": {"stride": 16}})
         assert r.status_code == 422 and r.json()["error"].startswith("stride must be left out: bertkit serve tags a ")
 

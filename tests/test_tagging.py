@@ -100,11 +100,12 @@ def test_token_classification_average_and_max_are_transformers_strategies(conll_
         assert sum(_same_entities(o["entities"], theirs(t, aggregation_strategy=strategy), strategy)
                    for t, o in zip(texts, got)) > 50
     assert ours(texts, aggregation_strategy="max") != ours(texts)  # the strategies differ on these words
-    with pytest.raises(BertkitError, match=r"^token-classification's aggregation_strategy 'simple' tags each word piece "
-                                           r"on its own; bertkit tags words: \"first\" \(the default"):
+    with pytest.raises(BertkitError, match=r'^aggregation_strategy must be "first" or "average" or "max" \(how a word '
+                                           r'of several pieces is tagged; bertkit tags words: "first", the default, as '
+                                           r'NER models are trained; "none" and "simple" tag each piece on its own\), '
+                                           r"got 'simple'$"):
         ours(texts[0], aggregation_strategy="simple")
-    with pytest.raises(BertkitError, match=r"^token-classification's aggregation_strategy must be one of 'first', "
-                                           r"'average', 'max', got 'FIRST'$"):
+    with pytest.raises(BertkitError, match=r"^aggregation_strategy must be .*, got 'FIRST'$"):
         ours(texts[0], aggregation_strategy="FIRST")
 
 
@@ -139,12 +140,10 @@ def test_token_classification_stride_reads_a_long_text_in_windows_as_transformer
                                                       ignore_labels=ignore), (strategy, stride))
             assert o["words"][-1]["end"] == len(text.rstrip())  # tagged to the end
         assert n > 50
-    with pytest.raises(BertkitError, match=r"^token-classification's stride \(the tokens consecutive windows share\) "
-                                           r"must be an int of at least 0, got -1$"):
-        short(texts[0], stride=-1)
-    with pytest.raises(BertkitError, match=r"^token-classification's stride 46 must be below the 46 tokens a window "
-                                           r"holds \(max_length 48 - 2\): use a smaller stride or a larger max_length$"):
-        short(texts[0], stride=46)  # a short text too: the refusal does not hang on a text's length
+    for stride in (-1, 46):  # a short text too: the refusal does not hang on a text's length
+        with pytest.raises(BertkitError, match=r"^stride must be an int in \[0, 45\] \(the tokens consecutive "
+                                               rf"windows share, below max_length - 2\), got {stride}$"):
+            short(texts[0], stride=stride)
 
 
 def test_token_classification_is_split_into_words_as_transformers(conll_tagger):

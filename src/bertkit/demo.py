@@ -258,7 +258,7 @@ def _finetuning_stage(out_dir: Path, run_dir: Path, config: Any, tok: Any, seed:
         return pad_batch(batch, tok.pad_token_id)
 
     def accuracy(model):
-        logits = predict(model, dev_f, collate, batch_size=128)
+        logits = predict(model, dev_f, tok.pad_token_id, batch_size=128)
         return {"accuracy": sum(int(lg.argmax() == f["labels"]) for lg, f in zip(logits, dev_f)) / len(dev_f)}
 
     majority = max(sum(1 for _, y in dev_ex if y == k) for k in range(len(labels))) / len(dev_ex)

@@ -15,6 +15,7 @@ from torch import Tensor, nn
 
 from bertkit.errors import BertkitError, MissingFileError, is_whole
 from bertkit.hub import download_hint, not_a_directory
+from bertkit.inference.options import Option, refusal
 from bertkit.inference.prepare import check_request, prepare_model
 from bertkit.inference.runner import run_length_sorted
 from bertkit.padding import pad_batch
@@ -80,8 +81,9 @@ class Pipeline:
     # The fields of a dict input, each a str or (list) a non-empty list of str; none: an input is one str.
     fields: ClassVar[dict[str, type]] = {}
     optional: ClassVar[tuple[str, ...]] = ()  # fields that may be absent (or None)
-    # Keyword options a call accepts (``pipe(texts, top_k=3)``); encode and decode take what they use.
-    call_options: ClassVar[tuple[str, ...]] = ()
+    # Keyword options a call accepts (``pipe(texts, top_k=3)``), each with its rule; encode and decode take what they
+    # use.
+    call_options: ClassVar[tuple[Option, ...]] = ()
     # transformers' options of this task that bertkit does not take, with what gives their answer here: named when
     # one is refused, so that ported code finds the field instead of a list of what is taken.
     instead_of: ClassVar[dict[str, str]] = {}
@@ -199,16 +201,17 @@ class Pipeline:
 
     # -- running --------------------------------------------------------------------------------------
     @classmethod
-    def check_options(cls, options: Mapping[str, Any]) -> None:
-        """Refuse call options the pipeline cannot take; no weights are needed (``bertkit predict`` checks its flags
-        with it before the model loads)."""
-        unknown = sorted(set(options) - set(cls.call_options))
+    def check_options(cls, options: Mapping[str, Any], pipe: Pipeline | None = None) -> None:
+        """Refuse call options the pipeline cannot take, and values their ``Option`` refuses; without ``pipe``
+        (``bertkit predict`` checks its flags before the model loads) a bound the pipeline sets waits for the call."""
+        declared = {o.name: o for o in cls.call_options}
+        unknown = sorted(set(options) - set(declared))
         if unknown:
             raise BertkitError(f"{cls.task} pipeline does not take {', '.join(unknown)}; its options are "
-                               f"{', '.join(cls.call_options) or 'none'}{cls.instead(unknown)}")
-        top_k = options.get("top_k", 1)
-        if not is_whole(top_k):
-            raise BertkitError(f"top_k must be a positive int, got {top_k!r}")
+                               f"{', '.join(declared) or 'none'}{cls.instead(unknown)}")
+        for name, value in options.items():
+            if why := refusal(name, value, declared[name].check(pipe)):
+                raise BertkitError(why)
 
     def read_options(self, options: dict[str, Any]) -> dict[str, Any]:
         """A call's checked options as ``encode`` and ``decode`` read them, worked out once per call (fill-mask reads
@@ -217,8 +220,9 @@ class Pipeline:
 
     @classmethod
     def instead(cls, names: Sequence[str]) -> str:
-        """What answers the transformers options ``names`` here (``instead_of``), for a refusal's message."""
-        known = {**_MADE_WITH, **cls.instead_of}
+        """What answers the transformers options ``names`` here (``instead_of``, and each option's ``help`` under its
+        ``wire`` name), for a refusal's message."""
+        known = {**_MADE_WITH, **cls.instead_of, **{o.wire: f"{o.name}={o.help}" for o in cls.call_options if o.wire}}
         advice: dict[str, list[str]] = {}
         for n in names:
             if n in known:
@@ -245,7 +249,7 @@ class Pipeline:
 
     def run(self, inputs: Sequence[Any], **options: Any) -> list[Any]:
         """Results for ``inputs``, in their order. All rows of all inputs are batched together by length."""
-        self.check_options(options)
+        self.check_options(options, self)
         options = self.read_options(options)
         items = [self.check_input(x, i) for i, x in enumerate(inputs)]
         per_input = [self.encode(x, **options) for x in items]

@@ -16,6 +16,7 @@ import torch.nn.functional as F
 from bertkit.errors import BertkitError, is_whole
 from bertkit.inference import tasks
 from bertkit.inference.base import Pipeline
+from bertkit.inference.options import Option
 from bertkit.inference.pipelines import TextOrPairPipeline, per_row
 from bertkit.modeling import BertModel
 from bertkit.sentence.directory import ST_CONFIG, SentenceDirectory, read_directory
@@ -80,7 +81,12 @@ class FeatureExtractionPipeline(TextOrPairPipeline):
     task = tasks.FeatureExtraction.name
     model_class = BertModel
     default_normalize = False
-    call_options = ("prompt_name",)
+    # read where it is used (``prompt_named``: "query" and "document" are every model's, as sentence-transformers 6
+    # has them); bertkit serve takes what TEI does, the prompts its /info lists
+    call_options = (Option("prompt_name", served=lambda pipe: None if not pipe.prompts else (
+        lambda v: isinstance(v, str) and v in pipe.prompts,
+        f"one of this model's prompts (/info's prompts: {', '.join(map(repr, pipe.prompts))}), or null for the default "
+        "prompt")),)
     instead_of = {"return_tensors": "results are lists of floats (torch.tensor(result) makes one); transformers' "
                                     "per-token output, [CLS] and [SEP] included, is pipeline(\"feature-extraction\", "
                                     "model, pooling=\"none\")"}

@@ -7,7 +7,6 @@ they share (batching, order, the non-finite check) is ``base.Pipeline``'s, SQuAD
 from __future__ import annotations
 
 import logging
-import math
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -16,7 +15,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from bertkit.errors import BertkitError, is_whole
+from bertkit.errors import BertkitError
 from bertkit.heads import (
     BertForMaskedLM,
     BertForMultipleChoice,
@@ -25,6 +24,7 @@ from bertkit.heads import (
 )
 from bertkit.inference import tasks
 from bertkit.inference.base import Pipeline, refuse_empty_text, scored
+from bertkit.inference.options import BOOL, FINITE, Option, int_in, or_none
 from bertkit.sentence.directory import cross_encoder_max_seq_length, saved_activation
 from bertkit.tasks import squad
 
@@ -49,19 +49,12 @@ class FillMaskPipeline(Pipeline):
     task = tasks.FillMask.name
     model_class = BertForMaskedLM
     required_keys = ("cls.predictions.bias", "cls.predictions.transform.dense.weight")
-    call_options = ("top_k", "targets")
+    call_options = (Option("top_k", int_in(1)), Option("targets", or_none((
+        lambda v: isinstance(v, str) or isinstance(v, (list, tuple)) and bool(v) and all(isinstance(t, str) for t in v),
+        "a string or a non-empty list of strings (the tokens to rank)"))))
     missing_head_fix = ("fill-mask needs the masked-LM head of pre-training: use a checkpoint that keeps it "
                         "(google's or Hugging Face's bert-base-*, one converted by convert-tf-checkpoint, or "
                         "bertkit pretrain's output)")
-
-    @classmethod
-    def check_options(cls, options: Mapping[str, Any]) -> None:
-        super().check_options(options)
-        targets = options.get("targets")
-        if targets is not None and not (isinstance(targets, str) or isinstance(targets, (list, tuple)) and targets
-                                        and all(isinstance(t, str) for t in targets)):
-            raise BertkitError(f"fill-mask's targets must be a str or a non-empty list of str (the tokens to rank), "
-                               f"got {str(targets)[:80]!r}")
 
     def read_options(self, options: dict[str, Any]) -> dict[str, Any]:
         if options.get("targets") is None:
@@ -283,7 +276,7 @@ class RerankPipeline(TextClassificationPipeline):
     task = tasks.Rerank.name
     fields = {"query": str, "texts": list}
     optional = ()
-    call_options = ("raw_scores", "return_text")
+    call_options = (Option("raw_scores", served=BOOL), Option("return_text", served=BOOL))
 
     def __init__(self, model, tokenizer, **kwargs: Any):
         self.relevant = relevant_label(model.config)
@@ -337,45 +330,38 @@ class QuestionAnsweringPipeline(Pipeline):
     model_class = BertForQuestionAnswering
     required_keys = ("qa_outputs.weight",)
     fields = {"question": str, "context": str}
-    call_options = ("top_k", "doc_stride", "max_question_length", "max_answer_length", "allow_no_answer",
-                    "null_threshold")
-    # transformers' names of the same options (bertkit serve takes them, as the Inference API sends them)
-    instead_of = {"max_answer_len": "max_answer_length=N, the same limit on an answer's tokens",
-                  "max_question_len": "max_question_length=N, the same cut of the question's tokens",
-                  "handle_impossible_answer": "allow_no_answer=True: \"\" when the null score beats the best span "
-                                              "(the SQuAD 2.0 recipe's rule; null_threshold moves the bar)",
-                  "align_to_words": "answers are the token span the SQuAD recipe scores (transformers' "
+    n_best_size = 20  # the recipe's candidates per question: spans among each window's 20 best starts and ends
+    # more top_k would change which spans compete, so the answer and scores; a question cut to 0 or -1 tokens, spans
+    # of 0: quietly wrong answers. The wire names are transformers' (bertkit serve takes them, as the API sends them).
+    call_options = (
+        Option("top_k", int_in(1, n_best_size, " (the SQuAD recipe's n-best size)")),
+        # below a window's context tokens (squad.stride_for_overlap). serve keeps its own range, [1, max_length], here
+        # and for max_answer_len; the pipeline takes a doc_stride of 0 and any max_answer_length, as transformers' does
+        Option("doc_stride", or_none(int_in(0)), served=lambda pipe: int_in(1, pipe.max_length, " (at most max_length)")),
+        Option("max_question_length", lambda pipe: int_in(1) if pipe is None else
+               int_in(1, pipe.max_length - 4, " (max_length - 4 leaves the context room)"),
+               "max_question_len", "N, the same cut of the question's tokens"),
+        Option("max_answer_length", int_in(1), "max_answer_len", "N, the same limit on an answer's tokens",
+               lambda pipe: int_in(1, pipe.max_length, " (at most max_length)")),
+        Option("allow_no_answer", BOOL, "handle_impossible_answer", "True: \"\" when the null score beats the best "
+               "span (the SQuAD 2.0 recipe's rule; null_threshold moves the bar)"),
+        Option("null_threshold", FINITE))  # NaN would never predict "no answer" (score_diff > nan is False)
+    instead_of = {"align_to_words": "answers are the token span the SQuAD recipe scores (transformers' "
                                     "align_to_words=False); bertkit serve widens them to whole words, as the Inference "
                                     "API does"}
-    n_best_size = 20  # the recipe's candidates per question: spans among each window's 20 best starts and ends
 
     def _example(self, item: dict) -> squad.SquadExample:
         return squad.SquadExample(qas_id="q", title="", question=item["question"], context=item["context"],
                                   answers=())
 
     @classmethod
-    def check_options(cls, options: Mapping[str, Any]) -> None:
-        super().check_options(options)
-        top_k = options.get("top_k", 1)
-        if top_k > cls.n_best_size:  # more candidates would change which spans compete, so the answer and scores
-            raise BertkitError(f"question-answering's top_k {top_k} exceeds the {cls.n_best_size} candidates the "
-                               f"SQuAD recipe weighs (its n-best size); ask for top_k {cls.n_best_size} or fewer")
-        for name, least in (("max_question_length", 1), ("max_answer_length", 1), ("doc_stride", 0)):
-            value = options.get(name, least)  # a question cut to 0 or -1 tokens, spans of 0: quietly wrong answers
-            if name == "doc_stride" and value is None:
-                continue
-            if not is_whole(value, least):
-                raise BertkitError(f"question-answering's {name} must be an int of at least {least}, got {value!r}")
-        if not isinstance(options.get("allow_no_answer", False), bool):
-            raise BertkitError(f"allow_no_answer must be True or False, got {options['allow_no_answer']!r}")
-        threshold = options.get("null_threshold", 0.0)
-        if isinstance(threshold, bool) or not isinstance(threshold, (int, float)) or not math.isfinite(threshold):
-            # NaN would never predict "no answer" (score_diff > nan is False): refused, as serve does
-            raise BertkitError(f"null_threshold must be a finite number, got {threshold!r}")
+    def check_options(cls, options: Mapping[str, Any], pipe: Pipeline | None = None) -> None:
+        super().check_options(options, pipe)
         if "null_threshold" in options and not options.get("allow_no_answer", False):
             # without it every question gets a span: the threshold would change nothing, without a word
-            raise BertkitError(f"null_threshold {threshold!r} sets when to predict no answer, which only "
-                               "allow_no_answer=True (SQuAD 2.0) does: pass allow_no_answer=True, or drop null_threshold")
+            raise BertkitError(f"null_threshold {options['null_threshold']!r} sets when to predict no answer, which "
+                               "only allow_no_answer=True (SQuAD 2.0) does: pass allow_no_answer=True, or drop "
+                               "null_threshold")
 
     def window_step(self, question: str, doc_stride: int | None, max_question_length: int) -> int:
         """run_squad.py's step between window starts: the recipe's 128, or the step whose windows share

@@ -10,6 +10,7 @@ import numpy as np
 import torch
 from torch import nn
 
+from bertkit.data.collate import collate
 from bertkit.inference.prepare import Precision, prepare_model
 from bertkit.inference.runner import run_length_sorted
 from bertkit.settings import PredictBenchmarkSettings
@@ -19,13 +20,13 @@ from bertkit.tokenization import BertTokenizer
 EVAL_BATCH_SIZE = 64
 
 
-def predict(model: nn.Module, features: Sequence[dict], collate: Callable[[list], dict], *,
+def predict(model: nn.Module, features: Sequence[dict], pad_id: int, *,
             batch_size: int = EVAL_BATCH_SIZE,
             bf16: bool = False, device: str = "cpu", output: Callable[[Any], torch.Tensor] = lambda o: o.logits
             ) -> list[np.ndarray]:
     """Run ``model`` over ``features`` in batches of similar length (little padding); outputs in input order.
 
-    Returns one array per feature: its row of ``output(model_output)``. Per-token outputs keep the padded
+    Batches are padded by ``data.collate`` (``input_ids`` with ``pad_id``). Returns one array per feature: its row of ``output(model_output)``. Per-token outputs keep the padded
     length of the batch the feature ran in (callers read the positions they need). A NaN or +inf anywhere
     raises ``NonFiniteError`` naming the first bad feature: a diverged model gets no score. (-inf is allowed:
     a head may mask positions with it; the QA head uses the dtype's lowest finite value.)
@@ -34,7 +35,7 @@ def predict(model: nn.Module, features: Sequence[dict], collate: Callable[[list]
         return list(output(model(**batch)).float().cpu().numpy())
 
     def pad(rows: Sequence[dict]) -> dict[str, torch.Tensor]:
-        return {k: v for k, v in collate(list(rows)).items() if k in ("input_ids", "token_type_ids", "attention_mask")}
+        return {k: v for k, v in collate(list(rows), pad_id).items() if k in ("input_ids", "token_type_ids", "attention_mask")}
 
     return run_length_sorted(call, features, batch_size=batch_size, pad=pad, device=device, bf16=bf16, model=model,
                              nonfinite=lambda i: f"the model's output for example {i} (0-based, input order) is not "

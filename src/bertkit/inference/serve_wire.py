@@ -1,19 +1,20 @@
 """The wire format of ``bertkit serve``: what a route is (``Route``), what one request may be and cost
 (``Limits``), and the Inference API's /predict and TEI's /similarity, which share a body. What differs by task (its
-parameters, cost and answer) is its ``tasks.Task``'s, read from the server (``server.task``)."""
+cost and answer) is its ``tasks.Task``'s, read from the server (``server.task``), its parameters its pipeline's options
+(``options.Option``, under their wire names)."""
 
 from __future__ import annotations
 
 import dataclasses
 import inspect
 import json
-import math
 import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 from bertkit.errors import BertkitError
+from bertkit.inference.options import BOOL, Rule, int_in, refusal
 from bertkit.settings.inference import RequestLimits
 
 # What a server of another task answers on a route of embedding models (``Route.needs``).
@@ -164,27 +165,15 @@ def _default(method: Callable[..., Any], name: str) -> Any:  # written once, in 
     return inspect.signature(method).parameters[name].default
 
 
-def int_in(lo: int, hi: int, why: str = "") -> tuple[Callable[[Any], bool], str]:
-    return (lambda v: type(v) is int and lo <= v <= hi), f"an int in [{lo}, {hi}]{why}"  # a bool is no int
-
-
-def label_names_check(labels: set[str]) -> tuple[Callable[[Any], bool], str]:
-    """ignore_labels' check: a list of strings, each one of ``labels``."""
-    return (lambda v: isinstance(v, list) and all(isinstance(x, str) for x in v) and set(v) <= labels,
-            f"a list of this model's label names ({', '.join(sorted(labels))})")
-
-
-def _parameter_checks(server: Any) -> dict[str, tuple[Callable[[Any], bool], str]]:
-    """Every parameter a route takes, with the test its value must pass and the words that say what it must be
-    (a task may narrow one: ``Task.checks``)."""
+def _parameter_checks(server: Any) -> dict[str, Rule]:
+    """Every parameter a route takes, with its rule: the pipeline's options' (``Option``, under their wire names), and
+    the routes' own fields and answer parameters."""
     pipe, limits = server.pipe, server.limits
     n = pipe.max_length
     return {
-        "top_k": int_in(1, limits.max_top_k, " (max_top_k)"),
+        "top_k": int_in(1, limits.max_top_k, " (max_top_k)"),  # text-classification's (an answer's labels)
         "function_to_apply": (lambda v: v in ("softmax", "sigmoid", "none"), '"softmax", "sigmoid" or "none"'),
-        **dict.fromkeys(("raw_scores", "return_text", "truncate", "normalize", "add_special_tokens",
-                         "skip_special_tokens", "handle_impossible_answer"),
-                        (lambda v: isinstance(v, bool), "true or false")),
+        **dict.fromkeys(("raw_scores", "truncate", "normalize", "add_special_tokens", "skip_special_tokens"), BOOL),
         "model": (lambda v: isinstance(v, str), "a string (any: this server serves one model)"),
         "user": (lambda v: isinstance(v, str), "a string"),
         "truncation_direction": (lambda v: v in ("right", "Right"), '"right" (bertkit keeps a text\'s beginning)'),
@@ -194,22 +183,19 @@ def _parameter_checks(server: Any) -> dict[str, tuple[Callable[[Any], bool], str
         "align_to_words": (lambda v: isinstance(v, bool), "true (answers widened to whole words, the default) or false "
                                                            "(token spans)"),
         "max_seq_len": (lambda v: v == n, f"{n}, this server's max_length (set with --max-length at start)"),
-        "doc_stride": int_in(1, n, " (at most max_length)"),
-        "max_question_len": int_in(1, n - 4, " (max_length - 4 leaves the context room)"),
-        "max_answer_len": int_in(1, n, " (at most max_length)"),
-        "null_threshold": (lambda v: isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v),
-                           "a finite number"),
-        **server.task.checks(pipe, limits),
+        **{o.wire or o.name: rule for o in pipe.call_options if (rule := o.check(pipe, served=True)) is not None},
     }
 
 
 def check_values(values: dict[str, Any], server: Any) -> None:
-    """422 for the first value that fails its check (``_parameter_checks``), naming it."""
+    """422 for the first value that fails its rule (``_parameter_checks``; a top_k within max_top_k too), naming it."""
     checks = _parameter_checks(server)
+    cap = int_in(1, server.limits.max_top_k, " (max_top_k)")  # a server's limit, after a pipeline's own top_k rule
     for name, value in values.items():
-        ok, expected = checks[name]  # every name a route accepts has its check (tests/test_serve_limits.py)
-        if not ok(value):
-            raise RequestError(422, f"{name} must be {expected}, got {repr(value)[:80]}")
+        # every name a route accepts has its rule (tests/test_serve_limits.py)
+        why = refusal(name, value, checks[name]) or (refusal(name, value, cap) if name == "top_k" else None)
+        if why:
+            raise RequestError(422, why)
 
 
 def parse_request(data: Any, server: Any, similarity: bool = False) -> Call:
@@ -221,8 +207,9 @@ def parse_request(data: Any, server: Any, similarity: bool = False) -> Call:
     params = f.pop("parameters", {})
     if not isinstance(params, dict):
         raise RequestError(422, f"parameters must be an object, got {type(params).__name__} {str(params)[:40]}")
-    renamed = task.renamed
-    allowed = {*pipe.call_options, *task.answer_params, *renamed} - set(renamed.values())
+    renamed = {o.wire: o.name for o in pipe.call_options if o.wire}  # the Inference API's names -> the pipeline's
+    names = {o.name for o in pipe.call_options}
+    allowed = {*names, *task.answer_params, *renamed} - set(renamed.values())
     bad = sorted(set(params) - allowed)
     if bad:
         raise RequestError(422, f"{task.name} takes no parameter(s) {', '.join(bad)}; it takes "
@@ -234,7 +221,7 @@ def parse_request(data: Any, server: Any, similarity: bool = False) -> Call:
     check_values(params, server)
     raw = f.pop("inputs")  # a list is always several inputs: a pair is {"text", "text_pair"} or [[a, b]]
     answer = {renamed.get(k, k): v for k, v in {**params, **f}.items()}  # render reads what it needs
-    options = {k: v for k, v in answer.items() if k in pipe.call_options}
+    options = {k: v for k, v in answer.items() if k in names}
     names = None  # what an error calls each input: its index, or its field in a sentence-similarity body
     if similarity or SIMILARITY in task.routes and isinstance(raw, dict) and "source_sentence" in raw:
         raw, answer["similarity"] = _similarity_inputs(raw, pipe), True

@@ -5,15 +5,17 @@ spans grouped from them, and the windows of a text longer than ``max_length`` pu
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+import math
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
 
-from bertkit.errors import BertkitError, is_whole
+from bertkit.errors import BertkitError
 from bertkit.heads import BertForTokenClassification
 from bertkit.inference import tasks
 from bertkit.inference.base import Pipeline, scored
+from bertkit.inference.options import Option, Rule, int_in, or_none
 from bertkit.inference.pipelines import per_row
 
 
@@ -64,6 +66,16 @@ def keep_longest(spans: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
     return kept
 
 
+def _label_names_rule(config: Any) -> Rule:
+    """What ``ignore_labels`` may name for a model of ``config``: its tags, the entity types they make as
+    ``group_entities`` reads them (B-PER, B_PER, S-PER: PER) and "O", transformers' default, whatever the tags."""
+    tags = tasks.label_names(config)
+    names = {"O", *tags, *(e["entity_group"] for t in tags for e in
+                           group_entities([{"tag": t, "score": 0.0, "start": 0, "end": 0}], "", outside=True))}
+    return (lambda v: isinstance(v, (list, tuple)) and all(isinstance(x, str) and x in names for x in v),
+            f"a list of this model's label names ({', '.join(sorted(names))})")
+
+
 class TokenClassificationPipeline(Pipeline):
     """A text -> ``{"words": [...], "entities": [...]}``.
 
@@ -82,10 +94,22 @@ class TokenClassificationPipeline(Pipeline):
     task = tasks.TokenClassification.name
     model_class = BertForTokenClassification
     required_keys = ("classifier.weight",)
-    call_options = ("aggregation_strategy", "stride", "ignore_labels")
     # transformers' strategies that give a word one tag, each as a function of the word's pieces' probabilities (T, L)
     word_strategies = {"first": lambda p: p[0], "average": lambda p: p.mean(0),
                        "max": lambda p: p[int(np.argmax(p.max(1)))]}  # the piece surest of its tag, the first on a tie
+    call_options = (
+        # "none" and "simple" tag each piece on its own: a word can be cut in two, so no "words" to give
+        Option("aggregation_strategy", (lambda v, known=tuple(word_strategies): v in known, " or ".join(
+            f'"{s}"' for s in word_strategies) + " (how a word of several pieces is tagged; bertkit tags words: "
+            "\"first\", the default, as NER models are trained; \"none\" and \"simple\" tag each piece on its own)")),
+        # windows that never advance, whatever the texts' lengths, at or past a window's tokens besides [CLS] and [SEP]
+        Option("stride", lambda pipe: or_none(int_in(0, pipe.max_length - 3 if pipe else math.inf,
+                                                     " (the tokens consecutive windows share, below max_length - 2)")),
+               # the pipeline's windows would cost more model sequences than a request is counted for
+               served=(lambda v: False, "left out: bertkit serve tags a text's first max_length tokens (send a long "
+                                        "text in parts; bertkit.pipeline takes stride)")),
+        # a misspelt name would leave out nothing, without a word
+        Option("ignore_labels", lambda pipe: None if pipe is None else or_none(_label_names_rule(pipe.config))))
 
     def __call__(self, inputs: Any = None, *, is_split_into_words: bool = False, delimiter: str | None = None,
                  **options: Any) -> Any:
@@ -113,43 +137,6 @@ class TokenClassificationPipeline(Pipeline):
             return super().__call__([delimiter.join(words) for words in inputs], **options)
         raise BertkitError(f"with is_split_into_words=True an input is a non-empty list of words (str), or a list of "
                            f"such lists; got {type(inputs).__name__} {str(inputs)[:60]!r}")
-
-    @classmethod
-    def check_options(cls, options: Mapping[str, Any]) -> None:
-        super().check_options(options)
-        strategy = options.get("aggregation_strategy", "first")
-        if strategy in ("none", "simple"):  # each piece its own tag: a word can be cut in two, so no "words" to give
-            raise BertkitError(f"token-classification's aggregation_strategy {strategy!r} tags each word piece on its "
-                               "own; bertkit tags words: \"first\" (the default: a word takes its first piece's tag, "
-                               "as NER models are trained), \"average\" or \"max\"")
-        if strategy not in cls.word_strategies:
-            raise BertkitError(f"token-classification's aggregation_strategy must be one of "
-                               f"{', '.join(map(repr, cls.word_strategies))}, got {strategy!r}")
-        stride = options.get("stride")
-        if stride is not None and not is_whole(stride, 0):
-            raise BertkitError(f"token-classification's stride (the tokens consecutive windows share) must be an int "
-                               f"of at least 0, got {stride!r}")
-
-    @staticmethod
-    def label_names(config: Any) -> set[str]:
-        """What ``ignore_labels`` may name for a model of ``config``: its tags, the entity types they make as
-        ``group_entities`` reads them (B-PER, B_PER, S-PER: PER) and "O", transformers' default, whatever the tags."""
-        tags = tasks.label_names(config)
-        return {"O", *tags, *(e["entity_group"] for t in tags for e in
-                              group_entities([{"tag": t, "score": 0.0, "start": 0, "end": 0}], "", outside=True))}
-
-    def read_options(self, options: dict[str, Any]) -> dict[str, Any]:
-        ignore = options.get("ignore_labels")
-        if ignore is not None:  # a misspelt name would leave out nothing, without a word
-            names = self.label_names(self.config)
-            if not isinstance(ignore, (list, tuple)) or not all(isinstance(x, str) and x in names for x in ignore):
-                raise BertkitError(f"ignore_labels must be a list of this model's label names "
-                                   f"({', '.join(sorted(names))}), got {str(ignore)[:80]}")
-        stride, holds = options.get("stride"), self.max_length - 2  # a window's tokens besides [CLS] and [SEP]
-        if stride is not None and stride >= holds:  # whatever the texts' lengths: windows that never advance
-            raise BertkitError(f"token-classification's stride {stride} must be below the {holds} tokens a window holds "
-                               f"(max_length {self.max_length} - 2): use a smaller stride or a larger max_length")
-        return options
 
     def encode(self, item: str, stride: int | None = None, **_: Any) -> list[dict[str, Any]]:
         """One row: the text's first max_length tokens; with ``stride``, one per window of the whole text."""

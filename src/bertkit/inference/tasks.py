@@ -1,8 +1,9 @@
 """The pipeline tasks, each one class that declares everything about it: its name and help line, the pipeline that
 runs it, what ``bertkit predict TASK`` reads and writes, and how ``bertkit serve`` parses, costs and answers it and
 on which routes. ``TASK_LIST`` names them once; ``bertkit.pipeline``, the predict commands, serve's ``--task``
-choices and routes, and the wire's per-task parameters all come from it, and no other module switches on a task's
-name. A new task is one class here, added to ``TASK_LIST``.
+choices and routes, and the wire's per-task parameters all come from it (its pipeline's options, each declared on the
+pipeline class: ``options.Option``), and no other module switches on a task's name. A new task is one class here,
+added to ``TASK_LIST``.
 
 Importing this module loads no torch, nor numpy (the command line reads it for its help, where numpy was a fifth
 of ``bertkit --help``'s time): a task names its pipeline as ``"module:Class"``, imported when the task runs.
@@ -13,7 +14,7 @@ from __future__ import annotations
 import importlib
 import inspect
 import os
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from bertkit.errors import BertkitError, given_path
@@ -28,8 +29,6 @@ from bertkit.inference.serve_wire import (
     _default,
     embedding,
     fields,
-    int_in,
-    label_names_check,
     read_input,
 )
 
@@ -64,7 +63,6 @@ class Task:
     # -- bertkit serve: the wire ------------------------------------------------------------------------------------
     body_fields: ClassVar[tuple[str, ...]] = ()  # TEI's fields a /predict body may hold beside inputs and parameters
     answer_params: ClassVar[tuple[str, ...]] = ()  # Inference API parameters that shape the answer, not the call
-    renamed: ClassVar[dict[str, str]] = {}  # Inference API parameter names -> the pipeline's, where they differ
     encoded: ClassVar[bool] = False  # inputs encoded while parsing, the model's outputs rendered here (not decoded)
     counted: ClassVar[bool] = False  # one model sequence per input, whose tokens are counted while parsing
     candidates_per: ClassVar[str] = ""  # what top_k counts candidates of, where an answer holds top_k x something
@@ -119,10 +117,6 @@ class Task:
         return {"id": id_, **result} if isinstance(result, dict) else {"id": id_, self.result_key: result}
 
     # -- serve ----------------------------------------------------------------------------------------------------
-    def checks(self, pipe: Any, limits: Any) -> dict[str, tuple[Callable[[Any], bool], str]]:
-        """Parameter checks this task narrows (``serve_wire._parameter_checks`` has every parameter's)."""
-        return {}
-
     def cost(self, pipe: Any, item: Any, options: dict[str, Any], index: int) -> tuple[int, int, str]:
         """(model sequences, answer candidates, what the sequences are, for the refusal) of one checked input."""
         return 1, 0, "inputs"
@@ -152,16 +146,9 @@ class FillMask(Task):
             raise BertkitError(f"{where}: no {tokenizer.mask_token} in {text[:60]!r}; fill-mask predicts the token at "
                                f"each {tokenizer.mask_token}: write one where a word is to be predicted")
 
-    def checks(self, pipe: Any, limits: Any) -> dict[str, tuple[Callable[[Any], bool], str]]:
-        vocab = len(pipe.tokenizer)
-        targets = (lambda v: isinstance(v, str) or isinstance(v, list) and bool(v) and all(isinstance(t, str) for t in v),
-                   "a string or a non-empty list of strings (the tokens to rank)")
-        return {"targets": targets, **({"top_k": int_in(1, vocab, " (the vocabulary's size)")}
-                                       if vocab < limits.max_top_k else {})}
-
     def cost(self, pipe: Any, item: Any, options: dict[str, Any], index: int) -> tuple[int, int, str]:
-        try:
-            masks = len(pipe.encode(item)[0]["masks"])  # the [MASK]s within max_length, as the model sees them
+        try:  # the [MASK]s within max_length, as the model sees them; a top_k past the vocabulary is refused there
+            masks = len(pipe.encode(item, **options)[0]["masks"])
         except BertkitError as e:
             raise RequestError(422, f"input {index}: {e}") from None
         top_k = options.get("top_k", _default(pipe.decode, "top_k"))
@@ -243,16 +230,6 @@ class TokenClassification(Task):
     aliases = ("ner",)
     counted = True
 
-    def checks(self, pipe: Any, limits: Any) -> dict[str, tuple[Callable[[Any], bool], str]]:
-        tagging = self.pipeline_class()
-        strategies = tagging.word_strategies
-        return {"aggregation_strategy": (lambda v: v in strategies, " or ".join(f'"{s}"' for s in strategies)
-                                         + " (how a word of several pieces is tagged; bertkit tags words)"),
-                # the pipeline's windows would cost more model sequences than a request is counted for
-                "stride": (lambda v: False, "left out: bertkit serve tags a text's first max_length tokens (send a "
-                                            "long text in parts; bertkit.pipeline takes stride)"),
-                "ignore_labels": label_names_check(tagging.label_names(pipe.config))}
-
     def render(self, server: Any, call: Call, results: list[Any]) -> Any:
         out = [r["entities"] for r in results]  # the pipeline left out what ignore_labels names (default ["O"])
         return out[0] if call.single else out
@@ -264,13 +241,7 @@ class QuestionAnswering(Task):
     pipeline = "bertkit.inference.pipelines:QuestionAnsweringPipeline"
     predict_options = ("top_k",)
     answer_params = ("align_to_words", "max_seq_len")
-    renamed = {"max_answer_len": "max_answer_length", "max_question_len": "max_question_length",
-               "handle_impossible_answer": "allow_no_answer"}
     candidates_per = "questions"
-
-    def checks(self, pipe: Any, limits: Any) -> dict[str, tuple[Callable[[Any], bool], str]]:
-        n = self.pipeline_class().n_best_size
-        return {"top_k": int_in(1, n, " (the SQuAD recipe's n-best size)")} if n < limits.max_top_k else {}
 
     def cost(self, pipe: Any, item: Any, options: dict[str, Any], index: int) -> tuple[int, int, str]:
         from bertkit.tasks import squad
@@ -346,13 +317,6 @@ class FeatureExtraction(Task):
             self.pipeline_class().directory_prompt(s.model_name_or_path, s.prompt_name)
         return super().call_inputs(inputs, s)
 
-    def checks(self, pipe: Any, limits: Any) -> dict[str, tuple[Callable[[Any], bool], str]]:
-        if not pipe.prompts:
-            return {}
-        known = ", ".join(map(repr, pipe.prompts))
-        return {"prompt_name": (lambda v: isinstance(v, str) and v in pipe.prompts,
-                                f"one of this model's prompts (/info's prompts: {known}), or null for the default prompt")}
-
     def render(self, server: Any, call: Call, results: list[Any]) -> Any:
         a = call.answer
         if a.get("similarity"):  # cosines of the source sentence's unit vector with the others'
@@ -395,11 +359,6 @@ class SparseEmbedding(Task):
                     lambda server, call, results: [server.pipe.decode(None, [], [r]) for r in results],
                     needs="needs a sparse encoder; this server runs {task}: start it with --task {tasks}"),)
     root = routes[0]
-
-    def checks(self, pipe: Any, limits: Any) -> dict[str, tuple[Callable[[Any], bool], str]]:
-        return {"prompt_name": (lambda v: v in ("query", "document"), '"query" (encode_query\'s vectors) or '
-                                '"document" (encode_document\'s; none: encode\'s)'),
-                "return_tokens": (lambda v: isinstance(v, bool), "true or false")}
 
     def parse_sparse(self, data: Any, server: Any) -> Call:
         """/embed_sparse's body: each text encoded for its side here (422 for one over max_length with ``truncate``
@@ -485,7 +444,8 @@ def pipeline(task: str | None = None, model: Any = None, *, tokenizer: Any = Non
     kwargs = dict(device=device, bf16=bf16, batch_size=batch_size, max_length=max_length, progress=progress,
                   quantize=quantize, calibration_texts=calibration_texts, **options)
     cls = TASKS[task].pipeline_class()
-    per_call = [k for k in options if k in cls.call_options]
+    names = [o.name for o in cls.call_options]
+    per_call = [k for k in options if k in names]
     if per_call:  # transformers' pipeline() keeps them as defaults of every call; bertkit takes them per call
         given = ", ".join(f"{k}={options[k]!r}" for k in per_call)
         raise BertkitError(f"pipeline({task!r}, ..., {given}): {', '.join(per_call)} is an option of each call here, "
@@ -495,7 +455,7 @@ def pipeline(task: str | None = None, model: Any = None, *, tokenizer: Any = Non
              inspect.signature(vars(c)["__init__"]).parameters.items() if p.kind == p.KEYWORD_ONLY} - {"directory"}
     unknown = sorted(set(options) - known)
     if unknown:  # a bare TypeError from the pipeline's constructor named neither the task nor what it takes
-        calls = f"; per call: {', '.join(cls.call_options)}" if cls.call_options else ""
+        calls = f"; per call: {', '.join(names)}" if names else ""
         raise BertkitError(f"pipeline({task!r}) does not take {', '.join(unknown)}; it takes "
                            f"{', '.join(sorted(known))}{calls}{cls.instead(unknown)}")
     if isinstance(model, nn.Module):

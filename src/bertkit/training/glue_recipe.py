@@ -8,7 +8,6 @@ from typing import Any
 
 import numpy as np
 
-from bertkit.data.collate import collate
 from bertkit.errors import BertkitError
 from bertkit.heads import BertForSequenceClassification
 from bertkit.inference.predict import predict
@@ -54,7 +53,7 @@ def predict_glue(s: PredictGlueSettings) -> dict[str, Any]:
     if s.split != "test":
         _check_scorable(task, examples, "--max-predict-samples", s.max_predict_samples)
     features = glue.featurize(examples, tokenizer, s.max_seq_length, task)
-    logits = np.stack(predict(model, features, lambda b: collate(b, tokenizer.pad_token_id),
+    logits = np.stack(predict(model, features, tokenizer.pad_token_id,
                               batch_size=s.batch_size, bf16=precision.bf16, device=precision.device))
     # the model's own argmax, then the task label of that output: a tie goes to its first output, as np.argmax
     # then id2label gives it (run_glue.py, the pipelines), whatever order it keeps its labels in

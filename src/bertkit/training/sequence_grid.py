@@ -44,7 +44,7 @@ def fit_sequence_classifier(task: glue.GlueTask, train_examples: Sequence[glue.G
     collate = functools.partial(pad_batch, pad_token_id=tokenizer.pad_token_id)
 
     def scores_of(model: nn.Module) -> dict[str, float]:
-        logits = np.stack(predict(model, dev_features, collate, batch_size=s.eval_batch_size, bf16=s.bf16,
+        logits = np.stack(predict(model, dev_features, tokenizer.pad_token_id, batch_size=s.eval_batch_size, bf16=s.bf16,
                                   device=process_device(s.device)))
         return task.metric(logits[:, 0] if task.is_regression else logits.argmax(-1), dev_refs)
 

@@ -49,11 +49,6 @@ MAX_ANSWER_LENGTH = 30
 NULL_THRESHOLD = 0.0
 
 
-def _outputs(model: nn.Module, features: Sequence[dict], pad_id: int, batch_size: int, bf16: bool, device: str,
-             output: Callable[[Any], torch.Tensor] = lambda o: o.logits) -> list[np.ndarray]:
-    return predict(model, features, lambda b: collate(b, pad_id), batch_size=batch_size, bf16=bf16, device=device,
-                   output=output)
-
 
 def _finetune(cls: type[nn.Module], s: FinetuneSettings, train_features: Sequence[dict],
               dev: Callable[[nn.Module], tuple[Any, dict]] | None, task: str,
@@ -123,7 +118,7 @@ def predict_ner(model: nn.Module, sentences: Sequence[ner.NerSentence], features
                 labels: Sequence[str], *, pad_id: int, batch_size: int = EVAL_BATCH_SIZE, bf16: bool = False,
                 device: str = "cpu") -> list[list[str]]:
     """One predicted tag per word of every sentence (read at each word's first WordPiece)."""
-    rows = _outputs(model, features, pad_id, batch_size, bf16, device)
+    rows = predict(model, features, pad_id, batch_size=batch_size, bf16=bf16, device=device)
     return ner.align_predictions(features, [r.argmax(-1) for r in rows], labels, num_sentences=len(sentences))
 
 
@@ -218,8 +213,8 @@ def predict_squad(model: nn.Module, examples: Sequence[squad.SquadExample], feat
                   batch_size: int = EVAL_BATCH_SIZE, bf16: bool = False, device: str = "cpu"
                   ) -> tuple[squad.SquadPredictions, list[np.ndarray]]:
     """Start/end logits per window, post-processed into answers; also returns the logits for re-thresholding."""
-    rows = _outputs(model, features, pad_id, batch_size, bf16, device,
-                    output=lambda o: torch.stack([o.start_logits, o.end_logits], -1))
+    rows = predict(model, features, pad_id, batch_size=batch_size, bf16=bf16, device=device,
+                   output=lambda o: torch.stack([o.start_logits, o.end_logits], -1))
     return postprocess_squad(examples, features, rows, version, n_best_size, max_answer_length, null_threshold), rows
 
 
@@ -351,7 +346,7 @@ def predict_squad_file(s: PredictSquadSettings) -> dict[str, Any]:
 def predict_swag(model: nn.Module, features: Sequence[dict], *, pad_id: int, batch_size: int = EVAL_BATCH_SIZE,
                  bf16: bool = False, device: str = "cpu") -> np.ndarray:
     """(N, 4) ending scores."""
-    return np.stack(_outputs(model, features, pad_id, batch_size, bf16, device))
+    return np.stack(predict(model, features, pad_id, batch_size=batch_size, bf16=bf16, device=device))
 
 
 def swag_accuracy(examples: Sequence[swag.SwagExample], scores: np.ndarray) -> float | None:

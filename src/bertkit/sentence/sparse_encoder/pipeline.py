@@ -29,6 +29,7 @@ from bertkit.errors import BertkitError
 from bertkit.hub import encoder_path, read_json, read_modules
 from bertkit.inference import tasks
 from bertkit.inference.base import Pipeline
+from bertkit.inference.options import BOOL, Option
 from bertkit.inference.prepare import check_request, prepare_model
 from bertkit.quantization import is_int8_checkpoint
 from bertkit.sentence.sparse_encoder.model import SparseEncoder, select_max_active_dims, splade_embedder
@@ -63,7 +64,10 @@ class SparseEmbeddingPipeline(Pipeline):
 
     task = tasks.SparseEmbedding.name
     model_class = SparseEncoder
-    call_options = ("prompt_name", "return_tokens")
+    # the pipeline reads prompt_name where it is used (``side``)
+    call_options = (Option("prompt_name", served=(lambda v: v in SIDES, '"query" (encode_query\'s vectors) or '
+                                                  '"document" (encode_document\'s; none: encode\'s)')),
+                    Option("return_tokens", served=BOOL))
 
     def __init__(self, model: SparseEncoder, tokenizer: BertTokenizer, *, max_active_dims: int | None = None,
                  **kwargs: Any):
