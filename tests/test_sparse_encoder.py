@@ -652,9 +652,15 @@ def test_a_fill_mask_transformers_max_seq_length_of_0_is_refused_not_read_as_the
     from bertkit.sentence.sparse_encoder.modules import Transformer
 
     directory = tiny_checkpoint(tmp_path / "tiny", "BertForPreTraining", tokenizer=minilm_dir)
-    assert Transformer(directory, max_seq_length=7).max_seq_length == 7
+    transformer = Transformer(directory, max_seq_length=7)
+    assert transformer.max_seq_length == transformer.tokenizer.model_max_length == 7
     with pytest.raises(BertkitError, match="max_seq_length 0"):
         Transformer(directory, max_seq_length=0)
+    # a SentenceTransformer's model[0] holding the masked-LM model: its print and refusals
+    assert repr(transformer) == "Transformer({'max_seq_length': 7, 'do_lower_case': False, 'architecture': " \
+                                "'BertForMaskedLM'})"
+    with pytest.raises(BertkitError, match=r"^model\[0\]\.max_seq_len is not a setting of bertkit's Transformer"):
+        transformer.max_seq_len = 64
 
 
 def test_a_peft_adapter_directory_is_refused_naming_the_recipe(layouts, tmp_path):

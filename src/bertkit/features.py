@@ -132,7 +132,7 @@ def text_form(model_dir: str | os.PathLike, prompt_name: str | None = None) -> T
     )
     from bertkit.inference.embedding import prompt_named, sentence_directory
     from bertkit.sentence.directory import cross_encoder_max_seq_length, transformer_max_seq_length
-    from bertkit.sentence.sparse_encoder.modules import _FILL_MASK
+    from bertkit.sentence.sparse_encoder.modules import Transformer as FillMask
 
     path = resolve_directory(model_dir, "model directory")
     if may_lack_sentence_files(path):
@@ -167,7 +167,7 @@ def text_form(model_dir: str | os.PathLike, prompt_name: str | None = None) -> T
         sbert_file = encoder_dir / SBERT_CONFIG
         sbert = read_json(sbert_file) or {}
         limit = transformer_max_seq_length({k: v for k, v in sbert.items() if k != "transformer_task"}, sbert_file,
-                                           _FILL_MASK)
+                                           FillMask.task_keys)
         prompt = (prompt_named(prompts, prompt_name) if prompt_name is not None
                   else prompts.get(st_config.get("default_prompt_name"), ""))
         return TextForm(encoder_dir, prompt, bool(sbert.get("do_lower_case", False)), limit, str(sbert_file))

@@ -253,11 +253,7 @@ class SentenceTransformer(Indexed, ReferenceCalls, Prompted, SimilarityByName, n
             raise BertkitError(f"tokenize() takes a list of texts, got {type(texts).__name__} {str(texts)[:60]!r}; "
                                "pass [text] for one")
         refuse_data_frame(texts, "tokenize()", "tokenize(df[{}])")
-        texts = [(prompt or "") + one_text(t, f"input {i}", "tokenize") for i, t in enumerate(texts)]
-        if self.do_lower_case:
-            texts = [self.tokenizer.lowercase(t) for t in texts]
-        batch = dict(self.tokenizer(texts, padding=True, truncation=True, max_length=self.max_seq_length,
-                                    return_tensors="pt"))
+        batch = self[0].tokenize([one_text(t, f"input {i}", "tokenize") for i, t in enumerate(texts)], prompt)
         batch["prompt_length"] = self.prompt_length(prompt)
         return batch
 
@@ -379,8 +375,7 @@ class SentenceTransformer(Indexed, ReferenceCalls, Prompted, SimilarityByName, n
         loads with other settings."""
         directory = given_path(path, "the directory to save into")
         with staged(directory, shared_by=job_of()) as out:
-            self.bert.save_pretrained(out)
-            self.tokenizer.save_pretrained(out)
+            self[0].save(out)
             atomic_write_json(out / "1_Pooling" / "config.json", self.pooling.to_config())
             modules = [{"idx": 0, "name": "0", "path": "", "type": "sentence_transformers.models.Transformer"},
                        {"idx": 1, "name": "1", "path": "1_Pooling", "type": "sentence_transformers.models.Pooling"}]
@@ -393,8 +388,6 @@ class SentenceTransformer(Indexed, ReferenceCalls, Prompted, SimilarityByName, n
                 (out / f"{i}_Normalize").mkdir(exist_ok=True)
                 modules.append({"idx": i, "name": str(i), "path": f"{i}_Normalize",
                                 "type": "sentence_transformers.models.Normalize"})
-            atomic_write_json(out / SBERT_CONFIG, {"max_seq_length": self.max_seq_length,
-                                                   "do_lower_case": self.do_lower_case})
             write_st_config(out, "SentenceTransformer", prompts=self.prompts,
                             default_prompt_name=self.default_prompt_name, similarity_fn_name=self.similarity_fn_name,
                             **({"truncate_dim": self.truncate_dim} if self.truncate_dim is not None else {}))

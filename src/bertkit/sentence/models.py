@@ -21,7 +21,7 @@ import os
 import re
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import torch
 import torch.nn.functional as F
@@ -29,7 +29,9 @@ from torch import Tensor, nn
 
 from bertkit.checkpoint_io import read_weights
 from bertkit.errors import BertkitError, NotImplementedInBertkit, given_path, is_whole, refusing_getattr
+from bertkit.hub import SBERT_CONFIG
 from bertkit.modeling import BertModel
+from bertkit.outputs import atomic_write_json
 from bertkit.sentence.calls import check_features
 from bertkit.sentence.directory import tokenizer_limit, transformer_max_seq_length
 from bertkit.sentence.pooling import Pooling as PoolingSettings
@@ -99,6 +101,9 @@ class Transformer(nn.Module):
     does not apply is refused by name, as the same keys in a directory's sentence_bert_config.json are
     (``transformer_max_seq_length``)."""
 
+    # what sentence_bert_config.json holds beside max_seq_length and do_lower_case (a dense model's file, none)
+    task_keys: ClassVar[dict[str, Any]] = {}
+
     def __init__(self, model_name_or_path: str | Path, *, max_seq_length: int | None = None,
                  do_lower_case: bool = False, cache_dir: str | None = None, backend: str = "torch",
                  tokenizer_name_or_path: str | None = None, **settings: Any):
@@ -156,6 +161,23 @@ class Transformer(nn.Module):
             raise BertkitError(f"model[0].{name} is not a setting of bertkit's Transformer; it takes auto_model, "
                                "tokenizer, max_seq_length and do_lower_case")
         super().__setattr__(name, value)
+
+    def save(self, directory: Path) -> None:
+        """The encoder, its tokenizer and sentence_bert_config.json (``task_keys``, then the two settings), as
+        sentence-transformers writes its Transformer's directory."""
+        self.model.save_pretrained(directory)
+        self.tokenizer.save_pretrained(directory)
+        atomic_write_json(directory / SBERT_CONFIG, {**self.task_keys, "max_seq_length": self.max_seq_length,
+                                                     "do_lower_case": self.do_lower_case})
+
+    def tokenize(self, texts: list[str], prompt: str | None = None) -> dict[str, Tensor]:
+        """The (B, T) batch of ``prompt`` + each text, lowercased where ``do_lower_case`` (per character, as
+        sentence-transformers' Lowercase), cut at ``max_seq_length``."""
+        texts = [(prompt or "") + t for t in texts]
+        if self.do_lower_case:
+            texts = [self.tokenizer.lowercase(t) for t in texts]
+        return dict(self.tokenizer(texts, padding=True, truncation=True, max_length=self.max_seq_length,
+                                   return_tensors="pt"))
 
     def forward(self, features: dict[str, Tensor], model: nn.Module | None = None) -> dict[str, Tensor]:
         """sentence-transformers' Transformer.forward (``model[0](features)``, the first step of ``model(features)``):
@@ -389,8 +411,6 @@ class Dense(nn.Module):
     def save(self, output_path: str | Path) -> None:
         """config.json and model.safetensors (``linear.weight``, ``linear.bias``), as sentence-transformers writes them."""
         from safetensors.torch import save_file
-
-        from bertkit.outputs import atomic_write_json
 
         out = Path(output_path)
         out.mkdir(parents=True, exist_ok=True)

@@ -3,7 +3,7 @@ parameter names (``model.bert.…``, ``model.cls.predictions.…``, ``sub_module
 or a ``learning_rate_mapping`` written for sentence-transformers addresses the same tensors here.
 
 - ``Transformer`` (``transformer_task="fill-mask"``; ``MLMTransformer``, sentence-transformers 5's name, reads the
-  same files): bertkit's ``BertForMaskedLM`` as ``model``, its tokenizer, ``max_seq_length``.
+  same files): ``bertkit.sentence.models``' Transformer holding bertkit's ``BertForMaskedLM`` as ``model``.
 - ``SpladePooling``: the masked-LM head's vocabulary logits -> one weight per word piece, log(1 + relu(logit))
   (log1p twice for "log1p_relu"), the maximum or the sum over a text's tokens (SPLADE v2, arXiv:2109.10086,
   eq. 1-2). The head is applied here, to the real tokens only, a block of rows at a time (``chunk_size``): the
@@ -32,17 +32,13 @@ from bertkit.hub import SBERT_CONFIG, read_json
 from bertkit.modeling import BertModelOutput
 from bertkit.outputs import atomic_write_json
 from bertkit.padding import moved
-from bertkit.sentence.directory import tokenizer_limit, transformer_max_seq_length
-from bertkit.sentence.models import refuse_adapter
+from bertkit.sentence import models
+from bertkit.sentence.directory import transformer_max_seq_length
 from bertkit.tokenization import AutoTokenizer
 
 # The head's row block when chunk_size is unset, on the CPU: the decoder's (rows, H) x (H, V) product ran at 78
 # GFLOPS on 64 rows and 48 on 1,024 (one EPYC core, MiniLM's 384 x 30,522), whose logits stay in the caches.
 CPU_ROWS = 64
-# What sentence-transformers 6 writes for its fill-mask Transformer, beside max_seq_length and do_lower_case.
-_FILL_MASK = {"transformer_task": "fill-mask",
-              "modality_config": {"text": {"method": "forward", "method_output_name": "logits"}},
-              "module_output_name": "token_embeddings"}
 
 
 def _check_choice(name: str, value: Any, choices: Sequence[str]) -> None:
@@ -275,23 +271,26 @@ def _max_rows(x: Tensor) -> Tensor:
     return x[0]
 
 
-class Transformer(nn.Module):
-    """A fill-mask transformer: ``model`` (bertkit's ``BertForMaskedLM``), its tokenizer, ``max_seq_length`` (where
-    texts are cut) and ``do_lower_case``. ``Transformer(path, transformer_task="fill-mask")`` opens a checkpoint
-    directory, as sentence-transformers' does; a checkpoint without a masked-LM head, or whose vocabulary is not
-    its tokenizer's, is refused before the weights load."""
+class Transformer(models.Transformer):
+    """A fill-mask transformer: ``bertkit.sentence.models``' Transformer holding bertkit's ``BertForMaskedLM`` as
+    ``model``, whose encoder gives ``SpladePooling`` its inputs and whose ``head`` it applies. ``Transformer(path,
+    transformer_task="fill-mask")`` opens a checkpoint directory, as sentence-transformers' does; a checkpoint
+    without a masked-LM head, or whose vocabulary is not its tokenizer's, is refused before the weights load."""
 
     st_type: ClassVar[str] = "sentence_transformers.base.modules.transformer.Transformer"
+    # what sentence-transformers 6 writes for its fill-mask Transformer, beside max_seq_length and do_lower_case
+    task_keys: ClassVar[dict[str, Any]] = {"transformer_task": "fill-mask", "modality_config": {
+        "text": {"method": "forward", "method_output_name": "logits"}}, "module_output_name": "token_embeddings"}
 
     def __init__(self, model_name_or_path: str | Path, *, transformer_task: str = "fill-mask",
                  max_seq_length: int | None = None, do_lower_case: bool = False):
-        super().__init__()
+        nn.Module.__init__(self)  # the base's __init__ loads a dense encoder and takes its arguments
         if transformer_task != "fill-mask":
             raise BertkitError(f"Transformer(transformer_task={transformer_task!r}): a bertkit SparseEncoder runs the "
                                "fill-mask task only (SPLADE); for dense embeddings use bertkit.sentence."
                                "SentenceTransformer")
         path = Path(model_name_or_path)
-        refuse_adapter(path, "SparseEncoder(base)", "model[0].model")
+        models.refuse_adapter(path, "SparseEncoder(base)", "model[0].model")
         self.model = load_masked_lm(path)
         self.tokenizer = AutoTokenizer.from_pretrained(path)
         vocab, words = self.model.config.vocab_size, len(self.tokenizer)
@@ -305,9 +304,7 @@ class Transformer(nn.Module):
                 self.tokenizer.model_max_length, self.model.config.max_position_embeddings)
         except BertkitError as e:
             raise BertkitError(f"{path}: {e}; lower it in {SBERT_CONFIG}") from None
-        self.do_lower_case = bool(do_lower_case)
-
-    max_seq_length = tokenizer_limit("max_seq_length", lambda module: module.model.config.max_position_embeddings)
+        self.do_lower_case = do_lower_case
 
     @classmethod
     def load(cls, directory: Path) -> Transformer:
@@ -319,32 +316,14 @@ class Transformer(nn.Module):
         sbert = read_json(sbert_file) or {}
         task = sbert.get("transformer_task", "fill-mask")
         length = transformer_max_seq_length({k: v for k, v in sbert.items() if k != "transformer_task"}, sbert_file,
-                                            _FILL_MASK)
+                                            cls.task_keys)
         return cls(directory, transformer_task=task, max_seq_length=length,
                    do_lower_case=bool(sbert.get("do_lower_case", False)))
-
-    def save(self, directory: Path) -> None:
-        self.model.save_pretrained(directory)
-        self.tokenizer.save_pretrained(directory)
-        atomic_write_json(directory / SBERT_CONFIG, {**_FILL_MASK, "max_seq_length": self.max_seq_length,
-                                                     "do_lower_case": self.do_lower_case})
-
-    @property
-    def auto_model(self) -> BertForMaskedLM:  # sentence-transformers' older name
-        return self.model
 
     @property
     def head(self) -> nn.Module:
         """The masked-LM head: token states (..., H) -> vocabulary logits (..., V)."""
         return self.model.cls.predictions
-
-    def tokenize(self, texts: Sequence[str], prompt: str | None = None) -> dict[str, Tensor]:
-        texts = [(prompt or "") + t for t in texts]
-        if self.do_lower_case:
-            # per character, as sentence-transformers' Lowercase, its special tokens as they are
-            texts = [self.tokenizer.lowercase(t) for t in texts]
-        return dict(self.tokenizer(texts, padding=True, truncation=True, max_length=self.max_seq_length,
-                                   return_tensors="pt"))
 
     def forward(self, features: dict[str, Tensor]) -> BertModelOutput:
         return self.model.bert(features["input_ids"], features["attention_mask"], features.get("token_type_ids"))
