@@ -553,6 +553,9 @@ def _rerank_cuts_as_sentence_transformers(directory, max_length: int) -> None:
     assert pipe.max_length == max_length
     got = {r["index"]: r["score"] for r in pipe({"query": "Where is Paris?", "texts": texts}, raw_scores=True)}
     np.testing.assert_allclose([got[i] for i in range(3)], want, atol=2e-5, rtol=0)
+    for name in ("raw_scores", "return_text"):  # a truthy string would have been taken as true: logits, unsaid
+        with pytest.raises(BertkitError, match=f"{name} must be true or false, got 'no'"):
+            pipe({"query": "Where is Paris?", "texts": texts}, **{name: "no"})
 
 
 def test_a_directory_without_modules_json_is_read_as_a_plain_checkpoint(directory, rows, tmp_path):

@@ -55,6 +55,8 @@ def test_the_pipeline_gives_encode_document_and_encode_query_vectors(layout, lay
         assert sum(map(len, want[method])) > 4 * len(texts)  # the texts do activate word pieces
         _assert_same(pipe(texts, prompt_name=side), want[method], layout == "mlm_transformer")
     _assert_same(pipe(texts), want["encode_document"], layout == "mlm_transformer")
+    with pytest.raises(BertkitError, match="return_tokens must be true or false, got 'no'"):
+        pipe(texts[0], return_tokens="no")  # a truthy string would have been taken as true, unsaid
     one = pipe(texts[0], return_tokens=True)  # SparseEncoder.decode's pairs, largest first
     values = [d["value"] for d in one]
     assert values == sorted(values, reverse=True)

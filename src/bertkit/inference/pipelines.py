@@ -276,7 +276,7 @@ class RerankPipeline(TextClassificationPipeline):
     task = tasks.Rerank.name
     fields = {"query": str, "texts": list}
     optional = ()
-    call_options = (Option("raw_scores", served=BOOL), Option("return_text", served=BOOL))
+    call_options = (Option("raw_scores", BOOL), Option("return_text", BOOL))
 
     def __init__(self, model, tokenizer, **kwargs: Any):
         self.relevant = relevant_label(model.config)

@@ -67,7 +67,7 @@ class SparseEmbeddingPipeline(Pipeline):
     # the pipeline reads prompt_name where it is used (``side``)
     call_options = (Option("prompt_name", served=(lambda v: v in SIDES, '"query" (encode_query\'s vectors) or '
                                                   '"document" (encode_document\'s; none: encode\'s)')),
-                    Option("return_tokens", served=BOOL))
+                    Option("return_tokens", BOOL))
 
     def __init__(self, model: SparseEncoder, tokenizer: BertTokenizer, *, max_active_dims: int | None = None,
                  **kwargs: Any):
