@@ -392,3 +392,22 @@ def test_heads_answer_num_labels_where_transformers_heads_do():
         ours, theirs = cls(config), getattr(transformers, cls.__name__)(hf_config)
         assert getattr(ours, "num_labels", None) == getattr(theirs, "num_labels", None), cls.__name__
     assert BertForTokenClassification(config).num_labels == 5
+
+
+def test_uint8_token_labels_are_compared_with_minus_100_as_int64():
+    """A masked LM's labels were compared with -100 in their own dtype: in a uint8 tensor torch reads the scalar -100
+    as 156, so the vocabulary id 156 was dropped from the loss without a word (vocab 200, uint8 labels [3, 156, 199,
+    7]: loss 5.3023 where transformers and int64 labels give 5.3136). uint8 labels are now read as int64 ids
+    first, as transformers' loss reads them, in the masked LM, pre-training and the tagger."""
+    from bertkit import BertForMaskedLM, BertForPreTraining, BertForTokenClassification
+
+    config = BertConfig.from_dict(CONFIG.to_dict(), vocab_size=200, num_labels=200)
+    torch.manual_seed(0)
+    ids = torch.randint(0, 200, (1, 4), generator=torch.Generator().manual_seed(1))
+    labels = torch.tensor([[3, 156, 199, 7]])
+    with torch.no_grad():
+        for model in (BertForMaskedLM(config), BertForPreTraining(config), BertForTokenClassification(config)):
+            model.eval()
+            expected = model(ids, labels=labels).loss
+            ignoring_156 = model(ids, labels=labels.masked_fill(labels == 156, -100)).loss
+            assert model(ids, labels=labels.to(torch.uint8)).loss == expected != ignoring_156, type(model).__name__

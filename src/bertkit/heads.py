@@ -226,6 +226,8 @@ def masked_lm_loss(head: BertLMPredictionHead, out: BertModelOutput, labels: Ten
     if labels is None:
         return head(out.last_hidden_state), None, None
     check_token_labels(labels, out)
+    # int64 before comparing with -100: in a uint8 tensor the scalar -100 is read as 156, so the id 156 was dropped
+    labels = integer_ids(labels, "labels", "vocabulary ids")
     selected = labels != IGNORE_INDEX  # (B, T)
     hidden = out.token_layout.select(out.tokens, selected)  # (N, H)
     target = labels[selected]
@@ -454,6 +456,7 @@ class BertForTokenClassification(_ClassifierHeadModel):
         loss = None
         if labels is not None:
             check_token_labels(labels, out)
+            labels = integer_ids(labels, "labels", "class ids")  # as masked_lm_loss: uint8 would read -100 as 156
             # Padding carries label -100, so the loss over stored tokens equals the loss over the rectangle.
             if out.token_layout.is_padded:
                 target = labels.reshape(-1)
