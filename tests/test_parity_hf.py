@@ -271,3 +271,19 @@ def test_a_masked_lm_saved_from_an_untied_config_loads_tied_in_transformers(tmp_
     real = inputs["attention_mask"].bool()
     with torch.no_grad():
         torch.testing.assert_close(ours(**inputs).logits[real], theirs.eval()(**inputs).logits[real], **TOL)
+
+
+def test_a_span_head_loaded_from_a_three_label_checkpoint_saves_what_transformers_loads(tmp_path):
+    """A question-answering model started from an MNLI classifier keeps the config's 3 labels, and its 2-output
+    qa_outputs; config.json said 3 labels, so transformers built a 3-output head and refused the file ("You set
+    `ignore_mismatched_sizes` to `False`"; with it, a fresh head in place of the trained one). The saved config
+    names the 2 outputs the weights have."""
+    torch.manual_seed(0)
+    H.BertForSequenceClassification(BertConfig(**TINY).with_labels(["entailment", "neutral", "contradiction"])
+                                    ).save_pretrained(tmp_path / "mnli")
+    ours = H.BertForQuestionAnswering.from_pretrained(tmp_path / "mnli")
+    assert ours.config.num_labels == 3
+    ours.save_pretrained(tmp_path / "qa")
+    hf = transformers.BertForQuestionAnswering.from_pretrained(tmp_path / "qa")
+    assert hf.config.num_labels == 2 and H.BertForQuestionAnswering.from_pretrained(tmp_path / "qa").config.num_labels == 2
+    _compare(ours, hf, H.BertForQuestionAnswering, *_inputs(H.BertForQuestionAnswering, torch.Generator().manual_seed(3), 3))

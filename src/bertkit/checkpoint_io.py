@@ -370,6 +370,8 @@ class PretrainedMixin(TransformersModelCalls):
     config: BertConfig
     # The output tensors of an exported graph, in tuple order, under transformers' names (inference/export.py).
     output_names: ClassVar[tuple[str, ...]]
+    # A head of fixed width that transformers sizes by config.num_labels (span QA) names it: config.json says as many
+    saved_num_labels: ClassVar[int | None] = None
 
     # -- the keys this model owns ---------------------------------------------------------------------
     def _encoder(self):
@@ -567,6 +569,9 @@ class PretrainedMixin(TransformersModelCalls):
         directory = given_path(path, "the directory to save into")
         config = self.config.to_dict()
         config["architectures"] = [type(self).__name__]
+        if self.saved_num_labels not in (None, self.config.num_labels):  # a span head loaded from an MNLI checkpoint
+            names = [f"LABEL_{i}" for i in range(self.saved_num_labels)]  # (keeps 3 labels in memory)
+            config.update(id2label={str(i): n for i, n in enumerate(names)}, label2id={n: i for i, n in enumerate(names)})
         # transformers 5 loads a checkpoint in config.json's dtype (its default dtype="auto"): the weights' own, not
         # the one a loaded config.json named (a bf16 checkpoint loaded as float32 would be read back as bf16).
         config.pop("torch_dtype", None)  # transformers 4's name for it

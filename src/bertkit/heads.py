@@ -476,6 +476,7 @@ class BertForQuestionAnswering(_HeadModel):
     output_names = ("start_logits", "end_logits")
     num_labels = config_num_labels
     uses_pooler = False
+    saved_num_labels = 2  # start and end, whatever num_labels says (transformers' qa_outputs has num_labels outputs)
 
     def build_head(self, config: BertConfig) -> None:
         self.qa_outputs = new_linear(config.hidden_size, 2)
