@@ -607,6 +607,9 @@ def test_outputs_behave_as_mappings(minilm_dir, batch):
     assert [k for k, _ in a.items()] == [k for k, _ in b.items()]
     _close(list(a.values())[1], list(b.values())[1])
     assert "pooler_output" in a and "pooler_output" in b and "attentions" not in a
+    # out.get(...), the custom compute_loss of transformers' Trainer guide: an AttributeError here
+    assert a.get("pooler_output") is a.pooler_output and b.get("pooler_output") is b.pooler_output
+    assert a.get("attentions") is None is b.get("attentions") and a.get("loss", 7) == 7 == b.get("loss", 7)
 
 
 def test_masked_lm_without_labels_gives_logits_for_every_position(minilm_dir, batch):

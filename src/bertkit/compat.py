@@ -31,6 +31,11 @@ class TupleAccess:
     def items(self) -> list[tuple[str, Any]]:
         return [(f, getattr(self, f)) for f in self.keys()]
 
+    def get(self, key: str, default: Any = None) -> Any:
+        """``out.get("logits")``, as transformers' documented custom ``compute_loss`` reads it: a field that is None
+        is no key there, so ``default``."""
+        return getattr(self, key) if key in self.keys() else default
+
     def to_tuple(self) -> tuple[Any, ...]:
         return tuple(self.values())
 
