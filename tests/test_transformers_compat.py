@@ -745,6 +745,11 @@ def test_model_objects(minilm_dir):
     assert theirs.get_output_embeddings().weight is theirs.get_input_embeddings().weight
     assert ours.get_output_embeddings().weight.shape == theirs.get_output_embeddings().weight.shape
     assert bertkit.BertForSequenceClassification.from_pretrained(minilm_dir).get_output_embeddings() is None
+    # what a head copied from transformers' source reads (both were AttributeErrors)
+    assert ours.main_input_name == theirs.main_input_name == "input_ids"
+    for value in (True, False):
+        ours.config.return_dict = theirs.config.return_dict = value
+        assert ours.config.use_return_dict is theirs.config.use_return_dict is value
 
 # ---- state dicts through the key table -------------------------------------------------------------------------
 

@@ -79,6 +79,8 @@ class TransformersModelCalls:
     """The model methods people port from transformers (``num_parameters``, ``resize_token_embeddings``,
     ``gradient_checkpointing_enable``, ``device``, ...), for ``PretrainedMixin``'s models."""
 
+    main_input_name: ClassVar[str] = "input_ids"  # the input transformers' Trainer, pipelines and peft size batches by
+
     @property
     def base_model(self):
         """The encoder (``BertModel``): ``self`` for a ``BertModel``, ``self.bert`` for a head model."""

@@ -163,6 +163,12 @@ class BertConfig:
             self.id2label = {i: f"LABEL_{i}" for i in range(n)}
 
     @property
+    def use_return_dict(self) -> bool:
+        """transformers' name for ``return_dict`` as a forward reads it: ``return_dict if return_dict is not None else
+        self.config.use_return_dict``, the first line of every transformers head, and so of heads copied from one."""
+        return self.return_dict
+
+    @property
     def label2id(self) -> dict[str, int]:
         return {v: k for k, v in (self.id2label or {}).items()}
 
