@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import os
+import random
+
 import pytest
 import torch
 
@@ -287,3 +290,115 @@ def test_a_span_head_loaded_from_a_three_label_checkpoint_saves_what_transformer
     hf = transformers.BertForQuestionAnswering.from_pretrained(tmp_path / "qa")
     assert hf.config.num_labels == 2 and H.BertForQuestionAnswering.from_pretrained(tmp_path / "qa").config.num_labels == 2
     _compare(ours, hf, H.BertForQuestionAnswering, *_inputs(H.BertForQuestionAnswering, torch.Generator().manual_seed(3), 3))
+
+
+# ---- randomized differential draws (slow) ----------------------------------------------------------------------
+FUZZ_DRAWS = int(os.environ.get("BERTKIT_FUZZ_HF", "200"))  # make test-slow's count; 300 draws take 2 minutes
+# gradients that are rounding alone: a softmax ignores a shift shared by its inputs (attention keys, span or choice biases)
+SHIFT_FREE = ("key.bias", "qa_outputs.bias")
+
+
+def _draw(seed: int, tmp_path):
+    """A head, a small config saved by transformers, and one forward call: the same call for both libraries."""
+    r = random.Random(seed)
+    cls = r.choice(list(HF_CLASSES))
+    heads = r.choice([1, 2, 4])
+    config = dict(TINY, vocab_size=r.randint(20, 60), hidden_size=heads * r.choice([4, 8]), num_attention_heads=heads,
+                  num_hidden_layers=r.randint(1, 2), intermediate_size=r.choice([8, 37]),
+                  hidden_act=r.choice(["gelu", "gelu_new", "relu", "gelu_pytorch_tanh"]),
+                  max_position_embeddings=r.randint(6, 24), type_vocab_size=r.choice([1, 2]),
+                  layer_norm_eps=r.choice([1e-12, 0.1]), pad_token_id=r.choice([0, 3]),
+                  num_labels=2 if cls is H.BertForQuestionAnswering else r.choice([2, 3, 5]),
+                  classifier_dropout=r.choice([None, 0.0]), initializer_range=r.choice([0.02, 0.5]))
+    torch.manual_seed(seed)
+    hf = getattr(transformers, HF_CLASSES[cls])(transformers.BertConfig(**config))
+    with torch.no_grad():  # LayerNorm and biases away from 1 and 0, so a swapped tensor shows
+        for name, p in hf.named_parameters():
+            if "LayerNorm" in name or name.endswith("bias"):
+                p.add_(torch.randn_like(p) * 0.1)
+    hf.save_pretrained(tmp_path / str(seed))
+    impl = r.choice(["sdpa", "eager"])
+    ours = cls.from_pretrained(tmp_path / str(seed), attn_implementation=impl)
+    hf = type(hf).from_pretrained(tmp_path / str(seed), attn_implementation=impl)
+    B, T, V = r.choice([1, 2, 3]), r.randint(1, config["max_position_embeddings"]), config["vocab_size"]
+    shape = (B, r.choice([1, 3]), T) if cls is H.BertForMultipleChoice else (B, T)
+    gen = torch.Generator().manual_seed(seed)
+    call = {"input_ids": torch.randint(0, V, shape, generator=gen)}
+    rows = call["input_ids"].reshape(-1, T)
+    mask = torch.ones_like(rows)
+    kind = r.choice(["none", "right", "left", "holes"])
+    for i in range(len(rows)):
+        n = r.randint(1, T)
+        mask[i, n:] = 0 if kind in ("right", "left") else 1
+    mask = mask.flip(-1) if kind == "left" else (torch.rand(mask.shape, generator=gen) < 0.7).long().clamp(
+        min=(torch.arange(T) == 0).long()) if kind == "holes" else mask
+    if kind != "none":
+        call["attention_mask"] = mask.view(shape).to(r.choice([torch.long, torch.bool, torch.float]))
+    if r.random() < 0.5:
+        call["token_type_ids"] = torch.randint(0, config["type_vocab_size"], shape, generator=gen)
+    if r.random() < 0.2:
+        call["position_ids"] = torch.randint(0, config["max_position_embeddings"], shape, generator=gen)
+    for switch in ("output_hidden_states", "output_attentions", "return_dict"):
+        if r.random() < 0.3:
+            call[switch] = r.random() < 0.5
+    tokens = torch.where(mask.bool(), torch.randint(0, V, rows.shape, generator=gen), -100).view(B, -1)[:, :T]
+    tokens[torch.rand(tokens.shape, generator=gen) < 0.5] = -100
+    tokens[torch.arange(B), mask.argmax(-1)[:B]] = 1  # a label in every batch: all -100 is NaN there, 0 here
+    labels = {H.BertForMaskedLM: {"labels": tokens}, H.BertForPreTraining: {"labels": tokens,
+              "next_sentence_label": torch.randint(0, 2, (B,), generator=gen)},
+              H.BertForNextSentencePrediction: {"labels": torch.randint(0, 2, (B,), generator=gen)},
+              H.BertForSequenceClassification: {"labels": torch.randint(0, config["num_labels"], (B,), generator=gen)},
+              H.BertForTokenClassification: {"labels": torch.where(tokens >= 0, tokens % config["num_labels"], -100)},
+              H.BertForMultipleChoice: {"labels": torch.randint(0, shape[1], (B,), generator=gen)},
+              H.BertForQuestionAnswering: {"start_positions": mask.argmax(-1)[:B],  # first real tokens
+                                           "end_positions": (mask.cumsum(-1) == mask.sum(-1, keepdim=True)).long(
+                                           ).argmax(-1)[:B]}}.get(cls, {})
+    return cls, ours, hf, call, labels if r.random() < 0.7 else {}, mask.bool(), r.random() < 0.5
+
+
+def _named(out) -> dict:
+    """Every tensor of an output by its place: ("logits",), ("hidden_states", 1), (1,) for a tuple's second item."""
+    items = out.items() if hasattr(out, "items") else enumerate(out)
+    flat = {}
+    for key, value in items:
+        if isinstance(value, tuple):
+            flat.update({(key, i): v for i, v in enumerate(value)})
+        elif value is not None:
+            flat[(key,)] = value
+    return flat
+
+
+@pytest.mark.slow
+def test_random_draws_match_transformers(tmp_path):
+    """Seeded draws of head, config, inputs, masks (right- and left-padded, holes), switches and labels, eval and
+    train mode (dropout 0): every output at real positions, the loss and every gradient as transformers'. What differs
+    by design is left out: a masked LM's logits with labels (the labelled positions only, compared there), the span
+    loss with padding (bertkit's softmax leaves padding out), SDPA's missing attentions, BertModel's cross_attentions."""
+    for seed in range(FUZZ_DRAWS):
+        cls, ours, hf, call, labels, real, train = _draw(seed, tmp_path)
+        ours.train(train), hf.train(train)
+        a, b = ours(**call, **labels), hf(**call, **labels)
+        theirs = _named(b)
+        for key, x in _named(a).items():
+            if key not in theirs:  # attentions: none from transformers' SDPA
+                assert x.dim() == 4, (seed, key)
+                continue
+            y = theirs[key]
+            if x.shape != y.shape and "labels" in labels and cls in (H.BertForMaskedLM, H.BertForPreTraining):
+                y = y[labels["labels"] != -100]
+            elif x.dim() == 0 and cls is H.BertForQuestionAnswering and not real.all():
+                continue
+            elif x.dim() == 4:  # (B, nh, T, T): between real tokens
+                both = (real[:, None, :, None] & real[:, None, None, :]).expand_as(x)
+                x, y = x[both], y[both]
+            elif x.dim() >= 2 and x.shape[:2] == real.shape:
+                x, y = x[real], y[real]
+            torch.testing.assert_close(x, y, atol=1e-5, rtol=1e-4, msg=lambda m, key=key, seed=seed: f"seed {seed} {key}: {m}")
+        if train and labels and not (cls is H.BertForQuestionAnswering and not real.all()):
+            (a[0] if isinstance(a, tuple) else a.loss).backward()
+            (b[0] if isinstance(b, tuple) else b.loss).backward()
+            grads = {n: p.grad for n, p in hf.named_parameters() if p.grad is not None}
+            for n, p in ours.named_parameters():
+                if p.grad is not None and not n.endswith(SHIFT_FREE) and not (
+                        cls is H.BertForMultipleChoice and n == "classifier.bias"):
+                    torch.testing.assert_close(p.grad, grads[n], atol=1e-4, rtol=1e-3, msg=f"seed {seed} grad {n}")
