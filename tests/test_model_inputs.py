@@ -411,3 +411,11 @@ def test_uint8_token_labels_are_compared_with_minus_100_as_int64():
             expected = model(ids, labels=labels).loss
             ignoring_156 = model(ids, labels=labels.masked_fill(labels == 156, -100)).loss
             assert model(ids, labels=labels.to(torch.uint8)).loss == expected != ignoring_156, type(model).__name__
+
+
+def test_a_keyword_forward_does_not_take_is_a_type_error_naming_it():
+    """transformers 5's forward(**kwargs) ignores an unknown keyword: a misspelt ``label=`` gives no loss, unsaid."""
+    model = BertForSequenceClassification(CONFIG).eval()
+    for name in ("label", "offset_mapping"):
+        with pytest.raises(TypeError, match=f"unexpected keyword argument '{name}'"):
+            model(torch.tensor([[1, 5, 2]]), **{name: torch.tensor([1])})
