@@ -507,8 +507,11 @@ class BertForQuestionAnswering(_HeadModel):
                 padded_mask = F.pad(attention_mask, (0, 1), value=1)  # (B, T + 1): index T means "ignored"
                 rows = torch.arange(len(s), device=s.device)
                 if not bool(padded_mask[rows, s].all() and padded_mask[rows, e].all()):
-                    raise BertkitError("start/end positions point at padding (attention_mask 0), where the span "
-                                     "softmax gives no probability; answers must lie on real tokens")
+                    name, i, p = next((n, i, p) for n, p in (("start_positions", s), ("end_positions", e))
+                                      for i in range(len(p)) if not padded_mask[i, p[i]])
+                    raise BertkitError(f"start/end positions point at padding: {name}[{i}] is {int(p[i])}, where "
+                                       f"attention_mask[{i}] is 0 and the span softmax gives no probability; answers "
+                                       f"must lie on real tokens ({T} or more, past the sequence: ignored)")
             loss = (F.cross_entropy(start_logits, s, ignore_index=T) + F.cross_entropy(end_logits, e, ignore_index=T)) / 2
         result = QuestionAnsweringOutput(loss, start_logits, end_logits, out.hidden_states, out.attentions)
         return self._result(result, return_dict)
