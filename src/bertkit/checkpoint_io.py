@@ -370,8 +370,7 @@ class PretrainedMixin(TransformersModelCalls):
     config: BertConfig
     # The output tensors of an exported graph, in tuple order, under transformers' names (inference/export.py).
     output_names: ClassVar[tuple[str, ...]]
-    # A head of fixed width that transformers sizes by config.num_labels (span QA) names it: config.json says as many
-    saved_num_labels: ClassVar[int | None] = None
+    saved_num_labels: ClassVar[int | None] = None  # a head's fixed width transformers sizes by num_labels (span QA)
 
     # -- the keys this model owns ---------------------------------------------------------------------
     def _encoder(self):
