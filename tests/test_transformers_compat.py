@@ -406,10 +406,15 @@ def test_a_hub_id_reads_the_caches_main_snapshot_and_refuses_another_revision_be
         with pytest.raises(MissingFileError, match=r"cache of org/mini, holding part of it: fetch the rest with `hf "
                                                    r"download org/mini`"):
             load("org/mini")
-    for option in ({"subfolder": "sub"}, {"cache_dir": str(tmp_path)}, {"local_files_only": True}, {"token": "hf_x"}):
+    for option in ({"subfolder": "sub"}, {"cache_dir": str(tmp_path)}, {"local_files_only": "yes"}, {"token": "hf_x"}):
         with pytest.raises(BertkitError, match=f"{next(iter(option))}=") as raised:
             BertModel.from_pretrained("org/mini", **option)
         assert "hf_x" not in str(raised.value)
+    # local_files_only=True (offline scripts pass it) only forbids a download: a local directory loads, as in
+    # transformers; it was refused as an option bertkit does not implement.
+    for load in (BertModel.from_pretrained, BertConfig.from_pretrained, BertTokenizer.from_pretrained,
+                 bertkit.AutoTokenizer.from_pretrained):
+        assert type(load(minilm_2_layers, local_files_only=True)) is type(load(minilm_2_layers))
 
 
 def test_a_hub_repo_without_safetensors_or_cached_in_part_downloads_its_weights(minilm_2_layers, tmp_path, monkeypatch):
@@ -452,9 +457,14 @@ def test_a_hub_repo_without_safetensors_or_cached_in_part_downloads_its_weights(
     monkeypatch.setattr("huggingface_hub.constants.HF_HUB_OFFLINE", False)
     monkeypatch.setattr(bertkit.hub, "_hub_reachable", lambda endpoint: True)
     ids = torch.tensor([[101, 7592, 2088, 102]])
+    with pytest.raises(MissingFileError, match="local_files_only=True and the files are not in the local cache"):
+        BertModel.from_pretrained("google/bert_uncased_L-2_H-128_A-2", local_files_only=True)
+    assert not snapshot.exists()  # nothing downloaded
     with torch.no_grad():
         got = BertModel.from_pretrained("google/bert_uncased_L-2_H-128_A-2")(ids).last_hidden_state
         local = BertModel.from_pretrained(minilm_2_layers)(ids).last_hidden_state
+        cached = BertModel.from_pretrained("google/bert_uncased_L-2_H-128_A-2", local_files_only=True)
+        assert torch.equal(cached(ids).last_hidden_state, local)
     assert torch.equal(got, local)
     assert sorted(f.name for f in snapshot.iterdir()) == sorted(f.name for f in remote.iterdir() if f.suffix != ".h5")
     # A snapshot that another library cached in part (transformers' AutoTokenizer: config.json and the tokenizer's

@@ -315,14 +315,14 @@ def new_embedding(num_embeddings: int, embedding_dim: int, padding_idx: int | No
 
 
 def _checkpoint_directory(path: str | Path | None, config: BertConfig | None,
-                          state_dict: dict[str, Tensor] | None) -> Path | None:
+                          state_dict: dict[str, Tensor] | None, local_files_only: bool) -> Path | None:
     """The local directory ``from_pretrained`` reads (a Hub id resolved to its cache); None when the caller
     passes both ``config`` and ``state_dict`` instead."""
     if path is None:
         if config is None or state_dict is None:
             raise BertkitError("from_pretrained(None, ...) needs both config= and state_dict=")
         return None
-    directory = resolve_directory(path)
+    directory = resolve_directory(path, local_files_only=local_files_only)
     if not directory.is_dir():
         raise not_a_directory(directory, "checkpoint directory", "pass the directory save_pretrained wrote")
     return directory
@@ -402,14 +402,14 @@ class PretrainedMixin(TransformersModelCalls):
         is ``"sdpa"`` (default) or ``"eager"``; ``ignore_mismatched_sizes=True`` re-initialises head weights of
         another shape (another label count), logging which.
         """
-        refuse_hub_options(path, config_overrides)
+        local_files_only = refuse_hub_options(path, config_overrides)
         dtype = dtype_argument(dtype, config_overrides)
         if attn_implementation not in (None, *ATTN_IMPLEMENTATIONS):
             raise BertkitError(f"attn_implementation {attn_implementation!r} is not available in bertkit; use "
                                f"'sdpa' (the default: PyTorch's fused attention, padding skipped) or 'eager' "
                                "(attention written out, as transformers' eager)")
         BertConfig.check_overrides(config_overrides)
-        directory = _checkpoint_directory(path, config, state_dict)
+        directory = _checkpoint_directory(path, config, state_dict, local_files_only)
         if config is None:
             config = BertConfig.from_json_file(directory / CONFIG_NAME, **config_overrides)
         elif config_overrides:

@@ -264,9 +264,9 @@ class BertConfig:
         (``bertkit.hub``); keyword arguments override fields, as in ``from_json_file``."""
         from bertkit.hub import refuse_hub_options, resolve_directory
 
-        refuse_hub_options(path, overrides)
+        local_files_only = refuse_hub_options(path, overrides)
         cls.check_overrides(overrides)
-        path = resolve_directory(path)
+        path = resolve_directory(path, local_files_only=local_files_only)
         return cls.from_json_file(path / "config.json" if path.is_dir() else path, **overrides)
 
     @classmethod

@@ -41,7 +41,7 @@ _ENCODER_MODULES = {"Transformer", "MLMTransformer"}
 PROBE_TIMEOUT_S = 3.0
 # transformers' from_pretrained keywords that choose where the files come from, at their defaults (or None, which
 # transformers reads as the default): bertkit reads the directory, or the Hub id's main snapshot (its cache, else
-# downloaded), which is what these defaults ask for.
+# downloaded), which is what these defaults ask for. local_files_only=True is taken too: it only forbids the download.
 HUB_OPTIONS = {"revision": "main", "subfolder": "", "cache_dir": None, "local_files_only": False, "token": None,
                "trust_remote_code": False, "force_download": False, "proxies": None}
 
@@ -56,10 +56,13 @@ def how_to_get(repo_id: str, what: str) -> str:
             "bertkit then downloads it itself when online)")
 
 
-def refuse_hub_options(path: str | os.PathLike | None, options: dict) -> None:
+def refuse_hub_options(path: str | os.PathLike | None, options: dict) -> bool:
     """Take transformers' Hub keywords out of ``options``; one not at its default (another revision, a subfolder, a
     cache) is refused before any file is read or downloaded: resolving the main snapshot first would load (or
-    download) other files than those asked for."""
+    download) other files than those asked for. Returns ``local_files_only`` (for ``resolve_directory``)."""
+    local_files_only = options.get("local_files_only") is True
+    if local_files_only:
+        del options["local_files_only"]
     for name, default in HUB_OPTIONS.items():
         if name in options and options.pop(name) not in (default, None):  # None: transformers takes its default
             if path is not None and Path(path).exists():
@@ -70,6 +73,7 @@ def refuse_hub_options(path: str | os.PathLike | None, options: dict) -> None:
                        "(huggingface_hub's CLI), then pass DIR (DIR/SUBFOLDER for a subfolder)")
             raise BertkitError(f"from_pretrained({name}=...) is not implemented in bertkit (only {name}={default!r}, "
                                f"transformers' default): it reads a local directory, or a Hub id's main snapshot; {fix}")
+    return local_files_only
 
 
 def cache_hint(directory: Path) -> str:
@@ -243,9 +247,10 @@ def _download(repo_id: str) -> Path:
     return directory
 
 
-def resolve_directory(path: str | os.PathLike, what: str = "checkpoint directory") -> Path:
-    """``path`` itself when it exists; for a Hub id, the snapshot directory (cache, else download), or a
-    MissingFileError saying how to download it."""
+def resolve_directory(path: str | os.PathLike, what: str = "checkpoint directory",
+                      local_files_only: bool = False) -> Path:
+    """``path`` itself when it exists; for a Hub id, the snapshot directory (cache, else download unless
+    ``local_files_only``), or a MissingFileError saying how to download it."""
     directory = given_path(path, what)
     if directory.is_dir() or not looks_like_hub_id(path):
         return directory  # the caller reports a missing directory in its own words
@@ -266,11 +271,13 @@ def resolve_directory(path: str | os.PathLike, what: str = "checkpoint directory
         return cached
     from huggingface_hub import constants
 
-    if constants.HF_HUB_OFFLINE or not _hub_reachable(constants.ENDPOINT):
+    if local_files_only or constants.HF_HUB_OFFLINE or not _hub_reachable(constants.ENDPOINT):
         if cached is not None:
             return cached  # what the cache holds; the caller names the file it lacks
-        raise MissingFileError(how_to_get(repo_id, what) + f"; the Hub ({constants.ENDPOINT}) is not reachable "
-                               "from here and the files are not in the local cache") from None
+        why = ("local_files_only=True" if local_files_only
+               else f"the Hub ({constants.ENDPOINT}) is not reachable from here")
+        raise MissingFileError(how_to_get(repo_id, what) + f"; {why} and the files are not in the local cache"
+                               ) from None
     try:
         return _download(repo_id)
     except (HfHubHTTPError, OSError) as e:

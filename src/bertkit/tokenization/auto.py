@@ -38,11 +38,11 @@ class AutoTokenizer:
         normalises a few characters differently) is refused: bertkit's tokenizer is the fast one's twin."""
         from bertkit.hub import not_a_directory, refuse_hub_options, resolve_directory
 
-        refuse_hub_options(path, kwargs)
+        local_files_only = refuse_hub_options(path, kwargs)
         if use_fast is not True:
             raise BertkitError(f"use_fast={use_fast!r}: bertkit's tokenizer reproduces BertTokenizerFast only; "
                                "drop the argument (or pass use_fast=True)")
-        directory = resolve_directory(path, "tokenizer directory")
+        directory = resolve_directory(path, "tokenizer directory", local_files_only)
         if not directory.is_dir():
             raise not_a_directory(directory, "tokenizer directory", "pass the checkpoint directory")
         _check_is_bert(directory)

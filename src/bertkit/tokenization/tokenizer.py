@@ -119,7 +119,7 @@ class BertTokenizer(EditableVocabulary):
         where the constructor's default is 512."""
         from bertkit.hub import cache_hint, not_a_directory, refuse_hub_options, resolve_directory
 
-        refuse_hub_options(path, overrides)
+        local_files_only = refuse_hub_options(path, overrides)
         overrides = renamed_extra(overrides, "from_pretrained")
         for key in (*SPECIAL_TOKEN_KEYS, "additional_special_tokens"):  # an AddedToken is its text, special
             if key in overrides and overrides[key] is not None:
@@ -134,7 +134,7 @@ class BertTokenizer(EditableVocabulary):
         if unknown:  # else the constructor's TypeError, after the files are read, names one and no way on
             raise BertkitError(f"from_pretrained got unknown keyword arguments {unknown}: it overrides the settings "
                                f"{list(settings_known)}")
-        path = resolve_directory(path, "tokenizer directory")
+        path = resolve_directory(path, "tokenizer directory", local_files_only)
         if not path.is_dir():
             raise not_a_directory(path, "tokenizer directory", f"pass the checkpoint directory that holds {VOCAB_FILE} "
                                   f"(or {TOKENIZER_FILE}) and {CONFIG_FILE}")
