@@ -760,6 +760,20 @@ def test_model_objects(minilm_dir):
     for value in (True, False):
         ours.config.return_dict = theirs.config.return_dict = value
         assert ours.config.use_return_dict is theirs.config.use_return_dict is value
+    # peft's prepare_model_for_kbit_training reads supports_gradient_checkpointing and calls
+    # enable_input_require_grads (both AttributeErrors): frozen embeddings' output then requires grad, as there
+    assert ours.supports_gradient_checkpointing is theirs.supports_gradient_checkpointing is True
+    ids = torch.tensor([[101, 7592, 2088, 102]])
+    for model in (ours, theirs):
+        model.get_input_embeddings().weight.requires_grad_(False)
+        model.enable_input_require_grads()
+        assert model.get_input_embeddings()(ids).requires_grad
+        model.disable_input_require_grads()
+        assert not model.get_input_embeddings()(ids).requires_grad
+    ours.enable_input_require_grads()
+    ours.enable_input_require_grads()  # twice is one hook (transformers' second call leaks the first)
+    ours.disable_input_require_grads()
+    assert not ours.get_input_embeddings()(ids).requires_grad
 
 # ---- state dicts through the key table -------------------------------------------------------------------------
 

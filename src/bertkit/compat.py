@@ -80,6 +80,7 @@ class TransformersModelCalls:
     ``gradient_checkpointing_enable``, ``device``, ...), for ``PretrainedMixin``'s models."""
 
     main_input_name: ClassVar[str] = "input_ids"  # the input transformers' Trainer, pipelines and peft size batches by
+    supports_gradient_checkpointing: ClassVar[bool] = True  # peft and Trainer read it before enabling it
 
     @property
     def base_model(self):
@@ -187,6 +188,19 @@ class TransformersModelCalls:
             raise BertkitError(f"gradient_checkpointing_kwargs {gradient_checkpointing_kwargs} not supported: bertkit "
                                "always checkpoints non-reentrantly (use_reentrant=False) and takes no other options")
         self._encoder().gradient_checkpointing = True
+
+    def enable_input_require_grads(self) -> None:
+        """The word embeddings' output requires grad even where they are frozen (peft's adapters), as transformers'
+        method does: reentrant checkpointing needs it; bertkit's non-reentrant one does not, so this keeps ported
+        calls (peft's ``prepare_model_for_kbit_training``) working and changes no gradient."""
+        self.disable_input_require_grads()
+        self._input_grads_hook = self.get_input_embeddings().register_forward_hook(
+            lambda module, args, output: output.requires_grad_(True))
+
+    def disable_input_require_grads(self) -> None:
+        hook = self.__dict__.pop("_input_grads_hook", None)
+        if hook is not None:
+            hook.remove()
 
     def gradient_checkpointing_disable(self) -> None:
         self._encoder().gradient_checkpointing = False
