@@ -178,6 +178,23 @@ def test_saved_directory_opens_in_sentence_transformers(models, tmp_path):
     torch.testing.assert_close(again.encode(TEXTS), ours.encode(TEXTS), atol=0, rtol=0)
 
 
+def test_save_takes_sentence_transformers_arguments(models, tmp_path):
+    """sentence-transformers' save(path, model_name, create_model_card, train_datasets, safe_serialization), as a
+    ported script passes them (a TypeError before): the model-card arguments write the same directory, and
+    safe_serialization=False, which bertkit does not write, is refused naming it before anything is written."""
+    ours, ref = models
+    ours.save_pretrained(tmp_path / "saved", model_name="minilm-embedder", create_model_card=False,
+                         train_datasets=["squad"], safe_serialization=True)
+    reopened = st.SentenceTransformer(str(tmp_path / "saved"), device="cpu")
+    torch.testing.assert_close(reopened.encode(TEXTS[:3]), ref.encode(TEXTS[:3]), atol=1e-5, rtol=0)
+    with pytest.raises(BertkitError, match=r"save\(safe_serialization=False\) is not implemented in bertkit: it "
+                                           "writes model.safetensors"):
+        ours.save(tmp_path / "bin", safe_serialization=False)
+    with pytest.raises(BertkitError, match=r"create_model_card='no'\): create_model_card takes bool, got str"):
+        ours.save(tmp_path / "bin", create_model_card="no")
+    assert not (tmp_path / "bin").exists()
+
+
 def test_plain_checkpoint_gets_mean_pooling(minilm_dir, models):
     plain = SentenceTransformer(minilm_dir)
     assert plain.pooling.modes == ("mean",) and not plain.normalize

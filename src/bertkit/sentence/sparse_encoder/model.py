@@ -43,6 +43,7 @@ from bertkit.sentence.calls import (
     PROCESSING_KWARGS,
     REFUSED_INIT,
     ReferenceCalls,
+    check_save_arguments,
     model_path,
     refuse_arguments,
     texts_of,
@@ -439,10 +440,12 @@ class SparseEncoder(ReferenceCalls, Prompted, SimilarityByName, nn.Sequential):
         return torch.sparse_coo_tensor(both.indices()[:, keep], both.values()[keep], both.size(), check_invariants=False)
 
     # -- save -------------------------------------------------------------------------------------------------------
-    def save(self, path: str | Path) -> Path:
+    def save(self, path: str | Path, model_name: str | None = None, create_model_card: bool = True,
+             train_datasets: list[str] | None = None, safe_serialization: bool = True) -> Path:
         """Write the model in sentence-transformers 6's layout: the Transformer (or the Router) at the top, each
         other module in "{index}_{class}", modules.json and config_sentence_transformers.json; sentence-transformers
         opens it. Staged beside ``path`` and moved into place whole (``bertkit.staging.staged``)."""
+        check_save_arguments("SparseEncoder.save", model_name, create_model_card, train_datasets, safe_serialization)
         directory = given_path(path, "the directory to save into")
         with staged(directory, shared_by=job_of()) as out:
             listed = []
