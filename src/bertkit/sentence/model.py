@@ -376,6 +376,7 @@ class SentenceTransformer(Indexed, ReferenceCalls, Prompted, SimilarityByName, n
         whole (``bertkit.staging.staged``): a kill or a full disk leaves what was there before, never a directory that
         loads with other settings."""
         check_save_arguments("SentenceTransformer.save", model_name, create_model_card, train_datasets, safe_serialization)
+        default_prompt_name = self._saved_default_prompt_name()
         directory = given_path(path, "the directory to save into")
         with staged(directory, shared_by=job_of()) as out:
             self[0].save(out)
@@ -392,7 +393,7 @@ class SentenceTransformer(Indexed, ReferenceCalls, Prompted, SimilarityByName, n
                 modules.append({"idx": i, "name": str(i), "path": f"{i}_Normalize",
                                 "type": "sentence_transformers.models.Normalize"})
             write_st_config(out, "SentenceTransformer", prompts=self.prompts,
-                            default_prompt_name=self.default_prompt_name, similarity_fn_name=self.similarity_fn_name,
+                            default_prompt_name=default_prompt_name, similarity_fn_name=self.similarity_fn_name,
                             **({"truncate_dim": self.truncate_dim} if self.truncate_dim is not None else {}))
             atomic_write_json(out / MODULES, modules)  # last: it names the modules written before it
         return directory
