@@ -4,6 +4,7 @@ a saved directory that sentence-transformers opens, and clear refusals."""
 
 from __future__ import annotations
 
+import copy
 import json
 import re
 
@@ -193,6 +194,16 @@ def test_save_takes_sentence_transformers_arguments(models, tmp_path):
     with pytest.raises(BertkitError, match=r"create_model_card='no'\): create_model_card takes bool, got str"):
         ours.save(tmp_path / "bin", create_model_card="no")
     assert not (tmp_path / "bin").exists()
+
+
+def test_dtype_is_the_weights_type_as_in_sentence_transformers(models):
+    """model.dtype, which sentence-transformers' models have (an AttributeError before): the weights' type, also
+    after model.half() or .to(torch.bfloat16), as there."""
+    ours, ref = models
+    assert ours.dtype == ref.dtype == torch.float32
+    half = copy.deepcopy(ours).half()  # a copy: the module's other tests share the model
+    assert half.dtype == torch.float16
+    assert half.to(torch.bfloat16).dtype == torch.bfloat16
 
 
 def test_plain_checkpoint_gets_mean_pooling(minilm_dir, models):

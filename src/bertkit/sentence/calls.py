@@ -114,6 +114,13 @@ class ReferenceCalls:
     # which sentence-transformers' models have (a SparseEncoder is a Sequential: it has them too)
     _fixed_modules: ClassVar[str | None] = None
 
+    @property
+    def dtype(self) -> torch.dtype | None:
+        """The type of the model's weights (its first parameter's, None without any), as sentence-transformers'
+        ``model.dtype``: torch.float16 after ``model.half()``."""
+        first = next(self.parameters(), None)  # type: ignore[attr-defined]
+        return None if first is None else first.dtype
+
     def evaluate(self, evaluator: Callable[..., Any], output_path: str | None = None) -> Any:
         """``evaluator(model, output_path)``, as sentence-transformers' ``model.evaluate``: the directory is made and
         the evaluator writes its results CSV there."""
