@@ -1350,6 +1350,24 @@ def test_a_default_prompt_name_set_to_no_prompt_is_refused_naming_it(st_dir):
         ours.encode(TEXTS[:2])
 
 
+def test_a_default_prompt_name_the_prompts_lack_is_refused_at_save(st_dir, tmp_path):
+    """A model whose prompts are replaced after loading (model.prompts = {"query": ...}) keeps its default_prompt_name
+    "passage": sentence-transformers' save writes that directory, and neither library then loads it ("Default prompt
+    name 'passage' not found"); bertkit's save wrote it too. It is refused at save now, naming the name and the
+    prompts, before anything is written."""
+    ours, ref = SentenceTransformer(st_dir, default_prompt_name="passage"), st.SentenceTransformer(
+        str(st_dir), device="cpu", default_prompt_name="passage")
+    for model in (ours, ref):
+        model.prompts = {"query": "query: "}
+    ref.save(str(tmp_path / "st"))
+    with pytest.raises(ValueError, match="Default prompt name 'passage' not found"):
+        st.SentenceTransformer(str(tmp_path / "st"), device="cpu")
+    with pytest.raises(BertkitError, match=r"default_prompt_name 'passage' is not one of this model's prompts "
+                                           r"\['query'\], so the saved directory would not load"):
+        ours.save(tmp_path / "ours")
+    assert not (tmp_path / "ours").exists()
+
+
 def test_model_kwargs_dtype_loads_the_encoder_in_that_dtype_as_sentence_transformers(st_dir, data_dir):
     """``SentenceTransformer(path, model_kwargs={"torch_dtype": torch.bfloat16})`` (sentence-transformers' way to
     embed in bf16 or fp16; ``dtype`` since transformers 4.56, ``"auto"``: the saved one) loads the encoder in that

@@ -4,6 +4,7 @@ a saved directory that sentence-transformers opens, and clear refusals."""
 
 from __future__ import annotations
 
+import copy
 import json
 import re
 
@@ -176,6 +177,33 @@ def test_saved_directory_opens_in_sentence_transformers(models, tmp_path):
     again = SentenceTransformer(tmp_path / "saved")
     assert again.prompts == ours.prompts and again.normalize
     torch.testing.assert_close(again.encode(TEXTS), ours.encode(TEXTS), atol=0, rtol=0)
+
+
+def test_save_takes_sentence_transformers_arguments(models, tmp_path):
+    """sentence-transformers' save(path, model_name, create_model_card, train_datasets, safe_serialization), as a
+    ported script passes them (a TypeError before): the model-card arguments write the same directory, and
+    safe_serialization=False, which bertkit does not write, is refused naming it before anything is written."""
+    ours, ref = models
+    ours.save_pretrained(tmp_path / "saved", model_name="minilm-embedder", create_model_card=False,
+                         train_datasets=["squad"], safe_serialization=True)
+    reopened = st.SentenceTransformer(str(tmp_path / "saved"), device="cpu")
+    torch.testing.assert_close(reopened.encode(TEXTS[:3]), ref.encode(TEXTS[:3]), atol=1e-5, rtol=0)
+    with pytest.raises(BertkitError, match=r"save\(safe_serialization=False\) is not implemented in bertkit: it "
+                                           "writes model.safetensors"):
+        ours.save(tmp_path / "bin", safe_serialization=False)
+    with pytest.raises(BertkitError, match=r"create_model_card='no'\): create_model_card takes bool, got str"):
+        ours.save(tmp_path / "bin", create_model_card="no")
+    assert not (tmp_path / "bin").exists()
+
+
+def test_dtype_is_the_weights_type_as_in_sentence_transformers(models):
+    """model.dtype, which sentence-transformers' models have (an AttributeError before): the weights' type, also
+    after model.half() or .to(torch.bfloat16), as there."""
+    ours, ref = models
+    assert ours.dtype == ref.dtype == torch.float32
+    half = copy.deepcopy(ours).half()  # a copy: the module's other tests share the model
+    assert half.dtype == torch.float16
+    assert half.to(torch.bfloat16).dtype == torch.bfloat16
 
 
 def test_plain_checkpoint_gets_mean_pooling(minilm_dir, models):

@@ -49,6 +49,24 @@ def model_path(value: Any, what: str) -> Path:
     return given_path(value, f"{what}'s directory")
 
 
+def check_save_arguments(what: str, model_name: Any, create_model_card: Any, train_datasets: Any,
+                         safe_serialization: Any) -> None:
+    """sentence-transformers' ``save(path, model_name, create_model_card, train_datasets, safe_serialization)``, as
+    ``what`` takes them: the first three fill only the README model card, which bertkit does not write, so they are
+    taken and write nothing; ``safe_serialization=False`` (its ``pytorch_model.bin``) is refused by name, as bertkit
+    writes ``model.safetensors`` alone. A value of the wrong type is refused, naming it."""
+    for name, value, kinds in (("model_name", model_name, (str, type(None))),
+                               ("create_model_card", create_model_card, (bool,)),
+                               ("train_datasets", train_datasets, (list, tuple, type(None))),
+                               ("safe_serialization", safe_serialization, (bool,))):
+        if not isinstance(value, kinds):
+            raise BertkitError(f"{what}({name}={value!r}): {name} takes "
+                               f"{' or '.join(k.__name__ for k in kinds)}, got {type(value).__name__}")
+    if not safe_serialization:
+        raise BertkitError(f"{what}(safe_serialization=False) is not implemented in bertkit: it writes "
+                           "model.safetensors, which sentence-transformers and transformers read; drop the argument")
+
+
 def refuse_arguments(what: str, unknown: dict[str, Any], table: dict[str, str]) -> None:
     """Refuse by name the arguments ``what`` was given that bertkit does not implement (``table``: what to do
     instead) or does not know. One given as None is sentence-transformers' default, nothing asked for: a script that
@@ -95,6 +113,13 @@ class ReferenceCalls:
     # what the class's fixed modules are and how to get others, said by nn.Sequential's append / extend / insert,
     # which sentence-transformers' models have (a SparseEncoder is a Sequential: it has them too)
     _fixed_modules: ClassVar[str | None] = None
+
+    @property
+    def dtype(self) -> torch.dtype | None:
+        """The type of the model's weights (its first parameter's, None without any), as sentence-transformers'
+        ``model.dtype``: torch.float16 after ``model.half()``."""
+        first = next(self.parameters(), None)  # type: ignore[attr-defined]
+        return None if first is None else first.dtype
 
     def evaluate(self, evaluator: Callable[..., Any], output_path: str | None = None) -> Any:
         """``evaluator(model, output_path)``, as sentence-transformers' ``model.evaluate``: the directory is made and

@@ -35,6 +35,7 @@ from bertkit.sentence.calls import (
     REFUSED_INIT,
     ReferenceCalls,
     as_requested,
+    check_save_arguments,
     model_path,
     one_text,
     refuse_arguments,
@@ -367,12 +368,15 @@ class SentenceTransformer(Indexed, ReferenceCalls, Prompted, SimilarityByName, n
         importlib.import_module("bertkit.sentence.fit").fit(self, train_objectives, **kwargs)
 
     # -- save -------------------------------------------------------------------------------------------------------
-    def save(self, path: str | Path) -> Path:
+    def save(self, path: str | Path, model_name: str | None = None, create_model_card: bool = True,
+             train_datasets: list[str] | None = None, safe_serialization: bool = True) -> Path:
         """Write the model in sentence-transformers' layout (the encoder and tokenizer at the top, 1_Pooling, a
         2_Dense, 3_Dense, ... per Dense layer, N_Normalize when normalising, modules.json and the two configs,
         truncate_dim where sentence-transformers 6 writes it); sentence-transformers opens it. The directory is written beside ``path`` and moved into place
         whole (``bertkit.staging.staged``): a kill or a full disk leaves what was there before, never a directory that
         loads with other settings."""
+        check_save_arguments("SentenceTransformer.save", model_name, create_model_card, train_datasets, safe_serialization)
+        default_prompt_name = self._saved_default_prompt_name()
         directory = given_path(path, "the directory to save into")
         with staged(directory, shared_by=job_of()) as out:
             self[0].save(out)
@@ -389,7 +393,7 @@ class SentenceTransformer(Indexed, ReferenceCalls, Prompted, SimilarityByName, n
                 modules.append({"idx": i, "name": str(i), "path": f"{i}_Normalize",
                                 "type": "sentence_transformers.models.Normalize"})
             write_st_config(out, "SentenceTransformer", prompts=self.prompts,
-                            default_prompt_name=self.default_prompt_name, similarity_fn_name=self.similarity_fn_name,
+                            default_prompt_name=default_prompt_name, similarity_fn_name=self.similarity_fn_name,
                             **({"truncate_dim": self.truncate_dim} if self.truncate_dim is not None else {}))
             atomic_write_json(out / MODULES, modules)  # last: it names the modules written before it
         return directory

@@ -42,6 +42,17 @@ class Prompted:
             raise BertkitError(f"default_prompt_name {self.default_prompt_name!r} is not one of the prompts "
                                f"{sorted(self.prompts)}")
 
+    def _saved_default_prompt_name(self) -> str | None:
+        """``default_prompt_name`` as ``save`` writes it: one the prompts lack (set after loading) is refused naming
+        both, as loading the directory would refuse it (sentence-transformers writes it, and neither library then
+        loads the directory)."""
+        name = self.default_prompt_name
+        if name is not None and name not in self.prompts:
+            raise BertkitError(f"default_prompt_name {name!r} is not one of this model's prompts {sorted(self.prompts)}, "
+                               "so the saved directory would not load; add it to model.prompts or set "
+                               "model.default_prompt_name = None before saving")
+        return name
+
     def encode_query(self, inputs: Any = None, prompt_name: str | None = None, prompt: str | None = None,
                      **kwargs: Any) -> Any:
         """``encode`` for queries: without a prompt given, the model's "query" prompt (every model has one, "" unless

@@ -47,6 +47,7 @@ from bertkit.sentence.calls import (
     ReferenceCalls,
     as_requested,
     check_features,
+    check_save_arguments,
     model_path,
     refuse_arguments,
     refuse_data_frame,
@@ -422,11 +423,13 @@ class CrossEncoder(Indexed, ReferenceCalls, nn.Module):
         importlib.import_module("bertkit.sentence.fit").cross_encoder_fit(self, train_dataloader, **kwargs)
 
     # -- save -------------------------------------------------------------------------------------------------------
-    def save(self, path: str | Path) -> Path:
+    def save(self, path: str | Path, model_name: str | None = None, create_model_card: bool = True,
+             train_datasets: list[str] | None = None, safe_serialization: bool = True) -> Path:
         """Write the model as sentence-transformers writes a CrossEncoder: the Hugging Face checkpoint and tokenizer
         (its model_max_length is ``max_length``, which ``bertkit serve`` reads too) at the top, modules.json, and the
         activation in config_sentence_transformers.json. Written beside ``path`` and moved into place whole
         (``bertkit.staging.staged``)."""
+        check_save_arguments("CrossEncoder.save", model_name, create_model_card, train_datasets, safe_serialization)
         directory = given_path(path, "the directory to save into")
         with staged(directory, shared_by=job_of()) as out:
             self.model.save_pretrained(out)

@@ -43,6 +43,7 @@ from bertkit.sentence.calls import (
     PROCESSING_KWARGS,
     REFUSED_INIT,
     ReferenceCalls,
+    check_save_arguments,
     model_path,
     refuse_arguments,
     texts_of,
@@ -439,10 +440,13 @@ class SparseEncoder(ReferenceCalls, Prompted, SimilarityByName, nn.Sequential):
         return torch.sparse_coo_tensor(both.indices()[:, keep], both.values()[keep], both.size(), check_invariants=False)
 
     # -- save -------------------------------------------------------------------------------------------------------
-    def save(self, path: str | Path) -> Path:
+    def save(self, path: str | Path, model_name: str | None = None, create_model_card: bool = True,
+             train_datasets: list[str] | None = None, safe_serialization: bool = True) -> Path:
         """Write the model in sentence-transformers 6's layout: the Transformer (or the Router) at the top, each
         other module in "{index}_{class}", modules.json and config_sentence_transformers.json; sentence-transformers
         opens it. Staged beside ``path`` and moved into place whole (``bertkit.staging.staged``)."""
+        check_save_arguments("SparseEncoder.save", model_name, create_model_card, train_datasets, safe_serialization)
+        default_prompt_name = self._saved_default_prompt_name()
         directory = given_path(path, "the directory to save into")
         with staged(directory, shared_by=job_of()) as out:
             listed = []
@@ -451,7 +455,7 @@ class SparseEncoder(ReferenceCalls, Prompted, SimilarityByName, nn.Sequential):
                 (out / sub).mkdir(exist_ok=True)
                 _save_module(module, out / sub)
                 listed.append({"idx": i, "name": str(i), "path": sub, "type": module.st_type})
-            write_st_config(out, "SparseEncoder", prompts=self.prompts, default_prompt_name=self.default_prompt_name,
+            write_st_config(out, "SparseEncoder", prompts=self.prompts, default_prompt_name=default_prompt_name,
                             similarity_fn_name=self._similarity_fn_name,
                             **({"max_active_dims": self.max_active_dims} if self.max_active_dims is not None else {}))
             atomic_write_json(out / MODULES, listed)  # last: it names the modules written before it
