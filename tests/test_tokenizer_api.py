@@ -169,6 +169,46 @@ def test_windows_of_a_pair_whose_max_length_holds_only_the_special_tokens_are_re
         ours(questions[0], contexts[0], **kw)
 
 
+def test_windows_whose_max_length_is_below_the_special_tokens_are_refused_naming_them(toks, sentences):
+    # max_length 1 with windows: the refusal said "stride 0 is more than the -1 tokens a window ... holds"
+    ours, hf = toks
+    kw = dict(truncation="only_first", max_length=1, return_overflowing_tokens=True)
+    assert [len(row) for row in hf(sentences[0], **kw)["input_ids"]] == [12]  # past max_length, not cut
+    with pytest.raises(BertkitError, match="max_length 1 is smaller than the 2 special tokens each window gets; "
+                                           "use max_length > 2"):
+        ours(sentences[0], **kw)
+
+
+def test_lengths_computed_with_numpy_or_torch_are_taken_as_transformers_takes_them(toks, sentences):
+    # max_length=np.max(lengths) (numpy's int64) or a 0-d tensor: refused as "not an int" where transformers cuts there
+    import numpy as np
+
+    ours, hf = toks
+    for value in (np.int64(8), torch.tensor(8)):
+        kw = dict(truncation=True, max_length=value)
+        assert ours(sentences[:4], **kw)["input_ids"] == hf(sentences[:4], **kw)["input_ids"]
+        windows = dict(stride=np.int64(2), return_overflowing_tokens=True, **kw)
+        assert ours(sentences[:4], **windows)["input_ids"] == hf(sentences[:4], **windows)["input_ids"]
+        padded = ours.pad(ours(sentences[:2]), padding="max_length", max_length=value + 32)
+        assert padded["input_ids"] == hf.pad(hf(sentences[:2]), padding="max_length", max_length=value + 32)["input_ids"]
+    assert ours(sentences[0], truncation=True, max_length=np.int64(8))["input_ids"] == [
+        101, 2009, 1005, 1055, 1037, 11951, 1998, 2411, 102][:7] + [102]
+    for bad in (8.0, "8", torch.tensor(8.0)):  # refused naming it, as before
+        with pytest.raises(BertkitError, match="max_length must be an int"):
+            ours(sentences[0], truncation=True, max_length=bad)
+    with pytest.raises(BertkitError, match="stride must be an int .* got str '2'"):  # was a TypeError from '<'
+        ours(sentences[0], stride="2")
+
+
+def test_return_token_type_ids_0_leaves_the_key_out_as_false_does(toks, sentences):
+    # transformers reads 0 as False; bertkit tested `is False` and returned token_type_ids anyway
+    ours, hf = toks
+    for key in ("return_token_type_ids", "return_attention_mask"):
+        a, b = ours(sentences[:2], sentences[2:4], **{key: 0}), hf(sentences[:2], sentences[2:4], **{key: 0})
+        assert sorted(a) == sorted(b) == sorted({"input_ids", "token_type_ids", "attention_mask"} - {key[7:]})
+        assert a["input_ids"] == b["input_ids"]
+
+
 def test_pad_and_pad_to_multiple_of(toks, sentences):
     ours, hf = toks
     for kw in (dict(padding=True, pad_to_multiple_of=8), dict(padding="max_length", max_length=50,

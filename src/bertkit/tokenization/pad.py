@@ -16,6 +16,7 @@ from bertkit.tokenization.batch import (
     pad_rows,
     resolve_padding,
     to_batch_encoding,
+    whole_or_none,
 )
 from bertkit.tokenization.encoding import BatchEncoding
 
@@ -50,6 +51,7 @@ def pad_examples(encoded_inputs: Mapping[str, Any] | Sequence[Mapping[str, Any]]
                                + ", ".join(f"{k} of length {m}" for k, m in uneven.items())
                                + "; every column of an example is one entry per token: encode it again")
     pad = resolve_padding(padding)
+    max_length = whole_or_none(max_length, "max_length", "a number of tokens")
     if pad == "max_length" and max_length is None:
         max_length = default_max_length()
     check_lengths(max_length, pad_to_multiple_of, 0, False)
