@@ -729,6 +729,23 @@ def test_pad_names_a_passed_through_column_of_uneven_rows(toks):
     assert ours.pad(examples)["labels"] == [[-100, 3, -100], [-100, -100]]  # lists: passed through as they are
 
 
+def test_pad_of_a_dict_of_per_example_tensors_reads_them_as_the_list_of_examples(toks):
+    # {"input_ids": [tensor, tensor], "labels": [tensor, tensor]} (a datasets batch with format "torch"): uneven
+    # labels failed with numpy's "inhomogeneous shape", where the same examples as a list named the column
+    ours, hf = toks
+    rows = [([101, 1037, 1038, 102], [-100, 3, 4, -100]), ([101, 102], [-100, -100])]
+    columns = {"input_ids": [torch.tensor(i) for i, _ in rows], "labels": [torch.tensor(y) for _, y in rows]}
+    with pytest.raises(BertkitError, match=r"'labels' has rows of 2\.\.4 values.*-100"):
+        ours.pad(columns, return_tensors="pt")
+    with pytest.raises(ValueError, match="labels"):
+        hf.pad(dict(columns), return_tensors="pt")
+    columns["labels"] = [torch.tensor(1), torch.tensor(0)]
+    a, b = ours.pad(columns, return_tensors="pt"), hf.pad(dict(columns), return_tensors="pt")
+    assert a["input_ids"].tolist() == b["input_ids"].tolist() == [[101, 1037, 1038, 102], [101, 102, 0, 0]]
+    assert a["attention_mask"].tolist() == b["attention_mask"].tolist() == [[1, 1, 1, 1], [1, 1, 0, 0]]
+    assert a["labels"].tolist() == b["labels"].tolist() == [1, 0] and a["labels"].dtype == b["labels"].dtype
+
+
 def test_add_special_tokens_none_is_refused_not_read_as_false(toks):
     """add_special_tokens=None (a setting left unset) gave rows without [CLS] and [SEP], [7592, 2088] where the default
     gives [101, 7592, 2088, 102]; transformers raises a TypeError."""

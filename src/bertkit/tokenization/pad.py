@@ -84,7 +84,9 @@ def _examples_of(encoded_inputs: Mapping[str, Any] | Sequence[Mapping[str, Any]]
     if isinstance(encoded_inputs, Mapping):
         ids = encoded_inputs["input_ids"]
         batched = len(ids) > 0 and not isinstance(_as_py(ids)[0], int)
-        columns = {k: _as_py(v) if batched else [_as_py(v)] for k, v in encoded_inputs.items()}
+        # each value too: a column may be a list of per-example tensors (labels of different lengths), else numpy
+        # meets tensors, not lists, and fails in its own words
+        columns = {k: [_as_py(x) for x in _as_py(v)] if batched else [_as_py(v)] for k, v in encoded_inputs.items()}
         examples = [{k: v[i] for k, v in columns.items()} for i in range(len(columns["input_ids"]))]
         return examples, batched, _tensor_kind(ids)
     kind = _tensor_kind(encoded_inputs[0]["input_ids"]) if encoded_inputs and "input_ids" in encoded_inputs[0] else None
