@@ -8,9 +8,12 @@ from __future__ import annotations
 
 import json
 
+import numpy as np
 import pytest
+import torch
 
 import bertkit
+from bertkit.errors import BertkitError
 from bertkit.tokenization import BertTokenizer
 
 transformers = pytest.importorskip("transformers")
@@ -494,3 +497,59 @@ def test_vocab_size_leaves_out_added_tokens_as_transformers(minilm_dir, tmp_path
             tmp_path / name)
         assert (again.vocab_size, len(again)) == (ref.vocab_size, len(ref))
     assert BertTokenizer.from_pretrained(tmp_path / "hf").vocab_size == 30522
+
+
+# ---------------------------------------------------------------------------------------------------
+# call keywords: values transformers takes (numpy lengths, 0 for False), refusals that name the value
+# ---------------------------------------------------------------------------------------------------
+
+
+def test_windows_whose_max_length_is_below_the_special_tokens_are_refused_naming_them(ours, hf, sentences):
+    # max_length 1 with windows: the refusal said "stride 0 is more than the -1 tokens a window ... holds"
+    kw = dict(truncation="only_first", max_length=1, return_overflowing_tokens=True)
+    assert [len(row) for row in hf(sentences[0], **kw)["input_ids"]] == [12]  # past max_length, not cut
+    with pytest.raises(BertkitError, match="max_length 1 is smaller than the 2 special tokens each window gets; "
+                                           "use max_length > 2"):
+        ours(sentences[0], **kw)
+
+
+def test_lengths_computed_with_numpy_or_torch_are_taken_as_transformers_takes_them(ours, hf, sentences):
+    # max_length=np.max(lengths) (numpy's int64) or a 0-d tensor: refused as "not an int" where transformers cuts there
+    for value in (np.int64(8), torch.tensor(8)):
+        kw = dict(truncation=True, max_length=value)
+        assert ours(sentences[:4], **kw)["input_ids"] == hf(sentences[:4], **kw)["input_ids"]
+        windows = dict(stride=np.int64(2), return_overflowing_tokens=True, **kw)
+        assert ours(sentences[:4], **windows)["input_ids"] == hf(sentences[:4], **windows)["input_ids"]
+        padded = ours.pad(ours(sentences[:2]), padding="max_length", max_length=value + 32)
+        assert padded["input_ids"] == hf.pad(hf(sentences[:2]), padding="max_length", max_length=value + 32)["input_ids"]
+    assert ours(sentences[0], truncation=True, max_length=np.int64(8))["input_ids"] == [
+        101, 2009, 1005, 1055, 1037, 11951, 1998, 2411, 102][:7] + [102]
+    for bad in (8.0, "8", torch.tensor(8.0)):  # refused naming it, as before
+        with pytest.raises(BertkitError, match="max_length must be an int"):
+            ours(sentences[0], truncation=True, max_length=bad)
+    with pytest.raises(BertkitError, match="stride must be an int .* got str '2'"):  # was a TypeError from '<'
+        ours(sentences[0], stride="2")
+
+
+def test_return_token_type_ids_0_leaves_the_key_out_as_false_does(ours, hf, sentences):
+    # transformers reads 0 as False; bertkit tested `is False` and returned token_type_ids anyway
+    for key in ("return_token_type_ids", "return_attention_mask"):
+        a, b = ours(sentences[:2], sentences[2:4], **{key: 0}), hf(sentences[:2], sentences[2:4], **{key: 0})
+        assert sorted(a) == sorted(b) == sorted({"input_ids", "token_type_ids", "attention_mask"} - {key[7:]})
+        assert a["input_ids"] == b["input_ids"]
+
+
+def test_pad_of_a_dict_of_per_example_tensors_reads_them_as_the_list_of_examples(ours, hf):
+    # {"input_ids": [tensor, tensor], "labels": [tensor, tensor]} (a datasets batch with format "torch"): uneven
+    # labels failed with numpy's "inhomogeneous shape", where the same examples as a list named the column
+    rows = [([101, 1037, 1038, 102], [-100, 3, 4, -100]), ([101, 102], [-100, -100])]
+    columns = {"input_ids": [torch.tensor(i) for i, _ in rows], "labels": [torch.tensor(y) for _, y in rows]}
+    with pytest.raises(BertkitError, match=r"'labels' has rows of 2\.\.4 values.*-100"):
+        ours.pad(columns, return_tensors="pt")
+    with pytest.raises(ValueError, match="labels"):
+        hf.pad(dict(columns), return_tensors="pt")
+    columns["labels"] = [torch.tensor(1), torch.tensor(0)]
+    a, b = ours.pad(columns, return_tensors="pt"), hf.pad(dict(columns), return_tensors="pt")
+    assert a["input_ids"].tolist() == b["input_ids"].tolist() == [[101, 1037, 1038, 102], [101, 102, 0, 0]]
+    assert a["attention_mask"].tolist() == b["attention_mask"].tolist() == [[1, 1, 1, 1], [1, 1, 0, 0]]
+    assert a["labels"].tolist() == b["labels"].tolist() == [1, 0] and a["labels"].dtype == b["labels"].dtype

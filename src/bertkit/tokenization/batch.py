@@ -8,6 +8,7 @@ states them.
 
 from __future__ import annotations
 
+import operator
 from collections.abc import Callable, Sequence
 from typing import Any, NamedTuple
 
@@ -83,10 +84,23 @@ def split_inputs(text: Any, text_pair: Any, split: bool) -> tuple[list[Any], lis
     return texts, [text_pair or None], batched
 
 
+def whole_or_none(value: Any, name: str, what: str, optional: bool = True) -> int | None:
+    """``value`` as a Python int: numpy integers and 0-d integer tensors too (a length computed with numpy or torch,
+    ``max_length=np.max(lengths)``, as transformers takes it); a bool, float or str is refused naming it, and None
+    unless ``optional``."""
+    if value is None and optional:
+        return None
+    wrong = BertkitError(f"{name} must be an int ({what}){' or None' if optional else ''}, got "
+                         f"{type(value).__name__} {value!r}")
+    if isinstance(value, bool) or not hasattr(value, "__index__"):
+        raise wrong
+    try:
+        return operator.index(value)
+    except TypeError:  # a tensor of floats, or of more than one value
+        raise wrong from None
+
+
 def check_lengths(max_length: int | None, pad_to_multiple_of: int | None, stride: int, overflow: bool) -> None:
-    if max_length is not None and (isinstance(max_length, bool) or not isinstance(max_length, int)):
-        raise BertkitError(f"max_length must be an int (a number of tokens) or None, got "
-                           f"{type(max_length).__name__} {max_length!r}")
     if max_length is not None and max_length < 0:
         raise BertkitError(f"max_length must be >= 0, got {max_length}")
     if pad_to_multiple_of is not None and not is_whole(pad_to_multiple_of):
@@ -133,11 +147,12 @@ def resolve_padding(padding: bool | str | None) -> str | None:
 
 class CallPlan(NamedTuple):
     """What a tokenizer call does once its options are checked: the truncation strategy (None: none), the padding
-    ("longest", "max_length" or None) and the max_length both work to."""
+    ("longest", "max_length" or None), the max_length both work to and the stride of overflowing windows, as ints."""
 
     strategy: str | None
     padding: str | None
     max_length: int | None
+    stride: int
 
 
 def plan_call(truncation: bool | str | None, max_length: int | None, padding: bool | str, pad_to_multiple_of: int | None,
@@ -149,6 +164,8 @@ def plan_call(truncation: bool | str | None, max_length: int | None, padding: bo
     if add_special_tokens not in (True, False):  # None read as False would drop [CLS] and [SEP] without a word
         raise BertkitError(f"add_special_tokens={add_special_tokens!r}: pass True (add [CLS] and [SEP], the default) "
                            "or False")
+    max_length = whole_or_none(max_length, "max_length", "a number of tokens")
+    stride = whole_or_none(stride, "stride", "the number of tokens consecutive windows share, 0 by default", False)
     strategy = resolve_truncation(truncation, max_length, padding)
     pad = resolve_padding(padding)
     if max_length is None and pad == "max_length":
@@ -158,6 +175,10 @@ def plan_call(truncation: bool | str | None, max_length: int | None, padding: bo
     check_lengths(max_length, pad_to_multiple_of, stride, overflow)
     check_return_tensors(return_tensors)
     n_special = 2 if add_special_tokens else 0
+    if overflow and strategy is not None and max_length is not None and max_length < n_special:
+        # stride is then no matter: not even the special tokens fit (transformers returns rows past max_length)
+        raise BertkitError(f"max_length {max_length} is smaller than the {n_special} special tokens each window gets; "
+                           f"use max_length > {n_special}")
     if overflow and strategy is not None and max_length is not None and stride > max_length - n_special:
         # as transformers refuses it; else only a text long enough to need a second window would find out
         raise BertkitError(f"stride {stride} is more than the {max_length - n_special} tokens a window of max_length "
@@ -169,7 +190,7 @@ def plan_call(truncation: bool | str | None, max_length: int | None, padding: bo
                            f"{pad_to_multiple_of}: the length is not a multiple of it, so padded rows would be longer "
                            "than the cut; give a max_length that is a multiple (as transformers requires), or leave "
                            "one of them off")
-    return CallPlan(strategy, pad, max_length)
+    return CallPlan(strategy, pad, max_length, stride)
 
 
 def truncation_lengths(

@@ -16,6 +16,7 @@ from bertkit.tokenization.batch import (
     pad_rows,
     resolve_padding,
     to_batch_encoding,
+    whole_or_none,
 )
 from bertkit.tokenization.encoding import BatchEncoding
 
@@ -50,6 +51,7 @@ def pad_examples(encoded_inputs: Mapping[str, Any] | Sequence[Mapping[str, Any]]
                                + ", ".join(f"{k} of length {m}" for k, m in uneven.items())
                                + "; every column of an example is one entry per token: encode it again")
     pad = resolve_padding(padding)
+    max_length = whole_or_none(max_length, "max_length", "a number of tokens")
     if pad == "max_length" and max_length is None:
         max_length = default_max_length()
     check_lengths(max_length, pad_to_multiple_of, 0, False)
@@ -82,7 +84,9 @@ def _examples_of(encoded_inputs: Mapping[str, Any] | Sequence[Mapping[str, Any]]
     if isinstance(encoded_inputs, Mapping):
         ids = encoded_inputs["input_ids"]
         batched = len(ids) > 0 and not isinstance(_as_py(ids)[0], int)
-        columns = {k: _as_py(v) if batched else [_as_py(v)] for k, v in encoded_inputs.items()}
+        # each value too: a column may be a list of per-example tensors (labels of different lengths), else numpy
+        # meets tensors, not lists, and fails in its own words
+        columns = {k: [_as_py(x) for x in _as_py(v)] if batched else [_as_py(v)] for k, v in encoded_inputs.items()}
         examples = [{k: v[i] for k, v in columns.items()} for i in range(len(columns["input_ids"]))]
         return examples, batched, _tensor_kind(ids)
     kind = _tensor_kind(encoded_inputs[0]["input_ids"]) if encoded_inputs and "input_ids" in encoded_inputs[0] else None

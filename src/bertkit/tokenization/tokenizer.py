@@ -288,7 +288,7 @@ class BertTokenizer(EditableVocabulary):
         if padding_side is not None:
             right_only("padding_side", padding_side)
         texts, pairs, batched = split_inputs(text, text_pair, is_split_into_words)
-        strategy, pad, max_length = plan_call(truncation, max_length, padding, pad_to_multiple_of, stride,
+        strategy, pad, max_length, stride = plan_call(truncation, max_length, padding, pad_to_multiple_of, stride,
                                               return_overflowing_tokens, return_tensors, add_special_tokens,
                                               self.model_max_length, self._max_length_to_pad_to)
 
@@ -301,7 +301,7 @@ class BertTokenizer(EditableVocabulary):
                                                   vocabulary._continuation_ids)
         pad_rows(rows, pad, max_length, pad_to_multiple_of, vocabulary.pad_token_id)
         for key, wanted in (("token_type_ids", return_token_type_ids), ("attention_mask", return_attention_mask)):
-            if wanted is False:
+            if wanted is not None and not wanted:  # 0 too, which transformers reads as False
                 for row in rows:
                     del row[key]
         batched = batched or return_overflowing_tokens
