@@ -51,7 +51,7 @@ def _draw(rng, sentences):
         "max_length": [1, 2, 3, 4, 6, 10, 32, np.int64(16)], "pad_to_multiple_of": [2, 8],
         "return_tensors": ["pt", "np", None], "return_token_type_ids": [True, False, 0],
         "return_attention_mask": [True, False], "return_special_tokens_mask": [True, False],
-        "return_offsets_mapping": [True, False], "return_length": [True, False],
+        "return_offsets_mapping": [True, False], "return_length": [True, False], "verbose": [True, False],
     }
     for key, values in options.items():
         if rng.random() < 0.3:

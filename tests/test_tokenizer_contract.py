@@ -553,3 +553,19 @@ def test_pad_of_a_dict_of_per_example_tensors_reads_them_as_the_list_of_examples
     assert a["input_ids"].tolist() == b["input_ids"].tolist() == [[101, 1037, 1038, 102], [101, 102, 0, 0]]
     assert a["attention_mask"].tolist() == b["attention_mask"].tolist() == [[1, 1, 1, 1], [1, 1, 0, 0]]
     assert a["labels"].tolist() == b["labels"].tolist() == [1, 0] and a["labels"].dtype == b["labels"].dtype
+
+
+def test_verbose_and_pads_return_attention_mask_are_taken_as_transformers_takes_them(ours, hf, sentences):
+    # tokenizer(texts, verbose=False) and pad(..., return_attention_mask=False), common in ported scripts, were
+    # TypeErrors; pad then makes no mask for examples that have none, as transformers' pad
+    for kwargs in ({}, {"padding": True, "return_tensors": "pt"}):
+        a, b = ours(sentences[:3], verbose=False, **kwargs), hf(sentences[:3], verbose=False, **kwargs)
+        assert sorted(a) == sorted(b) and all(torch.as_tensor(a[k]).tolist() == torch.as_tensor(b[k]).tolist()
+                                              if kwargs else a[k] == b[k] for k in a)
+    assert ours.encode(sentences[0], verbose=False) == hf.encode(sentences[0], verbose=False)
+    examples = [{"input_ids": [101, 1037, 1038, 102]}, {"input_ids": [101, 102]}]
+    for wanted in (None, True, False):
+        a = ours.pad(examples, return_attention_mask=wanted, verbose=False)
+        b = hf.pad(examples, return_attention_mask=wanted, verbose=False)
+        assert dict(a) == dict(b)
+        assert ("attention_mask" in a) is (wanted is not False)

@@ -23,9 +23,10 @@ from bertkit.tokenization.encoding import BatchEncoding
 
 def pad_examples(encoded_inputs: Mapping[str, Any] | Sequence[Mapping[str, Any]], pad_token_id: int,
                  default_max_length: Callable[[], int], padding: bool | str = True, max_length: int | None = None,
-                 pad_to_multiple_of: int | None = None, return_tensors: str | None = None) -> BatchEncoding:
+                 pad_to_multiple_of: int | None = None, return_tensors: str | None = None,
+                 make_attention_mask: bool = True) -> BatchEncoding:
     """``BertTokenizer.pad``'s work; ``default_max_length()`` is what ``padding="max_length"`` pads to without a
-    ``max_length``."""
+    ``max_length``; ``make_attention_mask`` adds the mask to examples that have none."""
     examples, batched, given_kind = _examples_of(encoded_inputs)
     if return_tensors is None:  # tensors in, the same kind of tensors out, as transformers' pad
         return_tensors = given_kind
@@ -43,7 +44,8 @@ def pad_examples(encoded_inputs: Mapping[str, Any] | Sequence[Mapping[str, Any]]
             raise BertkitError(f"pad: example {i}'s input_ids hold {len(row['input_ids'])} row(s) of tokens, not token "
                                "ids (an example tokenized with return_tensors= is a batch of one): tokenize each "
                                "example without return_tensors, or give each row as an example of its own")
-        row.setdefault("attention_mask", [1] * len(row["input_ids"]))
+        if make_attention_mask:
+            row.setdefault("attention_mask", [1] * len(row["input_ids"]))
         n = len(row["input_ids"])
         uneven = {k: len(v) for k, v in row.items() if len(v) != n}
         if uneven:  # padded as they are, the tokens and their mask or segments would no longer line up

@@ -278,12 +278,14 @@ class BertTokenizer(EditableVocabulary):
         return_overflowing_tokens: bool = False,
         stride: int = 0,
         padding_side: str | None = None,
+        verbose: bool = True,
     ) -> BatchEncoding:
         """Encode one text / pair, or a batch of them, as BertTokenizerFast's ``__call__``: a BatchEncoding (a dict)
         with ``input_ids``, ``token_type_ids``, ``attention_mask`` and the keys asked for. A str gives lists of
         ints, a list of str lists of lists, ``return_tensors="pt"`` / ``"np"`` (B, T) tensors / int64 arrays.
         docs/tokenizer.md gives every argument's meaning (truncation, padding, pre-split words, overflowing
         windows). A sequence longer than ``model_max_length`` is not an error here: the model checks its positions.
+        ``verbose`` is transformers' switch for that warning; taken, with nothing to silence here.
         """
         if padding_side is not None:
             right_only("padding_side", padding_side)
@@ -323,17 +325,20 @@ class BertTokenizer(EditableVocabulary):
         pad_to_multiple_of: int | None = None,
         return_tensors: str | None = None,
         padding_side: str | None = None,
+        return_attention_mask: bool | None = None,
+        verbose: bool = True,
     ) -> BatchEncoding:
         """Pad already-encoded inputs, as Hugging Face's ``tokenizer.pad`` (what DataCollatorWithPadding calls):
         a BatchEncoding / dict of lists, or a list of per-example dicts. ``input_ids``, ``token_type_ids``,
         ``attention_mask`` (made when absent), ``special_tokens_mask`` and ``offset_mapping`` are padded on
         the right; other keys (labels, ...) are passed through unchanged (as tensors: integers int64, floats float32,
         bools bool, as transformers makes them). Without ``return_tensors``, torch or numpy inputs give the same
-        kind of tensors; one example (not a batch) gives (T,) columns."""
+        kind of tensors; one example (not a batch) gives (T,) columns. ``return_attention_mask=False`` makes no
+        mask where the examples have none (one they have is padded), as transformers; ``verbose`` is taken, unused."""
         if padding_side is not None:
             right_only("padding_side", padding_side)
         return pad_examples(encoded_inputs, self.pad_token_id, self._max_length_to_pad_to, padding, max_length,
-                            pad_to_multiple_of, return_tensors)
+                            pad_to_multiple_of, return_tensors, return_attention_mask in (None, True))
 
     def _max_length_to_pad_to(self) -> int:
         """model_max_length, which padding="max_length" without a max_length pads to; an error when the files set
