@@ -605,6 +605,13 @@ def test_max_length_above_the_tokenizers_model_max_length_cuts_there(minilm_2_la
     model.max_seq_length = 40
     ours = bertkit.pipeline("sentence-embedding", tmp_path / "st6", max_length=40)([text])
     np.testing.assert_allclose(ours, model.encode([text], normalize_embeddings=True), atol=1e-5, rtol=0)
+    # a directory declaring max_seq_length 4 (sentence-transformers loads it) is refused, and the refusal says where
+    # the 4 came from and what to pass (it named max_length, which the call did not give)
+    model.max_seq_length = 4
+    model.save(str(tmp_path / "st4"))
+    with pytest.raises(BertkitError, match=r"got 4 \(max_length=, else a sentence-transformers directory's "
+                                           r"max_seq_length .*\): pass max_length=8 or more"):
+        bertkit.pipeline("sentence-embedding", tmp_path / "st4")
 
 
 def test_feature_extraction_cls_and_tokens(minilm_dir, sst2):

@@ -107,7 +107,9 @@ class Pipeline:
         # a max_length over the tokenizer's model_max_length cuts there, as transformers' pipelines cut at a
         # max_length given and sentence-transformers at a max_seq_length set: every encode passes it to the tokenizer
         if max_length < 8:
-            raise BertkitError(f"max_length must be at least 8 (a pipeline's shortest sequence), got {max_length}")
+            raise BertkitError(f"max_length must be at least 8 (a pipeline's shortest sequence), got {max_length} "
+                               "(max_length=, else a sentence-transformers directory's max_seq_length or the "
+                               "tokenizer's model_max_length): pass max_length=8 or more")
         # int8 already (load_int8, or quantize_int8 by the caller) runs as such; quantize="int8" makes a quantized
         # copy, calibrated on the given texts or the built-in sentences
         self.model, self.precision = prepare_model(model, device=device, bf16=bf16, quantize=quantize,
