@@ -1,6 +1,6 @@
 """TripletEvaluator, RerankingEvaluator and SequentialEvaluator against sentence-transformers' on the same model
-(all-MiniLM-L6-v2's first 2 layers, ``minilm_2_layers``, with query and document prompts) and real data: SQuAD dev questions with their
-paragraph and other paragraphs of the article, and STS-B dev pairs. Same keys, same numbers; ties in the
+(all-MiniLM-L6-v2's first 2 layers, ``minilm_2_layers``, with query and document prompts) and real data: SQuAD
+dev questions with their paragraph and other paragraphs of the article, and STS-B dev pairs. Same keys, same numbers; ties in the
 rankings (scikit-learn's tie-averaged nDCG and average precision) on fixed embeddings."""
 
 from __future__ import annotations
