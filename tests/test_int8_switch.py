@@ -242,7 +242,7 @@ def test_a_model_object_stays_fp32_and_calibration_texts_are_used(minilm_dir, to
 # -- refusals -------------------------------------------------------------------------------------
 
 
-def test_refuses_gpu_bf16_other_modes_and_stray_calibration(minilm_dir, tok, tmp_path, monkeypatch):
+def test_refuses_gpu_bf16_other_modes_and_stray_calibration(tiny_model, tok, tmp_path, monkeypatch):
     absent = tmp_path / "no-such-checkpoint"  # refused before the weights load: the int8 reason, not the path
     with pytest.raises(BertkitError, match=r"int8 runs on the CPU only.*'cuda'.*device cpu"):
         pipeline("feature-extraction", absent, quantize="int8", device="cuda")
@@ -260,7 +260,7 @@ def test_refuses_gpu_bf16_other_modes_and_stray_calibration(minilm_dir, tok, tmp
         pipeline("feature-extraction", absent, quantize="int4")
     with pytest.raises(BertkitError, match=r"calibration_texts calibrate int8 inference: pass them with quantize"):
         pipeline("feature-extraction", absent, calibration_texts=["a sentence"])
-    model = BertModel.from_pretrained(minilm_dir)
+    model = tiny_model(vocab_size=len(tok))  # refused before any pass: MiniLM's size would only cost its loading
     with pytest.raises(BertkitError, match=r"calibration texts must be a list of texts.*str"):
         pipeline("feature-extraction", model, tokenizer=tok, quantize="int8", calibration_texts="one sentence")
     with pytest.raises(BertkitError, match=r"calibration_batches needs at least one text"):
