@@ -647,7 +647,7 @@ def test_quantize_refuses_a_module_no_int8_loader_runs_naming_it(minilm_2_layers
     assert not (tmp_path / "int8").exists() and sorted(p.relative_to(st_dir) for p in st_dir.rglob("*")) == before
 
 
-def test_a_saved_int8_model_runs_in_the_commands_as_with_int8(classifier_dir, quantized_classifier, minilm_dir,
+def test_a_saved_int8_model_runs_in_the_commands_as_with_int8(classifier_dir, quantized_classifier, minilm_2_layers,
                                                              data_dir, sentences, tmp_path, capsys):
     base = ["predict", "glue", "--task", "sst2", "--data-dir", data_dir / "glue", "--split", "dev",
             "--max-predict-samples", 64]
@@ -659,9 +659,11 @@ def test_a_saved_int8_model_runs_in_the_commands_as_with_int8(classifier_dir, qu
     assert saved["scores"] == at_load["scores"]
     assert ((tmp_path / "saved/SST-2.tsv").read_text(encoding="utf-8")
             == (tmp_path / "at-load/SST-2.tsv").read_text(encoding="utf-8"))
-    # extract-features on a quantized encoder equals --int8 on the float one
+    # extract-features on a quantized encoder equals --int8 on the float one (MiniLM's first 2 layers: the same
+    # integers either way, whatever the depth)
     from bertkit.features import read_features
 
+    minilm_dir = minilm_2_layers
     encoder = tmp_path / "minilm-int8"
     assert main(["quantize", "--model", str(minilm_dir), "--output-dir", str(encoder)]) == 0
     (tmp_path / "in.txt").write_text("\n".join(sentences["stsb"][:6]) + "\n", encoding="utf-8")
