@@ -663,12 +663,11 @@ def test_a_saved_int8_model_runs_in_the_commands_as_with_int8(classifier_dir, qu
     # integers either way, whatever the depth)
     from bertkit.features import read_features
 
-    minilm_dir = minilm_2_layers
     encoder = tmp_path / "minilm-int8"
-    assert main(["quantize", "--model", str(minilm_dir), "--output-dir", str(encoder)]) == 0
+    assert main(["quantize", "--model", str(minilm_2_layers), "--output-dir", str(encoder)]) == 0
     (tmp_path / "in.txt").write_text("\n".join(sentences["stsb"][:6]) + "\n", encoding="utf-8")
     common = ["extract-features", "--input", str(tmp_path / "in.txt"), "--layers=-1", "--no-progress"]
-    assert main([*common, "--model", str(minilm_dir), "--int8", "--output-file", str(tmp_path / "a.safetensors")]) == 0
+    assert main([*common, "--model", str(minilm_2_layers), "--int8", "--output-file", str(tmp_path / "a.safetensors")]) == 0
     assert main([*common, "--model", str(encoder), "--output-file", str(tmp_path / "b.safetensors")]) == 0
     capsys.readouterr()
     a, b = (list(read_features(tmp_path / f"{n}.safetensors")) for n in ("a", "b"))
