@@ -163,8 +163,20 @@ def _reset(out: Path, before: dict[str, bytes] | None) -> None:
         (out / rel).write_bytes(data)
 
 
-@pytest.mark.parametrize("fault", ["kill", "full"])
-@pytest.mark.parametrize("name", SAVES)
+def _with_faults(saves: list) -> list:
+    """Each save with a kill and a full disk at every step; a full disk under `bertkit quantize --overwrite` in `make
+    test-slow` only: it fails the staged write save_pretrained's cases fail, and the command's one line on a full
+    disk is test_quantize_overwrite_on_a_full_disk_keeps_the_earlier_output's."""
+    cases = []
+    for save in saves:
+        name, marks = (save.values[0], list(save.marks)) if hasattr(save, "values") else (save, [])
+        for fault in ("kill", "full"):
+            slow = [pytest.mark.slow] if (name, fault) == ("bertkit quantize --overwrite", "full") else []
+            cases.append(pytest.param(name, fault, marks=marks or slow))
+    return cases
+
+
+@pytest.mark.parametrize(("name", "fault"), _with_faults(SAVES))
 def test_a_fault_at_every_write_step_leaves_the_earlier_output_or_the_new_one(saves, probe_dir, name, fault):
     """Was: `SentenceTransformer.save` killed after modules.json left a directory that loads with another
     max_seq_length; `save_pretrained` killed between its files left new weights beside the old config; `bertkit

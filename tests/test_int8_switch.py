@@ -242,7 +242,7 @@ def test_a_model_object_stays_fp32_and_calibration_texts_are_used(minilm_dir, to
 # -- refusals -------------------------------------------------------------------------------------
 
 
-def test_refuses_gpu_bf16_other_modes_and_stray_calibration(minilm_dir, tok, tmp_path, monkeypatch):
+def test_refuses_gpu_bf16_other_modes_and_stray_calibration(tiny_model, tok, tmp_path, monkeypatch):
     absent = tmp_path / "no-such-checkpoint"  # refused before the weights load: the int8 reason, not the path
     with pytest.raises(BertkitError, match=r"int8 runs on the CPU only.*'cuda'.*device cpu"):
         pipeline("feature-extraction", absent, quantize="int8", device="cuda")
@@ -260,7 +260,7 @@ def test_refuses_gpu_bf16_other_modes_and_stray_calibration(minilm_dir, tok, tmp
         pipeline("feature-extraction", absent, quantize="int4")
     with pytest.raises(BertkitError, match=r"calibration_texts calibrate int8 inference: pass them with quantize"):
         pipeline("feature-extraction", absent, calibration_texts=["a sentence"])
-    model = BertModel.from_pretrained(minilm_dir)
+    model = tiny_model(vocab_size=len(tok))  # refused before any pass: MiniLM's size would only cost its loading
     with pytest.raises(BertkitError, match=r"calibration texts must be a list of texts.*str"):
         pipeline("feature-extraction", model, tokenizer=tok, quantize="int8", calibration_texts="one sentence")
     with pytest.raises(BertkitError, match=r"calibration_batches needs at least one text"):
@@ -647,7 +647,7 @@ def test_quantize_refuses_a_module_no_int8_loader_runs_naming_it(minilm_2_layers
     assert not (tmp_path / "int8").exists() and sorted(p.relative_to(st_dir) for p in st_dir.rglob("*")) == before
 
 
-def test_a_saved_int8_model_runs_in_the_commands_as_with_int8(classifier_dir, quantized_classifier, minilm_dir,
+def test_a_saved_int8_model_runs_in_the_commands_as_with_int8(classifier_dir, quantized_classifier, minilm_2_layers,
                                                              data_dir, sentences, tmp_path, capsys):
     base = ["predict", "glue", "--task", "sst2", "--data-dir", data_dir / "glue", "--split", "dev",
             "--max-predict-samples", 64]
@@ -659,14 +659,15 @@ def test_a_saved_int8_model_runs_in_the_commands_as_with_int8(classifier_dir, qu
     assert saved["scores"] == at_load["scores"]
     assert ((tmp_path / "saved/SST-2.tsv").read_text(encoding="utf-8")
             == (tmp_path / "at-load/SST-2.tsv").read_text(encoding="utf-8"))
-    # extract-features on a quantized encoder equals --int8 on the float one
+    # extract-features on a quantized encoder equals --int8 on the float one (MiniLM's first 2 layers: the same
+    # integers either way, whatever the depth)
     from bertkit.features import read_features
 
     encoder = tmp_path / "minilm-int8"
-    assert main(["quantize", "--model", str(minilm_dir), "--output-dir", str(encoder)]) == 0
+    assert main(["quantize", "--model", str(minilm_2_layers), "--output-dir", str(encoder)]) == 0
     (tmp_path / "in.txt").write_text("\n".join(sentences["stsb"][:6]) + "\n", encoding="utf-8")
     common = ["extract-features", "--input", str(tmp_path / "in.txt"), "--layers=-1", "--no-progress"]
-    assert main([*common, "--model", str(minilm_dir), "--int8", "--output-file", str(tmp_path / "a.safetensors")]) == 0
+    assert main([*common, "--model", str(minilm_2_layers), "--int8", "--output-file", str(tmp_path / "a.safetensors")]) == 0
     assert main([*common, "--model", str(encoder), "--output-file", str(tmp_path / "b.safetensors")]) == 0
     capsys.readouterr()
     a, b = (list(read_features(tmp_path / f"{n}.safetensors")) for n in ("a", "b"))

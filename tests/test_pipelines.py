@@ -279,17 +279,17 @@ def test_an_option_no_pipeline_takes_is_refused_naming_the_task(minilm_dir):
             bertkit.pipeline("text-classification", minilm_dir, **{name: torch.bfloat16})
 
 
-def test_feature_extraction_per_token_is_transformers_feature_extraction(minilm_dir, sst2, data_dir):
+def test_feature_extraction_per_token_is_transformers_feature_extraction(minilm_2_layers, sst2, data_dir):
     """transformers' feature-extraction pipeline answers every token's vector ([CLS] and [SEP] too): bertkit's with
     pooling="none" answers the same (within 1e-5), and a call's return_tensors= is refused naming it."""
     texts = sst2[:20] + [p["context"] for p in json.loads((data_dir / "squad/dev-v1.1.json").read_text())["data"][0][
         "paragraphs"][:4]]
-    ours = bertkit.pipeline("feature-extraction", minilm_dir, pooling="none", batch_size=8)(texts)
-    theirs = transformers.pipeline("feature-extraction", model=str(minilm_dir), device="cpu")
+    ours = bertkit.pipeline("feature-extraction", minilm_2_layers, pooling="none", batch_size=8)(texts)
+    theirs = transformers.pipeline("feature-extraction", model=str(minilm_2_layers), device="cpu")
     for text, o in zip(texts, ours, strict=True):
         np.testing.assert_allclose(np.array(o), np.array(theirs(text))[0], atol=1e-5, rtol=0)
     with pytest.raises(BertkitError, match=r"instead of return_tensors: .*pooling=\"none\""):
-        bertkit.pipeline("feature-extraction", minilm_dir)("a b", return_tensors=True)
+        bertkit.pipeline("feature-extraction", minilm_2_layers)("a b", return_tensors=True)
 
 
 def test_fill_mask_refuses_a_mask_past_max_length(tmp_path_factory, minilm_dir, hf_tok):
@@ -614,24 +614,24 @@ def test_max_length_above_the_tokenizers_model_max_length_cuts_there(minilm_2_la
         bertkit.pipeline("sentence-embedding", tmp_path / "st4")
 
 
-def test_feature_extraction_cls_and_tokens(minilm_dir, sst2):
+def test_feature_extraction_cls_and_tokens(minilm_2_layers, sst2):
     texts = sst2[:12]
-    hf = transformers.BertModel.from_pretrained(minilm_dir).eval()
-    hf_tok = transformers.BertTokenizerFast.from_pretrained(minilm_dir)
-    cls = bertkit.pipeline("feature-extraction", minilm_dir, pooling="cls", batch_size=5)(texts)
-    tokens = bertkit.pipeline("feature-extraction", minilm_dir, pooling="none", batch_size=5)(texts)
+    hf = transformers.BertModel.from_pretrained(minilm_2_layers).eval()
+    hf_tok = transformers.BertTokenizerFast.from_pretrained(minilm_2_layers)
+    cls = bertkit.pipeline("feature-extraction", minilm_2_layers, pooling="cls", batch_size=5)(texts)
+    tokens = bertkit.pipeline("feature-extraction", minilm_2_layers, pooling="none", batch_size=5)(texts)
     for t, c, tok_states in zip(texts, cls, tokens, strict=True):
         with torch.no_grad():
             ref = hf(**hf_tok(t, return_tensors="pt")).last_hidden_state[0].numpy()
         np.testing.assert_allclose(c, ref[0], atol=1e-5, rtol=0)
         np.testing.assert_allclose(np.array(tok_states), ref, atol=1e-5, rtol=0)
-    bf16 = np.array(bertkit.pipeline("sentence-embedding", minilm_dir, bf16=True)(texts))
-    fp32 = np.array(bertkit.pipeline("sentence-embedding", minilm_dir)(texts))
+    bf16 = np.array(bertkit.pipeline("sentence-embedding", minilm_2_layers, bf16=True)(texts))
+    fp32 = np.array(bertkit.pipeline("sentence-embedding", minilm_2_layers)(texts))
     assert (bf16 * fp32).sum(1).min() > 0.99  # cosine similarity: bf16 rounding, not a different vector
     with pytest.raises(BertkitError, match="pooling 'attention'"):
-        bertkit.pipeline("feature-extraction", minilm_dir, pooling="attention")
+        bertkit.pipeline("feature-extraction", minilm_2_layers, pooling="attention")
     with pytest.raises(BertkitError, match="unknown pipeline task"):
-        bertkit.pipeline("summarization", minilm_dir)
+        bertkit.pipeline("summarization", minilm_2_layers)
 
 
 def test_bf16_on_a_cpu_without_bf16_instructions_warns_once(minilm_dir, monkeypatch, caplog):

@@ -1,6 +1,6 @@
 """TripletEvaluator, RerankingEvaluator and SequentialEvaluator against sentence-transformers' on the same model
-(all-MiniLM-L6-v2's weights, with query and document prompts) and real data: SQuAD dev questions with their
-paragraph and other paragraphs of the article, and STS-B dev pairs. Same keys, same numbers; ties in the
+(all-MiniLM-L6-v2's first 2 layers, ``minilm_2_layers``, with query and document prompts) and real data: SQuAD
+dev questions with their paragraph and other paragraphs of the article, and STS-B dev pairs. Same keys, same numbers; ties in the
 rankings (scikit-learn's tie-averaged nDCG and average precision) on fixed embeddings."""
 
 from __future__ import annotations
@@ -23,8 +23,8 @@ FNS = ["cosine", "dot", "euclidean", "manhattan"]
 
 
 @pytest.fixture(scope="module")
-def models(tmp_path_factory, minilm_dir):
-    d = st_directory(minilm_dir, tmp_path_factory.mktemp("eval") / "m", max_seq_length=64,
+def models(tmp_path_factory, minilm_2_layers):
+    d = st_directory(minilm_2_layers, tmp_path_factory.mktemp("eval") / "m", max_seq_length=64,
                      st_config={"prompts": {"query": "query: ", "document": "passage: "}})
     return SentenceTransformer(d), st.SentenceTransformer(str(d), device="cpu")
 
@@ -56,13 +56,13 @@ def test_triplet_evaluator_matches(models, squad):
     ours, ref = models
     args = ([s["query"] for s in squad], [s["positive"][0] for s in squad], [s["negative"][0] for s in squad])
     for kwargs in ({"similarity_fn_names": FNS, "margin": {"cosine": 0.05, "euclidean": 0.1}, "name": "squad"},
-                   {"main_similarity_function": "dot", "margin": 0.02, "truncate_dim": 64}):
+                   {"main_similarity_function": "dot", "margin": 0.005, "truncate_dim": 64}):
         want_eval = st_evaluation.TripletEvaluator(*args, **kwargs)
         got_eval = evaluation.TripletEvaluator(*args, **kwargs)
         want, got = want_eval(ref), got_eval(ours)
         _assert_same(got, want)
         assert got_eval.primary_metric == want_eval.primary_metric
-    assert got["dot_accuracy"] == pytest.approx(4 / 12)  # measured: 64 dimensions and the margin fail 8 of 12
+    assert got["dot_accuracy"] == pytest.approx(5 / 12)  # measured: 64 dimensions and the margin fail 7 of 12 (5 without it)
 
 
 def test_reranking_evaluator_matches(models, squad):
@@ -251,8 +251,8 @@ def test_similarity_at_float32_precision_scores_normalized_embeddings():
 def test_similarity_at_quantized_precisions_matches(models, stsb, precision, truncate_dim, tmp_path):
     """EmbeddingSimilarityEvaluator(precision="int8" / "uint8" / "binary" / "ubinary") was refused as not implemented,
     where sentence-transformers scores the quantized embeddings (int8 buckets from both sides together, bits unpacked;
-    40 STS-B dev pairs, MiniLM at truncate_dim 20: spearman_cosine 0.8847 in int8, 0.7562 in binary, 0.9108 in
-    float32). 20 dimensions pack into 3 bytes: the 4 padding bits score as sentence-transformers scores them."""
+    40 STS-B dev pairs, MiniLM's first 2 layers at truncate_dim 20: spearman_cosine 0.4299 in int8, 0.4119 in binary,
+    0.4923 in float32). 20 dimensions pack into 3 bytes: the 4 padding bits score as sentence-transformers scores them."""
     ours, ref = models
     kwargs = {"precision": precision, "truncate_dim": truncate_dim, "similarity_fn_names": FNS, "name": "sts"}
     want = st_evaluation.EmbeddingSimilarityEvaluator(*stsb, **kwargs)(ref, output_path=str(tmp_path / "st"))

@@ -34,8 +34,8 @@ def _memo(encode):
 
 
 @pytest.fixture(scope="module")
-def models(tmp_path_factory, minilm_dir):
-    d = st_directory(minilm_dir, tmp_path_factory.mktemp("mine") / "m", max_seq_length=64)
+def models(tmp_path_factory, minilm_2_layers):
+    d = st_directory(minilm_2_layers, tmp_path_factory.mktemp("mine") / "m", max_seq_length=64)
     ours, ref = SentenceTransformer(d), st.SentenceTransformer(str(d), device="cpu")
     for m in (ours, ref):
         m.encode_query, m.encode_document = _memo(m.encode_query), _memo(m.encode_document)

@@ -14,7 +14,6 @@ import pytest
 
 from distributed_helpers import free_port  # tests/ is on sys.path under pytest
 
-openai = pytest.importorskip("openai")
 datasets = pytest.importorskip("datasets")
 httpx = pytest.importorskip("httpx")
 pytest.importorskip("uvicorn", reason='bertkit serve needs uvicorn: pip install "bertkit[serve]"')
@@ -22,6 +21,7 @@ pytest.importorskip("uvicorn", reason='bertkit serve needs uvicorn: pip install 
 
 @pytest.mark.slow  # 20-60 s on two loaded cores (training steps and a server process): make test-slow
 def test_a_trained_embedder_served_answers_the_openai_client_with_encode(tmp_path, minilm_dir, data_dir):
+    openai = pytest.importorskip("openai")  # here, not at collection: its import is 0.9 s in every `make test` worker
     from bertkit.sentence import (
         SentenceTransformer,
         SentenceTransformerTrainer,

@@ -281,11 +281,11 @@ def _asker() -> str:
     return "" if frame is None else frame.f_code.co_filename.split("/bertkit/")[-1]
 
 
-def test_a_training_step_reads_the_device_once(minilm_dir, tmp_path, monkeypatch):
+def test_a_training_step_reads_the_device_once(minilm_2_layers, tmp_path, monkeypatch):
     """The loop keeps each micro-batch's loss on the device and reads the step's losses with its gradient norm in
     one read at the step's end (it read the loss twice a micro-batch and the norm once: five waits for the device a
     step of two micro-batches); the cross-encoder's loss reads nothing. The logged losses are those read."""
-    model = CrossEncoder(cross_encoder_directory(minilm_dir, tmp_path / "ce"), max_length=32)
+    model = CrossEncoder(cross_encoder_directory(minilm_2_layers, tmp_path / "ce"), max_length=32)
     rows = [{"query": f"question {i}", "text": f"paragraph {i // 2} says {i}", "label": float(i % 2)} for i in range(24)]
     args = CrossEncoderTrainingArguments(output_dir=str(tmp_path / "out"), report_to="none", use_cpu=True,
                                          disable_tqdm=True, per_device_train_batch_size=4, gradient_accumulation_steps=2,
@@ -421,7 +421,8 @@ def _former_name(key: str, kind: str, prefix: str = "") -> str:
 
 
 @pytest.mark.parametrize("kind", ["sentence", "cross"])
-def test_a_checkpoint_written_under_the_former_names_resumes_exactly(kind, tmp_path, tiny_checkpoint, minilm_dir):
+def test_a_checkpoint_written_under_the_former_names_resumes_exactly(kind, tmp_path, tiny_checkpoint,
+                                                                    minilm_2_layers):
     """A checkpoint the trainer wrote before the model's names were sentence-transformers' (state.pt's weights under
     ``loss.model.bert.…`` and ``loss.model.dense.0.…``, a cross-encoder's ``loss.model.model.…``; built here by
     renaming the keys, as the former trainer wrote them) failed to resume, missing every key: an upgrade in the
@@ -432,7 +433,7 @@ def test_a_checkpoint_written_under_the_former_names_resumes_exactly(kind, tmp_p
     from bertkit.sentence import models
 
     head = "BertModel" if kind == "sentence" else "BertForSequenceClassification"
-    path = tiny_checkpoint(tmp_path / "base", head, tokenizer=minilm_dir, labels=None if kind == "sentence" else 1)
+    path = tiny_checkpoint(tmp_path / "base", head, tokenizer=minilm_2_layers, labels=None if kind == "sentence" else 1)
     settings = dict(report_to="none", use_cpu=True, disable_tqdm=True, per_device_train_batch_size=4,
                     num_train_epochs=2, learning_rate=1e-2, weight_decay=0.01, logging_steps=1, save_steps=2, seed=7)
 

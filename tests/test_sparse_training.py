@@ -28,8 +28,8 @@ WEIGHTS = {"document_regularizer_weight": 3e-3, "query_regularizer_weight": 5e-3
 
 
 @pytest.fixture(scope="module")
-def checkpoint(tmp_path_factory, minilm_dir):
-    return masked_lm_checkpoint(minilm_dir, tmp_path_factory.mktemp("sparse-train") / "mlm", dropout=0.0)
+def checkpoint(tmp_path_factory, minilm_2_layers):
+    return masked_lm_checkpoint(minilm_2_layers, tmp_path_factory.mktemp("sparse-train") / "mlm", dropout=0.0)
 
 
 def _words(text: str) -> set[str]:
@@ -168,7 +168,7 @@ def inference_free(checkpoint, tmp_path_factory):
 
     document = STTransformer(str(checkpoint), transformer_task="fill-mask")
     query = SparseStaticEmbedding(tokenizer=document.tokenizer,
-                                  weight=torch.rand(30522, generator=torch.Generator().manual_seed(1)) + 0.5)
+                                  weight=torch.rand(len(document.tokenizer), generator=torch.Generator().manual_seed(1)) + 0.5)
     router = Router.for_query_document(query_modules=[query], document_modules=[document, SpladePooling("max")])
     out = tmp_path_factory.mktemp("router") / "inference_free"
     st.SparseEncoder(modules=[router], device="cpu").save(str(out))

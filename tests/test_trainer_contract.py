@@ -36,8 +36,8 @@ EVENTS = ("on_init_end", "on_train_begin", "on_epoch_begin", "on_step_begin", "o
 
 
 @pytest.fixture(scope="module")
-def checkpoint(tmp_path_factory, minilm_dir) -> Path:
-    return tiny_classifier(tmp_path_factory.mktemp("contract") / "tiny-classifier", minilm_dir)
+def checkpoint(tmp_path_factory, minilm_2_layers) -> Path:
+    return tiny_classifier(tmp_path_factory.mktemp("contract") / "tiny-classifier", minilm_2_layers)
 
 
 def _recorder(lib, steer=None):

@@ -25,8 +25,8 @@ pytest.importorskip("accelerate")  # transformers' Trainer needs it
 
 
 @pytest.fixture(scope="module")
-def checkpoint(tmp_path_factory, minilm_dir) -> Path:
-    return tiny_classifier(tmp_path_factory.mktemp("evalopts") / "tiny-classifier", minilm_dir)
+def checkpoint(tmp_path_factory, minilm_2_layers) -> Path:
+    return tiny_classifier(tmp_path_factory.mktemp("evalopts") / "tiny-classifier", minilm_2_layers)
 
 
 def _summary(x):

@@ -21,10 +21,10 @@ pytest.importorskip("accelerate")  # transformers' Trainer needs it
 
 
 @pytest.fixture(scope="module")
-def checkpoints(tmp_path_factory, minilm_dir) -> dict[str, Path]:
+def checkpoints(tmp_path_factory, minilm_2_layers) -> dict[str, Path]:
     """A tiny sequence classifier and a tiny 3-label tagger (seeded, dropout off) in the Hugging Face layout."""
     root = tmp_path_factory.mktemp("trainer-loss")
-    seq = tiny_classifier(root / "seq", minilm_dir)
+    seq = tiny_classifier(root / "seq", minilm_2_layers)
     torch.manual_seed(1)
     transformers.BertForTokenClassification(transformers.AutoConfig.from_pretrained(seq, num_labels=3)
                                             ).save_pretrained(root / "tok")
