@@ -40,12 +40,9 @@ splade: $(STAMP) $(MODEL)/config.json
 
 # Two pytest workers (pytest-xdist), a test file each at a time, so a file's module fixtures are built once:
 # most tests wait on Python, process start-up and files, not on both cores. TEST_WORKERS=0 runs in one process.
-# Bytecode is written even where PYTHONDONTWRITEBYTECODE is set (as in some containers): without it each worker
-# rewrites the assertions of every test module and compiles it on every run (6 s of CPU a worker, measured), and
-# each Python process a test starts compiles bertkit again; both __pycache__ directories are git-ignored.
 TEST_WORKERS ?= 2
 test: $(STAMP) $(MODEL)/config.json
-	PYTHONDONTWRITEBYTECODE= BERTKIT_TEST_MODEL=$(MODEL) $(BIN)/pytest -q -m "not slow" -n $(TEST_WORKERS) --dist loadfile
+	BERTKIT_TEST_MODEL=$(MODEL) $(BIN)/pytest -q -m "not slow" -n $(TEST_WORKERS) --dist loadfile
 
 test-slow: $(STAMP) $(VENV)/.references $(MODEL)/config.json
 	BERTKIT_TEST_MODEL=$(MODEL) $(BIN)/pytest -q -m slow
