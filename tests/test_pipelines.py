@@ -410,6 +410,23 @@ def test_results_keep_input_order_whatever_the_batching(tmp_path_factory, minilm
                                    atol=1e-5, rtol=0)
 
 
+def test_a_map_style_dataset_is_read_as_transformers_key_dataset_is(tmp_path_factory, minilm_dir, hf_tok):
+    """transformers' ``pipe(KeyDataset(dataset, "text"))`` (a torch Dataset: __len__ and __getitem__, no __iter__)
+    gives each row's result; bertkit refused it as no list of inputs."""
+    from transformers.pipelines.pt_utils import KeyDataset
+
+    d, hf_model = tiny_dir(tmp_path_factory, minilm_dir, "BertForSequenceClassification")
+    rows = [{"text": "a gorgeous film", "label": 1}, {"text": "dull and long", "label": 0}, {"text": "fine", "label": 1}]
+    column = KeyDataset(rows, "text")
+    ours = bertkit.pipeline("text-classification", d)(column)
+    ref = list(transformers.pipeline("text-classification", model=hf_model, tokenizer=hf_tok, device="cpu")(
+        column, top_k=None))
+    assert len(ours) == len(ref) == 3
+    for o, r in zip(ours, ref, strict=True):
+        assert o["label"] == r[0]["label"]
+        np.testing.assert_allclose([o["scores"][x["label"]] for x in r], [x["score"] for x in r], atol=1e-5, rtol=0)
+    assert ours == bertkit.pipeline("text-classification", d)([r["text"] for r in rows])
+
 # ---------------------------------------------------------------------------------------------------
 # question-answering
 # ---------------------------------------------------------------------------------------------------
