@@ -165,6 +165,17 @@ def _candidates(result) -> list[tuple]:
     return [c for r in result for c in _candidates(r)]
 
 
+def test_fill_mask_top_k_none_is_the_default_as_transformers(tmp_path_factory, minilm_dir, hf_tok):
+    # transformers reads top_k=None (and targets=None) as not given: 5 candidates; bertkit refused None as no int
+    d, hf_model = tiny_dir(tmp_path_factory, minilm_dir, "BertForMaskedLM")
+    fill = bertkit.pipeline("fill-mask", d)
+    text = "the [MASK] sat on the mat ."
+    got = fill(text, top_k=None, targets=None)
+    ref = transformers.pipeline("fill-mask", model=hf_model, tokenizer=hf_tok, device="cpu")(text, top_k=None)
+    assert got == fill(text) and len(got) == 5
+    assert [c[:3] for c in _candidates(got)] == [c[:3] for c in _candidates(ref)]
+    np.testing.assert_allclose([c["score"] for c in got], [c["score"] for c in ref], atol=1e-5, rtol=0)
+
 def test_fill_mask_top_k_past_the_vocabulary_is_refused(tmp_path_factory, minilm_dir, hf_tok):
     # top_k 30,523 on a 30,522-token vocabulary answered 30,522 candidates, fewer than asked and without a word (`bertkit
     # predict --top-k 40000` wrote an 11 MB file); transformers' pipeline fails inside torch.topk after the model ran
