@@ -252,6 +252,22 @@ def test_call_options_given_to_pipeline_are_refused(tmp_path_factory, minilm_dir
     assert len(bertkit.pipeline("fill-mask", d)("a [MASK] b", top_k=3)) == 3
 
 
+def test_transformers_construction_of_a_directory_pipeline_is_taken(tmp_path_factory, minilm_dir):
+    """transformers' scripts write pipeline(task, model=d, tokenizer=d, device=-1): the directory named twice, and -1
+    for the CPU. bertkit refused both (tokenizer= only with a model object; device '-1' no device)."""
+    d, _ = tiny_dir(tmp_path_factory, minilm_dir, "BertForSequenceClassification")
+    text = "a gorgeous film"
+    ref = transformers.pipeline("text-classification", model=str(d), tokenizer=str(d), device=-1)(text, top_k=None)
+    got = bertkit.pipeline("text-classification", model=d, tokenizer=str(d), device=-1)(text)
+    assert got == bertkit.pipeline("text-classification", d)(text)
+    np.testing.assert_allclose([got["scores"][r["label"]] for r in ref], [r["score"] for r in ref], atol=1e-5, rtol=0)
+    with pytest.raises(BertkitError, match=r"^tokenizer= goes with a model object; a checkpoint directory brings its "
+                                           r"own vocab.txt \(tokenizer='.*', the model's own directory, is taken; got "
+                                           r"'.*minilm'\)$"):
+        bertkit.pipeline("text-classification", model=d, tokenizer=str(minilm_dir))
+    with pytest.raises(BertkitError, match=r"^device '-2' is not a device: use auto, cpu, cuda or cuda:N$"):
+        bertkit.pipeline("text-classification", d, device=-2)
+
 def test_a_calls_length_options_are_refused_naming_the_pipelines_max_length(tmp_path_factory, minilm_dir):
     # transformers' classifier(text, truncation=True, max_length=64) cuts at 64; the refusal here said only "its
     # options are none", not that the length is the pipeline's, given when it is made
