@@ -165,6 +165,17 @@ def _candidates(result) -> list[tuple]:
     return [c for r in result for c in _candidates(r)]
 
 
+def test_fill_mask_top_k_none_is_the_default_as_transformers(tmp_path_factory, minilm_dir, hf_tok):
+    # transformers reads top_k=None (and targets=None) as not given: 5 candidates; bertkit refused None as no int
+    d, hf_model = tiny_dir(tmp_path_factory, minilm_dir, "BertForMaskedLM")
+    fill = bertkit.pipeline("fill-mask", d)
+    text = "the [MASK] sat on the mat ."
+    got = fill(text, top_k=None, targets=None)
+    ref = transformers.pipeline("fill-mask", model=hf_model, tokenizer=hf_tok, device="cpu")(text, top_k=None)
+    assert got == fill(text) and len(got) == 5
+    assert [c[:3] for c in _candidates(got)] == [c[:3] for c in _candidates(ref)]
+    np.testing.assert_allclose([c["score"] for c in got], [c["score"] for c in ref], atol=1e-5, rtol=0)
+
 def test_fill_mask_top_k_past_the_vocabulary_is_refused(tmp_path_factory, minilm_dir, hf_tok):
     # top_k 30,523 on a 30,522-token vocabulary answered 30,522 candidates, fewer than asked and without a word (`bertkit
     # predict --top-k 40000` wrote an 11 MB file); transformers' pipeline fails inside torch.topk after the model ran
@@ -240,6 +251,22 @@ def test_call_options_given_to_pipeline_are_refused(tmp_path_factory, minilm_dir
         bertkit.pipeline("fill-mask", d, top_k=3)
     assert len(bertkit.pipeline("fill-mask", d)("a [MASK] b", top_k=3)) == 3
 
+
+def test_transformers_construction_of_a_directory_pipeline_is_taken(tmp_path_factory, minilm_dir):
+    """transformers' scripts write pipeline(task, model=d, tokenizer=d, device=-1): the directory named twice, and -1
+    for the CPU. bertkit refused both (tokenizer= only with a model object; device '-1' no device)."""
+    d, _ = tiny_dir(tmp_path_factory, minilm_dir, "BertForSequenceClassification")
+    text = "a gorgeous film"
+    ref = transformers.pipeline("text-classification", model=str(d), tokenizer=str(d), device=-1)(text, top_k=None)
+    got = bertkit.pipeline("text-classification", model=d, tokenizer=str(d), device=-1)(text)
+    assert got == bertkit.pipeline("text-classification", d)(text)
+    np.testing.assert_allclose([got["scores"][r["label"]] for r in ref], [r["score"] for r in ref], atol=1e-5, rtol=0)
+    with pytest.raises(BertkitError, match=r"^tokenizer= goes with a model object; a checkpoint directory brings its "
+                                           r"own vocab.txt \(tokenizer='.*', the model's own directory, is taken; got "
+                                           r"'.*minilm'\)$"):
+        bertkit.pipeline("text-classification", model=d, tokenizer=str(minilm_dir))
+    with pytest.raises(BertkitError, match=r"^device '-2' is not a device: use auto, cpu, cuda or cuda:N$"):
+        bertkit.pipeline("text-classification", d, device=-2)
 
 def test_a_calls_length_options_are_refused_naming_the_pipelines_max_length(tmp_path_factory, minilm_dir):
     # transformers' classifier(text, truncation=True, max_length=64) cuts at 64; the refusal here said only "its
@@ -409,6 +436,23 @@ def test_results_keep_input_order_whatever_the_batching(tmp_path_factory, minilm
         np.testing.assert_allclose(list(shuffled[k]["scores"].values()), list(batched[i]["scores"].values()),
                                    atol=1e-5, rtol=0)
 
+
+def test_a_map_style_dataset_is_read_as_transformers_key_dataset_is(tmp_path_factory, minilm_dir, hf_tok):
+    """transformers' ``pipe(KeyDataset(dataset, "text"))`` (a torch Dataset: __len__ and __getitem__, no __iter__)
+    gives each row's result; bertkit refused it as no list of inputs."""
+    from transformers.pipelines.pt_utils import KeyDataset
+
+    d, hf_model = tiny_dir(tmp_path_factory, minilm_dir, "BertForSequenceClassification")
+    rows = [{"text": "a gorgeous film", "label": 1}, {"text": "dull and long", "label": 0}, {"text": "fine", "label": 1}]
+    column = KeyDataset(rows, "text")
+    ours = bertkit.pipeline("text-classification", d)(column)
+    ref = list(transformers.pipeline("text-classification", model=hf_model, tokenizer=hf_tok, device="cpu")(
+        column, top_k=None))
+    assert len(ours) == len(ref) == 3
+    for o, r in zip(ours, ref, strict=True):
+        assert o["label"] == r[0]["label"]
+        np.testing.assert_allclose([o["scores"][x["label"]] for x in r], [x["score"] for x in r], atol=1e-5, rtol=0)
+    assert ours == bertkit.pipeline("text-classification", d)([r["text"] for r in rows])
 
 # ---------------------------------------------------------------------------------------------------
 # question-answering

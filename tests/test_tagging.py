@@ -105,8 +105,21 @@ def test_token_classification_average_and_max_are_transformers_strategies(conll_
                                            r'NER models are trained; "none" and "simple" tag each piece on its own\), '
                                            r"got 'simple'$"):
         ours(texts[0], aggregation_strategy="simple")
-    with pytest.raises(BertkitError, match=r"^aggregation_strategy must be .*, got 'FIRST'$"):
-        ours(texts[0], aggregation_strategy="FIRST")
+    with pytest.raises(BertkitError, match=r"^aggregation_strategy must be .*, got 'firsts'$"):
+        ours(texts[0], aggregation_strategy="firsts")
+
+
+def test_token_classification_reads_a_strategy_in_any_case_as_transformers(conll_tagger):
+    """transformers upper-cases the name (``AggregationStrategy("FIRST")``), so "MAX", "Average" and its enum members
+    work there; bertkit refused them as no strategy."""
+    from transformers.pipelines.token_classification import AggregationStrategy
+
+    ours, theirs, texts, *_ = conll_tagger
+    text = texts[-1]
+    for name, given in (("max", "MAX"), ("average", "Average"), ("first", AggregationStrategy.FIRST)):
+        got = ours(text, aggregation_strategy=given)
+        assert got == ours(text, aggregation_strategy=name)
+        assert _same_entities(got["entities"], theirs(text, aggregation_strategy=given), given) > 3
 
 
 def test_token_classification_ignore_labels_as_transformers(conll_tagger):

@@ -153,14 +153,19 @@ def host_workers(device_type: str) -> int:
     return max(2, min(4, cores - 2))
 
 
-def resolve_device(spec: str | torch.device, local_rank: int = 0, *, int8: bool = False, bf16: bool = False) -> str:
+def resolve_device(spec: str | int | torch.device, local_rank: int = 0, *, int8: bool = False,
+                   bf16: bool = False) -> str:
     """The one answer to "which device does this run on", for training, pipelines, commands and int8 models.
 
-    ``auto``: CUDA when present, else the CPU. A bare ``cuda`` (or ``auto`` on a GPU machine) is this process's
-    GPU, ``cuda:LOCAL_RANK`` (0 outside torchrun), so N processes on a node use N GPUs without any flag. A device
-    this machine does not have is an error naming it (PyTorch's own would be an AssertionError from inside
-    ``.to``). With ``int8``: the CPU (``auto`` means it), or an error naming why int8 cannot run here and the fix
-    (bf16 on a CPU without bf16 instructions, a GPU or MPS device, a PyTorch with no int8 kernel for this CPU)."""
+    ``auto``: CUDA when present, else the CPU. A bare ``cuda`` (or ``auto`` on a GPU machine) is this process's GPU,
+    ``cuda:LOCAL_RANK`` (0 outside torchrun), so N processes on a node use N GPUs without any flag. A device this
+    machine does not have is an error naming it (PyTorch's own would be an AssertionError from inside ``.to``). An
+    int is transformers' pipeline ``device``: -1 the CPU, N ``cuda:N``. With ``int8``: the CPU (``auto`` means it),
+    or an error naming why int8 cannot run here and the fix (bf16 on a CPU without bf16 instructions, a GPU or MPS
+    device, a PyTorch with no int8 kernel for this CPU).
+    """
+    if isinstance(spec, int) and not isinstance(spec, bool) and spec >= -1:
+        spec = "cpu" if spec == -1 else f"cuda:{spec}"  # transformers' pipeline(device=): -1 the CPU, N its GPU N
     spec = str(spec).strip()
     if int8 and bf16 and not cpu_has_bf16():
         # int8 with bf16 runs what stays float (attention, GELU, LayerNorm, the projections kept fp32) in bf16

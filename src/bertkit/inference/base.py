@@ -232,7 +232,8 @@ class Pipeline:
         return "".join(f"; instead of {', '.join(ns)}: {a}" for a, ns in advice.items())
 
     def __call__(self, inputs: Any = None, **options: Any) -> Any:
-        """One input gives one result; a list of inputs gives the list of results, in input order."""
+        """One input gives one result; a list of inputs (any iterable, or a dataset indexed 0..len-1) gives the list of
+        results, in input order."""
         named = [f"{k}=" for k in self.fields if k in options]
         if named:  # transformers' question-answering call, pipe(question=..., context=...): one input's fields
             shape = ", ".join(f"{k!r}: ..." for k in self.fields)
@@ -243,6 +244,11 @@ class Pipeline:
         if isinstance(inputs, (set, frozenset)):
             raise BertkitError(f"{self.task} inputs are a {type(inputs).__name__}, which has no order, so the "
                                "results could not be matched to them; pass a list")
+        if not isinstance(inputs, (bytes, bytearray, Iterable)) and hasattr(inputs, "__len__") \
+                and hasattr(inputs, "__getitem__"):
+            # a map-style torch Dataset (transformers' KeyDataset over a datasets column) has no __iter__: its items
+            # are those of its indices, as a DataLoader and transformers' pipelines read them
+            return self.run([inputs[i] for i in range(len(inputs))], **options)
         if isinstance(inputs, (bytes, bytearray)) or not isinstance(inputs, Iterable):
             kinds = " or ".join(k.__name__ for k in self.input_kinds)
             raise BertkitError(f"{self.task} pipeline takes a {kinds} or a list of them, got {type(inputs).__name__} "

@@ -49,7 +49,8 @@ class FillMaskPipeline(Pipeline):
     task = tasks.FillMask.name
     model_class = BertForMaskedLM
     required_keys = ("cls.predictions.bias", "cls.predictions.transform.dense.weight")
-    call_options = (Option("top_k", int_in(1)), Option("targets", or_none((
+    # None is the default, as transformers' fill-mask reads top_k=None (5 candidates) and targets=None (the vocabulary)
+    call_options = (Option("top_k", or_none(int_in(1))), Option("targets", or_none((
         lambda v: isinstance(v, str) or isinstance(v, (list, tuple)) and bool(v) and all(isinstance(t, str) for t in v),
         "a string or a non-empty list of strings (the tokens to rank)"))))
     missing_head_fix = ("fill-mask needs the masked-LM head of pre-training: use a checkpoint that keeps it "
@@ -57,7 +58,8 @@ class FillMaskPipeline(Pipeline):
                         "bertkit pretrain's output)")
 
     def read_options(self, options: dict[str, Any]) -> dict[str, Any]:
-        if options.get("targets") is None:
+        options = {k: v for k, v in options.items() if v is not None}
+        if "targets" not in options:
             return options
         return {**options, "targets": self.target_ids(options["targets"])}
 

@@ -98,10 +98,12 @@ class TokenClassificationPipeline(Pipeline):
     word_strategies = {"first": lambda p: p[0], "average": lambda p: p.mean(0),
                        "max": lambda p: p[int(np.argmax(p.max(1)))]}  # the piece surest of its tag, the first on a tie
     call_options = (
-        # "none" and "simple" tag each piece on its own: a word can be cut in two, so no "words" to give
-        Option("aggregation_strategy", (lambda v, known=tuple(word_strategies): v in known, " or ".join(
-            f'"{s}"' for s in word_strategies) + " (how a word of several pieces is tagged; bertkit tags words: "
-            "\"first\", the default, as NER models are trained; \"none\" and \"simple\" tag each piece on its own)")),
+        # "none" and "simple" tag each piece on its own: a word can be cut in two, so no "words" to give; a name in any
+        # case, as transformers reads it ("FIRST", its AggregationStrategy.FIRST)
+        Option("aggregation_strategy", (
+            lambda v, known=tuple(word_strategies): isinstance(v, str) and v.lower() in known,
+            " or ".join(f'"{s}"' for s in word_strategies) + " (how a word of several pieces is tagged; bertkit tags "
+            "words: \"first\", the default, as NER models are trained; \"none\" and \"simple\" tag each piece on its own)")),
         # windows that never advance, whatever the texts' lengths, at or past a window's tokens besides [CLS] and [SEP]
         Option("stride", lambda pipe: or_none(int_in(0, pipe.max_length - 3 if pipe else math.inf,
                                                      " (the tokens consecutive windows share, below max_length - 2)")),
@@ -110,6 +112,11 @@ class TokenClassificationPipeline(Pipeline):
                                         "text in parts; bertkit.pipeline takes stride)")),
         # a misspelt name would leave out nothing, without a word
         Option("ignore_labels", lambda pipe: None if pipe is None else or_none(_label_names_rule(pipe.config))))
+
+    def read_options(self, options: dict[str, Any]) -> dict[str, Any]:
+        if "aggregation_strategy" not in options:
+            return options
+        return {**options, "aggregation_strategy": options["aggregation_strategy"].lower()}
 
     def __call__(self, inputs: Any = None, *, is_split_into_words: bool = False, delimiter: str | None = None,
                  **options: Any) -> Any:

@@ -468,6 +468,9 @@ def pipeline(task: str | None = None, model: Any = None, *, tokenizer: Any = Non
         if not isinstance(tokenizer, BertTokenizer):
             tokenizer = BertTokenizer.from_pretrained(tokenizer)
         return cls(model, tokenizer, **kwargs)
-    if tokenizer is not None:
-        raise BertkitError("tokenizer= goes with a model object; a checkpoint directory brings its own vocab.txt")
+    # transformers' scripts name the directory twice, pipeline(task, model=d, tokenizer=d): that is its own tokenizer
+    same = isinstance(tokenizer, (str, os.PathLike)) and os.path.realpath(tokenizer) == os.path.realpath(model)
+    if tokenizer is not None and not same:
+        raise BertkitError(f"tokenizer= goes with a model object; a checkpoint directory brings its own vocab.txt "
+                           f"(tokenizer={str(model)!r}, the model's own directory, is taken; got {str(tokenizer)[:80]!r})")
     return cls.from_pretrained(model, **kwargs)
