@@ -281,6 +281,27 @@ def test_mnrl_draws_its_in_batch_negatives_as_sentence_transformers(directory, r
     assert got.item() == pytest.approx(want.item(), rel=1e-5)
 
 
+def test_mnrl_on_a_batch_of_one_row_is_sentence_transformers_zero(directory):
+    """A dataset's last batch of 1 row (3 rows in batches of 2), without hard negatives, has its positive alone: 0
+    with zero gradients in sentence-transformers, whose trainer steps on through it; bertkit refused it with "needs
+    negatives", ending the training at that step. Now sentence-transformers' value; a hard-negative column still
+    scores."""
+    want_model, got_model = _both(directory)
+    for name in ("MultipleNegativesRankingLoss", "CachedMultipleNegativesRankingLoss"):
+        for inputs in ([["Who wrote Hamlet?"], ["Shakespeare wrote it."]],
+                       [["Who wrote Hamlet?"], ["Shakespeare wrote it."], ["Paris is in France."]]):
+            want = getattr(st_losses, name)(want_model)(inputs, None)
+            got_model.zero_grad()
+            got = getattr(losses, name)(got_model)(inputs, None)
+            got.backward()
+            assert got.item() == pytest.approx(want.item(), rel=1e-5, abs=1e-7), (name, len(inputs))
+            if len(inputs) == 2:
+                assert want.item() == got.item() == 0.0
+                assert all(p.grad is None or not p.grad.any() for p in got_model.parameters())
+            else:
+                assert got.item() > 0.01
+
+
 class _Table:
     """A cross-encoder whose predict returns fixed scores (by pair), for comparing the evaluators alone."""
 

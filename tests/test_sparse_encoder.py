@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import copy
 import json
+import re
 import shutil
 import warnings
 from pathlib import Path
@@ -702,3 +703,27 @@ def test_texts_without_words_give_sentence_transformers_vectors(layouts):
         dense = ours.to_dense()
         assert torch.equal(dense[:5], dense[:1].expand(5, -1))  # each is [CLS] [SEP]'s vector
         assert (dense != 0).sum(1).tolist() == ([0] * 5 + [2] if method == "encode_query" else [79] * 5 + [88])
+
+
+def test_pairwise_similarity_of_sparse_rows_of_other_shapes_is_refused_naming_both():
+    """PyTorch broadcasts no sparse operand: one sparse query against two sparse documents failed, in
+    sentence-transformers too, with "sparse_binary_op_intersection_cpu(): expects sparse inputs with equal
+    dimensionality" (dot, cosine) or "add: expected sizes of 'self' and 'other' to match" (euclidean, manhattan, a
+    dense vector beside sparse rows too). Now refused naming both shapes; what broadcasts still does, with the dense
+    product's values."""
+    from bertkit.sentence import util
+
+    docs = torch.tensor([[0.0, 2.0, 0.0, 1.0], [3.0, 0.0, 0.0, 1.0]])
+    query = torch.tensor([1.0, 0.5, 0.0, 2.0])
+    for name in ("pairwise_dot_score", "pairwise_cos_sim", "pairwise_euclidean_sim", "pairwise_manhattan_sim"):
+        fn = getattr(util, name)
+        for a in (query.to_sparse(), query[None].to_sparse()):
+            with pytest.raises(BertkitError, match=rf"same shape, got the shapes {re.escape(str(tuple(a.shape)))} and \(2, 4\): "
+                                                   r"repeat the one vector .*torch.stack"):
+                fn(a, docs.to_sparse())
+        torch.testing.assert_close(fn(torch.stack([query] * 2).to_sparse(), docs.to_sparse()),
+                                   fn(torch.stack([query] * 2), docs))
+    with pytest.raises(BertkitError, match=r"the shapes \(1, 4\) and \(2, 4\)"):
+        util.pairwise_euclidean_sim(query[None], docs.to_sparse())
+    # a dense vector times sparse rows broadcasts in PyTorch, as in sentence-transformers: kept
+    torch.testing.assert_close(util.pairwise_dot_score(query[None], docs.to_sparse()), torch.tensor([3.0, 5.0]))

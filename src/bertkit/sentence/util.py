@@ -77,13 +77,21 @@ def _batches(a: Any, b: Any) -> tuple[Tensor, Tensor]:
     return (a.unsqueeze(0) if a.dim() == 1 else a), (b.unsqueeze(0) if b.dim() == 1 else b)
 
 
-def _rows(a: Any, b: Any) -> tuple[Tensor, Tensor]:
-    """(a, b) for the pairwise similarities: as many rows each (one vector goes with every row of the other)."""
+def _rows(a: Any, b: Any, mixed_broadcast: bool = True) -> tuple[Tensor, Tensor]:
+    """(a, b) for the pairwise similarities: as many rows each (one dense vector goes with every row of the other).
+    PyTorch broadcasts no sparse operand, but a sparse one times a dense one (``mixed_broadcast``: the products, not
+    the differences, which make both sparse first): another shape is refused here, as PyTorch's "expects sparse inputs
+    with equal dimensionality" or "expected sizes ... to match" (sentence-transformers' error) said it."""
     a, b = _pair(a, b)
     if a.dim() == b.dim() == 2 and len(a) != len(b) and 1 not in (len(a), len(b)):
         raise BertkitError(f"pairwise similarity compares a[i] with b[i]: a has {len(a)} embeddings and b {len(b)} "
                            f"(shapes {tuple(a.shape)} and {tuple(b.shape)}); give as many of each, or use the "
                            "(N, M) matrix: cos_sim / dot_score / model.similarity")
+    sparse = a.is_sparse + b.is_sparse
+    if a.shape != b.shape and (sparse == 2 or (sparse == 1 and not mixed_broadcast)):
+        raise BertkitError(f"pairwise similarity of sparse embeddings compares a[i] with b[i] of the same shape, got "
+                           f"the shapes {tuple(a.shape)} and {tuple(b.shape)}: repeat the one vector as many times as "
+                           "the other has rows (torch.stack([v] * n)), or use the (N, M) matrix: model.similarity")
     return a, b
 
 
@@ -161,7 +169,7 @@ def pairwise_euclidean_sim(a: Any, b: Any) -> Tensor:
     """(N,) negative Euclidean distances. Dense rows through ``torch.linalg.vector_norm``, as sentence-transformers:
     its gradient where ``a[i] == b[i]`` is 0, the square root's is infinite (0 x inf: a triplet whose anchor and
     positive are the same text made every parameter's gradient NaN)."""
-    a, b = _same_layout(*_rows(a, b))
+    a, b = _same_layout(*_rows(a, b, mixed_broadcast=False))
     diff = a - b
     if diff.is_sparse:
         return -(diff ** 2).sum(-1).to_dense().sqrt()
@@ -169,7 +177,7 @@ def pairwise_euclidean_sim(a: Any, b: Any) -> Tensor:
 
 
 def pairwise_manhattan_sim(a: Any, b: Any) -> Tensor:
-    a, b = _same_layout(*_rows(a, b))
+    a, b = _same_layout(*_rows(a, b, mixed_broadcast=False))
     return -(a - b).abs().sum(-1).to_dense()
 
 

@@ -161,10 +161,9 @@ class MultipleNegativesRankingLoss(CrossEncoderLoss):
     def pairs(self, inputs: Sequence[Sequence[Text]]) -> tuple[list[Text], list[Text]]:
         """The pairs to score, column by column: each anchor with its positive, with each in-batch negative slot's
         candidate, with each hard negative."""
-        anchors, batch = inputs[0], len(inputs[0])
-        if batch < 2 and not inputs[2:]:
-            raise BertkitError(f"{type(self).__name__} needs negatives: a batch of 1 row without hard-negative "
-                               "columns has none; use a batch of 2 or more")
+        # a batch of 1 row without hard negatives (a dataset's last, short batch) has its positive alone: loss 0, as
+        # in sentence-transformers, whose trainer steps on through it (bertkit refused it, ending the training there)
+        anchors = inputs[0]
         columns = [list(inputs[1]), *self.negative_columns(inputs[1:]), *map(list, inputs[2:])]
         return list(anchors) * len(columns), [c for column in columns for c in column]
 
