@@ -8,6 +8,7 @@ Rank 0 writes what it saw to RESULT (torch.save).
 
 from __future__ import annotations
 
+import os
 import sys
 from pathlib import Path
 
@@ -38,7 +39,11 @@ def rows(n: int, seed: int) -> list[dict]:
 
 def main(out: str, result: str, per_device: int) -> None:
     vocab = Path(out).parent / f"{Path(out).name}-vocab.txt"
-    vocab.write_text("\n".join(["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"] + [f"w{i}" for i in range(92)]) + "\n")
+    # every rank writes the same file: each writes its own copy and renames it into place, so no rank reads another's
+    # half-written file (it read an empty vocabulary about one run in three)
+    mine = vocab.with_name(f"{vocab.name}.{os.getpid()}")
+    mine.write_text("\n".join(["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"] + [f"w{i}" for i in range(92)]) + "\n")
+    os.replace(mine, vocab)
     tokenizer = BertTokenizer(str(vocab))
     torch.manual_seed(0)
     model = BertForSequenceClassification(BertConfig(
@@ -72,7 +77,6 @@ def slow_last_checkpoint_worker(rank: int, world: int, port: int, out: str, endi
     load_best_model_at_end loads (rank 0 slow to write it); "save": without it, every rank then saves the model into
     output_dir, as transformers' scripts do after ``trainer.train()``, unguarded (rank 0 slow to let go of
     output_dir)."""
-    import os
     import time
 
     from bertkit.training import loop
