@@ -225,7 +225,7 @@ def test_a_task_against_its_method_or_keyed_texts_are_refused(layouts, texts):
 # its size (a mean of 9 paragraphs' counts is seldom a float32); bertkit took the whole corpus's mean (corpus active
 # dims 3390.25 against sentence-transformers' 3390.24994, measured)
 @pytest.mark.parametrize("layout,max_active_dims,chunk", [("splade", None, 9), ("inference_free", 48, 50000)])
-def test_information_retrieval_evaluator_metrics(layout, max_active_dims, chunk, layouts, data_dir):
+def test_information_retrieval_evaluator_metrics(layout, max_active_dims, chunk, layouts, data_dir, vocab_size):
     from sentence_transformers.sparse_encoder.evaluation import (
         SparseInformationRetrievalEvaluator as Reference,
     )
@@ -244,8 +244,19 @@ def test_information_retrieval_evaluator_metrics(layout, max_active_dims, chunk,
     got = SparseInformationRetrievalEvaluator(queries, corpus, relevant, name="squad", max_active_dims=max_active_dims,
                                               corpus_chunk_size=chunk)(SparseEncoder(layouts[layout]))
     assert list(got) == list(want)
+    # Where the CPU has no bf16 instructions the vocabulary product runs on oneDNN's fp32 kernel (the same probe as
+    # splade_embedder's), whose rounding differs from F.linear's by ~1e-7: a logit that close to 0 is active on one
+    # side only (one word piece of one paragraph on an AVX2 EPYC: corpus active dims 1673.25 against 1673.1667)
+    from bertkit._hardware import cpu_has_bf16, onednn_linear
+
+    flip = 0.0 if onednn_linear() and cpu_has_bf16() else 1.0
+    sizes = {"query": len(queries), "corpus": len(corpus)}
     for key, value in want.items():
-        assert got[key] == pytest.approx(value, abs=1e-6), key
+        side = next((n for n in sizes if key.startswith(f"squad_{n}_")), None)
+        # a flip moves a side's mean active dims by 1 / its texts, and its sparsity ratio by that over the vocabulary
+        tolerance = 1e-6 if side is None else 1e-6 + flip / sizes[side] * (1.0 if key.endswith("active_dims")
+                                                                          else 1.0 / vocab_size)
+        assert got[key] == pytest.approx(value, abs=tolerance), key
     assert {"squad_dot_ndcg@10", "squad_query_active_dims", "squad_corpus_sparsity_ratio", "squad_avg_flops"} <= set(got)
     assert got["squad_avg_flops"] > 0
 
