@@ -18,7 +18,6 @@ import inspect
 import json
 import logging
 from collections.abc import Iterable
-from contextvars import ContextVar
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -28,6 +27,7 @@ from torch import Tensor
 from bertkit._parallel import job_of
 from bertkit.compat import TransformersModelCalls
 from bertkit.config import BertConfig
+from bertkit.construction import building_to_load
 from bertkit.errors import BertkitError, MissingFileError, NonFiniteError, given_path, read_json_object
 from bertkit.hub import cache_hint, not_a_directory, refuse_hub_options, resolve_directory
 from bertkit.outputs import atomic_target, atomic_write_text
@@ -276,44 +276,6 @@ def read_weights(directory: Path) -> dict[str, Tensor]:
     return weights
 
 
-# While from_pretrained builds a model it is about to load, constructors skip their random draws (the weights would
-# overwrite them); what the checkpoint lacks is initialised after loading.
-_BUILDING_TO_LOAD: ContextVar[bool] = ContextVar("bertkit_building_to_load", default=False)
-
-
-def initialise_on_construction() -> bool:
-    """Whether a model's constructor draws its initial weights: always, except inside ``from_pretrained``."""
-    return not _BUILDING_TO_LOAD.get()
-
-
-def new_linear(in_features: int, out_features: int, bias: bool = True) -> torch.nn.Linear:
-    """``nn.Linear``; inside ``from_pretrained`` without its default draw (loading sets every value)."""
-    if initialise_on_construction():
-        return torch.nn.Linear(in_features, out_features, bias=bias)
-    return empty_linear(in_features, out_features, bias)
-
-
-def empty_linear(in_features: int, out_features: int, bias: bool = True) -> torch.nn.Linear:
-    """``nn.Linear`` with uninitialised weights, for a caller that sets them all. Drawn on the meta device (no work),
-    then given empty weights: torch's skip_init makes them with empty_like on meta tensors, through torch._refs, whose
-    first call imports sympy and the symbolic shapes (0.5 s of a process)."""
-    layer = torch.nn.Linear(in_features, out_features, bias=bias, device="meta")
-    layer.weight = torch.nn.Parameter(torch.empty(out_features, in_features))
-    if bias:
-        layer.bias = torch.nn.Parameter(torch.empty(out_features))
-    return layer
-
-
-def new_embedding(num_embeddings: int, embedding_dim: int, padding_idx: int | None = None) -> torch.nn.Embedding:
-    """``nn.Embedding``, skipping its default draw inside ``from_pretrained`` (see ``new_linear``)."""
-    if initialise_on_construction():
-        return torch.nn.Embedding(num_embeddings, embedding_dim, padding_idx=padding_idx)
-    # a weight given is not drawn; skip_init's draw on the meta device goes through torch._refs, whose first call
-    # imports torch._dynamo: 2 s of every process's first from_pretrained
-    return torch.nn.Embedding(num_embeddings, embedding_dim, padding_idx=padding_idx,
-                              _weight=torch.empty(num_embeddings, embedding_dim))
-
-
 def _checkpoint_directory(path: str | Path | None, config: BertConfig | None,
                           state_dict: dict[str, Tensor] | None, local_files_only: bool) -> Path | None:
     """The local directory ``from_pretrained`` reads (a Hub id resolved to its cache); None when the caller
@@ -419,11 +381,8 @@ class PretrainedMixin(TransformersModelCalls):
         check_config_fits_weights(config, weights, source)
         if add_pooling_layer is not None and "add_pooling_layer" not in inspect.signature(cls).parameters:
             raise BertkitError(f"add_pooling_layer is a BertModel argument; {cls.__name__} decides its pooler")
-        building = _BUILDING_TO_LOAD.set(True)
-        try:
+        with building_to_load():
             model = cls(config) if add_pooling_layer is None else cls(config, add_pooling_layer=add_pooling_layer)
-        finally:
-            _BUILDING_TO_LOAD.reset(building)
         loaded = model.load_published_state_dict(weights, source=source, ignore_mismatched_sizes=ignore_mismatched_sizes)
         model._initialise_unloaded(loaded)
         if path is not None:  # (None: weights from state_dict=)

@@ -17,9 +17,10 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from bertkit.checkpoint_io import PretrainedMixin, initialise_on_construction, new_linear
+from bertkit.checkpoint_io import PretrainedMixin
 from bertkit.compat import TupleAccess, returns_dataclass, tied_output_embeddings
 from bertkit.config import PROBLEM_TYPES, BertConfig
+from bertkit.construction import initialise_on_construction, new_linear
 from bertkit.errors import BertkitError
 from bertkit.modeling import BertModel, BertModelOutput, activation, init_bert_weights
 from bertkit.padding import is_tracing

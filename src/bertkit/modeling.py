@@ -35,9 +35,10 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 from torch.utils.checkpoint import checkpoint
 
-from bertkit.checkpoint_io import PretrainedMixin, initialise_on_construction, new_embedding, new_linear
+from bertkit.checkpoint_io import PretrainedMixin
 from bertkit.compat import TupleAccess, returns_dataclass
 from bertkit.config import ACTIVATIONS, BertConfig
+from bertkit.construction import initialise_on_construction, new_embedding, new_linear
 from bertkit.errors import BertkitError
 from bertkit.model_checks import check_fits_in_memory, check_inputs, require_compiler
 from bertkit.padding import TokenLayout, is_tracing, moved, self_attention, token_layout

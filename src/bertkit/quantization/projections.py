@@ -11,7 +11,8 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from bertkit.checkpoint_io import empty_linear, encoder_published_names
+from bertkit.checkpoint_io import encoder_published_names
+from bertkit.construction import empty_linear
 from bertkit.errors import BertkitError
 from bertkit.modeling import BertModel
 from bertkit.quantization.kernels import Int8Linear
