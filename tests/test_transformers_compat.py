@@ -941,3 +941,36 @@ def test_token_labels_of_another_shape_than_the_inputs_are_refused(name, tmp_pat
                                                    r"of shape \(3, 11\): give one label per input token \(-100 where "
                                                    r"none applies\)"):
                 ours(**inputs, labels=short)
+
+
+def test_config_update_architectures_and_name_or_path_as_transformers(minilm_dir, tmp_path):
+    # config.update, config.architectures and config.name_or_path were AttributeErrors; the file's stale
+    # "_name_or_path" (a Hub id) was kept and written back into every saved config.json, which transformers drops
+    ours, theirs = bertkit.BertConfig.from_pretrained(minilm_dir), transformers.AutoConfig.from_pretrained(minilm_dir)
+    assert ours.architectures == theirs.architectures == ["BertModel"]
+    assert ours.name_or_path == ours._name_or_path == theirs.name_or_path == theirs._name_or_path == str(minilm_dir)
+    for config in (ours, theirs):
+        config.update({"hidden_dropout_prob": 0.0, "num_labels": 3})
+    assert ours.hidden_dropout_prob == theirs.hidden_dropout_prob == 0.0
+    assert ours.id2label == theirs.id2label == {0: "LABEL_0", 1: "LABEL_1", 2: "LABEL_2"}
+    with pytest.raises(BertkitError, match="hidden_dropout_prob must be in"):
+        ours.update({"hidden_dropout_prob": 1.5, "vocab_size": 7})
+    with pytest.raises(BertkitError, match="unknown keyword argument hiden_dropout_prob"):
+        ours.update({"hiden_dropout_prob": 0.3})  # transformers keeps the typo as a new attribute
+    assert (ours.hidden_dropout_prob, ours.vocab_size) == (0.0, 30522)  # a refused update changes nothing
+    model = bertkit.BertForSequenceClassification.from_pretrained(minilm_dir, num_labels=2)
+    assert model.config.name_or_path == model.name_or_path == str(minilm_dir)
+    model.save_pretrained(tmp_path / "saved")
+    written = json.loads((tmp_path / "saved" / "config.json").read_text())
+    assert written["architectures"] == ["BertForSequenceClassification"] and "_name_or_path" not in written
+    assert bertkit.BertConfig().architectures is None and bertkit.BertConfig().name_or_path == ""
+
+
+def test_decode_takes_an_encoding_and_the_slow_tokenizers_spacing_switch(minilm_dir):
+    ours = BertTokenizer.from_pretrained(minilm_dir)
+    theirs = transformers.AutoTokenizer.from_pretrained(minilm_dir)
+    encoding = "hello world [SEP] there", "pair"
+    for kwargs in ({}, {"spaces_between_special_tokens": False}, {"skip_special_tokens": True}):
+        assert ours.decode(ours(*encoding), **kwargs) == theirs.decode(theirs(*encoding), **kwargs)
+    assert ours.decode(ours(*encoding), spaces_between_special_tokens=False) == \
+        "[CLS] hello world [SEP] there [SEP] pair [SEP]"

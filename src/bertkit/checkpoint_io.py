@@ -386,7 +386,8 @@ class PretrainedMixin(TransformersModelCalls):
         loaded = model.load_published_state_dict(weights, source=source, ignore_mismatched_sizes=ignore_mismatched_sizes)
         model._initialise_unloaded(loaded)
         if path is not None:  # (None: weights from state_dict=)
-            model.name_or_path = str(path)  # transformers' attribute: peft writes it to adapter_config.json
+            # transformers' attribute (peft writes it to adapter_config.json), and its config's
+            model.name_or_path = config.name_or_path = str(path)
         if attn_implementation is not None:
             model._encoder().attn_implementation = attn_implementation
         dtype = resolve_dtype(dtype, weights, config)

@@ -80,6 +80,10 @@ class BertConfig:
     output_hidden_states: bool = False
     output_attentions: bool = False
     return_dict: bool = True
+    # The classes config.json names (a model's save_pretrained writes its own), which generic scripts read to pick
+    # a head; and where the config was loaded from (transformers' ``_name_or_path``: set on loading, never written).
+    architectures: list[str] | None = None
+    name_or_path: str = field(default="", compare=False)
     # Unknown config.json keys, kept verbatim so saving writes them back.
     extra: dict[str, Any] = field(default_factory=dict, repr=False)
 
@@ -121,6 +125,12 @@ class BertConfig:
                                "attention, cross-attention) is not implemented, and its outputs would differ from the "
                                "checkpoint's; bertkit's BERT is the paper's bidirectional encoder. If the checkpoint was "
                                "trained as an encoder, set them to false in config.json")
+        if self.architectures is not None and (not isinstance(self.architectures, list)
+                                               or not all(isinstance(a, str) for a in self.architectures)):
+            raise BertkitError(f"BertConfig.architectures must be a list of class names like [\"BertForMaskedLM\"], "
+                               f"got {self.architectures!r}")
+        if not isinstance(self.name_or_path, str):
+            self.name_or_path = str(self.name_or_path)  # a Path, as transformers' str(name_or_path)
         if self.pad_token_id >= self.vocab_size:
             raise BertkitError(f"BertConfig.pad_token_id {self.pad_token_id} is outside the vocabulary (size {self.vocab_size})")
         if self.id2label is not None and not isinstance(self.id2label, dict):
@@ -161,6 +171,11 @@ class BertConfig:
             raise BertkitError(f"num_labels must be a positive int (the classifier's outputs), got {n!r}")
         if n != self.num_labels:
             self.id2label = {i: f"LABEL_{i}" for i in range(n)}
+
+    @property
+    def _name_or_path(self) -> str:
+        """transformers' stored name of ``name_or_path``, which scripts and model cards read."""
+        return self.name_or_path
 
     @property
     def use_return_dict(self) -> bool:
@@ -227,8 +242,9 @@ class BertConfig:
         known = {f.name for f in dataclasses.fields(cls)} - {"extra"}
         merged = {**data, **overrides}
         kwargs = {k: v for k, v in merged.items() if k in known}
-        # Derived or re-written on save: label2id (from id2label), model_type, architectures (the saving class).
-        derived = ("label2id", "num_labels", "model_type", "architectures")
+        # Derived: label2id (from id2label), model_type; and where a config was loaded from, which transformers
+        # writes into no file but older versions did (a stale Hub id, kept verbatim, would be written back).
+        derived = ("label2id", "num_labels", "model_type", "_name_or_path")
         extra = {k: v for k, v in merged.items() if k not in known and k not in derived}
         if "id2label" in overrides:  # the labels named now: a label count or label2id given too must agree with them
             kwargs["num_labels"], kwargs["label2id"] = overrides.get("num_labels"), overrides.get("label2id")
@@ -247,7 +263,8 @@ class BertConfig:
             if f.name == "extra":
                 continue
             value = getattr(self, f.name)
-            if f.name == "id2label" or (f.name in ("classifier_dropout", "problem_type") and value is None):
+            if f.name in ("id2label", "name_or_path") or (
+                    f.name in ("classifier_dropout", "problem_type", "architectures") and value is None):
                 continue
             if f.name in _RUNTIME_DEFAULTS and value == _RUNTIME_DEFAULTS[f.name]:
                 continue
@@ -266,8 +283,10 @@ class BertConfig:
 
         local_files_only = refuse_hub_options(path, overrides)
         cls.check_overrides(overrides)
-        path = resolve_directory(path, local_files_only=local_files_only)
-        return cls.from_json_file(path / "config.json" if path.is_dir() else path, **overrides)
+        directory = resolve_directory(path, local_files_only=local_files_only)
+        config = cls.from_json_file(directory / "config.json" if directory.is_dir() else directory, **overrides)
+        config.name_or_path = str(path)  # as given (a Hub id stays one), as transformers records it
+        return config
 
     @classmethod
     def from_json_file(cls, path: str | Path, **overrides: Any) -> BertConfig:
@@ -285,6 +304,15 @@ class BertConfig:
         except BertkitError as e:
             given = ", ".join(f"{k}={v!r}" for k, v in overrides.items())
             raise BertkitError(f"{path}" + (f" with {given}" if given else "") + f": {e}") from None
+
+    def update(self, config_dict: dict[str, Any]) -> None:
+        """transformers' ``config.update({"hidden_dropout_prob": 0.0})``: set fields (or ``num_labels``,
+        ``label2id``), checked as the constructor checks them; a refused value or an unknown key (a typo that
+        transformers would keep as a new attribute) leaves the config as it was."""
+        if not isinstance(config_dict, dict):
+            raise BertkitError(f"BertConfig.update takes a dict of fields, got a {type(config_dict).__name__}")
+        updated = self.from_dict({**self.to_dict(), "name_or_path": self.name_or_path}, **config_dict)
+        self.__dict__.update(updated.__dict__)
 
     def get_text_config(self, decoder: bool | None = None, encoder: bool | None = None) -> BertConfig:
         """transformers' config of the text model, which peft reads (prompt tuning: its vocabulary size): BERT's

@@ -3,7 +3,7 @@ string, which ``BertTokenizer.decode`` and ``convert_tokens_to_string`` apply.""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 # WordPiece decoder clean-up (tokenizers' `decoders::wordpiece::cleanup`), applied to each token with
@@ -40,6 +40,8 @@ def cleaned_up(text: str) -> str:
 def as_id_list(ids: Any) -> list[int]:
     """A flat list of ints from a list, tuple, 1-D tensor or 1-D array; anything else in it is a TypeError (a float
     id is not cut to an integer: transformers' decode refuses it too)."""
+    if isinstance(ids, Mapping) and "input_ids" in ids:  # an encoding, as tok(text): transformers decodes its ids
+        ids = ids["input_ids"]
     if hasattr(ids, "tolist"):
         ids = ids.tolist()
     if isinstance(ids, int):

@@ -369,10 +369,13 @@ class BertTokenizer(EditableVocabulary):
         ids: Iterable[int],
         skip_special_tokens: bool = False,
         clean_up_tokenization_spaces: bool | None = None,
+        spaces_between_special_tokens: bool = True,
     ) -> str:
         """Ids -> text, as BertTokenizerFast (docs/tokenizer.md, "Decode"): special tokens are kept unless
         ``skip_special_tokens=True``; ``clean_up_tokenization_spaces`` None takes the tokenizer's setting. The text
         is the normalised one (lower-cased, accents stripped for uncased models): use offsets to recover the original.
+        ``spaces_between_special_tokens`` is the slow BertTokenizer's switch, which scripts pass; the fast one, whose
+        text this is, accepts it and decodes the same either way, so it changes nothing here either.
         """
         skip = self._special_id_set if skip_special_tokens else frozenset()
         text = wordpiece_text([self._token_of(i) for i in as_id_list(ids) if i not in skip])
