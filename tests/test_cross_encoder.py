@@ -119,6 +119,8 @@ def test_module_0_scores_the_pairs_as_sentence_transformers_transformer(director
         assert ours(whole) is whole and set(whole) == set(got)
         torch.testing.assert_close(got["scores"], whole["scores"], atol=0, rtol=0)
         torch.testing.assert_close(got["scores"], expected["scores"], atol=1e-5, rtol=0)
+        assert ours.transformers_model is ours.model and type(ref.transformers_model).__name__ == \
+            type(ours.transformers_model).__name__ == "BertForSequenceClassification"  # an AttributeError before
         for model in (ours, ref):
             model[0].auto_model.config.output_hidden_states = True
         got, expected = ours[0](ours.preprocess(pairs)), ref[0](ref.preprocess(pairs))

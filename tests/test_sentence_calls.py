@@ -179,6 +179,9 @@ def test_model_attributes_and_similarity_calls(models):
     assert ours.max_seq_length == ref.max_seq_length == 256 == ours.get_max_seq_length()
     assert ours.get_embedding_dimension() == ref.get_embedding_dimension() == 384
     assert ours.similarity_fn_name == ref.similarity_fn_name == "cosine"
+    # model.config (the encoder's, which deepspeed and scripts read) was an AttributeError
+    assert ours.config is ours.bert.config and ours.config.hidden_size == ref.config.hidden_size == 384
+    assert ours.config.num_hidden_layers == ref.config.num_hidden_layers
     a, b = ours.encode(TEXTS[:4]), ref.encode(TEXTS[:4])
     _same(ours.similarity(a, a), ref.similarity(b, b))
     _same(ours.similarity_pairwise(a, a[::-1].copy()), ref.similarity_pairwise(b, b[::-1].copy()))

@@ -157,6 +157,8 @@ def test_decode_similarity_sparsity_as_sentence_transformers(layouts, texts, voc
     ours, theirs = SparseEncoder(layouts["splade"]), st.SparseEncoder(str(layouts["splade"]), device="cpu")
     q, d = theirs.encode_query(texts[-8:]), theirs.encode_document(texts[:4])
     assert ours.similarity_fn_name == theirs.similarity_fn_name == "dot"
+    assert ours.config.vocab_size == theirs.config.vocab_size == vocab_size  # an AttributeError before
+    assert ours.config.num_hidden_layers == theirs.config.num_hidden_layers == 2
     assert ours.decode(q, top_k=7) == theirs.decode(q, top_k=7)
     assert ours.decode(d[0]) == theirs.decode(d[0])
     assert ours.sparsity(q) == theirs.sparsity(q) and ours.sparsity(d.to_dense()) == theirs.sparsity(d.to_dense())

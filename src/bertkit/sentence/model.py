@@ -26,6 +26,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from bertkit._parallel import job_of
+from bertkit.config import BertConfig
 from bertkit.errors import BertkitError, given_path, is_whole
 from bertkit.hub import download_hint, not_a_directory
 from bertkit.outputs import atomic_write_json
@@ -211,6 +212,12 @@ class SentenceTransformer(Indexed, ReferenceCalls, Prompted, SimilarityByName, n
     def transformers_model(self) -> nn.Module:
         """The encoder (``model.bert``), as sentence-transformers' ``transformers_model`` gives model[0].auto_model."""
         return self.bert
+
+    @property
+    def config(self) -> BertConfig:
+        """The encoder's config, which sentence-transformers gives too: integrations (deepspeed, transformers'
+        Trainer) and scripts read ``model.config.hidden_size``."""
+        return self.bert.config
 
     def get_embedding_dimension(self) -> int:
         """The width of the embeddings ``encode`` returns (``truncate_dim`` when set)."""

@@ -269,6 +269,11 @@ class CrossEncoder(Indexed, ReferenceCalls, nn.Module):
         return self.model.config
 
     @property
+    def transformers_model(self) -> nn.Module:
+        """The classifier (bertkit's ``BertForSequenceClassification``), as sentence-transformers' model[0].auto_model."""
+        return self.model
+
+    @property
     def device(self) -> torch.device:
         return self.model.bert.embeddings.word_embeddings.weight.device
 

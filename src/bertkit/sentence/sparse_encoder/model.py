@@ -28,6 +28,7 @@ from torch import Tensor, nn
 
 from bertkit._parallel import job_of
 from bertkit.checkpoint_io import read_config_json
+from bertkit.config import BertConfig
 from bertkit.errors import BertkitError, given_path, is_whole
 from bertkit.hub import (
     MODULES,
@@ -215,6 +216,12 @@ class SparseEncoder(ReferenceCalls, Prompted, SimilarityByName, nn.Sequential):
     def transformers_model(self) -> nn.Module | None:
         """The first route's masked-LM model (bertkit's ``BertForMaskedLM``)."""
         return next((m.model for route in self._route_lists() for m in route if isinstance(m, Transformer)), None)
+
+    @property
+    def config(self) -> BertConfig | None:
+        """The masked-LM model's config (None for a layout without one), as sentence-transformers' ``config``."""
+        model = self.transformers_model
+        return model.config if model is not None else None
 
     @property
     def splade_pooling_chunk_size(self) -> int | None:
