@@ -4,7 +4,9 @@ prompt, truncate_dim, similarity function, max_seq_length, do_lower_case), build
 ``models.*`` modules, saves it, loads the directory in both, saves it again with the other and loads that, and
 compares ``encode`` / ``encode_query`` / ``encode_document`` calls drawn with every keyword on inputs of every shape a
 user passes (a str, list, tuple, string array, ``{"text": ...}`` dicts, duplicates, empty and special-character
-texts, texts past max_seq_length), and the model's attributes and similarities. Results have the same type, dtype
+texts, texts past max_seq_length), the model's attributes and similarities, and the embedding pipelines (`bertkit predict`,
+serve's /predict) on the saved directory: `feature-extraction` gives encode's vectors, `sentence-embedding` them
+unit-length (encode's `normalize_embeddings=True`). Results have the same type, dtype
 and shape and values within 1e-5 (quantized codes within one bucket: a value on a bucket's edge moves with float
 rounding), or both libraries refuse the call. What docs/sentence.md documents bertkit refusing (other Dense
 activations, a truncate_dim past the width, output_value other than sentence embeddings) is not drawn.
@@ -20,6 +22,7 @@ import numpy as np
 import pytest
 import torch
 
+from bertkit import pipeline
 from bertkit.sentence import SentenceTransformer
 from bertkit.sentence import models as bk_models
 
@@ -137,6 +140,13 @@ def test_random_models_and_calls_are_sentence_transformers(seed, minilm_2_layers
         if want[0] == "ok":
             _same(got[1], want[1], str(where))
     ours, ref = pairs["b"]
+    if not c["dense"]:  # the embedding pipelines (predict, serve's /predict) give encode's vectors; Dense is refused
+        texts, prompt_name = TEXTS[:5], r.choice([None, *(c["prompts"] or {})])
+        named = {"prompt_name": prompt_name} if prompt_name is not None else {}
+        task = r.choice(["sentence-embedding", "feature-extraction"])  # unit-length, or encode's as they are
+        pipe = pipeline(task, str(tmp_path / "b"), progress=False)
+        want = ref.encode(texts, normalize_embeddings=task == "sentence-embedding", **named)
+        _same(np.asarray(pipe(texts, **named)), want, f"{c} {task} {named}")
     emb = ref.encode(TEXTS[:3], convert_to_tensor=True)
     _same(ours.similarity(emb, emb), ref.similarity(emb, emb), str(c))
     _same(ours.similarity_pairwise(emb, emb), ref.similarity_pairwise(emb, emb), str(c))
