@@ -133,6 +133,20 @@ def test_reranking_ties_match_scikit_learn():
         _assert_same(got, want, atol=1e-12)
 
 
+def test_reranking_scores_each_sample_on_a_slice_as_sentence_transformers():
+    """Each sample's candidates are a slice of the batch's embeddings, as sentence-transformers takes them: a copy of
+    those rows (index_select) sits elsewhere in memory, and at a width no multiple of 8 its dot products came out an
+    ulp apart from the slice's, so a text that is both a positive and a negative tied in one and not the other (MAP
+    0.5200 against sentence-transformers' 0.5282 here, nDCG@10 0.6370 against 0.6425)."""
+    g = torch.Generator().manual_seed(0)
+    table = {t: torch.randn(7, generator=g) for t in [f"t{i}" for i in range(8)] + ["q"]}
+    samples = [{"query": "q", "positive": ["t0"] * i + ["t1"], "negative": ["t2", "t1", "t3"]} for i in range(8)]
+    for fct in (st.util.dot_score, st.util.cos_sim):
+        want = st_evaluation.RerankingEvaluator(samples, similarity_fct=fct, write_csv=False)(_Fixed(table))
+        got = evaluation.RerankingEvaluator(samples, similarity_fct=fct, write_csv=False)(_Fixed(table))
+        _assert_same(got, want, atol=1e-12)
+
+
 def test_bad_evaluator_input_is_named():
     with pytest.raises(BertkitError, match="3 anchors, 2 positives and 3 negatives"):
         evaluation.TripletEvaluator(["a", "b", "c"], ["p", "q"], ["n", "m", "o"])

@@ -12,7 +12,7 @@ import torch
 
 from bertkit.errors import BertkitError, is_whole
 from bertkit.sentence.evaluation.base import EmbeddingEvaluator, ResultsCsv, prefixed, results_csv_name
-from bertkit.sentence.util import cos_sim
+from bertkit.sentence.util import cos_sim, take_rows
 
 
 def average_precision(relevant: np.ndarray, scores: np.ndarray) -> float:
@@ -77,8 +77,7 @@ class RerankingEvaluator(ResultsCsv, EmbeddingEvaluator):
         ap, mrr, ndcg, start = [], [], [], 0
         for query, sample in zip(queries, self.samples):
             n_pos, n = len(sample["positive"]), len(sample["positive"]) + len(sample["negative"])
-            rows = torch.arange(start, start + n, device=docs.device)  # index_select: a sparse tensor has no slices
-            scores = self.similarity_fct(query, docs.index_select(0, rows)).reshape(-1)
+            scores = self.similarity_fct(query, take_rows(docs, start, n)).reshape(-1)
             start += n
             relevant = np.r_[np.ones(n_pos), np.zeros(n - n_pos)]
             ranked = torch.argsort(-scores, stable=True)[:self.at_k].tolist()
