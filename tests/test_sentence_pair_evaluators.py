@@ -270,6 +270,10 @@ def test_cross_encoder_classification_evaluator_refuses_labels_it_cannot_score()
                                                rf"must be class ids 0 to 1; label 2 is {shown} \(1 such\)$"):
             evaluator(two)
     assert ce_evaluation.CrossEncoderClassificationEvaluator(pairs, [1, 0, 1, 1, 0])(two)["f1_macro"] == 1.0
+    # bools are the classes 0 and 1, as for sentence-transformers (and the one-label model): they were refused
+    for labels in ([True, False, False, True, False], np.array([True, False, False, True, False])):
+        _assert_same(ce_evaluation.CrossEncoderClassificationEvaluator(pairs, labels, write_csv=False)(two),
+                     {"f1_macro": 0.8, "f1_micro": 0.8, "f1_weighted": 0.8})
     one = _Scores(dict(zip(pairs, np.array([0.9, 0.1, 0.8, 0.7, 0.2], dtype=np.float32))), 1)
     with pytest.raises(BertkitError, match="^CrossEncoderClassificationEvaluator: every label is 0; average "
                                            "precision needs at least one positive pair"):

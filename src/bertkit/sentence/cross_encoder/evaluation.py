@@ -150,8 +150,9 @@ def class_labels(labels: np.ndarray, num_labels: int) -> np.ndarray:
     """A several-label model's labels as class ids, refusing one that is not a whole number in [0, num_labels):
     sentence-transformers scored a label of 3 or -1 as a class the model never predicts, and a NaN (in a float
     array) as none, an F1 like any other."""
-    bad = [(i, v) for i, v in enumerate(labels.tolist()) if isinstance(v, bool) or not isinstance(v, (int, float))
-           or not float(v).is_integer() or not 0 <= v < num_labels]  # whole floats (pandas' 1.0) are class ids
+    # whole floats (pandas' 1.0) and bools (a dataset's True/False) are class ids, as in sentence-transformers
+    bad = [(i, v) for i, v in enumerate(labels.tolist()) if not isinstance(v, (int, float))
+           or not float(v).is_integer() or not 0 <= v < num_labels]
     if bad:
         raise BertkitError(f"CrossEncoderClassificationEvaluator with a {num_labels}-label model: labels must be "
                            f"class ids 0 to {num_labels - 1}; label {bad[0][0]} is {bad[0][1]} ({len(bad)} such)")
