@@ -152,9 +152,9 @@ def test_paraphrase_mining_matches(mined_sentences, models):
     assert util.paraphrase_mining(ours, sentences[:30], top_k=2, truncate_dim=64, prompt="q: ") == \
         util.paraphrase_mining_embeddings(ours.encode(sentences[:30], prompt="q: ", convert_to_tensor=True)[:, :64],
                                           top_k=2)
-    with pytest.raises(BertkitError, match="corpus_chunk_size must be >= 1, got 0"):
+    with pytest.raises(BertkitError, match="corpus_chunk_size must be a whole number >= 1, got 0"):
         util.paraphrase_mining_embeddings(embeddings, corpus_chunk_size=0)
-    with pytest.raises(BertkitError, match="max_pairs must be >= 1, got 0"):  # before encoding (it came after)
+    with pytest.raises(BertkitError, match="max_pairs must be a whole number >= 1, got 0"):  # before encoding (it came after)
         util.paraphrase_mining(_Fixed({}), sentences, max_pairs=0)
     for kwargs in ({}, {"top_k": 3, "max_pairs": 40, "query_chunk_size": 17, "corpus_chunk_size": 23},
                    {"top_k": 1, "max_pairs": 7}, {"score_function": util.dot_score, "top_k": 5}):
@@ -228,6 +228,25 @@ def test_paraphrase_mining_evaluator_matches(mrpc, mined_sentences):
         assert got_eval.primary_metric == want_eval.primary_metric
         assert got_eval.total_num_duplicates == want_eval.total_num_duplicates
     assert 0 < want["average_precision"] < 1
+
+
+def test_paraphrase_mining_evaluator_refuses_counts_that_are_not_whole_when_made():
+    """top_k, max_pairs and the chunk sizes are checked when the evaluator is made (a trainer first runs it after
+    steps of training). A max_pairs of 2.5 or NaN mined nothing and reported average precision 0.0, as
+    sentence-transformers does, and a chunk size of 2.5 or "3" failed in range() once the sentences were encoded."""
+    sentences = {i: f"s{i}" for i in range(6)}
+    table = {f"s{i}": torch.eye(3)[i % 3] for i in range(6)}
+    assert st_evaluation.ParaphraseMiningEvaluator(sentences, [(0, 3)], max_pairs=float("nan"), write_csv=False)(
+        _Fixed(table))["average_precision"] == 0
+    for name, value in (("max_pairs", float("nan")), ("max_pairs", 2.5), ("top_k", True), ("query_chunk_size", "3"),
+                        ("corpus_chunk_size", None), ("top_k", 0)):
+        with pytest.raises(BertkitError, match=rf"^ParaphraseMiningEvaluator: {name} {value!r} must be a whole "
+                                               r"number >= 1$"):
+            evaluation.ParaphraseMiningEvaluator(sentences, [(0, 3)], **{name: value})
+        with pytest.raises(BertkitError, match=rf"^{name} must be a whole number >= 1, got {value!r}$"):
+            util.paraphrase_mining_embeddings(torch.eye(3), **{name: value})
+    assert evaluation.ParaphraseMiningEvaluator(sentences, [(0, 3)], max_pairs=np.int64(3))(_Fixed(table)) == \
+        st_evaluation.ParaphraseMiningEvaluator(sentences, [(0, 3)], max_pairs=3, write_csv=False)(_Fixed(table))
 
 
 def test_cross_encoder_classification_evaluator_matches(mrpc):

@@ -20,7 +20,7 @@ import torch.nn.functional as F
 from torch import Tensor
 from tqdm.auto import tqdm
 
-from bertkit.errors import BertkitError, refusing_getattr
+from bertkit.errors import BertkitError, is_whole, refusing_getattr
 from bertkit.sentence.finite import refuse_nan_scores
 from bertkit.sentence.hard_negatives import mine_hard_negatives  # noqa: F401  (sentence_transformers.util's name)
 from bertkit.sentence.quantization import quantize_embeddings  # noqa: F401  (sentence_transformers.util's name)
@@ -251,10 +251,11 @@ def _functions(name: Any) -> tuple[Callable[[Any, Any], Tensor], Callable[[Any, 
 def _at_least_one(**counts: int) -> None:
     """Refuse a count (``top_k``, a chunk or batch size) below 1, by name. sentence-transformers searches nothing
     with a chunk size below 0 (``range`` with a negative step is empty: no hits, no pairs, no word) and returns
-    nothing for a ``top_k`` or ``max_pairs`` of 0: a value no caller means."""
+    nothing for a ``top_k`` or ``max_pairs`` of 0: a value no caller means. A count that is no whole number (2.5, NaN,
+    True, "3") is refused too: a ``max_pairs`` of NaN or 2.5 mined nothing, a scored 0 without a word."""
     for name, value in counts.items():
-        if value < 1:
-            raise BertkitError(f"{name} must be >= 1, got {value}")
+        if not is_whole(value):
+            raise BertkitError(f"{name} must be a whole number >= 1, got {value!r}")
 
 
 def semantic_search(query_embeddings: Any, corpus_embeddings: Any, query_chunk_size: int = 100,
