@@ -354,7 +354,7 @@ def test_retrieval_cutoffs_keep_their_order_and_are_refused_twice_or_empty():
                      want, atol=1e-12)
 
 
-def test_retrieval_refuses_a_relevant_document_named_twice():
+def test_retrieval_refuses_a_relevant_document_named_twice_and_ids_of_two_types():
     """Relevant ids in a list that names one twice: sentence-transformers counts it twice in recall@k and the ideal
     nDCG, so the query that finds its one relevant document first has recall@1 0.5 and nDCG@10 0.61, without a
     word; bertkit did the same. It is refused, naming the query and the id."""
@@ -369,6 +369,12 @@ def test_retrieval_refuses_a_relevant_document_named_twice():
         evaluation.InformationRetrievalEvaluator(queries, corpus, twice)
     assert evaluation.InformationRetrievalEvaluator(queries, corpus, {"q0": ["d0"], "q1": ("d1",)})(
         _Fixed(table))["cosine_recall@1"] == 1.0
+    # ids of two types, which equal scores are ranked by: a TypeError at the first tie, there as in
+    # sentence-transformers ('<' not supported between instances of 'str' and 'int')
+    mixed = {1: "d0", "x": "d0", "y": "d1"}
+    with pytest.raises(BertkitError, match=r"^InformationRetrievalEvaluator: the corpus ids mix types \(int, str\), "
+                                           r"and documents of equal score are ranked by id; give ids of one type"):
+        evaluation.InformationRetrievalEvaluator(queries, mixed, {"q0": {1}})
 
 
 def test_retrieval_scores_the_corpus_a_chunk_at_a_time_as_sentence_transformers():

@@ -78,6 +78,12 @@ class InformationRetrievalEvaluator(ResultsCsv, EmbeddingEvaluator):
             raise BertkitError("InformationRetrievalEvaluator: no query has a relevant document in relevant_docs")
         self.queries = [queries[q] for q in self.query_ids]
         self.corpus_ids = list(corpus)
+        try:  # documents of equal score are ranked by id (sentence-transformers' order), so the ids must compare
+            sorted(self.corpus_ids)
+        except TypeError:  # sentence-transformers fails so at the first tie: '<' not supported between 'str' and 'int'
+            kinds = sorted({type(c).__name__ for c in self.corpus_ids})
+            raise BertkitError(f"InformationRetrievalEvaluator: the corpus ids mix types ({', '.join(kinds)}), and "
+                               "documents of equal score are ranked by id; give ids of one type (all str, say)") from None
         self.corpus = [corpus[c] for c in self.corpus_ids]
         self.relevant_docs = relevant_docs
         self.mrr_at_k, self.ndcg_at_k, self.accuracy_at_k, self.precision_recall_at_k, self.map_at_k = cutoffs.values()
