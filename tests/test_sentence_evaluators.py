@@ -127,7 +127,7 @@ def test_reranking_ties_match_scikit_learn():
     samples = [{"query": "q0", "positive": ["t0", "t3"], "negative": ["t3", "t1", "t2", "t3", "t4"]},
                {"query": "q1", "positive": "t5", "negative": ["t5", "t6", "t7", "t5"]},
                {"query": "q1", "positive": [], "negative": ["t1"]}]  # no positive: left out, as by sentence-transformers
-    for at_k in (1, 2, 10):
+    for at_k in (1, 2, 10, None):  # None: the whole ranking (refused before; sentence-transformers takes it)
         want = st_evaluation.RerankingEvaluator(samples, at_k=at_k)(_Fixed(table))
         got = evaluation.RerankingEvaluator(samples, at_k=at_k)(_Fixed(table))
         _assert_same(got, want, atol=1e-12)

@@ -42,7 +42,8 @@ def ndcg_at_k(relevant: np.ndarray, scores: np.ndarray, k: int) -> float:
 class RerankingEvaluator(ResultsCsv, EmbeddingEvaluator):
     """``samples``: a list (or dict) of ``{"query": str, "positive": [str, ...], "negative": [str, ...]}``
     (one string is one candidate); samples without positives or negatives are left out. Metric keys:
-    ``{name}_map``, ``{name}_mrr@{at_k}``, ``{name}_ndcg@{at_k}``. Queries are encoded as queries, candidates as
+    ``{name}_map``, ``{name}_mrr@{at_k}``, ``{name}_ndcg@{at_k}`` (``at_k=None``: the whole ranking, keys ``mrr@None``
+    and ``ndcg@None`` as sentence-transformers names them). Queries are encoded as queries, candidates as
     documents (the model's prompts for each). The candidates of all samples are encoded in one call whatever
     ``use_batched_encoding`` says (sentence-transformers' per-sample encoding gives the same numbers). With an
     ``output_path``: ``RerankingEvaluator[_{name}]_results_@{at_k}.csv``."""
@@ -52,8 +53,9 @@ class RerankingEvaluator(ResultsCsv, EmbeddingEvaluator):
                  batch_size: int = 64, show_progress_bar: bool = False, use_batched_encoding: bool = True,
                  truncate_dim: int | None = None, mrr_at_k: int | None = None):
         at_k = mrr_at_k if mrr_at_k is not None else at_k
-        if not is_whole(at_k):
-            raise BertkitError(f"RerankingEvaluator: at_k must be a whole number >= 1, got {at_k!r}")
+        if at_k is not None and not is_whole(at_k):
+            raise BertkitError(f"RerankingEvaluator: at_k must be a whole number >= 1 (or None: the whole ranking), "
+                               f"got {at_k!r}")
         self.samples = []
         for i, sample in enumerate(samples.values() if isinstance(samples, dict) else samples):
             missing = {"query", "positive", "negative"} - set(sample)
@@ -84,7 +86,7 @@ class RerankingEvaluator(ResultsCsv, EmbeddingEvaluator):
             first = next((r for r, j in enumerate(ranked) if j < n_pos), None)
             mrr.append(0.0 if first is None else 1 / (first + 1))
             scores = scores.double().cpu().numpy()
-            ndcg.append(ndcg_at_k(relevant, scores, self.at_k))
+            ndcg.append(ndcg_at_k(relevant, scores, self.at_k or n))
             ap.append(average_precision(relevant, scores))
         metrics = {"map": float(np.mean(ap)), f"mrr@{self.at_k}": float(np.mean(mrr)),
                    f"ndcg@{self.at_k}": float(np.mean(ndcg))}
