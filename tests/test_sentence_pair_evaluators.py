@@ -299,6 +299,26 @@ def test_cross_encoder_classification_evaluator_refuses_labels_it_cannot_score()
         ce_evaluation.CrossEncoderClassificationEvaluator(pairs, [0] * 5)(one)
 
 
+def test_cross_encoder_evaluators_refuse_pairs_that_are_not_two_texts_and_bad_batch_sizes_when_made():
+    """A pair given as one string was split into its characters, and predict refused "input 0 is ['a', ' ', 'd',
+    ...]" once the evaluator ran; a pair of one or three texts likewise, and a batch size of 0 only when predicting
+    (after steps of training, for the trainer's evaluator). Each is refused when the evaluator is made."""
+    for pairs, shown in ((["a dog runs", "b"], "'a dog runs'"), ([("a",), ("b", "c")], r"\('a',\)"),
+                         ([("a", "b"), ("a", "b", "c")], r"\('a', 'b', 'c'\)"), ([("a", 1)], r"\('a', 1\)")):
+        bad = next(i for i, p in enumerate(pairs) if isinstance(p, str) or len(p) != 2 or not isinstance(p[1], str))
+        for make, gold in ((ce_evaluation.CrossEncoderCorrelationEvaluator, [0.1, 0.5]),
+                           (ce_evaluation.CrossEncoderClassificationEvaluator, [0, 1])):
+            with pytest.raises(BertkitError, match=rf"^{make.__name__}: sentence_pairs\[{bad}\] is {shown}; give "
+                                                   r"\(text, text\) pairs$"):
+                make(pairs, gold[:len(pairs)])
+    samples = [{"query": "q", "positive": ["p"], "negative": ["n"]}]
+    for make, args in ((ce_evaluation.CrossEncoderCorrelationEvaluator, ([("a", "b"), ("c", "d")], [0.1, 0.5])),
+                       (ce_evaluation.CrossEncoderClassificationEvaluator, ([("a", "b")], [1])),
+                       (ce_evaluation.CrossEncoderRerankingEvaluator, (samples,))):
+        with pytest.raises(BertkitError, match=rf"^{make.__name__}: batch_size 0 must be a whole number >= 1$"):
+            make(*args, batch_size=0)
+
+
 def test_cross_encoder_correlation_evaluator_matches(data_dir):
     rows = glue_rows(data_dir, "STS-B", n=80)
     pairs, gold = [(r[7], r[8]) for r in rows], [float(r[9]) for r in rows]
