@@ -292,7 +292,7 @@ def test_semantic_search_refuses_chunk_sizes_below_one_by_name():
     assert st_util.semantic_search(x, x, query_chunk_size=-1) == [[], [], [], []]
     for kwargs in ({"query_chunk_size": -1}, {"corpus_chunk_size": -5}, {"corpus_chunk_size": 0}, {"top_k": 0}):
         (name, value), = kwargs.items()
-        with pytest.raises(BertkitError, match=rf"^{name} must be >= 1, got {value}$"):
+        with pytest.raises(BertkitError, match=rf"^{name} must be a whole number >= 1, got {value}$"):
             util.semantic_search(x, x, **kwargs)
 
 

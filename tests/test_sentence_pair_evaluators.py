@@ -152,9 +152,9 @@ def test_paraphrase_mining_matches(mined_sentences, models):
     assert util.paraphrase_mining(ours, sentences[:30], top_k=2, truncate_dim=64, prompt="q: ") == \
         util.paraphrase_mining_embeddings(ours.encode(sentences[:30], prompt="q: ", convert_to_tensor=True)[:, :64],
                                           top_k=2)
-    with pytest.raises(BertkitError, match="corpus_chunk_size must be >= 1, got 0"):
+    with pytest.raises(BertkitError, match="corpus_chunk_size must be a whole number >= 1, got 0"):
         util.paraphrase_mining_embeddings(embeddings, corpus_chunk_size=0)
-    with pytest.raises(BertkitError, match="max_pairs must be >= 1, got 0"):  # before encoding (it came after)
+    with pytest.raises(BertkitError, match="max_pairs must be a whole number >= 1, got 0"):  # before encoding (it came after)
         util.paraphrase_mining(_Fixed({}), sentences, max_pairs=0)
     for kwargs in ({}, {"top_k": 3, "max_pairs": 40, "query_chunk_size": 17, "corpus_chunk_size": 23},
                    {"top_k": 1, "max_pairs": 7}, {"score_function": util.dot_score, "top_k": 5}):
@@ -230,6 +230,25 @@ def test_paraphrase_mining_evaluator_matches(mrpc, mined_sentences):
     assert 0 < want["average_precision"] < 1
 
 
+def test_paraphrase_mining_evaluator_refuses_counts_that_are_not_whole_when_made():
+    """top_k, max_pairs and the chunk sizes are checked when the evaluator is made (a trainer first runs it after
+    steps of training). A max_pairs of 2.5 or NaN mined nothing and reported average precision 0.0, as
+    sentence-transformers does, and a chunk size of 2.5 or "3" failed in range() once the sentences were encoded."""
+    sentences = {i: f"s{i}" for i in range(6)}
+    table = {f"s{i}": torch.eye(3)[i % 3] for i in range(6)}
+    assert st_evaluation.ParaphraseMiningEvaluator(sentences, [(0, 3)], max_pairs=float("nan"), write_csv=False)(
+        _Fixed(table))["average_precision"] == 0
+    for name, value in (("max_pairs", float("nan")), ("max_pairs", 2.5), ("top_k", True), ("query_chunk_size", "3"),
+                        ("corpus_chunk_size", None), ("top_k", 0)):
+        with pytest.raises(BertkitError, match=rf"^ParaphraseMiningEvaluator: {name} {value!r} must be a whole "
+                                               r"number >= 1$"):
+            evaluation.ParaphraseMiningEvaluator(sentences, [(0, 3)], **{name: value})
+        with pytest.raises(BertkitError, match=rf"^{name} must be a whole number >= 1, got {value!r}$"):
+            util.paraphrase_mining_embeddings(torch.eye(3), **{name: value})
+    assert evaluation.ParaphraseMiningEvaluator(sentences, [(0, 3)], max_pairs=np.int64(3))(_Fixed(table)) == \
+        st_evaluation.ParaphraseMiningEvaluator(sentences, [(0, 3)], max_pairs=3, write_csv=False)(_Fixed(table))
+
+
 def test_cross_encoder_classification_evaluator_matches(mrpc):
     pairs = [(a, b) for a, b, _ in mrpc[:100]]
     labels = [label for *_, label in mrpc[:100]]
@@ -270,10 +289,34 @@ def test_cross_encoder_classification_evaluator_refuses_labels_it_cannot_score()
                                                rf"must be class ids 0 to 1; label 2 is {shown} \(1 such\)$"):
             evaluator(two)
     assert ce_evaluation.CrossEncoderClassificationEvaluator(pairs, [1, 0, 1, 1, 0])(two)["f1_macro"] == 1.0
+    # bools are the classes 0 and 1, as for sentence-transformers (and the one-label model): they were refused
+    for labels in ([True, False, False, True, False], np.array([True, False, False, True, False])):
+        _assert_same(ce_evaluation.CrossEncoderClassificationEvaluator(pairs, labels, write_csv=False)(two),
+                     {"f1_macro": 0.8, "f1_micro": 0.8, "f1_weighted": 0.8})
     one = _Scores(dict(zip(pairs, np.array([0.9, 0.1, 0.8, 0.7, 0.2], dtype=np.float32))), 1)
     with pytest.raises(BertkitError, match="^CrossEncoderClassificationEvaluator: every label is 0; average "
                                            "precision needs at least one positive pair"):
         ce_evaluation.CrossEncoderClassificationEvaluator(pairs, [0] * 5)(one)
+
+
+def test_cross_encoder_evaluators_refuse_pairs_that_are_not_two_texts_and_bad_batch_sizes_when_made():
+    """A pair given as one string was split into its characters, and predict refused "input 0 is ['a', ' ', 'd',
+    ...]" once the evaluator ran; a pair of one or three texts likewise, and a batch size of 0 only when predicting
+    (after steps of training, for the trainer's evaluator). Each is refused when the evaluator is made."""
+    for pairs, shown in ((["a dog runs", "b"], "'a dog runs'"), ([("a",), ("b", "c")], r"\('a',\)"),
+                         ([("a", "b"), ("a", "b", "c")], r"\('a', 'b', 'c'\)"), ([("a", 1)], r"\('a', 1\)")):
+        bad = next(i for i, p in enumerate(pairs) if isinstance(p, str) or len(p) != 2 or not isinstance(p[1], str))
+        for make, gold in ((ce_evaluation.CrossEncoderCorrelationEvaluator, [0.1, 0.5]),
+                           (ce_evaluation.CrossEncoderClassificationEvaluator, [0, 1])):
+            with pytest.raises(BertkitError, match=rf"^{make.__name__}: sentence_pairs\[{bad}\] is {shown}; give "
+                                                   r"\(text, text\) pairs$"):
+                make(pairs, gold[:len(pairs)])
+    samples = [{"query": "q", "positive": ["p"], "negative": ["n"]}]
+    for make, args in ((ce_evaluation.CrossEncoderCorrelationEvaluator, ([("a", "b"), ("c", "d")], [0.1, 0.5])),
+                       (ce_evaluation.CrossEncoderClassificationEvaluator, ([("a", "b")], [1])),
+                       (ce_evaluation.CrossEncoderRerankingEvaluator, (samples,))):
+        with pytest.raises(BertkitError, match=rf"^{make.__name__}: batch_size 0 must be a whole number >= 1$"):
+            make(*args, batch_size=0)
 
 
 def test_cross_encoder_correlation_evaluator_matches(data_dir):

@@ -20,7 +20,7 @@ import torch.nn.functional as F
 from torch import Tensor
 from tqdm.auto import tqdm
 
-from bertkit.errors import BertkitError, refusing_getattr
+from bertkit.errors import BertkitError, is_whole, refusing_getattr
 from bertkit.sentence.finite import refuse_nan_scores
 from bertkit.sentence.hard_negatives import mine_hard_negatives  # noqa: F401  (sentence_transformers.util's name)
 from bertkit.sentence.quantization import quantize_embeddings  # noqa: F401  (sentence_transformers.util's name)
@@ -251,10 +251,11 @@ def _functions(name: Any) -> tuple[Callable[[Any, Any], Tensor], Callable[[Any, 
 def _at_least_one(**counts: int) -> None:
     """Refuse a count (``top_k``, a chunk or batch size) below 1, by name. sentence-transformers searches nothing
     with a chunk size below 0 (``range`` with a negative step is empty: no hits, no pairs, no word) and returns
-    nothing for a ``top_k`` or ``max_pairs`` of 0: a value no caller means."""
+    nothing for a ``top_k`` or ``max_pairs`` of 0: a value no caller means. A count that is no whole number (2.5, NaN,
+    True, "3") is refused too: a ``max_pairs`` of NaN or 2.5 mined nothing, a scored 0 without a word."""
     for name, value in counts.items():
-        if value < 1:
-            raise BertkitError(f"{name} must be >= 1, got {value}")
+        if not is_whole(value):
+            raise BertkitError(f"{name} must be a whole number >= 1, got {value!r}")
 
 
 def semantic_search(query_embeddings: Any, corpus_embeddings: Any, query_chunk_size: int = 100,
@@ -270,9 +271,9 @@ def semantic_search(query_embeddings: Any, corpus_embeddings: Any, query_chunk_s
     queries, corpus = _batches(query_embeddings, corpus_embeddings)
     heaps: list[list[tuple[float, int]]] = [[] for _ in range(len(queries))]
     for c0 in range(0, len(corpus), corpus_chunk_size):
-        chunk = _chunk(corpus, c0, corpus_chunk_size)
+        chunk = take_rows(corpus, c0, corpus_chunk_size)
         for q0 in range(0, len(queries), query_chunk_size):
-            scores = score_function(_chunk(queries, q0, query_chunk_size), chunk)
+            scores = score_function(take_rows(queries, q0, query_chunk_size), chunk)
             refuse_nan_scores(scores, "semantic_search", "query", "corpus entry", q0, c0)
             top = torch.topk(scores, min(top_k, scores.shape[1]), dim=1, largest=True, sorted=False)
             for heap, values, ids in zip(heaps[q0:q0 + query_chunk_size], top.values.tolist(),
@@ -286,8 +287,10 @@ def semantic_search(query_embeddings: Any, corpus_embeddings: Any, query_chunk_s
             for heap in heaps]
 
 
-def _chunk(x: Tensor, start: int, size: int) -> Tensor:
-    """Rows ``start`` to ``start + size`` of a dense or sparse batch (a sparse COO tensor cannot be sliced)."""
+def take_rows(x: Tensor, start: int, size: int) -> Tensor:
+    """Rows ``start`` to ``start + size`` of a dense or sparse batch: a dense one sliced, as sentence-transformers
+    slices it (a copy, aligned otherwise in memory, can score an ulp apart in a matrix product, which decides ties
+    between equal texts), a sparse COO one, which cannot be sliced, selected."""
     if not x.is_sparse:
         return x[start:start + size]
     return x.index_select(0, torch.arange(start, min(start + size, len(x)), device=x.device))
@@ -300,7 +303,7 @@ def _nearest(queries: Tensor, corpus: Tensor, corpus_chunk_size: int, k: int,
     ``query0`` is the index of the first query among the embeddings, to name a pair whose similarity is NaN."""
     best_scores, best_ids = None, None
     for c0 in range(0, len(corpus), corpus_chunk_size):
-        scores = score_function(queries, _chunk(corpus, c0, corpus_chunk_size))
+        scores = score_function(queries, take_rows(corpus, c0, corpus_chunk_size))
         refuse_nan_scores(scores, "paraphrase_mining", "embedding", "embedding", query0, c0)
         top = torch.topk(scores, min(k, scores.shape[1]), dim=1, sorted=True)
         ids = top.indices + c0
@@ -370,7 +373,7 @@ def paraphrase_mining_embeddings(embeddings: Any, query_chunk_size: int = 5000, 
     in_kept: set[tuple[int, int]] = set()
     floor = float("-inf")
     for start in range(0, len(embeddings), query_chunk_size):
-        scores, ids = _nearest(_chunk(embeddings, start, query_chunk_size), embeddings, corpus_chunk_size, top_k + 1,
+        scores, ids = _nearest(take_rows(embeddings, start, query_chunk_size), embeddings, corpus_chunk_size, top_k + 1,
                                score_function, start)
         for i, (row_scores, row_ids) in enumerate(zip(scores.tolist(), ids.tolist()), start):
             for j, score in [(j, score) for j, score in zip(row_ids, row_scores) if j != i][:top_k]:

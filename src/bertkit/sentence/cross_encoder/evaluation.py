@@ -19,7 +19,7 @@ from typing import Any
 
 import numpy as np
 
-from bertkit.errors import BertkitError, is_whole, refusing_getattr
+from bertkit.errors import BertkitError, WholeSetting, is_whole, refusing_getattr
 from bertkit.sentence.evaluation.base import ResultsCsv, prefixed, results_csv_name
 from bertkit.sentence.evaluation.binary_classification import BinaryClassificationEvaluator, binary_labels
 from bertkit.sentence.evaluation.reranking import average_precision, ndcg_at_k
@@ -27,7 +27,14 @@ from bertkit.sentence.evaluation.similarity import correlations, gold_scores
 from bertkit.sentence.finite import refuse_nonfinite
 
 
-class CrossEncoderRerankingEvaluator(ResultsCsv):
+class _PredictingEvaluator(ResultsCsv):
+    """What the cross-encoder evaluators share: ``model.predict`` in batches of ``batch_size``, checked when the
+    evaluator is made (a trainer first runs it after steps of training), and the results CSV."""
+
+    batch_size = WholeSetting()
+
+
+class CrossEncoderRerankingEvaluator(_PredictingEvaluator):
     """Rerank each sample's documents with ``model.predict`` and report MAP, MRR@at_k and nDCG@at_k (and the
     first-stage order's as ``base_*`` for ``documents`` samples), keys prefixed with ``name_`` when named."""
 
@@ -150,8 +157,9 @@ def class_labels(labels: np.ndarray, num_labels: int) -> np.ndarray:
     """A several-label model's labels as class ids, refusing one that is not a whole number in [0, num_labels):
     sentence-transformers scored a label of 3 or -1 as a class the model never predicts, and a NaN (in a float
     array) as none, an F1 like any other."""
-    bad = [(i, v) for i, v in enumerate(labels.tolist()) if isinstance(v, bool) or not isinstance(v, (int, float))
-           or not float(v).is_integer() or not 0 <= v < num_labels]  # whole floats (pandas' 1.0) are class ids
+    # whole floats (pandas' 1.0) and bools (a dataset's True/False) are class ids, as in sentence-transformers
+    bad = [(i, v) for i, v in enumerate(labels.tolist()) if not isinstance(v, (int, float))
+           or not float(v).is_integer() or not 0 <= v < num_labels]
     if bad:
         raise BertkitError(f"CrossEncoderClassificationEvaluator with a {num_labels}-label model: labels must be "
                            f"class ids 0 to {num_labels - 1}; label {bad[0][0]} is {bad[0][1]} ({len(bad)} such)")
@@ -163,6 +171,10 @@ def _pairs(sentence_pairs: Sequence[Sequence[str]], n: int, what: str, who: str)
         raise BertkitError(f"{who}: {len(sentence_pairs)} sentence_pairs and {n} {what}; give one per pair")
     if not sentence_pairs:
         raise BertkitError(f"{who}: no pairs to evaluate")
+    for i, pair in enumerate(sentence_pairs):
+        # a str would be split into its characters, and predict would name the characters, not this pair
+        if isinstance(pair, (str, bytes)) or len(pair) != 2 or not all(isinstance(t, str) for t in pair):
+            raise BertkitError(f"{who}: sentence_pairs[{i}] is {pair!r:.80}; give (text, text) pairs")
     return [list(p) for p in sentence_pairs]
 
 
@@ -172,7 +184,7 @@ def _no_prompt(prompt_name: str | None, who: str) -> None:
                            "implemented")
 
 
-class CrossEncoderClassificationEvaluator(ResultsCsv):
+class CrossEncoderClassificationEvaluator(_PredictingEvaluator):
     """For a model with one label: ``accuracy``, ``accuracy_threshold``, ``f1``, ``f1_threshold``,
     ``precision``, ``recall`` and ``average_precision`` of its scores against 0/1 ``labels`` (the thresholds
     searched as ``BinaryClassificationEvaluator`` searches them). For several labels: ``f1_macro``,
@@ -216,7 +228,7 @@ class CrossEncoderClassificationEvaluator(ResultsCsv):
         return prefixed(metrics, self.name)
 
 
-class CrossEncoderCorrelationEvaluator(ResultsCsv):
+class CrossEncoderCorrelationEvaluator(_PredictingEvaluator):
     """``pearson`` and ``spearman`` correlation of the model's scores with the gold ``scores`` (Spearman's ties
     given their average rank), keys prefixed with ``name_`` when named."""
 

@@ -47,6 +47,11 @@ class InformationRetrievalEvaluator(ResultsCsv, EmbeddingEvaluator):
                 raise BertkitError(f"InformationRetrievalEvaluator: relevant_docs[{q!r}] is {type(docs).__name__} "
                                    f"{str(docs)[:40]!r}; give the relevant corpus ids as a set ({{{str(docs)[:20]!r}}} "
                                    "for one)")
+            listed = list(docs)
+            if q in queries and len(set(listed)) < len(listed):  # counted per mention in recall@k and ideal nDCG
+                twice = sorted({c for i, c in enumerate(listed) if c in listed[:i]}, key=str)
+                raise BertkitError(f"InformationRetrievalEvaluator: relevant_docs[{q!r}] names {twice[:5]} more than "
+                                   "once; give the relevant corpus ids as a set (set(ids))")
         missing = sorted({c for q, docs in relevant_docs.items() if q in queries for c in docs if c not in corpus})
         if missing:
             raise BertkitError(f"InformationRetrievalEvaluator{f' {name!r}' if name else ''}: {len(missing)} relevant "
@@ -55,10 +60,14 @@ class InformationRetrievalEvaluator(ResultsCsv, EmbeddingEvaluator):
         cutoffs = {"mrr_at_k": mrr_at_k, "ndcg_at_k": ndcg_at_k, "accuracy_at_k": accuracy_at_k,
                    "precision_recall_at_k": precision_recall_at_k, "map_at_k": map_at_k}
         for what, ks in cutoffs.items():
-            # a k given twice is counted twice in sentence-transformers' accuracy@k and MRR@k (an accuracy of 2)
-            if not ks or len(set(ks)) < len(ks) or not all(map(is_whole, ks)):
+            # a k given twice is counted twice in sentence-transformers' accuracy@k and MRR@k (an accuracy of 2); a
+            # lone k (ndcg_at_k=10) failed in iterating it, a numpy array in its truth value
+            listed = list(ks) if isinstance(ks, Iterable) and not isinstance(ks, (str, bytes, Mapping)) else None
+            if not listed or len(set(listed)) < len(listed) or not all(map(is_whole, listed)):
+                one = f" ([{ks!r}] for one)" if is_whole(ks) else ""
                 raise BertkitError(f"InformationRetrievalEvaluator: {what} is {ks!r}; give a list of different whole "
-                                   "numbers >= 1")
+                                   f"numbers >= 1{one}")
+            cutoffs[what] = listed
         if not is_whole(corpus_chunk_size):
             raise BertkitError(f"corpus_chunk_size must be a whole number >= 1, got {corpus_chunk_size!r}")
         if score_functions is not None and not score_functions:
@@ -69,10 +78,15 @@ class InformationRetrievalEvaluator(ResultsCsv, EmbeddingEvaluator):
             raise BertkitError("InformationRetrievalEvaluator: no query has a relevant document in relevant_docs")
         self.queries = [queries[q] for q in self.query_ids]
         self.corpus_ids = list(corpus)
+        try:  # documents of equal score are ranked by id (sentence-transformers' order), so the ids must compare
+            sorted(self.corpus_ids)
+        except TypeError:  # sentence-transformers fails so at the first tie: '<' not supported between 'str' and 'int'
+            kinds = sorted({type(c).__name__ for c in self.corpus_ids})
+            raise BertkitError(f"InformationRetrievalEvaluator: the corpus ids mix types ({', '.join(kinds)}), and "
+                               "documents of equal score are ranked by id; give ids of one type (all str, say)") from None
         self.corpus = [corpus[c] for c in self.corpus_ids]
         self.relevant_docs = relevant_docs
-        self.mrr_at_k, self.ndcg_at_k, self.accuracy_at_k = mrr_at_k, ndcg_at_k, accuracy_at_k
-        self.precision_recall_at_k, self.map_at_k = precision_recall_at_k, map_at_k
+        self.mrr_at_k, self.ndcg_at_k, self.accuracy_at_k, self.precision_recall_at_k, self.map_at_k = cutoffs.values()
         self.max_k = max(k for ks in cutoffs.values() for k in ks)
         self.corpus_chunk_size = corpus_chunk_size
         self.batch_size, self.show_progress_bar, self.name = batch_size, show_progress_bar, name

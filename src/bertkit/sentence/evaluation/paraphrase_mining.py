@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections.abc import Hashable, Iterable, Mapping
 from typing import Any
 
-from bertkit.errors import BertkitError
+from bertkit.errors import BertkitError, WholeSetting
 from bertkit.sentence.evaluation.base import EmbeddingEvaluator, ResultsCsv, prefixed, results_csv_name
 from bertkit.sentence.util import paraphrase_mining_embeddings
 
@@ -38,6 +38,11 @@ class ParaphraseMiningEvaluator(ResultsCsv, EmbeddingEvaluator):
     ``duplicates_dict`` {id1: {id2: bool}}, which sentence-transformers documents as symmetric; a pair counts in
     either direction, and pairs naming an id outside ``sentences_map`` are left out). Mining takes ``top_k`` neighbours
     per sentence and keeps ``max_pairs``. With an ``output_path``: ``paraphrase_mining_evaluation[_{name}]_results.csv``."""
+
+    # checked when the evaluator is made, not when mining (after steps of training): a max_pairs of 2.5 or NaN mined
+    # nothing, average precision 0 without a word
+    top_k, max_pairs = WholeSetting(), WholeSetting()
+    query_chunk_size, corpus_chunk_size = WholeSetting(), WholeSetting()
 
     def __init__(self, sentences_map: Mapping[Hashable, str],
                  duplicates_list: Iterable[tuple[Hashable, Hashable]] | None = None,

@@ -12,7 +12,7 @@ import torch
 
 from bertkit.errors import BertkitError, is_whole
 from bertkit.sentence.evaluation.base import EmbeddingEvaluator, ResultsCsv, prefixed, results_csv_name
-from bertkit.sentence.util import cos_sim
+from bertkit.sentence.util import cos_sim, take_rows
 
 
 def average_precision(relevant: np.ndarray, scores: np.ndarray) -> float:
@@ -42,7 +42,8 @@ def ndcg_at_k(relevant: np.ndarray, scores: np.ndarray, k: int) -> float:
 class RerankingEvaluator(ResultsCsv, EmbeddingEvaluator):
     """``samples``: a list (or dict) of ``{"query": str, "positive": [str, ...], "negative": [str, ...]}``
     (one string is one candidate); samples without positives or negatives are left out. Metric keys:
-    ``{name}_map``, ``{name}_mrr@{at_k}``, ``{name}_ndcg@{at_k}``. Queries are encoded as queries, candidates as
+    ``{name}_map``, ``{name}_mrr@{at_k}``, ``{name}_ndcg@{at_k}`` (``at_k=None``: the whole ranking, keys ``mrr@None``
+    and ``ndcg@None`` as sentence-transformers names them). Queries are encoded as queries, candidates as
     documents (the model's prompts for each). The candidates of all samples are encoded in one call whatever
     ``use_batched_encoding`` says (sentence-transformers' per-sample encoding gives the same numbers). With an
     ``output_path``: ``RerankingEvaluator[_{name}]_results_@{at_k}.csv``."""
@@ -52,8 +53,9 @@ class RerankingEvaluator(ResultsCsv, EmbeddingEvaluator):
                  batch_size: int = 64, show_progress_bar: bool = False, use_batched_encoding: bool = True,
                  truncate_dim: int | None = None, mrr_at_k: int | None = None):
         at_k = mrr_at_k if mrr_at_k is not None else at_k
-        if not is_whole(at_k):
-            raise BertkitError(f"RerankingEvaluator: at_k must be a whole number >= 1, got {at_k!r}")
+        if at_k is not None and not is_whole(at_k):
+            raise BertkitError(f"RerankingEvaluator: at_k must be a whole number >= 1 (or None: the whole ranking), "
+                               f"got {at_k!r}")
         self.samples = []
         for i, sample in enumerate(samples.values() if isinstance(samples, dict) else samples):
             missing = {"query", "positive", "negative"} - set(sample)
@@ -77,15 +79,14 @@ class RerankingEvaluator(ResultsCsv, EmbeddingEvaluator):
         ap, mrr, ndcg, start = [], [], [], 0
         for query, sample in zip(queries, self.samples):
             n_pos, n = len(sample["positive"]), len(sample["positive"]) + len(sample["negative"])
-            rows = torch.arange(start, start + n, device=docs.device)  # index_select: a sparse tensor has no slices
-            scores = self.similarity_fct(query, docs.index_select(0, rows)).reshape(-1)
+            scores = self.similarity_fct(query, take_rows(docs, start, n)).reshape(-1)
             start += n
             relevant = np.r_[np.ones(n_pos), np.zeros(n - n_pos)]
             ranked = torch.argsort(-scores, stable=True)[:self.at_k].tolist()
             first = next((r for r, j in enumerate(ranked) if j < n_pos), None)
             mrr.append(0.0 if first is None else 1 / (first + 1))
             scores = scores.double().cpu().numpy()
-            ndcg.append(ndcg_at_k(relevant, scores, self.at_k))
+            ndcg.append(ndcg_at_k(relevant, scores, self.at_k or n))
             ap.append(average_precision(relevant, scores))
         metrics = {"map": float(np.mean(ap)), f"mrr@{self.at_k}": float(np.mean(mrr)),
                    f"ndcg@{self.at_k}": float(np.mean(ndcg))}

@@ -3,6 +3,8 @@ margin), per similarity function, as sentence-transformers computes it (same key
 
 from __future__ import annotations
 
+import math
+import numbers
 from collections.abc import Sequence
 from typing import Any
 
@@ -49,6 +51,10 @@ class TripletEvaluator(ResultsCsv, EmbeddingEvaluator):
             self.margin = {k: float(margin) for k in SIMILARITY_FUNCTIONS}
         else:
             raise BertkitError(f"TripletEvaluator: margin must be a number or {{similarity: number}}, got {margin!r}")
+        bad = {k: v for k, v in self.margin.items() if isinstance(v, bool) or not isinstance(v, numbers.Real)
+               or not math.isfinite(v)}
+        if bad:  # a NaN margin counted every triplet as wrong (accuracy 0), as in sentence-transformers
+            raise BertkitError(f"TripletEvaluator: margin {bad} is not a finite number; give a number (0 for none)")
         self.name, self.batch_size, self.show_progress_bar = name, batch_size, show_progress_bar
         self.truncate_dim, self.write_csv = truncate_dim, write_csv
         self.primary_metric: str | None = None
