@@ -101,6 +101,39 @@ def test_callbacks_see_what_transformers_callbacks_see(checkpoint, tmp_path, ove
     assert [e for e in ours if e[0] == "on_save"] and all(e[3] for e in ours if e[0] == "on_save")
 
 
+def test_an_evaluation_at_the_last_step_before_the_epochs_log_is_not_run_again(checkpoint, tmp_path):
+    """logging_strategy "epoch" with evaluations every 2 of 4 steps: the last step's evaluation comes before the
+    epoch's log, and bertkit's end of the run, finding the log newest, evaluated step 4 again (a second record and
+    on_evaluate at step 4, which transformers does not have)."""
+    settings = dict(per_device_train_batch_size=4, gradient_accumulation_steps=1, num_train_epochs=1,
+                    logging_strategy="epoch", eval_steps=2, save_strategy="no")
+    theirs, reference = _run(transformers, checkpoint, tmp_path / "hf", **settings)
+    ours, trainer = _run(bertkit, checkpoint, tmp_path / "bk", **settings)
+    assert ours == theirs
+    steps = [(h["step"], "eval_loss" in h) for h in trainer.state.log_history if "eval_loss" in h or "loss" in h]
+    assert steps == [(2, True), (4, True), (4, False), (4, True)]  # the last: the evaluate() after train()
+    assert steps == [(h["step"], "eval_loss" in h) for h in reference.state.log_history if "eval_loss" in h or "loss" in h]
+
+
+def test_a_run_a_callback_stops_is_neither_evaluated_nor_saved_there_off_schedule(checkpoint, tmp_path):
+    """A callback stopping the run at step 5 of 8 (evaluations and checkpoints every 3 steps, the best loaded at the
+    end): transformers evaluates and saves at step 3 only; bertkit's end of the run evaluated step 5 and wrote
+    checkpoint-5 as at a run's last step, and that evaluation could be the best whose weights it loaded."""
+
+    def stop(name, state, control):
+        if name == "on_step_end" and state.global_step == 5:
+            control.should_training_stop = True
+
+    settings = dict(steer=stop, load_best_model_at_end=True)
+    theirs, reference = _run(transformers, checkpoint, tmp_path / "hf", **settings)
+    ours, trainer = _run(bertkit, checkpoint, tmp_path / "bk", **settings)
+    assert ours == theirs
+    evaluated = [h["step"] for h in trainer.state.log_history if "eval_loss" in h]
+    assert evaluated == [h["step"] for h in reference.state.log_history if "eval_loss" in h] == [3, 5]  # 5: the evaluate() after train()
+    assert [p.name for p in (tmp_path / "bk").glob("checkpoint-*")] == ["checkpoint-3"]
+    assert Path(trainer.state.best_model_checkpoint).name == Path(reference.state.best_model_checkpoint).name
+
+
 @pytest.mark.parametrize("length", [dict(max_steps=6), dict(num_train_epochs=1.5)], ids=["max_steps", "epochs"])
 def test_the_state_callbacks_see_counts_epochs_as_transformers_does(checkpoint, tmp_path, length):
     """state.num_train_epochs is the number of epochs the run begins (2 for 6 steps of 4 an epoch, or 1.5 epochs),

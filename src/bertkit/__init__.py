@@ -51,6 +51,7 @@ _EXPORTS = {
     "DataCollatorForLanguageModeling": "bertkit.data.collators",
     "DefaultDataCollator": "bertkit.data.collators",
     "DataCollatorForMultipleChoice": "bertkit.data.collators",
+    "default_data_collator": "bertkit.data.collators",
 }
 __all__ = list(_EXPORTS)
 

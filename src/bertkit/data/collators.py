@@ -39,6 +39,14 @@ def _no_text(example: Mapping[str, Any], who: str) -> None:
                            f"(dataset.remove_columns({text})) or keep remove_unused_columns=True in TrainingArguments")
 
 
+def _pt_only(return_tensors: str | None, who: str) -> None:
+    """Every collator's check of ``return_tensors`` (its field, or the call's argument as transformers' collators
+    take it): one that returned arrays would fail at the model's first call, one ignoring the request misleads."""
+    if return_tensors is not None and return_tensors != "pt":
+        raise BertkitError(f"{who}(return_tensors={return_tensors!r}): bertkit's collators return PyTorch tensors "
+                           "only; use return_tensors='pt' (the default)")
+
+
 def _rename_labels(batch: dict) -> dict:
     for key in _LABEL_KEYS:
         if key in batch:
@@ -66,10 +74,9 @@ class DefaultDataCollator:
     return_tensors: str = "pt"
 
     def __call__(self, features: Sequence[Mapping[str, Any]], return_tensors: str | None = None) -> dict:
+        _pt_only(return_tensors or self.return_tensors, type(self).__name__)
         if not features:
             raise BertkitError("the collator got an empty batch")
-        if (return_tensors or self.return_tensors) != "pt":
-            raise BertkitError("bertkit's collators return PyTorch tensors only (return_tensors='pt')")
         if not isinstance(features[0], Mapping):  # InputFeatures-like dataclasses: their fields, as transformers
             bad = next((f for f in features if not hasattr(f, "__dict__")), None)
             if bad is not None:
@@ -101,6 +108,12 @@ class DefaultDataCollator:
         return batch
 
 
+def default_data_collator(features: Sequence[Mapping[str, Any]], return_tensors: str = "pt") -> dict:
+    """transformers' function of that name (run_glue's and run_qa's collator for rows padded to one length):
+    ``DefaultDataCollator()``'s batches."""
+    return DefaultDataCollator()(features, return_tensors=return_tensors)
+
+
 @dataclass
 class _PaddingCollator:
     """What the padding collators share: transformers' fields, the checks, and one ``tokenizer.pad`` call."""
@@ -113,8 +126,7 @@ class _PaddingCollator:
 
     def __post_init__(self) -> None:
         _needs_pad_token(self.tokenizer, type(self).__name__)
-        if self.return_tensors != "pt":
-            raise BertkitError("bertkit's collators return PyTorch tensors only (return_tensors='pt')")
+        _pt_only(self.return_tensors, type(self).__name__)
 
     def _pad(self, features: Sequence[Mapping[str, Any]]) -> dict:
         if not features:
@@ -140,7 +152,8 @@ class DataCollatorForTokenClassification(_PaddingCollator):
 
     label_pad_token_id: int = IGNORE_INDEX
 
-    def __call__(self, features: Sequence[Mapping[str, Any]]) -> dict:
+    def __call__(self, features: Sequence[Mapping[str, Any]], return_tensors: str | None = None) -> dict:
+        _pt_only(return_tensors, type(self).__name__)
         if not features:
             raise BertkitError("the collator got an empty batch")
         name = "label" if "label" in features[0] else "labels"
@@ -174,7 +187,8 @@ class DataCollatorForMultipleChoice(_PaddingCollator):
     choice of every example is padded with ``tokenizer.pad`` to one length, and the batch reshaped to
     (batch, num_choices, length); ``label`` / ``labels`` become an int64 ``labels`` tensor."""
 
-    def __call__(self, features: Sequence[Mapping[str, Any]]) -> dict:
+    def __call__(self, features: Sequence[Mapping[str, Any]], return_tensors: str | None = None) -> dict:
+        _pt_only(return_tensors, type(self).__name__)
         if not features:
             raise BertkitError("the collator got an empty batch")
         name = "label" if "label" in features[0] else "labels"
@@ -235,6 +249,7 @@ class DataCollatorForLanguageModeling:
             raise BertkitError(f"DataCollatorForLanguageModeling(mlm={self.mlm!r}): bertkit makes masked-LM batches "
                                "only (no BERT head predicts the next token); leave mlm=True")
         _needs_pad_token(self.tokenizer, "DataCollatorForLanguageModeling")
+        _pt_only(self.return_tensors, "DataCollatorForLanguageModeling")
         if getattr(self.tokenizer, "mask_token", None) is None:
             raise BertkitError("DataCollatorForLanguageModeling: the tokenizer has no mask token; use a tokenizer "
                                "with [MASK]")
@@ -262,7 +277,8 @@ class DataCollatorForLanguageModeling:
         self.generator = torch.Generator().manual_seed(self.seed + (worker.id if worker is not None else 0))
         self._generator_pid = os.getpid()
 
-    def __call__(self, examples: Sequence[Any]) -> dict:
+    def __call__(self, examples: Sequence[Any], return_tensors: str | None = None) -> dict:
+        _pt_only(return_tensors, "DataCollatorForLanguageModeling")
         if not examples:
             raise BertkitError("the collator got an empty batch")
         if isinstance(examples[0], Mapping):

@@ -512,10 +512,14 @@ class _Run:
     def finish(self) -> TrainResult:
         self.bar.close()
         step = self.pos.step
-        if (self.args.eval_strategy != "no" and self.evaluate is not None and not self.log_file.evaluated_at(step)
-                and not self.delayed):
+        # a run a callback ended early (should_training_stop, or epochs cut by should_epoch_stop) stops where it is,
+        # as transformers' does: evaluated and saved there only when its schedule says so (an "epoch" save at the cut
+        # epoch's end is made here), not as at the run's last step, whose evaluation could become the best
+        ended = step >= self.total
+        if (ended and self.args.eval_strategy != "no" and self.evaluate is not None
+                and not self.log_file.evaluated_at(step) and not self.delayed):
             self.run_eval()
-        if self.args.save_strategy != "no" and self.saved_at != self.pos.step:
+        if self.args.save_strategy != "no" and self.saved_at != step and (ended or self.args.save_strategy == "epoch"):
             self.checkpoint()
         self.log_file.close()
         return TrainResult(self.pos.step, self.log_file.history, self.pos.skipped, self.window.train_loss())

@@ -76,8 +76,15 @@ class RunLog:
             self.board.flush()
 
     def evaluated_at(self, step: int) -> bool:
-        """Whether the newest record is an evaluation at ``step`` (after a resume: one the interrupted run made)."""
-        return bool(self.history) and self.history[-1]["split"] == "eval" and self.history[-1]["step"] == step
+        """Whether the records at ``step``, the newest ones, hold an evaluation (after a resume: one the interrupted
+        run made). Not only the newest record: with logging_strategy "epoch" the epoch's train record comes after
+        the evaluation of its last step, which the run's end then evaluated again."""
+        for entry in reversed(self.history):
+            if entry.get("step") != step:
+                return False
+            if entry.get("split") == "eval":
+                return True
+        return False
 
     def close(self) -> None:
         if self.board is not None:
