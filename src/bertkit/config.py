@@ -125,6 +125,8 @@ class BertConfig:
                                "attention, cross-attention) is not implemented, and its outputs would differ from the "
                                "checkpoint's; bertkit's BERT is the paper's bidirectional encoder. If the checkpoint was "
                                "trained as an encoder, set them to false in config.json")
+        if isinstance(self.architectures, str):  # one class written as a string, which config.json readers take
+            self.architectures = [self.architectures]
         if self.architectures is not None and (not isinstance(self.architectures, list)
                                                or not all(isinstance(a, str) for a in self.architectures)):
             raise BertkitError(f"BertConfig.architectures must be a list of class names like [\"BertForMaskedLM\"], "
