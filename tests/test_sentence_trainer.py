@@ -216,6 +216,40 @@ def test_eval_loss_is_sentence_transformers(model_dir, sampler, tmp_path):
         assert got == pytest.approx(want, rel=1e-5)
 
 
+@pytest.mark.parametrize("sampler", [BatchSamplers.NO_DUPLICATES, BatchSamplers.GROUP_BY_LABEL])
+def test_load_best_model_at_end_with_a_sampler_of_its_own(model_dir, sampler, tmp_path):
+    """load_best_model_at_end (metric_for_best_model "loss") with an eval_dataset and the no-duplicates or
+    label-grouped sampler: the check of the metric before training evaluated a list of rows with the sampler, which
+    draws from a whole dataset's texts or labels, and stopped with an AttributeError ('list' object has no attribute
+    'texts_by_row' / 'label_column'). Now it trains as sentence-transformers: the same eval_loss at each of the 3
+    evaluations and the same best checkpoint."""
+    st = pytest.importorskip("sentence_transformers")
+    datasets = pytest.importorskip("datasets")
+    st_losses = pytest.importorskip("sentence_transformers.sentence_transformer.losses")
+    if sampler is BatchSamplers.GROUP_BY_LABEL:
+        rows, loss = [{"text": f"sentence {i}", "label": i % 3} for i in range(12)], "BatchHardTripletLoss"
+    else:
+        rows, loss = [{"anchor": f"question {i}", "positive": f"paragraph {i // 3}"} for i in range(12)], \
+            "MultipleNegativesRankingLoss"
+    common = {"per_device_train_batch_size": 4, "per_device_eval_batch_size": 4, "max_steps": 3, "seed": 1,
+              "eval_strategy": "steps", "eval_steps": 1, "save_steps": 1, "load_best_model_at_end": True,
+              "learning_rate": 1e-3, "batch_sampler": sampler.value}
+    runs = {}
+    for lib in (st, None):
+        model = lib.SentenceTransformer(str(model_dir), device="cpu") if lib else SentenceTransformer(model_dir)
+        args = (lib.SentenceTransformerTrainingArguments(output_dir=str(tmp_path / "st"), report_to="none",
+                                                         use_cpu=True, disable_tqdm=True, **common)
+                if lib else st_args(tmp_path, **common))
+        trainer = (lib.SentenceTransformerTrainer if lib else SentenceTransformerTrainer)(
+            model=model, args=args, loss=getattr(st_losses if lib else losses, loss)(model),
+            train_dataset=datasets.Dataset.from_list(rows), eval_dataset=datasets.Dataset.from_list(rows[:8]))
+        trainer.train()
+        runs[lib is None] = ([h["eval_loss"] for h in trainer.state.log_history if "eval_loss" in h],
+                             trainer.state.best_model_checkpoint.rsplit("/", 1)[-1])
+    (want, want_best), (got, got_best) = runs[False], runs[True]
+    assert len(got) == 3 and got == pytest.approx(want, rel=1e-5) and got_best == want_best
+
+
 def test_dataloader_drop_last_gives_sentence_transformers_steps(model_dir, tmp_path):
     """dataloader_drop_last=True: 14 pairs in batches of 4 train 3 steps an epoch (the batch of 2 left out), as
     sentence-transformers' sampler drops it: the same steps, rates and losses. bertkit refused the argument; with
