@@ -431,10 +431,13 @@ def test_a_datasets_columns_are_its_rows_keys_as_sentence_transformers_reads_the
     assert len(want) == 2 and losses_of(renamed, "renamed") == want and losses_of(hidden, "hidden") == want
 
 
-def test_an_evaluator_alone_evaluates_in_training_as_sentence_transformers(model_dir, tmp_path):
+@pytest.mark.parametrize("logging", ["steps", "epoch"])
+def test_an_evaluator_alone_evaluates_in_training_as_sentence_transformers(logging, model_dir, tmp_path):
     """An evaluator without an eval_dataset evaluates in training (eval_strategy 'steps': every eval_steps and at
     the end), its metrics prefixed eval_ at the same steps with the same values; it was refused for want of an
-    eval_dataset."""
+    eval_dataset. With logging_strategy 'epoch' the epoch's log follows the last step's evaluation, and the run's
+    end evaluated that step again (a third record, and a third row in the evaluator's CSV, where
+    sentence-transformers writes two)."""
     st = pytest.importorskip("sentence_transformers")
     datasets = pytest.importorskip("datasets")
     st_losses = pytest.importorskip("sentence_transformers.sentence_transformer.losses")
@@ -443,10 +446,13 @@ def test_an_evaluator_alone_evaluates_in_training_as_sentence_transformers(model
 
     scored = ([f"question {i}" for i in range(6)], [f"paragraph {i // 2}" for i in range(6)], [i % 3 / 2 for i in range(6)])
     common = {"per_device_train_batch_size": 4, "max_steps": 3, "eval_strategy": "steps", "eval_steps": 2,
-              "learning_rate": 1e-4, "seed": 3}
+              "learning_rate": 1e-4, "seed": 3, "logging_strategy": logging}
 
     def evaluations(trainer):
         trainer.train()
+        rows = (tmp_path / ("st" if "sentence_transformers" in type(trainer).__module__ else "out") / "eval" /
+                "similarity_evaluation_sts_results.csv").read_text().splitlines()
+        assert len(rows) == 3  # the header and one row an evaluation
         return [(r["step"], r["eval_sts_spearman_cosine"]) for r in trainer.state.log_history
                 if "eval_sts_spearman_cosine" in r]
 

@@ -76,8 +76,16 @@ class RunLog:
             self.board.flush()
 
     def evaluated_at(self, step: int) -> bool:
-        """Whether the newest record is an evaluation at ``step`` (after a resume: one the interrupted run made)."""
-        return bool(self.history) and self.history[-1]["split"] == "eval" and self.history[-1]["step"] == step
+        """Whether the newest records, those of ``step``, hold an evaluation (after a resume: one the interrupted run
+        made). Not the newest alone: with logging_strategy "epoch" the epoch's log follows its last step's evaluation,
+        and the run's end evaluated that step a second time (a second record and evaluator CSV row where
+        transformers' Trainer writes one)."""
+        for entry in reversed(self.history):
+            if entry["step"] != step:
+                return False
+            if entry["split"] == "eval":
+                return True
+        return False
 
     def close(self) -> None:
         if self.board is not None:
