@@ -191,6 +191,40 @@ def test_learning_rate_mapping_selects_sentence_transformers_parameters(mapping,
         ((3e-5 if "LayerNorm" in mapping else 1e-4 if mapping else 2e-5), 0.0)
 
 
+def test_cross_encoder_learning_rate_mapping_is_sentence_transformers(minilm_2_layers, tmp_path):
+    """CrossEncoderTrainingArguments(learning_rate_mapping=...) was refused ("one learning rate for the whole
+    model"), where sentence-transformers' cross-encoder trainer applies it: now every parameter has its rate and
+    weight decay (its names are sentence-transformers', ``model.0.model.classifier.weight``), and a rate of 0 keeps
+    the classifier as it was through training."""
+    st_ce = pytest.importorskip("sentence_transformers.cross_encoder")
+    datasets = pytest.importorskip("datasets")
+    import bertkit.sentence.cross_encoder as bk_ce
+
+    path = cross_encoder_directory(minilm_2_layers, tmp_path / "ce")
+    pairs = datasets.Dataset.from_list([{"q": f"question {i}", "d": f"paragraph {i // 2}", "label": i % 2}
+                                        for i in range(8)])
+    mapping = {r"classifier": 0.0, r"encoder\.layer\.0\.": 1e-3}
+    rates = {}
+    for lib, S in (("sentence_transformers", st_ce), ("bertkit", bk_ce)):
+        model = S.CrossEncoder(str(path), max_length=32, device="cpu")
+        loss = S.losses.BinaryCrossEntropyLoss(model)
+        args = S.CrossEncoderTrainingArguments(output_dir=str(tmp_path / lib), learning_rate=2e-5, weight_decay=0.1,
+                                               report_to="none", use_cpu=True, learning_rate_mapping=mapping,
+                                               max_steps=1, per_device_train_batch_size=4, save_strategy="no")
+        trainer = S.CrossEncoderTrainer(model=model, args=args, train_dataset=pairs, loss=loss)
+        groups = trainer.create_optimizer().param_groups if lib == "sentence_transformers" else trainer._parameter_groups()
+        names = {id(p): n for n, p in loss.named_parameters()}
+        rates[lib] = {names[id(p)]: (g.get("lr", 2e-5), g["weight_decay"]) for g in groups for p in g["params"]}
+    assert rates["bertkit"] == rates["sentence_transformers"] and len(rates["bertkit"]) == 41
+    assert rates["bertkit"]["model.0.model.classifier.weight"] == (0.0, 0.1)
+    assert rates["bertkit"]["model.0.model.bert.encoder.layer.0.output.dense.bias"] == (1e-3, 0.0)
+    classifier = dict(model.named_parameters())
+    key = next(k for k in classifier if k.endswith("classifier.weight"))
+    before = classifier[key].detach().clone()
+    trainer.train()
+    assert torch.equal(dict(model.named_parameters())[key], before)
+
+
 def test_resuming_with_other_learning_rates_is_refused(model, tmp_path):
     """A checkpoint's optimiser state holds the rates of its groups: a run resumed with another learning_rate_mapping
     is refused, naming it, before anything is written; with the same one it resumes."""
