@@ -409,8 +409,9 @@ class SentenceTransformerTrainer(Trainer):
         if isinstance(self.train_dataset, MultiDatasetExamples):
             parts = list(self.train_dataset.parts.values())
             round_robin = self.args.multi_dataset_batch_sampler is MultiDatasetBatchSamplers.ROUND_ROBIN
+            drop_last = self.args.dataloader_drop_last
             return functools.lru_cache(maxsize=2)(
-                lambda epoch: multi_dataset_batches(parts, size, seed + epoch, round_robin, sampler.value))
+                lambda epoch: multi_dataset_batches(parts, size, seed + epoch, round_robin, sampler.value, drop_last))
         examples = self.train_dataset  # the SentenceExamples (the base Trainer passes a column-dropping view)
         if sampler is BatchSamplers.GROUP_BY_LABEL:
             groups, drop_last = _groups(examples, size), self.args.dataloader_drop_last
@@ -422,11 +423,8 @@ class SentenceTransformerTrainer(Trainer):
 
     def _batches_per_epoch(self, examples: Sequence) -> int | None:
         """The label-grouped sampler's count (``group_by_label_count``); several datasets: each one's batches
-        (ceil(rows / global batch), or that count) (PROPORTIONAL), or the fewest of them for each dataset
-        (ROUND_ROBIN), as sentence-transformers' samplers count them."""
-        if self.args.dataloader_drop_last and isinstance(self.train_dataset, MultiDatasetExamples):
-            raise BertkitError("dataloader_drop_last=True with a dict of training datasets is not implemented (each "
-                               "dataset's sampler drops its own short batch there): set dataloader_drop_last=False")
+        (ceil(rows / global batch), floor under dataloader_drop_last, or that count) (PROPORTIONAL), or the fewest of
+        them for each dataset (ROUND_ROBIN), as sentence-transformers' samplers count them."""
         if self.args.dataloader_drop_last and self.eval_dataset is not None:
             self._eval_batches([])  # refused before anything is written
         size = self.args.per_device_train_batch_size * current().world_size
@@ -435,7 +433,9 @@ class SentenceTransformerTrainer(Trainer):
             if grouped:
                 return group_by_label_count(_groups(self.train_dataset, size), size, self.args.dataloader_drop_last)
             return super()._batches_per_epoch(examples)
-        counts = [group_by_label_count(_groups(part, size), size) if grouped else -(-len(part) // size)
+        drop_last = self.args.dataloader_drop_last  # each dataset's sampler leaves out its own short batch
+        counts = [group_by_label_count(_groups(part, size), size, drop_last) if grouped
+                  else len(part) // size if drop_last else -(-len(part) // size)
                   for part in self.train_dataset.parts.values()]
         if self.args.multi_dataset_batch_sampler is MultiDatasetBatchSamplers.ROUND_ROBIN:
             return min(counts) * len(counts)
