@@ -444,7 +444,9 @@ class SentenceTransformerTrainer(Trainer):
     def _eval_batches(self, dataset: Sequence) -> list[list[int]]:
         """sentence-transformers' evaluation batches: drawn as its training batches are, by the same sampler with a
         generator seeded with ``seed`` at each evaluation (an in-batch-negatives loss depends on them); under
-        torchrun every world_size-th batch, as accelerate deals them out."""
+        torchrun every world_size-th batch, as accelerate deals them out. The default sampler's shuffle is
+        accelerate's seedable one there, seeded with ``data_seed`` where it is set, as the training order is (with
+        ``seed`` 1 and ``data_seed`` 3, MNRL's eval_loss on 12 SQuAD pairs was 0.7073 here against its 0.4219)."""
         size, seed, info = self.args.per_device_eval_batch_size, self.args.seed, current()
         if self.args.dataloader_drop_last:  # sentence-transformers' eval_loss there is not the kept batches' mean
             raise BertkitError("dataloader_drop_last=True in an evaluation of sentence-transformers' trainers is not "
@@ -454,7 +456,8 @@ class SentenceTransformerTrainer(Trainer):
         elif self.args.batch_sampler is BatchSamplers.GROUP_BY_LABEL:  # rows it leaves out are not evaluated
             batches = list(group_by_label_batches(_groups(dataset, size), size, torch.Generator(), seed))
         else:
-            rows = torch.randperm(len(dataset), generator=torch.Generator().manual_seed(seed)).tolist()
+            shuffle = torch.Generator().manual_seed(seed if self.args.data_seed is None else self.args.data_seed)
+            rows = torch.randperm(len(dataset), generator=shuffle).tolist()
             batches = [rows[i:i + size] for i in range(0, len(rows), size)]
         return batches[info.rank::info.world_size]
 
