@@ -108,27 +108,6 @@ def test_no_duplicates_batches_are_sentence_transformers(model):
         assert short > 0  # some seeds need a smaller batch before the last
 
 
-def test_listwise_no_duplicates_batches_are_sentence_transformers(minilm_2_layers, tmp_path):
-    """A listwise cross-encoder dataset (query, list of documents, labels): sentence-transformers' no-duplicates
-    sampler compares a row's query and its whole list of documents, not each document (another row's documents are
-    no negatives of a listwise loss). bertkit kept rows sharing any one document apart: 8 rows whose lists share
-    documents made 4 batches of 5 where sentence-transformers makes 2, so an epoch (its first 2 batches) left 4 rows
-    out and trained other batches to other losses (LambdaLoss 3.7385 against 3.6017 at the first log)."""
-    st_sampler = pytest.importorskip("sentence_transformers.base.sampler")
-    datasets = pytest.importorskip("datasets")
-    rows = [{"query": f"question {i}", "docs": [f"answer {i}", f"sentence {i // 2}", f"sentence {i // 3 + 5}"],
-             "labels": [1, 0, 0]} for i in range(8)]
-    model = CrossEncoder(cross_encoder_directory(minilm_2_layers, tmp_path / "ce"), max_length=32)
-    trainer = CrossEncoderTrainer(model=model, args=CrossEncoderTrainingArguments(
-        output_dir=str(tmp_path / "out"), report_to="none", use_cpu=True, batch_sampler=BatchSamplers.NO_DUPLICATES),
-        loss=ce_losses.LambdaLoss(model), train_dataset=datasets.Dataset.from_list(rows))
-    for seed in range(12):
-        want = list(st_sampler.NoDuplicatesBatchSampler(datasets.Dataset.from_list(rows), 5, drop_last=False,
-                                                        valid_label_columns=["labels"], generator=torch.Generator(),
-                                                        seed=seed))
-        assert no_duplicates_batches(trainer.train_dataset, 5, seed) == want and len(want) == 2, seed
-
-
 def test_no_duplicates_trains_where_duplicates_cannot_be_kept_apart(model, tmp_path):
     """3 rows share a paragraph and 8 rows make 2 batches of 4: sentence-transformers trains on smaller batches (the
     first ceil(8 / 4) of them each epoch); so does bertkit, where it used to refuse."""
@@ -189,40 +168,6 @@ def test_learning_rate_mapping_selects_sentence_transformers_parameters(mapping,
     assert want["model.0.model.encoder.layer.1.attention.self.query.weight"] == ((1e-4, 0.1) if mapping else (2e-5, 0.1))
     assert want["model.0.model.encoder.layer.4.output.LayerNorm.bias"] == \
         ((3e-5 if "LayerNorm" in mapping else 1e-4 if mapping else 2e-5), 0.0)
-
-
-def test_cross_encoder_learning_rate_mapping_is_sentence_transformers(minilm_2_layers, tmp_path):
-    """CrossEncoderTrainingArguments(learning_rate_mapping=...) was refused ("one learning rate for the whole
-    model"), where sentence-transformers' cross-encoder trainer applies it: now every parameter has its rate and
-    weight decay (its names are sentence-transformers', ``model.0.model.classifier.weight``), and a rate of 0 keeps
-    the classifier as it was through training."""
-    st_ce = pytest.importorskip("sentence_transformers.cross_encoder")
-    datasets = pytest.importorskip("datasets")
-    import bertkit.sentence.cross_encoder as bk_ce
-
-    path = cross_encoder_directory(minilm_2_layers, tmp_path / "ce")
-    pairs = datasets.Dataset.from_list([{"q": f"question {i}", "d": f"paragraph {i // 2}", "label": i % 2}
-                                        for i in range(8)])
-    mapping = {r"classifier": 0.0, r"encoder\.layer\.0\.": 1e-3}
-    rates = {}
-    for lib, S in (("sentence_transformers", st_ce), ("bertkit", bk_ce)):
-        model = S.CrossEncoder(str(path), max_length=32, device="cpu")
-        loss = S.losses.BinaryCrossEntropyLoss(model)
-        args = S.CrossEncoderTrainingArguments(output_dir=str(tmp_path / lib), learning_rate=2e-5, weight_decay=0.1,
-                                               report_to="none", use_cpu=True, learning_rate_mapping=mapping,
-                                               max_steps=1, per_device_train_batch_size=4, save_strategy="no")
-        trainer = S.CrossEncoderTrainer(model=model, args=args, train_dataset=pairs, loss=loss)
-        groups = trainer.create_optimizer().param_groups if lib == "sentence_transformers" else trainer._parameter_groups()
-        names = {id(p): n for n, p in loss.named_parameters()}
-        rates[lib] = {names[id(p)]: (g.get("lr", 2e-5), g["weight_decay"]) for g in groups for p in g["params"]}
-    assert rates["bertkit"] == rates["sentence_transformers"] and len(rates["bertkit"]) == 41
-    assert rates["bertkit"]["model.0.model.classifier.weight"] == (0.0, 0.1)
-    assert rates["bertkit"]["model.0.model.bert.encoder.layer.0.output.dense.bias"] == (1e-3, 0.0)
-    classifier = dict(model.named_parameters())
-    key = next(k for k in classifier if k.endswith("classifier.weight"))
-    before = classifier[key].detach().clone()
-    trainer.train()
-    assert torch.equal(dict(model.named_parameters())[key], before)
 
 
 def test_resuming_with_other_learning_rates_is_refused(model, tmp_path):
@@ -507,7 +452,6 @@ def test_an_evaluator_alone_evaluates_in_training_as_sentence_transformers(loggi
         evaluator=evaluation.EmbeddingSimilarityEvaluator(*scored, name="sts")))
     assert [s for s, _ in got] == [s for s, _ in want] == [2, 3]
     assert [v for _, v in got] == pytest.approx([v for _, v in want], rel=1e-5)
-
 
 
 def _former_name(key: str, kind: str, prefix: str = "") -> str:
