@@ -9,7 +9,12 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import torch
 
+from bertkit.sentence.cross_encoder import CrossEncoder, CrossEncoderTrainer, CrossEncoderTrainingArguments
+from bertkit.sentence.cross_encoder import losses as ce_losses
+from bertkit.sentence.data import no_duplicates_batches
+from bertkit.sentence.training_args import BatchSamplers
 from cross_encoder_helpers import cross_encoder_directory, squad_rerank
 
 pytest.importorskip("sentence_transformers.cross_encoder")
@@ -246,3 +251,58 @@ def test_torch_compile_compiles_the_encoder_a_loss_wraps(tmp_path, minilm_2_laye
     assert all(layer._compiled_call_impl is not None for layer in layers)
     with pytest.raises(BertkitError, match="Linear holds no encoder with compile_layers"):
         _compile(torch.nn.Linear(2, 2))
+
+
+def test_listwise_no_duplicates_batches_are_sentence_transformers(minilm_2_layers, tmp_path):
+    """A listwise cross-encoder dataset (query, list of documents, labels): sentence-transformers' no-duplicates
+    sampler compares a row's query and its whole list of documents, not each document (another row's documents are
+    no negatives of a listwise loss). bertkit kept rows sharing any one document apart: 8 rows whose lists share
+    documents made 4 batches of 5 where sentence-transformers makes 2, so an epoch (its first 2 batches) left 4 rows
+    out and trained other batches to other losses (LambdaLoss 3.7385 against 3.6017 at the first log)."""
+    st_sampler = pytest.importorskip("sentence_transformers.base.sampler")
+    datasets = pytest.importorskip("datasets")
+    rows = [{"query": f"question {i}", "docs": [f"answer {i}", f"sentence {i // 2}", f"sentence {i // 3 + 5}"],
+             "labels": [1, 0, 0]} for i in range(8)]
+    model = CrossEncoder(cross_encoder_directory(minilm_2_layers, tmp_path / "ce"), max_length=32)
+    trainer = CrossEncoderTrainer(model=model, args=CrossEncoderTrainingArguments(
+        output_dir=str(tmp_path / "out"), report_to="none", use_cpu=True, batch_sampler=BatchSamplers.NO_DUPLICATES),
+        loss=ce_losses.LambdaLoss(model), train_dataset=datasets.Dataset.from_list(rows))
+    for seed in range(12):
+        want = list(st_sampler.NoDuplicatesBatchSampler(datasets.Dataset.from_list(rows), 5, drop_last=False,
+                                                        valid_label_columns=["labels"], generator=torch.Generator(),
+                                                        seed=seed))
+        assert no_duplicates_batches(trainer.train_dataset, 5, seed) == want and len(want) == 2, seed
+
+
+def test_cross_encoder_learning_rate_mapping_is_sentence_transformers(minilm_2_layers, tmp_path):
+    """CrossEncoderTrainingArguments(learning_rate_mapping=...) was refused ("one learning rate for the whole
+    model"), where sentence-transformers' cross-encoder trainer applies it: now every parameter has its rate and
+    weight decay (its names are sentence-transformers', ``model.0.model.classifier.weight``), and a rate of 0 keeps
+    the classifier as it was through training."""
+    st_ce = pytest.importorskip("sentence_transformers.cross_encoder")
+    datasets = pytest.importorskip("datasets")
+    import bertkit.sentence.cross_encoder as bk_ce
+
+    path = cross_encoder_directory(minilm_2_layers, tmp_path / "ce")
+    pairs = datasets.Dataset.from_list([{"q": f"question {i}", "d": f"paragraph {i // 2}", "label": i % 2}
+                                        for i in range(8)])
+    mapping = {r"classifier": 0.0, r"encoder\.layer\.0\.": 1e-3}
+    rates = {}
+    for lib, S in (("sentence_transformers", st_ce), ("bertkit", bk_ce)):
+        model = S.CrossEncoder(str(path), max_length=32, device="cpu")
+        loss = S.losses.BinaryCrossEntropyLoss(model)
+        args = S.CrossEncoderTrainingArguments(output_dir=str(tmp_path / lib), learning_rate=2e-5, weight_decay=0.1,
+                                               report_to="none", use_cpu=True, learning_rate_mapping=mapping,
+                                               max_steps=1, per_device_train_batch_size=4, save_strategy="no")
+        trainer = S.CrossEncoderTrainer(model=model, args=args, train_dataset=pairs, loss=loss)
+        groups = trainer.create_optimizer().param_groups if lib == "sentence_transformers" else trainer._parameter_groups()
+        names = {id(p): n for n, p in loss.named_parameters()}
+        rates[lib] = {names[id(p)]: (g.get("lr", 2e-5), g["weight_decay"]) for g in groups for p in g["params"]}
+    assert rates["bertkit"] == rates["sentence_transformers"] and len(rates["bertkit"]) == 41
+    assert rates["bertkit"]["model.0.model.classifier.weight"] == (0.0, 0.1)
+    assert rates["bertkit"]["model.0.model.bert.encoder.layer.0.output.dense.bias"] == (1e-3, 0.0)
+    classifier = dict(model.named_parameters())
+    key = next(k for k in classifier if k.endswith("classifier.weight"))
+    before = classifier[key].detach().clone()
+    trainer.train()
+    assert torch.equal(dict(model.named_parameters())[key], before)

@@ -38,12 +38,13 @@ def model(model_dir):
     return SentenceTransformer(model_dir)
 
 
-@pytest.mark.parametrize("no_duplicates", [False, True])
-def test_batches_are_sentence_transformers(model, no_duplicates):
+@pytest.mark.parametrize("no_duplicates, drop_last", [(False, False), (True, False), (False, True)])
+def test_batches_are_sentence_transformers(model, no_duplicates, drop_last):
     """The batches of the datasets end to end, in sentence-transformers' order, for many seeds and sizes: its
     samplers share one generator (reseeded with seed + epoch by the multi-dataset sampler, each dataset's shuffle
     drawn from it when that dataset first gives a batch, and the next shuffle when its rows run out), so a dataset
-    of one short batch moves the shuffle of a dataset first drawn after it."""
+    of one short batch moves the shuffle of a dataset first drawn after it. With dataloader_drop_last each dataset's
+    sampler leaves out its own short batch (bertkit refused it with a dict of datasets)."""
     st_sampler = pytest.importorskip("sentence_transformers.base.sampler")
     mnrl = losses.MultipleNegativesRankingLoss(model)
     for sizes, batch in (((7, 5), 3), ((2, 9, 4), 3), ((6, 6), 2), ((1, 5, 3), 4)):
@@ -57,7 +58,7 @@ def test_batches_are_sentence_transformers(model, no_duplicates):
                             for d in concat.datasets]
             else:
                 children = [st_sampler.DefaultBatchSampler(torch.utils.data.RandomSampler(d, generator=generator),
-                                                           batch_size=batch, drop_last=False, generator=generator,
+                                                           batch_size=batch, drop_last=drop_last, generator=generator,
                                                            seed=seed) for d in concat.datasets]
             for cls, round_robin in ((st_sampler.ProportionalBatchSampler, False),
                                      (st_sampler.RoundRobinBatchSampler, True)):
@@ -66,8 +67,24 @@ def test_batches_are_sentence_transformers(model, no_duplicates):
                     sampler.set_epoch(epoch)
                     want = list(sampler)[:len(sampler)]  # the trainer takes len(sampler) batches an epoch
                     got = multi_dataset_batches(parts, batch, seed + epoch, round_robin,
-                                                "no_duplicates" if no_duplicates else "batch_sampler")
+                                                "no_duplicates" if no_duplicates else "batch_sampler", drop_last)
                     assert got == want, (sizes, batch, seed, cls.__name__, epoch)
+
+
+def test_dataloader_drop_last_trains_each_datasets_whole_batches(model, tmp_path):
+    """dataloader_drop_last=True with a dict of datasets (refused before): each dataset's short batch is left out, as
+    each of sentence-transformers' samplers leaves out its own: 7 and 5 rows in batches of 3 train 2 + 1 steps an
+    epoch, every batch whole, PROPORTIONAL; ROUND_ROBIN 1 + 1."""
+    for sampler, steps in (("proportional", 3), ("round_robin", 2)):
+        seen = []
+        mnrl, cosent = losses.MultipleNegativesRankingLoss(model), losses.CoSENTLoss(model)
+        for loss in (mnrl, cosent):
+            loss.register_forward_pre_hook(lambda module, args, seen=seen: seen.append(len(args[0][0]["input_ids"])))
+        args = st_args(tmp_path / sampler, per_device_train_batch_size=3, num_train_epochs=1, save_strategy="no",
+                       dataloader_drop_last=True, multi_dataset_batch_sampler=sampler)
+        trainer = SentenceTransformerTrainer(model=model, args=args, loss={"pairs": mnrl, "scored": cosent},
+                                             train_dataset={"pairs": PAIRS, "scored": SCORED})
+        assert trainer.train().global_step == steps and seen == [3] * steps, sampler
 
 
 def _train(lib: str, model_dir, out_dir, sampler: str, steps: int):

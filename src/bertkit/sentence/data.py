@@ -304,7 +304,7 @@ class MultiDatasetExamples(Sequence):
 
 
 def multi_dataset_batches(parts: Sequence[Any], batch_size: int, seed: int, round_robin: bool,
-                          sampler: str) -> list[list[int]]:
+                          sampler: str, drop_last: bool = False) -> list[list[int]]:
     """One epoch's batches of several datasets end to end (``MultiDatasetExamples``' indices), each batch from one
     dataset, as sentence-transformers draws them (``seed``: its seed + epoch; ``sampler``: ``BatchSamplers``' value).
     One generator serves every sampler: reseeded with ``seed``, it draws the proportional order of the datasets'
@@ -315,23 +315,25 @@ def multi_dataset_batches(parts: Sequence[Any], batch_size: int, seed: int, roun
     reseeds the shared generator at its first batch and draws each round's order from it as its batches are taken
     (``group_by_label_batches``). PROPORTIONAL gives every dataset's batches (ceil(rows / batch), or
     ``group_by_label_count``); ROUND_ROBIN one batch of each in turn, as many rounds as the dataset with the fewest
-    batches has."""
+    batches has. ``drop_last`` (``dataloader_drop_last``): each dataset's sampler leaves out its own short batch, as
+    each of sentence-transformers' does (floor(rows / batch) batches, or the label-grouped count without a short
+    one); the no-duplicates sampler does not take it."""
     generator = torch.Generator().manual_seed(seed)
     offsets = [0, *itertools.accumulate(len(p) for p in parts)]
     if sampler == "group_by_label":
         groups = [paired_groups(label_groups(p.label_column(), p.label, "train_dataset"), batch_size, "train_dataset")
                   for p in parts]
-        counts = [group_by_label_count(g, batch_size) for g in groups]
+        counts = [group_by_label_count(g, batch_size, drop_last) for g in groups]
     else:
-        counts = [math.ceil(len(p) / batch_size) for p in parts]
+        counts = [len(p) // batch_size if drop_last else math.ceil(len(p) / batch_size) for p in parts]
 
     def batches(k: int) -> Iterator[list[int]]:
         if sampler == "no_duplicates":
             return iter(no_duplicates_batches(parts[k], batch_size, seed))
         if sampler == "group_by_label":
-            return group_by_label_batches(groups[k], batch_size, generator, seed)
+            return group_by_label_batches(groups[k], batch_size, generator, seed, drop_last)
         rows = torch.utils.data.RandomSampler(range(len(parts[k])), generator=generator)
-        return iter(torch.utils.data.BatchSampler(rows, batch_size, drop_last=False))
+        return iter(torch.utils.data.BatchSampler(rows, batch_size, drop_last=drop_last))
 
     if round_robin:
         order = [k for _ in range(min(counts)) for k in range(len(parts))]

@@ -409,8 +409,9 @@ class SentenceTransformerTrainer(Trainer):
         if isinstance(self.train_dataset, MultiDatasetExamples):
             parts = list(self.train_dataset.parts.values())
             round_robin = self.args.multi_dataset_batch_sampler is MultiDatasetBatchSamplers.ROUND_ROBIN
+            drop_last = self.args.dataloader_drop_last
             return functools.lru_cache(maxsize=2)(
-                lambda epoch: multi_dataset_batches(parts, size, seed + epoch, round_robin, sampler.value))
+                lambda epoch: multi_dataset_batches(parts, size, seed + epoch, round_robin, sampler.value, drop_last))
         examples = self.train_dataset  # the SentenceExamples (the base Trainer passes a column-dropping view)
         if sampler is BatchSamplers.GROUP_BY_LABEL:
             groups, drop_last = _groups(examples, size), self.args.dataloader_drop_last
@@ -422,11 +423,8 @@ class SentenceTransformerTrainer(Trainer):
 
     def _batches_per_epoch(self, examples: Sequence) -> int | None:
         """The label-grouped sampler's count (``group_by_label_count``); several datasets: each one's batches
-        (ceil(rows / global batch), or that count) (PROPORTIONAL), or the fewest of them for each dataset
-        (ROUND_ROBIN), as sentence-transformers' samplers count them."""
-        if self.args.dataloader_drop_last and isinstance(self.train_dataset, MultiDatasetExamples):
-            raise BertkitError("dataloader_drop_last=True with a dict of training datasets is not implemented (each "
-                               "dataset's sampler drops its own short batch there): set dataloader_drop_last=False")
+        (ceil(rows / global batch), floor under dataloader_drop_last, or that count) (PROPORTIONAL), or the fewest of
+        them for each dataset (ROUND_ROBIN), as sentence-transformers' samplers count them."""
         if self.args.dataloader_drop_last and self.eval_dataset is not None:
             self._eval_batches([])  # refused before anything is written
         size = self.args.per_device_train_batch_size * current().world_size
@@ -435,7 +433,9 @@ class SentenceTransformerTrainer(Trainer):
             if grouped:
                 return group_by_label_count(_groups(self.train_dataset, size), size, self.args.dataloader_drop_last)
             return super()._batches_per_epoch(examples)
-        counts = [group_by_label_count(_groups(part, size), size) if grouped else -(-len(part) // size)
+        drop_last = self.args.dataloader_drop_last  # each dataset's sampler leaves out its own short batch
+        counts = [group_by_label_count(_groups(part, size), size, drop_last) if grouped
+                  else len(part) // size if drop_last else -(-len(part) // size)
                   for part in self.train_dataset.parts.values()]
         if self.args.multi_dataset_batch_sampler is MultiDatasetBatchSamplers.ROUND_ROBIN:
             return min(counts) * len(counts)
@@ -444,7 +444,9 @@ class SentenceTransformerTrainer(Trainer):
     def _eval_batches(self, dataset: Sequence) -> list[list[int]]:
         """sentence-transformers' evaluation batches: drawn as its training batches are, by the same sampler with a
         generator seeded with ``seed`` at each evaluation (an in-batch-negatives loss depends on them); under
-        torchrun every world_size-th batch, as accelerate deals them out."""
+        torchrun every world_size-th batch, as accelerate deals them out. The default sampler's shuffle is
+        accelerate's seedable one there, seeded with ``data_seed`` where it is set, as the training order is (with
+        ``seed`` 1 and ``data_seed`` 3, MNRL's eval_loss on 12 SQuAD pairs was 0.7073 here against its 0.4219)."""
         size, seed, info = self.args.per_device_eval_batch_size, self.args.seed, current()
         if self.args.dataloader_drop_last:  # sentence-transformers' eval_loss there is not the kept batches' mean
             raise BertkitError("dataloader_drop_last=True in an evaluation of sentence-transformers' trainers is not "
@@ -454,7 +456,8 @@ class SentenceTransformerTrainer(Trainer):
         elif self.args.batch_sampler is BatchSamplers.GROUP_BY_LABEL:  # rows it leaves out are not evaluated
             batches = list(group_by_label_batches(_groups(dataset, size), size, torch.Generator(), seed))
         else:
-            rows = torch.randperm(len(dataset), generator=torch.Generator().manual_seed(seed)).tolist()
+            shuffle = torch.Generator().manual_seed(seed if self.args.data_seed is None else self.args.data_seed)
+            rows = torch.randperm(len(dataset), generator=shuffle).tolist()
             batches = [rows[i:i + size] for i in range(0, len(rows), size)]
         return batches[info.rank::info.world_size]
 

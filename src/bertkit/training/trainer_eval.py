@@ -226,7 +226,10 @@ class TrainerEvaluation:
         for prefix, what, dataset in self._eval_sets(self.eval_dataset, "eval"):
             examples = self._examples(dataset, what)
             sample = [examples[i] for i in range(min(len(examples), self.args.per_device_eval_batch_size))]
-            _, labels, _, returned = self._evaluation(sample, None, events=False)
+            # the sample's batches in order, as this class deals them: a subclass's sampler (the sentence trainers'
+            # no-duplicates or label-grouped one) draws from a whole dataset's texts or labels, not a list of rows
+            batches = TrainerEvaluation._eval_batches(self, sample)
+            _, labels, _, returned = self._evaluation(sample, None, batches, events=False)
             loss_only = self._eval_options().prediction_loss_only
             if labels is None and not loss_only and metric_key(name).startswith(f"{prefix}_"):
                 why = "load_best_model_at_end compares" if self.args.load_best_model_at_end else "it is"

@@ -79,10 +79,11 @@ class CrossEncoderExamples(Sequence):
                 "listwise": self.listwise, "tokenizer": tokenizer_fingerprint(self.model)}
 
     def texts_by_row(self) -> list[set[str]]:
-        """Each row's texts (what the no-duplicates sampler keeps apart within a batch), the columns read at once."""
-        columns = [column(self.dataset, c) for c in self.texts]
-        rows = ([query, *documents] for query, documents in zip(*columns)) if self.listwise else zip(*columns)
-        return [{str(t) for t in row} for row in rows]
+        """Each row's values (what the no-duplicates sampler keeps apart within a batch), the columns read at once: a
+        listwise row's query and its list of documents as one value, as sentence-transformers' sampler compares them
+        (a listwise loss scores each query's documents alone, so another row's documents are no negatives; kept apart
+        one by one, 8 SQuAD rows sharing documents made 4 batches of 5 where there are 2, and an epoch left 4 rows out)."""
+        return [{str(t) for t in row} for row in zip(*(column(self.dataset, c) for c in self.texts))]
 
 
 def collate(examples: list[dict[str, Any]], pad_id: int = 0) -> dict[str, Any]:

@@ -25,7 +25,6 @@ from bertkit.sentence.cross_encoder.losses import BinaryCrossEntropyLoss, CrossE
 from bertkit.sentence.cross_encoder.model import CrossEncoder
 from bertkit.sentence.cross_encoder.training_args import CrossEncoderTrainingArguments
 from bertkit.sentence.trainer import DatasetLosses, LossOutput, SentenceTransformerTrainer
-from bertkit.training.trainer import Trainer
 
 
 class CrossEncoderLossModel(DatasetLosses):
@@ -56,10 +55,6 @@ class CrossEncoderTrainer(SentenceTransformerTrainer):
     def _dataset_examples(self, dataset: Any, args: CrossEncoderTrainingArguments, what: str,
                           name: str | None) -> CrossEncoderExamples:
         return CrossEncoderExamples(dataset, self.model, self._loss_of(name, what), what, name)
-
-    def _parameter_groups(self) -> None:
-        """The base Trainer's (the loop's: the model's, at one rate): learning_rate_mapping is refused here."""
-        return Trainer._parameter_groups(self)
 
     def get_default_loss(self, model: CrossEncoder) -> CrossEncoderLoss:  # sentence-transformers' defaults
         return BinaryCrossEntropyLoss(model) if model.num_labels == 1 else CrossEntropyLoss(model)

@@ -1,6 +1,7 @@
 """``CrossEncoderTrainingArguments``: ``SentenceTransformerTrainingArguments`` (bertkit's ``TrainingArguments`` with
-``batch_sampler``), as sentence-transformers' cross-encoder arguments are its bi-encoder ones. Prompts, router and
-learning-rate mappings are not implemented for cross-encoders and are refused."""
+``batch_sampler``), as sentence-transformers' cross-encoder arguments are its bi-encoder ones. ``learning_rate_mapping``
+matches the loss's parameter names as there (``model.0.model.classifier.weight``); prompts and router mappings are
+not implemented for cross-encoders and are refused."""
 
 from __future__ import annotations
 
@@ -18,9 +19,7 @@ class CrossEncoderTrainingArguments(SentenceTransformerTrainingArguments):
         if kwargs.get("prompts") is not None:
             raise BertkitError(f"CrossEncoderTrainingArguments: prompts={kwargs['prompts']!r} is not implemented in "
                                "bertkit: put the text before each query in the dataset instead")
-        for name, advice in (("router_mapping", "a bertkit CrossEncoder has no Router; drop it"),
-                             ("learning_rate_mapping", "one learning rate for the whole model: use learning_rate")):
-            if kwargs.get(name):
-                raise BertkitError(f"CrossEncoderTrainingArguments: {name}={kwargs[name]!r} is not implemented in "
-                                   f"bertkit: {advice}")
+        if kwargs.get("router_mapping"):
+            raise BertkitError(f"CrossEncoderTrainingArguments: router_mapping={kwargs['router_mapping']!r} is not "
+                               "implemented in bertkit: a bertkit CrossEncoder has no Router; drop it")
         super().__init__(output_dir, **kwargs)
