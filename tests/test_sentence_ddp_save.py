@@ -162,6 +162,26 @@ def test_a_lock_is_taken_while_another_process_only_probes_it(tmp_path):
     os.close(held)
 
 
+def test_a_holder_that_has_not_yet_written_its_line_is_named_once_it_has(tmp_path):
+    """A rank takes the lock of the staging directory another rank has just made, then writes its line: read in
+    between, the empty file named the holder "another process", which a rank of the same job took for a stranger's
+    lock, so its save failed (the slow suite's torchrun save, once, on a loaded machine). The line is waited for."""
+    import fcntl
+    import threading
+
+    from bertkit import dir_lock
+
+    directory = tmp_path / "d"
+    directory.mkdir()
+    held = os.open(directory / dir_lock.LOCK, os.O_RDWR | os.O_CREAT)
+    fcntl.flock(held, fcntl.LOCK_EX | fcntl.LOCK_NB)  # taken, its line not yet written
+    threading.Timer(0.05, os.pwrite, (held, b"pid 1 (bertkit save [torchrun job j])", 0)).start()
+    with pytest.raises(dir_lock.Held, match=r"in use by pid 1 \(bertkit save \[torchrun job j\]\)") as e:
+        dir_lock.lock(directory, "save")
+    assert e.value.holder.endswith("[torchrun job j])")
+    os.close(held)
+
+
 def test_a_lock_file_a_killed_rank_left_is_no_write_under_way(tmp_path, tiny_checkpoint, minilm_dir):
     """A staging directory a killed save of the job left (its lock file naming the job, held by no one: a rerun with
     the same rendezvous id and endpoint has the same name) is cleared and the save is written, not skipped as if

@@ -160,7 +160,12 @@ def _holder(fd: int, exclusive: bool) -> str | None:
             if not (exclusive and probed_only()):
                 break
         time.sleep(0.001)
-    return os.pread(fd, 200, 0).decode("utf-8", "replace").strip() or "another process"
+    for _ in range(200):  # the holder writes its line just after taking the lock: an empty file is that instant (a
+        # torchrun rank saving beside another read it so, and its save failed with "in use by another process")
+        if line := os.pread(fd, 200, 0).decode("utf-8", "replace").strip():
+            return line
+        time.sleep(0.001)
+    return "another process"
 
 
 def _held_at(directory: Path) -> str | None:
