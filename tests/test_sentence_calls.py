@@ -1038,6 +1038,26 @@ def test_a_cross_encoders_module_by_position_is_sentence_transformers(st_dir):
         _ = ours[1]
 
 
+def test_model_card_data_is_taken_as_the_training_examples_pass_it(models, st_dir, tmp_path, tiny_checkpoint,
+                                                                  minilm_dir):
+    """sentence-transformers' training examples start with SentenceTransformer(base, model_card_data=
+    SentenceTransformerModelCardData(language="en", ...)): bertkit refused the script's first line (its three model
+    classes). The card data is kept as model.model_card_data, and the vectors and saved files are the same."""
+    from bertkit.sentence import CrossEncoder, SparseEncoder
+
+    card = st.SentenceTransformerModelCardData(language="en", license="apache-2.0", model_name="MiniLM on NLI")
+    ours, ref = models
+    carded = SentenceTransformer(st_dir, model_card_data=card)
+    assert carded.model_card_data is card and ours.model_card_data is None
+    _same(carded.encode(TEXTS), ref.encode(TEXTS))
+    carded.save(tmp_path / "carded")
+    ours.save(tmp_path / "plain")
+    assert sorted(p.name for p in (tmp_path / "carded").rglob("*")) == sorted(p.name for p in (tmp_path / "plain").rglob("*"))
+    assert CrossEncoder(st_dir, num_labels=1, model_card_data=card).model_card_data is card
+    masked_lm = tiny_checkpoint(tmp_path / "mlm", "BertForMaskedLM", tokenizer=minilm_dir)
+    assert SparseEncoder(masked_lm, model_card_data=card).model_card_data is card
+
+
 def test_arguments_at_sentence_transformers_defaults_are_nothing_asked_for(models, st_dir):
     """``SentenceTransformer(path, cache_folder=None, revision=None, ...)`` and ``encode(texts, pool=None,
     task=None)`` (a script passing its own defaults through) work as in sentence-transformers; bertkit refused any

@@ -36,7 +36,6 @@ REFUSED_INIT = {
     "processor_kwargs": "for its model_max_length set model.max_seq_length after loading; bertkit reads the "
                         "tokenizer's other settings from its files",
     "config_kwargs": "edit config.json, or set dropout on model.bert after loading",
-    "model_card_data": "bertkit writes no model card; drop this argument",
 }
 
 

@@ -83,9 +83,10 @@ class SentenceTransformer(Indexed, ReferenceCalls, Prompted, SimilarityByName, n
                  modules: Sequence[Any] | None = None, prompts: dict[str, str] | None = None,
                  default_prompt_name: str | None = None, similarity_fn_name: str | None = None,
                  truncate_dim: int | None = None, local_files_only: bool = True,
-                 model_kwargs: dict[str, Any] | None = None, **unknown: Any):
+                 model_kwargs: dict[str, Any] | None = None, model_card_data: Any = None, **unknown: Any):
         super().__init__()
         refuse_arguments("SentenceTransformer", unknown, REFUSED_INIT)
+        self.model_card_data = model_card_data  # kept for the script that reads it back; bertkit writes no card
         options = model_kwargs_options("SentenceTransformer", model_kwargs)
         if not local_files_only:
             raise BertkitError("bertkit.sentence loads local directories only; download the model and pass its path")

@@ -192,9 +192,11 @@ class CrossEncoder(Indexed, ReferenceCalls, nn.Module):
 
     def __init__(self, model_name_or_path: str | Path, *, num_labels: int | None = None,
                  max_length: int | None = None, activation_fn: Callable | None = None, device: str | None = None,
-                 local_files_only: bool = True, model_kwargs: dict[str, Any] | None = None, **unknown: Any):
+                 local_files_only: bool = True, model_kwargs: dict[str, Any] | None = None,
+                 model_card_data: Any = None, **unknown: Any):
         super().__init__()
         refuse_arguments("CrossEncoder", unknown, _REFUSED_INIT)
+        self.model_card_data = model_card_data  # kept for the script that reads it back; bertkit writes no card
         options = model_kwargs_options("CrossEncoder", model_kwargs)
         if not local_files_only:
             raise BertkitError("bertkit.sentence loads local directories only; download the model and pass its path")

@@ -134,7 +134,8 @@ class SparseEncoder(ReferenceCalls, Prompted, SimilarityByName, nn.Sequential):
     def __init__(self, model_name_or_path: str | Path | None = None, *, modules: Sequence[nn.Module] | None = None,
                  device: str | None = None, prompts: dict[str, str] | None = None,
                  default_prompt_name: str | None = None, similarity_fn_name: str | None = None,
-                 max_active_dims: int | None = None, local_files_only: bool = True, **unknown: Any):
+                 max_active_dims: int | None = None, local_files_only: bool = True, model_card_data: Any = None,
+                 **unknown: Any):
         refuse_arguments("SparseEncoder", unknown, REFUSED_INIT)
         if not local_files_only:
             raise BertkitError("bertkit.sentence loads local directories only; download the model and pass its path")
@@ -148,6 +149,7 @@ class SparseEncoder(ReferenceCalls, Prompted, SimilarityByName, nn.Sequential):
                                       f"checkpoint directory with a masked-LM head){download_hint(model_name_or_path)}")
             modules, saved = _read_modules(path)
         super().__init__(*modules)
+        self.model_card_data = model_card_data  # kept for the script that reads it back; bertkit writes no card
         self.name_or_path = str(model_name_or_path) if model_name_or_path is not None else None
         for route in self._route_lists():
             route_of(route, "the SparseEncoder")
