@@ -60,6 +60,19 @@ def test_a_repeated_header_column_names_file_line_1_and_the_column(tmp_path, nam
         list(read_records(path, name[-3:]))
 
 
+@pytest.mark.parametrize("task, content, columns, message", [
+    ("text-classification", '{"text": "good film"}\n', Columns(text_pair="text"),
+     "--text-column and --text-pair-column both name the column 'text'"),  # read as ("good film", "good film")
+    ("question-answering", '{"q": "good", "c": "film"}\n', Columns(question="q", context="q"),
+     "--question-column and --context-column both name the column 'q'"),
+])
+def test_two_parts_of_an_input_read_from_one_column_are_refused(tmp_path, task, content, columns, message):
+    path = tmp_path / "d.jsonl"
+    path.write_text(content, encoding="utf-8")
+    with pytest.raises(BertkitError, match=re.escape(message)):
+        read_inputs(path, task, columns)
+
+
 @pytest.mark.parametrize("content, message", [
     # json.loads keeps the last of two values silently: the line's first text would never be read
     ('{"text": "good"}\n{"text": "good", "text": "bad"}\n', "an object holds the key 'text' twice"),

@@ -103,6 +103,12 @@ def _input_format(path: Path, task: Task, fields: tuple[str, ...], columns: Colu
         raise BertkitError(f"{path} is a directory; pass the file of inputs")  # --input, --train-file, ...
     if not path.is_file():
         raise MissingFileError(f"input file not found: {path}")
+    named = [(f, getattr(columns, f)) for f in fields if getattr(columns, f)]
+    twice = next(((g, f, n) for i, (f, n) in enumerate(named) for g, m in named[:i] if m == n), None)
+    if twice is not None:  # (text, text) pairs, a context that is the question: every row read, none as meant
+        first, second = (f"--{x.replace('_', '-')}-column" for x in twice[:2])
+        raise BertkitError(f"{first} and {second} both name the column {twice[2]!r}: each part of an input is its "
+                           "own column; name the other one")
     fmt = file_format(path, input_format)
     if fmt == "text" and (fields[0] != "text" or columns.text_pair or rows):
         raise BertkitError(f"{path}: a plain-text file holds one text per line; {task.name}"
