@@ -184,6 +184,40 @@ def test_fill_mask_without_top_k_writes_the_pipelines_five_candidates(tmp_path, 
     assert sorted(c["token_str"] for c in got[0]) == ["cat", "dog", "the"]
 
 
+def test_a_mask_past_max_length_names_the_file_and_record_and_keeps_the_old_output(tmp_path, capsys, minilm_2_layers,
+                                                                                    tiny_checkpoint):
+    # only the loaded pipeline knows where --max-length cuts: its refusal named the text, not which of the file's
+    # records (nor its id) to fix
+    model = tiny_checkpoint(tmp_path / "mlm", "BertForMaskedLM", tokenizer=minilm_2_layers)
+    long = "word " * 20 + "[MASK]"
+    (tmp_path / "in.csv").write_text(f"ref,text\na,the [MASK] sat.\nb,[MASK] too\nc,{long}\n", encoding="utf-8")
+    out = tmp_path / "out.jsonl"
+    out.write_text("earlier\n", encoding="utf-8")
+    assert main(["predict", "fill-mask", "--model", str(model), "--input", str(tmp_path / "in.csv"), "--id-column",
+                 "ref", "--max-length", "16", "--output-file", str(out), "--overwrite", "--no-progress"]) == 2
+    assert f"in.csv: input 3 (id 'c'): fill-mask input {long[:60]!r} has its only [MASK] token past its first 16 " \
+           "tokens" in capsys.readouterr().err
+    assert out.read_text(encoding="utf-8") == "earlier\n"
+
+def test_predict_token_classification_takes_the_pipelines_aggregation_strategy(tmp_path, minilm_2_layers,
+                                                                               tiny_checkpoint):
+    # transformers' aggregation_strategy, which the pipeline and serve take: predict tagged by "first" alone
+    from bertkit import pipeline
+
+    model = tiny_checkpoint(tmp_path / "ner", "BertForTokenClassification", tokenizer=minilm_2_layers,
+                            labels=["O", "B-PER", "I-PER", "B-LOC", "I-LOC"])
+    texts = ["Werner Zwingmann said sheepmeat from Wenceslas farms", "Blackburn visited Kraljevo"]  # many-piece words
+    (tmp_path / "in.txt").write_text("\n".join(texts) + "\n", encoding="utf-8")
+    got = {}
+    for strategy in ("first", "average", "max"):
+        assert main(["predict", "token-classification", "--model", str(model), "--input", str(tmp_path / "in.txt"),
+                     "--output-file", str(tmp_path / f"{strategy}.jsonl"), "--no-progress",
+                     "--aggregation-strategy", strategy]) == 0
+        got[strategy] = [{k: v for k, v in r.items() if k != "id"} for r in _read(tmp_path / f"{strategy}.jsonl")]
+        assert got[strategy] == json.loads(json.dumps(pipeline("token-classification", model)(
+            texts, aggregation_strategy=strategy)))
+    assert got["average"] != got["first"] and got["max"] != got["first"]
+
 def test_question_answering_top_k_and_max_length_are_refused_before_the_model_loads(tmp_path, capsys):
     # MiniLM has no question-answering head: the top_k error, not the head's, proves the check came before the load;
     # the earlier predictions the user asked to replace are still there

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import logging
+import re
 from pathlib import Path
 
 import numpy as np
@@ -57,6 +58,34 @@ def test_a_repeated_header_column_names_file_line_1_and_the_column(tmp_path, nam
     path.write_text(f"{header}\n" + sep.join(["a", "1", "b"]) + "\n", encoding="utf-8")
     with pytest.raises(BertkitError, match=rf"d\.{name[-3:]}:1: the header names column 'text' more than once"):
         list(read_records(path, name[-3:]))
+
+
+@pytest.mark.parametrize("task, content, columns, message", [
+    ("text-classification", '{"text": "good film"}\n', Columns(text_pair="text"),
+     "--text-column and --text-pair-column both name the column 'text'"),  # read as ("good film", "good film")
+    ("question-answering", '{"q": "good", "c": "film"}\n', Columns(question="q", context="q"),
+     "--question-column and --context-column both name the column 'q'"),
+])
+def test_two_parts_of_an_input_read_from_one_column_are_refused(tmp_path, task, content, columns, message):
+    path = tmp_path / "d.jsonl"
+    path.write_text(content, encoding="utf-8")
+    with pytest.raises(BertkitError, match=re.escape(message)):
+        read_inputs(path, task, columns)
+
+
+@pytest.mark.parametrize("content, message", [
+    # json.loads keeps the last of two values silently: the line's first text would never be read
+    ('{"text": "good"}\n{"text": "good", "text": "bad"}\n', "an object holds the key 'text' twice"),
+    # and reads NaN as a float: an id of NaN would be written back as `"id": NaN`, a line no JSON reader takes
+    ('{"text": "good", "id": NaN}\n', "NaN is not a JSON value"),
+    ('{"text": "good", "id": -Infinity}\n', "-Infinity is not a JSON value"),
+])
+def test_a_json_line_that_is_not_standard_json_is_refused_naming_file_and_line(tmp_path, content, message):
+    path = tmp_path / "d.jsonl"
+    path.write_text(content, encoding="utf-8")
+    line = content.count("\n")
+    with pytest.raises(BertkitError, match=rf"d\.jsonl:{line}: not valid JSON \({re.escape(message)}\)"):
+        list(read_records(path, "jsonl"))
 
 
 @pytest.mark.parametrize("name, content, line", [

@@ -103,6 +103,12 @@ def _input_format(path: Path, task: Task, fields: tuple[str, ...], columns: Colu
         raise BertkitError(f"{path} is a directory; pass the file of inputs")  # --input, --train-file, ...
     if not path.is_file():
         raise MissingFileError(f"input file not found: {path}")
+    named = [(f, getattr(columns, f)) for f in fields if getattr(columns, f)]
+    twice = next(((g, f, n) for i, (f, n) in enumerate(named) for g, m in named[:i] if m == n), None)
+    if twice is not None:  # (text, text) pairs, a context that is the question: every row read, none as meant
+        first, second = (f"--{x.replace('_', '-')}-column" for x in twice[:2])
+        raise BertkitError(f"{first} and {second} both name the column {twice[2]!r}: each part of an input is its "
+                           "own column; name the other one")
     fmt = file_format(path, input_format)
     if fmt == "text" and (fields[0] != "text" or columns.text_pair or rows):
         raise BertkitError(f"{path}: a plain-text file holds one text per line; {task.name}"
@@ -264,10 +270,28 @@ def predict_file(s: Any) -> dict[str, Any]:
     with atomic_write(s.output_file) as f, tqdm(total=len(inputs), unit="input", disable=not s.progress,
                                                  desc=f"predict {s.task}", dynamic_ncols=True) as bar:
         for a in range(0, len(inputs), chunk):
-            for id_, result in zip(ids[a:a + chunk], pipe(inputs[a:a + chunk], **options)):
+            try:
+                results = pipe(inputs[a:a + chunk], **options)
+            except BertkitError as e:  # an input the pipeline refuses as it encodes the chunk: say which record
+                raise _located(e, pipe, inputs, ids, a, chunk, options, s.input) from None
+            for id_, result in zip(ids[a:a + chunk], results):
                 f.write(json.dumps(task.record(id_, result), ensure_ascii=False) + "\n")
             bar.update(min(chunk, len(inputs) - a))
     seconds = time.perf_counter() - t0
     return {"task": s.task, "input": str(s.input), "output_file": str(s.output_file), "inputs": len(inputs),
             **pipe.precision.record(), "seconds": round(seconds, 2),
             "inputs_per_s": round(len(inputs) / max(seconds, 1e-9), 1)}
+
+
+def _located(error: BertkitError, pipe: Any, inputs: list[Any], ids: list[Any], start: int, chunk: int,
+             options: dict[str, Any], path: Any) -> BertkitError:
+    """``error`` naming the file and the record whose encoding raised it (a fill-mask [MASK] past --max-length, which
+    only the loaded pipeline knows): the chunk's inputs are encoded again, alone, without the model, until one
+    fails. The error as it is when none does (it was no one input's)."""
+    read = pipe.read_options(options)
+    for i in range(start, min(start + chunk, len(inputs))):
+        try:
+            pipe.encode(pipe.check_input(inputs[i], i), **read)
+        except BertkitError as e:
+            return BertkitError(f"{path}: input {i + 1} (id {ids[i]!r}): {e}")
+    return error

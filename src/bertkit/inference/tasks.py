@@ -228,6 +228,7 @@ class TokenClassification(Task):
     help = "word tags and entity spans with character offsets"
     pipeline = "bertkit.inference.tagging:TokenClassificationPipeline"
     aliases = ("ner",)
+    predict_options = ("aggregation_strategy",)
     counted = True
 
     def render(self, server: Any, call: Call, results: list[Any]) -> Any:

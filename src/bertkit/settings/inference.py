@@ -220,6 +220,9 @@ class PredictFileSettings(OverwriteSettings, ProgressSettings, Int8Settings):
     targets: tuple[str, ...] | None = None
     """fill-mask: comma list of the tokens to rank alone (transformers' targets: each scored by its probability over
     the vocabulary; a text that is no token is its first word piece)."""
+    aggregation_strategy: Literal["first", "average", "max"] = "first"
+    """token-classification: how a word of several pieces is tagged (transformers' aggregation_strategy: its first
+    piece's tag, as NER models are trained; the mean of its pieces' probabilities; its surest piece's tag)."""
     pooling: Literal["auto", "mean", "cls"] = "auto"
     """feature-extraction / sentence-embedding: how token states become one vector (auto: as a
     sentence-transformers directory's 1_Pooling says, else mean)."""

@@ -36,6 +36,23 @@ def file_format(path: Path, input_format: str = "auto") -> str:
     return SUFFIXES[path.suffix.lower()]
 
 
+class _NotJson(Exception):
+    """What Python's json module reads but JSON is not; raised by its hooks, named with the file and line."""
+
+
+def _object(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for key, value in pairs:
+        if key in out:  # json.loads would keep the last value silently, as a CSV header naming a column twice
+            raise _NotJson(f"an object holds the key {key!r} twice")
+        out[key] = value
+    return out
+
+
+def _constant(name: str) -> Any:  # NaN, Infinity: an id read as NaN would be written out as no JSON at all
+    raise _NotJson(f"{name} is not a JSON value")
+
+
 # Columns that hold one text of a pair in common files: one beside the text a command reads, unused, is almost
 # surely the second text of a pair it was not told about.
 PAIR_TEXT_NAMES = ("text_pair", "text_b", "sentence2", "question2", "hypothesis", "text", "text_a", "sentence",
@@ -180,7 +197,9 @@ def read_records(path: Path, fmt: str, max_line_bytes: int = MAX_LINE_BYTES) -> 
                 yield line, text
                 continue
             try:
-                yield line, json.loads(text)
+                yield line, json.loads(text, object_pairs_hook=_object, parse_constant=_constant)
+            except _NotJson as e:
+                raise BertkitError(f"{path}:{line}: not valid JSON ({e}); write it as standard JSON") from None
             except json.JSONDecodeError as e:
                 lines = ("; the file must be JSON lines, one value per line, not a JSON document spread over lines"
                          if line == 1 else "")
