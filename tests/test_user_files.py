@@ -77,8 +77,8 @@ def test_two_parts_of_an_input_read_from_one_column_are_refused(tmp_path, task, 
     # json.loads keeps the last of two values silently: the line's first text would never be read
     ('{"text": "good"}\n{"text": "good", "text": "bad"}\n', "an object holds the key 'text' twice"),
     # and reads NaN as a float: an id of NaN would be written back as `"id": NaN`, a line no JSON reader takes
-    ('{"text": "good", "id": NaN}\n', "NaN is not a JSON value"),
-    ('{"text": "good", "id": -Infinity}\n', "-Infinity is not a JSON value"),
+    ('{"text": "good", "id": NaN}\n', "NaN is not a JSON number"),
+    ('{"text": "good", "id": -Infinity}\n', "-Infinity is not a JSON number"),
 ])
 def test_a_json_line_that_is_not_standard_json_is_refused_naming_file_and_line(tmp_path, content, message):
     path = tmp_path / "d.jsonl"

@@ -90,7 +90,7 @@ FINETUNE = [
     ("validation-inf", _rows(["0.5", "1.5", "2.2", "2.5", "0.1", "3.0"]), _rows(["0.5", "inf"]), [],
      ("dev.csv:3", "not a finite number")),
     # NaN is no JSON value: the line is refused as it is read, as predict's and the server's JSON are
-    ("jsonl-nan", _jsonl([0.5, 1.5, float("nan"), 2.0, 1.0, 3.5]), None, [], ("train.jsonl:3", "NaN is not a JSON value")),
+    ("jsonl-nan", _jsonl([0.5, 1.5, float("nan"), 2.0, 1.0, 3.5]), None, [], ("train.jsonl:3", "NaN is not a JSON number")),
     ("jsonl-booleans", _jsonl([True, False] * 3), None, [], ("train.jsonl:1", "'label'")),
     ("whitespace-text", _rows(["pos", "neg"] * 3) + "   ,pos\n", None, [],
      ("train.csv:8", "'text' is empty: '   ' holds no token")),

@@ -106,6 +106,29 @@ def not_utf8(path: str | os.PathLike) -> BertkitError:
     return BertkitError(f"{path} is not UTF-8 text: {where}; convert it to UTF-8 (e.g. iconv -t UTF-8)")
 
 
+class NotStandardJson(ValueError):
+    """What Python's json module reads but JSON is not: a key repeated in one object, NaN or Infinity."""
+
+
+def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for key, value in pairs:
+        if key in out:  # json.loads would keep the last value without a word
+            raise NotStandardJson(f"an object holds the key {key!r} twice")
+        out[key] = value
+    return out
+
+
+def _no_constant(name: str) -> Any:  # an id read as NaN would be written back out as no JSON at all
+    raise NotStandardJson(f"{name} is not a JSON number")
+
+
+def standard_json(text: str | bytes, **kwargs: Any) -> Any:
+    """``json.loads`` of standard JSON: a repeated key, NaN and Infinity raise ``NotStandardJson`` (the user's files
+    and the server's bodies read alike)."""
+    return json.loads(text, object_pairs_hook=_unique_keys, parse_constant=_no_constant, **kwargs)
+
+
 def read_json_object(path: str | os.PathLike, fix: str) -> dict[str, Any]:
     """A JSON file that must hold an object (a config, a manifest), or the error naming the file and ``fix``."""
     path = Path(path)

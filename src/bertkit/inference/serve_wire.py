@@ -13,7 +13,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from bertkit.errors import BertkitError
+from bertkit.errors import BertkitError, NotStandardJson, standard_json
 from bertkit.inference.options import BOOL, Rule, int_in, refusal
 from bertkit.settings.inference import RequestLimits
 
@@ -118,19 +118,6 @@ def _depth_and_surrogate(value: Any) -> tuple[int, str | None]:
     return deepest, half
 
 
-def _object(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
-    out: dict[str, Any] = {}
-    for key, value in pairs:
-        if key in out:  # json.loads would keep the last one silently
-            raise RequestError(400, f"the body is not valid: an object holds the key {key!r} twice")
-        out[key] = value
-    return out
-
-
-def _constant(name: str) -> Any:
-    raise RequestError(400, f"the body is not valid JSON: {name} is not a JSON number")
-
-
 def _integer(text: str) -> int:
     # Python refuses an integer of over 4,300 digits from inside json (a 500), and one without that limit takes
     # quadratic time on it: refused here, before int() sees it.
@@ -143,8 +130,8 @@ def _integer(text: str) -> int:
 def load_json(body: bytes, limits: Limits) -> Any:
     """The body's JSON: strict (no key twice, no NaN, no lone surrogate), and nested at most max_json_depth deep."""
     try:
-        data = json.loads(body, object_pairs_hook=_object, parse_constant=_constant, parse_int=_integer)
-    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        data = standard_json(body, parse_int=_integer)
+    except (NotStandardJson, json.JSONDecodeError, UnicodeDecodeError) as e:
         raise RequestError(400, f"the body is not valid JSON: {e}") from None
     except RecursionError:  # Python's parser recurses once per level and gives up near 1,000
         depth = "about 1,000 or more"

@@ -15,7 +15,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, BinaryIO
 
-from bertkit.errors import BertkitError
+from bertkit.errors import BertkitError, NotStandardJson, standard_json
 from bertkit.tokenization.textfiles import refuse_lone_carriage_returns
 
 FORMATS = ("jsonl", "csv", "tsv", "text")
@@ -34,23 +34,6 @@ def file_format(path: Path, input_format: str = "auto") -> str:
         raise BertkitError(f"{path}: cannot tell the format from the suffix {path.suffix or '(none)'!r}; pass "
                            f"--input-format ({', '.join(FORMATS)}) or name the file {', '.join(SUFFIXES)}")
     return SUFFIXES[path.suffix.lower()]
-
-
-class _NotJson(Exception):
-    """What Python's json module reads but JSON is not; raised by its hooks, named with the file and line."""
-
-
-def _object(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
-    out: dict[str, Any] = {}
-    for key, value in pairs:
-        if key in out:  # json.loads would keep the last value silently, as a CSV header naming a column twice
-            raise _NotJson(f"an object holds the key {key!r} twice")
-        out[key] = value
-    return out
-
-
-def _constant(name: str) -> Any:  # NaN, Infinity: an id read as NaN would be written out as no JSON at all
-    raise _NotJson(f"{name} is not a JSON value")
 
 
 # Columns that hold one text of a pair in common files: one beside the text a command reads, unused, is almost
@@ -197,8 +180,8 @@ def read_records(path: Path, fmt: str, max_line_bytes: int = MAX_LINE_BYTES) -> 
                 yield line, text
                 continue
             try:
-                yield line, json.loads(text, object_pairs_hook=_object, parse_constant=_constant)
-            except _NotJson as e:
+                yield line, standard_json(text)
+            except NotStandardJson as e:
                 raise BertkitError(f"{path}:{line}: not valid JSON ({e}); write it as standard JSON") from None
             except json.JSONDecodeError as e:
                 lines = ("; the file must be JSON lines, one value per line, not a JSON document spread over lines"
