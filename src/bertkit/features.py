@@ -15,7 +15,7 @@ import os
 import re
 import time
 import uuid
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
@@ -23,7 +23,7 @@ from typing import Any, Literal
 import numpy as np
 import torch
 
-from bertkit.errors import BertkitError, MissingFileError
+from bertkit.errors import BertkitError, MissingFileError, NonFiniteError
 from bertkit.inference import runner
 from bertkit.inference.runner import plan_batches
 from bertkit.modeling import BertModel
@@ -348,7 +348,8 @@ def extract_features(
     prompt = form.prompt if prompt is None else prompt
     lowercase = form.lowercase if lowercase is None else lowercase
     max_seq_length = max_seq_length_for(max_seq_length, form, tokenizer, model.config.max_position_embeddings)
-    _check_request(model, out, dtype, max_seq_length, texts)
+    texts = _check_request(model, out, dtype, max_seq_length, texts,
+                           {"batch_size": batch_size, "chunk_size": chunk_size, "max_shard_bytes": max_shard_bytes})
     layers = layer_indices(layers)  # the names written: plain ints (numpy's too), for json
     positions = resolve_layers(layers, model.config.num_hidden_layers + 1)
     # as pipelines run it: bf16 checked, on the CPU the copy made for inference, the model passed in left as it is
@@ -438,22 +439,30 @@ def _report(files: Sequence[Path], encoded: Sequence[dict], layers: Sequence[int
             "processes": world, "seconds": round(seconds, 1), "tokens_per_s": round(n_tokens / max(seconds, 1e-9), 1)}
 
 
-def _check_request(model: BertModel, out: Path, dtype: str, max_seq_length: int,
-                   texts: Sequence[tuple[str, str | None]]) -> None:
+def _check_request(model: BertModel, out: Path, dtype: str, max_seq_length: int, texts: Iterable[Any],
+                   sizes: dict[str, Any]) -> list[tuple[str, str | None]]:
+    """``texts`` as a list (a generator is read once, here), or an error naming the first bad argument."""
     if out.suffix not in (".jsonl", ".safetensors"):
         raise BertkitError(f"output {out} must end in .jsonl (google's JSON lines) or .safetensors (tensors)")
-    if dtype not in ("float32", "float16"):
+    if not isinstance(dtype, str) or dtype not in ("float32", "float16"):  # np.dtype("float16") == "float16"
         raise BertkitError(f"dtype {dtype!r} must be 'float32' or 'float16'")
+    bad_size = next((k for k, v in sizes.items() if isinstance(v, bool) or not isinstance(v, (int, np.integer))
+                     or v < 1), None)
+    if bad_size is not None:
+        raise BertkitError(f"{bad_size} {sizes[bad_size]!r} must be a whole number of at least 1")
     model.config.check_sequence_length(max_seq_length, "max_seq_length")
+    texts = list(texts)
     # a bare string would unpack into a pair of its two characters ("hi": "h" ||| "i"), or fail half-way
-    bad = next((k for k, text in enumerate(texts) if isinstance(text, str) or len(text) != 2), None)
+    bad = next((k for k, text in enumerate(texts) if not isinstance(text, (tuple, list)) or len(text) != 2
+                or not isinstance(text[0], str) or not isinstance(text[1], (str, type(None)))), None)
     if bad is not None:
-        raise BertkitError(f"texts[{bad}] is {texts[bad]!r}, not a (text_a, text_b or None) pair; pass a text alone "
-                           "as (text, None) (read_texts(path) reads a file into these pairs)")
+        raise BertkitError(f"texts[{bad}] is {texts[bad]!r}, not a (text_a, text_b or None) pair of str; pass a text "
+                           "alone as (text, None) (read_texts(path) reads a file into these pairs)")
     need = 3 if any(b is not None for _, b in texts) else 2  # [CLS] a [SEP] (b [SEP]), even with no text left
     if max_seq_length < need:
         raise BertkitError(f"max_seq_length {max_seq_length} leaves no room for the {need} special tokens of "
                            f"{'a pair (text_a ||| text_b)' if need == 3 else 'a text'}; use at least {need}")
+    return texts
 
 
 def _plan_output(out: Path, encoded: Sequence[dict], per_token_bytes: int, max_shard_bytes: int, chunk_size: int,
@@ -478,7 +487,23 @@ def _write_jsonl(out: Path, units: list[list[int]], states_of: Callable[[int, in
             for i in unit:
                 tokens = tokenizer.convert_ids_to_tokens(encoded[i]["input_ids"])
                 # float16: the values a .safetensors output holds, read back exactly as float32
-                f.write(_jsonl_line(i, tokens, states[i].astype(np_dtype).astype(np.float32), layers))
+                f.write(_jsonl_line(i, tokens, _written(i, states[i], layers, np_dtype).astype(np.float32), layers))
+
+
+def _written(i: int, states: np.ndarray, layers: Sequence[int], np_dtype: np.dtype) -> np.ndarray:
+    """Line ``i``'s float32 ``states`` as written (``np_dtype``), or an error naming the line and layer: a NaN would be
+    ``nan`` in the .jsonl (no JSON), a float16 value past 65504 inf."""
+    with np.errstate(over="ignore"):
+        cast = states.astype(np_dtype)
+    finite = np.isfinite(cast).reshape(len(layers), -1).all(1)
+    if finite.all():
+        return cast
+    k = int(np.argmin(finite))
+    where = f"line {i} (0-based, input order): layer {layers[k]} holds"
+    if np.isfinite(states[k]).all():
+        raise NonFiniteError(f"{where} values past float16's range (largest {np.abs(states[k]).max():.1e}); write "
+                             "float32 (dtype='float32', --dtype float32)")
+    raise NonFiniteError(f"{where} NaN or infinite values: the model's weights are broken; nothing was written")
 
 
 def _write_safetensors(files: list[Path], plan: list[range], units: list[list[list[int]]],
@@ -501,7 +526,7 @@ def _write_shard(tmp: Path, shard: range, units: list[list[int]], p: int,
     chunks = []
     for u, unit in enumerate(units):
         states = states_of(p, u)
-        chunks += [states[i].astype(np_dtype) for i in unit]
+        chunks += [_written(i, states[i], layers, np_dtype) for i in unit]
     shard_lengths = np.asarray([len(encoded[i]["input_ids"]) for i in shard], dtype=np.int64)
     # (0, H) for no lines (an empty input file): a shard of zero lines, as the .jsonl is a file of none
     empty = np.zeros((0, int(meta["hidden_size"])), np_dtype)
@@ -547,12 +572,20 @@ def read_features(path: str | os.PathLike) -> Iterator[dict[str, Any]]:
     """Yield ``{"line_index", "tokens" (jsonl) or "input_ids" (safetensors), "layers": {index: (T, H)}}`` from
     what ``extract_features`` wrote to ``path`` (its shards found by name), the layers in the order extracted."""
     path = Path(path)
+    if path.suffix not in (".jsonl", ".safetensors"):
+        raise BertkitError(f"{path}: read_features reads the .jsonl or .safetensors files extract_features writes")
     if path.suffix == ".jsonl":
         if not path.is_file():
             raise MissingFileError(f"features file not found: {path}")
         with open(path, encoding="utf-8") as f:
-            for line in f:
-                obj = json.loads(line)
+            for number, line in enumerate(f, 1):
+                try:
+                    obj = json.loads(line)
+                except json.JSONDecodeError:
+                    obj = None
+                if not isinstance(obj, dict) or not {"linex_index", "features"} <= obj.keys():
+                    raise BertkitError(f"{path}:{number} is not a line of extracted features (no 'linex_index' and "
+                                       "'features', as extract_features and google's extract_features.py write)")
                 feats = obj["features"]
                 names = [layer["index"] for layer in feats[0]["layers"]] if feats else []
                 yield {"line_index": obj["linex_index"], "tokens": [t["token"] for t in feats],
@@ -563,10 +596,13 @@ def read_features(path: str | os.PathLike) -> Iterator[dict[str, Any]]:
 
     shards = _one_output(path)
     for shard in shards:
+        meta = _shard_meta(shard)
+        if meta.get("format") != "bertkit-features":
+            raise BertkitError(f"{shard} holds no extracted features (its metadata has no 'bertkit-features', which "
+                               "extract_features writes); pass the .safetensors file extract_features wrote")
         t = load_file(str(shard))
         # in the order asked for, as the .jsonl has them (the file holds its tensors sorted by name)
-        names = json.loads(_shard_meta(shard).get("layers", "[]")) or [int(k.split(".", 1)[1]) for k in t
-                                                                      if k.startswith("layer.")]
+        names = json.loads(meta["layers"])
         offsets = t["offsets"]
         for j, line in enumerate(t["line_index"].tolist()):
             a, b = int(offsets[j]), int(offsets[j + 1])

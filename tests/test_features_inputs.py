@@ -1,0 +1,108 @@
+"""What ``extract_features`` and ``read_features`` take from Python: texts as any iterable, sizes, dtypes and
+paths checked before any work, and states that are no numbers (NaN, or float16 overflow) never written."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+import torch
+
+from bertkit import BertModel, BertTokenizer
+from bertkit import features as fx
+from bertkit.errors import BertkitError, NonFiniteError
+
+WORDS = "[PAD] [UNK] [CLS] [SEP] [MASK] hello world the quick fox".split()
+TEXTS = [("hello world", None), ("the quick fox", "hello")]
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory, tiny_checkpoint) -> tuple[BertModel, BertTokenizer]:
+    tok = BertTokenizer({t: i for i, t in enumerate(WORDS)})
+    d = tiny_checkpoint(tmp_path_factory.mktemp("tiny_encoder"), tokenizer=tok, num_hidden_layers=2)
+    return BertModel.from_pretrained(d), tok
+
+
+def test_texts_from_a_generator_are_all_extracted(tiny, tmp_path):
+    """Was: the check of the texts used the generator up, so the file held no line (and the report said 0 lines)
+    where the same texts as a list gave two."""
+    model, tok = tiny
+    listed = fx.extract_features(model, tok, TEXTS, tmp_path / "list.jsonl", layers=[-1], progress=False)
+    generated = fx.extract_features(model, tok, (t for t in TEXTS), tmp_path / "gen.jsonl", layers=[-1],
+                                    progress=False)
+    assert (listed["lines"], generated["lines"], generated["tokens"]) == (2, 2, listed["tokens"])
+    assert (tmp_path / "gen.jsonl").read_bytes() == (tmp_path / "list.jsonl").read_bytes()
+
+
+@pytest.mark.parametrize("texts, shown", [([(None, None)], r"\(None, None\)"), ([("a", b"b")], r"\('a', b'b'\)"),
+                                          ([(b"a", None)], r"\(b'a', None\)")])
+def test_a_text_that_is_no_str_is_refused_by_position(tiny, tmp_path, texts, shown):
+    """Was: TypeError "can only concatenate str (not "NoneType") to str" from inside the encoding."""
+    model, tok = tiny
+    with pytest.raises(BertkitError, match=rf"texts\[0\] is {shown}, not a \(text_a, text_b or None\) pair of str"):
+        fx.extract_features(model, tok, texts, tmp_path / "f.jsonl", progress=False)
+    assert not list(tmp_path.iterdir())
+
+
+@pytest.mark.parametrize("option, value", [("batch_size", 0), ("batch_size", -3), ("chunk_size", 0),
+                                           ("max_shard_bytes", -1), ("batch_size", 2.0)])
+def test_sizes_below_one_are_refused(tiny, tmp_path, option, value):
+    """Was: batch_size 0 or -3 ran one line per batch without a word, chunk_size 0 failed with range()'s "arg 3 must
+    not be zero", max_shard_bytes -1 wrote one shard per line."""
+    model, tok = tiny
+    with pytest.raises(BertkitError, match=rf"{option} {value!r} must be a whole number of at least 1"):
+        fx.extract_features(model, tok, TEXTS, tmp_path / "f.safetensors", progress=False, **{option: value})
+    assert not list(tmp_path.iterdir())
+
+
+def test_a_numpy_dtype_is_refused_naming_the_strings(tiny, tmp_path):
+    """Was: np.dtype("float16") passed the check (it equals "float16") and failed in safetensors' metadata with
+    "'Float16DType' object is not an instance of 'str'"."""
+    model, tok = tiny
+    with pytest.raises(BertkitError, match=r"dtype dtype\('float16'\) must be 'float32' or 'float16'"):
+        fx.extract_features(model, tok, TEXTS, tmp_path / "f.safetensors", dtype=np.dtype("float16"), progress=False)
+
+
+def _broken(model: BertModel, value: float) -> BertModel:
+    broken = BertModel(model.config)
+    broken.load_state_dict(model.state_dict())
+    with torch.no_grad():
+        broken.encoder.layer[-1].output.LayerNorm.weight[1] = value
+    return broken.eval()
+
+
+@pytest.mark.parametrize("suffix", [".jsonl", ".safetensors"])
+def test_states_that_are_no_numbers_are_refused_and_the_earlier_output_kept(tiny, tmp_path, suffix):
+    """Was: a NaN state was written as `nan` (a .jsonl then no JSON: read_features failed with "Expecting value"),
+    and float16 states past 65504 as inf, with only numpy's overflow warning."""
+    model, tok = tiny
+    out = tmp_path / f"f{suffix}"
+    fx.extract_features(model, tok, TEXTS, out, layers=[-1], progress=False)
+    before = out.read_bytes()
+    with pytest.raises(NonFiniteError, match=r"line 0 \(0-based, input order\): layer -1 holds NaN or infinite "
+                                             r"values: the model's weights are broken; nothing was written"):
+        fx.extract_features(_broken(model, float("nan")), tok, TEXTS, out, layers=[0, -1], progress=False,
+                            overwrite=True)
+    with pytest.raises(NonFiniteError, match=r"line 0 \(0-based, input order\): layer -1 holds values past "
+                                             r"float16's range \(largest \d\.\de\+0\d\); write float32"):
+        fx.extract_features(_broken(model, 1e6), tok, TEXTS, out, layers=[-1], dtype="float16", progress=False,
+                            overwrite=True)
+    assert out.read_bytes() == before and [p.name for p in tmp_path.iterdir()] == [out.name]
+
+
+def test_reading_a_file_that_holds_no_features_names_it(tiny, tmp_path):
+    """Was: a .txt read as safetensors ("header too large"), a model.safetensors gave KeyError 'offsets', another
+    command's .jsonl KeyError 'features'."""
+    model, _ = tiny
+    (tmp_path / "notes.txt").write_text("hello\n")
+    with pytest.raises(BertkitError, match=r"notes\.txt: read_features reads the \.jsonl or \.safetensors"):
+        list(fx.read_features(tmp_path / "notes.txt"))
+    model.save_pretrained(tmp_path / "ckpt")
+    with pytest.raises(BertkitError, match=r"model\.safetensors holds no extracted features \(its metadata has no "
+                                           "'bertkit-features'"):
+        list(fx.read_features(tmp_path / "ckpt" / "model.safetensors"))
+    (tmp_path / "preds.jsonl").write_text(json.dumps({"id": 0, "label": "POSITIVE"}) + "\n")
+    with pytest.raises(BertkitError, match=r"preds\.jsonl:1 is not a line of extracted features \(no 'linex_index' "
+                                           "and 'features'"):
+        list(fx.read_features(tmp_path / "preds.jsonl"))
