@@ -106,3 +106,13 @@ def test_reading_a_file_that_holds_no_features_names_it(tiny, tmp_path):
     with pytest.raises(BertkitError, match=r"preds\.jsonl:1 is not a line of extracted features \(no 'linex_index' "
                                            "and 'features'"):
         list(fx.read_features(tmp_path / "preds.jsonl"))
+
+
+def test_a_file_of_a_byte_order_mark_alone_is_an_empty_input(tmp_path):
+    """Was: read as one blank line, so extracting an empty file an editor saved with a BOM wrote one record
+    ([CLS] [SEP]) where the same file without it wrote none. A BOM before a line is still no part of it."""
+    cases = {b"\xef\xbb\xbf": [], b"": [], b"\xef\xbb\xbf\n": [("", None)], b"\xef\xbb\xbfhi ||| there\r\n\n":
+             [("hi", "there"), ("", None)]}
+    for k, (raw, texts) in enumerate(cases.items()):
+        (tmp_path / f"{k}.txt").write_bytes(raw)
+        assert fx.read_texts(tmp_path / f"{k}.txt") == texts, raw

@@ -78,6 +78,8 @@ class _Lines:
         offset, self.offset = self.offset, self.offset + len(raw)
         if self.number == 1 and raw.startswith(codecs.BOM_UTF8):  # a byte-order mark is not part of the first record
             raw, offset = raw[len(codecs.BOM_UTF8):], offset + len(codecs.BOM_UTF8)
+            if not raw:  # nor a line: a file of the mark alone is an empty file an editor saved
+                raise StopIteration
         if self.number == 1:  # before the length check: such a file is one line
             refuse_lone_carriage_returns(raw, f"{self.path}:1")
         nul = raw.find(b"\0")
