@@ -22,7 +22,7 @@ SRC = Path(__file__).resolve().parents[1] / "src" / "bertkit"
 # (test_settings_are_plain_data below); a device or a server's limits are decided by the command that runs.
 LAYERS = [
     ("cli", "__main__", "demo", "cli_flags"),
-    ("training", "inference", "features", "settings", "sentence"),
+    ("training", "inference", "features", "feature_files", "settings", "sentence"),
     ("tasks", "data", "auto"),
     ("heads", "quantization"),
     ("modeling",),
@@ -93,7 +93,7 @@ def test_every_module_sits_in_a_layer():
         if module != "bertkit":
             _layer(module)
     # the recipes' modules that one might expect elsewhere
-    recipes = LAYERS.index(("training", "inference", "features", "settings", "sentence"))
+    recipes = LAYERS.index(("training", "inference", "features", "feature_files", "settings", "sentence"))
     for module in ("bertkit.training.distributed", "bertkit.features", "bertkit.inference.pipelines",
                    "bertkit.inference.export", "bertkit.training.feature_study"):
         assert _layer(module) == recipes, module

@@ -1,21 +1,17 @@
 """The feature-based approach (paper section 5.3): frozen per-layer activations, out to disk or into a tagger.
 
-``extract_features`` is google-research/bert's ``extract_features.py``; docs/token-tasks.md
-("bertkit extract-features") gives the formats and where they differ from google's. The paper's Table 7 study
-is ``training/feature_study.py``.
+``extract_features`` is google-research/bert's ``extract_features.py``: which texts, tokens and layers, computed
+how; ``feature_files`` writes them and reads them back. docs/token-tasks.md ("bertkit extract-features") gives the
+formats and where they differ from google's. The paper's Table 7 study is ``training/feature_study.py``.
 """
 
 from __future__ import annotations
 
-import contextlib
-import glob
-import json
 import logging
 import os
 import re
 import time
-import uuid
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
@@ -23,11 +19,20 @@ from typing import Any, Literal
 import numpy as np
 import torch
 
-from bertkit.errors import BertkitError, MissingFileError, NonFiniteError
+from bertkit.errors import BertkitError, MissingFileError
+from bertkit.feature_files import (
+    existing_output,
+    is_feature_shard,
+    read_features,
+    safetensors_meta,
+    shard_paths,
+    shard_plan,
+    write_jsonl,
+    write_safetensors,
+)
 from bertkit.inference import runner
 from bertkit.inference.runner import plan_batches
 from bertkit.modeling import BertModel
-from bertkit.outputs import atomic_target, atomic_write
 from bertkit.padding import pad_batch
 from bertkit.runs import refuse_existing_file
 
@@ -262,50 +267,6 @@ def run_batches(model: BertModel, encoded: Sequence[dict], batches: Sequence[Seq
                               device=device, bar=bar, bf16=bf16)
 
 
-def _values(vec: np.ndarray) -> str:
-    # 9 significant digits: the shortest width at which every float32 reads back exactly.
-    return ",".join(map("{:.9g}".format, vec.tolist()))
-
-
-def _jsonl_line(line_index: int, tokens: list[str], states: np.ndarray, layer_names: Sequence[int]) -> str:
-    feats = []
-    for t, token in enumerate(tokens):
-        layers = ",".join(f'{{"index":{name},"values":[{_values(states[k, t])}]}}'
-                          for k, name in enumerate(layer_names))
-        feats.append(f'{{"token":{json.dumps(token)},"layers":[{layers}]}}')
-    return f'{{"linex_index":{line_index},"features":[{",".join(feats)}]}}\n'
-
-
-def _shard_plan(lengths: Sequence[int], per_token_bytes: int, max_shard_bytes: int) -> list[range]:
-    """Consecutive line ranges of at most ``max_shard_bytes`` each (a single larger line gets its own)."""
-    shards, start, size = [], 0, 0
-    for i, n in enumerate(lengths):
-        if size and size + n * per_token_bytes > max_shard_bytes:
-            shards.append(range(start, i))
-            start, size = i, 0
-        size += n * per_token_bytes
-    shards.append(range(start, len(lengths)))
-    return shards
-
-
-def shard_paths(out: Path, n: int) -> list[Path]:
-    """``out`` itself for one shard; ``stem-00001-of-0000n.safetensors`` (the Hugging Face naming) for several."""
-    if n == 1:
-        return [out]
-    return [out.with_name(f"{out.stem}-{k + 1:05d}-of-{n:05d}{out.suffix}") for k in range(n)]
-
-
-def existing_output(out: Path) -> list[Path]:
-    """What an earlier extraction to ``out`` left: ``out`` itself and, for .safetensors, every shard named after it
-    (in whatever number of shards), sorted."""
-    found = [out] if out.exists() or out.is_symlink() else []
-    if out.suffix == ".safetensors":
-        shard = re.compile(rf"{re.escape(out.stem)}-\d{{5}}-of-\d{{5}}{re.escape(out.suffix)}")
-        found += sorted(p for p in out.parent.glob(f"{glob.escape(out.stem)}-*-of-*{out.suffix}")
-                        if shard.fullmatch(p.name))
-    return found
-
-
 def extract_features(
     model: BertModel,
     tokenizer: Any,
@@ -366,7 +327,7 @@ def extract_features(
     # replaced or removed at the end: beside ``out`` itself (the name given), only an extraction's own shards, never
     # a user's file at a shard's name, whether this run writes that name again or not
     for path in earlier:
-        if (path != out or out not in files) and not _is_feature_shard(path):
+        if (path != out or out not in files) and not is_feature_shard(path):
             raise BertkitError(f"{path} is named as a shard of {out.name} but is not one bertkit wrote (no "
                                "'bertkit-features' metadata); move it away or choose another output file")
     rank, world = current().rank, current().world_size
@@ -394,42 +355,16 @@ def extract_features(
                 states_of(p, u)
         return {"rank": rank, "lines": sum(len(b) for part in batches for unit in part for b in unit[rank::world])}
     if out.suffix == ".jsonl":
-        _write_jsonl(out, units[0], states_of, encoded, tokenizer, layers, np.dtype(dtype))
+        write_jsonl(out, units[0], states_of, encoded, tokenizer, layers, np.dtype(dtype))
     else:
-        _write_safetensors(files, plan, units, states_of, encoded, layers, np.dtype(dtype),
-                           _safetensors_meta(layers, dtype, model.config.hidden_size, max_seq_length,
+        write_safetensors(files, plan, units, states_of, encoded, layers, np.dtype(dtype),
+                           safetensors_meta(layers, dtype, model.config.hidden_size, max_seq_length,
                                              prompt, lowercase))
     for path in set(earlier) - set(files):  # the earlier output's other shards, once the new ones are in place:
-        if _is_feature_shard(path):  # checked again, so a file put there during the run is kept
+        if is_feature_shard(path):  # checked again, so a file put there during the run is kept
             path.unlink(missing_ok=True)
     bar.close()
     return _report(files, encoded, layers, world, time.perf_counter() - t0)
-
-
-def _is_feature_shard(path: Path) -> bool:
-    """Whether ``path`` is a safetensors file an extraction wrote (its metadata says ``bertkit-features``)."""
-    return _shard_meta(path).get("format") == "bertkit-features"
-
-
-def _shard_meta(path: Path) -> dict[str, str]:
-    """The metadata of the safetensors file ``path`` ({} if it is none)."""
-    from safetensors import SafetensorError, safe_open
-
-    try:
-        with safe_open(str(path), framework="np") as f:
-            return f.metadata() or {}
-    except (SafetensorError, OSError):
-        return {}
-
-
-def _safetensors_meta(layers: Sequence[int], dtype: str, hidden_size: int, max_seq_length: int, prompt: str,
-                      lowercase: bool) -> dict[str, str]:
-    # "extraction" tells one extraction's shards from another's of the same names: the shards are renamed into place
-    # one by one, so a kill in between leaves some of each (``_one_output`` refuses to read them as one)
-    # "prompt" and "lowercase" say which text of each line the states are of (a sentence-transformers directory's)
-    return {"format": "bertkit-features", "layers": json.dumps(list(layers)), "dtype": dtype,
-            "hidden_size": str(hidden_size), "max_seq_length": str(max_seq_length), "prompt": prompt,
-            "lowercase": json.dumps(lowercase), "extraction": uuid.uuid4().hex}
 
 
 def _report(files: Sequence[Path], encoded: Sequence[dict], layers: Sequence[int], world: int,
@@ -471,143 +406,12 @@ def _plan_output(out: Path, encoded: Sequence[dict], per_token_bytes: int, max_s
     if out.suffix == ".jsonl":
         plan = [range(len(encoded))]
     else:
-        plan = _shard_plan([len(e["input_ids"]) for e in encoded], per_token_bytes, max_shard_bytes)
+        plan = shard_plan([len(e["input_ids"]) for e in encoded], per_token_bytes, max_shard_bytes)
     files = [out] if out.suffix == ".jsonl" else shard_paths(out, len(plan))
     units = [[list(range(a, min(a + chunk_size, part.stop))) for a in range(part.start, part.stop, chunk_size)]
              for part in plan]
     batches = [[length_batches(encoded, unit, batch_size) for unit in part] for part in units]
     return plan, files, units, batches
-
-
-def _write_jsonl(out: Path, units: list[list[int]], states_of: Callable[[int, int], dict[int, np.ndarray]],
-                 encoded: Sequence[dict], tokenizer: Any, layers: Sequence[int], np_dtype: np.dtype) -> None:
-    with atomic_write(out) as f:
-        for u, unit in enumerate(units):
-            states = states_of(0, u)
-            for i in unit:
-                tokens = tokenizer.convert_ids_to_tokens(encoded[i]["input_ids"])
-                # float16: the values a .safetensors output holds, read back exactly as float32
-                f.write(_jsonl_line(i, tokens, _written(i, states[i], layers, np_dtype).astype(np.float32), layers))
-
-
-def _written(i: int, states: np.ndarray, layers: Sequence[int], np_dtype: np.dtype) -> np.ndarray:
-    """Line ``i``'s float32 ``states`` as written (``np_dtype``), or an error naming the line and layer: a NaN would be
-    ``nan`` in the .jsonl (no JSON), a float16 value past 65504 inf."""
-    with np.errstate(over="ignore"):
-        cast = states.astype(np_dtype)
-    finite = np.isfinite(cast).reshape(len(layers), -1).all(1)
-    if finite.all():
-        return cast
-    k = int(np.argmin(finite))
-    where = f"line {i} (0-based, input order): layer {layers[k]} holds"
-    if np.isfinite(states[k]).all():
-        raise NonFiniteError(f"{where} values past float16's range (largest {np.abs(states[k]).max():.1e}); write "
-                             "float32 (dtype='float32', --dtype float32)")
-    raise NonFiniteError(f"{where} NaN or infinite values: the model's weights are broken; nothing was written")
-
-
-def _write_safetensors(files: list[Path], plan: list[range], units: list[list[list[int]]],
-                       states_of: Callable[[int, int], dict[int, np.ndarray]], encoded: Sequence[dict],
-                       layers: Sequence[int], np_dtype: np.dtype, meta: dict[str, str]) -> None:
-    # Every shard is written beside its name and all are renamed into place at the end: a kill while the states are
-    # computed leaves the earlier output whole, not its first shards replaced by this run's.
-    with contextlib.ExitStack() as placed:
-        for p, (shard, path) in enumerate(zip(plan, files)):
-            _write_shard(placed.enter_context(atomic_target(path)), shard, units[p], p, states_of, encoded, layers,
-                         np_dtype, meta)
-
-
-def _write_shard(tmp: Path, shard: range, units: list[list[int]], p: int,
-                 states_of: Callable[[int, int], dict[int, np.ndarray]], encoded: Sequence[dict],
-                 layers: Sequence[int], np_dtype: np.dtype, meta: dict[str, str]) -> None:
-    """Shard ``p`` (the lines ``shard``) written to ``tmp``."""
-    from safetensors.numpy import save_file
-
-    chunks = []
-    for u, unit in enumerate(units):
-        states = states_of(p, u)
-        chunks += [_written(i, states[i], layers, np_dtype) for i in unit]
-    shard_lengths = np.asarray([len(encoded[i]["input_ids"]) for i in shard], dtype=np.int64)
-    # (0, H) for no lines (an empty input file): a shard of zero lines, as the .jsonl is a file of none
-    empty = np.zeros((0, int(meta["hidden_size"])), np_dtype)
-    tensors = {f"layer.{name}": np.ascontiguousarray(np.concatenate([c[k] for c in chunks] or [empty], 0))
-               for k, name in enumerate(layers)}
-    for key in ("input_ids", "token_type_ids"):
-        tensors[key] = np.asarray([t for i in shard for t in encoded[i][key]], dtype=np.int64)
-    tensors["offsets"] = np.concatenate([[0], np.cumsum(shard_lengths)]).astype(np.int64)
-    tensors["line_index"] = np.arange(shard.start, shard.stop, dtype=np.int64)
-    save_file(tensors, str(tmp), metadata=meta)
-
-
-def _one_output(path: Path) -> list[Path]:
-    """The files of the one output at ``path`` (.safetensors): itself, or all its shards; two outputs' files at once
-    (what a kill between placing a new output and removing the earlier one's other shards leaves) are refused."""
-    found = existing_output(path)
-    if not found:
-        raise MissingFileError(f"no features at {path} (nor shards {path.stem}-*-of-*{path.suffix})")
-    shards = [p for p in found if p != path]
-    if len(found) > 1 and len(shards) < len(found):
-        raise BertkitError(f"{path} and its shards {', '.join(p.name for p in shards)} are two extractions' outputs; "
-                           "remove the one you do not want, or extract again with overwrite")
-    if shards:
-        counts = sorted({p.stem.rpartition("-of-")[2] for p in shards})
-        want = shard_paths(path, int(counts[-1]))
-        if len(counts) > 1 or shards != want:
-            missing = [p.name for p in want if p not in shards]
-            raise BertkitError(f"the shards of {path} are not one extraction's: {', '.join(p.name for p in shards)}"
-                               + (f" ({', '.join(missing)} is missing)" if missing else "")
-                               + "; remove the ones you do not want, or extract again with overwrite")
-    runs: dict[str | None, list[str]] = {}
-    for p in shards:
-        runs.setdefault(_shard_meta(p).get("extraction"), []).append(p.name)
-    if len(runs) > 1:
-        one, *others = (", ".join(names) for names in runs.values())
-        raise BertkitError(f"the shards of {path} are of {len(runs)} extractions ({one} of one, {'; '.join(others)} "
-                           "of another): an overwrite of them was cut short, so neither is whole; extract again with "
-                           "overwrite")
-    return found
-
-
-def read_features(path: str | os.PathLike) -> Iterator[dict[str, Any]]:
-    """Yield ``{"line_index", "tokens" (jsonl) or "input_ids" (safetensors), "layers": {index: (T, H)}}`` from
-    what ``extract_features`` wrote to ``path`` (its shards found by name), the layers in the order extracted."""
-    path = Path(path)
-    if path.suffix not in (".jsonl", ".safetensors"):
-        raise BertkitError(f"{path}: read_features reads the .jsonl or .safetensors files extract_features writes")
-    if path.suffix == ".jsonl":
-        if not path.is_file():
-            raise MissingFileError(f"features file not found: {path}")
-        with open(path, encoding="utf-8") as f:
-            for number, line in enumerate(f, 1):
-                try:
-                    obj = json.loads(line)
-                except json.JSONDecodeError:
-                    obj = None
-                if not isinstance(obj, dict) or not {"linex_index", "features"} <= obj.keys():
-                    raise BertkitError(f"{path}:{number} is not a line of extracted features (no 'linex_index' and "
-                                       "'features', as extract_features and google's extract_features.py write)")
-                feats = obj["features"]
-                names = [layer["index"] for layer in feats[0]["layers"]] if feats else []
-                yield {"line_index": obj["linex_index"], "tokens": [t["token"] for t in feats],
-                       "layers": {n: np.asarray([t["layers"][k]["values"] for t in feats], dtype=np.float32)
-                                  for k, n in enumerate(names)}}
-        return
-    from safetensors.numpy import load_file
-
-    shards = _one_output(path)
-    for shard in shards:
-        meta = _shard_meta(shard)
-        if meta.get("format") != "bertkit-features":
-            raise BertkitError(f"{shard} holds no extracted features (its metadata has no 'bertkit-features', which "
-                               "extract_features writes); pass the .safetensors file extract_features wrote")
-        t = load_file(str(shard))
-        # in the order asked for, as the .jsonl has them (the file holds its tensors sorted by name)
-        names = json.loads(meta["layers"])
-        offsets = t["offsets"]
-        for j, line in enumerate(t["line_index"].tolist()):
-            a, b = int(offsets[j]), int(offsets[j + 1])
-            yield {"line_index": line, "input_ids": t["input_ids"][a:b],
-                   "layers": {n: t[f"layer.{n}"][a:b] for n in names}}
 
 
 __all__ = ["read_texts", "text_form", "TextForm", "max_seq_length_for", "extract_features", "read_features",
