@@ -270,7 +270,7 @@ def run_batches(model: BertModel, encoded: Sequence[dict], batches: Sequence[Seq
 def extract_features(
     model: BertModel,
     tokenizer: Any,
-    texts: Sequence[tuple[str, str | None]],
+    texts: Iterable[tuple[str, str | None]],
     out: str | os.PathLike,
     *,
     layers: Sequence[int] = LAST_FOUR_LAYERS,
@@ -286,7 +286,8 @@ def extract_features(
     prompt: str | None = None,
     lowercase: bool | None = None,
 ) -> dict[str, Any]:
-    """Write the ``layers`` hidden states of every token of ``texts`` to ``out`` (.jsonl or .safetensors).
+    """Write the ``layers`` hidden states of every token of ``texts`` (``(text_a, text_b or None)`` pairs, a list or
+    any iterable: read once) to ``out`` (.jsonl or .safetensors).
 
     ``prompt`` (put before each text, its tokens written with the text's), ``lowercase`` and ``max_seq_length``
     left None are those of the sentence-transformers directory ``model`` was loaded from (``model.name_or_path``;
