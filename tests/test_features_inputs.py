@@ -116,3 +116,40 @@ def test_a_file_of_a_byte_order_mark_alone_is_an_empty_input(tmp_path):
     for k, (raw, texts) in enumerate(cases.items()):
         (tmp_path / f"{k}.txt").write_bytes(raw)
         assert fx.read_texts(tmp_path / f"{k}.txt") == texts, raw
+
+
+@pytest.mark.parametrize("value", ["false", "no"])
+def test_overwrite_that_is_no_bool_is_refused_and_the_file_kept(tiny, tmp_path, value):
+    """Was: overwrite="false" (a flag's text passed on) was read by its truthiness and replaced the user's file."""
+    model, tok = tiny
+    out = tmp_path / "f.jsonl"
+    out.write_text("mine")
+    with pytest.raises(BertkitError, match=rf"overwrite must be True or False, got {value!r}"):
+        fx.extract_features(model, tok, TEXTS, out, layers=[-1], progress=False, overwrite=value)
+    assert out.read_text() == "mine"
+
+
+def test_layers_from_a_generator_are_the_layers_and_none_among_them_is_named(tiny, tmp_path):
+    """Was: a generator of layers was used up by the check of its items ("give at least one layer index"), and
+    [-1, None] failed with int()'s TypeError (None was the check's own sentinel for "nothing wrong")."""
+    model, tok = tiny
+    fx.extract_features(model, tok, TEXTS, tmp_path / "f.jsonl", layers=(i for i in (-1, 0)), progress=False)
+    assert list(next(fx.read_features(tmp_path / "f.jsonl"))["layers"]) == [-1, 0]
+    with pytest.raises(BertkitError, match=r"layer None in layers=\[-1, None\] is not an integer index"):
+        fx.extract_features(model, tok, TEXTS, tmp_path / "g.jsonl", layers=[-1, None], progress=False)
+
+
+@pytest.mark.parametrize("option, value, match", [
+    ("max_seq_length", 8.0, r"max_seq_length 8\.0 must be a whole number of tokens"),
+    ("max_seq_length", "8", r"max_seq_length '8' must be a whole number of tokens"),
+    ("prompt", 1, r"prompt must be a str \(put before each text\), got 1"),
+    ("prompt", b"query: ", r"prompt must be a str \(put before each text\), got b'query: '"),
+    ("lowercase", "false", r"lowercase must be True or False, got 'false'"),
+])
+def test_a_length_prompt_or_lowercase_of_another_type_is_refused(tiny, tmp_path, option, value, match):
+    """Was: 8.0 failed in a slice ("slice indices must be integers"), "8" in a comparison, a prompt of another type in
+    a concatenation; lowercase="false" lowered every text (a cased model's states of other tokens)."""
+    model, tok = tiny
+    with pytest.raises(BertkitError, match=match):
+        fx.extract_features(model, tok, TEXTS, tmp_path / "f.jsonl", layers=[-1], progress=False, **{option: value})
+    assert not list(tmp_path.iterdir())

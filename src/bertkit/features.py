@@ -10,6 +10,7 @@ from __future__ import annotations
 import logging
 import os
 import re
+import sys
 import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
@@ -19,7 +20,7 @@ from typing import Any, Literal
 import numpy as np
 import torch
 
-from bertkit.errors import BertkitError, MissingFileError
+from bertkit.errors import BertkitError, MissingFileError, is_whole
 from bertkit.feature_files import (
     existing_output,
     is_feature_shard,
@@ -70,9 +71,11 @@ def layer_indices(layers: Sequence[int]) -> list[int]:
     if isinstance(layers, (str, bytes, int, np.integer)):
         raise BertkitError(f"layers={layers!r}: give a list of layer indices, e.g. layers=[-1, -2] (google's "
                            "--layers string '-1,-2' is [int(x) for x in s.split(',')])")
-    bad = next((i for i in layers if isinstance(i, (bool, np.bool_)) or not isinstance(i, (int, np.integer))), None)
+    layers = list(layers)  # a generator is read once
+    bad = next((k for k, i in enumerate(layers) if not is_whole(i, -sys.maxsize)), None)
     if bad is not None:
-        raise BertkitError(f"layer {bad!r} in layers={list(layers)!r} is not an integer index; give ints, e.g. [-1, -2]")
+        raise BertkitError(f"layer {layers[bad]!r} in layers={layers!r} is not an integer index; give ints, e.g. "
+                           "[-1, -2]")
     return [int(i) for i in layers]
 
 
@@ -187,6 +190,8 @@ def max_seq_length_for(given: int | None, form: TextForm, tokenizer: Any, positi
     tokenizer's model_max_length, where sentence-transformers 6 saves it, within the encoder's ``positions``), else
     google's 128. A ``given`` over the directory's is refused: its model never sees more of a text, and states of
     tokens past it attend to context its own vectors never had."""
+    if given is not None and not is_whole(given, -sys.maxsize):  # a size below 3 is named by extract_features
+        raise BertkitError(f"max_seq_length {given!r} must be a whole number of tokens (e.g. 128)")
     if not form.source:  # a plain checkpoint: google's default
         return MAX_SEQ_LENGTH if given is None else given
     declared = form.max_seq_length
@@ -211,6 +216,10 @@ def encode_texts(tokenizer: Any, texts: Sequence[tuple[str, str | None]], max_se
     in halves instead), and a b without tokens, given so or cut to none, is no segment (no second [SEP]).
     ``prompt`` goes before ``a`` and ``lowercase`` lowers both texts first, as sentence-transformers' encode does
     (``text_form``): the prompt's tokens are part of ``a``, written and cut with it."""
+    if not isinstance(prompt, str):
+        raise BertkitError(f"prompt must be a str (put before each text), got {prompt!r}")
+    if not isinstance(lowercase, (bool, np.bool_)):  # "false" would lower every text
+        raise BertkitError(f"lowercase must be True or False, got {lowercase!r}")
     encoded = []
     lower = lowercaser(tokenizer) if lowercase else None
     for a, b in texts:
@@ -382,8 +391,7 @@ def _check_request(model: BertModel, out: Path, dtype: str, max_seq_length: int,
         raise BertkitError(f"output {out} must end in .jsonl (google's JSON lines) or .safetensors (tensors)")
     if not isinstance(dtype, str) or dtype not in ("float32", "float16"):  # np.dtype("float16") == "float16"
         raise BertkitError(f"dtype {dtype!r} must be 'float32' or 'float16'")
-    bad_size = next((k for k, v in sizes.items() if isinstance(v, bool) or not isinstance(v, (int, np.integer))
-                     or v < 1), None)
+    bad_size = next((k for k, v in sizes.items() if not is_whole(v)), None)
     if bad_size is not None:
         raise BertkitError(f"{bad_size} {sizes[bad_size]!r} must be a whole number of at least 1")
     model.config.check_sequence_length(max_seq_length, "max_seq_length")

@@ -82,6 +82,8 @@ def refuse_existing_file(path: Path, overwrite: bool, flag: str = "--overwrite",
     """For commands whose output is one file: an existing file is replaced only when the user says so, never when
     it is one of the command's ``inputs``, a file a bertkit run's manifest records, or inside a held directory."""
     path = Path(path)
+    if overwrite not in (True, False):  # a string such as "false" is truthy: the file would be replaced
+        raise BertkitError(f"overwrite must be True or False, got {overwrite!r}")
     refuse_inputs(path, inputs or {}, is_dir=False, flag="the output file")
     refuse_special(path)
     if path.is_dir():
