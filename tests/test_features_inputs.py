@@ -93,7 +93,7 @@ def test_states_that_are_no_numbers_are_refused_and_the_earlier_output_kept(tiny
 
 def test_reading_a_file_that_holds_no_features_names_it(tiny, tmp_path):
     """Was: a .txt read as safetensors ("header too large"), a model.safetensors gave KeyError 'offsets', another
-    command's .jsonl KeyError 'features'."""
+    command's .jsonl KeyError 'features', a features file cut short SafetensorError."""
     model, _ = tiny
     (tmp_path / "notes.txt").write_text("hello\n")
     with pytest.raises(BertkitError, match=r"notes\.txt: read_features reads the \.jsonl or \.safetensors"):
@@ -102,6 +102,12 @@ def test_reading_a_file_that_holds_no_features_names_it(tiny, tmp_path):
     with pytest.raises(BertkitError, match=r"model\.safetensors holds no extracted features \(its metadata has no "
                                            "'bertkit-features'"):
         list(fx.read_features(tmp_path / "ckpt" / "model.safetensors"))
+    fx.extract_features(model, BertTokenizer({t: i for i, t in enumerate(WORDS)}), TEXTS, tmp_path / "f.safetensors",
+                        layers=[-1], progress=False)
+    (tmp_path / "cut.safetensors").write_bytes((tmp_path / "f.safetensors").read_bytes()[:-10])  # a copy cut short
+    with pytest.raises(BertkitError, match=r"cut\.safetensors cannot be read as a \.safetensors file \(.*\): a copy "
+                                           "cut short"):
+        list(fx.read_features(tmp_path / "cut.safetensors"))
     (tmp_path / "preds.jsonl").write_text(json.dumps({"id": 0, "label": "POSITIVE"}) + "\n")
     with pytest.raises(BertkitError, match=r"preds\.jsonl:1 is not a line of extracted features \(no 'linex_index' "
                                            "and 'features'"):

@@ -204,15 +204,20 @@ def read_features(path: str | os.PathLike) -> Iterator[dict[str, Any]]:
                        "layers": {n: np.asarray([t["layers"][k]["values"] for t in feats], dtype=np.float32)
                                   for k, n in enumerate(names)}}
         return
+    from safetensors import SafetensorError
     from safetensors.numpy import load_file
 
     shards = _one_output(path)
     for shard in shards:
+        try:
+            t = load_file(str(shard))
+        except (SafetensorError, OSError) as e:
+            raise BertkitError(f"{shard} cannot be read as a .safetensors file ({e}): a copy cut short, or no such "
+                               "file; extract again") from None
         meta = _shard_meta(shard)
         if meta.get("format") != "bertkit-features":
             raise BertkitError(f"{shard} holds no extracted features (its metadata has no 'bertkit-features', which "
                                "extract_features writes); pass the .safetensors file extract_features wrote")
-        t = load_file(str(shard))
         # in the order asked for, as the .jsonl has them (the file holds its tensors sorted by name)
         names = json.loads(meta["layers"])
         offsets = t["offsets"]
