@@ -284,6 +284,29 @@ def test_info_names_the_default_prompt_put_before_every_text(layouts, tmp_path):
     assert (info["default_prompt_name"], info["default_prompt"]) == (None, None)
 
 
+@pytest.mark.parametrize("kind", ["splade", "inference_free", "cross_encoder"])
+def test_a_sparse_or_cross_encoder_directory_run_as_an_embedder_names_its_task(kind, layouts, minilm_2_layers,
+                                                                              tmp_path):
+    """`bertkit serve --task sentence-embedding` (or predict, a pipeline) on a reranker's or a SPLADE model's directory
+    was refused as "lists the modules ['MLMTransformer', 'SpladePooling'] ...; use sentence-transformers for this
+    model", though bertkit runs it under another task. It names the directory's model_type and that task."""
+    from bertkit import pipeline
+    from bertkit.sentence import SentenceTransformer
+
+    directory, name, task = layouts.get(kind), "SparseEncoder", "sparse-embedding"
+    if kind == "cross_encoder":
+        directory, name, task = tmp_path / "reranker", "CrossEncoder", "rerank"
+        st.CrossEncoder(str(minilm_2_layers), num_labels=1, device="cpu").save(str(directory))
+    said = (f"{directory} is a {name} directory (config_sentence_transformers.json says model_type '{name}'), not a "
+            f"SentenceTransformer's: load it with bertkit.sentence.{name}, or run it as the {task} task")
+    for make in (lambda: pipeline("sentence-embedding", directory), lambda: pipeline("feature-extraction", directory),
+                 lambda: SentenceTransformer(directory)):
+        with pytest.raises(BertkitError) as refused:
+            make()
+        assert said in str(refused.value)
+    assert pipeline(task, directory).task == task  # what the message names runs it
+
+
 def served_tokens(pairs: list[dict]) -> list[str]:
     from bertkit.tokenization import BertTokenizer
     from serve_helpers import MODEL
