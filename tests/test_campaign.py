@@ -412,7 +412,7 @@ SERVE_REFUSALS = [
     ("truncation_direction Left", "/embed", {"inputs": "good", "truncation_direction": "Left"}, 422,
      "truncation_direction must be"),
     ("similarity of no sentences", "/similarity", {"inputs": {"source_sentence": "a", "sentences": []}}, 422,
-     "sentence similarity takes inputs"),
+     "inputs.sentences is empty"),
     ("rerank on an embedder", "/rerank", {"query": "good", "texts": ["a"]}, 424, "/rerank needs a cross-encoder"),
 ]
 

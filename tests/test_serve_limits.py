@@ -118,6 +118,8 @@ QA = {"question": "Who had an impact?", "context": CONTEXT}
     ("enc", {"inputs": "a", "dimensions": 0}, "dimensions must be an int in [1, 32]"),
     ("enc", {"inputs": {"source_sentence": "a", "sentences": ["b"], "sentence": ["c"]}},
      "sentence similarity takes inputs"),
+    ("enc", {"inputs": {"source_sentence": "a", "sentences": []}},  # was "takes inputs {...} and no other field"
+     "inputs.sentences is empty: send at least one sentence to compare source_sentence with"),
 ])
 def test_a_field_or_parameter_the_route_does_not_know_or_out_of_range_is_refused_naming_it(servers, model, body,
                                                                                        message):

@@ -14,7 +14,7 @@ import torch
 
 from bertkit.errors import BertkitError
 
-pytest.importorskip("sentence_transformers")
+st = pytest.importorskip("sentence_transformers")
 import test_sparse_encoder  # noqa: E402  (tests/ is on sys.path under pytest)
 
 LAYOUTS = test_sparse_encoder.LAYOUTS
@@ -241,6 +241,70 @@ def test_tokenize_takes_prompt_name_as_embed_sparse_does(served, side):
     assert r.status_code == 200, r.text
     assert [(t["id"], t["start"]) for t in r.json()[0]] == [(101, None), (1045, 0), (2066, 2), (2017, 7), (1012, 10),
                                                              (102, None)]
+
+
+def test_tokenize_gives_the_ids_an_inference_free_query_side_reads(served, layouts):
+    """An inference-free model's query side (SparseStaticEmbedding) reads a text's word pieces alone, no [CLS] or
+    [SEP], as sentence-transformers' ``preprocess(task="query")`` gives them; /tokenize with prompt_name "query" framed
+    them in [CLS] ... [SEP], ids that side never reads. Its document side (a Transformer) keeps them."""
+    import httpx
+
+    url, text = served["inference_free"].url, "I like you."
+    reference = st.SparseEncoder(str(layouts["inference_free"]), device="cpu")
+    for side, want in (("query", [1045, 2066, 2017, 1012]), ("document", [101, 1045, 2066, 2017, 1012, 102])):
+        r = httpx.post(f"{url}/tokenize", json={"inputs": text, "prompt_name": side}, timeout=60)
+        assert r.status_code == 200, r.text
+        assert [t["id"] for t in r.json()[0]] == want == reference.preprocess([text], task=side)["input_ids"][0].tolist()
+    assert [(t["text"], t["start"], t["stop"]) for t in r.json()[0][1:-1]] == [("I", 0, 1), ("like", 2, 6),
+                                                                              ("you", 7, 10), (".", 10, 11)]
+
+
+def test_info_names_the_default_prompt_put_before_every_text(layouts, tmp_path):
+    """A sparse directory whose default prompt is "query" ("query: "): /embed_sparse without prompt_name embeds
+    "query: " + text, as ``encode`` does, yet /info said prompts, default_prompt_name and default_prompt null (an
+    embedding server names them), so a client could not know what its texts were embedded as."""
+    pytest.importorskip("uvicorn", reason='bertkit serve needs uvicorn: pip install "bertkit[serve]"')
+    from fastapi.testclient import TestClient
+
+    from bertkit import pipeline
+    from bertkit.inference.serve import create_app
+
+    prompts, directory = {"query": "query: ", "document": ""}, tmp_path / "prompted"
+    st.SparseEncoder(str(layouts["splade"]), device="cpu", prompts=prompts, default_prompt_name="query").save(
+        str(directory))
+    reference = st.SparseEncoder(str(directory), device="cpu")
+    with TestClient(create_app(pipeline("sparse-embedding", directory), str(directory))) as client:
+        info = client.get("/info").json()
+        r = client.post("/embed_sparse", json={"inputs": ["I like you."]})
+    assert (info["prompts"], info["default_prompt_name"], info["default_prompt"]) == (prompts, "query", "query: ")
+    assert r.status_code == 200, r.text
+    _assert_same(r.json(), _expected(reference, "encode", ["I like you."]))
+    with TestClient(create_app(pipeline("sparse-embedding", layouts["splade"]), str(layouts["splade"]))) as client:
+        info = client.get("/info").json()
+    assert (info["default_prompt_name"], info["default_prompt"]) == (None, None)
+
+
+@pytest.mark.parametrize("kind", ["splade", "inference_free", "cross_encoder"])
+def test_a_sparse_or_cross_encoder_directory_run_as_an_embedder_names_its_task(kind, layouts, minilm_2_layers,
+                                                                              tmp_path):
+    """`bertkit serve --task sentence-embedding` (or predict, a pipeline) on a reranker's or a SPLADE model's directory
+    was refused as "lists the modules ['MLMTransformer', 'SpladePooling'] ...; use sentence-transformers for this
+    model", though bertkit runs it under another task. It names the directory's model_type and that task."""
+    from bertkit import pipeline
+    from bertkit.sentence import SentenceTransformer
+
+    directory, name, task = layouts.get(kind), "SparseEncoder", "sparse-embedding"
+    if kind == "cross_encoder":
+        directory, name, task = tmp_path / "reranker", "CrossEncoder", "rerank"
+        st.CrossEncoder(str(minilm_2_layers), num_labels=1, device="cpu").save(str(directory))
+    said = (f"{directory} is a {name} directory (config_sentence_transformers.json says model_type '{name}'), not a "
+            f"SentenceTransformer's: load it with bertkit.sentence.{name}, or run it as the {task} task")
+    for make in (lambda: pipeline("sentence-embedding", directory), lambda: pipeline("feature-extraction", directory),
+                 lambda: SentenceTransformer(directory)):
+        with pytest.raises(BertkitError) as refused:
+            make()
+        assert said in str(refused.value)
+    assert pipeline(task, directory).task == task  # what the message names runs it
 
 
 def served_tokens(pairs: list[dict]) -> list[str]:

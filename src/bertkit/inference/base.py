@@ -158,11 +158,11 @@ class Pipeline:
         predict`` checks a file's texts with it before the model loads)."""
         return BertTokenizer.from_pretrained(model_dir)
 
-    def text_form(self, prompt_name: str | None) -> tuple[str, bool]:
-        """(the prompt put before a text, whether the text is lower-cased before the tokenizer): how the model writes
-        a text before tokenizing it, which ``/tokenize`` shows. None and no here; a sentence-transformers directory
-        says otherwise (the embedding and sparse pipelines)."""
-        return "", False
+    def text_form(self, prompt_name: str | None) -> tuple[str, bool, bool]:
+        """(the prompt put before a text, whether the text is lower-cased before the tokenizer, whether [CLS] and
+        [SEP] frame it): how the model writes a text before tokenizing it, which ``/tokenize`` shows. None, no and yes
+        here; a sentence-transformers directory says otherwise (the embedding and sparse pipelines)."""
+        return "", False, True
 
     # -- the three task-specific steps ----------------------------------------------------------------
     def encode(self, item: Any, **options: Any) -> list[dict[str, Any]]:

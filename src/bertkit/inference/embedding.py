@@ -150,14 +150,15 @@ class FeatureExtractionPipeline(TextOrPairPipeline):
         weights (``bertkit predict`` checks --prompt-name with it before the model loads)."""
         return prompt_named(sentence_directory(Path(model_dir)).prompts, prompt_name)
 
-    def text_form(self, prompt_name: str | None) -> tuple[str, bool]:
+    def text_form(self, prompt_name: str | None) -> tuple[str, bool, bool]:
         """The prompt put before each text, ``prompts[prompt_name]`` or the default prompt when it is None (as
-        ``encode(prompt_name=...)`` chooses in sentence-transformers), and the directory's do_lower_case."""
-        return self.prompt if prompt_name is None else prompt_named(self.prompts, prompt_name), self.lowercase
+        ``encode(prompt_name=...)`` chooses in sentence-transformers), the directory's do_lower_case, and [CLS] and
+        [SEP] around the text, as its Transformer reads it."""
+        return self.prompt if prompt_name is None else prompt_named(self.prompts, prompt_name), self.lowercase, True
 
     def encode(self, item: tuple[str, str | None], prompt_name: str | None = None,
                **options: Any) -> list[dict[str, Any]]:
-        prompt, lowercase = self.text_form(prompt_name)
+        prompt, lowercase, _ = self.text_form(prompt_name)
         text, pair = prompt + item[0], item[1]
         if lowercase:  # sentence_bert_config.json's do_lower_case, as sentence-transformers applies it
             lower = self.tokenizer.lowercase

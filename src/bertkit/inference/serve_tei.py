@@ -145,14 +145,14 @@ def _lowered_starts(text: str) -> list[int]:
 
 
 def _tokenize(data: Any, server: Any) -> Call:
-    """TEI's /tokenize: the tokens of each text as the model reads it (the prompt ``prompt_name`` names first, and
-    lower-cased where the directory's do_lower_case says, so that the ids are those ``/v1/embeddings`` embeds as the
-    text), each with its text and offsets in the input as sent (the prompt before it)."""
+    """TEI's /tokenize: the tokens of each text as the model reads it (the prompt ``prompt_name`` names first,
+    lower-cased where the directory's do_lower_case says, without [CLS] and [SEP] where the route reads none, as an
+    inference-free model's static query weights, so that the ids are those ``/v1/embeddings`` embeds as the text), each with its text and offsets in the input as sent (the prompt before it)."""
     pipe, limits = server.pipe, server.limits
     f = fields(data, "/tokenize", ("inputs",), ("add_special_tokens", "prompt_name"), server)
     texts = texts_of(f["inputs"], "inputs", limits)
     try:
-        prompt, lowercase = pipe.text_form(f.get("prompt_name"))
+        prompt, lowercase, framed = pipe.text_form(f.get("prompt_name"))
     except BertkitError as e:  # a side of a sparse encoder that cannot embed
         raise RequestError(422, str(e)) from None
     if f.get("prompt_name") is not None:  # the prompt's tokens first; start and stop count in the prompted text
@@ -160,8 +160,8 @@ def _tokenize(data: Any, server: Any) -> Call:
     out = []
     for text in texts:
         read = pipe.tokenizer.lowercase(text) if lowercase else text
-        enc = pipe.tokenizer(read, add_special_tokens=f.get("add_special_tokens", True), return_offsets_mapping=True,
-                             return_special_tokens_mask=True)
+        enc = pipe.tokenizer(read, add_special_tokens=framed and f.get("add_special_tokens", True),
+                             return_offsets_mapping=True, return_special_tokens_mask=True)
         at = _lowered_starts(text) if len(read) != len(text) else range(len(text) + 1)
         pieces = pipe.tokenizer.convert_ids_to_tokens(enc["input_ids"])
         out.append([{"id": i, "text": piece, "special": True, "start": None, "stop": None} if special else

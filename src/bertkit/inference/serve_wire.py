@@ -253,6 +253,8 @@ def fields(data: Any, path: str, required: tuple[str, ...], optional: tuple[str,
 def _similarity_inputs(raw: Any, pipe: Any) -> list[str]:
     """The texts of a sentence-similarity input, source sentence first; 422 on any other shape."""
     others = raw.get("sentences") if isinstance(raw, dict) else None
+    if others == [] and isinstance(raw.get("source_sentence"), str) and set(raw) == {"source_sentence", "sentences"}:
+        raise RequestError(422, "inputs.sentences is empty: send at least one sentence to compare source_sentence with")
     if not (isinstance(raw, dict) and set(raw) == {"source_sentence", "sentences"}
             and isinstance(raw.get("source_sentence"), str) and isinstance(others, list)
             and others and all(isinstance(x, str) for x in others)):

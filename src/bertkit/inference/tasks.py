@@ -379,7 +379,13 @@ class SparseEmbedding(Task):
                     chars=sum(map(len, texts)))
 
     def info(self, pipe: Any) -> tuple[dict[str, Any], dict[str, Any]]:
-        return {"embedding": {"pooling": "splade"}}, {"embedding_dimension": pipe.encoder.get_embedding_dimension()}
+        # the prompts as an embedding server's: the one put before every text sent without prompt_name (encode's; a
+        # Router without a default route embeds none)
+        encoder, side = pipe.encoder, pipe.sides[None]
+        default = "" if isinstance(side, BertkitError) else side.prompt
+        return {"embedding": {"pooling": "splade"}}, {
+            "prompts": dict(encoder.prompts) or None, "default_prompt_name": encoder.default_prompt_name,
+            "default_prompt": default or None, "embedding_dimension": encoder.get_embedding_dimension()}
 
 
 TASK_LIST: tuple[Task, ...] = (FillMask(), TextClassification(), Rerank(), TokenClassification(), QuestionAnswering(),

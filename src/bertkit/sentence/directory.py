@@ -135,6 +135,10 @@ class SentenceDirectory:
         return self.truncate_dim
 
 
+# The directories of sentence-transformers' other model classes, and the pipeline task that runs each.
+_OTHER_KINDS = {"CrossEncoder": "rerank", "SparseEncoder": "sparse-embedding"}
+
+
 def read_directory(path: str | Path) -> SentenceDirectory:
     """``path``'s sentence-transformers settings (``SentenceDirectory``). A module bertkit does not implement (a
     LayerNorm, a custom module) and a value that cannot be one are refused, naming the file."""
@@ -147,6 +151,11 @@ def read_directory(path: str | Path) -> SentenceDirectory:
     normalize = types[-1:] == ["Normalize"]
     dense = types[2:len(types) - normalize]
     if unknown or types[:2] != ["Transformer", "Pooling"] or set(dense) - {"Dense"}:
+        kind = (read_json(path / ST_CONFIG) or {}).get("model_type")
+        if kind in _OTHER_KINDS:  # a reranker or SPLADE directory served or loaded as an embedder by mistake
+            raise BertkitError(f"{path} is a {kind} directory ({ST_CONFIG} says model_type {kind!r}), not a "
+                               f"SentenceTransformer's: load it with bertkit.sentence.{kind}, or run it as the "
+                               f"{_OTHER_KINDS[kind]} task (bertkit.pipeline, predict, serve --task)")
         raise BertkitError(f"{path / MODULES} lists the modules {types}; bertkit implements Transformer, Pooling, "
                            f"any Dense and an optional Normalize, in that order (not {unknown or types}); use "
                            "sentence-transformers for this model")

@@ -156,9 +156,9 @@ class SparseEmbeddingPipeline(Pipeline):
             raise side
         return side
 
-    def text_form(self, prompt_name: str | None) -> tuple[str, bool]:
-        side = self.side(prompt_name)
-        return side.prompt, side.lower
+    def text_form(self, prompt_name: str | None) -> tuple[str, bool, bool]:
+        side = self.side(prompt_name)  # an inference-free model's static query weights read no [CLS] or [SEP]
+        return side.prompt, side.lower, not side.static
 
     def length(self, text: str, prompt_name: str | None = None) -> tuple[int, int]:
         """(tokens of ``text`` as its side reads it, before any cut; where the side cuts)."""
