@@ -741,6 +741,24 @@ def test_a_saved_int8_model_refuses_what_it_cannot_do(classifier_dir, quantized_
         assert message in capsys.readouterr().err, argv
 
 
+@pytest.mark.parametrize("quantize", [False, "", "fp16", "int4"])
+def test_an_int8_model_refuses_a_quantize_other_than_int8(quantized_classifier, quantize):
+    """Was: a `bertkit quantize` directory, and a load_int8 model passed in, ran in int8 whatever quantize= said:
+    quantize=False (what --no-int8 asks, refused on the command line) and a value a float checkpoint refuses ("fp16",
+    a typo "int4") were taken without a word. Now each is refused, naming the value and the float checkpoint to run."""
+    from bertkit.quantization import load_int8
+
+    message = (rf"quantize {quantize!r}: .* is an int8 model.* and runs in int8 only: leave quantize unset "
+               r"\(or 'int8'\); for float, pass the float checkpoint it was made from")
+    with pytest.raises(BertkitError, match=message):
+        pipeline("text-classification", quantized_classifier, quantize=quantize)
+    model = load_int8(quantized_classifier)
+    with pytest.raises(BertkitError, match=message):
+        pipeline("text-classification", model, tokenizer=BertTokenizer.from_pretrained(quantized_classifier),
+                 quantize=quantize)
+    assert pipeline("text-classification", quantized_classifier, quantize="int8").quantize == "int8"
+
+
 def _copy(directory: Path, to: Path) -> tuple[Path, dict]:
     to.mkdir()
     for f in directory.iterdir():
