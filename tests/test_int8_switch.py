@@ -759,6 +759,26 @@ def test_an_int8_model_refuses_a_quantize_other_than_int8(quantized_classifier, 
     assert pipeline("text-classification", quantized_classifier, quantize="int8").quantize == "int8"
 
 
+@pytest.mark.parametrize("name", ["model.safetensors", "pytorch_model.bin", "model.safetensors.index.json"])
+def test_save_int8_refuses_a_directory_holding_float_weights(classifier_dir, quantized_classifier, tmp_path, name):
+    """Was: save_int8 into a float checkpoint's directory (quantizing it in place, or into another model's) wrote
+    model.int8.safetensors and the int8 config.json beside the float weights, which from_pretrained, transformers and
+    sentence-transformers then loaded without a word under the int8 model's config.json: another model's weights
+    where the two differed. Now it is refused, naming the file, and the directory is left as it was."""
+    from bertkit.quantization import load_int8, save_int8
+
+    target = tmp_path / "float"
+    shutil.copytree(classifier_dir, target)
+    if name != "model.safetensors":  # transformers' torch pickle, or the index of a sharded checkpoint
+        (target / "model.safetensors").rename(target / name)
+    before = {p.name: p.read_bytes() for p in target.iterdir()}
+    with pytest.raises(BertkitError, match=rf"{target} holds float weights \({name}\), which from_pretrained, "
+                                           "transformers and sentence-transformers would load in place of the int8 "
+                                           "model: write it to another directory"):
+        save_int8(load_int8(quantized_classifier), target)
+    assert {p.name: p.read_bytes() for p in target.iterdir()} == before
+
+
 def _copy(directory: Path, to: Path) -> tuple[Path, dict]:
     to.mkdir()
     for f in directory.iterdir():

@@ -21,6 +21,7 @@ from bertkit.checkpoint_io import (
     CONFIG_NAME,
     FAMILY_HEADS,
     INT8_WEIGHTS_NAME,
+    PICKLE_WEIGHTS_NAME,
     TIED_KEYS,
     WEIGHTS_NAME,
     canonical_names,
@@ -99,11 +100,20 @@ def save_int8(model: nn.Module, output_dir: str | Path, *, calibration: str = "b
         raise BertkitError(f"save_int8 writes an int8 model, and this {type(model).__name__} has no int8 projection: "
                            "quantize it first (quantize_int8 / quantize_int8_on_texts), or save the float model "
                            "with save_pretrained")
+    directory = Path(output_dir)
+    # a save keeps the directory's other files: float weights left beside the int8 model would be what
+    # from_pretrained, transformers and sentence-transformers load, under the int8 model's config.json
+    floats = [name for name in (WEIGHTS_NAME, PICKLE_WEIGHTS_NAME, WEIGHTS_NAME + ".index.json",
+                                PICKLE_WEIGHTS_NAME + ".index.json") if (directory / name).is_file()]
+    if floats:
+        raise BertkitError(f"{directory} holds float weights ({', '.join(floats)}), which from_pretrained, "
+                           "transformers and sentence-transformers would load in place of the int8 model: write it to "
+                           "another directory (the float checkpoint stays what `bertkit quantize` and pipeline(..., "
+                           "quantize='int8') read)")
     tensors = _int8_tensors(model, encoder, int8)
     config = model.config.to_dict()
     config["architectures"] = [type(model).__name__]
     config["quantization_config"] = _quantization_config(int8, calibration)
-    directory = Path(output_dir)
     from safetensors.torch import save_file
 
     with staged(directory) as out, atomic_target(out / INT8_WEIGHTS_NAME) as tmp:
