@@ -779,6 +779,39 @@ def test_save_int8_refuses_a_directory_holding_float_weights(classifier_dir, qua
     assert {p.name: p.read_bytes() for p in target.iterdir()} == before
 
 
+def test_a_float_save_into_an_int8_directory_is_refused_and_named_when_made_elsewhere(classifier_dir,
+                                                                                       quantized_classifier, tmp_path):
+    """Was: save_pretrained into a `bertkit quantize` directory kept its model.int8.safetensors beside the float
+    weights and config.json it wrote; every pipeline then took the directory for int8 and refused it with "config.json
+    does not describe a bertkit-int8 model ...; write it again: bertkit quantize ...", which would have thrown the
+    float model away. Now the save is refused, and such a directory (as transformers' save_pretrained leaves it) is
+    named for what it holds."""
+    int8_dir, _ = _copy(quantized_classifier, tmp_path / "int8")
+    model = BertForSequenceClassification.from_pretrained(classifier_dir)
+    with pytest.raises(BertkitError, match=rf"{int8_dir} holds an int8 model \(model.int8.safetensors\), which "
+                                           "pipelines, predict and serve would run in place of the float model"):
+        model.save_pretrained(int8_dir)
+    assert not (int8_dir / "model.safetensors").exists()
+    # the float checkpoint's files over the int8 directory's, as another library's save leaves them
+    for f in classifier_dir.iterdir():
+        if not f.name.startswith("."):
+            (int8_dir / f.name).write_bytes(f.read_bytes())
+    with pytest.raises(BertkitError, match=rf"{int8_dir / 'config.json'} describes a float model, whose weights "
+                                           r"\(model.safetensors\) are beside model.int8.safetensors, left by a save "
+                                           "of the other kind: remove model.int8.safetensors to run the float model"):
+        pipeline("text-classification", int8_dir)
+    with pytest.raises(BertkitError, match="remove model.int8.safetensors to run the float model"):
+        BertForSequenceClassification.from_pretrained(int8_dir)
+    # and the int8 model's config.json there (as save_int8 into a float checkpoint's directory once left it): from_pretrained
+    # and transformers read the float weights under it
+    (int8_dir / "config.json").write_bytes((quantized_classifier / "config.json").read_bytes())
+    for load in (BertForSequenceClassification.from_pretrained, lambda d: pipeline("text-classification", d)):
+        with pytest.raises(BertkitError, match=r"describes an int8 model, whose weights \(model.int8.safetensors\) "
+                                               "are beside model.safetensors, left by a save of the other kind: remove "
+                                               "model.safetensors to run the int8 model"):
+            load(int8_dir)
+
+
 def _copy(directory: Path, to: Path) -> tuple[Path, dict]:
     to.mkdir()
     for f in directory.iterdir():

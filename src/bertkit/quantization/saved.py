@@ -20,14 +20,16 @@ from bertkit._hardware import check_int8_kernel
 from bertkit.checkpoint_io import (
     CONFIG_NAME,
     FAMILY_HEADS,
+    FLOAT_WEIGHT_NAMES,
     INT8_WEIGHTS_NAME,
-    PICKLE_WEIGHTS_NAME,
+    QUANT_METHOD,
     TIED_KEYS,
     WEIGHTS_NAME,
     canonical_names,
     encoder_published_names,
     read_config_json,
     read_weights,
+    refuse_mixed_weights,
     weight_files,
 )
 from bertkit.config import BertConfig
@@ -52,8 +54,7 @@ from bertkit.runs import refuse_inputs
 from bertkit.staging import staged, target_of
 from bertkit.tokenization import BertTokenizer
 
-# config.json's ``quantization_config.quant_method`` of a saved int8 model, and the layout's version.
-QUANT_METHOD = "bertkit-int8"
+# The layout's version (config.json's ``quantization_config.format_version``, beside its ``QUANT_METHOD``).
 INT8_FORMAT_VERSION = 3
 # How to write a directory again (for one this bertkit refuses): the command, with the directory's own path.
 _REWRITE = "write it again: bertkit quantize --model FLOAT_CHECKPOINT --output-dir {} --overwrite"
@@ -67,7 +68,9 @@ _SavedProjections = dict[tuple[int, str], dict[str, Tensor]]
 
 
 def is_int8_checkpoint(model_dir: str | Path) -> bool:
-    """Whether ``model_dir`` holds an int8 model written by ``save_int8`` / ``bertkit quantize``."""
+    """Whether ``model_dir`` holds an int8 model written by ``save_int8`` / ``bertkit quantize`` (one beside float
+    weights is refused: ``refuse_mixed_weights``)."""
+    refuse_mixed_weights(Path(model_dir))
     return (Path(model_dir) / INT8_WEIGHTS_NAME).is_file()
 
 
@@ -103,8 +106,7 @@ def save_int8(model: nn.Module, output_dir: str | Path, *, calibration: str = "b
     directory = Path(output_dir)
     # a save keeps the directory's other files: float weights left beside the int8 model would be what
     # from_pretrained, transformers and sentence-transformers load, under the int8 model's config.json
-    floats = [name for name in (WEIGHTS_NAME, PICKLE_WEIGHTS_NAME, WEIGHTS_NAME + ".index.json",
-                                PICKLE_WEIGHTS_NAME + ".index.json") if (directory / name).is_file()]
+    floats = [name for name in FLOAT_WEIGHT_NAMES if (directory / name).is_file()]
     if floats:
         raise BertkitError(f"{directory} holds float weights ({', '.join(floats)}), which from_pretrained, "
                            "transformers and sentence-transformers would load in place of the int8 model: write it to "
