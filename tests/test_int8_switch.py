@@ -812,6 +812,22 @@ def test_a_float_save_into_an_int8_directory_is_refused_and_named_when_made_else
             load(int8_dir)
 
 
+def test_save_int8_refuses_a_model_whose_layers_are_not_its_configs(minilm_2_layers, tmp_path):
+    """Was: a student cut to some of its teacher's layers (sentence-transformers' layer-reduction recipe), its config
+    still saying the teacher's count, was written by save_int8 whole, and load_int8 then refused the directory ("the
+    config does not match the weights": 1 layer written, 2 configured), where save_pretrained refuses to write it.
+    Now save_int8 refuses it too, before anything is written, naming the fix."""
+    from bertkit.quantization import quantize_int8_on_texts, save_int8
+
+    model = BertModel.from_pretrained(minilm_2_layers).eval()
+    model.encoder.layer = torch.nn.ModuleList([model.encoder.layer[1]])
+    int8 = quantize_int8_on_texts(model, BertTokenizer.from_pretrained(minilm_2_layers), max_length=16)
+    with pytest.raises(BertkitError, match=r"BertModel runs 1 encoder layers but its config says num_hidden_layers=2, "
+                                           r"the number a checkpoint is read back with: set config.num_hidden_layers = 1"):
+        save_int8(int8, tmp_path / "int8")
+    assert not (tmp_path / "int8").exists()
+
+
 def _copy(directory: Path, to: Path) -> tuple[Path, dict]:
     to.mkdir()
     for f in directory.iterdir():

@@ -99,6 +99,19 @@ def refuse_mixed_weights(directory: Path) -> None:
                        f"{'int8' if int8 else 'float'} model (or keep the two in directories of their own)")
 
 
+def refuse_layers_unlike_config(model: Any, encoder: Any) -> None:
+    """Refuse to save ``model`` when its ``encoder`` runs another number of layers than its config says (a student
+    cut to some of its teacher's layers): the config is what a checkpoint is read back with, so the keys written
+    follow it, and layers past it were dropped without a word (a student that ran 6 layers saved 3), missing ones
+    refused as if the model were int8, and an int8 directory written that no load reads."""
+    layers, configured = len(encoder.encoder.layer), model.config.num_hidden_layers
+    if layers != configured:
+        raise BertkitError(f"{type(model).__name__} runs {layers} encoder layers but its config says "
+                           f"num_hidden_layers={configured}, the number a checkpoint is read back with: set "
+                           f"config.num_hidden_layers = {layers} (the layers kept in encoder.layer), or keep "
+                           f"{configured} layers there")
+
+
 def encoder_published_names(name: str) -> tuple[str, ...]:
     """The published name(s) of an encoder projection's parameter as int8 directories name it
     (``layers.3.qkv.weight`` -> ``encoder.layer.3.attention.self.query.weight``, ``...key.weight``,
@@ -522,14 +535,7 @@ class PretrainedMixin(TransformersModelCalls):
     # -- saving ---------------------------------------------------------------------------------------
     def published_state_dict(self) -> dict[str, Tensor]:
         """The weights as a checkpoint holds them: without the tied decoder's copies, contiguous, on the CPU."""
-        layers, configured = len(self._encoder().encoder.layer), self.config.num_hidden_layers
-        if layers != configured:
-            # the keys written follow the config: layers past it were dropped without a word (a student that ran 6
-            # layers saved 3), and missing ones were refused as if the model were int8
-            raise BertkitError(f"{type(self).__name__} runs {layers} encoder layers but its config says "
-                               f"num_hidden_layers={configured}, the number a checkpoint is read back with: set "
-                               f"config.num_hidden_layers = {layers} (the layers kept in encoder.layer), or keep "
-                               f"{configured} layers there")
+        refuse_layers_unlike_config(self, self._encoder())
         own = self.state_dict(keep_vars=True)  # type: ignore[attr-defined]  # views: no tied-decoder copy
         encoder_keys, head_keys = self._published_keys()
         absent = [key for key in encoder_keys + head_keys if key not in own]

@@ -29,6 +29,7 @@ from bertkit.checkpoint_io import (
     encoder_published_names,
     read_config_json,
     read_weights,
+    refuse_layers_unlike_config,
     refuse_mixed_weights,
     weight_files,
 )
@@ -97,6 +98,7 @@ def save_int8(model: nn.Module, output_dir: str | Path, *, calibration: str = "b
     ``quantization_config``. The tokenizer is not written (``bertkit quantize`` copies it).
     """
     encoder = encoder_of(model)
+    refuse_layers_unlike_config(model, encoder)
     int8 = {(i, kind): get_projection(layer, kind) for i, layer in enumerate(encoder.encoder.layer) for kind in PROJECTIONS
             if isinstance(get_projection(layer, kind), Int8Linear)}
     if not int8:
