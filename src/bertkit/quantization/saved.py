@@ -175,6 +175,24 @@ def model_class_of(directory: Path) -> type[nn.Module]:
     return MODEL_CLASSES[name]
 
 
+def load_named_class(directory: Path) -> nn.Module:
+    """The model of ``directory`` as the class its config.json names (``model_class_of``), in eval mode, for a command
+    that writes it in another form (``bertkit quantize``, ``export onnx``). A head the weights lack is refused:
+    from_pretrained starts it at random (for fine-tuning, as transformers does), and the int8 directory or graph
+    written would hold that random head as the checkpoint's own, where the pipelines refuse the directory."""
+    model_class = model_class_of(directory)
+    stored = published_keys(directory)
+    model = model_class.from_pretrained(directory).eval()
+    absent = [key for key in model.state_dict() if key.startswith(FAMILY_HEADS) and key not in TIED_KEYS
+              and key not in stored]
+    if absent:
+        raise BertkitError(f"{directory / CONFIG_NAME} names {model_class.__name__}, and its weights lack that head's "
+                           f"({', '.join(absent)}): it would be written with the head initialised at random; set "
+                           "\"architectures\" in config.json to the class its weights are (\"BertModel\" for the "
+                           "encoder alone), or fine-tune the head first")
+    return model
+
+
 # The heads whose weights have the same names and shapes (classifier.weight: num_labels x hidden, or 1 x hidden for
 # multiple choice and for a one-output regressor): only the class config.json names tells a checkpoint of one apart.
 _CLASSIFIERS = ("BertForSequenceClassification", "BertForTokenClassification", "BertForMultipleChoice")
@@ -289,10 +307,10 @@ def quantize_checkpoint(model_dir: str | Path, output_dir: str | Path, *, calibr
         raise BertkitError(f"{source} is an int8 model already (written by `bertkit quantize`); quantize the float "
                            "checkpoint it came from")
     _refuse_modules_int8_cannot_run(source, listed)
-    model_class = model_class_of(encoder)
     texts = read_calibration_file(calibration_file) if calibration_file is not None else None
     tokenizer = BertTokenizer.from_pretrained(encoder)
-    model = model_class.from_pretrained(encoder)
+    model = load_named_class(encoder)
+    model_class = type(model)
     quantized = quantize_int8_on_texts(model, tokenizer, texts, max_length=max_length)
     calibration = "built-in" if calibration_file is None else f"{Path(calibration_file).name} ({len(texts or [])} texts)"
     out = Path(output_dir)
