@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import csv
+import json
 import re
 
 import pytest
@@ -175,6 +176,27 @@ def test_onnx_export_of_heads(tmp_path, minilm_dir, cls, tiny_model):
         want = TupleOutputModel(model)(*inputs)
     got = tuple(torch.from_numpy(a) for a in _run(session, inputs))
     _assert_outputs_equal(want, got, inputs[2])
+
+
+@pytest.mark.parametrize("head", ["BertForSequenceClassification", "BertForMaskedLM", "BertForQuestionAnswering"])
+def test_a_head_config_json_names_and_the_weights_lack_is_refused(tmp_path, minilm_dir, tiny_checkpoint, head):
+    """Was: a checkpoint whose config.json names a head its weights lack (an encoder's weights under a head's class)
+    was exported with that head initialised at random, and verified against bertkit running the same random head;
+    `bertkit quantize` wrote it so into the int8 directory, which then loaded as the checkpoint's head. The pipelines
+    refuse such a directory. Now both commands refuse it, naming the missing weights, and write nothing."""
+    from bertkit.quantization import quantize_checkpoint
+
+    model_dir = tiny_checkpoint(tmp_path / "m", tokenizer=BertTokenizer.from_pretrained(minilm_dir),
+                                **_ON_MINILM_VOCAB)
+    config = json.loads((model_dir / "config.json").read_text(encoding="utf-8"))
+    (model_dir / "config.json").write_text(json.dumps({**config, "architectures": [head]}), encoding="utf-8")
+    refusal = (rf"{model_dir / 'config.json'} names {head}, and its weights lack that head's "
+               r"\((cls|classifier|qa_outputs)\..*\): it would be written with the head initialised at random")
+    with pytest.raises(BertkitError, match=refusal):
+        export_onnx(model_dir, tmp_path / "m.onnx")
+    with pytest.raises(BertkitError, match=refusal):
+        quantize_checkpoint(model_dir, tmp_path / "int8")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["m"]
 
 
 def test_a_rejected_export_leaves_the_earlier_file_as_it_was(tmp_path, minilm_dir, monkeypatch, tiny_checkpoint):

@@ -342,6 +342,25 @@ def test_blank_calibration_texts_are_refused(fp32, tok):
             quantize_int8_on_texts(fp32, tok, texts)
 
 
+@pytest.mark.parametrize("name, content", [("in.jsonl", '{"text": "a cat sat on the mat"}\n'),
+                                           ("in.csv", "text,label\na cat sat on the mat,1\n"),
+                                           ("dev.tsv", "sentence\tlabel\na cat sat on the mat\t1\n")])
+def test_a_calibration_file_of_records_is_refused(tmp_path, name, content):
+    """Was: --calibration-file (and calibration_file=) read a JSON lines, CSV or TSV file, as `bertkit predict` takes
+    for its input, line by line as sentences: the model was calibrated on '{"text": "a cat sat on the mat"}' and on
+    the header 'text,label', braces, quotes and columns measured as text, without a word. Now such a file is refused,
+    naming what a calibration file holds."""
+    from bertkit.quantization import read_calibration_file
+
+    (tmp_path / name).write_text(content, encoding="utf-8")
+    with pytest.raises(BertkitError, match=rf"calibration file {tmp_path / name} is a {name.rsplit('.')[1]} file"
+                                           ", whose lines are records .* one sentence per line: write the texts to a "
+                                           r"\.txt file"):
+        read_calibration_file(tmp_path / name)
+    (tmp_path / "in.txt").write_text("a cat sat on the mat\n", encoding="utf-8")
+    assert read_calibration_file(tmp_path / "in.txt") == ["a cat sat on the mat"]
+
+
 def test_classifier_argmax_agrees(minilm_dir, calibration, tok, sst2_sentences):
     torch.manual_seed(0)
     model = BertForSequenceClassification.from_pretrained(minilm_dir, num_labels=3).eval()

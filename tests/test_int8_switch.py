@@ -741,6 +741,93 @@ def test_a_saved_int8_model_refuses_what_it_cannot_do(classifier_dir, quantized_
         assert message in capsys.readouterr().err, argv
 
 
+@pytest.mark.parametrize("quantize", [False, "", "fp16", "int4"])
+def test_an_int8_model_refuses_a_quantize_other_than_int8(quantized_classifier, quantize):
+    """Was: a `bertkit quantize` directory, and a load_int8 model passed in, ran in int8 whatever quantize= said:
+    quantize=False (what --no-int8 asks, refused on the command line) and a value a float checkpoint refuses ("fp16",
+    a typo "int4") were taken without a word. Now each is refused, naming the value and the float checkpoint to run."""
+    from bertkit.quantization import load_int8
+
+    message = (rf"quantize {quantize!r}: .* is an int8 model.* and runs in int8 only: leave quantize unset "
+               r"\(or 'int8'\); for float, pass the float checkpoint it was made from")
+    with pytest.raises(BertkitError, match=message):
+        pipeline("text-classification", quantized_classifier, quantize=quantize)
+    model = load_int8(quantized_classifier)
+    with pytest.raises(BertkitError, match=message):
+        pipeline("text-classification", model, tokenizer=BertTokenizer.from_pretrained(quantized_classifier),
+                 quantize=quantize)
+    assert pipeline("text-classification", quantized_classifier, quantize="int8").quantize == "int8"
+
+
+@pytest.mark.parametrize("name", ["model.safetensors", "pytorch_model.bin", "model.safetensors.index.json"])
+def test_save_int8_refuses_a_directory_holding_float_weights(classifier_dir, quantized_classifier, tmp_path, name):
+    """Was: save_int8 into a float checkpoint's directory (quantizing it in place, or into another model's) wrote
+    model.int8.safetensors and the int8 config.json beside the float weights, which from_pretrained, transformers and
+    sentence-transformers then loaded without a word under the int8 model's config.json: another model's weights
+    where the two differed. Now it is refused, naming the file, and the directory is left as it was."""
+    from bertkit.quantization import load_int8, save_int8
+
+    target = tmp_path / "float"
+    shutil.copytree(classifier_dir, target)
+    if name != "model.safetensors":  # transformers' torch pickle, or the index of a sharded checkpoint
+        (target / "model.safetensors").rename(target / name)
+    before = {p.name: p.read_bytes() for p in target.iterdir()}
+    with pytest.raises(BertkitError, match=rf"{target} holds float weights \({name}\), which from_pretrained, "
+                                           "transformers and sentence-transformers would load in place of the int8 "
+                                           "model: write it to another directory"):
+        save_int8(load_int8(quantized_classifier), target)
+    assert {p.name: p.read_bytes() for p in target.iterdir()} == before
+
+
+def test_a_float_save_into_an_int8_directory_is_refused_and_named_when_made_elsewhere(classifier_dir,
+                                                                                       quantized_classifier, tmp_path):
+    """Was: save_pretrained into a `bertkit quantize` directory kept its model.int8.safetensors beside the float
+    weights and config.json it wrote; every pipeline then took the directory for int8 and refused it with "config.json
+    does not describe a bertkit-int8 model ...; write it again: bertkit quantize ...", which would have thrown the
+    float model away. Now the save is refused, and such a directory (as transformers' save_pretrained leaves it) is
+    named for what it holds."""
+    int8_dir, _ = _copy(quantized_classifier, tmp_path / "int8")
+    model = BertForSequenceClassification.from_pretrained(classifier_dir)
+    with pytest.raises(BertkitError, match=rf"{int8_dir} holds an int8 model \(model.int8.safetensors\), which "
+                                           "pipelines, predict and serve would run in place of the float model"):
+        model.save_pretrained(int8_dir)
+    assert not (int8_dir / "model.safetensors").exists()
+    # the float checkpoint's files over the int8 directory's, as another library's save leaves them
+    for f in classifier_dir.iterdir():
+        if not f.name.startswith("."):
+            (int8_dir / f.name).write_bytes(f.read_bytes())
+    with pytest.raises(BertkitError, match=rf"{int8_dir / 'config.json'} describes a float model, whose weights "
+                                           r"\(model.safetensors\) are beside model.int8.safetensors, left by a save "
+                                           "of the other kind: remove model.int8.safetensors to run the float model"):
+        pipeline("text-classification", int8_dir)
+    with pytest.raises(BertkitError, match="remove model.int8.safetensors to run the float model"):
+        BertForSequenceClassification.from_pretrained(int8_dir)
+    # and the int8 model's config.json there (as save_int8 into a float checkpoint's directory once left it): from_pretrained
+    # and transformers read the float weights under it
+    (int8_dir / "config.json").write_bytes((quantized_classifier / "config.json").read_bytes())
+    for load in (BertForSequenceClassification.from_pretrained, lambda d: pipeline("text-classification", d)):
+        with pytest.raises(BertkitError, match=r"describes an int8 model, whose weights \(model.int8.safetensors\) "
+                                               "are beside model.safetensors, left by a save of the other kind: remove "
+                                               "model.safetensors to run the int8 model"):
+            load(int8_dir)
+
+
+def test_save_int8_refuses_a_model_whose_layers_are_not_its_configs(minilm_2_layers, tmp_path):
+    """Was: a student cut to some of its teacher's layers (sentence-transformers' layer-reduction recipe), its config
+    still saying the teacher's count, was written by save_int8 whole, and load_int8 then refused the directory ("the
+    config does not match the weights": 1 layer written, 2 configured), where save_pretrained refuses to write it.
+    Now save_int8 refuses it too, before anything is written, naming the fix."""
+    from bertkit.quantization import quantize_int8_on_texts, save_int8
+
+    model = BertModel.from_pretrained(minilm_2_layers).eval()
+    model.encoder.layer = torch.nn.ModuleList([model.encoder.layer[1]])
+    int8 = quantize_int8_on_texts(model, BertTokenizer.from_pretrained(minilm_2_layers), max_length=16)
+    with pytest.raises(BertkitError, match=r"BertModel runs 1 encoder layers but its config says num_hidden_layers=2, "
+                                           r"the number a checkpoint is read back with: set config.num_hidden_layers = 1"):
+        save_int8(int8, tmp_path / "int8")
+    assert not (tmp_path / "int8").exists()
+
+
 def _copy(directory: Path, to: Path) -> tuple[Path, dict]:
     to.mkdir()
     for f in directory.iterdir():

@@ -40,6 +40,10 @@ PICKLE_WEIGHTS_NAME = "pytorch_model.bin"  # transformers' format before safeten
 # An int8 model (``bertkit quantize``): int8 projections with their scales, the rest as published. Another name
 # than WEIGHTS_NAME, so no loader of float checkpoints (transformers' included) reads it as one.
 INT8_WEIGHTS_NAME = "model.int8.safetensors"
+# config.json's ``quantization_config.quant_method`` of a saved int8 model (``bertkit.quantization.saved``).
+QUANT_METHOD = "bertkit-int8"
+# The files a directory's float weights are read from (one file, or the index of its shards).
+FLOAT_WEIGHT_NAMES = (WEIGHTS_NAME, PICKLE_WEIGHTS_NAME, WEIGHTS_NAME + ".index.json", PICKLE_WEIGHTS_NAME + ".index.json")
 CONFIG_NAME = "config.json"
 
 # The encoder's published names, relative to the encoder (head models prefix "bert."); "{i}" is the layer index.
@@ -77,6 +81,35 @@ def read_config_json(directory: str | Path) -> dict[str, Any]:
         raise MissingFileError(f"{config_file} not found: pass a checkpoint directory written by save_pretrained "
                                "(config.json, model.safetensors, vocab.txt)")
     return read_json_object(config_file, "re-save the checkpoint")
+
+
+def refuse_mixed_weights(directory: Path) -> None:
+    """Refuse a directory holding an int8 model (``INT8_WEIGHTS_NAME``) beside float weights. A save keeps a directory's
+    other files (another library's save into an int8 directory, or one that bertkit has since refused), so one of the
+    two is stale, and each loader would read its own: pipelines the int8 model, from_pretrained and transformers the
+    float weights, under one config.json. Which one config.json describes is named, with the file to remove."""
+    floats = [name for name in FLOAT_WEIGHT_NAMES if (directory / name).is_file()]
+    if not floats or not (directory / INT8_WEIGHTS_NAME).is_file():
+        return
+    method = read_config_json(directory).get("quantization_config")
+    int8 = isinstance(method, dict) and method.get("quant_method") == QUANT_METHOD
+    kept, stale = (INT8_WEIGHTS_NAME, ", ".join(floats)) if int8 else (", ".join(floats), INT8_WEIGHTS_NAME)
+    raise BertkitError(f"{directory / CONFIG_NAME} describes {'an int8' if int8 else 'a float'} model, whose weights "
+                       f"({kept}) are beside {stale}, left by a save of the other kind: remove {stale} to run the "
+                       f"{'int8' if int8 else 'float'} model (or keep the two in directories of their own)")
+
+
+def refuse_layers_unlike_config(model: Any, encoder: Any) -> None:
+    """Refuse to save ``model`` when its ``encoder`` runs another number of layers than its config says (a student
+    cut to some of its teacher's layers): the config is what a checkpoint is read back with, so the keys written
+    follow it, and layers past it were dropped without a word (a student that ran 6 layers saved 3), missing ones
+    refused as if the model were int8, and an int8 directory written that no load reads."""
+    layers, configured = len(encoder.encoder.layer), model.config.num_hidden_layers
+    if layers != configured:
+        raise BertkitError(f"{type(model).__name__} runs {layers} encoder layers but its config says "
+                           f"num_hidden_layers={configured}, the number a checkpoint is read back with: set "
+                           f"config.num_hidden_layers = {layers} (the layers kept in encoder.layer), or keep "
+                           f"{configured} layers there")
 
 
 def encoder_published_names(name: str) -> tuple[str, ...]:
@@ -210,6 +243,7 @@ def weight_files(directory: Path) -> list[Path]:
 def _stored_weights(directory: Path) -> tuple[list[Path], set[str] | None]:
     """``weight_files`` and, for a sharded checkpoint, the tensor names its index lists (None for one file). Every
     listed shard must be there: a partial download is refused, not loaded as a model missing layers."""
+    refuse_mixed_weights(directory)
     fix = "copy or download the checkpoint again"
     for name in (WEIGHTS_NAME, PICKLE_WEIGHTS_NAME):
         if (directory / name).is_file():
@@ -501,14 +535,7 @@ class PretrainedMixin(TransformersModelCalls):
     # -- saving ---------------------------------------------------------------------------------------
     def published_state_dict(self) -> dict[str, Tensor]:
         """The weights as a checkpoint holds them: without the tied decoder's copies, contiguous, on the CPU."""
-        layers, configured = len(self._encoder().encoder.layer), self.config.num_hidden_layers
-        if layers != configured:
-            # the keys written follow the config: layers past it were dropped without a word (a student that ran 6
-            # layers saved 3), and missing ones were refused as if the model were int8
-            raise BertkitError(f"{type(self).__name__} runs {layers} encoder layers but its config says "
-                               f"num_hidden_layers={configured}, the number a checkpoint is read back with: set "
-                               f"config.num_hidden_layers = {layers} (the layers kept in encoder.layer), or keep "
-                               f"{configured} layers there")
+        refuse_layers_unlike_config(self, self._encoder())
         own = self.state_dict(keep_vars=True)  # type: ignore[attr-defined]  # views: no tied-decoder copy
         encoder_keys, head_keys = self._published_keys()
         absent = [key for key in encoder_keys + head_keys if key not in own]
@@ -526,6 +553,9 @@ class PretrainedMixin(TransformersModelCalls):
         ``path`` and moved into place whole (``bertkit.staging.staged``): a kill or a full disk leaves what was
         there before."""
         directory = given_path(path, "the directory to save into")
+        if (directory / INT8_WEIGHTS_NAME).is_file():  # kept by the save: the model pipelines would go on running
+            raise BertkitError(f"{directory} holds an int8 model ({INT8_WEIGHTS_NAME}), which pipelines, predict and "
+                               "serve would run in place of the float model saved beside it: save to another directory")
         config = self.config.to_dict()
         config["architectures"] = [type(self).__name__]
         if self.saved_num_labels not in (None, self.config.num_labels):  # a span head loaded from an MNLI checkpoint

@@ -16,7 +16,7 @@ from torch import Tensor, nn
 from bertkit.errors import BertkitError, MissingFileError, is_whole
 from bertkit.hub import download_hint, not_a_directory
 from bertkit.inference.options import Option, refusal
-from bertkit.inference.prepare import check_request, prepare_model
+from bertkit.inference.prepare import check_request, int8_model_request, prepare_model
 from bertkit.inference.runner import run_length_sorted
 from bertkit.padding import pad_batch
 from bertkit.quantization import is_int8_checkpoint, load_for_inference, read_calibration_file, require_head
@@ -130,8 +130,9 @@ class Pipeline:
         """Load the tokenizer and the task's head model from a Hugging Face-layout checkpoint directory."""
         directory = Path(model_dir)
         quantize = kwargs.get("quantize")
-        if is_int8_checkpoint(directory):  # written by `bertkit quantize`: it runs in int8 whatever is asked
-            quantize = quantize or "int8"
+        if is_int8_checkpoint(directory):  # written by `bertkit quantize`: it runs in int8, unasked too
+            quantize = int8_model_request(quantize, f"{directory} is an int8 model directory (written by `bertkit "
+                                                    "quantize`)")
         # An int8 request that cannot run is refused before the weights load.
         check_request(kwargs.get("device", "cpu"), bf16=kwargs.get("bf16"), quantize=quantize,
                       calibrating=kwargs.get("calibration_texts") is not None)

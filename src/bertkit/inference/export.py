@@ -17,7 +17,7 @@ from torch import Tensor, nn
 from bertkit.errors import BertkitError, is_whole
 from bertkit.heads import MODEL_CLASSES, BertForMultipleChoice
 from bertkit.hub import encoder_path, module_types, read_modules
-from bertkit.quantization.saved import model_class_of
+from bertkit.quantization.saved import load_named_class
 
 INPUT_NAMES = ("input_ids", "token_type_ids", "attention_mask")
 
@@ -45,8 +45,9 @@ class TupleOutputModel(nn.Module):
 
 
 def load_for_export(model_dir: str | Path) -> nn.Module:
-    """The model class the checkpoint was saved as (config.json ``architectures``; the bare encoder if none)."""
-    return model_class_of(Path(model_dir)).from_pretrained(model_dir).eval()
+    """The model class the checkpoint was saved as (config.json ``architectures``; the bare encoder if none), its
+    head refused where the weights lack it (``load_named_class``)."""
+    return load_named_class(Path(model_dir))
 
 
 TRACE_TEXTS = ("BERT reads text in both directions at once.", "Short one.")

@@ -66,6 +66,16 @@ def check_request(device: str | torch.device = "cpu", *, bf16: bool | None = Non
     return torch.device(resolve_device(device, local_rank, int8=True, bf16=bf16 is True))
 
 
+def int8_model_request(quantize: Any, model: str) -> str:
+    """What an int8 ``model`` (described for the message) runs as: "int8", the only precision it holds weights for.
+    ``quantize`` unset or "int8" asks for that; anything else (False, what --no-int8 asks, or a value a float model
+    refuses) is refused, not ignored."""
+    if quantize is not None and quantize != "int8":
+        raise BertkitError(f"quantize {quantize!r}: {model} and runs in int8 only: leave quantize unset (or 'int8'); "
+                           "for float, pass the float checkpoint it was made from")
+    return "int8"
+
+
 def prepare_model(model: nn.Module, model_dir: str | Path | None = None, *,
                   device: str | torch.device = "cpu", bf16: bool | None = None, quantize: str | None = None,
                   calibration_texts: Sequence[str | tuple[str, str]] | None = None,
@@ -82,7 +92,8 @@ def prepare_model(model: nn.Module, model_dir: str | Path | None = None, *,
         if calibrating:
             raise BertkitError(f"{model_dir or 'the model'} is int8 already (calibrated when it was quantized); "
                                "calibration_texts apply when quantizing a float checkpoint: pass that with them")
-        quantize = "int8"
+        quantize = int8_model_request(quantize, f"{model_dir or 'the model'} is an int8 model (quantize_int8's or "
+                                                "load_int8's)")
     dev = check_request(device, bf16=bf16, quantize=quantize, calibrating=calibrating, local_rank=local_rank)
     if not int8_already:
         model = model.to(dev)

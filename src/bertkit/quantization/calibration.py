@@ -104,12 +104,21 @@ def calibration_batches(tokenizer: BertTokenizer, texts: Sequence[str | tuple[st
     return out
 
 
+# The suffixes of files whose lines are records (`bertkit predict` reads them by column): read as sentences, their
+# JSON syntax, header row and other columns would be calibrated on as text.
+_RECORD_SUFFIXES = (".jsonl", ".json", ".ndjson", ".csv", ".tsv")
+
+
 def read_calibration_file(path: str | Path) -> list[str]:
     """Calibration texts from a text file, one per line (blank lines skipped)."""
     path = Path(path)
     if not path.is_file():
         raise MissingFileError(f"calibration file {path} not found: give a text file with one sentence per line, "
                                "like the ones the model will see (or leave it out for the built-in sentences)")
+    if path.suffix.lower() in _RECORD_SUFFIXES:
+        raise BertkitError(f"calibration file {path} is a {path.suffix.lower()[1:]} file, whose lines are records "
+                           "(JSON syntax, a header row, columns), and a calibration file is read as plain text, one "
+                           "sentence per line: write the texts to a .txt file, one per line")
     try:
         texts = [line.strip() for line in path.read_text(encoding="utf-8").splitlines()]
     except UnicodeDecodeError as e:

@@ -20,13 +20,17 @@ from bertkit._hardware import check_int8_kernel
 from bertkit.checkpoint_io import (
     CONFIG_NAME,
     FAMILY_HEADS,
+    FLOAT_WEIGHT_NAMES,
     INT8_WEIGHTS_NAME,
+    QUANT_METHOD,
     TIED_KEYS,
     WEIGHTS_NAME,
     canonical_names,
     encoder_published_names,
     read_config_json,
     read_weights,
+    refuse_layers_unlike_config,
+    refuse_mixed_weights,
     weight_files,
 )
 from bertkit.config import BertConfig
@@ -51,8 +55,7 @@ from bertkit.runs import refuse_inputs
 from bertkit.staging import staged, target_of
 from bertkit.tokenization import BertTokenizer
 
-# config.json's ``quantization_config.quant_method`` of a saved int8 model, and the layout's version.
-QUANT_METHOD = "bertkit-int8"
+# The layout's version (config.json's ``quantization_config.format_version``, beside its ``QUANT_METHOD``).
 INT8_FORMAT_VERSION = 3
 # How to write a directory again (for one this bertkit refuses): the command, with the directory's own path.
 _REWRITE = "write it again: bertkit quantize --model FLOAT_CHECKPOINT --output-dir {} --overwrite"
@@ -66,7 +69,9 @@ _SavedProjections = dict[tuple[int, str], dict[str, Tensor]]
 
 
 def is_int8_checkpoint(model_dir: str | Path) -> bool:
-    """Whether ``model_dir`` holds an int8 model written by ``save_int8`` / ``bertkit quantize``."""
+    """Whether ``model_dir`` holds an int8 model written by ``save_int8`` / ``bertkit quantize`` (one beside float
+    weights is refused: ``refuse_mixed_weights``)."""
+    refuse_mixed_weights(Path(model_dir))
     return (Path(model_dir) / INT8_WEIGHTS_NAME).is_file()
 
 
@@ -93,17 +98,26 @@ def save_int8(model: nn.Module, output_dir: str | Path, *, calibration: str = "b
     ``quantization_config``. The tokenizer is not written (``bertkit quantize`` copies it).
     """
     encoder = encoder_of(model)
+    refuse_layers_unlike_config(model, encoder)
     int8 = {(i, kind): get_projection(layer, kind) for i, layer in enumerate(encoder.encoder.layer) for kind in PROJECTIONS
             if isinstance(get_projection(layer, kind), Int8Linear)}
     if not int8:
         raise BertkitError(f"save_int8 writes an int8 model, and this {type(model).__name__} has no int8 projection: "
                            "quantize it first (quantize_int8 / quantize_int8_on_texts), or save the float model "
                            "with save_pretrained")
+    directory = Path(output_dir)
+    # a save keeps the directory's other files: float weights left beside the int8 model would be what
+    # from_pretrained, transformers and sentence-transformers load, under the int8 model's config.json
+    floats = [name for name in FLOAT_WEIGHT_NAMES if (directory / name).is_file()]
+    if floats:
+        raise BertkitError(f"{directory} holds float weights ({', '.join(floats)}), which from_pretrained, "
+                           "transformers and sentence-transformers would load in place of the int8 model: write it to "
+                           "another directory (the float checkpoint stays what `bertkit quantize` and pipeline(..., "
+                           "quantize='int8') read)")
     tensors = _int8_tensors(model, encoder, int8)
     config = model.config.to_dict()
     config["architectures"] = [type(model).__name__]
     config["quantization_config"] = _quantization_config(int8, calibration)
-    directory = Path(output_dir)
     from safetensors.torch import save_file
 
     with staged(directory) as out, atomic_target(out / INT8_WEIGHTS_NAME) as tmp:
@@ -159,6 +173,24 @@ def model_class_of(directory: Path) -> type[nn.Module]:
         raise BertkitError(f"{directory / CONFIG_NAME} names architecture {archs!r}; bertkit has "
                            f"{', '.join(MODEL_CLASSES)} (edit 'architectures' if the weights are one of these)")
     return MODEL_CLASSES[name]
+
+
+def load_named_class(directory: Path) -> nn.Module:
+    """The model of ``directory`` as the class its config.json names (``model_class_of``), in eval mode, for a command
+    that writes it in another form (``bertkit quantize``, ``export onnx``). A head the weights lack is refused:
+    from_pretrained starts it at random (for fine-tuning, as transformers does), and the int8 directory or graph
+    written would hold that random head as the checkpoint's own, where the pipelines refuse the directory."""
+    model_class = model_class_of(directory)
+    stored = published_keys(directory)
+    model = model_class.from_pretrained(directory).eval()
+    absent = [key for key in model.state_dict() if key.startswith(FAMILY_HEADS) and key not in TIED_KEYS
+              and key not in stored]
+    if absent:
+        raise BertkitError(f"{directory / CONFIG_NAME} names {model_class.__name__}, and its weights lack that head's "
+                           f"({', '.join(absent)}): it would be written with the head initialised at random; set "
+                           "\"architectures\" in config.json to the class its weights are (\"BertModel\" for the "
+                           "encoder alone), or fine-tune the head first")
+    return model
 
 
 # The heads whose weights have the same names and shapes (classifier.weight: num_labels x hidden, or 1 x hidden for
@@ -275,10 +307,10 @@ def quantize_checkpoint(model_dir: str | Path, output_dir: str | Path, *, calibr
         raise BertkitError(f"{source} is an int8 model already (written by `bertkit quantize`); quantize the float "
                            "checkpoint it came from")
     _refuse_modules_int8_cannot_run(source, listed)
-    model_class = model_class_of(encoder)
     texts = read_calibration_file(calibration_file) if calibration_file is not None else None
     tokenizer = BertTokenizer.from_pretrained(encoder)
-    model = model_class.from_pretrained(encoder)
+    model = load_named_class(encoder)
+    model_class = type(model)
     quantized = quantize_int8_on_texts(model, tokenizer, texts, max_length=max_length)
     calibration = "built-in" if calibration_file is None else f"{Path(calibration_file).name} ({len(texts or [])} texts)"
     out = Path(output_dir)
