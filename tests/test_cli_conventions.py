@@ -547,3 +547,31 @@ def test_ctrl_c_ends_a_command_with_one_line_and_the_shells_status_not_a_traceba
     assert main(["train-tokenizer", str(corpus), "--output-dir", str(tmp_path / "out"), "--no-progress"]) == 130
     assert capsys.readouterr().err.strip().splitlines()[-1] == "bertkit train-tokenizer: interrupted"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["corpus.txt"]
+
+
+def test_a_flag_given_twice_with_two_values_is_refused_naming_both(capsys):
+    """argparse kept the last of a repeated flag without a word (`predict ... --max-length 64 --max-length 128` ran at
+    128); now every command's flags, by either spelling, refuse a second value with both shown; the same value twice
+    is taken, and --config, a list of files, still takes several."""
+    argv = ["predict", "text-classification", "--model", "m", "--input", "i.txt", "--output-file", "o.jsonl"]
+    for extra, shown in ((["--max-length", "64", "--max_length=128"], "--max-length 64 and --max-length 128"),
+                         (["--model-name-or-path", "n"], "--model m and --model-name-or-path n"),
+                         (["--progress", "--no-progress"], "--progress and --no-progress")):
+        with pytest.raises(SystemExit) as exit_info:
+            main([*argv, *extra])
+        assert exit_info.value.code == 2
+        assert capsys.readouterr().err.strip().splitlines()[-1].endswith(f": given twice, as {shown}; give it once")
+    s = _settings([*argv, "--max-length", "64", "--max-length", "64", "--overwrite", "--overwrite"])
+    assert (s.max_length, s.overwrite) == (64, True)
+    for name, parser, _ in ALL:  # every flag of every command that takes a value, given twice
+        for action in parser._actions:
+            if not action.option_strings or action.dest in ("help", "_config_file"):
+                continue
+            values = [[], []] if action.nargs == 0 else [[action.choices[0]], [action.choices[-1]]] if (
+                action.choices) else [["1"], ["2"]]
+            twice = [action.option_strings[0], *values[0], action.option_strings[-1], *values[1]]
+            if action.nargs == 0:
+                twice[-1] = "--no-" + action.dest.replace("_", "-")
+            with pytest.raises(SystemExit):
+                parser.parse_args(twice)
+            assert "given twice" in capsys.readouterr().err, (name, twice)

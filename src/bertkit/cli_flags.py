@@ -113,6 +113,32 @@ def _shown(value: Any) -> str:
     return str(value)
 
 
+def _given_once(action: argparse.Action, namespace: argparse.Namespace, value: Any, shown: str) -> None:
+    """Refuse a flag given twice with two values (by either of its spellings): argparse keeps the last without a
+    word, so a flag repeated by mistake, or appended by a script to a command line that already holds it, would run
+    with one of the two values unannounced. The same value twice says one thing, and is taken."""
+    given = namespace.__dict__.setdefault("_given_flags", {})  # "_": no setting (build_settings)
+    if action.dest in given and given[action.dest][1] != value:
+        raise argparse.ArgumentError(action, f"given twice, as {given[action.dest][0]} and {shown}; give it once")
+    given[action.dest] = (shown, value)
+
+
+class _Once(argparse.Action):
+    """A flag's value (argparse's ``store``), refused when given again with another (``_given_once``)."""
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        _given_once(self, namespace, values, f"{option_string} {_shown(values)}")
+        setattr(namespace, self.dest, values)
+
+
+class _OnceBool(argparse.BooleanOptionalAction):
+    """``--flag`` / ``--no-flag``, refused when given both ways (``_given_once``)."""
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        _given_once(self, namespace, not option_string.startswith("--no-"), option_string)
+        super().__call__(parser, namespace, values, option_string)
+
+
 def add_settings_flags(parser: argparse.ArgumentParser, cls: type, choices: dict[str, tuple[str, ...]] | None = None
                        ) -> None:
     """Declare one flag per field of the settings dataclass ``cls`` (defaults stay in the dataclass); ``choices``: the
@@ -147,10 +173,10 @@ def add_settings_flags(parser: argparse.ArgumentParser, cls: type, choices: dict
             help_text += f" (default: {_shown(default)})"
         names = [_flag_name(f.name), *meta.get("aliases", ())]
         if _not_none(hints[f.name]) is bool:  # bool | None: unset lets the command decide (--bf16 with --int8)
-            parser.add_argument(*names, dest=f.name, action=argparse.BooleanOptionalAction, help=help_text,
+            parser.add_argument(*names, dest=f.name, action=_OnceBool, help=help_text,
                                 default=argparse.SUPPRESS)
         else:
-            parser.add_argument(*names, dest=f.name, type=convert, choices=known, help=help_text,
+            parser.add_argument(*names, dest=f.name, action=_Once, type=convert, choices=known, help=help_text,
                                 default=argparse.SUPPRESS, metavar=f.name.upper() if known is None else None)
     parser.add_argument("--config", dest="_config_file", type=_path, action="append", default=argparse.SUPPRESS,
                         metavar="FILE", help="a JSON file of these settings (paths in it are read from the working "
