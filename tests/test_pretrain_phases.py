@@ -275,3 +275,20 @@ def test_an_epoch_end_checkpoint_is_evaluated_once_after_a_resume(two_lengths, t
     assert evaluated == ([] if stop == "checkpoint" else [epoch])
     pretrain(_settings(two_lengths, out, resume=True, **kw))  # from the checkpoint at step E
     assert _rows(out) == reference
+
+
+def test_a_dynamic_masking_seed_on_data_with_its_masks_is_refused(tiny_pretraining_data, tmp_path, capsys):
+    """Was: `pretrain --dynamic-masking-seed 5` on data made with --masking static (its masks stored) trained on the
+    stored masks, the seed dropped without a word; refused now, before a step, naming the data."""
+    from bertkit.cli import main
+
+    data = tiny_pretraining_data / "data"
+    out = tmp_path / "run"
+    assert main(["pretrain", "--data", str(data), "--vocab", str(tiny_pretraining_data / "vocab"), "--config-name",
+                 "tiny", "--max-steps", "1", "--batch-size", "4", "--output-dir", str(out), "--no-progress",
+                 "--dynamic-masking-seed", "5"]) == 2
+    assert capsys.readouterr().err.strip().splitlines()[-1] == (
+        f"bertkit pretrain: error: --dynamic-masking-seed 5 seeds masks drawn at load time, but the instances in "
+        f"{data} carry the masks create-pretraining-data drew (--masking static): drop --dynamic-masking-seed, or "
+        "make the data with --masking dynamic")
+    assert not list(tmp_path.iterdir())

@@ -85,6 +85,13 @@ class PredictSquadSettings(PredictBenchmarkSettings, SquadWindowSettings):
     """2.0: predict no answer when the null score beats the best span by more than this (finetune squad's
     report gives the threshold chosen on dev)."""
 
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if self.null_threshold != 0.0 and self.version != "2.0":  # v1.1 answers every question: it would change nothing
+            raise BertkitError(f"--null-threshold {self.null_threshold} sets when to predict no answer, which only "
+                               f"--version 2.0 does (version {self.version} answers every question): add --version "
+                               "2.0, or drop --null-threshold")
+
 
 @dataclass(kw_only=True)
 class PredictSwagSettings(PredictBenchmarkSettings):

@@ -316,6 +316,10 @@ class SquadSettings(FinetuneSettings, SquadWindowSettings):
             if getattr(self, name) is None:
                 setattr(self, name, value)
         super().__post_init__()
+        if self.train_file is not None:  # the split's settings: without a word, the run would not be the one asked
+            _refuse_unused(self, ("heldout_fraction", "split_seed"), "splits --predict-file into training and "
+                           "held-out articles, which only a run without --train-file does (with one, all of "
+                           "--predict-file is scored): drop {flag}, or --train-file")
 
 
 @redefault(num_train_epochs=3.0, batch_size=16)
@@ -376,6 +380,22 @@ class PretrainSettings(TrainingSettings):
             raise BertkitError(f"{' and '.join(chosen)} initialise new weights, but --init-from {self.init_from} "
                                "starts from the checkpoint's (its masked-LM bias and position embeddings are kept; "
                                "a masked-LM head it lacks starts at zeros): drop them, or drop --init-from")
+        # settings of a part of the run that is not there: dropped without a word, the run would not be the one asked
+        if self.phase2_data is None:
+            _refuse_unused(self, ("phase1_fraction",), "splits --max-steps between --data and --phase2-data: add "
+                           "--phase2-data, or drop {flag}")
+        if self.eval_data is None:
+            _refuse_unused(self, ("eval_steps", "eval_delay", "eval_instances", "eval_batch_size"), "sets when or how "
+                           "the held-out instances of --eval-data are scored: add --eval-data, or drop {flag}")
+
+
+def _refuse_unused(s: Any, names: tuple[str, ...], why: str) -> None:
+    """Refuse the first of the fields ``names`` of ``s`` set to other than its default: ``why`` (``{flag}`` in it
+    names the flag) says which part of the run, not there, it sets."""
+    for f in dataclasses.fields(s):
+        if f.name in names and getattr(s, f.name) != f.default:
+            flag = f"--{f.name.replace('_', '-')}"
+            raise BertkitError(f"{flag} {getattr(s, f.name)} {why.format(flag=flag)}")
 
 
 @dataclass(kw_only=True)

@@ -161,6 +161,13 @@ def pretraining_phases(s: PretrainSettings, config: BertConfig, collate: Any, *,
             )
         phases.append(Phase(BatchPlan(dataset, micro, collate, seed=s.seed, rank=rank, world_size=world_size),
                             0, name=f"phase{i + 1}-{dataset.max_seq_length}"))
+    if s.dynamic_masking_seed is not None and not any(p.plan.dataset.dynamic for p in phases):
+        # static instances carry their masks: the seed would change nothing, without a word
+        raise BertkitError(f"--dynamic-masking-seed {s.dynamic_masking_seed} seeds masks drawn at load time, but "
+                           "the instances in "
+                           f"{' and '.join(str(d) for d in (s.data, s.phase2_data) if d is not None)} carry the masks "
+                           "create-pretraining-data drew (--masking static): drop --dynamic-masking-seed, or make the "
+                           "data with --masking dynamic")
     if len(phases) == 1:
         phases[0].steps = s.max_steps
     else:
