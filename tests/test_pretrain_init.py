@@ -125,6 +125,25 @@ def test_a_new_weights_initialisation_with_init_from_is_refused(tmp_path, chosen
     assert PretrainSettings(**{**common, "init_from": None}, **chosen).init_from is None
 
 
+def test_a_model_shape_with_init_from_or_an_empty_one_is_refused(tmp_path):
+    """Was: `--config-name large --init-from SMALL` pre-trained SMALL's shape, the preset dropped without a word (the
+    checkpoint's config.json is its shape); an empty --config-name was read as the path ".", "config file .
+    does not exist"."""
+    from bertkit.errors import BertkitError
+    from bertkit.settings import PretrainSettings
+
+    common = dict(data=tmp_path, vocab=tmp_path, output_dir=tmp_path / "out", max_steps=10)
+    with pytest.raises(BertkitError, match=f"^--config-name large shapes a new model, but --init-from {tmp_path / 'm'} "
+                       r"starts from a checkpoint of its own shape \(its config.json\): drop --config-name, or "
+                       "--init-from$"):
+        PretrainSettings(**common, config_name="large", init_from=tmp_path / "m")
+    assert PretrainSettings(**common, init_from=tmp_path / "m").config_name == "mini"  # the default says nothing
+    for empty in ("", " "):
+        with pytest.raises(BertkitError, match=rf"^--config-name '{empty}' is empty: give a preset \(tiny, mini, "
+                           r"small, medium, base, large\) or a config.json path$"):
+            PretrainSettings(**common, config_name=empty)
+
+
 def test_a_step_split_by_accumulation_logs_the_loss_of_its_whole_batch(tiny_pretraining_data, tmp_path):
     """A step of 8 instances logs the loss it trains on, the masked-LM mean over its predicted positions plus the
     next-sentence mean (google-research/bert's loss of the batch), however accumulation splits it. Was: 4 + 4 logged

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any, ClassVar, Literal
 
 from bertkit._parallel import info_from_env
-from bertkit.config import BertConfig
+from bertkit.config import PRESETS, BertConfig
 from bertkit.errors import BertkitError
 from bertkit.settings.fields import (
     OverwriteSettings,
@@ -350,7 +350,8 @@ class PretrainSettings(TrainingSettings):
     """Share of the steps spent on --data when --phase2-data is given."""
     init_from: Path | None = None
     """Continue pre-training from this checkpoint (e.g. a released BERT, for domain adaptation) instead of random
-    weights; its config.json replaces --config-name, and heads it lacks start fresh."""
+    weights; its config.json is the model's shape (another --config-name is refused), and heads it lacks start
+    fresh."""
     nsp: bool = True
     """Train next-sentence prediction beside the masked LM; --no-nsp trains the masked LM alone (a BertForMaskedLM)."""
     mlm_bias_init: Literal["zeros", "unigram"] = "zeros"
@@ -380,6 +381,12 @@ class PretrainSettings(TrainingSettings):
             raise BertkitError(f"{' and '.join(chosen)} initialise new weights, but --init-from {self.init_from} "
                                "starts from the checkpoint's (its masked-LM bias and position embeddings are kept; "
                                "a masked-LM head it lacks starts at zeros): drop them, or drop --init-from")
+        if isinstance(self.config_name, (str, Path)) and not str(self.config_name).strip():  # Path("") is "."
+            raise BertkitError(f"--config-name {str(self.config_name)!r} is empty: give a preset "
+                               f"({', '.join(PRESETS)}) or a config.json path")
+        if self.init_from is not None:  # its config.json is the model's shape: another one asked for would be dropped
+            _refuse_unused(self, ("config_name",), f"shapes a new model, but --init-from {self.init_from} starts "
+                           "from a checkpoint of its own shape (its config.json): drop {flag}, or --init-from")
         # settings of a part of the run that is not there: dropped without a word, the run would not be the one asked
         if self.phase2_data is None:
             _refuse_unused(self, ("phase1_fraction",), "splits --max-steps between --data and --phase2-data: add "
