@@ -163,3 +163,13 @@ def test_a_step_split_by_accumulation_logs_the_loss_of_its_whole_batch(tiny_pret
         logged.append([r["loss"] for r in result.history if r["split"] == "train"])
     assert len(logged[0]) == 2
     np.testing.assert_allclose(logged[1], logged[0], rtol=1e-6)
+
+
+def test_a_model_shape_from_a_directory_is_its_config_json(tmp_path, minilm_dir):
+    """transformers' --config_name takes a model directory (AutoConfig.from_pretrained); --config-name DIR said
+    "config file DIR does not exist". Now DIR is the config.json it holds, with the tokenizer's vocabulary size."""
+    from bertkit.training.pretrain import model_config
+
+    from_dir, from_file = model_config(str(minilm_dir), 1500), model_config(str(minilm_dir / "config.json"), 1500)
+    assert from_dir.to_dict() == from_file.to_dict()
+    assert (from_dir.num_hidden_layers, from_dir.hidden_size, from_dir.vocab_size) == (6, 384, 1500)

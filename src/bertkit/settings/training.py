@@ -343,7 +343,8 @@ class PretrainSettings(TrainingSettings):
     vocab: Path = flag(check=tokenizer_path)
     """The tokenizer the data was made with: its directory or its vocab.txt."""
     config_name: str | Path | BertConfig = "mini"
-    """Model shape: a preset (tiny, mini, small, medium, base, large), a config.json path, or a BertConfig."""
+    """Model shape: a preset (tiny, mini, small, medium, base, large), a config.json path (or a model directory
+    holding one), or a BertConfig."""
     phase2_data: Path | None = None
     """Longer instances (e.g. 512 tokens) for the last (1 - phase1_fraction) of the steps."""
     phase1_fraction: float = flag(0.9, check=strict_share)

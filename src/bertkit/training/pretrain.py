@@ -101,12 +101,14 @@ def sinusoidal_positions(positions: int, hidden: int, std: float) -> torch.Tenso
 
 
 def model_config(spec: Any, vocab_size: int) -> BertConfig:
-    """A preset name, a config.json path or a BertConfig, with the tokenizer's vocabulary size."""
+    """A preset name, a config.json path (or a model directory holding one, as transformers' ``--config_name``
+    takes) or a BertConfig, with the tokenizer's vocabulary size."""
     if isinstance(spec, BertConfig):
         return spec
     if str(spec) in PRESETS:
         return BertConfig.preset(str(spec), vocab_size=vocab_size)
-    return BertConfig.from_json_file(spec, vocab_size=vocab_size)
+    path = Path(spec)
+    return BertConfig.from_json_file(path / "config.json" if path.is_dir() else path, vocab_size=vocab_size)
 
 
 def pretraining_config(s: PretrainSettings, tokenizer: BertTokenizer) -> BertConfig:
