@@ -182,6 +182,8 @@ def test_settings_file_values_are_type_checked(tmp_path, capsys):
     (["extract-features", "--model", "m", "--input", "i", "--out", "o.jsonl", "--batch-size", "0"],
      "batch_size must be at least 1, got 0"),
     (["demo", "--steps", "0"], "steps must be at least 1, got 0"),
+    (["quantize", "--model", "m", "--out", "o", "--max-seq-length", "2"],  # was: "pass max_length 3", no such flag
+     "max_seq_length must be at least 3 (a word of each calibration text, [CLS] and [SEP]), got 2"),
     (["finetune", "squad", "--predict-file", "p", "--model", "m", "--out", "o", "--doc-stride", "0"],
      "doc_stride must be at least 1, got 0"),
     (["finetune", "squad", "--predict-file", "p", "--model", "m", "--out", "o", "--max-seq-length", "0"],

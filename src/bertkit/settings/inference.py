@@ -163,7 +163,8 @@ class QuantizeSettings(OverwriteSettings):
     calibration_file: Path | None = None
     """A text file, one sentence per line (a few hundred, like the inputs), to calibrate on. Default: 64 built-in
     English sentences."""
-    max_seq_length: int | None = flag(None, check=at_least_one)
+    max_seq_length: int | None = flag(None, check=in_range(lambda v: v >= 3, "at least 3 (a word of each "
+                                                                              "calibration text, [CLS] and [SEP])"))
     """Calibration sentences are cut to this many tokens (default: a sentence-transformers directory's
     max_seq_length, where its pipelines cut texts, which a larger value is refused over; else 128)."""
 
