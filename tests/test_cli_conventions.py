@@ -567,7 +567,7 @@ def test_a_flag_given_twice_with_two_values_is_refused_naming_both(capsys):
     assert (s.max_length, s.overwrite) == (64, True)
     for name, parser, _ in ALL:  # every flag of every command that takes a value, given twice
         for action in parser._actions:
-            if not action.option_strings or action.dest in ("help", "_config_file"):
+            if not action.option_strings or action.dest in ("help", "_config_file", "verbose"):
                 continue
             values = [[], []] if action.nargs == 0 else [[action.choices[0]], [action.choices[-1]]] if (
                 action.choices) else [["1"], ["2"]]
@@ -577,3 +577,9 @@ def test_a_flag_given_twice_with_two_values_is_refused_naming_both(capsys):
             with pytest.raises(SystemExit):
                 parser.parse_args(twice)
             assert "given twice" in capsys.readouterr().err, (name, twice)
+
+
+def test_verbose_is_taken_after_the_command_too():
+    """`bertkit pretrain ... -v` said "unrecognized arguments: -v": only the top level took it."""
+    for argv, verbose in ((["-v", "demo"], True), (["demo", "-v"], True), (["demo", "--verbose"], True), (["demo"], False)):
+        assert build_parser("demo").parse_args(argv).verbose is verbose, argv

@@ -273,6 +273,10 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
             formatter_class=argparse.RawDescriptionHelpFormatter)
         if command is None or name == command:
             add_settings_flags(p, c.settings, c.choices)
+            # after the command too, where the rest of its flags are (`bertkit pretrain ... -v`); unset, the
+            # top level's value stands
+            p.add_argument("-v", "--verbose", action="store_true", default=argparse.SUPPRESS,
+                           help="debug logging (default: off)")
     return parser
 
 
