@@ -355,7 +355,7 @@ def _check_server_args(pipe: Any, max_batch_tokens: int | None, api_key: str | N
         check_served_name(served_model_name, "served_model_name")
 
 
-def check_address(host: str, port: int) -> None:
+def _check_address(host: str, port: int) -> None:
     """Refuse, before the model loads, an address the server could not listen on: a host that does not resolve, a
     port in use or not this user's to take. uvicorn would find out only after the model loaded and warmed up, and
     exit 3 with its own message. A socket is bound (with SO_REUSEADDR, as uvicorn binds) and closed again."""
@@ -425,7 +425,7 @@ def serve(s: Any) -> dict[str, Any]:
     from bertkit.inference.base import int8_options
 
     served_task(s.task)  # refused before the model loads
-    check_address(s.host, s.port)
+    _check_address(s.host, s.port)
     fix_mmap_threshold()  # the server's process only: its memory stays flat under mixed traffic (serve_batching)
     pipe = pipeline(s.task, s.model_name_or_path, device=s.device, bf16=s.bf16, batch_size=s.max_batch_size,
                     max_length=s.max_length, progress=False, **int8_options(s))
