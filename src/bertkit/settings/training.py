@@ -470,6 +470,8 @@ class StudySettings(OverwriteSettings, ProgressSettings):
 
     def __post_init__(self) -> None:
         super().__post_init__()
+        if not self.combinations:  # else a run that trains nothing and reports an empty table
+            raise BertkitError(f"combinations: give at least one of {list(STUDY_COMBINATIONS)}")
         # a repeat would train the same tagger again into the same runs/NAME, and the table holds one row per name
         twice = next((c for k, c in enumerate(self.combinations) if c in self.combinations[:k]), None)
         if twice is not None:
