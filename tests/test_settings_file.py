@@ -384,3 +384,23 @@ def test_a_setting_of_a_part_of_the_run_that_is_not_there_is_refused(argv, name,
     assert sorted(p.name for p in tmp_path.iterdir()) == ["run.json"]  # refused before an output directory was made
     s = _settings(base)  # not given: the default, which changes nothing
     assert getattr(s, name) == next(f.default for f in dataclasses.fields(s) if f.name == name)
+
+
+def test_transformers_and_google_names_bertkit_spells_otherwise_say_what_to_give(tmp_path, capsys):
+    """Was: `--per_device_train_batch_size 8` (run_glue.py's), `--do_train` or google's `--warmup_proportion` said
+    only "unrecognized arguments"; now what each is here, on the command line and in a settings file."""
+    base = ["finetune", "glue", "--task", "rte", "--data-dir", "d", "--model", "m", "--out", "o"]
+    with pytest.raises(SystemExit) as exit_info:
+        main([*base, "--per_device_train_batch_size", "8", "--do_train", "--warmup_proportion=0.1"])
+    assert exit_info.value.code == 2
+    assert capsys.readouterr().err.strip().splitlines()[-1] == (
+        "bertkit: error: unrecognized arguments: --per-device-train-batch-size 8 --do-train --warmup-proportion=0.1 "
+        "(--per-device-train-batch-size is per process: give --batch-size, the global batch (per process x processes "
+        "x --gradient-accumulation-steps); --do-train is no flag here (bertkit finetune TASK trains and scores on dev, "
+        "bertkit predict TASK predicts): leave it out; --warmup-proportion is --warmup-ratio here)")
+    with pytest.raises(SystemExit):
+        main([*base, "--bogus", "1"])
+    assert capsys.readouterr().err.strip().splitlines()[-1] == "bertkit: error: unrecognized arguments: --bogus 1"
+    assert main([*base, "--config", _config(tmp_path / "hf.json", {"evaluation_strategy": "epoch"})]) == 2
+    assert ("unknown settings ['evaluation_strategy'] (--evaluation-strategy is --eval-strategy here (transformers' "
+            "newer name)); known: ") in capsys.readouterr().err

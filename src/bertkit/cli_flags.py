@@ -260,7 +260,8 @@ def _file_values(cls: type, fields: dict[str, dataclasses.Field], path: Path) ->
         raise BertkitError(f"--config {path}: a settings file names each setting by its field: "
                            + ", ".join(f"{n!r} for {k!r}" for k, n in renamed.items()))
     if unknown:
-        raise BertkitError(f"--config {path}: unknown settings {unknown}; known: {sorted(fields)}")
+        raise BertkitError(f"--config {path}: unknown settings {unknown}"
+                           f"{other_names_hint(['--' + k.replace('_', '-') for k in unknown])}; known: {sorted(fields)}")
     hints = typing.get_type_hints(cls)
     for name, value in list(values.items()):
         parse = fields[name].metadata.get("parse")
@@ -276,6 +277,34 @@ def _file_values(cls: type, fields: dict[str, dataclasses.Field], path: Path) ->
             raise BertkitError(f"--config {path}: {name}: {e}") from None
         values[name] = value  # its type is checked with the flags' values, when the settings are built
     return values
+
+
+_NO_STAGES = ("is no flag here (bertkit finetune TASK trains and scores on dev, bertkit predict TASK predicts): "
+              "leave it out")
+# transformers' and google-research/bert's flags that bertkit names otherwise (underscores read as dashes): what they are
+OTHER_NAMES = {
+    "--per-device-train-batch-size": "is per process: give --batch-size, the global batch (per process x processes "
+                                     "x --gradient-accumulation-steps)",
+    "--train-batch-size": "is --batch-size here",
+    "--per-device-eval-batch-size": "is --eval-batch-size here (predict: --batch-size)",
+    "--predict-batch-size": "is --batch-size here",
+    "--evaluation-strategy": "is --eval-strategy here (transformers' newer name)",
+    "--overwrite-output-dir": "is --overwrite here (it replaces only what a bertkit run wrote there)",
+    "--do-train": _NO_STAGES, "--do-eval": _NO_STAGES, "--do-predict": _NO_STAGES,
+    "--warmup-proportion": "is --warmup-ratio here",
+    "--num-train-steps": "is --max-steps here",
+    "--num-warmup-steps": "is --warmup-steps here",
+    "--save-checkpoints-steps": "is --save-steps here",
+    "--init-checkpoint": "is --model-name-or-path here (pretrain: --init-from)",
+    "--random-seed": "is --seed here",
+}
+
+
+def other_names_hint(words: list[str]) -> str:
+    """What each of ``words`` (argparse's unrecognized arguments) that ``OTHER_NAMES`` holds is here."""
+    said = [f"{name} {OTHER_NAMES[name]}" for name in dict.fromkeys(w.split("=")[0] for w in words)
+            if name in OTHER_NAMES]
+    return f" ({'; '.join(said)})" if said else ""
 
 
 # "-1,-2": argparse reads a lone "-1" after a flag as its value, but a comma list of negative numbers as a flag
