@@ -477,6 +477,10 @@ def test_a_help_shows_the_default_a_command_gives_a_field_not_the_text_written_f
                                                       "models 768 wide and up, 1e-4 below.")
     assert helps["finetune glue"]["num_train_epochs"] == ("Passes over the training data (fractions allowed). "
                                                           "(default: 3.0)")
+    # squad's batch is the paper's for its --version: its help said "(default: None)", the batch it never runs
+    assert helps["finetune squad"]["batch_size"].endswith("(and processes). Default: the task's (the paper's): SQuAD's "
+                                                          "32 for version 1.1, 48 for 2.0.")
+    assert helps["finetune glue"]["batch_size"].endswith("(and processes). (default: 32)")
 
 
 def test_help_loads_neither_torch_nor_numpy():

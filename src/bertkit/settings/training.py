@@ -71,7 +71,8 @@ class TrainingSettings(OverwriteSettings, ProgressSettings):
     max_steps: int = flag(-1, check=in_range(lambda v: v == -1 or v >= 1, "at least 1 (or -1: not given)"))
     """Optimiser steps in all; overrides num_train_epochs when given (-1: not given)."""
     batch_size: int | None = flag(None, trainer=False, check=at_least_one)
-    """GLOBAL batch: sequences per optimiser step, split over gradient-accumulation steps (and processes)."""
+    """GLOBAL batch: sequences per optimiser step, split over gradient-accumulation steps (and processes). Default:
+    the task's (the paper's): SQuAD's 32 for version 1.1, 48 for 2.0."""
     gradient_accumulation_steps: int = flag(1, check=at_least_one, checkpoint=True)
     """Micro-batches per optimiser step: each is batch_size / gradient_accumulation_steps sequences."""
     warmup_ratio: float | None = flag(0.1, hf=None, check=share, checkpoint=True)
