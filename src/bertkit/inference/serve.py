@@ -370,16 +370,16 @@ def _check_address(host: str, port: int) -> None:
         raise BertkitError(f"{where}: the host does not resolve ({e.strerror}); give an address of this machine "
                            "(127.0.0.1: this machine only; 0.0.0.0: every interface) or a name that resolves "
                            "to one") from None
-    with socket.socket(family, kind, proto) as probe:
-        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        try:
+    try:
+        with socket.socket(family, kind, proto) as probe:  # an IPv6 host where IPv6 is off fails here already
+            probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
             probe.bind(address)
-        except OSError as e:
-            fix = {errno.EADDRINUSE: "another process listens there: stop it, or choose another --port",
-                   errno.EACCES: "ports below 1024 need privileges: choose a port from 1024",
-                   errno.EADDRNOTAVAIL: "no interface of this machine has that address: give one of its own"}
-            raise BertkitError(f"{where}: cannot listen there ({e.strerror}); "
-                               f"{fix.get(e.errno, 'choose another --host or --port')}") from None
+    except OSError as e:
+        fix = {errno.EADDRINUSE: "another process listens there: stop it, or choose another --port",
+               errno.EACCES: "ports below 1024 need privileges: choose a port from 1024",
+               errno.EADDRNOTAVAIL: "no interface of this machine has that address: give one of its own"}
+        raise BertkitError(f"{where}: cannot listen there ({e.strerror}); "
+                           f"{fix.get(e.errno, 'choose another --host or --port')}") from None
 
 
 def _server_pipeline(pipe: Any, stopping: threading.Event) -> Any:
