@@ -182,6 +182,8 @@ def test_settings_file_values_are_type_checked(tmp_path, capsys):
     (["extract-features", "--model", "m", "--input", "i", "--out", "o.jsonl", "--batch-size", "0"],
      "batch_size must be at least 1, got 0"),
     (["demo", "--steps", "0"], "steps must be at least 1, got 0"),
+    (["quantize", "--model", "m", "--out", "o", "--max-seq-length", "2"],  # was: "pass max_length 3", no such flag
+     "max_seq_length must be at least 3 (a word of each calibration text, [CLS] and [SEP]), got 2"),
     (["finetune", "squad", "--predict-file", "p", "--model", "m", "--out", "o", "--doc-stride", "0"],
      "doc_stride must be at least 1, got 0"),
     (["finetune", "squad", "--predict-file", "p", "--model", "m", "--out", "o", "--max-seq-length", "0"],
@@ -475,6 +477,10 @@ def test_a_help_shows_the_default_a_command_gives_a_field_not_the_text_written_f
                                                       "models 768 wide and up, 1e-4 below.")
     assert helps["finetune glue"]["num_train_epochs"] == ("Passes over the training data (fractions allowed). "
                                                           "(default: 3.0)")
+    # squad's batch is the paper's for its --version: its help said "(default: None)", the batch it never runs
+    assert helps["finetune squad"]["batch_size"].endswith("(and processes). Default: the task's (the paper's): SQuAD's "
+                                                          "32 for version 1.1, 48 for 2.0.")
+    assert helps["finetune glue"]["batch_size"].endswith("(and processes). (default: 32)")
 
 
 def test_help_loads_neither_torch_nor_numpy():
@@ -547,3 +553,37 @@ def test_ctrl_c_ends_a_command_with_one_line_and_the_shells_status_not_a_traceba
     assert main(["train-tokenizer", str(corpus), "--output-dir", str(tmp_path / "out"), "--no-progress"]) == 130
     assert capsys.readouterr().err.strip().splitlines()[-1] == "bertkit train-tokenizer: interrupted"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["corpus.txt"]
+
+
+def test_a_flag_given_twice_with_two_values_is_refused_naming_both(capsys):
+    """argparse kept the last of a repeated flag without a word (`predict ... --max-length 64 --max-length 128` ran at
+    128); now every command's flags, by either spelling, refuse a second value with both shown; the same value twice
+    is taken, and --config, a list of files, still takes several."""
+    argv = ["predict", "text-classification", "--model", "m", "--input", "i.txt", "--output-file", "o.jsonl"]
+    for extra, shown in ((["--max-length", "64", "--max_length=128"], "--max-length 64 and --max-length 128"),
+                         (["--model-name-or-path", "n"], "--model m and --model-name-or-path n"),
+                         (["--progress", "--no-progress"], "--progress and --no-progress")):
+        with pytest.raises(SystemExit) as exit_info:
+            main([*argv, *extra])
+        assert exit_info.value.code == 2
+        assert capsys.readouterr().err.strip().splitlines()[-1].endswith(f": given twice, as {shown}; give it once")
+    s = _settings([*argv, "--max-length", "64", "--max-length", "64", "--overwrite", "--overwrite"])
+    assert (s.max_length, s.overwrite) == (64, True)
+    for name, parser, _ in ALL:  # every flag of every command that takes a value, given twice
+        for action in parser._actions:
+            if not action.option_strings or action.dest in ("help", "_config_file", "verbose"):
+                continue
+            values = [[], []] if action.nargs == 0 else [[action.choices[0]], [action.choices[-1]]] if (
+                action.choices) else [["1"], ["2"]]
+            twice = [action.option_strings[0], *values[0], action.option_strings[-1], *values[1]]
+            if action.nargs == 0:
+                twice[-1] = "--no-" + action.dest.replace("_", "-")
+            with pytest.raises(SystemExit):
+                parser.parse_args(twice)
+            assert "given twice" in capsys.readouterr().err, (name, twice)
+
+
+def test_verbose_is_taken_after_the_command_too():
+    """`bertkit pretrain ... -v` said "unrecognized arguments: -v": only the top level took it."""
+    for argv, verbose in ((["-v", "demo"], True), (["demo", "-v"], True), (["demo", "--verbose"], True), (["demo"], False)):
+        assert build_parser("demo").parse_args(argv).verbose is verbose, argv

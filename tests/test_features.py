@@ -372,6 +372,9 @@ def test_a_combination_given_twice_is_refused(tmp_path):
         fs.StudySettings(data_dir=tmp_path, model_name_or_path=tmp_path, output_dir=tmp_path / "study",
                          combinations=("last_hidden", "embeddings", "last_hidden"))
     assert not (tmp_path / "study").exists()
+    # none (`--combinations ""`) trained nothing and wrote an empty table, exit 0
+    with pytest.raises(ValueError, match=r"^combinations: give at least one of \['embeddings', "):
+        fs.StudySettings(data_dir=tmp_path, model_name_or_path=tmp_path, output_dir=tmp_path / "study", combinations=())
 
 
 def test_combinations_given_as_a_list_from_python_are_the_tuple_the_flags_give(tmp_path):

@@ -25,8 +25,10 @@ def tiny(tiny_pretraining_data):
 def _settings(root: Path, out: Path, **kw):
     from bertkit.settings import PretrainSettings
 
-    base = dict(data=root / "data", vocab=root / "vocab", config_name="tiny", output_dir=out, max_steps=4,
-                logging_steps=1, batch_size=8, learning_rate=1e-3, progress=False, device="cpu")
+    base = dict(data=root / "data", vocab=root / "vocab", output_dir=out, max_steps=4, logging_steps=1, batch_size=8,
+                learning_rate=1e-3, progress=False, device="cpu")
+    if "init_from" not in kw:  # a checkpoint's config.json is its shape (another --config-name is refused)
+        base["config_name"] = "tiny"
     return PretrainSettings(**{**base, **kw})
 
 

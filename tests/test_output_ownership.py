@@ -604,7 +604,7 @@ def test_an_output_file_that_is_a_directory_is_named_as_one_with_or_without_over
     """Was: without --overwrite, "out already exists; pass --overwrite to replace it", advice that then failed."""
     (tmp_path / "out").mkdir()
     (tmp_path / "out" / "notes.txt").write_text("the user's")
-    with pytest.raises(BertkitError, match=f"^{tmp_path / 'out'} is a directory; give a file name"):
+    with pytest.raises(BertkitError, match=f"^{tmp_path / 'out'} is a directory; give the path of the file to write"):
         refuse_existing_file(tmp_path / "out", overwrite)
     assert (tmp_path / "out" / "notes.txt").read_text() == "the user's"
 

@@ -236,6 +236,14 @@ def test_question_answering_top_k_and_max_length_are_refused_before_the_model_lo
     assert "max_length must be at least 8 (a pipeline's shortest sequence), got 4" in err and " head" not in err
     assert main([*args, "--top-k", "20"]) == 2
     assert "has no question-answering head" in capsys.readouterr().err  # top_k 20 passed; the model was next
+    # a --max-length with no room for a context beside the 64-token question: predict's flag named (the pipeline's
+    # message named max_query_length, no flag of predict, after every input was read), before the model loads
+    for length in ("40", "67"):
+        assert main([*args, "--max-length", length]) == 2
+        err = capsys.readouterr().err
+        assert (f"--max-length {length} leaves no room for a context: question-answering cuts each question to 64 "
+                "tokens, and [CLS] and two [SEP] make 67; raise --max-length above 67") in err
+        assert "max_query_length" not in err and " head" not in err and "input 1" not in err
     assert out.read_text(encoding="utf-8") == '{"id": 0, "answer": "Bob"}\n'
 
 

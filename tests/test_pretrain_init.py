@@ -125,6 +125,25 @@ def test_a_new_weights_initialisation_with_init_from_is_refused(tmp_path, chosen
     assert PretrainSettings(**{**common, "init_from": None}, **chosen).init_from is None
 
 
+def test_a_model_shape_with_init_from_or_an_empty_one_is_refused(tmp_path):
+    """Was: `--config-name large --init-from SMALL` pre-trained SMALL's shape, the preset dropped without a word (the
+    checkpoint's config.json is its shape); an empty --config-name was read as the path ".", "config file .
+    does not exist"."""
+    from bertkit.errors import BertkitError
+    from bertkit.settings import PretrainSettings
+
+    common = dict(data=tmp_path, vocab=tmp_path, output_dir=tmp_path / "out", max_steps=10)
+    with pytest.raises(BertkitError, match=f"^--config-name large shapes a new model, but --init-from {tmp_path / 'm'} "
+                       r"starts from a checkpoint of its own shape \(its config.json\): drop --config-name, or "
+                       "--init-from$"):
+        PretrainSettings(**common, config_name="large", init_from=tmp_path / "m")
+    assert PretrainSettings(**common, init_from=tmp_path / "m").config_name == "mini"  # the default says nothing
+    for empty in ("", " "):
+        with pytest.raises(BertkitError, match=rf"^--config-name '{empty}' is empty: give a preset \(tiny, mini, "
+                           r"small, medium, base, large\) or a config.json path$"):
+            PretrainSettings(**common, config_name=empty)
+
+
 def test_a_step_split_by_accumulation_logs_the_loss_of_its_whole_batch(tiny_pretraining_data, tmp_path):
     """A step of 8 instances logs the loss it trains on, the masked-LM mean over its predicted positions plus the
     next-sentence mean (google-research/bert's loss of the batch), however accumulation splits it. Was: 4 + 4 logged
@@ -144,3 +163,13 @@ def test_a_step_split_by_accumulation_logs_the_loss_of_its_whole_batch(tiny_pret
         logged.append([r["loss"] for r in result.history if r["split"] == "train"])
     assert len(logged[0]) == 2
     np.testing.assert_allclose(logged[1], logged[0], rtol=1e-6)
+
+
+def test_a_model_shape_from_a_directory_is_its_config_json(tmp_path, minilm_dir):
+    """transformers' --config_name takes a model directory (AutoConfig.from_pretrained); --config-name DIR said
+    "config file DIR does not exist". Now DIR is the config.json it holds, with the tokenizer's vocabulary size."""
+    from bertkit.training.pretrain import model_config
+
+    from_dir, from_file = model_config(str(minilm_dir), 1500), model_config(str(minilm_dir / "config.json"), 1500)
+    assert from_dir.to_dict() == from_file.to_dict()
+    assert (from_dir.num_hidden_layers, from_dir.hidden_size, from_dir.vocab_size) == (6, 384, 1500)

@@ -40,6 +40,10 @@ def two_lengths(tiny_pretraining_data, tmp_path_factory) -> Path:
     (root / "short.txt").write_text("\n\n".join(documents[:3]) + "\n")
     create_pretraining_data([root / "short.txt"], tok, root / "short32", max_seq_length=32, max_predictions_per_seq=5,
                             dupe_factor=1, input_format="sentences", seed=3, num_workers=1, progress=False)
+    # the same, its masks drawn at load time (--masking dynamic): the data a --dynamic-masking-seed seeds
+    create_pretraining_data([root / "short.txt"], tok, root / "dynamic32", max_seq_length=32,
+                            max_predictions_per_seq=5, dupe_factor=1, input_format="sentences", seed=3, num_workers=1,
+                            progress=False, masking="dynamic")
     return root
 
 
@@ -181,14 +185,15 @@ def test_resuming_with_another_phase_split_or_masking_seed_is_refused(two_length
     from bertkit.training.pretrain import pretrain
 
     out = tmp_path / "run"
+    (name, value), = changed.items()
+    data = {"data": two_lengths / "dynamic32"} if name == "dynamic_masking_seed" else {}  # a seed seeds dynamic masks
     with monkeypatch.context() as mp:
         _stop_after_checkpoint(mp, 4)
         with pytest.raises(Stopped):
-            pretrain(_settings(two_lengths, out))
-    (name, value), = changed.items()
+            pretrain(_settings(two_lengths, out, **data))
     before = getattr(_settings(two_lengths, out), name)
     with pytest.raises(BertkitError, match=rf"other settings or data .*'{name}': \({before}, {value}\)"):
-        pretrain(_settings(two_lengths, out, resume=True, **changed))
+        pretrain(_settings(two_lengths, out, resume=True, **data, **changed))
     assert [r["step"] for r in _train_rows(out)] == [1, 2, 3, 4]  # refused before a step
 
 
@@ -275,3 +280,20 @@ def test_an_epoch_end_checkpoint_is_evaluated_once_after_a_resume(two_lengths, t
     assert evaluated == ([] if stop == "checkpoint" else [epoch])
     pretrain(_settings(two_lengths, out, resume=True, **kw))  # from the checkpoint at step E
     assert _rows(out) == reference
+
+
+def test_a_dynamic_masking_seed_on_data_with_its_masks_is_refused(tiny_pretraining_data, tmp_path, capsys):
+    """Was: `pretrain --dynamic-masking-seed 5` on data made with --masking static (its masks stored) trained on the
+    stored masks, the seed dropped without a word; refused now, before a step, naming the data."""
+    from bertkit.cli import main
+
+    data = tiny_pretraining_data / "data"
+    out = tmp_path / "run"
+    assert main(["pretrain", "--data", str(data), "--vocab", str(tiny_pretraining_data / "vocab"), "--config-name",
+                 "tiny", "--max-steps", "1", "--batch-size", "4", "--output-dir", str(out), "--no-progress",
+                 "--dynamic-masking-seed", "5"]) == 2
+    assert capsys.readouterr().err.strip().splitlines()[-1] == (
+        f"bertkit pretrain: error: --dynamic-masking-seed 5 seeds masks drawn at load time, but the instances in "
+        f"{data} carry the masks create-pretraining-data drew (--masking static): drop --dynamic-masking-seed, or "
+        "make the data with --masking dynamic")
+    assert not list(tmp_path.iterdir())

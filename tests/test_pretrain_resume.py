@@ -27,9 +27,11 @@ def tiny_setup(tiny_pretraining_data):
 
 
 def _pretrain_args(root: Path, out: Path, *extra: str) -> list[str]:
-    return _cli("pretrain", "--data", str(root / "data"), "--vocab", str(root / "vocab"), "--config-name", "tiny",
-                "--out", str(out), "--max-steps", "60", "--save-steps", "10", "--logging-steps", "1",
-                "--batch-size", "8", "--lr", "1e-3", "--no-progress", *extra)
+    """The run's command line; a flag in ``extra`` replaces the base's (given twice, the CLI refuses it)."""
+    base = {"--data": str(root / "data"), "--vocab": str(root / "vocab"), "--config-name": "tiny", "--out": str(out),
+            "--max-steps": "60", "--save-steps": "10", "--logging-steps": "1", "--batch-size": "8", "--lr": "1e-3"}
+    kept = [x for flag, value in base.items() if flag not in extra for x in (flag, value)]
+    return _cli("pretrain", *kept, "--no-progress", *extra)
 
 
 def _losses(out: Path) -> list[tuple[int, float, float]]:

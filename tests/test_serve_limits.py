@@ -502,3 +502,27 @@ def test_the_server_holds_glibcs_mmap_threshold_so_freed_activations_leave_at_on
         returned[mode] = int(freed_kib)
     assert returned["default"] < 4 * 1024, returned  # held by the heap
     assert returned["fixed"] > 28 * 1024, returned  # 31 MiB handed back
+
+
+def test_an_address_the_server_cannot_listen_on_is_refused_before_the_model_loads(monkeypatch, capsys):
+    """Was: a port in use or a host that does not resolve was found by uvicorn once the model had loaded and warmed
+    up, which exited 3 with its own message; now one line naming --host and --port and the fix, exit 2, no model."""
+    import bertkit.inference
+    from bertkit.cli import main
+
+    def no_model(*args, **kwargs):
+        raise AssertionError("the model loaded")
+
+    monkeypatch.setattr(bertkit.inference, "pipeline", no_model)
+    args = ["serve", "--model", str(MODEL), "--task", "sentence-embedding"]
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        port = busy.getsockname()[1]
+        assert main([*args, "--port", str(port)]) == 2
+    assert capsys.readouterr().err.strip().splitlines()[-1] == (
+        f"bertkit serve: error: --host 127.0.0.1 --port {port}: cannot listen there (Address already in use); "
+        "another process listens there: stop it, or choose another --port")
+    assert main([*args, "--host", "no-such-host.invalid", "--port", str(port)]) == 2
+    assert capsys.readouterr().err.strip().splitlines()[-1].startswith(
+        f"bertkit serve: error: --host no-such-host.invalid --port {port}: the host does not resolve (")

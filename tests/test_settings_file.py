@@ -4,6 +4,7 @@ positional ones too), converted and checked as the flags are; several files merg
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 
@@ -345,3 +346,61 @@ def test_a_flags_other_spelling_is_named_with_its_field(tmp_path, capsys):
         f"bertkit finetune ner: error: --config {cfg}: a settings file names each setting by its field: "
         "'learning_rate' for 'lr', 'model_name_or_path' for 'model', 'output_dir' for 'out'"
     )
+
+
+SETTING_OF_A_PART_NOT_THERE = [  # (command, setting, value, the message's tail); each ran without a word, and without it
+    (["pretrain", "--data", "d", "--vocab", "v", "--max-steps", "2"], "phase1_fraction", 0.5,
+     "splits --max-steps between --data and --phase2-data: add --phase2-data, or drop --phase1-fraction"),
+    (["pretrain", "--data", "d", "--vocab", "v", "--max-steps", "2"], "eval_steps", 1.0,
+     "sets when or how the held-out instances of --eval-data are scored: add --eval-data, or drop --eval-steps"),
+    (["pretrain", "--data", "d", "--vocab", "v", "--max-steps", "2"], "eval_instances", 5,
+     "sets when or how the held-out instances of --eval-data are scored: add --eval-data, or drop --eval-instances"),
+    (["finetune", "squad", "--model", "m", "--predict-file", "p.json", "--train-file", "t.json"], "heldout_fraction",
+     0.5, "splits --predict-file into training and held-out articles, which only a run without --train-file does "
+     "(with one, all of --predict-file is scored): drop --heldout-fraction, or --train-file"),
+    (["finetune", "squad", "--model", "m", "--predict-file", "p.json", "--train-file", "t.json"], "split_seed", 3,
+     "splits --predict-file into training and held-out articles"),
+    (["predict", "squad", "--model", "m", "--predict-file", "p.json"], "null_threshold", 3.0,
+     "sets when to predict no answer, which only --version 2.0 does (version 1.1 answers every question): add "
+     "--version 2.0, or drop --null-threshold"),
+]
+
+
+@pytest.mark.parametrize("argv,name,value,message", SETTING_OF_A_PART_NOT_THERE,
+                         ids=[c[1] for c in SETTING_OF_A_PART_NOT_THERE])
+def test_a_setting_of_a_part_of_the_run_that_is_not_there_is_refused(argv, name, value, message, tmp_path,
+                                                                      monkeypatch, capsys):
+    """Was: `pretrain --phase1-fraction 0.5` without --phase2-data, `--eval-steps`/`--eval-instances` without
+    --eval-data, `finetune squad --heldout-fraction`/`--split-seed` with --train-file and `predict squad
+    --null-threshold` on version 1.1 each ran to the end as if not given. Refused from a flag or a file alike; the
+    default value, which says nothing, is taken."""
+    monkeypatch.chdir(tmp_path)
+    flag = f"--{name.replace('_', '-')}"
+    base = [*argv, "--output-dir", "out"]
+    assert main([*base, flag, str(value)]) == 2
+    assert f"error: {flag} {value} {message}" in capsys.readouterr().err
+    assert main([*base, "--config", _config(tmp_path / "run.json", {name: value})]) == 2
+    assert f"error: {flag} {value} {message}" in capsys.readouterr().err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["run.json"]  # refused before an output directory was made
+    s = _settings(base)  # not given: the default, which changes nothing
+    assert getattr(s, name) == next(f.default for f in dataclasses.fields(s) if f.name == name)
+
+
+def test_transformers_and_google_names_bertkit_spells_otherwise_say_what_to_give(tmp_path, capsys):
+    """Was: `--per_device_train_batch_size 8` (run_glue.py's), `--do_train` or google's `--warmup_proportion` said
+    only "unrecognized arguments"; now what each is here, on the command line and in a settings file."""
+    base = ["finetune", "glue", "--task", "rte", "--data-dir", "d", "--model", "m", "--out", "o"]
+    with pytest.raises(SystemExit) as exit_info:
+        main([*base, "--per_device_train_batch_size", "8", "--do_train", "--warmup_proportion=0.1"])
+    assert exit_info.value.code == 2
+    assert capsys.readouterr().err.strip().splitlines()[-1] == (
+        "bertkit: error: unrecognized arguments: --per-device-train-batch-size 8 --do-train --warmup-proportion=0.1 "
+        "(--per-device-train-batch-size is per process: give --batch-size, the global batch (per process x processes "
+        "x --gradient-accumulation-steps); --do-train is no flag here (bertkit finetune TASK trains and scores on dev, "
+        "bertkit predict TASK predicts): leave it out; --warmup-proportion is --warmup-ratio here)")
+    with pytest.raises(SystemExit):
+        main([*base, "--bogus", "1"])
+    assert capsys.readouterr().err.strip().splitlines()[-1] == "bertkit: error: unrecognized arguments: --bogus 1"
+    assert main([*base, "--config", _config(tmp_path / "hf.json", {"evaluation_strategy": "epoch"})]) == 2
+    assert ("unknown settings ['evaluation_strategy'] (--evaluation-strategy is --eval-strategy here (transformers' "
+            "newer name)); known: ") in capsys.readouterr().err

@@ -396,3 +396,31 @@ def test_pretraining_data_made_with_another_vocabulary_is_refused_before_trainin
     assert main([*args, "--vocab", str(vocab), "--eval-data", str(tiny_pretraining_data / "data"),
                  "--out", str(tmp_path / "run")]) == 0  # the data's own vocabulary: trained
     assert (tmp_path / "run" / "final" / "model.safetensors").is_file()
+
+
+def test_a_directory_where_a_file_is_asked_for_is_named_as_one(tiny_checkpoint, tmp_path, capsys):
+    """Was: a directory given for --calibration-file or convert-tf-checkpoint's --bert-config was "not found", and one
+    given for export onnx's --output-file was told to write "DIR/features.jsonl"."""
+    from bertkit.cli import main
+
+    model = tiny_checkpoint(tmp_path / "m", "BertForSequenceClassification", tokenizer=["[PAD]", "[UNK]", "[CLS]",
+                            "[SEP]", "[MASK]", "a", "film"], labels=2, num_attention_heads=2)
+    folder = tmp_path / "folder"
+    folder.mkdir()
+    (tmp_path / "in.txt").write_text("a film\n", encoding="utf-8")
+    for argv, said in (
+            (["quantize", "--model", model, "--out", tmp_path / "q", "--calibration-file", folder],
+             f"calibration file {folder} is a directory: give a text file with one sentence per line, like the "
+             "ones the model will see (or leave it out for the built-in sentences)"),
+            (["predict", "text-classification", "--model", model, "--input", tmp_path / "in.txt", "--out",
+              tmp_path / "o.jsonl", "--int8", "--calibration-file", folder],
+             f"calibration file {folder} is a directory: give a text file with one sentence per line, like the "
+             "ones the model will see (or leave it out for the built-in sentences)"),
+            (["convert-tf-checkpoint", "--tf-checkpoint", tmp_path / "ckpt", "--bert-config", folder, "--vocab",
+              model / "vocab.txt", "--out", tmp_path / "t"],
+             f"{folder} is a directory: pass the checkpoint's bert_config.json (it comes beside bert_model.ckpt)"),
+            (["export", "onnx", "--model", model, "--out", folder],
+             f"{folder} is a directory; give the path of the file to write (one inside it, or elsewhere)")):
+        assert main([str(a) for a in argv]) == 2
+        assert capsys.readouterr().err.strip().splitlines()[-1].endswith(said), argv
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["folder", "in.txt", "m"]

@@ -32,7 +32,7 @@ EVAL=()
 if [ -f "$HELDOUT" ]; then
   [ -f "$R/heldout/manifest.json" ] || $BK create-pretraining-data "$HELDOUT" --vocab "$R/vocab" \
       --output-dir "$R/heldout" --max-seq-length 128 --dupe-factor 1 --no-progress --overwrite
-  EVAL=(--eval-data "$R/heldout")
+  EVAL=(--eval-data "$R/heldout" --eval-steps 1000)  # 2,000 held-out instances a time (--eval-instances)
 fi
 # A run cut short before it finished left its files in bertkit's staging directory beside the model's
 # (.model.bertkit-staging): continued from its last checkpoint, or started again when it wrote none.

@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any
 
 from bertkit import __version__
 from bertkit import settings as st
-from bertkit.cli_flags import add_settings_flags, build_settings, normalize_argv
+from bertkit.cli_flags import add_settings_flags, build_settings, normalize_argv, other_names_hint
 from bertkit.errors import BertkitError
 from bertkit.inference.tasks import SERVED, TASK_LIST
 from bertkit.settings.fields import path_fields
@@ -252,6 +252,13 @@ class _Parser(argparse.ArgumentParser):
             self.epilog = self.epilog()
         return super().format_help()
 
+    def error(self, message: str):
+        """argparse's usage error, with what to give instead of a transformers or google-research/bert flag that
+        bertkit spells otherwise (``cli_flags.OTHER_NAMES``)."""
+        if message.startswith("unrecognized arguments:"):
+            message += other_names_hint(message.split(":", 1)[1].split())
+        super().error(message)
+
 
 def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     """Every command's parser; ``command`` given (``main``: the one its arguments name), only that command's flags
@@ -273,6 +280,10 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
             formatter_class=argparse.RawDescriptionHelpFormatter)
         if command is None or name == command:
             add_settings_flags(p, c.settings, c.choices)
+            # after the command too, where the rest of its flags are (`bertkit pretrain ... -v`); unset, the
+            # top level's value stands
+            p.add_argument("-v", "--verbose", action="store_true", default=argparse.SUPPRESS,
+                           help="debug logging (default: off)")
     return parser
 
 

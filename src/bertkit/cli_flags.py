@@ -113,6 +113,32 @@ def _shown(value: Any) -> str:
     return str(value)
 
 
+def _given_once(action: argparse.Action, namespace: argparse.Namespace, value: Any, shown: str) -> None:
+    """Refuse a flag given twice with two values (by either of its spellings): argparse keeps the last without a
+    word, so a flag repeated by mistake, or appended by a script to a command line that already holds it, would run
+    with one of the two values unannounced. The same value twice says one thing, and is taken."""
+    given = namespace.__dict__.setdefault("_given_flags", {})  # "_": no setting (build_settings)
+    if action.dest in given and given[action.dest][1] != value:
+        raise argparse.ArgumentError(action, f"given twice, as {given[action.dest][0]} and {shown}; give it once")
+    given[action.dest] = (shown, value)
+
+
+class _Once(argparse.Action):
+    """A flag's value (argparse's ``store``), refused when given again with another (``_given_once``)."""
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        _given_once(self, namespace, values, f"{option_string} {_shown(values)}")
+        setattr(namespace, self.dest, values)
+
+
+class _OnceBool(argparse.BooleanOptionalAction):
+    """``--flag`` / ``--no-flag``, refused when given both ways (``_given_once``)."""
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        _given_once(self, namespace, not option_string.startswith("--no-"), option_string)
+        super().__call__(parser, namespace, values, option_string)
+
+
 def add_settings_flags(parser: argparse.ArgumentParser, cls: type, choices: dict[str, tuple[str, ...]] | None = None
                        ) -> None:
     """Declare one flag per field of the settings dataclass ``cls`` (defaults stay in the dataclass); ``choices``: the
@@ -147,10 +173,10 @@ def add_settings_flags(parser: argparse.ArgumentParser, cls: type, choices: dict
             help_text += f" (default: {_shown(default)})"
         names = [_flag_name(f.name), *meta.get("aliases", ())]
         if _not_none(hints[f.name]) is bool:  # bool | None: unset lets the command decide (--bf16 with --int8)
-            parser.add_argument(*names, dest=f.name, action=argparse.BooleanOptionalAction, help=help_text,
+            parser.add_argument(*names, dest=f.name, action=_OnceBool, help=help_text,
                                 default=argparse.SUPPRESS)
         else:
-            parser.add_argument(*names, dest=f.name, type=convert, choices=known, help=help_text,
+            parser.add_argument(*names, dest=f.name, action=_Once, type=convert, choices=known, help=help_text,
                                 default=argparse.SUPPRESS, metavar=f.name.upper() if known is None else None)
     parser.add_argument("--config", dest="_config_file", type=_path, action="append", default=argparse.SUPPRESS,
                         metavar="FILE", help="a JSON file of these settings (paths in it are read from the working "
@@ -234,7 +260,8 @@ def _file_values(cls: type, fields: dict[str, dataclasses.Field], path: Path) ->
         raise BertkitError(f"--config {path}: a settings file names each setting by its field: "
                            + ", ".join(f"{n!r} for {k!r}" for k, n in renamed.items()))
     if unknown:
-        raise BertkitError(f"--config {path}: unknown settings {unknown}; known: {sorted(fields)}")
+        raise BertkitError(f"--config {path}: unknown settings {unknown}"
+                           f"{other_names_hint(['--' + k.replace('_', '-') for k in unknown])}; known: {sorted(fields)}")
     hints = typing.get_type_hints(cls)
     for name, value in list(values.items()):
         parse = fields[name].metadata.get("parse")
@@ -250,6 +277,34 @@ def _file_values(cls: type, fields: dict[str, dataclasses.Field], path: Path) ->
             raise BertkitError(f"--config {path}: {name}: {e}") from None
         values[name] = value  # its type is checked with the flags' values, when the settings are built
     return values
+
+
+_NO_STAGES = ("is no flag here (bertkit finetune TASK trains and scores on dev, bertkit predict TASK predicts): "
+              "leave it out")
+# transformers' and google-research/bert's flags that bertkit names otherwise (underscores read as dashes): what they are
+OTHER_NAMES = {
+    "--per-device-train-batch-size": "is per process: give --batch-size, the global batch (per process x processes "
+                                     "x --gradient-accumulation-steps)",
+    "--train-batch-size": "is --batch-size here",
+    "--per-device-eval-batch-size": "is --eval-batch-size here (predict: --batch-size)",
+    "--predict-batch-size": "is --batch-size here",
+    "--evaluation-strategy": "is --eval-strategy here (transformers' newer name)",
+    "--overwrite-output-dir": "is --overwrite here (it replaces only what a bertkit run wrote there)",
+    "--do-train": _NO_STAGES, "--do-eval": _NO_STAGES, "--do-predict": _NO_STAGES,
+    "--warmup-proportion": "is --warmup-ratio here",
+    "--num-train-steps": "is --max-steps here",
+    "--num-warmup-steps": "is --warmup-steps here",
+    "--save-checkpoints-steps": "is --save-steps here",
+    "--init-checkpoint": "is --model-name-or-path here (pretrain: --init-from)",
+    "--random-seed": "is --seed here",
+}
+
+
+def other_names_hint(words: list[str]) -> str:
+    """What each of ``words`` (argparse's unrecognized arguments) that ``OTHER_NAMES`` holds is here."""
+    said = [f"{name} {OTHER_NAMES[name]}" for name in dict.fromkeys(w.split("=")[0] for w in words)
+            if name in OTHER_NAMES]
+    return f" ({'; '.join(said)})" if said else ""
 
 
 # "-1,-2": argparse reads a lone "-1" after a flag as its value, but a comma list of negative numbers as a flag

@@ -87,7 +87,7 @@ def refuse_existing_file(path: Path, overwrite: bool, flag: str = "--overwrite",
     refuse_inputs(path, inputs or {}, is_dir=False, flag="the output file")
     refuse_special(path)
     if path.is_dir():
-        raise BertkitError(f"{path} is a directory; give a file name (e.g. {path / 'features.jsonl'})")
+        raise BertkitError(f"{path} is a directory; give the path of the file to write (one inside it, or elsewhere)")
     if os.path.lexists(path) and not overwrite:  # a symlink to nowhere is the user's too
         raise BertkitError(f"{path} already exists; pass {flag} to replace it, or choose another output file")
     real = Path(os.path.realpath(path.parent)) / path.name

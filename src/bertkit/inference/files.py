@@ -254,6 +254,7 @@ def predict_file(s: Any) -> dict[str, Any]:
                       context=s.context_column, choices=s.choices_column, id=s.id_column)
     task = task_named(s.task)
     refuse_unread(task, s)
+    task.check_settings(s)
     pair_model = task.pair_head and trained_on_pairs(s.model_name_or_path)
     inputs, ids = read_inputs(s.input, s.task, columns, s.input_format, max_line_bytes=s.max_line_bytes,
                               tokenizer=task.pipeline_class().tokenizer_of(s.model_name_or_path),  # no weights yet

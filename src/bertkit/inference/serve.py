@@ -355,6 +355,33 @@ def _check_server_args(pipe: Any, max_batch_tokens: int | None, api_key: str | N
         check_served_name(served_model_name, "served_model_name")
 
 
+def _check_address(host: str, port: int) -> None:
+    """Refuse, before the model loads, an address the server could not listen on: a host that does not resolve, a
+    port in use or not this user's to take. uvicorn would find out only after the model loaded and warmed up, and
+    exit 3 with its own message. A socket is bound (with SO_REUSEADDR, as uvicorn binds) and closed again."""
+    import errno
+    import socket
+
+    where = f"--host {host} --port {port}"
+    try:
+        family, kind, proto, _, address = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM,
+                                                             flags=socket.AI_PASSIVE)[0]
+    except socket.gaierror as e:
+        raise BertkitError(f"{where}: the host does not resolve ({e.strerror}); give an address of this machine "
+                           "(127.0.0.1: this machine only; 0.0.0.0: every interface) or a name that resolves "
+                           "to one") from None
+    try:
+        with socket.socket(family, kind, proto) as probe:  # an IPv6 host where IPv6 is off fails here already
+            probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            probe.bind(address)
+    except OSError as e:
+        fix = {errno.EADDRINUSE: "another process listens there: stop it, or choose another --port",
+               errno.EACCES: "ports below 1024 need privileges: choose a port from 1024",
+               errno.EADDRNOTAVAIL: "no interface of this machine has that address: give one of its own"}
+        raise BertkitError(f"{where}: cannot listen there ({e.strerror}); "
+                           f"{fix.get(e.errno, 'choose another --host or --port')}") from None
+
+
 def _server_pipeline(pipe: Any, stopping: threading.Event) -> Any:
     """The server's own copy of ``pipe``: it stops at its next forward batch once ``stopping`` is set, and leaves
     normalising embeddings to each request (TEI's ``normalize``)."""
@@ -398,6 +425,7 @@ def serve(s: Any) -> dict[str, Any]:
     from bertkit.inference.base import int8_options
 
     served_task(s.task)  # refused before the model loads
+    _check_address(s.host, s.port)
     fix_mmap_threshold()  # the server's process only: its memory stays flat under mixed traffic (serve_batching)
     pipe = pipeline(s.task, s.model_name_or_path, device=s.device, bf16=s.bf16, batch_size=s.max_batch_size,
                     max_length=s.max_length, progress=False, **int8_options(s))

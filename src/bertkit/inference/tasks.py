@@ -104,6 +104,10 @@ class Task:
     def check_text(self, where: str, text: str, tokenizer: Any) -> None:
         """Refuse a record's text the pipeline would refuse, before the model loads."""
 
+    def check_settings(self, s: Any) -> None:
+        """Refuse `bertkit predict`'s settings (PredictFileSettings) that no input of the task could run with, naming
+        predict's flag, before any input is read."""
+
     def load_options(self, s: Any) -> dict[str, Any]:
         """The pipeline's construction options from predict's settings."""
         return {}
@@ -243,6 +247,15 @@ class QuestionAnswering(Task):
     predict_options = ("top_k",)
     answer_params = ("align_to_words", "max_seq_len")
     candidates_per = "questions"
+
+    def check_settings(self, s: Any) -> None:
+        # predict cuts questions where the pipeline does by default, and has no flag to cut them shorter: the
+        # pipeline's own message would name its max_question_length, which predict does not take
+        question = _default(self.pipeline_class().encode, "max_question_length")
+        if s.max_length is not None and s.max_length <= question + 3:
+            raise BertkitError(f"--max-length {s.max_length} leaves no room for a context: question-answering cuts "
+                               f"each question to {question} tokens, and [CLS] and two [SEP] make {question + 3}; "
+                               f"raise --max-length above {question + 3} (384: the SQuAD recipe's)")
 
     def cost(self, pipe: Any, item: Any, options: dict[str, Any], index: int) -> tuple[int, int, str]:
         from bertkit.tasks import squad

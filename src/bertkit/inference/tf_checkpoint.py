@@ -340,7 +340,8 @@ def convert_tf_checkpoint(tf_checkpoint: str | Path, bert_config: str | Path, vo
     bert_config, vocab, output_dir = Path(bert_config), Path(vocab), Path(output_dir)
     for path, what in ((bert_config, "bert_config.json"), (vocab, "vocab.txt")):
         if not path.is_file():
-            raise MissingFileError(f"{path} not found: pass the checkpoint's {what} (it comes beside bert_model.ckpt)")
+            raise MissingFileError(f"{path} {'is a directory' if path.is_dir() else 'not found'}: pass the "
+                                   f"checkpoint's {what} (it comes beside bert_model.ckpt)")
     existing = [n for n in ("config.json", "model.safetensors", "vocab.txt", "tokenizer_config.json",
                             "special_tokens_map.json", "tokenizer.json", "added_tokens.json")
                 if (output_dir / n).exists()]

@@ -113,8 +113,9 @@ def read_calibration_file(path: str | Path) -> list[str]:
     """Calibration texts from a text file, one per line (blank lines skipped)."""
     path = Path(path)
     if not path.is_file():
-        raise MissingFileError(f"calibration file {path} not found: give a text file with one sentence per line, "
-                               "like the ones the model will see (or leave it out for the built-in sentences)")
+        raise MissingFileError(f"calibration file {path} {'is a directory' if path.is_dir() else 'not found'}: give "
+                               "a text file with one sentence per line, like the ones the model will see (or leave "
+                               "it out for the built-in sentences)")
     if path.suffix.lower() in _RECORD_SUFFIXES:
         raise BertkitError(f"calibration file {path} is a {path.suffix.lower()[1:]} file, whose lines are records "
                            "(JSON syntax, a header row, columns), and a calibration file is read as plain text, one "

@@ -85,6 +85,13 @@ class PredictSquadSettings(PredictBenchmarkSettings, SquadWindowSettings):
     """2.0: predict no answer when the null score beats the best span by more than this (finetune squad's
     report gives the threshold chosen on dev)."""
 
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if self.null_threshold != 0.0 and self.version != "2.0":  # v1.1 answers every question: it would change nothing
+            raise BertkitError(f"--null-threshold {self.null_threshold} sets when to predict no answer, which only "
+                               f"--version 2.0 does (version {self.version} answers every question): add --version "
+                               "2.0, or drop --null-threshold")
+
 
 @dataclass(kw_only=True)
 class PredictSwagSettings(PredictBenchmarkSettings):
@@ -156,7 +163,8 @@ class QuantizeSettings(OverwriteSettings):
     calibration_file: Path | None = None
     """A text file, one sentence per line (a few hundred, like the inputs), to calibrate on. Default: 64 built-in
     English sentences."""
-    max_seq_length: int | None = flag(None, check=at_least_one)
+    max_seq_length: int | None = flag(None, check=in_range(lambda v: v >= 3, "at least 3 (a word of each "
+                                                                              "calibration text, [CLS] and [SEP])"))
     """Calibration sentences are cut to this many tokens (default: a sentence-transformers directory's
     max_seq_length, where its pipelines cut texts, which a larger value is refused over; else 128)."""
 

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any, ClassVar, Literal
 
 from bertkit._parallel import info_from_env
-from bertkit.config import BertConfig
+from bertkit.config import PRESETS, BertConfig
 from bertkit.errors import BertkitError
 from bertkit.settings.fields import (
     OverwriteSettings,
@@ -71,7 +71,8 @@ class TrainingSettings(OverwriteSettings, ProgressSettings):
     max_steps: int = flag(-1, check=in_range(lambda v: v == -1 or v >= 1, "at least 1 (or -1: not given)"))
     """Optimiser steps in all; overrides num_train_epochs when given (-1: not given)."""
     batch_size: int | None = flag(None, trainer=False, check=at_least_one)
-    """GLOBAL batch: sequences per optimiser step, split over gradient-accumulation steps (and processes)."""
+    """GLOBAL batch: sequences per optimiser step, split over gradient-accumulation steps (and processes). Default:
+    the task's (the paper's): SQuAD's 32 for version 1.1, 48 for 2.0."""
     gradient_accumulation_steps: int = flag(1, check=at_least_one, checkpoint=True)
     """Micro-batches per optimiser step: each is batch_size / gradient_accumulation_steps sequences."""
     warmup_ratio: float | None = flag(0.1, hf=None, check=share, checkpoint=True)
@@ -316,6 +317,10 @@ class SquadSettings(FinetuneSettings, SquadWindowSettings):
             if getattr(self, name) is None:
                 setattr(self, name, value)
         super().__post_init__()
+        if self.train_file is not None:  # the split's settings: without a word, the run would not be the one asked
+            _refuse_unused(self, ("heldout_fraction", "split_seed"), "splits --predict-file into training and "
+                           "held-out articles, which only a run without --train-file does (with one, all of "
+                           "--predict-file is scored): drop {flag}, or --train-file")
 
 
 @redefault(num_train_epochs=3.0, batch_size=16)
@@ -339,14 +344,16 @@ class PretrainSettings(TrainingSettings):
     vocab: Path = flag(check=tokenizer_path)
     """The tokenizer the data was made with: its directory or its vocab.txt."""
     config_name: str | Path | BertConfig = "mini"
-    """Model shape: a preset (tiny, mini, small, medium, base, large), a config.json path, or a BertConfig."""
+    """Model shape: a preset (tiny, mini, small, medium, base, large), a config.json path (or a model directory
+    holding one), or a BertConfig."""
     phase2_data: Path | None = None
     """Longer instances (e.g. 512 tokens) for the last (1 - phase1_fraction) of the steps."""
     phase1_fraction: float = flag(0.9, check=strict_share)
     """Share of the steps spent on --data when --phase2-data is given."""
     init_from: Path | None = None
     """Continue pre-training from this checkpoint (e.g. a released BERT, for domain adaptation) instead of random
-    weights; its config.json replaces --config-name, and heads it lacks start fresh."""
+    weights; its config.json is the model's shape (another --config-name is refused), and heads it lacks start
+    fresh."""
     nsp: bool = True
     """Train next-sentence prediction beside the masked LM; --no-nsp trains the masked LM alone (a BertForMaskedLM)."""
     mlm_bias_init: Literal["zeros", "unigram"] = "zeros"
@@ -376,6 +383,28 @@ class PretrainSettings(TrainingSettings):
             raise BertkitError(f"{' and '.join(chosen)} initialise new weights, but --init-from {self.init_from} "
                                "starts from the checkpoint's (its masked-LM bias and position embeddings are kept; "
                                "a masked-LM head it lacks starts at zeros): drop them, or drop --init-from")
+        if isinstance(self.config_name, (str, Path)) and not str(self.config_name).strip():  # Path("") is "."
+            raise BertkitError(f"--config-name {str(self.config_name)!r} is empty: give a preset "
+                               f"({', '.join(PRESETS)}) or a config.json path")
+        if self.init_from is not None:  # its config.json is the model's shape: another one asked for would be dropped
+            _refuse_unused(self, ("config_name",), f"shapes a new model, but --init-from {self.init_from} starts "
+                           "from a checkpoint of its own shape (its config.json): drop {flag}, or --init-from")
+        # settings of a part of the run that is not there: dropped without a word, the run would not be the one asked
+        if self.phase2_data is None:
+            _refuse_unused(self, ("phase1_fraction",), "splits --max-steps between --data and --phase2-data: add "
+                           "--phase2-data, or drop {flag}")
+        if self.eval_data is None:
+            _refuse_unused(self, ("eval_steps", "eval_delay", "eval_instances", "eval_batch_size"), "sets when or how "
+                           "the held-out instances of --eval-data are scored: add --eval-data, or drop {flag}")
+
+
+def _refuse_unused(s: Any, names: tuple[str, ...], why: str) -> None:
+    """Refuse the first of the fields ``names`` of ``s`` set to other than its default: ``why`` (``{flag}`` in it
+    names the flag) says which part of the run, not there, it sets."""
+    for f in dataclasses.fields(s):
+        if f.name in names and getattr(s, f.name) != f.default:
+            flag = f"--{f.name.replace('_', '-')}"
+            raise BertkitError(f"{flag} {getattr(s, f.name)} {why.format(flag=flag)}")
 
 
 @dataclass(kw_only=True)
@@ -442,6 +471,8 @@ class StudySettings(OverwriteSettings, ProgressSettings):
 
     def __post_init__(self) -> None:
         super().__post_init__()
+        if not self.combinations:  # else a run that trains nothing and reports an empty table
+            raise BertkitError(f"combinations: give at least one of {list(STUDY_COMBINATIONS)}")
         # a repeat would train the same tagger again into the same runs/NAME, and the table holds one row per name
         twice = next((c for k, c in enumerate(self.combinations) if c in self.combinations[:k]), None)
         if twice is not None:

@@ -101,12 +101,14 @@ def sinusoidal_positions(positions: int, hidden: int, std: float) -> torch.Tenso
 
 
 def model_config(spec: Any, vocab_size: int) -> BertConfig:
-    """A preset name, a config.json path or a BertConfig, with the tokenizer's vocabulary size."""
+    """A preset name, a config.json path (or a model directory holding one, as transformers' ``--config_name``
+    takes) or a BertConfig, with the tokenizer's vocabulary size."""
     if isinstance(spec, BertConfig):
         return spec
     if str(spec) in PRESETS:
         return BertConfig.preset(str(spec), vocab_size=vocab_size)
-    return BertConfig.from_json_file(spec, vocab_size=vocab_size)
+    path = Path(spec)
+    return BertConfig.from_json_file(path / "config.json" if path.is_dir() else path, vocab_size=vocab_size)
 
 
 def pretraining_config(s: PretrainSettings, tokenizer: BertTokenizer) -> BertConfig:
@@ -161,6 +163,13 @@ def pretraining_phases(s: PretrainSettings, config: BertConfig, collate: Any, *,
             )
         phases.append(Phase(BatchPlan(dataset, micro, collate, seed=s.seed, rank=rank, world_size=world_size),
                             0, name=f"phase{i + 1}-{dataset.max_seq_length}"))
+    if s.dynamic_masking_seed is not None and not any(p.plan.dataset.dynamic for p in phases):
+        # static instances carry their masks: the seed would change nothing, without a word
+        raise BertkitError(f"--dynamic-masking-seed {s.dynamic_masking_seed} seeds masks drawn at load time, but "
+                           "the instances in "
+                           f"{' and '.join(str(d) for d in (s.data, s.phase2_data) if d is not None)} carry the masks "
+                           "create-pretraining-data drew (--masking static): drop --dynamic-masking-seed, or make the "
+                           "data with --masking dynamic")
     if len(phases) == 1:
         phases[0].steps = s.max_steps
     else:
