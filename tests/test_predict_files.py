@@ -258,6 +258,21 @@ def test_predict_never_replaces_a_file_without_overwrite(classifier, tmp_path, c
     assert main([*args, "--overwrite"]) == 0 and _read(out)[0]["label"] in ("negative", "positive")
 
 
+@pytest.mark.parametrize("name, fmt", [("preds.csv", "csv"), ("preds.TSV", "tsv"), ("preds.txt", "text")])
+def test_an_output_named_as_another_format_is_refused_before_the_model_loads(tmp_path, capsys, name, fmt):
+    # predict writes JSON lines: preds.csv held them without a word (and read back as CSV, each line one bad row);
+    # MiniLM has no classification head, so the suffix's error, not the head's, proves the check came first
+    (tmp_path / "in.txt").write_text("a fine film\n", encoding="utf-8")
+    (tmp_path / name).write_text("id,label\n0,mine\n", encoding="utf-8")
+    args = ["predict", "text-classification", "--model", str(MODEL), "--input", str(tmp_path / "in.txt"),
+            "--output-file", str(tmp_path / name), "--no-progress", "--overwrite"]
+    assert main(args) == 2
+    err = capsys.readouterr().err
+    assert (f"output_file {tmp_path / name}: predict writes JSON lines (one object per input), not {fmt}; name the "
+            f"file {Path(name).stem}.jsonl") in err and " head" not in err
+    assert (tmp_path / name).read_text(encoding="utf-8") == "id,label\n0,mine\n"
+
+
 @pytest.mark.parametrize("task, flags, read_by", [
     ("text-classification", ["--top-k", "3"], "fill-mask, question-answering"),  # every label's score is written
     ("sentence-embedding", ["--query-column", "q"], "rerank"),

@@ -23,10 +23,19 @@ from bertkit.settings.fields import (
     positive,
     redefault,
 )
-from bertkit.tasks.files import MAX_LINE_BYTES
+from bertkit.tasks.files import MAX_LINE_BYTES, SUFFIXES
 
 # A pipeline's shortest sequence (its [CLS] and [SEP] and a little text): refused here, before a model loads
 pipeline_length = in_range(lambda v: v >= 8, "at least 8 (a pipeline's shortest sequence)")
+
+
+def json_lines_name(name: str, path: Path) -> None:
+    """predict writes JSON lines: a name whose suffix says another format that bertkit reads (preds.csv, .tsv, .txt)
+    would hold JSON lines unannounced, and read back as that format (each line one CSV row or one text)."""
+    fmt = SUFFIXES.get(path.suffix.lower())
+    if fmt not in (None, "jsonl"):
+        raise BertkitError(f"{name} {path}: predict writes JSON lines (one object per input), not {fmt}; name the "
+                           f"file {path.with_suffix('.jsonl').name}")
 
 
 @dataclass(kw_only=True)
@@ -199,7 +208,7 @@ class PredictFileSettings(OverwriteSettings, ProgressSettings, Int8Settings):
     """Inputs: .jsonl (objects, or strings), .csv/.tsv (a header row naming the columns) or .txt (one per line)."""
     input_format: Literal["auto", "jsonl", "csv", "tsv", "text"] = "auto"
     """How to read --input; auto: by its suffix (.jsonl/.json/.ndjson, .csv, .tsv, .txt; another is an error)."""
-    output_file: Path = flag(aliases=("--out",))
+    output_file: Path = flag(aliases=("--out",), check=json_lines_name)
     """The JSONL file to write: {"id": ..., <the pipeline's result>} per input."""
     text_column: str = "text"
     """Column (CSV/TSV) or field (JSONL) holding the text."""
