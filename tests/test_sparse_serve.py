@@ -298,12 +298,13 @@ def test_a_sparse_or_cross_encoder_directory_run_as_an_embedder_names_its_task(k
         directory, name, task = tmp_path / "reranker", "CrossEncoder", "rerank"
         st.CrossEncoder(str(minilm_2_layers), num_labels=1, device="cpu").save(str(directory))
     said = (f"{directory} is a {name} directory (config_sentence_transformers.json says model_type '{name}'), not a "
-            f"SentenceTransformer's: load it with bertkit.sentence.{name}, or run it as the {task} task")
-    for make in (lambda: pipeline("sentence-embedding", directory), lambda: pipeline("feature-extraction", directory),
-                 lambda: SentenceTransformer(directory)):
+            f"SentenceTransformer's: load it with bertkit.sentence.{name}")
+    for make, then in ((lambda: pipeline("sentence-embedding", directory), f", or run it as the {task} task"),
+                       (lambda: pipeline("feature-extraction", directory), f", or run it as the {task} task"),
+                       (lambda: SentenceTransformer(directory), "")):
         with pytest.raises(BertkitError) as refused:
             make()
-        assert said in str(refused.value)
+        assert said + then in str(refused.value)
     assert pipeline(task, directory).task == task  # what the message names runs it
 
 

@@ -19,7 +19,7 @@ from bertkit.inference.base import Pipeline
 from bertkit.inference.options import Option
 from bertkit.inference.pipelines import TextOrPairPipeline, per_row
 from bertkit.modeling import BertModel
-from bertkit.sentence.directory import ST_CONFIG, SentenceDirectory, read_directory
+from bertkit.sentence.directory import ST_CONFIG, OtherModelKind, SentenceDirectory, read_directory
 from bertkit.sentence.pooling import MODES as POOLING_MODES
 from bertkit.sentence.pooling import pool_tokens
 from bertkit.sentence.prompts import DEFAULT_PROMPTS, prompt_tokens
@@ -35,7 +35,11 @@ def sentence_directory(directory: Path) -> SentenceDirectory:
     """What a sentence-transformers directory declares (``bertkit.sentence.directory``), once a pipeline can honour
     it: a default_prompt_name that names no prompt, which sentence-transformers and ``SentenceTransformer`` refuse to
     load, is refused (the pipeline embedded with no prompt)."""
-    saved = read_directory(directory)
+    try:
+        saved = read_directory(directory)
+    except OtherModelKind as e:  # and the task that runs it
+        task = next(t.name for t in tasks.TASK_LIST if t.sentence_class == e.kind)
+        raise BertkitError(f"{e}, or run it as the {task} task (bertkit.pipeline, predict, serve --task)") from None
     if saved.dense:  # its vectors pass through trained layers the pipelines do not run
         raise BertkitError(f"{directory} has Dense modules after its Pooling ({', '.join(d.name for d in saved.dense)}), "
                            "which the embedding pipelines, predict and serve do not implement: load it with "

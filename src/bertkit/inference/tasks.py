@@ -69,6 +69,7 @@ class Task:
     routes: ClassVar[tuple[Route, ...]] = ()  # the routes only this kind of model answers (others answer 424)
     root: ClassVar[Route] = PREDICT  # what TEI's POST / is on its server
     model_type: ClassVar[str] = "classifier"  # what TEI's /info calls the model
+    sentence_class: ClassVar[str] = ""  # the bertkit.sentence class whose directories it runs, where it runs one
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
@@ -210,6 +211,7 @@ class Rerank(Task):
     name = "rerank"
     help = "a relevance score per (query, passage) record"
     pipeline = "bertkit.inference.pipelines:RerankPipeline"
+    sentence_class = "CrossEncoder"
     records = ("query", "text"), ()
     predict_options = ("raw_scores",)
     routes = (serve_tei.RERANK,)
@@ -364,6 +366,7 @@ class SparseEmbedding(Task):
     name = "sparse-embedding"
     help = "(index, value) pairs of the active word pieces (SPLADE)"
     pipeline = "bertkit.sentence.sparse_encoder.pipeline:SparseEmbeddingPipeline"
+    sentence_class = "SparseEncoder"
     result_key = "sparse_embedding"
     predict_options = ("prompt_name", "return_tokens")
     counted = True

@@ -135,8 +135,13 @@ class SentenceDirectory:
         return self.truncate_dim
 
 
-# The directories of sentence-transformers' other model classes, and the pipeline task that runs each.
-_OTHER_KINDS = {"CrossEncoder": "rerank", "SparseEncoder": "sparse-embedding"}
+class OtherModelKind(BertkitError):
+    """A directory of another sentence-transformers class (``kind``: its model_type, e.g. CrossEncoder) loaded as a
+    SentenceTransformer's: the pipelines add the task that runs it (``inference.embedding``, where tasks are known)."""
+
+    def __init__(self, message: str, kind: str):
+        super().__init__(message)
+        self.kind = kind
 
 
 def read_directory(path: str | Path) -> SentenceDirectory:
@@ -152,10 +157,9 @@ def read_directory(path: str | Path) -> SentenceDirectory:
     dense = types[2:len(types) - normalize]
     if unknown or types[:2] != ["Transformer", "Pooling"] or set(dense) - {"Dense"}:
         kind = (read_json(path / ST_CONFIG) or {}).get("model_type")
-        if kind in _OTHER_KINDS:  # a reranker or SPLADE directory served or loaded as an embedder by mistake
-            raise BertkitError(f"{path} is a {kind} directory ({ST_CONFIG} says model_type {kind!r}), not a "
-                               f"SentenceTransformer's: load it with bertkit.sentence.{kind}, or run it as the "
-                               f"{_OTHER_KINDS[kind]} task (bertkit.pipeline, predict, serve --task)")
+        if kind in ("CrossEncoder", "SparseEncoder"):  # a reranker or SPLADE directory run as an embedder by mistake
+            raise OtherModelKind(f"{path} is a {kind} directory ({ST_CONFIG} says model_type {kind!r}), not a "
+                                 f"SentenceTransformer's: load it with bertkit.sentence.{kind}", kind)
         raise BertkitError(f"{path / MODULES} lists the modules {types}; bertkit implements Transformer, Pooling, "
                            f"any Dense and an optional Normalize, in that order (not {unknown or types}); use "
                            "sentence-transformers for this model")
