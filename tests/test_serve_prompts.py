@@ -208,3 +208,80 @@ def test_tokenize_gives_the_ids_a_lower_casing_directory_reads_with_offsets_into
                                    atol=1e-6)
     finally:
         server.stop()
+
+
+def _served(monkeypatch, **settings):
+    """(server, settings) of ``bertkit serve`` run with ``settings`` (ServeSettings' fields) as the command runs it,
+    uvicorn's loop left out: the app it builds is served by the test's own ``Server``."""
+    import uvicorn
+
+    import bertkit.inference.serve as serve_module
+    from bertkit.settings import ServeSettings
+
+    apps = []
+    create_app = serve_module.create_app
+    monkeypatch.setattr(serve_module, "create_app", lambda *a, **k: apps.append(create_app(*a, **k)) or apps[-1])
+    monkeypatch.setattr(serve_module, "fix_mmap_threshold", lambda: False)  # the server process's, not pytest's
+    with monkeypatch.context() as m:  # not the test's own Server's
+        m.setattr(uvicorn.Server, "run", lambda self: None)
+        serve_module.serve(ServeSettings(port=0, max_batch_size=8, log_level="critical", **settings))
+    apps[0].state.stopping.clear()  # set as serve() returned, which would stop every model call
+    return Server(apps[0])
+
+
+def test_serve_prompt_name_is_the_servers_default_and_a_requests_own_wins(prompted, monkeypatch):
+    """``bertkit serve --prompt-name document`` (TEI's --default-prompt-name) embeds a text sent without a prompt_name
+    as ``SentenceTransformer(default_prompt_name="document").encode`` does, and /info says so; a request's own
+    prompt_name still wins, as TEI's. Before, serve had no --prompt-name: the directory's default ("query") was the
+    only one a request without prompt_name could get."""
+    st = pytest.importorskip("sentence_transformers")
+    _, _, directory = prompted
+    texts = [TEXT, "Someone is cooking."]
+    server = _served(monkeypatch, model_name_or_path=directory, task="sentence-embedding", prompt_name="document")
+    try:
+        info = httpx.get(f"{server.url}/info").json()
+        assert (info["default_prompt_name"], info["default_prompt"]) == ("document", None)
+        served = np.asarray(httpx.post(f"{server.url}/embed", json={"inputs": texts}).json())
+        asked = np.asarray(httpx.post(f"{server.url}/embed", json={"inputs": texts, "prompt_name": "query"}).json())
+    finally:
+        server.stop()
+    reference = st.SentenceTransformer(str(directory), device="cpu", default_prompt_name="document")
+    np.testing.assert_allclose(served, reference.encode(texts), atol=1e-5)
+    np.testing.assert_allclose(asked, reference.encode(texts, prompt_name="query"), atol=1e-5)
+    assert np.abs(served - asked).max() > 0.05  # the two prompts embed apart: the default was applied
+
+
+def test_serve_pooling_cls_embeds_a_plain_checkpoint_as_sentence_transformers_cls_pooling(minilm_2_layers,
+                                                                                           monkeypatch):
+    """``bertkit serve --task feature-extraction --pooling cls`` on a plain BERT checkpoint: [CLS]'s state, as a
+    sentence-transformers model of that Transformer and a CLS Pooling, and /info's pooling says "cls". Before, serve
+    had no --pooling, and such a checkpoint was served mean-pooled."""
+    st = pytest.importorskip("sentence_transformers")
+    texts = [TEXT, "Someone is cooking."]
+    server = _served(monkeypatch, model_name_or_path=minilm_2_layers, task="feature-extraction", pooling="cls")
+    try:
+        assert httpx.get(f"{server.url}/info").json()["model_type"] == {"embedding": {"pooling": "cls"}}
+        served = np.asarray(httpx.post(f"{server.url}/embed", json={"inputs": texts, "normalize": False}).json())
+    finally:
+        server.stop()
+    transformer = st.models.Transformer(str(minilm_2_layers))
+    pool = st.models.Pooling(transformer.get_embedding_dimension(), pooling_mode="cls")
+    reference = st.SentenceTransformer(modules=[transformer, pool], device="cpu")
+    np.testing.assert_allclose(served, reference.encode(texts), atol=1e-5)
+
+
+@pytest.mark.parametrize("task, setting, readers", [
+    ("fill-mask", {"pooling": "cls"}, "feature-extraction, sentence-embedding"),
+    ("text-classification", {"prompt_name": "query"}, "feature-extraction, sentence-embedding"),
+    ("sparse-embedding", {"prompt_name": "query"}, "feature-extraction, sentence-embedding"),  # per request there
+])
+def test_serve_refuses_a_setting_its_task_does_not_read(tmp_path, task, setting, readers):
+    """Refused before anything is read or loaded (the directory does not exist), as predict refuses it."""
+    from bertkit.errors import BertkitError
+    from bertkit.inference.serve import serve
+    from bertkit.settings import ServeSettings
+
+    name = next(iter(setting)).replace("_", "-")
+    with pytest.raises(BertkitError, match=f"^bertkit serve {task} does not read --{name} \\(it is for {readers}\\); "
+                                           "leave it out$"):
+        serve(ServeSettings(model_name_or_path=tmp_path / "missing", task=task, **setting))

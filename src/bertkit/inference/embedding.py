@@ -79,7 +79,8 @@ class FeatureExtractionPipeline(TextOrPairPipeline):
     Normalize module, part of the model as in sentence-transformers: it scales the pooled vector before truncate_dim
     keeps its first dimensions (so a truncated vector is not unit-length unless ``normalize`` asks;
     ``normalize=False`` does not undo it, as ``normalize_embeddings=False`` does not). Any other argument given
-    explicitly wins. Left unset, another checkpoint pools by the mean.
+    explicitly wins (``default_prompt_name``: the prompt put before a text whose call names none, as
+    ``SentenceTransformer(default_prompt_name=...)``). Left unset, another checkpoint pools by the mean.
     """
 
     task = tasks.FeatureExtraction.name
@@ -96,7 +97,8 @@ class FeatureExtractionPipeline(TextOrPairPipeline):
                                     "model, pooling=\"none\")"}
 
     def __init__(self, model, tokenizer, *, pooling: str | None = None, normalize: bool | None = None,
-                 truncate_dim: int | None = None, directory: SentenceDirectory | None = None, **kwargs: Any):
+                 truncate_dim: int | None = None, default_prompt_name: str | None = None,
+                 directory: SentenceDirectory | None = None, **kwargs: Any):
         saved = directory if directory is not None else SentenceDirectory(Path(), Path())  # a model object: defaults
         # the directory's modes, several concatenated in their order as its model's Pooling does, unless one is asked
         modes = (pooling,) if pooling else saved.pooling.modes if saved.pooling is not None else ("mean",)
@@ -117,6 +119,8 @@ class FeatureExtractionPipeline(TextOrPairPipeline):
         self.truncate_dim = truncate_dim
         self.lowercase, self.prompts = saved.do_lower_case, saved.prompts
         self.default_prompt_name, self.prompt = saved.default_prompt_name, saved.default_prompt or ""
+        if default_prompt_name is not None:  # SentenceTransformer(default_prompt_name=...): the directory's is replaced
+            self.default_prompt_name, self.prompt = default_prompt_name, prompt_named(self.prompts, default_prompt_name)
         self.include_prompt = saved.pooling is None or saved.pooling.include_prompt
         self._prompt_lengths: dict[str, int] = {}  # prompt -> its tokens the pooling leaves out (left_out)
 

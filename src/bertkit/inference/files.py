@@ -9,6 +9,7 @@ import dataclasses
 import json
 import logging
 import os
+from collections.abc import Callable, Collection
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -226,18 +227,20 @@ def check_writable(path: Path) -> None:
                            "writable directory") from None
 
 
-def refuse_unread(task: Any, s: Any) -> None:
+def refuse_unread(task: Any, s: Any, command: str = "bertkit predict",
+                  reads: Callable[[Task], Collection[str]] = Task.settings_read) -> None:
     """A setting another task reads, given to ``task`` with other than its default (``--top-k 3`` to
-    text-classification, ``--query-column`` to sentence-embedding): refused, naming the tasks that read it, where it
-    would be ignored and the output not what was asked for."""
+    text-classification, ``--query-column`` to sentence-embedding, ``bertkit serve --pooling cls`` to fill-mask):
+    refused, naming the tasks that read it, where it would be ignored and the output not what was asked for.
+    ``reads(task)``: the settings ``command`` reads for a task (serve: its ``load_settings``)."""
     readers: dict[str, list[str]] = {}
     for t in TASK_LIST:
-        for name in t.settings_read():
+        for name in reads(t):
             readers.setdefault(name, []).append(t.name)
-    read = task.settings_read()
+    read = reads(task)
     for f in dataclasses.fields(s):
         if f.name in readers and f.name not in read and getattr(s, f.name) != f.default:
-            raise BertkitError(f"bertkit predict {task.name} does not read --{f.name.replace('_', '-')} (it is for "
+            raise BertkitError(f"{command} {task.name} does not read --{f.name.replace('_', '-')} (it is for "
                                f"{', '.join(readers[f.name])}); leave it out")
 
 

@@ -423,12 +423,14 @@ def serve(s: Any) -> dict[str, Any]:
 
     from bertkit.inference import pipeline
     from bertkit.inference.base import int8_options
+    from bertkit.inference.files import refuse_unread
 
-    served_task(s.task)  # refused before the model loads
+    task = served_task(s.task)  # refused before the model loads, as --pooling or --prompt-name it does not read
+    refuse_unread(task, s, "bertkit serve", lambda t: t.load_settings)
     _check_address(s.host, s.port)
     fix_mmap_threshold()  # the server's process only: its memory stays flat under mixed traffic (serve_batching)
     pipe = pipeline(s.task, s.model_name_or_path, device=s.device, bf16=s.bf16, batch_size=s.max_batch_size,
-                    max_length=s.max_length, progress=False, **int8_options(s))
+                    max_length=s.max_length, progress=False, **task.load_options(s), **int8_options(s))
     warm_up(pipe)
     app = create_app(pipe, str(s.model_name_or_path), max_batch_size=s.max_batch_size, max_wait_ms=s.max_wait_ms,
                      limits=Limits.from_settings(s), max_batch_tokens=s.max_batch_tokens, api_key=s.api_key,

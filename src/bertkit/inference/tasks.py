@@ -57,7 +57,7 @@ class Task:
     records: ClassVar[tuple[tuple[str, ...], tuple[str, ...]] | None] = None
     result_key: ClassVar[str] = "result"  # the key of a result that is a list (a dict's keys are written as they are)
     predict_options: ClassVar[tuple[str, ...]] = ()  # the settings (PredictFileSettings) passed to each call
-    load_settings: ClassVar[tuple[str, ...]] = ()  # the settings load_options reads
+    load_settings: ClassVar[tuple[str, ...]] = ()  # the settings load_options reads (predict's and serve's)
     pair_head: ClassVar[bool] = False  # a head fine-tuned on pairs: a second text that no flag names is refused
 
     # -- bertkit serve: the wire ------------------------------------------------------------------------------------
@@ -110,7 +110,8 @@ class Task:
         predict's flag, before any input is read."""
 
     def load_options(self, s: Any) -> dict[str, Any]:
-        """The pipeline's construction options from predict's settings."""
+        """The pipeline's construction options from predict's or serve's settings (``load_settings``), checked
+        before the model loads."""
         return {}
 
     def call_inputs(self, inputs: list[Any], s: Any) -> tuple[list[Any], dict[str, Any]]:
@@ -322,16 +323,12 @@ class FeatureExtraction(Task):
     routes = (SIMILARITY, serve_tei.OPENAI, serve_tei.OPENAI_UNVERSIONED, serve_tei.EMBED, serve_tei.EMBED_ALL)
     root = serve_tei.EMBED
 
-    predict_options = ("prompt_name",)
-    load_settings = ("pooling",)
+    load_settings = ("pooling", "prompt_name")  # predict's and serve's (a request's prompt_name wins over it)
 
     def load_options(self, s: Any) -> dict[str, Any]:
-        return {"pooling": None if s.pooling == "auto" else s.pooling}
-
-    def call_inputs(self, inputs: list[Any], s: Any) -> tuple[list[Any], dict[str, Any]]:
         if s.prompt_name is not None:  # one of the directory's prompts: read from its files before the model loads
             self.pipeline_class().directory_prompt(s.model_name_or_path, s.prompt_name)
-        return super().call_inputs(inputs, s)
+        return {"pooling": None if s.pooling == "auto" else s.pooling, "default_prompt_name": s.prompt_name}
 
     def render(self, server: Any, call: Call, results: list[Any]) -> Any:
         a = call.answer

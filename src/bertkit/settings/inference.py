@@ -39,6 +39,21 @@ def json_lines_name(name: str, path: Path) -> None:
 
 
 @dataclass(kw_only=True)
+class EmbeddingSettings(Settings):
+    """How the embedding tasks embed, for `bertkit predict` and `bertkit serve` alike (TEI's launcher's --pooling
+    and --default-prompt-name); another task refuses them (``files.refuse_unread``)."""
+
+    pooling: Literal["auto", "mean", "cls"] = "auto"
+    """feature-extraction / sentence-embedding: how token states become one vector (auto: as a
+    sentence-transformers directory's 1_Pooling says, else mean)."""
+    prompt_name: str | None = None
+    """feature-extraction / sentence-embedding: the prompt of the sentence-transformers directory's prompts put before
+    each text (default: its default prompt), as SentenceTransformer(default_prompt_name=...); serve: a request's own
+    prompt_name wins. predict sparse-embedding: "document" (SparseEncoder.encode_document's vectors, the default) or
+    "query" (encode_query's: the query prompt, an inference-free model's query route)."""
+
+
+@dataclass(kw_only=True)
 class PredictBenchmarkSettings(OverwriteSettings, Int8Settings):
     """Shared by `predict glue|ner|squad|swag`: a fine-tuned checkpoint over a benchmark file, written in the files
     the finetune recipe writes (and scored when the file holds gold answers)."""
@@ -196,7 +211,7 @@ class ConvertTfSettings(OverwriteSettings):
 
 
 @dataclass(kw_only=True)
-class PredictFileSettings(OverwriteSettings, ProgressSettings, Int8Settings):
+class PredictFileSettings(OverwriteSettings, ProgressSettings, Int8Settings, EmbeddingSettings):
     """Apply a model to your own file (JSONL, CSV/TSV with a header, or one text per line) -> JSONL, one
     record per input in input order."""
 
@@ -240,15 +255,8 @@ class PredictFileSettings(OverwriteSettings, ProgressSettings, Int8Settings):
     aggregation_strategy: Literal["first", "average", "max"] = "first"
     """token-classification: how a word of several pieces is tagged (transformers' aggregation_strategy: its first
     piece's tag, as NER models are trained; the mean of its pieces' probabilities; its surest piece's tag)."""
-    pooling: Literal["auto", "mean", "cls"] = "auto"
-    """feature-extraction / sentence-embedding: how token states become one vector (auto: as a
-    sentence-transformers directory's 1_Pooling says, else mean)."""
     raw_scores: bool = False
     """rerank: write the cross-encoder's logit (l1 - l0 for two labels) instead of its sigmoid."""
-    prompt_name: str | None = None
-    """sentence-embedding / feature-extraction: the prompt of the sentence-transformers directory's prompts put before
-    each text (default: its default prompt); sparse-embedding: "document" (SparseEncoder.encode_document's vectors,
-    the default) or "query" (encode_query's: the query prompt, an inference-free model's query route)."""
     return_tokens: bool = False
     """sparse-embedding: write (token, value) pairs, the largest first, instead of (index, value) pairs."""
 
@@ -294,7 +302,7 @@ class RequestLimits(Settings):
 
 
 @dataclass(kw_only=True)
-class ServeSettings(RequestLimits, Int8Settings):
+class ServeSettings(RequestLimits, Int8Settings, EmbeddingSettings):
     """Serve a model's pipeline over HTTP (FastAPI + uvicorn; pip install "bertkit[serve]")."""
 
     model_name_or_path: Path = flag(aliases=("--model",))
