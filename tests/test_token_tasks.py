@@ -266,6 +266,14 @@ def test_finetune_ner_subset_is_reported(conll_dir, encoder_dir, tmp_path):
     assert report["train_sentences"] == 2 and "the first 2 of the 4" in report["subset"]
 
 
+def test_finetune_reports_the_epochs_it_trained_not_the_epochs_setting(conll_dir, encoder_dir, tmp_path):
+    """--max-steps overrides --num-train-epochs: the report's epochs are those the steps made (transformers' epoch,
+    steps / steps per epoch), not the unused setting (3.0 here, for a run of 3 steps of 2 an epoch)."""
+    report = tt.finetune_ner(tt.NerSettings(data_dir=conll_dir, model_name_or_path=encoder_dir, output_dir=tmp_path,
+                                            max_steps=3, batch_size=2, progress=False))
+    assert report["steps"] == 3 and report["epochs"] == 1.5
+
+
 def test_finetune_ner_refuses_an_entity_type_the_training_data_lacks(encoder_dir, tmp_path):
     data = tmp_path / "data"
     data.mkdir()

@@ -74,7 +74,7 @@ def _finetune(cls: type[nn.Module], s: FinetuneSettings, train_features: Sequenc
                          {"model": str(s.model_name_or_path), "task": task}, s.resume)
     if not current().is_main:  # under torchrun, rank 0 predicts, saves and reports
         return {}
-    report = {"task": task, "model": str(s.model_name_or_path), "lr": lr, "epochs": s.num_train_epochs,
+    report = {"task": task, "model": str(s.model_name_or_path), "lr": lr, "epochs": run.epochs,
               "batch_size": s.batch_size, "steps": run.result.step, "train_seconds": round(run.seconds, 1),
               "per_epoch": run.per_epoch}
     # This process's evaluations are the newest records, so its last one ran on the final weights exactly when the
