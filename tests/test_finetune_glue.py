@@ -289,3 +289,18 @@ def test_sts_b_dev_rows_all_scored_alike_are_refused_before_any_work(tmp_path, g
     assert (f"{flag} 2 keeps 2 sts-b dev rows, all scored 4.000: the correlations sts-b is scored by (Pearson, "
             f"Spearman) need differing scores; pass a larger {flag}") in capsys.readouterr().err
     assert sorted(p.name for p in tmp_path.iterdir()) == ["glue", "model"]  # nothing written
+
+
+def test_a_run_whose_evaluations_eval_delay_held_back_is_scored_on_its_final_weights(tmp_path, glue_model, capsys):
+    """--eval-delay past the last step leaves the loop no evaluation: the run is scored once it ends (run_glue.py's
+    final evaluate), not marked failed as if its dev score were NaN."""
+    _write_sst2(tmp_path / "glue", n_train=16, n_dev=8)
+    common = ["--task", "sst2", "--data-dir", str(tmp_path / "glue"), "--model", str(glue_model), "--max-steps", "2",
+              "--batch-size", "4", "--max-seq-length", "32", "--no-progress"]
+    assert main(["finetune", "glue", *common, "--out", str(tmp_path / "delayed"), "--eval-strategy", "steps",
+                 "--eval-steps", "1", "--eval-delay", "5"]) == 0
+    delayed = json.loads(capsys.readouterr().out)
+    assert main(["finetune", "glue", *common, "--out", str(tmp_path / "plain")]) == 0
+    plain = json.loads(capsys.readouterr().out)
+    assert delayed["skipped"] == [] and delayed["runs"][0]["per_epoch"] == []
+    assert delayed["runs"][0]["dev"] == plain["runs"][0]["dev"]  # the same weights: the same score

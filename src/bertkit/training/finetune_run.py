@@ -12,7 +12,7 @@ from bertkit.errors import BertkitError
 from bertkit.manifests import remove_owned_tree
 from bertkit.settings import TrainingSettings
 from bertkit.settings.training import micro_batch_size
-from bertkit.training.batch_plan import BatchPlan, steps_for_epochs
+from bertkit.training.batch_plan import BatchPlan, steps_for_epochs, steps_per_epoch
 from bertkit.training.distributed import current
 from bertkit.training.loop import Phase, TrainResult, train
 from bertkit.training.plot import plot_metrics
@@ -21,6 +21,7 @@ from bertkit.training.plot import plot_metrics
 class Fit(NamedTuple):
     result: TrainResult
     seconds: float  # wall time of the run
+    epochs: float  # the epochs its steps made (transformers' epoch): a --max-steps run's, not num_train_epochs
 
     @property
     def per_epoch(self) -> list[dict]:
@@ -46,4 +47,4 @@ def run_finetuning(model: nn.Module, features: Sequence[dict], collate: Callable
     if info.is_main:  # the checkpoints go (only files recorded as bertkit's; others are named), the curves stay
         remove_owned_tree(s.output_dir / "checkpoints")
         plot_metrics(s.output_dir / "metrics.jsonl", s.output_dir / "metrics.png")
-    return Fit(result, seconds)
+    return Fit(result, seconds, result.step / steps_per_epoch(plan, s.gradient_accumulation_steps))

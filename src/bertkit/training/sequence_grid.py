@@ -79,9 +79,10 @@ def fit_sequence_classifier(task: glue.GlueTask, train_examples: Sequence[glue.G
         else:
             if not current().is_main:  # under torchrun, rank 0 scores, saves and reports
                 continue
-            # the final step's evaluation (the loop makes one there), or with --eval-strategy no one now: the grid
-            # picks its run on dev
-            score = (run.result.last_eval if s.eval_strategy != "no" else scores_of(model)) or {}
+            # the final step's evaluation where the loop made one there, else (--eval-strategy no, or an
+            # --eval-delay that held back every evaluation) one now: the grid picks its run on dev
+            final = bool(run.per_epoch) and run.per_epoch[-1]["step"] == run.result.step
+            score = run.result.last_eval if final else scores_of(model)
             record.update(dev=score, per_epoch=run.per_epoch, steps=run.result.step)
             primary = next(iter(score.values()), float("nan"))
             if not math.isfinite(primary):

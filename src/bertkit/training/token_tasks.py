@@ -49,6 +49,13 @@ MAX_ANSWER_LENGTH = 30
 NULL_THRESHOLD = 0.0
 
 
+def _evaluated_on(source: str, kept: int, total: int, unit: str) -> str:
+    """What the dev scores are of: ``source`` and, where --max-eval-samples cut it, the first ``kept`` rows."""
+    if kept < total:
+        source += f" Only the first {kept} of these {total} {unit} are scored (--max-eval-samples)."
+    return source
+
+
 
 def _finetune(cls: type[nn.Module], s: FinetuneSettings, train_features: Sequence[dict],
               dev: Callable[[nn.Module], tuple[Any, dict]] | None, task: str,
@@ -74,7 +81,7 @@ def _finetune(cls: type[nn.Module], s: FinetuneSettings, train_features: Sequenc
                          {"model": str(s.model_name_or_path), "task": task}, s.resume)
     if not current().is_main:  # under torchrun, rank 0 predicts, saves and reports
         return {}
-    report = {"task": task, "model": str(s.model_name_or_path), "lr": lr, "epochs": s.num_train_epochs,
+    report = {"task": task, "model": str(s.model_name_or_path), "lr": lr, "epochs": run.epochs,
               "batch_size": s.batch_size, "steps": run.result.step, "train_seconds": round(run.seconds, 1),
               "per_epoch": run.per_epoch}
     # This process's evaluations are the newest records, so its last one ran on the final weights exactly when the
@@ -132,6 +139,7 @@ def finetune_ner(s: NerSettings) -> dict[str, Any]:
     conlleval's input (``predictions_{dev,test}.txt``: word gold pred)."""
     tokenizer = BertTokenizer.from_pretrained(s.model_name_or_path)
     data = {split: ner.read_conll(s.data_dir / name, s.tag_scheme) for split, name in NER_SPLITS.items()}
+    n_dev = len(data["dev"])
     data["dev"] = first(data["dev"], s.max_eval_samples)
     train_sentences = first(data["train"], s.max_train_samples)
     labels = ner.label_list(data["train"])  # from all of train, so a subset run keeps the same head
@@ -159,7 +167,8 @@ def finetune_ner(s: NerSettings) -> dict[str, Any]:
     def finish(model: nn.Module, tokenizer: BertTokenizer, report: dict, dev_tags: list[list[str]]) -> dict[str, str]:
         dev, (test_tags, test) = ner_scores(data["dev"], dev_tags), scored(model, "test")
         report.update(labels=labels, train_sentences=len(train_sentences), train_features=len(feats["train"]),
-                      dev=dev, test=test, dev_per_epoch=report.pop("per_epoch"))
+                      evaluated_on=_evaluated_on(f"{s.data_dir / NER_SPLITS['dev']}: all {n_dev} sentences.",
+                                                len(data["dev"]), n_dev, "sentences"), dev=dev, test=test, dev_per_epoch=report.pop("per_epoch"))
         logger.info("ner dev F1 %.4f test F1 %.4f", dev["f1"], test["f1"])
         return {"dev": str(ner.write_conll(s.output_dir / "predictions_dev.txt", data["dev"], dev_tags)),
                 "test": str(ner.write_conll(s.output_dir / "predictions_test.txt", data["test"], test_tags))}
@@ -300,11 +309,8 @@ def finetune_squad(s: SquadSettings) -> dict[str, Any]:
                                     max_answer_length=s.max_answer_length, batch_size=s.eval_batch_size,
                                     bf16=s.bf16, device=process_device(s.device))
         preds, scores = score_squad_finetuning(s, eval_articles, eval_examples, eval_features, preds, rows)
-        evaluated_on = split["note"] if split else f"{s.predict_file}: all {len(all_eval_examples)} questions."
-        if len(eval_examples) < len(all_eval_examples):
-            evaluated_on += (f" Only the first {len(eval_examples)} of these {len(all_eval_examples)} questions are "
-                             "scored (--max-eval-samples).")
-        report.update(evaluated_on=evaluated_on,
+        source = split["note"] if split else f"{s.predict_file}: all {len(all_eval_examples)} questions."
+        report.update(evaluated_on=_evaluated_on(source, len(eval_examples), len(all_eval_examples), "questions"),
                       scores=scores, split=split, predict_seconds=round(time.perf_counter() - t0, 1),
                       train_questions=len(train_examples), train_features=len(train_features),
                       eval_questions=len(eval_examples), eval_features=len(eval_features))
@@ -373,7 +379,8 @@ def finetune_swag(s: SwagSettings) -> dict[str, Any]:
     if any(e.label is None for e in all_train):
         raise BertkitError(f"{s.train_file} has no label column; train on a labelled file (train.csv)")
     train_examples = first(all_train, s.max_train_samples)
-    eval_examples = first(swag.read_swag(s.predict_file), s.max_eval_samples)
+    all_eval = swag.read_swag(s.predict_file)
+    eval_examples = first(all_eval, s.max_eval_samples)
     train_features = swag.featurize_swag(train_examples, tokenizer, s.max_seq_length)
     eval_features = swag.featurize_swag(eval_examples, tokenizer, s.max_seq_length)
 
@@ -389,6 +396,8 @@ def finetune_swag(s: SwagSettings) -> dict[str, Any]:
 
     def finish(model: nn.Module, tokenizer: BertTokenizer, report: dict, scores: np.ndarray) -> dict[str, str]:
         report.update(train_examples=len(train_examples), eval_examples=len(eval_examples),
+                      evaluated_on=_evaluated_on(f"{s.predict_file}: all {len(all_eval)} examples.", len(eval_examples),
+                                                len(all_eval), "examples"),
                       accuracy=swag_accuracy(eval_examples, scores))
         return {"predictions": str(write_swag_predictions(s.output_dir / "predictions.jsonl", eval_examples, scores))}
 
