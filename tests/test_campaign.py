@@ -537,19 +537,22 @@ def test_extract_features_layer_specs(ckpts, lines, tmp_path, capsys, layers, wr
 # ---------------------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("command, name", [
-    (["predict", "text-classification"], "vocab.txt"),  # the model's vocabulary, replaced by its own predictions
-    (["predict", "text-classification"], "config.json"),
-    (["extract-features", "--layers=-1", "--max-seq-length", 16], "model.safetensors"),  # the weights, by features
+@pytest.mark.parametrize("command, name, refused_as", [
+    # the model's vocabulary, replaced by its own predictions (now refused by its name already: no JSON lines file)
+    (["predict", "text-classification"], "vocab.txt", "predict writes JSON lines (one object per input), not text"),
+    (["predict", "text-classification"], "config.json", None),
+    (["extract-features", "--layers=-1", "--max-seq-length", 16], "model.safetensors", None),  # the weights
 ])
-def test_an_output_file_never_replaces_a_file_of_the_model_it_reads(ckpts, lines, tmp_path, capsys, command, name):
+def test_an_output_file_never_replaces_a_file_of_the_model_it_reads(ckpts, lines, tmp_path, capsys, command, name,
+                                                                    refused_as):
     import shutil
 
     model = shutil.copytree(ckpts["clf"], tmp_path / "model")
     before = (model / name).read_bytes()
     code, err = _cli([*command, "--model", model, "--input", lines, "--output-file", model / name, "--overwrite",
                       "--no-progress"], capsys)
-    _one_line_error(code, err, f"would replace a file of the command's own input --model-name-or-path {model}")
+    _one_line_error(code, err, refused_as or f"would replace a file of the command's own input --model-name-or-path "
+                                             f"{model}")
     assert (model / name).read_bytes() == before
     code, err = _cli([*command, "--model", model, "--input", lines, "--output-file", model / "out.jsonl",
                       "--no-progress"], capsys)  # a new file beside the model's is still fine

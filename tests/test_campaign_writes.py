@@ -359,7 +359,7 @@ def test_a_read_only_directory_is_one_clear_error_and_changes_nothing(models, tm
                 p.chmod(0o555 if p.is_dir() else 0o444)
         try:
             for write in (lambda: _sentence(models, "a", 16).save(place / "sentence"),
-                          lambda: BertModel.from_pretrained(models["a"]).save_pretrained(place / "q")):
+                          lambda: BertModel.from_pretrained(models["a"]).save_pretrained(place / "float")):
                 with pytest.raises(WriteError, match=r"cannot write .*; choose a directory you can write to") as e:
                     write()
                 assert isinstance(e.value, OSError) and e.value.errno in (30, 13)
