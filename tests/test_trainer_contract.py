@@ -369,6 +369,10 @@ def test_resuming_on_other_data_of_the_same_size_is_refused_naming_it(checkpoint
     collator = bertkit.DataCollatorWithPadding(bertkit.AutoTokenizer.from_pretrained(checkpoint), pad_to_multiple_of=8)
     with pytest.raises(BertkitError, match=r"'trainer\.data_collator\.DataCollatorWithPadding\.pad_to_multiple_of'"):
         _trainer(checkpoint, tmp_path / "run", collator=collator).train(resume_from_checkpoint=True)
+    # label smoothing changes every loss and gradient after the checkpoint: it was taken, and the run went on with
+    # other losses and weights than the run it resumed, without a word
+    with pytest.raises(BertkitError, match=r"'trainer\.label_smoothing_factor': \(None, 0\.3\)"):
+        _trainer(checkpoint, tmp_path / "run", label_smoothing_factor=0.3).train(resume_from_checkpoint=True)
     assert {p: p.stat().st_mtime_ns for p in (tmp_path / "run").rglob("*")} == before  # refused before any write
     assert _trainer(checkpoint, tmp_path / "run").train(resume_from_checkpoint=True).global_step == 8
 

@@ -335,6 +335,8 @@ class Trainer(TrainerLoss, TrainerEvaluation):
             "world_size": world_size, "max_steps": total, "train_sampling_strategy": args.train_sampling_strategy,
             "data_seed": args.data_seed, "label_names": self.label_names,
             **({"drop_last": True} if args.dataloader_drop_last else {}),  # (absent: a checkpoint from before it)
+            # it changes every loss and gradient (absent when off, as checkpoints from before it was recorded are)
+            **({"label_smoothing_factor": args.label_smoothing_factor} if args.label_smoothing_factor else {}),
             "data_collator": {type(self.data_collator).__qualname__: collator},
             "model": config.to_dict() if hasattr(config, "to_dict") else None}}
 
