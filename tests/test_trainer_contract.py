@@ -479,6 +479,37 @@ def test_a_stray_checkpoint_directory_never_makes_rotation_remove_the_newest(che
         torch.testing.assert_close(a, b, rtol=0, atol=0, msg=name)
 
 
+def test_early_stopping_resumed_stops_where_the_uninterrupted_run_stops(checkpoint, tmp_path):
+    """EarlyStoppingCallback(patience 2) on accuracy evaluated every 2 steps: the run improves at step 2 only and
+    stops at step 6. Killed at step 5, it resumed from checkpoint-4 with its patience counted from 0 again (the
+    counter was not in the checkpoint; transformers restores it only with restore_callback_states_from_checkpoint)
+    and trained on to step 8. The counter is now recorded in trainer_state.json's stateful_callbacks, as
+    transformers records it, and the resumed run stops at step 6, with the same log."""
+    settings = dict(max_steps=40, eval_strategy="steps", eval_steps=2, save_steps=2, metric_for_best_model="accuracy")
+
+    def run(out, *callbacks, **overrides):
+        trainer = _trainer(checkpoint, out, **settings, **overrides)
+        for callback in (bertkit.EarlyStoppingCallback(early_stopping_patience=2), *callbacks):
+            trainer.add_callback(callback)
+        return trainer
+
+    whole = run(tmp_path / "whole")
+    assert whole.train().global_step == 6
+    with pytest.raises(Killed):
+        run(tmp_path / "cut", KillAt(5)).train()
+    state = json.loads((tmp_path / "cut" / "checkpoint-4" / "trainer_state.json").read_text())
+    assert state["stateful_callbacks"] == {"EarlyStoppingCallback": {
+        "args": {"early_stopping_patience": 2, "early_stopping_threshold": 0.0},
+        "attributes": {"early_stopping_patience_counter": 1}}}
+    resumed = run(tmp_path / "cut")
+    assert resumed.train(resume_from_checkpoint=True).global_step == 6
+    assert _losses(resumed.state.log_history) == _losses(whole.state.log_history)
+    assert [h["step"] for h in resumed.state.log_history if "eval_loss" in h] == [2, 4, 6]
+    # transformers' switch for it is taken (True was refused); a run restores them whatever it says
+    again = run(tmp_path / "cut", restore_callback_states_from_checkpoint=True)
+    assert again.train(resume_from_checkpoint=str(tmp_path / "cut" / "checkpoint-4")).global_step == 6
+
+
 def test_resume_passes_over_a_stray_checkpoint_directory(checkpoint, tmp_path, caplog):
     out = tmp_path / "run"
     with pytest.raises(Killed):

@@ -49,7 +49,9 @@ from bertkit.training.callbacks import (
     TrainerState,
     TrainOutput,
     best_metric_value,
+    callback_states,
     metric_key,
+    restore_callback_states,
 )
 from bertkit.training.checkpoint import (
     HF_LAYOUT,
@@ -361,6 +363,7 @@ class Trainer(TrainerLoss, TrainerEvaluation):
             for key in ("log_history", "best_metric", "best_global_step", "best_model_checkpoint", "global_step",
                         "epoch"):
                 setattr(state, key, saved.get(key))
+            restore_callback_states(self.callbacks, saved.get("stateful_callbacks") or {})
         return state
 
     def _resume_point(self, out: Path, resume: str | Path | bool | None) -> Path | None:
@@ -443,6 +446,7 @@ class Trainer(TrainerLoss, TrainerEvaluation):
         self._name_best_checkpoint()
         if self.processing_class is not None and hasattr(self.processing_class, "save_pretrained"):
             self.processing_class.save_pretrained(directory)
+        self.state.stateful_callbacks = callback_states(self.callbacks)
         self.state.save_to_json(directory / TRAINER_STATE)  # as transformers writes a checkpoint's
 
     # -- the example scripts' reports (transformers' trainer_pt_utils helpers): rank 0 prints and writes ----------
