@@ -510,6 +510,28 @@ def test_early_stopping_resumed_stops_where_the_uninterrupted_run_stops(checkpoi
     assert again.train(resume_from_checkpoint=str(tmp_path / "cut" / "checkpoint-4")).global_step == 6
 
 
+def test_eval_on_start_is_not_repeated_by_a_resumed_run(checkpoint, tmp_path):
+    """eval_on_start: the run's step-0 evaluation is in the log it resumes. A run killed at step 5 and resumed
+    from checkpoint-4 evaluated again before loading the checkpoint, and logged the untrained model's loss
+    (0.6902, step 0's) as step 4's evaluation beside the true one (transformers evaluates again too, the loaded
+    model); it now logs the uninterrupted run's evaluations, once each."""
+    settings = dict(eval_on_start=True, eval_strategy="steps", eval_steps=4)
+    whole = _trainer(checkpoint, tmp_path / "whole", **settings)
+    whole.train()
+    with pytest.raises(Killed):
+        killed = _trainer(checkpoint, tmp_path / "cut", **settings)
+        killed.add_callback(KillAt(5))
+        killed.train()
+    resumed = _trainer(checkpoint, tmp_path / "cut", **settings)
+    resumed.train(resume_from_checkpoint=True)
+
+    def evaluations(trainer):
+        return [(h["step"], h["eval_loss"], h["eval_accuracy"]) for h in trainer.state.log_history if "eval_loss" in h]
+
+    assert [step for step, _, _ in evaluations(whole)] == [0, 4, 8]
+    assert evaluations(resumed) == evaluations(whole)
+
+
 def test_resume_passes_over_a_stray_checkpoint_directory(checkpoint, tmp_path, caplog):
     out = tmp_path / "run"
     with pytest.raises(Killed):

@@ -287,7 +287,9 @@ class Trainer(TrainerLoss, TrainerEvaluation):
                     remove_torn_writes(out, HF_LAYOUT)
                 t0 = time.perf_counter()
                 self._event("on_train_begin")
-                if args.eval_on_start:  # where transformers evaluates it: after on_train_begin, through evaluate()
+                # where transformers evaluates it: after on_train_begin, through evaluate(); a resumed run has it in
+                # the log it continues (and the checkpoint's weights are loaded by the loop, after this point)
+                if args.eval_on_start and resume is None:
                     self.evaluate(ignore_keys=ignore_keys_for_eval)
                 self._trained = True
                 result = train(self._module, [Phase(plan, total)], settings,
