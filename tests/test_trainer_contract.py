@@ -369,6 +369,10 @@ def test_resuming_on_other_data_of_the_same_size_is_refused_naming_it(checkpoint
     collator = bertkit.DataCollatorWithPadding(bertkit.AutoTokenizer.from_pretrained(checkpoint), pad_to_multiple_of=8)
     with pytest.raises(BertkitError, match=r"'trainer\.data_collator\.DataCollatorWithPadding\.pad_to_multiple_of'"):
         _trainer(checkpoint, tmp_path / "run", collator=collator).train(resume_from_checkpoint=True)
+    # label smoothing changes every loss and gradient after the checkpoint: it was taken, and the run went on with
+    # other losses and weights than the run it resumed, without a word
+    with pytest.raises(BertkitError, match=r"'trainer\.label_smoothing_factor': \(None, 0\.3\)"):
+        _trainer(checkpoint, tmp_path / "run", label_smoothing_factor=0.3).train(resume_from_checkpoint=True)
     assert {p: p.stat().st_mtime_ns for p in (tmp_path / "run").rglob("*")} == before  # refused before any write
     assert _trainer(checkpoint, tmp_path / "run").train(resume_from_checkpoint=True).global_step == 8
 
@@ -473,6 +477,59 @@ def test_a_stray_checkpoint_directory_never_makes_rotation_remove_the_newest(che
     saved = bertkit.AutoModelForSequenceClassification.from_pretrained(out / "checkpoint-8")
     for (name, a), (_, b) in zip(trainer.model.state_dict().items(), saved.state_dict().items()):
         torch.testing.assert_close(a, b, rtol=0, atol=0, msg=name)
+
+
+def test_early_stopping_resumed_stops_where_the_uninterrupted_run_stops(checkpoint, tmp_path):
+    """EarlyStoppingCallback(patience 2) on accuracy evaluated every 2 steps: the run improves at step 2 only and
+    stops at step 6. Killed at step 5, it resumed from checkpoint-4 with its patience counted from 0 again (the
+    counter was not in the checkpoint; transformers restores it only with restore_callback_states_from_checkpoint)
+    and trained on to step 8. The counter is now recorded in trainer_state.json's stateful_callbacks, as
+    transformers records it, and the resumed run stops at step 6, with the same log."""
+    settings = dict(max_steps=40, eval_strategy="steps", eval_steps=2, save_steps=2, metric_for_best_model="accuracy")
+
+    def run(out, *callbacks, **overrides):
+        trainer = _trainer(checkpoint, out, **settings, **overrides)
+        for callback in (bertkit.EarlyStoppingCallback(early_stopping_patience=2), *callbacks):
+            trainer.add_callback(callback)
+        return trainer
+
+    whole = run(tmp_path / "whole")
+    assert whole.train().global_step == 6
+    with pytest.raises(Killed):
+        run(tmp_path / "cut", KillAt(5)).train()
+    state = json.loads((tmp_path / "cut" / "checkpoint-4" / "trainer_state.json").read_text())
+    assert state["stateful_callbacks"] == {"EarlyStoppingCallback": {
+        "args": {"early_stopping_patience": 2, "early_stopping_threshold": 0.0},
+        "attributes": {"early_stopping_patience_counter": 1}}}
+    resumed = run(tmp_path / "cut")
+    assert resumed.train(resume_from_checkpoint=True).global_step == 6
+    assert _losses(resumed.state.log_history) == _losses(whole.state.log_history)
+    assert [h["step"] for h in resumed.state.log_history if "eval_loss" in h] == [2, 4, 6]
+    # transformers' switch for it is taken (True was refused); a run restores them whatever it says
+    again = run(tmp_path / "cut", restore_callback_states_from_checkpoint=True)
+    assert again.train(resume_from_checkpoint=str(tmp_path / "cut" / "checkpoint-4")).global_step == 6
+
+
+def test_eval_on_start_is_not_repeated_by_a_resumed_run(checkpoint, tmp_path):
+    """eval_on_start: the run's step-0 evaluation is in the log it resumes. A run killed at step 5 and resumed
+    from checkpoint-4 evaluated again before loading the checkpoint, and logged the untrained model's loss
+    (0.6902, step 0's) as step 4's evaluation beside the true one (transformers evaluates again too, the loaded
+    model); it now logs the uninterrupted run's evaluations, once each."""
+    settings = dict(eval_on_start=True, eval_strategy="steps", eval_steps=4)
+    whole = _trainer(checkpoint, tmp_path / "whole", **settings)
+    whole.train()
+    with pytest.raises(Killed):
+        killed = _trainer(checkpoint, tmp_path / "cut", **settings)
+        killed.add_callback(KillAt(5))
+        killed.train()
+    resumed = _trainer(checkpoint, tmp_path / "cut", **settings)
+    resumed.train(resume_from_checkpoint=True)
+
+    def evaluations(trainer):
+        return [(h["step"], h["eval_loss"], h["eval_accuracy"]) for h in trainer.state.log_history if "eval_loss" in h]
+
+    assert [step for step, _, _ in evaluations(whole)] == [0, 4, 8]
+    assert evaluations(resumed) == evaluations(whole)
 
 
 def test_resume_passes_over_a_stray_checkpoint_directory(checkpoint, tmp_path, caplog):

@@ -61,6 +61,9 @@ class TrainerState:
     best_model_checkpoint: str | None = None
     is_local_process_zero: bool = True
     is_world_process_zero: bool = True
+    stateful_callbacks: dict[str, Any] = field(default_factory=dict)
+    """Each callback's ``state()`` by class name (a list for several of one class), as transformers records it: a
+    resumed run restores them (``restore_callback_states``)."""
 
     def save_to_json(self, json_path: str | Path) -> None:
         """The state as transformers' ``TrainerState.save_to_json`` writes it (indented, keys sorted)."""
@@ -114,6 +117,13 @@ class EarlyStoppingCallback(TrainerCallback):
         if args.eval_strategy == "no":
             raise BertkitError("EarlyStoppingCallback needs evaluations: set eval_strategy to 'steps' or 'epoch'")
 
+    def state(self) -> dict[str, Any]:
+        """What a checkpoint records of this callback (transformers' ``ExportableState``): the evaluations without an
+        improvement so far count on after a resume, so the resumed run stops where the uninterrupted one stops."""
+        return {"args": {"early_stopping_patience": self.early_stopping_patience,
+                         "early_stopping_threshold": self.early_stopping_threshold},
+                "attributes": {"early_stopping_patience_counter": self.early_stopping_patience_counter}}
+
     def on_evaluate(self, args, state, control, metrics=None, **kwargs):
         value = best_metric_value(args.metric_for_best_model, metrics or {}, state.global_step)
         if value is None:
@@ -125,6 +135,28 @@ class EarlyStoppingCallback(TrainerCallback):
         self.early_stopping_patience_counter = 0 if improved else self.early_stopping_patience_counter + 1
         if self.early_stopping_patience_counter >= self.early_stopping_patience:
             control.should_training_stop = True
+
+
+def callback_states(callbacks: list[TrainerCallback]) -> dict[str, Any]:
+    """The ``state()`` of each callback that has one, by class name (a list for several of one class), as
+    transformers writes ``stateful_callbacks`` into trainer_state.json."""
+    states: dict[str, list[dict]] = {}
+    for callback in callbacks:
+        if callable(getattr(callback, "state", None)):
+            states.setdefault(type(callback).__name__, []).append(callback.state())
+    return {name: found[0] if len(found) == 1 else found for name, found in states.items()}
+
+
+def restore_callback_states(callbacks: list[TrainerCallback], saved: dict[str, Any]) -> None:
+    """Set each callback's recorded attributes (``callback_states``) back, matching by class name and, for several
+    of one class, by order. Its arguments stay the ones this run gave it. transformers restores them only with
+    ``restore_callback_states_from_checkpoint=True``; without them an EarlyStoppingCallback counted its patience
+    from 0 again at each resume, and the resumed run trained past the step where the uninterrupted one stopped."""
+    for name, states in saved.items():
+        same = [c for c in callbacks if type(c).__name__ == name and callable(getattr(c, "state", None))]
+        for callback, state in zip(same, states if isinstance(states, list) else [states]):
+            for attribute, value in state.get("attributes", {}).items():
+                setattr(callback, attribute, value)
 
 
 def metric_key(name: str, prefix: str = "eval") -> str:

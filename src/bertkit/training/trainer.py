@@ -49,7 +49,9 @@ from bertkit.training.callbacks import (
     TrainerState,
     TrainOutput,
     best_metric_value,
+    callback_states,
     metric_key,
+    restore_callback_states,
 )
 from bertkit.training.checkpoint import (
     HF_LAYOUT,
@@ -285,7 +287,9 @@ class Trainer(TrainerLoss, TrainerEvaluation):
                     remove_torn_writes(out, HF_LAYOUT)
                 t0 = time.perf_counter()
                 self._event("on_train_begin")
-                if args.eval_on_start:  # where transformers evaluates it: after on_train_begin, through evaluate()
+                # where transformers evaluates it: after on_train_begin, through evaluate(); a resumed run has it in
+                # the log it continues (and the checkpoint's weights are loaded by the loop, after this point)
+                if args.eval_on_start and resume is None:
                     self.evaluate(ignore_keys=ignore_keys_for_eval)
                 self._trained = True
                 result = train(self._module, [Phase(plan, total)], settings,
@@ -335,6 +339,8 @@ class Trainer(TrainerLoss, TrainerEvaluation):
             "world_size": world_size, "max_steps": total, "train_sampling_strategy": args.train_sampling_strategy,
             "data_seed": args.data_seed, "label_names": self.label_names,
             **({"drop_last": True} if args.dataloader_drop_last else {}),  # (absent: a checkpoint from before it)
+            # it changes every loss and gradient (absent when off, as checkpoints from before it was recorded are)
+            **({"label_smoothing_factor": args.label_smoothing_factor} if args.label_smoothing_factor else {}),
             "data_collator": {type(self.data_collator).__qualname__: collator},
             "model": config.to_dict() if hasattr(config, "to_dict") else None}}
 
@@ -359,6 +365,7 @@ class Trainer(TrainerLoss, TrainerEvaluation):
             for key in ("log_history", "best_metric", "best_global_step", "best_model_checkpoint", "global_step",
                         "epoch"):
                 setattr(state, key, saved.get(key))
+            restore_callback_states(self.callbacks, saved.get("stateful_callbacks") or {})
         return state
 
     def _resume_point(self, out: Path, resume: str | Path | bool | None) -> Path | None:
@@ -441,6 +448,7 @@ class Trainer(TrainerLoss, TrainerEvaluation):
         self._name_best_checkpoint()
         if self.processing_class is not None and hasattr(self.processing_class, "save_pretrained"):
             self.processing_class.save_pretrained(directory)
+        self.state.stateful_callbacks = callback_states(self.callbacks)
         self.state.save_to_json(directory / TRAINER_STATE)  # as transformers writes a checkpoint's
 
     # -- the example scripts' reports (transformers' trainer_pt_utils helpers): rank 0 prints and writes ----------

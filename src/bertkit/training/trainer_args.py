@@ -35,7 +35,7 @@ _NOT_IMPLEMENTED: tuple[tuple[Any, tuple[str, ...]], ...] = (
             "dataloader_in_order", "skip_memory_metrics")),
     (False, ("use_liger_kernel", "use_cache", "auto_find_batch_size",
              "logging_first_step", "eval_use_gather_object", "save_only_model", "save_on_each_node", "enable_jit_checkpoint", "push_to_hub",
-             "hub_always_push", "ignore_data_skip", "restore_callback_states_from_checkpoint", "full_determinism",
+             "hub_always_push", "ignore_data_skip", "full_determinism",
              "dataloader_persistent_workers")),
     (-1, ("local_rank",)),
     ("", ("debug",)),
@@ -120,6 +120,9 @@ class TrainingArguments(TrainingSettings):
     eval_accumulation_steps: int | None = flag(None, check=at_least_one)
     """Accepted for transformers' scripts; changes nothing: bertkit moves each evaluation batch's outputs to the CPU
     as it goes (transformers' eval_accumulation_steps=1), so evaluation holds no more than one batch on a GPU."""
+    restore_callback_states_from_checkpoint: bool = False
+    """Accepted for transformers' scripts; changes nothing: a resumed run always restores its callbacks' states (an
+    EarlyStoppingCallback's patience), so that it stops where the uninterrupted run stops."""
     do_train: bool = False
     """Read by example scripts, not by the Trainer (as in transformers)."""
     do_eval: bool = False
