@@ -56,7 +56,6 @@ def _evaluated_on(source: str, kept: int, total: int, unit: str) -> str:
     return source
 
 
-
 def _finetune(cls: type[nn.Module], s: FinetuneSettings, train_features: Sequence[dict],
               dev: Callable[[nn.Module], tuple[Any, dict]] | None, task: str,
               finish: Callable[[nn.Module, BertTokenizer, dict, Any], dict], tokenizer: BertTokenizer, subset: str,
@@ -166,9 +165,10 @@ def finetune_ner(s: NerSettings) -> dict[str, Any]:
 
     def finish(model: nn.Module, tokenizer: BertTokenizer, report: dict, dev_tags: list[list[str]]) -> dict[str, str]:
         dev, (test_tags, test) = ner_scores(data["dev"], dev_tags), scored(model, "test")
+        source = f"{s.data_dir / NER_SPLITS['dev']}: all {n_dev} sentences."
         report.update(labels=labels, train_sentences=len(train_sentences), train_features=len(feats["train"]),
-                      evaluated_on=_evaluated_on(f"{s.data_dir / NER_SPLITS['dev']}: all {n_dev} sentences.",
-                                                len(data["dev"]), n_dev, "sentences"), dev=dev, test=test, dev_per_epoch=report.pop("per_epoch"))
+                      evaluated_on=_evaluated_on(source, len(data["dev"]), n_dev, "sentences"), dev=dev, test=test,
+                      dev_per_epoch=report.pop("per_epoch"))
         logger.info("ner dev F1 %.4f test F1 %.4f", dev["f1"], test["f1"])
         return {"dev": str(ner.write_conll(s.output_dir / "predictions_dev.txt", data["dev"], dev_tags)),
                 "test": str(ner.write_conll(s.output_dir / "predictions_test.txt", data["test"], test_tags))}
