@@ -83,12 +83,28 @@ def read_config_json(directory: str | Path) -> dict[str, Any]:
     return read_json_object(config_file, "re-save the checkpoint")
 
 
+def _float_weights(directory: Path) -> list[str]:
+    return [name for name in FLOAT_WEIGHT_NAMES if (directory / name).is_file()]
+
+
+def refuse_save_beside_other_kind(directory: Path, *, int8: bool) -> None:
+    """Refuse to save an int8 model (``int8``) where float weights are, or a float model where an int8 one is: a save
+    keeps a directory's other files, and each loader reads its own kind (``refuse_mixed_weights``), so the model just
+    saved would not be the one loaded."""
+    found = _float_weights(directory) if int8 else [INT8_WEIGHTS_NAME] * (directory / INT8_WEIGHTS_NAME).is_file()
+    if found:
+        kind, readers = (("float weights", "from_pretrained, transformers and sentence-transformers would load") if
+                         int8 else ("an int8 model", "pipelines, predict and serve would run"))
+        raise BertkitError(f"{directory} holds {kind} ({', '.join(found)}), which {readers} in place of the "
+                           f"{'int8' if int8 else 'float'} model: write it to another directory")
+
+
 def refuse_mixed_weights(directory: Path) -> None:
     """Refuse a directory holding an int8 model (``INT8_WEIGHTS_NAME``) beside float weights. A save keeps a directory's
     other files (another library's save into an int8 directory, or one that bertkit has since refused), so one of the
     two is stale, and each loader would read its own: pipelines the int8 model, from_pretrained and transformers the
     float weights, under one config.json. Which one config.json describes is named, with the file to remove."""
-    floats = [name for name in FLOAT_WEIGHT_NAMES if (directory / name).is_file()]
+    floats = _float_weights(directory)
     if not floats or not (directory / INT8_WEIGHTS_NAME).is_file():
         return
     method = read_config_json(directory).get("quantization_config")
@@ -553,9 +569,7 @@ class PretrainedMixin(TransformersModelCalls):
         ``path`` and moved into place whole (``bertkit.staging.staged``): a kill or a full disk leaves what was
         there before."""
         directory = given_path(path, "the directory to save into")
-        if (directory / INT8_WEIGHTS_NAME).is_file():  # kept by the save: the model pipelines would go on running
-            raise BertkitError(f"{directory} holds an int8 model ({INT8_WEIGHTS_NAME}), which pipelines, predict and "
-                               "serve would run in place of the float model saved beside it: save to another directory")
+        refuse_save_beside_other_kind(directory, int8=False)
         config = self.config.to_dict()
         config["architectures"] = [type(self).__name__]
         if self.saved_num_labels not in (None, self.config.num_labels):  # a span head loaded from an MNLI checkpoint

@@ -20,7 +20,6 @@ from bertkit._hardware import check_int8_kernel
 from bertkit.checkpoint_io import (
     CONFIG_NAME,
     FAMILY_HEADS,
-    FLOAT_WEIGHT_NAMES,
     INT8_WEIGHTS_NAME,
     QUANT_METHOD,
     TIED_KEYS,
@@ -31,6 +30,7 @@ from bertkit.checkpoint_io import (
     read_weights,
     refuse_layers_unlike_config,
     refuse_mixed_weights,
+    refuse_save_beside_other_kind,
     weight_files,
 )
 from bertkit.config import BertConfig
@@ -106,14 +106,7 @@ def save_int8(model: nn.Module, output_dir: str | Path, *, calibration: str = "b
                            "quantize it first (quantize_int8 / quantize_int8_on_texts), or save the float model "
                            "with save_pretrained")
     directory = Path(output_dir)
-    # a save keeps the directory's other files: float weights left beside the int8 model would be what
-    # from_pretrained, transformers and sentence-transformers load, under the int8 model's config.json
-    floats = [name for name in FLOAT_WEIGHT_NAMES if (directory / name).is_file()]
-    if floats:
-        raise BertkitError(f"{directory} holds float weights ({', '.join(floats)}), which from_pretrained, "
-                           "transformers and sentence-transformers would load in place of the int8 model: write it to "
-                           "another directory (the float checkpoint stays what `bertkit quantize` and pipeline(..., "
-                           "quantize='int8') read)")
+    refuse_save_beside_other_kind(directory, int8=True)
     tensors = _int8_tensors(model, encoder, int8)
     config = model.config.to_dict()
     config["architectures"] = [type(model).__name__]
