@@ -241,8 +241,10 @@ def test_masked_lm_with_accumulation_counts_the_tokens_it_trains_on(checkpoint, 
     theirs, ours = ([(h["loss"], h["grad_norm"]) for h in t.state.log_history if "loss" in h] for t in runs)
     assert len(theirs) == 4  # 4 micro-batches an epoch, the last of one row
     np.testing.assert_allclose(ours, theirs, rtol=1e-5)  # the logged loss: the step's token mean
+    # atol 1e-5, not 1e-6: AdamW moves each weight by about lr (1e-3) a step whatever its gradient's size, so a
+    # gradient near zero that differs in its last float bits (kernels differ between CPUs) moves a few 1e-6 apart
     for (name, a), (_, b) in zip(runs[1].model.state_dict().items(), runs[0].model.state_dict().items()):
-        torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-6, msg=name)
+        torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-5, msg=name)
 
 
 @pytest.mark.parametrize("head", ["MaskedLM", "PreTraining"])

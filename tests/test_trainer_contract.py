@@ -532,6 +532,35 @@ def test_eval_on_start_is_not_repeated_by_a_resumed_run(checkpoint, tmp_path):
     assert evaluations(resumed) == evaluations(whole)
 
 
+def test_a_resumed_runs_on_train_begin_sees_the_checkpoints_weights_as_transformers(checkpoint, tmp_path):
+    """transformers loads the checkpoint's weights before on_train_begin, so a callback there (an EMA's copy, a
+    weight-norm log) sees the model the run continues; bertkit's loop loaded them after it, and the callback saw
+    the weights the script loaded, the untrained checkpoint's."""
+    seen = {}
+    for lib in (transformers, bertkit):
+        class Snapshot(lib.TrainerCallback):
+            def on_train_begin(self, args, state, control, model=None, name=lib.__name__, **kwargs):
+                seen[name] = {k: v.detach().clone() for k, v in model.state_dict().items()}
+
+        out = tmp_path / lib.__name__
+        _run(lib, checkpoint, out, max_steps=4, save_steps=3, eval_strategy="no")
+        tokenizer = lib.AutoTokenizer.from_pretrained(checkpoint)
+        model = lib.AutoModelForSequenceClassification.from_pretrained(checkpoint)
+        rows = datasets.Dataset.from_list(TRAIN[:16]).map(lambda b, t=tokenizer: t(b["text"], truncation=True),
+                                                         batched=True)
+        args = lib.TrainingArguments(output_dir=str(out), learning_rate=1e-3, per_device_train_batch_size=2,
+                                     gradient_accumulation_steps=2, max_steps=4, save_steps=3, report_to="none",
+                                     use_cpu=True, seed=7, disable_tqdm=True)
+        lib.Trainer(model=model, args=args, train_dataset=rows, processing_class=tokenizer,
+                    callbacks=[Snapshot()]).train(resume_from_checkpoint=str(out / "checkpoint-3"))
+    start = bertkit.AutoModelForSequenceClassification.from_pretrained(checkpoint).state_dict()
+    saved = bertkit.AutoModelForSequenceClassification.from_pretrained(tmp_path / "bertkit" / "checkpoint-3")
+    name = "classifier.weight"
+    assert not torch.equal(seen["bertkit"][name], start[name])  # not the weights the script loaded
+    torch.testing.assert_close(seen["bertkit"][name], saved.state_dict()[name], rtol=0, atol=0)
+    torch.testing.assert_close(seen["bertkit"][name], seen["transformers"][name], rtol=1e-4, atol=1e-5)
+
+
 def test_resume_passes_over_a_stray_checkpoint_directory(checkpoint, tmp_path, caplog):
     out = tmp_path / "run"
     with pytest.raises(Killed):

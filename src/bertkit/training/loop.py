@@ -230,8 +230,11 @@ class _Run:
         # the step of the newest train record: an epoch's log comes after a checkpoint written at its last step, so
         # the run resumed there owes it
         run.logged_at = max((r["step"] for r in run.log_file.history if r["split"] == "train"), default=0)
-        run.window.t0 = time.perf_counter()
         run.count = hooks.count_items or item_counter(model)
+        # where transformers calls on_train_begin: after the checkpoint's weights are in (a callback sees the model
+        # it continues), before the first step (its time is not the first window's)
+        run.event("train_begin")
+        run.window.t0 = time.perf_counter()
         module.train()
         return run
 

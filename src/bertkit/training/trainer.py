@@ -286,11 +286,6 @@ class Trainer(TrainerLoss, TrainerEvaluation):
                 if info.is_main:
                     remove_torn_writes(out, HF_LAYOUT)
                 t0 = time.perf_counter()
-                self._event("on_train_begin")
-                # where transformers evaluates it: after on_train_begin, through evaluate(); a resumed run has it in
-                # the log it continues (and the checkpoint's weights are loaded by the loop, after this point)
-                if args.eval_on_start and resume is None:
-                    self.evaluate(ignore_keys=ignore_keys_for_eval)
                 self._trained = True
                 result = train(self._module, [Phase(plan, total)], settings,
                                evaluate=self._evaluate_in_loop if self._evaluates() else None,
@@ -406,6 +401,10 @@ class Trainer(TrainerLoss, TrainerEvaluation):
         if name == "epoch_begin" and pos.batch == 0:  # not where a resumed epoch goes on: it drew at its start
             trainer_data.loader_draw()
         self._event(f"on_{name}")
+        # where transformers evaluates it: after on_train_begin, through evaluate(); a resumed run has it in the
+        # log it continues
+        if name == "train_begin" and self.args.eval_on_start and pos.step == 0:
+            self.evaluate(ignore_keys=self._ignore_keys_for_eval)
 
     def _on_record(self, record: dict) -> None:
         step = record["step"]
