@@ -389,6 +389,25 @@ def test_resuming_on_other_data_is_refused(model, tmp_path):
     assert trainer(PAIRS).train(resume_from_checkpoint=True).global_step == 2
 
 
+def test_resuming_under_another_loss_or_loss_setting_is_refused(model, tmp_path):
+    """A run resumed with MultipleNegativesRankingLoss(scale=30) after training at scale 20 (or with another loss)
+    trained on without a word, as sentence-transformers' does: the resumed run was neither. The loss's settings
+    are in the fingerprint now: refused naming them, before anything is written; the same loss resumes."""
+    def trainer(loss) -> SentenceTransformerTrainer:
+        args = st_args(tmp_path, per_device_train_batch_size=4, max_steps=2, learning_rate=1e-5, save_steps=1)
+        return SentenceTransformerTrainer(model=model, args=args, loss=loss, train_dataset=PAIRS)
+
+    trainer(losses.MultipleNegativesRankingLoss(model)).train()
+    written = sorted(p.name for p in (tmp_path / "out").iterdir())
+    with pytest.raises(BertkitError, match=r"other settings or data .*'loss.MultipleNegativesRankingLoss.scale': "
+                                           r"\(20.0, 30.0\)"):
+        trainer(losses.MultipleNegativesRankingLoss(model, scale=30.0)).train(resume_from_checkpoint=True)
+    with pytest.raises(BertkitError, match=r"'loss.CachedMultipleNegativesRankingLoss': \(None, \{"):
+        trainer(losses.CachedMultipleNegativesRankingLoss(model)).train(resume_from_checkpoint=True)
+    assert sorted(p.name for p in (tmp_path / "out").iterdir()) == written
+    assert trainer(losses.MultipleNegativesRankingLoss(model)).train(resume_from_checkpoint=True).global_step == 2
+
+
 def test_a_datasets_columns_are_its_rows_keys_as_sentence_transformers_reads_them(model_dir, tmp_path):
     """sentence-transformers takes a batch's columns from its rows' keys; bertkit took the Arrow column names: a
     dataset whose with_transform renames its columns ("q" -> "anchor") stopped with KeyError: 'q', and one whose

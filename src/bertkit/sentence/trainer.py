@@ -50,6 +50,7 @@ from bertkit.sentence.data import (
 )
 from bertkit.sentence.evaluation.sequential import SequentialEvaluator
 from bertkit.sentence.losses import CoSENTLoss, SentenceLoss
+from bertkit.sentence.losses.base import loss_settings
 from bertkit.sentence.model import SentenceTransformer
 from bertkit.sentence.training_args import (
     BatchSamplers,
@@ -363,7 +364,9 @@ class SentenceTransformerTrainer(Trainer):
             samplers["multi_dataset_batch_sampler"] = args.multi_dataset_batch_sampler.value
         elif args.batch_sampler is BatchSamplers.BATCH_SAMPLER:
             samplers = {}
-        return {**super()._fingerprint(examples, total, world_size),
+        losses = self.loss if isinstance(self.loss, dict) else {None: self.loss}
+        loss = {name: loss_settings(value) for name, value in losses.items()}
+        return {**super()._fingerprint(examples, total, world_size), "loss": loss.get(None, loss),
                 **({"learning_rate_mapping": mapping} if mapping else {}), **({"samplers": samplers} if samplers else {})}
 
     def _data_fingerprint(self, examples: Sequence) -> dict[str, Any]:

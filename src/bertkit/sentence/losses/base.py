@@ -8,6 +8,7 @@ columns' embeddings in ``compute_loss_from_embeddings(embeddings, labels)``.
 
 from __future__ import annotations
 
+import enum
 import math
 import numbers
 from collections.abc import Callable, Sequence
@@ -22,6 +23,33 @@ from bertkit.sentence.losses.gather import gather_rows, gathering, scale_gradien
 
 # Columns merge into one forward pass when the merged rectangle is at most this much larger than theirs apart.
 MERGE_SLACK = 1.25
+
+
+_PLAIN = (bool, int, float, str, type(None))
+
+
+def loss_settings(loss: nn.Module) -> dict[str, Any]:
+    """What a resumed run must find unchanged in its loss (the trainer's fingerprint): the class, each public plain
+    setting (scale, margin, Matryoshka's dims, a regulariser's weight, the similarity function by name) and the
+    losses it wraps, by theirs; not the model, weights or state. A run resumed under another loss trained on
+    without a word, as sentence-transformers' does."""
+    settings: dict[str, Any] = {}
+    for key, value in sorted(vars(loss).items()):
+        if key.startswith("_") or key == "training":
+            continue
+        if isinstance(value, enum.Enum):
+            value = value.name
+        elif isinstance(value, (list, tuple)) and all(isinstance(v, _PLAIN) for v in value):
+            value = list(value)
+        elif callable(value) and not isinstance(value, nn.Module):
+            value = getattr(value, "__qualname__", type(value).__qualname__)
+        elif not isinstance(value, _PLAIN):
+            continue
+        settings[key] = value
+    for key, child in loss.named_children():  # a wrapped loss, or torch's (CrossEntropyLoss' label_smoothing)
+        if isinstance(child, nn.modules.loss._Loss) or type(child).__name__.endswith("Loss"):
+            settings[key] = loss_settings(child)
+    return {type(loss).__qualname__: settings}
 
 
 def embed_columns(model: nn.Module, features: Sequence[dict[str, Any]]) -> list[Tensor]:
