@@ -297,3 +297,21 @@ def test_a_dynamic_masking_seed_on_data_with_its_masks_is_refused(tiny_pretraini
         f"{data} carry the masks create-pretraining-data drew (--masking static): drop --dynamic-masking-seed, or "
         "make the data with --masking dynamic")
     assert not list(tmp_path.iterdir())
+
+
+def test_eval_data_longer_than_the_positions_is_refused_before_a_step(two_lengths, tmp_path, capsys):
+    """Was: --eval-data of 64-token instances for a model of 32 positions trained every step, then failed at the first
+    evaluation, telling to "truncate the input (tokenizer(..., truncation=True))", with no final model saved; refused
+    now before a step, naming the data and the fix, as --data and --phase2-data are."""
+    from bertkit.cli import main
+    from bertkit.config import BertConfig
+
+    BertConfig.preset("tiny", vocab_size=1500, max_position_embeddings=32).save_pretrained(tmp_path / "shape")
+    out = tmp_path / "run"
+    assert main(["pretrain", "--data", str(two_lengths / "data32"), "--vocab", str(two_lengths / "vocab"),
+                 "--config-name", str(tmp_path / "shape"), "--max-steps", "1", "--batch-size", "4", "--output-dir",
+                 str(out), "--no-progress", "--eval-data", str(two_lengths / "data64")]) == 2
+    assert capsys.readouterr().err.strip().splitlines()[-1] == (
+        f"bertkit pretrain: error: --eval-data {two_lengths / 'data64'} holds instances of 64 tokens but "
+        "max_position_embeddings is 32; recreate the data with --max-seq-length 32 or less, or enlarge the config")
+    assert not out.exists()

@@ -285,3 +285,39 @@ def test_a_runs_last_evaluation_is_read_from_its_history():
                {"split": "eval", "step": 8, "epoch": 1, "accuracy": 0.75, "f1": 0.7}]
     assert TrainResult(8, history).last_eval == {"accuracy": 0.75, "f1": 0.7}
     assert TrainResult(8, history[1:2]).last_eval is None
+
+
+def test_throughput_counts_training_time_only(tmp_path, monkeypatch):
+    """seqs_per_s and tokens_per_s are the rows and real tokens of the window over its training time. Was: the time of
+    an evaluation or a checkpoint went into the next window (the window after an evaluation read 0.5 sequences/s where
+    the steps ran at 2 to 10). A fake clock: each micro-batch's collate takes 1 s, an evaluation 100 s, a save 50 s."""
+    from bertkit.training import loop
+
+    clock = [1000.0]
+    monkeypatch.setattr(loop.time, "perf_counter", lambda: clock[0])
+    feats = _features(16)
+
+    def timed_collate(batch):
+        clock[0] += 1.0
+        return _collate(batch)
+
+    real_save = loop.save_checkpoint
+
+    def slow_save(*args, **kwargs):
+        clock[0] += 50.0
+        return real_save(*args, **kwargs)
+
+    monkeypatch.setattr(loop, "save_checkpoint", slow_save)
+
+    def evaluate(model):
+        clock[0] += 100.0
+        return {"accuracy": 0.5}
+
+    torch.manual_seed(0)
+    plan = BatchPlan(feats, 4, timed_collate, seed=0, shuffle=False)
+    result = train(BertForSequenceClassification(CFG), [Phase(plan, 4)], TrainingSettings(
+        output_dir=tmp_path, learning_rate=1e-2, logging_steps=1, eval_strategy="steps", eval_steps=1, save_steps=2,
+        progress=False, warmup_ratio=0), evaluate=evaluate)
+    logged = [(r["seqs_per_s"], r["tokens_per_s"]) for r in result.history if r["split"] == "train"]
+    tokens = [sum(len(f["input_ids"]) for f in feats[i:i + 4]) for i in range(0, 16, 4)]
+    assert logged == [(4.0, float(t)) for t in tokens]

@@ -485,7 +485,7 @@ class _Run:
         if self.evaluate is None:
             return
         self.model.eval()
-        with torch.no_grad(), _autocast(self.args, self.device):
+        with torch.no_grad(), _autocast(self.args, self.device), self.window.paused():
             metrics = self.evaluate(self.model)
         self.model.train()
         self.log({"split": "eval", "step": self.pos.step, "epoch": self.pos.epoch, **metrics})
@@ -498,17 +498,18 @@ class _Run:
         self.settle()
         rng = all_gather(rng_state(self.device))
         windows = all_gather(self.window.saved())
-        if self.info.is_main:
-            save_checkpoint(self.args.output_dir, {
-                "model": model_state(self.model), "optimizer": self.optimizer.state_dict(), "scheduler": self.scheduler.state_dict(),
-                "scaler": self.scaler.state_dict(), "rank_rng": rng, "world_size": self.info.world_size,
-                "position": dataclasses.asdict(self.pos), "fingerprint": self.fingerprint,
-                "windows": windows,  # partial logging-window sums: resumed logs equal uninterrupted ones
-                # what the step's log reports, for a log after the checkpoint (an epoch's, at its end)
-                "last_step": {"lr": self.step_lr, "grad_norm": self.grad_norm},
-                "records": len(self.log_file.history),  # metrics.jsonl's, which a resume cuts back to
-            }, self.pos.step, self.args.save_total_limit or 2**62, self.model, layout=self.hooks.layout,
-                write_extra=self.hooks.write_extra, protect=self.hooks.protect)
+        with self.window.paused():  # not training time: the next window's rows per second are the steps'
+            if self.info.is_main:
+                save_checkpoint(self.args.output_dir, {
+                    "model": model_state(self.model), "optimizer": self.optimizer.state_dict(), "scheduler": self.scheduler.state_dict(),
+                    "scaler": self.scaler.state_dict(), "rank_rng": rng, "world_size": self.info.world_size,
+                    "position": dataclasses.asdict(self.pos), "fingerprint": self.fingerprint,
+                    "windows": windows,  # partial logging-window sums: resumed logs equal uninterrupted ones
+                    # what the step's log reports, for a log after the checkpoint (an epoch's, at its end)
+                    "last_step": {"lr": self.step_lr, "grad_norm": self.grad_norm},
+                    "records": len(self.log_file.history),  # metrics.jsonl's, which a resume cuts back to
+                }, self.pos.step, self.args.save_total_limit or 2**62, self.model, layout=self.hooks.layout,
+                    write_extra=self.hooks.write_extra, protect=self.hooks.protect)
         self.saved_at = self.pos.step
         self.event("save")
 

@@ -155,12 +155,8 @@ def pretraining_phases(s: PretrainSettings, config: BertConfig, collate: Any, *,
     micro = micro_batch_size(s.batch_size, world_size, s.gradient_accumulation_steps)
     phases = []
     for i, data_dir in enumerate(d for d in (s.data, s.phase2_data) if d is not None):
-        dataset = PretrainingDataset(data_dir, seed=s.dynamic_masking_seed)
-        if dataset.max_seq_length > config.max_position_embeddings:
-            raise BertkitError(
-                f"{data_dir} holds instances of {dataset.max_seq_length} tokens but max_position_embeddings is "
-                f"{config.max_position_embeddings}; recreate the data or enlarge the config"
-            )
+        dataset = refuse_longer_than_positions(PretrainingDataset(data_dir, seed=s.dynamic_masking_seed), config,
+                                               "--data" if i == 0 else "--phase2-data")
         phases.append(Phase(BatchPlan(dataset, micro, collate, seed=s.seed, rank=rank, world_size=world_size),
                             0, name=f"phase{i + 1}-{dataset.max_seq_length}"))
     if s.dynamic_masking_seed is not None and not any(p.plan.dataset.dynamic for p in phases):
@@ -180,11 +176,23 @@ def pretraining_phases(s: PretrainSettings, config: BertConfig, collate: Any, *,
     return phases
 
 
-def held_out_evaluator(s: PretrainSettings, pad_id: int) -> Callable[[Any], dict] | None:
+def refuse_longer_than_positions(dataset: PretrainingDataset, config: BertConfig, flag: str) -> PretrainingDataset:
+    """``dataset``, refused before any step when its instances are longer than the model has positions for (found at
+    the first evaluation, that was after the whole run's training, with no final model saved)."""
+    if dataset.max_seq_length > config.max_position_embeddings:
+        raise BertkitError(
+            f"{flag} {dataset.path} holds instances of {dataset.max_seq_length} tokens but max_position_embeddings is "
+            f"{config.max_position_embeddings}; recreate the data with --max-seq-length "
+            f"{config.max_position_embeddings} or less, or enlarge the config"
+        )
+    return dataset
+
+
+def held_out_evaluator(s: PretrainSettings, pad_id: int, config: BertConfig) -> Callable[[Any], dict] | None:
     """MLM and NSP accuracy on ``eval_data`` (None without it), as the loop calls it."""
     if s.eval_data is None:
         return None
-    eval_set = PretrainingDataset(s.eval_data, seed=None)
+    eval_set = refuse_longer_than_positions(PretrainingDataset(s.eval_data, seed=None), config, "--eval-data")
 
     def evaluate(model):
         return evaluate_pretraining(model, eval_set, batch_size=s.eval_batch_size, pad_id=pad_id,
@@ -253,7 +261,7 @@ def pretrain(s: PretrainSettings) -> TrainResult:
     info = current()
     collate = functools.partial(collate_instances, pad_id=pad, nsp=s.nsp)  # picklable, for DataLoader workers
     phases = pretraining_phases(s, config, collate, rank=info.rank, world_size=info.world_size)
-    evaluate = held_out_evaluator(s, pad)
+    evaluate = held_out_evaluator(s, pad, config)
     model = initial_model(s, config, phases[0])
     # Each checkpoint gets the tokenizer too: a checkpoint opens as a model (fine-tuned, served, made a SPLADE
     # encoder) as transformers' Trainer checkpoints do, not only the final model.
