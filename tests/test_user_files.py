@@ -421,3 +421,24 @@ def test_the_line_limit_of_a_text_file_is_per_line_not_per_file(tmp_path):
     path = tmp_path / "long.txt"
     path.write_bytes(b"a short line\n" * 200)  # 2,600 bytes
     assert [n for n, _ in read_lines(path, max_line_bytes=1000)] == list(range(1, 201))
+
+
+@pytest.mark.parametrize("quoting, line, field", [("minimal", 2, '"he said ""hi"""'), ("all", 1, '"text"')])
+def test_a_tsv_written_with_csv_quoting_is_refused_not_read_with_its_quotes_in_the_text(tmp_path, quoting, line,
+                                                                                        field):
+    """Was: pandas' to_csv(sep="\\t") of the text `he said "hi"` read as the field written, its quotes doubled and
+    wrapped (pandas reads it back as `he said "hi"`), and a TSV quoted throughout as having no 'text' column. GLUE's
+    unquoted quotations are still text."""
+    import csv
+
+    path = tmp_path / "q.tsv"
+    with open(path, "w", encoding="utf-8", newline="") as f:
+        writer = csv.writer(f, delimiter="\t", quoting=csv.QUOTE_MINIMAL if quoting == "minimal" else csv.QUOTE_ALL)
+        writer.writerows([["text", "label"], ['he said "hi"', "pos"], ["bad film", "neg"]])
+    with pytest.raises(BertkitError, match=rf"q\.tsv:{line}: the field {re.escape(repr(field))} is quoted as a CSV "
+                                           r"writer quotes it; a \.tsv is read unquoted.*quoting=csv\.QUOTE_NONE\)\) "
+                                           r"or save the file as \.csv"):
+        read_inputs(path, "text-classification")
+    path.write_text('text\tlabel\n"Hello," he said.\tpos\n"A whole quote."\tneg\n""\tneg\n', encoding="utf-8")
+    texts = ['"Hello," he said.', '"A whole quote."', '""']
+    assert read_inputs(path, "text-classification")[0] == [{"text": t} for t in texts]

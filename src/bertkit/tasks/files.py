@@ -10,6 +10,7 @@ from __future__ import annotations
 import codecs
 import csv
 import json
+import re
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -124,6 +125,24 @@ def _csv_rows(reader: Any, lines: _Lines, path: Path, fmt: str) -> Iterator[tupl
         yield reader.line_num, row
 
 
+# A field as a CSV writer quotes it: wrapped in quotes, every quote inside doubled. In a TSV read unquoted (a quote is
+# text, as in GLUE's files) such a field is a TSV written with CSV quoting (pandas' to_csv(sep="\t") quotes a text
+# holding a quote: he said "hi" as "he said ""hi"""), whose quotes would be read into the text.
+_CSV_QUOTED = re.compile(r'"(?:[^"]|"")*"')
+
+
+def _refuse_csv_quoting(path: Path, line: int, row: list[str], header: bool) -> None:
+    """A TSV field quoted as CSV quotes it, refused naming it: in the header (a column name in quotes) any such
+    field, in a row one holding a doubled quote (a GLUE sentence may be a quotation, never one with its quotes
+    doubled)."""
+    quoted = next((f for f in row if _CSV_QUOTED.fullmatch(f) and (header or '""' in f[1:-1])), None)
+    if quoted is not None:
+        raise BertkitError(f"{path}:{line}: the field {quoted[:60]!r} is quoted as a CSV writer quotes it; a .tsv is "
+                           "read unquoted, as GLUE's files are (a quote is text), so its quotes would be read into "
+                           "the text: write the TSV unquoted (pandas: to_csv(..., sep='\\t', "
+                           "quoting=csv.QUOTE_NONE)) or save the file as .csv")
+
+
 def read_lines(path: Path, max_line_bytes: int = MAX_LINE_BYTES) -> Iterator[tuple[int, str]]:
     """(line number, text without its line end) of a text file, blank lines included, each line checked."""
     with open(path, "rb") as f:
@@ -154,6 +173,8 @@ def read_records(path: Path, fmt: str, max_line_bytes: int = MAX_LINE_BYTES) -> 
                     raise _blank_line(path, line, whitespace=True)
                 if blank is not None:
                     raise _blank_line(path, blank)
+                if fmt == "tsv":
+                    _refuse_csv_quoting(path, line, row, header is None)
                 if header is None:
                     header = [h.strip().lstrip("\ufeff") for h in row]
                     repeated = next((h for i, h in enumerate(header) if h in header[:i]), None)
