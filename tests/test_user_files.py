@@ -384,6 +384,28 @@ def test_labels_with_underscores_are_names_sorted_as_text_as_run_glue_reads_them
     assert classify_task(_examples(["1_0", "10", "10"]), "auto", "x", pairs=False).labels == ("10", "1_0")  # 2 classes
 
 
+def test_json_boolean_labels_are_two_classes_and_one_boolean_written_two_ways_is_refused(tmp_path):
+    """datasets' JSON reader (run_glue.py's) reads true/false labels as the classes False, True (ids 0, 1), and pandas
+    reads True, TRUE and true in a CSV as one value. Was: a JSON boolean refused as "must be a string or number", and
+    CSV's True, TRUE as two classes of three, each id mapped to one spelling."""
+    path = tmp_path / "t.jsonl"
+    path.write_text('{"text": "good", "label": true}\n{"text": "bad", "label": false}\n'
+                    '{"text": "fine", "label": "true"}\n', encoding="utf-8")
+    rows = read_labelled(path, _classify(tmp_path), TOK)
+    assert [e.label for e in rows] == ["true", "false", "true"]
+    task = classify_task(rows, "auto", "t", pairs=False)
+    assert task.labels == ("false", "true")
+    assert [task.labels.index(e.label) for e in rows] == [1, 0, 1]
+    assert classify_task(_examples(["True", "False", "True"]), "auto", "x", pairs=False).labels == ("False", "True")
+    with pytest.raises(BertkitError, match=r"^d\.csv: labels 'True' \(line 2\) and 'TRUE' \(line 4\) are the same "
+                                           r"boolean written two ways, so they would be two classes; write each class "
+                                           r"one way$"):
+        classify_task(_examples(["True", "false", "TRUE"]), "auto", "x", pairs=False, source="d.csv")
+    path.write_text('{"text": "good", "label": null}\n', encoding="utf-8")
+    with pytest.raises(BertkitError, match=r"t\.jsonl:1: 'label' must be a string, number or boolean, got null"):
+        read_labelled(path, _classify(tmp_path), TOK)
+
+
 def test_finetune_classify_scores_macro_f1_beside_accuracy_for_more_than_two_classes():
     three = classify_task(_examples(["neg", "neutral", "pos", "neutral"]), "auto", "reviews", pairs=False)
     assert three.labels == ("neg", "neutral", "pos")

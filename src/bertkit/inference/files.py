@@ -162,15 +162,19 @@ def _field_value(path: Path, line: int, field: str, name: str, value: Any, fmt: 
 
 
 def _label(path: Path, line: int, name: str, record: dict[str, Any], fmt: str) -> str:
-    """A record's label as written (a JSON number as its repr: "3.8", "1"), stripped; an empty one is refused."""
+    """A record's label as written (a JSON number as its repr: "3.8", "1"; a JSON boolean as JSON writes it: "true"),
+    stripped; an empty one is refused."""
     if name not in record:
         raise BertkitError(f"{path}:{line}: no {name!r} {'column' if fmt != 'jsonl' else 'field'} (it has "
                            f"{', '.join(map(str, record))}); name it with --label-column")
     value = record[name]
-    if isinstance(value, (int, float)) and not isinstance(value, bool):
+    if isinstance(value, bool):  # a class, as datasets' JSON reader (so run_glue.py) reads it; not the number 0 or 1
+        value = json.dumps(value)
+    elif isinstance(value, (int, float)):
         value = repr(value)
     if not isinstance(value, str):
-        raise BertkitError(f"{path}:{line}: {name!r} must be a string or number, got {json.dumps(value)[:60]}")
+        raise BertkitError(f"{path}:{line}: {name!r} must be a string, number or boolean, got "
+                           f"{json.dumps(value)[:60]}")
     if not value.strip():
         raise BertkitError(f"{path}:{line}: empty {name!r}")
     return value.strip()

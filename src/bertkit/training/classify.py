@@ -55,11 +55,31 @@ _MISSING = frozenset({"na", "n/a", "#n/a", "<na>", "null", "none"})
 _ROWS_PER_CLASS_WARNING = 2.0
 
 
+# Spellings of a boolean that pandas (so run_glue.py) reads as one value: "True", "TRUE" and "true" are one class there.
+_BOOLEANS = frozenset({"true", "false"})
+
+
+def _refuse_two_spellings(train: Sequence[glue.GlueExample], integral: bool, where: str | Path) -> None:
+    """Two labels that are one number (``1`` and ``1.0``, in a column of whole numbers) or one boolean (``True``
+    and ``TRUE``) written two ways are refused: as text they would be two classes, where pandas reads one."""
+    first_spelling: dict[Any, glue.GlueExample] = {}
+    for e in train:
+        value = float(e.label) if integral else e.label.lower() if e.label.lower() in _BOOLEANS else None
+        if value is None:
+            continue
+        other = first_spelling.setdefault(value, e)
+        if other.label != e.label:
+            raise BertkitError(f"{where}: labels {other.label!r} (line {other.line}) and {e.label!r} (line {e.line}) "
+                               f"are the same {'number' if integral else 'boolean'} written two ways, so they would be "
+                               "two classes; write each class one way")
+
+
 def classify_task(train: Sequence[glue.GlueExample], problem_type: str, name: str, pairs: bool,
                   source: str | Path | None = None) -> glue.GlueTask:
     """The task the labels describe: class names (sorted, numerically when they are all integers) or regression.
     A numeric label column holding a NaN, an infinity or a missing value (``NA``, ``null``) is refused (it would
-    become a class), as are two spellings of one class number (``1`` and ``1.0``); ``source`` names where."""
+    become a class), as are two spellings of one class number (``1`` and ``1.0``) or boolean (``True`` and ``TRUE``);
+    ``source`` names where."""
     where = f"{source}:" if source is not None else "line "
     labels = [e.label for e in train]
     values = [_number(x) for x in labels]
@@ -87,14 +107,7 @@ def classify_task(train: Sequence[glue.GlueExample], problem_type: str, name: st
             raise BertkitError(f"the training labels hold only {sorted(distinct)}: classification needs at least "
                                "two classes (pass --problem-type regression for a numeric score)")
         integral = numeric and all(v == int(v) for v in values)
-        if integral:
-            first_spelling: dict[float, glue.GlueExample] = {}
-            for e in train:
-                other = first_spelling.setdefault(float(e.label), e)
-                if other.label != e.label:
-                    raise BertkitError(f"{source or name}: labels {other.label!r} (line {other.line}) and {e.label!r} "
-                                       f"(line {e.line}) are the same number written two ways, so they would be two "
-                                       "classes; write each class one way")
+        _refuse_two_spellings(train, integral, source or name)
         names = tuple(sorted(distinct, key=float if integral else None))
         if len(names) > 2 and len(labels) / len(names) < _ROWS_PER_CLASS_WARNING:
             fix = ("the labels are numbers: if they are a score, pass --problem-type regression" if numeric else
