@@ -464,3 +464,24 @@ def test_a_tsv_written_with_csv_quoting_is_refused_not_read_with_its_quotes_in_t
     path.write_text('text\tlabel\n"Hello," he said.\tpos\n"A whole quote."\tneg\n""\tneg\n', encoding="utf-8")
     texts = ['"Hello," he said.', '"A whole quote."', '""']
     assert read_inputs(path, "text-classification")[0] == [{"text": t} for t in texts]
+
+
+@pytest.mark.parametrize("name, content, message", [
+    ("e.csv", "text;label\ngood film;pos\n", r"e\.csv:2: no 'text' column \(it has text;label\); read as CSV \(separated "
+     r"by ','\) the header is one column, so the file is separated by ';': re-save it separated by commas \(pandas: "
+     r"pd\.read_csv\(FILE, sep=';'\)\.to_csv\('NEW\.csv', index=False\)\); or, if that is the column, name it with "
+     r"--text-column$"),
+    ("e.csv", "text;label\ngood, film;pos\n", r"e\.csv:2: 2 fields but the header names 1 \(text;label\); read as CSV "
+     r"\(separated by ','\) the header is one column, so the file is separated by ';': re-save it"),
+    ("e.tsv", "text,label\ngood film,pos\n", r"e\.tsv:2: no 'text' column \(it has text,label\); read as TSV "
+     r"\(separated by '\\t'\) the header is one column, so the file is separated by ',': name it \.csv or pass "
+     r"--input-format csv; or, if that is the column"),
+])
+def test_a_file_separated_by_another_character_is_named_so_not_sent_to_the_column_flag(tmp_path, name, content,
+                                                                                       message):
+    """Was: "no 'text' column (it has text;label); name it with --text-column" for the CSV Excel writes where the
+    decimal mark is a comma, a fix that cannot work; and for a comma in a text, the CSV quoting advice."""
+    path = tmp_path / name
+    path.write_text(content, encoding="utf-8")
+    with pytest.raises(BertkitError, match=message):
+        read_inputs(path, "text-classification")

@@ -17,7 +17,7 @@ from typing import Any
 from bertkit.errors import BertkitError, MissingFileError, read_json_object
 from bertkit.inference.base import refuse_empty_text
 from bertkit.inference.tasks import TASK_LIST, Task, task_named
-from bertkit.tasks.files import MAX_LINE_BYTES, file_format, read_records, second_text_fields
+from bertkit.tasks.files import MAX_LINE_BYTES, file_format, other_separator, read_records, second_text_fields
 
 logger = logging.getLogger("bertkit")
 
@@ -129,8 +129,11 @@ def _record_item(path: Path, line: int, record: dict[str, Any], task: Task, fiel
             continue
         if name not in record:
             have = ", ".join(map(str, record)) or "none"
+            flag = f"--{field.replace('_', '-')}-column"
+            other = other_separator(list(record), fmt)
+            fix = f"{other}; or, if that is the column, name it with {flag}" if other else f"name it with {flag}"
             raise BertkitError(f"{path}:{line}: no {name!r} {'column' if fmt != 'jsonl' else 'field'} "
-                               f"(it has {have}); name it with --{field.replace('_', '-')}-column")
+                               f"(it has {have}); {fix}")
         value = _field_value(path, line, field, name, record[name], fmt, tokenizer)
         task.check_text(f"{path}:{line}", value, tokenizer)
         item[field] = value

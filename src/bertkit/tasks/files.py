@@ -49,6 +49,26 @@ def second_text_fields(record: dict[str, Any], used: tuple[str | None, ...]) -> 
     return [k for k in PAIR_TEXT_NAMES if k in record and k not in used and isinstance(record[k], str)]
 
 
+# What separates a CSV's or TSV's fields, and what to do when a file's header shows it is separated by another:
+# Excel writes CSV with ";" where the decimal mark is a comma.
+_SEPARATORS = {"csv": ",", "tsv": "\t"}
+_OTHER_SEPARATORS = {";": "re-save it separated by commas (pandas: pd.read_csv(FILE, sep=';').to_csv('NEW.csv', "
+                          "index=False))", "\t": "name it .tsv or pass --input-format tsv",
+                     ",": "name it .csv or pass --input-format csv"}
+
+
+def other_separator(header: list[str], fmt: str) -> str | None:
+    """When a CSV/TSV header is one column holding another separator (``text;label`` read as CSV), what the file is
+    separated by and the fix; None otherwise."""
+    if fmt not in _SEPARATORS or len(header) != 1:
+        return None
+    sep = next((c for c in _OTHER_SEPARATORS if c in header[0] and c != _SEPARATORS[fmt]), None)
+    if sep is None:
+        return None
+    return (f"read as {fmt.upper()} (separated by {_SEPARATORS[fmt]!r}) the header is one column, so the file is "
+            f"separated by {sep!r}: {_OTHER_SEPARATORS[sep]}")
+
+
 def _blank_line(path: Path, line: int, whitespace: bool = False) -> BertkitError:
     if whitespace:
         return BertkitError(f"{path}:{line}: blank line (only whitespace); every line is one input (outputs are one "
@@ -186,6 +206,7 @@ def read_records(path: Path, fmt: str, max_line_bytes: int = MAX_LINE_BYTES) -> 
                     fix = ("quote fields holding the delimiter" if fmt == "csv" else "a TSV field holds no tab "
                            "(quotes are text in TSV, as in GLUE's files): remove it, or write the file as CSV, "
                            "where quotes hold one")
+                    fix = other_separator(header, fmt) or fix
                     raise BertkitError(f"{path}:{line}: {len(row)} fields but the header names {len(header)} "
                                        f"({', '.join(header)}); {fix}")
                 yield line, dict(zip(header, row))
