@@ -121,10 +121,12 @@ def read_calibration_file(path: str | Path) -> list[str]:
                            "(JSON syntax, a header row, columns), and a calibration file is read as plain text, one "
                            "sentence per line: write the texts to a .txt file, one per line")
     try:
-        texts = [line.strip() for line in path.read_text(encoding="utf-8").splitlines()]
+        lines = path.read_text(encoding="utf-8-sig").split("\n")  # a byte-order mark is no part of the first text
     except UnicodeDecodeError as e:
         raise BertkitError(f"calibration file {path} is not UTF-8 text ({e}); save it as UTF-8") from None
-    texts = [t for t in texts if t]
+    # Lines end at a line break (text mode reads \r\n and \r as \n): str.splitlines would also split a sentence at a
+    # form feed (a PDF's page break), U+2028 or U+0085, calibrating on its pieces.
+    texts = [t for t in (line.strip() for line in lines) if t]
     if not texts:
         raise BertkitError(f"calibration file {path} holds no text; write one sentence per line (a few hundred)")
     return texts
