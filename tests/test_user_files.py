@@ -107,7 +107,7 @@ def test_blank_lines_at_the_end_are_a_files_trailing_newlines_and_a_row_of_empty
     csv_path.write_text('text,label\ngood,1\n,\n"two\nlines",0\n\n\n', encoding="utf-8")
     assert list(read_records(csv_path, "csv")) == [(2, {"text": "good", "label": "1"}),
                                                    (3, {"text": "", "label": ""}),
-                                                   (5, {"text": "two\nlines", "label": "0"})]
+                                                   (4, {"text": "two\nlines", "label": "0"})]  # its first line
     text_path.write_text("good\nbad\n\n\r\n\n", encoding="utf-8")
     assert list(read_records(text_path, "text")) == [(1, "good"), (2, "bad")]
 
@@ -485,3 +485,15 @@ def test_a_file_separated_by_another_character_is_named_so_not_sent_to_the_colum
     path.write_text(content, encoding="utf-8")
     with pytest.raises(BertkitError, match=message):
         read_inputs(path, "text-classification")
+
+
+def test_a_csv_record_spanning_lines_is_named_by_the_line_it_starts_on(tmp_path):
+    """Was: by its last line (file:4 for a record on lines 2 to 4), where a record that could not be parsed was named
+    by its first: an error sent the reader into the middle of a text, and swag's predictions.jsonl gave the line."""
+    path = tmp_path / "t.csv"
+    path.write_text('text,label\n"a review\nover\nthree lines",\n"next",pos\n', encoding="utf-8")
+    with pytest.raises(BertkitError, match=r"t\.csv:2: empty 'label'"):
+        read_labelled(path, _classify(tmp_path), TOK)
+    path.write_text('text,label\n"a review\nover two lines",pos,extra\n', encoding="utf-8")
+    with pytest.raises(BertkitError, match=r"t\.csv:2: 3 fields but the header names 2"):
+        list(read_records(path, "csv"))

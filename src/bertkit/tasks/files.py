@@ -128,8 +128,9 @@ class _Lines:
 
 
 def _csv_rows(reader: Any, lines: _Lines, path: Path, fmt: str) -> Iterator[tuple[int, list[str]]]:
-    """(line, fields) of each CSV/TSV record, the line being the record's last (a quoted field may span lines);
-    a malformed record is an error naming the line it starts on."""
+    """(line, fields) of each CSV/TSV record, the line being the one it starts on (a quoted field may span lines:
+    an error about the record, or a prediction's line, names where an editor shows it begin); a malformed record is
+    an error naming that line too."""
     while True:
         start = reader.line_num + 1
         lines.start_record()
@@ -142,7 +143,7 @@ def _csv_rows(reader: Any, lines: _Lines, path: Path, fmt: str) -> Iterator[tupl
                    'doubled ("she said ""hi""")' if fmt == "csv" else "a TSV field holds no line break (quotes are "
                    "text in TSV): remove it, or write the file as CSV, where quotes hold one")
             raise BertkitError(f"{path}:{start}: not valid {fmt.upper()} from this line on ({e}); {fix}") from None
-        yield reader.line_num, row
+        yield start, row
 
 
 # A field as a CSV writer quotes it: wrapped in quotes, every quote inside doubled. In a TSV read unquoted (a quote is

@@ -30,7 +30,7 @@ class SwagExample:
     sent2: str
     endings: tuple[str, str, str, str]
     label: int | None  # index of the true ending; None in test.csv
-    line: int  # line of the record in the CSV (its last line, if a quoted field spans several)
+    line: int  # line of the record in the CSV (its first, if a quoted field spans several)
 
 
 def read_swag(path: str | os.PathLike) -> list[SwagExample]:
