@@ -497,3 +497,26 @@ def test_a_csv_record_spanning_lines_is_named_by_the_line_it_starts_on(tmp_path)
     path.write_text('text,label\n"a review\nover two lines",pos,extra\n', encoding="utf-8")
     with pytest.raises(BertkitError, match=r"t\.csv:2: 3 fields but the header names 2"):
         list(read_records(path, "csv"))
+
+
+@pytest.mark.parametrize("train, dev, labels", [
+    (["pos", "pos", "neg", "pos"], ["neg", "pos"], ("neg", "pos")),  # neg first at line 4
+    (["5.000", "4.000", "3.800", "2.600"], ["3.800", "1.200"], None),  # a score: regression
+])
+def test_max_train_samples_keeps_the_whole_training_files_classes(tmp_path, monkeypatch, train, dev, labels):
+    """run_glue.py takes its label list (and regression, from the column's type) from the whole training file before
+    --max-train-samples selects rows. Was: from the first N rows alone, so a class first seen later made the dev file
+    refused ("label 'neg' never occurs in train.csv", which it does), and a score whose first rows were whole numbers
+    (STS-B's 5.000, 4.000) became classes."""
+    from bertkit.training import classify
+
+    TOK.save_pretrained(tmp_path / "model")
+    for name, rows in (("train.csv", train), ("dev.csv", dev)):
+        (tmp_path / name).write_text("text,label\n" + "".join(f"good film,{x}\n" for x in rows), encoding="utf-8")
+    seen = {}
+    monkeypatch.setattr(classify, "fit_sequence_classifier",
+                        lambda task, tr, dv, s: seen.update(labels=task.labels, rows=[e.label for e in tr]))
+    classify.finetune_classify(ClassifySettings(model_name_or_path=tmp_path / "model", output_dir=tmp_path / "out",
+                                                train_file=tmp_path / "train.csv", validation_file=tmp_path / "dev.csv",
+                                                max_train_samples=2))
+    assert seen == {"labels": labels, "rows": train[:2]}

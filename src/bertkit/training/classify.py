@@ -128,10 +128,13 @@ def finetune_classify(s: ClassifySettings) -> dict[str, Any]:
     from bertkit.tokenization import BertTokenizer
 
     tokenizer = BertTokenizer.from_pretrained(s.model_name_or_path)  # the model's: its weights load later
-    train_examples = first(read_labelled(s.train_file, s, tokenizer), s.max_train_samples)
+    every_train_row = read_labelled(s.train_file, s, tokenizer)
     dev_examples = first(read_labelled(s.validation_file, s, tokenizer), s.max_eval_samples)
-    task = classify_task(train_examples, s.problem_type, s.train_file.stem, s.text_pair_column is not None,
+    # The classes (or a regression) are the whole training file's, as run_glue.py takes its label list before
+    # --max-train-samples selects rows: the first N rows may lack a class, or hold only the whole numbers of a score.
+    task = classify_task(every_train_row, s.problem_type, s.train_file.stem, s.text_pair_column is not None,
                          source=s.train_file)
+    train_examples = first(every_train_row, s.max_train_samples)
     if task.labels is not None:
         unknown = [e for e in dev_examples if e.label not in task.labels]
         if unknown:
