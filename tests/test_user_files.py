@@ -520,3 +520,17 @@ def test_max_train_samples_keeps_the_whole_training_files_classes(tmp_path, monk
                                                 train_file=tmp_path / "train.csv", validation_file=tmp_path / "dev.csv",
                                                 max_train_samples=2))
     assert seen == {"labels": labels, "rows": train[:2]}
+
+
+@pytest.mark.parametrize("name, second", [("j.csv", b"\xef\xbb\xbftext,label\n"), ("j.tsv", b"text\tlabel\r\n")])
+def test_a_header_repeated_by_files_joined_with_cat_is_refused_not_read_as_a_row(tmp_path, name, second):
+    """`cat a.csv b.csv`: b's header (with its byte-order mark, or its CRLF) was read as one more row, the text 'text'
+    with the class 'label' trained on (and predicted), as pandas and so run_glue.py read it."""
+    sep = b"\t" if name.endswith("tsv") else b","
+    path = tmp_path / name
+    path.write_bytes(b"text" + sep + b"label\ngood" + sep + b"pos\n" + second + b"bad" + sep + b"neg\n")
+    with pytest.raises(BertkitError, match=rf"j\.{name[2:]}:3: this row repeats the header \(text, label\), so it "
+                                           r"would be read as one more input.*remove this line"):
+        read_labelled(path, _classify(tmp_path), TOK)
+    path.write_text("text\ngood\ntext\n", encoding="utf-8")  # one column: a text may be the column's name
+    assert read_inputs(path, "text-classification", input_format="csv")[0] == [{"text": "good"}, {"text": "text"}]

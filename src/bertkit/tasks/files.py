@@ -203,6 +203,12 @@ def read_records(path: Path, fmt: str, max_line_bytes: int = MAX_LINE_BYTES) -> 
                         raise BertkitError(f"{path}:{line}: the header names column {repeated!r} more than once "
                                            f"({', '.join(header)}); give every column its own name")
                     continue
+                # Files joined by `cat`: the next one's header. Of one column, a row may be a text that is its name.
+                if len(header) > 1 and [h.strip().lstrip("\ufeff") for h in row] == header:
+                    raise BertkitError(f"{path}:{line}: this row repeats the header ({', '.join(header)}), so it would "
+                                       "be read as one more input, the column names its text (and label); files "
+                                       "joined with cat keep each one's header: remove this line (tail -n +2 FILE "
+                                       "joins a file without its header)")
                 if len(row) != len(header):
                     fix = ("quote fields holding the delimiter" if fmt == "csv" else "a TSV field holds no tab "
                            "(quotes are text in TSV, as in GLUE's files): remove it, or write the file as CSV, "
