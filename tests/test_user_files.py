@@ -433,6 +433,12 @@ def test_extract_features_inputs_are_read_with_the_same_line_checks(tmp_path):
     path.write_bytes("caf\xe9\n".encode("latin-1"))
     with pytest.raises(BertkitError, match=r"in\.txt is not UTF-8 text: line 1, byte 3"):
         read_texts(path)
+    # Was: a JSON lines file's lines were texts, '{"text": "Hello"}' extracted token by token, braces and all.
+    (tmp_path / "in.jsonl").write_text('{"text": "Hello"}\n', encoding="utf-8")
+    with pytest.raises(BertkitError, match=r"input file .*in\.jsonl is a jsonl file, whose lines are records .* and "
+                                           r"input files are read as plain text, one text \(or text_a \|\|\| text_b\) "
+                                           r"per line: write the texts to a \.txt file"):
+        read_texts(tmp_path / "in.jsonl")
 
 
 

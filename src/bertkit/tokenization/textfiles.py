@@ -50,7 +50,7 @@ def refuse_record_file(path: str | os.PathLike, what: str, reads: str) -> None:
     suffix = os.path.splitext(path)[1].lower()
     if suffix in RECORD_SUFFIXES:
         raise BertkitError(f"{what} {path} is a {suffix[1:]} file, whose lines are records (JSON syntax, a header "
-                           f"row, columns), and a {what} is read as plain text, {reads}: write the texts to a .txt "
+                           f"row, columns), and {what}s are read as plain text, {reads}: write the texts to a .txt "
                            "file (of JSON lines: jq -r .text FILE > NEW.txt; of a CSV or TSV: its text column)")
 
 
