@@ -73,6 +73,19 @@ def test_two_parts_of_an_input_read_from_one_column_are_refused(tmp_path, task, 
         read_inputs(path, task, columns)
 
 
+@pytest.mark.parametrize("flags, message", [
+    ({"label_column": "text"}, "--text-column and --label-column both name the column 'text'"),
+    ({"text_column": "label"}, "--text-column and --label-column both name the column 'label'"),
+    ({"text_pair_column": "label"}, "--text-pair-column and --label-column both name the column 'label'"),
+])
+def test_finetune_classify_refuses_a_label_read_from_a_text_column(tmp_path, flags, message):
+    """Was: --label-column text made each text its own class (a warning at most), and --text-column label trained a
+    model to read its label off its input, scored perfect on dev."""
+    (tmp_path / "t.csv").write_text("text,label\ngood film,pos\nbad film,neg\n", encoding="utf-8")
+    with pytest.raises(BertkitError, match=re.escape(message)):
+        read_labelled(tmp_path / "t.csv", _classify(tmp_path, **flags), TOK)
+
+
 @pytest.mark.parametrize("content, message", [
     # json.loads keeps the last of two values silently: the line's first text would never be read
     ('{"text": "good"}\n{"text": "good", "text": "bad"}\n', "an object holds the key 'text' twice"),

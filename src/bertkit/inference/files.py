@@ -104,7 +104,9 @@ def _input_format(path: Path, task: Task, fields: tuple[str, ...], columns: Colu
         raise BertkitError(f"{path} is a directory; pass the file of inputs")  # --input, --train-file, ...
     if not path.is_file():
         raise MissingFileError(f"input file not found: {path}")
-    named = [(f, getattr(columns, f)) for f in fields if getattr(columns, f)]
+    # finetune classify's label column too: a label read from a text column is a class per text, and a text read
+    # from the label column is a model that learns to read its label.
+    named = [(f, getattr(columns, f)) for f in (*fields, *(("label",) if rows else ())) if getattr(columns, f)]
     twice = next(((g, f, n) for i, (f, n) in enumerate(named) for g, m in named[:i] if m == n), None)
     if twice is not None:  # (text, text) pairs, a context that is the question: every row read, none as meant
         first, second = (f"--{x.replace('_', '-')}-column" for x in twice[:2])
