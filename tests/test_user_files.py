@@ -419,6 +419,16 @@ def test_json_boolean_labels_are_two_classes_and_one_boolean_written_two_ways_is
         read_labelled(path, _classify(tmp_path), TOK)
 
 
+def test_integer_labels_past_two_to_the_53_are_distinct_classes_in_numeric_order():
+    """Was: 9007199254740993 and 9007199254740992 refused as "the same number written two ways" (one float), which
+    pandas reads as two integers."""
+    big = ["9007199254740993", "9007199254740992", "10", "9007199254740993"]
+    assert classify_task(_examples(big), "auto", "x", pairs=False).labels == ("10", "9007199254740992",
+                                                                               "9007199254740993")
+    with pytest.raises(BertkitError, match=r"labels '1' \(line 2\) and '1\.0' \(line 3\) are the same number"):
+        classify_task(_examples(["1", "1.0", "0"]), "auto", "x", pairs=False)
+
+
 def test_finetune_classify_scores_macro_f1_beside_accuracy_for_more_than_two_classes():
     three = classify_task(_examples(["neg", "neutral", "pos", "neutral"]), "auto", "reviews", pairs=False)
     assert three.labels == ("neg", "neutral", "pos")

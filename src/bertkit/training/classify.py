@@ -7,6 +7,7 @@ from __future__ import annotations
 import logging
 import math
 from collections.abc import Sequence
+from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
@@ -64,7 +65,7 @@ def _refuse_two_spellings(train: Sequence[glue.GlueExample], integral: bool, whe
     and ``TRUE``) written two ways are refused: as text they would be two classes, where pandas reads one."""
     first_spelling: dict[Any, glue.GlueExample] = {}
     for e in train:
-        value = float(e.label) if integral else e.label.lower() if e.label.lower() in _BOOLEANS else None
+        value = Decimal(e.label) if integral else e.label.lower() if e.label.lower() in _BOOLEANS else None
         if value is None:
             continue
         other = first_spelling.setdefault(value, e)
@@ -108,7 +109,8 @@ def classify_task(train: Sequence[glue.GlueExample], problem_type: str, name: st
                                "two classes (pass --problem-type regression for a numeric score)")
         integral = numeric and all(v == int(v) for v in values)
         _refuse_two_spellings(train, integral, source or name)
-        names = tuple(sorted(distinct, key=float if integral else None))
+        # Decimal, not float: integers past 2**53 (ids as classes) are distinct numbers, as pandas reads them
+        names = tuple(sorted(distinct, key=Decimal if integral else None))
         if len(names) > 2 and len(labels) / len(names) < _ROWS_PER_CLASS_WARNING:
             fix = ("the labels are numbers: if they are a score, pass --problem-type regression" if numeric else
                    "check that --label-column names the label column (not a text column)")
