@@ -361,6 +361,17 @@ def test_a_calibration_file_of_records_is_refused(tmp_path, name, content):
     assert read_calibration_file(tmp_path / "in.txt") == ["a cat sat on the mat"]
 
 
+def test_a_calibration_file_is_one_sentence_per_line_not_split_at_page_breaks(tmp_path):
+    """Was: str.splitlines cut a sentence at a form feed (text from a PDF), U+2028 or U+0085 (NEL), calibrating on
+    its pieces (5 texts here); a UTF-8 byte-order mark stayed on the first text."""
+    from bertkit.quantization import read_calibration_file
+
+    path = tmp_path / "calib.txt"
+    path.write_bytes("\ufeffend of a page\x0cstart of the next\r\nline\u2028separator\n\nnext\x85line\n".encode())
+    assert read_calibration_file(path) == ["end of a page\x0cstart of the next", "line\u2028separator",
+                                           "next\x85line"]
+
+
 def test_classifier_argmax_agrees(minilm_dir, calibration, tok, sst2_sentences):
     torch.manual_seed(0)
     model = BertForSequenceClassification.from_pretrained(minilm_dir, num_labels=3).eval()

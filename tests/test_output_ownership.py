@@ -220,7 +220,7 @@ def test_an_output_directory_equal_to_inside_or_holding_an_input_is_refused(tmp_
 
 def test_an_output_file_that_is_the_input_is_refused(tmp_path, capsys, minilm_dir):
     """Was: `extract-features --input texts.jsonl --out texts.jsonl --overwrite` replaced the texts by features."""
-    texts = tmp_path / "texts.jsonl"  # plain lines: read_texts takes any name
+    texts = tmp_path / "texts.jsonl"  # refused as an output before it is read (as input, a .jsonl is refused too)
     texts.write_text("a sentence\n")
     assert main(["extract-features", "--model", str(minilm_dir), "--input", str(texts), "--out", str(texts),
                  "--overwrite", "--no-progress"]) == 2

@@ -53,6 +53,16 @@ def test_read_labeled_csv_with_quotes_and_commas(tmp_path):
     )
 
 
+def test_a_multiple_choice_csv_without_swagafs_video_id_is_read_as_run_swag_reads_it(tmp_path):
+    """run_swag.py reads sent1, sent2, ending0-3 and label; was: a file of one's own in that layout refused for
+    lacking swagaf's video-id column, which bertkit reads only to echo it in predictions.jsonl."""
+    keep = [HEADER.index(c) for c in ("sent1", "sent2", "ending0", "ending1", "ending2", "ending3", "label")]
+    path = _write_csv(tmp_path / "mine.csv", [HEADER[i] for i in keep], [[r[i] for i in keep] for r in ROWS])
+    first, second = swag.read_swag(path)
+    assert (first.video_id, first.sent2, first.label, second.sent1, second.label) == (
+        None, "A drum line", 0, 'He pulls, "quietly", a sword.', 3)
+
+
 def test_read_test_csv_without_label_column(tmp_path):
     path = _write_csv(tmp_path / "test.csv", HEADER[:-1], [r[:-1] for r in ROWS])
     examples = swag.read_swag(path)
@@ -68,7 +78,7 @@ def test_malformed_rows_name_file_and_line(tmp_path):
     with pytest.raises(ValueError, match=r"b\.csv:3: 10 fields but the header names 12"):
         swag.read_swag(path)
     path = _write_csv(tmp_path / "c.csv", ["sentence", "label"], [["x", "0"]])
-    with pytest.raises(ValueError, match=r"c\.csv line 1: header lacks the SWAG columns \['video-id'"):
+    with pytest.raises(ValueError, match=r"c\.csv line 1: header lacks the SWAG columns \['sent1', 'sent2', "):
         swag.read_swag(path)
     with pytest.raises(FileNotFoundError, match="nothere.csv"):
         swag.read_swag(tmp_path / "nothere.csv")

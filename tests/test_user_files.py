@@ -73,6 +73,19 @@ def test_two_parts_of_an_input_read_from_one_column_are_refused(tmp_path, task, 
         read_inputs(path, task, columns)
 
 
+@pytest.mark.parametrize("flags, message", [
+    ({"label_column": "text"}, "--text-column and --label-column both name the column 'text'"),
+    ({"text_column": "label"}, "--text-column and --label-column both name the column 'label'"),
+    ({"text_pair_column": "label"}, "--text-pair-column and --label-column both name the column 'label'"),
+])
+def test_finetune_classify_refuses_a_label_read_from_a_text_column(tmp_path, flags, message):
+    """Was: --label-column text made each text its own class (a warning at most), and --text-column label trained a
+    model to read its label off its input, scored perfect on dev."""
+    (tmp_path / "t.csv").write_text("text,label\ngood film,pos\nbad film,neg\n", encoding="utf-8")
+    with pytest.raises(BertkitError, match=re.escape(message)):
+        read_labelled(tmp_path / "t.csv", _classify(tmp_path, **flags), TOK)
+
+
 @pytest.mark.parametrize("content, message", [
     # json.loads keeps the last of two values silently: the line's first text would never be read
     ('{"text": "good"}\n{"text": "good", "text": "bad"}\n', "an object holds the key 'text' twice"),
@@ -107,7 +120,7 @@ def test_blank_lines_at_the_end_are_a_files_trailing_newlines_and_a_row_of_empty
     csv_path.write_text('text,label\ngood,1\n,\n"two\nlines",0\n\n\n', encoding="utf-8")
     assert list(read_records(csv_path, "csv")) == [(2, {"text": "good", "label": "1"}),
                                                    (3, {"text": "", "label": ""}),
-                                                   (5, {"text": "two\nlines", "label": "0"})]
+                                                   (4, {"text": "two\nlines", "label": "0"})]  # its first line
     text_path.write_text("good\nbad\n\n\r\n\n", encoding="utf-8")
     assert list(read_records(text_path, "text")) == [(1, "good"), (2, "bad")]
 
@@ -384,6 +397,38 @@ def test_labels_with_underscores_are_names_sorted_as_text_as_run_glue_reads_them
     assert classify_task(_examples(["1_0", "10", "10"]), "auto", "x", pairs=False).labels == ("10", "1_0")  # 2 classes
 
 
+def test_json_boolean_labels_are_two_classes_and_one_boolean_written_two_ways_is_refused(tmp_path):
+    """datasets' JSON reader (run_glue.py's) reads true/false labels as the classes False, True (ids 0, 1), and pandas
+    reads True, TRUE and true in a CSV as one value. Was: a JSON boolean refused as "must be a string or number", and
+    CSV's True, TRUE as two classes of three, each id mapped to one spelling."""
+    path = tmp_path / "t.jsonl"
+    path.write_text('{"text": "good", "label": true}\n{"text": "bad", "label": false}\n'
+                    '{"text": "fine", "label": "true"}\n', encoding="utf-8")
+    rows = read_labelled(path, _classify(tmp_path), TOK)
+    assert [e.label for e in rows] == ["true", "false", "true"]
+    task = classify_task(rows, "auto", "t", pairs=False)
+    assert task.labels == ("false", "true")
+    assert [task.labels.index(e.label) for e in rows] == [1, 0, 1]
+    assert classify_task(_examples(["True", "False", "True"]), "auto", "x", pairs=False).labels == ("False", "True")
+    with pytest.raises(BertkitError, match=r"^d\.csv: labels 'True' \(line 2\) and 'TRUE' \(line 4\) are the same "
+                                           r"boolean written two ways, so they would be two classes; write each class "
+                                           r"one way$"):
+        classify_task(_examples(["True", "false", "TRUE"]), "auto", "x", pairs=False, source="d.csv")
+    path.write_text('{"text": "good", "label": null}\n', encoding="utf-8")
+    with pytest.raises(BertkitError, match=r"t\.jsonl:1: 'label' must be a string, number or boolean, got null"):
+        read_labelled(path, _classify(tmp_path), TOK)
+
+
+def test_integer_labels_past_two_to_the_53_are_distinct_classes_in_numeric_order():
+    """Was: 9007199254740993 and 9007199254740992 refused as "the same number written two ways" (one float), which
+    pandas reads as two integers."""
+    big = ["9007199254740993", "9007199254740992", "10", "9007199254740993"]
+    assert classify_task(_examples(big), "auto", "x", pairs=False).labels == ("10", "9007199254740992",
+                                                                               "9007199254740993")
+    with pytest.raises(BertkitError, match=r"labels '1' \(line 2\) and '1\.0' \(line 3\) are the same number"):
+        classify_task(_examples(["1", "1.0", "0"]), "auto", "x", pairs=False)
+
+
 def test_finetune_classify_scores_macro_f1_beside_accuracy_for_more_than_two_classes():
     three = classify_task(_examples(["neg", "neutral", "pos", "neutral"]), "auto", "reviews", pairs=False)
     assert three.labels == ("neg", "neutral", "pos")
@@ -411,6 +456,12 @@ def test_extract_features_inputs_are_read_with_the_same_line_checks(tmp_path):
     path.write_bytes("caf\xe9\n".encode("latin-1"))
     with pytest.raises(BertkitError, match=r"in\.txt is not UTF-8 text: line 1, byte 3"):
         read_texts(path)
+    # Was: a JSON lines file's lines were texts, '{"text": "Hello"}' extracted token by token, braces and all.
+    (tmp_path / "in.jsonl").write_text('{"text": "Hello"}\n', encoding="utf-8")
+    with pytest.raises(BertkitError, match=r"input file .*in\.jsonl is a jsonl file, whose lines are records .* and "
+                                           r"input files are read as plain text, one text \(or text_a \|\|\| text_b\) "
+                                           r"per line: write the texts to a \.txt file"):
+        read_texts(tmp_path / "in.jsonl")
 
 
 
@@ -421,3 +472,94 @@ def test_the_line_limit_of_a_text_file_is_per_line_not_per_file(tmp_path):
     path = tmp_path / "long.txt"
     path.write_bytes(b"a short line\n" * 200)  # 2,600 bytes
     assert [n for n, _ in read_lines(path, max_line_bytes=1000)] == list(range(1, 201))
+
+
+@pytest.mark.parametrize("quoting, line, field", [("minimal", 2, '"he said ""hi"""'), ("all", 1, '"text"')])
+def test_a_tsv_written_with_csv_quoting_is_refused_not_read_with_its_quotes_in_the_text(tmp_path, quoting, line,
+                                                                                        field):
+    """Was: pandas' to_csv(sep="\\t") of the text `he said "hi"` read as the field written, its quotes doubled and
+    wrapped (pandas reads it back as `he said "hi"`), and a TSV quoted throughout as having no 'text' column. GLUE's
+    unquoted quotations are still text."""
+    import csv
+
+    path = tmp_path / "q.tsv"
+    with open(path, "w", encoding="utf-8", newline="") as f:
+        writer = csv.writer(f, delimiter="\t", quoting=csv.QUOTE_MINIMAL if quoting == "minimal" else csv.QUOTE_ALL)
+        writer.writerows([["text", "label"], ['he said "hi"', "pos"], ["bad film", "neg"]])
+    with pytest.raises(BertkitError, match=rf"q\.tsv:{line}: the field {re.escape(repr(field))} is quoted as a CSV "
+                                           r"writer quotes it; a \.tsv is read unquoted.*quoting=csv\.QUOTE_NONE\)\) "
+                                           r"or save the file as \.csv"):
+        read_inputs(path, "text-classification")
+    path.write_text('text\tlabel\n"Hello," he said.\tpos\n"A whole quote."\tneg\n""\tneg\n', encoding="utf-8")
+    texts = ['"Hello," he said.', '"A whole quote."', '""']
+    assert read_inputs(path, "text-classification")[0] == [{"text": t} for t in texts]
+
+
+@pytest.mark.parametrize("name, content, message", [
+    ("e.csv", "text;label\ngood film;pos\n", r"e\.csv:2: no 'text' column \(it has text;label\); read as CSV \(separated "
+     r"by ','\) the header is one column, so the file is separated by ';': re-save it separated by commas \(pandas: "
+     r"pd\.read_csv\(FILE, sep=';'\)\.to_csv\('NEW\.csv', index=False\)\); or, if that is the column, name it with "
+     r"--text-column$"),
+    ("e.csv", "text;label\ngood, film;pos\n", r"e\.csv:2: 2 fields but the header names 1 \(text;label\); read as CSV "
+     r"\(separated by ','\) the header is one column, so the file is separated by ';': re-save it"),
+    ("e.tsv", "text,label\ngood film,pos\n", r"e\.tsv:2: no 'text' column \(it has text,label\); read as TSV "
+     r"\(separated by '\\t'\) the header is one column, so the file is separated by ',': name it \.csv or pass "
+     r"--input-format csv; or, if that is the column"),
+])
+def test_a_file_separated_by_another_character_is_named_so_not_sent_to_the_column_flag(tmp_path, name, content,
+                                                                                       message):
+    """Was: "no 'text' column (it has text;label); name it with --text-column" for the CSV Excel writes where the
+    decimal mark is a comma, a fix that cannot work; and for a comma in a text, the CSV quoting advice."""
+    path = tmp_path / name
+    path.write_text(content, encoding="utf-8")
+    with pytest.raises(BertkitError, match=message):
+        read_inputs(path, "text-classification")
+
+
+def test_a_csv_record_spanning_lines_is_named_by_the_line_it_starts_on(tmp_path):
+    """Was: by its last line (file:4 for a record on lines 2 to 4), where a record that could not be parsed was named
+    by its first: an error sent the reader into the middle of a text, and swag's predictions.jsonl gave the line."""
+    path = tmp_path / "t.csv"
+    path.write_text('text,label\n"a review\nover\nthree lines",\n"next",pos\n', encoding="utf-8")
+    with pytest.raises(BertkitError, match=r"t\.csv:2: empty 'label'"):
+        read_labelled(path, _classify(tmp_path), TOK)
+    path.write_text('text,label\n"a review\nover two lines",pos,extra\n', encoding="utf-8")
+    with pytest.raises(BertkitError, match=r"t\.csv:2: 3 fields but the header names 2"):
+        list(read_records(path, "csv"))
+
+
+@pytest.mark.parametrize("train, dev, labels", [
+    (["pos", "pos", "neg", "pos"], ["neg", "pos"], ("neg", "pos")),  # neg first at line 4
+    (["5.000", "4.000", "3.800", "2.600"], ["3.800", "1.200"], None),  # a score: regression
+])
+def test_max_train_samples_keeps_the_whole_training_files_classes(tmp_path, monkeypatch, train, dev, labels):
+    """run_glue.py takes its label list (and regression, from the column's type) from the whole training file before
+    --max-train-samples selects rows. Was: from the first N rows alone, so a class first seen later made the dev file
+    refused ("label 'neg' never occurs in train.csv", which it does), and a score whose first rows were whole numbers
+    (STS-B's 5.000, 4.000) became classes."""
+    from bertkit.training import classify
+
+    TOK.save_pretrained(tmp_path / "model")
+    for name, rows in (("train.csv", train), ("dev.csv", dev)):
+        (tmp_path / name).write_text("text,label\n" + "".join(f"good film,{x}\n" for x in rows), encoding="utf-8")
+    seen = {}
+    monkeypatch.setattr(classify, "fit_sequence_classifier",
+                        lambda task, tr, dv, s: seen.update(labels=task.labels, rows=[e.label for e in tr]))
+    classify.finetune_classify(ClassifySettings(model_name_or_path=tmp_path / "model", output_dir=tmp_path / "out",
+                                                train_file=tmp_path / "train.csv", validation_file=tmp_path / "dev.csv",
+                                                max_train_samples=2))
+    assert seen == {"labels": labels, "rows": train[:2]}
+
+
+@pytest.mark.parametrize("name, second", [("j.csv", b"\xef\xbb\xbftext,label\n"), ("j.tsv", b"text\tlabel\r\n")])
+def test_a_header_repeated_by_files_joined_with_cat_is_refused_not_read_as_a_row(tmp_path, name, second):
+    """`cat a.csv b.csv`: b's header (with its byte-order mark, or its CRLF) was read as one more row, the text 'text'
+    with the class 'label' trained on (and predicted), as pandas and so run_glue.py read it."""
+    sep = b"\t" if name.endswith("tsv") else b","
+    path = tmp_path / name
+    path.write_bytes(b"text" + sep + b"label\ngood" + sep + b"pos\n" + second + b"bad" + sep + b"neg\n")
+    with pytest.raises(BertkitError, match=rf"j\.{name[2:]}:3: this row repeats the header \(text, label\), so it "
+                                           r"would be read as one more input.*remove this line"):
+        read_labelled(path, _classify(tmp_path), TOK)
+    path.write_text("text\ngood\ntext\n", encoding="utf-8")  # one column: a text may be the column's name
+    assert read_inputs(path, "text-classification", input_format="csv")[0] == [{"text": "good"}, {"text": "text"}]

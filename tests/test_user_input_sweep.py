@@ -91,7 +91,8 @@ FINETUNE = [
      ("dev.csv:3", "not a finite number")),
     # NaN is no JSON value: the line is refused as it is read, as predict's and the server's JSON are
     ("jsonl-nan", _jsonl([0.5, 1.5, float("nan"), 2.0, 1.0, 3.5]), None, [], ("train.jsonl:3", "NaN is not a JSON number")),
-    ("jsonl-booleans", _jsonl([True, False] * 3), None, [], ("train.jsonl:1", "'label'")),
+    # JSON booleans are classes, as datasets' JSON reader (run_glue.py's) reads them: False, True (ids 0, 1)
+    ("jsonl-booleans", _jsonl([True, False] * 3), None, [], (["false", "true"], "accuracy")),
     ("whitespace-text", _rows(["pos", "neg"] * 3) + "   ,pos\n", None, [],
      ("train.csv:8", "'text' is empty: '   ' holds no token")),
     ("nul-in-validation", _rows(["pos", "neg"] * 3), "text,label\ngo\x00od,pos\n", [], ("dev.csv:2", "NUL byte")),

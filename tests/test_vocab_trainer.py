@@ -101,6 +101,26 @@ def test_one_path_is_one_file_as_tokenizers_takes_it(tmp_path):
         assert train_wordpiece_vocab(one, vocab_size=100, min_frequency=1, num_workers=1, progress=False) == expected
 
 
+@pytest.mark.parametrize("name, content", [("corpus.jsonl", '{"text": "the cat sat"}\n{"text": "a dog ran"}\n'),
+                                           ("corpus.tsv", "id\ttext\n1\tthe cat sat\n")])
+def test_a_corpus_file_of_records_is_refused_not_learnt_with_its_syntax(tmp_path, name, content):
+    """Was: a JSON lines or TSV corpus (the datasets export, MS MARCO's collection.tsv) read line by line as text:
+    '{', '}', '"', ':' and 'text' learnt as words, the ids as numbers, without a word; now refused, named, as
+    create-pretraining-data (which reads its files the same way) and int8 calibration refuse it."""
+    from bertkit.data.pretraining import create_pretraining_data
+
+    path = write(tmp_path, name, content)
+    write(tmp_path, "plain.txt", "the cat sat\n")
+    message = (rf"corpus file .*{name.replace('.', '[.]')} is a {name[7:]} file, whose lines are records .* read as "
+               r"plain text, line by line: write the texts to a \.txt file \(of JSON lines: jq -r \.text FILE")
+    for files in ([path], str(tmp_path / "*")):  # named, or matched by a pattern
+        with pytest.raises(ValueError, match=message):
+            train_wordpiece_vocab(files, vocab_size=100, num_workers=1, progress=False)
+    with pytest.raises(ValueError, match=message):
+        create_pretraining_data([path], BertTokenizer(list(SPECIAL_TOKENS) + ["the"]), tmp_path / "out")
+    assert sorted(p.name for p in tmp_path.iterdir()) == [name, "plain.txt"]
+
+
 def test_parallel_counting_equals_serial(tmp_path):
     files = [write(tmp_path, f"{i}.txt", f"word{i} shared text, file {i}.\n" * (i + 2)) for i in range(4)]
     serial = count_words(files, num_workers=1)

@@ -56,6 +56,9 @@ def read_texts(path: str | os.PathLike) -> list[tuple[str, str | None]]:
     if not path.is_file():
         raise MissingFileError(f"input file not found: {path}")
     from bertkit.tasks.files import read_lines  # line by line: a NUL byte, bad UTF-8 or a 1 GB line is named
+    from bertkit.tokenization.textfiles import refuse_record_file
+
+    refuse_record_file(path, "input file", "one text (or text_a ||| text_b) per line")  # not braces and headers
 
     out: list[tuple[str, str | None]] = []
     for _, line in read_lines(path):

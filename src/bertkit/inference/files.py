@@ -17,7 +17,7 @@ from typing import Any
 from bertkit.errors import BertkitError, MissingFileError, read_json_object
 from bertkit.inference.base import refuse_empty_text
 from bertkit.inference.tasks import TASK_LIST, Task, task_named
-from bertkit.tasks.files import MAX_LINE_BYTES, file_format, read_records, second_text_fields
+from bertkit.tasks.files import MAX_LINE_BYTES, file_format, other_separator, read_records, second_text_fields
 
 logger = logging.getLogger("bertkit")
 
@@ -104,7 +104,9 @@ def _input_format(path: Path, task: Task, fields: tuple[str, ...], columns: Colu
         raise BertkitError(f"{path} is a directory; pass the file of inputs")  # --input, --train-file, ...
     if not path.is_file():
         raise MissingFileError(f"input file not found: {path}")
-    named = [(f, getattr(columns, f)) for f in fields if getattr(columns, f)]
+    # finetune classify's label column too: a label read from a text column is a class per text, and a text read
+    # from the label column is a model that learns to read its label.
+    named = [(f, getattr(columns, f)) for f in (*fields, *(("label",) if rows else ())) if getattr(columns, f)]
     twice = next(((g, f, n) for i, (f, n) in enumerate(named) for g, m in named[:i] if m == n), None)
     if twice is not None:  # (text, text) pairs, a context that is the question: every row read, none as meant
         first, second = (f"--{x.replace('_', '-')}-column" for x in twice[:2])
@@ -129,8 +131,11 @@ def _record_item(path: Path, line: int, record: dict[str, Any], task: Task, fiel
             continue
         if name not in record:
             have = ", ".join(map(str, record)) or "none"
+            flag = f"--{field.replace('_', '-')}-column"
+            other = other_separator(list(record), fmt)
+            fix = f"{other}; or, if that is the column, name it with {flag}" if other else f"name it with {flag}"
             raise BertkitError(f"{path}:{line}: no {name!r} {'column' if fmt != 'jsonl' else 'field'} "
-                               f"(it has {have}); name it with --{field.replace('_', '-')}-column")
+                               f"(it has {have}); {fix}")
         value = _field_value(path, line, field, name, record[name], fmt, tokenizer)
         task.check_text(f"{path}:{line}", value, tokenizer)
         item[field] = value
@@ -162,15 +167,19 @@ def _field_value(path: Path, line: int, field: str, name: str, value: Any, fmt: 
 
 
 def _label(path: Path, line: int, name: str, record: dict[str, Any], fmt: str) -> str:
-    """A record's label as written (a JSON number as its repr: "3.8", "1"), stripped; an empty one is refused."""
+    """A record's label as written (a JSON number as its repr: "3.8", "1"; a JSON boolean as JSON writes it: "true"),
+    stripped; an empty one is refused."""
     if name not in record:
         raise BertkitError(f"{path}:{line}: no {name!r} {'column' if fmt != 'jsonl' else 'field'} (it has "
                            f"{', '.join(map(str, record))}); name it with --label-column")
     value = record[name]
-    if isinstance(value, (int, float)) and not isinstance(value, bool):
+    if isinstance(value, bool):  # a class, as datasets' JSON reader (so run_glue.py) reads it; not the number 0 or 1
+        value = json.dumps(value)
+    elif isinstance(value, (int, float)):
         value = repr(value)
     if not isinstance(value, str):
-        raise BertkitError(f"{path}:{line}: {name!r} must be a string or number, got {json.dumps(value)[:60]}")
+        raise BertkitError(f"{path}:{line}: {name!r} must be a string, number or boolean, got "
+                           f"{json.dumps(value)[:60]}")
     if not value.strip():
         raise BertkitError(f"{path}:{line}: empty {name!r}")
     return value.strip()

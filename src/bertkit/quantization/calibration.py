@@ -19,6 +19,7 @@ from bertkit.modeling import BertModel
 from bertkit.quantization.kernels import SMOOTHING_BOUND
 from bertkit.quantization.projections import get_projection
 from bertkit.tokenization import BertTokenizer
+from bertkit.tokenization.textfiles import refuse_record_file
 
 
 def smoothing_scale(act_absmax: Tensor, weight: Tensor, alpha: float) -> Tensor:
@@ -104,11 +105,6 @@ def calibration_batches(tokenizer: BertTokenizer, texts: Sequence[str | tuple[st
     return out
 
 
-# The suffixes of files whose lines are records (`bertkit predict` reads them by column): read as sentences, their
-# JSON syntax, header row and other columns would be calibrated on as text.
-_RECORD_SUFFIXES = (".jsonl", ".json", ".ndjson", ".csv", ".tsv")
-
-
 def read_calibration_file(path: str | Path) -> list[str]:
     """Calibration texts from a text file, one per line (blank lines skipped)."""
     path = Path(path)
@@ -116,15 +112,14 @@ def read_calibration_file(path: str | Path) -> list[str]:
         raise MissingFileError(f"calibration file {path} {'is a directory' if path.is_dir() else 'not found'}: give "
                                "a text file with one sentence per line, like the ones the model will see (or leave "
                                "it out for the built-in sentences)")
-    if path.suffix.lower() in _RECORD_SUFFIXES:
-        raise BertkitError(f"calibration file {path} is a {path.suffix.lower()[1:]} file, whose lines are records "
-                           "(JSON syntax, a header row, columns), and a calibration file is read as plain text, one "
-                           "sentence per line: write the texts to a .txt file, one per line")
+    refuse_record_file(path, "calibration file", "one sentence per line")
     try:
-        texts = [line.strip() for line in path.read_text(encoding="utf-8").splitlines()]
+        lines = path.read_text(encoding="utf-8-sig").split("\n")  # a byte-order mark is no part of the first text
     except UnicodeDecodeError as e:
         raise BertkitError(f"calibration file {path} is not UTF-8 text ({e}); save it as UTF-8") from None
-    texts = [t for t in texts if t]
+    # Lines end at a line break (text mode reads \r\n and \r as \n): str.splitlines would also split a sentence at a
+    # form feed (a PDF's page break), U+2028 or U+0085, calibrating on its pieces.
+    texts = [t for t in (line.strip() for line in lines) if t]
     if not texts:
         raise BertkitError(f"calibration file {path} holds no text; write one sentence per line (a few hundred)")
     return texts

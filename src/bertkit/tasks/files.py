@@ -10,6 +10,7 @@ from __future__ import annotations
 import codecs
 import csv
 import json
+import re
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -46,6 +47,26 @@ def second_text_fields(record: dict[str, Any], used: tuple[str | None, ...]) -> 
     """The fields of ``record`` named like one text of a pair, holding a string, and not among ``used`` (the
     columns a command reads), in ``PAIR_TEXT_NAMES`` order."""
     return [k for k in PAIR_TEXT_NAMES if k in record and k not in used and isinstance(record[k], str)]
+
+
+# What separates a CSV's or TSV's fields, and what to do when a file's header shows it is separated by another:
+# Excel writes CSV with ";" where the decimal mark is a comma.
+_SEPARATORS = {"csv": ",", "tsv": "\t"}
+_OTHER_SEPARATORS = {";": "re-save it separated by commas (pandas: pd.read_csv(FILE, sep=';').to_csv('NEW.csv', "
+                          "index=False))", "\t": "name it .tsv or pass --input-format tsv",
+                     ",": "name it .csv or pass --input-format csv"}
+
+
+def other_separator(header: list[str], fmt: str) -> str | None:
+    """When a CSV/TSV header is one column holding another separator (``text;label`` read as CSV), what the file is
+    separated by and the fix; None otherwise."""
+    if fmt not in _SEPARATORS or len(header) != 1:
+        return None
+    sep = next((c for c in _OTHER_SEPARATORS if c in header[0] and c != _SEPARATORS[fmt]), None)
+    if sep is None:
+        return None
+    return (f"read as {fmt.upper()} (separated by {_SEPARATORS[fmt]!r}) the header is one column, so the file is "
+            f"separated by {sep!r}: {_OTHER_SEPARATORS[sep]}")
 
 
 def _blank_line(path: Path, line: int, whitespace: bool = False) -> BertkitError:
@@ -107,8 +128,9 @@ class _Lines:
 
 
 def _csv_rows(reader: Any, lines: _Lines, path: Path, fmt: str) -> Iterator[tuple[int, list[str]]]:
-    """(line, fields) of each CSV/TSV record, the line being the record's last (a quoted field may span lines);
-    a malformed record is an error naming the line it starts on."""
+    """(line, fields) of each CSV/TSV record, the line being the one it starts on (a quoted field may span lines:
+    an error about the record, or a prediction's line, names where an editor shows it begin); a malformed record is
+    an error naming that line too."""
     while True:
         start = reader.line_num + 1
         lines.start_record()
@@ -121,7 +143,25 @@ def _csv_rows(reader: Any, lines: _Lines, path: Path, fmt: str) -> Iterator[tupl
                    'doubled ("she said ""hi""")' if fmt == "csv" else "a TSV field holds no line break (quotes are "
                    "text in TSV): remove it, or write the file as CSV, where quotes hold one")
             raise BertkitError(f"{path}:{start}: not valid {fmt.upper()} from this line on ({e}); {fix}") from None
-        yield reader.line_num, row
+        yield start, row
+
+
+# A field as a CSV writer quotes it: wrapped in quotes, every quote inside doubled. In a TSV read unquoted (a quote is
+# text, as in GLUE's files) such a field is a TSV written with CSV quoting (pandas' to_csv(sep="\t") quotes a text
+# holding a quote: he said "hi" as "he said ""hi"""), whose quotes would be read into the text.
+_CSV_QUOTED = re.compile(r'"(?:[^"]|"")*"')
+
+
+def _refuse_csv_quoting(path: Path, line: int, row: list[str], header: bool) -> None:
+    """A TSV field quoted as CSV quotes it, refused naming it: in the header (a column name in quotes) any such
+    field, in a row one holding a doubled quote (a GLUE sentence may be a quotation, never one with its quotes
+    doubled)."""
+    quoted = next((f for f in row if _CSV_QUOTED.fullmatch(f) and (header or '""' in f[1:-1])), None)
+    if quoted is not None:
+        raise BertkitError(f"{path}:{line}: the field {quoted[:60]!r} is quoted as a CSV writer quotes it; a .tsv is "
+                           "read unquoted, as GLUE's files are (a quote is text), so its quotes would be read into "
+                           "the text: write the TSV unquoted (pandas: to_csv(..., sep='\\t', "
+                           "quoting=csv.QUOTE_NONE)) or save the file as .csv")
 
 
 def read_lines(path: Path, max_line_bytes: int = MAX_LINE_BYTES) -> Iterator[tuple[int, str]]:
@@ -154,6 +194,8 @@ def read_records(path: Path, fmt: str, max_line_bytes: int = MAX_LINE_BYTES) -> 
                     raise _blank_line(path, line, whitespace=True)
                 if blank is not None:
                     raise _blank_line(path, blank)
+                if fmt == "tsv":
+                    _refuse_csv_quoting(path, line, row, header is None)
                 if header is None:
                     header = [h.strip().lstrip("\ufeff") for h in row]
                     repeated = next((h for i, h in enumerate(header) if h in header[:i]), None)
@@ -161,10 +203,17 @@ def read_records(path: Path, fmt: str, max_line_bytes: int = MAX_LINE_BYTES) -> 
                         raise BertkitError(f"{path}:{line}: the header names column {repeated!r} more than once "
                                            f"({', '.join(header)}); give every column its own name")
                     continue
+                # Files joined by `cat`: the next one's header. Of one column, a row may be a text that is its name.
+                if len(header) > 1 and [h.strip().lstrip("\ufeff") for h in row] == header:
+                    raise BertkitError(f"{path}:{line}: this row repeats the header ({', '.join(header)}), so it would "
+                                       "be read as one more input, the column names its text (and label); files "
+                                       "joined with cat keep each one's header: remove this line (tail -n +2 FILE "
+                                       "joins a file without its header)")
                 if len(row) != len(header):
                     fix = ("quote fields holding the delimiter" if fmt == "csv" else "a TSV field holds no tab "
                            "(quotes are text in TSV, as in GLUE's files): remove it, or write the file as CSV, "
                            "where quotes hold one")
+                    fix = other_separator(header, fmt) or fix
                     raise BertkitError(f"{path}:{line}: {len(row)} fields but the header names {len(header)} "
                                        f"({', '.join(header)}); {fix}")
                 yield line, dict(zip(header, row))

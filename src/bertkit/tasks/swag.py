@@ -1,7 +1,7 @@
 """SWAG (Zellers et al., 2018): read the swagaf CSV files and featurize the four endings.
 
 The files (rowanz/swagaf `data/`) are CSV with a header; columns are found by name (`test.csv` has no
-``label``). Each example becomes four sequences ``[CLS] sent1 [SEP] sent2 + " " + ending_i [SEP]`` (Devlin
+``label``; a file of one's own without swagaf's ``video-id``, which run_swag.py does not read, has no video ids). Each example becomes four sequences ``[CLS] sent1 [SEP] sent2 + " " + ending_i [SEP]`` (Devlin
 et al. 2018, section 4.4; Hugging Face's run_swag.py).
 """
 
@@ -20,17 +20,17 @@ from bertkit.tasks.files import read_records
 
 NUM_CHOICES = 4
 MODEL_INPUTS = ("input_ids", "token_type_ids", "attention_mask")
-_REQUIRED = ("video-id", "sent1", "sent2", "ending0", "ending1", "ending2", "ending3")
+_REQUIRED = ("sent1", "sent2", "ending0", "ending1", "ending2", "ending3")  # run_swag.py's columns
 
 
 @dataclass(frozen=True)
 class SwagExample:
-    video_id: str
+    video_id: str | None  # swagaf's video-id column; None in a file without one
     sent1: str
     sent2: str
     endings: tuple[str, str, str, str]
     label: int | None  # index of the true ending; None in test.csv
-    line: int  # line of the record in the CSV (its last line, if a quoted field spans several)
+    line: int  # line of the record in the CSV (its first, if a quoted field spans several)
 
 
 def read_swag(path: str | os.PathLike) -> list[SwagExample]:
@@ -60,7 +60,7 @@ def read_swag(path: str | os.PathLike) -> list[SwagExample]:
             label = int(raw)
         examples.append(
             SwagExample(
-                video_id=row["video-id"],
+                video_id=row.get("video-id"),
                 sent1=row["sent1"],
                 sent2=row["sent2"],
                 endings=tuple(row[f"ending{i}"] for i in range(NUM_CHOICES)),  # type: ignore[arg-type]

@@ -39,6 +39,21 @@ def refuse_compressed(head: bytes, path: str | os.PathLike) -> None:
                            "the decompressed file")
 
 
+# The suffixes of files whose lines are records (`bertkit predict` and `finetune classify` read them by column): read
+# as plain text, their JSON syntax, header row and other columns would be learnt, or calibrated on, as words.
+RECORD_SUFFIXES = (".jsonl", ".json", ".ndjson", ".csv", ".tsv")
+
+
+def refuse_record_file(path: str | os.PathLike, what: str, reads: str) -> None:
+    """A file named as records (``RECORD_SUFFIXES``) given where plain text is read is refused: ``what`` names it
+    ("calibration file"), ``reads`` says how such a file is read ("one sentence per line")."""
+    suffix = os.path.splitext(path)[1].lower()
+    if suffix in RECORD_SUFFIXES:
+        raise BertkitError(f"{what} {path} is a {suffix[1:]} file, whose lines are records (JSON syntax, a header "
+                           f"row, columns), and {what}s are read as plain text, {reads}: write the texts to a .txt "
+                           "file (of JSON lines: jq -r .text FILE > NEW.txt; of a CSV or TSV: its text column)")
+
+
 def refuse_lone_carriage_returns(first_line: bytes, where: str) -> None:
     """Lines end at \\n (\\r\\n too): a file whose lines end in \\r alone would be read as one line, so one input,
     one sentence, or one paragraph of a whole book. ``where`` names the file (and line) in the error."""
@@ -104,6 +119,8 @@ def expand_input_files(files: str | os.PathLike | Sequence[str | os.PathLike],
             raise MissingFileError(f"input file {name} does not exist (or is not a file)")
         else:
             paths.append(name)
+    for path in paths:  # a pattern's matches too (corpus/*)
+        refuse_record_file(path, "corpus file", "line by line")
     seen: dict[tuple[int, int], str] = {}
     for path in paths:
         stat = os.stat(path)

@@ -7,6 +7,7 @@ from __future__ import annotations
 import logging
 import math
 from collections.abc import Sequence
+from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
@@ -55,11 +56,31 @@ _MISSING = frozenset({"na", "n/a", "#n/a", "<na>", "null", "none"})
 _ROWS_PER_CLASS_WARNING = 2.0
 
 
+# Spellings of a boolean that pandas (so run_glue.py) reads as one value: "True", "TRUE" and "true" are one class there.
+_BOOLEANS = frozenset({"true", "false"})
+
+
+def _refuse_two_spellings(train: Sequence[glue.GlueExample], integral: bool, where: str | Path) -> None:
+    """Two labels that are one number (``1`` and ``1.0``, in a column of whole numbers) or one boolean (``True``
+    and ``TRUE``) written two ways are refused: as text they would be two classes, where pandas reads one."""
+    first_spelling: dict[Any, glue.GlueExample] = {}
+    for e in train:
+        value = Decimal(e.label) if integral else e.label.lower() if e.label.lower() in _BOOLEANS else None
+        if value is None:
+            continue
+        other = first_spelling.setdefault(value, e)
+        if other.label != e.label:
+            raise BertkitError(f"{where}: labels {other.label!r} (line {other.line}) and {e.label!r} (line {e.line}) "
+                               f"are the same {'number' if integral else 'boolean'} written two ways, so they would be "
+                               "two classes; write each class one way")
+
+
 def classify_task(train: Sequence[glue.GlueExample], problem_type: str, name: str, pairs: bool,
                   source: str | Path | None = None) -> glue.GlueTask:
     """The task the labels describe: class names (sorted, numerically when they are all integers) or regression.
     A numeric label column holding a NaN, an infinity or a missing value (``NA``, ``null``) is refused (it would
-    become a class), as are two spellings of one class number (``1`` and ``1.0``); ``source`` names where."""
+    become a class), as are two spellings of one class number (``1`` and ``1.0``) or boolean (``True`` and ``TRUE``);
+    ``source`` names where."""
     where = f"{source}:" if source is not None else "line "
     labels = [e.label for e in train]
     values = [_number(x) for x in labels]
@@ -87,15 +108,9 @@ def classify_task(train: Sequence[glue.GlueExample], problem_type: str, name: st
             raise BertkitError(f"the training labels hold only {sorted(distinct)}: classification needs at least "
                                "two classes (pass --problem-type regression for a numeric score)")
         integral = numeric and all(v == int(v) for v in values)
-        if integral:
-            first_spelling: dict[float, glue.GlueExample] = {}
-            for e in train:
-                other = first_spelling.setdefault(float(e.label), e)
-                if other.label != e.label:
-                    raise BertkitError(f"{source or name}: labels {other.label!r} (line {other.line}) and {e.label!r} "
-                                       f"(line {e.line}) are the same number written two ways, so they would be two "
-                                       "classes; write each class one way")
-        names = tuple(sorted(distinct, key=float if integral else None))
+        _refuse_two_spellings(train, integral, source or name)
+        # Decimal, not float: integers past 2**53 (ids as classes) are distinct numbers, as pandas reads them
+        names = tuple(sorted(distinct, key=Decimal if integral else None))
         if len(names) > 2 and len(labels) / len(names) < _ROWS_PER_CLASS_WARNING:
             fix = ("the labels are numbers: if they are a score, pass --problem-type regression" if numeric else
                    "check that --label-column names the label column (not a text column)")
@@ -115,10 +130,13 @@ def finetune_classify(s: ClassifySettings) -> dict[str, Any]:
     from bertkit.tokenization import BertTokenizer
 
     tokenizer = BertTokenizer.from_pretrained(s.model_name_or_path)  # the model's: its weights load later
-    train_examples = first(read_labelled(s.train_file, s, tokenizer), s.max_train_samples)
+    every_train_row = read_labelled(s.train_file, s, tokenizer)
     dev_examples = first(read_labelled(s.validation_file, s, tokenizer), s.max_eval_samples)
-    task = classify_task(train_examples, s.problem_type, s.train_file.stem, s.text_pair_column is not None,
+    # The classes (or a regression) are the whole training file's, as run_glue.py takes its label list before
+    # --max-train-samples selects rows: the first N rows may lack a class, or hold only the whole numbers of a score.
+    task = classify_task(every_train_row, s.problem_type, s.train_file.stem, s.text_pair_column is not None,
                          source=s.train_file)
+    train_examples = first(every_train_row, s.max_train_samples)
     if task.labels is not None:
         unknown = [e for e in dev_examples if e.label not in task.labels]
         if unknown:
