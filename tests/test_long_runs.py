@@ -181,3 +181,26 @@ def test_device_auto_and_torchrun_environment(monkeypatch):
     assert (info.rank, info.world_size, info.local_rank, info.is_main) == (3, 4, 1, False)
     with pytest.raises(BertkitError, match="RANK 4 is not in"):
         info_from_env({**env, "RANK": "4"})
+
+
+def test_logged_mlm_and_nsp_losses_add_up_to_the_steps_loss_under_accumulation(tiny, tmp_path):
+    """The step's loss is the token mean of its masked positions over its micro-batches (plus the NSP mean); the
+    logged mlm_loss and mlm_acc were each micro-batch's own token mean weighed by its rows, so with accumulation
+    mlm_loss + nsp_loss missed the logged loss by up to 4e-3 and a micro-batch of few targets counted as much as
+    one of many. Each is now the window's sums over its counts (targets, instances), as the evaluation's are."""
+    from bertkit.data.pretraining import create_pretraining_data
+    from bertkit.tokenization import BertTokenizer
+    from bertkit.training.pretrain import pretrain
+
+    # short sequences half the time: instances of 1 to 5 targets, so the micro-batches' target counts differ
+    create_pretraining_data([tiny / "corpus" / "train.txt"], BertTokenizer.from_pretrained(tiny / "vocab"),
+                            tmp_path / "data", max_seq_length=32, max_predictions_per_seq=5, short_seq_prob=0.5,
+                            dupe_factor=1, input_format="sentences", seed=5, num_workers=1, progress=False)
+    out = tmp_path / "run"
+    pretrain(_settings(tiny, out, data=tmp_path / "data", batch_size=6, gradient_accumulation_steps=3, max_steps=3))
+    records = [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines()]
+    train = [r for r in records if r["split"] == "train"]
+    assert len(train) == 3
+    for r in train:
+        assert r["mlm_loss"] + r["nsp_loss"] == pytest.approx(r["loss"], rel=1e-6, abs=1e-6)
+        assert 0 <= r["mlm_acc"] <= 1 and 0 <= r["nsp_acc"] <= 1

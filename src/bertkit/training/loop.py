@@ -117,15 +117,15 @@ def train(
     args: TrainingSettings,
     *,
     evaluate: Callable[[nn.Module], dict[str, float]] | None = None,
-    batch_metrics: Callable[[Batch, Any], dict[str, float]] | None = None,
+    batch_metrics: Callable[[Batch, Any], dict[str, tuple[float, float]]] | None = None,
     fingerprint: dict[str, Any] | None = None,
     resume: bool | Path = False,
     hooks: LoopHooks | None = None,
 ) -> TrainResult:
     """Train ``model`` (whose forward returns an object with ``.loss``) through ``phases``.
 
-    ``evaluate(model)`` returns held-out metrics; ``batch_metrics(batch, output)`` extra training scalars,
-    averaged over each logging window. ``fingerprint`` adds caller facts (model config, data) that ``resume``
+    ``evaluate(model)`` returns held-out metrics; ``batch_metrics(batch, output)`` extra training scalars as
+    (sum, count) by name, each logged as its sum over its count in the logging window. ``fingerprint`` adds caller facts (model config, data) that ``resume``
     (True: the newest checkpoint, or one directory) must find unchanged.
 
     Under torchrun every rank calls this with plans built for its rank (``BatchPlan(rank=, world_size=)``); the

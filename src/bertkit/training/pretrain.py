@@ -53,9 +53,11 @@ def _means(counts: dict[str, float]) -> dict[str, float]:
     return {k: v / max(1, counts[k.split("_")[0]]) for k, v in counts.items() if "_" in k}
 
 
-def mlm_nsp_batch_metrics(batch: dict, out: Any) -> dict[str, float]:
-    """MLM loss and accuracy over the predicted positions and NSP loss and accuracy, for one batch."""
-    return _means(_counts(batch, out))
+def mlm_nsp_batch_metrics(batch: dict, out: Any) -> dict[str, tuple[float, int]]:
+    """MLM loss and accuracy over the predicted positions and NSP loss and accuracy, for one batch: (sum, count)
+    each, so that a logging window's are over its targets and instances, as the step's loss and the evaluation's."""
+    counts = _counts(batch, out)
+    return {k: (v, counts[k.split("_")[0]]) for k, v in counts.items() if "_" in k}
 
 
 def collate_instances(items: list, pad_id: int, nsp: bool = True) -> dict:

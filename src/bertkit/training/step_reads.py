@@ -29,7 +29,7 @@ class MicroLoss:
     logged: tuple[Tensor, bool]
     counted: bool  # weight > 0: a rank's stand-in example of an empty share is not logged
     labels: Tensor | None
-    metrics: dict[str, float]
+    metrics: dict[str, tuple[float, float]]  # batch_metrics: (sum, count) by name
 
     def spoiled(self, loss: float) -> str:
         """Why the step is dropped when this micro-batch's loss ``loss`` is not finite."""
@@ -69,6 +69,9 @@ def real_tokens(batch: Batch) -> int:
     return sum(len(piece) for row in ids for piece in row)  # word-piece lists (a cross-encoder's texts)
 
 
+_COUNT = "/count"  # a batch metric's count in the window's sums, beside its sum
+
+
 @dataclass
 class LogWindow:
     """The logging window: the loss (and batch metrics) summed over its steps, each step the mean of its micro-batches
@@ -98,14 +101,17 @@ class LogWindow:
         """Throughput: ``batch``'s rows and tokens, counted on the host before it moves to the device."""
         self.seqs, self.tokens = self.seqs + rows(batch), self.tokens + real_tokens(batch)
 
-    def add(self, loss: float, share: float, metrics: dict[str, float]) -> None:
-        """A micro-batch's part of its step: ``loss`` (already its share of the step's mean) and ``metrics``, which
-        count by ``share``, the micro-batch's fraction of the step."""
+    def add(self, loss: float, share: float, metrics: dict[str, tuple[float, float]]) -> None:
+        """A micro-batch's part of its step: ``loss`` (already its share of the step's mean; ``share`` is the
+        micro-batch's fraction of the step) and ``metrics``, (sum, count) by name, each logged as its sum over its
+        count in the window (an MLM loss per target: a micro-batch's own mean weighed by its rows missed the step's
+        token mean)."""
         self.sums["loss"] = self.sums.get("loss", 0.0) + loss
         self.trained_loss += loss
         self.trained_n += share
-        for k, v in metrics.items():
-            self.sums[k] = self.sums.get(k, 0.0) + v * share
+        for k, (total, count) in metrics.items():
+            self.sums[k] = self.sums.get(k, 0.0) + total
+            self.sums[k + _COUNT] = self.sums.get(k + _COUNT, 0.0) + count
         self.n += share
 
     @contextlib.contextmanager
@@ -123,7 +129,9 @@ class LogWindow:
         dt = time.perf_counter() - self.t0
         sums, n, seqs, tokens = _over_ranks(self.sums, self.n, self.seqs, self.tokens)
         self.sums, self.n, self.seqs, self.tokens, self.t0 = {}, 0.0, 0, 0, time.perf_counter()
-        return {**{k: v / n for k, v in sums.items()}, "seqs_per_s": seqs / dt, "tokens_per_s": tokens / dt}
+        means = {k: v / (max(sums[k + _COUNT], 1) if k + _COUNT in sums else n) for k, v in sums.items()
+                 if not k.endswith(_COUNT)}
+        return {**means, "seqs_per_s": seqs / dt, "tokens_per_s": tokens / dt}
 
     def train_loss(self) -> float:
         """The mean loss of the steps this call trained, over every rank (0.0 for none)."""
