@@ -88,7 +88,8 @@ def run_training(task: str, out_dir: str, global_batch: int, accum: int, steps: 
                     device="cpu", seed=7)
     args = TrainingSettings(**{**settings, **(extra or {})})
     result = train(model, [Phase(plan, steps)], args)
-    return {"weights": {k: v.detach().clone() for k, v in model.state_dict().items()}, "history": result.history}
+    return {"weights": {k: v.detach().clone() for k, v in model.state_dict().items()}, "history": result.history,
+            "train_loss": result.train_loss}
 
 
 def _worker(rank: int, world: int, port: int, jobs: list[dict], result_file: str) -> None:

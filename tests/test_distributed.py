@@ -117,8 +117,15 @@ def two_rank_runs(tmp_path_factory):
     root = tmp_path_factory.mktemp("ranks")
     jobs = [dict(task=task, out_dir=str(root / task), global_batch=32, accum=1, steps=4) for task in TASKS]
     jobs.append(dict(task="glue", out_dir=str(root / "tail"), global_batch=44, accum=2, steps=3, n=89))
+    jobs += [dict(task=task, out_dir=str(root / f"{task}-short"), global_batch=8, accum=1, steps=3, n=n)
+             for task, n in SHORT_LAST]
     results = run_spawned(2, str(root / "results.pt"), jobs)
-    return root, dict(zip([*TASKS, "tail"], results))
+    return root, dict(zip([*TASKS, "tail", *(f"{task}-short" for task, _ in SHORT_LAST)], results))
+
+
+# an epoch of 2 global batches of 8 and a short third, split over 2 ranks 2 + 1 (glue), or 1 + 0 (pretrain: a
+# token-level loss; rank 1 runs its stand-in example at weight 0)
+SHORT_LAST = (("glue", 19), ("pretrain", 17))
 
 
 @pytest.mark.parametrize("task", TASKS)
@@ -147,3 +154,18 @@ def test_two_ranks_with_accumulation_and_a_short_last_batch(two_rank_runs, tmp_p
     next epoch's first micro-batch. The weights still equal one process's."""
     one = run_training("glue", str(tmp_path / "one"), 44, 2, 3, n=89)
     assert _max_diff(one["weights"], two_rank_runs[1]["tail"]["weights"]) <= TOL
+
+
+@pytest.mark.parametrize("task, n", SHORT_LAST)
+def test_two_ranks_log_one_process_s_losses_with_a_short_last_batch(two_rank_runs, tmp_path, task, n):
+    """Was: each rank's mean of a short last batch split 2 + 1 counted once (logged 0.7259 for one process's 0.7156
+    on SST-2 rows), and a step whose rank 1 ran only a stand-in counted once where the others counted twice, so
+    train_loss (and a window of several steps) leaned to the full steps (0.6990 for 0.6922), and a token-level loss of
+    such a step was logged doubled. Now the logged losses and train_loss are one process's."""
+    one = run_training(task, str(tmp_path / "one"), 8, 1, 3, n=n)
+    two = two_rank_runs[1][f"{task}-short"]
+    assert _max_diff(one["weights"], two["weights"]) <= TOL
+    logged = [[(r["step"], r["loss"]) for r in run["history"] if r["split"] == "train"] for run in (one, two)]
+    assert [s for s, _ in logged[0]] == [s for s, _ in logged[1]] == [1, 2, 3]
+    assert [v for _, v in logged[1]] == pytest.approx([v for _, v in logged[0]], abs=1e-5)
+    assert two["train_loss"] == pytest.approx(one["train_loss"], abs=1e-5)
