@@ -5,6 +5,7 @@ All on the CPU with gloo on 127.0.0.1 (a free port per run), tiny models, dropou
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 import torch
 
@@ -119,8 +120,9 @@ def two_rank_runs(tmp_path_factory):
     jobs.append(dict(task="glue", out_dir=str(root / "tail"), global_batch=44, accum=2, steps=3, n=89))
     jobs += [dict(task=task, out_dir=str(root / f"{task}-short"), global_batch=8, accum=1, steps=3, n=n)
              for task, n in SHORT_LAST]
+    jobs.append(dict(task="token_evaluation", out_dir=str(root / "token-evaluation")))
     results = run_spawned(2, str(root / "results.pt"), jobs)
-    return root, dict(zip([*TASKS, "tail", *(f"{task}-short" for task, _ in SHORT_LAST)], results))
+    return root, dict(zip([*TASKS, "tail", *(f"{task}-short" for task, _ in SHORT_LAST), "token_evaluation"], results))
 
 
 # an epoch of 2 global batches of 8 and a short third, split over 2 ranks 2 + 1 (glue), or 1 + 0 (pretrain: a
@@ -169,3 +171,16 @@ def test_two_ranks_log_one_process_s_losses_with_a_short_last_batch(two_rank_run
     assert [s for s, _ in logged[0]] == [s for s, _ in logged[1]] == [1, 2, 3]
     assert [v for _, v in logged[1]] == pytest.approx([v for _, v in logged[0]], abs=1e-5)
     assert two["train_loss"] == pytest.approx(one["train_loss"], abs=1e-5)
+
+
+def test_a_trainer_evaluation_under_torchrun_runs_one_process_s_batches(two_rank_runs, tmp_path):
+    """Was: the ranks evaluated every other row (rows 0, 2, 4, 6 in rank 0's first batch), so a token classifier's
+    batches, and with them its eval_loss (a mean of per-batch token means) and its predictions past a row's end (the
+    logits of its batch's padding, then -100), were not one process's: eval_loss 1.1212 for 1.1220 on SST-2 rows,
+    predictions 100 apart. Now each rank runs whole batches of one process, dealt out in turn, as accelerate does."""
+    from distributed_helpers import token_evaluation
+
+    one, two = token_evaluation(str(tmp_path / "one")), two_rank_runs[1]["token_evaluation"]
+    assert two["eval_loss"] == pytest.approx(one["eval_loss"], abs=1e-6)
+    assert two["predictions"].shape == one["predictions"].shape == (11, 30, 3)
+    np.testing.assert_allclose(two["predictions"], one["predictions"], atol=1e-5)
