@@ -88,7 +88,27 @@ def run_training(task: str, out_dir: str, global_batch: int, accum: int, steps: 
                     device="cpu", seed=7)
     args = TrainingSettings(**{**settings, **(extra or {})})
     result = train(model, [Phase(plan, steps)], args)
-    return {"weights": {k: v.detach().clone() for k, v in model.state_dict().items()}, "history": result.history}
+    return {"weights": {k: v.detach().clone() for k, v in model.state_dict().items()}, "history": result.history,
+            "train_loss": result.train_loss}
+
+
+def token_evaluation(out_dir: str) -> dict:
+    """bertkit.Trainer's evaluate() and predict() of a tiny token classifier on 11 rows of 6..30 tokens in batches
+    of 4 (one process's batches 0-3, 4-7 and 8-10): eval_loss, a mean of per-batch token means, and the predictions,
+    each row's padded to its batch's length by the model, then with -100 to the longest."""
+    from bertkit import BertForTokenClassification, Trainer, TrainingArguments
+
+    def pad(rows: list[dict]) -> dict:
+        n = max(len(r["input_ids"]) for r in rows)
+        return {k: torch.tensor([r[k] + [-100 if k == "labels" else 0] * (n - len(r[k])) for r in rows])
+                for k in rows[0]}
+
+    rows = [{**r, "labels": [i % 3 for i in r["input_ids"]]} for r in classification_examples(11, seed=2)]
+    torch.manual_seed(0)
+    model = BertForTokenClassification(tiny_config(3))
+    args = TrainingArguments(output_dir=out_dir, per_device_eval_batch_size=4, use_cpu=True, report_to=[])
+    trainer = Trainer(model=model, args=args, eval_dataset=rows, data_collator=pad)
+    return {"eval_loss": trainer.evaluate()["eval_loss"], "predictions": trainer.predict(rows).predictions}
 
 
 def _worker(rank: int, world: int, port: int, jobs: list[dict], result_file: str) -> None:
@@ -99,7 +119,8 @@ def _worker(rank: int, world: int, port: int, jobs: list[dict], result_file: str
     torch.set_num_threads(1)
     dist.init_process_group("gloo", rank=rank, world_size=world)
     try:
-        out = [run_training(**job) for job in jobs]
+        out = [token_evaluation(job["out_dir"]) if job.get("task") == "token_evaluation" else run_training(**job)
+               for job in jobs]
         if rank == 0:
             torch.save(out, result_file)
         dist.barrier()  # as bertkit's own launcher does: no rank tears the pairs down under another (SIGABRT)

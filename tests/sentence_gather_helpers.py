@@ -181,6 +181,32 @@ def logged_terms(model_dir: str, rank: int) -> dict:
     return module.components("train")
 
 
+def no_duplicates_eval_loss(model_dir: str, data_dir: str, out_dir: str) -> float:
+    """SentenceTransformerTrainer.evaluate()'s eval_loss (MultipleNegativesRankingLoss) on 6 SQuAD pairs whose first
+    four questions are one text, in the no-duplicates sampler's batches of 4: 3, 1, 1 and 1 rows, the first three
+    counted as whole batches, the last as the 2 rows left over (one process, or under torchrun whichever rank
+    evaluates them)."""
+    from datasets import Dataset
+
+    from bertkit.sentence import (
+        SentenceTransformer,
+        SentenceTransformerTrainer,
+        SentenceTransformerTrainingArguments,
+        losses,
+    )
+    from bertkit.sentence.training_args import BatchSamplers
+
+    questions, paragraphs, _ = triples(Path(data_dir), 6)
+    questions[1] = questions[2] = questions[3] = questions[0]
+    model = SentenceTransformer(model_dir, device="cpu")
+    model.max_seq_length = 32
+    args = SentenceTransformerTrainingArguments(output_dir=out_dir, per_device_eval_batch_size=4, use_cpu=True,
+                                                batch_sampler=BatchSamplers.NO_DUPLICATES, report_to=[], seed=3)
+    trainer = SentenceTransformerTrainer(model=model, args=args, loss=losses.MultipleNegativesRankingLoss(model),
+                                         eval_dataset=Dataset.from_dict({"q": questions, "p": paragraphs}))
+    return trainer.evaluate()["eval_loss"]
+
+
 def worker(rank: int, world: int, port: int, model_dir: str, data_dir: str, result_file: str) -> None:
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
     torch.set_num_threads(1)
@@ -192,8 +218,10 @@ def worker(rank: int, world: int, port: int, model_dir: str, data_dir: str, resu
         terms = [None] * world
         dist.all_gather_object(terms, logged_terms(model_dir, rank))
         losses = compare(model_dir, data_dir)
+        eval_loss = no_duplicates_eval_loss(model_dir, data_dir, f"{result_file}.eval")
         if rank == 0:
-            torch.save({"gathered": gathered_all, "losses": losses, "terms": terms}, result_file)
+            torch.save({"gathered": gathered_all, "losses": losses, "terms": terms, "eval_loss": eval_loss},
+                       result_file)
         dist.barrier()
     finally:
         dist.destroy_process_group()

@@ -5,6 +5,7 @@ All on the CPU with gloo on 127.0.0.1 (a free port per run), tiny models, dropou
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 import torch
 
@@ -117,8 +118,16 @@ def two_rank_runs(tmp_path_factory):
     root = tmp_path_factory.mktemp("ranks")
     jobs = [dict(task=task, out_dir=str(root / task), global_batch=32, accum=1, steps=4) for task in TASKS]
     jobs.append(dict(task="glue", out_dir=str(root / "tail"), global_batch=44, accum=2, steps=3, n=89))
+    jobs += [dict(task=task, out_dir=str(root / f"{task}-short"), global_batch=8, accum=1, steps=3, n=n)
+             for task, n in SHORT_LAST]
+    jobs.append(dict(task="token_evaluation", out_dir=str(root / "token-evaluation")))
     results = run_spawned(2, str(root / "results.pt"), jobs)
-    return root, dict(zip([*TASKS, "tail"], results))
+    return root, dict(zip([*TASKS, "tail", *(f"{task}-short" for task, _ in SHORT_LAST), "token_evaluation"], results))
+
+
+# an epoch of 2 global batches of 8 and a short third, split over 2 ranks 2 + 1 (glue), or 1 + 0 (pretrain: a
+# token-level loss; rank 1 runs its stand-in example at weight 0)
+SHORT_LAST = (("glue", 19), ("pretrain", 17))
 
 
 @pytest.mark.parametrize("task", TASKS)
@@ -147,3 +156,31 @@ def test_two_ranks_with_accumulation_and_a_short_last_batch(two_rank_runs, tmp_p
     next epoch's first micro-batch. The weights still equal one process's."""
     one = run_training("glue", str(tmp_path / "one"), 44, 2, 3, n=89)
     assert _max_diff(one["weights"], two_rank_runs[1]["tail"]["weights"]) <= TOL
+
+
+@pytest.mark.parametrize("task, n", SHORT_LAST)
+def test_two_ranks_log_one_process_s_losses_with_a_short_last_batch(two_rank_runs, tmp_path, task, n):
+    """Was: each rank's mean of a short last batch split 2 + 1 counted once (logged 0.7259 for one process's 0.7156
+    on SST-2 rows), and a step whose rank 1 ran only a stand-in counted once where the others counted twice, so
+    train_loss (and a window of several steps) leaned to the full steps (0.6990 for 0.6922), and a token-level loss of
+    such a step was logged doubled. Now the logged losses and train_loss are one process's."""
+    one = run_training(task, str(tmp_path / "one"), 8, 1, 3, n=n)
+    two = two_rank_runs[1][f"{task}-short"]
+    assert _max_diff(one["weights"], two["weights"]) <= TOL
+    logged = [[(r["step"], r["loss"]) for r in run["history"] if r["split"] == "train"] for run in (one, two)]
+    assert [s for s, _ in logged[0]] == [s for s, _ in logged[1]] == [1, 2, 3]
+    assert [v for _, v in logged[1]] == pytest.approx([v for _, v in logged[0]], abs=1e-5)
+    assert two["train_loss"] == pytest.approx(one["train_loss"], abs=1e-5)
+
+
+def test_a_trainer_evaluation_under_torchrun_runs_one_process_s_batches(two_rank_runs, tmp_path):
+    """Was: the ranks evaluated every other row (rows 0, 2, 4, 6 in rank 0's first batch), so a token classifier's
+    batches, and with them its eval_loss (a mean of per-batch token means) and its predictions past a row's end (the
+    logits of its batch's padding, then -100), were not one process's: eval_loss 1.1212 for 1.1220 on SST-2 rows,
+    predictions 100 apart. Now each rank runs whole batches of one process, dealt out in turn, as accelerate does."""
+    from distributed_helpers import token_evaluation
+
+    one, two = token_evaluation(str(tmp_path / "one")), two_rank_runs[1]["token_evaluation"]
+    assert two["eval_loss"] == pytest.approx(one["eval_loss"], abs=1e-6)
+    assert two["predictions"].shape == one["predictions"].shape == (11, 30, 3)
+    np.testing.assert_allclose(two["predictions"], one["predictions"], atol=1e-5)

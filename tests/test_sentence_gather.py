@@ -79,6 +79,33 @@ def test_a_loss_s_terms_are_logged_over_every_process(results):
     assert results["terms"] == [{"rows": 4.0}, {"rows": 4.0}]
 
 
+def test_an_evaluation_under_torchrun_weighs_the_batches_as_one_process(results, minilm_2_layers, data_dir, tmp_path):
+    """Was: under torchrun eval_loss weighed each evaluation batch by its rows, one process (as sentence-transformers)
+    each batch but the last as per_device_eval_batch_size rows, so where the no-duplicates sampler left a batch short
+    two processes reported another loss than one (0.0327 for 0.0218 on STS-B pairs). Now the same weights."""
+    from sentence_gather_helpers import no_duplicates_eval_loss
+
+    one = no_duplicates_eval_loss(str(minilm_2_layers), str(data_dir), str(tmp_path / "one"))
+    assert results["eval_loss"] == pytest.approx(one, rel=1e-6)
+
+
+def test_a_global_batch_of_two_single_rows_is_not_refused_before_the_trainer_joins_torchrun_s_group(monkeypatch):
+    """Was: torchrun --nproc_per_node 2 with per_device_train_batch_size=1 and gather_across_devices=True was refused
+    as "a batch of 1 holds none" (the check ran before the trainer joined the group, as one process); the global
+    batch is 2 rows. One process of 1 row is still refused."""
+    from types import SimpleNamespace
+
+    from bertkit.errors import BertkitError
+    from bertkit.sentence.trainer import check_batch_holds_negatives
+
+    loss, args = SimpleNamespace(in_batch_negatives=True), SimpleNamespace(per_device_train_batch_size=1)
+    with pytest.raises(BertkitError, match="a batch of 1 holds none"):
+        check_batch_holds_negatives(loss, args)
+    for name, value in (("RANK", "0"), ("WORLD_SIZE", "2"), ("LOCAL_RANK", "0")):  # torchrun's, before the join
+        monkeypatch.setenv(name, value)
+    check_batch_holds_negatives(loss, args)
+
+
 def test_misaligned_positives_would_be_caught(results):
     """The control: the same batch with rank 1's positives paired with rank 0's anchors (misplaced offsets, the
     kind of sentence-transformers' 2025 gather bug) has another loss, so the comparisons above would fail on it.

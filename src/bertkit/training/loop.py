@@ -338,7 +338,7 @@ class _Run:
             if self.count is not None:
                 self.num_items = None if step_count is None else max(step_count, 1) / self.info.world_size
         accum = self.step_size
-        weight *= self.step_shares[self.step_micro]
+        rank_weight, weight = weight, weight * self.step_shares[self.step_micro]
         pos.batch += 1
         self.step_micro += 1
         sync = self.step_micro == accum
@@ -355,7 +355,7 @@ class _Run:
                 self.scaler.scale(part).backward()
             # The loss stays on the device until the step's end reads it with the gradient norm, in one read: a read
             # waits for the device, and one at every micro-batch left it idle while the host queued the next.
-            self.pending.append(MicroLoss(loss.detach(), loss_to_log(loss, normalised, part), weight > 0, labels,
+            self.pending.append(MicroLoss(loss.detach(), loss_to_log(loss, normalised, part), rank_weight, labels,
                                        self.batch_metrics(batch, out) if self.batch_metrics and weight > 0 else {}))
         return sync
 
@@ -412,13 +412,17 @@ class _Run:
         # the window counts steps, each the mean of its micro-batches as it trains on them (``step_shares``), as
         # transformers' Trainer logs (a window of a full step and an epoch's short last one is the mean of the two
         # steps, not of their micro-batches); a per-token loss divided by the step's targets is a part of the step's
-        # token mean already. ``pending`` is the current step's micro-batches, from its first.
+        # token mean already. Every rank counts each step once, so the sum over the ranks is divided by world_size
+        # per step: a rank's micro-batch mean weighs by its share of the global micro-batch (``m.weight``), as its
+        # gradient does, so a short last batch split 2 + 1, or 1 + 0 (the stand-in weighing nothing), logs the one
+        # process's mean. ``pending`` is the current step's micro-batches, from its first.
         for i, (m, (value, loss)) in enumerate(zip(pending, read[0])):
             share = self.step_shares[i] / self.step_size
             if self.spoiled is not None and not self.info.enabled:
                 break
-            if math.isfinite(value) and m.counted:
-                self.window.add(loss if m.logged[1] else loss * share, share, m.metrics)
+            if math.isfinite(value):
+                self.window.add(loss if m.logged[1] else loss * share * m.weight, share,
+                                {k: v * m.weight for k, v in m.metrics.items()})
             elif not math.isfinite(value) and self.spoiled is None:
                 self.spoiled = m.spoiled(loss)
         return read[1]

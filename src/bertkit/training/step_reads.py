@@ -27,7 +27,7 @@ class MicroLoss:
 
     loss: Tensor
     logged: tuple[Tensor, bool]
-    counted: bool  # weight > 0: a rank's stand-in example of an empty share is not logged
+    weight: float  # this rank's share of the global micro-batch x world_size (0: a stand-in for an empty share)
     labels: Tensor | None
     metrics: dict[str, tuple[float, float]]  # batch_metrics: (sum, count) by name
 

@@ -150,10 +150,14 @@ class TrainerEvaluation:
         return returned
 
     def _eval_batches(self, dataset: Sequence) -> list[list[int]]:
-        """This process's evaluation batches of ``dataset``: under torchrun every world_size-th row, in order."""
+        """This process's evaluation batches of ``dataset``: one process's batches, under torchrun every world_size-th
+        of them, as accelerate deals them out to transformers' evaluation. Dealt row by row instead, a batch held other
+        rows than one process's: a token task's eval_loss (a mean per batch) was another (1.1212 on 2 processes for
+        one process's 1.1220), and its predictions past a row's end held -100 where one process's held the logits of
+        the padding of its batch."""
         info, size = current(), self.args.per_device_eval_batch_size
         rows = trainer_data.evaluated_rows(len(dataset), size, info.world_size, self.args.dataloader_drop_last)
-        return in_order(range(info.rank, rows, info.world_size), size)
+        return in_order(range(rows), size)[info.rank::info.world_size]
 
     def _prediction_parts(self, examples: Sequence, module: nn.Module | None, events: bool,
                           batches: list[list[int]], inputs: bool = False, keep_batch: bool = False,
