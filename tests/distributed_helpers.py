@@ -87,7 +87,9 @@ def run_training(task: str, out_dir: str, global_batch: int, accum: int, steps: 
                     gradient_accumulation_steps=accum, warmup_ratio=0.0, logging_steps=1, progress=False,
                     device="cpu", seed=7)
     args = TrainingSettings(**{**settings, **(extra or {})})
-    result = train(model, [Phase(plan, steps)], args)
+    from bertkit.training.pretrain import mlm_nsp_batch_metrics
+
+    result = train(model, [Phase(plan, steps)], args, batch_metrics=mlm_nsp_batch_metrics if task == "pretrain" else None)
     return {"weights": {k: v.detach().clone() for k, v in model.state_dict().items()}, "history": result.history,
             "train_loss": result.train_loss}
 

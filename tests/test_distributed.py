@@ -171,6 +171,12 @@ def test_two_ranks_log_one_process_s_losses_with_a_short_last_batch(two_rank_run
     assert [s for s, _ in logged[0]] == [s for s, _ in logged[1]] == [1, 2, 3]
     assert [v for _, v in logged[1]] == pytest.approx([v for _, v in logged[0]], abs=1e-5)
     assert two["train_loss"] == pytest.approx(one["train_loss"], abs=1e-5)
+    # pre-training's masked-LM and next-sentence figures: sums over every rank's targets and instances
+    metrics = [[{k: r[k] for k in r if k[:4] in ("mlm_", "nsp_")} for r in run["history"] if r["split"] == "train"]
+               for run in (one, two)]
+    for mine, theirs in zip(*metrics):
+        assert mine.keys() == theirs.keys() and (task != "pretrain" or len(mine) == 4)
+        assert theirs == pytest.approx(mine, abs=1e-5)
 
 
 def test_a_trainer_evaluation_under_torchrun_runs_one_process_s_batches(two_rank_runs, tmp_path):

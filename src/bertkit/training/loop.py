@@ -125,8 +125,8 @@ def train(
     """Train ``model`` (whose forward returns an object with ``.loss``) through ``phases``.
 
     ``evaluate(model)`` returns held-out metrics; ``batch_metrics(batch, output)`` extra training scalars as
-    (sum, count) by name, each logged as its sum over its count in the logging window. ``fingerprint`` adds caller facts (model config, data) that ``resume``
-    (True: the newest checkpoint, or one directory) must find unchanged.
+    (sum, count) by name, each logged as its sum over its count in the logging window. ``fingerprint`` adds caller
+    facts (model config, data) that ``resume`` (True: the newest checkpoint, or one directory) must find unchanged.
 
     Under torchrun every rank calls this with plans built for its rank (``BatchPlan(rank=, world_size=)``); the
     model is replicated (DDP), rank 0 alone writes, and ``evaluate`` runs on every rank.
@@ -231,8 +231,7 @@ class _Run:
         # the run resumed there owes it
         run.logged_at = max((r["step"] for r in run.log_file.history if r["split"] == "train"), default=0)
         run.count = hooks.count_items or item_counter(model)
-        # where transformers calls on_train_begin: after the checkpoint's weights are in (a callback sees the model
-        # it continues), before the first step (its time is not the first window's)
+        # on_train_begin where transformers calls it: after the checkpoint's weights are in, before the first window
         run.event("train_begin")
         run.window.t0 = time.perf_counter()
         module.train()
@@ -410,19 +409,17 @@ class _Run:
         if read is None:
             return None
         # the window counts steps, each the mean of its micro-batches as it trains on them (``step_shares``), as
-        # transformers' Trainer logs (a window of a full step and an epoch's short last one is the mean of the two
-        # steps, not of their micro-batches); a per-token loss divided by the step's targets is a part of the step's
-        # token mean already. Every rank counts each step once, so the sum over the ranks is divided by world_size
-        # per step: a rank's micro-batch mean weighs by its share of the global micro-batch (``m.weight``), as its
-        # gradient does, so a short last batch split 2 + 1, or 1 + 0 (the stand-in weighing nothing), logs the one
-        # process's mean. ``pending`` is the current step's micro-batches, from its first.
+        # transformers' Trainer logs (a full step and an epoch's short last one: the mean of the two steps); a
+        # per-token loss divided by the step's targets is a part of the step's token mean already. A rank's
+        # micro-batch weighs by its share of the global one (``m.weight``), as its gradient does: a short last batch
+        # split 2 + 1, or 1 + 0 (a stand-in weighing nothing), logs one process's mean; batch metrics are sums and
+        # counts, exact over the ranks as they are. ``pending`` is the current step's micro-batches, from its first.
         for i, (m, (value, loss)) in enumerate(zip(pending, read[0])):
             share = self.step_shares[i] / self.step_size
             if self.spoiled is not None and not self.info.enabled:
                 break
             if math.isfinite(value):
-                self.window.add(loss if m.logged[1] else loss * share * m.weight, share,
-                                {k: v * m.weight for k, v in m.metrics.items()})
+                self.window.add(loss if m.logged[1] else loss * share * m.weight, share, m.metrics)
             elif not math.isfinite(value) and self.spoiled is None:
                 self.spoiled = m.spoiled(loss)
         return read[1]
