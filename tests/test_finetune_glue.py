@@ -104,6 +104,22 @@ def test_grid_report_names_the_run_best_holds_when_the_best_mean_is_another_rate
     assert report["best_run"] == {"lr": 1e-4, "seed": 2, "dev": {"mcc": 0.50}}
 
 
+@pytest.mark.parametrize("flags, message", [
+    (["--seeds", "1,2,1"], "seed 1,2,1 repeats a seed: give each restart's seed once"),
+    (["--lr", "1e-4,0.0001"], "learning_rate 0.0001,0.0001 repeats a rate"),
+    (["--lr", "1e-4,1.0000001e-4"], "learning_rate 0.0001,0.00010000001 repeats a rate (to the 6 significant"),
+])
+def test_a_grid_repeating_a_seed_or_rate_is_refused_before_any_work(tmp_path, glue_model, capsys, flags, message):
+    """Was: each repeat trained again into the same runs/lr..-seed.. directory (the first run's files overwritten)
+    and counted once more in the rate's mean and std over seeds (seeds [1, 2, 1])."""
+    _write_sst2(tmp_path / "glue", n_train=8, n_dev=4)
+    code = main(["finetune", "glue", "--task", "sst2", "--data-dir", str(tmp_path / "glue"), "--model",
+                 str(glue_model), "--out", str(tmp_path / "run"), "--max-steps", "1", "--batch-size", "4",
+                 "--max-seq-length", "32", "--no-progress", *flags])
+    assert code == 2 and message in capsys.readouterr().err
+    assert not (tmp_path / "run").exists()
+
+
 def test_finetune_glue_from_a_checkpoint_naming_the_labels_in_another_order_keeps_its_head(tmp_path, glue_model,
                                                                                            capsys):
     """An SST-2 model whose config names its outputs "1", "0" (rows swapped to match) fine-tuned again on SST-2:

@@ -71,7 +71,7 @@ def fit_sequence_classifier(task: glue.GlueTask, train_examples: Sequence[glue.G
         record: dict[str, Any] = {"lr": lr, "seed": seed}
         try:
             run = run_finetuning(model, train_features, collate,
-                                 s.training(output_dir=s.output_dir / "runs" / f"lr{lr:g}-seed{seed}",
+                                 s.training(output_dir=s.output_dir / "runs" / s.run_name(lr, seed),
                                             learning_rate=lr, seed=seed),
                                  scores_of, {"model": str(s.model_name_or_path), "task": task.name}, s.resume)
         except NonFiniteError as e:
