@@ -54,6 +54,9 @@ def test_finetune_and_predict_glue_cli(tmp_path, glue_model, capsys):
     assert report["best"]["accuracy"]["mean"] >= 0.9  # the label is in one word: easy when fine-tuning works
     best = BertForSequenceClassification.from_pretrained(out / "best")
     assert best.config.id2label == {0: "0", 1: "1"}
+    saved = json.loads((out / "best" / "training_run.json").read_text())
+    assert {k: saved[k] for k in ("lr", "seed", "dev")} == report["best_run"]
+    assert report["best_run"]["dev"]["accuracy"] == max(r["dev"]["accuracy"] for r in report["runs"])
 
     code = main(["predict", "glue", "--task", "sst2", "--data-dir", str(tmp_path / "glue"), "--model", str(out / "best"),
                  "--out", str(tmp_path / "sub"), "--max-seq-length", "32"])
@@ -88,6 +91,33 @@ def test_grid_summary_and_defaults():
     with pytest.raises(ValueError, match="give a number, a comma list"):  # a rate left out: not a grid of two
         parse_lr_grid("1e-4,,2e-4")
     assert default_lr(768, 2e-5) == 2e-5 and default_lr(384, 2e-5) == 1e-4
+
+
+def test_grid_report_names_the_run_best_holds_when_the_best_mean_is_another_rate():
+    """Was: the report named only the rate with the best mean over seeds (3e-4 here, 0.45) while best/ held the best
+    single run (1e-4 seed 2, 0.50), with nothing in report.json saying so; ties go to the first run in grid order,
+    as the grid saves them."""
+    runs = [{"lr": 1e-4, "seed": s, "dev": {"mcc": v}} for s, v in ((1, 0.30), (2, 0.50), (3, 0.50))]
+    runs += [{"lr": 3e-4, "seed": s, "dev": {"mcc": v}} for s, v in ((1, 0.45), (2, 0.45), (3, 0.45))]
+    report = summarize_grid(glue.get_task("cola"), runs)
+    assert report["best"]["lr"] == 3e-4 and report["best"]["mcc"]["mean"] == pytest.approx(0.45)
+    assert report["best_run"] == {"lr": 1e-4, "seed": 2, "dev": {"mcc": 0.50}}
+
+
+@pytest.mark.parametrize("flags, message", [
+    (["--seeds", "1,2,1"], "seed 1,2,1 repeats a seed: give each restart's seed once"),
+    (["--lr", "1e-4,0.0001"], "learning_rate 0.0001,0.0001 repeats a rate"),
+    (["--lr", "1e-4,1.0000001e-4"], "learning_rate 0.0001,0.00010000001 repeats a rate (to the 6 significant"),
+])
+def test_a_grid_repeating_a_seed_or_rate_is_refused_before_any_work(tmp_path, glue_model, capsys, flags, message):
+    """Was: each repeat trained again into the same runs/lr..-seed.. directory (the first run's files overwritten)
+    and counted once more in the rate's mean and std over seeds (seeds [1, 2, 1])."""
+    _write_sst2(tmp_path / "glue", n_train=8, n_dev=4)
+    code = main(["finetune", "glue", "--task", "sst2", "--data-dir", str(tmp_path / "glue"), "--model",
+                 str(glue_model), "--out", str(tmp_path / "run"), "--max-steps", "1", "--batch-size", "4",
+                 "--max-seq-length", "32", "--no-progress", *flags])
+    assert code == 2 and message in capsys.readouterr().err
+    assert not (tmp_path / "run").exists()
 
 
 def test_finetune_glue_from_a_checkpoint_naming_the_labels_in_another_order_keeps_its_head(tmp_path, glue_model,

@@ -240,9 +240,21 @@ class SequenceClassificationSettings(FinetuneSettings):
         super().__post_init__()
         if not self.seed:
             raise BertkitError("seed: give at least one seed")
+        # A repeat would train one run twice into one run directory and count it twice in the mean over seeds.
+        if len(set(self.seed)) < len(self.seed):
+            raise BertkitError(f"seed {','.join(map(str, self.seed))} repeats a seed: give each restart's seed once")
+        names = [self.run_name(lr, 0) for lr in self.learning_rate or ()]
+        if len(set(names)) < len(names):
+            raise BertkitError(f"learning_rate {','.join(map(repr, self.learning_rate))} repeats a rate (to the 6 "
+                               "significant digits of its run directory's name): give each rate of the grid once")
 
     def grid(self, hidden_size: int) -> tuple[float, ...]:
         return self.learning_rate or (default_lr(hidden_size, self.paper_learning_rate),)
+
+    @staticmethod
+    def run_name(lr: float, seed: int) -> str:
+        """The directory, under ``output_dir/runs``, of the grid's run at rate ``lr`` and seed ``seed``."""
+        return f"lr{lr:g}-seed{seed}"
 
 
 @dataclass(kw_only=True)

@@ -71,7 +71,7 @@ def fit_sequence_classifier(task: glue.GlueTask, train_examples: Sequence[glue.G
         record: dict[str, Any] = {"lr": lr, "seed": seed}
         try:
             run = run_finetuning(model, train_features, collate,
-                                 s.training(output_dir=s.output_dir / "runs" / f"lr{lr:g}-seed{seed}",
+                                 s.training(output_dir=s.output_dir / "runs" / s.run_name(lr, seed),
                                             learning_rate=lr, seed=seed),
                                  scores_of, {"model": str(s.model_name_or_path), "task": task.name}, s.resume)
         except NonFiniteError as e:
@@ -109,7 +109,8 @@ def fit_sequence_classifier(task: glue.GlueTask, train_examples: Sequence[glue.G
 
 
 def summarize_grid(task: glue.GlueTask, runs: list[dict]) -> dict[str, Any]:
-    """Mean and standard deviation over seeds per learning rate, and the best learning rate on dev. Runs marked
+    """Mean and standard deviation over seeds per learning rate, the best learning rate on dev (``best``, by its mean)
+    and the best single run (``best_run``, the one saved to ``best/``). Runs marked
     ``failed`` are left out of every mean and listed under ``skipped``; if every run failed, that is an error."""
     ok = [r for r in runs if not r.get("failed")]
     skipped = [{"lr": r["lr"], "seed": r["seed"], "reason": r["failed"]} for r in runs if r.get("failed")]
@@ -127,6 +128,10 @@ def summarize_grid(task: glue.GlueTask, runs: list[dict]) -> dict[str, Any]:
         configs.append(summary)
     first_metric = next(iter(ok[0]["dev"]))
     best = max(configs, key=lambda c: c[first_metric]["mean"])
+    # The run whose weights `best/` holds: the best single run (the paper keeps the best restart), the first of equals
+    # in grid order as fit_sequence_classifier saves it; not always a run of `best`, the rate with the best mean.
+    top = max(ok, key=lambda r: r["dev"][first_metric])
     if skipped:
         logger.warning("%d of %d runs skipped (not finite): %s", len(skipped), len(runs), skipped)
-    return {"metric": first_metric, "best": best, "configs": configs, "runs": runs, "skipped": skipped}
+    return {"metric": first_metric, "best": best, "best_run": {k: top[k] for k in ("lr", "seed", "dev")},
+            "configs": configs, "runs": runs, "skipped": skipped}
