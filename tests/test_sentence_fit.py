@@ -70,7 +70,8 @@ def _fit(lib: str, model_dir, out, two: bool, evaluate: bool = False, evaluation
 
 
 @pytest.mark.parametrize(("two", "fit_kwargs", "steps", "checkpoints"), [
-    (False, {}, 2 * 4, [6, 8]),  # 11 pairs in batches of 3: 4 a epoch
+    # 11 pairs in batches of 3: 4 a epoch (in `make test-slow`: one dataset's fit is test_fit_evaluates' too)
+    pytest.param(False, {}, 2 * 4, [6, 8], marks=pytest.mark.slow),
     # ROUND_ROBIN: the fewest batches (3 of 9 scored rows) of each dataset
     pytest.param(True, {}, 2 * 6, [9, 12], marks=pytest.mark.slow),
     (True, {"epochs": 1, "steps_per_epoch": 5, "scheduler": "WarmupCosine"}, 5, [3, 5]),
