@@ -26,7 +26,7 @@ LAYERS = [
     ("tasks", "data", "auto"),
     ("heads", "quantization"),
     ("modeling",),
-    ("padding", "tokenization", "checkpoint_io", "model_checks"),
+    ("padding", "tokenization", "checkpoint_io", "weight_files", "model_checks"),
     ("config", "outputs", "manifests", "staging", "runs", "dir_lock", "errors", "_parallel", "_hardware", "examples", "hub", "compat", "calibration_text",
      "construction"),
 ]

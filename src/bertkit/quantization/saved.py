@@ -18,20 +18,11 @@ from torch import Tensor, nn
 
 from bertkit._hardware import check_int8_kernel
 from bertkit.checkpoint_io import (
-    CONFIG_NAME,
     FAMILY_HEADS,
-    INT8_WEIGHTS_NAME,
-    QUANT_METHOD,
     TIED_KEYS,
-    WEIGHTS_NAME,
     canonical_names,
     encoder_published_names,
-    read_config_json,
-    read_weights,
     refuse_layers_unlike_config,
-    refuse_mixed_weights,
-    refuse_save_beside_other_kind,
-    weight_files,
 )
 from bertkit.config import BertConfig
 from bertkit.errors import BertkitError, MissingFileError
@@ -54,6 +45,17 @@ from bertkit.quantization.quantize import quantize_int8_on_texts
 from bertkit.runs import refuse_inputs
 from bertkit.staging import staged, target_of
 from bertkit.tokenization import BertTokenizer
+from bertkit.weight_files import (
+    CONFIG_NAME,
+    INT8_WEIGHTS_NAME,
+    QUANT_METHOD,
+    WEIGHTS_NAME,
+    read_config_json,
+    read_weights,
+    refuse_mixed_weights,
+    refuse_save_beside_other_kind,
+    weight_files,
+)
 
 # The layout's version (config.json's ``quantization_config.format_version``, beside its ``QUANT_METHOD``).
 INT8_FORMAT_VERSION = 3

@@ -27,7 +27,6 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from bertkit.checkpoint_io import read_weights
 from bertkit.errors import BertkitError, NotImplementedInBertkit, given_path, is_whole, refusing_getattr
 from bertkit.hub import SBERT_CONFIG
 from bertkit.modeling import BertModel
@@ -36,6 +35,7 @@ from bertkit.sentence.calls import check_features
 from bertkit.sentence.directory import tokenizer_limit, transformer_max_seq_length
 from bertkit.sentence.pooling import Pooling as PoolingSettings
 from bertkit.tokenization import AutoTokenizer
+from bertkit.weight_files import read_weights
 
 # transformers' from_pretrained keywords that sentence-transformers' model_kwargs carries and bertkit's takes
 _MODEL_KWARGS = ("dtype", "torch_dtype", "attn_implementation")

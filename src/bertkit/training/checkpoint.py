@@ -21,11 +21,11 @@ import torch
 from torch import nn
 
 from bertkit._parallel import DistInfo
-from bertkit.checkpoint_io import WEIGHTS_NAME
 from bertkit.errors import BertkitError
 from bertkit.manifests import remove_owned_tree
 from bertkit.outputs import MARKER, as_placed, disk_full, fsync
 from bertkit.staging import remove_killed_writes, staged
+from bertkit.weight_files import WEIGHTS_NAME
 
 logger = logging.getLogger("bertkit")
 

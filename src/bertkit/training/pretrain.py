@@ -15,7 +15,6 @@ from typing import Any
 import numpy as np
 import torch
 
-from bertkit.checkpoint_io import weight_files
 from bertkit.config import PRESETS, BertConfig
 from bertkit.data.dataset import PretrainingDataset, collate_pretraining
 from bertkit.data.shards import MANIFEST, VOCAB
@@ -32,6 +31,7 @@ from bertkit.training.batch_plan import BatchPlan
 from bertkit.training.distributed import current, process_device
 from bertkit.training.loop import LoopHooks, Phase, TrainResult, train
 from bertkit.training.plot import plot_metrics
+from bertkit.weight_files import weight_files
 
 logger = logging.getLogger("bertkit")
 

@@ -27,7 +27,6 @@ import torch
 from torch import Tensor, nn
 
 from bertkit._parallel import job_of
-from bertkit.checkpoint_io import read_config_json
 from bertkit.config import BertConfig
 from bertkit.errors import BertkitError, given_path, is_whole
 from bertkit.hub import (
@@ -62,6 +61,7 @@ from bertkit.sentence.sparse_encoder.modules import (
 )
 from bertkit.sentence.util import SimilarityByName
 from bertkit.staging import staged
+from bertkit.weight_files import read_config_json
 
 logger = logging.getLogger("bertkit")
 

@@ -25,7 +25,6 @@ from typing import Any, ClassVar
 import torch
 from torch import Tensor, nn
 
-from bertkit.checkpoint_io import read_weights
 from bertkit.errors import BertkitError, is_whole, refusing_getattr
 from bertkit.heads import BertForMaskedLM
 from bertkit.hub import SBERT_CONFIG, read_json
@@ -35,6 +34,7 @@ from bertkit.padding import moved
 from bertkit.sentence import models
 from bertkit.sentence.directory import transformer_max_seq_length
 from bertkit.tokenization import AutoTokenizer
+from bertkit.weight_files import read_weights
 
 # The head's row block when chunk_size is unset, on the CPU: the decoder's (rows, H) x (H, V) product ran at 78
 # GFLOPS on 64 rows and 48 on 1,024 (one EPYC core, MiniLM's 384 x 30,522), whose logits stay in the caches.
@@ -338,7 +338,7 @@ def load_masked_lm(path: Path) -> BertForMaskedLM:
     SPLADE's weights are that head's logits, and a head drawn at random would give random word pieces."""
     weights = read_weights(path)
     if not any(k.startswith(("cls.predictions.", "bert.cls.predictions.")) for k in weights):
-        from bertkit.checkpoint_io import read_config_json
+        from bertkit.weight_files import read_config_json
 
         architectures = read_config_json(path).get("architectures")
         raise BertkitError(f"{path} has no masked-LM head (no cls.predictions weights; architectures "
