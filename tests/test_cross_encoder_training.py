@@ -241,16 +241,16 @@ def test_torch_compile_compiles_the_encoder_a_loss_wraps(tmp_path, minilm_2_laye
     from bertkit.errors import BertkitError
     from bertkit.sentence.cross_encoder import CrossEncoder, losses
     from bertkit.sentence.cross_encoder.trainer import CrossEncoderLossModel
-    from bertkit.training.loop import _compile
+    from bertkit.training.run_setup import compile_encoders
 
     model = CrossEncoder(cross_encoder_directory(minilm_2_layers, tmp_path / "ce"), max_length=16)
     wrapped = CrossEncoderLossModel(losses.BinaryCrossEntropyLoss(model))
     layers = [m for m in wrapped.modules() if type(m).__name__ == "BertLayer"]
     assert len(layers) == 2 and not any(layer._compiled_call_impl for layer in layers)
-    _compile(wrapped)
+    compile_encoders(wrapped)
     assert all(layer._compiled_call_impl is not None for layer in layers)
     with pytest.raises(BertkitError, match="Linear holds no encoder with compile_layers"):
-        _compile(torch.nn.Linear(2, 2))
+        compile_encoders(torch.nn.Linear(2, 2))
 
 
 def test_listwise_no_duplicates_batches_are_sentence_transformers(minilm_2_layers, tmp_path):

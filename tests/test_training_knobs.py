@@ -15,7 +15,7 @@ from bertkit.cli import main
 from bertkit.settings import GlueSettings, TrainingSettings
 from bertkit.settings.fields import on_command_line
 from bertkit.training import finetune_run, trainer
-from bertkit.training.loop import cadence, run_fingerprint
+from bertkit.training.run_setup import cadence, run_fingerprint
 
 WORDS = ["good", "bad", "the", "movie", "was"]
 ROWS = [(f"the movie was {w}", int(w == "good")) for w in ("good", "bad") * 8]  # 16 rows: 2 batches of 8
@@ -79,7 +79,7 @@ def reach_loop(monkeypatch):
 
     def loop(model, phases, args, **kwargs):
         seen.clear()
-        seen.update(args=args, steps=sum(p.steps for p in phases), cadence=cadence(args, phases),
+        seen.update(args=args, steps=sum(p.steps for p in phases), cadence=cadence(args, sum(p.steps for p in phases)),
                     warmup=args.warmup_for(sum(p.steps for p in phases)), fingerprint=run_fingerprint(args, None))
         raise _Reached
 

@@ -24,10 +24,10 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from bertkit._hardware import resolve_device, warn_if_bf16_is_emulated
+from bertkit._hardware import resolve_device
 from bertkit._parallel import DistInfo
-from bertkit.errors import BertkitError, NonFiniteError
-from bertkit.settings import TrainingSettings, checkpoint_fields, resume_fingerprint
+from bertkit.errors import NonFiniteError
+from bertkit.settings import TrainingSettings
 from bertkit.training.batch_plan import Batch, BatchPlan, epoch_loader
 from bertkit.training.callbacks import TrainerControl
 from bertkit.training.checkpoint import (
@@ -44,6 +44,7 @@ from bertkit.training.checkpoint import (
 from bertkit.training.distributed import accumulating, all_gather, any_rank, current, replicate
 from bertkit.training.optim import optimisation
 from bertkit.training.run_log import RunLog
+from bertkit.training.run_setup import cadence, check_phases, compile_encoders, prepare_model, run_fingerprint
 from bertkit.training.step_reads import LogWindow, MicroLoss, read_step
 from bertkit.training.token_loss import item_counter, loss_to_log, model_loss, objective, step_targets
 
@@ -206,9 +207,9 @@ class _Run:
         out_dir.mkdir(parents=True, exist_ok=True)
         fingerprint = run_fingerprint(args, fingerprint)
         total = sum(p.steps for p in phases)
-        _check_phases(args, phases, info)
+        check_phases(args, phases, info)
         device = resolve_device(args.device, info.local_rank)
-        _prepare_model(model, args, device)
+        prepare_model(model, args, device)
         found = checkpoint_to_resume(out_dir, fingerprint, hooks.layout, resume)
         if found is not None:
             load_model_state(model, found[1]["model"])
@@ -216,10 +217,10 @@ class _Run:
         optimizer, scheduler, scaler = optimisation(model, args, hooks.schedule_steps or total, device,
                                                       hooks.param_groups)
         if args.torch_compile:
-            _compile(model)
+            compile_encoders(model)
         run = cls(args, info, device, phases, total, fingerprint, model, module, optimizer, scheduler, scaler,
                   evaluate, batch_metrics, Position(), RunLog(out_dir, info.is_main), hooks=hooks,
-                  **cadence(args, phases))
+                  **cadence(args, total))
         if found is not None:
             run.restore(*found)
         else:
@@ -528,57 +529,6 @@ class _Run:
             self.checkpoint()
         self.log_file.close()
         return TrainResult(self.pos.step, self.log_file.history, self.pos.skipped, self.window.train_loss())
-
-
-def run_fingerprint(args: TrainingSettings, fingerprint: dict[str, Any] | None) -> dict[str, Any]:
-    """What a run's checkpoints record and ``resume`` must find unchanged: the settings that change the result
-    (declared ``checkpoint``) and the caller's facts (model config, data)."""
-    return {"train": resume_fingerprint(args, checkpoint_fields(args)), **(fingerprint or {})}
-
-
-def cadence(args: TrainingSettings, phases: list[Phase]) -> dict[str, int | None]:
-    """Every how many optimiser steps the run logs, evaluates and saves ("epoch" logging, evaluation and saving
-    happen in ``run_epoch``; the last step is always logged)."""
-    total = sum(p.steps for p in phases)
-    return {"log_every": args.steps_of(args.logging_steps, total) if args.logging_strategy == "steps" else total + 1,
-            "eval_every": (args.steps_of(args.eval_steps or args.logging_steps, total)
-                           if args.eval_strategy == "steps" else None),
-            "save_every": args.steps_of(args.save_steps, total) if args.save_strategy == "steps" else None}
-
-
-def _check_phases(args: TrainingSettings, phases: list[Phase], info: DistInfo) -> None:
-    if args.learning_rate is None:
-        raise BertkitError("the training loop needs a learning rate (learning_rate is None)")
-    for phase in phases:
-        if (phase.plan.rank, phase.plan.world_size) != (info.rank, info.world_size):
-            raise BertkitError(f"phase {phase.name!r}: its BatchPlan is for rank {phase.plan.rank} of "
-                               f"{phase.plan.world_size} but this process is rank {info.rank} of "
-                               f"{info.world_size}; build plans with rank=/world_size= from "
-                               "bertkit.training.distributed.current()")
-
-
-def _prepare_model(model: nn.Module, args: TrainingSettings, device: str) -> None:
-    if args.bf16:
-        warn_if_bf16_is_emulated(torch.device(device).type)
-    if args.gradient_checkpointing:
-        for encoder in _encoders(model, "gradient checkpointing"):
-            encoder.gradient_checkpointing = True
-
-
-def _compile(model: nn.Module) -> None:
-    """Compile the layers of every bertkit encoder in ``model``."""
-    for encoder in _encoders(model, "compile"):
-        encoder.compile_layers()
-
-
-def _encoders(model: nn.Module, what: str) -> list[nn.Module]:
-    """Every bertkit encoder in ``model`` (a sentence-transformers loss wraps its model, a cross-encoder or a sparse
-    encoder keeps its encoder deeper than ``.bert``); ``what`` needs one."""
-    encoders = [m for m in model.modules() if hasattr(m, "compile_layers")]
-    if not encoders:
-        raise BertkitError(f"{what} needs a bertkit model; {type(model).__name__} holds no encoder "
-                           "with compile_layers()")
-    return encoders
 
 
 def _clip_grad_norm(module: nn.Module, max_norm: float) -> Tensor:

@@ -62,7 +62,8 @@ from bertkit.training.checkpoint import (
     remove_torn_writes,
 )
 from bertkit.training.distributed import agree, current, join_for_process
-from bertkit.training.loop import LoopHooks, Phase, Position, run_fingerprint, train
+from bertkit.training.loop import LoopHooks, Phase, Position, train
+from bertkit.training.run_setup import run_fingerprint
 from bertkit.training.token_loss import forward_parameters
 from bertkit.training.trainer_args import TrainingArguments
 from bertkit.training.trainer_eval import TrainerEvaluation
