@@ -449,18 +449,28 @@ def test_a_corrupt_tensorflow_index_or_config_is_named_not_a_parser_traceback(ti
     import numpy as np
 
     from bertkit.inference.tf_checkpoint import convert_tf_checkpoint, read_sstable, read_tf_checkpoint
-    from tf_bundle_helpers import write_bundle  # tests/ is on sys.path under pytest
+    from tf_bundle_helpers import (  # tests/ is on sys.path under pytest
+        bundle_entries,
+        write_bundle,
+        write_table,
+    )
 
     index = tmp_path / "zeros.ckpt.index"  # the magic number, and offsets pointing at nothing
     index.write_bytes(b"\x00" * 140 + struct.pack("<Q", 0xDB4775248B80FB57))
-    with pytest.raises(BertkitError, match=r"zeros\.ckpt\.index is corrupt \(.*\); copy the checkpoint"):
+    with pytest.raises(BertkitError, match=r"zeros\.ckpt\.index is corrupt: a block of 0 bytes at offset 0 fails its "):
+        read_sstable(index)
+    index.write_bytes(b"\x00" * 8 + struct.pack("<Q", 0xDB4775248B80FB57))  # shorter than a table's footer
+    with pytest.raises(BertkitError, match=r"zeros\.ckpt\.index is not a TensorFlow checkpoint index"):
         read_sstable(index)
     write_bundle(tmp_path / "bert_model.ckpt", {"bert/pooler/dense/bias": np.zeros(4, np.float32)})
-    good = (tmp_path / "bert_model.ckpt.index").read_bytes()
-    at = good.index(b"bert/pooler/dense/bias") + len(b"bert/pooler/dense/bias")
-    (tmp_path / "bert_model.ckpt.index").write_bytes(good[:at] + b"\x0e" + good[at + 1:])  # wire type 6 in the entry
-    with pytest.raises(BertkitError, match=r"bert_model\.ckpt\.index is corrupt \(ValueError: unsupported protobuf"):
-        read_tf_checkpoint(tmp_path / "bert_model.ckpt")
+    # entries a writer other than TensorFlow got wrong, in blocks whose checksums hold: named, not a TypeError
+    header, (name, entry) = bundle_entries({"bert/pooler/dense/bias": np.zeros(4, np.float32)})[0]
+    for bad, why in ((b"\x0e" + entry[1:], "unsupported protobuf wire type 6"),  # the dtype's tag
+                     (b"\x0a\x01\x00" + entry[2:], "a field holds bytes where the bundle's format has int"),
+                     (entry + b"\x10\x04", "a field holds int where the bundle's format has bytes")):
+        write_table(tmp_path / "bert_model.ckpt.index", [header, (name, bad)])
+        with pytest.raises(BertkitError, match=rf"bert_model\.ckpt\.index is corrupt \(ValueError: {why}"):
+            read_tf_checkpoint(tmp_path / "bert_model.ckpt")
     (tmp_path / "bert_config.json").write_text("hidden_size = 32\n")
     with pytest.raises(BertkitError, match=r"bert_config\.json is not valid JSON"):
         convert_tf_checkpoint(tmp_path / "bert_model.ckpt", tmp_path / "bert_config.json",

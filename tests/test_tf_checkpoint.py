@@ -332,3 +332,56 @@ def test_a_corrupted_data_shard_fails_its_checksum_naming_the_tensor_and_file(tm
     shard.write_bytes(bytes(data))
     with pytest.raises(BertkitError, match=r"data-00000-of-00001: variable bert/pooler/dense/kernel fails its checksum"):
         read_tf_checkpoint(tmp_path / "bert_model.ckpt")
+
+
+def test_a_flipped_byte_in_the_index_fails_its_block_checksum_not_read_as_another_tensor(tmp_path):
+    """Each SSTable block ends with the masked crc32c TensorFlow checks ("block checksum mismatch"). Unchecked, a
+    variable's dtype flipped from float32 (1) to int32 (3) read the kernel's bytes as integers (1.5 -> 1069547520),
+    and other flips read no variable at all or failed with a TypeError."""
+    kernel = np.full((H, H), 1.5, np.float32)
+    write_bundle(tmp_path / "bert_model.ckpt", {"bert/pooler/dense/kernel": kernel})
+    good = (tmp_path / "bert_model.ckpt.index").read_bytes()
+    at = good.index(b"bert/pooler/dense/kernel") + len(b"bert/pooler/dense/kernel")
+    assert good[at:at + 2] == b"\x08\x01"  # the entry's first field: dtype float32
+    (tmp_path / "bert_model.ckpt.index").write_bytes(good[:at + 1] + b"\x03" + good[at + 2:])
+    with pytest.raises(BertkitError, match=r"bert_model\.ckpt\.index is corrupt: a block of \d+ bytes at offset 0 "
+                                           r"fails its checksum \(crc32c 0x[0-9a-f]{8}, recorded 0x[0-9a-f]{8}\)"):
+        read_tf_checkpoint(tmp_path / "bert_model.ckpt")
+    (tmp_path / "bert_model.ckpt.index").write_bytes(good)
+    assert read_tf_checkpoint(tmp_path / "bert_model.ckpt")["bert/pooler/dense/kernel"].tolist() == kernel.tolist()
+
+
+def test_a_checkpoint_is_found_from_its_directory_or_any_of_its_files(tmp_path):
+    """tf.train.load_checkpoint takes a directory (its `checkpoint` file names the latest save): so does bertkit,
+    and a directory of one checkpoint without that file (Google's downloads); .meta is a checkpoint's file too."""
+    from bertkit.inference.tf_checkpoint import checkpoint_prefix
+
+    bias = {"bert/pooler/dense/bias": np.arange(H, dtype=np.float32)}
+    write_bundle(tmp_path / "bert_model.ckpt", bias)
+    for name in ("", "bert_model.ckpt.index", "bert_model.ckpt.meta", "bert_model.ckpt.data-00000-of-00001"):
+        assert checkpoint_prefix(tmp_path / name) == tmp_path / "bert_model.ckpt"
+    assert read_tf_checkpoint(tmp_path)["bert/pooler/dense/bias"].tolist() == list(range(H))
+    write_bundle(tmp_path / "model.ckpt-20", {"bert/pooler/dense/bias": np.ones(H, np.float32)})
+    with pytest.raises(BertkitError, match=r"holding 2 TensorFlow checkpoints \(\['bert_model.ckpt', 'model.ckpt-20'\]"
+                                           r"\) and no `checkpoint` file naming the latest"):
+        read_tf_checkpoint(tmp_path)
+    # as tf.compat.v1.train.Saver writes it, and one moved here from the machine that trained (a name in octal)
+    for latest in ('"model.ckpt-20"', '"/gone/run/model.ckpt-20"'):
+        (tmp_path / "checkpoint").write_text(f'model_checkpoint_path: {latest}\nall_model_checkpoint_paths: '
+                                             f'"bert_model.ckpt"\nall_model_checkpoint_paths: {latest}\n')
+        assert read_tf_checkpoint(tmp_path)["bert/pooler/dense/bias"].tolist() == [1.0] * H
+    write_bundle(tmp_path / "mod\u00e8l.ckpt", bias)
+    (tmp_path / "checkpoint").write_text('model_checkpoint_path: "mod\\303\\250l.ckpt"\n')
+    assert checkpoint_prefix(tmp_path) == tmp_path / "mod\u00e8l.ckpt"
+    (tmp_path / "checkpoint").write_text('model_checkpoint_path: "model.ckpt-30"\n')
+    with pytest.raises(BertkitError, match=r"checkpoint names model.ckpt-30 as the latest checkpoint, but .* has no "
+                                           r"model.ckpt-30.index"):
+        read_tf_checkpoint(tmp_path)
+
+
+def test_a_shard_of_empty_tensors_only_is_read(tmp_path):
+    """TensorFlow writes a 0-byte data file when every tensor is empty; it cannot be memory-mapped (was: numpy's
+    "cannot mmap an empty file")."""
+    write_bundle(tmp_path / "bert_model.ckpt", {"bert/pooler/dense/bias": np.zeros((0, 3), np.float32)})
+    assert (tmp_path / "bert_model.ckpt.data-00000-of-00001").stat().st_size == 0
+    assert read_tf_checkpoint(tmp_path / "bert_model.ckpt")["bert/pooler/dense/bias"].shape == (0, 3)

@@ -25,95 +25,6 @@ from bertkit.staging import staged
 
 logger = logging.getLogger("bertkit")
 
-# -- Protobuf wire format and the SSTable (LevelDB table) the .index file is ------------------------------------------
-
-_TABLE_MAGIC = 0xDB4775248B80FB57  # LevelDB's table magic number, the last 8 bytes of the file
-_FOOTER = 48
-# tensorflow/core/framework/types.proto DataType -> numpy dtype (bfloat16 is read as uint16 bits)
-_DTYPES = {1: np.float32, 2: np.float64, 3: np.int32, 4: np.uint8, 5: np.int16, 6: np.int8, 9: np.int64,
-           10: np.bool_, 14: "bfloat16", 17: np.uint16, 19: np.float16, 22: np.uint32, 23: np.uint64}
-
-
-def _varint(buf: bytes, pos: int) -> tuple[int, int]:
-    result = shift = 0
-    while True:
-        b = buf[pos]
-        pos += 1
-        result |= (b & 0x7F) << shift
-        if b < 0x80:
-            return result, pos
-        shift += 7
-
-
-def _fields(buf: bytes) -> list[tuple[int, Any]]:
-    """(field number, value) pairs of one protobuf message: ints for varint/fixed, bytes for length-delimited."""
-    out, pos = [], 0
-    while pos < len(buf):
-        key, pos = _varint(buf, pos)
-        number, wire = key >> 3, key & 7
-        if wire == 0:
-            value, pos = _varint(buf, pos)
-        elif wire == 1:
-            value, pos = struct.unpack_from("<Q", buf, pos)[0], pos + 8
-        elif wire == 2:
-            n, pos = _varint(buf, pos)
-            value, pos = buf[pos:pos + n], pos + n
-        elif wire == 5:
-            value, pos = struct.unpack_from("<I", buf, pos)[0], pos + 4
-        else:
-            raise ValueError(f"unsupported protobuf wire type {wire}")
-        out.append((number, value))
-    return out
-
-
-def _block(data: bytes, offset: int, size: int, source: Path) -> list[tuple[bytes, bytes]]:
-    """The (key, value) entries of one SSTable block (keys are prefix-compressed against the previous one)."""
-    compression = data[offset + size] if offset + size < len(data) else None
-    if compression not in (0, None):
-        raise BertkitError(f"{source}: block compressed with type {compression} (snappy); bertkit reads the "
-                           "uncompressed bundles TensorFlow writes for checkpoints: re-save it with TensorFlow")
-    block = data[offset:offset + size]
-    num_restarts = struct.unpack_from("<I", block, len(block) - 4)[0]
-    end = len(block) - 4 - 4 * num_restarts
-    entries, pos, key = [], 0, b""
-    while pos < end:
-        shared, pos = _varint(block, pos)
-        unshared, pos = _varint(block, pos)
-        value_len, pos = _varint(block, pos)
-        key = key[:shared] + block[pos:pos + unshared]
-        pos += unshared
-        entries.append((key, block[pos:pos + value_len]))
-        pos += value_len
-    return entries
-
-
-def read_sstable(path: Path) -> dict[bytes, bytes]:
-    """Every (key, value) of a LevelDB-format table file, as TensorFlow's tensor bundle index writes it."""
-    data = path.read_bytes()
-    if len(data) < _FOOTER or struct.unpack_from("<Q", data, len(data) - 8)[0] != _TABLE_MAGIC:
-        raise BertkitError(f"{path} is not a TensorFlow checkpoint index (no SSTable magic number at its end); "
-                           "pass the checkpoint prefix, e.g. bert_model.ckpt (beside bert_model.ckpt.index)")
-    try:
-        footer = data[len(data) - _FOOTER:]
-        _, pos = _varint(footer, 0)  # metaindex handle (unused: bundles have no filter blocks)
-        _, pos = _varint(footer, pos)
-        index_offset, pos = _varint(footer, pos)
-        index_size, _ = _varint(footer, pos)
-        table: dict[bytes, bytes] = {}
-        for _, handle in _block(data, index_offset, index_size, path):
-            offset, p = _varint(handle, 0)
-            size, _ = _varint(handle, p)
-            table.update(_block(data, offset, size, path))
-    except (IndexError, struct.error) as e:  # an offset or length pointing outside the file
-        raise _corrupt(path, e) from None
-    return table
-
-
-def _corrupt(path: Path, e: Exception) -> BertkitError:
-    return BertkitError(f"{path} is corrupt ({type(e).__name__}: {e}); copy the checkpoint's .index and .data-* "
-                        "files again (TensorFlow writes them together)")
-
-
 # -- CRC-32C (Castagnoli), as TensorFlow checksums each tensor's bytes ------------------------------------------------
 
 _CRC32C_POLY = 0x82F63B78  # reflected Castagnoli polynomial
@@ -178,6 +89,104 @@ def _unmask(masked: int) -> int:
     return ((rot >> 17) | (rot << 15)) & 0xFFFFFFFF
 
 
+# -- Protobuf wire format and the SSTable (LevelDB table) the .index file is ------------------------------------------
+
+_TABLE_MAGIC = 0xDB4775248B80FB57  # LevelDB's table magic number, the last 8 bytes of the file
+_FOOTER = 48
+# tensorflow/core/framework/types.proto DataType -> numpy dtype (bfloat16 is read as uint16 bits)
+_DTYPES = {1: np.float32, 2: np.float64, 3: np.int32, 4: np.uint8, 5: np.int16, 6: np.int8, 9: np.int64,
+           10: np.bool_, 14: "bfloat16", 17: np.uint16, 19: np.float16, 22: np.uint32, 23: np.uint64}
+
+
+def _varint(buf: bytes, pos: int) -> tuple[int, int]:
+    result = shift = 0
+    while True:
+        b = buf[pos]
+        pos += 1
+        result |= (b & 0x7F) << shift
+        if b < 0x80:
+            return result, pos
+        shift += 7
+
+
+def _fields(buf: bytes) -> list[tuple[int, Any]]:
+    """(field number, value) pairs of one protobuf message: ints for varint/fixed, bytes for length-delimited."""
+    out, pos = [], 0
+    while pos < len(buf):
+        key, pos = _varint(buf, pos)
+        number, wire = key >> 3, key & 7
+        if wire == 0:
+            value, pos = _varint(buf, pos)
+        elif wire == 1:
+            value, pos = struct.unpack_from("<Q", buf, pos)[0], pos + 8
+        elif wire == 2:
+            n, pos = _varint(buf, pos)
+            value, pos = buf[pos:pos + n], pos + n
+        elif wire == 5:
+            value, pos = struct.unpack_from("<I", buf, pos)[0], pos + 4
+        else:
+            raise ValueError(f"unsupported protobuf wire type {wire}")
+        out.append((number, value))
+    return out
+
+
+def _block(data: bytes, offset: int, size: int, source: Path) -> list[tuple[bytes, bytes]]:
+    """The (key, value) entries of one SSTable block (keys are prefix-compressed against the previous one), after
+    its checksum: each block is followed by a type byte and the masked crc32c of both, which TensorFlow checks, so
+    a flipped byte in a variable's entry (its dtype, shape or offset) is refused, not read as another tensor."""
+    trailer = data[offset + size:offset + size + 5]
+    if len(trailer) != 5:
+        raise IndexError(f"a block of {size} bytes at offset {offset} runs past the end of the file ({len(data)} bytes)")
+    expected = _unmask(struct.unpack("<I", trailer[1:])[0])
+    if (actual := crc32c(data[offset:offset + size + 1])) != expected:
+        raise BertkitError(f"{source} is corrupt: a block of {size} bytes at offset {offset} fails its checksum "
+                           f"(crc32c {actual:#010x}, recorded {expected:#010x}); copy the checkpoint's .index and "
+                           ".data-* files again (TensorFlow writes them together)")
+    if trailer[0] != 0:
+        raise BertkitError(f"{source}: block compressed with type {trailer[0]} (snappy); bertkit reads the "
+                           "uncompressed bundles TensorFlow writes for checkpoints: re-save it with TensorFlow")
+    block = data[offset:offset + size]
+    num_restarts = struct.unpack_from("<I", block, len(block) - 4)[0]
+    end = len(block) - 4 - 4 * num_restarts
+    entries, pos, key = [], 0, b""
+    while pos < end:
+        shared, pos = _varint(block, pos)
+        unshared, pos = _varint(block, pos)
+        value_len, pos = _varint(block, pos)
+        key = key[:shared] + block[pos:pos + unshared]
+        pos += unshared
+        entries.append((key, block[pos:pos + value_len]))
+        pos += value_len
+    return entries
+
+
+def read_sstable(path: Path) -> dict[bytes, bytes]:
+    """Every (key, value) of a LevelDB-format table file, as TensorFlow's tensor bundle index writes it."""
+    data = path.read_bytes()
+    if len(data) < _FOOTER or struct.unpack_from("<Q", data, len(data) - 8)[0] != _TABLE_MAGIC:
+        raise BertkitError(f"{path} is not a TensorFlow checkpoint index (no SSTable magic number at its end); "
+                           "pass the checkpoint prefix, e.g. bert_model.ckpt (beside bert_model.ckpt.index)")
+    try:
+        footer = data[len(data) - _FOOTER:]
+        _, pos = _varint(footer, 0)  # metaindex handle (unused: bundles have no filter blocks)
+        _, pos = _varint(footer, pos)
+        index_offset, pos = _varint(footer, pos)
+        index_size, _ = _varint(footer, pos)
+        table: dict[bytes, bytes] = {}
+        for _, handle in _block(data, index_offset, index_size, path):
+            offset, p = _varint(handle, 0)
+            size, _ = _varint(handle, p)
+            table.update(_block(data, offset, size, path))
+    except (IndexError, struct.error) as e:  # an offset or length pointing outside the file
+        raise _corrupt(path, e) from None
+    return table
+
+
+def _corrupt(path: Path, e: Exception) -> BertkitError:
+    return BertkitError(f"{path} is corrupt ({type(e).__name__}: {e}); copy the checkpoint's .index and .data-* "
+                        "files again (TensorFlow writes them together)")
+
+
 @dataclass(frozen=True)
 class BundleEntry:
     """One variable's ``BundleEntryProto`` (tensorflow/core/protobuf/tensor_bundle.proto)."""
@@ -194,21 +203,73 @@ class BundleEntry:
 def _entry(value: bytes) -> BundleEntry:
     f = dict(_fields(value))  # each field of a BundleEntryProto appears once
     # TensorShapeProto: repeated Dim dim = 2 { int64 size = 1 }
-    shape = tuple(next((v for k, v in _fields(dim) if k == 1), 0) for n, dim in _fields(f.get(2, b"")) if n == 2)
+    dims = [dim for n, dim in _fields(_of_type(f.get(2, b""), bytes)) if n == 2]
+    shape = tuple(_of_type(next((v for k, v in _fields(_of_type(dim, bytes)) if k == 1), 0), int) for dim in dims)
+    for number in (1, 3, 4, 5, 6):
+        _of_type(f.get(number, 0), int)
     return BundleEntry(dtype=f.get(1, 0), shape=shape, shard=f.get(3, 0), offset=f.get(4, 0), size=f.get(5, 0),
                        sliced=7 in f, crc32c=f.get(6))  # 6: fixed32 crc32c, masked; 7: slices
 
 
+def _of_type(value: Any, kind: type) -> Any:
+    if not isinstance(value, kind):  # a field of another wire type than its .proto's
+        raise ValueError(f"a field holds {type(value).__name__} where the bundle's format has {kind.__name__}")
+    return value
+
+
+_CHECKPOINT_STATE = re.compile(r'^model_checkpoint_path:\s*"((?:[^"\\]|\\.)*)"', re.MULTILINE)
+
+
+def checkpoint_prefix(path: str | Path) -> Path:
+    """The prefix (``.../bert_model.ckpt``) of the checkpoint ``path`` names, as tf.train.load_checkpoint takes it:
+    the prefix itself, one of its files (.index, .data-*, .meta), or a directory, whose ``checkpoint`` file names the
+    latest save (tf.train.Saver's and tf.train.CheckpointManager's), else its one checkpoint (Google's downloads
+    hold a single bert_model.ckpt and no ``checkpoint`` file)."""
+    path = Path(path)
+    if not path.is_dir():
+        return path.with_name(re.sub(r"\.(index|meta|data-\d{5}-of-\d{5})$", "", path.name))
+    state = path / "checkpoint"
+    if state.is_file() and (m := _CHECKPOINT_STATE.search(state.read_text(encoding="utf-8", errors="replace"))):
+        latest = Path(_unescape(m.group(1)))
+        # a relative name is in the directory; an absolute one from the machine that trained may be too
+        for candidate in ((path / latest,) if not latest.is_absolute() else (latest, path / latest.name)):
+            if candidate.with_name(candidate.name + ".index").is_file():
+                return candidate
+        raise MissingFileError(f"{state} names {latest} as the latest checkpoint, but {path} has no "
+                               f"{latest.name}.index: pass the prefix of one it holds ({_prefixes(path)})")
+    found = _prefixes(path)
+    if not found and (path / "saved_model.pb").is_file():
+        raise BertkitError(f"{path} is a TensorFlow SavedModel, not a checkpoint of google-research/bert's: bertkit "
+                           "converts the bert_model.ckpt of its downloads and of run_pretraining.py / "
+                           "run_classifier.py / run_squad.py")
+    if len(found) != 1:
+        raise MissingFileError(f"{path} is a directory holding {len(found)} TensorFlow checkpoints"
+                               f"{f' ({found})' if found else ''} and no `checkpoint` file naming the latest: pass "
+                               "the checkpoint prefix, e.g. bert_model.ckpt (the name before .index)")
+    return path / found[0]
+
+
+def _unescape(text: str) -> str:
+    """A protobuf text-format string's contents: C escapes, non-ASCII bytes as octal (``\\303\\274`` for ü)."""
+    simple = {b"n": b"\n", b"t": b"\t", b"r": b"\r"}
+    raw = re.sub(rb"\\([0-7]{1,3}|.)", lambda e: bytes([int(e[1], 8) & 0xFF]) if e[1][:1].isdigit()
+                 else simple.get(e[1], e[1]), text.encode("utf-8"))
+    return raw.decode("utf-8", errors="replace")
+
+
+def _prefixes(directory: Path) -> list[str]:
+    return sorted(p.name[:-len(".index")] for p in directory.glob("*.index") if p.is_file())
+
+
 def read_tf_checkpoint(prefix: str | Path, skip: re.Pattern | None = None) -> dict[str, np.ndarray]:
-    """Variables of a TF checkpoint (``prefix`` as TensorFlow names it: ``.../bert_model.ckpt``) as arrays;
-    ``skip`` names variables not to read (their bytes are never touched), e.g. optimizer slots."""
-    prefix = Path(prefix)
-    if prefix.name.endswith(".index") or ".data-" in prefix.name:  # a user passing one of the files
-        prefix = prefix.with_name(prefix.name.split(".index")[0].split(".data-")[0])
+    """Variables of a TF checkpoint (``prefix`` as TensorFlow names it: ``.../bert_model.ckpt``, one of its files, or
+    its directory: ``checkpoint_prefix``) as arrays; ``skip`` names variables not to read (their bytes are never
+    touched), e.g. optimizer slots."""
+    prefix = checkpoint_prefix(prefix)
     index = prefix.with_name(prefix.name + ".index")
     if not index.is_file():
         raise MissingFileError(f"{index} not found: pass the checkpoint prefix (bert_model.ckpt, the name before "
-                               ".index and .data-00000-of-00001)")
+                               ".index and .data-00000-of-00001) or its directory")
     table = read_sstable(index)
     try:
         header = dict(_fields(table.pop(b"", b"")))
@@ -223,7 +284,7 @@ def read_tf_checkpoint(prefix: str | Path, skip: re.Pattern | None = None) -> di
     num_shards = int(header.get(1, 1))
     if header.get(2, 0) != 0:
         raise BertkitError(f"{index}: the checkpoint was written big-endian; bertkit reads little-endian bundles")
-    shards: dict[int, tuple[Path, np.memmap]] = {}
+    shards: dict[int, tuple[Path, np.ndarray]] = {}
     out: dict[str, np.ndarray] = {}
     try:
         for name, e in entries.items():
@@ -239,7 +300,9 @@ def read_tf_checkpoint(prefix: str | Path, skip: re.Pattern | None = None) -> di
                 if not data_file.is_file():
                     raise MissingFileError(f"{data_file} not found: a checkpoint needs its .index and every "
                                            ".data-* shard in the same directory")
-                shards[e.shard] = data_file, np.memmap(data_file, dtype=np.uint8, mode="r")
+                # an empty file (a shard of empty tensors only) cannot be mapped
+                shards[e.shard] = data_file, (np.memmap(data_file, dtype=np.uint8, mode="r")
+                                              if data_file.stat().st_size else np.zeros(0, np.uint8))
             data_file, data = shards[e.shard]
             buf = data[e.offset:e.offset + e.size]
             if len(buf) != e.size:
