@@ -385,3 +385,25 @@ def test_a_shard_of_empty_tensors_only_is_read(tmp_path):
     write_bundle(tmp_path / "bert_model.ckpt", {"bert/pooler/dense/bias": np.zeros((0, 3), np.float32)})
     assert (tmp_path / "bert_model.ckpt.data-00000-of-00001").stat().st_size == 0
     assert read_tf_checkpoint(tmp_path / "bert_model.ckpt")["bert/pooler/dense/bias"].shape == (0, 3)
+
+
+@pytest.mark.parametrize("dropped", ["bert/pooler/dense/", "cls/predictions/transform/", "cls/seq_relationship/output_bias"])
+def test_a_checkpoint_lacking_a_weight_of_the_model_it_holds_is_refused_not_converted_with_random_ones(tmp_path,
+                                                                                                      tiny_model,
+                                                                                                      dropped):
+    """Was: the pooler, the masked-LM transform or the next-sentence bias missing from the checkpoint were written
+    as freshly initialised weights (one warning, exit 0), which every later load took for the checkpoint's."""
+    model = tiny_model(BertForPreTraining, vocab_size=V, hidden_size=H, num_hidden_layers=L, num_attention_heads=NH,
+                       intermediate_size=I, max_position_embeddings=P).eval()
+    google = _google_names(model.published_state_dict())
+    write_bundle(tmp_path / "bert_model.ckpt", {k: v for k, v in google.items() if not k.startswith(dropped)})
+    config = {k: v for k, v in model.config.to_dict().items() if k not in ("model_type", "architectures")}
+    (tmp_path / "bert_config.json").write_text(json.dumps(config))
+    (tmp_path / "vocab.txt").write_text("\n".join(VOCAB) + "\n")
+    with pytest.raises(BertkitError, match=r"bert_model.ckpt holds a BertForPreTraining without .*: converted, "
+                                           "those weights would be random numbers") as refused:
+        convert_tf_checkpoint(tmp_path / "bert_model.ckpt", tmp_path / "bert_config.json", tmp_path / "vocab.txt",
+                              tmp_path / "out")
+    named = re.search(r"without (.*): converted", str(refused.value)).group(1).split(", ")  # Google's names
+    assert sorted(named) == sorted(k for k in google if k.startswith(dropped))
+    assert not (tmp_path / "out").exists()

@@ -366,6 +366,20 @@ def published_name(name: str) -> tuple[str, bool] | None:
     return (f"{module}.{_LEAVES[leaf]}", leaf == "kernel") if leaf in _LEAVES else None
 
 
+def google_name(published: str) -> str:
+    """Google's variable name for the published weight name ``published`` (``published_name``'s inverse)."""
+    heads = {h: g for g, h in _HEADS.items()}
+    if published in heads:
+        return heads[published]
+    name = published if published.startswith(("bert.", "cls.")) else f"bert.{published}"
+    scope, _, leaf = re.sub(r"\.layer\.(\d+)\.", r".layer_\1.", name).replace(".", "/").rpartition("/")
+    if scope.endswith("_embeddings"):
+        return scope
+    if scope.endswith("LayerNorm"):
+        leaf = {"weight": "gamma", "bias": "beta"}[leaf]
+    return f"{scope}/{'kernel' if leaf == 'weight' else leaf}"
+
+
 def tf_to_published(variables: dict[str, np.ndarray]) -> dict[str, torch.Tensor]:
     """Google-named arrays -> a state dict under the published names (kernels transposed); a variable no BERT
     module has is an error. Which encoder weights are missing, or past the config's layers, the strict load says."""
@@ -423,7 +437,14 @@ def convert_tf_checkpoint(tf_checkpoint: str | Path, bert_config: str | Path, vo
     if num_labels is not None and config.num_labels != num_labels:  # run_classifier.py saves no label names
         config = config.with_labels(num_labels)
     model = MODEL_CLASSES[arch](config)
-    model.load_published_state_dict(published, source=str(tf_checkpoint))  # strict: names and shapes
+    loaded = model.load_published_state_dict(published, source=str(tf_checkpoint))  # strict: names and shapes
+    # A head's or the pooler's weight the checkpoint lacks would be written as initialised, then load everywhere as
+    # if it were the checkpoint's (the load above only warns: it serves fine-tuning a head from an encoder).
+    fresh = [key for key in model.published_state_dict() if key not in loaded]
+    if fresh:
+        raise BertkitError(f"{tf_checkpoint} holds a {arch} without {', '.join(map(google_name, fresh))}: converted, "
+                           "those weights would be random numbers saved as the checkpoint's; convert the "
+                           "checkpoint these variables were saved in")
     with staged(output_dir) as out:  # the model and its tokenizer appear together, or not at all
         model.save_pretrained(out)  # config.json (architectures: [arch]) and model.safetensors
         tokenizer.save_pretrained(out)
