@@ -407,3 +407,43 @@ def test_a_checkpoint_lacking_a_weight_of_the_model_it_holds_is_refused_not_conv
     named = re.search(r"without (.*): converted", str(refused.value)).group(1).split(", ")  # Google's names
     assert sorted(named) == sorted(k for k in google if k.startswith(dropped))
     assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.slow
+def test_string_variables_read_as_tensorflow_reads_them(tmp_path):
+    """tf.string variables (a step or a note kept beside the weights) were refused as a dtype bertkit does not read;
+    now read as tf.train.load_checkpoint returns them: bytes objects, empty and non-UTF-8 ones included."""
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+    tf = pytest.importorskip("tensorflow", reason="needs TensorFlow to write the checkpoint: pip install tensorflow-cpu")
+    v1 = tf.compat.v1
+    values = {"note": b"step 1000", "table": np.array([[b"x", b""], [b"\xff\x00z" * 50, "\u00fc".encode()]], object),
+              "none": np.zeros(0, object), "bert/pooler/dense/bias": np.arange(3, dtype=np.float32)}
+    graph = tf.Graph()
+    with graph.as_default():
+        saver = v1.train.Saver({name: v1.Variable(value, name=f"v{i}") for i, (name, value) in enumerate(values.items())})
+        with v1.Session(graph=graph) as sess:
+            sess.run(v1.global_variables_initializer())
+            prefix = saver.save(sess, str(tmp_path / "model.ckpt"))
+    reader, got = tf.train.load_checkpoint(prefix), read_tf_checkpoint(tmp_path)
+    for name in values:
+        want = np.asarray(reader.get_tensor(name))
+        assert got[name].shape == want.shape and got[name].tolist() == want.tolist(), name
+    assert got["note"].dtype == object and got["table"][1, 0] == b"\xff\x00z" * 50
+
+
+def test_a_string_variable_whose_lengths_do_not_fit_its_bytes_is_named_corrupt(tmp_path):
+    """TensorFlow's string layout: each length as a varint, their masked crc32c, then the bytes (the slow test above
+    reads TensorFlow's own). An entry without a checksum whose lengths overrun its bytes: named, not an IndexError."""
+    from tf_bundle_helpers import _field, write_table
+
+    def entry(size: int) -> bytes:  # dtype 7 (string), shape [2], offset 0, no crc32c
+        return _field(1, 7) + _field(2, _field(2, _field(1, 2))) + _field(4, 0) + _field(5, size)
+
+    data = bytes([2, 3]) + b"\x00" * 4 + b"abxyz"  # "ab", "xyz" (an unchecked length checksum)
+    (tmp_path / "s.ckpt.data-00000-of-00001").write_bytes(data)
+    write_table(tmp_path / "s.ckpt.index", [(b"", _field(1, 1)), (b"names", entry(len(data)))])
+    assert read_tf_checkpoint(tmp_path / "s.ckpt")["names"].tolist() == [b"ab", b"xyz"]
+    (tmp_path / "s.ckpt.data-00000-of-00001").write_bytes(bytes([2, 9]) + data[2:])
+    with pytest.raises(BertkitError, match=r"s\.ckpt\.index: the lengths of string variable names do not fit its 11 "
+                                           r"bytes: the checkpoint is corrupt"):
+        read_tf_checkpoint(tmp_path / "s.ckpt")

@@ -211,6 +211,28 @@ def _entry(value: bytes) -> BundleEntry:
                        sliced=7 in f, crc32c=f.get(6))  # 6: fixed32 crc32c, masked; 7: slices
 
 
+_DT_STRING = 7
+
+
+def _strings(buf: np.ndarray, count: int) -> tuple[list[bytes] | None, bytes]:
+    """A string tensor's elements and the bytes its checksum covers. TensorFlow writes each element's length as a
+    varint, the masked crc32c of those lengths, then the bytes; the entry's crc32c is over the lengths as uint32s,
+    that checksum and the bytes. Lengths that do not fit the buffer: None (the checksum then fails)."""
+    raw = bytes(buf)
+    lengths, pos = [], 0
+    try:
+        for _ in range(count):
+            n, pos = _varint(raw, pos)
+            lengths.append(n)
+    except IndexError:
+        return None, raw
+    if pos + 4 + sum(lengths) != len(raw):
+        return None, raw
+    starts = np.cumsum([pos + 4] + lengths)
+    checked = struct.pack(f"<{count}I", *(n & 0xFFFFFFFF for n in lengths)) + raw[pos:]
+    return [raw[a:b] for a, b in zip(starts[:-1], starts[1:])], checked
+
+
 def _of_type(value: Any, kind: type) -> Any:
     if not isinstance(value, kind):  # a field of another wire type than its .proto's
         raise ValueError(f"a field holds {type(value).__name__} where the bundle's format has {kind.__name__}")
@@ -292,9 +314,9 @@ def read_tf_checkpoint(prefix: str | Path, skip: re.Pattern | None = None) -> di
                 continue
             if e.sliced:
                 raise BertkitError(f"{index}: variable {name} is stored in slices (partitioned); not supported")
-            if e.dtype not in _DTYPES:
-                raise BertkitError(f"{index}: variable {name} has TensorFlow dtype {e.dtype} (e.g. a string); "
-                                   "bertkit reads numeric tensors only")
+            if e.dtype not in _DTYPES and e.dtype != _DT_STRING:
+                raise BertkitError(f"{index}: variable {name} has TensorFlow dtype {e.dtype} (complex, quantized or "
+                                   "a resource); bertkit reads numeric and string tensors")
             if e.shard not in shards:
                 data_file = prefix.with_name(f"{prefix.name}.data-{e.shard:05d}-of-{num_shards:05d}")
                 if not data_file.is_file():
@@ -307,10 +329,19 @@ def read_tf_checkpoint(prefix: str | Path, skip: re.Pattern | None = None) -> di
             buf = data[e.offset:e.offset + e.size]
             if len(buf) != e.size:
                 raise BertkitError(f"{index}: variable {name} lies past the end of its data file (truncated copy?)")
-            if e.crc32c is not None and (actual := crc32c(buf)) != (expected := _unmask(e.crc32c)):
+            strings, checked = _strings(buf, int(np.prod(e.shape))) if e.dtype == _DT_STRING else (None, buf)
+            if e.crc32c is not None and (actual := crc32c(checked)) != (expected := _unmask(e.crc32c)):
                 raise BertkitError(f"{data_file}: variable {name} fails its checksum (crc32c {actual:#010x}, "
                                    f"{index.name} records {expected:#010x}): the data file is corrupt; copy the "
                                    "checkpoint again")
+            if e.dtype == _DT_STRING:  # bytes objects, as tf.train.load_checkpoint returns them
+                if strings is None:
+                    raise BertkitError(f"{index}: the lengths of string variable {name} do not fit its {e.size} "
+                                       "bytes: the checkpoint is corrupt; copy it again")
+                out[name] = np.empty(len(strings), dtype=object)
+                out[name][:] = strings
+                out[name] = out[name].reshape(e.shape)
+                continue
             dtype = _DTYPES[e.dtype]
             if dtype == "bfloat16":
                 bits = np.frombuffer(buf, dtype="<u2").astype(np.uint32) << 16
