@@ -211,6 +211,9 @@ def test_bundle_written_without_tensorflow_converts_to_equal_outputs(tmp_path, t
     with pytest.raises(BertkitError, match="already holds tokenizer.json"):
         convert_tf_checkpoint(tmp_path / "bert_model.ckpt", tmp_path / "bert_config.json", tmp_path / "vocab.txt",
                               tmp_path / "other")
+    # truncation=True cuts at the model's positions (was 512 over its P, and transformers' forward an IndexError)
+    assert json.loads((out / "tokenizer_config.json").read_text())["model_max_length"] == P
+    assert len(BertTokenizer.from_pretrained(out)(" ".join(VOCAB * 3), truncation=True)["input_ids"]) == P
     converted = BertForPreTraining.from_pretrained(out).eval()
     ids = torch.randint(5, V, (2, 9), generator=torch.Generator().manual_seed(1))
     with torch.no_grad():

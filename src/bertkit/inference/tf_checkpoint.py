@@ -456,8 +456,10 @@ def convert_tf_checkpoint(tf_checkpoint: str | Path, bert_config: str | Path, vo
     if existing:  # bertkit never replaces files it did not create (the CLI's --overwrite removes its own first)
         raise BertkitError(f"{output_dir} already holds {', '.join(existing)}; choose a new output directory")
     config = BertConfig.from_dict(read_json_object(bert_config, "pass the checkpoint's bert_config.json"))
+    # model_max_length: where truncation=True cuts, in bertkit and transformers; the default 512 overran a model of
+    # fewer positions (an IndexError in the position embeddings)
     tokenizer = BertTokenizer(vocab, do_lower_case=_guess_lower_case(vocab) if do_lower_case is None
-                              else do_lower_case)
+                              else do_lower_case, model_max_length=config.max_position_embeddings)
     if len(tokenizer) != config.vocab_size:  # before reading the checkpoint (1.3 GB for BERT-LARGE)
         raise BertkitError(f"{vocab} has {len(tokenizer)} tokens but {bert_config} says vocab_size "
                            f"{config.vocab_size}; pass the vocab.txt that came with this checkpoint")
