@@ -281,13 +281,22 @@ def test_a_vocabulary_of_another_size_is_refused_before_the_checkpoint_is_read(t
     assert not (tmp_path / "out").exists()
 
 
-def test_a_tensorflow_2_object_based_checkpoint_is_named_as_such(tmp_path):
+def test_a_tensorflow_2_object_based_checkpoint_is_read_and_named_as_such_by_the_converter(tmp_path):
     """tf.train.Checkpoint (tensorflow/models' BERT) names variables by object path beside a string object graph:
-    refused as that kind of checkpoint, not as a string dtype or as unknown variables."""
+    read as tf.train.load_checkpoint reads it (was refused by the reader too), refused by the converter as that kind
+    of checkpoint, saying what to convert instead, not as unknown variables."""
     write_bundle(tmp_path / "bert_model.ckpt", {"_CHECKPOINTABLE_OBJECT_GRAPH": np.zeros(1, np.float32),
                                                 "model/w/.ATTRIBUTES/VARIABLE_VALUE": np.ones((2, 2), np.float32)})
-    with pytest.raises(BertkitError, match=r"bert_model.ckpt.index is a TensorFlow 2 object-based checkpoint"):
-        read_tf_checkpoint(tmp_path / "bert_model.ckpt")
+    assert read_tf_checkpoint(tmp_path)["model/w/.ATTRIBUTES/VARIABLE_VALUE"].tolist() == [[1.0, 1.0], [1.0, 1.0]]
+    (tmp_path / "bert_config.json").write_text(json.dumps({"vocab_size": V, "hidden_size": H, "num_hidden_layers": L,
+                                                            "num_attention_heads": NH, "intermediate_size": I}))
+    (tmp_path / "vocab.txt").write_text("\n".join(VOCAB) + "\n")
+    with pytest.raises(BertkitError, match=r"bert_model.ckpt is a TensorFlow 2 object-based checkpoint .*: convert "
+                                           r"the bert_model.ckpt of google-research/bert's download of the same model, "
+                                           r"or save the variables with tf.compat.v1.train.Saver"):
+        convert_tf_checkpoint(tmp_path / "bert_model.ckpt", tmp_path / "bert_config.json", tmp_path / "vocab.txt",
+                              tmp_path / "out")
+    assert not (tmp_path / "out").exists()
 
 
 def test_a_checkpoint_without_the_next_sentence_head_converts_as_a_masked_lm(tmp_path, tiny_model):

@@ -298,11 +298,6 @@ def read_tf_checkpoint(prefix: str | Path, skip: re.Pattern | None = None) -> di
         entries = {raw_name.decode("utf-8"): _entry(value) for raw_name, value in sorted(table.items())}
     except (IndexError, struct.error, ValueError) as e:  # a bad varint, wire type or name: the bytes are damaged
         raise _corrupt(index, e) from None
-    if "_CHECKPOINTABLE_OBJECT_GRAPH" in entries:  # tf.train.Checkpoint's object graph, a string tensor
-        raise BertkitError(f"{index} is a TensorFlow 2 object-based checkpoint (tf.train.Checkpoint: variables named "
-                           "by object path, as tensorflow/models' BERT writes them), not one of google-research/bert's "
-                           "(tf.compat.v1.train.Saver's names, bert/encoder/layer_0/...); bertkit reads the latter, "
-                           "the bert_model.ckpt of google-research/bert's downloads")
     num_shards = int(header.get(1, 1))
     if header.get(2, 0) != 0:
         raise BertkitError(f"{index}: the checkpoint was written big-endian; bertkit reads little-endian bundles")
@@ -464,6 +459,12 @@ def convert_tf_checkpoint(tf_checkpoint: str | Path, bert_config: str | Path, vo
         raise BertkitError(f"{vocab} has {len(tokenizer)} tokens but {bert_config} says vocab_size "
                            f"{config.vocab_size}; pass the vocab.txt that came with this checkpoint")
     variables = read_tf_checkpoint(tf_checkpoint, skip=_SKIP)
+    if "_CHECKPOINTABLE_OBJECT_GRAPH" in variables:  # tf.train.Checkpoint's object graph, a string tensor
+        raise BertkitError(f"{tf_checkpoint} is a TensorFlow 2 object-based checkpoint (tf.train.Checkpoint: variables "
+                           "named by object path, as tensorflow/models' BERT writes them), not one of "
+                           "google-research/bert's (tf.compat.v1.train.Saver's names, bert/encoder/layer_0/...), which "
+                           "bertkit converts: convert the bert_model.ckpt of google-research/bert's download of the "
+                           "same model, or save the variables with tf.compat.v1.train.Saver under those names")
     published = tf_to_published(variables)
     arch = next((a for g, a in _ARCHITECTURE if g in variables), "BertModel")
     num_labels = int(published["classifier.weight"].shape[0]) if "classifier.weight" in published else None
