@@ -382,6 +382,11 @@ def test_a_checkpoint_is_found_from_its_directory_or_any_of_its_files(tmp_path):
         (tmp_path / "checkpoint").write_text(f'model_checkpoint_path: {latest}\nall_model_checkpoint_paths: '
                                              f'"bert_model.ckpt"\nall_model_checkpoint_paths: {latest}\n')
         assert read_tf_checkpoint(tmp_path)["bert/pooler/dense/bias"].tolist() == [1.0] * H
+    # a copy of a run whose `checkpoint` names the original's files by absolute path: the copy's own are read
+    (tmp_path / "copy").mkdir()
+    write_bundle(tmp_path / "copy" / "model.ckpt-20", {"bert/pooler/dense/bias": np.full(H, 2.0, np.float32)})
+    (tmp_path / "copy" / "checkpoint").write_text(f'model_checkpoint_path: "{tmp_path / "model.ckpt-20"}"\n')
+    assert read_tf_checkpoint(tmp_path / "copy")["bert/pooler/dense/bias"].tolist() == [2.0] * H
     write_bundle(tmp_path / "mod\u00e8l.ckpt", bias)
     (tmp_path / "checkpoint").write_text('model_checkpoint_path: "mod\\303\\250l.ckpt"\n')
     assert checkpoint_prefix(tmp_path) == tmp_path / "mod\u00e8l.ckpt"

@@ -253,8 +253,9 @@ def checkpoint_prefix(path: str | Path) -> Path:
     state = path / "checkpoint"
     if state.is_file() and (m := _CHECKPOINT_STATE.search(state.read_text(encoding="utf-8", errors="replace"))):
         latest = Path(_unescape(m.group(1)))
-        # a relative name is in the directory; an absolute one from the machine that trained may be too
-        for candidate in ((path / latest,) if not latest.is_absolute() else (latest, path / latest.name)):
+        # A relative name is in the directory. An absolute one (tf.compat.v1.train.Saver's default) is looked for in
+        # the directory first: a copied or moved run's `checkpoint` file still names the original's files.
+        for candidate in ((path / latest,) if not latest.is_absolute() else (path / latest.name, latest)):
             if candidate.with_name(candidate.name + ".index").is_file():
                 return candidate
         raise MissingFileError(f"{state} names {latest} as the latest checkpoint, but {path} has no "
