@@ -464,3 +464,14 @@ def test_a_string_variable_whose_lengths_do_not_fit_its_bytes_is_named_corrupt(t
     with pytest.raises(BertkitError, match=r"s\.ckpt\.index: the lengths of string variable names do not fit its 11 "
                                            r"bytes: the checkpoint is corrupt"):
         read_tf_checkpoint(tmp_path / "s.ckpt")
+
+
+def test_the_flags_of_transformers_conversion_script_say_what_they_are_here(capsys):
+    """Was: "unrecognized arguments" for convert_bert_original_tf_checkpoint_to_pytorch.py's flags."""
+    with pytest.raises(SystemExit):
+        main(["convert-tf-checkpoint", "--tf_checkpoint_path", "c/bert_model.ckpt", "--bert_config_file",
+              "c/bert_config.json", "--vocab", "c/vocab.txt", "--pytorch_dump_path", "c/pytorch_model.bin"])
+    assert capsys.readouterr().err.strip().splitlines()[-1] == (
+        "bertkit: error: unrecognized arguments: --tf-checkpoint-path c/bert_model.ckpt --pytorch-dump-path "
+        "c/pytorch_model.bin (--tf-checkpoint-path is --tf-checkpoint here; --pytorch-dump-path is --output-dir here: "
+        "a directory (config.json, model.safetensors, the tokenizer's files), not one weights file)")

@@ -297,6 +297,10 @@ OTHER_NAMES = {
     "--save-checkpoints-steps": "is --save-steps here",
     "--init-checkpoint": "is --model-name-or-path here (pretrain: --init-from)",
     "--random-seed": "is --seed here",
+    # transformers' convert_bert_original_tf_checkpoint_to_pytorch.py
+    "--tf-checkpoint-path": "is --tf-checkpoint here",
+    "--pytorch-dump-path": "is --output-dir here: a directory (config.json, model.safetensors, the tokenizer's files), "
+                           "not one weights file",
 }
 
 
