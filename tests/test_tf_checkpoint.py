@@ -390,6 +390,11 @@ def test_a_checkpoint_is_found_from_its_directory_or_any_of_its_files(tmp_path):
     write_bundle(tmp_path / "mod\u00e8l.ckpt", bias)
     (tmp_path / "checkpoint").write_text('model_checkpoint_path: "mod\\303\\250l.ckpt"\n')
     assert checkpoint_prefix(tmp_path) == tmp_path / "mod\u00e8l.ckpt"
+    (tmp_path / "saved").mkdir()
+    (tmp_path / "saved" / "saved_model.pb").write_bytes(b"")
+    with pytest.raises(BertkitError, match=r"saved is a TensorFlow SavedModel, not a checkpoint: its variables are "
+                                           r"the TensorFlow 2 checkpoint .*saved/variables/variables"):
+        read_tf_checkpoint(tmp_path / "saved")
     (tmp_path / "checkpoint").write_text('model_checkpoint_path: "model.ckpt-30"\n')
     with pytest.raises(BertkitError, match=r"checkpoint names model.ckpt-30 as the latest checkpoint, but .* has no "
                                            r"model.ckpt-30.index"):

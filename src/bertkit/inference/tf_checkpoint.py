@@ -262,9 +262,10 @@ def checkpoint_prefix(path: str | Path) -> Path:
                                f"{latest.name}.index: pass the prefix of one it holds ({_prefixes(path)})")
     found = _prefixes(path)
     if not found and (path / "saved_model.pb").is_file():
-        raise BertkitError(f"{path} is a TensorFlow SavedModel, not a checkpoint of google-research/bert's: bertkit "
-                           "converts the bert_model.ckpt of its downloads and of run_pretraining.py / "
-                           "run_classifier.py / run_squad.py")
+        raise BertkitError(f"{path} is a TensorFlow SavedModel, not a checkpoint: its variables are the TensorFlow 2 "
+                           f"checkpoint {path / 'variables' / 'variables'}, which read_tf_checkpoint reads; "
+                           "convert-tf-checkpoint converts google-research/bert's bert_model.ckpt (its downloads, "
+                           "run_pretraining.py's, run_classifier.py's, run_squad.py's)")
     if len(found) != 1:
         raise MissingFileError(f"{path} is a directory holding {len(found)} TensorFlow checkpoints"
                                f"{f' ({found})' if found else ''} and no `checkpoint` file naming the latest: pass "
