@@ -879,6 +879,21 @@ def test_config_like_transformers(tmp_path):
     assert transformers.BertConfig.from_pretrained(tmp_path / "cfg").id2label == ours.id2label
 
 
+def test_id2label_assigned_from_json_is_read_with_int_ids(tmp_path):
+    """``config.id2label = json.load(f)`` after construction has string keys: they were kept, so ``id2label[0]``
+    (the pipelines' label names) was a KeyError and ``label2id`` mapped to the strings "0", "1" (written so into
+    config.json, where transformers' run_glue reads them as ids)."""
+    config = bertkit.BertConfig(num_labels=2)
+    config.id2label = json.loads('{"0": "neg", "1": "pos"}')
+    assert config.id2label == {0: "neg", 1: "pos"} and config.label2id == {"neg": 0, "pos": 1}
+    config.save_pretrained(tmp_path)
+    assert transformers.BertConfig.from_pretrained(tmp_path).label2id == {"neg": 0, "pos": 1}
+    for bad, message in (({"1": "pos"}, r"0..n-1, got \[1\]"), (["neg", "pos"], "mapping.*got a list")):
+        with pytest.raises(BertkitError, match=message):
+            config.id2label = bad
+    assert config.id2label == {0: "neg", 1: "pos"}  # a refused map changes nothing
+
+
 def test_dropout_masks_are_transformers_in_the_padded_layout(minilm_dir, batch):
     """One seed, dropout on (train mode): the padded layout draws transformers' dropout masks, so a same-seed run
     gives its numbers; the default layout draws them over the real tokens only, other masks on a padded batch
