@@ -814,6 +814,25 @@ def test_state_dicts_cross_both_ways_with_strict_loading(minilm_dir, batch):
 # ---- gradient checkpointing ------------------------------------------------------------------------------------
 
 
+def test_a_batch_is_laid_out_for_the_attention_dropout_the_modules_apply(monkeypatch):
+    """The layout of a training batch was chosen by ``config.attention_probs_dropout_prob``, while attention applies
+    its module's rate (transformers reads that one too): with the config set to 0 after construction, a GPU in half
+    precision laid the batch out for variable-length attention, which then refused the modules' 0.1 dropout."""
+    import bertkit.padding
+
+    monkeypatch.setattr(bertkit.padding, "varlen_attention", lambda device, dtype: True)  # a GPU's choice, here
+    torch.manual_seed(0)
+    model = BertModel(BertConfig(**{**TINY, "attention_probs_dropout_prob": 0.1})).train()
+    model.config.attention_probs_dropout_prob = 0.0
+    torch.manual_seed(1)
+    out = model(**_batch()).last_hidden_state
+    for layer in model.encoder.layer:
+        assert layer.attention.self.dropout.p == 0.1
+    torch.manual_seed(1)
+    model.config.attention_probs_dropout_prob = 0.1
+    torch.testing.assert_close(model(**_batch()).last_hidden_state, out, rtol=0, atol=0)
+
+
 def test_gradient_checkpointing_enable_gives_the_same_gradients():
     torch.manual_seed(0)
     model = H.BertForSequenceClassification(BertConfig(**TINY))

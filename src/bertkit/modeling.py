@@ -358,7 +358,11 @@ class BertModel(PretrainedMixin, nn.Module):
         return_dict = returns_dataclass(self.config.return_dict, return_dict)
         B, T = check_inputs(self.config, input_ids, token_type_ids, attention_mask, position_ids, inputs_embeds)
         layout, eager = self._resolve_layout(layout, output_attentions, T)
-        attention_dropout = self.config.attention_probs_dropout_prob if self.training else 0.0
+        # The rate the attention modules apply (their nn.Dropout's p, as transformers reads it), not the config's: a
+        # config changed after construction, or a dropout module set to 0, would lay out a batch for another rate
+        # (a layout for no dropout is refused by attention that applies some: variable-length attention on a GPU).
+        attention_dropout = max((layer.attention.self.dropout.p for layer in self.encoder.layer),
+                                default=0.0) if self.training else 0.0
         device = self.position_ids.device
         if device.type == "meta" and self.embeddings.word_embeddings.weight.device.type != "meta":
             raise BertkitError(
