@@ -775,6 +775,33 @@ def test_model_objects(minilm_dir):
     ours.disable_input_require_grads()
     assert not ours.get_input_embeddings()(ids).requires_grad
 
+def test_model_attributes_transformers_code_reads(tmp_path):
+    """``can_generate()``, ``config_class``, ``base_model_prefix``, ``get_memory_footprint()`` and transformers 5's
+    ``set_attn_implementation`` were AttributeErrors; each now answers as transformers' does."""
+    ours, theirs = _pair("BertForMaskedLM", tmp_path)
+    assert ours.can_generate() is theirs.can_generate() is False and H.BertForMaskedLM.can_generate() is False
+    assert ours.base_model_prefix == theirs.base_model_prefix == "bert"
+    assert getattr(ours, ours.base_model_prefix) is ours.bert
+    assert ours.config_class is BertConfig and ours.config_class.__name__ == theirs.config_class.__name__
+    # the parameters' bytes, the tied decoder once (transformers also holds a token_type_ids buffer bertkit has not)
+    assert ours.get_memory_footprint(return_buffers=False) == theirs.get_memory_footprint(return_buffers=False)
+    assert ours.get_memory_footprint() == ours.get_memory_footprint(return_buffers=False) + 8 * TINY["max_position_embeddings"]
+    batch = _batch()
+    want = ours(**batch, output_attentions=True).attentions
+    for model in (ours, theirs):
+        model.set_attn_implementation("eager")
+    assert ours.bert.attn_implementation == "eager"
+    with torch.no_grad():
+        got, hf = ours(**batch, output_attentions=True).attentions, theirs(**batch, output_attentions=True).attentions
+    torch.testing.assert_close(got, want, rtol=0, atol=0)
+    mask = batch["attention_mask"].bool()
+    for a, b in zip(got, hf):  # bertkit's rows at padded queries are zeros
+        torch.testing.assert_close(a.permute(0, 2, 1, 3)[mask], b.permute(0, 2, 1, 3)[mask], **TOL)
+    ours.set_attn_implementation("sdpa")
+    assert ours.bert.attn_implementation == "sdpa"
+    with pytest.raises(BertkitError, match="'flash_attention_2' is not available.*'sdpa'.*'eager'"):
+        ours.set_attn_implementation("flash_attention_2")
+
 # ---- state dicts through the key table -------------------------------------------------------------------------
 
 
