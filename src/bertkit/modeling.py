@@ -361,8 +361,9 @@ class BertModel(PretrainedMixin, nn.Module):
         # The rate the attention modules apply (their nn.Dropout's p, as transformers reads it), not the config's: a
         # config changed after construction, or a dropout module set to 0, would lay out a batch for another rate
         # (a layout for no dropout is refused by attention that applies some: variable-length attention on a GPU).
-        attention_dropout = max((layer.attention.self.dropout.p for layer in self.encoder.layer),
-                                default=0.0) if self.training else 0.0
+        attention_dropout = 0.0
+        for layer in self.encoder.layer if self.training else ():  # a loop, not max() of a generator: no graph break
+            attention_dropout = max(attention_dropout, layer.attention.self.dropout.p)
         device = self.position_ids.device
         if device.type == "meta" and self.embeddings.word_embeddings.weight.device.type != "meta":
             raise BertkitError(
