@@ -802,6 +802,24 @@ def test_model_attributes_transformers_code_reads(tmp_path):
     with pytest.raises(BertkitError, match="'flash_attention_2' is not available.*'sdpa'.*'eager'"):
         ours.set_attn_implementation("flash_attention_2")
 
+def test_the_recipe_that_lengthens_the_position_table_gives_transformers_outputs(tmp_path):
+    """New position embeddings, ``embeddings.position_ids`` and the config's size assigned (transformers' recipe for
+    longer inputs): bertkit kept its positions in another buffer, so a batch without padding failed in torch ("size
+    of tensor a (50) must match ... (40)") while a padded one ran."""
+    ours, theirs = _pair("BertForSequenceClassification", tmp_path)
+    n = 64
+    table = torch.randn(n, TINY["hidden_size"], generator=torch.Generator().manual_seed(2))
+    for model in (ours, theirs):
+        model.bert.embeddings.position_embeddings = torch.nn.Embedding.from_pretrained(table, freeze=False)
+        model.bert.embeddings.position_ids = torch.arange(n).expand((1, -1))
+        model.bert.embeddings.token_type_ids = torch.zeros(1, n, dtype=torch.long)  # transformers' second buffer
+        model.config.max_position_embeddings = n
+    assert [name for name, _ in ours.named_buffers()] == ["bert.embeddings.position_ids"]
+    ids = torch.randint(1, TINY["vocab_size"], (2, 50), generator=torch.Generator().manual_seed(3))
+    for mask in (torch.ones_like(ids), torch.ones_like(ids).index_fill(1, torch.arange(44, 50), 0)):
+        with torch.no_grad():
+            torch.testing.assert_close(ours(ids, mask).logits, theirs(ids, mask).logits, **TOL)
+
 # ---- state dicts through the key table -------------------------------------------------------------------------
 
 

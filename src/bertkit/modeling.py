@@ -66,6 +66,11 @@ class BertEmbeddings(nn.Module):
         self.token_type_embeddings = new_embedding(config.type_vocab_size, config.hidden_size)
         self.LayerNorm = nn.LayerNorm(config.hidden_size, eps=config.layer_norm_eps)  # noqa: N815 - transformers' name
         self.dropout = nn.Dropout(config.hidden_dropout_prob)
+        # (1, max_position_embeddings), where transformers keeps it: the positions of a padded batch, 0..T-1, so the
+        # recipe that lengthens the position table (new position_embeddings, this buffer and the config's size
+        # assigned) lengthens them too
+        self.register_buffer("position_ids", torch.arange(config.max_position_embeddings).expand((1, -1)),
+                             persistent=False)
 
     def forward(self, input_ids: Tensor | None, token_type_ids: Tensor, position_ids: Tensor,
                 inputs_embeds: Tensor | None = None) -> Tensor:
@@ -314,7 +319,6 @@ class BertModel(PretrainedMixin, nn.Module):
         self.embeddings = BertEmbeddings(config)
         self.encoder = BertEncoder(config)
         self.pooler = BertPooler(config) if add_pooling_layer else None
-        self.register_buffer("position_ids", torch.arange(config.max_position_embeddings), persistent=False)
         # The layout forward uses when the caller names none; set "padded" to compute as transformers does.
         self.layout = "auto"
         # Recompute each layer's activations in the backward pass instead of keeping them (training memory
@@ -364,7 +368,7 @@ class BertModel(PretrainedMixin, nn.Module):
         attention_dropout = 0.0
         for layer in self.encoder.layer if self.training else ():  # a loop, not max() of a generator: no graph break
             attention_dropout = max(attention_dropout, layer.attention.self.dropout.p)
-        device = self.position_ids.device
+        device = self.embeddings.position_ids.device
         if device.type == "meta" and self.embeddings.word_embeddings.weight.device.type != "meta":
             raise BertkitError(
                 f"the position_ids buffer is on the meta device while the weights are on "
@@ -424,7 +428,7 @@ class BertModel(PretrainedMixin, nn.Module):
         """The embeddings of the tokens ``lay`` keeps: (B, T, H) on the rectangle, (N, H) with padding dropped,
         where only the real tokens are looked up."""
         if lay.is_padded:
-            pos = self.position_ids[:T].unsqueeze(0) if position_ids is None else position_ids  # (1 or B, T)
+            pos = self.embeddings.position_ids[:, :T] if position_ids is None else position_ids  # (1 or B, T)
             return self.embeddings(input_ids, token_type_ids, pos, inputs_embeds)  # (B, T, H)
         pos = (lay.flat_index % T) if position_ids is None else position_ids.expand(B, T).reshape(-1)[lay.flat_index]
         keep = lay.flat_index
@@ -435,7 +439,7 @@ class BertModel(PretrainedMixin, nn.Module):
     def compile_layers(self, **compile_kwargs: Any) -> BertModel:
         """Compile each encoder layer in place with ``torch.compile`` (optional; needs a C++ compiler on CPU).
         Layers, not the whole model, so the layout bookkeeping stays eager; state-dict names are unchanged."""
-        device = self.position_ids.device.type
+        device = self.embeddings.position_ids.device.type
         require_compiler(device)
         # On the CPU the unpadded token count changes every batch: dynamic from the start. On a GPU the rectangle
         # is kept (gpu_keeps_rectangle) and shapes repeat: static kernels, made dynamic if a shape changes.
