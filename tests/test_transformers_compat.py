@@ -820,6 +820,28 @@ def test_the_recipe_that_lengthens_the_position_table_gives_transformers_outputs
         with torch.no_grad():
             torch.testing.assert_close(ours(ids, mask).logits, theirs(ids, mask).logits, **TOL)
 
+
+def test_ids_are_checked_against_the_tables_the_model_holds(tmp_path):
+    """A word or token-type table assigned in place of another (more segments, a larger vocabulary) leaves the config
+    as it was, in both libraries: bertkit checked the ids against the config's sizes and refused those transformers
+    looks up ("token_type_ids holds 3, outside [0, 1]"); a sequence longer than the position table is still refused."""
+    ours, theirs = _pair("BertForSequenceClassification", tmp_path)
+    g = torch.Generator().manual_seed(4)
+    words, segments = torch.randn(TINY["vocab_size"] + 20, TINY["hidden_size"], generator=g), torch.randn(4, TINY["hidden_size"], generator=g)
+    for model in (ours, theirs):
+        model.bert.embeddings.word_embeddings = torch.nn.Embedding.from_pretrained(words, padding_idx=0)
+        model.bert.embeddings.token_type_embeddings = torch.nn.Embedding.from_pretrained(segments)
+    batch = _batch()
+    batch["input_ids"][0, 2], batch["token_type_ids"][0, :4] = TINY["vocab_size"] + 19, 3
+    with torch.no_grad():
+        torch.testing.assert_close(ours(**batch).logits, theirs(**batch).logits, **TOL)
+    batch["input_ids"][0, 2] = TINY["vocab_size"] + 20
+    with pytest.raises(BertkitError, match=rf"input_ids holds {TINY['vocab_size'] + 20}, outside \[0, "
+                                           rf"{TINY['vocab_size'] + 19}\]"):
+        ours(**batch)
+    with pytest.raises(BertkitError, match="sequence length 41 exceeds max_position_embeddings 40"):
+        ours(torch.ones(1, 41, dtype=torch.long))
+
 # ---- state dicts through the key table -------------------------------------------------------------------------
 
 

@@ -360,7 +360,8 @@ class BertModel(PretrainedMixin, nn.Module):
         output_hidden_states = self.config.output_hidden_states if output_hidden_states is None else output_hidden_states
         output_attentions = self.config.output_attentions if output_attentions is None else output_attentions
         return_dict = returns_dataclass(self.config.return_dict, return_dict)
-        B, T = check_inputs(self.config, input_ids, token_type_ids, attention_mask, position_ids, inputs_embeds)
+        B, T = check_inputs(self.config, input_ids, token_type_ids, attention_mask, position_ids, inputs_embeds,
+                            self._table_rows())
         layout, eager = self._resolve_layout(layout, output_attentions, T)
         # The rate the attention modules apply (their nn.Dropout's p, as transformers reads it), not the config's: a
         # config changed after construction, or a dropout module set to 0, would lay out a batch for another rate
@@ -393,6 +394,15 @@ class BertModel(PretrainedMixin, nn.Module):
         out = BertModelOutput(x, pooled, lay, states, attentions if output_attentions else None)
         return out if return_dict else out.to_tuple()
 
+    def _table_rows(self) -> tuple[int, int, int]:
+        """The rows of the word, token-type and position tables (the positions: as many as the position_ids buffer
+        holds too). The ids are checked against these, not the config's sizes: a table assigned in place of another
+        (``model.bert.embeddings.token_type_embeddings = nn.Embedding(4, H)``) is what the lookup indexes, as in
+        transformers, whose config a direct assignment leaves as it was."""
+        e = self.embeddings
+        return (e.word_embeddings.num_embeddings, e.token_type_embeddings.num_embeddings,
+                min(e.position_embeddings.num_embeddings, e.position_ids.shape[-1]))
+
     def _resolve_layout(self, layout: str | None, output_attentions: bool, T: int) -> tuple[str, bool]:
         """(the layout to compute in, whether attention is written out): the caller's or the model's layout,
         padded when tracing or when attention probabilities are wanted; refuses a sequence longer than the
@@ -403,11 +413,12 @@ class BertModel(PretrainedMixin, nn.Module):
         eager = output_attentions or self.attn_implementation == "eager"
         if eager:
             layout = "padded"  # probabilities per (query, key) position of the caller's rectangle
-        if T > self.config.max_position_embeddings:
+        positions = self._table_rows()[2]
+        if T > positions:
             raise BertkitError(
-                f"sequence length {T} exceeds max_position_embeddings {self.config.max_position_embeddings} "
+                f"sequence length {T} exceeds max_position_embeddings {positions} "
                 f"of this model; truncate the input (e.g. tokenizer(..., truncation=True, "
-                f"max_length={self.config.max_position_embeddings}))"
+                f"max_length={positions}))"
             )
         return layout, eager
 
