@@ -225,6 +225,10 @@ def test_unknown_keyword_arguments_are_an_error_naming_them(minilm_dir):
         H.BertForSequenceClassification.from_pretrained(minilm_dir, num_label=3)
     model = H.BertForSequenceClassification.from_pretrained(minilm_dir, num_labels=3, hidden_dropout_prob=0.2)
     assert model.config.num_labels == 3 and model.config.hidden_dropout_prob == 0.2
+    # the constructor too (it was the dataclass's TypeError, naming no field and no way to keep config.json's keys)
+    with pytest.raises(BertkitError, match=r"unknown keyword arguments hidden_szie, use_cache: not a field \(fields: "
+                                           r"architectures, .*or num_labels, label2id\); .*BertConfig.from_dict"):
+        BertConfig(hidden_szie=8, use_cache=False)
 
 
 def test_from_pretrained_dtype_device_and_strict_keywords(tmp_path, tiny_checkpoint):

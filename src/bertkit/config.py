@@ -364,6 +364,12 @@ _dataclass_init = BertConfig.__init__
 def _init(self: BertConfig, *args: Any, num_labels: int | None = None, label2id: dict[str, int] | None = None,
           **kwargs: Any) -> None:
     """The dataclass constructor, plus transformers' ``BertConfig(num_labels=3)`` and ``label2id=``."""
+    unknown = sorted(set(kwargs) - _FIELDS - {"extra"})
+    if unknown:  # transformers keeps any keyword as an attribute (a typo too) and writes it to config.json
+        hints = "".join(f"; {_TRANSFORMERS_ONLY[k]}" for k in unknown if k in _TRANSFORMERS_ONLY)
+        raise BertkitError(f"BertConfig got unknown keyword argument{'s' if len(unknown) > 1 else ''} "
+                           f"{', '.join(unknown)}: not a field (fields: {', '.join(sorted(_FIELDS))}, or num_labels, "
+                           f"label2id); a config.json's other keys are kept by BertConfig.from_dict(data){hints}")
     if label2id is not None and kwargs.get("id2label") is None:
         if not isinstance(label2id, dict):
             raise BertkitError(f"BertConfig.label2id must be a mapping like {{\"NEGATIVE\": 0}}, got {label2id!r}")
@@ -384,6 +390,7 @@ def _init(self: BertConfig, *args: Any, num_labels: int | None = None, label2id:
 
 
 BertConfig.__init__ = _init  # type: ignore[method-assign]
+_FIELDS = {f.name for f in dataclasses.fields(BertConfig)} - {"extra"}
 
 
 def _shape(layers: int, hidden: int, heads: int) -> dict[str, int]:
