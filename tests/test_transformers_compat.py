@@ -225,6 +225,10 @@ def test_unknown_keyword_arguments_are_an_error_naming_them(minilm_dir):
         H.BertForSequenceClassification.from_pretrained(minilm_dir, num_label=3)
     model = H.BertForSequenceClassification.from_pretrained(minilm_dir, num_labels=3, hidden_dropout_prob=0.2)
     assert model.config.num_labels == 3 and model.config.hidden_dropout_prob == 0.2
+    # the constructor too (it was the dataclass's TypeError, naming no field and no way to keep config.json's keys)
+    with pytest.raises(BertkitError, match=r"unknown keyword arguments hidden_szie, use_cache: not a field \(fields: "
+                                           r"architectures, .*or num_labels, label2id\); .*BertConfig.from_dict"):
+        BertConfig(hidden_szie=8, use_cache=False)
 
 
 def test_from_pretrained_dtype_device_and_strict_keywords(tmp_path, tiny_checkpoint):
@@ -775,6 +779,73 @@ def test_model_objects(minilm_dir):
     ours.disable_input_require_grads()
     assert not ours.get_input_embeddings()(ids).requires_grad
 
+def test_model_attributes_transformers_code_reads(tmp_path):
+    """``can_generate()``, ``config_class``, ``base_model_prefix``, ``get_memory_footprint()`` and transformers 5's
+    ``set_attn_implementation`` were AttributeErrors; each now answers as transformers' does."""
+    ours, theirs = _pair("BertForMaskedLM", tmp_path)
+    assert ours.can_generate() is theirs.can_generate() is False and H.BertForMaskedLM.can_generate() is False
+    assert ours.base_model_prefix == theirs.base_model_prefix == "bert"
+    assert getattr(ours, ours.base_model_prefix) is ours.bert
+    assert ours.config_class is BertConfig and ours.config_class.__name__ == theirs.config_class.__name__
+    # the parameters' bytes, the tied decoder once (transformers also holds a token_type_ids buffer bertkit has not)
+    assert ours.get_memory_footprint(return_buffers=False) == theirs.get_memory_footprint(return_buffers=False)
+    assert ours.get_memory_footprint() == ours.get_memory_footprint(return_buffers=False) + 8 * TINY["max_position_embeddings"]
+    batch = _batch()
+    want = ours(**batch, output_attentions=True).attentions
+    for model in (ours, theirs):
+        model.set_attn_implementation("eager")
+    assert ours.bert.attn_implementation == "eager"
+    with torch.no_grad():
+        got, hf = ours(**batch, output_attentions=True).attentions, theirs(**batch, output_attentions=True).attentions
+    torch.testing.assert_close(got, want, rtol=0, atol=0)
+    mask = batch["attention_mask"].bool()
+    for a, b in zip(got, hf):  # bertkit's rows at padded queries are zeros
+        torch.testing.assert_close(a.permute(0, 2, 1, 3)[mask], b.permute(0, 2, 1, 3)[mask], **TOL)
+    ours.set_attn_implementation("sdpa")
+    assert ours.bert.attn_implementation == "sdpa"
+    with pytest.raises(BertkitError, match="'flash_attention_2' is not available.*'sdpa'.*'eager'"):
+        ours.set_attn_implementation("flash_attention_2")
+
+def test_the_recipe_that_lengthens_the_position_table_gives_transformers_outputs(tmp_path):
+    """New position embeddings, ``embeddings.position_ids`` and the config's size assigned (transformers' recipe for
+    longer inputs): bertkit kept its positions in another buffer, so a batch without padding failed in torch ("size
+    of tensor a (50) must match ... (40)") while a padded one ran."""
+    ours, theirs = _pair("BertForSequenceClassification", tmp_path)
+    n = 64
+    table = torch.randn(n, TINY["hidden_size"], generator=torch.Generator().manual_seed(2))
+    for model in (ours, theirs):
+        model.bert.embeddings.position_embeddings = torch.nn.Embedding.from_pretrained(table, freeze=False)
+        model.bert.embeddings.position_ids = torch.arange(n).expand((1, -1))
+        model.bert.embeddings.token_type_ids = torch.zeros(1, n, dtype=torch.long)  # transformers' second buffer
+        model.config.max_position_embeddings = n
+    assert [name for name, _ in ours.named_buffers()] == ["bert.embeddings.position_ids"]
+    ids = torch.randint(1, TINY["vocab_size"], (2, 50), generator=torch.Generator().manual_seed(3))
+    for mask in (torch.ones_like(ids), torch.ones_like(ids).index_fill(1, torch.arange(44, 50), 0)):
+        with torch.no_grad():
+            torch.testing.assert_close(ours(ids, mask).logits, theirs(ids, mask).logits, **TOL)
+
+
+def test_ids_are_checked_against_the_tables_the_model_holds(tmp_path):
+    """A word or token-type table assigned in place of another (more segments, a larger vocabulary) leaves the config
+    as it was, in both libraries: bertkit checked the ids against the config's sizes and refused those transformers
+    looks up ("token_type_ids holds 3, outside [0, 1]"); a sequence longer than the position table is still refused."""
+    ours, theirs = _pair("BertForSequenceClassification", tmp_path)
+    g = torch.Generator().manual_seed(4)
+    words, segments = torch.randn(TINY["vocab_size"] + 20, TINY["hidden_size"], generator=g), torch.randn(4, TINY["hidden_size"], generator=g)
+    for model in (ours, theirs):
+        model.bert.embeddings.word_embeddings = torch.nn.Embedding.from_pretrained(words, padding_idx=0)
+        model.bert.embeddings.token_type_embeddings = torch.nn.Embedding.from_pretrained(segments)
+    batch = _batch()
+    batch["input_ids"][0, 2], batch["token_type_ids"][0, :4] = TINY["vocab_size"] + 19, 3
+    with torch.no_grad():
+        torch.testing.assert_close(ours(**batch).logits, theirs(**batch).logits, **TOL)
+    batch["input_ids"][0, 2] = TINY["vocab_size"] + 20
+    with pytest.raises(BertkitError, match=rf"input_ids holds {TINY['vocab_size'] + 20}, outside \[0, "
+                                           rf"{TINY['vocab_size'] + 19}\]"):
+        ours(**batch)
+    with pytest.raises(BertkitError, match="sequence length 41 exceeds max_position_embeddings 40"):
+        ours(torch.ones(1, 41, dtype=torch.long))
+
 # ---- state dicts through the key table -------------------------------------------------------------------------
 
 
@@ -812,6 +883,25 @@ def test_state_dicts_cross_both_ways_with_strict_loading(minilm_dir, batch):
         ours.load_state_dict({**theirs.state_dict(), "bert.extra.weight": torch.zeros(1)}, strict=True)
 
 # ---- gradient checkpointing ------------------------------------------------------------------------------------
+
+
+def test_a_batch_is_laid_out_for_the_attention_dropout_the_modules_apply(monkeypatch):
+    """The layout of a training batch was chosen by ``config.attention_probs_dropout_prob``, while attention applies
+    its module's rate (transformers reads that one too): with the config set to 0 after construction, a GPU in half
+    precision laid the batch out for variable-length attention, which then refused the modules' 0.1 dropout."""
+    import bertkit.padding
+
+    monkeypatch.setattr(bertkit.padding, "varlen_attention", lambda device, dtype: True)  # a GPU's choice, here
+    torch.manual_seed(0)
+    model = BertModel(BertConfig(**{**TINY, "attention_probs_dropout_prob": 0.1})).train()
+    model.config.attention_probs_dropout_prob = 0.0
+    torch.manual_seed(1)
+    out = model(**_batch()).last_hidden_state
+    for layer in model.encoder.layer:
+        assert layer.attention.self.dropout.p == 0.1
+    torch.manual_seed(1)
+    model.config.attention_probs_dropout_prob = 0.1
+    torch.testing.assert_close(model(**_batch()).last_hidden_state, out, rtol=0, atol=0)
 
 
 def test_gradient_checkpointing_enable_gives_the_same_gradients():
@@ -877,6 +967,21 @@ def test_config_like_transformers(tmp_path):
     assert json.loads(ours.to_json_string())["model_type"] == "bert" and ours.to_dict()["num_attention_heads"] == 12
     ours.save_pretrained(tmp_path / "cfg")
     assert transformers.BertConfig.from_pretrained(tmp_path / "cfg").id2label == ours.id2label
+
+
+def test_id2label_assigned_from_json_is_read_with_int_ids(tmp_path):
+    """``config.id2label = json.load(f)`` after construction has string keys: they were kept, so ``id2label[0]``
+    (the pipelines' label names) was a KeyError and ``label2id`` mapped to the strings "0", "1" (written so into
+    config.json, where transformers' run_glue reads them as ids)."""
+    config = bertkit.BertConfig(num_labels=2)
+    config.id2label = json.loads('{"0": "neg", "1": "pos"}')
+    assert config.id2label == {0: "neg", 1: "pos"} and config.label2id == {"neg": 0, "pos": 1}
+    config.save_pretrained(tmp_path)
+    assert transformers.BertConfig.from_pretrained(tmp_path).label2id == {"neg": 0, "pos": 1}
+    for bad, message in (({"1": "pos"}, r"0..n-1, got \[1\]"), (["neg", "pos"], "mapping.*got a list")):
+        with pytest.raises(BertkitError, match=message):
+            config.id2label = bad
+    assert config.id2label == {0: "neg", 1: "pos"}  # a refused map changes nothing
 
 
 def test_dropout_masks_are_transformers_in_the_padded_layout(minilm_dir, batch):

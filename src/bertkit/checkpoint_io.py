@@ -25,7 +25,7 @@ import torch
 from torch import Tensor
 
 from bertkit._parallel import job_of
-from bertkit.compat import TransformersModelCalls
+from bertkit.compat import TransformersModelCalls, check_attn_implementation
 from bertkit.config import BertConfig
 from bertkit.construction import building_to_load
 from bertkit.errors import BertkitError, NonFiniteError, given_path
@@ -45,7 +45,6 @@ _LAYER = [f"encoder.layer.{{i}}.{module}.{p}"
                          "attention.output.LayerNorm", "intermediate.dense", "output.dense", "output.LayerNorm")
           for p in ("weight", "bias")]
 _POOLER = ["pooler.dense.weight", "pooler.dense.bias"]
-ATTN_IMPLEMENTATIONS = ("sdpa", "eager")
 
 # The MLM decoder is tied to the word embeddings and its bias to cls.predictions.bias (paper's code:
 # output_weights = embedding table): state dicts list them, as transformers' do, but checkpoints need not.
@@ -289,10 +288,8 @@ class PretrainedMixin(TransformersModelCalls):
         """
         local_files_only = refuse_hub_options(path, config_overrides)
         dtype = dtype_argument(dtype, config_overrides)
-        if attn_implementation not in (None, *ATTN_IMPLEMENTATIONS):
-            raise BertkitError(f"attn_implementation {attn_implementation!r} is not available in bertkit; use "
-                               f"'sdpa' (the default: PyTorch's fused attention, padding skipped) or 'eager' "
-                               "(attention written out, as transformers' eager)")
+        if attn_implementation is not None:
+            check_attn_implementation(attn_implementation)
         BertConfig.check_overrides(config_overrides)
         directory = _checkpoint_directory(path, config, state_dict, local_files_only)
         if config is None:
@@ -312,7 +309,7 @@ class PretrainedMixin(TransformersModelCalls):
             # transformers' attribute (peft writes it to adapter_config.json), and its config's
             model.name_or_path = config.name_or_path = str(path)
         if attn_implementation is not None:
-            model._encoder().attn_implementation = attn_implementation
+            model.set_attn_implementation(attn_implementation)
         dtype = resolve_dtype(dtype, weights, config)
         if dtype is not None or device is not None:
             model.to(device=device, dtype=dtype)  # type: ignore[attr-defined]

@@ -13,6 +13,7 @@ from typing import Any, ClassVar
 import torch
 from torch import nn
 
+from bertkit.config import BertConfig
 from bertkit.errors import BertkitError
 
 
@@ -75,12 +76,41 @@ def tied_output_embeddings(word_embeddings: nn.Embedding, bias: nn.Parameter) ->
     return linear
 
 
+ATTN_IMPLEMENTATIONS = ("sdpa", "eager")
+
+
+def check_attn_implementation(name: str) -> None:
+    """Refuse an attention implementation bertkit does not have (transformers' ``flash_attention_2``, ...)."""
+    if name not in ATTN_IMPLEMENTATIONS:
+        raise BertkitError(f"attn_implementation {name!r} is not available in bertkit; use 'sdpa' (the default: "
+                           "PyTorch's fused attention, padding skipped) or 'eager' (attention written out, as "
+                           "transformers' eager)")
+
+
 class TransformersModelCalls:
     """The model methods people port from transformers (``num_parameters``, ``resize_token_embeddings``,
     ``gradient_checkpointing_enable``, ``device``, ...), for ``PretrainedMixin``'s models."""
 
     main_input_name: ClassVar[str] = "input_ids"  # the input transformers' Trainer, pipelines and peft size batches by
     supports_gradient_checkpointing: ClassVar[bool] = True  # peft and Trainer read it before enabling it
+    base_model_prefix: ClassVar[str] = "bert"  # the encoder's attribute in a head model, as transformers names it
+    config_class: ClassVar[type[BertConfig]] = BertConfig  # ``model.config_class.from_pretrained(path)``
+
+    @classmethod
+    def can_generate(cls) -> bool:
+        """False: an encoder has no ``generate`` (transformers' pipelines and scripts ask before calling it)."""
+        return False
+
+    def set_attn_implementation(self, attn_implementation: str) -> None:
+        """transformers 5's switch after loading: ``"sdpa"`` (default) or ``"eager"`` (``from_pretrained``'s
+        ``attn_implementation=``); the outputs are the same either way."""
+        check_attn_implementation(attn_implementation)
+        self._encoder().attn_implementation = attn_implementation
+
+    def get_memory_footprint(self, return_buffers: bool = True) -> int:
+        """Bytes held by the parameters (and buffers), as transformers counts them; a tied weight once."""
+        tensors = [*self.parameters(), *(self.buffers() if return_buffers else ())]  # type: ignore[attr-defined]
+        return sum(t.numel() * t.element_size() for t in tensors)
 
     @property
     def base_model(self):

@@ -135,21 +135,20 @@ class BertConfig:
             self.name_or_path = str(self.name_or_path)  # a Path, as transformers' str(name_or_path)
         if self.pad_token_id >= self.vocab_size:
             raise BertkitError(f"BertConfig.pad_token_id {self.pad_token_id} is outside the vocabulary (size {self.vocab_size})")
-        if self.id2label is not None and not isinstance(self.id2label, dict):
-            raise BertkitError(f"BertConfig.id2label must be a mapping like {{\"0\": \"NEGATIVE\", \"1\": "
-                               f"\"POSITIVE\"}}, got a {type(self.id2label).__name__}: {self.id2label!r}")
         self._normalise_labels()
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        # ``config.id2label = json.load(f)`` after construction (JSON's keys are strings) is read as the constructor
+        # reads it: ``id2label[0]`` (pipelines, label names in metrics) and ``label2id``'s ids would otherwise be
+        # KeyErrors and the strings "0", "1"; a map that is not 0..n-1 is refused, the config left as it was.
+        if name == "id2label" and "id2label" in self.__dict__:
+            value = _label_map(value)
+        object.__setattr__(self, name, value)
 
     def _normalise_labels(self) -> None:
         """id2label with int keys 0..n-1 (transformers' two default labels when none are named), and a known
         problem_type."""
-        labels = DEFAULT_ID2LABEL if self.id2label is None else self.id2label  # keys are strings in config.json
-        try:
-            self.id2label = {int(k): str(v) for k, v in labels.items()}
-        except (TypeError, ValueError):
-            raise BertkitError(f"BertConfig.id2label keys must be label ids 0..n-1, got {list(self.id2label)}") from None
-        if sorted(self.id2label) != list(range(len(self.id2label))):
-            raise BertkitError(f"BertConfig.id2label keys must be 0..n-1, got {sorted(self.id2label)}")
+        self.id2label = _label_map(self.id2label)
         if self.problem_type is not None and self.problem_type not in PROBLEM_TYPES:
             raise BertkitError(f"BertConfig.problem_type {self.problem_type!r} is not one of {PROBLEM_TYPES}")
         if self.problem_type == "single_label_classification" and len(self.id2label) == 1:
@@ -342,12 +341,35 @@ class BertConfig:
         return cls.from_dict(PRESETS[name], **overrides)
 
 
+def _label_map(labels: Any) -> dict[int, str]:
+    """``id2label`` with int keys 0..n-1 (config.json's keys are strings), or transformers' two default labels for
+    None; anything else is refused, naming it."""
+    if labels is None:
+        return dict(DEFAULT_ID2LABEL)
+    if not isinstance(labels, dict):
+        raise BertkitError(f"BertConfig.id2label must be a mapping like {{\"0\": \"NEGATIVE\", \"1\": "
+                           f"\"POSITIVE\"}}, got a {type(labels).__name__}: {labels!r}")
+    try:
+        id2label = {int(k): str(v) for k, v in labels.items()}
+    except (TypeError, ValueError):
+        raise BertkitError(f"BertConfig.id2label keys must be label ids 0..n-1, got {list(labels)}") from None
+    if sorted(id2label) != list(range(len(id2label))):
+        raise BertkitError(f"BertConfig.id2label keys must be 0..n-1, got {sorted(id2label)}")
+    return id2label
+
+
 _dataclass_init = BertConfig.__init__
 
 
 def _init(self: BertConfig, *args: Any, num_labels: int | None = None, label2id: dict[str, int] | None = None,
           **kwargs: Any) -> None:
     """The dataclass constructor, plus transformers' ``BertConfig(num_labels=3)`` and ``label2id=``."""
+    unknown = sorted(set(kwargs) - _FIELDS - {"extra"})
+    if unknown:  # transformers keeps any keyword as an attribute (a typo too) and writes it to config.json
+        hints = "".join(f"; {_TRANSFORMERS_ONLY[k]}" for k in unknown if k in _TRANSFORMERS_ONLY)
+        raise BertkitError(f"BertConfig got unknown keyword argument{'s' if len(unknown) > 1 else ''} "
+                           f"{', '.join(unknown)}: not a field (fields: {', '.join(sorted(_FIELDS))}, or num_labels, "
+                           f"label2id); a config.json's other keys are kept by BertConfig.from_dict(data){hints}")
     if label2id is not None and kwargs.get("id2label") is None:
         if not isinstance(label2id, dict):
             raise BertkitError(f"BertConfig.label2id must be a mapping like {{\"NEGATIVE\": 0}}, got {label2id!r}")
@@ -368,6 +390,7 @@ def _init(self: BertConfig, *args: Any, num_labels: int | None = None, label2id:
 
 
 BertConfig.__init__ = _init  # type: ignore[method-assign]
+_FIELDS = {f.name for f in dataclasses.fields(BertConfig)} - {"extra"}
 
 
 def _shape(layers: int, hidden: int, heads: int) -> dict[str, int]:

@@ -18,8 +18,9 @@ from bertkit.padding import is_tracing
 
 def check_inputs(config: BertConfig, input_ids: Tensor | None, token_type_ids: Tensor | None,
                  attention_mask: Tensor | None, position_ids: Tensor | None,
-                 inputs_embeds: Tensor | None = None) -> tuple[int, int]:
-    """Shapes and id ranges, one min/max pass per tensor (skipped while tracing: values are symbolic). Returns (B, T)."""
+                 inputs_embeds: Tensor | None = None, rows: tuple[int, int, int] | None = None) -> tuple[int, int]:
+    """Shapes and id ranges, one min/max pass per tensor (skipped while tracing: values are symbolic). Returns (B, T).
+    ``rows``: the rows of the word, token-type and position tables the ids index (default: the config's sizes)."""
     if (input_ids is None) == (inputs_embeds is None):
         raise BertkitError("pass exactly one of input_ids (B, T) and inputs_embeds (B, T, H)")
     if inputs_embeds is not None:
@@ -55,10 +56,11 @@ def check_inputs(config: BertConfig, input_ids: Tensor | None, token_type_ids: T
                            f"or ({shape[1]},)")
     if is_tracing() or shape[0] == 0:
         return shape
+    vocab, types, positions = rows or (config.vocab_size, config.type_vocab_size, config.max_position_embeddings)
     ranges = [(name, t, limit, what) for name, t, limit, what in (
-        ("input_ids", input_ids, config.vocab_size, "vocab_size"),
-        ("token_type_ids", token_type_ids, config.type_vocab_size, "type_vocab_size"),
-        ("position_ids", position_ids, config.max_position_embeddings, "max_position_embeddings")) if t is not None]
+        ("input_ids", input_ids, vocab, "vocab_size"),
+        ("token_type_ids", token_type_ids, types, "type_vocab_size"),
+        ("position_ids", position_ids, positions, "max_position_embeddings")) if t is not None]
     # Every range and the mask's values in one read back: on a GPU each read back waits for the queued kernels.
     parts = [v.long().view(1) for _, t, _, _ in ranges for v in torch.aminmax(t)]
     if attention_mask is not None and attention_mask.dtype != torch.bool and not attention_mask.is_complex():

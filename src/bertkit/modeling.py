@@ -66,6 +66,11 @@ class BertEmbeddings(nn.Module):
         self.token_type_embeddings = new_embedding(config.type_vocab_size, config.hidden_size)
         self.LayerNorm = nn.LayerNorm(config.hidden_size, eps=config.layer_norm_eps)  # noqa: N815 - transformers' name
         self.dropout = nn.Dropout(config.hidden_dropout_prob)
+        # (1, max_position_embeddings), where transformers keeps it: the positions of a padded batch, 0..T-1, so the
+        # recipe that lengthens the position table (new position_embeddings, this buffer and the config's size
+        # assigned) lengthens them too
+        self.register_buffer("position_ids", torch.arange(config.max_position_embeddings).expand((1, -1)),
+                             persistent=False)
 
     def forward(self, input_ids: Tensor | None, token_type_ids: Tensor, position_ids: Tensor,
                 inputs_embeds: Tensor | None = None) -> Tensor:
@@ -314,7 +319,6 @@ class BertModel(PretrainedMixin, nn.Module):
         self.embeddings = BertEmbeddings(config)
         self.encoder = BertEncoder(config)
         self.pooler = BertPooler(config) if add_pooling_layer else None
-        self.register_buffer("position_ids", torch.arange(config.max_position_embeddings), persistent=False)
         # The layout forward uses when the caller names none; set "padded" to compute as transformers does.
         self.layout = "auto"
         # Recompute each layer's activations in the backward pass instead of keeping them (training memory
@@ -356,10 +360,16 @@ class BertModel(PretrainedMixin, nn.Module):
         output_hidden_states = self.config.output_hidden_states if output_hidden_states is None else output_hidden_states
         output_attentions = self.config.output_attentions if output_attentions is None else output_attentions
         return_dict = returns_dataclass(self.config.return_dict, return_dict)
-        B, T = check_inputs(self.config, input_ids, token_type_ids, attention_mask, position_ids, inputs_embeds)
+        B, T = check_inputs(self.config, input_ids, token_type_ids, attention_mask, position_ids, inputs_embeds,
+                            self._table_rows())
         layout, eager = self._resolve_layout(layout, output_attentions, T)
-        attention_dropout = self.config.attention_probs_dropout_prob if self.training else 0.0
-        device = self.position_ids.device
+        # The rate the attention modules apply (their nn.Dropout's p, as transformers reads it), not the config's: a
+        # config changed after construction, or a dropout module set to 0, would lay out a batch for another rate
+        # (a layout for no dropout is refused by attention that applies some: variable-length attention on a GPU).
+        attention_dropout = 0.0
+        for layer in self.encoder.layer if self.training else ():  # a loop, not max() of a generator: no graph break
+            attention_dropout = max(attention_dropout, layer.attention.self.dropout.p)
+        device = self.embeddings.position_ids.device
         if device.type == "meta" and self.embeddings.word_embeddings.weight.device.type != "meta":
             raise BertkitError(
                 f"the position_ids buffer is on the meta device while the weights are on "
@@ -384,6 +394,15 @@ class BertModel(PretrainedMixin, nn.Module):
         out = BertModelOutput(x, pooled, lay, states, attentions if output_attentions else None)
         return out if return_dict else out.to_tuple()
 
+    def _table_rows(self) -> tuple[int, int, int]:
+        """The rows of the word, token-type and position tables (the positions: as many as the position_ids buffer
+        holds too). The ids are checked against these, not the config's sizes: a table assigned in place of another
+        (``model.bert.embeddings.token_type_embeddings = nn.Embedding(4, H)``) is what the lookup indexes, as in
+        transformers, whose config a direct assignment leaves as it was."""
+        e = self.embeddings
+        return (e.word_embeddings.num_embeddings, e.token_type_embeddings.num_embeddings,
+                min(e.position_embeddings.num_embeddings, e.position_ids.shape[-1]))
+
     def _resolve_layout(self, layout: str | None, output_attentions: bool, T: int) -> tuple[str, bool]:
         """(the layout to compute in, whether attention is written out): the caller's or the model's layout,
         padded when tracing or when attention probabilities are wanted; refuses a sequence longer than the
@@ -394,11 +413,12 @@ class BertModel(PretrainedMixin, nn.Module):
         eager = output_attentions or self.attn_implementation == "eager"
         if eager:
             layout = "padded"  # probabilities per (query, key) position of the caller's rectangle
-        if T > self.config.max_position_embeddings:
+        positions = self._table_rows()[2]
+        if T > positions:
             raise BertkitError(
-                f"sequence length {T} exceeds max_position_embeddings {self.config.max_position_embeddings} "
+                f"sequence length {T} exceeds max_position_embeddings {positions} "
                 f"of this model; truncate the input (e.g. tokenizer(..., truncation=True, "
-                f"max_length={self.config.max_position_embeddings}))"
+                f"max_length={positions}))"
             )
         return layout, eager
 
@@ -419,7 +439,7 @@ class BertModel(PretrainedMixin, nn.Module):
         """The embeddings of the tokens ``lay`` keeps: (B, T, H) on the rectangle, (N, H) with padding dropped,
         where only the real tokens are looked up."""
         if lay.is_padded:
-            pos = self.position_ids[:T].unsqueeze(0) if position_ids is None else position_ids  # (1 or B, T)
+            pos = self.embeddings.position_ids[:, :T] if position_ids is None else position_ids  # (1 or B, T)
             return self.embeddings(input_ids, token_type_ids, pos, inputs_embeds)  # (B, T, H)
         pos = (lay.flat_index % T) if position_ids is None else position_ids.expand(B, T).reshape(-1)[lay.flat_index]
         keep = lay.flat_index
@@ -430,7 +450,7 @@ class BertModel(PretrainedMixin, nn.Module):
     def compile_layers(self, **compile_kwargs: Any) -> BertModel:
         """Compile each encoder layer in place with ``torch.compile`` (optional; needs a C++ compiler on CPU).
         Layers, not the whole model, so the layout bookkeeping stays eager; state-dict names are unchanged."""
-        device = self.position_ids.device.type
+        device = self.embeddings.position_ids.device.type
         require_compiler(device)
         # On the CPU the unpadded token count changes every batch: dynamic from the start. On a GPU the rectangle
         # is kept (gpu_keeps_rectangle) and shapes repeat: static kernels, made dynamic if a shape changes.
