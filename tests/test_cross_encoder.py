@@ -161,6 +161,9 @@ def _both(directory):
 
 
 def test_losses_equal_sentence_transformers_on_the_same_pairs(directory, rows):
+    # 4 of the 6 rows: still 2, 3 and 4 documents a row, a short last mini-batch (PListMLE's 3) and 3 in-batch
+    # negatives a query; MultipleNegativesRankingLoss scores every query against every document (quadratic in rows)
+    rows = rows[:4]
     want_model, got_model = _both(directory)
     queries = [r["query"] for r in rows]
     positives = [r["positive"] for r in rows]

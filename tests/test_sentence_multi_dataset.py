@@ -20,6 +20,7 @@ from bertkit.sentence import (
     losses,
 )
 from bertkit.sentence.data import SentenceExamples, multi_dataset_batches
+from cases import slow_after
 from sentence_helpers import st_args, st_directory
 
 datasets = pytest.importorskip("datasets")
@@ -130,7 +131,9 @@ def _train(lib: str, model_dir, out_dir, sampler: str, steps: int):
     return steps_seen, in_training + [{"best_metric": trainer.state.best_metric}], after
 
 
-@pytest.mark.parametrize("sampler", ["proportional", "round_robin"])
+# Each sampler once in `make test` (proportional here, round_robin in the cross-encoder's run below, which shares
+# this trainer's multi-dataset code), each in both in `make test-slow`.
+@pytest.mark.parametrize("sampler", slow_after(["proportional", "round_robin"]))
 def test_training_script_gives_sentence_transformers_numbers(sampler, model_dir, tmp_path):
     """Two datasets, MultipleNegativesRankingLoss on (anchor, positive) pairs and CoSENTLoss on scored pairs, batches
     of 3, over two epochs (5 and 4 batches an epoch, a short one each): every step trains on the same dataset's same
@@ -366,7 +369,7 @@ def _cross_encoder_steps(lib: str, model_dir, out_dir, sampler: str) -> list[tup
     return steps
 
 
-@pytest.mark.parametrize("sampler", ["proportional", "round_robin"])
+@pytest.mark.parametrize("sampler", slow_after(["round_robin", "proportional"]))
 def test_cross_encoder_training_on_two_datasets_is_sentence_transformers(sampler, minilm_2_layers, tmp_path):
     """CrossEncoderTrainer shares the dense trainer's multi-dataset training: the same dataset and rows at every
     step, trained to the same loss."""

@@ -25,6 +25,7 @@ from bertkit.sentence.cross_encoder import losses as ce_losses
 from bertkit.sentence.data import SentenceExamples, no_duplicates_batches
 from bertkit.sentence.training_args import BatchSamplers
 from bertkit.training.callbacks import TrainerCallback
+from cases import slow_after
 from cross_encoder_helpers import cross_encoder_directory
 from sentence_helpers import st_args, st_directory
 
@@ -432,7 +433,9 @@ def test_a_datasets_columns_are_its_rows_keys_as_sentence_transformers_reads_the
     assert len(want) == 2 and losses_of(renamed, "renamed") == want and losses_of(hidden, "hidden") == want
 
 
-@pytest.mark.parametrize("logging", ["steps", "epoch"])
+# 'epoch' asserts all that 'steps' (the default logging, which most runs here take) does, and the epoch's log after
+# the last evaluation: 'steps' runs in `make test-slow`.
+@pytest.mark.parametrize("logging", slow_after(["epoch", "steps"]))
 def test_an_evaluator_alone_evaluates_in_training_as_sentence_transformers(logging, model_dir, tmp_path):
     """An evaluator without an eval_dataset evaluates in training (eval_strategy 'steps': every eval_steps and at
     the end), its metrics prefixed eval_ at the same steps with the same values; it was refused for want of an

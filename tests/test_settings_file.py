@@ -284,6 +284,9 @@ def test_every_settings_field_refuses_any_json_value_by_name(tmp_path):
         required.update({"output_file": "o.jsonl"} if "output_file" in required else {})
         for f in fields:
             for value in (5, True, None, {}, "x", 1.5, [1]):  # each JSON type
+                # A new file each time: ext4 flushes a file truncated to zero and rewritten (auto_da_alloc),
+                # 3 ms a time over these 4,700 rewrites.
+                cfg.unlink(missing_ok=True)
                 cfg.write_text(json.dumps({**required, f.name: value}))
                 try:
                     build_settings(command.settings, argparse.Namespace(_config_file=[cfg]))

@@ -13,6 +13,7 @@ import pytest
 import torch
 
 from bertkit.errors import BertkitError
+from cases import slow_after
 
 st = pytest.importorskip("sentence_transformers")
 import test_sparse_encoder  # noqa: E402  (tests/ is on sys.path under pytest)
@@ -142,7 +143,8 @@ def _read(path: Path) -> list[dict]:
     return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines()]
 
 
-@pytest.mark.parametrize("layout", ["splade", "inference_free"])
+# inference_free: its query side differs from its document side, so a --prompt-name left unpassed would show
+@pytest.mark.parametrize("layout", slow_after(["inference_free", "splade"]))
 def test_predict_writes_the_pipelines_vectors(layout, layouts, texts, tmp_path):
     from bertkit import pipeline
     from bertkit.cli import main
@@ -163,24 +165,32 @@ def test_predict_writes_the_pipelines_vectors(layout, layouts, texts, tmp_path):
 
 @pytest.fixture(scope="module")
 def served(layouts):
-    """{layout: server}: the splade and inference-free layouts behind bertkit serve."""
+    """{layout: server}: a layout's directory behind bertkit serve, started when a test first asks for it (the
+    mlm_transformer one only in `make test-slow`)."""
     pytest.importorskip("uvicorn", reason='bertkit serve needs uvicorn: pip install "bertkit[serve]"')
     from bertkit import pipeline
     from bertkit.inference.serve import create_app
     from bertkit.inference.serve_wire import Limits
     from serve_helpers import Server
 
-    servers = {}
-    for layout in ("splade", "inference_free", "mlm_transformer"):
-        pipe = pipeline("sparse-embedding", layouts[layout], batch_size=8, max_length=128)
-        servers[layout] = Server(create_app(pipe, str(layouts[layout]), max_batch_size=8, max_wait_ms=2,
-                                            limits=Limits(max_items=64)))
+    class Servers(dict):
+        def __missing__(self, layout):
+            pipe = pipeline("sparse-embedding", layouts[layout], batch_size=8, max_length=128)
+            self[layout] = Server(create_app(pipe, str(layouts[layout]), max_batch_size=8, max_wait_ms=2,
+                                             limits=Limits(max_items=64)))
+            return self[layout]
+
+    servers = Servers()
     yield servers
     for server in servers.values():
         server.stop()
 
 
-@pytest.mark.parametrize("layout", ["splade", "inference_free", "mlm_transformer"])
+# The server hands the texts to the pipeline, whose vectors test_the_pipeline_gives_... compares in every layout:
+# inference_free (its query side is another route than its document side) checks that the server passes the side
+# on; splade and mlm_transformer (sum pooling) add nothing the pipeline's cases do not check, so they run in
+# `make test-slow`.
+@pytest.mark.parametrize("layout", slow_after(["inference_free", "splade", "mlm_transformer"]))
 def test_embed_sparse_answers_encode_document_and_encode_query(layout, layouts, served, texts):
     """TEI's answer: a list of [{"index", "value"}] per input, one text too; prompt_name "query" selects the query
     side. The server cuts at its max_length (128 here), as encode does at max_seq_length 128."""

@@ -44,6 +44,14 @@ def batch(minilm_dir):
     return tok(TEXTS, padding=True, return_tensors="pt")
 
 
+@pytest.fixture(scope="module")
+def small_batch(minilm_2_layers):
+    """``TEXTS`` through the fast tokenizer of MiniLM's first 2 layers (``minilm_2_layers``), padded: for the checks
+    of what arguments and keys mean, which hold at any depth and vocabulary."""
+    tok = transformers.BertTokenizerFast.from_pretrained(minilm_2_layers)
+    return tok(TEXTS, padding=True, return_tensors="pt")
+
+
 def _close(a: torch.Tensor, b: torch.Tensor, mask: torch.Tensor | None = None) -> None:
     if mask is not None:  # bertkit leaves zeros at padding positions of hidden states
         a, b = a[mask.bool()], b[mask.bool()]
@@ -101,15 +109,15 @@ def test_one_row_of_position_ids_is_broadcast_as_transformers_does(minilm_dir, b
 @pytest.mark.parametrize("name", ["BertModel", "BertForSequenceClassification", "BertForTokenClassification",
                                   "BertForQuestionAnswering", "BertForMaskedLM", "BertForPreTraining",
                                   "BertForNextSentencePrediction"])
-def test_positional_arguments_mean_what_they_mean_in_transformers(minilm_dir, batch, name):
+def test_positional_arguments_mean_what_they_mean_in_transformers(minilm_2_layers, small_batch, name):
     torch.manual_seed(0)
-    theirs = getattr(transformers, name).from_pretrained(minilm_dir)
-    ours = getattr(bertkit, name).from_pretrained(None, config=bertkit.BertConfig.from_pretrained(minilm_dir),
+    theirs = getattr(transformers, name).from_pretrained(minilm_2_layers)
+    ours = getattr(bertkit, name).from_pretrained(None, config=bertkit.BertConfig.from_pretrained(minilm_2_layers),
                                                   state_dict=theirs.state_dict())
-    ids, mask = batch["input_ids"], batch["attention_mask"]
+    ids, mask = small_batch["input_ids"], small_batch["attention_mask"]
     positions = torch.arange(ids.shape[1]).flip(0).unsqueeze(0)  # not the default: must reach the embeddings
     with torch.no_grad():
-        for args in ((ids, mask), (ids, mask, batch["token_type_ids"]), (ids, mask, None, positions)):
+        for args in ((ids, mask), (ids, mask, small_batch["token_type_ids"]), (ids, mask, None, positions)):
             a, b = ours(*args), theirs(*args)
             per_token = a[0].dim() >= 2 and a[0].shape[:2] == mask.shape  # padding positions differ by design
             _close(a[0], b[0], mask if per_token else None)
@@ -657,12 +665,12 @@ def test_inputs_embeds_equal_transformers(tmp_path):
         ours(input_ids=inputs["input_ids"], inputs_embeds=embeds)
 
 
-def test_input_embeddings_and_a_transformers_state_dict_through_the_key_table(minilm_dir):
-    hf = transformers.BertModel.from_pretrained(minilm_dir).eval()
-    ours = BertModel(BertConfig.from_pretrained(minilm_dir)).eval()
+def test_input_embeddings_and_a_transformers_state_dict_through_the_key_table(minilm_2_layers):
+    hf = transformers.BertModel.from_pretrained(minilm_2_layers).eval()
+    ours = BertModel(BertConfig.from_pretrained(minilm_2_layers)).eval()
     ours.load_published_state_dict(hf.state_dict(), source="transformers BertModel")
     assert torch.equal(ours.get_input_embeddings().weight, hf.get_input_embeddings().weight)
-    tok = BertTokenizer.from_pretrained(minilm_dir)
+    tok = BertTokenizer.from_pretrained(minilm_2_layers)
     batch = tok(SENTENCES, padding=True, return_tensors="pt")
     with torch.no_grad():
         a = ours(**batch).last_hidden_state
@@ -868,17 +876,18 @@ def test_transformers_state_dict_in_memory(hf_name, tmp_path):
         type(ours).from_pretrained(None, config=ours.config, state_dict=bad)
 
 
-def test_state_dicts_cross_both_ways_with_strict_loading(minilm_dir, batch):
-    theirs = transformers.BertForSequenceClassification.from_pretrained(minilm_dir, num_labels=3)
-    config = bertkit.BertConfig.from_pretrained(minilm_dir, num_labels=3)
+def test_state_dicts_cross_both_ways_with_strict_loading(minilm_2_layers, small_batch):
+    theirs = transformers.BertForSequenceClassification.from_pretrained(minilm_2_layers, num_labels=3)
+    config = bertkit.BertConfig.from_pretrained(minilm_2_layers, num_labels=3)
     ours = bertkit.BertForSequenceClassification(config).eval()
     ours.load_state_dict(theirs.state_dict(), strict=True)  # transformers' keys, strict
     with torch.no_grad():
-        _close(ours(**batch).logits, theirs(**batch).logits)
-    back = transformers.BertForSequenceClassification(transformers.BertConfig.from_pretrained(minilm_dir, num_labels=3))
+        _close(ours(**small_batch).logits, theirs(**small_batch).logits)
+    back = transformers.BertForSequenceClassification(
+        transformers.BertConfig.from_pretrained(minilm_2_layers, num_labels=3))
     back.load_state_dict(ours.published_state_dict(), strict=True)  # bertkit -> transformers' keys, strict
     with torch.no_grad():
-        _close(back.eval()(**batch).logits, ours(**batch).logits)
+        _close(back.eval()(**small_batch).logits, ours(**small_batch).logits)
     with pytest.raises(RuntimeError, match="Unexpected key"):
         ours.load_state_dict({**theirs.state_dict(), "bert.extra.weight": torch.zeros(1)}, strict=True)
 
