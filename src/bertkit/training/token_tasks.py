@@ -175,7 +175,8 @@ def finetune_ner(s: NerSettings) -> dict[str, Any]:
 
     return _finetune(BertForTokenClassification, s, feats["train"], dev, "ner", finish, tokenizer,
                      f"{len(train_sentences)} of the {len(data['train'])} training sentences",
-                     id2label=dict(enumerate(labels)))
+                     # a tagger of another label count gets a fresh head of these tags, as finetune glue's does
+                     id2label=dict(enumerate(labels)), ignore_mismatched_sizes=True)
 
 
 def predict_ner_file(s: PredictNerSettings) -> dict[str, Any]:
