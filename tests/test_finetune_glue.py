@@ -334,3 +334,22 @@ def test_a_run_whose_evaluations_eval_delay_held_back_is_scored_on_its_final_wei
     plain = json.loads(capsys.readouterr().out)
     assert delayed["skipped"] == [] and delayed["runs"][0]["per_epoch"] == []
     assert delayed["runs"][0]["dev"] == plain["runs"][0]["dev"]  # the same weights: the same score
+
+
+def test_max_seq_length_is_lowered_to_what_the_checkpoints_tokenizer_takes(tmp_path, glue_model, capsys, caplog):
+    """The tokenizer says 5 tokens (its pipelines, predict and serve cut there): trained at 32, the model met and was
+    scored on 6-token inputs it is never given; run_glue.py lowers the length, with a warning."""
+    from bertkit.tokenization import BertTokenizer
+
+    tokenizer = BertTokenizer.from_pretrained(glue_model)
+    tokenizer.model_max_length = 5
+    tokenizer.save_pretrained(glue_model)
+    _write_sst2(tmp_path / "glue", n_train=8, n_dev=8)
+    code = main(["finetune", "glue", "--task", "sst2", "--data-dir", str(tmp_path / "glue"), "--model", str(glue_model),
+                 "--out", str(tmp_path / "run"), "--max-steps", "1", "--batch-size", "8", "--max-seq-length", "32", "--no-progress"])
+    assert code == 0
+    report = json.loads(capsys.readouterr().out)
+    assert report["settings"]["max_seq_length"] == 5
+    assert "--max-seq-length 32 is more than the 5 tokens" in caplog.text
+    features = glue.featurize(glue.read_glue(glue.get_task("sst2"), tmp_path / "glue", "dev"), tokenizer, 5, "sst2")
+    assert max(len(f["input_ids"]) for f in features) == 5  # "the movie was good": 6 tokens with [CLS], [SEP]

@@ -280,6 +280,28 @@ def test_a_run_that_fails_leaves_nothing_that_looks_complete(tmp_path):
     assert not (tmp_path / "run").exists()
 
 
+def test_a_run_that_fails_at_its_first_step_leaves_nothing_to_resume(tmp_path):
+    """Was: `finetune glue --task mrpc` on a checkpoint with type_vocab_size 1 failed at its first step (the pairs'
+    token_type_ids 1) and left its staging directory, holding only the empty runs/lr0.0001-seed1/metrics.jsonl
+    opened at the start; the same command on a fixed checkpoint was then refused, "was cut short ... pass --resume
+    to continue it, or --overwrite to start again", though there was nothing to continue. Now empty files (and the
+    directories holding only those) are not a run's output: it leaves nothing, and the next run is taken."""
+    with pytest.raises(BertkitError, match="first step"), output_dir(tmp_path / "run", "finetune glue") as claim:
+        (claim.path / "runs" / "lr0.0001-seed1").mkdir(parents=True)
+        (claim.path / "runs" / "lr0.0001-seed1" / "metrics.jsonl").touch()
+        raise BertkitError("failed at the first step")
+    assert sorted(p.name for p in tmp_path.iterdir()) == []
+    with output_dir(tmp_path / "run", "finetune glue") as claim:  # not refused as cut short
+        atomic_write_text(claim.path / "report.json", "{}")
+    assert sorted(json.loads((tmp_path / "run" / MARKER).read_text())["files"]) == ["report.json"]
+    with pytest.raises(BertkitError), output_dir(tmp_path / "run2", "pretrain") as claim:
+        (claim.path / "metrics.jsonl").touch()
+        (claim.path / "checkpoints" / "step-1").mkdir(parents=True)
+        atomic_write_text(claim.path / "checkpoints" / "step-1" / "state.pt", "x")
+        raise BertkitError("failed later")
+    assert (staging_dir_of(tmp_path / "run2") / "checkpoints" / "step-1" / "state.pt").read_text() == "x"
+
+
 def test_a_claim_that_fails_while_claiming_leaves_no_directory_and_no_lock(tmp_path, monkeypatch):
     """A full disk while the claim writes its record: the staging directory it made is gone and its lock dropped,
     so the next claim of the same path is taken (the failed one held nothing)."""

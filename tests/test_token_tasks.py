@@ -319,6 +319,24 @@ def test_finetune_ner_keeps_the_tag_order_of_a_checkpoint_that_has_them(conll_di
     assert report["test"]["accuracy"] == pytest.approx(2 / 14)  # the checkpoint's own tags (random weights)
 
 
+def test_finetune_ner_starts_a_fresh_head_on_a_tagger_of_another_label_count(conll_dir, encoder_dir, tiny_checkpoint,
+                                                                            tmp_path):
+    # Was: a token classifier of 3 labels (O, B-X, I-X) was refused, "shape mismatches: classifier.weight: file (3,
+    # 32), model (9, 32) ... pass ignore_mismatched_sizes=True", a keyword `bertkit finetune ner` has no flag for,
+    # where `finetune glue` and `finetune classify` start such a checkpoint's head afresh. Now ner does the same.
+    tagger = tiny_checkpoint(tmp_path / "tagger", "BertForTokenClassification", tokenizer=encoder_dir,
+                             labels=["O", "B-X", "I-X"])
+    report = tt.finetune_ner(tt.NerSettings(data_dir=conll_dir, model_name_or_path=tagger, output_dir=tmp_path / "o",
+                                            num_train_epochs=1, batch_size=4, learning_rate=1e-12, progress=False))
+    labels = ner.label_list(ner.read_conll(conll_dir / "train.txt"))
+    assert report["labels"] == labels and len(labels) == 9
+    model = BertForTokenClassification.from_pretrained(tmp_path / "o" / "model")
+    assert model.config.id2label == dict(enumerate(labels)) and model.classifier.weight.shape[0] == 9
+    encoder = BertForTokenClassification.from_pretrained(tagger).bert.state_dict()
+    for name, value in model.bert.state_dict().items():  # the encoder is the checkpoint's (lr 1e-12)
+        torch.testing.assert_close(value, encoder[name], rtol=0, atol=1e-9)
+
+
 @pytest.mark.parametrize("labels", [9, ["NN", "VB", "O"]])
 def test_predict_ner_refuses_a_checkpoint_whose_labels_are_not_tags(conll_dir, encoder_dir, tiny_checkpoint, tmp_path,
                                                                    labels):

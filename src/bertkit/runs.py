@@ -24,6 +24,7 @@ import json
 import logging
 import os
 import shutil
+import stat
 from collections.abc import Collection, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -178,11 +179,23 @@ class OutputDir:
 
     def _abort(self) -> None:
         assert self.stage is not None
-        wrote = self.resumable and any(name not in BOOKKEEPING for name in os.listdir(self.path))
+        wrote = self.resumable and _holds_output(self.path)
         if wrote:
             logger.warning("the unfinished `bertkit %s` run is kept in %s: --resume continues it, --overwrite (or "
                            "another run) replaces it", self.command, self.path)
         self.stage.abort(keep=wrote)
+
+
+def _holds_output(directory: Path) -> bool:
+    """Whether a run's staging directory holds anything it wrote: a file with bytes in it, a link or a special file.
+    Bertkit's bookkeeping, empty files (a metrics.jsonl opened at the start) and directories of those are not: a run
+    that failed at its first step holds nothing --resume could continue, and keeping it would refuse the next run."""
+    for root, dirs, files in os.walk(directory):
+        for name in files + [d for d in dirs if os.path.islink(os.path.join(root, d))]:
+            st = os.lstat(os.path.join(root, name))
+            if name not in BOOKKEEPING and (not stat.S_ISREG(st.st_mode) or st.st_size > 0):
+                return True
+    return False
 
 
 def _refuse_other_settings(directory: Path, command: str, marker: dict, now: dict, paths: Collection[str]) -> None:

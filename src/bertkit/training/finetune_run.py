@@ -2,20 +2,41 @@
 
 from __future__ import annotations
 
+import dataclasses
+import logging
 import time
 from collections.abc import Callable, Sequence
-from typing import NamedTuple
+from typing import NamedTuple, TypeVar
 
 from torch import nn
 
 from bertkit.errors import BertkitError
 from bertkit.manifests import remove_owned_tree
-from bertkit.settings import TrainingSettings
+from bertkit.settings import FinetuneSettings, TrainingSettings
 from bertkit.settings.training import micro_batch_size
+from bertkit.tokenization import BertTokenizer
 from bertkit.training.batch_plan import BatchPlan, steps_for_epochs, steps_per_epoch
 from bertkit.training.distributed import current
 from bertkit.training.loop import Phase, TrainResult, train
 from bertkit.training.plot import plot_metrics
+
+logger = logging.getLogger("bertkit")
+S = TypeVar("S", bound=FinetuneSettings)
+
+
+def checkpoint_tokenizer(s: S) -> tuple[BertTokenizer, S]:
+    """The checkpoint's tokenizer, and ``s`` with max_seq_length lowered to its model_max_length, with a warning, as
+    transformers' run_glue.py, run_qa.py and run_swag.py lower it. Trained and scored at the default 128 where the
+    tokenizer says 64, a model met inputs its pipelines, ``predict`` and ``serve`` never give it (they cut at 64),
+    and its report scored those. The report and the resume fingerprint hold the length used. (A length past the
+    model's positions is refused, as every command refuses it.)"""
+    tokenizer = BertTokenizer.from_pretrained(s.model_name_or_path)
+    if s.max_seq_length <= tokenizer.model_max_length:
+        return tokenizer, s
+    logger.warning("--max-seq-length %d is more than the %d tokens %s's tokenizer takes (its model_max_length); "
+                   "using --max-seq-length %d", s.max_seq_length, tokenizer.model_max_length, s.model_name_or_path,
+                   tokenizer.model_max_length)
+    return tokenizer, dataclasses.replace(s, max_seq_length=tokenizer.model_max_length)
 
 
 class Fit(NamedTuple):

@@ -39,7 +39,7 @@ from bertkit.tasks import ner, squad, squad_eval, swag
 from bertkit.tasks.metrics import to_fractions
 from bertkit.tokenization import BertTokenizer
 from bertkit.training.distributed import current, process_device
-from bertkit.training.finetune_run import run_finetuning
+from bertkit.training.finetune_run import checkpoint_tokenizer, run_finetuning
 
 logger = logging.getLogger("bertkit")
 
@@ -136,7 +136,7 @@ def ner_scores(sentences: Sequence[ner.NerSentence], predicted: Sequence[Sequenc
 def finetune_ner(s: NerSettings) -> dict[str, Any]:
     """Fine-tune on CoNLL-2003 NER: dev F1 after every epoch, dev and test at the end, and their predictions in
     conlleval's input (``predictions_{dev,test}.txt``: word gold pred)."""
-    tokenizer = BertTokenizer.from_pretrained(s.model_name_or_path)
+    tokenizer, s = checkpoint_tokenizer(s)
     data = {split: ner.read_conll(s.data_dir / name, s.tag_scheme) for split, name in NER_SPLITS.items()}
     n_dev = len(data["dev"])
     data["dev"] = first(data["dev"], s.max_eval_samples)
@@ -175,7 +175,8 @@ def finetune_ner(s: NerSettings) -> dict[str, Any]:
 
     return _finetune(BertForTokenClassification, s, feats["train"], dev, "ner", finish, tokenizer,
                      f"{len(train_sentences)} of the {len(data['train'])} training sentences",
-                     id2label=dict(enumerate(labels)))
+                     # a tagger of another label count gets a fresh head of these tags, as finetune glue's does
+                     id2label=dict(enumerate(labels)), ignore_mismatched_sizes=True)
 
 
 def predict_ner_file(s: PredictNerSettings) -> dict[str, Any]:
@@ -292,7 +293,7 @@ def score_squad_finetuning(s: SquadSettings, articles: Sequence[dict], examples:
 def finetune_squad(s: SquadSettings) -> dict[str, Any]:
     """Fine-tune on SQuAD and score the predict file (or its held-out articles), writing the predictions in
     run_squad.py's formats."""
-    tokenizer = BertTokenizer.from_pretrained(s.model_name_or_path)
+    tokenizer, s = checkpoint_tokenizer(s)
     all_train_examples, all_eval_examples, eval_articles, split = squad_finetuning_examples(s)
     train_examples = first(all_train_examples, s.max_train_samples)
     eval_examples = first(all_eval_examples, s.max_eval_samples)
@@ -374,7 +375,7 @@ def write_swag_predictions(path: Path, examples: Sequence[swag.SwagExample], sco
 def finetune_swag(s: SwagSettings) -> dict[str, Any]:
     """Fine-tune on SWAG: accuracy on the predict file after every epoch (when labelled), and its
     ``predictions.jsonl``."""
-    tokenizer = BertTokenizer.from_pretrained(s.model_name_or_path)
+    tokenizer, s = checkpoint_tokenizer(s)
     all_train = swag.read_swag(s.train_file)
     if any(e.label is None for e in all_train):
         raise BertkitError(f"{s.train_file} has no label column; train on a labelled file (train.csv)")
