@@ -357,6 +357,40 @@ def test_a_hub_repo_cached_in_part_is_completed_or_refused_never_read_as_a_plain
     assert fx.text_form("org/plain").source == "" and fx.text_form("org/st").prompt == "Hello "
 
 
+def test_a_module_file_missing_from_a_cached_snapshot_is_one_line_naming_it(tiny_checkpoint, tmp_path, capsys,
+                                                                            monkeypatch):
+    """Was: a sentence-transformers repo cached without its 1_Pooling/config.json (a download cut short) made
+    `bertkit extract-features --model org/st` (offline, HF_HUB_OFFLINE=1) end in a FileNotFoundError traceback (exit
+    1), as did SentenceTransformer on the snapshot: a user's missing file, reported as a bug in bertkit. Now it is the
+    one-line error (exit 2) naming the file and how to fetch the rest of the repo."""
+    import shutil
+
+    from huggingface_hub import constants
+
+    from bertkit.cli import main
+    from bertkit.errors import MissingFileError
+    from bertkit.sentence import SentenceTransformer
+
+    local = _st_directory(tiny_checkpoint, tmp_path / "st", {"max_seq_length": 7}, {}, layout="")
+    repo = tmp_path / "hub" / "models--org--st"
+    snapshot = repo / "snapshots" / ("c" * 40)
+    shutil.copytree(local, snapshot)
+    (snapshot / "1_Pooling" / "config.json").unlink()
+    (repo / "refs").mkdir()
+    (repo / "refs" / "main").write_text("c" * 40)
+    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", True)
+    monkeypatch.setattr(constants, "HF_HUB_CACHE", str(tmp_path / "hub"))
+    (tmp_path / "in.txt").write_text("the fox\n")
+    assert main(["extract-features", "--model", "org/st", "--input", str(tmp_path / "in.txt"), "--out",
+                 str(tmp_path / "out.jsonl"), "--no-progress"]) == 2
+    err = capsys.readouterr().err
+    assert f"error: {snapshot / '1_Pooling' / 'config.json'} is missing" in err
+    assert "fetch the rest with `hf download org/st`" in err and "Traceback" not in err
+    with pytest.raises(MissingFileError, match="1_Pooling/config.json is missing"):
+        SentenceTransformer(snapshot)
+    assert not (tmp_path / "out.jsonl").exists()
+
+
 def test_a_model_loaded_from_0_transformer_reads_the_directory_holding_it(tiny_checkpoint, tmp_path):
     """Was: ``extract_features(BertModel.from_pretrained(st / "0_Transformer"), ...)`` (the only way to load an
     older layout's encoder in Python) wrote the bare, cased text at 128 tokens, where ``bertkit extract-features

@@ -17,8 +17,17 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from bertkit.errors import BertkitError, is_whole
-from bertkit.hub import MODULES, SBERT_CONFIG, ST_CONFIG, encoder_path, module_types, read_json, read_modules
+from bertkit.errors import BertkitError, MissingFileError, is_whole
+from bertkit.hub import (
+    MODULES,
+    SBERT_CONFIG,
+    ST_CONFIG,
+    cache_hint,
+    encoder_path,
+    module_types,
+    read_json,
+    read_modules,
+)
 from bertkit.sentence.pooling import Pooling
 
 _TYPES = {"Transformer", "Pooling", "Dense", "Normalize"}
@@ -167,7 +176,8 @@ def read_directory(path: str | Path) -> SentenceDirectory:
     pooling_file = path / modules[1]["path"] / "config.json"
     pooling = read_json(pooling_file)
     if pooling is None:
-        raise FileNotFoundError(f"{pooling_file} is missing; {path / MODULES} lists a Pooling module there")
+        raise MissingFileError(f"{pooling_file} is missing; {path / MODULES} lists a Pooling module there"
+                               f"{cache_hint(path)}")
     sbert_file = encoder_dir / SBERT_CONFIG  # the Transformer module's own, as sentence-transformers reads it
     sbert = read_json(sbert_file) or {}
     st = read_json(path / ST_CONFIG) or {}

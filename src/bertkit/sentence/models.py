@@ -27,8 +27,15 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from bertkit.errors import BertkitError, NotImplementedInBertkit, given_path, is_whole, refusing_getattr
-from bertkit.hub import SBERT_CONFIG
+from bertkit.errors import (
+    BertkitError,
+    MissingFileError,
+    NotImplementedInBertkit,
+    given_path,
+    is_whole,
+    refusing_getattr,
+)
+from bertkit.hub import SBERT_CONFIG, cache_hint
 from bertkit.modeling import BertModel
 from bertkit.outputs import atomic_write_json
 from bertkit.sentence.calls import check_features
@@ -427,7 +434,8 @@ class Dense(nn.Module):
         directory = Path(directory)
         config_file = directory / "config.json"
         if not config_file.is_file():
-            raise FileNotFoundError(f"{config_file} is missing; modules.json lists a Dense module there")
+            raise MissingFileError(f"{config_file} is missing; modules.json lists a Dense module there"
+                                   f"{cache_hint(directory.parent)}")
         config = json.loads(config_file.read_text(encoding="utf-8"))
         name = config.pop("activation_function", "torch.nn.modules.activation.Tanh")
         if name not in _ACTIVATIONS:

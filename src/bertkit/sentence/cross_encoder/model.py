@@ -27,7 +27,7 @@ import torch
 from torch import Tensor, nn
 
 from bertkit._parallel import job_of
-from bertkit.errors import BertkitError, given_path, is_whole
+from bertkit.errors import BertkitError, MissingFileError, given_path, is_whole
 from bertkit.heads import BertForSequenceClassification
 from bertkit.hub import (
     MODULES,
@@ -224,8 +224,8 @@ class CrossEncoder(Indexed, ReferenceCalls, nn.Module):
             declared = cross_encoder_max_seq_length(path)
         refuse_adapter(encoder_dir, "CrossEncoder(base)", "model.model")
         if not (encoder_dir / "config.json").is_file():
-            raise FileNotFoundError(f"cross-encoder directory {encoder_dir} has no config.json; pass a directory saved "
-                                    "by CrossEncoder.save, sentence-transformers or transformers (or a BERT checkpoint)")
+            raise MissingFileError(f"cross-encoder directory {encoder_dir} has no config.json; pass a directory saved "
+                                   "by CrossEncoder.save, sentence-transformers or transformers (or a BERT checkpoint)")
         # as sentence-transformers: a checkpoint that is no sequence classifier gets a new one-label head
         config = read_json(encoder_dir / "config.json") or {}
         classifier = any(str(a).endswith("ForSequenceClassification") for a in config.get("architectures") or [])

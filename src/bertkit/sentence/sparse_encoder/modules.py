@@ -25,9 +25,9 @@ from typing import Any, ClassVar
 import torch
 from torch import Tensor, nn
 
-from bertkit.errors import BertkitError, is_whole, refusing_getattr
+from bertkit.errors import BertkitError, MissingFileError, is_whole, refusing_getattr
 from bertkit.heads import BertForMaskedLM
-from bertkit.hub import SBERT_CONFIG, read_json
+from bertkit.hub import SBERT_CONFIG, cache_hint, read_json
 from bertkit.modeling import BertModelOutput
 from bertkit.outputs import atomic_write_json
 from bertkit.padding import moved
@@ -70,7 +70,8 @@ class SpladePooling(nn.Module):
     def load(cls, directory: Path) -> SpladePooling:
         config = read_json(directory / "config.json")
         if config is None:
-            raise FileNotFoundError(f"{directory / 'config.json'} is missing: a SpladePooling module's settings")
+            raise MissingFileError(f"{directory / 'config.json'} is missing: a SpladePooling module's settings"
+                                   f"{cache_hint(directory.parent)}")
         dim = config.get("embedding_dimension", config.get("word_embedding_dimension"))
         return cls(config.get("pooling_strategy", "max"), config.get("activation_function", "relu"), dim)
 
@@ -375,7 +376,7 @@ class SparseStaticEmbedding(nn.Module):
         """Weights from a JSON object {word piece: weight} (an idf.json); pieces it leaves out weigh 0."""
         idf = read_json(Path(json_path))
         if not isinstance(idf, dict):
-            raise FileNotFoundError(f"{json_path} is not a JSON object of word-piece weights (an idf.json)")
+            raise MissingFileError(f"{json_path} is not a JSON object of word-piece weights (an idf.json)")
         vocab = tokenizer.get_vocab()
         unknown = [t for t in idf if t not in vocab]
         if unknown:
@@ -476,8 +477,8 @@ class Router(nn.Module):
         """``load_module(type_name, directory)`` loads each route's modules from their directories."""
         config = read_json(directory / cls.CONFIG) or read_json(directory / "config.json")
         if not isinstance(config, dict) or "types" not in config or "structure" not in config:
-            raise FileNotFoundError(f"{directory / cls.CONFIG} is missing or lists no 'types' and 'structure'; a "
-                                    "Router's directory names its modules there")
+            raise MissingFileError(f"{directory / cls.CONFIG} is missing or lists no 'types' and 'structure'; a "
+                                   "Router's directory names its modules there")
         modules = {}
         for name, type_name in config["types"].items():
             if "/" in name or "\\" in name or name in ("", ".", ".."):
