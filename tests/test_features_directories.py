@@ -357,6 +357,25 @@ def test_a_hub_repo_cached_in_part_is_completed_or_refused_never_read_as_a_plain
     assert fx.text_form("org/plain").source == "" and fx.text_form("org/st").prompt == "Hello "
 
 
+@pytest.mark.parametrize("lost", ["config_sentence_transformers.json", "sentence_bert_config.json"])
+def test_a_cached_sentence_repo_missing_its_settings_fetches_them_online(tiny_checkpoint, tmp_path, monkeypatch, lost):
+    """Was: a cached sentence-transformers snapshot holding modules.json, the BERT files and the modules but not
+    config_sentence_transformers.json (its prompts) or sentence_bert_config.json (max_seq_length, do_lower_case),
+    a download cut short, counted as whole: online, `--model org/st` wrote the states of the bare text at 128 tokens
+    where sentence-transformers fetches those files and the directory on disk gives the prompt's tokens at 7. Now a
+    settings file the cache does not hold, nor record as absent from the repo, is fetched first."""
+    local = _st_directory(tiny_checkpoint, tmp_path / "st", {"max_seq_length": 7, "do_lower_case": True},
+                          {"prompts": {"query": "Hello "}, "default_prompt_name": "query"}, layout="")
+    _fake_hub(monkeypatch, tmp_path / "hub", {"org/st": local})
+    want = fx.text_form(local)
+    assert (want.prompt, want.lowercase, want.max_seq_length) == ("Hello ", True, 7)
+    snapshot = Path(fx.text_form("org/st").encoder_dir)
+    (snapshot / lost).unlink()
+    got = fx.text_form("org/st")
+    assert (got.prompt, got.lowercase, got.max_seq_length) == (want.prompt, want.lowercase, want.max_seq_length)
+    assert (snapshot / lost).is_file()
+
+
 def test_a_module_file_missing_from_a_cached_snapshot_is_one_line_naming_it(tiny_checkpoint, tmp_path, capsys,
                                                                             monkeypatch):
     """Was: a sentence-transformers repo cached without its 1_Pooling/config.json (a download cut short) made

@@ -183,30 +183,38 @@ def _module_whole(directory: Path, kind: str) -> bool:
     return directory.is_dir() and any(directory.iterdir())
 
 
-def may_lack_sentence_files(directory: Path) -> bool:
-    """Whether ``directory`` is a snapshot of huggingface_hub's cache without a modules.json that the cache does not
-    record as missing from the repo, so that it may be a sentence-transformers repo cached in part: transformers
-    caches such a repo's BERT files only (config, weights, tokenizer), and read from them alone its model would be a
-    plain checkpoint's (another pooling, no prompt, no do_lower_case, another length). The cache records a file's
-    absence where a download asked for it (``.no_exist/<commit>/modules.json``, as sentence-transformers and bertkit
-    ask) or where a snapshot download listed the repo (huggingface_hub 1.x's cached tree)."""
-    repo = directory.parent.parent
-    if (directory.parent.name != "snapshots" or not repo.name.startswith("models--")
-            or (directory / MODULES).is_file()):
-        return False
-    if (repo / ".no_exist" / directory.name / MODULES).is_file():
-        return False
+def _in_snapshot(directory: Path) -> bool:
+    return directory.parent.name == "snapshots" and directory.parent.parent.name.startswith("models--")
+
+
+def _recorded_absent(snapshot: Path, name: str) -> bool:
+    """Whether huggingface_hub's cache records that the repo of ``snapshot`` (a snapshot directory) has no file
+    ``name`` (a path inside it) at that commit: a download asked for it by name (``.no_exist/<commit>/NAME``, as
+    sentence-transformers and bertkit ask), or a snapshot download listed the repo (huggingface_hub 1.x's cached
+    tree). False where the cache does not say: the file may be in the repo and not downloaded yet."""
+    repo = snapshot.parent.parent
+    if (repo / ".no_exist" / snapshot.name / name).is_file():
+        return True
     try:  # huggingface_hub 1.x: the repo's listing, saved by snapshot_download
         from huggingface_hub import get_cached_repo_tree
         from huggingface_hub.errors import CachedRepoTreeNotFoundError
     except ImportError:
-        return True
+        return False
     repo_id = repo.name.removeprefix("models--").replace("--", "/")
     try:
-        listed = get_cached_repo_tree(repo_id, revision=directory.name, cache_dir=repo.parent)
+        listed = get_cached_repo_tree(repo_id, revision=snapshot.name, cache_dir=repo.parent)
     except CachedRepoTreeNotFoundError:
-        return True
-    return any(f.path == MODULES for f in listed)
+        return False
+    return all(f.path != name for f in listed)
+
+
+def may_lack_sentence_files(directory: Path) -> bool:
+    """Whether ``directory`` is a snapshot of huggingface_hub's cache without a modules.json that the cache does not
+    record as missing from the repo, so that it may be a sentence-transformers repo cached in part: transformers
+    caches such a repo's BERT files only (config, weights, tokenizer), and read from them alone its model would be a
+    plain checkpoint's (another pooling, no prompt, no do_lower_case, another length)."""
+    return (_in_snapshot(directory) and not (directory / MODULES).is_file()
+            and not _recorded_absent(directory, MODULES))
 
 
 def _whole(snapshot: Path) -> bool:
@@ -218,8 +226,12 @@ def _whole(snapshot: Path) -> bool:
     if modules is None:
         return _encoder_whole(snapshot) and not may_lack_sentence_files(snapshot)
     kinds = zip(modules, module_types(modules), strict=True)
+    encoder = encoder_path(modules)
+    # the model's settings (prompts; max_seq_length, do_lower_case): without them its vectors are another model's
+    settings = [ST_CONFIG, f"{encoder}/{SBERT_CONFIG}" if encoder else SBERT_CONFIG]
     return (all(_module_whole(snapshot / m.get("path", ""), kind) for m, kind in kinds)
-            and _encoder_whole(snapshot / encoder_path(modules)))
+            and _encoder_whole(snapshot / encoder)
+            and all((snapshot / name).is_file() or _recorded_absent(snapshot, name) for name in settings))
 
 
 def _download(repo_id: str) -> Path:
