@@ -14,6 +14,7 @@ from typing import Any
 from bertkit.errors import BertkitError
 from bertkit.settings import ClassifySettings, first
 from bertkit.tasks import glue
+from bertkit.training.finetune_run import checkpoint_tokenizer
 from bertkit.training.sequence_grid import fit_sequence_classifier
 
 logger = logging.getLogger("bertkit")
@@ -127,9 +128,7 @@ def classify_task(train: Sequence[glue.GlueExample], problem_type: str, name: st
 def finetune_classify(s: ClassifySettings) -> dict[str, Any]:
     """``bertkit finetune classify``: fit_sequence_classifier on the user's files. Their best run's predictions for
     other files come from ``bertkit predict text-classification --model OUTPUT_DIR/best``."""
-    from bertkit.tokenization import BertTokenizer
-
-    tokenizer = BertTokenizer.from_pretrained(s.model_name_or_path)  # the model's: its weights load later
+    tokenizer, s = checkpoint_tokenizer(s)  # the model's: its weights load later
     every_train_row = read_labelled(s.train_file, s, tokenizer)
     dev_examples = first(read_labelled(s.validation_file, s, tokenizer), s.max_eval_samples)
     # The classes (or a regression) are the whole training file's, as run_glue.py takes its label list before
@@ -151,4 +150,4 @@ def finetune_classify(s: ClassifySettings) -> dict[str, Any]:
             raise BertkitError(f"{s.validation_file}: every label is {dev_examples[0].label}, so the correlations "
                                "regression is scored by (Pearson, Spearman) are undefined; validate on rows with "
                                "differing scores")
-    return fit_sequence_classifier(task, train_examples, dev_examples, s)
+    return fit_sequence_classifier(task, train_examples, dev_examples, s, tokenizer)

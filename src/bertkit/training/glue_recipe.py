@@ -13,6 +13,7 @@ from bertkit.heads import BertForSequenceClassification
 from bertkit.inference.predict import predict
 from bertkit.settings import GlueSettings, PredictGlueSettings, first
 from bertkit.tasks import glue
+from bertkit.training.finetune_run import checkpoint_tokenizer
 from bertkit.training.sequence_grid import fit_sequence_classifier
 from bertkit.training.token_tasks import load_finetuned, prediction_report
 
@@ -20,10 +21,11 @@ from bertkit.training.token_tasks import load_finetuned, prediction_report
 def finetune_glue(s: GlueSettings) -> dict[str, Any]:
     """Fine-tune ``s.model_name_or_path`` on one GLUE task for every (rate, seed) (``fit_sequence_classifier``)."""
     task = glue.get_task(s.task)
+    tokenizer, s = checkpoint_tokenizer(s)
     train_examples = first(glue.read_glue(task, s.data_dir, "train"), s.max_train_samples)
     dev_examples = first(glue.read_glue(task, s.data_dir, "dev"), s.max_eval_samples)
     _check_scorable(task, dev_examples, "--max-eval-samples", s.max_eval_samples)
-    return fit_sequence_classifier(task, train_examples, dev_examples, s)
+    return fit_sequence_classifier(task, train_examples, dev_examples, s, tokenizer)
 
 
 def _check_scorable(task: glue.GlueTask, dev: list[glue.GlueExample], flag: str, value: int | None) -> None:

@@ -23,19 +23,20 @@ from bertkit.inference.predict import predict
 from bertkit.outputs import atomic_write_json
 from bertkit.settings import SequenceClassificationSettings
 from bertkit.tasks import glue
+from bertkit.tokenization import BertTokenizer
 from bertkit.training.distributed import current, process_device
-from bertkit.training.finetune_run import checkpoint_tokenizer, run_finetuning
+from bertkit.training.finetune_run import run_finetuning
 
 logger = logging.getLogger("bertkit")
 
 
 def fit_sequence_classifier(task: glue.GlueTask, train_examples: Sequence[glue.GlueExample],
                             dev_examples: Sequence[glue.GlueExample], s: SequenceClassificationSettings,
-                            ) -> dict[str, Any]:
+                            tokenizer: BertTokenizer) -> dict[str, Any]:
     """The grid of (rate, seed) runs on ``task``'s examples, each scored on dev after every epoch and selected on
     its final-epoch score (the task's first metric); the best run saved to ``output_dir/best``. A run that
-    diverges or whose dev score is not finite is marked ``failed``; one failure does not end the grid."""
-    tokenizer, s = checkpoint_tokenizer(s)
+    diverges or whose dev score is not finite is marked ``failed``; one failure does not end the grid. ``s`` and
+    ``tokenizer``: ``checkpoint_tokenizer``'s."""
     train_features = glue.featurize(train_examples, tokenizer, s.max_seq_length, task)
     dev_features = glue.featurize(dev_examples, tokenizer, s.max_seq_length, task)
     dev_refs = np.asarray([f["labels"] for f in dev_features])
