@@ -544,7 +544,7 @@ def test_max_train_samples_keeps_the_whole_training_files_classes(tmp_path, monk
         (tmp_path / name).write_text("text,label\n" + "".join(f"good film,{x}\n" for x in rows), encoding="utf-8")
     seen = {}
     monkeypatch.setattr(classify, "fit_sequence_classifier",
-                        lambda task, tr, dv, s: seen.update(labels=task.labels, rows=[e.label for e in tr]))
+                        lambda task, tr, dv, s, tokenizer: seen.update(labels=task.labels, rows=[e.label for e in tr]))
     classify.finetune_classify(ClassifySettings(model_name_or_path=tmp_path / "model", output_dir=tmp_path / "out",
                                                 train_file=tmp_path / "train.csv", validation_file=tmp_path / "dev.csv",
                                                 max_train_samples=2))
