@@ -353,3 +353,40 @@ def test_max_seq_length_is_lowered_to_what_the_checkpoints_tokenizer_takes(tmp_p
     assert "--max-seq-length 32 is more than the 5 tokens" in caplog.text
     features = glue.featurize(glue.read_glue(glue.get_task("sst2"), tmp_path / "glue", "dev"), tokenizer, 5, "sst2")
     assert max(len(f["input_ids"]) for f in features) == 5  # "the movie was good": 6 tokens with [CLS], [SEP]
+
+
+def test_predict_glue_cuts_inputs_where_the_checkpoint_was_fine_tuned(tmp_path, glue_model, capsys):
+    """Fine-tuned at 5 tokens ("the movie was" and no label word), the model is predicted at 5 by default: its dev
+    scores are the finetune report's. Predicted at finetune's default 128 instead (past this model's 32 positions,
+    refused; on a 512-position model, the label word kept), they would not be."""
+    _write_sst2(tmp_path / "glue", n_train=16, n_dev=16)
+    code = main(["finetune", "glue", "--task", "sst2", "--data-dir", str(tmp_path / "glue"), "--model", str(glue_model),
+                 "--out", str(tmp_path / "run"), "--max-steps", "2", "--batch-size", "8", "--max-seq-length", "5",
+                 "--no-progress"])
+    assert code == 0
+    trained = json.loads(capsys.readouterr().out)
+    assert json.loads((tmp_path / "run" / "best" / "config.json").read_text())["max_seq_length"] == 5
+    code = main(["predict", "glue", "--task", "sst2", "--data-dir", str(tmp_path / "glue"), "--split", "dev",
+                 "--model", str(tmp_path / "run" / "best"), "--out", str(tmp_path / "dev")])
+    assert code == 0
+    predicted = json.loads(capsys.readouterr().out)
+    assert predicted["scores"] == trained["best_run"]["dev"] and predicted["max_seq_length"] == 5
+    code = main(["predict", "glue", "--task", "sst2", "--data-dir", str(tmp_path / "glue"), "--split", "dev",
+                 "--model", str(tmp_path / "run" / "best"), "--out", str(tmp_path / "dev32"), "--max-seq-length", "32"])
+    assert code == 0
+    assert json.loads(capsys.readouterr().out)["max_seq_length"] == 32  # a length given on the command line wins
+
+
+def test_predict_refuses_a_recorded_length_that_is_no_length(tmp_path, tiny_checkpoint, capsys):
+    _write_sst2(tmp_path / "glue", n_train=8, n_dev=8)
+    model = tiny_checkpoint(tmp_path / "model", "BertForSequenceClassification", labels=["0", "1"],
+                            tokenizer=["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", *WORDS], hidden_size=16,
+                            num_hidden_layers=1, num_attention_heads=2, intermediate_size=32)
+    config = json.loads((model / "config.json").read_text())
+    (model / "config.json").write_text(json.dumps({**config, "max_seq_length": "long"}))
+    code = main(["predict", "glue", "--task", "sst2", "--data-dir", str(tmp_path / "glue"), "--split", "dev",
+                 "--model", str(model), "--out", str(tmp_path / "dev")])
+    assert code == 2
+    err = capsys.readouterr().err
+    assert "max_seq_length is 'long', not a positive whole number" in err and "--max-seq-length" in err
+    assert not (tmp_path / "dev").exists()

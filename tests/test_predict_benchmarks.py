@@ -67,10 +67,13 @@ def test_predict_ner_equals_the_recipes_predictions(tmp_path, minilm_dir, data_d
 
 def test_predict_squad_equals_the_recipes_predictions(tmp_path, minilm_dir, data_dir, capsys, tiny_checkpoint):
     d = tiny_checkpoint(tmp_path / "model", BertForQuestionAnswering, tokenizer=minilm_dir, seed=4, **ON_MINILM)
+    config = json.loads((d / "config.json").read_text())  # fine-tuned at 192, as finetune squad records it
+    (d / "config.json").write_text(json.dumps({**config, "max_seq_length": 192}))
     dev = data_dir / "squad/dev-v1.1.json"
     code, report, err = _run(capsys, "predict", "squad", "--model", d, "--predict-file", dev, "--out",
-                             tmp_path / "run", "--max-predict-samples", 40, "--max-seq-length", 192)
+                             tmp_path / "run", "--max-predict-samples", 40)
     assert code == 0, err
+    assert report["max_seq_length"] == 192  # not predict squad's 384 for a checkpoint that records no length
     examples = squad.read_squad(dev)[:40]
     tok = BertTokenizer.from_pretrained(d)
     features = squad.featurize_squad(examples, tok, max_seq_length=192, doc_stride=128, max_query_length=64)

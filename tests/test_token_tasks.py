@@ -232,6 +232,8 @@ def test_finetune_ner_end_to_end(conll_dir, encoder_dir, tmp_path):
     # The saved model carries its tag names and reproduces the test predictions.
     model = BertForTokenClassification.from_pretrained(out / "model")
     assert model.config.id2label == dict(enumerate(report["labels"]))
+    # and the length it was fine-tuned at, predict ner's default
+    assert json.loads((out / "model" / "config.json").read_text())["max_seq_length"] == 128
     tok = BertTokenizer.from_pretrained(out / "model")
     test = ner.read_conll(conll_dir / "test.txt")
     feats = ner.featurize_ner(test, tok, report["labels"], 128)

@@ -343,7 +343,7 @@ class SquadWindowSettings(Settings):
         these settings has ``max_seq_length``)."""
         super().__post_init__()
         length = self.max_seq_length  # type: ignore[attr-defined]  # declared by each command beside this group
-        if length <= self.max_query_length + 3:
+        if length is not None and length <= self.max_query_length + 3:  # None: predict's, checked once it is known
             raise BertkitError(f"--max-seq-length {length} must exceed --max-query-length {self.max_query_length} + 3 "
                                "([CLS] and two [SEP]) to leave room for context: lower --max-query-length or raise "
                                "--max-seq-length")

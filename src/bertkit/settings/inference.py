@@ -6,9 +6,9 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Literal
+from typing import ClassVar, Literal
 
-from bertkit.errors import BertkitError
+from bertkit.errors import BertkitError, read_json_object
 from bertkit.settings.fields import (
     Int8Settings,
     OverwriteSettings,
@@ -62,12 +62,28 @@ class PredictBenchmarkSettings(OverwriteSettings, Int8Settings):
     """A fine-tuned checkpoint (e.g. OUTPUT_DIR/model or OUTPUT_DIR/best of a `bertkit finetune` run)."""
     output_dir: Path = flag(aliases=("--out",))
     """Directory for the prediction files (or the GLUE submission file) and report.json."""
-    max_seq_length: int = flag(128, check=at_least_one)
-    """Tokens per input; longer inputs are truncated (SQuAD: windowed; NER: split into windows at word boundaries)."""
+    max_seq_length: int | None = flag(None, check=at_least_one)
+    """Tokens per input; longer inputs are truncated (SQuAD: windowed; NER: split into windows at word boundaries).
+    Default: the length the checkpoint was fine-tuned at (config.json's max_seq_length, which `bertkit finetune`
+    records), else finetune's default (128; SQuAD 384)."""
     batch_size: int = flag(64, check=at_least_one)
     """Sequences per batch."""
     max_predict_samples: int | None = flag(None, check=at_least_one)
     """Predict only the first N examples (sentences, questions)."""
+    FINETUNE_LENGTH: ClassVar[int] = 128  # finetune's default length for the task, for a checkpoint recording none
+
+    def take_fine_tuned_length(self, config: Path) -> None:
+        """Set max_seq_length, when not given, to the length the checkpoint was fine-tuned at (``config``'s
+        ``max_seq_length``), else to ``FINETUNE_LENGTH``: a model predicted at another length than it was trained and
+        scored at gives other predictions than its finetune report's without a word."""
+        if self.max_seq_length is not None:
+            return
+        recorded = read_json_object(config, "re-save the checkpoint").get("max_seq_length")
+        if recorded is not None and not (isinstance(recorded, int) and not isinstance(recorded, bool) and recorded >= 1):
+            raise BertkitError(f"{config}'s max_seq_length is {recorded!r}, not a positive whole number: correct it "
+                               "(the length the model was fine-tuned at), or pass --max-seq-length")
+        self.max_seq_length = recorded or self.FINETUNE_LENGTH
+        self.__post_init__()  # the checks that need the length (SQuAD's room for context), now that it is known
 
 
 @redefault(batch_size=128)
@@ -98,13 +114,14 @@ class PredictNerSettings(PredictBenchmarkSettings):
     """The file's tagging scheme."""
 
 
-@redefault(max_seq_length=384)
+@dataclass(kw_only=True)
 class PredictSquadSettings(PredictBenchmarkSettings, SquadWindowSettings):
     """Answer a SQuAD JSON file with a fine-tuned QA checkpoint: predictions.json and nbest_predictions.json
     (null_odds.json for 2.0) in run_squad.py's formats, and the official scores where answers are given."""
 
     predict_file: Path = flag(aliases=("--input",))
     """The SQuAD JSON (dev-v1.1.json, dev-v2.0.json, or your own in that format)."""
+    FINETUNE_LENGTH: ClassVar[int] = 384
     null_threshold: float = flag(0.0, check=in_range(math.isfinite, "a finite number"))  # as serve's null_threshold
     """2.0: predict no answer when the null score beats the best span by more than this (finetune squad's
     report gives the threshold chosen on dev)."""

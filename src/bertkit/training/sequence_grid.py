@@ -95,8 +95,9 @@ def fit_sequence_classifier(task: glue.GlueTask, train_examples: Sequence[glue.G
         if primary > best_score:
             best_score = primary
             # Which inputs the model was trained on, for `bertkit predict` to refuse a file of pairs it is not
-            # told about (config.json keeps the key; transformers ignores it).
+            # told about and to cut texts where training did (config.json keeps the keys; transformers ignores them).
             model.config.extra["text_pair"] = len(task.text_columns) == 2
+            model.config.extra["max_seq_length"] = s.max_seq_length
             model.save_pretrained(s.output_dir / "best")
             tokenizer.save_pretrained(s.output_dir / "best")
             atomic_write_json(s.output_dir / "best" / "training_run.json", record)

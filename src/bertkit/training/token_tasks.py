@@ -88,6 +88,7 @@ def _finetune(cls: type[nn.Module], s: FinetuneSettings, train_features: Sequenc
     final = bool(newest) and bool(run.per_epoch) and run.per_epoch[-1]["step"] == run.result.step
     dev_predictions = newest[0] if final else dev(model)[0] if dev is not None else None
     files = finish(model, tokenizer, report, dev_predictions)
+    model.config.extra["max_seq_length"] = s.max_seq_length  # predict's default length (config.json keeps the key)
     model_dir = model.save_pretrained(s.output_dir / "model")
     tokenizer.save_pretrained(model_dir)
     report.update(subset=None if s.max_train_samples is None else f"the first {subset}",
@@ -103,13 +104,14 @@ def load_finetuned(cls: type[nn.Module], s: PredictBenchmarkSettings, task: str)
     if not (path / "config.json").is_file():
         raise BertkitError(f"{path / 'config.json'} not found: pass the model directory a finetune {task} run wrote")
     require_head(path, cls, (head,), task, f"pass a checkpoint fine-tuned with `bertkit finetune {task}`")
+    s.take_fine_tuned_length(path / "config.json")
     tokenizer = BertTokenizer.from_pretrained(path)
     model, precision = for_prediction(load_for_inference(cls, path), tokenizer, s)
     return model, tokenizer, precision
 
 
 def prediction_report(s: PredictBenchmarkSettings, precision: Any, report: dict) -> dict[str, Any]:
-    report = {"model": str(s.model_name_or_path), **report, **precision.record()}
+    report = {"model": str(s.model_name_or_path), **report, "max_seq_length": s.max_seq_length, **precision.record()}
     atomic_write_json(s.output_dir / "report.json", report)
     return report
 
