@@ -286,7 +286,7 @@ def test_train_new_from_iterator_refuses_what_would_learn_from_the_wrong_text():
         tok.train_new_from_iterator(["a"], 6, new_special_tokens=["<e>"], show_progress=False)
     # transformers returns a vocabulary larger than asked for
     with pytest.raises(ValueError, match=r"vocab_size 8 is smaller than the 5 special tokens plus the 5-entry character "
-                       r"alphabet; raise vocab_size or lower limit_alphabet \(now None: every character\)"):
+                       r"alphabet; raise vocab_size or lower limit_alphabet \(now None: every character; --limit-alphabet"):
         tok.train_new_from_iterator(["abc"], 8, show_progress=False)
     with pytest.raises(TypeError, match="unexpected keyword argument 'continuing_subword_prefix'"):
         tok.train_new_from_iterator(["a"], 100, continuing_subword_prefix="@@")
@@ -346,3 +346,24 @@ def test_a_worker_still_running_the_script_refuses_before_making_a_pool(monkeypa
     assert made == []
     with _parallel.spawn_pool(1, 4) as pool:  # one worker runs in this process: nothing to refuse
         assert pool is None
+
+
+def test_train_tokenizer_command_takes_limit_alphabet(tmp_path, capsys):
+    """Was: `bertkit train-tokenizer` had no --limit-alphabet: a corpus of more characters than a small vocabulary
+    holds was refused with "lower limit_alphabet (now 1000)", which no flag set (argparse: unrecognized arguments).
+    Now the command takes it, as BertWordPieceTokenizer.train does, and the refusal names the flag."""
+    from bertkit.cli import main
+
+    f = write(tmp_path, "t.txt", "ab AB ab\nab ab abc\n\nabc ABC zq q\n")
+    out = tmp_path / "out"
+    argv = ["train-tokenizer", str(f), "--out", str(out), "--vocab-size", "12", "--min-frequency", "1",
+            "--no-progress", "--workers", "1"]
+    # the 5 characters (a b c q z) and 3 "##" forms (##b ##c ##q) with the 5 special tokens: 13 entries
+    assert main(argv) == 2
+    assert "plus the 8-entry character alphabet; raise vocab_size or lower limit_alphabet (now 1000; " \
+           "--limit-alphabet of bertkit train-tokenizer)" in capsys.readouterr().err
+    assert not out.exists()
+    # the 3 most frequent characters (a 8, b 8, c 3): "zq" and "q" are left out, "ab" and "abc" learnt
+    assert main([*argv, "--limit-alphabet", "3"]) == 0
+    assert (out / "vocab.txt").read_text(encoding="utf-8").splitlines() == [*SPECIAL_TOKENS, "a", "b", "c", "##b",
+                                                                             "##c", "ab", "abc"]
