@@ -367,3 +367,23 @@ def test_train_tokenizer_command_takes_limit_alphabet(tmp_path, capsys):
     assert main([*argv, "--limit-alphabet", "3"]) == 0
     assert (out / "vocab.txt").read_text(encoding="utf-8").splitlines() == [*SPECIAL_TOKENS, "a", "b", "c", "##b",
                                                                              "##c", "ab", "abc"]
+
+
+def test_a_double_star_pattern_reads_files_at_every_depth(tmp_path):
+    """Was: glob without recursion read `**` as `*`: "corpus/**/*.txt" learnt from the files one directory down only,
+    leaving out those at the top and deeper, without a word (1 of 3 files here). Now `**` is any number of
+    directories, as in zsh, bash's globstar and Python's glob(recursive=True); hidden directories are not read."""
+    from bertkit.tokenization.textfiles import expand_input_files
+
+    write(tmp_path, "top.txt", "alpha\n")
+    (tmp_path / "x" / "y").mkdir(parents=True)
+    (tmp_path / ".hidden").mkdir()
+    write(tmp_path / "x", "one.txt", "beta\n")
+    write(tmp_path / "x" / "y", "two.txt", "gamma\n")
+    write(tmp_path / ".hidden", "staged.txt", "delta\n")
+    pattern = str(tmp_path / "**" / "*.txt")
+    assert expand_input_files(pattern) == [str(tmp_path / "top.txt"), str(tmp_path / "x" / "one.txt"),
+                                           str(tmp_path / "x" / "y" / "two.txt")]
+    vocab = train_wordpiece_vocab(pattern, 100, 1, num_workers=1, progress=False)
+    assert {"alpha", "beta", "gamma"} <= set(vocab) and "delta" not in vocab
+
