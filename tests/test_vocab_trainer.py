@@ -387,3 +387,26 @@ def test_a_double_star_pattern_reads_files_at_every_depth(tmp_path):
     vocab = train_wordpiece_vocab(pattern, 100, 1, num_workers=1, progress=False)
     assert {"alpha", "beta", "gamma"} <= set(vocab) and "delta" not in vocab
 
+
+def test_a_rerun_whose_pattern_matches_its_own_output_is_refused_not_learnt_from(tmp_path, capsys):
+    """Was: `train-tokenizer 'corpus/*/*.txt' --out corpus/vocab --overwrite` run a second time matched the first
+    run's vocab.txt and learnt from it as text ('[', ']', '#', 'pad', 'unk' ...: 35 entries became 59, silently);
+    the check that an output holds none of the command's inputs took the pattern for a path that does not exist.
+    Now a pattern's matches are the inputs, and the rerun is refused, its output left as it was."""
+    from bertkit.cli import main
+
+    (tmp_path / "corpus" / "sub").mkdir(parents=True)
+    write(tmp_path / "corpus" / "sub", "a.txt", "the cat sat on the mat\nthe dog ran\n")
+    out = tmp_path / "corpus" / "vocab"
+    argv = ["train-tokenizer", str(tmp_path / "corpus" / "*" / "*.txt"), "--out", str(out), "--vocab-size", "60",
+            "--min-frequency", "1", "--no-progress", "--workers", "1"]
+    assert main(argv) == 0
+    first = (out / "vocab.txt").read_text(encoding="utf-8")
+    assert len(first.splitlines()) == 35
+    capsys.readouterr()
+    assert main([*argv, "--overwrite"]) == 2
+    assert capsys.readouterr().err.strip() == (
+        f"bertkit train-tokenizer: error: --output-dir {out} holds the command's own input --files {out / 'vocab.txt'} "
+        f"(matched by {argv[1]}); bertkit never writes into or clears a command's inputs: choose an output outside "
+        "them")
+    assert (out / "vocab.txt").read_text(encoding="utf-8") == first
