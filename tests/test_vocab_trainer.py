@@ -286,7 +286,7 @@ def test_train_new_from_iterator_refuses_what_would_learn_from_the_wrong_text():
         tok.train_new_from_iterator(["a"], 6, new_special_tokens=["<e>"], show_progress=False)
     # transformers returns a vocabulary larger than asked for
     with pytest.raises(ValueError, match=r"vocab_size 8 is smaller than the 5 special tokens plus the 5-entry character "
-                       r"alphabet; raise vocab_size or lower limit_alphabet \(now None: every character\)"):
+                       r"alphabet; raise vocab_size or lower limit_alphabet \(now None: every character; --limit-alphabet"):
         tok.train_new_from_iterator(["abc"], 8, show_progress=False)
     with pytest.raises(TypeError, match="unexpected keyword argument 'continuing_subword_prefix'"):
         tok.train_new_from_iterator(["a"], 100, continuing_subword_prefix="@@")
@@ -346,3 +346,67 @@ def test_a_worker_still_running_the_script_refuses_before_making_a_pool(monkeypa
     assert made == []
     with _parallel.spawn_pool(1, 4) as pool:  # one worker runs in this process: nothing to refuse
         assert pool is None
+
+
+def test_train_tokenizer_command_takes_limit_alphabet(tmp_path, capsys):
+    """Was: `bertkit train-tokenizer` had no --limit-alphabet: a corpus of more characters than a small vocabulary
+    holds was refused with "lower limit_alphabet (now 1000)", which no flag set (argparse: unrecognized arguments).
+    Now the command takes it, as BertWordPieceTokenizer.train does, and the refusal names the flag."""
+    from bertkit.cli import main
+
+    f = write(tmp_path, "t.txt", "ab AB ab\nab ab abc\n\nabc ABC zq q\n")
+    out = tmp_path / "out"
+    argv = ["train-tokenizer", str(f), "--out", str(out), "--vocab-size", "12", "--min-frequency", "1",
+            "--no-progress", "--workers", "1"]
+    # the 5 characters (a b c q z) and 3 "##" forms (##b ##c ##q) with the 5 special tokens: 13 entries
+    assert main(argv) == 2
+    assert "plus the 8-entry character alphabet; raise vocab_size or lower limit_alphabet (now 1000; " \
+           "--limit-alphabet of bertkit train-tokenizer)" in capsys.readouterr().err
+    assert not out.exists()
+    # the 3 most frequent characters (a 8, b 8, c 3): "zq" and "q" are left out, "ab" and "abc" learnt
+    assert main([*argv, "--limit-alphabet", "3"]) == 0
+    assert (out / "vocab.txt").read_text(encoding="utf-8").splitlines() == [*SPECIAL_TOKENS, "a", "b", "c", "##b",
+                                                                             "##c", "ab", "abc"]
+
+
+def test_a_double_star_pattern_reads_files_at_every_depth(tmp_path):
+    """Was: glob without recursion read `**` as `*`: "corpus/**/*.txt" learnt from the files one directory down only,
+    leaving out those at the top and deeper, without a word (1 of 3 files here). Now `**` is any number of
+    directories, as in zsh, bash's globstar and Python's glob(recursive=True); hidden directories are not read."""
+    from bertkit.tokenization.textfiles import expand_input_files
+
+    write(tmp_path, "top.txt", "alpha\n")
+    (tmp_path / "x" / "y").mkdir(parents=True)
+    (tmp_path / ".hidden").mkdir()
+    write(tmp_path / "x", "one.txt", "beta\n")
+    write(tmp_path / "x" / "y", "two.txt", "gamma\n")
+    write(tmp_path / ".hidden", "staged.txt", "delta\n")
+    pattern = str(tmp_path / "**" / "*.txt")
+    assert expand_input_files(pattern) == [str(tmp_path / "top.txt"), str(tmp_path / "x" / "one.txt"),
+                                           str(tmp_path / "x" / "y" / "two.txt")]
+    vocab = train_wordpiece_vocab(pattern, 100, 1, num_workers=1, progress=False)
+    assert {"alpha", "beta", "gamma"} <= set(vocab) and "delta" not in vocab
+
+
+def test_a_rerun_whose_pattern_matches_its_own_output_is_refused_not_learnt_from(tmp_path, capsys):
+    """Was: `train-tokenizer 'corpus/*/*.txt' --out corpus/vocab --overwrite` run a second time matched the first
+    run's vocab.txt and learnt from it as text ('[', ']', '#', 'pad', 'unk' ...: 35 entries became 59, silently);
+    the check that an output holds none of the command's inputs took the pattern for a path that does not exist.
+    Now a pattern's matches are the inputs, and the rerun is refused, its output left as it was."""
+    from bertkit.cli import main
+
+    (tmp_path / "corpus" / "sub").mkdir(parents=True)
+    write(tmp_path / "corpus" / "sub", "a.txt", "the cat sat on the mat\nthe dog ran\n")
+    out = tmp_path / "corpus" / "vocab"
+    argv = ["train-tokenizer", str(tmp_path / "corpus" / "*" / "*.txt"), "--out", str(out), "--vocab-size", "60",
+            "--min-frequency", "1", "--no-progress", "--workers", "1"]
+    assert main(argv) == 0
+    first = (out / "vocab.txt").read_text(encoding="utf-8")
+    assert len(first.splitlines()) == 35
+    capsys.readouterr()
+    assert main([*argv, "--overwrite"]) == 2
+    assert capsys.readouterr().err.strip() == (
+        f"bertkit train-tokenizer: error: --output-dir {out} holds the command's own input --files {out / 'vocab.txt'} "
+        f"(matched by {argv[1]}); bertkit never writes into or clears a command's inputs: choose an output outside "
+        "them")
+    assert (out / "vocab.txt").read_text(encoding="utf-8") == first

@@ -66,8 +66,8 @@ def _train_tokenizer(s) -> dict:
 
     t0 = time.perf_counter()
     vocab = train_wordpiece_vocab([str(f) for f in s.files], vocab_size=s.vocab_size, min_frequency=s.min_frequency,
-                                  lowercase=not s.cased, errors=s.errors, num_workers=s.num_workers,
-                                  progress=s.progress)
+                                  lowercase=not s.cased, limit_alphabet=s.limit_alphabet, errors=s.errors,
+                                  num_workers=s.num_workers, progress=s.progress)
     BertTokenizer(vocab, do_lower_case=not s.cased).save_pretrained(s.output_dir)
     return {"vocab_dir": str(s.output_dir), "vocab_size": len(vocab), "seconds": round(time.perf_counter() - t0, 1)}
 

@@ -62,8 +62,8 @@ def refuse_inputs(output: Path, inputs: Mapping[str, Any], *, is_dir: bool, flag
     directory inside a run (``RUN/best``) is the run's: its manifest is RUN's, and RUN's --overwrite removes it."""
     out = output.resolve()
     for name, value in inputs.items():
-        for path in [Path(v).resolve() for v in (value if isinstance(value, (list, tuple)) else [value])
-                     if v is not None and str(v) != "" and os.path.exists(v)]:
+        for given, pattern in _input_paths(value):
+            path = Path(given).resolve()
             if out == path:
                 how = "is"
             elif out in path.parents:
@@ -74,8 +74,30 @@ def refuse_inputs(output: Path, inputs: Mapping[str, Any], *, is_dir: bool, flag
                 how = "would replace a file of"  # a model directory's own weights or vocab.txt: the input lost
             else:
                 continue
-            raise BertkitError(f"{flag} {output} {how} the command's own input --{name.replace('_', '-')} {path}; "
-                               "bertkit never writes into or clears a command's inputs: choose an output outside them")
+            matched = f" (matched by {pattern})" if pattern else ""
+            raise BertkitError(f"{flag} {output} {how} the command's own input --{name.replace('_', '-')} {path}"
+                               f"{matched}; bertkit never writes into or clears a command's inputs: choose an output "
+                               "outside them")
+
+
+def _input_paths(value: Any) -> list[tuple[str, str | None]]:
+    """(path, the pattern that matched it or None) for each existing path a setting names: a glob pattern
+    (``corpus/*/*.txt``, which train-tokenizer and create-pretraining-data expand) stands for the files it matches,
+    so that an output directory among them (a rerun's --overwrite of ``--out corpus/vocab``) is refused, not read
+    as the new run's input."""
+    import glob
+
+    from bertkit.tokenization.textfiles import match_files
+
+    paths = []
+    for v in value if isinstance(value, (list, tuple)) else [value]:
+        if v is None or str(v) == "":
+            continue
+        if os.path.exists(v):
+            paths.append((str(v), None))
+        elif glob.has_magic(str(v)):
+            paths += [(p, str(v)) for p in match_files(str(v))]
+    return paths
 
 
 def refuse_existing_file(path: Path, overwrite: bool, flag: str = "--overwrite",

@@ -30,6 +30,9 @@ class TokenizerSettings(OverwriteSettings, ProgressSettings):
     """Entries in the vocabulary, special tokens included (BERT's is 30,522)."""
     min_frequency: int = flag(2, check=at_least_one)
     """Stop merging when the best pair occurs fewer times than this."""
+    limit_alphabet: int = flag(1000, check=at_least_one)
+    """Characters in the alphabet: the most frequent ones (as BertWordPieceTokenizer's limit_alphabet); words holding
+    another are left out. Lower it when a vocabulary of many scripts leaves no room for merges."""
     cased: bool = False
     """Keep case and accents (default: lower-case and strip accents, as uncased BERT)."""
     errors: Literal["strict", "replace"] = "strict"

@@ -96,10 +96,18 @@ def iter_lines(
             yield line.rstrip("\r\n")
 
 
+def match_files(pattern: str) -> list[str]:
+    """The files the glob ``pattern`` matches, sorted. ``**`` matches any number of directories, as in zsh, bash's
+    globstar and Python's ``glob(recursive=True)``: taken as ``*``, ``corpus/**/*.txt`` would leave out the files at
+    the top and two or more levels down without a word. Hidden files and directories (an output's staging directory)
+    are not matched."""
+    return sorted(p for p in glob.glob(pattern, recursive=True) if os.path.isfile(p))
+
+
 def expand_input_files(files: str | os.PathLike | Sequence[str | os.PathLike],
                        twice: str = "its text would be read twice; pass each file once") -> list[str]:
-    """The input files, a glob pattern (``corpus/*.txt``, as google's ``--input_file`` takes) replaced by the files it
-    matches, sorted; one path alone is one file (as tokenizers' ``train(files="corpus.txt")`` takes it). A directory, a
+    """The input files, a glob pattern (``corpus/*.txt``, as google's ``--input_file`` takes; ``corpus/**/*.txt`` at
+    any depth) replaced by the files it matches (``match_files``); one path alone is one file (as tokenizers' ``train(files="corpus.txt")`` takes it). A directory, a
     pattern matching nothing, a missing file, or a file given twice (``twice`` says what reading it twice would do) is
     refused."""
     if isinstance(files, (str, os.PathLike)):  # else a str is read as its characters, each a file name ("/", "t", ...)
@@ -108,7 +116,7 @@ def expand_input_files(files: str | os.PathLike | Sequence[str | os.PathLike],
     for file in files:
         name = str(file)
         if not os.path.lexists(name) and glob.has_magic(name):
-            matched = sorted(p for p in glob.glob(name) if os.path.isfile(p))
+            matched = match_files(name)
             if not matched:
                 raise MissingFileError(f"no file matches {name}: check the pattern, or name the files")
             paths.extend(matched)

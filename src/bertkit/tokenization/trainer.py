@@ -226,7 +226,8 @@ def _alphabet(
         raise BertkitError(
             f"vocab_size {vocab_size} is smaller than the {n_special} special tokens plus the "
             f"{len(vocab) - n_special}-entry character alphabet; raise vocab_size or lower "
-            f"limit_alphabet (now {'None: every character' if limit_alphabet is None else limit_alphabet})"
+            f"limit_alphabet (now {'None: every character' if limit_alphabet is None else limit_alphabet}; "
+            "--limit-alphabet of bertkit train-tokenizer)"
         )
     return vocab, words
 
