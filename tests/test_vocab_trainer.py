@@ -410,3 +410,31 @@ def test_a_rerun_whose_pattern_matches_its_own_output_is_refused_not_learnt_from
         f"(matched by {argv[1]}); bertkit never writes into or clears a command's inputs: choose an output outside "
         "them")
     assert (out / "vocab.txt").read_text(encoding="utf-8") == first
+
+
+def test_a_pattern_matching_an_output_bertkit_wrote_is_refused_not_read_as_text(tmp_path, capsys):
+    """train-tokenizer 'corpus/*/*.txt' --out corpus/vocab, then the same pattern again (create-pretraining-data, or a
+    second vocabulary elsewhere): the pattern matches the first run's vocab.txt, which was read as documents (its
+    '[PAD]', '##s' ... lines) without a word. A file a manifest proves bertkit's is refused by name; the same text
+    copied in by the user (no manifest) is the user's to read."""
+    from bertkit.cli import main
+
+    (tmp_path / "corpus" / "sub").mkdir(parents=True)
+    write(tmp_path / "corpus" / "sub", "a.txt", "the cat sat on the mat\n\nthe dog ran\n")
+    pattern = str(tmp_path / "corpus" / "*" / "*.txt")
+    vocab = tmp_path / "corpus" / "vocab"
+    base = ["--vocab-size", "60", "--min-frequency", "1", "--no-progress", "--workers", "1"]
+    assert main(["train-tokenizer", pattern, "--out", str(vocab), *base]) == 0
+    capsys.readouterr()
+    for argv in (["train-tokenizer", pattern, "--out", str(tmp_path / "other"), *base],
+                 ["create-pretraining-data", pattern, "--vocab", str(vocab), "--out", str(tmp_path / "data"),
+                  "--no-progress"]):
+        assert main(argv) == 2
+        err = capsys.readouterr().err
+        assert f"{pattern} matches {vocab / 'vocab.txt'}, which bertkit wrote" in err and "narrow the pattern" in err
+    assert not (tmp_path / "other").exists() and not (tmp_path / "data").exists()
+    copied = tmp_path / "corpus" / "copy"
+    copied.mkdir()
+    (copied / "vocab.txt").write_text((vocab / "vocab.txt").read_text(encoding="utf-8"), encoding="utf-8")
+    (vocab / ".bertkit-run.json").unlink()  # no longer proven bertkit's: the user's to read, as the copy is
+    assert main(["train-tokenizer", pattern, "--out", str(tmp_path / "other"), *base]) == 0

@@ -11,6 +11,7 @@ import os
 from collections.abc import Iterator, Sequence
 
 from bertkit.errors import BertkitError, MissingFileError
+from bertkit.manifests import owns
 
 DECODE_ERRORS = ("strict", "replace", "ignore")
 
@@ -119,6 +120,13 @@ def expand_input_files(files: str | os.PathLike | Sequence[str | os.PathLike],
             matched = match_files(name)
             if not matched:
                 raise MissingFileError(f"no file matches {name}: check the pattern, or name the files")
+            # A command's output under the corpus (train-tokenizer --out corpus/vocab, then 'corpus/*/*.txt') would
+            # be read as text without a word: vocab.txt's 30,522 lines as documents.
+            if written := [p for p in matched if owns(p)]:
+                more = f" and {len(written) - 1} more" if len(written) > 1 else ""
+                raise BertkitError(f"{name} matches {written[0]}{more}, which bertkit wrote (a command's output, as the "
+                                   "manifest beside it records), not text to read: narrow the pattern, move that "
+                                   "output out of the corpus, or name the files")
             paths.extend(matched)
         elif os.path.isdir(name):
             raise MissingFileError(f"{name} is a directory: pass the files in it ({os.path.join(name, '*.txt')}, "
