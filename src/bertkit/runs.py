@@ -18,6 +18,7 @@ files bertkit's.
 from __future__ import annotations
 
 import contextlib
+import glob
 import hashlib
 import itertools
 import json
@@ -85,8 +86,7 @@ def _input_paths(value: Any) -> list[tuple[str, str | None]]:
     (``corpus/*/*.txt``, which train-tokenizer and create-pretraining-data expand) stands for the files it matches,
     so that an output directory among them (a rerun's --overwrite of ``--out corpus/vocab``) is refused, not read
     as the new run's input."""
-    import glob
-
+    # the tokenizer package, imported here: only when a setting names a pattern
     from bertkit.tokenization.textfiles import match_files
 
     paths = []
