@@ -86,7 +86,7 @@ def _input_paths(value: Any) -> list[tuple[str, str | None]]:
     (``corpus/*/*.txt``, which train-tokenizer and create-pretraining-data expand) stands for the files it matches,
     so that an output directory among them (a rerun's --overwrite of ``--out corpus/vocab``) is refused, not read
     as the new run's input."""
-    # the tokenizer package, imported here: only when a setting names a pattern
+    # imported on use: not every command that checks its outputs against its inputs loads the tokenizer package
     from bertkit.tokenization.textfiles import match_files
 
     paths = []
