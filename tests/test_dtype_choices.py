@@ -1,8 +1,10 @@
 """Where a user picks a dtype, beside the reference at the same precision: quantize_embeddings' calibration
 embeddings and ranges given as half-precision tensors (what encode(convert_to_tensor=True) returns for such a
-model)."""
+model), and the config.json an int8 directory quantized from a bf16 checkpoint writes."""
 
 from __future__ import annotations
+
+import json
 
 import numpy as np
 import pytest
@@ -30,3 +32,24 @@ def test_half_tensors_calibrate_as_their_float32_values(dtype, precision):
     np.testing.assert_array_equal(quantize_embeddings(embeddings, precision, calibration_embeddings=list(calibration)),
                                   expected)
 
+
+def test_an_int8_directory_from_a_bf16_checkpoint_names_its_float32_tensors(minilm_2_layers, tmp_path):
+    from safetensors import safe_open
+
+    from bertkit import BertModel
+    from bertkit.quantization import load_int8, quantize_checkpoint
+
+    bf16 = tmp_path / "bf16"
+    BertModel.from_pretrained(minilm_2_layers, dtype="bfloat16").save_pretrained(bf16)
+    for name in ("vocab.txt", "tokenizer_config.json", "special_tokens_map.json"):
+        if (minilm_2_layers / name).is_file():
+            (bf16 / name).write_bytes((minilm_2_layers / name).read_bytes())
+    assert json.loads((bf16 / "config.json").read_text())["dtype"] == "bfloat16"
+    quantize_checkpoint(bf16, tmp_path / "int8")
+    config = json.loads((tmp_path / "int8" / "config.json").read_text())
+    with safe_open(str(tmp_path / "int8" / "model.int8.safetensors"), "pt") as f:
+        floats = {str(f.get_slice(k).get_dtype()) for k in f.keys()} - {"I8", "I64", "I32"}
+    assert floats == {"F32"}
+    # it said "bfloat16", the source checkpoint's, over float32 embeddings and norms
+    assert config["dtype"] == "float32" and "torch_dtype" not in config
+    assert load_int8(tmp_path / "int8").embeddings.word_embeddings.weight.dtype == torch.float32
