@@ -53,3 +53,31 @@ def test_an_int8_directory_from_a_bf16_checkpoint_names_its_float32_tensors(mini
     # it said "bfloat16", the source checkpoint's, over float32 embeddings and norms
     assert config["dtype"] == "float32" and "torch_dtype" not in config
     assert load_int8(tmp_path / "int8").embeddings.word_embeddings.weight.dtype == torch.float32
+
+
+@pytest.mark.parametrize("num_labels", [1, 3])
+def test_a_float64_cross_encoder_scores_in_float64_and_a_half_one_in_float32(minilm_2_layers, tmp_path, num_labels):
+    st = pytest.importorskip("sentence_transformers")
+    transformers = pytest.importorskip("transformers")
+    from bertkit.sentence import CrossEncoder
+
+    transformers.logging.set_verbosity_error()
+    torch.manual_seed(0)
+    transformers.AutoModelForSequenceClassification.from_pretrained(str(minilm_2_layers), num_labels=num_labels) \
+        .save_pretrained(tmp_path / "ce")
+    for name in ("vocab.txt", "tokenizer_config.json", "special_tokens_map.json", "tokenizer.json"):
+        if (minilm_2_layers / name).is_file():
+            (tmp_path / "ce" / name).write_bytes((minilm_2_layers / name).read_bytes())
+    pairs = [("A man is eating food.", "A man is eating a meal."), ("The cat sleeps.", "Stocks fell sharply today.")]
+    for cast, dtype in (("double", torch.float64), ("half", torch.float32)):
+        ref = getattr(st.CrossEncoder(str(tmp_path / "ce"), device="cpu"), cast)()
+        ours = getattr(CrossEncoder(str(tmp_path / "ce")), cast)()
+        for kwargs in ({"convert_to_tensor": True}, {"convert_to_numpy": False}, {"convert_to_tensor": True,
+                                                                                 "apply_softmax": True}):
+            expected, got = ref.predict(pairs, **kwargs), ours.predict(pairs, **kwargs)
+            expected, got = (torch.stack(x) if isinstance(x, list) else x for x in (expected, got))
+            # a float64 model's scores came back float32, 1e-8 from sentence-transformers' float64 ones
+            assert got.dtype == expected.dtype == dtype, (cast, kwargs)
+            torch.testing.assert_close(got, expected, rtol=1e-12 if cast == "double" else 0, atol=1e-12 if
+                                       cast == "double" else 0)
+        assert ours.predict(pairs).dtype == ref.predict(pairs).dtype == np.float32  # numpy: float32 always, as there
