@@ -11,8 +11,10 @@
   vectors' dtype and values, dense and sparse.
 - ``quantize``: ``quantize_embeddings`` of float16/bfloat16/float32/float64 tensors, arrays and lists, with
   calibration embeddings or ranges in any of those types.
+- ``cross``: a CrossEncoder (a tiny random classifier, 1 or 3 labels) loaded with ``model_kwargs`` dtypes or cast:
+  its scores' dtype (float32 for half types, float64 for float64, float32 numpy always) and values.
 
-Slow: ``BERTKIT_FUZZ_DTYPE`` seeds, 36 by default (about 40 s on 2 cores)."""
+Slow: ``BERTKIT_FUZZ_DTYPE`` seeds, 40 by default (about 40 s on 2 cores)."""
 
 from __future__ import annotations
 
@@ -33,7 +35,7 @@ transformers = pytest.importorskip("transformers", reason="the reference: pip in
 st = pytest.importorskip("sentence_transformers", reason="the reference: pip install -e '.[test-references]'")
 pytestmark = pytest.mark.slow
 
-SEEDS = int(os.environ.get("BERTKIT_FUZZ_DTYPE", "36"))
+SEEDS = int(os.environ.get("BERTKIT_FUZZ_DTYPE", "40"))
 TYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
 # relative to the output's largest magnitude: one type's rounding through a layer or two
 TOL = {torch.float32: 1e-4, torch.float16: 3e-2, torch.bfloat16: 2e-1, torch.float64: 1e-6}
@@ -155,6 +157,43 @@ def sparse_dirs(minilm_dir, tmp_path_factory):
     return dirs
 
 
+@pytest.fixture(scope="module")
+def cross_dirs(minilm_dir, tmp_path_factory):
+    """{num_labels: directory} of tiny random sequence classifiers with MiniLM's tokenizer, saved by transformers."""
+    root = tmp_path_factory.mktemp("dtype-fuzz-cross")
+    tokenizer = transformers.AutoTokenizer.from_pretrained(str(minilm_dir))
+    dirs = {}
+    for labels in (1, 3):
+        torch.manual_seed(labels)
+        config = transformers.BertConfig(vocab_size=tokenizer.vocab_size, hidden_size=32, num_hidden_layers=2,
+                                         num_attention_heads=2, intermediate_size=64, num_labels=labels)
+        transformers.BertForSequenceClassification(config).save_pretrained(root / str(labels))
+        tokenizer.save_pretrained(root / str(labels))
+        dirs[labels] = root / str(labels)
+    return dirs
+
+
+def _cross_case(rng: random.Random, dirs: dict[int, Path], texts: list[str]) -> None:
+    from bertkit.sentence import CrossEncoder
+
+    labels, cast = rng.choice(sorted(dirs)), rng.choice(["half", "bfloat16", "double", "float", None])
+    kwargs = {"batch_size": rng.choice([1, 2, 32]), "convert_to_tensor": rng.random() < 0.5,
+              "convert_to_numpy": rng.random() < 0.5, "apply_softmax": rng.random() < 0.3}
+    pairs = [(rng.choice(texts), rng.choice(texts)) for _ in range(rng.choice([1, 2, 5]))]
+    model_kwargs = {"dtype": rng.choice(["float16", "bfloat16", torch.float64])} if cast is None else None
+    what = f"CrossEncoder({labels} labels, {model_kwargs}).{cast}().predict({len(pairs)} pairs, {kwargs})"
+    ref = st.CrossEncoder(str(dirs[labels]), device="cpu", model_kwargs=model_kwargs)
+    ours = CrossEncoder(str(dirs[labels]), model_kwargs=model_kwargs)
+    if cast is not None:
+        ref, ours = getattr(ref, cast)(), getattr(ours, cast)()
+    expected, got = ref.predict(pairs, **kwargs), ours.predict(pairs, **kwargs)
+    expected, got = (torch.stack(x) if isinstance(x, list) else torch.as_tensor(x) for x in (expected, got))
+    assert got.dtype == expected.dtype, what  # float32 from a float64 model before
+    scale = max(1.0, expected.abs().max().item())
+    tol = 1e-12 if expected.dtype == torch.float64 else 1e-6
+    assert (got.double() - expected.double()).abs().max().item() <= tol * scale, what
+
+
 def _sparse_case(rng: random.Random, dirs: dict[str, Path], texts: list[str]) -> None:
     from bertkit.sentence.sparse_encoder import SparseEncoder
 
@@ -212,10 +251,10 @@ def _quantize_case(rng: random.Random) -> None:
 
 
 @pytest.mark.parametrize("seed", range(SEEDS))
-def test_dtype_choices_match_the_references(seed, tmp_path, sparse_dirs, sst2_texts):
+def test_dtype_choices_match_the_references(seed, tmp_path, sparse_dirs, cross_dirs, sst2_texts):
     torch.set_num_threads(1)
     rng = random.Random(seed)
-    kind = ("checkpoint", "sparse", "quantize")[seed % 3]
+    kind = ("checkpoint", "sparse", "quantize", "cross")[seed % 4]
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         transformers.logging.set_verbosity_error()
@@ -223,6 +262,8 @@ def test_dtype_choices_match_the_references(seed, tmp_path, sparse_dirs, sst2_te
             _checkpoint_case(rng, tmp_path)
         elif kind == "sparse":
             _sparse_case(rng, sparse_dirs, sst2_texts)
+        elif kind == "cross":
+            _cross_case(rng, cross_dirs, sst2_texts)
         else:
             _quantize_case(rng)
     shutil.rmtree(tmp_path, ignore_errors=True)
