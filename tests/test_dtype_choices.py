@@ -81,3 +81,30 @@ def test_a_float64_cross_encoder_scores_in_float64_and_a_half_one_in_float32(min
             torch.testing.assert_close(got, expected, rtol=1e-12 if cast == "double" else 0, atol=1e-12 if
                                        cast == "double" else 0)
         assert ours.predict(pairs).dtype == ref.predict(pairs).dtype == np.float32  # numpy: float32 always, as there
+
+
+
+@pytest.mark.parametrize("stored", [torch.bfloat16, torch.float16])
+def test_auto_takes_the_dtype_transformers_takes_from_a_checkpoint_of_mixed_types(minilm_2_layers, tmp_path, stored):
+    transformers = pytest.importorskip("transformers")
+    from safetensors.torch import load_file, save_file
+
+    import bertkit
+
+    # a classifier stored in half precision but for its head, kept in float32, and a config.json naming no dtype
+    # (written by hand, or before transformers wrote one): "auto" takes the first floating-point tensor by name
+    transformers.logging.set_verbosity_error()
+    torch.manual_seed(0)
+    transformers.AutoModelForSequenceClassification.from_pretrained(str(minilm_2_layers), num_labels=2) \
+        .save_pretrained(tmp_path / "mixed")
+    weights = load_file(tmp_path / "mixed" / "model.safetensors")
+    weights = {k: v if k.startswith("classifier.") or not v.is_floating_point() else v.to(stored)
+               for k, v in weights.items()}
+    save_file(weights, tmp_path / "mixed" / "model.safetensors", metadata={"format": "pt"})
+    config = json.loads((tmp_path / "mixed" / "config.json").read_text())
+    config.pop("dtype", None), config.pop("torch_dtype", None)
+    (tmp_path / "mixed" / "config.json").write_text(json.dumps(config))
+    ref = transformers.AutoModelForSequenceClassification.from_pretrained(str(tmp_path / "mixed"), dtype="auto")
+    ours = bertkit.AutoModelForSequenceClassification.from_pretrained(tmp_path / "mixed", dtype="auto")
+    # bertkit's was float32: safetensors' load_file lists a file's tensors by type, the float32 classifier first
+    assert ours.dtype == ref.dtype == stored
