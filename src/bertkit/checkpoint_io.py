@@ -225,7 +225,8 @@ def dtype_argument(dtype: torch.dtype | str | None, kwargs: dict[str, Any]) -> t
 def resolve_dtype(dtype: torch.dtype | str | None, weights: dict[str, Tensor], config: BertConfig
                    ) -> torch.dtype | None:
     """``from_pretrained``'s dtype as a torch dtype: ``"auto"`` is transformers', the one config.json names
-    (``dtype``, or ``torch_dtype`` before transformers 4.56), else the stored weights' floating-point dtype; a name
+    (``dtype``, or ``torch_dtype`` before transformers 4.56), else the stored weights' floating-point dtype (the first
+    floating-point tensor's, in the order ``read_weights`` gives: a file's names in order, as transformers); a name
     must be a torch floating-point dtype's; None leaves the model's as built."""
     if dtype == "auto":
         dtype = config.extra.get("dtype") or config.extra.get("torch_dtype")

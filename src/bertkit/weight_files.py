@@ -116,10 +116,15 @@ def _read_weight_file(path: Path) -> dict[str, Tensor]:
         from safetensors.torch import load_file
 
         try:
-            return load_file(str(path))
+            tensors = load_file(str(path))
         except SafetensorError as e:
             raise BertkitError(f"{path} could not be read as safetensors ({e}); the file is truncated or corrupt "
                                f"(size {path.stat().st_size} bytes): copy or download it again") from e
+        # in name order, as transformers reads a file's tensors (safe_open's keys): from_pretrained(dtype="auto") without
+        # a dtype in config.json takes the first floating-point tensor's type, and load_file's order (by type, then
+        # name) put a float32 LayerNorm of a bf16 checkpoint with float32 norms first: a float32 model where
+        # transformers loads bf16
+        return {key: tensors[key] for key in sorted(tensors)}
     # weights_only=True refuses arbitrary pickled objects: a checkpoint must not be able to run code.
     import pickle
 

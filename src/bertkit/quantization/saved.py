@@ -113,6 +113,10 @@ def save_int8(model: nn.Module, output_dir: str | Path, *, calibration: str = "b
     config = model.config.to_dict()
     config["architectures"] = [type(model).__name__]
     config["quantization_config"] = _quantization_config(int8, calibration)
+    # the float tensors' type, as save_pretrained writes it: the config.json of a bf16 checkpoint quantized from its
+    # float32 load kept "bfloat16" over float32 embeddings and norms
+    config.pop("torch_dtype", None)
+    config["dtype"] = str(encoder.embeddings.word_embeddings.weight.dtype).removeprefix("torch.")
     from safetensors.torch import save_file
 
     with staged(directory) as out, atomic_target(out / INT8_WEIGHTS_NAME) as tmp:

@@ -29,11 +29,7 @@ def quantize_embeddings(embeddings: Any, precision: str, ranges: np.ndarray | No
                            "lengths")
     if isinstance(embeddings, list) and not embeddings:
         return []  # as sentence-transformers: nothing to quantize, in the type it came in
-    if isinstance(embeddings, torch.Tensor):
-        embeddings = _numpy(embeddings)
-    elif isinstance(embeddings, list) and isinstance(embeddings[0], torch.Tensor):
-        embeddings = np.stack([_numpy(e) for e in embeddings])
-    embeddings = np.asarray(embeddings)
+    embeddings = _array(embeddings)
     if embeddings.dtype in (np.int8, np.uint8):
         raise BertkitError(f"embeddings to quantize must be float, got {embeddings.dtype}: they are quantized already")
     if precision == "float32":
@@ -48,14 +44,14 @@ def quantize_embeddings(embeddings: Any, precision: str, ranges: np.ndarray | No
         origin = "ranges="
         if ranges is None:
             origin = "the embeddings" if calibration_embeddings is None else "calibration_embeddings="
-            source = embeddings if calibration_embeddings is None else np.asarray(calibration_embeddings)
+            source = embeddings if calibration_embeddings is None else _array(calibration_embeddings)
             if source.ndim != 2 or source.shape[0] == 1:
                 raise BertkitError(f"{precision} buckets cannot be computed from {origin} of shape {source.shape}: "
                                    "they need a batch (N, D) of several embeddings (a single embedding gives each "
                                    "dimension one value); pass ranges= or calibration_embeddings= from a "
                                    "representative set of embeddings")
             ranges = np.vstack((source.min(axis=0), source.max(axis=0)))
-        ranges = np.asarray(ranges).astype(np.float32, copy=False)
+        ranges = _array(ranges).astype(np.float32, copy=False)
         # numpy broadcasts a (2, 1) range over every dimension (and a width-1 embedding over every range), and a
         # range that is not finite puts every embedding's value in one bucket: numbers, without a word
         width = embeddings.shape[-1]
@@ -74,6 +70,17 @@ def quantize_embeddings(embeddings: Any, precision: str, ranges: np.ndarray | No
         return buckets.astype(np.uint8) if precision == "uint8" else (buckets - 128).astype(np.int8)
     bits = np.packbits(embeddings > 0, axis=-1)
     return bits if precision == "ubinary" else (bits - 128).astype(np.int8)
+
+
+def _array(values: Any) -> np.ndarray:
+    """Embeddings, calibration embeddings or ranges as a numpy array: a tensor, or a list of row tensors, read by
+    ``_numpy`` (a bfloat16 tensor, as encode(convert_to_tensor=True) gives for a bf16 model, stopped numpy's
+    conversion with "Got unsupported ScalarType BFloat16" when passed as calibration_embeddings or ranges)."""
+    if isinstance(values, torch.Tensor):
+        return _numpy(values)
+    if isinstance(values, list) and values and isinstance(values[0], torch.Tensor):
+        return np.stack([_numpy(v) for v in values])
+    return np.asarray(values)
 
 
 def _numpy(embeddings: torch.Tensor) -> np.ndarray:

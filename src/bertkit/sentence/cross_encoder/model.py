@@ -370,16 +370,19 @@ class CrossEncoder(Indexed, ReferenceCalls, nn.Module):
 
     @torch.inference_mode()
     def _scores(self, pairs: list[Sequence[str]], batch_size: int, progress: bool) -> Tensor:
-        """(N, num_labels) float32 logits on the CPU, in the pairs' order; batches of similar length."""
+        """(N, num_labels) logits on the CPU, in the pairs' order; batches of similar length. float32 for a float32 or
+        half-precision model (sentence-transformers upcasts types under 32 bits), float64 for a float64 one (float32
+        here put its scores 1e-8 from sentence-transformers', and returned them as float32 tensors)."""
         was_training = self.training
         self.eval()
-        out = torch.empty(len(pairs), self.num_labels, device=self.device)  # read back once, at the end
+        dtype = torch.promote_types(self.model.dtype, torch.float32)
+        out = torch.empty(len(pairs), self.num_labels, dtype=dtype, device=self.device)  # read back once, at the end
         from bertkit.inference.runner import longest_first
 
         try:
             for batch in longest_first(pairs, batch_size, self.preprocess, self.device, progress,
                                        length=lambda pair: len(pair[0]) + len(pair[1])):
-                out[batch["rows"]] = self.scores(batch).float()
+                out[batch["rows"]] = self.scores(batch).to(dtype)
         finally:
             self.train(was_training)
         return out.cpu()

@@ -347,7 +347,10 @@ class SparseEncoder(ReferenceCalls, Prompted, SimilarityByName, nn.Sequential):
         device = self.device
         embed = _embedder(route, prepared=device.type == "cpu" and len(texts) > batch_size)
         V = self.get_embedding_dimension()
-        dense = None if sparse else torch.zeros(len(texts), V, device=device)
+        # in the model's type, as sentence-transformers returns a half or float64 model's weights (pooled in float32
+        # for half models, modules.accumulating); bertkit returned float32 from every model
+        dtype = next(p.dtype for p in route[0].parameters() if p.is_floating_point())
+        dense = None if sparse else torch.zeros(len(texts), V, dtype=dtype, device=device)
         found: list[tuple[Tensor, Tensor]] = []  # (indices (2, n), values (n,)) per batch
         from bertkit.inference.runner import longest_first
 
@@ -363,7 +366,7 @@ class SparseEncoder(ReferenceCalls, Prompted, SimilarityByName, nn.Sequential):
         pending: list[tuple[Tensor, Tensor, Tensor, torch.cuda.Event | None]] = []
         try:
             for batch in longest_first(texts, batch_size, lambda b: route[0].tokenize(b, prompt), device, progress):
-                emb = select_max_active_dims(embed(batch).float(), k)  # (B, V)
+                emb = select_max_active_dims(embed(batch).to(dtype), k)  # (B, V)
                 if dense is not None:
                     dense[batch["rows"]] = emb
                     continue

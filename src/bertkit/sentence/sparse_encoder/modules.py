@@ -41,6 +41,12 @@ from bertkit.weight_files import read_weights
 CPU_ROWS = 64
 
 
+def accumulating(dtype: torch.dtype) -> torch.dtype:
+    """The type logits are pooled in: float32 for a half-precision model (its sums and activations kept from
+    fp16/bf16 rounding), the model's own otherwise (a float64 model's weights were pooled at float32's 1e-8)."""
+    return torch.promote_types(dtype, torch.float32)
+
+
 def _check_choice(name: str, value: Any, choices: Sequence[str]) -> None:
     if value not in choices:
         raise BertkitError(f"SpladePooling {name} {value!r} is not one of {list(choices)}")
@@ -110,7 +116,8 @@ class SpladePooling(nn.Module):
                         hidden.device)  # (N,) each token's text, made on the host
         pooled = None
         for a in range(0, N, rows):
-            part = self.activate(decoder(states[a:a + rows])).float()  # (R, V)
+            logits = decoder(states[a:a + rows])  # (R, V)
+            part = self.activate(logits.to(accumulating(logits.dtype)))
             if pooled is None:
                 pooled = part.new_zeros(len(lengths), part.shape[-1])
             pooled = pooled.index_add(0, text_of[a:a + rows], part)
@@ -139,7 +146,8 @@ class _MaxLogits(torch.autograd.Function):
         keep = backward
         pooled = at = None
         for a, b, spans in _blocks(lengths, rows):
-            logits = decoder(states[a:b]).float()  # (R, V)
+            logits = decoder(states[a:b])  # (R, V)
+            logits = logits.to(accumulating(logits.dtype))
             if pooled is None:
                 pooled = logits.new_full((len(lengths), logits.shape[1]), -torch.inf)
                 at = torch.zeros(pooled.shape, dtype=torch.long, device=pooled.device) if keep else None
@@ -167,10 +175,10 @@ class _MaxLogits(torch.autograd.Function):
         token = at[text, piece]  # (K,): the row of states that holds each maximum
         d_states = d_weight = d_bias = None
         if ctx.needs_input_grad[0]:
-            d_states = torch.zeros(states.shape, dtype=torch.float32, device=states.device)
-            d_states = d_states.index_add_(0, token, g * weight[piece].float()).to(states.dtype)
+            d_states = torch.zeros(states.shape, dtype=g.dtype, device=states.device)
+            d_states = d_states.index_add_(0, token, g * weight[piece].to(g.dtype)).to(states.dtype)
         if ctx.needs_input_grad[1]:
-            d_weight = torch.zeros_like(weight).index_add_(0, piece, (g * states[token].float()).to(weight.dtype))
+            d_weight = torch.zeros_like(weight).index_add_(0, piece, (g * states[token].to(g.dtype)).to(weight.dtype))
         if ctx.needs_input_grad[2]:
             d_bias = torch.zeros(weight.shape[0], dtype=grad.dtype, device=grad.device).index_add_(0, piece, g[:, 0])
         return d_states, d_weight, d_bias, None, None, None, None
