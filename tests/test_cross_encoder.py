@@ -433,6 +433,10 @@ def test_what_bertkit_does_not_implement_is_refused_by_name(directory, rows, tmp
                          ({"sentences": [("a", "b")]}, r"old name of inputs: pass the pairs first, predict\(pairs\)")):
         with pytest.raises(BertkitError, match=name):
             model.predict([("a", "b")], **kwargs)
+    # the old keyword alone, as a sentence-transformers 5 script calls it (Python's "missing 1 required positional
+    # argument: 'inputs'" before)
+    with pytest.raises(BertkitError, match=r"predict\(sentences=...\) is not implemented in bertkit: .*pass the pairs"):
+        model.predict(sentences=[("a", "b")])
     with pytest.raises(BertkitError, match=re.escape("rank(convert_to_tensor=...) is not implemented in bertkit: rank "
                                                      "returns Python floats")):
         model.rank("q", ["a"], convert_to_tensor=True)

@@ -785,7 +785,9 @@ def test_a_float_save_into_an_int8_directory_is_refused_and_named_when_made_else
     weights and config.json it wrote; every pipeline then took the directory for int8 and refused it with "config.json
     does not describe a bertkit-int8 model ...; write it again: bertkit quantize ...", which would have thrown the
     float model away. Now the save is refused, and such a directory (as transformers' save_pretrained leaves it) is
-    named for what it holds."""
+    named for what it holds, by every loader (load_int8 read such a directory without a word)."""
+    from bertkit.quantization import load_int8
+
     int8_dir, _ = _copy(quantized_classifier, tmp_path / "int8")
     model = BertForSequenceClassification.from_pretrained(classifier_dir)
     with pytest.raises(BertkitError, match=rf"{int8_dir} holds an int8 model \(model.int8.safetensors\), which "
@@ -805,7 +807,8 @@ def test_a_float_save_into_an_int8_directory_is_refused_and_named_when_made_else
     # and the int8 model's config.json there (as save_int8 into a float checkpoint's directory once left it): from_pretrained
     # and transformers read the float weights under it
     (int8_dir / "config.json").write_bytes((quantized_classifier / "config.json").read_bytes())
-    for load in (BertForSequenceClassification.from_pretrained, lambda d: pipeline("text-classification", d)):
+    # load_int8 too (it read the int8 file and left model.safetensors there, which the others refuse)
+    for load in (BertForSequenceClassification.from_pretrained, lambda d: pipeline("text-classification", d), load_int8):
         with pytest.raises(BertkitError, match=r"describes an int8 model, whose weights \(model.int8.safetensors\) "
                                                "are beside model.safetensors, left by a save of the other kind: remove "
                                                "model.safetensors to run the int8 model"):

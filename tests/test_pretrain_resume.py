@@ -147,6 +147,26 @@ def test_diverging_pretraining_stops_non_zero_and_saves_no_model(tiny_setup, tmp
     assert not (out / "final").exists()  # no NaN model written
 
 
+def test_an_update_that_leaves_weights_infinite_stops_naming_the_step_and_the_last_good_checkpoint(
+        tiny_setup, tmp_path, capsys):
+    """--learning-rate 1e38: step 2's loss and gradient are finite, its update overflows the weights. The step-2
+    checkpoint was refused with save_pretrained's words ("BertForPreTraining holds NaN or infinite weights ... save a
+    model whose weights are finite"), naming neither the step nor the step-1 checkpoint docs/command-line.md
+    promises for a run that goes non-finite."""
+    from bertkit.cli import main
+
+    out = tmp_path / "overflowed"
+    code = main(["pretrain", "--data", str(tiny_setup / "data"), "--vocab", str(tiny_setup / "vocab"),
+                 "--config-name", "tiny", "--output-dir", str(out), "--max-steps", "3", "--batch-size", "8",
+                 "--learning-rate", "1e38", "--warmup-steps", "0", "--save-steps", "1", "--no-progress"])
+    err = capsys.readouterr().err
+    assert code == 2
+    assert "training stopped at step 2: its update left" in err and "NaN or infinite" in err, err
+    assert "though its loss and gradient were finite. Last good checkpoint: " in err
+    assert "step-00000001" in err and "no final model was saved" in err
+    assert not (out / "final").exists()
+
+
 def _settings(root: Path, out: Path, **kw):
     from bertkit.settings import PretrainSettings
 

@@ -178,6 +178,21 @@ def test_read_v2_json(tmp_path):
         squad.read_squad(path)
 
 
+def test_an_answer_start_of_true_is_refused_not_read_as_1(tmp_path):
+    """JSON's true is a Python bool, which isinstance counts as an int: "answer_start": true on an answer at offset 1
+    was read as 1 without a word, where "12" and 12.0 are refused as of the wrong type."""
+    qa = {"id": "q1", "question": "Where?", "answers": [{"text": "Normandy", "answer_start": True}]}
+    data = {"version": "1.1", "data": [{"title": "N", "paragraphs": [{"context": " Normandy is in France.",
+                                                                      "qas": [qa]}]}]}
+    path = tmp_path / "bool.json"
+    path.write_text(json.dumps(data))
+    with pytest.raises(ValueError, match=r"question q1 answers\[0\]: 'answer_start' must be a int, got bool True"):
+        squad.read_squad(path)
+    qa["answers"][0]["answer_start"] = 1
+    path.write_text(json.dumps(data))
+    assert squad.read_squad(path)[0].answers == (squad.SquadAnswer("Normandy", 1),)
+
+
 def test_read_errors_name_the_file_and_line(tmp_path):
     with pytest.raises(FileNotFoundError, match="nope.json"):
         squad.read_squad(tmp_path / "nope.json")

@@ -218,6 +218,9 @@ def load_int8(model_dir: str | Path, model_class: type[nn.Module] | None = None)
     Every tensor is checked before the model is built (a NaN or inf weight, a scale out of range is refused, naming
     it), and the integers are packed for this machine's kernel."""
     directory = Path(model_dir)
+    # float weights beside the int8 file are refused here as by every other loader: from_pretrained, transformers and
+    # sentence-transformers read them under this config.json, so the directory is not one model
+    refuse_mixed_weights(directory)
     weights = directory / INT8_WEIGHTS_NAME
     if not weights.is_file():
         raise MissingFileError(f"{weights} not found: load_int8 reads a directory written by `bertkit quantize` "

@@ -74,7 +74,9 @@ def _get(obj: Any, key: str, kind: type | tuple[type, ...], where: str) -> Any:
         raise BertkitError(f"{where}: missing {key!r} (every SQuAD question needs id, question, and a paragraph "
                            "context; see the official format)")
     value = obj[key]
-    if not isinstance(value, kind):
+    kinds = (kind,) if isinstance(kind, type) else kind
+    # JSON's true/false are Python bools, which isinstance counts as ints: "answer_start": true was read as 1
+    if not isinstance(value, kind) or (isinstance(value, bool) and bool not in kinds):
         names = kind.__name__ if isinstance(kind, type) else " or ".join(k.__name__ for k in kind)
         raise BertkitError(f"{where}: {key!r} must be a {names}, got {type(value).__name__} {value!r:.60}")
     return value

@@ -447,10 +447,8 @@ class _Run:
         where = f"step {pos.step + 1} ({phase.name}, epoch {pos.epoch}, batch {pos.batch - 1})"
         self.optimizer.zero_grad(set_to_none=True)
         if pos.skipped >= self.args.skip_nonfinite:
-            last = self.hooks.layout.dirs(self.args.output_dir)
             raise NonFiniteError(
-                f"training stopped at {where}: {self.spoiled}. Last good checkpoint: "
-                f"{last[-1] if last else 'none (no checkpoint written yet)'}. "
+                f"training stopped at {where}: {self.spoiled}. Last good checkpoint: {self._last_good()}. "
                 # the loop runs under the command line and the Python Trainers alike: both spellings
                 + ("" if "-100" in self.spoiled else "Lower the learning rate (learning_rate, --learning-rate) or "
                    "raise the warmup (warmup_ratio, --warmup-ratio) and start again, resume from that checkpoint "
@@ -495,9 +493,30 @@ class _Run:
             logger.info("eval at step %d: %s", self.pos.step, ", ".join(
                 f"{k} {v:.4f}" if isinstance(v, float) else f"{k} {v}" for k, v in metrics.items()))
 
+    def _last_good(self) -> str:
+        last = self.hooks.layout.dirs(self.args.output_dir)
+        return str(last[-1]) if last else "none (no checkpoint written yet)"
+
+    def _refuse_nonfinite_weights(self) -> None:
+        """A finite loss and gradient whose update leaves a weight NaN or infinite (a rate far too high) is a step
+        spoiled as a NaN loss is: stopped naming the step and the last good checkpoint. The save would otherwise
+        refuse the weights with save_pretrained's words ("save a model whose weights are finite"), naming neither.
+        Every rank checks its own copy (they are equal), so all stop together."""
+        params = [p for p in self.model.parameters() if p.is_floating_point()]
+        if not params or bool(torch.stack([torch.isfinite(p).all() for p in params]).all()):
+            return
+        bad = [name for name, p in self.model.named_parameters() if p.is_floating_point() and not torch.isfinite(p).all()]
+        raise NonFiniteError(
+            f"training stopped at step {self.pos.step}: its update left {len(bad)} weight tensor(s) NaN or infinite "
+            f"({', '.join(bad[:3])}{', ...' if len(bad) > 3 else ''}), though its loss and gradient were finite. "
+            f"Last good checkpoint: {self._last_good()}. Lower the learning rate (learning_rate, --learning-rate) or "
+            "raise the warmup (warmup_ratio, --warmup-ratio) and start again, or resume from that checkpoint "
+            "(resume_from_checkpoint, --resume); no final model was saved")
+
     def checkpoint(self) -> None:
         """Write the checkpoint of this step (rank 0), then ``event("save")``."""
         self.settle()
+        self._refuse_nonfinite_weights()
         rng = all_gather(rng_state(self.device))
         windows = all_gather(self.window.saved())
         with self.window.paused():  # not training time: the next window's rows per second are the steps'

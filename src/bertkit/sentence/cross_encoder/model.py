@@ -319,7 +319,9 @@ class CrossEncoder(Indexed, ReferenceCalls, nn.Module):
         return self.model(batch["input_ids"], batch["attention_mask"], batch["token_type_ids"]).logits
 
     # -- predict and rank -------------------------------------------------------------------------------------------
-    def predict(self, inputs: Sequence[Sequence[str]] | Sequence[str], batch_size: int = 32,
+    # inputs defaults to None so that sentence-transformers' old keyword, predict(sentences=pairs), reaches the
+    # refusal naming its new place rather than Python's "missing 1 required positional argument: 'inputs'"
+    def predict(self, inputs: Sequence[Sequence[str]] | Sequence[str] | None = None, batch_size: int = 32,
                 show_progress_bar: bool | None = None, activation_fn: Callable | None = None,
                 apply_softmax: bool | None = False, convert_to_numpy: bool = True, convert_to_tensor: bool = False,
                 device: str | None = None, **unknown: Any) -> Any:
