@@ -186,7 +186,7 @@ def test_an_answer_start_of_true_is_refused_not_read_as_1(tmp_path):
                                                                       "qas": [qa]}]}]}
     path = tmp_path / "bool.json"
     path.write_text(json.dumps(data))
-    with pytest.raises(ValueError, match=r"question q1 answers\[0\]: 'answer_start' must be a int, got bool True"):
+    with pytest.raises(ValueError, match=r"question q1 answers\[0\]: 'answer_start' must be a whole number, got bool True"):
         squad.read_squad(path)
     qa["answers"][0]["answer_start"] = 1
     path.write_text(json.dumps(data))
@@ -212,7 +212,7 @@ def test_is_impossible_must_be_true_or_false_and_a_byte_order_mark_is_read(tmp_p
     path = tmp_path / "v2.json"
     path.write_bytes(b"\xef\xbb\xbf" + json.dumps(data).encode())
     with pytest.raises(ValueError, match=r"v2\.json article 0 \('N'\) paragraph 0 question 0: 'is_impossible' must be "
-                                         r"a bool, got str 'false'"):
+                                         r"true or false, got str 'false'"):
         squad.read_squad(path)
     qa["is_impossible"] = True  # was read: trained to [CLS], then scored by evaluate-v2.0.py against its answer
     path.write_text(json.dumps(data))

@@ -69,6 +69,10 @@ def load_squad(path: str | os.PathLike) -> dict[str, Any]:
     return dataset
 
 
+_JSON_KIND = {str: "a string", int: "a whole number", float: "a number", list: "a list", bool: "true or false",
+              dict: "an object"}  # what the file's JSON must hold, in JSON's words
+
+
 def _get(obj: Any, key: str, kind: type | tuple[type, ...], where: str) -> Any:
     if not isinstance(obj, Mapping) or key not in obj:
         raise BertkitError(f"{where}: missing {key!r} (every SQuAD question needs id, question, and a paragraph "
@@ -77,8 +81,8 @@ def _get(obj: Any, key: str, kind: type | tuple[type, ...], where: str) -> Any:
     kinds = (kind,) if isinstance(kind, type) else kind
     # JSON's true/false are Python bools, which isinstance counts as ints: "answer_start": true was read as 1
     if not isinstance(value, kind) or (isinstance(value, bool) and bool not in kinds):
-        names = kind.__name__ if isinstance(kind, type) else " or ".join(k.__name__ for k in kind)
-        raise BertkitError(f"{where}: {key!r} must be a {names}, got {type(value).__name__} {value!r:.60}")
+        names = " or ".join(_JSON_KIND.get(k, k.__name__) for k in kinds)
+        raise BertkitError(f"{where}: {key!r} must be {names}, got {type(value).__name__} {value!r:.60}")
     return value
 
 
