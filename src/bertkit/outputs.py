@@ -192,10 +192,23 @@ def as_placed(text: str) -> str:
 def remove_dead_temporaries(path: Path) -> None:
     """The temporary files a killed write of ``path`` left beside it (their name ends in the writer's pid)."""
     for tmp in path.parent.glob(f".{glob.escape(path.name)}.*{TMP_SUFFIX}"):
-        pid = tmp.name[:-len(TMP_SUFFIX)].rpartition(".")[2]
-        if pid.isdigit() and not _alive(int(pid)) and (st := regular_stat(tmp)) is not None and st.st_nlink == 1:
-            tmp.unlink()
-            logger.info("removed %s, a write of %s a kill cut short", tmp, path)
+        _remove_if_dead(tmp, path)
+
+
+def remove_dead_temporaries_under(directory: Path) -> None:
+    """Every temporary file a killed write left under ``directory`` (never through a symlink): a run that continues
+    a killed one's directory finishes with none of them, as an uninterrupted run does."""
+    for root, _, files in os.walk(directory):
+        for name in files:
+            if name.startswith(".") and name.endswith(TMP_SUFFIX):
+                _remove_if_dead(Path(root, name), Path(root, name[1:-len(TMP_SUFFIX)].rsplit(".", 2)[0]))
+
+
+def _remove_if_dead(tmp: Path, path: Path) -> None:
+    pid = tmp.name[:-len(TMP_SUFFIX)].rpartition(".")[2]
+    if pid.isdigit() and not _alive(int(pid)) and (st := regular_stat(tmp)) is not None and st.st_nlink == 1:
+        tmp.unlink()
+        logger.info("removed %s, a write of %s a kill cut short", tmp, path)
 
 
 def _alive(pid: int) -> bool:
