@@ -62,10 +62,13 @@ def refuse_inputs(output: Path, inputs: Mapping[str, Any], *, is_dir: bool, flag
     directory inside a run (``RUN/best``) is the run's: its manifest is RUN's, and RUN's --overwrite removes it."""
     out = output.resolve()
     for name, value in inputs.items():
-        for path in [Path(v).resolve() for v in (value if isinstance(value, (list, tuple)) else [value])
-                     if v is not None and str(v) != "" and os.path.exists(v)]:
-            if out == path:
-                how = "is"
+        for given in [v for v in (value if isinstance(value, (list, tuple)) else [value])
+                      if v is not None and str(v) != ""]:
+            path = Path(given).resolve()
+            if out == path:  # also a name that is no file: a TensorFlow checkpoint's prefix, a hub id, which an
+                how = "is"  # output there would hide (the checkpoint read from its prefix would be the directory)
+            elif not os.path.exists(given):
+                continue
             elif out in path.parents:
                 how = "holds"
             elif is_dir and path in out.parents and any((p / MARKER).is_file() for p in (path, *path.parents)):
