@@ -41,6 +41,7 @@ from bertkit.outputs import (
     TMP_SUFFIX,
     as_placed,
     atomic_write_json,
+    expect_new,
     refuse_special,
     remove_dead_temporaries,
     staging_of,
@@ -106,6 +107,7 @@ def refuse_existing_file(path: Path, overwrite: bool, flag: str = "--overwrite",
                                f"{parent}; bertkit does not replace another run's files: choose another output file")
     if real.parent.is_dir():
         remove_dead_temporaries(real)
+    expect_new(path.absolute(), not overwrite)  # a file another process makes meanwhile is not replaced either
 
 
 # -- Runs: a command's output directory -----------------------------------------------------------------------------
