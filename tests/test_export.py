@@ -305,3 +305,33 @@ def test_a_checkpoint_whose_config_asks_for_tuples_and_extra_outputs_exports_its
     result = export_onnx(model_dir, tmp_path / "m.onnx")
     assert result["outputs"] == ["logits"] and result["verified_max_abs_diff"] < 1e-5
 
+
+
+@pytest.mark.parametrize("overwrite", [False, True])
+def test_a_file_another_process_writes_meanwhile_is_replaced_only_with_overwrite(tmp_path, minilm_dir,
+                                                                                tiny_checkpoint, monkeypatch, capsys,
+                                                                                overwrite):
+    """Was: two `bertkit export onnx --out m.onnx` (or `predict ... --output-file`) started before either had
+    written: both exited 0, the later rename replacing the earlier run's file without --overwrite. A file that
+    appears while the command runs is now kept, and the command says so (exit 2), unless --overwrite was given."""
+    import bertkit.inference.export as export
+
+    model_dir = tiny_checkpoint(tmp_path / "m", tokenizer=BertTokenizer.from_pretrained(minilm_dir),
+                                **_ON_MINILM_VOCAB)
+    out = tmp_path / "m.onnx"
+    write_graph = export._write_graph
+
+    def racing(tmp, *args):  # the other run finishes first, while this one traces its graph
+        out.write_bytes(b"the other run's graph")
+        write_graph(tmp, *args)
+
+    monkeypatch.setattr(export, "_write_graph", racing)
+    code = main(["export", "onnx", "--model", str(model_dir), "--out", str(out), "--no-verify",
+                 *(["--overwrite"] if overwrite else [])])
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["m", "m.onnx"]  # no temporary file left
+    if overwrite:
+        assert code == 0 and out.read_bytes() != b"the other run's graph"
+        return
+    assert code == 2 and out.read_bytes() == b"the other run's graph"
+    assert (f"{out} was written by another process while this command ran; it was not replaced (this command's "
+            "output is discarded): pass --overwrite to replace it") in capsys.readouterr().err

@@ -480,3 +480,23 @@ def test_the_flags_of_transformers_conversion_script_say_what_they_are_here(caps
         "bertkit: error: unrecognized arguments: --tf-checkpoint-path c/bert_model.ckpt --pytorch-dump-path "
         "c/pytorch_model.bin (--tf-checkpoint-path is --tf-checkpoint here; --pytorch-dump-path is --output-dir here: "
         "a directory (config.json, model.safetensors, the tokenizer's files), not one weights file)")
+
+
+def test_an_output_directory_at_the_checkpoints_prefix_is_refused_not_made_to_hide_it(tmp_path, tiny_model, capsys):
+    """Was: `convert-tf-checkpoint --tf-checkpoint d/bert_model.ckpt --output-dir d/bert_model.ckpt` converted into a
+    new directory at the prefix (exit 0); from then on the checkpoint read from its prefix was that directory ("holding
+    0 TensorFlow checkpoints"). With --overwrite the same output was refused as the command's own input."""
+    model = tiny_model(BertForPreTraining, vocab_size=V, hidden_size=H, num_hidden_layers=L, num_attention_heads=NH,
+                       intermediate_size=I, max_position_embeddings=P)
+    write_bundle(tmp_path / "bert_model.ckpt", _google_names(model.published_state_dict()))
+    config = {k: v for k, v in model.config.to_dict().items() if k not in ("model_type", "architectures")}
+    (tmp_path / "bert_config.json").write_text(json.dumps(config))
+    (tmp_path / "vocab.txt").write_text("\n".join(VOCAB) + "\n")
+    prefix = tmp_path / "bert_model.ckpt"
+    args = ["convert-tf-checkpoint", "--tf-checkpoint", str(prefix), "--bert-config", str(tmp_path / "bert_config.json"),
+            "--vocab", str(tmp_path / "vocab.txt")]
+    assert main([*args, "--output-dir", str(prefix)]) == 2
+    assert (f"--output-dir {prefix} is the command's own input --tf-checkpoint {prefix}; bertkit never writes into "
+            "or clears a command's inputs: choose an output outside them") in capsys.readouterr().err
+    assert not os.path.lexists(prefix)
+    assert main([*args, "--output-dir", str(tmp_path / "converted")]) == 0  # the checkpoint still read from its prefix

@@ -144,7 +144,7 @@ def _demo(s) -> None:
 def _export_onnx(s) -> dict:
     from bertkit.inference.export import export_onnx
 
-    return export_onnx(s.model, s.output_file, opset=s.opset, overwrite=True, verify=s.verify)  # _claim checked
+    return export_onnx(s.model, s.output_file, opset=s.opset, overwrite=s.overwrite, verify=s.verify)
 
 
 def _quantize(s) -> dict:

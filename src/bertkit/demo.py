@@ -248,7 +248,7 @@ def _finetuning_stage(out_dir: Path, run_dir: Path, config: Any, tok: Any, seed:
     from bertkit.data.collate import collate as pad_batch
     from bertkit.inference.predict import predict
     from bertkit.settings import TrainingSettings
-    from bertkit.training.finetune_run import run_finetuning
+    from bertkit.training.finetune_run import remove_checkpoints, run_finetuning
 
     say("\n== 7. Fine-tuning: which module family (text / files / numbers) does a docstring describe? ==")
     labels, train_ex, dev_ex = docstring_task()
@@ -272,6 +272,7 @@ def _finetuning_stage(out_dir: Path, run_dir: Path, config: Any, tok: Any, seed:
         run = TrainingSettings(output_dir=out_dir / f"finetune-{name.replace(' ', '-')}", learning_rate=5e-4,
                                seed=seed, num_train_epochs=5, batch_size=32, progress=progress)
         fit = run_finetuning(model, train_f, collate, run, accuracy, {"demo": name})
+        remove_checkpoints(run)
         finetune[name] = fit.result.last_eval["accuracy"]
         # Pre-training shows most in how fast fine-tuning learns: both may end level on a task this small.
         finetune[f"{name} by epoch"] = [round(r["accuracy"], 4) for r in fit.per_epoch]

@@ -33,6 +33,36 @@ TMP_SUFFIX = ".bertkit-tmp"
 BOOKKEEPING = (LOCK, MARKER, PARTIAL)  # bertkit's own files at any depth, never counted as a user's
 _UMASK = os.umask(0)
 os.umask(_UMASK)  # read once: files bertkit creates get the permissions a plain open() would have given
+# Output files a command was not told to replace (no --overwrite; ``expect_new``): each is made visible by a link
+# that fails where a file appeared meanwhile, not by a rename over it. Per process, as the directory locks are.
+_NEW_ONLY: set[str] = set()
+_NO_HARD_LINKS = (errno.EPERM, errno.EOPNOTSUPP, errno.ENOTSUP, errno.EXDEV, errno.EMLINK)
+
+
+def expect_new(path: Path, new: bool) -> None:
+    """``path`` (absolute) is to be created by this process's next write of it (``new``), or may be replaced."""
+    (_NEW_ONLY.add if new else _NEW_ONLY.discard)(str(path))
+
+
+def _publish(tmp: Path, path: Path) -> None:
+    """``tmp`` renamed to ``path``; one ``expect_new`` named is linked there instead, which fails if another process
+    made ``path`` meanwhile (two runs into one output file without --overwrite: the first one's file is kept)."""
+    if str(path.absolute()) not in _NEW_ONLY:
+        os.replace(tmp, path)  # replaces a symlink at `path` itself, never writes through it
+        return
+    try:
+        os.link(tmp, path)
+    except FileExistsError:
+        raise BertkitError(f"{path} was written by another process while this command ran; it was not replaced "
+                           "(this command's output is discarded): pass --overwrite to replace it, or choose another "
+                           "output file") from None
+    except OSError as e:
+        if e.errno not in _NO_HARD_LINKS:
+            raise
+        os.replace(tmp, path)  # a file system without hard links: renamed, as with --overwrite
+    else:
+        os.unlink(tmp)
+    _NEW_ONLY.discard(str(path.absolute()))
 
 
 # -- Errors a file system gives a write ---------------------------------------------------------------------------
@@ -148,7 +178,7 @@ def atomic_target(path: str | os.PathLike, verify: Any = None) -> Iterator[Path]
         fsync(tmp)
         if verify is not None:
             verify(tmp)
-        os.replace(tmp, path)  # replaces a symlink at `path` itself, never writes through it
+        _publish(tmp, path)
     except BaseException as e:
         if tmp is not None:
             with contextlib.suppress(FileNotFoundError):
@@ -192,10 +222,23 @@ def as_placed(text: str) -> str:
 def remove_dead_temporaries(path: Path) -> None:
     """The temporary files a killed write of ``path`` left beside it (their name ends in the writer's pid)."""
     for tmp in path.parent.glob(f".{glob.escape(path.name)}.*{TMP_SUFFIX}"):
-        pid = tmp.name[:-len(TMP_SUFFIX)].rpartition(".")[2]
-        if pid.isdigit() and not _alive(int(pid)) and (st := regular_stat(tmp)) is not None and st.st_nlink == 1:
-            tmp.unlink()
-            logger.info("removed %s, a write of %s a kill cut short", tmp, path)
+        _remove_if_dead(tmp, path)
+
+
+def remove_dead_temporaries_under(directory: Path) -> None:
+    """Every temporary file a killed write left under ``directory`` (never through a symlink): a run that continues
+    a killed one's directory finishes with none of them, as an uninterrupted run does."""
+    for root, _, files in os.walk(directory):
+        for name in files:
+            if name.startswith(".") and name.endswith(TMP_SUFFIX):
+                _remove_if_dead(Path(root, name), Path(root, name[1:-len(TMP_SUFFIX)].rsplit(".", 2)[0]))
+
+
+def _remove_if_dead(tmp: Path, path: Path) -> None:
+    pid = tmp.name[:-len(TMP_SUFFIX)].rpartition(".")[2]
+    if pid.isdigit() and not _alive(int(pid)) and (st := regular_stat(tmp)) is not None and st.st_nlink == 1:
+        tmp.unlink()
+        logger.info("removed %s, a write of %s a kill cut short", tmp, path)
 
 
 def _alive(pid: int) -> bool:

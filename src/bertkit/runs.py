@@ -42,6 +42,7 @@ from bertkit.outputs import (
     TMP_SUFFIX,
     as_placed,
     atomic_write_json,
+    expect_new,
     refuse_special,
     remove_dead_temporaries,
     staging_of,
@@ -65,8 +66,10 @@ def refuse_inputs(output: Path, inputs: Mapping[str, Any], *, is_dir: bool, flag
     for name, value in inputs.items():
         for given, pattern in _input_paths(value):
             path = Path(given).resolve()
-            if out == path:
-                how = "is"
+            if out == path:  # also a name that is no file: a TensorFlow checkpoint's prefix, a hub id, which an
+                how = "is"  # output there would hide (the checkpoint read from its prefix would be the directory)
+            elif not os.path.exists(given):
+                continue
             elif out in path.parents:
                 how = "holds"
             elif is_dir and path in out.parents and any((p / MARKER).is_file() for p in (path, *path.parents)):
@@ -82,7 +85,7 @@ def refuse_inputs(output: Path, inputs: Mapping[str, Any], *, is_dir: bool, flag
 
 
 def _input_paths(value: Any) -> list[tuple[str, str | None]]:
-    """(path, the pattern that matched it or None) for each existing path a setting names: a glob pattern
+    """(path, the pattern that matched it or None) for each path a setting names, existing or not: a glob pattern
     (``corpus/*/*.txt``, which train-tokenizer and create-pretraining-data expand) stands for the files it matches,
     so that an output directory among them (a rerun's --overwrite of ``--out corpus/vocab``) is refused, not read
     as the new run's input."""
@@ -93,10 +96,10 @@ def _input_paths(value: Any) -> list[tuple[str, str | None]]:
     for v in value if isinstance(value, (list, tuple)) else [value]:
         if v is None or str(v) == "":
             continue
-        if os.path.exists(v):
-            paths.append((str(v), None))
-        elif glob.has_magic(str(v)):
+        if glob.has_magic(str(v)) and not os.path.exists(v):
             paths += [(p, str(v)) for p in match_files(str(v))]
+        else:
+            paths.append((str(v), None))
     return paths
 
 
@@ -125,6 +128,7 @@ def refuse_existing_file(path: Path, overwrite: bool, flag: str = "--overwrite",
                                f"{parent}; bertkit does not replace another run's files: choose another output file")
     if real.parent.is_dir():
         remove_dead_temporaries(real)
+    expect_new(path.absolute(), not overwrite)  # a file another process makes meanwhile is not replaced either
 
 
 # -- Runs: a command's output directory -----------------------------------------------------------------------------

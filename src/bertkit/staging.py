@@ -47,6 +47,7 @@ from bertkit.outputs import (
     atomic_write_text,
     fsync_dir,
     regular_stat,
+    remove_dead_temporaries_under,
     staging_of,
     write_error,
     writing,
@@ -313,6 +314,7 @@ class Stage:
                     return cls.open(target, what, partial, keep)
                 if keep(record):
                     stage.record = record
+                    remove_dead_temporaries_under(path)  # the killed write's half-written files: not its output
                 else:
                     logger.info("removing %s, a write of %s a kill cut short", path, target)
                     clear_staging(path)

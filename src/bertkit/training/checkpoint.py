@@ -22,8 +22,8 @@ from torch import nn
 
 from bertkit._parallel import DistInfo
 from bertkit.errors import BertkitError
-from bertkit.manifests import remove_owned_tree
-from bertkit.outputs import MARKER, as_placed, disk_full, fsync
+from bertkit.manifests import read_marker, remove_owned_tree
+from bertkit.outputs import MARKER, as_placed, disk_full, fsync, regular_stat
 from bertkit.staging import remove_killed_writes, staged
 from bertkit.weight_files import WEIGHTS_NAME
 
@@ -232,6 +232,19 @@ def _differences(saved: dict, now: dict, prefix: str = "") -> dict[str, tuple]:
     return out
 
 
+def removal_cut_short(path: Path) -> bool:
+    """Whether the checkpoint directory ``path`` is what a kill left of its removal (rotation, or a fine-tuning run's
+    clean-up): a checkpoint is renamed into place whole, so one missing a file its manifest lists, or holding
+    neither manifest nor state, was being removed. Not a checkpoint to resume from, nor a damaged one."""
+    try:
+        marker = read_marker(path)
+    except BertkitError:  # a manifest bertkit cannot read: left to read_state, which names the damage
+        return False
+    if marker is None:
+        return regular_stat(path / STATE_FILE) is None
+    return any(regular_stat(path / rel) is None for rel in marker["files"])
+
+
 def checkpoint_to_resume(out_dir: Path, fingerprint: dict, layout: CheckpointLayout,
                          resume: bool | Path) -> tuple[Path, dict] | None:
     """The checkpoint a run continues from (the one ``resume`` names, or the newest intact one: a damaged newest
@@ -243,6 +256,9 @@ def checkpoint_to_resume(out_dir: Path, fingerprint: dict, layout: CheckpointLay
             "(Trainer: train(resume_from_checkpoint=True)), or choose another output directory")
     damaged = []
     for path in [resume] if isinstance(resume, Path) else reversed(existing):  # none when not resuming
+        if not isinstance(resume, Path) and removal_cut_short(path):
+            logger.warning("%s is a checkpoint whose removal a kill cut short; not resuming from it", path)
+            continue
         try:
             state = read_state(path)
         except (RuntimeError, EOFError, KeyError, OSError, ValueError) as e:

@@ -29,7 +29,7 @@ from bertkit.outputs import atomic_target, atomic_write_json
 from bertkit.settings import STUDY_COMBINATIONS, StudySettings, TrainingSettings, first
 from bertkit.tasks import ner
 from bertkit.tasks.metrics import to_fractions
-from bertkit.training.finetune_run import run_finetuning
+from bertkit.training.finetune_run import remove_checkpoints, run_finetuning
 
 logger = logging.getLogger("bertkit")
 
@@ -236,6 +236,7 @@ def train_tagger(name: str, s: StudySettings, train_acts: WordActivations, dev_a
     collate = functools.partial(_batch, train_x, train_acts.offsets, tag_ids=train_tags)
     run = run_finetuning(tagger, list(range(n)), collate, args, evaluate,
                          fingerprint={"feature_study": name, "layers": layers})
+    remove_checkpoints(args)  # the tagger is scored on dev already: its final evaluation is the row of the table
     train_loss = [r["loss"] for r in run.result.history if r["split"] == "train"]
     per_epoch = [{"epoch": epoch + 1, "train_loss": loss, **{f"dev_{k}": ev[k] for k in ("f1", "precision", "recall")},
                   **{k: ev[k] for k in ("layer_weights", "gamma") if k in ev}}

@@ -1,4 +1,5 @@
-"""One fine-tuning run: one phase of the one training loop on featurised examples, its checkpoints removed after."""
+"""One fine-tuning run: one phase of the one training loop on featurised examples, its checkpoints removed once
+what its caller keeps of it is written."""
 
 from __future__ import annotations
 
@@ -53,8 +54,9 @@ class Fit(NamedTuple):
 def run_finetuning(model: nn.Module, features: Sequence[dict], collate: Callable[[list], dict],
                    s: TrainingSettings, evaluate: Callable[[nn.Module], dict[str, float]] | None,
                    fingerprint: dict, resume: bool = False) -> Fit:
-    """One fine-tuning run on featurised examples (``s.batch_size`` is the global batch). Its checkpoints are
-    removed at the end (the caller keeps the model); ``resume`` continues a killed run of the same settings."""
+    """One fine-tuning run on featurised examples (``s.batch_size`` is the global batch). Its checkpoints stay until
+    the caller has written what it keeps (the model, the report) and calls ``remove_checkpoints``; ``resume``
+    continues a killed run of the same settings."""
     if s.batch_size is None or s.num_train_epochs is None or s.learning_rate is None:
         raise BertkitError("run_finetuning needs batch_size, num_train_epochs and learning_rate resolved, got "
                            f"{s.batch_size}, {s.num_train_epochs}, {s.learning_rate}")
@@ -65,7 +67,14 @@ def run_finetuning(model: nn.Module, features: Sequence[dict], collate: Callable
     t0 = time.perf_counter()
     result = train(model, [Phase(plan, steps)], s, evaluate=evaluate, fingerprint=fingerprint, resume=resume)
     seconds = time.perf_counter() - t0
-    if info.is_main:  # the checkpoints go (only files recorded as bertkit's; others are named), the curves stay
-        remove_owned_tree(s.output_dir / "checkpoints")
+    if info.is_main:
         plot_metrics(s.output_dir / "metrics.jsonl", s.output_dir / "metrics.png")
     return Fit(result, seconds, result.step / steps_per_epoch(plan, s.gradient_accumulation_steps))
+
+
+def remove_checkpoints(s: TrainingSettings) -> None:
+    """A finished run's checkpoints (only files recorded as bertkit's; others are named), the curves kept. Called once
+    what the caller keeps of the run is written: a kill before then (scoring dev, saving the model) leaves the final
+    checkpoint, from which --resume finishes the run without training it again."""
+    if current().is_main:
+        remove_owned_tree(s.output_dir / "checkpoints")

@@ -144,7 +144,9 @@ def train(
         while (pos.step < phase_end or pos.batch >= len(phase.plan)) and not control.should_training_stop:
             run.run_epoch(phase, phase_end)
         if not control.should_training_stop:
-            pos.phase, pos.epoch, pos.batch = pos.phase + 1, 0, 0
+            pos.phase += 1
+            if pos.phase < len(phases):  # the next phase starts its own epochs; past the last, the run's end stays
+                pos.epoch, pos.batch = 0, 0  # where it was: the epoch of the final evaluation a resumed run owes
     return run.finish()
 
 

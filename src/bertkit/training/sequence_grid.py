@@ -25,7 +25,7 @@ from bertkit.settings import SequenceClassificationSettings
 from bertkit.tasks import glue
 from bertkit.tokenization import BertTokenizer
 from bertkit.training.distributed import current, process_device
-from bertkit.training.finetune_run import run_finetuning
+from bertkit.training.finetune_run import remove_checkpoints, run_finetuning
 
 logger = logging.getLogger("bertkit")
 
@@ -69,11 +69,10 @@ def fit_sequence_classifier(task: glue.GlueTask, train_examples: Sequence[glue.G
                 model.classifier.weight.copy_(model.classifier.weight[reorder])
                 model.classifier.bias.copy_(model.classifier.bias[reorder])
         record: dict[str, Any] = {"lr": lr, "seed": seed}
+        settings = s.training(output_dir=s.output_dir / "runs" / s.run_name(lr, seed), learning_rate=lr, seed=seed)
         try:
-            run = run_finetuning(model, train_features, collate,
-                                 s.training(output_dir=s.output_dir / "runs" / s.run_name(lr, seed),
-                                            learning_rate=lr, seed=seed),
-                                 scores_of, {"model": str(s.model_name_or_path), "task": task.name}, s.resume)
+            run = run_finetuning(model, train_features, collate, settings, scores_of,
+                                 {"model": str(s.model_name_or_path), "task": task.name}, s.resume)
         except NonFiniteError as e:
             record.update(dev=None, failed=str(e))
         else:
@@ -87,6 +86,7 @@ def fit_sequence_classifier(task: glue.GlueTask, train_examples: Sequence[glue.G
             primary = next(iter(score.values()), float("nan"))
             if not math.isfinite(primary):
                 record["failed"] = f"dev {next(iter(score), 'score')} is {primary} (not finite): no score"
+                remove_checkpoints(settings)  # trained to the end: nothing to resume (a diverged run keeps its own)
         runs.append(record)
         if record.get("failed"):
             logger.warning("%s lr=%g seed=%d failed: %s", task.name, lr, seed, record["failed"])
@@ -101,6 +101,7 @@ def fit_sequence_classifier(task: glue.GlueTask, train_examples: Sequence[glue.G
             model.save_pretrained(s.output_dir / "best")
             tokenizer.save_pretrained(s.output_dir / "best")
             atomic_write_json(s.output_dir / "best" / "training_run.json", record)
+        remove_checkpoints(settings)  # what the grid keeps of the run is written: its record, best/ if it is best
     if not current().is_main:
         return {}
     report = summarize_grid(task, runs)

@@ -39,7 +39,7 @@ from bertkit.tasks import ner, squad, squad_eval, swag
 from bertkit.tasks.metrics import to_fractions
 from bertkit.tokenization import BertTokenizer
 from bertkit.training.distributed import current, process_device
-from bertkit.training.finetune_run import checkpoint_tokenizer, run_finetuning
+from bertkit.training.finetune_run import checkpoint_tokenizer, remove_checkpoints, run_finetuning
 
 logger = logging.getLogger("bertkit")
 
@@ -75,8 +75,9 @@ def _finetune(cls: type[nn.Module], s: FinetuneSettings, train_features: Sequenc
         newest[:] = [predictions]
         return metrics
 
-    run = run_finetuning(model, train_features, lambda b: collate(b, tokenizer.pad_token_id),
-                         s.training(learning_rate=lr), evaluated if dev is not None and evaluate else None,
+    settings = s.training(learning_rate=lr)
+    run = run_finetuning(model, train_features, lambda b: collate(b, tokenizer.pad_token_id), settings,
+                         evaluated if dev is not None and evaluate else None,
                          {"model": str(s.model_name_or_path), "task": task}, s.resume)
     if not current().is_main:  # under torchrun, rank 0 predicts, saves and reports
         return {}
@@ -94,6 +95,7 @@ def _finetune(cls: type[nn.Module], s: FinetuneSettings, train_features: Sequenc
     report.update(subset=None if s.max_train_samples is None else f"the first {subset}",
                   files={**files, "model": str(model_dir)}, settings=s.as_dict())
     atomic_write_json(s.output_dir / "report.json", report)
+    remove_checkpoints(settings)
     return report
 
 
