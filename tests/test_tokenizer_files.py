@@ -14,7 +14,8 @@ import shutil
 
 import pytest
 
-from bertkit.tokenization import AutoTokenizer, load_vocab
+from bertkit.errors import BertkitError
+from bertkit.tokenization import AutoTokenizer, BertTokenizer, load_vocab
 
 transformers = pytest.importorskip("transformers")
 tokenizers = pytest.importorskip("tokenizers")
@@ -46,6 +47,54 @@ def _both(path, texts, **call):
     return ours, theirs
 
 
+@pytest.mark.parametrize("layout", ["vocab.txt", "tokenizer.json"])
+def test_special_tokens_map_and_added_tokens_json_beside_a_config_with_added_tokens_decoder_are_not_read(
+        minilm_dir, tmp_path, layout):
+    """transformers 5 reads special_tokens_map.json and added_tokens.json, files older versions wrote, only for a
+    config without added_tokens_decoder. bertkit read them always: a special_tokens_map.json naming unk_token
+    "[unused6]" (the config: "[UNK]") gave every unknown word id 7 where transformers gives 100, and an
+    added_tokens.json's "<new_tok>" was cut out of the text as id 30522 where transformers splits it into pieces."""
+    path = _directory(minilm_dir, tmp_path / "tok", [layout], {"added_tokens_decoder": DECODER})
+    (path / "special_tokens_map.json").write_text(json.dumps({"unk_token": "[unused6]", "mask_token": "[unused4]"}))
+    (path / "added_tokens.json").write_text(json.dumps({"<new_tok>": 30522}))
+    ours, theirs = _both(path, ["hello qqqxzzq 😀 [MASK] [unused4]", "x<new_tok>y"])
+    assert ours == theirs
+    assert ours["input_ids"] == [[101, 7592, 1053, 4160, 4160, 2595, 13213, 4160, 100, 103, 1031, 15171, 2549, 1033,
+                                  102], [101, 1060, 1026, 2047, 1035, 2000, 2243, 1028, 1061, 102]]
+    tok = BertTokenizer.from_pretrained(path)
+    assert (tok.unk_token, tok.mask_token, len(tok)) == ("[UNK]", "[MASK]", 30522)
+
+
+def test_special_tokens_map_beside_a_config_without_added_tokens_decoder_is_read(minilm_dir, tmp_path):
+    """An older config (no added_tokens_decoder): special_tokens_map.json's tokens win in both libraries."""
+    path = _directory(minilm_dir, tmp_path / "tok", ["vocab.txt"])
+    (path / "special_tokens_map.json").write_text(json.dumps({"unk_token": "[unused6]"}))
+    ours, theirs = _both(path, "hello qqqxzzq 😀")
+    assert ours == theirs and ours["input_ids"] == [101, 7592, 1053, 4160, 4160, 2595, 13213, 4160, 7, 102]
+
+
+@pytest.mark.parametrize("block", ["padding", "truncation"])
+def test_tokenizer_json_padding_or_truncation_on_the_left_is_refused(minilm_dir, tmp_path, block):
+    """transformers 5 takes a tokenizer.json padding (truncation) block's direction as padding_side (truncation_side)
+    where tokenizer_config.json sets none: a file saying "Left" padded ["hi", "a longer text here"] to [0, 0, 0, 101,
+    7632, 102] there, [101, 7632, 102, 0, 0, 0] in bertkit, which read no side from the file. Refused as the config's
+    "left" is; with "right" in the config (or passed), both read the file alike."""
+    side = f"{block}_side"
+    blocks = {"padding": {"strategy": "BatchLongest", "direction": "Left", "pad_to_multiple_of": None, "pad_id": 0,
+                          "pad_type_id": 0, "pad_token": "[PAD]"},
+              "truncation": {"max_length": 128, "strategy": "LongestFirst", "stride": 0, "direction": "Left"}}
+    path = _directory(minilm_dir, tmp_path / "tok", [], tokenizer_json={block: blocks[block]})
+    with pytest.raises(BertkitError, match=rf"tokenizer.json: {block}.direction is 'Left' and tokenizer_config.json "
+                                           rf"sets no {side}, .*set \"{side}\": \"right\" in tokenizer_config.json"):
+        AutoTokenizer.from_pretrained(path)
+    texts, call = ["hi", "a longer text here"], {"padding": True, "max_length": 4, "truncation": True}
+    theirs = dict(transformers.AutoTokenizer.from_pretrained(str(path), **{side: "right"})(texts, **call))
+    assert dict(AutoTokenizer.from_pretrained(path, **{side: "right"})(texts, **call)) == theirs
+    _directory(minilm_dir, path, [], {side: "right"})
+    ours, theirs = _both(path, texts, **call)
+    assert ours == theirs and ours["input_ids"] == [[101, 7632, 102, 0], [101, 1037, 2936, 102]]
+
+
 @pytest.mark.parametrize("line", ["hello ", "hello\t", "hello\r", "hello\u3000", "hello\u00a0 "])
 def test_vocab_txt_lines_are_read_as_transformers_5_reads_them(minilm_dir, tmp_path, line):
     """transformers 5 reads vocab.txt with the tokenizers library, which drops the whitespace that ends a line
@@ -62,3 +111,29 @@ def test_vocab_txt_lines_are_read_as_transformers_5_reads_them(minilm_dir, tmp_p
     tokens = load_vocab(path / "vocab.txt")
     assert {t: i for i, t in enumerate(tokens)} == tokenizers.models.WordPiece.read_file(str(path / "vocab.txt"))
     assert tokens[7592:7594] == ["hello", "ab\rcd"] and len(tokens) == 30522
+
+
+def test_unk_token_only_tokenizer_json_gives_is_refused(minilm_dir, tmp_path):
+    """transformers 5 builds the WordPiece model's unknown token from the config (or its default "[UNK]"), not from
+    tokenizer.json's model.unk_token, which tokenizers reads. With the file alone naming "[unused9]", bertkit gave an
+    unknown word id 10 where transformers gives 100. Refused, naming the config line to add; with it, both agree."""
+    data = json.loads((minilm_dir / "tokenizer.json").read_text(encoding="utf-8"))
+    path = _directory(minilm_dir, tmp_path / "tok", [], tokenizer_json={"model": {**data["model"],
+                                                                                   "unk_token": "[unused9]"}})
+    config = json.loads((path / "tokenizer_config.json").read_text(encoding="utf-8"))
+    del config["unk_token"]
+    (path / "tokenizer_config.json").write_text(json.dumps(config))
+    with pytest.raises(BertkitError, match=r"model.unk_token is \"\[unused9\]\" but tokenizer_config.json sets no "
+                                           r"unk_token, .*add \"unk_token\": \"\[unused9\]\" to tokenizer_config.json"):
+        BertTokenizer.from_pretrained(path)
+    _directory(minilm_dir, path, [], {"unk_token": "[unused9]"})
+    ours, theirs = _both(path, "hello 😀")
+    assert ours == theirs and ours["input_ids"] == [101, 7592, 10, 102]
+
+
+def test_a_null_model_max_length_is_no_limit(minilm_dir, tmp_path):
+    """transformers reads "model_max_length": null as no limit (10^30), as it reads the key left out; bertkit refused
+    the directory ("must be int or float, got None")."""
+    path = _directory(minilm_dir, tmp_path / "tok", ["tokenizer.json"], {"model_max_length": None})
+    ours = BertTokenizer.from_pretrained(path)
+    assert ours.model_max_length == transformers.AutoTokenizer.from_pretrained(str(path)).model_max_length == int(1e30)
