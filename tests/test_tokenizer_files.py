@@ -137,3 +137,28 @@ def test_a_null_model_max_length_is_no_limit(minilm_dir, tmp_path):
     path = _directory(minilm_dir, tmp_path / "tok", ["tokenizer.json"], {"model_max_length": None})
     ours = BertTokenizer.from_pretrained(path)
     assert ours.model_max_length == transformers.AutoTokenizer.from_pretrained(str(path)).model_max_length == int(1e30)
+
+
+@pytest.mark.parametrize("layout", ["vocab.txt", "tokenizer.json"])
+def test_a_vocabulary_token_added_tokens_decoder_lists_is_cut_out_of_the_text(minilm_dir, tmp_path, layout):
+    """transformers 5 makes every added_tokens_decoder entry an added token, one the vocabulary holds too: "[unused1]"
+    (id 2) listed special is cut out of "x[unused1]y" as 2 and skipped by decode(skip_special_tokens=True). bertkit
+    skipped entries the vocabulary held and split it into [, unused, ##1, ] (1031, 15171, 2487, 1033)."""
+    entry = {"content": "[unused1]", "lstrip": False, "normalized": False, "rstrip": False, "single_word": False,
+             "special": True}
+    path = _directory(minilm_dir, tmp_path / "tok", [layout], {"added_tokens_decoder": {**DECODER, "2": entry}})
+    ours, theirs = _both(path, "x[unused1]y [unused1]")
+    assert ours == theirs and ours["input_ids"] == [101, 1060, 2, 1061, 2, 102]
+    tok = AutoTokenizer.from_pretrained(path)
+    assert tok.decode(ours["input_ids"], skip_special_tokens=True) == "x y"
+
+
+def test_an_added_tokens_decoder_entry_vocab_txt_gives_another_token_is_refused(minilm_dir, tmp_path):
+    """added_tokens_decoder giving id 103 to "[MASK2]" where vocab.txt's line 104 is "[MASK]": bertkit ignored the
+    entry ("[MASK2]" split into 4 pieces), transformers adds it past the vocabulary (30522). Refused, naming both."""
+    entry = {"content": "[MASK2]", "lstrip": False, "normalized": False, "rstrip": False, "single_word": False,
+             "special": True}
+    path = _directory(minilm_dir, tmp_path / "tok", ["vocab.txt"], {"added_tokens_decoder": {**DECODER, "103": entry}})
+    with pytest.raises(BertkitError, match=r"added token '\[MASK2\]' has id 103, but line 104 of vocab.txt is "
+                                           r"'\[MASK\]': give it an id past vocab.txt's 30522 tokens"):
+        BertTokenizer.from_pretrained(path)

@@ -128,17 +128,29 @@ def added_past(tokens: list[str], path: Path, settings: dict[str, Any]) -> int:
     for key, entry in (config.get("added_tokens_decoder") or {}).items():
         found[int(key)] = (token_content(entry, "added_tokens_decoder"), bool(entry.get("special")))
         check_added_token(entry, path / CONFIG_FILE)  # vocab.txt's [MASK] too: transformers applies its flags
-    named = {settings.get(k, _DEFAULT_SPECIAL[k]) for k in SPECIAL_TOKEN_KEYS}
-    for i in sorted(i for i in found if i >= size):
+    for i in sorted(found):
         token, special = found[i]
-        if i != len(tokens):
+        if i < size and tokens[i] != token:
+            raise BertkitError(f"{path}: added token {token!r} has id {i}, but line {i + 1} of vocab.txt is "
+                               f"{tokens[i]!r}: give it an id past vocab.txt's {size} tokens (or fix the line), or "
+                               "re-save the tokenizer")
+        if i > len(tokens):
             raise BertkitError(f"{path}: added token {token!r} has id {i}, but {len(tokens)} tokens come before it; "
                                "added ids must follow vocab.txt without a gap: re-save the tokenizer")
-        tokens.append(token)
-        more = "additional_special_tokens" if special and token not in named else "added_tokens"
-        if token not in named and token not in settings.setdefault(more, []):
-            settings[more].append(token)
+        if i == len(tokens):
+            tokens.append(token)
+        _cut_out(token, special, settings)  # one vocab.txt has too: transformers cuts it out of the text all the same
     return size
+
+
+def _cut_out(token: str, special: bool, settings: dict[str, Any]) -> None:
+    """Make ``token`` an added token of ``settings`` (matched in the text, never made from a word's pieces): special,
+    none of the named tokens, one of its additional special tokens; else one of its added tokens."""
+    named = {settings.get(k, _DEFAULT_SPECIAL[k]) for k in SPECIAL_TOKEN_KEYS}
+    if token in named or token in settings.get("added_tokens", ()) or token in settings.get(
+            "additional_special_tokens", ()):
+        return
+    settings.setdefault("additional_special_tokens" if special else "added_tokens", []).append(token)
 
 
 def added_beside_tokenizer_json(tokens: list[str], path: Path, settings: dict[str, Any]) -> None:
@@ -157,17 +169,13 @@ def added_beside_tokenizer_json(tokens: list[str], path: Path, settings: dict[st
                    *settings.get("additional_special_tokens", ())}
         given = {i: (t, t in special, None) for t, i in read_json(path / ADDED_TOKENS_FILE).items()}
     have = set(tokens)
-    named = {settings.get(k, _DEFAULT_SPECIAL[k]) for k in SPECIAL_TOKEN_KEYS}
     for i in sorted(given):
         token, special, entry = given[i]
-        if token in have:
-            continue
         check_added_token(entry, path / CONFIG_FILE)
-        tokens.append(token)
-        have.add(token)
-        more = "additional_special_tokens" if special and token not in named else "added_tokens"
-        if token not in named and token not in settings.setdefault(more, []):
-            settings[more].append(token)
+        if token not in have:
+            tokens.append(token)
+            have.add(token)
+        _cut_out(token, special, settings)  # one tokenizer.json has too: transformers cuts it out of the text as well
 
 
 def has_added_tokens_decoder(config: Mapping[str, Any]) -> bool:
