@@ -162,3 +162,23 @@ def test_an_added_tokens_decoder_entry_vocab_txt_gives_another_token_is_refused(
     with pytest.raises(BertkitError, match=r"added token '\[MASK2\]' has id 103, but line 104 of vocab.txt is "
                                            r"'\[MASK\]': give it an id past vocab.txt's 30522 tokens"):
         BertTokenizer.from_pretrained(path)
+
+
+@pytest.mark.parametrize("stale", [30522, 101])
+def test_an_added_tokens_json_id_tokenizer_json_gives_an_added_token_is_not_read(minilm_dir, tmp_path, stale):
+    """Without added_tokens_decoder, transformers 5 reads tokenizer.json's added tokens over added_tokens.json's, id by
+    id: a stale added_tokens.json giving "<x>" id 30522 (or 101) beside a tokenizer.json whose added "Hello" (or
+    "[CLS]") holds that id is dropped, "<x>" split into pieces. bertkit appended "<x>" at 30523 and cut it out of the
+    text. An id a WordPiece token holds is refused (transformers renumbers tokenizer.json's added tokens then)."""
+    data = json.loads((minilm_dir / "tokenizer.json").read_text(encoding="utf-8"))
+    hello = {"id": 30522, "content": "Hello", **{k: False for k in ("single_word", "lstrip", "rstrip", "normalized")},
+             "special": True}
+    path = _directory(minilm_dir, tmp_path / "tok", [], tokenizer_json={"added_tokens": [*data["added_tokens"], hello]})
+    (path / "added_tokens.json").write_text(json.dumps({"<x>": stale}))
+    ours, theirs = _both(path, "a <x> Hello")
+    assert ours == theirs and ours["input_ids"] == [101, 1037, 1026, 1060, 1028, 30522, 102]
+    assert len(BertTokenizer.from_pretrained(path)) == 30523
+    (path / "added_tokens.json").write_text(json.dumps({"<x>": 5}))
+    with pytest.raises(BertkitError, match=r"added_tokens.json gives id 5 to '<x>', which tokenizer.json gives to "
+                                           r"'\[unused4\]': .*remove added_tokens.json"):
+        BertTokenizer.from_pretrained(path)

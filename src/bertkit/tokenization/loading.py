@@ -168,6 +168,19 @@ def added_beside_tokenizer_json(tokens: list[str], path: Path, settings: dict[st
         special = {*(settings.get(k, _DEFAULT_SPECIAL[k]) for k in SPECIAL_TOKEN_KEYS),
                    *settings.get("additional_special_tokens", ())}
         given = {i: (t, t in special, None) for t, i in read_json(path / ADDED_TOKENS_FILE).items()}
+        # transformers 5 reads tokenizer.json's added tokens over added_tokens.json's, id by id: an entry whose id
+        # tokenizer.json's added tokens hold is dropped (a stale file's); one whose id is another WordPiece token's
+        # makes it renumber tokenizer.json's added tokens, which bertkit does not do
+        added = {*special, *settings.get("added_tokens", ())}
+        for i, (token, _, _) in list(given.items()):
+            if i < len(tokens) and tokens[i] != token:
+                if tokens[i] not in added:
+                    raise BertkitError(
+                        f"{path / ADDED_TOKENS_FILE} gives id {i} to {token!r}, which {TOKENIZER_FILE} gives to "
+                        f"{tokens[i]!r}: transformers 5 then adds it ahead of {TOKENIZER_FILE}'s added tokens past the "
+                        f"vocabulary, renumbering them, which bertkit does not do; remove "
+                        f"{ADDED_TOKENS_FILE} (left by an earlier save) or re-save the tokenizer")
+                del given[i]
     have = set(tokens)
     for i in sorted(given):
         token, special, entry = given[i]
