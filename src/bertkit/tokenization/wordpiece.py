@@ -75,9 +75,9 @@ def write_vocab_file(tokens: list[str], path: str | os.PathLike) -> Path:
     """Write one ``vocab.txt`` (line i = token i). To save a whole tokenizer directory use
     ``BertTokenizer(tokens).save_pretrained``."""
     path = Path(path)
-    bad = [t for t in tokens if "\n" in t or "\r" in t]
+    bad = [t for t in tokens if "\n" in t]  # a "\r" inside a token reads back as written (load_vocab)
     if bad:
-        raise BertkitError(f"tokens with a line break cannot be written to {path}: {bad[:5]}")
+        raise BertkitError(f"tokens with a line break (\\n) cannot be written to {path}: {bad[:5]}")
     with atomic_write(path, "w") as f:
         f.write("".join(t + "\n" for t in tokens))
     return path
