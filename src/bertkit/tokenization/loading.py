@@ -9,7 +9,7 @@ transformers reads it (docs/tokenizer.md, "Loading and saving").
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -84,6 +84,8 @@ def read_settings(path: Path) -> dict[str, Any]:
                                f"right only (BERT's layout): remove the key or set it to \"right\"")
     if "model_max_length" not in config and "max_len" in config:  # its name in older configs, still read by HF
         config["model_max_length"] = config["max_len"]
+    if config.get("model_max_length", 0) is None:  # transformers reads null as no limit, as it reads the key left out
+        del config["model_max_length"]
     for key, types in SETTING_TYPES.items():
         if key in config:
             settings[key] = typed_setting(config[key], types, f"{config_file}: {key}")
@@ -91,8 +93,10 @@ def read_settings(path: Path) -> dict[str, Any]:
     extra = config.get(EXTRA_SPECIAL_TOKENS)
     if extra and "additional_special_tokens" not in special:
         special["additional_special_tokens"] = list(extra.values() if isinstance(extra, dict) else extra)
-    # Hugging Face lets special_tokens_map.json override the config's special tokens
-    special_map = {k: v for k, v in read_json(path / SPECIAL_TOKENS_MAP_FILE).items() if k in _SPECIAL_SETTINGS}
+    # special_tokens_map.json overrides the config's special tokens where transformers 5 reads it: for a config
+    # without added_tokens_decoder (older than transformers 4.34) only; a newer config's special tokens are the ones
+    special_map = {k: v for k, v in read_json(path / SPECIAL_TOKENS_MAP_FILE).items()
+                   if k in _SPECIAL_SETTINGS and not has_added_tokens_decoder(config)}
     special.update(special_map)
     for key, value in special.items():
         many = key == "additional_special_tokens"
@@ -108,30 +112,45 @@ def read_settings(path: Path) -> dict[str, Any]:
 
 def added_past(tokens: list[str], path: Path, settings: dict[str, Any]) -> int:
     """Append to ``tokens`` (a vocab.txt's) the added tokens transformers keeps past it, at their ids:
-    ``added_tokens.json``'s and tokenizer_config.json's ``added_tokens_decoder`` (transformers 4.34 and later); a
+    tokenizer_config.json's ``added_tokens_decoder`` (transformers 4.34 and later), else ``added_tokens.json``'s; a
     special one none of the named tokens joins ``settings``' additional special tokens, the others its added tokens.
     Returns vocab.txt's own size (WordPiece's vocabulary: the tokens appended are matched in the text only)."""
     size = len(tokens)
     found: dict[int, tuple[str, bool]] = {}
-    added = read_json(path / ADDED_TOKENS_FILE)  # bertkit writes them into vocab.txt as well, at the same ids
+    config = read_json(path / CONFIG_FILE)
+    # bertkit writes added_tokens.json's tokens into vocab.txt as well, at the same ids; transformers 5 reads the file
+    # for a config without added_tokens_decoder only (a newer one lists the added tokens itself)
+    added = {} if has_added_tokens_decoder(config) else read_json(path / ADDED_TOKENS_FILE)
     if added:
         settings["added_tokens"] = [t for t, _ in sorted(added.items(), key=lambda kv: kv[1])]
     for token, i in added.items():
         found[i] = (token, False)
-    for key, entry in (read_json(path / CONFIG_FILE).get("added_tokens_decoder") or {}).items():
+    for key, entry in (config.get("added_tokens_decoder") or {}).items():
         found[int(key)] = (token_content(entry, "added_tokens_decoder"), bool(entry.get("special")))
         check_added_token(entry, path / CONFIG_FILE)  # vocab.txt's [MASK] too: transformers applies its flags
-    named = {settings.get(k, _DEFAULT_SPECIAL[k]) for k in SPECIAL_TOKEN_KEYS}
-    for i in sorted(i for i in found if i >= size):
+    for i in sorted(found):
         token, special = found[i]
-        if i != len(tokens):
+        if i < size and tokens[i] != token:
+            raise BertkitError(f"{path}: added token {token!r} has id {i}, but line {i + 1} of vocab.txt is "
+                               f"{tokens[i]!r}: give it an id past vocab.txt's {size} tokens (or fix the line), or "
+                               "re-save the tokenizer")
+        if i > len(tokens):
             raise BertkitError(f"{path}: added token {token!r} has id {i}, but {len(tokens)} tokens come before it; "
                                "added ids must follow vocab.txt without a gap: re-save the tokenizer")
-        tokens.append(token)
-        more = "additional_special_tokens" if special and token not in named else "added_tokens"
-        if token not in named and token not in settings.setdefault(more, []):
-            settings[more].append(token)
+        if i == len(tokens):
+            tokens.append(token)
+        _cut_out(token, special, settings)  # one vocab.txt has too: transformers cuts it out of the text all the same
     return size
+
+
+def _cut_out(token: str, special: bool, settings: dict[str, Any]) -> None:
+    """Make ``token`` an added token of ``settings`` (matched in the text, never made from a word's pieces): special,
+    none of the named tokens, one of its additional special tokens; else one of its added tokens."""
+    named = {settings.get(k, _DEFAULT_SPECIAL[k]) for k in SPECIAL_TOKEN_KEYS}
+    if token in named or token in settings.get("added_tokens", ()) or token in settings.get(
+            "additional_special_tokens", ()):
+        return
+    settings.setdefault("additional_special_tokens" if special else "added_tokens", []).append(token)
 
 
 def added_beside_tokenizer_json(tokens: list[str], path: Path, settings: dict[str, Any]) -> None:
@@ -141,7 +160,7 @@ def added_beside_tokenizer_json(tokens: list[str], path: Path, settings: dict[st
     order of the ids they give; a special one none of the named tokens joins ``settings``' additional special tokens,
     the others its added tokens. tokenizer.json's own added tokens and ids stay as they are."""
     config = read_json(path / CONFIG_FILE)
-    if "added_tokens_decoder" in config:
+    if has_added_tokens_decoder(config):
         entries = config["added_tokens_decoder"] or {}
         given = {int(i): (token_content(e, "added_tokens_decoder"), bool(isinstance(e, dict) and e.get("special")), e)
                  for i, e in entries.items()}
@@ -149,18 +168,33 @@ def added_beside_tokenizer_json(tokens: list[str], path: Path, settings: dict[st
         special = {*(settings.get(k, _DEFAULT_SPECIAL[k]) for k in SPECIAL_TOKEN_KEYS),
                    *settings.get("additional_special_tokens", ())}
         given = {i: (t, t in special, None) for t, i in read_json(path / ADDED_TOKENS_FILE).items()}
+        # transformers 5 reads tokenizer.json's added tokens over added_tokens.json's, id by id: an entry whose id
+        # tokenizer.json's added tokens hold is dropped (a stale file's); one whose id is another WordPiece token's
+        # makes it renumber tokenizer.json's added tokens, which bertkit does not do
+        added = {*special, *settings.get("added_tokens", ())}
+        for i, (token, _, _) in list(given.items()):
+            if i < len(tokens) and tokens[i] != token:
+                if tokens[i] not in added:
+                    raise BertkitError(
+                        f"{path / ADDED_TOKENS_FILE} gives id {i} to {token!r}, which {TOKENIZER_FILE} gives to "
+                        f"{tokens[i]!r}: transformers 5 then adds it ahead of {TOKENIZER_FILE}'s added tokens past the "
+                        f"vocabulary, renumbering them, which bertkit does not do; remove "
+                        f"{ADDED_TOKENS_FILE} (left by an earlier save) or re-save the tokenizer")
+                del given[i]
     have = set(tokens)
-    named = {settings.get(k, _DEFAULT_SPECIAL[k]) for k in SPECIAL_TOKEN_KEYS}
     for i in sorted(given):
         token, special, entry = given[i]
-        if token in have:
-            continue
         check_added_token(entry, path / CONFIG_FILE)
-        tokens.append(token)
-        have.add(token)
-        more = "additional_special_tokens" if special and token not in named else "added_tokens"
-        if token not in named and token not in settings.setdefault(more, []):
-            settings[more].append(token)
+        if token not in have:
+            tokens.append(token)
+            have.add(token)
+        _cut_out(token, special, settings)  # one tokenizer.json has too: transformers cuts it out of the text as well
+
+
+def has_added_tokens_decoder(config: Mapping[str, Any]) -> bool:
+    """Whether a tokenizer_config.json lists its added tokens (transformers 4.34 and later write the key): transformers
+    5 then reads neither special_tokens_map.json nor added_tokens.json, files older versions wrote beside it."""
+    return "added_tokens_decoder" in config
 
 
 def typed_setting(value: Any, types: tuple[type, ...], where: str) -> Any:
@@ -195,10 +229,12 @@ def token_content(value: Any, key: str) -> str:
     raise BertkitError(f"{key} in the tokenizer config must be a string or {{'content': ...}}, got {value!r}")
 
 
-def read_tokenizer_json(file: Path, settings: dict[str, Any]) -> tuple[list[str], dict[str, Any], int]:
+def read_tokenizer_json(file: Path, settings: dict[str, Any],
+                        sides_given: Collection[str] = ()) -> tuple[list[str], dict[str, Any], int]:
     """(the tokens in id order, added tokens included, constructor arguments, the size of the WordPiece model's own
     vocabulary: ids 0..size-1) from a BERT ``tokenizer.json``: its WordPiece model and BertNormalizer give the
-    defaults, ``settings`` (tokenizer_config.json's) win, as in transformers 5. Added special tokens none of the named
+    defaults, ``settings`` (tokenizer_config.json's) win, as in transformers 5; so do the ``padding_side`` and
+    ``truncation_side`` the caller was given (``sides_given``, each "right"). Added special tokens none of the named
     ones are ``additional_special_tokens`` too (after those the config lists): transformers 5 cuts every token
     tokenizer.json flags special out of the text, a ``[CLS]`` that a new ``cls_token`` replaced included."""
     data = read_json(file)
@@ -216,6 +252,7 @@ def read_tokenizer_json(file: Path, settings: dict[str, Any]) -> tuple[list[str]
         if got != want:
             raise BertkitError(f"{file}: {part}.{key} is {got!r}, not {want!r}, so it is not BERT's WordPiece "
                                "tokenizer, the only kind bertkit reads; use the tokenizer library of that model")
+    _check_sides_right(data, file, {*sides_given, *read_json(file.parent / CONFIG_FILE)})
     vocab = parts["model"].get("vocab")
     if not isinstance(vocab, dict) or not vocab:
         raise BertkitError(f"{file}: model.vocab must be a non-empty {{token: id}} object, got "
@@ -236,11 +273,12 @@ def read_tokenizer_json(file: Path, settings: dict[str, Any]) -> tuple[list[str]
         check_added_token(entry, file)
     if added:
         merged["added_tokens"] = [t for _, t in sorted(added)]
-    for part, key, arg, default in _TOKENIZER_JSON_SETTINGS[2:]:
-        # transformers 5 (so sentence-transformers, pipelines) builds the normalizer from tokenizer_config.json and
-        # its own defaults, ignoring this file's; tokenizers reads the file: without the setting in the config, a
-        # value here other than the default gives other ids in each, and neither could be matched quietly
-        if arg not in settings and merged[arg] != default:
+    for part, key, arg, default in _TOKENIZER_JSON_SETTINGS:
+        # transformers 5 (so sentence-transformers, pipelines) builds the normalizer and the WordPiece model's unknown
+        # token from tokenizer_config.json (special_tokens_map.json too, where it reads that) and its own defaults,
+        # ignoring this file's; tokenizers reads the file: without the setting in the config, a value here other than
+        # the default gives other ids in each, and neither could be matched quietly
+        if arg != "max_input_chars_per_word" and arg not in settings and merged[arg] != default:
             raise BertkitError(
                 f"{file}: {part}.{key} is {json.dumps(merged[arg])} but {CONFIG_FILE} sets no {arg}, so transformers "
                 f"5 and sentence-transformers tokenize with their default {json.dumps(default)} where tokenizers reads "
@@ -260,6 +298,20 @@ def read_tokenizer_json(file: Path, settings: dict[str, Any]) -> tuple[list[str]
     if extra:
         merged["additional_special_tokens"] = listed + extra
     return _in_id_order(ids, file), merged, 1 + max(vocab.values())
+
+
+def _check_sides_right(data: dict[str, Any], file: Path, given: Collection[str]) -> None:
+    """Refuse a tokenizer.json whose padding or truncation block says "Left" where neither tokenizer_config.json nor
+    the caller names the side (``given``): transformers 5 takes that direction as the tokenizer's padding_side or
+    truncation_side, so it would pad (or cut) on the left where bertkit, right-only, pads on the right."""
+    for block, side in (("padding", "padding_side"), ("truncation", "truncation_side")):
+        direction = data[block].get("direction", "Right") if isinstance(data.get(block), dict) else "Right"
+        if side not in given and direction != "Right":
+            raise BertkitError(
+                f"{file}: {block}.direction is {direction!r} and {CONFIG_FILE} sets no {side}, so transformers 5 "
+                f"reads {side}={str(direction).lower()!r} from it; bertkit pads and truncates on the right only "
+                f"(BERT's layout): set \"{side}\": \"right\" in {CONFIG_FILE} (transformers then reads that) or remove "
+                f"the {block} block from {file.name}")
 
 
 def _lowercase_before_bert(normalizer: dict[str, Any]) -> bool:

@@ -126,9 +126,9 @@ class BertTokenizer(EditableVocabulary):
                 value = overrides[key]
                 many = key == "additional_special_tokens" and not isinstance(value, str)
                 overrides[key] = [token_text(t, True)[0] for t in value] if many else token_text(value, True)[0]
-        for side in ("padding_side", "truncation_side"):  # transformers takes them here too; "right" is all there is
-            if side in overrides:
-                right_only(side, overrides.pop(side))
+        sides = [side for side in ("padding_side", "truncation_side") if side in overrides]
+        for side in sides:  # transformers takes them here too; "right" is all there is
+            right_only(side, overrides.pop(side))
         settings_known = (*SETTING_TYPES, *SPECIAL_TOKEN_KEYS, "additional_special_tokens")
         unknown = sorted(set(overrides) - set(settings_known))
         if unknown:  # else the constructor's TypeError, after the files are read, names one and no way on
@@ -142,7 +142,7 @@ class BertTokenizer(EditableVocabulary):
         source = json_file = path / TOKENIZER_FILE
         settings = read_settings(path)
         if json_file.is_file():  # first, as transformers and sentence-transformers read it: the same ids as theirs
-            vocab, settings, wordpiece_size = read_tokenizer_json(json_file, {**settings, **overrides})
+            vocab, settings, wordpiece_size = read_tokenizer_json(json_file, {**settings, **overrides}, sides)
             added_beside_tokenizer_json(vocab, path, settings)  # what transformers 5 adds from the files beside it
         elif vocab.is_file():
             source, vocab = vocab, load_vocab(vocab)

@@ -22,6 +22,10 @@ __all__ = ["Memo", "WordPiece", "SPECIAL_TOKENS", "load_vocab", "write_vocab_fil
 VOCAB_FILE = "vocab.txt"
 PREFIX = "##"  # what marks a WordPiece that continues a word
 CACHE_SIZE = 65536  # entries of each memo (words, chunks): far more than a corpus's frequent words
+# What tokenizers (Rust's str::trim_end: Unicode White_Space) strips from the end of a vocab.txt line; Python's
+# str.isspace would take U+001C..U+001F too.
+LINE_END_WHITESPACE = ("\t\n\x0b\x0c\r \x85\xa0\u1680" + "".join(map(chr, range(0x2000, 0x200B)))
+                       + "\u2028\u2029\u202f\u205f\u3000")
 # BERT's special tokens, in the order a learned vocabulary starts with them (ids 0-4): defined once here.
 SPECIAL_TOKENS = ("[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]")
 
@@ -34,15 +38,19 @@ def load_vocab(path: str | os.PathLike) -> list[str]:
             f"vocabulary file {path} does not exist: a BERT tokenizer needs the checkpoint's {VOCAB_FILE} "
             f"(one token per line, line i = id i); point to the directory or file that holds it"
         )
-    # Text mode + rstrip("\n") reads the file exactly as Hugging Face's `load_vocab` does ("\r\n" too).
+    # Read as transformers 5 reads it (the tokenizers library's WordPiece.read_file): lines end at "\n" only, and
+    # each loses the whitespace that ends it, so "hello \r" is "hello" (Python's text mode and rstrip("\n"), as
+    # transformers 4's load_vocab read it, would keep "hello " and make a lone "\r" a line of its own)
+    raw = path.read_bytes()
     try:
-        with open(path, encoding="utf-8") as f:
-            tokens = [line.rstrip("\n") for line in f]
+        lines = raw.decode("utf-8").split("\n")
     except UnicodeDecodeError as e:
-        raw = path.read_bytes()
         line = raw[: e.start].count(b"\n") + 1
         raise BertkitError(f"{path} is not UTF-8 text: line {line}, byte {e.start} ({raw[e.start:e.start + 1]!r}); "
                            "a vocab.txt holds one UTF-8 token per line") from None
+    if lines[-1] == "":  # the final newline ends the last line; it does not start another
+        lines.pop()
+    tokens = [line.rstrip(LINE_END_WHITESPACE) for line in lines]
     if tokens and tokens[0].startswith("\ufeff"):
         raise BertkitError(f"{path} starts with a UTF-8 byte-order mark, which would become part of its first "
                            f"token ({tokens[0][1:]!r}); save the file as UTF-8 without BOM")
@@ -67,9 +75,9 @@ def write_vocab_file(tokens: list[str], path: str | os.PathLike) -> Path:
     """Write one ``vocab.txt`` (line i = token i). To save a whole tokenizer directory use
     ``BertTokenizer(tokens).save_pretrained``."""
     path = Path(path)
-    bad = [t for t in tokens if "\n" in t or "\r" in t]
+    bad = [t for t in tokens if "\n" in t]  # a "\r" inside a token reads back as written (load_vocab)
     if bad:
-        raise BertkitError(f"tokens with a line break cannot be written to {path}: {bad[:5]}")
+        raise BertkitError(f"tokens with a line break (\\n) cannot be written to {path}: {bad[:5]}")
     with atomic_write(path, "w") as f:
         f.write("".join(t + "\n" for t in tokens))
     return path
