@@ -115,6 +115,25 @@ def test_killed_inside_checkpoint_writes_resumes_bit_for_bit(tiny_setup, uninter
     assert not torn_checkpoint_left(killed)
 
 
+def test_a_checkpoint_whose_removal_a_kill_cut_short_is_gone_after_resuming(tiny_setup, tmp_path):
+    """Killed while rotation removed step-10 (its state.pt gone, its manifest and the rest left), then resumed from
+    step-30, the last: no later rotation runs, and the finished run kept the half-removed step-10 among its
+    checkpoints. A resumed run removes what a kill left of a removal first; a user's directory stays."""
+    from bertkit.training.checkpoint import STEP_LAYOUT
+    from killing import child_env, in_progress, launch_paused, run_here
+
+    out = tmp_path / "killed"
+    args = _pretrain_args(tiny_setup, out, "--max-steps", "30")[3:]
+    assert launch_paused(args, "renamed", 3, tmp_path / "stop", child_env())
+    staged = in_progress(out)
+    assert [p.name for p in STEP_LAYOUT.dirs(staged)] == ["step-00000010", "step-00000020", "step-00000030"]
+    (staged / "checkpoints" / "step-00000010" / "state.pt").unlink()  # the removal's first unlink, then the kill
+    (staged / "checkpoints" / "step-00000005").mkdir()  # a user's: no manifest proves it bertkit's
+    assert run_here([*args, "--resume"]) == 0
+    assert sorted(p.name for p in (out / "checkpoints").iterdir()) == ["step-00000005", "step-00000020",
+                                                                        "step-00000030"]
+
+
 def test_resume_with_other_settings_is_refused(tiny_setup, tmp_path, capsys):
     from bertkit.cli import main
 

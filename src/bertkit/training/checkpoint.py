@@ -8,6 +8,7 @@ them (checkpoints written before hold them in ``state.pt`` too, and resume as th
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import pickle
@@ -243,6 +244,18 @@ def removal_cut_short(path: Path) -> bool:
     if marker is None:
         return regular_stat(path / STATE_FILE) is None
     return any(regular_stat(path / rel) is None for rel in marker["files"])
+
+
+def finish_removals(out_dir: Path, layout: CheckpointLayout, resumed: Path) -> None:
+    """Remove what a kill left of a checkpoint's removal (a manifest listing files that are gone): a resumed run
+    that rotates no more (resumed from its last checkpoint) would otherwise finish with it among its checkpoints.
+    A directory without a manifest is not proven bertkit's and stays. Rank 0 only: the other ranks skip such a
+    directory when they look for the checkpoint to resume from."""
+    for path in [p for p in layout.dirs(out_dir) if p != resumed]:  # (--resume naming one cut short: it is read)
+        with contextlib.suppress(BertkitError):  # a manifest bertkit cannot read: read_state names the damage
+            if read_marker(path) is not None and removal_cut_short(path):
+                logger.info("removing %s, a checkpoint whose removal a kill cut short", path)
+                remove_owned_tree(path)
 
 
 def checkpoint_to_resume(out_dir: Path, fingerprint: dict, layout: CheckpointLayout,

@@ -34,6 +34,7 @@ from bertkit.training.checkpoint import (
     STEP_LAYOUT,
     CheckpointLayout,
     checkpoint_to_resume,
+    finish_removals,
     load_model_state,
     load_optimizer_state,
     model_state,
@@ -213,6 +214,8 @@ class _Run:
         device = resolve_device(args.device, info.local_rank)
         prepare_model(model, args, device)
         found = checkpoint_to_resume(out_dir, fingerprint, hooks.layout, resume)
+        if found is not None and info.is_main:
+            finish_removals(out_dir, hooks.layout, found[0])
         if found is not None:
             load_model_state(model, found[1]["model"])
         module = replicate(model, device)
