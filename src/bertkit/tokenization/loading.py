@@ -147,8 +147,14 @@ def _cut_out(token: str, special: bool, settings: dict[str, Any]) -> None:
     """Make ``token`` an added token of ``settings`` (matched in the text, never made from a word's pieces): special,
     none of the named tokens, one of its additional special tokens; else one of its added tokens."""
     named = {settings.get(k, _DEFAULT_SPECIAL[k]) for k in SPECIAL_TOKEN_KEYS}
-    if token in named or token in settings.get("added_tokens", ()) or token in settings.get(
-            "additional_special_tokens", ()):
+    if token in settings.get("added_tokens", ()) or token in settings.get("additional_special_tokens", ()):
+        return
+    if token in named:
+        # a named token the files flag not special is matched in the normalized text and read back normalized, as
+        # transformers 5 matches it (so decode(skip_special_tokens=True) keeps an uncased "[mask]"): it is one of
+        # the added tokens too (tokenizer.json's entry for it reads the same way, in read_tokenizer_json)
+        if not special:
+            settings.setdefault("added_tokens", []).append(token)
         return
     settings.setdefault("additional_special_tokens" if special else "added_tokens", []).append(token)
 
@@ -354,8 +360,9 @@ def tokenizer_json(wordpiece: Sequence[str], ids: Mapping[str, int], special_tok
     def special(token: str, type_id: int) -> dict[str, Any]:
         return {"SpecialToken": {"id": token, "type_id": type_id}}
 
-    added = {t: entry(t, special=False) for t in added_tokens}
-    added.update((t, entry(t, special=True)) for t in special_tokens)
+    added = {t: entry(t, special=True) for t in special_tokens}
+    # a special token that is an added one too (a named token its files flag not special) keeps that flag
+    added.update((t, entry(t, special=False)) for t in added_tokens)
     cls, sep = config["cls_token"], config["sep_token"]
     single = [special(cls, 0), {"Sequence": {"id": "A", "type_id": 0}}, special(sep, 0)]
     return {

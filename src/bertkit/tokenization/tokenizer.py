@@ -377,7 +377,7 @@ class BertTokenizer(EditableVocabulary):
         ``spaces_between_special_tokens`` is the slow BertTokenizer's switch, which scripts pass; the fast one, whose
         text this is, accepts it and decodes the same either way, so it changes nothing here either.
         """
-        skip = self._special_id_set if skip_special_tokens else frozenset()
+        skip = self._decode_skip_ids if skip_special_tokens else frozenset()
         text = wordpiece_text([self._token_of(i) for i in as_id_list(ids) if i not in skip])
         if clean_up_tokenization_spaces is None:
             clean_up_tokenization_spaces = self.clean_up_tokenization_spaces

@@ -52,7 +52,7 @@ class Vocabulary:
     # What it pickles; the rest is derived (rebuilt after unpickling rather than shipped to DataLoader workers).
     _STATE = ("_tokens", "_wordpiece_size", *_BUILT_FROM, *SPECIAL_TOKEN_KEYS)
     _DERIVED = ("vocab", "all_special_tokens", "all_special_ids", *_SPECIAL_IDS, "ids_to_tokens", "_text",
-                "_special_id_set", "_continuation_ids")
+                "_special_id_set", "_decode_skip_ids", "_continuation_ids")
 
     def __init__(self, tokens: list[str], settings: Mapping[str, Any], special: Mapping[str, str],
                  additional_special_tokens: Sequence[str], added_tokens: Sequence[str]):
@@ -88,16 +88,23 @@ class Vocabulary:
         basic = BasicTokenizer(self.do_lower_case, self.strip_accents, self.tokenize_chinese_chars)
         # An id reads back (convert_ids_to_tokens, decode) as the text it matches: an added token's normalised
         # form, as tokenizers stores it (an uncased tokenizer's added "[E1]" is "[e1]", "Café" "cafe").
+        # A named special token its files flag not special is an added token too, and reads back so ("[mask]").
         read_back = list(self._tokens)
         for t in self.added_tokens:
-            if t not in self.all_special_tokens:
-                read_back[self.vocab[t]] = basic.normalize(t)[0]
+            read_back[self.vocab[t]] = basic.normalize(t)[0]
         self.ids_to_tokens: dict[int, str] = dict(enumerate(read_back))
         pieces = self.vocab if len(self._tokens) == self._wordpiece_size else \
             {t: i for t, i in self.vocab.items() if i < self._wordpiece_size or t == self.unk_token}
         wordpiece = WordPiece(pieces, self.unk_token, self.max_input_chars_per_word)
-        self._text = TextEncoder(self.vocab, basic, wordpiece, self.all_special_tokens, self.added_tokens)
+        # a named token that is an added one too is matched in the normalized text only, as its files flag it
+        as_written = [t for t in self.all_special_tokens if t not in self.added_tokens]
+        self._text = TextEncoder(self.vocab, basic, wordpiece, as_written, self.added_tokens)
         self._special_id_set = frozenset(self.all_special_ids)
+        # decode(skip_special_tokens=True) drops an id whose text reads back as a special token, as tokenizers' decoder
+        # does: an uncased "[MASK]" flagged not special reads back "[mask]" and is kept (a cased one is dropped), where
+        # convert_ids_to_tokens(skip_special_tokens=True), transformers' all_special_ids, drops it either way
+        specials = set(self.all_special_tokens)
+        self._decode_skip_ids = frozenset(i for i in self.all_special_ids if read_back[i] in specials)
         # word_ids: a token starts a word unless it is a WordPiece continuation ("##..."); an added token past the
         # vocabulary is never one, "##" or not (it is cut out of the text as a word of its own, as in tokenizers)
         self._continuation_ids = frozenset(i for i, t in enumerate(self._tokens[:self._wordpiece_size])
@@ -348,8 +355,9 @@ class EditableVocabulary:
     def added_tokens_decoder(self) -> dict[int, AddedToken]:
         """``{id: AddedToken}`` of the tokens cut out of the text before WordPiece, in id order, as transformers gives
         them: the special ones matched as written (``normalized`` False), the others in the normalized text."""
-        special = set(self._vocabulary.all_special_tokens)
-        return {i: AddedToken(t, special=t in special) for t, i in self.get_added_vocab().items()}
+        special, added = set(self._vocabulary.all_special_tokens), set(self._vocabulary.added_tokens)
+        return {i: AddedToken(t, special=t in special, normalized=t in added)
+                for t, i in self.get_added_vocab().items()}
 
     @property
     def special_tokens_map(self) -> dict[str, str]:
@@ -364,11 +372,13 @@ class EditableVocabulary:
         get, unk = vocabulary.vocab.get, vocabulary.unk_token_id
         return [get(t, unk) for t in tokens]
 
-    def convert_ids_to_tokens(self, ids: int | Iterable[int]) -> str | list[str]:
-        """Id(s) -> token string(s); an id outside 0..len(self)-1 is a ValueError."""
+    def convert_ids_to_tokens(self, ids: int | Iterable[int], skip_special_tokens: bool = False) -> str | list[str]:
+        """Id(s) -> token string(s); an id outside 0..len(self)-1 is a ValueError. ``skip_special_tokens=True`` leaves
+        out the ids of ``all_special_ids`` from a list, as transformers does (one id is returned either way)."""
         if isinstance(ids, int) or getattr(ids, "ndim", None) == 0:
             return self._token_of(as_id_list([ids])[0])
-        return [self._token_of(i) for i in as_id_list(ids)]
+        skip = self._vocabulary._special_id_set if skip_special_tokens else frozenset()
+        return [self._token_of(i) for i in as_id_list(ids) if i not in skip]
 
     def _token_of(self, i: int) -> str:
         if not 0 <= i < len(self._tokens):
