@@ -17,7 +17,7 @@ from bertkit.errors import BertkitError, MissingFileError, is_whole
 from bertkit.hub import download_hint, not_a_directory
 from bertkit.inference.options import Option, refusal
 from bertkit.inference.prepare import check_request, int8_model_request, prepare_model
-from bertkit.inference.runner import run_length_sorted
+from bertkit.inference.runner import readable, run_length_sorted
 from bertkit.padding import pad_batch
 from bertkit.quantization import is_int8_checkpoint, load_for_inference, read_calibration_file, require_head
 from bertkit.sentence.directory import declared_max_seq_length
@@ -171,7 +171,7 @@ class Pipeline:
 
     def forward(self, batch: dict[str, Tensor], rows: Sequence[dict[str, Any]]) -> list[np.ndarray]:
         """The head's logits, one array per row (sequence and multiple-choice heads)."""
-        return list(self.model(**batch).logits.float().cpu().numpy())
+        return list(readable(self.model(**batch).logits).cpu().numpy())
 
     def decode(self, item: Any, rows: list[dict[str, Any]], outputs: list[np.ndarray], **options: Any) -> Any:
         raise NotImplementedError

@@ -18,6 +18,7 @@ from bertkit.inference import tasks
 from bertkit.inference.base import Pipeline
 from bertkit.inference.options import Option
 from bertkit.inference.pipelines import TextOrPairPipeline, per_row
+from bertkit.inference.runner import readable
 from bertkit.modeling import BertModel
 from bertkit.sentence.directory import ST_CONFIG, OtherModelKind, SentenceDirectory, read_directory
 from bertkit.sentence.pooling import MODES as POOLING_MODES
@@ -187,7 +188,7 @@ class FeatureExtractionPipeline(TextOrPairPipeline):
         out = self.model(batch["input_ids"], batch["attention_mask"], batch["token_type_ids"])
         tokens = self.pooling == "none" or rows[0].get("all_tokens", False)  # a batch's rows share it (base._group)
         if tokens:
-            v = out.token_layout.to_batch(out.tokens.float())  # (B, T, H)
+            v = out.token_layout.to_batch(readable(out.tokens))  # (B, T, H)
         else:
             # (B, H x modes): sentence-transformers' Pooling (and Normalize), then its truncate_dim; the rows of a batch
             # share their prompt's length (run_rows batches rows of other lengths apart)
@@ -199,7 +200,7 @@ class FeatureExtractionPipeline(TextOrPairPipeline):
             v = v[:, :self.dimension]
         if self.normalize:
             v = F.normalize(v, dim=-1)
-        return per_row(v, rows) if tokens else list(v.float().cpu().numpy())
+        return per_row(v, rows) if tokens else list(readable(v).cpu().numpy())
 
     def decode(self, item, rows, outputs, **_: Any) -> list[float] | list[list[float]]:
         return outputs[0].tolist()

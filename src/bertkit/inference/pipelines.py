@@ -25,6 +25,7 @@ from bertkit.heads import (
 from bertkit.inference import tasks
 from bertkit.inference.base import Pipeline, refuse_empty_text, scored
 from bertkit.inference.options import BOOL, FINITE, Option, int_in, or_none
+from bertkit.inference.runner import readable
 from bertkit.sentence.directory import cross_encoder_max_seq_length, saved_activation
 from bertkit.tasks import squad
 
@@ -32,8 +33,8 @@ logger = logging.getLogger("bertkit")
 
 
 def per_row(x: Tensor, rows: Sequence[dict[str, Any]]) -> list[np.ndarray]:
-    """(B, T, ...) batch output -> one float32 array per row, cut to the row's own length."""
-    x = x.float().cpu().numpy()
+    """(B, T, ...) batch output -> one array per row (float32, float64 for a float64 model), cut to its own length."""
+    x = readable(x).cpu().numpy()
     return [x[b, : len(r["input_ids"])] for b, r in enumerate(rows)]
 
 
@@ -120,7 +121,7 @@ class FillMaskPipeline(Pipeline):
         out = model.bert(batch["input_ids"], batch["attention_mask"], batch["token_type_ids"])
         selected = batch["input_ids"] == self.tokenizer.mask_token_id  # (B, T), False at padding
         hidden = out.token_layout.select(out.tokens, selected)  # (M, H): the masked positions, row-major
-        probs = torch.softmax(model.cls.predictions(hidden).float(), -1)  # (M, V)
+        probs = torch.softmax(readable(model.cls.predictions(hidden)), -1)  # (M, V)
         counts = [len(r["masks"]) for r in rows]
         return [p.cpu().numpy() for p in probs.split(counts)]
 

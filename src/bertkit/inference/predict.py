@@ -12,7 +12,7 @@ from torch import nn
 
 from bertkit.data.collate import collate
 from bertkit.inference.prepare import Precision, prepare_model
-from bertkit.inference.runner import run_length_sorted
+from bertkit.inference.runner import readable, run_length_sorted
 from bertkit.settings import PredictBenchmarkSettings
 from bertkit.tokenization import BertTokenizer
 
@@ -32,7 +32,7 @@ def predict(model: nn.Module, features: Sequence[dict], pad_id: int, *,
     a head may mask positions with it; the QA head uses the dtype's lowest finite value.)
     """
     def call(batch: dict[str, torch.Tensor], rows: Sequence[dict]) -> list[np.ndarray]:
-        return list(output(model(**batch)).float().cpu().numpy())
+        return list(readable(output(model(**batch))).cpu().numpy())
 
     def pad(rows: Sequence[dict]) -> dict[str, torch.Tensor]:
         return {k: v for k, v in collate(list(rows), pad_id).items() if k in ("input_ids", "token_type_ids", "attention_mask")}

@@ -22,6 +22,13 @@ Pad = Callable[[Sequence[Any]], Mapping[str, Tensor]]
 Call = Callable[[dict[str, Tensor], Sequence[Any]], Any]
 
 
+def readable(x: Tensor) -> Tensor:
+    """A model output as scores are computed from it: float32 for bf16/fp16 (no score carries their rounding), and a
+    float32 or float64 model's in its own dtype, as transformers' pipelines read a float64 model's (casting it to
+    float32 moved its scores about 1e-8 from theirs)."""
+    return x if x.dtype == torch.float64 else x.float()
+
+
 def plan_batches(lengths: Mapping[int, int] | Sequence[int], batch_size: int, *, indices: Sequence[int] | None = None,
                  longest_first: bool = False, groups: Sequence[Any] | None = None) -> list[list[int]]:
     """``indices`` (default: all) sorted by length, stably, and cut every ``batch_size`` rows.
