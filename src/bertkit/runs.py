@@ -84,14 +84,19 @@ def refuse_inputs(output: Path, inputs: Mapping[str, Any], *, is_dir: bool, flag
                                "outside them")
 
 
+def match_files(pattern: str) -> list[str]:
+    """The files the glob ``pattern`` matches, sorted. ``**`` matches any number of directories, as in zsh, bash's
+    globstar and Python's ``glob(recursive=True)``: taken as ``*``, ``corpus/**/*.txt`` would leave out the files at
+    the top and two or more levels down without a word. Hidden files and directories (an output's staging directory)
+    are not matched."""
+    return sorted(p for p in glob.glob(pattern, recursive=True) if os.path.isfile(p))
+
+
 def _input_paths(value: Any) -> list[tuple[str, str | None]]:
     """(path, the pattern that matched it or None) for each path a setting names, existing or not: a glob pattern
     (``corpus/*/*.txt``, which train-tokenizer and create-pretraining-data expand) stands for the files it matches,
     so that an output directory among them (a rerun's --overwrite of ``--out corpus/vocab``) is refused, not read
     as the new run's input."""
-    # imported on use: not every command that checks its outputs against its inputs loads the tokenizer package
-    from bertkit.tokenization.textfiles import match_files
-
     paths = []
     for v in value if isinstance(value, (list, tuple)) else [value]:
         if v is None or str(v) == "":

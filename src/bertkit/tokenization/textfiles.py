@@ -12,6 +12,7 @@ from collections.abc import Iterator, Sequence
 
 from bertkit.errors import BertkitError, MissingFileError
 from bertkit.manifests import owns
+from bertkit.runs import match_files
 
 DECODE_ERRORS = ("strict", "replace", "ignore")
 
@@ -95,14 +96,6 @@ def iter_lines(
                 line = line[1:]
             offset += len(raw)
             yield line.rstrip("\r\n")
-
-
-def match_files(pattern: str) -> list[str]:
-    """The files the glob ``pattern`` matches, sorted. ``**`` matches any number of directories, as in zsh, bash's
-    globstar and Python's ``glob(recursive=True)``: taken as ``*``, ``corpus/**/*.txt`` would leave out the files at
-    the top and two or more levels down without a word. Hidden files and directories (an output's staging directory)
-    are not matched."""
-    return sorted(p for p in glob.glob(pattern, recursive=True) if os.path.isfile(p))
 
 
 def expand_input_files(files: str | os.PathLike | Sequence[str | os.PathLike],
