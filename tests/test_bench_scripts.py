@@ -132,3 +132,28 @@ def test_engines_refuses_a_missing_package_naming_the_fix(minilm_dir, data_dir):
     )
     assert done.returncode == 1 and "Traceback" not in done.stderr, done.stderr[-3000:]
     assert "the openvino engines need" in done.stderr and "--engines" in done.stderr
+
+
+def test_sentence_training_takes_the_data_folder_and_refuses_a_missing_file(
+    monkeypatch, minilm_dir, data_dir
+):
+    # --data /work/shared/data (the folder every other bench takes) ended in FileNotFoundError's traceback
+    monkeypatch.syspath_prepend(str(REPO / "bench"))
+    import bench_sentence_training as bench_st
+
+    seen = []
+
+    def script(
+        lib, model, out, train, ir_data, seed
+    ):  # the two trainings stand in: the data is what is checked
+        seen.append((lib, len(train), len(ir_data[0])))
+        return {"train_pairs_per_s": 1.0, "encode_paragraphs_per_s": 1.0}
+
+    monkeypatch.setattr(bench_st, "script", script)
+    argv = ["--model", str(minilm_dir), "--limit", "16", "--held-out-articles", "1", "--eval-queries", "8"]
+    record = bench_st.main([*argv, "--data", str(data_dir)])
+    assert record["pairs"] == 16 and seen == [("sentence_transformers", 16, 8), ("bertkit", 16, 8)]
+    with pytest.raises(
+        SystemExit, match=r"--data .*nowhere\.json is not a file: give SQuAD v1\.1's dev-v1\.1\.json"
+    ):
+        bench_st.main([*argv, "--data", str(data_dir / "nowhere.json")])
