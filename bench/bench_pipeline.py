@@ -155,6 +155,11 @@ def main() -> None:
                    help="instead: time the bf16 feature-extraction pipeline's first pass over the SST-2 sentences "
                         "against repeats, the token count rounded up to a multiple of MULTIPLE (1: not rounded)")
     args = p.parse_args()
+    known = ("bertkit-fp32", "bertkit-bf16", "bertkit-int8", "transformers-pipeline", "transformers-batch1",
+             "transformers-sorted")
+    unknown = sorted(set(args.impls.split(",")) - set(known))
+    if unknown:  # a misspelt name would otherwise drop its rows without a word
+        raise SystemExit(f"--impls: unknown {unknown}; give some of {', '.join(known)}")
     if args.first_pass is not None:
         if args.first_pass < 1:
             raise SystemExit(f"--first-pass {args.first_pass}: the multiple must be >= 1 (1: no rounding)")

@@ -157,3 +157,26 @@ def test_sentence_training_takes_the_data_folder_and_refuses_a_missing_file(
         SystemExit, match=r"--data .*nowhere\.json is not a file: give SQuAD v1\.1's dev-v1\.1\.json"
     ):
         bench_st.main([*argv, "--data", str(data_dir / "nowhere.json")])
+
+
+@pytest.mark.parametrize(
+    "script,argv,message",
+    [  # a misspelt name dropped its rows without a word: bench_datapath printed "rows": {} (exit 0)
+        (
+            "bench_datapath",
+            ["--rows", "encode,ce-predict"],
+            "--rows: unknown ['ce-predict']; give some of embed_train",
+        ),
+        (
+            "bench_pipeline",
+            ["--impls", "transformers-sort"],
+            "--impls: unknown ['transformers-sort']; give some of",
+        ),
+    ],
+)
+def test_a_misspelt_row_is_refused_by_name(script, argv, message, minilm_dir, data_dir):
+    done = bench(script, "--model", minilm_dir, "--data", data_dir, *argv, timeout=120)
+    assert done.returncode == 1 and message in done.stderr and not done.stdout, (
+        done.stdout,
+        done.stderr[-2000:],
+    )
