@@ -180,3 +180,10 @@ def test_a_misspelt_row_is_refused_by_name(script, argv, message, minilm_dir, da
         done.stdout,
         done.stderr[-2000:],
     )
+
+
+def test_serve_limits_refuses_an_only_that_selects_nothing(minilm_dir):
+    # --only in no kind's name started no server and printed "rows": [] (exit 0)
+    done = bench("bench_serve_limits", "--model", minilm_dir, "--only", "fill mask", timeout=60)
+    assert done.returncode == 1 and not done.stdout, (done.stdout, done.stderr[-2000:])
+    assert "--only 'fill mask' is in no kind's name; the kinds: qa: 16 questions" in done.stderr
