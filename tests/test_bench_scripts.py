@@ -187,3 +187,22 @@ def test_serve_limits_refuses_an_only_that_selects_nothing(minilm_dir):
     done = bench("bench_serve_limits", "--model", minilm_dir, "--only", "fill mask", timeout=60)
     assert done.returncode == 1 and not done.stdout, (done.stdout, done.stderr[-2000:])
     assert "--only 'fill mask' is in no kind's name; the kinds: qa: 16 questions" in done.stderr
+
+
+def test_pipeline_squad_runs_bertkit_at_transformers_window_length(monkeypatch, minilm_dir, data_dir):
+    # bertkit's question-answering pipeline ran at the model's 512 positions against transformers' 384 windows
+    monkeypatch.syspath_prepend(str(REPO / "bench"))
+    import bench_pipeline
+
+    made = []
+
+    def pipeline(task, model, **kwargs):
+        made.append((task, kwargs.get("max_length")))
+        return lambda inputs: [{"answer": ""} for _ in inputs]
+
+    monkeypatch.setattr(bench_pipeline.bertkit, "pipeline", pipeline)
+    monkeypatch.setattr(bench_pipeline, "hf_qa", lambda model, tok, items, *a: [""] * len(items))
+    argv = ["bench_pipeline.py", "--model", str(minilm_dir), "--data", str(data_dir), "--limit", "2"]
+    monkeypatch.setattr(sys, "argv", [*argv, "--workloads", "squad", "--impls", "transformers-sorted"])
+    bench_pipeline.main()
+    assert made == [("question-answering", 384)]
