@@ -16,8 +16,10 @@ Prints one JSON line: the median and minimum seconds per checkpoint of each libr
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import statistics
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -79,7 +81,9 @@ def main() -> None:
         checkpoint = tiny_classifier(Path(tmp) / "tiny", args.model)
         result = {}
         for lib in ("bertkit", "transformers"):
-            times = seconds_per_checkpoint(lib, checkpoint, Path(tmp) / lib, args.steps)
+            # transformers' Trainer prints its log records to stdout: stdout keeps the one JSON line
+            with contextlib.redirect_stdout(sys.stderr):
+                times = seconds_per_checkpoint(lib, checkpoint, Path(tmp) / lib, args.steps)
             result[lib] = {"median_s": round(statistics.median(times), 4), "min_s": round(min(times), 4)}
         result["ratio_median"] = round(result["bertkit"]["median_s"] / result["transformers"]["median_s"], 2)
     print(json.dumps({"checkpoints": args.steps, **result}))

@@ -84,6 +84,7 @@ from bertkit.training.batch_plan import BatchPlan, epoch_loader
 from bertkit.training.pretrain import collate_instances
 
 REPO = Path(__file__).resolve().parents[1]
+ROWS = ("embed_train", "rerank_train", "encode", "ce_predict", "pretrain", "pretrain_dynamic")
 H100_CORES = 16
 GPU = {  # (rate, unit, source): BENCHMARKS.md, one H100 80GB, BERT-BASE's shape
     "embed_train": (64 / 0.048, "pairs/s", "48 ms of CUDA kernels per step of 64 pairs (torch.profiler)"),
@@ -230,9 +231,12 @@ def main() -> None:
     p.add_argument("--articles", type=int, default=100, help="corpus articles for the pre-training instances")
     p.add_argument("--dupe-factor", type=int, default=5)
     p.add_argument("--workers", default=None, help="comma-separated worker counts (default: 0,1,2,all cores)")
-    p.add_argument("--rows", default="embed_train,rerank_train,encode,ce_predict,pretrain,pretrain_dynamic")
+    p.add_argument("--rows", default=",".join(ROWS), help="comma-separated, of " + ", ".join(ROWS))
     p.add_argument("--repeats", type=int, default=3)
     args = p.parse_args()
+    unknown = sorted(set(args.rows.split(",")) - set(ROWS))
+    if unknown:  # a misspelt row was skipped without a word, and the line said "rows": {}
+        raise SystemExit(f"--rows: unknown {unknown}; give some of {', '.join(ROWS)}")
 
     cores = len(os.sched_getaffinity(0))
     counts = ([int(w) for w in args.workers.split(",")] if args.workers

@@ -110,7 +110,13 @@ def bertkit_engines(model: Path) -> dict[str, Callable]:
 
 def fastembed_engine(directory: Path) -> Callable:
     import torch
-    from fastembed import TextEmbedding
+
+    try:
+        from fastembed import TextEmbedding
+    except ImportError as e:
+        raise SystemExit("the fastembed engine needs fastembed, which is not installed: pip install fastembed, or "
+                         "leave it out with --engines (e.g. --engines bertkit-bf16,bertkit-int8,"
+                         "sentence-transformers-torch)") from e
 
     models: dict[int, TextEmbedding] = {}
 
@@ -195,9 +201,12 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as name:
         tmp = Path(name)
         directory = model_dir(args.model, tmp)
-        engines: dict[str, Callable | Remote] = {**bertkit_engines(args.model), "fastembed": fastembed_engine(directory),
-                                                "sentence-transformers-torch": st_engine(directory)}
         wanted = None if args.engines is None else {"bertkit-fp32", *args.engines.split(",")}
+        engines: dict[str, Callable | Remote] = bertkit_engines(args.model)
+        # built only when wanted: an engine left out with --engines needs no package (fastembed is optional)
+        for name, build in (("fastembed", fastembed_engine), ("sentence-transformers-torch", st_engine)):
+            if wanted is None or name in wanted:
+                engines[name] = build(directory)
         skipped = {}
         if args.st_python:
             sentences = tmp / "sentences.json"
@@ -211,9 +220,11 @@ def main() -> None:
                        for b in ST_BACKENDS}
 
         if wanted is not None:
-            unknown = wanted - set(engines) - set(skipped)
+            known = {*engines, *skipped, "fastembed", "sentence-transformers-torch",
+                     *(f"sentence-transformers-{b}" for b in ST_BACKENDS)}
+            unknown = wanted - known
             if unknown:
-                raise SystemExit(f"--engines: unknown {sorted(unknown)}; the engines are {sorted(engines)}")
+                raise SystemExit(f"--engines: unknown {sorted(unknown)}; the engines are {sorted(known)}")
             engines = {n: e for n, e in engines.items() if n in wanted}
 
         def embed(engine) -> np.ndarray:

@@ -398,6 +398,17 @@ def measure(engines: dict, data: dict[str, list[Batch]], threads: list[int], rou
                     }), flush=True)
 
 
+def require(engines: str, *packages: str) -> None:
+    """Refuse, before minutes of export and calibration, engines whose package is not installed."""
+    import importlib.util
+
+    missing = [name for name in packages if importlib.util.find_spec(name) is None]
+    if missing:
+        raise SystemExit(f"the {engines} engines need {', '.join(missing)}, not installed: pip install "
+                         f"\"bertkit[bench]\", or leave them out with --engines (e.g. --engines "
+                         f"bertkit-bf16,bertkit-int8,onnxruntime-fp32,onnxruntime-int8)")
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--model", type=Path, default=REPO / "models" / "minilm")
@@ -431,6 +442,10 @@ def main() -> None:
     calibration = calibration_batches(tok, sst2(args.data, "train")[:256])
     wanted = None if args.engines is None else {"bertkit-fp32", *args.engines.split(",")}
 
+    for prefix, packages in (("onnxruntime", ("onnx", "onnxruntime")), ("openvino", ("openvino", "nncf")),
+                             ("ctranslate2", ("ctranslate2",))):
+        if wanted is None or any(n.startswith(prefix) for n in wanted):
+            require(prefix, *packages)
     with tempfile.TemporaryDirectory() as name:
         tmp = Path(name)
         engines: dict[str, Callable | Remote] = dict(bertkit_engines(args.model, calibration))

@@ -50,6 +50,9 @@ from bertkit.inference import prepare
 
 REPO = Path(__file__).resolve().parents[1]
 BATCH = 32
+# SQuAD windows on both sides: bertkit's pipeline would otherwise cut at the model's 512 positions (2,048 windows of
+# the first 2,048 questions, against transformers' 2,071 of at most 384), unequal work
+QA_MAX_LENGTH = 384
 
 
 def sst2_sentences(data: Path, n: int | None) -> list[str]:
@@ -91,7 +94,7 @@ def hf_sorted_classify(model, tok, texts: list[str]) -> list[int]:
 def hf_qa(model, tok, items: list[dict[str, str]], batch: int = BATCH, by_length: bool = True,
           max_answer_length: int = 30) -> list[str]:
     enc = tok([x["question"] for x in items], [x["context"] for x in items], truncation="only_second",
-              max_length=384, stride=128, return_overflowing_tokens=True, return_offsets_mapping=True)
+              max_length=QA_MAX_LENGTH, stride=128, return_overflowing_tokens=True, return_offsets_mapping=True)
     n = len(enc["input_ids"])
     order = sorted(range(n), key=lambda i: len(enc["input_ids"][i])) if by_length else list(range(n))
     best: dict[int, tuple[float, str]] = {}
@@ -155,6 +158,11 @@ def main() -> None:
                    help="instead: time the bf16 feature-extraction pipeline's first pass over the SST-2 sentences "
                         "against repeats, the token count rounded up to a multiple of MULTIPLE (1: not rounded)")
     args = p.parse_args()
+    known = ("bertkit-fp32", "bertkit-bf16", "bertkit-int8", "transformers-pipeline", "transformers-batch1",
+             "transformers-sorted")
+    unknown = sorted(set(args.impls.split(",")) - set(known))
+    if unknown:  # a misspelt name would otherwise drop its rows without a word
+        raise SystemExit(f"--impls: unknown {unknown}; give some of {', '.join(known)}")
     if args.first_pass is not None:
         if args.first_pass < 1:
             raise SystemExit(f"--first-pass {args.first_pass}: the multiple must be >= 1 (1: no rounding)")
@@ -181,7 +189,8 @@ def main() -> None:
                 if name not in impls:
                     continue
                 pipe = bertkit.pipeline(task, ckpt, bf16=True if name == "bertkit-bf16" else None, batch_size=BATCH,
-                                        progress=False, quantize="int8" if name.endswith("int8") else None)
+                                        progress=False, quantize="int8" if name.endswith("int8") else None,
+                                        max_length=QA_MAX_LENGTH if workload == "squad" else None)
                 pipe(inputs[:4])  # warm-up
                 out, secs = timed(pipe, inputs)
                 results[name] = ([o["label"] for o in out] if workload == "sst2" else [o["answer"] for o in out], secs)

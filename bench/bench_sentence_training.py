@@ -98,9 +98,12 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--seed", type=int, default=42)
     args = parser.parse_args(argv)
     if not (args.model / "config.json").is_file():
-        raise FileNotFoundError(f"{args.model} holds no config.json: give --model a BERT directory (make model)")
+        raise SystemExit(f"{args.model} holds no config.json: give --model a BERT directory (make model)")
+    if (args.data / "squad" / "dev-v1.1.json").is_file():  # the shared data folder, as the other benches take it
+        args.data = args.data / "squad" / "dev-v1.1.json"
     if not args.data.is_file():
-        raise FileNotFoundError(f"{args.data} is absent: give --data SQuAD v1.1's dev-v1.1.json")
+        raise SystemExit(f"--data {args.data} is not a file: give SQuAD v1.1's dev-v1.1.json (or the data folder "
+                         "holding squad/dev-v1.1.json)")
     torch.set_num_threads(args.threads)
     train, ir_data = squad(args.data, args.limit, args.held_out_articles, args.eval_queries)
     runs = {}

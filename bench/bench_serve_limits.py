@@ -87,12 +87,14 @@ def main() -> None:
     parser.add_argument("--client-timeout", type=float, default=300.0)
     parser.add_argument("--only", default=None, help="run the kinds whose name holds this text")
     args = parser.parse_args()
+    selected = [kind for kind in kinds() if not args.only or args.only in kind[0]]
+    if not selected:  # ran nothing and printed "rows": [] (exit 0)
+        raise SystemExit(f"--only {args.only!r} is in no kind's name; the kinds: "
+                         + "; ".join(kind[0] for kind in kinds()))
     rows = []
     with tempfile.TemporaryDirectory(prefix="bertkit-serve-limits-") as tmp:
         made: dict[str, Path] = {}
-        for name, head, task, body in kinds():
-            if args.only and args.only not in name:
-                continue
+        for name, head, task, body in selected:
             if head not in made:
                 made[head] = make(args.model, Path(tmp) / head, head)
             port = free_port()

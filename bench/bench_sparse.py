@@ -22,9 +22,11 @@ Prints one JSON line.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import shutil
 import statistics
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -80,8 +82,10 @@ def train_step_seconds(lib: str, checkpoint: Path, pairs: list[dict], steps: int
         args = S.SparseEncoderTrainingArguments(
             output_dir=out, per_device_train_batch_size=batch, max_steps=steps + 1, learning_rate=2e-5,
             save_strategy="no", report_to="none", seed=42, use_cpu=True, disable_tqdm=True, logging_steps=steps + 1)
-        S.SparseEncoderTrainer(model=model, args=args, train_dataset=datasets.Dataset.from_list(pairs), loss=loss,
-                               callbacks=[Timer()]).train()
+        trainer = S.SparseEncoderTrainer(model=model, args=args, train_dataset=datasets.Dataset.from_list(pairs),
+                                         loss=loss, callbacks=[Timer()])
+        with contextlib.redirect_stdout(sys.stderr):  # the Trainer prints its log records: stdout keeps one JSON line
+            trainer.train()
     return times[1:]
 
 

@@ -5,6 +5,7 @@
 #
 #   bench/gpu_check.sh prepare          # here: copies what the rows read into .gpu/ and the wheels of datasets
 #                                       # (sentence-transformers' trainers import it) into .whl/, both git-ignored
+#                                       # (.gitignore); PYTHON: the Python with bertkit and pip (.venv/bin/python)
 #   bench/gpu_check.sh run [ROWS]       # there, with .gpu and .whl carried; ROWS: comma-separated of
 #                                       # tests,sentence,trainer,pretrain,inference (default: all)
 #
@@ -18,17 +19,19 @@ DATA=${DATA:-../shared/data}
 MODEL=${MODEL:-models/minilm}
 
 prepare() {
-    for d in /.gpu/ /.whl/; do grep -qx "$d" .git/info/exclude 2>/dev/null || echo "$d" >> .git/info/exclude; done
+    # .gpu/ and .whl/ are ignored by .gitignore: a checkout made with `git worktree add` has a .git file, not a
+    # directory, so writing .git/info/exclude stopped prepare there ('.git/info/exclude: Not a directory')
+    local py=${PYTHON:-.venv/bin/python}
     mkdir -p .gpu/squad .gpu/glue .gpu/vocab .gpu/corpus
     cp "$DATA/squad/dev-v1.1.json" .gpu/squad/
     rm -rf .gpu/glue/SST-2 && cp -r "$DATA/glue/SST-2" .gpu/glue/ && chmod -R u+w .gpu/glue
     cp "$MODEL"/{vocab.txt,tokenizer_config.json,special_tokens_map.json} .gpu/vocab/
     # Pre-training instances at 128 tokens for bench_pretrain (11 steps of 256 sequences and more).
     cp $(ls "$DATA"/corpus/wikipedia/*.md | head -80) .gpu/corpus/
-    .venv/bin/bertkit create-pretraining-data --vocab .gpu/vocab --output-dir .gpu/pretrain --overwrite \
+    "$py" -m bertkit create-pretraining-data --vocab .gpu/vocab --output-dir .gpu/pretrain --overwrite \
         --max-seq-length 128 --dupe-factor 1 --seed 7 --no-progress .gpu/corpus/*.md
     rm -rf .gpu/corpus
-    .venv/bin/python -m pip download -q --no-deps --only-binary=:all: --python-version "${PY_VERSION:-3.12}" \
+    "$py" -m pip download -q --no-deps --only-binary=:all: --python-version "${PY_VERSION:-3.12}" \
         --implementation cp --platform manylinux2014_x86_64 -d .whl datasets==5.2.0 dill==0.4.1 multiprocess==0.70.19
     du -sh .gpu .whl
 }

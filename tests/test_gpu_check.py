@@ -136,3 +136,15 @@ def test_gpu_check_row_runs_on_cpu(row, gpu_dir):
         except json.JSONDecodeError:
             pytest.fail(f"{row}'s stdout (gpu_check.sh's {row}.jsonl) holds more than JSON lines: {line[:200]!r}")
     CHECKS[row](records)
+
+
+def test_prepare_output_is_git_ignored_without_writing_git_metadata():
+    """`prepare` wrote .git/info/exclude, which a checkout made by `git worktree add` does not have (.git is a file
+    there): prepare stopped at once ('.git/info/exclude: Not a directory', exit 1). .gitignore ignores both folders."""
+    if not (REPO / ".git").exists():
+        pytest.skip("not a git checkout")
+    prepare = re.search(r"^prepare\(\) \{\n(.*?)^\}", GPU_CHECK.read_text(encoding="utf-8"), re.M | re.S).group(1)
+    assert not [line for line in prepare.splitlines() if ".git/" in line.split("#")[0]], prepare
+    done = subprocess.run(["git", "check-ignore", "--no-index", ".gpu/out/sentence.jsonl", ".whl/datasets.whl"],
+                          cwd=REPO, capture_output=True, text=True)
+    assert done.stdout.split() == [".gpu/out/sentence.jsonl", ".whl/datasets.whl"], done
