@@ -6,13 +6,14 @@ package and that flag, never a traceback."""
 from __future__ import annotations
 
 import importlib.util
-import json
 import os
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+
+from bench_helpers import json_lines
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -29,17 +30,6 @@ def bench(script: str, *argv, timeout: int = 170) -> subprocess.CompletedProcess
         text=True,
         timeout=timeout,
     )
-
-
-def json_lines(done: subprocess.CompletedProcess) -> list[dict]:
-    assert done.returncode == 0, done.stderr[-3000:]
-    records = []
-    for line in filter(str.strip, done.stdout.splitlines()):
-        try:
-            records.append(json.loads(line))
-        except json.JSONDecodeError:
-            pytest.fail(f"stdout holds more than JSON lines: {line[:200]!r}")
-    return records
 
 
 def test_checkpoint_write_prints_one_json_line(minilm_dir):

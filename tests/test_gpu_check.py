@@ -7,7 +7,6 @@ measured on a GPU only (CUDA's counters, the GPU's bf16 peak): on a CPU the reco
 
 from __future__ import annotations
 
-import json
 import math
 import os
 import re
@@ -18,6 +17,7 @@ from pathlib import Path
 
 import pytest
 
+from bench_helpers import json_lines
 from bertkit import BertTokenizer
 from bertkit.data.pretraining import create_pretraining_data
 
@@ -128,14 +128,7 @@ def test_gpu_check_row_runs_on_cpu(row, gpu_dir):
     env = {**os.environ, "PYTHONPATH": "src", "PYTHONUNBUFFERED": "1", "TORCH_COMPILE_DISABLE": "1"}
     done = subprocess.run([sys.executable, *argv, *TINY[row]], cwd=REPO, env=env, capture_output=True, text=True,
                           timeout=170)
-    assert done.returncode == 0, done.stderr[-3000:]
-    records = []
-    for line in filter(str.strip, done.stdout.splitlines()):
-        try:
-            records.append(json.loads(line))
-        except json.JSONDecodeError:
-            pytest.fail(f"{row}'s stdout (gpu_check.sh's {row}.jsonl) holds more than JSON lines: {line[:200]!r}")
-    CHECKS[row](records)
+    CHECKS[row](json_lines(done, f"{row}'s stdout (gpu_check.sh's {row}.jsonl)"))
 
 
 def test_prepare_output_is_git_ignored_without_writing_git_metadata():

@@ -175,9 +175,8 @@ def test_an_update_that_leaves_weights_infinite_stops_naming_the_step_and_the_la
     from bertkit.cli import main
 
     out = tmp_path / "overflowed"
-    code = main(["pretrain", "--data", str(tiny_setup / "data"), "--vocab", str(tiny_setup / "vocab"),
-                 "--config-name", "tiny", "--output-dir", str(out), "--max-steps", "3", "--batch-size", "8",
-                 "--learning-rate", "1e38", "--warmup-steps", "0", "--save-steps", "1", "--no-progress"])
+    code = main(_pretrain_args(tiny_setup, out, "--max-steps", "3", "--lr", "1e38", "--warmup-steps", "0",
+                               "--save-steps", "1")[3:])
     err = capsys.readouterr().err
     assert code == 2
     assert "training stopped at step 2: its update left" in err and "NaN or infinite" in err, err
