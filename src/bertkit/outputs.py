@@ -61,7 +61,7 @@ def _publish(tmp: Path, path: Path) -> None:
             raise
         os.replace(tmp, path)  # a file system without hard links: renamed, as with --overwrite
     else:
-        os.unlink(tmp)
+        os.unlink(tmp)  # this write's own temporary name (mkstemp's, just made): the file lives on at `path`
     _NEW_ONLY.discard(str(path.absolute()))
 
 
@@ -227,7 +227,12 @@ def remove_dead_temporaries(path: Path) -> None:
 
 def remove_dead_temporaries_under(directory: Path) -> None:
     """Every temporary file a killed write left under ``directory`` (never through a symlink): a run that continues
-    a killed one's directory finishes with none of them, as an uninterrupted run does."""
+    a killed one's directory finishes with none of them, as an uninterrupted run does. ``directory`` must be a
+    staging directory this process holds (the run it continues, under its lock): nothing else is walked, and in it
+    only bertkit's own temporary names of a writer no longer alive are removed, never a user's file."""
+    if staging_of(directory) is None:
+        raise BertkitError(f"{directory} is no staging directory this process holds: its files are not this run's to "
+                           "remove")
     for root, _, files in os.walk(directory):
         for name in files:
             if name.startswith(".") and name.endswith(TMP_SUFFIX):
@@ -235,6 +240,8 @@ def remove_dead_temporaries_under(directory: Path) -> None:
 
 
 def _remove_if_dead(tmp: Path, path: Path) -> None:
+    """Remove ``tmp``, a bertkit temporary name (``.NAME.RANDOM.PID.bertkit-tmp``, atomic_target's), when the writer
+    whose pid it ends in is gone and no other name links its file: a write a kill cut short, never published."""
     pid = tmp.name[:-len(TMP_SUFFIX)].rpartition(".")[2]
     if pid.isdigit() and not _alive(int(pid)) and (st := regular_stat(tmp)) is not None and st.st_nlink == 1:
         tmp.unlink()
