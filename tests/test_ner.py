@@ -201,6 +201,25 @@ def test_sentence_break_ends_chunks():
         ner.conlleval([["O", "O"]], [["O"]])
 
 
+@pytest.mark.parametrize(
+    ("gold", "pred", "message"),
+    [
+        # IOBES: conlleval took two S-PER in a row for one person (F1 0 here, seqeval's 66.7).
+        ([["S-PER", "S-PER"]], [["S-PER", "O"]], "sentence 0: gold tag 'S-PER' is not O, B-TYPE or I-TYPE"),
+        ([["B-PER", "I-PER"]], [["B-PER", "E-PER"]], "sentence 0: predicted tag 'E-PER' is not O, B-TYPE"),
+        ([["O"], ["B-", "O"]], [["O"], ["O", "O"]], "sentence 1: gold tag 'B-' is not"),
+        # Nothing to score: was P = R = F1 = accuracy = 0.
+        ([], [], r"no tags to score \(0 sentences"),
+        ([[]], [[]], r"no tags to score \(1 sentences"),
+    ],
+)  # fmt: skip
+def test_conlleval_refuses_tags_it_cannot_read_and_an_empty_input(gold, pred, message):
+    with pytest.raises(ValueError, match=message) as info:
+        ner.conlleval(gold, pred)
+    if "tag" in message and "no tags" not in message:
+        assert "convert IOBES (S-, E-) tags to IOB2" in str(info.value)
+
+
 def _seqeval_scores(gold, pred):
     metrics = pytest.importorskip("seqeval.metrics")
     report = metrics.classification_report(gold, pred, output_dict=True, zero_division=0)

@@ -295,6 +295,16 @@ class _ChunkCounter:
         }
 
 
+def _check_tags(sentence: int, tags: Sequence[str], side: str) -> None:
+    """Refuse a tag conlleval cannot read as IOB1/IOB2. An IOBES ``S-X`` is not a chunk start to conlleval (two
+    ``S-PER`` in a row are one person, where seqeval and the scheme count two) and ``E-X`` only half-known: the
+    scores came out quietly wrong (gold S-PER S-PER, predicted S-PER O: F1 0, where seqeval's is 66.7)."""
+    bad = next((t for t in tags if not isinstance(t, str) or not is_tag(t)), None)
+    if bad is not None:
+        raise BertkitError(f"sentence {sentence}: {side} tag {bad!r} is not O, B-TYPE or I-TYPE; conlleval scores "
+                           "IOB1/IOB2 tags: convert IOBES (S-, E-) tags to IOB2 (S- to B-, E- to I-) first")
+
+
 def conlleval(gold: Sequence[Sequence[str]], predicted: Sequence[Sequence[str]]) -> dict[str, Any]:
     """Entity-level scores as conlleval computes them, in percent: precision, recall, f1, accuracy (per
     token), found_gold, found_guessed, correct, and per_type {TYPE: the same less accuracy}."""
@@ -305,6 +315,8 @@ def conlleval(gold: Sequence[Sequence[str]], predicted: Sequence[Sequence[str]])
     for i, (gold_tags, pred_tags) in enumerate(zip(gold, predicted, strict=True)):
         if len(gold_tags) != len(pred_tags):
             raise BertkitError(f"sentence {i}: {len(gold_tags)} gold tags but {len(pred_tags)} predicted")
+        _check_tags(i, gold_tags, "gold")
+        _check_tags(i, pred_tags, "predicted")
         for gold_tag, pred_tag in zip(gold_tags, pred_tags, strict=True):
             c, ct = _split_tag(gold_tag)
             g, gt = _split_tag(pred_tag)
@@ -313,6 +325,9 @@ def conlleval(gold: Sequence[Sequence[str]], predicted: Sequence[Sequence[str]])
             token_count += 1
         counter.step("O", "", "O", "")  # the blank line after each sentence: "sentence breaks ... out of chunk"
     counter.finish()
+    if token_count == 0:  # every score would be 0/0: an empty evaluation set is a mistake, not a score of 0
+        raise BertkitError(f"no tags to score ({len(gold)} sentences, none with a word); pass the evaluation set's "
+                           "tags")
 
     result: dict[str, Any] = _prf(counter.correct_chunk, counter.found_guessed, counter.found_correct)
     result.update(
