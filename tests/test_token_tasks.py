@@ -490,6 +490,44 @@ def test_predict_squad_v1_refuses_unanswerable_questions_before_predicting(tmp_p
     assert report["questions"] == 18 and "scores" not in report
 
 
+def test_predict_squad_v2_scores_its_predictions_at_the_null_threshold_they_were_answered_at(
+        tmp_path, encoder_dir, tiny_checkpoint, monkeypatch):
+    # Was: scored with evaluate-v2.0.py's default --na-prob-thresh 1.0, so at --null-threshold 2 every right answer
+    # here (null odds 1.5, answered) was scored unanswered: HasAns exact 0.0 where predictions.json scores 1.0.
+    model = tiny_checkpoint(tmp_path / "qa", "BertForQuestionAnswering", tokenizer=encoder_dir)
+    path = _squad_file(tmp_path / "dev-v2.0.json", n_articles=2, impossible=True)
+
+    def reader(model, features, pad_id, **kwargs):  # gold span 5 + 5, [CLS] 5.75 + 5.75 in every window
+        rows = []
+        for f in features:
+            row = np.zeros((len(f["input_ids"]), 2))
+            row[0] = 5.75
+            if f["start_positions"]:
+                row[f["start_positions"], 0] = row[f["end_positions"], 1] = 5.0
+            rows.append(row)
+        return rows
+
+    monkeypatch.setattr(tt, "predict", reader)
+    out = tmp_path / "o"
+    report = tt.predict_squad_file(tt.PredictSquadSettings(model_name_or_path=model, predict_file=path, output_dir=out,
+                                                           version="2.0", null_threshold=2.0, max_seq_length=48,
+                                                           max_query_length=12))
+    predictions = json.loads((out / "predictions.json").read_text())
+    null_odds = json.loads((out / "null_odds.json").read_text())
+    assert {q: v for q, v in null_odds.items() if not q.endswith("none")} == dict.fromkeys(
+        ["q0-year", "q0-who", "q1-year", "q1-who"], 1.5)
+    assert predictions == {"q0-year": "1800", "q0-who": "the river people", "q0-none": "",
+                           "q1-year": "1801", "q1-who": "the river people", "q1-none": ""}
+    data = squad.load_squad(path)
+    scores = report["scores"]
+    assert (scores["exact"], scores["f1"], scores["HasAns_exact"], scores["NoAns_exact"]) == (1.0, 1.0, 1.0, 1.0)
+    alone = to_fractions(squad_eval.evaluate_v2(data, predictions))
+    assert {k: scores[k] for k in alone} == alone
+    official = squad_eval.evaluate_v2(data, predictions, na_probs=null_odds, na_prob_thresh=2.0)
+    assert scores == to_fractions(official)
+    assert json.loads((out / "report.json").read_text())["scores"] == scores
+
+
 # ---------------------------------------------------------------- SWAG
 
 

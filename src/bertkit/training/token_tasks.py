@@ -269,11 +269,19 @@ def questions_of(articles: Sequence[dict], examples: Sequence[squad.SquadExample
             for a in articles]
 
 
-def official_scores(version: str, articles: Sequence[dict], preds: squad.SquadPredictions) -> dict[str, Any]:
-    """The official script's scores of ``preds`` (v2.0 with the null odds) as fractions in [0, 1]."""
+def official_scores(version: str, articles: Sequence[dict], preds: squad.SquadPredictions,
+                    null_threshold: float = NULL_THRESHOLD) -> dict[str, Any]:
+    """The official script's scores of ``preds`` as fractions in [0, 1]; for v2.0 with the null odds as its
+    na_probs and ``null_threshold``, the one ``preds`` were answered at, as its ``--na-prob-thresh``.
+
+    That threshold makes exact/f1 those of ``preds.predictions`` as written: a question is scored unanswered
+    exactly when its null odds exceed it, as it was answered "". The script's default 1.0 (a probability's
+    "never") scored an answer whose null odds lay between 1 and a higher threshold as unanswered (``predict squad
+    --null-threshold 2``: a right answer at null odds 1.5 scored F1 0, where predictions.json scores 1)."""
     if version == "1.1":
         return to_fractions(squad_eval.evaluate_v1(articles, preds.predictions))
-    return to_fractions(squad_eval.evaluate_v2(articles, preds.predictions, na_probs=preds.null_odds))
+    return to_fractions(squad_eval.evaluate_v2(articles, preds.predictions, na_probs=preds.null_odds,
+                                               na_prob_thresh=null_threshold))
 
 
 def score_squad_finetuning(s: SquadSettings, articles: Sequence[dict], examples: Sequence[squad.SquadExample],
@@ -283,10 +291,11 @@ def score_squad_finetuning(s: SquadSettings, articles: Sequence[dict], examples:
     paper selects it on dev), those at threshold 0 beside them. Returns the predictions scored and the scores."""
     if s.version == "1.1":
         return preds, official_scores(s.version, articles, preds)
-    at_zero = squad_eval.evaluate_v2(articles, preds.predictions, na_probs=preds.null_odds)
+    at_zero = squad_eval.evaluate_v2(articles, preds.predictions, na_probs=preds.null_odds,
+                                     na_prob_thresh=NULL_THRESHOLD)  # the threshold predict_squad answered at
     threshold = at_zero["best_f1_thresh"]
     preds = postprocess_squad(examples, features, rows, s.version, s.n_best_size, s.max_answer_length, threshold)
-    scores = official_scores(s.version, articles, preds)
+    scores = official_scores(s.version, articles, preds, threshold)
     at_zero = to_fractions(at_zero)
     scores.update(null_threshold=threshold, at_threshold_0={k: at_zero[k] for k in ("exact", "f1")},
                   threshold_note="null threshold = best_f1_thresh chosen on these same predictions "
@@ -347,7 +356,7 @@ def predict_squad_file(s: PredictSquadSettings) -> dict[str, Any]:
                               "questions": len(examples),
                               "files": {k: str(v) for k, v in preds.write(s.output_dir).items()}}
     if scored:
-        report["scores"] = official_scores(s.version, questions_of(dataset["data"], examples), preds)
+        report["scores"] = official_scores(s.version, questions_of(dataset["data"], examples), preds, s.null_threshold)
     return prediction_report(s, precision, report)
 
 
