@@ -80,6 +80,15 @@ def test_evaluate_v1_takes_max_over_golds_and_zero_for_missing():
     }
 
 
+@pytest.mark.parametrize("question", [{"id": "n1", "question": "?", "answers": []},
+                                      {"id": "n1", "question": "?", "is_impossible": True}])
+def test_evaluate_v1_refuses_a_question_without_gold_answers(question):
+    # Was: ValueError("max() arg is an empty sequence"), or KeyError('answers') without the list, naming nothing.
+    dataset = [{"title": "t", "paragraphs": [{"context": "x", "qas": [_qa("q1", "?", ["Paris"]), question]}]}]
+    with pytest.raises(ValueError, match="question 'n1' has no gold answers.*score a v2.0 file .* with evaluate_v2"):
+        squad_eval.evaluate_v1(dataset, {"q1": "Paris", "n1": ""})
+
+
 V2_DATASET = {"version": "v2.0", "data": [{"title": "t", "paragraphs": [{"context": "x", "qas": [
     _qa("a1", "?", ["Paris"]),
     _qa("a2", "?", ["blue whale", "the blue whale"]),

@@ -51,7 +51,10 @@ def evaluate_v1(
                 if qa["id"] not in predictions:
                     missing.append(qa["id"])
                     continue
-                golds = [a["text"] for a in qa["answers"]]
+                golds = [a["text"] for a in qa.get("answers", [])]
+                if not golds:  # max() over no gold answers: the official script's bare ValueError
+                    raise BertkitError(f"question {qa['id']!r} has no gold answers, which SQuAD v1.1 questions all "
+                                       "have; score a v2.0 file (unanswerable questions) with evaluate_v2")
                 pred = predictions[qa["id"]]
                 exact_match += max(exact_match_v1(pred, g) for g in golds)
                 f1 += max(f1_score_v1(pred, g) for g in golds)
