@@ -321,6 +321,25 @@ def test_sts_b_dev_rows_all_scored_alike_are_refused_before_any_work(tmp_path, g
     assert sorted(p.name for p in tmp_path.iterdir()) == ["glue", "model"]  # nothing written
 
 
+def test_predict_sts_b_writes_an_undefined_correlation_as_null_with_its_reason(tmp_path, glue_model, capsys):
+    # A regression head predicting one score for every row: Pearson and Spearman are undefined (scipy: NaN), and
+    # report.json held a bare NaN (not JSON: a strict parser stops at it) as the score.
+    _write_stsb(tmp_path / "glue")
+    model = BertForSequenceClassification.from_pretrained(glue_model, num_labels=1)
+    with torch.no_grad():
+        model.classifier.weight.zero_()
+        model.classifier.bias.fill_(2.5)
+    model.save_pretrained(glue_model)
+    assert main(["predict", "glue", "--model", str(glue_model), "--split", "dev", "--task", "stsb", "--data-dir",
+                 str(tmp_path / "glue"), "--out", str(tmp_path / "run"), "--max-seq-length", "32"]) == 0
+    text = (tmp_path / "run" / "report.json").read_text()
+    report = json.loads(text, parse_constant=lambda name: pytest.fail(f"report.json holds {name}"))
+    assert report["scores"] == {"pearson": None, "spearman": None}
+    assert report["undefined_scores"] == ("pearson and spearman undefined: the model predicts 2.5 for all 4 rows, and a "
+                                          "correlation with a constant has no value (scipy's is NaN)")
+    assert (tmp_path / "run" / "STS-B.tsv").read_text().splitlines()[1:] == [f"{i}\t2.500" for i in range(4)]
+
+
 def test_a_run_whose_evaluations_eval_delay_held_back_is_scored_on_its_final_weights(tmp_path, glue_model, capsys):
     """--eval-delay past the last step leaves the loop no evaluation: the run is scored once it ends (run_glue.py's
     final evaluate), not marked failed as if its dev score were NaN."""

@@ -4,6 +4,8 @@ rates and seeds on request (``sequence_grid``), and ``predict glue`` (submission
 
 from __future__ import annotations
 
+import logging
+import math
 from typing import Any
 
 import numpy as np
@@ -16,6 +18,8 @@ from bertkit.tasks import glue
 from bertkit.training.finetune_run import checkpoint_tokenizer
 from bertkit.training.sequence_grid import fit_sequence_classifier
 from bertkit.training.token_tasks import load_finetuned, prediction_report
+
+logger = logging.getLogger("bertkit")
 
 
 def finetune_glue(s: GlueSettings) -> dict[str, Any]:
@@ -64,5 +68,20 @@ def predict_glue(s: PredictGlueSettings) -> dict[str, Any]:
     path = glue.write_submission(task, preds.tolist(), [e.id for e in examples], s.output_dir)
     report: dict[str, Any] = {"task": task.name, "split": s.split, "examples": len(examples), "file": str(path)}
     if s.split != "test":
-        report["scores"] = task.metric(preds, np.asarray([f["labels"] for f in features]))
+        report.update(_scores_or_reason(task, preds, np.asarray([f["labels"] for f in features])))
     return prediction_report(s, precision, report)
+
+
+def _scores_or_reason(task: glue.GlueTask, preds: np.ndarray, refs: np.ndarray) -> dict[str, Any]:
+    """``{"scores": ...}``, a score with no value (STS-B's correlations of a model predicting one score for every
+    row: NaN, as scipy gives) written as null beside the reason: report.json held a bare ``NaN``, which is no score
+    and no JSON (a strict parser stops at it)."""
+    scores = task.metric(preds, refs)
+    undefined = [k for k, v in scores.items() if math.isnan(v)]
+    if not undefined:
+        return {"scores": scores}
+    # predict() refuses non-finite outputs and _check_scorable differing labels, so a NaN here is constant predictions
+    reason = (f"{' and '.join(undefined)} undefined: the model predicts {float(preds[0]):.6g} for all {len(preds)} rows, "
+              "and a correlation with a constant has no value (scipy's is NaN)")
+    logger.warning("%s", reason)
+    return {"scores": {k: None if k in undefined else v for k, v in scores.items()}, "undefined_scores": reason}
