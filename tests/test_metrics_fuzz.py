@@ -128,7 +128,7 @@ def test_conlleval_matches_seqeval():
     rng = random.Random(1)
     warnings.simplefilter("ignore")
     any_tag = ["O"] * 3 + [f"{p}-{t}" for p in "BI" for t in TYPES]
-    for _ in range(600):
+    for _ in range(1200):
         gold = [[rng.choice(any_tag) for _ in range(rng.randint(1, 12))] for _ in range(rng.randint(1, 8))]
         pred = [[rng.choice(any_tag) if rng.random() < rng.random() else t for t in s] for s in gold]
         if rng.random() < 0.1:
@@ -250,7 +250,7 @@ def _assert_scores(ours: dict, ref: dict) -> None:
 
 def test_squad_scores_match_the_official_scripts():
     rng = random.Random(2)
-    for _ in range(600):
+    for _ in range(1200):
         data, preds, na = _squad_data(rng)
         thresh = rng.choice([1.0, 0.0, 0.5, -1.0])
         _assert_scores(squad_eval.evaluate_v2(data, preds, na_probs=na, na_prob_thresh=thresh),
@@ -320,7 +320,7 @@ def test_squad_postprocessing_matches_run_qa_and_scores_its_predictions(minilm_d
     tok = BertTokenizer.from_pretrained(minilm_dir)
     examples = squad.read_squad(data_dir / "squad" / "dev-v1.1.json")
     rng = np.random.default_rng(3)
-    for _ in range(300):
+    for _ in range(600):
         k = int(rng.integers(1, 4))
         start = int(rng.integers(0, len(examples) - k))
         batch = examples[start : start + k]
