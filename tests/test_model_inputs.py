@@ -419,3 +419,25 @@ def test_a_keyword_forward_does_not_take_is_a_type_error_naming_it():
     for name in ("label", "offset_mapping"):
         with pytest.raises(TypeError, match=f"unexpected keyword argument '{name}'"):
             model(torch.tensor([[1, 5, 2]]), **{name: torch.tensor([1])})
+
+
+def test_a_pair_for_a_model_with_one_token_type_is_refused_naming_type_vocab_size(tmp_path, tiny_checkpoint):
+    """A checkpoint with type_vocab_size 1 given a text pair (the tokenizer's token type 1 on the second text) was
+    refused as "token_type_ids holds 1, outside [0, 0] ...; was the input made with this model's tokenizer?", which
+    it was: the same question from a text-classification pair, question answering and ``extract-features`` on
+    "a ||| b" lines. The refusal now says the model reads single texts only and what to pass instead."""
+    import bertkit
+
+    one_type = BertConfig.from_dict(CONFIG.to_dict(), type_vocab_size=1)
+    with pytest.raises(BertkitError, match=r"type_vocab_size 1.*single texts only.*type_vocab_size 2 for pairs"):
+        BertModel(one_type).eval()(torch.tensor([[1, 5, 2, 6, 2]]), token_type_ids=torch.tensor([[0, 0, 0, 1, 1]]))
+    words = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "a", "good", "film", "bad"]
+    directory = tiny_checkpoint(tmp_path / "clf", "BertForSequenceClassification", tokenizer=words, labels=2,
+                                type_vocab_size=1, num_attention_heads=2)
+    clf = bertkit.pipeline("text-classification", directory)
+    assert clf("a good film")["label"] in ("LABEL_0", "LABEL_1")  # a single text runs
+    with pytest.raises(BertkitError, match=r"token_type_ids holds 1 \(a text pair's second text\).*type_vocab_size 1"):
+        clf({"text": "a good film", "text_pair": "bad"})
+    # ids past a table of two or more rows keep the range message
+    with pytest.raises(BertkitError, match=r"token_type_ids holds 2, outside \[0, 1\] \(type_vocab_size 2"):
+        BertModel(CONFIG).eval()(torch.tensor([[1, 5, 2]]), token_type_ids=torch.tensor([[0, 2, 2]]))

@@ -19,6 +19,7 @@ from torch import nn
 
 from bertkit import BertModel
 from bertkit._hardware import cpu_has_bf16, onednn_linear
+from bertkit.errors import BertkitError
 from bertkit.inference import prepare
 from bertkit.inference.prepare import PreparedLinear, cpu_key_multiple, prepare_model
 
@@ -171,6 +172,36 @@ def test_a_prepared_model_prepares_again_for_the_other_precision(tiny_model):
             back = prepare_model(again, bf16=True)[0](input_ids=ids, attention_mask=mask).last_hidden_state
             assert torch.equal(back, bf16(input_ids=ids, attention_mask=mask).last_hidden_state)
 
+
+
+def test_the_inference_copy_and_a_pipeline_pickle(tmp_path, tiny_model, tiny_checkpoint):
+    """Was: pickling the inference copy (``torch.save(model)`` of ``optimize_for_inference``'s model, a pipeline sent to
+    a worker process) failed with PyTorch's NotImplementedError "Cannot access storage of OpaqueTensorImpl" (the
+    oneDNN-reordered weights), where its deep copy and an int8 pipeline pickled. It now pickles as it deep-copies:
+    from the float32 weights it was made from, prepared again where it is loaded, computing the same numbers."""
+    import pickle
+
+    import bertkit
+
+    model = tiny_model().eval()
+    ids, mask = _inputs()
+    for bf16 in (False, True):
+        prepared, _ = prepare_model(model, bf16=bf16)
+        buffer = io.BytesIO()
+        torch.save(prepared, buffer)
+        buffer.seek(0)
+        with torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
+            want = prepared(input_ids=ids, attention_mask=mask).last_hidden_state
+            for copied in (pickle.loads(pickle.dumps(prepared)), torch.load(buffer, weights_only=False)):
+                assert torch.equal(copied(input_ids=ids, attention_mask=mask).last_hidden_state, want), bf16
+                assert {m.dtype for m in copied.modules() if isinstance(m, PreparedLinear)} == {
+                    torch.bfloat16 if bf16 else torch.float32}
+    with pytest.raises(BertkitError, match="for inference only"):
+        pickle.loads(pickle.dumps(prepared)).train()
+    words = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "a", "good", "film", "bad"]
+    clf = bertkit.pipeline("text-classification", tiny_checkpoint(tmp_path / "clf", "BertForSequenceClassification",
+                                                                   tokenizer=words, labels=2, num_attention_heads=2))
+    assert pickle.loads(pickle.dumps(clf))(["a good film", "bad"]) == clf(["a good film", "bad"])
 
 def test_hooked_and_wrapped_projections_stay_modules(tiny_model):
     """A projection with a hook of its own (or any module that is not a plain ``nn.Linear``: peft's wrappers) is

@@ -15,6 +15,15 @@ from bertkit.config import BertConfig, encoder_parameter_count
 from bertkit.errors import BertkitError
 from bertkit.padding import is_tracing
 
+# BERT's tokenizer gives a pair's second text token type 1 (paper, section 3, "segment B"), and a model with one row in
+# its token-type table has no embedding for it: transformers fails there with "index out of range in self". The input
+# did come from this model's tokenizer, so the range message's question would point the wrong way.
+_ONE_TOKEN_TYPE = (
+    "token_type_ids holds 1 (a text pair's second text), and this model has one token type (type_vocab_size 1 in its "
+    "config.json), so it reads single texts only: it has no embedding for a pair's second segment. Pass single texts "
+    "(join a pair into one text), or use a checkpoint with type_vocab_size 2 for pairs (text pairs, question "
+    "answering, multiple choice, cross-encoders)")
+
 
 def check_inputs(config: BertConfig, input_ids: Tensor | None, token_type_ids: Tensor | None,
                  attention_mask: Tensor | None, position_ids: Tensor | None,
@@ -70,6 +79,8 @@ def check_inputs(config: BertConfig, input_ids: Tensor | None, token_type_ids: T
         lo, hi = values[2 * i], values[2 * i + 1]
         if lo < 0 or hi >= limit:
             bad = lo if lo < 0 else hi
+            if name == "token_type_ids" and limit == 1 and bad == 1:
+                raise BertkitError(_ONE_TOKEN_TYPE)
             # ids past the rows are, most often, tokens added to the tokenizer after the model was loaded
             grown = (" (after tokenizer.add_tokens or add_special_tokens, grow the model to the tokenizer with "
                      "model.resize_token_embeddings(len(tokenizer)))") if name == "input_ids" and bad > 0 else ""

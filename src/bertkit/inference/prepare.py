@@ -199,7 +199,7 @@ class PreparedLinear(nn.Module):
     ``dtype`` as autocast casts it, so in bf16 the output is autocast's (within bf16 rounding on oneDNN's weight).
 
     Inference only (``train`` and a backward pass are refused): the weights are a snapshot, outside the state dict.
-    ``source`` keeps the float32 weight and bias it was made from, from which ``copy.deepcopy`` and
+    ``source`` keeps the float32 weight and bias it was made from, from which ``copy.deepcopy``, pickle and
     ``for_cpu_inference`` make it again (the reordered weight is an opaque tensor nothing can copy)."""
 
     def __init__(self, weight: Tensor, bias: Tensor | None, dtype: torch.dtype, activation: nn.Module | None = None):
@@ -223,6 +223,12 @@ class PreparedLinear(nn.Module):
 
     def __deepcopy__(self, memo: dict) -> PreparedLinear:
         return PreparedLinear(*copy.deepcopy(self.source, memo), self.dtype, copy.deepcopy(self.activation, memo))
+
+    def __reduce_ex__(self, protocol: int) -> tuple:
+        # pickle (torch.save of the model, a pipeline sent to a worker process) as deepcopy copies: the float32 weights
+        # it was made from, prepared again where they are loaded. The reordered weight is an opaque tensor pickle cannot
+        # write (NotImplementedError: "Cannot access storage of OpaqueTensorImpl"), and its layout is this CPU's.
+        return PreparedLinear, (*self.source, self.dtype, self.activation)
 
     def _apply(self, fn: Any, recurse: bool = True) -> PreparedLinear:
         # .to(), .double(), .half() reach here, and the prepared weight is no parameter they could convert: the
