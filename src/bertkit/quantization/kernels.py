@@ -64,12 +64,13 @@ def quantize_per_token(x: Tensor, inv_scale: Tensor, steps: int) -> tuple[Tensor
 # Calls on fewer activations than this quantize eagerly: on a handful of tokens the passes compiling saves take
 # microseconds. Above it the compiled pass ran 2-7x the eager one and the model 4-10% faster.
 COMPILE_FROM = 1 << 18
-# Compiling costs seconds once per process (about 3 s on the Zen 4 EPYC, a few with a warm Inductor cache), which a
-# `predict --int8` on a few hundred texts would never earn back. So a process compiles only once its eager calls have
-# quantized this many activations, about what the compile costs in eager passes (the ski-rental rule: whatever the
-# run's length, at most twice the cost of the better choice made in hindsight). A server pays it at start-up
-# (``compile_next``) instead, not in a request.
-COMPILE_AFTER = 2_000_000_000
+# Compiling costs seconds once per process (2.9 s on the Zen 4 EPYC with a warm Inductor cache, 10-15 s without),
+# and the compiled pass saves about 1 ns an activation (MiniLM int8 on 512 SQuAD questions, one thread: 0.71 against
+# 0.77 s of CPU time, 6.6e7 activations): a `predict --int8` on a few hundred texts would never earn it back. So a
+# process compiles once its eager calls have quantized about as many activations as the compile costs (the
+# ski-rental rule: whatever the run's length, at most twice the cost of the better choice made in hindsight; about
+# 25,000 short questions on MiniLM). A server pays it at start-up instead (``compile_next``), not in a request.
+COMPILE_AFTER = 3_000_000_000
 
 
 class _Compiled:
