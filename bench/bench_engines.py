@@ -159,6 +159,10 @@ def bertkit_engines(model_dir: Path, calibration: list[Batch]) -> dict[str, Call
     from bertkit._hardware import cpu_has_bf16, onednn_linear
     from bertkit.inference import prepare
     from bertkit.quantization import quantize_int8
+    from bertkit.quantization.kernels import compiled_quantize_per_token
+
+    # timed as a long run or a server runs int8: its per-token quantization compiled (kernels.COMPILE_AFTER)
+    compiled_quantize_per_token.compile_next()
 
     plain = BertModel.from_pretrained(model_dir).eval()
     int8 = quantize_int8(plain, calibration=calibration)

@@ -291,6 +291,10 @@ def model_only(model_dir: Path, texts: list[str], batch: int, threads: int | Non
     batch = max(1, batch)
     pipe = pipeline("text-classification", model_dir, batch_size=batch, progress=False,
                     quantize="int8" if int8 else None)
+    if int8:  # as serve's own warm-up: int8's per-token quantization compiled before the first request
+        from bertkit.quantization.kernels import compiled_quantize_per_token
+
+        compiled_quantize_per_token.compile_next()
     pipe(texts[:32])  # warm-up, as the servers get
     t0 = time.perf_counter()
     for i in range(0, len(texts), batch):

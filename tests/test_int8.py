@@ -493,12 +493,33 @@ def test_a_model_prepared_for_inference_is_refused_as_such_not_as_quantized(mini
             pipeline("feature-extraction", prepared, tokenizer=tok, quantize="int8")
 
 
-def test_a_failed_compile_quantizes_eagerly_and_says_so_once(monkeypatch, caplog):
-    """A few tokens never pay for compiling; where compiling fails (no C++ compiler) the codes are computed eagerly,
-    the same, with one warning."""
+def test_compiling_waits_until_the_eager_passes_have_cost_what_it_costs(monkeypatch):
+    """A few tokens never pay for compiling, and neither does a short run: a process compiles once its eager calls
+    have quantized COMPILE_AFTER activations, at its next call on COMPILE_FROM of them; ``compile_next`` (a server's
+    warm-up) compiles at the next large call whatever ran before. The codes are the eager ones either way."""
     small = kernels._Compiled(kernels.quantize_per_token)
     small(torch.randn(3, 96), torch.rand(96) + 0.5, 255)
     assert small.compiled is None
+    calls = []
+    monkeypatch.setattr(torch, "compile", lambda fn, dynamic: lambda *args: calls.append(1) or fn(*args))
+    monkeypatch.setattr(kernels, "COMPILE_AFTER", 3 * kernels.COMPILE_FROM)
+    x, inv = torch.randn(kernels.COMPILE_FROM // 64, 64), torch.rand(64) + 0.5
+    run = kernels._Compiled(kernels.quantize_per_token)
+    for _ in range(3):
+        assert all(torch.equal(a, b) for a, b in zip(run(x, inv, 255), kernels.quantize_per_token(x, inv, 255)))
+    assert run.compiled is None and not calls and run.eager_activations == 3 * kernels.COMPILE_FROM
+    run(x[:10], inv, 255)  # past the bound, but too few to gain from the compiled pass
+    assert run.compiled is None and not calls
+    run(x, inv, 255)
+    assert run.compiled is not None and calls == [1]
+    warm = kernels._Compiled(kernels.quantize_per_token)
+    warm.compile_next()
+    warm(x, inv, 255)
+    assert warm.compiled is not None and calls == [1, 1]
+
+
+def test_a_failed_compile_quantizes_eagerly_and_says_so_once(monkeypatch, caplog):
+    """Where compiling fails (no C++ compiler) the codes are computed eagerly, the same, with one warning."""
 
     def no_compiler(fn, **kwargs):
         def run(*args):
@@ -508,6 +529,7 @@ def test_a_failed_compile_quantizes_eagerly_and_says_so_once(monkeypatch, caplog
     monkeypatch.setattr(torch, "compile", no_compiler)
     x, inv = torch.randn(kernels.COMPILE_FROM // 64 + 1, 64), torch.rand(64) + 0.5
     broken = kernels._Compiled(kernels.quantize_per_token)
+    broken.compile_next()
     with caplog.at_level("WARNING", logger="bertkit.quantization.kernels"):
         first, second = broken(x, inv, 255), broken(x, inv, 255)
     want = kernels.quantize_per_token(x, inv, 255)
@@ -528,6 +550,7 @@ def test_a_compiled_quantization_that_disagrees_with_its_eager_definition_is_dro
 
     monkeypatch.setattr(torch, "compile", stale)
     fused = kernels._Compiled(kernels.quantize_per_token)
+    fused.compile_next()
     with caplog.at_level("WARNING", logger="bertkit.quantization.kernels"):
         got = fused(x, inv, 255)
     expected = kernels.quantize_per_token(x, inv, 255)
@@ -538,6 +561,7 @@ def test_a_compiled_quantization_that_disagrees_with_its_eager_definition_is_dro
     calls = []
     monkeypatch.setattr(torch, "compile", lambda fn, dynamic: lambda *args: calls.append(1) or fn(*args))
     fused = kernels._Compiled(kernels.quantize_per_token)
+    fused.compile_next()
     fused(x, inv, 255), fused(x, inv, 255)
     assert fused.checked and not fused.failed and len(calls) == 2
 

@@ -406,6 +406,9 @@ def warm_up(pipe: Any) -> None:
     call pays (int8's compiled activation quantization) is paid at start-up, not in a request."""
     import torch
 
+    from bertkit.quantization.kernels import compiled_quantize_per_token
+
+    compiled_quantize_per_token.compile_next()
     ids = torch.full((16, min(pipe.max_length, 128)), pipe.tokenizer.unk_token_id, device=pipe.device)
     t0 = time.perf_counter()
     with torch.inference_mode(), torch.autocast(pipe.device.type, dtype=torch.bfloat16, enabled=pipe.bf16):

@@ -61,15 +61,22 @@ def quantize_per_token(x: Tensor, inv_scale: Tensor, steps: int) -> tuple[Tensor
     return codes.to(torch.uint8), lo, step
 
 
-# Calls on fewer activations than this quantize eagerly: compiling costs seconds once per process (a few with a
-# warm Inductor cache), and on a handful of tokens the passes it saves take microseconds, so a one-sentence
-# prediction never pays for it. Above it the compiled pass ran 2-7x the eager one and the model 4-10% faster.
+# Calls on fewer activations than this quantize eagerly: on a handful of tokens the passes compiling saves take
+# microseconds. Above it the compiled pass ran 2-7x the eager one and the model 4-10% faster.
 COMPILE_FROM = 1 << 18
+# Compiling costs seconds once per process (2.9 s on the Zen 4 EPYC with a warm Inductor cache, 10-15 s without),
+# and the compiled pass saves about 1 ns an activation (MiniLM int8 on 512 SQuAD questions, one thread: 0.71 against
+# 0.77 s of CPU time, 6.6e7 activations): a `predict --int8` on a few hundred texts would never earn it back. So a
+# process compiles once its eager calls have quantized about as many activations as the compile costs (the
+# ski-rental rule: whatever the run's length, at most twice the cost of the better choice made in hindsight; about
+# 25,000 short questions on MiniLM). A server pays it at start-up instead (``compile_next``), not in a request.
+COMPILE_AFTER = 3_000_000_000
 
 
 class _Compiled:
-    """``quantize_per_token`` compiled by Inductor (``dynamic=True``: one kernel for every token count) from its
-    first call on ``COMPILE_FROM`` activations; eager below that, when traced or inside the caller's own
+    """``quantize_per_token`` compiled by Inductor (``dynamic=True``: one kernel for every token count) for calls on
+    ``COMPILE_FROM`` activations or more, once the process has quantized ``COMPILE_AFTER`` activations eagerly (or
+    ``compile_next`` was called); eager before that, below it, when traced or inside the caller's own
     ``torch.compile``, and where compiling fails (no C++ compiler; logged once). The first compiled result is
     checked against the eager one: Inductor's cache has served a kernel built under another
     ``ATEN_CPU_CAPABILITY`` that computed a wrong range, which nothing else would notice."""
@@ -79,9 +86,17 @@ class _Compiled:
         self.compiled: Callable | None = None
         self.failed = False
         self.checked = False
+        self.eager_activations = 0
+
+    def compile_next(self) -> None:
+        """Compile at the next call on ``COMPILE_FROM`` activations, however few ran eagerly: a long-lived process
+        (``serve``'s warm-up) pays the compile before its first request rather than inside one."""
+        self.eager_activations = max(self.eager_activations, COMPILE_AFTER)
 
     def __call__(self, x: Tensor, *args) -> tuple[Tensor, Tensor, Tensor]:
-        if self.failed or x.numel() < COMPILE_FROM or torch.jit.is_tracing() or torch.compiler.is_compiling():
+        if (self.failed or x.numel() < COMPILE_FROM or self.eager_activations < COMPILE_AFTER
+                or torch.jit.is_tracing() or torch.compiler.is_compiling()):
+            self.eager_activations += x.numel()
             return self.fn(x, *args)
         if self.compiled is None:
             self.compiled = torch.compile(self.fn, dynamic=True)
