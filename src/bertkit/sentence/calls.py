@@ -17,6 +17,8 @@ import numpy as np
 import torch
 from torch import Tensor
 
+from bertkit._hardware import resolve_device
+from bertkit._parallel import info_from_env
 from bertkit.errors import BertkitError, NotImplementedInBertkit, given_path
 from bertkit.modeling import BertModel
 
@@ -46,6 +48,15 @@ def model_path(value: Any, what: str) -> Path:
         raise BertkitError(f"{what} takes the path of a local directory (a str or Path), got {type(value).__name__} "
                            f"{str(value)[:60]}")
     return given_path(value, f"{what}'s directory")
+
+
+def move_to_device(model: torch.nn.Module, device: str | int | torch.device) -> None:
+    """sentence-transformers' ``device=`` (a constructor's, or a call's, which moves the model for good): the model
+    moved to the device ``resolve_device`` answers for it, the one decision every bertkit model goes through. A
+    device this machine lacks, a misspelt one ("CPU") or one no model runs on ("meta", where the weights would be
+    lost) is refused naming it, with the model left where it was (torch's RuntimeError, or an AssertionError from
+    ``.to`` before; a "meta" model lost its weights)."""
+    model.to(resolve_device(device, info_from_env().local_rank))
 
 
 def check_save_arguments(what: str, model_name: Any, create_model_card: Any, train_datasets: Any,

@@ -1,0 +1,94 @@
+"""Unusual arguments to the public Python API that a randomized comparison with transformers and
+sentence-transformers found mishandled (tests/test_argument_fuzz.py keeps the generator): each is refused naming the
+value and the fix before any work, with nothing lost, or gives the reference's result."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+import bertkit
+from bertkit.errors import BertkitError
+
+WORDS = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "john", "lives", "in", "new", "york", "a", "good", "film", "##s"]
+
+
+@pytest.fixture(scope="module")
+def encoder_dir(tmp_path_factory, tiny_checkpoint):
+    return tiny_checkpoint(tmp_path_factory.mktemp("args") / "enc", tokenizer=WORDS)
+
+
+@pytest.fixture(scope="module")
+def clf_dir(tmp_path_factory, tiny_checkpoint):
+    return tiny_checkpoint(tmp_path_factory.mktemp("args") / "clf", "BertForSequenceClassification",
+                           tokenizer=WORDS, labels=["neg", "pos"])
+
+
+META = r"^device 'meta': bertkit runs models on cpu, cuda, mps \(a 'meta' device holds no weights, so a model moved " \
+       r"there would lose them\); use auto, cpu, cuda or cuda:N$"
+
+
+@pytest.mark.parametrize("kind", ["SentenceTransformer", "CrossEncoder", "SparseEncoder"])
+def test_a_call_on_the_meta_device_is_refused_and_the_model_keeps_its_weights(kind, encoder_dir, clf_dir,
+                                                                               tmp_path, tiny_checkpoint):
+    """sentence-transformers' encode(device=...) moves the model for good; device="meta" moved it where tensors hold no
+    numbers: that call failed deep in torch ("Cannot copy out of meta tensor") and every later call too, the weights
+    gone. device="CPU" was torch's RuntimeError, "cuda" without a GPU an AssertionError. Now refused by name, first."""
+    from bertkit import sentence
+
+    if kind == "SentenceTransformer":
+        model = sentence.SentenceTransformer(str(encoder_dir))
+        call = model.encode
+        inputs = ["a good film", "john lives in new york"]
+    elif kind == "CrossEncoder":
+        model = sentence.CrossEncoder(str(clf_dir))
+        call = model.predict
+        inputs = [("a good film", "john lives in new york")]
+    else:
+        mlm = tiny_checkpoint(tmp_path / "mlm", "BertForMaskedLM", tokenizer=WORDS)
+        model = sentence.SparseEncoder(str(mlm))
+        call = model.encode
+        inputs = ["a good film", "john lives in new york"]
+
+    def scores():
+        out = call(inputs, convert_to_tensor=True)
+        return out.to_dense() if out.is_sparse else out
+
+    before = scores()
+    with pytest.raises(BertkitError, match=META):
+        call(inputs, device="meta")
+    with pytest.raises(BertkitError, match=r"^device 'CPU' is not a device: use auto, cpu, cuda or cuda:N$"):
+        call(inputs, device="CPU")
+    if not torch.cuda.is_available():
+        with pytest.raises(BertkitError, match=r"^device 'cuda': PyTorch sees no CUDA GPU here; use cpu \(or auto\)$"):
+            call(inputs, device="cuda")
+    assert model.device == torch.device("cpu")
+    torch.testing.assert_close(scores(), before, rtol=0, atol=0)
+    with pytest.raises(BertkitError, match=META):
+        type(model)(str(clf_dir if kind == "CrossEncoder" else encoder_dir if kind == "SentenceTransformer" else mlm),
+                    device="meta")
+
+
+def test_optimize_for_inference_on_meta_is_refused_and_leaves_the_model_whole(tiny_model):
+    """optimize_for_inference(model, device="meta") moved the caller's own model to meta before copying it: the copy
+    was returned and the model passed in had lost every weight (its next forward: "Cannot copy out of meta tensor")."""
+    model = tiny_model("BertForSequenceClassification", labels=2).eval()
+    ids = torch.tensor([[2, 10, 11, 12, 3]])
+    before = model(ids).logits
+    with pytest.raises(BertkitError, match=META):
+        bertkit.optimize_for_inference(model, device="meta")
+    assert next(model.parameters()).device.type == "cpu"
+    torch.testing.assert_close(model(ids).logits, before, rtol=0, atol=0)
+
+
+def test_a_pipeline_on_a_device_no_model_runs_on_is_refused_when_made(clf_dir):
+    """pipeline(task, d, device="meta") was made without a word; every call then failed in torch's autocast
+    ("unsupported autocast device_type 'meta'")."""
+    with pytest.raises(BertkitError, match=META):
+        bertkit.pipeline("text-classification", clf_dir, device="meta")
+    with pytest.raises(BertkitError, match=r"^device 'xla': bertkit runs models on cpu, cuda, mps \(a 'xla' device is "
+                                           r"not one\); use auto, cpu, cuda or cuda:N$"):
+        bertkit.pipeline("text-classification", clf_dir, device="xla")
+    assert bertkit.pipeline("text-classification", clf_dir, device="cpu:0").device.type == "cpu"
+
+
