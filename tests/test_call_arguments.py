@@ -92,3 +92,19 @@ def test_a_pipeline_on_a_device_no_model_runs_on_is_refused_when_made(clf_dir):
     assert bertkit.pipeline("text-classification", clf_dir, device="cpu:0").device.type == "cpu"
 
 
+
+def test_an_option_given_as_none_takes_its_default(tmp_path, tiny_checkpoint):
+    """transformers' token-classification reads ignore_labels=None as its default, ["O"]; bertkit's rule took None
+    (or_none) and then failed in the pipeline's decode: TypeError "'NoneType' object is not iterable", with or without
+    stride. Every option's None is now its default, as fill-mask's top_k=None and targets=None were."""
+    d = tiny_checkpoint(tmp_path / "ner", "BertForTokenClassification", tokenizer=WORDS,
+                        labels=["O", "B-PER", "I-PER", "B-LOC", "I-LOC"])
+    tagger = bertkit.pipeline("token-classification", d)
+    text = "john lives in new york films"
+    for extra in ({}, {"stride": 2}):
+        default = tagger(text, **extra)
+        assert tagger(text, ignore_labels=None, **extra) == default == tagger(text, ignore_labels=["O"], **extra)
+        assert tagger([text, text], **{"ignore_labels": None, "stride": None, **extra}) == tagger([text, text], **extra)
+    assert default["words"][0]["word"] == "john"
+    fill = bertkit.pipeline("fill-mask", tiny_checkpoint(tmp_path / "mlm", "BertForMaskedLM", tokenizer=WORDS))
+    assert fill("a good [MASK]", top_k=None, targets=None) == fill("a good [MASK]")

@@ -218,8 +218,10 @@ class Pipeline:
 
     def read_options(self, options: dict[str, Any]) -> dict[str, Any]:
         """A call's checked options as ``encode`` and ``decode`` read them, worked out once per call (fill-mask reads
-        its ``targets`` as token ids)."""
-        return options
+        its ``targets`` as token ids). An option given as None is left out, so its default applies: None is what a
+        rule that takes it (``or_none``) means by the default, as transformers' pipelines read ``ignore_labels=None``
+        (passed on, a token-classification call failed with "'NoneType' object is not iterable")."""
+        return {k: v for k, v in options.items() if v is not None}
 
     @classmethod
     def instead(cls, names: Sequence[str]) -> str:
