@@ -4,6 +4,9 @@ value and the fix before any work, with nothing lost, or gives the reference's r
 
 from __future__ import annotations
 
+import re
+
+import numpy as np
 import pytest
 import torch
 
@@ -108,3 +111,28 @@ def test_an_option_given_as_none_takes_its_default(tmp_path, tiny_checkpoint):
     assert default["words"][0]["word"] == "john"
     fill = bertkit.pipeline("fill-mask", tiny_checkpoint(tmp_path / "mlm", "BertForMaskedLM", tokenizer=WORDS))
     assert fill("a good [MASK]", top_k=None, targets=None) == fill("a good [MASK]")
+
+
+@pytest.mark.parametrize("head", ["BertForSequenceClassification", "BertForTokenClassification", "BertForMaskedLM",
+                                  "BertForPreTraining", "BertForNextSentencePrediction", "BertForQuestionAnswering",
+                                  "BertForMultipleChoice"])
+def test_labels_and_inputs_that_are_not_tensors_are_named(head, tiny_model):
+    """labels=[0, 1] (or a numpy array, or an int) reached the loss: AttributeError "'list' object has no attribute
+    'numel'" (or 'dtype', 'squeeze', 'is_floating_point') from inside the head, as in transformers; input_ids as a
+    list: "'list' object has no attribute 'dim'". Each is refused naming the argument, before the encoder runs."""
+    model = tiny_model(head, labels=2).eval()
+    ids = torch.tensor([[2, 10, 11, 3], [2, 12, 3, 0]])
+    if head == "BertForMultipleChoice":
+        ids = ids.unsqueeze(1).expand(2, 2, 4)
+    targets = {"BertForQuestionAnswering": ("start_positions", "end_positions"),
+               "BertForPreTraining": ("labels", "next_sentence_label")}.get(head, ("labels",))
+    for name in targets:
+        for bad, shown in (([0, 1], "list [0, 1]"), (np.array([0, 1]), "ndarray [0 1]"), (1, "int 1")):
+            with pytest.raises(BertkitError, match=rf"^{name} must be a torch tensor, got {re.escape(shown)}: pass "
+                                                   rf"torch.tensor\({name}\) \(a tokenizer call with "
+                                                   r"return_tensors='pt' gives tensors\)$"):
+                model(ids, **{name: bad})
+    with pytest.raises(BertkitError, match=r"^input_ids must be a torch tensor, got list \[\[+2, 10, 11, 3\], "):
+        model(ids.tolist())
+    with pytest.raises(BertkitError, match=r"^attention_mask must be a torch tensor, got list "):
+        model(ids, attention_mask=(ids > 0).long().tolist())
