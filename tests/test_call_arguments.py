@@ -136,3 +136,24 @@ def test_labels_and_inputs_that_are_not_tensors_are_named(head, tiny_model):
         model(ids.tolist())
     with pytest.raises(BertkitError, match=r"^attention_mask must be a torch tensor, got list "):
         model(ids, attention_mask=(ids > 0).long().tolist())
+
+
+@pytest.mark.parametrize("kind", ["SentenceTransformer", "CrossEncoder", "SparseEncoder"])
+def test_the_references_own_defaults_given_explicitly_load_the_model(kind, encoder_dir, clf_dir, tmp_path,
+                                                                     tiny_checkpoint):
+    """SentenceTransformer(d, trust_remote_code=False) and backend="torch" (sentence-transformers' defaults, which
+    scripts pass through) were refused as if they asked for remote code or another backend; from_pretrained took
+    trust_remote_code=False already. Any other value is still refused by name."""
+    from bertkit import sentence
+
+    d = {"SentenceTransformer": encoder_dir, "CrossEncoder": clf_dir,
+         "SparseEncoder": tiny_checkpoint(tmp_path / "mlm", "BertForMaskedLM", tokenizer=WORDS)}[kind]
+    cls = getattr(sentence, kind)
+    plain = cls(str(d))
+    given = cls(str(d), trust_remote_code=False, backend="torch")
+    call = (lambda m: m.predict([("a good film", "john")])) if kind == "CrossEncoder" else \
+        (lambda m: m.encode(["a good film", "john"], convert_to_tensor=True).to_dense())
+    torch.testing.assert_close(call(given), call(plain), rtol=0, atol=0)
+    for name, value in (("trust_remote_code", True), ("backend", "onnx"), ("trust_remote_code", 0)):
+        with pytest.raises(BertkitError, match=rf"^{kind}\({name}=\.\.\.\) is not implemented in bertkit: "):
+            cls(str(d), **{name: value})

@@ -77,13 +77,20 @@ def check_save_arguments(what: str, model_name: Any, create_model_card: Any, tra
                            "model.safetensors, which sentence-transformers and transformers read; drop the argument")
 
 
+# sentence-transformers' defaults of the refused arguments whose default is not None: given explicitly, nothing is
+# asked for that bertkit does not do (trust_remote_code=False, backend="torch" were refused as if they asked)
+REFERENCE_DEFAULTS: dict[str, Any] = {"trust_remote_code": False, "backend": "torch"}
+
+
 def refuse_arguments(what: str, unknown: dict[str, Any], table: dict[str, str]) -> None:
     """Refuse by name the arguments ``what`` was given that bertkit does not implement (``table``: what to do
-    instead) or does not know. One given as None is sentence-transformers' default, nothing asked for: a script that
-    passes its own defaults through (``cache_folder=args.cache_folder``) loads the model."""
+    instead) or does not know. One given as None, or as sentence-transformers' own default (``REFERENCE_DEFAULTS``),
+    asks for nothing: a script that passes its own defaults through (``cache_folder=args.cache_folder``,
+    ``backend="torch"``) loads the model."""
     for name, value in unknown.items():
         if name in table:
-            if value is None:
+            default = REFERENCE_DEFAULTS.get(name)
+            if value is None or (type(value) is type(default) and value == default):
                 continue
             raise BertkitError(f"{what}({name}=...) is not implemented in bertkit: {table[name]}")
         raise BertkitError(f"{what} got an unknown argument {name!r}")
