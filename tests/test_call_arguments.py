@@ -157,3 +157,12 @@ def test_the_references_own_defaults_given_explicitly_load_the_model(kind, encod
     for name, value in (("trust_remote_code", True), ("backend", "onnx"), ("trust_remote_code", 0)):
         with pytest.raises(BertkitError, match=rf"^{kind}\({name}=\.\.\.\) is not implemented in bertkit: "):
             cls(str(d), **{name: value})
+
+
+def test_a_pipelines_progress_is_true_false_or_none(clf_dir):
+    """pipeline(..., progress="no") drew a progress bar (a non-empty str is true), and 1 or 0.0 passed as bools."""
+    for bad in ("no", "yes", 1, 0.0):
+        with pytest.raises(BertkitError, match=rf"^progress must be True, False or None \(None: a bar for long inputs "
+                                               rf"only\), got {re.escape(repr(bad))}$"):
+            bertkit.pipeline("text-classification", clf_dir, progress=bad)
+    assert bertkit.pipeline("text-classification", clf_dir, progress=False).progress is False

@@ -101,6 +101,10 @@ class Pipeline:
                  calibration_texts: Sequence[str | tuple[str, str]] | None = None):
         if not is_whole(batch_size):
             raise BertkitError(f"batch_size must be a positive int, got {batch_size!r}")
+        if not (progress is None or isinstance(progress, bool)):
+            # progress="no" drew the bar, as any non-empty string is true
+            raise BertkitError(f"progress must be True, False or None (None: a bar for long inputs only), got "
+                               f"{progress!r}")
         if max_length is None:
             max_length = min(tokenizer.model_max_length, model.config.max_position_embeddings)
         model.config.check_sequence_length(max_length, "max_length")
