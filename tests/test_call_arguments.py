@@ -166,3 +166,26 @@ def test_a_pipelines_progress_is_true_false_or_none(clf_dir):
                                                rf"only\), got {re.escape(repr(bad))}$"):
             bertkit.pipeline("text-classification", clf_dir, progress=bad)
     assert bertkit.pipeline("text-classification", clf_dir, progress=False).progress is False
+
+
+def test_a_trainers_output_dir_that_is_a_file_is_named_and_kept(tmp_path, tiny_model):
+    """TrainingArguments(output_dir=<a file>): train() failed in mkdir with a bare FileExistsError ("[Errno 17] File
+    exists"), and so did save_model(<a file>). Both are refused naming the path; the file is kept as it was."""
+    from bertkit import DataCollatorWithPadding, Trainer, TrainingArguments
+    from bertkit.tokenization import BertTokenizer
+
+    tok = BertTokenizer({t: i for i, t in enumerate(WORDS)})
+    notes = tmp_path / "notes.txt"
+    notes.write_text("my notes")
+    data = [dict(tok("a good film"), labels=1), dict(tok("john lives in new york"), labels=0)]
+    args = TrainingArguments(output_dir=str(notes), max_steps=1, per_device_train_batch_size=2, report_to="none",
+                             use_cpu=True)
+    trainer = Trainer(model=tiny_model("BertForSequenceClassification", labels=2), args=args, train_dataset=data,
+                      processing_class=tok, data_collator=DataCollatorWithPadding(tok))
+    message = rf"^{re.escape(str(notes))} is a file, not a directory: (the Trainer|save_model) writes a directory of " \
+              r"files; pass the path of a directory, new or to add to$"
+    with pytest.raises(BertkitError, match=message):
+        trainer.train()
+    with pytest.raises(BertkitError, match=message):
+        trainer.save_model(str(notes))
+    assert notes.read_text() == "my notes" and sorted(p.name for p in tmp_path.iterdir()) == ["notes.txt"]
