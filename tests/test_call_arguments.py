@@ -189,3 +189,16 @@ def test_a_trainers_output_dir_that_is_a_file_is_named_and_kept(tmp_path, tiny_m
     with pytest.raises(BertkitError, match=message):
         trainer.save_model(str(notes))
     assert notes.read_text() == "my notes" and sorted(p.name for p in tmp_path.iterdir()) == ["notes.txt"]
+
+
+def test_an_embedding_pipelines_normalize_is_true_false_or_none(encoder_dir):
+    """pipeline("feature-extraction", d, normalize="no") returned unit-length vectors (any non-empty string is true):
+    quietly other numbers than the unnormalised ones asked for. Refused now, naming the value."""
+    plain = bertkit.pipeline("feature-extraction", encoder_dir)("a good film")
+    for bad in ("no", "yes", 1, 0):
+        with pytest.raises(BertkitError, match=rf"^normalize must be True, False or None \(None: the task's default\), "
+                                               rf"got {re.escape(repr(bad))}$"):
+            bertkit.pipeline("feature-extraction", encoder_dir, normalize=bad)
+    assert bertkit.pipeline("feature-extraction", encoder_dir, normalize=False)("a good film") == plain
+    unit = bertkit.pipeline("sentence-embedding", encoder_dir, normalize=None)("a good film")
+    np.testing.assert_allclose(unit, np.asarray(plain) / np.linalg.norm(plain), rtol=1e-5, atol=1e-6)
