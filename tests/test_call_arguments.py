@@ -202,3 +202,13 @@ def test_an_embedding_pipelines_normalize_is_true_false_or_none(encoder_dir):
     assert bertkit.pipeline("feature-extraction", encoder_dir, normalize=False)("a good film") == plain
     unit = bertkit.pipeline("sentence-embedding", encoder_dir, normalize=None)("a good film")
     np.testing.assert_allclose(unit, np.asarray(plain) / np.linalg.norm(plain), rtol=1e-5, atol=1e-6)
+
+
+def test_a_none_among_calibration_texts_is_named(clf_dir):
+    """pipeline(..., quantize="int8", calibration_texts=["a", None]): the check of the texts' types used None as its
+    "nothing found", so a None passed it and failed in the tokenizer (TypeError "the tokenizer takes str ..., got
+    NoneType"), naming no text. Each bad text is named by its index."""
+    for texts, shown in ((["a good film", None], "1 is NoneType 'None'"), ([3, "a"], "0 is int '3'")):
+        with pytest.raises(BertkitError, match=rf"^calibration text {re.escape(shown)}; give strings or \(text, "
+                                               r"text_pair\) tuples$"):
+            bertkit.pipeline("text-classification", clf_dir, quantize="int8", calibration_texts=texts)
