@@ -212,3 +212,22 @@ def test_a_none_among_calibration_texts_is_named(clf_dir):
         with pytest.raises(BertkitError, match=rf"^calibration text {re.escape(shown)}; give strings or \(text, "
                                                r"text_pair\) tuples$"):
             bertkit.pipeline("text-classification", clf_dir, quantize="int8", calibration_texts=texts)
+
+
+def test_a_none_in_a_list_of_texts_is_named_with_its_place(clf_dir):
+    """The same check, by item: tokenizer(["a", None]) passed the list's check (None was its "nothing found") and failed
+    per text with TypeError "the tokenizer takes str (or a list of str), got NoneType"; a cross-encoder training row
+    holding None was refused without its row. Both now name the item."""
+    from bertkit.sentence import CrossEncoder
+    from bertkit.sentence.cross_encoder import losses
+    from bertkit.sentence.cross_encoder.data import CrossEncoderExamples
+    from bertkit.tokenization import BertTokenizer
+
+    tok = BertTokenizer({t: i for i, t in enumerate(WORDS)})
+    with pytest.raises(BertkitError, match=r"; got a list holding NoneType None \(item 1\)$"):
+        tok(["a good film", None])
+    model = CrossEncoder(str(clf_dir))
+    rows = [{"a": "a good film", "b": "john", "label": 1}, {"a": "a film", "b": None, "label": 0}]
+    examples = CrossEncoderExamples(rows, model, losses.CrossEntropyLoss(model), "train_dataset")
+    with pytest.raises(BertkitError, match=r"^row 1: expected texts in \['a', 'b'\], got NoneType 'None'$"):
+        examples[1]
