@@ -2,7 +2,8 @@
 sentence-transformers on the same weights: each seed draws calls to the token-classification and fill-mask pipelines
 (their call options, None among them), the sentence model classes with a ``device=`` of every kind (``"meta"``,
 ``"CPU"``, an int, a GPU this machine may lack), ``optimize_for_inference`` on such devices, and head forward passes
-with labels of every container (tensor, list, numpy array, int) and dtype. Each call either gives the reference's
+with labels of every container (tensor, list, numpy array, int) and dtype, and the embedding pipeline made with
+construction keywords of every type (``normalize="no"``, ``progress=0``). Each call either gives the reference's
 result (entities, candidates, embeddings, scores, losses within float rounding) or is refused with a BertkitError
 naming the argument, and a refused call leaves the model's outputs as they were: never another exception, never a
 model that lost its weights. What docs/coming-from-transformers.md documents bertkit refusing (aggregation
@@ -152,6 +153,27 @@ def _optimized(rng, models):
     torch.testing.assert_close(model(ids).logits, before, atol=0, rtol=0)
 
 
+def _embedding_pipeline(rng, models):
+    """pipeline("feature-extraction", d, ...) with construction keywords of every type: sentence-transformers'
+    encode(normalize_embeddings=...) vectors, or a refusal naming the keyword (normalize="no" normalised)."""
+    _, ref, inputs = models["st"]
+    options = {name: rng.choice(values) for name, values in (
+        ("normalize", [None, True, False, "no", 1]), ("progress", [None, False, "no", 0]), ("device", DEVICES),
+        ("batch_size", [1, 32, 0, 2.5]), ("max_length", [None, 8, 64, 7, 513])) if rng.random() < 0.5}
+    refused, pipe = _refused(lambda: bertkit.pipeline("feature-extraction", models["st"][0].path, **options))
+    if refused:
+        assert any(k in pipe for k in options), (options, pipe)
+        return
+    got = np.asarray(pipe(inputs))
+    length = ref.max_seq_length
+    ref.max_seq_length = options.get("max_length") or length
+    try:
+        want = ref.encode(inputs, normalize_embeddings=bool(options.get("normalize")))
+    finally:
+        ref.max_seq_length = length
+    np.testing.assert_allclose(got, want, atol=2e-5, rtol=0)
+
+
 def _labels(rng, models):
     bk, hf = models["pair"]
     ids = torch.tensor([[101, 1037, 2204, 2143, 102, 0], [101, 2198, 3268, 1999, 2047, 102]])
@@ -178,7 +200,9 @@ def test_unusual_arguments_match_the_references_or_are_refused_by_name(dirs, min
              "mlm": (bertkit.pipeline("fill-mask", dirs["mlm"]), transformers.pipeline("fill-mask", str(dirs["mlm"])))}
     from bertkit import sentence
 
-    models = {"st": (sentence.SentenceTransformer(str(dirs["enc"])), st.SentenceTransformer(str(dirs["enc"])), TEXTS),
+    encoder = sentence.SentenceTransformer(str(dirs["enc"]))
+    encoder.path = dirs["enc"]
+    models = {"st": (encoder, st.SentenceTransformer(str(dirs["enc"])), TEXTS),
               "ce": (sentence.CrossEncoder(str(dirs["clf"])), st.CrossEncoder(str(dirs["clf"])),
                      [(TEXTS[0], TEXTS[1]), (TEXTS[2], TEXTS[3])]),
               "head": (bertkit.BertForSequenceClassification.from_pretrained(dirs["clf"]).eval(),
@@ -186,7 +210,7 @@ def test_unusual_arguments_match_the_references_or_are_refused_by_name(dirs, min
               "pair": (bertkit.BertForSequenceClassification.from_pretrained(dirs["clf"]).eval(),
                        transformers.BertForSequenceClassification.from_pretrained(str(dirs["clf"])).eval())}
     rng = random.Random(20261130)
-    draws = [_token_classification, _fill_mask, _sentence, _optimized, _labels]
+    draws = [_token_classification, _fill_mask, _sentence, _optimized, _labels, _embedding_pipeline]
     for _ in range(DRAWS):
         draw = rng.choice(draws)
         if draw in (_token_classification, _fill_mask):
