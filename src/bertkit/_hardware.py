@@ -153,6 +153,10 @@ def host_workers(device_type: str) -> int:
     return max(2, min(4, cores - 2))
 
 
+# The kinds of torch.device a model runs on here; resolve_device refuses every other kind (meta, xla, xpu, ...).
+RUN_DEVICE_TYPES = ("cpu", "cuda", "mps")
+
+
 def resolve_device(spec: str | int | torch.device, local_rank: int = 0, *, int8: bool = False,
                    bf16: bool = False) -> str:
     """The one answer to "which device does this run on", for training, pipelines, commands and int8 models.
@@ -178,6 +182,12 @@ def resolve_device(spec: str | int | torch.device, local_rank: int = 0, *, int8:
         dev = torch.device(spec)
     except (RuntimeError, TypeError):
         raise BertkitError(f"device {spec!r} is not a device: use auto, cpu, cuda or cuda:N") from None
+    if dev.type not in RUN_DEVICE_TYPES:
+        # torch names more kinds than bertkit runs on; "meta" holds shapes and no numbers, so a model moved there
+        # (sentence-transformers' encode(device=...) moves the model itself) has lost its weights for good
+        raise BertkitError(f"device {spec!r}: bertkit runs models on {', '.join(RUN_DEVICE_TYPES)} (a {dev.type!r} "
+                           "device " + ("holds no weights, so a model moved there would lose them" if dev.type == "meta"
+                                        else "is not one") + "); use auto, cpu, cuda or cuda:N")
     if int8:
         if dev.type != "cpu":
             raise BertkitError(f"int8 runs on the CPU only (its kernels, oneDNN's and fbgemm's, are for x86 CPUs), "

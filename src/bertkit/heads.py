@@ -22,6 +22,7 @@ from bertkit.compat import TupleAccess, returns_dataclass, tied_output_embedding
 from bertkit.config import PROBLEM_TYPES, BertConfig
 from bertkit.construction import initialise_on_construction, new_linear
 from bertkit.errors import BertkitError
+from bertkit.model_checks import require_tensors
 from bertkit.modeling import BertModel, BertModelOutput, activation, init_bert_weights
 from bertkit.padding import is_tracing
 
@@ -262,7 +263,8 @@ class _HeadModel(PretrainedMixin, nn.Module):
         init_bert_weights(module, self.config.initializer_range)
 
     def _encode(self, input_ids, attention_mask, token_type_ids, position_ids, inputs_embeds,
-                output_hidden_states: bool | None, output_attentions: bool | None) -> BertModelOutput:
+                output_hidden_states: bool | None, output_attentions: bool | None, **targets: Any) -> BertModelOutput:
+        require_tensors(**targets)  # the labels given, before the encoder runs
         return self.bert(input_ids, attention_mask, token_type_ids, position_ids, inputs_embeds,
                          output_hidden_states=output_hidden_states, output_attentions=output_attentions,
                          return_dict=True)  # the head reads fields; config.return_dict applies to its own output
@@ -312,7 +314,8 @@ class BertForPreTraining(_HeadModel):
                 output_attentions: bool | None = None, return_dict: bool | None = None,
                 num_items_in_batch: Tensor | float | None = None) -> PreTrainingOutput:
         out = self._encode(input_ids, attention_mask, token_type_ids, position_ids, inputs_embeds,
-                           output_hidden_states, output_attentions)
+                           output_hidden_states, output_attentions, labels=labels,
+                           next_sentence_label=next_sentence_label)
         logits, mlm_loss, mlm_objective = masked_lm_loss(self.cls.predictions, out, labels, num_items_in_batch)
         nsp_logits = self.cls.seq_relationship(out.pooler_output)  # (B, 2)
         nsp_loss = None
@@ -341,7 +344,7 @@ class BertForMaskedLM(_HeadModel):
                 output_attentions: bool | None = None, return_dict: bool | None = None,
                 num_items_in_batch: Tensor | float | None = None) -> MaskedLMOutput:
         out = self._encode(input_ids, attention_mask, token_type_ids, position_ids, inputs_embeds,
-                           output_hidden_states, output_attentions)
+                           output_hidden_states, output_attentions, labels=labels)
         logits, mean, loss = masked_lm_loss(self.cls.predictions, out, labels, num_items_in_batch)
         result = MaskedLMOutput(loss, logits, out.hidden_states, out.attentions, mlm_loss=mean)
         return self._result(result, return_dict)
@@ -361,7 +364,7 @@ class BertForNextSentencePrediction(_HeadModel):
                 *, output_hidden_states: bool | None = None,
                 output_attentions: bool | None = None, return_dict: bool | None = None) -> ClassifierOutput:
         out = self._encode(input_ids, attention_mask, token_type_ids, position_ids, inputs_embeds,
-                           output_hidden_states, output_attentions)
+                           output_hidden_states, output_attentions, labels=labels)
         logits = self.cls.seq_relationship(out.pooler_output)
         loss = F.cross_entropy(logits, check_class_labels(labels.view(-1), 2, fix=_NSP_FIX)) if labels is not None else None
         result = ClassifierOutput(loss, logits, out.hidden_states, out.attentions)
@@ -389,7 +392,7 @@ class BertForSequenceClassification(_ClassifierHeadModel):
                 *, output_hidden_states: bool | None = None,
                 output_attentions: bool | None = None, return_dict: bool | None = None) -> ClassifierOutput:
         out = self._encode(input_ids, attention_mask, token_type_ids, position_ids, inputs_embeds,
-                           output_hidden_states, output_attentions)
+                           output_hidden_states, output_attentions, labels=labels)
         logits = self.classifier(self.dropout(out.pooler_output))  # (B, C)
         loss = None
         if labels is not None:
@@ -452,7 +455,7 @@ class BertForTokenClassification(_ClassifierHeadModel):
                 output_attentions: bool | None = None, return_dict: bool | None = None,
                 num_items_in_batch: Tensor | float | None = None) -> ClassifierOutput:
         out = self._encode(input_ids, attention_mask, token_type_ids, position_ids, inputs_embeds,
-                           output_hidden_states, output_attentions)
+                           output_hidden_states, output_attentions, labels=labels)
         stored = self.classifier(self.dropout(out.tokens))  # per stored token: (B, T, C) or (N, C)
         loss = None
         if labels is not None:
@@ -489,7 +492,8 @@ class BertForQuestionAnswering(_HeadModel):
                 *, output_hidden_states: bool | None = None,
                 output_attentions: bool | None = None, return_dict: bool | None = None) -> QuestionAnsweringOutput:
         out = self._encode(input_ids, attention_mask, token_type_ids, position_ids, inputs_embeds,
-                           output_hidden_states, output_attentions)
+                           output_hidden_states, output_attentions, start_positions=start_positions,
+                           end_positions=end_positions)
         logits = out.token_layout.to_batch(self.qa_outputs(out.tokens))  # (B, T, 2)
         if attention_mask is not None:
             # google-research/bert and transformers run the span softmax over padding too, so their loss depends
@@ -531,6 +535,8 @@ class BertForMultipleChoice(_ClassifierHeadModel):
                 inputs_embeds: Tensor | None = None, labels: Tensor | None = None,
                 *, output_hidden_states: bool | None = None,
                 output_attentions: bool | None = None, return_dict: bool | None = None) -> ClassifierOutput:
+        require_tensors(input_ids=input_ids, attention_mask=attention_mask, token_type_ids=token_type_ids,
+                        position_ids=position_ids, inputs_embeds=inputs_embeds, labels=labels)
         given = input_ids if input_ids is not None else inputs_embeds
         if given is None or given.dim() != (3 if input_ids is not None else 4):
             raise BertkitError("input_ids must be (batch, num_choices, seq_len) (or inputs_embeds (batch, num_choices, "

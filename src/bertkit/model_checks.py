@@ -7,6 +7,7 @@ and the fix, not torch's "index out of range in self" or wrong outputs from a br
 from __future__ import annotations
 
 import os
+from typing import Any
 
 import torch
 from torch import Tensor
@@ -25,11 +26,22 @@ _ONE_TOKEN_TYPE = (
     "answering, multiple choice, cross-encoders)")
 
 
+def require_tensors(**given: Any) -> None:
+    """Each of ``given`` (inputs and labels of a forward pass) that is not None is a torch tensor: a list or numpy
+    array was an AttributeError from inside the model ("'list' object has no attribute 'dim'"), as transformers' is."""
+    for name, value in given.items():
+        if value is not None and not isinstance(value, Tensor):
+            raise BertkitError(f"{name} must be a torch tensor, got {type(value).__name__} {str(value)[:40]}: pass "
+                               f"torch.tensor({name}) (a tokenizer call with return_tensors='pt' gives tensors)")
+
+
 def check_inputs(config: BertConfig, input_ids: Tensor | None, token_type_ids: Tensor | None,
                  attention_mask: Tensor | None, position_ids: Tensor | None,
                  inputs_embeds: Tensor | None = None, rows: tuple[int, int, int] | None = None) -> tuple[int, int]:
     """Shapes and id ranges, one min/max pass per tensor (skipped while tracing: values are symbolic). Returns (B, T).
     ``rows``: the rows of the word, token-type and position tables the ids index (default: the config's sizes)."""
+    require_tensors(input_ids=input_ids, attention_mask=attention_mask, token_type_ids=token_type_ids,
+                    position_ids=position_ids, inputs_embeds=inputs_embeds)
     if (input_ids is None) == (inputs_embeds is None):
         raise BertkitError("pass exactly one of input_ids (B, T) and inputs_embeds (B, T, H)")
     if inputs_embeds is not None:

@@ -48,7 +48,7 @@ from bertkit.outputs import (
     staging_of,
     writing,
 )
-from bertkit.staging import Stage, clear_staging, target_of
+from bertkit.staging import Stage, clear_staging, refuse_non_directory, target_of
 
 logger = logging.getLogger("bertkit")
 
@@ -321,6 +321,7 @@ def claim_output_dir(path: str | os.PathLike, command: str, fingerprint: dict | 
     unless ``overwrite`` (all or nothing, and only once the new run is finished); files without a manifest (a
     user's), always refused. ``in_place``: the run writes into ``path`` itself as it goes (the Trainer's)."""
     fingerprint = fingerprint or {}
+    refuse_non_directory(path, f"a `{command}` run" if command != "Trainer" else "the Trainer")
     if staging_of(target_of(path)) is not None:  # a run inside this process's staged run: written in place
         Path(path).mkdir(parents=True, exist_ok=True)
         return OutputDir(Path(path), Path(path), command, fingerprint, os.getcwd(), resumable=resumable)

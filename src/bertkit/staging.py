@@ -501,6 +501,15 @@ def _open_shared(target: Path, what: str, partial: dict, shared_by: str | None) 
     return None
 
 
+def refuse_non_directory(path: str | os.PathLike, what: str) -> None:
+    """``path``, where ``what`` writes a directory of files, refused when a file (or a symlink to nowhere) is there:
+    every writer of a directory asks this before it makes one (mkdir's bare FileExistsError otherwise)."""
+    if os.path.lexists(path) and not os.path.isdir(path):
+        raise BertkitError(f"{path} is {'a file' if os.path.exists(path) else 'a symlink to nowhere'}, not a "
+                           f"directory: {what} writes a directory of files; pass the path of a directory, new or to "
+                           "add to")
+
+
 @contextlib.contextmanager
 def staged(target: str | os.PathLike, what: str = "save", *, manifest: bool = False,
            shared_by: str | None = None) -> Iterator[Path]:
@@ -521,9 +530,7 @@ def staged(target: str | os.PathLike, what: str = "save", *, manifest: bool = Fa
     process that made it. One of a directory above or inside ``target`` is waited for, then this one writes. Any
     other writer under way is refused, as without it."""
     target = target_of(target)
-    if os.path.lexists(target) and not target.is_dir():
-        raise BertkitError(f"{target} is {'a file' if target.exists() else 'a symlink to nowhere'}, not a directory: "
-                           "a save writes a directory of files; pass the path of a directory, new or to add to")
+    refuse_non_directory(target, "a save")
     if not manifest and (staging_of(target) is not None or os.path.ismount(target)):
         with writing(target):
             target.mkdir(parents=True, exist_ok=True)

@@ -101,6 +101,10 @@ class Pipeline:
                  calibration_texts: Sequence[str | tuple[str, str]] | None = None):
         if not is_whole(batch_size):
             raise BertkitError(f"batch_size must be a positive int, got {batch_size!r}")
+        if not (progress is None or isinstance(progress, bool)):
+            # progress="no" drew the bar, as any non-empty string is true
+            raise BertkitError(f"progress must be True, False or None (None: a bar for long inputs only), got "
+                               f"{progress!r}")
         if max_length is None:
             max_length = min(tokenizer.model_max_length, model.config.max_position_embeddings)
         model.config.check_sequence_length(max_length, "max_length")
@@ -218,8 +222,10 @@ class Pipeline:
 
     def read_options(self, options: dict[str, Any]) -> dict[str, Any]:
         """A call's checked options as ``encode`` and ``decode`` read them, worked out once per call (fill-mask reads
-        its ``targets`` as token ids)."""
-        return options
+        its ``targets`` as token ids). An option given as None is left out, so its default applies: None is what a
+        rule that takes it (``or_none``) means by the default, as transformers' pipelines read ``ignore_labels=None``
+        (passed on, a token-classification call failed with "'NoneType' object is not iterable")."""
+        return {k: v for k, v in options.items() if v is not None}
 
     @classmethod
     def instead(cls, names: Sequence[str]) -> str:

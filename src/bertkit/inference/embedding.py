@@ -110,7 +110,9 @@ class FeatureExtractionPipeline(TextOrPairPipeline):
         super().__init__(model, tokenizer, **kwargs)
         self.modes = modes
         self.pooling = modes[0] if len(modes) == 1 else list(modes)  # what /info says, as 1_Pooling's pooling_mode
-        self.normalize = self.default_normalize if normalize is None else bool(normalize)
+        if not (normalize is None or isinstance(normalize, bool)):  # normalize="no" scaled every vector to length 1
+            raise BertkitError(f"normalize must be True, False or None (None: the task's default), got {normalize!r}")
+        self.normalize = self.default_normalize if normalize is None else normalize
         self.normalize_module = saved.normalize  # 2_Normalize: before truncate_dim, as the model's own forward
         width = model.config.hidden_size * len(modes)
         truncate_dim = saved.truncate_dim_within(width) if truncate_dim is None else truncate_dim

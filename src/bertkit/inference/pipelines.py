@@ -59,7 +59,7 @@ class FillMaskPipeline(Pipeline):
                         "bertkit pretrain's output)")
 
     def read_options(self, options: dict[str, Any]) -> dict[str, Any]:
-        options = {k: v for k, v in options.items() if v is not None}
+        options = super().read_options(options)
         if "targets" not in options:
             return options
         return {**options, "targets": self.target_ids(options["targets"])}

@@ -114,6 +114,7 @@ class TokenClassificationPipeline(Pipeline):
         Option("ignore_labels", lambda pipe: None if pipe is None else or_none(_label_names_rule(pipe.config))))
 
     def read_options(self, options: dict[str, Any]) -> dict[str, Any]:
+        options = super().read_options(options)
         if "aggregation_strategy" not in options:
             return options
         return {**options, "aggregation_strategy": options["aggregation_strategy"].lower()}

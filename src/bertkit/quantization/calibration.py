@@ -71,11 +71,12 @@ def calibration_batches(tokenizer: BertTokenizer, texts: Sequence[str | tuple[st
     if isinstance(texts, (str, bytes)) or not isinstance(texts, Sequence):
         raise BertkitError(f"calibration texts must be a list of texts (or (text, text_pair) tuples), got "
                            f"{type(texts).__name__} {str(texts)[:60]!r}")
-    bad = next((t for t in texts if not (isinstance(t, str) or (
+    # by index: a None among the texts is a bad one too (it passed as "none found", then failed in the tokenizer)
+    bad = next((i for i, t in enumerate(texts) if not (isinstance(t, str) or (
         isinstance(t, tuple) and len(t) == 2 and all(isinstance(x, str) for x in t)))), None)
     if bad is not None:
-        raise BertkitError(f"calibration texts hold {type(bad).__name__} {str(bad)[:60]!r}; give strings or "
-                           "(text, text_pair) tuples")
+        raise BertkitError(f"calibration text {bad} is {type(texts[bad]).__name__} {str(texts[bad])[:60]!r}; give "
+                           "strings or (text, text_pair) tuples")
     if not texts:
         raise BertkitError("calibration_batches needs at least one text (a few hundred is right)")
     if not is_whole(batch_size):

@@ -17,6 +17,8 @@ import numpy as np
 import torch
 from torch import Tensor
 
+from bertkit._hardware import resolve_device
+from bertkit._parallel import info_from_env
 from bertkit.errors import BertkitError, NotImplementedInBertkit, given_path
 from bertkit.modeling import BertModel
 
@@ -48,6 +50,15 @@ def model_path(value: Any, what: str) -> Path:
     return given_path(value, f"{what}'s directory")
 
 
+def move_to_device(model: torch.nn.Module, device: str | int | torch.device) -> None:
+    """sentence-transformers' ``device=`` (a constructor's, or a call's, which moves the model for good): the model
+    moved to the device ``resolve_device`` answers for it, the one decision every bertkit model goes through. A
+    device this machine lacks, a misspelt one ("CPU") or one no model runs on ("meta", where the weights would be
+    lost) is refused naming it, with the model left where it was (torch's RuntimeError, or an AssertionError from
+    ``.to`` before; a "meta" model lost its weights)."""
+    model.to(resolve_device(device, info_from_env().local_rank))
+
+
 def check_save_arguments(what: str, model_name: Any, create_model_card: Any, train_datasets: Any,
                          safe_serialization: Any) -> None:
     """sentence-transformers' ``save(path, model_name, create_model_card, train_datasets, safe_serialization)``, as
@@ -66,13 +77,20 @@ def check_save_arguments(what: str, model_name: Any, create_model_card: Any, tra
                            "model.safetensors, which sentence-transformers and transformers read; drop the argument")
 
 
+# sentence-transformers' defaults of the refused arguments whose default is not None: given explicitly, nothing is
+# asked for that bertkit does not do (trust_remote_code=False, backend="torch" were refused as if they asked)
+REFERENCE_DEFAULTS: dict[str, Any] = {"trust_remote_code": False, "backend": "torch"}
+
+
 def refuse_arguments(what: str, unknown: dict[str, Any], table: dict[str, str]) -> None:
     """Refuse by name the arguments ``what`` was given that bertkit does not implement (``table``: what to do
-    instead) or does not know. One given as None is sentence-transformers' default, nothing asked for: a script that
-    passes its own defaults through (``cache_folder=args.cache_folder``) loads the model."""
+    instead) or does not know. One given as None, or as sentence-transformers' own default (``REFERENCE_DEFAULTS``),
+    asks for nothing: a script that passes its own defaults through (``cache_folder=args.cache_folder``,
+    ``backend="torch"``) loads the model."""
     for name, value in unknown.items():
         if name in table:
-            if value is None:
+            default = REFERENCE_DEFAULTS.get(name)
+            if value is None or (type(value) is type(default) and value == default):
                 continue
             raise BertkitError(f"{what}({name}=...) is not implemented in bertkit: {table[name]}")
         raise BertkitError(f"{what} got an unknown argument {name!r}")

@@ -38,6 +38,7 @@ from bertkit.sentence.calls import (
     as_requested,
     check_save_arguments,
     model_path,
+    move_to_device,
     one_text,
     refuse_arguments,
     refuse_data_frame,
@@ -145,7 +146,7 @@ class SentenceTransformer(Indexed, ReferenceCalls, Prompted, SimilarityByName, n
         self.truncate_dim = truncate_dim if truncate_dim is not None else saved.truncate_dim_within(self._width)
         self.eval()  # as loaded models are: encode, which puts back the mode it found, must not turn dropout on
         if device is not None:
-            self.to(device)
+            move_to_device(self, device)
 
     def _check_dim(self, dim: int | None, name: str) -> int | None:
         if dim is None:
@@ -321,7 +322,7 @@ class SentenceTransformer(Indexed, ReferenceCalls, Prompted, SimilarityByName, n
         prompt = self._resolve_prompt(prompt, prompt_name)
         dim = self._check_dim(truncate_dim, "truncate_dim") if truncate_dim is not None else self.truncate_dim
         if device is not None:
-            self.to(device)
+            move_to_device(self, device)
         if not texts:
             return torch.tensor([], device=self.device) if convert_to_tensor else np.array([]) if convert_to_numpy else []
         if show_progress_bar is None:

@@ -45,10 +45,12 @@ def split_inputs(text: Any, text_pair: Any, split: bool) -> tuple[list[Any], lis
             # [(text, text_pair), ...] or [[text, text_pair], ...]: a batch of pairs, as Hugging Face reads it (texts
             # among them are rows without a pair)
             return [t[0] if p else t for p, t in zip(pairs, text)], [t[1] if p else None for p, t in zip(pairs, text)], True
-        bad = next((t for t in text if not isinstance(t, str)), None)
-        if bad is not None:
+        # by index: a None in the list is a bad item too (it passed, then failed per text without its place)
+        at = next((i for i, t in enumerate(text) if not isinstance(t, str)), None)
+        if at is not None:
+            bad = text[at]
             hint = ": for pre-split words pass is_split_into_words=True" if isinstance(bad, (list, tuple)) else ""
-            raise BertkitError(f"{accepted}; got a list holding {type(bad).__name__} {bad!r:.60}{hint}")
+            raise BertkitError(f"{accepted}; got a list holding {type(bad).__name__} {bad!r:.60} (item {at}){hint}")
     if split:
         if isinstance(text, str):
             raise TypeError(f"with is_split_into_words=True a text is a list of words, got the str {text!r:.60}; pass "

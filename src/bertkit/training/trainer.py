@@ -39,7 +39,7 @@ from bertkit.data.collators import DataCollatorWithPadding, DefaultDataCollator
 from bertkit.errors import BertkitError
 from bertkit.outputs import atomic_write_text
 from bertkit.runs import output_dir, record
-from bertkit.staging import write_text_beside_job
+from bertkit.staging import refuse_non_directory, write_text_beside_job
 from bertkit.training import trainer_data
 from bertkit.training.batch_plan import BatchPlan, steps_for_epochs, steps_per_epoch
 from bertkit.training.callbacks import (
@@ -528,6 +528,7 @@ class Trainer(TrainerLoss, TrainerEvaluation):
         if not current().is_main:  # under torchrun rank 0 writes, as transformers' Trainer does
             return
         directory = Path(output_dir if output_dir is not None else self.args.output_dir)
+        refuse_non_directory(directory, "save_model")
         directory.mkdir(parents=True, exist_ok=True)
         self.model.save_pretrained(directory)
         if self.processing_class is not None and hasattr(self.processing_class, "save_pretrained"):

@@ -42,8 +42,9 @@ class CrossEncoderExamples(Sequence):
     def texts_of(self, i: int) -> list[str]:
         row = self.dataset[i]
         texts = [row[self.texts[0]], *row[self.texts[1]]] if self.listwise else [row[c] for c in self.texts]
-        bad = next((t for t in texts if not isinstance(t, str)), None)
-        if bad is not None:
+        at = next((k for k, t in enumerate(texts) if not isinstance(t, str)), None)  # a None text is found too
+        if at is not None:
+            bad = texts[at]
             raise BertkitError(f"row {i}: expected texts in {self.texts}, got {type(bad).__name__} {str(bad)[:60]!r}")
         return texts
 

@@ -49,6 +49,7 @@ from bertkit.sentence.calls import (
     check_features,
     check_save_arguments,
     model_path,
+    move_to_device,
     refuse_arguments,
     refuse_data_frame,
 )
@@ -253,7 +254,7 @@ class CrossEncoder(Indexed, ReferenceCalls, nn.Module):
             self.activation_fn = nn.Sigmoid() if self.num_labels == 1 else nn.Identity()
         self.eval()  # as loaded models are: predict, which puts back the mode it found, must not turn dropout on
         if device is not None:
-            self.to(device)
+            move_to_device(self, device)
 
     def __setattr__(self, name: str, value: Any) -> None:
         if name == "activation_fn":  # a plain attribute (as sentence-transformers keeps it), not a sub-module
@@ -353,7 +354,7 @@ class CrossEncoder(Indexed, ReferenceCalls, nn.Module):
                                    f"{str(pair[side])[:40]!r} as its {('first', 'second')[side]} text; a pair holds two "
                                    "strings: fill in or drop the row (a number: str(...) it)")
         if device is not None:
-            self.to(device)
+            move_to_device(self, device)
         if not pairs:  # sentence-transformers' empty result, whatever the labels: (0,) float64, (0,) float32 or []
             return torch.tensor([], device=self.device) if convert_to_tensor else np.array([]) if convert_to_numpy else []
         if show_progress_bar is None:

@@ -45,6 +45,7 @@ from bertkit.sentence.calls import (
     ReferenceCalls,
     check_save_arguments,
     model_path,
+    move_to_device,
     refuse_arguments,
     texts_of,
 )
@@ -163,7 +164,7 @@ class SparseEncoder(ReferenceCalls, Prompted, SimilarityByName, nn.Sequential):
             max_active_dims if max_active_dims is not None else saved.get("max_active_dims"))
         self.eval()
         if device is not None:
-            self.to(device)
+            move_to_device(self, device)
 
     # -- the routes ----------------------------------------------------------------------------------------------
     def _route_lists(self) -> list[list[nn.Module]]:
@@ -313,7 +314,7 @@ class SparseEncoder(ReferenceCalls, Prompted, SimilarityByName, nn.Sequential):
         k = self._check_active_dims(max_active_dims) if max_active_dims is not None else self.max_active_dims
         route = self._route(task)
         if device is not None:
-            self.to(device)
+            move_to_device(self, device)
         if not texts:
             result = torch.tensor([], device="cpu" if save_to_cpu else self.device)
             return (result.to_sparse() if convert_to_sparse_tensor else result) if convert_to_tensor else []
