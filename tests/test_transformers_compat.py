@@ -1088,3 +1088,36 @@ def test_decode_takes_an_encoding_and_the_slow_tokenizers_spacing_switch(minilm_
         assert ours.decode(ours(*encoding), **kwargs) == theirs.decode(theirs(*encoding), **kwargs)
     assert ours.decode(ours(*encoding), spaces_between_special_tokens=False) == \
         "[CLS] hello world [SEP] there [SEP] pair [SEP]"
+
+
+@pytest.mark.parametrize("cls, source, kwargs", [
+    ("BertForSequenceClassification", "encoder", {"num_labels": 3}),  # a new head: its weights missing
+    ("BertForPreTraining", "encoder", {}),  # the MLM head fresh, its tied decoder bias too
+    ("BertForMaskedLM", "pretraining", {}),
+    ("BertModel", "pretraining", {}),
+    ("BertForSequenceClassification", "pretraining", {}),  # the checkpoint's heads left out
+    ("BertForTokenClassification", "pretraining", {}),  # and its pooler, which this head has not
+    ("BertForSequenceClassification", "classifier", {"num_labels": 5, "ignore_mismatched_sizes": True}),
+])
+def test_output_loading_info_reports_as_transformers(minilm_2_layers, tmp_path, cls, source, kwargs):
+    """Was: from_pretrained(..., output_loading_info=True), with which scripts list what a checkpoint left
+    initialised afresh, refused as 'not a BertConfig field'. Now (model, info) with transformers' four keys: the same
+    missing, unexpected and mismatched names as transformers 5 reports for the same checkpoint."""
+    made = {"encoder": minilm_2_layers}
+    for name, head, kw in (("pretraining", "BertForPreTraining", {}),
+                           ("classifier", "BertForSequenceClassification", {"num_labels": 3})):
+        made[name] = tmp_path / name
+        getattr(transformers, head).from_pretrained(minilm_2_layers, **kw).save_pretrained(made[name])
+    _, theirs = getattr(transformers, cls).from_pretrained(made[source], output_loading_info=True, **kwargs)
+    model, ours = getattr(bertkit, cls).from_pretrained(made[source], output_loading_info=True, **kwargs)
+    assert isinstance(model, getattr(bertkit, cls))
+    assert ours.keys() == theirs.keys() == {"missing_keys", "unexpected_keys", "mismatched_keys", "error_msgs"}
+    assert ours["error_msgs"] == [] == list(theirs["error_msgs"])
+    for key in ("missing_keys", "unexpected_keys"):
+        assert ours[key] == set(theirs[key]), key
+    assert {(k, tuple(a), tuple(b)) for k, a, b in ours["mismatched_keys"]} \
+        == {(k, tuple(a), tuple(b)) for k, a, b in theirs["mismatched_keys"]}
+    if kwargs.get("ignore_mismatched_sizes"):
+        assert {k for k, _, _ in ours["mismatched_keys"]} == {"classifier.weight", "classifier.bias"}
+    if cls == "BertForPreTraining":
+        assert "cls.predictions.decoder.bias" in ours["missing_keys"]

@@ -19,7 +19,7 @@ import json
 import logging
 from collections.abc import Iterable
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import Any, ClassVar, NamedTuple
 
 import torch
 from torch import Tensor
@@ -241,6 +241,20 @@ def resolve_dtype(dtype: torch.dtype | str | None, weights: dict[str, Tensor], c
     return dtype
 
 
+class LoadReport(NamedTuple):
+    """What ``load_published_state_dict`` did with a checkpoint's tensors, under the model's names."""
+
+    loaded: set[str]
+    fresh: set[str]  # not in the checkpoint: initialised afresh (a new head, an absent pooler)
+    ignored: set[str]  # in the checkpoint, not this model's: another head's weights
+    mismatched: set[tuple[str, torch.Size, torch.Size]]  # (name, file shape, model shape), re-initialised
+
+    def info(self) -> dict[str, Any]:
+        """transformers' ``output_loading_info`` dict."""
+        return {"missing_keys": set(self.fresh), "unexpected_keys": set(self.ignored),
+                "mismatched_keys": set(self.mismatched), "error_msgs": []}
+
+
 # ---------------------------------------------------------------------------------------------------
 # The mixin every bertkit model inherits
 # ---------------------------------------------------------------------------------------------------
@@ -277,7 +291,7 @@ class PretrainedMixin(TransformersModelCalls):
                         state_dict: dict[str, Tensor] | None = None, dtype: torch.dtype | str | None = None,
                         device: torch.device | str | None = None, attn_implementation: str | None = None,
                         add_pooling_layer: bool | None = None, ignore_mismatched_sizes: bool = False,
-                        **config_overrides: Any):
+                        output_loading_info: bool = False, **config_overrides: Any):
         """Build the model from a Hugging Face-layout directory (or Hub id, ``bertkit.hub``), in eval mode, as
         transformers does.
 
@@ -285,7 +299,11 @@ class PretrainedMixin(TransformersModelCalls):
         is an error. ``state_dict`` replaces the directory's weights, with the same checks (``path`` may then be
         None). ``dtype`` (a dtype, its name or ``"auto"``) and ``device`` place the model; ``attn_implementation``
         is ``"sdpa"`` (default) or ``"eager"``; ``ignore_mismatched_sizes=True`` re-initialises head weights of
-        another shape (another label count), logging which.
+        another shape (another label count), logging which. ``output_loading_info=True`` returns ``(model, info)``
+        as transformers does: ``info`` holds the sets ``missing_keys`` (initialised fresh: not in the checkpoint),
+        ``unexpected_keys`` (in the checkpoint, left out: another head's), ``mismatched_keys`` ((name, file shape,
+        model shape), re-initialised under ``ignore_mismatched_sizes``) and an empty ``error_msgs`` list (bertkit
+        raises instead).
         """
         local_files_only = refuse_hub_options(path, config_overrides)
         dtype = dtype_argument(dtype, config_overrides)
@@ -304,8 +322,8 @@ class PretrainedMixin(TransformersModelCalls):
             raise BertkitError(f"add_pooling_layer is a BertModel argument; {cls.__name__} decides its pooler")
         with building_to_load():
             model = cls(config) if add_pooling_layer is None else cls(config, add_pooling_layer=add_pooling_layer)
-        loaded = model.load_published_state_dict(weights, source=source, ignore_mismatched_sizes=ignore_mismatched_sizes)
-        model._initialise_unloaded(loaded)
+        report = model.load_published_state_dict(weights, source=source, ignore_mismatched_sizes=ignore_mismatched_sizes)
+        model._initialise_unloaded(report.loaded)
         if path is not None:  # (None: weights from state_dict=)
             # transformers' attribute (peft writes it to adapter_config.json), and its config's
             model.name_or_path = config.name_or_path = str(path)
@@ -314,25 +332,27 @@ class PretrainedMixin(TransformersModelCalls):
         dtype = resolve_dtype(dtype, weights, config)
         if dtype is not None or device is not None:
             model.to(device=device, dtype=dtype)  # type: ignore[attr-defined]
-        return model.eval()  # type: ignore[attr-defined]
+        model.eval()  # type: ignore[attr-defined]
+        return (model, report.info()) if output_loading_info else model
 
     def load_published_state_dict(self, published: dict[str, Tensor], source: str = "state dict", *,
-                                  ignore_mismatched_sizes: bool = False) -> set[str]:
-        """Load weights under the published names (with or without ``bert.``); returns the names loaded.
-        ``ignore_mismatched_sizes``: a head weight of another shape stays fresh, with a warning."""
+                                  ignore_mismatched_sizes: bool = False) -> LoadReport:
+        """Load weights under the published names (with or without ``bert.``); returns what was loaded and what
+        was not. ``ignore_mismatched_sizes``: a head weight of another shape stays fresh, with a warning."""
         tensors = _canonical(published, "bert." if self._encoder() is not self else "")
         encoder_keys, head_keys = self._published_keys()
         heads = set(head_keys)
         own = self.state_dict(keep_vars=True)  # type: ignore[attr-defined]  # views: no tied-decoder copy
         new_state: dict[str, Tensor] = {}
         fresh: list[str] = []
+        mismatched: list[tuple[str, torch.Size, torch.Size]] = []
         missing, shapes, not_float, nonfinite = [], [], [], []
         for key in encoder_keys + head_keys:
             value, model = tensors.get(key), own[key]
             if value is None:  # a head, or the pooler (MLM-only checkpoints lack it), starts fresh; the encoder may not
                 (fresh if key in heads or key.startswith(("pooler.", "bert.pooler.")) else missing).append(key)
             elif value.shape != model.shape and ignore_mismatched_sizes and key in heads:
-                fresh.append(f"{key} (file {tuple(value.shape)}, model {tuple(model.shape)})")
+                mismatched.append((key, value.shape, model.shape))
             elif value.shape != model.shape:
                 shapes.append(f"{key}: file {tuple(value.shape)}, model {tuple(model.shape)}")
             elif model.is_floating_point() and not value.is_floating_point():
@@ -369,14 +389,17 @@ class PretrainedMixin(TransformersModelCalls):
              "which leaves the decoder out)")) if found]
         if problems:
             raise BertkitError(f"{source} does not match {type(self).__name__}: " + "; ".join(problems))
-        if fresh:
-            logger.warning("%s: initialised fresh (not in %s): %s", type(self).__name__, source, ", ".join(fresh))
+        if fresh or mismatched:
+            logger.warning("%s: initialised fresh (not in %s): %s", type(self).__name__, source, ", ".join(
+                [*fresh, *(f"{key} (file {tuple(file)}, model {tuple(model)})" for key, file, model in mismatched)]))
         if other_heads:
             logger.info("%s: ignored weights of heads this model does not have: %s", type(self).__name__,
                         ", ".join(other_heads))
         result = torch.nn.Module.load_state_dict(self, new_state, strict=False)  # type: ignore[arg-type]
         assert not result.unexpected_keys, result.unexpected_keys
-        return set(new_state)
+        # the tied decoder's names (in the state dict, as in transformers') are as fresh as what they are tied to
+        fresh += [key for key, source in self._tied_to().items() if key in own and source in fresh]
+        return LoadReport(set(new_state), set(fresh), set(other_heads), set(mismatched))
 
     def _untied_decoder(self, tensors: dict[str, Tensor]) -> list[str]:
         """The decoder tensors a checkpoint stores that differ from what the tied masked-LM head computes with (the
@@ -384,10 +407,13 @@ class PretrainedMixin(TransformersModelCalls):
         own = dict(self.named_parameters())  # type: ignore[attr-defined]
         if "cls.predictions.bias" not in own:
             return []
-        prefix = "bert." if self._encoder() is not self else ""
-        tied_to = dict(zip(TIED_KEYS, (prefix + "embeddings.word_embeddings.weight", "cls.predictions.bias")))
-        return [f"{key} differs from {source}" for key, source in tied_to.items()
+        return [f"{key} differs from {source}" for key, source in self._tied_to().items()
                 if key in tensors and source in tensors and not torch.equal(tensors[key], tensors[source])]
+
+    def _tied_to(self) -> dict[str, str]:
+        """The masked-LM decoder's names and the names of what each is tied to."""
+        prefix = "bert." if self._encoder() is not self else ""
+        return dict(zip(TIED_KEYS, (prefix + "embeddings.word_embeddings.weight", "cls.predictions.bias")))
 
     def _is_unexpected(self, key: str) -> bool:
         """Whether a key this model does not load is an error (not a published encoder name, a weight its own

@@ -475,7 +475,7 @@ def convert_tf_checkpoint(tf_checkpoint: str | Path, bert_config: str | Path, vo
     if num_labels is not None and config.num_labels != num_labels:  # run_classifier.py saves no label names
         config = config.with_labels(num_labels)
     model = MODEL_CLASSES[arch](config)
-    loaded = model.load_published_state_dict(published, source=str(tf_checkpoint))  # strict: names and shapes
+    loaded = model.load_published_state_dict(published, source=str(tf_checkpoint)).loaded  # strict: names and shapes
     # A head's or the pooler's weight the checkpoint lacks would be written as initialised, then load everywhere as
     # if it were the checkpoint's (the load above only warns: it serves fine-tuning a head from an encoder).
     fresh = [key for key in model.published_state_dict() if key not in loaded]
