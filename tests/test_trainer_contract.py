@@ -443,10 +443,12 @@ def test_an_epochs_log_after_a_checkpoint_at_its_last_step_survives_a_kill_betwe
                 if r["split"] == "train"] == [4, 8]
 
 
-@pytest.mark.parametrize("limit", [pytest.param(1, marks=pytest.mark.slow), 2, pytest.param(3, marks=pytest.mark.slow)])
+@pytest.mark.parametrize("limit", [pytest.param(1, marks=pytest.mark.slow), 2, pytest.param(3, marks=pytest.mark.slow),
+                                   0])
 def test_save_total_limit_counts_the_best_checkpoint_as_transformers_does(checkpoint, tmp_path, limit):
     """save_total_limit is the number of checkpoints in all, the best and the newest among them (transformers'
-    rotate_checkpoints); bertkit kept save_total_limit others beside the best: one more than asked."""
+    rotate_checkpoints); bertkit kept save_total_limit others beside the best: one more than asked. 0 keeps every
+    checkpoint, as transformers reads it (it was refused: 'must be at least 1')."""
     kept = {}
     for lib in (transformers, bertkit):
         out, kept[lib.__name__] = tmp_path / lib.__name__, []
@@ -460,7 +462,8 @@ def test_save_total_limit_counts_the_best_checkpoint_as_transformers_does(checkp
              load_best_model_at_end=True, metric_for_best_model="eval_loss", greater_is_better=True,
              save_total_limit=limit)
     assert kept["bertkit"] == kept["transformers"]
-    assert [len(names) for _, names in kept["bertkit"]] == [min(step, max(limit, 2)) for step in range(1, 7)]
+    assert [len(names) for _, names in kept["bertkit"]] == [min(step, max(limit, 2)) if limit > 0 else step
+                                                            for step in range(1, 7)]
 
 
 def test_a_stray_checkpoint_directory_never_makes_rotation_remove_the_newest(checkpoint, tmp_path):

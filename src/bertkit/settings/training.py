@@ -127,8 +127,9 @@ class TrainingSettings(OverwriteSettings, ProgressSettings):
     save_steps: float | None = flag(None, hf=500, check=step_count)
     """Save a resumable checkpoint every N optimiser steps (below 1: a share of all steps). Default: at the end
     only."""
-    save_total_limit: int | None = flag(2, hf=None, check=at_least_one)
-    """Keep N checkpoints in all: the newest, and the best among them when the best is kept (None: all)."""
+    save_total_limit: int | None = flag(2, hf=None)
+    """Keep N checkpoints in all: the newest, and the best among them when the best is kept (None, 0 or below: all,
+    as transformers reads them)."""
     skip_nonfinite: int = flag(0, check=non_negative)
     """Skip up to N optimiser steps whose loss or gradient is NaN or infinite (their batches are dropped and
     counted in metrics.jsonl). Default 0: the first one stops the run, naming the step and last checkpoint."""

@@ -526,6 +526,7 @@ class _Run:
         windows = all_gather(self.window.saved())
         with self.window.paused():  # not training time: the next window's rows per second are the steps'
             if self.info.is_main:
+                limit = self.args.save_total_limit  # None, 0 or below: keep every checkpoint, as transformers reads it
                 save_checkpoint(self.args.output_dir, {
                     "model": model_state(self.model), "optimizer": self.optimizer.state_dict(), "scheduler": self.scheduler.state_dict(),
                     "scaler": self.scaler.state_dict(), "rank_rng": rng, "world_size": self.info.world_size,
@@ -534,7 +535,7 @@ class _Run:
                     # what the step's log reports, for a log after the checkpoint (an epoch's, at its end)
                     "last_step": {"lr": self.step_lr, "grad_norm": self.grad_norm},
                     "records": len(self.log_file.history),  # metrics.jsonl's, which a resume cuts back to
-                }, self.pos.step, self.args.save_total_limit or 2**62, self.model, layout=self.hooks.layout,
+                }, self.pos.step, limit if limit is not None and limit > 0 else 2**62, self.model, layout=self.hooks.layout,
                     write_extra=self.hooks.write_extra, protect=self.hooks.protect)
         self.saved_at = self.pos.step
         self.event("save")
