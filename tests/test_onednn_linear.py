@@ -150,6 +150,31 @@ def test_a_prepared_model_is_a_snapshot_and_the_model_still_copies(minilm_dir):
                                    rtol=0)
 
 
+@pytest.mark.parametrize("bf16", [False, True])
+def test_a_prepared_model_and_its_pipeline_pickle(minilm_2_layers, bf16):
+    """What a spawned DataLoader worker, ``datasets.map(num_proc=2)`` or ``torch.save`` gets of an
+    ``optimize_for_inference`` copy or a CPU pipeline (fp32 or bf16): pickling failed with "NotImplementedError: Cannot
+    access storage of OpaqueTensorImpl" (oneDNN's reordered weights) where int8 pipelines pickled. Now the copy is
+    pickled as what it was made from and prepared again for the CPU that unpickles it: the same states and results."""
+    import pickle
+
+    import bertkit
+
+    model = BertModel.from_pretrained(minilm_2_layers).eval()
+    ids, mask = _inputs()
+    prepared = bertkit.optimize_for_inference(model, bf16=bf16)
+    pipe = bertkit.pipeline("feature-extraction", minilm_2_layers, bf16=bf16)
+    texts = ["a first text", "and a second, longer one than the first"]
+    with torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
+        want = prepared(input_ids=ids, attention_mask=mask).last_hidden_state
+        buffer = io.BytesIO()
+        torch.save(prepared, buffer)
+        buffer.seek(0)
+        for copied in (pickle.loads(pickle.dumps(prepared)), torch.load(buffer, weights_only=False)):
+            assert torch.equal(copied(input_ids=ids, attention_mask=mask).last_hidden_state, want)
+    assert pickle.loads(pickle.dumps(pipe))(texts) == pipe(texts)
+
+
 def test_a_prepared_model_prepares_again_for_the_other_precision(tiny_model):
     """A pipeline's model given to another pipeline: prepared for bf16, then for fp32 (and back), it computes what
     a model prepared once for that precision does, from the float32 weights it was made from; a model prepared for

@@ -199,8 +199,9 @@ class PreparedLinear(nn.Module):
     ``dtype`` as autocast casts it, so in bf16 the output is autocast's (within bf16 rounding on oneDNN's weight).
 
     Inference only (``train`` and a backward pass are refused): the weights are a snapshot, outside the state dict.
-    ``source`` keeps the float32 weight and bias it was made from, from which ``copy.deepcopy`` and
-    ``for_cpu_inference`` make it again (the reordered weight is an opaque tensor nothing can copy)."""
+    ``source`` keeps the float32 weight and bias it was made from, from which ``copy.deepcopy``, ``pickle`` (a
+    spawned DataLoader worker's or ``datasets.map(num_proc=...)``'s copy) and ``for_cpu_inference`` make it again,
+    for the CPU it then runs on (the reordered weight is an opaque tensor nothing can copy or pickle)."""
 
     def __init__(self, weight: Tensor, bias: Tensor | None, dtype: torch.dtype, activation: nn.Module | None = None):
         super().__init__()
@@ -223,6 +224,11 @@ class PreparedLinear(nn.Module):
 
     def __deepcopy__(self, memo: dict) -> PreparedLinear:
         return PreparedLinear(*copy.deepcopy(self.source, memo), self.dtype, copy.deepcopy(self.activation, memo))
+
+    def __reduce__(self) -> tuple[type, tuple]:
+        # pickled as what it is made from: the reordered weight's storage cannot be read ("Cannot access storage of
+        # OpaqueTensorImpl" from every fp32 and bf16 pipeline, and every optimize_for_inference copy, on the CPU)
+        return PreparedLinear, (*self.source, self.dtype, self.activation)
 
     def _apply(self, fn: Any, recurse: bool = True) -> PreparedLinear:
         # .to(), .double(), .half() reach here, and the prepared weight is no parameter they could convert: the
