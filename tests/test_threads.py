@@ -116,3 +116,136 @@ def test_a_model_copied_while_a_call_runs_gets_a_mode_switch_of_its_own(minilm_2
         other.train()
         np.testing.assert_allclose(other.encode(TEXTS), want, atol=1e-6, rtol=0)
         assert other.training
+
+
+# -- a seeded random mix (slow) ------------------------------------------------------------------------------------
+_WORDS = ("the movie was great but its plot was thin and the actors tried hard , naïve café 東京 unaffable "
+          "antidisestablishmentarianism ! ? 😀").split()
+
+
+def _texts(rng, n: int) -> list[str]:
+    return [" ".join(rng.choice(_WORDS) for _ in range(rng.randint(1, 40))) for _ in range(n)]
+
+
+def _as_numbers(x):
+    if isinstance(x, torch.Tensor):
+        x = x.to_dense() if x.is_sparse else x
+        return x.float().numpy()
+    return x
+
+
+def _same(a, b) -> bool:
+    if isinstance(a, dict):
+        return isinstance(b, dict) and a.keys() == b.keys() and all(_same(a[k], b[k]) for k in a)
+    if isinstance(a, (list, tuple)):
+        return isinstance(b, (list, tuple)) and len(a) == len(b) and all(_same(x, y) for x, y in zip(a, b))
+    if isinstance(a, np.ndarray):
+        return a.shape == b.shape and a.dtype == b.dtype and bool(np.allclose(a, b, atol=1e-6, rtol=0))
+    if isinstance(a, float):
+        return abs(a - b) <= 1e-6
+    return a == b
+
+
+@pytest.mark.slow
+def test_calls_from_threads_at_once_give_what_they_give_alone(minilm_2_layers, mlm_dir, tmp_path):
+    """12 seeded draws of 2-8 threads, each a different call with different arguments on objects they share (a
+    tokenizer, a SentenceTransformer with prompts, a one-label CrossEncoder, a SparseEncoder, fp32 / bf16 / int8
+    feature-extraction pipelines, a token-classification pipeline, an optimize_for_inference copy, and pickled copies
+    of them, as a spawned worker gets), bf16 autocast in some threads and not in others, the models in training mode
+    in half the draws: every call's ids and numbers are those of the same call made alone (fp32 within 1e-6), and the
+    models' modes and torch's settings in the calling thread are as before."""
+    import pickle
+    import random
+
+    import bertkit
+    from bertkit import BertForTokenClassification, BertModel, BertTokenizer
+    from bertkit._hardware import int8_kernel
+
+    torch.manual_seed(0)
+    BertForTokenClassification.from_pretrained(minilm_2_layers, num_labels=4).save_pretrained(tmp_path / "tagger")
+    tok = BertTokenizer.from_pretrained(minilm_2_layers)
+    tok.save_pretrained(tmp_path / "tagger")
+    st = SentenceTransformer(minilm_2_layers, prompts={"query": "query: ", "doc": "passage: "})
+    torch.manual_seed(0)
+    ce = CrossEncoder(minilm_2_layers, num_labels=1)
+    sp = SparseEncoder(mlm_dir)
+    pipes = {"fp32": bertkit.pipeline("feature-extraction", minilm_2_layers),
+             "bf16": bertkit.pipeline("feature-extraction", minilm_2_layers, bf16=True),
+             "tagger": bertkit.pipeline("token-classification", tmp_path / "tagger")}
+    if int8_kernel() is not None:
+        pipes["int8"] = bertkit.pipeline("feature-extraction", minilm_2_layers, quantize="int8")
+    fast = bertkit.optimize_for_inference(BertModel.from_pretrained(minilm_2_layers))
+    models = (st, ce, sp)
+
+    def draw(rng):
+        kind = rng.choice(["tok", "pair", "st", "ce", "sp", "pipe", "fast", "pickled"])
+        texts = _texts(rng, rng.randint(1, 9))
+        if kind == "tok":
+            kw = dict(truncation=rng.choice([True, False]), max_length=rng.choice([8, 16, 64]),
+                      padding=rng.choice([False, "longest", "max_length"]), return_offsets_mapping=rng.random() < .5)
+            return lambda: dict(tok(texts, **kw))
+        if kind == "pair":
+            windows = rng.random() < .5  # windows over the first text (transformers' rule: only_first to have them)
+            kw = dict(truncation="only_first" if windows else rng.choice(["longest_first", "only_first"]),
+                      max_length=rng.choice([24, 48]), stride=rng.choice([0, 4]) if windows else 0,
+                      return_overflowing_tokens=windows)
+            seconds = [" ".join(rng.choice(_WORDS[:10]) for _ in range(3)) for _ in texts]
+            return lambda: dict(tok(texts, seconds, **kw))
+        if kind == "st":
+            kw = dict(batch_size=rng.choice([1, 3, 32]), normalize_embeddings=rng.random() < .5,
+                      prompt_name=rng.choice([None, "query", "doc"]), truncate_dim=rng.choice([None, 100]),
+                      precision=rng.choice(["float32", "float32", "ubinary"]))
+            autocast = rng.random() < .3
+
+            def call():
+                with torch.autocast("cpu", dtype=torch.bfloat16, enabled=autocast):
+                    return _as_numbers(st.encode(texts + texts[:1], **kw))
+            return call
+        if kind == "ce":
+            kw = dict(batch_size=rng.choice([1, 2, 32]), top_k=rng.choice([None, 2]))
+            return lambda: [{k: float(v) for k, v in r.items()} for r in ce.rank(texts[0], texts, **kw)]
+        if kind == "sp":
+            kw = dict(batch_size=rng.choice([1, 4, 32]), max_active_dims=rng.choice([None, 32]))
+            return lambda: _as_numbers(sp.encode(texts, **kw))
+        if kind == "pipe":
+            name = rng.choice(sorted(pipes))
+            kw = {"aggregation_strategy": rng.choice(["first", "average", "max"])} if name == "tagger" else {}
+            return lambda: pipes[name](texts, **kw)
+        batch = tok(texts, padding=True, truncation=True, max_length=64, return_tensors="pt")
+        model = fast if kind == "fast" else pickle.loads(pickle.dumps(rng.choice([fast, st.bert, pipes["fp32"].model])))
+        model.eval()  # st.bert is in training mode in half the draws: a forward of its own would draw dropout
+
+        def forward():
+            with torch.inference_mode():
+                return _as_numbers(model(**batch).last_hidden_state)
+        return forward
+
+    def settings():
+        return (torch.is_grad_enabled(), torch.is_inference_mode_enabled(), torch.is_autocast_enabled("cpu"),
+                torch.get_num_threads(), [m.training for m in models])
+
+    for seed in range(12):
+        rng = random.Random(seed)
+        calls = [draw(rng) for _ in range(rng.randint(2, 8))]
+        alone = [call() for call in calls]
+        training = seed % 2 == 1
+        for model in models:
+            model.train(training)
+        before = settings()
+        results: list = [None] * len(calls)
+        barrier = threading.Barrier(len(calls))
+
+        def run(i, calls=calls, results=results, barrier=barrier):
+            barrier.wait()
+            results[i] = calls[i]()
+
+        threads = [threading.Thread(target=run, args=(i,)) for i in range(len(calls))]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(60)
+        assert settings() == before, seed
+        for i, (want, got) in enumerate(zip(alone, results)):
+            assert _same(want, got), f"seed {seed}, call {i}"
+    for model in models:
+        model.eval()
