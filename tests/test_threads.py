@@ -118,6 +118,48 @@ def test_a_model_copied_while_a_call_runs_gets_a_mode_switch_of_its_own(minilm_2
         assert other.training
 
 
+def test_an_int8_copy_made_while_another_thread_runs_the_model_is_the_one_made_alone(minilm_2_layers):
+    """``pipeline(..., quantize="int8")`` over a model another thread is running (a SentenceTransformer's encoder
+    being served): calibration hooked and ran the model passed in, so the other thread's forward passes, made while
+    it ran, counted among the calibration's activations and the int8 vectors came out 0.09 from those of the same
+    model quantized alone. Forced here: the other thread encodes an outlier text while the calibration's first batch
+    runs (a hook on the model, which its copy carries); the int8 pipeline's vectors equal those made alone."""
+    import bertkit
+    from bertkit._hardware import int8_kernel
+
+    if int8_kernel() is None:
+        pytest.skip("this PyTorch has no int8 kernel for this CPU")
+    model = SentenceTransformer(minilm_2_layers)
+    calibration = [f"calibration sentence {i} about cats, dogs and the weather" for i in range(16)]
+
+    def int8_pipeline():
+        return bertkit.pipeline("feature-extraction", model.bert, tokenizer=model.tokenizer, quantize="int8",
+                                calibration_texts=calibration)
+
+    want = int8_pipeline()(TEXTS)
+    outlier_done = threading.Event()
+
+    def outlier():
+        model.encode(["ZZZZ " * 50 + "loud outlier text !!!! 12345 " * 10])
+        outlier_done.set()
+
+    def meet(module, args):
+        if threading.current_thread().name == "quantize" and not outlier_done.is_set():
+            threading.Thread(target=outlier, name="serving").start()
+            assert outlier_done.wait(60)
+
+    hook = model.bert.register_forward_pre_hook(meet)
+    results = {}
+    try:
+        thread = threading.Thread(target=lambda: results.setdefault("int8", int8_pipeline()), name="quantize")
+        thread.start()
+        thread.join(120)
+    finally:
+        hook.remove()
+    assert outlier_done.is_set()
+    assert results["int8"](TEXTS) == want
+
+
 # -- a seeded random mix (slow) ------------------------------------------------------------------------------------
 _WORDS = ("the movie was great but its plot was thin and the actors tried hard , naïve café 東京 unaffable "
           "antidisestablishmentarianism ! ? 😀").split()
