@@ -173,7 +173,6 @@ def test_a_prepared_model_prepares_again_for_the_other_precision(tiny_model):
             assert torch.equal(back, bf16(input_ids=ids, attention_mask=mask).last_hidden_state)
 
 
-
 def test_the_inference_copy_and_a_pipeline_pickle(tmp_path, tiny_model, tiny_checkpoint):
     """Was: pickling the inference copy (``torch.save(model)`` of ``optimize_for_inference``'s model, a pipeline sent to
     a worker process) failed with PyTorch's NotImplementedError "Cannot access storage of OpaqueTensorImpl" (the
@@ -202,6 +201,7 @@ def test_the_inference_copy_and_a_pipeline_pickle(tmp_path, tiny_model, tiny_che
     clf = bertkit.pipeline("text-classification", tiny_checkpoint(tmp_path / "clf", "BertForSequenceClassification",
                                                                    tokenizer=words, labels=2, num_attention_heads=2))
     assert pickle.loads(pickle.dumps(clf))(["a good film", "bad"]) == clf(["a good film", "bad"])
+
 
 def test_hooked_and_wrapped_projections_stay_modules(tiny_model):
     """A projection with a hook of its own (or any module that is not a plain ``nn.Linear``: peft's wrappers) is

@@ -199,8 +199,9 @@ class PreparedLinear(nn.Module):
     ``dtype`` as autocast casts it, so in bf16 the output is autocast's (within bf16 rounding on oneDNN's weight).
 
     Inference only (``train`` and a backward pass are refused): the weights are a snapshot, outside the state dict.
-    ``source`` keeps the float32 weight and bias it was made from, from which ``copy.deepcopy``, pickle and
-    ``for_cpu_inference`` make it again (the reordered weight is an opaque tensor nothing can copy)."""
+    ``source`` keeps the float32 weight and bias it was made from, from which ``copy.deepcopy``, ``pickle`` (a
+    spawned DataLoader worker's or ``datasets.map(num_proc=...)``'s copy) and ``for_cpu_inference`` make it again,
+    for the CPU it then runs on (the reordered weight is an opaque tensor nothing can copy or pickle)."""
 
     def __init__(self, weight: Tensor, bias: Tensor | None, dtype: torch.dtype, activation: nn.Module | None = None):
         super().__init__()

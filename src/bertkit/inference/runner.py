@@ -5,6 +5,7 @@ feature extraction all run their rows here (``evaluate``), batched by length whe
 from __future__ import annotations
 
 import contextlib
+import threading
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 
@@ -77,6 +78,44 @@ def longest_first(items: Sequence[Any], batch_size: int, prepare: Callable[[list
         yield {**prepare([items[i] for i in rows]), "rows": moved(torch.as_tensor(rows), device)}
 
 
+class _EvalCalls:
+    """The inference calls under way on one model, and the mode the first of them found. Kept in the model's own
+    ``__dict__`` (no registry of models); a copy of the model (pickle, ``copy.deepcopy``) gets a fresh one, with no
+    call under way, as a lock cannot be copied."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.running = 0
+        self.found_training = False
+
+    def __reduce__(self) -> tuple[type, tuple]:
+        return _EvalCalls, ()
+
+
+@contextlib.contextmanager
+def eval_mode(model: nn.Module) -> Iterator[None]:
+    """``model`` in eval mode (no dropout) inside the block, and back in the mode it had once the last block entered
+    on it from any thread ends.
+
+    Each call switching to eval mode and putting back the mode it found was wrong under threads (a server's workers,
+    a ThreadPoolExecutor sharing one model): on a model in training mode, the first call to end turned dropout back
+    on under the calls still running (their vectors up to 0.4 from the model's, with no error), and a call that
+    found the eval mode another had set put it back, so the model stayed in eval mode for good."""
+    calls = model.__dict__.get("_eval_calls") or model.__dict__.setdefault("_eval_calls", _EvalCalls())
+    with calls.lock:
+        if calls.running == 0:
+            calls.found_training = model.training
+        calls.running += 1
+        model.eval()  # under the lock: a call entering never runs while the last one out puts training mode back
+    try:
+        yield
+    finally:
+        with calls.lock:
+            calls.running -= 1
+            if calls.running == 0:
+                model.train(calls.found_training)
+
+
 def evaluate(call: Call, rows: Sequence[Any], batches: Sequence[Sequence[int]], *, pad: Pad,
              device: str | torch.device = "cpu", bf16: bool | None = False, model: nn.Module | None = None,
              nonfinite: Callable[[int], str] | None = None, bar: Any = None, gather: bool = False
@@ -94,27 +133,20 @@ def evaluate(call: Call, rows: Sequence[Any], batches: Sequence[Sequence[int]], 
     """
     device = torch.device(device)
     precision = contextlib.nullcontext() if bf16 is None else torch.autocast(device.type, torch.bfloat16, enabled=bf16)
-    was_training = model.training if model is not None else False
-    if model is not None:
-        model.eval()
     results: list[tuple[list[int], Any]] = []
-    try:
-        with torch.no_grad():
-            for idx in batches:
-                batch_rows = [rows[i] for i in idx]
-                # tensors to a GPU without waiting (``moved``), other values as they are
-                batch = {k: moved(v, device) if isinstance(v, Tensor) else v for k, v in pad(batch_rows).items()}
-                with precision:
-                    result = call(batch, batch_rows)
-                bad = [i for i, o in zip(idx, result) if (np.isnan(o) | np.isposinf(o)).any()] if nonfinite else []
-                if bad:
-                    raise NonFiniteError(nonfinite(min(bad)))
-                results.append((list(idx), result))
-                if bar is not None:
-                    bar.update(len(idx))
-    finally:
-        if model is not None:
-            model.train(was_training)
+    with eval_mode(model) if model is not None else contextlib.nullcontext(), torch.no_grad():
+        for idx in batches:
+            batch_rows = [rows[i] for i in idx]
+            # tensors to a GPU without waiting (``moved``), other values as they are
+            batch = {k: moved(v, device) if isinstance(v, Tensor) else v for k, v in pad(batch_rows).items()}
+            with precision:
+                result = call(batch, batch_rows)
+            bad = [i for i, o in zip(idx, result) if (np.isnan(o) | np.isposinf(o)).any()] if nonfinite else []
+            if bad:
+                raise NonFiniteError(nonfinite(min(bad)))
+            results.append((list(idx), result))
+            if bar is not None:
+                bar.update(len(idx))
     return [r for part in all_gather(results) for r in part] if gather and current().enabled else results
 
 

@@ -67,9 +67,12 @@ def quantize_int8(model: nn.Module, *, calibration: Iterable[Mapping[str, Tensor
     if calibration is None:
         raise BertkitError("quantize_int8 needs calibration batches: calibration_batches(tokenizer, texts) with a few "
                            "hundred texts like the model's inputs (quantize_int8_on_texts uses built-in sentences)")
-    absmax = activation_absmax(encoder, calibration, targets)
+    # calibrated on the copy, never on the model passed in: its hooks and mode switch there saw the forward passes
+    # another thread ran on that model meanwhile (a SentenceTransformer serving it: the int8 vectors 0.09 from those
+    # of the same model quantized alone), and switched that thread's dropout back on
     target_model = copy.deepcopy(model)
     target_encoder = encoder_of(target_model)
+    absmax = activation_absmax(target_encoder, calibration, targets)
     for i, kind in targets:
         layer = target_encoder.encoder.layer[i]
         linear = float_projection(layer, kind)

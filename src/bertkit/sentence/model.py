@@ -351,23 +351,19 @@ class SentenceTransformer(Indexed, ReferenceCalls, Prompted, SimilarityByName, n
         paragraphs it encoded 1.24x faster, and the copy (about 60 ms for MiniLM) is paid back within a batch. The
         copy is this call's own, never put in ``self.bert``: encode called from two threads at once left it there for
         good (each put back the encoder it found), so that ``save`` failed and training trained other weights."""
-        was_training = self.training
-        self.eval()
-        bert = self.bert
-        if self.device.type == "cpu" and len(texts) > batch_size:
-            from bertkit.inference.prepare import for_cpu_inference
+        from bertkit.inference.runner import eval_mode, longest_first
 
-            bert = for_cpu_inference(bert, bf16=False)
+        bert = self.bert
         dtype = torch.promote_types(self.bert.embeddings.word_embeddings.weight.dtype, torch.float32)
         out = torch.empty(len(texts), self._width, dtype=dtype, device=self.device)  # read back once
-        from bertkit.inference.runner import longest_first
+        with eval_mode(self):  # calls from other threads at once included
+            if self.device.type == "cpu" and len(texts) > batch_size:
+                from bertkit.inference.prepare import for_cpu_inference
 
-        try:
+                bert = for_cpu_inference(bert, bf16=False)
             for batch in longest_first(texts, batch_size, lambda b: self.tokenize(b, prompt), self.device, progress):
                 out[batch["rows"]] = self.embed(batch["input_ids"], batch["attention_mask"], batch["token_type_ids"],
                                                 batch["prompt_length"], bert=bert).to(dtype)
-        finally:
-            self.train(was_training)
         return out.cpu()
 
     def fit(self, train_objectives: Iterable[tuple[Any, nn.Module]], **kwargs: Any) -> None:

@@ -376,18 +376,14 @@ class CrossEncoder(Indexed, ReferenceCalls, nn.Module):
         """(N, num_labels) logits on the CPU, in the pairs' order; batches of similar length. float32 for a float32 or
         half-precision model (sentence-transformers upcasts types under 32 bits), float64 for a float64 one (float32
         here put its scores 1e-8 from sentence-transformers', and returned them as float32 tensors)."""
-        was_training = self.training
-        self.eval()
         dtype = torch.promote_types(self.model.dtype, torch.float32)
         out = torch.empty(len(pairs), self.num_labels, dtype=dtype, device=self.device)  # read back once, at the end
-        from bertkit.inference.runner import longest_first
+        from bertkit.inference.runner import eval_mode, longest_first
 
-        try:
+        with eval_mode(self):  # calls from other threads at once included
             for batch in longest_first(pairs, batch_size, self.preprocess, self.device, progress,
                                        length=lambda pair: len(pair[0]) + len(pair[1])):
                 out[batch["rows"]] = self.scores(batch).to(dtype)
-        finally:
-            self.train(was_training)
         return out.cpu()
 
     def rank(self, query: str, documents: Sequence[str], top_k: int | None = None, return_documents: bool = False,

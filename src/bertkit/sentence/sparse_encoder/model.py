@@ -343,17 +343,15 @@ class SparseEncoder(ReferenceCalls, Prompted, SimilarityByName, nn.Sequential):
         """(N, V) on the model's device in the texts' order, sparse COO (coalesced) or dense; batches of similar
         length, longest first. Each batch is made sparse as it is computed, so a sparse result never holds N dense
         rows. On the CPU, more than one batch runs on copies made for inference there (``_embedder``)."""
-        was_training = self.training
-        self.eval()
+        from bertkit.inference.runner import eval_mode, longest_first
+
         device = self.device
-        embed = _embedder(route, prepared=device.type == "cpu" and len(texts) > batch_size)
         V = self.get_embedding_dimension()
         # in the model's type, as sentence-transformers returns a half or float64 model's weights (pooled in float32
         # for half models, modules.accumulating); bertkit returned float32 from every model
         dtype = next(p.dtype for p in route[0].parameters() if p.is_floating_point())
         dense = None if sparse else torch.zeros(len(texts), V, dtype=dtype, device=device)
         found: list[tuple[Tensor, Tensor]] = []  # (indices (2, n), values (n,)) per batch
-        from bertkit.inference.runner import longest_first
 
         def keep(rows: Tensor, emb: Tensor, count: Tensor, ready: torch.cuda.Event | None) -> None:
             # How many weights a batch keeps is known on the host only once its kernels ran: a batch's non-zero
@@ -365,7 +363,8 @@ class SparseEncoder(ReferenceCalls, Prompted, SimilarityByName, nn.Sequential):
             found.append((torch.stack([rows[at[0]], at[1]]), emb[at[0], at[1]]))
 
         pending: list[tuple[Tensor, Tensor, Tensor, torch.cuda.Event | None]] = []
-        try:
+        with eval_mode(self):  # calls from other threads at once included
+            embed = _embedder(route, prepared=device.type == "cpu" and len(texts) > batch_size)
             for batch in longest_first(texts, batch_size, lambda b: route[0].tokenize(b, prompt), device, progress):
                 emb = select_max_active_dims(embed(batch).to(dtype), k)  # (B, V)
                 if dense is not None:
@@ -380,8 +379,6 @@ class SparseEncoder(ReferenceCalls, Prompted, SimilarityByName, nn.Sequential):
                 pending.append((batch["rows"], emb, count, ready))
             if pending:
                 keep(*pending.pop())
-        finally:
-            self.train(was_training)
         if dense is not None:
             return dense
         indices, values = torch.cat([i for i, _ in found], 1), torch.cat([v for _, v in found])
