@@ -147,3 +147,81 @@ def test_push_to_hub_is_refused_naming_save_model(checkpoint, tmp_path):
     ):
         trainer.push_to_hub(commit_message="end of training")
     assert not (tmp_path / "run").exists()
+
+
+def test_an_evaluate_override_runs_for_the_evaluations_during_training(checkpoint, tmp_path):
+    """transformers' Trainer evaluates during training through self.evaluate(); bertkit's ran its own evaluation
+    there, so an override adding a metric was skipped (its metric never logged) and a metric_for_best_model naming
+    it was refused before training as "not a metric this run computes". Now the override runs at each evaluation:
+    the same records, evaluate() calls, best metric and best checkpoint as transformers'."""
+    seen = {}
+    for lib in (transformers, bertkit):
+        calls = seen.setdefault(lib.__name__, [])
+
+        class Scored(lib.Trainer):
+            seen = calls
+
+            def evaluate(self, eval_dataset=None, ignore_keys=None, metric_key_prefix="eval"):
+                metrics = super().evaluate(eval_dataset, ignore_keys, metric_key_prefix)
+                metrics[f"{metric_key_prefix}_neg_loss"] = -metrics[f"{metric_key_prefix}_loss"]
+                self.seen.append((self.state.global_step, ignore_keys))
+                return metrics
+
+        trainer = _trainer(
+            lib,
+            checkpoint,
+            tmp_path / lib.__name__,
+            eval_dataset="test",
+            args=dict(
+                max_steps=4,
+                eval_strategy="steps",
+                eval_steps=2,
+                save_strategy="steps",
+                save_steps=2,
+                metric_for_best_model="neg_loss",
+                load_best_model_at_end=True,
+                learning_rate=5e-3,
+            ),
+            cls=Scored,
+        )
+        trainer.train(ignore_keys_for_eval=["hidden_states"])
+        evals = [
+            {k: v for k, v in h.items() if "runtime" not in k and "per_second" not in k}
+            for h in trainer.state.log_history
+            if "eval_loss" in h
+        ]
+        seen[lib.__name__ + "-evals"] = evals
+        seen[lib.__name__ + "-best"] = (
+            trainer.state.best_metric,
+            Path(trainer.state.best_model_checkpoint).name,
+        )
+    assert seen["bertkit"] == seen["transformers"] == [(2, ["hidden_states"]), (4, ["hidden_states"])]
+    ours, theirs = seen["bertkit-evals"], seen["transformers-evals"]
+    assert [sorted(r) for r in ours] == [sorted(r) for r in theirs] and len(ours) == 2
+    for a, b in zip(ours, theirs):
+        assert a == pytest.approx(b, rel=1e-5)
+    assert seen["bertkit-best"][1] == seen["transformers-best"][1]
+    assert seen["bertkit-best"][0] == pytest.approx(seen["transformers-best"][0], rel=1e-5)
+
+
+def test_an_evaluate_override_without_the_best_metric_is_refused_at_that_evaluation(checkpoint, tmp_path):
+    """As transformers stops there (a KeyError): the metric is named, and what the override returned."""
+
+    class Renamed(bertkit.Trainer):
+        def evaluate(self, eval_dataset=None, ignore_keys=None, metric_key_prefix="eval"):
+            return {"eval_other": 1.0}
+
+    trainer = _trainer(
+        bertkit,
+        checkpoint,
+        tmp_path / "run",
+        eval_dataset="test",
+        args=dict(max_steps=2, eval_strategy="steps", eval_steps=2, metric_for_best_model="score"),
+        cls=Renamed,
+    )
+    with pytest.raises(
+        BertkitError,
+        match=r"metric_for_best_model 'score' is not in the metrics Renamed\.evaluate "
+        r"returned at step 2 \(\['eval_other'\]\)",
+    ):
+        trainer.train()

@@ -309,7 +309,7 @@ class Trainer(TrainerLoss, TrainerEvaluation):
                 t0 = time.perf_counter()
                 self._trained = True
                 result = train(self._module, [Phase(plan, total)], settings,
-                               evaluate=self._evaluate_in_loop if self._evaluates() else None,
+                               evaluate=self._loop_evaluation if self._evaluates() else None,
                                fingerprint=fingerprint, resume=resume or False,
                                hooks=LoopHooks(layout=HF_LAYOUT, write_extra=self._write_checkpoint_extras,
                                                protect=self._is_best, on_record=self._on_record, event=self._loop_event,
@@ -434,11 +434,16 @@ class Trainer(TrainerLoss, TrainerEvaluation):
             self.log({"loss": record["loss"], **norm, "learning_rate": record["lr"]})
             return
         metrics = {k: v for k, v in record.items() if k.startswith("eval_")}
-        for part in self._by_eval_set(metrics):  # transformers logs each set's evaluation on its own
+        logged, self._logged_by_evaluate = self._logged_by_evaluate, False
+        for part in [] if logged else self._by_eval_set(metrics):  # transformers logs each set's evaluation apart
             self.log(part)
             self._event("on_evaluate", metrics=part)
         name = self.args.metric_for_best_model
         value = best_metric_value(name, metrics, step) if name is not None else None
+        if logged and name is not None and value is None:  # the check before training could not run the override
+            raise BertkitError(f"metric_for_best_model {name!r} is not in the metrics {type(self).__name__}.evaluate "
+                               f"returned at step {step} ({sorted(metrics)}); return it from evaluate(), or name one "
+                               "of those")
         if value is not None:
             if not math.isfinite(value):  # a NaN compares as neither better nor worse: it is never the best
                 logger.warning("%s is %s at step %d: this evaluation cannot be the best; the best stays %s",
