@@ -105,7 +105,7 @@ class SentenceExamples(Sequence):
             types.append(enc["token_type_ids"][0].tolist())
         label = row[self.label] if self.label is not None else 0
         return {"input_ids": ids, "token_type_ids": types, "prompt_length": self.prompt_lengths, "task": self.tasks,
-                "label": label, "index": i, "dataset_name": self.name}
+                "label": label, "has_targets": self.label is not None, "index": i, "dataset_name": self.name}
 
     def _check_texts(self, what: str) -> None:
         """Every row's text columns hold strings, checked once before anything is written: a None or a number at row
@@ -151,7 +151,9 @@ class SentenceCollator:
     """Examples -> ``input_ids``, ``token_type_ids``, ``attention_mask`` (B, C, T) padded with ``pad_id``,
     ``widths`` (each column's longest row, C ints: the loss runs each column on its own width, so a short query
     column is not computed at a long passage column's width), ``prompt_length`` and ``task`` (C each: each
-    column's prompt and task, the same for every row), ``label`` (B,) and ``index`` (B,). The ints stay on the
+    column's prompt and task, the same for every row), ``label`` (B,), ``has_targets`` (whether the dataset has a label
+    column: without one ``label`` is zeros and the loss gets None, as sentence-transformers' loss gets no label)
+    and ``index`` (B,). The ints stay on the
     host: reading them from the device would stall its queue of kernels at every step. ``dataset_name``: the
     dataset the rows come from (one a batch; None for a dataset of its own)."""
 
@@ -175,6 +177,7 @@ class SentenceCollator:
         return {"input_ids": input_ids, "token_type_ids": token_type_ids, "attention_mask": attention_mask,
                 "widths": widths, "prompt_length": list(examples[0]["prompt_length"]), "task": list(examples[0]["task"]),
                 "label": torch.stack(labels) if isinstance(labels[0], Tensor) else torch.tensor(labels),
+                "has_targets": examples[0].get("has_targets", True),
                 "index": torch.tensor([e["index"] for e in examples], dtype=torch.long),
                 "dataset_name": examples[0]["dataset_name"]}
 

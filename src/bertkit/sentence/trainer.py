@@ -115,12 +115,14 @@ class LossModel(DatasetLosses):
 
     def forward(self, input_ids: Tensor, attention_mask: Tensor, token_type_ids: Tensor, widths: list[int],
                 prompt_length: list[int], task: list[str | None], label: Tensor, index: Tensor,
-                dataset_name: str | None = None) -> LossOutput:
+                dataset_name: str | None = None, has_targets: bool = True) -> LossOutput:
         features = [{"input_ids": input_ids[:, c, :w], "attention_mask": attention_mask[:, c, :w],
                      "token_type_ids": token_type_ids[:, c, :w], "prompt_length": prompt_length[c], "task": task[c],
                      "index": index} for c, w in enumerate(widths)]  # input_ids (B, C, T) -> C x (B, width)
         loss = self.loss_of(dataset_name)
-        value = loss(features, label if loss.needs_label else None)
+        # the dataset's labels whenever it has a label column, as sentence-transformers passes them: a loss of the
+        # user's own (needs_label left False) reads them too; None where it has none
+        value = loss(features, label if has_targets else None)
         if isinstance(value, dict):
             split = "train" if self.training else "eval"
             sums = self._sums[split]

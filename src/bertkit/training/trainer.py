@@ -77,6 +77,16 @@ logger = logging.getLogger("bertkit")
 NOT_CALLED = ("training_step", "prediction_step", "create_optimizer", "create_scheduler",
               "create_optimizer_and_scheduler", "get_train_dataloader", "get_eval_dataloader", "get_test_dataloader",
               "evaluation_loop", "get_decay_parameter_names")
+# transformers' Trainer arguments bertkit's does not implement, with the fix; each is accepted at transformers' default
+_OPTIMISER = ("bertkit's loop builds AdamW (optim 'adamw_torch') and the schedule from TrainingArguments: set "
+              "learning_rate, weight_decay, adam_beta1, adam_beta2, adam_epsilon, lr_scheduler_type and warmup_steps "
+              "there, or train with transformers' Trainer for another optimiser")
+NOT_IMPLEMENTED_ARGUMENTS = {
+    "optimizers": ((None, None), _OPTIMISER),
+    "optimizer_cls_and_kwargs": (None, _OPTIMISER),
+    "compute_loss_func": (None, "override compute_loss(self, model, inputs, return_outputs=False, "
+                                "num_items_in_batch=None) in a Trainer subclass (bertkit calls it as transformers does)"),
+}
 
 
 def set_seed(seed: int) -> None:
@@ -98,9 +108,13 @@ class Trainer(TrainerLoss, TrainerEvaluation):
                  compute_metrics: Callable[[EvalPrediction], dict] | None = None,
                  callbacks: Sequence[TrainerCallback | type] | None = None,
                  preprocess_logits_for_metrics: Callable[[Any, Any], Any] | None = None, **unknown: Any):
-        if unknown:
-            raise BertkitError(f"Trainer got arguments bertkit does not implement: {sorted(unknown)}; "
-                               "see docs/coming-from-transformers.md")
+        for name, value in unknown.items():
+            default, fix = NOT_IMPLEMENTED_ARGUMENTS.get(name, (None, None))
+            if fix is None:
+                raise BertkitError(f"Trainer got an argument bertkit does not implement: {name}; see "
+                                   "docs/coming-from-transformers.md for the arguments it takes")
+            if value != default and not (isinstance(value, (list, tuple)) and tuple(value) == default):
+                raise BertkitError(f"Trainer({name}=...) is not implemented in bertkit: {fix}")
         overridden = [name for cls in type(self).__mro__ if not cls.__module__.startswith("bertkit.")
                       for name in self._not_called if name in vars(cls)]
         if overridden:
@@ -180,7 +194,13 @@ class Trainer(TrainerLoss, TrainerEvaluation):
                 return c
         return None
 
-    remove_callback = pop_callback
+    def remove_callback(self, callback: TrainerCallback | type) -> None:
+        """Remove ``callback`` (an instance, or the first of a class); returns None, as transformers' does."""
+        self.pop_callback(callback)
+
+    def push_to_hub(self, *args: Any, **kwargs: Any) -> None:
+        raise BertkitError("Trainer.push_to_hub is not implemented in bertkit (it reaches no hub): save with "
+                           "trainer.save_model(DIR) and upload DIR with huggingface_hub's upload_folder")
 
     def _event(self, name: str, **kwargs: Any) -> None:
         for c in self.callbacks:
@@ -289,7 +309,7 @@ class Trainer(TrainerLoss, TrainerEvaluation):
                 t0 = time.perf_counter()
                 self._trained = True
                 result = train(self._module, [Phase(plan, total)], settings,
-                               evaluate=self._evaluate_in_loop if self._evaluates() else None,
+                               evaluate=self._loop_evaluation if self._evaluates() else None,
                                fingerprint=fingerprint, resume=resume or False,
                                hooks=LoopHooks(layout=HF_LAYOUT, write_extra=self._write_checkpoint_extras,
                                                protect=self._is_best, on_record=self._on_record, event=self._loop_event,
@@ -414,11 +434,16 @@ class Trainer(TrainerLoss, TrainerEvaluation):
             self.log({"loss": record["loss"], **norm, "learning_rate": record["lr"]})
             return
         metrics = {k: v for k, v in record.items() if k.startswith("eval_")}
-        for part in self._by_eval_set(metrics):  # transformers logs each set's evaluation on its own
+        logged, self._logged_by_evaluate = self._logged_by_evaluate, False
+        for part in [] if logged else self._by_eval_set(metrics):  # transformers logs each set's evaluation apart
             self.log(part)
             self._event("on_evaluate", metrics=part)
         name = self.args.metric_for_best_model
         value = best_metric_value(name, metrics, step) if name is not None else None
+        if logged and name is not None and value is None:  # the check before training could not run the override
+            raise BertkitError(f"metric_for_best_model {name!r} is not in the metrics {type(self).__name__}.evaluate "
+                               f"returned at step {step} ({sorted(metrics)}); return it from evaluate(), or name one "
+                               "of those")
         if value is not None:
             if not math.isfinite(value):  # a NaN compares as neither better nor worse: it is never the best
                 logger.warning("%s is %s at step %d: this evaluation cannot be the best; the best stays %s",

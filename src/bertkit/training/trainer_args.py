@@ -47,6 +47,8 @@ _NOT_IMPLEMENTED: tuple[tuple[Any, tuple[str, ...]], ...] = (
     ("length", ("length_column_name",)),
 )
 REFUSED: dict[str, Any] = {name: default for default, names in _NOT_IMPLEMENTED for name in names}
+# values transformers' __post_init__ turns into the default (include_num_input_tokens_seen=False is "no"): accepted as it
+SAME_AS_DEFAULT: dict[str, tuple[Any, ...]] = {"include_num_input_tokens_seen": (False,)}
 _HUB = "save with trainer.save_model(DIR) and upload DIR with huggingface_hub"
 _DIST = "bertkit runs data-parallel under torchrun on its own (docs/distributed.md)"
 ADVICE = {  # by the start of the name
@@ -186,7 +188,7 @@ def _checked_init(self: TrainingArguments, output_dir: str | Path | None = None,
         if name in known:
             continue
         if name in REFUSED:
-            if _same(kwargs[name], REFUSED[name]):
+            if any(_same(kwargs[name], v) for v in (REFUSED[name], *SAME_AS_DEFAULT.get(name, ()))):
                 del kwargs[name]  # transformers' own default: the behaviour bertkit has anyway
                 continue
             advice = next((a for start, a in ADVICE.items() if name.startswith(start)), "drop this argument")

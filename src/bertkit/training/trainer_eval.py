@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import copy
 import math
+import numbers
 import time
 from collections.abc import Mapping, Sequence
 from typing import Any, NamedTuple
@@ -182,6 +183,23 @@ class TrainerEvaluation:
         """Each evaluation batch's weight in the mean loss; None: its rows."""
         return None
 
+    def _loop_evaluation(self, module: nn.Module) -> dict[str, float]:
+        """An evaluation during training. A subclass's ``evaluate`` override is called, as transformers' Trainer calls
+        ``self.evaluate(ignore_keys=ignore_keys_for_eval)`` there (an override adding a metric, or changing one, was
+        skipped: its metric reached neither log_history nor metric_for_best_model); it logs and tells the callbacks
+        itself, so the loop's record of its numbers is not logged again (``_logged_by_evaluate``)."""
+        if not self._evaluate_overridden():
+            return self._evaluate_in_loop(module)
+        metrics = self.evaluate(ignore_keys=self._ignore_keys_for_eval)
+        self._logged_by_evaluate = True
+        return {k: v for k, v in metrics.items() if isinstance(v, numbers.Real) and not isinstance(v, bool)}
+
+    _logged_by_evaluate = False  # the loop's last evaluation was an evaluate() override's, logged by it
+
+    def _evaluate_overridden(self) -> bool:
+        """Whether a class of the user's (not bertkit's own) overrides ``evaluate``."""
+        return any(not cls.__module__.startswith("bertkit.") and "evaluate" in vars(cls) for cls in type(self).__mro__)
+
     def _evaluate_in_loop(self, module: nn.Module) -> dict[str, float]:
         self._check_outputs(self._ignore_keys_for_eval, "train(ignore_keys_for_eval=...)")  # a callback's evaluation
         return {k: v for prefix, what, dataset in self._eval_sets(self.eval_dataset, "eval")
@@ -244,7 +262,8 @@ class TrainerEvaluation:
                     "load_best_model_at_end nor metric_for_best_model")
             keys += [f"{prefix}_loss"] + [metric_key(k, prefix) for k in returned]
             best_metric_value(name, {metric_key(k, prefix): v for k, v in returned.items()}, 0)  # a number?
-        if metric_key(name) not in keys:
+        # an evaluate() override may add it: then it is looked for in what the override returns (``_on_record``)
+        if metric_key(name) not in keys and not self._evaluate_overridden():
             raise BertkitError(f"metric_for_best_model {name!r} is not a metric this run computes: evaluation "
                                f"returns {keys}; name one of them (without or with the eval_ prefix)")
 

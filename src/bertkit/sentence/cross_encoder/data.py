@@ -52,7 +52,7 @@ class CrossEncoderExamples(Sequence):
         texts = self.texts_of(i)
         label = self.dataset[i][self.label] if self.label is not None else 0
         return {"input_ids": [self.model.token_ids(t) for t in texts], "label": self._label(i, label, len(texts) - 1),
-                "dataset_name": self.name}
+                "has_targets": self.label is not None, "dataset_name": self.name}
 
     def _label(self, i: int, label: Any, documents: int) -> Any:
         if self.listwise:
@@ -101,7 +101,7 @@ def collate(examples: list[dict[str, Any]], pad_id: int = 0) -> dict[str, Any]:
         label = torch.stack(labels) if isinstance(labels[0], Tensor) else torch.tensor(labels)
     assert len({e.get("dataset_name") for e in examples}) == 1, "a batch holds the rows of one dataset"
     return {"input_ids": [e["input_ids"] for e in examples], "label": label,
-            "dataset_name": examples[0].get("dataset_name")}
+            "has_targets": examples[0].get("has_targets", True), "dataset_name": examples[0].get("dataset_name")}
 
 
 def columns_of(input_ids: list[list[list[int]]], label: Tensor, listwise: bool) -> tuple[list, Any]:

@@ -30,10 +30,12 @@ from bertkit.sentence.trainer import DatasetLosses, LossOutput, SentenceTransfor
 class CrossEncoderLossModel(DatasetLosses):
     """``DatasetLosses`` on a collated batch of pairs (``data.collate``)."""
 
-    def forward(self, input_ids: list[list[list[int]]], label: Tensor, dataset_name: str | None = None) -> LossOutput:
+    def forward(self, input_ids: list[list[list[int]]], label: Tensor, dataset_name: str | None = None,
+                has_targets: bool = True) -> LossOutput:
         loss = self.loss_of(dataset_name)
         inputs, labels = columns_of(input_ids, label, loss.listwise)
-        return LossOutput(loss(inputs, labels if loss.needs_label else None))
+        # the labels whenever the dataset has a label column, as sentence-transformers passes them (SentenceLossModel)
+        return LossOutput(loss(inputs, labels if has_targets else None))
 
 
 class CrossEncoderTrainer(SentenceTransformerTrainer):
