@@ -164,14 +164,15 @@ def _reset(out: Path, before: dict[str, bytes] | None) -> None:
 
 
 def _with_faults(saves: list) -> list:
-    """Each save with a kill and a full disk at every step; a full disk under `bertkit quantize --overwrite` in `make
-    test-slow` only: it fails the staged write save_pretrained's cases fail, and the command's one line on a full
-    disk is test_quantize_overwrite_on_a_full_disk_keeps_the_earlier_output's."""
+    """Each save with a kill and a full disk at every step; `bertkit quantize --overwrite` in `make test-slow` only
+    (about 100 quantizations, 12 s): it stages its output as the save_pretrained cases do, and the regression it
+    guards (the earlier output removed before the new one was written) is
+    test_quantize_overwrite_on_a_full_disk_keeps_the_earlier_output's, in `make test`."""
     cases = []
     for save in saves:
         name, marks = (save.values[0], list(save.marks)) if hasattr(save, "values") else (save, [])
         for fault in ("kill", "full"):
-            slow = [pytest.mark.slow] if (name, fault) == ("bertkit quantize --overwrite", "full") else []
+            slow = [pytest.mark.slow] if name == "bertkit quantize --overwrite" else []
             cases.append(pytest.param(name, fault, marks=marks or slow))
     return cases
 
