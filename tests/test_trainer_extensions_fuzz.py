@@ -26,6 +26,7 @@ import bertkit
 import bertkit.sentence
 from bertkit.sentence.losses import SentenceLoss
 from sentence_helpers import st_directory
+from test_sentence_custom_loss import _projected_loss
 from trainer_helpers import tiny_classifier
 
 transformers = pytest.importorskip("transformers")
@@ -233,25 +234,6 @@ def test_trainer_subclasses_and_callbacks_run_as_in_transformers(sst2, minilm_2_
     assert ours["best"] == theirs["best"], where
     for name, weight in theirs["weights"].items():  # Adam turns float rounding into steps of up to the rate
         assert (ours["weights"][name] - weight).norm() <= 1e-4 * max(weight.norm(), 1.0), f"{where}: {name}"
-
-
-def _projected_loss(base: type) -> type:
-    class Projected(base):
-        def __init__(self, model):
-            if base is nn.Module:
-                super().__init__()
-                self.model = model
-            else:
-                super().__init__(model)
-            torch.manual_seed(1)
-            self.proj = nn.Linear(model.get_embedding_dimension(), 16)
-            self.scale = nn.Parameter(torch.tensor(5.0))
-
-        def forward(self, sentence_features, labels):
-            a, b = (self.proj(self.model(f)["sentence_embedding"]) for f in sentence_features)
-            return ((torch.sigmoid(self.scale * nn.functional.cosine_similarity(a, b)) - labels) ** 2).mean()
-
-    return Projected
 
 
 @pytest.mark.parametrize("seed", [1])
