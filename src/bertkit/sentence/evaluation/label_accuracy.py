@@ -10,6 +10,7 @@ from typing import Any
 import torch
 
 from bertkit.errors import BertkitError
+from bertkit.inference.runner import eval_mode
 from bertkit.padding import moved
 from bertkit.sentence.evaluation.base import ResultsCsv, prefixed, results_csv_name
 from bertkit.sentence.finite import refuse_nonfinite
@@ -50,24 +51,23 @@ class LabelAccuracyEvaluator(ResultsCsv):
                                "evaluated, whose accuracy this would not be; build SoftmaxLoss on this model (its "
                                "classifier's weights: loss.classifier.load_state_dict(...))")
         correct = total = 0
-        was_training, loader = model.training, self.dataloader
+        loader = self.dataloader
         collate, loader.collate_fn = loader.collate_fn, list  # its examples, as sentence-transformers iterates it
-        model.eval()
         try:
-            for examples in loader:
-                texts, labels = self._batch(examples, total)
-                features = [{k: moved(v, model.device) if isinstance(v, torch.Tensor) else v
-                             for k, v in model.tokenize(list(column)).items()} for column in zip(*texts)]
-                with torch.no_grad():
-                    _, logits = loss(features, labels=None)
-                # argmax takes a NaN for the largest: a NaN row counted as class 0, right or wrong like any other
-                refuse_nonfinite(logits, [tuple(t) for t in texts], f"LabelAccuracyEvaluator (the batch from example "
-                                 f"{total})", "output")
-                total += len(logits)
-                correct += int((logits.argmax(dim=1).cpu() == torch.tensor(labels)).sum())
+            with eval_mode(model):  # put back as found, also under calls from other threads
+                for examples in loader:
+                    texts, labels = self._batch(examples, total)
+                    features = [{k: moved(v, model.device) if isinstance(v, torch.Tensor) else v
+                                 for k, v in model.tokenize(list(column)).items()} for column in zip(*texts)]
+                    with torch.no_grad():
+                        _, logits = loss(features, labels=None)
+                    # argmax takes a NaN for the largest: a NaN row counted as class 0, right or wrong like any other
+                    refuse_nonfinite(logits, [tuple(t) for t in texts], f"LabelAccuracyEvaluator (the batch from example "
+                                     f"{total})", "output")
+                    total += len(logits)
+                    correct += int((logits.argmax(dim=1).cpu() == torch.tensor(labels)).sum())
         finally:
             loader.collate_fn = collate
-            model.train(was_training)
         if total == 0:
             raise BertkitError("LabelAccuracyEvaluator: the DataLoader gave no pairs to evaluate")
         accuracy = correct / total
