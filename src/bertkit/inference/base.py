@@ -15,7 +15,7 @@ from torch import Tensor, nn
 
 from bertkit.errors import BertkitError, MissingFileError, is_whole
 from bertkit.hub import download_hint, not_a_directory
-from bertkit.inference.options import Option, refusal
+from bertkit.inference.options import Option, checked_flag, refusal
 from bertkit.inference.prepare import check_request, int8_model_request, prepare_model
 from bertkit.inference.runner import readable, run_length_sorted
 from bertkit.padding import pad_batch
@@ -101,10 +101,7 @@ class Pipeline:
                  calibration_texts: Sequence[str | tuple[str, str]] | None = None):
         if not is_whole(batch_size):
             raise BertkitError(f"batch_size must be a positive int, got {batch_size!r}")
-        if not (progress is None or isinstance(progress, bool)):
-            # progress="no" drew the bar, as any non-empty string is true
-            raise BertkitError(f"progress must be True, False or None (None: a bar for long inputs only), got "
-                               f"{progress!r}")
+        progress = checked_flag("progress", progress, "None: a bar for long inputs only")
         if max_length is None:
             max_length = min(tokenizer.model_max_length, model.config.max_position_embeddings)
         model.config.check_sequence_length(max_length, "max_length")

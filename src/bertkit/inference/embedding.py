@@ -16,7 +16,7 @@ import torch.nn.functional as F
 from bertkit.errors import BertkitError, is_whole
 from bertkit.inference import tasks
 from bertkit.inference.base import Pipeline
-from bertkit.inference.options import Option
+from bertkit.inference.options import Option, checked_flag
 from bertkit.inference.pipelines import TextOrPairPipeline, per_row
 from bertkit.inference.runner import readable
 from bertkit.modeling import BertModel
@@ -110,8 +110,7 @@ class FeatureExtractionPipeline(TextOrPairPipeline):
         super().__init__(model, tokenizer, **kwargs)
         self.modes = modes
         self.pooling = modes[0] if len(modes) == 1 else list(modes)  # what /info says, as 1_Pooling's pooling_mode
-        if not (normalize is None or isinstance(normalize, bool)):  # normalize="no" scaled every vector to length 1
-            raise BertkitError(f"normalize must be True, False or None (None: the task's default), got {normalize!r}")
+        normalize = checked_flag("normalize", normalize, "None: the task's default")
         self.normalize = self.default_normalize if normalize is None else normalize
         self.normalize_module = saved.normalize  # 2_Normalize: before truncate_dim, as the model's own forward
         width = model.config.hidden_size * len(modes)

@@ -8,7 +8,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from bertkit.errors import is_whole
+import numpy as np
+
+from bertkit.errors import BertkitError, is_whole
 
 # The test a value passes, and the words saying what it must be.
 Rule = tuple[Callable[[Any], bool], str]
@@ -30,6 +32,17 @@ def or_none(rule: Rule) -> Rule:
     """``rule``, or None for the option's default (a JSON null is dropped before the wire checks it)."""
     ok, words = rule
     return (lambda v: v is None or ok(v)), words
+
+
+def checked_flag(name: str, value: Any, unset: str) -> bool | None:
+    """A pipeline's on/off setting as True, False or None (``unset`` says what None means); a string such as "no" or
+    "false", or a number, is refused rather than read by its truthiness (``normalize="no"`` scaled every vector to
+    length 1, ``progress="no"`` drew the bar). numpy's bool (from a config or an array) is a bool."""
+    if value is None or isinstance(value, bool):
+        return value
+    if isinstance(value, np.bool_):
+        return bool(value)
+    raise BertkitError(f"{name} must be True, False or None ({unset}), got {value!r}")
 
 
 def refusal(name: str, value: Any, rule: Rule | None) -> str | None:

@@ -16,7 +16,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
@@ -24,6 +23,7 @@ from torch import Tensor, nn
 from bertkit import _hardware, quantization
 from bertkit._hardware import onednn_linear, resolve_device, warn_if_bf16_is_emulated
 from bertkit.errors import BertkitError
+from bertkit.inference.options import checked_flag
 from bertkit.modeling import BertModel
 from bertkit.quantization.kernels import without_backward
 
@@ -55,7 +55,7 @@ def check_request(device: str | torch.device = "cpu", *, bf16: bool | None = Non
     """The device a model asked to run so will run on, or an error naming why it cannot and the fix (an int8
     request on a GPU, with bf16 asked for on a CPU without bf16 instructions, without an int8 kernel for this CPU;
     an unknown ``quantize``; calibration without int8). Called before the weights load."""
-    bf16 = _checked_bf16(bf16)
+    bf16 = checked_flag("bf16", bf16, "unset: off")
     if quantize is None:
         if calibrating:
             raise BertkitError("calibration_texts calibrate int8 inference: pass them with quantize='int8'")
@@ -85,7 +85,7 @@ def prepare_model(model: nn.Module, model_dir: str | Path | None = None, *,
     made for inference (``for_cpu_inference``), with the record of its precision. ``quantize="int8"`` quantizes a
     float model (``quantize_int8_on_texts`` on ``calibration_texts``, ``calibration_file``'s lines, or the built-in
     sentences); an int8 model runs as it is and refuses a calibration. ``bf16`` None: off."""
-    bf16 = _checked_bf16(bf16)
+    bf16 = checked_flag("bf16", bf16, "unset: off")
     calibrating = calibration_texts is not None or calibration_file is not None
     int8_already = quantization.is_int8_model(model)
     if int8_already:
@@ -145,17 +145,6 @@ def optimize_for_inference(model: nn.Module, *, device: str | torch.device = "cp
         raise BertkitError(f"optimize_for_inference takes a loaded model (BertModel.from_pretrained(...)), got "
                            f"{type(model).__name__}")
     return prepare_model(model, device=device, bf16=bf16)[0]
-
-
-def _checked_bf16(bf16: Any) -> bool | None:
-    """``bf16`` as True, False or None (unset); anything else (a string such as "false", a number) is refused
-    rather than read by its truthiness."""
-    if bf16 is None or isinstance(bf16, bool):
-        return bf16
-    if isinstance(bf16, np.bool_):  # numpy's bool, from a config or an array
-        return bool(bf16)
-    raise BertkitError(f"bf16 must be True, False or None (unset: off), got "
-                       f"{bf16!r} ({type(bf16).__name__})")
 
 
 # ---------------------------------------------------------------------------------------------------
