@@ -434,7 +434,7 @@ class Trainer(TrainerLoss, TrainerEvaluation):
             self.log({"loss": record["loss"], **norm, "learning_rate": record["lr"]})
             return
         metrics = {k: v for k, v in record.items() if k.startswith("eval_")}
-        logged, self._logged_by_evaluate = self._logged_by_evaluate, False
+        logged = self._evaluate_overridden()  # then every evaluation in the loop was the override's, logged by it
         for part in [] if logged else self._by_eval_set(metrics):  # transformers logs each set's evaluation apart
             self.log(part)
             self._event("on_evaluate", metrics=part)

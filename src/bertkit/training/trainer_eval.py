@@ -187,14 +187,11 @@ class TrainerEvaluation:
         """An evaluation during training. A subclass's ``evaluate`` override is called, as transformers' Trainer calls
         ``self.evaluate(ignore_keys=ignore_keys_for_eval)`` there (an override adding a metric, or changing one, was
         skipped: its metric reached neither log_history nor metric_for_best_model); it logs and tells the callbacks
-        itself, so the loop's record of its numbers is not logged again (``_logged_by_evaluate``)."""
+        itself, so the loop's record of its numbers is not logged again."""
         if not self._evaluate_overridden():
             return self._evaluate_in_loop(module)
         metrics = self.evaluate(ignore_keys=self._ignore_keys_for_eval)
-        self._logged_by_evaluate = True
         return {k: v for k, v in metrics.items() if isinstance(v, numbers.Real) and not isinstance(v, bool)}
-
-    _logged_by_evaluate = False  # the loop's last evaluation was an evaluate() override's, logged by it
 
     def _evaluate_overridden(self) -> bool:
         """Whether a class of the user's (not bertkit's own) overrides ``evaluate``."""
