@@ -8,8 +8,6 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-import numpy as np
-
 from bertkit.errors import BertkitError, is_whole
 
 # The test a value passes, and the words saying what it must be.
@@ -40,6 +38,8 @@ def checked_flag(name: str, value: Any, unset: str) -> bool | None:
     length 1, ``progress="no"`` drew the bar). numpy's bool (from a config or an array) is a bool."""
     if value is None or isinstance(value, bool):
         return value
+    import numpy as np  # here, not above: `bertkit --help` reads this module and loads no numpy
+
     if isinstance(value, np.bool_):
         return bool(value)
     raise BertkitError(f"{name} must be True, False or None ({unset}), got {value!r}")
