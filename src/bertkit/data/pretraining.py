@@ -185,7 +185,8 @@ class _Job:
         self.tables = MaskingTables.from_vocab(tokenizer.convert_ids_to_tokens(list(range(len(tokenizer.vocab)))),
                                                self.special_ids)
         self.token_dtype = _token_dtype(len(tokenizer.vocab))
-        written = [re.escape(t) for t in tokenizer.all_special_tokens if len(t) > 1]
+        special = [*tokenizer.all_special_tokens, *getattr(tokenizer, "unlisted_special_tokens", ())]  # all it cuts out
+        written = [re.escape(t) for t in special if len(t) > 1]
         self.special_text = re.compile("|".join(written) or "(?!)")  # (?!) matches nothing
 
     def tokenize(self, sentences: list[str]) -> list[list[int]]:

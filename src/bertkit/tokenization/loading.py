@@ -113,7 +113,7 @@ def read_settings(path: Path) -> dict[str, Any]:
 def added_past(tokens: list[str], path: Path, settings: dict[str, Any]) -> int:
     """Append to ``tokens`` (a vocab.txt's) the added tokens transformers keeps past it, at their ids:
     tokenizer_config.json's ``added_tokens_decoder`` (transformers 4.34 and later), else ``added_tokens.json``'s; a
-    special one none of the named tokens joins ``settings``' additional special tokens, the others its added tokens.
+    special one the files list nowhere joins ``settings``' unlisted special tokens, the others its added tokens.
     Returns vocab.txt's own size (WordPiece's vocabulary: the tokens appended are matched in the text only)."""
     size = len(tokens)
     found: dict[int, tuple[str, bool]] = {}
@@ -145,9 +145,11 @@ def added_past(tokens: list[str], path: Path, settings: dict[str, Any]) -> int:
 
 def _cut_out(token: str, special: bool, settings: dict[str, Any]) -> None:
     """Make ``token`` an added token of ``settings`` (matched in the text, never made from a word's pieces): special,
-    none of the named tokens, one of its additional special tokens; else one of its added tokens."""
+    none of the special tokens the files list, one of its unlisted special tokens (transformers 5 lists it nowhere);
+    else one of its added tokens."""
     named = {settings.get(k, _DEFAULT_SPECIAL[k]) for k in SPECIAL_TOKEN_KEYS}
-    if token in settings.get("added_tokens", ()) or token in settings.get("additional_special_tokens", ()):
+    if any(token in settings.get(key, ()) for key in ("added_tokens", "additional_special_tokens",
+                                                       "unlisted_special_tokens")):
         return
     if token in named:
         # a named token the files flag not special is matched in the normalized text and read back normalized, as
@@ -156,14 +158,14 @@ def _cut_out(token: str, special: bool, settings: dict[str, Any]) -> None:
         if not special:
             settings.setdefault("added_tokens", []).append(token)
         return
-    settings.setdefault("additional_special_tokens" if special else "added_tokens", []).append(token)
+    settings.setdefault("unlisted_special_tokens" if special else "added_tokens", []).append(token)
 
 
 def added_beside_tokenizer_json(tokens: list[str], path: Path, settings: dict[str, Any]) -> None:
     """Append to ``tokens`` (a tokenizer.json's, its added tokens included) the added tokens the files beside it name
     and it lacks, as transformers 5 adds them: tokenizer_config.json's ``added_tokens_decoder`` where the config has
     one, else ``added_tokens.json`` (a token special when it is one of the special tokens), each at the next id in the
-    order of the ids they give; a special one none of the named tokens joins ``settings``' additional special tokens,
+    order of the ids they give; a special one none of the named tokens joins ``settings``' unlisted special tokens,
     the others its added tokens. tokenizer.json's own added tokens and ids stay as they are."""
     config = read_json(path / CONFIG_FILE)
     if has_added_tokens_decoder(config):
@@ -177,7 +179,7 @@ def added_beside_tokenizer_json(tokens: list[str], path: Path, settings: dict[st
         # transformers 5 reads tokenizer.json's added tokens over added_tokens.json's, id by id: an entry whose id
         # tokenizer.json's added tokens hold is dropped (a stale file's); one whose id is another WordPiece token's
         # makes it renumber tokenizer.json's added tokens, which bertkit does not do
-        added = {*special, *settings.get("added_tokens", ())}
+        added = {*special, *settings.get("added_tokens", ()), *settings.get("unlisted_special_tokens", ())}
         for i, (token, _, _) in list(given.items()):
             if i < len(tokens) and tokens[i] != token:
                 if tokens[i] not in added:
@@ -240,9 +242,9 @@ def read_tokenizer_json(file: Path, settings: dict[str, Any],
     """(the tokens in id order, added tokens included, constructor arguments, the size of the WordPiece model's own
     vocabulary: ids 0..size-1) from a BERT ``tokenizer.json``: its WordPiece model and BertNormalizer give the
     defaults, ``settings`` (tokenizer_config.json's) win, as in transformers 5; so do the ``padding_side`` and
-    ``truncation_side`` the caller was given (``sides_given``, each "right"). Added special tokens none of the named
-    ones are ``additional_special_tokens`` too (after those the config lists): transformers 5 cuts every token
-    tokenizer.json flags special out of the text, a ``[CLS]`` that a new ``cls_token`` replaced included."""
+    ``truncation_side`` the caller was given (``sides_given``, each "right"). Added special tokens the config does
+    not list are ``unlisted_special_tokens``: transformers 5 cuts every token tokenizer.json flags special out of the
+    text (a ``[CLS]`` that a new ``cls_token`` replaced included) and skips it in decode, yet lists it nowhere."""
     data = read_json(file)
     parts = {part: data[part] if isinstance(data.get(part), dict) else {} for part in ("model", "normalizer")}
     model = parts["model"]
@@ -300,9 +302,9 @@ def read_tokenizer_json(file: Path, settings: dict[str, Any],
             "false to keep accents, as Lowercase does), which all of them read; to keep the case, remove the Lowercase")
     named = {merged.get(k, _DEFAULT_SPECIAL[k]) for k in SPECIAL_TOKEN_KEYS}
     listed = list(merged.get("additional_special_tokens", ()))
-    extra = [t for _, t in sorted(special) if t not in named and t not in listed]
-    if extra:
-        merged["additional_special_tokens"] = listed + extra
+    unlisted = [t for _, t in sorted(special) if t not in named and t not in listed]
+    if unlisted:
+        merged["unlisted_special_tokens"] = unlisted
     return _in_id_order(ids, file), merged, 1 + max(vocab.values())
 
 

@@ -78,6 +78,7 @@ class BertTokenizer(EditableVocabulary):
         mask_token: str = "[MASK]",
         additional_special_tokens: Sequence[str] = (),
         added_tokens: Sequence[str] = (),
+        unlisted_special_tokens: Sequence[str] = (),
         model_max_length: int = 512,
         max_input_chars_per_word: int = 100,
         clean_up_tokenization_spaces: bool = False,
@@ -96,7 +97,8 @@ class BertTokenizer(EditableVocabulary):
             typed_setting(value, SETTING_TYPES[key], key)
         special = {"unk_token": unk_token, "sep_token": sep_token, "pad_token": pad_token, "cls_token": cls_token,
                    "mask_token": mask_token}
-        self._shared = SharedVocabulary(Vocabulary(tokens, settings, special, additional_special_tokens, added_tokens))
+        self._shared = SharedVocabulary(Vocabulary(tokens, settings, special, additional_special_tokens, added_tokens,
+                                                   unlisted_special_tokens))
         self.model_max_length = int(model_max_length)
         self.clean_up_tokenization_spaces = clean_up_tokenization_spaces
 
@@ -184,7 +186,7 @@ class BertTokenizer(EditableVocabulary):
         if v.additional_special_tokens:
             special_map["additional_special_tokens"] = list(v.additional_special_tokens)
         config = {"tokenizer_class": "BertTokenizer", **{k: getattr(self, k) for k in SETTING_TYPES}, **special_map}
-        backend = tokenizer_json(v._tokens[:v._wordpiece_size], v.vocab, v.all_special_tokens, v.added_tokens, config)
+        backend = tokenizer_json(v._tokens[:v._wordpiece_size], v.vocab, v._cut_as_written(), v.added_tokens, config)
         # added_tokens.json ({token: id}, Hugging Face's file for them) is written when empty too: transformers reads
         # it beside tokenizer.json, so one left by an earlier save would bring its tokens back.
         files = [(CONFIG_FILE, config), (SPECIAL_TOKENS_MAP_FILE, special_map), (TOKENIZER_FILE, backend),

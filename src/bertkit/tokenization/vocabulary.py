@@ -34,6 +34,7 @@ from bertkit.tokenization.wordpiece import WordPiece
 _BUILT_FROM = {**dict.fromkeys(("do_lower_case", "strip_accents", "tokenize_chinese_chars", "max_input_chars_per_word"),
                                "load the tokenizer with it: AutoTokenizer.from_pretrained(path, {name}={value!r})"),
                "additional_special_tokens": "add them with tok.add_special_tokens({{'{name}': {value!r}}})",
+               "unlisted_special_tokens": "add them with tok.add_tokens({value!r}, special_tokens=True)",
                "added_tokens": "add them with tok.add_tokens({value!r})"}
 _SPECIAL_IDS = {f"{key}_id": key for key in SPECIAL_TOKEN_KEYS}  # unk_token_id, sep_token_id, ...
 
@@ -51,11 +52,15 @@ class Vocabulary:
 
     # What it pickles; the rest is derived (rebuilt after unpickling rather than shipped to DataLoader workers).
     _STATE = ("_tokens", "_wordpiece_size", *_BUILT_FROM, *SPECIAL_TOKEN_KEYS)
+    # left out of the state while empty, so that a tokenizer without such tokens pickles (and fingerprints, for a
+    # resumed run's check) as it did before they had a list of their own
+    _EMPTY_UNSTATED = ("unlisted_special_tokens",)
     _DERIVED = ("vocab", "all_special_tokens", "all_special_ids", *_SPECIAL_IDS, "ids_to_tokens", "_text",
                 "_special_id_set", "_decode_skip_ids", "_continuation_ids")
 
     def __init__(self, tokens: list[str], settings: Mapping[str, Any], special: Mapping[str, str],
-                 additional_special_tokens: Sequence[str], added_tokens: Sequence[str]):
+                 additional_special_tokens: Sequence[str], added_tokens: Sequence[str],
+                 unlisted_special_tokens: Sequence[str] = ()):
         self._tokens = tokens
         self._wordpiece_size = len(tokens)
         for key in ("do_lower_case", "strip_accents", "tokenize_chinese_chars", "max_input_chars_per_word"):
@@ -66,7 +71,13 @@ class Vocabulary:
         # Tokens added with add_tokens: cut out of the text before WordPiece, like special tokens, but matched
         # normalised in the normalised text, as Hugging Face matches them (an uncased "NAIVE" is the added "naïve").
         self.added_tokens: list[str] = list(dict.fromkeys(added_tokens))
-        missing = [t for t in (*self._special_list(), *added_tokens) if t not in tokens]
+        # Tokens added special (add_tokens(..., special_tokens=True), a files' added token flagged special, an
+        # additional special token replaced) that no special-token list names, as transformers 5 keeps them: cut
+        # out of the text as written and skipped by decode(skip_special_tokens=True), yet not in all_special_ids, so
+        # get_special_tokens_mask and convert_ids_to_tokens(skip_special_tokens=True) treat them as words.
+        self.unlisted_special_tokens: list[str] = [t for t in dict.fromkeys(unlisted_special_tokens)
+                                                   if t not in self._special_list()]
+        missing = [t for t in (*self._special_list(), *added_tokens, *self.unlisted_special_tokens) if t not in tokens]
         if missing:
             raise BertkitError(
                 f"the vocabulary ({len(tokens)} tokens) lacks the special tokens {missing}; add them to the "
@@ -74,7 +85,11 @@ class Vocabulary:
                 f"mask_token=)"
             )
         self._build()
-        check_added_tokens(self._text.basic, self.added_tokens, self.all_special_tokens)
+        check_added_tokens(self._text.basic, self.added_tokens, self._cut_as_written())
+
+    def _cut_as_written(self) -> list[str]:
+        """The special tokens, listed or not: matched in the text as written."""
+        return [*self.all_special_tokens, *self.unlisted_special_tokens]
 
     def _special_list(self) -> list[str]:
         return [*(getattr(self, key) for key in SPECIAL_TOKEN_KEYS), *self.additional_special_tokens]
@@ -97,24 +112,25 @@ class Vocabulary:
             {t: i for t, i in self.vocab.items() if i < self._wordpiece_size or t == self.unk_token}
         wordpiece = WordPiece(pieces, self.unk_token, self.max_input_chars_per_word)
         # a named token that is an added one too is matched in the normalized text only, as its files flag it
-        as_written = [t for t in self.all_special_tokens if t not in self.added_tokens]
+        as_written = [t for t in self._cut_as_written() if t not in self.added_tokens]
         self._text = TextEncoder(self.vocab, basic, wordpiece, as_written, self.added_tokens)
         self._special_id_set = frozenset(self.all_special_ids)
         # decode(skip_special_tokens=True) drops an id whose text reads back as a special token, as tokenizers' decoder
         # does: an uncased "[MASK]" flagged not special reads back "[mask]" and is kept (a cased one is dropped), where
         # convert_ids_to_tokens(skip_special_tokens=True), transformers' all_special_ids, drops it either way
-        specials = set(self.all_special_tokens)
-        self._decode_skip_ids = frozenset(i for i in self.all_special_ids if read_back[i] in specials)
+        specials = set(self._cut_as_written())
+        self._decode_skip_ids = frozenset(i for i in (self.vocab[t] for t in specials) if read_back[i] in specials)
         # word_ids: a token starts a word unless it is a WordPiece continuation ("##..."); an added token past the
         # vocabulary is never one, "##" or not (it is cut out of the text as a word of its own, as in tokenizers)
         self._continuation_ids = frozenset(i for i, t in enumerate(self._tokens[:self._wordpiece_size])
                                            if t.startswith("##"))
 
     def __getstate__(self) -> dict:
-        return {k: v for k, v in self.__dict__.items() if k not in self._DERIVED}
+        return {k: v for k, v in self.__dict__.items()
+                if k not in self._DERIVED and not (k in self._EMPTY_UNSTATED and not v)}
 
     def __setstate__(self, state: dict) -> None:
-        self.__dict__.update(state)
+        self.__dict__.update({**dict.fromkeys(self._EMPTY_UNSTATED, []), **state})
         self._build()
 
     def edited(self) -> Vocabulary:
@@ -123,6 +139,7 @@ class Vocabulary:
         new.__dict__.update(self.__dict__)
         new._tokens, new.vocab = list(self._tokens), dict(self.vocab)
         new.additional_special_tokens, new.added_tokens = list(self.additional_special_tokens), list(self.added_tokens)
+        new.unlisted_special_tokens = list(self.unlisted_special_tokens)
         return new
 
     def segment(self, text: Any, with_offsets: bool, split: bool) -> Segment:
@@ -151,7 +168,8 @@ class Vocabulary:
         special = [special_tokens] * len(tokens) if isinstance(special_tokens, bool) else list(special_tokens)
         plain = [t for t, s in zip(tokens, special) if not s]
         if plain:  # before anything is added
-            check_added_tokens(self._text.basic, [*self.added_tokens, *plain], self.all_special_tokens)
+            check_added_tokens(self._text.basic, [*self.added_tokens, *plain],
+                               [t for t in self._cut_as_written() if t not in plain])
         added = 0
         for token, is_special in dict(zip(tokens, special)).items():
             if token not in self.vocab:
@@ -159,14 +177,20 @@ class Vocabulary:
                 self.vocab[token] = len(self._tokens) - 1  # for the next token's check; _build remakes it
                 added += 1
             # A token the vocabulary has already is cut out of the text from now on too ("york" in "newyorker"),
-            # as Hugging Face does; it keeps its id
-            target = self.additional_special_tokens if is_special else self.added_tokens
-            if token not in target and token not in self.all_special_tokens:
+            # as Hugging Face does; it keeps its id. One added before takes the flag given last, as in transformers
+            # 5 (special or not, so matched as written or normalised); a listed special token keeps its own.
+            if token in self.all_special_tokens:
+                continue
+            target, other = ((self.unlisted_special_tokens, self.added_tokens) if is_special else
+                             (self.added_tokens, self.unlisted_special_tokens))
+            if token in other:
+                other.remove(token)
+            if token not in target:
                 target.append(token)
         self._build()
         return added
 
-    def add_special_tokens(self, special_tokens_dict: Mapping[str, str | Sequence[str]]) -> int:
+    def add_special_tokens(self, special_tokens_dict: Mapping[str, str | Sequence[str]], replace_extra: bool) -> int:
         if "additional_special_tokens" in special_tokens_dict:
             # transformers 5 renames the key to extra_special_tokens by popping it, so its tokens take ids after the
             # named ones' whatever the dict's order ({"additional_special_tokens": ["<e>"], "cls_token": "<c>"}:
@@ -184,21 +208,33 @@ class Vocabulary:
                 many = isinstance(value, Iterable) and not isinstance(value, str)
                 tokens = [token_text(t, True)[0] for t in (value if many else [value])]
                 added += self.add_tokens(tokens, special_tokens=True)
+                named = [getattr(self, k) for k in SPECIAL_TOKEN_KEYS]
+                listed = [t for t in tokens if t not in named]
+                # transformers 5 replaces the list unless told not to; a token dropped from it stays special, unlisted
+                kept = [] if replace_extra else self.additional_special_tokens
+                self._unlist([t for t in self.additional_special_tokens if t not in kept and t not in listed])
+                self.additional_special_tokens = list(dict.fromkeys([*kept, *listed]))
+                self.unlisted_special_tokens = [t for t in self.unlisted_special_tokens if t not in listed]
                 continue
             value = token_text(value, True)[0]
             if not isinstance(value, str):
                 raise BertkitError(f"{key} must be a str, got {value!r}")
             added += self.add_tokens([value], special_tokens=True)
-            if value in self.additional_special_tokens:  # now a named special token instead
-                self.additional_special_tokens.remove(value)
+            for own in (self.additional_special_tokens, self.unlisted_special_tokens):  # a named token now
+                if value in own:
+                    own.remove(value)
             old = getattr(self, key)
             setattr(self, key, value)
             if old not in self._special_list():
                 # the token it replaces stays special (cut out of the text, skipped by decode), as transformers
                 # keeps it and as from_pretrained reads a tokenizer.json that flags it special
-                self.additional_special_tokens.append(old)
+                self._unlist([old])
         self._build()
         return added
+
+
+    def _unlist(self, tokens: Iterable[str]) -> None:
+        self.unlisted_special_tokens = list(dict.fromkeys([*self.unlisted_special_tokens, *tokens]))
 
 
 class SharedVocabulary:
@@ -281,13 +317,14 @@ class EditableVocabulary:
             # it did before, so only a token already special keeps that set as it is.
             key = _SPECIAL_IDS.get(name, name)
             value = token_text(value, True)[0] if name in SPECIAL_TOKEN_KEYS else value  # an AddedToken: its text
+            special = {t: self._vocabulary.vocab[t] for t in self._vocabulary._cut_as_written()}  # listed or not
             if name in _SPECIAL_IDS and (isinstance(value, bool) or not isinstance(value, numbers.Integral)):
                 raise BertkitError(f"{name}={value!r}: a token id is an int; pass the id of one of this tokenizer's "
-                                   f"special tokens {dict(zip(self.all_special_tokens, self.all_special_ids))}")
+                                   f"special tokens {special}")
             token = self.convert_ids_to_tokens(int(value)) if name in _SPECIAL_IDS else value
-            if token not in self.all_special_tokens:
+            if token not in special:
                 raise BertkitError(f"{name}={value!r} is not one of this tokenizer's special tokens "
-                                   f"{self.all_special_tokens}; make it one with add_special_tokens({{{key!r}: "
+                                   f"{list(special)}; make it one with add_special_tokens({{{key!r}: "
                                    f"{token!r}}}) (a token the vocabulary lacks is added: resize the model's "
                                    "embeddings to len(tokenizer))")
             self.add_special_tokens({key: token})
@@ -305,7 +342,8 @@ class EditableVocabulary:
         had already too) is cut out of the text before WordPiece wherever its normalised form occurs in the normalised
         text, inside a word too ("NAIVE" or "Naïve" for an uncased tokenizer's "naïve", "new\\tyork" for "new york"),
         and WordPiece never makes one from a word's pieces; with
-        ``special_tokens=True`` it becomes an additional special token (matched exactly, skipped by decode).
+        ``special_tokens=True`` it is special (matched as written, skipped by ``decode(skip_special_tokens=True)``)
+        without joining ``all_special_tokens``, as in transformers 5: ``unlisted_special_tokens`` lists it.
         """
         many = isinstance(new_tokens, Iterable) and not isinstance(new_tokens, str)
         pairs = [token_text(t, special_tokens) for t in (new_tokens if many else [new_tokens])]
@@ -316,15 +354,14 @@ class EditableVocabulary:
                            replace_extra_special_tokens: bool = True) -> int:
         """Set special tokens (``pad_token``, ``cls_token``, ... or ``additional_special_tokens``, transformers 5's
         ``extra_special_tokens``: a list),
-        adding the ones the vocabulary lacks; returns how many were new. Additional special tokens are
-        appended to those already there, with ``replace_extra_special_tokens`` True or False: transformers' True
-        drops the old ones from ``additional_special_tokens`` only, and keeps cutting them out of the text and
-        skipping them in decode (in memory and once saved), as bertkit does with them listed. A named special token
-        replaced (``pad_token`` "[PAD]" by "[PAD2]") becomes an additional special token: transformers keeps it
-        special too."""
+        adding the ones the vocabulary lacks; returns how many were new. Additional special tokens replace those
+        already listed (``replace_extra_special_tokens=False``: are appended to them), as in transformers 5; a token
+        dropped from the list, and a named special token replaced (``pad_token`` "[PAD]" by "[PAD2]"), stays special
+        without being listed (``unlisted_special_tokens``): cut out of the text, skipped by decode."""
         if not isinstance(replace_extra_special_tokens, bool):
             raise BertkitError(f"replace_extra_special_tokens={replace_extra_special_tokens!r}: pass True or False")
-        return self._shared.edit(lambda vocabulary: vocabulary.add_special_tokens(special_tokens_dict))
+        return self._shared.edit(lambda vocabulary: vocabulary.add_special_tokens(special_tokens_dict,
+                                                                                  replace_extra_special_tokens))
 
     @property
     def vocab_size(self) -> int:
@@ -343,7 +380,7 @@ class EditableVocabulary:
         """``{token: id}`` of the tokens cut out of the text before WordPiece (the special tokens and those added),
         in id order, as transformers' fast tokenizer lists them."""
         vocabulary = self._vocabulary
-        added = dict.fromkeys([*vocabulary.all_special_tokens, *vocabulary.added_tokens])
+        added = dict.fromkeys([*vocabulary._cut_as_written(), *vocabulary.added_tokens])
         return dict(sorted(((t, vocabulary.vocab[t]) for t in added), key=lambda item: item[1]))
 
     @property
@@ -355,7 +392,7 @@ class EditableVocabulary:
     def added_tokens_decoder(self) -> dict[int, AddedToken]:
         """``{id: AddedToken}`` of the tokens cut out of the text before WordPiece, in id order, as transformers gives
         them: the special ones matched as written (``normalized`` False), the others in the normalized text."""
-        special, added = set(self._vocabulary.all_special_tokens), set(self._vocabulary.added_tokens)
+        special, added = set(self._vocabulary._cut_as_written()), set(self._vocabulary.added_tokens)
         return {i: AddedToken(t, special=t in special, normalized=t in added)
                 for t, i in self.get_added_vocab().items()}
 
@@ -392,7 +429,7 @@ class EditableVocabulary:
 # copy then failed to build); the tokenizer's own code reads them from its Vocabulary.
 _READ_THROUGH = frozenset((*Vocabulary._STATE, *Vocabulary._DERIVED))
 _READ_AS_COPIES = ("vocab", "ids_to_tokens", "all_special_tokens", "all_special_ids", "additional_special_tokens",
-                   "added_tokens")
+                   "added_tokens", "unlisted_special_tokens")
 for _name in _READ_THROUGH:
     _read = operator.attrgetter(f"_shared.current.{_name}")
     if _name in _READ_AS_COPIES:
