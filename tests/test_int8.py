@@ -318,6 +318,21 @@ def test_an_int8_layer_refuses_training():
         y.sum().backward()
 
 
+def test_an_int8_model_refuses_another_dtype_and_stays_whole(int8, tok):
+    """``.half()`` (``.bfloat16()``, ``.double()``) of an int8 model converted its scales and float parts, then its
+    next call failed with "Quantize only works on Float Tensor", and ``.float()`` after it gave other outputs (scales
+    rounded to float16). Refused by name before anything is converted; the model computes as before."""
+    batch = tok(["an int8 model", "keeps its dtype"], padding=True, return_tensors="pt")
+    with torch.inference_mode():
+        want = int8(**batch).last_hidden_state
+    for convert in (torch.nn.Module.half, torch.nn.Module.bfloat16, torch.nn.Module.double):
+        with pytest.raises(BertkitError, match=r"int8 model keeps its scales in torch.float32 .*bf16=True"):
+            convert(int8)
+        assert {t.dtype for t in int8.state_dict().values() if t.is_floating_point()} == {torch.float32}
+    with torch.inference_mode():
+        assert torch.equal(int8.float()(**batch).last_hidden_state, want)
+
+
 @pytest.mark.parametrize("kernel", ["this machine's", "fbgemm (the AVX2 class)"])
 def test_embeddings_within_cosine_099_on_stsb_and_sst2(kernel, fp32, int8, calibration, tok, stsb_sentences,
                                                        sst2_sentences, fp32_embeddings, request):

@@ -446,6 +446,15 @@ class PretrainedMixin(TransformersModelCalls):
         return result
 
     # -- saving ---------------------------------------------------------------------------------------
+    def _apply(self, fn: Any, recurse: bool = True):
+        # .to(), .half(), .double(), .cuda() convert the children one by one: a module that cannot follow (the
+        # inference copy's prepared projections) refuses before any parameter is converted, not after the embeddings
+        for module in self.modules():  # type: ignore[attr-defined]
+            refuse = getattr(module, "refuse_conversion", None)
+            if refuse is not None:
+                refuse(fn)
+        return super()._apply(fn, recurse)  # type: ignore[misc]
+
     def published_state_dict(self) -> dict[str, Tensor]:
         """The weights as a checkpoint holds them: without the tied decoder's copies, contiguous, on the CPU."""
         refuse_layers_unlike_config(self, self._encoder())

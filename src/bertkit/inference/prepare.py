@@ -223,13 +223,19 @@ class PreparedLinear(nn.Module):
     def _apply(self, fn: Any, recurse: bool = True) -> PreparedLinear:
         # .to(), .double(), .half() reach here, and the prepared weight is no parameter they could convert: the
         # projections would stay fp32 in a float64 model, or fail inside a float16 one
+        self.refuse_conversion(fn)
+        return self
+
+    def refuse_conversion(self, fn: Any) -> None:
+        """Raise where ``fn`` (what ``.to()``, ``.half()``, ... apply) would change the weight's dtype or device; a
+        bertkit model asks before converting any of its parameters (``PretrainedMixin._apply``), so a refused
+        ``.half()`` leaves the copy whole (its embeddings were float16 after the error, its outputs 7e-4 off)."""
         weight = self.source[0]
         converted = fn(weight)
         if (converted.dtype, converted.device) != (weight.dtype, weight.device):
             raise BertkitError(f"the inference copy's projections are prepared from {weight.dtype} weights on "
                                f"{weight.device}, not {converted.dtype} on {converted.device}: convert the model it "
                                "was made from (model.to(...)) and prepare that (optimize_for_inference)")
-        return self
 
     def forward(self, x: Tensor) -> Tensor:
         if self.onednn:

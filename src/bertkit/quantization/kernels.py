@@ -17,6 +17,7 @@ import copy
 import logging
 import warnings
 from collections.abc import Callable
+from typing import Any
 
 import torch
 from torch import Tensor, nn
@@ -218,6 +219,23 @@ class Int8Linear(nn.Module):
                 self._packed = torch.ops.quantized.linear_prepack(qweight, self.bias)
         finally:
             torch.backends.quantized.engine = before
+
+    def refuse_conversion(self, fn: Any) -> None:
+        """Raise where ``fn`` (what ``.to()``, ``.half()``, ... apply; a bertkit model asks before converting any of
+        its parameters) would change the scales' dtype or device: the kernels take float32 scales on the CPU, so a
+        ``.half()`` int8 model failed at its next call ("Quantize only works on Float Tensor") with its scales
+        rounded to float16, and ``.float()`` after it gave other outputs."""
+        converted = fn(self.weight_scale)
+        if (converted.dtype, converted.device) != (self.weight_scale.dtype, self.weight_scale.device):
+            raise BertkitError(f"an int8 model keeps its scales in {self.weight_scale.dtype} on "
+                               f"{self.weight_scale.device} for its kernels, not {converted.dtype} on "
+                               f"{converted.device}: leave its dtype and device as they are; to run its float parts "
+                               "in bf16 pass bf16=True (pipeline, optimize_for_inference) or --bf16, or convert and "
+                               "quantize the float model instead")
+
+    def _apply(self, fn: Any, recurse: bool = True) -> Int8Linear:
+        self.refuse_conversion(fn)  # inside a model that is no bertkit model (which asks before converting anything)
+        return super()._apply(fn, recurse)
 
     def _load_from_state_dict(self, *args, **kwargs) -> None:
         super()._load_from_state_dict(*args, **kwargs)
