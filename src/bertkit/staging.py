@@ -69,9 +69,13 @@ def _replaced_path(target: Path) -> Path:
 
 def target_of(path: str | os.PathLike) -> Path:
     """The directory a write of ``path`` makes or replaces: its parents' symlinks resolved, and the path itself if it
-    is a symlink to a directory (the data goes where the link leads, as a plain write would put it)."""
-    path = Path(os.path.abspath(path))
-    if path.is_symlink() and path.is_dir():
+    is a symlink to a directory (the data goes where the link leads, as a plain write would put it).
+
+    The path is resolved as the system opens it, never shortened as text first: in ``link/../out`` the ``..`` is
+    the parent of where ``link`` leads (os.path.abspath would drop ``link/..`` and write ``./out``, another
+    directory, which the same path then does not load from)."""
+    path = Path(os.getcwd(), path)  # Path drops "." parts and a trailing "/" only; ".." parts stay
+    if (path.is_symlink() and path.is_dir()) or path.name in ("", ".."):  # "/" or "x/..": a directory named so
         return Path(os.path.realpath(path))
     return Path(os.path.realpath(path.parent)) / path.name
 

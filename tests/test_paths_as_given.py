@@ -1,0 +1,55 @@
+"""A path a user gives is the file or directory the system opens for it: written where the system would put it (a
+``..`` after a symlink is the parent of where the link leads), and what a save wrote loads back from the same
+path, as transformers' and sentence-transformers' saves do."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+import torch
+
+from bertkit.cli import main
+
+
+@pytest.fixture
+def linked(tmp_path, monkeypatch):
+    """The working directory ``work``: ``link`` leads to ``runs/2026/latest``; ``out`` is a user's directory of
+    notes, which ``link/../out`` (that is runs/2026/out) must not touch."""
+    work = tmp_path / "work"
+    (work / "runs" / "2026" / "latest").mkdir(parents=True)
+    (work / "out").mkdir()
+    (work / "out" / "notes.txt").write_text("the user's notes")
+    (work / "link").symlink_to(work / "runs" / "2026" / "latest")
+    monkeypatch.chdir(work)
+    return work
+
+
+def test_a_save_through_a_symlink_and_dotdot_lands_where_the_system_puts_it_and_loads_back(linked, tiny_checkpoint):
+    """Was: the path was shortened as text first (``link/..`` dropped), so ``save_pretrained("link/../out")`` wrote
+    config.json and model.safetensors into ./out, the user's directory of notes, and
+    ``from_pretrained("link/../out")`` then failed ("checkpoint directory link/../out does not exist"), as
+    transformers' writes to runs/2026/out."""
+    from bertkit import BertForSequenceClassification
+
+    model = BertForSequenceClassification.from_pretrained(tiny_checkpoint(linked / "model", "BertForSequenceClassification",
+                                                                          labels=2))
+    model.eval()
+    model.save_pretrained("link/../out")
+    assert sorted(os.listdir(linked / "out")) == ["notes.txt"]
+    assert sorted(os.listdir(linked / "runs" / "2026" / "out")) == ["config.json", "model.safetensors"]
+    ids = torch.tensor([[2, 5, 6, 3]])
+    again = BertForSequenceClassification.from_pretrained("link/../out").eval()
+    with torch.no_grad():
+        assert torch.equal(again(ids).logits, model(ids).logits)
+
+
+def test_a_command_output_dir_through_a_symlink_and_dotdot_is_the_systems(linked):
+    """Was: ``train-tokenizer --output-dir link/../vocab`` wrote ./vocab, not runs/2026/vocab, where ``ls
+    link/../vocab`` (and every other program) looks."""
+    (linked / "corpus.txt").write_text("a film about a film\nthe cat sat on the mat\n" * 5, encoding="utf-8")
+    assert main(["train-tokenizer", "corpus.txt", "--vocab-size", "40", "--no-progress", "--output-dir",
+                 "link/../vocab"]) == 0
+    assert not (linked / "vocab").exists()
+    assert (linked / "runs" / "2026" / "vocab" / "vocab.txt").is_file()
+    assert os.path.samefile("link/../vocab/vocab.txt", linked / "runs" / "2026" / "vocab" / "vocab.txt")
