@@ -78,8 +78,34 @@ def _errno_of(e: BaseException) -> int | None:
     if match := re.search(r"\(os error (\d+)\)", text):  # safetensors' writer: "I/O error: ... (os error 28)"
         return int(match.group(1))
     if isinstance(e, RuntimeError) and ("unexpected pos" in text or "PytorchStreamWriter failed" in text):
-        return errno.ENOSPC  # torch's zip writer reports a short write (a full disk) in these words only
+        # torch's zip writer reports a short write in these words only, without the system's code: a file-size
+        # limit when the process has one (the disk may well have room), else a full disk
+        return errno.EFBIG if file_size_limit() is not None else errno.ENOSPC
     return None
+
+
+def file_size_limit() -> int | None:
+    """The most bytes this process may write to one file (``ulimit -f``, RLIMIT_FSIZE), or None: no limit."""
+    try:
+        import resource
+    except ImportError:  # not a POSIX system
+        return None
+    soft = resource.getrlimit(resource.RLIMIT_FSIZE)[0]
+    return None if soft == resource.RLIM_INFINITY else soft
+
+
+def why_full(code: int) -> tuple[str, str]:
+    """(what refused a write, what to do) for a code of ``disk_full``, in words that name the actual limit: a file
+    refused by ``ulimit -f`` on a disk with room said "no space left on the device ... free some space"."""
+    if code == errno.EFBIG:
+        limit = file_size_limit()
+        if limit is not None:
+            return (f"this process's file-size limit, {limit} bytes (ulimit -f), was reached",
+                    "raise the limit (ulimit -f unlimited) and run again")
+        return "the file system's largest file size was reached", "write to another file system"
+    if code == errno.EDQUOT:
+        return "the disk quota was exceeded", "free some of the quota (or have it raised) and run again"
+    return "no space left on the device", "free some space and run again"
 
 
 def disk_full(e: BaseException) -> bool:
@@ -95,8 +121,9 @@ def write_error(e: BaseException, path: Path) -> WriteError | None:
     if isinstance(e, WriteError) or code is None:
         return None
     if code in _FULL:
-        return WriteError(code, f"no space left on the device while writing {path}: {os.strerror(code)}; free "
-                                "some space and run again (nothing was replaced: what was there before is intact)")
+        cause, fix = why_full(code)
+        return WriteError(code, f"{cause} while writing {path}: {os.strerror(code)}; {fix} (nothing was replaced: "
+                                "what was there before is intact)")
     if code in _REFUSED:
         return WriteError(code, f"cannot write {path}: {os.strerror(code)}; choose a directory you can write to "
                                 "(nothing was replaced: what was there before is intact)")
