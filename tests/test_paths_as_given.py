@@ -53,3 +53,38 @@ def test_a_command_output_dir_through_a_symlink_and_dotdot_is_the_systems(linked
     assert not (linked / "vocab").exists()
     assert (linked / "runs" / "2026" / "vocab" / "vocab.txt").is_file()
     assert os.path.samefile("link/../vocab/vocab.txt", linked / "runs" / "2026" / "vocab" / "vocab.txt")
+
+
+@pytest.mark.parametrize("command", [
+    ["predict", "text-classification", "--model", "model", "--input", "texts.txt", "--out"],
+    ["extract-features", "--model", "model", "--input", "texts.txt", "--layers=-1", "--out"],
+    ["export", "onnx", "--model", "model", "--no-verify", "--out"],
+], ids=["predict", "extract-features", "export onnx"])
+def test_an_output_file_named_with_a_trailing_slash_is_refused_not_written_as_a_file(tmp_path, monkeypatch, capsys,
+                                                                                     command):
+    """Was: ``--out results/`` (a directory meant) wrote a file named ``results``, exit 0; ``export onnx --out
+    model.onnx/`` wrote ``model.onnx``: the slash dropped without a word (Path("results/") is "results"), where the
+    system, transformers' and torch's writers refuse to open such a name as a file."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "texts.txt").write_text("a film\n")
+    with pytest.raises(SystemExit) as usage:  # argparse's usage error, as for an empty path
+        main([*command, "results/"])
+    assert usage.value.code == 2
+    err = capsys.readouterr().err.strip().splitlines()[-1]
+    assert err.endswith("the output file results/ ends in '/', so it names a directory, not a file: give the file to "
+                        "write, results (without the '/') or a file inside that directory"), err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["texts.txt"]
+
+
+def test_the_python_writers_of_one_file_refuse_a_trailing_slash_too(tmp_path, tiny_checkpoint):
+    from bertkit import BertModel, BertTokenizer
+    from bertkit.features import extract_features
+    from bertkit.inference.export import export_onnx
+
+    model_dir = tiny_checkpoint(tmp_path / "model", tokenizer=["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "film"])
+    with pytest.raises(ValueError, match=r"the output file .*/feats.jsonl/ ends in '/', so it names a directory"):
+        extract_features(BertModel.from_pretrained(model_dir), BertTokenizer.from_pretrained(model_dir),
+                         [("film", None)], f"{tmp_path}/feats.jsonl/", layers=[-1])
+    with pytest.raises(ValueError, match=r"the output file .*/model.onnx/ ends in '/', so it names a directory"):
+        export_onnx(model_dir, f"{tmp_path}/model.onnx/", verify=False)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["model"]
