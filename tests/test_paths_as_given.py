@@ -4,6 +4,7 @@ path, as transformers' and sentence-transformers' saves do."""
 
 from __future__ import annotations
 
+import hashlib
 import os
 
 import pytest
@@ -88,3 +89,37 @@ def test_the_python_writers_of_one_file_refuse_a_trailing_slash_too(tmp_path, ti
     with pytest.raises(ValueError, match=r"the output file .*/model.onnx/ ends in '/', so it names a directory"):
         export_onnx(model_dir, f"{tmp_path}/model.onnx/", verify=False)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["model"]
+
+
+def test_a_long_file_name_the_system_allows_is_written(tmp_path):
+    """Was: a 230-byte output name (the system allows 255) failed "File name too long", naming bertkit's temporary
+    file ``.NAME.RANDOM.PID.bertkit-tmp`` beside it: a long name's temporary files are named by a hash of it."""
+    from bertkit.outputs import atomic_write_text, remove_dead_temporaries
+
+    path = tmp_path / ("p" * 240 + ".jsonl")
+    atomic_write_text(path, '{"id": 0}\n')
+    assert path.read_text() == '{"id": 0}\n'
+    assert sorted(p.name for p in tmp_path.iterdir()) == [path.name]
+    # a temporary file a kill left (its pid, 2**22, above any live one) is found by the same hashed prefix
+    dead = tmp_path / (".p" + "p" * 39 + "~" + hashlib.sha256(path.name.encode()).hexdigest()[:16]
+                       + ".abcdefgh.4194304.bertkit-tmp")
+    dead.write_text("torn")
+    remove_dead_temporaries(path)
+    assert sorted(p.name for p in tmp_path.iterdir()) == [path.name]
+
+
+def test_a_directory_name_too_long_for_its_staging_name_is_refused_naming_the_limit(tmp_path, tiny_checkpoint):
+    """Was: ``save_pretrained`` of a 240-byte name (which transformers writes) raised a bare "[Errno 36] File name
+    too long: '.ddd...d.bertkit-staging'"; now the limit and the longest name that works are named, before anything
+    is written, and that name works."""
+    from bertkit import BertModel
+
+    model = BertModel.from_pretrained(tiny_checkpoint(tmp_path / "model"))
+    with pytest.raises(ValueError, match=r": its name is 240 bytes, and bertkit writes the directory beside it first "
+                                         r"under a name 18 bytes longer \(.NAME.bertkit-staging\), past the file "
+                                         r"system's 255 bytes a name: choose a name of at most 237 bytes"):
+        model.save_pretrained(tmp_path / ("d" * 240))
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["model"]
+    model.save_pretrained(tmp_path / ("d" * 237))
+    assert sorted(os.listdir(tmp_path / ("d" * 237))) == ["config.json", "model.safetensors"]
+

@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import errno
 import glob
+import hashlib
 import json
 import logging
 import os
@@ -195,7 +196,7 @@ def atomic_target(path: str | os.PathLike, verify: Any = None) -> Iterator[Path]
     tmp = None
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        fd, name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=f".{os.getpid()}{TMP_SUFFIX}", dir=path.parent)
+        fd, name = tempfile.mkstemp(prefix=_tmp_prefix(path), suffix=f".{os.getpid()}{TMP_SUFFIX}", dir=path.parent)
         os.close(fd)
         tmp = Path(name)
         yield tmp
@@ -246,9 +247,28 @@ def as_placed(text: str) -> str:
     return _STAGED_NAME.sub(r"\1", text) if dir_lock.STAGING in text else text
 
 
+NAME_MAX = 255  # bytes in one name: Linux's file systems, macOS's and NTFS (os.pathconf where the directory exists)
+
+
+def name_max(directory: Path) -> int:
+    with contextlib.suppress(OSError, ValueError):
+        return os.pathconf(directory, "PC_NAME_MAX")
+    return NAME_MAX
+
+
+def _tmp_prefix(path: Path) -> str:
+    """The start of the names of ``path``'s temporary files, ``.NAME.``: for a name too long to take the ~30 bytes
+    more (``.NAME.RANDOM.PID.bertkit-tmp``: a 230-byte name, which the system allows, failed "File name too long"
+    naming the temporary file), its first 40 characters and a hash of it, still one prefix per name."""
+    prefix = f".{path.name}."
+    if len(os.fsencode(prefix)) + 8 + len(f".{2**22}{TMP_SUFFIX}") <= name_max(path.parent):
+        return prefix
+    return f".{path.name[:40]}~{hashlib.sha256(os.fsencode(path.name)).hexdigest()[:16]}."
+
+
 def remove_dead_temporaries(path: Path) -> None:
     """The temporary files a killed write of ``path`` left beside it (their name ends in the writer's pid)."""
-    for tmp in path.parent.glob(f".{glob.escape(path.name)}.*{TMP_SUFFIX}"):
+    for tmp in path.parent.glob(f"{glob.escape(_tmp_prefix(path))}*{TMP_SUFFIX}"):
         _remove_if_dead(tmp, path)
 
 
