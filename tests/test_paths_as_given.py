@@ -123,3 +123,25 @@ def test_a_directory_name_too_long_for_its_staging_name_is_refused_naming_the_li
     model.save_pretrained(tmp_path / ("d" * 237))
     assert sorted(os.listdir(tmp_path / ("d" * 237))) == ["config.json", "model.safetensors"]
 
+
+def test_a_directory_under_a_file_is_refused_naming_the_file(tmp_path, monkeypatch, capsys, tiny_checkpoint):
+    """Was: ``--out notes.txt/out`` stopped with "File exists: notes.txt" (quantize) or "Not a directory:
+    notes.txt/sub" (train-tokenizer), and ``save_pretrained("notes.txt/out")`` raised a bare FileExistsError: none
+    said that notes.txt is a file, where a directory was to be made."""
+    from bertkit import BertModel
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "notes.txt").write_text("the user's notes")
+    (tmp_path / "corpus.txt").write_text("a film about a film\n" * 5)
+    model = BertModel.from_pretrained(tiny_checkpoint(tmp_path / "model"))
+    with pytest.raises(ValueError, match=f"^{tmp_path}/notes.txt/out cannot be made: {tmp_path}/notes.txt is a file, not a "
+                                         "directory; a save writes a directory of files: pass a path inside a "
+                                         "directory$"):
+        model.save_pretrained("notes.txt/out")
+    assert main(["train-tokenizer", "corpus.txt", "--vocab-size", "30", "--no-progress", "--out",
+                 "notes.txt/sub/vocab"]) == 2
+    assert capsys.readouterr().err.strip().splitlines()[-1] == (
+        f"bertkit train-tokenizer: error: notes.txt/sub/vocab cannot be made: {tmp_path / 'notes.txt'} is a file, "
+        "not a directory; a `train-tokenizer` run writes a directory of files: pass a path inside a directory")
+    assert (tmp_path / "notes.txt").read_text() == "the user's notes"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["corpus.txt", "model", "notes.txt"]
