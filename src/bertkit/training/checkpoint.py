@@ -93,10 +93,12 @@ def _disk_full_error(out_dir: Path, layout: CheckpointLayout, final: Path, weigh
     free = shutil.disk_usage(out_dir).free  # the run's own directory: the failed write removed the ones it made
     kept = f"the previous checkpoint {as_placed(str(previous[-1]))} is intact" if previous else "nothing else was changed"
     cause, fix = why_full(code)
+    # bertkit.Trainer's checkpoints (transformers' layout) are resumed from Python, the commands' with a flag
+    resume = "trainer.train(resume_from_checkpoint=True)" if layout == HF_LAYOUT else "--resume"
     return BertkitError(
         f"{os.strerror(code)}: could not write the checkpoint {as_placed(str(final))} (it needs about "
         f"{needed / 1e6:.0f} MB, {free / 1e6:.0f} MB are free): {cause}; the temporary files were removed and {kept}: "
-        f"{fix} with --resume"
+        f"{fix} with {resume}"
     )
 
 
