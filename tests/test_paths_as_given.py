@@ -145,3 +145,23 @@ def test_a_directory_under_a_file_is_refused_naming_the_file(tmp_path, monkeypat
         "not a directory; a `train-tokenizer` run writes a directory of files: pass a path inside a directory")
     assert (tmp_path / "notes.txt").read_text() == "the user's notes"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["corpus.txt", "model", "notes.txt"]
+
+
+@pytest.mark.parametrize("argv", [
+    ["predict", "text-classification", "--model", "model", "--input", "texts.txt/", "--out", "p.jsonl"],
+    ["create-pretraining-data", "texts.txt", "--vocab", "model/vocab.txt/", "--out", "data"],
+    ["train-tokenizer", "texts.txt/", "--out", "vocab"],
+], ids=["--input", "--vocab", "files"])
+def test_an_input_file_named_with_a_trailing_slash_is_refused(tmp_path, monkeypatch, capsys, tiny_checkpoint, argv):
+    """Was: ``--input texts.txt/`` read texts.txt (Path drops the slash), where the system refuses to open the name
+    (Not a directory): a directory was meant, or a typo."""
+    monkeypatch.chdir(tmp_path)
+    tiny_checkpoint(tmp_path / "model", tokenizer=["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "film"])
+    (tmp_path / "texts.txt").write_text("a film\n")
+    with pytest.raises(SystemExit) as usage:
+        main(argv)
+    assert usage.value.code == 2
+    named = next(a for a in argv if a.endswith("/"))
+    assert capsys.readouterr().err.strip().splitlines()[-1].endswith(
+        f"{named} ends in '/', which names a directory, and {named[:-1]} is a file: give {named[:-1]} without the '/'")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["model", "texts.txt"]
