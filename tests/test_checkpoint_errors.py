@@ -217,3 +217,23 @@ def test_a_sharded_checkpoint_loads_every_shard_and_refuses_a_missing_one(saved,
     (saved / second).unlink()  # a partial download: refused by the shard's name, not loaded with layers missing
     with pytest.raises(FileNotFoundError, match=rf"lists 2 shard files and 1 are not in .*\({second}\)"):
         BertModel.from_pretrained(saved)
+
+
+@pytest.mark.parametrize("layout, resume", [("HF_LAYOUT", "trainer.train(resume_from_checkpoint=True)"),
+                                            ("STEP_LAYOUT", "--resume")])
+def test_a_refused_checkpoint_write_names_the_resume_of_the_run_that_wrote_it(tmp_path, monkeypatch, layout, resume):
+    """Was: bertkit.Trainer's checkpoint refused by a full disk said "... free some space and run again with
+    --resume", a flag a Python script has none of: its way is train(resume_from_checkpoint=True)."""
+    import errno
+    import os
+
+    from bertkit.training import checkpoint
+
+    def refused(obj, path, *args, **kwargs):
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+    monkeypatch.setattr(checkpoint.torch, "save", refused)
+    with pytest.raises(ValueError) as info:
+        checkpoint.save_checkpoint(tmp_path, {"model": {"w": torch.zeros(4)}}, 4, keep=2,
+                                   layout=getattr(checkpoint, layout))
+    assert str(info.value).endswith(f"free some space and run again with {resume}"), str(info.value)

@@ -339,3 +339,49 @@ def test_path_settings_compare_as_absolute_paths(tmp_path, monkeypatch):
         claim_output_dir("runs/a/out", "pretrain", {**same, "data": "data"}, resume=True, paths=("data", "files"))
     with pytest.raises(BertkitError, match="--data 'runs/a/data' then, 'data' now"):  # not declared a path
         claim_output_dir("runs/a/out", "pretrain", {**same, "data": "data"}, resume=True)
+
+
+_UNDER_ULIMIT = r"""
+import resource, signal, sys
+import torch
+signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # the system's way: the write fails with EFBIG, the process lives on
+from bertkit import BertConfig, BertModel
+from bertkit.runs import output_dir
+from bertkit.training.checkpoint import save_checkpoint
+
+torch.manual_seed(0)
+model = BertModel(BertConfig(vocab_size=99, hidden_size=32, num_hidden_layers=1, num_attention_heads=2,
+                             intermediate_size=37))
+model.save_pretrained(sys.argv[1])
+resource.setrlimit(resource.RLIMIT_FSIZE, (20_000, resource.RLIM_INFINITY))  # `ulimit -f` of 20 kB
+try:
+    model.save_pretrained(sys.argv[1])  # safetensors' writer: the system's code
+except ValueError as e:
+    print(e)
+try:
+    with output_dir(sys.argv[2], "pretrain") as claim:
+        save_checkpoint(claim.path, {"model": model.state_dict()}, 10, keep=2)  # torch's writer: no code
+except ValueError as e:
+    print(e)
+"""
+
+
+def test_a_write_refused_by_a_file_size_limit_says_so_not_that_the_disk_is_full(tmp_path):
+    """Was: a save refused by ``ulimit -f`` on a disk with tens of GB free said "no space left on the device ...:
+    File too large; free some space and run again", and a checkpoint (torch's writer, which gives no code) "No space
+    left on device: ... (it needs about 0 MB, 43296 MB are free) ... free some space": the fix named was not the
+    one. Now the limit and its size are named, and the earlier save stays whole."""
+    saved = tmp_path / "model"
+    done = subprocess.run([sys.executable, "-c", _UNDER_ULIMIT, str(saved), str(tmp_path / "run")],
+                          capture_output=True, text=True, timeout=120, env={**os.environ, "OMP_NUM_THREADS": "1"})
+    assert done.returncode == 0, done.stderr
+    save, checkpoint = done.stdout.strip().splitlines()
+    assert save == (f"this process's file-size limit, 20000 bytes (ulimit -f), was reached while writing {saved}: File "
+                    "too large; raise the limit (ulimit -f unlimited) and run again (nothing was replaced: what was "
+                    "there before is intact)")
+    assert checkpoint.startswith(f"File too large: could not write the checkpoint {tmp_path / 'run'}/checkpoints/"
+                                 "step-00000010 (it needs about 0 MB, "), checkpoint
+    assert checkpoint.endswith("): this process's file-size limit, 20000 bytes (ulimit -f), was reached; the temporary "
+                               "files were removed and nothing else was changed: raise the limit (ulimit -f unlimited) "
+                               "and run again with --resume"), checkpoint
+    assert sorted(p.name for p in saved.iterdir()) == ["config.json", "model.safetensors"]

@@ -12,6 +12,7 @@ import dataclasses
 import functools
 import inspect
 import json
+import os
 import re
 import sys
 import types
@@ -80,6 +81,11 @@ def _path(text: str) -> Path:
     (``errors.given_path``, the library's refusal of it)."""
     if not text:
         raise argparse.ArgumentTypeError("an empty path; pass a path ('.' for the working directory)")
+    name = text.rstrip("/" + (os.altsep or ""))
+    if name != text and name and os.path.exists(name) and not os.path.isdir(name):
+        # Path drops the slash, so the file would be read (or replaced) where the system refuses the name
+        raise argparse.ArgumentTypeError(f"{text} ends in '/', which names a directory, and {name} is a file: give "
+                                         f"{name} without the '/'")
     return Path(text)
 
 

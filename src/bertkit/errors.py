@@ -53,6 +53,19 @@ def given_path(path: str | os.PathLike, what: str) -> Path:
     return Path(path)
 
 
+def file_to_write(path: str | os.PathLike, what: str = "the output file") -> Path:
+    """``path``, the name of one file to write, as a Path; refused when it ends in a separator (``preds/``): that
+    names a directory, which the system will not open as a file (transformers' and torch's writers fail there), but
+    ``Path("preds/")`` is ``preds``, so the output would be written as a file named like the directory meant."""
+    text = os.fspath(path)
+    seps = tuple(s for s in (os.sep, os.altsep) if s)
+    if isinstance(text, str) and text.endswith(seps) and text.rstrip("".join(seps)):
+        name = text.rstrip("".join(seps))
+        raise BertkitError(f"{what} {text} ends in {text[-1]!r}, so it names a directory, not a file: give the file "
+                           f"to write, {name} (without the {text[-1]!r}) or a file inside that directory")
+    return Path(path)
+
+
 def is_whole(value: Any, least: int = 1, most: float = float("inf")) -> bool:
     """Whether ``value`` is a whole number (a Python or numpy integer; a bool is no count) in [least, most]: the
     check of every size, count and k a caller gives, each refusal in its own words."""

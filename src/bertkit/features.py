@@ -20,7 +20,7 @@ from typing import Any, Literal
 import numpy as np
 import torch
 
-from bertkit.errors import BertkitError, MissingFileError, is_whole
+from bertkit.errors import BertkitError, MissingFileError, file_to_write, is_whole
 from bertkit.feature_files import (
     existing_output,
     is_feature_shard,
@@ -316,7 +316,7 @@ def extract_features(
     from bertkit.inference.prepare import prepare_model
     from bertkit.training.distributed import current
 
-    out = Path(out)
+    out = file_to_write(out)
     loaded_from = getattr(model, "name_or_path", None)  # set by from_pretrained
     form = text_form(loaded_from) if loaded_from else TextForm(Path())
     prompt = form.prompt if prompt is None else prompt

@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import errno
 import glob
+import hashlib
 import json
 import logging
 import os
@@ -78,8 +79,34 @@ def _errno_of(e: BaseException) -> int | None:
     if match := re.search(r"\(os error (\d+)\)", text):  # safetensors' writer: "I/O error: ... (os error 28)"
         return int(match.group(1))
     if isinstance(e, RuntimeError) and ("unexpected pos" in text or "PytorchStreamWriter failed" in text):
-        return errno.ENOSPC  # torch's zip writer reports a short write (a full disk) in these words only
+        # torch's zip writer reports a short write in these words only, without the system's code: a file-size
+        # limit when the process has one (the disk may well have room), else a full disk
+        return errno.EFBIG if file_size_limit() is not None else errno.ENOSPC
     return None
+
+
+def file_size_limit() -> int | None:
+    """The most bytes this process may write to one file (``ulimit -f``, RLIMIT_FSIZE), or None: no limit."""
+    try:
+        import resource
+    except ImportError:  # not a POSIX system
+        return None
+    soft = resource.getrlimit(resource.RLIMIT_FSIZE)[0]
+    return None if soft == resource.RLIM_INFINITY else soft
+
+
+def why_full(code: int) -> tuple[str, str]:
+    """(what refused a write, what to do) for a code of ``disk_full``, in words that name the actual limit: a file
+    refused by ``ulimit -f`` on a disk with room said "no space left on the device ... free some space"."""
+    if code == errno.EFBIG:
+        limit = file_size_limit()
+        if limit is not None:
+            return (f"this process's file-size limit, {limit} bytes (ulimit -f), was reached",
+                    "raise the limit (ulimit -f unlimited) and run again")
+        return "the file system's largest file size was reached", "write to another file system"
+    if code == errno.EDQUOT:
+        return "the disk quota was exceeded", "free some of the quota (or have it raised) and run again"
+    return "no space left on the device", "free some space and run again"
 
 
 def disk_full(e: BaseException) -> bool:
@@ -95,8 +122,9 @@ def write_error(e: BaseException, path: Path) -> WriteError | None:
     if isinstance(e, WriteError) or code is None:
         return None
     if code in _FULL:
-        return WriteError(code, f"no space left on the device while writing {path}: {os.strerror(code)}; free "
-                                "some space and run again (nothing was replaced: what was there before is intact)")
+        cause, fix = why_full(code)
+        return WriteError(code, f"{cause} while writing {path}: {os.strerror(code)}; {fix} (nothing was replaced: "
+                                "what was there before is intact)")
     if code in _REFUSED:
         return WriteError(code, f"cannot write {path}: {os.strerror(code)}; choose a directory you can write to "
                                 "(nothing was replaced: what was there before is intact)")
@@ -168,7 +196,7 @@ def atomic_target(path: str | os.PathLike, verify: Any = None) -> Iterator[Path]
     tmp = None
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        fd, name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=f".{os.getpid()}{TMP_SUFFIX}", dir=path.parent)
+        fd, name = tempfile.mkstemp(prefix=_tmp_prefix(path), suffix=f".{os.getpid()}{TMP_SUFFIX}", dir=path.parent)
         os.close(fd)
         tmp = Path(name)
         yield tmp
@@ -219,9 +247,28 @@ def as_placed(text: str) -> str:
     return _STAGED_NAME.sub(r"\1", text) if dir_lock.STAGING in text else text
 
 
+NAME_MAX = 255  # bytes in one name: Linux's file systems, macOS's and NTFS (os.pathconf where the directory exists)
+
+
+def name_max(directory: Path) -> int:
+    with contextlib.suppress(OSError, ValueError):
+        return os.pathconf(directory, "PC_NAME_MAX")
+    return NAME_MAX
+
+
+def _tmp_prefix(path: Path) -> str:
+    """The start of the names of ``path``'s temporary files, ``.NAME.``: for a name too long to take the ~30 bytes
+    more (``.NAME.RANDOM.PID.bertkit-tmp``: a 230-byte name, which the system allows, failed "File name too long"
+    naming the temporary file), its first 40 characters and a hash of it, still one prefix per name."""
+    prefix = f".{path.name}."
+    if len(os.fsencode(prefix)) + 8 + len(f".{2**22}{TMP_SUFFIX}") <= name_max(path.parent):
+        return prefix
+    return f".{path.name[:40]}~{hashlib.sha256(os.fsencode(path.name)).hexdigest()[:16]}."
+
+
 def remove_dead_temporaries(path: Path) -> None:
     """The temporary files a killed write of ``path`` left beside it (their name ends in the writer's pid)."""
-    for tmp in path.parent.glob(f".{glob.escape(path.name)}.*{TMP_SUFFIX}"):
+    for tmp in path.parent.glob(f"{glob.escape(_tmp_prefix(path))}*{TMP_SUFFIX}"):
         _remove_if_dead(tmp, path)
 
 

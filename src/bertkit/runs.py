@@ -294,6 +294,7 @@ def lock_output_dir(path: str | os.PathLike, command: str, inputs: Mapping[str, 
     if os.path.lexists(target) and not target.is_dir():
         raise BertkitError(f"{path} is {'a file' if target.exists() else 'a symlink to nowhere'}; the output must be a "
                            "directory")
+    refuse_non_directory(path, f"a `{command}` run")  # a file above it (notes.txt/out): not "File exists"
     dir_lock.refuse_held_near(target, Path(path), inside=True)
 
     def keep(record: dict) -> bool:  # a run that can be continued is kept until the claim has checked the rest

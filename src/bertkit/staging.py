@@ -41,11 +41,13 @@ from bertkit.manifests import (
 from bertkit.outputs import (
     BOOKKEEPING,
     MARKER,
+    NAME_MAX,
     PARTIAL,
     atomic_target,
     atomic_write_json,
     atomic_write_text,
     fsync_dir,
+    name_max,
     regular_stat,
     remove_dead_temporaries_under,
     staging_of,
@@ -69,11 +71,30 @@ def _replaced_path(target: Path) -> Path:
 
 def target_of(path: str | os.PathLike) -> Path:
     """The directory a write of ``path`` makes or replaces: its parents' symlinks resolved, and the path itself if it
-    is a symlink to a directory (the data goes where the link leads, as a plain write would put it)."""
-    path = Path(os.path.abspath(path))
-    if path.is_symlink() and path.is_dir():
+    is a symlink to a directory (the data goes where the link leads, as a plain write would put it).
+
+    The path is resolved as the system opens it, never shortened as text first: in ``link/../out`` the ``..`` is
+    the parent of where ``link`` leads (os.path.abspath would drop ``link/..`` and write ``./out``, another
+    directory, which the same path then does not load from)."""
+    path = Path(os.getcwd(), path)  # Path drops "." parts and a trailing "/" only; ".." parts stay
+    if (path.is_symlink() and path.is_dir()) or path.name in ("", ".."):  # "/" or "x/..": a directory named so
         return Path(os.path.realpath(path))
     return Path(os.path.realpath(path.parent)) / path.name
+
+
+def refuse_long_name(target: Path) -> None:
+    """A directory is written beside its name as ``.NAME.bertkit-staging`` (and swapped through
+    ``.NAME.bertkit-replaced``): a name within the file system's limit but too long for those (about 238 bytes of
+    255) is refused, naming the limit, before anything is written: the write failed "File name too long" naming
+    the staging directory, where transformers' save writes it."""
+    longest = max(len(os.fsencode(p.name)) for p in (staging_path(target), _replaced_path(target)))
+    limit = name_max(target.parent) if target.parent.is_dir() else NAME_MAX
+    if longest > limit:
+        most = limit - (longest - len(os.fsencode(target.name)))
+        raise BertkitError(f"{target}: its name is {len(os.fsencode(target.name))} bytes, and bertkit writes the "
+                           f"directory beside it first under a name {longest - len(os.fsencode(target.name))} bytes "
+                           f"longer (.NAME.bertkit-staging), past the file system's {limit} bytes a name: choose a "
+                           f"name of at most {most} bytes")
 
 
 def clear_staging(directory: Path) -> None:
@@ -254,6 +275,7 @@ class Stage:
         killed write left there is removed first, unless ``keep(its partial record)`` says this write continues
         it; what a kill left of a directory a swap replaced is carried back first."""
         path = staging_path(target)
+        refuse_long_name(target)
         for held in (path, target):
             if dir_lock.writing_here(held):
                 raise BertkitError(f"{target} is the output directory of this process's `bertkit "
@@ -508,6 +530,12 @@ def refuse_non_directory(path: str | os.PathLike, what: str) -> None:
         raise BertkitError(f"{path} is {'a file' if os.path.exists(path) else 'a symlink to nowhere'}, not a "
                            f"directory: {what} writes a directory of files; pass the path of a directory, new or to "
                            "add to")
+    # the nearest existing directory above: a file there (``notes.txt/out``) was "File exists: notes.txt"
+    above = next((p for p in Path(os.getcwd(), path).parents if os.path.lexists(p)), None)
+    if above is not None and not os.path.isdir(above):
+        kind = "a file" if os.path.exists(above) else "a symlink to nowhere"
+        raise BertkitError(f"{path} cannot be made: {above} is {kind}, not a directory; {what} writes a directory "
+                           "of files: pass a path inside a directory")
 
 
 @contextlib.contextmanager

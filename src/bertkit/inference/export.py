@@ -14,7 +14,7 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from bertkit.errors import BertkitError, is_whole
+from bertkit.errors import BertkitError, file_to_write, is_whole
 from bertkit.heads import MODEL_CLASSES, BertForMultipleChoice
 from bertkit.hub import encoder_path, module_types, read_modules
 from bertkit.quantization.saved import load_named_class
@@ -97,7 +97,7 @@ def export_onnx(model_dir: str | Path, out: str | Path, *, opset: int = 17, over
     from bertkit.runs import refuse_existing_file
     from bertkit.tokenization import BertTokenizer
 
-    out = Path(out)
+    out = file_to_write(out)
     refuse_existing_file(out, overwrite, inputs={"model": model_dir})  # never a file of the model itself
     _require_onnx()
     opsets = supported_opsets()

@@ -19,7 +19,7 @@ from bertkit.modeling import BertModel
 from bertkit.quantization.kernels import SMOOTHING_BOUND
 from bertkit.quantization.projections import get_projection
 from bertkit.tokenization import BertTokenizer
-from bertkit.tokenization.textfiles import refuse_record_file
+from bertkit.tokenization.textfiles import refuse_compressed_format, refuse_record_file
 
 
 def smoothing_scale(act_absmax: Tensor, weight: Tensor, alpha: float) -> Tensor:
@@ -114,6 +114,8 @@ def read_calibration_file(path: str | Path) -> list[str]:
                                "a text file with one sentence per line, like the ones the model will see (or leave "
                                "it out for the built-in sentences)")
     refuse_record_file(path, "calibration file", "one sentence per line")
+    with open(path, "rb") as f:
+        refuse_compressed_format(f.read(16), path)
     try:
         lines = path.read_text(encoding="utf-8-sig").split("\n")  # a byte-order mark is no part of the first text
     except UnicodeDecodeError as e:

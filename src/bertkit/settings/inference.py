@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import ClassVar, Literal
 
-from bertkit.errors import BertkitError, read_json_object
+from bertkit.errors import BertkitError, file_to_write, read_json_object
 from bertkit.settings.fields import (
     Int8Settings,
     OverwriteSettings,
@@ -151,7 +151,7 @@ class ExtractSettings(OverwriteSettings, ProgressSettings, Int8Settings):
     """Checkpoint directory (any head: the encoder is used)."""
     input: Path
     """One text per line, or 'text_a ||| text_b' pairs."""
-    output_file: Path = flag(aliases=("--out",))
+    output_file: Path = flag(aliases=("--out",), parse=file_to_write)
     """FILE.jsonl (google's format) or FILE.safetensors."""
     layers: tuple[int, ...] = (-1, -2, -3, -4)
     """Hidden states to write: 0 = embeddings .. L = last, negative from the end (e.g. -1,-2)."""
@@ -183,7 +183,7 @@ class ExportOnnxSettings(OverwriteSettings):
 
     model: Path
     """Checkpoint directory (config.json, model.safetensors, vocab.txt); its 'architectures' picks the head."""
-    output_file: Path = flag(aliases=("--out",))
+    output_file: Path = flag(aliases=("--out",), parse=file_to_write)
     """The .onnx file to write."""
     opset: int = 17
     """ONNX opset version."""
@@ -240,7 +240,7 @@ class PredictFileSettings(OverwriteSettings, ProgressSettings, Int8Settings, Emb
     """Inputs: .jsonl (objects, or strings), .csv/.tsv (a header row naming the columns) or .txt (one per line)."""
     input_format: Literal["auto", "jsonl", "csv", "tsv", "text"] = "auto"
     """How to read --input; auto: by its suffix (.jsonl/.json/.ndjson, .csv, .tsv, .txt; another is an error)."""
-    output_file: Path = flag(aliases=("--out",), check=json_lines_name)
+    output_file: Path = flag(aliases=("--out",), parse=file_to_write, check=json_lines_name)
     """The JSONL file to write: {"id": ..., <the pipeline's result>} per input."""
     text_column: str = "text"
     """Column (CSV/TSV) or field (JSONL) holding the text."""

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any, BinaryIO
 
 from bertkit.errors import BertkitError, NotStandardJson, standard_json
-from bertkit.tokenization.textfiles import refuse_lone_carriage_returns
+from bertkit.tokenization.textfiles import refuse_compressed_format, refuse_lone_carriage_returns
 
 FORMATS = ("jsonl", "csv", "tsv", "text")
 SUFFIXES = {".jsonl": "jsonl", ".json": "jsonl", ".ndjson": "jsonl", ".csv": "csv", ".tsv": "tsv", ".txt": "text"}
@@ -102,6 +102,7 @@ class _Lines:
             if not raw:  # nor a line: a file of the mark alone is an empty file an editor saved
                 raise StopIteration
         if self.number == 1:  # before the length check: such a file is one line
+            refuse_compressed_format(raw, self.path)  # a .gz or .bz2: its bytes would be named as a NUL or a \r
             refuse_lone_carriage_returns(raw, f"{self.path}:1")
         nul = raw.find(b"\0")
         if nul >= 0:

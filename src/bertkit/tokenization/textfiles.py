@@ -20,6 +20,10 @@ DECODE_ERRORS = ("strict", "replace", "ignore")
 # Leading bytes of the compressed formats a corpus comes in: read as text (--errors replace), they are noise.
 _COMPRESSED = ((b"\x1f\x8b", "gzip", "gunzip -k"), (b"\xfd7zXZ\x00", "xz", "unxz -k"),
                (b"\x28\xb5\x2f\xfd", "zstd", "unzstd"), (b"PK\x03\x04", "zip", "unzip"))
+# Each format's suffix and the command writing it decompressed to standard output: the tools above decompress a
+# file in place only when it has that suffix (gunzip -k preds.jsonl: "unknown suffix -- ignored").
+_TO_STDOUT = {"gzip": (".gz", "gunzip -c"), "xz": (".xz", "unxz -c"), "zstd": (".zst", "unzstd -c"),
+              "zip": (".zip", "unzip -p"), "bzip2": (".bz2", "bunzip2 -c")}
 
 
 def refuse_compressed(head: bytes, path: str | os.PathLike) -> None:
@@ -32,13 +36,26 @@ def refuse_compressed(head: bytes, path: str | os.PathLike) -> None:
             raise BertkitError(f"{path} is {name} text, not UTF-8: convert it first (iconv -f {name} -t UTF-8 {path} > "
                                "NEW.txt) and pass the converted file; read as UTF-8 (errors='replace') its line breaks "
                                "leave a NUL on each next line, so no line is blank and documents run together")
+    refuse_compressed_format(head, path)
+
+
+def refuse_compressed_format(head: bytes, path: str | os.PathLike) -> None:
+    """A file whose first bytes ``head`` are a compressed format's is refused, naming the format and the command
+    that decompresses it: every reader of text or records asks this first, since read as text such a file fails
+    on whichever of its bytes comes first (a NUL, a lone carriage return, bad UTF-8), in words that name another problem."""
     found = next(((kind, how) for magic, kind, how in _COMPRESSED if head.startswith(magic)), None)
     if head[:3] == b"BZh" and head[3:4].isdigit() and head[4:10] == b"1AY&SY":
         found = ("bzip2", "bunzip2 -k")
     if found is not None:
         kind, how = found
-        raise BertkitError(f"{path} is {kind}-compressed, not text: decompress it first ({how} {path}) and pass "
-                           "the decompressed file")
+        suffix, to_stdout = _TO_STDOUT[kind]
+        name = os.fspath(path)
+        command = f"{how} {name}"
+        if not name.endswith(suffix):
+            stem, ext = os.path.splitext(os.path.basename(name))
+            command = f"{to_stdout} {name} > {stem}-decompressed{ext}"
+        raise BertkitError(f"{name} is {kind}-compressed, not text: decompress it first ({command}) and pass the "
+                           "decompressed file")
 
 
 # The suffixes of files whose lines are records (`bertkit predict` and `finetune classify` read them by column): read

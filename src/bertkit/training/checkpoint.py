@@ -24,7 +24,7 @@ from torch import nn
 from bertkit._parallel import DistInfo
 from bertkit.errors import BertkitError
 from bertkit.manifests import read_marker, remove_owned_tree
-from bertkit.outputs import MARKER, as_placed, disk_full, fsync, regular_stat
+from bertkit.outputs import MARKER, as_placed, disk_full, fsync, regular_stat, why_full
 from bertkit.staging import remove_killed_writes, staged
 from bertkit.weight_files import WEIGHTS_NAME
 
@@ -92,10 +92,13 @@ def _disk_full_error(out_dir: Path, layout: CheckpointLayout, final: Path, weigh
     needed = sum(t.numel() * t.element_size() for t in weights.values()) * 3  # weights + 2 Adam moments
     free = shutil.disk_usage(out_dir).free  # the run's own directory: the failed write removed the ones it made
     kept = f"the previous checkpoint {as_placed(str(previous[-1]))} is intact" if previous else "nothing else was changed"
+    cause, fix = why_full(code)
+    # bertkit.Trainer's checkpoints (transformers' layout) are resumed from Python, the commands' with a flag
+    resume = "trainer.train(resume_from_checkpoint=True)" if layout == HF_LAYOUT else "--resume"
     return BertkitError(
-        f"{os.strerror(code)}: could not write the checkpoint {as_placed(str(final))} (it needs about {needed / 1e6:.0f} MB, "
-        f"{free / 1e6:.0f} MB are free); the temporary files were removed and {kept}: free some space and run again "
-        "with --resume"
+        f"{os.strerror(code)}: could not write the checkpoint {as_placed(str(final))} (it needs about "
+        f"{needed / 1e6:.0f} MB, {free / 1e6:.0f} MB are free): {cause}; the temporary files were removed and {kept}: "
+        f"{fix} with {resume}"
     )
 
 
