@@ -81,3 +81,118 @@ def test_an_index_that_lists_other_files_keeps_them(minilm_dir, tmp_path):
     torch.manual_seed(0)
     bertkit.BertForSequenceClassification(bertkit.BertConfig(**TINY)).save_pretrained(d)
     assert sorted(p.name for p in d.iterdir()) == sorted(before + ["model.safetensors"])
+
+
+def test_tokens_added_special_are_read_by_transformers_as_its_own_save_gives_them(minilm_dir, tmp_path):
+    """A token added with add_tokens(..., special_tokens=True) is special in tokenizer.json alone: transformers lists
+    it nowhere, so its masked-LM collator may mask it. bertkit's save listed it in additional_special_tokens, and
+    transformers reading that directory took it as declared: get_special_tokens_mask marked it 1 and the collator never
+    masked it (labels -100 where the directory transformers saved gives 30522). A token declared with
+    add_special_tokens stays listed; bertkit itself reads either save to the same ids and special tokens."""
+    transformers.logging.set_verbosity_error()
+    ref = transformers.BertTokenizerFast.from_pretrained(str(minilm_dir))
+    ref.add_tokens(["<ent>"], special_tokens=True)
+    ref.add_special_tokens({"additional_special_tokens": ["[Q]"]})
+    ref.add_tokens(["covid19"])
+    ref.save_pretrained(tmp_path / "hf")
+    ours = bertkit.AutoTokenizer.from_pretrained(tmp_path / "hf")
+    ours.save_pretrained(tmp_path / "bk")
+    theirs = {name: transformers.AutoTokenizer.from_pretrained(tmp_path / name) for name in ("hf", "bk")}
+    text = "<ent> covid19 [Q] x <ent>"
+    ids = theirs["hf"](text)["input_ids"]
+    collated = {}
+    for name, tok in theirs.items():
+        assert tok(text)["input_ids"] == ids
+        assert sorted(tok.all_special_tokens) == sorted(theirs["hf"].all_special_tokens), name
+        assert tok.get_special_tokens_mask(ids, already_has_special_tokens=True) == [1, 0, 0, 1, 0, 0, 1]
+        collator = transformers.DataCollatorForLanguageModeling(tok, mlm_probability=1.0, seed=0)
+        collated[name] = collator([{"input_ids": ids}])["labels"].tolist()
+    assert collated["bk"] == collated["hf"] == [[-100, 30522, 30524, -100, 1060, 30522, -100]]
+    again = bertkit.AutoTokenizer.from_pretrained(tmp_path / "bk")
+    assert again(text)["input_ids"] == ours(text)["input_ids"] == ids
+    assert again.all_special_tokens == ours.all_special_tokens
+    assert set(ours.all_special_tokens) >= {"<ent>", "[Q]"}  # bertkit lists both (docs/tokenizer.md)
+
+
+# ---------------------------------------------------------------------------------------------------
+# The generator: seeded chains of hops between bertkit and transformers
+# ---------------------------------------------------------------------------------------------------
+
+HEADS = ["BertModel", "BertForSequenceClassification", "BertForTokenClassification", "BertForMaskedLM"]
+HOP_TEXTS = ["<ent> covid19 [Q] x <ent>", "Ünïcödé café 漢字 naïve", "A longer text " * 30]
+
+
+def _start(rng, minilm_dir: Path, out: Path) -> str:
+    """A tiny checkpoint transformers saves: a random head, tokens added plain, special and declared, a
+    model_max_length, shards or one file."""
+    tok = transformers.BertTokenizerFast.from_pretrained(str(minilm_dir), model_max_length=rng.choice([16, 64, 512]))
+    words = rng.sample(["<ent>", "covid19", "naïve", "[Q]"], rng.randint(0, 3))
+    for word in words:
+        kind = rng.choice(["plain", "special", "declared"])
+        if kind == "declared":
+            tok.add_special_tokens({"additional_special_tokens": [word]}, replace_extra_special_tokens=False)
+        else:
+            tok.add_tokens([word], special_tokens=kind == "special")
+    head = rng.choice(HEADS)
+    torch.manual_seed(rng.randrange(1000))
+    model = getattr(transformers, head)(transformers.BertConfig(**{**TINY, "vocab_size": len(tok)}))
+    model.save_pretrained(out, **({"max_shard_size": "1MB"} if rng.random() < 0.5 else {}))
+    tok.save_pretrained(out)
+    return head
+
+
+def _hop(rng, lib: str, head: str, src: Path, dst: Path) -> torch.nn.Module:
+    """Load ``src`` with ``lib``, maybe change the weights (as training would), save to ``dst``: the model saved."""
+    module = transformers if lib == "hf" else bertkit
+    model = getattr(module, head).from_pretrained(src)
+    tok = (transformers.AutoTokenizer if lib == "hf" else bertkit.AutoTokenizer).from_pretrained(src)
+    if rng.random() < 0.6:
+        with torch.no_grad():
+            model.get_input_embeddings().weight[: rng.randint(100, 5000)].mul_(1.25)
+    model.save_pretrained(dst)
+    tok.save_pretrained(dst)
+    return model.eval()
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("seed", range(6))
+def test_seeded_chains_of_hops_keep_weights_tokens_and_files(minilm_dir, tmp_path, seed):
+    """2-4 hops, each transformers or bertkit loading the last directory (in place or into a new one) and saving it,
+    the weights changed in some: after every hop both libraries load the weights just saved (the saver's outputs
+    within 1e-5), no index of older shards is left beside them, and transformers reads the tokenizer as from the
+    start (ids, special tokens and their mask, which its masked-LM collator reads), bertkit with the same ids."""
+    import random
+
+    transformers.logging.set_verbosity_error()
+    rng = random.Random(seed)
+    src = tmp_path / "h0"
+    head = _start(rng, minilm_dir, src)
+    start_tok = transformers.AutoTokenizer.from_pretrained(src)
+    want_ids = [start_tok(t, truncation=True)["input_ids"] for t in HOP_TEXTS]
+    want_special = sorted(start_tok.all_special_tokens)
+    for i in range(1, rng.randint(2, 4) + 1):
+        lib = rng.choice(["hf", "bk", "bk"])
+        dst = src if rng.random() < 0.5 else tmp_path / f"h{i}"
+        saved = _hop(rng, lib, head, src, dst)
+        step = f"seed {seed} hop {i} ({lib}, {'in place' if dst == src else 'new directory'})"
+        batch = start_tok(HOP_TEXTS[:2], padding=True, return_tensors="pt")
+        mask = batch["attention_mask"].bool()
+
+        def real(out, mask=mask):  # per-token outputs at the real tokens (bertkit's padding holds zeros)
+            return out[0][mask] if out[0].dim() == 3 else out[0]
+
+        with torch.no_grad():
+            want = real(saved(**batch))
+            for module in (transformers, bertkit):
+                got = real(getattr(module, head).from_pretrained(dst).eval()(**batch))
+                torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-5, msg=f"{step}: {module.__name__} loads")
+        if (dst / "model.safetensors").is_file():
+            assert not (dst / "model.safetensors.index.json").is_file() or lib == "hf", step
+        theirs = transformers.AutoTokenizer.from_pretrained(dst)
+        ours = bertkit.AutoTokenizer.from_pretrained(dst)
+        assert [theirs(t, truncation=True)["input_ids"] for t in HOP_TEXTS] == want_ids, step
+        assert [ours(t, truncation=True)["input_ids"] for t in HOP_TEXTS] == want_ids, step
+        assert sorted(theirs.all_special_tokens) == want_special, step
+        assert [theirs.get_special_tokens_mask(ids, already_has_special_tokens=True) for ids in want_ids] == [
+            start_tok.get_special_tokens_mask(ids, already_has_special_tokens=True) for ids in want_ids], step
+        src = dst

@@ -141,6 +141,9 @@ class BertTokenizer(EditableVocabulary):
         vocab: Path | list[str] = path / VOCAB_FILE
         source = json_file = path / TOKENIZER_FILE
         settings = read_settings(path)
+        # the additional special tokens the files (or the caller) list; those the files only flag special join them
+        # below, and are saved flagged as they came (Vocabulary.flagged_special)
+        declared = {*settings.get("additional_special_tokens", ()), *overrides.get("additional_special_tokens", ())}
         if json_file.is_file():  # first, as transformers and sentence-transformers read it: the same ids as theirs
             vocab, settings, wordpiece_size = read_tokenizer_json(json_file, {**settings, **overrides}, sides)
             added_beside_tokenizer_json(vocab, path, settings)  # what transformers 5 adds from the files beside it
@@ -167,6 +170,9 @@ class BertTokenizer(EditableVocabulary):
         in_files = len(vocab)
         vocab = [*vocab, *(t for t in dict.fromkeys(given) if isinstance(t, str) and t not in set(vocab))]
         tokenizer = cls(vocab, **settings)
+        flagged = [t for t in tokenizer._vocabulary.additional_special_tokens if t not in declared]
+        if flagged:
+            tokenizer._vocabulary.flagged_special = flagged
         if wordpiece_size < len(tokenizer):  # added tokens (ids from wordpiece_size) are not WordPiece's, as in HF
             tokenizer._vocabulary._wordpiece_size = wordpiece_size
             tokenizer._vocabulary._build()
@@ -181,8 +187,9 @@ class BertTokenizer(EditableVocabulary):
         path = given_path(path, "the directory to save into")
         v = self._vocabulary  # its tables as they are, not the copies a user reads
         special_map = {k: getattr(v, k) for k in SPECIAL_TOKEN_KEYS}
-        if v.additional_special_tokens:
-            special_map["additional_special_tokens"] = list(v.additional_special_tokens)
+        declared = [t for t in v.additional_special_tokens if t not in v.flagged_special]
+        if declared:  # the flagged ones are special in tokenizer.json (its entries' "special": true) alone, as there
+            special_map["additional_special_tokens"] = declared
         config = {"tokenizer_class": "BertTokenizer", **{k: getattr(self, k) for k in SETTING_TYPES}, **special_map}
         backend = tokenizer_json(v._tokens[:v._wordpiece_size], v.vocab, v.all_special_tokens, v.added_tokens, config)
         # added_tokens.json ({token: id}, Hugging Face's file for them) is written when empty too: transformers reads

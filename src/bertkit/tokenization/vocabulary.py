@@ -50,12 +50,13 @@ class Vocabulary:
     added tokens, the settings of the text pipeline, and the tables ``_build`` makes from them."""
 
     # What it pickles; the rest is derived (rebuilt after unpickling rather than shipped to DataLoader workers).
-    _STATE = ("_tokens", "_wordpiece_size", *_BUILT_FROM, *SPECIAL_TOKEN_KEYS)
+    _STATE = ("_tokens", "_wordpiece_size", *_BUILT_FROM, *SPECIAL_TOKEN_KEYS, "flagged_special")
     _DERIVED = ("vocab", "all_special_tokens", "all_special_ids", *_SPECIAL_IDS, "ids_to_tokens", "_text",
                 "_special_id_set", "_decode_skip_ids", "_continuation_ids")
 
     def __init__(self, tokens: list[str], settings: Mapping[str, Any], special: Mapping[str, str],
-                 additional_special_tokens: Sequence[str], added_tokens: Sequence[str]):
+                 additional_special_tokens: Sequence[str], added_tokens: Sequence[str],
+                 flagged_special: Sequence[str] = ()):
         self._tokens = tokens
         self._wordpiece_size = len(tokens)
         for key in ("do_lower_case", "strip_accents", "tokenize_chinese_chars", "max_input_chars_per_word"):
@@ -63,6 +64,11 @@ class Vocabulary:
         for key in SPECIAL_TOKEN_KEYS:
             setattr(self, key, special[key])
         self.additional_special_tokens = list(additional_special_tokens)
+        # Those of them special by their flag alone (add_tokens(..., special_tokens=True), a tokenizer.json entry
+        # flagged special that no list names, a named token replaced): listed here as special, as documented, but
+        # never written to the files' additional_special_tokens, where transformers, which lists them nowhere, would
+        # read them as declared ones (get_special_tokens_mask 1: its masked-LM collator would never mask them).
+        self.flagged_special = [t for t in dict.fromkeys(flagged_special) if t in self.additional_special_tokens]
         # Tokens added with add_tokens: cut out of the text before WordPiece, like special tokens, but matched
         # normalised in the normalised text, as Hugging Face matches them (an uncased "NAIVE" is the added "naïve").
         self.added_tokens: list[str] = list(dict.fromkeys(added_tokens))
@@ -111,10 +117,12 @@ class Vocabulary:
                                            if t.startswith("##"))
 
     def __getstate__(self) -> dict:
-        return {k: v for k, v in self.__dict__.items() if k not in self._DERIVED}
+        # flagged_special only where it holds a token: the state of every other tokenizer, which a resumed run's
+        # fingerprint hashes (sentence.data.tokenizer_fingerprint), stays what it was before the list existed
+        return {k: v for k, v in self.__dict__.items() if k not in self._DERIVED and (v or k != "flagged_special")}
 
     def __setstate__(self, state: dict) -> None:
-        self.__dict__.update(state)
+        self.__dict__.update({"flagged_special": [], **state})
         self._build()
 
     def edited(self) -> Vocabulary:
@@ -123,6 +131,7 @@ class Vocabulary:
         new.__dict__.update(self.__dict__)
         new._tokens, new.vocab = list(self._tokens), dict(self.vocab)
         new.additional_special_tokens, new.added_tokens = list(self.additional_special_tokens), list(self.added_tokens)
+        new.flagged_special = list(self.flagged_special)
         return new
 
     def segment(self, text: Any, with_offsets: bool, split: bool) -> Segment:
@@ -163,6 +172,8 @@ class Vocabulary:
             target = self.additional_special_tokens if is_special else self.added_tokens
             if token not in target and token not in self.all_special_tokens:
                 target.append(token)
+                if is_special:  # declared by add_special_tokens, which unflags it, or special by its flag alone
+                    self.flagged_special.append(token)
         self._build()
         return added
 
@@ -184,6 +195,7 @@ class Vocabulary:
                 many = isinstance(value, Iterable) and not isinstance(value, str)
                 tokens = [token_text(t, True)[0] for t in (value if many else [value])]
                 added += self.add_tokens(tokens, special_tokens=True)
+                self.flagged_special = [t for t in self.flagged_special if t not in tokens]  # declared now
                 continue
             value = token_text(value, True)[0]
             if not isinstance(value, str):
@@ -191,12 +203,14 @@ class Vocabulary:
             added += self.add_tokens([value], special_tokens=True)
             if value in self.additional_special_tokens:  # now a named special token instead
                 self.additional_special_tokens.remove(value)
+                self.flagged_special = [t for t in self.flagged_special if t != value]
             old = getattr(self, key)
             setattr(self, key, value)
             if old not in self._special_list():
                 # the token it replaces stays special (cut out of the text, skipped by decode), as transformers
                 # keeps it and as from_pretrained reads a tokenizer.json that flags it special
                 self.additional_special_tokens.append(old)
+                self.flagged_special.append(old)  # transformers lists it nowhere
         self._build()
         return added
 
