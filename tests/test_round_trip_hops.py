@@ -114,6 +114,41 @@ def test_tokens_added_special_are_read_by_transformers_as_its_own_save_gives_the
     assert set(ours.all_special_tokens) >= {"<ent>", "[Q]"}  # bertkit lists both (docs/tokenizer.md)
 
 
+def test_a_transformers_save_after_bertkits_reads_back_what_it_saved(minilm_dir, tmp_path):
+    """bertkit's save wrote special_tokens_map.json and added_tokens.json, transformers 4's files, which transformers
+    5 reads beside its own tokenizer_config.json and no longer writes: after a bertkit hop, a transformers save that
+    set pad_token "[unused1]" (id 2) read back "[PAD]" (id 0) in both libraries, the stale map overriding it. bertkit
+    writes them only where the directory holds them already (MiniLM's own, here rewritten, not left stale)."""
+    transformers.logging.set_verbosity_error()
+    ref = transformers.BertTokenizerFast.from_pretrained(str(minilm_dir))
+    ref.add_tokens(["covid19"])
+    ref.save_pretrained(tmp_path / "d")
+    bertkit.AutoTokenizer.from_pretrained(tmp_path / "d").save_pretrained(tmp_path / "d")
+    assert sorted(p.name for p in (tmp_path / "d").iterdir()) == ["tokenizer.json", "tokenizer_config.json",
+                                                                   "vocab.txt"]
+    theirs = transformers.AutoTokenizer.from_pretrained(tmp_path / "d")
+    theirs.add_special_tokens({"pad_token": "[unused1]"})
+    theirs.add_tokens(["newword"])
+    theirs.save_pretrained(tmp_path / "d")
+    batch = ["covid19 newword", "a b c d"]
+    want = theirs(batch, padding=True)["input_ids"]
+    assert want[0][-1] == 2
+    for tok in (transformers.AutoTokenizer.from_pretrained(tmp_path / "d"),
+                bertkit.AutoTokenizer.from_pretrained(tmp_path / "d")):
+        assert (tok.pad_token, tok.pad_token_id) == ("[unused1]", 2)
+        assert tok(batch, padding=True)["input_ids"] == want
+    # a directory holding transformers 4's files (MiniLM's) gets them rewritten: none is left to decide the ids
+    old = tmp_path / "old"
+    for name in ("vocab.txt", "tokenizer_config.json", "special_tokens_map.json"):
+        (old / name).parent.mkdir(exist_ok=True)
+        (old / name).write_bytes((minilm_dir / name).read_bytes())
+    mine = bertkit.AutoTokenizer.from_pretrained(old)
+    mine.add_special_tokens({"pad_token": "[unused1]"})
+    mine.save_pretrained(old)
+    assert json.loads((old / "special_tokens_map.json").read_text())["pad_token"] == "[unused1]"
+    assert transformers.AutoTokenizer.from_pretrained(old).pad_token_id == 2
+
+
 # ---------------------------------------------------------------------------------------------------
 # The generator: seeded chains of hops between bertkit and transformers
 # ---------------------------------------------------------------------------------------------------
@@ -141,26 +176,38 @@ def _start(rng, minilm_dir: Path, out: Path) -> str:
     return head
 
 
-def _hop(rng, lib: str, head: str, src: Path, dst: Path) -> torch.nn.Module:
-    """Load ``src`` with ``lib``, maybe change the weights (as training would), save to ``dst``: the model saved."""
+def _hop(rng, lib: str, head: str, src: Path, dst: Path):
+    """Load ``src`` with ``lib``, maybe change the weights (as training would) and, with transformers, the pad token,
+    save to ``dst``: (the model saved, the tokenizer saved)."""
     module = transformers if lib == "hf" else bertkit
     model = getattr(module, head).from_pretrained(src)
     tok = (transformers.AutoTokenizer if lib == "hf" else bertkit.AutoTokenizer).from_pretrained(src)
     if rng.random() < 0.6:
         with torch.no_grad():
             model.get_input_embeddings().weight[: rng.randint(100, 5000)].mul_(1.25)
+    if lib == "hf" and rng.random() < 0.7:
+        tok.add_special_tokens({"pad_token": rng.choice(["[unused1]", "[unused2]"])})
     model.save_pretrained(dst)
     tok.save_pretrained(dst)
-    return model.eval()
+    return model.eval(), tok
+
+
+def _read(tok) -> dict:
+    """What a tokenizer gives that the hops must keep: ids, padded ids, its special tokens and their mask."""
+    ids = [tok(t, truncation=True)["input_ids"] for t in HOP_TEXTS]
+    return {"ids": ids, "padded": tok(HOP_TEXTS[:2], padding=True)["input_ids"],
+            "pad": (tok.pad_token, tok.pad_token_id), "special": sorted(tok.all_special_tokens),
+            "mask": [tok.get_special_tokens_mask(i, already_has_special_tokens=True) for i in ids]}
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("seed", range(6))
 def test_seeded_chains_of_hops_keep_weights_tokens_and_files(minilm_dir, tmp_path, seed):
     """2-4 hops, each transformers or bertkit loading the last directory (in place or into a new one) and saving it,
-    the weights changed in some: after every hop both libraries load the weights just saved (the saver's outputs
-    within 1e-5), no index of older shards is left beside them, and transformers reads the tokenizer as from the
-    start (ids, special tokens and their mask, which its masked-LM collator reads), bertkit with the same ids."""
+    the weights changed in some, the pad token in some of transformers': after every hop both libraries load the
+    weights just saved (the saver's outputs within 1e-5), no index of older shards is left beside them, transformers
+    reads the tokenizer as its last save left it (ids, padding, special tokens and their mask, which its masked-LM
+    collator reads: a bertkit hop changes none of them), and bertkit with the same ids and padding."""
     import random
 
     transformers.logging.set_verbosity_error()
@@ -168,12 +215,13 @@ def test_seeded_chains_of_hops_keep_weights_tokens_and_files(minilm_dir, tmp_pat
     src = tmp_path / "h0"
     head = _start(rng, minilm_dir, src)
     start_tok = transformers.AutoTokenizer.from_pretrained(src)
-    want_ids = [start_tok(t, truncation=True)["input_ids"] for t in HOP_TEXTS]
-    want_special = sorted(start_tok.all_special_tokens)
+    want = _read(start_tok)  # as transformers reads the directory: changed by its own hops only
     for i in range(1, rng.randint(2, 4) + 1):
         lib = rng.choice(["hf", "bk", "bk"])
         dst = src if rng.random() < 0.5 else tmp_path / f"h{i}"
-        saved = _hop(rng, lib, head, src, dst)
+        saved, tok = _hop(rng, lib, head, src, dst)
+        if lib == "hf":
+            want = _read(tok)
         step = f"seed {seed} hop {i} ({lib}, {'in place' if dst == src else 'new directory'})"
         batch = start_tok(HOP_TEXTS[:2], padding=True, return_tensors="pt")
         mask = batch["attention_mask"].bool()
@@ -182,17 +230,13 @@ def test_seeded_chains_of_hops_keep_weights_tokens_and_files(minilm_dir, tmp_pat
             return out[0][mask] if out[0].dim() == 3 else out[0]
 
         with torch.no_grad():
-            want = real(saved(**batch))
+            expected = real(saved(**batch))
             for module in (transformers, bertkit):
                 got = real(getattr(module, head).from_pretrained(dst).eval()(**batch))
-                torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-5, msg=f"{step}: {module.__name__} loads")
+                torch.testing.assert_close(got, expected, atol=1e-5, rtol=1e-5, msg=f"{step}: {module.__name__} loads")
         if (dst / "model.safetensors").is_file():
             assert not (dst / "model.safetensors.index.json").is_file() or lib == "hf", step
-        theirs = transformers.AutoTokenizer.from_pretrained(dst)
-        ours = bertkit.AutoTokenizer.from_pretrained(dst)
-        assert [theirs(t, truncation=True)["input_ids"] for t in HOP_TEXTS] == want_ids, step
-        assert [ours(t, truncation=True)["input_ids"] for t in HOP_TEXTS] == want_ids, step
-        assert sorted(theirs.all_special_tokens) == want_special, step
-        assert [theirs.get_special_tokens_mask(ids, already_has_special_tokens=True) for ids in want_ids] == [
-            start_tok.get_special_tokens_mask(ids, already_has_special_tokens=True) for ids in want_ids], step
+        assert _read(transformers.AutoTokenizer.from_pretrained(dst)) == want, step
+        ours = _read(bertkit.AutoTokenizer.from_pretrained(dst))
+        assert (ours["ids"], ours["padded"], ours["pad"]) == (want["ids"], want["padded"], want["pad"]), step
         src = dst
