@@ -317,3 +317,13 @@ def staging_of(path: Path) -> Path | None:
     """The staging directory this process holds that ``path`` lies in, if any."""
     real = Path(os.path.realpath(path.parent)) / path.name
     return next((p for p in (real, *real.parents) if dir_lock.is_staging(p) and dir_lock.holds(p)), None)
+
+
+def placed(path: Path) -> Path:
+    """Where ``path`` will be once written: inside a staging directory this process holds (a save nested in another,
+    as ``SentenceTransformer.save`` writes its tokenizer), the same place in the directory that one becomes; else
+    ``path`` itself."""
+    stage = staging_of(path)
+    if stage is None:
+        return path
+    return dir_lock.placed_path(stage) / (Path(os.path.realpath(path.parent)) / path.name).relative_to(stage)

@@ -152,6 +152,34 @@ def _recover(target: Path, stage: Path) -> None:
             os.rename(aside, stage)
 
 
+def superseded_shards(old: Path, new: Path) -> set[str]:
+    """The files of ``old`` (relative paths) that the write ``new`` replaces under other names: a sharded weights file,
+    ``X.index.json`` and the shards beside it that its ``weight_map`` lists (transformers'
+    ``save_pretrained(max_shard_size=...)``), where ``new`` writes ``X`` whole (``model.safetensors``) and neither the
+    index nor the shard. They are the previous version of the file written: carried over, they would be a stale second
+    copy of the weights beside the new one (a whole model's size), and a loader that reads the index first (vLLM's)
+    would load them instead. transformers' own unsharded save removes the shards (and leaves the index). An index that
+    cannot be read, or that lists files outside its folder, proves nothing: kept with its files."""
+    out: set[str] = set()
+    if not old.is_dir() or old.is_symlink():
+        return out
+    for rel, path in files_under(old):
+        whole = rel.removesuffix(".index.json")
+        if whole == rel or path.is_symlink() or not (new / whole).is_file() or os.path.lexists(new / rel):
+            continue
+        try:
+            weight_map = json.loads(path.read_text(encoding="utf-8")).get("weight_map")
+        except (OSError, ValueError, AttributeError):
+            continue
+        shards = {s for s in weight_map.values() if isinstance(s, str)} if isinstance(weight_map, dict) else set()
+        folder = Path(rel).parent
+        if not shards or any(Path(s).name != s or s in (".", "..", Path(whole).name) for s in shards):
+            continue
+        out.add(rel)
+        out.update((folder / s).as_posix() for s in shards if not os.path.lexists(new / folder / s))
+    return out
+
+
 def _link_others(target: Path, stage: Path, replaced: Mapping[str, Any]) -> None:
     """What else ``target`` holds (a user's files, where this write made none of the same name; not the ``replaced``
     files of an earlier run), hard-linked into ``stage`` before the swap: it is in place at every moment."""
@@ -160,9 +188,11 @@ def _link_others(target: Path, stage: Path, replaced: Mapping[str, Any]) -> None
             with contextlib.suppress(OSError):
                 if not Path(root, name).is_symlink() and not os.listdir(Path(root, name)):
                     (stage / Path(root, name).relative_to(target)).mkdir(parents=True, exist_ok=True)
+    superseded = superseded_shards(target, stage)
     for rel, path in files_under(target):
         dst = stage / rel
-        if rel in replaced or os.path.lexists(dst) or (path.name in (LOCK, PARTIAL) and is_bookkeeping(path)):
+        if rel in replaced or rel in superseded or os.path.lexists(dst) or (
+                path.name in (LOCK, PARTIAL) and is_bookkeeping(path)):
             continue
         with contextlib.suppress(OSError):  # no hard links here: carried after the swap instead (_dispose)
             dst.parent.mkdir(parents=True, exist_ok=True)
@@ -218,7 +248,8 @@ def _same_file(a: Path, b: Path) -> bool:
 def _dispose(old: Path, target: Path, merge: bool, proven: Mapping[str, tuple[int, ...]] | None = None) -> None:
     """The directory ``target`` replaced, now at ``old``: its files its manifests prove bertkit's removed (``proven``:
     those proven already, by identity), and with ``merge`` (a save that adds to a directory) those the new one
-    replaces; every other file is carried into ``target`` where its name is free. What is left (a file of a user's
+    replaces, the shards of a weights file it writes whole among them (``superseded_shards``); every other file is
+    carried into ``target`` where its name is free. What is left (a file of a user's
     where the new run put one of the same name) is kept beside ``target``, named in a warning."""
     if proven is None:
         try:
@@ -228,10 +259,11 @@ def _dispose(old: Path, target: Path, merge: bool, proven: Mapping[str, tuple[in
     else:
         proven = {rel: ident for rel, ident in proven.items()
                   if (st := regular_stat(old / rel)) is not None and identity(st) == ident}
+    superseded = superseded_shards(old, target) if merge else set()
     left = []  # bookkeeping last: a manifest keeps proving what is left until it goes (a kill meanwhile)
     for rel, path in sorted(files_under(old), key=lambda entry: entry[1].name in BOOKKEEPING):
         dst = target / rel
-        if rel in proven or (path.name in (LOCK, PARTIAL) and is_bookkeeping(path)) or (
+        if rel in proven or rel in superseded or (path.name in (LOCK, PARTIAL) and is_bookkeeping(path)) or (
                 os.path.lexists(dst) and (merge or is_bookkeeping(path) or _same_file(path, dst))):
             path.unlink()
             continue

@@ -14,7 +14,7 @@ from typing import Any
 
 from bertkit._parallel import job_of
 from bertkit.errors import BertkitError, MissingFileError, given_path
-from bertkit.outputs import atomic_write_json
+from bertkit.outputs import atomic_write_json, placed
 from bertkit.staging import staged
 from bertkit.tokenization.added_token import token_text
 from bertkit.tokenization.batch import (
@@ -176,21 +176,28 @@ class BertTokenizer(EditableVocabulary):
         return tokenizer
 
     def save_pretrained(self, path: str | os.PathLike) -> list[Path]:
-        """Write ``vocab.txt``, ``tokenizer_config.json``, ``special_tokens_map.json``, ``tokenizer.json`` and
-        ``added_tokens.json``; returns their paths. The files are written beside ``path`` and moved in together
-        (``bertkit.staging.staged``). tokenizer.json is the file transformers and sentence-transformers read first
+        """Write ``vocab.txt``, ``tokenizer_config.json`` and ``tokenizer.json`` (``special_tokens_map.json`` and
+        ``added_tokens.json`` where the directory holds them); returns their paths. The files are written beside
+        ``path`` and moved in together (``bertkit.staging.staged``). tokenizer.json is the file transformers and sentence-transformers read first
         (and bertkit too): one left in ``path`` by another tokenizer would give their ids, not this tokenizer's."""
         path = given_path(path, "the directory to save into")
         v = self._vocabulary  # its tables as they are, not the copies a user reads
         special_map = {k: getattr(v, k) for k in SPECIAL_TOKEN_KEYS}
-        if v.additional_special_tokens:
+        if v.additional_special_tokens:  # the unlisted ones are special in tokenizer.json alone, as transformers saves
             special_map["additional_special_tokens"] = list(v.additional_special_tokens)
         config = {"tokenizer_class": "BertTokenizer", **{k: getattr(self, k) for k in SETTING_TYPES}, **special_map}
         backend = tokenizer_json(v._tokens[:v._wordpiece_size], v.vocab, v._cut_as_written(), v.added_tokens, config)
-        # added_tokens.json ({token: id}, Hugging Face's file for them) is written when empty too: transformers reads
-        # it beside tokenizer.json, so one left by an earlier save would bring its tokens back.
-        files = [(CONFIG_FILE, config), (SPECIAL_TOKENS_MAP_FILE, special_map), (TOKENIZER_FILE, backend),
-                 (ADDED_TOKENS_FILE, {t: v.vocab[t] for t in v.added_tokens})]
+        files = [(CONFIG_FILE, config), (TOKENIZER_FILE, backend)]
+        # special_tokens_map.json and added_tokens.json ({token: id}) are transformers 4's files, which transformers 5
+        # reads beside a config without added_tokens_decoder (its own saves' too) and no longer writes. Each is written
+        # where the directory holds one (an empty added_tokens.json too), so an older one decides nothing; a new one
+        # would outlive the next transformers 5 save over the directory and override it: the pad_token that save set
+        # read back as this one's, its added tokens' list as this one's.
+        into = placed(path)
+        for name, data in ((SPECIAL_TOKENS_MAP_FILE, special_map),
+                           (ADDED_TOKENS_FILE, {t: v.vocab[t] for t in v.added_tokens})):
+            if os.path.lexists(path / name) or os.path.lexists(into / name):
+                files.append((name, data))
         with staged(path, shared_by=job_of()) as out:  # every rank of a torchrun job may save it (job_of)
             write_vocab_file(v._tokens, out / VOCAB_FILE)
             for name, data in files:
