@@ -683,7 +683,7 @@ def test_rerank_pipeline_warns_when_the_directory_scores_by_another_activation(d
     with caplog.at_level(logging.WARNING, logger="bertkit"):
         pipe = bertkit.pipeline("rerank", tmp_path / "identity", progress=False)
     assert "names the activation torch.nn.modules.linear.Identity" in caplog.text
-    assert "send raw_scores=true for the logit itself" in caplog.text
+    assert "pass raw_scores=True to the pipeline, --raw-scores to bertkit predict rerank" in caplog.text
     got = pipe({"query": pairs[0][0], "texts": [t for _, t in pairs]}, raw_scores=True)
     assert [(g["index"], g["score"]) for g in got] == [(w["corpus_id"], pytest.approx(float(w["score"]), abs=2e-6))
                                                        for w in want]

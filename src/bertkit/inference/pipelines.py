@@ -300,7 +300,8 @@ class RerankPipeline(TextClassificationPipeline):
             # does not, so the two would give other numbers for the same pair without a word
             logger.warning("%s names the activation %s (the scores of its CrossEncoder's predict and rank); the "
                            "rerank pipeline and bertkit serve's /rerank score by the sigmoid of the logit, as TEI "
-                           "does: send raw_scores=true for the logit itself", model_dir, named)
+                           "does; for the logit itself pass raw_scores=True to the pipeline, --raw-scores to "
+                           "bertkit predict rerank, or send \"raw_scores\": true to /rerank", model_dir, named)
         return pipe
 
     def check_input(self, item: Any, index: int) -> dict:
