@@ -103,3 +103,56 @@ def test_a_command_puts_back_the_sigterm_handler_it_found(tmp_path, capsys):
     finally:
         signal.signal(signal.SIGTERM, previous)
     assert "none" in capsys.readouterr().err
+
+
+@pytest.mark.slow
+def test_sigint_or_sigterm_at_random_moments_leaves_the_whole_output_or_nothing(classifier, tmp_path):
+    """The campaign that found SIGTERM's leftovers: predict, extract-features and quantize stopped by SIGINT or
+    SIGTERM at seeded random moments (loading, running, writing, after), each followed by a run that must succeed.
+    After every stop the directory holds the inputs and either the whole output or nothing of it: no temporary
+    file, no staging directory."""
+    import random
+    import shutil
+    import time
+
+    rng = random.Random(20261130)
+    texts = [" ".join(rng.choice(_WORDS[5:11]) for _ in range(rng.randint(1, 40))) for _ in range(600)]
+    (tmp_path / "in.txt").write_text("\n".join(texts) + "\n", encoding="utf-8")
+    work = tmp_path / "work"
+    commands = {
+        "predict": ["predict", "text-classification", "--model", str(classifier), "--input", str(tmp_path / "in.txt"),
+                    "--output-file", str(work / "preds.jsonl"), "--batch-size", "8", "--no-progress"],
+        "extract-features": ["extract-features", "--model", str(classifier), "--input", str(tmp_path / "in.txt"),
+                             "--output-file", str(work / "feats.jsonl"), "--layers", "-1", "--no-progress"],
+        "quantize": ["quantize", "--model", str(classifier), "--output-dir", str(work / "q")],
+    }
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    for trial in range(6):
+        name = ["predict", "extract-features", "quantize"][trial // 2 % 3]
+        argv = commands[name]
+        shutil.rmtree(work, ignore_errors=True)
+        work.mkdir()
+        sig = rng.choice([signal.SIGINT, signal.SIGTERM])
+        # odd trials: a moment of the write (once its first entry shows in the directory, up to 0.3 s later); even
+        # ones: any moment from the start, loading included
+        writing, at = trial % 2 == 1, rng.uniform(0.0, 0.3) if trial % 2 else rng.uniform(1.0, 5.0)
+        proc = subprocess.Popen([sys.executable, "-m", "bertkit", *argv], stdout=subprocess.DEVNULL,
+                                stderr=subprocess.PIPE, text=True, env=env)
+        while writing and proc.poll() is None and not any(work.iterdir()):
+            time.sleep(0.005)
+        try:
+            _, err = proc.communicate(timeout=at)
+        except subprocess.TimeoutExpired:
+            proc.send_signal(sig)
+            _, err = proc.communicate(timeout=120)
+        # a signal before main() took over ends Python on the spot (-2 / -15): nothing is written by then
+        assert proc.returncode in (0, 130, 143, -signal.SIGINT, -signal.SIGTERM), (name, sig, at, err[-1500:])
+        left = sorted(str(p.relative_to(work)) for p in work.rglob("*"))
+        assert not [p for p in left if p.startswith(".") and not p.startswith(".bertkit")], (name, sig, at, left)
+        assert not [p for p in left if "bertkit-tmp" in p or "bertkit-staging" in p or "bertkit-partial" in p], (
+            name, sig, at, left)
+        if name == "quantize" and left:  # the whole int8 directory, its manifest written last
+            assert "q/.bertkit-run.json" in left and "q/model.int8.safetensors" in left, (sig, at, left)
+        elif left:  # the whole file: one line per input
+            assert len(next(work.iterdir()).read_text(encoding="utf-8").splitlines()) == len(texts), (name, sig, at)
+        assert main([*argv, "--overwrite"]) == 0, (name, sig, at)
