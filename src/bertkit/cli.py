@@ -15,8 +15,10 @@ import inspect
 import json
 import logging
 import os
+import signal
 import sys
-from collections.abc import Callable
+import threading
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -431,6 +433,43 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.DEBUG if args.verbose else logging.INFO,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s", stream=sys.stderr)
     name = f"{args.command} {args.family}" if "family" in vars(args) else args.command
+    with _sigterm_unwinds():
+        return _run(name, args)
+
+
+class Terminated(KeyboardInterrupt):
+    """SIGTERM, raised where the command is: it unwinds as Ctrl-C does (a KeyboardInterrupt, which no ``except
+    Exception`` stops), so what a cut-short command removes on Ctrl-C it removes on ``kill`` too."""
+
+
+@contextlib.contextmanager
+def _sigterm_unwinds() -> Iterator[None]:
+    """SIGTERM raises ``Terminated`` while a command runs (in the main thread: only it gets signals), and the
+    handler found is put back after, so a test or script calling ``main`` keeps its own.
+
+    Python's default for SIGTERM ends the process on the spot: ``kill``, ``timeout``, ``docker stop``, a
+    scheduler's end of job left what Ctrl-C cleans up (``predict``'s half-written ``.OUT.*.bertkit-tmp``, the
+    ``.OUT.bertkit-staging`` of a ``quantize`` or of a fine-tuning run not yet at its first checkpoint, which then
+    refused the next plain run). ``serve`` puts its own handler (drain, then stop) in place while it serves."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def terminate(signum: int, frame: Any) -> None:
+        # a second SIGTERM (a supervisor repeating itself) must not cut short the clean-up the first one started
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        raise Terminated
+
+    previous = signal.signal(signal.SIGTERM, terminate)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, signal.SIG_DFL if previous is None else previous)  # None: set outside Python
+
+
+def _run(name: str, args: argparse.Namespace) -> int:
+    """Run the parsed command ``name``: 0 and its result on stdout, or 2 with one line for an error a user can fix,
+    130 for Ctrl-C and 143 for SIGTERM (the shell's statuses for them)."""
     try:
         s = build_settings(COMMANDS[name].settings, args)
         from bertkit._parallel import info_from_env
@@ -453,11 +492,13 @@ def main(argv: list[str] | None = None) -> int:
         # Anything else is a bug in bertkit and keeps its traceback (exit 1).
         print(f"bertkit {name}: error: {e}", file=sys.stderr)
         return 2
-    except KeyboardInterrupt:
-        # Ctrl-C: what the command leaves behind (a kept staging directory, a run --resume continues) was logged as it
-        # stopped; a traceback of where the interrupt landed would bury that. 130: the shell's status for SIGINT.
-        print(f"bertkit {name}: interrupted", file=sys.stderr)
-        return 130
+    except KeyboardInterrupt as e:
+        # Ctrl-C or SIGTERM: what the command leaves behind (a kept staging directory, a run --resume continues) was
+        # logged as it stopped; a traceback of where the interrupt landed would bury that. 130 / 143: the shell's
+        # statuses for SIGINT / SIGTERM.
+        terminated = isinstance(e, Terminated)
+        print(f"bertkit {name}: {'terminated (SIGTERM)' if terminated else 'interrupted'}", file=sys.stderr)
+        return 143 if terminated else 130
     except OSError as e:
         if e.filename is None:  # not about a path the user can fix (a socket, a bug): keep the traceback
             raise
