@@ -123,6 +123,27 @@ def test_a_cross_encoder_directory_is_cut_at_its_tokenizers_length(tiny, tiny_ch
     assert fx.max_seq_length_for(None, fx.text_form(tiny), tok, 512) == fx.MAX_SEQ_LENGTH
 
 
+def test_a_plain_checkpoint_of_fewer_positions_is_cut_at_them_by_default(tiny_checkpoint, tmp_path, capsys):
+    """A plain checkpoint of 64 positions: extract-features and quantize without --max-seq-length were refused
+    ("max_length 128 exceeds max_position_embeddings 64 ... pass max_length 64 or less", a flag neither has); google's
+    128 now stops at the model's positions, as pipelines stop theirs. A length given over them is still refused."""
+    from bertkit.cli import main
+
+    tok = BertTokenizer({t: i for i, t in enumerate(SPECIALS + WORDS)})
+    d = tiny_checkpoint(tmp_path / "p64", "BertModel", tokenizer=tok, max_position_embeddings=64)
+    texts = tmp_path / "texts.txt"
+    texts.write_text("the quick\nquick the\n", encoding="utf-8")
+    out = tmp_path / "feat.jsonl"
+    assert main(["extract-features", "--model", str(d), "--input", str(texts), "--out", str(out), "--layers=-1",
+                 "--no-progress"]) == 0
+    assert len(list(fx.read_features(out))) == 2
+    assert main(["quantize", "--model", str(d), "--output-dir", str(tmp_path / "q")]) == 0
+    assert json.loads((tmp_path / "q" / "config.json").read_text())["max_position_embeddings"] == 64
+    assert main(["extract-features", "--model", str(d), "--input", str(texts), "--out", str(out), "--overwrite",
+                 "--max-seq-length", "65"]) == 2
+    assert "--max-seq-length 65 exceeds max_position_embeddings 64" in capsys.readouterr().err
+
+
 def test_the_python_api_reads_the_directory_the_model_was_loaded_from(tiny_checkpoint, tmp_path):
     """Was: ``extract_features(BertModel.from_pretrained(st_dir), ...)`` wrote the states of the bare text at 128
     tokens. Now its prompt, do_lower_case and max_seq_length apply unless given."""

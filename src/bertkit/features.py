@@ -191,12 +191,13 @@ def text_form(model_dir: str | os.PathLike, prompt_name: str | None = None) -> T
 def max_seq_length_for(given: int | None, form: TextForm, tokenizer: Any, positions: int) -> int:
     """The tokens each text is cut at: ``given``, else a sentence-transformers directory's max_seq_length (else its
     tokenizer's model_max_length, where sentence-transformers 6 saves it, within the encoder's ``positions``), else
-    google's 128. A ``given`` over the directory's is refused: its model never sees more of a text, and states of
+    google's 128 within the encoder's ``positions`` (a checkpoint of 64 positions was refused with no length given,
+    told to pass "max_length", a flag neither command has). A ``given`` over the directory's is refused: its model never sees more of a text, and states of
     tokens past it attend to context its own vectors never had."""
     if given is not None and not is_whole(given, -sys.maxsize):  # a size below 3 is named by extract_features
         raise BertkitError(f"max_seq_length {given!r} must be a whole number of tokens (e.g. 128)")
-    if not form.source:  # a plain checkpoint: google's default
-        return MAX_SEQ_LENGTH if given is None else given
+    if not form.source:  # a plain checkpoint: google's default, where the model has that many positions
+        return min(MAX_SEQ_LENGTH, positions) if given is None else given
     declared = form.max_seq_length
     where = form.source if declared is not None else f"{form.encoder_dir / 'tokenizer_config.json'} (model_max_length)"
     if declared is not None and declared > positions:  # sentence-transformers fails on the first text that long
