@@ -42,3 +42,24 @@ def test_from_pretrained_loads_float32_under_a_callers_default_dtype(dtype, tiny
     assert torch.equal(model.bert.encoder.layer[0].output.dense.weight, stored["bert.encoder.layer.0.output.dense.weight"])
     assert logits.dtype == torch.float32
     torch.testing.assert_close(logits, expected, rtol=0, atol=1e-6)
+
+
+def test_set_seed_takes_transformers_deterministic_flag():
+    import random
+
+    import numpy as np
+
+    import bertkit
+
+    transformers = pytest.importorskip("transformers")
+    was = torch.are_deterministic_algorithms_enabled()
+    draws = []
+    try:
+        for set_seed in (transformers.set_seed, bertkit.set_seed):
+            torch.use_deterministic_algorithms(False)
+            set_seed(5, deterministic=True)  # a TypeError from bertkit's before
+            draws.append((torch.rand(3).tolist(), np.random.rand(3).tolist(), random.random(),
+                          torch.are_deterministic_algorithms_enabled()))
+    finally:
+        torch.use_deterministic_algorithms(was)
+    assert draws[1] == draws[0] and draws[1][3] is True
