@@ -63,3 +63,18 @@ def test_set_seed_takes_transformers_deterministic_flag():
     finally:
         torch.use_deterministic_algorithms(was)
     assert draws[1] == draws[0] and draws[1][3] is True
+
+
+def test_from_pretrained_under_the_meta_default_device_is_refused_naming_it(tiny_checkpoint, tmp_path):
+    from bertkit import AutoConfig, AutoModel, BertModel, pipeline
+
+    path = tiny_checkpoint(tmp_path / "ckpt", tokenizer=["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "a", "b"])
+    with torch.device("meta"):
+        # torch's "Tensor on device cpu is not on the expected device meta!" (from_pretrained) and "Cannot copy
+        # out of meta tensor; no data!" (a pipeline) before
+        for load in (lambda: AutoModel.from_pretrained(path), lambda: pipeline("feature-extraction", model=path)):
+            with pytest.raises(ValueError, match=r"torch's default device is 'meta' .*load outside it"):
+                load()
+        shapes_only = AutoModel.from_config(AutoConfig.from_pretrained(path))  # still builds there
+    assert shapes_only.embeddings.word_embeddings.weight.is_meta
+    assert isinstance(BertModel.from_pretrained(path), BertModel)  # and outside, loads

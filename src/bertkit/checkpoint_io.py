@@ -305,6 +305,12 @@ class PretrainedMixin(TransformersModelCalls):
         model shape), re-initialised under ``ignore_mismatched_sizes``) and an empty ``error_msgs`` list (bertkit
         raises instead).
         """
+        if torch.get_default_device().type == "meta":  # else torch's "Tensor on device cpu is not on the expected
+            # device meta!" from deep inside loading, or "Cannot copy out of meta tensor" from a pipeline
+            raise BertkitError("from_pretrained loads weights, and torch's default device is 'meta' (set by "
+                               "torch.set_default_device('meta') or `with torch.device('meta'):`), whose tensors hold "
+                               "no values: load outside it, or build an empty model for its shapes there with "
+                               "AutoModel.from_config(config)")
         local_files_only = refuse_hub_options(path, config_overrides)
         dtype = dtype_argument(dtype, config_overrides)
         if attn_implementation is not None:
