@@ -78,3 +78,97 @@ def test_from_pretrained_under_the_meta_default_device_is_refused_naming_it(tiny
         shapes_only = AutoModel.from_config(AutoConfig.from_pretrained(path))  # still builds there
     assert shapes_only.embeddings.word_embeddings.weight.is_meta
     assert isinstance(BertModel.from_pretrained(path), BertModel)  # and outside, loads
+
+
+# -- the generator: random combinations of a caller's torch settings around loading and inference -------------------
+
+TEXTS = ["Hello world!", "A café in Zürich — naïve résumé.", "short", "日本語のテキスト and more words here to pad"]
+
+
+def _caller_state() -> dict:
+    import random
+
+    import numpy as np
+
+    return {"dtype": torch.get_default_dtype(), "device": str(torch.get_default_device()),
+            "grad": torch.is_grad_enabled(), "inference": torch.is_inference_mode_enabled(),
+            "autocast": torch.is_autocast_enabled("cpu"), "deterministic": torch.are_deterministic_algorithms_enabled(),
+            "threads": torch.get_num_threads(), "torch_rng": torch.get_rng_state(),
+            "numpy_rng": np.random.get_state()[1].copy(), "python_rng": random.getstate()}
+
+
+def _same_state(a: dict, b: dict) -> list[str]:
+    import numpy as np
+
+    return [k for k in a if not (torch.equal(a[k], b[k]) if isinstance(a[k], torch.Tensor)
+                                 else np.array_equal(a[k], b[k]) if isinstance(a[k], np.ndarray) else a[k] == b[k])]
+
+
+@contextlib.contextmanager
+def _settings(draw: dict):
+    """The caller's process-wide settings of ``draw`` (restored after), then its modes around the calls."""
+    saved = (torch.get_default_dtype(), torch.are_deterministic_algorithms_enabled(), torch.get_num_threads())
+    torch.set_default_dtype(draw["default_dtype"])
+    torch.use_deterministic_algorithms(draw["deterministic"])
+    torch.set_num_threads(draw["threads"])
+    try:
+        with contextlib.ExitStack() as modes:
+            if draw["no_grad"]:
+                modes.enter_context(torch.no_grad())
+            if draw["inference_mode"]:
+                modes.enter_context(torch.inference_mode())
+            if draw["autocast"]:
+                modes.enter_context(torch.autocast("cpu", dtype=torch.bfloat16))
+            yield
+    finally:
+        torch.set_default_dtype(saved[0])
+        torch.use_deterministic_algorithms(saved[1])
+        torch.set_num_threads(saved[2])
+
+
+def _encoder_outputs(library, path):
+    """(parameter dtype, last_hidden_state at real tokens, pooler output) of ``library``'s AutoModel."""
+    tokenizer = library.AutoTokenizer.from_pretrained(path)
+    model = library.AutoModel.from_pretrained(path)
+    batch = tokenizer(TEXTS, padding=True, return_tensors="pt")
+    with torch.no_grad():
+        out = model(**batch)
+    real = batch["attention_mask"].bool()
+    return next(model.parameters()).dtype, out.last_hidden_state[real].float(), out.pooler_output.float()
+
+
+@pytest.mark.slow
+def test_random_caller_settings_give_the_references_dtypes_and_numbers(minilm_2_layers):
+    import random
+
+    import bertkit
+    import bertkit.sentence
+
+    transformers = pytest.importorskip("transformers")
+    sentence_transformers = pytest.importorskip("sentence_transformers")
+    rng = random.Random(20261130)
+    expected = {}
+    with _settings(dict(default_dtype=torch.float32, deterministic=False, threads=1, no_grad=False,
+                        inference_mode=False, autocast=False)):
+        expected["bertkit"] = _encoder_outputs(bertkit, minilm_2_layers)
+        expected["st"] = sentence_transformers.SentenceTransformer(str(minilm_2_layers), device="cpu").encode(TEXTS)
+    for _ in range(10):
+        draw = dict(default_dtype=rng.choice([torch.float32, torch.float64, torch.bfloat16]),
+                    deterministic=rng.random() < 0.4, threads=rng.choice([1, 2]), no_grad=rng.random() < 0.3,
+                    inference_mode=rng.random() < 0.3, autocast=rng.random() < 0.3)
+        with _settings(draw):
+            before = _caller_state()
+            dtype, states, pooled = _encoder_outputs(bertkit, minilm_2_layers)
+            vectors = bertkit.sentence.SentenceTransformer(minilm_2_layers).encode(TEXTS)
+            after = _caller_state()
+            ref_dtype = _encoder_outputs(transformers, minilm_2_layers)[0]
+            ref_vectors = sentence_transformers.SentenceTransformer(str(minilm_2_layers), device="cpu").encode(TEXTS)
+        assert not _same_state(before, after), (draw, _same_state(before, after))  # the caller's settings and RNGs
+        assert dtype == ref_dtype == torch.float32, draw  # bf16 / float64 before, as the default dtype
+        if draw["autocast"]:  # the caller's bf16: both libraries compute in it (rounding apart)
+            torch.testing.assert_close(vectors, ref_vectors, rtol=0, atol=2e-3, msg=str(draw))
+        else:
+            torch.testing.assert_close(states, expected["bertkit"][1], rtol=0, atol=1e-5, msg=str(draw))
+            torch.testing.assert_close(pooled, expected["bertkit"][2], rtol=0, atol=1e-5, msg=str(draw))
+            torch.testing.assert_close(vectors, expected["st"], rtol=0, atol=1e-5, msg=str(draw))
+            torch.testing.assert_close(ref_vectors, expected["st"], rtol=0, atol=1e-5, msg=str(draw))
