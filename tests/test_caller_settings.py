@@ -10,6 +10,8 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
+TEXTS = ["Hello world!", "A café in Zürich — naïve résumé.", "short", "日本語のテキスト and more words here to pad"]
+
 
 @contextlib.contextmanager
 def default_dtype(dtype: torch.dtype):
@@ -80,10 +82,23 @@ def test_from_pretrained_under_the_meta_default_device_is_refused_naming_it(tiny
     assert isinstance(BertModel.from_pretrained(path), BertModel)  # and outside, loads
 
 
+
+def test_a_pipeline_inside_the_callers_autocast_says_it_runs_in_its_weights_dtype(minilm_2_layers, caplog):
+    from bertkit import pipeline
+
+    extract = pipeline("feature-extraction", model=minilm_2_layers)
+    plain = extract(TEXTS)
+    with caplog.at_level("WARNING", logger="bertkit"), torch.autocast("cpu", dtype=torch.bfloat16):
+        inside = extract(TEXTS)
+        extract(TEXTS[:1])
+    # transformers' pipeline computes in bf16 there (0.011 from float32 on MiniLM, 2 layers); bertkit's runs the
+    # float32 copy it prepared, which before went unsaid
+    said = [r.getMessage() for r in caplog.records if "torch.autocast" in r.getMessage()]
+    assert len(said) == 1 and "runs in its weights' dtype (float32)" in said[0] and "bf16=True" in said[0]
+    assert inside == plain
+
+
 # -- the generator: random combinations of a caller's torch settings around loading and inference -------------------
-
-TEXTS = ["Hello world!", "A café in Zürich — naïve résumé.", "short", "日本語のテキスト and more words here to pad"]
-
 
 def _caller_state() -> dict:
     import random
