@@ -98,6 +98,23 @@ def test_a_pipeline_inside_the_callers_autocast_says_it_runs_in_its_weights_dtyp
     assert inside == plain
 
 
+
+@pytest.mark.parametrize("variable", [None, "1"])
+def test_progress_bars_follow_tqdm_disable(variable, tiny_checkpoint, tmp_path):
+    import os
+    import subprocess
+    import sys
+
+    path = tiny_checkpoint(tmp_path / "ckpt", tokenizer=["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "a", "b"])
+    env = {k: v for k, v in os.environ.items() if not k.startswith("TQDM_")}
+    if variable is not None:
+        env["TQDM_DISABLE"] = variable  # tqdm reads it when it is imported: a process of its own
+    script = f"import bertkit; bertkit.pipeline('feature-extraction', model={str(path)!r}, progress=True)(['a b', 'b a'])"
+    bar = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, check=True).stderr
+    # TQDM_DISABLE=1 silences transformers' Trainer and datasets' bars; bertkit passed disable=False to tqdm,
+    # which then ignores the variable, so its Trainer, pipelines and commands drew their bars regardless
+    assert ("feature-extraction" in bar) == (variable is None), bar
+
 # -- the generator: random combinations of a caller's torch settings around loading and inference -------------------
 
 def _caller_state() -> dict:

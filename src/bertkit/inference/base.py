@@ -290,9 +290,9 @@ class Pipeline:
                            "bf16=True to run in bf16", self.task, self.device.type,
                            torch.get_autocast_dtype(self.device.type), self.precision.dtype)
         show = self.progress if self.progress is not None else len(rows) >= _PROGRESS_ROWS
-        from tqdm.auto import tqdm
+        from bertkit.progress import progress_bar
 
-        bar = tqdm(total=len(rows), desc=self.task, unit="seq", disable=not show, leave=False)
+        bar = progress_bar(total=len(rows), desc=self.task, unit="seq", enabled=show, leave=False)
         pad_values = {"input_ids": self.tokenizer.pad_token_id, "token_type_ids": 0}  # (B, T), or (B, C, T) for choices
         # Longest first: the first batch is the largest, so running out of memory shows at once. Rows with
         # different numbers of choices (multiple-choice) never share a batch: it must be one (B, C, T) tensor.
