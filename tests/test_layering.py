@@ -28,7 +28,7 @@ LAYERS = [
     ("modeling",),
     ("padding", "tokenization", "checkpoint_io", "weight_files", "model_checks"),
     ("config", "outputs", "manifests", "staging", "runs", "dir_lock", "errors", "_parallel", "_hardware", "examples", "hub", "compat", "calibration_text",
-     "construction"),
+     "construction", "progress"),
 ]
 
 

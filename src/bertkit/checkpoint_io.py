@@ -227,7 +227,7 @@ def resolve_dtype(dtype: torch.dtype | str | None, weights: dict[str, Tensor], c
     """``from_pretrained``'s dtype as a torch dtype: ``"auto"`` is transformers', the one config.json names
     (``dtype``, or ``torch_dtype`` before transformers 4.56), else the stored weights' floating-point dtype (the first
     floating-point tensor's, in the order ``read_weights`` gives: a file's names in order, as transformers); a name
-    must be a torch floating-point dtype's; None leaves the model's as built."""
+    must be a torch floating-point dtype's; None keeps the float32 the weights were loaded in."""
     if dtype == "auto":
         dtype = config.extra.get("dtype") or config.extra.get("torch_dtype")
         if dtype is None:
@@ -305,6 +305,12 @@ class PretrainedMixin(TransformersModelCalls):
         model shape), re-initialised under ``ignore_mismatched_sizes``) and an empty ``error_msgs`` list (bertkit
         raises instead).
         """
+        if torch.get_default_device().type == "meta":  # else torch's "Tensor on device cpu is not on the expected
+            # device meta!" from deep inside loading, or "Cannot copy out of meta tensor" from a pipeline
+            raise BertkitError("from_pretrained loads weights, and torch's default device is 'meta' (set by "
+                               "torch.set_default_device('meta') or `with torch.device('meta'):`), whose tensors hold "
+                               "no values: load outside it, or build an empty model for its shapes there with "
+                               "AutoModel.from_config(config)")
         local_files_only = refuse_hub_options(path, config_overrides)
         dtype = dtype_argument(dtype, config_overrides)
         if attn_implementation is not None:
@@ -322,6 +328,11 @@ class PretrainedMixin(TransformersModelCalls):
             raise BertkitError(f"add_pooling_layer is a BertModel argument; {cls.__name__} decides its pooler")
         with building_to_load():
             model = cls(config) if add_pooling_layer is None else cls(config, add_pooling_layer=add_pooling_layer)
+        # The constructor makes its parameters in torch's default dtype, which a caller's
+        # torch.set_default_dtype(torch.bfloat16 / float64) changes: loading into those would round the weights to
+        # bf16 (or hand back a float64 model), where the default is float32 (as transformers 5 loads a float32
+        # checkpoint under any default dtype). The empty parameters are cast before loading, not the loaded ones.
+        model.to(dtype=torch.float32)  # type: ignore[attr-defined]
         report = model.load_published_state_dict(weights, source=source, ignore_mismatched_sizes=ignore_mismatched_sizes)
         model._initialise_unloaded(report.loaded)
         if path is not None:  # (None: weights from state_dict=)

@@ -312,9 +312,8 @@ def extract_features(
     and rank 0 writes what one process would (other ranks return ``{"rank", "lines"}``). An existing
     ``out``, or shard files beside it, are replaced only with ``overwrite``.
     """
-    from tqdm.auto import tqdm
-
     from bertkit.inference.prepare import prepare_model
+    from bertkit.progress import progress_bar
     from bertkit.training.distributed import current
 
     out = file_to_write(out)
@@ -347,7 +346,7 @@ def extract_features(
     rank, world = current().rank, current().world_size
     out.parent.mkdir(parents=True, exist_ok=True)
     t0 = time.perf_counter()
-    bar = tqdm(total=len(encoded), disable=not (progress and rank == 0), unit="line", dynamic_ncols=True)
+    bar = progress_bar(total=len(encoded), enabled=progress and rank == 0, unit="line", dynamic_ncols=True)
 
     def states_of(p: int, u: int) -> dict[int, np.ndarray]:
         """Unit (p, u)'s states; under torchrun each process runs every world-th batch (the batches of one

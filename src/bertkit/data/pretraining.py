@@ -19,7 +19,6 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from tqdm.auto import tqdm
 
 from bertkit import runs
 from bertkit._parallel import spawn_pool
@@ -37,6 +36,7 @@ from bertkit.data.text import WorkUnit, iter_documents, plan_work_units
 from bertkit.errors import BertkitError
 from bertkit.manifests import sha256_of
 from bertkit.outputs import atomic_write_text
+from bertkit.progress import progress_bar
 from bertkit.tokenization.textfiles import expand_input_files
 
 logger = logging.getLogger(__name__)
@@ -97,8 +97,8 @@ def _make_shards(job: _Job, units: list[WorkUnit], num_workers: int, progress: b
     """Each unit's shard record, in unit order whichever worker made it, and the counts summed over the units,
     checked for a corpus of ``num_files`` files."""
     results = []
-    bar = tqdm(total=sum(u.num_bytes for u in units), unit="B", unit_scale=True, desc="instances",
-               disable=not progress)
+    bar = progress_bar(total=sum(u.num_bytes for u in units), unit="B", unit_scale=True, desc="instances",
+                       enabled=progress)
     with spawn_pool(num_workers, len(units), _init_worker, (job,)) as pool:
         stream = pool.imap(_run_unit, units) if pool else (job.run(u) for u in units)
         for unit, result in zip(units, stream, strict=True):

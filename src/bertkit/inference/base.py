@@ -4,6 +4,7 @@
 
 from __future__ import annotations
 
+import logging
 import re
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
@@ -22,6 +23,8 @@ from bertkit.padding import pad_batch
 from bertkit.quantization import is_int8_checkpoint, load_for_inference, read_calibration_file, require_head
 from bertkit.sentence.directory import declared_max_seq_length
 from bertkit.tokenization import BertTokenizer
+
+logger = logging.getLogger(__name__)
 
 # Rows at or above which a progress bar is drawn when ``progress`` is None (auto): a few seconds of work.
 _PROGRESS_ROWS = 512
@@ -278,10 +281,18 @@ class Pipeline:
         ``batch_size`` (similar lengths together), then put back."""
         if not rows:
             return []
+        if not self.bf16 and torch.is_autocast_enabled(self.device.type) and not getattr(self, "_said_autocast", False):
+            # transformers' pipelines compute inside a caller's autocast; this one was prepared for its weights'
+            # dtype and runs in it: say so once, rather than hand back float32 numbers the caller took for bf16 ones
+            self._said_autocast = True
+            logger.warning("%s pipeline called inside torch.autocast(%r, dtype=%s): it runs in its weights' dtype "
+                           "(%s), as made without bf16=True, and leaves the caller's autocast aside; make it with "
+                           "bf16=True to run in bf16", self.task, self.device.type,
+                           torch.get_autocast_dtype(self.device.type), self.precision.dtype)
         show = self.progress if self.progress is not None else len(rows) >= _PROGRESS_ROWS
-        from tqdm.auto import tqdm
+        from bertkit.progress import progress_bar
 
-        bar = tqdm(total=len(rows), desc=self.task, unit="seq", disable=not show, leave=False)
+        bar = progress_bar(total=len(rows), desc=self.task, unit="seq", enabled=show, leave=False)
         pad_values = {"input_ids": self.tokenizer.pad_token_id, "token_type_ids": 0}  # (B, T), or (B, C, T) for choices
         # Longest first: the first batch is the largest, so running out of memory shows at once. Rows with
         # different numbers of choices (multiple-choice) never share a batch: it must be one (B, C, T) tensor.

@@ -276,11 +276,11 @@ def predict_file(s: Any) -> dict[str, Any]:
     task.pipeline_class().check_options(options)  # --top-k and the like: before the model loads, not at its first call
     pipe = pipeline(s.task, s.model_name_or_path, device=s.device, bf16=s.bf16, batch_size=s.batch_size,
                     max_length=s.max_length, progress=False, **task.load_options(s), **int8_options(s))
-    from tqdm.auto import tqdm
+    from bertkit.progress import progress_bar
 
     t0 = time.perf_counter()
     chunk = max(s.batch_size * 64, 1024)  # bounded memory; each chunk is still batched by length
-    with atomic_write(s.output_file) as f, tqdm(total=len(inputs), unit="input", disable=not s.progress,
+    with atomic_write(s.output_file) as f, progress_bar(total=len(inputs), unit="input", enabled=s.progress,
                                                  desc=f"predict {s.task}", dynamic_ncols=True) as bar:
         for a in range(0, len(inputs), chunk):
             try:

@@ -18,9 +18,9 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 from torch import Tensor
-from tqdm.auto import tqdm
 
 from bertkit.errors import BertkitError, is_whole, refusing_getattr
+from bertkit.progress import progress_bar
 from bertkit.sentence.finite import refuse_nan_scores
 from bertkit.sentence.hard_negatives import mine_hard_negatives  # noqa: F401  (sentence_transformers.util's name)
 from bertkit.sentence.quantization import quantize_embeddings  # noqa: F401  (sentence_transformers.util's name)
@@ -414,7 +414,7 @@ def community_detection(embeddings: Any, threshold: float = 0.75, min_community_
     threshold_t = torch.as_tensor(threshold, device=x.device)
     window = min(max(2 * min_community_size, 50), n)
     candidates: list[tuple[int, np.ndarray]] = []
-    for start in tqdm(range(0, n, batch_size), desc="Finding clusters", disable=not show_progress_bar):
+    for start in progress_bar(range(0, n, batch_size), desc="Finding clusters", enabled=show_progress_bar):
         scores = x[start:start + batch_size] @ x.T  # (b, N)
         refuse_nan_scores(scores, "community_detection", "embedding", "embedding", start)
         wider = torch.promote_types(scores.dtype, threshold_t.dtype)

@@ -17,10 +17,9 @@ from collections import Counter, defaultdict
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-from tqdm.auto import tqdm
-
 from bertkit._parallel import spawn_pool
 from bertkit.errors import BertkitError
+from bertkit.progress import progress_bar
 from bertkit.tokenization.basic import NON_SEPARATOR_SPACE_RE, BasicTokenizer
 from bertkit.tokenization.loading import SPECIAL_TOKEN_KEYS
 from bertkit.tokenization.textfiles import expand_input_files, iter_lines
@@ -86,7 +85,7 @@ def count_words(
     with spawn_pool(num_workers, len(files)) as pool:
         jobs = [(str(f), errors) for f in files]
         results = pool.imap(_count_chunks, jobs) if pool else map(_count_chunks, jobs)
-        for counter in tqdm(results, total=len(jobs), desc="count", unit="file", disable=not progress):
+        for counter in progress_bar(results, total=len(jobs), desc="count", unit="file", enabled=progress):
             chunks.update(counter)
         distinct = list(chunks.items())
         del chunks
@@ -95,7 +94,7 @@ def count_words(
         del distinct
         results = pool.imap(_tokenize_chunks, slices) if pool else map(_tokenize_chunks, slices)
         words: Counter[str] = Counter()
-        for counter in tqdm(results, total=n_slices, desc="pre-tokenize", disable=not progress):
+        for counter in progress_bar(results, total=n_slices, desc="pre-tokenize", enabled=progress):
             words.update(counter)
     return words
 
@@ -158,7 +157,7 @@ def learn_wordpiece(
     heap = [(-n, a, b) for (a, b), n in pair_counts.items()]
     heapq.heapify(heap)
 
-    bar = tqdm(total=vocab_size, initial=len(vocab), desc="merges", disable=not progress)
+    bar = progress_bar(total=vocab_size, initial=len(vocab), desc="merges", enabled=progress)
     while len(vocab) < vocab_size and heap:
         neg, a, b = heapq.heappop(heap)
         current = pair_counts.get((a, b), 0)
@@ -300,7 +299,7 @@ def count_words_in_texts(
         raise BertkitError(f"the texts are one string ({texts[:40]!r}...): iterated, it would be read one character at "
                            "a time, each a text; pass a list of texts, or an iterator of batches (lists) of texts")
     chunks: Counter[str] = Counter()
-    for i, item in enumerate(tqdm(texts, total=total, desc="count", disable=not progress)):
+    for i, item in enumerate(progress_bar(texts, total=total, desc="count", enabled=progress)):
         for text in [item] if isinstance(item, str) else _batch(item, i):
             if not isinstance(text, str):
                 raise TypeError(f"item {i} of the texts holds a {type(text).__name__} ({text!r:.40}); the iterator "

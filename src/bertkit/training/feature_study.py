@@ -159,11 +159,11 @@ def _offsets(sentences: Sequence[ner.NerSentence]) -> np.ndarray:
 
 def _fill_word_activations(model: BertModel, features: list[dict], offsets: np.ndarray, tmp: Path, num_states: int,
                            H: int, batch_size: int, device: str, progress: bool) -> None:
-    from tqdm.auto import tqdm
+    from bertkit.progress import progress_bar
 
     values = np.lib.format.open_memmap(tmp, mode="w+", dtype=np.float16, shape=(int(offsets[-1]), num_states, H))
     model.eval().to(device)
-    bar = tqdm(total=len(features), disable=not progress, unit="window", dynamic_ncols=True)
+    bar = progress_bar(total=len(features), enabled=progress, unit="window", dynamic_ncols=True)
     encoded = [{"input_ids": f["input_ids"], "token_type_ids": f["token_type_ids"]} for f in features]
     for start in range(0, len(features), 4096):
         idx = list(range(start, min(start + 4096, len(features))))

@@ -570,7 +570,7 @@ def _autocast(args: TrainingSettings, device: str):
 
 
 def _progress(total: int, initial: int, enabled: bool):
-    from tqdm.auto import tqdm
+    from bertkit.progress import progress_bar
 
-    return tqdm(total=total, initial=initial, disable=not enabled, unit="step", dynamic_ncols=True)
+    return progress_bar(total=total, initial=initial, enabled=enabled, unit="step", dynamic_ncols=True)
 

@@ -89,11 +89,14 @@ NOT_IMPLEMENTED_ARGUMENTS = {
 }
 
 
-def set_seed(seed: int) -> None:
-    """Seed Python, numpy and torch (transformers' ``set_seed``, which its Trainer calls on creation)."""
+def set_seed(seed: int, deterministic: bool = False) -> None:
+    """Seed Python, numpy and torch (transformers' ``set_seed``, which its Trainer calls on creation);
+    ``deterministic=True`` also turns on ``torch.use_deterministic_algorithms``, as there."""
     random.seed(seed)
     np.random.seed(seed % 2**32)
     torch.manual_seed(seed)
+    if deterministic:
+        torch.use_deterministic_algorithms(True)
 
 
 class Trainer(TrainerLoss, TrainerEvaluation):
