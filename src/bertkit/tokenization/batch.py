@@ -107,9 +107,13 @@ def check_lengths(max_length: int | None, pad_to_multiple_of: int | None, stride
         raise BertkitError(f"max_length must be >= 0, got {max_length}")
     if pad_to_multiple_of is not None and not is_whole(pad_to_multiple_of):
         raise BertkitError(f"pad_to_multiple_of must be a positive int, got {pad_to_multiple_of!r}")
-    if stride < 0 or (stride and not overflow):
-        raise BertkitError(f"stride={stride} needs return_overflowing_tokens=True and a value >= 0 (the number "
-                           "of tokens consecutive windows share)")
+    # two faults, one message each: told it "needs return_overflowing_tokens=True", a caller who passed it was lost
+    if stride < 0:
+        raise BertkitError(f"stride={stride} must be >= 0 (the number of tokens consecutive windows share); use 0 "
+                           "for windows that share none")
+    if stride and not overflow:
+        raise BertkitError(f"stride={stride} needs return_overflowing_tokens=True (the windows it spaces); pass it, "
+                           "or leave stride out")
 
 
 def check_return_tensors(return_tensors: str | None) -> None:
