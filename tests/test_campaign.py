@@ -90,7 +90,12 @@ TOKENIZER_REFUSALS = [
     ("stride over the window", (TEN,), dict(max_length=6, truncation=True, stride=10, return_overflowing_tokens=True),
      "stride 10 is more than the 4 tokens a window"),
     ("negative stride", (TEN,), dict(max_length=6, truncation=True, stride=-1, return_overflowing_tokens=True),
-     "stride=-1 needs"),
+     "stride=-1 must be >= 0 (the number of tokens consecutive windows share); use 0"),
+    ("stride without windows", (TEN,), dict(max_length=6, truncation=True, stride=2),
+     "stride=2 needs return_overflowing_tokens=True (the windows it spaces); pass it, or leave stride out"),
+    # a pair's windows hold 3 special tokens: told "use max_length > 2", max_length 3 was refused again
+    ("max_length 1 pair windows", (TEN, TEN), dict(max_length=1, truncation="only_first", return_overflowing_tokens=True),
+     "max_length 1 is smaller than the 3 special tokens each window gets; use max_length > 3"),
     ("overflow longest_first pair", (TEN, TEN), dict(max_length=9, truncation=True, stride=1,
                                                     return_overflowing_tokens=True), "not 'longest_first'"),
     ("max_length 2.5", (TEN,), dict(max_length=2.5, truncation=True), "max_length must be an int"),

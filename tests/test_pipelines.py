@@ -332,6 +332,12 @@ def test_fill_mask_refuses_a_mask_past_max_length(tmp_path_factory, minilm_dir, 
                                            r"which the model does not read: shorten the text before it, or raise "
                                            r"max_length \(up to 512"):
         fill("it went on and on and on and on and on and on and then the [MASK] sat .")
+    # at the model's 512 positions the fix named a larger max_length ("up to 512"), which it refuses
+    whole = bertkit.pipeline("fill-mask", d)
+    with pytest.raises(BertkitError, match=r"past its first 512 tokens \(max_length\), which the model does not read: "
+                                           r"shorten the text before it \(max_length 512 is already all of the "
+                                           r"model's 512 positions\)$"):
+        whole("the cat sat " * 200 + "[MASK] .")
     short = "the [MASK] sat on the mat and [MASK] ."  # both within 16 tokens: one list per mask, transformers' numbers
     ref = transformers.pipeline("fill-mask", model=hf_model, tokenizer=hf_tok, device="cpu", top_k=2)(short)
     got = fill(short, top_k=2)

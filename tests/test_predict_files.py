@@ -218,6 +218,34 @@ def test_predict_token_classification_takes_the_pipelines_aggregation_strategy(t
             texts, aggregation_strategy=strategy)))
     assert got["average"] != got["first"] and got["max"] != got["first"]
 
+def test_predict_token_classification_stride_tags_a_text_past_max_length_whole(tmp_path, minilm_2_layers,
+                                                                                tiny_checkpoint, capsys):
+    # predict had no --stride: a 70-token text at --max-length 16 was tagged to its 14th token and no further, the
+    # rest of it missing from the output without a word; the pipeline (and transformers) read it in windows
+    from bertkit import pipeline
+
+    model = tiny_checkpoint(tmp_path / "ner", "BertForTokenClassification", tokenizer=minilm_2_layers,
+                            labels=["O", "B-PER", "I-PER", "B-LOC", "I-LOC"])
+    text = " ".join(["Werner Zwingmann said sheepmeat from Wenceslas farms reached Blackburn"] * 6)
+    (tmp_path / "in.txt").write_text(text + "\n", encoding="utf-8")
+    args = ["predict", "token-classification", "--model", str(model), "--input", str(tmp_path / "in.txt"),
+            "--max-length", "16", "--no-progress"]
+    assert main([*args, "--output-file", str(tmp_path / "whole.jsonl"), "--stride", "4"]) == 0
+    (got,) = [{k: v for k, v in r.items() if k != "id"} for r in _read(tmp_path / "whole.jsonl")]
+    assert got == json.loads(json.dumps(pipeline("token-classification", model, max_length=16)(text, stride=4)))
+    assert got["words"][-1]["end"] == len(text)  # tagged to its end
+    assert main([*args, "--output-file", str(tmp_path / "cut.jsonl")]) == 0
+    assert _read(tmp_path / "cut.jsonl")[0]["words"][-1]["end"] < 100  # without it: the first 14 tokens alone
+    capsys.readouterr()
+    assert main([*args, "--output-file", str(tmp_path / "bad.jsonl"), "--stride", "14"]) == 2
+    assert "stride must be an int in [0, 13] (the tokens consecutive windows share, below max_length - 2), got 14" \
+        in capsys.readouterr().err
+    # a setting of token-classification alone: refused for another task, not ignored
+    assert main(["predict", "text-classification", "--model", str(model), "--input", str(tmp_path / "in.txt"),
+                 "--output-file", str(tmp_path / "clf.jsonl"), "--no-progress", "--stride", "4"]) == 2
+    assert "does not read --stride (it is for token-classification)" in capsys.readouterr().err
+
+
 def test_question_answering_top_k_and_max_length_are_refused_before_the_model_loads(tmp_path, capsys):
     # MiniLM has no question-answering head: the top_k error, not the head's, proves the check came before the load;
     # the earlier predictions the user asked to replace are still there

@@ -276,6 +276,9 @@ def predict_file(s: Any) -> dict[str, Any]:
     task.pipeline_class().check_options(options)  # --top-k and the like: before the model loads, not at its first call
     pipe = pipeline(s.task, s.model_name_or_path, device=s.device, bf16=s.bf16, batch_size=s.batch_size,
                     max_length=s.max_length, progress=False, **task.load_options(s), **int8_options(s))
+    # the bounds the loaded pipeline sets (--stride below its max_length - 2): refused at the first call, the
+    # refusal was taken for a record's and replaced by what encoding that record alone said
+    pipe.check_options(options, pipe)
     from bertkit.progress import progress_bar
 
     t0 = time.perf_counter()

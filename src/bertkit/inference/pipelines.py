@@ -107,10 +107,14 @@ class FillMaskPipeline(Pipeline):
         if cut:  # answered, it would read as the text's only (or first few) masks: the list's shape changes too
             n = len(masks) + cut
             which = f"its only {mask} token" if n == 1 else f"{n} {mask} tokens, {cut} of them"
+            positions = self.config.max_position_embeddings
+            # at the model's positions already, a larger max_length is refused: shortening is the only fix left
+            raise_it = (f", or raise max_length (up to {positions}, the model's positions)"
+                        if self.max_length < positions else f" (max_length {self.max_length} is already all of the "
+                        f"model's {positions} positions)")
             raise BertkitError(f"fill-mask input {item[:60]!r} has {which} past its first {self.max_length} tokens "
                                f"(max_length), which the model does not read: shorten the text before "
-                               f"{'it' if n == 1 else 'them'}, or raise max_length (up to "
-                               f"{self.config.max_position_embeddings}, the model's positions)")
+                               f"{'it' if n == 1 else 'them'}{raise_it}")
         if not masks:
             raise BertkitError(f"fill-mask input {item[:60]!r} has no {mask} token; write {mask} where a word should be "
                                "predicted")

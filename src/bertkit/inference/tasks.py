@@ -235,7 +235,8 @@ class TokenClassification(Task):
     help = "word tags and entity spans with character offsets"
     pipeline = "bertkit.inference.tagging:TokenClassificationPipeline"
     aliases = ("ner",)
-    predict_options = ("aggregation_strategy",)
+    # stride: without it a text past --max-length was tagged only to there, the rest of the file's text left out
+    predict_options = ("aggregation_strategy", "stride")
     counted = True
 
     def render(self, server: Any, call: Call, results: list[Any]) -> Any:

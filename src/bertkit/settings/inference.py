@@ -272,6 +272,9 @@ class PredictFileSettings(OverwriteSettings, ProgressSettings, Int8Settings, Emb
     aggregation_strategy: Literal["first", "average", "max"] = "first"
     """token-classification: how a word of several pieces is tagged (transformers' aggregation_strategy: its first
     piece's tag, as NER models are trained; the mean of its pieces' probabilities; its surest piece's tag)."""
+    stride: int | None = flag(None, check=non_negative)
+    """token-classification: tag a text past --max-length whole, in windows of --max-length tokens sharing this many
+    (transformers' stride; below --max-length - 2). Default: only a text's first --max-length tokens are tagged."""
     raw_scores: bool = False
     """rerank: write the cross-encoder's logit (l1 - l0 for two labels) instead of its sigmoid."""
     return_tokens: bool = False

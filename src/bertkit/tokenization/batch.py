@@ -107,9 +107,13 @@ def check_lengths(max_length: int | None, pad_to_multiple_of: int | None, stride
         raise BertkitError(f"max_length must be >= 0, got {max_length}")
     if pad_to_multiple_of is not None and not is_whole(pad_to_multiple_of):
         raise BertkitError(f"pad_to_multiple_of must be a positive int, got {pad_to_multiple_of!r}")
-    if stride < 0 or (stride and not overflow):
-        raise BertkitError(f"stride={stride} needs return_overflowing_tokens=True and a value >= 0 (the number "
-                           "of tokens consecutive windows share)")
+    # two faults, one message each: told it "needs return_overflowing_tokens=True", a caller who passed it was lost
+    if stride < 0:
+        raise BertkitError(f"stride={stride} must be >= 0 (the number of tokens consecutive windows share); use 0 "
+                           "for windows that share none")
+    if stride and not overflow:
+        raise BertkitError(f"stride={stride} needs return_overflowing_tokens=True (the windows it spaces); pass it, "
+                           "or leave stride out")
 
 
 def check_return_tensors(return_tensors: str | None) -> None:
@@ -159,10 +163,10 @@ class CallPlan(NamedTuple):
 
 def plan_call(truncation: bool | str | None, max_length: int | None, padding: bool | str, pad_to_multiple_of: int | None,
               stride: int, overflow: bool, return_tensors: str | None, add_special_tokens: bool, model_max_length: int,
-              length_to_pad_to: Callable[[], int]) -> CallPlan:
+              length_to_pad_to: Callable[[], int], pairs: bool = False) -> CallPlan:
     """The ``__call__`` options as transformers resolves them, every combination it refuses refused here, before
     any text is read: the length is ``max_length``, else ``length_to_pad_to()`` for padding="max_length", else
-    ``model_max_length`` when truncating."""
+    ``model_max_length`` when truncating. ``pairs``: the inputs are text pairs."""
     if add_special_tokens not in (True, False):  # None read as False would drop [CLS] and [SEP] without a word
         raise BertkitError(f"add_special_tokens={add_special_tokens!r}: pass True (add [CLS] and [SEP], the default) "
                            "or False")
@@ -177,10 +181,12 @@ def plan_call(truncation: bool | str | None, max_length: int | None, padding: bo
     check_lengths(max_length, pad_to_multiple_of, stride, overflow)
     check_return_tensors(return_tensors)
     n_special = 2 if add_special_tokens else 0
-    if overflow and strategy is not None and max_length is not None and max_length < n_special:
+    # a pair's windows hold three: told "> 2", a caller passing 3 was refused again, as leaving no room
+    window_special = n_special + (1 if pairs and add_special_tokens else 0)
+    if overflow and strategy is not None and max_length is not None and max_length < window_special:
         # stride is then no matter: not even the special tokens fit (transformers returns rows past max_length)
-        raise BertkitError(f"max_length {max_length} is smaller than the {n_special} special tokens each window gets; "
-                           f"use max_length > {n_special}")
+        raise BertkitError(f"max_length {max_length} is smaller than the {window_special} special tokens each window "
+                           f"gets; use max_length > {window_special}")
     if overflow and strategy is not None and max_length is not None and stride > max_length - n_special:
         # as transformers refuses it; else only a text long enough to need a second window would find out
         raise BertkitError(f"stride {stride} is more than the {max_length - n_special} tokens a window of max_length "

@@ -301,7 +301,8 @@ class BertTokenizer(EditableVocabulary):
         texts, pairs, batched = split_inputs(text, text_pair, is_split_into_words)
         strategy, pad, max_length, stride = plan_call(truncation, max_length, padding, pad_to_multiple_of, stride,
                                               return_overflowing_tokens, return_tensors, add_special_tokens,
-                                              self.model_max_length, self._max_length_to_pad_to)
+                                              self.model_max_length, self._max_length_to_pad_to,
+                                              pairs=any(p is not None for p in pairs))
 
         vocabulary = self._vocabulary  # the one these ids come from, kept by the output (SharedVocabulary)
         segment = functools.partial(vocabulary.segment, with_offsets=return_offsets_mapping, split=is_split_into_words)
