@@ -435,3 +435,17 @@ def test_eval_strategy_without_anything_to_evaluate_names_the_evaluator_too(kind
             "evaluator=...), or set eval_strategy='no'")):
         _bertkit_trainer(kind, dirs[kind], tmp_path / "out", eval_strategy="steps", eval_steps=1)
     assert not (tmp_path / "out").exists()
+
+
+def test_a_streaming_dataset_is_refused_naming_how_to_give_one_with_rows():
+    """A stream (load_dataset(..., streaming=True), Dataset.to_iterable_dataset()), which sentence-transformers trains
+    on with max_steps, was refused as "a IterableDataset is not supported" without saying how to get rows."""
+    datasets = pytest.importorskip("datasets")
+    from bertkit.sentence.data import loss_columns
+
+    stream = datasets.Dataset.from_list([{"anchor": "a", "positive": "b"}]).to_iterable_dataset()
+    with pytest.raises(BertkitError, match=re.escape(
+            "train_dataset is an IterableDataset (a stream: no length, no row by index), which bertkit's sentence "
+            "trainers do not read; give a datasets.Dataset (load_dataset without streaming=True, or "
+            "Dataset.from_generator over the stream), a list of dicts, or a dict of them")):
+        loss_columns(stream, None, "train_dataset")

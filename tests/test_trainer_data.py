@@ -444,3 +444,28 @@ def test_label_names_the_model_does_not_take_are_named(checkpoint, tok, tmp_path
         bertkit.Trainer(model=bertkit.AutoModelForSequenceClassification.from_pretrained(checkpoint),
                         args=bertkit.TrainingArguments(str(tmp_path / "bk"), **args), processing_class=tok)
     assert not (tmp_path / "bk").exists()
+
+
+def test_a_dataset_dict_where_one_dataset_is_expected_is_named_with_its_splits(checkpoint, tok, tmp_path):
+    """load_dataset(...) without split= gives a DatasetDict: as train_dataset or predict()'s data it stopped with
+    "AttributeError: 'DatasetDict' object has no attribute 'format'" (a plain dict: "KeyError: 0") from inside bertkit.
+    It is named with its splits and the one to pass; a dict as eval_dataset is still evaluated split by split."""
+    splits = datasets.DatasetDict({"train": _dataset(tok, TRAIN[:8]), "validation": _dataset(tok, TEST[:5])})
+    with pytest.raises(BertkitError, match=re.escape(
+            "train_dataset is a DatasetDict of the datasets ['train', 'validation'], where one dataset is expected: "
+            "pass one of them (train_dataset=dataset['train'])")):
+        _train(checkpoint, tok, tmp_path / "dict", splits)
+    with pytest.raises(BertkitError, match=re.escape("train_dataset is a dict of the datasets ['a']")):
+        _train(checkpoint, tok, tmp_path / "plain", {"a": splits["train"]})
+    args = bertkit.TrainingArguments(output_dir=str(tmp_path / "predict"), use_cpu=True, disable_tqdm=True)
+    trainer = bertkit.Trainer(model=bertkit.AutoModelForSequenceClassification.from_pretrained(checkpoint), args=args,
+                              processing_class=tok)
+    with pytest.raises(BertkitError, match=re.escape(
+            "test_dataset is a DatasetDict of the datasets ['train', 'validation'], where one dataset is expected: "
+            "pass one of them (test_dataset=dataset['train'])")):
+        trainer.predict(splits)
+    assert sorted(k for k in trainer.evaluate(splits) if k.endswith("_loss")) == ["eval_train_loss",
+                                                                                 "eval_validation_loss"]
+    with pytest.raises(BertkitError, match=re.escape("eval_dataset is empty (0 rows): give it rows (a filter or "
+                                                     "select may have left none)")):
+        trainer.evaluate(splits["train"].select([]))

@@ -47,8 +47,10 @@ def loss_columns(dataset: Any, loss: Any, what: str) -> tuple[str | None, list[s
     """(the label column or None, the text columns in order) of ``dataset``, once they fit ``loss``: refused
     otherwise, naming the columns and what the loss takes."""
     if type(dataset).__name__ in ("IterableDataset", "IterableDatasetDict"):
-        raise BertkitError(f"{what}: a {type(dataset).__name__} is not supported; give a datasets.Dataset (or a list "
-                           "of dicts), or a dict of them")
+        raise BertkitError(f"{what} is an {type(dataset).__name__} (a stream: no length, no row by index), which "
+                           "bertkit's sentence trainers do not read; give a datasets.Dataset (load_dataset without "
+                           "streaming=True, or Dataset.from_generator over the stream), a list of dicts, or a dict of "
+                           "them")
     names = column_names(dataset)
     reserved = [c for c in names if c in RESERVED_COLUMNS]
     if reserved:

@@ -30,6 +30,10 @@ def examples(dataset: Any, what: str, *, keep: set[str] | None, model: Any, trai
     refuses labels that give nothing to learn from."""
     if dataset is None:
         raise BertkitError(f"{what} needs a dataset; pass Trainer({what}=...)")
+    if isinstance(dataset, Mapping):  # load_dataset(...) without split=: a DatasetDict, whose [0] is no row
+        names = list(dataset)
+        raise BertkitError(f"{what} is a {type(dataset).__name__} of the datasets {names}, where one dataset is "
+                           f"expected: pass one of them ({what}=dataset[{names[0] if names else 'train'!r}])")
     if not hasattr(dataset, "__len__") or not hasattr(dataset, "__getitem__"):
         raise BertkitError(
             f"{what}: {type(dataset).__name__} has no length or index (an iterable or streaming dataset); "
@@ -42,7 +46,7 @@ def examples(dataset: Any, what: str, *, keep: set[str] | None, model: Any, trai
             dataset = dataset.remove_columns(unused)
         keep = None
     if len(dataset) == 0:
-        raise BertkitError(f"{what} is empty")
+        raise BertkitError(f"{what} is empty (0 rows): give it rows (a filter or select may have left none)")
     first = dataset[0]
     if not isinstance(first, Mapping):
         raise BertkitError(f"{what}: examples must be dicts of columns, got {type(first).__name__}")
