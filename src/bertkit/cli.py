@@ -55,9 +55,11 @@ class Command:
 
 def _download(s) -> dict:
     from bertkit.examples import download_example_model
+    from bertkit.manifests import is_bookkeeping
 
     out = download_example_model(s.output_dir)
-    return {"model_dir": str(out), "files": sorted(p.name for p in out.iterdir())}
+    # the model's files, not the run's bookkeeping (its lock and partial mark, in the directory while it is written)
+    return {"model_dir": str(out), "files": sorted(p.name for p in out.iterdir() if not is_bookkeeping(p))}
 
 
 def _train_tokenizer(s) -> dict:
