@@ -134,10 +134,9 @@ def _saves(models) -> dict[str, tuple[Callable[[Path], None] | None, Callable[[P
     }
 
 
-SAVES = ["save_pretrained, new directory", "save_pretrained over an earlier save and a user's file",
-         "bertkit quantize --overwrite",
+SAVES = ["save_pretrained over an earlier save and a user's file", "bertkit quantize --overwrite",
          *(pytest.param(name, marks=pytest.mark.slow) for name in (  # the same staging as the ones above
-             "SentenceTransformer.save over an earlier save", "SentenceTransformer.save, new directory", "tokenizer.save_pretrained into a model directory", "CrossEncoder.save over an earlier save",
+             "save_pretrained, new directory", "SentenceTransformer.save over an earlier save", "SentenceTransformer.save, new directory", "tokenizer.save_pretrained into a model directory", "CrossEncoder.save over an earlier save",
              "bertkit quantize, new directory", "bertkit create-pretraining-data --overwrite"))]
 
 
@@ -224,6 +223,7 @@ def test_a_fault_at_every_write_step_leaves_the_earlier_output_or_the_new_one(sa
         assert snapshot(out) == after and not leftovers(out), step
 
 
+@pytest.mark.slow  # a campaign (8 s); make test keeps the kill-and-resume cases of test_kill_resume_ends
 def test_a_checkpoint_at_every_write_step_keeps_a_whole_one_to_resume(probe_dir, tiny_model):
     """A checkpoint write and the rotation after it, killed at every step: the newest whole checkpoint is the
     earlier one or the new one, never a torn one; the user's note in the rotated checkpoint stays."""

@@ -68,7 +68,9 @@ def _commands(work: Path, model: Path) -> dict[str, tuple[str, list[str]]]:
     }
 
 
-@pytest.mark.parametrize("command", ["predict text-classification", "quantize", "finetune classify"])
+@pytest.mark.parametrize("command", ["predict text-classification",  # the others' subprocesses in make test-slow
+                                     *(pytest.param(c, marks=pytest.mark.slow) for c in ("quantize",
+                                                                                         "finetune classify"))])
 def test_sigterm_removes_what_the_command_was_writing_as_ctrl_c_does(command, classifier, tmp_path):
     """Python's default for SIGTERM ends the process on the spot: a predict killed so left its half-written
     `.preds.jsonl.*.bertkit-tmp` in the output's directory, a quantize its `.out.bertkit-staging`, and a fine-tuning
