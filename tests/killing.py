@@ -102,7 +102,7 @@ def launch_paused(cli_args: list[str], where: str, nth: int, sentinel: Path, env
 
 def in_progress(run_dir: Path) -> Path:
     """Where a command's run into ``run_dir`` is while unfinished: its staging directory (once finished, ``run_dir``)."""
-    from bertkit.staging import staging_dir_of
+    from bertkit.write_paths import staging_dir_of
 
     staging = staging_dir_of(run_dir)
     return staging if staging.is_dir() else run_dir

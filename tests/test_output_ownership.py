@@ -22,7 +22,7 @@ from bertkit.errors import BertkitError
 from bertkit.manifests import owns, remove_owned_tree
 from bertkit.outputs import LOCK, MARKER, atomic_write_text
 from bertkit.runs import claim_output_dir, output_dir, refuse_existing_file
-from bertkit.staging import staging_dir_of
+from bertkit.write_paths import staging_dir_of
 from killing import killed_run
 
 

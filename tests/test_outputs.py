@@ -18,7 +18,7 @@ from bertkit.cli import COMMANDS, main
 from bertkit.errors import BertkitError
 from bertkit.outputs import MARKER, atomic_write_text
 from bertkit.runs import claim_output_dir, output_dir
-from bertkit.staging import staging_dir_of
+from bertkit.write_paths import staging_dir_of
 from killing import killed_run
 
 COMMAND_NAMES = list(COMMANDS)

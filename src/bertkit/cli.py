@@ -373,7 +373,7 @@ def _launch(name: str, s: Any, info: DistInfo, stage: Any):
         if not agree(error is None, "claiming the output directory on rank 0") and error is not None:
             raise error
         if not info.is_main and getattr(s, "output_dir", None) is not None:
-            from bertkit.staging import staging_dir_of
+            from bertkit.write_paths import staging_dir_of
 
             s = dataclasses.replace(s, output_dir=staging_dir_of(s.output_dir))
         yield info.is_main, s, shown

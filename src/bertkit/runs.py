@@ -48,7 +48,8 @@ from bertkit.outputs import (
     staging_of,
     writing,
 )
-from bertkit.staging import Stage, clear_staging, refuse_non_directory, target_of
+from bertkit.staging import Stage, clear_staging
+from bertkit.write_paths import refuse_non_directory, target_of
 
 logger = logging.getLogger("bertkit")
 

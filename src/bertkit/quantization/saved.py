@@ -43,7 +43,7 @@ from bertkit.quantization.projections import (
 )
 from bertkit.quantization.quantize import quantize_int8_on_texts
 from bertkit.runs import refuse_inputs
-from bertkit.staging import staged, target_of
+from bertkit.staging import staged
 from bertkit.tokenization import BertTokenizer
 from bertkit.weight_files import (
     CONFIG_NAME,
@@ -56,6 +56,7 @@ from bertkit.weight_files import (
     refuse_save_beside_other_kind,
     weight_files,
 )
+from bertkit.write_paths import target_of
 
 # The layout's version (config.json's ``quantization_config.format_version``, beside its ``QUANT_METHOD``).
 INT8_FORMAT_VERSION = 3

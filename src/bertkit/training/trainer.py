@@ -39,7 +39,7 @@ from bertkit.data.collators import DataCollatorWithPadding, DefaultDataCollator
 from bertkit.errors import BertkitError
 from bertkit.outputs import atomic_write_text
 from bertkit.runs import output_dir, record
-from bertkit.staging import refuse_non_directory, write_text_beside_job
+from bertkit.staging import write_text_beside_job
 from bertkit.training import trainer_data
 from bertkit.training.batch_plan import BatchPlan, steps_for_epochs, steps_per_epoch
 from bertkit.training.callbacks import (
@@ -68,6 +68,7 @@ from bertkit.training.token_loss import forward_parameters
 from bertkit.training.trainer_args import TrainingArguments
 from bertkit.training.trainer_eval import TrainerEvaluation
 from bertkit.training.trainer_loss import TrainerLoss
+from bertkit.write_paths import refuse_non_directory
 
 TRAINER_STATE = "trainer_state.json"
 logger = logging.getLogger("bertkit")
