@@ -402,3 +402,51 @@ def test_random_draws_match_transformers(tmp_path):
                 if p.grad is not None and not n.endswith(SHIFT_FREE) and not (
                         cls is H.BertForMultipleChoice and n == "classifier.bias"):
                     torch.testing.assert_close(p.grad, grads[n], atol=1e-4, rtol=1e-3, msg=f"seed {seed} grad {n}")
+
+
+@pytest.mark.parametrize("layout", ["auto", "padded"])
+@pytest.mark.parametrize("name", ["BertForTokenClassification", "BertForMaskedLM", "BertForPreTraining"])
+def test_token_losses_over_no_label_are_transformers_nan(name, layout, tmp_path):
+    """Labels all -100, some, with and without num_items_in_batch: the loss is transformers' (a mean over no label is
+    NaN, as transformers' BERT heads give; with a count, its ForMaskedLMLoss/ForTokenClassification sum over the
+    count: 0 over 4, 0 / 0 is NaN). bertkit gave 0.0 where transformers gives NaN. The loss compiled whole (no host
+    read: the tagger, and ``token_loss`` for the masked LM, whose selection of the labelled rows has a data-dependent
+    shape), the same."""
+    from transformers.loss.loss_utils import fixed_cross_entropy
+
+    torch.manual_seed(0)
+    config = transformers.BertConfig(**TINY, num_labels=3)
+    hf = getattr(transformers, name)(config).eval()
+    hf.save_pretrained(tmp_path)
+    ours = getattr(H, name).from_pretrained(tmp_path).eval()
+    ours.bert.layout = layout
+    ids = torch.tensor([[2, 17, 33, 9, 4, 3], [2, 51, 3, 0, 0, 0]])
+    call = {"input_ids": ids, "attention_mask": (ids != 0).long()}
+    if name == "BertForPreTraining":
+        call["next_sentence_label"] = torch.tensor([0, 1])
+    compiled = torch.compile(ours if name == "BertForTokenClassification" else H.token_loss, fullgraph=True,
+                             backend="eager")
+    for some in (False, True):
+        labels = torch.full_like(ids, -100)
+        if some:
+            labels[0, 2], labels[0, 3] = 1, 2
+        with torch.no_grad():
+            out = hf(**call, labels=labels)
+            logits = (out.prediction_logits if name == "BertForPreTraining" else out.logits).flatten(0, 1)
+            nsp = torch.nn.functional.cross_entropy(out.seq_relationship_logits, call["next_sentence_label"]) \
+                if name == "BertForPreTraining" else 0
+            assert torch.isnan(out.loss) != some
+            for count in (None, torch.tensor(0.0), torch.tensor(4.0)):
+                # transformers' BERT heads ignore the count; its loss functions (the Trainer's) honour it
+                want = out.loss if count is None else fixed_cross_entropy(logits, labels.flatten(), count) + nsp
+                kwargs = {} if count is None else {"num_items_in_batch": count}
+                torch.testing.assert_close(ours(**call, labels=labels, **kwargs).loss, want, equal_nan=True, **TOL)
+                if name == "BertForTokenClassification":
+                    got = compiled(**call, labels=labels, **kwargs).loss
+                    torch.testing.assert_close(got, want, equal_nan=True, **TOL)
+                elif name == "BertForMaskedLM":
+                    got = compiled(logits, labels.flatten(), count)[count is not None]
+                    torch.testing.assert_close(got, want, equal_nan=True, **TOL)
+            if name != "BertForTokenClassification":
+                mean = ours(**call, labels=labels).mlm_loss
+                assert torch.isnan(mean) != some

@@ -132,3 +132,43 @@ def test_label_smoothing_is_refused_where_it_would_change_nothing_or_fail(checkp
         with pytest.raises(BertkitError, match=rf"label_smoothing_factor must be in \[0.0, 1.0\], got {bad}"):
             bertkit.TrainingArguments(output_dir="x", label_smoothing_factor=bad)
     assert not (tmp_path / "never").exists()
+
+
+def test_a_micro_batch_with_no_label_trains_and_an_eval_batch_with_none_is_nan(checkpoints, tmp_path):
+    """A tagger whose rows are labelled one in three (-100 elsewhere), at accumulation 2: a micro-batch with no label
+    adds 0 to the step's token mean, as transformers' Trainer with a loss over num_items_in_batch has it (the same
+    loss at every step); an evaluation batch with no label has a loss of 0 / 0, NaN, which eval_loss leaves out, as
+    transformers' does. bertkit scored that batch 0 and weighed it by its 8 rows of 13: eval_loss 0.421 against
+    transformers' 1.095, a mean over nothing read as a perfect score."""
+    lib_rows = {}
+    for lib in (transformers, bertkit):
+        tokenizer = lib.AutoTokenizer.from_pretrained(checkpoints["tok"])
+        train = [r if i % 3 == 0 else {**r, "labels": [-100] * len(r["labels"])}
+                 for i, r in enumerate(_rows("tok", TRAIN, tokenizer))]
+        test = [{**r, "labels": [-100] * len(r["labels"])} if i < 8 else r
+                for i, r in enumerate(_rows("tok", TEST, tokenizer))]
+        lib_rows[lib] = tokenizer, train, test
+    runs = []
+    for lib in (transformers, bertkit):
+        tokenizer, train, test = lib_rows[lib]
+        args = lib.TrainingArguments(output_dir=str(tmp_path / lib.__name__), learning_rate=1e-3,
+                                     per_device_train_batch_size=4, per_device_eval_batch_size=8,
+                                     gradient_accumulation_steps=2, num_train_epochs=1, logging_steps=1,
+                                     save_strategy="no", report_to="none", use_cpu=True, seed=7, disable_tqdm=True)
+
+        def per_token(outputs, labels, num_items_in_batch):
+            return torch.nn.functional.cross_entropy(outputs["logits"].flatten(0, 1), labels.flatten(),
+                                                     reduction="sum") / num_items_in_batch
+
+        trainer = lib.Trainer(model=lib.AutoModelForTokenClassification.from_pretrained(checkpoints["tok"]),
+                              args=args, data_collator=lib.DataCollatorForTokenClassification(tokenizer),
+                              train_dataset=datasets.Dataset.from_list(train),
+                              **({"compute_loss_func": per_token} if lib is transformers else {}))
+        trainer.train()
+        losses = [(h["loss"], h["grad_norm"]) for h in trainer.state.log_history if "loss" in h]
+        trainer.compute_loss_func = None  # transformers evaluates BERT's own loss, a mean per batch
+        runs.append((losses, trainer.evaluate(datasets.Dataset.from_list(test))["eval_loss"]))
+    (theirs, their_eval), (ours, our_eval) = runs
+    assert len(theirs) == 5 and all(np.isfinite(theirs).all(axis=1))
+    np.testing.assert_allclose(ours, theirs, rtol=1e-5)
+    assert our_eval == pytest.approx(their_eval, rel=1e-5) and 1.0 < their_eval < 1.2  # the 5 labelled rows

@@ -205,9 +205,10 @@ def token_loss(logits: Tensor, target: Tensor, num_items_in_batch: Tensor | floa
         dtype, total = losses.dtype, losses.float().sum()  # losses.dtype: float32 under autocast, as before
     else:
         dtype, total = logits.dtype, F.cross_entropy(logits, target, ignore_index=IGNORE_INDEX, reduction="sum")
-    # The count stays on the device (no read back: it would stall a GPU's queue and break a compiled graph);
-    # with no labelled token the sum is 0, and so is the mean (not NaN).
-    mean = total / (target != IGNORE_INDEX).sum().clamp(min=1)
+    # The count stays on the device (no read back: it would stall a GPU's queue and break a compiled graph). With no
+    # labelled token the mean is 0 / 0, NaN, as transformers' (a mean over nothing is no score: the training loop
+    # names such a batch); the objective over a step's count is 0 there, as transformers' num_items_in_batch loss.
+    mean = total / (target != IGNORE_INDEX).sum()
     objective = mean if num_items_in_batch is None else total / num_items_in_batch
     return mean.to(dtype), objective.to(dtype)
 

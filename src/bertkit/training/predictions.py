@@ -5,6 +5,7 @@ logits at every position), with the labels and the mean loss.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -91,9 +92,13 @@ def joined(parts: Sequence[Part], what: str) -> Any:
 
 
 def mean_loss(parts: Sequence[Part], weights: Sequence[int] | None = None) -> float | None:
-    """The batches' losses, each weighed by its rows or by ``weights`` (one a part); None when no batch had one."""
+    """The batches' losses, each weighed by its rows or by ``weights`` (one a part); None when no batch had one. A
+    batch whose loss is not finite (a token loss over a batch with no label: 0 / 0) is left out while another's is
+    finite, as transformers' logging_nan_inf_filter (bertkit's only setting) leaves it out of eval_loss."""
     weights = weights if weights is not None else [len(p.rows) for p in parts]
     losses = [(p.loss, w) for p, w in zip(parts, weights) if p.loss is not None]
+    if any(math.isfinite(v) for v, _ in losses):
+        losses = [(v, w) for v, w in losses if math.isfinite(v)]
     return sum(v * w for v, w in losses) / sum(w for _, w in losses) if losses else None
 
 

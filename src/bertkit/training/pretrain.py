@@ -39,7 +39,8 @@ logger = logging.getLogger("bertkit")
 def _counts(batch: dict, out: Any) -> dict[str, float]:
     """One batch's sums: MLM targets, their loss and correct predictions; NSP instances, their loss and correct ones."""
     target = batch["labels"][batch["labels"] != IGNORE_INDEX]
-    counts = {"mlm": target.numel(), "mlm_loss": out.mlm_loss.item() * target.numel(),
+    # a batch with no masked token adds nothing to the sum (its mean loss is NaN: nothing was predicted)
+    counts = {"mlm": target.numel(), "mlm_loss": out.mlm_loss.item() * target.numel() if target.numel() else 0.0,
               "mlm_acc": int((out.prediction_logits.argmax(-1) == target).sum())}
     if out.nsp_loss is not None:  # BertForPreTraining, not BertForMaskedLM (--no-nsp)
         nsp = batch["next_sentence_label"]

@@ -133,6 +133,7 @@ class TrainerLoss:
         if not label_names or any(batch.get(k) is None for k in label_names):
             out = module(**batch)
             return getattr(out, "loss", None), out
-        count = self._count_items(batch)  # at least 1, as training counts: no labelled token is a loss of 0, not 0 / 0
+        # a batch with no labelled token has a loss of 0 / 0, NaN, as transformers' (eval_loss leaves it out)
+        count = self._count_items(batch)
         return self.compute_loss(module, batch, return_outputs=True, num_items_in_batch=None if count is None
-                                 else torch.tensor(float(max(count, 1))))
+                                 else torch.tensor(float(count)))
