@@ -291,3 +291,41 @@ def test_calls_from_threads_at_once_give_what_they_give_alone(minilm_2_layers, m
             assert _same(want, got), f"seed {seed}, call {i}"
     for model in models:
         model.eval()
+
+
+def test_sparse_similarity_in_one_thread_keeps_the_filters_another_thread_adds():
+    """A server scores sparse embeddings (cos_sim) on one thread while another sets a warnings filter and warns: the
+    filter holds. cos_sim silenced PyTorch's CSR warning in warnings.catch_warnings(), which restores the filter list
+    it saved on entry: a filter the other thread added meanwhile was dropped (most of 200 here), and its warning, to
+    be raised as an error, went by. The similarities are those of the dense embeddings."""
+    import time
+    import warnings
+
+    from bertkit.sentence.util import cos_sim
+
+    dense = torch.tensor([[0.0, 1.0, 0.0, 2.0], [3.0, 0.0, 0.0, 1.0]])
+    sparse = dense.to_sparse()
+    torch.testing.assert_close(cos_sim(sparse, sparse), cos_sim(dense, dense))
+    stop = threading.Event()
+
+    def score() -> None:
+        while not stop.is_set():
+            cos_sim(sparse, sparse)
+
+    scorer = threading.Thread(target=score)
+    scorer.start()
+    lost = 0
+    try:
+        with warnings.catch_warnings():  # this thread's filters, restored when the test ends (no other thread's)
+            for i in range(200):
+                warnings.filterwarnings("error", message=f"thread probe {i}$")
+                time.sleep(0.0005)
+                try:
+                    warnings.warn(f"thread probe {i}", UserWarning, stacklevel=1)
+                    lost += 1
+                except UserWarning:
+                    pass
+    finally:
+        stop.set()
+        scorer.join()
+    assert lost == 0

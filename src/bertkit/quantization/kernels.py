@@ -123,6 +123,12 @@ class _Compiled:
 
 compiled_quantize_per_token = _Compiled(quantize_per_token)
 _DEPRECATED_CREATION = r".*quantized tensor creation functions.*deprecated"  # torch.ao's warning, known
+# torch.ao's deprecation warnings about the quantized tensors packing makes (its internals: the caller can do nothing
+# about them) are filtered once, here, for these two messages alone. A warnings.catch_warnings() around each packing
+# swapped the process's filter list, and restoring it from one serving thread dropped the filters another thread had
+# added meanwhile (the module loads once, before any thread packs).
+warnings.filterwarnings("ignore", message=_DEPRECATED_CREATION, category=UserWarning)
+warnings.filterwarnings("ignore", message=r".*torch\.ao\.quantization is deprecated", category=DeprecationWarning)
 _ZERO = torch.tensor(0)  # the per-token codes' zero point: each token's low end is applied after the product
 _ONE = torch.tensor(1.0)
 
@@ -196,9 +202,7 @@ class Int8Linear(nn.Module):
         if self.per_token and self.kernel.name != "onednn":
             self.kernel = check_onednn_int8(self.kernel.activation_bits)
         if self.kernel.name == "onednn":
-            with warnings.catch_warnings():  # PyTorch warns once per process, at the first quantized tensor made
-                warnings.filterwarnings("ignore", message=_DEPRECATED_CREATION, category=UserWarning)
-                quantize_per_call(self.weight[:1].float(), _ONE, self.kernel.activation_bits)
+            quantize_per_call(self.weight[:1].float(), _ONE, self.kernel.activation_bits)
             self._packed = torch.ops.onednn.qlinear_prepack(self.weight, None)
             # what the activations' zero point adds to each output: zero * sum_j W[o, j], weights in float units
             self._rowsum = self.weight.to(torch.float32).sum(1) * self.weight_scale
@@ -208,15 +212,11 @@ class Int8Linear(nn.Module):
         before = torch.backends.quantized.engine
         torch.backends.quantized.engine = next(e for e in X86_ENGINES if e in torch.backends.quantized.supported_engines)
         try:
-            with warnings.catch_warnings():
-                warnings.filterwarnings("ignore", message=r".*torch\.ao\.quantization is deprecated",
-                                        category=DeprecationWarning)
-                warnings.filterwarnings("ignore", message=_DEPRECATED_CREATION, category=UserWarning)
-                # re-quantizing int8 * scale with the same scale returns the same integers
-                qweight = torch.quantize_per_channel(self.weight.to(torch.float32) * self.weight_scale[:, None],
-                                                     self.weight_scale.to(torch.float64),
-                                                     torch.zeros(self.out_features, dtype=torch.int64), 0, torch.qint8)
-                self._packed = torch.ops.quantized.linear_prepack(qweight, self.bias)
+            # re-quantizing int8 * scale with the same scale returns the same integers
+            qweight = torch.quantize_per_channel(self.weight.to(torch.float32) * self.weight_scale[:, None],
+                                                 self.weight_scale.to(torch.float64),
+                                                 torch.zeros(self.out_features, dtype=torch.int64), 0, torch.qint8)
+            self._packed = torch.ops.quantized.linear_prepack(qweight, self.bias)
         finally:
             torch.backends.quantized.engine = before
 

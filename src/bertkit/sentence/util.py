@@ -9,7 +9,6 @@ call on different numbers of embeddings, are refused with both shapes.
 from __future__ import annotations
 
 import heapq
-import warnings
 from collections.abc import Callable
 from enum import Enum
 from typing import Any
@@ -112,11 +111,11 @@ def normalize_embeddings(embeddings: Tensor) -> Tensor:
 
 
 def _sparse_products(a: Tensor, b: Tensor) -> Tensor:
-    """(N, M) dot products of two sparse batches, dense. PyTorch computes a sparse product through CSR and warns,
-    on every call, that CSR is in beta: a warning about its internals that the caller can do nothing about."""
-    with warnings.catch_warnings():
-        warnings.filterwarnings("ignore", message="Sparse CSR tensor support is in beta")
-        return torch.mm(a, b.T).to_dense()
+    """(N, M) dot products of two sparse batches, dense. ``b.T`` is coalesced first: PyTorch multiplies two coalesced
+    COO tensors as they are (the same numbers), where an uncoalesced one goes through CSR, which warns on every call
+    that CSR is in beta. Silencing that warning took ``warnings.catch_warnings``, which swaps the process's filter
+    list and, restored from another thread, dropped that thread's filters (a server encodes on several)."""
+    return torch.mm(a, b.T.coalesce()).to_dense()
 
 
 def cos_sim(a: Any, b: Any) -> Tensor:
