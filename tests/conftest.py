@@ -222,3 +222,16 @@ def tiny_checkpoint():
     return _tiny_checkpoint
 
 
+
+
+# a word-level vocabulary for command-line tests over short film reviews ("a good film", "fine films")
+FILM_WORDS = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "a", "good", "bad", "film", "dull", "fine", "##s"]
+
+
+@pytest.fixture(scope="session")
+def film_classifier(tmp_path_factory) -> Path:
+    """A tiny neg/pos BertForSequenceClassification checkpoint over ``FILM_WORDS`` (128 positions: 40 words of
+    "films" are 81 pieces), for the command-line tests that run ``bertkit predict`` and ``finetune`` on it."""
+    return _tiny_checkpoint(tmp_path_factory.mktemp("film") / "clf", "BertForSequenceClassification",
+                            tokenizer=FILM_WORDS, labels=["neg", "pos"], num_attention_heads=2,
+                            max_position_embeddings=128)

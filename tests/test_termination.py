@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from bertkit.cli import main
+from conftest import FILM_WORDS
 
 # The child sends itself SIGTERM from inside the command, at the call named (module:attribute), then goes on: the
 # signal lands at a known moment of the write, where a timed kill from outside would land anywhere.
@@ -35,14 +36,9 @@ setattr(owner, name, terminated_here)
 sys.exit(main(sys.argv[2:]))
 """
 
-_WORDS = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "a", "good", "bad", "film", "dull", "fine", "##s"]
-
-
 @pytest.fixture(scope="module")
-def classifier(tmp_path_factory, tiny_checkpoint) -> Path:
-    root = tmp_path_factory.mktemp("sigterm")
-    return tiny_checkpoint(root / "clf", "BertForSequenceClassification", tokenizer=_WORDS, labels=["neg", "pos"],
-                           num_attention_heads=2, max_position_embeddings=128)
+def classifier(film_classifier) -> Path:
+    return film_classifier
 
 
 def _commands(work: Path, model: Path) -> dict[str, tuple[str, list[str]]]:
@@ -118,7 +114,7 @@ def test_sigint_or_sigterm_at_random_moments_leaves_the_whole_output_or_nothing(
     import time
 
     rng = random.Random(20261130)
-    texts = [" ".join(rng.choice(_WORDS[5:11]) for _ in range(rng.randint(1, 40))) for _ in range(600)]
+    texts = [" ".join(rng.choice(FILM_WORDS[5:11]) for _ in range(rng.randint(1, 40))) for _ in range(600)]
     (tmp_path / "in.txt").write_text("\n".join(texts) + "\n", encoding="utf-8")
     work = tmp_path / "work"
     commands = {

@@ -14,14 +14,10 @@ import pytest
 
 from bertkit.cli import main
 
-WORDS = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "a", "good", "bad", "film", "dull", "fine", "##s"]
-
 
 @pytest.fixture(scope="module")
-def classifier(tmp_path_factory, tiny_checkpoint) -> Path:
-    root = tmp_path_factory.mktemp("sweep")
-    return tiny_checkpoint(root / "clf", "BertForSequenceClassification", tokenizer=WORDS, labels=["neg", "pos"],
-                           num_attention_heads=2, max_position_embeddings=64)
+def classifier(film_classifier) -> Path:
+    return film_classifier
 
 
 def _run(argv: list[object], capsys) -> tuple[int, str]:
