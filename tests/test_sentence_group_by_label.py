@@ -214,7 +214,8 @@ def test_dataloader_drop_last_leaves_out_the_short_grouped_batch_as_sentence_tra
 
 
 def test_what_cannot_be_grouped_is_refused_before_anything_is_written(minilm_2_layers, tmp_path):
-    """Labels that are no class ids (texts, floats, booleans), a dataset without a label column, too few rows per
+    """Labels that are no class ids (texts, floats; True/False are two classes, 1 and 0, as sentence-transformers
+    compares them: tests/test_bool_labels.py), a dataset without a label column, too few rows per
     label, a batch the sampler cannot fill with pairs (train or eval), a bad margin or distance, and a second text
     column: each refused by name, when the loss or the trainer is made."""
     model = SentenceTransformer(minilm_2_layers)
@@ -225,7 +226,7 @@ def test_what_cannot_be_grouped_is_refused_before_anything_is_written(minilm_2_l
     def train(data, args=grouped, eval_dataset=None, loss=loss):
         SentenceTransformerTrainer(model=model, args=args, train_dataset=data, eval_dataset=eval_dataset, loss=loss)
 
-    for label, kind in (("pos", "str"), (1.0, "float"), (True, "bool")):
+    for label, kind in (("pos", "str"), (1.0, "float")):
         bad = [dict(r) for r in rows]
         bad[3]["label"] = label
         with pytest.raises(BertkitError, match=rf"train_dataset: row 3 has label {label!r} \({kind}\); the rows are "

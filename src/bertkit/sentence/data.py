@@ -211,14 +211,15 @@ def no_duplicates_batches(examples: SentenceExamples, batch_size: int, seed: int
 
 def label_groups(labels: Sequence, column: str | None, what: str) -> dict[int, list[int]]:
     """The rows of each label, the labels in the order they first appear; refused unless every label is an int (a
-    class id). A float would make each distinct score a class, and a string is no tensor (sentence-transformers
-    fails on it at the first batch)."""
+    class id) or a bool (True/False: two classes, compared as sentence-transformers compares them, 1 and 0). A float
+    would make each distinct score a class, and a string is no tensor (sentence-transformers fails on it at the first
+    batch)."""
     if column is None:
         raise BertkitError(f"{what} has no label column: rows are grouped and compared by their label, so add a "
                            "'label' column of class ids (ints)")
     groups: dict[int, list[int]] = {}
     for row, label in enumerate(labels):
-        if not is_whole(label, -math.inf):
+        if not (isinstance(label, bool) or is_whole(label, -math.inf)):
             raise BertkitError(f"{what}: row {row} has {column} {label!r} ({type(label).__name__}); the rows are "
                                "grouped by label, which must be class ids (ints): map each class to an int, e.g. "
                                f"dataset.class_encode_column({column!r}) for texts, or cast integral floats to int")

@@ -119,7 +119,11 @@ def _label_reader(dataset: Any, key: str, what: str, model: Any, training: bool)
         if v is None or (isinstance(v, numbers.Real) and not math.isfinite(v)):
             raise BertkitError(f"{what}: row {row} has {key} {v!r}; every example needs a label: give it one, or drop "
                                "the row (dataset.filter / dataset.select, or dropna on the DataFrame)")
-    if any(isinstance(v, bool) for v in values):  # a bool tensor is neither class ids nor multi-label targets
+    # To a head (a model with a config) a bool tensor is neither class ids nor multi-label targets. A model with no
+    # config (a sentence or cross-encoder loss, a custom module) takes the labels as they are batched, a bool tensor
+    # too, as with transformers' Trainer: a loss reads True/False as 1/0, as sentence-transformers' do, and refuses
+    # in its check_labels what it cannot learn from.
+    if config is not None and any(isinstance(v, bool) for v in values):
         raise BertkitError(f"{what}: {key} holds booleans (True/False); give class ids 0/1 instead (in pandas "
                            f"df[{key!r}].astype(int), in datasets dataset.cast_column({key!r}, Value('int64')))")
     if all(isinstance(v, str) for v in values):

@@ -230,6 +230,13 @@ class CrossEntropyLoss(CrossEncoderLoss):
         # logits: sentence-transformers stops at the first step with "expected target dtype to be Long or Byte, but
         # got Float"; refused here with the row. A row's list of class probabilities (a tensor) is a soft target.
         ids = [v.item() if isinstance(v, Tensor) and v.ndim == 0 or isinstance(v, np.generic) else v for v in labels]
+        bools = [i for i, v in enumerate(ids) if isinstance(v, bool)]
+        if bools:  # torch's cross-entropy takes no bool target either: sentence-transformers stops at the first step
+            raise BertkitError(f"{what}: row {bools[0]} has label {ids[bools[0]]!r}, a bool, and CrossEntropyLoss takes "
+                               f"a class index, an int from 0 to {self.model.num_labels - 1}: cast the column to "
+                               "integers: dataset.cast_column('label', Value('int64')) (from datasets import Value), "
+                               "or int() each; for a relevant/not label, a one-label model with BinaryCrossEntropyLoss "
+                               "takes True/False as they are")
         floats = [i for i, v in enumerate(ids) if isinstance(v, float)]
         if floats:
             fractional = [i for i in floats if not ids[i].is_integer()]

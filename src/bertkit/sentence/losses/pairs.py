@@ -144,8 +144,10 @@ class ContrastiveLoss(SentenceLoss):
         labels = _binary_labels(type(self).__name__, labels, embeddings[0].shape[0],
                                 "others weight the similar term by the label and the dissimilar one by 1 - label")
         distances = self.distance_metric(embeddings[0], embeddings[1])
-        losses = 0.5 * (labels.float() * distances.pow(2)
-                        + (1 - labels).float() * F.relu(self.margin - distances).pow(2))
+        # float before 1 - label: True/False labels are 1/0, as the other pair losses read them (torch has no
+        # subtraction from a bool tensor: sentence-transformers' ContrastiveLoss fails on them)
+        labels = labels.float()
+        losses = 0.5 * (labels * distances.pow(2) + (1 - labels) * F.relu(self.margin - distances).pow(2))
         return losses.mean() if self.size_average else losses.sum()
 
 
