@@ -123,12 +123,14 @@ class _Compiled:
 
 compiled_quantize_per_token = _Compiled(quantize_per_token)
 _DEPRECATED_CREATION = r".*quantized tensor creation functions.*deprecated"  # torch.ao's warning, known
-# torch.ao's deprecation warnings about the quantized tensors packing makes (its internals: the caller can do nothing
-# about them) are filtered once, here, for these two messages alone. A warnings.catch_warnings() around each packing
-# swapped the process's filter list, and restoring it from one serving thread dropped the filters another thread had
-# added meanwhile (the module loads once, before any thread packs).
+# PyTorch's deprecation of quantized tensors (its internals: the caller can do nothing about it) is said once per
+# process, at the first quantized tensor made, whichever function makes it: that tensor is made here, as the module
+# loads, under a filter for that message alone, so it is never said later, whatever filters a caller sets. A
+# warnings.catch_warnings() around each packing swapped the process's filter list, and restoring it from one serving
+# thread dropped the filters another thread had added meanwhile.
 warnings.filterwarnings("ignore", message=_DEPRECATED_CREATION, category=UserWarning)
-warnings.filterwarnings("ignore", message=r".*torch\.ao\.quantization is deprecated", category=DeprecationWarning)
+if hasattr(torch, "quantize_per_tensor_dynamic"):  # a PyTorch without it has no quantized tensors to warn about
+    torch.quantize_per_tensor_dynamic(torch.zeros(1), torch.quint8, False)
 _ZERO = torch.tensor(0)  # the per-token codes' zero point: each token's low end is applied after the product
 _ONE = torch.tensor(1.0)
 
@@ -202,7 +204,6 @@ class Int8Linear(nn.Module):
         if self.per_token and self.kernel.name != "onednn":
             self.kernel = check_onednn_int8(self.kernel.activation_bits)
         if self.kernel.name == "onednn":
-            quantize_per_call(self.weight[:1].float(), _ONE, self.kernel.activation_bits)
             self._packed = torch.ops.onednn.qlinear_prepack(self.weight, None)
             # what the activations' zero point adds to each output: zero * sum_j W[o, j], weights in float units
             self._rowsum = self.weight.to(torch.float32).sum(1) * self.weight_scale
