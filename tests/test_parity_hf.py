@@ -343,7 +343,7 @@ def _draw(seed: int, tmp_path):
             call[switch] = r.random() < 0.5
     tokens = torch.where(mask.bool(), torch.randint(0, V, rows.shape, generator=gen), -100).view(B, -1)[:, :T]
     tokens[torch.rand(tokens.shape, generator=gen) < 0.5] = -100
-    tokens[torch.arange(B), mask.argmax(-1)[:B]] = 1  # a label in every batch: all -100 is NaN there, 0 here
+    tokens[torch.arange(B), mask.argmax(-1)[:B]] = 1  # a label in every batch (all -100: the NaN test below)
     labels = {H.BertForMaskedLM: {"labels": tokens}, H.BertForPreTraining: {"labels": tokens,
               "next_sentence_label": torch.randint(0, 2, (B,), generator=gen)},
               H.BertForNextSentencePrediction: {"labels": torch.randint(0, 2, (B,), generator=gen)},
