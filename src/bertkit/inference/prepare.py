@@ -24,7 +24,7 @@ from bertkit import _hardware, quantization
 from bertkit._hardware import onednn_linear, resolve_device, warn_if_bf16_is_emulated
 from bertkit.errors import BertkitError
 from bertkit.inference.options import checked_flag
-from bertkit.modeling import BertModel
+from bertkit.modeling import BertModel, plain_linear
 from bertkit.quantization.kernels import without_backward
 
 
@@ -258,13 +258,12 @@ class PreparedLinear(nn.Module):
 
 
 def _weights(module: nn.Module | None) -> tuple[Tensor, Tensor | None] | None:
-    """The float32 weight and bias a projection computes with: a plain ``nn.Linear``'s (no subclass, wrapper or hook
-    of its own: its call is ``F.linear``), or what a ``PreparedLinear`` was made from; None for anything else (int8,
-    peft's wrappers, hooked modules: left as they are)."""
+    """The float32 weight and bias a projection computes with: a plain ``nn.Linear``'s (``modeling.plain_linear``: no
+    subclass, hook or ``forward`` of its own, so its call is ``F.linear``), or what a ``PreparedLinear`` was made
+    from; None for anything else (int8, peft's wrappers, pruned, parametrized or hooked modules: left as they are)."""
     if isinstance(module, PreparedLinear):
         return module.source
-    plain = type(module) is nn.Linear and not module._forward_hooks and not module._forward_pre_hooks
-    return (module.weight, module.bias) if plain else None
+    return (module.weight, module.bias) if plain_linear(module) else None
 
 
 def for_cpu_inference(model: nn.Module, bf16: bool) -> nn.Module:

@@ -1,0 +1,152 @@
+"""PyTorch's own tooling applied to a bertkit model as to transformers' (the same weights, the same call): module
+hooks of every kind, a ``forward`` set on one module (accelerate's ``add_hook_to_module``), ``torch.func.vmap`` for
+per-example outputs and gradients, and saving a model that ``torch.nn.utils.prune`` / ``parametrize`` /
+``weight_norm`` changed. ``test_torch_tooling_fuzz.py`` draws random combinations of these."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import transformers
+from torch import nn
+
+import bertkit.heads as H
+from bertkit.config import BertConfig
+from bertkit.modeling import BertModel
+
+TINY = dict(vocab_size=61, hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=37,
+            max_position_embeddings=32, type_vocab_size=2, hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)
+TOL = dict(atol=1e-5, rtol=1e-5)
+
+
+def _pair(cls=BertModel, seed: int = 0, **overrides):
+    """(bertkit model, transformers model) with the same weights, in eval mode."""
+    torch.manual_seed(seed)
+    hf = getattr(transformers, cls.__name__)(transformers.BertConfig(**TINY, **overrides)).eval()
+    ours = cls(BertConfig(**TINY, **overrides)).eval()
+    ours.load_state_dict(hf.state_dict(), strict=True)
+    return ours, hf
+
+
+def _batch(B: int = 3, T: int = 9, seed: int = 0, padded: bool = True) -> dict[str, torch.Tensor]:
+    g = torch.Generator().manual_seed(seed)
+    lengths = torch.randint(T // 2, T + 1, (B,), generator=g) if padded else torch.full((B,), T)
+    lengths[0] = T
+    mask = (torch.arange(T)[None] < lengths[:, None]).long()
+    ids = torch.randint(5, TINY["vocab_size"], (B, T), generator=g) * mask
+    types = (torch.arange(T)[None] >= (lengths[:, None] // 2)).long() * mask
+    return {"input_ids": ids, "attention_mask": mask, "token_type_ids": types}
+
+
+# ---------------------------------------------------------------------------------------------------
+# Hooks and forwards of one projection: the fused query/key/value product must not stand in for them
+# ---------------------------------------------------------------------------------------------------
+
+
+def test_a_full_backward_hook_on_a_projection_runs_with_transformers_gradient():
+    """A full backward hook on ``attention.self.value`` (gradient attribution, per-example gradient recipes) ran
+    once per backward on transformers' model and never on bertkit's, whose fused query/key/value product skipped
+    the module call; it now sees transformers' gradient."""
+    ours, hf = _pair()
+    batch = _batch()
+    mask = batch["attention_mask"].bool()
+    seen = {}
+    for name, model in (("ours", ours), ("hf", hf)):
+        grads = seen[name] = []
+        model.encoder.layer[1].attention.self.value.register_full_backward_hook(
+            lambda m, grad_in, grad_out, grads=grads: grads.append(grad_out[0].detach().clone()))
+        model(**batch).last_hidden_state[mask].pow(2).sum().backward()
+    assert len(seen["ours"]) == len(seen["hf"]) == 1
+    torch.testing.assert_close(seen["ours"][0][mask], seen["hf"][0][mask], **TOL)
+
+
+def test_a_forward_set_on_a_projection_runs_as_on_transformers():
+    """accelerate's ``add_hook_to_module`` (offloading, device maps) sets ``module.forward``: bertkit's fused product
+    skipped it (last_hidden_state sum -2.7410 against transformers' -2.7147 with a query forward doubling its
+    output, 2 layers, hidden 32); now the module's own forward runs."""
+    ours, hf = _pair()
+    batch = _batch()
+    mask = batch["attention_mask"].bool()
+    outs = []
+    for model in (ours, hf):
+        value = model.encoder.layer[0].attention.self.value
+        value.forward = lambda x, plain=value.forward: plain(x) * 3.0
+        with torch.no_grad():
+            outs.append(model(**batch).last_hidden_state[mask])
+    torch.testing.assert_close(outs[0], outs[1], **TOL)
+    with torch.no_grad():
+        plain = _pair()[1](**batch).last_hidden_state[mask]
+    assert (outs[0] - plain).abs().max() > 1e-2  # the forward did change the outputs
+
+
+def test_a_hook_on_every_module_sees_every_projection_and_transformers_shapes():
+    """``register_module_forward_hook`` (a hook on every module: profilers, activation recorders) saw 7 Linear calls
+    of bertkit's 2-layer model against transformers' 13 (query, key and value fused) and (N, H) real-token rows;
+    now the same 13 calls with transformers' (B, T, H) tensors and numbers."""
+    ours, hf = _pair()
+    batch = _batch()
+    mask = batch["attention_mask"].bool()
+    seen = {}
+    for name, model in (("ours", ours), ("hf", hf)):
+        calls = seen[name] = []
+        handle = nn.modules.module.register_module_forward_hook(
+            lambda m, args, out, calls=calls: calls.append(out.detach()) if type(m) is nn.Linear else None)
+        try:
+            with torch.no_grad():
+                model(**batch)
+        finally:
+            handle.remove()
+    assert len(seen["ours"]) == len(seen["hf"]) == 13
+    for got, want in zip(seen["ours"][:12], seen["hf"][:12], strict=True):  # the pooler's last: (B, H)
+        assert got.shape == want.shape
+        torch.testing.assert_close(got[mask], want[mask], **TOL)
+
+
+def test_a_pooler_hook_gets_transformers_token_states():
+    """transformers' pooler takes the (B, T, H) token states and reads the first: a pre-hook on ``pooler`` reading
+    ``args[0][:, 0]`` (the [CLS] states) got the first feature of each (B, H) row from bertkit, quietly other numbers.
+    Now the hook gets (B, T, H), transformers' numbers at real tokens, and a hook replacing the input pools it."""
+    ours, hf = _pair()
+    batch = _batch()
+    mask = batch["attention_mask"].bool()
+    seen, pooled = {}, {}
+    for name, model in (("ours", ours), ("hf", hf)):
+        handle = model.pooler.register_forward_pre_hook(
+            lambda m, args, name=name: seen.__setitem__(name, args[0].detach()))
+        with torch.no_grad():
+            model(**batch)
+        handle.remove()
+        # A recipe that pools the mean of the real tokens instead of [CLS], through the pooler's dense + tanh
+        handle = model.pooler.register_forward_pre_hook(lambda m, args: (
+            (args[0] * mask[..., None]).sum(1, keepdim=True) / mask.sum(1)[:, None, None],))
+        with torch.no_grad():
+            pooled[name] = model(**batch).pooler_output
+        handle.remove()
+    assert seen["ours"].shape == seen["hf"].shape == (3, 9, TINY["hidden_size"])
+    torch.testing.assert_close(seen["ours"][mask], seen["hf"][mask], **TOL)
+    torch.testing.assert_close(pooled["ours"], pooled["hf"], **TOL)
+
+
+@pytest.mark.parametrize("cls", [H.BertForMaskedLM, H.BertForNextSentencePrediction, H.BertForPreTraining],
+                         ids=lambda c: c.__name__)
+def test_a_hook_on_cls_runs_with_transformers_inputs_and_scores(cls):
+    """transformers calls ``model.cls`` (the masked-LM and next-sentence heads); bertkit called only the modules in it,
+    so a forward hook on ``cls`` never ran (0 calls against 1). Now it runs once per forward with the same inputs
+    and scores."""
+    ours, hf = _pair(cls)
+    batch = _batch()
+    mask = batch["attention_mask"].bool()
+    seen = {}
+    for name, model in (("ours", ours), ("hf", hf)):
+        calls = seen[name] = []
+        model.cls.register_forward_hook(lambda m, args, out, calls=calls: calls.append((args, out)))
+        with torch.no_grad():
+            model(**batch)
+    assert len(seen["ours"]) == len(seen["hf"]) == 1
+    (args, out), (want_args, want_out) = seen["ours"][0], seen["hf"][0]
+    for got, want in zip((*args, *(out if isinstance(out, tuple) else (out,))),
+                         (*want_args, *(want_out if isinstance(want_out, tuple) else (want_out,))), strict=True):
+        assert got.shape == want.shape
+        torch.testing.assert_close(got[mask] if got.dim() == 3 else got, want[mask] if want.dim() == 3 else want, **TOL)
+
+
