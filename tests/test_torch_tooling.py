@@ -9,6 +9,7 @@ import pytest
 import torch
 import transformers
 from torch import nn
+from torch.func import functional_call, grad, vmap
 
 import bertkit.heads as H
 from bertkit.config import BertConfig
@@ -148,5 +149,46 @@ def test_a_hook_on_cls_runs_with_transformers_inputs_and_scores(cls):
                          (*want_args, *(want_out if isinstance(want_out, tuple) else (want_out,))), strict=True):
         assert got.shape == want.shape
         torch.testing.assert_close(got[mask] if got.dim() == 3 else got, want[mask] if want.dim() == 3 else want, **TOL)
+
+
+# ---------------------------------------------------------------------------------------------------
+# torch.func
+# ---------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("cls", [BertModel, H.BertForSequenceClassification, H.BertForTokenClassification],
+                         ids=lambda c: c.__name__)
+def test_vmap_gives_per_example_outputs_and_gradients_as_transformers(cls):
+    """``vmap(model)`` and per-example gradients ``vmap(grad(loss))`` over rows: transformers' model runs them (with
+    no attention mask), bertkit's failed inside its input checks ("Cannot access data pointer of Tensor that doesn't
+    have storage"). Now the same outputs and gradients; with a mask too (which transformers' refuses), each row's
+    outputs are its own forward's."""
+    ours, hf = _pair(cls)
+    batch = _batch(padded=False)
+    results = {}
+    for name, model in (("ours", ours), ("hf", hf)):
+        params = {k: v.detach() for k, v in model.named_parameters()}
+
+        def loss(p, ids, types, model=model):
+            return functional_call(model, p, (), {"input_ids": ids[None], "token_type_ids": types[None]})[0].pow(2).mean()
+
+        outs = vmap(lambda ids, types, model=model: model(input_ids=ids[None], token_type_ids=types[None])[0][0])(
+            batch["input_ids"], batch["token_type_ids"])
+        grads = vmap(grad(loss), in_dims=(None, 0, 0))(params, batch["input_ids"], batch["token_type_ids"])
+        results[name] = outs, grads
+    torch.testing.assert_close(results["ours"][0], results["hf"][0], **TOL)
+    assert results["ours"][1].keys() == results["hf"][1].keys()
+    for key, want in results["hf"][1].items():
+        torch.testing.assert_close(results["ours"][1][key], want, atol=1e-4, rtol=1e-4, msg=key)
+
+    padded = _batch(seed=1)
+    rows = vmap(lambda ids, m, types: ours(input_ids=ids[None], attention_mask=m[None], token_type_ids=types[None])[0][0])(
+        padded["input_ids"], padded["attention_mask"], padded["token_type_ids"])
+    for i in range(3):
+        n = int(padded["attention_mask"][i].sum())
+        with torch.no_grad():
+            want = ours(**{k: v[i:i + 1, :n] for k, v in padded.items()})[0][0]
+        torch.testing.assert_close(rows[i][:n] if rows.dim() == 3 else rows[i], want[:n] if want.dim() == 2 else want,
+                                   **TOL)
 
 
