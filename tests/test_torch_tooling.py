@@ -10,9 +10,11 @@ import torch
 import transformers
 from torch import nn
 from torch.func import functional_call, grad, vmap
+from torch.nn.utils import parametrize, prune
 
 import bertkit.heads as H
 from bertkit.config import BertConfig
+from bertkit.errors import BertkitError
 from bertkit.modeling import BertModel
 
 TINY = dict(vocab_size=61, hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=37,
@@ -192,3 +194,49 @@ def test_vmap_gives_per_example_outputs_and_gradients_as_transformers(cls):
                                    **TOL)
 
 
+# ---------------------------------------------------------------------------------------------------
+# Saving a model a weight transform changed
+# ---------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("transform", ["prune", "parametrize", "weight_norm", "prune_bias"])
+def test_save_pretrained_of_a_transformed_weight_names_the_call_that_makes_it_permanent(transform, tmp_path):
+    """transformers' ``save_pretrained`` of a pruned model writes ``weight_orig``/``weight_mask``, which its
+    ``from_pretrained`` drops as unexpected, drawing the weight afresh (0.22 off): the pruned model is lost. bertkit
+    refused too, but said its projections were "not float weights" and told an int8 model's story. Now the message
+    names the weight, the transform and the call that makes it permanent; after that call the save loads back with
+    the transformed model's outputs."""
+    ours, _ = _pair(H.BertForSequenceClassification)
+    module = ours.bert.encoder.layer[0].attention.self.key
+    path = "bert.encoder.layer[0].attention.self.key"
+    if transform == "prune":
+        prune.l1_unstructured(module, "weight", amount=0.5)
+        expect, undo = r"key\.weight is pruned .*prune\.remove\(model\.get_submodule\('bert\.encoder\.layer\.0\.", \
+            lambda: prune.remove(module, "weight")
+    elif transform == "prune_bias":
+        prune.l1_unstructured(module, "bias", amount=0.5)
+        expect, undo = r"key\.bias is pruned .*'bias'\)", lambda: prune.remove(module, "bias")
+    elif transform == "parametrize":
+        parametrize.register_parametrization(module, "weight", _Half())
+        expect, undo = r"key\.weight is parametrized \(_Half\).*remove_parametrizations\(", \
+            lambda: parametrize.remove_parametrizations(module, "weight")
+    else:
+        torch.nn.utils.weight_norm(module)
+        expect, undo = r"key\.weight is weight-normed .*remove_weight_norm\(", \
+            lambda: torch.nn.utils.remove_weight_norm(module)
+    batch = _batch()
+    with torch.no_grad():
+        want = ours(**batch).logits
+    with pytest.raises(BertkitError, match=expect):
+        ours.save_pretrained(tmp_path / "out")
+    assert not (tmp_path / "out").exists(), path
+    undo()
+    ours.save_pretrained(tmp_path / "out")
+    with torch.no_grad():
+        got = H.BertForSequenceClassification.from_pretrained(tmp_path / "out").eval()(**batch).logits
+    torch.testing.assert_close(got, want, **TOL)
+
+
+class _Half(nn.Module):
+    def forward(self, weight: torch.Tensor) -> torch.Tensor:
+        return weight * 0.5
