@@ -12,6 +12,7 @@ from torch import nn
 from torch.func import functional_call, grad, vmap
 from torch.nn.utils import parametrize, prune
 
+import bertkit
 import bertkit.heads as H
 from bertkit.config import BertConfig
 from bertkit.errors import BertkitError
@@ -240,3 +241,73 @@ def test_save_pretrained_of_a_transformed_weight_names_the_call_that_makes_it_pe
 class _Half(nn.Module):
     def forward(self, weight: torch.Tensor) -> torch.Tensor:
         return weight * 0.5
+
+
+# ---------------------------------------------------------------------------------------------------
+# bertkit's inference copies (optimize_for_inference, pipelines, encode) of a transformed or hooked model
+# ---------------------------------------------------------------------------------------------------
+
+
+def test_the_inference_copy_of_a_freshly_pruned_model_keeps_the_pruning():
+    """Right after ``prune.l1_unstructured``, ``optimize_for_inference`` (and pipelines, ``SentenceTransformer.encode``
+    of more than one batch, ``quantize_int8``) failed in its copy: "Only Tensors created explicitly by the user (graph
+    leaves) support the deepcopy protocol". Now the copy computes the pruned model's outputs (transformers' model
+    pruned alike), and the model passed in keeps its mask."""
+    ours, hf = _pair(H.BertForSequenceClassification)
+    for model in (ours, hf):
+        prune.l1_unstructured(model.bert.encoder.layer[0].attention.self.value, "weight", amount=0.5)
+    batch = _batch()
+    fast = bertkit.optimize_for_inference(ours)
+    with torch.no_grad():
+        torch.testing.assert_close(fast(**batch).logits, hf(**batch).logits, **TOL)
+        torch.testing.assert_close(ours(**batch).logits, hf(**batch).logits, **TOL)
+    assert hasattr(ours.bert.encoder.layer[0].attention.self.value, "weight_mask")
+
+
+def test_a_hook_on_every_module_runs_on_the_inference_copy_of_the_model_it_knows():
+    """A hook registered for every module that acts on one module it knows (``m is target``) never matched the
+    inference copy's modules: ``SentenceTransformer.encode`` of MiniLM was 0.28 off sentence-transformers' with one
+    halving a layer's output. While such a hook is set, the model runs as it is, with transformers' numbers."""
+    ours, hf = _pair(H.BertForSequenceClassification)
+    batch = _batch()
+    logits = []
+    for model in (ours, hf):
+        target = model.bert.encoder.layer[1].output.dense
+        handle = nn.modules.module.register_module_forward_hook(
+            lambda m, args, out, target=target: out * 5.0 if m is target else None)
+        try:
+            with torch.no_grad():
+                logits.append((bertkit.optimize_for_inference(model) if model is ours else model)(**batch).logits)
+        finally:
+            handle.remove()
+    torch.testing.assert_close(logits[0], logits[1], **TOL)
+    with torch.no_grad():
+        assert (logits[0] - hf(**batch).logits).abs().max() > 1e-4  # the hook did change the outputs
+
+
+@pytest.mark.parametrize("every_module", [False, True], ids=["decoder-hook", "every-module-hook"])
+def test_sparse_encoder_runs_a_hooked_decoder_as_it_is(every_module, minilm_2_layers, tmp_path):
+    """``SparseEncoder.encode`` of more than one batch computes the vocabulary logits on a copy of the masked-LM
+    decoder prepared for the CPU, which skipped a forward hook on ``cls.predictions.decoder``: with a hook scaling
+    the logits by 1.3, vectors 0.22 off sentence-transformers' with the same hook. Now a hooked decoder is called
+    as it is, and the vectors agree within 1e-5."""
+    st = pytest.importorskip("sentence_transformers")
+    from bertkit.sentence import SparseEncoder
+    from sparse_helpers import masked_lm_checkpoint
+
+    checkpoint = masked_lm_checkpoint(minilm_2_layers, tmp_path / "checkpoint")
+    texts = ["the cat sat on the mat", "a quick brown fox jumps over the lazy dog by the river", "hello",
+             "pruning the weights of a model", "five short texts in batches of two"]
+    vectors = []
+    for model in (SparseEncoder(checkpoint), st.SparseEncoder(str(checkpoint), device="cpu")):
+        decoder = next(m for n, m in model.named_modules() if n.endswith("cls.predictions.decoder"))
+        if every_module:
+            handle = nn.modules.module.register_module_forward_hook(
+                lambda m, args, out, decoder=decoder: out * 1.3 if m is decoder else None)
+        else:
+            handle = decoder.register_forward_hook(lambda m, args, out: out * 1.3)
+        try:
+            vectors.append(model.encode(texts, batch_size=2, convert_to_tensor=True).to_dense())
+        finally:
+            handle.remove()
+    torch.testing.assert_close(vectors[0], vectors[1], atol=1e-5, rtol=1e-5)

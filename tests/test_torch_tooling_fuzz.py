@@ -184,10 +184,11 @@ def test_torch_tooling_on_a_bertkit_model_gives_transformers_results(seed):
         what += f" {kind}"
         ours, hf = _transform(kind, ours, name, seed), _transform(kind, hf, name, seed)
         tol = 2e-2 if kind == "quantize_dynamic" else 1e-5
+        fast = bertkit.optimize_for_inference(ours)  # before any forward: prune's weight is still a graph's output
         with torch.no_grad():
             want = _real(hf(**batch), mask)
             _close(_real(ours(**batch), mask), want, tol, what)
-            copies = [bertkit.optimize_for_inference(ours)]
+            copies = [fast]
             if kind != "parametrize" and kind != "weight_norm":  # torch pickles no parametrized module
                 buffer = io.BytesIO()
                 torch.save(ours, buffer)
