@@ -82,8 +82,9 @@ class BertEmbeddings(nn.Module):
 
 
 def global_module_hooks() -> bool:
-    """Whether a hook registered for every module (``torch.nn.modules.module.register_module_forward_hook`` and its
-    kin: profilers, activation recorders) is set: it watches each module call as a module's own hook does."""
+    """Whether a hook registered for every module (the ``register_module_*_hook`` functions of
+    ``torch.nn.modules.module``: profilers, activation recorders) is set: it watches each module call as a module's
+    own hook does."""
     g = torch.nn.modules.module
     return bool(g._global_forward_hooks or g._global_forward_pre_hooks or g._global_backward_hooks
                 or g._global_backward_pre_hooks)

@@ -27,6 +27,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 from torch import Tensor
+from torch._functorch.pyfunctorch import retrieve_all_functorch_interpreters
 
 from bertkit.errors import BertkitError
 
@@ -144,13 +145,9 @@ def is_tracing() -> bool:
 
 def under_vmap() -> bool:
     """Inside ``torch.func.vmap`` (per-example gradients: ``vmap(grad(f))``), at any depth of functorch's transforms.
-    ``torch.func.grad`` alone reads values as eager code does, and keeps the unpadded layout."""
-    if torch._C._functorch.peek_interpreter_stack() is None:  # no transform: the common case, one call
-        return False
-    from torch._functorch.pyfunctorch import retrieve_all_functorch_interpreters
-
-    vmap = torch._C._functorch.TransformType.Vmap
-    return any(i.key() == vmap for i in retrieve_all_functorch_interpreters())
+    ``torch.func.grad`` alone reads values as eager code does, and keeps the unpadded layout. Asked last in
+    ``is_tracing``: never while compiling, exporting or tracing."""
+    return any(i.key().name == "Vmap" for i in retrieve_all_functorch_interpreters())  # [] outside any transform
 
 
 @dataclass
