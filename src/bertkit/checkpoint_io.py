@@ -22,7 +22,8 @@ from pathlib import Path
 from typing import Any, ClassVar, NamedTuple
 
 import torch
-from torch import Tensor
+from torch import Tensor, nn
+from torch.nn.utils import parametrize
 
 from bertkit._parallel import job_of
 from bertkit.compat import TransformersModelCalls, check_attn_implementation
@@ -472,6 +473,12 @@ class PretrainedMixin(TransformersModelCalls):
         own = self.state_dict(keep_vars=True)  # type: ignore[attr-defined]  # views: no tied-decoder copy
         encoder_keys, head_keys = self._published_keys()
         absent = [key for key in encoder_keys + head_keys if key not in own]
+        transformed = [why for key in absent if (why := weight_transform(self, key)) is not None]
+        if transformed:  # transformers writes weight_orig/weight_mask there, which loading drops: the pruned weight lost
+            raise BertkitError(f"{type(self).__name__} cannot be saved as a checkpoint while {transformed[0]}"
+                               f"{f' (and {len(transformed) - 1} more)' if len(transformed) > 1 else ''}: a "
+                               "checkpoint holds each weight as one tensor. Make the transform permanent first "
+                               "(that call writes the weight it computes into the module), then save")
         if absent:
             raise BertkitError(f"{type(self).__name__} has no float {', '.join(absent[:3])}"
                                f"{f' (and {len(absent) - 3} more)' if len(absent) > 3 else ''}: its projections are "
@@ -513,6 +520,27 @@ class PretrainedMixin(TransformersModelCalls):
             save_file(state, str(tmp), metadata={"format": "pt"})
             atomic_write_text(out / CONFIG_NAME, json.dumps(config, indent=2, sort_keys=True) + "\n")
         return directory
+
+
+def weight_transform(model: nn.Module, key: str) -> str | None:
+    """Why ``model``'s state dict has no ``key`` (``...query.weight``) when a PyTorch transform computes that
+    weight from other tensors (``torch.nn.utils.prune``, ``parametrize``, ``weight_norm``), with the call that
+    makes it a plain parameter again; None otherwise."""
+    path, _, name = key.rpartition(".")
+    try:
+        module = model.get_submodule(path)
+    except AttributeError:
+        return None
+    if parametrize.is_parametrized(module, name):
+        return (f"{key} is parametrized ({type(module.parametrizations[name][0]).__name__}): call torch.nn.utils."
+                f"parametrize.remove_parametrizations(model.get_submodule({path!r}), {name!r})")
+    if hasattr(module, f"{name}_orig") and hasattr(module, f"{name}_mask"):
+        return (f"{key} is pruned (torch.nn.utils.prune: {name}_orig and {name}_mask): call torch.nn.utils.prune."
+                f"remove(model.get_submodule({path!r}), {name!r})")
+    if hasattr(module, f"{name}_g") and hasattr(module, f"{name}_v"):
+        return (f"{key} is weight-normed (torch.nn.utils.weight_norm: {name}_g and {name}_v): call torch.nn.utils."
+                f"remove_weight_norm(model.get_submodule({path!r}), {name!r})")
+    return None
 
 
 def nonfinite_count(key: str, value: Tensor) -> str | None:

@@ -3,6 +3,7 @@ about to load (the checkpoint sets every value; what it lacks is initialised aft
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
@@ -55,3 +56,17 @@ def new_embedding(num_embeddings: int, embedding_dim: int, padding_idx: int | No
     # imports torch._dynamo: 2 s of every process's first from_pretrained
     return torch.nn.Embedding(num_embeddings, embedding_dim, padding_idx=padding_idx,
                               _weight=torch.empty(num_embeddings, embedding_dim))
+
+
+def copy_model(model: torch.nn.Module) -> torch.nn.Module:
+    """``copy.deepcopy(model)`` where a module holds a tensor computed from its parameters as a plain attribute:
+    ``torch.nn.utils.prune`` keeps ``weight = weight_orig * weight_mask`` so, which ``deepcopy`` refuses ("Only
+    Tensors created explicitly by the user (graph leaves) support the deepcopy protocol") until a forward pass under
+    ``no_grad`` recomputes it. Such a tensor is copied detached: the hook that computed it computes it again from the
+    copy's own parameters at the copy's next call."""
+    memo: dict[int, object] = {}
+    for module in model.modules():
+        for value in vars(module).values():
+            if isinstance(value, torch.Tensor) and not value.is_leaf:
+                memo[id(value)] = value.detach().clone()
+    return copy.deepcopy(model, memo)

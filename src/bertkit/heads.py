@@ -152,6 +152,17 @@ class BertPreTrainingHeads(nn.Module):
         if nsp:
             self.seq_relationship = new_linear(config.hidden_size, 2)
 
+    def forward(self, *states: Tensor) -> Tensor | tuple[Tensor, Tensor]:
+        """transformers' call of ``cls``, so a hook on it runs: the masked-LM scores of ``(token states)``, the
+        next-sentence scores of ``(pooled states)``, or both of ``(token states, pooled states)`` for pre-training."""
+        heads = [m for m in (getattr(self, "predictions", None), getattr(self, "seq_relationship", None))
+                 if m is not None]
+        if len(states) != len(heads):
+            raise BertkitError(f"cls takes {len(heads)} tensor(s), one per head ({', '.join(type(h).__name__ for h in heads)}), "
+                               f"got {len(states)}")
+        scores = tuple(head(x) for head, x in zip(heads, states))
+        return scores if len(scores) > 1 else scores[0]
+
 
 def integer_ids(ids: Tensor, name: str, what: str, hint: str = "") -> Tensor:
     """``ids`` (class ids, token positions) as int64, from any integer dtype; a float, complex or bool tensor is
@@ -222,12 +233,19 @@ def check_token_labels(labels: Tensor, out: BertModelOutput) -> None:
                            "input token (-100 where none applies)")
 
 
-def masked_lm_loss(head: BertLMPredictionHead, out: BertModelOutput, labels: Tensor | None,
+def masked_lm_loss(head: nn.Module, out: BertModelOutput, labels: Tensor | None,
                    num_items_in_batch: Tensor | float | None = None):
     """(logits, mean loss, loss to optimise): full (B, T, V) logits without labels; only the labelled positions'
     (N, V) with them."""
+    hidden, target = masked_lm_rows(out, labels)
+    return masked_lm_scores(head(hidden), target, num_items_in_batch)
+
+
+def masked_lm_rows(out: BertModelOutput, labels: Tensor | None) -> tuple[Tensor, Tensor | None]:
+    """(the token states the masked-LM head scores, their target ids): all (B, T, H) without labels, the labelled
+    positions' (N, H) with them."""
     if labels is None:
-        return head(out.last_hidden_state), None, None
+        return out.last_hidden_state, None
     check_token_labels(labels, out)
     # int64 before comparing with -100: in a uint8 tensor the scalar -100 is read as 156, so the id 156 was dropped
     labels = integer_ids(labels, "labels", "vocabulary ids")
@@ -236,7 +254,13 @@ def masked_lm_loss(head: BertLMPredictionHead, out: BertModelOutput, labels: Ten
     target = labels[selected]
     if hidden.shape[0] != target.numel():
         raise BertkitError("masked-LM labels at padding positions must be -100 (nothing is predicted there)")
-    logits = head(hidden)  # (N, V)
+    return hidden, target
+
+
+def masked_lm_scores(logits: Tensor, target: Tensor | None, num_items_in_batch: Tensor | float | None = None):
+    """(logits, mean loss, loss to optimise) of ``masked_lm_rows``' scores; no loss without a target."""
+    if target is None:
+        return logits, None, None
     fix = (f"masked-LM labels are ids of the model's vocabulary (vocab_size {logits.shape[-1]}): tokenize with the "
            "model's own tokenizer, whose vocabulary the config's vocab_size counts")
     return (logits, *token_loss(logits, target, num_items_in_batch, fix))
@@ -317,8 +341,9 @@ class BertForPreTraining(_HeadModel):
         out = self._encode(input_ids, attention_mask, token_type_ids, position_ids, inputs_embeds,
                            output_hidden_states, output_attentions, labels=labels,
                            next_sentence_label=next_sentence_label)
-        logits, mlm_loss, mlm_objective = masked_lm_loss(self.cls.predictions, out, labels, num_items_in_batch)
-        nsp_logits = self.cls.seq_relationship(out.pooler_output)  # (B, 2)
+        hidden, target = masked_lm_rows(out, labels)
+        scores, nsp_logits = self.cls(hidden, out.pooler_output)  # (B, T, V) or (N, V); (B, 2)
+        logits, mlm_loss, mlm_objective = masked_lm_scores(scores, target, num_items_in_batch)
         nsp_loss = None
         if next_sentence_label is not None:
             nsp_target = check_class_labels(next_sentence_label.view(-1), 2, "next_sentence_label", _NSP_FIX)
@@ -346,7 +371,7 @@ class BertForMaskedLM(_HeadModel):
                 num_items_in_batch: Tensor | float | None = None) -> MaskedLMOutput:
         out = self._encode(input_ids, attention_mask, token_type_ids, position_ids, inputs_embeds,
                            output_hidden_states, output_attentions, labels=labels)
-        logits, mean, loss = masked_lm_loss(self.cls.predictions, out, labels, num_items_in_batch)
+        logits, mean, loss = masked_lm_loss(self.cls, out, labels, num_items_in_batch)
         result = MaskedLMOutput(loss, logits, out.hidden_states, out.attentions, mlm_loss=mean)
         return self._result(result, return_dict)
 
@@ -366,7 +391,7 @@ class BertForNextSentencePrediction(_HeadModel):
                 output_attentions: bool | None = None, return_dict: bool | None = None) -> ClassifierOutput:
         out = self._encode(input_ids, attention_mask, token_type_ids, position_ids, inputs_embeds,
                            output_hidden_states, output_attentions, labels=labels)
-        logits = self.cls.seq_relationship(out.pooler_output)
+        logits = self.cls(out.pooler_output)
         loss = F.cross_entropy(logits, check_class_labels(labels.view(-1), 2, fix=_NSP_FIX)) if labels is not None else None
         result = ClassifierOutput(loss, logits, out.hidden_states, out.attentions)
         return self._result(result, return_dict)

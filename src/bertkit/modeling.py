@@ -81,6 +81,30 @@ class BertEmbeddings(nn.Module):
         return self.dropout(self.LayerNorm(x))
 
 
+def global_module_hooks() -> bool:
+    """Whether a hook registered for every module (the ``register_module_*_hook`` functions of
+    ``torch.nn.modules.module``: profilers, activation recorders) is set: it watches each module call as a module's
+    own hook does."""
+    g = torch.nn.modules.module
+    return bool(g._global_forward_hooks or g._global_forward_pre_hooks or g._global_backward_hooks
+                or g._global_backward_pre_hooks)
+
+
+def plain_linear(m: nn.Module | None) -> bool:
+    """Whether ``m`` is a plain ``nn.Linear`` whose call is ``F.linear(x, m.weight, m.bias)``: no subclass (a
+    parametrized one is), no hook of its own (forward or backward: pruning's mask is a forward pre-hook, a full
+    backward hook watches the gradients) and no ``forward`` of its own (accelerate's ``add_hook_to_module`` sets one:
+    offloading, device maps). Anything else must be called as a module: a product fused from its weights skipped
+    the hook or the forward without a word."""
+    return (type(m) is nn.Linear and "forward" not in m.__dict__
+            and not (m._forward_hooks or m._forward_pre_hooks or m._backward_hooks or m._backward_pre_hooks))
+
+
+def runs_as_f_linear(m: nn.Module | None) -> bool:
+    """``plain_linear(m)`` with no hook set for every module either: what a fused product may stand in for now."""
+    return plain_linear(m) and not global_module_hooks()
+
+
 class BertSelfAttention(nn.Module):
     """Multi-head self-attention (Vaswani et al. 2017, section 3.2.2) with transformers' projection names (so
     peft's ``target_modules=["query", "value"]`` finds them). int8 and CPU-inference copies replace the three
@@ -101,12 +125,12 @@ class BertSelfAttention(nn.Module):
         if self.qkv is not None:
             return self.qkv(x)
         parts = (self.query, self.key, self.value)
-        if all(type(m) is nn.Linear and m.bias is not None and not (m._forward_hooks or m._forward_pre_hooks)
-               for m in parts):
+        if all(runs_as_f_linear(m) and m.bias is not None for m in parts):
             # One product with the three weights stacked (in training too: the weights' gradients come back through
             # the stacking): one GEMM instead of three and no (..., 3H) copy of the outputs
             return F.linear(x, torch.cat([m.weight for m in parts]), torch.cat([m.bias for m in parts]))
-        return torch.cat([m(x) for m in parts], -1)  # wrapped projections (peft's LoRA, hooks) run as modules
+        # wrapped projections (peft's LoRA, hooks, pruning, accelerate's forward) run as modules
+        return torch.cat([m(x) for m in parts], -1)
 
     def forward(self, x: Tensor, layout: TokenLayout, output_attentions: bool = False) -> tuple[Tensor, Tensor | None]:
         """(context like x, attention probabilities (B, nh, T, T) or None); probabilities need the padded layout."""
@@ -232,8 +256,10 @@ class BertPooler(nn.Module):
         self.dense = new_linear(config.hidden_size, config.hidden_size)
         self.activation = nn.Tanh()
 
-    def forward(self, first_token: Tensor) -> Tensor:
-        return self.activation(self.dense(first_token))  # (B, H)
+    def forward(self, hidden_states: Tensor) -> Tensor:
+        """(B, T', H) -> (B, H) from each sequence's first token, as transformers' pooler: a hook on it sees (B, T, H)
+        token states there, here too when hooked (``BertModel._pooler_input``); T' is 1 otherwise."""
+        return self.activation(self.dense(hidden_states[:, 0]))  # (B, H)
 
 
 def init_bert_weights(module: nn.Module, std: float) -> None:
@@ -390,7 +416,7 @@ class BertModel(PretrainedMixin, nn.Module):
         x = self._embed(lay, B, T, input_ids, token_type_ids, position_ids, inputs_embeds)  # (B, T, H) or (N, H)
         recompute = self.gradient_checkpointing and self.training and torch.is_grad_enabled()
         x, states, attentions = self.encoder(x, lay, eager, output_hidden_states, recompute)
-        pooled = self.pooler(lay.first_tokens(x)) if self.pooler is not None else None
+        pooled = self.pooler(self._pooler_input(lay, x)) if self.pooler is not None else None
         out = BertModelOutput(x, pooled, lay, states, attentions if output_attentions else None)
         return out if return_dict else out.to_tuple()
 
@@ -422,10 +448,24 @@ class BertModel(PretrainedMixin, nn.Module):
             )
         return layout, eager
 
+    def _pooler_input(self, lay: TokenLayout, x: Tensor) -> Tensor:
+        """What the pooler is called with: the padded rectangle (B, T, H) where it is at hand or where a hook on the
+        pooler would read it (transformers' input: a hook reading ``args[0][:, 0]`` or ``args[0].mean(1)`` gets the
+        same numbers, zeros at padding), else only the first tokens, (B, 1, H), with no (B, T, H) copy made."""
+        if lay.is_padded:
+            return x
+        p = self.pooler
+        if p._forward_hooks or p._forward_pre_hooks or p._backward_hooks or p._backward_pre_hooks \
+                or global_module_hooks():
+            return lay.to_batch(x)
+        return lay.first_tokens(x)[:, None]
+
     def _hooked(self) -> bool:
         """Whether a hook watches the embeddings or a layer (or a module in them): ``"auto"`` then keeps the padded
         rectangle, so a hook sees (B, T, ...) tensors, transformers' own, where dropping padding would hand it the
         (N, ...) real-token rows and code indexing them as (B, T, ...) would read the wrong numbers without error."""
+        if global_module_hooks():  # a hook on every module watches these too
+            return True
         stack: list[nn.Module] = [self.embeddings, self.encoder]  # a walk of _modules: modules() costs 2x more
         while stack:
             m = stack.pop()
@@ -462,4 +502,4 @@ class BertModel(PretrainedMixin, nn.Module):
 
 __all__ = ["BertModel", "BertModelOutput", "BertEncoder", "BertLayer", "BertAttention", "BertSelfAttention",
            "BertSelfOutput", "BertIntermediate", "BertOutput", "BertEmbeddings", "BertPooler",
-           "init_bert_weights", "activation"]
+           "init_bert_weights", "activation", "plain_linear", "runs_as_f_linear", "global_module_hooks"]

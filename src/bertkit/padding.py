@@ -27,6 +27,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 from torch import Tensor
+from torch._functorch.pyfunctorch import retrieve_all_functorch_interpreters
 
 from bertkit.errors import BertkitError
 
@@ -135,9 +136,18 @@ def round_up_tokens(n: int, multiple: int) -> int:
 
 
 def is_tracing() -> bool:
-    """Inside torch.jit.trace, torch.export or torch.compile, where a tensor's values are not known: the
-    model then takes the padded layout (static shapes) and skips checks that read values."""
-    return torch.jit.is_tracing() or torch.compiler.is_compiling() or torch.compiler.is_exporting()
+    """Inside torch.jit.trace, torch.export, torch.compile or torch.func.vmap, where a tensor's values are not known
+    (vmap's batched tensors have no storage to read): the model then takes the padded layout (static shapes) and
+    skips checks that read values."""
+    return (torch.jit.is_tracing() or torch.compiler.is_compiling() or torch.compiler.is_exporting()
+            or under_vmap())
+
+
+def under_vmap() -> bool:
+    """Inside ``torch.func.vmap`` (per-example gradients: ``vmap(grad(f))``), at any depth of functorch's transforms.
+    ``torch.func.grad`` alone reads values as eager code does, and keeps the unpadded layout. Asked last in
+    ``is_tracing``: never while compiling, exporting or tracing."""
+    return any(i.key().name == "Vmap" for i in retrieve_all_functorch_interpreters())  # [] outside any transform
 
 
 @dataclass

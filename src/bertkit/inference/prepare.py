@@ -22,9 +22,10 @@ from torch import Tensor, nn
 
 from bertkit import _hardware, quantization
 from bertkit._hardware import onednn_linear, resolve_device, warn_if_bf16_is_emulated
+from bertkit.construction import copy_model
 from bertkit.errors import BertkitError
 from bertkit.inference.options import checked_flag
-from bertkit.modeling import BertModel
+from bertkit.modeling import BertModel, global_module_hooks, plain_linear
 from bertkit.quantization.kernels import without_backward
 
 
@@ -258,13 +259,12 @@ class PreparedLinear(nn.Module):
 
 
 def _weights(module: nn.Module | None) -> tuple[Tensor, Tensor | None] | None:
-    """The float32 weight and bias a projection computes with: a plain ``nn.Linear``'s (no subclass, wrapper or hook
-    of its own: its call is ``F.linear``), or what a ``PreparedLinear`` was made from; None for anything else (int8,
-    peft's wrappers, hooked modules: left as they are)."""
+    """The float32 weight and bias a projection computes with: a plain ``nn.Linear``'s (``modeling.plain_linear``: no
+    subclass, hook or ``forward`` of its own, so its call is ``F.linear``), or what a ``PreparedLinear`` was made
+    from; None for anything else (int8, peft's wrappers, pruned, parametrized or hooked modules: left as they are)."""
     if isinstance(module, PreparedLinear):
         return module.source
-    plain = type(module) is nn.Linear and not module._forward_hooks and not module._forward_pre_hooks
-    return (module.weight, module.bias) if plain else None
+    return (module.weight, module.bias) if plain_linear(module) else None
 
 
 def for_cpu_inference(model: nn.Module, bf16: bool) -> nn.Module:
@@ -276,13 +276,17 @@ def for_cpu_inference(model: nn.Module, bf16: bool) -> nn.Module:
     are not plain ``nn.Linear`` (peft's wrappers, hooked modules) stay as they are; ``model`` is unchanged. A model
     prepared for the other precision is prepared again from the weights it was made from (a pipeline's model given
     to another pipeline); one prepared for this precision already, or without a float32 bertkit encoder, is
-    returned as it is. The copy is for inference only: its ``.train()`` and a backward pass through it are refused."""
+    returned as it is, and so is any model while a hook is registered for every module
+    (``register_module_forward_hook``): such a hook knows the model's own modules (``m is target``, a dict of module
+    names), not a copy's, and ran on none of them (SentenceTransformer vectors 0.28 off sentence-transformers' with
+    one halving a layer's output). The copy is for inference only: its ``.train()`` and a backward pass through it
+    are refused."""
     dtype = torch.bfloat16 if bf16 else torch.float32
     prepared = {m.dtype for m in model.modules() if isinstance(m, PreparedLinear)}
-    if prepared == {dtype} or not any(isinstance(m, BertModel) and m.embeddings.word_embeddings.weight.dtype
+    if prepared == {dtype} or global_module_hooks() or not any(isinstance(m, BertModel) and m.embeddings.word_embeddings.weight.dtype
                                       == torch.float32 for m in model.modules()):
         return model
-    model = copy.deepcopy(model)
+    model = copy_model(model)
     for encoder in (m for m in model.modules() if isinstance(m, BertModel)):
         if encoder.embeddings.word_embeddings.weight.dtype != torch.float32:
             continue

@@ -3,13 +3,13 @@ calibrates it on texts first (the built-in sentences by default), as pipelines a
 
 from __future__ import annotations
 
-import copy
 from collections.abc import Iterable, Mapping, Sequence
 
 from torch import Tensor, nn
 
 from bertkit._hardware import check_int8_kernel
 from bertkit.calibration_text import CALIBRATION_SENTENCES
+from bertkit.construction import copy_model
 from bertkit.errors import BertkitError
 from bertkit.quantization.calibration import activation_absmax, calibration_batches, smoothing_scale
 from bertkit.quantization.kernels import Int8Linear
@@ -70,7 +70,7 @@ def quantize_int8(model: nn.Module, *, calibration: Iterable[Mapping[str, Tensor
     # calibrated on the copy, never on the model passed in: its hooks and mode switch there saw the forward passes
     # another thread ran on that model meanwhile (a SentenceTransformer serving it: the int8 vectors 0.09 from those
     # of the same model quantized alone), and switched that thread's dropout back on
-    target_model = copy.deepcopy(model)
+    target_model = copy_model(model)
     target_encoder = encoder_of(target_model)
     absmax = activation_absmax(target_encoder, calibration, targets)
     for i, kind in targets:

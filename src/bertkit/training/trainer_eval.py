@@ -11,7 +11,6 @@ writes anything.
 
 from __future__ import annotations
 
-import copy
 import math
 import numbers
 import time
@@ -22,6 +21,7 @@ import numpy as np
 import torch
 from torch import nn
 
+from bertkit.construction import copy_model
 from bertkit.errors import BertkitError
 from bertkit.inference.runner import in_order
 from bertkit.training import predictions, trainer_data
@@ -135,7 +135,7 @@ class TrainerEvaluation:
         dtype = torch.float16 if args.fp16_full_eval else torch.bfloat16 if args.bf16_full_eval else None
         if dtype is None or self._in_train:
             return self._module
-        return copy.deepcopy(self._module).to(dtype)
+        return copy_model(self._module).to(dtype)
 
     def _eval_options(self) -> EvalOptions:
         """What shapes an evaluation's results: the arguments'."""

@@ -514,9 +514,12 @@ def splade_embedder(bert: nn.Module, head: nn.Module, pooling: SpladePooling,
     """features -> (B, V): ``bert``'s states through the masked-LM ``head`` and ``pooling``; ``prepared_decoder``:
     the vocabulary product made once for CPU inference (fp32 weights): max pooling's maxima screened by a bf16
     product where the CPU has bf16 instructions (``ScreenedMaxLogits``: the head 1.9x as fast on BERT-BASE's shape),
-    else the product on a copy of the decoder's weight reordered for oneDNN."""
+    else the product on a copy of the decoder's weight reordered for oneDNN. A decoder with a hook, a forward of its
+    own or a transform on its weight (``modeling.runs_as_f_linear``) is called as it is: a copy would skip them."""
+    from bertkit.modeling import runs_as_f_linear
+
     decoder = None
-    if prepared_decoder and head.decoder.weight.dtype == torch.float32:
+    if prepared_decoder and head.decoder.weight.dtype == torch.float32 and runs_as_f_linear(head.decoder):
         from bertkit._hardware import cpu_has_bf16, onednn_linear
         from bertkit.inference.prepare import PreparedLinear
 
