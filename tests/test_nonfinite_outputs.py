@@ -7,6 +7,7 @@ JSON."""
 
 from __future__ import annotations
 
+import math
 import re
 
 import numpy as np
@@ -270,3 +271,54 @@ def test_a_distillation_target_holding_nan_is_refused_naming_its_row(tmp_path, t
                                            "value of a label must be a number"):
         SentenceTransformerTrainer(model=model, args=args, train_dataset=data, loss=MSELoss(model)).train()
     assert not (tmp_path / "out").exists() or not any((tmp_path / "out").iterdir())
+
+
+@pytest.mark.parametrize("poison", [float("nan"), -math.inf])
+def test_trainer_metrics_of_nonfinite_predictions_are_nan(tmp_path, tiny_model, caplog, poison):
+    """A model whose logits are NaN (or -inf at every label) was scored eval_accuracy 0.5 by an argmax
+    compute_metrics, as transformers' Trainer reports it; bertkit reports NaN (never the best) and says which row."""
+    from datasets import Dataset
+
+    model = tiny_model("BertForSequenceClassification", labels=["a", "b"], vocab_size=len(VOCAB))
+    rows = Dataset.from_dict({"input_ids": [[2, 5, 6, 3], [2, 7, 8, 3], [2, 5, 3]], "labels": [0, 1, 0]})
+
+    def accuracy(p):
+        return {"accuracy": float((np.argmax(p.predictions, -1) == p.label_ids).mean()), "rows": len(p.label_ids)}
+
+    def evaluate():
+        args = bertkit.TrainingArguments(output_dir=str(tmp_path / "out"), per_device_eval_batch_size=2, use_cpu=True,
+                                         report_to=[])
+        collator = bertkit.DataCollatorWithPadding(bertkit.BertTokenizer({t: i for i, t in enumerate(VOCAB)}))
+        return bertkit.Trainer(model=model, args=args, eval_dataset=rows, data_collator=collator,
+                               compute_metrics=accuracy).evaluate()
+
+    assert math.isfinite(evaluate()["eval_accuracy"])
+    with torch.no_grad():
+        model.classifier.bias.fill_(poison)
+    with caplog.at_level("WARNING", logger="bertkit"):
+        metrics = evaluate()
+    assert math.isnan(metrics["eval_accuracy"]) and metrics["eval_rows"] == 3
+    assert "the predictions of evaluation row 0 (0-based, in evaluation order) are not finite" in caplog.text
+    assert "compute_metrics' accuracy are reported as NaN" in caplog.text
+
+
+def test_cross_encoder_scores_of_logits_minus_infinity_are_nan(tmp_path, tiny_checkpoint):
+    """A one-label cross-encoder whose logit overflowed to -inf scored 0.0 through the sigmoid, and rank() returned
+    every document at 0.0 in position order, as sentence-transformers does; the score is NaN now, which rank()
+    refuses naming the document. One -inf label among finite ones keeps its softmax 0.0."""
+    from bertkit.sentence import CrossEncoder
+
+    directory = tiny_checkpoint(tmp_path / "ce", "BertForSequenceClassification", tokenizer=VOCAB, labels=1)
+    model = CrossEncoder(str(directory), device="cpu")
+    assert np.isfinite(model.predict([("hello", "world")])).all()
+    with torch.no_grad():
+        model.model.classifier.bias.fill_(-math.inf)
+    assert np.isnan(model.predict([("hello", "world"), ("the cat", "sat")])).all()
+    with pytest.raises(NonFiniteError, match=r"^rank\(\): the model's score of input 0 \('world'\) is not finite"):
+        model.rank("hello", ["world", "sat"])
+    three = CrossEncoder(str(tiny_checkpoint(tmp_path / "ce3", "BertForSequenceClassification", tokenizer=VOCAB,
+                                             labels=3)), device="cpu")
+    with torch.no_grad():
+        three.model.classifier.bias[0] = -math.inf
+    scores = three.predict([("hello", "world")], apply_softmax=True)
+    assert scores[0][0] == 0.0 and scores.sum() == pytest.approx(1.0)
