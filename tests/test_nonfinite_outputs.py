@@ -122,7 +122,7 @@ def test_predict_refuses_an_overflowed_output_and_keeps_the_old_file(tmp_path, t
         assert err.startswith(f"bertkit predict text-classification: error: {tmp_path / 'in.txt'}: input 1 (id 0): "
                               "the text-classification result for input 0 ('the cat'): the model's output for "
                               "text-classification row 0 is not finite (NaN or inf)")
-        assert err.endswith(f"; {out} was left as it was")
+        assert err.endswith(f"; nothing was written to {out} (a file there is kept as it was)")
         assert out.read_text() == "kept\n"
 
 

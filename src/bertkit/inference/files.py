@@ -291,8 +291,8 @@ def predict_file(s: Any) -> dict[str, Any]:
             except NonFiniteError as e:  # no record's result is written; say which record's output overflowed
                 if e.index is None:
                     raise
-                raise NonFiniteError(f"{s.input}: input {a + e.index + 1} (id {ids[a + e.index]!r}): {e}; "
-                                     f"{s.output_file} was left as it was") from None
+                raise NonFiniteError(f"{s.input}: input {a + e.index + 1} (id {ids[a + e.index]!r}): {e}; nothing "
+                                     f"was written to {s.output_file} (a file there is kept as it was)") from None
             except BertkitError as e:  # an input the pipeline refuses as it encodes the chunk: say which record
                 raise _located(e, pipe, inputs, ids, a, chunk, options, s.input) from None
             for id_, result in zip(ids[a:a + chunk], results):
