@@ -221,7 +221,7 @@ def test_searches_refuse_a_nan_similarity_instead_of_ranking_it():
         bad = good.clone()
         bad[1, 0] = poison
         with pytest.raises(NonFiniteError, match=r"^semantic_search: the similarity of query 0 and corpus entry 1 is "
-                                                 r"NaN, and a NaN has no rank"):
+                                                 r"NaN, and a NaN or an infinity has no rank"):
             util.semantic_search(good[:1], bad, top_k=3)
         with pytest.raises(NonFiniteError, match=r"^semantic_search: the similarity of query 3 and corpus entry 0 "):
             util.semantic_search(torch.cat([good, bad[1:2]]), good, query_chunk_size=2, corpus_chunk_size=2)

@@ -42,7 +42,12 @@ class NotImplementedInBertkit(BertkitError, AttributeError):
 
 
 class NonFiniteError(BertkitError):
-    """A loss, gradient or model output that is NaN or infinite: never turned into a score or saved weights."""
+    """A loss, gradient or model output that is NaN or infinite: never turned into a score or saved weights.
+    ``index``: the input (0-based, in the call's order) it came of, where one did."""
+
+    def __init__(self, message: str, index: int | None = None):
+        super().__init__(message)
+        self.index = index
 
 
 def given_path(path: str | os.PathLike, what: str) -> Path:

@@ -14,7 +14,7 @@ import numpy as np
 import torch
 from torch import Tensor, nn
 
-from bertkit.errors import BertkitError, MissingFileError, is_whole
+from bertkit.errors import BertkitError, MissingFileError, NonFiniteError, is_whole
 from bertkit.hub import download_hint, not_a_directory
 from bertkit.inference.options import Option, checked_flag, refusal
 from bertkit.inference.prepare import check_request, int8_model_request, prepare_model
@@ -269,11 +269,31 @@ class Pipeline:
         items = [self.check_input(x, i) for i, x in enumerate(inputs)]
         per_input = [self.encode(x, **options) for x in items]
         flat = [(i, r) for i, rows in enumerate(per_input) for r in rows]
-        outputs = self.run_rows([r for _, r in flat])
+        try:
+            outputs = self.run_rows([r for _, r in flat])
+        except NonFiniteError as e:  # the runner names a row (a window, a choice); say whose input it is
+            if e.index is None:
+                raise
+            i = flat[e.index][0]
+            raise NonFiniteError(f"the {self.task} result for input {i} ({str(inputs[i])[:60]!r}): {e}",
+                                 index=i) from None
         grouped: list[list[np.ndarray]] = [[] for _ in items]
         for (i, _), out in zip(flat, outputs):
             grouped[i].append(out)
-        return [self.decode(x, rows, outs, **options) for x, rows, outs in zip(items, per_input, grouped)]
+        results = []
+        for i, (x, item, rows, outs) in enumerate(zip(inputs, items, per_input, grouped)):
+            try:
+                result = self.decode(item, rows, outs, **options)
+            except NonFiniteError as e:  # refused as it was decoded (QA's spans): say which input
+                raise NonFiniteError(f"the {self.task} result for input {i} ({str(x)[:60]!r}): {e}", index=i) from None
+            results.append(result)
+            if (where := nonfinite_in(result)) is not None:
+                raise NonFiniteError(
+                    f"the {self.task} result for input {i} ({str(x)[:60]!r}) holds {where}: the model's outputs for "
+                    "it overflowed (to an infinite value or feature, or to -inf for every label or position, whose "
+                    "softmax is NaN and whose pick is no pick), so no result was produced; the checkpoint's weights "
+                    "are broken (a diverged run?): use one whose outputs are finite", index=i)
+        return results
 
     @torch.inference_mode()
     def run_rows(self, rows: Sequence[dict[str, Any]]) -> list[np.ndarray]:
@@ -306,6 +326,27 @@ class Pipeline:
         return results
 
 
+def nonfinite_in(result: Any, at: str = "") -> str | None:
+    """Where ``result`` (a pipeline's: dicts, lists, numbers, arrays) holds a NaN or an infinity, as "NaN at
+    ['score']", else None. The runner refuses outputs holding NaN or +inf but lets -inf through, as a head may mask
+    with it; a row whose logits are all -inf still comes out a NaN score (and its argmax a label, its span a pick),
+    and a -inf regression value or feature is no JSON number for ``predict``'s files and ``serve``'s answers."""
+    if isinstance(result, float | np.floating) and not np.isfinite(result):
+        return f"{'NaN' if np.isnan(result) else float(result)} at {at or 'the top'}"
+    if isinstance(result, Tensor):
+        result = result.detach().float().cpu().numpy() if result.is_floating_point() else None
+    if isinstance(result, np.ndarray):
+        bad = np.argwhere(~np.isfinite(result)) if result.dtype.kind == "f" else []
+        return nonfinite_in(float(result[tuple(bad[0])]), f"{at}{list(map(int, bad[0]))}") if len(bad) else None
+    if isinstance(result, Mapping):
+        found = (nonfinite_in(v, f"{at}[{k!r}]") for k, v in result.items())
+    elif isinstance(result, list | tuple):
+        found = (nonfinite_in(v, f"{at}[{j}]") for j, v in enumerate(result))
+    else:
+        return None
+    return next((w for w in found if w is not None), None)
+
+
 def _has(value: Any, kind: type) -> bool:
     if kind is list:
         return isinstance(value, list) and bool(value) and all(isinstance(v, str) for v in value)
@@ -325,6 +366,10 @@ def scored(x: np.ndarray, fn: str = "softmax") -> np.ndarray:
     ``fn`` "softmax", "sigmoid", or "none" (the logits)."""
     x = x.astype(np.float64)
     if fn == "softmax":
+        if not np.isfinite(x.max(axis=-1)).all():  # every logit -inf: NaN, refused by ``run``; numpy's warning is noise
+            with np.errstate(invalid="ignore"):
+                e = np.exp(x - x.max(axis=-1, keepdims=True))
+                return e / e.sum(axis=-1, keepdims=True)
         e = np.exp(x - x.max(axis=-1, keepdims=True))
         return e / e.sum(axis=-1, keepdims=True)
     return 1.0 / (1.0 + np.exp(-x)) if fn == "sigmoid" else x

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from bertkit.errors import BertkitError, MissingFileError, read_json_object
+from bertkit.errors import BertkitError, MissingFileError, NonFiniteError, read_json_object
 from bertkit.inference.base import refuse_empty_text
 from bertkit.inference.tasks import TASK_LIST, Task, task_named
 from bertkit.tasks.files import MAX_LINE_BYTES, file_format, other_separator, read_records, second_text_fields
@@ -288,6 +288,11 @@ def predict_file(s: Any) -> dict[str, Any]:
         for a in range(0, len(inputs), chunk):
             try:
                 results = pipe(inputs[a:a + chunk], **options)
+            except NonFiniteError as e:  # no record's result is written; say which record's output overflowed
+                if e.index is None:
+                    raise
+                raise NonFiniteError(f"{s.input}: input {a + e.index + 1} (id {ids[a + e.index]!r}): {e}; nothing "
+                                     f"was written to {s.output_file} (a file there is kept as it was)") from None
             except BertkitError as e:  # an input the pipeline refuses as it encodes the chunk: say which record
                 raise _located(e, pipe, inputs, ids, a, chunk, options, s.input) from None
             for id_, result in zip(ids[a:a + chunk], results):

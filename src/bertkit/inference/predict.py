@@ -27,9 +27,10 @@ def predict(model: nn.Module, features: Sequence[dict], pad_id: int, *,
     """Run ``model`` over ``features`` in batches of similar length (little padding); outputs in input order.
 
     Batches are padded by ``data.collate`` (``input_ids`` with ``pad_id``). Returns one array per feature: its row of ``output(model_output)``. Per-token outputs keep the padded
-    length of the batch the feature ran in (callers read the positions they need). A NaN or +inf anywhere
-    raises ``NonFiniteError`` naming the first bad feature: a diverged model gets no score. (-inf is allowed:
-    a head may mask positions with it; the QA head uses the dtype's lowest finite value.)
+    length of the batch the feature ran in (callers read the positions they need). A NaN or +inf anywhere, or -inf
+    at every label of a feature or token (an overflow: its argmax would be the first label), raises
+    ``NonFiniteError`` naming the first bad feature: a diverged model gets no score. (A -inf among finite values is
+    allowed: a label switched off; the QA head masks padding with the dtype's lowest finite value.)
     """
     def call(batch: dict[str, torch.Tensor], rows: Sequence[dict]) -> list[np.ndarray]:
         return list(readable(output(model(**batch))).cpu().numpy())

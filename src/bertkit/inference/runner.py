@@ -126,8 +126,9 @@ def evaluate(call: Call, rows: Sequence[Any], batches: Sequence[Sequence[int]], 
     in eval mode, its mode restored after. Each batch is padded by ``pad`` and moved to ``device``; ``bf16`` True
     runs ``call`` under bf16 autocast, False without autocast, None under whatever autocast the caller has entered
     (the training loop's, for an evaluation during training). ``nonfinite``: ``call`` gives one array per row, and
-    one holding a NaN or +inf raises ``NonFiniteError(nonfinite(row))`` for the batch's first such row (-inf is
-    allowed: a head may mask positions with it, as the fill-mask and QA heads do). ``bar`` (tqdm) advances per row.
+    one holding a NaN or +inf, or -inf across its whole last axis (every label of a row or token: its softmax is NaN,
+    its argmax the first label), raises ``NonFiniteError(nonfinite(row))`` for the batch's first such row (a -inf
+    among finite values is let through: a label switched off, or a position masked). ``bar`` (tqdm) advances per row.
     ``gather``: under torchrun every process gets every process's results (each ran its own ``batches``), process
     by process.
     """
@@ -141,13 +142,24 @@ def evaluate(call: Call, rows: Sequence[Any], batches: Sequence[Sequence[int]], 
             batch = {k: moved(v, device) if isinstance(v, Tensor) else v for k, v in pad(batch_rows).items()}
             with precision:
                 result = call(batch, batch_rows)
-            bad = [i for i, o in zip(idx, result) if (np.isnan(o) | np.isposinf(o)).any()] if nonfinite else []
+            bad = [i for i, o in zip(idx, result) if not _finite_enough(o)] if nonfinite else []
             if bad:
-                raise NonFiniteError(nonfinite(min(bad)))
+                raise NonFiniteError(nonfinite(min(bad)), index=min(bad))
             results.append((list(idx), result))
             if bar is not None:
                 bar.update(len(idx))
     return [r for part in all_gather(results) for r in part] if gather and current().enabled else results
+
+
+def _finite_enough(output: np.ndarray) -> bool:
+    """No NaN or +inf in ``output``, and no slice along its last axis that is -inf throughout: the scores over
+    such a slice are NaN and its argmax (a GLUE label, an NER tag) is the first, a number like any other."""
+    output = np.asarray(output)
+    if output.dtype.kind != "f":
+        return True
+    if (np.isnan(output) | np.isposinf(output)).any():
+        return False
+    return output.ndim == 0 or output.shape[-1] == 0 or not np.isneginf(output).all(axis=-1).any()
 
 
 def run_batches(call: Call, rows: Sequence[Any], batches: Sequence[Sequence[int]], *, pad: Pad,

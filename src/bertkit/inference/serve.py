@@ -152,6 +152,8 @@ class _Server:
         from fastapi.responses import JSONResponse, Response
         from starlette.requests import ClientDisconnect
 
+        from bertkit.inference.base import nonfinite_in  # loaded with the model by now
+
         t0 = time.perf_counter()
         self.stats.requests += 1
         try:
@@ -162,7 +164,15 @@ class _Server:
             results = await _job_result(self.batcher, job, request)
             if results is None:
                 return Response(status_code=499)  # nginx's "client closed request": nobody reads it
-            return JSONResponse(route.render(self, call, results), headers=self._timing(call, job, t0, parsing))
+            body = route.render(self, call, results)
+            if (where := nonfinite_in(body)) is not None:
+                # NaN and infinities are no JSON: starlette's encoder failed on them ("Out of range float values"),
+                # naming neither input nor cause; an output -inf for every label is NaN once scored, a feature -inf
+                raise NonFiniteError(f"the answer to {route.path} holds {where} (the path's first index is the "
+                                     "input's, where the answer is a list of them): the model's outputs for that "
+                                     "input overflowed, so no result was produced; the checkpoint's weights are "
+                                     "broken (a diverged run?): serve one whose outputs are finite")
+            return JSONResponse(body, headers=self._timing(call, job, t0, parsing))
         except ClientDisconnect:
             return Response(status_code=499)
         except asyncio.CancelledError:  # uvicorn cancels what is still open once shutdown's grace period ends

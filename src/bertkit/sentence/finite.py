@@ -1,6 +1,6 @@
 """Where a NaN stops before it becomes a score: a model output that is not finite (``refuse_nonfinite``), refused
 by the evaluators, ``CrossEncoder.rank`` and ``mine_hard_negatives`` naming the input, and a NaN among similarities
-about to be ranked (``refuse_nan_scores``), refused by ``util``'s searches naming the pair. ``torch.topk``,
+or an infinity among similarities about to be ranked (``refuse_nan_scores``), refused by ``util``'s searches naming the pair. ``torch.topk``,
 ``torch.sort`` and numpy's ``argsort`` take a NaN for the largest value and Python's ``sorted`` leaves it wherever
 it falls, so an embedding holding a NaN came out every query's best hit, or a cross-encoder's NaN score the first
 document, in sentence-transformers, whose order bertkit's otherwise keeps."""
@@ -37,11 +37,15 @@ def refuse_nan_scores(scores: torch.Tensor, who: str, rows: str, columns: str, r
                       column0: int = 0) -> None:
     """Refuse a NaN among (rows, columns) similarities about to be ranked, naming the first pair (``row0`` and
     ``column0`` offset a chunk's indices). A NaN comes from an embedding holding a NaN or an infinity (cosine
-    similarity of an infinity is NaN); an infinite score is left to rank, as it orders like any number."""
-    bad = torch.isnan(scores.to_dense() if scores.is_sparse else scores)
+    similarity of an infinity is NaN), an infinity from an embedding holding one (dot product, Euclidean): every
+    pair with that embedding ties at it, and the order among the tied pairs is the positions', not a rank."""
+    dense = scores.to_dense() if scores.is_sparse else scores
+    bad = ~torch.isfinite(dense)
     if bad.any():
         i, j = (int(v) for v in bad.nonzero()[0])
-        raise NonFiniteError(f"{who}: the similarity of {rows} {row0 + i} and {columns} {column0 + j} is NaN, and a "
-                             "NaN has no rank: an embedding holding a NaN or inf (a model with broken weights?); "
-                             "find it with torch.isfinite(embeddings).all(dim=1), and embed with a model whose "
-                             "outputs are finite")
+        value = float(dense[i, j])
+        shown = "NaN" if value != value else value
+        raise NonFiniteError(f"{who}: the similarity of {rows} {row0 + i} and {columns} {column0 + j} is {shown}, "
+                             "and a NaN or an infinity has no rank: an embedding holding a NaN or inf (a model with "
+                             "broken weights, or outputs past float16's range?); find it with "
+                             "torch.isfinite(embeddings).all(dim=1), and embed with a model whose outputs are finite")

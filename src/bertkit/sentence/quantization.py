@@ -3,6 +3,7 @@ sentence-transformers' ``quantize_embeddings`` computes them (same numbers, test
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import numpy as np
@@ -34,10 +35,14 @@ def quantize_embeddings(embeddings: Any, precision: str, ranges: np.ndarray | No
         raise BertkitError(f"embeddings to quantize must be float, got {embeddings.dtype}: they are quantized already")
     if precision == "float32":
         return embeddings.astype(np.float32)
-    if np.isnan(embeddings).any():  # a NaN cast to an integer is a number like any other, in sentence-transformers too
-        at = [int(i) for i in np.argwhere(np.isnan(embeddings))[0]]
-        raise BertkitError(f"embeddings{at} is NaN, which {precision} quantization would turn into a number; drop or "
-                           "fix that embedding first")
+    if not np.isfinite(embeddings).all():
+        # a NaN cast to an integer is a number like any other, in sentence-transformers too, and an infinity is
+        # clipped into the top or bottom bucket (or a sign bit): a code that looks like any other
+        at = [int(i) for i in np.argwhere(~np.isfinite(embeddings))[0]]
+        value = float(embeddings[tuple(at)])
+        raise BertkitError(f"embeddings{at} is {'NaN' if math.isnan(value) else value}, which {precision} quantization would turn "
+                           "into a number; drop or fix that embedding first (a model whose outputs overflow: a NaN "
+                           "or an infinity is no code)")
     if precision in ("int8", "uint8"):
         if ranges is None and embeddings.ndim == 2 and len(embeddings) == 0:
             return np.zeros((0, embeddings.shape[1]), np.uint8 if precision == "uint8" else np.int8)

@@ -360,7 +360,7 @@ def postprocess_predictions(
             )
         prelim, score_null, null_logits = _candidates(
             [(fi, features[fi], start_logits[fi], end_logits[fi]) for fi in by_example[ex_index]],
-            n_best_size, max_answer_length, version_2_with_negative)
+            n_best_size, max_answer_length, version_2_with_negative, question=ex.qas_id)
         nbest = _nbest(prelim, ex.context, n_best_size, version_2_with_negative, null_logits)
         probs = _softmax([sl + el for _, sl, el, _ in nbest])
         nbest_json[ex.qas_id] = [
@@ -393,7 +393,8 @@ def _features_by_example(features: Sequence[Mapping[str, Any]], start_logits: Se
 
 
 def _candidates(windows: list[tuple[int, Mapping[str, Any], Sequence[float], Sequence[float]]], n_best_size: int,
-                max_answer_length: int, with_null: bool) -> tuple[list[tuple], float, tuple[float, float]]:
+                max_answer_length: int, with_null: bool, question: Any = None
+                ) -> tuple[list[tuple], float, tuple[float, float]]:
     """(candidate spans best first, the null score, its start and end logits) over one question's windows.
 
     A candidate is (score, start logit, end logit, char start, char end); char start -1 is the null answer,
@@ -415,6 +416,12 @@ def _candidates(windows: list[tuple[int, Mapping[str, Any], Sequence[float], Seq
         if with_null and s_logits[0] + e_logits[0] < score_null:
             score_null, null_logits = s_logits[0] + e_logits[0], (float(s_logits[0]), float(e_logits[0]))
         prelim += _window_spans(f, s_logits, e_logits, n_best_size, max_answer_length)
+    if prelim and max(p[0] for p in prelim) == -math.inf:
+        # -inf at every start (or end) the context offers: every span scores -inf, so the pick is the first position
+        # and its probability NaN. A masked position is never a span's end: the model's outputs overflowed
+        raise NonFiniteError(f"question {question!r}: its logits (features {[w[0] for w in windows]}) are -inf at "
+                             "every start or end the context offers (the model's outputs overflowed), so no answer or score can come of "
+                             "them: use a checkpoint whose outputs are finite")
     if with_null and math.isfinite(score_null):
         prelim.append((null_logits[0] + null_logits[1], null_logits[0], null_logits[1], -1, -1))
     prelim.sort(key=lambda p: p[0], reverse=True)

@@ -113,6 +113,15 @@ def _label_reader(dataset: Any, key: str, what: str, model: Any, training: bool)
                     "multi-label targets give floats (0.0/1.0) or load the model with "
                     "problem_type='multi_label_classification'")
             _check_token_labels(dataset, key, values, what, training)
+        for row, v in enumerate(values):  # a distillation target's (MSELoss) or a multi-label row's NaN: the loss is
+            # NaN at its first batch, and training stops blaming the learning rate
+            entries = np.asarray(v.float().cpu() if isinstance(v, torch.Tensor) else v)
+            if entries.dtype.kind == "f" and not np.isfinite(entries).all():  # strings, ragged rows: checked elsewhere
+                entries = entries.ravel()
+                at = int(np.argwhere(~np.isfinite(entries))[0][0])
+                raise BertkitError(f"{what}: row {row} has {key} holding {entries[at]} (at position {at}); every "
+                                   "value of a label must be a number: fix that row, or drop it (dataset.filter / "
+                                   "dataset.select)")
         return None
     values = [v.item() if hasattr(v, "item") and np.ndim(v) == 0 else v for v in values]  # numpy, torch scalars
     for row, v in enumerate(values):

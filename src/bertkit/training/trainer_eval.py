@@ -11,6 +11,7 @@ writes anything.
 
 from __future__ import annotations
 
+import logging
 import math
 import numbers
 import time
@@ -27,6 +28,8 @@ from bertkit.inference.runner import in_order
 from bertkit.training import predictions, trainer_data
 from bertkit.training.callbacks import EvalPrediction, PredictionOutput, best_metric_value, metric_key
 from bertkit.training.distributed import current
+
+logger = logging.getLogger("bertkit")
 
 
 class EvalOptions(NamedTuple):
@@ -125,7 +128,7 @@ class TrainerEvaluation:
         else:
             metrics = self._checked_metrics(self.compute_metrics(EvalPrediction(
                 preds, labels, inputs if "inputs" in include else None, losses if "loss" in include else None)))
-        return preds, labels, loss, {k: _plain(v) for k, v in metrics.items()}
+        return preds, labels, loss, _undefined_where_nonfinite({k: _plain(v) for k, v in metrics.items()}, preds)
 
     def _evaluated_module(self) -> nn.Module:
         """The model evaluate() and predict() run: with bf16_full_eval (fp16_full_eval) outside train(), a bf16
@@ -308,3 +311,34 @@ def _batch_of(step: list[predictions.Part]) -> dict:
 
 def _plain(value: Any) -> Any:
     return value.item() if hasattr(value, "item") and getattr(value, "ndim", 1) == 0 else value
+
+
+def _nonfinite_row(outputs: Any) -> int | None:
+    """The first row of ``outputs`` (an array, or a tuple or list of them, a step's each) holding a NaN or +inf, or
+    -inf at every label of it or of one of its tokens; None when there is none."""
+    if isinstance(outputs, (tuple, list)):
+        rows = [_nonfinite_row(o) for o in outputs]
+        return next((r for r in rows if r is not None), None)
+    if not isinstance(outputs, np.ndarray) or outputs.dtype.kind != "f" or outputs.ndim == 0:
+        return None
+    bad = np.isnan(outputs) | np.isposinf(outputs)
+    if outputs.shape[-1]:
+        bad |= np.isneginf(outputs).all(axis=-1, keepdims=True)
+    rows = np.flatnonzero(bad.reshape(len(outputs), -1).any(axis=1))
+    return int(rows[0]) if len(rows) else None
+
+
+def _undefined_where_nonfinite(metrics: dict[str, Any], outputs: Any) -> dict[str, Any]:
+    """compute_metrics' float metrics as NaN where the predictions it was given are not finite: an argmax of NaN
+    logits is label 0 and a metric of them a number like any other (transformers reports eval_accuracy 0.5 for a
+    model whose every logit is NaN); a NaN metric is never the best, and a warning names the row."""
+    row = _nonfinite_row(outputs)
+    if row is None:
+        return metrics
+    floats = [k for k, v in metrics.items() if isinstance(v, float)]
+    if floats:
+        logger.warning("the predictions of evaluation row %d (0-based, in evaluation order) are not finite (NaN or "
+                       "inf, or -inf at every label): compute_metrics' %s are reported as NaN, as no metric comes of "
+                       "such predictions; the model's weights or outputs have overflowed (a diverged run?)",
+                       row, ", ".join(floats))
+    return {k: math.nan if k in floats else v for k, v in metrics.items()}

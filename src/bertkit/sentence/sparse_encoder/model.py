@@ -28,7 +28,7 @@ from torch import Tensor, nn
 
 from bertkit._parallel import job_of
 from bertkit.config import BertConfig
-from bertkit.errors import BertkitError, given_path, is_whole
+from bertkit.errors import BertkitError, NonFiniteError, given_path, is_whole
 from bertkit.hub import (
     MODULES,
     ST_CONFIG,
@@ -425,6 +425,16 @@ class SparseEncoder(ReferenceCalls, Prompted, SimilarityByName, nn.Sequential):
         which, dims = rows.indices()
         values = rows.values()
         counts = torch.bincount(which, minlength=rows.shape[0]).tolist()
+        if not torch.isfinite(values).all():
+            # torch.topk and torch.sort take a NaN for the largest weight: it came out the row's first word piece,
+            # as in sentence-transformers, and tied infinities in position order
+            at = int(torch.nonzero(~torch.isfinite(values))[0])
+            piece = self.tokenizer.convert_ids_to_tokens([int(dims[at])])[0]
+            raise NonFiniteError(f"decode: embedding {int(which[at])}'s weight of word piece {piece!r} (id "
+                                 f"{int(dims[at])}) is {float(values[at])}, which has no rank: the model's outputs "
+                                 "are not finite (broken weights?); find such rows with "
+                                 "torch.isfinite(embeddings.to_dense()).all(dim=-1), and encode with a model whose "
+                                 "outputs are finite")
         results, start = [], 0
         for count in counts:
             vals, toks = values[start:start + count], dims[start:start + count]

@@ -1,0 +1,324 @@
+"""An output that overflowed never becomes a pick, a code or a file: weights that are finite (so loading takes them)
+but outputs that are -inf for every label or position, or an infinite value or feature. The runner refuses NaN and
++inf outputs and lets -inf through (a head may mask with it); transformers' pipelines, sentence-transformers and
+run_squad.py's post-processing turn such outputs into a label, a tag, a span, an int8 code or a rank, with a NaN
+score, and bertkit's pipelines did the same and `bertkit predict` wrote them as `NaN` or `-Infinity`, which is no
+JSON."""
+
+from __future__ import annotations
+
+import math
+import re
+
+import numpy as np
+import pytest
+import torch
+
+import bertkit
+from bertkit.errors import BertkitError, NonFiniteError
+
+VOCAB = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "hello", "world", "the", "cat", "sat", "in", "paris", "where",
+         "?"]
+HUGE = -3e37  # 32 hidden units of 1.0 times this: -9.6e38, past float32's 3.4e38, so -inf from finite weights
+
+
+def _saturated_pooler(model):
+    model.bert.pooler.dense.weight.zero_()
+    model.bert.pooler.dense.bias.fill_(100.0)  # tanh: every pooled unit 1.0
+
+
+def _constant_tokens(model):
+    layer_norm = model.bert.encoder.layer[-1].output.LayerNorm
+    layer_norm.weight.zero_()
+    layer_norm.bias.fill_(1.0)  # every token's last hidden state all 1.0
+
+
+def _all_labels(model):
+    _saturated_pooler(model)
+    model.classifier.weight.fill_(HUGE)
+
+
+def _token_labels(model):
+    _constant_tokens(model)
+    model.classifier.weight.fill_(HUGE)
+
+
+def _starts(model):
+    _constant_tokens(model)
+    model.qa_outputs.weight[0].fill_(HUGE)
+
+
+def _feature(model):
+    model.encoder.layer[-1].output.LayerNorm.bias[3] = -3e38  # one dimension of every token overflows
+
+
+RUNNER = (r"^the text-classification result for input 0 \('hello world'\): the model's output for "
+          r"text-classification row 0 is not finite \(NaN or inf\)")
+CASES = {  # head, labels, edit, input, refusal
+    "text-classification": ("BertForSequenceClassification", ["neg", "pos"], _all_labels, "hello world", RUNNER),
+    "regression": ("BertForSequenceClassification", 1, _all_labels, "hello world", RUNNER),
+    "token-classification": ("BertForTokenClassification", ["O", "B-LOC"], _token_labels, "hello world",
+                             RUNNER.replace("text", "token")),
+    "question-answering": ("BertForQuestionAnswering", None, _starts,
+                           {"question": "where ?", "context": "hello world in paris"},
+                           r"^the question-answering result for input 0 \(\"\{'question': 'where \?', .*\): question "
+                           r"'q': its logits \(features \[0\]\) are -inf at every start"),
+    "feature-extraction": ("BertModel", None, _feature, "hello world",
+                           r"^the feature-extraction result for input 0 \('hello world'\) holds -inf at \[3\]: the "
+                           "model's outputs for it overflowed"),
+}
+
+
+def _overflowing(tmp_path, tiny_checkpoint, case):
+    head, labels, edit, _, _ = CASES[case]
+    directory = tiny_checkpoint(tmp_path / case, head, tokenizer=VOCAB, labels=labels)
+    model = getattr(bertkit, head).from_pretrained(directory)
+    with torch.no_grad():
+        edit(model)
+    model.save_pretrained(directory)  # finite weights: saved and loaded as any others
+    return directory
+
+
+@pytest.mark.parametrize("case", list(CASES))
+def test_pipelines_refuse_a_result_an_overflow_made(tmp_path, tiny_checkpoint, case):
+    """transformers' text-classification pipeline answers label 'neg' with score NaN for logits all -inf, and the
+    token task's 'O' tags with NaN; bertkit's gave the same (and the QA pipeline a span with NaN), the regression
+    value -inf and the features -inf. Logits -inf at every label are refused as the model's output (as NaN is), a
+    result holding NaN or an infinity as the input's result."""
+    task = "text-classification" if case == "regression" else case
+    pipe = bertkit.pipeline(task, model=_overflowing(tmp_path, tiny_checkpoint, case))
+    with pytest.raises(NonFiniteError, match=CASES[case][4]) as refused:
+        pipe([CASES[case][3]])
+    assert refused.value.index == 0
+
+
+def test_pipelines_keep_a_finite_result_beside_a_masked_label(tmp_path, tiny_checkpoint):
+    """One label's bias -inf is a label switched off: probability 0.0, as transformers gives; not refused."""
+    directory = tiny_checkpoint(tmp_path / "m", "BertForSequenceClassification", tokenizer=VOCAB,
+                                labels=["neg", "neu", "pos"])
+    model = bertkit.BertForSequenceClassification.from_pretrained(directory)
+    with torch.no_grad():
+        model.classifier.bias[0] = -torch.inf
+    out = bertkit.pipeline("text-classification", model=model, tokenizer=bertkit.BertTokenizer.from_pretrained(
+        directory))("hello world")
+    assert out["scores"]["neg"] == 0.0 and out["label"] in ("neu", "pos")
+    assert out["scores"]["neu"] + out["scores"]["pos"] == pytest.approx(1.0)
+
+
+def test_predict_refuses_an_overflowed_output_and_keeps_the_old_file(tmp_path, tiny_checkpoint, capsys):
+    """`bertkit predict text-classification` wrote {"label": "neg", "score": NaN, ...} lines (a regression model's
+    {"value": -Infinity}) and exited 0: no JSON reader takes them, and the label was no prediction."""
+    from bertkit.cli import main
+
+    (tmp_path / "in.txt").write_text("the cat\nhello world\n")
+    out = tmp_path / "out.jsonl"
+    out.write_text("kept\n")
+    for case in ("text-classification", "regression"):
+        args = ["predict", "text-classification", "--model", str(_overflowing(tmp_path, tiny_checkpoint, case)),
+                "--input", str(tmp_path / "in.txt"), "--output-file", str(out), "--overwrite", "--no-progress"]
+        capsys.readouterr()
+        assert main(args) == 2
+        err = capsys.readouterr().err.strip().splitlines()[-1]
+        assert err.startswith(f"bertkit predict text-classification: error: {tmp_path / 'in.txt'}: input 1 (id 0): "
+                              "the text-classification result for input 0 ('the cat'): the model's output for "
+                              "text-classification row 0 is not finite (NaN or inf)")
+        assert err.endswith(f"; nothing was written to {out} (a file there is kept as it was)")
+        assert out.read_text() == "kept\n"
+
+
+def test_squad_post_processing_refuses_spans_that_all_score_minus_infinity():
+    """run_squad.py's post-processing sorts the -inf spans and answers the first ("hello", probability NaN);
+    predictions.json got that text."""
+    from bertkit.tasks import squad
+
+    tok = bertkit.BertTokenizer({t: i for i, t in enumerate(VOCAB)})
+    examples = [squad.SquadExample(qas_id="q7", title="", question="where ?", context="hello world in paris",
+                                   answers=())]
+    features = squad.featurize_squad(examples, tok, max_seq_length=32, doc_stride=16, max_query_length=8)
+    n = len(features[0]["input_ids"])
+    ends = np.linspace(0.0, 1.0, n)
+    with pytest.raises(NonFiniteError, match=r"^question 'q7': its logits \(features \[0\]\) are -inf at every"):
+        squad.postprocess_predictions(examples, features, [np.full(n, -np.inf)], [ends])
+    starts = np.full(n, -np.inf)
+    starts[6] = 0.5  # one finite start: the other spans rank below it, probability 0, as before
+    preds = squad.postprocess_predictions(examples, features, [starts], [ends])
+    probabilities = [e["probability"] for e in preds.nbest["q7"]]
+    assert preds.predictions["q7"] and np.isfinite(probabilities).all() and sum(probabilities) == pytest.approx(1.0)
+
+
+@pytest.mark.parametrize("precision", ["int8", "uint8", "binary", "ubinary"])
+def test_quantize_embeddings_refuses_an_infinity(precision):
+    """sentence-transformers clips +inf into code 127 (uint8 255; binary a 1 bit) under finite ranges and
+    -inf into -128: a code like any other. bertkit refused a NaN only."""
+    from bertkit.sentence import quantize_embeddings
+
+    e = np.random.default_rng(0).standard_normal((3, 8)).astype(np.float32)
+    e[1, 2] = np.inf
+    ranges = np.stack([-np.ones(8), np.ones(8)]).astype(np.float32)
+    with pytest.raises(BertkitError, match=rf"^embeddings\[1, 2\] is inf, which {precision} quantization would turn "
+                                           "into a number"):
+        quantize_embeddings(e, precision, ranges=ranges)
+    e[1, 2] = 0.5
+    assert quantize_embeddings(e, precision, ranges=ranges).shape[0] == 3
+
+
+def test_searches_refuse_an_infinite_similarity():
+    """dot_score of an embedding holding an infinity is inf for every pair with it: semantic_search returned the
+    tied hits in position order, as sentence-transformers does, and paraphrase_mining ranked them first."""
+    from bertkit.sentence import util
+
+    good = torch.tensor([[1.0, 0, 0, 0], [0, 1, 0, 0], [1, 1, 0, 0]])
+    bad = good.clone()
+    bad[2, 0] = torch.inf
+    with pytest.raises(NonFiniteError, match=r"^semantic_search: the similarity of query 0 and corpus entry 2 is inf, "
+                                             "and a NaN or an infinity has no rank"):
+        util.semantic_search(good[:1], bad, top_k=2, score_function=util.dot_score)
+    with pytest.raises(NonFiniteError, match=r"^paraphrase_mining: the similarity of embedding 0 and embedding 2 is "):
+        util.paraphrase_mining_embeddings(bad, top_k=2, score_function=util.dot_score)
+    assert [h["corpus_id"] for h in util.semantic_search(good[:1], good, top_k=2,
+                                                         score_function=util.dot_score)[0]] == [0, 2]
+
+
+def test_serve_refuses_an_answer_holding_nan_or_inf(tmp_path, tiny_checkpoint):
+    """`serve` answered 500 "ValueError: Out of range float values are not JSON compliant" (starlette's encoder),
+    naming neither the input nor the cause, for logits all -inf on /predict (refused now as the model's output) and
+    a feature -inf on /embed and /v1/embeddings."""
+    pytest.importorskip("fastapi")
+    from fastapi.testclient import TestClient
+
+    from bertkit.inference.serve import create_app
+
+    for case, route, body, where in [
+        ("feature-extraction", "/embed", {"inputs": ["hello"], "normalize": False}, r"-inf at \[0\]\[3\]"),
+        ("feature-extraction", "/v1/embeddings", {"input": ["hello"], "model": "m"},
+         r"NaN at \['data'\]\[0\]\['embedding'\]\[3\]"),  # normalised, as OpenAI's are: -inf / inf
+    ]:
+        directory = _overflowing(tmp_path, tiny_checkpoint, case)
+        with TestClient(create_app(bertkit.pipeline(case, directory), str(directory))) as client:
+            answer = client.post(route, json=body)
+        assert answer.status_code == 500
+        error = answer.json()["error"]
+        message = error["message"] if isinstance(error, dict) else error
+        assert re.match(rf"^the answer to {route} holds {where} \(the path's first index is the input's", message), \
+            message
+    directory = _overflowing(tmp_path, tiny_checkpoint, "text-classification")
+    with TestClient(create_app(bertkit.pipeline("text-classification", directory), str(directory))) as client:
+        answer = client.post("/predict", json={"inputs": ["hello", "the cat"]})
+    assert answer.status_code == 500
+    assert answer.json()["error"].startswith("the model's output for text-classification row 0 is not finite")
+
+
+def test_predict_refuses_logits_minus_infinity_at_every_label():
+    """`bertkit predict glue --split dev` (and a fine-tuning run's evaluation, through the same `predict`) read
+    logits -inf at both labels of every SST-2 sentence as label 0 and scored accuracy 0.5. One -inf among finite
+    logits (a label switched off), and a QA head's masked padding, still pass."""
+    from types import SimpleNamespace
+
+    from torch import nn
+
+    from bertkit.inference.predict import predict
+
+    class Out(nn.Module):
+        def forward(self, input_ids, **_):
+            logits = torch.stack([input_ids[:, 0].float(), -input_ids[:, 0].float()], -1)  # (B, 2)
+            logits[:, 1] = torch.where(input_ids[:, 0] == 5, -torch.inf, logits[:, 1])  # 5: one label off
+            logits[input_ids[:, 0] == 7] = -torch.inf  # 7: every label -inf
+            return SimpleNamespace(logits=logits)
+
+    with pytest.raises(NonFiniteError, match=r"^the model's output for example 2 \(0-based, input order\) is not "):
+        predict(Out(), [{"input_ids": [i, 1]} for i in (3, 5, 7, 9)], 0, batch_size=2)
+    kept = predict(Out(), [{"input_ids": [i, 1]} for i in (3, 5, 9)], 0, batch_size=2)
+    assert [r.tolist() for r in kept] == [[3.0, -3.0], [5.0, -np.inf], [9.0, -9.0]]
+
+
+def test_sparse_decode_refuses_a_weight_that_has_no_rank(tmp_path, tiny_checkpoint):
+    """SparseEncoder.decode took a NaN weight (an MLM bias or a word embedding holding NaN) for the row's largest,
+    listing ('hello', nan) first, or with every weight NaN '[PAD]', '[unused0]', ... in id order, as
+    sentence-transformers does."""
+    from bertkit.sentence.sparse_encoder.model import SparseEncoder
+    from bertkit.sentence.sparse_encoder.models import MLMTransformer, SpladePooling
+
+    directory = tiny_checkpoint(tmp_path / "mlm", "BertForMaskedLM", tokenizer=VOCAB)
+    encoder = SparseEncoder(modules=[MLMTransformer(str(directory)), SpladePooling("max")], device="cpu")
+    embeddings = torch.zeros(2, len(VOCAB))
+    embeddings[:, 6] = 0.3
+    assert encoder.decode(embeddings, top_k=2) == [[("world", pytest.approx(0.3))]] * 2
+    for poison in (float("nan"), float("inf")):
+        embeddings[1, 5] = poison
+        with pytest.raises(NonFiniteError, match=rf"^decode: embedding 1's weight of word piece 'hello' \(id 5\) is "
+                                                 rf"{poison}, which has no rank"):
+            encoder.decode(embeddings, top_k=2)
+
+
+def test_a_distillation_target_holding_nan_is_refused_naming_its_row(tmp_path, tiny_checkpoint):
+    """MSELoss's teacher embedding holding a NaN reached the loss (NaN at step 1), and training stopped telling the
+    user to lower the learning rate; a scalar NaN label was already refused by its row."""
+    from datasets import Dataset
+
+    from bertkit.sentence import (
+        SentenceTransformer,
+        SentenceTransformerTrainer,
+        SentenceTransformerTrainingArguments,
+    )
+    from bertkit.sentence.losses import MSELoss
+
+    model = SentenceTransformer(str(tiny_checkpoint(tmp_path / "m", tokenizer=VOCAB)), device="cpu")
+    teacher = [[0.1] * 32, [0.2] * 31 + [float("nan")], [0.3] * 32]
+    data = Dataset.from_dict({"text": ["hello world", "the cat", "sat in paris"], "label": teacher})
+    args = SentenceTransformerTrainingArguments(output_dir=str(tmp_path / "out"), max_steps=1, report_to=[],
+                                                per_device_train_batch_size=3, save_strategy="no")
+    with pytest.raises(BertkitError, match=r"^train_dataset: row 1 has label holding nan \(at position 31\); every "
+                                           "value of a label must be a number"):
+        SentenceTransformerTrainer(model=model, args=args, train_dataset=data, loss=MSELoss(model)).train()
+    assert not (tmp_path / "out").exists() or not any((tmp_path / "out").iterdir())
+
+
+@pytest.mark.parametrize("poison", [float("nan"), -math.inf])
+def test_trainer_metrics_of_nonfinite_predictions_are_nan(tmp_path, tiny_model, caplog, poison):
+    """A model whose logits are NaN (or -inf at every label) was scored eval_accuracy 0.5 by an argmax
+    compute_metrics, as transformers' Trainer reports it; bertkit reports NaN (never the best) and says which row."""
+    from datasets import Dataset
+
+    model = tiny_model("BertForSequenceClassification", labels=["a", "b"], vocab_size=len(VOCAB))
+    rows = Dataset.from_dict({"input_ids": [[2, 5, 6, 3], [2, 7, 8, 3], [2, 5, 3]], "labels": [0, 1, 0]})
+
+    def accuracy(p):
+        return {"accuracy": float((np.argmax(p.predictions, -1) == p.label_ids).mean()), "rows": len(p.label_ids)}
+
+    def evaluate():
+        args = bertkit.TrainingArguments(output_dir=str(tmp_path / "out"), per_device_eval_batch_size=2, use_cpu=True,
+                                         report_to=[])
+        collator = bertkit.DataCollatorWithPadding(bertkit.BertTokenizer({t: i for i, t in enumerate(VOCAB)}))
+        return bertkit.Trainer(model=model, args=args, eval_dataset=rows, data_collator=collator,
+                               compute_metrics=accuracy).evaluate()
+
+    assert math.isfinite(evaluate()["eval_accuracy"])
+    with torch.no_grad():
+        model.classifier.bias.fill_(poison)
+    with caplog.at_level("WARNING", logger="bertkit"):
+        metrics = evaluate()
+    assert math.isnan(metrics["eval_accuracy"]) and metrics["eval_rows"] == 3
+    assert "the predictions of evaluation row 0 (0-based, in evaluation order) are not finite" in caplog.text
+    assert "compute_metrics' accuracy are reported as NaN" in caplog.text
+
+
+def test_cross_encoder_scores_of_logits_minus_infinity_are_nan(tmp_path, tiny_checkpoint):
+    """A one-label cross-encoder whose logit overflowed to -inf scored 0.0 through the sigmoid, and rank() returned
+    every document at 0.0 in position order, as sentence-transformers does; the score is NaN now, which rank()
+    refuses naming the document. One -inf label among finite ones keeps its softmax 0.0."""
+    from bertkit.sentence import CrossEncoder
+
+    directory = tiny_checkpoint(tmp_path / "ce", "BertForSequenceClassification", tokenizer=VOCAB, labels=1)
+    model = CrossEncoder(str(directory), device="cpu")
+    assert np.isfinite(model.predict([("hello", "world")])).all()
+    with torch.no_grad():
+        model.model.classifier.bias.fill_(-math.inf)
+    assert np.isnan(model.predict([("hello", "world"), ("the cat", "sat")])).all()
+    with pytest.raises(NonFiniteError, match=r"^rank\(\): the model's score of input 0 \('world'\) is not finite"):
+        model.rank("hello", ["world", "sat"])
+    three = CrossEncoder(str(tiny_checkpoint(tmp_path / "ce3", "BertForSequenceClassification", tokenizer=VOCAB,
+                                             labels=3)), device="cpu")
+    with torch.no_grad():
+        three.model.classifier.bias[0] = -math.inf
+    scores = three.predict([("hello", "world")], apply_softmax=True)
+    assert scores[0][0] == 0.0 and scores.sum() == pytest.approx(1.0)
