@@ -318,7 +318,9 @@ class Trainer(TrainerLoss, TrainerEvaluation):
                                hooks=LoopHooks(layout=HF_LAYOUT, write_extra=self._write_checkpoint_extras,
                                                protect=self._is_best, on_record=self._on_record, event=self._loop_event,
                                                control=self.control, param_groups=self._parameter_groups(),
-                                               schedule_steps=self._schedule_steps, compute_loss=self._training_loss,
+                                               schedule_steps=self._schedule_steps,
+                                               schedule_options=args.lr_scheduler_kwargs,
+                                               compute_loss=self._training_loss,
                                                count_items=self._count_items))
         finally:
             self._in_train = False
@@ -361,6 +363,7 @@ class Trainer(TrainerLoss, TrainerEvaluation):
             **({"drop_last": True} if args.dataloader_drop_last else {}),  # (absent: a checkpoint from before it)
             # it changes every loss and gradient (absent when off, as checkpoints from before it was recorded are)
             **({"label_smoothing_factor": args.label_smoothing_factor} if args.label_smoothing_factor else {}),
+            **({"lr_scheduler_kwargs": args.lr_scheduler_kwargs} if args.lr_scheduler_kwargs else {}),  # (as above)
             "data_collator": {type(self.data_collator).__qualname__: collator},
             "model": config.to_dict() if hasattr(config, "to_dict") else None}}
 
