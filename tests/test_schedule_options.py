@@ -102,3 +102,22 @@ def test_options_given_as_json_text_are_read_as_transformers_reads_them():
                                      lr_scheduler_kwargs='{"lr_end": 1e-6, "power": 2}')
     assert args.lr_scheduler_kwargs == {"lr_end": 1e-6, "power": 2}
     assert bertkit.TrainingArguments("out").lr_scheduler_kwargs == {}
+
+
+def test_resuming_with_other_schedule_options_is_refused_naming_them(minilm_2_layers, tmp_path):
+    """The options change every later rate: a checkpoint written under num_cycles 2 is not resumed under 3."""
+    path = tiny_classifier(tmp_path / "m", minilm_2_layers)
+    tokenizer = bertkit.AutoTokenizer.from_pretrained(path)
+    rows = [{**tokenizer(r["text"]), "label": r["label"]} for r in TRAIN[:8]]
+
+    def trainer(options):
+        args = bertkit.TrainingArguments(output_dir=str(tmp_path / "out"), use_cpu=True, disable_tqdm=True,
+                                         per_device_train_batch_size=4, max_steps=2, save_steps=1,
+                                         lr_scheduler_type="cosine", lr_scheduler_kwargs=options)
+        return bertkit.Trainer(model=bertkit.AutoModelForSequenceClassification.from_pretrained(path), args=args,
+                               train_dataset=rows, processing_class=tokenizer)
+
+    trainer({"num_cycles": 2}).train()
+    with pytest.raises(BertkitError, match=r"cannot resume .*'trainer\.lr_scheduler_kwargs\.num_cycles': \(2, 3\)"):
+        trainer({"num_cycles": 3}).train(resume_from_checkpoint=str(tmp_path / "out" / "checkpoint-1"))
+    assert trainer({"num_cycles": 2}).train(resume_from_checkpoint=str(tmp_path / "out" / "checkpoint-1")).global_step == 2
