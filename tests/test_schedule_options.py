@@ -121,3 +121,13 @@ def test_resuming_with_other_schedule_options_is_refused_naming_them(minilm_2_la
     with pytest.raises(BertkitError, match=r"cannot resume .*'trainer\.lr_scheduler_kwargs\.num_cycles': \(2, 3\)"):
         trainer({"num_cycles": 3}).train(resume_from_checkpoint=str(tmp_path / "out" / "checkpoint-1"))
     assert trainer({"num_cycles": 2}).train(resume_from_checkpoint=str(tmp_path / "out" / "checkpoint-1")).global_step == 2
+
+
+@pytest.mark.parametrize("optim", ["adafactor", "sgd", "adamw_8bit", "rmsprop"])
+def test_an_optimiser_bertkit_lacks_is_refused_naming_adamw_and_its_settings(optim):
+    """It said "optim 'adafactor' is not one of (...)": now that the loop trains with AdamW and what sets it."""
+    with pytest.raises(BertkitError, match=rf"optim '{optim}' is not implemented in bertkit: its loop trains with "
+                                           r"torch.optim.AdamW \(optim 'adamw_torch' or 'adamw_torch_fused'.*adam_beta1"):
+        bertkit.TrainingArguments("out", optim=getattr(transformers.training_args.OptimizerNames, optim.upper()))
+    assert bertkit.TrainingArguments("out", optim=transformers.training_args.OptimizerNames.ADAMW_TORCH).optim == \
+        "adamw_torch"

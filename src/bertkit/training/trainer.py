@@ -80,8 +80,8 @@ NOT_CALLED = ("training_step", "prediction_step", "create_optimizer", "create_sc
               "evaluation_loop", "get_decay_parameter_names")
 # transformers' Trainer arguments bertkit's does not implement, with the fix; each is accepted at transformers' default
 _OPTIMISER = ("bertkit's loop builds AdamW (optim 'adamw_torch') and the schedule from TrainingArguments: set "
-              "learning_rate, weight_decay, adam_beta1, adam_beta2, adam_epsilon, lr_scheduler_type and warmup_steps "
-              "there, or train with transformers' Trainer for another optimiser")
+              "learning_rate, weight_decay, adam_beta1, adam_beta2, adam_epsilon, lr_scheduler_type (with "
+              "lr_scheduler_kwargs) and warmup_steps there, or train with transformers' Trainer for another optimiser")
 NOT_IMPLEMENTED_ARGUMENTS = {
     "optimizers": ((None, None), _OPTIMISER),
     "optimizer_cls_and_kwargs": (None, _OPTIMISER),

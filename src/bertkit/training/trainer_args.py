@@ -162,6 +162,13 @@ class TrainingArguments(TrainingSettings):
             raise BertkitError(f"lr_scheduler_type {schedule!r} is not implemented in bertkit ({_OTHER_SCHEDULES[schedule]}); "
                                f"choose one of {', '.join(LR_SCHEDULES)}")
         self.lr_scheduler_type = schedule
+        optim = getattr(self.optim, "value", self.optim)  # transformers' OptimizerNames
+        if isinstance(optim, str) and optim not in ("adamw", "adamw_torch", "adamw_torch_fused"):
+            raise BertkitError(f"optim {optim!r} is not implemented in bertkit: its loop trains with torch.optim.AdamW "
+                               "(optim 'adamw_torch' or 'adamw_torch_fused', the same update; set adam_beta1, "
+                               "adam_beta2, adam_epsilon and weight_decay), or train with transformers' Trainer for "
+                               "another optimiser")
+        self.optim = optim
         if isinstance(self.lr_scheduler_kwargs, str):  # a command line's JSON text, as transformers reads it
             try:
                 self.lr_scheduler_kwargs = json.loads(self.lr_scheduler_kwargs)
