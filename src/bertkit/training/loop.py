@@ -93,7 +93,8 @@ class LoopHooks:
     every logged record; ``event(name, position)`` is called where transformers calls ``on_<name>``;
     ``param_groups``: the optimiser's (``optim.parameter_groups``; by default the model's, at one rate).
     ``schedule_steps``: the learning-rate schedule's length where it is not the run's (sentence-transformers' ``fit``
-    counts it from whole batches). ``compute_loss(module, batch, num_items)``: each micro-batch's loss, outputs and
+    counts it from whole batches); ``schedule_options``: its transformers ``lr_scheduler_kwargs``
+    (``optim.schedule_options``). ``compute_loss(module, batch, num_items)``: each micro-batch's loss, outputs and
     whether the loss is normalised over the step's ``num_items`` (``token_loss.model_loss``'s contract), given the
     step's items as ``count_items`` counts them in each micro-batch (None: the labelled tokens, ``target_count``, for
     a model whose forward takes ``num_items_in_batch``).
@@ -109,6 +110,7 @@ class LoopHooks:
     control: TrainerControl = field(default_factory=TrainerControl)
     param_groups: list[dict] | None = None
     schedule_steps: int | None = None
+    schedule_options: dict[str, Any] | None = None
     compute_loss: Callable[[nn.Module, Batch, Any], tuple[Tensor, Any, bool]] = model_loss
     count_items: Callable[[Batch], int | None] | None = None
 
@@ -220,7 +222,7 @@ class _Run:
             load_model_state(model, found[1]["model"])
         module = replicate(model, device)
         optimizer, scheduler, scaler = optimisation(model, args, hooks.schedule_steps or total, device,
-                                                      hooks.param_groups)
+                                                      hooks.param_groups, hooks.schedule_options)
         if args.torch_compile:
             compile_encoders(model)
         run = cls(args, info, device, phases, total, fingerprint, model, module, optimizer, scheduler, scaler,

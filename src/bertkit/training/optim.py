@@ -21,6 +21,15 @@ WEIGHT_DECAY = 0.01
 ADAM_BETAS = (0.9, 0.999)
 ADAM_EPSILON = 1e-6
 POLYNOMIAL_LR_END = 1e-7  # transformers' get_polynomial_decay_schedule_with_warmup default
+# transformers' lr_scheduler_kwargs each schedule takes, at their defaults (its get_scheduler hands them to the
+# schedule's function, which takes these and no others; constant and constant_with_warmup are given none)
+SCHEDULE_OPTIONS: dict[str, dict[str, float | None]] = {
+    "linear": {}, "constant": {}, "constant_with_warmup": {}, "cosine": {"num_cycles": 0.5},
+    "cosine_with_restarts": {"num_cycles": 1}, "polynomial": {"lr_end": POLYNOMIAL_LR_END, "power": 1.0},
+    "inverse_sqrt": {"timescale": None}}
+# what a value must be (transformers divides by a timescale of 0, raises 0 to a power of -1, ...)
+_OPTION_RANGE = {"num_cycles": (lambda v: v > 0, "above 0"), "power": (lambda v: v > 0, "above 0"),
+                 "lr_end": (lambda v: v >= 0, "0 or above"), "timescale": (lambda v: v >= 1, "1 or above")}
 
 
 # transformers' Trainer.get_decay_parameter_names: no weight decay for a LayerNorm's parameters or a name like these
@@ -81,25 +90,47 @@ def build_optimizer(model: nn.Module, lr: float, weight_decay: float = WEIGHT_DE
     return torch.optim.AdamW(groups, lr=lr, betas=betas, eps=eps, fused=_fused_ok(model))
 
 
+def schedule_options(shape: str, given: dict[str, Any] | None) -> dict[str, Any]:
+    """``shape``'s options (``SCHEDULE_OPTIONS``) with ``given`` (transformers' ``lr_scheduler_kwargs``) over the
+    defaults. A name the schedule does not take, or a value it cannot use, is refused: transformers raises a
+    TypeError for the first (and ignores any for constant and constant_with_warmup, which bertkit refuses, as they
+    would change nothing)."""
+    options = dict(SCHEDULE_OPTIONS.get(shape, {}))
+    for name, value in (given or {}).items():
+        if name not in options:
+            takes = f"takes {', '.join(sorted(options))}" if options else "takes no options"
+            raise BertkitError(f"lr_scheduler_kwargs {name}={value!r}: lr_scheduler_type {shape!r} {takes} (as "
+                               "transformers' schedule functions); drop it, or choose the schedule that takes it")
+        ok, what = _OPTION_RANGE[name]
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or not ok(value):
+            raise BertkitError(f"lr_scheduler_kwargs {name}={value!r}: must be a finite number {what}")
+        options[name] = value
+    return options
+
+
 def linear_warmup_decay(optimizer: Optimizer, warmup_steps: int, total_steps: int,
-                        shape: str = "linear") -> LambdaLR:
+                        shape: str = "linear", options: dict[str, Any] | None = None) -> LambdaLR:
     """lr rises linearly from 0 over ``warmup_steps``, then follows ``shape`` to ``total_steps`` (transformers'
     names and defaults, each factor its expression, equal to the last bit): linear to 0 (the paper's), cosine (half a
     period to 0; cosine_with_restarts, at transformers' one cycle, is the same), polynomial (linear to transformers'
     lr_end 1e-7, an absolute rate), inverse_sqrt (1/sqrt of the steps since warm-up over the timescale: the
     warm-up, or 10,000 without one), constant_with_warmup (stays at the peak) or constant (the peak from the first
     step: no warm-up, as transformers' get_constant_schedule ignores it). Warm-up longer than the run rises for the
-    whole run at the same slope and ends below the peak, as transformers' schedules do."""
+    whole run at the same slope and ends below the peak, as transformers' schedules do. ``options``: transformers'
+    ``lr_scheduler_kwargs`` (``schedule_options``): cosine's and cosine_with_restarts' num_cycles, polynomial's
+    lr_end and power, inverse_sqrt's timescale."""
     if total_steps <= 0 or warmup_steps < 0:
         raise BertkitError(f"need warmup_steps >= 0 ({warmup_steps}) and total_steps > 0 ({total_steps})")
     if shape not in LR_SCHEDULES:
         raise BertkitError(f"unknown learning-rate schedule {shape!r}; choose one of {', '.join(LR_SCHEDULES)}")
+    opts = schedule_options(shape, options)
     peak = optimizer.defaults["lr"]  # polynomial's end is a rate, not a factor: transformers divides it by this
-    if shape == "polynomial" and not peak > POLYNOMIAL_LR_END:
-        raise BertkitError(f"lr_scheduler_type 'polynomial' decays to {POLYNOMIAL_LR_END} (transformers' lr_end), "
-                           f"which needs a learning_rate above it, got {peak}; raise learning_rate or choose "
-                           "'linear' (decays to 0)")
-    timescale = warmup_steps or 10_000  # inverse_sqrt's, transformers' default
+    lr_end, power, cycles = opts.get("lr_end"), opts.get("power"), opts.get("num_cycles")
+    if shape == "polynomial" and not peak > lr_end:
+        raise BertkitError(f"lr_scheduler_type 'polynomial' decays to {lr_end} (its lr_end: transformers' 1e-7 "
+                           f"unless lr_scheduler_kwargs gives one), which needs a learning_rate above it, got {peak}; "
+                           "raise learning_rate, lower lr_end or choose 'linear' (decays to 0)")
+    timescale = opts.get("timescale") or warmup_steps or 10_000  # inverse_sqrt's, transformers' default
 
     def factor(step: int) -> float:
         if shape == "constant":
@@ -110,13 +141,17 @@ def linear_warmup_decay(optimizer: Optimizer, warmup_steps: int, total_steps: in
             return 1.0
         if shape == "inverse_sqrt":
             return 1.0 / math.sqrt((step + timescale - warmup_steps) / timescale)
-        if shape in ("cosine", "cosine_with_restarts"):
-            return 0.5 * (1.0 + math.cos(math.pi * min(1.0, (step - warmup_steps) / max(1, total_steps - warmup_steps))))
+        progress = (step - warmup_steps) / max(1, total_steps - warmup_steps)
+        if shape == "cosine":  # num_cycles waves over the run (0.5: half a period, to 0), transformers' expression
+            return max(0.0, 0.5 * (1.0 + math.cos(math.pi * float(cycles) * 2.0 * progress)))
+        if shape == "cosine_with_restarts":  # num_cycles half-periods, each from the peak back to 0
+            return 0.0 if progress >= 1.0 else max(0.0, 0.5 * (1.0 + math.cos(math.pi * ((float(cycles) * progress)
+                                                                                       % 1.0))))
         if shape == "polynomial":
             if step > total_steps or step == warmup_steps == total_steps:  # (transformers divides by 0 there)
-                return POLYNOMIAL_LR_END / peak
+                return lr_end / peak
             remaining = 1 - (step - warmup_steps) / (total_steps - warmup_steps)
-            return ((peak - POLYNOMIAL_LR_END) * remaining ** 1.0 + POLYNOMIAL_LR_END) / peak
+            return ((peak - lr_end) * remaining ** power + lr_end) / peak
         # transformers' expression, equal to the last bit (1 - (step - warmup) / (total - warmup) is one bit off at a
         # third of the steps, in the rate the run logs)
         return max(0.0, (total_steps - step) / max(1, total_steps - warmup_steps))
@@ -125,11 +160,12 @@ def linear_warmup_decay(optimizer: Optimizer, warmup_steps: int, total_steps: in
 
 
 def optimisation(model: nn.Module, args: TrainingSettings, total: int, device: str,
-                  groups: list[dict] | None) -> tuple[Any, Any, Any]:
+                  groups: list[dict] | None, schedule: dict[str, Any] | None = None) -> tuple[Any, Any, Any]:
     """The optimiser (over ``groups``, or the model's), its learning-rate schedule over the run's ``total`` steps
-    (each group's rate times the same factor), and the fp16 gradient scaler."""
+    (each group's rate times the same factor; ``schedule``: the schedule's options, ``schedule_options``), and the
+    fp16 gradient scaler."""
     optimizer = build_optimizer(model, args.learning_rate, args.weight_decay,
                                 (args.adam_beta1, args.adam_beta2), args.adam_epsilon, groups)
-    scheduler = linear_warmup_decay(optimizer, args.warmup_for(total), total, args.lr_scheduler_type)
+    scheduler = linear_warmup_decay(optimizer, args.warmup_for(total), total, args.lr_scheduler_type, schedule)
     scaler = torch.amp.GradScaler(torch.device(device).type, enabled=args.fp16)
     return optimizer, scheduler, scaler

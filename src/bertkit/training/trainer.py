@@ -80,8 +80,8 @@ NOT_CALLED = ("training_step", "prediction_step", "create_optimizer", "create_sc
               "evaluation_loop", "get_decay_parameter_names")
 # transformers' Trainer arguments bertkit's does not implement, with the fix; each is accepted at transformers' default
 _OPTIMISER = ("bertkit's loop builds AdamW (optim 'adamw_torch') and the schedule from TrainingArguments: set "
-              "learning_rate, weight_decay, adam_beta1, adam_beta2, adam_epsilon, lr_scheduler_type and warmup_steps "
-              "there, or train with transformers' Trainer for another optimiser")
+              "learning_rate, weight_decay, adam_beta1, adam_beta2, adam_epsilon, lr_scheduler_type (with "
+              "lr_scheduler_kwargs) and warmup_steps there, or train with transformers' Trainer for another optimiser")
 NOT_IMPLEMENTED_ARGUMENTS = {
     "optimizers": ((None, None), _OPTIMISER),
     "optimizer_cls_and_kwargs": (None, _OPTIMISER),
@@ -318,7 +318,9 @@ class Trainer(TrainerLoss, TrainerEvaluation):
                                hooks=LoopHooks(layout=HF_LAYOUT, write_extra=self._write_checkpoint_extras,
                                                protect=self._is_best, on_record=self._on_record, event=self._loop_event,
                                                control=self.control, param_groups=self._parameter_groups(),
-                                               schedule_steps=self._schedule_steps, compute_loss=self._training_loss,
+                                               schedule_steps=self._schedule_steps,
+                                               schedule_options=args.lr_scheduler_kwargs,
+                                               compute_loss=self._training_loss,
                                                count_items=self._count_items))
         finally:
             self._in_train = False
@@ -361,6 +363,7 @@ class Trainer(TrainerLoss, TrainerEvaluation):
             **({"drop_last": True} if args.dataloader_drop_last else {}),  # (absent: a checkpoint from before it)
             # it changes every loss and gradient (absent when off, as checkpoints from before it was recorded are)
             **({"label_smoothing_factor": args.label_smoothing_factor} if args.label_smoothing_factor else {}),
+            **({"lr_scheduler_kwargs": args.lr_scheduler_kwargs} if args.lr_scheduler_kwargs else {}),  # (as above)
             "data_collator": {type(self.data_collator).__qualname__: collator},
             "model": config.to_dict() if hasattr(config, "to_dict") else None}}
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import json
 import math
 from pathlib import Path
 from typing import Any, Literal
@@ -17,13 +18,14 @@ import torch
 from bertkit._hardware import resolve_device
 from bertkit._parallel import info_from_env
 from bertkit.errors import BertkitError
-from bertkit.settings import TrainingSettings
+from bertkit.settings import LR_SCHEDULES, TrainingSettings
 from bertkit.settings.fields import at_least_one, between, flag, in_seed_range, redefault
+from bertkit.training.optim import schedule_options
 
 # Every transformers TrainingArguments field bertkit does not implement, under transformers' default (checked against
 # the installed transformers by tests/test_trainer.py); any other value is refused, with ADVICE where there is one.
 _NOT_IMPLEMENTED: tuple[tuple[Any, tuple[str, ...]], ...] = (
-    (None, ("lr_scheduler_kwargs", "optim_args", "optim_target_modules", "tf32", "activation_checkpointing",
+    (None, ("optim_args", "optim_target_modules", "tf32", "activation_checkpointing",
             "activation_checkpointing_kwargs", "gradient_checkpointing_kwargs", "torch_compile_backend",
             "torch_compile_mode", "liger_kernel_config", "neftune_noise_alpha", "torch_empty_cache_steps",
             "trackio_space_id", "trackio_bucket_id", "trackio_static_space_id", "hub_token",
@@ -49,6 +51,14 @@ _NOT_IMPLEMENTED: tuple[tuple[Any, tuple[str, ...]], ...] = (
 REFUSED: dict[str, Any] = {name: default for default, names in _NOT_IMPLEMENTED for name in names}
 # values transformers' __post_init__ turns into the default (include_num_input_tokens_seen=False is "no"): accepted as it
 SAME_AS_DEFAULT: dict[str, tuple[Any, ...]] = {"include_num_input_tokens_seen": (False,)}
+# transformers' schedules bertkit does not have, and why
+_OTHER_SCHEDULES = {
+    "reduce_lr_on_plateau": "it lowers the rate on the evaluations' metric, not by step",
+    "cosine_with_min_lr": "'cosine' decays to 0",
+    "cosine_warmup_with_min_lr": "'cosine' decays to 0",
+    "warmup_stable_decay": "'constant_with_warmup' keeps the peak; 'linear' or 'cosine' decay over the whole run",
+    "greedy": "it adapts the rate to the training loss",
+}
 _HUB = "save with trainer.save_model(DIR) and upload DIR with huggingface_hub"
 _DIST = "bertkit runs data-parallel under torchrun on its own (docs/distributed.md)"
 ADVICE = {  # by the start of the name
@@ -129,6 +139,10 @@ class TrainingArguments(TrainingSettings):
     """Read by example scripts, not by the Trainer (as in transformers)."""
     do_eval: bool = False
     do_predict: bool = False
+    lr_scheduler_kwargs: dict | str | None = None
+    """The schedule's options, as transformers takes them (a dict, or its JSON text): cosine's and
+    cosine_with_restarts' ``num_cycles``, polynomial's ``lr_end`` and ``power``, inverse_sqrt's ``timescale``; one
+    the schedule does not take is refused by name."""
 
     def __post_init__(self) -> None:
         if self.output_dir is None:
@@ -143,7 +157,27 @@ class TrainingArguments(TrainingSettings):
             raise BertkitError("save_strategy 'best' is not implemented: use load_best_model_at_end=True")
         self.device = "cpu" if self.use_cpu else "auto"  # CUDA when present (the one place the Trainer decides)
         self.progress = not self.disable_tqdm
+        schedule = getattr(self.lr_scheduler_type, "value", self.lr_scheduler_type)  # transformers' SchedulerType
+        if schedule in _OTHER_SCHEDULES:
+            raise BertkitError(f"lr_scheduler_type {schedule!r} is not implemented in bertkit ({_OTHER_SCHEDULES[schedule]}); "
+                               f"choose one of {', '.join(LR_SCHEDULES)}")
+        self.lr_scheduler_type = schedule
+        optim = getattr(self.optim, "value", self.optim)  # transformers' OptimizerNames
+        if isinstance(optim, str) and optim not in ("adamw", "adamw_torch", "adamw_torch_fused"):
+            raise BertkitError(f"optim {optim!r} is not implemented in bertkit: its loop trains with torch.optim.AdamW "
+                               "(optim 'adamw_torch' or 'adamw_torch_fused', the same update; set adam_beta1, "
+                               "adam_beta2, adam_epsilon and weight_decay), or train with transformers' Trainer for "
+                               "another optimiser")
+        self.optim = optim
+        if isinstance(self.lr_scheduler_kwargs, str):  # a command line's JSON text, as transformers reads it
+            try:
+                self.lr_scheduler_kwargs = json.loads(self.lr_scheduler_kwargs)
+            except json.JSONDecodeError:
+                raise BertkitError(f"lr_scheduler_kwargs {self.lr_scheduler_kwargs!r} is neither a dict nor its JSON "
+                                   "text; give e.g. {\"num_cycles\": 2}") from None
         super().__post_init__()  # each field's type, then its check
+        self.lr_scheduler_kwargs = dict(self.lr_scheduler_kwargs or {})
+        schedule_options(self.lr_scheduler_type, self.lr_scheduler_kwargs)  # a name or value it cannot take: now
         self._check_best_model()
         if self.bf16_full_eval and self.fp16_full_eval:
             raise BertkitError("bf16_full_eval and fp16_full_eval are both set; choose one")
