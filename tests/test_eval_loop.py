@@ -48,9 +48,13 @@ def test_rows_come_back_in_input_order_and_a_nan_or_inf_stops_the_run_naming_its
     out = run_length_sorted(lambda batch, r: list(batch["x"].numpy()), rows, batch_size=2, pad=_pad,
                             lengths=rows)
     assert [float(o[0]) for o in out] == [3.0, 1.0, 2.0, 5.0, 4.0]
-    masked = run_length_sorted(lambda batch, r: [np.array([-np.inf])] * len(r), rows, batch_size=2, pad=_pad,
+    masked = run_length_sorted(lambda batch, r: [np.array([-np.inf, 0.0])] * len(r), rows, batch_size=2, pad=_pad,
                                lengths=rows, nonfinite=lambda i: f"row {i}")
-    assert len(masked) == 5  # -inf is a masked position, not a divergence
+    assert len(masked) == 5  # -inf beside a finite score is a masked position, not a divergence
+    # -inf at every label is an overflow: its softmax is NaN and its argmax the first label
+    with pytest.raises(NonFiniteError, match="^row 1$"):
+        run_length_sorted(lambda batch, r: [np.array([-np.inf, -np.inf])] * len(r), rows, batch_size=2, pad=_pad,
+                          lengths=rows, nonfinite=lambda i: f"row {i}")
     # by length the batches are rows [1, 2], [0, 4], [3]: row 4 (length 4) is the first bad row that runs
     with pytest.raises(NonFiniteError, match="^row 4$"):
         run_length_sorted(lambda batch, r: [np.array([np.nan if x >= 4 else 0.0]) for x in r], rows, batch_size=2,
