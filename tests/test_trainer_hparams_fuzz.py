@@ -6,8 +6,8 @@ per-sequence ones, label smoothing, fractional epochs or max_steps, batches that
 data_seed, and the logging, evaluation and saving cadences as counts and shares. Each draw compares every logged
 record (losses within 1e-5, learning rates exactly, gradient norms within 1e-4), the best checkpoint, the
 checkpoints left and the final weights, on a tiny seeded 2-layer model (dropout off) and SST-2 / CoNLL-2003 rows.
-Left out of the draws as documented differences: save_total_limit=1 beside a best checkpoint (bertkit keeps both),
-group_by_length (bertkit's own order)."""
+Left out of the draws as documented differences: save_total_limit=1 beside a best checkpoint (bertkit keeps both);
+group_by_length has its own draws (test_length_grouped_fuzz.py)."""
 
 from __future__ import annotations
 

@@ -62,6 +62,7 @@ from bertkit.training.checkpoint import (
     remove_torn_writes,
 )
 from bertkit.training.distributed import agree, current, join_for_process
+from bertkit.training.length_grouped import LengthGroupedOrder, row_lengths
 from bertkit.training.loop import LoopHooks, Phase, Position, train
 from bertkit.training.run_setup import run_fingerprint
 from bertkit.training.token_loss import forward_parameters
@@ -260,9 +261,15 @@ class Trainer(TrainerLoss, TrainerEvaluation):
             if self.args.dataloader_drop_last else None
 
     def _order(self, examples: Sequence) -> Callable[[int], Sequence[int]]:
+        if self.args.train_sampling_strategy == "group_by_length":  # megabatches of the accumulated batch
+            names = getattr(self.processing_class, "model_input_names", None) or ["input_ids"]
+            column = "length" if trainer_data.is_hf_dataset(self.train_dataset) else None
+            self._grouped = LengthGroupedOrder(row_lengths(examples, column, names[0]), self.args.
+                                               per_device_train_batch_size * self.args.gradient_accumulation_steps,
+                                               current().world_size)
+            return self._grouped.order
         seed = self.args.data_seed if self.args.data_seed is not None else self.args.seed
-        return trainer_data.train_order(examples, self.args.train_sampling_strategy, seed,
-                                        self.args.per_device_train_batch_size * current().world_size)
+        return trainer_data.train_order(examples, self.args.train_sampling_strategy, seed)
 
     # -- training ------------------------------------------------------------------------------------------
     def train(self, resume_from_checkpoint: str | Path | bool | None = None,
@@ -298,6 +305,8 @@ class Trainer(TrainerLoss, TrainerEvaluation):
         fingerprint = self._fingerprint(examples, total, info.world_size)
         if resume is not None:  # checked before anything is written (the loop checks it again, reading it all)
             refuse_other_run(resume, run_fingerprint(settings, fingerprint))
+            if self._grouped is not None:
+                self._grouped.load(resume)
 
         self.state = self._new_state(total, per_epoch, resume)
         self.control = TrainerControl()
@@ -342,6 +351,7 @@ class Trainer(TrainerLoss, TrainerEvaluation):
 
     _schedule_steps: int | None = None  # the schedule's length, where it is not the run's (loop.LoopHooks)
     _trained = False  # a train() call has reached the loop (and built an optimiser transformers would keep)
+    _grouped: LengthGroupedOrder | None = None  # group_by_length's order, drawn as each epoch begins
 
     def _parameter_groups(self) -> list[dict] | None:
         """The optimiser's parameter groups; None: the loop's (the model's, at one rate, transformers' decay rule)."""
@@ -428,6 +438,8 @@ class Trainer(TrainerLoss, TrainerEvaluation):
             self._name_best_checkpoint()
         if name == "epoch_begin" and pos.batch == 0:  # not where a resumed epoch goes on: it drew at its start
             trainer_data.loader_draw()
+            if self._grouped is not None:
+                self._grouped.begin_epoch(pos.epoch)
         self._event(f"on_{name}")
         # where transformers evaluates it: after on_train_begin, through evaluate(); a resumed run has it in the
         # log it continues
@@ -482,6 +494,8 @@ class Trainer(TrainerLoss, TrainerEvaluation):
             self.processing_class.save_pretrained(directory)
         self.state.stateful_callbacks = callback_states(self.callbacks)
         self.state.save_to_json(directory / TRAINER_STATE)  # as transformers writes a checkpoint's
+        if self._grouped is not None:
+            self._grouped.save(directory)
 
     # -- the example scripts' reports (transformers' trainer_pt_utils helpers): rank 0 prints and writes ----------
     def is_world_process_zero(self) -> bool:

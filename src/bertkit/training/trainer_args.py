@@ -110,7 +110,7 @@ class TrainingArguments(TrainingSettings):
     disable_tqdm: bool | None = None
     train_sampling_strategy: Literal["random", "sequential", "group_by_length"] = "random"
     """random: transformers' order (a RandomSampler seeded from data_seed or seed); sequential: the dataset's
-    order; group_by_length: bertkit's length-grouped order (less padding, faster; a different order)."""
+    order; group_by_length: transformers' LengthGroupedSampler's order (less padding; docs/coming-from-transformers.md)."""
     prediction_loss_only: bool = False
     """evaluate() and predict() return the loss alone: no predictions, no labels, no compute_metrics."""
     eval_do_concat_batches: bool = True

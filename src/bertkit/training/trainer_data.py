@@ -273,27 +273,14 @@ def evaluated_rows(rows: int, size: int, world_size: int, drop_last: bool) -> in
     return whole_batches(rows, size, "the evaluation data", "per_device_eval_batch_size") * size
 
 
-def train_order(examples: Sequence, strategy: str, seed: int, group: int) -> Callable[[int], Sequence[int]]:
+def train_order(examples: Sequence, strategy: str, seed: int) -> Callable[[int], Sequence[int]]:
     """Each epoch's order of the rows (``train_sampling_strategy``): "sequential"; "random", transformers' Trainer's (a
     RandomSampler that accelerate's SeedableRandomSampler reseeds with seed + epoch before each epoch: data_seed, or
-    torch's initial seed, which set_seed(seed) made seed); or length-grouped in global batches of ``group`` rows."""
+    torch's initial seed, which set_seed(seed) made seed). "group_by_length" is ``length_grouped``'s."""
     n = len(examples)
     if strategy == "sequential":
         return lambda epoch: range(n)
-    if strategy == "random":
-        return lambda epoch: torch.randperm(n, generator=torch.Generator().manual_seed(seed + epoch)).tolist()
-    lengths = [len(examples[i]["input_ids"]) for i in range(n)]
-
-    def grouped(epoch: int) -> list[int]:
-        # bertkit's length-grouped order: shuffle, sort windows of 50 batches by length, shuffle the batches
-        g = torch.Generator().manual_seed(seed + epoch)
-        order = torch.randperm(n, generator=g).tolist()
-        window = group * 50
-        order = [i for s in range(0, n, window) for i in sorted(order[s:s + window], key=lambda i: -lengths[i])]
-        batches = [order[s:s + group] for s in range(0, n, group)]
-        return [i for b in torch.randperm(len(batches), generator=g).tolist() for i in batches[b]]
-
-    return grouped
+    return lambda epoch: torch.randperm(n, generator=torch.Generator().manual_seed(seed + epoch)).tolist()
 
 
 def check_batch(collator: Any, first: Any, what: str, forward_args: Sequence[str], label_names: Sequence[str] | None,

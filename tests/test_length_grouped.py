@@ -1,0 +1,70 @@
+"""train_sampling_strategy="group_by_length" draws transformers' LengthGroupedSampler's order: the same rows in
+each batch, from torch's global generator as each epoch begins, and a resumed run the uninterrupted run's order."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+import torch
+
+from bertkit.errors import BertkitError
+from bertkit.training.length_grouped import LengthGroupedOrder, grouped_indices, row_lengths
+
+pytest.importorskip("transformers")
+from transformers.trainer_pt_utils import LengthGroupedSampler, get_length_grouped_indices  # noqa: E402
+
+
+def test_grouped_indices_are_transformers_for_drawn_lengths_and_batches():
+    """Batch sizes that do not divide the data, one to more than 50 megabatches, ties in length (a stable sort and
+    the first of equal maxima). bertkit drew its own order before: shuffled windows of 50 batches, the batches
+    shuffled again (for 40 rows, batch 4, seed 0, its first batch shared no row with transformers')."""
+    r = random.Random(0)
+    for _ in range(200):
+        n, batch = r.randint(1, 600), r.choice([1, 2, 3, 4, 5, 8, 12])
+        lengths = [r.randint(3, r.choice([4, 10, 128])) for _ in range(n)]
+        seed = r.randint(0, 2**31)
+        ours = grouped_indices(lengths, batch, torch.Generator().manual_seed(seed))
+        assert ours == get_length_grouped_indices(lengths, batch, generator=torch.Generator().manual_seed(seed)), \
+            (n, batch, seed)
+
+
+def test_each_epoch_draws_from_the_global_generator_as_transformers_sampler_does():
+    lengths = [random.Random(1).randint(2, 40) for _ in range(37)]
+    torch.manual_seed(5)
+    grouped = LengthGroupedOrder(lengths, 6, world_size=1)
+    ours = []
+    for epoch in range(3):
+        grouped.begin_epoch(epoch)
+        ours.append(grouped.order(epoch))
+    after = torch.rand(1)
+    torch.manual_seed(5)
+    theirs = [list(LengthGroupedSampler(6, lengths=lengths)) for _ in range(3)]
+    assert ours == theirs and torch.equal(after, torch.rand(1))  # and the generator moved on as far
+
+
+def test_a_resumed_run_draws_the_epoch_its_checkpoint_was_written_in(tmp_path):
+    lengths = list(range(3, 40))
+    torch.manual_seed(2)
+    grouped = LengthGroupedOrder(lengths, 4, world_size=1)
+    grouped.begin_epoch(1)
+    first = grouped.order(1)
+    grouped.save(tmp_path)
+    torch.rand(100)  # the epoch's steps (dropout) move the global generator on
+    resumed = LengthGroupedOrder(lengths, 4, world_size=1)
+    resumed.load(tmp_path)
+    assert resumed.order(1) == first
+    with pytest.raises(BertkitError, match="was not drawn"):
+        resumed.order(2)
+    with pytest.raises(BertkitError, match=r"holds no length_grouped_rng\.pt.*resume it with the strategy"):
+        resumed.load(tmp_path / "elsewhere")
+
+
+def test_refusals_name_the_value_and_the_fix():
+    with pytest.raises(BertkitError, match=r"under torchrun \(2 processes\).*train_sampling_strategy='random'"):
+        LengthGroupedOrder([3, 4], 2, world_size=2)
+    with pytest.raises(BertkitError, match=r"its 'input_ids'.*hold \['text'\].*tokenize the data first"):
+        row_lengths([{"text": "a"}], None, "input_ids")
+    # the length column where the data has one, else the first model input's length
+    assert row_lengths([{"input_ids": [1, 2, 3], "length": 9}], "length", "input_ids") == [9]
+    assert row_lengths([{"input_ids": [1, 2, 3], "length": 9}], None, "input_ids") == [3]

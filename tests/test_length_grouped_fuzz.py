@@ -1,0 +1,98 @@
+"""bertkit.Trainer against transformers' Trainer under train_sampling_strategy="group_by_length" on randomly drawn
+runs: seeds and data_seed, batch sizes that do not divide the data, gradient accumulation, dataloader_drop_last,
+fractional and several epochs, SST-2 rows with and without a "length" column, a tiny model with dropout on (so each
+epoch's order hangs on the dropout draws before it). The rows each step's batches hold and every logged loss must be
+transformers'; a run resumed from a mid-epoch checkpoint must see the uninterrupted run's batches and losses.
+bertkit drew its own length-grouped order before (no batch of the first step shared with transformers')."""
+
+from __future__ import annotations
+
+import csv
+import random
+import shutil
+from pathlib import Path
+
+import pytest
+import torch
+
+import bertkit
+
+transformers = pytest.importorskip("transformers")
+datasets = pytest.importorskip("datasets")
+pytest.importorskip("accelerate")
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(scope="module")
+def sst(data_dir):
+    with open(data_dir / "glue/SST-2/dev.tsv", encoding="utf-8-sig") as f:
+        return [{"text": r[0], "label": int(r[1])} for r in list(csv.reader(f, delimiter="\t", quotechar=None))[1:]]
+
+
+@pytest.fixture(scope="module")
+def tiny(minilm_dir, tmp_path_factory) -> Path:
+    tokenizer = transformers.BertTokenizerFast.from_pretrained(minilm_dir)
+    torch.manual_seed(0)
+    config = transformers.BertConfig(vocab_size=len(tokenizer), hidden_size=16, num_hidden_layers=1,
+                                     num_attention_heads=2, intermediate_size=32, num_labels=2)
+    path = tmp_path_factory.mktemp("grouped") / "tiny"
+    transformers.BertForSequenceClassification(config).save_pretrained(path)
+    tokenizer.save_pretrained(path)
+    return path
+
+
+def _draw(r: random.Random) -> tuple[dict, int, bool]:
+    args = dict(train_sampling_strategy="group_by_length", learning_rate=1e-3, seed=r.randint(0, 999),
+                per_device_train_batch_size=r.choice([1, 2, 3, 4, 5, 7, 8]), dataloader_drop_last=r.random() < 0.3,
+                gradient_accumulation_steps=r.choice([1, 1, 2, 3]), num_train_epochs=r.choice([1, 2, 3, 1.5]))
+    if r.random() < 0.4:
+        args["data_seed"] = r.randint(0, 999)
+    return args, r.choice([5, 9, 17, 33, 60, 130]), r.random() < 0.5
+
+
+def _run(lib, path: Path, args: dict, rows: list, with_length: bool, out: Path, resume: bool = False):
+    tokenizer = lib.AutoTokenizer.from_pretrained(path)
+    features = []
+    for row in rows:
+        enc = tokenizer(row["text"], truncation=True, max_length=24)
+        features.append({**{k: enc[k] for k in ("input_ids", "token_type_ids", "attention_mask")},
+                         "label": row["label"], **({"length": len(enc["input_ids"])} if with_length else {})})
+    row_of = {tuple(f["input_ids"]): i for i, f in enumerate(features)}
+    model, seen = lib.AutoModelForSequenceClassification.from_pretrained(path), []
+    if lib is bertkit:
+        model.bert.layout = "padded"  # dropout's masks over the padded rectangle, as transformers draws them
+
+    def record(module, positional, kwargs):
+        if module.training:
+            seen.append([row_of[tuple(ids[mask.bool()].tolist())]
+                         for ids, mask in zip(kwargs["input_ids"], kwargs["attention_mask"])])
+
+    model.register_forward_pre_hook(record, with_kwargs=True)
+    trainer = lib.Trainer(model=model, args=lib.TrainingArguments(
+        output_dir=str(out), report_to="none", use_cpu=True, disable_tqdm=True, logging_steps=1, save_steps=2,
+        save_strategy="steps" if lib is bertkit else "no", **args),
+        train_dataset=datasets.Dataset.from_list(features), data_collator=lib.DataCollatorWithPadding(tokenizer),
+        processing_class=tokenizer)
+    if lib is transformers and args["gradient_accumulation_steps"] > 1:
+        trainer.model_accepts_loss_kwargs = False  # transformers' rule for a loss that takes no loss kwargs
+    trainer.train(resume_from_checkpoint=resume or None)
+    return seen, [h["loss"] for h in trainer.state.log_history if "loss" in h]
+
+
+@pytest.mark.parametrize("draw", (2, 3, 5, 8, 9))
+def test_drawn_runs_see_transformers_batches_and_resume_in_the_same_order(draw, sst, tiny, tmp_path):
+    r = random.Random(draw)
+    args, n, with_length = _draw(r)
+    rows = r.sample(sst, n)
+    where = f"draw {draw}: {n} rows, length column {with_length}, {args}"
+    ours, theirs = (_run(lib, tiny, args, rows, with_length, tmp_path / lib.__name__)
+                    for lib in (bertkit, transformers))
+    assert ours[0] == theirs[0], where
+    assert ours[1] == pytest.approx(theirs[1], rel=1e-5, abs=1e-6), where
+    # resumed from a mid-run checkpoint (every 2nd step), without the checkpoints after it
+    out = tmp_path / "bertkit"
+    steps = sorted(int(p.name.split("-")[1]) for p in out.glob("checkpoint-*"))
+    for later in steps[1:]:
+        shutil.rmtree(out / f"checkpoint-{later}")
+    again = _run(bertkit, tiny, args, rows, with_length, out, resume=True)
+    assert again[0] == ours[0][len(ours[0]) - len(again[0]):] and again[1] == ours[1], (where, steps[0])
