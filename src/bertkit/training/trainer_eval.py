@@ -28,6 +28,7 @@ from bertkit.inference.runner import in_order
 from bertkit.training import predictions, trainer_data
 from bertkit.training.callbacks import EvalPrediction, PredictionOutput, best_metric_value, metric_key
 from bertkit.training.distributed import current
+from bertkit.training.length_grouped import grouped_indices, row_lengths
 
 logger = logging.getLogger("bertkit")
 
@@ -161,7 +162,25 @@ class TrainerEvaluation:
         the padding of its batch."""
         info, size = current(), self.args.per_device_eval_batch_size
         rows = trainer_data.evaluated_rows(len(dataset), size, info.world_size, self.args.dataloader_drop_last)
+        if self.args.train_sampling_strategy == "group_by_length":
+            return self._grouped_eval_batches(dataset, rows)
         return in_order(range(rows), size)[info.rank::info.world_size]
+
+    def _grouped_eval_batches(self, dataset: Sequence, rows: int) -> list[list[int]]:
+        """Under group_by_length transformers evaluates (and predicts) in a LengthGroupedSampler's order too, from a
+        generator seeded with data_seed or seed at each evaluation: a token task's eval_loss (a mean per batch) is
+        that order's, and predictions and label_ids come back in it, not in the dataset's order."""
+        if current().world_size > 1:
+            raise BertkitError(
+                f"train_sampling_strategy='group_by_length' in an evaluation or predict() under torchrun "
+                f"({current().world_size} processes) is not implemented: set train_sampling_strategy='random'")
+        examples = self._examples(dataset, "eval_dataset")
+        names = getattr(self.processing_class, "model_input_names", None) or ["input_ids"]
+        lengths = row_lengths(examples, "length" if trainer_data.is_hf_dataset(dataset) else None, names[0])
+        seed = self.args.data_seed if self.args.data_seed is not None else self.args.seed
+        size = self.args.per_device_eval_batch_size
+        order = grouped_indices(lengths, size, torch.Generator().manual_seed(seed))[:rows]
+        return [order[s:s + size] for s in range(0, rows, size)]
 
     def _prediction_parts(self, examples: Sequence, module: nn.Module | None, events: bool,
                           batches: list[list[int]], inputs: bool = False, keep_batch: bool = False,
