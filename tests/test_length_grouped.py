@@ -91,3 +91,12 @@ def test_evaluation_batches_are_transformers_eval_samplers(tiny_model, tmp_path)
             seeds.get("data_seed", seeds["seed"]))))
         kept = len(rows) // size * size if drop else len(rows)
         assert trainer._eval_batches(rows) == [order[s:s + size] for s in range(0, kept, size)], (size, seeds)
+
+
+def test_transformers_4_spelling_is_refused_naming_the_new_one(tmp_path):
+    """group_by_length=True (transformers 4) was refused as an unknown argument with no pointer to its new name."""
+    import bertkit
+
+    with pytest.raises(BertkitError, match=r"group_by_length=True, transformers 4's spelling.*use "
+                                           r"train_sampling_strategy='group_by_length'"):
+        bertkit.TrainingArguments(output_dir=str(tmp_path), group_by_length=True)

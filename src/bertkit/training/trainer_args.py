@@ -213,6 +213,8 @@ class TrainingArguments(TrainingSettings):
 
 
 _dataclass_init = TrainingArguments.__init__
+# transformers 4's arguments that 5 renamed (and refuses by the old name)
+_OLD_SPELLINGS = {"group_by_length": "train_sampling_strategy='group_by_length'"}
 
 
 def _checked_init(self: TrainingArguments, output_dir: str | Path | None = None, **kwargs: Any) -> None:
@@ -228,6 +230,9 @@ def _checked_init(self: TrainingArguments, output_dir: str | Path | None = None,
             advice = next((a for start, a in ADVICE.items() if name.startswith(start)), "drop this argument")
             raise BertkitError(f"TrainingArguments: {name}={kwargs[name]!r} is a transformers argument bertkit "
                                f"does not implement: {advice}")
+        if name in _OLD_SPELLINGS:
+            raise BertkitError(f"TrainingArguments got {name}={kwargs[name]!r}, transformers 4's spelling (transformers "
+                               f"5 refuses it too): use {_OLD_SPELLINGS[name]}")
         near = difflib.get_close_matches(name, sorted(known | set(REFUSED)), n=3)
         raise BertkitError(f"TrainingArguments got an unknown argument {name!r}"
                            + (f"; did you mean {', '.join(near)}?" if near else "")
