@@ -100,3 +100,34 @@ def test_transformers_4_spelling_is_refused_naming_the_new_one(tmp_path):
     with pytest.raises(BertkitError, match=r"group_by_length=True, transformers 4's spelling.*use "
                                            r"train_sampling_strategy='group_by_length'"):
         bertkit.TrainingArguments(output_dir=str(tmp_path), group_by_length=True)
+
+
+def test_sentence_trainers_train_in_sentence_transformers_order_whatever_the_strategy(tiny_checkpoint, minilm_dir,
+                                                                                     tmp_path, caplog):
+    """sentence-transformers' trainers never read train_sampling_strategy (their batch_sampler shuffles); bertkit's
+    trained in the dataset's order under "sequential" and in a length-grouped one under "group_by_length", with
+    other losses and no word. Now they train as under "random", with a warning naming the argument."""
+    from bertkit.sentence import (
+        SentenceTransformer,
+        SentenceTransformerTrainer,
+        SentenceTransformerTrainingArguments,
+        losses,
+        models,
+    )
+
+    path = tiny_checkpoint(tmp_path / "base", "BertModel", tokenizer=minilm_dir)
+    pairs = [{"anchor": f"question number {i} " * (i % 4 + 1), "positive": f"passage {i}"} for i in range(10)]
+    logged = {}
+    for strategy in ("random", "sequential", "group_by_length"):
+        word = models.Transformer(str(path), max_seq_length=16)
+        model = SentenceTransformer(modules=[word, models.Pooling(word.get_word_embedding_dimension())])
+        trainer = SentenceTransformerTrainer(
+            model=model, loss=losses.MultipleNegativesRankingLoss(model), train_dataset=pairs,
+            args=SentenceTransformerTrainingArguments(
+                output_dir=str(tmp_path / strategy), report_to="none", use_cpu=True, disable_tqdm=True, seed=3,
+                per_device_train_batch_size=4, max_steps=3, logging_steps=1, train_sampling_strategy=strategy))
+        caplog.clear()
+        trainer.train()
+        logged[strategy] = [h["loss"] for h in trainer.state.log_history if "loss" in h]
+        assert (f"does not read train_sampling_strategy={strategy!r}" in caplog.text) == (strategy != "random")
+    assert logged["sequential"] == logged["group_by_length"] == logged["random"]

@@ -239,6 +239,8 @@ class SentenceTransformerTrainer(Trainer):
     """Train a ``SentenceTransformer`` with a bertkit.sentence loss on a dataset whose columns are the loss's
     inputs in order; see the module docstring. Without ``loss``, CoSENTLoss (sentence-transformers' default)."""
 
+    _reads_sampling_strategy = False  # as sentence-transformers': its batch_sampler alone orders the rows
+
     model_class: ClassVar[type[nn.Module]] = SentenceTransformer
     # sentence-transformers' compute_loss calls the loss on the batch's features: an override of it written for that
     # would get the Trainer's (model, batch) call

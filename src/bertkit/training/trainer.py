@@ -261,7 +261,9 @@ class Trainer(TrainerLoss, TrainerEvaluation):
             if self.args.dataloader_drop_last else None
 
     def _order(self, examples: Sequence) -> Callable[[int], Sequence[int]]:
-        if self.args.train_sampling_strategy == "group_by_length":  # megabatches of the accumulated batch
+        strategy = trainer_data.sampling_strategy(self.args.train_sampling_strategy, type(self).__name__,
+                                                  self._reads_sampling_strategy)
+        if strategy == "group_by_length":  # megabatches of the accumulated batch
             names = getattr(self.processing_class, "model_input_names", None) or ["input_ids"]
             column = "length" if trainer_data.is_hf_dataset(self.train_dataset) else None
             self._grouped = LengthGroupedOrder(row_lengths(examples, column, names[0]), self.args.
@@ -269,7 +271,7 @@ class Trainer(TrainerLoss, TrainerEvaluation):
                                                current().world_size)
             return self._grouped.order
         seed = self.args.data_seed if self.args.data_seed is not None else self.args.seed
-        return trainer_data.train_order(examples, self.args.train_sampling_strategy, seed)
+        return trainer_data.train_order(examples, strategy, seed)
 
     # -- training ------------------------------------------------------------------------------------------
     def train(self, resume_from_checkpoint: str | Path | bool | None = None,
@@ -352,6 +354,7 @@ class Trainer(TrainerLoss, TrainerEvaluation):
     _schedule_steps: int | None = None  # the schedule's length, where it is not the run's (loop.LoopHooks)
     _trained = False  # a train() call has reached the loop (and built an optimiser transformers would keep)
     _grouped: LengthGroupedOrder | None = None  # group_by_length's order, drawn as each epoch begins
+    _reads_sampling_strategy = True  # sentence-transformers' trainers never read train_sampling_strategy
 
     def _parameter_groups(self) -> list[dict] | None:
         """The optimiser's parameter groups; None: the loop's (the model's, at one rate, transformers' decay rule)."""

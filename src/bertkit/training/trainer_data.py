@@ -273,6 +273,16 @@ def evaluated_rows(rows: int, size: int, world_size: int, drop_last: bool) -> in
     return whole_batches(rows, size, "the evaluation data", "per_device_eval_batch_size") * size
 
 
+def sampling_strategy(strategy: str, trainer: str, reads: bool) -> str:
+    """The training order's strategy: ``strategy``, or "random" for a trainer that does not read it (``reads``
+    False: sentence-transformers' trainers shuffle with their default batch_sampler whatever it says)."""
+    if reads or strategy == "random":
+        return strategy
+    logger.warning("%s trains in sentence-transformers' order, which does not read train_sampling_strategy=%r: "
+                   "its batch_sampler draws the batches (shuffled); drop train_sampling_strategy", trainer, strategy)
+    return "random"
+
+
 def train_order(examples: Sequence, strategy: str, seed: int) -> Callable[[int], Sequence[int]]:
     """Each epoch's order of the rows (``train_sampling_strategy``): "sequential"; "random", transformers' Trainer's (a
     RandomSampler that accelerate's SeedableRandomSampler reseeds with seed + epoch before each epoch: data_seed, or
