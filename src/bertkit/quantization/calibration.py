@@ -93,8 +93,7 @@ def _refuse_overflow(encoder: BertModel, batch: Mapping[str, Tensor], targets: l
         shown = "NaN" if bool(values.isnan().any()) else "inf"
         raise NonFiniteError(
             f"calibration input {rows_before + r}: layer {bad[0]}'s {bad[1]} input holds {shown} in the float model, "
-            "so no int8 scale can be measured (an infinity became the largest smoothing factor, a NaN a NaN scale) and "
-            "nothing was quantized: the checkpoint's activations overflow float32 on it (weights broken, or scaled "
+            "so no int8 scale can be measured from it and nothing was quantized: the checkpoint's activations overflow float32 on it (weights broken, or scaled "
             "past float32's range: its float outputs are not finite either); calibrate on texts whose activations "
             "stay finite, or use a checkpoint whose outputs are finite", index=rows_before + r)
     raise NonFiniteError(f"calibration inputs {rows_before} to {rows_before + len(batch['input_ids']) - 1}: the float "
