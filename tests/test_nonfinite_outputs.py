@@ -7,8 +7,10 @@ JSON."""
 
 from __future__ import annotations
 
+import json
 import math
 import re
+import shutil
 
 import numpy as np
 import pytest
@@ -322,3 +324,38 @@ def test_cross_encoder_scores_of_logits_minus_infinity_are_nan(tmp_path, tiny_ch
         three.model.classifier.bias[0] = -math.inf
     scores = three.predict([("hello", "world")], apply_softmax=True)
     assert scores[0][0] == 0.0 and scores.sum() == pytest.approx(1.0)
+
+
+def test_a_json_report_writes_nan_and_infinity_as_null(tmp_path):
+    """Python's NaN token is no JSON: jq, JavaScript and bertkit's own JSONL reader refuse a file holding one."""
+    from bertkit.outputs import atomic_write_json
+
+    path = atomic_write_json(tmp_path / "r.json", {"dev": {"pearson": math.nan, "x": np.float64(-math.inf)},
+                                                   "per_epoch": [{"f1": math.inf}, {"f1": 0.5}], "steps": (2, 0.25)})
+    strict = json.loads(path.read_text(), parse_constant=lambda c: pytest.fail(f"{c} written to the JSON"))
+    assert strict == {"dev": {"pearson": None, "x": None}, "per_epoch": [{"f1": None}, {"f1": 0.5}], "steps": [2, 0.25]}
+
+
+def test_finetune_report_of_an_evaluation_scoring_nan_is_json(minilm_2_layers, data_dir, tmp_path):
+    """STS-B predictions all equal at the first evaluation (a pooler of zeros: every input pools to the same vector)
+    score Pearson NaN there; report.json held the token NaN, which no strict JSON reader reads."""
+    from safetensors.torch import load_file, save_file
+
+    from bertkit.cli import main
+
+    model = tmp_path / "model"
+    shutil.copytree(minilm_2_layers, model)
+    weights = load_file(model / "model.safetensors")
+    key = next(k for k in weights if k.endswith("pooler.dense.weight"))
+    weights[key] = torch.zeros_like(weights[key])
+    save_file(weights, model / "model.safetensors")
+    out = tmp_path / "out"
+    assert main(["finetune", "glue", "--task", "stsb", "--data-dir", str(data_dir / "glue"), "--model", str(model),
+                 "--out", str(out), "--learning-rate", "1e-4", "--seeds", "1", "--max-train-samples", "16",
+                 "--max-eval-samples", "20", "--max-steps", "2", "--eval-strategy", "steps", "--eval-steps", "1",
+                 "--batch-size", "8", "--no-progress", "--device", "cpu"]) == 0
+    report = json.loads((out / "report.json").read_text(), parse_constant=lambda c: pytest.fail(f"{c} in report"))
+    first, last = report["runs"][0]["per_epoch"]
+    assert (first["step"], first["pearson"], first["spearman"]) == (1, None, None)
+    assert last["step"] == 2 and math.isfinite(last["pearson"]) and report["best_run"]["dev"] == {
+        k: last[k] for k in ("pearson", "spearman")}

@@ -50,6 +50,20 @@ class NonFiniteError(BertkitError):
         self.index = index
 
 
+def nonfinite_cause(model: Any = None) -> str:
+    """Why ``model``'s outputs came out NaN or infinite, with the fix. A float16 model overflows past 65504 on
+    finite weights (an activation a float32 model holds easily), where "the weights are broken" sent the user to
+    look for another checkpoint instead of loading this one in float32."""
+    try:
+        dtype = str(next(p.dtype for p in model.parameters() if p.is_floating_point()))
+    except (AttributeError, StopIteration, TypeError):
+        dtype = None
+    if dtype == "torch.float16":
+        return ("the model runs in float16, whose largest value is 65504, and its activations passed it: load it in "
+                "float32 (model.float(), dtype=torch.float32) or in bfloat16, whose range is float32's")
+    return "the checkpoint's weights are broken (a diverged run?): use one whose outputs are finite"
+
+
 def given_path(path: str | os.PathLike, what: str) -> Path:
     """``path`` as a Path, an empty string refused: ``Path("")`` is ".", so the working directory would be read or
     written, unnamed, where no path was given (transformers refuses the name)."""

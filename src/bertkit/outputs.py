@@ -15,6 +15,7 @@ import glob
 import hashlib
 import json
 import logging
+import math
 import os
 import re
 import stat
@@ -234,9 +235,21 @@ def atomic_write_text(path: str | os.PathLike, text: str, encoding: str = "utf-8
 
 def atomic_write_json(path: str | os.PathLike, data: Any, indent: int = 2) -> Path:
     """``data`` as JSON; written into a directory being staged, the paths in it that lead through a staging
-    directory name the directory it becomes (a report names its files where they will be)."""
-    text = json.dumps(data, indent=indent, ensure_ascii=False, default=str)
+    directory name the directory it becomes (a report names its files where they will be). A NaN or an infinity
+    (an evaluation whose predictions were constant: Pearson NaN) is written null: Python's NaN token is no JSON
+    (jq, JavaScript and bertkit's own JSON readers refuse the file), and null keeps it no number."""
+    text = json.dumps(_finite_or_null(data), indent=indent, ensure_ascii=False, default=str, allow_nan=False)
     return atomic_write_text(path, (as_placed(text) if staging_of(Path(path)) is not None else text) + "\n")
+
+
+def _finite_or_null(value: Any) -> Any:
+    if isinstance(value, float):  # numpy's float64 too; float32 and float16 reach default=str as text
+        return value if math.isfinite(value) else None
+    if isinstance(value, dict):
+        return {k: _finite_or_null(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_finite_or_null(v) for v in value]
+    return value
 
 
 _STAGED_NAME = re.compile(r"(?<=/)\.([^/\"\\]+)" + re.escape(dir_lock.STAGING) + r"(?=[/\"\\])")

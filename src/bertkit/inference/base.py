@@ -14,7 +14,7 @@ import numpy as np
 import torch
 from torch import Tensor, nn
 
-from bertkit.errors import BertkitError, MissingFileError, NonFiniteError, is_whole
+from bertkit.errors import BertkitError, MissingFileError, NonFiniteError, is_whole, nonfinite_cause
 from bertkit.hub import download_hint, not_a_directory
 from bertkit.inference.options import Option, checked_flag, refusal
 from bertkit.inference.prepare import check_request, int8_model_request, prepare_model
@@ -291,8 +291,8 @@ class Pipeline:
                 raise NonFiniteError(
                     f"the {self.task} result for input {i} ({str(x)[:60]!r}) holds {where}: the model's outputs for "
                     "it overflowed (to an infinite value or feature, or to -inf for every label or position, whose "
-                    "softmax is NaN and whose pick is no pick), so no result was produced; the checkpoint's weights "
-                    "are broken (a diverged run?): use one whose outputs are finite", index=i)
+                    "softmax is NaN and whose pick is no pick), so no result was produced; "
+                    f"{nonfinite_cause(self.model)}", index=i)
         return results
 
     @torch.inference_mode()
@@ -321,7 +321,7 @@ class Pipeline:
                                     bf16=self.bf16, lengths=[_row_length(r) for r in rows],
                                     longest_first=True, groups=[_group(r) for r in rows], bar=bar,
                                     nonfinite=lambda i: f"the model's output for {self.task} row {i} is not finite "
-                                    "(NaN or inf): the checkpoint's weights are broken; no result was produced")
+                                    f"(NaN or inf), so no result was produced: {nonfinite_cause(self.model)}")
         bar.close()
         return results
 

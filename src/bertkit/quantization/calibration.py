@@ -14,7 +14,7 @@ from pathlib import Path
 import torch
 from torch import Tensor, nn
 
-from bertkit.errors import BertkitError, MissingFileError, is_whole
+from bertkit.errors import BertkitError, MissingFileError, NonFiniteError, is_whole
 from bertkit.modeling import BertModel
 from bertkit.quantization.kernels import SMOOTHING_BOUND
 from bertkit.quantization.projections import get_projection
@@ -33,7 +33,28 @@ def activation_absmax(encoder: BertModel, calibration: Iterable[Mapping[str, Ten
                       targets: list[tuple[int, str]]) -> dict[tuple[int, str], Tensor]:
     """Per-input-channel max |x| entering each target projection over the calibration batches (each a dict
     with ``input_ids`` and ``attention_mask``, optionally ``token_type_ids``; computed in the unpadded layout, so
-    the statistics are over real tokens only)."""
+    the statistics are over real tokens only). A NaN or an infinity there is refused (``NonFiniteError``, its
+    ``index`` the row over all batches): clamped, an infinity became the largest smoothing factor and a NaN a NaN
+    scale, and ``bertkit quantize`` wrote either to the int8 file as if measured."""
+    stats: dict[tuple[int, str], Tensor] = {}
+    rows = 0
+    for batch in calibration:
+        if not isinstance(batch, Mapping) or "input_ids" not in batch or "attention_mask" not in batch:
+            raise BertkitError("each calibration batch must be a dict with input_ids and attention_mask "
+                               "(and optionally token_type_ids): use calibration_batches(tokenizer, texts)")
+        measured = _batch_absmax(encoder, batch, targets)
+        if not all(bool(torch.isfinite(m).all()) for m in measured.values()):
+            _refuse_overflow(encoder, batch, targets, rows)
+        stats = measured if not stats else {k: torch.maximum(stats[k], measured[k]) for k in stats}
+        rows += len(batch["input_ids"])
+    if rows == 0:
+        raise BertkitError("calibration holds no batches; pass calibration_batches(tokenizer, texts) with a few "
+                           "hundred texts like the ones the model will see")
+    return stats
+
+
+def _batch_absmax(encoder: BertModel, batch: Mapping[str, Tensor],
+                  targets: list[tuple[int, str]]) -> dict[tuple[int, str], Tensor]:
     stats: dict[tuple[int, str], Tensor] = {}
     hooks = []
     for i, kind in targets:
@@ -47,22 +68,38 @@ def activation_absmax(encoder: BertModel, calibration: Iterable[Mapping[str, Ten
     was_training = encoder.training
     encoder.eval()
     try:
-        batches = 0
-        for batch in calibration:
-            if not isinstance(batch, Mapping) or "input_ids" not in batch or "attention_mask" not in batch:
-                raise BertkitError("each calibration batch must be a dict with input_ids and attention_mask "
-                                   "(and optionally token_type_ids): use calibration_batches(tokenizer, texts)")
-            # Named, not "auto": the hooks above would keep the padded rectangle and count padding's activations
-            encoder(batch["input_ids"], batch["attention_mask"], batch.get("token_type_ids"), layout="unpadded")
-            batches += 1
+        # Named, not "auto": the hooks above would keep the padded rectangle and count padding's activations
+        encoder(batch["input_ids"], batch["attention_mask"], batch.get("token_type_ids"), layout="unpadded")
     finally:
         for h in hooks:
             h.remove()
         encoder.train(was_training)
-    if batches == 0:
-        raise BertkitError("calibration holds no batches; pass calibration_batches(tokenizer, texts) with a few "
-                           "hundred texts like the ones the model will see")
     return stats
+
+
+def _refuse_overflow(encoder: BertModel, batch: Mapping[str, Tensor], targets: list[tuple[int, str]],
+                     rows_before: int) -> None:
+    """Raise for the first row of ``batch`` whose activations are not finite, each row run alone (the unpadded
+    layout keeps no row order to read it from the batch's)."""
+    for r in range(len(batch["input_ids"])):
+        one = {k: v[r:r + 1] for k, v in batch.items() if isinstance(v, Tensor)}
+        keep = one["attention_mask"][0].bool()
+        one = {k: v[:, keep] for k, v in one.items()}
+        measured = _batch_absmax(encoder, one, targets)
+        bad = next((k for k in targets if k in measured and not bool(torch.isfinite(measured[k]).all())), None)
+        if bad is None:
+            continue
+        values = measured[bad][~torch.isfinite(measured[bad])]
+        shown = "NaN" if bool(values.isnan().any()) else "inf"
+        raise NonFiniteError(
+            f"calibration input {rows_before + r}: layer {bad[0]}'s {bad[1]} input holds {shown} in the float model, "
+            "so no int8 scale can be measured from it and nothing was quantized: the checkpoint's activations overflow float32 on it (weights broken, or scaled "
+            "past float32's range: its float outputs are not finite either); calibrate on texts whose activations "
+            "stay finite, or use a checkpoint whose outputs are finite", index=rows_before + r)
+    raise NonFiniteError(f"calibration inputs {rows_before} to {rows_before + len(batch['input_ids']) - 1}: the float "
+                         "model's activations are not finite on this batch, though finite on each input alone; "
+                         "calibrate in smaller batches, or use a checkpoint whose outputs are finite",
+                         index=rows_before)
 
 
 def calibration_batches(tokenizer: BertTokenizer, texts: Sequence[str | tuple[str, str]], *, batch_size: int = 32,

@@ -10,7 +10,7 @@ from torch import Tensor, nn
 from bertkit._hardware import check_int8_kernel
 from bertkit.calibration_text import CALIBRATION_SENTENCES
 from bertkit.construction import copy_model
-from bertkit.errors import BertkitError
+from bertkit.errors import BertkitError, NonFiniteError
 from bertkit.quantization.calibration import activation_absmax, calibration_batches, smoothing_scale
 from bertkit.quantization.kernels import Int8Linear
 from bertkit.quantization.projections import (
@@ -91,4 +91,10 @@ def quantize_int8_on_texts(model: nn.Module, tokenizer: BertTokenizer,
     model.config.check_sequence_length(max_length, "max_length")
     texts = CALIBRATION_SENTENCES if calibration_texts is None else calibration_texts
     calibration = calibration_batches(tokenizer, texts, batch_size=batch_size, max_length=max_length)
-    return quantize_int8(model, calibration=calibration)
+    try:
+        return quantize_int8(model, calibration=calibration)
+    except NonFiniteError as e:
+        if e.index is None:
+            raise
+        text = texts[e.index]  # calibration_batches keeps the texts' order
+        raise NonFiniteError(f"{e} (calibration text {e.index}: {str(text)[:60]!r})", index=e.index) from None

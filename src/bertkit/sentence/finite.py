@@ -12,11 +12,11 @@ from typing import Any
 
 import torch
 
-from bertkit.errors import NonFiniteError
+from bertkit.errors import NonFiniteError, nonfinite_cause
 
 
 def refuse_nonfinite(outputs: Any, inputs: Sequence[Any], who: str, what: str,
-                     result: str = "no metric was computed") -> None:
+                     result: str = "no metric was computed", model: Any = None) -> None:
     """Refuse model outputs (one row an input: embeddings, dense or sparse, or a cross-encoder's scores) holding a NaN
     or an infinity, naming the first such input: ranked, thresholded or correlated, a NaN comes out a metric like any
     other (argsort ranks it first, a comparison drops it, argmax picks it)."""
@@ -29,8 +29,7 @@ def refuse_nonfinite(outputs: Any, inputs: Sequence[Any], who: str, what: str,
     if len(rows):
         i = int(rows.min())
         raise NonFiniteError(f"{who}: the model's {what} of input {i} ({str(inputs[i])[:60]!r}) is not finite (NaN "
-                             f"or inf), so {result}: its weights are broken (a diverged run?); use a checkpoint "
-                             "whose outputs are finite")
+                             f"or inf), so {result}: {nonfinite_cause(model)}")
 
 
 def refuse_nan_scores(scores: torch.Tensor, who: str, rows: str, columns: str, row0: int = 0,

@@ -136,7 +136,7 @@ def mine_hard_negatives(dataset: Any, model: Any, anchor_column_name: str | None
     corpus_emb = model.encode_document(texts, prompt_name=corpus_prompt_name, prompt=corpus_prompt, **encode)
     query_emb = model.encode_query(queries, prompt_name=query_prompt_name, prompt=query_prompt, **encode)
     for embeddings, inputs, what in ((corpus_emb, texts, "document embedding"), (query_emb, queries, "query embedding")):
-        refuse_nonfinite(embeddings, inputs, "mine_hard_negatives", what, "no negatives were mined")
+        refuse_nonfinite(embeddings, inputs, "mine_hard_negatives", what, "no negatives were mined", model=model)
     width = range_max + max_rows
     scores, ids = [], []
     for start in range(0, len(queries), faiss_batch_size):  # exact search, (faiss_batch_size, corpus) at a time
@@ -156,7 +156,8 @@ def mine_hard_negatives(dataset: Any, model: Any, anchor_column_name: str | None
         pairs = [(queries[q], texts[i]) for q, row in enumerate(ids.tolist()) for i in row]
         pairs += [(queries[q], texts[p]) for q, pids in enumerate(positive_ids) for p in pids]
         rescored = cross_encoder.predict(pairs, batch_size=batch_size, convert_to_tensor=True).to(scores)
-        refuse_nonfinite(rescored, pairs, "mine_hard_negatives", "cross_encoder's score", "no negatives were mined")
+        refuse_nonfinite(rescored, pairs, "mine_hard_negatives", "cross_encoder's score", "no negatives were mined",
+                         model=cross_encoder)
         scores, positive_scores = rescored[:ids.numel()].view(ids.shape).clone(), rescored[ids.numel():]
     scores[ids == -1] = -torch.inf
     if not include_positives:

@@ -102,7 +102,7 @@ class CrossEncoderRerankingEvaluator(_PredictingEvaluator):
                 pairs += [(s["query"], d) for d in docs]
         scores = model.predict(pairs, batch_size=self.batch_size, convert_to_numpy=True,
                                show_progress_bar=self.show_progress_bar) if pairs else np.array([])
-        refuse_nonfinite(scores, pairs, "CrossEncoderRerankingEvaluator", "score")
+        refuse_nonfinite(scores, pairs, "CrossEncoderRerankingEvaluator", "score", model=model)
         results, at = [], 0
         for item in per_sample:
             if item is None:
@@ -204,7 +204,8 @@ class CrossEncoderClassificationEvaluator(_PredictingEvaluator):
     def __call__(self, model: Any, output_path: str | None = None, epoch: int = -1, steps: int = -1) -> dict[str, float]:
         scores = model.predict(self.sentence_pairs, batch_size=self.batch_size, convert_to_numpy=True,
                                show_progress_bar=self.show_progress_bar)
-        refuse_nonfinite(scores, self.sentence_pairs, "CrossEncoderClassificationEvaluator", "score")
+        refuse_nonfinite(scores, self.sentence_pairs, "CrossEncoderClassificationEvaluator", "score",
+                         model=model)
         if model.num_labels == 1:
             labels = binary_labels(self.labels, "CrossEncoderClassificationEvaluator with a one-label model")
             if not labels.any():  # sentence-transformers reports the undefined average precision as 0.0
@@ -246,7 +247,8 @@ class CrossEncoderCorrelationEvaluator(_PredictingEvaluator):
     def __call__(self, model: Any, output_path: str | None = None, epoch: int = -1, steps: int = -1) -> dict[str, float]:
         predicted = model.predict(self.sentence_pairs, batch_size=self.batch_size, convert_to_numpy=True,
                                   show_progress_bar=self.show_progress_bar)
-        refuse_nonfinite(predicted, self.sentence_pairs, "CrossEncoderCorrelationEvaluator", "score")
+        refuse_nonfinite(predicted, self.sentence_pairs, "CrossEncoderCorrelationEvaluator", "score",
+                         model=model)
         if np.ndim(predicted) != 1:
             raise BertkitError(f"CrossEncoderCorrelationEvaluator needs one score per pair; this model gives "
                                f"{np.shape(predicted)[-1]} (num_labels): correlate a one-label model's scores")

@@ -425,7 +425,7 @@ class CrossEncoder(Indexed, ReferenceCalls, nn.Module):
         scores = self.predict([(query, d) for d in documents], batch_size=batch_size,
                               show_progress_bar=show_progress_bar, activation_fn=activation_fn,
                               convert_to_tensor=True, device=device)
-        refuse_nonfinite(scores, documents, "rank()", "score", "nothing was ranked")
+        refuse_nonfinite(scores, documents, "rank()", "score", "nothing was ranked", model=self)
         results = [{"corpus_id": i, "score": s, **({"text": documents[i]} if return_documents else {})}
                    for i, s in enumerate(scores.tolist())]
         return sorted(results, key=lambda r: r["score"], reverse=True)[:top_k]

@@ -49,7 +49,8 @@ class EmbeddingEvaluator:
         encode = getattr(model, {"query": "encode_query", "document": "encode_document", None: "encode"}[kind])
         embeddings = encode(texts, batch_size=self.batch_size, show_progress_bar=self.show_progress_bar,
                             **self.encode_options(), **prompt)
-        refuse_nonfinite(embeddings, texts, type(self).__name__, f"{kind} embedding" if kind else "embedding")
+        refuse_nonfinite(embeddings, texts, type(self).__name__, f"{kind} embedding" if kind else "embedding",
+                         model=model)
         return embeddings
 
     def encode_options(self) -> dict[str, Any]:
