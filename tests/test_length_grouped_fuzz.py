@@ -16,6 +16,7 @@ import pytest
 import torch
 
 import bertkit
+from trainer_helpers import conll_sentences
 
 transformers = pytest.importorskip("transformers")
 datasets = pytest.importorskip("datasets")
@@ -100,13 +101,7 @@ def test_drawn_runs_see_transformers_batches_and_resume_in_the_same_order(draw, 
 
 @pytest.fixture(scope="module")
 def conll(data_dir) -> tuple[list, list]:
-    sentences, words = [], []
-    for line in (data_dir / "conll2003/valid.txt").read_text(encoding="utf-8").splitlines():
-        if line.strip() and not line.startswith("-DOCSTART-"):
-            words.append((line.split()[0], line.split()[-1]))
-        elif words:
-            sentences, words = sentences + [words], []
-    return sentences, sorted({t for s in sentences for _, t in s})
+    return conll_sentences(data_dir)
 
 
 @pytest.mark.parametrize("draw", (1,))

@@ -22,6 +22,7 @@ import pytest
 import torch
 
 import bertkit
+from trainer_helpers import conll_sentences
 
 transformers = pytest.importorskip("transformers")
 datasets = pytest.importorskip("datasets")
@@ -38,13 +39,7 @@ def data(data_dir):
         with open(path, encoding="utf-8-sig") as f:
             return list(csv.reader(f, delimiter="\t", quotechar=None))[1:]
 
-    sentences, words = [], []
-    for line in (data_dir / "conll2003/valid.txt").read_text(encoding="utf-8").splitlines():
-        if line.strip() and not line.startswith("-DOCSTART-"):
-            words.append((line.split()[0], line.split()[-1]))
-        elif words:
-            sentences, words = sentences + [words], []
-    tags = sorted({t for s in sentences for _, t in s})
+    sentences, tags = conll_sentences(data_dir)
     return {"sst2": [{"text": r[0], "label": int(r[1])} for r in tsv(data_dir / "glue/SST-2/dev.tsv")],
             "three": [{"text": r[0], "label": len(r[0].split()) % 3} for r in tsv(data_dir / "glue/SST-2/dev.tsv")],
             "stsb": [{"text": r[7], "pair": r[8], "label": float(r[9])} for r in tsv(data_dir / "glue/STS-B/dev.tsv")],

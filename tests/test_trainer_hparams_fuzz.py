@@ -19,6 +19,7 @@ import pytest
 import torch
 
 import bertkit
+from trainer_helpers import conll_sentences
 
 transformers = pytest.importorskip("transformers")
 datasets = pytest.importorskip("datasets")
@@ -36,13 +37,7 @@ KWARGS = {"cosine": [{"num_cycles": 2}, {"num_cycles": 0.25}], "cosine_with_rest
 def rows(data_dir):
     with open(data_dir / "glue/SST-2/dev.tsv", encoding="utf-8-sig") as f:
         sst = [{"text": r[0], "label": int(r[1])} for r in list(csv.reader(f, delimiter="\t", quotechar=None))[1:]]
-    sentences, words = [], []
-    for line in (data_dir / "conll2003/valid.txt").read_text(encoding="utf-8").splitlines():
-        if line.strip() and not line.startswith("-DOCSTART-"):
-            words.append((line.split()[0], line.split()[-1]))
-        elif words:
-            sentences, words = sentences + [words], []
-    tags = sorted({t for s in sentences for _, t in s})
+    sentences, tags = conll_sentences(data_dir)
     conll = [{"words": [w for w, _ in s], "tags": [tags.index(t) for _, t in s]} for s in sentences]
     return {"sst2": sst, "mlm": sst, "conll": conll}
 

@@ -1,5 +1,5 @@
 """The text-classification guide's data and helpers, shared by tests/test_trainer.py and tests/test_cuda.py (no
-datasets: the GPU machine's environment has none)."""
+datasets: the GPU machine's environment has none), and the trainer generators' CoNLL-2003 sentences."""
 
 from __future__ import annotations
 
@@ -8,6 +8,19 @@ from pathlib import Path
 import numpy as np
 
 import bertkit
+
+
+def conll_sentences(data_dir: Path) -> tuple[list[list[tuple[str, str]]], list[str]]:
+    """CoNLL-2003's validation sentences as (word, tag) lists, and the tags sorted: the trainer generators' tagging
+    data."""
+    sentences, words = [], []
+    for line in (data_dir / "conll2003/valid.txt").read_text(encoding="utf-8").splitlines():
+        if line.strip() and not line.startswith("-DOCSTART-"):
+            words.append((line.split()[0], line.split()[-1]))
+        elif words:
+            sentences, words = sentences + [words], []
+    return sentences, sorted({t for s in sentences for _, t in s})
+
 
 WORDS = "the movie was great terrible boring fun a plot actors loved hated it really not very good bad".split()
 
