@@ -90,14 +90,18 @@ def global_module_hooks() -> bool:
                 or g._global_backward_pre_hooks)
 
 
+def has_hooks(m: nn.Module) -> bool:
+    """Whether ``m`` has a hook of its own: forward, forward-pre, backward or backward-pre."""
+    return bool(m._forward_hooks or m._forward_pre_hooks or m._backward_hooks or m._backward_pre_hooks)
+
+
 def plain_linear(m: nn.Module | None) -> bool:
     """Whether ``m`` is a plain ``nn.Linear`` whose call is ``F.linear(x, m.weight, m.bias)``: no subclass (a
     parametrized one is), no hook of its own (forward or backward: pruning's mask is a forward pre-hook, a full
     backward hook watches the gradients) and no ``forward`` of its own (accelerate's ``add_hook_to_module`` sets one:
     offloading, device maps). Anything else must be called as a module: a product fused from its weights skipped
     the hook or the forward without a word."""
-    return (type(m) is nn.Linear and "forward" not in m.__dict__
-            and not (m._forward_hooks or m._forward_pre_hooks or m._backward_hooks or m._backward_pre_hooks))
+    return type(m) is nn.Linear and "forward" not in m.__dict__ and not has_hooks(m)
 
 
 def runs_as_f_linear(m: nn.Module | None) -> bool:
@@ -454,9 +458,7 @@ class BertModel(PretrainedMixin, nn.Module):
         same numbers, zeros at padding), else only the first tokens, (B, 1, H), with no (B, T, H) copy made."""
         if lay.is_padded:
             return x
-        p = self.pooler
-        if p._forward_hooks or p._forward_pre_hooks or p._backward_hooks or p._backward_pre_hooks \
-                or global_module_hooks():
+        if has_hooks(self.pooler) or global_module_hooks():
             return lay.to_batch(x)
         return lay.first_tokens(x)[:, None]
 
@@ -469,7 +471,7 @@ class BertModel(PretrainedMixin, nn.Module):
         stack: list[nn.Module] = [self.embeddings, self.encoder]  # a walk of _modules: modules() costs 2x more
         while stack:
             m = stack.pop()
-            if m._forward_hooks or m._forward_pre_hooks or m._backward_hooks or m._backward_pre_hooks:
+            if has_hooks(m):
                 return True
             stack.extend(child for child in m._modules.values() if child is not None)
         return False
@@ -502,4 +504,4 @@ class BertModel(PretrainedMixin, nn.Module):
 
 __all__ = ["BertModel", "BertModelOutput", "BertEncoder", "BertLayer", "BertAttention", "BertSelfAttention",
            "BertSelfOutput", "BertIntermediate", "BertOutput", "BertEmbeddings", "BertPooler",
-           "init_bert_weights", "activation", "plain_linear", "runs_as_f_linear", "global_module_hooks"]
+           "init_bert_weights", "activation", "has_hooks", "plain_linear", "runs_as_f_linear", "global_module_hooks"]

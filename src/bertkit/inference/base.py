@@ -366,10 +366,7 @@ def scored(x: np.ndarray, fn: str = "softmax") -> np.ndarray:
     ``fn`` "softmax", "sigmoid", or "none" (the logits)."""
     x = x.astype(np.float64)
     if fn == "softmax":
-        if not np.isfinite(x.max(axis=-1)).all():  # every logit -inf: NaN, refused by ``run``; numpy's warning is noise
-            with np.errstate(invalid="ignore"):
-                e = np.exp(x - x.max(axis=-1, keepdims=True))
-                return e / e.sum(axis=-1, keepdims=True)
-        e = np.exp(x - x.max(axis=-1, keepdims=True))
-        return e / e.sum(axis=-1, keepdims=True)
+        with np.errstate(invalid="ignore"):  # every logit -inf: NaN, which ``run`` refuses; numpy's warning is noise
+            e = np.exp(x - x.max(axis=-1, keepdims=True))
+            return e / e.sum(axis=-1, keepdims=True)
     return 1.0 / (1.0 + np.exp(-x)) if fn == "sigmoid" else x

@@ -142,7 +142,7 @@ def evaluate(call: Call, rows: Sequence[Any], batches: Sequence[Sequence[int]], 
             batch = {k: moved(v, device) if isinstance(v, Tensor) else v for k, v in pad(batch_rows).items()}
             with precision:
                 result = call(batch, batch_rows)
-            bad = [i for i, o in zip(idx, result) if not _finite_enough(o)] if nonfinite else []
+            bad = [i for i, o in zip(idx, result) if not finite_enough(o)] if nonfinite else []
             if bad:
                 raise NonFiniteError(nonfinite(min(bad)), index=min(bad))
             results.append((list(idx), result))
@@ -151,7 +151,7 @@ def evaluate(call: Call, rows: Sequence[Any], batches: Sequence[Sequence[int]], 
     return [r for part in all_gather(results) for r in part] if gather and current().enabled else results
 
 
-def _finite_enough(output: np.ndarray) -> bool:
+def finite_enough(output: np.ndarray) -> bool:
     """No NaN or +inf in ``output``, and no slice along its last axis that is -inf throughout: the scores over
     such a slice are NaN and its argmax (a GLUE label, an NER tag) is the first, a number like any other."""
     output = np.asarray(output)

@@ -24,7 +24,7 @@ from torch import nn
 
 from bertkit.construction import copy_model
 from bertkit.errors import BertkitError
-from bertkit.inference.runner import in_order
+from bertkit.inference.runner import finite_enough, in_order
 from bertkit.training import predictions, trainer_data
 from bertkit.training.callbacks import EvalPrediction, PredictionOutput, best_metric_value, metric_key
 from bertkit.training.distributed import current
@@ -333,18 +333,15 @@ def _plain(value: Any) -> Any:
 
 
 def _nonfinite_row(outputs: Any) -> int | None:
-    """The first row of ``outputs`` (an array, or a tuple or list of them, a step's each) holding a NaN or +inf, or
-    -inf at every label of it or of one of its tokens; None when there is none."""
+    """The first row of ``outputs`` (an array, or a tuple or list of them, a step's each) that the inference runner
+    refuses (``runner.finite_enough``: a NaN or +inf, or -inf at every label of it or of one of its tokens); None
+    when there is none."""
     if isinstance(outputs, (tuple, list)):
         rows = [_nonfinite_row(o) for o in outputs]
         return next((r for r in rows if r is not None), None)
     if not isinstance(outputs, np.ndarray) or outputs.dtype.kind != "f" or outputs.ndim == 0:
         return None
-    bad = np.isnan(outputs) | np.isposinf(outputs)
-    if outputs.shape[-1]:
-        bad |= np.isneginf(outputs).all(axis=-1, keepdims=True)
-    rows = np.flatnonzero(bad.reshape(len(outputs), -1).any(axis=1))
-    return int(rows[0]) if len(rows) else None
+    return next((i for i, row in enumerate(outputs) if not finite_enough(row)), None)
 
 
 def _undefined_where_nonfinite(metrics: dict[str, Any], outputs: Any) -> dict[str, Any]:
