@@ -359,3 +359,19 @@ def test_finetune_report_of_an_evaluation_scoring_nan_is_json(minilm_2_layers, d
     assert (first["step"], first["pearson"], first["spearman"]) == (1, None, None)
     assert last["step"] == 2 and math.isfinite(last["pearson"]) and report["best_run"]["dev"] == {
         k: last[k] for k in ("pearson", "spearman")}
+
+
+def test_a_result_is_searched_for_non_finite_values_in_any_nesting():
+    """Feature-extraction results, (T, H) nested lists of floats, are checked in one numpy pass; the place of the
+    first NaN or infinity is named the same way in every shape, ragged and mixed ones included."""
+    from bertkit.inference.base import nonfinite_in
+
+    features = np.random.default_rng(0).standard_normal((7, 5)).tolist()
+    assert nonfinite_in(features) is None and nonfinite_in([features, features]) is None
+    features[3][2] = float("-inf")
+    assert nonfinite_in(features) == "-inf at [3][2]"
+    assert nonfinite_in([[[1.0, 2.0]], features]) == "-inf at [1][3][2]"  # ragged: walked
+    assert nonfinite_in([{"label": "x", "score": math.nan}]) == "NaN at [0]['score']"
+    assert nonfinite_in([1, 2.5, [float("inf")]]) == "inf at [2][0]"
+    assert nonfinite_in([3, 4, 5]) is None and nonfinite_in([]) is None and nonfinite_in(["a", "b"]) is None
+    assert nonfinite_in([[0.5, None]]) is None  # no number to check beside a None

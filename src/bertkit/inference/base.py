@@ -4,6 +4,8 @@
 
 from __future__ import annotations
 
+import contextlib
+
 import logging
 import re
 from collections.abc import Iterable, Mapping, Sequence
@@ -341,6 +343,13 @@ def nonfinite_in(result: Any, at: str = "") -> str | None:
     if isinstance(result, Mapping):
         found = (nonfinite_in(v, f"{at}[{k!r}]") for k, v in result.items())
     elif isinstance(result, list | tuple):
+        if result and isinstance(result[0], float | int | list):
+            # a feature-extraction result is (T, H) nested lists of floats: checked in one numpy pass, as walking
+            # each float in Python cost 7 ms a call, a third of a short text's whole pipeline call
+            with contextlib.suppress(ValueError, TypeError):
+                numbers = np.asarray(result, dtype=np.float64)
+                if np.isfinite(numbers).all():
+                    return None
         found = (nonfinite_in(v, f"{at}[{j}]") for j, v in enumerate(result))
     else:
         return None
