@@ -3,10 +3,12 @@ pre-training inputs, and the factories of tiny random models and checkpoints (``
 
 from __future__ import annotations
 
+import gc
 import getpass
 import json
 import os
 import shutil
+import sys
 import tempfile
 from pathlib import Path
 from typing import Any
@@ -53,6 +55,36 @@ def pytest_configure(config):
 def pytest_collection_modifyitems(config, items):
     rank = {name: i for i, name in enumerate(_LONGEST_FILES)}
     items.sort(key=lambda item: rank.get(item.path.name, len(rank)))  # stable: the rest keep their order
+
+
+def pytest_collection_finish(session):
+    # What collection imported (torch, transformers, sentence-transformers, datasets: half a million objects) lives
+    # as long as the process, and every full garbage collection scanned it again, 0.25-0.5 s each: the automatic
+    # ones, and one at the end of every transformers Trainer.train() (accelerate's release_memory), 6.9 s of
+    # test_trainer_contract.py's 22. Frozen, it is left out of every later collection.
+    gc.collect()
+    gc.freeze()
+
+
+@pytest.fixture(scope="session", autouse=True)
+def datasets_map_skips_fingerprinting():
+    """datasets fingerprints each ``map`` by pickling its function with dill, the tokenizer it closes over included
+    (90 ms for transformers' tokenizer; 6 s of test_trainer_contract.py's and test_trainer.py's reference runs).
+    The fingerprint only names cache files; the tests' datasets live in memory and none reads one, so each map gets
+    a random fingerprint, as datasets gives a function it cannot hash. bertkit reads its own digest of the rows."""
+    fingerprint = sys.modules.get("datasets.fingerprint")
+    if fingerprint is None:
+        yield
+        return
+    arrow = sys.modules["datasets.arrow_dataset"]
+    real = fingerprint.update_fingerprint
+
+    def update_fingerprint(fingerprint_, transform, transform_args):
+        return fingerprint.generate_random_fingerprint()
+
+    fingerprint.update_fingerprint = arrow.update_fingerprint = update_fingerprint
+    yield
+    fingerprint.update_fingerprint = arrow.update_fingerprint = real
 
 
 @pytest.fixture(scope="session", autouse=True)

@@ -5,7 +5,6 @@
 from __future__ import annotations
 
 import contextlib
-
 import logging
 import re
 from collections.abc import Iterable, Mapping, Sequence
