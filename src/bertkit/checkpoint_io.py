@@ -199,6 +199,19 @@ def _refuse_stray_layers(num_layers: int, layers: dict[int, dict[str, str]], sou
         "with")
 
 
+def _outside_bert_hint(unknown: list[str]) -> str:
+    """How to load a checkpoint whose only unexpected tensors belong to no BERT module (TinyBERT's distillation
+    projections ``fit_denses.*``, a training script's extra layer): transformers drops them with a warning, and the
+    model is whole without them. Tensors inside the encoder (a variant's gated MLP) get no such advice: dropping
+    them would load another network's encoder half-way."""
+    if not unknown or any(_strip_encoder_prefix(k).startswith(("embeddings.", "encoder.", "pooler.")) for k in unknown):
+        return ""
+    prefixes = tuple(sorted({k.split(".")[0] + "." for k in unknown}))
+    return (f" (tensors of no BERT module, which transformers drops with a warning; to load the model without them "
+            f"pass the rest as state_dict: from_pretrained(path, state_dict={{k: v for k, v in "
+            f"bertkit.weight_files.read_weights(pathlib.Path(path)).items() if not k.startswith({prefixes!r})}}))")
+
+
 def _checkpoint_directory(path: str | Path | None, config: BertConfig | None,
                           state_dict: dict[str, Tensor] | None, local_files_only: bool) -> Path | None:
     """The local directory ``from_pretrained`` reads (a Hub id resolved to its cache); None when the caller
@@ -384,7 +397,7 @@ class PretrainedMixin(TransformersModelCalls):
 
         problems = [f"{what}: {found if full else some(found)}{why}" for what, found, full, why in (
             ("missing keys", missing, True, ""),
-            ("unexpected keys", unknown, True, ""),
+            ("unexpected keys", unknown, True, _outside_bert_hint(unknown)),
             ("shape mismatches", shapes, True,
              f" (the config says hidden_size={self.config.hidden_size}, num_hidden_layers="
              f"{self.config.num_hidden_layers}, vocab_size={self.config.vocab_size}, num_labels="

@@ -341,6 +341,17 @@ class BertConfig:
         return cls.from_dict(PRESETS[name], **overrides)
 
 
+def refuse_other_network(directory: str | Path) -> None:
+    """Refuse a checkpoint directory whose config.json describes a network bertkit does not implement (another
+    model_type, ALiBi or relative positions, a decoder, another activation) before its tokenizer or weights are read:
+    those checks come later and, on a DistilBERT, RoBERTa or XLM-R directory, failed first with another diagnosis (no
+    vocab.txt, no masked-LM or classifier head, a vocabulary size) whose fix does not apply. A directory without
+    config.json, or with a sentence-transformers module's own config.json (no model_type), passes."""
+    config_file = Path(directory) / "config.json"
+    if config_file.is_file():
+        BertConfig.from_json_file(config_file)
+
+
 def _label_map(labels: Any) -> dict[int, str]:
     """``id2label`` with int keys 0..n-1 (config.json's keys are strings), or transformers' two default labels for
     None; anything else is refused, naming it."""

@@ -15,6 +15,7 @@ import numpy as np
 import torch
 from torch import Tensor, nn
 
+from bertkit.config import refuse_other_network
 from bertkit.errors import BertkitError, MissingFileError, NonFiniteError, is_whole, nonfinite_cause
 from bertkit.hub import download_hint, not_a_directory
 from bertkit.inference.options import Option, checked_flag, refusal
@@ -147,6 +148,7 @@ class Pipeline:
         if not (directory / "config.json").is_file():
             raise MissingFileError(f"{directory / 'config.json'} not found: pass a checkpoint directory written by "
                                    "save_pretrained (config.json, model.safetensors, vocab.txt)")
+        refuse_other_network(directory)
         require_head(directory, cls.model_class, cls.required_keys, cls.task, cls.missing_head_fix)
         tokenizer = BertTokenizer.from_pretrained(directory)
         declared = declared_max_seq_length(directory)
@@ -162,6 +164,7 @@ class Pipeline:
     def tokenizer_of(cls, model_dir: str | Path) -> BertTokenizer:
         """The tokenizer a checkpoint directory's pipeline reads its texts with, loaded without the weights (``bertkit
         predict`` checks a file's texts with it before the model loads)."""
+        refuse_other_network(model_dir)
         return BertTokenizer.from_pretrained(model_dir)
 
     def text_form(self, prompt_name: str | None) -> tuple[str, bool, bool]:

@@ -25,6 +25,7 @@ from typing import Any, ClassVar
 import torch
 from torch import Tensor, nn
 
+from bertkit.config import refuse_other_network
 from bertkit.errors import BertkitError, MissingFileError, is_whole, refusing_getattr
 from bertkit.heads import BertForMaskedLM
 from bertkit.hub import SBERT_CONFIG, cache_hint, read_json
@@ -344,7 +345,9 @@ class MLMTransformer(Transformer):
 
 def load_masked_lm(path: Path) -> BertForMaskedLM:
     """``path``'s ``BertForMaskedLM``, refused when the checkpoint has no masked-LM head (``cls.predictions``):
-    SPLADE's weights are that head's logits, and a head drawn at random would give random word pieces."""
+    SPLADE's weights are that head's logits, and a head drawn at random would give random word pieces. Another
+    network's (opensearch's DistilBERT encoders) is refused first, by its model_type."""
+    refuse_other_network(path)
     weights = read_weights(path)
     if not any(k.startswith(("cls.predictions.", "bert.cls.predictions.")) for k in weights):
         from bertkit.weight_files import read_config_json
