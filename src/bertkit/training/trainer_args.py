@@ -46,7 +46,6 @@ _NOT_IMPLEMENTED: tuple[tuple[Any, tuple[str, ...]], ...] = (
     ("warning", ("log_level_replica",)),
     ("huggingface", ("project",)),
     ("every_save", ("hub_strategy",)),
-    ("length", ("length_column_name",)),
 )
 REFUSED: dict[str, Any] = {name: default for default, names in _NOT_IMPLEMENTED for name in names}
 # values transformers' __post_init__ turns into the default (include_num_input_tokens_seen=False is "no"): accepted as it
@@ -109,6 +108,9 @@ class TrainingArguments(TrainingSettings):
     train_sampling_strategy: Literal["random", "sequential", "group_by_length"] = "random"
     """random: transformers' order (a RandomSampler seeded from data_seed or seed); sequential: the dataset's
     order; group_by_length: transformers' LengthGroupedSampler's order (less padding; docs/coming-from-transformers.md)."""
+    length_column_name: str = "length"
+    """group_by_length reads each row's length from this column of a datasets.Dataset where the rows (after
+    remove_unused_columns) still have it, else from the tokenizer's first model input, as transformers does."""
     prediction_loss_only: bool = False
     """evaluate() and predict() return the loss alone: no predictions, no labels, no compute_metrics."""
     eval_do_concat_batches: bool = True
