@@ -91,3 +91,36 @@ def test_per_example_masked_lm_gradients_under_vmap_equal_one_example_at_a_time(
         one = grad(loss)(params, ids[b], labels[b])
         for name in ("cls.predictions.transform.dense.weight", "bert.encoder.layer.0.output.dense.weight"):
             torch.testing.assert_close(per_example[name][b], one[name], atol=1e-6, rtol=0)
+
+
+@pytest.mark.slow
+def test_drawn_batches_compile_to_eager_and_transformers_losses(tmp_path):
+    """Drawn heads, shapes, padding, label densities and dtypes, max_predictions_per_seq and num_items_in_batch:
+    the fullgraph-compiled loss is eager's, and eager's transformers'."""
+    import random
+
+    r = random.Random(0)
+    for trial in range(10):
+        cls = r.choice([H.BertForMaskedLM, H.BertForPreTraining])
+        B, T = r.randint(1, 4), r.randint(2, 12)
+        torch.manual_seed(trial)
+        model = cls(BertConfig(**TINY)).train()
+        ids, mask = torch.randint(0, TINY["vocab_size"], (B, T)), torch.ones(B, T, dtype=torch.long)
+        for b in range(B):
+            mask[b, r.randint(1, T):] = 0
+        labelled = (torch.rand(B, T) < r.choice([0.0, 0.1, 0.5, 1.0])) & (mask == 1)
+        labels = torch.where(labelled, torch.randint(0, TINY["vocab_size"], (B, T)), -100)
+        labels = labels.to(r.choice([torch.int64, torch.int32]))
+        model.max_predictions_per_seq = r.choice([None, max(1, -(-int(labelled.sum()) // B)), T])
+        kw = {"num_items_in_batch": torch.tensor(float(r.randint(1, 30)))} if r.random() < 0.3 else {}
+        extra = {"next_sentence_label": torch.randint(0, 2, (B,))} if cls is H.BertForPreTraining else {}
+        given = mask if r.random() < 0.8 else None
+        eager = model(ids, given, labels=labels, **extra, **kw).loss
+        torch._dynamo.reset()
+        compiled = torch.compile(model, backend="eager", fullgraph=True)(ids, given, labels=labels, **extra, **kw).loss
+        torch.testing.assert_close(compiled, eager, atol=1e-6, rtol=0, equal_nan=True, msg=f"draw {trial}")
+        if not kw:
+            model.save_pretrained(tmp_path / str(trial))
+            theirs = getattr(transformers, cls.__name__).from_pretrained(tmp_path / str(trial)).train()
+            ref = theirs(input_ids=ids, attention_mask=given, labels=labels.long(), **extra).loss
+            torch.testing.assert_close(eager, ref, atol=1e-5, rtol=0, equal_nan=True, msg=f"draw {trial}")
