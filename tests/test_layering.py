@@ -24,7 +24,7 @@ LAYERS = [
     ("cli", "__main__", "demo", "cli_flags"),
     ("training", "inference", "features", "feature_files", "settings", "sentence"),
     ("tasks", "data", "auto"),
-    ("heads", "quantization"),
+    ("heads", "head_losses", "quantization"),
     ("modeling",),
     ("padding", "tokenization", "checkpoint_io", "weight_files", "model_checks"),
     ("config", "outputs", "manifests", "staging", "write_paths", "runs", "dir_lock", "errors", "_parallel", "_hardware", "examples", "hub", "compat", "calibration_text",

@@ -85,9 +85,8 @@ def test_a_trainer_with_lr_scheduler_kwargs_logs_transformers_rates_and_weights(
     ("cosine", "num_cycles=2", r"'num_cycles=2' is neither a dict nor its JSON text"),
     ("reduce_lr_on_plateau", None, r"'reduce_lr_on_plateau' is not implemented in bertkit \(it lowers the rate on "
                                    r"the evaluations' metric.*choose one of linear, cosine"),
-    ("warmup_stable_decay", {"num_decay_steps": 2}, r"'warmup_stable_decay' is not implemented.*constant_with_warmup"),
-    ("cosine_with_min_lr", {"min_lr": 1e-5}, r"'cosine_with_min_lr' is not implemented in bertkit \('cosine' decays "
-                                             r"to 0\)"),
+    ("cosine_warmup_with_min_lr", {"min_lr": 1e-5}, r"'cosine_warmup_with_min_lr' is not implemented in bertkit "
+                                                    r"\(its warm-up follows a cosine; 'cosine_with_min_lr'"),
 ])
 def test_options_a_schedule_does_not_take_are_refused_naming_them(schedule, options, message):
     """transformers raises a TypeError for a name the schedule does not take, and ignores any given to

@@ -283,7 +283,8 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
             task or name, help=c.help, description=inspect.cleandoc(c.settings.__doc__ or ""), epilog=c.epilog,
             formatter_class=argparse.RawDescriptionHelpFormatter)
         if command is None or name == command:
-            add_settings_flags(p, c.settings, c.choices)
+            # the schedules that need no lr_scheduler_kwargs: the command line takes none
+            add_settings_flags(p, c.settings, {"lr_scheduler_type": st.LR_SCHEDULES, **c.choices})
             # after the command too, where the rest of its flags are (`bertkit pretrain ... -v`); unset, the
             # top level's value stands
             p.add_argument("-v", "--verbose", action="store_true", default=argparse.SUPPRESS,

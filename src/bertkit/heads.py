@@ -22,12 +22,19 @@ from bertkit.compat import TupleAccess, returns_dataclass, tied_output_embedding
 from bertkit.config import PROBLEM_TYPES, BertConfig
 from bertkit.construction import initialise_on_construction, new_linear
 from bertkit.errors import BertkitError
+from bertkit.head_losses import (
+    IGNORE_INDEX,
+    check_class_labels,
+    check_token_labels,
+    float_targets,
+    integer_ids,
+    masked_lm_loss,
+    masked_lm_rows,
+    masked_lm_scores,
+    token_loss,
+)
 from bertkit.model_checks import require_tensors
 from bertkit.modeling import BertModel, BertModelOutput, activation, init_bert_weights
-from bertkit.padding import is_tracing
-
-IGNORE_INDEX = -100  # label value for positions that carry no loss (unmasked MLM tokens, sub-word pieces)
-
 
 # ---------------------------------------------------------------------------------------------------
 # Outputs
@@ -41,7 +48,8 @@ class PreTrainingOutput(TupleAccess):
     mlm_loss: Tensor | None
     nsp_loss: Tensor | None
     # Without labels (B, T, V); with labels (N, V): only the N labelled positions, as the paper's code (it
-    # saves the V-wide GEMM on the ~85% of tokens that carry no loss).
+    # saves the V-wide GEMM on the ~85% of tokens that carry no loss). Traced, (K, V): the N rows, then rows whose
+    # label is -100, up to the fixed K of ``max_predictions_per_seq``.
     prediction_logits: Tensor
     seq_relationship_logits: Tensor | None  # (B, 2): 0 = B follows A, 1 = B is random
     hidden_states: tuple[Tensor, ...] | None = None
@@ -164,106 +172,7 @@ class BertPreTrainingHeads(nn.Module):
         return scores if len(scores) > 1 else scores[0]
 
 
-def integer_ids(ids: Tensor, name: str, what: str, hint: str = "") -> Tensor:
-    """``ids`` (class ids, token positions) as int64, from any integer dtype; a float, complex or bool tensor is
-    refused naming ``name`` (torch's losses and indexing take int64 alone, and would fail or round without a word)."""
-    if ids.is_floating_point() or ids.is_complex() or ids.dtype == torch.bool:
-        raise BertkitError(f"{name} must hold {what} (an integer tensor), got dtype {ids.dtype}{hint}")
-    return ids.long()
-
-
-def check_class_labels(labels: Tensor, num_classes: int, name: str = "labels", fix: str | None = None) -> Tensor:
-    """``labels`` as int64, once each is a class id in [0, num_classes) or -100 (no loss): anything else is refused
-    naming the value, instead of torch's "Target 5 is out of bounds" from inside the loss. Any integer dtype is
-    taken (int32 ids from numpy or a tokenizer's ``return_tensors="np"``: torch's loss takes int64 alone)."""
-    labels = integer_ids(labels, name, "class ids", "; a float label is a regression target (problem_type="
-                         "'regression' with num_labels=1)")
-    if not is_tracing() and labels.numel():
-        bad = (labels != IGNORE_INDEX) & ((labels < 0) | (labels >= num_classes))
-        if bool(bad.any()):
-            value = int(labels[bad][0])
-            raise BertkitError(f"{name} holds {value}, but this head has {num_classes} classes (ids 0 to "
-                               f"{num_classes - 1}, or {IGNORE_INDEX} for no loss): " + (
-                                   fix or f"map the labels to ids below {num_classes}, or give the model num_labels "
-                                   "(and id2label) for every class"))
-    return labels
-
-
-def float_targets(labels: Tensor, logits: Tensor) -> Tensor:
-    """Regression and soft targets as the loss reads them: a float tensor kept at its own precision, so torch
-    computes the loss in the wider of the two dtypes, as transformers' losses do (STS-B's score 3.8 is not rounded
-    to 3.796875 against a bf16 model's logits, nor the loss to bf16); integer targets take the logits' dtype."""
-    return labels if labels.is_floating_point() else labels.to(logits.dtype)
-
-
 _NSP_FIX = "a next-sentence label is 0 when sentence B follows A, 1 when B is a random sentence"
-
-
-def token_loss(logits: Tensor, target: Tensor, num_items_in_batch: Tensor | float | None,
-               fix: str | None = None) -> tuple[Tensor, Tensor]:
-    """(mean cross-entropy over the targets not -100, the loss to optimise).
-
-    The second is the mean too, unless ``num_items_in_batch`` (transformers' name: the targets of the whole
-    global batch) is given: then it is this batch's sum over that count, so every token of the global batch
-    weighs the same however micro-batches and processes split it. ``fix`` says how to repair a target out of
-    range (``check_class_labels``)."""
-    target = check_class_labels(target, logits.shape[-1], fix=fix)
-    if logits.dtype in (torch.float16, torch.bfloat16):
-        # A sum rounded to bf16 is off by up to half its last place (4 at a sum of 1,400: a bf16 masked LM's loss
-        # read 10.6875 where the exact one is 10.739): the per-token losses are summed in float32 and the results
-        # rounded once, to the bf16 number nearest the exact loss (transformers' bf16 mean is within a place of it).
-        losses = F.cross_entropy(logits, target, ignore_index=IGNORE_INDEX, reduction="none")  # (N,)
-        dtype, total = losses.dtype, losses.float().sum()  # losses.dtype: float32 under autocast, as before
-    else:
-        dtype, total = logits.dtype, F.cross_entropy(logits, target, ignore_index=IGNORE_INDEX, reduction="sum")
-    # The count stays on the device (no read back: it would stall a GPU's queue and break a compiled graph). With no
-    # labelled token the mean is 0 / 0, NaN, as transformers' (a mean over nothing is no score: the training loop
-    # names such a batch); the objective over a step's count is 0 there, as transformers' num_items_in_batch loss.
-    mean = total / (target != IGNORE_INDEX).sum()
-    objective = mean if num_items_in_batch is None else total / num_items_in_batch
-    return mean.to(dtype), objective.to(dtype)
-
-
-def check_token_labels(labels: Tensor, out: BertModelOutput) -> None:
-    """Token labels hold one label per input token, in any shape (transformers flattens them): a label more or less
-    would be read against other tokens than its own, and still give a loss."""
-    B, T = out.token_layout.batch_shape
-    if labels.numel() != B * T:
-        raise BertkitError(f"labels of shape {tuple(labels.shape)} for inputs of shape ({B}, {T}): give one label per "
-                           "input token (-100 where none applies)")
-
-
-def masked_lm_loss(head: nn.Module, out: BertModelOutput, labels: Tensor | None,
-                   num_items_in_batch: Tensor | float | None = None):
-    """(logits, mean loss, loss to optimise): full (B, T, V) logits without labels; only the labelled positions'
-    (N, V) with them."""
-    hidden, target = masked_lm_rows(out, labels)
-    return masked_lm_scores(head(hidden), target, num_items_in_batch)
-
-
-def masked_lm_rows(out: BertModelOutput, labels: Tensor | None) -> tuple[Tensor, Tensor | None]:
-    """(the token states the masked-LM head scores, their target ids): all (B, T, H) without labels, the labelled
-    positions' (N, H) with them."""
-    if labels is None:
-        return out.last_hidden_state, None
-    check_token_labels(labels, out)
-    # int64 before comparing with -100: in a uint8 tensor the scalar -100 is read as 156, so the id 156 was dropped
-    labels = integer_ids(labels, "labels", "vocabulary ids")
-    selected = labels != IGNORE_INDEX  # (B, T)
-    hidden = out.token_layout.select(out.tokens, selected)  # (N, H)
-    target = labels[selected]
-    if hidden.shape[0] != target.numel():
-        raise BertkitError("masked-LM labels at padding positions must be -100 (nothing is predicted there)")
-    return hidden, target
-
-
-def masked_lm_scores(logits: Tensor, target: Tensor | None, num_items_in_batch: Tensor | float | None = None):
-    """(logits, mean loss, loss to optimise) of ``masked_lm_rows``' scores; no loss without a target."""
-    if target is None:
-        return logits, None, None
-    fix = (f"masked-LM labels are ids of the model's vocabulary (vocab_size {logits.shape[-1]}): tokenize with the "
-           "model's own tokenizer, whose vocabulary the config's vocab_size counts")
-    return (logits, *token_loss(logits, target, num_items_in_batch, fix))
 
 
 class _HeadModel(PretrainedMixin, nn.Module):
@@ -327,6 +236,9 @@ class BertForPreTraining(_HeadModel):
     """Masked LM + next-sentence prediction (paper section 3.1, tasks #1 and #2)."""
 
     output_names = ("prediction_logits", "seq_relationship_logits")
+    # Traced (torch.compile), the masked-LM head scores B * this many rows with labels, whatever their count (None: T
+    # per sequence); set it to the data's max_predictions_per_seq to score as few rows as eagerly (_fixed_rows).
+    max_predictions_per_seq: int | None = None
 
     def build_head(self, config: BertConfig) -> None:
         self.cls = BertPreTrainingHeads(config, self.bert.embeddings.word_embeddings, nsp=True)
@@ -341,7 +253,7 @@ class BertForPreTraining(_HeadModel):
         out = self._encode(input_ids, attention_mask, token_type_ids, position_ids, inputs_embeds,
                            output_hidden_states, output_attentions, labels=labels,
                            next_sentence_label=next_sentence_label)
-        hidden, target = masked_lm_rows(out, labels)
+        hidden, target = masked_lm_rows(out, labels, self.max_predictions_per_seq)
         scores, nsp_logits = self.cls(hidden, out.pooler_output)  # (B, T, V) or (N, V); (B, 2)
         logits, mlm_loss, mlm_objective = masked_lm_scores(scores, target, num_items_in_batch)
         nsp_loss = None
@@ -358,6 +270,9 @@ class BertForMaskedLM(_HeadModel):
     """Masked LM alone (no pooler, no NSP), e.g. for fill-mask or MLM-only pre-training."""
 
     output_names = ("prediction_logits",)  # an exported graph names it as BertForPreTraining does
+    # Traced (torch.compile), the masked-LM head scores B * this many rows with labels, whatever their count (None: T
+    # per sequence); set it to the data's max_predictions_per_seq to score as few rows as eagerly (_fixed_rows).
+    max_predictions_per_seq: int | None = None
     uses_pooler = False
 
     def build_head(self, config: BertConfig) -> None:
@@ -371,7 +286,7 @@ class BertForMaskedLM(_HeadModel):
                 num_items_in_batch: Tensor | float | None = None) -> MaskedLMOutput:
         out = self._encode(input_ids, attention_mask, token_type_ids, position_ids, inputs_embeds,
                            output_hidden_states, output_attentions, labels=labels)
-        logits, mean, loss = masked_lm_loss(self.cls, out, labels, num_items_in_batch)
+        logits, mean, loss = masked_lm_loss(self.cls, out, labels, num_items_in_batch, self.max_predictions_per_seq)
         result = MaskedLMOutput(loss, logits, out.hidden_states, out.attentions, mlm_loss=mean)
         return self._result(result, return_dict)
 

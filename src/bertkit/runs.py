@@ -49,7 +49,7 @@ from bertkit.outputs import (
     writing,
 )
 from bertkit.staging import Stage, clear_staging
-from bertkit.write_paths import refuse_non_directory, target_of
+from bertkit.write_paths import make_route, refuse_non_directory, target_of
 
 logger = logging.getLogger("bertkit")
 
@@ -290,6 +290,7 @@ def lock_output_dir(path: str | os.PathLike, command: str, inputs: Mapping[str, 
     (torch's import), so a second command started meanwhile is refused at once. A run a kill cut short there is
     continued with ``resume`` (the same command), removed with ``overwrite`` or when it cannot be resumed, and
     refused otherwise."""
+    make_route(path, command)
     target = target_of(path)
     refuse_inputs(target, inputs or {}, is_dir=True)
     if os.path.lexists(target) and not target.is_dir():

@@ -52,7 +52,7 @@ from bertkit.outputs import (
     write_error,
     writing,
 )
-from bertkit.write_paths import refuse_long_name, refuse_non_directory, replaced_path, target_of
+from bertkit.write_paths import make_route, refuse_long_name, refuse_non_directory, replaced_path, target_of
 
 logger = logging.getLogger("bertkit")
 
@@ -536,6 +536,7 @@ def staged(target: str | os.PathLike, what: str = "save", *, manifest: bool = Fa
     nothing to it (the block writes into a scratch directory, removed): that write stands, not swapped away under the
     process that made it. One of a directory above or inside ``target`` is waited for, then this one writes. Any
     other writer under way is refused, as without it."""
+    make_route(target, "a save")
     target = target_of(target)
     refuse_non_directory(target, "a save")
     if not manifest and (staging_of(target) is not None or os.path.ismount(target)):

@@ -35,6 +35,25 @@ def target_of(path: str | os.PathLike) -> Path:
     return Path(os.path.realpath(path.parent)) / path.name
 
 
+def make_route(path: str | os.PathLike, what: str) -> None:
+    """Make the directories ``path`` goes through before a ``..`` (``missing`` in ``missing/../out``), as transformers'
+    save (os.makedirs, ``mkdir -p``) makes them: the system resolves ``..`` only in a directory that exists, so
+    without them the same path does not load back what was written there (``target_of`` alone resolves a missing
+    ``missing/..`` as text). A file where such a directory is to be is refused, naming it (NotADirectoryError in
+    transformers); ``what`` writes a directory."""
+    full = Path(os.getcwd(), path)  # ".." parts stay
+    for i, part in enumerate(full.parts):
+        if part != "..":
+            continue
+        route = Path(*full.parts[:i])
+        if os.path.lexists(route) and not os.path.isdir(route):
+            kind = "a file" if os.path.exists(route) else "a symlink to nowhere"
+            raise BertkitError(f"{path} cannot be made: it goes through {route}, which is {kind}, not a directory; "
+                               f"{what} writes a directory of files: pass a path through directories")
+        if not os.path.lexists(route):
+            os.makedirs(route, exist_ok=True)
+
+
 def refuse_long_name(target: Path) -> None:
     """A directory is written beside its name as ``.NAME.bertkit-staging`` (and swapped through
     ``.NAME.bertkit-replaced``): a name within the file system's limit but too long for those (about 238 bytes of

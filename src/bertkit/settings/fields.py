@@ -49,7 +49,9 @@ def path_fields(cls: type) -> dict[str, str]:
     return out
 
 
-# transformers' lr_scheduler_type names, those that need no lr_scheduler_kwargs (reduce_lr_on_plateau: evaluations)
+# transformers' lr_scheduler_type names, those that need no lr_scheduler_kwargs (reduce_lr_on_plateau: evaluations):
+# the command line's choices (it takes no lr_scheduler_kwargs). TrainingArguments also takes those that need some
+# (training.optim.SCHEDULE_OPTIONS declares every schedule and its options).
 LR_SCHEDULES = ("linear", "cosine", "cosine_with_restarts", "polynomial", "constant", "constant_with_warmup",
                 "inverse_sqrt")
 PAPER_GRID = (2e-5, 3e-5, 4e-5, 5e-5)  # the paper's fine-tuning grid (appendix A.3), for BERT-BASE and up

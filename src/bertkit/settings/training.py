@@ -81,11 +81,13 @@ class TrainingSettings(OverwriteSettings, ProgressSettings):
     """Warm-up as a step count (below 1: a share of all steps, as transformers 5 reads it); when above 0 it
     overrides --warmup-ratio."""
     lr_scheduler_type: Literal["linear", "cosine", "cosine_with_restarts", "polynomial", "constant",
-                               "constant_with_warmup", "inverse_sqrt"] = flag("linear", checkpoint=True)
+                               "constant_with_warmup", "inverse_sqrt", "cosine_with_min_lr",
+                               "warmup_stable_decay"] = flag("linear", checkpoint=True)
     """The learning rate after warm-up (transformers' names and defaults): linear decay to 0 at the last step (the
     paper's), cosine (half a cosine to 0; cosine_with_restarts, one cycle, the same), polynomial (linear to 1e-7),
     constant_with_warmup (stays at the peak), inverse_sqrt (1/sqrt(step / warm-up) after it), or constant (the peak
-    from the first step: warm-up ignored, as in transformers)."""
+    from the first step: warm-up ignored, as in transformers). TrainingArguments also takes cosine_with_min_lr and
+    warmup_stable_decay, which need lr_scheduler_kwargs (min_lr or min_lr_rate; num_decay_steps)."""
     weight_decay: float = flag(0.01, hf=0.0, check=non_negative, checkpoint=True)
     """Decoupled weight decay (not on biases and LayerNorm weights, as in the paper's code)."""
     optim: Literal["adamw", "adamw_torch", "adamw_torch_fused"] = flag(

@@ -39,16 +39,17 @@ def grouped_indices(lengths: Sequence[int], batch_size: int, generator: torch.Ge
 
 
 def row_lengths(examples: Sequence, column: str | None, input_name: str) -> list[int]:
-    """Each row's length as transformers' Trainer reads it: the ``length`` column where the data (after
-    remove_unused_columns) still has one, else the length of the tokenizer's first model input."""
+    """Each row's length as transformers' Trainer reads it: the ``column`` (length_column_name, "length" by default)
+    where the data (after remove_unused_columns) still has one, else the length of the tokenizer's first model
+    input."""
     first = examples[0]
     if column is not None and column in first:
         return [int(examples[i][column]) for i in range(len(examples))]
     if input_name not in first:
         raise BertkitError(
             f"train_sampling_strategy='group_by_length' reads each row's length from its {input_name!r}, and the "
-            f"training rows hold {sorted(first)}; tokenize the data first, or give a 'length' column with "
-            "remove_unused_columns=False")
+            f"training rows hold {sorted(first)}; tokenize the data first, or give a {column or 'length'!r} column "
+            "(length_column_name) with remove_unused_columns=False")
     return [len(examples[i][input_name]) for i in range(len(examples))]
 
 

@@ -186,6 +186,7 @@ class _Run:
     # ``count`` counts in a micro-batch (``LoopHooks.count_items``); None where nothing is counted.
     count: Callable[[Batch], int | None] | None = None
     num_items: float | None = None
+    unscored: bool = False  # the current step holds no labelled item (every rank's count is 0)
     hooks: LoopHooks = field(default_factory=LoopHooks)
     pending: list[MicroLoss] = field(default_factory=list)  # this optimiser step's micro-batches, not read yet (settle)
     log_every: int = 1  # the cadence in optimiser steps, from the strategies and step counts (``cadence``)
@@ -343,7 +344,10 @@ class _Run:
             self.control.should_log = self.control.should_evaluate = self.control.should_save = False
             self.event("step_begin")
             if self.count is not None:
+                # a step with no labelled item trains on a loss of 0 (0 / 1: a zero gradient, as transformers'); its
+                # log is MicroLoss.unscored's
                 self.num_items = None if step_count is None else max(step_count, 1) / self.info.world_size
+                self.unscored = step_count == 0
         accum = self.step_size
         rank_weight, weight = weight, weight * self.step_shares[self.step_micro]
         pos.batch += 1
@@ -363,7 +367,8 @@ class _Run:
             # The loss stays on the device until the step's end reads it with the gradient norm, in one read: a read
             # waits for the device, and one at every micro-batch left it idle while the host queued the next.
             self.pending.append(MicroLoss(loss.detach(), loss_to_log(loss, normalised, part), rank_weight, labels,
-                                       self.batch_metrics(batch, out) if self.batch_metrics and weight > 0 else {}))
+                                       self.batch_metrics(batch, out) if self.batch_metrics and weight > 0 else {},
+                                       normalised and self.unscored))
         return sync
 
     # -- one optimiser step, then what falls due: log, evaluate, save -------------------------------------------
@@ -426,7 +431,9 @@ class _Run:
             share = self.step_shares[i] / self.step_size
             if self.spoiled is not None and not self.info.enabled:
                 break
-            if math.isfinite(value):
+            if m.unscored:  # no labelled item in the step on any rank: logged as transformers' Trainer does
+                self.window.add_unscored(share, self.pos.step - self.logged_at)
+            elif math.isfinite(value):
                 self.window.add(loss if m.logged[1] else loss * share * m.weight, share, m.metrics)
             elif not math.isfinite(value) and self.spoiled is None:
                 self.spoiled = m.spoiled(loss)

@@ -14,7 +14,7 @@ from torch.optim import Optimizer
 from torch.optim.lr_scheduler import LambdaLR
 
 from bertkit.errors import BertkitError
-from bertkit.settings import LR_SCHEDULES, TrainingSettings
+from bertkit.settings import TrainingSettings
 
 # google-research/bert's optimiser settings: the defaults of a direct call (commands pass their settings').
 WEIGHT_DECAY = 0.01
@@ -22,14 +22,41 @@ ADAM_BETAS = (0.9, 0.999)
 ADAM_EPSILON = 1e-6
 POLYNOMIAL_LR_END = 1e-7  # transformers' get_polynomial_decay_schedule_with_warmup default
 # transformers' lr_scheduler_kwargs each schedule takes, at their defaults (its get_scheduler hands them to the
-# schedule's function, which takes these and no others; constant and constant_with_warmup are given none)
-SCHEDULE_OPTIONS: dict[str, dict[str, float | None]] = {
-    "linear": {}, "constant": {}, "constant_with_warmup": {}, "cosine": {"num_cycles": 0.5},
-    "cosine_with_restarts": {"num_cycles": 1}, "polynomial": {"lr_end": POLYNOMIAL_LR_END, "power": 1.0},
-    "inverse_sqrt": {"timescale": None}}
+# schedule's function, which takes these and no others; constant and constant_with_warmup are given none). None: no
+# default; REQUIRED_OPTIONS says which of those a schedule must be given.
+_WSD_SHAPES = ("linear", "cosine", "1-sqrt")  # warmup_stable_decay's warmup_type and decay_type
+SCHEDULE_OPTIONS: dict[str, dict[str, Any]] = {
+    "linear": {}, "cosine": {"num_cycles": 0.5}, "cosine_with_restarts": {"num_cycles": 1},
+    "polynomial": {"lr_end": POLYNOMIAL_LR_END, "power": 1.0}, "constant": {}, "constant_with_warmup": {},
+    "inverse_sqrt": {"timescale": None},
+    "cosine_with_min_lr": {"num_cycles": 0.5, "min_lr": None, "min_lr_rate": None},
+    "warmup_stable_decay": {"num_decay_steps": None, "num_stable_steps": None, "warmup_type": "linear",
+                            "decay_type": "cosine", "min_lr_ratio": 0.0, "num_cycles": 0.5}}
+# (the options of which exactly one must be given, how many of them at most): as transformers' functions raise
+REQUIRED_OPTIONS = {"cosine_with_min_lr": (("min_lr", "min_lr_rate"), 1),
+                    "warmup_stable_decay": (("num_decay_steps",), 1)}
+
+
+def _number(ok: Any) -> Any:
+    return lambda v: not isinstance(v, bool) and isinstance(v, (int, float)) and math.isfinite(v) and ok(v)
+
+
+def _count(v: Any) -> bool:
+    return not isinstance(v, bool) and isinstance(v, int) and v >= 0
+
+
 # what a value must be (transformers divides by a timescale of 0, raises 0 to a power of -1, ...)
-_OPTION_RANGE = {"num_cycles": (lambda v: v > 0, "above 0"), "power": (lambda v: v > 0, "above 0"),
-                 "lr_end": (lambda v: v >= 0, "0 or above"), "timescale": (lambda v: v >= 1, "1 or above")}
+_OPTION_RANGE = {"num_cycles": (_number(lambda v: v > 0), "a finite number above 0"),
+                 "power": (_number(lambda v: v > 0), "a finite number above 0"),
+                 "lr_end": (_number(lambda v: v >= 0), "a finite number 0 or above"),
+                 "timescale": (_number(lambda v: v >= 1), "a finite number 1 or above"),
+                 "min_lr": (_number(lambda v: v >= 0), "a finite number 0 or above (a learning rate)"),
+                 "min_lr_rate": (_number(lambda v: 0 <= v <= 1), "a finite number from 0 to 1 (a share of the peak)"),
+                 "min_lr_ratio": (_number(lambda v: 0 <= v <= 1), "a finite number from 0 to 1 (a share of the peak)"),
+                 "num_decay_steps": (_count, "a whole number of steps, 0 or above"),
+                 "num_stable_steps": (_count, "a whole number of steps, 0 or above"),
+                 "warmup_type": (lambda v: v in _WSD_SHAPES, f"one of {', '.join(_WSD_SHAPES)}"),
+                 "decay_type": (lambda v: v in _WSD_SHAPES, f"one of {', '.join(_WSD_SHAPES)}")}
 
 
 # transformers' Trainer.get_decay_parameter_names: no weight decay for a LayerNorm's parameters or a name like these
@@ -90,7 +117,7 @@ def build_optimizer(model: nn.Module, lr: float, weight_decay: float = WEIGHT_DE
     return torch.optim.AdamW(groups, lr=lr, betas=betas, eps=eps, fused=_fused_ok(model))
 
 
-def schedule_options(shape: str, given: dict[str, Any] | None) -> dict[str, Any]:
+def schedule_options(shape: str, given: dict[str, Any] | None, peak: float | None = None) -> dict[str, Any]:
     """``shape``'s options (``SCHEDULE_OPTIONS``) with ``given`` (transformers' ``lr_scheduler_kwargs``) over the
     defaults. A name the schedule does not take, or a value it cannot use, is refused: transformers raises a
     TypeError for the first (and ignores any for constant and constant_with_warmup, which bertkit refuses, as they
@@ -102,9 +129,21 @@ def schedule_options(shape: str, given: dict[str, Any] | None) -> dict[str, Any]
             raise BertkitError(f"lr_scheduler_kwargs {name}={value!r}: lr_scheduler_type {shape!r} {takes} (as "
                                "transformers' schedule functions); drop it, or choose the schedule that takes it")
         ok, what = _OPTION_RANGE[name]
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or not ok(value):
-            raise BertkitError(f"lr_scheduler_kwargs {name}={value!r}: must be a finite number {what}")
+        if not ok(value):
+            raise BertkitError(f"lr_scheduler_kwargs {name}={value!r}: must be {what}")
         options[name] = value
+    names, most = REQUIRED_OPTIONS.get(shape, ((), 0))
+    given_names = [n for n in names if options[n] is not None]
+    if names and not 1 <= len(given_names) <= most:
+        which = " or ".join(names) if most == 1 and len(names) > 1 else ", ".join(names)
+        got = f"got {', '.join(f'{n}={options[n]!r}' for n in given_names)}" if given_names else "got none"
+        raise BertkitError(f"lr_scheduler_type {shape!r} needs {'exactly one of ' if len(names) > 1 else ''}{which} "
+                           f"in lr_scheduler_kwargs ({got}), as transformers' schedule function")
+    min_lr = options.get("min_lr")
+    if min_lr is not None and peak is not None and not (0 < peak and min_lr <= peak):
+        # transformers' rate would rise to it at the end (and divides by a learning_rate of 0)
+        raise BertkitError(f"lr_scheduler_kwargs min_lr={min_lr!r} with learning_rate {peak}: min_lr must be at most "
+                           "learning_rate, which must be above 0; or give min_lr_rate (a share of learning_rate)")
     return options
 
 
@@ -118,13 +157,18 @@ def linear_warmup_decay(optimizer: Optimizer, warmup_steps: int, total_steps: in
     step: no warm-up, as transformers' get_constant_schedule ignores it). Warm-up longer than the run rises for the
     whole run at the same slope and ends below the peak, as transformers' schedules do. ``options``: transformers'
     ``lr_scheduler_kwargs`` (``schedule_options``): cosine's and cosine_with_restarts' num_cycles, polynomial's
-    lr_end and power, inverse_sqrt's timescale."""
+    lr_end and power, inverse_sqrt's timescale; cosine_with_min_lr and warmup_stable_decay, which need some
+    (``REQUIRED_OPTIONS``), are transformers' too (``_cosine_to_min``, ``_warmup_stable_decay``)."""
     if total_steps <= 0 or warmup_steps < 0:
         raise BertkitError(f"need warmup_steps >= 0 ({warmup_steps}) and total_steps > 0 ({total_steps})")
-    if shape not in LR_SCHEDULES:
-        raise BertkitError(f"unknown learning-rate schedule {shape!r}; choose one of {', '.join(LR_SCHEDULES)}")
-    opts = schedule_options(shape, options)
+    if shape not in SCHEDULE_OPTIONS:
+        raise BertkitError(f"unknown learning-rate schedule {shape!r}; choose one of {', '.join(SCHEDULE_OPTIONS)}")
     peak = optimizer.defaults["lr"]  # polynomial's end is a rate, not a factor: transformers divides it by this
+    opts = schedule_options(shape, options, peak)
+    if shape == "cosine_with_min_lr":
+        return LambdaLR(optimizer, _cosine_to_min(warmup_steps, total_steps, opts, peak))
+    if shape == "warmup_stable_decay":
+        return LambdaLR(optimizer, _warmup_stable_decay(warmup_steps, total_steps, opts))
     lr_end, power, cycles = opts.get("lr_end"), opts.get("power"), opts.get("num_cycles")
     if shape == "polynomial" and not peak > lr_end:
         raise BertkitError(f"lr_scheduler_type 'polynomial' decays to {lr_end} (its lr_end: transformers' 1e-7 "
@@ -157,6 +201,52 @@ def linear_warmup_decay(optimizer: Optimizer, warmup_steps: int, total_steps: in
         return max(0.0, (total_steps - step) / max(1, total_steps - warmup_steps))
 
     return LambdaLR(optimizer, factor)
+
+
+def _cosine_to_min(warmup_steps: int, total_steps: int, opts: dict[str, Any], peak: float) -> Any:
+    """cosine_with_min_lr: cosine's wave from the peak down to min_lr (a rate) or min_lr_rate (a share of the peak),
+    not to 0; transformers' expression, to the last bit."""
+    min_lr, cycles = opts["min_lr"], float(opts["num_cycles"])
+    floor = opts["min_lr_rate"] if min_lr is None else min_lr / peak
+
+    def factor(step: int) -> float:
+        if step < warmup_steps:
+            return float(step) / float(max(1, warmup_steps))
+        progress = float(step - warmup_steps) / float(max(1, total_steps - warmup_steps))
+        wave = 0.5 * (1.0 + math.cos(math.pi * cycles * 2.0 * progress))
+        return max(0, wave * (1 - floor) + floor)
+
+    return factor
+
+
+def _warmup_stable_decay(warmup_steps: int, total_steps: int, opts: dict[str, Any]) -> Any:
+    """warmup_stable_decay: warm-up (warmup_type) from min_lr_ratio of the peak, the peak for num_stable_steps (by
+    default the steps that warm-up and num_decay_steps leave), a decay (decay_type) back to min_lr_ratio over
+    num_decay_steps, then min_lr_ratio; transformers' expression, to the last bit."""
+    decay, floor, cycles = opts["num_decay_steps"], opts["min_lr_ratio"], opts["num_cycles"]
+    stable = opts["num_stable_steps"]
+    stable = total_steps - warmup_steps - decay if stable is None else stable  # may be < 0, as in transformers
+
+    def shaped(kind: str, progress: float, rising: bool) -> float:
+        if kind == "linear":
+            return progress if rising else 1.0 - progress
+        if kind == "cosine":
+            return (0.5 * (1.0 - math.cos(math.pi * progress)) if rising
+                    else 0.5 * (1.0 + math.cos(math.pi * float(cycles) * 2.0 * progress)))
+        return 1.0 - math.sqrt(1.0 - progress) if rising else 1.0 - math.sqrt(progress)  # "1-sqrt"
+
+    def factor(step: int) -> float:
+        if step < warmup_steps:
+            progress = float(step) / float(max(1, warmup_steps))
+            return max(0.0, shaped(opts["warmup_type"], progress, True) * (1.0 - floor) + floor)
+        if step < warmup_steps + stable:
+            return 1.0
+        if step < warmup_steps + stable + decay:
+            progress = float(step - warmup_steps - stable) / float(max(1, decay))
+            return max(0.0, shaped(opts["decay_type"], progress, False) * (1.0 - floor) + floor)
+        return floor
+
+    return factor
 
 
 def optimisation(model: nn.Module, args: TrainingSettings, total: int, device: str,

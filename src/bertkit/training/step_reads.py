@@ -30,6 +30,7 @@ class MicroLoss:
     weight: float  # this rank's share of the global micro-batch x world_size (0: a stand-in for an empty share)
     labels: Tensor | None
     metrics: dict[str, tuple[float, float]]  # batch_metrics: (sum, count) by name
+    unscored: bool = False  # its step holds no labelled item (every rank's): the step's loss is 0 / 0, no number
 
     def spoiled(self, loss: float) -> str:
         """Why the step is dropped when this micro-batch's loss ``loss`` is not finite."""
@@ -113,6 +114,14 @@ class LogWindow:
             self.sums[k] = self.sums.get(k, 0.0) + total
             self.sums[k + _COUNT] = self.sums.get(k + _COUNT, 0.0) + count
         self.n += share
+
+    def add_unscored(self, share: float, steps_before: int) -> None:
+        """A micro-batch of a step with no labelled item, whose loss is 0 / 0: transformers' Trainer (its
+        logging_nan_inf_filter, on by default) adds for each such micro-batch the window's loss so far over 1 + the
+        steps logged in it before this one (``steps_before``), so the record is not pulled to 0 (nor made NaN);
+        train_loss counts it too, as transformers' total loss does."""
+        added = self.sums.get("loss", 0.0) / (1 + steps_before)
+        self.add(added, share, {})
 
     @contextlib.contextmanager
     def paused(self) -> Iterator[None]:

@@ -265,7 +265,7 @@ class Trainer(TrainerLoss, TrainerEvaluation):
                                                   self._reads_sampling_strategy)
         if strategy == "group_by_length":  # megabatches of the accumulated batch
             names = getattr(self.processing_class, "model_input_names", None) or ["input_ids"]
-            column = "length" if trainer_data.is_hf_dataset(self.train_dataset) else None
+            column = self.args.length_column_name if trainer_data.is_hf_dataset(self.train_dataset) else None
             self._grouped = LengthGroupedOrder(row_lengths(examples, column, names[0]), self.args.
                                                per_device_train_batch_size * self.args.gradient_accumulation_steps,
                                                current().world_size)

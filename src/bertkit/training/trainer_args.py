@@ -18,9 +18,9 @@ import torch
 from bertkit._hardware import resolve_device
 from bertkit._parallel import info_from_env
 from bertkit.errors import BertkitError
-from bertkit.settings import LR_SCHEDULES, TrainingSettings
+from bertkit.settings import TrainingSettings
 from bertkit.settings.fields import at_least_one, between, flag, in_seed_range, redefault
-from bertkit.training.optim import schedule_options
+from bertkit.training.optim import SCHEDULE_OPTIONS, schedule_options
 
 # Every transformers TrainingArguments field bertkit does not implement, under transformers' default (checked against
 # the installed transformers by tests/test_trainer.py); any other value is refused, with ADVICE where there is one.
@@ -46,7 +46,6 @@ _NOT_IMPLEMENTED: tuple[tuple[Any, tuple[str, ...]], ...] = (
     ("warning", ("log_level_replica",)),
     ("huggingface", ("project",)),
     ("every_save", ("hub_strategy",)),
-    ("length", ("length_column_name",)),
 )
 REFUSED: dict[str, Any] = {name: default for default, names in _NOT_IMPLEMENTED for name in names}
 # values transformers' __post_init__ turns into the default (include_num_input_tokens_seen=False is "no"): accepted as it
@@ -54,9 +53,7 @@ SAME_AS_DEFAULT: dict[str, tuple[Any, ...]] = {"include_num_input_tokens_seen": 
 # transformers' schedules bertkit does not have, and why
 _OTHER_SCHEDULES = {
     "reduce_lr_on_plateau": "it lowers the rate on the evaluations' metric, not by step",
-    "cosine_with_min_lr": "'cosine' decays to 0",
-    "cosine_warmup_with_min_lr": "'cosine' decays to 0",
-    "warmup_stable_decay": "'constant_with_warmup' keeps the peak; 'linear' or 'cosine' decay over the whole run",
+    "cosine_warmup_with_min_lr": "its warm-up follows a cosine; 'cosine_with_min_lr' warms up linearly",
     "greedy": "it adapts the rate to the training loss",
 }
 _HUB = "save with trainer.save_model(DIR) and upload DIR with huggingface_hub"
@@ -111,6 +108,9 @@ class TrainingArguments(TrainingSettings):
     train_sampling_strategy: Literal["random", "sequential", "group_by_length"] = "random"
     """random: transformers' order (a RandomSampler seeded from data_seed or seed); sequential: the dataset's
     order; group_by_length: transformers' LengthGroupedSampler's order (less padding; docs/coming-from-transformers.md)."""
+    length_column_name: str = "length"
+    """group_by_length reads each row's length from this column of a datasets.Dataset where the rows (after
+    remove_unused_columns) still have it, else from the tokenizer's first model input, as transformers does."""
     prediction_loss_only: bool = False
     """evaluate() and predict() return the loss alone: no predictions, no labels, no compute_metrics."""
     eval_do_concat_batches: bool = True
@@ -141,8 +141,10 @@ class TrainingArguments(TrainingSettings):
     do_predict: bool = False
     lr_scheduler_kwargs: dict | str | None = None
     """The schedule's options, as transformers takes them (a dict, or its JSON text): cosine's and
-    cosine_with_restarts' ``num_cycles``, polynomial's ``lr_end`` and ``power``, inverse_sqrt's ``timescale``; one
-    the schedule does not take is refused by name."""
+    cosine_with_restarts' ``num_cycles``, polynomial's ``lr_end`` and ``power``, inverse_sqrt's ``timescale``,
+    cosine_with_min_lr's ``min_lr`` or ``min_lr_rate`` (one of them) and ``num_cycles``, warmup_stable_decay's
+    ``num_decay_steps`` (needed), ``num_stable_steps``, ``warmup_type``, ``decay_type``, ``min_lr_ratio`` and
+    ``num_cycles``; one the schedule does not take is refused by name."""
 
     def __post_init__(self) -> None:
         if self.output_dir is None:
@@ -160,7 +162,7 @@ class TrainingArguments(TrainingSettings):
         schedule = getattr(self.lr_scheduler_type, "value", self.lr_scheduler_type)  # transformers' SchedulerType
         if schedule in _OTHER_SCHEDULES:
             raise BertkitError(f"lr_scheduler_type {schedule!r} is not implemented in bertkit ({_OTHER_SCHEDULES[schedule]}); "
-                               f"choose one of {', '.join(LR_SCHEDULES)}")
+                               f"choose one of {', '.join(SCHEDULE_OPTIONS)}")
         self.lr_scheduler_type = schedule
         optim = getattr(self.optim, "value", self.optim)  # transformers' OptimizerNames
         if isinstance(optim, str) and optim not in ("adamw", "adamw_torch", "adamw_torch_fused"):
@@ -177,7 +179,8 @@ class TrainingArguments(TrainingSettings):
                                    "text; give e.g. {\"num_cycles\": 2}") from None
         super().__post_init__()  # each field's type, then its check
         self.lr_scheduler_kwargs = dict(self.lr_scheduler_kwargs or {})
-        schedule_options(self.lr_scheduler_type, self.lr_scheduler_kwargs)  # a name or value it cannot take: now
+        schedule_options(self.lr_scheduler_type, self.lr_scheduler_kwargs,  # a name or value it cannot take: now
+                         self.learning_rate if isinstance(self.learning_rate, (int, float)) else None)
         self._check_best_model()
         if self.bf16_full_eval and self.fp16_full_eval:
             raise BertkitError("bf16_full_eval and fp16_full_eval are both set; choose one")

@@ -176,7 +176,8 @@ class TrainerEvaluation:
                 f"({current().world_size} processes) is not implemented: set train_sampling_strategy='random'")
         examples = self._examples(dataset, "eval_dataset")
         names = getattr(self.processing_class, "model_input_names", None) or ["input_ids"]
-        lengths = row_lengths(examples, "length" if trainer_data.is_hf_dataset(dataset) else None, names[0])
+        column = self.args.length_column_name if trainer_data.is_hf_dataset(dataset) else None
+        lengths = row_lengths(examples, column, names[0])
         seed = self.args.data_seed if self.args.data_seed is not None else self.args.seed
         size = self.args.per_device_eval_batch_size
         order = grouped_indices(lengths, size, torch.Generator().manual_seed(seed))[:rows]
