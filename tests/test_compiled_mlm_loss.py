@@ -31,7 +31,8 @@ def _run(model, call, ids, mask, labels, **kw):
     return out, {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
 
 
-@pytest.mark.parametrize("backend", ["eager", "aot_eager"])
+# aot_eager (the autograd graph traced too) in make test-slow: 3-6 s a case against eager's 1-2
+@pytest.mark.parametrize("backend", ["eager", pytest.param("aot_eager", marks=pytest.mark.slow)])
 @pytest.mark.parametrize("cls", [H.BertForMaskedLM, H.BertForPreTraining])
 @pytest.mark.parametrize("case", ["some", "none", "num_items", "bounded"])
 def test_compiled_masked_lm_loss_equals_eager_and_transformers(cls, backend, case, tmp_path):
