@@ -446,7 +446,7 @@ def test_splade_pooling_chunks_give_the_same_vectors(strategy, activation, tmp_p
     from bertkit.sentence.sparse_encoder.modules import Transformer
 
     directory = tiny_checkpoint(tmp_path / "tiny", "BertForPreTraining", tokenizer=minilm_dir)  # a bertkit checkpoint
-    transformer = Transformer(directory)
+    transformer = Transformer(directory, transformer_task="fill-mask")
     texts = ["The weather is lovely today.", "He drove to the stadium in a red car after a long lunch.", "Hi"]
     batch = transformer.tokenize(texts)
     with torch.no_grad():
@@ -666,10 +666,10 @@ def test_a_fill_mask_transformers_max_seq_length_of_0_is_refused_not_read_as_the
     from bertkit.sentence.sparse_encoder.modules import Transformer
 
     directory = tiny_checkpoint(tmp_path / "tiny", "BertForPreTraining", tokenizer=minilm_dir)
-    transformer = Transformer(directory, max_seq_length=7)
+    transformer = Transformer(directory, transformer_task="fill-mask", max_seq_length=7)
     assert transformer.max_seq_length == transformer.tokenizer.model_max_length == 7
     with pytest.raises(BertkitError, match="max_seq_length 0"):
-        Transformer(directory, max_seq_length=0)
+        Transformer(directory, transformer_task="fill-mask", max_seq_length=0)
     # a SentenceTransformer's model[0] holding the masked-LM model: its print and refusals
     assert repr(transformer) == "Transformer({'max_seq_length': 7, 'do_lower_case': False, 'architecture': " \
                                 "'BertForMaskedLM'})"

@@ -58,12 +58,19 @@ __all__ = list(_EXPORTS)
 
 
 
-def _lazy_getattr(package: str, exports: dict[str, str]) -> Callable[[str], Any]:
-    """A PEP 562 module ``__getattr__`` that imports ``exports[name]`` on first use of ``name``."""
+def _lazy_getattr(package: str, exports: dict[str, str],
+                  refused: dict[str, str] | None = None) -> Callable[[str], Any]:
+    """A PEP 562 module ``__getattr__`` that imports ``exports[name]`` on first use of ``name``; a name of
+    ``refused`` (a reference library's name bertkit does not implement -> what to use) raises a BertkitError saying
+    so, which ``from package import name`` shows as it is."""
 
     def __getattr__(name: str) -> Any:
         if name in exports:
             return getattr(importlib.import_module(exports[name]), name)
+        if refused and name in refused:
+            from bertkit.errors import refusing_getattr
+
+            return refusing_getattr(package, refused)(name)
         raise AttributeError(f"module {package!r} has no attribute {name!r}")
 
     return __getattr__

@@ -28,4 +28,51 @@ _EXPORTS = {
     "SparseEncoderTrainingArguments": "bertkit.sentence.sparse_encoder.training_args",
 }
 __all__ = list(_EXPORTS)
-__getattr__ = _lazy_getattr("bertkit.sentence", _EXPORTS)
+_EXPORTS["mine_hard_negatives"] = "bertkit.sentence.util"  # sentence-transformers exports it here too
+# the names sentence-transformers exports here that bertkit does not implement, with what to use (an
+# AttributeError named them without a fix)
+_SAMPLER = (
+    "choose the batches with the training arguments' batch_sampler=BatchSamplers.… and "
+    "multi_dataset_batch_sampler=MultiDatasetBatchSamplers.… (bertkit.sentence.training_args); a custom "
+    "sampler class is not supported"
+)
+_CARD = (
+    "bertkit writes no model card (README.md): a model keeps its model_card_data= for the script that reads "
+    "it back; write the card yourself"
+)
+_MULTI_VECTOR = (
+    "multi-vector (late-interaction) models are not implemented in bertkit; token states come from "
+    "bertkit.pipeline('feature-extraction', pooling='none')"
+)
+_EXPORT = "bertkit runs its own PyTorch encoder (no ONNX or OpenVINO): for int8 use bertkit.pipeline(..., quantize='int8')"
+REFUSED = {
+    "LoggingHandler": "use Python's logging module (bertkit logs under the 'bertkit' logger)",
+    "SentencesDataset": "give fit the list of InputExample itself: DataLoader(examples, shuffle=True, batch_size=...)",
+    "ParallelSentencesDataset": "train with SentenceTransformerTrainer on (source, target) rows with a teacher's "
+    "embeddings as the label (losses.MSELoss)",
+    "resolve_ids": "it is part of sentence-transformers' own machinery, which bertkit does not reproduce",
+    "DefaultBatchSampler": _SAMPLER,
+    "MultiDatasetDefaultBatchSampler": _SAMPLER,
+    **dict.fromkeys(
+        [
+            "SentenceTransformerModelCardData",
+            "CrossEncoderModelCardData",
+            "SparseEncoderModelCardData",
+            "MultiVectorEncoderModelCardData",
+        ],
+        _CARD,
+    ),
+    **dict.fromkeys(
+        ["MultiVectorEncoder", "MultiVectorEncoderTrainer", "MultiVectorEncoderTrainingArguments"],
+        _MULTI_VECTOR,
+    ),
+    **dict.fromkeys(
+        [
+            "export_optimized_onnx_model",
+            "export_dynamic_quantized_onnx_model",
+            "export_static_quantized_openvino_model",
+        ],
+        _EXPORT,
+    ),
+}
+__getattr__ = _lazy_getattr("bertkit.sentence", _EXPORTS, REFUSED)

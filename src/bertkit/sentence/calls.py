@@ -28,6 +28,7 @@ REFUSED_INIT = {
     "trust_remote_code": "bertkit runs BERT only; drop this argument",
     "revision": "bertkit loads local directories; check out the revision first",
     "token": "bertkit loads local directories; download the model first",
+    "use_auth_token": "bertkit loads local directories; download the model first",
     "backend": "bertkit runs its own PyTorch encoder; for int8 use bertkit.pipeline(..., quantize='int8')",
     # (SparseEncoder's: SentenceTransformer and CrossEncoder take model_kwargs' dtype, model_kwargs_options)
     "model_kwargs": "bertkit builds its BertModel from config.json; for another dtype call .bfloat16() or .half() "
@@ -39,6 +40,14 @@ REFUSED_INIT = {
                         "tokenizer's other settings from its files",
     "config_kwargs": "edit config.json, or set dropout on model.bert after loading",
 }
+
+
+def check_local_files_only(what: str, value: Any) -> None:
+    """sentence-transformers' ``local_files_only`` (default False): whether a Hub id may be downloaded. bertkit never
+    downloads, so either value loads a local directory, as both do there; False, that default, was refused, so a
+    script passing its own default through (``local_files_only=args.offline``) could not load a local path."""
+    if not isinstance(value, bool):
+        raise BertkitError(f"{what}(local_files_only={value!r}) takes True or False, got {type(value).__name__}")
 
 
 def model_path(value: Any, what: str) -> Path:

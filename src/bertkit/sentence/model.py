@@ -36,6 +36,7 @@ from bertkit.sentence.calls import (
     REFUSED_INIT,
     ReferenceCalls,
     as_requested,
+    check_local_files_only,
     check_save_arguments,
     model_path,
     move_to_device,
@@ -83,14 +84,13 @@ class SentenceTransformer(Indexed, ReferenceCalls, Prompted, SimilarityByName, n
     def __init__(self, model_name_or_path: str | Path | None = None, device: str | None = None, *,
                  modules: Sequence[Any] | None = None, prompts: dict[str, str] | None = None,
                  default_prompt_name: str | None = None, similarity_fn_name: str | None = None,
-                 truncate_dim: int | None = None, local_files_only: bool = True,
+                 truncate_dim: int | None = None, local_files_only: bool = False,
                  model_kwargs: dict[str, Any] | None = None, model_card_data: Any = None, **unknown: Any):
         super().__init__()
         refuse_arguments("SentenceTransformer", unknown, REFUSED_INIT)
         self.model_card_data = model_card_data  # kept for the script that reads it back; bertkit writes no card
         options = model_kwargs_options("SentenceTransformer", model_kwargs)
-        if not local_files_only:
-            raise BertkitError("bertkit.sentence loads local directories only; download the model and pass its path")
+        check_local_files_only("SentenceTransformer", local_files_only)
         if modules is not None:
             if model_name_or_path is not None or options:
                 raise BertkitError("SentenceTransformer takes a directory (model_name_or_path, model_kwargs) or "
@@ -267,7 +267,9 @@ class SentenceTransformer(Indexed, ReferenceCalls, Prompted, SimilarityByName, n
         batch["prompt_length"] = self.prompt_length(prompt)
         return batch
 
-    preprocess = tokenize  # sentence-transformers 6's name
+    def preprocess(self, inputs: Sequence[str], prompt: str | None = None) -> dict[str, Tensor]:
+        """sentence-transformers 6's name of ``tokenize``, under its argument's name (``preprocess(inputs=...)``)."""
+        return self.tokenize(inputs, prompt)
 
     def prompt_length(self, prompt: str | None) -> int:
         """How many leading tokens (with [CLS]) the prompt takes: what Pooling leaves out when include_prompt is False."""

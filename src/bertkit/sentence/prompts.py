@@ -53,21 +53,24 @@ class Prompted:
                                "model.default_prompt_name = None before saving")
         return name
 
+    # encode_query and encode_document take encode's arguments in encode's places, as sentence-transformers' do
+    # (``*args``: batch_size, show_progress_bar, ...): encode_document(texts, None, None, 16) was Python's "takes from
+    # 1 to 4 positional arguments but 5 were given"
     def encode_query(self, inputs: Any = None, prompt_name: str | None = None, prompt: str | None = None,
-                     **kwargs: Any) -> Any:
+                     *args: Any, **kwargs: Any) -> Any:
         """``encode`` for queries: without a prompt given, the model's "query" prompt (every model has one, "" unless
         set, which also keeps ``default_prompt_name`` out, as in sentence-transformers 6)."""
         if prompt_name is None and prompt is None and "query" in self.prompts:
             prompt_name = "query"
-        return self.encode(inputs, prompt_name=prompt_name, prompt=prompt, **kwargs)
+        return self.encode(inputs, prompt_name, prompt, *args, **kwargs)
 
     def encode_document(self, inputs: Any = None, prompt_name: str | None = None, prompt: str | None = None,
-                        **kwargs: Any) -> Any:
+                        *args: Any, **kwargs: Any) -> Any:
         """``encode`` for documents: without a prompt given, the model's "document", "passage" or "corpus" prompt,
         the first it has: "document", which every model has ("" unless set), as in sentence-transformers 6."""
         if prompt_name is None and prompt is None:
             prompt_name = next((n for n in ("document", "passage", "corpus") if n in self.prompts), None)
-        return self.encode(inputs, prompt_name=prompt_name, prompt=prompt, **kwargs)
+        return self.encode(inputs, prompt_name, prompt, *args, **kwargs)
 
     def _resolve_prompt(self, prompt: str | None, prompt_name: str | None) -> str | None:
         if prompt is not None:

@@ -251,10 +251,12 @@ class SentenceTransformerTrainer(Trainer):
     loss_class: ClassVar[type[nn.Module]] = SentenceLoss  # what ``_loss`` takes
     _evaluations_write_csv = True  # off for the check of metric_for_best_model (``_check_metric``)
 
+    # callbacks by keyword only: sentence-transformers' seventh argument is data_collator (refused by name here), so a
+    # positional list of callbacks means another argument there
     def __init__(self, model: SentenceTransformer | None = None, args: SentenceTransformerTrainingArguments | None = None,
                  train_dataset: Any = None, eval_dataset: Any = None,
                  loss: SentenceLoss | Callable[[SentenceTransformer], SentenceLoss] | None = None,
-                 evaluator: Any = None, callbacks: Sequence[Any] | None = None, **unknown: Any):
+                 evaluator: Any = None, *, callbacks: Sequence[Any] | None = None, **unknown: Any):
         args = self._checked_arguments(model, args, unknown)
         check_loss_names(loss, train_dataset, eval_dataset)
         if args.bf16_full_eval or args.fp16_full_eval:  # the evaluator would score another model than the loss's

@@ -180,11 +180,11 @@ def pairwise_manhattan_sim(a: Any, b: Any) -> Tensor:
     return -(a - b).abs().sum(-1).to_dense()
 
 
-def pairwise_angle_sim(a: Any, b: Any) -> Tensor:
-    """(N,) AnglE similarity (Li and Li, 2023, arXiv:2309.12871): |cos + sin| of the angle between ``a[i]`` and
-    ``b[i]`` read as complex vectors (dimensions i and i + D/2 paired; an odd D padded with a zero), after L2
-    normalisation."""
-    a, b = (x.to_dense() for x in _rows(a, b))
+def pairwise_angle_sim(x: Any, y: Any) -> Tensor:
+    """(N,) AnglE similarity (Li and Li, 2023, arXiv:2309.12871): |cos + sin| of the angle between ``x[i]`` and
+    ``y[i]`` read as complex vectors (dimensions i and i + D/2 paired; an odd D padded with a zero), after L2
+    normalisation. ``x`` and ``y`` are sentence-transformers' names (``pairwise_angle_sim(x=..., y=...)``)."""
+    a, b = (v.to_dense() for v in _rows(x, y))
     if a.shape[1] % 2:
         a, b = F.pad(a, (0, 1)), F.pad(b, (0, 1))
     a, b = F.normalize(a, p=2, dim=1), F.normalize(b, p=2, dim=1)

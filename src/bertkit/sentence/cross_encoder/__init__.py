@@ -13,4 +13,10 @@ _EXPORTS = {
     "CrossEncoderTrainingArguments": "bertkit.sentence.cross_encoder.training_args",
 }
 __all__ = list(_EXPORTS)
-__getattr__ = _lazy_getattr("bertkit.sentence.cross_encoder", _EXPORTS)
+_REFUSED = {
+    "CrossEncoderDataCollator": "the trainer collates its batches itself (each text column tokenized, with the arguments' "
+    "prompts); a custom data_collator is not supported",
+    "CrossEncoderModelCardData": "bertkit writes no model card (README.md): a model keeps its model_card_data= for the script "
+    "that reads it back; write the card yourself",
+}
+__getattr__ = _lazy_getattr("bertkit.sentence.cross_encoder", _EXPORTS, _REFUSED)

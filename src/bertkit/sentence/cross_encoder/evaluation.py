@@ -38,10 +38,12 @@ class CrossEncoderRerankingEvaluator(_PredictingEvaluator):
     """Rerank each sample's documents with ``model.predict`` and report MAP, MRR@at_k and nDCG@at_k (and the
     first-stage order's as ``base_*`` for ``documents`` samples), keys prefixed with ``name_`` when named."""
 
+    # the positions are sentence-transformers 6's (prompt_name after name): (samples, 10, True, "dev", None, 16)
+    # failed here on batch_size None, and (samples, 10, True, "dev", 16) ran in batches of 16 what fails there
     def __init__(self, samples: Sequence[dict[str, Any]] | dict[str, dict[str, Any]], at_k: int = 10,
-                 always_rerank_positives: bool = True, name: str = "", batch_size: int = 64,
-                 show_progress_bar: bool = False, write_csv: bool = True, mrr_at_k: int | None = None,
-                 prompt_name: str | None = None):
+                 always_rerank_positives: bool = True, name: str = "", prompt_name: str | None = None,
+                 batch_size: int = 64, show_progress_bar: bool = False, write_csv: bool = True,
+                 mrr_at_k: int | None = None):
         _no_prompt(prompt_name, "CrossEncoderRerankingEvaluator")
         self.samples = list(samples.values()) if isinstance(samples, dict) else list(samples)
         if not self.samples:  # sentence-transformers fails in numpy after scoring nothing
@@ -179,6 +181,9 @@ def _pairs(sentence_pairs: Sequence[Sequence[str]], n: int, what: str, who: str)
 
 
 def _no_prompt(prompt_name: str | None, who: str) -> None:
+    if prompt_name is not None and not isinstance(prompt_name, str):  # a batch size given where 5 took it
+        raise BertkitError(f"{who}(prompt_name={prompt_name!r}): sentence-transformers 6 takes prompt_name after "
+                           f"name, not batch_size: pass batch_size={prompt_name!r} and the others by name")
     if prompt_name is not None:
         raise BertkitError(f"{who}(prompt_name=...) is not implemented in bertkit: cross-encoder prompts are not "
                            "implemented")

@@ -47,6 +47,7 @@ from bertkit.sentence.calls import (
     ReferenceCalls,
     as_requested,
     check_features,
+    check_local_files_only,
     check_save_arguments,
     model_path,
     move_to_device,
@@ -108,6 +109,17 @@ _REFUSED_CALL = {
     "convert_to_numpy": "rank returns Python floats, whatever it is given: drop it",
     "convert_to_tensor": "rank returns Python floats, whatever it is given: drop it",
 }
+
+
+def refuse_prompts(what: str, prompt_name: Any, prompt: Any) -> None:
+    """sentence-transformers 6's prompt arguments of predict and rank, refused by name (None asks for nothing). A
+    number there is most likely a batch size given by position, as sentence-transformers 5 took it: said so."""
+    for name, value in (("prompt_name", prompt_name), ("prompt", prompt)):
+        if value is not None and not isinstance(value, str):
+            raise BertkitError(f"{what}({name}={value!r}): sentence-transformers 6 reads the argument after the "
+                               f"{'pairs' if what == 'predict' else 'documents, top_k and return_documents'} as "
+                               f"{name}, not batch_size: pass batch_size={value!r} and the others by name")
+    refuse_arguments(what, {"prompt_name": prompt_name, "prompt": prompt}, _REFUSED_CALL)
 
 
 # Under autocast on a GPU, attention runs in cuDNN, which builds a graph for every new (rows, length) shape (56-70 ms
@@ -191,16 +203,18 @@ class CrossEncoder(Indexed, ReferenceCalls, nn.Module):
                       "with CrossEncoder(path), and embed texts with a SentenceTransformer(modules=[...]) from "
                       "bertkit.sentence.models")
 
-    def __init__(self, model_name_or_path: str | Path, *, num_labels: int | None = None,
+    # model_name_or_path defaults to None as sentence-transformers 6's (which builds from modules=[...] without it),
+    # so that CrossEncoder(modules=[...]) reaches the refusal naming modules, not Python's "missing 1 required
+    # positional argument"
+    def __init__(self, model_name_or_path: str | Path | None = None, *, num_labels: int | None = None,
                  max_length: int | None = None, activation_fn: Callable | None = None, device: str | None = None,
-                 local_files_only: bool = True, model_kwargs: dict[str, Any] | None = None,
+                 local_files_only: bool = False, model_kwargs: dict[str, Any] | None = None,
                  model_card_data: Any = None, **unknown: Any):
         super().__init__()
         refuse_arguments("CrossEncoder", unknown, _REFUSED_INIT)
         self.model_card_data = model_card_data  # kept for the script that reads it back; bertkit writes no card
         options = model_kwargs_options("CrossEncoder", model_kwargs)
-        if not local_files_only:
-            raise BertkitError("bertkit.sentence loads local directories only; download the model and pass its path")
+        check_local_files_only("CrossEncoder", local_files_only)
         path = model_path(model_name_or_path, "CrossEncoder")
         if not path.is_dir():  # a Hub id among them: "has no config.json" below sent the user looking for the file
             raise not_a_directory(path, "cross-encoder directory", "bertkit loads local directories: pass the path of "
@@ -309,11 +323,14 @@ class CrossEncoder(Indexed, ReferenceCalls, nn.Module):
         input_ids[real] = torch.tensor([t for ids, _ in rows for t in ids])  # row-major, as the rows are joined
         return {"input_ids": input_ids, "token_type_ids": (real & second).long(), "attention_mask": real.long()}
 
-    def preprocess(self, pairs: Sequence[Sequence[str]]) -> dict[str, Tensor]:
+    def preprocess(self, inputs: Sequence[Sequence[str]]) -> dict[str, Tensor]:
         """sentence-transformers' ``model.preprocess(pairs)``: the tokenized batch of (a, b) pairs."""
-        return self.pair_batch([p[0] for p in pairs], [p[1] for p in pairs])
+        return self.pair_batch([p[0] for p in inputs], [p[1] for p in inputs])
 
-    tokenize = preprocess  # its name before 6, which 6.2 still takes (a training loop's model.tokenize(pairs))
+    def tokenize(self, texts: Sequence[Sequence[str]]) -> dict[str, Tensor]:
+        """``preprocess``'s name before 6, which 6.2 still takes (a training loop's ``model.tokenize(pairs)``), under
+        that name's argument, ``texts``."""
+        return self.preprocess(texts)
 
     def scores(self, batch: dict[str, Tensor]) -> Tensor:
         """(N, num_labels) logits of a ``pair_batch``, on the host or the model's device (the model moves it)."""
@@ -322,15 +339,19 @@ class CrossEncoder(Indexed, ReferenceCalls, nn.Module):
     # -- predict and rank -------------------------------------------------------------------------------------------
     # inputs defaults to None so that sentence-transformers' old keyword, predict(sentences=pairs), reaches the
     # refusal naming its new place rather than Python's "missing 1 required positional argument: 'inputs'"
-    def predict(self, inputs: Sequence[Sequence[str]] | Sequence[str] | None = None, batch_size: int = 32,
-                show_progress_bar: bool | None = None, activation_fn: Callable | None = None,
-                apply_softmax: bool | None = False, convert_to_numpy: bool = True, convert_to_tensor: bool = False,
-                device: str | None = None, **unknown: Any) -> Any:
+    # the positions are sentence-transformers 6's (prompt_name and prompt after the inputs): predict(pairs, None,
+    # None, 16) failed here on batch_size None, and predict(pairs, 16), refused there, scored in batches of 16
+    def predict(self, inputs: Sequence[Sequence[str]] | Sequence[str] | None = None, prompt_name: str | None = None,
+                prompt: str | None = None, batch_size: int = 32, show_progress_bar: bool | None = None,
+                activation_fn: Callable | None = None, apply_softmax: bool | None = False,
+                convert_to_numpy: bool = True, convert_to_tensor: bool = False, device: str | None = None,
+                **unknown: Any) -> Any:
         """Score (a, b) pairs: a float32 numpy array by default ((N,) for one label, (N, labels) otherwise), a tensor with
         ``convert_to_tensor``, a list of tensors with both conversions off; one pair gives one score. Pairs run
         longest first in batches of ``batch_size`` and come back in their order. ``activation_fn`` (default: the
         model's) is applied to the logits; ``apply_softmax`` then normalises several labels' scores. No pairs give
         sentence-transformers' empty result: ``np.array([])`` (shape (0,), float64), ``torch.tensor([])`` or ``[]``."""
+        refuse_prompts("predict", prompt_name, prompt)
         refuse_arguments("predict", unknown, _REFUSED_CALL)
         if isinstance(device, (list, tuple)):  # sentence-transformers' multi-process inference, a process per device
             # (torch's "to() received an invalid combination of arguments" before)
@@ -393,12 +414,13 @@ class CrossEncoder(Indexed, ReferenceCalls, nn.Module):
         return out.cpu()
 
     def rank(self, query: str, documents: Sequence[str], top_k: int | None = None, return_documents: bool = False,
-             batch_size: int = 32, show_progress_bar: bool | None = None, activation_fn: Callable | None = None,
-             device: str | None = None, apply_softmax: bool | None = None,
-             **unknown: Any) -> list[dict[str, Any]]:
+             prompt_name: str | None = None, prompt: str | None = None, batch_size: int = 32,
+             show_progress_bar: bool | None = None, activation_fn: Callable | None = None, device: str | None = None,
+             *, apply_softmax: bool | None = None, **unknown: Any) -> list[dict[str, Any]]:
         """The documents by score for ``query``, best first: ``[{"corpus_id", "score"(, "text")}, ...]``, the
         first ``top_k``. Needs a one-label model. ``apply_softmax`` is accepted and ignored, as sentence-transformers
         6 does (a softmax over one label is 1)."""
+        refuse_prompts("rank", prompt_name, prompt)
         refuse_arguments("rank", unknown, _REFUSED_CALL)
         if apply_softmax is not None:
             logger.warning("CrossEncoder.rank's apply_softmax has no effect (rank needs a one-label model, whose "

@@ -43,6 +43,7 @@ from bertkit.sentence.calls import (
     PROCESSING_KWARGS,
     REFUSED_INIT,
     ReferenceCalls,
+    check_local_files_only,
     check_save_arguments,
     model_path,
     move_to_device,
@@ -111,7 +112,7 @@ def _read_modules(path: Path) -> tuple[list[nn.Module], dict[str, Any]]:
     if listed is None:
         logger.info("%s has no %s: a new SPLADE model, the masked-LM head with SpladePooling('max', 'relu')",
                     path, MODULES)
-        modules = [Transformer(path), SpladePooling("max", "relu")]
+        modules = [Transformer(path, transformer_task="fill-mask"), SpladePooling("max", "relu")]
         architectures = read_config_json(path).get("architectures") or []
         if not any(str(a).endswith("ForMaskedLM") for a in architectures):
             logger.warning("%s: config.json's architectures %s name no ...ForMaskedLM: sentence-transformers opens "
@@ -135,11 +136,10 @@ class SparseEncoder(ReferenceCalls, Prompted, SimilarityByName, nn.Sequential):
     def __init__(self, model_name_or_path: str | Path | None = None, *, modules: Sequence[nn.Module] | None = None,
                  device: str | None = None, prompts: dict[str, str] | None = None,
                  default_prompt_name: str | None = None, similarity_fn_name: str | None = None,
-                 max_active_dims: int | None = None, local_files_only: bool = True, model_card_data: Any = None,
+                 max_active_dims: int | None = None, local_files_only: bool = False, model_card_data: Any = None,
                  **unknown: Any):
         refuse_arguments("SparseEncoder", unknown, REFUSED_INIT)
-        if not local_files_only:
-            raise BertkitError("bertkit.sentence loads local directories only; download the model and pass its path")
+        check_local_files_only("SparseEncoder", local_files_only)
         if (model_name_or_path is None) == (modules is None):
             raise BertkitError("SparseEncoder takes a directory (model_name_or_path) or modules=[...], one of them")
         saved: dict[str, Any] = {}
@@ -266,7 +266,9 @@ class SparseEncoder(ReferenceCalls, Prompted, SimilarityByName, nn.Sequential):
         """The batch ``task``'s route tokenizes (its input module's ``tokenize``), with ``task`` recorded."""
         return {**self._route(task)[0].tokenize(texts, prompt), "task": task}
 
-    preprocess = tokenize  # sentence-transformers 6's name
+    def preprocess(self, inputs: Sequence[str], prompt: str | None = None, task: str | None = None) -> dict[str, Any]:
+        """sentence-transformers 6's name of ``tokenize``, under its argument's name (``preprocess(inputs=...)``)."""
+        return self.tokenize(inputs, prompt, task)
 
     def forward(self, features: dict[str, Any], task: str | None = None) -> dict[str, Any]:
         """sentence-transformers' ``model(features)``: the features with ``sentence_embedding`` (B, V) added, in place
@@ -328,14 +330,14 @@ class SparseEncoder(ReferenceCalls, Prompted, SimilarityByName, nn.Sequential):
         return result[0] if single else result
 
     def encode_query(self, inputs: Any = None, prompt_name: str | None = None, prompt: str | None = None,
-                     **kwargs: Any) -> Any:
+                     *args: Any, **kwargs: Any) -> Any:
         """``encode`` with the "query" prompt (``Prompted.encode_query``) and the "query" route."""
-        return super().encode_query(inputs, prompt_name, prompt, **_with_task("query", kwargs))
+        return super().encode_query(inputs, prompt_name, prompt, *args, **_with_task("query", kwargs))
 
     def encode_document(self, inputs: Any = None, prompt_name: str | None = None, prompt: str | None = None,
-                        **kwargs: Any) -> Any:
+                        *args: Any, **kwargs: Any) -> Any:
         """``encode`` with the "document" prompt (``Prompted.encode_document``) and the "document" route."""
-        return super().encode_document(inputs, prompt_name, prompt, **_with_task("document", kwargs))
+        return super().encode_document(inputs, prompt_name, prompt, *args, **_with_task("document", kwargs))
 
     @torch.inference_mode()
     def _embed_texts(self, texts: list[str], prompt: str | None, task: str | None, route: list[nn.Module],

@@ -292,13 +292,19 @@ class Transformer(models.Transformer):
     task_keys: ClassVar[dict[str, Any]] = {"transformer_task": "fill-mask", "modality_config": {
         "text": {"method": "forward", "method_output_name": "logits"}}, "module_output_name": "token_embeddings"}
 
-    def __init__(self, model_name_or_path: str | Path, *, transformer_task: str = "fill-mask",
+    # sentence-transformers' default: its Transformer(path) is the dense feature-extraction module whatever it is
+    # imported from, whose token states SpladePooling pools into hidden_size (384) weights, not a vocabulary's. This
+    # one defaulted to "fill-mask", so the same script gave 30,522 SPLADE weights here and 384 dense ones there.
+    def __init__(self, model_name_or_path: str | Path, *, transformer_task: str = "feature-extraction",
                  max_seq_length: int | None = None, do_lower_case: bool = False):
         nn.Module.__init__(self)  # the base's __init__ loads a dense encoder and takes its arguments
         if transformer_task != "fill-mask":
-            raise BertkitError(f"Transformer(transformer_task={transformer_task!r}): a bertkit SparseEncoder runs the "
-                               "fill-mask task only (SPLADE); for dense embeddings use bertkit.sentence."
-                               "SentenceTransformer")
+            default = " (sentence-transformers' default)" if transformer_task == "feature-extraction" else ""
+            raise BertkitError(f"Transformer(transformer_task={transformer_task!r}){default}: a bertkit SparseEncoder "
+                               "runs the fill-mask task only (SPLADE): pass transformer_task='fill-mask' (or use "
+                               "MLMTransformer(path)); sentence-transformers' feature-extraction Transformer under "
+                               "SpladePooling gives hidden_size dense weights, which bertkit does not implement; for "
+                               "dense embeddings use bertkit.sentence.SentenceTransformer")
         path = Path(model_name_or_path)
         models.refuse_adapter(path, "SparseEncoder(base)", "model[0].model")
         self.model = load_masked_lm(path)
@@ -341,6 +347,11 @@ class Transformer(models.Transformer):
 
 class MLMTransformer(Transformer):
     """sentence-transformers 5's name for the fill-mask Transformer; its directories read the same."""
+
+    def __init__(self, model_name_or_path: str | Path, *, transformer_task: str = "fill-mask",
+                 max_seq_length: int | None = None, do_lower_case: bool = False):
+        super().__init__(model_name_or_path, transformer_task=transformer_task, max_seq_length=max_seq_length,
+                         do_lower_case=do_lower_case)
 
 
 def load_masked_lm(path: Path) -> BertForMaskedLM:

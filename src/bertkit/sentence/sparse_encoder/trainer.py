@@ -51,7 +51,7 @@ class SparseEncoderTrainer(SentenceTransformerTrainer):
     def __init__(self, model: SparseEncoder | None = None, args: SparseEncoderTrainingArguments | None = None,
                  train_dataset: Any = None, eval_dataset: Any = None,
                  loss: SentenceLoss | Callable[[SparseEncoder], SentenceLoss] | None = None,
-                 evaluator: Any = None, callbacks: Sequence[Any] | None = None, **unknown: Any):
+                 evaluator: Any = None, *, callbacks: Sequence[Any] | None = None, **unknown: Any):
         super().__init__(model=model, args=args, train_dataset=train_dataset, eval_dataset=eval_dataset, loss=loss,
                          evaluator=evaluator, callbacks=callbacks, **unknown)
         for loss in self.loss.values() if isinstance(self.loss, dict) else [self.loss]:  # each of a dict's too
