@@ -40,6 +40,7 @@ from bertkit.tokenization.loading import (
     read_settings,
     read_tokenizer_json,
     renamed_extra,
+    special_token_list,
     tokenizer_json,
     typed_setting,
 )
@@ -97,6 +98,7 @@ class BertTokenizer(EditableVocabulary):
             typed_setting(value, SETTING_TYPES[key], key)
         special = {"unk_token": unk_token, "sep_token": sep_token, "pad_token": pad_token, "cls_token": cls_token,
                    "mask_token": mask_token}
+        additional_special_tokens = special_token_list(additional_special_tokens, "additional_special_tokens")
         self._shared = SharedVocabulary(Vocabulary(tokens, settings, special, additional_special_tokens, added_tokens,
                                                    unlisted_special_tokens))
         self.model_max_length = int(model_max_length)
@@ -126,7 +128,7 @@ class BertTokenizer(EditableVocabulary):
         for key in (*SPECIAL_TOKEN_KEYS, "additional_special_tokens"):  # an AddedToken is its text, special
             if key in overrides and overrides[key] is not None:
                 value = overrides[key]
-                many = key == "additional_special_tokens" and not isinstance(value, str)
+                many = key == "additional_special_tokens"  # a list (renamed_extra refused one str)
                 overrides[key] = [token_text(t, True)[0] for t in value] if many else token_text(value, True)[0]
         sides = [side for side in ("padding_side", "truncation_side") if side in overrides]
         for side in sides:  # transformers takes them here too; "right" is all there is
