@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from bertkit._parallel import job_of
-from bertkit.errors import BertkitError, MissingFileError, given_path
+from bertkit.errors import BertkitError, MissingFileError, given_path, refuse_options
 from bertkit.outputs import atomic_write_json, placed
 from bertkit.staging import staged
 from bertkit.tokenization.added_token import token_text
@@ -53,6 +53,16 @@ __all__ = ["BertTokenizer", "BertTokenizerFast"]
 # transformers' model_max_length for a tokenizer whose files set none (its VERY_LARGE_INTEGER): no limit of the
 # tokenizer's own, so a model's positions decide where its texts are cut (sentence-transformers caps it at them)
 NO_MODEL_MAX_LENGTH = int(1e30)
+
+_UPLOAD = "save, then upload the directory with huggingface_hub's upload_folder"
+# transformers' tokenizer save_pretrained keywords: (its default, which asks for what this save writes; what instead)
+SAVE_OPTIONS: dict[str, tuple[Any, str]] = {
+    "legacy_format": (None, "bertkit writes both formats, vocab.txt and tokenizer_config.json beside tokenizer.json"),
+    "filename_prefix": (None, "bertkit writes the files under their plain names, which from_pretrained reads"),
+    "push_to_hub": (False, _UPLOAD),
+    "save_format": (None, "bertkit writes transformers' format"),
+    "token": (None, _UPLOAD),
+}
 
 
 class BertTokenizer(EditableVocabulary):
@@ -177,11 +187,13 @@ class BertTokenizer(EditableVocabulary):
         check_fits_model(in_files, path, source)
         return tokenizer
 
-    def save_pretrained(self, path: str | os.PathLike) -> list[Path]:
+    def save_pretrained(self, path: str | os.PathLike, **transformers_options: Any) -> list[Path]:
         """Write ``vocab.txt``, ``tokenizer_config.json`` and ``tokenizer.json`` (``special_tokens_map.json`` and
         ``added_tokens.json`` where the directory holds them); returns their paths. The files are written beside
         ``path`` and moved in together (``bertkit.staging.staged``). tokenizer.json is the file transformers and sentence-transformers read first
-        (and bertkit too): one left in ``path`` by another tokenizer would give their ids, not this tokenizer's."""
+        (and bertkit too): one left in ``path`` by another tokenizer would give their ids, not this tokenizer's.
+        transformers' keywords are taken at its defaults (``SAVE_OPTIONS``); another value is refused by name."""
+        refuse_options("save_pretrained", transformers_options, SAVE_OPTIONS)
         path = given_path(path, "the directory to save into")
         v = self._vocabulary  # its tables as they are, not the copies a user reads
         special_map = {k: getattr(v, k) for k in SPECIAL_TOKEN_KEYS}
