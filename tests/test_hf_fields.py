@@ -193,3 +193,24 @@ def test_each_trainer_keyword_is_taken_or_refused_by_name(method, tmp_path, mini
         with pytest.raises(BertkitError, match=rf"{name}"):
             call(*data, **{name: object()})
         call(*data, **{name: default})  # transformers' default: taken
+
+
+@pytest.mark.parametrize("switch", ["is_decoder", "add_cross_attention"])
+def test_decoder_switches_assigned_on_a_loaded_config_are_refused(switch, tmp_path, minilm_2_layers):
+    """``model.config.is_decoder = True`` after loading: transformers' attention reads it at each call and turns causal
+    (other logits), where bertkit kept it as an attribute nothing read, its outputs still bidirectional. config.json's
+    is_decoder was refused already; the assignment is now refused the same way and the config left as it was."""
+    from trainer_helpers import tiny_classifier
+
+    checkpoint = tiny_classifier(tmp_path / "tiny", minilm_2_layers)
+    theirs = transformers.AutoModelForSequenceClassification.from_pretrained(checkpoint).eval()
+    ids = transformers.AutoTokenizer.from_pretrained(checkpoint)(["a good movie", "bad"], padding=True,
+                                                                  return_tensors="pt")  # (its mask reads the switch)
+    before = theirs(**ids).logits
+    theirs.config.is_decoder = True
+    assert (theirs(**ids).logits - before).abs().max() > 1e-4  # the reference does change its numbers
+    model = bertkit.AutoModelForSequenceClassification.from_pretrained(checkpoint)
+    with pytest.raises(BertkitError, match=rf"{switch}=true: BERT as a decoder .* is not implemented"):
+        setattr(model.config, switch, True)
+    assert not hasattr(model.config, switch)
+    setattr(model.config, switch, False)  # what bertkit computes: taken
