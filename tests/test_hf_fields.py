@@ -214,3 +214,19 @@ def test_decoder_switches_assigned_on_a_loaded_config_are_refused(switch, tmp_pa
         setattr(model.config, switch, True)
     assert not hasattr(model.config, switch)
     setattr(model.config, switch, False)  # what bertkit computes: taken
+
+
+def test_split_special_tokens_assigned_is_refused_where_transformers_splits(minilm_dir):
+    """``tok.split_special_tokens = True``: transformers then reads "[MASK]" in a text as "[", "mask", "]" (ids 1031,
+    7308, 1033), where bertkit kept the attribute, read it nowhere and gave 103. Now refused by name; False (the
+    default, what bertkit does) is taken and reads as transformers'."""
+    text = "isn't [MASK] it"
+    theirs = transformers.AutoTokenizer.from_pretrained(minilm_dir)
+    theirs.split_special_tokens = True
+    assert theirs(text)["input_ids"][4:7] == [1031, 7308, 1033]
+    ours = bertkit.AutoTokenizer.from_pretrained(minilm_dir)
+    assert ours.split_special_tokens is False
+    with pytest.raises(BertkitError, match=r"tok.split_special_tokens = True is not implemented in bertkit"):
+        ours.split_special_tokens = True
+    ours.split_special_tokens = False
+    assert ours(text)["input_ids"] == transformers.AutoTokenizer.from_pretrained(minilm_dir)(text)["input_ids"]

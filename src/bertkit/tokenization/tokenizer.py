@@ -120,6 +120,12 @@ class BertTokenizer(EditableVocabulary):
             raise BertkitError(f"tok.model_input_names = {value!r}: bertkit's tokenizer does not read it and would still "
                                "return every key; pass return_token_type_ids=False (return_attention_mask=False) to "
                                "the calls instead (docs/tokenizer.md)")
+        if name == "split_special_tokens" and value is not False:
+            # transformers then tokenizes a special token written in the text as text ("[MASK]": "[", "mask", "]")
+            raise BertkitError(f"tok.split_special_tokens = {value!r} is not implemented in bertkit: its tokenizer "
+                               "always reads a special token written in the text as that token (transformers' "
+                               "split_special_tokens=False); tokenize such text with transformers, or take the "
+                               "special tokens' text out of it")
         super().__setattr__(name, value)  # the vocabulary's attributes: EditableVocabulary.__setattr__
 
     # ------------------------------------------------------------------------------------------------
@@ -252,6 +258,7 @@ class BertTokenizer(EditableVocabulary):
         )
 
     is_fast = True  # answers as BertTokenizerFast does (offsets, word_ids)
+    split_special_tokens = False  # transformers' default, the one bertkit implements (another is refused)
     model_input_names = ["input_ids", "token_type_ids", "attention_mask"]
 
     def get_special_tokens_mask(self, token_ids_0: Sequence[int], token_ids_1: Sequence[int] | None = None,
