@@ -152,3 +152,27 @@ def test_added_tokens_the_files_beside_tokenizer_json_name_are_added_as_transfor
     assert ours.get_added_vocab() == ref.get_added_vocab()
     skip = dict(skip_special_tokens=True)
     assert ours.decode(ours(text)["input_ids"], **skip) == ref.decode(ref(text)["input_ids"], **skip)
+
+
+def test_extra_special_tokens_as_a_dict_are_its_tokens_and_one_str_is_refused(minilm_dir):
+    """transformers 5's named extra special tokens, ``from_pretrained(extra_special_tokens={"foo_token": "[F]"})``:
+    bertkit made the name "foo_token" special and left "[F]" three WordPieces ([, f, ]), where transformers adds "[F]"
+    at id 30522. One str, ``additional_special_tokens="[A]"``, made "[", "A" and "]" each a special token (every
+    bracket in a text then cut out as one), where transformers refuses it."""
+    text = "[A] x [F] y"
+    hf = transformers.AutoTokenizer.from_pretrained(minilm_dir, extra_special_tokens={"foo_token": "[F]"})
+    for key in ("extra_special_tokens", "additional_special_tokens"):
+        ours = bertkit.AutoTokenizer.from_pretrained(minilm_dir, **{key: {"foo_token": "[F]"}})
+        assert ours(text)["input_ids"] == hf(text)["input_ids"] == [101, 1031, 1037, 1033, 1060, 30522, 1061, 102]
+        assert sorted(ours.all_special_tokens) == sorted(hf.all_special_tokens)
+        added = bertkit.AutoTokenizer.from_pretrained(minilm_dir)
+        assert added.add_special_tokens({key: {"foo_token": "[F]"}}) == 1
+        assert added(text)["input_ids"] == hf(text)["input_ids"]
+        with pytest.raises(bertkit.errors.BertkitError, match=rf"{key}=...\): '\[A\]' is not a list .* \['\[A\]'\]"):
+            bertkit.AutoTokenizer.from_pretrained(minilm_dir, **{key: "[A]"})
+        with pytest.raises(bertkit.errors.BertkitError, match=r"'\[A\]' is not a list of tokens; pass a list"):
+            bertkit.AutoTokenizer.from_pretrained(minilm_dir).add_special_tokens({key: "[A]"})
+    with pytest.raises(TypeError):  # the reference refuses one str too
+        transformers.AutoTokenizer.from_pretrained(minilm_dir, additional_special_tokens="[A]")
+    with pytest.raises(bertkit.errors.BertkitError, match=r"additional_special_tokens: '\[A\]' is not a list"):
+        BertTokenizer(str(minilm_dir / "vocab.txt"), additional_special_tokens="[A]")

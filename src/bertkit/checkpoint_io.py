@@ -29,7 +29,7 @@ from bertkit._parallel import job_of
 from bertkit.compat import TransformersModelCalls, check_attn_implementation
 from bertkit.config import BertConfig
 from bertkit.construction import building_to_load
-from bertkit.errors import BertkitError, NonFiniteError, given_path
+from bertkit.errors import BertkitError, NonFiniteError, given_path, refuse_options
 from bertkit.hub import not_a_directory, refuse_hub_options, resolve_directory
 from bertkit.outputs import atomic_target, atomic_write_text
 from bertkit.staging import staged
@@ -501,10 +501,12 @@ class PretrainedMixin(TransformersModelCalls):
                                "from. save_pretrained writes float checkpoints")
         return {key: own[key].detach().contiguous().cpu() for key in encoder_keys + head_keys}
 
-    def save_pretrained(self, path: str | Path) -> Path:
+    def save_pretrained(self, path: str | Path, **transformers_options: Any) -> Path:
         """Write config.json and model.safetensors; returns the directory. The directory is written beside
         ``path`` and moved into place whole (``bertkit.staging.staged``): a kill or a full disk leaves what was
-        there before."""
+        there before. transformers' keywords are taken at its defaults (``SAVE_OPTIONS``), where they ask for what
+        this save does; another value is refused, naming what to do instead."""
+        refuse_options("save_pretrained", transformers_options, SAVE_OPTIONS)
         directory = given_path(path, "the directory to save into")
         refuse_save_beside_other_kind(directory, int8=False)
         config = self.config.to_dict()
@@ -533,6 +535,23 @@ class PretrainedMixin(TransformersModelCalls):
             save_file(state, str(tmp), metadata={"format": "pt"})
             atomic_write_text(out / CONFIG_NAME, json.dumps(config, indent=2, sort_keys=True) + "\n")
         return directory
+
+
+_RANKS = ("under torchrun every rank may call it, as transformers' scripts do: the first writes the directory and the "
+          "others wait and leave it as written (docs/distributed.md); or call it on rank 0 alone")
+# transformers' save_pretrained keywords: (its default, which asks for what bertkit's save does; what to do instead)
+SAVE_OPTIONS: dict[str, tuple[Any, str]] = {
+    "is_main_process": (True, _RANKS),
+    "state_dict": (None, "load it into the model first (model.load_state_dict(state_dict)), then save the model"),
+    "push_to_hub": (False, "save, then upload the directory with huggingface_hub's upload_folder"),
+    "max_shard_size": ("50GB", "bertkit writes one model.safetensors (from_pretrained reads transformers' shards)"),
+    "variant": (None, "bertkit writes model.safetensors under its plain name"),
+    "token": (None, "save, then upload the directory with huggingface_hub's upload_folder"),
+    "save_peft_format": (True, "save a peft model with peft's own save_pretrained"),
+    "save_original_format": (True, "bertkit writes BERT's published key names, the original format"),
+    "distributed_checkpoint": (False, _RANKS),
+    "safe_serialization": (True, "bertkit writes safetensors only (transformers 5 too)"),
+}
 
 
 def weight_transform(model: nn.Module, key: str) -> str | None:

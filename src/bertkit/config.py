@@ -41,6 +41,17 @@ _TRANSFORMERS_ONLY = {
 }
 
 
+_DECODER_SWITCHES = ("is_decoder", "add_cross_attention")
+
+
+def _decoder_refusal(switches: list[str]) -> BertkitError:
+    return BertkitError(f"BertConfig {' and '.join(f'{k}=true' for k in switches)}: BERT as a decoder (causal "
+                        "attention, cross-attention) is not implemented, and its outputs would differ from the "
+                        "checkpoint's (transformers' attention turns causal); bertkit's BERT is the paper's "
+                        "bidirectional encoder. If the checkpoint was trained as an encoder, set them to false in "
+                        "config.json (or leave them unset)")
+
+
 def encoder_parameter_count(config: BertConfig) -> int:
     """Closed-form parameter count of BertModel with its pooler (the paper's 110M for BASE, 340M for LARGE)."""
     H, I, L = config.hidden_size, config.intermediate_size, config.num_hidden_layers
@@ -119,12 +130,9 @@ class BertConfig:
                 f"BertConfig.position_embedding_type {self.position_embedding_type!r} is not supported; "
                 "bertkit implements the paper's learned absolute positions ('absolute')"
             )
-        decoder = [k for k in ("is_decoder", "add_cross_attention") if self.extra.get(k)]  # transformers' switches
+        decoder = [k for k in _DECODER_SWITCHES if self.extra.get(k)]  # transformers' switches
         if decoder:
-            raise BertkitError(f"BertConfig {' and '.join(f'{k}=true' for k in decoder)}: BERT as a decoder (causal "
-                               "attention, cross-attention) is not implemented, and its outputs would differ from the "
-                               "checkpoint's; bertkit's BERT is the paper's bidirectional encoder. If the checkpoint was "
-                               "trained as an encoder, set them to false in config.json")
+            raise _decoder_refusal(decoder)
         if isinstance(self.architectures, str):  # one class written as a string, which config.json readers take
             self.architectures = [self.architectures]
         if self.architectures is not None and (not isinstance(self.architectures, list)
@@ -143,6 +151,10 @@ class BertConfig:
         # KeyErrors and the strings "0", "1"; a map that is not 0..n-1 is refused, the config left as it was.
         if name == "id2label" and "id2label" in self.__dict__:
             value = _label_map(value)
+        # ``model.config.is_decoder = True``: transformers' attention reads it at each call and turns causal; here it
+        # would be an attribute nothing reads, the outputs still bidirectional
+        if name in _DECODER_SWITCHES and value:
+            raise _decoder_refusal([name])
         object.__setattr__(self, name, value)
 
     def _normalise_labels(self) -> None:

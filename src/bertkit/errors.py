@@ -126,6 +126,20 @@ def refusing_getattr(module: str, refused: dict[str, str]) -> Callable[[str], An
     return __getattr__
 
 
+def refuse_options(what: str, given: dict[str, Any], options: dict[str, tuple[Any, str]]) -> None:
+    """Refuse by name each of transformers' keywords ``given`` to ``what`` at another value than transformers' default
+    (``options``: name -> (default, what to do instead)), and any other keyword; at its default a keyword asks for
+    what bertkit does, so it is taken. (A Python TypeError would name the keyword without a way on.)"""
+    for name, value in given.items():
+        if name not in options:
+            raise BertkitError(f"{what} got an unknown argument {name!r}; of transformers' arguments it takes "
+                               f"{', '.join(options)}, at their defaults")
+        default, instead = options[name]
+        if not (value is default or (type(value) is type(default) and value == default)):
+            raise BertkitError(f"{what}({name}={value!r}) is not implemented in bertkit (only {name}={default!r}, "
+                               f"transformers' default): {instead}")
+
+
 def not_utf8(path: str | os.PathLike) -> BertkitError:
     """The error for a text file that is not UTF-8, naming the first bad byte's line and offset."""
     data = Path(path).read_bytes()

@@ -46,13 +46,29 @@ SETTING_TYPES = {"do_lower_case": (bool,), "strip_accents": (bool, type(None)), 
 
 def renamed_extra(given: Mapping[str, Any], what: str) -> dict[str, Any]:
     """``given`` with transformers 5's ``extra_special_tokens`` under bertkit's (and transformers 4's) name,
-    ``additional_special_tokens``; both given is an error naming ``what`` took them."""
-    if EXTRA_SPECIAL_TOKENS not in given:
-        return dict(given)
-    if "additional_special_tokens" in given:
+    ``additional_special_tokens``, as a list (``special_token_list``); both given is an error naming ``what``."""
+    if EXTRA_SPECIAL_TOKENS in given and "additional_special_tokens" in given:
         raise BertkitError(f"{what} got both extra_special_tokens and additional_special_tokens (two names for the "
                            "same list, transformers 5's and 4's): pass one")
-    return {("additional_special_tokens" if k == EXTRA_SPECIAL_TOKENS else k): v for k, v in given.items()}
+    renamed = {("additional_special_tokens" if k == EXTRA_SPECIAL_TOKENS else k): v for k, v in given.items()}
+    if renamed.get("additional_special_tokens") is not None:
+        name = EXTRA_SPECIAL_TOKENS if EXTRA_SPECIAL_TOKENS in given else "additional_special_tokens"
+        renamed["additional_special_tokens"] = special_token_list(renamed["additional_special_tokens"],
+                                                                  f"{what}({name}=...)")
+    return renamed
+
+
+def special_token_list(value: Any, what: str) -> list[Any]:
+    """The extra special tokens as a list: a list or tuple as given, transformers 5's dict of named tokens
+    ({"image_token": "<img>"}) as its tokens, as transformers adds them (a config file's dict is read so too). One str
+    is refused: iterated, it would make each of its characters a special token."""
+    if isinstance(value, Mapping):
+        return list(value.values())
+    if isinstance(value, str) or not isinstance(value, (list, tuple)):
+        raise BertkitError(f"{what}: {value!r} is not a list of tokens; pass a list, e.g. [{value!r}]"
+                           if isinstance(value, str) else
+                           f"{what}: {value!r} is not a list of tokens; pass a list of str (or AddedToken)")
+    return list(value)
 
 
 def read_json(file: Path) -> dict[str, Any]:
@@ -92,7 +108,7 @@ def read_settings(path: Path) -> dict[str, Any]:
     special = {k: v for k, v in config.items() if k in _SPECIAL_SETTINGS and v is not None}
     extra = config.get(EXTRA_SPECIAL_TOKENS)
     if extra and "additional_special_tokens" not in special:
-        special["additional_special_tokens"] = list(extra.values() if isinstance(extra, dict) else extra)
+        special["additional_special_tokens"] = special_token_list(extra, f"{config_file}: {EXTRA_SPECIAL_TOKENS}")
     # special_tokens_map.json overrides the config's special tokens where transformers 5 reads it: for a config
     # without added_tokens_decoder (older than transformers 4.34) only; a newer config's special tokens are the ones
     special_map = {k: v for k, v in read_json(path / SPECIAL_TOKENS_MAP_FILE).items()

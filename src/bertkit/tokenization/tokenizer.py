@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from bertkit._parallel import job_of
-from bertkit.errors import BertkitError, MissingFileError, given_path
+from bertkit.errors import BertkitError, MissingFileError, given_path, refuse_options
 from bertkit.outputs import atomic_write_json, placed
 from bertkit.staging import staged
 from bertkit.tokenization.added_token import token_text
@@ -40,6 +40,7 @@ from bertkit.tokenization.loading import (
     read_settings,
     read_tokenizer_json,
     renamed_extra,
+    special_token_list,
     tokenizer_json,
     typed_setting,
 )
@@ -52,6 +53,16 @@ __all__ = ["BertTokenizer", "BertTokenizerFast"]
 # transformers' model_max_length for a tokenizer whose files set none (its VERY_LARGE_INTEGER): no limit of the
 # tokenizer's own, so a model's positions decide where its texts are cut (sentence-transformers caps it at them)
 NO_MODEL_MAX_LENGTH = int(1e30)
+
+_UPLOAD = "save, then upload the directory with huggingface_hub's upload_folder"
+# transformers' tokenizer save_pretrained keywords: (its default, which asks for what this save writes; what instead)
+SAVE_OPTIONS: dict[str, tuple[Any, str]] = {
+    "legacy_format": (None, "bertkit writes both formats, vocab.txt and tokenizer_config.json beside tokenizer.json"),
+    "filename_prefix": (None, "bertkit writes the files under their plain names, which from_pretrained reads"),
+    "push_to_hub": (False, _UPLOAD),
+    "save_format": (None, "bertkit writes transformers' format"),
+    "token": (None, _UPLOAD),
+}
 
 
 class BertTokenizer(EditableVocabulary):
@@ -97,6 +108,7 @@ class BertTokenizer(EditableVocabulary):
             typed_setting(value, SETTING_TYPES[key], key)
         special = {"unk_token": unk_token, "sep_token": sep_token, "pad_token": pad_token, "cls_token": cls_token,
                    "mask_token": mask_token}
+        additional_special_tokens = special_token_list(additional_special_tokens, "additional_special_tokens")
         self._shared = SharedVocabulary(Vocabulary(tokens, settings, special, additional_special_tokens, added_tokens,
                                                    unlisted_special_tokens))
         self.model_max_length = int(model_max_length)
@@ -108,6 +120,12 @@ class BertTokenizer(EditableVocabulary):
             raise BertkitError(f"tok.model_input_names = {value!r}: bertkit's tokenizer does not read it and would still "
                                "return every key; pass return_token_type_ids=False (return_attention_mask=False) to "
                                "the calls instead (docs/tokenizer.md)")
+        if name == "split_special_tokens" and value is not False:
+            # transformers then tokenizes a special token written in the text as text ("[MASK]": "[", "mask", "]")
+            raise BertkitError(f"tok.split_special_tokens = {value!r} is not implemented in bertkit: its tokenizer "
+                               "always reads a special token written in the text as that token (transformers' "
+                               "split_special_tokens=False); tokenize such text with transformers, or take the "
+                               "special tokens' text out of it")
         super().__setattr__(name, value)  # the vocabulary's attributes: EditableVocabulary.__setattr__
 
     # ------------------------------------------------------------------------------------------------
@@ -126,7 +144,7 @@ class BertTokenizer(EditableVocabulary):
         for key in (*SPECIAL_TOKEN_KEYS, "additional_special_tokens"):  # an AddedToken is its text, special
             if key in overrides and overrides[key] is not None:
                 value = overrides[key]
-                many = key == "additional_special_tokens" and not isinstance(value, str)
+                many = key == "additional_special_tokens"  # a list (renamed_extra refused one str)
                 overrides[key] = [token_text(t, True)[0] for t in value] if many else token_text(value, True)[0]
         sides = [side for side in ("padding_side", "truncation_side") if side in overrides]
         for side in sides:  # transformers takes them here too; "right" is all there is
@@ -175,11 +193,13 @@ class BertTokenizer(EditableVocabulary):
         check_fits_model(in_files, path, source)
         return tokenizer
 
-    def save_pretrained(self, path: str | os.PathLike) -> list[Path]:
+    def save_pretrained(self, path: str | os.PathLike, **transformers_options: Any) -> list[Path]:
         """Write ``vocab.txt``, ``tokenizer_config.json`` and ``tokenizer.json`` (``special_tokens_map.json`` and
         ``added_tokens.json`` where the directory holds them); returns their paths. The files are written beside
         ``path`` and moved in together (``bertkit.staging.staged``). tokenizer.json is the file transformers and sentence-transformers read first
-        (and bertkit too): one left in ``path`` by another tokenizer would give their ids, not this tokenizer's."""
+        (and bertkit too): one left in ``path`` by another tokenizer would give their ids, not this tokenizer's.
+        transformers' keywords are taken at its defaults (``SAVE_OPTIONS``); another value is refused by name."""
+        refuse_options("save_pretrained", transformers_options, SAVE_OPTIONS)
         path = given_path(path, "the directory to save into")
         v = self._vocabulary  # its tables as they are, not the copies a user reads
         special_map = {k: getattr(v, k) for k in SPECIAL_TOKEN_KEYS}
@@ -238,6 +258,7 @@ class BertTokenizer(EditableVocabulary):
         )
 
     is_fast = True  # answers as BertTokenizerFast does (offsets, word_ids)
+    split_special_tokens = False  # transformers' default, the one bertkit implements (another is refused)
     model_input_names = ["input_ids", "token_type_ids", "attention_mask"]
 
     def get_special_tokens_mask(self, token_ids_0: Sequence[int], token_ids_1: Sequence[int] | None = None,

@@ -205,8 +205,7 @@ class Vocabulary:
         added = 0
         for key, value in special_tokens_dict.items():
             if key == "additional_special_tokens":
-                many = isinstance(value, Iterable) and not isinstance(value, str)
-                tokens = [token_text(t, True)[0] for t in (value if many else [value])]
+                tokens = [token_text(t, True)[0] for t in value]  # a list: renamed_extra's
                 added += self.add_tokens(tokens, special_tokens=True)
                 named = [getattr(self, k) for k in SPECIAL_TOKEN_KEYS]
                 listed = [t for t in tokens if t not in named]

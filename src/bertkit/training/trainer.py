@@ -278,8 +278,11 @@ class Trainer(TrainerLoss, TrainerEvaluation):
               ignore_keys_for_eval: list[str] | None = None, **unknown: Any) -> TrainOutput:
         """Train on ``train_dataset``, or continue (``resume_from_checkpoint``: True for the newest checkpoint-N in
         output_dir, or its path)."""
+        unknown = {k: v for k, v in unknown.items() if not (k == "trial" and v is None)}  # transformers' default
         if unknown:
-            raise BertkitError(f"train() got arguments bertkit does not implement: {sorted(unknown)}")
+            raise BertkitError(f"train() got arguments bertkit does not implement: {sorted(unknown)}"
+                               + (" (trial: hyper-parameter search; pass trial=None or leave it out)"
+                                  if "trial" in unknown else ""))
         args, info = self.args, current()
         out = Path(args.output_dir)
         examples = self._examples(self.train_dataset, "train_dataset", training=True)

@@ -136,7 +136,8 @@ class TrainingArguments(TrainingSettings):
     """Accepted for transformers' scripts; changes nothing: a resumed run always restores its callbacks' states (an
     EarlyStoppingCallback's patience), so that it stops where the uninterrupted run stops."""
     do_train: bool = False
-    """Read by example scripts, not by the Trainer (as in transformers)."""
+    """Read by example scripts, not by the Trainer (as in transformers); do_eval is set True by an eval_strategy
+    other than "no", as transformers sets it."""
     do_eval: bool = False
     do_predict: bool = False
     lr_scheduler_kwargs: dict | str | None = None
@@ -178,6 +179,8 @@ class TrainingArguments(TrainingSettings):
                 raise BertkitError(f"lr_scheduler_kwargs {self.lr_scheduler_kwargs!r} is neither a dict nor its JSON "
                                    "text; give e.g. {\"num_cycles\": 2}") from None
         super().__post_init__()  # each field's type, then its check
+        if self.eval_strategy != "no":
+            self.do_eval = True  # as transformers derives it: example scripts evaluate at the end `if args.do_eval`
         self.lr_scheduler_kwargs = dict(self.lr_scheduler_kwargs or {})
         schedule_options(self.lr_scheduler_type, self.lr_scheduler_kwargs,  # a name or value it cannot take: now
                          self.learning_rate if isinstance(self.learning_rate, (int, float)) else None)
@@ -214,6 +217,23 @@ class TrainingArguments(TrainingSettings):
         return {f.name: (str(v) if isinstance(v := getattr(self, f.name), Path) else v)
                 for f in dataclasses.fields(self) if f.init}
 
+    def __setattr__(self, name: str, value: Any) -> None:
+        """An assignment after construction (``args.optim = "sgd"``, ``args.disable_tqdm = True``, as transformers'
+        scripts make them) is built as the constructor builds it: refused by the same rules (a field bertkit does not
+        implement, a name neither library knows, a value out of range), and what the constructor derives from it (the
+        device from ``use_cpu``, the progress bar from ``disable_tqdm``, ``lr_scheduler_kwargs``' JSON text) follows.
+        A plain attribute would be kept and never read: the run would not be the one asked for."""
+        if name.startswith("_") or not self.__dict__.get("_built", False):
+            object.__setattr__(self, name, value)  # the constructor's own assignments, and private attributes
+            return
+        derived = {f.name: f for f in dataclasses.fields(self) if not f.init}
+        if name in derived:
+            source = {"device": "use_cpu", "progress": "disable_tqdm"}.get(name)
+            raise BertkitError(f"TrainingArguments.{name} is decided from the other fields"
+                               + (f": set {source} instead" if source else f" and cannot be set ({name}={value!r})"))
+        rebuilt = type(self)(**{**self.to_dict(), name: value})
+        self.__dict__.update(rebuilt.__dict__)
+
 
 _dataclass_init = TrainingArguments.__init__
 # transformers 4's arguments that 5 renamed (and refuses by the old name)
@@ -241,6 +261,7 @@ def _checked_init(self: TrainingArguments, output_dir: str | Path | None = None,
                            + (f"; did you mean {', '.join(near)}?" if near else "")
                            + " (see docs/coming-from-transformers.md for the fields bertkit implements)")
     _dataclass_init(self, output_dir=output_dir, **kwargs)
+    object.__setattr__(self, "_built", True)  # later assignments are checked (TrainingArguments.__setattr__)
 
 
 def _multiple(save: float, every: float) -> bool:

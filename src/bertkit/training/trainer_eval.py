@@ -11,6 +11,7 @@ writes anything.
 
 from __future__ import annotations
 
+import inspect
 import logging
 import math
 import numbers
@@ -100,6 +101,8 @@ class TrainerEvaluation:
         batches = batches if batches is not None else self._eval_batches(examples)
         include = set(options.include_for_metrics)
         per_batch = options.batch_eval_metrics and self.compute_metrics is not None
+        if per_batch:
+            _check_takes_compute_result(self.compute_metrics)  # before the model runs, as transformers checks it
         parts = self._prediction_parts(examples, module, events, batches, inputs="inputs" in include,
                                        keep_batch=per_batch and "inputs" in include, ignore_keys=ignore_keys)
         loss = predictions.mean_loss(parts, self._loss_weights(batches, len(examples)))
@@ -312,6 +315,21 @@ def _row_losses(parts: list[predictions.Part]) -> np.ndarray | None:
     rows = np.asarray([i for p in parts for i in p.rows])
     losses = np.asarray([p.loss for p in parts for _ in p.rows], dtype=np.float32)
     return losses[np.argsort(rows, kind="stable")]
+
+
+def _check_takes_compute_result(compute_metrics: Any) -> None:
+    """batch_eval_metrics calls ``compute_metrics(p, compute_result=...)``: one without that argument would fail inside
+    the user's function after the whole evaluation has run."""
+    try:
+        parameters = inspect.signature(compute_metrics).parameters
+    except (TypeError, ValueError):  # a builtin or C callable without a signature: let the call decide
+        return
+    if "compute_result" not in parameters and not any(p.kind is p.VAR_KEYWORD for p in parameters.values()):
+        name = getattr(compute_metrics, "__name__", type(compute_metrics).__name__)
+        raise BertkitError(f"batch_eval_metrics=True calls compute_metrics once per evaluation batch with a "
+                           f"compute_result argument (True at the last batch, whose return is the metrics), and "
+                           f"{name}{inspect.signature(compute_metrics)} takes none: add `compute_result=False` to it, "
+                           "or set batch_eval_metrics=False")
 
 
 def _tensor(value: Any) -> Any:
