@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from bertkit.errors import BertkitError, MissingFileError
-from bertkit.settings.fields import _not_none, on_command_line
+from bertkit.settings.fields import _not_none, on_command_line, type_hints
 
 
 @functools.cache  # one parse per module: inspect.getsource(class) re-parses the whole module on every call
@@ -149,7 +149,7 @@ def add_settings_flags(parser: argparse.ArgumentParser, cls: type, choices: dict
                        ) -> None:
     """Declare one flag per field of the settings dataclass ``cls`` (defaults stay in the dataclass); ``choices``: the
     values a str field takes where the command knows them (serve's tasks), not the settings."""
-    hints = typing.get_type_hints(cls)
+    hints = type_hints(cls)
     docs = field_docs(cls)
     own = cls.__dict__.get("__annotations__", {})
 
@@ -268,7 +268,7 @@ def _file_values(cls: type, fields: dict[str, dataclasses.Field], path: Path) ->
     if unknown:
         raise BertkitError(f"--config {path}: unknown settings {unknown}"
                            f"{other_names_hint(['--' + k.replace('_', '-') for k in unknown])}; known: {sorted(fields)}")
-    hints = typing.get_type_hints(cls)
+    hints = type_hints(cls)
     for name, value in list(values.items()):
         parse = fields[name].metadata.get("parse")
         convert, _, many = _converter(hints[name], parse)

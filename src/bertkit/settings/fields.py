@@ -36,8 +36,15 @@ def coerce_paths(settings: Any) -> None:
 
 
 @functools.cache
+def type_hints(cls: type) -> dict[str, Any]:
+    """A settings class's resolved annotations, once per class: ``typing.get_type_hints`` compiles each string
+    annotation again on every call (5 ms for a training settings object, made by every command and Trainer)."""
+    return typing.get_type_hints(cls)
+
+
+@functools.cache
 def path_fields(cls: type) -> dict[str, str]:
-    hints = typing.get_type_hints(cls)
+    hints = type_hints(cls)
     out = {}
     for f in dataclasses.fields(cls):
         hint = hints.get(f.name)
@@ -103,7 +110,7 @@ def redefault(cls: type | None = None, /, *, hidden: tuple[str, ...] = (), **val
     def wrap(cls: type) -> type:
         bases = [b for b in cls.__mro__[1:] if dataclasses.is_dataclass(b)]
         inherited = {f.name: f for f in dataclasses.fields(bases[0])}
-        hints = typing.get_type_hints(bases[0])
+        hints = type_hints(bases[0])
         own = cls.__dict__.get("__annotations__", {})
         annotations = dict(own)
         for name in (*values, *hidden):
@@ -131,7 +138,7 @@ def _annotation(hint: Any, default: Any) -> Any:
 def check_fields(settings: Any) -> None:
     """Each field holds a value of its declared type (``seed=2.5`` is named here, not met deep in the loop), then
     passes its own ``check``."""
-    hints = typing.get_type_hints(type(settings))
+    hints = type_hints(type(settings))
     for f in dataclasses.fields(settings):
         value = getattr(settings, f.name)
         if isinstance(value, enum.Enum):  # transformers' IntervalStrategy, SchedulerType, ...
