@@ -351,6 +351,10 @@ def _lowercase_before_bert(normalizer: dict[str, Any]) -> bool:
 def _in_id_order(ids: dict[str, Any], file: Path) -> list[str]:
     """The tokens of ``{token: id}`` in id order. An id no token has is the blank token's: a vocab.txt that lists the
     blank line twice (as bertkit and transformers read it) gives a tokenizer.json without one of its ids."""
+    values = ids.values()
+    if values and set(map(type, values)) == {int} and 0 <= min(values) and max(values) < len(ids) \
+            and len(set(values)) == len(ids):
+        return sorted(ids, key=ids.__getitem__)  # ids 0..n-1, each once (every tokenizer.json a tokenizer wrote)
     bad = {t: i for t, i in ids.items() if type(i) is not int or not 0 <= i < 2 * len(ids)}
     if bad:
         raise BertkitError(f"{file}: token ids must be integers from 0 to {2 * len(ids) - 1} (the file has {len(ids)} "

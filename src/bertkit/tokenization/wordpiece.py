@@ -59,6 +59,8 @@ def load_vocab(path: str | os.PathLike) -> list[str]:
 
 def unique_tokens(tokens: Sequence[str], source: str) -> list[str]:
     """``tokens`` as a list, once no token but "" (a blank line of a vocab.txt) is listed twice."""
+    if len(set(tokens)) == len(tokens):  # no token twice: the one pass below names the lines of those that are
+        return list(tokens)
     seen: dict[str, int] = {}
     duplicates = []
     for i, token in enumerate(tokens):
@@ -120,8 +122,8 @@ class WordPiece:
         self.unk_id = vocab[unk_token]
         self.max_input_chars_per_word = max_input_chars_per_word
         # Longest entry that can match at the start of a word / after the prefix: bounds the inner loop.
-        self._max_first = max((len(t) for t in vocab), default=0)
-        self._max_next = max((len(t) - len(PREFIX) for t in vocab if t.startswith(PREFIX)), default=0)
+        self._max_first = max(map(len, vocab), default=0)
+        self._max_next = max(map(len, [t for t in vocab if t.startswith(PREFIX)]), default=len(PREFIX)) - len(PREFIX)
         self._memo = Memo(self._segment, CACHE_SIZE)
 
     def segment(self, word: str) -> tuple[tuple[int, int, int], ...]:
