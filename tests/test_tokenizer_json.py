@@ -386,3 +386,33 @@ def test_sentence_transformers_lowercase_before_the_bert_normalizer_reads_as_its
     text = "HELLO Wörld Ünïcödé"
     assert BertTokenizer.from_pretrained(tmp_path)(text)["input_ids"] == from_file.encode(text).ids == \
         transformers.AutoTokenizer.from_pretrained(tmp_path)(text)["input_ids"]
+
+
+def test_a_vocabulary_with_a_token_twice_or_ids_out_of_order_is_named(minilm_dir, tmp_path):
+    """The checks a loaded vocabulary passes (one C-level pass when nothing is wrong): a token listed twice in
+    vocab.txt names both lines; a tokenizer.json id held by two tokens names both, an id past the vocabulary names
+    the range; a missing id (a blank line listed twice) reads as the blank token, as transformers reads it."""
+    d = _copy_tokenizer(minilm_dir, tmp_path / "tok")
+    (d / "tokenizer.json").unlink()
+    lines = (d / "vocab.txt").read_text(encoding="utf-8").splitlines()
+    (d / "vocab.txt").write_text("\n".join([*lines, lines[2000]]) + "\n", encoding="utf-8")
+    with pytest.raises(BertkitError, match=rf"lists 1 token\(s\) twice \({lines[2000]!r} on lines 2001 and "
+                                           rf"{len(lines) + 1}\)"):
+        BertTokenizer.from_pretrained(d)
+    d = _copy_tokenizer(minilm_dir, tmp_path / "json")
+    data = json.loads((d / "tokenizer.json").read_text(encoding="utf-8"))
+    vocab = data["model"]["vocab"]
+    for change, message in ((lambda v: v.__setitem__("[unused0]", v["[unused1]"]), r"tokens .* both have id 2"),
+                            (lambda v: v.__setitem__("[unused0]", 10 ** 6), r"token ids must be integers from 0"),
+                            (lambda v: v.__setitem__("[unused0]", "1"), r"token ids must be integers from 0")):
+        changed = dict(vocab)
+        change(changed)
+        (d / "tokenizer.json").write_text(json.dumps({**data, "model": {**data["model"], "vocab": changed}}),
+                                          encoding="utf-8")
+        with pytest.raises(BertkitError, match=message):
+            BertTokenizer.from_pretrained(d)
+    gap = {t: i for t, i in vocab.items() if i != 5}
+    (d / "tokenizer.json").write_text(json.dumps({**data, "model": {**data["model"], "vocab": gap}}), encoding="utf-8")
+    tok = BertTokenizer.from_pretrained(d)
+    by_id = {i: t for t, i in vocab.items()}
+    assert tok.convert_ids_to_tokens([4, 5, 6]) == [by_id[4], "", by_id[6]]
