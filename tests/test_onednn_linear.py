@@ -359,3 +359,27 @@ def test_a_fresh_process_whose_first_pass_is_bf16(tiny_checkpoint, tmp_path):
     out = subprocess.run([sys.executable, "-c", code, str(directory)], capture_output=True, text=True)
     assert out.returncode == 0, out.stderr[-2000:]
     assert out.stdout.strip() in ("a", "b")
+
+
+def test_a_pipeline_made_from_a_directory_prepares_the_model_it_loaded_without_a_copy(tiny_checkpoint, monkeypatch,
+                                                                                       tmp_path):
+    """A pipeline made from a directory holds the only reference to the model it loads, so it prepares that one in
+    place: copying it cost MiniLM's pipeline 60 ms and 60 MB at its peak. A model passed in is copied and left as it
+    is, unless the caller asks for ``prepare_in_place``; the outputs are the same either way."""
+    import bertkit
+
+    copies = []
+    real = prepare.copy_model
+    monkeypatch.setattr(prepare, "copy_model", lambda m: copies.append(m) or real(m))
+    path = tiny_checkpoint(tmp_path / "tiny", tokenizer=["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "a", "short", "text"])
+    from_dir = bertkit.pipeline("feature-extraction", path)
+    assert copies == [] and isinstance(from_dir.model.encoder.layer[0].attention.self.qkv, PreparedLinear)
+    model = BertModel.from_pretrained(path)
+    passed = bertkit.pipeline("feature-extraction", model=model, tokenizer=from_dir.tokenizer)
+    assert copies == [model] and not any(isinstance(m, PreparedLinear) for m in model.modules())
+    in_place = bertkit.pipeline("feature-extraction", model=model, tokenizer=from_dir.tokenizer, prepare_in_place=True)
+    assert len(copies) == 1 and in_place.model is model
+    texts = ["a short text", "a text, a short text and a text"]
+    assert from_dir(texts) == passed(texts) == in_place(texts)
+    with pytest.raises(BertkitError, match="prepare_in_place must be True, False or None .*got 'yes'"):
+        bertkit.pipeline("feature-extraction", path, prepare_in_place="yes")

@@ -103,7 +103,7 @@ class Pipeline:
     def __init__(self, model: nn.Module, tokenizer: BertTokenizer, *, device: str | torch.device = "cpu",
                  bf16: bool | None = None, batch_size: int = 32, max_length: int | None = None,
                  progress: bool | None = None, quantize: str | None = None,
-                 calibration_texts: Sequence[str | tuple[str, str]] | None = None):
+                 calibration_texts: Sequence[str | tuple[str, str]] | None = None, prepare_in_place: bool = False):
         if not is_whole(batch_size):
             raise BertkitError(f"batch_size must be a positive int, got {batch_size!r}")
         progress = checked_flag("progress", progress, "None: a bar for long inputs only")
@@ -118,9 +118,12 @@ class Pipeline:
                                "tokenizer's model_max_length): pass max_length=8 or more")
         # int8 already (load_int8, or quantize_int8 by the caller) runs as such; quantize="int8" makes a quantized
         # copy, calibrated on the given texts or the built-in sentences
+        # a model passed in is left as it is (the pipeline runs a copy prepared for inference); with
+        # prepare_in_place (from_pretrained's, whose model nothing else holds) it is the one prepared
         self.model, self.precision = prepare_model(model, device=device, bf16=bf16, quantize=quantize,
                                                    calibration_texts=calibration_texts, tokenizer=tokenizer,
-                                                   max_length=max_length)
+                                                   max_length=max_length,
+                                                   in_place=bool(checked_flag("prepare_in_place", prepare_in_place, "off")))
         self.device = self.precision.device
         self.quantize = self.precision.quantize
         self.tokenizer = tokenizer
@@ -158,7 +161,7 @@ class Pipeline:
             # tokenizer saying 128 under a declared 256 cuts at 256 there (bertkit refused the directory)
             tokenizer.model_max_length = kwargs.get("max_length") or declared
         model = load_for_inference(cls.model_class, directory)
-        return cls(model, tokenizer, **kwargs)
+        return cls(model, tokenizer, **{"prepare_in_place": True, **kwargs})
 
     @classmethod
     def tokenizer_of(cls, model_dir: str | Path) -> BertTokenizer:

@@ -45,10 +45,11 @@ def predict(model: nn.Module, features: Sequence[dict], pad_id: int, *,
 
 def for_prediction(model: nn.Module, tokenizer: BertTokenizer, s: PredictBenchmarkSettings
                    ) -> tuple[nn.Module, Precision]:
-    """A loaded fine-tuned ``model`` made ready by ``prepare_model`` as pipelines make theirs: on ``s.device`` in
-    eval mode and, with --int8, quantized on the built-in sentences or --calibration-file's, cut to
+    """A fine-tuned ``model`` just loaded (nothing else holds it: prepared in place) made ready by ``prepare_model``
+    as pipelines make theirs: on ``s.device`` in eval mode and, with --int8, quantized on the built-in sentences or
+    --calibration-file's, cut to
     --max-seq-length; a model that is int8 already (a `bertkit quantize` directory) runs as it is, on the CPU.
     Callers run it under ``precision.bf16``: --bf16 / --no-bf16 as given, else off (int8 too)."""
     return prepare_model(model, s.model_name_or_path, device=s.device, bf16=s.bf16,
                          quantize="int8" if s.int8 else None, calibration_file=s.calibration_file,
-                         tokenizer=tokenizer, max_length=s.max_seq_length)
+                         tokenizer=tokenizer, max_length=s.max_seq_length, in_place=True)
