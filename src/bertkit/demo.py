@@ -23,6 +23,8 @@ from typing import Any
 import numpy as np
 import torch
 
+from bertkit.tokenization.encoding import segment_ids
+
 logger = logging.getLogger("bertkit")
 
 # Pre-training steps and the seed of every stage in a direct call (the command passes its settings').
@@ -286,4 +288,4 @@ def _finetuning_stage(out_dir: Path, run_dir: Path, config: Any, tok: Any, seed:
 def _featurize(tok: Any, examples: list[tuple[str, int]]) -> list[dict[str, Any]]:
     enc = tok([t for t, _ in examples], max_length=64, truncation=True)
     return [{"input_ids": i, "token_type_ids": s, "attention_mask": m, "labels": y}
-            for i, s, m, (_, y) in zip(enc["input_ids"], enc["token_type_ids"], enc["attention_mask"], examples)]
+            for i, s, m, (_, y) in zip(enc["input_ids"], segment_ids(enc), enc["attention_mask"], examples)]

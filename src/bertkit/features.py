@@ -226,6 +226,8 @@ def encode_texts(tokenizer: Any, texts: Sequence[tuple[str, str | None]], max_se
         raise BertkitError(f"lowercase must be True or False, got {lowercase!r}")
     encoded = []
     lower = lowercaser(tokenizer) if lowercase else None
+    # b's segment: 0 too where the tokenizer's model_input_names leaves token_type_ids out, as transformers feeds it
+    segment = int(getattr(tokenizer, "segments_to_model", True))
     for a, b in texts:
         a = prompt + a
         if lower is not None:  # around the special tokens, as sentence-transformers' Lowercase normalizer
@@ -239,7 +241,7 @@ def encode_texts(tokenizer: Any, texts: Sequence[tuple[str, str | None]], max_se
             del ids_a[max_seq_length - 2:]
         first = [tokenizer.cls_token_id, *ids_a, tokenizer.sep_token_id]
         second = [*ids_b, tokenizer.sep_token_id] if ids_b else []
-        encoded.append({"input_ids": first + second, "token_type_ids": [0] * len(first) + [1] * len(second)})
+        encoded.append({"input_ids": first + second, "token_type_ids": [0] * len(first) + [segment] * len(second)})
     return encoded
 
 

@@ -28,6 +28,7 @@ from bertkit.inference.options import BOOL, FINITE, Option, int_in, or_none
 from bertkit.inference.runner import readable
 from bertkit.sentence.directory import cross_encoder_max_seq_length, saved_activation
 from bertkit.tasks import squad
+from bertkit.tokenization.encoding import segment_ids
 
 logger = logging.getLogger("bertkit")
 
@@ -118,7 +119,7 @@ class FillMaskPipeline(Pipeline):
         if not masks:
             raise BertkitError(f"fill-mask input {item[:60]!r} has no {mask} token; write {mask} where a word should be "
                                "predicted")
-        return [{"input_ids": enc["input_ids"], "token_type_ids": enc["token_type_ids"], "masks": masks}]
+        return [{"input_ids": enc["input_ids"], "token_type_ids": segment_ids(enc), "masks": masks}]
 
     def forward(self, batch: dict[str, Tensor], rows: Sequence[dict[str, Any]]) -> list[np.ndarray]:
         model: BertForMaskedLM = self.model  # type: ignore[assignment]
@@ -178,7 +179,7 @@ class TextOrPairPipeline(Pipeline):
     def encode(self, item: tuple[str, str | None], truncate: bool = True, **_: Any) -> list[dict[str, Any]]:
         """The row, cut at max_length; ``truncate=False`` keeps it whole (the server refuses it when too long)."""
         enc = self.tokenizer(item[0], item[1], truncation=truncate, max_length=self.max_length if truncate else None)
-        return [{"input_ids": enc["input_ids"], "token_type_ids": enc["token_type_ids"]}]
+        return [{"input_ids": enc["input_ids"], "token_type_ids": segment_ids(enc)}]
 
 
 class TextClassificationPipeline(TextOrPairPipeline):
@@ -418,7 +419,7 @@ class MultipleChoicePipeline(Pipeline):
         n = len(item["choices"])
         enc = self.tokenizer([item["context"]] * n, item["choices"], truncation="longest_first",
                              max_length=self.max_length)
-        return [{"input_ids": enc["input_ids"], "token_type_ids": enc["token_type_ids"]}]
+        return [{"input_ids": enc["input_ids"], "token_type_ids": segment_ids(enc)}]
 
     def decode(self, item: dict, rows, outputs, **_: Any) -> dict[str, Any]:
         p = scored(outputs[0])

@@ -17,6 +17,7 @@ from bertkit.inference import tasks
 from bertkit.inference.base import Pipeline, scored
 from bertkit.inference.options import Option, Rule, int_in, or_none
 from bertkit.inference.pipelines import per_row
+from bertkit.tokenization.encoding import segment_ids
 
 
 def _split_tag(tag: str) -> tuple[str, str | None]:
@@ -151,6 +152,7 @@ class TokenClassificationPipeline(Pipeline):
         windows = {} if stride is None else {"stride": stride, "return_overflowing_tokens": True}
         enc = self.tokenizer(item, truncation=True, max_length=self.max_length, return_offsets_mapping=True,
                              return_special_tokens_mask=True, **windows)
+        enc["token_type_ids"] = segment_ids(enc)  # zeros where the tokenizer's model_input_names leaves them out
         keys = ("input_ids", "token_type_ids", "offset_mapping", "special_tokens_mask")
         per_window = zip(*(enc[k] for k in keys)) if windows else [tuple(enc[k] for k in keys)]
         return [{"input_ids": ids, "token_type_ids": types, "offsets": offsets, "special": special}

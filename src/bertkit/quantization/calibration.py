@@ -19,6 +19,7 @@ from bertkit.modeling import BertModel
 from bertkit.quantization.kernels import SMOOTHING_BOUND
 from bertkit.quantization.projections import get_projection
 from bertkit.tokenization import BertTokenizer
+from bertkit.tokenization.encoding import segment_ids
 from bertkit.tokenization.textfiles import refuse_compressed_format, refuse_record_file
 
 
@@ -139,7 +140,9 @@ def calibration_batches(tokenizer: BertTokenizer, texts: Sequence[str | tuple[st
             raise BertkitError(f"calibration text {first} ({texts[first]!r}) holds no word once tokenized: calibration "
                                "measures the activations of real text; remove blank texts and give a few hundred "
                                "sentences like the model's inputs")
-        out.append({k: enc[k] for k in ("input_ids", "token_type_ids", "attention_mask")})
+        # the segments the model is fed: none (0) where the tokenizer's model_input_names leaves them out
+        out.append({"input_ids": enc["input_ids"], "token_type_ids": segment_ids(enc),
+                    "attention_mask": enc["attention_mask"]})
     return out
 
 

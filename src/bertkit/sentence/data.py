@@ -22,6 +22,7 @@ import torch
 from torch import Tensor
 
 from bertkit.errors import BertkitError, is_whole
+from bertkit.tokenization.encoding import segment_ids
 from bertkit.training import trainer_data
 
 LABEL_COLUMNS = ("label", "labels", "score", "scores")
@@ -104,7 +105,7 @@ class SentenceExamples(Sequence):
         for column, prompt, task in zip(self.texts, self.prompts, self.tasks):
             enc = self.model.tokenize([row[column]], prompt, **({"task": task} if task is not None else {}))
             ids.append(enc["input_ids"][0].tolist())
-            types.append(enc["token_type_ids"][0].tolist())
+            types.append(segment_ids(enc)[0].tolist())
         label = row[self.label] if self.label is not None else 0
         return {"input_ids": ids, "token_type_ids": types, "prompt_length": self.prompt_lengths, "task": self.tasks,
                 "label": label, "has_targets": self.label is not None, "index": i, "dataset_name": self.name}

@@ -364,7 +364,8 @@ class SentenceTransformer(Indexed, ReferenceCalls, Prompted, SimilarityByName, n
 
                 bert = for_cpu_inference(bert, bf16=False)
             for batch in longest_first(texts, batch_size, lambda b: self.tokenize(b, prompt), self.device, progress):
-                out[batch["rows"]] = self.embed(batch["input_ids"], batch["attention_mask"], batch["token_type_ids"],
+                # no token_type_ids where the tokenizer's model_input_names leaves them out: segment 0, as the reference
+                out[batch["rows"]] = self.embed(batch["input_ids"], batch["attention_mask"], batch.get("token_type_ids"),
                                                 batch["prompt_length"], bert=bert).to(dtype)
         return out.cpu()
 

@@ -40,6 +40,7 @@ from bertkit.errors import BertkitError, MissingFileError
 from bertkit.outputs import atomic_write
 from bertkit.tasks import metrics
 from bertkit.tasks.files import read_lines
+from bertkit.tokenization.encoding import segment_ids
 
 logger = logging.getLogger("bertkit")
 
@@ -306,7 +307,9 @@ def featurize(
         b = [e.text_b for e in batch] if batch[0].text_b is not None else None
         enc = tokenizer(a, text_pair=b, max_length=max_seq_length, truncation="longest_first")
         for i, ex in enumerate(batch):
-            feat: dict[str, Any] = {k: list(enc[k][i]) for k in ("input_ids", "token_type_ids", "attention_mask")}
+            types = segment_ids(enc)  # zeros where the tokenizer's model_input_names leaves them out
+            feat: dict[str, Any] = {"input_ids": list(enc["input_ids"][i]), "token_type_ids": list(types[i]),
+                                    "attention_mask": list(enc["attention_mask"][i])}
             if ex.label is not None:
                 feat["labels"] = float(ex.label) if t.labels is None else t.labels.index(ex.label)
             features.append(feat)

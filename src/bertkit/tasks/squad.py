@@ -257,6 +257,8 @@ def featurize_squad(
     ``offset_mapping`` (each token's span in the context, None outside it) and ``token_is_max_context``."""
     _check_windows(max_seq_length, doc_stride, max_query_length)
     cls_id, sep_id = tokenizer.cls_token_id, tokenizer.sep_token_id
+    # the context's segment: 0 too where the tokenizer's model_input_names leaves token_type_ids out (transformers')
+    second = int(getattr(tokenizer, "segments_to_model", True))
     context_cache: dict[str, tuple[list[int], list[tuple[int, int]]]] = {}
     features: list[dict[str, Any]] = []
     for ex_index, ex in enumerate(examples):
@@ -282,7 +284,7 @@ def featurize_squad(
             features.append(
                 {
                     "input_ids": input_ids,
-                    "token_type_ids": [0] * n_prefix + [1] * (length + 1),
+                    "token_type_ids": [0] * n_prefix + [second] * (length + 1),
                     "attention_mask": [1] * len(input_ids),
                     "start_positions": start_pos,
                     "end_positions": end_pos,

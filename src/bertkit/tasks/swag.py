@@ -17,6 +17,7 @@ import numpy as np
 
 from bertkit.errors import BertkitError, MissingFileError
 from bertkit.tasks.files import read_records
+from bertkit.tokenization.encoding import segment_ids
 
 NUM_CHOICES = 4
 MODEL_INPUTS = ("input_ids", "token_type_ids", "attention_mask")
@@ -85,6 +86,7 @@ def featurize_swag(
         second = [f"{ex.sent2} {ending}" for ending in ex.endings]
         enc = tokenizer([ex.sent1] * NUM_CHOICES, text_pair=second, max_length=max_seq_length,
                         truncation="longest_first", padding=True, return_tensors="np")
+        enc["token_type_ids"] = segment_ids(enc)  # zeros where the tokenizer's model_input_names leaves them out
         feat: dict[str, Any] = {key: enc[key].astype(np.int64) for key in MODEL_INPUTS}
         if ex.label is not None:
             feat["labels"] = ex.label

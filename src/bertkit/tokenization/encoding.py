@@ -5,11 +5,29 @@ from __future__ import annotations
 
 import copy
 import operator
+from collections.abc import Mapping
 from typing import Any, NamedTuple
 
 from bertkit.errors import BertkitError
 
-__all__ = ["BatchEncoding", "CharSpan", "RowInfo", "TokenSpan"]
+__all__ = ["BatchEncoding", "CharSpan", "RowInfo", "TokenSpan", "segment_ids"]
+
+
+def segment_ids(encoded: Mapping[str, Any]) -> Any:
+    """The ``token_type_ids`` of a tokenizer's output, or zeros shaped as its ``input_ids`` where the tokenizer
+    leaves them out (a ``model_input_names`` without them): what transformers' model then reads, every token in
+    segment 0. Lists (nested as the ids are), numpy arrays and tensors alike."""
+    types = encoded.get("token_type_ids")
+    if types is not None:
+        return types
+    ids = encoded["input_ids"]
+    if hasattr(ids, "shape"):  # a tensor or an array, of the ids' kind
+        return ids * 0
+
+    def zeros(x: Any) -> Any:
+        return [zeros(v) for v in x] if isinstance(x, (list, tuple)) else 0
+
+    return zeros(ids)
 
 
 class CharSpan(NamedTuple):

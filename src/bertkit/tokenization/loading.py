@@ -44,6 +44,37 @@ SETTING_TYPES = {"do_lower_case": (bool,), "strip_accents": (bool, type(None)), 
                  "clean_up_tokenization_spaces": (bool,)}
 
 
+# The columns a tokenizer may give a BERT model, in transformers' BertTokenizer order (its model_input_names).
+MODEL_INPUT_NAMES = ("input_ids", "token_type_ids", "attention_mask")
+
+
+def model_input_names(value: Any, where: str) -> list[str]:
+    """``value`` as a tokenizer's model_input_names: the columns its calls return by default. transformers leaves out
+    ``token_type_ids`` where the list lacks it (pairs are then one segment, all type 0, to the model) and bertkit does
+    the same; a list without ``input_ids`` or ``attention_mask``, or with another name, is refused naming ``where``:
+    without a mask transformers' model attends to the padding, so a row's score depends on the rows batched with it,
+    and a misspelt name ("token_type_id") would drop the segments without a word; ``input_ids`` must come first."""
+    if isinstance(value, (str, bytes)) or not isinstance(value, (list, tuple)) or not all(
+            isinstance(n, str) for n in value):
+        raise BertkitError(f"{where}: model_input_names={value!r} is not a list of column names; give a list such as "
+                           f"{list(MODEL_INPUT_NAMES)}")
+    unknown = [n for n in value if n not in MODEL_INPUT_NAMES]
+    if unknown:
+        raise BertkitError(f"{where}: model_input_names={list(value)!r} names {unknown}, which a BERT tokenizer does "
+                           f"not make (its columns are {list(MODEL_INPUT_NAMES)}): fix or remove them")
+    missing = [n for n in ("input_ids", "attention_mask") if n not in value]
+    if missing:
+        raise BertkitError(f"{where}: model_input_names={list(value)!r} lacks {missing}; transformers then returns no "
+                           "attention_mask and its model attends to the padding (a row's numbers depend on the rows "
+                           "padded with it), which bertkit does not reproduce: add \"attention_mask\" (and "
+                           "\"input_ids\") to the list")
+    if value[0] != "input_ids":
+        raise BertkitError(f"{where}: model_input_names={list(value)!r} starts with {value[0]!r}; transformers takes "
+                           "the first name as the main column (what its pad and Trainer pad and measure rows by) and "
+                           "pads such rows wrongly or not at all: put \"input_ids\" first")
+    return list(value)
+
+
 def renamed_extra(given: Mapping[str, Any], what: str) -> dict[str, Any]:
     """``given`` with transformers 5's ``extra_special_tokens`` under bertkit's (and transformers 4's) name,
     ``additional_special_tokens``, as a list (``special_token_list``); both given is an error naming ``what``."""
@@ -105,6 +136,8 @@ def read_settings(path: Path) -> dict[str, Any]:
     for key, types in SETTING_TYPES.items():
         if key in config:
             settings[key] = typed_setting(config[key], types, f"{config_file}: {key}")
+    if config.get("model_input_names") is not None:  # transformers reads null as the class's list
+        settings["model_input_names"] = model_input_names(config["model_input_names"], str(config_file))
     special = {k: v for k, v in config.items() if k in _SPECIAL_SETTINGS and v is not None}
     extra = config.get(EXTRA_SPECIAL_TOKENS)
     if extra and "additional_special_tokens" not in special:

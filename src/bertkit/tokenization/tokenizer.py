@@ -37,6 +37,7 @@ from bertkit.tokenization.loading import (
     added_beside_tokenizer_json,
     added_past,
     check_fits_model,
+    model_input_names,
     read_settings,
     read_tokenizer_json,
     renamed_extra,
@@ -93,6 +94,7 @@ class BertTokenizer(EditableVocabulary):
         model_max_length: int = 512,
         max_input_chars_per_word: int = 100,
         clean_up_tokenization_spaces: bool = False,
+        model_input_names: Sequence[str] | None = None,
     ):
         if isinstance(vocab, Mapping):
             tokens = _tokens_from_mapping(vocab)
@@ -113,13 +115,12 @@ class BertTokenizer(EditableVocabulary):
                                                    unlisted_special_tokens))
         self.model_max_length = int(model_max_length)
         self.clean_up_tokenization_spaces = clean_up_tokenization_spaces
+        # this tokenizer's own list: tok.model_input_names.remove(...) on the class's would change every tokenizer's
+        self.model_input_names = type(self).model_input_names if model_input_names is None else model_input_names
 
     def __setattr__(self, name: str, value: Any) -> None:
-        if name == "model_input_names" and list(value) != type(self).model_input_names:
-            # transformers then leaves out the keys it lacks: pairs without token_type_ids, scored as one segment
-            raise BertkitError(f"tok.model_input_names = {value!r}: bertkit's tokenizer does not read it and would still "
-                               "return every key; pass return_token_type_ids=False (return_attention_mask=False) to "
-                               "the calls instead (docs/tokenizer.md)")
+        if name == "model_input_names":  # the columns calls return by default: without token_type_ids, no segments
+            value = model_input_names(value, "tok.model_input_names")
         if name == "split_special_tokens" and value is not False:
             # transformers then tokenizes a special token written in the text as text ("[MASK]": "[", "mask", "]")
             raise BertkitError(f"tok.split_special_tokens = {value!r} is not implemented in bertkit: its tokenizer "
@@ -127,6 +128,13 @@ class BertTokenizer(EditableVocabulary):
                                "split_special_tokens=False); tokenize such text with transformers, or take the "
                                "special tokens' text out of it")
         super().__setattr__(name, value)  # the vocabulary's attributes: EditableVocabulary.__setattr__
+
+    @property
+    def segments_to_model(self) -> bool:
+        """Whether the model is given this tokenizer's token_type_ids: False where its ``model_input_names`` lacks
+        them, as transformers (and sentence-transformers) then feed none and the model reads every token as segment
+        0. What bertkit feeds its own models (pipelines, sentence models, collators) follows it."""
+        return "token_type_ids" in self.model_input_names
 
     # ------------------------------------------------------------------------------------------------
     # Loading and saving
@@ -149,7 +157,9 @@ class BertTokenizer(EditableVocabulary):
         sides = [side for side in ("padding_side", "truncation_side") if side in overrides]
         for side in sides:  # transformers takes them here too; "right" is all there is
             right_only(side, overrides.pop(side))
-        settings_known = (*SETTING_TYPES, *SPECIAL_TOKEN_KEYS, "additional_special_tokens")
+        if overrides.get("model_input_names") is not None:  # as transformers takes it: checked before the files
+            overrides["model_input_names"] = model_input_names(overrides["model_input_names"], "from_pretrained")
+        settings_known = (*SETTING_TYPES, *SPECIAL_TOKEN_KEYS, "additional_special_tokens", "model_input_names")
         unknown = sorted(set(overrides) - set(settings_known))
         if unknown:  # else the constructor's TypeError, after the files are read, names one and no way on
             raise BertkitError(f"from_pretrained got unknown keyword arguments {unknown}: it overrides the settings "
@@ -206,6 +216,8 @@ class BertTokenizer(EditableVocabulary):
         if v.additional_special_tokens:  # the unlisted ones are special in tokenizer.json alone, as transformers saves
             special_map["additional_special_tokens"] = list(v.additional_special_tokens)
         config = {"tokenizer_class": "BertTokenizer", **{k: getattr(self, k) for k in SETTING_TYPES}, **special_map}
+        if self.model_input_names != type(self).model_input_names:  # written where it differs, as transformers does
+            config["model_input_names"] = list(self.model_input_names)
         backend = tokenizer_json(v._tokens[:v._wordpiece_size], v.vocab, v._cut_as_written(), v.added_tokens, config)
         files = [(CONFIG_FILE, config), (TOKENIZER_FILE, backend)]
         # special_tokens_map.json and added_tokens.json ({token: id}) are transformers 4's files, which transformers 5
@@ -333,6 +345,8 @@ class BertTokenizer(EditableVocabulary):
                                                   return_overflowing_tokens, stride, return_special_tokens_mask,
                                                   vocabulary._continuation_ids)
         pad_rows(rows, pad, max_length, pad_to_multiple_of, vocabulary.pad_token_id)
+        if return_token_type_ids is None:  # transformers' default: the column where model_input_names lists it
+            return_token_type_ids = self.segments_to_model
         for key, wanted in (("token_type_ids", return_token_type_ids), ("attention_mask", return_attention_mask)):
             if wanted is not None and not wanted:  # 0 too, which transformers reads as False
                 for row in rows:

@@ -366,4 +366,5 @@ def train_new_tokenizer(
                          additional_special_tokens=[t for t in dict.fromkeys(additional) if t not in named.values()],
                          model_max_length=tokenizer.model_max_length,
                          max_input_chars_per_word=tokenizer.max_input_chars_per_word,
-                         clean_up_tokenization_spaces=tokenizer.clean_up_tokenization_spaces)
+                         clean_up_tokenization_spaces=tokenizer.clean_up_tokenization_spaces,
+                         model_input_names=tokenizer.model_input_names)

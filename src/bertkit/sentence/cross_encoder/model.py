@@ -321,7 +321,9 @@ class CrossEncoder(Indexed, ReferenceCalls, nn.Module):
         second = position >= torch.tensor([first for _, first in rows])[:, None]  # (N, T): the second text and its [SEP]
         input_ids = torch.full((len(rows), T), self.tokenizer.pad_token_id, dtype=torch.long)
         input_ids[real] = torch.tensor([t for ids, _ in rows for t in ids])  # row-major, as the rows are joined
-        return {"input_ids": input_ids, "token_type_ids": (real & second).long(), "attention_mask": real.long()}
+        # all segment 0 where the tokenizer's model_input_names leaves token_type_ids out, as transformers feeds them
+        types = (real & second).long() if self.tokenizer.segments_to_model else torch.zeros_like(input_ids)
+        return {"input_ids": input_ids, "token_type_ids": types, "attention_mask": real.long()}
 
     def preprocess(self, inputs: Sequence[Sequence[str]]) -> dict[str, Tensor]:
         """sentence-transformers' ``model.preprocess(pairs)``: the tokenized batch of (a, b) pairs."""

@@ -35,6 +35,7 @@ from bertkit.quantization import is_int8_checkpoint
 from bertkit.sentence.sparse_encoder.model import SparseEncoder, select_max_active_dims, splade_embedder
 from bertkit.sentence.sparse_encoder.modules import Router, SparseStaticEmbedding, Transformer
 from bertkit.tokenization import BertTokenizer
+from bertkit.tokenization.encoding import segment_ids
 
 SIDES = ("document", "query")  # what prompt_name selects: encode_document's vectors, encode_query's (none: encode's)
 
@@ -174,7 +175,7 @@ class SparseEmbeddingPipeline(Pipeline):
         if side.lower:
             text = self.tokenizer.lowercase(text)
         enc = self.tokenizer(text, add_special_tokens=not side.static, truncation=True, max_length=side.limit)
-        return [{"input_ids": enc["input_ids"], "token_type_ids": enc["token_type_ids"], "side": side.name}]
+        return [{"input_ids": enc["input_ids"], "token_type_ids": segment_ids(enc), "side": side.name}]
 
     def forward(self, batch: dict[str, Tensor], rows: Any) -> list[np.ndarray]:
         """One (2, n) float64 array per row: its active dimensions (ascending) over their values. A batch may mix
