@@ -4,14 +4,13 @@ transformers'."""
 
 from __future__ import annotations
 
-import csv
 import random
 from pathlib import Path
 
 import pytest
-import torch
 
 import bertkit
+from trainer_helpers import sst2_dev, tiny_classifier
 
 transformers = pytest.importorskip("transformers")
 datasets = pytest.importorskip("datasets")
@@ -20,21 +19,13 @@ pytest.importorskip("accelerate")
 
 @pytest.fixture(scope="module")
 def sst(data_dir):
-    with open(data_dir / "glue/SST-2/dev.tsv", encoding="utf-8-sig") as f:
-        return [{"text": r[0], "label": int(r[1])} for r in list(csv.reader(f, delimiter="\t", quotechar=None))[1:]]
+    return sst2_dev(data_dir)
 
 
 @pytest.fixture(scope="module")
 def tiny(minilm_dir, tmp_path_factory) -> Path:
-    tokenizer = transformers.BertTokenizerFast.from_pretrained(minilm_dir)
-    torch.manual_seed(0)
-    config = transformers.BertConfig(vocab_size=len(tokenizer), hidden_size=16, num_hidden_layers=1,
-                                     num_attention_heads=2, intermediate_size=32, num_labels=2,
-                                     hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)
-    path = tmp_path_factory.mktemp("length-column") / "tiny"
-    transformers.BertForSequenceClassification(config).save_pretrained(path)
-    tokenizer.save_pretrained(path)
-    return path
+    return tiny_classifier(tmp_path_factory.mktemp("length-column") / "tiny", minilm_dir, hidden_size=16,
+                           num_hidden_layers=1, intermediate_size=32)
 
 
 class _DropColumn:

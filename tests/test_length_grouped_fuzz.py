@@ -7,7 +7,6 @@ bertkit drew its own length-grouped order before (no batch of the first step sha
 
 from __future__ import annotations
 
-import csv
 import random
 import shutil
 from pathlib import Path
@@ -16,7 +15,7 @@ import pytest
 import torch
 
 import bertkit
-from trainer_helpers import conll_sentences
+from trainer_helpers import conll_sentences, sst2_dev, tiny_classifier
 
 transformers = pytest.importorskip("transformers")
 datasets = pytest.importorskip("datasets")
@@ -26,20 +25,15 @@ pytestmark = pytest.mark.slow
 
 @pytest.fixture(scope="module")
 def sst(data_dir):
-    with open(data_dir / "glue/SST-2/dev.tsv", encoding="utf-8-sig") as f:
-        return [{"text": r[0], "label": int(r[1])} for r in list(csv.reader(f, delimiter="\t", quotechar=None))[1:]]
+    return sst2_dev(data_dir)
 
 
 @pytest.fixture(scope="module")
 def tiny(minilm_dir, tmp_path_factory) -> Path:
-    tokenizer = transformers.BertTokenizerFast.from_pretrained(minilm_dir)
-    torch.manual_seed(0)
-    config = transformers.BertConfig(vocab_size=len(tokenizer), hidden_size=16, num_hidden_layers=1,
-                                     num_attention_heads=2, intermediate_size=32, num_labels=2)
-    path = tmp_path_factory.mktemp("grouped") / "tiny"
-    transformers.BertForSequenceClassification(config).save_pretrained(path)
-    tokenizer.save_pretrained(path)
-    return path
+    # dropout on (transformers' default 0.1): the grouped order must hold with each library's masks drawn in it
+    return tiny_classifier(tmp_path_factory.mktemp("grouped") / "tiny", minilm_dir, hidden_size=16,
+                           num_hidden_layers=1, intermediate_size=32, hidden_dropout_prob=0.1,
+                           attention_probs_dropout_prob=0.1)
 
 
 def _draw(r: random.Random) -> tuple[dict, int, bool]:

@@ -8,9 +8,9 @@ import random
 from pathlib import Path
 
 import pytest
-import torch
 
 import bertkit
+from trainer_helpers import tiny_classifier
 
 transformers = pytest.importorskip("transformers")
 datasets = pytest.importorskip("datasets")
@@ -20,15 +20,8 @@ _WORDS = "the cat sat on a mat while dogs ran far away from home".split()
 
 @pytest.fixture(scope="module")
 def tagger(minilm_dir, tmp_path_factory) -> Path:
-    tokenizer = transformers.BertTokenizerFast.from_pretrained(minilm_dir)
-    torch.manual_seed(0)
-    config = transformers.BertConfig(vocab_size=len(tokenizer), hidden_size=16, num_hidden_layers=1,
-                                     num_attention_heads=2, intermediate_size=32, num_labels=3,
-                                     hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)
-    path = tmp_path_factory.mktemp("unlabelled") / "tagger"
-    transformers.BertForTokenClassification(config).save_pretrained(path)
-    tokenizer.save_pretrained(path)
-    return path
+    return tiny_classifier(tmp_path_factory.mktemp("unlabelled") / "tagger", minilm_dir, "BertForTokenClassification",
+                           hidden_size=16, num_hidden_layers=1, intermediate_size=32, num_labels=3)
 
 
 def _rows(tokenizer, r: random.Random, n: int, unlabelled: set[int]) -> list[dict]:

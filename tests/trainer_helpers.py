@@ -46,21 +46,31 @@ def _losses(history: list[dict]) -> list[tuple[int, float, float]]:
     return [(h["step"], h["loss"], h["learning_rate"]) for h in history if "loss" in h]
 
 
-def tiny_classifier(path: Path, tokenizer_dir: Path) -> Path:
-    """A tiny BertForSequenceClassification in the Hugging Face layout (seeded, dropout off, 2 labels) with the
-    tokenizer of ``tokenizer_dir`` (MiniLM's WordPiece vocabulary, or ``minilm_2_layers``' 8,960 entries of it, which
-    make the embeddings, Adam's moments and every checkpoint 3.4x smaller), saved by transformers at ``path``."""
+def tiny_classifier(path: Path, tokenizer_dir: Path, head: str = "BertForSequenceClassification", **config) -> Path:
+    """A tiny ``head`` model (transformers' class name) in the Hugging Face layout (seeded; by default 2 layers of 32,
+    dropout off, 2 labels; ``config`` overrides any BertConfig field) with the tokenizer of ``tokenizer_dir``
+    (MiniLM's WordPiece vocabulary, or ``minilm_2_layers``' 8,960 entries of it, which make the embeddings, Adam's
+    moments and every checkpoint 3.4x smaller), saved by transformers at ``path``."""
     import torch
     import transformers
 
     tokenizer = transformers.BertTokenizerFast.from_pretrained(tokenizer_dir)
     torch.manual_seed(0)
-    config = transformers.BertConfig(vocab_size=len(tokenizer), hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
-                                     intermediate_size=64, hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0,
-                                     num_labels=2)
-    transformers.BertForSequenceClassification(config).save_pretrained(path)
+    config = transformers.BertConfig(**{
+        "vocab_size": len(tokenizer), "hidden_size": 32, "num_hidden_layers": 2, "num_attention_heads": 2,
+        "intermediate_size": 64, "hidden_dropout_prob": 0.0, "attention_probs_dropout_prob": 0.0, "num_labels": 2,
+        **config})
+    getattr(transformers, head)(config).save_pretrained(path)
     tokenizer.save_pretrained(path)
     return path
+
+
+def sst2_dev(data_dir: Path) -> list[dict]:
+    """SST-2's dev rows as ``{"text", "label"}`` dicts."""
+    import csv
+
+    with open(data_dir / "glue/SST-2/dev.tsv", encoding="utf-8-sig") as f:
+        return [{"text": r[0], "label": int(r[1])} for r in list(csv.reader(f, delimiter="\t", quotechar=None))[1:]]
 
 
 class Killed(BaseException):
