@@ -394,7 +394,8 @@ class BertTokenizer(EditableVocabulary):
         the right; other keys (labels, ...) are passed through unchanged (as tensors: integers int64, floats float32,
         bools bool, as transformers makes them). Without ``return_tensors``, torch or numpy inputs give the same
         kind of tensors; one example (not a batch) gives (T,) columns. ``return_attention_mask=False`` makes no
-        mask where the examples have none (one they have is padded), as transformers; ``verbose`` is taken, unused."""
+        mask where the examples have none and leaves one they have unpadded, as transformers (a ragged one makes no
+        tensor: refused naming it); ``verbose`` is taken, unused."""
         if padding_side is not None:
             right_only("padding_side", padding_side)
         return pad_examples(encoded_inputs, self.pad_token_id, self._max_length_to_pad_to, padding, max_length,
