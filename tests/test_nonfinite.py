@@ -302,3 +302,33 @@ def test_saving_non_finite_weights_is_refused_and_keeps_what_was_there(tmp_path,
     assert (tmp_path / "m" / "model.safetensors").read_bytes() == before
     assert sorted(p.name for p in tmp_path.iterdir()) == ["m"]
     bertkit.BertForSequenceClassification.from_pretrained(tmp_path / "m")
+
+
+def test_a_nan_metric_is_logged_as_null_and_read_back_as_nan_by_a_resumed_run(tmp_path):
+    """metrics.jsonl wrote a NaN (an evaluation's Pearson on constant predictions) and an infinity as the bare tokens
+    NaN / Infinity, which jq, JavaScript and bertkit's own JSON readers refuse: now null, as bertkit's JSON reports,
+    and the resumed run (its history, its last evaluation, the plot) reads null as NaN, never 0 or None."""
+    from bertkit.errors import standard_json
+
+    values = iter([math.nan, math.inf, 0.5, math.nan])
+
+    def evaluate(model):
+        return {"pearson": next(values)}
+
+    def settings():
+        return TrainingSettings(output_dir=tmp_path, learning_rate=0.01, warmup_ratio=0, logging_steps=1,
+                                eval_strategy="steps", eval_steps=1, save_steps=2, progress=False)
+
+    train(_Linear(), [Phase(_plan(poison_at=None), 2)], settings(), evaluate=evaluate)
+    lines = (tmp_path / "metrics.jsonl").read_text().splitlines()
+    assert [standard_json(x).get("pearson", 0) for x in lines if '"eval"' in x] == [None, None]
+    result = train(_Linear(), [Phase(_plan(poison_at=None), 4)], settings(), evaluate=evaluate, resume=True)
+    pearson = [r["pearson"] for r in result.history if r["split"] == "eval"]
+    assert [math.isnan(p) for p in pearson] == [True, True, False, True] and pearson[2] == 0.5
+    assert math.isnan(result.last_eval["pearson"])
+    assert [standard_json(x)["step"] for x in (tmp_path / "metrics.jsonl").read_text().splitlines()] == [
+        r["step"] for r in result.history]  # every line standard JSON, the resumed run's records each once
+    pytest.importorskip("matplotlib")
+    from bertkit.training.plot import plot_metrics
+
+    assert plot_metrics(tmp_path / "metrics.jsonl", tmp_path / "metrics.png").stat().st_size > 0

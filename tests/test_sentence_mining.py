@@ -102,8 +102,10 @@ def test_list_of_dicts_and_refusals(models, squad):
         mine_hard_negatives(few, ours, range_min=3, num_negatives=1, range_max=10, verbose=False)
     with pytest.raises(BertkitError, match="use_faiss"):
         mine_hard_negatives(few, ours, use_faiss=True)
-    with pytest.raises(TypeError, match="positional"):  # sentence-transformers' order: cross_encoder, range_min 0,
-        mine_hard_negatives(pairs, ours, "question", "paragraph", None, None, 0, 10)  # range_max 10 (max_score here)
+    # sentence-transformers' order: cross_encoder, range_min 0, range_max 10 (bertkit's next keyword was max_score)
+    with pytest.raises(BertkitError, match=r"reads the others as cross_encoder \('None'\), range_min \('0'\), "
+                                           r"range_max \('10'\): pass them by keyword"):
+        mine_hard_negatives(pairs, ours, "question", "paragraph", None, None, 0, 10)
     with pytest.raises(BertkitError, match="range_max 4 leave 2 candidates for num_negatives 3"):
         mine_hard_negatives(pairs, ours, range_min=2, range_max=4)
     with pytest.raises(BertkitError, match=r"anchor_column_name 'query' is not a column of the dataset \['question', 'paragraph'\]"):

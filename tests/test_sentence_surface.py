@@ -375,3 +375,46 @@ def test_encode_query_and_document_take_encodes_arguments_by_position(minilm_2_l
         got, want = (getattr(m, method)(texts, None, None, *rest) for m in (ours, ref))
         assert got.shape == (3, 16)
         np.testing.assert_allclose(got, want, atol=1e-5, rtol=0)
+
+
+def test_model_attributes_are_sentence_transformers_or_refused_by_name(minilm_2_layers, cross_encoders, tmp_path):
+    """Each public attribute of sentence-transformers' three model classes (beyond nn.Module's), read on bertkit's
+    model: sentence-transformers' value where bertkit has it, else a BertkitError naming it and what to use. Was:
+    17 names (get_backend, model_type, modalities, supports, processor, pop, merge, SUPPORTED_SIMILARITY_FN_NAMES,
+    ...) were Python's bare AttributeError."""
+    from sentence_transformers.sparse_encoder.models import MLMTransformer, SpladePooling
+
+    from bertkit.sentence import SentenceTransformer
+    from bertkit.sentence.sparse_encoder import SparseEncoder
+
+    st.SparseEncoder(modules=[MLMTransformer(str(minilm_2_layers)), SpladePooling("max")], device="cpu").save(
+        str(tmp_path / "splade"))  # with its masked-LM head
+    models = [(SentenceTransformer(str(minilm_2_layers), device="cpu"),
+               st.SentenceTransformer(str(minilm_2_layers), device="cpu")), cross_encoders[:2],
+              (SparseEncoder(str(tmp_path / "splade"), device="cpu"),
+               st.SparseEncoder(str(tmp_path / "splade"), device="cpu"))]
+    bare = []
+    for ours, ref in models:
+        what = type(ours).__name__
+        for name in sorted(n for n in dir(type(ref)) if not n.startswith("_") and n not in dir(nn.Module)):
+            try:
+                getattr(ours, name)
+            except BertkitError as e:
+                assert f"{what}.{name} is not implemented in bertkit: " in str(e), str(e)
+            except AttributeError as e:
+                bare.append(f"{what}.{name}: {e}")
+        for name in ("model_type", "default_huggingface_organization", "modalities", "SUPPORTED_SIMILARITY_FN_NAMES"):
+            assert getattr(ours, name, None) == getattr(ref, name, None), (what, name)
+        assert (ours.get_backend(), ours.supports("text"), ours.supports(("image", "text")), ours.supports("image"),
+                sorted(ours.get_model_kwargs())) == (ref.get_backend(), ref.supports("text"),
+                                                     ref.supports(("image", "text")), ref.supports("image"),
+                                                     sorted(ref.get_model_kwargs()))
+        assert ours.processor is ours.tokenizer
+        with pytest.raises(BertkitError, match=rf"{what}\.merge is not implemented in bertkit: .*mergekit"):
+            type(ours).merge([ours, ours])
+    assert not bare, "\n".join(bare)
+    ce = cross_encoders[0]
+    assert (ce.get_max_seq_length(), type(ce.default_activation_function)) == (ce.max_length, nn.Sigmoid)
+    with pytest.raises(BertkitError, match=r"CrossEncoder\.pop is not implemented in bertkit: bertkit's CrossEncoder"):
+        ce.pop(0)
+    assert isinstance(SentenceTransformer.load(str(minilm_2_layers)), SentenceTransformer)

@@ -7,6 +7,8 @@ catch ``ValueError`` or ``FileNotFoundError`` keep working.
 
 from __future__ import annotations
 
+import functools
+import inspect
 import json
 import numbers
 import os
@@ -17,6 +19,37 @@ from typing import Any
 
 class BertkitError(ValueError):
     """A user-caused error whose message names the value, the limit and the fix."""
+
+
+def keyword_only(reference: tuple[str, ...], library: str) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    """A function (a method) whose later arguments are keyword-only in bertkit, where ``library``'s same call takes
+    them by position too (``reference``: that call's positional names in order, ``self`` left out): a call with more
+    positional arguments than bertkit's is refused naming what the library reads each extra one as, and to pass it by
+    keyword (Python's own TypeError said "takes 3 positional arguments but 4 were given": no name, no fix)."""
+
+    def wrap(fn: Callable[..., Any]) -> Callable[..., Any]:
+        params = list(inspect.signature(fn).parameters.values())
+        method = bool(params) and params[0].name == "self"
+        taken = sum(p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD) for p in params) - method
+
+        @functools.wraps(fn)
+        def checked(*args: Any, **kwargs: Any) -> Any:
+            given = args[1:] if method else args
+            if len(given) > taken:
+                kind = type(args[0]).__name__ if method else ""
+                what = f"{kind}()" if fn.__name__ in ("__init__", "__call__") else f"{kind}.{fn.__name__}()".lstrip(".")
+                extra = [(reference[i] if i < len(reference) else f"positional argument {i + 1}", given[i])
+                         for i in range(taken, len(given))]
+                read = ", ".join(f"{name} ({str(value)[:40]!r})" for name, value in extra)
+                raise BertkitError(f"{what} takes {taken} argument(s) by position ({', '.join(reference[:taken])}), "
+                                   f"got {len(given)}; {library} reads the others as {read}: pass "
+                                   f"{'it' if len(extra) == 1 else 'them'} by keyword "
+                                   f"({', '.join(f'{name}=...' for name, _ in extra)})")
+            return fn(*args, **kwargs)
+
+        return checked
+
+    return wrap
 
 
 class MissingFileError(BertkitError, FileNotFoundError):

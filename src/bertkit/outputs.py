@@ -238,11 +238,17 @@ def atomic_write_json(path: str | os.PathLike, data: Any, indent: int = 2) -> Pa
     directory name the directory it becomes (a report names its files where they will be). A NaN or an infinity
     (an evaluation whose predictions were constant: Pearson NaN) is written null: Python's NaN token is no JSON
     (jq, JavaScript and bertkit's own JSON readers refuse the file), and null keeps it no number."""
-    try:  # the walk that nulls non-finite floats runs only for data holding one (it cost a tokenizer.json 8 ms)
-        text = json.dumps(data, indent=indent, ensure_ascii=False, default=str, allow_nan=False)
-    except ValueError:
-        text = json.dumps(_finite_or_null(data), indent=indent, ensure_ascii=False, default=str, allow_nan=False)
+    text = json_text(data, indent=indent, ensure_ascii=False, default=str)
     return atomic_write_text(path, (as_placed(text) if staging_of(Path(path)) is not None else text) + "\n")
+
+
+def json_text(data: Any, **kwargs: Any) -> str:
+    """``json.dumps(data, **kwargs)`` with a NaN or an infinity written null (``atomic_write_json``'s, and each line
+    of metrics.jsonl's): the NaN token is no JSON, null keeps the value no number."""
+    try:  # the walk that nulls non-finite floats runs only for data holding one (it cost a tokenizer.json 8 ms)
+        return json.dumps(data, allow_nan=False, **kwargs)
+    except ValueError:
+        return json.dumps(_finite_or_null(data), allow_nan=False, **kwargs)
 
 
 def _finite_or_null(value: Any) -> Any:

@@ -127,8 +127,26 @@ _REFUSED_METHODS = {
     "start_multi_process_pool": _NO_POOL, "stop_multi_process_pool": _NO_POOL, "encode_multi_process": _NO_POOL,
     "push_to_hub": _HUB, "save_to_hub": _HUB,
     **dict.fromkeys(("add_adapter", "load_adapter", "set_adapter", "enable_adapters", "disable_adapters",
-                     "active_adapter", "active_adapters", "delete_adapter", "get_adapter_state_dict"), _ADAPTERS),
+                     "active_adapter", "active_adapters", "delete_adapter", "get_adapter_state_dict",
+                     "has_peft_compatible_model", "check_peft_compatible_model"), _ADAPTERS),
+    "merge": "bertkit does not merge models (sentence-transformers merges with mergekit): merge the saved "
+             "directories with mergekit and load the merged one as a bertkit model",
+    "is_singular_input": "a str is one text (a CrossEncoder's (str, str) one pair), a list or tuple of them a batch",
+    "get_sentence_features": "tokenize the texts with model.tokenize(texts), which gives the features forward takes",
+    "model_card_data_class": "bertkit writes no model card: the model_card_data given is kept as given",
+    "set_keep_in_fp32_modules": "bertkit runs every layer in the model's dtype: keep the model in float32 "
+                                "(model.float()) for float32 layers",
+    "smart_batching_collate_text_only": _TRAINER,
+    "get_default_activation_fn": "read model.activation_fn, the activation the model scores with (sigmoid for one "
+                                 "label, identity for more, or the one saved or given)",
 }
+# nn.Sequential's module-list methods, which sentence-transformers' models have (a SparseEncoder is a Sequential)
+_MODULE_LIST_METHODS = ("append", "extend", "insert", "pop")
+
+
+def refusal(owner: str, name: str) -> NotImplementedInBertkit:
+    """The error refusing ``owner.name``, one of ``_REFUSED_METHODS``, naming what to use."""
+    return NotImplementedInBertkit(f"{owner}.{name} is not implemented in bertkit: {_REFUSED_METHODS[name]}")
 
 
 class ReferenceCalls:
@@ -136,9 +154,46 @@ class ReferenceCalls:
     (SentenceTransformer, CrossEncoder, SparseEncoder): ``evaluate`` and ``gradient_checkpointing_enable``; the
     methods bertkit does not implement (``_REFUSED_METHODS``) raise ``NotImplementedInBertkit`` naming what to use."""
 
-    # what the class's fixed modules are and how to get others, said by nn.Sequential's append / extend / insert,
-    # which sentence-transformers' models have (a SparseEncoder is a Sequential: it has them too)
+    # what the class's fixed modules are and how to get others, said by nn.Sequential's append / extend / insert /
+    # pop, which sentence-transformers' models have (a SparseEncoder is a Sequential: it has them too)
     _fixed_modules: ClassVar[str | None] = None
+    # sentence-transformers' class constants of the same name: "SentenceTransformer", "sentence-transformers", ...
+    model_type: ClassVar[str]
+    default_huggingface_organization: ClassVar[str]
+    # the keyword arguments encode (predict) passes on to the modules: sentence-transformers' get_model_kwargs
+    _model_kwargs: ClassVar[tuple[str, ...]] = ()
+
+    def get_backend(self) -> str:
+        """"torch": bertkit runs its models on torch (sentence-transformers' onnx and openvino are refused when
+        loading, by the backend argument)."""
+        return "torch"
+
+    @property
+    def modalities(self) -> list[str]:
+        """``["text"]``: what the model embeds (scores), as sentence-transformers' text models say."""
+        return ["text"]
+
+    def supports(self, modality: Any) -> bool:
+        """Whether the model takes that modality: "text" only (a tuple of modalities needs "message" there)."""
+        return modality in self.modalities
+
+    def get_model_kwargs(self) -> list[str]:
+        """The keyword arguments encode (predict) passes on to the modules, as sentence-transformers lists them."""
+        return list(self._model_kwargs)
+
+    @property
+    def processor(self) -> Any:
+        """The tokenizer: a text model's processor in sentence-transformers."""
+        return self.tokenizer  # type: ignore[attr-defined]
+
+    def clear_placement_cache(self) -> None:
+        """Nothing to clear: bertkit places a model with ``model.to(device)`` and attaches no accelerate hooks,
+        whose placement sentence-transformers caches."""
+
+    @classmethod
+    def merge(cls, *args: Any, **kwargs: Any) -> Any:
+        """Refused by name (a class method there, called on the class: ``SentenceTransformer.merge([...])``)."""
+        raise refusal(cls.__name__, "merge")
 
     @property
     def dtype(self) -> torch.dtype | None:
@@ -165,12 +220,11 @@ class ReferenceCalls:
             return super().__getattr__(name)  # type: ignore[misc]  # nn.Module's: parameters, buffers, submodules
         except AttributeError:
             what = type(self).__name__
-            if name in ("append", "extend", "insert") and self._fixed_modules is not None:
+            if name in _MODULE_LIST_METHODS and self._fixed_modules is not None:
                 raise NotImplementedInBertkit(f"{what}.{name} is not implemented in bertkit: bertkit's {what} holds "
                                               f"{self._fixed_modules}") from None
             if name in _REFUSED_METHODS:
-                raise NotImplementedInBertkit(f"{what}.{name} is not implemented in bertkit: "
-                                              f"{_REFUSED_METHODS[name]}") from None
+                raise refusal(what, name) from None
             raise
 
 

@@ -21,7 +21,7 @@ from typing import Any
 
 import torch
 
-from bertkit.errors import BertkitError, is_whole
+from bertkit.errors import BertkitError, is_whole, keyword_only
 from bertkit.sentence.data import column_names
 from bertkit.sentence.finite import refuse_nonfinite
 
@@ -33,7 +33,13 @@ _REFUSED = {
     "as_triplets": "use output_format='triplet' or 'n-tuple'",
 }
 
+# sentence-transformers' positional order: cross_encoder and the rest are keyword-only here
+_POSITIONS = ("dataset", "model", "anchor_column_name", "positive_column_name", "corpus", "cross_encoder",
+              "range_min", "range_max", "max_score", "min_score", "absolute_margin", "relative_margin",
+              "num_negatives", "sampling_strategy")
 
+
+@keyword_only(_POSITIONS, "sentence-transformers")
 def mine_hard_negatives(dataset: Any, model: Any, anchor_column_name: str | None = None,
                         positive_column_name: str | None = None, corpus: list[str] | None = None, *,
                         range_min: int = 0, range_max: int | None = None, max_score: float | None = None,

@@ -76,6 +76,7 @@ class SentenceTransformer(Indexed, ReferenceCalls, Prompted, SimilarityByName, n
     takes texts."""
 
     default_similarity = "cosine"
+    model_type, default_huggingface_organization = "SentenceTransformer", "sentence-transformers"
     # model[0]'s: model.bert is model[0].auto_model, its parameters named 0.model.… as there
     bert, tokenizer, do_lower_case = (of_first_module(name) for name in ("model", "tokenizer", "do_lower_case"))
     _fixed_modules = ("one Transformer, Pooling, any Dense and an optional Normalize (model[0], model[1], ...); build "
@@ -252,6 +253,11 @@ class SentenceTransformer(Indexed, ReferenceCalls, Prompted, SimilarityByName, n
     def get_max_seq_length(self) -> int:
         return self.max_seq_length
 
+    @staticmethod
+    def load(input_path: str | Path) -> SentenceTransformer:
+        """``SentenceTransformer(input_path)``: sentence-transformers' old way to load (deprecated there)."""
+        return SentenceTransformer(input_path)
+
     max_seq_length = of_first_module("max_seq_length")
 
     # -- tokenizing and the forward pass ------------------------------------------------------------------------
@@ -400,7 +406,7 @@ class SentenceTransformer(Indexed, ReferenceCalls, Prompted, SimilarityByName, n
                 (out / f"{i}_Normalize").mkdir(exist_ok=True)
                 modules.append({"idx": i, "name": str(i), "path": f"{i}_Normalize",
                                 "type": "sentence_transformers.models.Normalize"})
-            write_st_config(out, "SentenceTransformer", prompts=self.prompts,
+            write_st_config(out, self.model_type, prompts=self.prompts,
                             default_prompt_name=default_prompt_name, similarity_fn_name=self.similarity_fn_name,
                             **({"truncate_dim": self.truncate_dim} if self.truncate_dim is not None else {}))
             atomic_write_json(out / MODULES, modules)  # last: it names the modules written before it

@@ -36,7 +36,7 @@ from torch import Tensor, nn
 
 from bertkit import dir_lock
 from bertkit._parallel import info_from_env
-from bertkit.errors import BertkitError
+from bertkit.errors import BertkitError, keyword_only
 from bertkit.runs import output_dir
 from bertkit.sentence.data import (
     MultiDatasetExamples,
@@ -54,6 +54,7 @@ from bertkit.sentence.losses import CoSENTLoss, SentenceLoss
 from bertkit.sentence.losses.base import loss_settings
 from bertkit.sentence.model import SentenceTransformer
 from bertkit.sentence.training_args import (
+    TRAINER_POSITIONS,
     BatchSamplers,
     MultiDatasetBatchSamplers,
     SentenceTransformerTrainingArguments,
@@ -242,8 +243,7 @@ class SentenceTransformerTrainer(Trainer):
     _reads_sampling_strategy = False  # as sentence-transformers': its batch_sampler alone orders the rows
 
     model_class: ClassVar[type[nn.Module]] = SentenceTransformer
-    # sentence-transformers' compute_loss calls the loss on the batch's features: an override of it written for that
-    # would get the Trainer's (model, batch) call
+    # sentence-transformers' compute_loss calls the loss on the features: an override written for it gets (model, batch)
     _not_called = (*NOT_CALLED, "compute_loss")
     _custom_loss = "a custom loss is a loss module, given as loss="
     training_args_class: ClassVar[type[SentenceTransformerTrainingArguments]] = SentenceTransformerTrainingArguments
@@ -251,8 +251,8 @@ class SentenceTransformerTrainer(Trainer):
     loss_class: ClassVar[type[nn.Module]] = SentenceLoss  # what ``_loss`` takes
     _evaluations_write_csv = True  # off for the check of metric_for_best_model (``_check_metric``)
 
-    # callbacks by keyword only: sentence-transformers' seventh argument is data_collator (refused by name here), so a
-    # positional list of callbacks means another argument there
+    # callbacks by keyword only: sentence-transformers' seventh argument is data_collator (refused by name here)
+    @keyword_only(TRAINER_POSITIONS, "sentence-transformers")
     def __init__(self, model: SentenceTransformer | None = None, args: SentenceTransformerTrainingArguments | None = None,
                  train_dataset: Any = None, eval_dataset: Any = None,
                  loss: SentenceLoss | Callable[[SentenceTransformer], SentenceLoss] | None = None,

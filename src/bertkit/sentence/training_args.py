@@ -14,8 +14,17 @@ from enum import Enum
 from pathlib import Path
 from typing import Any
 
-from bertkit.errors import BertkitError
+from bertkit.errors import BertkitError, keyword_only
 from bertkit.training.trainer_args import TrainingArguments
+
+# sentence-transformers' positional order of the calls whose later arguments bertkit takes by keyword only
+# (``keyword_only``): the trainers', and the training arguments' (transformers' TrainingArguments' first fields)
+TRAINER_POSITIONS = ("model", "args", "train_dataset", "eval_dataset", "loss", "evaluator", "data_collator",
+                     "processing_class", "model_init", "compute_metrics", "callbacks", "optimizers",
+                     "optimizer_cls_and_kwargs", "preprocess_logits_for_metrics")
+TRAINING_ARGS_POSITIONS = ("output_dir", "per_device_train_batch_size", "num_train_epochs", "max_steps",
+                           "learning_rate", "lr_scheduler_type", "lr_scheduler_kwargs", "warmup_steps", "optim",
+                           "optim_args", "weight_decay", "adam_beta1", "adam_beta2")
 
 
 class BatchSamplers(str, Enum):
@@ -107,6 +116,7 @@ class SentenceTransformerTrainingArguments(TrainingArguments):
     a finite rate >= 0 each; matched against the loss's parameter names when the trainer is made), as
     sentence-transformers names them."""
 
+    @keyword_only(TRAINING_ARGS_POSITIONS, "sentence-transformers")
     def __init__(self, output_dir: str | Path | None = None, *,
                  batch_sampler: BatchSamplers | str = BatchSamplers.BATCH_SAMPLER,
                  prompts: str | dict[str, str] | None = None, router_mapping: dict[str, str] | str | None = None,

@@ -11,7 +11,7 @@ from __future__ import annotations
 import heapq
 from collections.abc import Callable
 from enum import Enum
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 import torch
@@ -220,6 +220,8 @@ class SimilarityByName:
 
     default_similarity: str
     _similarity_fn_name: str | None = None
+    # the names similarity_fn_name takes, as sentence-transformers' class constant of that name
+    SUPPORTED_SIMILARITY_FN_NAMES: ClassVar[tuple[str, ...]] = tuple(SIMILARITY_FUNCTIONS)
 
     @property
     def similarity_fn_name(self) -> str:

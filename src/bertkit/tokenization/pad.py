@@ -26,7 +26,9 @@ def pad_examples(encoded_inputs: Mapping[str, Any] | Sequence[Mapping[str, Any]]
                  pad_to_multiple_of: int | None = None, return_tensors: str | None = None,
                  make_attention_mask: bool = True) -> BatchEncoding:
     """``BertTokenizer.pad``'s work; ``default_max_length()`` is what ``padding="max_length"`` pads to without a
-    ``max_length``; ``make_attention_mask`` adds the mask to examples that have none."""
+    ``max_length``; ``make_attention_mask`` adds the mask to examples that have none, and without it a mask the
+    examples hold is passed through as it is, as transformers' ``pad(return_attention_mask=False)`` leaves it
+    (unpadded: one that needs padding makes no tensor, refused naming return_attention_mask)."""
     examples, batched, given_kind = _examples_of(encoded_inputs)
     if return_tensors is None:  # tensors in, the same kind of tensors out, as transformers' pad
         return_tensors = given_kind
@@ -38,7 +40,8 @@ def pad_examples(encoded_inputs: Mapping[str, Any] | Sequence[Mapping[str, Any]]
             raise BertkitError(f"pad: example {lacking[0]} of the batch has no {key!r} but example "
                                f"{next(i for i, e in enumerate(examples) if key in e)} has one; give every "
                                f"example a {key!r}, or drop the column from all of them")
-    rows = [{k: list(e[k]) for k in PAD_VALUES if k in e} for e in examples]
+    padded = PAD_VALUES if make_attention_mask else tuple(k for k in PAD_VALUES if k != "attention_mask")
+    rows = [{k: list(e[k]) for k in padded if k in e} for e in examples]
     for i, row in enumerate(rows):
         if row["input_ids"] and isinstance(row["input_ids"][0], (list, tuple)):
             raise BertkitError(f"pad: example {i}'s input_ids hold {len(row['input_ids'])} row(s) of tokens, not token "
@@ -62,9 +65,14 @@ def pad_examples(encoded_inputs: Mapping[str, Any] | Sequence[Mapping[str, Any]]
     out = to_batch_encoding(rows, batched or return_tensors is not None, return_tensors)
     if not batched and return_tensors is not None:  # one example: (T,) columns, no batch axis (as transformers)
         out = BatchEncoding({k: v[0] for k, v in out.items()})
-    for key in (k for e in examples[:1] for k in e if k not in PAD_VALUES):
+    for key in (k for e in examples[:1] for k in e if k not in padded):
         values = [e[key] for e in examples]
         lengths = sorted({len(v) for v in values if isinstance(v, (list, tuple))})
+        if return_tensors is not None and batched and len(lengths) > 1 and key == "attention_mask":
+            raise BertkitError(f"pad(return_attention_mask=False) leaves the examples' attention_mask unpadded, as "
+                               f"transformers does, and its rows of {lengths[0]}..{lengths[-1]} values make no tensor: "
+                               "leave return_attention_mask at None to pad the mask, or drop attention_mask from "
+                               "the examples to pad without one")
         if return_tensors is not None and batched and len(lengths) > 1:
             raise BertkitError(f"pad: {key!r} has rows of {lengths[0]}..{lengths[-1]} values, which make no tensor; "
                                f"pad() pads only the tokenizer's columns ({', '.join(PAD_VALUES)}): give {key!r} "

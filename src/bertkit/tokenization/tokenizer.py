@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from bertkit._parallel import job_of
-from bertkit.errors import BertkitError, MissingFileError, given_path, refuse_options
+from bertkit.errors import BertkitError, MissingFileError, given_path, keyword_only, refuse_options
 from bertkit.outputs import atomic_write_json, placed
 from bertkit.staging import staged
 from bertkit.tokenization.added_token import token_text
@@ -65,6 +65,32 @@ SAVE_OPTIONS: dict[str, tuple[Any, str]] = {
     "token": (None, _UPLOAD),
 }
 
+
+# transformers' positional order of the tokenizer's call: bertkit takes text and text_pair by position, the rest by
+# keyword (``keyword_only``)
+CALL_POSITIONS = ("text", "text_pair", "text_target", "text_pair_target", "add_special_tokens", "padding",
+                  "truncation", "max_length", "stride", "is_split_into_words", "pad_to_multiple_of", "padding_side",
+                  "return_tensors")
+_TARGETS = ("bertkit's tokenizer encodes inputs only (BERT has no target text): encode the targets with a second "
+            "call, tok(targets), and take its input_ids as the labels")
+
+
+def refuse_call_keywords(unknown: dict[str, Any]) -> None:
+    """transformers' call keywords bertkit does not implement, refused naming the keyword and what to do instead;
+    ``split_special_tokens=False`` (transformers' default) is what bertkit does, so it is taken."""
+    for name, value in unknown.items():
+        if name in ("text_target", "text_pair_target"):
+            if value is not None:
+                raise BertkitError(f"tok(..., {name}=...) is not implemented in bertkit: {_TARGETS}")
+        elif name == "split_special_tokens":
+            if value is not False:
+                raise BertkitError(f"tok(..., split_special_tokens={value!r}) is not implemented in bertkit: its "
+                                   "tokenizer always reads a special token written in the text as that token "
+                                   "(split_special_tokens=False); tokenize such text with transformers, or take the "
+                                   "special tokens' text out of it")
+        else:
+            raise BertkitError(f"tok(..., {name}=...) is not an argument of bertkit's tokenizer call (nor of "
+                               "transformers' BertTokenizerFast): docs/tokenizer.md lists the arguments")
 
 class BertTokenizer(EditableVocabulary):
     """BERT's WordPiece tokenizer, with the behaviour of Hugging Face's BertTokenizerFast.
@@ -300,6 +326,7 @@ class BertTokenizer(EditableVocabulary):
         tokens = self._vocabulary.ids_to_tokens
         return [tokens[i] for i in self._text.encode(text)]
 
+    @keyword_only(CALL_POSITIONS, "transformers")
     def __call__(
         self,
         text: str | Sequence[str] | Sequence[Sequence[str]],
@@ -321,6 +348,7 @@ class BertTokenizer(EditableVocabulary):
         stride: int = 0,
         padding_side: str | None = None,
         verbose: bool = True,
+        **unknown: Any,
     ) -> BatchEncoding:
         """Encode one text / pair, or a batch of them, as BertTokenizerFast's ``__call__``: a BatchEncoding (a dict)
         with ``input_ids``, ``token_type_ids``, ``attention_mask`` and the keys asked for. A str gives lists of
@@ -329,6 +357,7 @@ class BertTokenizer(EditableVocabulary):
         windows). A sequence longer than ``model_max_length`` is not an error here: the model checks its positions.
         ``verbose`` is transformers' switch for that warning; taken, with nothing to silence here.
         """
+        refuse_call_keywords(unknown)
         if padding_side is not None:
             right_only("padding_side", padding_side)
         texts, pairs, batched = split_inputs(text, text_pair, is_split_into_words)
@@ -379,7 +408,8 @@ class BertTokenizer(EditableVocabulary):
         the right; other keys (labels, ...) are passed through unchanged (as tensors: integers int64, floats float32,
         bools bool, as transformers makes them). Without ``return_tensors``, torch or numpy inputs give the same
         kind of tensors; one example (not a batch) gives (T,) columns. ``return_attention_mask=False`` makes no
-        mask where the examples have none (one they have is padded), as transformers; ``verbose`` is taken, unused."""
+        mask where the examples have none and leaves one they have unpadded, as transformers (a ragged one makes no
+        tensor: refused naming it); ``verbose`` is taken, unused."""
         if padding_side is not None:
             right_only("padding_side", padding_side)
         return pad_examples(encoded_inputs, self.pad_token_id, self._max_length_to_pad_to, padding, max_length,

@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
-import json
 import logging
 from pathlib import Path
+
+from bertkit.training.run_log import read_metrics
 
 logger = logging.getLogger("bertkit")
 
@@ -20,7 +21,7 @@ def plot_metrics(metrics_path: Path, png_path: Path) -> Path | None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    records = [json.loads(line) for line in Path(metrics_path).read_text().splitlines() if line.strip()]
+    records = read_metrics(Path(metrics_path))  # a NaN logged as null is NaN again: a gap in the curve
     keys = sorted({k for r in records for k, v in r.items() if isinstance(v, (int, float))} - {"step", "epoch"})
     panels = [k for k in ("loss", "mlm_loss", "mlm_acc", "nsp_loss", "nsp_acc", "lr") if k in keys] or keys[:4]
     panels += [k for k in keys if k not in panels and k not in ("seqs_per_s", "tokens_per_s", "instances")][:6 - len(panels)]

@@ -7,12 +7,13 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 import os
 from pathlib import Path
 
 from bertkit.errors import BertkitError
 from bertkit.manifests import owns
-from bertkit.outputs import atomic_write_text
+from bertkit.outputs import atomic_write_text, json_text
 from bertkit.runs import record
 
 logger = logging.getLogger("bertkit")
@@ -37,9 +38,9 @@ class RunLog:
         """The history as the checkpoint of ``step`` found it, its first ``records`` (None: those up to ``step``); the
         records after it (a killed run's: an epoch's log and evaluation come after its last step's checkpoint, which
         the resumed run makes again) are dropped."""
-        self.history = [r for r in _read_jsonl(self.path) if r["step"] <= step][:records]
+        self.history = [r for r in read_metrics(self.path) if r["step"] <= step][:records]
         if self.writes:
-            text = "".join(json.dumps(r) + "\n" for r in self.history)
+            text = "".join(json_text(r) + "\n" for r in self.history)
             record(self.path, appends=True, data=text.encode("utf-8"))
             atomic_write_text(self.path, text)
 
@@ -68,7 +69,7 @@ class RunLog:
                                "during the run; bertkit does not write through it. Put the run's metrics.jsonl back, "
                                "or continue the run with --resume into a new output directory") from None
         with os.fdopen(fd, "a", encoding="utf-8") as f:
-            f.write(json.dumps(record) + "\n")
+            f.write(json_text(record) + "\n")  # a NaN loss as null: the NaN token is no JSON
         if self.board is not None:
             for k, v in record.items():
                 if isinstance(v, (int, float)) and k not in ("step", "epoch"):
@@ -91,15 +92,22 @@ class RunLog:
             self.board.close()
 
 
-def _read_jsonl(path: Path) -> list[dict]:
-    """metrics.jsonl; a torn last line (a kill mid-append) is dropped with a warning, a bad line elsewhere is an error."""
+def _record(pairs: list[tuple[str, object]]) -> dict:
+    # null is a value that was not finite when logged (a NaN loss): read back as NaN, never as 0 or None, so the
+    # comparisons of early stopping and best-model selection treat it as they treated the value itself
+    return {k: math.nan if v is None else v for k, v in pairs}
+
+
+def read_metrics(path: Path) -> list[dict]:
+    """metrics.jsonl's records, null read as NaN (and the NaN token of files written before null, as json reads
+    it); a torn last line (a kill mid-append) is dropped with a warning, a bad line elsewhere is an error."""
     if not path.is_file():
         return []
     lines = [(i, line) for i, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1) if line.strip()]
     records = []
     for n, (lineno, line) in enumerate(lines):
         try:
-            records.append(json.loads(line))
+            records.append(json.loads(line, object_pairs_hook=_record))
         except json.JSONDecodeError:
             if n == len(lines) - 1:
                 logger.warning("%s line %d is torn (a write interrupted by a kill); dropping it", path, lineno)

@@ -199,6 +199,7 @@ class CrossEncoder(Indexed, ReferenceCalls, nn.Module):
     # model[0]'s: model.model is model[0].auto_model, its parameters named 0.model.… as there
     model, tokenizer, max_length = (of_first_module(name) for name in ("model", "tokenizer", "max_seq_length"))
     max_seq_length = max_length  # sentence-transformers 6's name for max_length (which it keeps as an alias)
+    model_type, default_huggingface_organization = "CrossEncoder", "cross-encoder"
     _fixed_modules = ("one Transformer (model[0]: the encoder with its classifier, which scores a pair); load another "
                       "with CrossEncoder(path), and embed texts with a SentenceTransformer(modules=[...]) from "
                       "bertkit.sentence.models")
@@ -343,6 +344,15 @@ class CrossEncoder(Indexed, ReferenceCalls, nn.Module):
     # refusal naming its new place rather than Python's "missing 1 required positional argument: 'inputs'"
     # the positions are sentence-transformers 6's (prompt_name and prompt after the inputs): predict(pairs, None,
     # None, 16) failed here on batch_size None, and predict(pairs, 16), refused there, scored in batches of 16
+    def get_max_seq_length(self) -> int:
+        """``max_length`` (sentence-transformers' deprecated getter)."""
+        return self.max_length
+
+    @property
+    def default_activation_function(self) -> Callable:
+        """``activation_fn``, by sentence-transformers' deprecated name."""
+        return self.activation_fn
+
     def predict(self, inputs: Sequence[Sequence[str]] | Sequence[str] | None = None, prompt_name: str | None = None,
                 prompt: str | None = None, batch_size: int = 32, show_progress_bar: bool | None = None,
                 activation_fn: Callable | None = None, apply_softmax: bool | None = False,
@@ -477,7 +487,7 @@ class CrossEncoder(Indexed, ReferenceCalls, nn.Module):
                 "transformer_task": "sequence-classification",
                 "modality_config": {"text": {"method": "forward", "method_output_name": "logits"}},
                 "module_output_name": "scores"})
-            write_st_config(out, "CrossEncoder", activation_fn=fullname(self.activation_fn), prompts={},
+            write_st_config(out, self.model_type, activation_fn=fullname(self.activation_fn), prompts={},
                             default_prompt_name=None)
             atomic_write_json(out / MODULES, [{"idx": 0, "name": "0", "path": "", "type":
                                                "sentence_transformers.base.modules.transformer.Transformer"}])

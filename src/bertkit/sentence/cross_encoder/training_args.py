@@ -8,13 +8,14 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from bertkit.errors import BertkitError
-from bertkit.sentence.training_args import SentenceTransformerTrainingArguments
+from bertkit.errors import BertkitError, keyword_only
+from bertkit.sentence.training_args import TRAINING_ARGS_POSITIONS, SentenceTransformerTrainingArguments
 
 
 class CrossEncoderTrainingArguments(SentenceTransformerTrainingArguments):
     """bertkit's ``TrainingArguments`` with ``batch_sampler`` (``BatchSamplers``), as sentence-transformers names it."""
 
+    @keyword_only(TRAINING_ARGS_POSITIONS, "sentence-transformers")
     def __init__(self, output_dir: str | Path | None = None, **kwargs: Any):
         if kwargs.get("prompts") is not None:
             raise BertkitError(f"CrossEncoderTrainingArguments: prompts={kwargs['prompts']!r} is not implemented in "

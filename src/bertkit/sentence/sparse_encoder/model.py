@@ -132,6 +132,7 @@ class SparseEncoder(ReferenceCalls, Prompted, SimilarityByName, nn.Sequential):
     a tokenized batch and adds ``sentence_embedding`` (B, V); ``encode`` takes texts."""
 
     default_similarity = "dot"
+    model_type, default_huggingface_organization = "SparseEncoder", "sparse-encoder"
 
     def __init__(self, model_name_or_path: str | Path | None = None, *, modules: Sequence[nn.Module] | None = None,
                  device: str | None = None, prompts: dict[str, str] | None = None,
@@ -191,6 +192,15 @@ class SparseEncoder(ReferenceCalls, Prompted, SimilarityByName, nn.Sequential):
     @property
     def tokenizer(self) -> Any:
         return self[0].tokenizer
+
+    def get_model_kwargs(self) -> list[str]:
+        """``["task"]`` with a Router, else none (SPLADE pooling takes no argument), as sentence-transformers lists
+        the modules' arguments: its Router's "modality" is left out, as bertkit's models take text only."""
+        return ["task"] if isinstance(self[0], Router) else []
+
+    def set_pooling_include_prompt(self, include_prompt: bool) -> None:
+        """Nothing to set: sentence-transformers' sets a Pooling module's ``include_prompt``, and a bertkit
+        SparseEncoder has SPLADE pooling only (a CSR model's Pooling is refused when loading), as there for SPLADE."""
 
     @property
     def max_seq_length(self) -> int:
@@ -477,7 +487,7 @@ class SparseEncoder(ReferenceCalls, Prompted, SimilarityByName, nn.Sequential):
                 (out / sub).mkdir(exist_ok=True)
                 _save_module(module, out / sub)
                 listed.append({"idx": i, "name": str(i), "path": sub, "type": module.st_type})
-            write_st_config(out, "SparseEncoder", prompts=self.prompts, default_prompt_name=default_prompt_name,
+            write_st_config(out, self.model_type, prompts=self.prompts, default_prompt_name=default_prompt_name,
                             similarity_fn_name=self._similarity_fn_name,
                             **({"max_active_dims": self.max_active_dims} if self.max_active_dims is not None else {}))
             atomic_write_json(out / MODULES, listed)  # last: it names the modules written before it

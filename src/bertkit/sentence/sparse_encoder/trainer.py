@@ -24,7 +24,7 @@ import logging
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from bertkit.errors import BertkitError
+from bertkit.errors import BertkitError, keyword_only
 from bertkit.sentence.data import SentenceExamples
 from bertkit.sentence.losses import SentenceLoss
 from bertkit.sentence.sparse_encoder.callbacks import SpladeRegularizerWeightSchedulerCallback
@@ -37,6 +37,7 @@ from bertkit.sentence.sparse_encoder.model import SparseEncoder
 from bertkit.sentence.sparse_encoder.modules import Router
 from bertkit.sentence.sparse_encoder.training_args import SparseEncoderTrainingArguments
 from bertkit.sentence.trainer import SentenceTransformerTrainer
+from bertkit.sentence.training_args import TRAINER_POSITIONS
 
 logger = logging.getLogger("bertkit")
 
@@ -48,6 +49,7 @@ class SparseEncoderTrainer(SentenceTransformerTrainer):
     model_class = SparseEncoder
     training_args_class = SparseEncoderTrainingArguments
 
+    @keyword_only(TRAINER_POSITIONS, "sentence-transformers")
     def __init__(self, model: SparseEncoder | None = None, args: SparseEncoderTrainingArguments | None = None,
                  train_dataset: Any = None, eval_dataset: Any = None,
                  loss: SentenceLoss | Callable[[SparseEncoder], SentenceLoss] | None = None,
