@@ -583,6 +583,19 @@ def test_a_compiled_quantization_that_disagrees_with_its_eager_definition_is_dro
     assert fused.checked and not fused.failed and len(calls) == 2
 
 
+@pytest.mark.slow  # Inductor's real compile: about 3 s with a warm cache, 10-15 s with a cold one
+def test_inductors_compiled_quantization_agrees_with_its_eager_definition_on_this_cpu():
+    """The kernel Inductor builds for this CPU (what serve's warm-up and a long run compile) gives the eager codes
+    (a rounding tie apart) and ranges, so the check on the first compiled call keeps it."""
+    x, inv = torch.randn(kernels.COMPILE_FROM // 64 + 1, 64) * 3 - 1, torch.rand(64) + 0.5
+    real = kernels._Compiled(kernels.quantize_per_token)
+    real.compile_next()
+    got, want = real(x, inv, 255), kernels.quantize_per_token(x, inv, 255)
+    assert real.compiled is not None and real.checked and not real.failed
+    assert int((got[0].int() - want[0].int()).abs().max()) <= 1
+    assert all(torch.allclose(g, w, rtol=1e-5) for g, w in zip(got[1:], want[1:]))
+
+
 @pytest.mark.parametrize("bf16", [False, True])
 def test_the_prepared_int8_model_fuses_gelu_where_onednn_runs_it(int8, tok, sst2_sentences, bf16, monkeypatch):
     """CPU inference's copy of an int8 model (``for_cpu_inference``) has the feed-forward's GELU fused into its int8
