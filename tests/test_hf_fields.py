@@ -92,6 +92,17 @@ def test_do_eval_is_derived_as_transformers_derives_it(strategy, tmp_path):
     assert ours.do_eval is theirs.do_eval is (strategy != "no")
 
 
+@pytest.mark.parametrize("given", [{}, {"logging_steps": 7}, {"logging_steps": 0.25}, {"eval_steps": 3}])
+def test_eval_steps_is_derived_as_transformers_derives_it(given, tmp_path):
+    """eval_strategy "steps" without eval_steps evaluates every logging_steps, and transformers writes that into
+    args.eval_steps (callbacks and scripts read it); bertkit evaluated at the same steps but left it None."""
+    for strategy in ("steps", "epoch"):
+        theirs = transformers.TrainingArguments(output_dir=str(tmp_path / "hf"), eval_strategy=strategy,
+                                                report_to="none", **given)
+        ours = _args(tmp_path, eval_strategy=strategy, **given)
+        assert ours.eval_steps == theirs.eval_steps, (strategy, ours.eval_steps, theirs.eval_steps)
+
+
 def test_sentence_arguments_keep_their_own_fields_through_an_assignment(tmp_path):
     from bertkit.sentence import SentenceTransformerTrainingArguments
 

@@ -181,6 +181,8 @@ class TrainingArguments(TrainingSettings):
         super().__post_init__()  # each field's type, then its check
         if self.eval_strategy != "no":
             self.do_eval = True  # as transformers derives it: example scripts evaluate at the end `if args.do_eval`
+        if self.eval_strategy == "steps" and not self.eval_steps:
+            self.eval_steps = self.logging_steps  # as transformers derives it (callbacks and scripts read it)
         self.lr_scheduler_kwargs = dict(self.lr_scheduler_kwargs or {})
         schedule_options(self.lr_scheduler_type, self.lr_scheduler_kwargs,  # a name or value it cannot take: now
                          self.learning_rate if isinstance(self.learning_rate, (int, float)) else None)
