@@ -5,6 +5,7 @@
 from __future__ import annotations
 
 import contextlib
+import functools
 import logging
 import re
 from collections.abc import Iterable, Mapping, Sequence
@@ -19,7 +20,7 @@ from bertkit.config import refuse_other_network
 from bertkit.errors import BertkitError, MissingFileError, NonFiniteError, is_whole, nonfinite_cause
 from bertkit.hub import download_hint, not_a_directory
 from bertkit.inference.options import Option, checked_flag, refusal
-from bertkit.inference.prepare import check_request, int8_model_request, prepare_model
+from bertkit.inference.prepare import ModelState, check_request, int8_model_request, prepare_model
 from bertkit.inference.runner import readable, run_length_sorted
 from bertkit.padding import pad_batch
 from bertkit.quantization import is_int8_checkpoint, load_for_inference, read_calibration_file, require_head
@@ -120,10 +121,14 @@ class Pipeline:
         # copy, calibrated on the given texts or the built-in sentences
         # a model passed in is left as it is (the pipeline runs a copy prepared for inference); with
         # prepare_in_place (from_pretrained's, whose model nothing else holds) it is the one prepared
-        self.model, self.precision = prepare_model(model, device=device, bf16=bf16, quantize=quantize,
-                                                   calibration_texts=calibration_texts, tokenizer=tokenizer,
-                                                   max_length=max_length,
-                                                   in_place=bool(checked_flag("prepare_in_place", prepare_in_place, "off")))
+        in_place = bool(checked_flag("prepare_in_place", prepare_in_place, "off"))
+        self._prepare = functools.partial(prepare_model, device=device, bf16=bf16, quantize=quantize,
+                                          calibration_texts=calibration_texts, tokenizer=tokenizer,
+                                          max_length=max_length)
+        self.model, self.precision = self._prepare(model, in_place=in_place)
+        # a model the caller keeps is watched: changed after this (weights, layers, head, hooks, dtype), it is
+        # prepared again at the next call, so the pipeline answers with the model as it is, as transformers' does
+        self._made_from = None if in_place else ModelState(model)
         self.device = self.precision.device
         self.quantize = self.precision.quantize
         self.tokenizer = tokenizer
@@ -269,8 +274,23 @@ class Pipeline:
                                f"{str(inputs)[:60]!r}")
         return self.run(list(inputs), **options)
 
+    def refresh(self) -> None:
+        """Prepare the model passed in again where it changed since it was prepared (``ModelState``); every call
+        checks first. A model the pipeline loaded itself, or was given with ``prepare_in_place``, is held by nothing
+        else and is not watched."""
+        if self._made_from is not None and self._made_from.changed():
+            self.remake(self._made_from.model)
+            self._made_from = ModelState(self._made_from.model)
+
+    def remake(self, model: nn.Module) -> None:
+        """What ``refresh`` does with the changed ``model``: its copy prepared as the first was (subclasses that
+        derive more from it derive that again)."""
+        self.model, self.precision = self._prepare(model)
+        self.device, self.quantize = self.precision.device, self.precision.quantize
+
     def run(self, inputs: Sequence[Any], **options: Any) -> list[Any]:
         """Results for ``inputs``, in their order. All rows of all inputs are batched together by length."""
+        self.refresh()
         self.check_options(options, self)
         options = self.read_options(options)
         items = [self.check_input(x, i) for i, x in enumerate(inputs)]
@@ -305,7 +325,8 @@ class Pipeline:
     @torch.inference_mode()
     def run_rows(self, rows: Sequence[dict[str, Any]]) -> list[np.ndarray]:
         """The model's outputs for each row, in row order: rows are run longest first in batches of
-        ``batch_size`` (similar lengths together), then put back."""
+        ``batch_size`` (similar lengths together), then put back. The model runs as ``refresh`` last left it: ``run``
+        refreshes before it encodes the inputs into rows."""
         if not rows:
             return []
         if not self.bf16 and torch.is_autocast_enabled(self.device.type) and not getattr(self, "_said_autocast", False):

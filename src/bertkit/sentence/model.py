@@ -366,9 +366,9 @@ class SentenceTransformer(Indexed, ReferenceCalls, Prompted, SimilarityByName, n
         out = torch.empty(len(texts), self._width, dtype=dtype, device=self.device)  # read back once
         with eval_mode(self):  # calls from other threads at once included
             if self.device.type == "cpu" and len(texts) > batch_size:
-                from bertkit.inference.prepare import for_cpu_inference
+                from bertkit.inference.prepare import encoder_for_encode
 
-                bert = for_cpu_inference(bert, bf16=False)
+                bert = encoder_for_encode(bert)
             for batch in longest_first(texts, batch_size, lambda b: self.tokenize(b, prompt), self.device, progress):
                 # no token_type_ids where the tokenizer's model_input_names leaves them out: segment 0, as the reference
                 out[batch["rows"]] = self.embed(batch["input_ids"], batch["attention_mask"], batch.get("token_type_ids"),

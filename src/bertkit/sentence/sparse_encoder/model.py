@@ -525,9 +525,9 @@ def _embedder(route: list[nn.Module], prepared: bool) -> Callable[[dict[str, Any
     bert, head = transformer.model.bert, transformer.head
     prepared = prepared and head.decoder.weight.dtype == torch.float32
     if prepared:
-        from bertkit.inference.prepare import for_cpu_inference
+        from bertkit.inference.prepare import encoder_for_encode
 
-        bert = for_cpu_inference(bert, bf16=False)
+        bert = encoder_for_encode(bert)
     return splade_embedder(bert, head, pooling, prepared)
 
 

@@ -30,7 +30,7 @@ from bertkit.hub import encoder_path, read_json, read_modules
 from bertkit.inference import tasks
 from bertkit.inference.base import Pipeline
 from bertkit.inference.options import BOOL, Option
-from bertkit.inference.prepare import check_request, prepare_model
+from bertkit.inference.prepare import ModelState, check_request, prepare_model
 from bertkit.quantization import is_int8_checkpoint
 from bertkit.sentence.sparse_encoder.model import SparseEncoder, select_max_active_dims, splade_embedder
 from bertkit.sentence.sparse_encoder.modules import Router, SparseStaticEmbedding, Transformer
@@ -86,11 +86,14 @@ class SparseEmbeddingPipeline(Pipeline):
             raise BertkitError(f"{model.name_or_path or 'this SparseEncoder'} runs no transformer on its routes "
                                "(SparseStaticEmbedding only): there is no model to serve; encode with it directly")
         document = encoders[0]
+        self._made_with = (max_active_dims, dict(kwargs))  # what ``remake`` makes it from again
         cap = kwargs.get("max_length")  # the caller's cut, for every side; unset: each route cuts where it does
         if cap is None:
             kwargs["max_length"] = document.max_seq_length
         super().__init__(document.model.bert, tokenizer, **kwargs)  # self.model: the encoder prepared for inference
         self.encoder = model
+        if self._made_from is not None:  # the whole model is watched: its head's decoder is prepared here too
+            self._made_from = ModelState(model)
         self.max_active_dims = model._check_active_dims(max_active_dims) if max_active_dims is not None \
             else model.max_active_dims
         self.sides: dict[str | None, _Side | BertkitError] = {}
@@ -117,6 +120,11 @@ class SparseEmbeddingPipeline(Pipeline):
                                                                             cap or transformer.max_seq_length)
                 self.sides[side] = _Side(side, prompt, limit, False, transformer.do_lower_case, made)
             embedders[key] = self.sides[side].embed
+
+    def remake(self, model: nn.Module) -> None:
+        # every route's encoder and decoder copies, and what was read from the model, made again
+        max_active_dims, kwargs = self._made_with
+        self.__init__(model, self.tokenizer, max_active_dims=max_active_dims, **kwargs)  # type: ignore[misc]
 
     def _splade(self, bert: nn.Module, head: nn.Module, pooling: nn.Module) -> Callable[[dict[str, Tensor]], Tensor]:
         # the vocabulary product on oneDNN's reordered weight on a CPU, made once (as SparseEncoder.encode makes it)
