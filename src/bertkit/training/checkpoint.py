@@ -13,6 +13,7 @@ import logging
 import os
 import pickle
 import random
+import re
 import shutil
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -49,9 +50,17 @@ class CheckpointLayout:
         return self.root(out_dir) / f"{self.prefix}{str(step).zfill(self.digits)}"
 
     def dirs(self, out_dir: Path) -> list[Path]:
-        found = [p for p in self.root(out_dir).glob(f"{self.prefix}*")
-                 if p.is_dir() and p.name[len(self.prefix):].isdigit()]
-        return sorted(found, key=lambda p: int(p.name[len(self.prefix):]))
+        found = [(step, p) for p in self.root(out_dir).glob(f"{self.prefix}*")
+                 if p.is_dir() and (step := checkpoint_step(p.name, self.prefix)) is not None]
+        return [p for _, p in sorted(found, key=lambda found: found[0])]
+
+
+def checkpoint_step(name: str, prefix: str) -> int | None:
+    """The step a checkpoint directory's name gives (``checkpoint-12`` -> 12), or None for a name bertkit never writes:
+    ASCII digits only, as transformers' ``[0-9]+`` reads them (``str.isdigit`` takes ``checkpoint-²``, which ``int``
+    then refuses with a ValueError, and reads ``checkpoint-٦`` as step 6: a user's directory taken for a checkpoint)."""
+    digits = name[len(prefix):] if name.startswith(prefix) else ""
+    return int(digits) if re.fullmatch("[0-9]+", digits) else None
 
 
 STEP_LAYOUT = CheckpointLayout()
