@@ -87,3 +87,36 @@ def test_rotation_keeps_a_checkpoint_the_user_made_read_only_and_goes_on(tmp_pat
     monkeypatch.undo()  # made writable again: the next rotation removes it as any checkpoint of the run
     save_checkpoint(tmp_path, {"model": {}}, 6, keep=2, layout=layout)
     assert [p.name for p in layout.dirs(tmp_path)] == [layout.path(tmp_path, s).name for s in (5, 6)]
+
+
+def _resume_from(tiny_model, out: Path, resume) -> None:
+    import bertkit
+
+    model = tiny_model("BertForSequenceClassification", labels=2)
+    args = bertkit.TrainingArguments(output_dir=str(out), use_cpu=True, report_to="none", max_steps=1)
+    bertkit.Trainer(model=model, args=args, train_dataset=[{"input_ids": [2, 5, 3], "label": 0}] * 4).train(
+        resume_from_checkpoint=resume)
+
+
+@pytest.mark.parametrize(("given", "message"), [
+    ("missing", r"resume_from_checkpoint \S+/out/checkpoint-9 does not exist; give a checkpoint-N directory"),
+    ("a file", r"resume_from_checkpoint \S+/model.safetensors is a file, not a checkpoint directory; give"),
+    ("transformers'", r"\S+/hf/checkpoint-2 is transformers' Trainer's checkpoint \(optimizer.pt, no state.pt\), which "
+                      r"bertkit cannot continue: start a new run from its weights"),
+    ("empty", r"resume_from_checkpoint '': give True \(the newest checkpoint in output_dir\), the path of a "
+              r"checkpoint-N directory, or None"),
+    ("a number", r"resume_from_checkpoint 2: give True"),
+])
+def test_a_resume_from_checkpoint_that_names_no_checkpoint_says_what_it_names(tiny_model, tmp_path, given, message):
+    """Was: a missing path, a file and transformers' checkpoint were each "is not a checkpoint bertkit wrote (it has no
+    state.pt)"; "" was named as "." (the working directory, Path('')); a number stopped in pathlib with "TypeError:
+    expected str, bytes or os.PathLike object, not int". Each is refused before anything is written."""
+    (tmp_path / "hf" / "checkpoint-2").mkdir(parents=True)
+    for name in ("trainer_state.json", "optimizer.pt", "model.safetensors"):
+        (tmp_path / "hf" / "checkpoint-2" / name).write_text("{}")
+    resume = {"missing": tmp_path / "out" / "checkpoint-9", "a file": tmp_path / "hf" / "checkpoint-2" /
+              "model.safetensors", "transformers'": str(tmp_path / "hf" / "checkpoint-2"), "empty": "",
+              "a number": 2}[given]
+    with pytest.raises(BertkitError, match=message):
+        _resume_from(tiny_model, tmp_path / "out", resume)
+    assert not (tmp_path / "out").exists()

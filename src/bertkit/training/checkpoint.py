@@ -217,6 +217,28 @@ def _read_weights(path: Path, name: str) -> dict:
         raise ValueError(f"{path / name}: {e}") from None
 
 
+def named_checkpoint(resume: object) -> Path:
+    """The Trainer's ``resume_from_checkpoint`` given as a path: one holding ``state.pt``, or refused saying what is
+    there instead (transformers: "Can't find a valid checkpoint at ...", for each of these alike)."""
+    if not isinstance(resume, (str, os.PathLike)) or resume == "":  # Path("") is ".", the working directory
+        raise BertkitError(f"resume_from_checkpoint {resume!r}: give True (the newest checkpoint in output_dir), the "
+                           "path of a checkpoint-N directory, or None")
+    path = Path(resume)
+    if (path / STATE_FILE).is_file():
+        return path
+    if not os.path.lexists(path):
+        what = "does not exist"
+    elif not path.is_dir():
+        what = "is a file, not a checkpoint directory"
+    elif (path / "trainer_state.json").is_file() and (path / "optimizer.pt").is_file():
+        what = ("is transformers' Trainer's checkpoint (optimizer.pt, no state.pt), which bertkit cannot continue: "
+                "start a new run from its weights (from_pretrained on it)")
+    else:
+        what = "is not a checkpoint bertkit wrote (it has no state.pt)"
+    raise BertkitError(f"resume_from_checkpoint {path} {what}; give a checkpoint-N directory of a bertkit Trainer run, "
+                       "or True for the newest one in output_dir")
+
+
 def refuse_other_run(path: Path, fingerprint: dict, saved: dict | None = None) -> None:
     """Refuse to resume from ``path`` when the run that wrote it had another fingerprint (``saved``, or read from
     its state.pt memory-mapped: a check before anything is written; damage is left to ``checkpoint_to_resume``)."""
