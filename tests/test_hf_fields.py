@@ -69,7 +69,8 @@ def test_an_assignment_after_construction_is_built_as_the_constructor_builds_it(
     assert args.learning_rate == 3e-4 and args.progress is False and args.lr_scheduler_type == "cosine"
     for name, value, message in (
             ("optim", "sgd", "optim 'sgd' is not implemented in bertkit"),
-            ("save_strategy", "best", "save_strategy 'best' is not implemented"),
+            ("save_strategy", "best", "save_strategy 'best' .* is not implemented: set save_strategy to "
+                                      "eval_strategy's value with load_best_model_at_end=True"),
             ("learning_rte", 1e-4, "unknown argument 'learning_rte'; did you mean learning_rate"),
             ("learning_rate", -1.0, "learning_rate must be a finite positive number, got -1.0"),
             ("lr_scheduler_kwargs", {"power": 2}, "power"),

@@ -158,16 +158,31 @@ def remove_owned_tree(directory: str | os.PathLike) -> list[str]:
     if directory.is_symlink() or not directory.is_dir():
         return []
     proven, left = proven_files(directory)
-    for rel in proven:
-        (directory / rel).unlink()
-    for _, path in list(files_under(directory)):
-        if is_bookkeeping(path):  # a manifest proves nothing of what is left: no record of the user's files
-            path.unlink()
+    refused = [rel for rel in proven if not _unlink(directory / rel)]
+    if not refused:  # else the manifest stays, the proof a later removal asks for
+        for _, path in list(files_under(directory)):
+            if is_bookkeeping(path):  # a manifest proves nothing of what is left: no record of the user's files
+                _unlink(path)
     remove_empty_dirs(directory)
+    if refused:
+        logger.warning("kept %s: the system refused the removal of %d file(s) bertkit wrote there (permission denied, "
+                       "e.g. %s): a directory made read-only is left whole; make it writable (chmod -R u+w) for a "
+                       "later run to remove it, or remove it yourself", directory, len(refused), ", ".join(refused[:3]))
     if left:
         logger.warning("kept %s: it holds %d file(s) bertkit cannot prove it wrote (e.g. %s)", directory, len(left),
                        ", ".join(left[:3]))
-    return left
+    return refused + left
+
+
+def _unlink(path: Path) -> bool:
+    """Remove ``path``; False where the system refuses it (a directory the user made read-only, an immutable file):
+    theirs to keep, as transformers' rotation keeps it (``shutil.rmtree(..., ignore_errors=True)``), where a
+    PermissionError would stop the run at a checkpoint after its training."""
+    try:
+        path.unlink()
+    except PermissionError:
+        return False
+    return True
 
 
 def remove_empty_dirs(directory: Path) -> None:

@@ -29,6 +29,7 @@ from torch import nn
 
 from bertkit.errors import BertkitError, NotImplementedInBertkit
 from bertkit.training.callbacks import TrainerCallback, metric_key
+from bertkit.training.checkpoint import HF_LAYOUT
 
 logger = logging.getLogger("bertkit")
 
@@ -269,12 +270,11 @@ def _latest_checkpoint(checkpoint_path: str | None) -> str | None:
     if checkpoint_path is None or not os.path.isdir(checkpoint_path):
         logger.warning("fit: checkpoint directory %s does not exist or is not a directory", checkpoint_path)
         return None
-    steps = [int(d.split("-")[-1]) for d in os.listdir(checkpoint_path)
-             if d.startswith("checkpoint-") and d.split("-")[-1].isdigit()]
-    if not steps:
+    found = HF_LAYOUT.dirs(Path(checkpoint_path))  # checkpoint-N directories, N in ASCII digits
+    if not found:
         logger.warning("fit: no checkpoints found in %s", checkpoint_path)
         return None
-    return os.path.join(checkpoint_path, f"checkpoint-{max(steps)}")
+    return os.path.join(checkpoint_path, found[-1].name)
 
 
 class _EvaluateEachEpoch(TrainerCallback):

@@ -13,6 +13,7 @@ import logging
 import os
 import pickle
 import random
+import re
 import shutil
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -49,9 +50,17 @@ class CheckpointLayout:
         return self.root(out_dir) / f"{self.prefix}{str(step).zfill(self.digits)}"
 
     def dirs(self, out_dir: Path) -> list[Path]:
-        found = [p for p in self.root(out_dir).glob(f"{self.prefix}*")
-                 if p.is_dir() and p.name[len(self.prefix):].isdigit()]
-        return sorted(found, key=lambda p: int(p.name[len(self.prefix):]))
+        found = [(step, p) for p in self.root(out_dir).glob(f"{self.prefix}*")
+                 if p.is_dir() and (step := checkpoint_step(p.name, self.prefix)) is not None]
+        return [p for _, p in sorted(found, key=lambda found: found[0])]
+
+
+def checkpoint_step(name: str, prefix: str) -> int | None:
+    """The step a checkpoint directory's name gives (``checkpoint-12`` -> 12), or None for a name bertkit never writes:
+    ASCII digits only, as transformers' ``[0-9]+`` reads them (``str.isdigit`` takes ``checkpoint-²``, which ``int``
+    then refuses with a ValueError, and reads ``checkpoint-٦`` as step 6: a user's directory taken for a checkpoint)."""
+    digits = name[len(prefix):] if name.startswith(prefix) else ""
+    return int(digits) if re.fullmatch("[0-9]+", digits) else None
 
 
 STEP_LAYOUT = CheckpointLayout()
@@ -206,6 +215,28 @@ def _read_weights(path: Path, name: str) -> dict:
         return load_file(str(path / name))
     except SafetensorError as e:
         raise ValueError(f"{path / name}: {e}") from None
+
+
+def named_checkpoint(resume: object) -> Path:
+    """The Trainer's ``resume_from_checkpoint`` given as a path: one holding ``state.pt``, or refused saying what is
+    there instead (transformers: "Can't find a valid checkpoint at ...", for each of these alike)."""
+    if not isinstance(resume, (str, os.PathLike)) or resume == "":  # Path("") is ".", the working directory
+        raise BertkitError(f"resume_from_checkpoint {resume!r}: give True (the newest checkpoint in output_dir), the "
+                           "path of a checkpoint-N directory, or None")
+    path = Path(resume)
+    if (path / STATE_FILE).is_file():
+        return path
+    if not os.path.lexists(path):
+        what = "does not exist"
+    elif not path.is_dir():
+        what = "is a file, not a checkpoint directory"
+    elif (path / "trainer_state.json").is_file() and (path / "optimizer.pt").is_file():
+        what = ("is transformers' Trainer's checkpoint (optimizer.pt, no state.pt), which bertkit cannot continue: "
+                "start a new run from its weights (from_pretrained on it)")
+    else:
+        what = "is not a checkpoint bertkit wrote (it has no state.pt)"
+    raise BertkitError(f"resume_from_checkpoint {path} {what}; give a checkpoint-N directory of a bertkit Trainer run, "
+                       "or True for the newest one in output_dir")
 
 
 def refuse_other_run(path: Path, fingerprint: dict, saved: dict | None = None) -> None:

@@ -57,6 +57,7 @@ from bertkit.training.checkpoint import (
     HF_LAYOUT,
     STATE_FILE,
     load_model_state,
+    named_checkpoint,
     read_state,
     refuse_other_run,
     remove_torn_writes,
@@ -425,10 +426,7 @@ class Trainer(TrainerLoss, TrainerEvaluation):
                                "checkpoint bertkit wrote whole)", whole[-1], ", ".join(skipped), STATE_FILE,
                                TRAINER_STATE)
             return whole[-1]
-        path = Path(resume)
-        if not (path / STATE_FILE).is_file():
-            raise BertkitError(f"resume_from_checkpoint {path} is not a checkpoint bertkit wrote (it has no "
-                               "state.pt); give a checkpoint-N directory of a bertkit Trainer run")
+        path = named_checkpoint(resume)
         if path.resolve().parent != out.resolve():
             raise BertkitError(f"resume_from_checkpoint {path} is not in output_dir {out}; set output_dir to the "
                                "directory that holds it, so the run continues where it was written")

@@ -157,7 +157,9 @@ class TrainingArguments(TrainingSettings):
                                "(one of them); metrics.jsonl is always written")
         self.report_to = reports[0]
         if getattr(self.save_strategy, "value", self.save_strategy) == "best":
-            raise BertkitError("save_strategy 'best' is not implemented: use load_best_model_at_end=True")
+            raise BertkitError("save_strategy 'best' (a checkpoint at each new best metric_for_best_model) is not "
+                               "implemented: set save_strategy to eval_strategy's value with load_best_model_at_end="
+                               "True (and save_total_limit=1: the best checkpoint and the newest are kept)")
         self.device = "cpu" if self.use_cpu else "auto"  # CUDA when present (the one place the Trainer decides)
         self.progress = not self.disable_tqdm
         schedule = getattr(self.lr_scheduler_type, "value", self.lr_scheduler_type)  # transformers' SchedulerType
