@@ -73,6 +73,18 @@ _FULL = (errno.ENOSPC, errno.EDQUOT, errno.EFBIG)
 _REFUSED = (errno.EROFS, errno.EACCES, errno.EPERM)
 
 
+def read_only_mount(path: str | os.PathLike) -> bool:
+    """Whether ``path``, or its nearest existing parent, lies on a file system mounted read-only (where root is
+    refused too, and no chmod helps)."""
+    path = os.path.abspath(path)
+    while not os.path.exists(path) and os.path.dirname(path) != path:
+        path = os.path.dirname(path)
+    try:
+        return bool(os.statvfs(path).f_flag & os.ST_RDONLY)
+    except OSError:
+        return False
+
+
 def _errno_of(e: BaseException) -> int | None:
     if isinstance(e, OSError):
         return e.errno

@@ -1,0 +1,242 @@
+"""Read-only and unwritable places: a model read from a read-only mount, outputs written to one, and PyTorch's
+Inductor cache directory (made by any optimizer) that cannot be made.
+
+Asserted: loading and inference from a read-only directory give the numbers of a writable copy and write nothing
+beside it; a write that cannot happen is refused with the path and the cause in one line (a read-only mount is
+named as such, not as a permission to change), leaving what was there intact; training stops before any work
+when the Inductor cache cannot be made. Mounting needs root: those tests are skipped without it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import io
+import os
+import random
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from bertkit.cli import main
+from bertkit.errors import BertkitError
+
+WORDS = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "a", "good", "bad", "film", "dull", "fine", "##s", "the"]
+TRAIN = "text,label\n" + "a good film,pos\ndull,neg\nfine films,pos\nbad,neg\n" * 2
+
+
+def snapshot(path: Path) -> dict[str, str] | None:
+    if not path.exists():
+        return None
+    files = [path] if path.is_file() else sorted(p for p in path.rglob("*") if p.is_file())
+    return {str(p.relative_to(path)): hashlib.sha256(p.read_bytes()).hexdigest() for p in files}
+
+
+def _cli(*argv) -> tuple[int, str]:
+    err = io.StringIO()
+    with contextlib.redirect_stderr(err), contextlib.redirect_stdout(io.StringIO()):
+        code = main([str(a) for a in argv])
+    return code, err.getvalue().strip()
+
+
+def _cli_process(*argv) -> None:
+    """``bertkit argv`` in a process of its own: bertkit holds its output's lock open until the process exits, and a
+    file system with a file open for writing cannot be remounted read-only."""
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(Path(__file__).parents[1] / "src"),
+                                                       os.environ.get("PYTHONPATH", "")]))
+    done = subprocess.run([sys.executable, "-m", "bertkit", *map(str, argv)], capture_output=True, text=True, env=env)
+    assert done.returncode == 0, done.stderr
+
+
+def _mount(*args: str) -> bool:
+    return os.geteuid() == 0 and subprocess.run(["mount", *args], capture_output=True).returncode == 0
+
+
+@contextlib.contextmanager
+def read_only_view(source: Path, at: Path):
+    """``source`` seen read-only at ``at`` (a read-only bind mount; root only, else the test is skipped)."""
+    at.mkdir()
+    if not _mount("--bind", str(source), str(at)):
+        pytest.skip("a read-only bind mount needs root")
+    try:
+        if not _mount("-o", "remount,bind,ro", str(at)):
+            pytest.skip("remounting a bind mount read-only failed here")
+        yield at
+    finally:
+        subprocess.run(["umount", "-l", str(at)], check=True)
+
+
+@contextlib.contextmanager
+def tmpfs(at: Path):
+    at.mkdir()
+    if not _mount("-t", "tmpfs", "-o", "size=16m", "tmpfs", str(at)):
+        pytest.skip("mounting a tmpfs needs root")
+    try:
+        yield at
+    finally:
+        subprocess.run(["umount", "-l", str(at)], check=True)
+
+
+@pytest.fixture(scope="module")
+def checkpoints(tmp_path_factory, tiny_checkpoint):
+    root = tmp_path_factory.mktemp("ro-models")
+    (root / "train.csv").write_text(TRAIN, encoding="utf-8")
+    (root / "texts.txt").write_text("a good film\nthe film is dull\nfine films ||| a bad film\n", encoding="utf-8")
+    tiny_checkpoint(root / "base", tokenizer=WORDS)
+    tiny_checkpoint(root / "clf", "BertForSequenceClassification", tokenizer=WORDS, labels=["neg", "pos"])
+    return root
+
+
+# -- PyTorch's Inductor cache -------------------------------------------------------------------------------------
+
+
+def _unmakeable(tmp_path: Path, how: str) -> Path:
+    """A TORCHINDUCTOR_CACHE_DIR that cannot be made: below a regular file, or on a read-only mount."""
+    if how == "under a file":
+        (tmp_path / "file").write_text("not a directory")
+        return tmp_path / "file" / "inductor"
+    ro = tmp_path / "ro"
+    ro.mkdir()
+    if not (_mount("-t", "tmpfs", "-o", "size=1m", "tmpfs", str(ro)) and _mount("-o", "remount,ro", str(ro))):
+        pytest.skip("a read-only tmpfs needs root")
+    return ro / "inductor"
+
+
+@pytest.mark.parametrize("how", ["under a file", "read-only mount"])
+def test_an_inductor_cache_that_cannot_be_made_stops_training_before_any_work(checkpoints, tmp_path, monkeypatch,
+                                                                             how):
+    """Was: with TORCHINDUCTOR_CACHE_DIR on a read-only file system, `bertkit finetune` (no --torch-compile) loaded
+    the model and data, then failed where torch.optim.AdamW imports torch._dynamo, which makes that directory:
+    "error: Read-only file system: /…/inductor", not saying whose directory it is or what to set (in a process
+    that had imported torch._dynamo before, the same run went on). Now refused before any work, naming the
+    variable, the path and the fix; nothing is written."""
+    cache = _unmakeable(tmp_path, how)
+    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(cache))
+    out = tmp_path / "run"
+    try:
+        code, err = _cli("finetune", "classify", "--model", checkpoints / "base", "--train-file",
+                         checkpoints / "train.csv", "--validation-file", checkpoints / "train.csv", "--epochs", "1",
+                         "--batch-size", "4", "--no-progress", "--device", "cpu", "--output-dir", out)
+        assert code == 2 and "Traceback" not in err and len(err.splitlines()) == 1, err
+        assert f"PyTorch's Inductor cache directory {cache} (TORCHINDUCTOR_CACHE_DIR) cannot be created" in err
+        assert "set TORCHINDUCTOR_CACHE_DIR to a directory you can write to" in err
+        assert ("Read-only file system" if how == "read-only mount" else "Not a directory") in err
+        assert "initialised fresh" not in err  # no model was built
+        assert sorted(p.name for p in tmp_path.iterdir()) == ["file" if how == "under a file" else "ro"]
+
+        from bertkit import BertModel
+        from bertkit.training.optim import build_optimizer
+
+        with pytest.raises(BertkitError, match="TORCHINDUCTOR_CACHE_DIR"):
+            build_optimizer(BertModel.from_pretrained(checkpoints / "base"), 1e-4)
+    finally:
+        if how == "read-only mount":
+            subprocess.run(["umount", "-l", str(tmp_path / "ro")], check=True)
+
+
+# -- Outputs on a read-only file system -----------------------------------------------------------------------------
+
+
+def test_an_output_on_a_read_only_mount_is_named_so_and_kept(checkpoints, tmp_path):
+    """Was: `bertkit quantize --overwrite` (and finetune, save_pretrained) onto a file system remounted read-only
+    said "cannot write OUT: Permission denied", sending the user to chmod a directory no one could write; a
+    read-only mount inside the output said so too. Now "Read-only file system", and the earlier output stays."""
+    with tmpfs(tmp_path / "fs") as fs:
+        out = fs / "q"
+        _cli_process("quantize", "--model", checkpoints / "clf", "--output-dir", out)
+        before = snapshot(out)
+        assert _mount("-o", "remount,ro", str(fs))
+        try:
+            code, err = _cli("quantize", "--model", checkpoints / "clf", "--output-dir", out, "--overwrite")
+        finally:
+            assert _mount("-o", "remount,rw", str(fs))
+        assert code == 2 and len(err.splitlines()) == 1, err
+        assert f"cannot write {out}: Read-only file system; choose a directory you can write to" in err, err
+        assert "Permission denied" not in err and snapshot(out) == before
+        with read_only_view(checkpoints / "base", out / "mine") as inside:
+            code, err = _cli("quantize", "--model", checkpoints / "clf", "--output-dir", out, "--overwrite")
+            assert code == 2 and f"({inside} in it is read-only, and a write replaces the whole directory)" in err
+            assert "Read-only file system" in err and "Permission denied" not in err, err
+
+
+# -- The generator: random entry points and places, read-only against writable ---------------------------------
+
+
+def _loads(root: Path, rng: random.Random) -> list[tuple[str, object]]:
+    """Each draw: (a name, what loading from ``root`` computes), over the entry points that read a model."""
+    import bertkit
+    from bertkit.sentence import CrossEncoder, SentenceTransformer
+
+    texts = [" ".join(rng.choice(WORDS[5:]) for _ in range(rng.randint(1, 9))) for _ in range(rng.randint(1, 5))]
+    pairs = [(t, rng.choice(texts)) for t in texts]
+
+    def hidden(cls, name):
+        tok, model = bertkit.AutoTokenizer.from_pretrained(root / name), cls.from_pretrained(root / name).eval()
+        batch = tok(texts, padding=True, return_tensors="pt")
+        with torch.no_grad():
+            out = model(**batch)
+        kept = batch["attention_mask"][..., None]
+        return (out.last_hidden_state * kept) if hasattr(out, "last_hidden_state") else out.logits
+
+    draws = {
+        "BertModel": lambda: hidden(bertkit.BertModel, "base"),
+        "AutoModel": lambda: hidden(bertkit.AutoModel, "base"),
+        "classifier": lambda: hidden(bertkit.AutoModelForSequenceClassification, "clf"),
+        "tokenizer": lambda: bertkit.BertTokenizerFast.from_pretrained(root / "base")(texts, padding=True)["input_ids"],
+        "SentenceTransformer": lambda: SentenceTransformer(str(root / "base")).encode(texts),
+        "CrossEncoder": lambda: CrossEncoder(str(root / "clf")).predict(pairs),
+        "pipeline": lambda: [r["score"] for r in bertkit.pipeline("text-classification", model=str(root / "clf"))(
+            texts)],
+    }
+    chosen = rng.sample(sorted(draws), k=4)
+    return [(name, draws[name]()) for name in chosen]
+
+
+@pytest.mark.slow
+def test_read_only_places_generator(checkpoints, tmp_path):
+    """Seeded draws: models loaded through random entry points from a read-only mount give the numbers of the
+    same files loaded writable, write nothing there; commands writing into a read-only file system are refused
+    naming the path and "Read-only file system", the earlier output intact."""
+    rng = random.Random(20261130)
+    copy = tmp_path / "copy"
+    shutil.copytree(checkpoints, copy)
+    before = snapshot(copy)
+    with read_only_view(checkpoints, tmp_path / "ro") as ro:
+        for _ in range(3):
+            seed = rng.randrange(1 << 30)
+            got, want = _loads(ro, random.Random(seed)), _loads(copy, random.Random(seed))
+            for (name, a), (_, b) in zip(got, want, strict=True):
+                np.testing.assert_array_equal(np.asarray(a, dtype=float), np.asarray(b, dtype=float), err_msg=name)
+        assert snapshot(copy) == before
+        with tmpfs(tmp_path / "fs") as fs:
+            commands = {
+                "predict": lambda o, *x: ["predict", "text-classification", "--model", ro / "clf", "--input",
+                                          ro / "texts.txt", "--output-file", o, "--no-progress", *x],
+                "extract-features": lambda o, *x: ["extract-features", "--model", ro / "base", "--input",
+                                                   ro / "texts.txt", "--output-file", f"{o}.jsonl", "--layers", "-1",
+                                                   "--no-progress", *x],
+                "quantize": lambda o, *x: ["quantize", "--model", ro / "clf", "--output-dir", o, *x],
+                "finetune": lambda o, *x: ["finetune", "classify", "--model", ro / "base", "--train-file",
+                                           ro / "train.csv", "--validation-file", ro / "train.csv", "--epochs", "1",
+                                           "--batch-size", "4", "--no-progress", "--device", "cpu", "--output-dir",
+                                           o, *x],
+            }
+            for name in rng.sample(sorted(commands), k=3):
+                out = fs / name
+                _cli_process(*commands[name](out))
+                written = out if out.exists() else Path(f"{out}.jsonl")
+                kept = snapshot(written)
+                assert _mount("-o", "remount,ro", str(fs))
+                try:
+                    code, err = _cli(*commands[name](out, "--overwrite"))
+                finally:
+                    assert _mount("-o", "remount,rw", str(fs))
+                assert code == 2 and len(err.splitlines()) == 1 and "Traceback" not in err, (name, err)
+                assert f"{written}" in err and "Read-only file system" in err, (name, err)
+                assert snapshot(written) == kept, name
+        assert snapshot(copy) == before
