@@ -139,6 +139,52 @@ def test_an_inductor_cache_that_cannot_be_made_stops_training_before_any_work(ch
             subprocess.run(["umount", "-l", str(tmp_path / "ro")], check=True)
 
 
+# -- A read-only Hugging Face cache, online ----------------------------------------------------------------------
+
+
+def test_a_read_only_hub_cache_is_read_online_as_offline(checkpoints, tmp_path, monkeypatch, caplog):
+    """Was: a snapshot transformers had cached (config, weights, tokenizer; no modules.json, no record of its
+    absence), in a read-only cache, online: bertkit fetched modules.json first, huggingface_hub failed making its
+    lock there, and from_pretrained("org/mini") raised "downloading it failed: [Errno 30] Read-only file system"
+    where transformers, and bertkit offline, load the snapshot. Now it loads what the cache holds, with a warning
+    naming the cache's error. (huggingface_hub's download is a stand-in failing as it does on a read-only cache.)"""
+    import errno
+
+    pytest.importorskip("huggingface_hub")
+    from huggingface_hub import constants
+
+    import bertkit
+    import bertkit.hub
+
+    snapshot = tmp_path / "hub" / "models--org--mini" / "snapshots" / ("a" * 40)
+    shutil.copytree(checkpoints / "base", snapshot)
+    (snapshot.parent.parent / "refs").mkdir()
+    (snapshot.parent.parent / "refs" / "main").write_text("a" * 40)
+    lock = tmp_path / "hub" / ".locks" / "models--org--mini" / "x.lock"
+
+    def read_only(*args, **kwargs):
+        raise OSError(errno.EROFS, os.strerror(errno.EROFS), str(lock))
+
+    monkeypatch.setattr(constants, "HF_HUB_CACHE", str(tmp_path / "hub"))
+    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", False)
+    monkeypatch.setattr(bertkit.hub, "_hub_reachable", lambda endpoint: True)
+    monkeypatch.setattr("huggingface_hub.hf_hub_download", read_only)
+    monkeypatch.setattr("huggingface_hub.snapshot_download", lambda repo_id, allow_patterns, local_files_only=False:
+                        str(snapshot) if local_files_only else read_only())
+    ids = torch.tensor([[2, 5, 6, 8, 3]])
+    with torch.no_grad():
+        got = bertkit.BertModel.from_pretrained("org/mini")(ids).last_hidden_state
+        want = bertkit.BertModel.from_pretrained(checkpoints / "base")(ids).last_hidden_state
+    assert torch.equal(got, want)
+    assert bertkit.AutoTokenizer.from_pretrained("org/mini")("a good film")["input_ids"] == [2, 5, 6, 8, 3]
+    said = [r.getMessage() for r in caplog.records if "cannot be written" in r.getMessage()]
+    assert said and f"Read-only file system: {lock}" in said[0] and str(snapshot) in said[0], said
+    monkeypatch.setattr("huggingface_hub.hf_hub_download", lambda *a, **k: (_ for _ in ()).throw(
+        OSError(errno.EIO, "Input/output error", str(lock))))  # another failure is still the download's error
+    with pytest.raises(bertkit.errors.MissingFileError, match="downloading it failed: .*Input/output error"):
+        bertkit.BertModel.from_pretrained("org/mini")
+
+
 # -- Outputs on a read-only file system -----------------------------------------------------------------------------
 
 
