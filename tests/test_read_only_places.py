@@ -185,6 +185,32 @@ def test_a_read_only_hub_cache_is_read_online_as_offline(checkpoints, tmp_path, 
         bertkit.BertModel.from_pretrained("org/mini")
 
 
+@pytest.mark.parametrize("switch", ["HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE"])
+def test_an_offline_switch_is_named_when_a_hub_id_is_not_cached(tmp_path, monkeypatch, switch):
+    """Was: with HF_HUB_OFFLINE=1 (or TRANSFORMERS_OFFLINE=1, which huggingface_hub reads as the same switch) and a
+    Hub id not cached, the error said "the Hub (https://huggingface.co) is not reachable from here", of a Hub that
+    was never asked. Now it names the switch that is set, how to lift it, and the cache that was read; no
+    connection is tried."""
+    pytest.importorskip("huggingface_hub")
+    from huggingface_hub import constants
+
+    import bertkit
+    import bertkit.hub
+
+    for name in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv(switch, "1")
+    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", True)  # as huggingface_hub reads either variable at import
+    monkeypatch.setattr(constants, "HF_HUB_CACHE", str(tmp_path / "hub"))
+    monkeypatch.setattr(bertkit.hub, "_hub_reachable", lambda endpoint: pytest.fail("offline: no connection"))
+    for load in (bertkit.BertModel.from_pretrained, bertkit.AutoTokenizer.from_pretrained):
+        with pytest.raises(bertkit.errors.MissingFileError) as e:
+            load("org/not-cached")
+        said = str(e.value)
+        assert f"{switch}=1 is set (huggingface_hub's offline mode: unset it to download)" in said, said
+        assert f"not in the local cache ({tmp_path / 'hub'})" in said and "not reachable" not in said, said
+
+
 # -- Outputs on a read-only file system -----------------------------------------------------------------------------
 
 

@@ -289,10 +289,16 @@ def resolve_directory(path: str | os.PathLike, what: str = "checkpoint directory
     if local_files_only or constants.HF_HUB_OFFLINE or not _hub_reachable(constants.ENDPOINT):
         if cached is not None:
             return cached  # what the cache holds; the caller names the file it lacks
-        why = ("local_files_only=True" if local_files_only
-               else f"the Hub ({constants.ENDPOINT}) is not reachable from here")
-        raise MissingFileError(how_to_get(repo_id, what) + f"; {why} and the files are not in the local cache"
-                               ) from None
+        if local_files_only:
+            why = "local_files_only=True"
+        elif constants.HF_HUB_OFFLINE:  # said "the Hub is not reachable" of a Hub that was never asked
+            switch = next((f"{name}={os.environ[name]}" for name in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE")
+                           if os.environ.get(name)), "HF_HUB_OFFLINE")
+            why = f"{switch} is set (huggingface_hub's offline mode: unset it to download)"
+        else:
+            why = f"the Hub ({constants.ENDPOINT}) is not reachable from here"
+        raise MissingFileError(how_to_get(repo_id, what) + f"; {why} and the files are not in the local cache "
+                               f"({constants.HF_HUB_CACHE})") from None
     try:
         return _download(repo_id)
     except (HfHubHTTPError, OSError) as e:
