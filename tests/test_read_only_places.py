@@ -59,8 +59,9 @@ def _mount(*args: str) -> bool:
 
 @contextlib.contextmanager
 def read_only_view(source: Path, at: Path):
-    """``source`` seen read-only at ``at`` (a read-only bind mount; root only, else the test is skipped)."""
-    at.mkdir()
+    """``source`` (a directory or a file) seen read-only at ``at`` (a read-only bind mount; root only, else the test
+    is skipped)."""
+    at.mkdir() if source.is_dir() else at.touch()
     if not _mount("--bind", str(source), str(at)):
         pytest.skip("a read-only bind mount needs root")
     try:
@@ -234,6 +235,35 @@ def test_an_output_on_a_read_only_mount_is_named_so_and_kept(checkpoints, tmp_pa
             code, err = _cli("quantize", "--model", checkpoints / "clf", "--output-dir", out, "--overwrite")
             assert code == 2 and f"({inside} in it is read-only, and a write replaces the whole directory)" in err
             assert "Read-only file system" in err and "Permission denied" not in err, err
+
+
+def test_a_bind_mount_from_the_same_file_system_is_a_mount_point_as_any(checkpoints, tmp_path):
+    """Was: a bind mount from the same file system (same device: os.path.ismount says False) as a command's output
+    was missed by the mount-point refusal: `bertkit quantize --output-dir MOUNT` quantized, then failed
+    "Device or resource busy: /…/.MOUNT.bertkit-staging" (a file mounted over, as `predict --output-file`, the same
+    after predicting, naming a temporary file), and save_pretrained into it failed so. Now the command is refused
+    before any work, naming the mount point, and a save writes into it file by file, as into any mount point."""
+    from bertkit import BertModel
+
+    (tmp_path / "there").mkdir()
+    (tmp_path / "there.jsonl").write_text("mine\n")
+    out = tmp_path / "out"
+    out.mkdir()
+    if not _mount("--bind", str(tmp_path / "there"), str(out)):
+        pytest.skip("a bind mount needs root")
+    try:
+        code, err = _cli("quantize", "--model", checkpoints / "clf", "--output-dir", out)
+        assert code == 2 and f"{out} is a mount point: bertkit writes a directory beside its name" in err, err
+        assert sorted(p.name for p in tmp_path.iterdir()) == ["out", "there", "there.jsonl"]
+        BertModel.from_pretrained(checkpoints / "base").save_pretrained(out)
+        assert sorted(p.name for p in (tmp_path / "there").iterdir()) == ["config.json", "model.safetensors"]
+    finally:
+        subprocess.run(["umount", "-l", str(out)], check=True)
+    with read_only_view(tmp_path / "there.jsonl", tmp_path / "out.jsonl") as mounted:
+        code, err = _cli("predict", "text-classification", "--model", checkpoints / "clf", "--input",
+                         checkpoints / "texts.txt", "--output-file", mounted, "--no-progress", "--overwrite")
+        assert code == 2 and f"{mounted} is a mount point: bertkit writes the file beside it" in err, err
+        assert mounted.read_text() == "mine\n"
 
 
 # -- The generator: random entry points and places, read-only against writable ---------------------------------

@@ -46,6 +46,7 @@ from bertkit.outputs import (
     atomic_write_json,
     atomic_write_text,
     fsync_dir,
+    is_mount_point,
     read_only_mount,
     regular_stat,
     remove_dead_temporaries_under,
@@ -275,7 +276,7 @@ class Stage:
             if dir_lock.writing_here(held):
                 raise BertkitError(f"{target} is the output directory of this process's `bertkit "
                                    f"{dir_lock.holder_command(held)}` run already; choose another output directory")
-        if os.path.ismount(target):
+        if is_mount_point(target):
             raise BertkitError(f"{target} is a mount point: bertkit writes a directory beside its name and renames it "
                                f"into place, which a mount point does not allow; write into a directory inside it "
                                f"(e.g. {target / 'out'})")
@@ -543,7 +544,7 @@ def staged(target: str | os.PathLike, what: str = "save", *, manifest: bool = Fa
     make_route(target, "a save")
     target = target_of(target)
     refuse_non_directory(target, "a save")
-    if not manifest and (staging_of(target) is not None or os.path.ismount(target)):
+    if not manifest and (staging_of(target) is not None or is_mount_point(target)):
         with writing(target):
             target.mkdir(parents=True, exist_ok=True)
         yield target
