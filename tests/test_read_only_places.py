@@ -140,6 +140,28 @@ def test_an_inductor_cache_that_cannot_be_made_stops_training_before_any_work(ch
             subprocess.run(["umount", "-l", str(tmp_path / "ro")], check=True)
 
 
+def test_int8_quantizes_eagerly_when_its_compile_cannot_make_the_inductor_cache(tmp_path):
+    """Was: `bertkit serve --int8` compiles the activations' quantization at warm-up, and torch.compile itself
+    (importing torch._dynamo) makes the Inductor cache directory: with TORCHINDUCTOR_CACHE_DIR read-only the
+    server exited "error: Read-only file system: …/inductor", though a compile that fails is meant to fall back to
+    the eager function (same codes, a warning). torch.compile was called outside that guard; now inside. In a
+    process of its own: torch._dynamo, once imported, never makes the directory again."""
+    (tmp_path / "file").write_text("not a directory")
+    script = (
+        "import torch\n"
+        "from bertkit.quantization.kernels import _Compiled, quantize_per_token\n"
+        "c = _Compiled(quantize_per_token)\n"
+        "c.compile_next()\n"
+        "x, inv = torch.randn(512, 1024, generator=torch.Generator().manual_seed(0)), torch.full((1024,), 0.5)\n"
+        "got, want = c(x, inv, 255), quantize_per_token(x, inv, 255)\n"
+        "print('eager', c.failed, all(torch.equal(a, b) for a, b in zip(got, want)))\n")
+    env = dict(os.environ, TORCHINDUCTOR_CACHE_DIR=str(tmp_path / "file" / "inductor"), OMP_NUM_THREADS="1",
+               PYTHONPATH=os.pathsep.join([str(Path(__file__).parents[1] / "src"), os.environ.get("PYTHONPATH", "")]))
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=env, timeout=300)
+    assert done.returncode == 0 and done.stdout.strip() == "eager True True", done.stderr[-2000:]
+    assert "int8: compiling the activations' quantization failed (NotADirectoryError" in done.stderr, done.stderr
+
+
 # -- A read-only Hugging Face cache, online ----------------------------------------------------------------------
 
 
