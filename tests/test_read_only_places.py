@@ -135,6 +135,8 @@ def test_an_inductor_cache_that_cannot_be_made_stops_training_before_any_work(ch
 
         with pytest.raises(BertkitError, match="TORCHINDUCTOR_CACHE_DIR"):
             build_optimizer(BertModel.from_pretrained(checkpoints / "base"), 1e-4)
+        with pytest.raises(BertkitError, match=r"cannot be written: .*writes compiled kernels there"):
+            BertModel.from_pretrained(checkpoints / "base").compile_layers()  # lazy: failed at the first forward
     finally:
         if how == "read-only mount":
             subprocess.run(["umount", "-l", str(tmp_path / "ro")], check=True)
