@@ -362,8 +362,8 @@ def test_hub_id_without_files_says_how_to_get_them(monkeypatch):
     monkeypatch.setattr(hub.constants, "HF_HUB_OFFLINE", True)  # offline: fail at once, no network wait
     monkeypatch.setenv("HF_HOME", "/nonexistent-bertkit-test-cache")
     monkeypatch.setattr(hub.constants, "HF_HUB_CACHE", "/nonexistent-bertkit-test-cache/hub")
-    with pytest.raises(MissingFileError, match=r"hf download bertkit-test/no-such-model --local-dir DIR.*not "
-                                               r"reachable"):
+    with pytest.raises(MissingFileError, match=r"hf download bertkit-test/no-such-model --local-dir DIR.*HF_HUB_OFFLINE "
+                                               r"is set \(huggingface_hub's offline mode: unset it to download\)"):
         BertModel.from_pretrained("bertkit-test/no-such-model")
     monkeypatch.setitem(sys.modules, "huggingface_hub", None)  # not installed: the same advice, no download
     with pytest.raises(MissingFileError, match="hf download bert-base-uncased"):

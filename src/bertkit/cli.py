@@ -482,10 +482,12 @@ def _run(name: str, args: argparse.Namespace) -> int:
         _refuse_sequences_beyond_the_model(s)
         with _lock_early(name, s, info) as stage:
             s = _resolve_device(_refuse_fp32_of_an_int8_directory(s), info)
-            if getattr(s, "torch_compile", False):  # before any data is read or featurised
-                from bertkit.modeling import require_compiler
+            if isinstance(s, (st.TrainingSettings, st.DemoSettings, st.StudySettings)):  # before any data is read
+                from bertkit.model_checks import require_compiler, require_inductor_cache
 
-                require_compiler(s.device.split(":")[0])  # "cuda:1" -> "cuda"
+                require_inductor_cache(compiling=getattr(s, "torch_compile", False))  # an optimizer makes it
+                if getattr(s, "torch_compile", False):
+                    require_compiler(s.device.split(":")[0])  # "cuda:1" -> "cuda"
             with _launch(name, s, info, stage) as (is_main, s, shown):
                 result = shown(COMMANDS[name](s))
         if not is_main:  # under torchrun, rank 0 reports

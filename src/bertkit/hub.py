@@ -13,7 +13,9 @@ anything is read. ``read_modules`` is the one reader of a sentence-transformers 
 
 from __future__ import annotations
 
+import errno
 import json
+import logging
 import os
 import re
 import socket
@@ -39,6 +41,7 @@ SENTENCE_FILES = (MODULES, ST_CONFIG, SBERT_CONFIG)
 # the modules that hold a BERT encoder: its files are fetched as a BERT repo's (no TF, Flax or ONNX weights)
 _ENCODER_MODULES = {"Transformer", "MLMTransformer"}
 PROBE_TIMEOUT_S = 3.0
+logger = logging.getLogger("bertkit")
 # transformers' from_pretrained keywords that choose where the files come from, at their defaults (or None, which
 # transformers reads as the default): bertkit reads the directory, or the Hub id's main snapshot (its cache, else
 # downloaded), which is what these defaults ask for. local_files_only=True is taken too: it only forbids the download.
@@ -286,12 +289,25 @@ def resolve_directory(path: str | os.PathLike, what: str = "checkpoint directory
     if local_files_only or constants.HF_HUB_OFFLINE or not _hub_reachable(constants.ENDPOINT):
         if cached is not None:
             return cached  # what the cache holds; the caller names the file it lacks
-        why = ("local_files_only=True" if local_files_only
-               else f"the Hub ({constants.ENDPOINT}) is not reachable from here")
-        raise MissingFileError(how_to_get(repo_id, what) + f"; {why} and the files are not in the local cache"
-                               ) from None
+        if local_files_only:
+            why = "local_files_only=True"
+        elif constants.HF_HUB_OFFLINE:  # said "the Hub is not reachable" of a Hub that was never asked
+            switch = next((f"{name}={os.environ[name]}" for name in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE")
+                           if os.environ.get(name)), "HF_HUB_OFFLINE")
+            why = f"{switch} is set (huggingface_hub's offline mode: unset it to download)"
+        else:
+            why = f"the Hub ({constants.ENDPOINT}) is not reachable from here"
+        raise MissingFileError(how_to_get(repo_id, what) + f"; {why} and the files are not in the local cache "
+                               f"({constants.HF_HUB_CACHE})") from None
     try:
         return _download(repo_id)
     except (HfHubHTTPError, OSError) as e:
+        if cached is not None and getattr(e, "errno", None) in (errno.EROFS, errno.EACCES, errno.EPERM):
+            # a read-only cache (a container's, a shared one): transformers reads what it holds there, and so does
+            # bertkit offline; failing here made the same snapshot load offline but not online
+            logger.warning("huggingface_hub's cache holding %s cannot be written (%s: %s), so the files bertkit "
+                           "also reads from it (modules.json, ...) were not fetched: reading the %s it holds",
+                           repo_id, e.strerror, e.filename, cached)
+            return cached  # what the cache holds; the caller names the file it lacks
         raise MissingFileError(how_to_get(repo_id, what) + f"; downloading it failed: {str(e).splitlines()[0]}"
                                ) from None

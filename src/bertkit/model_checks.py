@@ -6,7 +6,9 @@ and the fix, not torch's "index out of range in self" or wrong outputs from a br
 
 from __future__ import annotations
 
+import errno
 import os
+import re
 from typing import Any
 
 import torch
@@ -14,6 +16,7 @@ from torch import Tensor
 
 from bertkit.config import BertConfig, encoder_parameter_count
 from bertkit.errors import BertkitError
+from bertkit.outputs import read_only_mount
 from bertkit.padding import is_tracing
 
 # BERT's tokenizer gives a pair's second text token type 1 (paper, section 3, "segment B"), and a model with one row in
@@ -124,6 +127,41 @@ def require_compiler(device_type: str = "cpu") -> None:
     if device_type == "cpu" and not any(shutil.which(c) for c in ("g++", "c++", "clang++")):
         raise BertkitError("torch.compile on CPU needs a C++ compiler and none of g++, c++, clang++ is on PATH; "
                            "install one (e.g. apt install g++) or run without --compile / compile_layers()")
+
+
+def inductor_cache_dir() -> str:
+    """Where PyTorch keeps its Inductor cache: TORCHINDUCTOR_CACHE_DIR, else TMPDIR's torchinductor_USER (torch's
+    ``cache_dir_utils``, computed here without importing ``torch._inductor``, which takes seconds)."""
+    given = os.environ.get("TORCHINDUCTOR_CACHE_DIR")
+    if given is not None:
+        return os.path.abspath(given)
+    import getpass
+    import tempfile
+
+    try:
+        user = getpass.getuser()
+    except (KeyError, ModuleNotFoundError, OSError):
+        user = f"uid_{os.getuid()}" if hasattr(os, "getuid") else "unknown_user"
+    return os.path.join(tempfile.gettempdir(), "torchinductor_" + re.sub(r'[\\/:*?"<>|]', "_", user))
+
+
+def require_inductor_cache(compiling: bool = False) -> None:
+    """Fail before any work when PyTorch cannot make its Inductor cache directory: building an optimizer imports
+    ``torch._dynamo``, which creates it (a read-only TORCHINDUCTOR_CACHE_DIR failed training after the model and
+    data were loaded, naming only the path); ``torch.compile`` (``compiling``) also writes its kernels there."""
+    path = inductor_cache_dir()
+    try:
+        os.makedirs(path, exist_ok=True)
+        if compiling and not os.access(path, os.W_OK | os.X_OK):
+            raise PermissionError(errno.EROFS if read_only_mount(path) else errno.EACCES, "not writable", path)
+    except OSError as e:
+        why = os.strerror(errno.EROFS) if read_only_mount(path) else (e.strerror or str(e))
+        source = ("TORCHINDUCTOR_CACHE_DIR" if "TORCHINDUCTOR_CACHE_DIR" in os.environ
+                  else "PyTorch's default, in TMPDIR")
+        raise BertkitError(f"PyTorch's Inductor cache directory {path} ({source}) cannot be "
+                           f"{'written' if compiling else 'created'}: {why}. PyTorch makes it when an optimizer is "
+                           f"built{' and writes compiled kernels there' if compiling else ''}; set "
+                           "TORCHINDUCTOR_CACHE_DIR to a directory you can write to") from None
 
 
 def check_fits_in_memory(config: BertConfig) -> None:

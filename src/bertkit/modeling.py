@@ -40,7 +40,7 @@ from bertkit.compat import TupleAccess, returns_dataclass
 from bertkit.config import ACTIVATIONS, BertConfig
 from bertkit.construction import initialise_on_construction, new_embedding, new_linear
 from bertkit.errors import BertkitError
-from bertkit.model_checks import check_fits_in_memory, check_inputs, require_compiler
+from bertkit.model_checks import check_fits_in_memory, check_inputs, require_compiler, require_inductor_cache
 from bertkit.padding import TokenLayout, is_tracing, moved, self_attention, token_layout
 
 # ---------------------------------------------------------------------------------------------------
@@ -494,6 +494,7 @@ class BertModel(PretrainedMixin, nn.Module):
         Layers, not the whole model, so the layout bookkeeping stays eager; state-dict names are unchanged."""
         device = self.embeddings.position_ids.device.type
         require_compiler(device)
+        require_inductor_cache(compiling=True)  # compiling is lazy: torch's error came at the first forward
         # On the CPU the unpadded token count changes every batch: dynamic from the start. On a GPU the rectangle
         # is kept (gpu_keeps_rectangle) and shapes repeat: static kernels, made dynamic if a shape changes.
         kwargs = {"dynamic": True if device == "cpu" else None, **compile_kwargs}

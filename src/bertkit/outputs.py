@@ -73,6 +73,35 @@ _FULL = (errno.ENOSPC, errno.EDQUOT, errno.EFBIG)
 _REFUSED = (errno.EROFS, errno.EACCES, errno.EPERM)
 
 
+def is_mount_point(path: str | os.PathLike) -> bool:
+    """Whether ``path`` is a mount point, which a rename can neither replace nor move (EBUSY): ``os.path.ismount``,
+    or a mount listed in /proc/self/mountinfo. ``ismount`` compares devices and inodes with the parent's, so a bind
+    mount from the same file system (a file's too) looked like a plain directory or file to it."""
+    if not os.path.lexists(path):
+        return False
+    if os.path.ismount(path):
+        return True
+    try:
+        with open("/proc/self/mountinfo", encoding="utf-8", errors="surrogateescape") as f:
+            # field 5 is the mount point, its space, tab, newline and backslash written as octal escapes (\040)
+            points = {re.sub(r"\\([0-7]{3})", lambda m: chr(int(m.group(1), 8)), line.split()[4]) for line in f}
+    except (OSError, IndexError):  # no /proc (not Linux): ismount's answer
+        return False
+    return os.path.realpath(path) in points
+
+
+def read_only_mount(path: str | os.PathLike) -> bool:
+    """Whether ``path``, or its nearest existing parent, lies on a file system mounted read-only (where root is
+    refused too, and no chmod helps)."""
+    path = os.path.abspath(path)
+    while not os.path.exists(path) and os.path.dirname(path) != path:
+        path = os.path.dirname(path)
+    try:
+        return bool(os.statvfs(path).f_flag & os.ST_RDONLY)
+    except OSError:
+        return False
+
+
 def _errno_of(e: BaseException) -> int | None:
     if isinstance(e, OSError):
         return e.errno

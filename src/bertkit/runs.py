@@ -43,6 +43,7 @@ from bertkit.outputs import (
     as_placed,
     atomic_write_json,
     expect_new,
+    is_mount_point,
     refuse_special,
     remove_dead_temporaries,
     staging_of,
@@ -120,6 +121,9 @@ def refuse_existing_file(path: Path, overwrite: bool, flag: str = "--overwrite",
     refuse_special(path)
     if path.is_dir():
         raise BertkitError(f"{path} is a directory; give the path of the file to write (one inside it, or elsewhere)")
+    if is_mount_point(path):  # the rename into place fails (EBUSY), after all the work
+        raise BertkitError(f"{path} is a mount point: bertkit writes the file beside it and renames it into place, "
+                           "which a mount point does not allow; write to another path (then copy it there)")
     if os.path.lexists(path) and not overwrite:  # a symlink to nowhere is the user's too
         raise BertkitError(f"{path} already exists; pass {flag} to replace it, or choose another output file")
     real = Path(os.path.realpath(path.parent)) / path.name

@@ -46,6 +46,8 @@ from bertkit.outputs import (
     atomic_write_json,
     atomic_write_text,
     fsync_dir,
+    is_mount_point,
+    read_only_mount,
     regular_stat,
     remove_dead_temporaries_under,
     staging_of,
@@ -274,16 +276,19 @@ class Stage:
             if dir_lock.writing_here(held):
                 raise BertkitError(f"{target} is the output directory of this process's `bertkit "
                                    f"{dir_lock.holder_command(held)}` run already; choose another output directory")
-        if os.path.ismount(target):
+        if is_mount_point(target):
             raise BertkitError(f"{target} is a mount point: bertkit writes a directory beside its name and renames it "
                                f"into place, which a mount point does not allow; write into a directory inside it "
                                f"(e.g. {target / 'out'})")
         if (blocked := _read_only_dir(target)) is not None:
-            # a directory its owner made read-only is kept as such: a write into it in place would fail
-            inside = "" if blocked == target else f" ({blocked} in it is read-only: the old directory is removed)"
-            raise WriteError(errno.EACCES, f"cannot write {target}{inside}: {os.strerror(errno.EACCES)}; choose a "
-                                           "directory you can write to (nothing was replaced: what was there before "
-                                           "is intact)")
+            # a directory its owner made read-only is kept as such: a write into it in place would fail. On a file
+            # system mounted read-only the cause is the mount, not a permission ("Permission denied" sent a user to
+            # chmod a directory root could not write either)
+            code = errno.EROFS if read_only_mount(blocked) else errno.EACCES
+            inside = ("" if blocked == target
+                      else f" ({blocked} in it is read-only, and a write replaces the whole directory)")
+            raise WriteError(code, f"cannot write {target}{inside}: {os.strerror(code)}; choose a directory you can "
+                                   "write to (nothing was replaced: what was there before is intact)")
         parent = target.parent.absolute()
         parents = tuple(itertools.takewhile(lambda d: not os.path.lexists(d), (parent, *parent.parents)))
         with writing(target):
@@ -539,7 +544,7 @@ def staged(target: str | os.PathLike, what: str = "save", *, manifest: bool = Fa
     make_route(target, "a save")
     target = target_of(target)
     refuse_non_directory(target, "a save")
-    if not manifest and (staging_of(target) is not None or os.path.ismount(target)):
+    if not manifest and (staging_of(target) is not None or is_mount_point(target)):
         with writing(target):
             target.mkdir(parents=True, exist_ok=True)
         yield target

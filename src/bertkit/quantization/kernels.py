@@ -99,9 +99,9 @@ class _Compiled:
                 or torch.jit.is_tracing() or torch.compiler.is_compiling()):
             self.eager_activations += x.numel()
             return self.fn(x, *args)
-        if self.compiled is None:
-            self.compiled = torch.compile(self.fn, dynamic=True)
         try:
+            if self.compiled is None:  # inside the try: torch.compile itself makes the Inductor cache directory
+                self.compiled = torch.compile(self.fn, dynamic=True)  # (a read-only one ended `serve --int8`)
             result = self.compiled(x, *args)
         except Exception as e:  # noqa: BLE001 - compiling failed, unless the eager call fails the same way
             result = self.fn(x, *args)  # an error of the input itself raises here

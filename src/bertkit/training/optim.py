@@ -14,6 +14,7 @@ from torch.optim import Optimizer
 from torch.optim.lr_scheduler import LambdaLR
 
 from bertkit.errors import BertkitError
+from bertkit.model_checks import require_inductor_cache
 from bertkit.settings import TrainingSettings
 
 # google-research/bert's optimiser settings: the defaults of a direct call (commands pass their settings').
@@ -114,6 +115,7 @@ def build_optimizer(model: nn.Module, lr: float, weight_decay: float = WEIGHT_DE
     # The fused kernel updates every tensor in one pass (CPU and CUDA); on CPU the default per-tensor
     # loop spends more time in the update of BERT's 23M-entry embedding tables than in some layers.
     groups = groups if groups is not None else parameter_groups(model, weight_decay)
+    require_inductor_cache()  # torch's optimizer makes it on first use: a clear error rather than torch's OSError
     return torch.optim.AdamW(groups, lr=lr, betas=betas, eps=eps, fused=_fused_ok(model))
 
 
