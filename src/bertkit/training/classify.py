@@ -61,24 +61,25 @@ _ROWS_PER_CLASS_WARNING = 2.0
 _BOOLEANS = frozenset({"true", "false"})
 
 
-def _refuse_two_spellings(train: Sequence[glue.GlueExample], integral: bool, where: str | Path) -> None:
-    """Two labels that are one number (``1`` and ``1.0``, in a column of whole numbers) or one boolean (``True``
-    and ``TRUE``) written two ways are refused: as text they would be two classes, where pandas reads one."""
+def _refuse_two_spellings(train: Sequence[glue.GlueExample], numeric: bool, where: str | Path) -> None:
+    """Two labels that are one number (``1`` and ``1.0``; ``0.5`` and ``.50``, in a column of numbers) or one boolean
+    (``True`` and ``TRUE``) written two ways are refused: as text they would be two classes, where pandas reads
+    one."""
     first_spelling: dict[Any, glue.GlueExample] = {}
     for e in train:
-        value = Decimal(e.label) if integral else e.label.lower() if e.label.lower() in _BOOLEANS else None
+        value = Decimal(e.label) if numeric else e.label.lower() if e.label.lower() in _BOOLEANS else None
         if value is None:
             continue
         other = first_spelling.setdefault(value, e)
         if other.label != e.label:
             raise BertkitError(f"{where}: labels {other.label!r} (line {other.line}) and {e.label!r} (line {e.line}) "
-                               f"are the same {'number' if integral else 'boolean'} written two ways, so they would be "
+                               f"are the same {'number' if numeric else 'boolean'} written two ways, so they would be "
                                "two classes; write each class one way")
 
 
 def classify_task(train: Sequence[glue.GlueExample], problem_type: str, name: str, pairs: bool,
                   source: str | Path | None = None) -> glue.GlueTask:
-    """The task the labels describe: class names (sorted, numerically when they are all integers) or regression.
+    """The task the labels describe: class names (sorted, numerically when they are all numbers) or regression.
     A numeric label column holding a NaN, an infinity or a missing value (``NA``, ``null``) is refused (it would
     become a class), as are two spellings of one class number (``1`` and ``1.0``) or boolean (``True`` and ``TRUE``);
     ``source`` names where."""
@@ -108,10 +109,11 @@ def classify_task(train: Sequence[glue.GlueExample], problem_type: str, name: st
         if len(distinct) < 2:
             raise BertkitError(f"the training labels hold only {sorted(distinct)}: classification needs at least "
                                "two classes (pass --problem-type regression for a numeric score)")
-        integral = numeric and all(v == int(v) for v in values)
-        _refuse_two_spellings(train, integral, source or name)
-        # Decimal, not float: integers past 2**53 (ids as classes) are distinct numbers, as pandas reads them
-        names = tuple(sorted(distinct, key=Decimal if integral else None))
+        # A column of numbers (whole, or with fractions under --problem-type classification: half-star ratings) holds
+        # classes that are values, as pandas reads them: 1 and 1.0 one class, in numeric order (0.5, 2.5, 10.5), not
+        # as text. Decimal, not float: integers past 2**53 (ids as classes) are distinct numbers, as pandas reads them
+        _refuse_two_spellings(train, numeric, source or name)
+        names = tuple(sorted(distinct, key=Decimal if numeric else None))
         if len(names) > 2 and len(labels) / len(names) < _ROWS_PER_CLASS_WARNING:
             fix = ("the labels are numbers: if they are a score, pass --problem-type regression" if numeric else
                    "check that --label-column names the label column (not a text column)")
