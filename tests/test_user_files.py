@@ -441,6 +441,19 @@ def test_fractional_classes_are_values_in_numeric_order_and_one_written_two_ways
         classify_task(_examples(["0.5", "2", ".50"]), "classification", "x", pairs=False)
 
 
+def test_a_class_spelled_as_pandas_missing_value_is_kept_with_a_warning_naming_its_line(caplog):
+    """R's write.csv writes a missing label NA, which run_glue.py's reader reads as missing (and then cannot sort
+    among the names); bertkit keeps the class (a None category may be meant) but says so. Was: silent."""
+    with caplog.at_level("WARNING", logger="bertkit"):
+        task = classify_task(_examples(["pos", "NA", "neg", "NA"]), "auto", "x", pairs=False, source="r.csv")
+    assert task.labels == ("NA", "neg", "pos")
+    assert "r.csv:3: the class 'NA' (2 training rows) is how spreadsheets and pandas write a missing label" in caplog.text
+    caplog.clear()
+    with caplog.at_level("WARNING", logger="bertkit"):
+        classify_task(_examples(["pos", "none", "neg"]), "auto", "x", pairs=False)  # lower case: a name to pandas
+    assert "missing" not in caplog.text
+
+
 def test_finetune_classify_scores_macro_f1_beside_accuracy_for_more_than_two_classes():
     three = classify_task(_examples(["neg", "neutral", "pos", "neutral"]), "auto", "reviews", pairs=False)
     assert three.labels == ("neg", "neutral", "pos")

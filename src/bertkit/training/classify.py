@@ -52,6 +52,12 @@ def _is_number(text: str) -> bool:
 # How spreadsheets and pandas (read_csv's na_values) write a missing value, lower-cased; "nan" parses as a number.
 _MISSING = frozenset({"na", "n/a", "#n/a", "<na>", "null", "none"})
 
+# pandas' read_csv na_values as written (case matters: "None" is missing to pandas, "none" a name): among class names
+# such a label is most likely an exported missing value (R's write.csv writes NA), which run_glue.py's reader reads as
+# missing, and cannot sort among the names.
+_PANDAS_MISSING = frozenset({"#N/A", "#N/A N/A", "#NA", "-1.#IND", "-1.#QNAN", "-NaN", "-nan", "1.#IND", "1.#QNAN",
+                             "<NA>", "N/A", "NA", "NULL", "NaN", "None", "n/a", "nan", "null"})
+
 # A classification whose training rows average fewer than this many per class is almost surely a mistake:
 # a numeric score read as class names, or the wrong column taken as the label.
 _ROWS_PER_CLASS_WARNING = 2.0
@@ -114,6 +120,11 @@ def classify_task(train: Sequence[glue.GlueExample], problem_type: str, name: st
         # as text. Decimal, not float: integers past 2**53 (ids as classes) are distinct numbers, as pandas reads them
         _refuse_two_spellings(train, numeric, source or name)
         names = tuple(sorted(distinct, key=Decimal if numeric else None))
+        missing = [e for e in train if e.label in _PANDAS_MISSING]
+        if missing and not numeric:  # a class still (a "None" category may be meant), but said
+            logger.warning("%s:%d: the class %r (%d training rows) is how spreadsheets and pandas write a missing "
+                           "label (run_glue.py's reader reads it as one); if those rows have no label, remove them, "
+                           "else ignore this", source or name, missing[0].line, missing[0].label, len(missing))
         if len(names) > 2 and len(labels) / len(names) < _ROWS_PER_CLASS_WARNING:
             fix = ("the labels are numbers: if they are a score, pass --problem-type regression" if numeric else
                    "check that --label-column names the label column (not a text column)")
