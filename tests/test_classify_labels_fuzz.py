@@ -83,3 +83,43 @@ def test_random_label_columns_give_pandas_classes_one_for_one_or_an_error(tmp_pa
             whole = all(float(e.label).is_integer() for e in rows) if regression else True
             assert problem_type == "classification" or whole, (values, task.labels)
             _one_for_one(task.labels, [e.label for e in rows], values)
+
+
+@pytest.mark.parametrize(
+    "train, dev, message",
+    [
+        (
+            ["1", "2", "5", "1"],
+            ["2", "5.0"],
+            r"label '5\.0' never occurs in .*train\.csv \(its labels: 1, 2, 5\); it is "
+            r"the class '5' written another way \(as pandas reads both\): write it '5'",
+        ),
+        (["True", "False"], ["TRUE"], r"label 'TRUE' never .*: write it 'True'"),
+        (
+            ["pos", "neg"],
+            ["pos", "maybe"],
+            r"dev\.csv:3: label 'maybe' never occurs .*; add training rows of it to ",
+        ),
+    ],
+)
+def test_a_validation_label_outside_the_training_classes_names_the_fix(
+    tmp_path, minilm_dir, train, dev, message
+):
+    """run_glue.py maps a validation 5.0 to the training class 5 (pandas reads both as one number) and fails with a
+    KeyError on a class it never saw. Was: both refused as 'never occurs in train.csv', with no fix."""
+    from bertkit.training import classify
+
+    for name, rows in (("train.csv", train), ("dev.csv", dev)):
+        (tmp_path / name).write_text(
+            "text,label\n" + "".join(f"good film,{x}\n" for x in rows), encoding="utf-8"
+        )
+    with pytest.raises(BertkitError, match=message):
+        classify.finetune_classify(
+            ClassifySettings(
+                model_name_or_path=minilm_dir,
+                output_dir=tmp_path / "out",
+                train_file=tmp_path / "train.csv",
+                validation_file=tmp_path / "dev.csv",
+            )
+        )
+    assert not (tmp_path / "out").exists()

@@ -83,6 +83,17 @@ def _refuse_two_spellings(train: Sequence[glue.GlueExample], numeric: bool, wher
                                "two classes; write each class one way")
 
 
+def _same_class(label: str, names: Sequence[str]) -> str | None:
+    """The class among ``names`` that ``label`` spells another way: one number (``1.0`` for ``1``) or one boolean
+    (``TRUE`` for ``True``); None when there is none."""
+    for name in names:
+        if label.lower() in _BOOLEANS and label.lower() == name.lower():
+            return name
+        if _is_number(label) and _is_number(name) and Decimal(label) == Decimal(name):
+            return name
+    return None
+
+
 def classify_task(train: Sequence[glue.GlueExample], problem_type: str, name: str, pairs: bool,
                   source: str | Path | None = None) -> glue.GlueTask:
     """The task the labels describe: class names (sorted, numerically when they are all numbers) or regression.
@@ -152,8 +163,13 @@ def finetune_classify(s: ClassifySettings) -> dict[str, Any]:
     if task.labels is not None:
         unknown = [e for e in dev_examples if e.label not in task.labels]
         if unknown:
-            raise BertkitError(f"{s.validation_file}:{unknown[0].line}: label {unknown[0].label!r} never occurs in "
-                               f"{s.train_file} (its labels: {', '.join(task.labels)})")
+            label = unknown[0].label
+            same = _same_class(label, task.labels)
+            fix = (f"it is the class {same!r} written another way (as pandas reads both): write it {same!r}"
+                   if same is not None else f"add training rows of it to {s.train_file}, or remove the validation "
+                   "rows of a class the model cannot predict")
+            raise BertkitError(f"{s.validation_file}:{unknown[0].line}: label {label!r} never occurs in "
+                               f"{s.train_file} (its labels: {', '.join(task.labels)}); {fix}")
     else:
         bad = next((e for e in dev_examples if not _is_number(e.label)), None)
         if bad is not None:
