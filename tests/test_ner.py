@@ -316,3 +316,22 @@ def test_real_valid_set_round_trip(tok, conll_dir):
     words_tags = ner.align_predictions(feats, preds, LABELS)
     assert words_tags == [list(s.tags) for s in data]
     assert ner.conlleval([list(s.tags) for s in data], words_tags)["f1"] == 100.0
+
+
+def test_a_training_file_without_an_entity_is_refused_not_trained_as_a_one_label_tagger(tmp_path, tiny_checkpoint):
+    """Every tag O: transformers' run_ner.py trains a tagger of the one label O, whose loss is 0 at every step."""
+    from bertkit.errors import BertkitError
+    from bertkit.settings import NerSettings
+    from bertkit.training.token_tasks import finetune_ner
+
+    tiny_checkpoint(tmp_path / "model", tokenizer=["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "the", "said", "paris"])
+    (tmp_path / "conll").mkdir()
+    for split in ("train", "valid", "test"):
+        (tmp_path / "conll" / f"{split}.txt").write_text("the X X O\nsaid X X O\n\nparis X X O\n")
+    settings = NerSettings(model_name_or_path=tmp_path / "model", output_dir=tmp_path / "out",
+                           data_dir=tmp_path / "conll", max_steps=1, batch_size=2, progress=False, device="cpu")
+    with pytest.raises(BertkitError, match=r"conll/train\.txt: every tag of its 2 sentences is O.*last column"):
+        finetune_ner(settings)
+    assert not (tmp_path / "out").exists()
+    # a set without entities still has a label list (extracting its activations needs one)
+    assert ner.label_list(ner.read_conll(tmp_path / "conll" / "train.txt")) == ["O"]

@@ -429,6 +429,31 @@ def test_integer_labels_past_two_to_the_53_are_distinct_classes_in_numeric_order
         classify_task(_examples(["1", "1.0", "0"]), "auto", "x", pairs=False)
 
 
+def test_fractional_classes_are_values_in_numeric_order_and_one_written_two_ways_is_refused():
+    """--problem-type classification on half-star ratings: pandas (run_glue.py's reader) reads 1 and 1.0 as one
+    value and sorts 10.5 after 2. Was: '1' and '1.0' two classes of five, and the ids in text order (10.5 before 2)."""
+    stars = ["0.5", "1", "1.5", "10.5", "2", "0.5", "1", "2"]
+    assert classify_task(_examples(stars), "classification", "x", pairs=False).labels == ("0.5", "1", "1.5", "2",
+                                                                                         "10.5")
+    with pytest.raises(BertkitError, match=r"labels '1' \(line 3\) and '1\.0' \(line 5\) are the same number"):
+        classify_task(_examples(["0.5", "1", "1.5", "1.0"]), "classification", "x", pairs=False)
+    with pytest.raises(BertkitError, match=r"labels '0\.5' \(line 2\) and '\.50' \(line 4\) are the same number"):
+        classify_task(_examples(["0.5", "2", ".50"]), "classification", "x", pairs=False)
+
+
+def test_a_class_spelled_as_pandas_missing_value_is_kept_with_a_warning_naming_its_line(caplog):
+    """R's write.csv writes a missing label NA, which run_glue.py's reader reads as missing (and then cannot sort
+    among the names); bertkit keeps the class (a None category may be meant) but says so. Was: silent."""
+    with caplog.at_level("WARNING", logger="bertkit"):
+        task = classify_task(_examples(["pos", "NA", "neg", "NA"]), "auto", "x", pairs=False, source="r.csv")
+    assert task.labels == ("NA", "neg", "pos")
+    assert "r.csv:3: the class 'NA' (2 training rows) is how spreadsheets and pandas write a missing label" in caplog.text
+    caplog.clear()
+    with caplog.at_level("WARNING", logger="bertkit"):
+        classify_task(_examples(["pos", "none", "neg"]), "auto", "x", pairs=False)  # lower case: a name to pandas
+    assert "missing" not in caplog.text
+
+
 def test_finetune_classify_scores_macro_f1_beside_accuracy_for_more_than_two_classes():
     three = classify_task(_examples(["neg", "neutral", "pos", "neutral"]), "auto", "reviews", pairs=False)
     assert three.labels == ("neg", "neutral", "pos")

@@ -132,6 +132,18 @@ def label_list(sentences: Sequence[NerSentence]) -> list[str]:
     return ["O", *(f"{p}-{t}" for t in types for p in ("B", "I"))]
 
 
+def training_labels(sentences: Sequence[NerSentence], path: str | os.PathLike) -> list[str]:
+    """``label_list`` of the training file ``path``, refused when it holds no entity: a tagger whose one label is "O"
+    scores it with probability 1, so its loss is 0 at every step and it learns nothing (a file whose last column is
+    not its tags, or whose tags were all lost in an export)."""
+    labels = label_list(sentences)
+    if len(labels) < 2:
+        raise BertkitError(f"{path}: every tag of its {len(sentences)} sentences is O, so there is no entity type to "
+                           "learn (a tagger of the one label O has a loss of 0 at every step); the tag is read from "
+                           "each line's last column: check that it holds the NER tags (B-PER, I-LOC, ...)")
+    return labels
+
+
 def featurize_ner(
     sentences: Sequence[NerSentence], tokenizer: Any, labels: Sequence[str], max_seq_length: int = 128
 ) -> list[dict[str, Any]]:

@@ -52,6 +52,12 @@ def _is_number(text: str) -> bool:
 # How spreadsheets and pandas (read_csv's na_values) write a missing value, lower-cased; "nan" parses as a number.
 _MISSING = frozenset({"na", "n/a", "#n/a", "<na>", "null", "none"})
 
+# pandas' read_csv na_values as written (case matters: "None" is missing to pandas, "none" a name): among class names
+# such a label is most likely an exported missing value (R's write.csv writes NA), which run_glue.py's reader reads as
+# missing, and cannot sort among the names.
+_PANDAS_MISSING = frozenset({"#N/A", "#N/A N/A", "#NA", "-1.#IND", "-1.#QNAN", "-NaN", "-nan", "1.#IND", "1.#QNAN",
+                             "<NA>", "N/A", "NA", "NULL", "NaN", "None", "n/a", "nan", "null"})
+
 # A classification whose training rows average fewer than this many per class is almost surely a mistake:
 # a numeric score read as class names, or the wrong column taken as the label.
 _ROWS_PER_CLASS_WARNING = 2.0
@@ -61,24 +67,36 @@ _ROWS_PER_CLASS_WARNING = 2.0
 _BOOLEANS = frozenset({"true", "false"})
 
 
-def _refuse_two_spellings(train: Sequence[glue.GlueExample], integral: bool, where: str | Path) -> None:
-    """Two labels that are one number (``1`` and ``1.0``, in a column of whole numbers) or one boolean (``True``
-    and ``TRUE``) written two ways are refused: as text they would be two classes, where pandas reads one."""
+def _refuse_two_spellings(train: Sequence[glue.GlueExample], numeric: bool, where: str | Path) -> None:
+    """Two labels that are one number (``1`` and ``1.0``; ``0.5`` and ``.50``, in a column of numbers) or one boolean
+    (``True`` and ``TRUE``) written two ways are refused: as text they would be two classes, where pandas reads
+    one."""
     first_spelling: dict[Any, glue.GlueExample] = {}
     for e in train:
-        value = Decimal(e.label) if integral else e.label.lower() if e.label.lower() in _BOOLEANS else None
+        value = Decimal(e.label) if numeric else e.label.lower() if e.label.lower() in _BOOLEANS else None
         if value is None:
             continue
         other = first_spelling.setdefault(value, e)
         if other.label != e.label:
             raise BertkitError(f"{where}: labels {other.label!r} (line {other.line}) and {e.label!r} (line {e.line}) "
-                               f"are the same {'number' if integral else 'boolean'} written two ways, so they would be "
+                               f"are the same {'number' if numeric else 'boolean'} written two ways, so they would be "
                                "two classes; write each class one way")
+
+
+def _same_class(label: str, names: Sequence[str]) -> str | None:
+    """The class among ``names`` that ``label`` spells another way: one number (``1.0`` for ``1``) or one boolean
+    (``TRUE`` for ``True``); None when there is none."""
+    for name in names:
+        if label.lower() in _BOOLEANS and label.lower() == name.lower():
+            return name
+        if _is_number(label) and _is_number(name) and Decimal(label) == Decimal(name):
+            return name
+    return None
 
 
 def classify_task(train: Sequence[glue.GlueExample], problem_type: str, name: str, pairs: bool,
                   source: str | Path | None = None) -> glue.GlueTask:
-    """The task the labels describe: class names (sorted, numerically when they are all integers) or regression.
+    """The task the labels describe: class names (sorted, numerically when they are all numbers) or regression.
     A numeric label column holding a NaN, an infinity or a missing value (``NA``, ``null``) is refused (it would
     become a class), as are two spellings of one class number (``1`` and ``1.0``) or boolean (``True`` and ``TRUE``);
     ``source`` names where."""
@@ -108,10 +126,16 @@ def classify_task(train: Sequence[glue.GlueExample], problem_type: str, name: st
         if len(distinct) < 2:
             raise BertkitError(f"the training labels hold only {sorted(distinct)}: classification needs at least "
                                "two classes (pass --problem-type regression for a numeric score)")
-        integral = numeric and all(v == int(v) for v in values)
-        _refuse_two_spellings(train, integral, source or name)
-        # Decimal, not float: integers past 2**53 (ids as classes) are distinct numbers, as pandas reads them
-        names = tuple(sorted(distinct, key=Decimal if integral else None))
+        # A column of numbers (whole, or with fractions under --problem-type classification: half-star ratings) holds
+        # classes that are values, as pandas reads them: 1 and 1.0 one class, in numeric order (0.5, 2.5, 10.5), not
+        # as text. Decimal, not float: integers past 2**53 (ids as classes) are distinct numbers, as pandas reads them
+        _refuse_two_spellings(train, numeric, source or name)
+        names = tuple(sorted(distinct, key=Decimal if numeric else None))
+        missing = [e for e in train if e.label in _PANDAS_MISSING]
+        if missing and not numeric:  # a class still (a "None" category may be meant), but said
+            logger.warning("%s:%d: the class %r (%d training rows) is how spreadsheets and pandas write a missing "
+                           "label (run_glue.py's reader reads it as one); if those rows have no label, remove them, "
+                           "else ignore this", source or name, missing[0].line, missing[0].label, len(missing))
         if len(names) > 2 and len(labels) / len(names) < _ROWS_PER_CLASS_WARNING:
             fix = ("the labels are numbers: if they are a score, pass --problem-type regression" if numeric else
                    "check that --label-column names the label column (not a text column)")
@@ -139,8 +163,13 @@ def finetune_classify(s: ClassifySettings) -> dict[str, Any]:
     if task.labels is not None:
         unknown = [e for e in dev_examples if e.label not in task.labels]
         if unknown:
-            raise BertkitError(f"{s.validation_file}:{unknown[0].line}: label {unknown[0].label!r} never occurs in "
-                               f"{s.train_file} (its labels: {', '.join(task.labels)})")
+            label = unknown[0].label
+            same = _same_class(label, task.labels)
+            fix = (f"it is the class {same!r} written another way (as pandas reads both): write it {same!r}"
+                   if same is not None else f"add training rows of it to {s.train_file}, or remove the validation "
+                   "rows of a class the model cannot predict")
+            raise BertkitError(f"{s.validation_file}:{unknown[0].line}: label {label!r} never occurs in "
+                               f"{s.train_file} (its labels: {', '.join(task.labels)}); {fix}")
     else:
         bad = next((e for e in dev_examples if not _is_number(e.label)), None)
         if bad is not None:

@@ -271,7 +271,7 @@ def feature_study(s: StudySettings) -> dict[str, Any]:
         train_all, dev = ([dataclasses.replace(x, words=tuple(map(tokenizer.lowercase, x.words))) for x in split]
                           for split in (train_all, dev))
     train = first(train_all, s.max_train_samples)
-    labels = ner.label_list(train_all)
+    labels = ner.training_labels(train_all, s.data_dir / "train.txt")
     label_id = {t: i for i, t in enumerate(labels)}
     (s.output_dir / "activations").mkdir(parents=True, exist_ok=True)
     t0 = time.perf_counter()

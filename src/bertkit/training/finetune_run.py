@@ -20,6 +20,7 @@ from bertkit.training.batch_plan import BatchPlan, steps_for_epochs, steps_per_e
 from bertkit.training.distributed import current
 from bertkit.training.loop import Phase, TrainResult, train
 from bertkit.training.plot import plot_metrics
+from bertkit.training.trainer_data import data_fingerprint
 
 logger = logging.getLogger("bertkit")
 S = TypeVar("S", bound=FinetuneSettings)
@@ -56,7 +57,7 @@ def run_finetuning(model: nn.Module, features: Sequence[dict], collate: Callable
                    fingerprint: dict, resume: bool = False) -> Fit:
     """One fine-tuning run on featurised examples (``s.batch_size`` is the global batch). Its checkpoints stay until
     the caller has written what it keeps (the model, the report) and calls ``remove_checkpoints``; ``resume``
-    continues a killed run of the same settings."""
+    continues a killed run of the same settings and data."""
     if s.batch_size is None or s.num_train_epochs is None or s.learning_rate is None:
         raise BertkitError("run_finetuning needs batch_size, num_train_epochs and learning_rate resolved, got "
                            f"{s.batch_size}, {s.num_train_epochs}, {s.learning_rate}")
@@ -64,6 +65,12 @@ def run_finetuning(model: nn.Module, features: Sequence[dict], collate: Callable
     micro = micro_batch_size(s.batch_size, info.world_size, s.gradient_accumulation_steps)
     plan = BatchPlan(features, micro, collate, shuffle=True, seed=s.seed, rank=info.rank, world_size=info.world_size)
     steps = s.max_steps if s.max_steps > 0 else steps_for_epochs(plan, s.num_train_epochs, s.gradient_accumulation_steps)
+    # The training file read again on --resume may have changed since the kill: a class renamed or added moves the
+    # ids (the checkpoint's head would carry on under other label names), rows added or removed change the epochs.
+    # The features (their label ids) and the label names are the run's, as the Trainer's fingerprint holds its data.
+    id2label = getattr(getattr(model, "config", None), "id2label", None) or {}
+    fingerprint = {**fingerprint, "train_data": data_fingerprint(features),
+                   **({"labels": [id2label[i] for i in sorted(id2label)]} if id2label else {})}
     t0 = time.perf_counter()
     result = train(model, [Phase(plan, steps)], s, evaluate=evaluate, fingerprint=fingerprint, resume=resume)
     seconds = time.perf_counter() - t0

@@ -145,7 +145,8 @@ def finetune_ner(s: NerSettings) -> dict[str, Any]:
     n_dev = len(data["dev"])
     data["dev"] = first(data["dev"], s.max_eval_samples)
     train_sentences = first(data["train"], s.max_train_samples)
-    labels = ner.label_list(data["train"])  # from all of train, so a subset run keeps the same head
+    # from all of train, so a subset run keeps the same head
+    labels = ner.training_labels(data["train"], s.data_dir / NER_SPLITS["train"])
     tagged = BertConfig.from_pretrained(s.model_name_or_path).id2label
     if sorted(tagged.values()) == sorted(labels):  # a tagger of these labels (run_ner.py's order, say):
         labels = [tagged[i] for i in range(len(tagged))]  # each row of its head keeps its tag, as in run_ner.py

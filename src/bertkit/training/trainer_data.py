@@ -240,8 +240,9 @@ def data_fingerprint(examples: Sequence) -> str:
                 digest.update(pickle.dumps([(k, _hashable(v)) for k, v in zip(names, values)], protocol=4))
         return digest.hexdigest()
     for i in range(len(examples)):
-        row = examples[i]
-        digest.update(pickle.dumps([(k, _hashable(row[k])) for k in sorted(row)], protocol=4))
+        row = examples[i]  # a dict of columns; or a value, such as the index of a row held elsewhere
+        items = [(k, _hashable(row[k])) for k in sorted(row)] if isinstance(row, Mapping) else _hashable(row)
+        digest.update(pickle.dumps(items, protocol=4))
     return digest.hexdigest()
 
 
