@@ -119,13 +119,14 @@ def test_rounding_rows_change_no_output_or_gradient(grouped, monkeypatch):
 
 
 @pytest.fixture(scope="module")
-def minilm_batches(minilm_dir, data_dir):
-    """MiniLM and 200 SST-2 dev sentences in batches of 8, in file order."""
+def minilm_batches(minilm_2_layers, data_dir):
+    """MiniLM (its first 2 layers: rounding does not depend on depth) and 200 SST-2 dev sentences in batches of 8,
+    in file order."""
     with open(data_dir / "glue/SST-2/dev.tsv", encoding="utf-8") as f:
         texts = [r["sentence"] for r in csv.DictReader(f, delimiter="\t", quoting=csv.QUOTE_NONE)][:200]
-    tok = BertTokenizer.from_pretrained(minilm_dir)
+    tok = BertTokenizer.from_pretrained(minilm_2_layers)
     batches = [tok(texts[i:i + 8], padding=True, return_tensors="pt") for i in range(0, len(texts), 8)]
-    return BertModel.from_pretrained(minilm_dir).eval(), batches
+    return BertModel.from_pretrained(minilm_2_layers).eval(), batches
 
 
 def _encode_all(model, batches, bf16: bool = False):

@@ -389,6 +389,7 @@ def test_a_calibration_file_is_one_sentence_per_line_not_split_at_page_breaks(tm
                                            "next\x85line"]
 
 
+@pytest.mark.slow  # 200 sentences through MiniLM twice; make test checks int8 labels through predict glue --int8
 def test_classifier_argmax_agrees(minilm_dir, calibration, tok, sst2_sentences):
     torch.manual_seed(0)
     model = BertForSequenceClassification.from_pretrained(minilm_dir, num_labels=3).eval()
