@@ -22,6 +22,7 @@ from bertkit.hub import download_hint, not_a_directory
 from bertkit.inference.options import Option, checked_flag, refusal
 from bertkit.inference.prepare import ModelState, check_request, int8_model_request, prepare_model
 from bertkit.inference.runner import readable, run_length_sorted
+from bertkit.modeling import has_hooks
 from bertkit.padding import pad_batch
 from bertkit.quantization import is_int8_checkpoint, load_for_inference, read_calibration_file, require_head
 from bertkit.sentence.directory import declared_max_seq_length
@@ -125,7 +126,7 @@ class Pipeline:
         self._prepare = functools.partial(prepare_model, device=device, bf16=bf16, quantize=quantize,
                                           calibration_texts=calibration_texts, tokenizer=tokenizer,
                                           max_length=max_length)
-        self.model, self.precision = self._prepare(model, in_place=in_place)
+        self.model, self.precision = self._prepared(model, in_place)
         # a model the caller keeps is watched: changed after this (weights, layers, head, hooks, dtype), it is
         # prepared again at the next call, so the pipeline answers with the model as it is, as transformers' does
         self._made_from = None if in_place else ModelState(model)
@@ -285,8 +286,20 @@ class Pipeline:
     def remake(self, model: nn.Module) -> None:
         """What ``refresh`` does with the changed ``model``: its copy prepared as the first was (subclasses that
         derive more from it derive that again)."""
-        self.model, self.precision = self._prepare(model)
+        self.model, self.precision = self._prepared(model, False)
         self.device, self.quantize = self.precision.device, self.precision.quantize
+
+    def _prepared(self, model: nn.Module, in_place: bool) -> tuple[nn.Module, Any]:
+        """(what the pipeline runs, its precision): the copy of ``model`` prepared for inference, or on the CPU without
+        bf16 or int8 ``model`` itself where one of its modules has a hook of the caller's own (``register_forward_hook``,
+        as code capturing a layer's activations registers): the copy calls such a hook with its own module, so a
+        hook keyed by module (``module is layer``) captured nothing, where transformers' pipeline, which runs the
+        model itself, calls it with the module it was registered on (``encode`` decides alike). Run so, the model is
+        in eval mode during each call and back in its own mode after (``run_rows``)."""
+        prepared, precision = self._prepare(model, in_place=in_place)
+        self._runs_given = (not in_place and precision.device.type == "cpu" and not precision.bf16
+                            and precision.quantize is None and any(has_hooks(m) for m in model.modules()))
+        return (model if self._runs_given else prepared), precision
 
     def run(self, inputs: Sequence[Any], **options: Any) -> list[Any]:
         """Results for ``inputs``, in their order. All rows of all inputs are batched together by length."""
@@ -347,6 +360,7 @@ class Pipeline:
         results = run_length_sorted(self.forward, rows, batch_size=self.batch_size, device=self.device,
                                     pad=lambda batch: pad_batch(batch, pad_values, attention_mask=True),
                                     bf16=self.bf16, lengths=[_row_length(r) for r in rows],
+                                    model=self.model if self._runs_given else None,  # eval mode during the call
                                     longest_first=True, groups=[_group(r) for r in rows], bar=bar,
                                     nonfinite=lambda i: f"the model's output for {self.task} row {i} is not finite "
                                     f"(NaN or inf), so no result was produced: {nonfinite_cause(self.model)}")
