@@ -20,9 +20,14 @@ from bertkit.config import refuse_other_network
 from bertkit.errors import BertkitError, MissingFileError, NonFiniteError, is_whole, nonfinite_cause
 from bertkit.hub import download_hint, not_a_directory
 from bertkit.inference.options import Option, checked_flag, refusal
-from bertkit.inference.prepare import ModelState, check_request, int8_model_request, prepare_model
+from bertkit.inference.prepare import (
+    ModelState,
+    check_request,
+    has_own_hooks,
+    int8_model_request,
+    prepare_model,
+)
 from bertkit.inference.runner import readable, run_length_sorted
-from bertkit.modeling import has_hooks
 from bertkit.padding import pad_batch
 from bertkit.quantization import is_int8_checkpoint, load_for_inference, read_calibration_file, require_head
 from bertkit.sentence.directory import declared_max_seq_length
@@ -298,7 +303,7 @@ class Pipeline:
         in eval mode during each call and back in its own mode after (``run_rows``)."""
         prepared, precision = self._prepare(model, in_place=in_place)
         self._runs_given = (not in_place and precision.device.type == "cpu" and not precision.bf16
-                            and precision.quantize is None and any(has_hooks(m) for m in model.modules()))
+                            and precision.quantize is None and has_own_hooks(model))
         return (model if self._runs_given else prepared), precision
 
     def run(self, inputs: Sequence[Any], **options: Any) -> list[Any]:

@@ -369,9 +369,13 @@ def encoder_for_encode(bert: nn.Module) -> nn.Module:
     module, as activation-capturing code keeps) matched none of them, so it captured nothing where
     sentence-transformers' encode captured every batch (or raised a KeyError in the caller's hook). Without a copy
     the encode is the plain model's, 1.24x slower on SQuAD paragraphs."""
-    if any(has_hooks(m) for m in bert.modules()):
-        return bert
-    return for_cpu_inference(bert, bf16=False)
+    return bert if has_own_hooks(bert) else for_cpu_inference(bert, bf16=False)
+
+
+def has_own_hooks(model: nn.Module) -> bool:
+    """Whether a module of ``model`` has a hook of its own, which its inference copy would call with the copy's module
+    (``encoder_for_encode`` and a pipeline run such a model itself)."""
+    return any(has_hooks(m) for m in model.modules())
 
 
 def _prepare_dense(block: nn.Module, dtype: torch.dtype) -> None:

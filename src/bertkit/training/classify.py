@@ -73,7 +73,7 @@ def _refuse_two_spellings(train: Sequence[glue.GlueExample], numeric: bool, wher
     one."""
     first_spelling: dict[Any, glue.GlueExample] = {}
     for e in train:
-        value = Decimal(e.label) if numeric else e.label.lower() if e.label.lower() in _BOOLEANS else None
+        value = _value(e.label, numeric)
         if value is None:
             continue
         other = first_spelling.setdefault(value, e)
@@ -83,15 +83,17 @@ def _refuse_two_spellings(train: Sequence[glue.GlueExample], numeric: bool, wher
                                "two classes; write each class one way")
 
 
+def _value(label: str, numeric: bool) -> Any:
+    """What pandas reads ``label`` as, where two spellings can be one value: a number (``numeric``: ``1`` and
+    ``1.0``) or a boolean (``True`` and ``TRUE``); None for any other label."""
+    return Decimal(label) if numeric else label.lower() if label.lower() in _BOOLEANS else None
+
+
 def _same_class(label: str, names: Sequence[str]) -> str | None:
     """The class among ``names`` that ``label`` spells another way: one number (``1.0`` for ``1``) or one boolean
     (``TRUE`` for ``True``); None when there is none."""
-    for name in names:
-        if label.lower() in _BOOLEANS and label.lower() == name.lower():
-            return name
-        if _is_number(label) and _is_number(name) and Decimal(label) == Decimal(name):
-            return name
-    return None
+    value = _value(label, _is_number(label))
+    return next((n for n in names if value is not None and _value(n, _is_number(n)) == value), None)
 
 
 def classify_task(train: Sequence[glue.GlueExample], problem_type: str, name: str, pairs: bool,
