@@ -409,6 +409,18 @@ def test_a_commands_lock_holds_until_its_process_exits(tmp_path, tiny_checkpoint
     assert main([*args, "--overwrite"]) == 0  # the kernel dropped the lock with its process
 
 
+
+def test_a_lock_held_until_exit_leaves_no_unclosed_file_behind(tmp_path):
+    """Was: the held lock was a file object, reported at exit as "ResourceWarning: unclosed file" under ``-X dev``
+    (and by pytest's unraisable-exception check): a raw descriptor holds it now, closed by the kernel."""
+    code = ("import pathlib, sys; from bertkit import dir_lock; d = pathlib.Path(sys.argv[1]); "
+            "dir_lock.lock(d, 'save'); dir_lock.keep(d); assert dir_lock.holder_command(d) == 'save'")
+    done = subprocess.run([sys.executable, "-X", "dev", "-c", code, str(tmp_path)], capture_output=True, text=True,
+                          timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert "ResourceWarning" not in done.stderr
+    assert (tmp_path / LOCK).read_text().startswith("pid ") and "(bertkit save)" in (tmp_path / LOCK).read_text()
+
 _TORCHRUN_HOLDER = """
 import pathlib, sys, time
 from bertkit.cli import main

@@ -19,14 +19,15 @@ import re
 import stat
 import time
 from pathlib import Path
-from typing import IO
 
 from bertkit.errors import BertkitError
 
 LOCK = ".bertkit-lock"
 STAGING = ".bertkit-staging"
 _LINE = re.compile(r"pid \d+ \(bertkit [^\n]*\)")
-_HELD: dict[str, IO] = {}  # real directory -> the lock this process holds on it (an open descriptor: the flock)
+# real directory -> the lock this process holds on it: a raw descriptor (the flock), not a file object, since it is
+# held until the process exits and a file object left open then is reported as a ResourceWarning
+_HELD: dict[str, int] = {}
 _KEPT: set[str] = set()  # of those, the finished runs' (a command's, held until the process exits)
 
 
@@ -52,32 +53,32 @@ def placed_path(path: Path) -> Path:
     return path.parent / path.name[1:-len(STAGING)] if is_staging(path) else path
 
 
-def lock(directory: Path, command: str) -> IO:
-    """``directory``'s lock, taken without waiting (or the one this process holds); refused naming the holder."""
+def lock(directory: Path, command: str) -> None:
+    """Take ``directory``'s lock without waiting (or keep the one this process holds); refused naming the holder."""
     real = str(directory.resolve())
-    if (f := _HELD.get(real)) is None or f.closed:
+    if (fd := _HELD.get(real)) is None:
         path = directory / LOCK
         st = os.lstat(path) if os.path.lexists(path) else None
         if st is not None and (not stat.S_ISREG(st.st_mode) or st.st_nlink > 1):  # bertkit would write through it
             raise BertkitError(f"{path} is a symbolic link, a hard link or not a regular file: not bertkit's lock, "
                                "so this is not a directory bertkit wrote; choose another output directory")
         fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK, 0o666)
-        f = os.fdopen(fd, "r+", encoding="utf-8", errors="replace")
-        if (holder := _holder(f.fileno(), exclusive=True)) is not None:
-            f.close()
+        if (holder := _holder(fd, exclusive=True)) is not None:
+            os.close(fd)
             raise Held(f"{directory} is in use by {holder}; wait for it to finish or choose another output "
                        "directory", holder) from None
-        if (previous := f.read().strip()) and not _LINE.fullmatch(previous):
-            f.close()
+        if (previous := _line(fd)) and not _LINE.fullmatch(previous):
+            os.close(fd)
             raise BertkitError(f"{path} holds something bertkit did not write ({previous[:40]!r}); bertkit will "
                                "not truncate it: choose another output directory")
-        _HELD[real] = f
+        _HELD[real] = fd
     _KEPT.discard(real)
-    f.seek(0)
-    f.truncate()
-    f.write(f"pid {os.getpid()} (bertkit {command})")
-    f.flush()
-    return f
+    os.ftruncate(fd, 0)
+    os.pwrite(fd, f"pid {os.getpid()} (bertkit {command})".encode(), 0)
+
+
+def _line(fd: int) -> str:
+    return os.pread(fd, 200, 0).decode("utf-8", "replace").strip()
 
 
 def is_lock_line(text: str) -> bool:
@@ -87,14 +88,13 @@ def is_lock_line(text: str) -> bool:
 
 def unlock(directory: Path | str) -> None:
     _KEPT.discard(str(Path(directory).resolve()))
-    if (f := _HELD.pop(str(Path(directory).resolve()), None)) is not None:
-        f.close()  # closing the descriptor drops the flock (the pid it names is a past holder's)
+    if (fd := _HELD.pop(str(Path(directory).resolve()), None)) is not None:
+        os.close(fd)  # closing the descriptor drops the flock (the pid it names is a past holder's)
 
 
 def holds(directory: Path) -> bool:
     """Whether this process holds ``directory``'s lock."""
-    f = _HELD.get(str(directory.resolve()))
-    return f is not None and not f.closed
+    return str(directory.resolve()) in _HELD
 
 
 def keep(directory: Path) -> None:
@@ -106,9 +106,9 @@ def keep(directory: Path) -> None:
 def lock_file_in(directory: Path) -> bool:
     """Whether the lock this process holds on ``directory`` is still the lock file in it: a swap moves a directory's
     content, its lock file with it, away from the name the lock is held by."""
-    f = _HELD.get(str(directory.resolve()))
+    fd = _HELD.get(str(directory.resolve()))
     try:
-        here, held = os.lstat(directory / LOCK), os.fstat(f.fileno()) if f is not None else None
+        here, held = os.lstat(directory / LOCK), os.fstat(fd) if fd is not None else None
     except (OSError, ValueError):
         return False
     return held is not None and (here.st_dev, here.st_ino) == (held.st_dev, held.st_ino)
@@ -121,8 +121,8 @@ def writing_here(directory: Path) -> bool:
 
 def holder_command(directory: Path) -> str:
     """The command this process named when it took ``directory``'s lock ("" if it holds none)."""
-    f = _HELD.get(str(directory.resolve()))
-    line = os.pread(f.fileno(), 200, 0).decode("utf-8", "replace") if f is not None and not f.closed else ""
+    fd = _HELD.get(str(directory.resolve()))
+    line = _line(fd) if fd is not None else ""
     match = re.fullmatch(r"pid \d+ \(bertkit (.*)\)", line)
     return match.group(1) if match else ""
 
@@ -130,9 +130,9 @@ def holder_command(directory: Path) -> str:
 def moved(old: str, new: Path) -> None:
     """The locked directory ``old`` (its resolved path, a staging directory: never kept) was renamed to ``new`` (its
     lock file with it: the flock is the same)."""
-    if (f := _HELD.pop(old, None)) is not None:
+    if (fd := _HELD.pop(old, None)) is not None:
         unlock(new)  # the lock of a directory this one replaced (its file is gone with it)
-        _HELD[str(new.resolve())] = f
+        _HELD[str(new.resolve())] = fd
 
 
 def _holder(fd: int, exclusive: bool) -> str | None:
@@ -162,7 +162,7 @@ def _holder(fd: int, exclusive: bool) -> str | None:
         time.sleep(0.001)
     for _ in range(200):  # the holder writes its line just after taking the lock: an empty file is that instant (a
         # torchrun rank saving beside another read it so, and its save failed with "in use by another process")
-        if line := os.pread(fd, 200, 0).decode("utf-8", "replace").strip():
+        if line := _line(fd):
             return line
         time.sleep(0.001)
     return "another process"
