@@ -199,6 +199,32 @@ def test_a_mask_past_max_length_names_the_file_and_record_and_keeps_the_old_outp
            "tokens" in capsys.readouterr().err
     assert out.read_text(encoding="utf-8") == "earlier\n"
 
+
+def test_half_a_surrogate_pair_in_a_json_line_is_refused_by_line_and_keeps_the_old_output(tmp_path, capsys,
+                                                                                        minilm_2_layers, tiny_checkpoint):
+    # Python's json reads "\\ud83d" alone into the text; the tagger's word "Hel\\ud83dlo" then had no UTF-8 form and
+    # predict ended in a UnicodeEncodeError traceback once the model had run (TEI and bertkit serve refuse it: 400)
+    from bertkit import pipeline
+
+    model = tiny_checkpoint(tmp_path / "ner", "BertForTokenClassification", tokenizer=minilm_2_layers,
+                            labels=["O", "B-PER", "I-PER"])
+    out = tmp_path / "out.jsonl"
+    out.write_text("earlier\n", encoding="utf-8")
+    (tmp_path / "in.jsonl").write_text('{"text": "Paris"}\n{"text": "Hel\\ud83dlo world"}\n', encoding="utf-8")
+    args = ["predict", "token-classification", "--model", str(model), "--input", str(tmp_path / "in.jsonl"),
+            "--output-file", str(out), "--overwrite", "--no-progress"]
+    assert main(args) == 2
+    assert ("in.jsonl:2: not valid JSON (a string holds \\ud83d, half of a UTF-16 surrogate pair without its other "
+            "half (no character); escape both halves of the pair, or write the character itself in UTF-8); write it "
+            "as standard JSON") in capsys.readouterr().err
+    assert out.read_text(encoding="utf-8") == "earlier\n"
+    # both halves escaped are the character: its word indexes the text in code points, as the pipeline's
+    (tmp_path / "in.jsonl").write_text('{"text": "Paris"}\n{"text": "Hel\\ud83d\\ude00lo world"}\n', encoding="utf-8")
+    assert main(args) == 0
+    got = [{k: v for k, v in r.items() if k != "id"} for r in _read(out)]
+    assert got == json.loads(json.dumps(pipeline("token-classification", model)(["Paris", "Hel\U0001f600lo world"])))
+    assert [(w["word"], w["start"], w["end"]) for w in got[1]["words"]] == [("Hel\U0001f600lo", 0, 6), ("world", 7, 12)]
+
 def test_predict_token_classification_takes_the_pipelines_aggregation_strategy(tmp_path, minilm_2_layers,
                                                                                tiny_checkpoint):
     # transformers' aggregation_strategy, which the pipeline and serve take: predict tagged by "first" alone

@@ -14,7 +14,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from bertkit.errors import BertkitError, MissingFileError, NonFiniteError, read_json_object
+from bertkit.errors import (
+    BertkitError,
+    MissingFileError,
+    NonFiniteError,
+    NotStandardJson,
+    read_json_object,
+    standard_json,
+)
 from bertkit.inference.base import refuse_empty_text
 from bertkit.inference.tasks import TASK_LIST, Task, task_named
 from bertkit.tasks.files import MAX_LINE_BYTES, file_format, other_separator, read_records, second_text_fields
@@ -147,10 +154,13 @@ def _field_value(path: Path, line: int, field: str, name: str, value: Any, fmt: 
     list of them (in a CSV or TSV cell, written as a JSON list)."""
     if field == "choices" and fmt != "jsonl" and isinstance(value, str):
         try:
-            value = json.loads(value)  # a CSV cell holding a JSON list
+            value = standard_json(value)  # a CSV cell holding a JSON list, read as a JSON line is
         except json.JSONDecodeError:
             raise BertkitError(f"{path}:{line}: the {name!r} column must hold a JSON list of "
                                f"strings, got {value[:60]!r}") from None
+        except NotStandardJson as e:
+            raise BertkitError(f"{path}:{line}: the {name!r} column's JSON list is not valid JSON ({e}); write it as "
+                               "standard JSON") from None
     ok = (isinstance(value, list) and value and all(isinstance(v, str) for v in value)
           if field == "choices" else isinstance(value, str))
     if not ok:
