@@ -225,6 +225,24 @@ def test_half_a_surrogate_pair_in_a_json_line_is_refused_by_line_and_keeps_the_o
     assert got == json.loads(json.dumps(pipeline("token-classification", model)(["Paris", "Hel\U0001f600lo world"])))
     assert [(w["word"], w["start"], w["end"]) for w in got[1]["words"]] == [("Hel\U0001f600lo", 0, 6), ("world", 7, 12)]
 
+def test_each_record_is_one_line_to_splitlines_whatever_line_breaks_its_text_holds(tmp_path, minilm_2_layers,
+                                                                                   tiny_checkpoint):
+    # a word "x\x85y" (NEL, which the tokenizer drops) and an entity across "and\u2028London" were written raw: valid
+    # JSON, but str.splitlines() (this module's _read, and many a user's reader) cut the record into 3 lines, none JSON
+    from bertkit import pipeline
+
+    model = tiny_checkpoint(tmp_path / "ner", "BertForTokenClassification", tokenizer=minilm_2_layers,
+                            labels=["O", "B-LOC", "I-LOC"])
+    texts = ["Paris x\x85y and\u2028London", "Rome\u2029Milan"]
+    (tmp_path / "in.jsonl").write_text("".join(json.dumps({"text": t}) + "\n" for t in texts), encoding="utf-8")
+    out = tmp_path / "out.jsonl"
+    assert main(["predict", "token-classification", "--model", str(model), "--input", str(tmp_path / "in.jsonl"),
+                 "--output-file", str(out), "--no-progress"]) == 0
+    got = [{k: v for k, v in r.items() if k != "id"} for r in _read(out)]
+    assert got == json.loads(json.dumps(pipeline("token-classification", model)(texts, ignore_labels=["O"])))
+    assert "x\x85y" in [w["word"] for w in got[0]["words"]]
+    assert '"x\\u0085y"' in out.read_text(encoding="utf-8")  # escaped; every other character as written
+
 def test_predict_token_classification_takes_the_pipelines_aggregation_strategy(tmp_path, minilm_2_layers,
                                                                                tiny_checkpoint):
     # transformers' aggregation_strategy, which the pipeline and serve take: predict tagged by "first" alone

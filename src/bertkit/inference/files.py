@@ -306,12 +306,23 @@ def predict_file(s: Any) -> dict[str, Any]:
             except BertkitError as e:  # an input the pipeline refuses as it encodes the chunk: say which record
                 raise _located(e, pipe, inputs, ids, a, chunk, options, s.input) from None
             for id_, result in zip(ids[a:a + chunk], results):
-                f.write(json.dumps(task.record(id_, result), ensure_ascii=False) + "\n")
+                f.write(json_line(task.record(id_, result)))
             bar.update(min(chunk, len(inputs) - a))
     seconds = time.perf_counter() - t0
     return {"task": s.task, "input": str(s.input), "output_file": str(s.output_file), "inputs": len(inputs),
             **pipe.precision.record(), "seconds": round(seconds, 2),
             "inputs_per_s": round(len(inputs) / max(seconds, 1e-9), 1)}
+
+
+# Characters JSON writes as they are (inside strings) but Python's str.splitlines() ends a line at: a text holding one
+# (NEL from cp1252 text read as Latin-1, a line separator from a word processor) made its record two or three "lines"
+# to such a reader, none of them JSON. Escaped, every reader sees one line; a JSON parser reads the same string.
+_LINE_BREAKS_JSON_KEEPS = str.maketrans({"\x85": "\\u0085", "\u2028": "\\u2028", "\u2029": "\\u2029"})
+
+
+def json_line(record: Any) -> str:
+    """``record`` as one line of JSON lines, UTF-8 text as written (not \\u-escaped) but for line breaks."""
+    return json.dumps(record, ensure_ascii=False).translate(_LINE_BREAKS_JSON_KEEPS) + "\n"
 
 
 def _located(error: BertkitError, pipe: Any, inputs: list[Any], ids: list[Any], start: int, chunk: int,
