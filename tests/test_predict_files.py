@@ -10,12 +10,14 @@ from __future__ import annotations
 import csv
 import json
 import os
+import re
 from pathlib import Path
 
 import pytest
 import torch
 
 from bertkit.cli import main
+from bertkit.errors import BertkitError
 
 MODEL = Path(os.environ.get("BERTKIT_TEST_MODEL", "models/minilm"))
 GLUE = Path(__file__).resolve().parents[2] / "shared" / "data" / "glue"
@@ -198,6 +200,24 @@ def test_a_mask_past_max_length_names_the_file_and_record_and_keeps_the_old_outp
     assert f"in.csv: input 3 (id 'c'): fill-mask input {long[:60]!r} has its only [MASK] token past its first 16 " \
            "tokens" in capsys.readouterr().err
     assert out.read_text(encoding="utf-8") == "earlier\n"
+
+
+def test_a_json_list_of_choices_in_a_csv_cell_is_read_as_standard_json(tmp_path):
+    # the cell was read with json.loads: half of a surrogate pair (and a repeated key, NaN) went through unread
+    from bertkit.inference.files import read_inputs
+    from bertkit.tokenization import BertTokenizer
+
+    tok = BertTokenizer(["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "good", "bad", "film"])  # no weights needed
+    path = tmp_path / "c.csv"
+    path.write_text('context,choices\ngood film,"[""good"", ""bad""]"\nbad film,"[""good"", ""b\\ud83dad""]"\n',
+                    encoding="utf-8")
+    with pytest.raises(BertkitError, match=re.escape(
+            "c.csv:3: the 'choices' column's JSON list is not valid JSON (a string holds \\ud83d, half of a UTF-16 "
+            "surrogate pair without its other half (no character); escape both halves of the pair, or write the "
+            "character itself in UTF-8); write it as standard JSON")):
+        read_inputs(path, "multiple-choice", tokenizer=tok)
+    path.write_text('context,choices\ngood film,"[""good"", ""b\\ud83d\\ude00d""]"\n', encoding="utf-8")
+    assert read_inputs(path, "multiple-choice", tokenizer=tok)[0] == [{"context": "good film", "choices": ["good", "b\U0001f600d"]}]
 
 
 def test_half_a_surrogate_pair_in_a_json_line_is_refused_by_line_and_keeps_the_old_output(tmp_path, capsys,
