@@ -10,12 +10,14 @@ from __future__ import annotations
 import csv
 import json
 import os
+import re
 from pathlib import Path
 
 import pytest
 import torch
 
 from bertkit.cli import main
+from bertkit.errors import BertkitError
 
 MODEL = Path(os.environ.get("BERTKIT_TEST_MODEL", "models/minilm"))
 GLUE = Path(__file__).resolve().parents[2] / "shared" / "data" / "glue"
@@ -198,6 +200,68 @@ def test_a_mask_past_max_length_names_the_file_and_record_and_keeps_the_old_outp
     assert f"in.csv: input 3 (id 'c'): fill-mask input {long[:60]!r} has its only [MASK] token past its first 16 " \
            "tokens" in capsys.readouterr().err
     assert out.read_text(encoding="utf-8") == "earlier\n"
+
+
+def test_a_json_list_of_choices_in_a_csv_cell_is_read_as_standard_json(tmp_path):
+    # the cell was read with json.loads: half of a surrogate pair (and a repeated key, NaN) went through unread
+    from bertkit.inference.files import read_inputs
+    from bertkit.tokenization import BertTokenizer
+
+    tok = BertTokenizer(["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "good", "bad", "film"])  # no weights needed
+    path = tmp_path / "c.csv"
+    path.write_text('context,choices\ngood film,"[""good"", ""bad""]"\nbad film,"[""good"", ""b\\ud83dad""]"\n',
+                    encoding="utf-8")
+    with pytest.raises(BertkitError, match=re.escape(
+            "c.csv:3: the 'choices' column's JSON list is not valid JSON (a string holds \\ud83d, half of a UTF-16 "
+            "surrogate pair without its other half (no character); escape both halves of the pair, or write the "
+            "character itself in UTF-8); write it as standard JSON")):
+        read_inputs(path, "multiple-choice", tokenizer=tok)
+    path.write_text('context,choices\ngood film,"[""good"", ""b\\ud83d\\ude00d""]"\n', encoding="utf-8")
+    assert read_inputs(path, "multiple-choice", tokenizer=tok)[0] == [{"context": "good film", "choices": ["good", "b\U0001f600d"]}]
+
+
+def test_half_a_surrogate_pair_in_a_json_line_is_refused_by_line_and_keeps_the_old_output(tmp_path, capsys,
+                                                                                        minilm_2_layers, tiny_checkpoint):
+    # Python's json reads "\\ud83d" alone into the text; the tagger's word "Hel\\ud83dlo" then had no UTF-8 form and
+    # predict ended in a UnicodeEncodeError traceback once the model had run (TEI and bertkit serve refuse it: 400)
+    from bertkit import pipeline
+
+    model = tiny_checkpoint(tmp_path / "ner", "BertForTokenClassification", tokenizer=minilm_2_layers,
+                            labels=["O", "B-PER", "I-PER"])
+    out = tmp_path / "out.jsonl"
+    out.write_text("earlier\n", encoding="utf-8")
+    (tmp_path / "in.jsonl").write_text('{"text": "Paris"}\n{"text": "Hel\\ud83dlo world"}\n', encoding="utf-8")
+    args = ["predict", "token-classification", "--model", str(model), "--input", str(tmp_path / "in.jsonl"),
+            "--output-file", str(out), "--overwrite", "--no-progress"]
+    assert main(args) == 2
+    assert ("in.jsonl:2: not valid JSON (a string holds \\ud83d, half of a UTF-16 surrogate pair without its other "
+            "half (no character); escape both halves of the pair, or write the character itself in UTF-8); write it "
+            "as standard JSON") in capsys.readouterr().err
+    assert out.read_text(encoding="utf-8") == "earlier\n"
+    # both halves escaped are the character: its word indexes the text in code points, as the pipeline's
+    (tmp_path / "in.jsonl").write_text('{"text": "Paris"}\n{"text": "Hel\\ud83d\\ude00lo world"}\n', encoding="utf-8")
+    assert main(args) == 0
+    got = [{k: v for k, v in r.items() if k != "id"} for r in _read(out)]
+    assert got == json.loads(json.dumps(pipeline("token-classification", model)(["Paris", "Hel\U0001f600lo world"])))
+    assert [(w["word"], w["start"], w["end"]) for w in got[1]["words"]] == [("Hel\U0001f600lo", 0, 6), ("world", 7, 12)]
+
+def test_each_record_is_one_line_to_splitlines_whatever_line_breaks_its_text_holds(tmp_path, minilm_2_layers,
+                                                                                   tiny_checkpoint):
+    # a word "x\x85y" (NEL, which the tokenizer drops) and an entity across "and\u2028London" were written raw: valid
+    # JSON, but str.splitlines() (this module's _read, and many a user's reader) cut the record into 3 lines, none JSON
+    from bertkit import pipeline
+
+    model = tiny_checkpoint(tmp_path / "ner", "BertForTokenClassification", tokenizer=minilm_2_layers,
+                            labels=["O", "B-LOC", "I-LOC"])
+    texts = ["Paris x\x85y and\u2028London", "Rome\u2029Milan"]
+    (tmp_path / "in.jsonl").write_text("".join(json.dumps({"text": t}) + "\n" for t in texts), encoding="utf-8")
+    out = tmp_path / "out.jsonl"
+    assert main(["predict", "token-classification", "--model", str(model), "--input", str(tmp_path / "in.jsonl"),
+                 "--output-file", str(out), "--no-progress"]) == 0
+    got = [{k: v for k, v in r.items() if k != "id"} for r in _read(out)]
+    assert got == json.loads(json.dumps(pipeline("token-classification", model)(texts, ignore_labels=["O"])))
+    assert "x\x85y" in [w["word"] for w in got[0]["words"]]
+    assert '"x\\u0085y"' in out.read_text(encoding="utf-8")  # escaped; every other character as written
 
 def test_predict_token_classification_takes_the_pipelines_aggregation_strategy(tmp_path, minilm_2_layers,
                                                                                tiny_checkpoint):

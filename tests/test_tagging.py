@@ -4,6 +4,7 @@ tiny-config head with random weights (``pipeline_helpers.tiny_dir``), loaded by 
 from __future__ import annotations
 
 import json
+import re
 
 import numpy as np
 import pytest
@@ -213,6 +214,28 @@ def test_token_classification_word_keeps_pieces_across_characters_the_tokenizer_
             (offsets[a][0], offsets[b][1], id2label[int(p[a].argmax())]) for a, b in zip(firsts, lasts)]
         np.testing.assert_allclose([w["score"] for w in o["words"]], [float(p[a].max()) for a in firsts], atol=1e-5,
                                    rtol=0)
+
+
+def test_a_decomposed_accent_starts_no_continuation_where_transformers_length_test_would(tmp_path_factory, minilm_dir):
+    """transformers' pipeline takes a piece whose text length differs from its own for a continuation of the word
+    before: "e\u0301cole" (6 characters) read as the piece "ecole" (5) joins "Paris", and two words each tagged B-LOC
+    become one entity. bertkit's words are the tokenizer's (word_ids()), the same for the NFC and the NFD text."""
+    id2label = {0: "O", 1: "B-LOC", 2: "I-LOC"}
+    d, model = tiny_dir(tmp_path_factory, minilm_dir, "BertForTokenClassification", id2label=id2label,
+                        label2id={v: k for k, v in id2label.items()})
+    with torch.no_grad():
+        model.classifier.bias.copy_(torch.tensor([0.0, 20.0, 0.0]))  # every piece B-LOC: each word an entity
+    model.save_pretrained(d)
+    ours = bertkit.pipeline("token-classification", d)
+    theirs = transformers.pipeline("token-classification", model=str(d), device="cpu")
+    for text in ("Paris école Lyon", "Paris e\u0301cole Lyon", "Paris z\u200bone Lyon"):
+        spans = [(w.start(), w.end()) for w in re.finditer(r"\S+", text)]
+        assert [(e["entity_group"], e["start"], e["end"]) for e in ours(text)["entities"]] == [
+            ("LOC", s, e) for s, e in spans]
+        assert [e["entity"] for e in theirs(text, aggregation_strategy="none")] == ["B-LOC"] * 3  # the model's tags
+    # transformers' grouping of the decomposed text, for the record: "Paris" and "école" one entity
+    assert [(e["start"], e["end"]) for e in theirs("Paris e\u0301cole Lyon", aggregation_strategy="first")] == [
+        (0, 12), (13, 17)]
 
 
 def test_group_entities_reads_iob2_iob1_and_bioes():

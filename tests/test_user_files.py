@@ -86,12 +86,22 @@ def test_finetune_classify_refuses_a_label_read_from_a_text_column(tmp_path, fla
         read_labelled(tmp_path / "t.csv", _classify(tmp_path, **flags), TOK)
 
 
+_HALF = ("half of a UTF-16 surrogate pair without its other half (no character); escape both halves of the pair, or "
+         "write the character itself in UTF-8")
+
+
 @pytest.mark.parametrize("content, message", [
     # json.loads keeps the last of two values silently: the line's first text would never be read
     ('{"text": "good"}\n{"text": "good", "text": "bad"}\n', "an object holds the key 'text' twice"),
     # and reads NaN as a float: an id of NaN would be written back as `"id": NaN`, a line no JSON reader takes
     ('{"text": "good", "id": NaN}\n', "NaN is not a JSON number"),
     ('{"text": "good", "id": -Infinity}\n', "-Infinity is not a JSON number"),
+    # and reads half of an escaped surrogate pair into the text: no character, so a prediction echoing it (a word, an
+    # answer) could not be written as UTF-8 (a UnicodeEncodeError traceback once the model had run)
+    ('{"text": "good"}\n{"text": "Hel\\ud83dlo"}\n', "a string holds \\ud83d, half of a UTF-16 surrogate pair "
+     "without its other half (no character); escape both halves of the pair, or write the character itself in UTF-8"),
+    ('{"te\\udc00xt": "good"}\n', f"a string holds \\udc00, {_HALF}"),  # in a key
+    ('{"choices": ["a", ["\\udbff"]]}\n', f"a string holds \\udbff, {_HALF}"),  # nested
 ])
 def test_a_json_line_that_is_not_standard_json_is_refused_naming_file_and_line(tmp_path, content, message):
     path = tmp_path / "d.jsonl"

@@ -12,6 +12,7 @@ import inspect
 import json
 import numbers
 import os
+import re
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -186,7 +187,8 @@ def not_utf8(path: str | os.PathLike) -> BertkitError:
 
 
 class NotStandardJson(ValueError):
-    """What Python's json module reads but JSON is not: a key repeated in one object, NaN or Infinity."""
+    """What Python's json module reads but JSON is not: a key repeated in one object, NaN or Infinity, half of a
+    UTF-16 surrogate pair."""
 
 
 def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
@@ -202,10 +204,39 @@ def _no_constant(name: str) -> Any:  # an id read as NaN would be written back o
     raise NotStandardJson(f"{name} is not a JSON number")
 
 
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def lone_surrogate(value: Any) -> str | None:
+    """A surrogate code point in the strings of a parsed JSON value (object keys included), or None.
+    json.loads joins an escaped pair ("\\ud83d\\ude00") into its character, so one left is half a pair: no
+    character, which no UTF-8 file or answer can hold."""
+    stack = [value]
+    while stack:  # not recursive: a value nested as deep as the parser allows is walked too
+        v = stack.pop()
+        if isinstance(v, str):
+            if found := _SURROGATE.search(v):
+                return found.group()
+        elif isinstance(v, dict):
+            stack.extend(v.keys())
+            stack.extend(v.values())
+        elif isinstance(v, list):
+            stack.extend(v)
+    return None
+
+
 def standard_json(text: str | bytes, **kwargs: Any) -> Any:
     """``json.loads`` of standard JSON: a repeated key, NaN and Infinity raise ``NotStandardJson`` (the user's files
-    and the server's bodies read alike)."""
-    return json.loads(text, object_pairs_hook=_unique_keys, parse_constant=_no_constant, **kwargs)
+    and the server's bodies read alike), and so does a string holding half of a surrogate pair, which Python's
+    parser takes (RFC 8259 section 8.2 leaves it to the reader; serde_json, which TEI reads with, refuses it): such a
+    text has no UTF-8 form, so a prediction echoing it could not be written or answered."""
+    value = json.loads(text, object_pairs_hook=_unique_keys, parse_constant=_no_constant, **kwargs)
+    half = lone_surrogate(value)
+    if half is not None:
+        raise NotStandardJson(f"a string holds \\u{ord(half):04x}, half of a UTF-16 surrogate pair without its other "
+                              "half (no character); escape both halves of the pair, or write the character itself "
+                              "in UTF-8")
+    return value
 
 
 def read_json_object(path: str | os.PathLike, fix: str) -> dict[str, Any]:

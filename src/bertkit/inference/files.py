@@ -14,7 +14,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from bertkit.errors import BertkitError, MissingFileError, NonFiniteError, read_json_object
+from bertkit.errors import (
+    BertkitError,
+    MissingFileError,
+    NonFiniteError,
+    NotStandardJson,
+    read_json_object,
+    standard_json,
+)
 from bertkit.inference.base import refuse_empty_text
 from bertkit.inference.tasks import TASK_LIST, Task, task_named
 from bertkit.tasks.files import MAX_LINE_BYTES, file_format, other_separator, read_records, second_text_fields
@@ -147,10 +154,13 @@ def _field_value(path: Path, line: int, field: str, name: str, value: Any, fmt: 
     list of them (in a CSV or TSV cell, written as a JSON list)."""
     if field == "choices" and fmt != "jsonl" and isinstance(value, str):
         try:
-            value = json.loads(value)  # a CSV cell holding a JSON list
+            value = standard_json(value)  # a CSV cell holding a JSON list, read as a JSON line is
         except json.JSONDecodeError:
             raise BertkitError(f"{path}:{line}: the {name!r} column must hold a JSON list of "
                                f"strings, got {value[:60]!r}") from None
+        except NotStandardJson as e:
+            raise BertkitError(f"{path}:{line}: the {name!r} column's JSON list is not valid JSON ({e}); write it as "
+                               "standard JSON") from None
     ok = (isinstance(value, list) and value and all(isinstance(v, str) for v in value)
           if field == "choices" else isinstance(value, str))
     if not ok:
@@ -296,12 +306,23 @@ def predict_file(s: Any) -> dict[str, Any]:
             except BertkitError as e:  # an input the pipeline refuses as it encodes the chunk: say which record
                 raise _located(e, pipe, inputs, ids, a, chunk, options, s.input) from None
             for id_, result in zip(ids[a:a + chunk], results):
-                f.write(json.dumps(task.record(id_, result), ensure_ascii=False) + "\n")
+                f.write(json_line(task.record(id_, result)))
             bar.update(min(chunk, len(inputs) - a))
     seconds = time.perf_counter() - t0
     return {"task": s.task, "input": str(s.input), "output_file": str(s.output_file), "inputs": len(inputs),
             **pipe.precision.record(), "seconds": round(seconds, 2),
             "inputs_per_s": round(len(inputs) / max(seconds, 1e-9), 1)}
+
+
+# Characters JSON writes as they are (inside strings) but Python's str.splitlines() ends a line at: a text holding one
+# (NEL from cp1252 text read as Latin-1, a line separator from a word processor) made its record two or three "lines"
+# to such a reader, none of them JSON. Escaped, every reader sees one line; a JSON parser reads the same string.
+_LINE_BREAKS_JSON_KEEPS = str.maketrans({"\x85": "\\u0085", "\u2028": "\\u2028", "\u2029": "\\u2029"})
+
+
+def json_line(record: Any) -> str:
+    """``record`` as one line of JSON lines, UTF-8 text as written (not \\u-escaped) but for line breaks."""
+    return json.dumps(record, ensure_ascii=False).translate(_LINE_BREAKS_JSON_KEEPS) + "\n"
 
 
 def _located(error: BertkitError, pipe: Any, inputs: list[Any], ids: list[Any], start: int, chunk: int,

@@ -8,7 +8,6 @@ from __future__ import annotations
 import dataclasses
 import inspect
 import json
-import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -100,22 +99,15 @@ class Route:
         return "GET" if self.get else "POST"
 
 
-_SURROGATE = re.compile("[\ud800-\udfff]")
-
-
-def _depth_and_surrogate(value: Any) -> tuple[int, str | None]:
-    """How deeply the lists and objects of a parsed JSON value nest, and a surrogate code point in its strings (keys
-    included) or None. json.loads joins an escaped pair ("\\ud83d\\ude00") into its character, so one left is half a
-    pair: no character, which no UTF-8 answer can hold."""
-    deepest, half, stack = 0, None, [(value, 0)]
+def _depth(value: Any) -> int:
+    """How deeply the lists and objects of a parsed JSON value nest."""
+    deepest, stack = 0, [(value, 0)]
     while stack:
         v, depth = stack.pop()
-        if isinstance(v, str) and half is None and (found := _SURROGATE.search(v)):
-            half = found.group()
-        elif isinstance(v, (list, dict)):
+        if isinstance(v, (list, dict)):
             deepest = max(deepest, depth + 1)
-            stack.extend((x, depth + 1) for x in ((*v.keys(), *v.values()) if isinstance(v, dict) else v))
-    return deepest, half
+            stack.extend((x, depth + 1) for x in (v.values() if isinstance(v, dict) else v))
+    return deepest
 
 
 def _integer(text: str) -> int:
@@ -128,7 +120,8 @@ def _integer(text: str) -> int:
 
 
 def load_json(body: bytes, limits: Limits) -> Any:
-    """The body's JSON: strict (no key twice, no NaN, no lone surrogate), and nested at most max_json_depth deep."""
+    """The body's JSON: strict (``standard_json``: no key twice, no NaN, no lone surrogate), and nested at most
+    max_json_depth deep."""
     try:
         data = standard_json(body, parse_int=_integer)
     except (NotStandardJson, json.JSONDecodeError, UnicodeDecodeError) as e:
@@ -136,12 +129,8 @@ def load_json(body: bytes, limits: Limits) -> Any:
     except RecursionError:  # Python's parser recurses once per level and gives up near 1,000
         depth = "about 1,000 or more"
     else:
-        depth, half = _depth_and_surrogate(data)
+        depth = _depth(data)
         if depth <= limits.max_json_depth:
-            if half is not None:  # Python's parser takes it; TEI's (serde_json) refuses it, as RFC 8259 8.2 allows
-                raise RequestError(400, f"the body is not valid JSON: a string holds \\u{ord(half):04x}, half of a "
-                                        "UTF-16 surrogate pair without its other half (no character); escape both "
-                                        "halves of the pair, or send the text as UTF-8")
             return data
     raise RequestError(413, f"the body nests lists and objects {depth} deep, over max_json_depth "
                             f"{limits.max_json_depth}: no route's body nests more than a few levels, so check how it is "
