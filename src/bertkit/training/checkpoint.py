@@ -9,6 +9,7 @@ them (checkpoints written before hold them in ``state.pt`` too, and resume as th
 from __future__ import annotations
 
 import contextlib
+import json
 import logging
 import os
 import pickle
@@ -230,13 +231,53 @@ def named_checkpoint(resume: object) -> Path:
         what = "does not exist"
     elif not path.is_dir():
         what = "is a file, not a checkpoint directory"
-    elif (path / "trainer_state.json").is_file() and (path / "optimizer.pt").is_file():
-        what = ("is transformers' Trainer's checkpoint (optimizer.pt, no state.pt), which bertkit cannot continue: "
-                "start a new run from its weights (from_pretrained on it)")
     else:
-        what = "is not a checkpoint bertkit wrote (it has no state.pt)"
+        what = foreign_checkpoint(path) or "is not a checkpoint bertkit wrote (it has no state.pt)"
     raise BertkitError(f"resume_from_checkpoint {path} {what}; give a checkpoint-N directory of a bertkit Trainer run, "
                        "or True for the newest one in output_dir")
+
+
+# what transformers' Trainer writes into each checkpoint-N beside the model (sentence-transformers' trainers too)
+_FOREIGN_STATE = ("optimizer.pt", "scheduler.pt", "rng_state.pth", "training_args.bin")
+
+
+def foreign_checkpoint(path: Path) -> str | None:
+    """How ``path`` reads when another library's trainer wrote it (trainer_state.json beside its optimizer.pt,
+    scheduler.pt, ..., and no state.pt): the writer, and the call that starts a new run from its weights; None for
+    any other directory. Its optimizer.pt lists AdamW's moments by the writer's parameter order, and the data
+    position and random states are the writer's: bertkit cannot continue that run exactly, so it does not try."""
+    if (path / STATE_FILE).is_file() or not (path / "trainer_state.json").is_file():
+        return None
+    held = [name for name in _FOREIGN_STATE if (path / name).is_file()]
+    if not held:
+        return None
+    kind = None
+    with contextlib.suppress(OSError, ValueError, AttributeError):  # unreadable: named as sentence-transformers'
+        kind = json.loads((path / "config_sentence_transformers.json").read_text(encoding="utf-8")).get("model_type")
+    if kind in ("CrossEncoder", "SparseEncoder"):
+        writer, load = f"sentence-transformers' {kind}Trainer", f"{kind}({str(path)!r})"
+    elif (path / "modules.json").is_file():
+        writer, load = "sentence-transformers' SentenceTransformerTrainer", f"SentenceTransformer({str(path)!r})"
+    else:
+        writer, load = "transformers' Trainer", f"from_pretrained({str(path)!r}) (a script's model_name_or_path)"
+    return (f"has no {STATE_FILE}: it was written by {writer} ({', '.join(held)}), whose optimiser, schedule and data "
+            f"position bertkit cannot continue exactly; start a new run from its weights, the model {load}, "
+            "in another output_dir")
+
+
+def refuse_foreign_checkpoints(out_dir: Path, resumed: Path | None) -> None:
+    """Refuse a resume from ``resumed`` (None: no checkpoint of bertkit's was found) while ``out_dir`` holds a newer
+    checkpoint another library wrote (``foreign_checkpoint``): resume_from_checkpoint=True would otherwise go back to
+    an older one of bertkit's without a word, dropping the steps after it, and either resume would write its own
+    checkpoint-N over the other library's, leaving that one's optimizer.pt beside bertkit's weights."""
+    after = -1 if resumed is None else checkpoint_step(resumed.name, HF_LAYOUT.prefix)
+    after = -1 if after is None else after  # a resumed directory of another name: every foreign one counts
+    for path in reversed(HF_LAYOUT.dirs(out_dir)):
+        if checkpoint_step(path.name, HF_LAYOUT.prefix) > after and (why := foreign_checkpoint(path)):
+            newer, back = ("", "") if resumed is None else (
+                f", newer than {resumed.name},", f"; to go back to {resumed.name} anyway (dropping the steps after it: "
+                f"the resumed run would write over {path.name}), move {path.name} out of {out_dir} first")
+            raise BertkitError(f"cannot resume in {out_dir}: {path}{newer} {why}{back}")
 
 
 def refuse_other_run(path: Path, fingerprint: dict, saved: dict | None = None) -> None:

@@ -59,6 +59,7 @@ from bertkit.training.checkpoint import (
     load_model_state,
     named_checkpoint,
     read_state,
+    refuse_foreign_checkpoints,
     refuse_other_run,
     remove_torn_writes,
 )
@@ -416,6 +417,7 @@ class Trainer(TrainerLoss, TrainerEvaluation):
         if resume is True:
             found = HF_LAYOUT.dirs(out)
             whole = [p for p in found if (p / STATE_FILE).is_file() and (p / TRAINER_STATE).is_file()]
+            refuse_foreign_checkpoints(out, whole[-1] if whole else None)
             if not whole:
                 raise BertkitError(f"resume_from_checkpoint=True, but {out} holds no checkpoint-N directory with "
                                    f"{STATE_FILE} and {TRAINER_STATE} to resume from ({len(found)} without them); "
@@ -430,6 +432,7 @@ class Trainer(TrainerLoss, TrainerEvaluation):
         if path.resolve().parent != out.resolve():
             raise BertkitError(f"resume_from_checkpoint {path} is not in output_dir {out}; set output_dir to the "
                                "directory that holds it, so the run continues where it was written")
+        refuse_foreign_checkpoints(out, path)
         return path
 
     # -- the loop's hooks ------------------------------------------------------------------------------------
