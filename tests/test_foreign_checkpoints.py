@@ -1,16 +1,19 @@
-"""Training checkpoints another library wrote, met by bertkit's trainers: transformers' Trainer's and
-sentence-transformers' trainers' checkpoint-N (optimizer.pt, scheduler.pt, rng_state.pth, training_args.bin, no
-state.pt) cannot be continued exactly, so a resume from one, or in an output_dir where one is newer than bertkit's
-own, is refused before anything is trained or written, naming the directory, its writer and the new run to start."""
+"""Training checkpoints crossing libraries. transformers' Trainer's and sentence-transformers' trainers'
+checkpoint-N (optimizer.pt, scheduler.pt, rng_state.pth, training_args.bin, no state.pt) cannot be continued exactly
+by bertkit, so a resume from one, or in an output_dir where one is newer than bertkit's own, is refused before
+anything is trained or written, naming the directory, its writer and the new run to start. The other way, a
+bertkit.Trainer checkpoint holds transformers' own resume files, so transformers' Trainer continues it exactly."""
 
 from __future__ import annotations
 
 import hashlib
 import json
 import re
+import shutil
 from pathlib import Path
 
 import pytest
+import torch
 
 import bertkit
 from bertkit.errors import BertkitError
@@ -105,3 +108,39 @@ def test_sentence_transformers_checkpoints_are_named_with_the_class_that_loads_t
     (path / "optimizer.pt").unlink()
     (path / "scheduler.pt").unlink()
     assert foreign_checkpoint(path) is None  # no trainer's state: a user's directory, passed over as before
+
+
+def _losses(history: list[dict]) -> list[tuple[int, float, float]]:
+    return [(h["step"], round(h["loss"], 5), h["learning_rate"]) for h in history if "loss" in h]
+
+
+def test_transformers_trainer_resumes_a_bertkit_checkpoint_as_its_own_uninterrupted_run(checkpoint, tmp_path):
+    """bertkit's checkpoint-3 of a 6-step run (weight decay on: two parameter groups; a warm-up), resumed by
+    transformers' Trainer. Was: transformers found no optimizer.pt or scheduler.pt and went on, without a word,
+    with a fresh AdamW and the schedule from its first step (step 4 at the rate 0.001 where the run was at
+    0.000667, loss 0.6746 against 0.6938), then stopped at its first save with KeyError: 'TrainerControl'
+    (trainer_state.json's stateful_callbacks). Now the checkpoint holds transformers' optimizer.pt, scheduler.pt and
+    rng_state.pth (the moments stored once: state.pt names optimizer.pt), and the resumed run logs transformers'
+    uninterrupted losses and rates and ends at its weights."""
+    settings = dict(max_steps=6, save_steps=3, weight_decay=0.01, warmup_steps=1, seed=5)
+    _train(bertkit, checkpoint, tmp_path / "bertkit", **settings)
+    cut = tmp_path / "bertkit" / "checkpoint-3"
+
+    def run(out, resume=None):
+        tokenizer = transformers.AutoTokenizer.from_pretrained(checkpoint)
+        model = transformers.AutoModelForSequenceClassification.from_pretrained(checkpoint)
+        rows = [{**tokenizer(r["text"], truncation=True), "label": r["label"]} for r in TRAIN[:16]]
+        args = transformers.TrainingArguments(output_dir=str(out), learning_rate=1e-3, per_device_train_batch_size=4,
+                                              logging_steps=1, report_to="none", use_cpu=True, disable_tqdm=True,
+                                              **settings)
+        trainer = transformers.Trainer(model=model, args=args, train_dataset=rows, processing_class=tokenizer)
+        trainer.train(resume_from_checkpoint=resume)
+        return trainer
+
+    whole = run(tmp_path / "whole")
+    shutil.copytree(cut, tmp_path / "resumed" / "checkpoint-3")
+    resumed = run(tmp_path / "resumed", str(tmp_path / "resumed" / "checkpoint-3"))
+    assert _losses(resumed.state.log_history) == _losses(whole.state.log_history)  # steps 1-3 bertkit's records
+    for name, value in resumed.model.state_dict().items():
+        torch.testing.assert_close(value, whole.model.state_dict()[name], rtol=0, atol=1e-5, msg=name)
+    assert torch.load(cut / "state.pt", weights_only=True)["optimizer"] == "optimizer.pt"  # stored once

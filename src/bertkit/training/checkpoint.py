@@ -20,6 +20,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+import numpy as np
 import torch
 from torch import nn
 
@@ -70,19 +71,24 @@ HF_LAYOUT = CheckpointLayout(subdir="", prefix="checkpoint-", digits=0)
 
 def save_checkpoint(out_dir: Path, state: dict, step: int, keep: int, model: nn.Module | None = None, *,
                     layout: CheckpointLayout = STEP_LAYOUT, write_extra: Callable[[Path], None] | None = None,
-                    protect: Callable[[Path], bool] | None = None) -> Path:
+                    protect: Callable[[Path], bool] | None = None, transformers_files: bool = False) -> Path:
     """Write ``state`` (and ``model``, for ``from_pretrained``) into a staging directory beside the checkpoint, its
     manifest last, and rename it into place (``bertkit.staging.staged``): a kill or a full disk mid-write leaves the
     previous checkpoints as they were. ``write_extra(dir)`` adds files before the rename; then ``keep`` checkpoints
-    are kept (``_rotate``)."""
+    are kept (``_rotate``). ``transformers_files``: also transformers' Trainer's own resume files
+    (``_write_transformers_files``), the optimiser's moments stored there once."""
     final = layout.path(out_dir, step)
-    weights = state["model"]
+    weights, whole = state["model"], state
     if model is not None and _aliases(model, _published(model)) is not None:
         state = {**state, "model": WEIGHTS_NAME}  # save_pretrained writes them all: not twice (a third of the bytes)
+    if transformers_files:
+        state = {**state, "optimizer": OPTIMIZER_FILE}  # as the weights: once, in the file transformers reads
     try:
         with staged(final, "checkpoint", manifest=True) as tmp:
             torch.save(state, tmp / STATE_FILE)  # a file of the staging directory: removed with it if cut short
             fsync(tmp / STATE_FILE)
+            if transformers_files:
+                _write_transformers_files(tmp, whole)
             if model is not None and hasattr(model, "save_pretrained"):
                 model.save_pretrained(tmp)
             if write_extra is not None:
@@ -93,6 +99,27 @@ def save_checkpoint(out_dir: Path, state: dict, step: int, keep: int, model: nn.
         raise _disk_full_error(out_dir, layout, final, weights, e.errno) from e.__cause__
     _rotate(out_dir, layout, final, keep, protect)
     return final
+
+
+OPTIMIZER_FILE, SCHEDULER_FILE = "optimizer.pt", "scheduler.pt"  # transformers' Trainer's names
+
+
+def _write_transformers_files(directory: Path, state: dict) -> None:
+    """What transformers' Trainer resumes from, written as it writes them, so its
+    ``train(resume_from_checkpoint=...)`` on a bertkit checkpoint continues this run (it reads no state.pt, and
+    without these went on with a fresh AdamW and the schedule from its first step, without a word): optimizer.pt,
+    AdamW's state dict, whose parameter groups and order are transformers' own (``optim.parameter_groups``);
+    scheduler.pt, the LambdaLR's, at the same step; each rank's random states as transformers names them
+    (rng_state.pth, or rng_state_N.pth for N ranks; numpy's, which bertkit's training never draws from, as it is)."""
+    torch.save(state["optimizer"], directory / OPTIMIZER_FILE)
+    torch.save(state["scheduler"], directory / SCHEDULER_FILE)
+    ranks = state["rank_rng"]
+    for rank, rng in enumerate(ranks):
+        saved = {"python": rng["python"], "numpy": np.random.get_state(), "cpu": rng["torch"],
+                 **({"cuda": rng["cuda"]} if "cuda" in rng else {})}
+        torch.save(saved, directory / ("rng_state.pth" if len(ranks) == 1 else f"rng_state_{rank}.pth"))
+    for name in (OPTIMIZER_FILE, SCHEDULER_FILE):
+        fsync(directory / name)
 
 
 def _disk_full_error(out_dir: Path, layout: CheckpointLayout, final: Path, weights: dict, code: int) -> BertkitError:
@@ -201,7 +228,19 @@ def read_state(path: Path) -> dict:
         raise KeyError(sorted(missing))
     if isinstance(state["model"], str):  # the weights are in the checkpoint's model.safetensors
         state["model"] = _read_weights(path, state["model"])
+    if isinstance(state["optimizer"], str):  # AdamW's moments are in the checkpoint's optimizer.pt
+        state["optimizer"] = _read_optimizer(path, state["optimizer"])
     return state
+
+
+def _read_optimizer(path: Path, name: str) -> dict:
+    """The optimiser state a checkpoint's state.pt names; damage is a ValueError, as for the weights."""
+    if name != OPTIMIZER_FILE:
+        raise ValueError(f"state.pt names {name!r} as the file of its optimiser state, not {OPTIMIZER_FILE}")
+    try:
+        return torch.load(path / name, map_location="cpu", weights_only=True)
+    except pickle.UnpicklingError as e:
+        raise ValueError(f"{path / name}: {str(e).splitlines()[0]}") from None
 
 
 def _read_weights(path: Path, name: str) -> dict:
