@@ -117,8 +117,8 @@ def _losses(history: list[dict]) -> list[tuple[int, float, float]]:
 def test_transformers_trainer_resumes_a_bertkit_checkpoint_as_its_own_uninterrupted_run(checkpoint, tmp_path):
     """bertkit's checkpoint-3 of a 6-step run (weight decay on: two parameter groups; a warm-up), resumed by
     transformers' Trainer. Was: transformers found no optimizer.pt or scheduler.pt and went on, without a word,
-    with a fresh AdamW and the schedule from its first step (step 4 at the rate 0.001 where the run was at
-    0.000667, loss 0.6746 against 0.6938), then stopped at its first save with KeyError: 'TrainerControl'
+    with a fresh AdamW and the schedule from its first step (in a 6-step run without warm-up: step 4 at the rate
+    0.001 where the run was at 0.0005, loss 0.6746 against 0.6938), then stopped at its first save with KeyError: 'TrainerControl'
     (trainer_state.json's stateful_callbacks). Now the checkpoint holds transformers' optimizer.pt, scheduler.pt and
     rng_state.pth (the moments stored once: state.pt names optimizer.pt), and the resumed run logs transformers'
     uninterrupted losses and rates and ends at its weights."""
