@@ -17,7 +17,7 @@ import torch
 
 import bertkit
 from bertkit.errors import BertkitError
-from trainer_helpers import TRAIN, tiny_classifier
+from trainer_helpers import TRAIN, KillAt, Killed, tiny_classifier
 
 transformers = pytest.importorskip("transformers")
 pytest.importorskip("accelerate")  # transformers' Trainer needs it
@@ -28,14 +28,14 @@ def checkpoint(tmp_path_factory, minilm_2_layers) -> Path:
     return tiny_classifier(tmp_path_factory.mktemp("foreign") / "tiny-classifier", minilm_2_layers)
 
 
-def _train(lib, checkpoint: Path, out: Path, resume=None, **overrides):
+def _train(lib, checkpoint: Path, out: Path, resume=None, callbacks=None, **overrides):
     tokenizer = lib.AutoTokenizer.from_pretrained(checkpoint)
     model = lib.AutoModelForSequenceClassification.from_pretrained(checkpoint)
     rows = [{**tokenizer(r["text"], truncation=True), "label": r["label"]} for r in TRAIN[:16]]
     args = lib.TrainingArguments(**{**dict(output_dir=str(out), learning_rate=1e-3, per_device_train_batch_size=4,
                                            max_steps=4, logging_steps=1, save_steps=2, report_to="none",
                                            use_cpu=True, seed=3, disable_tqdm=True), **overrides})
-    trainer = lib.Trainer(model=model, args=args, train_dataset=rows, processing_class=tokenizer)
+    trainer = lib.Trainer(model=model, args=args, train_dataset=rows, processing_class=tokenizer, callbacks=callbacks)
     return trainer.train(resume_from_checkpoint=resume)
 
 
@@ -144,3 +144,28 @@ def test_transformers_trainer_resumes_a_bertkit_checkpoint_as_its_own_uninterrup
     for name, value in resumed.model.state_dict().items():
         torch.testing.assert_close(value, whole.model.state_dict()[name], rtol=0, atol=1e-5, msg=name)
     assert torch.load(cut / "state.pt", weights_only=True)["optimizer"] == "optimizer.pt"  # stored once
+
+
+
+def test_a_checkpoint_holding_the_moments_in_state_pt_resumes_as_it_did(checkpoint, tmp_path):
+    """Checkpoints written before optimizer.pt held AdamW's moments in state.pt: they resume as they did, to the
+    uninterrupted run's losses, rates and weights."""
+    import safetensors.torch
+
+    settings = dict(max_steps=4, save_steps=2, weight_decay=0.01)
+    _train(bertkit, checkpoint, tmp_path / "whole", **settings)
+    with pytest.raises(Killed):
+        _train(bertkit, checkpoint, tmp_path / "cut", callbacks=[KillAt(3)], **settings)
+    cut = tmp_path / "cut" / "checkpoint-2"
+    state = torch.load(cut / "state.pt", weights_only=True)
+    torch.save({**state, "optimizer": torch.load(cut / "optimizer.pt", weights_only=True)}, cut / "state.pt")
+    for name in ("optimizer.pt", "scheduler.pt", "rng_state.pth"):
+        (cut / name).unlink()
+    _train(bertkit, checkpoint, tmp_path / "cut", resume=str(cut), **settings)
+    history = [json.loads((tmp_path / run / "checkpoint-4" / "trainer_state.json").read_text())["log_history"]
+               for run in ("whole", "cut")]
+    assert _losses(history[1]) == _losses(history[0])
+    weights = [safetensors.torch.load_file(tmp_path / run / "checkpoint-4" / "model.safetensors")
+               for run in ("whole", "cut")]
+    for name, value in weights[0].items():
+        torch.testing.assert_close(weights[1][name], value, rtol=0, atol=0, msg=name)
