@@ -3,7 +3,10 @@ position, the run's fingerprint) and the model in the Hugging Face layout, writt
 renamed into place with a manifest of its files; rotation removes only the files a manifest proves bertkit's. The
 weights are stored once: in ``model.safetensors``, which ``state.pt`` names, where the model writes one holding all of
 them (checkpoints written before hold them in ``state.pt`` too, and resume as they did); in ``state.pt`` otherwise
-(a sentence-transformers loss, whose model is not one bertkit's ``save_pretrained`` writes).
+(a sentence-transformers loss, whose model is not one bertkit's ``save_pretrained`` writes). ``bertkit.Trainer``'s
+checkpoints also hold transformers' Trainer's own resume files (optimizer.pt, which ``state.pt`` names in turn,
+scheduler.pt, rng_state.pth), so either library continues them; another library's checkpoints, which hold no
+``state.pt``, are refused by name (``foreign_checkpoint``).
 """
 
 from __future__ import annotations
