@@ -169,3 +169,22 @@ def test_a_checkpoint_holding_the_moments_in_state_pt_resumes_as_it_did(checkpoi
                for run in ("whole", "cut")]
     for name, value in weights[0].items():
         torch.testing.assert_close(weights[1][name], value, rtol=0, atol=0, msg=name)
+
+
+def test_a_checkpoint_whose_optimizer_pt_was_deleted_is_refused_naming_it(checkpoint, tmp_path, caplog):
+    """optimizer.pt deleted from the newest checkpoint (as transformers' users shrink theirs): was a FileNotFoundError
+    line from torch, after a warning that the resume was "falling back to the one before it", which it did not
+    (the Trainer resumes the checkpoint it names, or none). Now the refusal names the file, why it matters and the
+    fix; nothing is removed."""
+    import logging
+
+    with pytest.raises(Killed):
+        _train(bertkit, checkpoint, tmp_path / "run", callbacks=[KillAt(3)], max_steps=4, save_steps=1)
+    (tmp_path / "run" / "checkpoint-2" / "optimizer.pt").unlink()
+    before = _files(tmp_path / "run")
+    with caplog.at_level(logging.WARNING, logger="bertkit"), pytest.raises(BertkitError, match=re.escape(
+            f"{tmp_path / 'run' / 'checkpoint-2' / 'optimizer.pt'} is missing: it holds AdamW's moments, which "
+            "state.pt leaves to it; put it back, or resume from an earlier checkpoint by its path")):
+        _train(bertkit, checkpoint, tmp_path / "run", resume=True, max_steps=4, save_steps=1)
+    assert "falling back" not in caplog.text
+    assert _files(tmp_path / "run") == before

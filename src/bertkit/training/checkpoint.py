@@ -240,6 +240,9 @@ def _read_optimizer(path: Path, name: str) -> dict:
     """The optimiser state a checkpoint's state.pt names; damage is a ValueError, as for the weights."""
     if name != OPTIMIZER_FILE:
         raise ValueError(f"state.pt names {name!r} as the file of its optimiser state, not {OPTIMIZER_FILE}")
+    if not (path / name).is_file():  # (transformers' users delete optimizer.pt to keep a checkpoint small)
+        raise ValueError(f"{path / name} is missing: it holds AdamW's moments, which state.pt leaves to it; put it "
+                         "back, or resume from an earlier checkpoint by its path")
     try:
         return torch.load(path / name, map_location="cpu", weights_only=True)
     except pickle.UnpicklingError as e:
@@ -395,7 +398,8 @@ def checkpoint_to_resume(out_dir: Path, fingerprint: dict, layout: CheckpointLay
             if isinstance(e, BertkitError):
                 raise
             damaged.append(f"{path / STATE_FILE} ({type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''})")
-            logger.warning("checkpoint %s is damaged (%s); falling back to the one before it", path, damaged[-1])
+            if not isinstance(resume, Path):  # a checkpoint named by its path is that one, or none
+                logger.warning("checkpoint %s is damaged (%s); falling back to the one before it", path, damaged[-1])
             continue
         refuse_other_run(path, fingerprint, state["fingerprint"])
         return path, state
