@@ -39,8 +39,9 @@ def _stop():
 real_save = torch.save
 
 def save(obj, f, *args, **kwargs):
-    calls["state"] += 1
-    if where == "state" and calls["state"] == nth:
+    # state.pt's alone (a Trainer checkpoint also saves transformers' optimizer.pt, scheduler.pt, rng_state.pth)
+    calls["state"] += Path(str(f)).name == "state.pt"
+    if where == "state" and calls["state"] == nth and Path(str(f)).name == "state.pt":
         buf = io.BytesIO()
         real_save(obj, buf, *args, **kwargs)
         data = buf.getvalue()

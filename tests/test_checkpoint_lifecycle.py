@@ -101,8 +101,9 @@ def _resume_from(tiny_model, out: Path, resume) -> None:
 @pytest.mark.parametrize(("given", "message"), [
     ("missing", r"resume_from_checkpoint \S+/out/checkpoint-9 does not exist; give a checkpoint-N directory"),
     ("a file", r"resume_from_checkpoint \S+/model.safetensors is a file, not a checkpoint directory; give"),
-    ("transformers'", r"\S+/hf/checkpoint-2 is transformers' Trainer's checkpoint \(optimizer.pt, no state.pt\), which "
-                      r"bertkit cannot continue: start a new run from its weights"),
+    ("transformers'", r"\S+/hf/checkpoint-2 has no state.pt: it was written by transformers' Trainer \(optimizer.pt\), "
+                      r"whose optimiser, schedule and data position bertkit cannot continue exactly; start a new run "
+                      r"from its weights"),
     ("empty", r"resume_from_checkpoint '': give True \(the newest checkpoint in output_dir\), the path of a "
               r"checkpoint-N directory, or None"),
     ("a number", r"resume_from_checkpoint 2: give True"),

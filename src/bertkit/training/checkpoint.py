@@ -3,12 +3,16 @@ position, the run's fingerprint) and the model in the Hugging Face layout, writt
 renamed into place with a manifest of its files; rotation removes only the files a manifest proves bertkit's. The
 weights are stored once: in ``model.safetensors``, which ``state.pt`` names, where the model writes one holding all of
 them (checkpoints written before hold them in ``state.pt`` too, and resume as they did); in ``state.pt`` otherwise
-(a sentence-transformers loss, whose model is not one bertkit's ``save_pretrained`` writes).
+(a sentence-transformers loss, whose model is not one bertkit's ``save_pretrained`` writes). ``bertkit.Trainer``'s
+checkpoints also hold transformers' Trainer's own resume files (optimizer.pt, which ``state.pt`` names in turn,
+scheduler.pt, rng_state.pth), so either library continues them; another library's checkpoints, which hold no
+``state.pt``, are refused by name (``foreign_checkpoint``).
 """
 
 from __future__ import annotations
 
 import contextlib
+import json
 import logging
 import os
 import pickle
@@ -19,6 +23,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+import numpy as np
 import torch
 from torch import nn
 
@@ -69,19 +74,24 @@ HF_LAYOUT = CheckpointLayout(subdir="", prefix="checkpoint-", digits=0)
 
 def save_checkpoint(out_dir: Path, state: dict, step: int, keep: int, model: nn.Module | None = None, *,
                     layout: CheckpointLayout = STEP_LAYOUT, write_extra: Callable[[Path], None] | None = None,
-                    protect: Callable[[Path], bool] | None = None) -> Path:
+                    protect: Callable[[Path], bool] | None = None, transformers_files: bool = False) -> Path:
     """Write ``state`` (and ``model``, for ``from_pretrained``) into a staging directory beside the checkpoint, its
     manifest last, and rename it into place (``bertkit.staging.staged``): a kill or a full disk mid-write leaves the
     previous checkpoints as they were. ``write_extra(dir)`` adds files before the rename; then ``keep`` checkpoints
-    are kept (``_rotate``)."""
+    are kept (``_rotate``). ``transformers_files``: also transformers' Trainer's own resume files
+    (``_write_transformers_files``), the optimiser's moments stored there once."""
     final = layout.path(out_dir, step)
-    weights = state["model"]
+    weights, whole = state["model"], state
     if model is not None and _aliases(model, _published(model)) is not None:
         state = {**state, "model": WEIGHTS_NAME}  # save_pretrained writes them all: not twice (a third of the bytes)
+    if transformers_files:
+        state = {**state, "optimizer": OPTIMIZER_FILE}  # as the weights: once, in the file transformers reads
     try:
         with staged(final, "checkpoint", manifest=True) as tmp:
             torch.save(state, tmp / STATE_FILE)  # a file of the staging directory: removed with it if cut short
             fsync(tmp / STATE_FILE)
+            if transformers_files:
+                _write_transformers_files(tmp, whole)
             if model is not None and hasattr(model, "save_pretrained"):
                 model.save_pretrained(tmp)
             if write_extra is not None:
@@ -92,6 +102,27 @@ def save_checkpoint(out_dir: Path, state: dict, step: int, keep: int, model: nn.
         raise _disk_full_error(out_dir, layout, final, weights, e.errno) from e.__cause__
     _rotate(out_dir, layout, final, keep, protect)
     return final
+
+
+OPTIMIZER_FILE, SCHEDULER_FILE = "optimizer.pt", "scheduler.pt"  # transformers' Trainer's names
+
+
+def _write_transformers_files(directory: Path, state: dict) -> None:
+    """What transformers' Trainer resumes from, written as it writes them, so its
+    ``train(resume_from_checkpoint=...)`` on a bertkit checkpoint continues this run (it reads no state.pt, and
+    without these went on with a fresh AdamW and the schedule from its first step, without a word): optimizer.pt,
+    AdamW's state dict, whose parameter groups and order are transformers' own (``optim.parameter_groups``);
+    scheduler.pt, the LambdaLR's, at the same step; each rank's random states as transformers names them
+    (rng_state.pth, or rng_state_N.pth for N ranks; numpy's, which bertkit's training never draws from, as it is)."""
+    torch.save(state["optimizer"], directory / OPTIMIZER_FILE)
+    torch.save(state["scheduler"], directory / SCHEDULER_FILE)
+    ranks = state["rank_rng"]
+    for rank, rng in enumerate(ranks):
+        saved = {"python": rng["python"], "numpy": np.random.get_state(), "cpu": rng["torch"],
+                 **({"cuda": rng["cuda"]} if "cuda" in rng else {})}
+        torch.save(saved, directory / ("rng_state.pth" if len(ranks) == 1 else f"rng_state_{rank}.pth"))
+    for name in (OPTIMIZER_FILE, SCHEDULER_FILE):
+        fsync(directory / name)
 
 
 def _disk_full_error(out_dir: Path, layout: CheckpointLayout, final: Path, weights: dict, code: int) -> BertkitError:
@@ -200,7 +231,22 @@ def read_state(path: Path) -> dict:
         raise KeyError(sorted(missing))
     if isinstance(state["model"], str):  # the weights are in the checkpoint's model.safetensors
         state["model"] = _read_weights(path, state["model"])
+    if isinstance(state["optimizer"], str):  # AdamW's moments are in the checkpoint's optimizer.pt
+        state["optimizer"] = _read_optimizer(path, state["optimizer"])
     return state
+
+
+def _read_optimizer(path: Path, name: str) -> dict:
+    """The optimiser state a checkpoint's state.pt names; damage is a ValueError, as for the weights."""
+    if name != OPTIMIZER_FILE:
+        raise ValueError(f"state.pt names {name!r} as the file of its optimiser state, not {OPTIMIZER_FILE}")
+    if not (path / name).is_file():  # (transformers' users delete optimizer.pt to keep a checkpoint small)
+        raise ValueError(f"{path / name} is missing: it holds AdamW's moments, which state.pt leaves to it; put it "
+                         "back, or resume from an earlier checkpoint by its path")
+    try:
+        return torch.load(path / name, map_location="cpu", weights_only=True)
+    except pickle.UnpicklingError as e:
+        raise ValueError(f"{path / name}: {str(e).splitlines()[0]}") from None
 
 
 def _read_weights(path: Path, name: str) -> dict:
@@ -230,13 +276,53 @@ def named_checkpoint(resume: object) -> Path:
         what = "does not exist"
     elif not path.is_dir():
         what = "is a file, not a checkpoint directory"
-    elif (path / "trainer_state.json").is_file() and (path / "optimizer.pt").is_file():
-        what = ("is transformers' Trainer's checkpoint (optimizer.pt, no state.pt), which bertkit cannot continue: "
-                "start a new run from its weights (from_pretrained on it)")
     else:
-        what = "is not a checkpoint bertkit wrote (it has no state.pt)"
+        what = foreign_checkpoint(path) or "is not a checkpoint bertkit wrote (it has no state.pt)"
     raise BertkitError(f"resume_from_checkpoint {path} {what}; give a checkpoint-N directory of a bertkit Trainer run, "
                        "or True for the newest one in output_dir")
+
+
+# what transformers' Trainer writes into each checkpoint-N beside the model (sentence-transformers' trainers too)
+_FOREIGN_STATE = ("optimizer.pt", "scheduler.pt", "rng_state.pth", "training_args.bin")
+
+
+def foreign_checkpoint(path: Path) -> str | None:
+    """How ``path`` reads when another library's trainer wrote it (trainer_state.json beside its optimizer.pt,
+    scheduler.pt, ..., and no state.pt): the writer, and the call that starts a new run from its weights; None for
+    any other directory. Its optimizer.pt lists AdamW's moments by the writer's parameter order, and the data
+    position and random states are the writer's: bertkit cannot continue that run exactly, so it does not try."""
+    if (path / STATE_FILE).is_file() or not (path / "trainer_state.json").is_file():
+        return None
+    held = [name for name in _FOREIGN_STATE if (path / name).is_file()]
+    if not held:
+        return None
+    kind = None
+    with contextlib.suppress(OSError, ValueError, AttributeError):  # unreadable: named as sentence-transformers'
+        kind = json.loads((path / "config_sentence_transformers.json").read_text(encoding="utf-8")).get("model_type")
+    if kind in ("CrossEncoder", "SparseEncoder"):
+        writer, load = f"sentence-transformers' {kind}Trainer", f"{kind}({str(path)!r})"
+    elif (path / "modules.json").is_file():
+        writer, load = "sentence-transformers' SentenceTransformerTrainer", f"SentenceTransformer({str(path)!r})"
+    else:
+        writer, load = "transformers' Trainer", f"from_pretrained({str(path)!r}) (a script's model_name_or_path)"
+    return (f"has no {STATE_FILE}: it was written by {writer} ({', '.join(held)}), whose optimiser, schedule and data "
+            f"position bertkit cannot continue exactly; start a new run from its weights, the model {load}, "
+            "in another output_dir")
+
+
+def refuse_foreign_checkpoints(out_dir: Path, resumed: Path | None) -> None:
+    """Refuse a resume from ``resumed`` (None: no checkpoint of bertkit's was found) while ``out_dir`` holds a newer
+    checkpoint another library wrote (``foreign_checkpoint``): resume_from_checkpoint=True would otherwise go back to
+    an older one of bertkit's without a word, dropping the steps after it, and either resume would write its own
+    checkpoint-N over the other library's, leaving that one's optimizer.pt beside bertkit's weights."""
+    after = -1 if resumed is None else checkpoint_step(resumed.name, HF_LAYOUT.prefix)
+    after = -1 if after is None else after  # a resumed directory of another name: every foreign one counts
+    for path in reversed(HF_LAYOUT.dirs(out_dir)):
+        if checkpoint_step(path.name, HF_LAYOUT.prefix) > after and (why := foreign_checkpoint(path)):
+            newer, back = ("", "") if resumed is None else (
+                f", newer than {resumed.name},", f"; to go back to {resumed.name} anyway (dropping the steps after it: "
+                f"the resumed run would write over {path.name}), move {path.name} out of {out_dir} first")
+            raise BertkitError(f"cannot resume in {out_dir}: {path}{newer} {why}{back}")
 
 
 def refuse_other_run(path: Path, fingerprint: dict, saved: dict | None = None) -> None:
@@ -312,7 +398,8 @@ def checkpoint_to_resume(out_dir: Path, fingerprint: dict, layout: CheckpointLay
             if isinstance(e, BertkitError):
                 raise
             damaged.append(f"{path / STATE_FILE} ({type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''})")
-            logger.warning("checkpoint %s is damaged (%s); falling back to the one before it", path, damaged[-1])
+            if not isinstance(resume, Path):  # a checkpoint named by its path is that one, or none
+                logger.warning("checkpoint %s is damaged (%s); falling back to the one before it", path, damaged[-1])
             continue
         refuse_other_run(path, fingerprint, state["fingerprint"])
         return path, state

@@ -113,6 +113,7 @@ class LoopHooks:
     schedule_options: dict[str, Any] | None = None
     compute_loss: Callable[[nn.Module, Batch, Any], tuple[Tensor, Any, bool]] = model_loss
     count_items: Callable[[Batch], int | None] | None = None
+    transformers_files: bool = False  # checkpoints transformers' Trainer resumes (checkpoint.save_checkpoint)
 
 
 def train(
@@ -545,7 +546,8 @@ class _Run:
                     "last_step": {"lr": self.step_lr, "grad_norm": self.grad_norm},
                     "records": len(self.log_file.history),  # metrics.jsonl's, which a resume cuts back to
                 }, self.pos.step, limit if limit is not None and limit > 0 else 2**62, self.model, layout=self.hooks.layout,
-                    write_extra=self.hooks.write_extra, protect=self.hooks.protect)
+                    write_extra=self.hooks.write_extra, protect=self.hooks.protect,
+                    transformers_files=self.hooks.transformers_files)
         self.saved_at = self.pos.step
         self.event("save")
 

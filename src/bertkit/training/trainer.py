@@ -59,6 +59,7 @@ from bertkit.training.checkpoint import (
     load_model_state,
     named_checkpoint,
     read_state,
+    refuse_foreign_checkpoints,
     refuse_other_run,
     remove_torn_writes,
 )
@@ -332,7 +333,8 @@ class Trainer(TrainerLoss, TrainerEvaluation):
                                fingerprint=fingerprint, resume=resume or False,
                                hooks=LoopHooks(layout=HF_LAYOUT, write_extra=self._write_checkpoint_extras,
                                                protect=self._is_best, on_record=self._on_record, event=self._loop_event,
-                                               control=self.control, param_groups=self._parameter_groups(),
+                                               control=self.control, param_groups=(groups := self._parameter_groups()),
+                                               transformers_files=groups is None,  # transformers' groups: its files
                                                schedule_steps=self._schedule_steps,
                                                schedule_options=args.lr_scheduler_kwargs,
                                                compute_loss=self._training_loss,
@@ -416,6 +418,7 @@ class Trainer(TrainerLoss, TrainerEvaluation):
         if resume is True:
             found = HF_LAYOUT.dirs(out)
             whole = [p for p in found if (p / STATE_FILE).is_file() and (p / TRAINER_STATE).is_file()]
+            refuse_foreign_checkpoints(out, whole[-1] if whole else None)
             if not whole:
                 raise BertkitError(f"resume_from_checkpoint=True, but {out} holds no checkpoint-N directory with "
                                    f"{STATE_FILE} and {TRAINER_STATE} to resume from ({len(found)} without them); "
@@ -430,6 +433,7 @@ class Trainer(TrainerLoss, TrainerEvaluation):
         if path.resolve().parent != out.resolve():
             raise BertkitError(f"resume_from_checkpoint {path} is not in output_dir {out}; set output_dir to the "
                                "directory that holds it, so the run continues where it was written")
+        refuse_foreign_checkpoints(out, path)
         return path
 
     # -- the loop's hooks ------------------------------------------------------------------------------------
@@ -489,14 +493,14 @@ class Trainer(TrainerLoss, TrainerEvaluation):
             self.state.best_model_checkpoint = str(HF_LAYOUT.path(Path(self.args.output_dir), best))
 
     def _write_checkpoint_extras(self, directory: Path) -> None:
-        """The tokenizer and trainer_state.json, before the checkpoint is renamed into place. The best checkpoint
-        is named here, as transformers names it when it saves: the best step's checkpoint once it exists (this one,
-        or one written before); an evaluation at a step with no checkpoint (eval_steps 5, save_steps 10) names
-        none, so load_best_model_at_end and save_total_limit never count on a checkpoint that was never written."""
+        """The tokenizer and trainer_state.json, before the checkpoint is renamed into place. The best checkpoint is
+        named as transformers names it when it saves: the best step's once it exists (this one, or one before); an
+        evaluation at a step without one (eval_steps 5, save_steps 10) names none, so nothing counts on it."""
         self._name_best_checkpoint()
         if self.processing_class is not None and hasattr(self.processing_class, "save_pretrained"):
             self.processing_class.save_pretrained(directory)
-        self.state.stateful_callbacks = callback_states(self.callbacks)
+        control = self.control if self._parameter_groups() is None else None  # transformers' resume files too
+        self.state.stateful_callbacks = callback_states(self.callbacks, control)
         self.state.save_to_json(directory / TRAINER_STATE)  # as transformers writes a checkpoint's
         if self._grouped is not None:
             self._grouped.save(directory)
