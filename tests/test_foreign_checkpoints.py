@@ -44,7 +44,7 @@ def _files(directory: Path) -> dict[str, str]:
             for p in sorted(directory.rglob("*")) if p.is_file()}
 
 
-@pytest.mark.parametrize("resume", ["path", True])
+@pytest.mark.parametrize("resume", ["path", pytest.param(True, marks=pytest.mark.slow)])
 def test_a_resume_from_transformers_checkpoints_is_refused_naming_the_writer_and_the_new_run(checkpoint, tmp_path,
                                                                                              resume):
     """Was (True): "holds no checkpoint-N directory with state.pt and trainer_state.json to resume from (2 without
@@ -62,7 +62,7 @@ def test_a_resume_from_transformers_checkpoints_is_refused_naming_the_writer_and
     assert _files(out) == before
 
 
-@pytest.mark.parametrize("resume", ["checkpoint-2", True])
+@pytest.mark.parametrize("resume", [pytest.param("checkpoint-2", marks=pytest.mark.slow), True])
 def test_a_newer_transformers_checkpoint_beside_bertkits_is_neither_passed_over_nor_written_over(checkpoint, tmp_path,
                                                                                                   resume):
     """bertkit's checkpoint-2 and, newer, transformers' checkpoint-4 (a run continued with transformers) in one
@@ -144,7 +144,6 @@ def test_transformers_trainer_resumes_a_bertkit_checkpoint_as_its_own_uninterrup
     for name, value in resumed.model.state_dict().items():
         torch.testing.assert_close(value, whole.model.state_dict()[name], rtol=0, atol=1e-5, msg=name)
     assert torch.load(cut / "state.pt", weights_only=True)["optimizer"] == "optimizer.pt"  # stored once
-
 
 
 def test_a_checkpoint_holding_the_moments_in_state_pt_resumes_as_it_did(checkpoint, tmp_path):
