@@ -66,3 +66,150 @@ def test_resume_of_a_run_from_before_a_setting_existed(setup, tmp_path):
     assert "other settings" not in err
     again = json.loads((out / "report.json").read_text())
     assert (again["dev"], again["test"], again["steps"]) == (report["dev"], report["test"], report["steps"])
+
+
+# model_config as a pre-training checkpoint of bertkit until 2026-11-28 recorded it (config.json's _name_or_path
+# kept, its architectures dropped), and the fine-tuning fingerprint before labels and train_data were recorded
+OLD_CONFIG = {"_name_or_path": "nreimers/MiniLM-L6-H384-uncased", "gradient_checkpointing": False,
+              "transformers_version": "4.8.2", "use_cache": True, "vocab_size": 30522, "hidden_size": 384,
+              "num_hidden_layers": 1, "num_attention_heads": 12, "intermediate_size": 1536, "hidden_act": "gelu",
+              "hidden_dropout_prob": 0.1, "attention_probs_dropout_prob": 0.1, "max_position_embeddings": 512,
+              "type_vocab_size": 2, "initializer_range": 0.02, "layer_norm_eps": 1e-12, "pad_token_id": 0,
+              "position_embedding_type": "absolute", "model_type": "bert"}
+
+
+def test_pretraining_checkpoint_of_an_earlier_config_form_resumes(tmp_path):
+    """The same model, its config recorded in the earlier form: refused before as other settings
+    ('model_config._name_or_path': ('nreimers/...', None), 'model_config.architectures': (None, ['BertModel']))."""
+    from bertkit.config import BertConfig
+    from bertkit.training.checkpoint import refuse_other_run
+
+    (tmp_path / "config.json").write_text(json.dumps({**OLD_CONFIG, "architectures": ["BertModel"]}))
+    now = {"model_config": BertConfig.from_pretrained(tmp_path).to_dict(), "max_steps": 4, "nsp": True}
+    refuse_other_run(tmp_path, now, {"model_config": OLD_CONFIG, "max_steps": 4, "nsp": True})
+    with pytest.raises(Exception, match=r"other settings or data .*'model_config.hidden_size': \(256, 384\)"):
+        refuse_other_run(tmp_path, now, {"model_config": {**OLD_CONFIG, "hidden_size": 256, "num_attention_heads": 4},
+                                         "max_steps": 4, "nsp": True})
+
+
+def test_finetuning_checkpoint_without_labels_and_data_is_refused_as_older(tmp_path):
+    """A checkpoint written before labels and train_data were recorded cannot be checked against the data: refused
+    naming state.pt, the earlier bertkit and the fix (before: 'written by a run with other settings or data ...
+    labels: (None, [...])', a fix of resuming with the settings it already had)."""
+    from bertkit.training.checkpoint import refuse_other_run
+
+    train = {"learning_rate": 1e-4, "seed": 1}
+    saved = {"train": train, "model": "m1", "task": "sst-2"}
+    with pytest.raises(Exception) as e:
+        refuse_other_run(tmp_path, {**saved, "train_data": "b0771123", "labels": ["0", "1"]}, saved)
+    message = str(e.value)
+    assert "state.pt was written by an earlier bertkit, which did not record labels, train_data" in message
+    assert "finish the run with the bertkit version that started it, or start it again (--overwrite" in message
+    with pytest.raises(Exception, match=r"other settings or data .*'task': \('sst-2', 'cola'\)"):
+        refuse_other_run(tmp_path, {**saved, "task": "cola", "train_data": "b0771123"}, saved)
+
+
+def test_checkpoints_record_their_format_and_a_newer_one_is_refused(tmp_path):
+    """state.pt carries its format (2); one of a newer bertkit is refused naming the file and the fix, and in a
+    format-2 checkpoint an absent entry is one not set then (another setting), not an earlier bertkit's."""
+    from bertkit.training.checkpoint import STATE_FORMAT, read_state, refuse_other_run, save_checkpoint
+
+    state = {"model": {"w": torch.ones(2)}, "optimizer": {}, "scheduler": {}, "scaler": {}, "position": {"step": 1},
+             "fingerprint": {"task": "sst-2"}, "rank_rng": [], "world_size": 1, "windows": [{}]}
+    path = save_checkpoint(tmp_path, state, 1, keep=2)
+    assert torch.load(path / "state.pt", weights_only=True)["format"] == STATE_FORMAT == 2
+    assert read_state(path)["fingerprint"] == {"task": "sst-2"}
+    with pytest.raises(Exception, match=r"other settings or data .*'labels': \(None, \['0', '1'\]\)"):
+        refuse_other_run(path, {"task": "sst-2", "labels": ["0", "1"]})
+    torch.save({**state, "format": 3}, path / "state.pt")
+    with pytest.raises(Exception, match=r"state.pt is of checkpoint format 3, written by a newer bertkit \(this one "
+                                        r"reads formats 1 to 2\): resume it with that version, or upgrade"):
+        read_state(path)
+
+
+def _pretrain_args(root: Path, out: Path) -> list[str]:
+    return ["pretrain", "--data", str(root / "data"), "--vocab", str(root / "vocab"), "--config-name", "tiny",
+            "--out", str(out), "--max-steps", "6", "--save-steps", "2", "--logging-steps", "1", "--batch-size", "8",
+            "--lr", "1e-3", "--no-progress"]
+
+
+def _killed_before_step(args: list[str], step: int) -> None:
+    """``bertkit args`` in a forked child that exits hard as its ``step``-th optimiser step begins."""
+    import os
+
+    from killing import run_here
+
+    pid = os.fork()
+    if pid == 0:
+        from torch.optim.optimizer import register_optimizer_step_pre_hook
+
+        calls = [0]
+
+        def stop(*_: object) -> None:
+            calls[0] += 1
+            if calls[0] == step:
+                os._exit(9)
+
+        register_optimizer_step_pre_hook(stop)
+        run_here(args)
+        os._exit(0)
+    assert os.waitpid(pid, 0)[1] >> 8 == 9
+
+
+def _as_written_earlier(run: Path, rng) -> list[str]:
+    """The killed run's files rewritten into forms earlier bertkit versions wrote, chosen by ``rng``: its manifest
+    without settings added since (those at their defaults), checkpoints without a format mark, logging state or
+    with the earlier model_config form. Returns what was changed."""
+    from bertkit.settings import PretrainSettings, fingerprint_defaults
+    from killing import in_progress
+
+    changed, stage = [], in_progress(run)
+    partial = stage / ".bertkit-partial"
+    record = json.loads(partial.read_text())
+    defaults = fingerprint_defaults(PretrainSettings)
+    at_default = sorted(k for k, v in record["fingerprint"].items() if k in defaults and v == defaults[k])
+    for name in rng.sample(at_default, rng.randint(1, 4)):
+        del record["fingerprint"][name]
+        changed.append(f"manifest without {name}")
+    partial.write_text(json.dumps(record))
+    for state_file in sorted(stage.glob("checkpoints/step-*/state.pt")):
+        state = torch.load(state_file, weights_only=True)
+        for key in ("format", "last_step", "records"):
+            if rng.random() < 0.7:
+                state.pop(key, None)
+                changed.append(f"{state_file.parent.name} without {key}")
+        if rng.random() < 0.7:
+            config = dict(state["fingerprint"]["model_config"])
+            config.pop("architectures", None)
+            state["fingerprint"]["model_config"] = {"_name_or_path": "bert-tiny", **config}
+            changed.append(f"{state_file.parent.name}'s earlier model_config")
+        torch.save(state, state_file)
+    return changed
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("seed", [0, 1])
+def test_a_killed_pretraining_run_in_an_earlier_form_resumes_to_the_same_weights(tiny_pretraining_data, tmp_path,
+                                                                                    seed):
+    """A pre-training run killed by an earlier bertkit (its manifest and checkpoints in the forms bertkit wrote on
+    2026-11-26 to -29), resumed by this one, ends with the uninterrupted run's weights and losses: it was refused
+    ('--eval-delay None then, 0 now'; 'model_config._name_or_path': (..., None))."""
+    import random
+
+    from safetensors.torch import load_file
+
+    from killing import run_here
+
+    rng = random.Random(seed)
+    full, killed = tmp_path / "full", tmp_path / "killed"
+    assert run_here(_pretrain_args(tiny_pretraining_data, full)) == 0
+    _killed_before_step(_pretrain_args(tiny_pretraining_data, killed), rng.choice([3, 5]))
+    changed = _as_written_earlier(killed, rng)
+    err = io.StringIO()
+    with contextlib.redirect_stderr(err):
+        assert run_here([*_pretrain_args(tiny_pretraining_data, killed), "--resume"]) == 0, (changed, err.getvalue())
+    a, b = (load_file(str(d / "final" / "model.safetensors")) for d in (full, killed))
+    assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a), changed
+    losses = [[json.loads(x)["loss"] for x in (d / "metrics.jsonl").read_text().splitlines() if '"train"' in x]
+              for d in (full, killed)]
+    assert losses[0] == losses[1] and len(losses[0]) == 6, changed

@@ -32,6 +32,10 @@ from bertkit.weight_files import WEIGHTS_NAME
 logger = logging.getLogger("bertkit")
 
 STATE_FILE = "state.pt"
+# state.pt's layout, recorded in it as "format" from 2 on (1: unmarked, bertkit until 2026-11-30). A state of a newer
+# format is refused by name; entries an older one did not record yet (FIRST_RECORDED) are named as such on resume.
+STATE_FORMAT = 2
+FIRST_RECORDED = {2: ("labels", "train_data")}  # fine-tuning's label names and training data digest
 
 
 @dataclass(frozen=True)
@@ -75,6 +79,7 @@ def save_checkpoint(out_dir: Path, state: dict, step: int, keep: int, model: nn.
     previous checkpoints as they were. ``write_extra(dir)`` adds files before the rename; then ``keep`` checkpoints
     are kept (``_rotate``)."""
     final = layout.path(out_dir, step)
+    state = {**state, "format": STATE_FORMAT}
     weights = state["model"]
     if model is not None and _aliases(model, _published(model)) is not None:
         state = {**state, "model": WEIGHTS_NAME}  # save_pretrained writes them all: not twice (a third of the bytes)
@@ -198,6 +203,9 @@ def read_state(path: Path) -> dict:
                "windows"} - state.keys()
     if missing:
         raise KeyError(sorted(missing))
+    if state.get("format", 1) > STATE_FORMAT:
+        raise BertkitError(f"{path / STATE_FILE} is of checkpoint format {state['format']}, written by a newer bertkit "
+                           f"(this one reads formats 1 to {STATE_FORMAT}): resume it with that version, or upgrade")
     if isinstance(state["model"], str):  # the weights are in the checkpoint's model.safetensors
         state["model"] = _read_weights(path, state["model"])
     return state
@@ -239,27 +247,66 @@ def named_checkpoint(resume: object) -> Path:
                        "or True for the newest one in output_dir")
 
 
-def refuse_other_run(path: Path, fingerprint: dict, saved: dict | None = None) -> None:
-    """Refuse to resume from ``path`` when the run that wrote it had another fingerprint (``saved``, or read from
-    its state.pt memory-mapped: a check before anything is written; damage is left to ``checkpoint_to_resume``)."""
+def refuse_other_run(path: Path, fingerprint: dict, saved: dict | None = None, written: int = 1) -> None:
+    """Refuse to resume from ``path`` when the run that wrote it had another fingerprint (``saved``, of a state.pt
+    of format ``written``; or both read from its state.pt memory-mapped: a check before anything is written; damage
+    is left to ``checkpoint_to_resume``). A checkpoint of an earlier format without an entry this one records
+    (``FIRST_RECORDED``) is refused as such: what it was trained on cannot be compared, and the refusal says so
+    instead of calling it another run. Any other entry is recorded only where set (absent: not set then)."""
     if saved is None:
         try:
-            saved = torch.load(path / STATE_FILE, map_location="cpu", weights_only=True, mmap=True)["fingerprint"]
+            state = torch.load(path / STATE_FILE, map_location="cpu", weights_only=True, mmap=True)
+            saved, written = state["fingerprint"], state.get("format", 1)
         except (RuntimeError, EOFError, KeyError, OSError, ValueError, pickle.UnpicklingError):
             return
-    if saved != fingerprint:
+    saved, now = _canonical(saved), _canonical(fingerprint)
+    if saved == now:
+        return
+    differences = _differences(saved, now)
+    added = {k for version, keys in FIRST_RECORDED.items() if version > written for k in keys}
+    unrecorded = sorted(k for k, (a, _) in differences.items() if a is _ABSENT and k in added)
+    if unrecorded and len(unrecorded) == len(differences):
         raise BertkitError(
-            f"cannot resume from {path}: it was written by a run with other settings or data "
-            f"(field: (checkpoint, now)) {_differences(saved, fingerprint)}; resume with the original settings and "
-            "data, or start a new output directory (--output-dir; the Trainer's output_dir)"
-        )
+            f"cannot resume from {path}: its {STATE_FILE} was written by an earlier bertkit, which did not record "
+            f"{', '.join(unrecorded)}; this version checks them before continuing a run (a resume with other data or "
+            "labels would go on unnoticed), so it cannot continue this checkpoint: finish the run with the bertkit "
+            "version that started it, or start it again (--overwrite, or another --output-dir; the Trainer's "
+            "output_dir)")
+    shown = {k: (None if a is _ABSENT else a, b) for k, (a, b) in differences.items()}
+    raise BertkitError(
+        f"cannot resume from {path}: it was written by a run with other settings or data "
+        f"(field: (checkpoint, now)) {shown}; resume with the original settings and "
+        "data, or start a new output directory (--output-dir; the Trainer's output_dir)"
+    )
+
+
+_ABSENT = object()  # an entry the checkpoint's fingerprint does not have (written by an earlier bertkit)
+# Names of where a model config came from, not of the model: bertkit until 2026-11-28 recorded config.json's
+# _name_or_path in a pre-training checkpoint's model_config and left out its architectures.
+_CONFIG_PROVENANCE = ("_name_or_path", "architectures", "transformers_version")
+
+
+def _canonical(fingerprint: dict) -> dict:
+    """``fingerprint`` with its entries in the one form every bertkit version compares: a ``model_config`` as
+    BertConfig reads it, without its provenance (the form config.to_dict() writes changed between versions)."""
+    config = fingerprint.get("model_config")
+    if not isinstance(config, dict):
+        return fingerprint
+    from bertkit.config import BertConfig
+
+    try:
+        config = BertConfig.from_dict(config).to_dict()
+    except (BertkitError, TypeError, ValueError):  # not a config this version reads: compared as recorded
+        return fingerprint
+    return {**fingerprint, "model_config": {k: v for k, v in config.items() if k not in _CONFIG_PROVENANCE}}
 
 
 def _differences(saved: dict, now: dict, prefix: str = "") -> dict[str, tuple]:
-    """The fingerprint fields that differ, nested ones by their dotted name: {"trainer.train_data": (saved, now)}."""
+    """The fingerprint fields that differ, nested ones by their dotted name: {"trainer.train_data": (saved, now)};
+    an entry only ``now`` has is (_ABSENT, now)."""
     out: dict[str, tuple] = {}
     for key in sorted(set(saved) | set(now)):
-        a, b = saved.get(key), now.get(key)
+        a, b = saved.get(key, _ABSENT), now.get(key)
         if isinstance(a, dict) and isinstance(b, dict):
             out.update(_differences(a, b, f"{prefix}{key}."))
         elif a != b:
@@ -314,7 +361,7 @@ def checkpoint_to_resume(out_dir: Path, fingerprint: dict, layout: CheckpointLay
             damaged.append(f"{path / STATE_FILE} ({type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''})")
             logger.warning("checkpoint %s is damaged (%s); falling back to the one before it", path, damaged[-1])
             continue
-        refuse_other_run(path, fingerprint, state["fingerprint"])
+        refuse_other_run(path, fingerprint, state["fingerprint"], state.get("format", 1))
         return path, state
     if damaged:
         raise BertkitError(f"no intact checkpoint to resume from in {layout.root(out_dir)}: {'; '.join(damaged)}")
