@@ -92,6 +92,22 @@ def test_pretraining_checkpoint_of_an_earlier_config_form_resumes(tmp_path):
                                          "max_steps": 4, "nsp": True})
 
 
+def test_trainer_checkpoint_of_an_earlier_config_form_resumes(tmp_path):
+    """The Trainer's fingerprint holds the model's config too (trainer.model): a checkpoint of bertkit.Trainer of
+    2026-11-28 was refused ('trainer.model._name_or_path': ('nreimers/...', None)); it resumed there to the
+    uninterrupted run's weights bit for bit once compared as the model it describes."""
+    from bertkit.config import BertConfig
+    from bertkit.training.checkpoint import refuse_other_run
+
+    (tmp_path / "config.json").write_text(json.dumps({**OLD_CONFIG, "architectures": ["BertModel"]}))
+    trainer = {"examples": 32, "train_data": "4f1c", "world_size": 1}
+    now = {"train": {"seed": 1}, "trainer": {**trainer, "model": BertConfig.from_pretrained(tmp_path).to_dict()}}
+    refuse_other_run(tmp_path, now, {"train": {"seed": 1}, "trainer": {**trainer, "model": OLD_CONFIG}}, 1)
+    with pytest.raises(Exception, match=r"'trainer.model.num_hidden_layers': \(2, 1\)"):
+        refuse_other_run(tmp_path, now, {"train": {"seed": 1},
+                                         "trainer": {**trainer, "model": {**OLD_CONFIG, "num_hidden_layers": 2}}})
+
+
 def test_finetuning_checkpoint_without_labels_and_data_is_refused_as_older(tmp_path):
     """A checkpoint written before labels and train_data were recorded cannot be checked against the data: refused
     naming state.pt, the earlier bertkit and the fix (before: 'written by a run with other settings or data ...
@@ -107,6 +123,9 @@ def test_finetuning_checkpoint_without_labels_and_data_is_refused_as_older(tmp_p
     assert "finish the run with the bertkit version that started it, or start it again (--overwrite" in message
     with pytest.raises(Exception, match=r"other settings or data .*'task': \('sst-2', 'cola'\)"):
         refuse_other_run(tmp_path, {**saved, "task": "cola", "train_data": "b0771123"}, saved)
+    # the sentence trainers' loss settings, recorded since 2026-11-29 20:05
+    with pytest.raises(Exception, match=r"earlier bertkit, which did not record loss; .* where they differ"):
+        refuse_other_run(tmp_path, {**saved, "loss": {"MultipleNegativesRankingLoss": {"scale": 20.0}}}, saved)
 
 
 def test_checkpoints_record_their_format_and_a_newer_one_is_refused(tmp_path):
@@ -213,3 +232,23 @@ def test_a_killed_pretraining_run_in_an_earlier_form_resumes_to_the_same_weights
     losses = [[json.loads(x)["loss"] for x in (d / "metrics.jsonl").read_text().splitlines() if '"train"' in x]
               for d in (full, killed)]
     assert losses[0] == losses[1] and len(losses[0]) == 6, changed
+
+
+def test_tokenizer_digest_of_a_sentence_checkpoint_is_the_one_earlier_versions_took(tmp_path, tiny_checkpoint):
+    """model_input_names became a tokenizer attribute on 2026-11-30, and the sentence trainers' checkpoints hash the
+    tokenizer's state: every earlier checkpoint was refused ('trainer.train_data.tokenizer': ('60b02a...',
+    '87041...')). At its default the attribute is left out (the digest earlier versions took, where a checkpoint of
+    2026-11-29 resumed to the uninterrupted run's weights bit for bit); set otherwise, the digest changes."""
+    import hashlib
+    import pickle
+
+    from bertkit.sentence import SentenceTransformer
+    from bertkit.sentence.data import tokenizer_fingerprint
+
+    tiny_checkpoint(tmp_path / "m", tokenizer=["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", *WORDS])
+    model = SentenceTransformer(tmp_path / "m", device="cpu")
+    state = {k: v for k, v in model.tokenizer.__getstate__().items() if k != "model_input_names"}
+    earlier = hashlib.blake2b(pickle.dumps(sorted(state.items()), protocol=4), digest_size=16).hexdigest()
+    assert tokenizer_fingerprint(model) == earlier
+    model.tokenizer.model_input_names = ["input_ids", "attention_mask"]
+    assert tokenizer_fingerprint(model) != earlier

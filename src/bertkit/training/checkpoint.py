@@ -35,7 +35,8 @@ STATE_FILE = "state.pt"
 # state.pt's layout, recorded in it as "format" from 2 on (1: unmarked, bertkit until 2026-11-30). A state of a newer
 # format is refused by name; entries an older one did not record yet (FIRST_RECORDED) are named as such on resume.
 STATE_FORMAT = 2
-FIRST_RECORDED = {2: ("labels", "train_data")}  # fine-tuning's label names and training data digest
+# fine-tuning's label names and training data digest, the sentence trainers' loss settings
+FIRST_RECORDED = {2: ("labels", "train_data", "loss")}
 
 
 @dataclass(frozen=True)
@@ -268,8 +269,8 @@ def refuse_other_run(path: Path, fingerprint: dict, saved: dict | None = None, w
     if unrecorded and len(unrecorded) == len(differences):
         raise BertkitError(
             f"cannot resume from {path}: its {STATE_FILE} was written by an earlier bertkit, which did not record "
-            f"{', '.join(unrecorded)}; this version checks them before continuing a run (a resume with other data or "
-            "labels would go on unnoticed), so it cannot continue this checkpoint: finish the run with the bertkit "
+            f"{', '.join(unrecorded)}; this version checks them before continuing a run (a resume where they differ "
+            "would go on unnoticed), so it cannot continue this checkpoint: finish the run with the bertkit "
             "version that started it, or start it again (--overwrite, or another --output-dir; the Trainer's "
             "output_dir)")
     shown = {k: (None if a is _ABSENT else a, b) for k, (a, b) in differences.items()}
@@ -281,24 +282,32 @@ def refuse_other_run(path: Path, fingerprint: dict, saved: dict | None = None, w
 
 
 _ABSENT = object()  # an entry the checkpoint's fingerprint does not have (written by an earlier bertkit)
-# Names of where a model config came from, not of the model: bertkit until 2026-11-28 recorded config.json's
-# _name_or_path in a pre-training checkpoint's model_config and left out its architectures.
+# Where fingerprints hold a model's config (pre-training's; the Trainer's model), and the names in it of where it came
+# from, not of the model: bertkit until 2026-11-28 recorded config.json's _name_or_path there, not its architectures.
+_CONFIG_ENTRIES = (("model_config",), ("trainer", "model"))
 _CONFIG_PROVENANCE = ("_name_or_path", "architectures", "transformers_version")
 
 
 def _canonical(fingerprint: dict) -> dict:
-    """``fingerprint`` with its entries in the one form every bertkit version compares: a ``model_config`` as
-    BertConfig reads it, without its provenance (the form config.to_dict() writes changed between versions)."""
-    config = fingerprint.get("model_config")
-    if not isinstance(config, dict):
-        return fingerprint
+    """``fingerprint`` with its model configs in the one form every bertkit version compares: as BertConfig reads
+    them, without their provenance (the form config.to_dict() writes changed between versions)."""
     from bertkit.config import BertConfig
 
-    try:
-        config = BertConfig.from_dict(config).to_dict()
-    except (BertkitError, TypeError, ValueError):  # not a config this version reads: compared as recorded
-        return fingerprint
-    return {**fingerprint, "model_config": {k: v for k, v in config.items() if k not in _CONFIG_PROVENANCE}}
+    out = dict(fingerprint)
+    for *parents, name in _CONFIG_ENTRIES:
+        holder = out
+        for key in parents:
+            if not isinstance(holder.get(key), dict):
+                break
+            holder[key] = holder = dict(holder[key])
+        else:
+            if isinstance(holder.get(name), dict):
+                try:
+                    config = BertConfig.from_dict(holder[name]).to_dict()
+                except (BertkitError, TypeError, ValueError):  # not a config this version reads: as recorded
+                    continue
+                holder[name] = {k: v for k, v in config.items() if k not in _CONFIG_PROVENANCE}
+    return out
 
 
 def _differences(saved: dict, now: dict, prefix: str = "") -> dict[str, tuple]:
