@@ -252,3 +252,24 @@ def test_tokenizer_digest_of_a_sentence_checkpoint_is_the_one_earlier_versions_t
     assert tokenizer_fingerprint(model) == earlier
     model.tokenizer.model_input_names = ["input_ids", "attention_mask"]
     assert tokenizer_fingerprint(model) != earlier
+
+
+def test_a_directory_recorded_by_bertkit_before_manifests_is_named_as_such(tmp_path):
+    """bertkit until 2026-11-26 recorded a run's files by name only (a registry, no sha256). Its int8 directory is
+    refused at load with the fix `bertkit quantize ... --overwrite`, which was then refused as 'not a run marker this
+    bertkit wrote (damaged, or from another version)'; it now names the earlier bertkit, what it cannot prove, and
+    the fixes, and still removes nothing."""
+    from bertkit.runs import output_dir
+
+    run = tmp_path / "q"
+    run.mkdir()
+    (run / "config.json").write_text("{}")
+    (run / ".bertkit-run.json").write_text(json.dumps(
+        {"command": "quantize", "fingerprint": {}, "cwd": str(tmp_path), "started": 1796063892.7, "finished": True,
+         "pid": 25541, "files": ["config.json"]}))
+    with pytest.raises(Exception) as e, output_dir(run, "quantize", overwrite=True):
+        pass
+    assert (f"{run / '.bertkit-run.json'} is the record of a `bertkit quantize` run by a bertkit before 2026-11-26, "
+            "which listed its files without their sha256") in str(e.value)
+    assert f"finish the run with the version that started it, or remove {run} yourself" in str(e.value)
+    assert (run / "config.json").read_text() == "{}"

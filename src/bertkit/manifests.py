@@ -74,6 +74,13 @@ def read_marker(directory: Path) -> dict | None:
         marker = json.loads(path.read_text(encoding="utf-8")) if not path.is_symlink() else None
     except (json.JSONDecodeError, UnicodeDecodeError, OSError):
         marker = None
+    if isinstance(marker, dict) and isinstance(marker.get("files"), list) and "started" in marker:
+        # bertkit until 2026-11-26 registered the names it wrote as it went, without their contents
+        raise BertkitError(f"{path} is the record of a `bertkit {marker.get('command')}` run by a bertkit before "
+                           "2026-11-26, which listed its files without their sha256: this version cannot prove "
+                           "them unchanged since, so it neither continues (--resume) nor replaces (--overwrite) that "
+                           "run and removes none of its files; finish the run with the version that started it, or "
+                           f"remove {directory} yourself (or choose another output directory)")
     if not (isinstance(marker, dict) and isinstance(marker.get("files"), dict)
             and isinstance(marker.get("command", ""), str) and isinstance(marker.get("cwd", ""), str)):
         raise BertkitError(f"{path} is not a run marker this bertkit wrote (damaged, or from another version); "
