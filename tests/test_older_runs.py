@@ -273,3 +273,21 @@ def test_a_directory_recorded_by_bertkit_before_manifests_is_named_as_such(tmp_p
             "which listed its files without their sha256") in str(e.value)
     assert f"finish the run with the version that started it, or remove {run} yourself" in str(e.value)
     assert (run / "config.json").read_text() == "{}"
+
+
+def test_manifests_record_their_format_and_a_newer_one_is_refused(tmp_path):
+    """A run's manifest carries its format (2), so that the next change to it is read or refused by name: one of a
+    newer bertkit is refused, its files left as they are."""
+    from bertkit.runs import output_dir
+
+    with output_dir(tmp_path / "run", "pretrain") as claim:
+        (claim.path / "summary.json").write_text("{}")
+    manifest = tmp_path / "run" / ".bertkit-run.json"
+    record = json.loads(manifest.read_text())
+    assert record["format"] == 2 and list(record["files"]) == ["summary.json"]
+    manifest.write_text(json.dumps({**record, "format": 3}))
+    with pytest.raises(Exception, match=r"\.bertkit-run\.json is a manifest of format 3, written by a newer bertkit "
+                                        r"\(this one reads formats up to 2\), so it removes and replaces nothing"):
+        with output_dir(tmp_path / "run", "pretrain", overwrite=True):
+            pass
+    assert (tmp_path / "run" / "summary.json").read_text() == "{}"

@@ -34,7 +34,7 @@ from typing import Any
 from bertkit import dir_lock
 from bertkit.dir_lock import LOCK, staging_path
 from bertkit.errors import BertkitError
-from bertkit.manifests import listing, proven_files, read_marker, recorded_files, sha256_of
+from bertkit.manifests import MANIFEST_FORMAT, listing, proven_files, read_marker, recorded_files, sha256_of
 from bertkit.outputs import (
     BOOKKEEPING,
     MARKER,
@@ -447,7 +447,8 @@ def record(path: str | os.PathLike, *, appends: bool = False, data: bytes | None
     directory = next((d for d in path.parents if dir_lock.holds(d)), None)
     if directory is None:
         return
-    marker = read_marker(directory) or {"command": dir_lock.holder_command(directory), "files": {}}
+    marker = read_marker(directory) or {"command": dir_lock.holder_command(directory), "files": {},
+                                        "format": MANIFEST_FORMAT}
     size, sha256 = (len(data), hashlib.sha256(data).hexdigest()) if data is not None else (
         path.stat().st_size, sha256_of(path))
     rel = path.relative_to(directory).as_posix()
