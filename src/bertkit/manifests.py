@@ -64,6 +64,11 @@ def is_bookkeeping(path: Path) -> bool:
     return path.name != LOCK or dir_lock.is_lock_line(path.read_text(encoding="utf-8", errors="replace").strip())
 
 
+# The manifest's layout, recorded in it as "format" from 2 on (1: unmarked, 2026-11-26 to -30; before, a registry of
+# names without contents, told apart by its shape): a manifest of a newer format is refused by name, not misread.
+MANIFEST_FORMAT = 2
+
+
 def read_marker(directory: Path) -> dict | None:
     """The manifest of ``directory`` (a finished run's, or a checkpoint's), or None; one bertkit cannot read is
     refused (it proves nothing, so nothing is removed on its word)."""
@@ -74,6 +79,18 @@ def read_marker(directory: Path) -> dict | None:
         marker = json.loads(path.read_text(encoding="utf-8")) if not path.is_symlink() else None
     except (json.JSONDecodeError, UnicodeDecodeError, OSError):
         marker = None
+    if isinstance(marker, dict) and isinstance(marker.get("files"), list) and "started" in marker:
+        # bertkit until 2026-11-26 registered the names it wrote as it went, without their contents
+        raise BertkitError(f"{path} is the record of a `bertkit {marker.get('command')}` run by a bertkit before "
+                           "2026-11-26, which listed its files without their sha256: this version cannot prove "
+                           "them unchanged since, so it neither continues (--resume) nor replaces (--overwrite) that "
+                           "run and removes none of its files; finish the run with the version that started it, or "
+                           f"remove {directory} yourself (or choose another output directory)")
+    written = marker.get("format", 1) if isinstance(marker, dict) else 1
+    if isinstance(written, int) and written > MANIFEST_FORMAT:
+        raise BertkitError(f"{path} is a manifest of format {written}, written by a newer bertkit (this one reads "
+                           f"formats up to {MANIFEST_FORMAT}), so it removes and replaces nothing there: use that "
+                           "version for this directory, or upgrade bertkit")
     if not (isinstance(marker, dict) and isinstance(marker.get("files"), dict)
             and isinstance(marker.get("command", ""), str) and isinstance(marker.get("cwd", ""), str)):
         raise BertkitError(f"{path} is not a run marker this bertkit wrote (damaged, or from another version); "

@@ -34,7 +34,7 @@ from typing import Any
 from bertkit import dir_lock
 from bertkit.dir_lock import LOCK, staging_path
 from bertkit.errors import BertkitError
-from bertkit.manifests import listing, proven_files, read_marker, recorded_files, sha256_of
+from bertkit.manifests import MANIFEST_FORMAT, listing, proven_files, read_marker, recorded_files, sha256_of
 from bertkit.outputs import (
     BOOKKEEPING,
     MARKER,
@@ -234,15 +234,19 @@ def _holds_output(directory: Path) -> bool:
     return False
 
 
-def _refuse_other_settings(directory: Path, command: str, marker: dict, now: dict, paths: Collection[str]) -> None:
+def _refuse_other_settings(directory: Path, command: str, marker: dict, now: dict, paths: Collection[str],
+                           defaults: Mapping[str, Any] | None = None) -> None:
     """--resume continues the run the marker describes, not another one (`--task cola` into an SST-2 run would
     replace its report and best model). The settings named in ``paths`` compare as the absolute paths they meant
-    where each run started."""
+    where each run started; a setting the marker lacks (added to bertkit after that run started) compares as its
+    value in ``defaults``, the way the earlier version ran."""
     def absolute(settings: dict, cwd: str) -> dict:
         return {k: (v if k not in paths or v is None else str(Path(cwd, v).resolve()) if isinstance(v, str)
                     else [str(Path(cwd, x).resolve()) for x in v]) for k, v in settings.items()}
 
-    earlier, now = absolute(marker.get("fingerprint") or {}, marker.get("cwd") or os.getcwd()), absolute(now, os.getcwd())
+    recorded = marker.get("fingerprint") or {}
+    recorded = {**{k: v for k, v in (defaults or {}).items() if k not in recorded}, **recorded}
+    earlier, now = absolute(recorded, marker.get("cwd") or os.getcwd()), absolute(now, os.getcwd())
     changed = sorted(k for k in set(earlier) | set(now) if earlier.get(k) != now.get(k))
     if changed:
         shown = "; ".join(f"--{k.replace('_', '-')} {earlier.get(k)!r} then, {now.get(k)!r} now" for k in changed[:4])
@@ -320,13 +324,15 @@ def lock_output_dir(path: str | os.PathLike, command: str, inputs: Mapping[str, 
 def claim_output_dir(path: str | os.PathLike, command: str, fingerprint: dict | None = None, *,
                      overwrite: bool = False, resume: bool = False, resumable: bool = True,
                      paths: Collection[str] = (), inputs: Mapping[str, Any] | None = None,
-                     stage: Stage | None = None, in_place: bool = False) -> OutputDir:
+                     stage: Stage | None = None, in_place: bool = False,
+                     defaults: Mapping[str, Any] | None = None) -> OutputDir:
     """Take ``path`` for one run of ``command`` (refused if it is, holds or lies inside one of its ``inputs``): its
     staging directory made and locked (``lock_output_dir``, or ``stage`` already), then ``path`` checked: empty or
     new, the run is written beside it and moved in when finished; a finished run of the same command and settings
     and ``resume``, it continues (its files linked into the staging directory); a bertkit run otherwise, refused
     unless ``overwrite`` (all or nothing, and only once the new run is finished); files without a manifest (a
-    user's), always refused. ``in_place``: the run writes into ``path`` itself as it goes (the Trainer's)."""
+    user's), always refused. ``in_place``: the run writes into ``path`` itself as it goes (the Trainer's). ``defaults``:
+    the settings' defaults, standing in for those an earlier bertkit's run did not record."""
     fingerprint = fingerprint or {}
     refuse_non_directory(path, f"a `{command}` run" if command != "Trainer" else "the Trainer")
     if staging_of(target_of(path)) is not None:  # a run inside this process's staged run: written in place
@@ -343,7 +349,7 @@ def claim_output_dir(path: str | os.PathLike, command: str, fingerprint: dict | 
     try:
         target = stage.target
         if stage.record is not None:
-            _refuse_other_settings(Path(path), command, stage.record, fingerprint, paths)
+            _refuse_other_settings(Path(path), command, stage.record, fingerprint, paths, defaults)
         marker = read_marker(target) if target.is_dir() else None
         present = listing(target) if target.is_dir() else []
         if marker is None and present:
@@ -352,7 +358,7 @@ def claim_output_dir(path: str | os.PathLike, command: str, fingerprint: dict | 
         if marker is not None and present:
             same = marker.get("command") == command
             if resume and same and stage.record is None:
-                _refuse_other_settings(Path(path), command, marker, fingerprint, paths)
+                _refuse_other_settings(Path(path), command, marker, fingerprint, paths, defaults)
                 claim.proven = _all_or_nothing(target, marker, resume=True)
                 _link_run(target, stage.path, claim.proven)
                 replaces = True
@@ -441,7 +447,8 @@ def record(path: str | os.PathLike, *, appends: bool = False, data: bytes | None
     directory = next((d for d in path.parents if dir_lock.holds(d)), None)
     if directory is None:
         return
-    marker = read_marker(directory) or {"command": dir_lock.holder_command(directory), "files": {}}
+    marker = read_marker(directory) or {"command": dir_lock.holder_command(directory), "files": {},
+                                        "format": MANIFEST_FORMAT}
     size, sha256 = (len(data), hashlib.sha256(data).hexdigest()) if data is not None else (
         path.stat().st_size, sha256_of(path))
     rel = path.relative_to(directory).as_posix()
@@ -453,11 +460,11 @@ def record(path: str | os.PathLike, *, appends: bool = False, data: bytes | None
 def output_dir(path: str | os.PathLike, command: str, fingerprint: dict | None = None, *, overwrite: bool = False,
                resume: bool = False, resumable: bool = True, paths: Collection[str] = (),
                inputs: Mapping[str, Any] | None = None, keep_lock: bool = False, in_place: bool = False,
-               stage: Stage | None = None) -> Iterator[OutputDir]:
+               stage: Stage | None = None, defaults: Mapping[str, Any] | None = None) -> Iterator[OutputDir]:
     """``claim_output_dir`` as a context: the run, written to ``claim.path``, becomes ``path`` when the block ends
     without an error (``OutputDir.release``)."""
     claim = claim_output_dir(path, command, fingerprint, overwrite=overwrite, resume=resume, resumable=resumable,
-                             paths=paths, inputs=inputs, stage=stage, in_place=in_place)
+                             paths=paths, inputs=inputs, stage=stage, in_place=in_place, defaults=defaults)
     try:
         yield claim
     except BaseException:

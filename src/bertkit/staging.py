@@ -31,6 +31,7 @@ from bertkit._parallel import info_from_env, job_of
 from bertkit.dir_lock import LOCK, staging_path
 from bertkit.errors import BertkitError, WriteError
 from bertkit.manifests import (
+    MANIFEST_FORMAT,
     files_under,
     identity,
     is_bookkeeping,
@@ -365,7 +366,7 @@ class Stage:
         cwd = _working_directory()
         with writing(target):
             if manifest is not None:
-                atomic_write_json(path / MARKER, {**manifest, "files": manifest_files(path)})
+                atomic_write_json(path / MARKER, {**manifest, "format": MANIFEST_FORMAT, "files": manifest_files(path)})
             real = str(path.resolve())
             mode = _take_mode(target, path)
             try:

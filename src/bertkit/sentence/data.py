@@ -141,12 +141,20 @@ class SentenceExamples(Sequence):
                 "max_seq_length": getattr(self.model, "max_seq_length", None)}
 
 
+# Tokenizer attributes added after checkpoints first recorded the tokenizer's digest, and the value every tokenizer
+# had before: hashed only when set otherwise, so a checkpoint's digest stays the same tokenizer's (model_input_names,
+# per tokenizer since 2026-11-30, had turned every earlier sentence-trainer checkpoint into "other data").
+_ADDED_STATE = {"model_input_names": ["input_ids", "token_type_ids", "attention_mask"]}
+
+
 def tokenizer_fingerprint(model: Any) -> str | None:
-    """BLAKE2b of ``model.tokenizer``'s settings and vocabulary (what its pickle carries to loader workers)."""
+    """BLAKE2b of ``model.tokenizer``'s settings and vocabulary (what its pickle carries to loader workers), without
+    the attributes of ``_ADDED_STATE`` at their defaults."""
     tokenizer = getattr(model, "tokenizer", None)
     if tokenizer is None:
         return None
     state = tokenizer.__getstate__() if hasattr(tokenizer, "__getstate__") else vars(tokenizer)
+    state = {k: v for k, v in state.items() if k not in _ADDED_STATE or list(v) != _ADDED_STATE[k]}
     return hashlib.blake2b(pickle.dumps(sorted(state.items()), protocol=4), digest_size=16).hexdigest()
 
 

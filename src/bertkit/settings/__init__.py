@@ -13,7 +13,8 @@ from bertkit import _lazy_getattr
 
 _MODULES = {
     "data": ("CreateDataSettings", "DownloadSettings", "TokenizerSettings"),
-    "fields": ("LR_SCHEDULES", "PAPER_GRID", "checkpoint_fields", "default_lr", "parse_lr_grid", "resume_fingerprint"),
+    "fields": ("LR_SCHEDULES", "PAPER_GRID", "checkpoint_fields", "default_lr", "fingerprint_defaults", "parse_lr_grid",
+               "resume_fingerprint"),
     "inference": ("ConvertTfSettings", "ExportOnnxSettings", "ExtractSettings", "PredictBenchmarkSettings",
                   "PredictFileSettings", "PredictGlueSettings", "PredictNerSettings", "PredictSquadSettings",
                   "PredictSwagSettings", "QuantizeSettings", "ServeSettings"),

@@ -75,6 +75,25 @@ def resume_fingerprint(settings: Any, fields: tuple[str, ...] | None = None) -> 
     return json.loads(json.dumps(values, default=str))
 
 
+def fingerprint_defaults(settings: Any) -> dict[str, Any]:
+    """Each fingerprinted field's default, as ``resume_fingerprint`` writes values. A run started by an earlier
+    bertkit has no entry for a field added since; it ran as that field's default runs (a new flag's default keeps
+    the behaviour from before it), so --resume reads the missing entry as the default instead of as another
+    setting."""
+    out = {}
+    for f in dataclasses.fields(settings):
+        if f.metadata.get("how_to_run"):
+            continue
+        if f.default is not dataclasses.MISSING:
+            value = f.default
+        elif f.default_factory is not dataclasses.MISSING:
+            value = f.default_factory()
+        else:
+            continue
+        out[f.name] = str(value) if isinstance(value, Path) else value
+    return json.loads(json.dumps(out, default=str))
+
+
 def checkpoint_fields(settings: Any) -> tuple[str, ...]:
     """The training fields a checkpoint's optimiser state and schedule depend on (declared ``checkpoint``): fewer
     than the marker compares, as a GLUE grid's runs and the Trainer's differ in output_dir, cadence and epochs."""

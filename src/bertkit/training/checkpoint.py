@@ -37,6 +37,12 @@ from bertkit.weight_files import WEIGHTS_NAME
 logger = logging.getLogger("bertkit")
 
 STATE_FILE = "state.pt"
+# state.pt's layout, recorded in it as "format" from 2 on (1: unmarked, bertkit until 2026-11-30; 2 may name the
+# checkpoint's optimizer.pt for the optimiser state, as it names model.safetensors for the weights). A state of a newer
+# format is refused by name; entries an older one did not record yet (FIRST_RECORDED) are named as such on resume.
+STATE_FORMAT = 2
+# fine-tuning's label names and training data digest, the sentence trainers' loss settings
+FIRST_RECORDED = {2: ("labels", "train_data", "loss")}
 
 
 @dataclass(frozen=True)
@@ -81,6 +87,7 @@ def save_checkpoint(out_dir: Path, state: dict, step: int, keep: int, model: nn.
     are kept (``_rotate``). ``transformers_files``: also transformers' Trainer's own resume files
     (``_write_transformers_files``), the optimiser's moments stored there once."""
     final = layout.path(out_dir, step)
+    state = {**state, "format": STATE_FORMAT}
     weights, whole = state["model"], state
     if model is not None and _aliases(model, _published(model)) is not None:
         state = {**state, "model": WEIGHTS_NAME}  # save_pretrained writes them all: not twice (a third of the bytes)
@@ -229,6 +236,9 @@ def read_state(path: Path) -> dict:
                "windows"} - state.keys()
     if missing:
         raise KeyError(sorted(missing))
+    if state.get("format", 1) > STATE_FORMAT:
+        raise BertkitError(f"{path / STATE_FILE} is of checkpoint format {state['format']}, written by a newer bertkit "
+                           f"(this one reads formats 1 to {STATE_FORMAT}): resume it with that version, or upgrade")
     if isinstance(state["model"], str):  # the weights are in the checkpoint's model.safetensors
         state["model"] = _read_weights(path, state["model"])
     if isinstance(state["optimizer"], str):  # AdamW's moments are in the checkpoint's optimizer.pt
@@ -325,27 +335,74 @@ def refuse_foreign_checkpoints(out_dir: Path, resumed: Path | None) -> None:
             raise BertkitError(f"cannot resume in {out_dir}: {path}{newer} {why}{back}")
 
 
-def refuse_other_run(path: Path, fingerprint: dict, saved: dict | None = None) -> None:
-    """Refuse to resume from ``path`` when the run that wrote it had another fingerprint (``saved``, or read from
-    its state.pt memory-mapped: a check before anything is written; damage is left to ``checkpoint_to_resume``)."""
+def refuse_other_run(path: Path, fingerprint: dict, saved: dict | None = None, written: int = 1) -> None:
+    """Refuse to resume from ``path`` when the run that wrote it had another fingerprint (``saved``, of a state.pt
+    of format ``written``; or both read from its state.pt memory-mapped: a check before anything is written; damage
+    is left to ``checkpoint_to_resume``). A checkpoint of an earlier format without an entry this one records
+    (``FIRST_RECORDED``) is refused as such: what it was trained on cannot be compared, and the refusal says so
+    instead of calling it another run. Any other entry is recorded only where set (absent: not set then)."""
     if saved is None:
         try:
-            saved = torch.load(path / STATE_FILE, map_location="cpu", weights_only=True, mmap=True)["fingerprint"]
+            state = torch.load(path / STATE_FILE, map_location="cpu", weights_only=True, mmap=True)
+            saved, written = state["fingerprint"], state.get("format", 1)
         except (RuntimeError, EOFError, KeyError, OSError, ValueError, pickle.UnpicklingError):
             return
-    if saved != fingerprint:
+    saved, now = _canonical(saved), _canonical(fingerprint)
+    if saved == now:
+        return
+    differences = _differences(saved, now)
+    added = {k for version, keys in FIRST_RECORDED.items() if version > written for k in keys}
+    unrecorded = sorted(k for k, (a, _) in differences.items() if a is _ABSENT and k in added)
+    if unrecorded and len(unrecorded) == len(differences):
         raise BertkitError(
-            f"cannot resume from {path}: it was written by a run with other settings or data "
-            f"(field: (checkpoint, now)) {_differences(saved, fingerprint)}; resume with the original settings and "
-            "data, or start a new output directory (--output-dir; the Trainer's output_dir)"
-        )
+            f"cannot resume from {path}: its {STATE_FILE} was written by an earlier bertkit, which did not record "
+            f"{', '.join(unrecorded)}; this version checks them before continuing a run (a resume where they differ "
+            "would go on unnoticed), so it cannot continue this checkpoint: finish the run with the bertkit "
+            "version that started it, or start it again (--overwrite, or another --output-dir; the Trainer's "
+            "output_dir)")
+    shown = {k: (None if a is _ABSENT else a, b) for k, (a, b) in differences.items()}
+    raise BertkitError(
+        f"cannot resume from {path}: it was written by a run with other settings or data "
+        f"(field: (checkpoint, now)) {shown}; resume with the original settings and "
+        "data, or start a new output directory (--output-dir; the Trainer's output_dir)"
+    )
+
+
+_ABSENT = object()  # an entry the checkpoint's fingerprint does not have (written by an earlier bertkit)
+# Where fingerprints hold a model's config (pre-training's; the Trainer's model), and the names in it of where it came
+# from, not of the model: bertkit until 2026-11-28 recorded config.json's _name_or_path there, not its architectures.
+_CONFIG_ENTRIES = (("model_config",), ("trainer", "model"))
+_CONFIG_PROVENANCE = ("_name_or_path", "architectures", "transformers_version")
+
+
+def _canonical(fingerprint: dict) -> dict:
+    """``fingerprint`` with its model configs in the one form every bertkit version compares: as BertConfig reads
+    them, without their provenance (the form config.to_dict() writes changed between versions)."""
+    from bertkit.config import BertConfig
+
+    out = dict(fingerprint)
+    for *parents, name in _CONFIG_ENTRIES:
+        holder = out
+        for key in parents:
+            if not isinstance(holder.get(key), dict):
+                break
+            holder[key] = holder = dict(holder[key])
+        else:
+            if isinstance(holder.get(name), dict):
+                try:
+                    config = BertConfig.from_dict(holder[name]).to_dict()
+                except (BertkitError, TypeError, ValueError):  # not a config this version reads: as recorded
+                    continue
+                holder[name] = {k: v for k, v in config.items() if k not in _CONFIG_PROVENANCE}
+    return out
 
 
 def _differences(saved: dict, now: dict, prefix: str = "") -> dict[str, tuple]:
-    """The fingerprint fields that differ, nested ones by their dotted name: {"trainer.train_data": (saved, now)}."""
+    """The fingerprint fields that differ, nested ones by their dotted name: {"trainer.train_data": (saved, now)};
+    an entry only ``now`` has is (_ABSENT, now)."""
     out: dict[str, tuple] = {}
     for key in sorted(set(saved) | set(now)):
-        a, b = saved.get(key), now.get(key)
+        a, b = saved.get(key, _ABSENT), now.get(key)
         if isinstance(a, dict) and isinstance(b, dict):
             out.update(_differences(a, b, f"{prefix}{key}."))
         elif a != b:
@@ -401,7 +458,7 @@ def checkpoint_to_resume(out_dir: Path, fingerprint: dict, layout: CheckpointLay
             if not isinstance(resume, Path):  # a checkpoint named by its path is that one, or none
                 logger.warning("checkpoint %s is damaged (%s); falling back to the one before it", path, damaged[-1])
             continue
-        refuse_other_run(path, fingerprint, state["fingerprint"])
+        refuse_other_run(path, fingerprint, state["fingerprint"], state.get("format", 1))
         return path, state
     if damaged:
         raise BertkitError(f"no intact checkpoint to resume from in {layout.root(out_dir)}: {'; '.join(damaged)}")
