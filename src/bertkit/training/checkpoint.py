@@ -32,6 +32,7 @@ from bertkit.errors import BertkitError
 from bertkit.manifests import read_marker, remove_owned_tree
 from bertkit.outputs import MARKER, as_placed, disk_full, fsync, regular_stat, why_full
 from bertkit.staging import remove_killed_writes, staged
+from bertkit.training.optim import named_groups
 from bertkit.weight_files import WEIGHTS_NAME
 
 logger = logging.getLogger("bertkit")
@@ -74,18 +75,23 @@ HF_LAYOUT = CheckpointLayout(subdir="", prefix="checkpoint-", digits=0)
 
 def save_checkpoint(out_dir: Path, state: dict, step: int, keep: int, model: nn.Module | None = None, *,
                     layout: CheckpointLayout = STEP_LAYOUT, write_extra: Callable[[Path], None] | None = None,
-                    protect: Callable[[Path], bool] | None = None, transformers_files: bool = False) -> Path:
+                    protect: Callable[[Path], bool] | None = None,
+                    transformers_files: bool | OptimizerLayout = False) -> Path:
     """Write ``state`` (and ``model``, for ``from_pretrained``) into a staging directory beside the checkpoint, its
     manifest last, and rename it into place (``bertkit.staging.staged``): a kill or a full disk mid-write leaves the
     previous checkpoints as they were. ``write_extra(dir)`` adds files before the rename; then ``keep`` checkpoints
     are kept (``_rotate``). ``transformers_files``: also transformers' Trainer's own resume files
-    (``_write_transformers_files``), the optimiser's moments stored there once."""
+    (``_write_transformers_files``), the optimiser's moments stored there once (an ``OptimizerLayout``: in the
+    parameter groups of the trainer that reads them, which state.pt records to read them back)."""
     final = layout.path(out_dir, step)
     weights, whole = state["model"], state
     if model is not None and _aliases(model, _published(model)) is not None:
         state = {**state, "model": WEIGHTS_NAME}  # save_pretrained writes them all: not twice (a third of the bytes)
-    if transformers_files:
-        state = {**state, "optimizer": OPTIMIZER_FILE}  # as the weights: once, in the file transformers reads
+    if transformers_files:  # as the weights: once, in the file transformers reads, in its reader's layout
+        whole = {**whole, **_relaid(whole, transformers_files)}
+        state = {**state, "optimizer": OPTIMIZER_FILE,
+                 **({"optimizer_layout": transformers_files.stored()}
+                    if isinstance(transformers_files, OptimizerLayout) else {})}
     try:
         with staged(final, "checkpoint", manifest=True) as tmp:
             torch.save(state, tmp / STATE_FILE)  # a file of the staging directory: removed with it if cut short
@@ -105,6 +111,61 @@ def save_checkpoint(out_dir: Path, state: dict, step: int, keep: int, model: nn.
 
 
 OPTIMIZER_FILE, SCHEDULER_FILE = "optimizer.pt", "scheduler.pt"  # transformers' Trainer's names
+
+
+@dataclass(frozen=True)
+class OptimizerLayout:
+    """The parameter groups of the trainer that resumes a checkpoint's optimizer.pt, over bertkit's optimiser:
+    sentence-transformers' trainers train the pooler, which bertkit's freeze (it gets no gradient, and DDP refuses
+    a parameter without one), so their groups list parameters bertkit's do not, and torch refuses a state of other
+    group sizes. ``groups``: for each of their groups, the place of bertkit's group holding the same parameters (None
+    where bertkit has none: a ``learning_rate_mapping`` pattern matching only frozen parameters), each parameter's
+    index in bertkit's state dict (None: not in bertkit's optimiser, so without moments, as AdamW keeps none for a
+    parameter without a gradient), and the group's options where bertkit has no group."""
+
+    groups: tuple[tuple[int | None, tuple[int | None, ...], dict], ...]
+
+    def stored(self) -> list[list]:
+        """What state.pt records (ints, which ``torch.load(weights_only=True)`` reads): enough to read it back."""
+        return [[-1 if g is None else g, [-1 if i is None else i for i in params]] for g, params, _ in self.groups]
+
+
+def _relaid(state: dict, layout: bool | OptimizerLayout) -> dict:
+    """``state``'s optimiser and scheduler in ``layout``'s groups (as they are for True: transformers' own)."""
+    if not isinstance(layout, OptimizerLayout):
+        return {}
+    optimizer, scheduler = state["optimizer"], state["scheduler"]
+    first = optimizer["param_groups"][0]
+    scale = first["lr"] / first["initial_lr"] if first.get("initial_lr") else 0.0  # where the schedule is now
+    groups, moments, lists = [], {}, {}
+    for source, params, options in layout.groups:
+        if source is None:
+            group = {**first, **options, "initial_lr": options["lr"], "lr": options["lr"] * scale}
+        else:
+            group = optimizer["param_groups"][source]
+        ids = list(range(sum(len(g["params"]) for g in groups), sum(len(g["params"]) for g in groups) + len(params)))
+        moments.update({i: optimizer["state"][b] for i, b in zip(ids, params) if b is not None and b in optimizer["state"]})
+        groups.append({**{k: v for k, v in group.items() if k != "params"}, "params": ids})
+        for key in ("base_lrs", "_last_lr", "lr_lambdas"):  # the LambdaLR's values per group
+            if isinstance(scheduler.get(key), list):
+                mine = {"base_lrs": group["initial_lr"] if source is None else None, "_last_lr": group["lr"],
+                        "lr_lambdas": None}[key]
+                lists.setdefault(key, []).append(scheduler[key][source] if source is not None else mine)
+    return {"optimizer": {"state": moments, "param_groups": groups}, "scheduler": {**scheduler, **lists}}
+
+
+def _read_back(saved: dict, stored: list[list]) -> dict:
+    """An optimizer.pt written in another trainer's groups (``OptimizerLayout.stored``) in bertkit's groups again."""
+    groups: dict[int, dict] = {}
+    moments: dict[int, dict] = {}
+    for (source, params), group in zip(stored, saved["param_groups"]):
+        if source < 0:
+            continue
+        groups[source] = {**{k: v for k, v in group.items() if k != "params"},
+                          "params": sorted(b for b in params if b >= 0)}
+        moments.update({b: saved["state"][i] for i, b in zip(group["params"], params)
+                        if b >= 0 and i in saved["state"]})
+    return {"state": moments, "param_groups": [groups[g] for g in sorted(groups)]}
 
 
 def _write_transformers_files(directory: Path, state: dict) -> None:
@@ -233,6 +294,8 @@ def read_state(path: Path) -> dict:
         state["model"] = _read_weights(path, state["model"])
     if isinstance(state["optimizer"], str):  # AdamW's moments are in the checkpoint's optimizer.pt
         state["optimizer"] = _read_optimizer(path, state["optimizer"])
+        if "optimizer_layout" in state:  # ... in the groups of sentence-transformers' trainers
+            state["optimizer"] = _read_back(state["optimizer"], state["optimizer_layout"])
     return state
 
 
@@ -423,3 +486,16 @@ def restore_rank_state(state: dict, info: DistInfo, seed: int, step: int, device
             combined[k] = combined.get(k, 0.0) + v
     return combined
 
+
+
+def optimizer_layout(model: nn.Module, weight_decay: float, learning_rates: dict[str, float] | None,
+                     frozen: set[nn.Parameter]) -> OptimizerLayout:
+    """The groups of sentence-transformers' trainers (``optim.named_groups``), where bertkit's trainer froze the
+    parameters ``frozen``, over those of bertkit's optimiser on ``model``, matched by parameter name."""
+    frozen_names = frozenset(n for n, p in model.named_parameters() if any(p is f for f in frozen))
+    ours = named_groups(model, weight_decay, learning_rates)
+    index = {n: i for i, n in enumerate(n for _, names, _ in ours for n in names)}  # torch's numbering: group order
+    place = {p: g for g, (p, _, _) in enumerate(ours)}
+    return OptimizerLayout(tuple((place.get(p), tuple(index.get(n) for n in names), options)
+                                 for p, names, options in named_groups(model, weight_decay, learning_rates,
+                                                                       frozen_names)))
