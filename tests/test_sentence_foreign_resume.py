@@ -176,6 +176,45 @@ def test_sentence_transformers_trainer_resumes_a_bertkit_checkpoint_as_its_own_u
     assert state["optimizer"] == "optimizer.pt"  # the moments are stored once
 
 
+def test_a_loss_with_weights_of_its_own_is_refused_by_sentence_transformers_and_resumed_by_bertkit(one_layer, stsb,
+                                                                                                   tmp_path):
+    """SoftmaxLoss's classifier is the loss's, not the model's: sentence-transformers' resume restores the model's
+    weights alone, so its run would go on with the classifier the script draws anew and the trained one's moments.
+    Was: its trainer resumed bertkit's checkpoint so without a word (a 6-step run cut at 3: step 4's loss
+    1.10087 where its uninterrupted run has 1.10743). Now optimizer.pt leaves the classifier out of their groups, so their trainer refuses it before a
+    step; state.pt holds the classifier's moments, and bertkit's resume is its uninterrupted run, exactly."""
+    import bertkit.sentence as bk
+    from bertkit.sentence import losses
+
+    torch.set_num_threads(1)
+    model_dir = st_directory(one_layer, tmp_path / "model", dropout=0.0)
+    rows = datasets.Dataset.from_list([{"s1": r[7], "s2": r[8], "label": int(float(r[9])) % 3} for r in stsb[:12]])
+
+    def run(lib, out: Path, resume: str | None = None):
+        S, lib_losses = (bk, losses) if lib == "bertkit" else (st, importlib.import_module(
+            "sentence_transformers.sentence_transformer.losses"))
+        model = S.SentenceTransformer(str(model_dir), device="cpu")
+        torch.manual_seed(0)
+        loss = lib_losses.SoftmaxLoss(model, sentence_embedding_dimension=384, num_labels=3)
+        args = S.SentenceTransformerTrainingArguments(
+            output_dir=str(out), per_device_train_batch_size=4, max_steps=4, save_steps=2, learning_rate=1e-3,
+            logging_steps=1, seed=3, report_to="none", use_cpu=True, disable_tqdm=True)
+        trainer = S.SentenceTransformerTrainer(model=model, args=args, train_dataset=rows, loss=loss)
+        trainer.train(resume_from_checkpoint=resume)
+        return [h["loss"] for h in trainer.state.log_history if "loss" in h], loss.classifier.weight.detach().clone()
+
+    whole, classifier = run("bertkit", tmp_path / "bertkit")
+    cut = tmp_path / "bertkit" / "checkpoint-2"
+    shutil.copytree(cut, tmp_path / "st" / cut.name)
+    with pytest.raises(ValueError, match="parameter group that doesn't match the size of optimizer's group"):
+        run("st", tmp_path / "st", str(tmp_path / "st" / cut.name))
+    shutil.copytree(tmp_path / "bertkit", tmp_path / "again")
+    shutil.rmtree(tmp_path / "again" / "checkpoint-4")
+    resumed, resumed_classifier = run("bertkit", tmp_path / "again", str(tmp_path / "again" / cut.name))
+    assert resumed == whole and torch.equal(resumed_classifier, classifier)
+    assert "optimizer_withheld" in torch.load(cut / "state.pt", weights_only=True)
+
+
 def _cases(seed: int, count: int) -> list[dict]:
     """Varied scripts: the three trainers, each batch sampler, several datasets (each multi-dataset sampler), a
     learning rate per pattern (one matching the pooler alone: a group bertkit's optimiser does not have),

@@ -346,7 +346,7 @@ class SentenceTransformerTrainer(Trainer):
         gets no gradient): so their trainers continue a checkpoint as their own run (``checkpoint.OptimizerLayout``)."""
         pooler = getattr(getattr(self.model, "bert", None), "pooler", None)
         return optimizer_layout(self._module.loss, self.args.weight_decay, self.args.learning_rate_mapping,
-                                set(pooler.parameters()) if pooler is not None else set())
+                                set(pooler.parameters()) if pooler is not None else set(), set(self.model.parameters()))
 
     def _fingerprint(self, examples: Sequence, total: int, world_size: int) -> dict[str, Any]:
         """The base Trainer's, with the learning rates per pattern (a checkpoint's optimiser state holds the rates it

@@ -88,10 +88,10 @@ def save_checkpoint(out_dir: Path, state: dict, step: int, keep: int, model: nn.
     if model is not None and _aliases(model, _published(model)) is not None:
         state = {**state, "model": WEIGHTS_NAME}  # save_pretrained writes them all: not twice (a third of the bytes)
     if transformers_files:  # as the weights: once, in the file transformers reads, in its reader's layout
-        whole = {**whole, **_relaid(whole, transformers_files)}
         state = {**state, "optimizer": OPTIMIZER_FILE,
-                 **({"optimizer_layout": transformers_files.stored()}
+                 **(transformers_files.stored(state["optimizer"])
                     if isinstance(transformers_files, OptimizerLayout) else {})}
+        whole = {**whole, **_relaid(whole, transformers_files)}
     try:
         with staged(final, "checkpoint", manifest=True) as tmp:
             torch.save(state, tmp / STATE_FILE)  # a file of the staging directory: removed with it if cut short
@@ -121,13 +121,23 @@ class OptimizerLayout:
     group sizes. ``groups``: for each of their groups, the place of bertkit's group holding the same parameters (None
     where bertkit has none: a ``learning_rate_mapping`` pattern matching only frozen parameters), each parameter's
     index in bertkit's state dict (None: not in bertkit's optimiser, so without moments, as AdamW keeps none for a
-    parameter without a gradient), and the group's options where bertkit has no group."""
+    parameter without a gradient), and the group's options where bertkit has no group. ``withheld``: bertkit's
+    parameters (by group, then index) that the reader's groups leave out: a loss's own (SoftmaxLoss's classifier),
+    whose weights sentence-transformers' trainers do not restore, so that they refuse the file (its groups are
+    smaller than theirs) rather than go on with a classifier drawn anew; their moments stay in state.pt."""
 
     groups: tuple[tuple[int | None, tuple[int | None, ...], dict], ...]
+    withheld: tuple[tuple[int, tuple[int, ...]], ...] = ()
 
-    def stored(self) -> list[list]:
-        """What state.pt records (ints, which ``torch.load(weights_only=True)`` reads): enough to read it back."""
-        return [[-1 if g is None else g, [-1 if i is None else i for i in params]] for g, params, _ in self.groups]
+    def stored(self, optimizer: dict) -> dict:
+        """What state.pt records (ints, which ``torch.load(weights_only=True)`` reads) to read optimizer.pt back, and
+        the withheld parameters' moments."""
+        return {"optimizer_layout": [[-1 if g is None else g, [-1 if i is None else i for i in params]]
+                                     for g, params, _ in self.groups],
+                **({"optimizer_withheld": {"groups": {g: list(params) for g, params in self.withheld},
+                                           "state": {i: optimizer["state"][i] for _, params in self.withheld
+                                                     for i in params if i in optimizer["state"]}}}
+                   if self.withheld else {})}
 
 
 def _relaid(state: dict, layout: bool | OptimizerLayout) -> dict:
@@ -154,15 +164,17 @@ def _relaid(state: dict, layout: bool | OptimizerLayout) -> dict:
     return {"optimizer": {"state": moments, "param_groups": groups}, "scheduler": {**scheduler, **lists}}
 
 
-def _read_back(saved: dict, stored: list[list]) -> dict:
-    """An optimizer.pt written in another trainer's groups (``OptimizerLayout.stored``) in bertkit's groups again."""
+def _read_back(saved: dict, stored: list[list], withheld: dict | None = None) -> dict:
+    """An optimizer.pt written in another trainer's groups (``OptimizerLayout.stored``) in bertkit's groups again,
+    with the moments state.pt holds of the parameters left out of them (``withheld``)."""
     groups: dict[int, dict] = {}
-    moments: dict[int, dict] = {}
+    moments: dict[int, dict] = dict((withheld or {}).get("state", {}))
     for (source, params), group in zip(stored, saved["param_groups"]):
         if source < 0:
             continue
         groups[source] = {**{k: v for k, v in group.items() if k != "params"},
-                          "params": sorted(b for b in params if b >= 0)}
+                          "params": sorted([b for b in params if b >= 0]
+                                           + list((withheld or {}).get("groups", {}).get(source, [])))}
         moments.update({b: saved["state"][i] for i, b in zip(group["params"], params)
                         if b >= 0 and i in saved["state"]})
     return {"state": moments, "param_groups": [groups[g] for g in sorted(groups)]}
@@ -295,7 +307,7 @@ def read_state(path: Path) -> dict:
     if isinstance(state["optimizer"], str):  # AdamW's moments are in the checkpoint's optimizer.pt
         state["optimizer"] = _read_optimizer(path, state["optimizer"])
         if "optimizer_layout" in state:  # ... in the groups of sentence-transformers' trainers
-            state["optimizer"] = _read_back(state["optimizer"], state["optimizer_layout"])
+            state["optimizer"] = _read_back(state["optimizer"], state["optimizer_layout"], state.get("optimizer_withheld"))
     return state
 
 
@@ -489,13 +501,18 @@ def restore_rank_state(state: dict, info: DistInfo, seed: int, step: int, device
 
 
 def optimizer_layout(model: nn.Module, weight_decay: float, learning_rates: dict[str, float] | None,
-                     frozen: set[nn.Parameter]) -> OptimizerLayout:
+                     frozen: set[nn.Parameter], restored: set[nn.Parameter]) -> OptimizerLayout:
     """The groups of sentence-transformers' trainers (``optim.named_groups``), where bertkit's trainer froze the
-    parameters ``frozen``, over those of bertkit's optimiser on ``model``, matched by parameter name."""
+    parameters ``frozen``, over those of bertkit's optimiser on ``model``, matched by parameter name; the parameters
+    their resume does not restore (not in ``restored``, the model's) are withheld from them."""
     frozen_names = frozenset(n for n, p in model.named_parameters() if any(p is f for f in frozen))
+    left_out = {n for n, p in model.named_parameters() if not any(p is r for r in restored)}
     ours = named_groups(model, weight_decay, learning_rates)
     index = {n: i for i, n in enumerate(n for _, names, _ in ours for n in names)}  # torch's numbering: group order
     place = {p: g for g, (p, _, _) in enumerate(ours)}
-    return OptimizerLayout(tuple((place.get(p), tuple(index.get(n) for n in names), options)
-                                 for p, names, options in named_groups(model, weight_decay, learning_rates,
-                                                                       frozen_names)))
+    theirs = named_groups(model, weight_decay, learning_rates, frozen_names)
+    return OptimizerLayout(
+        tuple((place.get(p), tuple(index.get(n) for n in names if n not in left_out), options)
+              for p, names, options in theirs),
+        tuple((g, tuple(index[n] for n in names if n in left_out)) for g, (_, names, _) in enumerate(ours)
+              if any(n in left_out for n in names)))
