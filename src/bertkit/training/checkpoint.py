@@ -5,7 +5,8 @@ weights are stored once: in ``model.safetensors``, which ``state.pt`` names, whe
 them (checkpoints written before hold them in ``state.pt`` too, and resume as they did); in ``state.pt`` otherwise
 (a sentence-transformers loss, whose model is not one bertkit's ``save_pretrained`` writes). ``bertkit.Trainer``'s
 checkpoints also hold transformers' Trainer's own resume files (optimizer.pt, which ``state.pt`` names in turn,
-scheduler.pt, rng_state.pth), so either library continues them; another library's checkpoints, which hold no
+scheduler.pt, rng_state.pth), so either library continues them; the sentence trainers' hold them in the parameter
+groups of sentence-transformers' trainers (``OptimizerLayout``); another library's checkpoints, which hold no
 ``state.pt``, are refused by name (``foreign_checkpoint``).
 """
 
@@ -184,8 +185,8 @@ def _write_transformers_files(directory: Path, state: dict) -> None:
     """What transformers' Trainer resumes from, written as it writes them, so its
     ``train(resume_from_checkpoint=...)`` on a bertkit checkpoint continues this run (it reads no state.pt, and
     without these went on with a fresh AdamW and the schedule from its first step, without a word): optimizer.pt,
-    AdamW's state dict, whose parameter groups and order are transformers' own (``optim.parameter_groups``);
-    scheduler.pt, the LambdaLR's, at the same step; each rank's random states as transformers names them
+    AdamW's state dict, whose parameter groups and order are transformers' own (``optim.parameter_groups``), or
+    sentence-transformers' (``state`` laid out by ``_relaid``); scheduler.pt, the LambdaLR's, at the same step; each rank's random states as transformers names them
     (rng_state.pth, or rng_state_N.pth for N ranks; numpy's, which bertkit's training never draws from, as it is)."""
     torch.save(state["optimizer"], directory / OPTIMIZER_FILE)
     torch.save(state["scheduler"], directory / SCHEDULER_FILE)
