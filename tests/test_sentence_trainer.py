@@ -495,6 +495,7 @@ def test_a_checkpoint_written_under_the_former_names_resumes_exactly(kind, tmp_p
     import shutil
 
     from bertkit.sentence import models
+    from bertkit.training.checkpoint import read_state
 
     head = "BertModel" if kind == "sentence" else "BertForSequenceClassification"
     path = tiny_checkpoint(tmp_path / "base", head, tokenizer=minilm_2_layers, labels=None if kind == "sentence" else 1)
@@ -539,7 +540,7 @@ def test_a_checkpoint_written_under_the_former_names_resumes_exactly(kind, tmp_p
     want = whole.model.state_dict()
     for name, value in resumed.model.state_dict().items():
         assert torch.equal(value, want[name]), name
-    moments = [torch.load(tmp_path / run / "out" / "checkpoint-6" / "state.pt", weights_only=True)["optimizer"]["state"]
+    moments = [read_state(tmp_path / run / "out" / "checkpoint-6")["optimizer"]["state"]  # (from optimizer.pt)
                for run in ("whole", "cut")]
     assert moments[0].keys() == moments[1].keys()
     for i, m in moments[0].items():

@@ -83,3 +83,26 @@ class Prompted:
             raise BertkitError(f"{given} {name!r} is not one of this model's prompts {sorted(self.prompts)}; "
                                "pass prompt='...' or add it to prompts")
         return self.prompts[name]
+
+
+def check_prompt_columns(prompts: Any, parts: list[Any]) -> None:
+    """Each key of ``prompts`` names a text column of a dataset (``{column: prompt}``), a dataset
+    (``{dataset: ...}``), or, inside a dataset's dict, a text column of that dataset. sentence-transformers leaves
+    a prompt for any other name unused (a misspelt column, the label column): the model would train without the
+    prompt meant for it and then be used with it. Without a dataset (an evaluator alone) there is nothing to check."""
+    if not isinstance(prompts, dict) or not prompts or not parts:
+        return
+    texts: dict[str | None, set[str]] = {}
+    for part in parts:
+        texts.setdefault(part.name, set()).update(part.texts)
+    by_dataset = isinstance(next(iter(prompts.values())), dict)  # as the collator reads it (``for_dataset``)
+    columns = set().union(*texts.values())
+    unused = [key for key in prompts if key not in texts and (by_dataset or key not in columns)]
+    unused += [f"{key}.{c}" for key, value in prompts.items() if key in texts and isinstance(value, dict)
+               for c in value if c not in texts[key]]
+    if unused:
+        datasets = sorted(n for n in texts if n is not None)
+        raise BertkitError(f"prompts names {unused}, no text column" + (" or dataset" if datasets else "") + " of "
+                           f"train_dataset or eval_dataset (text columns {sorted(columns)}" + (f", datasets {datasets}"
+                           if datasets else "") + "; a label column takes no prompt): sentence-transformers leaves "
+                           "such a prompt unused; name the columns the prompts are for")

@@ -53,6 +53,7 @@ from bertkit.sentence.evaluation.sequential import SequentialEvaluator
 from bertkit.sentence.losses import CoSENTLoss, SentenceLoss
 from bertkit.sentence.losses.base import loss_settings
 from bertkit.sentence.model import SentenceTransformer
+from bertkit.sentence.prompts import check_prompt_columns
 from bertkit.sentence.training_args import (
     TRAINER_POSITIONS,
     BatchSamplers,
@@ -61,6 +62,7 @@ from bertkit.sentence.training_args import (
     for_dataset,
 )
 from bertkit.training.callbacks import EvalPrediction, metric_key
+from bertkit.training.checkpoint import OptimizerLayout, optimizer_layout
 from bertkit.training.distributed import all_gather, current
 from bertkit.training.optim import parameter_groups
 from bertkit.training.trainer import NOT_CALLED, Trainer
@@ -190,29 +192,6 @@ def check_loss_names(loss: Any, train_dataset: Any, eval_dataset: Any) -> None:
     if unknown and (train_dataset is not None or eval_dataset is not None):
         raise BertkitError(f"the loss dict names {unknown}, which is no dataset of train_dataset or eval_dataset "
                            f"(their names: {sorted(named)}): name the datasets' losses by their keys")
-
-
-def check_prompt_columns(prompts: Any, parts: list[SentenceExamples]) -> None:
-    """Each key of ``prompts`` names a text column of a dataset (``{column: prompt}``), a dataset
-    (``{dataset: ...}``), or, inside a dataset's dict, a text column of that dataset. sentence-transformers leaves
-    a prompt for any other name unused (a misspelt column, the label column): the model would train without the
-    prompt meant for it and then be used with it. Without a dataset (an evaluator alone) there is nothing to check."""
-    if not isinstance(prompts, dict) or not prompts or not parts:
-        return
-    texts: dict[str | None, set[str]] = {}
-    for part in parts:
-        texts.setdefault(part.name, set()).update(part.texts)
-    by_dataset = isinstance(next(iter(prompts.values())), dict)  # as the collator reads it (``for_dataset``)
-    columns = set().union(*texts.values())
-    unused = [key for key in prompts if key not in texts and (by_dataset or key not in columns)]
-    unused += [f"{key}.{c}" for key, value in prompts.items() if key in texts and isinstance(value, dict)
-               for c in value if c not in texts[key]]
-    if unused:
-        datasets = sorted(n for n in texts if n is not None)
-        raise BertkitError(f"prompts names {unused}, no text column" + (" or dataset" if datasets else "") + " of "
-                           f"train_dataset or eval_dataset (text columns {sorted(columns)}" + (f", datasets {datasets}"
-                           if datasets else "") + "; a label column takes no prompt): sentence-transformers leaves "
-                           "such a prompt unused; name the columns the prompts are for")
 
 
 def check_same_parameters(loss: Any) -> None:
@@ -361,6 +340,13 @@ class SentenceTransformerTrainer(Trainer):
         """sentence-transformers' groups: over the loss's parameters (a loss per dataset: under the datasets' names),
         under its names (``learning_rate_mapping``)."""
         return parameter_groups(self._module.loss, self.args.weight_decay, self.args.learning_rate_mapping)
+
+    def _transformers_files(self) -> OptimizerLayout:
+        """optimizer.pt and scheduler.pt in sentence-transformers' groups, which hold the pooler bertkit freezes (it
+        gets no gradient): so their trainers continue a checkpoint as their own run (``checkpoint.OptimizerLayout``)."""
+        pooler = getattr(getattr(self.model, "bert", None), "pooler", None)
+        return optimizer_layout(self._module.loss, self.args.weight_decay, self.args.learning_rate_mapping,
+                                set(pooler.parameters()) if pooler is not None else set(), set(self.model.parameters()))
 
     def _fingerprint(self, examples: Sequence, total: int, world_size: int) -> dict[str, Any]:
         """The base Trainer's, with the learning rates per pattern (a checkpoint's optimiser state holds the rates it

@@ -5,7 +5,8 @@ weights are stored once: in ``model.safetensors``, which ``state.pt`` names, whe
 them (checkpoints written before hold them in ``state.pt`` too, and resume as they did); in ``state.pt`` otherwise
 (a sentence-transformers loss, whose model is not one bertkit's ``save_pretrained`` writes). ``bertkit.Trainer``'s
 checkpoints also hold transformers' Trainer's own resume files (optimizer.pt, which ``state.pt`` names in turn,
-scheduler.pt, rng_state.pth), so either library continues them; another library's checkpoints, which hold no
+scheduler.pt, rng_state.pth), so either library continues them; the sentence trainers' hold them in the parameter
+groups of sentence-transformers' trainers (``OptimizerLayout``); another library's checkpoints, which hold no
 ``state.pt``, are refused by name (``foreign_checkpoint``).
 """
 
@@ -32,6 +33,7 @@ from bertkit.errors import BertkitError
 from bertkit.manifests import read_marker, remove_owned_tree
 from bertkit.outputs import MARKER, as_placed, disk_full, fsync, regular_stat, why_full
 from bertkit.staging import remove_killed_writes, staged
+from bertkit.training.optim import named_groups
 from bertkit.weight_files import WEIGHTS_NAME
 
 logger = logging.getLogger("bertkit")
@@ -80,19 +82,24 @@ HF_LAYOUT = CheckpointLayout(subdir="", prefix="checkpoint-", digits=0)
 
 def save_checkpoint(out_dir: Path, state: dict, step: int, keep: int, model: nn.Module | None = None, *,
                     layout: CheckpointLayout = STEP_LAYOUT, write_extra: Callable[[Path], None] | None = None,
-                    protect: Callable[[Path], bool] | None = None, transformers_files: bool = False) -> Path:
+                    protect: Callable[[Path], bool] | None = None,
+                    transformers_files: bool | OptimizerLayout = False) -> Path:
     """Write ``state`` (and ``model``, for ``from_pretrained``) into a staging directory beside the checkpoint, its
     manifest last, and rename it into place (``bertkit.staging.staged``): a kill or a full disk mid-write leaves the
     previous checkpoints as they were. ``write_extra(dir)`` adds files before the rename; then ``keep`` checkpoints
     are kept (``_rotate``). ``transformers_files``: also transformers' Trainer's own resume files
-    (``_write_transformers_files``), the optimiser's moments stored there once."""
+    (``_write_transformers_files``), the optimiser's moments stored there once (an ``OptimizerLayout``: in the
+    parameter groups of the trainer that reads them, which state.pt records to read them back)."""
     final = layout.path(out_dir, step)
     state = {**state, "format": STATE_FORMAT}
     weights, whole = state["model"], state
     if model is not None and _aliases(model, _published(model)) is not None:
         state = {**state, "model": WEIGHTS_NAME}  # save_pretrained writes them all: not twice (a third of the bytes)
-    if transformers_files:
-        state = {**state, "optimizer": OPTIMIZER_FILE}  # as the weights: once, in the file transformers reads
+    if transformers_files:  # as the weights: once, in the file transformers reads, in its reader's layout
+        state = {**state, "optimizer": OPTIMIZER_FILE,
+                 **(transformers_files.stored(state["optimizer"])
+                    if isinstance(transformers_files, OptimizerLayout) else {})}
+        whole = {**whole, **_relaid(whole, transformers_files)}
     try:
         with staged(final, "checkpoint", manifest=True) as tmp:
             torch.save(state, tmp / STATE_FILE)  # a file of the staging directory: removed with it if cut short
@@ -114,12 +121,79 @@ def save_checkpoint(out_dir: Path, state: dict, step: int, keep: int, model: nn.
 OPTIMIZER_FILE, SCHEDULER_FILE = "optimizer.pt", "scheduler.pt"  # transformers' Trainer's names
 
 
+@dataclass(frozen=True)
+class OptimizerLayout:
+    """The parameter groups of the trainer that resumes a checkpoint's optimizer.pt, over bertkit's optimiser:
+    sentence-transformers' trainers train the pooler, which bertkit's freeze (it gets no gradient, and DDP refuses
+    a parameter without one), so their groups list parameters bertkit's do not, and torch refuses a state of other
+    group sizes. ``groups``: for each of their groups, the place of bertkit's group holding the same parameters (None
+    where bertkit has none: a ``learning_rate_mapping`` pattern matching only frozen parameters), each parameter's
+    index in bertkit's state dict (None: not in bertkit's optimiser, so without moments, as AdamW keeps none for a
+    parameter without a gradient), and the group's options where bertkit has no group. ``withheld``: bertkit's
+    parameters (by group, then index) that the reader's groups leave out: a loss's own (SoftmaxLoss's classifier),
+    whose weights sentence-transformers' trainers do not restore, so that they refuse the file (its groups are
+    smaller than theirs) rather than go on with a classifier drawn anew; their moments stay in state.pt."""
+
+    groups: tuple[tuple[int | None, tuple[int | None, ...], dict], ...]
+    withheld: tuple[tuple[int, tuple[int, ...]], ...] = ()
+
+    def stored(self, optimizer: dict) -> dict:
+        """What state.pt records (ints, which ``torch.load(weights_only=True)`` reads) to read optimizer.pt back, and
+        the withheld parameters' moments."""
+        return {"optimizer_layout": [[-1 if g is None else g, [-1 if i is None else i for i in params]]
+                                     for g, params, _ in self.groups],
+                **({"optimizer_withheld": {"groups": {g: list(params) for g, params in self.withheld},
+                                           "state": {i: optimizer["state"][i] for _, params in self.withheld
+                                                     for i in params if i in optimizer["state"]}}}
+                   if self.withheld else {})}
+
+
+def _relaid(state: dict, layout: bool | OptimizerLayout) -> dict:
+    """``state``'s optimiser and scheduler in ``layout``'s groups (as they are for True: transformers' own)."""
+    if not isinstance(layout, OptimizerLayout):
+        return {}
+    optimizer, scheduler = state["optimizer"], state["scheduler"]
+    first = optimizer["param_groups"][0]
+    scale = first["lr"] / first["initial_lr"] if first.get("initial_lr") else 0.0  # where the schedule is now
+    groups, moments, lists = [], {}, {}
+    for source, params, options in layout.groups:
+        if source is None:
+            group = {**first, **options, "initial_lr": options["lr"], "lr": options["lr"] * scale}
+        else:
+            group = optimizer["param_groups"][source]
+        ids = list(range(sum(len(g["params"]) for g in groups), sum(len(g["params"]) for g in groups) + len(params)))
+        moments.update({i: optimizer["state"][b] for i, b in zip(ids, params) if b is not None and b in optimizer["state"]})
+        groups.append({**{k: v for k, v in group.items() if k != "params"}, "params": ids})
+        for key in ("base_lrs", "_last_lr", "lr_lambdas"):  # the LambdaLR's values per group
+            if isinstance(scheduler.get(key), list):
+                mine = {"base_lrs": group["initial_lr"] if source is None else None, "_last_lr": group["lr"],
+                        "lr_lambdas": None}[key]
+                lists.setdefault(key, []).append(scheduler[key][source] if source is not None else mine)
+    return {"optimizer": {"state": moments, "param_groups": groups}, "scheduler": {**scheduler, **lists}}
+
+
+def _read_back(saved: dict, stored: list[list], withheld: dict | None = None) -> dict:
+    """An optimizer.pt written in another trainer's groups (``OptimizerLayout.stored``) in bertkit's groups again,
+    with the moments state.pt holds of the parameters left out of them (``withheld``)."""
+    groups: dict[int, dict] = {}
+    moments: dict[int, dict] = dict((withheld or {}).get("state", {}))
+    for (source, params), group in zip(stored, saved["param_groups"]):
+        if source < 0:
+            continue
+        groups[source] = {**{k: v for k, v in group.items() if k != "params"},
+                          "params": sorted([b for b in params if b >= 0]
+                                           + list((withheld or {}).get("groups", {}).get(source, [])))}
+        moments.update({b: saved["state"][i] for i, b in zip(group["params"], params)
+                        if b >= 0 and i in saved["state"]})
+    return {"state": moments, "param_groups": [groups[g] for g in sorted(groups)]}
+
+
 def _write_transformers_files(directory: Path, state: dict) -> None:
     """What transformers' Trainer resumes from, written as it writes them, so its
     ``train(resume_from_checkpoint=...)`` on a bertkit checkpoint continues this run (it reads no state.pt, and
     without these went on with a fresh AdamW and the schedule from its first step, without a word): optimizer.pt,
-    AdamW's state dict, whose parameter groups and order are transformers' own (``optim.parameter_groups``);
-    scheduler.pt, the LambdaLR's, at the same step; each rank's random states as transformers names them
+    AdamW's state dict, whose parameter groups and order are transformers' own (``optim.parameter_groups``), or
+    sentence-transformers' (``state`` laid out by ``_relaid``); scheduler.pt, the LambdaLR's, at the same step; each rank's random states as transformers names them
     (rng_state.pth, or rng_state_N.pth for N ranks; numpy's, which bertkit's training never draws from, as it is)."""
     torch.save(state["optimizer"], directory / OPTIMIZER_FILE)
     torch.save(state["scheduler"], directory / SCHEDULER_FILE)
@@ -243,6 +317,8 @@ def read_state(path: Path) -> dict:
         state["model"] = _read_weights(path, state["model"])
     if isinstance(state["optimizer"], str):  # AdamW's moments are in the checkpoint's optimizer.pt
         state["optimizer"] = _read_optimizer(path, state["optimizer"])
+        if "optimizer_layout" in state:  # ... in the groups of sentence-transformers' trainers
+            state["optimizer"] = _read_back(state["optimizer"], state["optimizer_layout"], state.get("optimizer_withheld"))
     return state
 
 
@@ -480,3 +556,21 @@ def restore_rank_state(state: dict, info: DistInfo, seed: int, step: int, device
             combined[k] = combined.get(k, 0.0) + v
     return combined
 
+
+
+def optimizer_layout(model: nn.Module, weight_decay: float, learning_rates: dict[str, float] | None,
+                     frozen: set[nn.Parameter], restored: set[nn.Parameter]) -> OptimizerLayout:
+    """The groups of sentence-transformers' trainers (``optim.named_groups``), where bertkit's trainer froze the
+    parameters ``frozen``, over those of bertkit's optimiser on ``model``, matched by parameter name; the parameters
+    their resume does not restore (not in ``restored``, the model's) are withheld from them."""
+    frozen_names = frozenset(n for n, p in model.named_parameters() if any(p is f for f in frozen))
+    left_out = {n for n, p in model.named_parameters() if not any(p is r for r in restored)}
+    ours = named_groups(model, weight_decay, learning_rates)
+    index = {n: i for i, n in enumerate(n for _, names, _ in ours for n in names)}  # torch's numbering: group order
+    place = {p: g for g, (p, _, _) in enumerate(ours)}
+    theirs = named_groups(model, weight_decay, learning_rates, frozen_names)
+    return OptimizerLayout(
+        tuple((place.get(p), tuple(index.get(n) for n in names if n not in left_out), options)
+              for p, names, options in theirs),
+        tuple((g, tuple(index[n] for n in names if n in left_out)) for g, (_, names, _) in enumerate(ours)
+              if any(n in left_out for n in names)))

@@ -72,8 +72,19 @@ def parameter_groups(model: nn.Module, weight_decay: float,
     name it matches (``re.search``) leave the groups before and form two of their own at its rate, decayed and
     undecayed, as sentence-transformers builds them: a later pattern wins. A pattern that matches no parameter is
     refused, as sentence-transformers refuses it."""
+    params = dict(model.named_parameters())
+    return [{"params": [params[n] for n in names], **options}
+            for _, names, options in named_groups(model, weight_decay, learning_rates)]
+
+
+def named_groups(model: nn.Module, weight_decay: float, learning_rates: dict[str, float] | None = None,
+                 frozen: frozenset[str] | None = None) -> list[tuple[int, list[str], dict]]:
+    """``parameter_groups`` by parameter name, each group with its place among all the groups built (groups of one
+    place hold the same parameters in both layouts below, but for ``frozen`` ones). ``frozen``: the layout
+    sentence-transformers' trainers build, where the names in ``frozen`` (parameters bertkit's trainer froze, the
+    pooler) are trained too, and a pattern's groups hold every parameter it matches, trained or not, as theirs do."""
     names = [n for n, _ in model.named_parameters()]
-    trained = {n: p for n, p in model.named_parameters() if p.requires_grad}
+    trained = [n for n, p in model.named_parameters() if p.requires_grad or n in (frozen or ())]
     undecayed = {f"{prefix}.{n}" if prefix else n for prefix, module in model.named_modules()
                  for n, _ in module.named_parameters(recurse=False) if isinstance(module, nn.LayerNorm)}
     undecayed |= {n for n in names if _NO_DECAY.search(n.lower())}
@@ -86,9 +97,9 @@ def parameter_groups(model: nn.Module, weight_decay: float,
                                f"on names such as {names[0]!r})"
                                f"{_class_hint(model, pattern)}")
         groups = [([n for n in group if n not in matched], options) for group, options in groups]
-        groups += [([n for n in trained if n in matched and (n in undecayed) == skip],
+        groups += [([n for n in (names if frozen is not None else trained) if n in matched and (n in undecayed) == skip],
                     {"lr": lr, "weight_decay": 0.0 if skip else weight_decay}) for skip in (False, True)]
-    return [{"params": [trained[n] for n in group], **options} for group, options in groups
+    return [(place, group, options) for place, (group, options) in enumerate(groups)
             if group or "lr" not in options]  # sentence-transformers keeps the first two, even empty
 
 

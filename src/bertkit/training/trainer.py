@@ -56,6 +56,7 @@ from bertkit.training.callbacks import (
 from bertkit.training.checkpoint import (
     HF_LAYOUT,
     STATE_FILE,
+    OptimizerLayout,
     load_model_state,
     named_checkpoint,
     read_state,
@@ -151,13 +152,10 @@ class Trainer(TrainerLoss, TrainerEvaluation):
         self._module = self._trained_module(model)
         self.processing_class = processing_class
         if data_collator is None:
-            data_collator = (DataCollatorWithPadding(self.processing_class)
-                             if self.processing_class is not None and hasattr(self.processing_class, "pad")
-                             else DefaultDataCollator())
-        self.data_collator = data_collator
-        self.train_dataset, self.eval_dataset = train_dataset, eval_dataset
-        self.compute_metrics = compute_metrics
-        self.preprocess_logits_for_metrics = preprocess_logits_for_metrics
+            padded = self.processing_class is not None and hasattr(self.processing_class, "pad")
+            data_collator = DataCollatorWithPadding(self.processing_class) if padded else DefaultDataCollator()
+        self.data_collator, self.train_dataset, self.eval_dataset = data_collator, train_dataset, eval_dataset
+        self.compute_metrics, self.preprocess_logits_for_metrics = compute_metrics, preprocess_logits_for_metrics
         self.callbacks: list[TrainerCallback] = [c() if isinstance(c, type) else c for c in callbacks or ()]
         self.state, self.control = TrainerState(), TrainerControl()
         # under torchrun: join the process group (DDP over the ranks, evaluation split over them)
@@ -333,8 +331,8 @@ class Trainer(TrainerLoss, TrainerEvaluation):
                                fingerprint=fingerprint, resume=resume or False,
                                hooks=LoopHooks(layout=HF_LAYOUT, write_extra=self._write_checkpoint_extras,
                                                protect=self._is_best, on_record=self._on_record, event=self._loop_event,
-                                               control=self.control, param_groups=(groups := self._parameter_groups()),
-                                               transformers_files=groups is None,  # transformers' groups: its files
+                                               control=self.control, param_groups=self._parameter_groups(),
+                                               transformers_files=self._transformers_files(),
                                                schedule_steps=self._schedule_steps,
                                                schedule_options=args.lr_scheduler_kwargs,
                                                compute_loss=self._training_loss,
@@ -365,6 +363,10 @@ class Trainer(TrainerLoss, TrainerEvaluation):
     def _parameter_groups(self) -> list[dict] | None:
         """The optimiser's parameter groups; None: the loop's (the model's, at one rate, transformers' decay rule)."""
         return None
+
+    def _transformers_files(self) -> bool | OptimizerLayout:
+        """Whether checkpoints hold transformers' resume files (True: in the loop's groups, transformers' own)."""
+        return self._parameter_groups() is None
 
     def _fingerprint(self, examples: Sequence, total: int, world_size: int) -> dict[str, Any]:
         """What a resumed run must share with the run it continues, beside the loop's settings: the training data's
@@ -499,7 +501,7 @@ class Trainer(TrainerLoss, TrainerEvaluation):
         self._name_best_checkpoint()
         if self.processing_class is not None and hasattr(self.processing_class, "save_pretrained"):
             self.processing_class.save_pretrained(directory)
-        control = self.control if self._parameter_groups() is None else None  # transformers' resume files too
+        control = self.control if self._transformers_files() else None  # transformers' resume files too
         self.state.stateful_callbacks = callback_states(self.callbacks, control)
         self.state.save_to_json(directory / TRAINER_STATE)  # as transformers writes a checkpoint's
         if self._grouped is not None:
@@ -535,8 +537,7 @@ class Trainer(TrainerLoss, TrainerEvaluation):
             return
         print(f"***** {split} metrics *****")
         formatted = self.metrics_format(metrics)
-        k_width = max(len(str(k)) for k in formatted)
-        v_width = max(len(str(v)) for v in formatted.values())
+        k_width, v_width = max(len(str(k)) for k in formatted), max(len(str(v)) for v in formatted.values())
         for key in sorted(formatted):
             print(f"  {key: <{k_width}} = {formatted[key]:>{v_width}}")
 
@@ -558,8 +559,7 @@ class Trainer(TrainerLoss, TrainerEvaluation):
     def save_state(self) -> None:
         """Write ``state`` to ``output_dir/trainer_state.json`` (rank 0 alone), as TrainerState.save_to_json does."""
         if self.is_world_process_zero():
-            self._write_report(TRAINER_STATE, lambda: json.dumps(dataclasses.asdict(self.state), indent=2,
-                                                                 sort_keys=True) + "\n")
+            self._write_report(TRAINER_STATE, lambda: json.dumps(dataclasses.asdict(self.state), indent=2, sort_keys=True) + "\n")
 
     def _write_report(self, name: str, text: Callable[[], str]) -> None:
         """A report file in output_dir, written whole. In one process it is recorded in output_dir's manifest as the
