@@ -381,7 +381,7 @@ def test_serve_int8_answers_with_the_int8_pipelines_embeddings(minilm_dir, embed
     fresh = kernels._Compiled(kernels.quantize_per_token)
     monkeypatch.setattr(kernels, "compiled_quantize_per_token", fresh)
     compiled_after = []  # the requests answered when the server compiled
-    monkeypatch.setattr(torch, "compile", lambda fn, dynamic: compiled_after.append(len(answers)) or fn)
+    monkeypatch.setattr(torch, "compile", lambda fn, dynamic, **_: compiled_after.append(len(answers)) or fn)
     assert main(["serve", "--model", str(minilm_dir), "--task", "feature-extraction", "--int8"]) == 0
     capsys.readouterr()
     assert compiled_after == [0] and fresh.checked, (KERNEL, compiled_after)

@@ -1,0 +1,125 @@
+"""What one CPU class leaves behind and another reads: Inductor's on-disk cache shared by an AVX-512 machine and
+an AVX2 one (emulated here by ``ATEN_CPU_CAPABILITY=avx2 ONEDNN_MAX_CPU_ISA=AVX2``, as BENCHMARKS.md does).
+
+Inductor keys its cache on the graph and its settings, not on the vector ISA its CPU kernels are written for, so a
+``TORCHINDUCTOR_CACHE_DIR`` one class filled handed the other kernels of the wrong vector width: ``finetune
+--torch-compile`` on the AVX-512 CPU after one on the AVX2 CPU died with "free(): invalid pointer", the other order
+with a segmentation fault, and int8's compiled per-token quantization computed wrong ranges. bertkit's compiles state
+the width (``_hardware.compile_options``), which puts it in the key.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+import torch
+
+from bertkit import BertConfig, BertModel
+from bertkit._hardware import compile_options, cpu_class
+from bertkit.quantization import kernels
+
+AVX2 = {"ATEN_CPU_CAPABILITY": "avx2", "ONEDNN_MAX_CPU_ISA": "AVX2", "MKL_ENABLE_INSTRUCTIONS": "AVX2"}
+
+
+def _tiny() -> BertModel:
+    torch.manual_seed(0)
+    return BertModel(BertConfig(vocab_size=64, hidden_size=32, num_hidden_layers=1, num_attention_heads=2,
+                                intermediate_size=48, max_position_embeddings=64)).eval()
+
+
+def test_compile_options_state_the_simd_width_inductor_picks_here():
+    from torch._inductor.cpu_vec_isa import pick_vec_isa
+
+    width = pick_vec_isa().bit_width()
+    assert compile_options() == {"cpp.simdlen": width}
+    assert width == {"avx512-bf16": 512, "avx512-vnni": 512, "avx2": 256}.get(cpu_class(), width)
+
+
+@pytest.mark.parametrize("given, expected", [
+    ({}, {}),
+    ({"mode": "max-autotune-no-cudagraphs"}, {"max_autotune": True, "coordinate_descent_tuning": True}),
+    ({"options": {"cpp.simdlen": 256, "max_autotune": True}}, {"cpp.simdlen": 256, "max_autotune": True}),
+])
+def test_compile_layers_puts_the_simd_width_in_inductors_options(monkeypatch, given, expected):
+    """Every layer is compiled with the width in its options (a mode given as its options: torch.compile takes one or
+    the other); the caller's own options win."""
+    calls = []
+    monkeypatch.setattr(torch, "compile", lambda fn, **kwargs: calls.append(kwargs) or fn)
+    _tiny().compile_layers(**given)
+    assert calls == [{"dynamic": True, "options": {**compile_options(), **expected}}]
+
+
+def test_compile_layers_leaves_other_backends_and_a_mode_with_options_to_torch(monkeypatch):
+    calls = []
+    monkeypatch.setattr(torch, "compile", lambda fn, **kwargs: calls.append(kwargs) or fn)
+    _tiny().compile_layers(backend="aot_eager")
+    _tiny().compile_layers(mode="max-autotune", options={"max_autotune": False})  # torch.compile refuses the pair
+    assert calls == [{"dynamic": True, "backend": "aot_eager"},
+                     {"dynamic": True, "mode": "max-autotune", "options": {"max_autotune": False}}]
+
+
+def test_int8s_compiled_quantization_states_the_simd_width(monkeypatch):
+    calls = []
+    monkeypatch.setattr(torch, "compile", lambda fn, **kwargs: calls.append(kwargs) or fn)
+    fused = kernels._Compiled(kernels.quantize_per_token)
+    fused.compile_next()
+    fused(torch.randn(kernels.COMPILE_FROM // 64, 64), torch.rand(64) + 0.5, 255)
+    assert calls == [{"dynamic": True, "options": compile_options()}] and fused.checked
+
+
+_CHILD = r"""
+import json, random, sys
+import torch
+from bertkit import BertConfig, BertModel
+from bertkit._hardware import cpu_class
+from bertkit.quantization import kernels
+
+torch.set_num_threads(1)
+rng = random.Random(int(sys.argv[1]))
+torch.manual_seed(0)
+model = BertModel(BertConfig(vocab_size=64, hidden_size=32, num_hidden_layers=1, num_attention_heads=2,
+                             intermediate_size=48, max_position_embeddings=64)).eval()
+compiled = BertModel(model.config).eval()
+compiled.load_state_dict(model.state_dict())
+compiled.compile_layers()
+layer_err = 0.0
+with torch.no_grad():
+    for _ in range(3):  # token counts drawn per batch: the dynamic kernel's tail loops differ from its vector body
+        b, t = rng.randint(1, 4), rng.randint(3, 40)
+        ids = torch.randint(1, 64, (b, t), generator=torch.Generator().manual_seed(rng.randint(0, 999)))
+        mask = (torch.arange(t)[None] < torch.randint(1, t + 1, (b, 1))).long()
+        want = model(ids, attention_mask=mask).last_hidden_state
+        got = compiled(ids, attention_mask=mask).last_hidden_state
+        layer_err = max(layer_err, float((got - want)[mask.bool()].abs().max()))
+x = torch.randn(kernels.COMPILE_FROM // 48 + rng.randint(1, 37), 48) * 3 - 1
+inv = torch.rand(48) + 0.5
+fused = kernels._Compiled(kernels.quantize_per_token)
+fused.compile_next()
+got = fused(x, inv, 255)
+print(json.dumps({"class": cpu_class(), "layer_err": layer_err, "int8_kept": fused.checked and not fused.failed,
+                  "codes_err": int((got[0].int() - kernels.quantize_per_token(x, inv, 255)[0].int()).abs().max())}))
+"""
+
+
+@pytest.mark.slow  # three processes compiling for real: about 45 s
+@pytest.mark.skipif(cpu_class() not in ("avx512-bf16", "avx512-vnni"), reason="needs an AVX-512 CPU to emulate AVX2 on")
+def test_a_compile_cache_shared_by_two_cpu_classes_serves_each_its_own_kernels(tmp_path):
+    """AVX2, then AVX-512, then AVX2 again compile a layer and int8's quantization into one fresh
+    TORCHINDUCTOR_CACHE_DIR (AVX-512 after AVX2 died with "double free or corruption", AVX2 after AVX-512 had its
+    compiled quantization dropped as wrong): every process finishes, its compiled layer gives eager's outputs within
+    fp32 rounding on token counts drawn per process (seeded), and its compiled quantization passes the check against
+    eager and is kept."""
+    env = {k: v for k, v in os.environ.items() if k not in AVX2}
+    env.update(TORCHINDUCTOR_CACHE_DIR=str(tmp_path / "inductor"), OMP_NUM_THREADS="1")
+    seen = []
+    for seed, held in enumerate([AVX2, {}, AVX2]):
+        run = subprocess.run([sys.executable, "-c", _CHILD, str(seed)], capture_output=True, text=True,
+                             env={**env, **held}, timeout=300)
+        assert run.returncode == 0, (held, run.returncode, run.stderr[-2000:])
+        seen.append(json.loads(run.stdout.splitlines()[-1]))
+    assert [s["class"] for s in seen] == ["avx2", cpu_class(), "avx2"]
+    assert all(s["layer_err"] < 1e-5 and s["int8_kept"] and s["codes_err"] <= 1 for s in seen), seen
