@@ -11,6 +11,7 @@ the width (``_hardware.compile_options``), which puts it in the key.
 from __future__ import annotations
 
 import json
+import logging
 import os
 import subprocess
 import sys
@@ -156,3 +157,51 @@ def test_a_compile_cache_shared_by_two_cpu_classes_serves_each_its_own_kernels(t
         seen.append(json.loads(run.stdout.splitlines()[-1]))
     assert [s["class"] for s in seen] == ["avx2", cpu_class(), "avx2"]
     assert all(s["layer_err"] < 1e-5 and s["int8_kept"] and s["codes_err"] <= 1 for s in seen), seen
+
+
+def test_a_resume_on_another_cpu_class_or_thread_count_says_so(monkeypatch):
+    """The checkpoint records the CPU class and thread count its steps ran on; a resume elsewhere continues (its
+    numbers equal an uninterrupted run's within float rounding) with a warning naming both, and a bf16 run moved to a
+    CPU without bf16 instructions is told it stays in bf16, emulated. (A resume on AVX2 of a run checkpointed on
+    AVX-512, or on 2 threads of one on 1, said nothing and ended 3e-8 away from the uninterrupted run's weights.)"""
+    from bertkit.training import run_setup
+    from bertkit.training.run_setup import computed_on, warn_if_moved
+
+    here = computed_on("cpu")
+    assert here == {"cpu_class": cpu_class(), "threads": torch.get_num_threads()} and computed_on("meta") is None
+    assert not warn_if_moved(here, "cpu", bf16=True) and not warn_if_moved(None, "cpu", bf16=False)
+    records = []
+    handler = type("H", (logging.Handler,), {"emit": lambda self, r: records.append(r.getMessage())})()
+    logging.getLogger("bertkit").addHandler(handler)
+    try:
+        assert warn_if_moved({"cpu_class": "avx2-elsewhere", "threads": 3}, "cpu", bf16=False)
+        monkeypatch.setattr(run_setup, "cpu_has_bf16", lambda: False)  # as on an AVX2 CPU
+        assert warn_if_moved({"cpu_class": "avx512-bf16", "threads": 1}, "cpu", bf16=True)
+    finally:
+        logging.getLogger("bertkit").removeHandler(handler)
+    fp32, bf16 = records
+    assert f"resuming on CPU class {cpu_class()} on {torch.get_num_threads()} thread(s)" in fp32
+    assert "checkpointed on CPU class avx2-elsewhere on 3 thread(s)" in fp32 and "not bit for bit" in fp32
+    assert "computes in bf16" not in fp32 and "checkpointed on CPU class avx512-bf16 on 1 thread(s)" in bf16
+    assert ("The run computes in bf16, as it did, and this CPU has no bf16 instructions: it runs emulated" in bf16
+            and "--no-bf16, another output directory" in bf16)
+
+
+@pytest.mark.skipif(cpu_class() not in ("avx512-bf16", "avx512-vnni"), reason="needs an AVX-512 CPU to emulate AVX2 on")
+def test_finetune_killed_on_avx2_and_resumed_here_warns_and_ends_near_the_uninterrupted_run(tmp_path, tiny_checkpoint):
+    from safetensors.torch import load_file
+
+    from killing import launch_paused
+    from test_finetune_resume import _args, _make_setup
+
+    setup = _make_setup(tmp_path / "setup", 24, tiny_checkpoint)
+    env = {**{k: v for k, v in os.environ.items() if k not in AVX2}, "OMP_NUM_THREADS": "1"}
+    full, moved = tmp_path / "full", tmp_path / "moved"
+    subprocess.run(_args(setup, full, epochs=1), check=True, env=env, capture_output=True)
+    assert launch_paused(_args(setup, moved, epochs=1)[3:], "renamed", 1, tmp_path / "stop", {**env, **AVX2})
+    resumed = subprocess.run(_args(setup, moved, "--resume", epochs=1), env=env, capture_output=True, text=True)
+    assert resumed.returncode == 0, resumed.stderr[-2000:]
+    assert (f"resuming on CPU class {cpu_class()} on 1 thread(s) a run checkpointed on CPU class avx2 on 1 thread(s)"
+            in resumed.stderr)
+    a, b = (load_file(str(d / "model" / "model.safetensors")) for d in (full, moved))
+    assert max(float((a[k] - b[k]).abs().max()) for k in a) < 1e-5
