@@ -187,6 +187,7 @@ def test_a_resume_on_another_cpu_class_or_thread_count_says_so(monkeypatch):
             and "--no-bf16, another output directory" in bf16)
 
 
+@pytest.mark.slow  # three fine-tuning processes: about 10 s
 @pytest.mark.skipif(cpu_class() not in ("avx512-bf16", "avx512-vnni"), reason="needs an AVX-512 CPU to emulate AVX2 on")
 def test_finetune_killed_on_avx2_and_resumed_here_warns_and_ends_near_the_uninterrupted_run(tmp_path, tiny_checkpoint):
     from safetensors.torch import load_file
