@@ -519,7 +519,7 @@ def test_compiling_waits_until_the_eager_passes_have_cost_what_it_costs(monkeypa
     small(torch.randn(3, 96), torch.rand(96) + 0.5, 255)
     assert small.compiled is None
     calls = []
-    monkeypatch.setattr(torch, "compile", lambda fn, dynamic: lambda *args: calls.append(1) or fn(*args))
+    monkeypatch.setattr(torch, "compile", lambda fn, dynamic, **_: lambda *args: calls.append(1) or fn(*args))
     monkeypatch.setattr(kernels, "COMPILE_AFTER", 3 * kernels.COMPILE_FROM)
     x, inv = torch.randn(kernels.COMPILE_FROM // 64, 64), torch.rand(64) + 0.5
     run = kernels._Compiled(kernels.quantize_per_token)
@@ -563,7 +563,7 @@ def test_a_compiled_quantization_that_disagrees_with_its_eager_definition_is_dro
 
     x, inv = torch.randn(kernels.COMPILE_FROM // 64 + 1, 64) * 3 - 1, torch.rand(64) + 0.5
 
-    def stale(fn, dynamic):
+    def stale(fn, dynamic, **_):
         return lambda *args: (lambda q, lo, step: (q // 2, lo * 2, step))(*fn(*args))
 
     monkeypatch.setattr(torch, "compile", stale)
@@ -577,7 +577,7 @@ def test_a_compiled_quantization_that_disagrees_with_its_eager_definition_is_dro
     assert torch.equal(fused(x, inv, 127)[0], kernels.quantize_per_token(x, inv, 127)[0])  # eager from now on
 
     calls = []
-    monkeypatch.setattr(torch, "compile", lambda fn, dynamic: lambda *args: calls.append(1) or fn(*args))
+    monkeypatch.setattr(torch, "compile", lambda fn, dynamic, **_: lambda *args: calls.append(1) or fn(*args))
     fused = kernels._Compiled(kernels.quantize_per_token)
     fused.compile_next()
     fused(x, inv, 255), fused(x, inv, 255)

@@ -359,7 +359,7 @@ def test_extract_features_int8_close_to_fp32(minilm_dir, sentences, tmp_path, ca
 
 
 def test_serve_int8_answers_with_the_int8_pipelines_embeddings(minilm_dir, embedders, sentences, monkeypatch,
-                                                               capsys):
+                                                               capsys, caplog):
     pytest.importorskip("fastapi", reason='bertkit serve needs FastAPI: pip install "bertkit[serve]"')
     uvicorn = pytest.importorskip("uvicorn", reason='bertkit serve needs uvicorn: pip install "bertkit[serve]"')
     from starlette.testclient import TestClient
@@ -381,9 +381,12 @@ def test_serve_int8_answers_with_the_int8_pipelines_embeddings(minilm_dir, embed
     fresh = kernels._Compiled(kernels.quantize_per_token)
     monkeypatch.setattr(kernels, "compiled_quantize_per_token", fresh)
     compiled_after = []  # the requests answered when the server compiled
-    monkeypatch.setattr(torch, "compile", lambda fn, dynamic: compiled_after.append(len(answers)) or fn)
-    assert main(["serve", "--model", str(minilm_dir), "--task", "feature-extraction", "--int8"]) == 0
+    monkeypatch.setattr(torch, "compile", lambda fn, dynamic, **_: compiled_after.append(len(answers)) or fn)
+    with caplog.at_level("INFO", logger="bertkit"):
+        assert main(["serve", "--model", str(minilm_dir), "--task", "feature-extraction", "--int8"]) == 0
     capsys.readouterr()
+    # the start-up line names the kernel this CPU class runs: its numbers differ by class (8 or 7 bits)
+    assert f"(int8 ({KERNEL.name}, {KERNEL.activation_bits}-bit activations), the rest in float32 on cpu)" in caplog.text
     assert compiled_after == [0] and fresh.checked, (KERNEL, compiled_after)
     assert answers["info"]["model_dtype"] == "int8"
     served = answers["served"]

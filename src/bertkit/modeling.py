@@ -35,6 +35,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 from torch.utils.checkpoint import checkpoint
 
+from bertkit._hardware import compile_options
 from bertkit.checkpoint_io import PretrainedMixin
 from bertkit.compat import TupleAccess, returns_dataclass
 from bertkit.config import ACTIVATIONS, BertConfig
@@ -498,6 +499,15 @@ class BertModel(PretrainedMixin, nn.Module):
         # On the CPU the unpadded token count changes every batch: dynamic from the start. On a GPU the rectangle
         # is kept (gpu_keeps_rectangle) and shapes repeat: static kernels, made dynamic if a shape changes.
         kwargs = {"dynamic": True if device == "cpu" else None, **compile_kwargs}
+        if device == "cpu" and kwargs.get("backend", "inductor") == "inductor" and not (
+                kwargs.get("mode") and kwargs.get("options")):  # both: torch.compile's own error
+            # the SIMD width in Inductor's cache key (``compile_options``): with a cache shared by an AVX-512 and an
+            # AVX2 machine, each compiled the other's kernels and crashed; a mode is given as its options
+            from torch._inductor import list_mode_options
+
+            mode = kwargs.pop("mode", None)
+            kwargs["options"] = {**(list_mode_options(mode, kwargs["dynamic"]) if mode else {}), **compile_options(),
+                                 **(kwargs.get("options") or {})}
         for layer in self.encoder.layer:
             layer.compile(**kwargs)
         return self

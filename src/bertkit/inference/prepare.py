@@ -38,6 +38,9 @@ class Precision:
     dtype: str  # "bfloat16" under bf16 autocast, else the weights' ("float32"; a converted model's "float64", ...)
     quantize: str | None  # "int8" or None
     calibration: str | None = None  # with int8: "built-in", a calibration file, "texts", or what the int8 dir records
+    # with int8: the kernel this CPU class runs (``_hardware.int8_kernel``), which the numbers depend on: an int8
+    # directory runs at 8-bit activations on an AVX-512 VNNI CPU and at 7 on an AVX2 one (about 3x the rounding)
+    kernel: _hardware.Int8Kernel | None = None
 
     @property
     def bf16(self) -> bool:
@@ -46,9 +49,12 @@ class Precision:
 
     def record(self) -> dict[str, Any]:
         """What a prediction report says about precision (as pipelines' ``.quantize`` and ``.bf16``): int8 or not,
-        with its calibration, and the dtype what is not int8 ran in."""
-        calibration = {} if self.quantize is None else {"calibration": self.calibration}
-        return {"quantize": self.quantize, **calibration, "float_dtype": self.dtype}
+        with its calibration and kernel (named as ``bertkit quantize``'s report names it), and the dtype what is not
+        int8 ran in."""
+        int8 = {} if self.quantize is None else {"calibration": self.calibration}
+        if self.quantize is not None and self.kernel is not None:
+            int8.update(kernel=self.kernel.name, activation_bits=self.kernel.activation_bits)
+        return {"quantize": self.quantize, **int8, "float_dtype": self.dtype}
 
 
 def check_request(device: str | torch.device = "cpu", *, bf16: bool | None = None, quantize: str | None = None,
@@ -130,7 +136,7 @@ def prepare_model(model: nn.Module, model_dir: str | Path | None = None, *,
         model = for_cpu_inference(model, bf16, in_place=in_place)
     # in eval mode after the copy: on the CPU the model passed in keeps its mode (one being trained stays in train)
     return model.eval(), Precision(dev, "bfloat16" if bf16 else str(weights).removeprefix("torch."), quantize,
-                                   calibration)
+                                   calibration, _hardware.check_int8_kernel() if quantize else None)
 
 
 class ModelState:

@@ -461,7 +461,8 @@ def serve(s: Any) -> dict[str, Any]:
                                    timeout_graceful_shutdown=s.graceful_shutdown_s))
     paths = "; ".join(f"{m} {', '.join(r.path for r in ROUTES if r.method == m)}" for m in ("POST", "GET"))
     logger.info("serving %s from %s (%s%s on %s) on http://%s:%d (%s); %s", s.task, s.model_name_or_path,
-                "int8, the rest in " if pipe.quantize else "", pipe.precision.dtype, pipe.device, s.host, s.port, paths,
+                f"int8 ({k.name}, {k.activation_bits}-bit activations), the rest in "
+                if pipe.quantize and (k := pipe.precision.kernel) else "", pipe.precision.dtype, pipe.device, s.host, s.port, paths,
                 "every route but /health is protected by an API key" if s.api_key is not None else
                 "the routes are NOT protected: anyone who reaches this address can use them (set BERTKIT_API_KEY "
                 "or --api-key to require a key)")

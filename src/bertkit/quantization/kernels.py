@@ -22,7 +22,7 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from bertkit._hardware import X86_ENGINES, Int8Kernel, check_int8_kernel, check_onednn_int8
+from bertkit._hardware import X86_ENGINES, Int8Kernel, check_int8_kernel, check_onednn_int8, compile_options
 from bertkit.errors import BertkitError
 
 log = logging.getLogger(__name__)
@@ -101,7 +101,8 @@ class _Compiled:
             return self.fn(x, *args)
         try:
             if self.compiled is None:  # inside the try: torch.compile itself makes the Inductor cache directory
-                self.compiled = torch.compile(self.fn, dynamic=True)  # (a read-only one ended `serve --int8`)
+                # (a read-only one ended `serve --int8`); the SIMD width keys the cache by CPU class
+                self.compiled = torch.compile(self.fn, dynamic=True, options=compile_options())
             result = self.compiled(x, *args)
         except Exception as e:  # noqa: BLE001 - compiling failed, unless the eager call fails the same way
             result = self.fn(x, *args)  # an error of the input itself raises here

@@ -45,7 +45,15 @@ from bertkit.training.checkpoint import (
 from bertkit.training.distributed import accumulating, all_gather, any_rank, current, replicate
 from bertkit.training.optim import optimisation
 from bertkit.training.run_log import RunLog
-from bertkit.training.run_setup import cadence, check_phases, compile_encoders, prepare_model, run_fingerprint
+from bertkit.training.run_setup import (
+    cadence,
+    check_phases,
+    compile_encoders,
+    computed_on,
+    prepare_model,
+    run_fingerprint,
+    warn_if_moved,
+)
 from bertkit.training.step_reads import LogWindow, MicroLoss, read_step
 from bertkit.training.token_loss import item_counter, loss_to_log, model_loss, objective, step_targets
 
@@ -267,6 +275,7 @@ class _Run:
                     "sample position (step %d; phase %d, epoch %d, global micro-batch %d), but the ranks' random "
                     "states were re-seeded, so dropout differs from an uninterrupted run", info.world_size,
                     written_by, pos.step, pos.phase, pos.epoch, pos.batch)
+            warn_if_moved(state.get("computed_on"), self.device, self.args.bf16)
         self.log_file.resume(pos.step, state.get("records"))
 
     def begin(self) -> None:
@@ -540,6 +549,7 @@ class _Run:
                 save_checkpoint(self.args.output_dir, {
                     "model": model_state(self.model), "optimizer": self.optimizer.state_dict(), "scheduler": self.scheduler.state_dict(),
                     "scaler": self.scaler.state_dict(), "rank_rng": rng, "world_size": self.info.world_size,
+                    "computed_on": computed_on(self.device),  # the CPU class and threads: a resume elsewhere warns
                     "position": dataclasses.asdict(self.pos), "fingerprint": self.fingerprint,
                     "windows": windows,  # partial logging-window sums: resumed logs equal uninterrupted ones
                     # what the step's log reports, for a log after the checkpoint (an epoch's, at its end)

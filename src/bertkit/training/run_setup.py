@@ -5,15 +5,18 @@ many steps it logs, evaluates and saves, the checks of its phases, and the switc
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
 import torch
 from torch import nn
 
-from bertkit._hardware import warn_if_bf16_is_emulated
+from bertkit._hardware import cpu_class, cpu_has_bf16, warn_if_bf16_is_emulated
 from bertkit._parallel import DistInfo
 from bertkit.errors import BertkitError
 from bertkit.settings import TrainingSettings, checkpoint_fields, resume_fingerprint
+
+logger = logging.getLogger("bertkit")
 
 
 def run_fingerprint(args: TrainingSettings, fingerprint: dict[str, Any] | None) -> dict[str, Any]:
@@ -65,3 +68,35 @@ def _encoders(model: nn.Module, what: str) -> list[nn.Module]:
         raise BertkitError(f"{what} needs a bertkit model; {type(model).__name__} holds no encoder "
                            "with compile_layers()")
     return encoders
+
+
+def computed_on(device: str) -> dict[str, Any] | None:
+    """What a checkpoint records of the machine its steps ran on, on the CPU: the CPU class whose kernels ran
+    (``cpu_class``) and the thread count. Both change how sums are rounded (another vector width, another split of
+    each reduction), so a resume on another is exact no longer; None on a GPU."""
+    if torch.device(device).type != "cpu":
+        return None
+    return {"cpu_class": cpu_class(), "threads": torch.get_num_threads()}
+
+
+def warn_if_moved(written_on: dict[str, Any] | None, device: str, bf16: bool) -> bool:
+    """Warn when a run resumes on another CPU class or thread count than its checkpoint was written with (users
+    train on one machine and resume on another): it continues from the same state, but its numbers are no longer
+    an uninterrupted run's bit for bit, and a bf16 run moved to a CPU without bf16 instructions stays in bf16,
+    emulated. Returns whether it warned (checkpoints written before this was recorded say nothing)."""
+    here = computed_on(device)
+    if not written_on or here is None or here == written_on:
+        return False
+
+    def what(on: dict) -> str:
+        return f"CPU class {on.get('cpu_class')} on {on.get('threads')} thread(s)"
+
+    bf16_note = ""
+    if bf16 and not cpu_has_bf16():
+        bf16_note = (" The run computes in bf16, as it did, and this CPU has no bf16 instructions: it runs emulated, "
+                     "several times slower (training on in fp32 would be a new run: its weights from the checkpoint, "
+                     "--no-bf16, another output directory).")
+    logger.warning("resuming on %s a run checkpointed on %s: training continues from the same state, but the "
+                   "kernels round sums differently here, so the result equals an uninterrupted run's within float "
+                   "rounding, not bit for bit.%s", what(here), what(written_on), bf16_note)
+    return True
