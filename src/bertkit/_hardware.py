@@ -95,24 +95,6 @@ def int8_kernel() -> Int8Kernel | None:
     return None
 
 
-def compile_options() -> dict[str, int]:
-    """Inductor options for every ``torch.compile`` bertkit makes: the SIMD width its CPU kernels are generated for,
-    stated, so that it is part of the key of Inductor's on-disk cache.
-
-    Inductor writes its CPU kernels for the vector ISA it picks here (AVX-512's 16 floats a vector, AVX2's 8, per
-    ``ATEN_CPU_CAPABILITY``), but keys its FX-graph and AOTAutograd caches on the graph and its settings alone (no
-    CPU: PyTorch 2.13). A ``TORCHINDUCTOR_CACHE_DIR`` shared by an AVX-512 and an AVX2 machine (a home directory, a
-    network share, one image) then hands each the other's generated code, rebuilt for the wrong vector width:
-    ``finetune --torch-compile`` on an AVX-512 CPU after one on an AVX2 CPU ended in "free(): invalid pointer", the
-    other way in a segmentation fault, and int8's compiled quantization computed wrong ranges. ``cpp.simdlen`` is the
-    width Inductor would pick anyway (it picks the ISA of that width), so the kernels are the same; 0 where it has
-    none (no vector ISA: scalar code). AVX-512 with or without VNNI or AMX share a width and generate the same code
-    outside max-autotune's GEMM templates; their compiler flags differ and key the built libraries."""
-    from torch._inductor.cpu_vec_isa import pick_vec_isa
-
-    return {"cpp.simdlen": pick_vec_isa().bit_width()}
-
-
 def cpu_class() -> str:
     """The CPU class whose paths this process runs, as the probes that choose them see it (what benchmarks report):
     ``"avx512-bf16"`` (``cpu_has_bf16``), ``"avx512-vnni"`` (int8 exact at 8 bits), ``"avx2"``, else PyTorch's kernel

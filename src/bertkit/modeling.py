@@ -35,13 +35,18 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 from torch.utils.checkpoint import checkpoint
 
-from bertkit._hardware import compile_options
 from bertkit.checkpoint_io import PretrainedMixin
 from bertkit.compat import TupleAccess, returns_dataclass
 from bertkit.config import ACTIVATIONS, BertConfig
 from bertkit.construction import initialise_on_construction, new_embedding, new_linear
 from bertkit.errors import BertkitError
-from bertkit.model_checks import check_fits_in_memory, check_inputs, require_compiler, require_inductor_cache
+from bertkit.model_checks import (
+    check_fits_in_memory,
+    check_inputs,
+    compile_options,
+    require_compiler,
+    require_inductor_cache,
+)
 from bertkit.padding import TokenLayout, is_tracing, moved, self_attention, token_layout
 
 # ---------------------------------------------------------------------------------------------------

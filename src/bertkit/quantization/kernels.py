@@ -22,8 +22,9 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from bertkit._hardware import X86_ENGINES, Int8Kernel, check_int8_kernel, check_onednn_int8, compile_options
+from bertkit._hardware import X86_ENGINES, Int8Kernel, check_int8_kernel, check_onednn_int8
 from bertkit.errors import BertkitError
+from bertkit.model_checks import compile_options
 
 log = logging.getLogger(__name__)
 _TINY = torch.finfo(torch.float32).tiny
