@@ -99,7 +99,7 @@ def test_a_pipeline_inside_the_callers_autocast_says_it_runs_in_its_weights_dtyp
 
 
 
-@pytest.mark.parametrize("variable", [None, "1"])
+@pytest.mark.parametrize("variable", [None, pytest.param("1", marks=pytest.mark.slow)])
 def test_progress_bars_follow_tqdm_disable(variable, tiny_checkpoint, tmp_path):
     import os
     import subprocess

@@ -313,28 +313,41 @@ def test_the_commands_refuse_what_int8_cannot_run(tmp_path, capsys, monkeypatch)
 # -- the commands ---------------------------------------------------------------------------------
 
 
-def test_predict_int8_equals_the_int8_pipeline(classifier_dir, classifiers, sentences, tmp_path, capsys):
-    texts = sentences["sst2"][:24]
+def _predict_base(classifier_dir, texts, tmp_path) -> list[str]:
     with open(tmp_path / "in.tsv", "w", encoding="utf-8", newline="") as f:
         csv.writer(f, delimiter="\t").writerows([["sentence"], *([t] for t in texts)])
-    calibration = tmp_path / "calibration.txt"
-    calibration.write_text("\n".join(sentences["sst2_train"][:32]) + "\n\n", encoding="utf-8")
-    base = ["predict", "text-classification", "--model", str(classifier_dir), "--input", str(tmp_path / "in.tsv"),
+    return ["predict", "text-classification", "--model", str(classifier_dir), "--input", str(tmp_path / "in.tsv"),
             "--text-column", "sentence", "--no-progress", "--int8"]
+
+
+def _read_predictions(path) -> list[dict]:
+    return [{k: v for k, v in json.loads(line).items() if k != "id"}
+            for line in path.read_text(encoding="utf-8").splitlines()]
+
+
+def test_predict_int8_equals_the_int8_pipeline(classifier_dir, classifiers, sentences, tmp_path, capsys):
+    texts = sentences["sst2"][:24]
+    base = _predict_base(classifier_dir, texts, tmp_path)
     assert main([*base, "--output-file", str(tmp_path / "default.jsonl")]) == 0
     summary = json.loads(capsys.readouterr().out)  # says what ran, as report.json of the benchmark commands does
     assert (summary["quantize"], summary["float_dtype"]) == ("int8", "float32")
-    assert main([*base, "--output-file", str(tmp_path / "own.jsonl"), "--calibration-file", str(calibration)]) == 0
-    capsys.readouterr()
-    read = [[{k: v for k, v in json.loads(line).items() if k != "id"}
-             for line in (tmp_path / f"{n}.jsonl").read_text(encoding="utf-8").splitlines()] for n in ("default", "own")]
-    assert read[0] == classifiers[1](texts)
-    assert read[1] == pipeline("text-classification", classifier_dir, quantize="int8",
-                               calibration_texts=sentences["sst2_train"][:32])(texts)
-    assert read[0] != read[1]  # the calibration file was used (scores differ in the last digits)
+    assert _read_predictions(tmp_path / "default.jsonl") == classifiers[1](texts)
     missing = tmp_path / "no-such-file.txt"
     assert main([*base, "--output-file", str(tmp_path / "x.jsonl"), "--calibration-file", str(missing)]) == 2
     assert f"calibration file {missing} not found" in capsys.readouterr().err
+
+
+@pytest.mark.slow  # two more calibrations of MiniLM: about 3.5 s
+def test_predict_int8_calibrates_on_the_calibration_file(classifier_dir, classifiers, sentences, tmp_path, capsys):
+    texts = sentences["sst2"][:24]
+    calibration = tmp_path / "calibration.txt"
+    calibration.write_text("\n".join(sentences["sst2_train"][:32]) + "\n\n", encoding="utf-8")
+    base = _predict_base(classifier_dir, texts, tmp_path)
+    assert main([*base, "--output-file", str(tmp_path / "own.jsonl"), "--calibration-file", str(calibration)]) == 0
+    own = _read_predictions(tmp_path / "own.jsonl")
+    assert own == pipeline("text-classification", classifier_dir, quantize="int8",
+                           calibration_texts=sentences["sst2_train"][:32])(texts)
+    assert own != classifiers[1](texts)  # the calibration file was used (scores differ in the last digits)
 
 
 def test_extract_features_int8_close_to_fp32(minilm_dir, sentences, tmp_path, capsys):

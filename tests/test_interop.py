@@ -611,7 +611,7 @@ def test_torch_compile_equals_eager():
     torch.testing.assert_close(got_other, want_other, **TOL)
 
 
-@pytest.mark.parametrize("train", [False, True], ids=["eval", "train"])
+@pytest.mark.parametrize("train", [pytest.param(False, marks=pytest.mark.slow), True], ids=["eval", "train"])
 def test_torch_compile_traces_the_whole_model_in_one_graph_as_transformers(train):
     """torch.compile(model) (and fullgraph=True) sees one graph with no break, as on transformers' model: attention
     is traced with the rest (kept out of the graph, each layer was a break: 2 here, 6 on MiniLM, and fullgraph=True

@@ -102,7 +102,7 @@ def test_a_run_resumed_after_a_kill_inside_a_file_write_keeps_none_of_its_tempor
     assert _result(out) == reference
 
 
-@pytest.mark.parametrize("step", [r"^os\.unlink\(state\.pt\)", r"^os\.rmdir\(step-\d+\)"])
+@pytest.mark.parametrize("step", [r"^os\.unlink\(state\.pt\)", pytest.param(r"^os\.rmdir\(step-\d+\)", marks=pytest.mark.slow)])
 def test_a_kill_while_the_finished_run_removes_its_checkpoints_resumes(setup, tmp_path, reference, step):
     """Was: `no intact checkpoint to resume from in .../checkpoints: .../step-00000004/state.pt
     (FileNotFoundError ...)`, exit 2: the run's checkpoints went before its model and report were written, and the

@@ -199,7 +199,7 @@ def _weights(out: Path):
     return load_file(out / "final" / "model.safetensors")
 
 
-@pytest.mark.parametrize("torn", ["state.pt", "model.safetensors"])  # the weights are in model.safetensors
+@pytest.mark.parametrize("torn", [pytest.param("state.pt", marks=pytest.mark.slow), "model.safetensors"])  # the weights are in model.safetensors
 def test_a_truncated_checkpoint_and_a_torn_metrics_line_fall_back_and_resume_exactly(tiny_setup, tmp_path, caplog,
                                                                                      torn):
     import torch

@@ -176,6 +176,7 @@ def test_sentence_transformers_trainer_resumes_a_bertkit_checkpoint_as_its_own_u
     assert state["optimizer"] == "optimizer.pt"  # the moments are stored once
 
 
+@pytest.mark.slow  # the guard of the SoftmaxLoss refusal; the fast sibling above covers the common case
 def test_a_loss_with_weights_of_its_own_is_refused_by_sentence_transformers_and_resumed_by_bertkit(one_layer, stsb,
                                                                                                    tmp_path):
     """SoftmaxLoss's classifier is the loss's, not the model's: sentence-transformers' resume restores the model's

@@ -220,7 +220,7 @@ def test_eval_loss_is_sentence_transformers(model_dir, sampler, tmp_path):
         assert got == pytest.approx(want, rel=1e-5)
 
 
-@pytest.mark.parametrize("sampler", [BatchSamplers.NO_DUPLICATES, BatchSamplers.GROUP_BY_LABEL])
+@pytest.mark.parametrize("sampler", [BatchSamplers.NO_DUPLICATES, pytest.param(BatchSamplers.GROUP_BY_LABEL, marks=pytest.mark.slow)])
 def test_load_best_model_at_end_with_a_sampler_of_its_own(model_dir, sampler, tmp_path):
     """load_best_model_at_end (metric_for_best_model "loss") with an eval_dataset and the no-duplicates or
     label-grouped sampler: the check of the metric before training evaluated a list of rows with the sampler, which

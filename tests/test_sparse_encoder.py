@@ -294,7 +294,7 @@ def test_embedding_similarity_evaluator_metrics(max_active_dims, layouts, data_d
     assert got["sts_sparsity_ratio"] == pytest.approx(1 - got["sts_active_dims"] / vocab_size)
 
 
-@pytest.mark.parametrize("max_active_dims", [None, 48])
+@pytest.mark.parametrize("max_active_dims", [pytest.param(None, marks=pytest.mark.slow), 48])
 def test_triplet_evaluator_metrics(max_active_dims, layouts, texts):
     """Inference-free layout (anchors through the static query side): each question, its paragraph, and the next
     paragraph; accuracies per similarity function (with margins), each side's sparsity."""
@@ -320,7 +320,7 @@ def test_triplet_evaluator_metrics(max_active_dims, layouts, texts):
     assert got["squad_positive_active_dims"] == pytest.approx(max_active_dims or 1656.2, abs=0.01)
 
 
-@pytest.mark.parametrize("max_active_dims,batched", [(48, True), (None, False)])
+@pytest.mark.parametrize("max_active_dims,batched", [(48, True), pytest.param(None, False, marks=pytest.mark.slow)])
 def test_reranking_evaluator_metrics(max_active_dims, batched, layouts, texts):
     """Each question against its paragraph and one or two others (cosine, at_k 2); unbatched, the candidates'
     sparsity is the mean of each sample's mean, as sentence-transformers reports it then."""
