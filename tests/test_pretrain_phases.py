@@ -146,7 +146,8 @@ def uninterrupted(two_lengths, tmp_path_factory) -> tuple[Path, list[tuple[int, 
     return out, seen
 
 
-@pytest.mark.parametrize("stop", [4, SWITCH, 8], ids=["in-phase-1", "at-the-switch", "in-phase-2"])
+@pytest.mark.parametrize("stop", [4, SWITCH, pytest.param(8, marks=pytest.mark.slow)],
+                         ids=["in-phase-1", "at-the-switch", "in-phase-2"])
 def test_a_two_phase_run_stopped_and_resumed_matches_the_uninterrupted_one(two_lengths, uninterrupted, tmp_path,
                                                                          monkeypatch, caplog, one_thread, stop):
     from bertkit.training.pretrain import pretrain

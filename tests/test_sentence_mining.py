@@ -176,10 +176,10 @@ def cross_encoders(tmp_path_factory, minilm_2_layers):
     return CrossEncoder(directory, max_length=64), st.CrossEncoder(str(directory), device="cpu", max_length=64)
 
 
+@pytest.mark.slow  # two libraries' cross-encoders loaded for it: about 5 s
 @pytest.mark.parametrize("kwargs", [
     {"max_score": 0.6, "output_scores": True},
-    pytest.param({"output_format": "labeled-list", "min_score": 0.3, "range_min": 2, "num_negatives": 2,
-                  "output_scores": True}, marks=pytest.mark.slow),
+    {"output_format": "labeled-list", "min_score": 0.3, "range_min": 2, "num_negatives": 2, "output_scores": True},
     {"output_scores": True},  # no filter: sentence-transformers does not rescore
 ])
 def test_cross_encoder_rescores_as_sentence_transformers(models, squad, cross_encoders, kwargs):
