@@ -1,7 +1,8 @@
 """Prompts as sentence-transformers 6 applies them, shared by ``SentenceTransformer`` and ``SparseEncoder``: the
 model's named prompts (every model has "query" and "document", "" unless set), the default prompt, which prompt
 ``encode_query`` / ``encode_document`` put before a text, and how many of a prompted text's tokens are the prompt's
-(``prompt_tokens``, what a Pooling with include_prompt False leaves out)."""
+(``prompt_tokens``, what a Pooling with include_prompt False leaves out); and the trainers' check that each of their
+``prompts`` names a text column or dataset it can apply to (``check_prompt_columns``)."""
 
 from __future__ import annotations
 
