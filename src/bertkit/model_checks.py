@@ -158,8 +158,10 @@ def compile_options() -> dict[str, int]:
     width Inductor would pick anyway (it picks the ISA of that width), so the kernels are the same; 0 where it has
     none (no vector ISA: scalar code). AVX-512 with or without VNNI or AMX share a width and generate the same code
     outside max-autotune's GEMM templates; their compiler flags differ and key the built libraries."""
-    from torch._inductor.cpu_vec_isa import pick_vec_isa
-
+    try:  # the module of Inductor's ISA probe since PyTorch 2.5 (bertkit supports 2.6 on)
+        from torch._inductor.cpu_vec_isa import pick_vec_isa
+    except ImportError:  # a later PyTorch that moved it: compile as before, without the width in the key
+        return {}
     return {"cpp.simdlen": pick_vec_isa().bit_width()}
 
 
