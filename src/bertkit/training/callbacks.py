@@ -137,17 +137,15 @@ class EarlyStoppingCallback(TrainerCallback):
             control.should_training_stop = True
 
 
-def callback_states(callbacks: list[TrainerCallback], control: TrainerControl | None = None) -> dict[str, Any]:
-    """The ``state()`` of each callback that has one, by class name (a list for several of one class), as
-    transformers writes ``stateful_callbacks`` into trainer_state.json; with ``control``, its flags as the
-    ``TrainerControl`` entry transformers writes beside them (a checkpoint transformers' Trainer resumes: its first
-    save after the resume stops with a KeyError where the entry is missing)."""
-    states: dict[str, list[dict]] = {}
+def callback_states(callbacks: list[TrainerCallback], control: TrainerControl) -> dict[str, Any]:
+    """The ``state()`` of each callback that has one, by class name (a list for several of one class), and
+    ``control``'s flags as the ``TrainerControl`` entry, as transformers writes ``stateful_callbacks`` into
+    trainer_state.json (its Trainer, resuming a checkpoint without the entry, stopped at its first save with a
+    KeyError)."""
+    states: dict[str, list[dict]] = {"TrainerControl": [{"args": dataclasses.asdict(control), "attributes": {}}]}
     for callback in callbacks:
         if callable(getattr(callback, "state", None)):
             states.setdefault(type(callback).__name__, []).append(callback.state())
-    if control is not None:
-        states["TrainerControl"] = [{"args": dataclasses.asdict(control), "attributes": {}}]
     return {name: found[0] if len(found) == 1 else found for name, found in states.items()}
 
 

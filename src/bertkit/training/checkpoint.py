@@ -148,6 +148,24 @@ class OptimizerLayout:
                    if self.withheld else {})}
 
 
+def optimizer_layout(model: nn.Module, weight_decay: float, learning_rates: dict[str, float] | None,
+                     frozen: set[nn.Parameter], restored: set[nn.Parameter]) -> OptimizerLayout:
+    """The groups of sentence-transformers' trainers (``optim.named_groups``), where bertkit's trainer froze the
+    parameters ``frozen``, over those of bertkit's optimiser on ``model``, matched by parameter name; the parameters
+    their resume does not restore (not in ``restored``, the model's) are withheld from them."""
+    frozen_names = frozenset(n for n, p in model.named_parameters() if p in frozen)  # parameters hash by identity
+    left_out = {n for n, p in model.named_parameters() if p not in restored}
+    ours = named_groups(model, weight_decay, learning_rates)
+    index = {n: i for i, n in enumerate(n for _, names, _ in ours for n in names)}  # torch's numbering: group order
+    place = {p: g for g, (p, _, _) in enumerate(ours)}
+    theirs = named_groups(model, weight_decay, learning_rates, frozen_names)
+    return OptimizerLayout(
+        tuple((place.get(p), tuple(index.get(n) for n in names if n not in left_out), options)
+              for p, names, options in theirs),
+        tuple((g, tuple(index[n] for n in names if n in left_out)) for g, (_, names, _) in enumerate(ours)
+              if any(n in left_out for n in names)))
+
+
 def _relaid(state: dict, layout: bool | OptimizerLayout) -> dict:
     """``state``'s optimiser and scheduler in ``layout``'s groups (as they are for True: transformers' own)."""
     if not isinstance(layout, OptimizerLayout):
@@ -161,7 +179,8 @@ def _relaid(state: dict, layout: bool | OptimizerLayout) -> dict:
             group = {**first, **options, "initial_lr": options["lr"], "lr": options["lr"] * scale}
         else:
             group = optimizer["param_groups"][source]
-        ids = list(range(sum(len(g["params"]) for g in groups), sum(len(g["params"]) for g in groups) + len(params)))
+        start = sum(len(g["params"]) for g in groups)  # torch numbers parameters across the groups in order
+        ids = list(range(start, start + len(params)))
         moments.update({i: optimizer["state"][b] for i, b in zip(ids, params) if b is not None and b in optimizer["state"]})
         groups.append({**{k: v for k, v in group.items() if k != "params"}, "params": ids})
         for key in ("base_lrs", "_last_lr", "lr_lambdas"):  # the LambdaLR's values per group
@@ -193,16 +212,17 @@ def _write_transformers_files(directory: Path, state: dict) -> None:
     ``train(resume_from_checkpoint=...)`` on a bertkit checkpoint continues this run (it reads no state.pt, and
     without these went on with a fresh AdamW and the schedule from its first step, without a word): optimizer.pt,
     AdamW's state dict, whose parameter groups and order are transformers' own (``optim.parameter_groups``), or
-    sentence-transformers' (``state`` laid out by ``_relaid``); scheduler.pt, the LambdaLR's, at the same step; each rank's random states as transformers names them
-    (rng_state.pth, or rng_state_N.pth for N ranks; numpy's, which bertkit's training never draws from, as it is)."""
+    sentence-transformers' (``state`` laid out by ``_relaid``); scheduler.pt, the LambdaLR's, at the same step;
+    each rank's random states as transformers names them (rng_state.pth, or rng_state_N.pth for N ranks; numpy's,
+    which bertkit's training never draws from, as it is). Each is synced to disk before the checkpoint is placed."""
     torch.save(state["optimizer"], directory / OPTIMIZER_FILE)
     torch.save(state["scheduler"], directory / SCHEDULER_FILE)
-    ranks = state["rank_rng"]
+    written, ranks = [OPTIMIZER_FILE, SCHEDULER_FILE], state["rank_rng"]
     for rank, rng in enumerate(ranks):
-        saved = {"python": rng["python"], "numpy": np.random.get_state(), "cpu": rng["torch"],
-                 **({"cuda": rng["cuda"]} if "cuda" in rng else {})}
-        torch.save(saved, directory / ("rng_state.pth" if len(ranks) == 1 else f"rng_state_{rank}.pth"))
-    for name in (OPTIMIZER_FILE, SCHEDULER_FILE):
+        written.append("rng_state.pth" if len(ranks) == 1 else f"rng_state_{rank}.pth")
+        torch.save({"python": rng["python"], "numpy": np.random.get_state(), "cpu": rng["torch"],
+                    **({"cuda": rng["cuda"]} if "cuda" in rng else {})}, directory / written[-1])
+    for name in written:
         fsync(directory / name)
 
 
@@ -555,22 +575,3 @@ def restore_rank_state(state: dict, info: DistInfo, seed: int, step: int, device
         for k, v in w.items():
             combined[k] = combined.get(k, 0.0) + v
     return combined
-
-
-
-def optimizer_layout(model: nn.Module, weight_decay: float, learning_rates: dict[str, float] | None,
-                     frozen: set[nn.Parameter], restored: set[nn.Parameter]) -> OptimizerLayout:
-    """The groups of sentence-transformers' trainers (``optim.named_groups``), where bertkit's trainer froze the
-    parameters ``frozen``, over those of bertkit's optimiser on ``model``, matched by parameter name; the parameters
-    their resume does not restore (not in ``restored``, the model's) are withheld from them."""
-    frozen_names = frozenset(n for n, p in model.named_parameters() if any(p is f for f in frozen))
-    left_out = {n for n, p in model.named_parameters() if not any(p is r for r in restored)}
-    ours = named_groups(model, weight_decay, learning_rates)
-    index = {n: i for i, n in enumerate(n for _, names, _ in ours for n in names)}  # torch's numbering: group order
-    place = {p: g for g, (p, _, _) in enumerate(ours)}
-    theirs = named_groups(model, weight_decay, learning_rates, frozen_names)
-    return OptimizerLayout(
-        tuple((place.get(p), tuple(index.get(n) for n in names if n not in left_out), options)
-              for p, names, options in theirs),
-        tuple((g, tuple(index[n] for n in names if n in left_out)) for g, (_, names, _) in enumerate(ours)
-              if any(n in left_out for n in names)))

@@ -33,6 +33,7 @@ from bertkit.training.callbacks import TrainerControl
 from bertkit.training.checkpoint import (
     STEP_LAYOUT,
     CheckpointLayout,
+    OptimizerLayout,
     checkpoint_to_resume,
     finish_removals,
     load_model_state,
@@ -121,7 +122,9 @@ class LoopHooks:
     schedule_options: dict[str, Any] | None = None
     compute_loss: Callable[[nn.Module, Batch, Any], tuple[Tensor, Any, bool]] = model_loss
     count_items: Callable[[Batch], int | None] | None = None
-    transformers_files: bool = False  # checkpoints transformers' Trainer resumes (checkpoint.save_checkpoint)
+    # checkpoints the reference's trainer resumes too: True, transformers' (checkpoint.save_checkpoint); a layout,
+    # sentence-transformers' (checkpoint.OptimizerLayout)
+    transformers_files: bool | OptimizerLayout = False
 
 
 def train(

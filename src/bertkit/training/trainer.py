@@ -365,8 +365,8 @@ class Trainer(TrainerLoss, TrainerEvaluation):
         return None
 
     def _transformers_files(self) -> bool | OptimizerLayout:
-        """Whether checkpoints hold transformers' resume files (True: in the loop's groups, transformers' own)."""
-        return self._parameter_groups() is None
+        """Checkpoints hold transformers' Trainer's resume files, in the loop's groups (transformers' own)."""
+        return True
 
     def _fingerprint(self, examples: Sequence, total: int, world_size: int) -> dict[str, Any]:
         """What a resumed run must share with the run it continues, beside the loop's settings: the training data's
@@ -496,13 +496,12 @@ class Trainer(TrainerLoss, TrainerEvaluation):
 
     def _write_checkpoint_extras(self, directory: Path) -> None:
         """The tokenizer and trainer_state.json, before the checkpoint is renamed into place. The best checkpoint is
-        named as transformers names it when it saves: the best step's once it exists (this one, or one before); an
-        evaluation at a step without one (eval_steps 5, save_steps 10) names none, so nothing counts on it."""
+        named as transformers names it when it saves: the best step's once it exists; an evaluation at a step without
+        one (eval_steps 5, save_steps 10) names none: load_best_model_at_end and save_total_limit count on no other."""
         self._name_best_checkpoint()
         if self.processing_class is not None and hasattr(self.processing_class, "save_pretrained"):
             self.processing_class.save_pretrained(directory)
-        control = self.control if self._transformers_files() else None  # transformers' resume files too
-        self.state.stateful_callbacks = callback_states(self.callbacks, control)
+        self.state.stateful_callbacks = callback_states(self.callbacks, self.control)
         self.state.save_to_json(directory / TRAINER_STATE)  # as transformers writes a checkpoint's
         if self._grouped is not None:
             self._grouped.save(directory)
@@ -559,7 +558,8 @@ class Trainer(TrainerLoss, TrainerEvaluation):
     def save_state(self) -> None:
         """Write ``state`` to ``output_dir/trainer_state.json`` (rank 0 alone), as TrainerState.save_to_json does."""
         if self.is_world_process_zero():
-            self._write_report(TRAINER_STATE, lambda: json.dumps(dataclasses.asdict(self.state), indent=2, sort_keys=True) + "\n")
+            self._write_report(TRAINER_STATE, lambda: json.dumps(dataclasses.asdict(self.state), indent=2,
+                                                                 sort_keys=True) + "\n")
 
     def _write_report(self, name: str, text: Callable[[], str]) -> None:
         """A report file in output_dir, written whole. In one process it is recorded in output_dir's manifest as the
