@@ -432,13 +432,6 @@ def main() -> None:
     args = p.parse_args()
     if args.worker:
         return worker(args)
-    limits = "-".join(os.environ[k].lower() for k in ISA_LIMITS if os.environ.get(k))
-    if limits and "TORCHINDUCTOR_CACHE_DIR" not in os.environ:
-        # Inductor's cache holds kernels compiled without the limits, and served them under the limits: the int8
-        # activation quantization then disagreed with its eager definition, and bertkit ran it eagerly (1.55x
-        # slower), where an AVX2-only CPU, whose cache holds only its own kernels, compiles it
-        os.environ["TORCHINDUCTOR_CACHE_DIR"] = str(Path(tempfile.gettempdir()) / f"torchinductor-{limits}")
-
     tok = BertTokenizer.from_pretrained(args.model)
     data = workloads(tok, args.data, args.sentences, args.questions, args.pairs, args.windows)
     data = {w: data[w] for w in args.workloads.split(",")}
