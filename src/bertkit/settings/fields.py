@@ -70,9 +70,8 @@ def resume_fingerprint(settings: Any, fields: tuple[str, ...] | None = None) -> 
     but those declared ``how_to_run`` (a --resume may change how a run is carried out, not its results). The one
     fingerprint of the output directory's marker and of the training checkpoint (``checkpoint_fields``)."""
     if fields is None:
-        fields = tuple(f.name for f in dataclasses.fields(settings) if not f.metadata.get("how_to_run"))
-    values = {name: str(v) if isinstance(v := getattr(settings, name), Path) else v for name in fields}
-    return json.loads(json.dumps(values, default=str))
+        fields = tuple(f.name for f in _fingerprinted(settings))
+    return _as_json({name: getattr(settings, name) for name in fields})
 
 
 def fingerprint_defaults(settings: Any) -> dict[str, Any]:
@@ -80,18 +79,18 @@ def fingerprint_defaults(settings: Any) -> dict[str, Any]:
     bertkit has no entry for a field added since; it ran as that field's default runs (a new flag's default keeps
     the behaviour from before it), so --resume reads the missing entry as the default instead of as another
     setting."""
-    out = {}
-    for f in dataclasses.fields(settings):
-        if f.metadata.get("how_to_run"):
-            continue
-        if f.default is not dataclasses.MISSING:
-            value = f.default
-        elif f.default_factory is not dataclasses.MISSING:
-            value = f.default_factory()
-        else:
-            continue
-        out[f.name] = str(value) if isinstance(value, Path) else value
-    return json.loads(json.dumps(out, default=str))
+    return _as_json({f.name: f.default if f.default is not dataclasses.MISSING else f.default_factory()
+                     for f in _fingerprinted(settings)
+                     if f.default is not dataclasses.MISSING or f.default_factory is not dataclasses.MISSING})
+
+
+def _fingerprinted(settings: Any) -> list[dataclasses.Field]:
+    return [f for f in dataclasses.fields(settings) if not f.metadata.get("how_to_run")]
+
+
+def _as_json(values: dict[str, Any]) -> dict[str, Any]:
+    """``values`` as JSON gives them back (paths as text, anything else JSON has no type for as its str)."""
+    return json.loads(json.dumps({k: str(v) if isinstance(v, Path) else v for k, v in values.items()}, default=str))
 
 
 def checkpoint_fields(settings: Any) -> tuple[str, ...]:
