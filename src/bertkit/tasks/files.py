@@ -220,6 +220,7 @@ def read_records(path: Path, fmt: str, max_line_bytes: int = MAX_LINE_BYTES) -> 
                 yield line, dict(zip(header, row))
             return
         for line, text in enumerate(lines, 1):
+            lines.start_record()  # a JSON line or a text line is a record of its own: the limit is per line
             text = text.rstrip("\r\n")
             if not text:
                 blank = blank or line
