@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import json
+import os
+from pathlib import Path
 
 import pytest
 
+from bertkit.data.text import iter_documents, plan_work_units
 from bertkit.errors import BertkitError
 from bertkit.tasks.files import file_format, read_records
 
@@ -37,3 +40,50 @@ def test_the_line_limit_is_per_record_not_per_file(tmp_path, name):
         f.write(("x" * 1200 if name.endswith((".txt", ".csv", ".tsv")) else json.dumps("x" * 1200)) + "\n")
     with pytest.raises(BertkitError, match=rf"in\.\w+:{first + 200}: this line is longer than 1,000 bytes"):
         list(read_records(path, file_format(path), max_line_bytes=1000))
+
+
+CORPUS = Path(os.environ.get("BERTKIT_DATA", "/work/shared/data")) / "corpus"
+
+
+def _book(title: str, n: int) -> str:
+    """A Project Gutenberg file as they are laid out: header, START, ``n`` paragraphs, END, licence."""
+    body = "\n\n".join(f"In {title} paragraph {i} begins.\nIt is wrapped, and ends here." for i in range(n))
+    return (f"The Project Gutenberg EBook of {title}\n\nYou may copy it under the terms of the licence.\n\n"
+            f"*** START OF THIS PROJECT GUTENBERG EBOOK {title.upper()} ***\n\n{body}\n\n"
+            f"End of Project Gutenberg's {title}\n\n*** END OF THIS PROJECT GUTENBERG EBOOK {title.upper()} ***\n\n"
+            "Updated editions will replace the previous one.\n\nThe licence permits redistribution.\n")
+
+
+def _sentences(path, unit_bytes=4 << 20):
+    return [s for unit in plan_work_units([path], "prose", unit_bytes) for part in unit.parts
+            for doc in iter_documents(part.path, part.input_format, start=part.start, end=part.end) for s in doc]
+
+
+def test_gutenberg_books_joined_in_one_file_are_each_read(tmp_path):
+    """`cat *.txt > books.txt` of three Project Gutenberg books: reading stopped at the first END marker, so
+    create-pretraining-data made instances of the first book alone (a 3 MB slice of the shared books gave the very
+    shards of its 0.3 MB first book), and how much was read changed with --unit-bytes (a later work unit read on,
+    licences included). Each book is a document now, its licence dropped, whatever the units."""
+    books = [_book(t, n) for t, n in (("Alice", 40), ("Beowulf", 25), ("Candide", 30))]
+    for i, b in enumerate(books):
+        (tmp_path / f"{i}.txt").write_text(b, encoding="utf-8")
+    joined = tmp_path / "books.txt"
+    joined.write_text("".join(books), encoding="utf-8")
+    alone = [list(iter_documents(tmp_path / f"{i}.txt", "prose")) for i in range(3)]
+    assert [[len(d) for d in docs] for docs in alone] == [[80], [50], [60]]  # two sentences a paragraph
+    assert list(iter_documents(joined, "prose")) == [d for docs in alone for d in docs]
+    assert list(iter_documents(joined)) == [d for docs in alone for d in docs]  # "auto" reads it as prose
+    every = [s for docs in alone for d in docs for s in d]
+    assert not any("licence" in s or "Gutenberg" in s for s in every)
+    for unit_bytes in (500, 1500, 4000):  # cuts inside books and inside licences
+        assert _sentences(joined, unit_bytes) == every, unit_bytes
+
+
+@pytest.mark.skipif(not (CORPUS / "gutenberg").is_dir(), reason="shared corpus not present")
+def test_shared_gutenberg_books_joined_read_as_each_alone(tmp_path):
+    names = ["11-0.txt", "The-Dunwich-Horror.txt", "43-0.txt"]  # each with its START and END markers
+    joined = tmp_path / "joined.txt"
+    joined.write_bytes(b"".join((CORPUS / "gutenberg" / n).read_bytes() for n in names))
+    alone = [d for n in names for d in iter_documents(CORPUS / "gutenberg" / n)]
+    assert len(alone) == 3
+    assert list(iter_documents(joined)) == alone

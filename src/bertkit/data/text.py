@@ -1,7 +1,8 @@
 """Corpus reading: files -> documents -> sentences, streaming, with the clean-up BERT's data needs.
 
 A *document* is a list of sentence strings; next-sentence pairs never cross documents. The input formats
-(``"sentences"``: google's one sentence per line; ``"prose"``: one file, one document; ``"wikitext"``; ``"auto"``)
+(``"sentences"``: google's one sentence per line; ``"prose"``: one file (one Project Gutenberg book), one document;
+``"wikitext"``; ``"auto"``)
 and the clean-up rules (the paper, section 3.1: "we extract only the text passages and ignore lists, tables, and
 headers") are described in docs/pretraining-data.md, section 2. Bytes that are not UTF-8 raise a ``ValueError``
 naming the file, line and byte offset unless ``errors`` is ``"replace"`` or ``"ignore"``.
@@ -179,38 +180,57 @@ def iter_documents(
     elif input_format == "wikitext":
         yield from _wikitext_documents(lines)
     else:
-        yield from _prose_documents(_strip_gutenberg(lines, look_for_start=start == 0))
+        yield from _prose_documents(_gutenberg_books(lines))
 
 
-def _blocks(lines: Iterator[str]) -> Iterator[list[str]]:
-    """The stripped lines of each run of non-blank lines: a document of sentences, or a paragraph's lines."""
+def _blocks(lines: Iterator[str | None]) -> Iterator[list[str] | None]:
+    """The stripped lines of each run of non-blank lines: a document of sentences, or a paragraph's lines. A
+    ``None`` (``_gutenberg_books``' end of a book) ends the block and is passed on."""
     block: list[str] = []
     for line in lines:
-        line = line.strip()
+        line = line.strip() if line is not None else None
         if line:
             block.append(line)
-        elif block:
+            continue
+        if block:
             yield block
             block = []
+        if line is None:
+            yield None
     if block:
         yield block
 
 
-def _strip_gutenberg(lines: Iterator[str], look_for_start: bool) -> Iterator[str]:
-    if look_for_start:  # the licence header, up to a START marker among the first lines, is dropped
-        head = list(itertools.islice(lines, _GUTENBERG_HEADER_LINES))
-        start = next((i + 1 for i, line in enumerate(head) if _GUTENBERG_START.match(line)), 0)
-        lines = itertools.chain(head[start:], lines)
+def _gutenberg_books(lines: Iterator[str]) -> Iterator[str | None]:
+    """The text lines of the Project Gutenberg books in ``lines``, ``None`` after each book that ends at an END
+    marker: a licence header up to a START marker among the first lines is dropped, and so is each licence from an
+    END marker to the next book's START (a file of books joined with ``cat``). A part of a file that begins inside
+    one (a work unit cut there) finds its START among its first lines with no END before it, as a file does."""
+    head = list(itertools.islice(lines, _GUTENBERG_HEADER_LINES))
+    end = next((i for i, line in enumerate(head) if _GUTENBERG_END.match(line)), len(head))
+    start = next((i + 1 for i, line in enumerate(head[:end]) if _GUTENBERG_START.match(line)), 0)
+    lines = itertools.chain(head[start:], lines)
+    in_licence = False
     for line in lines:
-        if _GUTENBERG_END.match(line):
-            return
-        yield line
+        if in_licence:
+            in_licence = not _GUTENBERG_START.match(line)
+        elif _GUTENBERG_END.match(line):
+            in_licence = True
+            yield None
+        else:
+            yield line
 
 
-def _prose_documents(lines: Iterator[str]) -> Iterator[list[str]]:
+def _prose_documents(lines: Iterator[str | None]) -> Iterator[list[str]]:
+    """One document of sentences per book (``None`` ends one; a file without Gutenberg markers is one)."""
     document: list[str] = []
-    for paragraph in map(" ".join, _blocks(lines)):
-        cleaned = clean_paragraph(paragraph)
+    for block in _blocks(lines):
+        if block is None:
+            if document:
+                yield document
+            document = []
+            continue
+        cleaned = clean_paragraph(" ".join(block))
         if cleaned is not None:
             document.extend(split_sentences(cleaned))
     if document:
