@@ -119,18 +119,24 @@ def _write_shard(tmp: Path, shard: range, units: list[list[int]], p: int,
     """Shard ``p`` (the lines ``shard``) written to ``tmp``."""
     from safetensors.numpy import save_file
 
-    chunks = []
+    shard_lengths = np.asarray([len(encoded[i]["input_ids"]) for i in shard], dtype=np.int64)
+    starts = np.concatenate([[0], np.cumsum(shard_lengths)]).astype(np.int64)
+    # Each layer's tensor is allocated once, at its final size, and every work unit's states are put in place as they
+    # come: the shard is held once (the states of a unit were kept until the end and then copied into one tensor per
+    # layer, twice the shard's bytes at the peak: 2 GB for the default 1 GB shards). (0, H) for no lines (an empty
+    # input file): a shard of zero lines, as the .jsonl is a file of none.
+    placed = [np.empty((int(starts[-1]), int(meta["hidden_size"])), np_dtype) for _ in layers]
     for u, unit in enumerate(units):
         states = states_of(p, u)
-        chunks += [_written(i, states[i], layers, np_dtype) for i in unit]
-    shard_lengths = np.asarray([len(encoded[i]["input_ids"]) for i in shard], dtype=np.int64)
-    # (0, H) for no lines (an empty input file): a shard of zero lines, as the .jsonl is a file of none
-    empty = np.zeros((0, int(meta["hidden_size"])), np_dtype)
-    tensors = {f"layer.{name}": np.ascontiguousarray(np.concatenate([c[k] for c in chunks] or [empty], 0))
-               for k, name in enumerate(layers)}
+        for i in unit:
+            a, b = starts[i - shard.start], starts[i - shard.start + 1]
+            for k, values in enumerate(_written(i, states[i], layers, np_dtype)):
+                placed[k][a:b] = values
+        del states  # before the next unit's are computed
+    tensors = {f"layer.{name}": placed[k] for k, name in enumerate(layers)}
     for key in ("input_ids", "token_type_ids"):
         tensors[key] = np.asarray([t for i in shard for t in encoded[i][key]], dtype=np.int64)
-    tensors["offsets"] = np.concatenate([[0], np.cumsum(shard_lengths)]).astype(np.int64)
+    tensors["offsets"] = starts
     tensors["line_index"] = np.arange(shard.start, shard.stop, dtype=np.int64)
     save_file(tensors, str(tmp), metadata=meta)
 
