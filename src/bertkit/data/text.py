@@ -180,7 +180,7 @@ def iter_documents(
     elif input_format == "wikitext":
         yield from _wikitext_documents(lines)
     else:
-        yield from _prose_documents(_gutenberg_books(lines))
+        yield from _prose_documents(_gutenberg_books(lines, in_licence=_in_gutenberg_licence(path, start)))
 
 
 def _blocks(lines: Iterator[str | None]) -> Iterator[list[str] | None]:
@@ -201,16 +201,29 @@ def _blocks(lines: Iterator[str | None]) -> Iterator[list[str] | None]:
         yield block
 
 
-def _gutenberg_books(lines: Iterator[str]) -> Iterator[str | None]:
+def _in_gutenberg_licence(path: str | os.PathLike, start: int) -> bool:
+    """Whether byte ``start`` of ``path`` (where a work unit's part begins) is inside the licence after a book's END
+    marker: the last marker in the ``_DETECT_BYTES`` before it is an END (a licence is about 20 KB long)."""
+    if start == 0:
+        return False
+    with open(path, "rb") as f:
+        f.seek(max(0, start - _DETECT_BYTES))
+        before = f.read(min(start, _DETECT_BYTES)).decode("utf-8", errors="replace").splitlines()
+    last = next((line for line in reversed(before) if _GUTENBERG_END.match(line) or _GUTENBERG_START.match(line)),
+                None)
+    return last is not None and bool(_GUTENBERG_END.match(last))
+
+
+def _gutenberg_books(lines: Iterator[str], in_licence: bool = False) -> Iterator[str | None]:
     """The text lines of the Project Gutenberg books in ``lines``, ``None`` after each book that ends at an END
     marker: a licence header up to a START marker among the first lines is dropped, and so is each licence from an
     END marker to the next book's START (a file of books joined with ``cat``). A part of a file that begins inside
-    one (a work unit cut there) finds its START among its first lines with no END before it, as a file does."""
-    head = list(itertools.islice(lines, _GUTENBERG_HEADER_LINES))
-    end = next((i for i, line in enumerate(head) if _GUTENBERG_END.match(line)), len(head))
-    start = next((i + 1 for i, line in enumerate(head[:end]) if _GUTENBERG_START.match(line)), 0)
-    lines = itertools.chain(head[start:], lines)
-    in_licence = False
+    one (a work unit cut there) is ``in_licence`` or finds its START among its first lines with no END before it."""
+    if not in_licence:
+        head = list(itertools.islice(lines, _GUTENBERG_HEADER_LINES))
+        end = next((i for i, line in enumerate(head) if _GUTENBERG_END.match(line)), len(head))
+        start = next((i + 1 for i, line in enumerate(head[:end]) if _GUTENBERG_START.match(line)), 0)
+        lines = itertools.chain(head[start:], lines)
     for line in lines:
         if in_licence:
             in_licence = not _GUTENBERG_START.match(line)
