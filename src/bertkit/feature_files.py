@@ -41,7 +41,7 @@ def write_jsonl(out: Path, units: list[list[int]], states_of: Callable[[int, int
         for u, unit in enumerate(units):
             states = states_of(0, u)
             for i in unit:
-                tokens = tokenizer.convert_ids_to_tokens(encoded[i]["input_ids"])
+                tokens = tokenizer.convert_ids_to_tokens(np.asarray(encoded[i]["input_ids"]).tolist())
                 # float16: the values a .safetensors output holds, read back exactly as float32
                 f.write(_jsonl_line(i, tokens, _written(i, states[i], layers, np_dtype).astype(np.float32), layers))
 
@@ -135,7 +135,7 @@ def _write_shard(tmp: Path, shard: range, units: list[list[int]], p: int,
         del states  # before the next unit's are computed
     tensors = {f"layer.{name}": placed[k] for k, name in enumerate(layers)}
     for key in ("input_ids", "token_type_ids"):
-        tensors[key] = np.asarray([t for i in shard for t in encoded[i][key]], dtype=np.int64)
+        tensors[key] = np.concatenate([np.zeros(0, np.int64), *(np.asarray(encoded[i][key], np.int64) for i in shard)])
     tensors["offsets"] = starts
     tensors["line_index"] = np.arange(shard.start, shard.stop, dtype=np.int64)
     save_file(tensors, str(tmp), metadata=meta)
