@@ -61,6 +61,9 @@ class TrainingSettings(OverwriteSettings, ProgressSettings):
     and its default as ``hf`` where it differs, which ``bertkit.TrainingArguments`` takes). The loop reads this
     object, whichever front end built it."""
 
+    # what eval_strategy left unset (and no eval_steps) becomes: a task whose evaluation is costly says "no"
+    unset_eval_strategy: ClassVar[str] = "epoch"
+
     output_dir: Path = flag(aliases=("--out",), hf=None)
     """Directory for this run's model, metrics.jsonl, checkpoints and report."""
     learning_rate: float | None = flag(None, hf=5e-5, aliases=("--lr",), parse=parse_one_lr, check=positive,
@@ -118,7 +121,8 @@ class TrainingSettings(OverwriteSettings, ProgressSettings):
     """Write a training record every N optimiser steps (below 1: a share of all steps)."""
     eval_strategy: STRATEGIES | None = flag(None, hf="no")
     """When to evaluate: every --eval-steps steps (or --logging-steps), at each epoch's end (and the run's), or
-    never. Default: steps when --eval-steps is given, else epoch."""
+    never. Default: steps when --eval-steps is given, else epoch (SQuAD: no; its held-out questions are scored
+    once, at the end)."""
     eval_steps: float | None = flag(None, check=step_count)
     """With eval_strategy steps: evaluate every N optimiser steps (below 1: a share of all steps)."""
     eval_delay: float = flag(0, check=non_negative)
@@ -163,7 +167,7 @@ class TrainingSettings(OverwriteSettings, ProgressSettings):
                                "from its last checkpoint, --overwrite starts it again (bertkit's files there are "
                                "removed once the new run is finished); choose one")
         if self.eval_strategy is None:
-            self.eval_strategy = "steps" if self.eval_steps else "epoch"
+            self.eval_strategy = "steps" if self.eval_steps else self.unset_eval_strategy
         if self.batch_size is not None:  # under torchrun too: refused before a model or data is loaded
             micro_batch_size(self.batch_size, info_from_env().world_size, self.gradient_accumulation_steps)
 
@@ -316,6 +320,9 @@ class SquadSettings(FinetuneSettings, SquadWindowSettings):
     Without --train-file the predict file is split by article, and every report says so."""
 
     paper_learning_rate: ClassVar[float] = 5e-5
+    # scoring every held-out question costs a sizeable share of an epoch on a CPU: evaluated in the loop only when
+    # asked (--eval-strategy, --eval-steps), and once at the end in any case
+    unset_eval_strategy: ClassVar[str] = "no"
 
     predict_file: Path
     """The SQuAD JSON to predict and score (dev-v1.1.json, dev-v2.0.json)."""
