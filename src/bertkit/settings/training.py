@@ -209,6 +209,10 @@ class FinetuneSettings(TrainingSettings):
     max_eval_samples: int | None = flag(None, check=at_least_one)
     """Evaluate on the first N evaluation examples. Default: all."""
 
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        _refuse_dropped_cadence(self)
+
     def learning_rate_for(self, hidden_size: int) -> float:
         return self.learning_rate if self.learning_rate is not None else default_lr(hidden_size,
                                                                                     self.paper_learning_rate)
@@ -418,6 +422,7 @@ class PretrainSettings(TrainingSettings):
         if self.eval_data is None:
             _refuse_unused(self, ("eval_steps", "eval_delay", "eval_instances", "eval_batch_size"), "sets when or how "
                            "the held-out instances of --eval-data are scored: add --eval-data, or drop {flag}")
+        _refuse_dropped_cadence(self)
 
 
 def _refuse_unused(s: Any, names: tuple[str, ...], why: str) -> None:
@@ -427,6 +432,21 @@ def _refuse_unused(s: Any, names: tuple[str, ...], why: str) -> None:
         if f.name in names and getattr(s, f.name) != f.default:
             flag = f"--{f.name.replace('_', '-')}"
             raise BertkitError(f"{flag} {getattr(s, f.name)} {why.format(flag=flag)}")
+
+
+def _refuse_dropped_cadence(s: TrainingSettings) -> None:
+    """Refuse a cadence setting its strategy does not read (``--eval-strategy epoch --eval-steps 5`` evaluated each
+    epoch and dropped the 5 without a word; ``--save-strategy no --save-total-limit 3`` kept nothing). The command
+    line's settings only: ``TrainingArguments`` takes them as transformers does, which ignores them."""
+    for strategy, reads in (("eval_strategy", {"eval_steps": ("steps",), "eval_delay": ("steps", "epoch")}),
+                            ("save_strategy", {"save_steps": ("steps",), "save_total_limit": ("steps", "epoch")}),
+                            ("logging_strategy", {"logging_steps": ("steps",)})):
+        chosen = getattr(s, strategy)
+        for name, used_by in reads.items():
+            if chosen not in used_by:
+                flag = f"--{strategy.replace('_', '-')}"
+                _refuse_unused(s, (name,), f"is read only with {flag} {' or '.join(used_by)}, but {flag} is "
+                               f"{chosen}: drop {{flag}}, or pass {flag} {used_by[0]}")
 
 
 @dataclass(kw_only=True)
