@@ -532,3 +532,26 @@ def test_a_users_file_named_like_a_shard_is_refused_not_removed(tiny, tmp_path):
     fx.extract_features(model, tok, TEXTS, out, layers=[-1], batch_size=1, max_shard_bytes=SHARD_BYTES,
                         progress=False)
     assert sorted(p.name for p in tmp_path.iterdir()) == [f"f-0000{k}-of-00003.safetensors" for k in (1, 2, 3)]
+
+
+@pytest.mark.parametrize("int8", [False, True])
+def test_safetensors_metadata_names_what_the_states_were_computed_in(tiny, tmp_path, int8):
+    # an --int8 (--bf16) extraction's file said only "dtype": "float32", its storage type: read back, its states
+    # passed for fp32 ones
+    from safetensors import safe_open
+
+    import bertkit._hardware
+    from bertkit.quantization.quantize import quantize_int8_on_texts
+
+    _, model, tok = tiny
+    if int8:
+        if bertkit._hardware.int8_kernel() is None:
+            pytest.skip("this PyTorch has no int8 kernel for this CPU")
+        model = quantize_int8_on_texts(model, tok, [t for t, _ in TEXTS if t], max_length=32)
+    fx.extract_features(model, tok, TEXTS, tmp_path / "f.safetensors", layers=[-1], progress=False)
+    with safe_open(str(tmp_path / "f.safetensors"), framework="np") as f:
+        meta = f.metadata()
+    assert (meta["dtype"], meta["float_dtype"], meta["quantize"]) == ("float32", "float32",
+                                                                      "int8" if int8 else "null")
+    if int8:
+        assert meta["kernel"] == bertkit._hardware.int8_kernel().name and meta["calibration"]

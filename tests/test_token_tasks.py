@@ -439,6 +439,27 @@ def test_finetune_squad_scores_only_the_max_eval_samples_questions(tmp_path, enc
     assert report["eval_questions"] == len(predictions) == 4 and "Only the first 4 of these" in report["evaluated_on"]
 
 
+@pytest.mark.parametrize("asked", [{}, {"eval_steps": 2}, {"eval_strategy": "epoch"}])
+def test_finetune_squad_evaluates_in_the_loop_exactly_when_asked(tmp_path, encoder_dir, asked):
+    # --eval-strategy steps --eval-steps 2 was recorded in report.json's settings and never run: SQuAD gave the loop
+    # nothing to evaluate with. Left unset, the held-out questions are still scored once, at the end.
+    path = _squad_file(tmp_path / "dev-v1.1.json")
+    out = tmp_path / "squad"
+    report = tt.finetune_squad(tt.SquadSettings(predict_file=path, model_name_or_path=encoder_dir, output_dir=out,
+                                                num_train_epochs=2, batch_size=4, max_seq_length=48, doc_stride=16,
+                                                max_query_length=12, progress=False, save_strategy="no", **asked))
+    records = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    evals = [(r["step"], r["exact_match"], r["f1"]) for r in records if r["split"] == "eval"]
+    expected = {"": [], "eval_steps": [2, 4, 6], "eval_strategy": [3, 6]}[next(iter(asked), "")]
+    assert [step for step, *_ in evals] == expected
+    assert report["settings"]["eval_strategy"] == ("no" if not asked else "steps" if "eval_steps" in asked else "epoch")
+    if evals:  # the last evaluation is of the final weights: the report's scores
+        assert evals[-1][1:] == (report["scores"]["exact_match"], report["scores"]["f1"])
+        assert [(r["step"], r["exact_match"], r["f1"]) for r in report["per_epoch"]] == evals
+    else:
+        assert "per_epoch" not in report and set(report["scores"]) == {"exact_match", "f1"}
+
+
 def test_finetune_squad_v2_picks_the_best_f1_threshold(tmp_path, encoder_dir):
     path = _squad_file(tmp_path / "dev-v2.0.json", impossible=True)
     out = tmp_path / "v2"
@@ -574,6 +595,18 @@ def test_finetune_swag_predicts_an_unlabelled_test_file(tmp_path, encoder_dir):
     assert report["accuracy"] is None and report["per_epoch"] == []
     rows = [json.loads(line) for line in (tmp_path / "o" / "predictions.jsonl").read_text().splitlines()]
     assert len(rows) == 3 and all(r["label"] is None for r in rows)
+
+
+@pytest.mark.parametrize(("asked", "named"), [({"eval_steps": 2}, r"--eval-strategy steps \(--eval-steps 2"),
+                                              ({"eval_delay": 1}, "--eval-delay 1")])
+def test_finetune_swag_refuses_an_evaluation_cadence_on_an_unlabelled_file(tmp_path, encoder_dir, asked, named):
+    # accepted and never run: the loop has nothing to score a test file with
+    with pytest.raises(ValueError, match=named + r".*test.csv, which has no labels.*labelled --predict-file"):
+        tt.finetune_swag(tt.SwagSettings(train_file=_swag_file(tmp_path / "train.csv", 4),
+                                         predict_file=_swag_file(tmp_path / "test.csv", 3, labelled=False),
+                                         model_name_or_path=encoder_dir, output_dir=tmp_path / "o",
+                                         num_train_epochs=1, batch_size=4, progress=False, **asked))
+    assert not (tmp_path / "o").exists()
 
 
 # ---------------------------------------------------------------- CLI and real data

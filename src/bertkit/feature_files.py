@@ -93,13 +93,16 @@ def existing_output(out: Path) -> list[Path]:
 
 
 def safetensors_meta(layers: Sequence[int], dtype: str, hidden_size: int, max_seq_length: int, prompt: str,
-                      lowercase: bool) -> dict[str, str]:
+                      lowercase: bool, precision: dict[str, Any] | None = None) -> dict[str, str]:
     # "extraction" tells one extraction's shards from another's of the same names: the shards are renamed into place
     # one by one, so a kill in between leaves some of each (``_one_output`` refuses to read them as one)
     # "prompt" and "lowercase" say which text of each line the states are of (a sentence-transformers directory's)
+    # ``precision`` (``Precision.record``: quantize, float_dtype, int8's calibration and kernel) what they were computed
+    # in: "dtype" is only how they are stored, so an --int8 --bf16 file read as float32 states of fp32
+    computed = {k: v if isinstance(v, str) else json.dumps(v) for k, v in (precision or {}).items()}
     return {"format": "bertkit-features", "layers": json.dumps(list(layers)), "dtype": dtype,
             "hidden_size": str(hidden_size), "max_seq_length": str(max_seq_length), "prompt": prompt,
-            "lowercase": json.dumps(lowercase), "extraction": uuid.uuid4().hex}
+            "lowercase": json.dumps(lowercase), **computed, "extraction": uuid.uuid4().hex}
 
 
 def write_safetensors(files: list[Path], plan: list[range], units: list[list[list[int]]],

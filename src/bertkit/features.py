@@ -405,7 +405,7 @@ def extract_features(
     else:
         write_safetensors(files, plan, units, states_of, encoded, layers, np.dtype(dtype),
                            safetensors_meta(layers, dtype, model.config.hidden_size, max_seq_length,
-                                             prompt, lowercase))
+                                             prompt, lowercase, precision.record()))
     for path in set(earlier) - set(files):  # the earlier output's other shards, once the new ones are in place:
         if is_feature_shard(path):  # checked again, so a file put there during the run is kept
             path.unlink(missing_ok=True)

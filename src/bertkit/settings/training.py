@@ -61,6 +61,9 @@ class TrainingSettings(OverwriteSettings, ProgressSettings):
     and its default as ``hf`` where it differs, which ``bertkit.TrainingArguments`` takes). The loop reads this
     object, whichever front end built it."""
 
+    # what eval_strategy left unset (and no eval_steps) becomes: a task whose evaluation is costly says "no"
+    unset_eval_strategy: ClassVar[str] = "epoch"
+
     output_dir: Path = flag(aliases=("--out",), hf=None)
     """Directory for this run's model, metrics.jsonl, checkpoints and report."""
     learning_rate: float | None = flag(None, hf=5e-5, aliases=("--lr",), parse=parse_one_lr, check=positive,
@@ -118,7 +121,8 @@ class TrainingSettings(OverwriteSettings, ProgressSettings):
     """Write a training record every N optimiser steps (below 1: a share of all steps)."""
     eval_strategy: STRATEGIES | None = flag(None, hf="no")
     """When to evaluate: every --eval-steps steps (or --logging-steps), at each epoch's end (and the run's), or
-    never. Default: steps when --eval-steps is given, else epoch."""
+    never. Default: steps when --eval-steps is given, else epoch (SQuAD: no; its held-out questions are scored
+    once, at the end)."""
     eval_steps: float | None = flag(None, check=step_count)
     """With eval_strategy steps: evaluate every N optimiser steps (below 1: a share of all steps)."""
     eval_delay: float = flag(0, check=non_negative)
@@ -163,7 +167,7 @@ class TrainingSettings(OverwriteSettings, ProgressSettings):
                                "from its last checkpoint, --overwrite starts it again (bertkit's files there are "
                                "removed once the new run is finished); choose one")
         if self.eval_strategy is None:
-            self.eval_strategy = "steps" if self.eval_steps else "epoch"
+            self.eval_strategy = "steps" if self.eval_steps else self.unset_eval_strategy
         if self.batch_size is not None:  # under torchrun too: refused before a model or data is loaded
             micro_batch_size(self.batch_size, info_from_env().world_size, self.gradient_accumulation_steps)
 
@@ -204,6 +208,10 @@ class FinetuneSettings(TrainingSettings):
     """Sequences per batch when predicting."""
     max_eval_samples: int | None = flag(None, check=at_least_one)
     """Evaluate on the first N evaluation examples. Default: all."""
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        _refuse_dropped_cadence(self)
 
     def learning_rate_for(self, hidden_size: int) -> float:
         return self.learning_rate if self.learning_rate is not None else default_lr(hidden_size,
@@ -316,6 +324,9 @@ class SquadSettings(FinetuneSettings, SquadWindowSettings):
     Without --train-file the predict file is split by article, and every report says so."""
 
     paper_learning_rate: ClassVar[float] = 5e-5
+    # scoring every held-out question costs a sizeable share of an epoch on a CPU: evaluated in the loop only when
+    # asked (--eval-strategy, --eval-steps), and once at the end in any case
+    unset_eval_strategy: ClassVar[str] = "no"
 
     predict_file: Path
     """The SQuAD JSON to predict and score (dev-v1.1.json, dev-v2.0.json)."""
@@ -411,6 +422,7 @@ class PretrainSettings(TrainingSettings):
         if self.eval_data is None:
             _refuse_unused(self, ("eval_steps", "eval_delay", "eval_instances", "eval_batch_size"), "sets when or how "
                            "the held-out instances of --eval-data are scored: add --eval-data, or drop {flag}")
+        _refuse_dropped_cadence(self)
 
 
 def _refuse_unused(s: Any, names: tuple[str, ...], why: str) -> None:
@@ -420,6 +432,21 @@ def _refuse_unused(s: Any, names: tuple[str, ...], why: str) -> None:
         if f.name in names and getattr(s, f.name) != f.default:
             flag = f"--{f.name.replace('_', '-')}"
             raise BertkitError(f"{flag} {getattr(s, f.name)} {why.format(flag=flag)}")
+
+
+def _refuse_dropped_cadence(s: TrainingSettings) -> None:
+    """Refuse a cadence setting its strategy does not read (``--eval-strategy epoch --eval-steps 5`` evaluated each
+    epoch and dropped the 5 without a word; ``--save-strategy no --save-total-limit 3`` kept nothing). The command
+    line's settings only: ``TrainingArguments`` takes them as transformers does, which ignores them."""
+    for strategy, reads in (("eval_strategy", {"eval_steps": ("steps",), "eval_delay": ("steps", "epoch")}),
+                            ("save_strategy", {"save_steps": ("steps",), "save_total_limit": ("steps", "epoch")}),
+                            ("logging_strategy", {"logging_steps": ("steps",)})):
+        chosen = getattr(s, strategy)
+        for name, used_by in reads.items():
+            if chosen not in used_by:
+                flag = f"--{strategy.replace('_', '-')}"
+                _refuse_unused(s, (name,), f"is read only with {flag} {' or '.join(used_by)}, but {flag} is "
+                               f"{chosen}: drop {{flag}}, or pass {flag} {used_by[0]}")
 
 
 @dataclass(kw_only=True)

@@ -316,26 +316,33 @@ def finetune_squad(s: SquadSettings) -> dict[str, Any]:
     train_features = squad.featurize_squad(train_examples, tokenizer, **shape)
     eval_features = squad.featurize_squad(eval_examples, tokenizer, **shape)
 
-    def finish(model: nn.Module, tokenizer: BertTokenizer, report: dict, _: None) -> dict[str, str]:
-        del report["per_epoch"]
+    headline = ("exact_match", "f1") if s.version == "1.1" else ("exact", "f1")
+
+    def dev(model: nn.Module) -> tuple[tuple[Any, ...], dict[str, float]]:
+        """The held-out questions' predictions and scores: the run's final scores, and with --eval-strategy (or
+        --eval-steps) the loop's evaluation records, which had been asked for and never written."""
         t0 = time.perf_counter()
         preds, rows = predict_squad(model, eval_examples, eval_features, pad_id=tokenizer.pad_token_id,
                                     version=s.version, n_best_size=s.n_best_size,
                                     max_answer_length=s.max_answer_length, batch_size=s.eval_batch_size,
                                     bf16=s.bf16, device=process_device(s.device))
         preds, scores = score_squad_finetuning(s, eval_articles, eval_examples, eval_features, preds, rows)
+        return (preds, scores, time.perf_counter() - t0), {k: scores[k] for k in headline}
+
+    def finish(model: nn.Module, tokenizer: BertTokenizer, report: dict, final: tuple[Any, ...]) -> dict[str, str]:
+        if not report["per_epoch"]:  # no evaluation in the loop (the default): the final scores are the report's
+            del report["per_epoch"]
+        preds, scores, seconds = final
         source = split["note"] if split else f"{s.predict_file}: all {len(all_eval_examples)} questions."
         report.update(evaluated_on=_evaluated_on(source, len(eval_examples), len(all_eval_examples), "questions"),
-                      scores=scores, split=split, predict_seconds=round(time.perf_counter() - t0, 1),
+                      scores=scores, split=split, predict_seconds=round(seconds, 1),
                       train_questions=len(train_examples), train_features=len(train_features),
                       eval_questions=len(eval_examples), eval_features=len(eval_features))
-        headline = ("exact_match", "f1") if s.version == "1.1" else ("exact", "f1")
         logger.info("squad%s EM %.4f F1 %.4f on %s", s.version, scores[headline[0]], scores[headline[1]],
                     report["evaluated_on"])
         return {k: str(v) for k, v in preds.write(s.output_dir).items()}
 
-    # No per-epoch evaluation: scoring ~10k questions costs a sizeable share of an epoch on a CPU.
-    return _finetune(BertForQuestionAnswering, s, train_features, None, f"squad{s.version}", finish, tokenizer,
+    return _finetune(BertForQuestionAnswering, s, train_features, dev, f"squad{s.version}", finish, tokenizer,
                      f"{len(train_examples)} of the {len(all_train_examples)} training questions")
 
 
@@ -404,6 +411,13 @@ def finetune_swag(s: SwagSettings) -> dict[str, Any]:
                             bf16=s.bf16, device=process_device(s.device))
 
     labelled = all(e.label is not None for e in eval_examples)
+    # an unlabelled file is predicted at the end, never scored in the loop; "epoch" is also the unset default
+    asked = "steps" if s.eval_strategy == "steps" else "delay" if s.eval_delay else None
+    if not labelled and asked:
+        given = f"--eval-strategy steps (--eval-steps {s.eval_steps})" if asked == "steps" else \
+            f"--eval-delay {s.eval_delay}"
+        raise BertkitError(f"{given} sets when the loop scores {s.predict_file}, which has no labels (a test file): "
+                           "nothing would be scored; drop it, or give a labelled --predict-file (val.csv)")
 
     def dev(model: nn.Module) -> tuple[np.ndarray, dict[str, float]]:
         scores = scores_of(model)
