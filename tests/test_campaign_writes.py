@@ -131,6 +131,7 @@ def _saves(models) -> dict[str, tuple[Callable[[Path], None] | None, Callable[[P
         "bertkit quantize --overwrite": (quantize("clf_a"), quantize("clf_b", "--overwrite")),
         "bertkit quantize, new directory": (None, quantize("clf_b")),
         "bertkit create-pretraining-data --overwrite": (data(1), data(2, "--overwrite")),
+        "bertkit create-pretraining-data --resume": (None, data(2, "--resume")),
     }
 
 
@@ -138,6 +139,10 @@ SAVES = ["save_pretrained over an earlier save and a user's file", "bertkit quan
          *(pytest.param(name, marks=pytest.mark.slow) for name in (  # the same staging as the ones above
              "save_pretrained, new directory", "SentenceTransformer.save over an earlier save", "SentenceTransformer.save, new directory", "tokenizer.save_pretrained into a model directory", "CrossEncoder.save over an earlier save",
              "bertkit quantize, new directory", "bertkit create-pretraining-data --overwrite"))]
+
+
+# The saves a fault may leave cut short for --resume, and the save that resumes each.
+RESUMED = {"bertkit create-pretraining-data --overwrite": lambda saves: saves["bertkit create-pretraining-data --resume"][1]}
 
 
 @pytest.fixture(scope="module")
@@ -206,10 +211,15 @@ def test_a_fault_at_every_write_step_leaves_the_earlier_output_or_the_new_one(sa
             if outcome == "ok":  # the writer expected this one to fail (a mkdir of a directory already there)
                 assert state == after, step
                 continue
-            assert outcome == "raised" and state == before and not leftovers(out), (step, error)
+            # a run that can be resumed (create-pretraining-data) keeps the units it finished in its staging
+            kept = [f".{out.name}.bertkit-staging"] if name in RESUMED else []
+            assert outcome == "raised" and state == before and leftovers(out) in ([], kept), (step, error)
             assert error.startswith(("WriteError: no space left on the device while writing",
                                      "BertkitError: exit 2: bertkit ")) and str(out) in error, (step, error)
             assert "no space left on the device while writing" in error, (step, error)
+            if leftovers(out):  # --resume, once there is space, completes it to the uninterrupted run's output
+                assert run_with_fault(functools.partial(RESUMED[name](saves), out))[0] == "ok", step
+                assert snapshot(out) == after and not leftovers(out), step
             continue
         assert outcome == "killed"
         # the next write (a command --overwrite, where the killed one had finished) takes bertkit's leftovers for

@@ -89,7 +89,8 @@ def _create_data(s) -> dict:
     tokenizer = BertTokenizer.from_pretrained(tokenizer_dir(s.vocab))
     config = {f.name: getattr(s, f.name) for f in dataclasses.fields(PretrainingConfig)}  # what the data depends on
     result = create_pretraining_data([str(f) for f in s.files], tokenizer, s.output_dir, **config,
-                                     num_workers=s.num_workers, progress=s.progress, overwrite=s.overwrite)
+                                     num_workers=s.num_workers, progress=s.progress, overwrite=s.overwrite,
+                                     resume=s.resume)
     return {"output_dir": result["output_dir"], "counts": result["counts"], "shards": len(result["shards"]),
             "seconds": round(result["seconds"], 1), "instances_per_second": round(result["instances_per_second"], 1)}
 

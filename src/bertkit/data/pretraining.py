@@ -3,12 +3,15 @@
 google-research/bert ``create_pretraining_data.py`` (the reference), streamed and parallel: each work unit
 (:func:`~bertkit.data.text.plan_work_units`) is read, tokenised, paired and masked by one worker with seeds
 derived from ``(seed, unit index)`` and written as one shard, so output bytes never depend on ``num_workers``.
-docs/pretraining-data.md gives every option and the deliberate differences from the reference.
+A run cut short keeps the shards of its finished units, each proven by a record written after it
+(``bertkit.data.unit_records``): ``resume=True`` makes only the others. docs/pretraining-data.md gives every
+option and the deliberate differences from the reference.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import logging
 import os
 import random
@@ -22,6 +25,7 @@ import numpy as np
 
 from bertkit import runs
 from bertkit._parallel import spawn_pool
+from bertkit.data import unit_records
 from bertkit.data.config import PretrainingConfig
 from bertkit.data.masking import MaskingTables, mask_tokens
 from bertkit.data.pairs import PairInstance, create_instances_from_document
@@ -40,6 +44,7 @@ from bertkit.progress import progress_bar
 from bertkit.tokenization.textfiles import expand_input_files
 
 logger = logging.getLogger(__name__)
+COMMAND = "create-pretraining-data"
 SPECIAL_ROLES = ("pad", "unk", "cls", "sep", "mask")  # the manifest records each one's id
 
 
@@ -56,6 +61,7 @@ def create_pretraining_data(
     num_workers: int = 2,
     progress: bool = True,
     overwrite: bool = False,
+    resume: bool = False,
     **config_fields: Any,
 ) -> dict:
     """Turn text files into pre-training instances in ``output_dir``; return the manifest plus timings.
@@ -65,9 +71,15 @@ def create_pretraining_data(
     the other arguments say how to run: ``num_workers`` processes (0 or 1: in this process), a tqdm bar unless
     ``progress=False``, and ``overwrite`` to replace an earlier run in ``output_dir`` (``bertkit.runs``: only the
     files its manifest proves bertkit's, once this one is complete). The directory is written beside
-    ``output_dir`` and moved into place whole: a failure or a kill leaves no partial set of shards. Read the result
-    with :class:`PretrainingDataset`.
+    ``output_dir`` and moved into place whole: a failure or a kill leaves no partial set of shards there. A run cut
+    short (a kill, Ctrl-C, an error) keeps its finished units' shards in that staging directory: ``resume=True``
+    continues it, making only the units not finished, the output the bytes an uninterrupted run writes; it is
+    refused when the settings, the input files (their sizes and modification times), the tokenizer or the plan of
+    work units differ from the run it continues. Read the result with :class:`PretrainingDataset`.
     """
+    if resume and overwrite:  # either winning quietly would do what one of them did not ask
+        raise BertkitError("resume and overwrite are both set: resume (--resume) continues the run cut short in "
+                           f"{output_dir}, overwrite (--overwrite) starts it again; choose one")
     config = PretrainingConfig(**config_fields)
     vocab = tokenizer.convert_ids_to_tokens(list(range(len(tokenizer.vocab))))
     if not input_files:
@@ -76,15 +88,18 @@ def create_pretraining_data(
                                      "drawn from the copy would be the true next text; pass each file once "
                                      "(--dupe-factor makes more instances of every document)")
     units = plan_work_units(input_files, config.input_format, config.unit_bytes)
+    plan = unit_records.run_plan(dataclasses.asdict(config), input_files, _tokenizer_record(tokenizer, vocab), units)
 
     started = time.perf_counter()
-    with runs.output_dir(output_dir, "create-pretraining-data", dataclasses.asdict(config), overwrite=overwrite,
-                            resumable=False) as claim:
+    with runs.output_dir(output_dir, COMMAND, dataclasses.asdict(config), overwrite=overwrite,
+                         resume=resume) as claim:
         out = claim.path
-        shards, counts = _make_shards(_Job(config, tokenizer, str(out)), units, num_workers, progress,
+        done = unit_records.start(out, plan, units, output_dir, COMMAND, resume)
+        shards, counts = _make_shards(_Job(config, tokenizer, str(out)), units, done, num_workers, progress,
                                       num_files=len(input_files))
         atomic_write_text(out / VOCAB, "".join(t + "\n" for t in vocab))
         manifest = _manifest(config, input_files, tokenizer, vocab, out, counts, shards)
+        unit_records.finish(out)  # the manifest holds every record's content now
         write_manifest(out, manifest)
     seconds = time.perf_counter() - started
     rate = counts["instances"] / seconds if seconds > 0 else float("inf")
@@ -92,19 +107,22 @@ def create_pretraining_data(
             "num_workers": num_workers}
 
 
-def _make_shards(job: _Job, units: list[WorkUnit], num_workers: int, progress: bool, *,
+def _make_shards(job: _Job, units: list[WorkUnit], done: dict[int, dict], num_workers: int, progress: bool, *,
                  num_files: int) -> tuple[list[dict], dict]:
-    """Each unit's shard record, in unit order whichever worker made it, and the counts summed over the units,
-    checked for a corpus of ``num_files`` files."""
-    results = []
+    """Each unit's shard record, in unit order whichever worker made it (or the finished run it continues: ``done``,
+    by unit index), and the counts summed over the units, checked for a corpus of ``num_files`` files."""
+    todo = [u for u in units if u.index not in done]
+    results = dict(done)
     bar = progress_bar(total=sum(u.num_bytes for u in units), unit="B", unit_scale=True, desc="instances",
                        enabled=progress)
-    with spawn_pool(num_workers, len(units), _init_worker, (job,)) as pool:
-        stream = pool.imap(_run_unit, units) if pool else (job.run(u) for u in units)
-        for unit, result in zip(units, stream, strict=True):
-            results.append(result)
+    bar.update(sum(u.num_bytes for u in units if u.index in done))
+    with spawn_pool(num_workers, len(todo), _init_worker, (job,)) as pool:
+        stream = pool.imap(_run_unit, todo) if pool else (job.run(u) for u in todo)
+        for unit, result in zip(todo, stream, strict=True):
+            results[unit.index] = result
             bar.update(unit.num_bytes)
     bar.close()
+    results = [results[u.index] for u in units]
     counts = {k: sum(r["counts"][k] for r in results) for k in COUNTS}
     _check_counts(counts, num_files, job.config.input_format)
     _warn_same_document_negatives(counts)
@@ -158,6 +176,17 @@ def _warn_same_document_negatives(counts: dict) -> None:
             "such as one article per line). Give several files, or mark documents with blank lines "
             "(--input-format sentences: one sentence per line), or pre-train without NSP (pretrain --no-nsp)",
             same, total)
+
+
+def _tokenizer_record(tokenizer, vocab: list[str]) -> dict:
+    """What of the tokenizer decides the shards' ids: a resumed run must tokenise as the run it continues."""
+    return {
+        "vocab_size": len(vocab),
+        "vocab_sha256": hashlib.sha256("".join(t + "\n" for t in vocab).encode("utf-8")).hexdigest(),  # vocab.txt's
+        **{name: getattr(tokenizer, name, None) for name in ("do_lower_case", "strip_accents", "tokenize_chinese_chars")},
+        "special_token_ids": _special_ids(tokenizer),
+        "unlisted_special_tokens": list(getattr(tokenizer, "unlisted_special_tokens", ())),
+    }
 
 
 def _special_ids(tokenizer) -> dict[str, int]:
@@ -233,7 +262,9 @@ class _Job:
             "random_next_same_document": sum(p.is_random_next and p.b_span[0] == p.a_span[0] for p in pairs),
             "masked_positions": int(len(arrays.get("masked_positions", ()))),
         }
-        return {"shard": shard, "counts": counts}
+        result = {"shard": shard, "counts": counts}
+        unit_records.record(self.output_dir, unit.index, result)  # after its files: a record proves them written
+        return result
 
     def _arrays(self, pairs: list[PairInstance], mask_rng: np.random.Generator) -> dict[str, np.ndarray]:
         cfg, tables = self.config, self.tables

@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Literal
 
 from bertkit.data.config import PretrainingConfig
+from bertkit.errors import BertkitError
 from bertkit.settings.fields import (
     OverwriteSettings,
     ProgressSettings,
@@ -54,17 +55,26 @@ class CreateDataSettings(PretrainingConfig):
     """The tokenizer: its directory (vocab.txt + tokenizer_config.json) or its vocab.txt."""
     output_dir: Path = flag(aliases=("--out",))
     """Directory for the shards and manifest.json."""
-    num_workers: int = flag(2, aliases=("--workers",), check=at_least_one)
-    """Processes creating instances."""
+    num_workers: int = flag(2, aliases=("--workers",), check=at_least_one, how_to_run=True)
+    """Processes creating instances (a --resume may use another number: the bytes are the same)."""
     # Not from OverwriteSettings: a frozen dataclass (as PretrainingConfig is) cannot inherit a non-frozen one.
-    overwrite: bool = False
+    overwrite: bool = flag(False, how_to_run=True)
     """Replace what an earlier bertkit run wrote to the output directory (only files bertkit recorded there)."""
-    progress: bool = True
+    progress: bool = flag(True, how_to_run=True)
     """Show a progress bar."""
+    resume: bool = flag(False, how_to_run=True)
+    """Continue the run into --output-dir that a kill, Ctrl-C or an error cut short: the shards of its finished
+    work units are kept (each checked against the sha256 recorded when it was written) and only the others are
+    made, the output the bytes of an uninterrupted run. Refused when the settings, the input files (their sizes and
+    modification times), the tokenizer or the work units differ from that run's."""
 
     def __post_init__(self) -> None:
         super().__post_init__()
         Settings.__post_init__(self)  # a frozen dataclass cannot inherit Settings; its checks all the same
+        if self.resume and self.overwrite:  # either winning quietly would do what one of them did not ask
+            raise BertkitError("--resume and --overwrite are both set: --resume continues the run cut short in "
+                               "--output-dir, --overwrite starts it again (bertkit's files there are removed once "
+                               "the new run is finished); choose one")
 
 
 @dataclass(kw_only=True)

@@ -1,0 +1,163 @@
+"""What lets a ``create-pretraining-data`` run cut short be continued: its plan and a record per finished unit.
+
+The run writes, in its staging directory (``bertkit.runs``), ``units/plan.json`` before any unit (the settings,
+each input file's name, size and modification time, the tokenizer, a digest of the work units) and
+``units/shard-NNNNN.json`` after each unit's shard files (the shard's entry in the manifest and its counts: the
+files' sha256 among them). A resumed run refuses a plan other than its own, and reuses a unit only when its record
+is there and every file it names still has the recorded sha256: a shard torn by the kill, or changed since, is made
+again. The records go once the manifest, which holds all of them, is written: a finished directory is the very one
+an uninterrupted run leaves.
+"""
+
+from __future__ import annotations
+
+import datetime
+import hashlib
+import json
+import logging
+import os
+import re
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from bertkit.data.shards import shard_name
+from bertkit.data.text import WorkUnit
+from bertkit.errors import BertkitError
+from bertkit.manifests import sha256_of
+from bertkit.outputs import atomic_write_text, writing
+
+logger = logging.getLogger(__name__)
+UNITS = "units"  # in the staging directory only: removed before the run is finished
+PLAN = "plan.json"
+FORMAT = 1
+_RECORD = re.compile(r"shard-\d{5,}\.json")
+
+
+def run_plan(config: dict, input_files: Sequence[str | os.PathLike], tokenizer: dict,
+             units: Sequence[WorkUnit]) -> dict:
+    """Everything a run's shards depend on, as JSON values."""
+    files = []
+    for f in input_files:
+        st = os.stat(f)
+        files.append({"path": str(f), "absolute": str(Path(f).resolve()), "size": st.st_size,
+                      "mtime_ns": st.st_mtime_ns})
+    layout = [[[p.path, p.input_format, p.start, p.end] for p in u.parts] for u in units]
+    digest = hashlib.sha256(json.dumps(layout).encode("utf-8")).hexdigest()
+    return {"format": FORMAT, "config": config, "input_files": files, "tokenizer": tokenizer,
+            "units": {"count": len(units), "sha256": digest}}
+
+
+def start(out: Path, plan: dict, units: Sequence[WorkUnit], output_dir: str | os.PathLike, command: str,
+          resume: bool) -> dict[int, dict]:
+    """Record ``plan`` in the run's directory ``out``; with ``resume``, first refuse an earlier plan other than
+    this one, and return the finished units' results (by unit index) whose shard files are proven intact."""
+    directory = out / UNITS
+    done: dict[int, dict] = {}
+    if resume and (directory / PLAN).is_file():
+        try:
+            earlier = json.loads((directory / PLAN).read_text(encoding="utf-8"))
+        except (OSError, ValueError):  # written atomically: unreadable means changed by hand; the units are redone
+            earlier = None
+            logger.warning("%s cannot be read: every work unit is made again", directory / PLAN)
+        if earlier is not None:
+            _refuse_other_plan(output_dir, command, earlier, plan)
+            for unit in units:
+                if (result := _proven(out, unit)) is not None:
+                    done[unit.index] = result
+            logger.info("resuming: %d of the %d work units are finished, %d to make", len(done), len(units),
+                        len(units) - len(done))
+    with writing(directory):  # a full disk: the one line naming it, as for every other write
+        directory.mkdir(exist_ok=True)
+    atomic_write_text(directory / PLAN, json.dumps(plan, indent=1, sort_keys=True) + "\n")
+    return done
+
+
+def record(output_dir: str | os.PathLike, index: int, result: dict) -> None:
+    """Record a finished unit's ``result`` once its shard files are in place (each written atomically)."""
+    atomic_write_text(Path(output_dir) / UNITS / f"{shard_name(index)}.json", json.dumps(result, sort_keys=True))
+
+
+def finish(out: Path) -> None:
+    """Remove the plan and the records (bertkit's names only) once the manifest holds them."""
+    directory = out / UNITS
+    for name in os.listdir(directory):
+        if name == PLAN or _RECORD.fullmatch(name):
+            (directory / name).unlink()
+    directory.rmdir()
+
+
+def _proven(out: Path, unit: WorkUnit) -> dict | None:
+    """The recorded result of ``unit`` if its record is readable, is this unit's, and every shard file it names has
+    the recorded sha256; None (the unit is made again) otherwise."""
+    path = out / UNITS / f"{shard_name(unit.index)}.json"
+    if not path.is_file():
+        return None
+    why = None
+    try:
+        result = json.loads(path.read_text(encoding="utf-8"))
+        shard = result["shard"]
+        if shard["name"] != shard_name(unit.index) or shard["source"] != [[p.path, p.start, p.end] for p in unit.parts]:
+            why = "its record names another unit"
+        for info in shard["files"].values():
+            file = out / info["file"]
+            if why is None and (file.is_symlink() or not file.is_file() or sha256_of(file) != info["sha256"]):
+                why = f"{info['file']} is missing, or differs from the sha256 recorded when it was written"
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        why = "its record cannot be read"
+    if why is not None:
+        logger.warning("work unit %d is made again: %s", unit.index, why)
+        return None
+    return result
+
+
+def _refuse_other_plan(output_dir: str | os.PathLike, command: str, earlier: dict, now: dict) -> None:
+    """--resume continues the run ``earlier`` describes: the same settings, input files, tokenizer and units."""
+    detail = original = None
+    if earlier.get("format") != now["format"]:
+        detail, original = f"was started by another bertkit version (record format {earlier.get('format')!r})", None
+    elif earlier.get("config") != now["config"]:
+        changed = sorted(k for k in now["config"] if earlier["config"].get(k) != now["config"][k])
+        detail = "had other settings (" + "; ".join(
+            f"--{k.replace('_', '-')} {earlier['config'].get(k)!r} then, {now['config'][k]!r} now"
+            for k in changed[:4]) + ")"
+        original = "settings"
+    elif (then := [f["path"] for f in earlier.get("input_files", ())]) != [f["path"] for f in now["input_files"]]:
+        shown = [f["path"] for f in now["input_files"]]
+        detail, original = f"read other input files ({_few(then)} then, {_few(shown)} now)", "input files"
+    elif earlier.get("tokenizer") != now["tokenizer"]:
+        changed = sorted(k for k in now["tokenizer"] if earlier["tokenizer"].get(k) != now["tokenizer"][k])
+        detail = "used another tokenizer (" + "; ".join(
+            f"{k} {earlier['tokenizer'].get(k)!r} then, {now['tokenizer'][k]!r} now" for k in changed[:3]) + ")"
+        original = "tokenizer (--vocab)"
+    else:
+        for a, b in zip(earlier["input_files"], now["input_files"], strict=True):
+            if a.get("absolute") != b["absolute"]:
+                detail = (f"read input file {b['path']} as {a.get('absolute')} (started in another directory); now "
+                          f"it is {b['absolute']}")
+                original = "working directory (relative paths are recorded as given)"
+                break
+            if (a.get("size"), a.get("mtime_ns")) != (b["size"], b["mtime_ns"]):
+                detail = (f"read input file {b['path']} as it was then ({_version(a)}); it changed since "
+                          f"({_version(b)}), so the finished shards hold the earlier text")
+                original = "file"
+                break
+        else:
+            if earlier.get("units") != now["units"]:
+                detail = (f"cut the corpus into other work units ({earlier.get('units', {}).get('count')} units "
+                          f"then, {now['units']['count']} now: another bertkit version)")
+    if detail is None:
+        return
+    fix = f"resume with the original {original}, " if original else "finish it with the bertkit version that started it, "
+    raise BertkitError(
+        f"cannot --resume in {output_dir}: its `bertkit {command}` run {detail}; {fix}pass --overwrite to start again "
+        "(only the files bertkit wrote there are removed), or choose another output directory")
+
+
+def _few(names: Sequence[str]) -> str:
+    return f"{len(names)} file(s): {', '.join(names[:3])}{', ...' if len(names) > 3 else ''}"
+
+
+def _version(entry: dict[str, Any]) -> str:
+    when = datetime.datetime.fromtimestamp(entry.get("mtime_ns", 0) / 1e9, datetime.UTC)
+    return f"{entry.get('size', 0):,} bytes, modified {when:%Y-%m-%d %H:%M:%S.%f} UTC"

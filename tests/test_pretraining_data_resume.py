@@ -1,0 +1,216 @@
+"""create-pretraining-data cut short (SIGKILL at a unit boundary or mid-unit, Ctrl-C), then --resume: only the
+units not finished are made, a torn or changed shard is made again, and the output is byte for byte an
+uninterrupted run's, whatever the number of workers; a resume with other settings, input files or tokenizer is
+refused naming the value and the fix, and so is one whose plan of work units differs.
+
+Real text: six articles of the shared corpus cut into three work units; tokenizer: the MiniLM vocabulary.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from bertkit.cli import main
+from bertkit.data import pretraining
+from bertkit.errors import BertkitError
+from bertkit.tokenization import BertTokenizer
+
+ROOT = Path(__file__).resolve().parents[1]
+CORPUS = Path(os.environ.get("BERTKIT_DATA", "/work/shared/data")) / "corpus" / "wikipedia"
+MODEL = Path(os.environ.get("BERTKIT_TEST_MODEL", ROOT / "models" / "minilm"))
+CONFIG = {"max_seq_length": 64, "dupe_factor": 1, "unit_bytes": 30_000, "seed": 3}
+FLAGS = ["--max-seq-length", "64", "--dupe-factor", "1", "--unit-bytes", "30000", "--seed", "3", "--no-progress"]
+
+pytestmark = [
+    pytest.mark.skipif(not CORPUS.is_dir(), reason="shared corpus not present"),
+    pytest.mark.skipif(not (MODEL / "vocab.txt").is_file(), reason=f"no vocab.txt in {MODEL}"),
+]
+
+
+@pytest.fixture(scope="module")
+def tok() -> BertTokenizer:
+    return BertTokenizer.from_pretrained(MODEL)
+
+
+@pytest.fixture(scope="module")
+def corpus(tmp_path_factory) -> list[str]:
+    """Copies (their modification times are the tests' to change) of six articles: three work units."""
+    root = tmp_path_factory.mktemp("corpus")
+    files = []
+    for path in sorted(CORPUS.glob("*.md"))[:6]:
+        (root / path.name).write_bytes(path.read_bytes())
+        files.append(str(root / path.name))
+    return files
+
+
+@pytest.fixture(scope="module")
+def reference(tok, corpus, tmp_path_factory) -> dict[str, str]:
+    out = tmp_path_factory.mktemp("reference") / "out"
+    result = pretraining.create_pretraining_data(corpus, tok, out, num_workers=0, progress=False, **CONFIG)
+    assert len(result["shards"]) == 3
+    return _contents(out)
+
+
+def _contents(directory: Path) -> dict[str, str]:
+    """Every file but bertkit's bookkeeping (the lock, the run's own manifest), by name: its sha256."""
+    return {p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in sorted(directory.iterdir())
+            if not p.name.startswith(".bertkit-")}
+
+
+def _staging(out: Path) -> Path:
+    return out.parent / f".{out.name}.bertkit-staging"
+
+
+def _interrupted(monkeypatch, tok, corpus, out: Path, at_unit: int) -> None:
+    """A run in this process stopped by Ctrl-C as it starts unit ``at_unit``."""
+    real = pretraining._Job.run
+
+    def run(job, unit):
+        if unit.index == at_unit:
+            raise KeyboardInterrupt
+        return real(job, unit)
+
+    with monkeypatch.context() as m:
+        m.setattr(pretraining._Job, "run", run)
+        with pytest.raises(KeyboardInterrupt):
+            pretraining.create_pretraining_data(corpus, tok, out, num_workers=0, progress=False, **CONFIG)
+
+
+def _counting(monkeypatch) -> list[int]:
+    made: list[int] = []
+    real = pretraining._Job.run
+
+    def run(job, unit):
+        made.append(unit.index)
+        return real(job, unit)
+
+    monkeypatch.setattr(pretraining._Job, "run", run)
+    return made
+
+
+def test_ctrl_c_then_resume_makes_only_the_rest_and_the_same_bytes(monkeypatch, tok, corpus, reference, tmp_path):
+    out = tmp_path / "out"
+    _interrupted(monkeypatch, tok, corpus, out, at_unit=2)
+    assert not out.exists()
+    kept = sorted(p.name for p in _staging(out).iterdir())
+    assert "shard-00001.type_start.npy" in kept and not any(n.startswith("shard-00002") for n in kept)
+    with pytest.raises(BertkitError, match="was cut short; .*pass --resume to continue it, or --overwrite"):
+        pretraining.create_pretraining_data(corpus, tok, out, num_workers=0, progress=False, **CONFIG)
+    made = _counting(monkeypatch)
+    pretraining.create_pretraining_data(corpus, tok, out, num_workers=0, progress=False, resume=True, **CONFIG)
+    assert made == [2]
+    assert _contents(out) == reference
+    assert not _staging(out).exists() and not (out / "units").exists()
+
+
+def test_a_torn_or_changed_shard_is_made_again(monkeypatch, tok, corpus, reference, tmp_path):
+    out = tmp_path / "out"
+    _interrupted(monkeypatch, tok, corpus, out, at_unit=2)
+    torn = _staging(out) / "shard-00001.input_ids.npy"
+    torn.write_bytes(torn.read_bytes()[:100])  # half a file under its final name: its recorded sha256 differs
+    made = _counting(monkeypatch)
+    pretraining.create_pretraining_data(corpus, tok, out, num_workers=0, progress=False, resume=True, **CONFIG)
+    assert made == [1, 2]
+    assert _contents(out) == reference
+
+
+def test_resume_refuses_other_input_tokenizer_or_settings(monkeypatch, tok, corpus, tmp_path):
+    out = tmp_path / "out"
+    _interrupted(monkeypatch, tok, corpus, out, at_unit=1)
+    run = {"num_workers": 0, "progress": False, "resume": True}
+    with pytest.raises(BertkitError, match=r"its `bertkit create-pretraining-data` run had other settings \(--seed 3 "
+                                           r"then, 4 now\); resume with the original settings, pass --overwrite"):
+        pretraining.create_pretraining_data(corpus, tok, out, **run, **{**CONFIG, "seed": 4})
+    uncased = BertTokenizer.from_pretrained(MODEL, do_lower_case=False)
+    with pytest.raises(BertkitError, match=r"run used another tokenizer \(do_lower_case True then, False now\); "
+                                           r"resume with the original tokenizer \(--vocab\), pass --overwrite"):
+        pretraining.create_pretraining_data(corpus, uncased, out, **run, **CONFIG)
+    with pytest.raises(BertkitError, match=r"read other input files \(6 file\(s\): .* then, 5 file\(s\)"):
+        pretraining.create_pretraining_data(corpus[:5], tok, out, **run, **CONFIG)
+    changed = Path(corpus[0])
+    st = changed.stat()
+    os.utime(changed, ns=(st.st_atime_ns, st.st_mtime_ns + 1_000_000_000))
+    try:
+        with pytest.raises(BertkitError) as e:
+            pretraining.create_pretraining_data(corpus, tok, out, **run, **CONFIG)
+    finally:
+        os.utime(changed, ns=(st.st_atime_ns, st.st_mtime_ns))
+    assert f"run read input file {changed} as it was then ({st.st_size:,} bytes, modified " in str(e.value)
+    assert "it changed since" in str(e.value) and "resume with the original file, pass --overwrite" in str(e.value)
+    plan_file = _staging(out) / "units" / "plan.json"
+    plan = json.loads(plan_file.read_text())
+    plan["units"] = {"count": 4, "sha256": "0" * 64}  # as a bertkit version that cuts the corpus otherwise wrote it
+    plan_file.write_text(json.dumps(plan))
+    with pytest.raises(BertkitError, match=r"run cut the corpus into other work units \(4 units then, 3 now: another "
+                                           r"bertkit version\); finish it with the bertkit version that started it, "
+                                           r"pass --overwrite to start again"):
+        pretraining.create_pretraining_data(corpus, tok, out, **run, **CONFIG)
+    assert (_staging(out) / "shard-00000.input_ids.npy").is_file()  # a refused resume keeps the run it refused
+    with pytest.raises(BertkitError, match="resume and overwrite are both set"):
+        pretraining.create_pretraining_data(corpus, tok, out, **run, overwrite=True, **CONFIG)
+
+
+_CHILD = textwrap.dedent("""
+    import io, os, signal, sys
+    from pathlib import Path
+    import numpy as np
+    from bertkit.data import pretraining, unit_records
+
+    where, k = sys.argv[1], int(sys.argv[2])
+    real_record, real_save = unit_records.record, pretraining.save_shard
+
+    def record(out, index, result):
+        real_record(out, index, result)
+        if where == "boundary" and index == k:  # unit k finished and recorded, the next not started
+            os.kill(os.getpid(), signal.SIGKILL)
+
+    def save_shard(out, name, arrays):
+        if where == "mid" and name == f"shard-{k:05d}":  # two of its files written, the third torn
+            items = list(arrays.items())
+            real_save(out, name, dict(items[:2]))
+            buf = io.BytesIO()
+            np.save(buf, items[2][1])
+            with open(Path(out) / f"{name}.{items[2][0]}.npy", "wb") as f:
+                f.write(buf.getvalue()[: len(buf.getvalue()) // 2])
+            os.kill(os.getpid(), signal.SIGKILL)
+        return real_save(out, name, arrays)
+
+    unit_records.record, pretraining.save_shard = record, save_shard
+    from bertkit.cli import main
+    sys.exit(main(sys.argv[3:]))
+""")
+
+
+@pytest.mark.parametrize(("where", "workers", "made"), [("boundary", "2", [1, 2]), ("mid", "1", [1, 2])])
+def test_sigkill_then_resume_gives_an_uninterrupted_runs_bytes(monkeypatch, corpus, reference, tmp_path, where,
+                                                                workers, made):
+    """Killed after unit 0's record (boundary) or inside unit 1's shard writes (mid), then resumed with another
+    number of workers: the resume makes units 1 and 2 (a torn unit's files are not trusted)."""
+    out = tmp_path / "out"
+    args = ["create-pretraining-data", *corpus, "--vocab", str(MODEL), "--output-dir", str(out), *FLAGS]
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT / "src"), os.environ.get("PYTHONPATH", "")])}
+    child = subprocess.run([sys.executable, "-c", _CHILD, where, "0" if where == "boundary" else "1", *args,
+                            "--num-workers", "1"], env=env, capture_output=True, text=True, timeout=120)
+    assert child.returncode == -9, child.stderr
+    assert (_staging(out) / "units" / "shard-00000.json").is_file()
+    assert not (_staging(out) / "units" / "shard-00001.json").exists()
+    if workers == "1":  # in this process: count the units it makes
+        counted = _counting(monkeypatch)
+    assert main([*args, "--resume", "--num-workers", workers]) == 0
+    if workers == "1":
+        assert counted == made
+    assert _contents(out) == reference
+
+
+def test_resume_and_overwrite_together_are_refused_on_the_command_line(corpus, tmp_path, capsys):
+    assert main(["create-pretraining-data", *corpus, "--vocab", str(MODEL), "--output-dir", str(tmp_path / "o"),
+                 "--resume", "--overwrite"]) == 2
+    assert "--resume and --overwrite are both set" in capsys.readouterr().err
