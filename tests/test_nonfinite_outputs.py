@@ -375,3 +375,9 @@ def test_a_result_is_searched_for_non_finite_values_in_any_nesting():
     assert nonfinite_in([1, 2.5, [float("inf")]]) == "inf at [2][0]"
     assert nonfinite_in([3, 4, 5]) is None and nonfinite_in([]) is None and nonfinite_in(["a", "b"]) is None
     assert nonfinite_in([[0.5, None]]) is None  # no number to check beside a None
+    # records of plain values (a sparse vector's {"index", "value"}) are checked as one array, then walked to name
+    records = [{"index": i, "value": float(i) / 7, "token": None} for i in range(800)]
+    assert nonfinite_in(records) is None and nonfinite_in([{"n": np.float32(1.5), "ok": True}]) is None
+    records[512]["value"] = np.float32("nan")
+    assert nonfinite_in(records) == "NaN at [512]['value']"
+    assert nonfinite_in([{"scores": [1.0, float("inf")]}]) == "inf at [0]['scores'][1]"  # a list inside: walked

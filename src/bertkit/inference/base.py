@@ -373,6 +373,9 @@ class Pipeline:
         return results
 
 
+_PLAIN = (str, int, float, np.generic, type(None))  # a record's values that hold no other values
+
+
 def nonfinite_in(result: Any, at: str = "") -> str | None:
     """Where ``result`` (a pipeline's: dicts, lists, numbers, arrays) holds a NaN or an infinity, as "NaN at
     ['score']", else None. The runner refuses outputs holding NaN or +inf but lets -inf through, as a head may mask
@@ -389,6 +392,13 @@ def nonfinite_in(result: Any, at: str = "") -> str | None:
             numbers = np.asarray(result)
             if numbers.dtype.kind in "fiub":  # numbers alone (a None or a str beside them: walked)
                 result = numbers
+    if isinstance(result, list | tuple) and result and all(isinstance(r, Mapping) for r in result):
+        # records of plain values (a sparse vector's hundreds of {"index", "value"}): their floats checked as one
+        # array, as walking each cost 3.9 ms a text, a quarter of a sparse pipeline's call; a bad one is then walked to
+        values = [v for r in result for v in r.values()]
+        if all(isinstance(v, _PLAIN) for v in values) and np.isfinite(
+                np.asarray([v for v in values if isinstance(v, float | np.floating)], dtype=np.float64)).all():
+            return None
     if isinstance(result, np.ndarray):
         bad = np.argwhere(~np.isfinite(result)) if result.dtype.kind == "f" else []
         return nonfinite_in(float(result[tuple(bad[0])]), at + "".join(f"[{int(i)}]" for i in bad[0])) \
