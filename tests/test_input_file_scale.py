@@ -92,12 +92,14 @@ def test_shared_gutenberg_books_joined_read_as_each_alone(tmp_path):
 def test_a_safetensors_shard_is_held_once_while_it_is_written(tmp_path):
     """extract-features to .safetensors kept every work unit's states and then concatenated them into one tensor per
     layer: twice the shard's bytes at the peak (10,000 short lines, one layer: 814 MB against 684 MB now; 2 GB for
-    the default 1 GB shards). Each layer's tensor is filled in place as units come, and the file is the same."""
+    the default 1 GB shards). Each layer's tensor is filled in place as units come (in a file, where a resumed run
+    finds them), and the file is the same."""
     import tracemalloc
 
     import numpy as np
 
     from bertkit.feature_files import read_features, safetensors_meta, write_safetensors
+    from bertkit.partial_output import PartialOutput
 
     layers, hidden, lines, width = [-1, -2, -3, -4], 64, 400, 40  # a 9 MB shard of 4 layers
     rng = np.random.default_rng(0)
@@ -113,7 +115,8 @@ def test_a_safetensors_shard_is_held_once_while_it_is_written(tmp_path):
     shard_bytes = sum(lengths) * hidden * 4 * len(layers)
     tracemalloc.start()
     try:
-        write_safetensors([out], [range(lines)], units, states_of, encoded, layers, np.dtype("float32"),
+        write_safetensors(PartialOutput(out, "extract-features", {}, resume=False, overwrite=False), [out],
+                          [range(lines)], units, states_of, encoded, layers, np.dtype("float32"),
                           safetensors_meta(layers, "float32", hidden, width, "", False))
         peak = tracemalloc.get_traced_memory()[1]
     finally:

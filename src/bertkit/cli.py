@@ -127,7 +127,7 @@ def _extract(s) -> dict:
     report = extract_features(model, tokenizer, texts, s.output_file, layers=s.layers, max_seq_length=s.max_seq_length,
                               batch_size=s.batch_size, dtype=s.dtype, device=str(precision.device),
                               progress=s.progress, overwrite=s.overwrite, bf16=precision.bf16, prompt=form.prompt,
-                              lowercase=form.lowercase)
+                              lowercase=form.lowercase, resume=s.resume, input_file=s.input)
     return {**report, **precision.record(), "max_seq_length": s.max_seq_length, "prompt": form.prompt,
             "lowercase": form.lowercase}
 
@@ -318,7 +318,11 @@ def _claim(name: str, s: Any, stage: Any):
 
     paths, inputs = _paths(s)
     if hasattr(s, "output_file"):  # one file, not a directory
-        refuse_existing_file(Path(s.output_file), s.overwrite, inputs=inputs)
+        from bertkit.partial_output import resumed_overwrite
+
+        # --resume of a run started with --overwrite replaces the file that run was told it may replace
+        overwrite = s.overwrite or (getattr(s, "resume", False) and resumed_overwrite(Path(s.output_file)))
+        refuse_existing_file(Path(s.output_file), overwrite, inputs=inputs)
     if hasattr(s, "output_file") or getattr(s, "output_dir", None) is None:
         yield s, _shown
         return

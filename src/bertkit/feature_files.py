@@ -5,9 +5,9 @@ either format back. docs/token-tasks.md ("bertkit extract-features") gives the l
 
 from __future__ import annotations
 
-import contextlib
 import glob
 import json
+import logging
 import os
 import re
 import uuid
@@ -18,7 +18,12 @@ from typing import Any
 import numpy as np
 
 from bertkit.errors import BertkitError, MissingFileError, NonFiniteError
-from bertkit.outputs import atomic_target, atomic_write
+from bertkit.manifests import sha256_of
+from bertkit.outputs import atomic_target, fsync, writing
+from bertkit.partial_output import PartialOutput, partial_path
+
+logger = logging.getLogger("bertkit")
+StatesOf = Callable[[int, int], dict[int, np.ndarray]]
 
 
 def _values(vec: np.ndarray) -> str:
@@ -35,15 +40,34 @@ def _jsonl_line(line_index: int, tokens: list[str], states: np.ndarray, layer_na
     return f'{{"linex_index":{line_index},"features":[{",".join(feats)}]}}\n'
 
 
-def write_jsonl(out: Path, units: list[list[int]], states_of: Callable[[int, int], dict[int, np.ndarray]],
-                 encoded: Sequence[dict], tokenizer: Any, layers: Sequence[int], np_dtype: np.dtype) -> None:
-    with atomic_write(out) as f:
-        for u, unit in enumerate(units):
-            states = states_of(0, u)
-            for i in unit:
-                tokens = tokenizer.convert_ids_to_tokens(np.asarray(encoded[i]["input_ids"]).tolist())
-                # float16: the values a .safetensors output holds, read back exactly as float32
-                f.write(_jsonl_line(i, tokens, _written(i, states[i], layers, np_dtype).astype(np.float32), layers))
+def write_jsonl(partial: PartialOutput, out: Path, units: list[list[int]], states_of: StatesOf,
+                encoded: Sequence[dict], tokenizer: Any, layers: Sequence[int], np_dtype: np.dtype,
+                skipped: Callable[[int], None] = lambda n: None) -> None:
+    """The lines of ``units`` appended to ``out``'s partial file, each unit's flushed and recorded as it ends (a
+    resumed run goes on from the first unit not recorded), then renamed to ``out``."""
+    f = partial.appender(out)
+    for u, unit in enumerate(units):
+        if unit and unit[-1] < f.rows:  # written by the run this one continues
+            skipped(len(unit))
+            continue
+        states = states_of(0, u)
+        for i in unit:
+            tokens = tokenizer.convert_ids_to_tokens(np.asarray(encoded[i]["input_ids"]).tolist())
+            # float16: the values a .safetensors output holds, read back exactly as float32
+            f.write(_jsonl_line(i, tokens, _written(i, states[i], layers, np_dtype).astype(np.float32), layers))
+        f.commit(unit[-1] + 1 if unit else 0)
+    f.close()
+    partial.finish([(f.tmp, out)])
+
+
+def finished_units(progress: dict, out: Path, units: list[list[list[int]]]) -> set[tuple[int, int]]:
+    """The work units (shard, unit) that ``progress`` (a run cut short's record) says are written."""
+    if out.suffix == ".jsonl":
+        rows = int((progress.get(out.name) or {}).get("rows", 0))
+        return {(0, u) for u, unit in enumerate(units[0]) if unit and unit[-1] < rows}
+    state = progress.get("safetensors") or {}
+    shards, current = len(state.get("shards", [])), int(state.get("units", 0))
+    return {(p, u) for p, part in enumerate(units) for u in range(len(part)) if p < shards or (p == shards and u < current)}
 
 
 def _written(i: int, states: np.ndarray, layers: Sequence[int], np_dtype: np.dtype) -> np.ndarray:
@@ -105,43 +129,101 @@ def safetensors_meta(layers: Sequence[int], dtype: str, hidden_size: int, max_se
             "lowercase": json.dumps(lowercase), **computed, "extraction": uuid.uuid4().hex}
 
 
-def write_safetensors(files: list[Path], plan: list[range], units: list[list[list[int]]],
-                       states_of: Callable[[int, int], dict[int, np.ndarray]], encoded: Sequence[dict],
-                       layers: Sequence[int], np_dtype: np.dtype, meta: dict[str, str]) -> None:
-    # Every shard is written beside its name and all are renamed into place at the end: a kill while the states are
-    # computed leaves the earlier output whole, not its first shards replaced by this run's.
-    with contextlib.ExitStack() as placed:
-        for p, (shard, path) in enumerate(zip(plan, files)):
-            _write_shard(placed.enter_context(atomic_target(path)), shard, units[p], p, states_of, encoded, layers,
-                         np_dtype, meta)
+def write_safetensors(partial: PartialOutput, files: list[Path], plan: list[range], units: list[list[list[int]]],
+                      states_of: StatesOf, encoded: Sequence[dict], layers: Sequence[int], np_dtype: np.dtype,
+                      meta: dict[str, str], skipped: Callable[[int], None] = lambda n: None) -> None:
+    """Every shard written beside its name (``partial_path``), its states as each unit comes (recorded, so a resumed
+    run goes on from the first unit not recorded), and all renamed into place at the end: a kill while the states
+    are computed leaves the earlier output whole, not its first shards replaced by this run's."""
+    state = partial.progress.get("safetensors") or {}
+    done: list[str] = list(state.get("shards", []))  # the sha256 of each finished shard
+    for p, sha in enumerate(done):
+        if not partial_path(files[p]).is_file() or sha256_of(partial_path(files[p])) != sha:
+            logger.warning("%s is missing or differs from the sha256 recorded when it was written: it is made again "
+                           "(and the shards after it)", partial_path(files[p]))
+            done, state = done[:p], {}
+            break
+    meta = {**meta, "extraction": state.get("extraction", meta["extraction"])}  # one extraction's shards, resumed
+    for p, (shard, path) in enumerate(zip(plan, files)):
+        if p < len(done):
+            skipped(len(shard))
+            continue
+        start = int(state.get("units", 0)) if p == len(state.get("shards", [])) else 0
+        skipped(sum(len(unit) for unit in units[p][:start]))
+
+        def record(u: int, p: int = p) -> None:
+            partial.save({"safetensors": {"extraction": meta["extraction"], "shards": done, "units": u}})
+
+        _write_shard(partial, path, shard, units[p], p, start, record, states_of, encoded, layers, np_dtype, meta)
+        done.append(sha256_of(partial_path(path)))
+        record(0)
+    partial.finish([(partial_path(path), path) for path in files])
 
 
-def _write_shard(tmp: Path, shard: range, units: list[list[int]], p: int,
-                 states_of: Callable[[int, int], dict[int, np.ndarray]], encoded: Sequence[dict],
+def _write_shard(partial: PartialOutput, path: Path, shard: range, units: list[list[int]], p: int, start: int,
+                 record: Callable[[int], None], states_of: StatesOf, encoded: Sequence[dict],
                  layers: Sequence[int], np_dtype: np.dtype, meta: dict[str, str]) -> None:
-    """Shard ``p`` (the lines ``shard``) written to ``tmp``."""
+    """Shard ``p`` (the lines ``shard``) written to ``partial_path(path)``, its units from ``start`` on."""
     from safetensors.numpy import save_file
 
     shard_lengths = np.asarray([len(encoded[i]["input_ids"]) for i in shard], dtype=np.int64)
     starts = np.concatenate([[0], np.cumsum(shard_lengths)]).astype(np.int64)
-    # Each layer's tensor is allocated once, at its final size, and every work unit's states are put in place as they
-    # come: the shard is held once (the states of a unit were kept until the end and then copied into one tensor per
-    # layer, twice the shard's bytes at the peak: 2 GB for the default 1 GB shards). (0, H) for no lines (an empty
-    # input file): a shard of zero lines, as the .jsonl is a file of none.
-    placed = [np.empty((int(starts[-1]), int(meta["hidden_size"])), np_dtype) for _ in layers]
+    # Each layer's tensor is a part of one file of the shard's states at their final size (``.states``), every work
+    # unit's put in place as it comes and flushed before the unit is recorded: the shard is held on disk once, and a
+    # resumed run finds its finished units' states there. (0, H) for no lines (an empty input file): a shard of zero
+    # lines, as the .jsonl is a file of none.
+    shape = (len(layers), int(starts[-1]), int(meta["hidden_size"]))
+    states_file = partial.own(partial_path(path, ".states"))
+    partial.own(partial_path(path))
+    want = int(np.prod(shape)) * np.dtype(np_dtype).itemsize
+    if start and not (states_file.is_file() and states_file.stat().st_size == want):
+        logger.warning("%s is missing or not of the size recorded: shard %d's units are made again", states_file, p)
+        start = 0
+    if not start:
+        record(0)  # the files named before they are made
+    if shape[1]:
+        with writing(states_file):
+            placed = np.memmap(states_file, np_dtype, "r+" if start else "w+", shape=shape)
+    else:
+        placed = np.empty(shape, np_dtype)
     for u, unit in enumerate(units):
+        if u < start:
+            continue
         states = states_of(p, u)
         for i in unit:
             a, b = starts[i - shard.start], starts[i - shard.start + 1]
-            for k, values in enumerate(_written(i, states[i], layers, np_dtype)):
-                placed[k][a:b] = values
+            placed[:, a:b] = _written(i, states[i], layers, np_dtype)
         del states  # before the next unit's are computed
+        if isinstance(placed, np.memmap):
+            with writing(states_file):
+                placed.flush()
+                fsync(states_file)
+        record(u + 1)
     tensors = {f"layer.{name}": placed[k] for k, name in enumerate(layers)}
     for key in ("input_ids", "token_type_ids"):
         tensors[key] = np.concatenate([np.zeros(0, np.int64), *(np.asarray(encoded[i][key], np.int64) for i in shard)])
     tensors["offsets"] = starts
     tensors["line_index"] = np.arange(shard.start, shard.stop, dtype=np.int64)
-    save_file(tensors, str(tmp), metadata=meta)
+    with atomic_target(partial_path(path)) as tmp:
+        save_file(tensors, str(tmp), metadata=meta)
+        _sort_metadata(tmp)
+    del placed, tensors
+    states_file.unlink(missing_ok=True)
+
+
+def _sort_metadata(path: Path) -> None:
+    """The metadata in ``path``'s header in sorted order: safetensors writes it in its hash map's order, which
+    differs from one process to the next, so an extraction resumed in another process had other bytes."""
+    import struct
+
+    with open(path, "r+b") as f:
+        (size,) = struct.unpack("<Q", f.read(8))
+        header = json.loads(f.read(size))
+        header["__metadata__"] = dict(sorted(header.get("__metadata__", {}).items()))
+        text = json.dumps(header, ensure_ascii=False, separators=(",", ":")).encode("utf-8")
+        if len(text) <= size:  # the same JSON reordered: the same length (padded with spaces, as safetensors pads)
+            f.seek(8)
+            f.write(text.ljust(size))
 
 
 def is_feature_shard(path: Path) -> bool:

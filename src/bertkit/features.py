@@ -7,6 +7,8 @@ formats and where they differ from google's. The paper's Table 7 study is ``trai
 
 from __future__ import annotations
 
+import hashlib
+import json
 import logging
 import os
 import re
@@ -24,6 +26,7 @@ import torch
 from bertkit.errors import BertkitError, MissingFileError, file_to_write, is_whole
 from bertkit.feature_files import (
     existing_output,
+    finished_units,
     is_feature_shard,
     read_features,
     safetensors_meta,
@@ -36,6 +39,7 @@ from bertkit.inference import runner
 from bertkit.inference.runner import plan_batches
 from bertkit.modeling import BertModel
 from bertkit.padding import pad_batch
+from bertkit.partial_output import PartialOutput, file_identity, model_identity
 from bertkit.runs import refuse_existing_file
 
 # The defaults of a direct call (the command passes its settings'): google-research/bert's extract_features.py.
@@ -330,6 +334,8 @@ def extract_features(
     bf16: bool = False,
     prompt: str | None = None,
     lowercase: bool | None = None,
+    resume: bool = False,
+    input_file: str | os.PathLike | None = None,
 ) -> dict[str, Any]:
     """Write the ``layers`` hidden states of every token of ``texts`` (``(text_a, text_b or None)`` pairs, a list or
     any iterable: read once) to ``out`` (.jsonl or .safetensors).
@@ -343,6 +349,12 @@ def extract_features(
     reads either format back. Work proceeds ``chunk_size`` lines at a time. Under torchrun the batches are shared
     and rank 0 writes what one process would (other ranks return ``{"rank", "lines"}``). An existing
     ``out``, or shard files beside it, are replaced only with ``overwrite``.
+
+    The output is written as it is made (``bertkit.partial_output``): a run cut short keeps the work units it
+    finished beside ``out``, and ``resume`` continues it (the same texts, settings and model, else refused) to the
+    bytes of an uninterrupted run; without ``resume`` or ``overwrite`` such a run is refused. ``input_file``: the file
+    ``texts`` were read from, recorded (its size and modification time) as the input a resume must share; else the
+    texts' sha256 is.
     """
     from bertkit.inference.prepare import prepare_model
     from bertkit.progress import progress_bar
@@ -368,6 +380,23 @@ def extract_features(
     # ``out`` and its shards, in this run's number or another: an earlier output is replaced whole (never some of
     # its shards left to be read with the new ones), and only when ``overwrite`` says so
     earlier = existing_output(out)
+    rank, world = current().rank, current().world_size
+    meta = safetensors_meta(layers, dtype, model.config.hidden_size, max_seq_length, prompt, lowercase,
+                            precision.record())
+    settings = {"layers": layers, "max_seq_length": max_seq_length, "batch_size": batch_size, "dtype": dtype,
+                "chunk_size": chunk_size, "max_shard_bytes": max_shard_bytes, "prompt": prompt, "lowercase": lowercase,
+                "device": str(device), **{k: v for k, v in meta.items() if k != "extraction"}}
+    partial = None
+    if rank == 0:  # the one writer; the others are told which units it has
+        partial = PartialOutput(out, "extract-features", {"settings": settings, "input": _input_identity(
+            input_file, texts), "model": model_identity(loaded_from) or model.config.to_dict()},
+            resume=resume, overwrite=overwrite)
+        overwrite = overwrite or partial.overwrite  # --resume of a run told it may replace the output
+    finished = finished_units(partial.progress if partial else {}, out, units)
+    if world > 1:
+        shared = [finished]
+        torch.distributed.broadcast_object_list(shared, src=0)
+        finished = shared[0]
     for path in dict.fromkeys([*files, *earlier]):
         refuse_existing_file(path, overwrite, flag="--overwrite (overwrite=True from Python)")
     # replaced or removed at the end: beside ``out`` itself (the name given), only an extraction's own shards, never
@@ -376,7 +405,6 @@ def extract_features(
         if (path != out or out not in files) and not is_feature_shard(path):
             raise BertkitError(f"{path} is named as a shard of {out.name} but is not one bertkit wrote (no "
                                "'bertkit-features' metadata); move it away or choose another output file")
-    rank, world = current().rank, current().world_size
     out.parent.mkdir(parents=True, exist_ok=True)
     t0 = time.perf_counter()
     bar = progress_bar(total=len(encoded), enabled=progress and rank == 0, unit="line", dynamic_ncols=True)
@@ -398,19 +426,28 @@ def extract_features(
     if rank != 0:  # the same sequence of gathers as rank 0's writer
         for p, part in enumerate(batches):
             for u in range(len(part)):
-                states_of(p, u)
+                if (p, u) not in finished:
+                    states_of(p, u)
         return {"rank": rank, "lines": sum(len(b) for part in batches for unit in part for b in unit[rank::world])}
-    if out.suffix == ".jsonl":
-        write_jsonl(out, units[0], states_of, encoded, tokenizer, layers, np.dtype(dtype))
-    else:
-        write_safetensors(files, plan, units, states_of, encoded, layers, np.dtype(dtype),
-                           safetensors_meta(layers, dtype, model.config.hidden_size, max_seq_length,
-                                             prompt, lowercase, precision.record()))
+    with partial:
+        if out.suffix == ".jsonl":
+            write_jsonl(partial, out, units[0], states_of, encoded, tokenizer, layers, np.dtype(dtype), bar.update)
+        else:
+            write_safetensors(partial, files, plan, units, states_of, encoded, layers, np.dtype(dtype), meta,
+                              bar.update)
     for path in set(earlier) - set(files):  # the earlier output's other shards, once the new ones are in place:
         if is_feature_shard(path):  # checked again, so a file put there during the run is kept
             path.unlink(missing_ok=True)
     bar.close()
     return _report(files, encoded, layers, world, time.perf_counter() - t0)
+
+
+def _input_identity(input_file: str | os.PathLike | None, texts: Sequence[tuple[str, str | None]]) -> dict:
+    """The input a resumed extraction must share: the file read (as the other resumable commands record theirs),
+    or the texts themselves."""
+    if input_file is not None:
+        return file_identity(input_file)
+    return {"texts": len(texts), "sha256": hashlib.sha256(json.dumps(texts).encode("utf-8")).hexdigest()}
 
 
 def _report(files: Sequence[Path], encoded: Sequence[dict], layers: Sequence[int], world: int,

@@ -163,8 +163,10 @@ def write_error(e: BaseException, path: Path) -> WriteError | None:
 
 def _visible(path: Path) -> Path:
     """``path``, or the directory it is written as where it lies in a staging directory (``.NAME.bertkit-staging``
-    is written as ``NAME``)."""
+    is written as ``NAME``), or the file it is written as (``.NAME.bertkit-partial``, its record and states)."""
     parts = Path(path).parts
+    if parts and parts[-1].startswith(".") and parts[-1].find(PARTIAL, 1) > 1:  # a file written row by row
+        return _visible(Path(*parts[:-1], parts[-1][1:parts[-1].find(PARTIAL, 1)]))  # (bertkit.partial_output)
     for i, part in enumerate(parts):
         if dir_lock.is_staging(Path(part)):
             return Path(*parts[:i], part[1:-len(dir_lock.STAGING)])

@@ -27,6 +27,8 @@ from bertkit.inference.tasks import TASK_LIST, Task, task_named
 from bertkit.tasks.files import MAX_LINE_BYTES, file_format, other_separator, read_records, second_text_fields
 
 logger = logging.getLogger("bertkit")
+CHUNK_BATCHES = 64  # batches per chunk of inputs, and
+MIN_CHUNK = 1024  # inputs per chunk at the least: the unit a killed run's rows are kept in, and resumed from
 
 
 @dataclass(frozen=True)
@@ -269,7 +271,6 @@ def predict_file(s: Any) -> dict[str, Any]:
 
     from bertkit.inference import pipeline
     from bertkit.inference.base import int8_options
-    from bertkit.outputs import atomic_write
 
     columns = Columns(text=s.text_column, text_pair=s.text_pair_column, query=s.query_column,
                       question=s.question_column,
@@ -289,13 +290,22 @@ def predict_file(s: Any) -> dict[str, Any]:
     # the bounds the loaded pipeline sets (--stride below its max_length - 2): refused at the first call, the
     # refusal was taken for a record's and replaced by what encoding that record alone said
     pipe.check_options(options, pipe)
+    from bertkit.partial_output import PartialOutput, file_identity, model_identity
     from bertkit.progress import progress_bar
+    from bertkit.settings import resume_fingerprint
 
     t0 = time.perf_counter()
-    chunk = max(s.batch_size * 64, 1024)  # bounded memory; each chunk is still batched by length
-    with atomic_write(s.output_file) as f, progress_bar(total=len(inputs), unit="input", enabled=s.progress,
-                                                 desc=f"predict {s.task}", dynamic_ncols=True) as bar:
-        for a in range(0, len(inputs), chunk):
+    chunk = max(s.batch_size * CHUNK_BATCHES, MIN_CHUNK)  # bounded memory; each chunk is still batched by length
+    out = Path(s.output_file)
+    # the rows of a run cut short are kept, and --resume goes on from its last chunk, batched as this run batches
+    plan = {"settings": resume_fingerprint(s), "chunk": chunk, "input": file_identity(s.input),
+            "model": model_identity(s.model_name_or_path)}
+    with PartialOutput(out, f"predict {s.task}", plan, resume=s.resume, overwrite=s.overwrite) as partial, \
+            progress_bar(total=len(inputs), unit="input", enabled=s.progress, desc=f"predict {s.task}",
+                         dynamic_ncols=True) as bar:
+        f = partial.appender(out)
+        bar.update(f.rows)
+        for a in range(f.rows, len(inputs), chunk):
             try:
                 results = pipe(inputs[a:a + chunk], **options)
             except NonFiniteError as e:  # no record's result is written; say which record's output overflowed
@@ -307,7 +317,10 @@ def predict_file(s: Any) -> dict[str, Any]:
                 raise _located(e, pipe, inputs, ids, a, chunk, options, s.input) from None
             for id_, result in zip(ids[a:a + chunk], results):
                 f.write(json_line(task.record(id_, result)))
+            f.commit(min(a + chunk, len(inputs)))
             bar.update(min(chunk, len(inputs) - a))
+        f.close()
+        partial.finish([(f.tmp, out)])
     seconds = time.perf_counter() - t0
     return {"task": s.task, "input": str(s.input), "output_file": str(s.output_file), "inputs": len(inputs),
             **pipe.precision.record(), "seconds": round(seconds, 2),

@@ -144,7 +144,24 @@ class PredictSwagSettings(PredictBenchmarkSettings):
 
 
 @dataclass(kw_only=True)
-class ExtractSettings(OverwriteSettings, ProgressSettings, Int8Settings):
+class ResumableFileSettings(OverwriteSettings):
+    """For commands whose output file is written row by row: whether a run cut short is continued."""
+
+    resume: bool = flag(False, how_to_run=True)
+    """Continue the run into --output-file that a kill, Ctrl-C or an error cut short: the rows it finished (kept
+    beside the file, in .NAME.bertkit-partial) are kept and the run goes on from the first unfinished one, the file
+    the bytes of an uninterrupted run. Refused when the settings, the input file (its size and modification time)
+    or the model's files differ from that run's."""
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if self.resume and self.overwrite:  # either winning quietly would do what one of them did not ask
+            raise BertkitError("--resume and --overwrite are both set: --resume continues the run cut short into "
+                               "--output-file, --overwrite starts it again (the rows it wrote are removed); choose one")
+
+
+@dataclass(kw_only=True)
+class ExtractSettings(ResumableFileSettings, ProgressSettings, Int8Settings):
     """Per-token hidden states of chosen layers (google-research/bert's extract_features.py)."""
 
     model_name_or_path: Path = flag(aliases=("--model",))
@@ -228,7 +245,7 @@ class ConvertTfSettings(OverwriteSettings):
 
 
 @dataclass(kw_only=True)
-class PredictFileSettings(OverwriteSettings, ProgressSettings, Int8Settings, EmbeddingSettings):
+class PredictFileSettings(ResumableFileSettings, ProgressSettings, Int8Settings, EmbeddingSettings):
     """Apply a model to your own file (JSONL, CSV/TSV with a header, or one text per line) -> JSONL, one
     record per input in input order."""
 

@@ -1,0 +1,225 @@
+"""What lets a ``predict`` or ``extract-features`` run cut short be continued: its rows, written as they are made.
+
+A command whose output is one file (or a file's shards) writes it beside its name, ``.NAME.bertkit-partial``,
+flushed after each chunk of inputs, and records after each one ``.NAME.bertkit-partial.json``: the plan (the
+settings, the input file's size and modification time, the model's files) and how far the rows go (their count,
+bytes and sha256). Only when the last row is written is the file renamed to its name, so a reader never sees a
+partial file there. A killed run leaves both; ``--resume`` refuses a plan other than its own, cuts the file back to
+the rows its record proves (a row torn by the kill is dropped) and goes on from the next chunk: the chunks, and so
+the batches, are those of an uninterrupted run, and the bytes too. A plain run is refused naming ``--resume`` and
+``--overwrite``; ``--overwrite`` removes what the record names (bertkit's partial names only) and starts again.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import datetime
+import hashlib
+import json
+import logging
+import os
+from collections.abc import Sequence
+from pathlib import Path
+from typing import IO, Any
+
+from bertkit.errors import BertkitError
+from bertkit.manifests import sha256_of
+from bertkit.outputs import _publish, atomic_write_text, fsync_dir, writing
+
+logger = logging.getLogger("bertkit")
+FORMAT = 1
+SUFFIX = ".bertkit-partial"
+
+
+def partial_path(path: Path, kind: str = "") -> Path:
+    """Where ``path`` is written until it is whole (``kind``: another file of the same write, e.g. ".json")."""
+    return path.with_name(f".{path.name}{SUFFIX}{kind}")
+
+
+def file_identity(path: str | os.PathLike) -> dict[str, Any]:
+    """A file as the other resumable commands record their inputs: its name, where it leads, size and mtime."""
+    st = os.stat(path)
+    return {"path": str(path), "absolute": str(Path(path).resolve()), "size": st.st_size, "mtime_ns": st.st_mtime_ns}
+
+
+def model_identity(model: str | os.PathLike | None) -> Any:
+    """A local model directory's files (name, size, mtime); a Hub id (or no path) as given."""
+    if model is None or not Path(model).is_dir():
+        return None if model is None else str(model)
+    return {"directory": str(Path(model).resolve()),
+            **{p.name: [p.stat().st_size, p.stat().st_mtime_ns] for p in sorted(Path(model).iterdir())
+               if p.is_file() and not p.name.startswith(".")}}
+
+
+def resumed_overwrite(out: Path) -> bool:
+    """Whether the run cut short that ``--resume`` continues into ``out`` was told it may replace a file there."""
+    try:
+        return json.loads(partial_path(out, ".json").read_text(encoding="utf-8")).get("overwrite") is True
+    except (OSError, ValueError, AttributeError):
+        return False
+
+
+class PartialOutput:
+    """The partial write of ``out`` by ``command`` under ``plan`` (JSON values): ``progress`` is what the record of a
+    run cut short says is finished ({} for a new run), ``overwrite`` whether the run may replace a file at ``out``."""
+
+    def __init__(self, out: Path, command: str, plan: dict, *, resume: bool, overwrite: bool):
+        self.out, self.command, self.plan = out, command, plan
+        self.record_path = partial_path(out, ".json")
+        self.progress: dict[str, Any] = {}
+        self.overwrite = overwrite
+        self.files: list[str] = []  # the partial files this write made (names beside ``out``), removed by --overwrite
+        earlier = self._read()
+        if earlier is not None and not any((out.parent / str(n)).exists() for n in earlier.get("files") or []):
+            # a kill after the files were renamed into place and before the record went, or before the first
+            # was made: nothing is left to continue
+            self.record_path.unlink()
+            earlier = None
+        if earlier is None:
+            return
+        same = earlier.get("command") == command
+        if overwrite or not resume or not same:
+            if not overwrite:
+                fix = ("pass --resume to continue it, or" if same else
+                       f"continue it with `bertkit {earlier.get('command')} --resume`, or pass")
+                raise BertkitError(f"the last `bertkit {earlier.get('command')}` run into {out} was cut short after "
+                                   f"{_done(earlier.get('progress'))}; its rows are in {partial_path(out)}: {fix} "
+                                   "--overwrite to start again (they are removed)")
+            self.discard(earlier)
+            return
+        _refuse_other_plan(out, command, earlier.get("plan") or {}, plan)
+        self.progress = earlier.get("progress") or {}
+        self.files = list(earlier.get("files") or [])
+        self.overwrite = bool(earlier.get("overwrite"))  # the run continued was told it may replace ``out``
+        logger.info("resuming the write of %s after %s", out, _done(self.progress))
+
+    def _read(self) -> dict | None:
+        if not self.record_path.is_file():
+            return None
+        try:
+            record = json.loads(self.record_path.read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            record = None
+        if not isinstance(record, dict) or record.get("format") != FORMAT:
+            raise BertkitError(f"{self.record_path} is not a record this bertkit reads (written by another version, "
+                               "or changed by hand): remove it and the partial files beside it, or choose another "
+                               "output file")
+        return record
+
+    def __enter__(self) -> PartialOutput:
+        return self
+
+    def __exit__(self, kind: Any, error: Any, tb: Any) -> None:
+        # a run stopped before it committed a row leaves nothing to resume: nothing of its own either
+        if kind is not None and not any(p.get("rows") or p.get("units") or p.get("shards") for p in self.progress.values()
+                                        if isinstance(p, dict)):
+            with contextlib.suppress(OSError):  # a read-only or full disk: its own error is the one to see
+                self.discard({"files": self.files})
+
+    def save(self, progress: dict[str, Any]) -> None:
+        """Record ``progress`` once the files it names are flushed to disk."""
+        self.progress = progress
+        atomic_write_text(self.record_path, json.dumps(
+            {"format": FORMAT, "command": self.command, "plan": self.plan, "overwrite": self.overwrite,
+             "files": self.files, "progress": progress}, sort_keys=True) + "\n")
+
+    def own(self, path: Path) -> Path:
+        """``path`` (beside ``out``) counted among this write's files."""
+        if path.name not in self.files:
+            self.files.append(path.name)
+        return path
+
+    def discard(self, record: dict) -> None:
+        """Remove what a run cut short recorded (bertkit's partial names beside ``out`` only), then its record."""
+        for name in record.get("files") or []:
+            if isinstance(name, str) and name.startswith(".") and SUFFIX in name and "/" not in name:
+                (self.out.parent / name).unlink(missing_ok=True)
+        self.record_path.unlink(missing_ok=True)
+
+    def finish(self, placed: Sequence[tuple[Path, Path]]) -> None:
+        """Each finished partial file renamed to its name (as ``atomic_target`` places a file), then the record
+        removed: a kill in between leaves a record naming no file, which the next run passes over."""
+        for tmp, path in reversed(placed):  # the first file last: an output is not found before all of it is
+            with writing(path):
+                _publish(tmp, path)
+        fsync_dir(self.out.parent)
+        self.record_path.unlink(missing_ok=True)
+
+    def appender(self, path: Path) -> Appender:
+        return Appender(self, path)
+
+
+class Appender:
+    """Rows appended to ``partial_path(path)``, committed by count: ``rows`` is where a resumed run goes on."""
+
+    def __init__(self, run: PartialOutput, path: Path):
+        self.run, self.path, self.tmp = run, path, run.own(partial_path(path))
+        progress = run.progress.get(path.name) or {}
+        self.rows, size = int(progress.get("rows", 0)), int(progress.get("bytes", 0))
+        self.digest = hashlib.sha256()
+        if self.rows and not (self.tmp.is_file() and self.tmp.stat().st_size >= size
+                              and sha256_of(self.tmp, size) == progress.get("sha256")):
+            logger.warning("%s is missing or differs from the rows recorded when it was written: every row is made "
+                           "again", self.tmp)
+            self.rows = size = 0
+        if not self.rows:
+            run.save(run.progress)  # the file named before it is made: a kill leaves no file no record names
+        with writing(self.tmp):
+            self.file: IO[bytes] = open(self.tmp, "r+b" if self.rows else "wb")  # noqa: SIM115 (closed by close())
+            while self.file.tell() < size:
+                self.digest.update(self.file.read(min(1 << 20, size - self.file.tell())))
+            if self.rows:
+                self.file.truncate(size)  # a row torn by the kill, and any row past the record: made again
+                self.file.seek(size)
+
+    def write(self, text: str) -> None:
+        data = text.encode("utf-8")
+        self.digest.update(data)
+        with writing(self.tmp):
+            self.file.write(data)
+
+    def commit(self, rows: int, **extra: Any) -> None:
+        """The rows written so far (``rows`` of them) flushed to disk and recorded."""
+        with writing(self.tmp):
+            self.file.flush()
+            os.fsync(self.file.fileno())
+        self.rows = rows
+        self.run.save({**self.run.progress, self.path.name: {"rows": rows, "bytes": self.file.tell(),
+                                                             "sha256": self.digest.hexdigest(), **extra}})
+
+    def close(self) -> None:
+        self.file.close()
+
+
+def _done(progress: Any) -> str:
+    rows = sum(int(p.get("rows", 0)) for p in (progress or {}).values() if isinstance(p, dict))
+    return f"{rows:,} row(s)"
+
+
+def _refuse_other_plan(out: Path, command: str, earlier: dict, now: dict) -> None:
+    """--resume continues the run ``earlier`` describes: the same settings, input and model (``now``'s)."""
+    for part in now:
+        then, value = earlier.get(part), now[part]
+        if then == value:
+            continue
+        what = {"settings": "other settings", "input": "another input file", "model": "another model"}.get(
+            part, f"another {part}")
+        if isinstance(value, dict) and isinstance(then, dict) and "mtime_ns" not in value:
+            keys = [k for k in value if then.get(k) != value[k]] + [k for k in then if k not in value]
+            name = (lambda k: f"--{k.replace('_', '-')}") if part == "settings" else str
+            shown = "; ".join(f"{name(k)} {_shown(then.get(k))} then, {_shown(value.get(k))} now" for k in keys[:4])
+        else:
+            shown = f"{_shown(then)} then, {_shown(value)} now"
+        raise BertkitError(f"cannot --resume into {out}: its `bertkit {command}` run was cut short with {what} "
+                           f"({shown}); resume with the original {part}, pass --overwrite to start again (only the "
+                           "rows bertkit wrote are removed), or choose another output file")
+
+
+def _shown(value: Any) -> str:
+    if isinstance(value, dict) and "mtime_ns" in value:
+        when = datetime.datetime.fromtimestamp(value["mtime_ns"] / 1e9, datetime.UTC)
+        return f"{value.get('path')!r} ({value.get('size', 0):,} bytes, modified {when:%Y-%m-%d %H:%M:%S.%f} UTC)"
+    if isinstance(value, list) and len(value) == 2 and all(isinstance(v, int) for v in value):
+        when = datetime.datetime.fromtimestamp(value[1] / 1e9, datetime.UTC)
+        return f"({value[0]:,} bytes, modified {when:%Y-%m-%d %H:%M:%S.%f} UTC)"
+    return repr(value)

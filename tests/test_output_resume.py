@@ -1,0 +1,273 @@
+"""`bertkit predict` and `extract-features` cut short (SIGKILL in a child process, or Ctrl-C from a hook), then
+--resume: the rows finished before the kill are kept, a row torn by the kill is made again, and the finished file is
+byte for byte an uninterrupted run's; a plain run is refused naming --resume and --overwrite, and a resume with
+another input file, setting or model is refused naming the value then and now.
+
+Real text (SST-2 dev sentences), MiniLM's first 2 layers; chunks of 6 inputs in batches of 2 (the command's are
+64 batches of at least 1,024 inputs) so that a run of 24 inputs has four chunks to be cut between.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import os
+import signal
+import struct
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from bertkit import partial_output
+from bertkit.cli import main
+from bertkit.inference import files
+
+ROOT = Path(__file__).resolve().parents[1]
+SST2 = Path(os.environ.get("BERTKIT_DATA", ROOT.parent / "shared" / "data")) / "glue" / "SST-2" / "dev.tsv"
+CHUNK = {"MIN_CHUNK": 1, "CHUNK_BATCHES": 3}  # batch size 2: 6 inputs a chunk
+
+pytestmark = pytest.mark.skipif(not SST2.is_file(), reason=f"SST-2 not found at {SST2}")
+
+
+@pytest.fixture(scope="module")
+def texts() -> list[str]:
+    with open(SST2, encoding="utf-8", newline="") as f:
+        return [row["sentence"] for row in csv.DictReader(f, delimiter="\t", quoting=csv.QUOTE_NONE)][:24]
+
+
+@pytest.fixture(scope="module")
+def classifier(tmp_path_factory, minilm_2_layers, tiny_checkpoint) -> Path:
+    import torch
+
+    from bertkit.heads import BertForSequenceClassification
+    from bertkit.tokenization import BertTokenizer
+
+    out = tmp_path_factory.mktemp("clf")
+    torch.manual_seed(0)
+    BertForSequenceClassification.from_pretrained(minilm_2_layers, id2label={0: "negative", 1: "positive"}
+                                                  ).save_pretrained(out)
+    BertTokenizer.from_pretrained(minilm_2_layers).save_pretrained(out)
+    return out
+
+
+@pytest.fixture
+def small_chunks(monkeypatch):
+    for name, value in CHUNK.items():
+        monkeypatch.setattr(files, name, value)
+
+
+def _predict(task: str, model: Path, inputs: Path, out: Path, *flags: str) -> int:
+    return main(["predict", task, "--model", str(model), "--input", str(inputs), "--output-file", str(out),
+                 "--batch-size", "2", "--no-progress", *flags])
+
+
+def _cut_after(monkeypatch, commits: int) -> None:
+    """Ctrl-C once ``commits`` chunks are recorded."""
+    real, seen = partial_output.Appender.commit, []
+
+    def commit(self, rows, **extra):
+        real(self, rows, **extra)
+        seen.append(rows)
+        if len(seen) == commits:
+            raise KeyboardInterrupt
+
+    monkeypatch.setattr(partial_output.Appender, "commit", commit)
+
+
+def test_predict_cut_short_resumes_to_the_bytes_of_an_uninterrupted_run(classifier, texts, tmp_path, monkeypatch,
+                                                                        small_chunks, capsys):
+    inputs = tmp_path / "in.txt"
+    inputs.write_text("\n".join(texts) + "\n", encoding="utf-8")
+    assert _predict("text-classification", classifier, inputs, tmp_path / "whole.jsonl") == 0
+    out = tmp_path / "out.jsonl"
+    _cut_after(monkeypatch, 2)
+    assert _predict("text-classification", classifier, inputs, out) == 130  # interrupted
+    monkeypatch.undo()
+    for name, value in CHUNK.items():
+        monkeypatch.setattr(files, name, value)
+    assert not out.exists()  # a reader never sees part of the file at its name
+    kept = tmp_path / ".out.jsonl.bertkit-partial"
+    assert len(kept.read_bytes().splitlines()) == 12
+    capsys.readouterr()
+    assert _predict("text-classification", classifier, inputs, out) == 2
+    err = capsys.readouterr().err
+    assert (f"the last `bertkit predict text-classification` run into {out} was cut short after 12 row(s); its rows "
+            f"are in {kept}: pass --resume to continue it, or --overwrite to start again (they are removed)") in err
+    with open(kept, "ab") as f:
+        f.write(b'{"id": 12, "label": "posi')  # a row torn by the kill: dropped and made again
+    assert _predict("text-classification", classifier, inputs, out, "--resume") == 0
+    assert out.read_bytes() == (tmp_path / "whole.jsonl").read_bytes()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["in.txt", "out.jsonl", "whole.jsonl"]
+
+
+_KILLER = """
+    import os, signal, sys
+    from bertkit import partial_output
+    from bertkit.inference import files
+    files.MIN_CHUNK, files.CHUNK_BATCHES = 1, 3
+    commit = partial_output.Appender.commit
+
+    def killed(self, rows, **extra):  # SIGKILL with half a row written after the second chunk's
+        commit(self, rows, **extra)
+        if rows == 12:
+            self.write('{"id": 12, "entit')
+            self.file.flush()
+            os.kill(os.getpid(), signal.SIGKILL)
+
+    partial_output.Appender.commit = killed
+    from bertkit.cli import main
+    main(sys.argv[1:])
+"""
+
+
+def _child(script: str, *args: str) -> subprocess.CompletedProcess:
+    env = {**os.environ, "PYTHONPATH": str(ROOT / "src"), "OMP_NUM_THREADS": "1"}
+    return subprocess.run([sys.executable, "-c", textwrap.dedent(script), *args], env=env, capture_output=True,
+                          text=True, timeout=120)
+
+
+def test_predict_token_task_killed_in_a_child_resumes_to_the_same_bytes(texts, tmp_path, minilm_2_layers,
+                                                                         tiny_checkpoint, small_chunks):
+    model = tiny_checkpoint(tmp_path / "ner", "BertForTokenClassification", tokenizer=minilm_2_layers,
+                            labels=["O", "B-PER", "I-PER", "B-LOC", "I-LOC"])
+    inputs = tmp_path / "in.jsonl"
+    inputs.write_text("".join(json.dumps({"text": t, "key": f"s{i}"}) + "\n" for i, t in enumerate(texts)),
+                      encoding="utf-8")
+    flags = ["--id-column", "key", "--aggregation-strategy", "average"]
+    assert _predict("token-classification", model, inputs, tmp_path / "whole.jsonl", *flags) == 0
+    out = tmp_path / "out.jsonl"
+    done = _child(_KILLER, "predict", "token-classification", "--model", str(model), "--input", str(inputs),
+                  "--output-file", str(out), "--batch-size", "2", "--no-progress", *flags)
+    assert done.returncode == -signal.SIGKILL, done.stderr
+    assert not out.exists()
+    assert (tmp_path / ".out.jsonl.bertkit-partial").read_bytes().endswith(b'{"id": 12, "entit')
+    assert _predict("token-classification", model, inputs, out, "--resume", *flags) == 0
+    assert out.read_bytes() == (tmp_path / "whole.jsonl").read_bytes()
+
+
+def test_a_resume_with_another_input_setting_or_model_is_refused_naming_it(classifier, texts, tmp_path, monkeypatch,
+                                                                          small_chunks, capsys):
+    import shutil
+
+    model = tmp_path / "model"
+    shutil.copytree(classifier, model)
+    inputs = tmp_path / "in.txt"
+    inputs.write_text("\n".join(texts) + "\n", encoding="utf-8")
+    out = tmp_path / "out.jsonl"
+    _cut_after(monkeypatch, 1)
+    assert _predict("text-classification", model, inputs, out) == 130
+    monkeypatch.undo()
+    for name, value in CHUNK.items():
+        monkeypatch.setattr(files, name, value)
+    capsys.readouterr()
+    assert _predict("text-classification", model, inputs, out, "--resume", "--max-length", "64") == 2
+    assert (f"cannot --resume into {out}: its `bertkit predict text-classification` run was cut short with other "
+            "settings (--max-length None then, 64 now); resume with the original settings, pass --overwrite to start "
+            "again") in capsys.readouterr().err
+    st = inputs.stat()
+    os.utime(inputs, ns=(st.st_atime_ns, st.st_mtime_ns + 10**9))
+    assert _predict("text-classification", model, inputs, out, "--resume") == 2
+    err = capsys.readouterr().err
+    assert f"cut short with another input file ('{inputs}' ({st.st_size:,} bytes, modified " in err
+    assert err.count(f"{st.st_size:,} bytes") == 2 and "then," in err and "now); resume with the original input" in err
+    os.utime(inputs, ns=(st.st_atime_ns, st.st_mtime_ns))
+    weights = model / "model.safetensors"
+    os.utime(weights, ns=(weights.stat().st_atime_ns, weights.stat().st_mtime_ns + 10**9))
+    assert _predict("text-classification", model, inputs, out, "--resume") == 2
+    assert "cut short with another model (model.safetensors (" in capsys.readouterr().err
+    assert _predict("text-classification", model, inputs, out, "--resume", "--overwrite") == 2
+    assert "--resume and --overwrite are both set" in capsys.readouterr().err
+    assert _predict("text-classification", model, inputs, out, "--overwrite") == 0  # starts again
+    assert len(out.read_text(encoding="utf-8").splitlines()) == 24
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["in.txt", "model", "out.jsonl"]
+
+
+# -- extract-features -----------------------------------------------------------------------------------------------
+
+_FEATURES = dict(layers=[-1, -2], batch_size=2, chunk_size=4, max_shard_bytes=600_000, progress=False)  # 4 shards
+
+
+def _without_extraction(data: bytes) -> bytes:
+    """A .safetensors shard's bytes with its extraction's id blanked (each extraction draws its own)."""
+    if data.startswith(b'{"linex_index"'):  # a .jsonl
+        return data
+    header = json.loads(data[8:8 + struct.unpack("<Q", data[:8])[0]])
+    return data.replace(header["__metadata__"]["extraction"].encode(), b"0" * 32)
+
+
+def _features_model(path: Path):
+    from bertkit.modeling import BertModel
+    from bertkit.tokenization import BertTokenizer
+
+    return BertModel.from_pretrained(path), BertTokenizer.from_pretrained(path)
+
+
+@pytest.mark.parametrize("suffix", [".jsonl", ".safetensors"])
+def test_extract_features_cut_short_resumes_to_the_same_bytes(minilm_2_layers, texts, tmp_path, monkeypatch, suffix):
+    from bertkit import features
+
+    model, tok = _features_model(minilm_2_layers)
+    pairs = [(t, None) for t in texts]
+    whole = features.extract_features(model, tok, pairs, tmp_path / f"whole{suffix}", **_FEATURES)["files"]
+    assert len(whole) == (1 if suffix == ".jsonl" else 4)
+    run, calls = features.run_batches, []
+
+    def cut(*args, **kwargs):  # Ctrl-C as the third unit starts (the second shard's first)
+        calls.append(1)
+        if len(calls) == 3:
+            raise KeyboardInterrupt
+        return run(*args, **kwargs)
+
+    out = tmp_path / f"out{suffix}"
+    monkeypatch.setattr(features, "run_batches", cut)
+    with pytest.raises(KeyboardInterrupt):
+        features.extract_features(model, tok, pairs, out, **_FEATURES)
+    monkeypatch.undo()
+    assert not [p for p in tmp_path.iterdir() if p.name.startswith("out")]
+    with pytest.raises(Exception, match=r"was cut short after .*pass --resume to continue it, or --overwrite"):
+        features.extract_features(model, tok, pairs, out, **_FEATURES)
+    done = features.extract_features(model, tok, pairs, out, resume=True, **_FEATURES)["files"]
+    assert [Path(p).name.replace("out", "whole") for p in done] == [Path(p).name for p in whole]
+    for a, b in zip(done, whole):
+        assert _without_extraction(Path(a).read_bytes()) == _without_extraction(Path(b).read_bytes())
+    assert not [p.name for p in tmp_path.iterdir() if p.name.startswith(".")]
+
+
+_FEATURES_KILLER = """
+    import json, os, signal, sys
+    from bertkit import features
+    from bertkit.modeling import BertModel
+    from bertkit.tokenization import BertTokenizer
+    model_dir, out, texts, options = sys.argv[1], sys.argv[2], json.loads(sys.argv[3]), json.loads(sys.argv[4])
+    run, calls = features.run_batches, []
+
+    def killed(*args, **kwargs):  # SIGKILL as the fourth unit starts: shard 1 whole, shard 2 part made
+        calls.append(1)
+        if len(calls) == 4:
+            os.kill(os.getpid(), signal.SIGKILL)
+        return run(*args, **kwargs)
+
+    features.run_batches = killed
+    features.extract_features(BertModel.from_pretrained(model_dir), BertTokenizer.from_pretrained(model_dir),
+                              [(t, None) for t in texts], out, **options)
+"""
+
+
+def test_extract_features_safetensors_killed_in_a_child_resumes_to_the_same_bytes(minilm_2_layers, texts, tmp_path):
+    from bertkit import features
+
+    model, tok = _features_model(minilm_2_layers)
+    pairs = [(t, None) for t in texts]
+    whole = features.extract_features(model, tok, pairs, tmp_path / "whole.safetensors", **_FEATURES)["files"]
+    out = tmp_path / "out.safetensors"
+    done = _child(_FEATURES_KILLER, str(minilm_2_layers), str(out), json.dumps(texts), json.dumps(_FEATURES))
+    assert done.returncode == -signal.SIGKILL, done.stderr
+    assert not [p for p in tmp_path.iterdir() if p.name.startswith("out")]
+    resumed = features.extract_features(model, tok, pairs, out, resume=True, **_FEATURES)["files"]
+    # the metadata in one order whatever the process (safetensors writes its hash map's order)
+    for a, b in zip(resumed, whole, strict=True):
+        assert _without_extraction(Path(a).read_bytes()) == _without_extraction(Path(b).read_bytes())
+    assert [r["line_index"] for r in features.read_features(out)] == list(range(24))
