@@ -163,6 +163,13 @@ def test_a_resume_with_another_input_setting_or_model_is_refused_naming_it(class
     for name, value in CHUNK.items():
         monkeypatch.setattr(files, name, value)
     capsys.readouterr()
+    record = tmp_path / ".out.jsonl.bertkit-partial.json"
+    written = record.read_text(encoding="utf-8")
+    record.write_text(json.dumps({**json.loads(written), "pid": os.getppid()}), encoding="utf-8")  # a live writer
+    assert _predict("text-classification", model, inputs, out, "--resume") == 2
+    assert (f"{out} is being written by another bertkit command (process {os.getppid()}, `bertkit predict "
+            "text-classification`); wait for it to finish") in capsys.readouterr().err
+    record.write_text(written, encoding="utf-8")
     assert _predict("text-classification", model, inputs, out, "--resume", "--max-length", "64") == 2
     assert (f"cannot --resume into {out}: its `bertkit predict text-classification` run was cut short with other "
             "settings (--max-length None then, 64 now); resume with the original settings, pass --overwrite to start "

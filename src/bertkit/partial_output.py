@@ -24,7 +24,7 @@ from typing import IO, Any
 
 from bertkit.errors import BertkitError
 from bertkit.manifests import sha256_of
-from bertkit.outputs import _publish, atomic_write_text, fsync_dir, writing
+from bertkit.outputs import _alive, _publish, atomic_write_text, fsync_dir, writing
 
 logger = logging.getLogger("bertkit")
 FORMAT = 1
@@ -77,6 +77,11 @@ class PartialOutput:
             earlier = None
         if earlier is None:
             return
+        pid = earlier.get("pid")
+        if isinstance(pid, int) and pid != os.getpid() and _alive(pid):
+            raise BertkitError(f"{out} is being written by another bertkit command (process {pid}, "
+                               f"`bertkit {earlier.get('command')}`); wait for it to finish, or choose another output "
+                               "file")
         same = earlier.get("command") == command
         if overwrite or not resume or not same:
             if not overwrite:
@@ -120,8 +125,8 @@ class PartialOutput:
         """Record ``progress`` once the files it names are flushed to disk."""
         self.progress = progress
         atomic_write_text(self.record_path, json.dumps(
-            {"format": FORMAT, "command": self.command, "plan": self.plan, "overwrite": self.overwrite,
-             "files": self.files, "progress": progress}, sort_keys=True) + "\n")
+            {"format": FORMAT, "command": self.command, "pid": os.getpid(), "plan": self.plan,
+             "overwrite": self.overwrite, "files": self.files, "progress": progress}, sort_keys=True) + "\n")
 
     def own(self, path: Path) -> Path:
         """``path`` (beside ``out``) counted among this write's files."""
