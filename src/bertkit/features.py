@@ -373,13 +373,6 @@ def extract_features(
     # as pipelines run it: bf16 checked, on the CPU the copy made for inference, the model passed in left as it is
     model, precision = prepare_model(model, device=device, bf16=bf16)
     device, bf16 = precision.device, precision.bf16
-    encode_texts(tokenizer, [], max_seq_length, prompt=prompt, lowercase=lowercase)  # its arguments checked first
-    encoded = EncodedLines(_encoded(tokenizer, texts, max_seq_length, prompt, lowercase))
-    per_token = len(positions) * model.config.hidden_size * np.dtype(dtype).itemsize
-    plan, files, units, batches = _plan_output(out, encoded, per_token, max_shard_bytes, chunk_size, batch_size)
-    # ``out`` and its shards, in this run's number or another: an earlier output is replaced whole (never some of
-    # its shards left to be read with the new ones), and only when ``overwrite`` says so
-    earlier = existing_output(out)
     rank, world = current().rank, current().world_size
     meta = safetensors_meta(layers, dtype, model.config.hidden_size, max_seq_length, prompt, lowercase,
                             precision.record())
@@ -387,11 +380,18 @@ def extract_features(
                 "chunk_size": chunk_size, "max_shard_bytes": max_shard_bytes, "prompt": prompt, "lowercase": lowercase,
                 "device": str(device), **{k: v for k, v in meta.items() if k != "extraction"}}
     partial = None
-    if rank == 0:  # the one writer; the others are told which units it has
+    if rank == 0:  # the one writer (the others are told which units it has): a run cut short, before any text is read
         partial = PartialOutput(out, "extract-features", {"settings": settings, "input": _input_identity(
             input_file, texts), "model": model_identity(loaded_from) or model.config.to_dict()},
             resume=resume, overwrite=overwrite)
         overwrite = overwrite or partial.overwrite  # --resume of a run told it may replace the output
+    encode_texts(tokenizer, [], max_seq_length, prompt=prompt, lowercase=lowercase)  # its arguments checked first
+    encoded = EncodedLines(_encoded(tokenizer, texts, max_seq_length, prompt, lowercase))
+    per_token = len(positions) * model.config.hidden_size * np.dtype(dtype).itemsize
+    plan, files, units, batches = _plan_output(out, encoded, per_token, max_shard_bytes, chunk_size, batch_size)
+    # ``out`` and its shards, in this run's number or another: an earlier output is replaced whole (never some of
+    # its shards left to be read with the new ones), and only when ``overwrite`` says so
+    earlier = existing_output(out)
     finished = finished_units(partial.progress if partial else {}, out, units)
     if world > 1:
         shared = [finished]

@@ -271,6 +271,8 @@ def predict_file(s: Any) -> dict[str, Any]:
 
     from bertkit.inference import pipeline
     from bertkit.inference.base import int8_options
+    from bertkit.partial_output import PartialOutput, file_identity, model_identity
+    from bertkit.settings import resume_fingerprint
 
     columns = Columns(text=s.text_column, text_pair=s.text_pair_column, query=s.query_column,
                       question=s.question_column,
@@ -283,6 +285,12 @@ def predict_file(s: Any) -> dict[str, Any]:
                               tokenizer=task.pipeline_class().tokenizer_of(s.model_name_or_path),  # no weights yet
                               pair_model=pair_model)  # checked before the model loads
     check_writable(s.output_file)  # and where the predictions go: before the model runs, not after
+    # the rows of a run cut short are kept, and --resume goes on from its last chunk, batched as this run batches:
+    # a run cut short is found (and a plain run refused) before the model loads
+    chunk = max(s.batch_size * CHUNK_BATCHES, MIN_CHUNK)  # bounded memory; each chunk is still batched by length
+    plan = {"settings": resume_fingerprint(s), "chunk": chunk, "input": file_identity(s.input),
+            "model": model_identity(s.model_name_or_path)}
+    partial = PartialOutput(Path(s.output_file), f"predict {s.task}", plan, resume=s.resume, overwrite=s.overwrite)
     inputs, options = task.call_inputs(inputs, s)
     task.pipeline_class().check_options(options)  # --top-k and the like: before the model loads, not at its first call
     pipe = pipeline(s.task, s.model_name_or_path, device=s.device, bf16=s.bf16, batch_size=s.batch_size,
@@ -290,19 +298,12 @@ def predict_file(s: Any) -> dict[str, Any]:
     # the bounds the loaded pipeline sets (--stride below its max_length - 2): refused at the first call, the
     # refusal was taken for a record's and replaced by what encoding that record alone said
     pipe.check_options(options, pipe)
-    from bertkit.partial_output import PartialOutput, file_identity, model_identity
     from bertkit.progress import progress_bar
-    from bertkit.settings import resume_fingerprint
 
     t0 = time.perf_counter()
-    chunk = max(s.batch_size * CHUNK_BATCHES, MIN_CHUNK)  # bounded memory; each chunk is still batched by length
     out = Path(s.output_file)
-    # the rows of a run cut short are kept, and --resume goes on from its last chunk, batched as this run batches
-    plan = {"settings": resume_fingerprint(s), "chunk": chunk, "input": file_identity(s.input),
-            "model": model_identity(s.model_name_or_path)}
-    with PartialOutput(out, f"predict {s.task}", plan, resume=s.resume, overwrite=s.overwrite) as partial, \
-            progress_bar(total=len(inputs), unit="input", enabled=s.progress, desc=f"predict {s.task}",
-                         dynamic_ncols=True) as bar:
+    with partial, progress_bar(total=len(inputs), unit="input", enabled=s.progress, desc=f"predict {s.task}",
+                               dynamic_ncols=True) as bar:
         f = partial.appender(out)
         bar.update(f.rows)
         for a in range(f.rows, len(inputs), chunk):
