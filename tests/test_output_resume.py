@@ -278,3 +278,21 @@ def test_extract_features_safetensors_killed_in_a_child_resumes_to_the_same_byte
     for a, b in zip(resumed, whole, strict=True):
         assert _without_extraction(Path(a).read_bytes()) == _without_extraction(Path(b).read_bytes())
     assert [r["line_index"] for r in features.read_features(out)] == list(range(24))
+
+
+def test_a_resumed_overwrite_replaces_the_file_it_was_told_to_and_keeps_it_until_then(classifier, texts, tmp_path,
+                                                                                      monkeypatch, small_chunks):
+    inputs = tmp_path / "in.txt"
+    inputs.write_text("\n".join(texts) + "\n", encoding="utf-8")
+    out = tmp_path / "out.jsonl"
+    assert _predict("text-classification", classifier, inputs, out) == 0
+    whole = out.read_bytes()
+    out.write_bytes(b"an earlier file\n")
+    _cut_after(monkeypatch, 1)
+    assert _predict("text-classification", classifier, inputs, out, "--overwrite") == 130
+    monkeypatch.undo()
+    for name, value in CHUNK.items():
+        monkeypatch.setattr(files, name, value)
+    assert out.read_bytes() == b"an earlier file\n"  # replaced only when the new file is whole
+    assert _predict("text-classification", classifier, inputs, out, "--resume") == 0  # as the run it continues was
+    assert out.read_bytes() == whole
