@@ -214,3 +214,25 @@ def test_resume_and_overwrite_together_are_refused_on_the_command_line(corpus, t
     assert main(["create-pretraining-data", *corpus, "--vocab", str(MODEL), "--output-dir", str(tmp_path / "o"),
                  "--resume", "--overwrite"]) == 2
     assert "--resume and --overwrite are both set" in capsys.readouterr().err
+
+
+def test_a_corpus_refused_in_its_last_unit_leaves_nothing_and_the_corrected_run_is_not_refused(tok, corpus, reference,
+                                                                                               tmp_path, capsys):
+    """Bytes that are not UTF-8 in the last work unit: the two finished units were kept for --resume, which the
+    corrected file (changed since it was read) then refused, as a plain run refused the kept run: --overwrite was the
+    only way on. The input's own error leaves nothing now, and the corrected run makes the reference's bytes."""
+    files = [str(tmp_path / Path(f).name) for f in corpus]
+    for copy, original in zip(files, corpus):
+        Path(copy).write_bytes(Path(original).read_bytes())
+    good = Path(files[-1]).read_bytes()
+    Path(files[-1]).write_bytes(good + b"\nA last line \xff of bad bytes.\n")
+    out = tmp_path / "out"
+    argv = ["create-pretraining-data", *files, "--vocab", str(MODEL), "--output-dir", str(out), *FLAGS,
+            "--num-workers", "1"]
+    assert main(argv) == 2
+    assert "is not valid UTF-8" in capsys.readouterr().err
+    assert not out.exists() and not _staging(out).exists()
+    Path(files[-1]).write_bytes(good)
+    assert main(argv) == 0, capsys.readouterr().err
+    made = _contents(out)  # the manifest names the copies' paths
+    assert made.pop("manifest.json") and made == {k: v for k, v in reference.items() if k != "manifest.json"}

@@ -53,6 +53,12 @@ def keyword_only(reference: tuple[str, ...], library: str) -> Callable[[Callable
     return wrap
 
 
+class InputError(BertkitError):
+    """The input itself is refused partway through a run (bytes that are not UTF-8, a corpus with nothing to make):
+    its fix changes an input file or a setting, which a ``--resume`` refuses, so the run it cut short is not kept for
+    one (``bertkit.runs.output_dir``) and would only refuse the corrected re-run."""
+
+
 class MissingFileError(BertkitError, FileNotFoundError):
     """A file or directory the user named (or that a command needs) does not exist."""
 

@@ -33,7 +33,7 @@ from typing import Any
 
 from bertkit import dir_lock
 from bertkit.dir_lock import LOCK, staging_path
-from bertkit.errors import BertkitError
+from bertkit.errors import BertkitError, InputError
 from bertkit.manifests import MANIFEST_FORMAT, listing, proven_files, read_marker, recorded_files, sha256_of
 from bertkit.outputs import (
     BOOKKEEPING,
@@ -467,7 +467,9 @@ def output_dir(path: str | os.PathLike, command: str, fingerprint: dict | None =
                              paths=paths, inputs=inputs, stage=stage, in_place=in_place, defaults=defaults)
     try:
         yield claim
-    except BaseException:
+    except BaseException as error:
+        if isinstance(error, InputError):  # nothing a resume could continue
+            claim.resumable = False
         claim.release(False)
         raise
     claim.release(True, keep_lock)

@@ -37,7 +37,7 @@ from bertkit.data.shards import (
     write_manifest,
 )
 from bertkit.data.text import WorkUnit, iter_documents, plan_work_units
-from bertkit.errors import BertkitError
+from bertkit.errors import BertkitError, InputError
 from bertkit.manifests import sha256_of
 from bertkit.outputs import atomic_write_text
 from bertkit.progress import progress_bar
@@ -72,7 +72,7 @@ def create_pretraining_data(
     ``progress=False``, and ``overwrite`` to replace an earlier run in ``output_dir`` (``bertkit.runs``: only the
     files its manifest proves bertkit's, once this one is complete). The directory is written beside
     ``output_dir`` and moved into place whole: a failure or a kill leaves no partial set of shards there. A run cut
-    short (a kill, Ctrl-C, an error) keeps its finished units' shards in that staging directory: ``resume=True``
+    short (a kill, Ctrl-C, a full disk) keeps its finished units' shards in that staging directory: ``resume=True``
     continues it, making only the units not finished, the output the bytes an uninterrupted run writes; it is
     refused when the settings, the input files (their sizes and modification times), the tokenizer or the plan of
     work units differ from the run it continues. Read the result with :class:`PretrainingDataset`.
@@ -153,12 +153,12 @@ COUNTS = ("instances", "tokens", "documents", "multi_sentence_documents", "sente
 
 def _check_counts(counts: dict, num_files: int, input_format: str) -> None:
     if counts["documents"] == 0:
-        raise BertkitError(
+        raise InputError(
             f"no text found in the {num_files} input file(s) after clean-up "
             f"(input_format={input_format!r}); see bertkit.data.text for what is kept"
         )
     if counts["multi_sentence_documents"] == 0:
-        raise BertkitError(
+        raise InputError(
             f"none of the {counts['documents']} documents has two or more sentences, so next-sentence "
             "pairs are impossible; with input_format='sentences' put one sentence per line and a "
             "blank line between documents"

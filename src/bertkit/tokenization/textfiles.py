@@ -10,7 +10,7 @@ import glob
 import os
 from collections.abc import Iterator, Sequence
 
-from bertkit.errors import BertkitError, MissingFileError
+from bertkit.errors import BertkitError, InputError, MissingFileError
 from bertkit.manifests import owns
 from bertkit.runs import match_files
 
@@ -104,7 +104,7 @@ def iter_lines(
                 line = raw.decode("utf-8", errors=errors)
             except UnicodeDecodeError as exc:
                 where = f"line {lineno}" if start == 0 else f"line {lineno} after byte {start}"
-                raise BertkitError(
+                raise InputError(
                     f"{path}: {where} (byte offset {offset + exc.start}) is not valid UTF-8 "
                     f"({raw[exc.start : exc.start + 4]!r}); fix the file or pass --errors replace "
                     "(errors='replace') to read bad bytes as U+FFFD"
