@@ -42,6 +42,12 @@ def file_identity(path: str | os.PathLike) -> dict[str, Any]:
     return {"path": str(path), "absolute": str(Path(path).resolve()), "size": st.st_size, "mtime_ns": st.st_mtime_ns}
 
 
+def file_version(identity: dict[str, Any]) -> str:
+    """A ``file_identity``'s size and time, as a refusal names what changed: "1,024 bytes, modified ... UTC"."""
+    when = datetime.datetime.fromtimestamp(identity.get("mtime_ns", 0) / 1e9, datetime.UTC)
+    return f"{identity.get('size', 0):,} bytes, modified {when:%Y-%m-%d %H:%M:%S.%f} UTC"
+
+
 def model_identity(model: str | os.PathLike | None) -> Any:
     """A local model directory's files (name, size, mtime); a Hub id (or no path) as given."""
     if model is None or not Path(model).is_dir():
@@ -222,9 +228,7 @@ def _refuse_other_plan(out: Path, command: str, earlier: dict, now: dict) -> Non
 
 def _shown(value: Any) -> str:
     if isinstance(value, dict) and "mtime_ns" in value:
-        when = datetime.datetime.fromtimestamp(value["mtime_ns"] / 1e9, datetime.UTC)
-        return f"{value.get('path')!r} ({value.get('size', 0):,} bytes, modified {when:%Y-%m-%d %H:%M:%S.%f} UTC)"
-    if isinstance(value, list) and len(value) == 2 and all(isinstance(v, int) for v in value):
-        when = datetime.datetime.fromtimestamp(value[1] / 1e9, datetime.UTC)
-        return f"({value[0]:,} bytes, modified {when:%Y-%m-%d %H:%M:%S.%f} UTC)"
+        return f"{value.get('path')!r} ({file_version(value)})"
+    if isinstance(value, list) and len(value) == 2 and all(isinstance(v, int) for v in value):  # a model's file
+        return f"({file_version({'size': value[0], 'mtime_ns': value[1]})})"
     return repr(value)

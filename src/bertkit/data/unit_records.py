@@ -11,7 +11,6 @@ an uninterrupted run leaves.
 
 from __future__ import annotations
 
-import datetime
 import hashlib
 import json
 import logging
@@ -19,13 +18,13 @@ import os
 import re
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
 
 from bertkit.data.shards import shard_name
 from bertkit.data.text import WorkUnit
 from bertkit.errors import BertkitError
 from bertkit.manifests import sha256_of
 from bertkit.outputs import atomic_write_text, writing
+from bertkit.partial_output import file_identity, file_version
 
 logger = logging.getLogger(__name__)
 UNITS = "units"  # in the staging directory only: removed before the run is finished
@@ -37,11 +36,7 @@ _RECORD = re.compile(r"shard-\d{5,}\.json")
 def run_plan(config: dict, input_files: Sequence[str | os.PathLike], tokenizer: dict,
              units: Sequence[WorkUnit]) -> dict:
     """Everything a run's shards depend on, as JSON values."""
-    files = []
-    for f in input_files:
-        st = os.stat(f)
-        files.append({"path": str(f), "absolute": str(Path(f).resolve()), "size": st.st_size,
-                      "mtime_ns": st.st_mtime_ns})
+    files = [file_identity(f) for f in input_files]
     layout = [[[p.path, p.input_format, p.start, p.end] for p in u.parts] for u in units]
     digest = hashlib.sha256(json.dumps(layout).encode("utf-8")).hexdigest()
     return {"format": FORMAT, "config": config, "input_files": files, "tokenizer": tokenizer,
@@ -138,8 +133,8 @@ def _refuse_other_plan(output_dir: str | os.PathLike, command: str, earlier: dic
                 original = "working directory (relative paths are recorded as given)"
                 break
             if (a.get("size"), a.get("mtime_ns")) != (b["size"], b["mtime_ns"]):
-                detail = (f"read input file {b['path']} as it was then ({_version(a)}); it changed since "
-                          f"({_version(b)}), so the finished shards hold the earlier text")
+                detail = (f"read input file {b['path']} as it was then ({file_version(a)}); it changed since "
+                          f"({file_version(b)}), so the finished shards hold the earlier text")
                 original = "file"
                 break
         else:
@@ -157,7 +152,3 @@ def _refuse_other_plan(output_dir: str | os.PathLike, command: str, earlier: dic
 def _few(names: Sequence[str]) -> str:
     return f"{len(names)} file(s): {', '.join(names[:3])}{', ...' if len(names) > 3 else ''}"
 
-
-def _version(entry: dict[str, Any]) -> str:
-    when = datetime.datetime.fromtimestamp(entry.get("mtime_ns", 0) / 1e9, datetime.UTC)
-    return f"{entry.get('size', 0):,} bytes, modified {when:%Y-%m-%d %H:%M:%S.%f} UTC"
