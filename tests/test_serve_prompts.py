@@ -274,9 +274,17 @@ def test_serve_pooling_cls_embeds_a_plain_checkpoint_as_sentence_transformers_cl
     ("fill-mask", {"pooling": "cls"}, "feature-extraction, sentence-embedding"),
     ("text-classification", {"prompt_name": "query"}, "feature-extraction, sentence-embedding"),
     ("sparse-embedding", {"prompt_name": "query"}, "feature-extraction, sentence-embedding"),  # per request there
+    # limits on what an answer holds, given to a task whose answers they never limited (they were taken silently)
+    ("text-classification", {"max_candidates": 3}, "fill-mask, question-answering"),
+    ("sentence-embedding", {"max_candidates": 3}, "fill-mask, question-answering"),
+    ("token-classification", {"max_top_k": 3}, "fill-mask, text-classification, question-answering"),
+    ("rerank", {"max_top_k": 3}, "fill-mask, text-classification, question-answering"),
 ])
 def test_serve_refuses_a_setting_its_task_does_not_read(tmp_path, task, setting, readers):
-    """Refused before anything is read or loaded (the directory does not exist), as predict refuses it."""
+    """Refused before anything is read or loaded (the directory does not exist), as predict refuses it. Was, for
+    --max-candidates and --max-top-k: `serve --task text-classification --max-candidates 3` started and answered as
+    with 1000 (only fill-mask's and question-answering's answers hold candidates), token-classification's
+    --max-top-k 3 as with 100 (it takes no top_k)."""
     from bertkit.errors import BertkitError
     from bertkit.inference.serve import serve
     from bertkit.settings import ServeSettings
@@ -285,3 +293,14 @@ def test_serve_refuses_a_setting_its_task_does_not_read(tmp_path, task, setting,
     with pytest.raises(BertkitError, match=f"^bertkit serve {task} does not read --{name} \\(it is for {readers}\\); "
                                            "leave it out$"):
         serve(ServeSettings(model_name_or_path=tmp_path / "missing", task=task, **setting))
+
+
+def test_serve_reads_the_answer_limits_of_the_tasks_that_take_top_k():
+    from bertkit.inference.serve import settings_served
+    from bertkit.inference.tasks import TASK_LIST
+
+    reads = {t.name: {n for n in settings_served(t) if n.startswith("max_")} for t in TASK_LIST}
+    assert reads == {"fill-mask": {"max_top_k", "max_candidates"}, "question-answering": {"max_top_k", "max_candidates"},
+                     "text-classification": {"max_top_k"}, **{t: set() for t in (
+                         "rerank", "token-classification", "multiple-choice", "feature-extraction", "sentence-embedding",
+                         "sparse-embedding")}}

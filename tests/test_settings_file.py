@@ -389,6 +389,22 @@ def test_a_setting_of_a_part_of_the_run_that_is_not_there_is_refused(argv, name,
     assert getattr(s, name) == next(f.default for f in dataclasses.fields(s) if f.name == name)
 
 
+def test_pretrain_eval_strategy_steps_without_eval_data_is_refused(tmp_path, monkeypatch, capsys):
+    """Was: `pretrain --eval-strategy steps` without --eval-data ran to the end with no evaluation, its
+    summary.json and metrics.jsonl those of a run without the flag, and the setting recorded as if it had acted."""
+    monkeypatch.chdir(tmp_path)
+    base = ["pretrain", "--data", "d", "--vocab", "v", "--max-steps", "2", "--output-dir", "out"]
+    message = ("error: --eval-strategy steps sets when or how the held-out instances of --eval-data are scored: add "
+               "--eval-data, or drop --eval-strategy")
+    assert main([*base, "--eval-strategy", "steps"]) == 2
+    assert message in capsys.readouterr().err
+    assert main([*base, "--config", _config(tmp_path / "run.json", {"eval_strategy": "steps"})]) == 2
+    assert message in capsys.readouterr().err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["run.json"]
+    for taken in ("no", "epoch"):  # none asked for; epoch is also what unset becomes (a recorded run holds it)
+        assert _settings([*base, "--eval-strategy", taken]).eval_strategy == taken
+
+
 def test_transformers_and_google_names_bertkit_spells_otherwise_say_what_to_give(tmp_path, capsys):
     """Was: `--per_device_train_batch_size 8` (run_glue.py's), `--do_train` or google's `--warmup_proportion` said
     only "unrecognized arguments"; now what each is here, on the command line and in a settings file."""

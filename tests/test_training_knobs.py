@@ -131,9 +131,15 @@ def test_every_knob_reaches_the_loop_with_the_same_value_from_both_front_ends(ss
     assert {f.name for f in knobs} == set(BASE), "every shared knob needs a BASE value (and NUMBERS, if a number)"
     for f in knobs:
         case = {**BASE, f.name: _value(f), **TOGETHER.get(f.name, {})}
-        cli = _from_cli(reach_loop, sst2, tmp_path / f"cli-{f.name}", {k: v for k, v in case.items() if v is not None})
+        # the command line refuses a cadence its strategy does not read (--save-strategy no --save-steps 4: it saved
+        # nothing); TrainingArguments takes it, as transformers does, and ignores it
+        unread = {"save_steps"} if case["save_strategy"] != "steps" else set()
+        cli = _from_cli(reach_loop, sst2, tmp_path / f"cli-{f.name}",
+                        {k: v for k, v in case.items() if v is not None and k not in unread})
         ours = _from_trainer(reach_loop, sst2, tmp_path / f"trainer-{f.name}", case)
         for name, value in case.items():
+            if name in unread:
+                continue
             assert getattr(cli["args"], name) == getattr(ours["args"], name) == value, (f.name, name)
         for what in ("steps", "cadence", "warmup", "fingerprint"):
             assert cli[what] == ours[what], (f.name, what, cli[what], ours[what])

@@ -429,6 +429,16 @@ def warm_up(pipe: Any) -> None:
     logger.info("warmed up before serving (%.1f s)", time.perf_counter() - t0)
 
 
+def settings_served(task: Any) -> tuple[str, ...]:
+    """The task-bound settings ``bertkit serve`` reads for ``task``: its pipeline's (``load_settings``), and the
+    limits on an answer's size, which only a task taking top_k reads (--max-top-k), and --max-candidates only one
+    whose answer holds top_k of something per input (fill-mask's [MASK]s, question-answering's questions): given
+    to another task they limited nothing, without a word."""
+    takes_top_k = "top_k" in (*task.predict_options, *task.answer_params)
+    return (*task.load_settings, *(("max_top_k",) if takes_top_k else ()),
+            *(("max_candidates",) if task.candidates_per else ()))
+
+
 def serve(s: Any) -> dict[str, Any]:
     """``bertkit serve``: load the pipeline, serve until SIGTERM or Ctrl-C (then answer what was admitted, waiting at
     most ``graceful_shutdown_s``), and return the counters."""
@@ -442,7 +452,7 @@ def serve(s: Any) -> dict[str, Any]:
     from bertkit.inference.files import refuse_unread
 
     task = served_task(s.task)  # refused before the model loads, as --pooling or --prompt-name it does not read
-    refuse_unread(task, s, "bertkit serve", lambda t: t.load_settings)
+    refuse_unread(task, s, "bertkit serve", settings_served)
     _check_address(s.host, s.port)
     fix_mmap_threshold()  # the server's process only: its memory stays flat under mixed traffic (serve_batching)
     pipe = pipeline(s.task, s.model_name_or_path, device=s.device, bf16=s.bf16, batch_size=s.max_batch_size,

@@ -422,6 +422,11 @@ class PretrainSettings(TrainingSettings):
         if self.eval_data is None:
             _refuse_unused(self, ("eval_steps", "eval_delay", "eval_instances", "eval_batch_size"), "sets when or how "
                            "the held-out instances of --eval-data are scored: add --eval-data, or drop {flag}")
+            # steps is only ever asked for (--eval-steps, refused above, is the other way to it); epoch is also what
+            # unset becomes, and a finished run's recorded settings hold it, to be read back as a settings file
+            if self.eval_strategy == "steps":
+                raise BertkitError("--eval-strategy steps sets when or how the held-out instances of --eval-data are "
+                                   "scored: add --eval-data, or drop --eval-strategy")
         _refuse_dropped_cadence(self)
 
 
