@@ -129,6 +129,7 @@ def _child(script: str, *args: str) -> subprocess.CompletedProcess:
                           text=True, timeout=120)
 
 
+@pytest.mark.slow  # a child process (1.6 s); the classification predict's kill by a hook stays in make test
 def test_predict_token_task_killed_in_a_child_resumes_to_the_same_bytes(texts, tmp_path, minilm_2_layers,
                                                                          tiny_checkpoint, small_chunks):
     model = tiny_checkpoint(tmp_path / "ner", "BertForTokenClassification", tokenizer=minilm_2_layers,

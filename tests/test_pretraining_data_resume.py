@@ -189,7 +189,11 @@ _CHILD = textwrap.dedent("""
 """)
 
 
-@pytest.mark.parametrize(("where", "workers", "made"), [("boundary", "2", [1, 2]), ("mid", "1", [1, 2])])
+@pytest.mark.parametrize(("where", "workers", "made"), [
+    ("boundary", "2", [1, 2]),
+    # a shard torn mid-unit is also made again in test_a_torn_or_changed_shard_is_made_again, in process
+    pytest.param("mid", "1", [1, 2], marks=pytest.mark.slow),
+])
 def test_sigkill_then_resume_gives_an_uninterrupted_runs_bytes(monkeypatch, corpus, reference, tmp_path, where,
                                                                 workers, made):
     """Killed after unit 0's record (boundary) or inside unit 1's shard writes (mid), then resumed with another
