@@ -24,16 +24,15 @@ from typing import IO, Any
 
 from bertkit.errors import BertkitError
 from bertkit.manifests import sha256_of
-from bertkit.outputs import _alive, _publish, atomic_write_text, fsync_dir, writing
+from bertkit.outputs import PARTIAL, _alive, _publish, atomic_write_text, fsync_dir, writing
 
 logger = logging.getLogger("bertkit")
 FORMAT = 1
-SUFFIX = ".bertkit-partial"
 
 
 def partial_path(path: Path, kind: str = "") -> Path:
     """Where ``path`` is written until it is whole (``kind``: another file of the same write, e.g. ".json")."""
-    return path.with_name(f".{path.name}{SUFFIX}{kind}")
+    return path.with_name(f".{path.name}{PARTIAL}{kind}")
 
 
 def file_identity(path: str | os.PathLike) -> dict[str, Any]:
@@ -143,7 +142,7 @@ class PartialOutput:
     def discard(self, record: dict) -> None:
         """Remove what a run cut short recorded (bertkit's partial names beside ``out`` only), then its record."""
         for name in record.get("files") or []:
-            if isinstance(name, str) and name.startswith(".") and SUFFIX in name and "/" not in name:
+            if isinstance(name, str) and name.startswith(".") and PARTIAL in name and "/" not in name:
                 (self.out.parent / name).unlink(missing_ok=True)
         self.record_path.unlink(missing_ok=True)
 
