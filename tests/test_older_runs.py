@@ -291,3 +291,59 @@ def test_manifests_record_their_format_and_a_newer_one_is_refused(tmp_path):
         with output_dir(tmp_path / "run", "pretrain", overwrite=True):
             pass
     assert (tmp_path / "run" / "summary.json").read_text() == "{}"
+
+
+def _finished_then_resumed(argv: list[str], recorded: dict) -> None:
+    """A finished run of ``argv`` whose marker records ``recorded`` over today's fingerprint (what an earlier bertkit
+    wrote), then claimed by ``argv --resume`` as the command line claims it: raises where --resume is refused."""
+    from bertkit import settings as st
+    from bertkit.cli import COMMANDS, _claim, build_parser, build_settings, normalize_argv
+    from bertkit.runs import output_dir
+
+    def settings(words: list[str]):
+        args = build_parser().parse_args(normalize_argv(words))
+        return build_settings(COMMANDS[" ".join(words[:2]) if words[0] == "finetune" else words[0]].settings, args)
+
+    s = settings(argv)
+    name = " ".join(argv[:2]) if argv[0] == "finetune" else argv[0]
+    with output_dir(s.output_dir, name, {**st.resume_fingerprint(s), **recorded}) as claim:
+        (claim.path / "summary.json").write_text("{}")
+    with _claim(name, settings([*argv, "--resume"]), None):
+        pass
+
+
+@pytest.mark.parametrize("eval_data", [False, True])
+def test_resume_of_a_pretraining_run_that_recorded_epoch_with_nothing_to_score(tmp_path, monkeypatch, eval_data):
+    """Unset, eval_strategy was "epoch" for a pre-training run without --eval-data, which scored nothing; it is "no"
+    now, and such a run's --resume read as "--eval-strategy 'epoch' then, 'no' now". The recorded "epoch" reads as
+    what it did; with --eval-data it evaluated, and the change is still refused."""
+    from bertkit.errors import BertkitError
+
+    monkeypatch.chdir(tmp_path)
+    argv = ["pretrain", "--data", "d", "--vocab", "v", "--max-steps", "2", "--output-dir", "out",
+            *(["--eval-data", "e", "--eval-strategy", "no"] if eval_data else [])]
+    if not eval_data:
+        _finished_then_resumed(argv, {"eval_strategy": "epoch"})
+        return
+    with pytest.raises(BertkitError, match="--eval-strategy 'epoch' then, 'no' now"):
+        _finished_then_resumed(argv, {"eval_strategy": "epoch"})
+
+
+@pytest.mark.parametrize("labelled", [False, True])
+def test_resume_of_a_swag_run_that_recorded_epoch_on_a_test_file(tmp_path, monkeypatch, labelled):
+    """Unset, eval_strategy was "epoch" for SWAG on test.csv (no labels, nothing scored); it is "no" now. The recorded
+    "epoch" reads as "no" on an unlabelled file, and stays a change on a labelled one (it was scored each epoch)."""
+    from bertkit.errors import BertkitError
+
+    monkeypatch.chdir(tmp_path)
+    header = "video-id,fold-ind,startphrase,sent1,sent2,gold-source,ending0,ending1,ending2,ending3"
+    Path("test.csv").write_text(f"{header}{',label' if labelled else ''}\nv,1,a b,a,b,gold,c,d,e,f"
+                                f"{',0' if labelled else ''}\n")
+    argv = ["finetune", "swag", "--train-file", "test.csv", "--predict-file", "test.csv", "--model", "m",
+            "--output-dir", "out", "--eval-strategy", "no"]
+    if not labelled:
+        _finished_then_resumed(argv, {"eval_strategy": "epoch"})
+        return
+    with pytest.raises(BertkitError, match="--eval-strategy 'epoch' then, 'no' now"):
+        _finished_then_resumed(argv, {"eval_strategy": "epoch"})
+

@@ -389,20 +389,48 @@ def test_a_setting_of_a_part_of_the_run_that_is_not_there_is_refused(argv, name,
     assert getattr(s, name) == next(f.default for f in dataclasses.fields(s) if f.name == name)
 
 
-def test_pretrain_eval_strategy_steps_without_eval_data_is_refused(tmp_path, monkeypatch, capsys):
-    """Was: `pretrain --eval-strategy steps` without --eval-data ran to the end with no evaluation, its
-    summary.json and metrics.jsonl those of a run without the flag, and the setting recorded as if it had acted."""
+@pytest.mark.parametrize("strategy", ["steps", "epoch"])
+def test_pretrain_eval_strategy_without_eval_data_is_refused(strategy, tmp_path, monkeypatch, capsys):
+    """Was: `pretrain --eval-strategy steps` (and, after that was refused, `--eval-strategy epoch`) without
+    --eval-data ran to the end with no evaluation, its summary.json and metrics.jsonl those of a run without the
+    flag, and the setting recorded as if it had acted. Unset, it is "no" there (it was "epoch": nothing evaluated)."""
     monkeypatch.chdir(tmp_path)
     base = ["pretrain", "--data", "d", "--vocab", "v", "--max-steps", "2", "--output-dir", "out"]
-    message = ("error: --eval-strategy steps sets when or how the held-out instances of --eval-data are scored: add "
-               "--eval-data, or drop --eval-strategy")
-    assert main([*base, "--eval-strategy", "steps"]) == 2
+    message = (f"error: --eval-strategy {strategy} sets when or how the held-out instances of --eval-data are scored: "
+               "add --eval-data, or drop --eval-strategy")
+    assert main([*base, "--eval-strategy", strategy]) == 2
     assert message in capsys.readouterr().err
-    assert main([*base, "--config", _config(tmp_path / "run.json", {"eval_strategy": "steps"})]) == 2
+    assert main([*base, "--config", _config(tmp_path / "run.json", {"eval_strategy": strategy})]) == 2
     assert message in capsys.readouterr().err
     assert sorted(p.name for p in tmp_path.iterdir()) == ["run.json"]
-    for taken in ("no", "epoch"):  # none asked for; epoch is also what unset becomes (a recorded run holds it)
-        assert _settings([*base, "--eval-strategy", taken]).eval_strategy == taken
+    assert _settings([*base, "--eval-strategy", "no"]).eval_strategy == "no"
+    assert _settings(base).eval_strategy == "no"
+    assert _settings([*base, "--eval-data", "e", "--eval-strategy", strategy]).eval_strategy == strategy
+    assert _settings([*base, "--eval-data", "e"]).eval_strategy == "epoch"
+
+
+@pytest.mark.parametrize("asked", [["--eval-strategy", "epoch"], ["--eval-strategy", "steps"], ["--eval-steps", "2"],
+                                   ["--eval-delay", "1"]])
+def test_finetune_swag_refuses_an_evaluation_on_an_unlabelled_file(asked, tmp_path, monkeypatch, capsys):
+    """Was: `finetune swag --eval-strategy epoch` on test.csv was accepted and scored nothing (report per_epoch [], no
+    eval record in metrics.jsonl), the setting recorded as if it had acted; steps and a delay were refused by a second
+    check in the task, after the model loaded. Now all are refused by the settings; unset, the run does not
+    evaluate, and on a labelled file each is taken."""
+    monkeypatch.chdir(tmp_path)
+    header = "video-id,fold-ind,startphrase,sent1,sent2,gold-source,ending0,ending1,ending2,ending3"
+    Path("test.csv").write_text(f"{header}\nv,1,a b,a,b,gold,c,d,e,f\n")
+    Path("val.csv").write_text(f"{header},label\nv,1,a b,a,b,gold,c,d,e,f,0\n")
+    base = ["finetune", "swag", "--train-file", "val.csv", "--model", "m", "--output-dir", "out"]
+    assert main([*base, "--predict-file", "test.csv", *asked]) == 2
+    shown = {"2": "2.0", "1": "1.0"}.get(asked[1], asked[1])  # the number as read
+    assert (f"error: {asked[0]} {shown} sets when the loop scores --predict-file test.csv, which has no label column "
+            f"(a test file): nothing would be scored; drop {asked[0]}, or give a labelled --predict-file (val.csv)"
+            ) in capsys.readouterr().err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["test.csv", "val.csv"]
+    assert _settings([*base, "--predict-file", "test.csv"]).eval_strategy == "no"
+    labelled = _settings([*base, "--predict-file", "val.csv", *asked])
+    assert labelled.eval_strategy == (asked[1] if asked[0] == "--eval-strategy" else
+                                      "steps" if asked[0] == "--eval-steps" else "epoch")
 
 
 def test_transformers_and_google_names_bertkit_spells_otherwise_say_what_to_give(tmp_path, capsys):

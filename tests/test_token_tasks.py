@@ -597,18 +597,6 @@ def test_finetune_swag_predicts_an_unlabelled_test_file(tmp_path, encoder_dir):
     assert len(rows) == 3 and all(r["label"] is None for r in rows)
 
 
-@pytest.mark.parametrize(("asked", "named"), [({"eval_steps": 2}, r"--eval-strategy steps \(--eval-steps 2"),
-                                              ({"eval_delay": 1}, "--eval-delay 1")])
-def test_finetune_swag_refuses_an_evaluation_cadence_on_an_unlabelled_file(tmp_path, encoder_dir, asked, named):
-    # accepted and never run: the loop has nothing to score a test file with
-    with pytest.raises(ValueError, match=named + r".*test.csv, which has no labels.*labelled --predict-file"):
-        tt.finetune_swag(tt.SwagSettings(train_file=_swag_file(tmp_path / "train.csv", 4),
-                                         predict_file=_swag_file(tmp_path / "test.csv", 3, labelled=False),
-                                         model_name_or_path=encoder_dir, output_dir=tmp_path / "o",
-                                         num_train_epochs=1, batch_size=4, progress=False, **asked))
-    assert not (tmp_path / "o").exists()
-
-
 # ---------------------------------------------------------------- CLI and real data
 
 

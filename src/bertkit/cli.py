@@ -328,7 +328,8 @@ def _claim(name: str, s: Any, stage: Any):
         return
     with output_dir(s.output_dir, name, st.resume_fingerprint(s), overwrite=s.overwrite,
                     resume=getattr(s, "resume", False), resumable=hasattr(s, "resume"), paths=paths, inputs=inputs,
-                    keep_lock=True, stage=stage, defaults=st.fingerprint_defaults(s)) as claim:
+                    keep_lock=True, stage=stage, defaults=st.fingerprint_defaults(s),
+                    as_meant=getattr(s, "as_meant", None)) as claim:
         yield dataclasses.replace(s, output_dir=claim.path), claim.shown
 
 

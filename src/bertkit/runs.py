@@ -26,7 +26,7 @@ import logging
 import os
 import shutil
 import stat
-from collections.abc import Collection, Iterator, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -235,17 +235,20 @@ def _holds_output(directory: Path) -> bool:
 
 
 def _refuse_other_settings(directory: Path, command: str, marker: dict, now: dict, paths: Collection[str],
-                           defaults: Mapping[str, Any] | None = None) -> None:
+                           defaults: Mapping[str, Any] | None = None,
+                           as_meant: Callable[[dict], dict] | None = None) -> None:
     """--resume continues the run the marker describes, not another one (`--task cola` into an SST-2 run would
     replace its report and best model). The settings named in ``paths`` compare as the absolute paths they meant
     where each run started; a setting the marker lacks (added to bertkit after that run started) compares as its
-    value in ``defaults``, the way the earlier version ran."""
+    value in ``defaults``, the way the earlier version ran; ``as_meant`` reads a value an earlier version recorded
+    for what this one records otherwise (``TrainingSettings.as_meant``)."""
     def absolute(settings: dict, cwd: str) -> dict:
         return {k: (v if k not in paths or v is None else str(Path(cwd, v).resolve()) if isinstance(v, str)
                     else [str(Path(cwd, x).resolve()) for x in v]) for k, v in settings.items()}
 
     recorded = marker.get("fingerprint") or {}
     recorded = {**{k: v for k, v in (defaults or {}).items() if k not in recorded}, **recorded}
+    recorded = as_meant(recorded) if as_meant is not None else recorded
     earlier, now = absolute(recorded, marker.get("cwd") or os.getcwd()), absolute(now, os.getcwd())
     changed = sorted(k for k in set(earlier) | set(now) if earlier.get(k) != now.get(k))
     if changed:
@@ -325,14 +328,16 @@ def claim_output_dir(path: str | os.PathLike, command: str, fingerprint: dict | 
                      overwrite: bool = False, resume: bool = False, resumable: bool = True,
                      paths: Collection[str] = (), inputs: Mapping[str, Any] | None = None,
                      stage: Stage | None = None, in_place: bool = False,
-                     defaults: Mapping[str, Any] | None = None) -> OutputDir:
+                     defaults: Mapping[str, Any] | None = None,
+                     as_meant: Callable[[dict], dict] | None = None) -> OutputDir:
     """Take ``path`` for one run of ``command`` (refused if it is, holds or lies inside one of its ``inputs``): its
     staging directory made and locked (``lock_output_dir``, or ``stage`` already), then ``path`` checked: empty or
     new, the run is written beside it and moved in when finished; a finished run of the same command and settings
     and ``resume``, it continues (its files linked into the staging directory); a bertkit run otherwise, refused
     unless ``overwrite`` (all or nothing, and only once the new run is finished); files without a manifest (a
     user's), always refused. ``in_place``: the run writes into ``path`` itself as it goes (the Trainer's). ``defaults``:
-    the settings' defaults, standing in for those an earlier bertkit's run did not record."""
+    the settings' defaults, standing in for those an earlier bertkit's run did not record; ``as_meant``: an earlier
+    run's recorded settings in this version's terms."""
     fingerprint = fingerprint or {}
     refuse_non_directory(path, f"a `{command}` run" if command != "Trainer" else "the Trainer")
     if staging_of(target_of(path)) is not None:  # a run inside this process's staged run: written in place
@@ -349,7 +354,7 @@ def claim_output_dir(path: str | os.PathLike, command: str, fingerprint: dict | 
     try:
         target = stage.target
         if stage.record is not None:
-            _refuse_other_settings(Path(path), command, stage.record, fingerprint, paths, defaults)
+            _refuse_other_settings(Path(path), command, stage.record, fingerprint, paths, defaults, as_meant)
         marker = read_marker(target) if target.is_dir() else None
         present = listing(target) if target.is_dir() else []
         if marker is None and present:
@@ -358,7 +363,7 @@ def claim_output_dir(path: str | os.PathLike, command: str, fingerprint: dict | 
         if marker is not None and present:
             same = marker.get("command") == command
             if resume and same and stage.record is None:
-                _refuse_other_settings(Path(path), command, marker, fingerprint, paths, defaults)
+                _refuse_other_settings(Path(path), command, marker, fingerprint, paths, defaults, as_meant)
                 claim.proven = _all_or_nothing(target, marker, resume=True)
                 _link_run(target, stage.path, claim.proven)
                 replaces = True
@@ -460,11 +465,13 @@ def record(path: str | os.PathLike, *, appends: bool = False, data: bytes | None
 def output_dir(path: str | os.PathLike, command: str, fingerprint: dict | None = None, *, overwrite: bool = False,
                resume: bool = False, resumable: bool = True, paths: Collection[str] = (),
                inputs: Mapping[str, Any] | None = None, keep_lock: bool = False, in_place: bool = False,
-               stage: Stage | None = None, defaults: Mapping[str, Any] | None = None) -> Iterator[OutputDir]:
+               stage: Stage | None = None, defaults: Mapping[str, Any] | None = None,
+               as_meant: Callable[[dict], dict] | None = None) -> Iterator[OutputDir]:
     """``claim_output_dir`` as a context: the run, written to ``claim.path``, becomes ``path`` when the block ends
     without an error (``OutputDir.release``)."""
     claim = claim_output_dir(path, command, fingerprint, overwrite=overwrite, resume=resume, resumable=resumable,
-                             paths=paths, inputs=inputs, stage=stage, in_place=in_place, defaults=defaults)
+                             paths=paths, inputs=inputs, stage=stage, in_place=in_place, defaults=defaults,
+                             as_meant=as_meant)
     try:
         yield claim
     except BaseException as error:

@@ -35,7 +35,7 @@ from bertkit.settings.fields import (
     strict_share,
     tokenizer_path,
 )
-from bertkit.tasks.files import MAX_LINE_BYTES
+from bertkit.tasks.files import MAX_LINE_BYTES, read_records
 
 # -------------------------------------------------------------------------------------------------
 # The training knobs: each declared once, for the command line and bertkit.TrainingArguments alike
@@ -122,7 +122,8 @@ class TrainingSettings(OverwriteSettings, ProgressSettings):
     eval_strategy: STRATEGIES | None = flag(None, hf="no")
     """When to evaluate: every --eval-steps steps (or --logging-steps), at each epoch's end (and the run's), or
     never. Default: steps when --eval-steps is given, else epoch (SQuAD: no; its held-out questions are scored
-    once, at the end)."""
+    once, at the end; no, and any other refused, where there is nothing to score: pretrain without --eval-data,
+    SWAG's unlabelled test.csv)."""
     eval_steps: float | None = flag(None, check=step_count)
     """With eval_strategy steps: evaluate every N optimiser steps (below 1: a share of all steps)."""
     eval_delay: float = flag(0, check=non_negative)
@@ -166,10 +167,34 @@ class TrainingSettings(OverwriteSettings, ProgressSettings):
             raise BertkitError("--resume and --overwrite are both set: --resume continues the run in --output-dir "
                                "from its last checkpoint, --overwrite starts it again (bertkit's files there are "
                                "removed once the new run is finished); choose one")
+        # the one refusal of an evaluation with nothing to score (pre-training without --eval-data, SWAG's test.csv):
+        # unset, there is none; asked for (a strategy, a cadence), the run would have ended as if not asked
+        why = self.nothing_to_evaluate()
         if self.eval_strategy is None:
-            self.eval_strategy = "steps" if self.eval_steps else self.unset_eval_strategy
+            self.eval_strategy = "no" if why else "steps" if self.eval_steps else self.unset_eval_strategy
+        if why:
+            _refuse_unused(self, ("eval_steps", "eval_delay"), why)
+            if self.eval_strategy != "no":
+                raise BertkitError(f"--eval-strategy {self.eval_strategy} {why.format(flag='--eval-strategy')}")
         if self.batch_size is not None:  # under torchrun too: refused before a model or data is loaded
             micro_batch_size(self.batch_size, info_from_env().world_size, self.gradient_accumulation_steps)
+
+    def nothing_to_evaluate(self) -> str | None:
+        """None when the run has held-out data to score; else why an evaluation setting would do nothing and the fix,
+        after its flag (``{flag}``). Then eval_strategy unset is "no", and any other is refused."""
+        return None
+
+    def as_meant(self, recorded: dict[str, Any]) -> dict[str, Any]:
+        """An earlier run's recorded settings (its run marker's fingerprint) in this version's terms, for --resume to
+        compare with these: eval_strategy "epoch" recorded by a run that scored nothing in its loop (what unset
+        became before it became "no" there) reads as "no", which is what it did."""
+        if recorded.get("eval_strategy") == "epoch" and self._scored_nothing(recorded):
+            recorded = {**recorded, "eval_strategy": "no"}
+        return recorded
+
+    def _scored_nothing(self, recorded: dict[str, Any]) -> bool:
+        """Whether the run ``recorded`` describes evaluated nothing in its loop, whatever its eval_strategy said."""
+        return False
 
     def training(self, **overrides: Any) -> TrainingSettings:
         """The knobs alone (what the training loop reads), with ``overrides`` applied."""
@@ -358,6 +383,17 @@ class SwagSettings(FinetuneSettings):
     predict_file: Path
     """val.csv (scored) or test.csv (predicted only)."""
 
+    def nothing_to_evaluate(self) -> str | None:
+        header = _csv_header(self.predict_file)
+        if header is None or "label" in header:
+            return None
+        return (f"sets when the loop scores --predict-file {self.predict_file}, which has no label column (a test "
+                "file): nothing would be scored; drop {flag}, or give a labelled --predict-file (val.csv)")
+
+    def _scored_nothing(self, recorded: dict[str, Any]) -> bool:
+        # the same file (the marker compares the paths) without labels: no loop of any version scored it
+        return self.nothing_to_evaluate() is not None
+
 
 @redefault(max_steps=dataclasses.MISSING, learning_rate=1e-4, warmup_ratio=0.01, batch_size=32, logging_steps=10,
            seed=42, hidden=("num_train_epochs", "max_train_samples"))  # pre-training runs --max-steps on its own data
@@ -398,6 +434,13 @@ class PretrainSettings(TrainingSettings):
     """Seed for masks drawn at load time, for data made with create-pretraining-data --masking dynamic.
     Default: the seed in the data's manifest."""
 
+    def nothing_to_evaluate(self) -> str | None:
+        return None if self.eval_data is not None else (
+            "sets when or how the held-out instances of --eval-data are scored: add --eval-data, or drop {flag}")
+
+    def _scored_nothing(self, recorded: dict[str, Any]) -> bool:
+        return recorded.get("eval_data") is None
+
     def __post_init__(self) -> None:
         super().__post_init__()
         if self.max_steps < 1:
@@ -419,15 +462,19 @@ class PretrainSettings(TrainingSettings):
         if self.phase2_data is None:
             _refuse_unused(self, ("phase1_fraction",), "splits --max-steps between --data and --phase2-data: add "
                            "--phase2-data, or drop {flag}")
-        if self.eval_data is None:
-            _refuse_unused(self, ("eval_steps", "eval_delay", "eval_instances", "eval_batch_size"), "sets when or how "
-                           "the held-out instances of --eval-data are scored: add --eval-data, or drop {flag}")
-            # steps is only ever asked for (--eval-steps, refused above, is the other way to it); epoch is also what
-            # unset becomes, and a finished run's recorded settings hold it, to be read back as a settings file
-            if self.eval_strategy == "steps":
-                raise BertkitError("--eval-strategy steps sets when or how the held-out instances of --eval-data are "
-                                   "scored: add --eval-data, or drop --eval-strategy")
+        if self.eval_data is None:  # eval_strategy, eval_steps and eval_delay: refused as nothing_to_evaluate says
+            _refuse_unused(self, ("eval_instances", "eval_batch_size"), self.nothing_to_evaluate())
         _refuse_dropped_cadence(self)
+
+
+def _csv_header(path: Path) -> list[str] | None:
+    """The column names of the CSV ``path``; None where it cannot be read yet (missing, not CSV, empty), which the run
+    itself reads and refuses naming the file."""
+    try:
+        first_record = next(read_records(Path(path), "csv"), None)
+    except (OSError, BertkitError):
+        return None
+    return None if first_record is None else list(first_record[1])
 
 
 def _refuse_unused(s: Any, names: tuple[str, ...], why: str) -> None:

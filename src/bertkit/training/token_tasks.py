@@ -410,14 +410,8 @@ def finetune_swag(s: SwagSettings) -> dict[str, Any]:
         return predict_swag(model, eval_features, pad_id=tokenizer.pad_token_id, batch_size=s.eval_batch_size,
                             bf16=s.bf16, device=process_device(s.device))
 
+    # an unlabelled file is predicted at the end, never scored in the loop (asking to is refused: SwagSettings)
     labelled = all(e.label is not None for e in eval_examples)
-    # an unlabelled file is predicted at the end, never scored in the loop; "epoch" is also the unset default
-    asked = "steps" if s.eval_strategy == "steps" else "delay" if s.eval_delay else None
-    if not labelled and asked:
-        given = f"--eval-strategy steps (--eval-steps {s.eval_steps})" if asked == "steps" else \
-            f"--eval-delay {s.eval_delay}"
-        raise BertkitError(f"{given} sets when the loop scores {s.predict_file}, which has no labels (a test file): "
-                           "nothing would be scored; drop it, or give a labelled --predict-file (val.csv)")
 
     def dev(model: nn.Module) -> tuple[np.ndarray, dict[str, float]]:
         scores = scores_of(model)
