@@ -293,9 +293,11 @@ def test_manifests_record_their_format_and_a_newer_one_is_refused(tmp_path):
     assert (tmp_path / "run" / "summary.json").read_text() == "{}"
 
 
-def _finished_then_resumed(argv: list[str], recorded: dict) -> None:
-    """A finished run of ``argv`` whose marker records ``recorded`` over today's fingerprint (what an earlier bertkit
-    wrote), then claimed by ``argv --resume`` as the command line claims it: raises where --resume is refused."""
+def _finished_then_resumed(argv: list[str], recorded: dict, resumed: tuple[str, ...] = (),
+                           unrecorded: tuple[str, ...] = ()) -> None:
+    """A finished run of ``argv`` whose marker records ``recorded`` over today's fingerprint, without the entries
+    ``unrecorded`` (what an earlier bertkit wrote), then claimed by ``argv resumed --resume`` as the command line claims
+    it: raises where --resume is refused."""
     from bertkit import settings as st
     from bertkit.cli import COMMANDS, _claim, build_parser, build_settings, normalize_argv
     from bertkit.runs import output_dir
@@ -306,9 +308,10 @@ def _finished_then_resumed(argv: list[str], recorded: dict) -> None:
 
     s = settings(argv)
     name = " ".join(argv[:2]) if argv[0] == "finetune" else argv[0]
-    with output_dir(s.output_dir, name, {**st.resume_fingerprint(s), **recorded}) as claim:
+    marker = {k: v for k, v in {**st.resume_fingerprint(s), **recorded}.items() if k not in unrecorded}
+    with output_dir(s.output_dir, name, marker) as claim:
         (claim.path / "summary.json").write_text("{}")
-    with _claim(name, settings([*argv, "--resume"]), None):
+    with _claim(name, settings([*argv, *resumed, "--resume"]), None):
         pass
 
 
@@ -347,3 +350,20 @@ def test_resume_of_a_swag_run_that_recorded_epoch_on_a_test_file(tmp_path, monke
     with pytest.raises(BertkitError, match="--eval-strategy 'epoch' then, 'no' now"):
         _finished_then_resumed(argv, {"eval_strategy": "epoch"})
 
+
+def test_resume_of_a_squad_run_an_earlier_bertkit_recorded_as_epoch(tmp_path, monkeypatch):
+    """Until 2026-11-30 a SQuAD run's loop scored nothing, and unset eval_strategy was recorded as "epoch"; it is "no"
+    now, and --resume of such a run (killed, or finished) was refused: "--eval-strategy 'epoch' then, 'no' now". That
+    "epoch" reads as the "no" it acted as; asking for epoch now is a change (the loop would score each epoch), and so
+    is a later run's "epoch" (it was asked for, and scored) resumed without it."""
+    from bertkit.errors import BertkitError
+
+    monkeypatch.chdir(tmp_path)
+    argv = ["finetune", "squad", "--predict-file", "dev.json", "--model", "m"]
+    earlier = {"eval_strategy": "epoch"}
+    _finished_then_resumed([*argv, "--out", "a"], earlier, unrecorded=("eval_strategy_scores",))
+    with pytest.raises(BertkitError, match="--eval-strategy 'no' then, 'epoch' now"):
+        _finished_then_resumed([*argv, "--out", "b"], earlier, ("--eval-strategy", "epoch"), ("eval_strategy_scores",))
+    with pytest.raises(BertkitError, match="--eval-strategy 'epoch' then, 'no' now"):
+        _finished_then_resumed([*argv, "--out", "c"], earlier)  # recorded since: asked for, and scored
+    _finished_then_resumed([*argv, "--out", "d", "--eval-strategy", "epoch"], {})  # today's own epoch resumes

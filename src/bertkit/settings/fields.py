@@ -69,8 +69,9 @@ def resume_fingerprint(settings: Any, fields: tuple[str, ...] | None = None) -> 
     """What a resumed run must share with the run it continues, as JSON values: ``fields``, by default every field
     but those declared ``how_to_run`` (a --resume may change how a run is carried out, not its results). The one
     fingerprint of the output directory's marker and of the training checkpoint (``checkpoint_fields``)."""
-    if fields is None:
-        fields = tuple(f.name for f in _fingerprinted(settings))
+    if fields is None:  # the marker's, with the entries that date its settings' meaning (TrainingSettings.as_meant)
+        return _as_json({**{f.name: getattr(settings, f.name) for f in _fingerprinted(settings)},
+                         **getattr(settings, "recorded_marks", {})})
     return _as_json({name: getattr(settings, name) for name in fields})
 
 

@@ -63,6 +63,9 @@ class TrainingSettings(OverwriteSettings, ProgressSettings):
 
     # what eval_strategy left unset (and no eval_steps) becomes: a task whose evaluation is costly says "no"
     unset_eval_strategy: ClassVar[str] = "epoch"
+    # entries a run's marker records beside these settings, each dating a meaning a setting took on: a marker
+    # without one was written before it (as_meant reads its settings as they acted then)
+    recorded_marks: ClassVar[dict[str, Any]] = {}
 
     output_dir: Path = flag(aliases=("--out",), hf=None)
     """Directory for this run's model, metrics.jsonl, checkpoints and report."""
@@ -187,10 +190,11 @@ class TrainingSettings(OverwriteSettings, ProgressSettings):
     def as_meant(self, recorded: dict[str, Any]) -> dict[str, Any]:
         """An earlier run's recorded settings (its run marker's fingerprint) in this version's terms, for --resume to
         compare with these: eval_strategy "epoch" recorded by a run that scored nothing in its loop (what unset
-        became before it became "no" there) reads as "no", which is what it did."""
+        became before it became "no" there) reads as "no", which is what it did; a mark of ``recorded_marks`` it
+        lacks reads as given (the run is read as it acted)."""
         if recorded.get("eval_strategy") == "epoch" and self._scored_nothing(recorded):
             recorded = {**recorded, "eval_strategy": "no"}
-        return recorded
+        return {**recorded, **self.recorded_marks}
 
     def _scored_nothing(self, recorded: dict[str, Any]) -> bool:
         """Whether the run ``recorded`` describes evaluated nothing in its loop, whatever its eval_strategy said."""
@@ -352,6 +356,10 @@ class SquadSettings(FinetuneSettings, SquadWindowSettings):
     # scoring every held-out question costs a sizeable share of an epoch on a CPU: evaluated in the loop only when
     # asked (--eval-strategy, --eval-steps), and once at the end in any case
     unset_eval_strategy: ClassVar[str] = "no"
+    # until 2026-11-30 the loop scored no held-out question, and unset eval_strategy was recorded as "epoch": runs
+    # started since record this, so that an earlier run's "epoch" reads as the "no" it acted as, and a later one's
+    # (asked for: scored each epoch) as itself
+    recorded_marks: ClassVar[dict[str, Any]] = {"eval_strategy_scores": True}
 
     predict_file: Path
     """The SQuAD JSON to predict and score (dev-v1.1.json, dev-v2.0.json)."""
@@ -361,6 +369,9 @@ class SquadSettings(FinetuneSettings, SquadWindowSettings):
     """Without --train-file: the share of articles held out for scoring."""
     split_seed: int = 0
     """Without --train-file: the seed of the article split."""
+
+    def _scored_nothing(self, recorded: dict[str, Any]) -> bool:
+        return "eval_strategy_scores" not in recorded  # an earlier bertkit's run
 
     def __post_init__(self) -> None:
         paper = SQUAD_PAPER.get(self.version, {}) if isinstance(self.version, str) else {}  # a {} from JSON: checked
