@@ -6,9 +6,10 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import itertools
 import logging
 import re
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -258,7 +259,7 @@ class Pipeline:
 
     def __call__(self, inputs: Any = None, **options: Any) -> Any:
         """One input gives one result; a list of inputs (any iterable, or a dataset indexed 0..len-1) gives the list of
-        results, in input order."""
+        results, in input order; a generator (any iterator) gives an iterator of them, read as they are taken."""
         named = [f"{k}=" for k in self.fields if k in options]
         if named:  # transformers' question-answering call, pipe(question=..., context=...): one input's fields
             shape = ", ".join(f"{k!r}: ..." for k in self.fields)
@@ -278,7 +279,20 @@ class Pipeline:
             kinds = " or ".join(k.__name__ for k in self.input_kinds)
             raise BertkitError(f"{self.task} pipeline takes a {kinds} or a list of them, got {type(inputs).__name__} "
                                f"{str(inputs)[:60]!r}")
+        if isinstance(inputs, Iterator):
+            # read as the results are taken, as transformers' pipelines stream a generator: the first result comes
+            # once the first batch of inputs is read, and an endless generator is served for as long as it is read
+            self.check_options(options, self)  # refused at the call, not at the first result
+            return self._stream(inputs, options)
         return self.run(list(inputs), **options)
+
+    def _stream(self, inputs: Iterator[Any], options: dict[str, Any]) -> Iterator[Any]:
+        """Results for the iterator ``inputs``, in their order: each ``batch_size`` inputs read in turn are run as one
+        call (``run``: their rows batched by length), so no more than that is held at a time."""
+        done = 0
+        while chunk := list(itertools.islice(inputs, self.batch_size)):
+            yield from self._run(chunk, options, done)
+            done += len(chunk)
 
     def refresh(self) -> None:
         """Prepare the model passed in again where it changed since it was prepared (``ModelState``); every call
@@ -308,10 +322,14 @@ class Pipeline:
 
     def run(self, inputs: Sequence[Any], **options: Any) -> list[Any]:
         """Results for ``inputs``, in their order. All rows of all inputs are batched together by length."""
+        return self._run(inputs, options, 0)
+
+    def _run(self, inputs: Sequence[Any], options: dict[str, Any], first: int) -> list[Any]:
+        """``run``, for inputs that start at index ``first`` of the caller's (the index errors name)."""
         self.refresh()
         self.check_options(options, self)
         options = self.read_options(options)
-        items = [self.check_input(x, i) for i, x in enumerate(inputs)]
+        items = [self.check_input(x, first + i) for i, x in enumerate(inputs)]
         per_input = [self.encode(x, **options) for x in items]
         flat = [(i, r) for i, rows in enumerate(per_input) for r in rows]
         try:
@@ -320,13 +338,13 @@ class Pipeline:
             if e.index is None:
                 raise
             i = flat[e.index][0]
-            raise NonFiniteError(f"the {self.task} result for input {i} ({str(inputs[i])[:60]!r}): {e}",
-                                 index=i) from None
+            raise NonFiniteError(f"the {self.task} result for input {first + i} ({str(inputs[i])[:60]!r}): {e}",
+                                 index=first + i) from None
         grouped: list[list[np.ndarray]] = [[] for _ in items]
         for (i, _), out in zip(flat, outputs):
             grouped[i].append(out)
         results = []
-        for i, (x, item, rows, outs) in enumerate(zip(inputs, items, per_input, grouped)):
+        for i, (x, item, rows, outs) in enumerate(zip(inputs, items, per_input, grouped), start=first):
             try:
                 result = self.decode(item, rows, outs, **options)
             except NonFiniteError as e:  # refused as it was decoded (QA's spans): say which input

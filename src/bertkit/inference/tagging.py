@@ -6,7 +6,7 @@ spans grouped from them, and the windows of a text longer than ``max_length`` pu
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 import numpy as np
@@ -65,6 +65,14 @@ def keep_longest(spans: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
         elif (span["end"] - span["start"], span["score"]) > (last["end"] - last["start"], last["score"]):
             kept[-1] = span
     return kept
+
+
+def _words(item: Any, index: int) -> Sequence[str]:
+    """``item``, an is_split_into_words input read from an iterator: a non-empty list of words (str)."""
+    if isinstance(item, (list, tuple)) and item and all(isinstance(w, str) for w in item):
+        return item
+    raise BertkitError(f"with is_split_into_words=True an input is a non-empty list of words (str); input {index} is "
+                       f"{type(item).__name__} {str(item)[:60]!r}")
 
 
 def _label_names_rule(config: Any) -> Rule:
@@ -144,6 +152,8 @@ class TokenClassificationPipeline(Pipeline):
             return super().__call__(delimiter.join(inputs), **options)
         if isinstance(inputs, (list, tuple)) and inputs and all(map(is_words, inputs)):
             return super().__call__([delimiter.join(words) for words in inputs], **options)
+        if isinstance(inputs, Iterator):  # streamed, as any iterator is: each list of words joined as it is read
+            return super().__call__((delimiter.join(_words(x, i)) for i, x in enumerate(inputs)), **options)
         raise BertkitError(f"with is_split_into_words=True an input is a non-empty list of words (str), or a list of "
                            f"such lists; got {type(inputs).__name__} {str(inputs)[:60]!r}")
 
