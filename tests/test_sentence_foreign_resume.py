@@ -216,6 +216,41 @@ def test_a_loss_with_weights_of_its_own_is_refused_by_sentence_transformers_and_
     assert "optimizer_withheld" in torch.load(cut / "state.pt", weights_only=True)
 
 
+@pytest.mark.parametrize("loss_name,save", [("SoftmaxLoss", True), ("SoftmaxLoss", False), ("CoSENTLoss", True)])
+def test_a_run_whose_checkpoints_sentence_transformers_cannot_resume_says_so_as_it_starts(one_layer, stsb, tmp_path,
+                                                                                          caplog, loss_name, save):
+    """Was: a SoftmaxLoss run wrote its checkpoints without a word, and sentence-transformers' trainer resuming one
+    failed with torch's bare "loaded state dict contains a parameter group that doesn't match the size of optimizer's
+    group". Their checkpoints hold the model alone (the classifier is the loss's), so the file cannot be theirs and
+    keep the run exact; the run now says so as it starts, naming the weights, wherever it writes checkpoints."""
+    import bertkit.sentence as bk
+    from bertkit.sentence import losses
+
+    torch.set_num_threads(1)
+    model = bk.SentenceTransformer(str(st_directory(one_layer, tmp_path / "model", dropout=0.0)), device="cpu")
+    rows = datasets.Dataset.from_list([{"s1": r[7], "s2": r[8], "label": int(float(r[9])) % 3} for r in stsb[:4]])
+    if loss_name == "SoftmaxLoss":
+        loss = losses.SoftmaxLoss(model, sentence_embedding_dimension=384, num_labels=3)
+    else:
+        loss, rows = losses.CoSENTLoss(model), rows.map(lambda r: {"label": r["label"] / 2})
+    args = bk.SentenceTransformerTrainingArguments(
+        output_dir=str(tmp_path / "out"), per_device_train_batch_size=4, max_steps=1, report_to="none",
+        save_strategy="steps" if save else "no", save_steps=1, use_cpu=True, disable_tqdm=True)
+    with caplog.at_level("WARNING", logger="bertkit"):
+        bk.SentenceTransformerTrainer(model=model, args=args, train_dataset=rows, loss=loss).train()
+    said = [r.getMessage() for r in caplog.records if "weights of its own" in r.getMessage()]
+    if loss_name == "CoSENTLoss" or not save:
+        assert said == []
+        return
+    assert said == ["the loss has weights of its own (classifier.weight, classifier.bias), which this run's "
+                    "checkpoints hold in state.pt: resume_from_checkpoint here continues them exactly; "
+                    "sentence-transformers' trainers keep the model alone (a resume of theirs draws such weights "
+                    "anew) and refuse these checkpoints' optimizer.pt (\"loaded state dict contains a parameter group "
+                    "that doesn't match the size of optimizer's group\"); SentenceTransformer(checkpoint) loads the "
+                    "model"]
+    assert (tmp_path / "out" / "checkpoint-1" / "optimizer.pt").is_file()
+
+
 def _cases(seed: int, count: int) -> list[dict]:
     """Varied scripts: the three trainers, each batch sampler, several datasets (each multi-dataset sampler), a
     learning rate per pattern (one matching the pooler alone: a group bertkit's optimiser does not have),

@@ -65,7 +65,7 @@ from bertkit.training.callbacks import EvalPrediction, metric_key
 from bertkit.training.checkpoint import OptimizerLayout, optimizer_layout
 from bertkit.training.distributed import all_gather, current
 from bertkit.training.optim import parameter_groups
-from bertkit.training.trainer import NOT_CALLED, Trainer
+from bertkit.training.trainer import NOT_CALLED, Trainer, logger
 from bertkit.training.trainer_eval import EvalOptions
 
 _REFUSED = {
@@ -345,8 +345,18 @@ class SentenceTransformerTrainer(Trainer):
         """optimizer.pt and scheduler.pt in sentence-transformers' groups, which hold the pooler bertkit freezes (it
         gets no gradient): so their trainers continue a checkpoint as their own run (``checkpoint.OptimizerLayout``)."""
         pooler = getattr(getattr(self.model, "bert", None), "pooler", None)
-        return optimizer_layout(self._module.loss, self.args.weight_decay, self.args.learning_rate_mapping,
-                                set(pooler.parameters()) if pooler is not None else set(), set(self.model.parameters()))
+        model = set(self.model.parameters())
+        layout = optimizer_layout(self._module.loss, self.args.weight_decay, self.args.learning_rate_mapping,
+                                  set(pooler.parameters()) if pooler is not None else set(), model)
+        if layout.withheld and self.args.save_strategy != "no":  # said as the run starts, not found at a resume
+            own = [n for n, p in self._module.loss.named_parameters() if p not in model]
+            logger.warning("the loss has weights of its own (%s), which this run's checkpoints hold in state.pt: "
+                           "resume_from_checkpoint here continues them exactly; sentence-transformers' trainers keep "
+                           "the model alone (a resume of theirs draws such weights anew) and refuse these "
+                           "checkpoints' optimizer.pt (\"loaded state dict contains a parameter group that doesn't "
+                           "match the size of optimizer's group\"); SentenceTransformer(checkpoint) loads the model",
+                           ", ".join(own))
+        return layout
 
     def _fingerprint(self, examples: Sequence, total: int, world_size: int) -> dict[str, Any]:
         """The base Trainer's, with the learning rates per pattern (a checkpoint's optimiser state holds the rates it
