@@ -20,7 +20,7 @@ import numpy as np
 from bertkit.errors import BertkitError, MissingFileError, NonFiniteError
 from bertkit.manifests import sha256_of
 from bertkit.outputs import atomic_target, fsync, writing
-from bertkit.partial_output import PartialOutput, partial_path
+from bertkit.partial_output import PartialOutput, partial_path, proves
 
 logger = logging.getLogger("bertkit")
 StatesOf = Callable[[int, int], dict[int, np.ndarray]]
@@ -60,14 +60,38 @@ def write_jsonl(partial: PartialOutput, out: Path, units: list[list[int]], state
     partial.finish([(f.tmp, out)])
 
 
-def finished_units(progress: dict, out: Path, units: list[list[list[int]]]) -> set[tuple[int, int]]:
-    """The work units (shard, unit) that ``progress`` (a run cut short's record) says are written."""
+def resume_point(progress: dict, out: Path, files: Sequence[Path], units: list[list[list[int]]],
+                 states_bytes: Sequence[int]) -> tuple[dict, set[tuple[int, int]]]:
+    """What of a run cut short's record (``progress``) the partial files beside ``out`` prove, and the work units
+    (shard, unit) that makes finished: a file torn by the kill, or changed since, is dropped from the record with
+    the units after it, which are made again. ``states_bytes``: each shard's states' size. Under torchrun rank 0
+    decides this once, before any unit, and tells the other ranks: ranks that read the record on their own skipped
+    units rank 0 made again, and their gathers no longer matched (a crash, or a hang)."""
     if out.suffix == ".jsonl":
+        if (progress.get(out.name) or {}).get("rows") and not proves(partial_path(out), progress[out.name]):
+            logger.warning("%s is missing or differs from the rows recorded when it was written: every row is made "
+                           "again", partial_path(out))
+            progress = {}
         rows = int((progress.get(out.name) or {}).get("rows", 0))
-        return {(0, u) for u, unit in enumerate(units[0]) if unit and unit[-1] < rows}
+        return progress, {(0, u) for u, unit in enumerate(units[0]) if unit and unit[-1] < rows}
     state = progress.get("safetensors") or {}
-    shards, current = len(state.get("shards", [])), int(state.get("units", 0))
-    return {(p, u) for p, part in enumerate(units) for u in range(len(part)) if p < shards or (p == shards and u < current)}
+    shards, current = list(state.get("shards", [])), int(state.get("units", 0))  # the sha256 of each finished shard
+    for p, sha in enumerate(shards):
+        if not partial_path(files[p]).is_file() or sha256_of(partial_path(files[p])) != sha:
+            logger.warning("%s is missing or differs from the sha256 recorded when it was written: it is made again "
+                           "(and the shards after it)", partial_path(files[p]))
+            shards, current = shards[:p], 0
+            break
+    states = partial_path(files[min(len(shards), len(files) - 1)], ".states")
+    if current and not (len(shards) < len(files) and states.is_file()
+                        and states.stat().st_size == states_bytes[len(shards)]):
+        logger.warning("%s is missing or not of the size recorded: shard %d's units are made again", states,
+                       len(shards))
+        current = 0
+    if state:  # the extraction's id kept: the shards proven were written with it
+        progress = {"safetensors": {**state, "shards": shards, "units": current}}
+    return progress, {(p, u) for p, part in enumerate(units) for u in range(len(part))
+                      if p < len(shards) or (p == len(shards) and u < current)}
 
 
 def _written(i: int, states: np.ndarray, layers: Sequence[int], np_dtype: np.dtype) -> np.ndarray:
@@ -133,16 +157,10 @@ def write_safetensors(partial: PartialOutput, files: list[Path], plan: list[rang
                       states_of: StatesOf, encoded: Sequence[dict], layers: Sequence[int], np_dtype: np.dtype,
                       meta: dict[str, str], skipped: Callable[[int], None] = lambda n: None) -> None:
     """Every shard written beside its name (``partial_path``), its states as each unit comes (recorded, so a resumed
-    run goes on from the first unit not recorded), and all renamed into place at the end: a kill while the states
+    run goes on from the first unit ``resume_point`` does not prove), and all renamed into place at the end: a kill while the states
     are computed leaves the earlier output whole, not its first shards replaced by this run's."""
-    state = partial.progress.get("safetensors") or {}
+    state = partial.progress.get("safetensors") or {}  # proven by ``resume_point``
     done: list[str] = list(state.get("shards", []))  # the sha256 of each finished shard
-    for p, sha in enumerate(done):
-        if not partial_path(files[p]).is_file() or sha256_of(partial_path(files[p])) != sha:
-            logger.warning("%s is missing or differs from the sha256 recorded when it was written: it is made again "
-                           "(and the shards after it)", partial_path(files[p]))
-            done, state = done[:p], {}
-            break
     meta = {**meta, "extraction": state.get("extraction", meta["extraction"])}  # one extraction's shards, resumed
     for p, (shard, path) in enumerate(zip(plan, files)):
         if p < len(done):
@@ -175,10 +193,6 @@ def _write_shard(partial: PartialOutput, path: Path, shard: range, units: list[l
     shape = (len(layers), int(starts[-1]), int(meta["hidden_size"]))
     states_file = partial.own(partial_path(path, ".states"))
     partial.own(partial_path(path))
-    want = int(np.prod(shape)) * np.dtype(np_dtype).itemsize
-    if start and not (states_file.is_file() and states_file.stat().st_size == want):
-        logger.warning("%s is missing or not of the size recorded: shard %d's units are made again", states_file, p)
-        start = 0
     if not start:
         record(0)  # the files named before they are made
     if shape[1]:

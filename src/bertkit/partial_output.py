@@ -167,8 +167,7 @@ class Appender:
         progress = run.progress.get(path.name) or {}
         self.rows, size = int(progress.get("rows", 0)), int(progress.get("bytes", 0))
         self.digest = hashlib.sha256()
-        if self.rows and not (self.tmp.is_file() and self.tmp.stat().st_size >= size
-                              and sha256_of(self.tmp, size) == progress.get("sha256")):
+        if self.rows and not proves(self.tmp, progress):
             logger.warning("%s is missing or differs from the rows recorded when it was written: every row is made "
                            "again", self.tmp)
             self.rows = size = 0
@@ -199,6 +198,13 @@ class Appender:
 
     def close(self) -> None:
         self.file.close()
+
+
+def proves(tmp: Path, progress: dict) -> bool:
+    """Whether the partial file ``tmp`` still holds what ``progress`` (an ``Appender``'s record) says: its first
+    ``bytes`` have the recorded sha256 (a row torn by the kill past them is cut off when it is opened)."""
+    size = int(progress.get("bytes", 0))
+    return tmp.is_file() and tmp.stat().st_size >= size and sha256_of(tmp, size) == progress.get("sha256")
 
 
 def _done(progress: Any) -> str:
