@@ -35,24 +35,24 @@ def test_resume_point_keeps_the_jsonl_rows_its_file_proves_and_drops_a_torn_file
     partial_path(out).write_bytes(b"row0\nrow1\nrow2\nrow3\nro")  # four rows recorded, a fifth torn by the kill
     units = [[[0, 1], [2, 3], [4]]]
     entry = {"rows": 4, "bytes": 20, "sha256": _sha(b"row0\nrow1\nrow2\nrow3\n")}
-    assert resume_point({"f.jsonl": entry}, out, [out], units, [0]) == ({"f.jsonl": entry}, {(0, 0), (0, 1)})
+    assert resume_point({"f.jsonl": entry}, out, [out], units) == ({"f.jsonl": entry}, {(0, 0), (0, 1)})
     partial_path(out).write_bytes(b"row0\nrow1\nrow")  # shorter than its record: every unit is made again
-    assert resume_point({"f.jsonl": entry}, out, [out], units, [0]) == ({}, set())
+    assert resume_point({"f.jsonl": entry}, out, [out], units) == ({}, set())
 
 
 def test_resume_point_drops_a_changed_shard_and_the_units_after_it(tmp_path):
     out = tmp_path / "s.safetensors"
     files = [tmp_path / "s-00001-of-00002.safetensors", tmp_path / "s-00002-of-00002.safetensors"]
     partial_path(files[0]).write_bytes(b"shard one")
-    partial_path(files[1], ".states").write_bytes(bytes(40))
+    partial_path(files[1]).write_bytes(bytes(40))
     units = [[[0], [1]], [[2], [3]]]
-    state = {"extraction": "e1", "shards": [_sha(b"shard one")], "units": 1}
-    assert resume_point({"safetensors": state}, out, files, units, [8, 40]) == (
+    state = {"extraction": "e1", "shards": [_sha(b"shard one")], "units": 1, "bytes": 40}
+    assert resume_point({"safetensors": state}, out, files, units) == (
         {"safetensors": state}, {(0, 0), (0, 1), (1, 0)})
     partial_path(files[0]).write_bytes(b"shard 0ne")
     # the extraction's id is kept: the shards proven, and those made again, are one extraction's
-    assert resume_point({"safetensors": state}, out, files, units, [8, 40]) == (
-        {"safetensors": {"extraction": "e1", "shards": [], "units": 0}}, set())
+    assert resume_point({"safetensors": state}, out, files, units) == (
+        {"safetensors": {**state, "shards": [], "units": 0}}, set())
 
 
 _KILLED = """
@@ -141,3 +141,34 @@ def test_a_torn_partial_file_resumed_under_torchrun_is_made_again_on_every_rank(
         resumed = (tmp_path / name.replace("whole", "out")).read_bytes()
         assert _without_extraction(resumed) == _without_extraction((tmp_path / name).read_bytes()), name
     assert not [p.name for p in tmp_path.iterdir() if p.name.startswith(".")]
+
+
+def test_a_safetensors_shard_is_on_disk_once_while_it_is_written(tmp_path, monkeypatch):
+    """Was: a shard's states went to a file of their own (``.NAME.bertkit-partial.states``), and the shard was written
+    from them when whole: both on disk at once, 2.0x the shard at the peak (2 GiB for the default 1 GiB shards).
+    Now the states are put in place in the shard itself: the peak is the shard, 1.0x, and it reads back."""
+    import numpy as np
+
+    from bertkit.feature_files import read_features, safetensors_meta, write_safetensors
+    from bertkit.partial_output import PartialOutput
+
+    layers, hidden, lengths = [-1, -2], 384, [5, 9, 3, 7, 11, 4, 6, 8]
+    encoded = [{"input_ids": [101] + [7] * (n - 2) + [102], "token_type_ids": [0] * n} for n in lengths]
+    units = [[[0, 1, 2], [3, 4, 5], [6, 7]]]
+    sizes = []
+
+    def on_disk() -> None:
+        sizes.append(sum(p.stat().st_size for p in tmp_path.iterdir() if ".json" not in p.name))
+
+    for name in ("replace", "link", "unlink"):  # each file made whole, placed, or removed: the moments of the peak
+        real = getattr(os, name)
+        monkeypatch.setattr(os, name, lambda *a, real=real, **k: (on_disk(), real(*a, **k))[1])
+    out = tmp_path / "out.safetensors"
+    write_safetensors(PartialOutput(out, "extract-features", {}, resume=False, overwrite=False), [out],
+                      [range(len(lengths))], units,
+                      lambda p, u: {i: np.full((2, lengths[i], hidden), i, np.float32) for i in units[p][u]},
+                      encoded, layers, np.dtype("float32"), safetensors_meta(layers, "float32", hidden, 16, "", False))
+    monkeypatch.undo()
+    assert [len(r["input_ids"]) for r in read_features(out)] == lengths
+    assert [float(r["layers"][-2][0, 0]) for r in read_features(out)] == list(range(len(lengths)))
+    assert max(sizes) == out.stat().st_size, sizes

@@ -394,9 +394,7 @@ def extract_features(
     earlier = existing_output(out)
     finished: set[tuple[int, int]] = set()
     if partial is not None:  # rank 0 alone proves the record against the files; the others are told what it found
-        tokens = np.cumsum([0, *(len(e["input_ids"]) for e in encoded)])
-        partial.progress, finished = resume_point(partial.progress, out, files, units,
-                                                  [per_token * int(tokens[r.stop] - tokens[r.start]) for r in plan])
+        partial.progress, finished = resume_point(partial.progress, out, files, units)
     if world > 1:
         shared = [finished]
         torch.distributed.broadcast_object_list(shared, src=0)
