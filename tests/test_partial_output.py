@@ -44,15 +44,16 @@ def test_resume_point_drops_a_changed_shard_and_the_units_after_it(tmp_path):
     out = tmp_path / "s.safetensors"
     files = [tmp_path / "s-00001-of-00002.safetensors", tmp_path / "s-00002-of-00002.safetensors"]
     partial_path(files[0]).write_bytes(b"shard one")
-    partial_path(files[1]).write_bytes(bytes(40))
+    partial_path(files[1]).write_bytes(b"head" + b"ab" + b"cd")  # a 4-byte head, 2 layers of a 2-byte row each
     units = [[[0], [1]], [[2], [3]]]
-    state = {"extraction": "e1", "shards": [_sha(b"shard one")], "units": 1, "bytes": 40}
+    state = {"extraction": "e1", "shards": [_sha(b"shard one")], "units": 1, "bytes": 8, "layout": [4, 2, 2],
+             "unit_sha256": [[0, 1, _sha(b"ac")]]}  # unit 0's row: the first byte of each layer
     assert resume_point({"safetensors": state}, out, files, units) == (
         {"safetensors": state}, {(0, 0), (0, 1), (1, 0)})
     partial_path(files[0]).write_bytes(b"shard 0ne")
     # the extraction's id is kept: the shards proven, and those made again, are one extraction's
     assert resume_point({"safetensors": state}, out, files, units) == (
-        {"safetensors": {**state, "shards": [], "units": 0}}, set())
+        {"safetensors": {**state, "shards": [], "units": 0, "unit_sha256": []}}, set())
 
 
 _KILLED = """
@@ -172,3 +173,53 @@ def test_a_safetensors_shard_is_on_disk_once_while_it_is_written(tmp_path, monke
     assert [len(r["input_ids"]) for r in read_features(out)] == lengths
     assert [float(r["layers"][-2][0, 0]) for r in read_features(out)] == list(range(len(lengths)))
     assert max(sizes) == out.stat().st_size, sizes
+
+
+def test_a_unit_torn_in_the_shard_being_made_is_made_again_with_those_after_it(tmp_path, monkeypatch, caplog):
+    """Was: the states of the shard a kill cut short were trusted by their file's size alone, and that file is at its
+    final size from the start: a unit torn by the kill (here its second unit's rows zeroed) was kept, and the
+    resumed shard held zeros where the uninterrupted one holds the states. Now each unit's rows are checked
+    against the sha256 recorded when they were flushed: that unit and the ones after it are made again."""
+    import numpy as np
+
+    from bertkit.feature_files import read_features, safetensors_meta, write_safetensors
+    from bertkit.partial_output import PartialOutput
+
+    layers, hidden, lengths = [-1, -2], 8, [5, 9, 3, 7, 11, 4, 6, 8]
+    encoded = [{"input_ids": [101] + [7] * (n - 2) + [102], "token_type_ids": [0] * n} for n in lengths]
+    units = [[[0, 1], [2, 3], [4, 5], [6, 7]]]
+    meta = safetensors_meta(layers, "float32", hidden, 16, "", False)
+    calls = []
+
+    def states_of(p, u):
+        calls.append(u)
+        if len(calls) == 4:  # the fourth unit: three recorded
+            raise KeyboardInterrupt
+        return {i: np.full((2, lengths[i], hidden), i + 1, np.float32) for i in units[p][u]}
+
+    def write(out, resume=False):
+        partial = PartialOutput(out, "extract-features", {}, resume=resume, overwrite=False)
+        partial.progress, finished = resume_point(partial.progress, out, [out], units)
+        with partial:
+            write_safetensors(partial, [out], [range(len(lengths))], units, states_of, encoded, layers,
+                              np.dtype("float32"), meta)
+        return finished
+
+    out = tmp_path / "out.safetensors"
+    with pytest.raises(KeyboardInterrupt):
+        write(out)
+    data = partial_path(out).read_bytes()
+    (size,) = struct.unpack("<Q", data[:8])
+    first = 8 + size + json.loads(data[8:8 + size])["layer.-1"]["data_offsets"][0]
+    a, b = (first + sum(lengths[:n]) * hidden * 4 for n in (2, 4))  # unit 1's rows (lines 2 and 3) in layer -1
+    with open(partial_path(out), "r+b") as f:  # as a kill mid-flush leaves them
+        f.seek(a)
+        f.write(bytes(b - a))
+    calls.append(0)  # no more interruptions
+    with caplog.at_level("WARNING", logger="bertkit"):
+        assert write(out, resume=True) == {(0, 0)}
+    assert "work unit 1's states differ from the sha256 recorded when they were written: it is made again, and the " \
+           "1 after it" in caplog.text
+    assert calls[5:] == [1, 2, 3]  # units 1 to 3 made again, unit 0 kept
+    rows = list(read_features(out))
+    assert [float(r["layers"][-1].min()) for r in rows] == [i + 1 for i in range(len(lengths))]

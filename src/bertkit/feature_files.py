@@ -6,6 +6,7 @@ either format back. docs/token-tasks.md ("bertkit extract-features") gives the l
 from __future__ import annotations
 
 import glob
+import hashlib
 import json
 import logging
 import os
@@ -64,9 +65,9 @@ def resume_point(progress: dict, out: Path, files: Sequence[Path],
                  units: list[list[list[int]]]) -> tuple[dict, set[tuple[int, int]]]:
     """What of a run cut short's record (``progress``) the partial files beside ``out`` prove, and the work units
     (shard, unit) that makes finished: a file torn by the kill, or changed since, is dropped from the record with
-    the units after it, which are made again. Under torchrun rank 0
-    decides this once, before any unit, and tells the other ranks: ranks that read the record on their own skipped
-    units rank 0 made again, and their gathers no longer matched (a crash, or a hang)."""
+    the units after it, which are made again. Under torchrun rank 0 decides this once, before any unit, and tells
+    the other ranks: ranks that read the record on their own skipped units rank 0 made again, and their gathers no
+    longer matched (a crash, or a hang)."""
     if out.suffix == ".jsonl":
         if (progress.get(out.name) or {}).get("rows") and not proves(partial_path(out), progress[out.name]):
             logger.warning("%s is missing or differs from the rows recorded when it was written: every row is made "
@@ -83,13 +84,36 @@ def resume_point(progress: dict, out: Path, files: Sequence[Path],
             shards, current = shards[:p], 0
             break
     tmp = partial_path(files[min(len(shards), len(files) - 1)])
-    if current and not (len(shards) < len(files) and tmp.is_file() and tmp.stat().st_size == state.get("bytes")):
+    if current and not (len(shards) < len(files) and tmp.is_file() and tmp.stat().st_size == state.get("bytes")
+                        and len(state.get("unit_sha256") or []) >= current):
         logger.warning("%s is missing or not of the size recorded: shard %d's units are made again", tmp, len(shards))
         current = 0
+    current = _proven_units(tmp, state, current)
     if state:  # the extraction's id kept: the shards proven were written with it
-        progress = {"safetensors": {**state, "shards": shards, "units": current}}
+        progress = {"safetensors": {**state, "shards": shards, "units": current,
+                                    "unit_sha256": (state.get("unit_sha256") or [])[:current]}}
     return progress, {(p, u) for p, part in enumerate(units) for u in range(len(part))
                       if p < len(shards) or (p == len(shards) and u < current)}
+
+
+def _proven_units(tmp: Path, state: dict, count: int) -> int:
+    """How many of the first ``count`` units of the shard being made (``tmp``) hold the states recorded: each unit's
+    rows, in every layer, have the sha256 taken when they were flushed. The file is at its final size from the start,
+    so its size proves nothing of a unit torn by a kill, or changed since: that unit is made again, and those after."""
+    if not count:
+        return 0
+    head, stripe, layers = state["layout"]
+    with open(tmp, "rb") as f:
+        for u, (a, b, sha) in enumerate(state["unit_sha256"][:count]):
+            digest = hashlib.sha256()
+            for k in range(layers):
+                f.seek(head + k * stripe + a)
+                digest.update(f.read(b - a))
+            if digest.hexdigest() != sha:
+                logger.warning("%s: work unit %d's states differ from the sha256 recorded when they were written: "
+                               "it is made again, and the %d after it", tmp, u, count - u - 1)
+                return u
+    return count
 
 
 def _written(i: int, states: np.ndarray, layers: Sequence[int], np_dtype: np.dtype) -> np.ndarray:
@@ -164,23 +188,24 @@ def write_safetensors(partial: PartialOutput, files: list[Path], plan: list[rang
         if p < len(done):
             skipped(len(shard))
             continue
-        start = int(state.get("units", 0)) if p == len(state.get("shards", [])) else 0
-        skipped(sum(len(unit) for unit in units[p][:start]))
+        ours = p == len(state.get("shards", []))  # the shard the run cut short was making
+        recorded = (state.get("unit_sha256") or [])[:int(state.get("units", 0))] if ours else []
+        skipped(sum(len(unit) for unit in units[p][:len(recorded)]))
 
-        def record(u: int, size: int = 0) -> None:
-            partial.save({"safetensors": {"extraction": meta["extraction"], "shards": done, "units": u,
-                                          **({"bytes": size} if size else {})}})
+        def record(u: int, **shard: Any) -> None:
+            partial.save({"safetensors": {"extraction": meta["extraction"], "shards": done, "units": u, **shard}})
 
-        _write_shard(partial, path, shard, units[p], p, start, record, states_of, encoded, layers, np_dtype, meta)
+        _write_shard(partial, path, shard, units[p], p, recorded, record, states_of, encoded, layers, np_dtype, meta)
         done.append(sha256_of(partial_path(path)))
         record(0)
     partial.finish([(partial_path(path), path) for path in files])
 
 
-def _write_shard(partial: PartialOutput, path: Path, shard: range, units: list[list[int]], p: int, start: int,
-                 record: Callable[..., None], states_of: StatesOf, encoded: Sequence[dict],
+def _write_shard(partial: PartialOutput, path: Path, shard: range, units: list[list[int]], p: int,
+                 recorded: list[list], record: Callable[..., None], states_of: StatesOf, encoded: Sequence[dict],
                  layers: Sequence[int], np_dtype: np.dtype, meta: dict[str, str]) -> None:
-    """Shard ``p`` (the lines ``shard``) written to ``partial_path(path)``, its units from ``start`` on."""
+    """Shard ``p`` (the lines ``shard``) written to ``partial_path(path)``, its units after the ``recorded`` ones
+    (proven by ``resume_point``: [first byte, end, sha256] of each one's rows in a layer's tensor)."""
     shard_lengths = np.asarray([len(encoded[i]["input_ids"]) for i in shard], dtype=np.int64)
     starts = np.concatenate([[0], np.cumsum(shard_lengths)]).astype(np.int64)
     # The shard is laid out whole from the start (``_shard_head``: everything but the states) and each work unit's
@@ -194,6 +219,8 @@ def _write_shard(partial: PartialOutput, path: Path, shard: range, units: list[l
     ints.update(offsets=starts, line_index=np.arange(shard.start, shard.stop, dtype=np.int64))
     head = _shard_head(ints, layers, shape, np_dtype, meta)
     tmp = partial.own(partial_path(path))
+    start, recorded, row = len(recorded), list(recorded), shape[2] * np_dtype.itemsize
+    layout = [len(head), shape[1] * row, len(layers)]  # where each layer's rows are: what a resume checks
     if not start:
         record(0)  # the file named before it is made
     size = len(head) + int(np.prod(shape)) * np_dtype.itemsize
@@ -209,10 +236,15 @@ def _write_shard(partial: PartialOutput, path: Path, shard: range, units: list[l
             a, b = starts[i - shard.start], starts[i - shard.start + 1]
             placed[:, a:b] = _written(i, states[i], layers, np_dtype)
         del states  # before the next unit's are computed
+        a, b = int(starts[unit[0] - shard.start]), int(starts[unit[-1] - shard.start + 1])
+        digest = hashlib.sha256()
+        for k in range(len(layers)):
+            digest.update(placed[k, a:b])
+        recorded.append([a * row, b * row, digest.hexdigest()])
         with writing(tmp):
             placed.flush()  # a memmap: a unit's lines hold tokens
             fsync(tmp)
-        record(u + 1, size)
+        record(u + 1, bytes=size, layout=layout, unit_sha256=recorded)
     del placed
 
 
