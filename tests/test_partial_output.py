@@ -1,8 +1,6 @@
 """What a resumed `extract-features` takes from the record of a run cut short (``feature_files.resume_point``):
-only what the partial files beside the output still prove, decided once on rank 0 and told to the other ranks.
-
-Real text (SST-2 dev sentences), MiniLM's first 2 layers, under torchrun with two processes (gloo, CPU) in the slow
-test; the decision itself on hand-made files in the fast ones.
+only what the partial files beside the output still prove (tests/test_output_resume.py resumes one under torchrun);
+how a shard is written so that it is on disk once.
 """
 
 from __future__ import annotations
@@ -10,20 +8,12 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import signal
 import struct
-import subprocess
-import sys
-import textwrap
-from pathlib import Path
 
 import pytest
 
 from bertkit.feature_files import resume_point
 from bertkit.partial_output import partial_path
-
-ROOT = Path(__file__).resolve().parents[1]
-SST2 = Path(os.environ.get("BERTKIT_DATA", ROOT.parent / "shared" / "data")) / "glue" / "SST-2" / "dev.tsv"
 
 
 def _sha(data: bytes) -> str:
@@ -54,94 +44,6 @@ def test_resume_point_drops_a_changed_shard_and_the_units_after_it(tmp_path):
     # the extraction's id is kept: the shards proven, and those made again, are one extraction's
     assert resume_point({"safetensors": state}, out, files, units) == (
         {"safetensors": {**state, "shards": [], "units": 0, "unit_sha256": []}}, set())
-
-
-_KILLED = """
-    import json, os, signal, sys
-    from bertkit import features
-    from bertkit.modeling import BertModel
-    from bertkit.tokenization import BertTokenizer
-    model_dir, out, texts, options = sys.argv[1], sys.argv[2], json.loads(sys.argv[3]), json.loads(sys.argv[4])
-    run, calls = features.run_batches, []
-
-    def killed(*args, **kwargs):  # SIGKILL as the third unit starts: the first shard (or two units' rows) recorded
-        calls.append(1)
-        if len(calls) == 3:
-            os.kill(os.getpid(), signal.SIGKILL)
-        return run(*args, **kwargs)
-
-    features.run_batches = killed
-    features.extract_features(BertModel.from_pretrained(model_dir), BertTokenizer.from_pretrained(model_dir),
-                              [(t, None) for t in texts], out, **options)
-"""
-_RESUME = """
-    import json, sys
-    import torch.distributed as dist
-    from bertkit import features
-    from bertkit.modeling import BertModel
-    from bertkit.tokenization import BertTokenizer
-    dist.init_process_group("gloo")
-    model_dir, out, texts, options = sys.argv[1], sys.argv[2], json.loads(sys.argv[3]), json.loads(sys.argv[4])
-    features.extract_features(BertModel.from_pretrained(model_dir), BertTokenizer.from_pretrained(model_dir),
-                              [(t, None) for t in texts], out, resume=True, **options)
-    dist.destroy_process_group()
-"""
-_OPTIONS = dict(layers=[-1, -2], batch_size=2, chunk_size=4, max_shard_bytes=600_000, progress=False)  # 4 shards
-
-
-def _without_extraction(data: bytes) -> bytes:
-    """A .safetensors shard's bytes with its extraction's id blanked (each extraction draws its own)."""
-    if data.startswith(b'{"linex_index"'):
-        return data
-    header = json.loads(data[8:8 + struct.unpack("<Q", data[:8])[0]])
-    return data.replace(header["__metadata__"]["extraction"].encode(), b"0" * 32)
-
-
-@pytest.mark.slow  # a torchrun of two processes (about 20 s on 2 cores)
-@pytest.mark.skipif(not SST2.is_file(), reason=f"SST-2 not found at {SST2}")
-@pytest.mark.parametrize("suffix", [".jsonl", ".safetensors"])
-def test_a_torn_partial_file_resumed_under_torchrun_is_made_again_on_every_rank(minilm_2_layers, tmp_path, suffix):
-    """Was: each rank read the record of the run cut short on its own and skipped the units it names, while rank 0
-    found the file torn and made them again, so rank 0 gathered rank 1's states of other units (a KeyError, or a
-    hang). Now rank 0 proves the record and tells the others: the resumed file is the uninterrupted run's."""
-    import csv
-
-    import torch
-
-    from bertkit import features
-    from bertkit.modeling import BertModel
-    from bertkit.tokenization import BertTokenizer
-    from launch_helpers import run_torchrun
-
-    with open(SST2, encoding="utf-8", newline="") as f:
-        texts = [row["sentence"] for row in csv.DictReader(f, delimiter="\t", quoting=csv.QUOTE_NONE)][:24]
-    model, tok = BertModel.from_pretrained(minilm_2_layers), BertTokenizer.from_pretrained(minilm_2_layers)
-    pairs = [(t, None) for t in texts]
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)  # as each torchrun worker (OMP_NUM_THREADS=1): the same kernels, the same bits
-    try:
-        whole = features.extract_features(model, tok, pairs, tmp_path / f"whole{suffix}", **_OPTIONS)["files"]
-    finally:
-        torch.set_num_threads(threads)
-    out = tmp_path / f"out{suffix}"
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": os.pathsep.join(sys.path)}
-    killed = subprocess.run([sys.executable, "-c", textwrap.dedent(_KILLED), str(minilm_2_layers), str(out),
-                             json.dumps(texts), json.dumps(_OPTIONS)], env=env, capture_output=True, timeout=120)
-    assert killed.returncode == -signal.SIGKILL, killed.stderr
-    torn = partial_path(out) if suffix == ".jsonl" else partial_path(Path(whole[0]).with_name(
-        Path(whole[0]).name.replace("whole", "out")))  # the first shard, finished and recorded
-    torn.write_bytes(torn.read_bytes()[:-7])
-    script = tmp_path / "resume.py"
-    script.write_text(textwrap.dedent(_RESUME), encoding="utf-8")
-    done = run_torchrun([str(script), str(minilm_2_layers), str(out), json.dumps(texts), json.dumps(_OPTIONS)], env,
-                        240)
-    assert done.returncode == 0, done.stderr[:6000]
-    assert "differs from" in done.stderr  # rank 0's warning: the torn file's units were made again
-    names = [Path(p).name for p in whole]
-    for name in names:
-        resumed = (tmp_path / name.replace("whole", "out")).read_bytes()
-        assert _without_extraction(resumed) == _without_extraction((tmp_path / name).read_bytes()), name
-    assert not [p.name for p in tmp_path.iterdir() if p.name.startswith(".")]
 
 
 def test_a_safetensors_shard_is_on_disk_once_while_it_is_written(tmp_path, monkeypatch):
@@ -223,3 +125,4 @@ def test_a_unit_torn_in_the_shard_being_made_is_made_again_with_those_after_it(t
     assert calls[5:] == [1, 2, 3]  # units 1 to 3 made again, unit 0 kept
     rows = list(read_features(out))
     assert [float(r["layers"][-1].min()) for r in rows] == [i + 1 for i in range(len(lengths))]
+
