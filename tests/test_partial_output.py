@@ -1,6 +1,6 @@
 """What a resumed `extract-features` takes from the record of a run cut short (``feature_files.resume_point``):
 only what the partial files beside the output still prove (tests/test_output_resume.py resumes one under torchrun);
-how a shard is written so that it is on disk once.
+how a shard is written so that it is on disk once; and the one refusal of a resume under another plan.
 """
 
 from __future__ import annotations
@@ -126,3 +126,29 @@ def test_a_unit_torn_in_the_shard_being_made_is_made_again_with_those_after_it(t
     rows = list(read_features(out))
     assert [float(r["layers"][-1].min()) for r in rows] == [i + 1 for i in range(len(lengths))]
 
+
+
+def test_one_refusal_names_what_differs_then_and_now_in_each_command_s_words():
+    """The three resume refusals (a directory run's settings, create-pretraining-data's plan, a file's partial write)
+    are one comparison. Was, in the partial write's: a setting of two whole numbers (--layers -1,-2) was read as a
+    model file's size and time ("--layers (-1 bytes, modified 1970-01-01 ...) then"), and settings past the fourth
+    went unsaid; create-pretraining-data's tokenizer named three of its differences."""
+    from bertkit.errors import BertkitError
+    from bertkit.partial_output import refuse_other_plan
+
+    then = {"settings": {"layers": [-1, -2], "w": 1, "x": 1, "y": 1, "z": 1}, "model": {"model.safetensors": [10, 0]}}
+    now = {"settings": {"layers": [-1, -3], "w": 2, "x": 2, "y": 2, "z": 2}, "model": then["model"]}
+    parts = {"settings": ("was cut short with other settings", "settings"), "model": ("... another model", "model")}
+    with pytest.raises(BertkitError) as e:
+        refuse_other_plan("into out.jsonl", "extract-features", then, now, parts, "start again, or choose another file")
+    assert str(e.value) == (
+        "cannot --resume into out.jsonl: its `bertkit extract-features` run was cut short with other settings "
+        "(--layers [-1, -2] then, [-1, -3] now; --w 1 then, 2 now; --x 1 then, 2 now; --y 1 then, 2 now (and 1 "
+        "more)); resume with the original settings, pass --overwrite to start again, or choose another file")
+    with pytest.raises(BertkitError, match=r"run \.\.\. another model \(model\.safetensors \(10 bytes, modified 1970"):
+        refuse_other_plan("into out.jsonl", "predict", {**then, "settings": now["settings"]},
+                          {**now, "model": {"model.safetensors": [11, 0]}}, parts, "start again")
+    with pytest.raises(BertkitError, match=r"run was started by another bertkit version \(format 0 then, 1 now\); "
+                                           r"finish it with the bertkit version that started it, pass --overwrite"):
+        refuse_other_plan("in out", "create-pretraining-data", {"format": 0}, {"format": 1},
+                          {"format": ("was started by another bertkit version", None)}, "start again")
