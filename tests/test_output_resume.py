@@ -297,3 +297,56 @@ def test_a_resumed_overwrite_replaces_the_file_it_was_told_to_and_keeps_it_until
     assert out.read_bytes() == b"an earlier file\n"  # replaced only when the new file is whole
     assert _predict("text-classification", classifier, inputs, out, "--resume") == 0  # as the run it continues was
     assert out.read_bytes() == whole
+
+
+_RESUME_UNDER_TORCHRUN = """
+    import json, sys
+    import torch.distributed as dist
+    from bertkit import features
+    from bertkit.modeling import BertModel
+    from bertkit.tokenization import BertTokenizer
+    dist.init_process_group("gloo")
+    model_dir, out, texts, options = sys.argv[1], sys.argv[2], json.loads(sys.argv[3]), json.loads(sys.argv[4])
+    features.extract_features(BertModel.from_pretrained(model_dir), BertTokenizer.from_pretrained(model_dir),
+                              [(t, None) for t in texts], out, resume=True, **options)
+    dist.destroy_process_group()
+"""
+
+
+@pytest.mark.slow  # a child and a torchrun of two processes (about 15 s on 2 cores)
+@pytest.mark.parametrize("suffix", [".jsonl", ".safetensors"])
+def test_a_torn_partial_file_resumed_under_torchrun_is_made_again_on_every_rank(minilm_2_layers, texts, tmp_path,
+                                                                                suffix):
+    """Was: each rank read the record of the run cut short on its own and skipped the units it names, while rank 0
+    found the file torn and made them again, so rank 0 gathered rank 1's states of other units (KeyError: 2, or a
+    hang). Now rank 0 proves the record and tells the others: the resumed file is the uninterrupted run's."""
+    import torch
+
+    from bertkit import features
+    from launch_helpers import run_torchrun
+
+    model, tok = _features_model(minilm_2_layers)
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # as each torchrun worker (OMP_NUM_THREADS=1): the same kernels, the same bits
+    try:
+        whole = features.extract_features(model, tok, [(t, None) for t in texts], tmp_path / f"whole{suffix}",
+                                          **_FEATURES)["files"]
+    finally:
+        torch.set_num_threads(threads)
+    out = tmp_path / f"out{suffix}"
+    killed = _child(_FEATURES_KILLER, str(minilm_2_layers), str(out), json.dumps(texts), json.dumps(_FEATURES))
+    assert killed.returncode == -signal.SIGKILL, killed.stderr
+    torn = partial_output.partial_path(out) if suffix == ".jsonl" else partial_output.partial_path(  # shard 1: whole
+        Path(whole[0]).with_name(Path(whole[0]).name.replace("whole", "out")))
+    torn.write_bytes(torn.read_bytes()[:-7])
+    script = tmp_path / "resume.py"
+    script.write_text(textwrap.dedent(_RESUME_UNDER_TORCHRUN), encoding="utf-8")
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": os.pathsep.join(sys.path)}
+    done = run_torchrun([str(script), str(minilm_2_layers), str(out), json.dumps(texts), json.dumps(_FEATURES)], env,
+                        240)
+    assert done.returncode == 0, done.stderr[:6000]
+    assert "differs from" in done.stderr  # rank 0's warning: the torn file's units were made again
+    for name in (Path(p).name for p in whole):
+        resumed = (tmp_path / name.replace("whole", "out")).read_bytes()
+        assert _without_extraction(resumed) == _without_extraction((tmp_path / name).read_bytes()), name
+    assert not [p.name for p in tmp_path.iterdir() if p.name.startswith(".")]

@@ -6,6 +6,7 @@ either format back. docs/token-tasks.md ("bertkit extract-features") gives the l
 from __future__ import annotations
 
 import glob
+import hashlib
 import json
 import logging
 import os
@@ -19,8 +20,8 @@ import numpy as np
 
 from bertkit.errors import BertkitError, MissingFileError, NonFiniteError
 from bertkit.manifests import sha256_of
-from bertkit.outputs import atomic_target, fsync, writing
-from bertkit.partial_output import PartialOutput, partial_path
+from bertkit.outputs import fsync, writing
+from bertkit.partial_output import PartialOutput, partial_path, proves
 
 logger = logging.getLogger("bertkit")
 StatesOf = Callable[[int, int], dict[int, np.ndarray]]
@@ -60,14 +61,59 @@ def write_jsonl(partial: PartialOutput, out: Path, units: list[list[int]], state
     partial.finish([(f.tmp, out)])
 
 
-def finished_units(progress: dict, out: Path, units: list[list[list[int]]]) -> set[tuple[int, int]]:
-    """The work units (shard, unit) that ``progress`` (a run cut short's record) says are written."""
+def resume_point(progress: dict, out: Path, files: Sequence[Path],
+                 units: list[list[list[int]]]) -> tuple[dict, set[tuple[int, int]]]:
+    """What of a run cut short's record (``progress``) the partial files beside ``out`` prove, and the work units
+    (shard, unit) that makes finished: a file torn by the kill, or changed since, is dropped from the record with
+    the units after it, which are made again. Under torchrun rank 0 decides this once, before any unit, and tells
+    the other ranks: ranks that read the record on their own skipped units rank 0 made again, and their gathers no
+    longer matched (a crash, or a hang)."""
     if out.suffix == ".jsonl":
+        if (progress.get(out.name) or {}).get("rows") and not proves(partial_path(out), progress[out.name]):
+            logger.warning("%s is missing or differs from the rows recorded when it was written: every row is made "
+                           "again", partial_path(out))
+            progress = {}
         rows = int((progress.get(out.name) or {}).get("rows", 0))
-        return {(0, u) for u, unit in enumerate(units[0]) if unit and unit[-1] < rows}
+        return progress, {(0, u) for u, unit in enumerate(units[0]) if unit and unit[-1] < rows}
     state = progress.get("safetensors") or {}
-    shards, current = len(state.get("shards", [])), int(state.get("units", 0))
-    return {(p, u) for p, part in enumerate(units) for u in range(len(part)) if p < shards or (p == shards and u < current)}
+    shards, current = list(state.get("shards", [])), int(state.get("units", 0))  # the sha256 of each finished shard
+    for p, sha in enumerate(shards):
+        if not partial_path(files[p]).is_file() or sha256_of(partial_path(files[p])) != sha:
+            logger.warning("%s is missing or differs from the sha256 recorded when it was written: it is made again "
+                           "(and the shards after it)", partial_path(files[p]))
+            shards, current = shards[:p], 0
+            break
+    tmp = partial_path(files[min(len(shards), len(files) - 1)])
+    if current and not (len(shards) < len(files) and tmp.is_file() and tmp.stat().st_size == state.get("bytes")
+                        and len(state.get("unit_sha256") or []) >= current):
+        logger.warning("%s is missing or not of the size recorded: shard %d's units are made again", tmp, len(shards))
+        current = 0
+    current = _proven_units(tmp, state, current)
+    if state:  # the extraction's id kept: the shards proven were written with it
+        progress = {"safetensors": {**state, "shards": shards, "units": current,
+                                    "unit_sha256": (state.get("unit_sha256") or [])[:current]}}
+    return progress, {(p, u) for p, part in enumerate(units) for u in range(len(part))
+                      if p < len(shards) or (p == len(shards) and u < current)}
+
+
+def _proven_units(tmp: Path, state: dict, count: int) -> int:
+    """How many of the first ``count`` units of the shard being made (``tmp``) hold the states recorded: each unit's
+    rows, in every layer, have the sha256 taken when they were flushed. The file is at its final size from the start,
+    so its size proves nothing of a unit torn by a kill, or changed since: that unit is made again, and those after."""
+    if not count:
+        return 0
+    head, stripe, layers = state["layout"]
+    with open(tmp, "rb") as f:
+        for u, (a, b, sha) in enumerate(state["unit_sha256"][:count]):
+            digest = hashlib.sha256()
+            for k in range(layers):
+                f.seek(head + k * stripe + a)
+                digest.update(f.read(b - a))
+            if digest.hexdigest() != sha:
+                logger.warning("%s: work unit %d's states differ from the sha256 recorded when they were written: "
+                               "it is made again, and the %d after it", tmp, u, count - u - 1)
+                return u
+    return count
 
 
 def _written(i: int, states: np.ndarray, layers: Sequence[int], np_dtype: np.dtype) -> np.ndarray:
@@ -133,59 +179,55 @@ def write_safetensors(partial: PartialOutput, files: list[Path], plan: list[rang
                       states_of: StatesOf, encoded: Sequence[dict], layers: Sequence[int], np_dtype: np.dtype,
                       meta: dict[str, str], skipped: Callable[[int], None] = lambda n: None) -> None:
     """Every shard written beside its name (``partial_path``), its states as each unit comes (recorded, so a resumed
-    run goes on from the first unit not recorded), and all renamed into place at the end: a kill while the states
-    are computed leaves the earlier output whole, not its first shards replaced by this run's."""
-    state = partial.progress.get("safetensors") or {}
+    run goes on from the first unit ``resume_point`` does not prove), and all renamed into place at the end: a kill
+    while the states are computed leaves the earlier output whole, not its first shards replaced by this run's."""
+    state = partial.progress.get("safetensors") or {}  # proven by ``resume_point``
     done: list[str] = list(state.get("shards", []))  # the sha256 of each finished shard
-    for p, sha in enumerate(done):
-        if not partial_path(files[p]).is_file() or sha256_of(partial_path(files[p])) != sha:
-            logger.warning("%s is missing or differs from the sha256 recorded when it was written: it is made again "
-                           "(and the shards after it)", partial_path(files[p]))
-            done, state = done[:p], {}
-            break
     meta = {**meta, "extraction": state.get("extraction", meta["extraction"])}  # one extraction's shards, resumed
     for p, (shard, path) in enumerate(zip(plan, files)):
         if p < len(done):
             skipped(len(shard))
             continue
-        start = int(state.get("units", 0)) if p == len(state.get("shards", [])) else 0
-        skipped(sum(len(unit) for unit in units[p][:start]))
+        ours = p == len(state.get("shards", []))  # the shard the run cut short was making
+        recorded = (state.get("unit_sha256") or [])[:int(state.get("units", 0))] if ours else []
+        skipped(sum(len(unit) for unit in units[p][:len(recorded)]))
 
-        def record(u: int, p: int = p) -> None:
-            partial.save({"safetensors": {"extraction": meta["extraction"], "shards": done, "units": u}})
+        def record(u: int, **shard: Any) -> None:
+            partial.save({"safetensors": {"extraction": meta["extraction"], "shards": done, "units": u, **shard}})
 
-        _write_shard(partial, path, shard, units[p], p, start, record, states_of, encoded, layers, np_dtype, meta)
+        _write_shard(partial, path, shard, units[p], p, recorded, record, states_of, encoded, layers, np_dtype, meta)
         done.append(sha256_of(partial_path(path)))
         record(0)
     partial.finish([(partial_path(path), path) for path in files])
 
 
-def _write_shard(partial: PartialOutput, path: Path, shard: range, units: list[list[int]], p: int, start: int,
-                 record: Callable[[int], None], states_of: StatesOf, encoded: Sequence[dict],
+def _write_shard(partial: PartialOutput, path: Path, shard: range, units: list[list[int]], p: int,
+                 recorded: list[list], record: Callable[..., None], states_of: StatesOf, encoded: Sequence[dict],
                  layers: Sequence[int], np_dtype: np.dtype, meta: dict[str, str]) -> None:
-    """Shard ``p`` (the lines ``shard``) written to ``partial_path(path)``, its units from ``start`` on."""
-    from safetensors.numpy import save_file
-
+    """Shard ``p`` (the lines ``shard``) written to ``partial_path(path)``, its units after the ``recorded`` ones
+    (proven by ``resume_point``: [first byte, end, sha256] of each one's rows in a layer's tensor)."""
     shard_lengths = np.asarray([len(encoded[i]["input_ids"]) for i in shard], dtype=np.int64)
     starts = np.concatenate([[0], np.cumsum(shard_lengths)]).astype(np.int64)
-    # Each layer's tensor is a part of one file of the shard's states at their final size (``.states``), every work
-    # unit's put in place as it comes and flushed before the unit is recorded: the shard is held on disk once, and a
-    # resumed run finds its finished units' states there. (0, H) for no lines (an empty input file): a shard of zero
-    # lines, as the .jsonl is a file of none.
+    # The shard is laid out whole from the start (``_shard_head``: everything but the states) and each work unit's
+    # states are put in place in its layers' tensors as they come, flushed before the unit is recorded: the shard
+    # is on disk once, never beside a second copy of its states (a 1 GiB shard peaked at 2 GiB, its states file and
+    # the shard written from it), and a resumed run finds its finished units' states there. (0, H) for no lines
+    # (an empty input file): a shard of zero lines, as the .jsonl is a file of none.
     shape = (len(layers), int(starts[-1]), int(meta["hidden_size"]))
-    states_file = partial.own(partial_path(path, ".states"))
-    partial.own(partial_path(path))
-    want = int(np.prod(shape)) * np.dtype(np_dtype).itemsize
-    if start and not (states_file.is_file() and states_file.stat().st_size == want):
-        logger.warning("%s is missing or not of the size recorded: shard %d's units are made again", states_file, p)
-        start = 0
+    ints = {key: np.concatenate([np.zeros(0, np.int64), *(np.asarray(encoded[i][key], np.int64) for i in shard)])
+            for key in ("input_ids", "token_type_ids")}
+    ints.update(offsets=starts, line_index=np.arange(shard.start, shard.stop, dtype=np.int64))
+    head = _shard_head(ints, layers, shape, np_dtype, meta)
+    tmp = partial.own(partial_path(path))
+    start, recorded, row = len(recorded), list(recorded), shape[2] * np_dtype.itemsize
+    layout = [len(head), shape[1] * row, len(layers)]  # where each layer's rows are: what a resume checks
     if not start:
-        record(0)  # the files named before they are made
-    if shape[1]:
-        with writing(states_file):
-            placed = np.memmap(states_file, np_dtype, "r+" if start else "w+", shape=shape)
-    else:
-        placed = np.empty(shape, np_dtype)
+        record(0)  # the file named before it is made
+    size = len(head) + int(np.prod(shape)) * np_dtype.itemsize
+    with writing(tmp), open(tmp, "r+b" if start else "wb") as f:
+        f.write(head)  # the same bytes again on a resume
+        f.truncate(size)
+    placed = np.memmap(tmp, np_dtype, "r+", offset=len(head), shape=shape) if shape[1] else np.empty(shape, np_dtype)
     for u, unit in enumerate(units):
         if u < start:
             continue
@@ -194,36 +236,36 @@ def _write_shard(partial: PartialOutput, path: Path, shard: range, units: list[l
             a, b = starts[i - shard.start], starts[i - shard.start + 1]
             placed[:, a:b] = _written(i, states[i], layers, np_dtype)
         del states  # before the next unit's are computed
-        if isinstance(placed, np.memmap):
-            with writing(states_file):
-                placed.flush()
-                fsync(states_file)
-        record(u + 1)
-    tensors = {f"layer.{name}": placed[k] for k, name in enumerate(layers)}
-    for key in ("input_ids", "token_type_ids"):
-        tensors[key] = np.concatenate([np.zeros(0, np.int64), *(np.asarray(encoded[i][key], np.int64) for i in shard)])
-    tensors["offsets"] = starts
-    tensors["line_index"] = np.arange(shard.start, shard.stop, dtype=np.int64)
-    with atomic_target(partial_path(path)) as tmp:
-        save_file(tensors, str(tmp), metadata=meta)
-        _sort_metadata(tmp)
-    del placed, tensors
-    states_file.unlink(missing_ok=True)
+        a, b = int(starts[unit[0] - shard.start]), int(starts[unit[-1] - shard.start + 1])
+        digest = hashlib.sha256()
+        for k in range(len(layers)):
+            digest.update(placed[k, a:b])
+        recorded.append([a * row, b * row, digest.hexdigest()])
+        with writing(tmp):
+            placed.flush()  # a memmap: a unit's lines hold tokens
+            fsync(tmp)
+        record(u + 1, bytes=size, layout=layout, unit_sha256=recorded)
+    del placed
 
 
-def _sort_metadata(path: Path) -> None:
-    """The metadata in ``path``'s header in sorted order: safetensors writes it in its hash map's order, which
-    differs from one process to the next, so an extraction resumed in another process had other bytes."""
+def _shard_head(ints: dict[str, np.ndarray], layers: Sequence[int], shape: tuple[int, int, int], np_dtype: np.dtype,
+                meta: dict[str, str]) -> bytes:
+    """A shard's bytes before its states: the safetensors header (the int64 tensors first, as safetensors orders
+    them by dtype, then the layers in the order asked; the metadata sorted, so a resumed run writes the same bytes)
+    and the int64 tensors."""
     import struct
 
-    with open(path, "r+b") as f:
-        (size,) = struct.unpack("<Q", f.read(8))
-        header = json.loads(f.read(size))
-        header["__metadata__"] = dict(sorted(header.get("__metadata__", {}).items()))
-        text = json.dumps(header, ensure_ascii=False, separators=(",", ":")).encode("utf-8")
-        if len(text) <= size:  # the same JSON reordered: the same length (padded with spaces, as safetensors pads)
-            f.seek(8)
-            f.write(text.ljust(size))
+    header: dict[str, Any] = {"__metadata__": dict(sorted(meta.items()))}
+    at = 0
+    tensors = [(k, "I64", list(v.shape), v.nbytes) for k, v in sorted(ints.items())]
+    tensors += [(f"layer.{name}", {2: "F16", 4: "F32"}[np_dtype.itemsize], list(shape[1:]),
+                 shape[1] * shape[2] * np_dtype.itemsize) for name in layers]
+    for key, dtype, dims, size in tensors:
+        header[key] = {"dtype": dtype, "shape": dims, "data_offsets": [at, at + size]}
+        at += size
+    text = json.dumps(header, separators=(",", ":")).encode("utf-8")
+    text += b" " * (-len(text) % 8)  # the data 8-byte aligned, as safetensors pads it
+    return struct.pack("<Q", len(text)) + text + b"".join(v.tobytes() for _, v in sorted(ints.items()))
 
 
 def is_feature_shard(path: Path) -> bool:

@@ -26,9 +26,9 @@ import torch
 from bertkit.errors import BertkitError, MissingFileError, file_to_write, is_whole
 from bertkit.feature_files import (
     existing_output,
-    finished_units,
     is_feature_shard,
     read_features,
+    resume_point,
     safetensors_meta,
     shard_paths,
     shard_plan,
@@ -392,7 +392,9 @@ def extract_features(
     # ``out`` and its shards, in this run's number or another: an earlier output is replaced whole (never some of
     # its shards left to be read with the new ones), and only when ``overwrite`` says so
     earlier = existing_output(out)
-    finished = finished_units(partial.progress if partial else {}, out, units)
+    finished: set[tuple[int, int]] = set()
+    if partial is not None:  # rank 0 alone proves the record against the files; the others are told what it found
+        partial.progress, finished = resume_point(partial.progress, out, files, units)
     if world > 1:
         shared = [finished]
         torch.distributed.broadcast_object_list(shared, src=0)

@@ -97,7 +97,10 @@ class PartialOutput:
                                    "--overwrite to start again (they are removed)")
             self.discard(earlier)
             return
-        _refuse_other_plan(out, command, earlier.get("plan") or {}, plan)
+        refuse_other_plan(f"into {out}", command, earlier.get("plan") or {}, plan, {part: (
+            "was cut short with " + {"settings": "other settings", "input": "another input file",
+                                     "model": "another model"}.get(part, f"another {part}"), part) for part in plan},
+            "start again (only the rows bertkit wrote are removed), or choose another output file")
         self.progress = earlier.get("progress") or {}
         self.files = list(earlier.get("files") or [])
         self.overwrite = bool(earlier.get("overwrite"))  # the run continued was told it may replace ``out``
@@ -167,8 +170,7 @@ class Appender:
         progress = run.progress.get(path.name) or {}
         self.rows, size = int(progress.get("rows", 0)), int(progress.get("bytes", 0))
         self.digest = hashlib.sha256()
-        if self.rows and not (self.tmp.is_file() and self.tmp.stat().st_size >= size
-                              and sha256_of(self.tmp, size) == progress.get("sha256")):
+        if self.rows and not proves(self.tmp, progress):
             logger.warning("%s is missing or differs from the rows recorded when it was written: every row is made "
                            "again", self.tmp)
             self.rows = size = 0
@@ -201,33 +203,51 @@ class Appender:
         self.file.close()
 
 
+def proves(tmp: Path, progress: dict) -> bool:
+    """Whether the partial file ``tmp`` still holds what ``progress`` (an ``Appender``'s record) says: its first
+    ``bytes`` have the recorded sha256 (a row torn by the kill past them is cut off when it is opened)."""
+    size = int(progress.get("bytes", 0))
+    return tmp.is_file() and tmp.stat().st_size >= size and sha256_of(tmp, size) == progress.get("sha256")
+
+
 def _done(progress: Any) -> str:
     rows = sum(int(p.get("rows", 0)) for p in (progress or {}).values() if isinstance(p, dict))
     return f"{rows:,} row(s)"
 
 
-def _refuse_other_plan(out: Path, command: str, earlier: dict, now: dict) -> None:
-    """--resume continues the run ``earlier`` describes: the same settings, input and model (``now``'s)."""
-    for part in now:
-        then, value = earlier.get(part), now[part]
+def refuse_other_plan(where: str, command: str, earlier: dict, now: dict,
+                      parts: dict[str, tuple[str, str | None]], overwrite: str,
+                      described: dict[str, Any] | None = None) -> None:
+    """--resume continues the run ``earlier`` (its plan) describes, not another one: the first of ``parts`` (a plan's
+    key -> what that run did otherwise, e.g. "had other settings", and what to resume with, None for the bertkit
+    version that started it) whose value in ``now`` differs is refused, naming the values then and now (a setting's
+    as its flag, --max-length; a file's size and time). ``where``: "in DIR" or "into FILE"; ``overwrite``: what
+    --overwrite does there, and the last way out; ``described``: a part's own (what the run did, what to resume with)
+    from its values then and now, where the values alone would not say it."""
+    for part, (did, original) in parts.items():
+        then, value = earlier.get(part), now.get(part)
         if then == value:
             continue
-        what = {"settings": "other settings", "input": "another input file", "model": "another model"}.get(
-            part, f"another {part}")
-        if isinstance(value, dict) and isinstance(then, dict) and "mtime_ns" not in value:
-            keys = [k for k in value if then.get(k) != value[k]] + [k for k in then if k not in value]
-            name = (lambda k: f"--{k.replace('_', '-')}") if part == "settings" else str
-            shown = "; ".join(f"{name(k)} {_shown(then.get(k))} then, {_shown(value.get(k))} now" for k in keys[:4])
+        if described and part in described:
+            did, original = described[part](then, value)
+        elif isinstance(value, dict) and isinstance(then, dict) and "mtime_ns" not in value:
+            keys = sorted(k for k in set(then) | set(value) if then.get(k) != value.get(k))
+            name = (lambda k: f"--{k.replace('_', '-')}") if part in ("settings", "config") else str
+            files = part == "model"  # a model directory's files: [size, mtime_ns] each
+            did += " (" + "; ".join(f"{name(k)} {_shown(then.get(k), files)} then, {_shown(value.get(k), files)} now"
+                                    for k in keys[:4]) + (f" (and {len(keys) - 4} more)" if len(keys) > 4 else "") + ")"
         else:
-            shown = f"{_shown(then)} then, {_shown(value)} now"
-        raise BertkitError(f"cannot --resume into {out}: its `bertkit {command}` run was cut short with {what} "
-                           f"({shown}); resume with the original {part}, pass --overwrite to start again (only the "
-                           "rows bertkit wrote are removed), or choose another output file")
+            named = "" if isinstance(value, dict) else f"{part} "  # a file's identity names itself
+            did += f" ({named}{_shown(then)} then, {_shown(value)} now)"
+        fix = (f"resume with the original {original}, " if original else
+               "finish it with the bertkit version that started it, ")
+        raise BertkitError(f"cannot --resume {where}: its `bertkit {command}` run {did}; {fix}pass --overwrite to "
+                           f"{overwrite}")
 
 
-def _shown(value: Any) -> str:
+def _shown(value: Any, model_file: bool = False) -> str:
     if isinstance(value, dict) and "mtime_ns" in value:
         return f"{value.get('path')!r} ({file_version(value)})"
-    if isinstance(value, list) and len(value) == 2 and all(isinstance(v, int) for v in value):  # a model's file
+    if model_file and isinstance(value, list) and len(value) == 2:  # not --layers -1,-2 read as a file's size and time
         return f"({file_version({'size': value[0], 'mtime_ns': value[1]})})"
     return repr(value)

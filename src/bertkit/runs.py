@@ -49,6 +49,7 @@ from bertkit.outputs import (
     staging_of,
     writing,
 )
+from bertkit.partial_output import refuse_other_plan
 from bertkit.staging import Stage, clear_staging
 from bertkit.write_paths import make_route, refuse_non_directory, target_of
 
@@ -250,14 +251,9 @@ def _refuse_other_settings(directory: Path, command: str, marker: dict, now: dic
     recorded = {**{k: v for k, v in (defaults or {}).items() if k not in recorded}, **recorded}
     recorded = as_meant(recorded) if as_meant is not None else recorded
     earlier, now = absolute(recorded, marker.get("cwd") or os.getcwd()), absolute(now, os.getcwd())
-    changed = sorted(k for k in set(earlier) | set(now) if earlier.get(k) != now.get(k))
-    if changed:
-        shown = "; ".join(f"--{k.replace('_', '-')} {earlier.get(k)!r} then, {now.get(k)!r} now" for k in changed[:4])
-        more = f" (and {len(changed) - 4} more)" if len(changed) > 4 else ""
-        raise BertkitError(
-            f"cannot --resume in {directory}: its `bertkit {command}` run had other settings ({shown}{more}); "
-            "resume with the original settings, pass --overwrite to replace that run (only the files bertkit "
-            "wrote there are removed), or choose another output directory")
+    refuse_other_plan(f"in {directory}", command, {"settings": earlier}, {"settings": now},
+                      {"settings": ("had other settings", "settings")}, "replace that run (only the files bertkit "
+                      "wrote there are removed), or choose another output directory")
 
 
 def _all_or_nothing(directory: Path, marker: dict, resume: bool = False) -> dict[str, tuple[int, ...]]:

@@ -21,10 +21,9 @@ from pathlib import Path
 
 from bertkit.data.shards import shard_name
 from bertkit.data.text import WorkUnit
-from bertkit.errors import BertkitError
 from bertkit.manifests import sha256_of
 from bertkit.outputs import atomic_write_text, writing
-from bertkit.partial_output import file_identity, file_version
+from bertkit.partial_output import file_identity, file_version, refuse_other_plan
 
 logger = logging.getLogger(__name__)
 UNITS = "units"  # in the staging directory only: removed before the run is finished
@@ -56,7 +55,13 @@ def start(out: Path, plan: dict, units: Sequence[WorkUnit], output_dir: str | os
             earlier = None
             logger.warning("%s cannot be read: every work unit is made again", directory / PLAN)
         if earlier is not None:
-            _refuse_other_plan(output_dir, command, earlier, plan)
+            refuse_other_plan(f"in {output_dir}", command, earlier, plan, {  # another run: refused, naming it
+                "format": ("was started by another bertkit version", None), "config": ("had other settings", "settings"),
+                "input_files": ("", ""), "tokenizer": ("used another tokenizer", "tokenizer (--vocab)"),
+                "units": ("", None)}, "start again (only the files bertkit wrote there are removed), or choose another "
+                "output directory", {"input_files": _other_files, "units": lambda then, now: (
+                    f"cut the corpus into other work units ({(then or {}).get('count')} units then, {now['count']} "
+                    "now: another bertkit version)", None)})
             for unit in units:
                 if (result := _proven(out, unit)) is not None:
                     done[unit.index] = result
@@ -106,47 +111,16 @@ def _proven(out: Path, unit: WorkUnit) -> dict | None:
     return result
 
 
-def _refuse_other_plan(output_dir: str | os.PathLike, command: str, earlier: dict, now: dict) -> None:
-    """--resume continues the run ``earlier`` describes: the same settings, input files, tokenizer and units."""
-    detail = original = None
-    if earlier.get("format") != now["format"]:
-        detail, original = f"was started by another bertkit version (record format {earlier.get('format')!r})", None
-    elif earlier.get("config") != now["config"]:
-        changed = sorted(k for k in now["config"] if earlier["config"].get(k) != now["config"][k])
-        detail = "had other settings (" + "; ".join(
-            f"--{k.replace('_', '-')} {earlier['config'].get(k)!r} then, {now['config'][k]!r} now"
-            for k in changed[:4]) + ")"
-        original = "settings"
-    elif (then := [f["path"] for f in earlier.get("input_files", ())]) != [f["path"] for f in now["input_files"]]:
-        shown = [f["path"] for f in now["input_files"]]
-        detail, original = f"read other input files ({_few(then)} then, {_few(shown)} now)", "input files"
-    elif earlier.get("tokenizer") != now["tokenizer"]:
-        changed = sorted(k for k in now["tokenizer"] if earlier["tokenizer"].get(k) != now["tokenizer"][k])
-        detail = "used another tokenizer (" + "; ".join(
-            f"{k} {earlier['tokenizer'].get(k)!r} then, {now['tokenizer'][k]!r} now" for k in changed[:3]) + ")"
-        original = "tokenizer (--vocab)"
-    else:
-        for a, b in zip(earlier["input_files"], now["input_files"], strict=True):
-            if a.get("absolute") != b["absolute"]:
-                detail = (f"read input file {b['path']} as {a.get('absolute')} (started in another directory); now "
-                          f"it is {b['absolute']}")
-                original = "working directory (relative paths are recorded as given)"
-                break
-            if (a.get("size"), a.get("mtime_ns")) != (b["size"], b["mtime_ns"]):
-                detail = (f"read input file {b['path']} as it was then ({file_version(a)}); it changed since "
-                          f"({file_version(b)}), so the finished shards hold the earlier text")
-                original = "file"
-                break
-        else:
-            if earlier.get("units") != now["units"]:
-                detail = (f"cut the corpus into other work units ({earlier.get('units', {}).get('count')} units "
-                          f"then, {now['units']['count']} now: another bertkit version)")
-    if detail is None:
-        return
-    fix = f"resume with the original {original}, " if original else "finish it with the bertkit version that started it, "
-    raise BertkitError(
-        f"cannot --resume in {output_dir}: its `bertkit {command}` run {detail}; {fix}pass --overwrite to start again "
-        "(only the files bertkit wrote there are removed), or choose another output directory")
+def _other_files(then: list[dict] | None, now: list[dict]) -> tuple[str, str]:
+    """What a run that read ``then`` (each file's identity) read otherwise than this one's ``now``."""
+    if (names := [f.get("path") for f in then or ()]) != [f["path"] for f in now]:
+        return f"read other input files ({_few(names)} then, {_few([f['path'] for f in now])} now)", "input files"
+    a, b = next((a, b) for a, b in zip(then or (), now) if a != b)
+    if a.get("absolute") != b["absolute"]:
+        return (f"read input file {b['path']} as {a.get('absolute')} (started in another directory); now it is "
+                f"{b['absolute']}", "working directory (relative paths are recorded as given)")
+    return (f"read input file {b['path']} as it was then ({file_version(a)}); it changed since ({file_version(b)}), "
+            "so the finished shards hold the earlier text", "file")
 
 
 def _few(names: Sequence[str]) -> str:

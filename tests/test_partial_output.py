@@ -1,0 +1,154 @@
+"""What a resumed `extract-features` takes from the record of a run cut short (``feature_files.resume_point``):
+only what the partial files beside the output still prove (tests/test_output_resume.py resumes one under torchrun);
+how a shard is written so that it is on disk once; and the one refusal of a resume under another plan.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import struct
+
+import pytest
+
+from bertkit.feature_files import resume_point
+from bertkit.partial_output import partial_path
+
+
+def _sha(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def test_resume_point_keeps_the_jsonl_rows_its_file_proves_and_drops_a_torn_file(tmp_path):
+    out = tmp_path / "f.jsonl"
+    partial_path(out).write_bytes(b"row0\nrow1\nrow2\nrow3\nro")  # four rows recorded, a fifth torn by the kill
+    units = [[[0, 1], [2, 3], [4]]]
+    entry = {"rows": 4, "bytes": 20, "sha256": _sha(b"row0\nrow1\nrow2\nrow3\n")}
+    assert resume_point({"f.jsonl": entry}, out, [out], units) == ({"f.jsonl": entry}, {(0, 0), (0, 1)})
+    partial_path(out).write_bytes(b"row0\nrow1\nrow")  # shorter than its record: every unit is made again
+    assert resume_point({"f.jsonl": entry}, out, [out], units) == ({}, set())
+
+
+def test_resume_point_drops_a_changed_shard_and_the_units_after_it(tmp_path):
+    out = tmp_path / "s.safetensors"
+    files = [tmp_path / "s-00001-of-00002.safetensors", tmp_path / "s-00002-of-00002.safetensors"]
+    partial_path(files[0]).write_bytes(b"shard one")
+    partial_path(files[1]).write_bytes(b"head" + b"ab" + b"cd")  # a 4-byte head, 2 layers of a 2-byte row each
+    units = [[[0], [1]], [[2], [3]]]
+    state = {"extraction": "e1", "shards": [_sha(b"shard one")], "units": 1, "bytes": 8, "layout": [4, 2, 2],
+             "unit_sha256": [[0, 1, _sha(b"ac")]]}  # unit 0's row: the first byte of each layer
+    assert resume_point({"safetensors": state}, out, files, units) == (
+        {"safetensors": state}, {(0, 0), (0, 1), (1, 0)})
+    partial_path(files[0]).write_bytes(b"shard 0ne")
+    # the extraction's id is kept: the shards proven, and those made again, are one extraction's
+    assert resume_point({"safetensors": state}, out, files, units) == (
+        {"safetensors": {**state, "shards": [], "units": 0, "unit_sha256": []}}, set())
+
+
+def test_a_safetensors_shard_is_on_disk_once_while_it_is_written(tmp_path, monkeypatch):
+    """Was: a shard's states went to a file of their own (``.NAME.bertkit-partial.states``), and the shard was written
+    from them when whole: both on disk at once, 2.0x the shard at the peak (2 GiB for the default 1 GiB shards).
+    Now the states are put in place in the shard itself: the peak is the shard, 1.0x, and it reads back."""
+    import numpy as np
+
+    from bertkit.feature_files import read_features, safetensors_meta, write_safetensors
+    from bertkit.partial_output import PartialOutput
+
+    layers, hidden, lengths = [-1, -2], 384, [5, 9, 3, 7, 11, 4, 6, 8]
+    encoded = [{"input_ids": [101] + [7] * (n - 2) + [102], "token_type_ids": [0] * n} for n in lengths]
+    units = [[[0, 1, 2], [3, 4, 5], [6, 7]]]
+    sizes = []
+
+    def on_disk() -> None:
+        sizes.append(sum(p.stat().st_size for p in tmp_path.iterdir() if ".json" not in p.name))
+
+    for name in ("replace", "link", "unlink"):  # each file made whole, placed, or removed: the moments of the peak
+        real = getattr(os, name)
+        monkeypatch.setattr(os, name, lambda *a, real=real, **k: (on_disk(), real(*a, **k))[1])
+    out = tmp_path / "out.safetensors"
+    write_safetensors(PartialOutput(out, "extract-features", {}, resume=False, overwrite=False), [out],
+                      [range(len(lengths))], units,
+                      lambda p, u: {i: np.full((2, lengths[i], hidden), i, np.float32) for i in units[p][u]},
+                      encoded, layers, np.dtype("float32"), safetensors_meta(layers, "float32", hidden, 16, "", False))
+    monkeypatch.undo()
+    assert [len(r["input_ids"]) for r in read_features(out)] == lengths
+    assert [float(r["layers"][-2][0, 0]) for r in read_features(out)] == list(range(len(lengths)))
+    assert max(sizes) == out.stat().st_size, sizes
+
+
+def test_a_unit_torn_in_the_shard_being_made_is_made_again_with_those_after_it(tmp_path, monkeypatch, caplog):
+    """Was: the states of the shard a kill cut short were trusted by their file's size alone, and that file is at its
+    final size from the start: a unit torn by the kill (here its second unit's rows zeroed) was kept, and the
+    resumed shard held zeros where the uninterrupted one holds the states. Now each unit's rows are checked
+    against the sha256 recorded when they were flushed: that unit and the ones after it are made again."""
+    import numpy as np
+
+    from bertkit.feature_files import read_features, safetensors_meta, write_safetensors
+    from bertkit.partial_output import PartialOutput
+
+    layers, hidden, lengths = [-1, -2], 8, [5, 9, 3, 7, 11, 4, 6, 8]
+    encoded = [{"input_ids": [101] + [7] * (n - 2) + [102], "token_type_ids": [0] * n} for n in lengths]
+    units = [[[0, 1], [2, 3], [4, 5], [6, 7]]]
+    meta = safetensors_meta(layers, "float32", hidden, 16, "", False)
+    calls = []
+
+    def states_of(p, u):
+        calls.append(u)
+        if len(calls) == 4:  # the fourth unit: three recorded
+            raise KeyboardInterrupt
+        return {i: np.full((2, lengths[i], hidden), i + 1, np.float32) for i in units[p][u]}
+
+    def write(out, resume=False):
+        partial = PartialOutput(out, "extract-features", {}, resume=resume, overwrite=False)
+        partial.progress, finished = resume_point(partial.progress, out, [out], units)
+        with partial:
+            write_safetensors(partial, [out], [range(len(lengths))], units, states_of, encoded, layers,
+                              np.dtype("float32"), meta)
+        return finished
+
+    out = tmp_path / "out.safetensors"
+    with pytest.raises(KeyboardInterrupt):
+        write(out)
+    data = partial_path(out).read_bytes()
+    (size,) = struct.unpack("<Q", data[:8])
+    first = 8 + size + json.loads(data[8:8 + size])["layer.-1"]["data_offsets"][0]
+    a, b = (first + sum(lengths[:n]) * hidden * 4 for n in (2, 4))  # unit 1's rows (lines 2 and 3) in layer -1
+    with open(partial_path(out), "r+b") as f:  # as a kill mid-flush leaves them
+        f.seek(a)
+        f.write(bytes(b - a))
+    calls.append(0)  # no more interruptions
+    with caplog.at_level("WARNING", logger="bertkit"):
+        assert write(out, resume=True) == {(0, 0)}
+    assert "work unit 1's states differ from the sha256 recorded when they were written: it is made again, and the " \
+           "1 after it" in caplog.text
+    assert calls[5:] == [1, 2, 3]  # units 1 to 3 made again, unit 0 kept
+    rows = list(read_features(out))
+    assert [float(r["layers"][-1].min()) for r in rows] == [i + 1 for i in range(len(lengths))]
+
+
+
+def test_one_refusal_names_what_differs_then_and_now_in_each_command_s_words():
+    """The three resume refusals (a directory run's settings, create-pretraining-data's plan, a file's partial write)
+    are one comparison. Was, in the partial write's: a setting of two whole numbers (--layers -1,-2) was read as a
+    model file's size and time ("--layers (-1 bytes, modified 1970-01-01 ...) then"), and settings past the fourth
+    went unsaid; create-pretraining-data's tokenizer named three of its differences."""
+    from bertkit.errors import BertkitError
+    from bertkit.partial_output import refuse_other_plan
+
+    then = {"settings": {"layers": [-1, -2], "w": 1, "x": 1, "y": 1, "z": 1}, "model": {"model.safetensors": [10, 0]}}
+    now = {"settings": {"layers": [-1, -3], "w": 2, "x": 2, "y": 2, "z": 2}, "model": then["model"]}
+    parts = {"settings": ("was cut short with other settings", "settings"), "model": ("... another model", "model")}
+    with pytest.raises(BertkitError) as e:
+        refuse_other_plan("into out.jsonl", "extract-features", then, now, parts, "start again, or choose another file")
+    assert str(e.value) == (
+        "cannot --resume into out.jsonl: its `bertkit extract-features` run was cut short with other settings "
+        "(--layers [-1, -2] then, [-1, -3] now; --w 1 then, 2 now; --x 1 then, 2 now; --y 1 then, 2 now (and 1 "
+        "more)); resume with the original settings, pass --overwrite to start again, or choose another file")
+    with pytest.raises(BertkitError, match=r"run \.\.\. another model \(model\.safetensors \(10 bytes, modified 1970"):
+        refuse_other_plan("into out.jsonl", "predict", {**then, "settings": now["settings"]},
+                          {**now, "model": {"model.safetensors": [11, 0]}}, parts, "start again")
+    with pytest.raises(BertkitError, match=r"run was started by another bertkit version \(format 0 then, 1 now\); "
+                                           r"finish it with the bertkit version that started it, pass --overwrite"):
+        refuse_other_plan("in out", "create-pretraining-data", {"format": 0}, {"format": 1},
+                          {"format": ("was started by another bertkit version", None)}, "start again")
