@@ -128,6 +128,38 @@ def test_a_unit_torn_in_the_shard_being_made_is_made_again_with_those_after_it(t
 
 
 
+def test_a_shard_the_disk_has_no_room_for_is_refused_by_name_before_any_state_is_written(tmp_path, monkeypatch):
+    """Was: the shard was a sparse file of its full size, its states written through a memmap: on a full disk the
+    first page written was a SIGBUS, the process killed without a word (exit 135, seen on a 2 MB tmpfs). The room
+    is taken when the file is made now, so the disk's refusal is write_error's one line."""
+    import errno
+
+    import numpy as np
+
+    from bertkit.errors import BertkitError
+    from bertkit.feature_files import safetensors_meta, write_safetensors
+    from bertkit.partial_output import PartialOutput
+
+    if not hasattr(os, "posix_fallocate"):
+        pytest.skip("no posix_fallocate on this system (macOS, Windows)")
+    asked = []
+
+    def full(fd, offset, length):
+        asked.append(length)
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+    monkeypatch.setattr(os, "posix_fallocate", full)
+    states = []
+    out = tmp_path / "out.safetensors"
+    meta = safetensors_meta([-1], "float32", 8, 16, "", False)
+    encoded = [{"input_ids": [101, 7, 102], "token_type_ids": [0, 0, 0]}]
+    with pytest.raises(BertkitError, match=f"no space left on the device while writing {out}"):
+        with PartialOutput(out, "extract-features", {}, resume=False, overwrite=False) as partial:
+            write_safetensors(partial, [out], [range(1)], [[[0]]], lambda p, u: states.append(u), encoded, [-1],
+                              np.dtype("float32"), meta)
+    assert states == [] and asked and asked[0] > 3 * 8 * 4  # refused before a unit was computed, the whole shard asked
+
+
 def test_one_refusal_names_what_differs_then_and_now_in_each_command_s_words():
     """The three resume refusals (a directory run's settings, create-pretraining-data's plan, a file's partial write)
     are one comparison. Was, in the partial write's: a setting of two whole numbers (--layers -1,-2) was read as a

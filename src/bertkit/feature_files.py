@@ -227,6 +227,10 @@ def _write_shard(partial: PartialOutput, path: Path, shard: range, units: list[l
     with writing(tmp), open(tmp, "r+b" if start else "wb") as f:
         f.write(head)  # the same bytes again on a resume
         f.truncate(size)
+        if hasattr(os, "posix_fallocate"):  # not on macOS or Windows
+            # the disk's room taken now, for a clear error: a memmap's write finding the disk full is a SIGBUS
+            # (the process killed without a word), the truncated file being sparse
+            os.posix_fallocate(f.fileno(), 0, size)
     placed = np.memmap(tmp, np_dtype, "r+", offset=len(head), shape=shape) if shape[1] else np.empty(shape, np_dtype)
     for u, unit in enumerate(units):
         if u < start:
