@@ -209,14 +209,31 @@ def tiny_pretraining_data(tmp_path_factory) -> Path:
     - ``vocab/``: a 1,500-entry WordPiece vocabulary learned from ``train.txt``;
     - ``data/``: ``train.txt`` made into 32-token instances (5 predictions each, dupe factor 1, seed 3).
 
-    A test that changes any of it copies it to its own ``tmp_path`` first.
+    A test that changes any of it copies it to its own ``tmp_path`` first. Under pytest-xdist the workers share one
+    copy in the run's directory above theirs: the first to need it builds it (1.8 s of CPU) under a lock, the others
+    wait for it and read it.
     """
+    import fcntl
+
+    base = tmp_path_factory.getbasetemp()
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        base = base.parent  # the run's, shared: each worker's own is popen-gwN inside it
+    root = base / "tiny-pretraining"
+    with open(base / "tiny-pretraining.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not (root / "built").is_file():
+            shutil.rmtree(root, ignore_errors=True)  # a worker's build cut short
+            _build_tiny_pretraining_data(root)
+            (root / "built").touch()
+    return root
+
+
+def _build_tiny_pretraining_data(root: Path) -> None:
     from bertkit.data.pretraining import create_pretraining_data
     from bertkit.demo import build_corpus
     from bertkit.tokenization import BertTokenizer
     from bertkit.tokenization.trainer import train_wordpiece_vocab
 
-    root = tmp_path_factory.mktemp("tiny-pretraining")
     build_corpus(root / "corpus")
     vocab = train_wordpiece_vocab([root / "corpus" / "train.txt"], vocab_size=1500, num_workers=1, progress=False)
     tok = BertTokenizer(vocab)
@@ -224,7 +241,6 @@ def tiny_pretraining_data(tmp_path_factory) -> Path:
     create_pretraining_data([root / "corpus" / "train.txt"], tok, root / "data", max_seq_length=32,
                             max_predictions_per_seq=5, dupe_factor=1, input_format="sentences", seed=3,
                             num_workers=1, progress=False)
-    return root
 
 
 # The tiny shape most tests use (2 layers, 32 wide); a test overrides any field through the factories' keywords.

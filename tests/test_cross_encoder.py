@@ -1,6 +1,8 @@
 """bertkit.sentence.cross_encoder against sentence-transformers' CrossEncoder on the same checkpoint (MiniLM's first
 2 layers with a seeded classifier: what is compared is the code, not MiniLM's numbers): the same scores from predict and rank, a saved directory that sentence-transformers opens with
-the same scores, the same loss values on the same SQuAD pairs, the same reranking metrics on fixed scores (ties
+the same scores, the same loss values and gradients on the same SQuAD pairs (predict, rank, several labels and the losses on a
+tiny random encoder with MiniLM's tokenizer: their code sees only the scores, and MiniLM's 384-wide layers were
+most of their time), the same reranking metrics on fixed scores (ties
 included); and the refusals of what bertkit does not implement."""
 
 from __future__ import annotations
@@ -32,6 +34,21 @@ def directory(minilm_2_layers, tmp_path_factory):
 
 
 @pytest.fixture(scope="module")
+def tiny_directory(minilm_2_layers, tiny_checkpoint, tmp_path_factory):
+    """A one-label cross-encoder as ``directory`` (seeded, dropout 0, MiniLM's tokenizer files, 512 positions) on a
+    tiny random encoder, for predict, rank and the losses. Drawn at the default 0.02 its scores of the SQuAD pairs
+    were all 0.0011 within 1e-5, ties at float rounding for rank and the ranking losses; drawn at 0.5 they spread
+    with a standard deviation of about 1, no two of 30 closer than 2e-4."""
+    return _tiny_cross_encoder(tiny_checkpoint, minilm_2_layers, tmp_path_factory.mktemp("ce-tiny") / "ce")
+
+
+def _tiny_cross_encoder(tiny_checkpoint, minilm_2_layers, out, labels: int = 1):
+    return tiny_checkpoint(out, "BertForSequenceClassification", tokenizer=minilm_2_layers, labels=labels,
+                           hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0, initializer_range=0.5,
+                           max_position_embeddings=512)
+
+
+@pytest.fixture(scope="module")
 def rows(data_dir):
     return squad_rerank(data_dir, 2, 6)
 
@@ -40,11 +57,11 @@ def _pairs(rows):
     return [(r["query"], d) for r in rows for d in [r["positive"], *r["negatives"][:2]]] + [("Where is Paris?", LONG)]
 
 
-def test_predict_and_rank_give_sentence_transformers_scores(directory, rows, tmp_path):
+def test_predict_and_rank_give_sentence_transformers_scores(tiny_directory, rows, tmp_path):
     pairs = _pairs(rows)
     for max_length in (None, 32):
-        want_model = st_ce.CrossEncoder(str(directory), max_length=max_length)
-        got_model = CrossEncoder(directory, max_length=max_length)
+        want_model = st_ce.CrossEncoder(str(tiny_directory), max_length=max_length)
+        got_model = CrossEncoder(tiny_directory, max_length=max_length)
         want, got = want_model.predict(pairs, batch_size=4), got_model.predict(pairs, batch_size=4)
         assert got.shape == want.shape == (len(pairs),) and got.dtype == np.float32
         np.testing.assert_allclose(got, want, atol=2e-6, rtol=0)
@@ -130,8 +147,8 @@ def test_module_0_scores_the_pairs_as_sentence_transformers_transformer(director
         torch.testing.assert_close(layer[real], reference[real], atol=1e-5, rtol=0)
 
 
-def test_several_labels_predict_softmax_as_sentence_transformers(minilm_2_layers, tmp_path, rows):
-    d = cross_encoder_directory(minilm_2_layers, tmp_path / "three", num_labels=3)
+def test_several_labels_predict_softmax_as_sentence_transformers(minilm_2_layers, tiny_checkpoint, tmp_path, rows):
+    d = _tiny_cross_encoder(tiny_checkpoint, minilm_2_layers, tmp_path / "three", labels=3)
     pairs = _pairs(rows)[:5]
     want_model, got_model = st_ce.CrossEncoder(str(d)), CrossEncoder(d)
     for kwargs in ({}, {"apply_softmax": True}):
@@ -160,11 +177,11 @@ def _both(directory):
     return a, b
 
 
-def test_losses_equal_sentence_transformers_on_the_same_pairs(directory, rows):
+def test_losses_equal_sentence_transformers_on_the_same_pairs(tiny_directory, rows):
     # 4 of the 6 rows: still 2, 3 and 4 documents a row, a short last mini-batch (PListMLE's 3) and 3 in-batch
     # negatives a query; MultipleNegativesRankingLoss scores every query against every document (quadratic in rows)
     rows = rows[:4]
-    want_model, got_model = _both(directory)
+    want_model, got_model = _both(tiny_directory)
     queries = [r["query"] for r in rows]
     positives = [r["positive"] for r in rows]
     hard = [r["negatives"][0] for r in rows]
@@ -216,12 +233,13 @@ def test_losses_equal_sentence_transformers_on_the_same_pairs(directory, rows):
         assert got.item() == pytest.approx(want.item(), rel=1e-5), (name, kwargs)
 
 
-def test_cross_entropy_trains_a_model_with_several_labels_as_sentence_transformers(minilm_2_layers, tmp_path, rows):
+def test_cross_entropy_trains_a_model_with_several_labels_as_sentence_transformers(minilm_2_layers, tiny_checkpoint,
+                                                                                   tmp_path, rows):
     """The default loss of a three-label model (an NLI-style classifier of pairs) is CrossEntropyLoss, with class
     indices as labels and torch's keyword arguments; a label that is no class is refused naming the classes."""
     from bertkit.sentence.cross_encoder import CrossEncoderTrainer, CrossEncoderTrainingArguments
 
-    d = cross_encoder_directory(minilm_2_layers, tmp_path / "three", num_labels=3)
+    d = _tiny_cross_encoder(tiny_checkpoint, minilm_2_layers, tmp_path / "three", labels=3)
     (want_model, got_model) = _both(d)
     pairs = [[r["query"] for r in rows] * 2, [r["positive"] for r in rows] + [r["negatives"][0] for r in rows]]
     labels = torch.arange(len(pairs[0])) % 3
@@ -238,12 +256,12 @@ def test_cross_entropy_trains_a_model_with_several_labels_as_sentence_transforme
 
 @pytest.mark.parametrize("kwargs,columns", slow_after([({"mini_batch_size": 5}, 3),
                                                        ({"mini_batch_size": 4, "num_negatives": None, "scale": 5.0}, 2)]))
-def test_cached_mnrl_gives_sentence_transformers_and_the_uncached_values_and_gradients(directory, rows, kwargs,
+def test_cached_mnrl_gives_sentence_transformers_and_the_uncached_values_and_gradients(tiny_directory, rows, kwargs,
                                                                                         columns):
     """CachedMultipleNegativesRankingLoss (refused as not implemented): the pairs scored in mini-batches smaller
     than the step's give sentence-transformers' value and gradients, and the uncached loss's, its in-batch negatives
     drawn from the same random state."""
-    want_model, got_model = _both(directory)
+    want_model, got_model = _both(tiny_directory)
     inputs = [[r["query"] for r in rows], [r["positive"] for r in rows], [r["negatives"][0] for r in rows]][:columns]
 
     def run(model, loss):
@@ -275,9 +293,9 @@ def test_cached_mnrl_gives_sentence_transformers_and_the_uncached_values_and_gra
         losses.CachedMultipleNegativesRankingLoss(got_model, mini_batch_size=0)
 
 
-def test_mnrl_draws_its_in_batch_negatives_as_sentence_transformers(directory, rows):
+def test_mnrl_draws_its_in_batch_negatives_as_sentence_transformers(tiny_directory, rows):
     """num_negatives below the batch's candidates: both draw them with torch.multinomial from the global RNG."""
-    want_model, got_model = _both(directory)
+    want_model, got_model = _both(tiny_directory)
     inputs = [[r["query"] for r in rows], [r["positive"] for r in rows]]
     torch.manual_seed(3)
     want = st_losses.MultipleNegativesRankingLoss(want_model, num_negatives=2)(inputs, None)
@@ -286,12 +304,12 @@ def test_mnrl_draws_its_in_batch_negatives_as_sentence_transformers(directory, r
     assert got.item() == pytest.approx(want.item(), rel=1e-5)
 
 
-def test_mnrl_on_a_batch_of_one_row_is_sentence_transformers_zero(directory):
+def test_mnrl_on_a_batch_of_one_row_is_sentence_transformers_zero(tiny_directory):
     """A dataset's last batch of 1 row (3 rows in batches of 2), without hard negatives, has its positive alone: 0
     with zero gradients in sentence-transformers, whose trainer steps on through it; bertkit refused it with "needs
     negatives", ending the training at that step. Now sentence-transformers' value; a hard-negative column still
     scores."""
-    want_model, got_model = _both(directory)
+    want_model, got_model = _both(tiny_directory)
     for name in ("MultipleNegativesRankingLoss", "CachedMultipleNegativesRankingLoss"):
         for inputs in ([["Who wrote Hamlet?"], ["Shakespeare wrote it."]],
                        [["Who wrote Hamlet?"], ["Shakespeare wrote it."], ["Paris is in France."]]):

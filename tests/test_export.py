@@ -130,18 +130,19 @@ def _run(session, inputs):
     return session.run(None, {n: t.numpy() for n, t in zip(INPUT_NAMES, inputs)})
 
 
-def test_onnx_export_equals_bertkit_on_real_text(tmp_path, minilm_dir, data_dir):
-    """MiniLM (encoder + pooler) through onnxruntime on SST-2 dev sentences, padded batches: within 1e-4 of
-    bertkit's own (unpadded) outputs at every real position."""
+def test_onnx_export_equals_bertkit_on_real_text(tmp_path, minilm_2_layers, data_dir):
+    """MiniLM's first 2 layers (real weights, encoder + pooler; the exported graph is each layer's, the same at any
+    depth, and 6 layers tripled the export and the runs) through onnxruntime on SST-2 dev sentences, padded
+    batches: within 1e-4 of bertkit's own (unpadded) outputs at every real position."""
     pytest.importorskip("onnx", reason="pip install 'bertkit[onnx]'")
     pytest.importorskip("onnxruntime", reason="pip install 'bertkit[onnx]'")
     out = tmp_path / "minilm.onnx"
-    assert main(["export", "onnx", "--model", str(minilm_dir), "--out", str(out)]) == 0
-    assert out.stat().st_size > 80e6
+    assert main(["export", "onnx", "--model", str(minilm_2_layers), "--out", str(out)]) == 0
+    assert out.stat().st_size > 25e6  # the weights inside it (29 MB of them)
     with open(data_dir / "glue/SST-2/dev.tsv", encoding="utf-8") as f:
         texts = [r["sentence"] for r in csv.DictReader(f, delimiter="\t", quoting=csv.QUOTE_NONE)][:96]
-    tok = BertTokenizer.from_pretrained(minilm_dir)
-    model = BertModel.from_pretrained(minilm_dir).eval()
+    tok = BertTokenizer.from_pretrained(minilm_2_layers)
+    model = BertModel.from_pretrained(minilm_2_layers).eval()
     session = _session(out)
     worst = 0.0
     for i in range(0, len(texts), 32):
@@ -154,7 +155,7 @@ def test_onnx_export_equals_bertkit_on_real_text(tmp_path, minilm_dir, data_dir)
         worst = max(worst, float((hidden[m] - ref.last_hidden_state[m]).abs().max()),
                     float((pooled - ref.pooler_output).abs().max()))
     assert worst < 1e-4, worst
-    assert main(["export", "onnx", "--model", str(minilm_dir), "--out", str(out)]) == 2  # never overwritten
+    assert main(["export", "onnx", "--model", str(minilm_2_layers), "--out", str(out)]) == 2  # never overwritten
 
 
 @pytest.mark.parametrize("cls", [H.BertForSequenceClassification, H.BertForQuestionAnswering,

@@ -40,6 +40,17 @@ def st_dir(tmp_path_factory, minilm_2_layers):
 
 
 @pytest.fixture(scope="module")
+def tiny_st_dir(tmp_path_factory, minilm_2_layers, tiny_checkpoint):
+    """``st_dir`` on a tiny random encoder (32 wide, 512 positions, MiniLM's tokenizer), for the checks of the
+    types vectors come back in and of the pooling set on the model, which MiniLM's layers only made slower."""
+    out = tmp_path_factory.mktemp("calls-tiny")
+    base = tiny_checkpoint(out / "base", tokenizer=minilm_2_layers, max_position_embeddings=512,
+                           initializer_range=0.5)
+    return st_directory(base, out / "m", pooling={**POOLING, "word_embedding_dimension": 32},
+                        st_config={"prompts": PROMPTS})
+
+
+@pytest.fixture(scope="module")
 def models(st_dir):
     return SentenceTransformer(st_dir), st.SentenceTransformer(str(st_dir), device="cpu")
 
@@ -1221,19 +1232,19 @@ def test_modules_by_position_are_sentence_transformers(st_dir, tmp_path):
         _ = ours[2]
 
 
-def test_pooling_set_through_model_1_pools_as_sentence_transformers(st_dir, tmp_path):
+def test_pooling_set_through_model_1_pools_as_sentence_transformers(tiny_st_dir, tmp_path):
     """model[1].include_prompt = False, model.set_pooling_include_prompt(False) and model[1].pooling_mode = "cls"
-    change what sentence-transformers pools (a prompted vector 0.11 from the pooled prompt's, the cls one 0.67 from
-    the mean's); bertkit's Pooling was frozen ("cannot assign to field") and the method missing."""
+    change what sentence-transformers pools (on MiniLM, a prompted vector 0.11 from the pooled prompt's, the cls one
+    0.67 from the mean's); bertkit's Pooling was frozen ("cannot assign to field") and the method missing."""
     calls = (lambda m: setattr(m[1], "include_prompt", False), lambda m: m.set_pooling_include_prompt(False),
              lambda m: setattr(m[1], "pooling_mode", "cls"), lambda m: setattr(m[1], "pooling_mode", ["cls", "mean"]))
     for call in calls:
-        ours, ref = SentenceTransformer(st_dir), st.SentenceTransformer(str(st_dir), device="cpu")
+        ours, ref = SentenceTransformer(tiny_st_dir), st.SentenceTransformer(str(tiny_st_dir), device="cpu")
         call(ours)
         call(ref)
         _same(ours.encode(TEXTS, prompt_name="query"), ref.encode(TEXTS, prompt_name="query"), atol=1e-5)
-    # two modes: 768 dimensions, which sentence-transformers encodes but still reports as 384 (set at its init)
-    assert ours.get_embedding_dimension() == ref.encode(TEXTS).shape[1] == 768
+    # two modes: 64 dimensions, which sentence-transformers encodes but still reports as 32 (set at its init)
+    assert ours.get_embedding_dimension() == ref.encode(TEXTS).shape[1] == 64
     ours.save(tmp_path / "ours")  # the modes set are the ones saved
     _same(st.SentenceTransformer(str(tmp_path / "ours"), device="cpu").encode(TEXTS), ref.encode(TEXTS), atol=1e-5)
     with pytest.raises(BertkitError, match=r"Pooling.pooling_mode: pooling \['median'\] is not implemented"):
@@ -1293,24 +1304,26 @@ def test_embeddings_frozen_through_model_0_train_as_sentence_transformers(tmp_pa
 
 # float64 first: its vectors came back as float32 too, and float16's matrix products are emulated on a CPU (2.5 s)
 @pytest.mark.parametrize(("dtype", "atol"), slow_after([(torch.float64, 1e-12), (torch.float16, 5e-4), (torch.bfloat16, 4e-3)]))
-def test_a_models_vectors_come_back_in_its_type(st_dir, dtype, atol):
+def test_a_models_vectors_come_back_in_its_type(tiny_st_dir, dtype, atol):
     """model.half() / .to(torch.bfloat16) / .double(): sentence-transformers returns the vectors in the model's type (a
     bfloat16 array as float32, which numpy lacks); bertkit returned float32 whatever the model's type, so the same
     script saved arrays twice the size and compared other dtypes, and a float64 model's vectors were rounded to float32
     (4e-8 from its own). The numbers agree within the type's rounding."""
-    ours, ref = SentenceTransformer(st_dir).to(dtype), st.SentenceTransformer(str(st_dir), device="cpu").to(dtype)
+    ours = SentenceTransformer(tiny_st_dir).to(dtype)
+    ref = st.SentenceTransformer(str(tiny_st_dir), device="cpu").to(dtype)
     for kwargs in ({}, {"convert_to_tensor": True}, {"convert_to_numpy": False}, {"normalize_embeddings": True}):
         _same(ours.encode(TEXTS, **kwargs), ref.encode(TEXTS, **kwargs), atol=atol)
     _same(ours.encode(TEXTS[0]), ref.encode(TEXTS[0]), atol=atol)
 
 
 @pytest.mark.parametrize("dtype", slow_after([torch.bfloat16, torch.float16]))  # float16 emulated: 3.7 s against 0.5 s
-def test_a_half_models_precision_quantizes_the_vectors_encode_returns(st_dir, dtype):
+def test_a_half_models_precision_quantizes_the_vectors_encode_returns(tiny_st_dir, dtype):
     """encode(precision=...) quantizes the vectors encode returns, in the model's type: byte for byte
     quantize_embeddings(encode(texts)), as in sentence-transformers. bertkit quantized the float32 values before their
     rounding to the model's type, other buckets than quantize_embeddings(encode(...)) gave (275 of 1,920 int8 values
     on a bfloat16 MiniLM)."""
-    ours, ref = SentenceTransformer(st_dir).to(dtype), st.SentenceTransformer(str(st_dir), device="cpu").to(dtype)
+    ours = SentenceTransformer(tiny_st_dir).to(dtype)
+    ref = st.SentenceTransformer(str(tiny_st_dir), device="cpu").to(dtype)
     for precision in ("int8", "uint8", "binary"):
         np.testing.assert_array_equal(ref.encode(TEXTS, precision=precision),
                                       st.quantize_embeddings(ref.encode(TEXTS), precision))
@@ -1392,7 +1405,7 @@ def test_a_default_prompt_name_the_prompts_lack_is_refused_at_save(st_dir, tmp_p
     assert not (tmp_path / "ours").exists()
 
 
-def test_model_kwargs_dtype_loads_the_encoder_in_that_dtype_as_sentence_transformers(st_dir, data_dir):
+def test_model_kwargs_dtype_loads_the_encoder_in_that_dtype_as_sentence_transformers(tiny_st_dir, data_dir):
     """``SentenceTransformer(path, model_kwargs={"torch_dtype": torch.bfloat16})`` (sentence-transformers' way to
     embed in bf16 or fp16; ``dtype`` since transformers 4.56, ``"auto"``: the saved one) loads the encoder in that
     type, as there: bertkit refused model_kwargs whole, advising to drop it, after which the script embedded in
@@ -1400,8 +1413,8 @@ def test_model_kwargs_dtype_loads_the_encoder_in_that_dtype_as_sentence_transfor
     rows = (data_dir / "glue" / "SST-2" / "dev.tsv").read_text(encoding="utf-8").splitlines()[1:25]
     texts = [r.split("\t")[0] for r in rows]
     for kwargs in ({"torch_dtype": torch.bfloat16}, {"dtype": "bfloat16"}, {"torch_dtype": "float16"}):
-        ours = SentenceTransformer(st_dir, model_kwargs=kwargs)
-        theirs = st.SentenceTransformer(str(st_dir), device="cpu", model_kwargs=kwargs)
+        ours = SentenceTransformer(tiny_st_dir, model_kwargs=kwargs)
+        theirs = st.SentenceTransformer(str(tiny_st_dir), device="cpu", model_kwargs=kwargs)
         dtype = next(theirs.parameters()).dtype
         assert next(ours.parameters()).dtype == dtype != torch.float32
         got = ours.encode(texts, convert_to_tensor=True)
@@ -1409,22 +1422,22 @@ def test_model_kwargs_dtype_loads_the_encoder_in_that_dtype_as_sentence_transfor
         assert got.dtype == want.dtype == dtype
         # bertkit normalises in float32 before rounding to the type: within one rounding of the type at 0.5
         torch.testing.assert_close(got.float(), want.float(), rtol=0, atol=4e-3 if dtype == torch.bfloat16 else 5e-4)
-    auto = SentenceTransformer(st_dir, model_kwargs={"dtype": "auto"})
-    assert next(auto.parameters()).dtype == torch.float32  # config.json's (MiniLM's weights are float32)
+    auto = SentenceTransformer(tiny_st_dir, model_kwargs={"dtype": "auto"})
+    assert next(auto.parameters()).dtype == torch.float32  # config.json's (the weights are float32)
 
     pairs = [(texts[i], texts[i + 1]) for i in range(8)]
     st_ce = pytest.importorskip("sentence_transformers.cross_encoder")
-    ce = CrossEncoder(st_dir, model_kwargs={"torch_dtype": torch.bfloat16})
-    st_ce_model = st_ce.CrossEncoder(str(st_dir), device="cpu", model_kwargs={"torch_dtype": torch.bfloat16})
+    ce = CrossEncoder(tiny_st_dir, model_kwargs={"torch_dtype": torch.bfloat16})
+    st_ce_model = st_ce.CrossEncoder(str(tiny_st_dir), device="cpu", model_kwargs={"torch_dtype": torch.bfloat16})
     assert ce.model.dtype == next(st_ce_model.parameters()).dtype == torch.bfloat16
     assert ce.predict(pairs).dtype == np.float32
     with pytest.raises(BertkitError, match=r"SentenceTransformer\(model_kwargs=...\) sets \['device_map'\], which "
                                            "bertkit does not implement: it takes dtype, torch_dtype, attn_impl"):
-        SentenceTransformer(st_dir, model_kwargs={"dtype": "bfloat16", "device_map": "auto"})
+        SentenceTransformer(tiny_st_dir, model_kwargs={"dtype": "bfloat16", "device_map": "auto"})
     with pytest.raises(BertkitError, match=r"CrossEncoder\(model_kwargs=...\) sets \['load_in_8bit'\]"):
-        CrossEncoder(st_dir, model_kwargs={"load_in_8bit": True})
+        CrossEncoder(tiny_st_dir, model_kwargs={"load_in_8bit": True})
     with pytest.raises(BertkitError, match="pass dtype= or torch_dtype="):
-        SentenceTransformer(st_dir, model_kwargs={"dtype": "bfloat16", "torch_dtype": "bfloat16"})
+        SentenceTransformer(tiny_st_dir, model_kwargs={"dtype": "bfloat16", "torch_dtype": "bfloat16"})
 
 
 def test_texts_without_words_give_sentence_transformers_vectors_and_scores(models, minilm_2_layers, tmp_path):

@@ -35,6 +35,19 @@ def models(st_dir):
     return SentenceTransformer(st_dir), st.SentenceTransformer(str(st_dir), device="cpu")
 
 
+@pytest.fixture(scope="module")
+def st_dir_2_layers(tmp_path_factory, minilm_2_layers):
+    """``st_dir`` on MiniLM's first 2 layers, for the checks of saving, chaining the modules, threads and half
+    types: the same at any depth, at a third of the cost (MiniLM's own numbers take ``st_dir``)."""
+    return st_directory(minilm_2_layers, tmp_path_factory.mktemp("st") / "all-MiniLM-L6-v2",
+                        st_config={"prompts": {"query": "query: ", "doc": ""}, "similarity_fn_name": "dot"})
+
+
+@pytest.fixture(scope="module")
+def models_2_layers(st_dir_2_layers):
+    return SentenceTransformer(st_dir_2_layers), st.SentenceTransformer(str(st_dir_2_layers), device="cpu")
+
+
 def test_embeddings_match_sentence_transformers(models):
     ours, ref = models
     assert ours.normalize and ours.max_seq_length == 256 and ours.similarity_fn_name == "dot"
@@ -165,8 +178,8 @@ def test_quantization_refuses_what_it_would_turn_into_numbers():
         from bertkit.sentence.quantization import semantic_search_usearch  # noqa: F401
 
 
-def test_saved_directory_opens_in_sentence_transformers(models, tmp_path):
-    ours, ref = models
+def test_saved_directory_opens_in_sentence_transformers(models_2_layers, tmp_path):
+    ours, ref = models_2_layers
     ours.save(tmp_path / "saved")
     modules = json.loads((tmp_path / "saved" / "modules.json").read_text())
     assert [m["type"].rsplit(".", 1)[-1] for m in modules] == ["Transformer", "Pooling", "Normalize"]
@@ -179,11 +192,11 @@ def test_saved_directory_opens_in_sentence_transformers(models, tmp_path):
     torch.testing.assert_close(again.encode(TEXTS), ours.encode(TEXTS), atol=0, rtol=0)
 
 
-def test_save_takes_sentence_transformers_arguments(models, tmp_path):
+def test_save_takes_sentence_transformers_arguments(models_2_layers, tmp_path):
     """sentence-transformers' save(path, model_name, create_model_card, train_datasets, safe_serialization), as a
     ported script passes them (a TypeError before): the model-card arguments write the same directory, and
     safe_serialization=False, which bertkit does not write, is refused naming it before anything is written."""
-    ours, ref = models
+    ours, ref = models_2_layers
     ours.save_pretrained(tmp_path / "saved", model_name="minilm-embedder", create_model_card=False,
                          train_datasets=["squad"], safe_serialization=True)
     reopened = st.SentenceTransformer(str(tmp_path / "saved"), device="cpu")
@@ -333,14 +346,14 @@ def test_module_0_returns_the_token_embeddings_and_every_layer_when_asked(models
     torch.testing.assert_close(got["all_layer_embeddings"][-1], got["token_embeddings"], atol=0, rtol=0)
 
 
-def test_modules_run_one_by_one_update_the_features_as_sentence_transformers(models):
+def test_modules_run_one_by_one_update_the_features_as_sentence_transformers(models_2_layers):
     """sentence-transformers 6.2's chain, ``features = model[i](features)`` module by module, and ``model(features)``,
     which updates the caller's dict: ``model[1](model[0](features))`` failed in bertkit (its Pooling took the encoder's
     output, not the features: TypeError), as did ``model[-1](features)`` (Normalize was not callable), and
     ``model(features)`` returned a new dict, so a script reading ``features["sentence_embedding"]`` after it got a
     KeyError. Now each step updates the same dict with sentence-transformers' keys and values (within 1e-5), a prompt
     left out of the pooling where include_prompt is False, and ``model(features)`` is that chain."""
-    ours, ref = models
+    ours, ref = models_2_layers
     pooled = {}
     try:
         for include_prompt in (True, False):
@@ -357,11 +370,12 @@ def test_modules_run_one_by_one_update_the_features_as_sentence_transformers(mod
 
 
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
-def test_forward_of_a_half_model_gives_its_embedding_in_that_type(st_dir, dtype):
+def test_forward_of_a_half_model_gives_its_embedding_in_that_type(st_dir_2_layers, dtype):
     """``model.half()`` then ``model(features)``: the sentence embedding came back in float32 where
     sentence-transformers' (and the token embeddings here) are float16, so a product with the model's other outputs
     failed in torch ("expected m1 and m2 to have the same dtype")."""
-    ours, ref = SentenceTransformer(st_dir).to(dtype), st.SentenceTransformer(str(st_dir), device="cpu").to(dtype)
+    ours = SentenceTransformer(st_dir_2_layers).to(dtype)
+    ref = st.SentenceTransformer(str(st_dir_2_layers), device="cpu").to(dtype)
     with torch.no_grad():
         got, want = ours(ours.tokenize(TEXTS[:3])), ref(ref.tokenize(TEXTS[:3]))
     assert got["sentence_embedding"].dtype == want["sentence_embedding"].dtype == got["token_embeddings"].dtype == dtype
@@ -502,7 +516,7 @@ def test_tokenize_takes_a_list_of_texts_and_names_what_is_not_one(models):
             ours.tokenize(["fine", bad])
 
 
-def test_encode_from_two_threads_leaves_the_model_its_own_encoder(st_dir, tmp_path):
+def test_encode_from_two_threads_leaves_the_model_its_own_encoder(st_dir_2_layers, tmp_path):
     """Two threads encoding at once on one model (a web server's workers): the second starts while the first runs and
     ends after it. Each call ran on a copy of the encoder made for CPU inference, put in ``model.bert`` and put back at
     its end, so the second put back the first's copy: the model kept it for good, ``save`` failed ("BertModel has no
@@ -510,7 +524,7 @@ def test_encode_from_two_threads_leaves_the_model_its_own_encoder(st_dir, tmp_pa
     that order by a hook on the encoder; each call's vectors are the model's."""
     import threading
 
-    model = SentenceTransformer(st_dir)
+    model = SentenceTransformer(st_dir_2_layers)
     encoder, texts = model.bert, TEXTS * 2  # more texts than a batch: the copy for CPU inference
     want = model.encode(texts, batch_size=4)
     first_in, second_in, first_done = threading.Event(), threading.Event(), threading.Event()

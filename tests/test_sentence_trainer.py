@@ -27,17 +27,21 @@ from bertkit.sentence.training_args import BatchSamplers
 from bertkit.training.callbacks import TrainerCallback
 from cases import slow_after
 from cross_encoder_helpers import cross_encoder_directory
-from sentence_helpers import st_args, st_directory
+from sentence_helpers import POOLING, st_args, st_directory
 
 PAIRS = [{"anchor": f"question {i}", "positive": f"paragraph {i // 2}"} for i in range(12)]
 
 
 @pytest.fixture(scope="module")
-def model_dir(tmp_path_factory, minilm_2_layers):
-    """MiniLM's first 2 layers: the checks that take it compare with sentence-transformers on the same weights, or
-    check what a run does and leaves (its checkpoints, a refused resume), none MiniLM's own numbers; a checkpoint a
-    third smaller to save and resume. The optimiser groups of MiniLM's 6 layers take ``minilm_st``."""
-    return st_directory(minilm_2_layers, tmp_path_factory.mktemp("st") / "m", dropout=0.0, max_seq_length=32)
+def model_dir(tmp_path_factory, minilm_2_layers, tiny_checkpoint):
+    """A tiny random encoder with MiniLM's tokenizer, drawn at 0.5 (texts' embeddings far apart, as a trained one's):
+    the checks compare with sentence-transformers on the same weights or check what a run leaves, none MiniLM's
+    numbers, which cost most of their time and checkpoints. MiniLM's 6 layers' optimiser groups take ``minilm_st``."""
+    out = tmp_path_factory.mktemp("st")
+    base = tiny_checkpoint(out / "base", tokenizer=minilm_2_layers, hidden_size=64, intermediate_size=128,
+                           initializer_range=0.5)
+    return st_directory(base, out / "m", dropout=0.0, max_seq_length=32,
+                        pooling={**POOLING, "word_embedding_dimension": 64})
 
 
 @pytest.fixture(scope="module")
@@ -126,7 +130,7 @@ def test_no_duplicates_trains_where_duplicates_cannot_be_kept_apart(model, tmp_p
 
 
 def test_training_saves_a_sentence_transformers_directory(model, tmp_path):
-    loss = losses.MatryoshkaLoss(model, losses.CachedMultipleNegativesRankingLoss(model, mini_batch_size=2), [384, 32])
+    loss = losses.MatryoshkaLoss(model, losses.CachedMultipleNegativesRankingLoss(model, mini_batch_size=2), [64, 32])
     args = st_args(tmp_path, per_device_train_batch_size=4, max_steps=2, learning_rate=1e-4, save_strategy="no",
                    prompts={"anchor": "query: "})
     before = model.encode(["query: question 1"])
