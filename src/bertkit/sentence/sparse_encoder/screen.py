@@ -101,7 +101,7 @@ class ScreenedMaxLogits(nn.Module):
         maybe = torch.le(bound, 0, out=self.scratch(buffers, "maybe", bound.shape, torch.bool)).logical_not_()
         text, piece = maybe.nonzero(as_tuple=True)  # (K,): maybe active (NaN included)
         exact = torch.empty(piece.shape[0], dtype=torch.float32)  # (K,)
-        at = torch.bincount(text, minlength=len(lengths)).cumsum(0).tolist()
+        at = maybe.sum(1).cumsum(0).tolist()  # each text's candidates end (bincount ran 0.8 ms on 15k)
         for k, (e, n) in enumerate(zip(ends, lengths)):
             lo, hi = at[k - 1] if k else 0, at[k]
             rows_of = torch.index_select(self.weight, 0, piece[lo:hi],  # (K_k, H): the text's pieces' rows
