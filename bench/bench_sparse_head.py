@@ -77,7 +77,7 @@ def main() -> None:
             assert torch.equal(got > 0, want > 0), name
             torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-5)
             heads[name] = functools.partial(screen, states, lengths, cls.ROWS)
-            bound = screen._bound(states.float(), lengths, torch.tensor(lengths).cumsum(0).tolist(), cls.ROWS, {})
+            bound = screen._bound(states.float(), lengths, torch.tensor(lengths).cumsum(0).tolist(), cls.ROWS, {})[0]
             result[f"{name}_recomputed"] = int((~(bound <= 0)).sum())
         result.update(interleaved_ms(heads, args.calls))
     print(json.dumps(result))

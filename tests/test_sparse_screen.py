@@ -39,7 +39,7 @@ def check(screen: ScreenedMaxLogits, states: torch.Tensor, lengths: list[int], w
     ends = torch.tensor(lengths).cumsum(0).tolist()
     with torch.inference_mode():
         for rows in (5, 64):  # blocks that split texts, and that hold whole ones
-            bound = screen._bound(states, lengths, ends, rows, {})
+            bound = screen._bound(states, lengths, ends, rows, {})[0]
             assert bool((bound >= want).all()), float((want - bound).max())
             got = screen(states, lengths, rows)
             assert torch.equal(got > 0, want > 0), int(((got > 0) != (want > 0)).sum())

@@ -97,11 +97,13 @@ class ScreenedMaxLogits(nn.Module):
 
     def _pooled(self, states: Tensor, lengths: list[int], rows: int, buffers: dict[str, Tensor]) -> Tensor:
         ends = torch.tensor(lengths).cumsum(0).tolist()
-        bound = self._bound(states, lengths, ends, rows, buffers)  # (B, V), in a kept buffer
+        bound, fresh = self._bound(states, lengths, ends, rows, buffers)  # (B, V), in a kept buffer
         maybe = torch.le(bound, 0, out=self.scratch(buffers, "maybe", bound.shape, torch.bool)).logical_not_()
         text, piece = maybe.nonzero(as_tuple=True)  # (K,): maybe active (NaN included)
         exact = torch.empty(piece.shape[0], dtype=torch.float32)  # (K,)
-        at = maybe.sum(1).cumsum(0).tolist()  # each text's candidates end (bincount ran 0.8 ms on 15k)
+        # where each text's candidates end (text is sorted): bincount ran 0.8 ms on 15k, a sum over maybe made a
+        # (B, V) int64 copy, faulted in under the server's mmap threshold
+        at = torch.searchsorted(text, torch.arange(len(lengths)), right=True).tolist()
         for k, (e, n) in enumerate(zip(ends, lengths)):
             lo, hi = at[k - 1] if k else 0, at[k]
             rows_of = torch.index_select(self.weight, 0, piece[lo:hi],  # (K_k, H): the text's pieces' rows
@@ -109,13 +111,14 @@ class ScreenedMaxLogits(nn.Module):
             products = torch.mm(states[e - n:e], rows_of.T,
                                 out=self.scratch(buffers, "products", (n, hi - lo), torch.float32))  # (n, K_k)
             torch.amax(products, 0, out=exact[lo:hi])
-        pooled = torch.zeros(bound.shape)  # (B, V)
+        pooled = fresh.zero_() if fresh is not None else torch.zeros(bound.shape)  # (B, V)
         pooled[text, piece] = (exact + self.bias[piece]).relu_()
         return pooled
 
     def _bound(self, states: Tensor, lengths: list[int], ends: list[int], rows: int,
-               buffers: dict[str, Tensor]) -> Tensor:
-        """(B, V): an upper bound on each text's fp32 maximum logit per word piece, bias included."""
+               buffers: dict[str, Tensor]) -> tuple[Tensor, Tensor | None]:
+        """(B, V): an upper bound on each text's fp32 maximum logit per word piece, bias included; and a fresh
+        (B, V) float32 tensor the result may be written into, or None."""
         V = self.weight.shape[0]
         low = states.to(torch.bfloat16)  # (N, H): x~
         norm, error = states.norm(dim=1), (states - low.float()).norm(dim=1)  # (N,): |x|, |x - x~|
@@ -129,10 +132,12 @@ class ScreenedMaxLogits(nn.Module):
         x, dx = (_per_text(v, lengths, ends)[:, None] for v in (norm, error))
         # y + c|y| grows with y (c < 1), so a text's bound is at its largest y~; 1% over the measured terms covers
         # this sum's own fp32 rounding
-        bound = self.scratch(buffers, "bound", top.shape, torch.float32).copy_(top)  # (B, V)
-        bound.abs_().mul_(_BF16_UNIT / (1 - _BF16_UNIT)).add_(top).add_(self.bias)
+        # top in fp32 is made anew (a bf16 operand of an fp32 in-place add would be one too) and becomes the result
+        top = top.float()
+        bound = torch.abs(top, out=self.scratch(buffers, "bound", top.shape, torch.float32))  # (B, V)
+        bound.mul_(_BF16_UNIT / (1 - _BF16_UNIT)).add_(top).add_(self.bias)
         return bound.addcmul_(x, self.row_error, value=1.01).addcmul_(dx + self.gamma * (1 + _BF16_UNIT) * x,
-                                                                      self.row_norm, value=1.01)
+                                                                      self.row_norm, value=1.01), top
 
 
 class Int8ScreenedMaxLogits(ScreenedMaxLogits):
@@ -200,7 +205,7 @@ class Int8ScreenedMaxLogits(ScreenedMaxLogits):
         bound = self.scratch(buffers, "bound", top.shape, torch.float32).copy_(top)
         bound.mul_(step[:, None]).mul_(self.step).add_(self.bias_up)  # (B, V): y~ + b, the maxima in fp32
         # |y~| <= |x~| |w~| <= |x~| (|w| + |w - w~|): its 2^-20 is folded into the |x~| term (self.low_slack)
-        return bound.addcmul_(x_low, self.low_slack).addcmul_(dx + self.gamma * x, self.row_norm, value=1.01)
+        return bound.addcmul_(x_low, self.low_slack).addcmul_(dx + self.gamma * x, self.row_norm, value=1.01), None
 
 
 def screened_max_logits(weight: Tensor, bias: Tensor) -> ScreenedMaxLogits | None:
