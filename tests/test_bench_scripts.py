@@ -64,6 +64,12 @@ def test_sparse_prints_one_json_line_and_the_same_vectors(minilm_dir, data_dir):
     assert record["threads_1"]["same_indices"] is True and record["threads_1"]["max_abs_diff"] < 1e-4
 
 
+def test_sparse_head_prints_one_json_line_with_each_screen_checked(minilm_dir):
+    (record,) = json_lines(bench("bench_sparse_head", "--model", minilm_dir, "--texts", 2, "--calls", 1))
+    # each screen's vectors were checked against the fp32 head before it was timed
+    assert record["active"] > 0 and record["int8_recomputed"] >= record["active"] and record["int8_ms"] > 0
+
+
 def test_embeddings_runs_without_the_engines_it_leaves_out(minilm_dir, data_dir):
     # fastembed was imported even with --engines leaving it out: ModuleNotFoundError where it is not installed
     records = json_lines(

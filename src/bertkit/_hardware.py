@@ -250,6 +250,18 @@ def onednn_int8_exact(levels: int) -> bool:
 
 
 @_probe
+def int_mm_exact() -> bool:
+    """Whether ``torch._int_mm`` sums int8 times int8 products exactly in int32 here, the probes' saturating runs
+    included (``sparse_encoder.screen.Int8ScreenedMaxLogits``). False on AVX2 without VNNI (oneDNN's kernel sums
+    pairs of products in int16 there, and 127 x 127 x 2 overflows it) and in a PyTorch without the CPU kernel."""
+    a, b = _probe_operands(127)
+    try:
+        return bool(torch.equal(torch._int_mm(a, b.t()), a.int() @ b.t().int()))
+    except (AttributeError, RuntimeError):
+        return False
+
+
+@_probe
 def onednn_linear() -> bool:
     """Whether oneDNN's Linear (``torch.ops.mkldnn._linear_pointwise`` over a weight reordered by
     ``_reorder_linear_weight``: the kernels Inductor's CPU backend calls) runs here and agrees with ``F.linear``

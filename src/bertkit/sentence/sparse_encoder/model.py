@@ -55,12 +55,12 @@ from bertkit.sentence.prompts import Prompted
 from bertkit.sentence.sparse_encoder.modules import (
     MLMTransformer,
     Router,
-    ScreenedMaxLogits,
     SparseStaticEmbedding,
     SpladePooling,
     Transformer,
     route_of,
 )
+from bertkit.sentence.sparse_encoder.screen import screened_max_logits
 from bertkit.sentence.util import SimilarityByName
 from bertkit.staging import staged
 from bertkit.weight_files import read_config_json
@@ -534,20 +534,20 @@ def _embedder(route: list[nn.Module], prepared: bool) -> Callable[[dict[str, Any
 def splade_embedder(bert: nn.Module, head: nn.Module, pooling: SpladePooling,
                     prepared_decoder: bool) -> Callable[[dict[str, Any]], Tensor]:
     """features -> (B, V): ``bert``'s states through the masked-LM ``head`` and ``pooling``; ``prepared_decoder``:
-    the vocabulary product made once for CPU inference (fp32 weights): max pooling's maxima screened by a bf16
-    product where the CPU has bf16 instructions (``ScreenedMaxLogits``: the head 1.9x as fast on BERT-BASE's shape),
-    else the product on a copy of the decoder's weight reordered for oneDNN. A decoder with a hook, a forward of its
+    the vocabulary product made once for CPU inference (fp32 weights): max pooling's maxima screened by an int8
+    product where the CPU has AVX512-VNNI or AMX, else a bf16 one where it has bf16 instructions
+    (``screen.screened_max_logits``), else the product on a copy of the decoder's weight reordered for oneDNN. A decoder with a hook, a forward of its
     own or a transform on its weight (``modeling.runs_as_f_linear``) is called as it is: a copy would skip them."""
     from bertkit.modeling import runs_as_f_linear
 
     decoder = None
     if prepared_decoder and head.decoder.weight.dtype == torch.float32 and runs_as_f_linear(head.decoder):
-        from bertkit._hardware import cpu_has_bf16, onednn_linear
+        from bertkit._hardware import onednn_linear
         from bertkit.inference.prepare import PreparedLinear
 
-        if pooling.pooling_strategy == "max" and onednn_linear() and cpu_has_bf16():
-            decoder = ScreenedMaxLogits(head.decoder.weight, head.bias)
-        else:
+        if pooling.pooling_strategy == "max" and onednn_linear():
+            decoder = screened_max_logits(head.decoder.weight, head.bias)
+        if decoder is None:
             decoder = PreparedLinear(head.decoder.weight, head.bias, torch.float32)
 
     def embed(features: dict[str, Any]) -> Tensor:

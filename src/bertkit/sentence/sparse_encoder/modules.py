@@ -18,8 +18,7 @@ Each module reads and writes its own directory, as sentence-transformers' ``load
 from __future__ import annotations
 
 import ast
-import math
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -35,6 +34,7 @@ from bertkit.outputs import atomic_write_json
 from bertkit.padding import moved
 from bertkit.sentence import models
 from bertkit.sentence.directory import transformer_max_seq_length
+from bertkit.sentence.sparse_encoder.screen import ScreenedMaxLogits, _blocks
 from bertkit.tokenization import AutoTokenizer
 from bertkit.weight_files import read_weights
 
@@ -185,135 +185,6 @@ class _MaxLogits(torch.autograd.Function):
         if ctx.needs_input_grad[2]:
             d_bias = torch.zeros(weight.shape[0], dtype=grad.dtype, device=grad.device).index_add_(0, piece, g[:, 0])
         return d_states, d_weight, d_bias, None, None, None, None
-
-
-# bf16 keeps 8 significant bits: rounding to it moves a number by at most 2^-8 of itself (round to nearest)
-_BF16_UNIT = 2.0 ** -8
-
-
-class ScreenedMaxLogits(nn.Module):
-    """Inference on a CPU with bf16 instructions: each text's maximum logit per word piece where it is positive,
-    the others 0, from the (N, H) transformed states of the texts' tokens (``lengths`` of them each, in order): what
-    max pooling's log1p(relu(.)) reads of ``_MaxLogits``' maxima, in about half its arithmetic.
-
-    A text activates a few hundred of the 30,522 word pieces. The vocabulary product runs first in bf16, at twice
-    fp32's rate; its error is bounded for each (token, piece): with x, w a state and a decoder row, x~, w~ their bf16
-    roundings, y~ the bf16 product, ``|x.w - y~| <= |x| |w - w~| + |x - x~| |w~| + gamma |x~| |w~| +
-    2^-8 / (1 - 2^-8) |y~|`` (the inputs' rounding, measured; fp32 accumulation over H terms, gamma = 2 H 2^-24, twice
-    what one fp32 sum errs, so the fp32 recomputation's own rounding is covered; the output's rounding). Only the
-    pieces whose bounded maximum over a text's tokens may exceed minus their bias are recomputed in fp32, the text's
-    states times those rows (1.2-1.4x the active pieces on the benchmarks' models), and the bias added to the
-    maximum (max(x + b) = max(x) + b); every other piece is proven inactive. So the active pieces are
-    ``_MaxLogits``' and their values its numbers within fp32 rounding. A NaN anywhere makes its pieces candidates,
-    so it reaches the result as it would through ``_MaxLogits``. No gradient: training runs ``_MaxLogits``."""
-
-    # The bf16 product's row block when chunk_size is unset: 256 rows ran 1.1-1.2x as fast as CPU_ROWS (one EPYC
-    # core, MiniLM's and BERT-BASE's widths), their logits 15.6 MB
-    ROWS: ClassVar[int] = 256
-    # Scratch buffers up to this size are kept from call to call (the block's logits, 15.6 MB at ROWS): under the
-    # server's mmap threshold a fresh one is a new mapping faulted in page by page (MiniLM's head: 99 ms a 16-text
-    # batch against 66). Larger ones (a chunk_size of many rows, a NaN text's every piece) are freed after the call.
-    KEEP_BYTES: ClassVar[int] = 32 * 2**20
-
-    def __init__(self, weight: Tensor, bias: Tensor):
-        super().__init__()
-        self.weight, self.bias = weight.detach().float(), bias.detach().float()  # (V, H), (V,)
-        # ATen's bf16 product writes into a kept buffer; oneDNN's Linear (10% faster) only into a new tensor
-        self.low_weight = self.weight.to(torch.bfloat16)
-        rounded = self.low_weight.float()
-        self.row_norm = rounded.norm(dim=1)  # (V,): |w~|
-        self.row_error = (self.weight - rounded).norm(dim=1)  # (V,): |w - w~|
-        self.gamma = 2 * weight.shape[1] * 2.0 ** -24
-        self.spare: list[dict[str, Tensor]] = []  # kept scratch buffers, taken by one call at a time
-
-    def scratch(self, buffers: dict[str, Tensor], name: str, shape: tuple[int, ...], dtype: torch.dtype) -> Tensor:
-        """A ``shape`` tensor of ``dtype`` over ``buffers[name]`` (kept up to KEEP_BYTES), as the last call left it."""
-        numel = math.prod(shape)
-        buffer = buffers.get(name)
-        if buffer is None or buffer.dtype != dtype or buffer.numel() < numel:
-            with torch.inference_mode(False):  # the next call may run outside inference mode (another thread's)
-                buffer = torch.empty(numel, dtype=dtype)
-            if numel * buffer.element_size() <= self.KEEP_BYTES:
-                buffers[name] = buffer
-        return buffer[:numel].view(shape)
-
-    def forward(self, states: Tensor, lengths: list[int], rows: int) -> Tensor:
-        """(B, V), ``rows`` states at a time through the bf16 product, in blocks as ``_MaxLogits``'."""
-        if torch.is_grad_enabled() and states.requires_grad:
-            raise BertkitError("ScreenedMaxLogits computes no gradient: train through SpladePooling's own path")
-        try:  # a call in another thread takes its own (list.pop and append are atomic)
-            buffers = self.spare.pop()
-        except IndexError:
-            buffers = {}
-        try:
-            return self._pooled(states.float(), lengths, rows, buffers)
-        finally:
-            self.spare.append(buffers)
-            del self.spare[1:]  # one set kept however many threads called at once
-
-    def _pooled(self, states: Tensor, lengths: list[int], rows: int, buffers: dict[str, Tensor]) -> Tensor:
-        V = self.weight.shape[0]
-        low = states.to(torch.bfloat16)  # (N, H): x~
-        norm, error = states.norm(dim=1), (states - low.float()).norm(dim=1)  # (N,): |x|, |x - x~|
-        top = self.scratch(buffers, "top", (len(lengths), V), torch.bfloat16)  # (B, V): y~'s maxima
-        for a, b, spans in _blocks(lengths, rows):
-            approx = torch.mm(low[a:b], self.low_weight.T,
-                              out=self.scratch(buffers, "block", (b - a, V), torch.bfloat16))  # (R, V)
-            for k, lo, hi, first in spans:
-                value = _max_rows(approx[lo - a:hi - a])
-                top[k] = value if first else torch.maximum(top[k], value)
-        ends = torch.tensor(lengths).cumsum(0).tolist()
-        x, dx = (torch.stack([v[e - n:e].max() for e, n in zip(ends, lengths)])[:, None] for v in (norm, error))
-        # y + c|y| grows with y (c < 1), so a text's bound is at its largest y~; 1% over the measured terms covers
-        # this sum's own fp32 rounding. In place and in kept buffers but for top, which becomes the result
-        top = top.float()
-        bound = torch.abs(top, out=self.scratch(buffers, "bound", top.shape, torch.float32))  # (B, V)
-        bound.mul_(_BF16_UNIT / (1 - _BF16_UNIT)).add_(top).add_(self.bias)
-        bound.addcmul_(x, self.row_error, value=1.01).addcmul_(dx + self.gamma * (1 + _BF16_UNIT) * x, self.row_norm,
-                                                               value=1.01)
-        maybe = torch.le(bound, 0, out=self.scratch(buffers, "maybe", top.shape, torch.bool)).logical_not_()
-        text, piece = maybe.nonzero(as_tuple=True)  # (K,): maybe active (NaN included)
-        exact = torch.empty(piece.shape[0], dtype=torch.float32)  # (K,)
-        at = torch.bincount(text, minlength=len(lengths)).cumsum(0).tolist()
-        for k, (e, n) in enumerate(zip(ends, lengths)):
-            lo, hi = at[k - 1] if k else 0, at[k]
-            rows_of = torch.index_select(self.weight, 0, piece[lo:hi],  # (K_k, H): the text's pieces' rows
-                                         out=self.scratch(buffers, "rows", (hi - lo, states.shape[1]), torch.float32))
-            products = torch.mm(states[e - n:e], rows_of.T,
-                                out=self.scratch(buffers, "products", (n, hi - lo), torch.float32))  # (n, K_k)
-            torch.amax(products, 0, out=exact[lo:hi])
-        pooled = top.zero_()  # (B, V)
-        pooled[text, piece] = (exact + self.bias[piece]).relu_()
-        return pooled
-
-
-def _blocks(lengths: list[int], rows: int) -> Iterator[tuple[int, int, list[tuple[int, int, int, bool]]]]:
-    """The texts' token rows (``lengths`` of them each, in order) in blocks of ``rows``: (a, b, spans) for each
-    block a:b, a span (k, lo, hi, first) for each text k with rows lo:hi in it, first where the text begins there."""
-    ends = torch.tensor(lengths).cumsum(0).tolist()
-    starts = [e - n for e, n in zip(ends, lengths)]
-    N, k = (ends[-1] if ends else 0), 0  # k: the first text not wholly in earlier blocks
-    for a in range(0, N, rows):
-        b = min(a + rows, N)
-        while k < len(lengths) and ends[k] <= a:
-            k += 1
-        spans, j = [], k
-        while j < len(lengths) and starts[j] < b:
-            spans.append((j, max(starts[j], a), min(ends[j], b), starts[j] >= a))
-            j += 1
-        yield a, b, spans
-
-
-def _max_rows(x: Tensor) -> Tensor:
-    """(R, V) -> (V,): the rows' elementwise maximum, by halves, in place in ``x`` (bf16's max reduction over rows
-    ran 3x slower; a half's new tensor is a fresh mapping in a served batch)."""
-    while x.shape[0] > 1:
-        half = x.shape[0] // 2
-        top = torch.maximum(x[:half], x[half:2 * half], out=x[:half])
-        if x.shape[0] % 2:
-            torch.maximum(top[0], x[-1], out=top[0])
-        x = top
-    return x[0]
 
 
 class Transformer(models.Transformer):
