@@ -152,3 +152,21 @@ def test_words_from_a_generator_are_tagged_as_a_list_of_them(pipes, sst2):
     _assert_same(list(pipe(iter(words), is_split_into_words=True)), pipe(words, is_split_into_words=True))
     with pytest.raises(ValueError, match="input 1 is str 'loose'"):
         list(pipe(iter([words[0], "loose"]), is_split_into_words=True))
+
+
+def test_a_torch_iterable_dataset_streams_as_transformers_streams_it(pipes, sst2):
+    """A torch IterableDataset (transformers streams every torch Dataset) was read whole into a list of results; it
+    is read as its results are taken now, the first after one batch."""
+    pipe, read = pipes("text-classification"), []
+
+    class Texts(torch.utils.data.IterableDataset):
+        def __iter__(self):
+            for x in sst2:
+                read.append(x)
+                yield x
+
+    results = pipe(Texts())
+    assert read == [] and not isinstance(results, list)
+    first = next(results)
+    assert len(read) == BATCH
+    _assert_same([first, *results], pipe(sst2))

@@ -12,6 +12,7 @@ import json
 import random
 import re
 import shutil
+from collections.abc import Iterator
 
 import numpy as np
 import pytest
@@ -445,20 +446,37 @@ def test_results_keep_input_order_whatever_the_batching(tmp_path_factory, minilm
 
 def test_a_map_style_dataset_is_read_as_transformers_key_dataset_is(tmp_path_factory, minilm_dir, hf_tok):
     """transformers' ``pipe(KeyDataset(dataset, "text"))`` (a torch Dataset: __len__ and __getitem__, no __iter__)
-    gives each row's result; bertkit refused it as no list of inputs."""
+    gives each row's result, as an iterator that reads the dataset as its results are taken (transformers' too); bertkit
+    refused it as no list of inputs, then read it whole into a list of results."""
     from transformers.pipelines.pt_utils import KeyDataset
 
     d, hf_model = tiny_dir(tmp_path_factory, minilm_dir, "BertForSequenceClassification")
-    rows = [{"text": "a gorgeous film", "label": 1}, {"text": "dull and long", "label": 0}, {"text": "fine", "label": 1}]
+    read = []
+
+    class Rows(list):
+        def __getitem__(self, i):
+            read.append(i)
+            return super().__getitem__(i)
+
+    rows = Rows([{"text": "a gorgeous film", "label": 1}, {"text": "dull and long", "label": 0},
+                 {"text": "fine", "label": 1}])
     column = KeyDataset(rows, "text")
-    ours = bertkit.pipeline("text-classification", d)(column)
+    streamed = bertkit.pipeline("text-classification", d, batch_size=2)(column)
+    assert read == [] and isinstance(streamed, Iterator)
+    first = next(streamed)
+    assert read == [0, 1]  # one batch of the dataset read for the first result
+    ours = [first, *streamed]
+    read.clear()
     ref = list(transformers.pipeline("text-classification", model=hf_model, tokenizer=hf_tok, device="cpu")(
         column, top_k=None))
     assert len(ours) == len(ref) == 3
     for o, r in zip(ours, ref, strict=True):
         assert o["label"] == r[0]["label"]
         np.testing.assert_allclose([o["scores"][x["label"]] for x in r], [x["score"] for x in r], atol=1e-5, rtol=0)
-    assert ours == bertkit.pipeline("text-classification", d)([r["text"] for r in rows])
+    listed = bertkit.pipeline("text-classification", d)([r["text"] for r in rows])
+    assert [o["label"] for o in ours] == [o["label"] for o in listed]
+    # the same rows batched beside other neighbours (two batches of the dataset, one of the list): float32 rounding
+    np.testing.assert_allclose([o["score"] for o in ours], [o["score"] for o in listed], atol=1e-6, rtol=0)
 
 # ---------------------------------------------------------------------------------------------------
 # question-answering

@@ -258,8 +258,9 @@ class Pipeline:
         return "".join(f"; instead of {', '.join(ns)}: {a}" for a, ns in advice.items())
 
     def __call__(self, inputs: Any = None, **options: Any) -> Any:
-        """One input gives one result; a list of inputs (any iterable, or a dataset indexed 0..len-1) gives the list of
-        results, in input order; a generator (any iterator) gives an iterator of them, read as they are taken."""
+        """One input gives one result; a list of inputs (any iterable) gives the list of results, in input order; a
+        generator (any iterator) or a torch Dataset (indexed 0..len-1, or iterated) gives an iterator of them, read as
+        they are taken."""
         named = [f"{k}=" for k in self.fields if k in options]
         if named:  # transformers' question-answering call, pipe(question=..., context=...): one input's fields
             shape = ", ".join(f"{k!r}: ..." for k in self.fields)
@@ -274,14 +275,17 @@ class Pipeline:
                 and hasattr(inputs, "__getitem__"):
             # a map-style torch Dataset (transformers' KeyDataset over a datasets column) has no __iter__: its items
             # are those of its indices, as a DataLoader and transformers' pipelines read them
-            return self.run([inputs[i] for i in range(len(inputs))], **options)
+            inputs = map(inputs.__getitem__, range(len(inputs)))
+        elif isinstance(inputs, torch.utils.data.Dataset) and isinstance(inputs, Iterable):  # an IterableDataset
+            inputs = iter(inputs)
         if isinstance(inputs, (bytes, bytearray)) or not isinstance(inputs, Iterable):
             kinds = " or ".join(k.__name__ for k in self.input_kinds)
             raise BertkitError(f"{self.task} pipeline takes a {kinds} or a list of them, got {type(inputs).__name__} "
                                f"{str(inputs)[:60]!r}")
         if isinstance(inputs, Iterator):
-            # read as the results are taken, as transformers' pipelines stream a generator: the first result comes
-            # once the first batch of inputs is read, and an endless generator is served for as long as it is read
+            # read as the results are taken, as transformers' pipelines stream a generator or a torch Dataset: the
+            # first result comes once the first batch of inputs is read, and an endless generator is served for as
+            # long as it is read
             self.check_options(options, self)  # refused at the call, not at the first result
             return self._stream(inputs, options)
         return self.run(list(inputs), **options)
