@@ -300,15 +300,15 @@ def test_a_resumed_overwrite_replaces_the_file_it_was_told_to_and_keeps_it_until
 
 
 _RESUME_UNDER_TORCHRUN = """
-    import json, sys
+    import datetime, json, sys
     import torch.distributed as dist
     from bertkit import features
     from bertkit.modeling import BertModel
     from bertkit.tokenization import BertTokenizer
-    dist.init_process_group("gloo")
+    dist.init_process_group("gloo", timeout=datetime.timedelta(seconds=90))  # a rank left waiting fails in 90 s
     model_dir, out, texts, options = sys.argv[1], sys.argv[2], json.loads(sys.argv[3]), json.loads(sys.argv[4])
     features.extract_features(BertModel.from_pretrained(model_dir), BertTokenizer.from_pretrained(model_dir),
-                              [(t, None) for t in texts], out, resume=True, **options)
+                              [(t, None) for t in texts], out, **options)
     dist.destroy_process_group()
 """
 
@@ -342,11 +342,33 @@ def test_a_torn_partial_file_resumed_under_torchrun_is_made_again_on_every_rank(
     script = tmp_path / "resume.py"
     script.write_text(textwrap.dedent(_RESUME_UNDER_TORCHRUN), encoding="utf-8")
     env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": os.pathsep.join(sys.path)}
-    done = run_torchrun([str(script), str(minilm_2_layers), str(out), json.dumps(texts), json.dumps(_FEATURES)], env,
-                        240)
+    done = run_torchrun([str(script), str(minilm_2_layers), str(out), json.dumps(texts),
+                         json.dumps({**_FEATURES, "resume": True})], env, 240)
     assert done.returncode == 0, done.stderr[:6000]
     assert "differs from" in done.stderr  # rank 0's warning: the torn file's units were made again
     for name in (Path(p).name for p in whole):
         resumed = (tmp_path / name.replace("whole", "out")).read_bytes()
         assert _without_extraction(resumed) == _without_extraction((tmp_path / name).read_bytes()), name
     assert not [p.name for p in tmp_path.iterdir() if p.name.startswith(".")]
+
+
+@pytest.mark.slow  # a child and a torchrun of two processes (about 15 s on 2 cores)
+def test_a_resume_rank_0_refuses_under_torchrun_stops_every_rank_at_once(minilm_2_layers, texts, tmp_path):
+    """Was: rank 0 alone claims the output; when it refused the run (here a plain re-run of a run cut short, neither
+    --resume nor --overwrite), it stopped while rank 1 went on to its first gather and failed there with gloo's
+    traceback of a connection closed by its peer (or waited for the group's timeout while rank 0's process lived),
+    naming nothing of the cause. Now every rank stops at once, rank 1 naming rank 0's failure."""
+    from launch_helpers import run_torchrun
+
+    out = tmp_path / "out.jsonl"
+    killed = _child(_FEATURES_KILLER, str(minilm_2_layers), str(out), json.dumps(texts), json.dumps(_FEATURES))
+    assert killed.returncode == -signal.SIGKILL, killed.stderr
+    script = tmp_path / "rerun.py"
+    script.write_text(textwrap.dedent(_RESUME_UNDER_TORCHRUN), encoding="utf-8")
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": os.pathsep.join(sys.path)}
+    done = run_torchrun([str(script), str(minilm_2_layers), str(out), json.dumps(texts), json.dumps(_FEATURES)], env,
+                        240)
+    assert done.returncode != 0
+    assert "--resume" in done.stderr and "taking out.jsonl on rank 0 failed on rank(s) [0]" in done.stderr, \
+        done.stderr[-6000:]
+    assert "timed out" not in done.stderr.lower() and "Timeout" not in done.stderr, done.stderr[-6000:]

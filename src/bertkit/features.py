@@ -379,12 +379,22 @@ def extract_features(
     settings = {"layers": layers, "max_seq_length": max_seq_length, "batch_size": batch_size, "dtype": dtype,
                 "chunk_size": chunk_size, "max_shard_bytes": max_shard_bytes, "prompt": prompt, "lowercase": lowercase,
                 "device": str(device), **{k: v for k, v in meta.items() if k != "extraction"}}
-    partial = None
+    partial, refused = None, None
     if rank == 0:  # the one writer (the others are told which units it has): a run cut short, before any text is read
-        partial = PartialOutput(out, "extract-features", {"settings": settings, "input": _input_identity(
-            input_file, texts), "model": model_identity(loaded_from) or model.config.to_dict()},
-            resume=resume, overwrite=overwrite)
-        overwrite = overwrite or partial.overwrite  # --resume of a run told it may replace the output
+        try:
+            partial = PartialOutput(out, "extract-features", {"settings": settings, "input": _input_identity(
+                input_file, texts), "model": model_identity(loaded_from) or model.config.to_dict()},
+                resume=resume, overwrite=overwrite)
+        except (BertkitError, OSError) as e:
+            refused = e
+        else:
+            overwrite = overwrite or partial.overwrite  # --resume of a run told it may replace the output
+    if world > 1:  # rank 0 refusing the run (a resume under other settings) stops every rank, not only itself
+        from bertkit.training.distributed import agree
+
+        agree(refused is None, f"taking {out.name} on rank 0")
+    if refused is not None:
+        raise refused
     encode_texts(tokenizer, [], max_seq_length, prompt=prompt, lowercase=lowercase)  # its arguments checked first
     encoded = EncodedLines(_encoded(tokenizer, texts, max_seq_length, prompt, lowercase))
     per_token = len(positions) * model.config.hidden_size * np.dtype(dtype).itemsize
@@ -395,10 +405,10 @@ def extract_features(
     finished: set[tuple[int, int]] = set()
     if partial is not None:  # rank 0 alone proves the record against the files; the others are told what it found
         partial.progress, finished = resume_point(partial.progress, out, files, units)
-    if world > 1:
-        shared = [finished]
+    if world > 1:  # and whether the run may replace the output (rank 0's claim of it can say so)
+        shared = [finished, overwrite]
         torch.distributed.broadcast_object_list(shared, src=0)
-        finished = shared[0]
+        finished, overwrite = shared
     for path in dict.fromkeys([*files, *earlier]):
         refuse_existing_file(path, overwrite, flag="--overwrite (overwrite=True from Python)")
     # replaced or removed at the end: beside ``out`` itself (the name given), only an extraction's own shards, never
