@@ -192,6 +192,22 @@ def minilm_2_layers(minilm_dir, tmp_path_factory) -> Path:
         shutil.copy(minilm_dir / name, out / name)
     return out
 
+@pytest.fixture(scope="session")
+def seeded_classifier(tmp_path_factory, minilm_2_layers) -> Path:
+    """MiniLM's first 2 layers with a seeded two-label head (negative, positive): its predictions are arbitrary but
+    fixed, enough to compare the paths a prediction takes (files, resumes, the pipeline)."""
+    import torch
+
+    from bertkit.heads import BertForSequenceClassification
+    from bertkit.tokenization import BertTokenizer
+
+    out = tmp_path_factory.mktemp("clf")
+    torch.manual_seed(0)
+    BertForSequenceClassification.from_pretrained(minilm_2_layers, id2label={0: "negative", 1: "positive"}
+                                                  ).save_pretrained(out)
+    BertTokenizer.from_pretrained(minilm_2_layers).save_pretrained(out)
+    return out
+
 
 @pytest.fixture(scope="session")
 def data_dir() -> Path:

@@ -38,21 +38,6 @@ def texts() -> list[str]:
         return [row["sentence"] for row in csv.DictReader(f, delimiter="\t", quoting=csv.QUOTE_NONE)][:24]
 
 
-@pytest.fixture(scope="module")
-def classifier(tmp_path_factory, minilm_2_layers, tiny_checkpoint) -> Path:
-    import torch
-
-    from bertkit.heads import BertForSequenceClassification
-    from bertkit.tokenization import BertTokenizer
-
-    out = tmp_path_factory.mktemp("clf")
-    torch.manual_seed(0)
-    BertForSequenceClassification.from_pretrained(minilm_2_layers, id2label={0: "negative", 1: "positive"}
-                                                  ).save_pretrained(out)
-    BertTokenizer.from_pretrained(minilm_2_layers).save_pretrained(out)
-    return out
-
-
 @pytest.fixture
 def small_chunks(monkeypatch):
     for name, value in CHUNK.items():
@@ -77,14 +62,14 @@ def _cut_after(monkeypatch, commits: int) -> None:
     monkeypatch.setattr(partial_output.Appender, "commit", commit)
 
 
-def test_predict_cut_short_resumes_to_the_bytes_of_an_uninterrupted_run(classifier, texts, tmp_path, monkeypatch,
+def test_predict_cut_short_resumes_to_the_bytes_of_an_uninterrupted_run(seeded_classifier, texts, tmp_path, monkeypatch,
                                                                         small_chunks, capsys):
     inputs = tmp_path / "in.txt"
     inputs.write_text("\n".join(texts) + "\n", encoding="utf-8")
-    assert _predict("text-classification", classifier, inputs, tmp_path / "whole.jsonl") == 0
+    assert _predict("text-classification", seeded_classifier, inputs, tmp_path / "whole.jsonl") == 0
     out = tmp_path / "out.jsonl"
     _cut_after(monkeypatch, 2)
-    assert _predict("text-classification", classifier, inputs, out) == 130  # interrupted
+    assert _predict("text-classification", seeded_classifier, inputs, out) == 130  # interrupted
     monkeypatch.undo()
     for name, value in CHUNK.items():
         monkeypatch.setattr(files, name, value)
@@ -92,13 +77,13 @@ def test_predict_cut_short_resumes_to_the_bytes_of_an_uninterrupted_run(classifi
     kept = tmp_path / ".out.jsonl.bertkit-partial"
     assert len(kept.read_bytes().splitlines()) == 12
     capsys.readouterr()
-    assert _predict("text-classification", classifier, inputs, out) == 2
+    assert _predict("text-classification", seeded_classifier, inputs, out) == 2
     err = capsys.readouterr().err
     assert (f"the last `bertkit predict text-classification` run into {out} was cut short after 12 row(s); its rows "
             f"are in {kept}: pass --resume to continue it, or --overwrite to start again (they are removed)") in err
     with open(kept, "ab") as f:
         f.write(b'{"id": 12, "label": "posi')  # a row torn by the kill: dropped and made again
-    assert _predict("text-classification", classifier, inputs, out, "--resume") == 0
+    assert _predict("text-classification", seeded_classifier, inputs, out, "--resume") == 0
     assert out.read_bytes() == (tmp_path / "whole.jsonl").read_bytes()
     assert sorted(p.name for p in tmp_path.iterdir()) == ["in.txt", "out.jsonl", "whole.jsonl"]
 
@@ -149,12 +134,12 @@ def test_predict_token_task_killed_in_a_child_resumes_to_the_same_bytes(texts, t
     assert out.read_bytes() == (tmp_path / "whole.jsonl").read_bytes()
 
 
-def test_a_resume_with_another_input_setting_or_model_is_refused_naming_it(classifier, texts, tmp_path, monkeypatch,
+def test_a_resume_with_another_input_setting_or_model_is_refused_naming_it(seeded_classifier, texts, tmp_path, monkeypatch,
                                                                           small_chunks, capsys):
     import shutil
 
     model = tmp_path / "model"
-    shutil.copytree(classifier, model)
+    shutil.copytree(seeded_classifier, model)
     inputs = tmp_path / "in.txt"
     inputs.write_text("\n".join(texts) + "\n", encoding="utf-8")
     out = tmp_path / "out.jsonl"
@@ -281,21 +266,21 @@ def test_extract_features_safetensors_killed_in_a_child_resumes_to_the_same_byte
     assert [r["line_index"] for r in features.read_features(out)] == list(range(24))
 
 
-def test_a_resumed_overwrite_replaces_the_file_it_was_told_to_and_keeps_it_until_then(classifier, texts, tmp_path,
+def test_a_resumed_overwrite_replaces_the_file_it_was_told_to_and_keeps_it_until_then(seeded_classifier, texts, tmp_path,
                                                                                       monkeypatch, small_chunks):
     inputs = tmp_path / "in.txt"
     inputs.write_text("\n".join(texts) + "\n", encoding="utf-8")
     out = tmp_path / "out.jsonl"
-    assert _predict("text-classification", classifier, inputs, out) == 0
+    assert _predict("text-classification", seeded_classifier, inputs, out) == 0
     whole = out.read_bytes()
     out.write_bytes(b"an earlier file\n")
     _cut_after(monkeypatch, 1)
-    assert _predict("text-classification", classifier, inputs, out, "--overwrite") == 130
+    assert _predict("text-classification", seeded_classifier, inputs, out, "--overwrite") == 130
     monkeypatch.undo()
     for name, value in CHUNK.items():
         monkeypatch.setattr(files, name, value)
     assert out.read_bytes() == b"an earlier file\n"  # replaced only when the new file is whole
-    assert _predict("text-classification", classifier, inputs, out, "--resume") == 0  # as the run it continues was
+    assert _predict("text-classification", seeded_classifier, inputs, out, "--resume") == 0  # as the run it continues was
     assert out.read_bytes() == whole
 
 

@@ -34,26 +34,11 @@ def _tsv(name: str, split: str) -> list[dict[str, str]]:
         return list(csv.DictReader(f, delimiter="\t", quoting=csv.QUOTE_NONE))
 
 
-@pytest.fixture(scope="module")
-def classifier(tmp_path_factory, minilm_2_layers) -> Path:
-    """MiniLM's first 2 layers with a seeded two-label head (its predictions are arbitrary but fixed: enough to
-    compare paths)."""
-    from bertkit.heads import BertForSequenceClassification
-    from bertkit.tokenization import BertTokenizer
-
-    out = tmp_path_factory.mktemp("clf")
-    torch.manual_seed(0)
-    BertForSequenceClassification.from_pretrained(minilm_2_layers, id2label={0: "negative", 1: "positive"}
-                                                  ).save_pretrained(out)
-    BertTokenizer.from_pretrained(minilm_2_layers).save_pretrained(out)
-    return out
-
-
 def _read(path: Path) -> list[dict]:
     return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines()]
 
 
-def test_predict_text_classification_from_csv_jsonl_and_text_equals_the_pipeline(classifier, tmp_path):
+def test_predict_text_classification_from_csv_jsonl_and_text_equals_the_pipeline(seeded_classifier, tmp_path):
     from bertkit import pipeline
 
     rows = _tsv("SST-2", "dev")[:64]  # four batches of 16, bucketed by length: the order must come back
@@ -65,8 +50,8 @@ def test_predict_text_classification_from_csv_jsonl_and_text_equals_the_pipeline
         w.writerows([t, f"r{i}"] for i, t in enumerate(texts))
     (tmp_path / "in.jsonl").write_text("".join(json.dumps({"text": t}) + "\n" for t in texts), encoding="utf-8")
     (tmp_path / "in.txt").write_text("".join(t.replace("\n", " ") + "\n" for t in texts), encoding="utf-8")
-    expected = pipeline("text-classification", classifier, batch_size=16)(texts)
-    base = ["predict", "text-classification", "--model", str(classifier), "--batch-size", "16", "--no-progress"]
+    expected = pipeline("text-classification", seeded_classifier, batch_size=16)(texts)
+    base = ["predict", "text-classification", "--model", str(seeded_classifier), "--batch-size", "16", "--no-progress"]
     assert main([*base, "--input", str(tmp_path / "in.csv"), "--text-column", "review", "--id-column", "ref",
                  "--output-file", str(tmp_path / "csv.jsonl")]) == 0
     assert main([*base, "--input", str(tmp_path / "in.jsonl"), "--output-file", str(tmp_path / "jsonl.jsonl")]) == 0
@@ -79,7 +64,7 @@ def test_predict_text_classification_from_csv_jsonl_and_text_equals_the_pipeline
     assert [{k: v for k, v in r.items() if k != "id"} for r in got_txt] == expected
 
 
-def test_predict_pairs_and_question_answering_from_jsonl(classifier, tmp_path, minilm_2_layers):
+def test_predict_pairs_and_question_answering_from_jsonl(seeded_classifier, tmp_path, minilm_2_layers):
     from bertkit import pipeline
     from bertkit.heads import BertForQuestionAnswering
     from bertkit.tokenization import BertTokenizer
@@ -87,10 +72,10 @@ def test_predict_pairs_and_question_answering_from_jsonl(classifier, tmp_path, m
     rows = _tsv("MRPC", "dev")[:40]
     with open(tmp_path / "pairs.tsv", "w", encoding="utf-8") as f:
         f.write("s1\ts2\n" + "".join(f"{r['#1 String']}\t{r['#2 String']}\n" for r in rows))
-    assert main(["predict", "text-classification", "--model", str(classifier), "--input", str(tmp_path / "pairs.tsv"),
+    assert main(["predict", "text-classification", "--model", str(seeded_classifier), "--input", str(tmp_path / "pairs.tsv"),
                  "--text-column", "s1", "--text-pair-column", "s2", "--output-file", str(tmp_path / "p.jsonl"),
                  "--no-progress"]) == 0
-    expected = pipeline("text-classification", classifier)([(r["#1 String"], r["#2 String"]) for r in rows])
+    expected = pipeline("text-classification", seeded_classifier)([(r["#1 String"], r["#2 String"]) for r in rows])
     assert [{k: v for k, v in r.items() if k != "id"} for r in _read(tmp_path / "p.jsonl")] == expected
 
     if not SQUAD.is_file():
@@ -124,28 +109,28 @@ def test_predict_pairs_and_question_answering_from_jsonl(classifier, tmp_path, m
      "tab.tsv:2: 3 fields but the header names 2 (text, x); a TSV field holds no tab"),
     ("notes.dat", "fine\n", "notes.dat: cannot tell the format from the suffix '.dat'; pass --input-format"),
 ])
-def test_a_malformed_input_names_file_and_line_and_writes_nothing(classifier, tmp_path, capsys, name, content,
+def test_a_malformed_input_names_file_and_line_and_writes_nothing(seeded_classifier, tmp_path, capsys, name, content,
                                                                    message):
     (tmp_path / name).write_text(content, encoding="utf-8")
     out = tmp_path / "out.jsonl"
-    assert main(["predict", "text-classification", "--model", str(classifier), "--input", str(tmp_path / name),
+    assert main(["predict", "text-classification", "--model", str(seeded_classifier), "--input", str(tmp_path / name),
                  "--output-file", str(out), "--no-progress"]) == 2
     assert message in capsys.readouterr().err
     assert not out.exists()
 
 
-def test_input_format_reads_a_file_whose_suffix_does_not_say_it(classifier, tmp_path, capsys):
+def test_input_format_reads_a_file_whose_suffix_does_not_say_it(seeded_classifier, tmp_path, capsys):
     from bertkit import pipeline
 
     texts = [r["sentence"] for r in _tsv("SST-2", "dev")[:40]]
     with open(tmp_path / "reviews.export", "w", encoding="utf-8", newline="") as f:
         csv.writer(f).writerows([["review"], *([t] for t in texts)])
-    args = ["predict", "text-classification", "--model", str(classifier), "--input", str(tmp_path / "reviews.export"),
+    args = ["predict", "text-classification", "--model", str(seeded_classifier), "--input", str(tmp_path / "reviews.export"),
             "--text-column", "review", "--output-file", str(tmp_path / "out.jsonl"), "--no-progress"]
     assert main(args) == 2
     assert "reviews.export: cannot tell the format" in capsys.readouterr().err
     assert main([*args, "--input-format", "csv"]) == 0
-    expected = pipeline("text-classification", classifier)(texts)
+    expected = pipeline("text-classification", seeded_classifier)(texts)
     assert [{k: v for k, v in r.items() if k != "id"} for r in _read(tmp_path / "out.jsonl")] == expected
 
 
@@ -339,11 +324,11 @@ def test_question_answering_top_k_and_max_length_are_refused_before_the_model_lo
     assert out.read_text(encoding="utf-8") == '{"id": 0, "answer": "Bob"}\n'
 
 
-def test_predict_never_replaces_a_file_without_overwrite(classifier, tmp_path, capsys):
+def test_predict_never_replaces_a_file_without_overwrite(seeded_classifier, tmp_path, capsys):
     (tmp_path / "in.txt").write_text("a fine film\n", encoding="utf-8")
     out = tmp_path / "mine.jsonl"
     out.write_text("my notes\n", encoding="utf-8")
-    args = ["predict", "text-classification", "--model", str(classifier), "--input", str(tmp_path / "in.txt"),
+    args = ["predict", "text-classification", "--model", str(seeded_classifier), "--input", str(tmp_path / "in.txt"),
             "--output-file", str(out), "--no-progress"]
     assert main(args) == 2 and "already exists; pass --overwrite" in capsys.readouterr().err
     assert out.read_text(encoding="utf-8") == "my notes\n"
@@ -373,10 +358,10 @@ def test_an_output_named_as_another_format_is_refused_before_the_model_loads(tmp
     ("fill-mask", ["--text-pair-column", "b"], "text-classification, feature-extraction, sentence-embedding"),
     ("text-classification", ["--targets", "good,bad"], "fill-mask"),
 ])
-def test_a_setting_the_task_does_not_read_is_refused(classifier, tmp_path, capsys, task, flags, read_by):
+def test_a_setting_the_task_does_not_read_is_refused(seeded_classifier, tmp_path, capsys, task, flags, read_by):
     """Another task's setting was accepted and ignored: the output was not what was asked for, without a word."""
     (tmp_path / "in.txt").write_text("a fine film\n", encoding="utf-8")
-    args = ["predict", task, "--model", str(classifier), "--input", str(tmp_path / "in.txt"),
+    args = ["predict", task, "--model", str(seeded_classifier), "--input", str(tmp_path / "in.txt"),
             "--output-file", str(tmp_path / "out.jsonl"), "--no-progress", *flags]
     assert main(args) == 2
     assert f"bertkit predict {task} does not read {flags[0]} (it is for {read_by}); leave it out" in \
