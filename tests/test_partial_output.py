@@ -184,3 +184,20 @@ def test_one_refusal_names_what_differs_then_and_now_in_each_command_s_words():
                                            r"finish it with the bertkit version that started it, pass --overwrite"):
         refuse_other_plan("in out", "create-pretraining-data", {"format": 0}, {"format": 1},
                           {"format": ("was started by another bertkit version", None)}, "start again")
+
+
+def test_overwrite_removes_only_this_outputs_partial_names_whatever_the_record_lists(tmp_path):
+    """Was: --overwrite removed every name in the record that began with a dot and held ".bertkit-partial", so a
+    record edited by hand (or copied beside another output) led it to another output's partial rows. Only this
+    output's own partial names (itself or its shards, any kind) are removed now."""
+    from bertkit.partial_output import FORMAT, PartialOutput
+
+    out = tmp_path / "feats.safetensors"
+    own = [partial_path(out).name, partial_path(tmp_path / "feats-00001-of-00002.safetensors").name]
+    others = [partial_path(tmp_path / "notes.txt").name, partial_path(tmp_path / "other.safetensors").name]
+    for name in own + others:
+        (tmp_path / name).write_bytes(b"rows")
+    partial_path(out, ".json").write_text(json.dumps({"format": FORMAT, "command": "extract-features",
+                                                      "plan": {}, "files": own + others, "progress": {}}))
+    PartialOutput(out, "extract-features", {}, resume=False, overwrite=True)
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(others)

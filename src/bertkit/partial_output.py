@@ -145,9 +145,19 @@ class PartialOutput:
     def discard(self, record: dict) -> None:
         """Remove what a run cut short recorded (bertkit's partial names beside ``out`` only), then its record."""
         for name in record.get("files") or []:
-            if isinstance(name, str) and name.startswith(".") and PARTIAL in name and "/" not in name:
+            if isinstance(name, str) and self._partial_name(name):
                 (self.out.parent / name).unlink(missing_ok=True)
         self.record_path.unlink(missing_ok=True)
+
+    def _partial_name(self, name: str) -> bool:
+        """Whether ``name`` is a partial name of this output's own (``.OUT.bertkit-partial``, ``.STEM-00001-of-00004
+        .SUFFIX.bertkit-partial``, with any kind after it): a record edited by hand, or another output's, never
+        leads a removal to a file of another name (any other file beside ``out`` is the user's)."""
+        if not (name.startswith(".") and "/" not in name and PARTIAL in name):
+            return False
+        written = name[1:name.index(PARTIAL)]
+        return written == self.out.name or (written.startswith(f"{self.out.stem}-")
+                                            and written.endswith(self.out.suffix))
 
     def finish(self, placed: Sequence[tuple[Path, Path]]) -> None:
         """Each finished partial file renamed to its name (as ``atomic_target`` places a file), then the record
