@@ -467,41 +467,6 @@ def test_splade_pooling_chunks_give_the_same_vectors(strategy, activation, tmp_p
     assert opened.get_embedding_dimension() == 30522
 
 
-def test_screened_maxima_are_the_fp32_maxima_at_the_threshold():
-    """ScreenedMaxLogits (CPU inference: a bf16 product screens the word pieces, fp32 recomputes those that may be
-    active) gives _MaxLogits' fp32 maxima, relu'd: the same active pieces and values within fp32 rounding, here with
-    the bias set so that a third of the (text, piece) maxima lie within 1e-3 of the threshold, where the bf16 product
-    alone (errors ~1e-2 on these logits) gets the active set wrong. A NaN state makes its text NaN, as in fp32."""
-    from bertkit.sentence.sparse_encoder.modules import ScreenedMaxLogits, _MaxLogits
-
-    g = torch.Generator().manual_seed(0)
-    lengths, H, V = [7, 1, 30, 12], 96, 3000
-    states = torch.randn(sum(lengths), H, generator=g) * 2  # (N, H): a LayerNorm's output, then its scale
-    weight = torch.randn(V, H, generator=g) * 0.05
-    decoder = torch.nn.Linear(H, V, bias=False)
-    decoder.weight.data = weight
-    maxima = _MaxLogits.apply(states, weight, torch.zeros(V), decoder, lengths, 64, False)  # (B, V), no bias
-    # each piece's bias puts one text's maximum 1e-3 to either side of 0, the others where they fall
-    bias = -maxima[torch.arange(V) % len(lengths), torch.arange(V)] + (torch.rand(V, generator=g) - 0.5) * 2e-3
-    decoder.bias = torch.nn.Parameter(bias)
-    want = _MaxLogits.apply(states, weight, bias, decoder, lengths, 64, False).relu()
-    near = ((want > 0) & (want < 1e-3)).sum().item()
-    low = (states.bfloat16() @ weight.bfloat16().T).float() + bias  # the screening product on its own
-    low_max = torch.stack([low[a - n:a].amax(0) for a, n in zip(torch.tensor(lengths).cumsum(0).tolist(), lengths)])
-    assert near > 400 and not torch.equal(low_max > 0, want > 0)
-    screened = ScreenedMaxLogits(weight, bias)
-    with torch.inference_mode():
-        for rows in (5, 64):  # blocks of the bf16 product that split texts, and that hold whole ones
-            got = screened(states, lengths, rows)
-            assert torch.equal(got > 0, want > 0)
-            torch.testing.assert_close(got, want, atol=1e-6, rtol=1e-6)
-        states[lengths[0]] = float("nan")  # the second text's one token
-        got = screened(states, lengths, 5)
-    assert torch.isnan(got[1]).all() and not torch.isnan(got[[0, 2, 3]]).any()
-    with pytest.raises(BertkitError, match="computes no gradient"):
-        screened(states.requires_grad_(), lengths, 5)
-
-
 # -- bad input: refused by name, before any work, nothing written ------------------------------------------------
 
 def _listing(directory: Path) -> list[str]:

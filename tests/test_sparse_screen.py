@@ -1,5 +1,5 @@
 """The screened SPLADE head (``sparse_encoder.screen``): CPU inference's max pooling screens the vocabulary with an
-int8 (or bf16) product and recomputes in fp32 only the pieces its error bound leaves possibly active. The screen
+int8 product and recomputes in fp32 only the pieces its error bound leaves possibly active. The screen
 must never drop a piece the plain fp32 head keeps: checked here against ``_MaxLogits`` on an ``nn.Linear`` decoder
 on inputs built to break a loose bound (maxima within 1e-3 of the threshold, maxima exactly at it, a token of 1,000x
 the others' norm, a bias that makes most pieces active, NaN and inf), the bound itself checked to hold at every
@@ -17,11 +17,7 @@ import torch
 from bertkit._hardware import int8_kernel, int_mm_exact
 from bertkit.errors import BertkitError
 from bertkit.sentence.sparse_encoder.modules import _MaxLogits
-from bertkit.sentence.sparse_encoder.screen import (
-    Int8ScreenedMaxLogits,
-    ScreenedMaxLogits,
-    screened_max_logits,
-)
+from bertkit.sentence.sparse_encoder.screen import ScreenedMaxLogits, screened_max_logits
 
 needs_int8 = pytest.mark.skipif(not int_mm_exact(), reason="torch._int_mm is not exact on this CPU")
 
@@ -39,7 +35,7 @@ def check(screen: ScreenedMaxLogits, states: torch.Tensor, lengths: list[int], w
     ends = torch.tensor(lengths).cumsum(0).tolist()
     with torch.inference_mode():
         for rows in (5, 64):  # blocks that split texts, and that hold whole ones
-            bound = screen._bound(states, lengths, ends, rows, {})[0]
+            bound = screen._bound(states, lengths, ends, rows, {})
             assert bool((bound >= want).all()), float((want - bound).max())
             got = screen(states, lengths, rows)
             assert torch.equal(got > 0, want > 0), int(((got > 0) != (want > 0)).sum())
@@ -72,7 +68,7 @@ def test_int8_screen_keeps_maxima_within_1e3_of_the_threshold():
     low = int8(states) @ int8(weight).T + bias  # the screening product on its own
     low_max = torch.stack([low[e - n:e].amax(0) for e, n in zip(torch.tensor(lengths).cumsum(0).tolist(), lengths)])
     assert int(((low_max > 0) != (want > 0)).sum()) > 100
-    check(Int8ScreenedMaxLogits(weight, bias), states, lengths, want)
+    check(ScreenedMaxLogits(weight, bias), states, lengths, want)
 
 
 @needs_int8
@@ -89,7 +85,7 @@ def test_int8_screen_at_maxima_exactly_on_the_threshold():
     want = fp32_maxima(states, weight, bias, lengths)
     on = want[torch.arange(V) % len(lengths), torch.arange(V)]
     assert torch.equal(on, (torch.arange(V) % 2) * 2.0 ** -12)  # half exactly 0, half just above
-    check(Int8ScreenedMaxLogits(weight, bias), states, lengths, want)
+    check(ScreenedMaxLogits(weight, bias), states, lengths, want)
 
 
 @needs_int8
@@ -104,7 +100,7 @@ def test_int8_screen_with_a_token_of_1000x_the_others_norm():
     want = fp32_maxima(states, weight, bias, lengths)
     small = fp32_maxima(states[1:6], weight, bias, [5])
     assert ((small[0] > 0) & (want[0] == small[0])).sum() > 50  # maxima held by the small tokens
-    check(Int8ScreenedMaxLogits(weight, bias), states, lengths, want)
+    check(ScreenedMaxLogits(weight, bias), states, lengths, want)
 
 
 @needs_int8
@@ -116,7 +112,7 @@ def test_int8_screen_with_a_bias_that_makes_most_pieces_active():
     bias = torch.full((weight.shape[0],), 1.0)
     want = fp32_maxima(states, weight, bias, lengths)
     assert (want > 0).float().mean() > 0.9
-    screen = Int8ScreenedMaxLogits(weight, bias)
+    screen = ScreenedMaxLogits(weight, bias)
     screen.KEEP_BYTES = 1 << 12  # every buffer fresh, as a batch too large to keep
     check(screen, states, lengths, want)
 
@@ -131,26 +127,24 @@ def test_int8_screen_nan_and_inf_reach_their_text_only():
     clean = fp32_maxima(states, weight, bias, lengths).relu()
     states[3, 7] = float("nan")
     states[6, 0] = float("inf")
-    screen = Int8ScreenedMaxLogits(weight, bias)
+    screen = ScreenedMaxLogits(weight, bias)
     with torch.inference_mode():
         got = screen(states, lengths, 5)
     assert torch.isnan(got[1]).all() and torch.equal(got[0], screen(states[:3], [3], 5)[0])
     assert torch.equal(got[0] > 0, clean[0] > 0)
     want = fp32_maxima(states, weight, bias, lengths).relu()
     assert torch.equal(torch.isnan(got[2]), torch.isnan(want[2])) and torch.equal(got[2] > 0, want[2] > 0)
-    with pytest.raises(BertkitError, match="Int8ScreenedMaxLogits computes no gradient"):
+    with pytest.raises(BertkitError, match="ScreenedMaxLogits computes no gradient"):
         screen(states.requires_grad_(), lengths, 5)
 
 
 def test_the_screen_is_chosen_by_what_this_cpu_computes_exactly():
-    """int8 where torch._int_mm is exact and int8 runs at 8 bits (AVX512-VNNI or AMX), else bf16 where the CPU has
-    bf16 instructions, else none (the fp32 product)."""
-    from bertkit._hardware import cpu_has_bf16
-
+    """The int8 screen where torch._int_mm is exact and int8 runs at 8 bits (AVX512-VNNI or AMX), else none (the
+    fp32 product)."""
     weight, bias = torch.randn(64, 16), torch.zeros(64)
     kernel = int8_kernel()
-    want = Int8ScreenedMaxLogits if (int_mm_exact() and kernel is not None and kernel.activation_bits == 8) else \
-        ScreenedMaxLogits if cpu_has_bf16() else type(None)
+    want = ScreenedMaxLogits if (int_mm_exact() and kernel is not None and kernel.activation_bits == 8) else \
+        type(None)
     assert type(screened_max_logits(weight, bias)) is want
 
 

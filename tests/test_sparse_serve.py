@@ -402,9 +402,7 @@ def test_bad_models_and_inputs_are_refused_before_any_work(minilm_dir, layouts, 
 SCREEN_FAULTS = r'''
 import torch
 from bertkit.inference.serve_batching import fix_mmap_threshold
-import sys
-from bertkit.sentence.sparse_encoder import screen
-ScreenedMaxLogits = getattr(screen, sys.argv[1])
+from bertkit.sentence.sparse_encoder.screen import ScreenedMaxLogits
 def minflt():
     return int(open("/proc/self/stat").read().rsplit(")", 1)[1].split()[7])
 torch.set_num_threads(1)
@@ -423,10 +421,9 @@ print(*faults, int((got[0] > 0).sum()), all(torch.equal(got[0], v) for v in got)
 
 
 @pytest.mark.skipif(__import__("platform").libc_ver()[0] != "glibc", reason="mallopt's mmap threshold is glibc's")
-@pytest.mark.parametrize("screen", ["ScreenedMaxLogits", "Int8ScreenedMaxLogits"])
-def test_the_screened_head_reuses_its_buffers_where_the_server_holds_the_mmap_threshold(screen):
+def test_the_screened_head_reuses_its_buffers_where_the_server_holds_the_mmap_threshold():
     """The server holds glibc's mmap threshold at 128 KiB, so every block over it is a fresh mapping faulted in page
-    by page: the screened head's bf16 logits, their halving maxima and the recomputed rows were made anew each call
+    by page: the screened head's logits, their halving maxima and the recomputed rows were made anew each call
     (6,549 minor faults a repeated call here; MiniLM's head 99 ms a served 16-text batch against 66). They are kept
     buffers now: a repeated call faults in only its (B, V) result, and gives the same vector each time."""
     import subprocess
@@ -434,28 +431,27 @@ def test_the_screened_head_reuses_its_buffers_where_the_server_holds_the_mmap_th
 
     from bertkit._hardware import int_mm_exact
 
-    if screen == "Int8ScreenedMaxLogits" and not int_mm_exact():
+    if not int_mm_exact():
         pytest.skip("torch._int_mm is not exact on this CPU")
-    out = subprocess.run([sys.executable, "-c", SCREEN_FAULTS, screen], capture_output=True, text=True, check=True)
+    out = subprocess.run([sys.executable, "-c", SCREEN_FAULTS], capture_output=True, text=True, check=True)
     first, second, third, active, same = out.stdout.split()
     assert same == "True" and int(active) == 27391
-    # the result's 12 x 8,192 floats: 96 pages (int8: 385 a call, 6,400-7,300 the first)
+    # the result's 12 x 8,192 floats: 96 pages of the 385 a call (6,400-7,300 the first)
     assert int(second) < 450 and int(third) < 450, out.stdout
 
 
-@pytest.mark.parametrize("screen", ["ScreenedMaxLogits", "Int8ScreenedMaxLogits"])
-def test_the_screened_head_called_from_threads_at_once_gives_each_its_own_maxima(screen):
+def test_the_screened_head_called_from_threads_at_once_gives_each_its_own_maxima():
     """The kept buffers are taken by one call at a time: calls from 4 threads at once give what each gives alone."""
     from concurrent.futures import ThreadPoolExecutor
 
     from bertkit._hardware import int_mm_exact
-    from bertkit.sentence.sparse_encoder import screen as screens
+    from bertkit.sentence.sparse_encoder.screen import ScreenedMaxLogits
 
-    if screen == "Int8ScreenedMaxLogits" and not int_mm_exact():
+    if not int_mm_exact():
         pytest.skip("torch._int_mm is not exact on this CPU")
     g = torch.Generator().manual_seed(0)
     H, V = 32, 2048
-    screened = getattr(screens, screen)(torch.randn(V, H, generator=g) * 0.2, torch.full((V,), -1.5))
+    screened = ScreenedMaxLogits(torch.randn(V, H, generator=g) * 0.2, torch.full((V,), -1.5))
     calls = [(torch.randn(n * 6, H, generator=g), [n] * 6) for n in range(1, 17)]
     with torch.inference_mode():
         alone = [screened(s, lengths, 8) for s, lengths in calls]

@@ -535,9 +535,9 @@ def splade_embedder(bert: nn.Module, head: nn.Module, pooling: SpladePooling,
                     prepared_decoder: bool) -> Callable[[dict[str, Any]], Tensor]:
     """features -> (B, V): ``bert``'s states through the masked-LM ``head`` and ``pooling``; ``prepared_decoder``:
     the vocabulary product made once for CPU inference (fp32 weights): max pooling's maxima screened by an int8
-    product where the CPU has AVX512-VNNI or AMX, else a bf16 one where it has bf16 instructions
-    (``screen.screened_max_logits``), else the product on a copy of the decoder's weight reordered for oneDNN. A decoder with a hook, a forward of its
-    own or a transform on its weight (``modeling.runs_as_f_linear``) is called as it is: a copy would skip them."""
+    product where the CPU has AVX512-VNNI or AMX (``screen.screened_max_logits``), else the product on a copy of
+    the decoder's weight reordered for oneDNN. A decoder with a hook, a forward of its own or a transform on its
+    weight (``modeling.runs_as_f_linear``) is called as it is: a copy would skip them."""
     from bertkit.modeling import runs_as_f_linear
 
     decoder = None

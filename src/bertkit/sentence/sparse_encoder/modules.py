@@ -109,7 +109,7 @@ class SpladePooling(nn.Module):
             else max(N, 1)
         decoder = decoder if decoder is not None else head.decoder
         states = head.transform(hidden)  # (N, H)
-        if isinstance(decoder, ScreenedMaxLogits):  # inference on a CPU with bf16 instructions (max pooling)
+        if isinstance(decoder, ScreenedMaxLogits):  # inference on a CPU with AVX512-VNNI or AMX (max pooling)
             return self.activate(decoder(states, lengths, rows if self.chunk_size else decoder.ROWS))
         if self.pooling_strategy == "max":
             weight, bias = head.decoder.weight, head.bias

@@ -1,15 +1,12 @@
-"""Max pooling's vocabulary maxima for CPU inference, screened: a cheap product over the whole vocabulary, an upper
-bound on each (text, word piece) maximum from its measured rounding, and fp32 only for the pieces the bound leaves
-possibly active (``SpladePooling`` with a ``ScreenedMaxLogits`` decoder; ``screened_max_logits`` picks the screen
-this CPU runs exactly and fast).
-
-- ``Int8ScreenedMaxLogits``: CPUs with AVX512-VNNI or AMX, where int8 dot products run at twice bf16's rate
-  (``torch._int_mm``: 14.8 against 29.8 ms for 256 x 384 x 30,522, one core of the AVX-512 EPYC).
-- ``ScreenedMaxLogits``: the product in bf16, where the CPU has bf16 instructions but ``torch._int_mm`` is not exact
-  (a PyTorch without its CPU kernel).
+"""Max pooling's vocabulary maxima for CPU inference, screened: a cheap int8 product over the whole vocabulary, an
+upper bound on each (text, word piece) maximum from its measured rounding, and fp32 only for the pieces the bound
+leaves possibly active (``SpladePooling`` with a ``ScreenedMaxLogits`` decoder; ``screened_max_logits`` builds it
+where this CPU runs it exactly: AVX512-VNNI or AMX, where ``torch._int_mm`` sums int8 codes at twice bf16's rate,
+14.8 against 29.8 ms for 256 x 384 x 30,522 on one core of the AVX-512 EPYC).
 
 Elsewhere (an AVX2-only CPU: ``torch._int_mm`` there sums pairs of 8-bit products in int16 and saturates) the head
-runs the plain fp32 product (``inference.prepare.PreparedLinear``).
+runs the plain fp32 product (``inference.prepare.PreparedLinear``). A bf16 screen ran before this one: every CPU with
+bf16 instructions has VNNI too, and there the int8 screen's head took 0.78-0.82x its time (BENCHMARKS.md).
 """
 
 from __future__ import annotations
@@ -23,8 +20,6 @@ from torch import Tensor, nn
 
 from bertkit.errors import BertkitError
 
-# bf16 keeps 8 significant bits: rounding to it moves a number by at most 2^-8 of itself (round to nearest)
-_BF16_UNIT = 2.0 ** -8
 _TINY = torch.finfo(torch.float32).tiny
 # fp32's unit roundoff is 2^-24. The bound below is a sum of a handful of fp32 products and sums, each off by at most
 # 2^-24 of the magnitudes it adds: 2^-20 of them (16 roundings' worth) covers its own arithmetic, and 2^-22 of a
@@ -33,23 +28,34 @@ _SLACK, _PAD = 2.0 ** -20, 2.0 ** -22
 
 
 class ScreenedMaxLogits(nn.Module):
-    """Inference on a CPU with bf16 instructions: each text's maximum logit per word piece where it is positive,
-    the others 0, from the (N, H) transformed states of the texts' tokens (``lengths`` of them each, in order): what
-    max pooling's log1p(relu(.)) reads of ``_MaxLogits``' maxima, in about half its arithmetic.
+    """Inference on a CPU with AVX512-VNNI or AMX: each text's maximum logit per word piece where it is positive, the
+    others 0, from the (N, H) transformed states of the texts' tokens (``lengths`` of them each, in order): what max
+    pooling's log1p(relu(.)) reads of ``_MaxLogits``' maxima, in about half its arithmetic. A text activates a few
+    hundred of the 30,522 word pieces: the vocabulary product runs first in int8, exact in int32 (``torch._int_mm``),
+    its error bounded for each (text, piece), and only the pieces the bound leaves possibly active are recomputed in
+    fp32 (2.7x the active ones on MiniLM), the bias added to the maximum (max(x + b) = max(x) + b). No gradient:
+    training runs ``_MaxLogits``.
 
-    A text activates a few hundred of the 30,522 word pieces. The vocabulary product runs first in bf16, at twice
-    fp32's rate; its error is bounded for each (token, piece): with x, w a state and a decoder row, x~, w~ their bf16
-    roundings, y~ the bf16 product, ``|x.w - y~| <= |x| |w - w~| + |x - x~| |w~| + gamma |x~| |w~| +
-    2^-8 / (1 - 2^-8) |y~|`` (the inputs' rounding, measured; fp32 accumulation over H terms, gamma = 2 H 2^-24, twice
-    what one fp32 sum errs, so the fp32 recomputation's own rounding is covered; the output's rounding). Only the
-    pieces whose bounded maximum over a text's tokens may exceed minus their bias are recomputed in fp32, the text's
-    states times those rows (1.2-1.4x the active pieces on the benchmarks' models), and the bias added to the
-    maximum (max(x + b) = max(x) + b); every other piece is proven inactive. So the active pieces are
-    ``_MaxLogits``' and their values its numbers within fp32 rounding. A NaN anywhere makes its pieces candidates,
-    so it reaches the result as it would through ``_MaxLogits``. No gradient: training runs ``_MaxLogits``."""
+    Each decoder row w is rounded to int8 codes with its own step (w~ = s_w q_w, s_w = max|w| / 127); each text's
+    states with one step for the text (x~ = s_x q_x, s_x = the text's max |x_i| / 127), so that a text's maxima are
+    taken on the int32 sums q_x . q_w themselves, before any scaling. The bound, for a token x of text k and row w:
 
-    # The bf16 product's row block when chunk_size is unset: 256 rows ran 1.1-1.2x as fast as CPU_ROWS (one EPYC
-    # core, MiniLM's and BERT-BASE's widths), their logits 15.6 MB
+        x . w = x~ . w~ + x~ . (w - w~) + (x - x~) . w       (exact: x = x~ + (x - x~), w = w~ + (w - w~))
+        x~ . w~ = s_x s_w (q_x . q_w)                         (exact: integers summed in int32, |sum| < H 127^2)
+        |x~ . (w - w~)| <= |x~| |w - w~|,  |(x - x~) . w| <= |x - x~| |w|   (Cauchy-Schwarz)
+
+    so max over the text's tokens of x . w <= s_x s_w max(q_x . q_w) + X~ E_w + E_x |w| (s_x s_w >= 0), with X~ and
+    E_x the text's largest |x~| and |x - x~|. The fp32 product the result is compared with differs from x . w by at
+    most gamma |x| |w| (gamma = 2 H 2^-24: twice what one fp32 sum of H terms errs), and the bias by adding it once
+    more. Every measured term is taken 1% larger and padded by 2^-22 of the norm it was measured in (the subtraction's own
+    rounding), and 2^-20 of |y~| + |b| (|y~| <= X~ (|w| + |w - w~|)) covers the six roundings of the bound's own
+    fp32 arithmetic, each at most 2^-24 of what it sums: a piece whose bound is <= 0 has an
+    fp32 maximum logit <= 0, whatever the summation order, and is left at 0; the others are recomputed in fp32. A
+    text holding NaN or inf gets a NaN step, so a NaN bound at every piece: all recomputed, as in fp32."""
+
+
+    # The int8 product's row block when chunk_size is unset: the block's int32 sums, 31.3 MB at 256 rows of
+    # MiniLM's vocabulary, within KEEP_BYTES (256 rows ran 1.1-1.2x as fast as CPU_ROWS on one EPYC core)
     ROWS: ClassVar[int] = 256
     # Scratch buffers up to this size are kept from call to call (the block's logits, 15.6 MB at ROWS): under the
     # server's mmap threshold a fresh one is a new mapping faulted in page by page (MiniLM's head: 99 ms a 16-text
@@ -62,13 +68,6 @@ class ScreenedMaxLogits(nn.Module):
         self.gamma = 2 * weight.shape[1] * 2.0 ** -24
         self.spare: list[dict[str, Tensor]] = []  # kept scratch buffers, taken by one call at a time
         self._prepare()
-
-    def _prepare(self) -> None:
-        # ATen's bf16 product writes into a kept buffer; oneDNN's Linear (10% faster) only into a new tensor
-        self.low_weight = self.weight.to(torch.bfloat16)
-        rounded = self.low_weight.float()
-        self.row_norm = rounded.norm(dim=1)  # (V,): |w~|
-        self.row_error = (self.weight - rounded).norm(dim=1)  # (V,): |w - w~|
 
     def scratch(self, buffers: dict[str, Tensor], name: str, shape: tuple[int, ...], dtype: torch.dtype) -> Tensor:
         """A ``shape`` tensor of ``dtype`` over ``buffers[name]`` (kept up to KEEP_BYTES), as the last call left it."""
@@ -97,7 +96,7 @@ class ScreenedMaxLogits(nn.Module):
 
     def _pooled(self, states: Tensor, lengths: list[int], rows: int, buffers: dict[str, Tensor]) -> Tensor:
         ends = torch.tensor(lengths).cumsum(0).tolist()
-        bound, fresh = self._bound(states, lengths, ends, rows, buffers)  # (B, V), in a kept buffer
+        bound = self._bound(states, lengths, ends, rows, buffers)  # (B, V), in a kept buffer
         maybe = torch.le(bound, 0, out=self.scratch(buffers, "maybe", bound.shape, torch.bool)).logical_not_()
         text, piece = maybe.nonzero(as_tuple=True)  # (K,): maybe active (NaN included)
         exact = torch.empty(piece.shape[0], dtype=torch.float32)  # (K,)
@@ -111,65 +110,15 @@ class ScreenedMaxLogits(nn.Module):
             products = torch.mm(states[e - n:e], rows_of.T,
                                 out=self.scratch(buffers, "products", (n, hi - lo), torch.float32))  # (n, K_k)
             torch.amax(products, 0, out=exact[lo:hi])
-        pooled = fresh.zero_() if fresh is not None else torch.zeros(bound.shape)  # (B, V)
+        pooled = torch.zeros(bound.shape)  # (B, V)
         pooled[text, piece] = (exact + self.bias[piece]).relu_()
         return pooled
-
-    def _bound(self, states: Tensor, lengths: list[int], ends: list[int], rows: int,
-               buffers: dict[str, Tensor]) -> tuple[Tensor, Tensor | None]:
-        """(B, V): an upper bound on each text's fp32 maximum logit per word piece, bias included; and a fresh
-        (B, V) float32 tensor the result may be written into, or None."""
-        V = self.weight.shape[0]
-        low = states.to(torch.bfloat16)  # (N, H): x~
-        norm, error = states.norm(dim=1), (states - low.float()).norm(dim=1)  # (N,): |x|, |x - x~|
-        top = self.scratch(buffers, "top", (len(lengths), V), torch.bfloat16)  # (B, V): y~'s maxima
-        for a, b, spans in _blocks(lengths, rows):
-            approx = torch.mm(low[a:b], self.low_weight.T,
-                              out=self.scratch(buffers, "block", (b - a, V), torch.bfloat16))  # (R, V)
-            for k, lo, hi, first in spans:
-                value = _max_rows(approx[lo - a:hi - a])
-                top[k] = value if first else torch.maximum(top[k], value)
-        x, dx = (_per_text(v, lengths, ends)[:, None] for v in (norm, error))
-        # y + c|y| grows with y (c < 1), so a text's bound is at its largest y~; 1% over the measured terms covers
-        # this sum's own fp32 rounding
-        # top in fp32 is made anew (a bf16 operand of an fp32 in-place add would be one too) and becomes the result
-        top = top.float()
-        bound = torch.abs(top, out=self.scratch(buffers, "bound", top.shape, torch.float32))  # (B, V)
-        bound.mul_(_BF16_UNIT / (1 - _BF16_UNIT)).add_(top).add_(self.bias)
-        return bound.addcmul_(x, self.row_error, value=1.01).addcmul_(dx + self.gamma * (1 + _BF16_UNIT) * x,
-                                                                      self.row_norm, value=1.01), top
-
-
-class Int8ScreenedMaxLogits(ScreenedMaxLogits):
-    """``ScreenedMaxLogits`` with the screening product in int8, exact in int32 (``torch._int_mm``), at twice bf16's
-    rate on a CPU with AVX512-VNNI or AMX.
-
-    Each decoder row w is rounded to int8 codes with its own step (w~ = s_w q_w, s_w = max|w| / 127); each text's
-    states with one step for the text (x~ = s_x q_x, s_x = the text's max |x_i| / 127), so that a text's maxima are
-    taken on the int32 sums q_x . q_w themselves, before any scaling. The bound, for a token x of text k and row w:
-
-        x . w = x~ . w~ + x~ . (w - w~) + (x - x~) . w       (exact: x = x~ + (x - x~), w = w~ + (w - w~))
-        x~ . w~ = s_x s_w (q_x . q_w)                         (exact: integers summed in int32, |sum| < H 127^2)
-        |x~ . (w - w~)| <= |x~| |w - w~|,  |(x - x~) . w| <= |x - x~| |w|   (Cauchy-Schwarz)
-
-    so max over the text's tokens of x . w <= s_x s_w max(q_x . q_w) + X~ E_w + E_x |w| (s_x s_w >= 0), with X~ and
-    E_x the text's largest |x~| and |x - x~|. The fp32 product the result is compared with differs from x . w by at
-    most gamma |x| |w| (gamma = 2 H 2^-24, as the bf16 screen's), and the bias by adding it once more. Every
-    measured term is taken 1% larger and padded by 2^-22 of the norm it was measured in (the subtraction's own
-    rounding), and 2^-20 of |y~| + |b| (|y~| <= X~ (|w| + |w - w~|)) covers the six roundings of the bound's own
-    fp32 arithmetic, each at most 2^-24 of what it sums: a piece whose bound is <= 0 has an
-    fp32 maximum logit <= 0, whatever the summation order, and is left at 0; the others are recomputed in fp32. A
-    text holding NaN or inf gets a NaN step, so a NaN bound at every piece: all recomputed, as in fp32."""
-
-    # The int8 product's row block when chunk_size is unset: the block's int32 sums, 31.3 MB at 256 rows of
-    # MiniLM's vocabulary, within KEEP_BYTES
-    ROWS: ClassVar[int] = 256
 
     def _prepare(self) -> None:
         w = self.weight
         if w.shape[1] * 127 * 127 >= 2**31:
-            raise BertkitError(f"Int8ScreenedMaxLogits sums {w.shape[1]} products of int8 codes in int32, which may "
-                               "overflow past 133,143; use ScreenedMaxLogits")
+            raise BertkitError(f"ScreenedMaxLogits sums {w.shape[1]} products of int8 codes in int32, which may "
+                               "overflow past 133,143 (screened_max_logits runs the fp32 product there)")
         self.step = (w.abs().amax(1) / 127).clamp_(min=_TINY)  # (V,): s_w
         codes = (w / self.step[:, None]).round_().clamp_(-127, 127)
         # (H, V): the transposed view of (V, H) codes, which torch._int_mm ran faster than a contiguous copy
@@ -182,6 +131,7 @@ class Int8ScreenedMaxLogits(ScreenedMaxLogits):
 
     def _bound(self, states: Tensor, lengths: list[int], ends: list[int], rows: int,
                buffers: dict[str, Tensor]) -> Tensor:
+        """(B, V): an upper bound on each text's fp32 maximum logit per word piece, bias included, in a kept buffer."""
         V, shape = self.weight.shape[0], states.shape
         # the (N, H) passes write into kept buffers: under the server's mmap threshold each new one is faulted in
         low = torch.abs(states, out=self.scratch(buffers, "low", shape, torch.float32))
@@ -205,19 +155,17 @@ class Int8ScreenedMaxLogits(ScreenedMaxLogits):
         bound = self.scratch(buffers, "bound", top.shape, torch.float32).copy_(top)
         bound.mul_(step[:, None]).mul_(self.step).add_(self.bias_up)  # (B, V): y~ + b, the maxima in fp32
         # |y~| <= |x~| |w~| <= |x~| (|w| + |w - w~|): its 2^-20 is folded into the |x~| term (self.low_slack)
-        return bound.addcmul_(x_low, self.low_slack).addcmul_(dx + self.gamma * x, self.row_norm, value=1.01), None
+        return bound.addcmul_(x_low, self.low_slack).addcmul_(dx + self.gamma * x, self.row_norm, value=1.01)
 
 
 def screened_max_logits(weight: Tensor, bias: Tensor) -> ScreenedMaxLogits | None:
-    """The screen this CPU runs exactly and fast for a (V, H) fp32 decoder: int8 where ``torch._int_mm`` sums int8
-    codes exactly and the CPU has 8-bit int8 dot products (AVX512-VNNI or AMX: ``_hardware.int8_kernel`` at 8
-    bits), else bf16 where the CPU has bf16 instructions; None elsewhere (the plain fp32 product runs)."""
-    from bertkit._hardware import cpu_has_bf16, int8_kernel, int_mm_exact
+    """The screen for a (V, H) fp32 decoder where this CPU runs it exactly and fast: ``torch._int_mm`` sums int8 codes
+    exactly and the CPU has 8-bit int8 dot products (AVX512-VNNI or AMX: ``_hardware.int8_kernel`` at 8 bits); None
+    elsewhere (the plain fp32 product runs)."""
+    from bertkit._hardware import int8_kernel, int_mm_exact
 
     kernel = int8_kernel()
     if kernel is not None and kernel.activation_bits == 8 and int_mm_exact() and weight.shape[1] * 127**2 < 2**31:
-        return Int8ScreenedMaxLogits(weight, bias)
-    if cpu_has_bf16():
         return ScreenedMaxLogits(weight, bias)
     return None
 
