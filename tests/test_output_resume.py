@@ -88,6 +88,27 @@ def test_predict_cut_short_resumes_to_the_bytes_of_an_uninterrupted_run(seeded_c
     assert sorted(p.name for p in tmp_path.iterdir()) == ["in.txt", "out.jsonl", "whole.jsonl"]
 
 
+def test_predict_resumed_over_rows_changed_since_makes_every_row_again(seeded_classifier, texts, tmp_path, monkeypatch,
+                                                                      small_chunks, caplog):
+    """A recorded row changed after the kill (a byte of the partial file flipped) fails the record's sha256: every
+    row is made again, and the file is still the uninterrupted run's."""
+    inputs = tmp_path / "in.txt"
+    inputs.write_text("\n".join(texts) + "\n", encoding="utf-8")
+    assert _predict("text-classification", seeded_classifier, inputs, tmp_path / "whole.jsonl") == 0
+    out = tmp_path / "out.jsonl"
+    _cut_after(monkeypatch, 2)
+    assert _predict("text-classification", seeded_classifier, inputs, out) == 130
+    monkeypatch.undo()
+    for name, value in CHUNK.items():
+        monkeypatch.setattr(files, name, value)
+    kept = tmp_path / ".out.jsonl.bertkit-partial"
+    kept.write_bytes(kept.read_bytes().replace(b'"id": 3', b'"id": 9', 1))
+    with caplog.at_level("WARNING", logger="bertkit"):
+        assert _predict("text-classification", seeded_classifier, inputs, out, "--resume") == 0
+    assert "differs from the rows recorded when it was written: every row is made again" in caplog.text
+    assert out.read_bytes() == (tmp_path / "whole.jsonl").read_bytes()
+
+
 _KILLER = """
     import os, signal, sys
     from bertkit import partial_output

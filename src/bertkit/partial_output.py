@@ -180,19 +180,25 @@ class Appender:
         progress = run.progress.get(path.name) or {}
         self.rows, size = int(progress.get("rows", 0)), int(progress.get("bytes", 0))
         self.digest = hashlib.sha256()
-        if self.rows and not proves(self.tmp, progress):
+        if self.rows and self.tmp.is_file() and self.tmp.stat().st_size >= size:
+            # the recorded rows read once: their sha256 proves them and goes on as the digest of the rows to come
+            with writing(self.tmp):
+                self.file: IO[bytes] = open(self.tmp, "r+b")  # noqa: SIM115 (closed by close())
+                while self.file.tell() < size:
+                    self.digest.update(self.file.read(min(1 << 20, size - self.file.tell())))
+            if self.digest.hexdigest() == progress.get("sha256"):
+                with writing(self.tmp):
+                    self.file.truncate(size)  # a row torn by the kill, and any row past the record: made again
+                    self.file.seek(size)
+                return
+            self.file.close()
+        if self.rows:
             logger.warning("%s is missing or differs from the rows recorded when it was written: every row is made "
                            "again", self.tmp)
-            self.rows = size = 0
-        if not self.rows:
-            run.save(run.progress)  # the file named before it is made: a kill leaves no file no record names
+            self.rows, self.digest = 0, hashlib.sha256()
+        run.save(run.progress)  # the file named before it is made: a kill leaves no file no record names
         with writing(self.tmp):
-            self.file: IO[bytes] = open(self.tmp, "r+b" if self.rows else "wb")  # noqa: SIM115 (closed by close())
-            while self.file.tell() < size:
-                self.digest.update(self.file.read(min(1 << 20, size - self.file.tell())))
-            if self.rows:
-                self.file.truncate(size)  # a row torn by the kill, and any row past the record: made again
-                self.file.seek(size)
+            self.file = open(self.tmp, "wb")  # noqa: SIM115 (closed by close())
 
     def write(self, text: str) -> None:
         data = text.encode("utf-8")
