@@ -62,17 +62,22 @@ def _cut_after(monkeypatch, commits: int) -> None:
     monkeypatch.setattr(partial_output.Appender, "commit", commit)
 
 
+def _predict_cut_short(monkeypatch, commits: int, task: str, model: Path, inputs: Path, out: Path, *flags: str) -> None:
+    """A predict run Ctrl-C'd once ``commits`` chunks are recorded; the small chunks (``CHUNK``) kept for the next."""
+    _cut_after(monkeypatch, commits)
+    assert _predict(task, model, inputs, out, *flags) == 130  # interrupted
+    monkeypatch.undo()
+    for name, value in CHUNK.items():
+        monkeypatch.setattr(files, name, value)
+
+
 def test_predict_cut_short_resumes_to_the_bytes_of_an_uninterrupted_run(seeded_classifier, texts, tmp_path, monkeypatch,
                                                                         small_chunks, capsys):
     inputs = tmp_path / "in.txt"
     inputs.write_text("\n".join(texts) + "\n", encoding="utf-8")
     assert _predict("text-classification", seeded_classifier, inputs, tmp_path / "whole.jsonl") == 0
     out = tmp_path / "out.jsonl"
-    _cut_after(monkeypatch, 2)
-    assert _predict("text-classification", seeded_classifier, inputs, out) == 130  # interrupted
-    monkeypatch.undo()
-    for name, value in CHUNK.items():
-        monkeypatch.setattr(files, name, value)
+    _predict_cut_short(monkeypatch, 2, "text-classification", seeded_classifier, inputs, out)
     assert not out.exists()  # a reader never sees part of the file at its name
     kept = tmp_path / ".out.jsonl.bertkit-partial"
     assert len(kept.read_bytes().splitlines()) == 12
@@ -96,11 +101,7 @@ def test_predict_resumed_over_rows_changed_since_makes_every_row_again(seeded_cl
     inputs.write_text("\n".join(texts) + "\n", encoding="utf-8")
     assert _predict("text-classification", seeded_classifier, inputs, tmp_path / "whole.jsonl") == 0
     out = tmp_path / "out.jsonl"
-    _cut_after(monkeypatch, 2)
-    assert _predict("text-classification", seeded_classifier, inputs, out) == 130
-    monkeypatch.undo()
-    for name, value in CHUNK.items():
-        monkeypatch.setattr(files, name, value)
+    _predict_cut_short(monkeypatch, 2, "text-classification", seeded_classifier, inputs, out)
     kept = tmp_path / ".out.jsonl.bertkit-partial"
     kept.write_bytes(kept.read_bytes().replace(b'"id": 3', b'"id": 9', 1))
     with caplog.at_level("WARNING", logger="bertkit"):
@@ -164,11 +165,7 @@ def test_a_resume_with_another_input_setting_or_model_is_refused_naming_it(seede
     inputs = tmp_path / "in.txt"
     inputs.write_text("\n".join(texts) + "\n", encoding="utf-8")
     out = tmp_path / "out.jsonl"
-    _cut_after(monkeypatch, 1)
-    assert _predict("text-classification", model, inputs, out) == 130
-    monkeypatch.undo()
-    for name, value in CHUNK.items():
-        monkeypatch.setattr(files, name, value)
+    _predict_cut_short(monkeypatch, 1, "text-classification", model, inputs, out)
     capsys.readouterr()
     record = tmp_path / ".out.jsonl.bertkit-partial.json"
     written = record.read_text(encoding="utf-8")
@@ -295,11 +292,7 @@ def test_a_resumed_overwrite_replaces_the_file_it_was_told_to_and_keeps_it_until
     assert _predict("text-classification", seeded_classifier, inputs, out) == 0
     whole = out.read_bytes()
     out.write_bytes(b"an earlier file\n")
-    _cut_after(monkeypatch, 1)
-    assert _predict("text-classification", seeded_classifier, inputs, out, "--overwrite") == 130
-    monkeypatch.undo()
-    for name, value in CHUNK.items():
-        monkeypatch.setattr(files, name, value)
+    _predict_cut_short(monkeypatch, 1, "text-classification", seeded_classifier, inputs, out, "--overwrite")
     assert out.read_bytes() == b"an earlier file\n"  # replaced only when the new file is whole
     assert _predict("text-classification", seeded_classifier, inputs, out, "--resume") == 0  # as the run it continues was
     assert out.read_bytes() == whole
