@@ -18,6 +18,7 @@ transformers = pytest.importorskip("transformers")
 from pipeline_helpers import tiny_dir  # noqa: E402 (after the skip: it imports transformers)
 
 BATCH = 3
+HEADS_KEY_CLS = ("BertForSequenceClassification",)  # the text-classification pipeline's key in pipes.directories
 HEADS = {"fill-mask": ("BertForMaskedLM", {}), "text-classification": ("BertForSequenceClassification", {}),
          "rerank": ("BertForSequenceClassification", {"num_labels": 1}),
          "token-classification": ("BertForTokenClassification", {}),
@@ -85,14 +86,15 @@ def pipes(tmp_path_factory, minilm_dir):
             made[task] = bertkit.pipeline(task, str(directories[key]), batch_size=BATCH)
         return made[task]
 
+    make.directories = directories  # for the reference's own pipeline on the same files
     return make
 
 
 @pytest.mark.parametrize("task", list(HEADS))
 def test_a_generator_gives_results_as_its_inputs_are_read(task, pipes, sst2):
     """Was: the generator was read whole before the first result (read 10 of 10 at the call; an endless one never
-    returned). Now nothing is read at the call, 3 (batch_size) of 7 inputs for the first result, and all of them give the
-    list call's results, in order, their rows in batches of at most 3."""
+    returned). Now its first input is read at the call (as transformers reads it), 3 (batch_size) of 7 inputs for the
+    first result, and all of them give the list call's results, in order, their rows in batches of at most 3."""
     pipe, inputs = pipes(task), _inputs(task, sst2)
     read, sizes = [], []
 
@@ -105,7 +107,7 @@ def test_a_generator_gives_results_as_its_inputs_are_read(task, pipes, sst2):
     pipe.forward = lambda batch, rows: sizes.append(len(rows)) or forward(batch, rows)
     try:
         results = pipe(generator())
-        assert len(read) == 0 and not isinstance(results, list)
+        assert len(read) == 1 and not isinstance(results, list)
         first = next(results)
         assert len(read) == BATCH and sizes[0] == BATCH  # rows of those 3 inputs only (rerank: 2 each)
         streamed = [first, *results]
@@ -143,6 +145,17 @@ def test_a_streamed_call_refuses_a_bad_option_at_the_call_and_names_the_input_of
     assert len([next(results) for _ in range(3)]) == 3
     with pytest.raises(ValueError, match="text-classification input 4 is int '7'"):
         next(results)
+
+
+def test_an_empty_generator_gives_an_empty_list_as_transformers_gives_it(pipes):
+    """Was: an iterator of no results, which `if not results` took for some. transformers answers an empty generator
+    with [] (it reads the first input at the call); any other empty iterator streams, as transformers streams it."""
+    pipe = pipes("text-classification")
+    assert pipe(x for x in []) == []
+    reference = transformers.pipeline("text-classification", model=str(pipes.directories[HEADS_KEY_CLS]))
+    assert reference(x for x in []) == []
+    results = pipe(iter([]))
+    assert not isinstance(results, list) and list(results) == []
 
 
 def test_words_from_a_generator_are_tagged_as_a_list_of_them(pipes, sst2):

@@ -9,6 +9,7 @@ import functools
 import itertools
 import logging
 import re
+import types
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any, ClassVar
@@ -49,6 +50,7 @@ _MADE_WITH = {**dict.fromkeys(
     **dict.fromkeys(("dtype", "torch_dtype"), "bf16=True computes in bfloat16 (autocast over the checkpoint's weights)")}
 # A printable ASCII character other than a space: BERT's tokenizer keeps every one (a word piece or punctuation).
 _KEPT = re.compile(r"[!-~]")
+_NOTHING = object()  # what an exhausted generator gives in place of a first input
 
 
 def refuse_empty_text(tokenizer: Any, text: str, where: str, fix: str = "send text, or leave it out") -> None:
@@ -271,6 +273,7 @@ class Pipeline:
         if isinstance(inputs, (set, frozenset)):
             raise BertkitError(f"{self.task} inputs are a {type(inputs).__name__}, which has no order, so the "
                                "results could not be matched to them; pass a list")
+        a_generator = isinstance(inputs, types.GeneratorType)  # before a Dataset is turned into one
         if not isinstance(inputs, (bytes, bytearray, Iterable)) and hasattr(inputs, "__len__") \
                 and hasattr(inputs, "__getitem__"):
             # a map-style torch Dataset (transformers' KeyDataset over a datasets column) has no __iter__: its items
@@ -287,6 +290,13 @@ class Pipeline:
             # first result comes once the first batch of inputs is read, and an endless generator is served for as
             # long as it is read
             self.check_options(options, self)  # refused at the call, not at the first result
+            if a_generator:
+                # transformers reads a generator's first input at the call and answers an empty one with [] (code
+                # testing the result, `if not results`, sees no results); other iterators stream from the start
+                first = next(inputs, _NOTHING)
+                if first is _NOTHING:
+                    return []
+                inputs = itertools.chain([first], inputs)
             return self._stream(inputs, options)
         return self.run(list(inputs), **options)
 
