@@ -64,31 +64,6 @@ def _interrupted_run(root: Path, tiny_checkpoint, monkeypatch) -> dict:
     return settings
 
 
-def test_resume_after_the_classes_were_renamed_is_refused_naming_the_labels(
-    tmp_path, tiny_checkpoint, monkeypatch
-):
-    from bertkit.errors import BertkitError
-    from bertkit.settings import ClassifySettings
-    from bertkit.training import classify
-
-    settings = _interrupted_run(tmp_path, tiny_checkpoint, monkeypatch)
-    # pos -> "a", neg -> "z": the sorted ids swap (neg 0, pos 1 before; the old pos rows are id 0 now)
-    _files(tmp_path, ["a", "z"])
-    with pytest.raises(BertkitError, match=r"'labels': \(\['neg', 'pos'\], \['a', 'z'\]\).*'train_data'"):
-        classify.finetune_classify(ClassifySettings(**settings, resume=True))
-
-
-def test_resume_with_the_same_files_continues_the_checkpoint(tmp_path, tiny_checkpoint, monkeypatch, caplog):
-    from bertkit.settings import ClassifySettings
-    from bertkit.training import classify
-
-    settings = _interrupted_run(tmp_path, tiny_checkpoint, monkeypatch)
-    with caplog.at_level("INFO", logger="bertkit"):
-        report = classify.finetune_classify(ClassifySettings(**settings, resume=True))
-    assert "step-00000001 (step 1 of 4)" in caplog.text
-    assert report["runs"][0]["steps"] == 4
-
-
 # Edits a user makes to the training file between the kill and --resume, each to a fresh copy of the interrupted run:
 # the label column's classes (renamed with or without a change of order, one added, cased otherwise) or its rows.
 EDITS = {
@@ -101,7 +76,10 @@ EDITS = {
 }
 
 
-def test_resume_is_refused_exactly_when_the_training_labels_changed(tmp_path, tiny_checkpoint, monkeypatch):
+def test_resume_is_refused_exactly_when_the_training_labels_changed(tmp_path, tiny_checkpoint, monkeypatch, caplog):
+    """Each edit resumes a fresh copy of one interrupted run: unchanged files continue its checkpoint to the end; a
+    class renamed with its order swapped (pos -> "a", neg -> "z": the old pos rows are id 0 now) is refused naming
+    both lists of labels, and every other edit naming what changed."""
     import shutil
 
     from bertkit.errors import BertkitError
@@ -119,7 +97,11 @@ def test_resume_is_refused_exactly_when_the_training_labels_changed(tmp_path, ti
             (tmp_path / f"{split}.csv").write_text(rows)
         run = ClassifySettings(**settings, resume=True)
         if name == "unchanged":
-            assert classify.finetune_classify(run)["runs"][0]["steps"] == 4, name
+            with caplog.at_level("INFO", logger="bertkit"):
+                assert classify.finetune_classify(run)["runs"][0]["steps"] == 4, name
+            assert "step-00000001 (step 1 of 4)" in caplog.text
         else:
-            with pytest.raises(BertkitError, match="cannot resume from .*'(labels|train_data)'"):
+            changed = (r"'labels': \(\['neg', 'pos'\], \['a', 'z'\]\).*'train_data'" if name == "renamed, order swapped"
+                       else "'(labels|train_data)'")
+            with pytest.raises(BertkitError, match=f"cannot resume from .*{changed}"):
                 classify.finetune_classify(run)

@@ -5,6 +5,8 @@ its own, and nothing is recorded again per record."""
 from __future__ import annotations
 
 import json
+import sys
+import types
 
 import pytest
 
@@ -14,8 +16,12 @@ from bertkit.runs import output_dir
 from bertkit.training.run_log import RunLog
 
 
-def test_a_run_in_places_metrics_and_tensorboard_events_are_recorded_once(tmp_path):
+def test_a_run_in_places_metrics_and_tensorboard_events_are_recorded_once(tmp_path, monkeypatch):
     pytest.importorskip("tensorboard")
+    # tensorboard writes its event files through TensorFlow where TensorFlow is installed (the slow reference tests
+    # install it), and through its own stand-in where a module tensorboard.compat.notf exists: the same file, without
+    # importing TensorFlow (3.8 s of this test's 4.9). Once chosen, the choice holds for the process.
+    monkeypatch.setitem(sys.modules, "tensorboard.compat.notf", types.ModuleType("tensorboard.compat.notf"))
     with output_dir(tmp_path, "Trainer", in_place=True):
         log = RunLog(tmp_path, writes=True)
         log.start()
