@@ -1,6 +1,6 @@
 """What a resumed `extract-features` takes from the record of a run cut short (``feature_files.resume_point``):
-only what the partial files beside the output still prove (tests/test_output_resume.py resumes one under torchrun);
-how a shard is written so that it is on disk once; and the one refusal of a resume under another plan.
+only what the partial files beside the output still prove, each read once (tests/test_output_resume.py resumes one
+under torchrun); how a shard is written so that it is on disk once; and the one refusal of a resume under another plan.
 """
 
 from __future__ import annotations
@@ -13,11 +13,18 @@ import struct
 import pytest
 
 from bertkit.feature_files import resume_point
-from bertkit.partial_output import partial_path
+from bertkit.partial_output import PartialOutput, partial_path
 
 
 def _sha(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
+
+
+def _resuming(out, progress: dict) -> PartialOutput:
+    """The partial write of ``out`` as a resume finds it: ``progress`` its record's."""
+    partial = PartialOutput(out, "extract-features", {}, resume=True, overwrite=False)
+    partial.progress = progress
+    return partial
 
 
 def test_resume_point_keeps_the_jsonl_rows_its_file_proves_and_drops_a_torn_file(tmp_path):
@@ -25,9 +32,70 @@ def test_resume_point_keeps_the_jsonl_rows_its_file_proves_and_drops_a_torn_file
     partial_path(out).write_bytes(b"row0\nrow1\nrow2\nrow3\nro")  # four rows recorded, a fifth torn by the kill
     units = [[[0, 1], [2, 3], [4]]]
     entry = {"rows": 4, "bytes": 20, "sha256": _sha(b"row0\nrow1\nrow2\nrow3\n")}
-    assert resume_point({"f.jsonl": entry}, out, [out], units) == ({"f.jsonl": entry}, {(0, 0), (0, 1)})
+    assert resume_point(_resuming(out, {"f.jsonl": entry}), out, [out], units) == ({"f.jsonl": entry}, {(0, 0), (0, 1)})
     partial_path(out).write_bytes(b"row0\nrow1\nrow")  # shorter than its record: every unit is made again
-    assert resume_point({"f.jsonl": entry}, out, [out], units) == ({}, set())
+    assert resume_point(_resuming(out, {"f.jsonl": entry}), out, [out], units) == ({}, set())
+
+
+def test_a_resumed_jsonl_extraction_reads_its_recorded_rows_once(tmp_path, monkeypatch, tiny_model):
+    """Was: a resumed .jsonl extraction read the rows recorded twice, ``resume_point`` proving them against their
+    sha256 and the ``Appender`` hashing them again to go on with the digest: a second full read of a features file
+    that may be gigabytes. Now the proof's digest goes on with the rows to come: their bytes are read once."""
+    import builtins
+
+    from bertkit import BertTokenizer, features
+
+    tok = BertTokenizer({t: i for i, t in enumerate(["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "a", "good",
+                                                     "dull", "film"])})
+    model = tiny_model()
+    texts = [(t, None) for t in ("a good film", "a dull film", "good", "a film", "dull dull film", "a good dull film")]
+    options = dict(layers=[-1, -2], batch_size=1, chunk_size=2, progress=False)  # three units of two lines
+    whole = tmp_path / "whole.jsonl"
+    features.extract_features(model, tok, texts, whole, **options)
+    run, calls = features.run_batches, []
+
+    def cut(*args, **kwargs):  # Ctrl-C as the third unit starts: two recorded
+        calls.append(1)
+        if len(calls) == 3:
+            raise KeyboardInterrupt
+        return run(*args, **kwargs)
+
+    out = tmp_path / "out.jsonl"
+    monkeypatch.setattr(features, "run_batches", cut)
+    with pytest.raises(KeyboardInterrupt):
+        features.extract_features(model, tok, texts, out, **options)
+    monkeypatch.undo()
+    recorded = json.loads(partial_path(out, ".json").read_text())["progress"]["out.jsonl"]
+    assert recorded["rows"] == 4
+    opened, read = builtins.open, []
+
+    class Counted:  # the partial file, its reads counted
+        def __init__(self, f):
+            self.f = f
+
+        def __getattr__(self, name):
+            return getattr(self.f, name)
+
+        def __enter__(self):
+            return self
+
+        def __exit__(self, *exc):
+            self.f.close()
+
+        def read(self, n=-1):
+            data = self.f.read(n)
+            read.append(len(data))
+            return data
+
+    def counted(file, *args, **kwargs):
+        f = opened(file, *args, **kwargs)
+        return Counted(f) if os.fspath(file) == os.fspath(partial_path(out)) else f
+
+    monkeypatch.setattr(builtins, "open", counted)
+    features.extract_features(model, tok, texts, out, resume=True, **options)
+    monkeypatch.undo()
+    assert sum(read) == recorded["bytes"] > 0, read
+    assert out.read_bytes() == whole.read_bytes()
 
 
 def test_resume_point_drops_a_changed_shard_and_the_units_after_it(tmp_path):
@@ -38,11 +106,11 @@ def test_resume_point_drops_a_changed_shard_and_the_units_after_it(tmp_path):
     units = [[[0], [1]], [[2], [3]]]
     state = {"extraction": "e1", "shards": [_sha(b"shard one")], "units": 1, "bytes": 8, "layout": [4, 2, 2],
              "unit_sha256": [[0, 1, _sha(b"ac")]]}  # unit 0's row: the first byte of each layer
-    assert resume_point({"safetensors": state}, out, files, units) == (
+    assert resume_point(_resuming(out, {"safetensors": state}), out, files, units) == (
         {"safetensors": state}, {(0, 0), (0, 1), (1, 0)})
     partial_path(files[0]).write_bytes(b"shard 0ne")
     # the extraction's id is kept: the shards proven, and those made again, are one extraction's
-    assert resume_point({"safetensors": state}, out, files, units) == (
+    assert resume_point(_resuming(out, {"safetensors": state}), out, files, units) == (
         {"safetensors": {**state, "shards": [], "units": 0, "unit_sha256": []}}, set())
 
 
@@ -53,7 +121,6 @@ def test_a_safetensors_shard_is_on_disk_once_while_it_is_written(tmp_path, monke
     import numpy as np
 
     from bertkit.feature_files import read_features, safetensors_meta, write_safetensors
-    from bertkit.partial_output import PartialOutput
 
     layers, hidden, lengths = [-1, -2], 384, [5, 9, 3, 7, 11, 4, 6, 8]
     encoded = [{"input_ids": [101] + [7] * (n - 2) + [102], "token_type_ids": [0] * n} for n in lengths]
@@ -85,7 +152,6 @@ def test_a_unit_torn_in_the_shard_being_made_is_made_again_with_those_after_it(t
     import numpy as np
 
     from bertkit.feature_files import read_features, safetensors_meta, write_safetensors
-    from bertkit.partial_output import PartialOutput
 
     layers, hidden, lengths = [-1, -2], 8, [5, 9, 3, 7, 11, 4, 6, 8]
     encoded = [{"input_ids": [101] + [7] * (n - 2) + [102], "token_type_ids": [0] * n} for n in lengths]
@@ -101,7 +167,7 @@ def test_a_unit_torn_in_the_shard_being_made_is_made_again_with_those_after_it(t
 
     def write(out, resume=False):
         partial = PartialOutput(out, "extract-features", {}, resume=resume, overwrite=False)
-        partial.progress, finished = resume_point(partial.progress, out, [out], units)
+        partial.progress, finished = resume_point(partial, out, [out], units)
         with partial:
             write_safetensors(partial, [out], [range(len(lengths))], units, states_of, encoded, layers,
                               np.dtype("float32"), meta)
@@ -138,7 +204,6 @@ def test_a_shard_the_disk_has_no_room_for_is_refused_by_name_before_any_state_is
 
     from bertkit.errors import BertkitError
     from bertkit.feature_files import safetensors_meta, write_safetensors
-    from bertkit.partial_output import PartialOutput
 
     if not hasattr(os, "posix_fallocate"):
         pytest.skip("no posix_fallocate on this system (macOS, Windows)")

@@ -21,7 +21,7 @@ import numpy as np
 from bertkit.errors import BertkitError, MissingFileError, NonFiniteError
 from bertkit.manifests import sha256_of
 from bertkit.outputs import fsync, writing
-from bertkit.partial_output import PartialOutput, partial_path, proves
+from bertkit.partial_output import PartialOutput, partial_path
 
 logger = logging.getLogger("bertkit")
 StatesOf = Callable[[int, int], dict[int, np.ndarray]]
@@ -61,15 +61,17 @@ def write_jsonl(partial: PartialOutput, out: Path, units: list[list[int]], state
     partial.finish([(f.tmp, out)])
 
 
-def resume_point(progress: dict, out: Path, files: Sequence[Path],
+def resume_point(partial: PartialOutput, out: Path, files: Sequence[Path],
                  units: list[list[list[int]]]) -> tuple[dict, set[tuple[int, int]]]:
-    """What of a run cut short's record (``progress``) the partial files beside ``out`` prove, and the work units
-    (shard, unit) that makes finished: a file torn by the kill, or changed since, is dropped from the record with
-    the units after it, which are made again. Under torchrun rank 0 decides this once, before any unit, and tells
-    the other ranks: ranks that read the record on their own skipped units rank 0 made again, and their gathers no
-    longer matched (a crash, or a hang)."""
+    """What of a run cut short's record (``partial.progress``) the partial files beside ``out`` prove, and the work
+    units (shard, unit) that makes finished: a file torn by the kill, or changed since, is dropped from the record
+    with the units after it, which are made again. Under torchrun rank 0 decides this once, before any unit, and
+    tells the other ranks: ranks that read the record on their own skipped units rank 0 made again, and their gathers
+    no longer matched (a crash, or a hang). A .jsonl's proof (``PartialOutput.proven``) is the digest its
+    ``Appender`` goes on from: the file is read once."""
+    progress = partial.progress
     if out.suffix == ".jsonl":
-        if (progress.get(out.name) or {}).get("rows") and not proves(partial_path(out), progress[out.name]):
+        if (progress.get(out.name) or {}).get("rows") and partial.proven(out) is None:
             logger.warning("%s is missing or differs from the rows recorded when it was written: every row is made "
                            "again", partial_path(out))
             progress = {}

@@ -404,7 +404,7 @@ def extract_features(
     earlier = existing_output(out)
     finished: set[tuple[int, int]] = set()
     if partial is not None:  # rank 0 alone proves the record against the files; the others are told what it found
-        partial.progress, finished = resume_point(partial.progress, out, files, units)
+        partial.progress, finished = resume_point(partial, out, files, units)
     if world > 1:  # and whether the run may replace the output (rank 0's claim of it can say so)
         shared = [finished, overwrite]
         torch.distributed.broadcast_object_list(shared, src=0)

@@ -23,7 +23,6 @@ from pathlib import Path
 from typing import IO, Any
 
 from bertkit.errors import BertkitError
-from bertkit.manifests import sha256_of
 from bertkit.outputs import PARTIAL, _alive, _publish, atomic_write_text, fsync_dir, writing
 
 logger = logging.getLogger("bertkit")
@@ -74,6 +73,7 @@ class PartialOutput:
         self.progress: dict[str, Any] = {}
         self.overwrite = overwrite
         self.files: list[str] = []  # the partial files this write made (names beside ``out``), removed by --overwrite
+        self._proven: dict[tuple, Any] = {}  # ``proven``'s answers: each partial file read once
         earlier = self._read()
         if earlier is not None and not any((out.parent / str(n)).exists() for n in earlier.get("files") or []):
             # a kill after the files were renamed into place and before the record went, or before the first
@@ -171,6 +171,24 @@ class PartialOutput:
     def appender(self, path: Path) -> Appender:
         return Appender(self, path)
 
+    def proven(self, path: Path) -> Any:
+        """The sha256 of the first ``bytes`` of ``path``'s partial file (the rows its ``Appender`` recorded), as a
+        ``hashlib`` object to go on with the rows to come; None where the file is missing, shorter, or differs from
+        the record. ``resume_point`` asks before any unit and the ``Appender`` after: the file is read once (a
+        features file may be gigabytes), and the writer goes on from the proof the resume was decided by."""
+        entry = self.progress.get(path.name) or {}
+        key = (path.name, entry.get("bytes"), entry.get("sha256"))
+        if key not in self._proven:
+            tmp, size, proven = partial_path(path), int(entry.get("bytes", 0)), None
+            if tmp.is_file() and tmp.stat().st_size >= size:
+                digest = hashlib.sha256()
+                with open(tmp, "rb") as f:
+                    while block := f.read(min(1 << 20, size - f.tell())):
+                        digest.update(block)
+                proven = digest if digest.hexdigest() == entry.get("sha256") else None
+            self._proven[key] = proven
+        return None if self._proven[key] is None else self._proven[key].copy()  # the kept one never goes on
+
 
 class Appender:
     """Rows appended to ``partial_path(path)``, committed by count: ``rows`` is where a resumed run goes on."""
@@ -179,23 +197,19 @@ class Appender:
         self.run, self.path, self.tmp = run, path, run.own(partial_path(path))
         progress = run.progress.get(path.name) or {}
         self.rows, size = int(progress.get("rows", 0)), int(progress.get("bytes", 0))
-        self.digest = hashlib.sha256()
-        if self.rows and self.tmp.is_file() and self.tmp.stat().st_size >= size:
-            # the recorded rows read once: their sha256 proves them and goes on as the digest of the rows to come
+        proven = run.proven(path) if self.rows else None
+        if proven is not None:  # the recorded rows' sha256 goes on as the digest of the rows to come
+            self.digest = proven
             with writing(self.tmp):
                 self.file: IO[bytes] = open(self.tmp, "r+b")  # noqa: SIM115 (closed by close())
-                while self.file.tell() < size:
-                    self.digest.update(self.file.read(min(1 << 20, size - self.file.tell())))
-            if self.digest.hexdigest() == progress.get("sha256"):
-                with writing(self.tmp):
-                    self.file.truncate(size)  # a row torn by the kill, and any row past the record: made again
-                    self.file.seek(size)
-                return
-            self.file.close()
+                self.file.truncate(size)  # a row torn by the kill, and any row past the record: made again
+                self.file.seek(size)
+            return
         if self.rows:
             logger.warning("%s is missing or differs from the rows recorded when it was written: every row is made "
                            "again", self.tmp)
-            self.rows, self.digest = 0, hashlib.sha256()
+            self.rows = 0
+        self.digest = hashlib.sha256()
         run.save(run.progress)  # the file named before it is made: a kill leaves no file no record names
         with writing(self.tmp):
             self.file = open(self.tmp, "wb")  # noqa: SIM115 (closed by close())
@@ -217,13 +231,6 @@ class Appender:
 
     def close(self) -> None:
         self.file.close()
-
-
-def proves(tmp: Path, progress: dict) -> bool:
-    """Whether the partial file ``tmp`` still holds what ``progress`` (an ``Appender``'s record) says: its first
-    ``bytes`` have the recorded sha256 (a row torn by the kill past them is cut off when it is opened)."""
-    size = int(progress.get("bytes", 0))
-    return tmp.is_file() and tmp.stat().st_size >= size and sha256_of(tmp, size) == progress.get("sha256")
 
 
 def _done(progress: Any) -> str:
