@@ -221,7 +221,7 @@ def optimize_for_inference(model: nn.Module, *, device: str | torch.device = "cp
 # Linear shapes on a Sapphire Rapids core, against 1-2 ms to run it) and keeps only the 1,024 most recent, so a
 # long-running process that meets every token count N up to B*T keeps rebuilding them. Rounding N up to a multiple
 # of 64 bounds the counts to ceil(N_max / 64) for at most 63 rows more (4% on batches of 32 SST-2 sentences). Not in
-# fp32: oneDNN builds kernels for each row count there too, but quickly, and what it keeps of them is memory (2.3 MiB a
+# fp32: oneDNN builds kernels for each row count there too, and what it keeps of them is memory (2.3 MiB a
 # new count on the AVX-512 EPYC, level 460 MiB up once the caches are full: BENCHMARKS.md, "Soak"), where the rows
 # would be compute on every call.
 BF16_TOKEN_MULTIPLE = 64
