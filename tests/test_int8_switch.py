@@ -377,6 +377,7 @@ def test_serve_int8_answers_with_the_int8_pipelines_embeddings(minilm_dir, embed
     uvicorn = pytest.importorskip("uvicorn", reason='bertkit serve needs uvicorn: pip install "bertkit[serve]"')
     from starlette.testclient import TestClient
 
+    import bertkit.inference.serve as serve_module
     from bertkit.quantization import kernels
 
     texts = sentences["stsb"][:6]
@@ -388,6 +389,7 @@ def test_serve_int8_answers_with_the_int8_pipelines_embeddings(minilm_dir, embed
             answers["served"] = client.post("/embed", json={"inputs": texts, "normalize": False}).json()
 
     monkeypatch.setattr(uvicorn.Server, "run", run)
+    monkeypatch.setattr(serve_module, "bound_onednn_caches", lambda: [])  # the server process's environment, not pytest's
     # a fresh compiled per-token quantization (``ffn_out``, on oneDNN on every class), as in a new process: the
     # server compiles it before it serves, not in a request. Inductor's real compile (10-15 s with a cold cache)
     # is checked against eager in make test-slow (test_int8.py); here a stand-in records when compiling happens.

@@ -518,6 +518,7 @@ def test_a_second_ctrl_c_stops_the_model_call_under_way_at_its_next_batch(tiny_d
     monkeypatch.setattr(bertkit.inference, "pipeline",
                         lambda task, path, **_: Held.from_pretrained(path, batch_size=1, progress=False))
     monkeypatch.setattr(serve_module, "fix_mmap_threshold", lambda: False)  # the server process's, not pytest's
+    monkeypatch.setattr(serve_module, "bound_onednn_caches", lambda: [])  # likewise: pytest's environment stays
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]

@@ -640,10 +640,12 @@ def test_an_empty_api_key_from_any_source_is_refused_at_start_up_naming_it(monke
 def test_the_start_up_line_says_whether_the_routes_are_protected(monkeypatch, caplog, key, line):
     import uvicorn
 
+    import bertkit.inference.serve as serve_module
     from bertkit.inference.serve import serve
     from bertkit.settings import ServeSettings
 
     monkeypatch.setattr(uvicorn.Server, "run", lambda self, sockets=None: None)
+    monkeypatch.setattr(serve_module, "bound_onednn_caches", lambda: [])  # the server process's environment, not pytest's
     caplog.set_level("INFO", logger="bertkit")
     serve(ServeSettings(model_name_or_path=MODEL, task="sentence-embedding", api_key=key))
     started = [r.getMessage() for r in caplog.records if r.getMessage().startswith("serving ")]

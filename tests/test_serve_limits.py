@@ -527,3 +527,62 @@ def test_an_address_the_server_cannot_listen_on_is_refused_before_the_model_load
     assert main([*args, "--host", "no-such-host.invalid", "--port", str(port)]) == 2
     assert capsys.readouterr().err.strip().splitlines()[-1].startswith(
         f"bertkit serve: error: --host no-such-host.invalid --port {port}: the host does not resolve (")
+
+
+ONEDNN_PROBE = r'''
+import sys
+import torch
+from bertkit.inference.prepare import PreparedLinear
+from bertkit.inference.serve_batching import MALLOC_TRIM, bound_onednn_caches
+chosen = bound_onednn_caches() if sys.argv[1] == "bounded" else []  # as the server: before the first kernel
+def rss_kib():
+    return int(next(l for l in open("/proc/self/status") if l.startswith("VmRSS")).split()[1])
+g = torch.Generator().manual_seed(0)
+linear = PreparedLinear(torch.randn(64, 32, generator=g), torch.randn(64, generator=g), torch.float32)
+x = torch.randn(60, 32, generator=g)
+with torch.no_grad():
+    for rows in range(1, 21):  # more counts than the bounded caches hold
+        linear(x[:rows])
+    MALLOC_TRIM()
+    before = rss_kib()
+    for rows in range(21, 61):  # 40 new row counts, as 40 model calls of new token counts
+        linear(x[:rows])
+    MALLOC_TRIM()
+print(linear.onednn, ",".join(chosen) or "-", before - rss_kib())
+'''
+
+
+@pytest.mark.skipif(platform.libc_ver()[0] != "glibc", reason="the probe trims with glibc's malloc_trim")
+def test_the_server_bounds_onednns_kernel_caches_so_new_row_counts_keep_no_memory():
+    """oneDNN's fp32 Linear builds kernels for each new row count and oneDNN and ideep kept the 1,024 most recent:
+    a soak's server grew 2.3 MiB a new count to 460 MiB up. Bounded as the server bounds them, 40 new counts keep
+    nothing; at the default capacities this probe's small Linear kept 0.58 MiB a count (23 MiB; bounded, 0.1)."""
+    env = {k: v for k, v in os.environ.items() if k not in ("ONEDNN_PRIMITIVE_CACHE_CAPACITY",
+                                                            "DNNL_PRIMITIVE_CACHE_CAPACITY", "LRU_CACHE_CAPACITY")}
+    probes = {mode: subprocess.Popen([sys.executable, "-c", ONEDNN_PROBE, mode], stdout=subprocess.PIPE, text=True,
+                                     env=env) for mode in ("default", "bounded")}  # side by side: 3 s of imports each
+    kept = {}
+    for mode, probe in probes.items():
+        out, _ = probe.communicate(timeout=120)
+        assert probe.returncode == 0, (mode, probe.returncode)
+        onednn, chosen, freed_kib = out.split()
+        if onednn != "True":
+            pytest.skip("oneDNN's Linear does not run on this machine (_hardware.onednn_linear)")
+        assert chosen == ("ONEDNN_PRIMITIVE_CACHE_CAPACITY,LRU_CACHE_CAPACITY" if mode == "bounded" else "-")
+        kept[mode] = -int(freed_kib)
+    assert kept["default"] > 12 * 1024, kept  # the default caches keep the new counts' kernels
+    assert kept["bounded"] < 3 * 1024, kept
+
+
+def test_a_cache_capacity_the_user_set_is_left_as_it_is(monkeypatch):
+    from bertkit.inference import serve_batching
+
+    for name in ("ONEDNN_PRIMITIVE_CACHE_CAPACITY", "DNNL_PRIMITIVE_CACHE_CAPACITY", "LRU_CACHE_CAPACITY"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("DNNL_PRIMITIVE_CACHE_CAPACITY", "300")  # oneDNN's older spelling counts as set
+    assert serve_batching.bound_onednn_caches() == ["LRU_CACHE_CAPACITY"]
+    assert (os.environ.get("ONEDNN_PRIMITIVE_CACHE_CAPACITY"), os.environ["LRU_CACHE_CAPACITY"]) == (
+        None, str(serve_batching.ONEDNN_CACHE_CAPACITY))
+    monkeypatch.setenv("LRU_CACHE_CAPACITY", "7")
+    assert serve_batching.bound_onednn_caches() == []
+    assert os.environ["LRU_CACHE_CAPACITY"] == "7"

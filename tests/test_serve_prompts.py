@@ -222,6 +222,7 @@ def _served(monkeypatch, **settings):
     create_app = serve_module.create_app
     monkeypatch.setattr(serve_module, "create_app", lambda *a, **k: apps.append(create_app(*a, **k)) or apps[-1])
     monkeypatch.setattr(serve_module, "fix_mmap_threshold", lambda: False)  # the server process's, not pytest's
+    monkeypatch.setattr(serve_module, "bound_onednn_caches", lambda: [])  # likewise: pytest's environment stays
     with monkeypatch.context() as m:  # not the test's own Server's
         m.setattr(uvicorn.Server, "run", lambda self: None)
         serve_module.serve(ServeSettings(port=0, max_batch_size=8, log_level="critical", **settings))

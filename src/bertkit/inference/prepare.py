@@ -223,7 +223,7 @@ def optimize_for_inference(model: nn.Module, *, device: str | torch.device = "cp
 # of 64 bounds the counts to ceil(N_max / 64) for at most 63 rows more (4% on batches of 32 SST-2 sentences). Not in
 # fp32: oneDNN builds kernels for each row count there too, and what it keeps of them is memory (2.3 MiB a
 # new count on the AVX-512 EPYC, level 460 MiB up once the caches are full: BENCHMARKS.md, "Soak"), where the rows
-# would be compute on every call.
+# would be compute on every call; the server bounds those caches instead (serve_batching.bound_onednn_caches).
 BF16_TOKEN_MULTIPLE = 64
 
 NOT_FOR_TRAINING = ("the inference copy (optimize_for_inference, prepare_model) is for inference only: its projections "

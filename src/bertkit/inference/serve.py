@@ -19,7 +19,15 @@ from typing import Any
 
 from bertkit.errors import BertkitError, NonFiniteError
 from bertkit.inference import serve_tei
-from bertkit.inference.serve_batching import Batcher, Job, Stats, answerable, fix_mmap_threshold, model_call
+from bertkit.inference.serve_batching import (
+    Batcher,
+    Job,
+    Stats,
+    answerable,
+    bound_onednn_caches,
+    fix_mmap_threshold,
+    model_call,
+)
 from bertkit.inference.serve_wire import PREDICT, Call, Limits, RequestError, Route, load_json
 from bertkit.inference.tasks import SERVED, TASK_ROUTES, Task, task_named
 from bertkit.settings.inference import check_api_key, check_served_name
@@ -455,6 +463,7 @@ def serve(s: Any) -> dict[str, Any]:
     refuse_unread(task, s, "bertkit serve", settings_served)
     _check_address(s.host, s.port)
     fix_mmap_threshold()  # the server's process only: its memory stays flat under mixed traffic (serve_batching)
+    bound_onednn_caches()  # likewise, and before the model loads builds oneDNN's first kernel
     pipe = pipeline(s.task, s.model_name_or_path, device=s.device, bf16=s.bf16, batch_size=s.max_batch_size,
                     max_length=s.max_length, progress=False, **task.load_options(s), **int8_options(s))
     warm_up(pipe)

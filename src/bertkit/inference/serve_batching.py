@@ -60,6 +60,27 @@ def fix_mmap_threshold() -> bool:
     return hasattr(_LIBC, "mallopt") and _LIBC.mallopt(M_MMAP_THRESHOLD, 128 * 1024) == 1
 
 
+# oneDNN's fp32 Linear (inference.prepare.PreparedLinear) builds kernels for every new row count a model call meets
+# (its tokens), and oneDNN and PyTorch's ideep each keep the 1,024 most recent: a server meeting every count up to
+# its calls' largest kept 2.3 MiB a count, ~460 MiB once full (BENCHMARKS.md, "Soak"). At 16 entries each, 300
+# calls of new counts kept 6 MiB (28 at 64), and the kernels built again cost no measurable CPU.
+ONEDNN_CACHE_CAPACITY = 16
+# each read once, when the first kernel is built; DNNL_ is oneDNN's older spelling of its variable
+ONEDNN_CACHES = {"ONEDNN_PRIMITIVE_CACHE_CAPACITY": ("ONEDNN_PRIMITIVE_CACHE_CAPACITY",
+                                                     "DNNL_PRIMITIVE_CACHE_CAPACITY"),
+                 "LRU_CACHE_CAPACITY": ("LRU_CACHE_CAPACITY",)}
+
+
+def bound_onednn_caches() -> list[str]:
+    """Keep oneDNN's and ideep's kernel caches to ``ONEDNN_CACHE_CAPACITY`` entries each, by their environment
+    variables; the names set. A capacity the user chose is left as it is. Effective only before the process builds its
+    first oneDNN kernel (the model's loading does): the server calls it before loading."""
+    chosen = [name for name, spellings in ONEDNN_CACHES.items() if not any(k in os.environ for k in spellings)]
+    for name in chosen:
+        os.environ[name] = str(ONEDNN_CACHE_CAPACITY)
+    return chosen
+
+
 @dataclass(eq=False)
 class Job:
     """One admitted request: its inputs, the pipeline options it runs with, and its future (cancelled once its client
