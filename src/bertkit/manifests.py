@@ -25,12 +25,17 @@ logger = logging.getLogger("bertkit")
 
 def sha256_of(path: str | os.PathLike, size: int | None = None) -> str:
     """The sha256 of the file at ``path`` (of its first ``size`` bytes, if given)."""
+    return sha256_digest(path, size).hexdigest()
+
+
+def sha256_digest(path: str | os.PathLike, size: int | None = None) -> Any:
+    """``sha256_of`` as a ``hashlib`` object, for a writer to go on with the bytes it appends."""
     digest, left = hashlib.sha256(), size
     with open(path, "rb") as f:
         while block := f.read(1 << 20 if left is None else min(1 << 20, left)):
             digest.update(block)
             left = None if left is None else left - len(block)
-    return digest.hexdigest()
+    return digest
 
 
 def identity(st: os.stat_result) -> tuple[int, ...]:

@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from bertkit.errors import BertkitError
+from bertkit.manifests import sha256_digest
 from bertkit.outputs import PARTIAL, _alive, _publish, atomic_write_text, fsync_dir, writing
 
 logger = logging.getLogger("bertkit")
@@ -181,10 +182,7 @@ class PartialOutput:
         if key not in self._proven:
             tmp, size, proven = partial_path(path), int(entry.get("bytes", 0)), None
             if tmp.is_file() and tmp.stat().st_size >= size:
-                digest = hashlib.sha256()
-                with open(tmp, "rb") as f:
-                    while block := f.read(min(1 << 20, size - f.tell())):
-                        digest.update(block)
+                digest = sha256_digest(tmp, size)
                 proven = digest if digest.hexdigest() == entry.get("sha256") else None
             self._proven[key] = proven
         return None if self._proven[key] is None else self._proven[key].copy()  # the kept one never goes on
