@@ -13,7 +13,9 @@ same permutation from their global generators (accelerate leaves this sampler's 
 deals its batches of per_device_train_batch_size out in turns: process r takes batches r, r + N, r + 2N, ..., rank
 r's contiguous share of each global micro-batch of bertkit's plan. bertkit's ranks are seeded apart for dropout
 (seed + rank), so every rank draws the order from rank 0's generator state, the one each transformers process holds
-there.
+there (until, with dropout on a CPU, their draws drift apart with their batches' lengths: from the second epoch
+transformers' processes draw other orders, some rows trained twice in an epoch and some not at all; bertkit keeps
+rank 0's).
 """
 
 from __future__ import annotations
