@@ -7,6 +7,15 @@ before), and data_seed plays no part. bertkit draws it at the same point of the 
 and its order stay transformers'. A resumed run cannot draw it again (the global generator has moved on by the
 checkpoint), so the generator's state at the epoch's start is written into each checkpoint and the resumed epoch
 is drawn from it: the uninterrupted run's order (transformers' own resumed run draws another).
+
+Under torchrun with N processes, transformers' processes, seeded alike by set_seed and drawing alike, all draw the
+same permutation from their global generators (accelerate leaves this sampler's generator unset), and accelerate
+deals its batches of per_device_train_batch_size out in turns: process r takes batches r, r + N, r + 2N, ..., rank
+r's contiguous share of each global micro-batch of bertkit's plan. bertkit's ranks are seeded apart for dropout
+(seed + rank), so every rank draws the order from rank 0's generator state, the one each transformers process holds
+there (until, with dropout on a CPU, their draws drift apart with their batches' lengths: from the second epoch
+transformers' processes draw other orders, some rows trained twice in an epoch and some not at all; bertkit keeps
+rank 0's).
 """
 
 from __future__ import annotations
@@ -17,6 +26,7 @@ from pathlib import Path
 import torch
 
 from bertkit.errors import BertkitError
+from bertkit.training.distributed import all_gather
 
 STATE_FILE = "length_grouped_rng.pt"  # a checkpoint's record of the epoch's generator state
 
@@ -57,20 +67,14 @@ class LengthGroupedOrder:
     """Each epoch's order of the rows, drawn as transformers' LengthGroupedSampler draws it. ``begin_epoch`` is
     called where transformers' loader starts the epoch; ``order(epoch)`` is that epoch's permutation."""
 
-    def __init__(self, lengths: list[int], batch_size: int, world_size: int):
-        if world_size > 1:
-            # accelerate gives each process's sampler a generator seeded from one global draw and shards its
-            # batches; bertkit's global micro-batches would be another order
-            raise BertkitError(
-                f"train_sampling_strategy='group_by_length' under torchrun ({world_size} processes) is not "
-                "implemented: bertkit draws transformers' one-process order only; use train_sampling_strategy="
-                "'random' (transformers' order under torchrun too), or train in one process")
+    def __init__(self, lengths: list[int], batch_size: int):
         self.lengths, self.batch_size = lengths, batch_size
         self.states: dict[int, torch.Tensor] = {}  # epoch -> the global generator's state at its start
 
     def begin_epoch(self, epoch: int) -> None:
-        """Take the epoch's order from torch's global generator, moving it on as transformers' sampler does."""
-        self.states = {epoch: torch.get_rng_state()}
+        """Take the epoch's order from torch's global generator (rank 0's under torchrun), moving it on as
+        transformers' sampler does."""
+        self.states = {epoch: all_gather(torch.get_rng_state())[0]}
         torch.randperm(len(self.lengths))
 
     def order(self, epoch: int) -> list[int]:

@@ -246,13 +246,8 @@ class Trainer(TrainerLoss, TrainerEvaluation):
 
     def _batches(self, examples: Sequence) -> Callable[[int], list[list[int]]]:
         """The global micro-batches of each epoch: the epoch's order (``_order``) cut into batches."""
-        order, size = self._order(examples), self.args.per_device_train_batch_size * current().world_size
-
-        def batches(epoch: int) -> list[list[int]]:
-            rows = list(order(epoch))
-            return [rows[s:s + size] for s in range(0, len(rows), size)]
-
-        return batches
+        order, per_device = self._order(examples), self.args.per_device_train_batch_size
+        return lambda epoch: trainer_data.global_batches(list(order(epoch)), per_device, current().world_size)
 
     def _batches_per_epoch(self, examples: Sequence) -> int | None:
         """How many of ``_batches``' batches an epoch trains on; None: ceil(rows / global batch)."""
@@ -267,8 +262,7 @@ class Trainer(TrainerLoss, TrainerEvaluation):
             names = getattr(self.processing_class, "model_input_names", None) or ["input_ids"]
             column = self.args.length_column_name if trainer_data.is_hf_dataset(self.train_dataset) else None
             self._grouped = LengthGroupedOrder(row_lengths(examples, column, names[0]), self.args.
-                                               per_device_train_batch_size * self.args.gradient_accumulation_steps,
-                                               current().world_size)
+                                               per_device_train_batch_size * self.args.gradient_accumulation_steps)
             return self._grouped.order
         seed = self.args.data_seed if self.args.data_seed is not None else self.args.seed
         return trainer_data.train_order(examples, strategy, seed)

@@ -166,17 +166,14 @@ class TrainerEvaluation:
         info, size = current(), self.args.per_device_eval_batch_size
         rows = trainer_data.evaluated_rows(len(dataset), size, info.world_size, self.args.dataloader_drop_last)
         if self.args.train_sampling_strategy == "group_by_length":
-            return self._grouped_eval_batches(dataset, rows)
+            return self._grouped_eval_batches(dataset, rows)[info.rank::info.world_size]
         return in_order(range(rows), size)[info.rank::info.world_size]
 
     def _grouped_eval_batches(self, dataset: Sequence, rows: int) -> list[list[int]]:
-        """Under group_by_length transformers evaluates (and predicts) in a LengthGroupedSampler's order too, from a
-        generator seeded with data_seed or seed at each evaluation: a token task's eval_loss (a mean per batch) is
-        that order's, and predictions and label_ids come back in it, not in the dataset's order."""
-        if current().world_size > 1:
-            raise BertkitError(
-                f"train_sampling_strategy='group_by_length' in an evaluation or predict() under torchrun "
-                f"({current().world_size} processes) is not implemented: set train_sampling_strategy='random'")
+        """One process's evaluation batches under group_by_length: transformers evaluates (and predicts) in a
+        LengthGroupedSampler's order too, from a generator seeded with data_seed or seed at each evaluation (its own
+        generator: every process draws the same order), so a token task's eval_loss (a mean per batch) is that
+        order's; predictions and label_ids come back in it there, in the dataset's order here."""
         examples = self._examples(dataset, "eval_dataset")
         names = getattr(self.processing_class, "model_input_names", None) or ["input_ids"]
         column = self.args.length_column_name if trainer_data.is_hf_dataset(dataset) else None
