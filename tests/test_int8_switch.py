@@ -389,7 +389,8 @@ def test_serve_int8_answers_with_the_int8_pipelines_embeddings(minilm_dir, embed
             answers["served"] = client.post("/embed", json={"inputs": texts, "normalize": False}).json()
 
     monkeypatch.setattr(uvicorn.Server, "run", run)
-    monkeypatch.setattr(serve_module, "bound_onednn_caches", lambda: [])  # the server process's environment, not pytest's
+    bounded = []  # bound_onednn_caches' calls; the server process's environment, not pytest's
+    monkeypatch.setattr(serve_module, "bound_onednn_caches", lambda: bounded.append(True) or [])
     # a fresh compiled per-token quantization (``ffn_out``, on oneDNN on every class), as in a new process: the
     # server compiles it before it serves, not in a request. Inductor's real compile (10-15 s with a cold cache)
     # is checked against eager in make test-slow (test_int8.py); here a stand-in records when compiling happens.
@@ -403,6 +404,9 @@ def test_serve_int8_answers_with_the_int8_pipelines_embeddings(minilm_dir, embed
     # the start-up line names the kernel this CPU class runs: its numbers differ by class (8 or 7 bits)
     assert f"(int8 ({KERNEL.name}, {KERNEL.activation_bits}-bit activations), the rest in float32 on cpu)" in caplog.text
     assert compiled_after == [0] and fresh.checked, (KERNEL, compiled_after)
+    # oneDNN's caches at their defaults: a small one rebuilds int8's kernels for short calls, at a CPU cost
+    # (BENCHMARKS.md, "int8 and oneDNN's caches")
+    assert bounded == []
     assert answers["info"]["model_dtype"] == "int8"
     served = answers["served"]
     np.testing.assert_allclose(served, embedders[1](texts), rtol=0, atol=1e-5)

@@ -63,8 +63,9 @@ def fix_mmap_threshold() -> bool:
 # oneDNN's fp32 Linear (inference.prepare.PreparedLinear) builds kernels for every new row count a model call meets
 # (its tokens), and oneDNN and PyTorch's ideep each keep the 1,024 most recent: a server meeting every count up to
 # its calls' largest kept 2.3 MiB a count, ~460 MiB once full (BENCHMARKS.md, "Soak"). At 16 entries each, 300
-# calls of new counts kept 6 MiB (28 at 64), and the kernels built again cost no measurable CPU (fp32; a bf16 or
-# int8 server keeps the defaults).
+# calls of new counts kept 6 MiB (28 at 64) at the same CPU a call; where counts repeat, the kernels built again cost
+# one-text calls 60% more CPU (fp32). A bf16 or int8 server keeps the defaults (int8: BENCHMARKS.md, "int8 and
+# oneDNN's caches").
 ONEDNN_CACHE_CAPACITY = 16
 # each read once, when the first kernel is built; DNNL_ is oneDNN's older spelling of its variable
 ONEDNN_CACHES = {"ONEDNN_PRIMITIVE_CACHE_CAPACITY": ("ONEDNN_PRIMITIVE_CACHE_CAPACITY",
