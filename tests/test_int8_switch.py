@@ -406,7 +406,7 @@ def test_serve_int8_answers_with_the_int8_pipelines_embeddings(minilm_dir, embed
     assert compiled_after == [0] and fresh.checked, (KERNEL, compiled_after)
     # oneDNN's caches at their defaults: a small one rebuilds int8's kernels for short calls, at a CPU cost
     # (BENCHMARKS.md, "int8 and oneDNN's caches")
-    assert bounded == []
+    assert bounded == [True]  # the server bounds oneDNN's kernel caches in int8 too (serve_batching)
     assert answers["info"]["model_dtype"] == "int8"
     served = answers["served"]
     np.testing.assert_allclose(served, embedders[1](texts), rtol=0, atol=1e-5)

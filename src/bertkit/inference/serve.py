@@ -463,11 +463,7 @@ def serve(s: Any) -> dict[str, Any]:
     refuse_unread(task, s, "bertkit serve", settings_served)
     _check_address(s.host, s.port)
     fix_mmap_threshold()  # the server's process only: its memory stays flat under mixed traffic (serve_batching)
-    # likewise for fp32's kernels, before the model loads builds oneDNN's first one. bf16 rounds its row counts
-    # (BF16_TOKEN_MULTIPLE); int8's kernels keep half fp32's memory a count, and built again where a small cache lost
-    # them they cost short calls CPU (BENCHMARKS.md, "int8 and oneDNN's caches"), so int8 keeps the defaults
-    if not (s.bf16 or s.int8):
-        bound_onednn_caches()
+    bound_onednn_caches()  # likewise for oneDNN's kernels, before the model's loading builds the first one
     pipe = pipeline(s.task, s.model_name_or_path, device=s.device, bf16=s.bf16, batch_size=s.max_batch_size,
                     max_length=s.max_length, progress=False, **task.load_options(s), **int8_options(s))
     warm_up(pipe)

@@ -60,13 +60,14 @@ def fix_mmap_threshold() -> bool:
     return hasattr(_LIBC, "mallopt") and _LIBC.mallopt(M_MMAP_THRESHOLD, 128 * 1024) == 1
 
 
-# oneDNN's fp32 Linear (inference.prepare.PreparedLinear) builds kernels for every new row count a model call meets
-# (its tokens), and oneDNN and PyTorch's ideep each keep the 1,024 most recent: a server meeting every count up to
-# its calls' largest kept 2.3 MiB a count, ~460 MiB once full (BENCHMARKS.md, "Soak"). At 16 entries each, 300
-# calls of new counts kept 6 MiB (28 at 64) at the same CPU a call; where counts repeat, the kernels built again cost
-# one-text calls 60% more CPU (fp32). A bf16 or int8 server keeps the defaults (int8: BENCHMARKS.md, "int8 and
-# oneDNN's caches").
-ONEDNN_CACHE_CAPACITY = 16
+# oneDNN's Linear (fp32's inference.prepare.PreparedLinear, int8's quantized one) builds kernels for every new row
+# count a model call meets (its tokens), about four a count, and oneDNN and PyTorch's ideep each keep the 1,024 most
+# recent: calls of 1-32 texts kept 429 MiB once full (fp32; int8 279). At 512 entries each they keep 230 (int8 157),
+# and traffic whose counts repeat builds about what the defaults build (one text a call, 39 counts: the same kernels;
+# 1-8 texts, 109 counts: 19% more in fp32, at 2% more CPU). Smaller caches cost such calls CPU: at 16, one-text calls
+# built 7 times the kernels and took 40-70% more CPU; at 256, 1-8 text calls built twice the defaults' (BENCHMARKS.md,
+# "oneDNN's kernel caches").
+ONEDNN_CACHE_CAPACITY = 512
 # each read once, when the first kernel is built; DNNL_ is oneDNN's older spelling of its variable
 ONEDNN_CACHES = {"ONEDNN_PRIMITIVE_CACHE_CAPACITY": ("ONEDNN_PRIMITIVE_CACHE_CAPACITY",
                                                      "DNNL_PRIMITIVE_CACHE_CAPACITY"),
