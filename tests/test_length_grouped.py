@@ -156,7 +156,7 @@ def test_a_short_last_global_batch_is_filled_with_the_epochs_first_rows_as_accel
         for rank in range(world):
             plan = BatchPlan(order, per_device, list, seed=0, rank=rank, world_size=world,
                              draw=lambda epoch, order=order, per_device=per_device, world=world:
-                             global_batches(order, per_device, world))
+                             global_batches(order, per_device, world, fill=True))
             batch_sampler = BatchSampler(order, per_device, False)
             theirs = list(BatchSamplerShard(batch_sampler, num_processes=world, process_index=rank)
                           if world > 1 else batch_sampler)

@@ -410,7 +410,10 @@ class SentenceTransformerTrainer(Trainer):
         return self.data_collator(examples)  # its host-side ints (column widths, prompt lengths) too
 
     # -- the base Trainer's batches, sentence-transformers' no-duplicates or label-grouped sampler's, or its
-    # multi-dataset ones
+    # multi-dataset ones. N processes x B rows train as one process x N*B (docs/sentence.md): a short last batch is
+    # split over the processes, a process without rows of it running a stand-in at weight 0, not filled up.
+    fills_short_last_batch = False
+
     def _batches(self, examples: Sequence) -> Callable[[int], list[list[int]]]:
         size, seed = self.args.per_device_train_batch_size * current().world_size, self.args.seed
         sampler = self.args.batch_sampler

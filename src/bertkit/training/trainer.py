@@ -244,10 +244,15 @@ class Trainer(TrainerLoss, TrainerEvaluation):
     def _collate(self, examples: list) -> dict:
         return {k: v for k, v in self.data_collator(examples).items() if isinstance(v, torch.Tensor)}
 
+    # Under torchrun an epoch's short last global batch is filled up with its first rows, as accelerate deals out
+    # transformers' last round of batches (trainer_data.global_batches)
+    fills_short_last_batch = True
+
     def _batches(self, examples: Sequence) -> Callable[[int], list[list[int]]]:
         """The global micro-batches of each epoch: the epoch's order (``_order``) cut into batches."""
         order, per_device = self._order(examples), self.args.per_device_train_batch_size
-        return lambda epoch: trainer_data.global_batches(list(order(epoch)), per_device, current().world_size)
+        return lambda epoch: trainer_data.global_batches(list(order(epoch)), per_device, current().world_size,
+                                                         self.fills_short_last_batch)
 
     def _batches_per_epoch(self, examples: Sequence) -> int | None:
         """How many of ``_batches``' batches an epoch trains on; None: ceil(rows / global batch)."""

@@ -294,14 +294,15 @@ def train_order(examples: Sequence, strategy: str, seed: int) -> Callable[[int],
     return lambda epoch: torch.randperm(n, generator=torch.Generator().manual_seed(seed + epoch)).tolist()
 
 
-def global_batches(rows: list[int], per_device: int, world_size: int) -> list[list[int]]:
+def global_batches(rows: list[int], per_device: int, world_size: int, fill: bool) -> list[list[int]]:
     """An epoch's order cut into global micro-batches of ``per_device`` x ``world_size`` rows, of which rank r
-    trains on the r-th share. Under torchrun a short last batch is filled up with the epoch's first rows (over again
-    while the epoch is shorter than a global batch), as accelerate's BatchSamplerShard (even_batches) fills the last
-    round of transformers' batches: every process trains on a whole batch at the last step, some rows twice."""
+    trains on the r-th share. ``fill``: under torchrun a short last batch is filled up with the epoch's first rows
+    (over again while the epoch is shorter than a global batch), as accelerate's BatchSamplerShard (even_batches)
+    fills the last round of transformers' batches: every process trains on a whole batch at the last step, some rows
+    twice. Otherwise it is split over the processes as it is."""
     size = per_device * world_size
     short = len(rows) % size
-    if world_size > 1 and short:
+    if fill and world_size > 1 and short:
         rows = rows + (rows * -(-size // len(rows)))[:size - short]
     return [rows[s:s + size] for s in range(0, len(rows), size)]
 
