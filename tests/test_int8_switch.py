@@ -88,8 +88,15 @@ def classifier_dir(minilm_dir, tok, sentences, tmp_path_factory) -> Path:
     torch.manual_seed(0)
     model = BertForSequenceClassification.from_pretrained(minilm_dir, id2label={0: "negative", 1: "positive"}).eval()
     enc = tok(sentences["sst2_train"], truncation=True, max_length=128, padding=True, return_tensors="pt")
+    # in batches of 64 by length, each cut to its longest: padded to the longest of all 1,024 (56 pieces, for a mean
+    # of 13), the forward pass took 4.7 s of CPU for these 3.7 (one thread), for the same pooler outputs (3e-7)
+    lengths = enc["attention_mask"].sum(1)
+    pooled = torch.empty(len(lengths), model.config.hidden_size)
     with torch.no_grad():
-        pooled = model.bert(enc["input_ids"], enc["attention_mask"], enc["token_type_ids"]).pooler_output
+        for rows in lengths.argsort().split(64):
+            width = int(lengths[rows].max())
+            pooled[rows] = model.bert(*(enc[k][rows, :width] for k in ("input_ids", "attention_mask", "token_type_ids"))
+                                      ).pooler_output
     labels = torch.tensor(sentences["sst2_train_labels"])
     head = torch.nn.Linear(pooled.size(1), 2)
     opt = torch.optim.LBFGS(head.parameters(), max_iter=200, line_search_fn="strong_wolfe")
