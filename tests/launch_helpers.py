@@ -50,16 +50,11 @@ def spawn_gloo_workers(worker, make_args, nprocs: int) -> None:
     The workers are forked from a server that imported torch once for every group this pytest process starts
     (multiprocessing's forkserver: a fresh process, never the test process with its threads), not spawned: a spawned
     worker's Python start-up and torch import took 2 s of CPU. They see the environment the server started with
-    (the first group's), and set what they need themselves (threads, MASTER_ADDR and MASTER_PORT).
-
-    The server imports once what every group's workers imported each: torch._dynamo (torch's optimizers import it
-    when first made: 1.5 s of CPU) and transformers' Trainer with datasets (the sentence and Trainer workers: 2 s).
-    Of two files' groups in one pytest process, the second's setup fell from 6.6-9.7 s to 3.3-3.5 s."""
+    (the first group's), and set what they need themselves (threads, MASTER_ADDR and MASTER_PORT)."""
     import torch.multiprocessing as mp
 
     context = mp.get_context("forkserver")
-    # read when the server starts (the first group)
-    context.set_forkserver_preload(["torch", "torch.distributed", "torch._dynamo", "transformers.trainer", "datasets"])
+    context.set_forkserver_preload(["torch", "torch.distributed"])  # read when the server starts (the first group)
     try:
         mp.start_processes(worker, args=make_args(), nprocs=nprocs, join=True, start_method="forkserver")
     except mp.ProcessExitedException as e:
