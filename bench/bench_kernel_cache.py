@@ -29,10 +29,6 @@ SST2 = ROOT.parent / "shared" / "data" / "glue" / "SST-2" / "train.tsv"
 sys.path.insert(0, str(ROOT / "bench"))
 
 
-def rss_mib() -> float:
-    return int(next(line for line in open("/proc/self/status") if line.startswith("VmRSS")).split()[1]) / 1024
-
-
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--model", type=Path, default=ROOT / "models" / "minilm")
@@ -48,6 +44,7 @@ def main() -> None:
         os.environ.update(ONEDNN_PRIMITIVE_CACHE_CAPACITY=str(args.capacity), LRU_CACHE_CAPACITY=str(args.capacity))
     import torch
 
+    from bench_overload import rss_mb
     from bench_serve import make_classifier
     from bertkit.inference import pipeline
     from bertkit.inference.serve import warm_up
@@ -68,8 +65,9 @@ def main() -> None:
 
     for _ in range(100 * args.calls):  # each call at a token count no call met before, unless --any-counts
         texts = rng.sample(sentences, rng.randint(1, args.max_texts))
-        if args.any_counts or tokens(texts) not in seen:
-            seen.add(tokens(texts))
+        count = tokens(texts)
+        if args.any_counts or count not in seen:
+            seen.add(count)
             batches.append(texts)
         if len(batches) == args.calls:
             break
@@ -77,13 +75,13 @@ def main() -> None:
         raise SystemExit(f"--calls {args.calls}: {args.max_texts} texts a call reach only {len(seen)} token counts; "
                          "ask for fewer calls, more --max-texts, or --any-counts")
     MALLOC_TRIM()
-    before, cpu = rss_mib(), []
+    before, cpu = rss_mb(os.getpid()), []
     for texts in batches:
         t0 = time.process_time()
         pipe(texts)
         cpu.append(time.process_time() - t0)
     MALLOC_TRIM()
-    kept = rss_mib() - before
+    kept = rss_mb(os.getpid()) - before
     print(json.dumps({"int8": args.int8, "kernel": pipe.precision.kernel and pipe.precision.kernel.name,
                       "capacity": args.capacity or "default", "calls": args.calls,
                       "max_texts": args.max_texts, "token_counts": len(seen), "threads": torch.get_num_threads(),
