@@ -588,6 +588,27 @@ def test_a_saved_default_prompt_is_refused_not_dropped(directory, rows, tmp_path
                                st_ce.CrossEncoder(str(tmp_path / "ce")).predict(pairs), atol=2e-6, rtol=0)
 
 
+def test_a_saved_default_prompt_name_without_its_prompt_is_refused_as_sentence_transformers_refuses_it(directory,
+                                                                                                        tmp_path):
+    """A default_prompt_name that names none of the saved prompts: sentence-transformers 6 refuses to load the
+    directory; bertkit's CrossEncoder and rerank pipeline loaded it and scored the bare pairs, said nowhere."""
+    import json
+
+    import bertkit
+
+    CrossEncoder(directory).save(tmp_path / "ce")
+    config_file = tmp_path / "ce" / "config_sentence_transformers.json"
+    config = json.loads(config_file.read_text())
+    config_file.write_text(json.dumps({**config, "prompts": {"query": "query: "}, "default_prompt_name": "missing"}))
+    with pytest.raises(ValueError, match="Default prompt name 'missing' not found"):
+        st_ce.CrossEncoder(str(tmp_path / "ce"))
+    refused = r"sets default_prompt_name 'missing', which is not one of its prompts \['query'\]"
+    with pytest.raises(BertkitError, match=refused):
+        CrossEncoder(tmp_path / "ce")
+    with pytest.raises(BertkitError, match=refused):
+        bertkit.pipeline("rerank", tmp_path / "ce", progress=False)
+
+
 def _rerank_cuts_as_sentence_transformers(directory, max_length: int) -> None:
     """Both CrossEncoders and the rerank pipeline on ``directory`` cut pairs at ``max_length``: the pipeline's raw
     scores are sentence-transformers' logits (a long text among short ones)."""

@@ -221,7 +221,8 @@ def cross_encoder_max_seq_length(directory: Path) -> int | None:
     tokenizer's model_max_length), for ``CrossEncoder`` and the rerank pipeline. What the directory sets that
     bertkit's CrossEncoder does not apply is refused rather than loaded: another transformer_task (no classifier), the
     file's do_lower_case (sentence-transformers lowercases both texts of each pair; bertkit scored them as given), a
-    setting a SentenceTransformer's file is refused for (``transformer_max_seq_length``), and a default prompt in
+    setting a SentenceTransformer's file is refused for (``transformer_max_seq_length``), a default_prompt_name
+    naming none of the prompts (sentence-transformers refuses it too), and a default prompt in
     config_sentence_transformers.json (sentence-transformers puts it before every query; bertkit implements no
     cross-encoder prompts and scored the bare pairs, 0.5124 against 0.5127 for a SQuAD pair with "query: ")."""
     sbert_file = directory / SBERT_CONFIG
@@ -239,8 +240,13 @@ def cross_encoder_max_seq_length(directory: Path) -> int | None:
                            "where the tokenizer keeps accents, as that lowercasing does) and remove it here, or use "
                            "sentence-transformers")
     config = read_json(directory / ST_CONFIG) or {}
-    name = config.get("default_prompt_name")
-    prompt = (config.get("prompts") or {}).get(name) if name is not None else None
+    name, prompts = config.get("default_prompt_name"), config.get("prompts") or {}
+    if name is not None and name not in prompts:
+        # sentence-transformers refuses to load it (ValueError); bertkit loaded it and scored the bare pairs
+        raise BertkitError(f"{directory / ST_CONFIG} sets default_prompt_name {name!r}, which is not one of its prompts "
+                           f"{sorted(prompts)} (sentence-transformers refuses to load it): set default_prompt_name to "
+                           "null there, or add the prompt it names")
+    prompt = prompts.get(name) if name is not None else None
     if prompt:
         raise BertkitError(f"{directory / ST_CONFIG} sets default_prompt_name {name!r}: sentence-transformers puts its "
                            f"prompt {prompt!r} before every query, and bertkit does not implement cross-encoder "
