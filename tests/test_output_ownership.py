@@ -621,6 +621,19 @@ def test_an_output_file_that_is_a_directory_is_named_as_one_with_or_without_over
     assert (tmp_path / "out" / "notes.txt").read_text() == "the user's"
 
 
+def test_an_output_file_below_a_file_is_refused_naming_it(tmp_path, capsys, minilm_dir):
+    """Was: `extract-features --out notes.txt/features.jsonl` (and export onnx, predict) failed "error: File exists:
+    .../notes.txt", mkdir's words for a file where a directory is to be. Now refused up front, naming both."""
+    texts = tmp_path / "texts.txt"
+    texts.write_text("a sentence\n")
+    assert main(["extract-features", "--model", str(minilm_dir), "--input", str(texts), "--out",
+                 str(texts / "features.jsonl"), "--no-progress"]) == 2
+    assert capsys.readouterr().err.strip().splitlines()[-1].endswith(
+        f"{texts / 'features.jsonl'} cannot be made: {texts} is a file, not a directory; an output file is made in a "
+        "directory: pass a path inside a directory")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["texts.txt"] and texts.read_text() == "a sentence\n"
+
+
 def test_a_symlink_to_nowhere_at_an_output_name_is_not_replaced_without_overwrite(tmp_path, capsys):
     """Was: a dangling symlink does not exist() to Python, so `predict --output-file link` replaced the user's link
     unasked; and `--output-dir link` called it a file."""

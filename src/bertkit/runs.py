@@ -51,7 +51,7 @@ from bertkit.outputs import (
 )
 from bertkit.partial_output import refuse_other_plan
 from bertkit.staging import Stage, clear_staging
-from bertkit.write_paths import make_route, refuse_non_directory, target_of
+from bertkit.write_paths import make_route, refuse_file_above, refuse_non_directory, target_of
 
 logger = logging.getLogger("bertkit")
 
@@ -122,6 +122,7 @@ def refuse_existing_file(path: Path, overwrite: bool, flag: str = "--overwrite",
     refuse_special(path)
     if path.is_dir():
         raise BertkitError(f"{path} is a directory; give the path of the file to write (one inside it, or elsewhere)")
+    refuse_file_above(path, "an output file is made in a directory")
     if is_mount_point(path):  # the rename into place fails (EBUSY), after all the work
         raise BertkitError(f"{path} is a mount point: bertkit writes the file beside it and renames it into place, "
                            "which a mount point does not allow; write to another path (then copy it there)")
