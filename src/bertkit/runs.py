@@ -34,7 +34,15 @@ from typing import Any
 from bertkit import dir_lock
 from bertkit.dir_lock import LOCK, staging_path
 from bertkit.errors import BertkitError, InputError
-from bertkit.manifests import MANIFEST_FORMAT, listing, proven_files, read_marker, recorded_files, sha256_of
+from bertkit.manifests import (
+    MANIFEST_FORMAT,
+    listing,
+    owns,
+    proven_files,
+    read_marker,
+    recorded_files,
+    sha256_of,
+)
 from bertkit.outputs import (
     BOOKKEEPING,
     MARKER,
@@ -442,13 +450,17 @@ def record(path: str | os.PathLike, *, appends: bool = False, data: bytes | None
     """Record the regular file ``path`` of a run that writes into its directory as it goes in that directory's
     manifest: its content now, or ``data`` it is about to be written with (recorded first, so a kill in between
     leaves no file of the run's unrecorded); with ``appends``, whatever follows is bertkit's too. Inside a staging
-    directory there is nothing to record: all of it is bertkit's."""
+    directory there is nothing to record: all of it is bertkit's. A file at ``path`` that no manifest proves
+    bertkit's (a user's, saved there since the run began) is refused before ``data`` is written over it."""
     path = Path(path)
     if staging_of(path) is not None or (data is None and not path.is_file()):
         return
     directory = next((d for d in path.parents if dir_lock.holds(d)), None)
     if directory is None:
         return
+    if data is not None and os.path.lexists(path) and not owns(path):
+        raise BertkitError(f"{path} exists and bertkit did not write it (or it was changed since); bertkit does not "
+                           f"replace it: move it away, or write to another directory than {directory}")
     marker = read_marker(directory) or {"command": dir_lock.holder_command(directory), "files": {},
                                         "format": MANIFEST_FORMAT}
     size, sha256 = (len(data), hashlib.sha256(data).hexdigest()) if data is not None else (

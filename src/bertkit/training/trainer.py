@@ -549,7 +549,7 @@ class Trainer(TrainerLoss, TrainerEvaluation):
             everything = Path(self.args.output_dir) / "all_results.json"
 
             def merged() -> str:  # read when written: another rank's save of output_dir may be under way until then
-                saved = json.loads(everything.read_text(encoding="utf-8")) if everything.is_file() else {}
+                saved = read_json_object(everything, "move it away to write it anew") if everything.is_file() else {}
                 return json.dumps({**saved, **metrics}, indent=4, sort_keys=True)
 
             self._write_report(everything.name, merged)
