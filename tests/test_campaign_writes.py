@@ -473,3 +473,27 @@ def test_ctrl_c_right_after_the_swap_removes_nothing_of_the_directory_it_replace
     assert (tmp_path / ".out.bertkit-staging" / "notes.txt").read_text() == "the user's notes"
     tiny_model(seed=2).save_pretrained(out)  # the next write of the name carries it back
     assert (out / "notes.txt").read_text() == "the user's notes" and sorted(os.listdir(tmp_path)) == ["out"]
+
+
+def test_a_save_while_another_process_disposes_of_the_directory_it_replaced_is_refused(tiny_model, tmp_path):
+    """Another process's save has just swapped its directory in (its lock moved with it into ``out``) and is
+    disposing of the one it replaced, which lies at the staging name, unlocked. Was: a second save took that for a
+    kill's leftover and disposed of it too: both ended in "No such file or directory", out.replaced-* directories
+    were left, or "out is the output directory of this process's run". Now refused naming the holder, untouched."""
+    import sys
+
+    out, staging = tmp_path / "out", tmp_path / ".out.bertkit-staging"
+    tiny_model().save_pretrained(out)
+    staging.mkdir()
+    (staging / "config.json").write_text("the replaced directory's")
+    holder = subprocess.Popen([sys.executable, "-c", "import sys, time; from pathlib import Path; from bertkit import "
+                               "dir_lock; dir_lock.lock(Path(sys.argv[1]), 'save'); print('ready', flush=True); "
+                               "time.sleep(60)", str(out)], stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "ready"
+        with pytest.raises(BertkitError, match=rf"^{re.escape(str(out))} is in use by pid {holder.pid} \(bertkit save\)"):
+            tiny_model(seed=1).save_pretrained(out)
+    finally:
+        holder.kill()
+        holder.wait()
+    assert sorted(os.listdir(staging)) == ["config.json"] and sorted(os.listdir(tmp_path)) == sorted(["out", staging.name])

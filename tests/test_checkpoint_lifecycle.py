@@ -1,6 +1,7 @@
-"""What a training run makes of the things a user keeps among its checkpoints: names bertkit never writes, and
-checkpoints the user made read-only. Each test is a way an earlier version stopped a run (the docstring says how);
-tests/test_checkpoint_lifecycle_fuzz.py draws such output directories against transformers' Trainer."""
+"""What a training run makes of the things a user keeps among its checkpoints: names bertkit never writes,
+checkpoints the user made read-only, and damaged ones. Each test is a way an earlier version stopped a run (the
+docstring says how); tests/test_checkpoint_lifecycle_fuzz.py draws such output directories against transformers'
+Trainer."""
 
 from __future__ import annotations
 
@@ -121,3 +122,45 @@ def test_a_resume_from_checkpoint_that_names_no_checkpoint_says_what_it_names(ti
     with pytest.raises(BertkitError, match=message):
         _resume_from(tiny_model, tmp_path / "out", resume)
     assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("layout", [HF_LAYOUT, STEP_LAYOUT], ids=["trainer", "commands"])
+def test_rotation_keeps_a_checkpoint_whose_manifest_is_damaged_and_goes_on(tmp_path, caplog, layout):
+    """Was: rotation stopped the run at its next checkpoint with "checkpoint-1/.bertkit-run.json is not a run
+    marker this bertkit wrote", and a resumed run stopped there again at each save: it could never finish. Now the
+    checkpoint is kept (it proves nothing, so nothing of it is removed), not counted, and named in a warning."""
+    first = save_checkpoint(tmp_path, {"model": {}}, 1, keep=2, layout=layout)
+    (first / MARKER).write_text('{"files": ')
+    with caplog.at_level(logging.WARNING, logger="bertkit"):
+        for step in (2, 3, 4):
+            save_checkpoint(tmp_path, {"model": {}}, step, keep=2, layout=layout)
+    assert [p.name for p in layout.dirs(tmp_path)] == [layout.path(tmp_path, s).name for s in (1, 3, 4)]
+    assert (first / MARKER).read_text() == '{"files": ' and f"kept {first}, not counted among" in caplog.text
+
+
+@pytest.mark.parametrize(("damaged", "message"), [
+    ("optimizer.pt", r"cannot resume from \S+/checkpoint-2: it is damaged, \S+/checkpoint-2/state.pt \(ValueError: "
+                     r"\S+/checkpoint-2/optimizer.pt: PytorchStreamReader failed .*; resume from the checkpoint before "
+                     r"it by its path \(\S+/out/checkpoint-1, dropping the steps after it\)"),
+    ("trainer_state.json", r"\S+/checkpoint-2/trainer_state.json is not valid JSON \(.*\); resume from an earlier "
+                           r"checkpoint by its path"),
+])
+def test_resuming_a_damaged_newest_checkpoint_names_the_file_and_the_one_before(tiny_model, tmp_path, damaged, message):
+    """Was: a torn optimizer.pt was "no intact checkpoint to resume from in OUT: .../state.pt (RuntimeError: ...)",
+    of a directory holding an intact checkpoint-1 and naming another file; a torn trainer_state.json, a bare
+    JSONDecodeError. Nothing is written by the refused resume."""
+    import bertkit
+
+    def trainer():
+        args = bertkit.TrainingArguments(output_dir=str(tmp_path / "out"), use_cpu=True, report_to="none",
+                                         max_steps=2, save_steps=1)
+        return bertkit.Trainer(model=tiny_model("BertForSequenceClassification", labels=2), args=args,
+                               train_dataset=[{"input_ids": [2, 5, 3], "label": 0}] * 4)
+
+    trainer().train()
+    torn = tmp_path / "out" / "checkpoint-2" / damaged
+    torn.write_bytes(torn.read_bytes()[:len(torn.read_bytes()) // 2])
+    before = {p: p.read_bytes() for p in (tmp_path / "out").rglob("*") if p.is_file() and p.name != ".bertkit-lock"}
+    with pytest.raises(BertkitError, match=message):
+        trainer().train(resume_from_checkpoint=True)
+    assert {p: p.read_bytes() for p in before} == before

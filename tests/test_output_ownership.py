@@ -109,6 +109,29 @@ def test_a_run_in_place_records_the_files_it_appends_to_once(tmp_path):
     assert not owns(tmp_path / "metrics.jsonl")
 
 
+def test_a_report_of_a_run_in_place_does_not_replace_a_file_the_user_saved_there(tmp_path, tiny_model):
+    """Was: once train() had claimed output_dir (held until the process exits), ``save_state()`` replaced a
+    trainer_state.json the user had saved there since, and ``save_metrics`` the user's eval_results.json, unasked;
+    the user's all_results.json that was not JSON ended the merge in a bare JSONDecodeError."""
+    import bertkit
+
+    args = bertkit.TrainingArguments(output_dir=str(tmp_path), use_cpu=True, report_to="none")
+    trainer = bertkit.Trainer(model=tiny_model("BertForSequenceClassification", labels=2), args=args)
+    with output_dir(tmp_path, "Trainer", in_place=True):  # as train() leaves it: claimed, the lock held
+        trainer.save_metrics("train", {"train_loss": 0.5})  # bertkit's own: written, then merged into
+        trainer.save_metrics("eval", {"eval_loss": 0.25})
+        for name in ("trainer_state.json", "eval_results.json", "all_results.json"):
+            (tmp_path / name).write_text("the user's")
+        with pytest.raises(BertkitError, match="trainer_state.json exists and bertkit did not write it"):
+            trainer.save_state()
+        with pytest.raises(BertkitError, match="eval_results.json exists and bertkit did not write it"):
+            trainer.save_metrics("eval", {"eval_loss": 0.125})
+        (tmp_path / "eval_results.json").unlink()
+        with pytest.raises(BertkitError, match=r"all_results.json is not valid JSON \(.*\); move it away"):
+            trainer.save_metrics("eval", {"eval_loss": 0.125})
+    assert [(tmp_path / n).read_text() for n in ("trainer_state.json", "all_results.json")] == ["the user's"] * 2
+
+
 def test_a_marker_listing_names_without_hashes_is_refused_and_nothing_is_removed(tmp_path):
     """A marker listing bare names (a user's file among them) proves nothing: not one bertkit writes."""
     (tmp_path / "metrics.jsonl").write_text("{}\n")
@@ -619,6 +642,19 @@ def test_an_output_file_that_is_a_directory_is_named_as_one_with_or_without_over
     with pytest.raises(BertkitError, match=f"^{tmp_path / 'out'} is a directory; give the path of the file to write"):
         refuse_existing_file(tmp_path / "out", overwrite)
     assert (tmp_path / "out" / "notes.txt").read_text() == "the user's"
+
+
+def test_an_output_file_below_a_file_is_refused_naming_it(tmp_path, capsys, minilm_dir):
+    """Was: `extract-features --out notes.txt/features.jsonl` (and export onnx, predict) failed "error: File exists:
+    .../notes.txt", mkdir's words for a file where a directory is to be. Now refused up front, naming both."""
+    texts = tmp_path / "texts.txt"
+    texts.write_text("a sentence\n")
+    assert main(["extract-features", "--model", str(minilm_dir), "--input", str(texts), "--out",
+                 str(texts / "features.jsonl"), "--no-progress"]) == 2
+    assert capsys.readouterr().err.strip().splitlines()[-1].endswith(
+        f"{texts / 'features.jsonl'} cannot be made: {texts} is a file, not a directory; an output file is made in a "
+        "directory: pass a path inside a directory")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["texts.txt"] and texts.read_text() == "a sentence\n"
 
 
 def test_a_symlink_to_nowhere_at_an_output_name_is_not_replaced_without_overwrite(tmp_path, capsys):

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import shutil
+from pathlib import Path
 
 import pytest
 import torch
@@ -171,3 +172,27 @@ def test_add_module_appends_a_dense_as_sentence_transformers_does(minilm_2_layer
         normalized.add_module("norm", torch.nn.LayerNorm(384))
     with pytest.raises(BertkitError, match="it takes 256 dimensions but the model embeds 384"):
         SentenceTransformer(path).add_module("dense", models.Dense(256, 128))
+
+
+def test_a_dense_layer_saved_alone_on_a_full_disk_keeps_its_earlier_weights(tmp_path, monkeypatch):
+    """Was: ``Dense.save(path)`` (sentence-transformers' module API, called alone) wrote model.safetensors in place:
+    a full disk left it torn, the earlier weights gone. Now it is written beside and renamed in, as every file."""
+    import errno
+
+    import safetensors.torch
+
+    from bertkit.errors import WriteError
+
+    torch.manual_seed(0)
+    models.Dense(4, 2).save(tmp_path)
+    earlier = (tmp_path / "model.safetensors").read_bytes()
+
+    def full_disk(tensors, filename, metadata=None):
+        Path(filename).write_bytes(b"half a file")
+        raise OSError(errno.ENOSPC, "No space left on device", filename)
+
+    monkeypatch.setattr(safetensors.torch, "save_file", full_disk)
+    with pytest.raises(WriteError, match="No space left on device"):
+        models.Dense(4, 2).save(tmp_path)
+    assert (tmp_path / "model.safetensors").read_bytes() == earlier
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["config.json", "model.safetensors"]

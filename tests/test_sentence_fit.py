@@ -226,3 +226,19 @@ def test_cross_encoder_fit_gives_sentence_transformers_numbers(loss_fct, minilm_
         np.testing.assert_allclose(saved, got_pred, atol=1e-6)
     else:
         assert (tmp_path / "bk" / "config.json").is_file()
+
+
+def test_fit_never_keeps_a_nan_evaluation_as_the_best_model(tmp_path):
+    """Was: a first evaluation of NaN (a custom evaluator's, or a Spearman correlation of constant scores) was saved
+    to output_path as the best, and no later score beat it (``0.5 > nan`` is False): the NaN model stayed there."""
+    from types import SimpleNamespace
+
+    from bertkit.sentence.fit import _SaveModel
+
+    saved = []
+    model = SimpleNamespace(save=lambda path: saved.append((path, score)))
+    keep = _SaveModel(str(tmp_path / "out"), SimpleNamespace(primary_metric="spearman"), True, True)
+    for step, score in enumerate([float("nan"), 0.2, float("nan"), 0.5, 0.4], start=1):
+        keep.on_evaluate(None, SimpleNamespace(global_step=step), None, metrics={"eval_sts_spearman": score},
+                         model=model)
+    assert saved == [(str(tmp_path / "out"), 0.2), (str(tmp_path / "out"), 0.5)] and keep.best == 0.5

@@ -34,7 +34,15 @@ from typing import Any
 from bertkit import dir_lock
 from bertkit.dir_lock import LOCK, staging_path
 from bertkit.errors import BertkitError, InputError
-from bertkit.manifests import MANIFEST_FORMAT, listing, proven_files, read_marker, recorded_files, sha256_of
+from bertkit.manifests import (
+    MANIFEST_FORMAT,
+    listing,
+    owns,
+    proven_files,
+    read_marker,
+    recorded_files,
+    sha256_of,
+)
 from bertkit.outputs import (
     BOOKKEEPING,
     MARKER,
@@ -51,7 +59,7 @@ from bertkit.outputs import (
 )
 from bertkit.partial_output import refuse_other_plan
 from bertkit.staging import Stage, clear_staging
-from bertkit.write_paths import make_route, refuse_non_directory, target_of
+from bertkit.write_paths import make_route, refuse_file_above, refuse_non_directory, target_of
 
 logger = logging.getLogger("bertkit")
 
@@ -122,6 +130,7 @@ def refuse_existing_file(path: Path, overwrite: bool, flag: str = "--overwrite",
     refuse_special(path)
     if path.is_dir():
         raise BertkitError(f"{path} is a directory; give the path of the file to write (one inside it, or elsewhere)")
+    refuse_file_above(path, "an output file is made in a directory")
     if is_mount_point(path):  # the rename into place fails (EBUSY), after all the work
         raise BertkitError(f"{path} is a mount point: bertkit writes the file beside it and renames it into place, "
                            "which a mount point does not allow; write to another path (then copy it there)")
@@ -441,13 +450,17 @@ def record(path: str | os.PathLike, *, appends: bool = False, data: bytes | None
     """Record the regular file ``path`` of a run that writes into its directory as it goes in that directory's
     manifest: its content now, or ``data`` it is about to be written with (recorded first, so a kill in between
     leaves no file of the run's unrecorded); with ``appends``, whatever follows is bertkit's too. Inside a staging
-    directory there is nothing to record: all of it is bertkit's."""
+    directory there is nothing to record: all of it is bertkit's. A file at ``path`` that no manifest proves
+    bertkit's (a user's, saved there since the run began) is refused before ``data`` is written over it."""
     path = Path(path)
     if staging_of(path) is not None or (data is None and not path.is_file()):
         return
     directory = next((d for d in path.parents if dir_lock.holds(d)), None)
     if directory is None:
         return
+    if data is not None and os.path.lexists(path) and not owns(path):
+        raise BertkitError(f"{path} exists and bertkit did not write it (or it was changed since); bertkit does not "
+                           f"replace it: move it away, or write to another directory than {directory}")
     marker = read_marker(directory) or {"command": dir_lock.holder_command(directory), "files": {},
                                         "format": MANIFEST_FORMAT}
     size, sha256 = (len(data), hashlib.sha256(data).hexdigest()) if data is not None else (

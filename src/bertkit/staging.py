@@ -290,6 +290,9 @@ class Stage:
                       else f" ({blocked} in it is read-only, and a write replaces the whole directory)")
             raise WriteError(code, f"cannot write {target}{inside}: {os.strerror(code)}; choose a directory you can "
                                    "write to (nothing was replaced: what was there before is intact)")
+        # Another process's swap under way: the directory it replaced lies at the staging name, unlocked, until it
+        # is disposed of; taken for a kill's leftover it was disposed of by both ("No such file or directory")
+        _refuse_held(target)
         parent = target.parent.absolute()
         parents = tuple(itertools.takewhile(lambda d: not os.path.lexists(d), (parent, *parent.parents)))
         with writing(target):
@@ -322,6 +325,7 @@ class Stage:
             raise
         stage = cls(target, path, parents=parents)
         try:
+            _refuse_held(target)  # again, now that the staging name is this write's: a swap may have ended meanwhile
             # Empty but for the lock just taken: made by another process that has not locked it yet (it will find it
             # held and step back), or by a kill between the two steps; nothing to recover, this write takes it.
             # Disposed of as a kill's leftover, it was swapped away under the process that made it.
@@ -340,9 +344,6 @@ class Stage:
                 else:
                     logger.info("removing %s, a write of %s a kill cut short", path, target)
                     clear_staging(path)
-            if (holder := dir_lock.held_by_another(target)) is not None:
-                raise dir_lock.Held(f"{target} is in use by {holder}; wait for it to finish or choose another output",
-                                    holder)
             with contextlib.suppress(FileNotFoundError, NotADirectoryError):
                 (target / PARTIAL).unlink()  # the mark a kill left on a finished write, once swapped
             if stage.record is None and regular_stat(path / PARTIAL) is not None:
@@ -415,6 +416,11 @@ class Stage:
                         os.rmdir(parent)
         finally:
             dir_lock.unlock(self.path)
+
+
+def _refuse_held(target: Path) -> None:
+    if (holder := dir_lock.held_by_another(target)) is not None:
+        raise dir_lock.Held(f"{target} is in use by {holder}; wait for it to finish or choose another output", holder)
 
 
 def _written_by_sibling(target: Path, tag: str) -> bool:

@@ -76,9 +76,14 @@ def refuse_non_directory(path: str | os.PathLike, what: str) -> None:
         raise BertkitError(f"{path} is {'a file' if os.path.exists(path) else 'a symlink to nowhere'}, not a "
                            f"directory: {what} writes a directory of files; pass the path of a directory, new or to "
                            "add to")
-    # the nearest existing directory above: a file there (``notes.txt/out``) was "File exists: notes.txt"
+    refuse_file_above(path, f"{what} writes a directory of files")
+
+
+def refuse_file_above(path: str | os.PathLike, what: str) -> None:
+    """``path`` refused when the nearest existing path above it is no directory: a file there (``notes.txt/out``)
+    was mkdir's bare "File exists: notes.txt", for a one-file output after all the work."""
     above = next((p for p in Path(os.getcwd(), path).parents if os.path.lexists(p)), None)
     if above is not None and not os.path.isdir(above):
         kind = "a file" if os.path.exists(above) else "a symlink to nowhere"
-        raise BertkitError(f"{path} cannot be made: {above} is {kind}, not a directory; {what} writes a directory "
-                           "of files: pass a path inside a directory")
+        raise BertkitError(f"{path} cannot be made: {above} is {kind}, not a directory; {what}: pass a path "
+                           "inside a directory")

@@ -19,6 +19,7 @@ before anything is written.
 from __future__ import annotations
 
 import logging
+import math
 import os
 from collections.abc import Callable, Iterable
 from pathlib import Path
@@ -324,7 +325,13 @@ class _SaveModel(TrainerCallback):
         key = getattr(self.evaluator, "primary_metric", "evaluator")
         greater = getattr(self.evaluator, "greater_is_better", True)
         for name, value in (metrics or {}).items():
-            if name.endswith(key) and (self.best is None or (value > self.best if greater else value < self.best)):
+            if not name.endswith(key):
+                continue
+            if not math.isfinite(value):  # a NaN compares as neither better nor worse: never the model to keep
+                logger.warning("fit: %s is %s at step %d: this evaluation cannot be the best; %s keeps %s", name,
+                               value, state.global_step, self.output_path,
+                               "nothing yet" if self.best is None else f"the model of score {self.best}")
+            elif self.best is None or (value > self.best if greater else value < self.best):
                 self.best = value
                 model.save(self.output_path)
 

@@ -37,7 +37,7 @@ from bertkit.errors import (
 )
 from bertkit.hub import SBERT_CONFIG, cache_hint
 from bertkit.modeling import BertModel
-from bertkit.outputs import atomic_write_json
+from bertkit.outputs import atomic_target, atomic_write_json
 from bertkit.sentence.calls import check_features
 from bertkit.sentence.directory import tokenizer_limit, transformer_max_seq_length
 from bertkit.sentence.pooling import Pooling as PoolingSettings
@@ -421,8 +421,9 @@ class Dense(nn.Module):
 
         out = Path(output_path)
         out.mkdir(parents=True, exist_ok=True)
-        save_file({k: v.detach().contiguous().cpu() for k, v in self.state_dict().items()},
-                  str(out / "model.safetensors"), metadata={"format": "pt"})
+        with atomic_target(out / "model.safetensors") as tmp:  # called alone, it replaces the earlier file whole
+            save_file({k: v.detach().contiguous().cpu() for k, v in self.state_dict().items()}, str(tmp),
+                      metadata={"format": "pt"})
         atomic_write_json(out / "config.json", self.get_config_dict())
 
     @classmethod

@@ -253,12 +253,21 @@ def _rotate(out_dir: Path, layout: CheckpointLayout, final: Path, keep: int,
     """transformers' ``save_total_limit``: ``keep`` checkpoints in all, among them always ``final`` (the one just
     written) and the one ``protect`` claims (the best), so two when those differ and ``keep`` is 1; the others go
     oldest first. A directory without a checkpoint manifest (a user's empty ``checkpoint-999``) is not bertkit's: it
-    is neither counted nor removed, and never makes the checkpoint just written look old."""
-    ours = [p for p in layout.dirs(out_dir) if (p / MARKER).is_file()]
+    is neither counted nor removed, and never makes the checkpoint just written look old; nor is one whose manifest
+    cannot be read (damaged): it proves nothing, and a run that stopped on it would stop again at each resume."""
+    ours = [p for p in layout.dirs(out_dir) if (p / MARKER).is_file() and _provable(p)]
     kept = {final, *(p for p in ours if protect is not None and protect(p))}
     others = [p for p in ours if p not in kept]
     for old in others[:max(0, len(others) - max(0, keep - len(kept)))]:
         remove_owned_tree(old)  # only the files recorded as written by this run or the one it resumes
+
+
+def _provable(path: Path) -> bool:
+    try:
+        return read_marker(path) is not None
+    except BertkitError as e:
+        logger.warning("kept %s, not counted among the checkpoints save_total_limit keeps: %s", path, e)
+        return False
 
 
 def model_state(model: nn.Module) -> dict:
@@ -351,7 +360,7 @@ def _read_optimizer(path: Path, name: str) -> dict:
                          "back, or resume from an earlier checkpoint by its path")
     try:
         return torch.load(path / name, map_location="cpu", weights_only=True)
-    except pickle.UnpicklingError as e:
+    except (pickle.UnpicklingError, RuntimeError, EOFError) as e:  # (a torn file: torch names no file)
         raise ValueError(f"{path / name}: {str(e).splitlines()[0]}") from None
 
 
@@ -556,6 +565,12 @@ def checkpoint_to_resume(out_dir: Path, fingerprint: dict, layout: CheckpointLay
             continue
         refuse_other_run(path, fingerprint, state["fingerprint"], state.get("format", 1))
         return path, state
+    before = [p.name for p in existing if isinstance(resume, Path) and p.name != resume.name
+              and checkpoint_step(p.name, layout.prefix) < (checkpoint_step(resume.name, layout.prefix) or 0)]
+    if damaged and before:  # the Trainer names its checkpoint (True: the newest): the ones before it may be whole
+        raise BertkitError(f"cannot resume from {resume}: it is damaged, {damaged[0]}; resume from the checkpoint "
+                           f"before it by its path ({layout.root(out_dir) / before[-1]}, dropping the steps after "
+                           "it), or start a new output directory")
     if damaged:
         raise BertkitError(f"no intact checkpoint to resume from in {layout.root(out_dir)}: {'; '.join(damaged)}")
     return None

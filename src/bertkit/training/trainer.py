@@ -36,7 +36,7 @@ from bertkit import dir_lock
 from bertkit._hardware import cpu_has_bf16
 from bertkit._parallel import job_of
 from bertkit.data.collators import DataCollatorWithPadding, DefaultDataCollator
-from bertkit.errors import BertkitError
+from bertkit.errors import BertkitError, read_json_object
 from bertkit.outputs import atomic_write_text
 from bertkit.runs import output_dir, record
 from bertkit.staging import write_text_beside_job
@@ -404,7 +404,7 @@ class Trainer(TrainerLoss, TrainerEvaluation):
             if value is not None:
                 setattr(state, name, args.steps_of(value, total))
         if resume is not None:
-            saved = json.loads((resume / TRAINER_STATE).read_text(encoding="utf-8"))
+            saved = read_json_object(resume / TRAINER_STATE, "resume from an earlier checkpoint by its path")
             for key in ("log_history", "best_metric", "best_global_step", "best_model_checkpoint", "global_step",
                         "epoch"):
                 setattr(state, key, saved.get(key))
@@ -549,7 +549,7 @@ class Trainer(TrainerLoss, TrainerEvaluation):
             everything = Path(self.args.output_dir) / "all_results.json"
 
             def merged() -> str:  # read when written: another rank's save of output_dir may be under way until then
-                saved = json.loads(everything.read_text(encoding="utf-8")) if everything.is_file() else {}
+                saved = read_json_object(everything, "move it away to write it anew") if everything.is_file() else {}
                 return json.dumps({**saved, **metrics}, indent=4, sort_keys=True)
 
             self._write_report(everything.name, merged)

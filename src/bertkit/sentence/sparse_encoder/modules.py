@@ -30,7 +30,7 @@ from bertkit.errors import BertkitError, MissingFileError, is_whole, refusing_ge
 from bertkit.heads import BertForMaskedLM
 from bertkit.hub import SBERT_CONFIG, cache_hint, read_json
 from bertkit.modeling import BertModelOutput
-from bertkit.outputs import atomic_write_json
+from bertkit.outputs import atomic_target, atomic_write_json
 from bertkit.padding import moved
 from bertkit.sentence import models
 from bertkit.sentence.directory import transformer_max_seq_length
@@ -333,7 +333,8 @@ class SparseStaticEmbedding(nn.Module):
         from safetensors.torch import save_file
 
         self.tokenizer.save_pretrained(directory)
-        save_file({"weight": self.weight.detach().contiguous().cpu()}, str(directory / "model.safetensors"))
+        with atomic_target(directory / "model.safetensors") as tmp:  # called alone, it replaces the earlier file whole
+            save_file({"weight": self.weight.detach().contiguous().cpu()}, str(tmp))
         atomic_write_json(directory / "config.json", {"frozen": self.frozen})
 
     def tokenize(self, texts: Sequence[str], prompt: str | None = None) -> dict[str, Tensor]:
