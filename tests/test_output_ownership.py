@@ -132,6 +132,28 @@ def test_a_report_of_a_run_in_place_does_not_replace_a_file_the_user_saved_there
     assert [(tmp_path / n).read_text() for n in ("trainer_state.json", "all_results.json")] == ["the user's"] * 2
 
 
+def test_a_report_a_kill_cut_short_between_its_record_and_its_write_is_still_bertkits(tmp_path):
+    """A report is recorded with its new content before it is written; a kill in between left bertkit's earlier
+    report under the new hash, and every later write of it was refused as the user's file. The entry keeps what it
+    replaces, so the earlier content still proves the file; a user's edit still proves nothing."""
+    from bertkit.runs import record
+
+    report = tmp_path / "trainer_state.json"
+    with output_dir(tmp_path, "Trainer", in_place=True):
+        record(report, data=b"step 1")
+        atomic_write_text(report, "step 1")
+        record(report, data=b"step 2")  # ... and killed before the write
+        assert owns(report)
+        record(report, data=b"step 3")  # the resumed run's write goes on
+        atomic_write_text(report, "step 3")
+        assert owns(report)
+        report.write_text("the user's")
+        assert not owns(report)
+        with pytest.raises(BertkitError, match="trainer_state.json exists and bertkit did not write it"):
+            record(report, data=b"step 4")
+    assert report.read_text() == "the user's"
+
+
 def test_a_marker_listing_names_without_hashes_is_refused_and_nothing_is_removed(tmp_path):
     """A marker listing bare names (a user's file among them) proves nothing: not one bertkit writes."""
     (tmp_path / "metrics.jsonl").write_text("{}\n")

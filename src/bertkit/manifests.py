@@ -120,13 +120,18 @@ def recorded_files(directory: Path) -> dict[str, dict]:
     return entries
 
 
-def _proves(entry: dict | None, path: Path, st: os.stat_result) -> bool:
+def proves(entry: dict | None, path: Path, st: os.stat_result) -> bool:
     """Whether a manifest's ``entry`` proves the regular file ``path`` bertkit's: its size and sha256 (of its
     start, for a file bertkit appends to) as recorded."""
     if not isinstance(entry, dict) or not isinstance(size := entry.get("size"), int) or not entry.get("sha256"):
         return False
     grown = entry.get("appends") is True and st.st_size > size
-    return (st.st_size == size or grown) and sha256_of(path, size) == entry["sha256"]
+    if (st.st_size == size or grown) and sha256_of(path, size) == entry["sha256"]:
+        return True
+    # the content it replaces (``runs.record``: recorded before the write, so a kill between the two leaves the file
+    # as it was, bertkit's all the same)
+    replaced = entry.get("replaces")
+    return isinstance(replaced, dict) and "replaces" not in replaced and proves(replaced, path, st)
 
 
 def proven_files(directory: Path) -> tuple[dict[str, tuple[int, ...]], list[str]]:
@@ -137,7 +142,7 @@ def proven_files(directory: Path) -> tuple[dict[str, tuple[int, ...]], list[str]
     others = []
     for rel in listing(directory):
         st = regular_stat(directory / rel)
-        if st is not None and _proves(recorded.get(rel), directory / rel, st):
+        if st is not None and proves(recorded.get(rel), directory / rel, st):
             proven[rel] = identity(st)
         else:
             others.append(rel)
@@ -167,7 +172,7 @@ def owns(path: str | os.PathLike) -> bool:
         return True
     for directory in path.parents:
         with contextlib.suppress(BertkitError):
-            if (marker := read_marker(directory)) is not None and _proves(
+            if (marker := read_marker(directory)) is not None and proves(
                     marker["files"].get(path.relative_to(directory).as_posix()), path, st):
                 return True
     return False

@@ -39,6 +39,7 @@ from bertkit.manifests import (
     listing,
     owns,
     proven_files,
+    proves,
     read_marker,
     recorded_files,
     sha256_of,
@@ -53,6 +54,7 @@ from bertkit.outputs import (
     expect_new,
     is_mount_point,
     refuse_special,
+    regular_stat,
     remove_dead_temporaries,
     staging_of,
     writing,
@@ -466,7 +468,13 @@ def record(path: str | os.PathLike, *, appends: bool = False, data: bytes | None
     size, sha256 = (len(data), hashlib.sha256(data).hexdigest()) if data is not None else (
         path.stat().st_size, sha256_of(path))
     rel = path.relative_to(directory).as_posix()
-    marker["files"][rel] = {"size": size, "sha256": sha256, **({"appends": True} if appends else {})}
+    entry = {"size": size, "sha256": sha256, **({"appends": True} if appends else {})}
+    earlier = marker["files"].get(rel)
+    if data is not None and isinstance(earlier, dict) and (st := regular_stat(path)) is not None \
+            and proves(earlier, path, st):
+        # written after this record: a kill in between leaves the earlier content, which this entry still proves
+        entry["replaces"] = {k: v for k, v in earlier.items() if k != "replaces"}
+    marker["files"][rel] = entry
     atomic_write_json(directory / MARKER, marker)
 
 
