@@ -460,20 +460,20 @@ def record(path: str | os.PathLike, *, appends: bool = False, data: bytes | None
     directory = next((d for d in path.parents if dir_lock.holds(d)), None)
     if directory is None:
         return
-    if data is not None and os.path.lexists(path) and not owns(path):
-        raise BertkitError(f"{path} exists and bertkit did not write it (or it was changed since); bertkit does not "
-                           f"replace it: move it away, or write to another directory than {directory}")
     marker = read_marker(directory) or {"command": dir_lock.holder_command(directory), "files": {},
                                         "format": MANIFEST_FORMAT}
     size, sha256 = (len(data), hashlib.sha256(data).hexdigest()) if data is not None else (
         path.stat().st_size, sha256_of(path))
     rel = path.relative_to(directory).as_posix()
     entry = {"size": size, "sha256": sha256, **({"appends": True} if appends else {})}
-    earlier = marker["files"].get(rel)
-    if data is not None and isinstance(earlier, dict) and (st := regular_stat(path)) is not None \
-            and proves(earlier, path, st):
-        # written after this record: a kill in between leaves the earlier content, which this entry still proves
-        entry["replaces"] = {k: v for k, v in earlier.items() if k != "replaces"}
+    if data is not None and os.path.lexists(path):
+        earlier = marker["files"].get(rel)
+        if (st := regular_stat(path)) is not None and proves(earlier, path, st):
+            # written after this record: a kill in between leaves the earlier content, which this entry still proves
+            entry["replaces"] = {k: v for k, v in earlier.items() if k != "replaces"}
+        elif not owns(path):  # (a manifest nearer the file, a checkpoint's, may prove it)
+            raise BertkitError(f"{path} exists and bertkit did not write it (or it was changed since); bertkit does "
+                               f"not replace it: move it away, or write to another directory than {directory}")
     marker["files"][rel] = entry
     atomic_write_json(directory / MARKER, marker)
 

@@ -565,12 +565,12 @@ def checkpoint_to_resume(out_dir: Path, fingerprint: dict, layout: CheckpointLay
             continue
         refuse_other_run(path, fingerprint, state["fingerprint"], state.get("format", 1))
         return path, state
-    before = [p.name for p in existing if isinstance(resume, Path) and p.name != resume.name
-              and checkpoint_step(p.name, layout.prefix) < (checkpoint_step(resume.name, layout.prefix) or 0)]
-    if damaged and before:  # the Trainer names its checkpoint (True: the newest): the ones before it may be whole
-        raise BertkitError(f"cannot resume from {resume}: it is damaged, {damaged[0]}; resume from the checkpoint "
-                           f"before it by its path ({layout.root(out_dir) / before[-1]}, dropping the steps after "
-                           "it), or start a new output directory")
+    if damaged and isinstance(resume, Path):  # the one named (the Trainer's True names the newest): any before it?
+        step = checkpoint_step(resume.name, layout.prefix) or 0
+        if earlier := [p for p in existing if checkpoint_step(p.name, layout.prefix) < step]:
+            raise BertkitError(f"cannot resume from {resume}: it is damaged, {damaged[0]}; resume from the checkpoint "
+                               f"before it by its path ({earlier[-1]}, dropping the steps "
+                               "after it), or start a new output directory")
     if damaged:
         raise BertkitError(f"no intact checkpoint to resume from in {layout.root(out_dir)}: {'; '.join(damaged)}")
     return None
