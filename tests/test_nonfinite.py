@@ -224,6 +224,43 @@ def test_evaluators_refuse_non_finite_embeddings_and_scores_naming_the_input():
     assert retrieval(_Embeddings({**table, "d3": torch.tensor([0.0, 0, 1])}))["cosine_accuracy@1"] == 0.5
 
 
+def test_evaluators_refuse_a_similarity_that_overflows_from_finite_embeddings():
+    """Finite embeddings of 1e20 pass the embedding check, but their dot product is inf: every pair at it tied, and the
+    evaluators ranked the big document first (accuracy@1 0.0), thresholded at inf, counted inf > inf as a miss, or
+    gave pearson NaN beside the others' numbers (pearson_max took whichever came first)."""
+    from bertkit.sentence import evaluation, util
+
+    table = {"q": torch.tensor([1.0, 0, 0]), "a": torch.tensor([1.0, 0.1, 0]), "b": torch.tensor([0.0, 1, 0]),
+             "big": torch.full((3,), 1e20), "big2": torch.full((3,), 2e20)}
+    model = _Embeddings(table)
+    model.similarity_fn_name = "dot"
+    found = r" is inf, and a NaN or an infinity has no rank: .* finite ones so large that their similarity overflows"
+    retrieval = evaluation.InformationRetrievalEvaluator({"q1": "big", "q2": "q"}, {"d1": "a", "d2": "big2"},
+                                                         {"q1": {"d1"}, "q2": {"d1"}})
+    with pytest.raises(NonFiniteError, match=r"^InformationRetrievalEvaluator \(dot\): the similarity of query 0 and "
+                                             r"corpus entry 1" + found):
+        retrieval(model)
+    reranking = evaluation.RerankingEvaluator([{"query": "q", "positive": ["a"], "negative": ["b"]},
+                                               {"query": "big", "positive": ["a"], "negative": ["big2"]}],
+                                              similarity_fct=util.dot_score)
+    with pytest.raises(NonFiniteError, match=r"^RerankingEvaluator: the similarity of sample 1's candidate 1" + found):
+        reranking(model)
+    pairs = (["q", "big", "a"], ["a", "big2", "b"])
+    binary = evaluation.BinaryClassificationEvaluator(*pairs, [1, 0, 0])
+    with pytest.raises(NonFiniteError, match=r"^BinaryClassificationEvaluator \(dot\): the similarity of pair 1" + found):
+        binary(model)
+    similarity = evaluation.EmbeddingSimilarityEvaluator(*pairs, [0.9, 0.1, 0.2], similarity_fn_names=["euclidean"])
+    with pytest.raises(NonFiniteError, match=r"^EmbeddingSimilarityEvaluator \(euclidean\): the similarity of pair 1"):
+        similarity(model)  # 1e20 apart in 3 dimensions: the squared distance passes float32's range
+    triplet = evaluation.TripletEvaluator(["q", "big"], ["a", "a"], ["b", "big2"])
+    with pytest.raises(NonFiniteError, match=r"^TripletEvaluator \(dot\): the similarity of anchor and negative of "
+                                             r"triplet 1" + found):
+        triplet(model)
+    del table["big"], table["big2"]  # finite similarities: scored as before
+    assert evaluation.TripletEvaluator(["q"], ["a"], ["b"])(model) == {"dot_accuracy": 1.0}
+    assert evaluation.BinaryClassificationEvaluator(["q", "q"], ["a", "b"], [1, 0])(model)["dot_ap"] == 1.0
+
+
 def test_searches_refuse_a_nan_similarity_instead_of_ranking_it():
     """torch.topk takes a NaN for the largest value: an embedding holding a NaN (or inf, whose cosine is NaN) came out
     semantic_search's best hit, above the true one's 1.0, and paraphrase_mining's best pair, as in
