@@ -304,6 +304,54 @@ def test_trainer_metrics_of_nonfinite_predictions_are_nan(tmp_path, tiny_model, 
     assert "compute_metrics' accuracy are reported as NaN" in caplog.text
 
 
+def test_eval_loss_of_a_batch_whose_outputs_are_nan_is_nan(tmp_path, tiny_model):
+    """A batch whose loss is NaN because its logits are (token "sat" embedded as NaN) was left out of eval_loss as a
+    batch with no label is, as transformers' logging_nan_inf_filter leaves out any: eval_loss 0.6932 from the other
+    batch alone, a model whose outputs were NaN on half the set scored like a sound one (and load_best_model_at_end's
+    default metric could pick it). It is NaN now; a batch with no label to score is still left out."""
+    from datasets import Dataset
+
+    model = tiny_model("BertForSequenceClassification", labels=["a", "b"], vocab_size=len(VOCAB))
+    rows = Dataset.from_dict({"input_ids": [[2, 5, 6, 3], [2, 7, 8, 3], [2, 9, 3], [2, 5, 3]], "labels": [0, 1, 0, 1]})
+
+    def eval_loss(data):
+        args = bertkit.TrainingArguments(output_dir=str(tmp_path / "out"), per_device_eval_batch_size=2, use_cpu=True,
+                                         report_to=[])
+        collator = bertkit.DataCollatorWithPadding(bertkit.BertTokenizer({t: i for i, t in enumerate(VOCAB)}))
+        return bertkit.Trainer(model=model, args=args, eval_dataset=data, data_collator=collator).evaluate()["eval_loss"]
+
+    sound = eval_loss(rows)
+    assert sound == pytest.approx(0.693, abs=1e-3)
+    with torch.no_grad():
+        model.bert.embeddings.word_embeddings.weight[VOCAB.index("sat")] = math.nan
+    assert math.isnan(eval_loss(rows))
+    assert eval_loss(rows.select([0, 1])) == pytest.approx(sound, abs=1e-3)  # the finite batch alone: as before
+
+
+def test_sentence_eval_loss_of_nan_embeddings_is_nan(tmp_path, minilm_2_layers):
+    """A sentence loss's batch over a text embedded as NaN: eval_loss was the other batch's, 0.0001."""
+    from datasets import Dataset
+
+    from bertkit.sentence import (
+        SentenceTransformer,
+        SentenceTransformerTrainer,
+        SentenceTransformerTrainingArguments,
+    )
+    from bertkit.sentence.losses import MultipleNegativesRankingLoss
+
+    model = SentenceTransformer(str(minilm_2_layers))
+    data = Dataset.from_dict({"anchor": ["a cat", "a dog", "a red car", "a horse"],
+                              "positive": ["the cat", "the dog", "the red car", "the horse"]})
+    args = SentenceTransformerTrainingArguments(output_dir=str(tmp_path / "out"), per_device_eval_batch_size=2,
+                                                report_to=[], use_cpu=True)
+    trainer = SentenceTransformerTrainer(model=model, args=args, eval_dataset=data,
+                                         loss=MultipleNegativesRankingLoss(model))
+    assert math.isfinite(trainer.evaluate()["eval_loss"])
+    with torch.no_grad():
+        model.bert.embeddings.word_embeddings.weight[model.tokenizer.convert_tokens_to_ids("red")] = math.nan
+    assert math.isnan(trainer.evaluate()["eval_loss"])
+
+
 def test_cross_encoder_scores_of_logits_minus_infinity_are_nan(tmp_path, tiny_checkpoint):
     """A one-label cross-encoder whose logit overflowed to -inf scored 0.0 through the sigmoid, and rank() returned
     every document at 0.0 in position order, as sentence-transformers does; the score is NaN now, which rank()
