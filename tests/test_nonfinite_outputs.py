@@ -353,9 +353,9 @@ def test_sentence_eval_loss_of_nan_embeddings_is_nan(tmp_path, minilm_2_layers):
 
 
 def test_cross_encoder_scores_of_logits_minus_infinity_are_nan(tmp_path, tiny_checkpoint):
-    """A one-label cross-encoder whose logit overflowed to -inf scored 0.0 through the sigmoid, and rank() returned
-    every document at 0.0 in position order, as sentence-transformers does; the score is NaN now, which rank()
-    refuses naming the document. One -inf label among finite ones keeps its softmax 0.0."""
+    """A one-label cross-encoder whose logit overflowed to -inf scored 0.0 through the sigmoid (to +inf: 1.0), and
+    rank() returned every document at that score in position order, as sentence-transformers does; the score is NaN
+    now, which rank() refuses naming the document. One -inf label among finite ones keeps its softmax 0.0."""
     from bertkit.sentence import CrossEncoder
 
     directory = tiny_checkpoint(tmp_path / "ce", "BertForSequenceClassification", tokenizer=VOCAB, labels=1)
@@ -364,6 +364,12 @@ def test_cross_encoder_scores_of_logits_minus_infinity_are_nan(tmp_path, tiny_ch
     with torch.no_grad():
         model.model.classifier.bias.fill_(-math.inf)
     assert np.isnan(model.predict([("hello", "world"), ("the cat", "sat")])).all()
+    with pytest.raises(NonFiniteError, match=r"^rank\(\): the model's score of input 0 \('world'\) is not finite"):
+        model.rank("hello", ["world", "sat"])
+    with torch.no_grad():  # a logit overflowed to +inf: the sigmoid's 1.0 for every document, ranked in position order
+        model.model.classifier.bias.fill_(math.inf)
+    assert np.isnan(model.predict([("hello", "world"), ("the cat", "sat")])).all()
+    assert np.isnan(model.predict([("hello", "world")], activation_fn=torch.nn.Identity())).all()
     with pytest.raises(NonFiniteError, match=r"^rank\(\): the model's score of input 0 \('world'\) is not finite"):
         model.rank("hello", ["world", "sat"])
     three = CrossEncoder(str(tiny_checkpoint(tmp_path / "ce3", "BertForSequenceClassification", tokenizer=VOCAB,
