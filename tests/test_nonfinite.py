@@ -261,6 +261,38 @@ def test_evaluators_refuse_a_similarity_that_overflows_from_finite_embeddings():
     assert evaluation.BinaryClassificationEvaluator(["q", "q"], ["a", "b"], [1, 0])(model)["dot_ap"] == 1.0
 
 
+def test_a_row_whose_norm_overflows_is_normalised_not_zeroed(tmp_path, tiny_checkpoint):
+    """F.normalize divides a row of 1e20s (float32) or 5000s (float16, 384 wide) by its norm, inf: all zeros, so its
+    cosine with a text it equals was 0.0 and semantic_search ranked it so (sentence-transformers does the same). It is
+    the unit vector it is now, in util, encode(normalize_embeddings=True) and the sentence-embedding pipeline."""
+    import torch.nn.functional as F
+
+    import bertkit
+    from bertkit.sentence import SentenceTransformer, util
+    from bertkit.sentence.finite import unit_length
+
+    big = torch.tensor([[1e20, 1e20, 0.0, 0.0], [1.0, 0.0, 0.0, 0.0]])
+    corpus = torch.tensor([[1.0, 1.0, 0.0, 0.0], [0.0, 0.0, 1.0, 0.0]])
+    torch.testing.assert_close(util.cos_sim(big, corpus), torch.tensor([[1.0, 0.0], [0.5**0.5, 0.0]]))
+    assert util.semantic_search(big, corpus, top_k=1)[0] == [{"corpus_id": 0, "score": pytest.approx(1.0)}]
+    half = torch.full((1, 384), 5000.0, dtype=torch.float16)
+    assert float(unit_length(half)[0, 0]) == pytest.approx(384**-0.5, rel=1e-3)
+    ordinary = torch.randn(64, 48, generator=torch.Generator().manual_seed(0)) * 3
+    assert torch.equal(unit_length(ordinary), F.normalize(ordinary, p=2, dim=-1))  # the same numbers, bit for bit
+    assert torch.isnan(util.cos_sim(torch.tensor([[math.inf, 1.0, 0.0, 0.0]]), corpus)).all()  # still refused after
+    directory = tiny_checkpoint(tmp_path / "m", "BertModel", tokenizer=["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]",
+                                                                         "a", "b"])
+    model = SentenceTransformer(str(directory))
+    with torch.no_grad():
+        model.bert.encoder.layer[-1].output.LayerNorm.weight.zero_()
+        model.bert.encoder.layer[-1].output.LayerNorm.bias.fill_(1e20)  # every state 1e20: finite, its norm inf
+    unit = model.encode(["a b"], normalize_embeddings=True)
+    assert unit[0] == pytest.approx(np.full(32, 32**-0.5), rel=1e-6)
+    pipe = bertkit.pipeline("sentence-embedding", model=model.bert, tokenizer=bertkit.BertTokenizer.from_pretrained(
+        directory))
+    assert pipe(["a b"])[0] == pytest.approx(np.full(32, 32**-0.5).tolist(), rel=1e-6)
+
+
 def test_searches_refuse_a_nan_similarity_instead_of_ranking_it():
     """torch.topk takes a NaN for the largest value: an embedding holding a NaN (or inf, whose cosine is NaN) came out
     semantic_search's best hit, above the true one's 1.0, and paraphrase_mining's best pair, as in

@@ -4,7 +4,8 @@ among similarities about to be ranked, thresholded or correlated (``refuse_nan_s
 searches and the evaluators naming the pair. ``torch.topk``, ``torch.sort`` and numpy's ``argsort`` take a NaN for the
 largest value and Python's ``sorted`` leaves it wherever it falls, so an embedding holding a NaN came out every
 query's best hit, or a cross-encoder's NaN score the first document, in sentence-transformers, whose order bertkit's
-otherwise keeps."""
+otherwise keeps. And a row whose norm overflows is normalised to the unit vector it is (``unit_length``), not to
+zeros that score 0.0 against everything."""
 
 from __future__ import annotations
 
@@ -31,6 +32,21 @@ def refuse_nonfinite(outputs: Any, inputs: Sequence[Any], who: str, what: str,
         i = int(rows.min())
         raise NonFiniteError(f"{who}: the model's {what} of input {i} ({str(inputs[i])[:60]!r}) is not finite (NaN "
                              f"or inf), so {result}: {nonfinite_cause(model)}")
+
+
+def unit_length(x: torch.Tensor, dim: int = -1) -> torch.Tensor:
+    """``F.normalize(x, p=2, dim=dim)``, the same numbers, but for a row whose norm overflows (float32 values past
+    about 1.8e19, float16 ones whose norm passes 65504): divided by an infinite norm it came out all zeros, whose
+    similarity to anything is 0.0, a score like any other (sentence-transformers' too: a text scored 0.0 against one it
+    equals). Such a row is scaled by its largest magnitude first, so it comes out the unit vector it is; a row holding
+    NaN or inf stays not finite, for the checks downstream to refuse."""
+    norm = x.norm(2, dim, keepdim=True)
+    if bool(torch.isinf(norm).any()):
+        largest = x.abs().amax(dim, keepdim=True)
+        rescaled = torch.isinf(norm) & torch.isfinite(largest)
+        x = torch.where(rescaled, x / torch.where(rescaled, largest, 1), x)
+        norm = torch.where(rescaled, x.norm(2, dim, keepdim=True), norm)
+    return x / norm.clamp_min(1e-12)  # F.normalize's eps
 
 
 def refuse_nan_scores(scores: torch.Tensor, who: str, rows: str, columns: str = "", row0: int = 0,

@@ -20,7 +20,7 @@ from torch import Tensor
 
 from bertkit.errors import BertkitError, is_whole, refusing_getattr
 from bertkit.progress import progress_bar
-from bertkit.sentence.finite import refuse_nan_scores
+from bertkit.sentence.finite import refuse_nan_scores, unit_length
 from bertkit.sentence.hard_negatives import mine_hard_negatives  # noqa: F401  (sentence_transformers.util's name)
 from bertkit.sentence.quantization import quantize_embeddings  # noqa: F401  (sentence_transformers.util's name)
 
@@ -98,7 +98,7 @@ def normalize_embeddings(embeddings: Tensor) -> Tensor:
     """Each row at unit length (rows of zeros stay zero); a sparse tensor stays sparse, a float16 or bfloat16 one
     normalised in float32 (its squares summed in its own precision gave a fifth of its values one unit off)."""
     if not embeddings.is_sparse:
-        return F.normalize(embeddings, p=2, dim=-1)
+        return unit_length(embeddings)
     embeddings = embeddings.coalesce()
     indices, values = embeddings.indices(), embeddings.values()
     if embeddings.dim() == 1:
@@ -187,7 +187,7 @@ def pairwise_angle_sim(x: Any, y: Any) -> Tensor:
     a, b = (v.to_dense() for v in _rows(x, y))
     if a.shape[1] % 2:
         a, b = F.pad(a, (0, 1)), F.pad(b, (0, 1))
-    a, b = F.normalize(a, p=2, dim=1), F.normalize(b, p=2, dim=1)
+    a, b = unit_length(a, dim=1), unit_length(b, dim=1)
     (a_re, a_im), (b_re, b_im) = a.chunk(2, dim=1), b.chunk(2, dim=1)
     return ((a * b).sum(1) + (a_im * b_re - a_re * b_im).sum(1)).abs()
 
