@@ -264,7 +264,8 @@ def test_evaluators_refuse_a_similarity_that_overflows_from_finite_embeddings():
 def test_a_row_whose_norm_overflows_is_normalised_not_zeroed(tmp_path, tiny_checkpoint):
     """F.normalize divides a row of 1e20s (float32) or 5000s (float16, 384 wide) by its norm, inf: all zeros, so its
     cosine with a text it equals was 0.0 and semantic_search ranked it so (sentence-transformers does the same). It is
-    the unit vector it is now, in util, encode(normalize_embeddings=True) and the sentence-embedding pipeline."""
+    the unit vector it is now, in util (sparse rows too), encode(normalize_embeddings=True) and the sentence-embedding
+    pipeline."""
     import torch.nn.functional as F
 
     import bertkit
@@ -275,6 +276,8 @@ def test_a_row_whose_norm_overflows_is_normalised_not_zeroed(tmp_path, tiny_chec
     corpus = torch.tensor([[1.0, 1.0, 0.0, 0.0], [0.0, 0.0, 1.0, 0.0]])
     torch.testing.assert_close(util.cos_sim(big, corpus), torch.tensor([[1.0, 0.0], [0.5**0.5, 0.0]]))
     assert util.semantic_search(big, corpus, top_k=1)[0] == [{"corpus_id": 0, "score": pytest.approx(1.0)}]
+    torch.testing.assert_close(util.cos_sim(big.to_sparse(), corpus.to_sparse()).to_dense(),
+                               torch.tensor([[1.0, 0.0], [0.5**0.5, 0.0]]))  # sparse rows too
     half = torch.full((1, 384), 5000.0, dtype=torch.float16)
     assert float(unit_length(half)[0, 0]) == pytest.approx(384**-0.5, rel=1e-3)
     ordinary = torch.randn(64, 48, generator=torch.Generator().manual_seed(0)) * 3

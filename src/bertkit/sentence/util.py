@@ -102,10 +102,17 @@ def normalize_embeddings(embeddings: Tensor) -> Tensor:
     embeddings = embeddings.coalesce()
     indices, values = embeddings.indices(), embeddings.values()
     if embeddings.dim() == 1:
-        return torch.sparse_coo_tensor(indices, F.normalize(values, p=2, dim=0), embeddings.size(),
+        return torch.sparse_coo_tensor(indices, unit_length(values, dim=0), embeddings.size(),
                                        check_invariants=False)  # a coalesced tensor's indices: valid, no warning
     wide = values.float() if values.dtype in (torch.float16, torch.bfloat16) else values  # as sentence-transformers
-    norms = wide.new_zeros(embeddings.size(0)).index_add_(0, indices[0], wide ** 2).sqrt()[indices[0]]
+    rows = embeddings.size(0)
+    norms = wide.new_zeros(rows).index_add_(0, indices[0], wide ** 2).sqrt()[indices[0]]
+    if bool(torch.isinf(norms).any()):  # squares past float32's range: scaled by the row's largest first (unit_length)
+        largest = wide.new_zeros(rows).scatter_reduce_(0, indices[0], wide.abs(), "amax")[indices[0]]
+        rescaled = torch.isinf(norms) & torch.isfinite(largest)
+        wide = torch.where(rescaled, wide / torch.where(rescaled, largest, 1), wide)
+        norms = torch.where(rescaled, wide.new_zeros(rows).index_add_(0, indices[0], wide ** 2).sqrt()[indices[0]],
+                            norms)
     scaled = torch.where(norms > 0, wide / torch.where(norms > 0, norms, 1), wide).to(values.dtype)
     return torch.sparse_coo_tensor(indices, scaled, embeddings.size(), check_invariants=False).coalesce()
 
