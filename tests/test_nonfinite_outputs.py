@@ -380,6 +380,24 @@ def test_cross_encoder_scores_of_logits_minus_infinity_are_nan(tmp_path, tiny_ch
     assert scores[0][0] == 0.0 and scores.sum() == pytest.approx(1.0)
 
 
+@pytest.mark.parametrize("loss_name", ["LambdaLoss", "RankNetLoss"])
+def test_lambda_losses_of_a_nan_logit_are_nan(tmp_path, tiny_checkpoint, loss_name):
+    """LambdaLoss set a NaN logit difference to 0 (allRank's mask for its -inf padding; padding here is -1e16): a
+    document scored NaN gave a finite loss (4.06 here), so an evaluation's eval_loss hid it. It is NaN now."""
+    from bertkit.sentence import CrossEncoder
+    from bertkit.sentence.cross_encoder import losses
+
+    directory = tiny_checkpoint(tmp_path / "ce", "BertForSequenceClassification", tokenizer=VOCAB, labels=1)
+    model = CrossEncoder(str(directory), device="cpu")
+    loss = getattr(losses, loss_name)(model)
+    inputs = (["hello", "hello"], [["world", "cat"], ["world", "the"]])
+    labels = [torch.tensor([1.0, 0.0]), torch.tensor([0.0, 1.0])]
+    assert math.isfinite(loss(inputs, labels).item())
+    with torch.no_grad():
+        model.model.bert.embeddings.word_embeddings.weight[VOCAB.index("cat")] = math.nan
+    assert math.isnan(loss(inputs, labels).item())
+
+
 def test_a_json_report_writes_nan_and_infinity_as_null(tmp_path):
     """Python's NaN token is no JSON: jq, JavaScript and bertkit's own JSONL reader refuse a file holding one."""
     from bertkit.outputs import atomic_write_json
