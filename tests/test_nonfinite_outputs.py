@@ -398,6 +398,27 @@ def test_lambda_losses_of_a_nan_logit_are_nan(tmp_path, tiny_checkpoint, loss_na
     assert math.isnan(loss(inputs, labels).item())
 
 
+def test_online_contrastive_loss_of_a_nan_embedding_is_nan(minilm_2_layers):
+    """OnlineContrastiveLoss keeps the pairs harder than the others by comparisons, which drop a NaN distance: a text
+    embedded as NaN gave the rest's finite loss (as in sentence-transformers), which the step's loss and eval_loss
+    showed as if nothing were wrong."""
+    from bertkit.sentence import SentenceTransformer
+    from bertkit.sentence.losses import OnlineContrastiveLoss
+
+    model = SentenceTransformer(str(minilm_2_layers))
+    loss = OnlineContrastiveLoss(model)
+    pairs = [model.tokenize(["a cat", "a dog", "a red car", "a horse"]),
+             model.tokenize(["the cat", "the dog", "the red car", "the horse"])]
+    labels = torch.tensor([1, 0, 1, 0])
+    assert math.isfinite(loss(pairs, labels).item())
+    with torch.no_grad():
+        model.bert.embeddings.word_embeddings.weight[model.tokenizer.convert_tokens_to_ids("red")] = math.nan
+    value = loss(pairs, labels)
+    assert math.isnan(value.item())
+    value.backward()  # a NaN gradient too, which the training loop refuses naming the step
+    assert not torch.isfinite(model.bert.encoder.layer[0].output.dense.weight.grad).all()
+
+
 def test_a_json_report_writes_nan_and_infinity_as_null(tmp_path):
     """Python's NaN token is no JSON: jq, JavaScript and bertkit's own JSONL reader refuse a file holding one."""
     from bertkit.outputs import atomic_write_json
