@@ -19,7 +19,7 @@ import torch
 
 from bertkit import BertModel, BertTokenizer
 from bertkit import features as fx
-from bertkit.errors import BertkitError
+from bertkit.errors import BertkitError, NonFiniteError
 from bertkit.inference.prepare import for_cpu_inference
 from bertkit.tasks import ner
 from bertkit.training import feature_study as fs
@@ -347,6 +347,27 @@ def test_word_activations_are_first_piece_states(tiny, tmp_path):
                 expected = torch.stack([s[0, pos] for s in states]).half().numpy()  # (L + 1, H)
                 np.testing.assert_allclose(acts.values[row].astype(np.float32), expected.astype(np.float32),
                                            rtol=2e-3, atol=2e-3)
+
+
+@pytest.mark.parametrize("bias, message", [
+    (1e5, r"^sentence 0 \(0-based, file order\): layer 2 of its word activations holds values past float16's range "
+          r"\(largest 1\.0e\+05\), in which the study keeps activations"),
+    (float("nan"), r"^sentence 0 \(0-based, file order\): layer 2 of its word activations holds NaN or infinite "
+                   r"values: the model's weights are broken; nothing was written")])
+def test_word_activations_that_are_not_finite_in_float16_are_refused(tiny, tmp_path, bias, message):
+    """Activations past 65504 were stored as inf, and NaN ones as NaN, for a tagger to be trained and scored on
+    (an argmax of NaN logits is a tag, and conlleval an F1 of it)."""
+    directory, _, tok = tiny
+    model = BertModel.from_pretrained(directory)
+    path = tmp_path / "c.txt"
+    path.write_text(CONLL)
+    with torch.no_grad():
+        model.encoder.layer[1].output.LayerNorm.weight.zero_()
+        model.encoder.layer[1].output.LayerNorm.bias[3] = bias  # hidden state 2 of every token
+    with pytest.raises(NonFiniteError, match=message):
+        fs.extract_word_activations(model, tok, ner.read_conll(path), tmp_path / "a.npy", max_seq_length=6,
+                                    batch_size=2, progress=False)
+    assert not (tmp_path / "a.npy").exists()
 
 
 def test_bilstm_tagger_shapes_and_padding():

@@ -32,6 +32,21 @@ def test_pearson_never_turns_nan_into_a_score():
     assert all(math.isnan(v) for v in stsb.values())
 
 
+@pytest.mark.parametrize("poison", [np.nan, np.inf])
+@pytest.mark.parametrize("side", ["y_true", "y_pred"])
+def test_class_metrics_of_a_nan_or_inf_are_nan_not_a_score(poison, side):
+    """sklearn refuses a NaN class; counted as a wrong class it made accuracy 0.5, macro F1 0.39 and MCC 0.22 here
+    (and f1_binary refused it as a third class)."""
+    labels, poisoned = [0.0, 1.0, 1.0, 0.0], [0.0, poison, 1.0, 1.0]
+    pair = (labels, poisoned) if side == "y_pred" else (poisoned, labels)
+    for metric in (metrics.accuracy, metrics.f1_binary, metrics.f1_macro, metrics.matthews_corrcoef):
+        assert math.isnan(metric(*pair)), metric.__name__
+    assert metrics.accuracy(labels, [0.0, 0.0, 1.0, 1.0]) == 0.5  # finite floats still scored
+    assert metrics.matthews_corrcoef(labels, [0.0, 0.0, 1.0, 1.0]) == 0.0
+    scores = glue.get_task("mrpc").metric(np.array(pair[1]), np.array(pair[0]))
+    assert scores and all(math.isnan(v) for v in scores.values())
+
+
 def test_grid_selection_skips_non_finite_runs_and_says_so():
     task = glue.get_task("stsb")
     runs = [{"lr": 1e-4, "seed": 1, "dev": {"pearson": 0.80, "spearmanr": 0.79}},
@@ -207,6 +222,78 @@ def test_evaluators_refuse_non_finite_embeddings_and_scores_naming_the_input():
         refuse_nonfinite(sparse, ["a", "b", "c"], "E", "embedding")
     refuse_nonfinite(torch.tensor([[0.5, -1.0]]), ["a"], "E", "embedding")  # finite: nothing to say
     assert retrieval(_Embeddings({**table, "d3": torch.tensor([0.0, 0, 1])}))["cosine_accuracy@1"] == 0.5
+
+
+def test_evaluators_refuse_a_similarity_that_overflows_from_finite_embeddings():
+    """Finite embeddings of 1e20 pass the embedding check, but their dot product is inf: every pair at it tied, and the
+    evaluators ranked the big document first (accuracy@1 0.0), thresholded at inf, counted inf > inf as a miss, or
+    gave pearson NaN beside the others' numbers (pearson_max took whichever came first)."""
+    from bertkit.sentence import evaluation, util
+
+    table = {"q": torch.tensor([1.0, 0, 0]), "a": torch.tensor([1.0, 0.1, 0]), "b": torch.tensor([0.0, 1, 0]),
+             "big": torch.full((3,), 1e20), "big2": torch.full((3,), 2e20)}
+    model = _Embeddings(table)
+    model.similarity_fn_name = "dot"
+    found = r" is inf, and a NaN or an infinity has no rank: .* finite ones so large that their similarity overflows"
+    retrieval = evaluation.InformationRetrievalEvaluator({"q1": "big", "q2": "q"}, {"d1": "a", "d2": "big2"},
+                                                         {"q1": {"d1"}, "q2": {"d1"}})
+    with pytest.raises(NonFiniteError, match=r"^InformationRetrievalEvaluator \(dot\): the similarity of query 0 and "
+                                             r"corpus entry 1" + found):
+        retrieval(model)
+    reranking = evaluation.RerankingEvaluator([{"query": "q", "positive": ["a"], "negative": ["b"]},
+                                               {"query": "big", "positive": ["a"], "negative": ["big2"]}],
+                                              similarity_fct=util.dot_score)
+    with pytest.raises(NonFiniteError, match=r"^RerankingEvaluator: the similarity of sample 1's candidate 1" + found):
+        reranking(model)
+    pairs = (["q", "big", "a"], ["a", "big2", "b"])
+    binary = evaluation.BinaryClassificationEvaluator(*pairs, [1, 0, 0])
+    with pytest.raises(NonFiniteError, match=r"^BinaryClassificationEvaluator \(dot\): the similarity of pair 1" + found):
+        binary(model)
+    similarity = evaluation.EmbeddingSimilarityEvaluator(*pairs, [0.9, 0.1, 0.2], similarity_fn_names=["euclidean"])
+    with pytest.raises(NonFiniteError, match=r"^EmbeddingSimilarityEvaluator \(euclidean\): the similarity of pair 1"):
+        similarity(model)  # 1e20 apart in 3 dimensions: the squared distance passes float32's range
+    triplet = evaluation.TripletEvaluator(["q", "big"], ["a", "a"], ["b", "big2"])
+    with pytest.raises(NonFiniteError, match=r"^TripletEvaluator \(dot\): the similarity of anchor and negative of "
+                                             r"triplet 1" + found):
+        triplet(model)
+    del table["big"], table["big2"]  # finite similarities: scored as before
+    assert evaluation.TripletEvaluator(["q"], ["a"], ["b"])(model) == {"dot_accuracy": 1.0}
+    assert evaluation.BinaryClassificationEvaluator(["q", "q"], ["a", "b"], [1, 0])(model)["dot_ap"] == 1.0
+
+
+def test_a_row_whose_norm_overflows_is_normalised_not_zeroed(tmp_path, tiny_checkpoint):
+    """F.normalize divides a row of 1e20s (float32) or 5000s (float16, 384 wide) by its norm, inf: all zeros, so its
+    cosine with a text it equals was 0.0 and semantic_search ranked it so (sentence-transformers does the same). It is
+    the unit vector it is now, in util (sparse rows too), encode(normalize_embeddings=True) and the sentence-embedding
+    pipeline."""
+    import torch.nn.functional as F
+
+    import bertkit
+    from bertkit.sentence import SentenceTransformer, util
+    from bertkit.sentence.finite import unit_length
+
+    big = torch.tensor([[1e20, 1e20, 0.0, 0.0], [1.0, 0.0, 0.0, 0.0]])
+    corpus = torch.tensor([[1.0, 1.0, 0.0, 0.0], [0.0, 0.0, 1.0, 0.0]])
+    torch.testing.assert_close(util.cos_sim(big, corpus), torch.tensor([[1.0, 0.0], [0.5**0.5, 0.0]]))
+    assert util.semantic_search(big, corpus, top_k=1)[0] == [{"corpus_id": 0, "score": pytest.approx(1.0)}]
+    torch.testing.assert_close(util.cos_sim(big.to_sparse(), corpus.to_sparse()).to_dense(),
+                               torch.tensor([[1.0, 0.0], [0.5**0.5, 0.0]]))  # sparse rows too
+    half = torch.full((1, 384), 5000.0, dtype=torch.float16)
+    assert float(unit_length(half)[0, 0]) == pytest.approx(384**-0.5, rel=1e-3)
+    ordinary = torch.randn(64, 48, generator=torch.Generator().manual_seed(0)) * 3
+    assert torch.equal(unit_length(ordinary), F.normalize(ordinary, p=2, dim=-1))  # the same numbers, bit for bit
+    assert torch.isnan(util.cos_sim(torch.tensor([[math.inf, 1.0, 0.0, 0.0]]), corpus)).all()  # still refused after
+    directory = tiny_checkpoint(tmp_path / "m", "BertModel", tokenizer=["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]",
+                                                                         "a", "b"])
+    model = SentenceTransformer(str(directory))
+    with torch.no_grad():
+        model.bert.encoder.layer[-1].output.LayerNorm.weight.zero_()
+        model.bert.encoder.layer[-1].output.LayerNorm.bias.fill_(1e20)  # every state 1e20: finite, its norm inf
+    unit = model.encode(["a b"], normalize_embeddings=True)
+    assert unit[0] == pytest.approx(np.full(32, 32**-0.5), rel=1e-6)
+    pipe = bertkit.pipeline("sentence-embedding", model=model.bert, tokenizer=bertkit.BertTokenizer.from_pretrained(
+        directory))
+    assert pipe(["a b"])[0] == pytest.approx(np.full(32, 32**-0.5).tolist(), rel=1e-6)
 
 
 def test_searches_refuse_a_nan_similarity_instead_of_ranking_it():

@@ -304,10 +304,58 @@ def test_trainer_metrics_of_nonfinite_predictions_are_nan(tmp_path, tiny_model, 
     assert "compute_metrics' accuracy are reported as NaN" in caplog.text
 
 
+def test_eval_loss_of_a_batch_whose_outputs_are_nan_is_nan(tmp_path, tiny_model):
+    """A batch whose loss is NaN because its logits are (token "sat" embedded as NaN) was left out of eval_loss as a
+    batch with no label is, as transformers' logging_nan_inf_filter leaves out any: eval_loss 0.6932 from the other
+    batch alone, a model whose outputs were NaN on half the set scored like a sound one (and load_best_model_at_end's
+    default metric could pick it). It is NaN now; a batch with no label to score is still left out."""
+    from datasets import Dataset
+
+    model = tiny_model("BertForSequenceClassification", labels=["a", "b"], vocab_size=len(VOCAB))
+    rows = Dataset.from_dict({"input_ids": [[2, 5, 6, 3], [2, 7, 8, 3], [2, 9, 3], [2, 5, 3]], "labels": [0, 1, 0, 1]})
+
+    def eval_loss(data):
+        args = bertkit.TrainingArguments(output_dir=str(tmp_path / "out"), per_device_eval_batch_size=2, use_cpu=True,
+                                         report_to=[])
+        collator = bertkit.DataCollatorWithPadding(bertkit.BertTokenizer({t: i for i, t in enumerate(VOCAB)}))
+        return bertkit.Trainer(model=model, args=args, eval_dataset=data, data_collator=collator).evaluate()["eval_loss"]
+
+    sound = eval_loss(rows)
+    assert sound == pytest.approx(0.693, abs=1e-3)
+    with torch.no_grad():
+        model.bert.embeddings.word_embeddings.weight[VOCAB.index("sat")] = math.nan
+    assert math.isnan(eval_loss(rows))
+    assert eval_loss(rows.select([0, 1])) == pytest.approx(sound, abs=1e-3)  # the finite batch alone: as before
+
+
+def test_sentence_eval_loss_of_nan_embeddings_is_nan(tmp_path, minilm_2_layers):
+    """A sentence loss's batch over a text embedded as NaN: eval_loss was the other batch's, 0.0001."""
+    from datasets import Dataset
+
+    from bertkit.sentence import (
+        SentenceTransformer,
+        SentenceTransformerTrainer,
+        SentenceTransformerTrainingArguments,
+    )
+    from bertkit.sentence.losses import MultipleNegativesRankingLoss
+
+    model = SentenceTransformer(str(minilm_2_layers))
+    data = Dataset.from_dict({"anchor": ["a cat", "a dog", "a red car", "a horse"],
+                              "positive": ["the cat", "the dog", "the red car", "the horse"]})
+    args = SentenceTransformerTrainingArguments(output_dir=str(tmp_path / "out"), per_device_eval_batch_size=2,
+                                                report_to=[], use_cpu=True)
+    trainer = SentenceTransformerTrainer(model=model, args=args, eval_dataset=data,
+                                         loss=MultipleNegativesRankingLoss(model))
+    assert math.isfinite(trainer.evaluate()["eval_loss"])
+    with torch.no_grad():
+        model.bert.embeddings.word_embeddings.weight[model.tokenizer.convert_tokens_to_ids("red")] = math.nan
+    assert math.isnan(trainer.evaluate()["eval_loss"])
+
+
 def test_cross_encoder_scores_of_logits_minus_infinity_are_nan(tmp_path, tiny_checkpoint):
-    """A one-label cross-encoder whose logit overflowed to -inf scored 0.0 through the sigmoid, and rank() returned
-    every document at 0.0 in position order, as sentence-transformers does; the score is NaN now, which rank()
-    refuses naming the document. One -inf label among finite ones keeps its softmax 0.0."""
+    """A one-label cross-encoder whose logit overflowed to -inf scored 0.0 through the sigmoid (to +inf: 1.0), and
+    rank() returned every document at that score in position order, as sentence-transformers does; the score is NaN
+    now, which rank() refuses naming the document. One -inf label among finite ones keeps its softmax 0.0."""
     from bertkit.sentence import CrossEncoder
 
     directory = tiny_checkpoint(tmp_path / "ce", "BertForSequenceClassification", tokenizer=VOCAB, labels=1)
@@ -318,12 +366,57 @@ def test_cross_encoder_scores_of_logits_minus_infinity_are_nan(tmp_path, tiny_ch
     assert np.isnan(model.predict([("hello", "world"), ("the cat", "sat")])).all()
     with pytest.raises(NonFiniteError, match=r"^rank\(\): the model's score of input 0 \('world'\) is not finite"):
         model.rank("hello", ["world", "sat"])
+    with torch.no_grad():  # a logit overflowed to +inf: the sigmoid's 1.0 for every document, ranked in position order
+        model.model.classifier.bias.fill_(math.inf)
+    assert np.isnan(model.predict([("hello", "world"), ("the cat", "sat")])).all()
+    assert np.isnan(model.predict([("hello", "world")], activation_fn=torch.nn.Identity())).all()
+    with pytest.raises(NonFiniteError, match=r"^rank\(\): the model's score of input 0 \('world'\) is not finite"):
+        model.rank("hello", ["world", "sat"])
     three = CrossEncoder(str(tiny_checkpoint(tmp_path / "ce3", "BertForSequenceClassification", tokenizer=VOCAB,
                                              labels=3)), device="cpu")
     with torch.no_grad():
         three.model.classifier.bias[0] = -math.inf
     scores = three.predict([("hello", "world")], apply_softmax=True)
     assert scores[0][0] == 0.0 and scores.sum() == pytest.approx(1.0)
+
+
+@pytest.mark.parametrize("loss_name", ["LambdaLoss", "RankNetLoss"])
+def test_lambda_losses_of_a_nan_logit_are_nan(tmp_path, tiny_checkpoint, loss_name):
+    """LambdaLoss set a NaN logit difference to 0 (allRank's mask for its -inf padding; padding here is -1e16): a
+    document scored NaN gave a finite loss (4.06 here), so an evaluation's eval_loss hid it. It is NaN now."""
+    from bertkit.sentence import CrossEncoder
+    from bertkit.sentence.cross_encoder import losses
+
+    directory = tiny_checkpoint(tmp_path / "ce", "BertForSequenceClassification", tokenizer=VOCAB, labels=1)
+    model = CrossEncoder(str(directory), device="cpu")
+    loss = getattr(losses, loss_name)(model)
+    inputs = (["hello", "hello"], [["world", "cat"], ["world", "the"]])
+    labels = [torch.tensor([1.0, 0.0]), torch.tensor([0.0, 1.0])]
+    assert math.isfinite(loss(inputs, labels).item())
+    with torch.no_grad():
+        model.model.bert.embeddings.word_embeddings.weight[VOCAB.index("cat")] = math.nan
+    assert math.isnan(loss(inputs, labels).item())
+
+
+def test_online_contrastive_loss_of_a_nan_embedding_is_nan(minilm_2_layers):
+    """OnlineContrastiveLoss keeps the pairs harder than the others by comparisons, which drop a NaN distance: a text
+    embedded as NaN gave the rest's finite loss (as in sentence-transformers), which the step's loss and eval_loss
+    showed as if nothing were wrong."""
+    from bertkit.sentence import SentenceTransformer
+    from bertkit.sentence.losses import OnlineContrastiveLoss
+
+    model = SentenceTransformer(str(minilm_2_layers))
+    loss = OnlineContrastiveLoss(model)
+    pairs = [model.tokenize(["a cat", "a dog", "a red car", "a horse"]),
+             model.tokenize(["the cat", "the dog", "the red car", "the horse"])]
+    labels = torch.tensor([1, 0, 1, 0])
+    assert math.isfinite(loss(pairs, labels).item())
+    with torch.no_grad():
+        model.bert.embeddings.word_embeddings.weight[model.tokenizer.convert_tokens_to_ids("red")] = math.nan
+    value = loss(pairs, labels)
+    assert math.isnan(value.item())
+    value.backward()  # a NaN gradient too, which the training loop refuses naming the step
+    assert not torch.isfinite(model.bert.encoder.layer[0].output.dense.weight.grad).all()
 
 
 def test_a_json_report_writes_nan_and_infinity_as_null(tmp_path):

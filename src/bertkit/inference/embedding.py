@@ -11,7 +11,6 @@ from typing import Any
 
 import numpy as np
 import torch
-import torch.nn.functional as F
 
 from bertkit.errors import BertkitError, is_whole
 from bertkit.inference import tasks
@@ -21,6 +20,7 @@ from bertkit.inference.pipelines import TextOrPairPipeline, per_row
 from bertkit.inference.runner import readable
 from bertkit.modeling import BertModel
 from bertkit.sentence.directory import ST_CONFIG, OtherModelKind, SentenceDirectory, read_directory
+from bertkit.sentence.finite import unit_length
 from bertkit.sentence.pooling import MODES as POOLING_MODES
 from bertkit.sentence.pooling import pool_tokens
 from bertkit.sentence.prompts import DEFAULT_PROMPTS, prompt_tokens
@@ -197,10 +197,10 @@ class FeatureExtractionPipeline(TextOrPairPipeline):
             v = torch.cat([pool_tokens(out.tokens, out.token_layout, batch["attention_mask"], m, skip)
                            for m in self.modes], dim=-1)
             if self.normalize_module:
-                v = F.normalize(v, dim=-1)
+                v = unit_length(v)
             v = v[:, :self.dimension]
         if self.normalize:
-            v = F.normalize(v, dim=-1)
+            v = unit_length(v)
         return per_row(v, rows) if tokens else list(readable(v).cpu().numpy())
 
     def decode(self, item, rows, outputs, **_: Any) -> list[float] | list[list[float]]:

@@ -1,9 +1,11 @@
 """Where a NaN stops before it becomes a score: a model output that is not finite (``refuse_nonfinite``), refused
-by the evaluators, ``CrossEncoder.rank`` and ``mine_hard_negatives`` naming the input, and a NaN among similarities
-or an infinity among similarities about to be ranked (``refuse_nan_scores``), refused by ``util``'s searches naming the pair. ``torch.topk``,
-``torch.sort`` and numpy's ``argsort`` take a NaN for the largest value and Python's ``sorted`` leaves it wherever
-it falls, so an embedding holding a NaN came out every query's best hit, or a cross-encoder's NaN score the first
-document, in sentence-transformers, whose order bertkit's otherwise keeps."""
+by the evaluators, ``CrossEncoder.rank`` and ``mine_hard_negatives`` naming the input, and a NaN or an infinity
+among similarities about to be ranked, thresholded or correlated (``refuse_nan_scores``), refused by ``util``'s
+searches and the evaluators naming the pair. ``torch.topk``, ``torch.sort`` and numpy's ``argsort`` take a NaN for the
+largest value and Python's ``sorted`` leaves it wherever it falls, so an embedding holding a NaN came out every
+query's best hit, or a cross-encoder's NaN score the first document, in sentence-transformers, whose order bertkit's
+otherwise keeps. And a row whose norm overflows is normalised to the unit vector it is (``unit_length``), not to
+zeros that score 0.0 against everything."""
 
 from __future__ import annotations
 
@@ -32,19 +34,38 @@ def refuse_nonfinite(outputs: Any, inputs: Sequence[Any], who: str, what: str,
                              f"or inf), so {result}: {nonfinite_cause(model)}")
 
 
-def refuse_nan_scores(scores: torch.Tensor, who: str, rows: str, columns: str, row0: int = 0,
+def unit_length(x: torch.Tensor, dim: int = -1) -> torch.Tensor:
+    """``F.normalize(x, p=2, dim=dim)``, the same numbers, but for a row whose norm overflows (float32 values past
+    about 1.8e19, float16 ones whose norm passes 65504): divided by an infinite norm it came out all zeros, whose
+    similarity to anything is 0.0, a score like any other (sentence-transformers' too: a text scored 0.0 against one it
+    equals). Such a row is scaled by its largest magnitude first, so it comes out the unit vector it is; a row holding
+    NaN or inf stays not finite, for the checks downstream to refuse."""
+    norm = x.norm(2, dim, keepdim=True)
+    if bool(torch.isinf(norm).any()):
+        largest = x.abs().amax(dim, keepdim=True)
+        rescaled = torch.isinf(norm) & torch.isfinite(largest)
+        x = torch.where(rescaled, x / torch.where(rescaled, largest, 1), x)
+        norm = torch.where(rescaled, x.norm(2, dim, keepdim=True), norm)
+    return x / norm.clamp_min(1e-12)  # F.normalize's eps
+
+
+def refuse_nan_scores(scores: torch.Tensor, who: str, rows: str, columns: str = "", row0: int = 0,
                       column0: int = 0) -> None:
     """Refuse a NaN among (rows, columns) similarities about to be ranked, naming the first pair (``row0`` and
-    ``column0`` offset a chunk's indices). A NaN comes from an embedding holding a NaN or an infinity (cosine
-    similarity of an infinity is NaN), an infinity from an embedding holding one (dot product, Euclidean): every
-    pair with that embedding ties at it, and the order among the tied pairs is the positions', not a rank."""
+    ``column0`` offset a chunk's indices), or among (rows,) similarities of pairs (``columns`` unused). A NaN comes
+    from an embedding holding a NaN or an infinity (cosine similarity of an infinity is NaN), an infinity from an
+    embedding holding one, or from finite embeddings whose dot product or distance passes float32's 3.4e38 (an
+    evaluator refuses the embeddings first, so there it is the latter): every pair at that value ties, and the order
+    among the tied pairs is the positions', not a rank."""
     dense = scores.to_dense() if scores.is_sparse else scores
     bad = ~torch.isfinite(dense)
     if bad.any():
-        i, j = (int(v) for v in bad.nonzero()[0])
-        value = float(dense[i, j])
+        at = [int(v) for v in bad.nonzero()[0]]
+        value = float(dense[tuple(at)])
         shown = "NaN" if value != value else value
-        raise NonFiniteError(f"{who}: the similarity of {rows} {row0 + i} and {columns} {column0 + j} is {shown}, "
-                             "and a NaN or an infinity has no rank: an embedding holding a NaN or inf (a model with "
-                             "broken weights, or outputs past float16's range?); find it with "
-                             "torch.isfinite(embeddings).all(dim=1), and embed with a model whose outputs are finite")
+        pair = f"{rows} {row0 + at[0]}" + (f" and {columns} {column0 + at[1]}" if len(at) > 1 else "")
+        raise NonFiniteError(f"{who}: the similarity of {pair} is {shown}, and a NaN or an infinity has no rank: an "
+                             "embedding holding a NaN or inf (a model with broken weights, or outputs past float16's "
+                             "range?), or finite ones so large that their similarity overflows float32; find them "
+                             "with torch.isfinite(embeddings).all(dim=1) and embeddings.abs().amax(dim=1), and embed "
+                             "with a model whose outputs are finite and of ordinary size")

@@ -22,7 +22,6 @@ from typing import Any
 
 import numpy as np
 import torch
-import torch.nn.functional as F
 from torch import Tensor, nn
 
 from bertkit._parallel import job_of
@@ -53,6 +52,7 @@ from bertkit.sentence.directory import (
     read_directory,
     write_st_config,
 )
+from bertkit.sentence.finite import unit_length
 from bertkit.sentence.models import (
     Dense,
     Indexed,
@@ -339,7 +339,7 @@ class SentenceTransformer(Indexed, ReferenceCalls, Prompted, SimilarityByName, n
         if dim is not None:
             vectors = vectors[:, :dim]
         if normalize_embeddings:
-            vectors = F.normalize(vectors, p=2, dim=1)
+            vectors = unit_length(vectors, dim=1)
         # in the model's type, as sentence-transformers returns a half model's vectors and quantizes them (bertkit gave
         # float32, and quantized those)
         vectors = vectors.to(self.bert.embeddings.word_embeddings.weight.dtype)

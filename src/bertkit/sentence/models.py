@@ -24,7 +24,6 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 import torch
-import torch.nn.functional as F
 from torch import Tensor, nn
 
 from bertkit.errors import (
@@ -40,6 +39,7 @@ from bertkit.modeling import BertModel
 from bertkit.outputs import atomic_target, atomic_write_json
 from bertkit.sentence.calls import check_features
 from bertkit.sentence.directory import tokenizer_limit, transformer_max_seq_length
+from bertkit.sentence.finite import unit_length
 from bertkit.sentence.pooling import Pooling as PoolingSettings
 from bertkit.tokenization import AutoTokenizer
 from bertkit.weight_files import read_weights
@@ -344,7 +344,7 @@ class Normalize(nn.Module):
         """sentence-transformers' Normalize.forward (``model[-1](features)``): the features' ``sentence_embedding``
         scaled to unit length, in place (features without one are returned as they are, as there)."""
         if features.get("sentence_embedding") is not None:
-            features["sentence_embedding"] = F.normalize(features["sentence_embedding"], p=2, dim=-1)
+            features["sentence_embedding"] = unit_length(features["sentence_embedding"])
         return features
 
 # the activations sentence-transformers writes in a Dense's config.json (its class's path), which bertkit builds

@@ -20,7 +20,7 @@ from torch import Tensor
 
 from bertkit.errors import BertkitError, is_whole, refusing_getattr
 from bertkit.progress import progress_bar
-from bertkit.sentence.finite import refuse_nan_scores
+from bertkit.sentence.finite import refuse_nan_scores, unit_length
 from bertkit.sentence.hard_negatives import mine_hard_negatives  # noqa: F401  (sentence_transformers.util's name)
 from bertkit.sentence.quantization import quantize_embeddings  # noqa: F401  (sentence_transformers.util's name)
 
@@ -98,14 +98,21 @@ def normalize_embeddings(embeddings: Tensor) -> Tensor:
     """Each row at unit length (rows of zeros stay zero); a sparse tensor stays sparse, a float16 or bfloat16 one
     normalised in float32 (its squares summed in its own precision gave a fifth of its values one unit off)."""
     if not embeddings.is_sparse:
-        return F.normalize(embeddings, p=2, dim=-1)
+        return unit_length(embeddings)
     embeddings = embeddings.coalesce()
     indices, values = embeddings.indices(), embeddings.values()
     if embeddings.dim() == 1:
-        return torch.sparse_coo_tensor(indices, F.normalize(values, p=2, dim=0), embeddings.size(),
+        return torch.sparse_coo_tensor(indices, unit_length(values, dim=0), embeddings.size(),
                                        check_invariants=False)  # a coalesced tensor's indices: valid, no warning
     wide = values.float() if values.dtype in (torch.float16, torch.bfloat16) else values  # as sentence-transformers
-    norms = wide.new_zeros(embeddings.size(0)).index_add_(0, indices[0], wide ** 2).sqrt()[indices[0]]
+    rows = embeddings.size(0)
+    norms = wide.new_zeros(rows).index_add_(0, indices[0], wide ** 2).sqrt()[indices[0]]
+    if bool(torch.isinf(norms).any()):  # squares past float32's range: scaled by the row's largest first (unit_length)
+        largest = wide.new_zeros(rows).scatter_reduce_(0, indices[0], wide.abs(), "amax")[indices[0]]
+        rescaled = torch.isinf(norms) & torch.isfinite(largest)
+        wide = torch.where(rescaled, wide / torch.where(rescaled, largest, 1), wide)
+        norms = torch.where(rescaled, wide.new_zeros(rows).index_add_(0, indices[0], wide ** 2).sqrt()[indices[0]],
+                            norms)
     scaled = torch.where(norms > 0, wide / torch.where(norms > 0, norms, 1), wide).to(values.dtype)
     return torch.sparse_coo_tensor(indices, scaled, embeddings.size(), check_invariants=False).coalesce()
 
@@ -187,7 +194,7 @@ def pairwise_angle_sim(x: Any, y: Any) -> Tensor:
     a, b = (v.to_dense() for v in _rows(x, y))
     if a.shape[1] % 2:
         a, b = F.pad(a, (0, 1)), F.pad(b, (0, 1))
-    a, b = F.normalize(a, p=2, dim=1), F.normalize(b, p=2, dim=1)
+    a, b = unit_length(a, dim=1), unit_length(b, dim=1)
     (a_re, a_im), (b_re, b_im) = a.chunk(2, dim=1), b.chunk(2, dim=1)
     return ((a * b).sum(1) + (a_im * b_re - a_re * b_im).sum(1)).abs()
 

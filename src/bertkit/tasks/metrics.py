@@ -3,7 +3,9 @@
 sklearn and scipy are test-only dependencies; `tests/test_glue_data.py` checks every function here against
 them. Degenerate inputs follow them rather than raising (an early checkpoint predicting one class must not
 crash a run): MCC and F1 are 0.0 where sklearn's are; Pearson/Spearman are NaN for a constant or non-finite
-side. NaN means "no score": nothing here turns it into a number.
+side, and accuracy, F1 and MCC are NaN where a label or prediction is NaN or infinite (sklearn refuses it; counted
+as a wrong class it came out an ordinary score: a diverged regression head thresholded, or a NaN label). NaN means
+"no score": nothing here turns it into a number.
 """
 
 from __future__ import annotations
@@ -36,17 +38,26 @@ def _is_text(a: np.ndarray) -> bool:
     return a.dtype.kind in "US" or (a.dtype.kind == "O" and isinstance(a[0], str))
 
 
+def _nonfinite(t: np.ndarray, p: np.ndarray) -> bool:
+    """Whether a class label or prediction is a NaN or an infinity: no class, so no score of classes (NaN never equals
+    itself, so it counted as wrong, and ``np.unique`` made it a class of its own)."""
+    return any(a.dtype.kind == "f" and not np.isfinite(a).all() for a in (t, p))
+
+
 def accuracy(y_true: ArrayLike, y_pred: ArrayLike) -> float:
-    """Fraction of exact matches (sklearn ``accuracy_score``)."""
+    """Fraction of exact matches (sklearn ``accuracy_score``); NaN where a label or prediction is not finite."""
     t, p = _pair(y_true, y_pred)
-    return float(np.mean(t == p))
+    return float("nan") if _nonfinite(t, p) else float(np.mean(t == p))
 
 
 def f1_binary(y_true: ArrayLike, y_pred: ArrayLike, positive: int = 1) -> float:
     """F1 of the ``positive`` class (sklearn ``f1_score``), as 2·TP / (2·TP + FP + FN): defined where P or R is 0/0.
     Refused, as sklearn refuses it, for more than two classes or two that do not include ``positive`` (the F1 of
-    one class against the rest is then a number no reference reports)."""
+    one class against the rest is then a number no reference reports). NaN where a label or prediction is not
+    finite."""
     t, p = _pair(y_true, y_pred)
+    if _nonfinite(t, p):
+        return float("nan")
     classes = np.unique(np.concatenate([t, p])).tolist()
     if len(classes) > 2:
         raise BertkitError(f"f1_binary needs two classes, got {len(classes)} ({classes}); use f1_macro for several")
@@ -64,14 +75,20 @@ def _f1_of(t: np.ndarray, p: np.ndarray, positive: Any) -> float:
 
 
 def f1_macro(y_true: ArrayLike, y_pred: ArrayLike) -> float:
-    """Unweighted mean of the F1 of each class in ``y_true`` or ``y_pred`` (sklearn ``average="macro"``)."""
+    """Unweighted mean of the F1 of each class in ``y_true`` or ``y_pred`` (sklearn ``average="macro"``); NaN where a
+    label or prediction is not finite."""
     t, p = _pair(y_true, y_pred)
+    if _nonfinite(t, p):
+        return float("nan")
     return float(np.mean([_f1_of(t, p, k) for k in np.unique(np.concatenate([t, p]))]))
 
 
 def matthews_corrcoef(y_true: ArrayLike, y_pred: ArrayLike) -> float:
-    """Matthews correlation, multi-class form (Gorodkin 2004) as sklearn computes it: CoLA's metric."""
+    """Matthews correlation, multi-class form (Gorodkin 2004) as sklearn computes it: CoLA's metric; NaN where a label
+    or prediction is not finite."""
     t, p = _pair(y_true, y_pred)
+    if _nonfinite(t, p):
+        return float("nan")
     classes, idx = np.unique(np.concatenate([t, p]), return_inverse=True)
     k = classes.size
     ti, pi = idx[: t.size], idx[t.size :]

@@ -20,7 +20,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 from torch.nn.utils.rnn import pad_sequence
 
-from bertkit.errors import BertkitError
+from bertkit.errors import BertkitError, NonFiniteError
 from bertkit.features import length_batches, run_batches
 from bertkit.heads import IGNORE_INDEX
 from bertkit.inference.runner import run_length_sorted
@@ -172,10 +172,26 @@ def _fill_word_activations(model: BertModel, features: list[dict], offsets: np.n
             f, states = features[i], states_of[i]
             pos = [p for p, w in enumerate(f["word_ids"]) if w is not None]
             rows = offsets[f["sentence_index"]] + np.asarray([f["word_ids"][p] for p in pos])
-            values[rows] = states[:, pos].transpose(1, 0, 2).astype(np.float16)  # (words, L + 1, H)
+            with np.errstate(over="ignore"):
+                words = states[:, pos].transpose(1, 0, 2).astype(np.float16)  # (words, L + 1, H)
+            if not np.isfinite(words).all():  # a tagger trained or scored on them: an argmax of NaN is a tag
+                _refuse_nonfinite(states[:, pos], f["sentence_index"])
+            values[rows] = words
     bar.close()
     values.flush()
     del values
+
+
+def _refuse_nonfinite(states: np.ndarray, sentence: int) -> None:
+    """Raise for float32 word ``states`` (L + 1, words, H) of ``sentence`` that are not finite, or not in float16."""
+    with np.errstate(over="ignore"):
+        layer = int(np.argmin([np.isfinite(s.astype(np.float16)).all() for s in states]))
+    where = f"sentence {sentence} (0-based, file order): layer {layer} of its word activations holds"
+    if np.isfinite(states[layer]).all():
+        raise NonFiniteError(f"{where} values past float16's range (largest {np.abs(states[layer]).max():.1e}), in "
+                             "which the study keeps activations; the model's activations overflow: study a checkpoint "
+                             "whose activations stay below 65504; nothing was written")
+    raise NonFiniteError(f"{where} NaN or infinite values: the model's weights are broken; nothing was written")
 
 
 def _batch(acts: np.ndarray, offsets: np.ndarray, sentence_ids: Sequence[int], tag_ids: Sequence[np.ndarray] | None

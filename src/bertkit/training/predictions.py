@@ -16,7 +16,7 @@ from torch import nn
 
 from bertkit.compat import TupleAccess
 from bertkit.errors import BertkitError
-from bertkit.inference.runner import evaluate
+from bertkit.inference.runner import evaluate, finite_enough
 
 # the output fields predictions are made of, in transformers' order (a masked-LM's prediction_logits is its logits)
 FIELDS = ("logits", "start_logits", "end_logits", "prediction_logits", "seq_relationship_logits")
@@ -35,6 +35,9 @@ class Part:
     loss: float | None
     batch: dict | None = None
     step: int = 0  # its place among its process's batches: under torchrun, the k-th batches are one step
+    # False where the loss is not finite and neither are the outputs (NaN logits): the model's, not a batch's lack of
+    # labels, so the mean loss keeps it
+    loss_unscored: bool = True
 
 
 def run(module: nn.Module, examples: Sequence, batches: list[list[int]], *, label_names: Sequence[str],
@@ -66,8 +69,14 @@ def run(module: nn.Module, examples: Sequence, batches: list[list[int]], *, labe
             arrays = [_numpy(t) for t in (made if isinstance(made, (tuple, list)) else (made,))]
         else:
             arrays = [f.float().cpu().numpy() for f in fields]
-        part = Part([], arrays, [t.cpu().numpy() for t in label_tensors], inputs,
-                    None if loss is None else float(loss), kept, step=len(made_parts))
+        value = None if loss is None else float(loss)
+        # a loss that is not finite is looked into (the outputs as they left the model, before ``preprocess``): finite
+        # outputs there are a batch with no label to score (0 / 0), others (or none to look at: a sentence loss's
+        # embeddings stay inside it) the model's own NaN
+        unscored = value is None or math.isfinite(value) or (
+            bool(fields) and all(finite_enough(f.float().cpu().numpy()) for f in fields))
+        part = Part([], arrays, [t.cpu().numpy() for t in label_tensors], inputs, value, kept, step=len(made_parts),
+                    loss_unscored=unscored)
         made_parts.append(part)
         if on_step is not None:
             on_step()
@@ -93,13 +102,16 @@ def joined(parts: Sequence[Part], what: str) -> Any:
 
 def mean_loss(parts: Sequence[Part], weights: Sequence[int] | None = None) -> float | None:
     """The batches' losses, each weighed by its rows or by ``weights`` (one a part); None when no batch had one. A
-    batch whose loss is not finite (a token loss over a batch with no label: 0 / 0) is left out while another's is
-    finite, as transformers' logging_nan_inf_filter (bertkit's only setting) leaves it out of eval_loss."""
+    batch whose loss is not finite while its outputs are (a token loss over a batch with no label: 0 / 0) is left out
+    while another's is finite, as transformers' logging_nan_inf_filter (bertkit's only setting) leaves it out of
+    eval_loss. One whose outputs are not finite either (NaN logits; or no outputs to look at, a sentence loss's) is
+    kept, so the mean is NaN: left out, as transformers' filter leaves out any, a model whose outputs were NaN on part
+    of the set got a finite eval_loss, and load_best_model_at_end's default metric could pick it."""
     weights = weights if weights is not None else [len(p.rows) for p in parts]
-    losses = [(p.loss, w) for p, w in zip(parts, weights) if p.loss is not None]
-    if any(math.isfinite(v) for v, _ in losses):
-        losses = [(v, w) for v, w in losses if math.isfinite(v)]
-    return sum(v * w for v, w in losses) / sum(w for _, w in losses) if losses else None
+    losses = [(p.loss, w, p.loss_unscored) for p, w in zip(parts, weights) if p.loss is not None]
+    if any(math.isfinite(v) for v, _, _ in losses):
+        losses = [(v, w, u) for v, w, u in losses if math.isfinite(v) or not u]
+    return sum(v * w for v, w, _ in losses) / sum(w for _, w, _ in losses) if losses else None
 
 
 def _fields(out: Any, ignore_keys: Sequence[str]) -> list[torch.Tensor]:

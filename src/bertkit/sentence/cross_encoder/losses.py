@@ -450,8 +450,10 @@ class LambdaLoss(_ListwiseLoss):
         max_dcg = torch.sum(((2 ** target_sorted - 1) / discount)[:, :k], dim=-1).clamp(min=self.eps)
         gain = (2 ** true_by_prediction - 1) / max_dcg[:, None]
         weights = self.weighting_scheme(gain, discount, true_by_prediction)
+        # sentence-transformers (after allRank, whose padding logits are -inf) sets a NaN difference to 0; padding here
+        # is -1e16, so a NaN is the model's own (a NaN or overflowed logit): it stays, and the loss is NaN (the loop
+        # stops naming the step, eval_loss is NaN), where its 0 gave a finite loss for outputs that were not
         diffs = (logits_sorted[:, :, None] - logits_sorted[:, None, :]).clamp(min=-1e8, max=1e8)
-        diffs = diffs.masked_fill(torch.isnan(diffs), 0.0)
         losses = weights * F.logsigmoid(self.sigma * diffs)
         if self.reduction_log == "binary":
             losses = losses / math.log(2)

@@ -394,10 +394,10 @@ class CrossEncoder(Indexed, ReferenceCalls, nn.Module):
             show_progress_bar = logger.getEffectiveLevel() <= logging.INFO and len(pairs) > 10 * batch_size
         activation_fn = checked_activation(activation_fn) if activation_fn is not None else self.activation_fn
         scores = self._scores(pairs, batch_size, bool(show_progress_bar))
-        # logits -inf at every label (an overflow) came out of the sigmoid as 0.0 (a softmax over several: NaN), and
-        # rank() and the evaluators ranked those 0.0 scores in position order, as sentence-transformers does; such a
-        # pair's scores are NaN, which they refuse naming the pair
-        undefined = torch.isneginf(scores).all(dim=-1)
+        # logits -inf at every label (an overflow) came out of the sigmoid as 0.0 (a softmax over several: NaN), a
+        # logit +inf (an overflow the other way) as 1.0, and rank() and the evaluators ranked those scores in position
+        # order, as sentence-transformers does; such a pair's scores are NaN, which they refuse naming the pair
+        undefined = torch.isneginf(scores).all(dim=-1) | torch.isposinf(scores).any(dim=-1)
         if activation_fn is not None:
             scores = activation_fn(scores)
         if undefined.any():

@@ -24,6 +24,7 @@ from bertkit.sentence.evaluation.base import (
     results_csv_name,
 )
 from bertkit.sentence.evaluation.reranking import average_precision
+from bertkit.sentence.finite import refuse_nan_scores
 from bertkit.sentence.util import SIMILARITY_FUNCTIONS, similarity_function
 from bertkit.tasks.metrics import matthews_corrcoef
 
@@ -123,7 +124,9 @@ class BinaryClassificationEvaluator(ResultsCsv, EmbeddingEvaluator):
         names = self.similarity_fn_names or [similarity_function(model.similarity_fn_name)]
         per_fn: dict[str, dict[str, float]] = {}
         for fn in names:
-            scores = SIMILARITY_FUNCTIONS[fn][1](e1, e2).cpu().numpy()
+            scores = SIMILARITY_FUNCTIONS[fn][1](e1, e2)
+            refuse_nan_scores(scores, f"BinaryClassificationEvaluator ({fn})", "pair")
+            scores = scores.cpu().numpy()
             similar = fn not in DISTANCES
             if not similar:  # a distance, searched smallest first
                 scores = -scores

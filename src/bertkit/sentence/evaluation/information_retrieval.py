@@ -14,6 +14,7 @@ import torch
 
 from bertkit.errors import BertkitError, is_whole
 from bertkit.sentence.evaluation.base import EmbeddingEvaluator, ResultsCsv, prefixed, results_csv_name
+from bertkit.sentence.finite import refuse_nan_scores
 from bertkit.sentence.util import SIMILARITY_FUNCTIONS, similarity_function
 
 
@@ -109,7 +110,9 @@ class InformationRetrievalEvaluator(ResultsCsv, EmbeddingEvaluator):
         for fn_name, fn in functions.items():
             # scored corpus_chunk_size documents at a time, as sentence-transformers scores them: equal documents in
             # two chunks may score an ulp apart, and that, not the corpus id, then orders them
-            ranked = self.rank(torch.cat([fn(q, c.index_select(0, rows)) for rows in chunks], dim=1))
+            scores = torch.cat([fn(q, c.index_select(0, rows)) for rows in chunks], dim=1)
+            refuse_nan_scores(scores, f"InformationRetrievalEvaluator ({fn_name})", "query", "corpus entry")
+            ranked = self.rank(scores)
             for key, value in self.compute_metrics(ranked).items():
                 metrics[f"{fn_name}_{key}"] = value
         columns = [(fn, key) for fn in sorted(functions) for key in self.csv_metrics()]

@@ -12,6 +12,7 @@ import torch
 
 from bertkit.errors import BertkitError, is_whole
 from bertkit.sentence.evaluation.base import EmbeddingEvaluator, ResultsCsv, prefixed, results_csv_name
+from bertkit.sentence.finite import refuse_nan_scores
 from bertkit.sentence.util import cos_sim, take_rows
 
 
@@ -80,6 +81,7 @@ class RerankingEvaluator(ResultsCsv, EmbeddingEvaluator):
         for query, sample in zip(queries, self.samples):
             n_pos, n = len(sample["positive"]), len(sample["positive"]) + len(sample["negative"])
             scores = self.similarity_fct(query, take_rows(docs, start, n)).reshape(-1)
+            refuse_nan_scores(scores, "RerankingEvaluator", f"sample {len(mrr)}'s candidate")
             start += n
             relevant = np.r_[np.ones(n_pos), np.zeros(n - n_pos)]
             ranked = torch.argsort(-scores, stable=True)[:self.at_k].tolist()

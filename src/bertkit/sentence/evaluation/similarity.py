@@ -16,6 +16,7 @@ from bertkit.sentence.evaluation.base import (
     refuse_one_text,
     results_csv_name,
 )
+from bertkit.sentence.finite import refuse_nan_scores
 from bertkit.sentence.quantization import PRECISIONS
 from bertkit.sentence.util import SIMILARITY_FUNCTIONS, similarity_function
 from bertkit.tasks.metrics import pearson, spearman
@@ -105,7 +106,9 @@ class EmbeddingSimilarityEvaluator(ResultsCsv, EmbeddingEvaluator):
         names = self.similarity_fn_names or [model.similarity_fn_name]
         metrics: dict[str, float] = {}
         for fn in names:
-            sims = SIMILARITY_FUNCTIONS[fn][1](e1, e2).cpu().numpy()
+            sims = SIMILARITY_FUNCTIONS[fn][1](e1, e2)
+            refuse_nan_scores(sims, f"EmbeddingSimilarityEvaluator ({fn})", "pair")
+            sims = sims.cpu().numpy()
             metrics[f"pearson_{fn}"], metrics[f"spearman_{fn}"] = correlations(self.scores, sims)
         self.write_results(output_path, ["epoch", "steps", *(f"{fn}_{m}" for fn in names for m in ("pearson", "spearman"))],
                            [epoch, steps, *(metrics[f"{m}_{fn}"] for fn in names for m in ("pearson", "spearman"))])

@@ -16,6 +16,7 @@ from bertkit.sentence.evaluation.base import (
     refuse_one_text,
     results_csv_name,
 )
+from bertkit.sentence.finite import refuse_nan_scores
 from bertkit.sentence.util import SIMILARITY_FUNCTIONS, similarity_function
 
 
@@ -68,7 +69,10 @@ class TripletEvaluator(ResultsCsv, EmbeddingEvaluator):
         metrics: dict[str, float] = {}
         for fn in names:
             pairwise = SIMILARITY_FUNCTIONS[fn][1]
-            hits = pairwise(anchors, positives) > pairwise(anchors, negatives) + self.margin[fn]
+            positive, negative = pairwise(anchors, positives), pairwise(anchors, negatives)
+            refuse_nan_scores(positive, f"TripletEvaluator ({fn})", "anchor and positive of triplet")
+            refuse_nan_scores(negative, f"TripletEvaluator ({fn})", "anchor and negative of triplet")
+            hits = positive > negative + self.margin[fn]
             metrics[f"{fn}_accuracy"] = hits.float().mean().item()
         self.write_results(output_path, ["epoch", "steps", *(f"accuracy_{fn}" for fn in names)],
                            [epoch, steps, *metrics.values()])

@@ -166,6 +166,11 @@ class OnlineContrastiveLoss(SentenceLoss):
         labels = _binary_labels(type(self).__name__, labels, embeddings[0].shape[0],
                                 "pairs with another label are left out of the loss")
         distances = self.distance_metric(embeddings[0], embeddings[1])
+        if bool(torch.isnan(distances).any()):
+            # a NaN distance (an embedding holding NaN or inf) is neither harder nor easier than any other: the
+            # comparisons below dropped it, and the loss of the rest came out finite (sentence-transformers' too), an
+            # eval_loss and a training step blind to it; NaN, with its NaN gradient, as every other loss gives
+            return distances.sum()
         negatives, positives = distances[labels == 0], distances[labels == 1]
         hard_negatives = negatives[negatives < (positives.max() if len(positives) else negatives.mean())]
         hard_positives = positives[positives > (negatives.min() if len(negatives) else positives.mean())]
