@@ -86,12 +86,13 @@ def _pair(hf_name: str, tmp_path, num_labels: int = 3):
 # ---- silent differences: code that runs on both and must give the same numbers ---------------------------------
 
 
-def test_from_pretrained_returns_eval_mode_so_model_card_code_is_deterministic(minilm_dir, batch):
-    ours, theirs = bertkit.BertModel.from_pretrained(minilm_dir), transformers.BertModel.from_pretrained(minilm_dir)
+def test_from_pretrained_returns_eval_mode_so_model_card_code_is_deterministic(minilm_2_layers, small_batch):
+    ours = bertkit.BertModel.from_pretrained(minilm_2_layers)
+    theirs = transformers.BertModel.from_pretrained(minilm_2_layers)
     assert ours.training is theirs.training is False
     with torch.no_grad():  # no .eval(): as model cards write it
-        a, b = ours(**batch).last_hidden_state, theirs(**batch).last_hidden_state
-    _close(a, b, batch["attention_mask"])
+        a, b = ours(**small_batch).last_hidden_state, theirs(**small_batch).last_hidden_state
+    _close(a, b, small_batch["attention_mask"])
 
 
 def test_one_row_of_position_ids_is_broadcast_as_transformers_does(minilm_dir, batch):
@@ -202,30 +203,32 @@ def test_a_one_label_single_label_classifier_is_refused_however_the_label_count_
             make()
 
 
-def test_from_pretrained_keywords(minilm_dir, batch, tmp_path):
+def test_from_pretrained_keywords(minilm_2_layers, small_batch, tmp_path):
     kw = dict(num_labels=3, id2label={0: "neg", 1: "neu", 2: "pos"}, label2id={"neg": 0, "neu": 1, "pos": 2},
               problem_type="single_label_classification", output_hidden_states=True)
-    ours = bertkit.BertForSequenceClassification.from_pretrained(minilm_dir, **kw)
-    theirs = transformers.BertForSequenceClassification.from_pretrained(minilm_dir, **kw)
+    ours = bertkit.BertForSequenceClassification.from_pretrained(minilm_2_layers, **kw)
+    theirs = transformers.BertForSequenceClassification.from_pretrained(minilm_2_layers, **kw)
     assert ours.config.id2label == theirs.config.id2label and ours.config.label2id == theirs.config.label2id
     assert ours.config.problem_type == theirs.config.problem_type and ours.config.output_hidden_states
     with torch.no_grad():
-        assert len(ours(**batch).hidden_states) == len(theirs(**batch).hidden_states)
+        assert len(ours(**small_batch).hidden_states) == len(theirs(**small_batch).hidden_states)
     # config= as transformers passes it
-    config = bertkit.AutoConfig.from_pretrained(minilm_dir, num_labels=4)
-    assert bertkit.BertForSequenceClassification.from_pretrained(minilm_dir, config=config).classifier.out_features == 4
+    config = bertkit.AutoConfig.from_pretrained(minilm_2_layers, num_labels=4)
+    assert bertkit.BertForSequenceClassification.from_pretrained(minilm_2_layers, config=config
+                                                                 ).classifier.out_features == 4
     # add_pooling_layer
-    bare, hf_bare = (bertkit.BertModel.from_pretrained(minilm_dir, add_pooling_layer=False),
-                     transformers.BertModel.from_pretrained(minilm_dir, add_pooling_layer=False))
+    bare, hf_bare = (bertkit.BertModel.from_pretrained(minilm_2_layers, add_pooling_layer=False),
+                     transformers.BertModel.from_pretrained(minilm_2_layers, add_pooling_layer=False))
     with torch.no_grad():
-        assert bare(**batch).pooler_output is None and hf_bare(**batch).pooler_output is None
+        assert bare(**small_batch).pooler_output is None and hf_bare(**small_batch).pooler_output is None
     # attn_implementation: eager computes the same; an unavailable one is refused, naming both values
-    eager = bertkit.BertModel.from_pretrained(minilm_dir, attn_implementation="eager")
-    hf_eager = transformers.BertModel.from_pretrained(minilm_dir, attn_implementation="eager")
+    eager = bertkit.BertModel.from_pretrained(minilm_2_layers, attn_implementation="eager")
+    hf_eager = transformers.BertModel.from_pretrained(minilm_2_layers, attn_implementation="eager")
     with torch.no_grad():
-        _close(eager(**batch).last_hidden_state, hf_eager(**batch).last_hidden_state, batch["attention_mask"])
+        _close(eager(**small_batch).last_hidden_state, hf_eager(**small_batch).last_hidden_state,
+               small_batch["attention_mask"])
     with pytest.raises(BertkitError, match="'sdpa'.*'eager'"):
-        bertkit.BertModel.from_pretrained(minilm_dir, attn_implementation="flash_attention_2")
+        bertkit.BertModel.from_pretrained(minilm_2_layers, attn_implementation="flash_attention_2")
 
 
 def test_unknown_keyword_arguments_are_an_error_naming_them(minilm_dir):
@@ -319,21 +322,22 @@ def test_a_transformers_config_is_refused_where_it_would_build_another_network(t
         torch.testing.assert_close(ours(ids).last_hidden_state, theirs(ids).last_hidden_state, atol=1e-5, rtol=0)
 
 
-def test_dtype_device_and_config_from_pretrained(minilm_dir):
-    model = BertModel.from_pretrained(minilm_dir, dtype="bfloat16", device="cpu")
+def test_dtype_device_and_config_from_pretrained(minilm_2_layers):
+    model = BertModel.from_pretrained(minilm_2_layers, dtype="bfloat16", device="cpu")
     assert model.dtype == torch.bfloat16 and model.device == torch.device("cpu")
-    assert BertModel.from_pretrained(minilm_dir, dtype=torch.float16).dtype == torch.float16
+    assert BertModel.from_pretrained(minilm_2_layers, dtype=torch.float16).dtype == torch.float16
     with pytest.raises(BertkitError, match="dtype .int8. is not a torch floating-point dtype"):
-        BertModel.from_pretrained(minilm_dir, dtype="int8")
-    ours, theirs = BertConfig.from_pretrained(minilm_dir), transformers.BertConfig.from_pretrained(minilm_dir)
+        BertModel.from_pretrained(minilm_2_layers, dtype="int8")
+    ours = BertConfig.from_pretrained(minilm_2_layers)
+    theirs = transformers.BertConfig.from_pretrained(minilm_2_layers)
     for name in ("hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size", "vocab_size",
                  "max_position_embeddings", "layer_norm_eps"):
         assert getattr(ours, name) == getattr(theirs, name), name
 
 
-def test_ignore_mismatched_sizes_reinitialises_the_head_and_lists_it(minilm_dir, tmp_path, caplog):
+def test_ignore_mismatched_sizes_reinitialises_the_head_and_lists_it(minilm_2_layers, tmp_path, caplog):
     three = tmp_path / "three"
-    bertkit.BertForSequenceClassification.from_pretrained(minilm_dir, num_labels=3).save_pretrained(three)
+    bertkit.BertForSequenceClassification.from_pretrained(minilm_2_layers, num_labels=3).save_pretrained(three)
     with pytest.raises(BertkitError, match="classifier.weight.*ignore_mismatched_sizes=True"):
         bertkit.BertForSequenceClassification.from_pretrained(three, num_labels=5)
     with pytest.raises((RuntimeError, ValueError)):  # transformers refuses too
@@ -931,16 +935,16 @@ def test_gradient_checkpointing_enable_gives_the_same_gradients():
     assert not model.is_gradient_checkpointing
 
 
-def test_gradient_checkpointing_enable_keeps_the_attention_gradients(minilm_dir):
+def test_gradient_checkpointing_enable_keeps_the_attention_gradients(minilm_2_layers):
     """Layer 0's attention projection gets the same gradient with and without gradient checkpointing, and it is
     transformers' query, key and value gradients stacked as the key table stacks their weights (fused q/k/v)."""
-    tok = BertTokenizer.from_pretrained(minilm_dir)
+    tok = BertTokenizer.from_pretrained(minilm_2_layers)
     batch = tok(SENTENCES, padding=True, return_tensors="pt")
     labels = torch.tensor([0, 1, 1])
     no_dropout = dict(num_labels=2, hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)
     grads = []
     for enable in (False, True):
-        model = H.BertForSequenceClassification.from_pretrained(minilm_dir, **no_dropout)
+        model = H.BertForSequenceClassification.from_pretrained(minilm_2_layers, **no_dropout)
         torch.manual_seed(0)
         model.classifier.reset_parameters()
         if enable:
@@ -953,7 +957,7 @@ def test_gradient_checkpointing_enable_keeps_the_attention_gradients(minilm_dir)
     assert grads[0].abs().max() > 0
     torch.testing.assert_close(grads[1], grads[0], atol=1e-6, rtol=1e-5)
 
-    hf = transformers.BertForSequenceClassification.from_pretrained(minilm_dir, **no_dropout)
+    hf = transformers.BertForSequenceClassification.from_pretrained(minilm_2_layers, **no_dropout)
     hf.classifier.load_state_dict(model.classifier.state_dict())
     hf.train()
     hf(**batch, labels=labels).loss.backward()
