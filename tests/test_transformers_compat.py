@@ -95,16 +95,17 @@ def test_from_pretrained_returns_eval_mode_so_model_card_code_is_deterministic(m
     _close(a, b, small_batch["attention_mask"])
 
 
-def test_one_row_of_position_ids_is_broadcast_as_transformers_does(minilm_dir, batch):
+def test_one_row_of_position_ids_is_broadcast_as_transformers_does(minilm_2_layers, small_batch):
     # position_ids of shape (T,): transformers broadcasts it over the batch; bertkit refused the shape
-    ours, theirs = bertkit.BertModel.from_pretrained(minilm_dir), transformers.BertModel.from_pretrained(minilm_dir)
-    positions = torch.arange(batch["input_ids"].shape[1]) + 3  # not the default: must reach the embeddings
+    ours = bertkit.BertModel.from_pretrained(minilm_2_layers)
+    theirs = transformers.BertModel.from_pretrained(minilm_2_layers)
+    positions = torch.arange(small_batch["input_ids"].shape[1]) + 3  # not the default: reaches the embeddings
     with torch.no_grad():
         for layout in ("auto", "padded"):
             ours.layout = layout
-            a, b = ours(**batch, position_ids=positions), theirs(**batch, position_ids=positions)
-            _close(a.last_hidden_state, b.last_hidden_state, batch["attention_mask"])
-            _close(ours(**batch, position_ids=positions[None]).last_hidden_state, a.last_hidden_state)
+            a, b = ours(**small_batch, position_ids=positions), theirs(**small_batch, position_ids=positions)
+            _close(a.last_hidden_state, b.last_hidden_state, small_batch["attention_mask"])
+            _close(ours(**small_batch, position_ids=positions[None]).last_hidden_state, a.last_hidden_state)
 
 
 @pytest.mark.parametrize("name", ["BertModel", "BertForSequenceClassification", "BertForTokenClassification",
@@ -141,12 +142,12 @@ def test_output_switches_set_on_the_config_are_honoured(minilm_dir, batch):
     assert a.hidden_states is None and b.hidden_states is None and a.attentions is None
 
 
-def test_config_return_dict_false_gives_tuples(minilm_dir, batch):
-    ours = bertkit.BertForSequenceClassification.from_pretrained(minilm_dir, return_dict=False)
-    theirs = transformers.BertForSequenceClassification.from_pretrained(minilm_dir, return_dict=False)
+def test_config_return_dict_false_gives_tuples(minilm_2_layers, small_batch):
+    ours = bertkit.BertForSequenceClassification.from_pretrained(minilm_2_layers, return_dict=False)
+    theirs = transformers.BertForSequenceClassification.from_pretrained(minilm_2_layers, return_dict=False)
     ours.classifier.load_state_dict(theirs.classifier.state_dict())
     with torch.no_grad():
-        a, b = ours(**batch), theirs(**batch)
+        a, b = ours(**small_batch), theirs(**small_batch)
     assert isinstance(a, tuple) and isinstance(b, tuple) and len(a) == len(b) == 1
     _close(a[0], b[0])
 
@@ -603,13 +604,13 @@ def test_regression_losses_with_one_and_several_targets(tmp_path):
     with pytest.raises(BertkitError, match=r"labels of shape \(3,\) for logits of shape \(3, 2\)"):
         ours(**inputs, labels=torch.tensor([0.5, -1.0, 2.0]))
 
-def test_outputs_index_like_transformers(minilm_dir):
+def test_outputs_index_like_transformers(minilm_2_layers):
     """out[0], out["logits"], out.to_tuple(): transformers' fields and order, None fields left out."""
-    tok = BertTokenizer.from_pretrained(minilm_dir)
+    tok = BertTokenizer.from_pretrained(minilm_2_layers)
     batch = tok(SENTENCES, padding=True, return_tensors="pt")
     torch.manual_seed(0)
-    ours = H.BertForSequenceClassification.from_pretrained(minilm_dir, num_labels=2).eval()
-    hf = transformers.BertForSequenceClassification.from_pretrained(minilm_dir, num_labels=2).eval()
+    ours = H.BertForSequenceClassification.from_pretrained(minilm_2_layers, num_labels=2).eval()
+    hf = transformers.BertForSequenceClassification.from_pretrained(minilm_2_layers, num_labels=2).eval()
     hf.classifier.load_state_dict(ours.classifier.state_dict())
     labels = torch.tensor([0, 1, 1])
     with torch.no_grad():
@@ -625,10 +626,11 @@ def test_outputs_index_like_transformers(minilm_dir):
         a["start_logits"]
 
 
-def test_outputs_behave_as_mappings(minilm_dir, batch):
-    ours, theirs = bertkit.BertModel.from_pretrained(minilm_dir), transformers.BertModel.from_pretrained(minilm_dir)
+def test_outputs_behave_as_mappings(minilm_2_layers, small_batch):
+    ours = bertkit.BertModel.from_pretrained(minilm_2_layers)
+    theirs = transformers.BertModel.from_pretrained(minilm_2_layers)
     with torch.no_grad():
-        a, b = ours(**batch), theirs(**batch)
+        a, b = ours(**small_batch), theirs(**small_batch)
     assert list(a.keys()) == list(b.keys()) == ["last_hidden_state", "pooler_output"]
     assert [k for k, _ in a.items()] == [k for k, _ in b.items()]
     _close(list(a.values())[1], list(b.values())[1])
@@ -997,22 +999,23 @@ def test_id2label_assigned_from_json_is_read_with_int_ids(tmp_path):
     assert config.id2label == {0: "neg", 1: "pos"}  # a refused map changes nothing
 
 
-def test_dropout_masks_are_transformers_in_the_padded_layout(minilm_dir, batch):
+def test_dropout_masks_are_transformers_in_the_padded_layout(minilm_2_layers, small_batch):
     """One seed, dropout on (train mode): the padded layout draws transformers' dropout masks, so a same-seed run
     gives its numbers; the default layout draws them over the real tokens only, other masks on a padded batch
     (docs/coming-from-transformers.md)."""
-    ours, theirs = BertModel.from_pretrained(minilm_dir).train(), transformers.BertModel.from_pretrained(minilm_dir).train()
-    mask = batch["attention_mask"]
+    ours = BertModel.from_pretrained(minilm_2_layers).train()
+    theirs = transformers.BertModel.from_pretrained(minilm_2_layers).train()
+    mask = small_batch["attention_mask"]
     assert bool((mask == 0).any())  # a padded batch
     with torch.no_grad():
         torch.manual_seed(0)
-        expected = theirs(**batch).last_hidden_state
+        expected = theirs(**small_batch).last_hidden_state
         ours.layout = "padded"
         torch.manual_seed(0)
-        _close(ours(**batch).last_hidden_state, expected, mask)
+        _close(ours(**small_batch).last_hidden_state, expected, mask)
         ours.layout = "auto"
         torch.manual_seed(0)
-        unpadded = ours(**batch).last_hidden_state
+        unpadded = ours(**small_batch).last_hidden_state
     assert float((unpadded - expected)[mask.bool()].abs().max()) > 0.1
 
 
