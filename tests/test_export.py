@@ -160,9 +160,9 @@ def test_onnx_export_equals_bertkit_on_real_text(tmp_path, minilm_2_layers, data
 
 @pytest.mark.parametrize("cls", [H.BertForSequenceClassification, H.BertForQuestionAnswering,
                                  H.BertForMultipleChoice, H.BertForPreTraining], ids=lambda c: c.__name__)
-def test_onnx_export_of_heads(tmp_path, minilm_dir, cls, tiny_model):
+def test_onnx_export_of_heads(tmp_path, minilm_2_layers, cls, tiny_model):
     pytest.importorskip("onnxruntime", reason="pip install 'bertkit[onnx]'")
-    tok = BertTokenizer.from_pretrained(minilm_dir)
+    tok = BertTokenizer.from_pretrained(minilm_2_layers)
     model = tiny_model(cls, **_ON_MINILM_VOCAB, vocab_size=len(tok)).eval()
     model.save_pretrained(tmp_path / "m")
     tok.save_pretrained(tmp_path / "m")
@@ -180,14 +180,15 @@ def test_onnx_export_of_heads(tmp_path, minilm_dir, cls, tiny_model):
 
 
 @pytest.mark.parametrize("head", ["BertForSequenceClassification", "BertForMaskedLM", "BertForQuestionAnswering"])
-def test_a_head_config_json_names_and_the_weights_lack_is_refused(tmp_path, minilm_dir, tiny_checkpoint, head):
+def test_a_head_config_json_names_and_the_weights_lack_is_refused(tmp_path, minilm_2_layers, tiny_checkpoint,
+                                                                  head):
     """Was: a checkpoint whose config.json names a head its weights lack (an encoder's weights under a head's class)
     was exported with that head initialised at random, and verified against bertkit running the same random head;
     `bertkit quantize` wrote it so into the int8 directory, which then loaded as the checkpoint's head. The pipelines
     refuse such a directory. Now both commands refuse it, naming the missing weights, and write nothing."""
     from bertkit.quantization import quantize_checkpoint
 
-    model_dir = tiny_checkpoint(tmp_path / "m", tokenizer=BertTokenizer.from_pretrained(minilm_dir),
+    model_dir = tiny_checkpoint(tmp_path / "m", tokenizer=BertTokenizer.from_pretrained(minilm_2_layers),
                                 **_ON_MINILM_VOCAB)
     config = json.loads((model_dir / "config.json").read_text(encoding="utf-8"))
     (model_dir / "config.json").write_text(json.dumps({**config, "architectures": [head]}), encoding="utf-8")
@@ -200,13 +201,14 @@ def test_a_head_config_json_names_and_the_weights_lack_is_refused(tmp_path, mini
     assert sorted(p.name for p in tmp_path.iterdir()) == ["m"]
 
 
-def test_a_rejected_export_leaves_the_earlier_file_as_it_was(tmp_path, minilm_dir, monkeypatch, tiny_checkpoint):
+def test_a_rejected_export_leaves_the_earlier_file_as_it_was(tmp_path, minilm_2_layers, monkeypatch,
+                                                             tiny_checkpoint):
     """The new graph is verified under a temporary name beside the old one and renamed into place only once it
     passes: an export that fails its check (as `export onnx` with --overwrite once did) keeps the earlier file."""
     pytest.importorskip("onnxruntime", reason="pip install 'bertkit[onnx]'")
     import bertkit.inference.export as export
 
-    model_dir = tiny_checkpoint(tmp_path / "m", tokenizer=BertTokenizer.from_pretrained(minilm_dir),
+    model_dir = tiny_checkpoint(tmp_path / "m", tokenizer=BertTokenizer.from_pretrained(minilm_2_layers),
                                 **_ON_MINILM_VOCAB)
     out = tmp_path / "model.onnx"
     out.write_bytes(b"the earlier export, in production")
@@ -220,7 +222,7 @@ def test_a_rejected_export_leaves_the_earlier_file_as_it_was(tmp_path, minilm_di
     assert out.read_bytes()[:20] != b"the earlier export, "
 
 
-def test_a_sentence_transformers_directory_of_the_older_layout_exports_its_encoder(tmp_path, minilm_dir,
+def test_a_sentence_transformers_directory_of_the_older_layout_exports_its_encoder(tmp_path, minilm_2_layers,
                                                                                   tiny_checkpoint):
     """Was: a sentence-transformers directory with its Transformer in 0_Transformer/ (the older layout, which
     sentence-transformers, bertkit's SentenceTransformer and the pipelines load) was refused: "st/config.json not
@@ -230,7 +232,8 @@ def test_a_sentence_transformers_directory_of_the_older_layout_exports_its_encod
     import json
 
     st_dir = tmp_path / "st"
-    tiny_checkpoint(st_dir / "0_Transformer", tokenizer=BertTokenizer.from_pretrained(minilm_dir), **_ON_MINILM_VOCAB)
+    tiny_checkpoint(st_dir / "0_Transformer", tokenizer=BertTokenizer.from_pretrained(minilm_2_layers),
+                    **_ON_MINILM_VOCAB)
     (st_dir / "1_Pooling").mkdir()
     (st_dir / "1_Pooling" / "config.json").write_text(json.dumps({"word_embedding_dimension": 32}))
     (st_dir / "modules.json").write_text(json.dumps([
@@ -248,13 +251,13 @@ def test_a_sentence_transformers_directory_of_the_older_layout_exports_its_encod
 
 
 @pytest.mark.parametrize("opset", [9, 13, 99])
-def test_an_opset_the_exporter_cannot_write_is_refused_naming_the_range(tmp_path, minilm_dir, capsys, opset,
-                                                                        tiny_checkpoint):
+def test_an_opset_the_exporter_cannot_write_is_refused_naming_the_range(tmp_path, minilm_2_layers, capsys,
+                                                                        opset, tiny_checkpoint):
     """Below 14 the exporter has no attention operator; above torch.onnx's newest it stops: either was a traceback."""
     pytest.importorskip("onnx", reason="pip install 'bertkit[onnx]'")
     from bertkit.inference.export import supported_opsets
 
-    model_dir = tiny_checkpoint(tmp_path / "m", tokenizer=BertTokenizer.from_pretrained(minilm_dir),
+    model_dir = tiny_checkpoint(tmp_path / "m", tokenizer=BertTokenizer.from_pretrained(minilm_2_layers),
                                 **_ON_MINILM_VOCAB)
     assert supported_opsets().start == 14 and 17 in supported_opsets()
     with pytest.raises(BertkitError, match=rf"--opset {opset} is not one bertkit can export: the supported opsets "
@@ -266,19 +269,19 @@ def test_an_opset_the_exporter_cannot_write_is_refused_naming_the_range(tmp_path
 
 
 @pytest.mark.parametrize("opset", [17.0, "17", True])
-def test_an_opset_that_is_not_an_int_is_refused_naming_it(tmp_path, minilm_dir, opset, tiny_checkpoint):
+def test_an_opset_that_is_not_an_int_is_refused_naming_it(tmp_path, minilm_2_layers, opset, tiny_checkpoint):
     """Was: 17.0 passed the range check (17.0 in range(14, 21)) and stopped inside torch.onnx's exporter with a
     TypeError and a dump of the graph; "17" was refused as "--opset 17 is not one bertkit can export", of the range
     it then named."""
     pytest.importorskip("onnx", reason="pip install 'bertkit[onnx]'")
-    model_dir = tiny_checkpoint(tmp_path / "m", tokenizer=BertTokenizer.from_pretrained(minilm_dir),
+    model_dir = tiny_checkpoint(tmp_path / "m", tokenizer=BertTokenizer.from_pretrained(minilm_2_layers),
                                 **_ON_MINILM_VOCAB)
     with pytest.raises(BertkitError, match=rf"--opset {re.escape(repr(opset))} is not one bertkit can export"):
         export_onnx(model_dir, tmp_path / "m.onnx", opset=opset)
     assert not (tmp_path / "m.onnx").exists()
 
 
-def test_the_newest_supported_opset_is_one_the_exporter_writes(tmp_path, minilm_dir, tiny_checkpoint):
+def test_the_newest_supported_opset_is_one_the_exporter_writes(tmp_path, minilm_2_layers, tiny_checkpoint):
     """The TorchScript exporter bertkit runs writes up to its own newest opset (torch.onnx's newest is the dynamo
     exporter's): the top of the range exports without torch's "is not supported" warning, and runs as bertkit."""
     pytest.importorskip("onnxruntime", reason="pip install 'bertkit[onnx]'")
@@ -286,7 +289,7 @@ def test_the_newest_supported_opset_is_one_the_exporter_writes(tmp_path, minilm_
 
     from bertkit.inference.export import supported_opsets
 
-    model_dir = tiny_checkpoint(tmp_path / "m", tokenizer=BertTokenizer.from_pretrained(minilm_dir),
+    model_dir = tiny_checkpoint(tmp_path / "m", tokenizer=BertTokenizer.from_pretrained(minilm_2_layers),
                                 **_ON_MINILM_VOCAB)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
@@ -295,13 +298,13 @@ def test_the_newest_supported_opset_is_one_the_exporter_writes(tmp_path, minilm_
     assert result["opset"] == supported_opsets()[-1] and result["verified_max_abs_diff"] < 1e-5
 
 
-def test_a_checkpoint_whose_config_asks_for_tuples_and_extra_outputs_exports_its_head(tmp_path, minilm_dir,
-                                                                                       tiny_checkpoint):
+def test_a_checkpoint_whose_config_asks_for_tuples_and_extra_outputs_exports_its_head(
+        tmp_path, minilm_2_layers, tiny_checkpoint):
     """config.json's runtime switches (return_dict false, output_hidden_states / output_attentions true, as a
     model saved after setting them has) are a caller's defaults: the graph still returns the head's outputs."""
     pytest.importorskip("onnxruntime", reason="pip install 'bertkit[onnx]'")
     model_dir = tiny_checkpoint(tmp_path / "m", H.BertForSequenceClassification,
-                                tokenizer=BertTokenizer.from_pretrained(minilm_dir), return_dict=False,
+                                tokenizer=BertTokenizer.from_pretrained(minilm_2_layers), return_dict=False,
                                 output_hidden_states=True, output_attentions=True, **_ON_MINILM_VOCAB)
     result = export_onnx(model_dir, tmp_path / "m.onnx")
     assert result["outputs"] == ["logits"] and result["verified_max_abs_diff"] < 1e-5
@@ -309,7 +312,7 @@ def test_a_checkpoint_whose_config_asks_for_tuples_and_extra_outputs_exports_its
 
 
 @pytest.mark.parametrize("overwrite", [False, True])
-def test_a_file_another_process_writes_meanwhile_is_replaced_only_with_overwrite(tmp_path, minilm_dir,
+def test_a_file_another_process_writes_meanwhile_is_replaced_only_with_overwrite(tmp_path, minilm_2_layers,
                                                                                 tiny_checkpoint, monkeypatch, capsys,
                                                                                 overwrite):
     """Was: two `bertkit export onnx --out m.onnx` (or `predict ... --output-file`) started before either had
@@ -317,7 +320,7 @@ def test_a_file_another_process_writes_meanwhile_is_replaced_only_with_overwrite
     appears while the command runs is now kept, and the command says so (exit 2), unless --overwrite was given."""
     import bertkit.inference.export as export
 
-    model_dir = tiny_checkpoint(tmp_path / "m", tokenizer=BertTokenizer.from_pretrained(minilm_dir),
+    model_dir = tiny_checkpoint(tmp_path / "m", tokenizer=BertTokenizer.from_pretrained(minilm_2_layers),
                                 **_ON_MINILM_VOCAB)
     out = tmp_path / "m.onnx"
     write_graph = export._write_graph

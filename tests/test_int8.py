@@ -469,9 +469,10 @@ def test_no_deprecation_warning_reaches_the_caller(kernel, fp32, calibration, re
     assert not [w for w in caught if "deprecated" in str(w.message)], [str(w.message)[:80] for w in caught]
 
 
-def test_refuses_models_and_arguments_it_cannot_quantize(fp32, calibration, int8):
+def test_refuses_models_and_arguments_it_cannot_quantize(fp32, calibration, int8, tiny_model):
+    half = tiny_model(vocab_size=fp32.config.vocab_size).to(torch.bfloat16)  # refused by dtype, before any pass
     with pytest.raises(BertkitError, match="bfloat16.*model.float"):
-        quantize_int8(BertModel(fp32.config).to(torch.bfloat16), calibration=calibration)
+        quantize_int8(half, calibration=calibration)
     with pytest.raises(BertkitError, match="BertModel or head model"):
         quantize_int8(nn.Linear(4, 4), calibration=calibration)
     with pytest.raises(BertkitError, match="quantized already"):

@@ -772,31 +772,37 @@ def test_a_saved_int8_model_refuses_what_it_cannot_do(classifier_dir, quantized_
         assert message in capsys.readouterr().err, argv
 
 
-@pytest.mark.parametrize("quantize", [False, "", "fp16", "int4"])
-def test_an_int8_model_refuses_a_quantize_other_than_int8(quantized_classifier, quantize):
-    """Was: a `bertkit quantize` directory, and a load_int8 model passed in, ran in int8 whatever quantize= said:
-    quantize=False (what --no-int8 asks, refused on the command line) and a value a float checkpoint refuses ("fp16",
-    a typo "int4") were taken without a word. Now each is refused, naming the value and the float checkpoint to run."""
+@pytest.fixture(scope="module")
+def loaded_int8(quantized_classifier) -> BertForSequenceClassification:
+    """``load_int8(quantized_classifier)``, for the tests that only hand it to a call that refuses it."""
     from bertkit.quantization import load_int8
 
-    message = (rf"quantize {quantize!r}: .* is an int8 model.* and runs in int8 only: leave quantize unset "
-               r"\(or 'int8'\); for float, pass the float checkpoint it was made from")
-    with pytest.raises(BertkitError, match=message):
-        pipeline("text-classification", quantized_classifier, quantize=quantize)
-    model = load_int8(quantized_classifier)
-    with pytest.raises(BertkitError, match=message):
-        pipeline("text-classification", model, tokenizer=BertTokenizer.from_pretrained(quantized_classifier),
-                 quantize=quantize)
+    return load_int8(quantized_classifier)
+
+
+def test_an_int8_model_refuses_a_quantize_other_than_int8(quantized_classifier, loaded_int8):
+    """Was: a `bertkit quantize` directory, and a load_int8 model passed in, ran in int8 whatever quantize= said:
+    quantize=False (what --no-int8 asks, refused on the command line) and a value a float checkpoint refuses ("fp16",
+    a typo "int4") were taken without a word. Now each is refused, naming the value and the float checkpoint to run.
+    The values in one test: each refusal is checked on the one loaded model (a load of MiniLM's int8 weights each)."""
+    tok = BertTokenizer.from_pretrained(quantized_classifier)
+    for quantize in (False, "", "fp16", "int4"):
+        message = (rf"quantize {quantize!r}: .* is an int8 model.* and runs in int8 only: leave quantize unset "
+                   r"\(or 'int8'\); for float, pass the float checkpoint it was made from")
+        with pytest.raises(BertkitError, match=message):
+            pipeline("text-classification", quantized_classifier, quantize=quantize)
+        with pytest.raises(BertkitError, match=message):
+            pipeline("text-classification", loaded_int8, tokenizer=tok, quantize=quantize)
     assert pipeline("text-classification", quantized_classifier, quantize="int8").quantize == "int8"
 
 
 @pytest.mark.parametrize("name", ["model.safetensors", "pytorch_model.bin", "model.safetensors.index.json"])
-def test_save_int8_refuses_a_directory_holding_float_weights(classifier_dir, quantized_classifier, tmp_path, name):
+def test_save_int8_refuses_a_directory_holding_float_weights(classifier_dir, loaded_int8, tmp_path, name):
     """Was: save_int8 into a float checkpoint's directory (quantizing it in place, or into another model's) wrote
     model.int8.safetensors and the int8 config.json beside the float weights, which from_pretrained, transformers and
     sentence-transformers then loaded without a word under the int8 model's config.json: another model's weights
     where the two differed. Now it is refused, naming the file, and the directory is left as it was."""
-    from bertkit.quantization import load_int8, save_int8
+    from bertkit.quantization import save_int8
 
     target = tmp_path / "float"
     shutil.copytree(classifier_dir, target)
@@ -806,7 +812,7 @@ def test_save_int8_refuses_a_directory_holding_float_weights(classifier_dir, qua
     with pytest.raises(BertkitError, match=rf"{target} holds float weights \({name}\), which from_pretrained, "
                                            "transformers and sentence-transformers would load in place of the int8 "
                                            "model: write it to another directory"):
-        save_int8(load_int8(quantized_classifier), target)
+        save_int8(loaded_int8, target)
     assert {p.name: p.read_bytes() for p in target.iterdir()} == before
 
 

@@ -567,15 +567,15 @@ def test_bertkits_own_checkpoints_keep_the_tied_decoder_as_a_view(tmp_path):
 # ---------------------------------------------------------------------------------------------------
 
 
-def test_sentence_transformers_opens_a_bertkit_directory(tmp_path, minilm_dir):
+def test_sentence_transformers_opens_a_bertkit_directory(tmp_path, minilm_2_layers):
     import sentence_transformers as st
 
     from bertkit import pipeline
     from bertkit.tokenization import BertTokenizer
 
-    model = BertModel.from_pretrained(minilm_dir)
+    model = BertModel.from_pretrained(minilm_2_layers)  # how the directory reads: the same at any depth
     model.save_pretrained(tmp_path)
-    BertTokenizer.from_pretrained(minilm_dir).save_pretrained(tmp_path)
+    BertTokenizer.from_pretrained(minilm_2_layers).save_pretrained(tmp_path)
     texts = ["A man is playing a guitar.", "The quick brown fox jumps over the lazy dog.", "Short.",
              "Sentence embeddings put similar sentences close together, and different ones apart."]
     theirs = st.SentenceTransformer(str(tmp_path), device="cpu")  # no modules.json: it adds mean pooling

@@ -224,13 +224,13 @@ def test_a_second_process_is_refused_and_a_dead_ones_lock_is_taken_over(tmp_path
         pass
 
 
-def test_commands_into_a_model_or_another_runs_directory_are_refused(tmp_path, minilm_dir, capsys):
+def test_commands_into_a_model_or_another_runs_directory_are_refused(tmp_path, minilm_2_layers, capsys):
     """train-tokenizer into a model directory; fine-tuning into a pre-training run; pretrain into a fine-tuning run."""
     from bertkit import BertModel, BertTokenizer
 
     model_dir = tmp_path / "model"
-    BertModel.from_pretrained(minilm_dir).save_pretrained(model_dir)
-    BertTokenizer.from_pretrained(minilm_dir).save_pretrained(model_dir)
+    BertModel.from_pretrained(minilm_2_layers).save_pretrained(model_dir)
+    BertTokenizer.from_pretrained(minilm_2_layers).save_pretrained(model_dir)
     before = (model_dir / "vocab.txt").read_bytes()
     corpus = tmp_path / "corpus.txt"
     corpus.write_text("a small corpus of words\n" * 50)

@@ -702,16 +702,16 @@ def test_feature_extraction_cls_and_tokens(minilm_2_layers, sst2):
         bertkit.pipeline("summarization", minilm_2_layers)
 
 
-def test_bf16_on_a_cpu_without_bf16_instructions_warns_once(minilm_dir, monkeypatch, caplog):
+def test_bf16_on_a_cpu_without_bf16_instructions_warns_once(minilm_2_layers, monkeypatch, caplog):
     """On an AVX2-only CPU bf16 autocast runs emulated, several times slower than fp32: say so, once."""
     from bertkit import _hardware
 
     _hardware.warn_if_bf16_is_emulated.cache_clear()
     monkeypatch.setattr(_hardware, "cpu_has_bf16", lambda: False)
     with caplog.at_level("WARNING", logger="bertkit"):
-        bertkit.pipeline("feature-extraction", minilm_dir, bf16=True)
-        bertkit.pipeline("feature-extraction", minilm_dir, bf16=True)
-        bertkit.pipeline("feature-extraction", minilm_dir)
+        bertkit.pipeline("feature-extraction", minilm_2_layers, bf16=True)
+        bertkit.pipeline("feature-extraction", minilm_2_layers, bf16=True)
+        bertkit.pipeline("feature-extraction", minilm_2_layers)
     warned = [r for r in caplog.records if "no bf16 instructions" in r.getMessage()]
     assert len(warned) == 1 and "Leave bf16 off here" in warned[0].getMessage()
     _hardware.warn_if_bf16_is_emulated.cache_clear()
@@ -721,7 +721,8 @@ def test_bf16_on_a_cpu_without_bf16_instructions_warns_once(minilm_dir, monkeypa
     _hardware.warn_if_bf16_is_emulated.cache_clear()
 
 
-def test_a_dict_input_with_a_key_the_task_does_not_read_is_refused_naming_it(tmp_path_factory, minilm_dir):
+def test_a_dict_input_with_a_key_the_task_does_not_read_is_refused_naming_it(tmp_path_factory, minilm_dir,
+                                                                             minilm_2_layers):
     """{"text": a, "text_pairr": b} was answered as the single text a: a misspelled pair key is now refused."""
     d, _ = tiny_dir(tmp_path_factory, minilm_dir, "BertForSequenceClassification")
     clf = bertkit.pipeline("text-classification", d)
@@ -729,7 +730,7 @@ def test_a_dict_input_with_a_key_the_task_does_not_read_is_refused_naming_it(tmp
     assert pair != clf("A man is eating.")  # the pair key is read
     with pytest.raises(BertkitError, match=r"unknown field\(s\) text_pairr; .* holds text, text_pair"):
         clf({"text": "A man is eating.", "text_pairr": "Someone eats."})
-    embed = bertkit.pipeline("sentence-embedding", minilm_dir)
+    embed = bertkit.pipeline("sentence-embedding", minilm_2_layers)
     with pytest.raises(BertkitError, match=r"input 1 has unknown field\(s\) pair;"):
         embed(["fine", {"text": "a", "pair": "b"}])
     qa_dir, _ = tiny_dir(tmp_path_factory, minilm_dir, "BertForQuestionAnswering")
@@ -749,7 +750,7 @@ def test_a_dict_input_with_a_key_the_task_does_not_read_is_refused_naming_it(tmp
             mc(bad)
 
 
-def test_a_sentence_transformers_directory_pools_as_its_1_pooling_says(minilm_dir, tmp_path, caplog):
+def test_a_sentence_transformers_directory_pools_as_its_1_pooling_says(minilm_2_layers, tmp_path, caplog):
     """A CLS-pooled sentence-transformers model gives sentence-transformers' own vectors through the pipeline
     (and so through `bertkit serve` and `predict`), not mean-pooled ones; asking for another pooling warns."""
     st = pytest.importorskip("sentence_transformers")
@@ -758,13 +759,13 @@ def test_a_sentence_transformers_directory_pools_as_its_1_pooling_says(minilm_di
     from bertkit.sentence.directory import read_directory
 
     d = tmp_path / "cls-model"
-    word = models.Transformer(str(minilm_dir))
+    word = models.Transformer(str(minilm_2_layers))
     model = st.SentenceTransformer(modules=[word, models.Pooling(word.get_embedding_dimension(), "cls"),
                                             models.Normalize()], device="cpu")
     model.save(str(d))
     texts = ["A man is playing a guitar.", "The new movie is awesome, the best I have seen this year.", "fine"]
     want = model.encode(texts, normalize_embeddings=True)
-    assert read_directory(d).pooling.modes == ("cls",) and read_directory(minilm_dir).pooling is None
+    assert read_directory(d).pooling.modes == ("cls",) and read_directory(minilm_2_layers).pooling is None
     got = np.asarray(bertkit.pipeline("sentence-embedding", model=str(d), progress=False)(texts))
     np.testing.assert_allclose(got, want, atol=2e-5)
     mean = np.asarray(bertkit.pipeline("sentence-embedding", model=str(d), pooling="mean", progress=False)(texts))

@@ -41,6 +41,19 @@ def dirs(tmp_path_factory, minilm_dir):
 
 
 @pytest.fixture(scope="module")
+def small_dirs(tmp_path_factory, minilm_2_layers):
+    """``dirs`` on MiniLM's first 2 layers, for the checks of what the guide is (not trained, not saved,
+    refused when it does not match), the same at any depth; the loss's numbers take ``dirs`` (with 2 layers
+    the relative margin masks every negative of this batch, and the checks that masking happened would hold
+    nothing)."""
+    root = tmp_path_factory.mktemp("gist-2-layers")
+    model = st_directory(minilm_2_layers, root / "model", dropout=0.0)
+    guide = st_directory(minilm_2_layers, root / "guide", pooling={**POOLING, "pooling_mode_cls_token": True,
+                                                                   "pooling_mode_mean_tokens": False})
+    return model, guide
+
+
+@pytest.fixture(scope="module")
 def models(dirs):
     """(bertkit's model, its guide, sentence-transformers' model, its guide)."""
     return (*(SentenceTransformer(d) for d in dirs), *(st.SentenceTransformer(str(d), device="cpu") for d in dirs))
@@ -81,8 +94,9 @@ def test_matryoshka_gist_equals_sentence_transformers(models):
     torch.testing.assert_close(got.detach(), want, atol=1e-5, rtol=1e-5)
 
 
-def test_guide_is_not_trained_or_saved(dirs, tmp_path):
-    model, guide = SentenceTransformer(dirs[0]), SentenceTransformer(dirs[0])  # a guide that sees real negatives
+def test_guide_is_not_trained_or_saved(small_dirs, tmp_path):
+    # a guide that sees real negatives
+    model, guide = SentenceTransformer(small_dirs[0]), SentenceTransformer(small_dirs[0])
     before = {k: v.clone() for k, v in guide.state_dict().items()}
     loss = losses.GISTEmbedLoss(model, guide)
     args = SentenceTransformerTrainingArguments(output_dir=str(tmp_path / "out"), report_to="none", use_cpu=True,
@@ -97,26 +111,28 @@ def test_guide_is_not_trained_or_saved(dirs, tmp_path):
     assert not guide.bert.training
 
 
-def test_guide_with_another_vocabulary_is_refused(dirs, tmp_path, minilm_dir):
-    other = st_directory(minilm_dir, tmp_path / "other-vocab")
-    vocab = (minilm_dir / "vocab.txt").read_text(encoding="utf-8").splitlines()
+def test_guide_with_another_vocabulary_is_refused(small_dirs, tmp_path, minilm_2_layers):
+    other = st_directory(minilm_2_layers, tmp_path / "other-vocab")
+    vocab = (minilm_2_layers / "vocab.txt").read_text(encoding="utf-8").splitlines()
     vocab[2000] = "zzzunseen"
     (other / "vocab.txt").unlink()
     (other / "vocab.txt").write_text("\n".join(vocab) + "\n", encoding="utf-8")
     (other / "tokenizer.json").unlink()
-    model, guide = SentenceTransformer(dirs[0]), SentenceTransformer(other)
-    with pytest.raises(BertkitError, match=rf"the guide {other} has another tokenizer than the model {dirs[0]} "
-                                           r".*first difference at id 2000: 'to' in the model's, 'zzzunseen'"):
+    model, guide = SentenceTransformer(small_dirs[0]), SentenceTransformer(other)
+    with pytest.raises(BertkitError, match=rf"the guide {other} has another tokenizer than the model "
+                                           rf"{small_dirs[0]} .*first difference at id 2000: "
+                                           r"'to' in the model's, 'zzzunseen'"):
         losses.GISTEmbedLoss(model, guide)
-    short = SentenceTransformer(dirs[1])
+    short = SentenceTransformer(small_dirs[1])
     short.max_seq_length = 64
     with pytest.raises(BertkitError, match="max_seq_length 64.*set guide.max_seq_length = 256"):
         losses.GISTEmbedLoss(model, short)
     with pytest.raises(BertkitError, match="guide must be a bertkit.sentence.SentenceTransformer"):
-        losses.GISTEmbedLoss(model, st.SentenceTransformer(str(dirs[1]), device="cpu"))
+        losses.GISTEmbedLoss(model, st.SentenceTransformer(str(small_dirs[1]), device="cpu"))
     with pytest.raises(BertkitError, match="GISTEmbedLoss takes 2 to 3 text column"):
-        SentenceTransformerTrainer(model=model, loss=losses.GISTEmbedLoss(model, SentenceTransformer(dirs[1])),
+        guide = SentenceTransformer(small_dirs[1])
+        SentenceTransformerTrainer(model=model, loss=losses.GISTEmbedLoss(model, guide),
                                    args=SentenceTransformerTrainingArguments(output_dir=str(tmp_path / "o")),
                                    train_dataset=[{"q": "a", "p": "b", "n1": "c", "n2": "d"}] * 4)
     assert not (tmp_path / "o").exists()
-    json.loads((dirs[1] / "config.json").read_text())  # the guide's directory untouched
+    json.loads((small_dirs[1] / "config.json").read_text())  # the guide's directory untouched

@@ -62,11 +62,11 @@ def test_embeddings_match_sentence_transformers(models):
     torch.testing.assert_close(ours.similarity(a, a), ref.similarity(b, b), atol=1e-5, rtol=0)
 
 
-def test_pooling_modes_match(tmp_path, minilm_dir):
+def test_pooling_modes_match(tmp_path, minilm_2_layers):
     """cls, max, mean and mean_sqrt_len_tokens at once: sentence-transformers concatenates them in that order."""
     modes = {"pooling_mode_cls_token": True, "pooling_mode_max_tokens": True, "pooling_mode_mean_tokens": True,
              "pooling_mode_mean_sqrt_len_tokens": True}
-    d = st_directory(minilm_dir, tmp_path / "m", pooling={**POOLING, **modes}, normalize=False)
+    d = st_directory(minilm_2_layers, tmp_path / "m", pooling={**POOLING, **modes}, normalize=False)
     ours, ref = SentenceTransformer(d), st.SentenceTransformer(str(d), device="cpu")
     got, want = ours.encode(TEXTS[:4]), ref.encode(TEXTS[:4])
     assert ours.pooling.modes == ("cls", "max", "mean", "mean_sqrt_len_tokens") and got.shape == want.shape == (4, 1536)
@@ -101,8 +101,8 @@ def test_weightedmean_and_lasttoken_pool_as_sentence_transformers(tmp_path, mini
             TEXTS), atol=2e-5)
 
 
-def test_prompt_left_out_of_pooling(tmp_path, minilm_dir):
-    d = st_directory(minilm_dir, tmp_path / "m", pooling={**POOLING, "include_prompt": False})
+def test_prompt_left_out_of_pooling(tmp_path, minilm_2_layers):
+    d = st_directory(minilm_2_layers, tmp_path / "m", pooling={**POOLING, "include_prompt": False})
     ours, ref = SentenceTransformer(d), st.SentenceTransformer(str(d), device="cpu")
     kwargs = {"prompt": "Represent this sentence for searching relevant passages: "}
     torch.testing.assert_close(ours.encode(TEXTS, **kwargs), ref.encode(TEXTS, **kwargs), atol=1e-5, rtol=0)
@@ -282,14 +282,14 @@ def test_a_modules_json_of_another_shape_is_refused_naming_it(tmp_path, listed):
             load(str(tmp_path / "st"))
 
 
-def test_a_saved_truncate_dim_wider_than_the_model_is_refused_naming_the_file(tmp_path, minilm_dir):
+def test_a_saved_truncate_dim_wider_than_the_model_is_refused_naming_the_file(tmp_path, minilm_2_layers):
     """A config_sentence_transformers.json whose truncate_dim exceeds the model's width (sentence-transformers slices
     with it and returns every dimension): the refusal named neither the file nor the fix, so SentenceTransformer,
     the embedding pipelines, `bertkit predict` and `bertkit serve` said "truncate_dim 500 must be a whole number in
     [1, 384]" of a value the caller never gave."""
     from bertkit import pipeline
 
-    saved = st_directory(minilm_dir, tmp_path / "wide", st_config={"truncate_dim": 500})
+    saved = st_directory(minilm_2_layers, tmp_path / "wide", st_config={"truncate_dim": 500})
     file = re.escape(str(saved / "config_sentence_transformers.json"))
     want = (rf"^{file}: truncate_dim 500 exceeds this model's 384 dimensions \(sentence-transformers then keeps all "
             r"384\); write a truncate_dim in \[1, 384\] there or remove it \(in Python, truncate_dim= chooses another\)")
@@ -437,18 +437,18 @@ def test_print_shows_every_module_with_its_settings_as_sentence_transformers(wor
     assert got[2] == "  (1): Pooling({'embedding_dimension': 384, 'pooling_mode': ('cls', 'mean'), 'include_prompt': True})"
     assert [repr(m) for m in built[0]] == [line.split(": ", 1)[1] for line in got[1:-1]]
 
-def test_the_transformers_arguments_are_sentence_transformers(words, minilm_dir):
+def test_the_transformers_arguments_are_sentence_transformers(words, minilm_2_layers):
     """max_seq_length lives on the tokenizer, shared with the model assembled from it (``word.max_seq_length = 32``
     cuts its texts at 32, as there); tokenizer_args' model_max_length wins over max_seq_length; config_args sets the
     encoder's config. What would change a vector and bertkit does not apply is refused by name."""
     from bertkit.sentence import models as ours
 
-    word = ours.Transformer(minilm_dir, max_seq_length=256, tokenizer_args={"model_max_length": 16},
+    word = ours.Transformer(minilm_2_layers, max_seq_length=256, tokenizer_args={"model_max_length": 16},
                             config_args={"hidden_dropout_prob": 0.0}, model_args={"torch_dtype": torch.float32})
     model = SentenceTransformer(modules=[word, ours.Pooling(384, "cls")])
     assert (model.max_seq_length, word.auto_model.config.hidden_dropout_prob, word.get_word_embedding_dimension(),
-            model.name_or_path) == (16, 0.0, 384, str(minilm_dir))
-    assert ours.Transformer(minilm_dir).max_seq_length == 512  # the tokenizer's, within the positions
+            model.name_or_path) == (16, 0.0, 384, str(minilm_2_layers))
+    assert ours.Transformer(minilm_2_layers).max_seq_length == 512  # the tokenizer's, within the positions
     word.max_seq_length = 32
     assert model.tokenize([TEXTS[3]])["input_ids"].shape == (1, 32)
     for bad, message in [({"transformer_task": "fill-mask"}, r"fill-mask'\): this is a SentenceTransformer's .*sparse_encoder.models.Transformer"),
@@ -458,7 +458,7 @@ def test_the_transformers_arguments_are_sentence_transformers(words, minilm_dir)
                          ({"backend": "onnx"}, r"backend=.* is not implemented in bertkit"),
                          ({"max_seq_lenght": 64}, r"unknown arguments \['max_seq_lenght'\]")]:
         with pytest.raises(BertkitError, match=message):
-            ours.Transformer(minilm_dir, **bad)
+            ours.Transformer(minilm_2_layers, **bad)
     with pytest.raises(BertkitError, match=r"pooling \['CLS'\] is not implemented"):  # modes are lower-case there too
         ours.Pooling(384, pooling_mode="CLS")
     with pytest.raises(BertkitError, match=r"Pooling's embedding_dimension must be a whole number >= 1.*got None"):

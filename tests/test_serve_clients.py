@@ -47,24 +47,26 @@ def embedder():
     server.stop()
 
 
-def _cross_encoder(directory: Path, labels: int) -> Path:
+def _cross_encoder(base: Path, directory: Path, labels: int) -> Path:
+    """A cross-encoder with a seeded random head on ``base`` (MiniLM's first 2 layers: what the routes and clients
+    are checked for does not depend on depth, and each answer is compared with the same pipeline's)."""
     from bertkit.heads import BertForSequenceClassification
     from bertkit.tokenization import BertTokenizer
 
     torch.manual_seed(0)
     id2label = {0: "relevance"} if labels == 1 else {0: "irrelevant", 1: "relevant"}
-    BertForSequenceClassification.from_pretrained(MODEL, id2label=id2label).save_pretrained(directory)
-    BertTokenizer.from_pretrained(MODEL).save_pretrained(directory)
+    BertForSequenceClassification.from_pretrained(base, id2label=id2label).save_pretrained(directory)
+    BertTokenizer.from_pretrained(base).save_pretrained(directory)
     return directory
 
 
 @pytest.fixture(scope="module")
-def reranker(tmp_path_factory):
+def reranker(tmp_path_factory, minilm_2_layers):
     """(server URL, the rerank pipeline) of a one-logit cross-encoder; no API key."""
     from bertkit import pipeline
     from bertkit.inference.serve import Limits, create_app
 
-    d = _cross_encoder(tmp_path_factory.mktemp("cross_encoder"), 1)
+    d = _cross_encoder(minilm_2_layers, tmp_path_factory.mktemp("cross_encoder"), 1)
     pipe = pipeline("rerank", d, batch_size=8, progress=False)
     server = Server(create_app(pipe, str(d), max_batch_size=8, max_wait_ms=2, limits=Limits(max_items=8)))
     yield server.url, pipe
@@ -72,12 +74,12 @@ def reranker(tmp_path_factory):
 
 
 @pytest.fixture(scope="module")
-def classifier(tmp_path_factory):
+def classifier(tmp_path_factory, minilm_2_layers):
     """(server URL, the text-classification pipeline) of a two-label classifier; no API key."""
     from bertkit import pipeline
     from bertkit.inference.serve import create_app
 
-    d = _cross_encoder(tmp_path_factory.mktemp("two_labels"), 2)
+    d = _cross_encoder(minilm_2_layers, tmp_path_factory.mktemp("two_labels"), 2)
     pipe = pipeline("text-classification", d, batch_size=8, progress=False)
     server = Server(create_app(pipe, str(d), max_batch_size=8, max_wait_ms=2))
     yield server.url, pipe
@@ -514,7 +516,8 @@ def test_llama_index_tei_rerank_postprocessor(reranker):
 # ---------------------------------------------------------------------------------------------------
 
 
-def test_rerank_is_admitted_by_pairs_refused_with_429_when_full_and_dropped_when_its_client_leaves(tmp_path):
+def test_rerank_is_admitted_by_pairs_refused_with_429_when_full_and_dropped_when_its_client_leaves(tmp_path,
+                                                                                                   minilm_2_layers):
     import concurrent.futures
 
     from bertkit.inference.pipelines import RerankPipeline
@@ -527,7 +530,7 @@ def test_rerank_is_admitted_by_pairs_refused_with_429_when_full_and_dropped_when
             gate()
             return super().run_rows(rows)
 
-    pipe = Held.from_pretrained(_cross_encoder(tmp_path / "ce", 1), batch_size=4, progress=False)
+    pipe = Held.from_pretrained(_cross_encoder(minilm_2_layers, tmp_path / "ce", 1), batch_size=4, progress=False)
     server = Server(create_app(pipe, "ce", max_batch_size=4, max_wait_ms=1,
                                limits=Limits(max_items=3, max_concurrent_requests=6)))
 
@@ -582,14 +585,15 @@ def test_the_rerank_pipeline_offline_equals_predict_on_a_rerank_server(reranker)
         pipe({"query": QUERY, "texts": []})
 
 
-def test_a_model_with_three_labels_is_not_a_reranker(tmp_path):
+def test_a_model_with_three_labels_is_not_a_reranker(tmp_path, minilm_2_layers):
     from bertkit import pipeline
     from bertkit.errors import BertkitError
     from bertkit.heads import BertForSequenceClassification
     from bertkit.tokenization import BertTokenizer
 
-    BertForSequenceClassification.from_pretrained(MODEL, id2label={0: "a", 1: "b", 2: "c"}).save_pretrained(tmp_path)
-    BertTokenizer.from_pretrained(MODEL).save_pretrained(tmp_path)
+    BertForSequenceClassification.from_pretrained(minilm_2_layers, id2label={0: "a", 1: "b", 2: "c"}
+                                                  ).save_pretrained(tmp_path)
+    BertTokenizer.from_pretrained(minilm_2_layers).save_pretrained(tmp_path)
     with pytest.raises(BertkitError, match="rerank needs a cross-encoder with one logit or two labels; this model "
                                            "has 3 labels"):
         pipeline("rerank", tmp_path)
@@ -637,7 +641,7 @@ def test_an_empty_api_key_from_any_source_is_refused_at_start_up_naming_it(monke
     (KEY, "every route but /health is protected by an API key"),
     (None, "the routes are NOT protected: anyone who reaches this address can use them"),
 ])
-def test_the_start_up_line_says_whether_the_routes_are_protected(monkeypatch, caplog, key, line):
+def test_the_start_up_line_says_whether_the_routes_are_protected(monkeypatch, caplog, key, line, minilm_2_layers):
     import uvicorn
 
     import bertkit.inference.serve as serve_module
@@ -647,7 +651,7 @@ def test_the_start_up_line_says_whether_the_routes_are_protected(monkeypatch, ca
     monkeypatch.setattr(uvicorn.Server, "run", lambda self, sockets=None: None)
     monkeypatch.setattr(serve_module, "bound_onednn_caches", lambda: [])  # the server process's environment, not pytest's
     caplog.set_level("INFO", logger="bertkit")
-    serve(ServeSettings(model_name_or_path=MODEL, task="sentence-embedding", api_key=key))
+    serve(ServeSettings(model_name_or_path=minilm_2_layers, task="sentence-embedding", api_key=key))
     started = [r.getMessage() for r in caplog.records if r.getMessage().startswith("serving ")]
     assert len(started) == 1 and line in started[0], started
     assert KEY not in caplog.text

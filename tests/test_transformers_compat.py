@@ -86,24 +86,26 @@ def _pair(hf_name: str, tmp_path, num_labels: int = 3):
 # ---- silent differences: code that runs on both and must give the same numbers ---------------------------------
 
 
-def test_from_pretrained_returns_eval_mode_so_model_card_code_is_deterministic(minilm_dir, batch):
-    ours, theirs = bertkit.BertModel.from_pretrained(minilm_dir), transformers.BertModel.from_pretrained(minilm_dir)
+def test_from_pretrained_returns_eval_mode_so_model_card_code_is_deterministic(minilm_2_layers, small_batch):
+    ours = bertkit.BertModel.from_pretrained(minilm_2_layers)
+    theirs = transformers.BertModel.from_pretrained(minilm_2_layers)
     assert ours.training is theirs.training is False
     with torch.no_grad():  # no .eval(): as model cards write it
-        a, b = ours(**batch).last_hidden_state, theirs(**batch).last_hidden_state
-    _close(a, b, batch["attention_mask"])
+        a, b = ours(**small_batch).last_hidden_state, theirs(**small_batch).last_hidden_state
+    _close(a, b, small_batch["attention_mask"])
 
 
-def test_one_row_of_position_ids_is_broadcast_as_transformers_does(minilm_dir, batch):
+def test_one_row_of_position_ids_is_broadcast_as_transformers_does(minilm_2_layers, small_batch):
     # position_ids of shape (T,): transformers broadcasts it over the batch; bertkit refused the shape
-    ours, theirs = bertkit.BertModel.from_pretrained(minilm_dir), transformers.BertModel.from_pretrained(minilm_dir)
-    positions = torch.arange(batch["input_ids"].shape[1]) + 3  # not the default: must reach the embeddings
+    ours = bertkit.BertModel.from_pretrained(minilm_2_layers)
+    theirs = transformers.BertModel.from_pretrained(minilm_2_layers)
+    positions = torch.arange(small_batch["input_ids"].shape[1]) + 3  # not the default: reaches the embeddings
     with torch.no_grad():
         for layout in ("auto", "padded"):
             ours.layout = layout
-            a, b = ours(**batch, position_ids=positions), theirs(**batch, position_ids=positions)
-            _close(a.last_hidden_state, b.last_hidden_state, batch["attention_mask"])
-            _close(ours(**batch, position_ids=positions[None]).last_hidden_state, a.last_hidden_state)
+            a, b = ours(**small_batch, position_ids=positions), theirs(**small_batch, position_ids=positions)
+            _close(a.last_hidden_state, b.last_hidden_state, small_batch["attention_mask"])
+            _close(ours(**small_batch, position_ids=positions[None]).last_hidden_state, a.last_hidden_state)
 
 
 @pytest.mark.parametrize("name", ["BertModel", "BertForSequenceClassification", "BertForTokenClassification",
@@ -140,12 +142,12 @@ def test_output_switches_set_on_the_config_are_honoured(minilm_dir, batch):
     assert a.hidden_states is None and b.hidden_states is None and a.attentions is None
 
 
-def test_config_return_dict_false_gives_tuples(minilm_dir, batch):
-    ours = bertkit.BertForSequenceClassification.from_pretrained(minilm_dir, return_dict=False)
-    theirs = transformers.BertForSequenceClassification.from_pretrained(minilm_dir, return_dict=False)
+def test_config_return_dict_false_gives_tuples(minilm_2_layers, small_batch):
+    ours = bertkit.BertForSequenceClassification.from_pretrained(minilm_2_layers, return_dict=False)
+    theirs = transformers.BertForSequenceClassification.from_pretrained(minilm_2_layers, return_dict=False)
     ours.classifier.load_state_dict(theirs.classifier.state_dict())
     with torch.no_grad():
-        a, b = ours(**batch), theirs(**batch)
+        a, b = ours(**small_batch), theirs(**small_batch)
     assert isinstance(a, tuple) and isinstance(b, tuple) and len(a) == len(b) == 1
     _close(a[0], b[0])
 
@@ -202,30 +204,32 @@ def test_a_one_label_single_label_classifier_is_refused_however_the_label_count_
             make()
 
 
-def test_from_pretrained_keywords(minilm_dir, batch, tmp_path):
+def test_from_pretrained_keywords(minilm_2_layers, small_batch, tmp_path):
     kw = dict(num_labels=3, id2label={0: "neg", 1: "neu", 2: "pos"}, label2id={"neg": 0, "neu": 1, "pos": 2},
               problem_type="single_label_classification", output_hidden_states=True)
-    ours = bertkit.BertForSequenceClassification.from_pretrained(minilm_dir, **kw)
-    theirs = transformers.BertForSequenceClassification.from_pretrained(minilm_dir, **kw)
+    ours = bertkit.BertForSequenceClassification.from_pretrained(minilm_2_layers, **kw)
+    theirs = transformers.BertForSequenceClassification.from_pretrained(minilm_2_layers, **kw)
     assert ours.config.id2label == theirs.config.id2label and ours.config.label2id == theirs.config.label2id
     assert ours.config.problem_type == theirs.config.problem_type and ours.config.output_hidden_states
     with torch.no_grad():
-        assert len(ours(**batch).hidden_states) == len(theirs(**batch).hidden_states)
+        assert len(ours(**small_batch).hidden_states) == len(theirs(**small_batch).hidden_states)
     # config= as transformers passes it
-    config = bertkit.AutoConfig.from_pretrained(minilm_dir, num_labels=4)
-    assert bertkit.BertForSequenceClassification.from_pretrained(minilm_dir, config=config).classifier.out_features == 4
+    config = bertkit.AutoConfig.from_pretrained(minilm_2_layers, num_labels=4)
+    assert bertkit.BertForSequenceClassification.from_pretrained(minilm_2_layers, config=config
+                                                                 ).classifier.out_features == 4
     # add_pooling_layer
-    bare, hf_bare = (bertkit.BertModel.from_pretrained(minilm_dir, add_pooling_layer=False),
-                     transformers.BertModel.from_pretrained(minilm_dir, add_pooling_layer=False))
+    bare, hf_bare = (bertkit.BertModel.from_pretrained(minilm_2_layers, add_pooling_layer=False),
+                     transformers.BertModel.from_pretrained(minilm_2_layers, add_pooling_layer=False))
     with torch.no_grad():
-        assert bare(**batch).pooler_output is None and hf_bare(**batch).pooler_output is None
+        assert bare(**small_batch).pooler_output is None and hf_bare(**small_batch).pooler_output is None
     # attn_implementation: eager computes the same; an unavailable one is refused, naming both values
-    eager = bertkit.BertModel.from_pretrained(minilm_dir, attn_implementation="eager")
-    hf_eager = transformers.BertModel.from_pretrained(minilm_dir, attn_implementation="eager")
+    eager = bertkit.BertModel.from_pretrained(minilm_2_layers, attn_implementation="eager")
+    hf_eager = transformers.BertModel.from_pretrained(minilm_2_layers, attn_implementation="eager")
     with torch.no_grad():
-        _close(eager(**batch).last_hidden_state, hf_eager(**batch).last_hidden_state, batch["attention_mask"])
+        _close(eager(**small_batch).last_hidden_state, hf_eager(**small_batch).last_hidden_state,
+               small_batch["attention_mask"])
     with pytest.raises(BertkitError, match="'sdpa'.*'eager'"):
-        bertkit.BertModel.from_pretrained(minilm_dir, attn_implementation="flash_attention_2")
+        bertkit.BertModel.from_pretrained(minilm_2_layers, attn_implementation="flash_attention_2")
 
 
 def test_unknown_keyword_arguments_are_an_error_naming_them(minilm_dir):
@@ -319,21 +323,22 @@ def test_a_transformers_config_is_refused_where_it_would_build_another_network(t
         torch.testing.assert_close(ours(ids).last_hidden_state, theirs(ids).last_hidden_state, atol=1e-5, rtol=0)
 
 
-def test_dtype_device_and_config_from_pretrained(minilm_dir):
-    model = BertModel.from_pretrained(minilm_dir, dtype="bfloat16", device="cpu")
+def test_dtype_device_and_config_from_pretrained(minilm_2_layers):
+    model = BertModel.from_pretrained(minilm_2_layers, dtype="bfloat16", device="cpu")
     assert model.dtype == torch.bfloat16 and model.device == torch.device("cpu")
-    assert BertModel.from_pretrained(minilm_dir, dtype=torch.float16).dtype == torch.float16
+    assert BertModel.from_pretrained(minilm_2_layers, dtype=torch.float16).dtype == torch.float16
     with pytest.raises(BertkitError, match="dtype .int8. is not a torch floating-point dtype"):
-        BertModel.from_pretrained(minilm_dir, dtype="int8")
-    ours, theirs = BertConfig.from_pretrained(minilm_dir), transformers.BertConfig.from_pretrained(minilm_dir)
+        BertModel.from_pretrained(minilm_2_layers, dtype="int8")
+    ours = BertConfig.from_pretrained(minilm_2_layers)
+    theirs = transformers.BertConfig.from_pretrained(minilm_2_layers)
     for name in ("hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size", "vocab_size",
                  "max_position_embeddings", "layer_norm_eps"):
         assert getattr(ours, name) == getattr(theirs, name), name
 
 
-def test_ignore_mismatched_sizes_reinitialises_the_head_and_lists_it(minilm_dir, tmp_path, caplog):
+def test_ignore_mismatched_sizes_reinitialises_the_head_and_lists_it(minilm_2_layers, tmp_path, caplog):
     three = tmp_path / "three"
-    bertkit.BertForSequenceClassification.from_pretrained(minilm_dir, num_labels=3).save_pretrained(three)
+    bertkit.BertForSequenceClassification.from_pretrained(minilm_2_layers, num_labels=3).save_pretrained(three)
     with pytest.raises(BertkitError, match="classifier.weight.*ignore_mismatched_sizes=True"):
         bertkit.BertForSequenceClassification.from_pretrained(three, num_labels=5)
     with pytest.raises((RuntimeError, ValueError)):  # transformers refuses too
@@ -599,13 +604,13 @@ def test_regression_losses_with_one_and_several_targets(tmp_path):
     with pytest.raises(BertkitError, match=r"labels of shape \(3,\) for logits of shape \(3, 2\)"):
         ours(**inputs, labels=torch.tensor([0.5, -1.0, 2.0]))
 
-def test_outputs_index_like_transformers(minilm_dir):
+def test_outputs_index_like_transformers(minilm_2_layers):
     """out[0], out["logits"], out.to_tuple(): transformers' fields and order, None fields left out."""
-    tok = BertTokenizer.from_pretrained(minilm_dir)
+    tok = BertTokenizer.from_pretrained(minilm_2_layers)
     batch = tok(SENTENCES, padding=True, return_tensors="pt")
     torch.manual_seed(0)
-    ours = H.BertForSequenceClassification.from_pretrained(minilm_dir, num_labels=2).eval()
-    hf = transformers.BertForSequenceClassification.from_pretrained(minilm_dir, num_labels=2).eval()
+    ours = H.BertForSequenceClassification.from_pretrained(minilm_2_layers, num_labels=2).eval()
+    hf = transformers.BertForSequenceClassification.from_pretrained(minilm_2_layers, num_labels=2).eval()
     hf.classifier.load_state_dict(ours.classifier.state_dict())
     labels = torch.tensor([0, 1, 1])
     with torch.no_grad():
@@ -621,10 +626,11 @@ def test_outputs_index_like_transformers(minilm_dir):
         a["start_logits"]
 
 
-def test_outputs_behave_as_mappings(minilm_dir, batch):
-    ours, theirs = bertkit.BertModel.from_pretrained(minilm_dir), transformers.BertModel.from_pretrained(minilm_dir)
+def test_outputs_behave_as_mappings(minilm_2_layers, small_batch):
+    ours = bertkit.BertModel.from_pretrained(minilm_2_layers)
+    theirs = transformers.BertModel.from_pretrained(minilm_2_layers)
     with torch.no_grad():
-        a, b = ours(**batch), theirs(**batch)
+        a, b = ours(**small_batch), theirs(**small_batch)
     assert list(a.keys()) == list(b.keys()) == ["last_hidden_state", "pooler_output"]
     assert [k for k, _ in a.items()] == [k for k, _ in b.items()]
     _close(list(a.values())[1], list(b.values())[1])
@@ -931,16 +937,16 @@ def test_gradient_checkpointing_enable_gives_the_same_gradients():
     assert not model.is_gradient_checkpointing
 
 
-def test_gradient_checkpointing_enable_keeps_the_attention_gradients(minilm_dir):
+def test_gradient_checkpointing_enable_keeps_the_attention_gradients(minilm_2_layers):
     """Layer 0's attention projection gets the same gradient with and without gradient checkpointing, and it is
     transformers' query, key and value gradients stacked as the key table stacks their weights (fused q/k/v)."""
-    tok = BertTokenizer.from_pretrained(minilm_dir)
+    tok = BertTokenizer.from_pretrained(minilm_2_layers)
     batch = tok(SENTENCES, padding=True, return_tensors="pt")
     labels = torch.tensor([0, 1, 1])
     no_dropout = dict(num_labels=2, hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)
     grads = []
     for enable in (False, True):
-        model = H.BertForSequenceClassification.from_pretrained(minilm_dir, **no_dropout)
+        model = H.BertForSequenceClassification.from_pretrained(minilm_2_layers, **no_dropout)
         torch.manual_seed(0)
         model.classifier.reset_parameters()
         if enable:
@@ -953,7 +959,7 @@ def test_gradient_checkpointing_enable_keeps_the_attention_gradients(minilm_dir)
     assert grads[0].abs().max() > 0
     torch.testing.assert_close(grads[1], grads[0], atol=1e-6, rtol=1e-5)
 
-    hf = transformers.BertForSequenceClassification.from_pretrained(minilm_dir, **no_dropout)
+    hf = transformers.BertForSequenceClassification.from_pretrained(minilm_2_layers, **no_dropout)
     hf.classifier.load_state_dict(model.classifier.state_dict())
     hf.train()
     hf(**batch, labels=labels).loss.backward()
@@ -993,22 +999,23 @@ def test_id2label_assigned_from_json_is_read_with_int_ids(tmp_path):
     assert config.id2label == {0: "neg", 1: "pos"}  # a refused map changes nothing
 
 
-def test_dropout_masks_are_transformers_in_the_padded_layout(minilm_dir, batch):
+def test_dropout_masks_are_transformers_in_the_padded_layout(minilm_2_layers, small_batch):
     """One seed, dropout on (train mode): the padded layout draws transformers' dropout masks, so a same-seed run
     gives its numbers; the default layout draws them over the real tokens only, other masks on a padded batch
     (docs/coming-from-transformers.md)."""
-    ours, theirs = BertModel.from_pretrained(minilm_dir).train(), transformers.BertModel.from_pretrained(minilm_dir).train()
-    mask = batch["attention_mask"]
+    ours = BertModel.from_pretrained(minilm_2_layers).train()
+    theirs = transformers.BertModel.from_pretrained(minilm_2_layers).train()
+    mask = small_batch["attention_mask"]
     assert bool((mask == 0).any())  # a padded batch
     with torch.no_grad():
         torch.manual_seed(0)
-        expected = theirs(**batch).last_hidden_state
+        expected = theirs(**small_batch).last_hidden_state
         ours.layout = "padded"
         torch.manual_seed(0)
-        _close(ours(**batch).last_hidden_state, expected, mask)
+        _close(ours(**small_batch).last_hidden_state, expected, mask)
         ours.layout = "auto"
         torch.manual_seed(0)
-        unpadded = ours(**batch).last_hidden_state
+        unpadded = ours(**small_batch).last_hidden_state
     assert float((unpadded - expected)[mask.bool()].abs().max()) > 0.1
 
 
