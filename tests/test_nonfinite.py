@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import math
 from types import SimpleNamespace
+from unittest import mock
 
 import numpy as np
 import pytest
@@ -282,6 +283,10 @@ def test_a_row_whose_norm_overflows_is_normalised_not_zeroed(tmp_path, tiny_chec
     assert float(unit_length(half)[0, 0]) == pytest.approx(384**-0.5, rel=1e-3)
     ordinary = torch.randn(64, 48, generator=torch.Generator().manual_seed(0)) * 3
     assert torch.equal(unit_length(ordinary), F.normalize(ordinary, p=2, dim=-1))  # the same numbers, bit for bit
+    mixed = torch.cat([big, ordinary[:2, :4], torch.tensor([[math.nan, 1.0, 0.0, 0.0]])])
+    asked = unit_length(mixed)
+    with mock.patch.object(torch.compiler, "is_compiling", return_value=True):  # the GPU's and compile's way: no sync
+        assert torch.equal(unit_length(mixed)[:4], asked[:4]) and torch.isnan(unit_length(mixed)[4]).all()
     assert torch.isnan(util.cos_sim(torch.tensor([[math.inf, 1.0, 0.0, 0.0]]), corpus)).all()  # still refused after
     directory = tiny_checkpoint(tmp_path / "m", "BertModel", tokenizer=["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]",
                                                                          "a", "b"])
