@@ -427,3 +427,17 @@ def test_tensors_come_back_on_the_models_device_as_sentence_transformers_returns
                                           tokenizer=minilm_tokenizer_dir, labels=1)), device="cuda")
     assert ce.predict([tuple(texts)], convert_to_tensor=True).device.type == "cuda"
     assert isinstance(ce.predict([tuple(texts)]), np.ndarray)
+
+
+def test_unit_length_on_the_gpu_is_the_cpus_without_a_host_sync():
+    """On the GPU unit_length rescales every row instead of asking the host whether a norm overflowed (a sync in
+    each training step through Normalize): the same numbers as on the CPU, the overflowing row included."""
+    from bertkit.sentence.finite import unit_length
+
+    rows = torch.cat([torch.tensor([[1e20, 1e20, 0.0, 0.0]]), torch.randn(7, 4, generator=torch.Generator().manual_seed(0))])
+    torch.cuda.set_sync_debug_mode("error")  # a synchronising call raises
+    try:
+        got = unit_length(rows.to(CUDA))
+    finally:
+        torch.cuda.set_sync_debug_mode("default")
+    torch.testing.assert_close(got.cpu(), unit_length(rows), **TOL)
