@@ -480,8 +480,9 @@ def test_shards_of_two_extractions_in_the_same_number_are_refused_not_read_as_on
         f"f-0000{k}-of-00003.safetensors" for k in (1, 2, 3)]
     with pytest.raises(BertkitError, match=r"the shards of .*f\.safetensors are of 2 extractions \(f-00001-of-00003"
                                            r"\.safetensors, f-00002-of-00003\.safetensors of one, "
-                                           r"f-00003-of-00003\.safetensors of another\): .* extract again with "
-                                           r"overwrite"):
+                                           r"f-00003-of-00003\.safetensors of another\): an overwrite of them was "
+                                           r"cut short; run the extraction cut short again with --resume \(resume=True\) "
+                                           r"to finish it .*, or extract again with overwrite"):
         list(fx.read_features(out))
     fx.extract_features(model, tok, list(reversed(TEXTS)), out, layers=[-1], batch_size=1,
                         max_shard_bytes=SHARD_BYTES, progress=False, overwrite=True)

@@ -94,7 +94,7 @@ class PartialOutput:
                 fix = ("pass --resume to continue it, or" if same else
                        f"continue it with `bertkit {earlier.get('command')} --resume`, or pass")
                 raise BertkitError(f"the last `bertkit {earlier.get('command')}` run into {out} was cut short after "
-                                   f"{_done(earlier.get('progress'))}; its rows are in {partial_path(out)}: {fix} "
+                                   f"{_done(earlier.get('progress'))}; its rows are in {_named(out, earlier)}: {fix} "
                                    "--overwrite to start again (they are removed)")
             self.discard(earlier)
             return
@@ -160,10 +160,15 @@ class PartialOutput:
         return written == self.out.name or (written.startswith(f"{self.out.stem}-")
                                             and written.endswith(self.out.suffix))
 
-    def finish(self, placed: Sequence[tuple[Path, Path]]) -> None:
+    def finish(self, placed: Sequence[tuple[Path, Path]], superseded: Sequence[Path] = ()) -> None:
         """Each finished partial file renamed to its name (as ``atomic_target`` places a file), then the record
-        removed: a kill in between leaves a record naming no file, which the next run passes over."""
-        for tmp, path in reversed(placed):  # the first file last: an output is not found before all of it is
+        removed. The earlier output's files this one replaces under other names (``superseded``) go before the first
+        file is placed: a kill until then leaves that partial file and the record, from which a resume finishes the
+        placing; one after, a record naming no file, which the next run passes over."""
+        for i, (tmp, path) in enumerate(reversed(placed)):  # the first file last: an output is not found before all
+            if i == len(placed) - 1:  # of it is
+                for old in superseded:
+                    old.unlink(missing_ok=True)
             with writing(path):
                 _publish(tmp, path)
         fsync_dir(self.out.parent)
@@ -232,8 +237,21 @@ class Appender:
 
 
 def _done(progress: Any) -> str:
-    rows = sum(int(p.get("rows", 0)) for p in (progress or {}).values() if isinstance(p, dict))
-    return f"{rows:,} row(s)"
+    """How far a run cut short went: its rows, or a sharded extraction's shards and work units (it records no rows)."""
+    parts = [p for p in (progress or {}).values() if isinstance(p, dict)]
+    if any("shards" in p for p in parts):
+        shards, units = sum(len(p.get("shards") or []) for p in parts), sum(int(p.get("units", 0)) for p in parts)
+        return f"{shards} finished shard(s)" + (f" and {units} work unit(s) of the next" if units else "")
+    return f"{sum(int(p.get('rows', 0)) for p in parts):,} row(s)"
+
+
+def _named(out: Path, record: dict) -> str:
+    """The partial files a record names (a sharded output's, one per shard), or ``out``'s own partial name."""
+    names = [n for n in record.get("files") or [] if isinstance(n, str) and "/" not in n]
+    if not names:
+        return str(partial_path(out))
+    more = f" (and {len(names) - 2} more)" if len(names) > 2 else ""
+    return ", ".join(str(out.parent / n) for n in names[:2]) + more
 
 
 def refuse_other_plan(where: str, command: str, earlier: dict, now: dict,
