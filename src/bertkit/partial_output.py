@@ -48,12 +48,19 @@ def file_version(identity: dict[str, Any]) -> str:
 
 
 def model_identity(model: str | os.PathLike | None) -> Any:
-    """A local model directory's files (name, size, mtime); a Hub id (or no path) as given."""
+    """A local model directory's files (relative path, size, mtime), those in its folders too: a sentence-transformers
+    directory's modules (1_Pooling/config.json, 2_Dense/model.safetensors) are the model as much as its weights; a Hub
+    id (or no path) as given. Hidden names (bertkit's bookkeeping, .git) are not the model."""
     if model is None or not Path(model).is_dir():
         return None if model is None else str(model)
-    return {"directory": str(Path(model).resolve()),
-            **{p.name: [p.stat().st_size, p.stat().st_mtime_ns] for p in sorted(Path(model).iterdir())
-               if p.is_file() and not p.name.startswith(".")}}
+    files = {}
+    for root, dirs, names in os.walk(model):  # a symlinked folder is not entered
+        dirs[:] = sorted(d for d in dirs if not d.startswith("."))
+        for name in sorted(n for n in names if not n.startswith(".")):
+            path = Path(root, name)
+            if path.is_file():
+                files[path.relative_to(model).as_posix()] = [path.stat().st_size, path.stat().st_mtime_ns]
+    return {"directory": str(Path(model).resolve()), **files}
 
 
 def resumed_overwrite(out: Path) -> bool:
