@@ -18,6 +18,7 @@ import hashlib
 import json
 import logging
 import os
+import re
 from collections.abc import Sequence
 from pathlib import Path
 from typing import IO, Any
@@ -48,19 +49,23 @@ def file_version(identity: dict[str, Any]) -> str:
 
 
 def model_identity(model: str | os.PathLike | None) -> Any:
-    """A local model directory's files (relative path, size, mtime), those in its folders too: a sentence-transformers
-    directory's modules (1_Pooling/config.json, 2_Dense/model.safetensors) are the model as much as its weights; a Hub
-    id (or no path) as given. Hidden names (bertkit's bookkeeping, .git) are not the model."""
+    """A local model directory's files (relative path, size, mtime), those of its folders too: a sentence-transformers
+    directory's modules (1_Pooling/config.json, 2_Dense/model.safetensors, a Router's route folders) are the model as
+    much as its weights; a Hub id (or no path) as given. Not hidden names (bertkit's bookkeeping, .git), nor a
+    training run's checkpoint-N folders (other models), nor anything deeper: the record holds this and is rewritten
+    after every chunk."""
     if model is None or not Path(model).is_dir():
         return None if model is None else str(model)
     files = {}
-    for root, dirs, names in os.walk(model):  # a symlinked folder is not entered
-        dirs[:] = sorted(d for d in dirs if not d.startswith("."))
-        for name in sorted(n for n in names if not n.startswith(".")):
-            path = Path(root, name)
-            if path.is_file():
+    for folder in [Path(model), *sorted(p for p in Path(model).iterdir() if p.is_dir() and not p.is_symlink()
+                                        and not p.name.startswith(".") and not _CHECKPOINT.fullmatch(p.name))]:
+        for path in sorted(folder.iterdir()):
+            if path.is_file() and not path.name.startswith("."):
                 files[path.relative_to(model).as_posix()] = [path.stat().st_size, path.stat().st_mtime_ns]
     return {"directory": str(Path(model).resolve()), **files}
+
+
+_CHECKPOINT = re.compile(r"checkpoint-[0-9]+")
 
 
 def resumed_overwrite(out: Path) -> bool:
