@@ -433,6 +433,58 @@ def test_feature_study_end_to_end(tiny, tmp_path):
     assert "| last_hidden |" in fs.format_table(report)
 
 
+
+@pytest.mark.slow  # four runs of the study: 5 to 8 s on 2 busy cores
+def test_feature_study_cut_short_resumes_without_extracting_or_training_its_finished_parts_again(tiny, tmp_path,
+                                                                                              monkeypatch, capsys):
+    """A long job: the activations of every word, then a tagger per combination. A kill meanwhile lost it all (the
+    command had no --resume, and its next run removed what the kill left). Now --resume continues it: the
+    activations and each finished combination are kept, a tagger cut short goes on from its checkpoint, and the
+    table is the uninterrupted run's."""
+    from bertkit.cli import main
+
+    d, _, _ = tiny
+    data = tmp_path / "conll"
+    data.mkdir()
+    for split in ("train", "valid"):
+        (data / f"{split}.txt").write_text(CONLL)
+    args = ["feature-study", "--data-dir", str(data), "--model", str(d), "--num-train-epochs", "1", "--batch-size",
+            "2", "--combinations", "last_hidden,weighted_sum_all_layers", "--no-progress"]
+    assert main([*args, "--out", str(tmp_path / "whole")]) == 0
+    whole = json.loads((tmp_path / "whole" / "report.json").read_text())
+    train, trained = fs.train_tagger, []
+
+    def cut(name, *rest, **kwargs):  # Ctrl-C as the second combination starts
+        if trained:
+            raise KeyboardInterrupt
+        trained.append(name)
+        return train(name, *rest, **kwargs)
+
+    monkeypatch.setattr(fs, "train_tagger", cut)
+    out = tmp_path / "study"
+    assert main([*args, "--out", str(out)]) == 130
+    monkeypatch.setattr(fs, "extract_word_activations", lambda *a, **k: pytest.fail("activations made again"))
+    again = []
+    monkeypatch.setattr(fs, "train_tagger", lambda name, *rest, **kwargs: again.append(name) or train(name, *rest,
+                                                                                                        **kwargs))
+    capsys.readouterr()
+    assert main([*args, "--out", str(out)]) == 2
+    assert (f"the last `bertkit feature-study` run into {out} was cut short; its files are in "
+            f"{tmp_path / '.study.bertkit-staging'}: pass --resume to continue it") in capsys.readouterr().err
+    train_file = data / "train.txt"
+    st = train_file.stat()
+    os.utime(train_file, ns=(st.st_atime_ns, st.st_mtime_ns + 10**9))
+    assert main([*args, "--out", str(out), "--resume"]) == 2
+    assert (f"cannot --resume in {out}: its `bertkit feature-study` run was cut short with other data files "
+            f"(train.txt '{train_file}' ({st.st_size:,} bytes, modified ") in capsys.readouterr().err
+    os.utime(train_file, ns=(st.st_atime_ns, st.st_mtime_ns))
+    assert main([*args, "--out", str(out), "--resume"]) == 0
+    assert again == ["weighted_sum_all_layers"]
+    report = json.loads((out / "report.json").read_text())
+    assert report["table"] == whole["table"] and len(report["table"]) == 2
+    assert [r["per_epoch"] for r in report["runs"]] == [r["per_epoch"] for r in whole["runs"]]
+
+
 SHARD_BYTES = 2 * 12 * 32 * 4  # layer -1 of the tiny encoder in float32: about two lines per shard
 
 
@@ -501,8 +553,9 @@ def test_shards_of_two_extractions_in_the_same_number_are_refused_not_read_as_on
         f"f-0000{k}-of-00003.safetensors" for k in (1, 2, 3)]
     with pytest.raises(BertkitError, match=r"the shards of .*f\.safetensors are of 2 extractions \(f-00001-of-00003"
                                            r"\.safetensors, f-00002-of-00003\.safetensors of one, "
-                                           r"f-00003-of-00003\.safetensors of another\): .* extract again with "
-                                           r"overwrite"):
+                                           r"f-00003-of-00003\.safetensors of another\): an overwrite of them was "
+                                           r"cut short; run the extraction cut short again with --resume \(resume=True\) "
+                                           r"to finish it .*, or extract again with overwrite"):
         list(fx.read_features(out))
     fx.extract_features(model, tok, list(reversed(TEXTS)), out, layers=[-1], batch_size=1,
                         max_shard_bytes=SHARD_BYTES, progress=False, overwrite=True)

@@ -126,23 +126,30 @@ def test_finetuning_checkpoint_without_labels_and_data_is_refused_as_older(tmp_p
     # the sentence trainers' loss settings, recorded since 2026-11-29 20:05
     with pytest.raises(Exception, match=r"earlier bertkit, which did not record loss; .* where they differ"):
         refuse_other_run(tmp_path, {**saved, "loss": {"MultipleNegativesRankingLoss": {"scale": 20.0}}}, saved)
+    # and their model's modules, recorded from format 3 (2026-12-02): a format-2 checkpoint without them is an older
+    # bertkit's; in a format-3 one, an absent entry is one not set then
+    modules = {"0": {"Transformer": {}}, "1": {"Pooling": {"modes": ["mean"]}}}
+    with pytest.raises(Exception, match=r"earlier bertkit, which did not record modules; .* where they differ"):
+        refuse_other_run(tmp_path, {**saved, "modules": modules}, saved, 2)
+    with pytest.raises(Exception, match=r"other settings or data .*'modules': \(None, \{"):
+        refuse_other_run(tmp_path, {**saved, "modules": modules}, saved, 3)
 
 
 def test_checkpoints_record_their_format_and_a_newer_one_is_refused(tmp_path):
-    """state.pt carries its format (2); one of a newer bertkit is refused naming the file and the fix, and in a
-    format-2 checkpoint an absent entry is one not set then (another setting), not an earlier bertkit's."""
+    """state.pt carries its format (3); one of a newer bertkit is refused naming the file and the fix, and in a
+    format-3 checkpoint an absent entry is one not set then (another setting), not an earlier bertkit's."""
     from bertkit.training.checkpoint import STATE_FORMAT, read_state, refuse_other_run, save_checkpoint
 
     state = {"model": {"w": torch.ones(2)}, "optimizer": {}, "scheduler": {}, "scaler": {}, "position": {"step": 1},
              "fingerprint": {"task": "sst-2"}, "rank_rng": [], "world_size": 1, "windows": [{}]}
     path = save_checkpoint(tmp_path, state, 1, keep=2)
-    assert torch.load(path / "state.pt", weights_only=True)["format"] == STATE_FORMAT == 2
+    assert torch.load(path / "state.pt", weights_only=True)["format"] == STATE_FORMAT == 3
     assert read_state(path)["fingerprint"] == {"task": "sst-2"}
     with pytest.raises(Exception, match=r"other settings or data .*'labels': \(None, \['0', '1'\]\)"):
         refuse_other_run(path, {"task": "sst-2", "labels": ["0", "1"]})
-    torch.save({**state, "format": 3}, path / "state.pt")
-    with pytest.raises(Exception, match=r"state.pt is of checkpoint format 3, written by a newer bertkit \(this one "
-                                        r"reads formats 1 to 2\): resume it with that version, or upgrade"):
+    torch.save({**state, "format": 4}, path / "state.pt")
+    with pytest.raises(Exception, match=r"state.pt is of checkpoint format 4, written by a newer bertkit \(this one "
+                                        r"reads formats 1 to 3\): resume it with that version, or upgrade"):
         read_state(path)
 
 

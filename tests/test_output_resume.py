@@ -371,3 +371,27 @@ def test_a_resume_rank_0_refuses_under_torchrun_stops_every_rank_at_once(minilm_
     assert "--resume" in done.stderr and "taking out.jsonl on rank 0 failed on rank(s) [0]" in done.stderr, \
         done.stderr[-6000:]
     assert "timed out" not in done.stderr.lower() and "Timeout" not in done.stderr, done.stderr[-6000:]
+
+
+def test_a_resume_after_a_sentence_transformers_module_changed_is_refused_naming_its_file(minilm_2_layers, texts,
+                                                                                           tmp_path, monkeypatch,
+                                                                                           small_chunks, capsys):
+    """A sentence-transformers directory's modules are files in folders of their own (1_Pooling/config.json,
+    2_Dense/model.safetensors): the model a resume had to share was its top-level files only, so a run cut short with
+    mean pooling resumed with CLS pooling, its first rows one model's embeddings and the rest another's, without a
+    word. The modules' files are the model's too now: such a resume is refused naming the file."""
+    from sentence_helpers import st_directory
+
+    model = st_directory(minilm_2_layers, tmp_path / "st", max_seq_length=32)
+    inputs = tmp_path / "in.txt"
+    inputs.write_text("\n".join(texts) + "\n", encoding="utf-8")
+    out = tmp_path / "out.jsonl"
+    _predict_cut_short(monkeypatch, 1, "sentence-embedding", model, inputs, out)
+    pooling = model / "1_Pooling" / "config.json"
+    pooling.write_text(pooling.read_text().replace('"pooling_mode_cls_token": false', '"pooling_mode_cls_token": true')
+                       .replace('"pooling_mode_mean_tokens": true', '"pooling_mode_mean_tokens": false'))
+    capsys.readouterr()
+    assert _predict("sentence-embedding", model, inputs, out, "--resume") == 2
+    assert "cut short with another model (1_Pooling/config.json (" in capsys.readouterr().err
+    assert sorted(p.name for p in tmp_path.iterdir()) == [".out.jsonl.bertkit-partial", ".out.jsonl.bertkit-partial.json",
+                                                          "in.txt", "st"]

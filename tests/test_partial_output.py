@@ -266,3 +266,59 @@ def test_overwrite_removes_only_this_outputs_partial_names_whatever_the_record_l
                                                       "plan": {}, "files": own + others, "progress": {}}))
     PartialOutput(out, "extract-features", {}, resume=False, overwrite=True)
     assert sorted(p.name for p in tmp_path.iterdir()) == sorted(others)
+
+
+def test_an_overwrite_cut_short_while_its_shards_are_placed_is_finished_by_resume_without_computing(
+        tmp_path, monkeypatch, tiny_model):
+    """The shards of an extraction are renamed into place one by one, over an earlier output's of the same names: a
+    kill between two renames of an overwrite left some shards of each, neither output whole (read_features refused
+    them), and --resume made the placed shards' states again; a kill before the earlier output's other shards were
+    removed left them beside the new ones, with no record to finish it. Now the record goes only once those are
+    removed, the refusal to read names --resume, and --resume finishes the placing from the files as they are,
+    computing nothing: the output is the uninterrupted run's."""
+    from bertkit import BertTokenizer, features, partial_output
+    from bertkit.feature_files import read_features
+
+    tok = BertTokenizer({t: i for i, t in enumerate(["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "a", "good",
+                                                     "dull", "film"])})
+    texts = [(t, None) for t in ("a good film", "a dull film", "good", "a film", "dull dull film", "a good dull film")]
+    options = dict(layers=[-1], batch_size=2, chunk_size=2, progress=False)
+    out = tmp_path / "f.safetensors"
+    features.extract_features(tiny_model(seed=0), tok, texts, out, max_shard_bytes=400, **options)
+    earlier = sorted(p.name for p in tmp_path.iterdir())
+    assert earlier == [f"f-0000{k}-of-00006.safetensors" for k in range(1, 7)]
+    model = tiny_model(seed=1)
+    whole = tmp_path / "whole" / "f.safetensors"
+    features.extract_features(model, tok, texts, whole, max_shard_bytes=1600, **options)
+    want = list(read_features(whole))
+    assert len(want) == 6 and len({p.name for p in whole.parent.iterdir()}) == 3
+
+    publish, placed = partial_output._publish, []
+
+    def killed(tmp, path):  # the kill after the first of three shards is in place
+        if placed:
+            raise KeyboardInterrupt
+        placed.append(path.name)
+        publish(tmp, path)
+
+    monkeypatch.setattr(partial_output, "_publish", killed)
+    with pytest.raises(KeyboardInterrupt):
+        features.extract_features(model, tok, texts, out, max_shard_bytes=1600, overwrite=True, **options)
+    monkeypatch.undo()
+    assert placed == ["f-00003-of-00003.safetensors"]
+    with pytest.raises(Exception, match=r"the shards of .*f.safetensors are not one extraction's: .* run the "
+                                        r"extraction cut short again with --resume \(resume=True\) to finish it"):
+        list(read_features(out))
+    shard = tmp_path / ".f-00001-of-00003.safetensors.bertkit-partial"
+    with pytest.raises(Exception, match=rf"run into {out} was cut short after 3 finished shard\(s\); its rows are in "
+                                        rf"{shard}, .*-00002-of-00003.safetensors.bertkit-partial .*: pass --resume"):
+        features.extract_features(model, tok, texts, out, max_shard_bytes=1600, **options)
+    monkeypatch.setattr(features, "run_batches", lambda *a, **k: pytest.fail("a state computed again"))
+    features.extract_features(model, tok, texts, out, max_shard_bytes=1600, resume=True, **options)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["f-00001-of-00003.safetensors", "f-00002-of-00003.safetensors",
+                                                          "f-00003-of-00003.safetensors", "whole"]
+    got = list(read_features(out))
+    assert [g["line_index"] for g in got] == [w["line_index"] for w in want] == list(range(6))
+    for g, w in zip(got, want):
+        assert g["input_ids"].tolist() == w["input_ids"].tolist()
+        assert all((g["layers"][k] == w["layers"][k]).all() for k in w["layers"])

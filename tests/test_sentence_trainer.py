@@ -413,6 +413,60 @@ def test_resuming_under_another_loss_or_loss_setting_is_refused(model, tmp_path)
     assert trainer(losses.MultipleNegativesRankingLoss(model)).train(resume_from_checkpoint=True).global_step == 2
 
 
+@pytest.mark.parametrize("kind", ["sentence", "cross", "sparse"])
+def test_resuming_with_another_model_is_refused_naming_what_differs(kind, tmp_path, tiny_checkpoint, minilm_2_layers):
+    """A checkpoint holds the model's weights, not its modules' settings: a run resumed with CLS pooling after mean
+    pooling, without its Normalize, or with SPLADE's sum after max trained another model without a word; one resumed
+    on an encoder of another depth stopped at torch's "Error(s) in loading state_dict". The modules (their settings,
+    an encoder's config) are in the fingerprint now: refused naming them, before anything is written; the same model
+    resumes."""
+    from bertkit.sentence import models
+    from bertkit.sentence.sparse_encoder import (
+        SparseEncoder,
+        SparseEncoderTrainer,
+        SparseEncoderTrainingArguments,
+    )
+    from bertkit.sentence.sparse_encoder import losses as sparse_losses
+    from bertkit.sentence.sparse_encoder import models as sparse_models
+
+    head = {"sentence": "BertModel", "cross": "BertForSequenceClassification", "sparse": "BertForMaskedLM"}[kind]
+    two, one = (tiny_checkpoint(tmp_path / f"base{n}", head, tokenizer=minilm_2_layers, num_hidden_layers=n,
+                                labels=1 if kind == "cross" else None) for n in (2, 1))
+
+    def trainer(base=two, pooling: str = "mean", normalize: bool = True) -> Any:
+        args = dict(output_dir=str(tmp_path / "out"), report_to="none", use_cpu=True, disable_tqdm=True,
+                    per_device_train_batch_size=4, max_steps=2, learning_rate=1e-5, save_steps=1)
+        if kind == "cross":
+            model = CrossEncoder(str(base))
+            rows = [{"query": f"question {i}", "passage": f"passage {i // 3}", "label": float(i % 2)} for i in range(12)]
+            return CrossEncoderTrainer(model=model, loss=ce_losses.BinaryCrossEntropyLoss(model), train_dataset=rows,
+                                       args=CrossEncoderTrainingArguments(**args))
+        if kind == "sparse":
+            model = SparseEncoder(modules=[sparse_models.MLMTransformer(str(base)),
+                                           sparse_models.SpladePooling("max" if pooling == "mean" else "sum")])
+            loss = sparse_losses.SpladeLoss(model, sparse_losses.SparseMultipleNegativesRankingLoss(model),
+                                            document_regularizer_weight=3e-3, query_regularizer_weight=5e-3)
+            return SparseEncoderTrainer(model=model, loss=loss, train_dataset=PAIRS,
+                                        args=SparseEncoderTrainingArguments(**args))
+        model = SentenceTransformer(modules=[models.Transformer(str(base), max_seq_length=16),
+                                             models.Pooling(32, pooling), *([models.Normalize()] if normalize else [])])
+        return SentenceTransformerTrainer(model=model, loss=losses.MultipleNegativesRankingLoss(model),
+                                          train_dataset=PAIRS, args=SentenceTransformerTrainingArguments(**args))
+
+    trainer().train()
+    written = sorted(p.name for p in (tmp_path / "out").iterdir())
+    changes = {"sentence": [(dict(pooling="cls"), r"'modules.1.Pooling.modes': \(\['mean'\], \['cls'\]\)"),
+                            (dict(normalize=False), r"'modules.2': \(\{'Normalize': \{\}\}, None\)")],
+               "cross": [],
+               "sparse": [(dict(pooling="sum"), r"'modules.1.SpladePooling.pooling_strategy': \('max', 'sum'\)")]}
+    depth = r"'modules.0.(MLM)?Transformer.model.Bert\w*.config.num_hidden_layers': \(2, 1\)"
+    for change, named in [*changes[kind], (dict(base=one), depth)]:
+        with pytest.raises(BertkitError, match=r"other settings or data \(field: \(checkpoint, now\)\) \{.*" + named):
+            trainer(**change).train(resume_from_checkpoint=True)
+        assert sorted(p.name for p in (tmp_path / "out").iterdir()) == written
+    assert trainer().train(resume_from_checkpoint=True).global_step == 2
+
+
 def test_a_datasets_columns_are_its_rows_keys_as_sentence_transformers_reads_them(model_dir, tmp_path):
     """sentence-transformers takes a batch's columns from its rows' keys; bertkit took the Arrow column names: a
     dataset whose with_transform renames its columns ("q" -> "anchor") stopped with KeyError: 'q', and one whose

@@ -500,3 +500,21 @@ def test_an_output_directory_at_the_checkpoints_prefix_is_refused_not_made_to_hi
             "or clears a command's inputs: choose an output outside them") in capsys.readouterr().err
     assert not os.path.lexists(prefix)
     assert main([*args, "--output-dir", str(tmp_path / "converted")]) == 0  # the checkpoint still read from its prefix
+
+
+@pytest.mark.parametrize("below", [False, True], ids=["a file", "below a file"])
+def test_an_output_directory_that_is_a_file_is_refused_before_the_checkpoint_is_read(tmp_path, monkeypatch, below):
+    """convert_tf_checkpoint onto a file (or a path below one) read the whole checkpoint (1.3 GB for BERT-LARGE) and
+    loaded it before the save refused the path; now it is refused first, naming it, and the file is left as it was."""
+    from bertkit.inference import tf_checkpoint
+
+    (tmp_path / "bert_config.json").write_text(json.dumps({"vocab_size": len(VOCAB), "hidden_size": H,
+                                                           "num_hidden_layers": L, "num_attention_heads": NH,
+                                                           "intermediate_size": I}))
+    (tmp_path / "vocab.txt").write_text("\n".join(VOCAB) + "\n")
+    (tmp_path / "notes.txt").write_text("mine")
+    monkeypatch.setattr(tf_checkpoint, "read_tf_checkpoint", lambda *a, **k: pytest.fail("the checkpoint was read"))
+    out = tmp_path / "notes.txt" / "model" if below else tmp_path / "notes.txt"
+    with pytest.raises(BertkitError, match=rf"{tmp_path / 'notes.txt'}.* is a file, not a directory"):
+        convert_tf_checkpoint(tmp_path / "bert_model.ckpt", tmp_path / "bert_config.json", tmp_path / "vocab.txt", out)
+    assert (tmp_path / "notes.txt").read_text() == "mine"

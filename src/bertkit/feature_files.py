@@ -80,7 +80,9 @@ def resume_point(partial: PartialOutput, out: Path, files: Sequence[Path],
     state = progress.get("safetensors") or {}
     shards, current = list(state.get("shards", [])), int(state.get("units", 0))  # the sha256 of each finished shard
     for p, sha in enumerate(shards):
-        if not partial_path(files[p]).is_file() or sha256_of(partial_path(files[p])) != sha:
+        # a shard's partial file, or the shard itself where a kill cut the renames into place short (``finish``)
+        if not any(f.is_file() and not f.is_symlink() and sha256_of(f) == sha
+                   for f in (partial_path(files[p]), files[p])):
             logger.warning("%s is missing or differs from the sha256 recorded when it was written: it is made again "
                            "(and the shards after it)", partial_path(files[p]))
             shards, current = shards[:p], 0
@@ -179,10 +181,14 @@ def safetensors_meta(layers: Sequence[int], dtype: str, hidden_size: int, max_se
 
 def write_safetensors(partial: PartialOutput, files: list[Path], plan: list[range], units: list[list[list[int]]],
                       states_of: StatesOf, encoded: Sequence[dict], layers: Sequence[int], np_dtype: np.dtype,
-                      meta: dict[str, str], skipped: Callable[[int], None] = lambda n: None) -> None:
+                      meta: dict[str, str], skipped: Callable[[int], None] = lambda n: None,
+                      superseded: Sequence[Path] = ()) -> None:
     """Every shard written beside its name (``partial_path``), its states as each unit comes (recorded, so a resumed
     run goes on from the first unit ``resume_point`` does not prove), and all renamed into place at the end: a kill
-    while the states are computed leaves the earlier output whole, not its first shards replaced by this run's."""
+    while the states are computed leaves the earlier output whole, not its first shards replaced by this run's. The
+    earlier output's other shards (``superseded``, of other names: checked again, so a file of the user's put there
+    meanwhile stays) are removed before the record: a kill among the renames, or before those removals, is finished by
+    a resume, which computes nothing again."""
     state = partial.progress.get("safetensors") or {}  # proven by ``resume_point``
     done: list[str] = list(state.get("shards", []))  # the sha256 of each finished shard
     meta = {**meta, "extraction": state.get("extraction", meta["extraction"])}  # one extraction's shards, resumed
@@ -200,7 +206,9 @@ def write_safetensors(partial: PartialOutput, files: list[Path], plan: list[rang
         _write_shard(partial, path, shard, units[p], p, recorded, record, states_of, encoded, layers, np_dtype, meta)
         done.append(sha256_of(partial_path(path)))
         record(0)
-    partial.finish([(partial_path(path), path) for path in files])
+    # a shard without its partial file was placed by the run a kill cut short (``resume_point`` proved it there)
+    partial.finish([(partial_path(path), path) for path in files if os.path.lexists(partial_path(path))],
+                   superseded=[path for path in superseded if path not in files and is_feature_shard(path)])
 
 
 def _write_shard(partial: PartialOutput, path: Path, shard: range, units: list[list[int]], p: int,
@@ -292,30 +300,34 @@ def _shard_meta(path: Path) -> dict[str, str]:
 
 def _one_output(path: Path) -> list[Path]:
     """The files of the one output at ``path`` (.safetensors): itself, or all its shards; two outputs' files at once
-    (what a kill between placing a new output and removing the earlier one's other shards leaves) are refused."""
+    (what a kill while an overwrite placed its shards leaves) are refused, naming --resume where the record of the
+    extraction cut short is there to finish it."""
     found = existing_output(path)
     if not found:
         raise MissingFileError(f"no features at {path} (nor shards {path.stem}-*-of-*{path.suffix})")
+    record = partial_path(path, ".json")
+    fix = (f"run the extraction cut short again with --resume (resume=True) to finish it (it was placing its shards; "
+           f"its record: {record}), or extract again with overwrite" if record.is_file()
+           else "remove the ones you do not want, or extract again with overwrite")
     shards = [p for p in found if p != path]
     if len(found) > 1 and len(shards) < len(found):
         raise BertkitError(f"{path} and its shards {', '.join(p.name for p in shards)} are two extractions' outputs; "
-                           "remove the one you do not want, or extract again with overwrite")
+                           + fix.replace("the ones", "the one"))
     if shards:
         counts = sorted({p.stem.rpartition("-of-")[2] for p in shards})
         want = shard_paths(path, int(counts[-1]))
         if len(counts) > 1 or shards != want:
             missing = [p.name for p in want if p not in shards]
             raise BertkitError(f"the shards of {path} are not one extraction's: {', '.join(p.name for p in shards)}"
-                               + (f" ({', '.join(missing)} is missing)" if missing else "")
-                               + "; remove the ones you do not want, or extract again with overwrite")
+                               + (f" ({', '.join(missing)} is missing)" if missing else "") + f"; {fix}")
     runs: dict[str | None, list[str]] = {}
     for p in shards:
         runs.setdefault(_shard_meta(p).get("extraction"), []).append(p.name)
     if len(runs) > 1:
         one, *others = (", ".join(names) for names in runs.values())
         raise BertkitError(f"the shards of {path} are of {len(runs)} extractions ({one} of one, {'; '.join(others)} "
-                           "of another): an overwrite of them was cut short, so neither is whole; extract again with "
-                           "overwrite")
+                           "of another): an overwrite of them was cut short; "
+                           + (fix if record.is_file() else "extract again with overwrite"))
     return found
 
 

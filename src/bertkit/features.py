@@ -446,10 +446,7 @@ def extract_features(
             write_jsonl(partial, out, units[0], states_of, encoded, tokenizer, layers, np.dtype(dtype), bar.update)
         else:
             write_safetensors(partial, files, plan, units, states_of, encoded, layers, np.dtype(dtype), meta,
-                              bar.update)
-    for path in set(earlier) - set(files):  # the earlier output's other shards, once the new ones are in place:
-        if is_feature_shard(path):  # checked again, so a file put there during the run is kept
-            path.unlink(missing_ok=True)
+                              bar.update, superseded=earlier)  # its other shards, once the new ones are in place
     bar.close()
     return _report(files, encoded, layers, world, time.perf_counter() - t0)
 

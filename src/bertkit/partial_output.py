@@ -18,6 +18,7 @@ import hashlib
 import json
 import logging
 import os
+import re
 from collections.abc import Sequence
 from pathlib import Path
 from typing import IO, Any
@@ -48,12 +49,23 @@ def file_version(identity: dict[str, Any]) -> str:
 
 
 def model_identity(model: str | os.PathLike | None) -> Any:
-    """A local model directory's files (name, size, mtime); a Hub id (or no path) as given."""
+    """A local model directory's files (relative path, size, mtime), those of its folders too: a sentence-transformers
+    directory's modules (1_Pooling/config.json, 2_Dense/model.safetensors, a Router's route folders) are the model as
+    much as its weights; a Hub id (or no path) as given. Not hidden names (bertkit's bookkeeping, .git), nor a
+    training run's checkpoint-N folders (other models), nor anything deeper: the record holds this and is rewritten
+    after every chunk."""
     if model is None or not Path(model).is_dir():
         return None if model is None else str(model)
-    return {"directory": str(Path(model).resolve()),
-            **{p.name: [p.stat().st_size, p.stat().st_mtime_ns] for p in sorted(Path(model).iterdir())
-               if p.is_file() and not p.name.startswith(".")}}
+    files = {}
+    for folder in [Path(model), *sorted(p for p in Path(model).iterdir() if p.is_dir() and not p.is_symlink()
+                                        and not p.name.startswith(".") and not _CHECKPOINT.fullmatch(p.name))]:
+        for path in sorted(folder.iterdir()):
+            if path.is_file() and not path.name.startswith("."):
+                files[path.relative_to(model).as_posix()] = [path.stat().st_size, path.stat().st_mtime_ns]
+    return {"directory": str(Path(model).resolve()), **files}
+
+
+_CHECKPOINT = re.compile(r"checkpoint-[0-9]+")
 
 
 def resumed_overwrite(out: Path) -> bool:
@@ -94,7 +106,7 @@ class PartialOutput:
                 fix = ("pass --resume to continue it, or" if same else
                        f"continue it with `bertkit {earlier.get('command')} --resume`, or pass")
                 raise BertkitError(f"the last `bertkit {earlier.get('command')}` run into {out} was cut short after "
-                                   f"{_done(earlier.get('progress'))}; its rows are in {partial_path(out)}: {fix} "
+                                   f"{_done(earlier.get('progress'))}; its rows are in {_named(out, earlier)}: {fix} "
                                    "--overwrite to start again (they are removed)")
             self.discard(earlier)
             return
@@ -160,10 +172,15 @@ class PartialOutput:
         return written == self.out.name or (written.startswith(f"{self.out.stem}-")
                                             and written.endswith(self.out.suffix))
 
-    def finish(self, placed: Sequence[tuple[Path, Path]]) -> None:
+    def finish(self, placed: Sequence[tuple[Path, Path]], superseded: Sequence[Path] = ()) -> None:
         """Each finished partial file renamed to its name (as ``atomic_target`` places a file), then the record
-        removed: a kill in between leaves a record naming no file, which the next run passes over."""
-        for tmp, path in reversed(placed):  # the first file last: an output is not found before all of it is
+        removed. The earlier output's files this one replaces under other names (``superseded``) go before the first
+        file is placed: a kill until then leaves that partial file and the record, from which a resume finishes the
+        placing; one after, a record naming no file, which the next run passes over."""
+        for i, (tmp, path) in enumerate(reversed(placed)):  # the first file last: an output is not found before all
+            if i == len(placed) - 1:  # of it is
+                for old in superseded:
+                    old.unlink(missing_ok=True)
             with writing(path):
                 _publish(tmp, path)
         fsync_dir(self.out.parent)
@@ -232,8 +249,21 @@ class Appender:
 
 
 def _done(progress: Any) -> str:
-    rows = sum(int(p.get("rows", 0)) for p in (progress or {}).values() if isinstance(p, dict))
-    return f"{rows:,} row(s)"
+    """How far a run cut short went: its rows, or a sharded extraction's shards and work units (it records no rows)."""
+    parts = [p for p in (progress or {}).values() if isinstance(p, dict)]
+    if any("shards" in p for p in parts):
+        shards, units = sum(len(p.get("shards") or []) for p in parts), sum(int(p.get("units", 0)) for p in parts)
+        return f"{shards} finished shard(s)" + (f" and {units} work unit(s) of the next" if units else "")
+    return f"{sum(int(p.get('rows', 0)) for p in parts):,} row(s)"
+
+
+def _named(out: Path, record: dict) -> str:
+    """The partial files a record names (a sharded output's, one per shard), or ``out``'s own partial name."""
+    names = [n for n in record.get("files") or [] if isinstance(n, str) and "/" not in n]
+    if not names:
+        return str(partial_path(out))
+    more = f" (and {len(names) - 2} more)" if len(names) > 2 else ""
+    return ", ".join(str(out.parent / n) for n in names[:2]) + more
 
 
 def refuse_other_plan(where: str, command: str, earlier: dict, now: dict,

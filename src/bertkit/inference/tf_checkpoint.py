@@ -22,6 +22,7 @@ import torch
 
 from bertkit.errors import BertkitError, MissingFileError, read_json_object
 from bertkit.staging import staged
+from bertkit.write_paths import refuse_non_directory
 
 logger = logging.getLogger("bertkit")
 
@@ -445,6 +446,8 @@ def convert_tf_checkpoint(tf_checkpoint: str | Path, bert_config: str | Path, vo
     from bertkit.tokenization import BertTokenizer
 
     bert_config, vocab, output_dir = Path(bert_config), Path(vocab), Path(output_dir)
+    # before the checkpoint is read (1.3 GB for BERT-LARGE): the save would refuse it only then
+    refuse_non_directory(output_dir, "convert_tf_checkpoint")
     for path, what in ((bert_config, "bert_config.json"), (vocab, "vocab.txt")):
         if not path.is_file():
             raise MissingFileError(f"{path} {'is a directory' if path.is_dir() else 'not found'}: pass the "

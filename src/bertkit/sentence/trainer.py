@@ -51,7 +51,7 @@ from bertkit.sentence.data import (
 )
 from bertkit.sentence.evaluation.sequential import SequentialEvaluator
 from bertkit.sentence.losses import CoSENTLoss, SentenceLoss
-from bertkit.sentence.losses.base import loss_settings
+from bertkit.sentence.losses.base import loss_settings, module_settings
 from bertkit.sentence.model import SentenceTransformer
 from bertkit.sentence.prompts import check_prompt_columns
 from bertkit.sentence.training_args import (
@@ -362,7 +362,8 @@ class SentenceTransformerTrainer(Trainer):
         """The base Trainer's, with the learning rates per pattern (a checkpoint's optimiser state holds the rates it
         was saved with: resuming with others would keep those) and the samplers that draw the batches (for several
         datasets, both; for one, batch_sampler unless it is the default, which checkpoints written before it was
-        recorded were trained with): a run resumed under another sampler went on with other batches without a word."""
+        recorded were trained with): a run resumed under another sampler went on with other batches without a word;
+        and the model's modules, whose settings (pooling, Normalize) a checkpoint does not hold beside their weights."""
         mapping, args = self.args.learning_rate_mapping, self.args
         samplers = {"batch_sampler": args.batch_sampler.value}
         if isinstance(self.train_dataset, MultiDatasetExamples):
@@ -371,7 +372,8 @@ class SentenceTransformerTrainer(Trainer):
             samplers = {}
         losses = self.loss if isinstance(self.loss, dict) else {None: self.loss}
         loss = {name: loss_settings(value) for name, value in losses.items()}
-        return {**super()._fingerprint(examples, total, world_size), "loss": loss.get(None, loss),
+        modules = {str(i): {type(m).__qualname__: module_settings(m)} for i, m in enumerate(self.model)}
+        return {**super()._fingerprint(examples, total, world_size), "loss": loss.get(None, loss), "modules": modules,
                 **({"learning_rate_mapping": mapping} if mapping else {}), **({"samplers": samplers} if samplers else {})}
 
     def _data_fingerprint(self, examples: Sequence) -> dict[str, Any]:

@@ -573,9 +573,17 @@ class StudySettings(OverwriteSettings, ProgressSettings):
     """Seed of the tagger's weights and the data order."""
     device: str = "cpu"
     """cpu, cuda, ..."""
+    resume: bool = flag(False, how_to_run=True)
+    """Continue the study in --output-dir that a kill, Ctrl-C or an error cut short: its activations and finished
+    combinations are kept, a tagger it cut short goes on from its last checkpoint. Refused when the settings differ
+    from that run's."""
 
     def __post_init__(self) -> None:
         super().__post_init__()
+        if self.resume and self.overwrite:  # either winning quietly would do what one of them did not ask
+            raise BertkitError("--resume and --overwrite are both set: --resume continues the study cut short in "
+                               "--output-dir, --overwrite starts it again (bertkit's files there are removed once "
+                               "the new one is finished); choose one")
         if not self.combinations:  # else a run that trains nothing and reports an empty table
             raise BertkitError(f"combinations: give at least one of {list(STUDY_COMBINATIONS)}")
         # a repeat would train the same tagger again into the same runs/NAME, and the table holds one row per name

@@ -40,11 +40,13 @@ logger = logging.getLogger("bertkit")
 
 STATE_FILE = "state.pt"
 # state.pt's layout, recorded in it as "format" from 2 on (1: unmarked, bertkit until 2026-11-30; 2 may name the
-# checkpoint's optimizer.pt for the optimiser state, as it names model.safetensors for the weights). A state of a newer
-# format is refused by name; entries an older one did not record yet (FIRST_RECORDED) are named as such on resume.
-STATE_FORMAT = 2
-# fine-tuning's label names and training data digest, the sentence trainers' loss settings
-FIRST_RECORDED = {2: ("labels", "train_data", "loss")}
+# checkpoint's optimizer.pt for the optimiser state, as it names model.safetensors for the weights; 3 from 2026-12-02).
+# A state of a newer format is refused by name; entries an older one did not record yet (FIRST_RECORDED) are named as
+# such on resume.
+STATE_FORMAT = 3
+# 2: fine-tuning's label names and training data digest, the sentence trainers' loss settings; 3: the sentence
+# trainers' model modules (their settings, an encoder's config)
+FIRST_RECORDED = {2: ("labels", "train_data", "loss"), 3: ("modules",)}
 
 
 @dataclass(frozen=True)

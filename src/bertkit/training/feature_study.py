@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import json
 import logging
 import time
 from collections.abc import Sequence
@@ -25,7 +26,8 @@ from bertkit.features import length_batches, run_batches
 from bertkit.heads import IGNORE_INDEX
 from bertkit.inference.runner import run_length_sorted
 from bertkit.modeling import BertModel
-from bertkit.outputs import atomic_target, atomic_write_json
+from bertkit.outputs import atomic_target, atomic_write_json, placed
+from bertkit.partial_output import file_identity, model_identity, refuse_other_plan
 from bertkit.settings import STUDY_COMBINATIONS, StudySettings, TrainingSettings, first
 from bertkit.tasks import ner
 from bertkit.tasks.metrics import to_fractions
@@ -38,6 +40,9 @@ LSTM_LAYERS = 2
 DROPOUT = 0.25
 MAX_SEQ_LENGTH = 128
 EXTRACT_BATCH_SIZE = 64
+# What --resume takes from a study cut short: runs/NAME/row.json, a finished combination's row, as it is; inputs.json,
+# the data and model files the study was made from, which the resumed one must share
+ROW, INPUTS = "row.json", "inputs.json"
 
 
 # name -> (how to combine, which of the L + 1 hidden states: a slice of them). Taking one layer is the
@@ -250,21 +255,67 @@ def train_tagger(name: str, s: StudySettings, train_acts: WordActivations, dev_a
         return record
 
     collate = functools.partial(_batch, train_x, train_acts.offsets, tag_ids=train_tags)
+    # resumed: from the tagger's last checkpoint where a kill cut it short (none: trained from the start)
     run = run_finetuning(tagger, list(range(n)), collate, args, evaluate,
-                         fingerprint={"feature_study": name, "layers": layers})
-    remove_checkpoints(args)  # the tagger is scored on dev already: its final evaluation is the row of the table
+                         fingerprint={"feature_study": name, "layers": layers}, resume=s.resume)
     train_loss = [r["loss"] for r in run.result.history if r["split"] == "train"]
     per_epoch = [{"epoch": epoch + 1, "train_loss": loss, **{f"dev_{k}": ev[k] for k in ("f1", "precision", "recall")},
                   **{k: ev[k] for k in ("layer_weights", "gamma") if k in ev}}
                  for epoch, (loss, ev) in enumerate(zip(train_loss, run.per_epoch))]
     logger.info("feature-study %s: dev F1 %.4f (%.0fs)", name, per_epoch[-1]["dev_f1"], run.seconds)
-    return {"combination": name, "layers": layers, "dev_f1": per_epoch[-1]["dev_f1"], "per_epoch": per_epoch,
-            "seconds": round(run.seconds, 1)}
+    row = {"combination": name, "layers": layers, "dev_f1": per_epoch[-1]["dev_f1"], "per_epoch": per_epoch,
+           "seconds": round(run.seconds, 1)}
+    atomic_write_json(args.output_dir / ROW, row)  # the row of the table, kept for a resume, before the checkpoints go
+    remove_checkpoints(args)  # the tagger is scored on dev already: its final evaluation is the row of the table
+    return row
+
+
+def _check_inputs(s: StudySettings) -> None:
+    """Record the files the study reads (size and modification time); with ``s.resume``, refuse a study whose data or
+    model files changed since the run cut short read them: its activations and rows are of those."""
+    now = {"data": {name: file_identity(s.data_dir.absolute() / name) for name in ("train.txt", "valid.txt")},
+           "model": model_identity(s.model_name_or_path)}
+    path = s.output_dir / INPUTS
+    if s.resume and path.is_file():
+        earlier = json.loads(path.read_text(encoding="utf-8"))
+        refuse_other_plan(f"in {placed(s.output_dir)}", "feature-study", earlier, now,
+                          {"data": ("was cut short with other data files", "data files"),
+                           "model": ("was cut short with another model", "model")},
+                          "start again (only the files bertkit wrote there are removed), or choose another output "
+                          "directory")
+    else:
+        atomic_write_json(path, now)
+
+
+def _resumed_activations(s: StudySettings, split: str, sentences: Sequence[ner.NerSentence], num_states: int,
+                         hidden_size: int) -> WordActivations | None:
+    """With ``s.resume``, the activations a run cut short wrote (each whole: ``atomic_target``), where they have the
+    shape these sentences and this model give; else None (extracted)."""
+    path = s.output_dir / "activations" / f"{split}.npy"
+    if not s.resume or not path.is_file():
+        return None
+    offsets = _offsets(sentences)
+    values = np.load(path, mmap_mode="r")
+    if values.shape != (int(offsets[-1]), num_states, hidden_size):
+        return None
+    logger.info("feature-study: %s's activations as the run cut short extracted them (%s)", split, path)
+    return WordActivations(values, offsets)
+
+
+def _resumed_row(s: StudySettings, name: str) -> dict[str, Any] | None:
+    """With ``s.resume``, the row of combination ``name`` a run cut short finished; else None (trained)."""
+    path = s.output_dir / "runs" / name / ROW
+    if not s.resume or not path.is_file():
+        return None
+    logger.info("feature-study %s: the row the run cut short finished (%s)", name, path)
+    return json.loads(path.read_text(encoding="utf-8"))
 
 
 def feature_study(s: StudySettings) -> dict[str, Any]:
     """Table 7 on CoNLL-2003 dev: writes ``activations/`` and ``report.json`` with the dev F1 table (last epoch;
-    every epoch's in ``runs``), settings and timings."""
+    every epoch's in ``runs``), settings and timings. With ``s.resume`` a run a kill cut short goes on (the command
+    line checks that its settings are that run's): the activations and the combinations it finished are taken as
+    they are, a tagger it cut short goes on from its last checkpoint."""
     from bertkit.features import max_seq_length_for, text_form
     from bertkit.tokenization import BertTokenizer
 
@@ -289,15 +340,18 @@ def feature_study(s: StudySettings) -> dict[str, Any]:
     train = first(train_all, s.max_train_samples)
     labels = ner.training_labels(train_all, s.data_dir / "train.txt")
     label_id = {t: i for i, t in enumerate(labels)}
+    _check_inputs(s)
     (s.output_dir / "activations").mkdir(parents=True, exist_ok=True)
     t0 = time.perf_counter()
-    train_acts, dev_acts = (extract_word_activations(
+    train_acts, dev_acts = (_resumed_activations(s, split, sentences, num_states, model.config.hidden_size)
+                            or extract_word_activations(
         model, tokenizer, sentences, s.output_dir / "activations" / f"{split}.npy", max_seq_length=max_seq_length,
         batch_size=s.extract_batch_size, device=s.device, progress=s.progress)
         for split, sentences in (("train", train), ("dev", dev)))
     extract_seconds = time.perf_counter() - t0
     train_tags = [np.asarray([label_id[t] for t in x.tags]) for x in train]
-    rows = [train_tagger(name, s, train_acts, dev_acts, train_tags, dev, labels, model.config.hidden_size)
+    rows = [_resumed_row(s, name) or train_tagger(name, s, train_acts, dev_acts, train_tags, dev, labels,
+                                                  model.config.hidden_size)
             for name in s.combinations]
     settings = {k: (str(v) if isinstance(v, Path) else v) for k, v in dataclasses.asdict(s).items()}
     settings["lstm_hidden"] = s.lstm_hidden or model.config.hidden_size // 2

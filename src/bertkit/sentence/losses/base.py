@@ -33,8 +33,35 @@ def loss_settings(loss: nn.Module) -> dict[str, Any]:
     setting (scale, margin, Matryoshka's dims, a regulariser's weight, the similarity function by name) and the
     losses it wraps, by theirs; not the model, weights or state. A run resumed under another loss trained on
     without a word, as sentence-transformers' does."""
+    settings = _plain_settings(loss)
+    for key, child in loss.named_children():  # a wrapped loss, or torch's (CrossEntropyLoss' label_smoothing)
+        if isinstance(child, nn.modules.loss._Loss) or type(child).__name__.endswith("Loss"):
+            settings[key] = loss_settings(child)
+    return {type(loss).__qualname__: settings}
+
+
+# the names in a model's config of where it came from, not of the model (as ``training.checkpoint`` compares configs)
+_PROVENANCE = ("_name_or_path", "architectures", "transformers_version")
+
+
+def module_settings(module: nn.Module) -> dict[str, Any]:
+    """What a resumed run must find unchanged in a model's module beside its weights, which the checkpoint holds (the
+    trainer's fingerprint): the class, each public plain setting (pooling modes, a Dense layer's sizes, SPLADE's
+    pooling and activation) and its submodules' by theirs, an encoder by its config. A run resumed with another
+    pooling, or without its Normalize, trained another model without a word."""
+    config = getattr(module, "config", None)
+    if callable(getattr(config, "to_dict", None)):
+        return {"config": {k: v for k, v in config.to_dict().items() if k not in _PROVENANCE}}
+    settings = _plain_settings(module)
+    for key, child in module.named_children():
+        settings[key] = {type(child).__qualname__: module_settings(child)}
+    return settings
+
+
+def _plain_settings(module: nn.Module) -> dict[str, Any]:
+    """``module``'s public attributes that are plain values (or lists of them), enums by name, functions by theirs."""
     settings: dict[str, Any] = {}
-    for key, value in sorted(vars(loss).items()):
+    for key, value in sorted(vars(module).items()):
         if key.startswith("_") or key == "training":
             continue
         if isinstance(value, enum.Enum):
@@ -46,10 +73,7 @@ def loss_settings(loss: nn.Module) -> dict[str, Any]:
         elif not isinstance(value, _PLAIN):
             continue
         settings[key] = value
-    for key, child in loss.named_children():  # a wrapped loss, or torch's (CrossEntropyLoss' label_smoothing)
-        if isinstance(child, nn.modules.loss._Loss) or type(child).__name__.endswith("Loss"):
-            settings[key] = loss_settings(child)
-    return {type(loss).__qualname__: settings}
+    return settings
 
 
 def embed_columns(model: nn.Module, features: Sequence[dict[str, Any]]) -> list[Tensor]:
