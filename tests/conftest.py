@@ -343,3 +343,15 @@ def film_classifier(tmp_path_factory) -> Path:
     return _tiny_checkpoint(tmp_path_factory.mktemp("film") / "clf", "BertForSequenceClassification",
                             tokenizer=FILM_WORDS, labels=["neg", "pos"], num_attention_heads=2,
                             max_position_embeddings=128)
+
+
+@pytest.fixture
+def one_thread():
+    """One thread for the test: bit-exact comparisons, and parity checks whose numbers are ill-conditioned enough that
+    the split of a GEMM over threads shows (the killed-run tests set OMP_NUM_THREADS=1 for the same reason)."""
+    import torch
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)

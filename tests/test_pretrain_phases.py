@@ -47,15 +47,6 @@ def two_lengths(tiny_pretraining_data, tmp_path_factory) -> Path:
     return root
 
 
-@pytest.fixture
-def one_thread():
-    """Bit-exact comparisons: one thread (the killed-run tests set OMP_NUM_THREADS=1 for the same reason)."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
-
-
 def _settings(root: Path, out: Path, **kw):
     from bertkit.settings import PretrainSettings
 
