@@ -485,6 +485,25 @@ def test_feature_study_cut_short_resumes_without_extracting_or_training_its_fini
     assert [r["per_epoch"] for r in report["runs"]] == [r["per_epoch"] for r in whole["runs"]]
 
 
+def test_feature_study_resumed_from_python_with_other_settings_is_refused_naming_them(tiny, tmp_path):
+    """The command line's marker refuses a --resume with other settings; feature_study(StudySettings(resume=True))
+    called from Python has no marker, and took the activations and finished rows of a study run with another
+    dropout or tagger as its own. The study's own record (inputs.json) holds its settings now."""
+    d, _, _ = tiny
+    data = tmp_path / "conll"
+    data.mkdir()
+    for split in ("train", "valid"):
+        (data / f"{split}.txt").write_text(CONLL)
+    s = fs.StudySettings(data_dir=data, model_name_or_path=d, output_dir=tmp_path / "study", progress=False)
+    s.output_dir.mkdir()
+    fs._check_inputs(s)  # what the run cut short recorded
+    fs._check_inputs(dataclasses.replace(s, resume=True, progress=True))  # how it runs may change
+    with pytest.raises(BertkitError, match=r"cannot --resume in .*study: its `bertkit feature-study` run had other "
+                                           r"settings \(--dropout 0.25 then, 0.5 now; --lstm-layers 2 then, 1 now\); "
+                                           r"resume with the original settings"):
+        fs._check_inputs(dataclasses.replace(s, resume=True, dropout=0.5, lstm_layers=1))
+
+
 SHARD_BYTES = 2 * 12 * 32 * 4  # layer -1 of the tiny encoder in float32: about two lines per shard
 
 

@@ -28,7 +28,7 @@ from bertkit.inference.runner import run_length_sorted
 from bertkit.modeling import BertModel
 from bertkit.outputs import atomic_target, atomic_write_json, placed
 from bertkit.partial_output import file_identity, model_identity, refuse_other_plan
-from bertkit.settings import STUDY_COMBINATIONS, StudySettings, TrainingSettings, first
+from bertkit.settings import STUDY_COMBINATIONS, StudySettings, TrainingSettings, first, resume_fingerprint
 from bertkit.tasks import ner
 from bertkit.tasks.metrics import to_fractions
 from bertkit.training.finetune_run import remove_checkpoints, run_finetuning
@@ -271,16 +271,18 @@ def train_tagger(name: str, s: StudySettings, train_acts: WordActivations, dev_a
 
 
 def _check_inputs(s: StudySettings) -> None:
-    """Record the files the study reads (size and modification time); with ``s.resume``, refuse a study whose data or
-    model files changed since the run cut short read them: its activations and rows are of those."""
+    """Record the files the study reads (size and modification time) and its settings; with ``s.resume``, refuse a
+    study whose data or model files changed since the run cut short read them, or whose settings differ (the command
+    line's marker checks them too; called from Python, this is the one check): its activations and rows are of those."""
     now = {"data": {name: file_identity(s.data_dir.absolute() / name) for name in ("train.txt", "valid.txt")},
-           "model": model_identity(s.model_name_or_path)}
+           "model": model_identity(s.model_name_or_path), "settings": {k: v for k, v in resume_fingerprint(s).items() if k != "output_dir"}}  # (the command stages it elsewhere)
     path = s.output_dir / INPUTS
     if s.resume and path.is_file():
         earlier = json.loads(path.read_text(encoding="utf-8"))
         refuse_other_plan(f"in {placed(s.output_dir)}", "feature-study", earlier, now,
                           {"data": ("was cut short with other data files", "data files"),
-                           "model": ("was cut short with another model", "model")},
+                           "model": ("was cut short with another model", "model"),
+                           "settings": ("had other settings", "settings")},
                           "start again (only the files bertkit wrote there are removed), or choose another output "
                           "directory")
     else:
