@@ -274,8 +274,10 @@ def _check_inputs(s: StudySettings) -> None:
     """Record the files the study reads (size and modification time) and its settings; with ``s.resume``, refuse a
     study whose data or model files changed since the run cut short read them, or whose settings differ (the command
     line's marker checks them too; called from Python, this is the one check): its activations and rows are of those."""
+    settings = resume_fingerprint(s)
+    del settings["output_dir"]  # where it is written: the command writes it aside, then moves it into place
     now = {"data": {name: file_identity(s.data_dir.absolute() / name) for name in ("train.txt", "valid.txt")},
-           "model": model_identity(s.model_name_or_path), "settings": {k: v for k, v in resume_fingerprint(s).items() if k != "output_dir"}}  # (the command stages it elsewhere)
+           "model": model_identity(s.model_name_or_path), "settings": settings}
     path = s.output_dir / INPUTS
     if s.resume and path.is_file():
         earlier = json.loads(path.read_text(encoding="utf-8"))
