@@ -765,3 +765,33 @@ def test_changing_the_modules_is_refused_naming_the_cross_encoder(directory, met
     assert str(caught.value).startswith(f"CrossEncoder.{method} is not implemented in bertkit: bertkit's CrossEncoder "
                                         "holds one Transformer (model[0]: the encoder with its classifier")
     assert "SentenceTransformer holds" not in str(caught.value)
+
+
+@pytest.mark.parametrize("setting", ["do_lower_case", "default_prompt"])
+def test_every_classifier_surface_refuses_what_the_cross_encoder_refuses(directory, tmp_path, setting):
+    """A cross-encoder's directory read as text-classification (the pipeline, `bertkit predict`, `bertkit serve`) was
+    scored with neither its sentence_bert_config.json's do_lower_case nor its default prompt, both of which its
+    ``CrossEncoder`` and the rerank pipeline refuse: the same pair got another score there than in
+    sentence-transformers (-0.022597 against -0.022463 for a cased pair on MiniLM's first 2 layers), without a word.
+    Every surface now reads the directory through one check and refuses it by name."""
+    import json
+
+    import bertkit
+    from bertkit.cli import main
+
+    d = CrossEncoder(directory, max_length=32).save(tmp_path / "ce")  # what sentence-transformers' CrossEncoder saves
+    name, key, value = ("sentence_bert_config.json", "do_lower_case", True) if setting == "do_lower_case" else (
+        "config_sentence_transformers.json", "prompts", {"query": "query: "})
+    saved = json.loads((d / name).read_text())
+    (d / name).write_text(json.dumps({**saved, key: value, **({"default_prompt_name": "query"} if key == "prompts" else {})}))
+    match = (r"sentence_bert_config.json sets do_lower_case" if setting == "do_lower_case"
+             else r"sets default_prompt_name 'query'.*cross-encoder prompts")
+    for load in (CrossEncoder, lambda d: bertkit.pipeline("rerank", d, progress=False),
+                 lambda d: bertkit.pipeline("text-classification", d, progress=False)):
+        with pytest.raises(BertkitError, match=match):
+            load(d)
+    (tmp_path / "pairs.jsonl").write_text(json.dumps({"text": "HOW MANY live there?", "text_pair": "3.5 MILLION"}) + "\n")
+    out = tmp_path / "out.jsonl"
+    assert main(["predict", "text-classification", "--model", str(d), "--input", str(tmp_path / "pairs.jsonl"),
+                 "--text-pair-column", "text_pair", "--output-file", str(out), "--no-progress"]) == 2
+    assert not out.exists()

@@ -208,6 +208,18 @@ class TextClassificationPipeline(TextOrPairPipeline):
                                "label2id)")
         super().__init__(model, tokenizer, **kwargs)
 
+    @classmethod
+    def from_pretrained(cls, model_dir: str | Path, **kwargs: Any) -> Pipeline:
+        """A cross-encoder directory's pairs are cut at the max_seq_length its sentence_bert_config.json declares, else
+        the tokenizer's model_max_length (``max_length`` given wins): where its ``CrossEncoder`` cuts them, and where TEI
+        does, which reads that file without a modules.json too (sentence-transformers and ``CrossEncoder`` do not).
+        What its ``CrossEncoder`` refuses (the file's do_lower_case, a default prompt) is refused here too, for
+        text-classification as for rerank: read as a classifier, the directory was scored without them, unsaid."""
+        declared = cross_encoder_max_seq_length(Path(model_dir))  # whether or not max_length is given: it refuses
+        if kwargs.get("max_length") is None:
+            kwargs["max_length"] = declared
+        return super().from_pretrained(model_dir, **kwargs)
+
     def decode(self, item, rows, outputs, **_: Any) -> dict[str, Any]:
         logits = outputs[0]
         kind = self.config.problem_type or ("regression" if self.config.num_labels == 1
@@ -292,12 +304,6 @@ class RerankPipeline(TextClassificationPipeline):
 
     @classmethod
     def from_pretrained(cls, model_dir: str | Path, **kwargs: Any) -> Pipeline:
-        """A cross-encoder directory's pairs are cut at the max_seq_length its sentence_bert_config.json declares, else
-        the tokenizer's model_max_length (``max_length`` given wins): where its ``CrossEncoder`` cuts them, and where TEI
-        does, which reads that file without a modules.json too (sentence-transformers and ``CrossEncoder`` do not)."""
-        declared = cross_encoder_max_seq_length(Path(model_dir))  # whether or not max_length is given: it refuses
-        if kwargs.get("max_length") is None:
-            kwargs["max_length"] = declared
         pipe = super().from_pretrained(model_dir, **kwargs)
         named = saved_activation(Path(model_dir), pipe.model.config.extra)
         if pipe.relevant is None and named and named.rsplit(".", 1)[-1] != "Sigmoid":
