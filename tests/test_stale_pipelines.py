@@ -167,6 +167,11 @@ def _check(task: str, directory: Path, mutations, rng: random.Random, texts: lis
         mutate(ours, random.Random(seed))
         mutate(theirs, random.Random(seed))
         got, want = _answers(pipe, reference, task, texts)
+        if mutate is _double:
+            # float64 moves the answers by float32's rounding alone (under 1e-6 on some CPUs, the 1e-5 below would
+            # not see a pipeline left in float32): both now agree as float64 computations do
+            np.testing.assert_allclose(got, want, atol=1e-10, rtol=0, err_msg="after _double")
+            continue
         assert np.abs(want - before).max() > 1e-6, (
             f"{mutate.__name__} changed nothing in transformers' answers"
         )
