@@ -85,6 +85,12 @@ def test_bad_input_is_named_before_anything_is_written(model, tmp_path):
     with pytest.raises(BertkitError, match=r"train_dataset: row 9, column 'positive' holds None, not a text.*"
                                            r"dataset.filter"):
         SentenceTransformerTrainer(model=model, args=st_args(tmp_path), loss=mnrl, train_dataset=holes)
+    columns = {"anchor": [p["anchor"] for p in PAIRS], "positive": [p["positive"] for p in PAIRS]}
+    with pytest.raises(BertkitError, match=r"train_dataset\['anchor'\]: row 0 is 'question 0' \(str\), not a dict of "
+                                           r"columns; give a datasets.Dataset \(Dataset.from_dict"):
+        SentenceTransformerTrainer(model=model, args=st_args(tmp_path), loss=mnrl, train_dataset=columns)
+    with pytest.raises(BertkitError, match=r"train_dataset: row 0 is 'question 0' \(str\), not a dict of columns"):
+        SentenceTransformerTrainer(model=model, args=st_args(tmp_path), loss=mnrl, train_dataset=columns["anchor"])
     with pytest.raises(BertkitError, match=r"relevant document id\(s\) are not in the corpus, e.g. \['d9'\]"):
         evaluation.InformationRetrievalEvaluator({"q": "a question"}, {"d1": "a doc"}, {"q": {"d1", "d9"}})
     assert not (tmp_path / "out").exists()

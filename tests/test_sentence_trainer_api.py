@@ -320,6 +320,78 @@ def test_evaluate_with_the_evaluator_alone_returns_the_epoch_as_sentence_transfo
     assert "epoch" in ours[0]
 
 
+@pytest.mark.parametrize("kind", ["dense", "cross"])
+def test_an_evaluation_by_the_evaluator_alone_draws_what_sentence_transformers_draws(kind, dirs, tmp_path):
+    """With no eval_dataset, sentence-transformers' evaluation loop still starts a data loader (over no rows), which
+    draws one number from torch's global generator; bertkit's drew none, so after an evaluation in training a loss that
+    samples from that generator (the cross-encoder MultipleNegativesRankingLoss's negatives, dropout) trained on other
+    draws: torch's generator at each step's start, and after evaluate(), is sentence-transformers'."""
+    import transformers
+    from sentence_transformers import cross_encoder as st_cross
+    from sentence_transformers.cross_encoder import evaluation as st_ce_evaluation
+    from sentence_transformers.sentence_transformer import evaluation as st_evaluation
+
+    from bertkit.sentence import evaluation
+    from bertkit.sentence.cross_encoder import evaluation as ce_evaluation
+
+    pairs = [(r["query"], r["passage"]) for r in SCORED]
+    scores = [r["label"] for r in SCORED]
+
+    def next_draws() -> list[float]:  # what the global generator draws next, left as it is
+        generator = torch.Generator()
+        generator.set_state(torch.get_rng_state())
+        return torch.rand(4, generator=generator).tolist()
+
+    def states(lib: str) -> list[list[float]]:
+        reference = lib == "st"
+        seen = []
+
+        class Seen(transformers.TrainerCallback if reference else TrainerCallback):
+            def on_step_begin(self, args, state, control, **kwargs):
+                seen.append(next_draws())
+
+        common = dict(output_dir=str(tmp_path / lib), max_steps=2, eval_strategy="steps", eval_steps=1,
+                      per_device_train_batch_size=4, save_strategy="no", **QUIET)
+        if kind == "dense":
+            E = st_evaluation if reference else evaluation
+            evaluator = E.EmbeddingSimilarityEvaluator(*map(list, zip(*pairs)), scores)
+            if reference:
+                from sentence_transformers.sentence_transformer import losses as st_losses
+
+                model = st.SentenceTransformer(str(dirs["dense"]), device="cpu")
+                trainer = st.SentenceTransformerTrainer(
+                    model=model, args=st.SentenceTransformerTrainingArguments(**common), evaluator=evaluator,
+                    train_dataset=datasets.Dataset.from_list(PAIRS), callbacks=[Seen()],
+                    loss=st_losses.MultipleNegativesRankingLoss(model))
+            else:
+                model = SentenceTransformer(dirs["dense"])
+                trainer = SentenceTransformerTrainer(model=model, args=SentenceTransformerTrainingArguments(**common),
+                                                     train_dataset=PAIRS, evaluator=evaluator, callbacks=[Seen()],
+                                                     loss=losses.MultipleNegativesRankingLoss(model))
+        else:
+            E = st_ce_evaluation if reference else ce_evaluation
+            evaluator = E.CrossEncoderCorrelationEvaluator(pairs, scores)
+            if reference:
+                model = st_cross.CrossEncoder(str(dirs["cross"]), device="cpu", max_length=16)
+                trainer = st_cross.CrossEncoderTrainer(
+                    model=model, args=st_cross.CrossEncoderTrainingArguments(**common), evaluator=evaluator,
+                    train_dataset=datasets.Dataset.from_list(SCORED), callbacks=[Seen()],
+                    loss=st_cross.losses.BinaryCrossEntropyLoss(model))
+            else:
+                model = CrossEncoder(dirs["cross"], max_length=16)
+                trainer = CrossEncoderTrainer(model=model, args=CrossEncoderTrainingArguments(**common),
+                                              train_dataset=SCORED, evaluator=evaluator, callbacks=[Seen()],
+                                              loss=ce_losses.BinaryCrossEntropyLoss(model))
+        trainer.train()
+        torch.manual_seed(0)
+        trainer.evaluate()
+        return [*seen, next_draws()]
+
+    theirs, ours = states("st"), states("bk")
+    assert len(ours) == len(theirs) == 3
+    assert ours == theirs
+
+
 def _resumed_loss(lib, path, out) -> tuple[float, list[float], int]:
     """A 4-step run saved at step 2, then resumed from checkpoint-2 by a new trainer: (its training_loss, the
     losses logged at steps 3 and 4, its global_step)."""

@@ -29,7 +29,7 @@ LABEL_COLUMNS = ("label", "labels", "score", "scores")
 RESERVED_COLUMNS = ("dataset_name", "return_loss")  # sentence-transformers' trainer refuses a dataset holding them
 
 
-def column_names(dataset: Any) -> list[str]:
+def column_names(dataset: Any, what: str = "the dataset") -> list[str]:
     if hasattr(dataset, "column_names"):  # datasets.Dataset
         # the keys its rows hold, as sentence-transformers reads them: set_format(columns=[...]) leaves some columns
         # out, a transform gives its own keys (with_transform renaming "sentence1" "anchor")
@@ -40,7 +40,11 @@ def column_names(dataset: Any) -> list[str]:
     if len(dataset) == 0:
         raise BertkitError("the dataset is empty")
     if not isinstance(dataset[0], Mapping):
-        raise BertkitError(f"examples must be dicts of columns, got {type(dataset[0]).__name__}")
+        # most often a dict of columns ({"anchor": [...], "positive": [...]}), read as a dict of datasets whose
+        # rows are then its texts
+        raise BertkitError(f"{what}: row 0 is {dataset[0]!r:.60} ({type(dataset[0]).__name__}), not a dict of "
+                           "columns; give a datasets.Dataset (Dataset.from_dict({column: [values...]}) for columns "
+                           "held as lists), a list of dicts, or a dict of such datasets named as the losses")
     return list(dataset[0].keys())
 
 
@@ -52,7 +56,7 @@ def loss_columns(dataset: Any, loss: Any, what: str) -> tuple[str | None, list[s
                            "bertkit's sentence trainers do not read; give a datasets.Dataset (load_dataset without "
                            "streaming=True, or Dataset.from_generator over the stream), a list of dicts, or a dict of "
                            "them")
-    names = column_names(dataset)
+    names = column_names(dataset, what)
     reserved = [c for c in names if c in RESERVED_COLUMNS]
     if reserved:
         raise BertkitError(f"{what} has the column(s) {reserved}, whose names sentence-transformers reserves (it refuses "

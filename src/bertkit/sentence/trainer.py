@@ -61,6 +61,7 @@ from bertkit.sentence.training_args import (
     SentenceTransformerTrainingArguments,
     for_dataset,
 )
+from bertkit.training import trainer_data
 from bertkit.training.callbacks import EvalPrediction, metric_key
 from bertkit.training.checkpoint import OptimizerLayout, optimizer_layout
 from bertkit.training.distributed import all_gather, current
@@ -569,6 +570,7 @@ class SentenceTransformerTrainer(Trainer):
         and the evaluator once, after the first dataset, its metrics prefixed ``eval_`` alone (``evaluate()`` outside
         training runs it for each dataset, ``eval_{name}_``)."""
         if self.eval_dataset is None:
+            trainer_data.loader_draw()  # sentence-transformers' loop starts a loader over no rows all the same
             return {metric_key(k): v for k, v in self._evaluator_metrics(None).items()}
         if not isinstance(self.eval_dataset, Mapping) or self.compute_metrics is None:
             return super()._evaluate_in_loop(module)
@@ -590,6 +592,7 @@ class SentenceTransformerTrainer(Trainer):
         if eval_dataset is None and self.eval_dataset is None:
             if self.evaluator is None:
                 raise BertkitError("evaluate() needs an eval_dataset or an evaluator")
+            trainer_data.loader_draw()  # as in training (_evaluate_in_loop)
             metrics = {f"{metric_key_prefix}_{k}": v for k, v in self._evaluator_metrics(None).items()}
             self.log(metrics)
             return metrics
