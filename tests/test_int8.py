@@ -447,13 +447,16 @@ def test_every_head_runs_quantized(name, minilm_2_layers, data_dir, sst2_sentenc
 
 
 def test_padded_and_unpadded_layouts_agree(int8, fp32_embeddings, tok, sst2_sentences):
-    """Both layouts stay within int8's error of fp32. They differ from each other by more than float
-    rounding: the padded layout's per-call activation scale also covers the padding positions."""
+    """Both layouts stay within int8's error of fp32 (as test_int8_switch.py bounds it: every text's cosine at least
+    0.98, their mean at least 0.995). They differ from each other by more than float rounding: the padded layout's
+    per-call activation scale also covers the padding positions."""
     texts = sst2_sentences[:96]
     unpadded, padded = embed(int8, tok, texts), embed(int8, tok, texts, layout="padded")
     reference = fp32_embeddings["sst2"][:96]
-    assert float(F.cosine_similarity(padded, reference).min()) >= 0.99  # measured 0.9970 (unpadded 0.9977)
-    assert float(F.cosine_similarity(unpadded, reference).min()) >= 0.99
+    # measured: padded 0.9970 at least (unpadded 0.9977) on VNNI; fbgemm's 7 bits, AVX2 held on a Xeon: 0.9895
+    for layout, got in (("padded", padded), ("unpadded", unpadded)):
+        cos = F.cosine_similarity(got, reference)
+        assert float(cos.min()) >= 0.98 and float(cos.mean()) >= 0.995, (layout, float(cos.min()), float(cos.mean()))
     assert float(F.cosine_similarity(unpadded, padded).min()) >= 0.98
 
 

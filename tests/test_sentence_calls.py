@@ -1453,9 +1453,12 @@ def test_texts_without_words_give_sentence_transformers_vectors_and_scores(model
     ours, ref = models
     got = ours.encode(texts)
     _same(got, ref.encode(texts))
-    assert np.array_equal(got[:5], np.repeat(got[:1], 5, axis=0)) and not np.allclose(got[0], got[5])
+    # the same vector: to float32 rounding, as the GEMM may round a row by where it falls in a block (MKL's AVX2 path
+    # on a Xeon put 1e-8 between the five)
+    np.testing.assert_allclose(got[:5], np.repeat(got[:1], 5, axis=0), rtol=0, atol=1e-6)
+    assert not np.allclose(got[0], got[5])
     directory = cross_encoder_directory(minilm_2_layers, tmp_path / "ce")
     pairs = [(t, "Paris is in France.") for t in texts] + [("Where is Paris?", t) for t in texts]
     scores = CrossEncoder(directory).predict(pairs)
     _same(scores, st.CrossEncoder(str(directory), device="cpu").predict(pairs))
-    assert len(set(scores[:5].tolist())) == 1 and len(set(scores[6:11].tolist())) == 1
+    assert np.ptp(scores[:5]) <= 1e-6 and np.ptp(scores[6:11]) <= 1e-6
