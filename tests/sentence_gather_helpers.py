@@ -170,8 +170,8 @@ def logged_terms(model_dir: str, rank: int) -> dict:
     """The terms a loss returns by name (as SpladeLoss does), logged by the trainer's LossModel: here the rows of
     each batch, 3 and 3 on rank 0 and 6 on rank 1."""
     from bertkit.sentence import SentenceTransformer
+    from bertkit.sentence.loss_model import LossModel
     from bertkit.sentence.losses.base import SentenceLoss
-    from bertkit.sentence.trainer import LossModel
 
     class Rows(SentenceLoss):
         def forward(self, features, labels):

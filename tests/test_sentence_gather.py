@@ -96,7 +96,7 @@ def test_a_global_batch_of_two_single_rows_is_not_refused_before_the_trainer_joi
     from types import SimpleNamespace
 
     from bertkit.errors import BertkitError
-    from bertkit.sentence.trainer import check_batch_holds_negatives
+    from bertkit.sentence.loss_model import check_batch_holds_negatives
 
     loss, args = SimpleNamespace(in_batch_negatives=True), SimpleNamespace(per_device_train_batch_size=1)
     with pytest.raises(BertkitError, match="a batch of 1 holds none"):

@@ -24,7 +24,8 @@ from bertkit.sentence.cross_encoder.data import CrossEncoderExamples, collate, c
 from bertkit.sentence.cross_encoder.losses import BinaryCrossEntropyLoss, CrossEncoderLoss, CrossEntropyLoss
 from bertkit.sentence.cross_encoder.model import CrossEncoder
 from bertkit.sentence.cross_encoder.training_args import CrossEncoderTrainingArguments
-from bertkit.sentence.trainer import DatasetLosses, LossOutput, SentenceTransformerTrainer
+from bertkit.sentence.loss_model import DatasetLosses, LossOutput
+from bertkit.sentence.trainer import SentenceTransformerTrainer
 
 
 class CrossEncoderLossModel(DatasetLosses):
