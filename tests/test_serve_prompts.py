@@ -53,6 +53,20 @@ def test_a_texts_token_ids_embed_as_the_text_with_the_default_prompt(prompted):
     assert "input 0 has 17 token ids with the prompt's 2, over max_length 16: send at most 14 ids" in refusal(r)
 
 
+@pytest.mark.parametrize("path, inputs, instead", [
+    ("/embed", [101, 1037, 102], "send the ids as the input of /v1/embeddings, the whole sequence as /tokenize"),
+    ("/embed", [TEXT, [101, 1037, 102]], "send the ids as the input of /v1/embeddings"),
+    ("/embed_all", [[101, 1037, 102]], "send the text they are the ids of (/decode gives it)"),
+])
+def test_token_ids_where_teis_routes_take_them_are_refused_naming_what_to_send(prompted, path, inputs, instead):
+    # TEI's /embed and /embed_all take token ids, alone or among texts; /embed_all's ids and a list mixing texts and
+    # ids were refused as "not a list of strings", as if the client had sent something no server reads
+    url, _, _ = prompted
+    r = httpx.post(f"{url}{path}", json={"inputs": inputs})
+    assert r.status_code == 422, r.text
+    assert refusal(r).startswith(f"{path} takes texts, not token ids (TEI's takes both): {instead}"), refusal(r)
+
+
 @pytest.mark.parametrize("path, body", [
     ("/embed", {"inputs": [TEXT, LONG], "truncate": False}),
     ("/predict", {"inputs": [TEXT, LONG], "truncate": False}),

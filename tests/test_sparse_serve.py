@@ -333,7 +333,8 @@ def served_tokens(pairs: list[dict]) -> list[str]:
     ({"inputs": "x", "normalize": True}, 422, "unknown field(s) normalize; /embed_sparse takes inputs, prompt_name"),
     ({"inputs": "x", "pooling": "splade"}, 422, "unknown field(s) pooling"),
     ({"inputs": "x", "truncation_direction": "left"}, 422, 'truncation_direction must be "right"'),
-    ({"inputs": [[1, 2]]}, 422, "inputs must be a string or a non-empty list of strings"),
+    ({"inputs": [[101, 1037, 102]]}, 422, "/embed_sparse takes texts, not token ids (TEI's takes both): send the text"),
+    ({"inputs": ["fine", [101, 102]]}, 422, "/embed_sparse takes texts, not token ids"),
 ])
 def test_embed_sparse_refuses_bad_bodies_by_name(served, body, status, message):
     import httpx

@@ -33,6 +33,18 @@ def _is_ids(v: Any) -> bool:
     return isinstance(v, list) and bool(v) and all(isinstance(x, int) and not isinstance(x, bool) for x in v)
 
 
+def embedded_texts(raw: Any, path: str, limits: Limits, instead: str) -> list[str]:
+    """The texts of /embed's, /embed_all's or /embed_sparse's ``inputs``. TEI's take token ids there too (decoded to
+    their text, which is embedded): ids, alone or among texts, are refused naming what to send ``instead``, where they
+    would otherwise be called "not a list of strings"."""
+    if _is_ids(raw) or isinstance(raw, list) and any(map(_is_ids, raw)):
+        raise RequestError(422, f"{path} takes texts, not token ids (TEI's takes both): {instead}")
+    return texts_of(raw, "inputs", limits)
+
+
+SEND_THE_TEXT = "send the text they are the ids of (/decode gives it), which TEI's embeds in their place"
+
+
 def texts_of(raw: Any, name: str, limits: Limits) -> list[str]:
     """A str or a non-empty list of str, within max_items and max_text_chars."""
     texts = [raw] if isinstance(raw, str) else raw
@@ -201,11 +213,8 @@ def _embed(data: Any, server: Any, all_tokens: bool = False) -> Call:
     if not all_tokens:
         one_vector(pipe, path)
     f = fields(data, path, ("inputs",), ("truncate", "truncation_direction", "prompt_name", *vector), server)
-    raw = f["inputs"]
-    if not all_tokens and (_is_ids(raw) or isinstance(raw, list) and raw and all(map(_is_ids, raw))):
-        raise RequestError(422, "/embed takes texts, not token ids (TEI's takes both): send the ids as the input of "
-                                "/v1/embeddings, the whole sequence as /tokenize gives it ([CLS] ... [SEP])")
-    texts = texts_of(raw, "inputs", limits)
+    texts = embedded_texts(f["inputs"], path, limits, SEND_THE_TEXT if all_tokens else (
+        "send the ids as the input of /v1/embeddings, the whole sequence as /tokenize gives it ([CLS] ... [SEP])"))
     items = [encode(pipe, read_input(pipe, t, i), i, f.get("truncate", True), prompt_name=f.get("prompt_name"))
              | ({"all_tokens": True} if all_tokens else {}) for i, t in enumerate(texts)]
     answer = {} if all_tokens else {"normalize": f.get("normalize", True), "dimensions": f.get("dimensions")}

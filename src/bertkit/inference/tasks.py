@@ -380,7 +380,7 @@ class SparseEmbedding(Task):
         false, as TEI answers), before the request is admitted."""
         pipe, limits = server.pipe, server.limits
         f = fields(data, "/embed_sparse", ("inputs",), ("truncate", "truncation_direction", "prompt_name"), server)
-        texts = serve_tei.texts_of(f["inputs"], "inputs", limits)
+        texts = serve_tei.embedded_texts(f["inputs"], "/embed_sparse", limits, serve_tei.SEND_THE_TEXT)
         side, rows = f.get("prompt_name"), []
         for i, text in enumerate(texts):
             read = read_input(pipe, text, i)
