@@ -104,6 +104,38 @@ def test_text_classification_answers_as_the_inference_api_and_tei(tmp_path_facto
         assert r.status_code == 424 and "--task feature-extraction" in r.json()["error"]
 
 
+def test_text_classification_function_to_apply_in_any_case_and_never_beside_raw_scores(tmp_path_factory,
+                                                                                         minilm_dir):
+    # transformers reads function_to_apply in any case (ClassificationFunction["SIGMOID"]); the server refused
+    # "SIGMOID". Sent with TEI's raw_scores true, function_to_apply "softmax" was dropped without a word: the answer
+    # was the logits (0.1364 for "c", where softmax gives 0.3489)
+    from fastapi.testclient import TestClient
+
+    from bertkit import pipeline
+    from bertkit.inference.serve import create_app
+
+    d = _tiny(tmp_path_factory, minilm_dir, "BertForSequenceClassification",
+              id2label={0: "negative", 1: "neutral", 2: "positive"})
+    ref = transformers.pipeline("text-classification", model=str(d), tokenizer=str(d), device="cpu")
+    text = "a gripping film"
+    with TestClient(create_app(pipeline("text-classification", d, progress=False), str(d), max_wait_ms=1)) as client:
+        for fn in ("SIGMOID", "Softmax", "NONE"):
+            r = client.post("/predict", json={"inputs": text, "parameters": {"function_to_apply": fn}})
+            assert r.status_code == 200, r.text
+            _same(r.json()[0], ref(text, top_k=None, function_to_apply=fn))
+        logits = ref(text, top_k=None, function_to_apply="none")
+        r = client.post("/predict", json={"inputs": text, "raw_scores": True, "parameters": {"function_to_apply": "none"}})
+        _same(r.json(), logits)  # they agree: the logits
+        for fn in ("softmax", "Sigmoid"):
+            r = client.post("/predict", json={"inputs": text, "raw_scores": True, "parameters": {"function_to_apply": fn}})
+            assert r.status_code == 422 and r.json()["error"] == (
+                f"raw_scores true answers the logits, and function_to_apply {fn!r} asks for their {fn.lower()} "
+                "instead: send one of them (function_to_apply \"none\" is the logits)"), r.text
+        r = client.post("/predict", json={"inputs": text, "parameters": {"function_to_apply": "relu"}})
+        assert r.status_code == 422 and r.json()["error"] == ('function_to_apply must be "softmax", "sigmoid" or '
+                                                              "\"none\" (in any case), got 'relu'")
+
+
 def test_token_classification_answers_entity_groups(tmp_path_factory, minilm_dir, data_dir):
     from bertkit.tasks.ner import read_conll
 

@@ -148,7 +148,9 @@ def _parameter_checks(server: Any) -> dict[str, Rule]:
     n = pipe.max_length
     return {
         "top_k": int_in(1, limits.max_top_k, " (max_top_k)"),  # text-classification's (an answer's labels)
-        "function_to_apply": (lambda v: v in ("softmax", "sigmoid", "none"), '"softmax", "sigmoid" or "none"'),
+        # any case, as transformers' pipeline reads it (its ClassificationFunction[value.upper()])
+        "function_to_apply": (lambda v: isinstance(v, str) and v.lower() in ("softmax", "sigmoid", "none"),
+                              '"softmax", "sigmoid" or "none" (in any case)'),
         **dict.fromkeys(("raw_scores", "truncate", "normalize", "add_special_tokens", "skip_special_tokens"), BOOL),
         "model": (lambda v: isinstance(v, str), "a string (any: this server serves one model)"),
         "user": (lambda v: isinstance(v, str), "a string"),
@@ -197,6 +199,7 @@ def parse_request(data: Any, server: Any, similarity: bool = False) -> Call:
     check_values(params, server)
     raw = f.pop("inputs")  # a list is always several inputs: a pair is {"text", "text_pair"} or [[a, b]]
     answer = {renamed.get(k, k): v for k, v in {**params, **f}.items()}  # render reads what it needs
+    task.check_answer(answer)
     options = {k: v for k, v in answer.items() if k in names}
     names = None  # what an error calls each input: its index, or its field in a sentence-similarity body
     if similarity or SIMILARITY in task.routes and isinstance(raw, dict) and "source_sentence" in raw:

@@ -127,6 +127,10 @@ class Task:
         """(model sequences, answer candidates, what the sequences are, for the refusal) of one checked input."""
         return 1, 0, "inputs"
 
+    def check_answer(self, answer: dict[str, Any]) -> None:
+        """Refuse (422) parameters that shape the answer (``answer_params``, ``body_fields``) and contradict each other,
+        before the request is admitted."""
+
     def render(self, server: Any, call: Call, results: list[Any]) -> Any:
         """/predict's answer: the Inference API's shape for the task (by default the pipeline's results)."""
         return results[0] if call.single else results
@@ -175,6 +179,14 @@ class TextClassification(Task):
     answer_params = ("top_k", "function_to_apply")
     encoded = counted = True
 
+    def check_answer(self, answer: dict[str, Any]) -> None:
+        fn = answer.get("function_to_apply")
+        if answer.get("raw_scores") and fn is not None and fn.lower() != "none":
+            # TEI's raw_scores and transformers' function_to_apply both pick the scores: the logits would be answered
+            # for a request that also asked for their softmax or sigmoid, without a word
+            raise RequestError(422, f"raw_scores true answers the logits, and function_to_apply {fn!r} asks for their "
+                                    f"{fn.lower()} instead: send one of them (function_to_apply \"none\" is the logits)")
+
     def render(self, server: Any, call: Call, results: list[Any]) -> Any:
         out = [_classification(server.pipe.config, r, call.answer, call.tei) for r in results]
         return (out[0] if call.tei else out) if call.single else out
@@ -187,6 +199,7 @@ def _classification(config: Any, logits: np.ndarray, answer: dict[str, Any], tei
 
     n = len(logits)
     fn = answer.get("function_to_apply")
+    fn = fn.lower() if fn is not None else None  # any case, as transformers reads it ("SIGMOID")
     if answer.get("raw_scores"):
         fn = "none"
     elif fn is None and tei:
