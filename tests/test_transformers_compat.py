@@ -204,6 +204,22 @@ def test_a_one_label_single_label_classifier_is_refused_however_the_label_count_
             make()
 
 
+def test_an_empty_id2label_counts_no_labels_as_in_transformers(tiny_checkpoint, tmp_path):
+    """``"id2label": {}`` (a backbone's config.json, or ``id2label={}`` passed) is no labels in transformers; bertkit
+    counted two, built a 2-output classifier without a word and wrote ``"id2label": {}`` into its config.json, which
+    transformers then read as a 0-output head and could not load."""
+    ours, theirs = BertConfig(id2label={}), transformers.BertConfig(id2label={})
+    assert ours.num_labels == theirs.num_labels == 0
+    assert ours.to_dict()["id2label"] == {} and ours.label2id == {}
+    directory = tiny_checkpoint(tmp_path)
+    assert H.BertModel.from_pretrained(directory, id2label={}).config.num_labels == 0  # no classifier to size
+    for head in (H.BertForSequenceClassification, H.BertForTokenClassification):
+        with pytest.raises(BertkitError, match=r"config.id2label is empty \(num_labels 0\).*name the labels"):
+            head.from_pretrained(directory, id2label={})
+        with pytest.raises(BertkitError, match=r"config.id2label is empty"):
+            head(BertConfig(**TINY, id2label={}))
+
+
 def test_from_pretrained_keywords(minilm_2_layers, small_batch, tmp_path):
     kw = dict(num_labels=3, id2label={0: "neg", 1: "neu", 2: "pos"}, label2id={"neg": 0, "neu": 1, "pos": 2},
               problem_type="single_label_classification", output_hidden_states=True)

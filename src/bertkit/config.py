@@ -174,8 +174,9 @@ class BertConfig:
 
     @property
     def num_labels(self) -> int:
-        """Number of outputs of a classification head; 2 when no labels are named (transformers' default)."""
-        return len(self.id2label) if self.id2label else 2
+        """Number of outputs of a classification head: ``id2label``'s labels (transformers' two default ones when none
+        are named; none for an empty ``id2label``, as a backbone's config.json has it, which no classifier takes)."""
+        return len(self.id2label)
 
     @num_labels.setter
     def num_labels(self, n: int) -> None:
