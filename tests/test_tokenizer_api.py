@@ -598,13 +598,29 @@ def test_a_new_cls_or_sep_token_encodes_as_transformers_encodes_it_once_saved_an
             assert again("a", "b")["input_ids"] == [101, 1037, 103, 1038, 103]
     said = [r.getMessage() for r in caplog.records if r.name == "bertkit"]
     assert len(said) == 1 and re.search(r"sep_token is now '\[MASK\]' \(id 103\).*saved and loaded again; until then "
-                                        r"transformers' tokenizer keeps adding '\[SEP\]' \(id 102\).*"
+                                        r"transformers' tokenizer keeps encoding '\[SEP\]' \(id 102\).*"
                                         r"from_pretrained\(path, sep_token='\[MASK\]'\)", said[0]), said
     caplog.clear()
     with caplog.at_level("WARNING", logger="bertkit"):
         ours.add_special_tokens({"sep_token": "[MASK]", "pad_token": "[PAD]"})  # no change: nothing to say
         ours.cls_token = "[CLS]"
     assert not [r for r in caplog.records if r.name == "bertkit"]
+
+
+def test_a_new_unk_token_reads_unknown_words_as_transformers_does_once_saved_and_says_so(minilm_dir, tmp_path, caplog):
+    """tok.unk_token = "[MASK]": transformers 5's WordPiece keeps reading an unknown word as [UNK] (100) until the
+    tokenizer is saved and loaded again; bertkit reads it as the new token at once, and said nothing."""
+    ours = BertTokenizer.from_pretrained(minilm_dir)
+    hf = transformers.BertTokenizerFast.from_pretrained(minilm_dir)
+    with caplog.at_level("WARNING", logger="bertkit"):
+        ours.unk_token = hf.unk_token = "[MASK]"
+    assert ours.unk_token_id == hf.unk_token_id == 103
+    assert hf("a \U0001f600")["input_ids"] == [101, 1037, 100, 102]
+    assert ours("a \U0001f600")["input_ids"] == [101, 1037, 103, 102]
+    ours.save_pretrained(tmp_path)
+    assert transformers.BertTokenizerFast.from_pretrained(tmp_path)("a \U0001f600")["input_ids"] == [101, 1037, 103, 102]
+    said = [r.getMessage() for r in caplog.records if r.name == "bertkit"]
+    assert len(said) == 1 and "keeps encoding '[UNK]' (id 100) while its unk_token_id says 103" in said[0], said
 
 
 @pytest.mark.parametrize("replace", [True, False])

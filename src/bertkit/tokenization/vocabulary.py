@@ -38,9 +38,9 @@ _BUILT_FROM = {**dict.fromkeys(("do_lower_case", "strip_accents", "tokenize_chin
                "unlisted_special_tokens": "add them with tok.add_tokens({value!r}, special_tokens=True)",
                "added_tokens": "add them with tok.add_tokens({value!r})"}
 _SPECIAL_IDS = {f"{key}_id": key for key in SPECIAL_TOKEN_KEYS}  # unk_token_id, sep_token_id, ...
-# The tokens every encoding holds, which transformers 5 writes into its post-processor when the tokenizer is built:
-# one changed later is what a reloaded tokenizer adds, while the one in memory keeps adding the old.
-_FRAMING = ("cls_token", "sep_token")
+# The tokens transformers 5 builds into its backend when the tokenizer is made (the post-processor's [CLS] and [SEP],
+# WordPiece's [UNK]): one changed later is what a reloaded tokenizer encodes with, while the one in memory keeps the old.
+_BUILT_INTO_BACKEND = ("cls_token", "sep_token", "unk_token")
 logger = logging.getLogger("bertkit")
 
 
@@ -228,11 +228,11 @@ class Vocabulary:
                 if value in own:
                     own.remove(value)
             old = getattr(self, key)
-            if key in _FRAMING and value != old:
+            if key in _BUILT_INTO_BACKEND and value != old:
                 logger.warning(
-                    "%s is now %r (id %d): bertkit adds it to every encoding from now on, as transformers does once "
-                    "the tokenizer is saved and loaded again; until then transformers' tokenizer keeps adding %r (id "
-                    "%d) while its %s_id says %d. To encode alike in both, load the tokenizer with it: "
+                    "%s is now %r (id %d): bertkit encodes with it from now on, as transformers does once the "
+                    "tokenizer is saved and loaded again; until then transformers' tokenizer keeps encoding %r (id %d) "
+                    "while its %s_id says %d. To encode alike in both, load the tokenizer with it: "
                     "AutoTokenizer.from_pretrained(path, %s=%r)", key, value, self.vocab[value], old, self.vocab[old],
                     key, self.vocab[value], key, value)
             setattr(self, key, value)
