@@ -1015,6 +1015,27 @@ def test_id2label_assigned_from_json_is_read_with_int_ids(tmp_path):
     assert config.id2label == {0: "neg", 1: "pos"}  # a refused map changes nothing
 
 
+def test_label_names_that_are_no_name_are_refused_not_written_as_their_repr(tiny_checkpoint, tmp_path):
+    """``id2label={0: None, 1: "pos"}`` (or a list, a bool, a float as a name; ``label2id`` keyed by them) became the
+    label "None" (``"['a']"``, ``"True"``), which pipelines and metrics report and config.json keeps, where
+    transformers keeps the value it was given. A whole number is still read as its name, "0" (config.json files on
+    the Hub hold ``{"0": 0, "1": 1}``)."""
+    for bad in ({0: None, 1: "pos"}, {0: ["a"], 1: "b"}, {0: True, 1: False}, {0: 0.5, 1: "b"}):
+        with pytest.raises(BertkitError, match=r"id2label values must be label names \(strings\), got"):
+            BertConfig(id2label=bad)
+        with pytest.raises(BertkitError, match=r"id2label values must be label names"):
+            H.BertForSequenceClassification.from_pretrained(tiny_checkpoint(tmp_path), id2label=bad)
+    config = BertConfig(num_labels=2)
+    for assign in (lambda: setattr(config, "id2label", {0: None, 1: "x"}),
+                   lambda: setattr(config, "label2id", {None: 0, "x": 1})):
+        with pytest.raises(BertkitError, match=r"id2label values must be label names"):
+            assign()
+    assert config.id2label == {0: "LABEL_0", 1: "LABEL_1"}
+    import numpy as np
+
+    assert BertConfig(id2label={0: 0, 1: np.int64(1)}).id2label == {0: "0", 1: "1"}
+
+
 def test_dropout_masks_are_transformers_in_the_padded_layout(minilm_2_layers, small_batch):
     """One seed, dropout on (train mode): the padded layout draws transformers' dropout masks, so a same-seed run
     gives its numbers; the default layout draws them over the real tokens only, other masks on a padded batch
