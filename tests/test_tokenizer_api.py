@@ -604,7 +604,9 @@ def test_a_new_cls_or_sep_token_encodes_as_transformers_encodes_it_once_saved_an
     with caplog.at_level("WARNING", logger="bertkit"):
         ours.add_special_tokens({"sep_token": "[MASK]", "pad_token": "[PAD]"})  # no change: nothing to say
         ours.cls_token = "[CLS]"
-    assert not [r for r in caplog.records if r.name == "bertkit"]
+        with pytest.raises(BertkitError, match="cls_token must be a str"):  # refused whole: nothing changed
+            ours.add_special_tokens({"sep_token": "[SEP]", "cls_token": 5})
+    assert not [r for r in caplog.records if r.name == "bertkit"] and ours.sep_token_id == 103
 
 
 def test_a_new_unk_token_reads_unknown_words_as_transformers_does_once_saved_and_says_so(minilm_dir, tmp_path, caplog):

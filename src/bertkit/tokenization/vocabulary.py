@@ -208,6 +208,7 @@ class Vocabulary:
             raise BertkitError(f"unknown special token keys {unknown}; use {SPECIAL_TOKEN_KEYS} or "
                                f"additional_special_tokens (transformers 5: {EXTRA_SPECIAL_TOKENS})")
         added = 0
+        rebuilt = []  # (key, old, new) of the tokens transformers builds into its backend
         for key, value in special_tokens_dict.items():
             if key == "additional_special_tokens":
                 tokens = [token_text(t, True)[0] for t in value]  # a list: renamed_extra's
@@ -229,18 +230,20 @@ class Vocabulary:
                     own.remove(value)
             old = getattr(self, key)
             if key in _BUILT_INTO_BACKEND and value != old:
-                logger.warning(
-                    "%s is now %r (id %d): bertkit encodes with it from now on, as transformers does once the "
-                    "tokenizer is saved and loaded again; until then transformers' tokenizer keeps encoding %r (id %d) "
-                    "while its %s_id says %d. To encode alike in both, load the tokenizer with it: "
-                    "AutoTokenizer.from_pretrained(path, %s=%r)", key, value, self.vocab[value], old, self.vocab[old],
-                    key, self.vocab[value], key, value)
+                rebuilt.append((key, old, value))
             setattr(self, key, value)
             if old not in self._special_list():
                 # the token it replaces stays special (cut out of the text, skipped by decode), as transformers
                 # keeps it and as from_pretrained reads a tokenizer.json that flags it special
                 self._unlist([old])
         self._build()
+        for key, old, value in rebuilt:  # said once the edit holds: a refused one changes nothing
+            logger.warning(
+                "%s is now %r (id %d): bertkit encodes with it from now on, as transformers does once the tokenizer "
+                "is saved and loaded again; until then transformers' tokenizer keeps encoding %r (id %d) while its "
+                "%s_id says %d. To encode alike in both, load the tokenizer with it: "
+                "AutoTokenizer.from_pretrained(path, %s=%r)", key, value, self.vocab[value], old, self.vocab[old], key,
+                self.vocab[value], key, value)
         return added
 
 
