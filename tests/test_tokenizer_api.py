@@ -575,6 +575,56 @@ def test_assigning_a_special_token_id_moves_the_token_and_what_is_saved_as_in_tr
     assert ours.pad_token_id == 103
 
 
+@pytest.mark.parametrize("change", [lambda t: setattr(t, "sep_token", "[MASK]"), lambda t: setattr(t, "sep_token_id", 103),
+                                    lambda t: t.add_special_tokens({"sep_token": "[MASK]"})])
+def test_a_new_cls_or_sep_token_encodes_as_transformers_encodes_it_once_saved_and_says_so(minilm_dir, tmp_path,
+                                                                                          change, caplog):
+    """tok.sep_token = "[MASK]" (or its id, or add_special_tokens): transformers 5 keeps adding [SEP] (102) to every
+    encoding until the tokenizer is saved and loaded again, its sep_token_id saying 103 meanwhile; bertkit adds the
+    new token at once, which is what transformers encodes once the tokenizer is saved and reloaded, and said nothing
+    of the in-memory difference."""
+    ours = BertTokenizer.from_pretrained(minilm_dir)
+    hf = transformers.BertTokenizerFast.from_pretrained(minilm_dir)
+    with caplog.at_level("WARNING", logger="bertkit"):
+        change(ours)
+        change(hf)
+    assert ours.sep_token_id == hf.sep_token_id == 103
+    assert hf("a", "b")["input_ids"] == [101, 1037, 102, 1038, 102]  # transformers in memory: the old [SEP]
+    assert ours("a", "b")["input_ids"] == [101, 1037, 103, 1038, 103]
+    for tok in (ours, hf):
+        tok.save_pretrained(tmp_path / type(tok).__module__.split(".")[0])
+    for saved in tmp_path.iterdir():  # either library's save, read by either: the new token, as bertkit's in memory
+        for again in (BertTokenizer.from_pretrained(saved), transformers.BertTokenizerFast.from_pretrained(saved)):
+            assert again("a", "b")["input_ids"] == [101, 1037, 103, 1038, 103]
+    said = [r.getMessage() for r in caplog.records if r.name == "bertkit"]
+    assert len(said) == 1 and re.search(r"sep_token is now '\[MASK\]' \(id 103\).*saved and loaded again; until then "
+                                        r"transformers' tokenizer keeps encoding '\[SEP\]' \(id 102\).*"
+                                        r"from_pretrained\(path, sep_token='\[MASK\]'\)", said[0]), said
+    caplog.clear()
+    with caplog.at_level("WARNING", logger="bertkit"):
+        ours.add_special_tokens({"sep_token": "[MASK]", "pad_token": "[PAD]"})  # no change: nothing to say
+        ours.cls_token = "[CLS]"
+        with pytest.raises(BertkitError, match="cls_token must be a str"):  # refused whole: nothing changed
+            ours.add_special_tokens({"sep_token": "[SEP]", "cls_token": 5})
+    assert not [r for r in caplog.records if r.name == "bertkit"] and ours.sep_token_id == 103
+
+
+def test_a_new_unk_token_reads_unknown_words_as_transformers_does_once_saved_and_says_so(minilm_dir, tmp_path, caplog):
+    """tok.unk_token = "[MASK]": transformers 5's WordPiece keeps reading an unknown word as [UNK] (100) until the
+    tokenizer is saved and loaded again; bertkit reads it as the new token at once, and said nothing."""
+    ours = BertTokenizer.from_pretrained(minilm_dir)
+    hf = transformers.BertTokenizerFast.from_pretrained(minilm_dir)
+    with caplog.at_level("WARNING", logger="bertkit"):
+        ours.unk_token = hf.unk_token = "[MASK]"
+    assert ours.unk_token_id == hf.unk_token_id == 103
+    assert hf("a \U0001f600")["input_ids"] == [101, 1037, 100, 102]
+    assert ours("a \U0001f600")["input_ids"] == [101, 1037, 103, 102]
+    ours.save_pretrained(tmp_path)
+    assert transformers.BertTokenizerFast.from_pretrained(tmp_path)("a \U0001f600")["input_ids"] == [101, 1037, 103, 102]
+    said = [r.getMessage() for r in caplog.records if r.name == "bertkit"]
+    assert len(said) == 1 and "keeps encoding '[UNK]' (id 100) while its unk_token_id says 103" in said[0], said
+
+
 @pytest.mark.parametrize("replace", [True, False])
 def test_add_special_tokens_takes_replace_extra_special_tokens_as_transformers(minilm_dir, replace):
     """add_special_tokens(..., replace_extra_special_tokens=False), transformers 5's keyword, was a TypeError; either

@@ -204,6 +204,22 @@ def test_a_one_label_single_label_classifier_is_refused_however_the_label_count_
             make()
 
 
+def test_an_empty_id2label_counts_no_labels_as_in_transformers(tiny_checkpoint, tmp_path):
+    """``"id2label": {}`` (a backbone's config.json, or ``id2label={}`` passed) is no labels in transformers; bertkit
+    counted two, built a 2-output classifier without a word and wrote ``"id2label": {}`` into its config.json, which
+    transformers then read as a 0-output head and could not load."""
+    ours, theirs = BertConfig(id2label={}), transformers.BertConfig(id2label={})
+    assert ours.num_labels == theirs.num_labels == 0
+    assert ours.to_dict()["id2label"] == {} and ours.label2id == {}
+    directory = tiny_checkpoint(tmp_path)
+    assert H.BertModel.from_pretrained(directory, id2label={}).config.num_labels == 0  # no classifier to size
+    for head in (H.BertForSequenceClassification, H.BertForTokenClassification):
+        with pytest.raises(BertkitError, match=r"config.id2label is empty \(num_labels 0\).*name the labels"):
+            head.from_pretrained(directory, id2label={})
+        with pytest.raises(BertkitError, match=r"config.id2label is empty"):
+            head(BertConfig(**TINY, id2label={}))
+
+
 def test_from_pretrained_keywords(minilm_2_layers, small_batch, tmp_path):
     kw = dict(num_labels=3, id2label={0: "neg", 1: "neu", 2: "pos"}, label2id={"neg": 0, "neu": 1, "pos": 2},
               problem_type="single_label_classification", output_hidden_states=True)
@@ -997,6 +1013,27 @@ def test_id2label_assigned_from_json_is_read_with_int_ids(tmp_path):
         with pytest.raises(BertkitError, match=message):
             config.id2label = bad
     assert config.id2label == {0: "neg", 1: "pos"}  # a refused map changes nothing
+
+
+def test_label_names_that_are_no_name_are_refused_not_written_as_their_repr(tiny_checkpoint, tmp_path):
+    """``id2label={0: None, 1: "pos"}`` (or a list, a bool, a float as a name; ``label2id`` keyed by them) became the
+    label "None" (``"['a']"``, ``"True"``), which pipelines and metrics report and config.json keeps, where
+    transformers keeps the value it was given. A whole number is still read as its name, "0" (config.json files on
+    the Hub hold ``{"0": 0, "1": 1}``)."""
+    for bad in ({0: None, 1: "pos"}, {0: ["a"], 1: "b"}, {0: True, 1: False}, {0: 0.5, 1: "b"}):
+        with pytest.raises(BertkitError, match=r"id2label values must be label names \(strings\), got"):
+            BertConfig(id2label=bad)
+        with pytest.raises(BertkitError, match=r"id2label values must be label names"):
+            H.BertForSequenceClassification.from_pretrained(tiny_checkpoint(tmp_path), id2label=bad)
+    config = BertConfig(num_labels=2)
+    for assign in (lambda: setattr(config, "id2label", {0: None, 1: "x"}),
+                   lambda: setattr(config, "label2id", {None: 0, "x": 1})):
+        with pytest.raises(BertkitError, match=r"id2label values must be label names"):
+            assign()
+    assert config.id2label == {0: "LABEL_0", 1: "LABEL_1"}
+    import numpy as np
+
+    assert BertConfig(id2label={0: 0, 1: np.int64(1)}).id2label == {0: "0", 1: "1"}
 
 
 def test_dropout_masks_are_transformers_in_the_padded_layout(minilm_2_layers, small_batch):

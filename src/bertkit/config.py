@@ -9,6 +9,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
+import numbers
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -174,8 +175,9 @@ class BertConfig:
 
     @property
     def num_labels(self) -> int:
-        """Number of outputs of a classification head; 2 when no labels are named (transformers' default)."""
-        return len(self.id2label) if self.id2label else 2
+        """Number of outputs of a classification head: ``id2label``'s labels (transformers' two default ones when none
+        are named; none for an empty ``id2label``, as a backbone's config.json has it, which no classifier takes)."""
+        return len(self.id2label)
 
     @num_labels.setter
     def num_labels(self, n: int) -> None:
@@ -207,7 +209,7 @@ class BertConfig:
         if not isinstance(label2id, dict) or sorted(label2id.values()) != list(range(len(label2id))):
             raise BertkitError(f"BertConfig.label2id must map each label to its own id 0..n-1, like {{\"NEGATIVE\": 0, "
                                f"\"POSITIVE\": 1}}, got {label2id!r}")
-        self.id2label = {i: str(label) for label, i in label2id.items()}
+        self.id2label = {i: label for label, i in label2id.items()}  # names checked as id2label's
 
     def with_labels(self, labels: list[str] | int) -> BertConfig:
         """A copy whose classification head has these label names (or this many ``LABEL_i`` labels)."""
@@ -372,8 +374,15 @@ def _label_map(labels: Any) -> dict[int, str]:
     if not isinstance(labels, dict):
         raise BertkitError(f"BertConfig.id2label must be a mapping like {{\"0\": \"NEGATIVE\", \"1\": "
                            f"\"POSITIVE\"}}, got a {type(labels).__name__}: {labels!r}")
+    # str() of anything made a name of None, a list or a bool ("None"), which pipelines and metrics then report;
+    # a whole number is read as its name ("0"), as some published config.json files write their labels
+    bad = {k: v for k, v in labels.items()
+           if not isinstance(v, str) and (isinstance(v, bool) or not isinstance(v, numbers.Integral))}
+    if bad:
+        raise BertkitError(f"BertConfig.id2label values must be label names (strings), got {bad}: name each label, "
+                           "like {0: \"NEGATIVE\", 1: \"POSITIVE\"}")
     try:
-        id2label = {int(k): str(v) for k, v in labels.items()}
+        id2label = {int(k): str(v) if isinstance(v, str) else str(int(v)) for k, v in labels.items()}
     except (TypeError, ValueError):
         raise BertkitError(f"BertConfig.id2label keys must be label ids 0..n-1, got {list(labels)}") from None
     if sorted(id2label) != list(range(len(id2label))):

@@ -224,6 +224,10 @@ class _ClassifierHeadModel(_HeadModel):
         p = config.classifier_dropout
         self.dropout = nn.Dropout(config.hidden_dropout_prob if p is None else p)
         outputs = config.num_labels if self.classifier_outputs is None else self.classifier_outputs
+        if outputs < 1:  # transformers builds a classifier of no outputs, whose logits are empty
+            raise BertkitError(f"{type(self).__name__}: config.id2label is empty (num_labels 0), so its classifier "
+                               "would have no outputs; name the labels (id2label={0: \"NEGATIVE\", 1: \"POSITIVE\"}) "
+                               "or pass num_labels=")
         self.classifier = new_linear(config.hidden_size, outputs)
 
 

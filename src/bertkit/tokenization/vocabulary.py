@@ -14,6 +14,7 @@ pickling (DataLoader workers) give a tokenizer of its own, its tables rebuilt ra
 
 from __future__ import annotations
 
+import logging
 import numbers
 import operator
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -37,6 +38,10 @@ _BUILT_FROM = {**dict.fromkeys(("do_lower_case", "strip_accents", "tokenize_chin
                "unlisted_special_tokens": "add them with tok.add_tokens({value!r}, special_tokens=True)",
                "added_tokens": "add them with tok.add_tokens({value!r})"}
 _SPECIAL_IDS = {f"{key}_id": key for key in SPECIAL_TOKEN_KEYS}  # unk_token_id, sep_token_id, ...
+# The tokens transformers 5 builds into its backend when the tokenizer is made (the post-processor's [CLS] and [SEP],
+# WordPiece's [UNK]): one changed later is what a reloaded tokenizer encodes with, while the one in memory keeps the old.
+_BUILT_INTO_BACKEND = ("cls_token", "sep_token", "unk_token")
+logger = logging.getLogger("bertkit")
 
 
 def right_only(name: str, value: object) -> None:
@@ -203,6 +208,7 @@ class Vocabulary:
             raise BertkitError(f"unknown special token keys {unknown}; use {SPECIAL_TOKEN_KEYS} or "
                                f"additional_special_tokens (transformers 5: {EXTRA_SPECIAL_TOKENS})")
         added = 0
+        rebuilt = []  # (key, old, new) of the tokens transformers builds into its backend
         for key, value in special_tokens_dict.items():
             if key == "additional_special_tokens":
                 tokens = [token_text(t, True)[0] for t in value]  # a list: renamed_extra's
@@ -223,12 +229,21 @@ class Vocabulary:
                 if value in own:
                     own.remove(value)
             old = getattr(self, key)
+            if key in _BUILT_INTO_BACKEND and value != old:
+                rebuilt.append((key, old, value))
             setattr(self, key, value)
             if old not in self._special_list():
                 # the token it replaces stays special (cut out of the text, skipped by decode), as transformers
                 # keeps it and as from_pretrained reads a tokenizer.json that flags it special
                 self._unlist([old])
         self._build()
+        for key, old, value in rebuilt:  # said once the edit holds: a refused one changes nothing
+            logger.warning(
+                "%s is now %r (id %d): bertkit encodes with it from now on, as transformers does once the tokenizer "
+                "is saved and loaded again; until then transformers' tokenizer keeps encoding %r (id %d) while its "
+                "%s_id says %d. To encode alike in both, load the tokenizer with it: "
+                "AutoTokenizer.from_pretrained(path, %s=%r)", key, value, self.vocab[value], old, self.vocab[old], key,
+                self.vocab[value], key, value)
         return added
 
 
