@@ -186,6 +186,10 @@ def _tokenizer_record(tokenizer, vocab: list[str]) -> dict:
         **{name: getattr(tokenizer, name, None) for name in ("do_lower_case", "strip_accents", "tokenize_chinese_chars")},
         "special_token_ids": _special_ids(tokenizer),
         "unlisted_special_tokens": list(getattr(tokenizer, "unlisted_special_tokens", ())),
+        # a word longer than this is one [UNK] (transformers' 100; google's tokenization.py reads up to 200); recorded
+        # where it is not 100, so that a run started before it was recorded still resumes
+        **({} if (chars := getattr(tokenizer, "max_input_chars_per_word", 100)) == 100
+           else {"max_input_chars_per_word": chars}),
     }
 
 
