@@ -554,3 +554,25 @@ def test_random_next_segments_drawn_from_their_own_document_are_counted_and_warn
         made = create_pretraining_data([one, two], tok, tmp_path / "o2", **kwargs)  # two files, three documents
     assert made["counts"]["random_next_same_document"] == 0 < made["counts"]["random_next"]
     assert "random-next segments come from" not in caplog.text
+
+
+@needs_model
+def test_a_prediction_cap_below_the_masked_share_is_warned(tok, tmp_path, caplog):
+    """Was silent: --max-seq-length 512 with the default --max-predictions-per-seq 20 (google's default too) masks 20
+    tokens of a full 512-token instance, 3.9%, where masked_lm_prob 0.15 asks for 77. Here 64 tokens, a cap of 5: 10
+    asked."""
+    text = tmp_path / "doc.txt"
+    text.write_text("\n\n".join(" ".join(f"Article {a} sentence {s} says something new and long enough." for s in
+                                         range(40)) for a in range(3)) + "\n")
+    kwargs = dict(num_workers=0, progress=False, dupe_factor=1, max_seq_length=64)
+    with caplog.at_level("WARNING", logger="bertkit"):
+        create_pretraining_data([text], tok, tmp_path / "capped", max_predictions_per_seq=5, **kwargs)
+    assert ("max_predictions_per_seq 5 caps the masked-LM targets of a 64-token instance at 5 (7.8% of its tokens), "
+            "below the 10 masked_lm_prob 0.15 asks for: pass --max-predictions-per-seq 10") in caplog.text
+    ds = PretrainingDataset(tmp_path / "capped")
+    full = [ds[i]["labels"] for i in range(len(ds)) if len(ds[i]["labels"]) == 64]
+    assert full and all((labels != -100).sum() == 5 for labels in full)
+    caplog.clear()
+    with caplog.at_level("WARNING", logger="bertkit"):
+        create_pretraining_data([text], tok, tmp_path / "enough", max_predictions_per_seq=10, **kwargs)
+    assert "caps the masked-LM targets" not in caplog.text
