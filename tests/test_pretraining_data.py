@@ -576,3 +576,27 @@ def test_a_prediction_cap_below_the_masked_share_is_warned(tok, tmp_path, caplog
     with caplog.at_level("WARNING", logger="bertkit"):
         create_pretraining_data([text], tok, tmp_path / "enough", max_predictions_per_seq=10, **kwargs)
     assert "caps the masked-LM targets" not in caplog.text
+
+
+@needs_model
+def test_a_vocab_txt_without_a_tokenizer_config_takes_do_lower_case_on_the_command_line(tmp_path, capsys):
+    """google's create_pretraining_data.py takes --do_lower_case with its checkpoints' vocab.txt, which says nothing of
+    casing: `--vocab .../vocab.txt` was accepted, then refused for want of a do_lower_case no flag could give."""
+    from bertkit.cli import main
+
+    google = tmp_path / "uncased_L-2_H-128_A-2"
+    google.mkdir()
+    (google / "vocab.txt").write_bytes((MODEL / "vocab.txt").read_bytes())
+    text = tmp_path / "docs.txt"
+    text.write_text("The Cat sat.\nIt Purred loudly.\n\nParis is Big.\nIts streets are Long.\n")  # google's layout
+    args = ["create-pretraining-data", str(text), "--vocab", str(google / "vocab.txt"), "--no-progress",
+            "--num-workers", "1", "--input-format", "sentences"]
+    assert main([*args, "--output-dir", str(tmp_path / "none")]) == 2
+    assert "whether this checkpoint is cased is unknown" in capsys.readouterr().err
+    for flag, lower in (("--do-lower-case", True), ("--no-do-lower-case", False)):
+        assert main([*args, flag, "--output-dir", str(tmp_path / flag)]) == 0
+        manifest = read_manifest(tmp_path / flag)
+        assert manifest["tokenizer"]["do_lower_case"] is lower
+        ids = PretrainingDataset(tmp_path / flag)[0]
+        tokens = BertTokenizer.from_pretrained(MODEL).convert_ids_to_tokens(originals(ids).tolist())
+        assert ("cat" in tokens) is lower and ("[UNK]" in tokens) is not lower  # the uncased vocabulary has no "Cat"
