@@ -554,3 +554,49 @@ def test_random_next_segments_drawn_from_their_own_document_are_counted_and_warn
         made = create_pretraining_data([one, two], tok, tmp_path / "o2", **kwargs)  # two files, three documents
     assert made["counts"]["random_next_same_document"] == 0 < made["counts"]["random_next"]
     assert "random-next segments come from" not in caplog.text
+
+
+@needs_model
+def test_a_prediction_cap_below_the_masked_share_is_warned(tok, tmp_path, caplog):
+    """Was silent: --max-seq-length 512 with the default --max-predictions-per-seq 20 (google's default too) masks 20
+    tokens of a full 512-token instance, 3.9%, where masked_lm_prob 0.15 asks for 77. Here 64 tokens, a cap of 5: 10
+    asked."""
+    text = tmp_path / "doc.txt"
+    text.write_text("\n\n".join(" ".join(f"Article {a} sentence {s} says something new and long enough." for s in
+                                         range(40)) for a in range(3)) + "\n")
+    kwargs = dict(num_workers=0, progress=False, dupe_factor=1, max_seq_length=64)
+    with caplog.at_level("WARNING", logger="bertkit"):
+        create_pretraining_data([text], tok, tmp_path / "capped", max_predictions_per_seq=5, **kwargs)
+    assert ("max_predictions_per_seq 5 caps the masked-LM targets of a 64-token instance at 5 (7.8% of its tokens), "
+            "below the 10 masked_lm_prob 0.15 asks for: pass --max-predictions-per-seq 10") in caplog.text
+    ds = PretrainingDataset(tmp_path / "capped")
+    full = [ds[i]["labels"] for i in range(len(ds)) if len(ds[i]["labels"]) == 64]
+    assert full and all((labels != -100).sum() == 5 for labels in full)
+    caplog.clear()
+    with caplog.at_level("WARNING", logger="bertkit"):
+        create_pretraining_data([text], tok, tmp_path / "enough", max_predictions_per_seq=10, **kwargs)
+    assert "caps the masked-LM targets" not in caplog.text
+
+
+@needs_model
+def test_a_vocab_txt_without_a_tokenizer_config_takes_do_lower_case_on_the_command_line(tmp_path, capsys):
+    """google's create_pretraining_data.py takes --do_lower_case with its checkpoints' vocab.txt, which says nothing of
+    casing: `--vocab .../vocab.txt` was accepted, then refused for want of a do_lower_case no flag could give."""
+    from bertkit.cli import main
+
+    google = tmp_path / "uncased_L-2_H-128_A-2"
+    google.mkdir()
+    (google / "vocab.txt").write_bytes((MODEL / "vocab.txt").read_bytes())
+    text = tmp_path / "docs.txt"
+    text.write_text("The Cat sat.\nIt Purred loudly.\n\nParis is Big.\nIts streets are Long.\n")  # google's layout
+    args = ["create-pretraining-data", str(text), "--vocab", str(google / "vocab.txt"), "--no-progress",
+            "--num-workers", "1", "--input-format", "sentences"]
+    assert main([*args, "--output-dir", str(tmp_path / "none")]) == 2
+    assert "whether this checkpoint is cased is unknown" in capsys.readouterr().err
+    for flag, lower in (("--do-lower-case", True), ("--no-do-lower-case", False)):
+        assert main([*args, flag, "--output-dir", str(tmp_path / flag)]) == 0
+        manifest = read_manifest(tmp_path / flag)
+        assert manifest["tokenizer"]["do_lower_case"] is lower
+        ids = PretrainingDataset(tmp_path / flag)[0]
+        tokens = BertTokenizer.from_pretrained(MODEL).convert_ids_to_tokens(originals(ids).tolist())
+        assert ("cat" in tokens) is lower and ("[UNK]" in tokens) is not lower  # the uncased vocabulary has no "Cat"

@@ -133,6 +133,11 @@ def test_resume_refuses_other_input_tokenizer_or_settings(monkeypatch, tok, corp
     with pytest.raises(BertkitError, match=r"run used another tokenizer \(do_lower_case True then, False now\); "
                                            r"resume with the original tokenizer \(--vocab\), pass --overwrite"):
         pretraining.create_pretraining_data(corpus, uncased, out, **run, **CONFIG)
+    # google's word length (tokenization.py: 200): a word of 101 to 200 characters is pieces, where 100 makes one [UNK]
+    google_words = BertTokenizer.from_pretrained(MODEL, max_input_chars_per_word=200)
+    with pytest.raises(BertkitError, match=r"run used another tokenizer \(max_input_chars_per_word None then, 200 "
+                                           r"now\); resume with the original tokenizer"):
+        pretraining.create_pretraining_data(corpus, google_words, out, **run, **CONFIG)
     with pytest.raises(BertkitError, match=r"read other input files \(6 file\(s\): .* then, 5 file\(s\)"):
         pretraining.create_pretraining_data(corpus[:5], tok, out, **run, **CONFIG)
     changed = Path(corpus[0])

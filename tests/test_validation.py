@@ -392,6 +392,11 @@ def test_pretraining_data_made_with_another_vocabulary_is_refused_before_trainin
     err = capsys.readouterr().err
     assert (f"--data {tiny_pretraining_data / 'data'} was made with another vocabulary than --vocab {other} "
             f"(1500 entries against 1500; id 1000 is {tokens[1000]!r} there, {tokens[1001]!r} here)") in err
+    # the fix it names works (it named --vocab DATA, which holds the vocab.txt alone, no tokenizer: refused in turn)
+    assert (f"pass --vocab the tokenizer directory it was made with (the one whose vocab.txt create-pretraining-data "
+            f"copied to {tiny_pretraining_data / 'data' / 'vocab.txt'}: the data directory holds no tokenizer)") in err
+    assert main([*args, "--vocab", str(tiny_pretraining_data / "data"), "--out", str(tmp_path / "run")]) == 2
+    assert "tokenizer_config.json not found" in capsys.readouterr().err
     assert sorted(p.name for p in tmp_path.iterdir()) == ["other-vocab"]  # no run directory, nothing staged
     assert main([*args, "--vocab", str(vocab), "--eval-data", str(tiny_pretraining_data / "data"),
                  "--out", str(tmp_path / "run")]) == 0  # the data's own vocabulary: trained

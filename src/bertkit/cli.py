@@ -86,7 +86,8 @@ def _create_data(s) -> dict:
     from bertkit.data import PretrainingConfig, create_pretraining_data
     from bertkit.tokenization import BertTokenizer
 
-    tokenizer = BertTokenizer.from_pretrained(tokenizer_dir(s.vocab))
+    casing = {} if s.do_lower_case is None else {"do_lower_case": s.do_lower_case}  # else the tokenizer's own
+    tokenizer = BertTokenizer.from_pretrained(tokenizer_dir(s.vocab), **casing)
     config = {f.name: getattr(s, f.name) for f in dataclasses.fields(PretrainingConfig)}  # what the data depends on
     result = create_pretraining_data([str(f) for f in s.files], tokenizer, s.output_dir, **config,
                                      num_workers=s.num_workers, progress=s.progress, overwrite=s.overwrite,

@@ -81,6 +81,7 @@ def create_pretraining_data(
         raise BertkitError("resume and overwrite are both set: resume (--resume) continues the run cut short in "
                            f"{output_dir}, overwrite (--overwrite) starts it again; choose one")
     config = PretrainingConfig(**config_fields)
+    _warn_capped_predictions(config)
     vocab = tokenizer.convert_ids_to_tokens(list(range(len(tokenizer.vocab))))
     if not input_files:
         raise BertkitError("no input files: pass at least one text file")
@@ -178,6 +179,20 @@ def _warn_same_document_negatives(counts: dict) -> None:
             same, total)
 
 
+def _warn_capped_predictions(config: PretrainingConfig) -> None:
+    """A ``max_predictions_per_seq`` below the targets ``masked_lm_prob`` gives a full-length instance masks fewer
+    tokens than asked (the default 20 at ``max_seq_length`` 512: 3.9% where 0.15 asks 77): said, with the fix, as google's
+    README says it (its script, with the same default, says nothing)."""
+    asked = max(1, int(round(config.max_seq_length * config.masked_lm_prob)))  # mask_tokens' budget at full length
+    if config.max_predictions_per_seq < asked:
+        logger.warning(
+            "max_predictions_per_seq %d caps the masked-LM targets of a %d-token instance at %d (%.1f%% of its tokens), "
+            "below the %d masked_lm_prob %g asks for: pass --max-predictions-per-seq %d (max_seq_length x "
+            "masked_lm_prob, as google's README says; its 512-token data has 80), or keep it to mask fewer",
+            config.max_predictions_per_seq, config.max_seq_length, config.max_predictions_per_seq,
+            100 * config.max_predictions_per_seq / config.max_seq_length, asked, config.masked_lm_prob, asked)
+
+
 def _tokenizer_record(tokenizer, vocab: list[str]) -> dict:
     """What of the tokenizer decides the shards' ids: a resumed run must tokenise as the run it continues."""
     return {
@@ -186,6 +201,10 @@ def _tokenizer_record(tokenizer, vocab: list[str]) -> dict:
         **{name: getattr(tokenizer, name, None) for name in ("do_lower_case", "strip_accents", "tokenize_chinese_chars")},
         "special_token_ids": _special_ids(tokenizer),
         "unlisted_special_tokens": list(getattr(tokenizer, "unlisted_special_tokens", ())),
+        # a word longer than this is one [UNK] (transformers' 100; google's tokenization.py reads up to 200); recorded
+        # where it is not 100, so that a run started before it was recorded still resumes
+        **({} if (chars := getattr(tokenizer, "max_input_chars_per_word", 100)) == 100
+           else {"max_input_chars_per_word": chars}),
     }
 
 

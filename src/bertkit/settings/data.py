@@ -53,6 +53,9 @@ class CreateDataSettings(PretrainingConfig):
     expanded, sorted; a file given twice is refused."""
     vocab: Path = flag(check=tokenizer_path)
     """The tokenizer: its directory (vocab.txt + tokenizer_config.json) or its vocab.txt."""
+    do_lower_case: bool | None = None
+    """Lower-case the text and strip accents (uncased) or not (google's --do_lower_case). Default: the tokenizer's
+    tokenizer_config.json; a vocab.txt without one (a google-research/bert checkpoint's) needs this flag."""
     output_dir: Path = flag(aliases=("--out",))
     """Directory for the shards and manifest.json."""
     num_workers: int = flag(2, aliases=("--workers",), check=at_least_one, how_to_run=True)

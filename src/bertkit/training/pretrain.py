@@ -147,8 +147,9 @@ def refuse_data_of_another_vocabulary(s: PretrainSettings, tokenizer: BertTokeni
             raise BertkitError(
                 f"{flag} {data_dir} was made with another vocabulary than --vocab {s.vocab} ({len(theirs)} entries "
                 f"against {len(ours)}; id {i} is {there} there, {here} here), so its token ids would name "
-                f"other word pieces; pass --vocab {data_dir} (the vocabulary it was made with), or recreate the data "
-                "with this one")
+                f"other word pieces; pass --vocab the tokenizer directory it was made with (the one whose vocab.txt "
+                f"create-pretraining-data copied to {Path(data_dir) / VOCAB}: the data directory holds no tokenizer), "
+                "or recreate the data with this one")
 
 
 def pretraining_phases(s: PretrainSettings, config: BertConfig, collate: Any, *, rank: int,
