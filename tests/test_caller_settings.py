@@ -82,6 +82,26 @@ def test_from_pretrained_under_the_meta_default_device_is_refused_naming_it(tiny
     assert isinstance(BertModel.from_pretrained(path), BertModel)  # and outside, loads
 
 
+def test_every_module_imports_under_a_callers_default_device():
+    """A module first imported inside `with torch.device("meta")` (or "cuda") must not make its module-wide tensors
+    there: the int8 kernels' import made a quantized tensor, which failed on meta ("no fake impl or Meta kernel")
+    whenever bertkit.inference was first imported inside the block, and put its zero point on the caller's device."""
+    import subprocess
+    import sys
+
+    script = (
+        "import importlib, pkgutil, torch, bertkit\n"
+        "with torch.device('meta'):\n"
+        "    for m in pkgutil.walk_packages(bertkit.__path__, 'bertkit.'):\n"
+        "        if not m.name.endswith('__main__'):\n"
+        "            importlib.import_module(m.name)\n"
+        "from bertkit.quantization import kernels\n"
+        "assert kernels._ZERO.device.type == kernels._ONE.device.type == 'cpu'\n"
+    )
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+
+
 
 def test_a_pipeline_inside_the_callers_autocast_says_it_runs_in_its_weights_dtype(minilm_2_layers, caplog):
     from bertkit import pipeline

@@ -132,9 +132,11 @@ _DEPRECATED_CREATION = r".*quantized tensor creation functions.*deprecated"  # t
 # thread dropped the filters another thread had added meanwhile.
 warnings.filterwarnings("ignore", message=_DEPRECATED_CREATION, category=UserWarning)
 if hasattr(torch, "quantize_per_tensor_dynamic"):  # a PyTorch without it has no quantized tensors to warn about
-    torch.quantize_per_tensor_dynamic(torch.zeros(1), torch.quint8, False)
-_ZERO = torch.tensor(0)  # the per-token codes' zero point: each token's low end is applied after the product
-_ONE = torch.tensor(1.0)
+    torch.quantize_per_tensor_dynamic(torch.zeros(1, device="cpu"), torch.quint8, False)
+# On the CPU by name: this module may first be imported under a caller's default device (`with torch.device("meta")`,
+# or "cuda"), which would otherwise place these module-wide tensors there (and meta has no quantized kernel at all).
+_ZERO = torch.tensor(0, device="cpu")  # the per-token codes' zero point: each token's low end is applied after the product
+_ONE = torch.tensor(1.0, device="cpu")
 
 
 def check_saved(name: str, value: Tensor, low: float, high: float) -> None:
