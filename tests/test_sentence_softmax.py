@@ -164,3 +164,28 @@ def test_bad_label_accuracy_input_is_refused(models, model_dir):
     with pytest.raises(NonFiniteError, match=r"^LabelAccuracyEvaluator \(the batch from example 0\): the model's "
                                              r"output of input 0 \(\"\('a', 'b'\)\"\) is not finite"):
         evaluation.LabelAccuracyEvaluator(DataLoader(pairs, batch_size=2), softmax_model=loss)(model)
+
+
+def test_a_loss_factory_draws_its_classifier_from_the_trainers_seed(models, mrpc, tmp_path):
+    """A loss given as a factory (``functools.partial(SoftmaxLoss, ...)``) is built by sentence-transformers' trainer
+    after transformers' Trainer.__init__ seeds, so its classifier comes from ``seed`` whatever the script drew
+    before; bertkit built it before seeding, from the script's generator state (another classifier, so other losses:
+    1.0952 against 1.1162 at the first step on MiniLM)."""
+    import functools
+
+    rows = [{"sentence1": a, "sentence2": b, "label": y} for a, b, y in mrpc[:8]]
+    got_model, want_model = models
+    built = []
+    for lib, model in (("st", want_model), ("bk", got_model)):
+        S = st if lib == "st" else bk
+        args = S.SentenceTransformerTrainingArguments(output_dir=str(tmp_path / lib), save_strategy="no",
+                                                      report_to="none", seed=3, use_cpu=True, disable_tqdm=True)
+        torch.manual_seed(100 if lib == "st" else 200)  # the scripts' generators differ: the seed decides
+        factory = functools.partial((st_losses if lib == "st" else losses).SoftmaxLoss,
+                                    sentence_embedding_dimension=model.get_embedding_dimension(), num_labels=2)
+        trainer = S.SentenceTransformerTrainer(model=model, args=args, loss=factory,
+                                               train_dataset=datasets.Dataset.from_list(rows))
+        built.append((trainer.loss.classifier.weight.detach().clone(), torch.rand(4)))
+    (want, want_next), (got, got_next) = built
+    torch.testing.assert_close(got, want, atol=0, rtol=0)
+    torch.testing.assert_close(got_next, want_next, atol=0, rtol=0)  # and torch's generator goes on alike

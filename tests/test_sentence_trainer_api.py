@@ -26,6 +26,7 @@ from bertkit.sentence.sparse_encoder import (
     SparseEncoderTrainingArguments,
 )
 from bertkit.training.callbacks import TrainerCallback
+from cases import slow_after
 from cross_encoder_helpers import cross_encoder_directory
 from sentence_helpers import st_directory
 from sparse_helpers import masked_lm_checkpoint
@@ -390,6 +391,63 @@ def test_an_evaluation_by_the_evaluator_alone_draws_what_sentence_transformers_d
     theirs, ours = states("st"), states("bk")
     assert len(ours) == len(theirs) == 3
     assert ours == theirs
+
+
+# the cross-encoder (5 s) checks the trainers' shared seeding; the dense trainer (14 s) runs in `make test-slow`
+@pytest.mark.parametrize("kind", slow_after(["cross", "dense"]))
+def test_draws_between_making_the_trainer_and_train_move_the_run_as_sentence_transformers(kind, dirs, minilm_2_layers,
+                                                                                          tmp_path):
+    """Dropout on, an evaluate() and a script's torch.rand between making the trainer and train(): sentence-transformers
+    seeds when the trainer is made (transformers' Trainer.__init__) and trains on from there, so both draws move its
+    masks; bertkit's train() seeded again, so its losses were those of a run without them (1% apart)."""
+    from sentence_transformers import cross_encoder as st_cross
+    from sentence_transformers.sentence_transformer import losses as st_losses
+
+    path = tmp_path / "dropout"
+    if kind == "dense":
+        st_directory(minilm_2_layers, path, dropout=0.1, max_seq_length=32)
+    else:
+        path.mkdir()
+        for f in dirs["cross"].iterdir():
+            (path / f.name).symlink_to(f)
+        (path / "config.json").unlink()
+        config = json.loads((dirs["cross"] / "config.json").read_text())
+        (path / "config.json").write_text(json.dumps({**config, "hidden_dropout_prob": 0.1,
+                                                      "attention_probs_dropout_prob": 0.1}))
+
+    def losses_of(lib: str) -> list[float]:
+        common = dict(output_dir=str(tmp_path / lib), max_steps=4, per_device_train_batch_size=4, learning_rate=1e-4,
+                      logging_steps=1, save_strategy="no", seed=5, **QUIET)
+        rows = PAIRS if kind == "dense" else SCORED
+        if lib == "st" and kind == "dense":
+            model = st.SentenceTransformer(str(path), device="cpu")
+            trainer = st.SentenceTransformerTrainer(
+                model=model, args=st.SentenceTransformerTrainingArguments(**common), loss=st_losses.
+                MultipleNegativesRankingLoss(model), train_dataset=datasets.Dataset.from_list(rows),
+                eval_dataset=datasets.Dataset.from_list(rows))
+        elif lib == "st":
+            model = st_cross.CrossEncoder(str(path), device="cpu", max_length=16)
+            trainer = st_cross.CrossEncoderTrainer(
+                model=model, args=st_cross.CrossEncoderTrainingArguments(**common), train_dataset=datasets.Dataset.
+                from_list(rows), eval_dataset=datasets.Dataset.from_list(rows),
+                loss=st_cross.losses.BinaryCrossEntropyLoss(model))
+        elif kind == "dense":
+            model = SentenceTransformer(path)
+            trainer = SentenceTransformerTrainer(model=model, args=SentenceTransformerTrainingArguments(**common),
+                                                 train_dataset=rows, eval_dataset=rows,
+                                                 loss=losses.MultipleNegativesRankingLoss(model))
+        else:
+            model = CrossEncoder(path, max_length=16)
+            trainer = CrossEncoderTrainer(model=model, args=CrossEncoderTrainingArguments(**common), train_dataset=rows,
+                                          eval_dataset=rows, loss=ce_losses.BinaryCrossEntropyLoss(model))
+        trainer.evaluate()
+        torch.rand(3)
+        trainer.train()
+        return [r["loss"] for r in trainer.state.log_history if "loss" in r]
+
+    theirs, ours = losses_of("st"), losses_of("bk")
+    assert len(ours) == len(theirs) == 4
+    np.testing.assert_allclose(ours, theirs, rtol=1e-5)
 
 
 def _resumed_loss(lib, path, out) -> tuple[float, list[float], int]:

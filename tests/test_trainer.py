@@ -109,34 +109,60 @@ def test_dataloader_drop_last_gives_transformers_steps_and_evaluation(checkpoint
     assert not (tmp_path / "none").exists()
 
 
-def test_dropout_draws_transformers_masks_for_the_same_seed(checkpoint, tmp_path):
-    """Dropout on (0.1), the padded layout (bertkit otherwise draws over real tokens only, by design): the same masks
-    as transformers' run at every step, across an epoch's start and an evaluation. transformers' data loader draws
-    one number from torch's global generator each time it starts; bertkit drew none, so every mask differed (the
-    first loss 0.6935 against 0.6961)."""
+def _dropout_losses(lib, checkpoint: Path, tmp_path: Path, between=None, **overrides) -> list[float]:
+    """The losses of the guide's classifier trained by ``lib`` with dropout on (0.1) in the padded layout (bertkit
+    otherwise draws over real tokens only, by design), evaluated each epoch; ``between(trainer)`` runs between making
+    the Trainer and train()."""
     dropped = tmp_path / "dropout"
-    shutil.copytree(checkpoint, dropped)
-    config = json.loads((dropped / "config.json").read_text())
-    (dropped / "config.json").write_text(json.dumps({**config, "hidden_dropout_prob": 0.1,
-                                                     "attention_probs_dropout_prob": 0.1}))
-    runs = []
-    for lib in (transformers, bertkit):
-        tokenizer = lib.AutoTokenizer.from_pretrained(dropped)
-        model = lib.AutoModelForSequenceClassification.from_pretrained(dropped)
-        if lib is bertkit:
-            model.bert.layout = "padded"
-        rows = [dict(tokenizer(r["text"]), label=r["label"]) for r in TRAIN]
-        args = lib.TrainingArguments(output_dir=str(tmp_path / lib.__name__), learning_rate=1e-3,
-                                     per_device_train_batch_size=8, num_train_epochs=2, logging_steps=1,
-                                     eval_strategy="epoch", save_strategy="no", report_to="none", use_cpu=True, seed=7,
-                                     disable_tqdm=True)
-        trainer = lib.Trainer(model=model, args=args, train_dataset=rows, eval_dataset=rows[:8],
-                              data_collator=lib.DataCollatorWithPadding(tokenizer))
-        trainer.train()
-        runs.append([x[1] for x in _losses(trainer.state.log_history)])
-    theirs, ours = runs
+    if not dropped.exists():
+        shutil.copytree(checkpoint, dropped)
+        config = json.loads((dropped / "config.json").read_text())
+        (dropped / "config.json").write_text(json.dumps({**config, "hidden_dropout_prob": 0.1,
+                                                         "attention_probs_dropout_prob": 0.1}))
+    tokenizer = lib.AutoTokenizer.from_pretrained(dropped)
+    model = lib.AutoModelForSequenceClassification.from_pretrained(dropped)
+    if lib is bertkit:
+        model.bert.layout = "padded"
+    rows = [dict(tokenizer(r["text"]), label=r["label"]) for r in TRAIN]
+    settings = dict(output_dir=str(tmp_path / lib.__name__), learning_rate=1e-3, per_device_train_batch_size=8,
+                    num_train_epochs=2, logging_steps=1, eval_strategy="epoch", save_strategy="no", report_to="none",
+                    use_cpu=True, seed=7, disable_tqdm=True)
+    trainer = lib.Trainer(model=model, args=lib.TrainingArguments(**{**settings, **overrides}), train_dataset=rows,
+                          eval_dataset=rows[:8], data_collator=lib.DataCollatorWithPadding(tokenizer))
+    if between is not None:
+        between(trainer)
+    trainer.train()
+    return [x[1] for x in _losses(trainer.state.log_history)]
+
+
+def test_dropout_draws_transformers_masks_for_the_same_seed(checkpoint, tmp_path):
+    """Dropout on: the same masks as transformers' run at every step, across an epoch's start and an evaluation.
+    transformers' data loader draws one number from torch's global generator each time it starts; bertkit drew none,
+    so every mask differed (the first loss 0.6935 against 0.6961)."""
+    theirs, ours = (_dropout_losses(lib, checkpoint, tmp_path) for lib in (transformers, bertkit))
     assert len(ours) == len(theirs) == 10
     np.testing.assert_allclose(ours, theirs, rtol=1e-5)
+
+
+def test_draws_between_making_the_trainer_and_train_move_the_masks_as_transformers(checkpoint, tmp_path):
+    """transformers' Trainer seeds when it is made and train() goes on from there: an evaluate() first (its loader
+    draws), a script's torch.rand, or another Trainer made (which seeds again) move the run's dropout masks. bertkit's
+    train() seeded again, so its losses were those of a run without them (1% apart at the first step)."""
+
+    def evaluate_and_draw(trainer):
+        trainer.evaluate()
+        torch.rand(3)
+
+    def another_trainer(trainer):
+        torch.rand(5)
+        type(trainer)(model=trainer.model, args=trainer.args, eval_dataset=trainer.eval_dataset)  # seeds again
+        torch.rand(3)
+
+    for between in (evaluate_and_draw, another_trainer):
+        theirs, ours = (_dropout_losses(lib, checkpoint, tmp_path, between, num_train_epochs=1)
+                        for lib in (transformers, bertkit))
+        assert len(ours) == len(theirs) == 5
+        np.testing.assert_allclose(ours, theirs, rtol=1e-5)
 
 
 def test_token_classification_gives_transformers_numbers(checkpoint, tmp_path):
@@ -1237,6 +1263,32 @@ def test_every_rank_saves_into_output_dir_after_train_once_rank_0_has_let_go_of_
     assert saved.keys() == last.keys() and all(torch.equal(saved[k], last[k]) for k in saved)
     assert sorted(p.name for p in out.iterdir() if not p.name.startswith(".")) == [
         "checkpoint-2", "config.json", "metrics.jsonl", "model.safetensors"]
+
+
+@pytest.mark.slow  # two processes (6 s); in make test-slow (make test stays under 5 minutes)
+def test_under_torchrun_each_rank_is_seeded_apart_when_the_trainer_is_made(tmp_path):
+    """Under torchrun rank r's torch and Python generators are seeded with seed + r (dropout draws differently on
+    each rank; rank 0's seed is transformers' set_seed(seed)) when the Trainer is made, and train() goes on from
+    there, as transformers' Trainer does: a script's draws in between move every rank's masks. train() seeded each
+    rank again, so what was drawn in between changed nothing, where it changes transformers' run."""
+    import random
+
+    from distributed_helpers import free_port
+    from launch_helpers import spawn_gloo_workers
+    from trainer_torchrun_script import seeding_worker
+
+    (tmp_path / "vocab.txt").write_text("\n".join(["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
+                                                  + [f"w{i}" for i in range(92)]) + "\n")
+    result = tmp_path / "seen"
+    spawn_gloo_workers(seeding_worker, lambda: (2, free_port(), str(tmp_path / "out"), str(result)), 2)
+    for rank in (0, 1):
+        seen = torch.load(f"{result}-{rank}")
+        torch_generator, python_generator = torch.Generator().manual_seed(1 + rank), random.Random(1 + rank)
+        assert seen["made"] == (torch.rand(4, generator=torch_generator).tolist(), python_generator.random())
+        torch_generator, python_generator = torch.Generator().manual_seed(1 + rank), random.Random(1 + rank)
+        torch.rand(2, generator=torch_generator)  # the script's draws after the Trainer was made
+        python_generator.random()
+        assert seen["train_begin"] == (torch.rand(4, generator=torch_generator).tolist(), python_generator.random())
 
 
 @pytest.mark.slow  # long; in make test-slow (make test stays under 5 minutes)

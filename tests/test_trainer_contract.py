@@ -504,8 +504,9 @@ def test_early_stopping_resumed_stops_where_the_uninterrupted_run_stops(checkpoi
     assert state["stateful_callbacks"] == {"EarlyStoppingCallback": {
         "args": {"early_stopping_patience": 2, "early_stopping_threshold": 0.0},
         "attributes": {"early_stopping_patience_counter": 1}}, "TrainerControl": {
-        "args": {"should_epoch_stop": False, "should_evaluate": False, "should_log": False, "should_save": False,
-                 "should_training_stop": False}, "attributes": {}}}  # the entry transformers' resume needs
+        "args": {"should_epoch_stop": False, "should_evaluate": False, "should_log": False, "should_save": True,
+                 "should_training_stop": False}, "attributes": {}}}  # the entry transformers' resume needs, as it
+    # writes it: should_save still set while the checkpoint is written (bertkit wrote False)
     resumed = run(tmp_path / "cut")
     assert resumed.train(resume_from_checkpoint=True).global_step == 6
     assert _losses(resumed.state.log_history) == _losses(whole.state.log_history)

@@ -120,5 +120,44 @@ def slow_last_checkpoint_worker(rank: int, world: int, port: int, out: str, endi
         model.save_pretrained(out)
 
 
+def seeding_worker(rank: int, world: int, port: int, out: str, result: str) -> None:
+    """For tests/test_trainer.py (spawned, as torchrun would start it): a Trainer with dropout on, made, then a draw of
+    the script's, then one step; what torch's and Python's generators would draw next is written to ``result``-RANK
+    when the Trainer is made and where on_train_begin is called."""
+    import random
+
+    from bertkit import TrainerCallback
+
+    os.environ.update(RANK=str(rank), WORLD_SIZE=str(world), LOCAL_RANK=str(rank), MASTER_ADDR="127.0.0.1",
+                      MASTER_PORT=str(port), TORCHELASTIC_RUN_ID=f"job-{port}")
+    torch.set_num_threads(1)
+
+    def next_draws() -> tuple[list[float], float]:  # torch's and Python's next draws, the generators left as they are
+        generator = torch.Generator()
+        generator.set_state(torch.get_rng_state())
+        python = random.Random()
+        python.setstate(random.getstate())
+        return torch.rand(4, generator=generator).tolist(), python.random()
+
+    class Seen(TrainerCallback):
+        def on_train_begin(self, args, state, control, **kwargs):
+            seen["train_begin"] = next_draws()
+
+    seen = {}
+    torch.manual_seed(0)
+    model = BertForSequenceClassification(BertConfig(
+        vocab_size=97, hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=64,
+        max_position_embeddings=64, num_labels=2))
+    args = TrainingArguments(output_dir=out, per_device_train_batch_size=4, max_steps=1, save_strategy="no", seed=1,
+                             disable_tqdm=True, use_cpu=True)
+    vocab = Path(out).parent / "vocab.txt"
+    trainer = Trainer(model=model, args=args, train_dataset=rows(8, 1), callbacks=[Seen()],
+                      data_collator=DataCollatorWithPadding(BertTokenizer(str(vocab))))
+    seen["made"] = next_draws()
+    torch.rand(2)
+    random.random()
+    trainer.train()
+    torch.save(seen, f"{result}-{rank}")
+
 if __name__ == "__main__":
     main(sys.argv[1], sys.argv[2], int(sys.argv[3]))

@@ -44,7 +44,7 @@ _EXPORTS = {
     "EvalPrediction": "bertkit.training.callbacks",
     "TrainOutput": "bertkit.training.callbacks",
     "PredictionOutput": "bertkit.training.callbacks",
-    "set_seed": "bertkit.training.trainer",
+    "set_seed": "bertkit.training.seeding",
     "TrainingArguments": "bertkit.training.trainer_args",
     "DataCollatorWithPadding": "bertkit.data.collators",
     "DataCollatorForTokenClassification": "bertkit.data.collators",

@@ -70,6 +70,7 @@ from bertkit.training.callbacks import EvalPrediction, metric_key
 from bertkit.training.checkpoint import OptimizerLayout, optimizer_layout
 from bertkit.training.distributed import all_gather, current
 from bertkit.training.optim import parameter_groups
+from bertkit.training.seeding import seed_generators
 from bertkit.training.trainer import NOT_CALLED, Trainer, logger
 from bertkit.training.trainer_eval import EvalOptions
 
@@ -117,6 +118,10 @@ class SentenceTransformerTrainer(Trainer):
             raise BertkitError(f"{type(self).__name__}: bf16_full_eval / fp16_full_eval are not implemented for the "
                                "sentence trainers (sentence-transformers casts the model itself, and the evaluator "
                                "then runs it cast); use bf16=True, or model.to(torch.bfloat16) before evaluate()")
+        # seeded before a loss is built from a factory (or by default): sentence-transformers seeds in
+        # transformers' Trainer.__init__ and builds the loss after it, so a SoftmaxLoss factory's classifier is drawn
+        # from the seed, not from the script's generator state (``_seed`` does not seed again)
+        seed_generators(args.seed)
         loss = ({name: self._loss(model, one) for name, one in loss.items()} if isinstance(loss, dict)
                 else self._loss(model, loss))
         check_batch_holds_negatives(loss, args)
@@ -140,6 +145,9 @@ class SentenceTransformerTrainer(Trainer):
                          eval_dataset=dev, callbacks=callbacks,
                          compute_metrics=self._evaluator_metrics if evaluator is not None else None)
         self._parameter_groups()  # each learning_rate_mapping pattern matches a parameter, before any work
+
+    def _seed(self) -> None:
+        """Seeded already, before the loss was built (``__init__``)."""
 
     def _checked_arguments(self, model: Any, args: Any, unknown: dict[str, Any]) -> Any:
         """``args`` (the class's defaults when None), once the model, the arguments and any other keyword are what

@@ -139,10 +139,12 @@ class EarlyStoppingCallback(TrainerCallback):
 
 def callback_states(callbacks: list[TrainerCallback], control: TrainerControl) -> dict[str, Any]:
     """The ``state()`` of each callback that has one, by class name (a list for several of one class), and
-    ``control``'s flags as the ``TrainerControl`` entry, as transformers writes ``stateful_callbacks`` into
-    trainer_state.json (its Trainer, resuming a checkpoint without the entry, stopped at its first save with a
-    KeyError)."""
-    states: dict[str, list[dict]] = {"TrainerControl": [{"args": dataclasses.asdict(control), "attributes": {}}]}
+    ``control``'s flags as the ``TrainerControl`` entry, as transformers writes ``stateful_callbacks`` into a
+    checkpoint's trainer_state.json (its Trainer, resuming a checkpoint without the entry, stopped at its first save
+    with a KeyError): ``should_save`` set, as it is while transformers writes the checkpoint (bertkit's loop has
+    cleared it by then)."""
+    flags = {**dataclasses.asdict(control), "should_save": True}
+    states: dict[str, list[dict]] = {"TrainerControl": [{"args": flags, "attributes": {}}]}
     for callback in callbacks:
         if callable(getattr(callback, "state", None)):
             states.setdefault(type(callback).__name__, []).append(callback.state())

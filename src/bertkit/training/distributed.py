@@ -108,6 +108,12 @@ def join_for_process(device: str = "auto", timeout_s: float = 1800.0) -> tuple[D
     return info, dev
 
 
+def process_rank() -> int:
+    """This process's rank: in the initialised process group, else the one torchrun's environment gives it (which
+    ``join_for_process`` joins as), else 0."""
+    return current().rank if dist.is_available() and dist.is_initialized() else info_from_env().rank
+
+
 def agree(ok: bool, what: str) -> bool:
     """Whether every rank got through a step: a failure on one rank becomes an error on all instead of a hang.
     Returns False on a rank that failed itself (it raises its own error); raises on the others."""

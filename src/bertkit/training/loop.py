@@ -14,7 +14,6 @@ import dataclasses
 import itertools
 import logging
 import math
-import random
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -55,6 +54,7 @@ from bertkit.training.run_setup import (
     run_fingerprint,
     warn_if_moved,
 )
+from bertkit.training.seeding import seed_process
 from bertkit.training.step_reads import LogWindow, MicroLoss, read_step
 from bertkit.training.token_loss import item_counter, loss_to_log, model_loss, objective, step_targets
 
@@ -125,6 +125,10 @@ class LoopHooks:
     # checkpoints the reference's trainer resumes too: True, transformers' (checkpoint.save_checkpoint); a layout,
     # sentence-transformers' (checkpoint.OptimizerLayout)
     transformers_files: bool | OptimizerLayout = False
+    # the caller seeded this process when it was made (``seeding.seed_generators``), as transformers' Trainer seeds:
+    # a fresh run trains on from the generators as they are, so what was drawn since (an evaluate(), the user's
+    # draws) moves its dropout as it moves transformers'
+    seeded: bool = False
 
 
 def train(
@@ -282,12 +286,9 @@ class _Run:
         self.log_file.resume(pos.step, state.get("records"))
 
     def begin(self) -> None:
-        """Seed a fresh run and start its metrics.jsonl."""
-        info, seed = self.info, self.args.seed
-        # One seed per rank (seed + rank): the weights are equal on every rank anyway (the caller seeded them
-        # and DDP broadcasts rank 0's), but dropout must draw differently on each.
-        torch.manual_seed(seed + info.rank)
-        random.seed(seed + info.rank)
+        """Seed a fresh run (unless its caller has: ``LoopHooks.seeded``) and start its metrics.jsonl."""
+        if not self.hooks.seeded:
+            seed_process(self.args.seed, self.info.rank)
         self.log_file.start()
 
     # -- one epoch: its remaining micro-batches, then its end ---------------------------------------------------

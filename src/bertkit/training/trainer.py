@@ -21,14 +21,12 @@ import datetime
 import json
 import logging
 import math
-import random
 import sys
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import torch
 from torch import nn
 
@@ -68,6 +66,7 @@ from bertkit.training.distributed import agree, current, join_for_process
 from bertkit.training.length_grouped import LengthGroupedOrder, row_lengths
 from bertkit.training.loop import LoopHooks, Phase, Position, train
 from bertkit.training.run_setup import run_fingerprint
+from bertkit.training.seeding import seed_generators
 from bertkit.training.token_loss import forward_parameters
 from bertkit.training.trainer_args import TrainingArguments
 from bertkit.training.trainer_eval import TrainerEvaluation
@@ -92,16 +91,6 @@ NOT_IMPLEMENTED_ARGUMENTS = {
     "compute_loss_func": (None, "override compute_loss(self, model, inputs, return_outputs=False, "
                                 "num_items_in_batch=None) in a Trainer subclass (bertkit calls it as transformers does)"),
 }
-
-
-def set_seed(seed: int, deterministic: bool = False) -> None:
-    """Seed Python, numpy and torch (transformers' ``set_seed``, which its Trainer calls on creation);
-    ``deterministic=True`` also turns on ``torch.use_deterministic_algorithms``, as there."""
-    random.seed(seed)
-    np.random.seed(seed % 2**32)
-    torch.manual_seed(seed)
-    if deterministic:
-        torch.use_deterministic_algorithms(True)
 
 
 class Trainer(TrainerLoss, TrainerEvaluation):
@@ -145,7 +134,7 @@ class Trainer(TrainerLoss, TrainerEvaluation):
             raise BertkitError(f"args must be bertkit.TrainingArguments, got {type(self.args).__module__}."
                                f"{type(self.args).__name__}; change the import to `from bertkit import "
                                "TrainingArguments`")
-        set_seed(self.args.seed)  # as transformers' Trainer does on creation
+        self._seed()
         self.model = model
         # what the loop trains, evaluates and checkpoints: the model, or (sentence-transformers' trainers) the loss
         # around it, while ``model`` stays the model passed in, as transformers' and sentence-transformers' do
@@ -179,6 +168,10 @@ class Trainer(TrainerLoss, TrainerEvaluation):
             raise BertkitError(f"eval_strategy {self.args.eval_strategy!r} needs {self._evaluates_with[0]}: pass "
                                f"{type(self).__name__}({self._evaluates_with[1]}), or set eval_strategy='no'")
         self._event("on_init_end")
+
+    def _seed(self) -> None:
+        """Seed the generators as transformers' Trainer does, when it is made (``seed_generators``)."""
+        seed_generators(self.args.seed)
 
     def _evaluates(self) -> bool:
         """Whether the run has something to evaluate: an eval_dataset."""
@@ -335,7 +328,7 @@ class Trainer(TrainerLoss, TrainerEvaluation):
                                                schedule_steps=self._schedule_steps,
                                                schedule_options=args.lr_scheduler_kwargs,
                                                compute_loss=self._training_loss,
-                                               count_items=self._count_items))
+                                               count_items=self._count_items, seeded=True))
         finally:
             self._in_train = False
         seconds = time.perf_counter() - t0
