@@ -89,6 +89,19 @@ def test_the_guide_gives_transformers_numbers_step_by_step(checkpoint, tmp_path)
     assert bk_pred.metrics["test_accuracy"] == hf_pred.metrics["test_accuracy"]
 
 
+def test_logging_first_step_logs_transformers_records(checkpoint, tmp_path):
+    """The first step's loss, then windows from step 2 (transformers averages each window over the steps since the
+    last record): bertkit refused logging_first_step before."""
+    run = dict(logging_steps=3, logging_first_step=True, max_steps=7, eval_strategy="no")
+    hf = _guide(transformers, checkpoint, tmp_path / "hf", **run)[0]
+    bk = _guide(bertkit, checkpoint, tmp_path / "bk", **run)[0]
+    theirs = [(h["step"], h["loss"]) for h in hf.state.log_history if "loss" in h]
+    ours = [(h["step"], h["loss"]) for h in bk.state.log_history if "loss" in h]
+    assert [s for s, _ in theirs] == [1, 3, 6]
+    assert [s for s, _ in ours] == [1, 3, 6, 7]  # bertkit logs the last step too (docs)
+    np.testing.assert_allclose([x for _, x in ours[:-1]], [x for _, x in theirs], rtol=1e-5)
+
+
 def test_dataloader_drop_last_gives_transformers_steps_and_evaluation(checkpoint, tmp_path):
     """dataloader_drop_last=True: 37 rows in batches of 4 are 9 steps an epoch (the short last batch left out, 18
     steps in all, the schedule over 18), and the evaluation and predict() take the 8 rows of the 13 that make whole

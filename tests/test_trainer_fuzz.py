@@ -6,7 +6,7 @@ max_steps, schedule, warm-up, weight decay, label smoothing, drop_last, logging,
 save_total_limit, load_best_model_at_end with its metric, and sometimes a callback stopping the run; then compares
 log_history record by record (losses within 1e-5, learning rates exact, gradient norms within 1e-4), the last step,
 the best checkpoint, the checkpoints left in output_dir, predictions and the final weights. What the docs list as
-bertkit's own is left out of the draws (logging_first_step and save_strategy "best" are refused; save_total_limit=1
+bertkit's own is left out of the draws (save_strategy "best" is refused; save_total_limit=1
 with a best checkpoint keeps both) or of the comparison (the last step's log record, zeros at
 token padding).
 """

@@ -435,6 +435,8 @@ class Trainer(TrainerLoss, TrainerEvaluation):
         """on_<name> at the loop's point where transformers calls it; the step and epoch move at a step's end."""
         if name == "step_end":
             self.state.global_step = pos.step
+            # transformers' DefaultFlowCallback, the first callback, sets it at this point
+            self.control.should_log |= self.args.logging_first_step and pos.step == 1
             self.state.epoch = pos.epoch + pos.batch / self._micro_per_epoch
         if name == "save":  # every rank (rank 0 named it already, writing the state): load_best_model_at_end on each
             self._name_best_checkpoint()

@@ -36,7 +36,7 @@ _NOT_IMPLEMENTED: tuple[tuple[Any, tuple[str, ...]], ...] = (
     (True, ("average_tokens_across_devices", "log_on_each_node", "logging_nan_inf_filter", "dataloader_pin_memory",
             "dataloader_in_order", "skip_memory_metrics")),
     (False, ("use_liger_kernel", "use_cache", "auto_find_batch_size",
-             "logging_first_step", "eval_use_gather_object", "save_only_model", "save_on_each_node", "enable_jit_checkpoint", "push_to_hub",
+             "eval_use_gather_object", "save_only_model", "save_on_each_node", "enable_jit_checkpoint", "push_to_hub",
              "hub_always_push", "ignore_data_skip", "full_determinism",
              "dataloader_persistent_workers")),
     (-1, ("local_rank",)),
@@ -63,7 +63,6 @@ ADVICE = {  # by the start of the name
     "activation_checkpointing": "use gradient_checkpointing=True",
     "torch_compile": "torch_compile=True compiles each encoder layer with the default backend and mode",
     "tf32": "set torch.backends.cuda.matmul.allow_tf32 yourself",
-    "logging_first_step": "use logging_steps=1 to log every step",
     "logging_nan_inf_filter": "bertkit stops on a non-finite loss, naming the step; skip_nonfinite=N skips up to N",
     "log_level": "set logging.getLogger('bertkit') yourself",
     "save_only_model": "use trainer.save_model() for the model alone",
@@ -129,6 +128,8 @@ class TrainingArguments(TrainingSettings):
     """bf16_full_eval in float16."""
     eval_on_start: bool = False
     """train() evaluates once before its first step (a sanity check of the evaluation), as transformers does."""
+    logging_first_step: bool = False
+    """Log the first step's loss too (transformers' first record, from which the next window starts)."""
     eval_accumulation_steps: int | None = flag(None, check=at_least_one)
     """Accepted for transformers' scripts; changes nothing: bertkit moves each evaluation batch's outputs to the CPU
     as it goes (transformers' eval_accumulation_steps=1), so evaluation holds no more than one batch on a GPU."""
