@@ -223,6 +223,11 @@ def test_the_feature_study_without_a_length_windows_at_the_directorys_or_the_mod
         want = fs.extract_word_activations(BertModel.from_pretrained(model_dir), BertTokenizer.from_pretrained(
             model_dir), dev, tmp_path / f"want-{length}.npy", max_seq_length=length, progress=False)
         np.testing.assert_array_equal(np.load(out / "activations" / "dev.npy"), want.values)
+    with pytest.raises(BertkitError, match="--max-seq-length 65 exceeds max_position_embeddings 64 of .*p64: .*pass "
+                                           "--max-seq-length 64 or less"):  # before any activation, naming the flag
+        fs.feature_study(StudySettings(data_dir=data, model_name_or_path=plain, output_dir=tmp_path / "s65",
+                                       max_seq_length=65, combinations=("last_hidden",), progress=False))
+    assert not (tmp_path / "s65" / "activations").exists()
 
 
 @pytest.mark.slow  # 13 s (loading sentence-transformers and transformers): make test-slow

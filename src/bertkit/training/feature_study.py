@@ -336,6 +336,8 @@ def feature_study(s: StudySettings) -> dict[str, Any]:
     model = BertModel.from_pretrained(form.encoder_dir)
     # windows longer than the directory's max_seq_length are refused: its model never sees more of a text
     max_seq_length = max_seq_length_for(s.max_seq_length, form, tokenizer, model.config.max_position_embeddings)
+    # before the extraction: its forward pass refused the first window that long, naming no flag of this command
+    model.config.check_sequence_length(max_seq_length, "--max-seq-length", str(s.model_name_or_path))
     num_states = model.config.num_hidden_layers + 1
     for name in s.combinations:
         combination_layers(name, num_states)  # fail before the long extraction
