@@ -196,6 +196,40 @@ def test_the_feature_study_reads_a_sentence_transformers_directory(tiny_checkpoi
         fs.feature_study(dataclasses.replace(settings, output_dir=tmp_path / "s3"))
 
 
+def test_the_feature_study_without_a_length_windows_at_the_directorys_or_the_models_positions(tiny_checkpoint,
+                                                                                              tmp_path):
+    """Was: feature-study without --max-seq-length windowed at 128 whatever the model: a sentence-transformers
+    directory declaring 16 tokens was refused ("max_seq_length 128 exceeds the 16 tokens ...: give
+    --max-seq-length 16 or less (or leave it out)", left out already) and a plain checkpoint of 64 positions failed.
+    Now, as extract-features, the directory's max_seq_length applies, else google's 128 within the positions."""
+    from bertkit.settings import StudySettings
+    from bertkit.tasks import ner
+    from bertkit.training import feature_study as fs
+
+    data = tmp_path / "conll"
+    data.mkdir()
+    for split in ("train", "valid"):  # a sentence of 20 words: two windows at 16 tokens, one at 64
+        (data / f"{split}.txt").write_text(CONLL + "\n" + "".join(f"{w} NN I-NP O\n" for w in WORDS * 2)[:-1] + "\n")
+    d = _st_directory(tiny_checkpoint, tmp_path / "st", {"max_seq_length": 16, "do_lower_case": True}, {}, layout="")
+    plain = tiny_checkpoint(tmp_path / "p64", "BertModel", tokenizer=BertTokenizer(
+        {t: i for i, t in enumerate(SPECIALS + WORDS)}), max_position_embeddings=64, num_hidden_layers=3)
+    for model_dir, length in ((d, 16), (plain, 64)):
+        out = tmp_path / f"study-{length}"
+        report = fs.feature_study(StudySettings(data_dir=data, model_name_or_path=model_dir, output_dir=out,
+                                                num_train_epochs=1, combinations=("last_hidden",), progress=False))
+        assert report["settings"]["max_seq_length"] == length
+        dev = [ner.NerSentence(tuple(w.lower() for w in x.words), x.tags, x.line)
+               for x in ner.read_conll(data / "valid.txt", "iob1")]
+        want = fs.extract_word_activations(BertModel.from_pretrained(model_dir), BertTokenizer.from_pretrained(
+            model_dir), dev, tmp_path / f"want-{length}.npy", max_seq_length=length, progress=False)
+        np.testing.assert_array_equal(np.load(out / "activations" / "dev.npy"), want.values)
+    with pytest.raises(BertkitError, match="--max-seq-length 65 exceeds max_position_embeddings 64 of .*p64: .*pass "
+                                           "--max-seq-length 64 or less"):  # before any activation, naming the flag
+        fs.feature_study(StudySettings(data_dir=data, model_name_or_path=plain, output_dir=tmp_path / "s65",
+                                       max_seq_length=65, combinations=("last_hidden",), progress=False))
+    assert not (tmp_path / "s65" / "activations").exists()
+
+
 @pytest.mark.slow  # 13 s (loading sentence-transformers and transformers): make test-slow
 def test_minilm_states_are_sentence_transformers_and_transformers_on_its_tokens(minilm_2_layers, tmp_path):
     """Parity on real weights: a v5 directory over a cased tokenizer with do_lower_case, a default prompt and

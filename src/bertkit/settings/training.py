@@ -561,8 +561,10 @@ class StudySettings(OverwriteSettings, ProgressSettings):
     """Sentences per batch."""
     learning_rate: float = flag(1e-3, aliases=("--lr",), parse=parse_one_lr, check=positive)
     """Adam's learning rate for the tagger."""
-    max_seq_length: int = flag(128, check=at_least_one)
-    """Tokens per window when extracting activations (a longer sentence is split at word boundaries)."""
+    max_seq_length: int | None = flag(None, check=at_least_one)
+    """Tokens per window when extracting activations (a longer sentence is split at word boundaries; default: a
+    sentence-transformers directory's max_seq_length, which a larger value is refused over; else 128 within the
+    model's positions)."""
     extract_batch_size: int = flag(64, check=at_least_one)
     """Sentences per batch when extracting activations."""
     max_train_samples: int | None = flag(None, check=at_least_one)

@@ -144,11 +144,14 @@ class WordActivations:
 
 @torch.no_grad()
 def extract_word_activations(model: BertModel, tokenizer: Any, sentences: Sequence[ner.NerSentence],
-                             path: Path, *, max_seq_length: int = MAX_SEQ_LENGTH,
+                             path: Path, *, max_seq_length: int | None = None,
                              batch_size: int = EXTRACT_BATCH_SIZE,
                              device: str = "cpu", progress: bool = True) -> WordActivations:
     """All L + 1 hidden states at each word's first WordPiece, written to ``path`` (.npy, fp16) and memory-mapped.
-    Each sentence is encoded alone (``ner.featurize_ner`` windows: long ones split at word boundaries)."""
+    Each sentence is encoded alone (``ner.featurize_ner`` windows of ``max_seq_length`` tokens, None: 128 within the
+    model's positions; long ones split at word boundaries)."""
+    if max_seq_length is None:  # a checkpoint of fewer positions is windowed at them, as extract_features cuts texts
+        max_seq_length = min(MAX_SEQ_LENGTH, model.config.max_position_embeddings)
     labels = ner.label_list(sentences)
     features = ner.featurize_ner(sentences, tokenizer, labels, max_seq_length)
     num_states, H = model.config.num_hidden_layers + 1, model.config.hidden_size
@@ -333,6 +336,8 @@ def feature_study(s: StudySettings) -> dict[str, Any]:
     model = BertModel.from_pretrained(form.encoder_dir)
     # windows longer than the directory's max_seq_length are refused: its model never sees more of a text
     max_seq_length = max_seq_length_for(s.max_seq_length, form, tokenizer, model.config.max_position_embeddings)
+    # before the extraction: its forward pass refused the first window that long, naming no flag of this command
+    model.config.check_sequence_length(max_seq_length, "--max-seq-length", str(s.model_name_or_path))
     num_states = model.config.num_hidden_layers + 1
     for name in s.combinations:
         combination_layers(name, num_states)  # fail before the long extraction
@@ -359,6 +364,7 @@ def feature_study(s: StudySettings) -> dict[str, Any]:
             for name in s.combinations]
     settings = {k: (str(v) if isinstance(v, Path) else v) for k, v in dataclasses.asdict(s).items()}
     settings["lstm_hidden"] = s.lstm_hidden or model.config.hidden_size // 2
+    settings["max_seq_length"] = max_seq_length  # the windows the activations were extracted in
     report = {
         "task": "feature_based_ner", "model": str(s.model_name_or_path), "split": "CoNLL-2003 dev (valid.txt)",
         "table": {r["combination"]: r["dev_f1"] for r in rows}, "runs": rows,
