@@ -1443,6 +1443,39 @@ def test_model_kwargs_dtype_loads_the_encoder_in_that_dtype_as_sentence_transfor
         SentenceTransformer(tiny_st_dir, model_kwargs={"dtype": "bfloat16", "torch_dtype": "bfloat16"})
 
 
+def test_a_model_saved_in_half_precision_warns_that_it_is_computed_in_float32(tiny_st_dir, tmp_path, caplog):
+    """A model given model_kwargs={"dtype": torch.bfloat16} and saved is computed in float32 when loaded again, where
+    sentence-transformers 6 computes it in bfloat16 (transformers 5 loads with dtype="auto"): it came back without a
+    word, its vectors a bf16 rounding from sentence-transformers' on the same directory. The warning names the saved
+    type and model_kwargs={"dtype": "auto"}, which computes in it as there; asking for a dtype, or a float32 save,
+    warns nothing. The CrossEncoder likewise (the SparseEncoder: tests/test_sparse_dtype.py)."""
+    texts = ["The cat sat on the mat near the door.", "Which team won Super Bowl 50?"]
+    saved, ce_saved = tmp_path / "bf16", tmp_path / "ce-bf16"
+    SentenceTransformer(tiny_st_dir, model_kwargs={"dtype": torch.bfloat16}).save(saved)
+    CrossEncoder(tiny_st_dir, model_kwargs={"dtype": torch.bfloat16}).save(ce_saved)
+    with caplog.at_level(logging.WARNING, logger="bertkit"):
+        ours = SentenceTransformer(saved)
+        CrossEncoder(ce_saved)
+    for where in (saved, ce_saved):
+        assert (f"{where} was saved in bfloat16 and is computed in float32, where sentence-transformers 6 computes it "
+                'in bfloat16: the vectors and scores differ by bfloat16 rounding; load it with model_kwargs={"dtype": '
+                '"auto"} to compute in bfloat16 as there') in caplog.text
+    theirs = st.SentenceTransformer(str(saved), device="cpu")
+    assert next(ours.parameters()).dtype == torch.float32 and next(theirs.parameters()).dtype == torch.bfloat16
+    want = theirs.encode(texts, convert_to_tensor=True).float()
+    assert (ours.encode(texts, convert_to_tensor=True) - want).abs().max() > 1e-3  # what the warning is about
+    caplog.clear()
+    with caplog.at_level(logging.WARNING, logger="bertkit"):
+        auto = SentenceTransformer(saved, model_kwargs={"dtype": "auto"})
+        SentenceTransformer(saved, model_kwargs={"dtype": torch.float32})
+        CrossEncoder(ce_saved, model_kwargs={"dtype": "auto"})
+        SentenceTransformer(tiny_st_dir)
+    assert caplog.text == ""
+    assert next(auto.parameters()).dtype == torch.bfloat16
+    # bertkit normalises in float32 before rounding to the type: within one rounding of the type at 0.5
+    torch.testing.assert_close(auto.encode(texts, convert_to_tensor=True).float(), want, rtol=0, atol=4e-3)
+
+
 def test_texts_without_words_give_sentence_transformers_vectors_and_scores(models, minilm_2_layers, tmp_path):
     """The encoders' rule for an empty text (sentence-transformers 6.2's, in its three classes): "", whitespace,
     control and zero-width characters are read as [CLS] [SEP] alone, each giving the same vector or score, not

@@ -73,3 +73,29 @@ def test_cast_sparse_encoder_keeps_its_type(sparse_dirs, layout, cast):
             torch.testing.assert_close(got, expected)
         else:
             assert torch.equal(got, expected), (method, kwargs)
+
+
+def test_a_sparse_encoder_saved_in_half_precision_warns_that_it_is_computed_in_float32(sparse_dirs, tmp_path, caplog):
+    """A SparseEncoder cast with .bfloat16() and saved is computed in float32 when loaded again, where
+    sentence-transformers 6 computes it in bfloat16: it came back without a word. The warning names the saved type
+    and the cast that computes in it as there; a float32 directory warns nothing."""
+    import logging
+
+    from bertkit.sentence.sparse_encoder import SparseEncoder
+
+    SparseEncoder(str(sparse_dirs["max"])).bfloat16().save(tmp_path / "bf16")
+    with caplog.at_level(logging.WARNING, logger="bertkit"):
+        ours = SparseEncoder(str(tmp_path / "bf16"))
+    assert (f"{tmp_path / 'bf16'} was saved in bfloat16 and is computed in float32, where sentence-transformers 6 "
+            "computes it in bfloat16: the vectors and scores differ by bfloat16 rounding; call .half() or .bfloat16() "
+            "on the SparseEncoder to compute in bfloat16 as there") in caplog.text
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        theirs = st.SparseEncoder(str(tmp_path / "bf16"), device="cpu")
+    assert next(ours.parameters()).dtype == torch.float32 and next(theirs.parameters()).dtype == torch.bfloat16
+    # cast as the warning says, the vectors are sentence-transformers' on the same directory
+    assert torch.equal(_dense(ours.bfloat16().encode(TEXTS)), _dense(theirs.encode(TEXTS)))
+    caplog.clear()
+    with caplog.at_level(logging.WARNING, logger="bertkit"):
+        SparseEncoder(str(sparse_dirs["max"]))
+    assert caplog.text == ""

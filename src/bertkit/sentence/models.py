@@ -16,6 +16,7 @@ which it reads into these same modules, and holds them as sentence-transformers'
 from __future__ import annotations
 
 import json
+import logging
 import operator
 import os
 import re
@@ -46,6 +47,20 @@ from bertkit.weight_files import read_weights
 
 # transformers' from_pretrained keywords that sentence-transformers' model_kwargs carries and bertkit's takes
 _MODEL_KWARGS = ("dtype", "torch_dtype", "attn_implementation")
+logger = logging.getLogger("bertkit")
+
+
+def warn_saved_half(path: Path, options: dict[str, Any], config: Any, fix: str) -> None:
+    """Warn where ``path``'s weights were saved in float16 or bfloat16 (config.json's ``dtype``) and no dtype was asked
+    for (``options``, the model_kwargs): bertkit computes them in float32, sentence-transformers 6 in the saved type
+    (transformers 5 loads with dtype="auto"). A model given model_kwargs={"dtype": torch.bfloat16} and saved came back
+    in float32 without a word, its vectors 8e-3 from those before the save and from sentence-transformers' on the
+    same directory. ``fix``: how the caller computes in the saved type, as there."""
+    saved = config.extra.get("dtype") or config.extra.get("torch_dtype")
+    if saved in ("float16", "bfloat16") and options.get("dtype", options.get("torch_dtype")) is None:
+        logger.warning("%s was saved in %s and is computed in float32, where sentence-transformers 6 computes it in "
+                       "%s: the vectors and scores differ by %s rounding; %s to compute in %s as there", path, saved,
+                       saved, saved, fix, saved)
 
 
 def model_kwargs_options(what: str, model_kwargs: dict[str, Any] | None) -> dict[str, Any]:
@@ -143,6 +158,7 @@ class Transformer(nn.Module):
         length = transformer_max_seq_length({**settings, "max_seq_length": max_seq_length}, given)
         refuse_adapter(path, "SentenceTransformer(base)", "model.bert")
         self.model = BertModel.from_pretrained(path, **options, **config)
+        warn_saved_half(path, options, self.model.config, 'load it with model_kwargs={"dtype": "auto"}')
         self.tokenizer = AutoTokenizer.from_pretrained(path)
         self.max_seq_length = length if length is not None else min(self.tokenizer.model_max_length,
                                                                      self.model.config.max_position_embeddings)

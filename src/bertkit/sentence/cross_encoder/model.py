@@ -68,6 +68,7 @@ from bertkit.sentence.models import (
     model_kwargs_options,
     of_first_module,
     refuse_adapter,
+    warn_saved_half,
 )
 from bertkit.staging import staged
 from bertkit.tokenization import AutoTokenizer
@@ -257,6 +258,7 @@ class CrossEncoder(Indexed, ReferenceCalls, nn.Module):
         overrides = {} if num_labels is None else {"num_labels": num_labels}
         self.add_module("0", Transformer(BertForSequenceClassification.from_pretrained(
             encoder_dir, **overrides, **options), AutoTokenizer.from_pretrained(encoder_dir)))
+        warn_saved_half(encoder_dir, options, self.model.config, 'load it with model_kwargs={"dtype": "auto"}')
         # 0 is checked, not taken for "not given": sentence-transformers cuts no pair at 0
         self.max_length = max_length if max_length is not None else declared or min(
             self.tokenizer.model_max_length, self.model.config.max_position_embeddings)

@@ -214,6 +214,8 @@ class Transformer(models.Transformer):
         path = Path(model_name_or_path)
         models.refuse_adapter(path, "SparseEncoder(base)", "model[0].model")
         self.model = load_masked_lm(path)
+        # SparseEncoder takes no model_kwargs: the model is cast after loading
+        models.warn_saved_half(path, {}, self.model.config, "call .half() or .bfloat16() on the SparseEncoder")
         self.tokenizer = AutoTokenizer.from_pretrained(path)
         vocab, words = self.model.config.vocab_size, len(self.tokenizer)
         if vocab != words:
