@@ -823,6 +823,36 @@ def test_do_lower_case_lowers_each_character_as_sentence_transformers(tmp_path, 
     _same(ours.encode([GREEK], prompt_name="q"), ref.encode([GREEK], prompt_name="q"))
 
 
+def test_do_lower_case_assigned_after_loading_says_sentence_transformers_ignores_it_until_saved(tmp_path,
+                                                                                               minilm_2_layers, caplog):
+    """sentence-transformers 6 lowercases by adding Lowercase to its tokenizer as its Transformer is made: assigning
+    model[0].do_lower_case later leaves its vectors as they were (until a save and a load), where bertkit's encode
+    lowercases at once. Over a cased tokenizer that was another vector without a word; now a warning names the
+    constructor argument that gives the same vectors in both."""
+    d = st_directory(minilm_2_layers, tmp_path / "m")
+    for name, key in (("tokenizer_config.json", None), ("tokenizer.json", "normalizer")):  # a cased tokenizer
+        data = json.loads((d / name).read_text())
+        (data[key] if key else data).update({"lowercase": False} if key else {"do_lower_case": False})
+        (d / name).unlink()
+        (d / name).write_text(json.dumps(data))
+    text = ["Paris Is In FRANCE"]
+    ours, ref = SentenceTransformer(d), st.SentenceTransformer(str(d), device="cpu")
+    before = ref.encode(text)
+    _same(ours.encode(text), before)
+    with caplog.at_level(logging.WARNING, logger="bertkit"):
+        ours[0].do_lower_case = True
+    assert "only as its Transformer is made" in caplog.text and "do_lower_case=True" in caplog.text
+    ref[0].do_lower_case = True
+    np.testing.assert_array_equal(ref.encode(text), before)  # sentence-transformers: unchanged
+    _same(ours.encode(text), ours.encode([text[0].lower()]))  # bertkit: lowercased, as the warning says
+    assert float(np.abs(ours.encode(text) - before).max()) > 0.01
+    caplog.clear()
+    with caplog.at_level(logging.WARNING, logger="bertkit"):
+        SentenceTransformer(d)[0].do_lower_case = False  # unchanged: nothing to say
+        SentenceTransformer(minilm_2_layers)[0].do_lower_case = True  # an uncased tokenizer lowercases anyway
+    assert "do_lower_case" not in caplog.text
+
+
 def test_do_lower_case_leaves_a_texts_special_tokens_as_they_are(tmp_path, minilm_2_layers):
     """do_lower_case: tokenizers splits a text's special tokens ("[SEP]" between a title and its passage, a prompt's
     "[CLS]") off before sentence-transformers' Lowercase normalizer runs, so they stay tokens; bertkit lower-cased

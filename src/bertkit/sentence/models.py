@@ -177,6 +177,16 @@ class Transformer(nn.Module):
             name = "model"  # registered under sentence-transformers 6's name, whichever name set it
         elif name == "do_lower_case":
             value = bool(value)
+            tokenizer = self.__dict__.get("tokenizer")
+            if ("do_lower_case" in self.__dict__ and value != self.do_lower_case
+                    and not getattr(tokenizer, "do_lower_case", False)):
+                # sentence-transformers 6 lowercases by adding Lowercase to its tokenizer as its Transformer is made:
+                # set later, the flag changes nothing there until a save and a load, and then what it saved decides
+                logger.warning("model[0].do_lower_case = %s: bertkit's encode %s from now on; sentence-transformers 6 "
+                               "applies do_lower_case only as its Transformer is made, so the same assignment there "
+                               "leaves its vectors as they were until the model is saved and loaded again. For the "
+                               "same vectors in both, pass models.Transformer(path, do_lower_case=%s)", value,
+                               "lowercases the texts" if value else "stops lowercasing the texts", value)
         elif name not in ("tokenizer", *_TORCH_MODULE_ATTRIBUTES) and not hasattr(type(self), name) \
                 and name not in self.__dict__:
             # kept on this module, it would be a setting the model never reads (sentence-transformers' would not
