@@ -190,32 +190,6 @@ class Transformer(models.Transformer):
         return features
 
 
-def draw_as_transformers(model: nn.Module, missing: Set[str]) -> None:
-    """Draw the weights the checkpoint lacked (a BERT checkpoint's new classifier, and its pooler where it has none)
-    as sentence-transformers' CrossEncoder gets them from transformers' ``_init_weights``: normal(0,
-    ``initializer_range``) weights, zero biases, unit LayerNorms, in module order, from the generator state the load
-    started from. bertkit's heads draw google-research/bert's truncated normal (docs/coming-from-transformers.md), which
-    redraws the values past 2 std (13 of MiniLM's 384 classifier weights) and leaves torch's generator elsewhere: a
-    script seeded as for sentence-transformers (``torch.manual_seed(42); CrossEncoder(bert, num_labels=1)``) scored
-    and trained from another classifier, and drew other dropout masks and shuffles after it."""
-    std = model.config.initializer_range
-    with torch.no_grad():
-        for prefix, module in model.named_modules():
-            own = {f"{prefix}.{name}" if prefix else name for name, _ in module.named_parameters(recurse=False)}
-            if not own & missing:
-                continue
-            if isinstance(module, nn.LayerNorm):
-                module.weight.fill_(1.0)
-                module.bias.zero_()
-                continue
-            # drawn in float32 and cast, as transformers draws before a dtype= cast
-            module.weight.copy_(torch.empty(module.weight.shape).normal_(0.0, std))
-            if isinstance(module, nn.Embedding) and module.padding_idx is not None:
-                module.weight[module.padding_idx].zero_()
-            if getattr(module, "bias", None) is not None:
-                module.bias.zero_()
-
-
 class CrossEncoder(Indexed, ReferenceCalls, nn.Module):
     """A cross-encoder on bertkit's ``BertForSequenceClassification`` (``self.model``); see the module docstring.
     ``num_labels`` overrides the checkpoint's label count (a new classifier for a BERT checkpoint); ``max_length``
@@ -281,12 +255,9 @@ class CrossEncoder(Indexed, ReferenceCalls, nn.Module):
                                "asks for another: leave num_labels out to load it, or load the checkpoint it was "
                                f"fine-tuned from with num_labels={num_labels} for a new classifier")
         overrides = {} if num_labels is None else {"num_labels": num_labels}
-        before = torch.random.get_rng_state()
-        classifier_model, loading = BertForSequenceClassification.from_pretrained(
-            encoder_dir, **overrides, **options, output_loading_info=True)
-        if loading["missing_keys"]:
-            torch.random.set_rng_state(before)
-            draw_as_transformers(classifier_model, loading["missing_keys"])
+        # a new classifier (and a pooler the checkpoint lacks) drawn as sentence-transformers draws it
+        classifier_model = models.from_pretrained_as_reference(BertForSequenceClassification, encoder_dir, **overrides,
+                                                               **options)
         self.add_module("0", Transformer(classifier_model, AutoTokenizer.from_pretrained(encoder_dir)))
         # 0 is checked, not taken for "not given": sentence-transformers cuts no pair at 0
         self.max_length = max_length if max_length is not None else declared or min(
