@@ -8,6 +8,7 @@ included); and the refusals of what bertkit does not implement."""
 from __future__ import annotations
 
 import re
+import shutil
 
 import numpy as np
 import pytest
@@ -168,6 +169,34 @@ def test_several_labels_predict_softmax_as_sentence_transformers(minilm_2_layers
             "it, or load the checkpoint it was fine-tuned from with num_labels=1 for a new classifier")):
         CrossEncoder(d, num_labels=1)
     np.testing.assert_array_equal(CrossEncoder(d, num_labels=3).predict(pairs), got_model.predict(pairs))
+
+
+@pytest.mark.parametrize(("pooler", "num_labels"), [(True, None), (True, 3), (False, None)])
+def test_a_new_classifier_is_drawn_as_sentence_transformers_draws_it(minilm_2_layers, tmp_path, pooler, num_labels):
+    """A BERT checkpoint given to CrossEncoder gets a new classifier (and pooler, where it has none): for the same seed,
+    sentence-transformers' weights (drawn through transformers: normal(0, 0.02), where bertkit's heads draw a truncated
+    normal, which gave 13 of 384 weights other values) and torch's generator left where it leaves it."""
+    from safetensors.torch import load_file, save_file
+
+    checkpoint = minilm_2_layers
+    if not pooler:
+        checkpoint = tmp_path / "no-pooler"
+        shutil.copytree(minilm_2_layers, checkpoint)
+        weights = {k: v for k, v in load_file(checkpoint / "model.safetensors").items() if "pooler" not in k}
+        save_file(weights, checkpoint / "model.safetensors", metadata={"format": "pt"})
+    kwargs = {} if num_labels is None else {"num_labels": num_labels}
+    torch.manual_seed(0)
+    want = st_ce.CrossEncoder(str(checkpoint), **kwargs)
+    want_next = torch.rand(4)
+    torch.manual_seed(0)
+    got = CrossEncoder(checkpoint, **kwargs)
+    torch.testing.assert_close(torch.rand(4), want_next, rtol=0, atol=0)
+    want_weights = want.model.state_dict()
+    assert sorted(got.model.state_dict()) == sorted(want_weights)
+    for name, value in got.model.state_dict().items():
+        torch.testing.assert_close(value, want_weights[name], rtol=0, atol=0, msg=name)
+    pairs = [("Where is Paris?", "Paris is in France."), ("Who won?", "The Broncos won the Super Bowl.")]
+    np.testing.assert_allclose(got.predict(pairs), want.predict(pairs), atol=1e-6, rtol=0)
 
 
 def _both(directory):

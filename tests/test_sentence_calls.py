@@ -1140,8 +1140,8 @@ def test_arguments_at_sentence_transformers_defaults_are_nothing_asked_for(model
 
 
 def test_a_cross_encoder_directory_setting_what_bertkit_does_not_apply_is_refused(st_dir, tmp_path):
-    """sentence_bert_config.json's do_lower_case makes sentence-transformers' CrossEncoder lowercase both texts (logit
-    1.3826 against 1.3857 for this pair on a cased tokenizer), and its Transformer fails on a key it does not know;
+    """sentence_bert_config.json's do_lower_case makes sentence-transformers' CrossEncoder lowercase both texts (its
+    logit moves by more than 1e-3 for this pair on a cased tokenizer), and its Transformer fails on a key it does not know;
     bertkit's CrossEncoder and rerank pipeline (`bertkit serve --task rerank`) read only the file's max_seq_length and
     scored the pair as given. Refused by name now, before the weights load, as a SentenceTransformer's file is; so is
     a default prompt in the rerank pipeline, as in CrossEncoder."""
@@ -1185,7 +1185,7 @@ def test_a_cross_encoder_directory_setting_what_bertkit_does_not_apply_is_refuse
     (d / "config_sentence_transformers.json").write_text(json.dumps({**st_config, "prompts": {"query": "query: "},
                                                                      "default_prompt_name": "query"}))
     prompted = st_ce.CrossEncoder(str(d), device="cpu").predict([pair], show_progress_bar=False)
-    assert np.abs(prompted - cased).max() > 3e-4  # 1.3861 against 1.3857
+    assert np.abs(prompted - cased).max() > 1e-4  # 0.71777 against 0.71752: 100x the parity's 2e-6
     for load in (CrossEncoder, lambda d: bertkit.pipeline("rerank", str(d), progress=False)):
         with pytest.raises(BertkitError, match="sets default_prompt_name 'query'"):
             load(d)

@@ -109,6 +109,27 @@ def test_same_sparse_vectors_as_sentence_transformers(layout, layouts, texts, vo
     _assert_same_vectors(one, theirs.encode_query(texts[-1]))
 
 
+def test_a_masked_lm_transform_the_checkpoint_lacks_is_drawn_as_sentence_transformers_draws_it(layouts, texts,
+                                                                                                  tmp_path):
+    """A checkpoint with the masked-LM head's bias but not its transform: for the same seed, sentence-transformers'
+    transform (drawn through transformers: normal(0, 0.02), where bertkit's heads draw a truncated normal), so the same
+    sparse vectors, and torch's generator left where it leaves it."""
+    from safetensors.torch import load_file, save_file
+
+    from bertkit.sentence import SparseEncoder
+
+    checkpoint = shutil.copytree(layouts["checkpoint"], tmp_path / "no-transform")
+    weights = {k: v for k, v in load_file(checkpoint / "model.safetensors").items() if ".transform." not in k}
+    save_file(weights, checkpoint / "model.safetensors", metadata={"format": "pt"})
+    torch.manual_seed(0)
+    theirs = st.SparseEncoder(str(checkpoint), device="cpu")
+    their_next = torch.rand(4)
+    torch.manual_seed(0)
+    ours = SparseEncoder(checkpoint)
+    torch.testing.assert_close(torch.rand(4), their_next, rtol=0, atol=0)
+    _assert_same_vectors(ours.encode(texts[-3:]), theirs.encode(texts[-3:]))
+
+
 def test_model_of_features_updates_the_callers_dict_as_sentence_transformers(layouts, texts):
     """``model(features)``: sentence-transformers adds ``sentence_embedding`` (B, V) to the caller's dict and returns
     it; bertkit returned a new dict, so a ported script reading ``features["sentence_embedding"]`` after the call got a
