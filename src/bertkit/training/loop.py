@@ -25,7 +25,6 @@ from torch import Tensor, nn
 
 from bertkit._hardware import resolve_device
 from bertkit._parallel import DistInfo
-from bertkit.errors import NonFiniteError
 from bertkit.settings import TrainingSettings
 from bertkit.training.batch_plan import Batch, BatchPlan, epoch_loader
 from bertkit.training.callbacks import TrainerControl
@@ -43,6 +42,7 @@ from bertkit.training.checkpoint import (
     save_checkpoint,
 )
 from bertkit.training.distributed import accumulating, all_gather, any_rank, current, replicate
+from bertkit.training.divergence import nonfinite_weights, stopped
 from bertkit.training.optim import optimisation
 from bertkit.training.run_log import RunLog
 from bertkit.training.run_setup import (
@@ -475,13 +475,7 @@ class _Run:
         where = f"step {pos.step + 1} ({phase.name}, epoch {pos.epoch}, batch {pos.batch - 1})"
         self.optimizer.zero_grad(set_to_none=True)
         if pos.skipped >= self.args.skip_nonfinite:
-            raise NonFiniteError(
-                f"training stopped at {where}: {self.spoiled}. Last good checkpoint: {self._last_good()}. "
-                # the loop runs under the command line and the Python Trainers alike: both spellings
-                + ("" if "-100" in self.spoiled else "Lower the learning rate (learning_rate, --learning-rate) or "
-                   "raise the warmup (warmup_ratio, --warmup-ratio) and start again, resume from that checkpoint "
-                   "(resume_from_checkpoint, --resume), or ")
-                + "skip up to N such steps (skip_nonfinite=N, --skip-nonfinite N); no final model was saved")
+            raise stopped(where, self.spoiled, self._last_good(), rate_advice="-100" not in self.spoiled, skippable=True)
         pos.skipped += 1
         logger.warning("skipped %s: %s (%d of at most %d)", where, self.spoiled, pos.skipped, self.args.skip_nonfinite)
         self.spoiled = None
@@ -530,16 +524,11 @@ class _Run:
         spoiled as a NaN loss is: stopped naming the step and the last good checkpoint. The save would otherwise
         refuse the weights with save_pretrained's words ("save a model whose weights are finite"), naming neither.
         Every rank checks its own copy (they are equal), so all stop together."""
-        params = [p for p in self.model.parameters() if p.is_floating_point()]
-        if not params or bool(torch.stack([torch.isfinite(p).all() for p in params]).all()):
-            return
-        bad = [name for name, p in self.model.named_parameters() if p.is_floating_point() and not torch.isfinite(p).all()]
-        raise NonFiniteError(
-            f"training stopped at step {self.pos.step}: its update left {len(bad)} weight tensor(s) NaN or infinite "
-            f"({', '.join(bad[:3])}{', ...' if len(bad) > 3 else ''}), though its loss and gradient were finite. "
-            f"Last good checkpoint: {self._last_good()}. Lower the learning rate (learning_rate, --learning-rate) or "
-            "raise the warmup (warmup_ratio, --warmup-ratio) and start again, or resume from that checkpoint "
-            "(resume_from_checkpoint, --resume); no final model was saved")
+        bad = nonfinite_weights(self.model)
+        if bad:
+            raise stopped(f"step {self.pos.step}", f"its update left {len(bad)} weight tensor(s) NaN or infinite "
+                          f"({', '.join(bad[:3])}{', ...' if len(bad) > 3 else ''}), though its loss and gradient "
+                          "were finite", self._last_good(), skippable=False)
 
     def checkpoint(self) -> None:
         """Write the checkpoint of this step (rank 0), then ``event("save")``."""
