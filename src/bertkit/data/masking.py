@@ -26,6 +26,12 @@ class MaskingTables:
         return cls(special_ids["mask"], ids, cont)
 
 
+def targets_asked(length: int, masked_lm_prob: float) -> int:
+    """How many masked-LM targets ``masked_lm_prob`` asks of a ``length``-token sequence (google's rounding, at least
+    one), before ``max_predictions_per_seq`` caps them."""
+    return max(1, int(round(length * masked_lm_prob)))
+
+
 def mask_tokens(
     input_ids: np.ndarray,
     type_start: int,
@@ -41,7 +47,7 @@ def mask_tokens(
     special = np.zeros(n, dtype=bool)
     special[[0, type_start - 1, n - 1]] = True
     candidates = np.flatnonzero(~special)
-    budget = min(max_predictions, max(1, int(round(n * masked_lm_prob))), len(candidates))
+    budget = min(max_predictions, targets_asked(n, masked_lm_prob), len(candidates))
     if whole_word:
         starts = ~tables.is_continuation[input_ids[candidates]] | special[candidates - 1]
         word_starts = np.flatnonzero(starts)

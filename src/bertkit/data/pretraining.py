@@ -27,7 +27,7 @@ from bertkit import runs
 from bertkit._parallel import spawn_pool
 from bertkit.data import unit_records
 from bertkit.data.config import PretrainingConfig
-from bertkit.data.masking import MaskingTables, mask_tokens
+from bertkit.data.masking import MaskingTables, mask_tokens, targets_asked
 from bertkit.data.pairs import PairInstance, create_instances_from_document
 from bertkit.data.shards import (
     FORMAT,
@@ -183,7 +183,7 @@ def _warn_capped_predictions(config: PretrainingConfig) -> None:
     """A ``max_predictions_per_seq`` below the targets ``masked_lm_prob`` gives a full-length instance masks fewer
     tokens than asked (the default 20 at ``max_seq_length`` 512: 3.9% where 0.15 asks 77): said, with the fix, as google's
     README says it (its script, with the same default, says nothing)."""
-    asked = max(1, int(round(config.max_seq_length * config.masked_lm_prob)))  # mask_tokens' budget at full length
+    asked = targets_asked(config.max_seq_length, config.masked_lm_prob)  # at full length
     if config.max_predictions_per_seq < asked:
         logger.warning(
             "max_predictions_per_seq %d caps the masked-LM targets of a %d-token instance at %d (%.1f%% of its tokens), "
