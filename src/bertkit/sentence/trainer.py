@@ -394,8 +394,12 @@ class SentenceTransformerTrainer(Trainer):
         with output_dir(out, "Trainer", in_place=True) if claimed else contextlib.nullcontext():
             if output_path is not None:
                 os.makedirs(output_path, exist_ok=True)
-            return dict(self.evaluator(self.model, output_path=output_path, epoch=self.state.epoch,
-                                       steps=self.state.global_step))
+            metrics = dict(self.evaluator(self.model, output_path=output_path, epoch=self.state.epoch,
+                                          steps=self.state.global_step))
+        # under torchrun every rank takes rank 0's metrics, as sentence-transformers broadcasts its rank 0's: each rank
+        # chooses its best checkpoint and its early stop from them, and an evaluator that samples (ranks are seeded
+        # seed + rank) would otherwise lead the ranks to other choices
+        return all_gather(metrics)[0]
 
     def _prediction_parts(self, examples: Sequence, module: nn.Module | None, events: bool,
                           batches: list[list[int]], **options: Any) -> list:
