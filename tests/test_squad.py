@@ -7,6 +7,7 @@ beside the repo, or $BERTKIT_DATA), skipped with the reason when absent.
 from __future__ import annotations
 
 import json
+import re
 import unicodedata
 
 import numpy as np
@@ -340,6 +341,23 @@ def test_char_span_to_token_span_inside_pieces():
     assert squad.char_span_to_token_span(offsets, 4, 10) == (1, 2)
     assert squad.char_span_to_token_span(offsets, 5, 7) == (1, 1)  # inside a token: the whole token
     assert squad.char_span_to_token_span(offsets, 10, 11) is None  # whitespace only
+
+
+@pytest.mark.parametrize("answer, context", [("\u200b", "The city of Paris\u200b is big."),
+                                             ("\u0301", "He went to cafe\u0301 today."), ("\x07", "bell\x07 rings")])
+def test_an_answer_of_characters_the_tokenizer_drops_is_refused_not_trained_as_unanswerable(tok, answer, context):
+    """No token holds it: every window was labelled [CLS], an answerable question trained as having no answer."""
+    ex = squad.SquadExample("q7", "t", "what?", context, (squad.SquadAnswer(answer, context.index(answer)),))
+    at = context.index(answer)
+    with pytest.raises(ValueError, match=re.escape(f"question 'q7': its answer {answer!r} at character {at} covers no "
+                                                   "token of the context")):
+        squad.featurize_squad([ex], tok, max_seq_length=32, doc_stride=8, max_query_length=4)
+    # the word that holds it is an answer like any other
+    word = context[: context.index(answer) + 1].split()[-1]
+    ex = squad.SquadExample("q7", "t", "what?", context, (squad.SquadAnswer(word, context.index(word)),))
+    (f,) = squad.featurize_squad([ex], tok, max_seq_length=32, doc_stride=8, max_query_length=4)
+    assert tok.convert_ids_to_tokens(f["input_ids"][f["start_positions"] : f["end_positions"] + 1]) == [
+        {"\u200b": "paris", "\u0301": "cafe", "\x07": "bell"}[answer]]
 
 
 @pytest.mark.parametrize("articles", [pytest.param(3, id="first-3-articles"),

@@ -272,6 +272,13 @@ def featurize_squad(
         if not ex.is_impossible and ex.answers:
             a = ex.answers[0]
             answer_span = char_span_to_token_span(c_offsets, a.start, a.start + len(a.text))
+            # Characters the tokenizer drops (no token holds them) were labelled [CLS] in every window: an answerable
+            # question trained as unanswerable, as an empty answer would be (run_squad.py labels the word holding them)
+            if answer_span is None:
+                raise BertkitError(
+                    f"question {ex.qas_id!r}: its answer {a.text!r} at character {a.start} covers no token of the "
+                    "context (the tokenizer drops its characters: zero-width, control or lone combining ones), so it "
+                    "would train as unanswerable; extend the answer to the word that holds it, or remove it")
 
         max_tokens = max_seq_length - len(q_ids) - 3
         spans = _doc_spans(len(c_ids), max_tokens, doc_stride)
