@@ -222,6 +222,8 @@ def test_losses_equal_sentence_transformers_on_the_same_pairs(tiny_directory, ro
     cases = [
         ("bce", {}, [pairs, bce_labels]),
         ("bce", {"pos_weight": torch.tensor(2.0)}, [pairs, bce_labels]),
+        # torch's keyword arguments, which sentence-transformers passes on (bertkit refused them)
+        ("bce", {"reduction": "sum", "weight": torch.linspace(0.5, 2.0, 2 * len(rows))}, [pairs, bce_labels]),
         ("mnrl", {"num_negatives": None}, [[queries, positives], None]),
         ("mnrl", {"num_negatives": None, "scale": 5.0}, [[queries, positives, hard], None]),
         ("listnet", {}, [[queries, docs], graded]),

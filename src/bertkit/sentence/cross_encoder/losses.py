@@ -93,18 +93,16 @@ class CrossEncoderLoss(nn.Module):
 
 class BinaryCrossEntropyLoss(CrossEncoderLoss):
     """(text, text) pairs with a label in [0, 1]: binary cross-entropy on the logit (after ``activation_fn``,
-    identity by default), ``pos_weight`` weighting the positives."""
+    identity by default), ``pos_weight`` weighting the positives. Keyword arguments go to torch's
+    ``nn.BCEWithLogitsLoss`` (``reduction``, ``weight``), as sentence-transformers passes them."""
 
     needs_label = True
 
     def __init__(self, model: CrossEncoder, activation_fn: nn.Module = _IDENTITY, pos_weight: Tensor | None = None,
                  **kwargs: Any):
         super().__init__(model)
-        for name in kwargs:
-            raise BertkitError(f"BinaryCrossEntropyLoss({name}=...) is not implemented in bertkit: it takes "
-                               "activation_fn and pos_weight")
         self.activation_fn, self.pos_weight = activation_fn, pos_weight
-        self.bce_with_logits_loss = nn.BCEWithLogitsLoss(pos_weight=pos_weight)
+        self.bce_with_logits_loss = nn.BCEWithLogitsLoss(pos_weight=pos_weight, **kwargs)
 
     def check_labels(self, labels: Sequence[Any], what: str) -> None:
         # A target outside [0, 1] is no probability: BCE trains on it without a word (a label 3 pulls the logit up
