@@ -167,6 +167,25 @@ def _steer(name, state, control):
         control.should_training_stop = True  # of 12 steps, 7 run
 
 
+def test_the_last_step_stops_the_run_as_transformers_flow_callback_does(checkpoint, tmp_path):
+    """transformers' DefaultFlowCallback sets should_training_stop at the run's last step, before the callbacks after
+    it see on_step_end, and the last checkpoint's trainer_state.json records it so; bertkit's loop ended the run by
+    counting steps, so a callback saw False there and the checkpoint said the run had not ended."""
+    seen = {"transformers": [], "bertkit": []}
+    for lib in (transformers, bertkit):
+        def steer(name, state, control, found=seen[lib.__name__]):
+            if name in ("on_step_end", "on_save", "on_train_end"):
+                found.append((name, state.global_step, control.should_training_stop))
+
+        _run(lib, checkpoint, tmp_path / lib.__name__, steer=steer, eval_strategy="no", max_steps=2, save_steps=2)
+    assert seen["bertkit"] == seen["transformers"]
+    assert ("on_step_end", 2, True) in seen["bertkit"]
+    states = [json.loads((tmp_path / lib / "checkpoint-2" / "trainer_state.json").read_text())
+              for lib in ("transformers", "bertkit")]
+    flags = [s["stateful_callbacks"]["TrainerControl"]["args"] for s in states]
+    assert flags[1] == flags[0] and flags[1]["should_training_stop"] is True
+
+
 def test_every_control_flag_does_what_it_does_in_transformers(checkpoint, tmp_path):
     settings = dict(per_device_train_batch_size=4, gradient_accumulation_steps=1, num_train_epochs=3,
                     logging_steps=8, eval_strategy="no", save_strategy="no", steer=_steer)

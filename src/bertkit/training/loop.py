@@ -422,6 +422,9 @@ class _Run:
         control.should_evaluate |= (bool(self.eval_every) and (pos.step % self.eval_every == 0 or last)
                                     and self.past_delay(pos.step))
         control.should_save |= bool(self.save_every) and (last or pos.step % self.save_every == 0)
+        # the run's last step stops it as transformers' DefaultFlowCallback does, before the callbacks see the step's
+        # end: they, and the last checkpoint's TrainerControl entry, read should_training_stop set there
+        control.should_training_stop |= last
         self.event("step_end")
         self.log_and_evaluate(phase)
         self.save_if_due()
