@@ -310,9 +310,13 @@ class PreparedLinear(nn.Module):
         # trains the weights, a snapshot: a backward pass is refused
         return without_backward(y, x, NOT_FOR_TRAINING)
 
+    def refuse_training(self) -> None:
+        """Raise: the copy is for inference only (a bertkit model asks before switching any module to training)."""
+        raise BertkitError(NOT_FOR_TRAINING)
+
     def train(self, mode: bool = True) -> PreparedLinear:
         if mode:
-            raise BertkitError(NOT_FOR_TRAINING)
+            self.refuse_training()
         return super().train(False)
 
     def extra_repr(self) -> str:

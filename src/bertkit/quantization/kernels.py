@@ -290,9 +290,13 @@ class Int8Linear(nn.Module):
         # (PyTorch only warns), so a backward pass through an int8 projection is refused instead.
         return without_backward(y, x, NOT_FOR_TRAINING)
 
+    def refuse_training(self) -> None:
+        """Raise: int8 is for inference only (a bertkit model asks before switching any module to training)."""
+        raise BertkitError(NOT_FOR_TRAINING)
+
     def train(self, mode: bool = True) -> Int8Linear:
         if mode:
-            raise BertkitError(NOT_FOR_TRAINING)
+            self.refuse_training()
         return super().train(False)
 
     def extra_repr(self) -> str:
