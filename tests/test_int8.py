@@ -309,6 +309,31 @@ def test_a_call_is_quantized_once_in_place_by_pytorchs_dynamic_quantization(bits
                 assert torch.isnan(layer(torch.cat([x[:3], torch.full((1, 64), bad)]))).all()
 
 
+@pytest.mark.parametrize("kernel", [KERNEL, FBGEMM])
+@pytest.mark.parametrize("per_token", [False, True])
+def test_a_nan_or_inf_activation_never_gives_a_finite_output(kernel, per_token, monkeypatch):
+    """A NaN reaching an int8 projection (a NaN ``inputs_embeds``, a broken embedding row, an overflow) answers NaN,
+    as the float model does: fbgemm's dynamic Linear took the call's range over the finite values and gave finite
+    outputs for a NaN activation (one token's NaN embedding made an int8 model's embeddings finite numbers). A call's
+    one scale has no range then: every output of the call is NaN; a per-token projection NaNs that token's row."""
+    if kernel.name == "fbgemm" and not fbgemm_int8():
+        pytest.skip("this PyTorch has no fbgemm kernel")
+    monkeypatch.setattr(kernels, "check_int8_kernel", lambda: kernel)
+    torch.manual_seed(0)
+    layer = Int8Linear.from_float(nn.Linear(64, 24), torch.rand(64) + 0.5, per_token=per_token)
+    x = torch.randn(5, 64)
+    with torch.inference_mode():
+        for bad in (float("nan"), float("inf"), -float("inf")):
+            poisoned = x.clone()
+            poisoned[2, 7] = bad
+            y = layer(poisoned)
+            assert not torch.isfinite(y[2]).any(), (bad, y[2])
+            if per_token:
+                torch.testing.assert_close(y[[0, 1, 3, 4]], layer(x)[[0, 1, 3, 4]], rtol=0, atol=0)
+            else:
+                assert torch.isnan(y).all() if bad != bad else not torch.isfinite(y).all(), (bad, y)
+
+
 def test_an_int8_layer_refuses_training():
     layer = Int8Linear.from_float(nn.Linear(8, 4), torch.ones(8))
     with pytest.raises(BertkitError, match="inference only"):

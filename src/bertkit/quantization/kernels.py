@@ -270,7 +270,13 @@ class Int8Linear(nn.Module):
             offset = lo * self._rowsum if self.bias is None else torch.addcmul(self.bias, lo, self._rowsum)
             y = torch.addcmul(offset, y, step)
         elif self.kernel.name == "fbgemm":  # reduce_range: 7-bit activations, quantized inside the kernel
-            y = torch.ops.quantized.linear_dynamic(x * self.inv_scale, self._packed, True)
+            x = x * self.inv_scale
+            # fbgemm takes the call's range over the finite values and gives finite outputs for a NaN (an infinity
+            # it answers non-finite): a NaN has no range, and every output of the call is NaN, as on oneDNN. amax
+            # carries a NaN; one read of it is 1-3% of the product (MiniLM's shapes, one thread)
+            if bool(x.amax().isnan()):
+                return x.new_full((*shape[:-1], self.out_features), float("nan"))
+            y = torch.ops.quantized.linear_dynamic(x, self._packed, True)
             if self.activation is not None:  # fused on oneDNN; a layer fused there and loaded here applies it after
                 y = self.activation(y)
         else:
