@@ -274,6 +274,30 @@ def test_a_refused_train_leaves_every_module_in_eval_mode(tiny_model, kind, head
         assert torch.equal(ready(input_ids=ids, attention_mask=mask)[0], before)
 
 
+@pytest.mark.slow
+@pytest.mark.parametrize("how", ["compile_layers", "torch.compile"])
+def test_the_copy_compiles_to_the_plain_models_outputs(tiny_model, how):
+    """``compile_layers()`` on the inference copy, or ``torch.compile`` of it, computes what the plain model does:
+    Inductor cannot lower oneDNN's reordered weight (an opaque tensor) and failed with a LoweringException, so under
+    torch.compile a prepared projection is ``F.linear`` over the float32 weights it was made from."""
+    from bertkit.model_checks import require_compiler
+
+    try:
+        require_compiler()
+    except BertkitError:
+        pytest.skip("torch.compile on the CPU needs a C++ compiler")
+    model = tiny_model().eval()
+    ids, mask = _inputs()
+    real = mask.bool()
+    fast = prepare_model(model)[0]
+    fast = fast.compile_layers() if how == "compile_layers" else torch.compile(fast)
+    with torch.no_grad():
+        want = model(input_ids=ids, attention_mask=mask)
+        got = fast(input_ids=ids, attention_mask=mask)
+    torch.testing.assert_close(got.last_hidden_state[real], want.last_hidden_state[real], atol=1e-5, rtol=0)
+    torch.testing.assert_close(got.pooler_output, want.pooler_output, atol=1e-5, rtol=0)
+
+
 def test_the_copy_is_refused_by_save_pretrained_naming_the_model_to_save(tiny_model, tmp_path):
     """The copy's projections are prepared weights outside its state dict: ``save_pretrained`` refuses it, before
     writing anything, naming what to save (it named int8 as the cause, and save_int8 as the fix)."""

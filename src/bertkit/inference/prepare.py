@@ -301,7 +301,13 @@ class PreparedLinear(nn.Module):
                                "was made from (model.to(...)) and prepare that (optimize_for_inference)")
 
     def forward(self, x: Tensor) -> Tensor:
-        if self.onednn:
+        if torch.compiler.is_compiling():
+            # Inductor cannot lower oneDNN's reordered weight (an opaque tensor: a LoweringException ended
+            # compile_layers() or torch.compile of the copy); it lowers F.linear to its own CPU kernels
+            weight, bias = (None if t is None else t.to(self.dtype) for t in self.source)
+            y = F.linear(x.to(self.dtype), weight, bias)
+            y = y if self.activation is None else self.activation(y)
+        elif self.onednn:
             y = torch.ops.mkldnn._linear_pointwise(x.to(self.dtype), self.weight, self.bias, self.post_op[0], [],
                                                    self.post_op[1])
         else:
