@@ -274,6 +274,24 @@ def test_a_refused_train_leaves_every_module_in_eval_mode(tiny_model, kind, head
         assert torch.equal(ready(input_ids=ids, attention_mask=mask)[0], before)
 
 
+def test_the_copy_traces_to_the_plain_models_outputs(tiny_model):
+    """``torch.jit.trace`` of the inference copy (through ``TupleOutputModel``, as ONNX export traces) gives a graph
+    computing the plain model's outputs on other shapes: it failed with "Unsupported value kind: Tensor", the
+    reordered weight being an opaque tensor a trace cannot hold; traced, a projection is ``F.linear``."""
+    from bertkit.inference.export import TupleOutputModel
+
+    model = tiny_model().eval()
+    ids, mask = _inputs()
+    types = torch.zeros_like(ids)
+    with torch.no_grad():
+        graph = torch.jit.trace(TupleOutputModel(prepare_model(model)[0]).eval(), (ids[:2, :9], types[:2, :9],
+                                                                                     mask[:2, :9]), check_trace=False)
+        got, want = graph(ids, types, mask), model(ids, mask, types)
+    real = mask.bool()
+    torch.testing.assert_close(got[0][real], want.last_hidden_state[real], atol=1e-5, rtol=0)
+    torch.testing.assert_close(got[1], want.pooler_output, atol=1e-5, rtol=0)
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("how", ["compile_layers", "torch.compile"])
 def test_the_copy_compiles_to_the_plain_models_outputs(tiny_model, how):

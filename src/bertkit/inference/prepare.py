@@ -301,9 +301,10 @@ class PreparedLinear(nn.Module):
                                "was made from (model.to(...)) and prepare that (optimize_for_inference)")
 
     def forward(self, x: Tensor) -> Tensor:
-        if torch.compiler.is_compiling():
+        if torch.compiler.is_compiling() or torch.jit.is_tracing():
             # Inductor cannot lower oneDNN's reordered weight (an opaque tensor: a LoweringException ended
-            # compile_layers() or torch.compile of the copy); it lowers F.linear to its own CPU kernels
+            # compile_layers() or torch.compile of the copy), nor can torch.jit.trace hold it ("Unsupported value
+            # kind: Tensor"); both take F.linear, Inductor lowering it to its own CPU kernels
             weight, bias = (None if t is None else t.to(self.dtype) for t in self.source)
             y = F.linear(x.to(self.dtype), weight, bias)
             y = y if self.activation is None else self.activation(y)
