@@ -256,6 +256,15 @@ class Int8Linear(nn.Module):
         self._pack()
 
     def forward(self, x: Tensor) -> Tensor:
+        if torch.jit.is_tracing():
+            raise BertkitError(NOT_TRACEABLE)
+        if torch.compiler.is_compiling():
+            # Inductor cannot lower the kernels' packed weights (an InductorError ended compile_layers() and
+            # torch.compile of an int8 model): the projection runs eagerly between the compiled parts
+            return _uncompiled_forward()(self, x)
+        return self._forward(x)
+
+    def _forward(self, x: Tensor) -> Tensor:
         shape = x.shape
         x = x.reshape(-1, self.in_features)
         if x.shape[0] == 0:  # no tokens: there is no range to take
@@ -310,6 +319,20 @@ class Int8Linear(nn.Module):
         return (f"in_features={self.in_features}, out_features={self.out_features}, int8 weights per output channel, "
                 f"{self.kernel.activation_bits}-bit activations {per} on {self.kernel.name}, post_op={self.post_op[0]}")
 
+
+NOT_TRACEABLE = ("an int8 model cannot be traced (torch.jit.trace, ONNX export): its kernels' packed weights are "
+                 "opaque to a trace; trace or export the float model it was quantized from")
+
+
+def _uncompiled_forward() -> Callable:
+    """``Int8Linear._forward`` behind ``torch.compiler.disable``, made where torch.compile first traces an int8
+    projection: the decorator imports torch._dynamo (over a second), which an eager process never needs."""
+    if not _UNCOMPILED:
+        _UNCOMPILED.append(torch.compiler.disable(Int8Linear._forward))
+    return _UNCOMPILED[0]
+
+
+_UNCOMPILED: list[Callable] = []
 
 NOT_FOR_TRAINING = ("an int8 model is for inference only (its int8 kernels have no backward): train or fine-tune "
                     "the fp32 checkpoint, then quantize it (quantize='int8', --int8) to predict")
