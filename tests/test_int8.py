@@ -309,6 +309,76 @@ def test_a_call_is_quantized_once_in_place_by_pytorchs_dynamic_quantization(bits
                 assert torch.isnan(layer(torch.cat([x[:3], torch.full((1, 64), bad)]))).all()
 
 
+@pytest.mark.parametrize("kernel", [KERNEL, FBGEMM])
+@pytest.mark.parametrize("per_token", [False, True])
+def test_a_nan_or_inf_activation_never_gives_a_finite_output(kernel, per_token, monkeypatch):
+    """A NaN reaching an int8 projection (a NaN ``inputs_embeds``, a broken embedding row, an overflow) answers NaN,
+    as the float model does: fbgemm's dynamic Linear took the call's range over the finite values and gave finite
+    outputs for a NaN activation (one token's NaN embedding made an int8 model's embeddings finite numbers). A call's
+    one scale has no range then: every output of the call is NaN; a per-token projection NaNs that token's row."""
+    if kernel.name == "fbgemm" and not fbgemm_int8():
+        pytest.skip("this PyTorch has no fbgemm kernel")
+    monkeypatch.setattr(kernels, "check_int8_kernel", lambda: kernel)
+    torch.manual_seed(0)
+    layer = Int8Linear.from_float(nn.Linear(64, 24), torch.rand(64) + 0.5, per_token=per_token)
+    x = torch.randn(5, 64)
+    with torch.inference_mode():
+        for bad in (float("nan"), float("inf"), -float("inf")):
+            poisoned = x.clone()
+            poisoned[2, 7] = bad
+            y = layer(poisoned)
+            assert not torch.isfinite(y[2]).any(), (bad, y[2])
+            if per_token:
+                torch.testing.assert_close(y[[0, 1, 3, 4]], layer(x)[[0, 1, 3, 4]], rtol=0, atol=0)
+            else:
+                assert torch.isnan(y).all() if bad != bad else not torch.isfinite(y).all(), (bad, y)
+
+
+@pytest.mark.slow
+def test_an_int8_model_compiles_with_its_kernels_left_eager(tiny_model):
+    """``compile_layers()`` on an int8 model, or ``torch.compile`` of it, ended in an InductorError (Inductor cannot
+    lower the kernels' packed weights): the int8 projections now run eagerly between the compiled parts, and the
+    outputs are the eager int8 model's within a small part of int8's own rounding (Inductor's float rounding moves a
+    few activation codes by one step)."""
+    from bertkit.model_checks import require_compiler
+    from bertkit.quantization import quantize_int8
+
+    try:
+        require_compiler()
+    except BertkitError:
+        pytest.skip("torch.compile on the CPU needs a C++ compiler")
+    torch.manual_seed(0)
+    ids = torch.randint(5, 99, (3, 11))
+    mask = torch.ones_like(ids)
+    mask[1, 7:] = 0
+    model = tiny_model().eval()
+    int8 = quantize_int8(model, calibration=[{"input_ids": ids, "attention_mask": mask}])
+    real = mask.bool()
+    with torch.no_grad():
+        fp32 = model(ids, mask).last_hidden_state[real]
+        # a whole model traced computes the padded rectangle (padding.is_tracing), whose padding rows share the
+        # per-call activation ranges: its eager counterpart is the padded layout
+        for compiled, layout in ((copy.deepcopy(int8).compile_layers(), "auto"),
+                                 (torch.compile(copy.deepcopy(int8)), "padded")):
+            want = int8(ids, mask, layout=layout).last_hidden_state[real]
+            rounding = float((want - fp32).abs().max())
+            got = compiled(ids, mask).last_hidden_state[real]
+            assert float((got - want).abs().max()) <= 0.1 * rounding, (float((got - want).abs().max()), rounding)
+
+
+def test_tracing_an_int8_model_is_refused_naming_the_float_model(tiny_model):
+    """torch.jit.trace cannot hold the int8 kernels' packed weights ("Unsupported value kind: Tensor"): refused,
+    naming what to trace instead."""
+    from bertkit.inference.export import TupleOutputModel
+    from bertkit.quantization import quantize_int8
+
+    ids = torch.randint(5, 99, (2, 9))
+    mask = torch.ones_like(ids)
+    int8 = quantize_int8(tiny_model().eval(), calibration=[{"input_ids": ids, "attention_mask": mask}])
+    with torch.no_grad(), pytest.raises(BertkitError, match="int8 model cannot be traced.*the float model"):
+        torch.jit.trace(TupleOutputModel(int8), (ids, torch.zeros_like(ids), mask), check_trace=False)
+
+
 def test_an_int8_layer_refuses_training():
     layer = Int8Linear.from_float(nn.Linear(8, 4), torch.ones(8))
     with pytest.raises(BertkitError, match="inference only"):

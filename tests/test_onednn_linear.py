@@ -246,6 +246,76 @@ def test_the_copy_is_for_inference_only_and_leaves_the_models_mode(tiny_model):
         fast.train()
 
 
+@pytest.mark.parametrize("kind", ["inference copy", "int8"])
+@pytest.mark.parametrize("head", ["BertModel", "BertForSequenceClassification"])
+def test_a_refused_train_leaves_every_module_in_eval_mode(tiny_model, kind, head):
+    """``.train()`` on the inference copy or an int8 model is refused before any module is switched: nn.Module's
+    ``train`` switches them one by one, and the refusal came at the first prepared projection, after the embeddings
+    (and their dropout) were in training mode, so every later call of the copy ran dropout (MiniLM's states 1.28 off,
+    a different answer on each call)."""
+    from bertkit._hardware import int8_kernel
+    from bertkit.quantization import quantize_int8
+
+    model = tiny_model(head, hidden_dropout_prob=0.5, attention_probs_dropout_prob=0.5).eval()
+    ids, mask = _inputs()
+    if kind == "int8":
+        if int8_kernel() is None:
+            pytest.skip("no int8 kernel on this machine")
+        ready = quantize_int8(model, calibration=[{"input_ids": ids, "attention_mask": mask}])
+    else:
+        ready = prepare_model(model)[0]
+    with torch.no_grad():
+        before = ready(input_ids=ids, attention_mask=mask)[0]
+        with pytest.raises(BertkitError, match="for inference only"):
+            ready.train()
+        assert [name for name, m in ready.named_modules() if m.training] == []
+        assert torch.equal(ready(input_ids=ids, attention_mask=mask)[0], before)
+        ready.train(False)  # eval is allowed
+        assert torch.equal(ready(input_ids=ids, attention_mask=mask)[0], before)
+
+
+def test_the_copy_traces_to_the_plain_models_outputs(tiny_model):
+    """``torch.jit.trace`` of the inference copy (through ``TupleOutputModel``, as ONNX export traces) gives a graph
+    computing the plain model's outputs on other shapes: it failed with "Unsupported value kind: Tensor", the
+    reordered weight being an opaque tensor a trace cannot hold; traced, a projection is ``F.linear``."""
+    from bertkit.inference.export import TupleOutputModel
+
+    model = tiny_model().eval()
+    ids, mask = _inputs()
+    types = torch.zeros_like(ids)
+    with torch.no_grad():
+        graph = torch.jit.trace(TupleOutputModel(prepare_model(model)[0]).eval(), (ids[:2, :9], types[:2, :9],
+                                                                                     mask[:2, :9]), check_trace=False)
+        got, want = graph(ids, types, mask), model(ids, mask, types)
+    real = mask.bool()
+    torch.testing.assert_close(got[0][real], want.last_hidden_state[real], atol=1e-5, rtol=0)
+    torch.testing.assert_close(got[1], want.pooler_output, atol=1e-5, rtol=0)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("how", ["compile_layers", "torch.compile"])
+def test_the_copy_compiles_to_the_plain_models_outputs(tiny_model, how):
+    """``compile_layers()`` on the inference copy, or ``torch.compile`` of it, computes what the plain model does:
+    Inductor cannot lower oneDNN's reordered weight (an opaque tensor) and failed with a LoweringException, so under
+    torch.compile a prepared projection is ``F.linear`` over the float32 weights it was made from."""
+    from bertkit.model_checks import require_compiler
+
+    try:
+        require_compiler()
+    except BertkitError:
+        pytest.skip("torch.compile on the CPU needs a C++ compiler")
+    model = tiny_model().eval()
+    ids, mask = _inputs()
+    real = mask.bool()
+    fast = prepare_model(model)[0]
+    fast = fast.compile_layers() if how == "compile_layers" else torch.compile(fast)
+    with torch.no_grad():
+        want = model(input_ids=ids, attention_mask=mask)
+        got = fast(input_ids=ids, attention_mask=mask)
+    torch.testing.assert_close(got.last_hidden_state[real], want.last_hidden_state[real], atol=1e-5, rtol=0)
+    torch.testing.assert_close(got.pooler_output, want.pooler_output, atol=1e-5, rtol=0)
+
+
 def test_the_copy_is_refused_by_save_pretrained_naming_the_model_to_save(tiny_model, tmp_path):
     """The copy's projections are prepared weights outside its state dict: ``save_pretrained`` refuses it, before
     writing anything, naming what to save (it named int8 as the cause, and save_int8 as the fix)."""

@@ -470,6 +470,17 @@ class PretrainedMixin(TransformersModelCalls):
             mlm.tie(self.get_input_embeddings())
         return result
 
+    def train(self, mode: bool = True):
+        # nn.Module.train switches the modules one by one: a module that refuses training (the projections of an
+        # int8 model or of the inference copy) refuses before any is switched; refused after the embeddings, it left
+        # their dropout on for every later call of the copy
+        if mode:
+            for module in self.modules():  # type: ignore[attr-defined]
+                refuse = getattr(module, "refuse_training", None)
+                if refuse is not None:
+                    refuse()
+        return super().train(mode)  # type: ignore[misc]
+
     # -- saving ---------------------------------------------------------------------------------------
     def _apply(self, fn: Any, recurse: bool = True):
         # .to(), .half(), .double(), .cuda() convert the children one by one: a module that cannot follow (the

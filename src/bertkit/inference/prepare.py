@@ -301,7 +301,14 @@ class PreparedLinear(nn.Module):
                                "was made from (model.to(...)) and prepare that (optimize_for_inference)")
 
     def forward(self, x: Tensor) -> Tensor:
-        if self.onednn:
+        if torch.compiler.is_compiling() or torch.jit.is_tracing():
+            # Inductor cannot lower oneDNN's reordered weight (an opaque tensor: a LoweringException ended
+            # compile_layers() or torch.compile of the copy), nor can torch.jit.trace hold it ("Unsupported value
+            # kind: Tensor"); both take F.linear, Inductor lowering it to its own CPU kernels
+            weight, bias = (None if t is None else t.to(self.dtype) for t in self.source)
+            y = F.linear(x.to(self.dtype), weight, bias)
+            y = y if self.activation is None else self.activation(y)
+        elif self.onednn:
             y = torch.ops.mkldnn._linear_pointwise(x.to(self.dtype), self.weight, self.bias, self.post_op[0], [],
                                                    self.post_op[1])
         else:
@@ -310,9 +317,13 @@ class PreparedLinear(nn.Module):
         # trains the weights, a snapshot: a backward pass is refused
         return without_backward(y, x, NOT_FOR_TRAINING)
 
+    def refuse_training(self) -> None:
+        """Raise: the copy is for inference only (a bertkit model asks before switching any module to training)."""
+        raise BertkitError(NOT_FOR_TRAINING)
+
     def train(self, mode: bool = True) -> PreparedLinear:
         if mode:
-            raise BertkitError(NOT_FOR_TRAINING)
+            self.refuse_training()
         return super().train(False)
 
     def extra_repr(self) -> str:

@@ -256,6 +256,15 @@ class Int8Linear(nn.Module):
         self._pack()
 
     def forward(self, x: Tensor) -> Tensor:
+        if torch.jit.is_tracing():
+            raise BertkitError(NOT_TRACEABLE)
+        if torch.compiler.is_compiling():
+            # Inductor cannot lower the kernels' packed weights (an InductorError ended compile_layers() and
+            # torch.compile of an int8 model): the projection runs eagerly between the compiled parts
+            return _uncompiled_forward()(self, x)
+        return self._forward(x)
+
+    def _forward(self, x: Tensor) -> Tensor:
         shape = x.shape
         x = x.reshape(-1, self.in_features)
         if x.shape[0] == 0:  # no tokens: there is no range to take
@@ -270,7 +279,13 @@ class Int8Linear(nn.Module):
             offset = lo * self._rowsum if self.bias is None else torch.addcmul(self.bias, lo, self._rowsum)
             y = torch.addcmul(offset, y, step)
         elif self.kernel.name == "fbgemm":  # reduce_range: 7-bit activations, quantized inside the kernel
-            y = torch.ops.quantized.linear_dynamic(x * self.inv_scale, self._packed, True)
+            x = x * self.inv_scale
+            # fbgemm takes the call's range over the finite values and gives finite outputs for a NaN (an infinity
+            # it answers non-finite): a NaN has no range, and every output of the call is NaN, as on oneDNN. amax
+            # carries a NaN; one read of it is 1-3% of the product (MiniLM's shapes, one thread)
+            if bool(x.amax().isnan()):
+                return x.new_full((*shape[:-1], self.out_features), float("nan"))
+            y = torch.ops.quantized.linear_dynamic(x, self._packed, True)
             if self.activation is not None:  # fused on oneDNN; a layer fused there and loaded here applies it after
                 y = self.activation(y)
         else:
@@ -290,9 +305,13 @@ class Int8Linear(nn.Module):
         # (PyTorch only warns), so a backward pass through an int8 projection is refused instead.
         return without_backward(y, x, NOT_FOR_TRAINING)
 
+    def refuse_training(self) -> None:
+        """Raise: int8 is for inference only (a bertkit model asks before switching any module to training)."""
+        raise BertkitError(NOT_FOR_TRAINING)
+
     def train(self, mode: bool = True) -> Int8Linear:
         if mode:
-            raise BertkitError(NOT_FOR_TRAINING)
+            self.refuse_training()
         return super().train(False)
 
     def extra_repr(self) -> str:
@@ -300,6 +319,20 @@ class Int8Linear(nn.Module):
         return (f"in_features={self.in_features}, out_features={self.out_features}, int8 weights per output channel, "
                 f"{self.kernel.activation_bits}-bit activations {per} on {self.kernel.name}, post_op={self.post_op[0]}")
 
+
+NOT_TRACEABLE = ("an int8 model cannot be traced (torch.jit.trace, ONNX export): its kernels' packed weights are "
+                 "opaque to a trace; trace or export the float model it was quantized from")
+
+
+def _uncompiled_forward() -> Callable:
+    """``Int8Linear._forward`` behind ``torch.compiler.disable``, made where torch.compile first traces an int8
+    projection: the decorator imports torch._dynamo (over a second), which an eager process never needs."""
+    if not _UNCOMPILED:
+        _UNCOMPILED.append(torch.compiler.disable(Int8Linear._forward))
+    return _UNCOMPILED[0]
+
+
+_UNCOMPILED: list[Callable] = []
 
 NOT_FOR_TRAINING = ("an int8 model is for inference only (its int8 kernels have no backward): train or fine-tune "
                     "the fp32 checkpoint, then quantize it (quantize='int8', --int8) to predict")
