@@ -343,6 +343,36 @@ def test_finetune_on_a_full_disk_is_one_line_and_leaves_no_output(models, tmp_pa
         assert (fs / "run" / "best" / "model.safetensors").is_file() and not leftovers(fs / "run")
 
 
+def test_a_full_disk_refusing_the_lock_leaves_the_directory_free_for_the_next_write(models, tmp_path, monkeypatch):
+    """Was: a disk too full for the lock's one line (the first byte a save writes) failed the save, and the lock
+    stayed registered as this process's: every later save of that directory in the process (once there was room)
+    was refused as "the output directory of this process's `bertkit ` run already", and a Trainer's claim of its
+    output directory failed with a bare OSError, leaving its lock file in the user's directory."""
+    import errno
+
+    from bertkit import BertModel
+    from bertkit.runs import output_dir
+
+    def full(*args):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    model = BertModel.from_pretrained(models["a"])
+    out, mine = tmp_path / "out", tmp_path / "mine"
+    mine.mkdir()
+    (mine / "notes.txt").write_text("the user's notes")
+    with monkeypatch.context() as disk:
+        disk.setattr(os, "pwrite", full)
+        with pytest.raises(WriteError, match=f"no space left on the device while writing {out}: "):
+            model.save_pretrained(out)
+        with pytest.raises(WriteError, match=f"no space left on the device while writing {mine}: "):
+            with output_dir(mine, "Trainer", in_place=True):
+                pass
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["mine"] and os.listdir(mine) == ["notes.txt"]
+    model.save_pretrained(out)  # room again: the same process writes it
+    assert sorted(p.name for p in out.iterdir()) == ["config.json", "model.safetensors"] and not leftovers(out)
+    assert (out / "model.safetensors").read_bytes() == (models["a"] / "model.safetensors").read_bytes()
+
+
 @pytest.mark.parametrize("how", ["read-only file system", "no write permission"])
 def test_a_read_only_directory_is_one_clear_error_and_changes_nothing(models, tmp_path, capsys, how):
     """Was: `SentenceTransformer.save` and `save_pretrained` into a read-only directory ended in the OSError of

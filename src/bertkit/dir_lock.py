@@ -71,8 +71,18 @@ def lock(directory: Path, command: str) -> None:
             os.close(fd)
             raise BertkitError(f"{path} holds something bertkit did not write ({previous[:40]!r}); bertkit will "
                                "not truncate it: choose another output directory")
+        try:
+            _write_line(fd, command)
+        except BaseException:  # a full disk: not held, or every later write of the directory in this process was
+            os.close(fd)  # refused as "the output directory of this process's run already"
+            raise
         _HELD[real] = fd
+    else:
+        _write_line(fd, command)
     _KEPT.discard(real)
+
+
+def _write_line(fd: int, command: str) -> None:
     os.ftruncate(fd, 0)
     os.pwrite(fd, f"pid {os.getpid()} (bertkit {command})".encode(), 0)
 
