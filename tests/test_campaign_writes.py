@@ -527,3 +527,27 @@ def test_a_save_while_another_process_disposes_of_the_directory_it_replaced_is_r
         holder.kill()
         holder.wait()
     assert sorted(os.listdir(staging)) == ["config.json"] and sorted(os.listdir(tmp_path)) == sorted(["out", staging.name])
+
+
+def test_an_evaluator_row_a_full_disk_cuts_short_is_not_left_torn(tmp_path):
+    """Was: on a full disk an evaluator's results row was written in part (the room left on the file's last page),
+    raised a bare OSError, and the next call, once there was room, appended its row to the torn one."""
+    from bertkit.sentence.evaluation.base import write_results_csv
+
+    headers = ["epoch", "steps", *(f"metric_{i}" for i in range(20))]
+
+    def row(i):
+        return [0, i, *([0.123456789] * 20)]
+
+    with _tmpfs(tmp_path / "fs", "64k") as fs:
+        path = fs / "results.csv"
+        write_results_csv(path, headers, row(0))
+        _fill(fs, 0)  # the file's page has room for some 15 rows, the disk for no page more
+        with pytest.raises(WriteError, match=f"no space left on the device while writing {path}: "):
+            for i in range(1, 100):
+                write_results_csv(path, headers, row(i))
+        (fs / "filler").unlink()
+        write_results_csv(path, headers, row(100))
+        lines = path.read_bytes().decode().split("\r\n")
+        assert lines[-1] == "" and [len(line.split(",")) for line in lines[:-1]] == [22] * (i + 2)
+        assert [line.split(",")[1] for line in lines[1:-1]] == [str(n) for n in (*range(i), 100)]

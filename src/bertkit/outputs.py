@@ -258,6 +258,23 @@ def atomic_write(path: str | os.PathLike, mode: str = "w", encoding: str | None 
         yield f
 
 
+def append_whole(fd: int, data: bytes, path: Path) -> None:
+    """``data`` appended to the file open at ``fd`` (``O_APPEND``; ``path`` names it in errors), all of it or none:
+    a full disk takes part of a write (the room left on its last page), and the torn line left at the end was
+    read back glued to the next one appended once there was room (an evaluator's CSV row of 22 fields, split in
+    two). On any error the file is cut back to its length before, and a full disk is ``write_error``'s one line."""
+    end = os.lseek(fd, 0, os.SEEK_END)
+    with writing(path):
+        try:
+            view = memoryview(data)
+            while view:
+                view = view[os.write(fd, view):]
+        except BaseException:
+            with contextlib.suppress(OSError):
+                os.ftruncate(fd, end)
+            raise
+
+
 def atomic_write_text(path: str | os.PathLike, text: str, encoding: str = "utf-8") -> Path:
     with atomic_write(path, "w", encoding=encoding) as f:
         f.write(text)
