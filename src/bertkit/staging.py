@@ -48,6 +48,7 @@ from bertkit.outputs import (
     atomic_write_text,
     fsync_dir,
     is_mount_point,
+    mount_point_in,
     read_only_mount,
     regular_stat,
     remove_dead_temporaries_under,
@@ -320,6 +321,10 @@ class Stage:
                       else f" ({blocked} in it is read-only, and a write replaces the whole directory)")
             raise WriteError(code, f"cannot write {target}{inside}: {os.strerror(code)}; choose a directory you can "
                                    "write to (nothing was replaced: what was there before is intact)")
+        if (inner := mount_point_in(target)) is not None:  # swapped, the mount would leave with the replaced one
+            raise BertkitError(f"{target} holds the mount point {inner}: bertkit writes a directory beside its name "
+                               f"and swaps it into place, which would move {inner} out of {target}; choose an "
+                               "output directory without a mount inside it")
         # Another process's swap under way: the directory it replaced lies at the staging name, unlocked, until it
         # is disposed of; taken for a kill's leftover it was disposed of by both ("No such file or directory")
         _refuse_held(target)
@@ -567,7 +572,8 @@ def staged(target: str | os.PathLike, what: str = "save", *, manifest: bool = Fa
     write makes replace theirs). On an error nothing changes at ``target`` (a full or read-only file system is one
     ``BertkitError``); a kill leaves only the staging directory, removed by the next write of ``target``. Inside a
     directory this process is staging, ``target`` itself is written: the outer swap makes it visible; so is a mount
-    point, which cannot be swapped (each file is still replaced whole). With ``manifest`` (a checkpoint) it is always
+    point, which cannot be swapped, and a directory holding one, which a swap would carry away with the directory it
+    replaced (each file is still replaced whole). With ``manifest`` (a checkpoint) it is always
     staged, a manifest of its files is written last, and it adds to no directory: a file of one already at its name
     (a user's ``checkpoint-3``, or where a symlink of that name leads) that it writes too is kept beside it, named
     in a warning, not replaced.
@@ -581,7 +587,8 @@ def staged(target: str | os.PathLike, what: str = "save", *, manifest: bool = Fa
     make_route(target, "a save")
     target = target_of(target)
     refuse_non_directory(target, "a save")
-    if not manifest and (staging_of(target) is not None or is_mount_point(target)):
+    if not manifest and (staging_of(target) is not None or is_mount_point(target)
+                         or mount_point_in(target) is not None):
         with writing(target):
             target.mkdir(parents=True, exist_ok=True)
         yield target
