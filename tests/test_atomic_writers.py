@@ -7,6 +7,7 @@ output directory, so these functions must be safe on their own).
 
 from __future__ import annotations
 
+import contextlib
 import json
 from pathlib import Path
 
@@ -170,3 +171,58 @@ def test_dead_temporaries_are_removed_only_inside_a_staging_directory_this_proce
     with pytest.raises(BertkitError, match="is no staging directory this process holds"):
         remove_dead_temporaries_under(tmp_path)
     assert left.read_bytes() == b"x"
+
+
+@pytest.mark.parametrize("writer", ["evaluator results csv", "metrics.jsonl"])
+def test_an_append_a_full_disk_cuts_short_leaves_the_file_as_it_was(writer, tmp_path, monkeypatch):
+    """Was: a full disk took part of an evaluator's results row (the room left on the file's last page) and raised a
+    bare OSError; the torn row stayed, and the next call, once there was room, appended its row to it: a line of 22
+    fields and a 2-field one where two rows were. metrics.jsonl appended the same way. Now the file is cut back to
+    its length before, the error is one line, and the next append gives the file an uninterrupted run writes."""
+    import errno
+    import os
+
+    from bertkit import outputs
+    from bertkit.errors import WriteError
+    from bertkit.runs import output_dir
+    from bertkit.sentence.evaluation.base import write_results_csv
+    from bertkit.training.run_log import RunLog
+
+    headers = ["epoch", "steps", *(f"metric_{i}" for i in range(20))]
+    if writer == "metrics.jsonl":
+        path = tmp_path / "metrics.jsonl"
+        stack = contextlib.ExitStack()
+        stack.enter_context(output_dir(tmp_path, "Trainer", in_place=True))
+        log = RunLog(tmp_path, writes=True)
+        log.start()
+
+        def append(i):
+            log.write({"split": "train", "step": i, "epoch": 0, "loss": 0.125 * i})
+    else:
+        path = tmp_path / "eval" / "results.csv"
+        stack = contextlib.ExitStack()
+
+        def append(i):
+            write_results_csv(path, headers, [0, i, *([0.123456789] * 20)])
+    with stack:
+        append(1)
+        before = path.read_bytes()
+        real_write = os.write
+
+        def full(fd, data):  # the room of a page: part of the bytes, then no more
+            if len(data) > 8:
+                return real_write(fd, bytes(data)[: len(data) // 2])
+            raise OSError(errno.ENOSPC, "No space left on device")
+
+        with monkeypatch.context() as disk:
+            disk.setattr(outputs.os, "write", full)
+            with pytest.raises(WriteError, match=f"no space left on the device while writing {path}: "):
+                append(2)
+        assert path.read_bytes() == before
+        append(3)
+    if writer == "metrics.jsonl":
+        assert [json.loads(line)["step"] for line in path.read_text().splitlines()] == [1, 3]
+    else:
+        assert path.read_bytes().decode() == "".join(
+            ",".join(map(str, row)) + "\r\n"
+            for row in (headers, [0, 1, *([0.123456789] * 20)], [0, 3, *([0.123456789] * 20)]))

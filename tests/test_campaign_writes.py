@@ -343,6 +343,36 @@ def test_finetune_on_a_full_disk_is_one_line_and_leaves_no_output(models, tmp_pa
         assert (fs / "run" / "best" / "model.safetensors").is_file() and not leftovers(fs / "run")
 
 
+def test_a_full_disk_refusing_the_lock_leaves_the_directory_free_for_the_next_write(models, tmp_path, monkeypatch):
+    """Was: a disk too full for the lock's one line (the first byte a save writes) failed the save, and the lock
+    stayed registered as this process's: every later save of that directory in the process (once there was room)
+    was refused as "the output directory of this process's `bertkit ` run already", and a Trainer's claim of its
+    output directory failed with a bare OSError, leaving its lock file in the user's directory."""
+    import errno
+
+    from bertkit import BertModel
+    from bertkit.runs import output_dir
+
+    def full(*args):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    model = BertModel.from_pretrained(models["a"])
+    out, mine = tmp_path / "out", tmp_path / "mine"
+    mine.mkdir()
+    (mine / "notes.txt").write_text("the user's notes")
+    with monkeypatch.context() as disk:
+        disk.setattr(os, "pwrite", full)
+        with pytest.raises(WriteError, match=f"no space left on the device while writing {out}: "):
+            model.save_pretrained(out)
+        with pytest.raises(WriteError, match=f"no space left on the device while writing {mine}: "):
+            with output_dir(mine, "Trainer", in_place=True):
+                pass
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["mine"] and os.listdir(mine) == ["notes.txt"]
+    model.save_pretrained(out)  # room again: the same process writes it
+    assert sorted(p.name for p in out.iterdir()) == ["config.json", "model.safetensors"] and not leftovers(out)
+    assert (out / "model.safetensors").read_bytes() == (models["a"] / "model.safetensors").read_bytes()
+
+
 @pytest.mark.parametrize("how", ["read-only file system", "no write permission"])
 def test_a_read_only_directory_is_one_clear_error_and_changes_nothing(models, tmp_path, capsys, how):
     """Was: `SentenceTransformer.save` and `save_pretrained` into a read-only directory ended in the OSError of
@@ -497,3 +527,27 @@ def test_a_save_while_another_process_disposes_of_the_directory_it_replaced_is_r
         holder.kill()
         holder.wait()
     assert sorted(os.listdir(staging)) == ["config.json"] and sorted(os.listdir(tmp_path)) == sorted(["out", staging.name])
+
+
+def test_an_evaluator_row_a_full_disk_cuts_short_is_not_left_torn(tmp_path):
+    """Was: on a full disk an evaluator's results row was written in part (the room left on the file's last page),
+    raised a bare OSError, and the next call, once there was room, appended its row to the torn one."""
+    from bertkit.sentence.evaluation.base import write_results_csv
+
+    headers = ["epoch", "steps", *(f"metric_{i}" for i in range(20))]
+
+    def row(i):
+        return [0, i, *([0.123456789] * 20)]
+
+    with _tmpfs(tmp_path / "fs", "64k") as fs:
+        path = fs / "results.csv"
+        write_results_csv(path, headers, row(0))
+        _fill(fs, 0)  # the file's page has room for some 15 rows, the disk for no page more
+        with pytest.raises(WriteError, match=f"no space left on the device while writing {path}: "):
+            for i in range(1, 100):
+                write_results_csv(path, headers, row(i))
+        (fs / "filler").unlink()
+        write_results_csv(path, headers, row(100))
+        lines = path.read_bytes().decode().split("\r\n")
+        assert lines[-1] == "" and [len(line.split(",")) for line in lines[:-1]] == [22] * (i + 2)
+        assert [line.split(",")[1] for line in lines[1:-1]] == [str(n) for n in (*range(i), 100)]

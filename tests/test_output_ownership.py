@@ -711,3 +711,58 @@ def test_the_demo_names_the_directory_it_leaves_not_its_staging_name(tmp_path, m
     last = capsys.readouterr().out.strip().splitlines()[-1]
     assert last.endswith(f"Everything is in {out} (demo.json, pretrain/metrics.png).")
     assert json.loads((out / "demo.json").read_text())["fill_mask"]
+
+
+def test_a_file_the_user_saves_anew_or_removes_while_a_save_swaps_stays_as_they_left_it(tmp_path, tiny_model,
+                                                                                        monkeypatch):
+    """A save into a directory links the user's other files into the new one, then swaps the two. Was: a file the
+    user saved meanwhile the way editors save (a new file renamed over its name) was removed with the replaced
+    directory and the link to its earlier content kept, and a file the user removed meanwhile came back. Now the
+    new directory holds each as the user left it."""
+    from bertkit import staging
+
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "notes.txt").write_text("v1")
+    (out / "sub").mkdir()
+    (out / "sub" / "draft.txt").write_text("remove me")
+    (out / "kept.txt").write_text("as it was")
+    exchange = staging._exchange
+
+    def user_edits_then_exchange(a, b):
+        (b / ".notes.txt.swp").write_text("v2")
+        os.replace(b / ".notes.txt.swp", b / "notes.txt")
+        (b / "sub" / "draft.txt").unlink()
+        (b / "late.txt").write_text("new")
+        exchange(a, b)
+
+    monkeypatch.setattr(staging, "_exchange", user_edits_then_exchange)
+    tiny_model(seed=1, vocab_size=16).save_pretrained(out)
+    files = {p.relative_to(out).as_posix(): p for p in out.rglob("*") if p.is_file()}
+    assert sorted(files) == ["config.json", "kept.txt", "late.txt", "model.safetensors", "notes.txt"]
+    assert [files[n].read_text() for n in ("notes.txt", "kept.txt", "late.txt")] == ["v2", "as it was", "new"]
+    assert sorted(os.listdir(tmp_path)) == ["out"]
+
+
+def test_a_users_file_where_a_save_makes_a_directory_is_kept_beside_it(tmp_path, caplog):
+    """Was: a file of the user's named as a directory the save makes (``1_Pooling``, which SentenceTransformer.save
+    writes) was removed with the replaced directory, without a word: a save replaces the user's files it writes
+    anew (as transformers' does), and this was none of them. sentence-transformers' save stops there ("File
+    exists"); bertkit's finishes and keeps the file beside the directory, named in the warning, as it keeps a
+    directory of the user's at the name of a file it writes."""
+    from bertkit.staging import staged
+
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "1_Pooling").write_text("the user's file")
+    (out / "modules.json").write_text("the user's modules")
+    with caplog.at_level(logging.WARNING, logger="bertkit"), staged(out) as stage:
+        (stage / "1_Pooling").mkdir()
+        (stage / "1_Pooling" / "config.json").write_text("{}")
+        (stage / "modules.json").write_text("[]")
+    assert sorted(p.relative_to(out).as_posix() for p in out.rglob("*")) == ["1_Pooling", "1_Pooling/config.json",
+                                                                             "modules.json"]
+    assert (out / "modules.json").read_text() == "[]"  # a file it writes anew replaces the user's, as transformers'
+    [kept] = [p for p in tmp_path.iterdir() if p.name.startswith("out.replaced-")]
+    assert (kept / "out" / "1_Pooling").read_text() == "the user's file"
+    assert f"were kept in {kept} (e.g. 1_Pooling)" in caplog.text

@@ -128,7 +128,8 @@ def test_a_safetensors_shard_is_on_disk_once_while_it_is_written(tmp_path, monke
     sizes = []
 
     def on_disk() -> None:
-        sizes.append(sum(p.stat().st_size for p in tmp_path.iterdir() if ".json" not in p.name))
+        sizes.append(sum(p.stat().st_size for p in tmp_path.iterdir()
+                         if ".json" not in p.name and not p.name.endswith(".lock")))  # the record, the lock: no states
 
     for name in ("replace", "link", "unlink"):  # each file made whole, placed, or removed: the moments of the peak
         real = getattr(os, name)
@@ -264,7 +265,7 @@ def test_overwrite_removes_only_this_outputs_partial_names_whatever_the_record_l
         (tmp_path / name).write_bytes(b"rows")
     partial_path(out, ".json").write_text(json.dumps({"format": FORMAT, "command": "extract-features",
                                                       "plan": {}, "files": own + others, "progress": {}}))
-    PartialOutput(out, "extract-features", {}, resume=False, overwrite=True)
+    PartialOutput(out, "extract-features", {}, resume=False, overwrite=True).release()  # (its lock, as a run ends)
     assert sorted(p.name for p in tmp_path.iterdir()) == sorted(others)
 
 
@@ -322,3 +323,43 @@ def test_an_overwrite_cut_short_while_its_shards_are_placed_is_finished_by_resum
     for g, w in zip(got, want):
         assert g["input_ids"].tolist() == w["input_ids"].tolist()
         assert all((g["layers"][k] == w["layers"][k]).all() for k in w["layers"])
+
+
+def test_a_second_writer_of_one_output_file_is_refused_from_the_first_ones_start(tmp_path):
+    """Was: a run into an output file is known to others by its record, written once its first rows are made (after
+    the model loads); two `predict --output-file OUT` started together both found none and wrote one partial file,
+    and the first to finish published the rows of both (1,024 rows of one model, then 4,976 of the other's), while
+    the second failed "No such file or directory" and left its record behind. Now the output's lock is taken before
+    the record is read: the second is refused at once, naming the first, and the lock goes with the run."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    from bertkit.errors import BertkitError
+
+    out = tmp_path / "new" / "out.jsonl"
+    holder = subprocess.Popen(
+        [sys.executable, "-c", "import sys, time; from pathlib import Path; from bertkit.partial_output import "
+         "PartialOutput; PartialOutput(Path(sys.argv[1]), 'predict text-classification', {}, resume=False, "
+         "overwrite=False); print('ready', flush=True); time.sleep(60)", str(out)],
+        stdout=subprocess.PIPE, text=True, env={**os.environ, "PYTHONPATH": str(Path(__file__).parents[1] / "src")})
+    try:
+        assert holder.stdout.readline().strip() == "ready"
+        with pytest.raises(BertkitError, match=rf"^{out} is being written by pid {holder.pid} \(bertkit predict "
+                                               r"text-classification\); wait for it to finish"):
+            PartialOutput(out, "predict text-classification", {}, resume=False, overwrite=True)
+    finally:
+        holder.kill()
+        holder.wait()
+    with PartialOutput(out, "predict text-classification", {}, resume=False, overwrite=False) as partial:
+        f = partial.appender(out)
+        f.write("{}\n")
+        f.commit(1)
+        f.close()
+        partial.finish([(f.tmp, out)])
+    assert sorted(os.listdir(out.parent)) == ["out.jsonl"]  # the lock the killed holder left, removed with this one's
+    with pytest.raises(ValueError, match="the model failed"):  # before any row: nothing left, nor the directory
+        with PartialOutput(tmp_path / "other" / "x.jsonl", "predict text-classification", {}, resume=False,
+                           overwrite=False):
+            raise ValueError("the model failed")
+    assert sorted(os.listdir(tmp_path)) == ["new"]

@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import io
+import logging
 import os
 import random
 import shutil
@@ -288,6 +289,38 @@ def test_a_bind_mount_from_the_same_file_system_is_a_mount_point_as_any(checkpoi
                          checkpoints / "texts.txt", "--output-file", mounted, "--no-progress", "--overwrite")
         assert code == 2 and f"{mounted} is a mount point: bertkit writes the file beside it" in err, err
         assert mounted.read_text() == "mine\n"
+
+
+def test_a_mount_inside_a_directory_stays_where_it_is_mounted(checkpoints, tmp_path, caplog):
+    """Was: a save into a directory holding a mount point (a volume mounted at ``out/data``) swapped the whole
+    directory, and the mount went with the directory it replaced: to ``out.replaced-XXXX/out/data``, out of the
+    user's tree, with a warning that named its files as names the new save uses; ``out/data`` was left an empty
+    directory. Now such a save writes into the directory file by file, as into a mount point, and a command's output
+    directory holding one is refused before any work, naming it."""
+    from bertkit import BertModel
+
+    out, volume = tmp_path / "out", tmp_path / "volume"
+    (out / "data").mkdir(parents=True)
+    volume.mkdir()
+    (volume / "corpus.txt").write_text("the volume's file")
+    (out / "notes.txt").write_text("mine")
+    if not _mount("--bind", str(volume), str(out / "data")):
+        pytest.skip("a bind mount needs root")
+    try:
+        with caplog.at_level(logging.WARNING, logger="bertkit"):
+            BertModel.from_pretrained(checkpoints / "base").save_pretrained(out)
+        assert sorted(p.name for p in out.iterdir()) == ["config.json", "data", "model.safetensors", "notes.txt"]
+        assert (out / "data" / "corpus.txt").read_text() == "the volume's file" and "replaced" not in caplog.text
+        assert sorted(p.name for p in tmp_path.iterdir()) == ["out", "volume"]
+        (out / "config.json").unlink()
+        (out / "model.safetensors").unlink()
+        (out / "notes.txt").unlink()
+        code, err = _cli("quantize", "--model", checkpoints / "clf", "--output-dir", out)
+        assert code == 2 and f"{out} holds the mount point {out / 'data'}: bertkit writes a directory" in err, err
+        assert sorted(p.name for p in tmp_path.iterdir()) == ["out", "volume"]
+        assert [p.name for p in out.iterdir()] == ["data"] and (out / "data" / "corpus.txt").is_file()
+    finally:
+        subprocess.run(["umount", "-l", str(out / "data")], check=True)
 
 
 # -- The generator: random entry points and places, read-only against writable ---------------------------------

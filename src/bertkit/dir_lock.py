@@ -71,10 +71,69 @@ def lock(directory: Path, command: str) -> None:
             os.close(fd)
             raise BertkitError(f"{path} holds something bertkit did not write ({previous[:40]!r}); bertkit will "
                                "not truncate it: choose another output directory")
+        try:
+            _write_line(fd, command)
+        except BaseException:  # a full disk: not held, or every later write of the directory in this process was
+            os.close(fd)  # refused as "the output directory of this process's run already"
+            raise
         _HELD[real] = fd
+    else:
+        _write_line(fd, command)
     _KEPT.discard(real)
+
+
+def _write_line(fd: int, command: str) -> None:
     os.ftruncate(fd, 0)
     os.pwrite(fd, f"pid {os.getpid()} (bertkit {command})".encode(), 0)
+
+
+def lock_file(path: Path, command: str) -> None:
+    """Take the lock file ``path`` (beside a one-file output: ``.NAME.bertkit-partial.lock``) without waiting, or keep
+    the one this process holds; refused (``Held``) naming the holder. ``unlock_file`` removes it while still held, so
+    a process that opened it just before finds, once it has the lock, a file no longer at ``path``, and tries again."""
+    real = str(Path(os.path.realpath(path.parent)) / path.name)
+    if (fd := _HELD.get(real)) is not None:
+        _write_line(fd, command)
+        return
+    while True:
+        st = os.lstat(path) if os.path.lexists(path) else None
+        if st is not None and (not stat.S_ISREG(st.st_mode) or st.st_nlink > 1):  # bertkit would write through it
+            raise BertkitError(f"{path} is a symbolic link, a hard link or not a regular file: not bertkit's lock; "
+                               "move it away or choose another output file")
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK, 0o666)
+        if (holder := _holder(fd, exclusive=True)) is not None:
+            os.close(fd)
+            raise Held(f"{path} is held by {holder}", holder)
+        held = os.fstat(fd)
+        try:
+            here = os.lstat(path)
+        except FileNotFoundError:
+            here = None
+        if here is None or (here.st_dev, here.st_ino) != (held.st_dev, held.st_ino):
+            os.close(fd)  # removed by the holder that just let go: the lock is the file at ``path`` now
+            continue
+        if (previous := _line(fd)) and not _LINE.fullmatch(previous):
+            os.close(fd)
+            raise BertkitError(f"{path} holds something bertkit did not write ({previous[:40]!r}); bertkit will "
+                               "not truncate it: move it away or choose another output file")
+        try:
+            _write_line(fd, command)
+        except BaseException:
+            os.close(fd)
+            raise
+        _HELD[real] = fd
+        return
+
+
+def unlock_file(path: Path) -> None:
+    """Let go of the lock file ``path`` this process holds (``lock_file``), removing it first."""
+    if (fd := _HELD.pop(str(Path(os.path.realpath(path.parent)) / path.name), None)) is not None:
+        try:
+            os.unlink(path)
+        except FileNotFoundError:
+            pass
+        finally:
+            os.close(fd)
 
 
 def _line(fd: int) -> str:

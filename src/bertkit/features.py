@@ -389,58 +389,63 @@ def extract_features(
             refused = e
         else:
             overwrite = overwrite or partial.overwrite  # --resume of a run told it may replace the output
-    if world > 1:  # rank 0 refusing the run (a resume under other settings) stops every rank, not only itself
-        from bertkit.training.distributed import agree
+    try:  # a refusal before the run starts lets go of the output's lock (taken by PartialOutput)
+        if world > 1:  # rank 0 refusing the run (a resume under other settings) stops every rank, not only itself
+            from bertkit.training.distributed import agree
 
-        agree(refused is None, f"taking {out.name} on rank 0")
-    if refused is not None:
-        raise refused
-    encode_texts(tokenizer, [], max_seq_length, prompt=prompt, lowercase=lowercase)  # its arguments checked first
-    encoded = EncodedLines(_encoded(tokenizer, texts, max_seq_length, prompt, lowercase))
-    per_token = len(positions) * model.config.hidden_size * np.dtype(dtype).itemsize
-    plan, files, units, batches = _plan_output(out, encoded, per_token, max_shard_bytes, chunk_size, batch_size)
-    # ``out`` and its shards, in this run's number or another: an earlier output is replaced whole (never some of
-    # its shards left to be read with the new ones), and only when ``overwrite`` says so
-    earlier = existing_output(out)
-    finished: set[tuple[int, int]] = set()
-    if partial is not None:  # rank 0 alone proves the record against the files; the others are told what it found
-        partial.progress, finished = resume_point(partial, out, files, units)
-    if world > 1:  # and whether the run may replace the output (rank 0's claim of it can say so)
-        shared = [finished, overwrite]
-        torch.distributed.broadcast_object_list(shared, src=0)
-        finished, overwrite = shared
-    for path in dict.fromkeys([*files, *earlier]):
-        refuse_existing_file(path, overwrite, flag="--overwrite (overwrite=True from Python)")
-    # replaced or removed at the end: beside ``out`` itself (the name given), only an extraction's own shards, never
-    # a user's file at a shard's name, whether this run writes that name again or not
-    for path in earlier:
-        if (path != out or out not in files) and not is_feature_shard(path):
-            raise BertkitError(f"{path} is named as a shard of {out.name} but is not one bertkit wrote (no "
-                               "'bertkit-features' metadata); move it away or choose another output file")
-    out.parent.mkdir(parents=True, exist_ok=True)
-    t0 = time.perf_counter()
-    bar = progress_bar(total=len(encoded), enabled=progress and rank == 0, unit="line", dynamic_ncols=True)
+            agree(refused is None, f"taking {out.name} on rank 0")
+        if refused is not None:
+            raise refused
+        encode_texts(tokenizer, [], max_seq_length, prompt=prompt, lowercase=lowercase)  # its arguments checked first
+        encoded = EncodedLines(_encoded(tokenizer, texts, max_seq_length, prompt, lowercase))
+        per_token = len(positions) * model.config.hidden_size * np.dtype(dtype).itemsize
+        plan, files, units, batches = _plan_output(out, encoded, per_token, max_shard_bytes, chunk_size, batch_size)
+        # ``out`` and its shards, in this run's number or another: an earlier output is replaced whole (never some of
+        # its shards left to be read with the new ones), and only when ``overwrite`` says so
+        earlier = existing_output(out)
+        finished: set[tuple[int, int]] = set()
+        if partial is not None:  # rank 0 alone proves the record against the files; the others are told what it found
+            partial.progress, finished = resume_point(partial, out, files, units)
+        if world > 1:  # and whether the run may replace the output (rank 0's claim of it can say so)
+            shared = [finished, overwrite]
+            torch.distributed.broadcast_object_list(shared, src=0)
+            finished, overwrite = shared
+        for path in dict.fromkeys([*files, *earlier]):
+            refuse_existing_file(path, overwrite, flag="--overwrite (overwrite=True from Python)")
+        # replaced or removed at the end: beside ``out`` itself (the name given), only an extraction's own shards, never
+        # a user's file at a shard's name, whether this run writes that name again or not
+        for path in earlier:
+            if (path != out or out not in files) and not is_feature_shard(path):
+                raise BertkitError(f"{path} is named as a shard of {out.name} but is not one bertkit wrote (no "
+                                   "'bertkit-features' metadata); move it away or choose another output file")
+        out.parent.mkdir(parents=True, exist_ok=True)
+        t0 = time.perf_counter()
+        bar = progress_bar(total=len(encoded), enabled=progress and rank == 0, unit="line", dynamic_ncols=True)
 
-    def states_of(p: int, u: int) -> dict[int, np.ndarray]:
-        """Unit (p, u)'s states; under torchrun each process runs every world-th batch (the batches of one
-        process, so the output bytes are too) and rank 0 gathers them."""
-        states = run_batches(model, encoded, batches[p][u][rank::world], positions, device, bar, bf16)
-        if world == 1:
+        def states_of(p: int, u: int) -> dict[int, np.ndarray]:
+            """Unit (p, u)'s states; under torchrun each process runs every world-th batch (the batches of one
+            process, so the output bytes are too) and rank 0 gathers them."""
+            states = run_batches(model, encoded, batches[p][u][rank::world], positions, device, bar, bf16)
+            if world == 1:
+                return states
+            shares = [None] * world if rank == 0 else None
+            torch.distributed.gather_object(states, shares, dst=0)
+            if rank == 0:
+                for share in shares[1:]:
+                    states.update(share)
+                    bar.update(len(share))
             return states
-        shares = [None] * world if rank == 0 else None
-        torch.distributed.gather_object(states, shares, dst=0)
-        if rank == 0:
-            for share in shares[1:]:
-                states.update(share)
-                bar.update(len(share))
-        return states
 
-    if rank != 0:  # the same sequence of gathers as rank 0's writer
-        for p, part in enumerate(batches):
-            for u in range(len(part)):
-                if (p, u) not in finished:
-                    states_of(p, u)
-        return {"rank": rank, "lines": sum(len(b) for part in batches for unit in part for b in unit[rank::world])}
+        if rank != 0:  # the same sequence of gathers as rank 0's writer
+            for p, part in enumerate(batches):
+                for u in range(len(part)):
+                    if (p, u) not in finished:
+                        states_of(p, u)
+            return {"rank": rank, "lines": sum(len(b) for part in batches for unit in part for b in unit[rank::world])}
+    except BaseException:
+        if partial is not None:
+            partial.release()
+        raise
     with partial:
         if out.suffix == ".jsonl":
             write_jsonl(partial, out, units[0], states_of, encoded, tokenizer, layers, np.dtype(dtype), bar.update)

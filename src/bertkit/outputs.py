@@ -81,13 +81,26 @@ def is_mount_point(path: str | os.PathLike) -> bool:
         return False
     if os.path.ismount(path):
         return True
+    return os.path.realpath(path) in _mount_points()
+
+
+def mount_point_in(directory: str | os.PathLike) -> Path | None:
+    """A mount point inside ``directory`` (at any depth), if any: a swap of the directory would carry the mount away
+    with the directory it replaced, out of the user's tree (a container's volume at ``out/data``)."""
+    if not os.path.isdir(directory) or os.path.islink(directory):
+        return None
+    real = Path(os.path.realpath(directory))
+    return next((Path(p) for p in sorted(_mount_points()) if real in Path(p).parents), None)
+
+
+def _mount_points() -> set[str]:
+    """Every mount point in /proc/self/mountinfo (none where there is no /proc: not Linux)."""
     try:
         with open("/proc/self/mountinfo", encoding="utf-8", errors="surrogateescape") as f:
             # field 5 is the mount point, its space, tab, newline and backslash written as octal escapes (\040)
-            points = {re.sub(r"\\([0-7]{3})", lambda m: chr(int(m.group(1), 8)), line.split()[4]) for line in f}
-    except (OSError, IndexError):  # no /proc (not Linux): ismount's answer
-        return False
-    return os.path.realpath(path) in points
+            return {re.sub(r"\\([0-7]{3})", lambda m: chr(int(m.group(1), 8)), line.split()[4]) for line in f}
+    except (OSError, IndexError):
+        return set()
 
 
 def read_only_mount(path: str | os.PathLike) -> bool:
@@ -256,6 +269,23 @@ def atomic_write(path: str | os.PathLike, mode: str = "w", encoding: str | None 
     with atomic_target(path) as tmp, open(tmp, mode, encoding=None if binary else encoding,
                                           newline=None if binary else "") as f:
         yield f
+
+
+def append_whole(fd: int, data: bytes, path: Path) -> None:
+    """``data`` appended to the file open at ``fd`` (``O_APPEND``; ``path`` names it in errors), all of it or none:
+    a full disk takes part of a write (the room left on its last page), and the torn line left at the end was
+    read back glued to the next one appended once there was room (an evaluator's CSV row of 22 fields, split in
+    two). On any error the file is cut back to its length before, and a full disk is ``write_error``'s one line."""
+    end = os.lseek(fd, 0, os.SEEK_END)
+    with writing(path):
+        try:
+            view = memoryview(data)
+            while view:
+                view = view[os.write(fd, view):]
+        except BaseException:
+            with contextlib.suppress(OSError):
+                os.ftruncate(fd, end)
+            raise
 
 
 def atomic_write_text(path: str | os.PathLike, text: str, encoding: str = "utf-8") -> Path:

@@ -15,6 +15,7 @@ from __future__ import annotations
 import contextlib
 import datetime
 import hashlib
+import itertools
 import json
 import logging
 import os
@@ -23,6 +24,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import IO, Any
 
+from bertkit import dir_lock
 from bertkit.errors import BertkitError
 from bertkit.manifests import sha256_digest
 from bertkit.outputs import PARTIAL, _alive, _publish, atomic_write_text, fsync_dir, writing
@@ -87,6 +89,35 @@ class PartialOutput:
         self.overwrite = overwrite
         self.files: list[str] = []  # the partial files this write made (names beside ``out``), removed by --overwrite
         self._proven: dict[tuple, Any] = {}  # ``proven``'s answers: each partial file read once
+        # held from before the record is read until the run ends: two runs into one file that both found no record
+        # wrote one partial file (the first to finish published the rows of both; the second failed, "No such file")
+        self.lock_path = partial_path(out, ".lock")
+        parent = out.parent.absolute()  # the directories made for the lock: removed again by a run that writes nothing
+        self._made = tuple(itertools.takewhile(lambda d: not os.path.lexists(d), (parent, *parent.parents)))
+        try:
+            with writing(self.lock_path):
+                out.parent.mkdir(parents=True, exist_ok=True)
+                dir_lock.lock_file(self.lock_path, command)
+            self._claim(resume)
+        except dir_lock.Held as e:
+            self.release()
+            raise BertkitError(f"{out} is being written by {e.holder}; wait for it to finish, or choose another "
+                               "output file") from None
+        except BaseException:
+            self.release()
+            raise
+
+    def release(self) -> None:
+        """Let go of the output's lock (its file removed), and of the directories made for it if they stayed empty."""
+        dir_lock.unlock_file(self.lock_path)
+        for directory in self._made:
+            try:
+                directory.rmdir()
+            except OSError:
+                break
+
+    def _claim(self, resume: bool) -> None:
+        out, command, plan, overwrite = self.out, self.command, self.plan, self.overwrite
         earlier = self._read()
         if earlier is not None and not any((out.parent / str(n)).exists() for n in earlier.get("files") or []):
             # a kill after the files were renamed into place and before the record went, or before the first
@@ -137,10 +168,13 @@ class PartialOutput:
 
     def __exit__(self, kind: Any, error: Any, tb: Any) -> None:
         # a run stopped before it committed a row leaves nothing to resume: nothing of its own either
-        if kind is not None and not any(p.get("rows") or p.get("units") or p.get("shards") for p in self.progress.values()
-                                        if isinstance(p, dict)):
-            with contextlib.suppress(OSError):  # a read-only or full disk: its own error is the one to see
-                self.discard({"files": self.files})
+        try:
+            if kind is not None and not any(p.get("rows") or p.get("units") or p.get("shards")
+                                            for p in self.progress.values() if isinstance(p, dict)):
+                with contextlib.suppress(OSError):  # a read-only or full disk: its own error is the one to see
+                    self.discard({"files": self.files})
+        finally:
+            self.release()
 
     def save(self, progress: dict[str, Any]) -> None:
         """Record ``progress`` once the files it names are flushed to disk."""

@@ -417,8 +417,9 @@ def _claim_in_place(directory: Path, command: str, inputs: Mapping[str, Any] | N
         directory.mkdir(parents=True, exist_ok=True)
     found = frozenset(os.listdir(directory))
     lock_made = LOCK not in found
-    dir_lock.lock(directory, command)
     try:
+        with writing(directory):  # a full disk refuses its line: one line, and the lock file it made goes too
+            dir_lock.lock(directory, command)
         if (holder := dir_lock.held_by_another(directory)) is not None:
             raise BertkitError(f"{directory} is in use by {holder}; wait for it to finish or choose another output")
         marker = read_marker(directory)

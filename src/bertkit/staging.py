@@ -48,6 +48,7 @@ from bertkit.outputs import (
     atomic_write_text,
     fsync_dir,
     is_mount_point,
+    mount_point_in,
     read_only_mount,
     regular_stat,
     remove_dead_temporaries_under,
@@ -145,9 +146,11 @@ def superseded_shards(old: Path, new: Path) -> set[str]:
     return out
 
 
-def _link_others(target: Path, stage: Path, replaced: Mapping[str, Any]) -> None:
+def _link_others(target: Path, stage: Path, replaced: Mapping[str, Any]) -> dict[str, tuple[int, int]]:
     """What else ``target`` holds (a user's files, where this write made none of the same name; not the ``replaced``
-    files of an earlier run), hard-linked into ``stage`` before the swap: it is in place at every moment."""
+    files of an earlier run), hard-linked into ``stage`` before the swap: it is in place at every moment. Returns
+    the files linked (relative path -> device and inode), for ``_dispose`` to tell a file changed since."""
+    linked = {}
     for root, dirs, _ in os.walk(target):
         for name in dirs:  # an empty directory of the user's (the others are made for what they hold)
             with contextlib.suppress(OSError):
@@ -161,13 +164,18 @@ def _link_others(target: Path, stage: Path, replaced: Mapping[str, Any]) -> None
             continue
         with contextlib.suppress(OSError):  # no hard links here: carried after the swap instead (_dispose)
             dst.parent.mkdir(parents=True, exist_ok=True)
-            os.symlink(os.readlink(path), dst) if path.is_symlink() else os.link(path, dst)
+            if path.is_symlink():
+                os.symlink(os.readlink(path), dst)
+            else:
+                os.link(path, dst)
+                linked[rel] = (st := os.lstat(dst)).st_dev, st.st_ino
     for root, dirs, _ in os.walk(target):  # each directory of the user's keeps its permissions (a private one stays so)
         for name in dirs:
             mine, made = Path(root, name), stage / Path(root, name).relative_to(target)
             if not mine.is_symlink() and made.is_dir() and not made.is_symlink():
                 with contextlib.suppress(OSError):
                     _take_mode(mine, made)
+    return linked
 
 
 def _read_only_dir(target: Path) -> Path | None:
@@ -202,6 +210,18 @@ def _take_mode(target: Path, stage: Path) -> int | None:
     return mode
 
 
+def _real_dir(path: Path) -> bool:
+    """Whether ``path`` is a directory, not a symlink to one: where a save made a directory (``1_Pooling``), a file of
+    the user's at that name is no earlier version of a file it writes, and is kept (sentence-transformers' save
+    stops there, "File exists")."""
+    return path.is_dir() and not path.is_symlink()
+
+
+def _is_file(path: Path, ident: tuple[int, int]) -> bool:
+    """Whether ``path`` is the regular file of that device and inode."""
+    return (st := regular_stat(path)) is not None and (st.st_dev, st.st_ino) == ident
+
+
 def _same_file(a: Path, b: Path) -> bool:
     with contextlib.suppress(OSError):
         x, y = os.lstat(a), os.lstat(b)
@@ -210,12 +230,16 @@ def _same_file(a: Path, b: Path) -> bool:
     return False
 
 
-def _dispose(old: Path, target: Path, merge: bool, proven: Mapping[str, tuple[int, ...]] | None = None) -> None:
+def _dispose(old: Path, target: Path, merge: bool, proven: Mapping[str, tuple[int, ...]] | None = None,
+             linked: Mapping[str, tuple[int, int]] | None = None) -> None:
     """The directory ``target`` replaced, now at ``old``: its files its manifests prove bertkit's removed (``proven``:
     those proven already, by identity), and with ``merge`` (a save that adds to a directory) those the new one
     replaces, the shards of a weights file it writes whole among them (``superseded_shards``); every other file is
     carried into ``target`` where its name is free. What is left (a file of a user's
-    where the new run put one of the same name) is kept beside ``target``, named in a warning."""
+    where the new run put one of the same name) is kept beside ``target``, named in a warning. A file ``linked`` into
+    the new directory before the swap (``_link_others``) and replaced or removed at its old name since (an editor
+    saves by renaming a new file over its name) is as the user left it: the newer file replaces the link, and a
+    removed one is not brought back."""
     if proven is None:
         try:
             proven = proven_files(old)[0]
@@ -225,11 +249,18 @@ def _dispose(old: Path, target: Path, merge: bool, proven: Mapping[str, tuple[in
         proven = {rel: ident for rel, ident in proven.items()
                   if (st := regular_stat(old / rel)) is not None and identity(st) == ident}
     superseded = superseded_shards(old, target) if merge else set()
+    for rel, ident in (linked or {}).items():
+        if not os.path.lexists(old / rel) and _is_file(target / rel, ident):
+            os.unlink(target / rel)  # removed by the user since it was linked
     left = []  # bookkeeping last: a manifest keeps proving what is left until it goes (a kill meanwhile)
     for rel, path in sorted(files_under(old), key=lambda entry: entry[1].name in BOOKKEEPING):
         dst = target / rel
+        if linked and rel in linked and _is_file(dst, linked[rel]) and not _is_file(path, linked[rel]):
+            os.replace(path, dst)  # the user's file, saved anew at its name since it was linked
+            continue
         if rel in proven or rel in superseded or (path.name in (LOCK, PARTIAL) and is_bookkeeping(path)) or (
-                os.path.lexists(dst) and (merge or is_bookkeeping(path) or _same_file(path, dst))):
+                os.path.lexists(dst) and ((merge and not _real_dir(dst)) or is_bookkeeping(path)
+                                          or _same_file(path, dst))):
             path.unlink()
             continue
         if not os.path.lexists(dst):
@@ -290,6 +321,10 @@ class Stage:
                       else f" ({blocked} in it is read-only, and a write replaces the whole directory)")
             raise WriteError(code, f"cannot write {target}{inside}: {os.strerror(code)}; choose a directory you can "
                                    "write to (nothing was replaced: what was there before is intact)")
+        if (inner := mount_point_in(target)) is not None:  # swapped, the mount would leave with the replaced one
+            raise BertkitError(f"{target} holds the mount point {inner}: bertkit writes a directory beside its name "
+                               f"and swaps it into place, which would move {inner} out of {target}; choose an "
+                               "output directory without a mount inside it")
         # Another process's swap under way: the directory it replaced lies at the staging name, unlocked, until it
         # is disposed of; taken for a kill's leftover it was disposed of by both ("No such file or directory")
         _refuse_held(target)
@@ -376,7 +411,7 @@ class Stage:
             except OSError as e:
                 if e.errno not in (errno.ENOTEMPTY, errno.EEXIST) or not target.is_dir() or target.is_symlink():
                     raise
-                _link_others(target, path, proven or {})
+                linked = _link_others(target, path, proven or {})
                 _exchange(path, target)
                 replaced = True
         dir_lock.moved(real, target)
@@ -385,7 +420,7 @@ class Stage:
                 os.chdir(cwd)
         fsync_dir(target.parent)
         if replaced:  # its mark tells a write after a kill here which kind this was (Stage.open)
-            _dispose(path, target, merge, proven)
+            _dispose(path, target, merge, proven, linked)
         (target / PARTIAL).unlink()
         if mode is not None and mode & stat.S_IRWXU != stat.S_IRWXU:
             os.chmod(target, mode)  # without the owner's rights it needed to finish
@@ -537,7 +572,8 @@ def staged(target: str | os.PathLike, what: str = "save", *, manifest: bool = Fa
     write makes replace theirs). On an error nothing changes at ``target`` (a full or read-only file system is one
     ``BertkitError``); a kill leaves only the staging directory, removed by the next write of ``target``. Inside a
     directory this process is staging, ``target`` itself is written: the outer swap makes it visible; so is a mount
-    point, which cannot be swapped (each file is still replaced whole). With ``manifest`` (a checkpoint) it is always
+    point, which cannot be swapped, and a directory holding one, which a swap would carry away with the directory it
+    replaced (each file is still replaced whole). With ``manifest`` (a checkpoint) it is always
     staged, a manifest of its files is written last, and it adds to no directory: a file of one already at its name
     (a user's ``checkpoint-3``, or where a symlink of that name leads) that it writes too is kept beside it, named
     in a warning, not replaced.
@@ -551,7 +587,8 @@ def staged(target: str | os.PathLike, what: str = "save", *, manifest: bool = Fa
     make_route(target, "a save")
     target = target_of(target)
     refuse_non_directory(target, "a save")
-    if not manifest and (staging_of(target) is not None or is_mount_point(target)):
+    if not manifest and (staging_of(target) is not None or is_mount_point(target)
+                         or mount_point_in(target) is not None):
         with writing(target):
             target.mkdir(parents=True, exist_ok=True)
         yield target

@@ -291,17 +291,21 @@ def predict_file(s: Any) -> dict[str, Any]:
     plan = {"settings": resume_fingerprint(s), "chunk": chunk, "input": file_identity(s.input),
             "model": model_identity(s.model_name_or_path)}
     partial = PartialOutput(Path(s.output_file), f"predict {s.task}", plan, resume=s.resume, overwrite=s.overwrite)
-    inputs, options = task.call_inputs(inputs, s)
-    task.pipeline_class().check_options(options)  # --top-k and the like: before the model loads, not at its first call
-    pipe = pipeline(s.task, s.model_name_or_path, device=s.device, bf16=s.bf16, batch_size=s.batch_size,
-                    max_length=s.max_length, progress=False, **task.load_options(s), **int8_options(s))
-    # the bounds the loaded pipeline sets (--stride below its max_length - 2): refused at the first call, the
-    # refusal was taken for a record's and replaced by what encoding that record alone said
-    pipe.check_options(options, pipe)
-    from bertkit.progress import progress_bar
+    try:  # a refusal before the run starts lets go of the output's lock (taken by PartialOutput)
+        inputs, options = task.call_inputs(inputs, s)
+        task.pipeline_class().check_options(options)  # --top-k and the like: before the model loads, not at its first call
+        pipe = pipeline(s.task, s.model_name_or_path, device=s.device, bf16=s.bf16, batch_size=s.batch_size,
+                        max_length=s.max_length, progress=False, **task.load_options(s), **int8_options(s))
+        # the bounds the loaded pipeline sets (--stride below its max_length - 2): refused at the first call, the
+        # refusal was taken for a record's and replaced by what encoding that record alone said
+        pipe.check_options(options, pipe)
+        from bertkit.progress import progress_bar
 
-    t0 = time.perf_counter()
-    out = Path(s.output_file)
+        t0 = time.perf_counter()
+        out = Path(s.output_file)
+    except BaseException:
+        partial.release()
+        raise
     with partial, progress_bar(total=len(inputs), unit="input", enabled=s.progress, desc=f"predict {s.task}",
                                dynamic_ncols=True) as bar:
         f = partial.appender(out)

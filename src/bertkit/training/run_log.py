@@ -13,7 +13,7 @@ from pathlib import Path
 
 from bertkit.errors import BertkitError
 from bertkit.manifests import owns
-from bertkit.outputs import atomic_write_text, json_text
+from bertkit.outputs import append_whole, atomic_write_text, json_text
 from bertkit.runs import record
 
 logger = logging.getLogger("bertkit")
@@ -68,8 +68,10 @@ class RunLog:
             raise BertkitError(f"{self.path} is no longer the file this run writes ({e.strerror}): something replaced it "
                                "during the run; bertkit does not write through it. Put the run's metrics.jsonl back, "
                                "or continue the run with --resume into a new output directory") from None
-        with os.fdopen(fd, "a", encoding="utf-8") as f:
-            f.write(json_text(record) + "\n")  # a NaN loss as null: the NaN token is no JSON
+        try:
+            append_whole(fd, (json_text(record) + "\n").encode("utf-8"), self.path)  # a NaN loss as null, not NaN
+        finally:
+            os.close(fd)
         if self.board is not None:
             for k, v in record.items():
                 if isinstance(v, (int, float)) and k not in ("step", "epoch"):

@@ -15,7 +15,7 @@ from typing import Any
 import torch
 
 from bertkit.errors import BertkitError, WholeSetting
-from bertkit.outputs import atomic_write_text, writing
+from bertkit.outputs import append_whole, atomic_write_text
 from bertkit.runs import record
 from bertkit.sentence.finite import refuse_nonfinite
 
@@ -100,12 +100,13 @@ def write_results_csv(path: Path, headers: list[str], row: list[Any], linetermin
     except OSError as e:
         raise BertkitError(f"{path} exists and cannot be appended to ({e.strerror}); bertkit writes an evaluator's "
                            f"results only into a plain file it wrote: {fix}") from None
-    with os.fdopen(fd, "r+", encoding="utf-8", newline="") as f:
-        first = f.readline()
+    try:
+        with os.fdopen(os.dup(fd), "r", encoding="utf-8", newline="") as f:
+            first = f.readline()
         if first != header:
             raise BertkitError(f"{path} exists with the header {first.rstrip()!r}, not this evaluator's "
                                f"{header.rstrip()!r}; bertkit appends results only to a file with the same columns: "
                                f"{fix}")
-        with writing(path):
-            f.seek(0, os.SEEK_END)
-            f.write(data)
+        append_whole(fd, data.encode("utf-8"), path)
+    finally:
+        os.close(fd)
