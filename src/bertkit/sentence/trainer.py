@@ -394,8 +394,11 @@ class SentenceTransformerTrainer(Trainer):
         with output_dir(out, "Trainer", in_place=True) if claimed else contextlib.nullcontext():
             if output_path is not None:
                 os.makedirs(output_path, exist_ok=True)
-            return dict(self.evaluator(self.model, output_path=output_path, epoch=self.state.epoch,
-                                       steps=self.state.global_step))
+            metrics = self.evaluator(self.model, output_path=output_path, epoch=self.state.epoch,
+                                     steps=self.state.global_step)
+        # an evaluator of sentence-transformers 2 returns its primary score alone: their trainer logs it as
+        # "evaluator" (eval_evaluator), where dict(0.25) stopped the evaluation with "'float' object is not iterable"
+        return dict(metrics) if isinstance(metrics, Mapping) else {"evaluator": metrics}
 
     def _prediction_parts(self, examples: Sequence, module: nn.Module | None, events: bool,
                           batches: list[list[int]], **options: Any) -> list:
@@ -475,7 +478,9 @@ class SentenceTransformerTrainer(Trainer):
             if self.evaluator is None:
                 raise BertkitError("evaluate() needs an eval_dataset or an evaluator")
             trainer_data.loader_draw()  # as in training (_evaluate_in_loop)
-            metrics = {f"{metric_key_prefix}_{k}": v for k, v in self._evaluator_metrics(None).items()}
+            # a key under the prefix already (an evaluator named "eval") keeps it, as in the loop's evaluations:
+            # sentence-transformers prefixes only the others (eval_eval_cosine_accuracy was logged here)
+            metrics = {metric_key(k, metric_key_prefix): v for k, v in self._evaluator_metrics(None).items()}
             self.log(metrics)
             return metrics
         return super().evaluate(eval_dataset, ignore_keys, metric_key_prefix)
