@@ -38,6 +38,12 @@ CASES = [
     ("MultipleNegativesRankingLoss", {"scale": 7.0}, 4, None),
     ("MultipleNegativesRankingLoss", {"directions": ("query_to_doc", "query_to_query", "doc_to_query", "doc_to_doc")}, 3, None),
     ("MultipleNegativesRankingLoss", {"directions": ("query_to_doc", "doc_to_query"), "partition_mode": "per_direction"}, 3, None),
+    # hardness: alpha x cos added to the negatives' logits each mode names (these failed as "not implemented")
+    ("MultipleNegativesRankingLoss", {"hardness_mode": "in_batch_negatives", "hardness_strength": 9.0}, 3, None),
+    ("MultipleNegativesRankingLoss", {"hardness_mode": "hard_negatives", "hardness_strength": 5.0}, 4, None),
+    ("MultipleNegativesRankingLoss", {"hardness_mode": "all_negatives", "hardness_strength": 3.0,
+                                      "directions": ("query_to_doc", "doc_to_query"), "partition_mode": "per_direction"},
+     3, None),
     ("MultipleNegativesSymmetricRankingLoss", {}, 2, None),
     ("CoSENTLoss", {}, 2, torch.tensor([0.1, 0.9, 0.5, 0.5, 0.0, 1.0])),
     ("CosineSimilarityLoss", {}, 2, torch.tensor([0.1, 0.9, 0.5, 0.5, 0.0, 1.0])),
@@ -235,10 +241,13 @@ def test_bad_arguments_are_named(model):
     assert losses.MatryoshkaLoss(model, mnrl, [384, 64], n_dims_per_step=-5)._dims() == [0, 1]  # all, as there
     with pytest.raises(BertkitError, match="mini_batch_size"):
         losses.CachedMultipleNegativesRankingLoss(model, mini_batch_size=0)
-    for name, value in (("hardness_mode", "in_batch_negatives"), ("hardness_strength", 2.0),
-                        ("mini_batch_num_tokens", 4096)):  # sentence-transformers' arguments, named as MNRL's are
-        with pytest.raises(BertkitError, match=f"CachedMultipleNegativesRankingLoss\\({name}={value!r}\\) is not impl"):
-            losses.CachedMultipleNegativesRankingLoss(model, **{name: value})
+    with pytest.raises(BertkitError, match=r"CachedMultipleNegativesRankingLoss\(mini_batch_num_tokens=4096\) is not impl"):
+        losses.CachedMultipleNegativesRankingLoss(model, mini_batch_num_tokens=4096)
+    with pytest.raises(BertkitError, match="hardness_mode 'hard' is not one of"):  # a ValueError there
+        losses.MultipleNegativesRankingLoss(model, hardness_mode="hard", hardness_strength=1.0)
+    for bad in (-1.0, float("nan"), "5"):
+        with pytest.raises(BertkitError, match=r"hardness_strength must be a finite number >= 0, got"):
+            losses.CachedMultipleNegativesRankingLoss(model, hardness_mode="all_negatives", hardness_strength=bad)
     with pytest.raises(BertkitError, match="GISTEmbedLoss: temperature must be a positive finite number, got inf"):
         losses.GISTEmbedLoss(model, model, temperature=float("inf"))  # every logit 0: a constant loss
     with pytest.raises(BertkitError, match="needs one label per row"):
@@ -275,6 +284,8 @@ TWINS = [  # each loss's second configuration in `make test-slow`
     ("CachedGISTEmbedLoss", {"mini_batch_size": 4, "margin": 0.05}, 3),
     ("MegaBatchMarginLoss", {"mini_batch_size": 3}, 2),
     ("GlobalOrthogonalRegularizationLoss", {}, 1),
+    ("CachedMultipleNegativesRankingLoss", {"mini_batch_size": 4, "hardness_mode": "hard_negatives",
+                                            "hardness_strength": 5.0}, 3),
     *slow_after([
         ("CachedGISTEmbedLoss", {"mini_batch_size": 3, "margin_strategy": "relative", "margin": 0.1,
                                  "contrast_anchors": False}, 2),
