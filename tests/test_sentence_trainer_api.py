@@ -615,16 +615,28 @@ def _evaluations_by_name(lib: str, path, out) -> list[dict]:
     eval_data = {"eval_dataset": datasets.Dataset.from_list(PAIRS)}
     return [kept(trainer(named_eval).evaluate()), kept(trainer(named_eval).evaluate(metric_key_prefix="test")),
             kept(trainer(named_eval, **eval_data).evaluate()), kept(trainer(ScoreAlone()).evaluate()),
-            kept(trainer(ScoreAlone(), **eval_data).evaluate())]
+            kept(trainer(ScoreAlone(), **eval_data).evaluate()),
+            kept(trainer(named_eval, eval_dataset={"all": datasets.Dataset.from_list(PAIRS),
+                                                   "half": datasets.Dataset.from_list(PAIRS[:4])}).evaluate("half"))]
 
 
 def test_evaluator_metric_names_under_the_prefix_as_sentence_transformers(dirs, tmp_path):
     """Was: with the evaluator alone, evaluate() prefixed every key, so an evaluator named "eval" gave
     eval_eval_cosine_accuracy where sentence-transformers (and bertkit's evaluations with an eval_dataset) give
     eval_cosine_accuracy; an evaluator returning its score alone stopped the evaluation with "'float' object is not
-    iterable", where sentence-transformers logs it as eval_evaluator."""
+    iterable", where sentence-transformers logs it as eval_evaluator; evaluate("name") of a dict eval_dataset was
+    refused as a dataset of one row."""
     theirs = _evaluations_by_name("sentence_transformers", dirs["dense"], tmp_path / "reference")
     ours = _evaluations_by_name("bertkit", dirs["dense"], tmp_path / "out")
     assert ours == theirs, (ours, theirs)
     assert "eval_cosine_accuracy" in ours[0] and "test_eval_cosine_accuracy" in ours[1]
     assert ours[3] == {"eval_evaluator": 0.25, "epoch": 0}
+    # evaluate("half"), transformers' name of a dataset of the dict (read as a dataset of one row before): its loss
+    assert ours[5]["eval_loss"] != ours[2]["eval_loss"] and "eval_cosine_accuracy" in ours[5]
+    model = SentenceTransformer(dirs["dense"])
+    trainer = SentenceTransformerTrainer(model=model, args=SentenceTransformerTrainingArguments(str(tmp_path), **QUIET),
+                                         train_dataset=PAIRS, eval_dataset={"half": PAIRS[:4]},
+                                         loss=losses.MultipleNegativesRankingLoss(model))
+    with pytest.raises(BertkitError, match=re.escape("evaluate('all') names an evaluation dataset, and the trainer's "
+                                                     "eval_dataset is a dict of ['half']: name one of them")):
+        trainer.evaluate("all")

@@ -471,7 +471,8 @@ class SentenceTransformerTrainer(Trainer):
     def evaluate(self, eval_dataset: Any = None, ignore_keys: list[str] | None = None,
                  metric_key_prefix: str = "eval") -> dict[str, float]:
         """eval_loss on the eval dataset and the evaluator's metrics, prefixed ``eval_``; with no eval dataset, the
-        evaluator's metrics alone."""
+        evaluator's metrics alone; ``eval_dataset`` a name: that dataset of a dict eval_dataset."""
+        eval_dataset = self._named_eval_set(eval_dataset)
         if eval_dataset is not None and not isinstance(eval_dataset, self.examples_class):  # (a dict's, made already)
             eval_dataset = self._examples_of(eval_dataset, self.args, "eval_dataset")
         if eval_dataset is None and self.eval_dataset is None:
