@@ -25,7 +25,7 @@ class MultipleNegativesRankingLoss(SentenceLoss):
     every other document of the batch (the other rows' positives and all hard negatives), a cross-entropy over
     ``scale`` x similarity (scale = 1 / temperature). ``directions`` adds the symmetric terms; ``partition_mode``
     "joint" takes one softmax over all of them, "per_direction" one per direction, averaged. ``hardness_mode`` with
-    ``hardness_strength`` alpha adds alpha x cos (without gradient) to the logits of the negatives it names, so the
+    ``hardness_strength`` alpha adds alpha x the similarity (without gradient) to the logits of the negatives it names, so the
     harder ones weigh more.
     ``gather_across_devices``: under torchrun, the negatives are every process's rows (losses/gather.py)."""
 
