@@ -86,6 +86,13 @@ def test_embedding_distillation_and_angle_similarity_equal_sentence_transformers
                 embeddings, per_column)
             got = losses.EmbedDistillLoss(_Dim(), distance_metric=metric).compute_loss_from_embeddings(embeddings, labels)
             torch.testing.assert_close(got, want, atol=1e-6, rtol=1e-6)
+            # sentence-transformers' own call, a list of one tensor per column (was: "'list' object has no attribute
+            # 'detach'"), as a custom loss composing it writes
+            got = losses.EmbedDistillLoss(_Dim(), distance_metric=metric).compute_loss_from_embeddings(embeddings,
+                                                                                                       per_column)
+            torch.testing.assert_close(got, want, atol=1e-6, rtol=1e-6)
+    with pytest.raises(BertkitError, match=r"MSELoss: 2 teacher embedding tensor\(s\) for 3 text column\(s\)"):
+        losses.MSELoss(_Dim()).compute_loss_from_embeddings(embeddings, teacher[:2])  # there, zip drops a column
     want = st_losses.MSELoss(_Dim()).compute_loss_from_embeddings(embeddings, [teacher[1]] * 3)
     torch.testing.assert_close(losses.MSELoss(_Dim()).compute_loss_from_embeddings(embeddings, teacher[1]), want)
     with pytest.raises(BertkitError, match=r"the teacher's embeddings are \(6, 8\) and the student's \(6, 16\)"):
