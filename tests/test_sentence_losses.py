@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import json
 import re
 
 import pytest
@@ -384,3 +385,39 @@ def test_ported_losses_name_bad_arguments(model):
         losses.GlobalOrthogonalRegularizationLoss(model, aggregation="max")
     with pytest.raises(BertkitError, match=r"MegaBatchMarginLoss takes 2 text column\(s\), got a batch of 3"):
         losses.MegaBatchMarginLoss(model, mini_batch_size=2)([model.tokenize(["a", "b"])] * 3, None)
+
+
+
+def test_a_prompted_anchor_leaves_the_candidates_embedded_together(tmp_path, minilm_2_layers, data_dir):
+    """A prompt on the anchor column alone (prompts={"anchor": ...}) made every column run on its own, so a text in
+    both the positive and the negative column (of another width) came out a rounding apart; GISTEmbedLoss's strict
+    ``>`` on the guide's scores then masked that negative where sentence-transformers (whose candidate columns run
+    merged) keeps it: 4 training steps gave losses up to 19% apart. The candidates now run merged, bit for bit
+    alike, and the loss is sentence-transformers'."""
+    from bertkit.sentence.losses.base import embed_columns
+
+    model_dir = st_directory(minilm_2_layers, tmp_path / "m", dropout=0.0, max_seq_length=64)
+    guide_dir = st_directory(minilm_2_layers, tmp_path / "g", dropout=0.0, max_seq_length=64, normalize=False)
+    model, guide = SentenceTransformer(model_dir), SentenceTransformer(guide_dir)
+    ref = st.SentenceTransformer(str(model_dir), device="cpu")
+    ref_guide = st.SentenceTransformer(str(guide_dir), device="cpu")
+    path = data_dir / "squad" / "dev-v1.1.json"
+    if not path.is_file():
+        pytest.skip(f"{path} absent")
+    paragraphs = json.loads(path.read_text())["data"][0]["paragraphs"][:20]
+    pairs = [(q["question"], p["context"][:160]) for p in paragraphs for q in p["qas"][:2]]  # 2 questions a paragraph
+    # a batch sentence-transformers' trainer drew (seed 42) of (question, its paragraph, the paragraph 7 pairs on): the
+    # negatives of rows 1 and 6 are the positives of rows 2 and 4, in a column of another width
+    batch = [6, 15, 22, 2, 10, 19, 3, 18]
+    queries, positives = [pairs[i][0] for i in batch], [pairs[i][1] for i in batch]
+    negatives = [pairs[(i + 7) % len(pairs)][1] for i in batch]
+    columns = [(queries, "query: "), (positives, None), (negatives, None)]
+    got_features = [model.tokenize(texts, prompt=prompt) for texts, prompt in columns]
+    want_features = [ref.preprocess(texts, prompt=prompt) for texts, prompt in columns]
+    assert got_features[1]["input_ids"].shape[1] != got_features[2]["input_ids"].shape[1]
+    with torch.no_grad():
+        _, pos, neg = embed_columns(guide, got_features)
+        assert torch.equal(neg[1], pos[2]) and torch.equal(neg[6], pos[4])
+        got = losses.GISTEmbedLoss(model, guide)(got_features, None)
+        want = st_losses.GISTEmbedLoss(ref, ref_guide)(want_features, None)
+    torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-5)
