@@ -579,3 +579,64 @@ def test_a_streaming_dataset_is_refused_naming_how_to_give_one_with_rows():
             "trainers do not read; give a datasets.Dataset (load_dataset without streaming=True, or "
             "Dataset.from_generator over the stream), a list of dicts, or a dict of them")):
         loss_columns(stream, None, "train_dataset")
+
+
+def _evaluations_by_name(lib: str, path, out) -> list[dict]:
+    """evaluate() with an evaluator named "eval" (alone, then under metric_key_prefix="test", then beside an
+    eval_dataset) and with one that returns its score alone (sentence-transformers 2's evaluators), the same script
+    run with each library: the metrics, values rounded, timings left out."""
+    if lib == "sentence_transformers":
+        from sentence_transformers.sentence_transformer import evaluation
+        from sentence_transformers.sentence_transformer import losses as lib_losses
+        S, base = st, evaluation.SentenceEvaluator
+    else:
+        import bertkit.sentence as S
+        from bertkit.sentence import evaluation
+        from bertkit.sentence import losses as lib_losses
+        base = object  # bertkit's evaluators are callables (SentenceEvaluator is refused, naming this)
+
+    class ScoreAlone(base):
+        def __call__(self, model, output_path=None, epoch=-1, steps=-1):
+            return 0.25
+
+    model = S.SentenceTransformer(str(path), device="cpu")
+    texts = [row["anchor"] for row in PAIRS], [row["positive"] for row in PAIRS]
+    named_eval = evaluation.BinaryClassificationEvaluator(*texts, [i % 2 for i in range(8)], name="eval")
+
+    def trainer(evaluator, **data):
+        args = S.SentenceTransformerTrainingArguments(output_dir=str(out), **QUIET)
+        return S.SentenceTransformerTrainer(model=model, args=args, train_dataset=datasets.Dataset.from_list(PAIRS),
+                                            loss=lib_losses.MultipleNegativesRankingLoss(model), evaluator=evaluator,
+                                            **data)
+
+    def kept(metrics):
+        return {k: round(v, 5) for k, v in metrics.items() if not re.search("runtime|per_second|preparation", k)}
+
+    eval_data = {"eval_dataset": datasets.Dataset.from_list(PAIRS)}
+    return [kept(trainer(named_eval).evaluate()), kept(trainer(named_eval).evaluate(metric_key_prefix="test")),
+            kept(trainer(named_eval, **eval_data).evaluate()), kept(trainer(ScoreAlone()).evaluate()),
+            kept(trainer(ScoreAlone(), **eval_data).evaluate()),
+            kept(trainer(named_eval, eval_dataset={"all": datasets.Dataset.from_list(PAIRS),
+                                                   "half": datasets.Dataset.from_list(PAIRS[:4])}).evaluate("half"))]
+
+
+def test_evaluator_metric_names_under_the_prefix_as_sentence_transformers(dirs, tmp_path):
+    """Was: with the evaluator alone, evaluate() prefixed every key, so an evaluator named "eval" gave
+    eval_eval_cosine_accuracy where sentence-transformers (and bertkit's evaluations with an eval_dataset) give
+    eval_cosine_accuracy; an evaluator returning its score alone stopped the evaluation with "'float' object is not
+    iterable", where sentence-transformers logs it as eval_evaluator; evaluate("name") of a dict eval_dataset was
+    refused as a dataset of one row."""
+    theirs = _evaluations_by_name("sentence_transformers", dirs["dense"], tmp_path / "reference")
+    ours = _evaluations_by_name("bertkit", dirs["dense"], tmp_path / "out")
+    assert ours == theirs, (ours, theirs)
+    assert "eval_cosine_accuracy" in ours[0] and "test_eval_cosine_accuracy" in ours[1]
+    assert ours[3] == {"eval_evaluator": 0.25, "epoch": 0}
+    # evaluate("half"), transformers' name of a dataset of the dict (read as a dataset of one row before): its loss
+    assert ours[5]["eval_loss"] != ours[2]["eval_loss"] and "eval_cosine_accuracy" in ours[5]
+    model = SentenceTransformer(dirs["dense"])
+    trainer = SentenceTransformerTrainer(model=model, args=SentenceTransformerTrainingArguments(str(tmp_path), **QUIET),
+                                         train_dataset=PAIRS, eval_dataset={"half": PAIRS[:4]},
+                                         loss=losses.MultipleNegativesRankingLoss(model))
+    with pytest.raises(BertkitError, match=re.escape("evaluate('all') names an evaluation dataset, and the trainer's "
+                                                     "eval_dataset is a dict of ['half']: name one of them")):
+        trainer.evaluate("all")

@@ -194,10 +194,14 @@ def test_a_dict_of_eval_sets_is_evaluated_set_by_set_as_transformers_does(checkp
                               eval_dataset=sets, processing_class=tok, compute_metrics=accuracy,
                               data_collator=lib.DataCollatorWithPadding(tok))
         results.append({k: v for k, v in trainer.evaluate().items() if k.endswith(("_loss", "_accuracy"))})
-    theirs, ours = results
+        # a set by its name, under the prefix given (was read as a dataset of one row, the string)
+        results.append({k: v for k, v in trainer.evaluate("b").items() if k.endswith(("_loss", "_accuracy"))})
+    theirs, theirs_b, ours, ours_b = results
     assert sorted(ours) == sorted(theirs) == ["eval_a_accuracy", "eval_a_loss", "eval_b_accuracy", "eval_b_loss"]
     for key in theirs:
         assert ours[key] == pytest.approx(theirs[key], rel=1e-5), key
+    assert sorted(ours_b) == sorted(theirs_b) == ["eval_accuracy", "eval_loss"]
+    assert ours_b["eval_loss"] == pytest.approx(theirs_b["eval_loss"], rel=1e-5) == theirs["eval_b_loss"]
 
     # during training: each set at each evaluation, and the best model chosen by a metric of one set
     args = bertkit.TrainingArguments(output_dir=str(tmp_path / "best"), max_steps=4, per_device_train_batch_size=4,

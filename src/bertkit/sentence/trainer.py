@@ -394,8 +394,11 @@ class SentenceTransformerTrainer(Trainer):
         with output_dir(out, "Trainer", in_place=True) if claimed else contextlib.nullcontext():
             if output_path is not None:
                 os.makedirs(output_path, exist_ok=True)
-            metrics = dict(self.evaluator(self.model, output_path=output_path, epoch=self.state.epoch,
-                                          steps=self.state.global_step))
+            metrics = self.evaluator(self.model, output_path=output_path, epoch=self.state.epoch,
+                                     steps=self.state.global_step)
+        # an evaluator of sentence-transformers 2 returns its primary score alone: their trainer logs it as
+        # "evaluator" (eval_evaluator), where dict(0.25) stopped the evaluation with "'float' object is not iterable"
+        metrics = dict(metrics) if isinstance(metrics, Mapping) else {"evaluator": metrics}
         # under torchrun every rank takes rank 0's metrics, as sentence-transformers broadcasts its rank 0's: each rank
         # chooses its best checkpoint and its early stop from them, and an evaluator that samples (ranks are seeded
         # seed + rank) would otherwise lead the ranks to other choices
@@ -472,14 +475,17 @@ class SentenceTransformerTrainer(Trainer):
     def evaluate(self, eval_dataset: Any = None, ignore_keys: list[str] | None = None,
                  metric_key_prefix: str = "eval") -> dict[str, float]:
         """eval_loss on the eval dataset and the evaluator's metrics, prefixed ``eval_``; with no eval dataset, the
-        evaluator's metrics alone."""
+        evaluator's metrics alone; ``eval_dataset`` a name: that dataset of a dict eval_dataset."""
+        eval_dataset = self._named_eval_set(eval_dataset)
         if eval_dataset is not None and not isinstance(eval_dataset, self.examples_class):  # (a dict's, made already)
             eval_dataset = self._examples_of(eval_dataset, self.args, "eval_dataset")
         if eval_dataset is None and self.eval_dataset is None:
             if self.evaluator is None:
                 raise BertkitError("evaluate() needs an eval_dataset or an evaluator")
             trainer_data.loader_draw()  # as in training (_evaluate_in_loop)
-            metrics = {f"{metric_key_prefix}_{k}": v for k, v in self._evaluator_metrics(None).items()}
+            # a key under the prefix already (an evaluator named "eval") keeps it, as in the loop's evaluations:
+            # sentence-transformers prefixes only the others (eval_eval_cosine_accuracy was logged here)
+            metrics = {metric_key(k, metric_key_prefix): v for k, v in self._evaluator_metrics(None).items()}
             self.log(metrics)
             return metrics
         return super().evaluate(eval_dataset, ignore_keys, metric_key_prefix)

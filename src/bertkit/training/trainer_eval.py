@@ -52,7 +52,9 @@ class TrainerEvaluation:
 
     def evaluate(self, eval_dataset: Any = None, ignore_keys: list[str] | None = None,
                  metric_key_prefix: str = "eval") -> dict[str, float]:
-        """eval_loss (when the data has labels) and compute_metrics' metrics, prefixed ``eval_``."""
+        """eval_loss (when the data has labels) and compute_metrics' metrics, prefixed ``eval_``; ``eval_dataset`` a
+        name: that dataset of a dict eval_dataset, as in transformers."""
+        eval_dataset = self._named_eval_set(eval_dataset)
         dataset = eval_dataset if eval_dataset is not None else self.eval_dataset
         if isinstance(dataset, Mapping):
             return {k: v for prefix, _, part in self._eval_sets(dataset, metric_key_prefix)
@@ -286,6 +288,18 @@ class TrainerEvaluation:
         if metric_key(name) not in keys and not self._evaluate_overridden():
             raise BertkitError(f"metric_for_best_model {name!r} is not a metric this run computes: evaluation "
                                f"returns {keys}; name one of them (without or with the eval_ prefix)")
+
+    def _named_eval_set(self, dataset: Any) -> Any:
+        """``dataset``, or where it is a string, the dataset of that name in a dict eval_dataset (transformers'
+        ``evaluate("name")``, under the prefix given, ``eval_`` by default): a name was read as a dataset of one row."""
+        if not isinstance(dataset, str):
+            return dataset
+        if not isinstance(self.eval_dataset, Mapping) or dataset not in self.eval_dataset:
+            names = sorted(self.eval_dataset) if isinstance(self.eval_dataset, Mapping) else None
+            raise BertkitError(f"evaluate({dataset!r}) names an evaluation dataset, and the trainer's eval_dataset "
+                               + (f"is a dict of {names}" if names is not None else "is no dict of named datasets")
+                               + ": name one of them, or pass the dataset itself")
+        return self.eval_dataset[dataset]
 
     @staticmethod
     def _eval_sets(dataset: Any, prefix: str) -> list[tuple[str, str, Any]]:

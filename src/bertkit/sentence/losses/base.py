@@ -78,23 +78,37 @@ def _plain_settings(module: nn.Module) -> dict[str, Any]:
 
 def embed_columns(model: nn.Module, features: Sequence[dict[str, Any]]) -> list[Tensor]:
     """Each column's (B, D) embeddings. Columns with the same prompt length and task (a Router's route: a sparse
-    model's) and similar widths run as one batch (C x B rows, padded to the longest), the others one forward each:
-    a GPU computes on the padded rectangle in half precision, where a 20-token query column padded to its 256-token
-    passages' width would cost as much as the passages (sentence-transformers, too, runs each column at its own
-    width)."""
-    kinds = {(int(f.get("prompt_length", 0)), f.get("task")) for f in features}
+    model's) run together (``_embed_alike``), each such group apart: so a prompted anchor column leaves its
+    candidate columns merged, as sentence-transformers merges them, and a text in both a positive and a negative
+    column gets the same embedding bit for bit (GISTEmbedLoss compares the guide's scores of the two with ``>``:
+    embedded apart, float rounding broke that tie, and masked other false negatives than sentence-transformers)."""
+    groups: dict[tuple[int, Any], list[int]] = {}
+    for i, f in enumerate(features):
+        groups.setdefault((int(f.get("prompt_length", 0)), f.get("task")), []).append(i)
+    embeddings: list[Tensor | None] = [None] * len(features)
+    for kind, columns in groups.items():
+        for i, e in zip(columns, _embed_alike(model, [features[i] for i in columns], kind), strict=True):
+            embeddings[i] = e
+    return embeddings
+
+
+def _embed_alike(model: nn.Module, features: Sequence[dict[str, Any]], kind: tuple[int, Any]) -> list[Tensor]:
+    """The embeddings of columns of one prompt length and task: of similar widths, as one batch (C x B rows, padded
+    to the longest), else one forward each: a GPU computes on the padded rectangle in half precision, where a
+    20-token query column padded to its 256-token passages' width would cost as much as the passages
+    (sentence-transformers, too, runs each column at its own width)."""
     widths = [f["input_ids"].shape[1] for f in features]
     rows = [f["input_ids"].shape[0] for f in features]
     width = max(widths)
     merged_cost = width * sum(rows)
-    if len(kinds) > 1 or merged_cost > MERGE_SLACK * sum(w * r for w, r in zip(widths, rows)):
+    if len(features) == 1 or merged_cost > MERGE_SLACK * sum(w * r for w, r in zip(widths, rows)):
         return [embed(model, f) for f in features]
 
     def cat(key: str) -> Tensor:
         return torch.cat([F.pad(f[key], (0, width - f[key].shape[1])) for f in features])  # (C*B, T)
 
     keys = [k for k in ("input_ids", "attention_mask", "token_type_ids") if all(k in f for f in features)]
-    merged = {**{k: cat(k) for k in keys}, **dict(zip(("prompt_length", "task"), kinds.pop()))}
+    merged = {**{k: cat(k) for k in keys}, **dict(zip(("prompt_length", "task"), kind))}
     return list(embed(model, merged).split(rows))  # (C*B, D), split back into the columns
 
 

@@ -7,7 +7,7 @@ and MSELoss."""
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import torch
@@ -139,8 +139,16 @@ class EmbedDistillLoss(SentenceLoss):
                                "embeddings to it")
         self.distance_metric, self.projection_dim = distance_metric, projection_dim
 
-    def compute_loss_from_embeddings(self, embeddings: list[Tensor], labels: Tensor | None) -> Tensor:
+    def compute_loss_from_embeddings(self, embeddings: list[Tensor],
+                                     labels: Tensor | Sequence[Tensor] | None) -> Tensor:
+        """``labels``: the batch's label column, (B, D) or (B, C, D); or, as sentence-transformers 6.2's
+        ``compute_loss_from_embeddings(embeddings, teacher_embeddings)`` takes them, one (B, D) tensor per column."""
         name = type(self).__name__
+        if isinstance(labels, Sequence):  # a list of tensors failed with "'list' object has no attribute 'detach'"
+            if len(labels) != len(embeddings):  # sentence-transformers' zip would leave the extra columns out
+                raise BertkitError(f"{name}: {len(labels)} teacher embedding tensor(s) for {len(embeddings)} text "
+                                   "column(s); give one (B, D) tensor per column")
+            labels = torch.stack([torch.as_tensor(t) for t in labels], dim=1)  # (B, C, D)
         labels = _labels(name, labels, "a list of floats per row, the teacher's embedding of the row's text").detach()
         if labels.dim() == 2:
             teachers = [labels] * len(embeddings)

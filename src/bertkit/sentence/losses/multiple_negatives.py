@@ -3,23 +3,30 @@ sentence-transformers 6 computes them (same directions, partition modes and numb
 
 from __future__ import annotations
 
+import logging
+import math
+import numbers
 from collections.abc import Callable
 
 import torch
 from torch import Tensor, nn
 
 from bertkit.errors import BertkitError
-from bertkit.sentence.losses.base import SentenceLoss, check_positive, refuse
+from bertkit.sentence.losses.base import SentenceLoss, check_positive
 from bertkit.sentence.util import cos_sim
 
 DIRECTIONS = ("query_to_doc", "query_to_query", "doc_to_query", "doc_to_doc")
+HARDNESS_MODES = (None, "in_batch_negatives", "hard_negatives", "all_negatives")
+logger = logging.getLogger("bertkit")
 
 
 class MultipleNegativesRankingLoss(SentenceLoss):
     """Columns (anchor, positive, negative_1, ..., negative_n): each anchor must score its own positive above
     every other document of the batch (the other rows' positives and all hard negatives), a cross-entropy over
     ``scale`` x similarity (scale = 1 / temperature). ``directions`` adds the symmetric terms; ``partition_mode``
-    "joint" takes one softmax over all of them, "per_direction" one per direction, averaged.
+    "joint" takes one softmax over all of them, "per_direction" one per direction, averaged. ``hardness_mode`` with
+    ``hardness_strength`` alpha adds alpha x the similarity (without gradient) to the logits of the negatives it names, so the
+    harder ones weigh more.
     ``gather_across_devices``: under torchrun, the negatives are every process's rows (losses/gather.py)."""
 
     columns = (2, None)
@@ -30,9 +37,15 @@ class MultipleNegativesRankingLoss(SentenceLoss):
                  partition_mode: str = "joint", hardness_mode: str | None = None, hardness_strength: float = 0.0):
         super().__init__(model)
         name = type(self).__name__
-        refuse(name, "hardness_mode", hardness_mode, None, "drop this argument (plain in-batch negatives)")
-        refuse(name, "hardness_strength", hardness_strength, 0.0, "drop this argument (plain in-batch negatives)")
         check_positive(name, "scale", scale)
+        if hardness_mode not in HARDNESS_MODES:
+            raise BertkitError(f"{name}: hardness_mode {hardness_mode!r} is not one of {HARDNESS_MODES}")
+        if (isinstance(hardness_strength, bool) or not isinstance(hardness_strength, numbers.Real)
+                or not 0 <= hardness_strength < math.inf):
+            raise BertkitError(f"{name}: hardness_strength must be a finite number >= 0, got {hardness_strength!r}")
+        if hardness_mode is not None and hardness_strength == 0:
+            logger.warning("%s: hardness_mode=%r is set but hardness_strength=0.0, so hardness weighting has no "
+                           "effect; give hardness_strength a positive value", name, hardness_mode)
         bad = [d for d in directions if d not in DIRECTIONS]
         if bad or "query_to_doc" not in directions:
             raise BertkitError(f"{name}: directions {tuple(directions)} must include 'query_to_doc' and be among {DIRECTIONS}")
@@ -44,6 +57,7 @@ class MultipleNegativesRankingLoss(SentenceLoss):
         self.scale, self.similarity_fct = scale, similarity_fct
         self.gather_across_devices = bool(gather_across_devices)
         self.directions, self.partition_mode = tuple(directions), partition_mode
+        self.hardness_mode, self.hardness_strength = hardness_mode, float(hardness_strength)
 
     def compute_loss_from_embeddings(self, embeddings: list[Tensor], labels: Tensor | None = None) -> Tensor:
         queries, docs = embeddings[0], embeddings[1:]  # (B, D), n x (B, D)
@@ -59,13 +73,36 @@ class MultipleNegativesRankingLoss(SentenceLoss):
         if "doc_to_doc" in self.directions:
             same = torch.eye(B, device=queries.device, dtype=torch.bool).repeat(1, len(docs))  # its own documents
             sims["doc_to_doc"] = self.similarity_fct(docs_all, docs[0]).T.masked_fill(same, -torch.inf)
+        penalty = self._hardness_penalty(sims["query_to_doc"], len(docs))
         sims = {k: v * self.scale for k, v in sims.items()}
+        if penalty is not None:  # added after the scale: alpha x cos, not scaled by the temperature
+            sims["query_to_doc"] = sims["query_to_doc"] + penalty
         positive = sims["query_to_doc"][rows, rows]
         if self.partition_mode == "joint":
             log_z = torch.logsumexp(torch.cat(list(sims.values()), dim=1), dim=1)
         else:
             log_z = sum(torch.logsumexp(s, dim=1) for s in sims.values()) / len(sims)
         return -(positive - log_z).mean()
+
+
+    def _hardness_penalty(self, query_to_doc: Tensor, columns: int) -> Tensor | None:
+        """``hardness_strength`` x the (B, n*B) similarities, without gradient, on the negatives ``hardness_mode``
+        weighs (Lan et al. 2025, eq. 5): a harder negative weighs more in the softmax. "in_batch_negatives": the other
+        rows' documents; "hard_negatives": the row's own hard negatives; "all_negatives": every document but its
+        positive. None without one."""
+        if self.hardness_mode is None or self.hardness_strength == 0:
+            return None
+        B = query_to_doc.size(0)
+        own = torch.eye(B, device=query_to_doc.device, dtype=torch.bool).repeat(1, columns)  # (B, n*B): its documents
+        if self.hardness_mode == "in_batch_negatives":
+            left_out = own
+        elif self.hardness_mode == "hard_negatives":
+            left_out = ~own
+            left_out[:, :B] = True  # the positives' column
+        else:
+            left_out = own
+            left_out[:, B:] = False  # its own hard negatives weigh too
+        return (self.hardness_strength * query_to_doc.detach()).masked_fill(left_out, 0.0)
 
 
 class MultipleNegativesSymmetricRankingLoss(MultipleNegativesRankingLoss):
