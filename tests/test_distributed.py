@@ -79,6 +79,37 @@ def test_a_plan_for_another_world_size_is_refused(tmp_path):
               TrainingSettings(output_dir=tmp_path, learning_rate=1e-3, device="cpu", progress=False))
 
 
+def _resumed_window(windows: list[dict], rank: int, world: int):
+    """The logging window rank ``rank`` of ``world`` continues from a checkpoint holding ``windows`` (one per rank
+    that wrote it), as the loop restores it."""
+    from bertkit._parallel import DistInfo
+    from bertkit.training.checkpoint import restore_rank_state
+    from bertkit.training.step_reads import LogWindow
+
+    state = {"rank_rng": [{}] * len(windows), "windows": windows}
+    return LogWindow.resumed(restore_rank_state(state, DistInfo(rank, world, rank), 0, 16, "cpu"), len(windows), world)
+
+
+def test_a_logging_window_resumed_at_another_world_size_logs_each_step_once():
+    """Each rank adds a step's share and its part of the step's loss x the world size: a window saved by 2 ranks
+    after step 16 and continued by 1 process for steps 17 and 18 logs the mean of the three steps (it gave step 16
+    twice the weight, and the other way round, from 1 process to 2, half of it)."""
+    m16, m17, m18 = 7.0, 8.0, 12.0
+    two_ranks = [{"loss": 2 * part, "mlm_loss": 3.0, "mlm_loss/count": 2.0, "_n": 1.0} for part in (0.25 * m16,
+                                                                                                    0.75 * m16)]
+    one = _resumed_window(two_ranks, 0, 1)
+    for m in (m17, m18):
+        one.add(m, 1.0, {"mlm_loss": (4.0, 2.0)})
+    record = one.take()
+    assert record["loss"] == pytest.approx((m16 + m17 + m18) / 3)
+    assert record["mlm_loss"] == pytest.approx(14.0 / 8.0)  # sums and counts: unchanged by the world size
+
+    one_process = [{"loss": m16, "mlm_loss": 3.0, "mlm_loss/count": 2.0, "_n": 1.0}]
+    rank0, rank1 = _resumed_window(one_process, 0, 2), _resumed_window(one_process, 1, 2)
+    assert (rank0.sums["loss"], rank0.n, rank0.sums["mlm_loss"]) == (2 * m16, 2.0, 3.0)  # as 2 ranks had added it
+    assert (rank1.sums, rank1.n) == ({}, 0.0)
+
+
 # -------------------------------------------------------------------------------------------------
 # Equivalence: 2 ranks x 16 == 1 x 32 == 1 x 16 x accumulation 2
 # -------------------------------------------------------------------------------------------------

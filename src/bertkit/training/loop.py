@@ -272,8 +272,9 @@ class _Run:
         self.saved_at = pos.step  # a finished run's last checkpoint is this one: not written again at its end
         last = state.get("last_step", {})  # (a checkpoint written before it was kept: its next log has its own)
         self.step_lr, self.grad_norm = last.get("lr", 0.0), last.get("grad_norm")
-        self.window = LogWindow.resumed(restore_rank_state(state, info, self.args.seed, pos.step, self.device))
         written_by = state["world_size"]
+        self.window = LogWindow.resumed(restore_rank_state(state, info, self.args.seed, pos.step, self.device),
+                                        written_by, info.world_size)
         if info.is_main:
             logger.info("resuming from %s (step %d of %d)", path, pos.step, self.total)
             if written_by != info.world_size:

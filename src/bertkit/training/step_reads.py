@@ -90,10 +90,17 @@ class LogWindow:
     trained_n: float = 0.0
 
     @classmethod
-    def resumed(cls, saved: dict) -> LogWindow:
-        """The window of a checkpoint's ``saved()`` (its sums and, under ``_n``, its steps)."""
+    def resumed(cls, saved: dict, written_by: int = 1, world_size: int = 1) -> LogWindow:
+        """The window of a checkpoint's ``saved()`` (its sums and, under ``_n``, its steps), written by
+        ``written_by`` ranks and continued by ``world_size``. Every rank adds each step's share and its loss x the
+        world size (the step's mean is their sum over the ranks over ``n``'s), so a window carried to another world
+        size is rescaled to it: a step before a resume from 1 process to 2 otherwise weighed half of one after it
+        in the record (batch metrics are plain sums and counts, exact at any world size)."""
         sums = dict(saved)
-        return cls(sums, float(sums.pop("_n", 0)))
+        scale = world_size / written_by
+        if "loss" in sums:
+            sums["loss"] *= scale
+        return cls(sums, float(sums.pop("_n", 0)) * scale)
 
     def saved(self) -> dict:
         return {**self.sums, "_n": self.n}
