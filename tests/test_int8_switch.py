@@ -230,6 +230,7 @@ def test_the_pipeline_quantizes_after_eval_on_the_builtin_sentences(minilm_2_lay
     MiniLM's first 2 layers (conftest.py): each layer is quantized alike, so depth adds nothing to the check."""
     tok = BertTokenizer.from_pretrained(minilm_2_layers)
     int8 = pipeline("feature-extraction", minilm_2_layers, quantize="int8")
+    int8(sentences["sst2"][:64])  # texts seen first, which must change nothing
     assert len(CALIBRATION_SENTENCES) == 64
     by_hand = quantize_int8(BertModel.from_pretrained(minilm_2_layers).eval(),
                             calibration=calibration_batches(tok, CALIBRATION_SENTENCES, max_length=int8.max_length))
