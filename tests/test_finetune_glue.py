@@ -134,7 +134,7 @@ def test_finetune_glue_from_a_checkpoint_naming_the_labels_in_another_order_keep
                      "no", *flags]) == 0
         return json.loads(capsys.readouterr().out)["best"]["accuracy"]["mean"]
 
-    first = finetune(glue_model, tmp_path / "run", "--lr", "1e-2", "--epochs", "10", "--seed", "1")
+    first = finetune(glue_model, tmp_path / "run", "--lr", "1e-2", "--epochs", "7", "--seed", "1")  # 1.0 from 5 on
     assert first >= 0.9
     model = BertForSequenceClassification.from_pretrained(tmp_path / "run" / "best")
     _save_swapped(model, {0: "1", 1: "0"}, tmp_path / "swapped", tokenizer=tmp_path / "run" / "best")
