@@ -224,18 +224,6 @@ def test_a_list_flag_with_an_item_left_out_is_refused(capsys):
                       "--layers", "-1,2"]).layers == (-1, 2)
 
 
-def test_loading_a_checkpoint_does_not_import_the_compiler(tmp_path, tiny_checkpoint):
-    """from_pretrained built its layers with skip_init, whose draw and empty weights on the meta device go through
-    torch._refs, whose first calls import torch._dynamo and sympy: a fresh process's first pipeline took 3.0-3.2 s of
-    CPU, 1.4-1.8 s without them."""
-    directory = tiny_checkpoint(tmp_path / "m", "BertForSequenceClassification", labels=2)
-    code = ("import sys\nfrom bertkit import BertForSequenceClassification\n"
-            f"BertForSequenceClassification.from_pretrained({str(directory)!r})\n"
-            "print(sorted({'torch._dynamo', 'sympy', 'torch.fx.experimental.symbolic_shapes'} & set(sys.modules)))")
-    run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
-    assert run.stdout.split() == ["[]"], run.stderr
-
-
 @pytest.mark.parametrize("command", [["finetune", "ner", "--data-dir", "d", "--model", "m"],
                                      ["pretrain", "--data", "d", "--vocab", "v", "--max-steps", "1"]])
 def test_a_global_batch_that_does_not_split_over_torchruns_processes_is_refused_with_the_settings(

@@ -45,8 +45,9 @@ def test_finetune_and_predict_glue_cli(tmp_path, glue_model, capsys):
     _write_sst2(tmp_path / "glue")
     out = tmp_path / "run"
     code = main(["finetune", "glue", "--task", "sst2", "--data-dir", str(tmp_path / "glue"), "--model", str(glue_model),
-                 "--out", str(out), "--lr", "1e-2,1e-3", "--seeds", "1,2", "--epochs", "10", "--batch-size", "8",
+                 "--out", str(out), "--lr", "1e-2,1e-3", "--seeds", "1,2", "--epochs", "7", "--batch-size", "8",
                  "--max-seq-length", "32", "--no-progress"])
+    # measured: lr 1e-2 reaches dev accuracy 1.0 from 5 epochs on (both seeds), 0.56 (chance) at 4; 7 keeps a margin
     assert code == 0
     report = json.loads(capsys.readouterr().out)
     assert report["metric"] == "accuracy" and len(report["runs"]) == 4
@@ -133,7 +134,7 @@ def test_finetune_glue_from_a_checkpoint_naming_the_labels_in_another_order_keep
                      "no", *flags]) == 0
         return json.loads(capsys.readouterr().out)["best"]["accuracy"]["mean"]
 
-    first = finetune(glue_model, tmp_path / "run", "--lr", "1e-2", "--epochs", "10", "--seed", "1")
+    first = finetune(glue_model, tmp_path / "run", "--lr", "1e-2", "--epochs", "7", "--seed", "1")  # 1.0 from 5 on
     assert first >= 0.9
     model = BertForSequenceClassification.from_pretrained(tmp_path / "run" / "best")
     _save_swapped(model, {0: "1", 1: "0"}, tmp_path / "swapped", tokenizer=tmp_path / "run" / "best")

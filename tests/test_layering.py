@@ -142,23 +142,40 @@ def test_settings_are_plain_data():
     assert not heavy, f"importing bertkit.settings loads {heavy[:5]}"
 
 
-def test_an_eager_process_never_imports_torch_dynamo():
-    """torch.compile's machinery (torch._dynamo: 1.2 s to import, more than torch) loads only where something
-    compiles or exports: building a model and running it, the pipelines, the sentence models, the trainer and the
-    command line never import it."""
+def test_a_fresh_process_imports_only_what_it_runs(tmp_path, tiny_checkpoint):
+    """Three steps of one fresh process, each checked for what it must not import (one interpreter and torch start
+    for the three, 2-3 s of CPU each):
+
+    - bertkit's Trainer, TrainingArguments and DataCollatorWithPadding import neither transformers nor datasets
+      nor accelerate;
+    - from_pretrained imports no compiler: it built its layers with skip_init, whose draw and empty weights on the
+      meta device go through torch._refs, whose first calls import torch._dynamo and sympy (a fresh process's first
+      pipeline took 3.0-3.2 s of CPU, 1.4-1.8 s without them);
+    - torch.compile's machinery (torch._dynamo: 1.2 s to import, more than torch) loads only where something compiles
+      or exports: building a model and running it, the pipelines, the sentence models, the trainer and the command
+      line never import it.
+    """
     import subprocess
     import sys
 
-    code = ("import sys, torch, bertkit.heads, bertkit.inference.pipelines, bertkit.sentence.model, "
+    directory = tiny_checkpoint(tmp_path / "m", "BertForSequenceClassification", labels=2)
+    code = ("import sys\n"
+            "def loaded(*names):\n    return sorted(set(names) & set(sys.modules))\n"
+            "import bertkit\nbertkit.Trainer, bertkit.TrainingArguments, bertkit.DataCollatorWithPadding\n"
+            "print('trainer', loaded('transformers', 'datasets', 'accelerate'))\n"
+            "from bertkit import BertForSequenceClassification\n"
+            f"BertForSequenceClassification.from_pretrained({str(directory)!r})\n"
+            "print('from_pretrained', loaded('torch._dynamo', 'sympy', 'torch.fx.experimental.symbolic_shapes'))\n"
+            "import torch, bertkit.heads, bertkit.inference.pipelines, bertkit.sentence.model, "
             "bertkit.training.trainer, bertkit.cli\n"
-            "from bertkit import BertConfig, BertForSequenceClassification\n"
+            "from bertkit import BertConfig\n"
             "m = BertForSequenceClassification(BertConfig(vocab_size=99, hidden_size=32, num_hidden_layers=2, "
             "num_attention_heads=4, intermediate_size=37))\n"
             "ids = torch.tensor([[2, 5, 7, 3], [2, 9, 3, 0]])\n"
             "m(ids, attention_mask=(ids > 0).long(), labels=torch.tensor([0, 1])).loss.backward()\n"
-            "print('torch._dynamo' in sys.modules)")
-    loaded = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
-    assert loaded.split() == ["False"]
+            "print('eager', loaded('torch._dynamo'))")
+    run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert run.stdout.splitlines() == ["trainer []", "from_pretrained []", "eager []"], run.stderr
 
 
 def test_no_import_cycles():

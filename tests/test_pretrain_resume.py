@@ -49,13 +49,18 @@ def uninterrupted(tiny_setup, tmp_path_factory) -> Path:
     return full
 
 
-def test_a_checkpoint_opens_as_the_model_it_holds(uninterrupted):
+def test_a_checkpoint_opens_as_the_model_it_holds(tiny_setup, tmp_path):
     """A checkpoint holds the tokenizer beside the weights (as transformers' Trainer checkpoints do): it opens as
-    a model and tokenizer, and the last one is the final model."""
+    a model and tokenizer, and the last one is the final model. A run of its own, 20 steps (two checkpoints): the
+    60-step ``uninterrupted`` run is the killed runs' reference, in make test-slow."""
     from bertkit import BertForMaskedLM, BertTokenizer
+    from killing import run_here
 
-    last = uninterrupted / "checkpoints" / "step-00000060"
-    final = uninterrupted / "final"
+    out = tmp_path / "run"
+    assert run_here(_pretrain_args(tiny_setup, out, "--max-steps", "20")[3:]) == 0
+    assert sorted(p.name for p in (out / "checkpoints").iterdir()) == ["step-00000010", "step-00000020"]
+    last = out / "checkpoints" / "step-00000020"
+    final = out / "final"
     assert BertTokenizer.from_pretrained(last).vocab == BertTokenizer.from_pretrained(final).vocab
     ids = BertTokenizer.from_pretrained(last)("The standard library.", return_tensors="pt")["input_ids"]
     with torch.no_grad():

@@ -262,28 +262,24 @@ def test_finetune_ner_predicts_dev_once_per_evaluation(conll_dir, encoder_dir, t
     assert report["dev_per_epoch"][-1]["f1"] == report["dev"]["f1"]
     assert to_fractions(_conlleval_file(out / "predictions_dev.txt")) == report["dev"]
 
-def test_finetune_ner_subset_is_reported(conll_dir, encoder_dir, tmp_path):
+def test_finetune_ner_reports_its_train_subset_the_epochs_it_trained_and_its_dev_subset(conll_dir, encoder_dir,
+                                                                                         tmp_path):
+    """One run, three lines of its report: a --max-train-samples cut is named; --max-steps overrides
+    --num-train-epochs, so the report's epochs are those the steps made (transformers' epoch, steps / steps per
+    epoch: 3 steps of 2 an epoch), not the unused setting (3.0 here); dev scores of a --max-eval-samples cut say so
+    (as SQuAD's do): a dev F1 on 1 sentence is not the dev set's."""
     report = tt.finetune_ner(tt.NerSettings(data_dir=conll_dir, model_name_or_path=encoder_dir, output_dir=tmp_path,
-                                            num_train_epochs=1, batch_size=2, max_train_samples=2, progress=False))
-    assert report["train_sentences"] == 2 and "the first 2 of the 4" in report["subset"]
-
-
-def test_finetune_reports_the_epochs_it_trained_not_the_epochs_setting(conll_dir, encoder_dir, tmp_path):
-    """--max-steps overrides --num-train-epochs: the report's epochs are those the steps made (transformers' epoch,
-    steps / steps per epoch), not the unused setting (3.0 here, for a run of 3 steps of 2 an epoch)."""
-    report = tt.finetune_ner(tt.NerSettings(data_dir=conll_dir, model_name_or_path=encoder_dir, output_dir=tmp_path,
-                                            max_steps=3, batch_size=2, progress=False))
+                                            max_steps=3, batch_size=2, max_train_samples=3, max_eval_samples=1,
+                                            progress=False))
+    assert report["train_sentences"] == 3 and "the first 3 of the 4" in report["subset"]
     assert report["steps"] == 3 and report["epochs"] == 1.5
-
-
-def test_finetune_reports_which_dev_rows_max_eval_samples_kept(conll_dir, encoder_dir, tmp_path):
-    """Dev scores of a --max-eval-samples cut say so (as SQuAD's do): a dev F1 on 1 sentence is not the dev set's."""
-    report = tt.finetune_ner(tt.NerSettings(data_dir=conll_dir, model_name_or_path=encoder_dir, output_dir=tmp_path / "a",
-                                            max_steps=1, batch_size=2, max_eval_samples=1, progress=False))
     dev = len(ner.read_conll(conll_dir / "valid.txt"))
     assert report["evaluated_on"] == (f"{conll_dir / 'valid.txt'}: all {dev} sentences. Only the first 1 of these "
                                       f"{dev} sentences are scored (--max-eval-samples).")
     assert report["dev"]["found_gold"] == 1  # CRICKET's sentence: the one kept
+
+
+def test_finetune_swag_reports_which_examples_max_eval_samples_kept(encoder_dir, tmp_path):
     train_file, val_file = _swag_file(tmp_path / "train.csv", 4), _swag_file(tmp_path / "val.csv", 6)
     report = tt.finetune_swag(tt.SwagSettings(train_file=train_file, predict_file=val_file, max_steps=1, batch_size=4,
                                               model_name_or_path=encoder_dir, output_dir=tmp_path / "s",
