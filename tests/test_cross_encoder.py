@@ -174,8 +174,8 @@ def test_several_labels_predict_softmax_as_sentence_transformers(minilm_2_layers
 @pytest.mark.parametrize(("pooler", "num_labels"), [(True, None), (True, 3), (False, None)])
 def test_a_new_classifier_is_drawn_as_sentence_transformers_draws_it(minilm_2_layers, tmp_path, pooler, num_labels):
     """A BERT checkpoint given to CrossEncoder gets a new classifier (and pooler, where it has none): for the same seed,
-    sentence-transformers' weights (drawn through transformers: normal(0, 0.02), where bertkit's heads draw a truncated
-    normal, which gave 13 of 384 weights other values) and torch's generator left where it leaves it."""
+    sentence-transformers' weights (drawn through transformers, as bertkit's heads draw them: CrossEncoder loads with
+    the plain from_pretrained) and torch's generator left where it leaves it."""
     from safetensors.torch import load_file, save_file
 
     checkpoint = minilm_2_layers

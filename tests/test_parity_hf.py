@@ -4,10 +4,13 @@ from __future__ import annotations
 
 import os
 import random
+import shutil
+from pathlib import Path
 
 import pytest
 import torch
 
+import bertkit
 import bertkit.heads as H
 from bertkit import BertConfig, BertModel
 
@@ -173,42 +176,85 @@ def test_legacy_pytorch_model_bin_loads_with_weights_only(tmp_path):
     _compare(ours, hf, H.BertForMaskedLM, *_inputs(H.BertForMaskedLM, torch.Generator().manual_seed(4), 2))
 
 
-def test_initialisation_is_normal_with_std_0_02():
-    """Paper's code (google-research/bert create_initializer): truncated normal, std 0.02; LayerNorm 1/0."""
-    torch.manual_seed(0)
-    model = H.BertForPreTraining(BertConfig.preset("mini", vocab_size=5000))
-    w = model.bert.encoder.layer[0].intermediate.dense.weight
-    assert abs(w.mean().item()) < 1e-3
-    # A normal truncated at 2 std has std 0.02 * 0.8796.
-    assert w.std().item() == pytest.approx(0.02 * 0.8796, rel=0.02)
-    assert w.abs().max().item() <= 0.04
-    assert torch.equal(model.bert.encoder.layer[0].attention.output.LayerNorm.weight, torch.ones(256))
-    assert torch.equal(model.bert.encoder.layer[0].attention.self.query.bias, torch.zeros(256))
+def _same_draws(ours, theirs, seed: int = 42) -> None:
+    """``ours()`` and ``theirs()`` (model builders) from the same seed: every parameter equal, bit for bit and in the
+    same dtype, and torch's generator left in the same state (so dropout masks and shuffles after them agree)."""
+    torch.manual_seed(seed)
+    want = theirs().state_dict()
+    their_generator = torch.get_rng_state()
+    torch.manual_seed(seed)
+    got = ours().state_dict()
+    assert torch.equal(torch.get_rng_state(), their_generator)
+    assert sorted(got) == sorted(want)
+    for name, value in got.items():
+        assert value.dtype == want[name].dtype and torch.equal(value, want[name]), name
 
 
-def test_from_pretrained_initialises_only_what_the_checkpoint_lacks(tmp_path):
-    """from_pretrained skips the constructors' draws and initialises the missing parameters afterwards: a new
-    head and a pooler absent from an MLM-only checkpoint get google's initialisation (truncated at 2 std,
-    zero bias, unit LayerNorm), the same for the same seed; loaded weights are the file's."""
+def _labels(cls) -> dict[str, int]:
+    return {} if cls is H.BertForQuestionAnswering else {"num_labels": 3}  # transformers' span head: num_labels 2
+
+
+@pytest.mark.parametrize("cls", list(HF_CLASSES), ids=lambda c: c.__name__)
+def test_a_model_built_from_a_config_draws_transformers_weights(cls):
+    """transformers' initialisation, bit for bit: normal(0, initializer_range) weights (not google-research/bert's
+    truncated normal, bertkit's before), zero biases, unit LayerNorms, the padding row zeroed, in module order, and
+    the masked-LM decoder's own draws before it is tied to the word embeddings. A seeded transformers script that
+    builds its model from a config (``set_seed(42); BertForPreTraining(config)``) gets the same weights here."""
+    _same_draws(lambda: cls(BertConfig(**TINY, **_labels(cls))),
+                lambda: getattr(transformers, HF_CLASSES[cls])(transformers.BertConfig(**TINY, **_labels(cls))))
+
+
+@pytest.mark.parametrize("dtype", [None, torch.bfloat16, torch.float16])
+@pytest.mark.parametrize("cls", list(HF_CLASSES), ids=lambda c: c.__name__)
+def test_auto_from_config_draws_transformers_weights_in_its_dtype(cls, dtype):
+    """``AutoModelFor<Task>.from_config(config, dtype=...)``: transformers draws in that dtype, bertkit in float32 and
+    casts; both give the same values (and the same generator state)."""
+    name = "AutoModel" + cls.__name__.removeprefix("BertModel").removeprefix("Bert")
+    kwargs = {} if dtype is None else {"dtype": dtype}
+    _same_draws(lambda: getattr(bertkit, name).from_config(BertConfig(**TINY, **_labels(cls)), **kwargs),
+                lambda: getattr(transformers, name).from_config(transformers.BertConfig(**TINY, **_labels(cls)), **kwargs))
+
+
+def _without(checkpoint: Path, out: Path, *names: str) -> Path:
+    """A copy of ``checkpoint`` without the weights ``names``."""
+    from safetensors.torch import load_file, save_file
+
+    shutil.copytree(checkpoint, out)
+    weights = {k: v for k, v in load_file(out / "model.safetensors").items() if k not in names}
+    save_file(weights, out / "model.safetensors", metadata={"format": "pt"})
+    return out
+
+
+@pytest.mark.parametrize("cls", list(HF_CLASSES), ids=lambda c: c.__name__)
+def test_from_pretrained_draws_the_missing_heads_as_transformers(cls, minilm_2_layers):
+    """MiniLM (an encoder with its pooler, no heads) under every head: what the checkpoint lacks (a classifier, the
+    masked-LM transform and output bias, the NSP layer) is drawn as transformers draws it, so a seeded fine-tuning
+    script (``set_seed(42); AutoModelForSequenceClassification.from_pretrained(bert, num_labels=3)``) starts from the
+    same head and the same generator state; what it holds is the file's."""
+    _same_draws(lambda: cls.from_pretrained(minilm_2_layers, **_labels(cls)),
+                lambda: getattr(transformers, HF_CLASSES[cls]).from_pretrained(str(minilm_2_layers), **_labels(cls)))
+
+
+@pytest.mark.parametrize("dtype", [None, torch.bfloat16])
+@pytest.mark.parametrize(("missing", "name"), [
+    (("pooler.dense.weight", "pooler.dense.bias"), "AutoModelForSequenceClassification"),
+    (("pooler.dense.weight", "pooler.dense.bias"), "AutoModel"),
+    (("pooler.dense.bias",), "AutoModelForPreTraining")])  # a module half loaded: only its bias is set (zero), no draw
+def test_a_pooler_the_checkpoint_lacks_is_drawn_as_transformers(missing, name, dtype, minilm_2_layers, tmp_path):
+    checkpoint = _without(minilm_2_layers, tmp_path / "lacking", *missing)
+    kwargs = {} if dtype is None else {"dtype": dtype}
+    _same_draws(lambda: getattr(bertkit, name).from_pretrained(checkpoint, **kwargs),
+                lambda: getattr(transformers, name).from_pretrained(str(checkpoint), **kwargs))
+
+
+def test_a_mismatched_head_is_drawn_again_as_transformers(minilm_2_layers, tmp_path):
+    """``ignore_mismatched_sizes=True`` starts a classifier of another label count afresh, drawn as there."""
     torch.manual_seed(0)
-    source = H.BertForMaskedLM(BertConfig(**TINY, initializer_range=0.5))  # far from 0.02: a skipped draw shows
-    source.save_pretrained(tmp_path)
-    states = []
-    for _ in range(2):
-        torch.manual_seed(7)
-        m = H.BertForPreTraining.from_pretrained(tmp_path, initializer_range=0.02)
-        states.append(m.state_dict())
-        torch.testing.assert_close(m.bert.encoder.layer[1].attention.self.value.weight,
-                                   source.bert.encoder.layer[1].attention.self.value.weight, rtol=0, atol=0)
-        torch.testing.assert_close(m.cls.predictions.transform.dense.weight,
-                                   source.cls.predictions.transform.dense.weight, rtol=0, atol=0)
-        for fresh in (m.cls.seq_relationship, m.bert.pooler.dense):
-            assert 0.01 < fresh.weight.std().item() < 0.03 and fresh.weight.abs().max().item() <= 0.04
-            assert torch.equal(fresh.bias, torch.zeros_like(fresh.bias))
-    for key in states[0]:
-        assert torch.equal(states[0][key], states[1][key]), key
-    c = H.BertForTokenClassification.from_pretrained(tmp_path, num_labels=4, initializer_range=0.02)
-    assert c.classifier.weight.abs().max().item() <= 0.04 and c.classifier.weight.std().item() > 0.01
+    H.BertForSequenceClassification.from_pretrained(minilm_2_layers, num_labels=2).save_pretrained(tmp_path)
+    _same_draws(lambda: H.BertForSequenceClassification.from_pretrained(tmp_path, num_labels=3,
+                                                                         ignore_mismatched_sizes=True),
+                lambda: transformers.BertForSequenceClassification.from_pretrained(
+                    str(tmp_path), num_labels=3, ignore_mismatched_sizes=True))
 
 
 def test_training_steps_follow_transformers_with_dropout_off(tmp_path):

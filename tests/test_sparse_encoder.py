@@ -112,8 +112,8 @@ def test_same_sparse_vectors_as_sentence_transformers(layout, layouts, texts, vo
 def test_a_masked_lm_transform_the_checkpoint_lacks_is_drawn_as_sentence_transformers_draws_it(layouts, texts,
                                                                                                   tmp_path):
     """A checkpoint with the masked-LM head's bias but not its transform: for the same seed, sentence-transformers'
-    transform (drawn through transformers: normal(0, 0.02), where bertkit's heads draw a truncated normal), so the same
-    sparse vectors, and torch's generator left where it leaves it."""
+    transform (drawn through transformers, as bertkit's heads draw it: SparseEncoder loads with the plain
+    from_pretrained), so the same sparse vectors, and torch's generator left where it leaves it."""
     from safetensors.torch import load_file, save_file
 
     from bertkit.sentence import SparseEncoder

@@ -17,7 +17,7 @@ from __future__ import annotations
 import inspect
 import json
 import logging
-from collections.abc import Iterable
+from collections.abc import Container, Iterable
 from pathlib import Path
 from typing import Any, ClassVar, NamedTuple
 
@@ -449,18 +449,25 @@ class PretrainedMixin(TransformersModelCalls):
         parent = key.rpartition(".")[0]
         return parent in dict(self.named_modules()) or not key.startswith(FAMILY_HEADS)  # type: ignore[attr-defined]
 
-    def _init_weights(self, module: torch.nn.Module) -> None:
-        """Draw one module's initial weights (its own parameters, not its children's)."""
+    def _init_weights(self, module: torch.nn.Module, keep: Container[str] = ()) -> None:
+        """Draw one module's initial weights (its own parameters, not its children's), those named in ``keep``
+        left as they are."""
         raise NotImplementedError
 
-    def _initialise_unloaded(self, loaded: set[str]) -> None:
-        """Initialise, in module order (a seed gives the same new head), every module with a parameter not in
-        ``loaded``: one the checkpoint left unset, or a new head's."""
+    def _initialise_unloaded(self, loaded: set[str], *, built: bool = False) -> None:
+        """Initialise, as transformers does, every parameter not in ``loaded`` (one the checkpoint left unset, or a
+        new head's), module by module in module order: the same seed gives transformers' weights and leaves torch's
+        generator where it does. ``built``: the model was just constructed (transformers' from-config path), whose
+        masked-LM decoder draws a weight of its own there before it is tied to the word embeddings."""
         for prefix, module in self.named_modules():  # type: ignore[attr-defined]
-            own = [f"{prefix}.{name}" if prefix else name for name, _ in module.named_parameters(recurse=False)]
-            # The MLM decoder's weight is the word embeddings' (nothing to initialise).
-            if prefix != "cls.predictions.decoder" and any(name not in loaded for name in own):
-                self._init_weights(module)
+            own = {name: f"{prefix}.{name}" if prefix else name for name, _ in module.named_parameters(recurse=False)}
+            if prefix == "cls.predictions.decoder":  # its weight is the word embeddings', its bias the head's
+                if built:  # transformers' normal draw for the decoder's own weight, thrown away at tie_weights
+                    torch.empty_like(module.weight).normal_(0.0, self.config.initializer_range)
+                continue
+            keep = {name for name, full in own.items() if full in loaded}
+            if len(keep) < len(own):
+                self._init_weights(module, keep)
 
     def load_state_dict(self, state_dict: Any, strict: bool = True, assign: bool = False):
         """``nn.Module.load_state_dict`` (transformers' names, as ``state_dict()`` gives them; a checkpoint's go

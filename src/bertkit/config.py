@@ -78,7 +78,7 @@ class BertConfig:
     attention_probs_dropout_prob: float = 0.1
     max_position_embeddings: int = 512
     type_vocab_size: int = 2
-    # Std of the (truncated) normal initialiser; 0.02 as in google-research/bert `modeling.py`.
+    # Std of the normal initialiser (transformers' draw, modeling.init_bert_weights); 0.02 as in google-research/bert.
     initializer_range: float = 0.02
     layer_norm_eps: float = 1e-12
     pad_token_id: int = 0

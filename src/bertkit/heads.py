@@ -10,6 +10,7 @@ what an exported graph returns; ``MODEL_CLASSES`` and the ``AutoModelFor<Task>``
 
 from __future__ import annotations
 
+from collections.abc import Container
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
@@ -137,6 +138,11 @@ class BertLMPredictionHead(nn.Module):
         super().__init__()
         self.transform = BertPredictionHeadTransform(config)
         self.bias = nn.Parameter(torch.zeros(config.vocab_size))
+        if initialise_on_construction():
+            # transformers' decoder is a Linear(H, V) of its own until tie_weights gives it the word embeddings: its
+            # construction draws (here) and its normal draw (_initialise_unloaded, built=True) are thrown away, as
+            # there, so every later draw (the NSP layer, dropout masks, shuffles) starts where transformers' does
+            nn.Linear(config.hidden_size, config.vocab_size)
         self.tie(word_embeddings)
         self.register_state_dict_post_hook(_tied_copies_as_their_own_tensors)
 
@@ -187,14 +193,19 @@ class _HeadModel(PretrainedMixin, nn.Module):
         self.bert = BertModel(config, add_pooling_layer=self.uses_pooler)
         self.build_head(config)
         if initialise_on_construction():  # else from_pretrained initialises what the checkpoint lacks
-            self._initialise_unloaded({name for name, _ in self.bert.named_parameters(prefix="bert")})
+            self._initialise_unloaded({name for name, _ in self.bert.named_parameters(prefix="bert")}, built=True)
 
     def build_head(self, config: BertConfig) -> None:
         """Make the head's modules, under transformers' names (they are its checkpoint keys)."""
         raise NotImplementedError
 
-    def _init_weights(self, module: nn.Module) -> None:
-        init_bert_weights(module, self.config.initializer_range)
+    def _init_weights(self, module: nn.Module, keep: Container[str] = ()) -> None:
+        if isinstance(module, BertLMPredictionHead):  # its own output bias, zero as in transformers
+            if "bias" not in keep:
+                with torch.no_grad():
+                    module.bias.zero_()
+        else:
+            init_bert_weights(module, self.config.initializer_range, keep)
 
     def _encode(self, input_ids, attention_mask, token_type_ids, position_ids, inputs_embeds,
                 output_hidden_states: bool | None, output_attentions: bool | None, **targets: Any) -> BertModelOutput:

@@ -17,8 +17,10 @@ Where this differs from the paper's text (not from its released code, which it f
   which would wait for every queued kernel) and copied over without waiting; transformers refuses them.
 - ``output_attentions=True`` writes attention out (``attention_probs``) on the padded rectangle, as
   transformers' "eager" attention; otherwise the fused SDPA kernel runs.
-- Initialisation is a truncated normal with std ``initializer_range`` (0.02), cut at two standard
-  deviations, as google-research/bert's ``create_initializer``; the paper does not state it.
+- Initialisation is transformers' (the paper does not state one): normal(0, ``initializer_range``) weights (0.02),
+  zero biases, unit LayerNorms, the padding row zeroed, module by module in transformers' order, so a seed gives
+  transformers' weights bit for bit and leaves torch's generator where it does. google-research/bert's
+  ``create_initializer`` cuts the normal at two standard deviations; transformers does not, nor does bertkit.
 
 Shape legend: B batch, T sequence length, H hidden size, nh heads, hs head size (H / nh), I intermediate
 size, L layers.
@@ -26,7 +28,7 @@ size, L layers.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Container, Iterable
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
@@ -272,18 +274,23 @@ class BertPooler(nn.Module):
         return self.activation(self.dense(hidden_states[:, 0]))  # (B, H)
 
 
-def init_bert_weights(module: nn.Module, std: float) -> None:
-    """Truncated normal(0, std) weights cut at 2 std, zero biases, unit LayerNorm (google-research/bert)."""
-    if isinstance(module, (nn.Linear, nn.Embedding)):
-        nn.init.trunc_normal_(module.weight, mean=0.0, std=std, a=-2 * std, b=2 * std)
-        if isinstance(module, nn.Linear) and module.bias is not None:
-            nn.init.zeros_(module.bias)
-        if isinstance(module, nn.Embedding) and module.padding_idx is not None:
-            with torch.no_grad():
-                module.weight[module.padding_idx].zero_()
-    elif isinstance(module, nn.LayerNorm):
-        nn.init.ones_(module.weight)
-        nn.init.zeros_(module.bias)
+def init_bert_weights(module: nn.Module, std: float, keep: Container[str] = ()) -> None:
+    """transformers' ``_init_weights`` for one module: normal(0, std) Linear and Embedding weights (the padding row
+    zeroed), zero biases, unit LayerNorm. A parameter named in ``keep`` (one a checkpoint set) keeps its value and
+    draws nothing, as transformers skips a loaded one, so the generator advances only for what is drawn."""
+    with torch.no_grad():
+        if isinstance(module, (nn.Linear, nn.Embedding)):
+            if "weight" not in keep:
+                module.weight.normal_(0.0, std)
+                if isinstance(module, nn.Embedding) and module.padding_idx is not None:
+                    module.weight[module.padding_idx].zero_()
+            if isinstance(module, nn.Linear) and module.bias is not None and "bias" not in keep:
+                module.bias.zero_()
+        elif isinstance(module, nn.LayerNorm):
+            if "weight" not in keep:
+                module.weight.fill_(1.0)
+            if "bias" not in keep:
+                module.bias.zero_()
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -370,8 +377,8 @@ class BertModel(PretrainedMixin, nn.Module):
         if initialise_on_construction():  # not when from_pretrained is about to load the weights
             self.apply(self._init_weights)
 
-    def _init_weights(self, module: nn.Module) -> None:
-        init_bert_weights(module, self.config.initializer_range)
+    def _init_weights(self, module: nn.Module, keep: Container[str] = ()) -> None:
+        init_bert_weights(module, self.config.initializer_range, keep)
 
     def forward(
         self,

@@ -87,40 +87,6 @@ _SETTINGS = {"transformer_task", "model_kwargs", "processor_kwargs", "config_kwa
 _RENAMED = {"model_args": "model_kwargs", "tokenizer_args": "processor_kwargs", "config_args": "config_kwargs"}
 
 
-def from_pretrained_as_reference(cls: type[nn.Module], path: Path, **kwargs: Any) -> nn.Module:
-    """``cls.from_pretrained(path, **kwargs)`` with the weights the checkpoint lacks (a BERT checkpoint's new
-    classifier, a pooler, a masked-LM transform) drawn as sentence-transformers' models get them from transformers'
-    ``_init_weights``: normal(0, ``initializer_range``) weights, zero biases, unit LayerNorms, in module order, from
-    the generator state the load started at. bertkit's heads draw google-research/bert's truncated normal
-    (docs/coming-from-transformers.md), which redraws the values past 2 std (13 of MiniLM's 384 classifier weights)
-    and leaves torch's generator elsewhere: a script seeded as for sentence-transformers
-    (``torch.manual_seed(42); CrossEncoder(bert, num_labels=1)``) scored and trained from another classifier, and drew
-    other dropout masks and shuffles after it."""
-    before = torch.random.get_rng_state()
-    model, loading = cls.from_pretrained(path, output_loading_info=True, **kwargs)  # type: ignore[attr-defined]
-    missing = loading["missing_keys"]
-    if not missing:
-        return model
-    torch.random.set_rng_state(before)
-    std = model.config.initializer_range
-    with torch.no_grad():
-        for prefix, module in model.named_modules():
-            own = {f"{prefix}.{name}" if prefix else name for name, _ in module.named_parameters(recurse=False)}
-            if prefix.endswith("predictions.decoder") or not own & missing:  # the decoder is the word embeddings
-                continue
-            if isinstance(module, nn.LayerNorm):
-                module.weight.fill_(1.0)
-                module.bias.zero_()
-                continue
-            if isinstance(module, (nn.Linear, nn.Embedding)):  # drawn in float32 and cast, as before a dtype= cast
-                module.weight.copy_(torch.empty(module.weight.shape).normal_(0.0, std))
-                if isinstance(module, nn.Embedding) and module.padding_idx is not None:
-                    module.weight[module.padding_idx].zero_()
-            if getattr(module, "bias", None) is not None:  # a Linear's, the masked-LM head's own
-                module.bias.zero_()
-    return model
-
-
 def adapter_base(config_file: Path) -> str:
     """The base checkpoint a peft adapter's config names (for the refusal to load it)."""
     try:

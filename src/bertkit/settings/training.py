@@ -433,8 +433,8 @@ class PretrainSettings(TrainingSettings):
     """Initial masked-LM output bias: zeros (google-research/bert), or unigram: the log-frequency of the training
     targets, so a new model does not spend its first thousand steps learning token frequencies."""
     position_init: Literal["normal", "sinusoidal"] = "normal"
-    """Initial position embeddings: normal (google-research/bert's truncated normal), or sinusoidal: the
-    Transformer's sine/cosine table (Vaswani et al. 2017) scaled to the word embeddings, still learned."""
+    """Initial position embeddings: normal (normal(0, initializer_range), as transformers draws them), or sinusoidal:
+    the Transformer's sine/cosine table (Vaswani et al. 2017) scaled to the word embeddings, still learned."""
     eval_data: Path | None = None
     """Held-out instances for MLM and NSP accuracy."""
     eval_instances: int = flag(2000, check=at_least_one)

@@ -256,9 +256,8 @@ class CrossEncoder(Indexed, ReferenceCalls, nn.Module):
                                "asks for another: leave num_labels out to load it, or load the checkpoint it was "
                                f"fine-tuned from with num_labels={num_labels} for a new classifier")
         overrides = {} if num_labels is None else {"num_labels": num_labels}
-        # a new classifier (and a pooler the checkpoint lacks) drawn as sentence-transformers draws it
-        classifier_model = models.from_pretrained_as_reference(BertForSequenceClassification, encoder_dir, **overrides,
-                                                               **options)
+        # a new classifier (and a pooler the checkpoint lacks) is drawn as transformers draws it, so as there
+        classifier_model = BertForSequenceClassification.from_pretrained(encoder_dir, **overrides, **options)
         self.add_module("0", Transformer(classifier_model, AutoTokenizer.from_pretrained(encoder_dir)))
         warn_saved_half(encoder_dir, options, self.model.config, 'load it with model_kwargs={"dtype": "auto"}')
         # 0 is checked, not taken for "not given": sentence-transformers cuts no pair at 0

@@ -277,7 +277,7 @@ def load_masked_lm(path: Path) -> BertForMaskedLM:
                            "from a checkpoint saved with its head (BertForMaskedLM or BertForPreTraining, e.g. one "
                            "`bertkit pretrain` wrote); sentence-transformers' CSR encoder for such a model "
                            "(Pooling + SparseAutoEncoder) is not implemented in bertkit")
-    return models.from_pretrained_as_reference(BertForMaskedLM, path, state_dict=weights)  # a transform it lacks
+    return BertForMaskedLM.from_pretrained(path, state_dict=weights)  # a transform it lacks drawn as transformers does
 
 
 class SparseStaticEmbedding(nn.Module):
