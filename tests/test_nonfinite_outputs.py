@@ -474,3 +474,28 @@ def test_a_result_is_searched_for_non_finite_values_in_any_nesting():
     records[512]["value"] = np.float32("nan")
     assert nonfinite_in(records) == "NaN at [512]['value']"
     assert nonfinite_in([{"scores": [1.0, float("inf")]}]) == "inf at [0]['scores'][1]"  # a list inside: walked
+
+
+@pytest.mark.parametrize("poison", [float("nan"), float("inf"), float("-inf")])
+def test_sparse_similarities_of_a_nonfinite_embedding_are_nan(poison):
+    """A sparse product multiplies only the dimensions both rows store: [NaN, 1, 0] scored 1.0 against [0, 1, 0] in
+    cos_sim and dot_score (and [inf, 1, 0] 0.0 in cos_sim), as in sentence-transformers, and a search of that query
+    ranked it first. Its similarities are NaN now, sparse and mixed, the other pairs' the dense numbers."""
+    from bertkit.sentence import util
+
+    good = torch.tensor([[1.0, 0, 0], [0, 1, 0], [1, 1, 0]])
+    bad = good.clone()
+    bad[1, 0] = poison
+    for name in ("cos_sim", "dot_score"):
+        fn = getattr(util, name)
+        expected = fn(good, good)
+        expected[:, 1] = torch.nan
+        torch.testing.assert_close(fn(good.to_sparse(), bad.to_sparse()), expected, equal_nan=True)
+        torch.testing.assert_close(fn(bad.to_sparse(), good.to_sparse()), expected.T, equal_nan=True)
+    for name in ("pairwise_cos_sim", "pairwise_dot_score"):
+        fn = getattr(util, name)
+        expected = torch.tensor([1.0, torch.nan, 2.0 if name == "pairwise_dot_score" else 1.0])
+        for a, b in ((good.to_sparse(), bad.to_sparse()), (good.to_sparse(), bad), (bad, good.to_sparse())):
+            torch.testing.assert_close(fn(a, b), expected, equal_nan=True)
+    with pytest.raises(NonFiniteError, match=r"^semantic_search: the similarity of query 0 and corpus entry 1 is NaN"):
+        util.semantic_search(good[1:2].to_sparse(), bad.to_sparse(), top_k=2)
