@@ -499,3 +499,23 @@ def test_sparse_similarities_of_a_nonfinite_embedding_are_nan(poison):
             torch.testing.assert_close(fn(a, b), expected, equal_nan=True)
     with pytest.raises(NonFiniteError, match=r"^semantic_search: the similarity of query 0 and corpus entry 1 is NaN"):
         util.semantic_search(good[1:2].to_sparse(), bad.to_sparse(), top_k=2)
+
+
+@pytest.mark.parametrize("poison", [float("nan"), float("inf"), float("-inf")])
+def test_sparse_intersection_refuses_a_nonfinite_embedding(poison):
+    """intersection() keeps the positive products: a NaN one (NaN > 0 is False) or a -inf one was dropped, and one
+    where the other side stores nothing never computed, so [0, NaN, 0, 0.1] shared 'piece 3' with [0, 0.5, 0, 0.2]
+    at 0.02, a finite intersection that decode listed, as in sentence-transformers. It is refused, naming the row."""
+    from bertkit.sentence.sparse_encoder.model import SparseEncoder
+
+    query = torch.tensor([0.0, 0.5, 0.0, 0.2])
+    docs = torch.tensor([[0.0, 0.4, 0.0, 0.0], [0.0, 0.3, 0.0, 0.1]])
+    shared = SparseEncoder.intersection(query, docs).to_dense()
+    torch.testing.assert_close(shared, torch.tensor([[0.0, 0.2, 0.0, 0.0], [0.0, 0.15, 0.0, 0.02]]))
+    for at in (1, 0):  # a piece both store, and one only the poisoned side stores
+        bad = docs.clone()
+        bad[1, at] = poison
+        with pytest.raises(NonFiniteError, match=r"^intersection: embeddings_2 row 1 holds a NaN or an infinity"):
+            SparseEncoder.intersection(query, bad)
+        with pytest.raises(NonFiniteError, match=r"^intersection: embeddings_1 holds a NaN or an infinity"):
+            SparseEncoder.intersection(bad[1], docs.to_sparse())

@@ -20,7 +20,7 @@ from torch import Tensor
 
 from bertkit.errors import BertkitError, is_whole, refusing_getattr
 from bertkit.progress import progress_bar
-from bertkit.sentence.finite import refuse_nan_scores, unit_length
+from bertkit.sentence.finite import nonfinite_rows, refuse_nan_scores, unit_length
 from bertkit.sentence.hard_negatives import mine_hard_negatives  # noqa: F401  (sentence_transformers.util's name)
 from bertkit.sentence.quantization import quantize_embeddings  # noqa: F401  (sentence_transformers.util's name)
 
@@ -122,18 +122,7 @@ def _sparse_products(a: Tensor, b: Tensor) -> Tensor:
     COO tensors as they are (the same numbers), where an uncoalesced one goes through CSR, which warns on every call
     that CSR is in beta. Silencing that warning took ``warnings.catch_warnings``, which swaps the process's filter
     list and, restored from another thread, dropped that thread's filters (a server encodes on several)."""
-    return _nan_beside_nonfinite(torch.mm(a, b.T.coalesce()).to_dense(), _nonfinite_rows(a), _nonfinite_rows(b))
-
-
-def _nonfinite_rows(x: Tensor) -> Tensor:
-    """(N,) True where row i of a batch holds a NaN or an infinity (a 0-d flag for one vector)."""
-    if not x.is_sparse:
-        return ~torch.isfinite(x).all(-1)
-    x = x.coalesce()
-    bad = ~torch.isfinite(x.values())
-    if x.dim() == 1:
-        return bad.any()
-    return torch.zeros(x.size(0), dtype=torch.bool, device=x.device).index_fill_(0, x.indices()[0][bad], True)
+    return _nan_beside_nonfinite(torch.mm(a, b.T.coalesce()).to_dense(), nonfinite_rows(a), nonfinite_rows(b))
 
 
 def _nan_beside_nonfinite(scores: Tensor, rows: Tensor, columns: Tensor | None = None) -> Tensor:
@@ -202,7 +191,7 @@ def _sparse_pairs_nan(scores: Tensor, a: Tensor, b: Tensor) -> Tensor:
     sparse (its product skips the dimensions it does not store: ``_nan_beside_nonfinite``)."""
     if not (a.is_sparse or b.is_sparse):
         return scores  # dense products carry a NaN through
-    return _nan_beside_nonfinite(scores, (_nonfinite_rows(a) | _nonfinite_rows(b)).expand(scores.shape))
+    return _nan_beside_nonfinite(scores, (nonfinite_rows(a) | nonfinite_rows(b)).expand(scores.shape))
 
 
 def pairwise_euclidean_sim(a: Any, b: Any) -> Tensor:
