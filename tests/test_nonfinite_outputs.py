@@ -519,3 +519,26 @@ def test_sparse_intersection_refuses_a_nonfinite_embedding(poison):
             SparseEncoder.intersection(query, bad)
         with pytest.raises(NonFiniteError, match=r"^intersection: embeddings_1 holds a NaN or an infinity"):
             SparseEncoder.intersection(bad[1], docs.to_sparse())
+
+
+def test_serve_normalises_a_vector_whose_norm_overflows_to_the_unit_vector_it_is(tmp_path, tiny_checkpoint):
+    """Every state 1e20 (finite; its float32 norm inf): /embed's normalisation divided it by inf, all zeros, and
+    /similarity scored a text 0.0 against itself (encode and the sentence-embedding pipeline already rescale it)."""
+    pytest.importorskip("fastapi")
+    from fastapi.testclient import TestClient
+
+    from bertkit.inference.serve import create_app
+
+    directory = tiny_checkpoint(tmp_path / "fe", "BertModel", tokenizer=VOCAB)
+    model = bertkit.BertModel.from_pretrained(directory)
+    with torch.no_grad():
+        model.encoder.layer[-1].output.LayerNorm.weight.zero_()
+        model.encoder.layer[-1].output.LayerNorm.bias.fill_(1e20)
+    model.save_pretrained(directory)
+    with TestClient(create_app(bertkit.pipeline("feature-extraction", directory), str(directory))) as client:
+        embedded = client.post("/embed", json={"inputs": ["hello world"]})
+        similar = client.post("/similarity", json={"inputs": {"source_sentence": "hello world",
+                                                              "sentences": ["hello world", "the cat"]}})
+    assert embedded.status_code == 200 and similar.status_code == 200, (embedded.text, similar.text)
+    assert embedded.json()[0] == pytest.approx([32**-0.5] * 32, rel=1e-6)
+    assert similar.json() == pytest.approx([1.0, 1.0])
