@@ -474,3 +474,71 @@ def test_a_result_is_searched_for_non_finite_values_in_any_nesting():
     records[512]["value"] = np.float32("nan")
     assert nonfinite_in(records) == "NaN at [512]['value']"
     assert nonfinite_in([{"scores": [1.0, float("inf")]}]) == "inf at [0]['scores'][1]"  # a list inside: walked
+
+
+@pytest.mark.parametrize("poison", [float("nan"), float("inf"), float("-inf")])
+def test_sparse_similarities_of_a_nonfinite_embedding_are_nan(poison):
+    """A sparse product multiplies only the dimensions both rows store: [NaN, 1, 0] scored 1.0 against [0, 1, 0] in
+    cos_sim and dot_score (and [inf, 1, 0] 0.0 in cos_sim), as in sentence-transformers, and a search of that query
+    ranked it first. Its similarities are NaN now, sparse and mixed, the other pairs' the dense numbers."""
+    from bertkit.sentence import util
+
+    good = torch.tensor([[1.0, 0, 0], [0, 1, 0], [1, 1, 0]])
+    bad = good.clone()
+    bad[1, 0] = poison
+    for name in ("cos_sim", "dot_score"):
+        fn = getattr(util, name)
+        expected = fn(good, good)
+        expected[:, 1] = torch.nan
+        torch.testing.assert_close(fn(good.to_sparse(), bad.to_sparse()), expected, equal_nan=True)
+        torch.testing.assert_close(fn(bad.to_sparse(), good.to_sparse()), expected.T, equal_nan=True)
+    for name in ("pairwise_cos_sim", "pairwise_dot_score"):
+        fn = getattr(util, name)
+        expected = torch.tensor([1.0, torch.nan, 2.0 if name == "pairwise_dot_score" else 1.0])
+        for a, b in ((good.to_sparse(), bad.to_sparse()), (good.to_sparse(), bad), (bad, good.to_sparse())):
+            torch.testing.assert_close(fn(a, b), expected, equal_nan=True)
+    with pytest.raises(NonFiniteError, match=r"^semantic_search: the similarity of query 0 and corpus entry 1 is NaN"):
+        util.semantic_search(good[1:2].to_sparse(), bad.to_sparse(), top_k=2)
+
+
+@pytest.mark.parametrize("poison", [float("nan"), float("inf"), float("-inf")])
+def test_sparse_intersection_refuses_a_nonfinite_embedding(poison):
+    """intersection() keeps the positive products: a NaN one (NaN > 0 is False) or a -inf one was dropped, and one
+    where the other side stores nothing never computed, so [0, NaN, 0, 0.1] shared 'piece 3' with [0, 0.5, 0, 0.2]
+    at 0.02, a finite intersection that decode listed, as in sentence-transformers. It is refused, naming the row."""
+    from bertkit.sentence.sparse_encoder.model import SparseEncoder
+
+    query = torch.tensor([0.0, 0.5, 0.0, 0.2])
+    docs = torch.tensor([[0.0, 0.4, 0.0, 0.0], [0.0, 0.3, 0.0, 0.1]])
+    shared = SparseEncoder.intersection(query, docs).to_dense()
+    torch.testing.assert_close(shared, torch.tensor([[0.0, 0.2, 0.0, 0.0], [0.0, 0.15, 0.0, 0.02]]))
+    for at in (1, 0):  # a piece both store, and one only the poisoned side stores
+        bad = docs.clone()
+        bad[1, at] = poison
+        with pytest.raises(NonFiniteError, match=r"^intersection: embeddings_2 row 1 holds a NaN or an infinity"):
+            SparseEncoder.intersection(query, bad)
+        with pytest.raises(NonFiniteError, match=r"^intersection: embeddings_1 holds a NaN or an infinity"):
+            SparseEncoder.intersection(bad[1], docs.to_sparse())
+
+
+def test_serve_normalises_a_vector_whose_norm_overflows_to_the_unit_vector_it_is(tmp_path, tiny_checkpoint):
+    """Every state 1e20 (finite; its float32 norm inf): /embed's normalisation divided it by inf, all zeros, and
+    /similarity scored a text 0.0 against itself (encode and the sentence-embedding pipeline already rescale it)."""
+    pytest.importorskip("fastapi")
+    from fastapi.testclient import TestClient
+
+    from bertkit.inference.serve import create_app
+
+    directory = tiny_checkpoint(tmp_path / "fe", "BertModel", tokenizer=VOCAB)
+    model = bertkit.BertModel.from_pretrained(directory)
+    with torch.no_grad():
+        model.encoder.layer[-1].output.LayerNorm.weight.zero_()
+        model.encoder.layer[-1].output.LayerNorm.bias.fill_(1e20)
+    model.save_pretrained(directory)
+    with TestClient(create_app(bertkit.pipeline("feature-extraction", directory), str(directory))) as client:
+        embedded = client.post("/embed", json={"inputs": ["hello world"]})
+        similar = client.post("/similarity", json={"inputs": {"source_sentence": "hello world",
+                                                              "sentences": ["hello world", "the cat"]}})
+    assert embedded.status_code == 200 and similar.status_code == 200, (embedded.text, similar.text)
+    assert embedded.json()[0] == pytest.approx([32**-0.5] * 32, rel=1e-6)
+    assert similar.json() == pytest.approx([1.0, 1.0])

@@ -328,7 +328,17 @@ def embedding(vector: list[Any], answer: dict[str, Any], default_normalize: bool
         v = v[..., :answer["dimensions"]]  # Matryoshka truncation, then normalisation (TEI's order)
     normalize = answer.get("normalize")
     if default_normalize if normalize is None else normalize:
-        v = v / np.maximum(np.linalg.norm(v, axis=-1, keepdims=True), 1e-12)
+        # finite values past about 1.8e19 have an infinite float32 norm: divided by it the vector came out all zeros,
+        # and /similarity scored it 0.0 against a text it equals. Scaled by its largest magnitude first, it is the unit
+        # vector it is (bertkit.sentence.finite.unit_length's rule); a NaN or inf stays, for the answer's check
+        with np.errstate(over="ignore", invalid="ignore"):
+            norm = np.linalg.norm(v, axis=-1, keepdims=True)
+            largest = np.abs(v).max(axis=-1, keepdims=True) if v.size else norm
+            over = np.isinf(norm) & np.isfinite(largest)
+            if over.any():
+                v = np.where(over, v / np.where(over, largest, 1), v)
+                norm = np.where(over, np.linalg.norm(v, axis=-1, keepdims=True), norm)
+            v = v / np.maximum(norm, 1e-12)
     return v.tolist()
 
 

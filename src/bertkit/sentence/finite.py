@@ -72,3 +72,15 @@ def refuse_nan_scores(scores: torch.Tensor, who: str, rows: str, columns: str = 
                              "range?), or finite ones so large that their similarity overflows float32; find them "
                              "with torch.isfinite(embeddings).all(dim=1) and embeddings.abs().amax(dim=1), and embed "
                              "with a model whose outputs are finite and of ordinary size")
+
+
+def nonfinite_rows(x: torch.Tensor) -> torch.Tensor:
+    """(N,) True where row i of a batch, dense or sparse, holds a NaN or an infinity (a 0-d flag for one vector): a
+    sparse tensor's stored values are read, never made dense."""
+    if not x.is_sparse:
+        return ~torch.isfinite(x).all(-1)
+    x = x.coalesce()
+    bad = ~torch.isfinite(x.values())
+    if x.dim() == 1:
+        return bad.any()
+    return torch.zeros(x.size(0), dtype=torch.bool, device=x.device).index_fill_(0, x.indices()[0][bad], True)

@@ -20,7 +20,7 @@ from torch import Tensor
 
 from bertkit.errors import BertkitError, is_whole, refusing_getattr
 from bertkit.progress import progress_bar
-from bertkit.sentence.finite import refuse_nan_scores, unit_length
+from bertkit.sentence.finite import nonfinite_rows, refuse_nan_scores, unit_length
 from bertkit.sentence.hard_negatives import mine_hard_negatives  # noqa: F401  (sentence_transformers.util's name)
 from bertkit.sentence.quantization import quantize_embeddings  # noqa: F401  (sentence_transformers.util's name)
 
@@ -122,7 +122,21 @@ def _sparse_products(a: Tensor, b: Tensor) -> Tensor:
     COO tensors as they are (the same numbers), where an uncoalesced one goes through CSR, which warns on every call
     that CSR is in beta. Silencing that warning took ``warnings.catch_warnings``, which swaps the process's filter
     list and, restored from another thread, dropped that thread's filters (a server encodes on several)."""
-    return torch.mm(a, b.T.coalesce()).to_dense()
+    return _nan_beside_nonfinite(torch.mm(a, b.T.coalesce()).to_dense(), nonfinite_rows(a), nonfinite_rows(b))
+
+
+def _nan_beside_nonfinite(scores: Tensor, rows: Tensor, columns: Tensor | None = None) -> Tensor:
+    """``scores`` NaN at the ``rows`` (and the ``columns``) of embeddings holding a NaN or an infinity. A sparse
+    product multiplies only the dimensions both rows store, so a NaN where the other row stores nothing never met a 0
+    (dense, 0 x NaN is NaN): an embedding holding a NaN scored 1.0 against one it shares a finite dimension with, and
+    one holding an infinity 0.0, as in sentence-transformers; a score like any other, ranked and thresholded."""
+    if not (rows.any() or (columns is not None and columns.any())):
+        return scores
+    scores = scores.clone()
+    scores[rows] = torch.nan
+    if columns is not None:
+        scores[..., columns] = torch.nan
+    return scores
 
 
 def cos_sim(a: Any, b: Any) -> Tensor:
@@ -163,12 +177,21 @@ def pairwise_cos_sim(a: Any, b: Any) -> Tensor:
     """(N,) cosine similarity of ``a[i]`` with ``b[i]`` (a scalar for two vectors). A sparse batch times a dense
     one stays a mixed product, which broadcasts one vector over the other's rows (two sparse tensors do not)."""
     a, b = _rows(a, b)
-    return (normalize_embeddings(a) * normalize_embeddings(b)).sum(-1).to_dense()
+    scores = (normalize_embeddings(a) * normalize_embeddings(b)).sum(-1).to_dense()
+    return _sparse_pairs_nan(scores, a, b)
 
 
 def pairwise_dot_score(a: Any, b: Any) -> Tensor:
     a, b = _rows(a, b)  # not _same_layout: as pairwise_cos_sim
-    return (a * b).sum(-1).to_dense()
+    return _sparse_pairs_nan((a * b).sum(-1).to_dense(), a, b)
+
+
+def _sparse_pairs_nan(scores: Tensor, a: Tensor, b: Tensor) -> Tensor:
+    """A pairwise product's ``scores`` NaN where ``a[i]`` or ``b[i]`` holds a NaN or an infinity, when either is
+    sparse (its product skips the dimensions it does not store: ``_nan_beside_nonfinite``)."""
+    if not (a.is_sparse or b.is_sparse):
+        return scores  # dense products carry a NaN through
+    return _nan_beside_nonfinite(scores, (nonfinite_rows(a) | nonfinite_rows(b)).expand(scores.shape))
 
 
 def pairwise_euclidean_sim(a: Any, b: Any) -> Tensor:

@@ -51,6 +51,7 @@ from bertkit.sentence.calls import (
     texts_of,
 )
 from bertkit.sentence.directory import token_limit, write_st_config
+from bertkit.sentence.finite import nonfinite_rows
 from bertkit.sentence.prompts import Prompted
 from bertkit.sentence.sparse_encoder.modules import (
     MLMTransformer,
@@ -467,6 +468,16 @@ class SparseEncoder(ReferenceCalls, Prompted, SimilarityByName, nn.Sequential):
         if a.dim() != 1 or b.dim() not in (1, 2) or a.shape[-1] != b.shape[-1]:
             raise BertkitError(f"intersection() takes a (V,) embedding and a (V,) or (N, V) one of the same V, got "
                                f"{tuple(a.shape)} and {tuple(b.shape)}")
+        # a product skips the dimensions one side does not store and the filter below drops a NaN (NaN > 0 is
+        # False): an embedding holding a NaN came out a finite intersection, which decode lists as the shared pieces
+        for what, x in (("embeddings_1", a), ("embeddings_2", b)):
+            bad = nonfinite_rows(x)
+            if bad.any():
+                row = f" row {int(bad.nonzero()[0])}" if x.dim() == 2 else ""
+                raise NonFiniteError(f"intersection: {what}{row} holds a NaN or an infinity, which shares no word "
+                                     "piece with anything: the model's outputs are not finite (broken weights?); find "
+                                     "such rows with torch.isfinite(embeddings.to_dense()).all(dim=-1), and encode "
+                                     "with a model whose outputs are finite")
         both = (a * b if b.dim() == 1 else torch.stack([a * row for row in b])).coalesce()
         keep = both.values() > 0
         return torch.sparse_coo_tensor(both.indices()[:, keep], both.values()[keep], both.size(), check_invariants=False)
