@@ -388,6 +388,16 @@ def test_ported_losses_name_bad_arguments(model):
 
 
 
+def _squad_pairs(data_dir) -> list[tuple[str, str]]:
+    """(question, the first 160 characters of its paragraph) for 2 questions of each of SQuAD dev's first 20
+    paragraphs: a paragraph is the positive of two rows."""
+    path = data_dir / "squad" / "dev-v1.1.json"
+    if not path.is_file():
+        pytest.skip(f"{path} absent")
+    paragraphs = json.loads(path.read_text())["data"][0]["paragraphs"][:20]
+    return [(q["question"], p["context"][:160]) for p in paragraphs for q in p["qas"][:2]]
+
+
 def test_a_prompted_anchor_leaves_the_candidates_embedded_together(tmp_path, minilm_2_layers, data_dir):
     """A prompt on the anchor column alone (prompts={"anchor": ...}) made every column run on its own, so a text in
     both the positive and the negative column (of another width) came out a rounding apart; GISTEmbedLoss's strict
@@ -401,11 +411,7 @@ def test_a_prompted_anchor_leaves_the_candidates_embedded_together(tmp_path, min
     model, guide = SentenceTransformer(model_dir), SentenceTransformer(guide_dir)
     ref = st.SentenceTransformer(str(model_dir), device="cpu")
     ref_guide = st.SentenceTransformer(str(guide_dir), device="cpu")
-    path = data_dir / "squad" / "dev-v1.1.json"
-    if not path.is_file():
-        pytest.skip(f"{path} absent")
-    paragraphs = json.loads(path.read_text())["data"][0]["paragraphs"][:20]
-    pairs = [(q["question"], p["context"][:160]) for p in paragraphs for q in p["qas"][:2]]  # 2 questions a paragraph
+    pairs = _squad_pairs(data_dir)
     # a batch sentence-transformers' trainer drew (seed 42) of (question, its paragraph, the paragraph 7 pairs on): the
     # negatives of rows 1 and 6 are the positives of rows 2 and 4, in a column of another width
     batch = [6, 15, 22, 2, 10, 19, 3, 18]
@@ -421,3 +427,28 @@ def test_a_prompted_anchor_leaves_the_candidates_embedded_together(tmp_path, min
         got = losses.GISTEmbedLoss(model, guide)(got_features, None)
         want = st_losses.GISTEmbedLoss(ref, ref_guide)(want_features, None)
     torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-5)
+
+
+def test_cached_gist_masks_the_guides_near_ties_as_sentence_transformers(tmp_path, minilm_2_layers, data_dir):
+    """A text in two mini-batches of other widths embeds a rounding apart, so the guide scores it against an anchor
+    within a unit in the last place of the anchor's own positive: the strict ``>`` that masks false negatives then
+    turns on how the score is rounded. Scored by a matrix product, rows 2 and 5's shared paragraph stayed in the
+    softmax where sentence-transformers (torch's cosine_similarity) masks it: the 4th step of a CachedGISTEmbedLoss
+    run with a prompt on every column and a pooling that leaves it out was 0.548 against 0.462. The guide's scores
+    are now computed as there."""
+    pooling = {**POOLING, "include_prompt": False}
+    model_dir = st_directory(minilm_2_layers, tmp_path / "m", pooling=pooling, dropout=0.0, max_seq_length=64)
+    model, ref = SentenceTransformer(model_dir), st.SentenceTransformer(str(model_dir), device="cpu")
+    pairs = _squad_pairs(data_dir)
+    # the 4th batch sentence-transformers' trainer drew (seed 42) of (question, its paragraph, the paragraph 7 pairs on)
+    batch = [4, 12, 7, 22, 9, 6, 5, 20]
+    columns = [[pairs[i][0] for i in batch], [pairs[i][1] for i in batch],
+               [pairs[(i + 7) % len(pairs)][1] for i in batch]]
+    assert columns[1][2] == columns[1][5]  # one paragraph, in the mini-batches of rows 0-2 and 3-5
+    got_features = [model.tokenize(texts, prompt="query: ") for texts in columns]
+    want_features = [ref.preprocess(texts, prompt="query: ") for texts in columns]
+    with torch.no_grad():
+        # the model guides itself: an untrained model's guide is a copy of it
+        got = losses.CachedGISTEmbedLoss(model, model, mini_batch_size=3)(got_features, None)
+        want = st_losses.CachedGISTEmbedLoss(ref, ref, mini_batch_size=3)(want_features, None)
+    torch.testing.assert_close(got, want, atol=0, rtol=1e-5)

@@ -67,7 +67,8 @@ def test_bad_input_is_named_before_anything_is_written(model, tmp_path):
         SentenceTransformerTrainer(model=model, args=st_args(tmp_path, per_device_train_batch_size=1), loss=mnrl,
                                    train_dataset=PAIRS)
     with pytest.raises(BertkitError, match=r"router_mapping=\{'anchor': 'query'\} maps columns to a Router's routes, "
-                                           "and a bertkit SentenceTransformer has no Router: drop router_mapping"):
+                                           "and a bertkit SentenceTransformer has no Router: drop router_mapping "
+                                           r"\(sentence-transformers ignores it on a model without a Router\)"):
         SentenceTransformerTrainer(model=model, args=st_args(tmp_path, router_mapping={"anchor": "query"}), loss=mnrl,
                                    train_dataset=PAIRS)
     with pytest.raises(BertkitError, match=r"batch_sampler 'by_label' is not implemented: give one of \['batch_sampler', "

@@ -176,10 +176,13 @@ class SentenceTransformerTrainer(Trainer):
         return LossModel(self.loss)
 
     def _check_router_mapping(self, model: SentenceTransformer, mapping: dict[str, str]) -> None:
-        """A SentenceTransformer has no Router: no route to map a column to."""
+        """A SentenceTransformer has no Router: no route to map a column to. sentence-transformers takes the mapping
+        and trains as without it (its Transformer reads a column's task only for a query_length, document_length,
+        query_expansion or chat template, which bertkit refuses), so a mapping here is a mistake, refused by name."""
         if mapping:
             raise BertkitError(f"router_mapping={mapping!r} maps columns to a Router's routes, and a bertkit "
-                               f"{type(model).__name__} has no Router: drop router_mapping")
+                               f"{type(model).__name__} has no Router: drop router_mapping (sentence-transformers "
+                               "ignores it on a model without a Router)")
 
     def _examples_of(self, dataset: Any, args: SentenceTransformerTrainingArguments,
                      what: str) -> SentenceExamples | dict[str, SentenceExamples]:

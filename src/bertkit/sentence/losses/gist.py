@@ -68,7 +68,7 @@ class GISTEmbedLoss(SentenceLoss):
                                "loss(features, labels), or pass guide_embeddings=loss.embed_guide(features)")
         anchor, positive, *negative = embeddings  # (B, D) each
         g_anchor, g_positive, *g_negative = guide_embeddings
-        g_ap = cos_sim(g_anchor, g_positive)  # (B, B)
+        g_ap = guide_similarity(g_anchor, g_positive)  # (B, B)
         own = g_ap.diagonal().unsqueeze(1)  # (B, 1): the guide's similarity of each anchor with its positive
         limit = own - self.margin if self.margin_strategy == "absolute" else own - own.abs() * self.margin
 
@@ -80,13 +80,29 @@ class GISTEmbedLoss(SentenceLoss):
 
         scores = [vetted(cos_sim(anchor, positive), g_ap, keep_own=True)]
         if self.contrast_anchors:
-            scores.append(vetted(cos_sim(anchor, anchor), cos_sim(g_anchor, g_anchor)))
+            scores.append(vetted(cos_sim(anchor, anchor), guide_similarity(g_anchor, g_anchor)))
         if self.contrast_positives:
-            scores.append(vetted(cos_sim(positive, positive), cos_sim(g_positive, g_positive)))
+            scores.append(vetted(cos_sim(positive, positive), guide_similarity(g_positive, g_positive)))
         for n, g_n in zip(negative, g_negative):
-            scores.append(vetted(cos_sim(anchor, n), cos_sim(g_anchor, g_n)))
+            scores.append(vetted(cos_sim(anchor, n), guide_similarity(g_anchor, g_n)))
         logits = torch.cat(scores, dim=1) / self.temperature  # (B, B * columns)
         return F.cross_entropy(logits, torch.arange(len(anchor), device=anchor.device))
+
+
+# Rows of a guide_similarity chunk: at most this many elements in its (rows, M, D) products (64 MB in float32).
+_GUIDE_CHUNK_ELEMENTS = 1 << 24
+
+
+def guide_similarity(a: Tensor, b: Tensor) -> Tensor:
+    """(N, M) cosine similarities of the guide's embeddings, computed as sentence-transformers computes them (torch's
+    ``cosine_similarity`` of each pair: the products summed along D), not as ``cos_sim``'s matrix product, whose sums
+    round otherwise. A candidate is masked on a strict ``>`` against the anchor's own score, and a text in two
+    mini-batches (or columns) of other widths embeds a rounding apart: scores one unit apart in the last place
+    masked another candidate than sentence-transformers did, and moved the loss by a fifth. The rows run in chunks,
+    to bound the (rows, M, D) products; each score is the same whatever the chunk."""
+    rows = max(1, _GUIDE_CHUNK_ELEMENTS // max(1, b.shape[0] * b.shape[1]))
+    return torch.cat([F.cosine_similarity(a[i:i + rows].unsqueeze(1), b.unsqueeze(0), dim=-1)  # (rows, M)
+                      for i in range(0, max(1, a.shape[0]), rows)])
 
 
 def _check_same_tokens(model: Any, guide: Any) -> None:
