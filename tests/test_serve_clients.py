@@ -735,7 +735,7 @@ def _glue_cross_encoder(directory: Path, task: str | None, id2label: dict | None
     from bertkit.tasks.glue import GLUE_TASKS
     from bertkit.tokenization import BertTokenizer
 
-    torch.manual_seed(0)
+    torch.manual_seed(3)  # a draw whose texts score apart (seed 0's all score 1.0 at the classifier x 500)
     id2label = id2label or dict(enumerate(GLUE_TASKS[task].labels))
     config = BertConfig(vocab_size=30522, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
                         intermediate_size=37, id2label=id2label)
