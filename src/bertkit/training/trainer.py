@@ -55,9 +55,10 @@ from bertkit.training.checkpoint import (
     HF_LAYOUT,
     STATE_FILE,
     OptimizerLayout,
+    checkpoint_weights,
     load_model_state,
+    model_only_checkpoint,
     named_checkpoint,
-    read_state,
     refuse_foreign_checkpoints,
     refuse_other_run,
     remove_torn_writes,
@@ -68,6 +69,7 @@ from bertkit.training.loop import LoopHooks, Phase, Position, train
 from bertkit.training.run_setup import run_fingerprint
 from bertkit.training.seeding import seed_generators
 from bertkit.training.token_loss import forward_parameters
+from bertkit.training.tokens_seen import input_tokens, speed_metrics
 from bertkit.training.trainer_args import TrainingArguments
 from bertkit.training.trainer_eval import TrainerEvaluation
 from bertkit.training.trainer_loss import TrainerLoss
@@ -208,12 +210,19 @@ class Trainer(TrainerLoss, TrainerEvaluation):
                 for f in dataclasses.fields(TrainerControl):  # the loop holds self.control: copied into it
                     setattr(self.control, f.name, getattr(returned, f.name))
 
-    def log(self, logs: dict[str, float]) -> None:
+    def log(self, logs: dict[str, float], start_time: float | None = None) -> None:
         """Add a record to ``state.log_history`` (with the epoch and step, as transformers) and tell callbacks. The
         epoch goes into ``logs`` itself, as transformers puts it: evaluate()'s metrics, on_evaluate's and train()'s
-        carry it because they are the dict logged."""
+        carry it because they are the dict logged. With include_num_input_tokens_seen, every record carries
+        num_input_tokens_seen, and one given ``start_time`` (the training loss's) this train() call's
+        train_runtime and train_tokens_per_second, as transformers logs them."""
         if self.state.epoch is not None:
             logs["epoch"] = self.state.epoch
+        if self.args.include_num_input_tokens_seen != "no":
+            logs["num_input_tokens_seen"] = self.state.num_input_tokens_seen
+            if start_time is not None:
+                logs.update(speed_metrics("train", start_time,
+                                          self.state.num_input_tokens_seen - self._tokens_at_start))
         record = {**logs, "step": self.state.global_step}
         self.state.log_history.append(record)
         self._event("on_log", logs=logs)
@@ -307,6 +316,8 @@ class Trainer(TrainerLoss, TrainerEvaluation):
 
         self.state = self._new_state(total, per_epoch, resume)
         self.control = TrainerControl()
+        # transformers' start of the run's clock, and of this call's tokens (the tokens per second it logs)
+        self._train_start, self._tokens_at_start = time.time(), self.state.num_input_tokens_seen
         self._micro_per_epoch = len(plan)
         start_step = self.state.global_step
         # rank 0 locks output_dir and writes into it as it goes, as transformers' Trainer does (bertkit.runs):
@@ -327,8 +338,9 @@ class Trainer(TrainerLoss, TrainerEvaluation):
                                                transformers_files=self._transformers_files(),
                                                schedule_steps=self._schedule_steps,
                                                schedule_options=args.lr_scheduler_kwargs,
-                                               compute_loss=self._training_loss,
-                                               count_items=self._count_items, seeded=True))
+                                               compute_loss=self._counted_loss,
+                                               count_items=self._count_items, seeded=True,
+                                               model_only=args.save_only_model))
         finally:
             self._in_train = False
         seconds = time.perf_counter() - t0
@@ -338,7 +350,7 @@ class Trainer(TrainerLoss, TrainerEvaluation):
         # save) would otherwise find it held and stop, and load_best_model_at_end reads that checkpoint
         agree(True, "training")
         if args.load_best_model_at_end and self.state.best_model_checkpoint is not None:
-            load_model_state(self._module, read_state(Path(self.state.best_model_checkpoint))["model"])
+            load_model_state(self._module, checkpoint_weights(Path(self.state.best_model_checkpoint)))
         loss = result.train_loss
         done = result.step - start_step
         metrics = {"train_runtime": seconds, "train_samples_per_second": done * accum * plan.batch_size * info.world_size
@@ -347,6 +359,17 @@ class Trainer(TrainerLoss, TrainerEvaluation):
         self._event("on_train_end")
         return TrainOutput(result.step, loss, metrics)
 
+    def _counted_loss(self, module: nn.Module, batch: dict, num_items: float | None) -> tuple[torch.Tensor, Any, bool]:
+        """The loop's loss (``_training_loss``), each micro-batch's input tokens counted into
+        ``state.num_input_tokens_seen`` first with include_num_input_tokens_seen, as transformers counts them."""
+        how = self.args.include_num_input_tokens_seen
+        if how != "no":
+            count = input_tokens(batch, how, getattr(self.model, "main_input_name", "input_ids"),
+                                 getattr(self.processing_class, "pad_token_id", None), self.device)
+            self.state.num_input_tokens_seen += count or 0
+        return self._training_loss(module, batch, num_items)
+
+    _train_start = _tokens_at_start = 0  # train()'s clock and state.num_input_tokens_seen when it began
     _schedule_steps: int | None = None  # the schedule's length, where it is not the run's (loop.LoopHooks)
     _trained = False  # a train() call has reached the loop (and built an optimiser transformers would keep)
     _grouped: LengthGroupedOrder | None = None  # group_by_length's order, drawn as each epoch begins
@@ -401,6 +424,7 @@ class Trainer(TrainerLoss, TrainerEvaluation):
             for key in ("log_history", "best_metric", "best_global_step", "best_model_checkpoint", "global_step",
                         "epoch"):
                 setattr(state, key, saved.get(key))
+            state.num_input_tokens_seen = saved.get("num_input_tokens_seen") or 0  # (absent: written before it was)
             restore_callback_states(self.callbacks, saved.get("stateful_callbacks") or {})
         return state
 
@@ -412,6 +436,8 @@ class Trainer(TrainerLoss, TrainerEvaluation):
         if resume is True:
             found = HF_LAYOUT.dirs(out)
             whole = [p for p in found if (p / STATE_FILE).is_file() and (p / TRAINER_STATE).is_file()]
+            newer = found[found.index(whole[-1]) + 1:] if whole else found
+            _refuse_model_only([p for p in newer if model_only_checkpoint(p)][-1:])
             refuse_foreign_checkpoints(out, whole[-1] if whole else None)
             if not whole:
                 raise BertkitError(f"resume_from_checkpoint=True, but {out} holds no checkpoint-N directory with "
@@ -423,6 +449,8 @@ class Trainer(TrainerLoss, TrainerEvaluation):
                                "checkpoint bertkit wrote whole)", whole[-1], ", ".join(skipped), STATE_FILE,
                                TRAINER_STATE)
             return whole[-1]
+        if isinstance(resume, (str, Path)) and model_only_checkpoint(Path(resume)):
+            _refuse_model_only([Path(resume)])
         path = named_checkpoint(resume)
         if path.resolve().parent != out.resolve():
             raise BertkitError(f"resume_from_checkpoint {path} is not in output_dir {out}; set output_dir to the "
@@ -454,7 +482,7 @@ class Trainer(TrainerLoss, TrainerEvaluation):
         step = record["step"]
         if record["split"] == "train":
             norm = {"grad_norm": record["grad_norm"]} if "grad_norm" in record else {}
-            self.log({"loss": record["loss"], **norm, "learning_rate": record["lr"]})
+            self.log({"loss": record["loss"], **norm, "learning_rate": record["lr"]}, self._train_start)
             return
         metrics = {k: v for k, v in record.items() if k.startswith("eval_")}
         logged = self._evaluate_overridden()  # then every evaluation in the loop was the override's, logged by it
@@ -581,6 +609,17 @@ class Trainer(TrainerLoss, TrainerEvaluation):
         self.model.save_pretrained(directory)
         if self.processing_class is not None and hasattr(self.processing_class, "save_pretrained"):
             self.processing_class.save_pretrained(directory)
+
+
+def _refuse_model_only(paths: list[Path]) -> None:
+    """A checkpoint of the model alone (save_only_model=True) continues no run: transformers' Trainer goes on from one
+    with a fresh AdamW and the schedule from its first step, without a word, which trains another model."""
+    if paths:
+        raise BertkitError(f"resume_from_checkpoint: {paths[0]} was written with save_only_model=True and holds the "
+                           "model without the optimiser, schedule and random states, so it cannot continue the run "
+                           "(transformers' Trainer would go on with a fresh optimiser and the schedule from its first "
+                           f"step); start a new run from its weights, from_pretrained({str(paths[0])!r}), in another "
+                           "output_dir, or train with save_only_model=False to write resumable checkpoints")
 
 
 def _fp16(requested: bool, device: str) -> bool:
