@@ -53,8 +53,18 @@ def _tokens_in_checkpoints(out: Path) -> dict[str, int]:
             for p in sorted(out.glob("checkpoint-*"))}
 
 
-@pytest.mark.parametrize("how", ["all", pytest.param("non_padding", marks=pytest.mark.slow),
-                                 pytest.param(True, marks=pytest.mark.slow)])
+def test_num_input_tokens_seen_counts_each_accumulated_micro_batch(checkpoint, tmp_path):
+    """bertkit alone, fast: the counts of the slow test below's "all" run, which are transformers' (44 tokens in the
+    first step's two micro-batches, padded to their longest rows), in the log and the checkpoint."""
+    trainer = _trainer(bertkit, checkpoint, tmp_path, include_num_input_tokens_seen="all", eval_strategy="no")
+    trainer.train()
+    assert [(h["step"], h["num_input_tokens_seen"]) for h in trainer.state.log_history] == [
+        (1, 44), (2, 102), (3, 138), (3, 138)]
+    assert _tokens_in_checkpoints(tmp_path) == {"checkpoint-2": 102, "checkpoint-3": 138}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("how", ["all", "non_padding", True])
 def test_num_input_tokens_seen_is_logged_as_transformers_logs_it(checkpoint, tmp_path, how):
     """include_num_input_tokens_seen was refused. Now every record (training loss, evaluation, the run's end) carries
     transformers' count, each accumulated micro-batch counted, and the training loss's records its

@@ -93,7 +93,7 @@ def save_checkpoint(out_dir: Path, state: dict, step: int, keep: int, model: nn.
     (``_write_transformers_files``), the optimiser's moments stored there once (an ``OptimizerLayout``: in the
     parameter groups of the trainer that reads them, which state.pt records to read them back). ``model_only``
     (transformers' ``save_only_model``): the model and ``write_extra``'s files alone, without state.pt or the resume
-    files, as transformers writes such a checkpoint; no run resumes from it (``model_only_checkpoint``)."""
+    files, as transformers writes such a checkpoint; no run resumes from it (``refuse_model_only``)."""
     final = layout.path(out_dir, step)
     if model_only:
         assert hasattr(model, "save_pretrained"), "a model-only checkpoint is the model's save_pretrained"
@@ -368,11 +368,17 @@ def checkpoint_weights(path: Path) -> dict:
     return read_state(path)["model"] if (path / STATE_FILE).is_file() else _read_weights(path, WEIGHTS_NAME)
 
 
-def model_only_checkpoint(path: Path) -> bool:
-    """Whether ``path`` is a checkpoint written with transformers' ``save_only_model``: the model and trainer_state.json,
-    and neither state.pt nor transformers' optimizer.pt."""
-    return ((path / WEIGHTS_NAME).is_file() and (path / "trainer_state.json").is_file()
-            and not (path / STATE_FILE).exists() and not (path / OPTIMIZER_FILE).exists())
+def refuse_model_only(path: Path) -> None:
+    """Refuse to resume ``path`` where it was written with transformers' ``save_only_model`` (the model and
+    trainer_state.json, neither state.pt nor optimizer.pt): transformers' Trainer goes on from one with a fresh AdamW
+    and the schedule from its first step, without a word, which trains another model."""
+    if ((path / WEIGHTS_NAME).is_file() and (path / "trainer_state.json").is_file()
+            and not (path / STATE_FILE).exists() and not (path / OPTIMIZER_FILE).exists()):
+        raise BertkitError(f"resume_from_checkpoint: {path} was written with save_only_model=True and holds the model "
+                           "without the optimiser, schedule and random states, so it cannot continue the run "
+                           "(transformers' Trainer would go on with a fresh optimiser and the schedule from its first "
+                           f"step); start a new run from its weights, from_pretrained({str(path)!r}), in another "
+                           "output_dir, or train with save_only_model=False to write resumable checkpoints")
 
 
 def _read_optimizer(path: Path, name: str) -> dict:

@@ -57,9 +57,9 @@ from bertkit.training.checkpoint import (
     OptimizerLayout,
     checkpoint_weights,
     load_model_state,
-    model_only_checkpoint,
     named_checkpoint,
     refuse_foreign_checkpoints,
+    refuse_model_only,
     refuse_other_run,
     remove_torn_writes,
 )
@@ -69,7 +69,7 @@ from bertkit.training.loop import LoopHooks, Phase, Position, train
 from bertkit.training.run_setup import run_fingerprint
 from bertkit.training.seeding import seed_generators
 from bertkit.training.token_loss import forward_parameters
-from bertkit.training.tokens_seen import input_tokens, speed_metrics
+from bertkit.training.tokens_seen import speed_metrics
 from bertkit.training.trainer_args import TrainingArguments
 from bertkit.training.trainer_eval import TrainerEvaluation
 from bertkit.training.trainer_loss import TrainerLoss
@@ -359,16 +359,6 @@ class Trainer(TrainerLoss, TrainerEvaluation):
         self._event("on_train_end")
         return TrainOutput(result.step, loss, metrics)
 
-    def _counted_loss(self, module: nn.Module, batch: dict, num_items: float | None) -> tuple[torch.Tensor, Any, bool]:
-        """The loop's loss (``_training_loss``), each micro-batch's input tokens counted into
-        ``state.num_input_tokens_seen`` first with include_num_input_tokens_seen, as transformers counts them."""
-        how = self.args.include_num_input_tokens_seen
-        if how != "no":
-            count = input_tokens(batch, how, getattr(self.model, "main_input_name", "input_ids"),
-                                 getattr(self.processing_class, "pad_token_id", None), self.device)
-            self.state.num_input_tokens_seen += count or 0
-        return self._training_loss(module, batch, num_items)
-
     _train_start = _tokens_at_start = 0  # train()'s clock and state.num_input_tokens_seen when it began
     _schedule_steps: int | None = None  # the schedule's length, where it is not the run's (loop.LoopHooks)
     _trained = False  # a train() call has reached the loop (and built an optimiser transformers would keep)
@@ -436,8 +426,8 @@ class Trainer(TrainerLoss, TrainerEvaluation):
         if resume is True:
             found = HF_LAYOUT.dirs(out)
             whole = [p for p in found if (p / STATE_FILE).is_file() and (p / TRAINER_STATE).is_file()]
-            newer = found[found.index(whole[-1]) + 1:] if whole else found
-            _refuse_model_only([p for p in newer if model_only_checkpoint(p)][-1:])
+            for path in (found[found.index(whole[-1]) + 1:] if whole else found)[::-1]:
+                refuse_model_only(path)  # the newest written with save_only_model, unless a whole one is newer
             refuse_foreign_checkpoints(out, whole[-1] if whole else None)
             if not whole:
                 raise BertkitError(f"resume_from_checkpoint=True, but {out} holds no checkpoint-N directory with "
@@ -449,8 +439,8 @@ class Trainer(TrainerLoss, TrainerEvaluation):
                                "checkpoint bertkit wrote whole)", whole[-1], ", ".join(skipped), STATE_FILE,
                                TRAINER_STATE)
             return whole[-1]
-        if isinstance(resume, (str, Path)) and model_only_checkpoint(Path(resume)):
-            _refuse_model_only([Path(resume)])
+        if isinstance(resume, (str, Path)):
+            refuse_model_only(Path(resume))
         path = named_checkpoint(resume)
         if path.resolve().parent != out.resolve():
             raise BertkitError(f"resume_from_checkpoint {path} is not in output_dir {out}; set output_dir to the "
@@ -482,7 +472,12 @@ class Trainer(TrainerLoss, TrainerEvaluation):
         step = record["step"]
         if record["split"] == "train":
             norm = {"grad_norm": record["grad_norm"]} if "grad_norm" in record else {}
-            self.log({"loss": record["loss"], **norm, "learning_rate": record["lr"]}, self._train_start)
+            logs = {"loss": record["loss"], **norm, "learning_rate": record["lr"]}
+            # the clock only where it is read: a log(self, logs) override written before it was passed still runs
+            if self.args.include_num_input_tokens_seen != "no":
+                self.log(logs, self._train_start)
+            else:
+                self.log(logs)
             return
         metrics = {k: v for k, v in record.items() if k.startswith("eval_")}
         logged = self._evaluate_overridden()  # then every evaluation in the loop was the override's, logged by it
@@ -609,17 +604,6 @@ class Trainer(TrainerLoss, TrainerEvaluation):
         self.model.save_pretrained(directory)
         if self.processing_class is not None and hasattr(self.processing_class, "save_pretrained"):
             self.processing_class.save_pretrained(directory)
-
-
-def _refuse_model_only(paths: list[Path]) -> None:
-    """A checkpoint of the model alone (save_only_model=True) continues no run: transformers' Trainer goes on from one
-    with a fresh AdamW and the schedule from its first step, without a word, which trains another model."""
-    if paths:
-        raise BertkitError(f"resume_from_checkpoint: {paths[0]} was written with save_only_model=True and holds the "
-                           "model without the optimiser, schedule and random states, so it cannot continue the run "
-                           "(transformers' Trainer would go on with a fresh optimiser and the schedule from its first "
-                           f"step); start a new run from its weights, from_pretrained({str(paths[0])!r}), in another "
-                           "output_dir, or train with save_only_model=False to write resumable checkpoints")
 
 
 def _fp16(requested: bool, device: str) -> bool:
