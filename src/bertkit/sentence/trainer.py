@@ -169,6 +169,10 @@ class SentenceTransformerTrainer(Trainer):
         if args.save_only_model:  # its checkpoints hold the loss too, which a model-only save leaves out
             raise BertkitError(f"{trainer}: save_only_model=True is not implemented for the sentence trainers; train "
                                "with save_only_model=False and save the model alone with trainer.save_model(DIR)")
+        if args.include_num_input_tokens_seen != "no":  # its columns' features are no batch input_ids there
+            raise BertkitError(f"{trainer}: include_num_input_tokens_seen={args.include_num_input_tokens_seen!r} is not "
+                               "implemented for the sentence trainers (sentence-transformers' trainers count no token: "
+                               "their batches name each column's input_ids apart, so it logs 0); leave it at 'no'")
         return args
 
     def _collator(self, model: SentenceTransformer) -> Callable[[list[dict[str, Any]]], dict[str, Any]]:
