@@ -177,6 +177,22 @@ def test_save_pretrained_takes_each_transformers_keyword_at_its_default_and_refu
             saver(tmp_path / "refused", safe_serialisation=True)
 
 
+def test_push_to_hub_of_models_tokenizer_and_config_is_refused_naming_the_upload(minilm_dir):
+    """model.push_to_hub("me/model") (a head's, the tokenizer's, the config's, as transformers has them) stopped in a
+    bare AttributeError naming nothing; each is refused with how to upload the saved directory, what
+    save_pretrained(push_to_hub=True) says."""
+    config = bertkit.BertConfig(vocab_size=99, hidden_size=8, num_hidden_layers=1, num_attention_heads=2,
+                                intermediate_size=16)
+    owners = [bertkit.BertModel(config), bertkit.BertForSequenceClassification(config), bertkit.BertForMaskedLM(config),
+              bertkit.AutoTokenizer.from_pretrained(minilm_dir), config]
+    for owner in owners:
+        assert callable(getattr(transformers, type(owner).__name__).push_to_hub)  # transformers' classes have it
+        with pytest.raises(BertkitError, match=rf"^{type(owner).__name__}\.push_to_hub is not implemented in bertkit "
+                                               r"\(it reaches no hub\): save with \.save_pretrained\(DIR\), then "
+                                               r"upload DIR with huggingface_hub \(HfApi\(\)\.upload_folder"):
+            owner.push_to_hub("me/model", commit_message="trained")
+
+
 @pytest.mark.parametrize("method", ["__init__", "train", "evaluate", "predict"])
 def test_each_trainer_keyword_is_taken_or_refused_by_name(method, tmp_path, minilm_2_layers):
     """Each keyword of transformers' live Trainer signatures is a bertkit parameter, or refused by name unless given

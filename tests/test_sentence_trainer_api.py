@@ -179,7 +179,7 @@ def test_a_run_refused_as_it_starts_leaves_nothing_it_created(dirs, tmp_path):
 def test_a_compute_loss_override_and_label_smoothing_are_refused_with_the_fix(dirs, tmp_path):
     """The base Trainer calls a compute_loss override with (model, batch); sentence-transformers' calls the loss on the
     batch's features, so an override written for it is refused, as label_smoothing_factor, which its trainers never
-    apply."""
+    apply, and save_only_model and include_num_input_tokens_seen, which the base Trainer implements."""
 
     class Custom(SentenceTransformerTrainer):
         def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
@@ -195,6 +195,17 @@ def test_a_compute_loss_override_and_label_smoothing_are_refused_with_the_fix(di
     with pytest.raises(BertkitError, match="bf16_full_eval / fp16_full_eval are not implemented for the sentence"):
         SentenceTransformerTrainer(model=model, args=SentenceTransformerTrainingArguments(
             output_dir=str(tmp_path / "never"), bf16_full_eval=True, **QUIET), train_dataset=PAIRS,
+            loss=losses.MultipleNegativesRankingLoss(model))
+    # a model-only checkpoint would leave out the loss (and its own weights): refused, naming save_model
+    with pytest.raises(BertkitError, match=r"SentenceTransformerTrainer: save_only_model=True is not implemented for "
+                                           r"the sentence trainers; .* trainer\.save_model\(DIR\)"):
+        SentenceTransformerTrainer(model=model, args=SentenceTransformerTrainingArguments(
+            output_dir=str(tmp_path / "never"), save_only_model=True, **QUIET), train_dataset=PAIRS,
+            loss=losses.MultipleNegativesRankingLoss(model))
+    with pytest.raises(BertkitError, match=r"SentenceTransformerTrainer: include_num_input_tokens_seen='all' is not "
+                                           r"implemented for the sentence trainers \(sentence-transformers' .* logs 0\)"):
+        SentenceTransformerTrainer(model=model, args=SentenceTransformerTrainingArguments(
+            output_dir=str(tmp_path / "never"), include_num_input_tokens_seen=True, **QUIET), train_dataset=PAIRS,
             loss=losses.MultipleNegativesRankingLoss(model))
     # the cross-encoder trainer, built by the same constructor, refuses it too (its evaluator scores the model)
     cross = CrossEncoder(dirs["cross"])

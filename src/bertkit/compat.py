@@ -14,7 +14,7 @@ import torch
 from torch import nn
 
 from bertkit.config import BertConfig
-from bertkit.errors import BertkitError
+from bertkit.errors import BertkitError, no_hub
 
 
 class TupleAccess:
@@ -100,6 +100,10 @@ class TransformersModelCalls:
     def can_generate(cls) -> bool:
         """False: an encoder has no ``generate`` (transformers' pipelines and scripts ask before calling it)."""
         return False
+
+    def push_to_hub(self, *args: Any, **kwargs: Any) -> None:
+        """Refused naming the fix (``no_hub``): transformers' method uploads, and bertkit reaches no hub."""
+        raise no_hub(self)
 
     def set_attn_implementation(self, attn_implementation: str) -> None:
         """transformers 5's switch after loading: ``"sdpa"`` (default) or ``"eager"`` (``from_pretrained``'s

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from bertkit.errors import BertkitError, MissingFileError, read_json_object
+from bertkit.errors import BertkitError, MissingFileError, no_hub, read_json_object
 from bertkit.outputs import atomic_write_text
 
 # hidden_act -> nn.GELU's ``approximate`` (None: ReLU). "gelu" is the exact erf GELU, as transformers computes it
@@ -336,6 +336,10 @@ class BertConfig:
 
     def to_json_string(self) -> str:
         return json.dumps(self.to_dict(), indent=2, sort_keys=True) + "\n"
+
+    def push_to_hub(self, *args: Any, **kwargs: Any) -> None:
+        """Refused naming the fix (``no_hub``): transformers' method uploads, and bertkit reaches no hub."""
+        raise no_hub(self)
 
     def save_pretrained(self, directory: str | Path) -> Path:
         """Write ``config.json`` into ``directory`` (created if needed), as transformers' ``save_pretrained``."""

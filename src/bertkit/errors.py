@@ -81,6 +81,14 @@ class NotImplementedInBertkit(BertkitError, AttributeError):
     absent."""
 
 
+def no_hub(owner: object) -> BertkitError:
+    """The error for ``owner.push_to_hub(...)`` (a model's, a head's, a tokenizer's, a config's, as transformers has
+    them): bertkit reaches no hub, so the directory is saved and uploaded with huggingface_hub."""
+    return BertkitError(f"{type(owner).__name__}.push_to_hub is not implemented in bertkit (it reaches no hub): save "
+                        "with .save_pretrained(DIR), then upload DIR with huggingface_hub "
+                        "(HfApi().upload_folder(repo_id=REPO, folder_path=DIR), or `hf upload REPO DIR`)")
+
+
 class NonFiniteError(BertkitError):
     """A loss, gradient or model output that is NaN or infinite: never turned into a score or saved weights.
     ``index``: the input (0-based, in the call's order) it came of, where one did."""

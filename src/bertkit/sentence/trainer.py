@@ -166,6 +166,13 @@ class SentenceTransformerTrainer(Trainer):
         if not isinstance(args, args_cls):
             raise BertkitError(f"args must be {args_cls.__module__.rsplit('.', 1)[0]}.{args_cls.__name__}, got "
                                f"{type(args).__name__}")
+        if args.save_only_model:  # its checkpoints hold the loss too, which a model-only save leaves out
+            raise BertkitError(f"{trainer}: save_only_model=True is not implemented for the sentence trainers; train "
+                               "with save_only_model=False and save the model alone with trainer.save_model(DIR)")
+        if args.include_num_input_tokens_seen != "no":  # its columns' features are no batch input_ids there
+            raise BertkitError(f"{trainer}: include_num_input_tokens_seen={args.include_num_input_tokens_seen!r} is not "
+                               "implemented for the sentence trainers (sentence-transformers' trainers count no token: "
+                               "their batches name each column's input_ids apart, so it logs 0); leave it at 'no'")
         return args
 
     def _collator(self, model: SentenceTransformer) -> Callable[[list[dict[str, Any]]], dict[str, Any]]:
@@ -375,14 +382,14 @@ class SentenceTransformerTrainer(Trainer):
         return [rows % size or size if rank + i * info.world_size == last else size
                 for rank, count in enumerate(counts) for i in range(count)]
 
-    def log(self, logs: dict[str, float]) -> None:
+    def log(self, logs: dict[str, float], start_time: float | None = None) -> None:
         """The record, with the loss's terms' means beside "loss" / "eval_loss" for a loss that names them."""
         split = "train" if "loss" in logs else "eval" if "eval_loss" in logs else None
         if split is not None:  # a copy, as sentence-transformers logs these: the epoch goes into it, not the caller's
             prefix = "eval_" if split == "eval" else ""
             components = self._module.components(split) if isinstance(self._module, LossModel) else {}
             logs = {**logs, **{prefix + k: v for k, v in components.items()}}
-        super().log(logs)
+        super().log(logs, start_time)
 
     # -- evaluation ---------------------------------------------------------------------------------------------
     def _evaluator_metrics(self, _: EvalPrediction) -> dict[str, float]:

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from bertkit._parallel import job_of
-from bertkit.errors import BertkitError, MissingFileError, given_path, keyword_only, refuse_options
+from bertkit.errors import BertkitError, MissingFileError, given_path, keyword_only, no_hub, refuse_options
 from bertkit.outputs import atomic_write_json, placed
 from bertkit.staging import staged
 from bertkit.tokenization.added_token import token_text
@@ -228,6 +228,10 @@ class BertTokenizer(EditableVocabulary):
             tokenizer._vocabulary._build()
         check_fits_model(in_files, path, source)
         return tokenizer
+
+    def push_to_hub(self, *args: Any, **kwargs: Any) -> None:
+        """Refused naming the fix (``no_hub``): transformers' method uploads, and bertkit reaches no hub."""
+        raise no_hub(self)
 
     def save_pretrained(self, path: str | os.PathLike, **transformers_options: Any) -> list[Path]:
         """Write ``vocab.txt``, ``tokenizer_config.json`` and ``tokenizer.json`` (``special_tokens_map.json`` and

@@ -55,6 +55,8 @@ class TrainerState:
     eval_steps: int = 500
     save_steps: int = 500
     train_batch_size: int | None = None
+    num_input_tokens_seen: int = 0
+    """The training batches' input tokens so far, counted with include_num_input_tokens_seen (0 without)."""
     log_history: list[dict[str, float]] = field(default_factory=list)
     best_metric: float | None = None
     best_global_step: int | None = None

@@ -85,14 +85,24 @@ HF_LAYOUT = CheckpointLayout(subdir="", prefix="checkpoint-", digits=0)
 def save_checkpoint(out_dir: Path, state: dict, step: int, keep: int, model: nn.Module | None = None, *,
                     layout: CheckpointLayout = STEP_LAYOUT, write_extra: Callable[[Path], None] | None = None,
                     protect: Callable[[Path], bool] | None = None,
-                    transformers_files: bool | OptimizerLayout = False) -> Path:
+                    transformers_files: bool | OptimizerLayout = False, model_only: bool = False) -> Path:
     """Write ``state`` (and ``model``, for ``from_pretrained``) into a staging directory beside the checkpoint, its
     manifest last, and rename it into place (``bertkit.staging.staged``): a kill or a full disk mid-write leaves the
     previous checkpoints as they were. ``write_extra(dir)`` adds files before the rename; then ``keep`` checkpoints
     are kept (``_rotate``). ``transformers_files``: also transformers' Trainer's own resume files
     (``_write_transformers_files``), the optimiser's moments stored there once (an ``OptimizerLayout``: in the
-    parameter groups of the trainer that reads them, which state.pt records to read them back)."""
+    parameter groups of the trainer that reads them, which state.pt records to read them back). ``model_only``
+    (transformers' ``save_only_model``): the model and ``write_extra``'s files alone, without state.pt or the resume
+    files, as transformers writes such a checkpoint; no run resumes from it (``refuse_model_only``)."""
     final = layout.path(out_dir, step)
+    if model_only:
+        assert hasattr(model, "save_pretrained"), "a model-only checkpoint is the model's save_pretrained"
+        with staged(final, "checkpoint", manifest=True) as tmp:
+            model.save_pretrained(tmp)
+            if write_extra is not None:
+                write_extra(tmp)
+        _rotate(out_dir, layout, final, keep, protect)
+        return final
     state = {**state, "format": STATE_FORMAT}
     weights, whole = state["model"], state
     if model is not None and _aliases(model, _published(model)) is not None:
@@ -351,6 +361,24 @@ def read_state(path: Path) -> dict:
         if "optimizer_layout" in state:  # ... in the groups of sentence-transformers' trainers
             state["optimizer"] = _read_back(state["optimizer"], state["optimizer_layout"], state.get("optimizer_withheld"))
     return state
+
+
+def checkpoint_weights(path: Path) -> dict:
+    """The weights of the checkpoint at ``path``: state.pt's, or a model-only checkpoint's model.safetensors."""
+    return read_state(path)["model"] if (path / STATE_FILE).is_file() else _read_weights(path, WEIGHTS_NAME)
+
+
+def refuse_model_only(path: Path) -> None:
+    """Refuse to resume ``path`` where it was written with transformers' ``save_only_model`` (the model and
+    trainer_state.json, neither state.pt nor optimizer.pt): transformers' Trainer goes on from one with a fresh AdamW
+    and the schedule from its first step, without a word, which trains another model."""
+    if ((path / WEIGHTS_NAME).is_file() and (path / "trainer_state.json").is_file()
+            and not (path / STATE_FILE).exists() and not (path / OPTIMIZER_FILE).exists()):
+        raise BertkitError(f"resume_from_checkpoint: {path} was written with save_only_model=True and holds the model "
+                           "without the optimiser, schedule and random states, so it cannot continue the run "
+                           "(transformers' Trainer would go on with a fresh optimiser and the schedule from its first "
+                           f"step); start a new run from its weights, from_pretrained({str(path)!r}), in another "
+                           "output_dir, or train with save_only_model=False to write resumable checkpoints")
 
 
 def _read_optimizer(path: Path, name: str) -> dict:

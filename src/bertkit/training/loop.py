@@ -125,6 +125,7 @@ class LoopHooks:
     # checkpoints the reference's trainer resumes too: True, transformers' (checkpoint.save_checkpoint); a layout,
     # sentence-transformers' (checkpoint.OptimizerLayout)
     transformers_files: bool | OptimizerLayout = False
+    model_only: bool = False  # checkpoints of the model alone (transformers' save_only_model): no run resumes them
     # the caller seeded this process when it was made (``seeding.seed_generators``), as transformers' Trainer seeds:
     # a fresh run trains on from the generators as they are, so what was drawn since (an evaluate(), the user's
     # draws) moves its dropout as it moves transformers'
@@ -554,7 +555,7 @@ class _Run:
                     "records": len(self.log_file.history),  # metrics.jsonl's, which a resume cuts back to
                 }, self.pos.step, limit if limit is not None and limit > 0 else 2**62, self.model, layout=self.hooks.layout,
                     write_extra=self.hooks.write_extra, protect=self.hooks.protect,
-                    transformers_files=self.hooks.transformers_files)
+                    transformers_files=self.hooks.transformers_files, model_only=self.hooks.model_only)
         self.saved_at = self.pos.step
         self.event("save")
 

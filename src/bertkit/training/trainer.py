@@ -55,10 +55,11 @@ from bertkit.training.checkpoint import (
     HF_LAYOUT,
     STATE_FILE,
     OptimizerLayout,
+    checkpoint_weights,
     load_model_state,
     named_checkpoint,
-    read_state,
     refuse_foreign_checkpoints,
+    refuse_model_only,
     refuse_other_run,
     remove_torn_writes,
 )
@@ -68,6 +69,7 @@ from bertkit.training.loop import LoopHooks, Phase, Position, train
 from bertkit.training.run_setup import run_fingerprint
 from bertkit.training.seeding import seed_generators
 from bertkit.training.token_loss import forward_parameters
+from bertkit.training.tokens_seen import speed_metrics
 from bertkit.training.trainer_args import TrainingArguments
 from bertkit.training.trainer_eval import TrainerEvaluation
 from bertkit.training.trainer_loss import TrainerLoss
@@ -208,12 +210,19 @@ class Trainer(TrainerLoss, TrainerEvaluation):
                 for f in dataclasses.fields(TrainerControl):  # the loop holds self.control: copied into it
                     setattr(self.control, f.name, getattr(returned, f.name))
 
-    def log(self, logs: dict[str, float]) -> None:
+    def log(self, logs: dict[str, float], start_time: float | None = None) -> None:
         """Add a record to ``state.log_history`` (with the epoch and step, as transformers) and tell callbacks. The
         epoch goes into ``logs`` itself, as transformers puts it: evaluate()'s metrics, on_evaluate's and train()'s
-        carry it because they are the dict logged."""
+        carry it because they are the dict logged. With include_num_input_tokens_seen, every record carries
+        num_input_tokens_seen, and one given ``start_time`` (the training loss's) this train() call's
+        train_runtime and train_tokens_per_second, as transformers logs them."""
         if self.state.epoch is not None:
             logs["epoch"] = self.state.epoch
+        if self.args.include_num_input_tokens_seen != "no":
+            logs["num_input_tokens_seen"] = self.state.num_input_tokens_seen
+            if start_time is not None:
+                logs.update(speed_metrics("train", start_time,
+                                          self.state.num_input_tokens_seen - self._tokens_at_start))
         record = {**logs, "step": self.state.global_step}
         self.state.log_history.append(record)
         self._event("on_log", logs=logs)
@@ -307,6 +316,8 @@ class Trainer(TrainerLoss, TrainerEvaluation):
 
         self.state = self._new_state(total, per_epoch, resume)
         self.control = TrainerControl()
+        # transformers' start of the run's clock, and of this call's tokens (the tokens per second it logs)
+        self._train_start, self._tokens_at_start = time.time(), self.state.num_input_tokens_seen
         self._micro_per_epoch = len(plan)
         start_step = self.state.global_step
         # rank 0 locks output_dir and writes into it as it goes, as transformers' Trainer does (bertkit.runs):
@@ -327,8 +338,9 @@ class Trainer(TrainerLoss, TrainerEvaluation):
                                                transformers_files=self._transformers_files(),
                                                schedule_steps=self._schedule_steps,
                                                schedule_options=args.lr_scheduler_kwargs,
-                                               compute_loss=self._training_loss,
-                                               count_items=self._count_items, seeded=True))
+                                               compute_loss=self._counted_loss,
+                                               count_items=self._count_items, seeded=True,
+                                               model_only=args.save_only_model))
         finally:
             self._in_train = False
         seconds = time.perf_counter() - t0
@@ -338,7 +350,7 @@ class Trainer(TrainerLoss, TrainerEvaluation):
         # save) would otherwise find it held and stop, and load_best_model_at_end reads that checkpoint
         agree(True, "training")
         if args.load_best_model_at_end and self.state.best_model_checkpoint is not None:
-            load_model_state(self._module, read_state(Path(self.state.best_model_checkpoint))["model"])
+            load_model_state(self._module, checkpoint_weights(Path(self.state.best_model_checkpoint)))
         loss = result.train_loss
         done = result.step - start_step
         metrics = {"train_runtime": seconds, "train_samples_per_second": done * accum * plan.batch_size * info.world_size
@@ -347,6 +359,7 @@ class Trainer(TrainerLoss, TrainerEvaluation):
         self._event("on_train_end")
         return TrainOutput(result.step, loss, metrics)
 
+    _train_start = _tokens_at_start = 0  # train()'s clock and state.num_input_tokens_seen when it began
     _schedule_steps: int | None = None  # the schedule's length, where it is not the run's (loop.LoopHooks)
     _trained = False  # a train() call has reached the loop (and built an optimiser transformers would keep)
     _grouped: LengthGroupedOrder | None = None  # group_by_length's order, drawn as each epoch begins
@@ -401,6 +414,7 @@ class Trainer(TrainerLoss, TrainerEvaluation):
             for key in ("log_history", "best_metric", "best_global_step", "best_model_checkpoint", "global_step",
                         "epoch"):
                 setattr(state, key, saved.get(key))
+            state.num_input_tokens_seen = saved.get("num_input_tokens_seen") or 0  # (absent: written before it was)
             restore_callback_states(self.callbacks, saved.get("stateful_callbacks") or {})
         return state
 
@@ -412,6 +426,8 @@ class Trainer(TrainerLoss, TrainerEvaluation):
         if resume is True:
             found = HF_LAYOUT.dirs(out)
             whole = [p for p in found if (p / STATE_FILE).is_file() and (p / TRAINER_STATE).is_file()]
+            for path in (found[found.index(whole[-1]) + 1:] if whole else found)[::-1]:
+                refuse_model_only(path)  # the newest written with save_only_model, unless a whole one is newer
             refuse_foreign_checkpoints(out, whole[-1] if whole else None)
             if not whole:
                 raise BertkitError(f"resume_from_checkpoint=True, but {out} holds no checkpoint-N directory with "
@@ -423,6 +439,8 @@ class Trainer(TrainerLoss, TrainerEvaluation):
                                "checkpoint bertkit wrote whole)", whole[-1], ", ".join(skipped), STATE_FILE,
                                TRAINER_STATE)
             return whole[-1]
+        if isinstance(resume, (str, Path)):
+            refuse_model_only(Path(resume))
         path = named_checkpoint(resume)
         if path.resolve().parent != out.resolve():
             raise BertkitError(f"resume_from_checkpoint {path} is not in output_dir {out}; set output_dir to the "
@@ -454,7 +472,12 @@ class Trainer(TrainerLoss, TrainerEvaluation):
         step = record["step"]
         if record["split"] == "train":
             norm = {"grad_norm": record["grad_norm"]} if "grad_norm" in record else {}
-            self.log({"loss": record["loss"], **norm, "learning_rate": record["lr"]})
+            logs = {"loss": record["loss"], **norm, "learning_rate": record["lr"]}
+            # the clock only where it is read: a log(self, logs) override written before it was passed still runs
+            if self.args.include_num_input_tokens_seen != "no":
+                self.log(logs, self._train_start)
+            else:
+                self.log(logs)
             return
         metrics = {k: v for k, v in record.items() if k.startswith("eval_")}
         logged = self._evaluate_overridden()  # then every evaluation in the loop was the override's, logged by it

@@ -36,20 +36,17 @@ _NOT_IMPLEMENTED: tuple[tuple[Any, tuple[str, ...]], ...] = (
     (True, ("average_tokens_across_devices", "log_on_each_node", "logging_nan_inf_filter", "dataloader_pin_memory",
             "dataloader_in_order", "skip_memory_metrics")),
     (False, ("use_liger_kernel", "use_cache", "auto_find_batch_size",
-             "eval_use_gather_object", "save_only_model", "save_on_each_node", "enable_jit_checkpoint", "push_to_hub",
+             "eval_use_gather_object", "save_on_each_node", "enable_jit_checkpoint", "push_to_hub",
              "hub_always_push", "ignore_data_skip", "full_determinism",
              "dataloader_persistent_workers")),
     (-1, ("local_rank",)),
     ("", ("debug",)),
-    ("no", ("include_num_input_tokens_seen",)),
     ("passive", ("log_level",)),
     ("warning", ("log_level_replica",)),
     ("huggingface", ("project",)),
     ("every_save", ("hub_strategy",)),
 )
 REFUSED: dict[str, Any] = {name: default for default, names in _NOT_IMPLEMENTED for name in names}
-# values transformers' __post_init__ turns into the default (include_num_input_tokens_seen=False is "no"): accepted as it
-SAME_AS_DEFAULT: dict[str, tuple[Any, ...]] = {"include_num_input_tokens_seen": (False,)}
 # transformers' schedules bertkit does not have, and why
 _OTHER_SCHEDULES = {
     "reduce_lr_on_plateau": "it lowers the rate on the evaluations' metric, not by step",
@@ -65,7 +62,6 @@ ADVICE = {  # by the start of the name
     "tf32": "set torch.backends.cuda.matmul.allow_tf32 yourself",
     "logging_nan_inf_filter": "bertkit stops on a non-finite loss, naming the step; skip_nonfinite=N skips up to N",
     "log_level": "set logging.getLogger('bertkit') yourself",
-    "save_only_model": "use trainer.save_model() for the model alone",
     "push_to_hub": _HUB,
     "hub_": _HUB,
     "fsdp": _DIST,
@@ -141,6 +137,15 @@ class TrainingArguments(TrainingSettings):
     other than "no", as transformers sets it."""
     do_eval: bool = False
     do_predict: bool = False
+    include_num_input_tokens_seen: Literal["all", "non_padding", "no"] = "no"
+    """Count the training batches' input tokens into ``state.num_input_tokens_seen``, which every log record then
+    carries (a training loss's record also ``train_tokens_per_second``), as transformers counts them: "all" the padded
+    input_ids' entries, "non_padding" the attention mask's ones; True is "all" and False "no", as transformers reads
+    them. A resumed run goes on from its checkpoint's count."""
+    save_only_model: bool = False
+    """Checkpoints hold the model, the tokenizer and trainer_state.json, without the optimiser, schedule and random
+    states (transformers' files; a third the size): load_best_model_at_end and save_total_limit work as before, and
+    resuming from one is refused, naming why (transformers' Trainer goes on with a fresh optimiser there)."""
     lr_scheduler_kwargs: dict | str | None = None
     """The schedule's options, as transformers takes them (a dict, or its JSON text): cosine's and
     cosine_with_restarts' ``num_cycles``, polynomial's ``lr_end`` and ``power``, inverse_sqrt's ``timescale``,
@@ -175,6 +180,8 @@ class TrainingArguments(TrainingSettings):
                                "adam_beta2, adam_epsilon and weight_decay), or train with transformers' Trainer for "
                                "another optimiser")
         self.optim = optim
+        if isinstance(self.include_num_input_tokens_seen, bool):  # as transformers' __post_init__ reads it
+            self.include_num_input_tokens_seen = "all" if self.include_num_input_tokens_seen else "no"
         if isinstance(self.lr_scheduler_kwargs, str):  # a command line's JSON text, as transformers reads it
             try:
                 self.lr_scheduler_kwargs = json.loads(self.lr_scheduler_kwargs)
@@ -252,7 +259,7 @@ def _checked_init(self: TrainingArguments, output_dir: str | Path | None = None,
         if name in known:
             continue
         if name in REFUSED:
-            if any(_same(kwargs[name], v) for v in (REFUSED[name], *SAME_AS_DEFAULT.get(name, ()))):
+            if _same(kwargs[name], REFUSED[name]):
                 del kwargs[name]  # transformers' own default: the behaviour bertkit has anyway
                 continue
             advice = next((a for start, a in ADVICE.items() if name.startswith(start)), "drop this argument")

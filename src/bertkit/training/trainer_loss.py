@@ -1,5 +1,6 @@
 """What the Trainer's ``compute_loss`` needs beside the model: transformers' count of a batch's labelled items
-(``num_items_in_batch``) and its ``LabelSmoother`` (``label_smoothing_factor``), with the same numbers.
+(``num_items_in_batch``) and its ``LabelSmoother`` (``label_smoothing_factor``), with the same numbers; and, as each
+training micro-batch goes to the loss, its input tokens (``include_num_input_tokens_seen``).
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from bertkit.heads import IGNORE_INDEX
 from bertkit.training.batch_plan import Batch
 from bertkit.training.predictions import unreadable
 from bertkit.training.token_loss import labelled_items, model_loss
+from bertkit.training.tokens_seen import input_tokens
 
 
 class LabelSmoother:
@@ -126,6 +128,16 @@ class TrainerLoss:
         loss, out = got if own else (got, None)
         scaled = self.loss_is_scaled_for_ga
         return loss, out, num_items is not None if scaled is None else scaled
+
+    def _counted_loss(self, module: nn.Module, batch: Batch, num_items: float | None) -> tuple[Tensor, Any, bool]:
+        """The loop's loss (``_training_loss``), each micro-batch's input tokens counted into
+        ``state.num_input_tokens_seen`` first with include_num_input_tokens_seen, as transformers counts them."""
+        how = self.args.include_num_input_tokens_seen
+        if how != "no":
+            count = input_tokens(batch, how, getattr(self.model, "main_input_name", "input_ids"),
+                                 getattr(self.processing_class, "pad_token_id", None), self.device)
+            self.state.num_input_tokens_seen += count or 0
+        return self._training_loss(module, batch, num_items)
 
     def _evaluated(self, module: nn.Module, batch: Batch, label_names: list[str]) -> tuple[Tensor | None, Any]:
         """An evaluation batch's (loss, outputs): compute_loss's, given the batch's own num_items_in_batch, when the
