@@ -57,29 +57,39 @@ def lock(directory: Path, command: str) -> None:
     """Take ``directory``'s lock without waiting (or keep the one this process holds); refused naming the holder."""
     real = str(directory.resolve())
     if (fd := _HELD.get(real)) is None:
-        path = directory / LOCK
-        st = os.lstat(path) if os.path.lexists(path) else None
-        if st is not None and (not stat.S_ISREG(st.st_mode) or st.st_nlink > 1):  # bertkit would write through it
-            raise BertkitError(f"{path} is a symbolic link, a hard link or not a regular file: not bertkit's lock, "
-                               "so this is not a directory bertkit wrote; choose another output directory")
-        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK, 0o666)
+        path, fix = directory / LOCK, "choose another output directory"
+        fd = _open_lock(path, f", so this is not a directory bertkit wrote; {fix}")
         if (holder := _holder(fd, exclusive=True)) is not None:
             os.close(fd)
             raise Held(f"{directory} is in use by {holder}; wait for it to finish or choose another output "
                        "directory", holder) from None
-        if (previous := _line(fd)) and not _LINE.fullmatch(previous):
-            os.close(fd)
-            raise BertkitError(f"{path} holds something bertkit did not write ({previous[:40]!r}); bertkit will "
-                               "not truncate it: choose another output directory")
-        try:
-            _write_line(fd, command)
-        except BaseException:  # a full disk: not held, or every later write of the directory in this process was
-            os.close(fd)  # refused as "the output directory of this process's run already"
-            raise
+        _claim(fd, path, command, fix)
         _HELD[real] = fd
     else:
         _write_line(fd, command)
     _KEPT.discard(real)
+
+
+def _open_lock(path: Path, fix: str) -> int:
+    """``path`` opened as a lock file, refused (``fix``: what the user does) where bertkit would write through it."""
+    st = os.lstat(path) if os.path.lexists(path) else None
+    if st is not None and (not stat.S_ISREG(st.st_mode) or st.st_nlink > 1):
+        raise BertkitError(f"{path} is a symbolic link, a hard link or not a regular file: not bertkit's lock{fix}")
+    return os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK, 0o666)
+
+
+def _claim(fd: int, path: Path, command: str, fix: str) -> None:
+    """Write this process's line into the lock ``fd`` now holds, refused where its line is not bertkit's; ``fd`` is
+    closed where it fails (a full disk: not held, or every later write of the directory in this process was refused
+    as "the output directory of this process's run already")."""
+    try:
+        if (previous := _line(fd)) and not _LINE.fullmatch(previous):
+            raise BertkitError(f"{path} holds something bertkit did not write ({previous[:40]!r}); bertkit will "
+                               f"not truncate it: {fix}")
+        _write_line(fd, command)
+    except BaseException:
+        os.close(fd)
+        raise
 
 
 def _write_line(fd: int, command: str) -> None:
@@ -95,12 +105,9 @@ def lock_file(path: Path, command: str) -> None:
     if (fd := _HELD.get(real)) is not None:
         _write_line(fd, command)
         return
+    fix = "move it away or choose another output file"
     while True:
-        st = os.lstat(path) if os.path.lexists(path) else None
-        if st is not None and (not stat.S_ISREG(st.st_mode) or st.st_nlink > 1):  # bertkit would write through it
-            raise BertkitError(f"{path} is a symbolic link, a hard link or not a regular file: not bertkit's lock; "
-                               "move it away or choose another output file")
-        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK, 0o666)
+        fd = _open_lock(path, f"; {fix}")
         if (holder := _holder(fd, exclusive=True)) is not None:
             os.close(fd)
             raise Held(f"{path} is held by {holder}", holder)
@@ -112,15 +119,7 @@ def lock_file(path: Path, command: str) -> None:
         if here is None or (here.st_dev, here.st_ino) != (held.st_dev, held.st_ino):
             os.close(fd)  # removed by the holder that just let go: the lock is the file at ``path`` now
             continue
-        if (previous := _line(fd)) and not _LINE.fullmatch(previous):
-            os.close(fd)
-            raise BertkitError(f"{path} holds something bertkit did not write ({previous[:40]!r}); bertkit will "
-                               "not truncate it: move it away or choose another output file")
-        try:
-            _write_line(fd, command)
-        except BaseException:
-            os.close(fd)
-            raise
+        _claim(fd, path, command, fix)
         _HELD[real] = fd
         return
 
