@@ -239,12 +239,8 @@ def test_a_checkpoint_at_every_write_step_keeps_a_whole_one_to_resume(probe_dir,
     earlier one or the new one, never a torn one; the user's note in the rotated checkpoint stays."""
     import torch
 
-    from bertkit.training.checkpoint import (
-        STEP_LAYOUT,
-        checkpoint_to_resume,
-        remove_torn_writes,
-        save_checkpoint,
-    )
+    from bertkit.training.checkpoint import STEP_LAYOUT, remove_torn_writes, save_checkpoint
+    from bertkit.training.resume_point import checkpoint_to_resume
 
     model = tiny_model("BertModel", seed=0)
     fingerprint = {"run": 1}

@@ -14,7 +14,8 @@ import pytest
 from bertkit.errors import BertkitError
 from bertkit.outputs import MARKER
 from bertkit.sentence.fit import _latest_checkpoint
-from bertkit.training.checkpoint import HF_LAYOUT, STEP_LAYOUT, checkpoint_to_resume, save_checkpoint
+from bertkit.training.checkpoint import HF_LAYOUT, STEP_LAYOUT, save_checkpoint
+from bertkit.training.resume_point import checkpoint_to_resume
 
 NOT_STEPS = ("checkpoint-²", "checkpoint-٦", "checkpoint-１２", "checkpoint-abc", "checkpoint-old-5", "checkpoint-")
 

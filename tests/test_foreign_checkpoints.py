@@ -94,7 +94,7 @@ def test_a_newer_transformers_checkpoint_beside_bertkits_is_neither_passed_over_
 def test_sentence_transformers_checkpoints_are_named_with_the_class_that_loads_them(tmp_path, model_type, writer, load):
     """Was: "is transformers' Trainer's checkpoint ... (from_pretrained on it)" for sentence-transformers' checkpoints
     too, whose weights a run starts from with SentenceTransformer(path) or CrossEncoder(path)."""
-    from bertkit.training.checkpoint import foreign_checkpoint
+    from bertkit.training.resume_point import foreign_checkpoint
 
     path = tmp_path / "checkpoint-2"
     path.mkdir()

@@ -82,7 +82,7 @@ def test_pretraining_checkpoint_of_an_earlier_config_form_resumes(tmp_path):
     """The same model, its config recorded in the earlier form: refused before as other settings
     ('model_config._name_or_path': ('nreimers/...', None), 'model_config.architectures': (None, ['BertModel']))."""
     from bertkit.config import BertConfig
-    from bertkit.training.checkpoint import refuse_other_run
+    from bertkit.training.resume_point import refuse_other_run
 
     (tmp_path / "config.json").write_text(json.dumps({**OLD_CONFIG, "architectures": ["BertModel"]}))
     now = {"model_config": BertConfig.from_pretrained(tmp_path).to_dict(), "max_steps": 4, "nsp": True}
@@ -97,7 +97,7 @@ def test_trainer_checkpoint_of_an_earlier_config_form_resumes(tmp_path):
     2026-11-28 was refused ('trainer.model._name_or_path': ('nreimers/...', None)); it resumed there to the
     uninterrupted run's weights bit for bit once compared as the model it describes."""
     from bertkit.config import BertConfig
-    from bertkit.training.checkpoint import refuse_other_run
+    from bertkit.training.resume_point import refuse_other_run
 
     (tmp_path / "config.json").write_text(json.dumps({**OLD_CONFIG, "architectures": ["BertModel"]}))
     trainer = {"examples": 32, "train_data": "4f1c", "world_size": 1}
@@ -112,7 +112,7 @@ def test_finetuning_checkpoint_without_labels_and_data_is_refused_as_older(tmp_p
     """A checkpoint written before labels and train_data were recorded cannot be checked against the data: refused
     naming state.pt, the earlier bertkit and the fix (before: 'written by a run with other settings or data ...
     labels: (None, [...])', a fix of resuming with the settings it already had)."""
-    from bertkit.training.checkpoint import refuse_other_run
+    from bertkit.training.resume_point import refuse_other_run
 
     train = {"learning_rate": 1e-4, "seed": 1}
     saved = {"train": train, "model": "m1", "task": "sst-2"}
@@ -138,7 +138,8 @@ def test_finetuning_checkpoint_without_labels_and_data_is_refused_as_older(tmp_p
 def test_checkpoints_record_their_format_and_a_newer_one_is_refused(tmp_path):
     """state.pt carries its format (3); one of a newer bertkit is refused naming the file and the fix, and in a
     format-3 checkpoint an absent entry is one not set then (another setting), not an earlier bertkit's."""
-    from bertkit.training.checkpoint import STATE_FORMAT, read_state, refuse_other_run, save_checkpoint
+    from bertkit.training.checkpoint import STATE_FORMAT, read_state, save_checkpoint
+    from bertkit.training.resume_point import refuse_other_run
 
     state = {"model": {"w": torch.ones(2)}, "optimizer": {}, "scheduler": {}, "scaler": {}, "position": {"step": 1},
              "fingerprint": {"task": "sst-2"}, "rank_rng": [], "world_size": 1, "windows": [{}]}

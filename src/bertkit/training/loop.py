@@ -32,8 +32,6 @@ from bertkit.training.checkpoint import (
     STEP_LAYOUT,
     CheckpointLayout,
     OptimizerLayout,
-    checkpoint_to_resume,
-    finish_removals,
     load_model_state,
     load_optimizer_state,
     model_state,
@@ -44,6 +42,7 @@ from bertkit.training.checkpoint import (
 from bertkit.training.distributed import accumulating, all_gather, any_rank, current, replicate
 from bertkit.training.divergence import nonfinite_weights, stopped
 from bertkit.training.optim import optimisation
+from bertkit.training.resume_point import checkpoint_to_resume, finish_removals
 from bertkit.training.run_log import RunLog
 from bertkit.training.run_setup import (
     cadence,

@@ -57,15 +57,13 @@ from bertkit.training.checkpoint import (
     OptimizerLayout,
     checkpoint_weights,
     load_model_state,
-    named_checkpoint,
-    refuse_foreign_checkpoints,
     refuse_model_only,
-    refuse_other_run,
     remove_torn_writes,
 )
 from bertkit.training.distributed import agree, current, join_for_process
 from bertkit.training.length_grouped import LengthGroupedOrder, row_lengths
 from bertkit.training.loop import LoopHooks, Phase, Position, train
+from bertkit.training.resume_point import named_checkpoint, refuse_foreign_checkpoints, refuse_other_run
 from bertkit.training.run_setup import run_fingerprint
 from bertkit.training.seeding import seed_generators
 from bertkit.training.token_loss import forward_parameters
