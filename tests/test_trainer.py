@@ -1346,7 +1346,7 @@ def test_the_end_of_transformers_run_glue_logs_and_saves_metrics_and_state_as_tr
 
     from transformers import trainer_pt_utils
 
-    from bertkit.training import trainer as trainer_module
+    from bertkit.training import trainer_reports as trainer_module
 
     train = {"train_loss": 0.6938127080599467, "train_runtime": 3.611420631001238, "epoch": 1.0,
              "train_samples_per_second": 26.582336927444743, "total_flos": 284197248.0, "train_steps": 6}
