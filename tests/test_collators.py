@@ -42,6 +42,32 @@ def test_default_data_collator_is_importable_as_from_transformers():
         bertkit.default_data_collator(rows, return_tensors="np")
 
 
+LABELS = {
+    "float64 tensor scores": [torch.tensor(1.5, dtype=torch.float64), torch.tensor(2.25, dtype=torch.float64)],
+    "float16 tensor scores": [torch.tensor(1.5, dtype=torch.float16), torch.tensor(2.25, dtype=torch.float16)],
+    "int32 tensor ids": [torch.tensor(1, dtype=torch.int32), torch.tensor(0, dtype=torch.int32)],
+    "bool tensor ids": [torch.tensor(True), torch.tensor(False)],
+    "multi-hot int lists": [[1, 0, 1], [0, 1, 0]],
+    "multi-hot bool lists": [[True, False, True], [False, True, False]],
+    "multi-hot int arrays": [np.array([1, 0, 1]), np.array([0, 1, 0])],
+    "python floats": [1.5, 2.25], "numpy float64": [np.float64(1.5), np.float64(2.25)],
+    "numpy float32": [np.float32(1.5), np.float32(2.25)], "python ints": [1, 0], "python bools": [True, False],
+    "numpy int64": [np.int64(1), np.int64(0)], "float lists": [[0.5, 1.0], [1.5, 2.0]],
+}
+
+
+@pytest.mark.parametrize("kind", sorted(LABELS))
+def test_default_collator_makes_each_kind_of_label_as_transformers(kind):
+    """A ``label`` is a class id (int64) when the first is an integer, else a float32 target, as transformers'
+    default_data_collator reads it. A float64 tensor label (a dataset's torch format on a float64 score column) came out
+    float64, and multi-hot int rows int64, which bertkit's classifier reads as class ids and refuses where transformers
+    trains a multi-label model on them."""
+    rows = [{"input_ids": [101, 7592, 102], "label": value} for value in LABELS[kind]]
+    ours, theirs = bertkit.default_data_collator(rows), transformers.default_data_collator(copy.deepcopy(rows))
+    assert ours["labels"].dtype == theirs["labels"].dtype, (ours["labels"].dtype, theirs["labels"].dtype)
+    assert ours["labels"].tolist() == theirs["labels"].tolist()
+
+
 def test_the_masking_collator_refuses_numpy_or_tf_output_instead_of_returning_tensors(toks):
     """``DataCollatorForLanguageModeling(tok, return_tensors="np")`` returned torch tensors without a word (the other
     collators refuse it); transformers returns numpy arrays."""

@@ -67,6 +67,20 @@ def _as_tensor(values: Any) -> torch.Tensor:
     return torch.as_tensor(arr, dtype=torch.float32 if kind == "f" else torch.bool if kind == "b" else torch.long)
 
 
+def _label_tensor(values: list) -> torch.Tensor:
+    """transformers' ``label`` rule: one integer per example (a bool too) is a class id, int64; anything else is a
+    float32 target: a score (whatever float dtype holds it: a float64 tensor from a dataset's torch format) or a
+    multi-hot row (a list, array or tensor of 0/1, as BCE takes it). A later non-whole label keeps float32 where
+    transformers' first-row rule would truncate it (docs/coming-from-transformers.md)."""
+    first = values[0]
+    if isinstance(first, (torch.Tensor, np.ndarray)) and first.ndim == 0:
+        first = first.item()
+    stacked = _as_tensor(values)
+    if isinstance(first, (int, np.integer, np.bool_)) and not stacked.is_floating_point():
+        return stacked.long()
+    return stacked.float()
+
+
 @dataclass
 class DefaultDataCollator:
     """Stack examples of one length into tensors; ``label`` / ``label_ids`` become ``labels``."""
@@ -99,8 +113,8 @@ class DefaultDataCollator:
                                    f"{lengths[0]} values in example 0 of the batch and {lengths[row]} in "
                                    f"example {row}; use DataCollatorWithPadding(tokenizer), which pads each batch "
                                    "to its longest (or pad every example to one length: padding='max_length')")
-            batch[key] = _as_tensor(values)
-            if key in _LABEL_KEYS and batch[key].dtype == torch.bool:
+            batch[key] = _label_tensor(values) if key == "label" else _as_tensor(values)
+            if key == "label_ids" and batch[key].dtype == torch.bool:
                 batch[key] = batch[key].long()  # a bool label is a class id, as transformers reads it
         for key in _LABEL_KEYS:  # transformers' order here: labels, else label, else label_ids (not _rename_labels')
             if key in batch:
