@@ -137,3 +137,23 @@ def test_featurize_truncates_and_handles_unlabeled(tok):
     assert np.all(f["token_type_ids"].sum(axis=1) == 3)
     with pytest.raises(ValueError, match="max_seq_length 3"):
         swag.featurize_swag([ex], tok, max_seq_length=3)
+
+
+def test_predictions_of_an_ending_switched_off_are_strict_json_and_pick_as_a_softmax(tmp_path):
+    """A -inf ending score among finite ones (a masked ending: probability 0 under transformers' softmax, and never
+    its argmax) passes prediction as it does there; predictions.jsonl wrote it -Infinity, which no strict JSON reader
+    (jq, JavaScript, json.loads with parse_constant) takes. Now null, the pick and the accuracy as torch's argmax."""
+    import json
+
+    import torch
+
+    from bertkit.training.token_tasks import swag_accuracy, write_swag_predictions
+
+    examples = swag.read_swag(_write_csv(tmp_path / "val.csv", HEADER, ROWS))
+    scores = np.array([[0.5, -np.inf, 2.0, 1.0], [-np.inf, 0.1, -np.inf, 0.2]])
+    lines = write_swag_predictions(tmp_path / "predictions.jsonl", examples, scores).read_text().splitlines()
+    read = [json.loads(line, parse_constant=lambda c: pytest.fail(f"{c} written")) for line in lines]
+    assert [r["scores"] for r in read] == [[0.5, None, 2.0, 1.0], [None, 0.1, None, 0.2]]
+    picks = torch.softmax(torch.tensor(scores), -1).argmax(-1).tolist()
+    assert [r["prediction"] for r in read] == picks == [2, 3]
+    assert swag_accuracy(examples, scores) == 0.5  # gold 0 and 3

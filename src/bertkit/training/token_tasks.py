@@ -6,7 +6,6 @@ under ``out_dir/model`` and writes predictions and ``report.json``. Defaults: do
 
 from __future__ import annotations
 
-import json
 import logging
 import time
 from collections.abc import Callable, Sequence
@@ -22,7 +21,7 @@ from bertkit.data.collate import collate
 from bertkit.errors import BertkitError
 from bertkit.heads import BertForMultipleChoice, BertForQuestionAnswering, BertForTokenClassification
 from bertkit.inference.predict import EVAL_BATCH_SIZE, for_prediction, predict
-from bertkit.outputs import atomic_write, atomic_write_json
+from bertkit.outputs import atomic_write, atomic_write_json, json_text
 from bertkit.quantization import load_for_inference, require_head
 from bertkit.settings import (
     FinetuneSettings,
@@ -385,11 +384,12 @@ def swag_accuracy(examples: Sequence[swag.SwagExample], scores: np.ndarray) -> f
 
 
 def write_swag_predictions(path: Path, examples: Sequence[swag.SwagExample], scores: np.ndarray) -> Path:
-    """predictions.jsonl: per example its CSV line, video id, ending scores, predicted and gold ending."""
+    """predictions.jsonl: per example its CSV line, video id, ending scores, predicted and gold ending. An ending
+    scored -inf (switched off: probability 0, as a softmax gives it) is written null, since -Infinity is no JSON."""
     with atomic_write(path) as f:
         for ex, row in zip(examples, scores, strict=True):
-            f.write(json.dumps({"line": ex.line, "video_id": ex.video_id, "scores": [float(x) for x in row],
-                                "prediction": int(row.argmax()), "label": ex.label}) + "\n")
+            f.write(json_text({"line": ex.line, "video_id": ex.video_id, "scores": [float(x) for x in row],
+                               "prediction": int(row.argmax()), "label": ex.label}) + "\n")
     return path
 
 
