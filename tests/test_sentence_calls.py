@@ -230,8 +230,8 @@ UTIL = ["cos_sim", "dot_score", "euclidean_sim", "manhattan_sim", "pairwise_cos_
 
 @pytest.mark.parametrize("name", UTIL)
 def test_util_similarities_are_sentence_transformers(models, name):
-    """Every input form (numpy, tensor, list of rows, one vector); int8 embeddings computed in float32, where
-    sentence-transformers' dot product overflows in int8 and its other functions raise PyTorch's errors; mismatched
+    """Every input form (numpy, tensor, list of rows, one vector); int8 codes refused (test_similarity_of_quantized_
+    codes_is_refused_naming_the_fix), their float32 values computed as sentence-transformers computes them; mismatched
     shapes named with both shapes."""
     ours, _ = models
     emb = ours.encode(TEXTS)
@@ -247,9 +247,8 @@ def test_util_similarities_are_sentence_transformers(models, name):
         want = theirs(a, b)
         assert mine(a, b).dtype == want.dtype == (torch.float64 if isinstance(a, np.ndarray) else torch.float32)
         torch.testing.assert_close(mine(a, b), want, atol=1e-6, rtol=0)
-    q = quantize_embeddings(emb, "int8")
-    assert q.dtype == np.int8
-    _same(mine(q, q), theirs(q.astype(np.float32), q.astype(np.float32)), atol=1e-3)
+    q = quantize_embeddings(emb, "int8").astype(np.float32)
+    _same(mine(q, q), theirs(q, q), atol=1e-3)
     with pytest.raises(BertkitError, match=r"384 and 32 dimensions \(shapes \(6, 384\) and \(6, 32\)\).*truncate_dim"):
         mine(emb, emb[:, :32])
     with pytest.raises(BertkitError, match=r"shape \(1, 6, 384\); give one embedding \(D,\) or a batch \(N, D\)"):
@@ -259,16 +258,37 @@ def test_util_similarities_are_sentence_transformers(models, name):
             mine(emb, emb[:4])
 
 
-def test_similarity_on_int8_embeddings(models):
-    """model.similarity on int8 embeddings (encode(precision="int8")) computes, in float32, what the float call on
-    the same values gives; sentence-transformers raises PyTorch's error (cosine) or overflows in int8 (dot)."""
+@pytest.mark.parametrize("precision", ["int8", "uint8", "binary", "ubinary"])
+def test_similarity_of_quantized_codes_is_refused_naming_the_fix(models, precision):
+    """Codes from encode(precision=...) are no embeddings: sentence-transformers raises PyTorch's error for
+    model.similarity (cosine) and the Euclidean and Manhattan matrices, and computes dot products in int8 (wrapping
+    around) and pairwise distances in the codes' type (NaN, or wrapped sums). bertkit computed every one in float32:
+    a "cosine" of 0.82 between two ubinary rows of random bytes, a pairwise Manhattan distance of bytes that each
+    pack 8 dimensions, where the Hamming distance counts bits. Every function refuses them, naming the fix; the
+    fix's numbers are sentence-transformers' evaluator's (float32 codes, bits unpacked)."""
     ours, ref = models
-    q = ours.encode(TEXTS, precision="int8")
-    _same(ours.similarity(q, q), ref.similarity(q.astype(np.float32), q.astype(np.float32)), atol=1e-4)
+    codes = ours.encode(TEXTS, precision=precision)
+    np.testing.assert_array_equal(codes, ref.encode(TEXTS, precision=precision))
+    message = (rf"^a holds {codes.dtype} values: quantized codes \(encode\(precision=\.\.\.\) or quantize_embeddings\), "
+               r"whose similarities are not the embeddings' .*\(binary codes XOR 0x80 first\), or the number of "
+               r"differing bits \(Hamming distance\)$")
     with pytest.raises(RuntimeError):
-        ref.similarity(q, q)
-    assert st_util.dot_score(q, q).dtype == torch.int8  # its overflow, which bertkit does not repeat
-    assert util.dot_score(q, q)[0, 0] == float((q[0].astype(np.int64) ** 2).sum())
+        ref.similarity(codes, codes)
+    for call in (ours.similarity, ours.similarity_pairwise, *(getattr(util, n) for n in UTIL),
+                 lambda a, b: util.semantic_search(a, b, score_function=util.dot_score)):
+        with pytest.raises(BertkitError, match=message):
+            call(codes, codes)
+        with pytest.raises(BertkitError, match=message):
+            call(torch.from_numpy(codes), torch.from_numpy(codes))
+    if precision in ("binary", "ubinary"):  # the fix: bits unpacked, whose Manhattan distance is the Hamming distance
+        packed = codes.view(np.uint8) ^ 0x80 if precision == "binary" else codes
+        bits = np.unpackbits(packed, axis=-1).astype(np.float32)
+        hamming = [[int(np.unpackbits(np.bitwise_xor(x, y)).sum()) for y in packed] for x in packed]
+        assert (-util.manhattan_sim(bits, bits)).int().tolist() == hamming
+    else:
+        bits = codes.astype(np.float32)
+    _same(util.pairwise_dot_score(bits, bits), st_util.pairwise_dot_score(bits, bits), atol=1e-3)
+    _same(ours.similarity(bits, bits), ref.similarity(bits, bits), atol=1e-5)
 
 
 def test_semantic_search_and_quantization(models):

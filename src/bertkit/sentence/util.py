@@ -1,8 +1,9 @@
 """Similarity functions and exact semantic search, with sentence-transformers' names (``sentence_transformers.util``).
 
 Every function takes lists, numpy arrays or tensors, one vector or a batch of them, and returns a float tensor
-(integer embeddings, int8 or uint8 or Python integers, are computed in float32; Python floats in float32, as
-``torch.tensor`` makes them and sentence-transformers computes them). Embeddings of different widths, or a pairwise
+(integer embeddings, Python integers or int64, are computed in float32; Python floats in float32, as
+``torch.tensor`` makes them and sentence-transformers computes them). int8 and uint8 embeddings, the codes of
+``encode(precision=...)`` and ``quantize_embeddings``, are refused, naming how to compare them. Embeddings of different widths, or a pairwise
 call on different numbers of embeddings, are refused with both shapes.
 """
 
@@ -27,8 +28,8 @@ from bertkit.sentence.quantization import quantize_embeddings  # noqa: F401  (se
 
 def _tensor(x: Any, name: str) -> Tensor:
     """``x`` (a list, array or tensor of one vector (D,) or several (N, D)) as a tensor that similarities can be
-    computed in: float32 for integer embeddings (``quantize_embeddings``' int8/uint8, whose products overflow in
-    their own type) and for floats narrower than 32 bits (as sentence-transformers 6, whose bf16 products tie).
+    computed in: float32 for integer embeddings and for floats narrower than 32 bits (as sentence-transformers 6,
+    whose bf16 products tie). int8 and uint8 codes are refused (``_refuse_codes``).
     Sparse COO tensors (a ``SparseEncoder``'s, or a list of its rows) stay sparse, coalesced, in float32; CSR, CSC
     and their blocked forms are read as COO."""
     if not isinstance(x, Tensor):
@@ -45,6 +46,8 @@ def _tensor(x: Any, name: str) -> Tensor:
         x = x.to_sparse_coo()  # sentence-transformers computes only dot_score of these; PyTorch fails in the rest
     if x.dim() not in (1, 2):
         raise BertkitError(f"{name} has the shape {tuple(x.shape)}; give one embedding (D,) or a batch (N, D)")
+    if x.dtype in (torch.int8, torch.uint8):
+        _refuse_codes(name, x.dtype)
     if x.is_sparse:
         return x.coalesce().float()
     if not torch.is_floating_point(x) or torch.finfo(x.dtype).bits < 32:
@@ -52,6 +55,23 @@ def _tensor(x: Any, name: str) -> Tensor:
             raise BertkitError(f"{name} is {x.dtype}; give float or integer embeddings")
         x = x.float()
     return x
+
+
+def _refuse_codes(name: str, dtype: torch.dtype) -> None:
+    """Quantized codes are not embeddings: an int8/uint8 code is each dimension's bucket (its own offset and step,
+    so the codes' cosine is not the embeddings'), and a binary/ubinary byte packs 8 dimensions (its value is no
+    coordinate at all: the "cosine" or "Manhattan distance" of two such rows measures nothing). sentence-transformers
+    raises PyTorch's error for the cosine, Euclidean and Manhattan matrices and computes the rest in the codes' own
+    type (int8 dot products wrap around, pairwise distances come out NaN); bertkit computed every one in float32,
+    scores that looked like the embeddings' similarities."""
+    kind = str(dtype).removeprefix("torch.")
+    raise BertkitError(
+        f"{name} holds {kind} values: quantized codes (encode(precision=...) or quantize_embeddings), whose "
+        "similarities are not the embeddings' (sentence-transformers raises PyTorch's error or overflows in "
+        f"{kind}); compare the float embeddings (encode without precision=), or the codes as numbers: "
+        "codes.astype(np.float32) for int8/uint8 codes (as sentence-transformers' evaluators score them), and for "
+        "binary/ubinary codes, whose bytes each pack 8 dimensions, the bits: np.unpackbits(codes.view(np.uint8), "
+        "axis=-1) (binary codes XOR 0x80 first), or the number of differing bits (Hamming distance)")
 
 
 def _same_layout(a: Tensor, b: Tensor) -> tuple[Tensor, Tensor]:
