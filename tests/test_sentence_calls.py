@@ -230,8 +230,8 @@ UTIL = ["cos_sim", "dot_score", "euclidean_sim", "manhattan_sim", "pairwise_cos_
 
 @pytest.mark.parametrize("name", UTIL)
 def test_util_similarities_are_sentence_transformers(models, name):
-    """Every input form (numpy, tensor, list of rows, one vector); int8 codes refused (test_similarity_of_quantized_
-    codes_is_refused_naming_the_fix), their float32 values computed as sentence-transformers computes them; mismatched
+    """Every input form (numpy, tensor, list of rows, one vector); int8 codes as float32 values computed as
+    sentence-transformers computes them (the codes themselves are refused: the test after this one); mismatched
     shapes named with both shapes."""
     ours, _ = models
     emb = ours.encode(TEXTS)
