@@ -157,7 +157,8 @@ NAMES = {"pad": "DataCollatorWithPadding", "tok": "DataCollatorForTokenClassific
 def test_random_batches_collate_as_transformers_collates_them(toks):
     """400 draws (about 10 s): both libraries' collators on the same rows, under the same torch seed, give the same
     keys, dtypes, shapes and values, or both refuse. The differences docs/coming-from-transformers.md lists are
-    left out of the draws (float64 and int32 numpy columns, a token-classification ``label`` renamed ``labels``)."""
+    left out of the draws (float64 and int32 numpy columns, a token-classification ``label`` renamed ``labels``), and
+    a multiple-choice label that is no whole number, refused where transformers truncates it."""
     compared = 0
     for draw in range(400):
         rng = random.Random(draw)
@@ -178,6 +179,9 @@ def test_random_batches_collate_as_transformers_collates_them(toks):
         ours, theirs = results
         if isinstance(theirs, type):  # transformers refuses (a scalar label_ids, a multiple-choice batch unlabelled)
             continue
+        if kind == "mc" and ours is BertkitError and any(
+                float(r[k]) != int(r[k]) for r in rows for k in ("label", "labels") if k in r):
+            continue  # a choice label 2.4 is refused; transformers truncates it to 2
         assert not isinstance(ours, type), (draw, kind, settings, ours)
         assert sorted(ours) == sorted(theirs), (draw, kind, settings)
         for key in theirs:
@@ -185,3 +189,25 @@ def test_random_batches_collate_as_transformers_collates_them(toks):
             assert torch.equal(ours[key], theirs[key]), (draw, kind, settings, key)
         compared += 1
     assert compared > 250
+
+
+def test_multiple_choice_labels_are_never_truncated(toks):
+    """transformers' DataCollatorForMultipleChoice casts every label to int64: a label 1.7 became choice 1, and soft
+    targets [0.7, 0.3] became [0, 0], without a word (bertkit's did the same). Whole labels give its batch; rows of
+    probabilities over the choices stay float32, as both libraries' BertForMultipleChoice take them; anything else is
+    refused naming the example."""
+    tok = toks[0]
+    rows = [{"input_ids": [[101, 7592, 102], [101, 2088, 2003, 102]]}, {"input_ids": [[101, 2088, 102], [101, 102]]}]
+    for labels in ([1, 0], [1.0, 0.0], [True, False], [np.int64(1), np.int64(0)]):
+        features = [{**r, "label": v} for r, v in zip(rows, labels)]
+        ours = bertkit.DataCollatorForMultipleChoice(tok)(copy.deepcopy(features))
+        theirs = transformers.DataCollatorForMultipleChoice(toks[1])(copy.deepcopy(features))
+        for key in theirs:
+            assert ours[key].dtype == theirs[key].dtype and torch.equal(ours[key], theirs[key]), (labels, key)
+    soft = bertkit.DataCollatorForMultipleChoice(tok)([{**r, "labels": v} for r, v in zip(rows, ([0.7, 0.3], [0, 1]))])
+    assert soft["labels"].dtype == torch.float32 and soft["labels"].tolist() == [[0.699999988079071, 0.30000001192092896],
+                                                                                  [0.0, 1.0]]
+    for bad, shown in ((1.7, "1.7"), (float("nan"), "nan"), ([0.5, 0.25, 0.25], r"\[0.5, 0.25, 0.25\]")):
+        with pytest.raises(BertkitError, match=rf"example 1 of the batch has label {shown}; a label is the index of "
+                                               r"the right one of the 2 choices \(an int\), or 2 probabilities"):
+            bertkit.DataCollatorForMultipleChoice(tok)([{**rows[0], "label": 0}, {**rows[1], "label": bad}])

@@ -214,8 +214,22 @@ class DataCollatorForMultipleChoice(_PaddingCollator):
         flat = [{k: v[i] for k, v in f.items() if k != name} for f in features for i in range(choices)]
         batch = {k: v.view(len(features), choices, -1) for k, v in self._pad(flat).items()}
         if labels is not None:
-            batch["labels"] = torch.tensor(labels, dtype=torch.int64)
+            batch["labels"] = _choice_labels([_as_list(v) if hasattr(v, "tolist") else v for v in labels], choices, name)
         return batch
+
+
+def _choice_labels(labels: list, choices: int, name: str) -> torch.Tensor:
+    """The index of each example's right choice as int64, as transformers makes it; rows of ``choices`` floats are
+    soft targets, float32 (B, C), which the multiple-choice head takes as probabilities over the choices. transformers
+    casts both to int64: a label 1.7 became 1 and [0.7, 0.3] became [0, 0] without a word."""
+    if all(_is_class_id(v) for v in labels):
+        return torch.tensor([int(v) for v in labels], dtype=torch.int64)
+    if all(isinstance(v, (list, tuple)) and len(v) == choices for v in labels):
+        return torch.tensor(labels, dtype=torch.float32)
+    i, bad = next((i, v) for i, v in enumerate(labels) if not _is_class_id(v))
+    raise BertkitError(f"DataCollatorForMultipleChoice: example {i} of the batch has {name} {bad!r}; a label is the "
+                       f"index of the right one of the {choices} choices (an int), or {choices} probabilities over "
+                       "them (soft targets), in every example of the batch")
 
 
 def _is_class_id(value: Any) -> bool:
