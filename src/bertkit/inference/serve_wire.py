@@ -197,7 +197,7 @@ def parse_request(data: Any, server: Any, similarity: bool = False) -> Call:
     if twice:
         raise RequestError(422, f"{twice[0]} is given both at the top level and in parameters; send it once")
     check_values(params, server)
-    raw = f.pop("inputs")  # a list is always several inputs: a pair is {"text", "text_pair"} or [[a, b]]
+    raw = f.pop("inputs")  # a list is several inputs (but TEI's Sequence, below): a pair is {"text", "text_pair"}
     answer = {renamed.get(k, k): v for k, v in {**params, **f}.items()}  # render reads what it needs
     task.check_answer(answer)
     options = {k: v for k, v in answer.items() if k in names}
@@ -205,6 +205,10 @@ def parse_request(data: Any, server: Any, similarity: bool = False) -> Call:
     if similarity or SIMILARITY in task.routes and isinstance(raw, dict) and "source_sentence" in raw:
         raw, answer["similarity"] = _similarity_inputs(raw, pipe), True
         names = ["source_sentence", *(f"sentences[{j}]" for j in range(len(raw) - 1))]
+    if task.tei_sequence and isinstance(raw, list) and len(raw) in (1, 2) and all(isinstance(x, str) for x in raw):
+        # TEI's PredictInput: ["a"] is the text a, ["a", "b"] the pair (a, b), each answered as one input (a batch is
+        # [["a"], ["b"]] or three or more texts); read as two texts, a TEI client's pair was scored as two singles
+        raw = raw[0] if len(raw) == 1 else (raw[0], raw[1])
     single = not isinstance(raw, list)
     items = [raw] if single else raw
     if not items:
