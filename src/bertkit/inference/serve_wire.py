@@ -148,6 +148,7 @@ def _parameter_checks(server: Any) -> dict[str, Rule]:
     n = pipe.max_length
     return {
         "top_k": int_in(1, limits.max_top_k, " (max_top_k)"),  # text-classification's (an answer's labels)
+        "top_n": int_in(1, why=" (the best texts answered; more than were sent answers them all)"),  # /rerank's
         # any case, as transformers' pipeline reads it (its ClassificationFunction[value.upper()])
         "function_to_apply": (lambda v: isinstance(v, str) and v.lower() in ("softmax", "sigmoid", "none"),
                               '"softmax", "sigmoid" or "none" (in any case)'),
