@@ -241,13 +241,15 @@ def test_a_text_pair_field_is_read_as_the_pair_as_transformers_reads_a_dict(tmp_
     text-classification pipeline reads that dict as the pair (a, b): every score of the file a single text's."""
     path = tmp_path / name
     path.write_text(content, encoding="utf-8")
-    for task in ("text-classification", "sentence-embedding"):
-        with caplog.at_level(logging.WARNING, logger="bertkit"):
-            inputs, _ = read_inputs(path, task)
-        assert inputs == [{"text": "a", "text_pair": "b"}, {"text": "c", "text_pair": "d"}] and caplog.text == ""
-        # a pair model's file with text_pair is what it was trained on: read, not refused
-        assert read_inputs(path, task, pair_model=True)[0] == inputs
+    with caplog.at_level(logging.WARNING, logger="bertkit"):
+        inputs, _ = read_inputs(path, "text-classification")
+    assert inputs == [{"text": "a", "text_pair": "b"}, {"text": "c", "text_pair": "d"}] and caplog.text == ""
+    # a pair model's file with text_pair is what it was trained on: read, not refused
+    assert read_inputs(path, "text-classification", pair_model=True)[0] == inputs
     assert read_inputs(path, "token-classification")[0] == ["a", "c"]  # a task of one text reads the text
+    with caplog.at_level(logging.WARNING, logger="bertkit"):  # an embedding: each text's own, so warned about
+        assert read_inputs(path, "sentence-embedding")[0] == [{"text": "a"}, {"text": "c"}]
+    assert "--text-pair-column text_pair" in caplog.text
 
 
 @pytest.mark.parametrize("content, message", [

@@ -64,16 +64,19 @@ def read_inputs(path: str | os.PathLike, task: str, columns: Columns = Columns()
     fields, _ = spec.record_fields()
     fmt = _input_format(path, spec, fields, columns, input_format, rows)
     takes_pairs = "text_pair" in fields and columns.text_pair is None
+    # a classifier's pairs only: an embedding of two texts joined is not what sentence-transformers' encode gives
+    # for such a file (each text's own vector), so there a text_pair field is warned about as any second text is
+    implies = takes_pairs and spec.pair_head
     unnamed_pair: tuple[int, list[str]] | None = None  # the first line holding a second text no flag names
     implied: int | None = None  # the first record's line, where its "text_pair" field made the file one of pairs
     inputs: list[Any] = []
     ids: list[Any] = []
     for line, record in read_records(path, fmt, max_line_bytes):
-        if takes_pairs and not inputs and isinstance(record, dict) and _implies_pairs(record, columns):
+        if implies and not inputs and isinstance(record, dict) and _implies_pairs(record, columns):
             # transformers' text-classification pipeline reads {"text", "text_pair"} as a pair: so is such a file
             implied, columns = line, dataclasses.replace(columns, text_pair=IMPLIED_PAIR)
             _refuse_two_second_texts(path, line, record, columns, fmt)
-        elif takes_pairs and inputs and isinstance(record, dict) and (implied is not None) != (IMPLIED_PAIR in record):
+        elif implies and inputs and isinstance(record, dict) and (implied is not None) != (IMPLIED_PAIR in record):
             raise BertkitError(_mixed_pairs(path, line, implied, fmt))
         bare = isinstance(record, str) and fields[0] == "text" and not columns.text_pair and not rows
         if bare:  # a text file's line, a JSON string: the text alone, checked as a text field is
