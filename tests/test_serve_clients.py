@@ -266,8 +266,9 @@ def test_rerank_ranks_as_the_rerank_pipeline_and_scores_as_tei(reranker):
 
 
 def test_rerank_top_n_answers_the_best_n_best_first_as_cohere(reranker):
-    """LiteLLM's Hugging Face reranker posts Cohere's top_n to TEI's /rerank (beside texts, return_text, truncate
-    false, truncation_direction "Right"); it was refused as an unknown field. Now the best top_n texts, best first:
+    """Elasticsearch's hugging_face rerank service and LiteLLM's Hugging Face reranker post Cohere's top_n to TEI's
+    /rerank (beside texts and return_text; LiteLLM's with truncate false, truncation_direction "Right"); it was
+    refused as an unknown field. Now the best top_n texts, best first:
     the head of TEI's answer of every text (whose order and scores are CrossEncoder.rank's: the test below)."""
     url, pipe = reranker
     full = httpx.post(f"{url}/rerank", json={"query": QUERY, "texts": TEXTS}).json()
@@ -280,6 +281,8 @@ def test_rerank_top_n_answers_the_best_n_best_first_as_cohere(reranker):
         assert [(g["index"], g["score"]) for g in got] == [(g["index"], g["score"]) for g in full[:count]]
         assert [g["text"] for g in got] == [TEXTS[g["index"]] for g in got]
     assert httpx.post(f"{url}/rerank", json={"query": QUERY, "texts": TEXTS, "top_n": None}).json() == full
+    es = {"texts": TEXTS, "query": QUERY, "return_text": False, "top_n": 3}  # Elasticsearch's body
+    assert httpx.post(f"{url}/rerank", json=es).json() == full[:3]
 
 
 @pytest.mark.slow  # sentence-transformers' import alone takes 10 s and more

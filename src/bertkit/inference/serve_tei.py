@@ -256,8 +256,8 @@ def _info(server: Any) -> dict[str, Any]:
 
 
 def _ranked(server: Any, call: Call, results: list[Any]) -> list[dict[str, Any]]:
-    """The texts best first, TEI's answer; ``top_n`` (Cohere's and Jina's, which LiteLLM's Hugging Face reranker
-    sends to TEI's route) keeps the best ``top_n`` of them, in that order. TEI ignores the field and answers every
+    """The texts best first, TEI's answer; ``top_n`` (Cohere's and Jina's, which Elasticsearch's hugging_face rerank
+    service and LiteLLM's Hugging Face reranker send to TEI's route) keeps the best ``top_n`` of them, in that order. TEI ignores the field and answers every
     text: a client that asked for the best 3 of 100 got 100."""
     a = call.answer  # the reranker's own decoding of its (query, text) logits
     ranks = server.pipe.decode({"texts": a["texts"]}, [], results, raw_scores=a["raw_scores"],
