@@ -133,6 +133,9 @@ def test_predict_reads_a_list_of_one_or_two_strings_as_tei_does(tmp_path_factory
         batch = post([[a, b]], truncate=True)  # a batch of one pair
         assert len(batch) == 1
         _same(batch[0], pair)
+        r = client.post("/predict", json={"inputs": [[a, b, c]]})  # TEI's error too; it was called "a tuple"
+        assert r.status_code == 422 and refusal(r).startswith("input 0 is a list of 3 values; a list in inputs is "
+                                                              "one input, [text] or [text, text_pair]"), r.text
         three = post([a, b, c])  # three strings: three texts (TEI refuses them)
         assert len(three) == 3
         for got, text in zip(three, (a, b, c)):

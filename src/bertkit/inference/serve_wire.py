@@ -272,9 +272,12 @@ def _check_inputs(items: list[Any], server: Any, options: dict[str, Any], trunca
     counted: list[int] = []
     chars = cost = candidates = 0
     for i, item in enumerate(items):
+        where = names[i] if names else i
+        if task.tei_sequence and isinstance(item, list) and len(item) not in (1, 2):  # not "a tuple": JSON has none
+            raise RequestError(422, f"input {where} is a list of {len(item)} values; a list in inputs is one input, "
+                                    '[text] or [text, text_pair] (TEI\'s), or {"text": ..., "text_pair": ...}')
         if isinstance(item, list):  # JSON has no tuples: [text, text_pair]; TEI's batches write a text as [text]
             item = item[0] if len(item) == 1 else tuple(item)
-        where = names[i] if names else i
         n = _chars(item)
         limits.check_chars(n, f"input {where}")
         read = read_input(pipe, item, where)
