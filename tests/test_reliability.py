@@ -331,13 +331,13 @@ def test_finetune_classify_marks_a_pair_model_in_its_config(tiny_dirs, tmp_path)
     rows = "good,fine,pos\nbad,dull,neg\ngood film,fine,pos\ndull,bad,neg\n"
     (tmp_path / "b.csv").write_text("text,text_b,label\n" + rows, encoding="utf-8")
     (tmp_path / "p.csv").write_text("text,text_pair,label\n" + rows, encoding="utf-8")  # transformers' key: a pair
-    for train, pair, out in (("b.csv", ["--text-pair-column", "text_b"], "pair"), ("p.csv", [], "implied"),
-                             ("b.csv", [], "single")):
+    # a text_pair column is read as the pair with no flag (--text-pair-column text_b reads b.csv's the same way);
+    # text_b, which no flag names, is warned about and left out
+    for train, out in (("p.csv", "pair"), ("b.csv", "single")):
         assert main(["finetune", "classify", "--model", str(tiny_dirs["clf"]), "--train-file", str(tmp_path / train),
                      "--validation-file", str(tmp_path / train), "--output-dir", str(tmp_path / out),
-                     "--num-train-epochs", "1", "--batch-size", "2", "--max-seq-length", "64", "--no-progress",
-                     *pair]) == 0
-    for out, pair in (("pair", True), ("implied", True), ("single", False)):
+                     "--num-train-epochs", "1", "--batch-size", "2", "--max-seq-length", "64", "--no-progress"]) == 0
+    for out, pair in (("pair", True), ("single", False)):
         assert json.loads((tmp_path / out / "best" / "config.json").read_text())["text_pair"] is pair
 
 
