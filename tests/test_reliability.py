@@ -274,11 +274,11 @@ def test_predict_on_pairs_it_was_not_told_about_warns_and_a_pair_trained_model_r
     import shutil
 
     path = tmp_path / "pairs.jsonl"
-    path.write_text('{"text": "a good film", "text_pair": "dull"}\n{"text": "bad", "text_pair": "fine"}\n',
+    path.write_text('{"text": "a good film", "text_b": "dull"}\n{"text": "bad", "text_b": "fine"}\n',
                     encoding="utf-8")
     with caplog.at_level(logging.WARNING, logger="bertkit"):
         assert _predict(tiny_dirs["clf"], path) == 0  # a single-text model: the first texts, and a warning
-    assert "pairs.jsonl:1: the inputs hold a second text (field 'text_pair')" in caplog.text
+    assert "pairs.jsonl:1: the inputs hold a second text (field 'text_b')" in caplog.text
     assert len(path.with_suffix(".out.jsonl").read_text().splitlines()) == 2
 
     pair_model = tmp_path / "pair-model"
@@ -289,9 +289,27 @@ def test_predict_on_pairs_it_was_not_told_about_warns_and_a_pair_trained_model_r
     capsys.readouterr()
     assert _predict(pair_model, path) == 2
     err = capsys.readouterr().err
-    assert "pairs.jsonl:1: the model was fine-tuned on text pairs" in err and "--text-pair-column text_pair" in err
+    assert "pairs.jsonl:1: the model was fine-tuned on text pairs" in err and "--text-pair-column text_b" in err
     assert not path.with_suffix(".out.jsonl").exists()
-    assert _predict(pair_model, path, "--text-pair-column", "text_pair") == 0
+    assert _predict(pair_model, path, "--text-pair-column", "text_b") == 0
+
+
+def test_predict_reads_text_pair_fields_as_pairs_as_transformers_reads_the_dict(tiny_dirs, tmp_path, caplog):
+    """Was: {"text", "text_pair"} lines classified on their first text alone unless --text-pair-column named the
+    field (a warning logged): transformers' pipeline reads that dict as the pair."""
+    from bertkit import pipeline
+
+    rows = [{"text": "a good film", "text_pair": "dull"}, {"text": "bad", "text_pair": "fine"}]
+    path = tmp_path / "pairs.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
+    with caplog.at_level(logging.WARNING, logger="bertkit"):
+        assert _predict(tiny_dirs["clf"], path) == 0
+    assert caplog.text == ""
+    out = [json.loads(line) for line in path.with_suffix(".out.jsonl").read_text().splitlines()]
+    expected = pipeline("text-classification", tiny_dirs["clf"], progress=False)(rows)
+    assert [o["scores"] for o in out] == [e["scores"] for e in expected]
+    single = pipeline("text-classification", tiny_dirs["clf"], progress=False)([r["text"] for r in rows])
+    assert [o["scores"] for o in out] != [e["scores"] for e in single]  # the pairs' scores, not the first texts'
 
 
 def test_predict_refuses_a_whitespace_row_a_nul_byte_and_a_line_over_the_limit_with_exit_2(tiny_dirs, tmp_path,
@@ -310,15 +328,17 @@ def test_predict_refuses_a_whitespace_row_a_nul_byte_and_a_line_over_the_limit_w
 def test_finetune_classify_marks_a_pair_model_in_its_config(tiny_dirs, tmp_path):
     from bertkit.cli import main
 
-    train = tmp_path / "pairs.csv"
-    train.write_text("text,text_pair,label\ngood,fine,pos\nbad,dull,neg\ngood film,fine,pos\ndull,bad,neg\n",
-                     encoding="utf-8")
-    for pair, out in ((["--text-pair-column", "text_pair"], tmp_path / "pair"), ([], tmp_path / "single")):
-        assert main(["finetune", "classify", "--model", str(tiny_dirs["clf"]), "--train-file", str(train),
-                     "--validation-file", str(train), "--output-dir", str(out), "--num-train-epochs", "1",
-                     "--batch-size", "2", "--max-seq-length", "64", "--no-progress", *pair]) == 0
-    assert json.loads((tmp_path / "pair" / "best" / "config.json").read_text())["text_pair"] is True
-    assert json.loads((tmp_path / "single" / "best" / "config.json").read_text())["text_pair"] is False
+    rows = "good,fine,pos\nbad,dull,neg\ngood film,fine,pos\ndull,bad,neg\n"
+    (tmp_path / "b.csv").write_text("text,text_b,label\n" + rows, encoding="utf-8")
+    (tmp_path / "p.csv").write_text("text,text_pair,label\n" + rows, encoding="utf-8")  # transformers' key: a pair
+    # a text_pair column is read as the pair with no flag (--text-pair-column text_b reads b.csv's the same way);
+    # text_b, which no flag names, is warned about and left out
+    for train, out in (("p.csv", "pair"), ("b.csv", "single")):
+        assert main(["finetune", "classify", "--model", str(tiny_dirs["clf"]), "--train-file", str(tmp_path / train),
+                     "--validation-file", str(tmp_path / train), "--output-dir", str(tmp_path / out),
+                     "--num-train-epochs", "1", "--batch-size", "2", "--max-seq-length", "64", "--no-progress"]) == 0
+    for out, pair in (("pair", True), ("single", False)):
+        assert json.loads((tmp_path / out / "best" / "config.json").read_text())["text_pair"] is pair
 
 
 # -- finetune classify: the checkpoint and the validation file ------------------------------------------

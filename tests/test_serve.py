@@ -100,7 +100,9 @@ def test_health_info_and_outputs_equal_the_pipeline(served):
     assert len(one) == 1 and _close(one[0], expected[0])
     pair = httpx.post(f"{server.url}/predict", json={"inputs": {"text": texts[0], "text_pair": texts[1]}}).json()
     assert _close(pair[0], pipe((texts[0], texts[1])))
-    two = httpx.post(f"{server.url}/predict", json={"inputs": [texts[0], texts[1]]}).json()  # two texts, not a pair
+    two = httpx.post(f"{server.url}/predict", json={"inputs": [texts[0], texts[1]]}).json()  # TEI's pair
+    assert len(two) == 1 and _close(two[0], pipe((texts[0], texts[1])))
+    two = httpx.post(f"{server.url}/predict", json={"inputs": [[texts[0]], [texts[1]]]}).json()  # two texts
     assert len(two) == 2 and _close(two[1], expected[1])
     listed = httpx.post(f"{server.url}/predict", json={"inputs": [[texts[0], texts[1]]]}).json()
     assert _close(listed[0], pipe((texts[0], texts[1])))

@@ -265,6 +265,37 @@ def test_rerank_ranks_as_the_rerank_pipeline_and_scores_as_tei(reranker):
     assert [g["index"] for g in root] == [e["index"] for e in expected]
 
 
+def test_rerank_top_n_answers_the_best_n_best_first_as_cohere(reranker):
+    """Elasticsearch's hugging_face rerank service and LiteLLM's Hugging Face reranker post Cohere's top_n to TEI's
+    /rerank (beside texts and return_text; LiteLLM's with truncate false, truncation_direction "Right"); it was
+    refused as an unknown field. Now the best top_n texts, best first:
+    the head of TEI's answer of every text (whose order and scores are CrossEncoder.rank's: the test below)."""
+    url, pipe = reranker
+    full = httpx.post(f"{url}/rerank", json={"query": QUERY, "texts": TEXTS}).json()
+    for top_n, count in ((2, 2), (1, 1), (4, 4), (10, 4)):
+        body = {"query": QUERY, "texts": TEXTS, "top_n": top_n, "return_text": True, "raw_scores": False,
+                "truncate": False, "truncation_direction": "Right"}  # LiteLLM's body
+        r = httpx.post(f"{url}/rerank", json=body)
+        assert r.status_code == 200, r.text
+        got = r.json()
+        assert [(g["index"], g["score"]) for g in got] == [(g["index"], g["score"]) for g in full[:count]]
+        assert [g["text"] for g in got] == [TEXTS[g["index"]] for g in got]
+    assert httpx.post(f"{url}/rerank", json={"query": QUERY, "texts": TEXTS, "top_n": None}).json() == full
+    es = {"texts": TEXTS, "query": QUERY, "return_text": False, "top_n": 3}  # Elasticsearch's body
+    assert httpx.post(f"{url}/rerank", json=es).json() == full[:3]
+
+
+@pytest.mark.slow  # sentence-transformers' import alone takes 10 s and more
+def test_rerank_top_n_equals_cross_encoder_rank_top_k(reranker):
+    st = pytest.importorskip("sentence_transformers")
+    url, _ = reranker
+    directory = httpx.get(f"{url}/info").json()["model_id"]
+    want = st.CrossEncoder(directory, device="cpu").rank(QUERY, TEXTS, top_k=2)
+    best = httpx.post(f"{url}/rerank", json={"query": QUERY, "texts": TEXTS, "top_n": 2}).json()
+    assert [g["index"] for g in best] == [w["corpus_id"] for w in want]
+    assert [g["score"] for g in best] == pytest.approx([float(w["score"]) for w in want], abs=1e-5)
+
+
 def test_rerank_scores_equal_transformers_sigmoid_of_the_cross_encoders_logit(reranker):
     transformers = pytest.importorskip("transformers")
     url, _ = reranker
@@ -287,7 +318,8 @@ def test_rerank_on_a_classifier_server_answers_424_naming_the_rerank_task(classi
 @pytest.mark.parametrize("body, status, message", [
     ({"query": QUERY}, 422, "needs the field(s) texts"),
     ({"query": QUERY, "texts": []}, 422, "texts must be a string or a non-empty list"),
-    ({"query": QUERY, "texts": ["a"], "top_n": 2}, 422, "unknown field(s) top_n"),
+    ({"query": QUERY, "texts": ["a"], "top_n": 0}, 422, "top_n must be an int of at least 1"),
+    ({"query": QUERY, "documents": ["a"]}, 422, "unknown field(s) documents; /rerank takes query, texts"),
     ({"query": QUERY, "texts": ["a"] * 9}, 422, "9 texts exceed max_items 8"),
     ({"query": QUERY, "texts": ["a"], "raw_scores": "yes"}, 422, "raw_scores must be true or false"),
     ({"query": QUERY, "texts": ["word " * 600], "truncate": False}, 422, "over max_length 512"),

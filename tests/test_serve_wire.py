@@ -104,6 +104,44 @@ def test_text_classification_answers_as_the_inference_api_and_tei(tmp_path_facto
         assert r.status_code == 424 and "--task feature-extraction" in r.json()["error"]
 
 
+def test_predict_reads_a_list_of_one_or_two_strings_as_tei_does(tmp_path_factory, minilm_dir):
+    """TEI's /predict reads ["a", "b"] as ONE pair (its PredictInput tries a Sequence before a batch) and ["a"] as one
+    text. bertkit read both as batches: a TEI client's pair came back as two single texts' scores ([[...], [...]])."""
+    from fastapi.testclient import TestClient
+
+    from bertkit import pipeline
+    from bertkit.inference.serve import create_app
+
+    d = _tiny(tmp_path_factory, minilm_dir, "BertForSequenceClassification",
+              id2label={0: "negative", 1: "neutral", 2: "positive"})
+    ref = transformers.pipeline("text-classification", model=str(d), tokenizer=str(d), device="cpu")
+    a, b, c = "a man plays a guitar", "someone makes music", "the cat sleeps"
+    pair = ref({"text": a, "text_pair": b}, top_k=None)
+    with TestClient(create_app(pipeline("text-classification", d, progress=False), str(d), max_wait_ms=1)) as client:
+        def post(inputs, **fields):
+            r = client.post("/predict", json={"inputs": inputs, **fields})
+            assert r.status_code == 200, r.text
+            return r.json()
+
+        tei = post([a, b], truncate=True)  # TEI's answer to one input: the flat list, as for a string
+        assert list(tei[0]) == ["score", "label"]
+        _same(tei, pair)
+        _same(post([a, b])[0], pair)  # the Inference API's answer to one input: [[...]], as for a string
+        assert post([a, b]) == post({"text": a, "text_pair": b})
+        _same(post([a], raw_scores=False), ref(a, top_k=None))
+        assert post([a]) == post(a)
+        batch = post([[a, b]], truncate=True)  # a batch of one pair
+        assert len(batch) == 1
+        _same(batch[0], pair)
+        r = client.post("/predict", json={"inputs": [[a, b, c]]})  # TEI's error too; it was called "a tuple"
+        assert r.status_code == 422 and refusal(r).startswith("input 0 is a list of 3 values; a list in inputs is "
+                                                              "one input, [text] or [text, text_pair]"), r.text
+        three = post([a, b, c])  # three strings: three texts (TEI refuses them)
+        assert len(three) == 3
+        for got, text in zip(three, (a, b, c)):
+            _same(got, ref(text, top_k=None))
+
+
 def test_text_classification_function_to_apply_in_any_case_and_never_beside_raw_scores(tmp_path_factory,
                                                                                          minilm_dir):
     # transformers reads function_to_apply in any case (ClassificationFunction["SIGMOID"]); the server refused

@@ -190,7 +190,7 @@ def test_finetune_classify_refuses_a_blank_text_naming_file_and_line(tmp_path, c
 
 
 @pytest.mark.parametrize("name, content, columns, field", [
-    ("p.jsonl", '{"text": "a", "text_pair": "b"}\n{"text": "c", "text_pair": "d"}\n', Columns(), "text_pair"),
+    ("p.jsonl", '{"text": "a", "text_b": "b"}\n{"text": "c", "text_b": "d"}\n', Columns(), "text_b"),
     ("p.csv", "sentence1,sentence2\na,b\n", Columns(text="sentence1"), "sentence2"),
     ("p.tsv", "question\tsentence\tlabel\na?\tb\t1\n", Columns(text="sentence"), "question"),
     ("p.jsonl", '{"premise": "a", "hypothesis": "b"}\n', Columns(text="premise"), "hypothesis"),
@@ -224,11 +224,65 @@ def test_a_file_with_one_text_and_other_columns_gives_no_warning(tmp_path, caplo
 
 
 def test_finetune_classify_warns_of_a_second_text_no_flag_names(tmp_path, caplog):
-    (tmp_path / "t.csv").write_text("text,text_pair,label\na,b,1\nc,d,0\n", encoding="utf-8")
+    (tmp_path / "t.csv").write_text("text,text_b,label\na,b,1\nc,d,0\n", encoding="utf-8")
     with caplog.at_level(logging.WARNING, logger="bertkit"):
         read_labelled(tmp_path / "t.csv", _classify(tmp_path), TOK)
-    assert "t.csv:2: the inputs hold a second text (column 'text_pair')" in caplog.text
+    assert "t.csv:2: the inputs hold a second text (column 'text_b')" in caplog.text
+    assert "--text-pair-column text_b" in caplog.text
+
+
+@pytest.mark.parametrize("name, content", [
+    ("p.jsonl", '{"text": "a", "text_pair": "b"}\n{"text": "c", "text_pair": "d"}\n'),
+    ("p.csv", "text,text_pair,label\na,b,1\nc,d,0\n"),
+    ("p.tsv", "id\ttext_pair\ttext\n7\tb\ta\n8\td\tc\n"),
+])
+def test_a_text_pair_field_is_read_as_the_pair_as_transformers_reads_a_dict(tmp_path, caplog, name, content):
+    """Was: {"text": "a", "text_pair": "b"} classified as the text "a" alone (a warning logged), where transformers'
+    text-classification pipeline reads that dict as the pair (a, b): every score of the file a single text's."""
+    path = tmp_path / name
+    path.write_text(content, encoding="utf-8")
+    with caplog.at_level(logging.WARNING, logger="bertkit"):
+        inputs, _ = read_inputs(path, "text-classification")
+    assert inputs == [{"text": "a", "text_pair": "b"}, {"text": "c", "text_pair": "d"}] and caplog.text == ""
+    # a pair model's file with text_pair is what it was trained on: read, not refused
+    assert read_inputs(path, "text-classification", pair_model=True)[0] == inputs
+    assert read_inputs(path, "token-classification")[0] == ["a", "c"]  # a task of one text reads the text
+    with caplog.at_level(logging.WARNING, logger="bertkit"):  # an embedding: each text's own, so warned about
+        assert read_inputs(path, "sentence-embedding")[0] == [{"text": "a"}, {"text": "c"}]
     assert "--text-pair-column text_pair" in caplog.text
+
+
+@pytest.mark.parametrize("content, message", [
+    ('{"text": "a", "text_pair": "b"}\n{"text": "c"}\n',
+     r"p\.jsonl:2: no 'text_pair' field, where line 1 holds one, which makes the file one of \(text, text_pair\) "
+     r"pairs: a line without it would be read as a single text"),
+    ('{"text": "a"}\n{"text": "c", "text_pair": "d"}\n',
+     r"p\.jsonl:2: a 'text_pair' field, where the first line holds none: .* this pair's second text would be left "
+     "out"),
+    ('"a"\n{"text": "c", "text_pair": "d"}\n', r"p\.jsonl:2: a 'text_pair' field, where the first line holds none"),
+    ('{"text": "a", "text_pair": "b", "hypothesis": "h"}\n',
+     r"p\.jsonl:1: the inputs hold 'text_pair' and another field named like a pair's second text \('hypothesis'\); "
+     r".*--text-pair-column text_pair \(or --text-pair-column hypothesis\)"),
+])
+def test_a_file_of_pairs_and_single_texts_is_refused_by_line(tmp_path, content, message):
+    """Pairs beside single texts, or two candidate second texts: which reading is meant is the user's to say."""
+    path = tmp_path / "p.jsonl"
+    path.write_text(content, encoding="utf-8")
+    with pytest.raises(BertkitError, match=message):
+        read_inputs(path, "text-classification")
+
+
+def test_finetune_classify_trains_on_a_text_pair_column_and_scores_on_the_same(tmp_path):
+    (tmp_path / "t.csv").write_text("text,text_pair,label\na,b,1\nc,d,0\n", encoding="utf-8")
+    rows = read_labelled(tmp_path / "t.csv", _classify(tmp_path), TOK)
+    assert [(e.text_a, e.text_b) for e in rows] == [("a", "b"), ("c", "d")]
+    (tmp_path / "v.csv").write_text("text,label\na,1\n", encoding="utf-8")
+    from bertkit.training.classify import finetune_classify
+
+    s = ClassifySettings(model_name_or_path=Path("models/minilm"), output_dir=tmp_path / "out",
+                         train_file=tmp_path / "t.csv", validation_file=tmp_path / "v.csv")
+    with pytest.raises(BertkitError, match=r"t\.csv holds \(text, text_pair\) pairs and .*v\.csv single texts"):
+        finetune_classify(s)
 
 
 def test_a_checkpoint_says_whether_it_was_fine_tuned_on_pairs(tmp_path):

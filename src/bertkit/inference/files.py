@@ -64,10 +64,20 @@ def read_inputs(path: str | os.PathLike, task: str, columns: Columns = Columns()
     fields, _ = spec.record_fields()
     fmt = _input_format(path, spec, fields, columns, input_format, rows)
     takes_pairs = "text_pair" in fields and columns.text_pair is None
+    # a classifier's pairs only: an embedding of two texts joined is not what sentence-transformers' encode gives
+    # for such a file (each text's own vector), so there a text_pair field is warned about as any second text is
+    implies = takes_pairs and spec.pair_head
     unnamed_pair: tuple[int, list[str]] | None = None  # the first line holding a second text no flag names
+    implied: int | None = None  # the first record's line, where its "text_pair" field made the file one of pairs
     inputs: list[Any] = []
     ids: list[Any] = []
     for line, record in read_records(path, fmt, max_line_bytes):
+        if implies and not inputs and isinstance(record, dict) and _implies_pairs(record, columns):
+            # transformers' text-classification pipeline reads {"text", "text_pair"} as a pair: so is such a file
+            implied, columns = line, dataclasses.replace(columns, text_pair=IMPLIED_PAIR)
+            _refuse_two_second_texts(path, line, record, columns, fmt)
+        elif implies and inputs and isinstance(record, dict) and (implied is not None) != (IMPLIED_PAIR in record):
+            raise BertkitError(_mixed_pairs(path, line, implied, fmt))
         bare = isinstance(record, str) and fields[0] == "text" and not columns.text_pair and not rows
         if bare:  # a text file's line, a JSON string: the text alone, checked as a text field is
             if columns.id is not None:  # its id would be its position, beside the other lines' ids from the column
@@ -80,7 +90,7 @@ def read_inputs(path: str | os.PathLike, task: str, columns: Columns = Columns()
             raise BertkitError(f"{path}:{line}: expected an object with fields "
                                f"{', '.join(str(getattr(columns, f)) for f in fields if getattr(columns, f))}, "
                                f"got {type(record).__name__}{array}")
-        if takes_pairs and unnamed_pair is None:
+        if takes_pairs and implied is None and unnamed_pair is None:
             found = second_text_fields(record, used=(columns.text, columns.id, columns.label))
             if found:
                 unnamed_pair = (line, found)
@@ -103,6 +113,37 @@ def read_inputs(path: str | os.PathLike, task: str, columns: Columns = Columns()
     if unnamed_pair is not None:
         logger.warning("%s", _unnamed_pair(path, *unnamed_pair, fmt, refused=False))
     return inputs, ids
+
+
+IMPLIED_PAIR = "text_pair"  # the field or column read as a pair's second text when no --text-pair-column names one
+
+
+def _implies_pairs(record: dict[str, Any], columns: Columns) -> bool:
+    """Whether a file whose first record is ``record`` holds pairs that no flag names: it has transformers' key
+    ``text_pair`` beside the text column (a CSV's header is every row's)."""
+    return IMPLIED_PAIR in record and columns.text != IMPLIED_PAIR and columns.text in record
+
+
+def _refuse_two_second_texts(path: Path, line: int, record: dict[str, Any], columns: Columns, fmt: str) -> None:
+    """A record holding text_pair and another field named like a pair's text (``hypothesis``, ``sentence2``): which
+    one is the second text is the user's to say."""
+    others = second_text_fields(record, used=(columns.text, columns.text_pair, columns.id, columns.label))
+    if others:
+        kind = "field" if fmt == "jsonl" else "column"
+        raise BertkitError(f"{path}:{line}: the inputs hold {IMPLIED_PAIR!r} and another {kind} named like a pair's "
+                           f"second text ({', '.join(map(repr, others))}); which one is the pair's is yours to say: "
+                           f"pass --text-pair-column {IMPLIED_PAIR} (or --text-pair-column {others[0]})")
+
+
+def _mixed_pairs(path: Path, line: int, implied: int | None, fmt: str) -> str:
+    kind = "field" if fmt == "jsonl" else "column"
+    if implied is not None:
+        return (f"{path}:{line}: no {IMPLIED_PAIR!r} {kind}, where line {implied} holds one, which makes the file one "
+                f"of (text, text_pair) pairs: a line without it would be read as a single text; give every line "
+                f"its {IMPLIED_PAIR}, or put the single texts in a file of their own")
+    return (f"{path}:{line}: a {IMPLIED_PAIR!r} {kind}, where the first line holds none: the file's first line makes it "
+            f"one of single texts, so this pair's second text would be left out; give every line its {IMPLIED_PAIR}, "
+            "or put the pairs in a file of their own")
 
 
 def _input_format(path: Path, task: Task, fields: tuple[str, ...], columns: Columns, input_format: str,

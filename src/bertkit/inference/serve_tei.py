@@ -127,8 +127,8 @@ def _rerank(data: Any, server: Any) -> Call:
     from bertkit.inference.base import refuse_empty_text
 
     pipe, limits = server.pipe, server.limits
-    f = fields(data, "/rerank", ("query", "texts"), ("raw_scores", "return_text", "truncate", "truncation_direction"),
-               server)
+    f = fields(data, "/rerank", ("query", "texts"),
+               ("raw_scores", "return_text", "truncate", "truncation_direction", "top_n"), server)
     if not isinstance(f["query"], str):
         raise RequestError(422, f"query must be a string, got {str(f['query'])[:80]!r}")
     texts = texts_of(f["texts"], "texts", limits)
@@ -142,7 +142,8 @@ def _rerank(data: Any, server: Any) -> Call:
         if not f.get("truncate", True):
             fitted(len(pipe.tokenizer(f["query"], text)["input_ids"]), f"the query with text {i}", pipe, False)
     rows = pipe.encode({"query": f["query"], "texts": texts})
-    answer = {"texts": texts, "raw_scores": f.get("raw_scores", False), "return_text": f.get("return_text", False)}
+    answer = {"texts": texts, "raw_scores": f.get("raw_scores", False), "return_text": f.get("return_text", False),
+              "top_n": f.get("top_n")}
     # One model sequence per (query, text) pair: admission, max_items and the model call's bounds count pairs.
     return Call(rows, {"rows": True}, answer, cost=len(texts), tokens=[len(r["input_ids"]) for r in rows],
                 chars=sum(len(f["query"]) + len(t) for t in texts))
@@ -255,9 +256,13 @@ def _info(server: Any) -> dict[str, Any]:
 
 
 def _ranked(server: Any, call: Call, results: list[Any]) -> list[dict[str, Any]]:
+    """The texts best first, TEI's answer; ``top_n`` (Cohere's and Jina's, which Elasticsearch's hugging_face rerank
+    service and LiteLLM's Hugging Face reranker send to TEI's route) keeps the best ``top_n`` of them, in that order. TEI ignores the field and answers every
+    text: a client that asked for the best 3 of 100 got 100."""
     a = call.answer  # the reranker's own decoding of its (query, text) logits
-    return server.pipe.decode({"texts": a["texts"]}, [], results, raw_scores=a["raw_scores"],
-                              return_text=a["return_text"])
+    ranks = server.pipe.decode({"texts": a["texts"]}, [], results, raw_scores=a["raw_scores"],
+                               return_text=a["return_text"])
+    return ranks[:a["top_n"]] if a.get("top_n") else ranks
 
 
 def _root(server: Any, data: Any) -> Route:
@@ -293,7 +298,7 @@ OPENAI = Route("/v1/embeddings", "OpenAI's: {input, model, dimensions, encoding_
 # TEI serves OpenAI's route at /embeddings too: the path of a client whose base_url has no /v1
 OPENAI_UNVERSIONED = dataclasses.replace(OPENAI, path="/embeddings", help="OpenAI's /v1/embeddings, for a base_url "
                                          "without /v1 (as TEI)")
-RERANK = Route("/rerank", "TEI's: {query, texts} -> the texts by relevance, best first (a cross-encoder)", _rerank,
+RERANK = Route("/rerank", "TEI's: {query, texts, top_n} -> the texts by relevance, best first (a cross-encoder)", _rerank,
                _ranked, needs="needs a cross-encoder; this server runs {task}: start it with --task {tasks}")
 TOKENIZE = Route("/tokenize", "TEI's: texts -> their tokens", _tokenize,
                  lambda server, call, results: call.answer["result"], model=False)

@@ -148,6 +148,7 @@ def _parameter_checks(server: Any) -> dict[str, Rule]:
     n = pipe.max_length
     return {
         "top_k": int_in(1, limits.max_top_k, " (max_top_k)"),  # text-classification's (an answer's labels)
+        "top_n": int_in(1, why=" (the best texts answered; more than were sent answers them all)"),  # /rerank's
         # any case, as transformers' pipeline reads it (its ClassificationFunction[value.upper()])
         "function_to_apply": (lambda v: isinstance(v, str) and v.lower() in ("softmax", "sigmoid", "none"),
                               '"softmax", "sigmoid" or "none" (in any case)'),
@@ -197,7 +198,7 @@ def parse_request(data: Any, server: Any, similarity: bool = False) -> Call:
     if twice:
         raise RequestError(422, f"{twice[0]} is given both at the top level and in parameters; send it once")
     check_values(params, server)
-    raw = f.pop("inputs")  # a list is always several inputs: a pair is {"text", "text_pair"} or [[a, b]]
+    raw = f.pop("inputs")  # a list is several inputs (but TEI's Sequence, below): a pair is {"text", "text_pair"}
     answer = {renamed.get(k, k): v for k, v in {**params, **f}.items()}  # render reads what it needs
     task.check_answer(answer)
     options = {k: v for k, v in answer.items() if k in names}
@@ -205,6 +206,10 @@ def parse_request(data: Any, server: Any, similarity: bool = False) -> Call:
     if similarity or SIMILARITY in task.routes and isinstance(raw, dict) and "source_sentence" in raw:
         raw, answer["similarity"] = _similarity_inputs(raw, pipe), True
         names = ["source_sentence", *(f"sentences[{j}]" for j in range(len(raw) - 1))]
+    if task.tei_sequence and isinstance(raw, list) and len(raw) in (1, 2) and all(isinstance(x, str) for x in raw):
+        # TEI's PredictInput: ["a"] is the text a, ["a", "b"] the pair (a, b), each answered as one input (a batch is
+        # [["a"], ["b"]] or three or more texts); read as two texts, a TEI client's pair was scored as two singles
+        raw = raw[0] if len(raw) == 1 else (raw[0], raw[1])
     single = not isinstance(raw, list)
     items = [raw] if single else raw
     if not items:
@@ -267,9 +272,12 @@ def _check_inputs(items: list[Any], server: Any, options: dict[str, Any], trunca
     counted: list[int] = []
     chars = cost = candidates = 0
     for i, item in enumerate(items):
+        where = names[i] if names else i
+        if task.tei_sequence and isinstance(item, list) and len(item) not in (1, 2):  # not "a tuple": JSON has none
+            raise RequestError(422, f"input {where} is a list of {len(item)} values; a list in inputs is one input, "
+                                    '[text] or [text, text_pair] (TEI\'s), or {"text": ..., "text_pair": ...}')
         if isinstance(item, list):  # JSON has no tuples: [text, text_pair]; TEI's batches write a text as [text]
             item = item[0] if len(item) == 1 else tuple(item)
-        where = names[i] if names else i
         n = _chars(item)
         limits.check_chars(n, f"input {where}")
         read = read_input(pipe, item, where)

@@ -64,6 +64,9 @@ class Task:
     body_fields: ClassVar[tuple[str, ...]] = ()  # TEI's fields a /predict body may hold beside inputs and parameters
     answer_params: ClassVar[tuple[str, ...]] = ()  # Inference API parameters that shape the answer, not the call
     encoded: ClassVar[bool] = False  # inputs encoded while parsing, the model's outputs rendered here (not decoded)
+    # TEI's /predict reads a list of one or two strings as ONE input (its Sequence: ["a"] a text, ["a", "b"] a pair),
+    # trying that before a batch; a task whose inputs may be pairs reads them so, other tasks as a batch
+    tei_sequence: ClassVar[bool] = False
     counted: ClassVar[bool] = False  # one model sequence per input, whose tokens are counted while parsing
     candidates_per: ClassVar[str] = ""  # what top_k counts candidates of, where an answer holds top_k x something
     routes: ClassVar[tuple[Route, ...]] = ()  # the routes only this kind of model answers (others answer 424)
@@ -177,7 +180,7 @@ class TextClassification(Task):
     # TEI's fields, which select TEI's answer; InferenceClient sends top_k and function_to_apply
     body_fields = ("raw_scores", "truncate", "truncation_direction")
     answer_params = ("top_k", "function_to_apply")
-    encoded = counted = True
+    encoded = counted = tei_sequence = True
 
     def check_answer(self, answer: dict[str, Any]) -> None:
         fn = answer.get("function_to_apply")

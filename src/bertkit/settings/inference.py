@@ -262,7 +262,8 @@ class PredictFileSettings(ResumableFileSettings, ProgressSettings, Int8Settings,
     text_column: str = "text"
     """Column (CSV/TSV) or field (JSONL) holding the text."""
     text_pair_column: str | None = None
-    """Column holding the second text of a pair (sentence-pair classification, e.g. MRPC)."""
+    """Column holding the second text of a pair (sentence-pair classification, e.g. MRPC); unset, a column named
+    text_pair is (transformers' key)."""
     query_column: str = "query"
     """rerank: the query's column (the passage is in --text-column)."""
     question_column: str = "question"

@@ -321,7 +321,7 @@ class ClassifySettings(SequenceClassificationSettings):
     text_column: str = "text"
     """Column (or JSONL field) holding the text."""
     text_pair_column: str | None = None
-    """Column holding a second text (sentence-pair tasks)."""
+    """Column holding a second text (sentence-pair tasks); unset, a column named text_pair is (transformers' key)."""
     label_column: str = "label"
     """Column holding the label (a class name, or a number for regression)."""
     problem_type: Literal["auto", "classification", "regression"] = "auto"

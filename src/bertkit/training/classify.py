@@ -159,8 +159,12 @@ def finetune_classify(s: ClassifySettings) -> dict[str, Any]:
     dev_examples = first(read_labelled(s.validation_file, s, tokenizer), s.max_eval_samples)
     # The classes (or a regression) are the whole training file's, as run_glue.py takes its label list before
     # --max-train-samples selects rows: the first N rows may lack a class, or hold only the whole numbers of a score.
-    task = classify_task(every_train_row, s.problem_type, s.train_file.stem, s.text_pair_column is not None,
-                         source=s.train_file)
+    pairs = every_train_row[0].text_b is not None  # --text-pair-column, or a text_pair column no flag names
+    if dev_examples and (dev_examples[0].text_b is not None) != pairs:  # a model trained on pairs, scored on texts
+        kinds = ("(text, text_pair) pairs", "single texts")
+        raise BertkitError(f"{s.train_file} holds {kinds[not pairs]} and {s.validation_file} {kinds[pairs]}: the "
+                           "model is scored on what it was trained on; give both files the same columns")
+    task = classify_task(every_train_row, s.problem_type, s.train_file.stem, pairs, source=s.train_file)
     train_examples = first(every_train_row, s.max_train_samples)
     if task.labels is not None:
         unknown = [e for e in dev_examples if e.label not in task.labels]
