@@ -226,6 +226,13 @@ class BatchEncoding(dict):
         words = self.word_ids(batch_index)
         return words[token_index] if token_index < len(words) else None
 
+    def token_to_sequence(self, batch_or_token_index: int, token_index: int | None = None) -> int | None:
+        """The text token ``token_index`` comes from (``sequence_ids``' entry: 0 or 1), None for [CLS]/[SEP]/[PAD]
+        and an index past the row. ``token_to_sequence(t)`` reads row 0."""
+        batch_index, token_index = _row_and_index(batch_or_token_index, token_index, "token_index")
+        sequences = self.sequence_ids(batch_index)
+        return sequences[token_index] if token_index < len(sequences) else None
+
     def char_to_word(self, batch_or_char_index: int, char_index: int | None = None,
                      sequence_index: int = 0) -> int | None:
         """The word of text ``sequence_index`` that covers character ``char_index`` of that text, or None (as
