@@ -201,6 +201,9 @@ class BertTokenizer(EditableVocabulary):
         source = json_file = path / TOKENIZER_FILE
         settings = read_settings(path)
         if json_file.is_file():  # first, as transformers and sentence-transformers read it: the same ids as theirs
+            # The word length past which a word is [UNK] is tokenizer.json's, as tokenizers reads it: transformers 5
+            # reads neither file's and writes into tokenizer_config.json one passed to its from_pretrained, unused
+            settings.pop("max_input_chars_per_word", None)
             vocab, settings, wordpiece_size = read_tokenizer_json(json_file, {**settings, **overrides}, sides)
             added_beside_tokenizer_json(vocab, path, settings)  # what transformers 5 adds from the files beside it
         elif vocab.is_file():
