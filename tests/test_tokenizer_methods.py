@@ -70,3 +70,21 @@ def test_pad_token_type_id_and_clean_up_tokenization_as_transformers(toks):
     assert ours.pad_token_type_id == theirs.pad_token_type_id == 0
     text = " hello , world . do n't i 'm he 's ok ?"
     assert ours.clean_up_tokenization(text) == theirs.clean_up_tokenization(text) == " hello, world. don't i'm he's ok?"
+
+
+@pytest.mark.parametrize("special", [False, True])
+def test_an_added_hash_hash_token_the_vocabulary_has_is_a_word_of_its_own(minilm_dir, special):
+    """add_tokens(["##zz"]) (in the vocabulary: "fizz" is fi ##zz) cuts "##zz" out of the text as a word of its own in
+    transformers; bertkit read its id as a continuation piece and put it in the word before it (word_ids [0, 0] for
+    "hello##zz", so word_to_tokens, char_to_word and every label aligned by word_ids were off by one word after it)."""
+    ours, theirs = BertTokenizer.from_pretrained(minilm_dir), transformers.BertTokenizerFast.from_pretrained(minilm_dir)
+    for tok in (ours, theirs):
+        tok.add_tokens(["##zz"], special_tokens=special)
+    text = "hello##zz fizz x ##zz"
+    mine, ref = ours(text, "a##zz", return_offsets_mapping=True), theirs(text, "a##zz", return_offsets_mapping=True)
+    assert mine["input_ids"] == ref["input_ids"] == [101, 7592, 13213, 10882, 13213, 1060, 13213, 102, 1037, 13213, 102]
+    assert mine.word_ids() == ref.word_ids() == [None, 0, 1, 2, 2, 3, 4, None, 0, 1, None]
+    assert [mine.char_to_word(c) for c in range(len(text))] == [ref.char_to_word(c) for c in range(len(text))]
+    windows = dict(truncation="only_first", max_length=7, return_overflowing_tokens=True, stride=1)
+    mine, ref = ours(text, "a", **windows), theirs(text, "a", **windows)
+    assert [mine.word_ids(i) for i in range(len(ref.encodings))] == [ref.word_ids(i) for i in range(len(ref.encodings))]
