@@ -81,6 +81,13 @@ def test_tokenizer_never_raises_and_matches_the_fast_tokenizer(tokenizers, a, b,
     assert mine["input_ids"] == theirs["input_ids"], (a, b, kw)
     assert mine["token_type_ids"] == theirs["token_type_ids"]
     assert [tuple(o) for o in mine["offset_mapping"]] == [tuple(o) for o in theirs["offset_mapping"]]
+    assert mine["special_tokens_mask"] == theirs["special_tokens_mask"]
+    assert (mine.word_ids(), mine.sequence_ids()) == (theirs.word_ids(), theirs.sequence_ids())
+    ids = mine["input_ids"]
+    for skip, clean in ((False, False), (True, False), (True, True)):
+        assert ours.decode(ids, skip_special_tokens=skip, clean_up_tokenization_spaces=clean) == ref.decode(
+            ids, skip_special_tokens=skip, clean_up_tokenization_spaces=clean), (a, b, ids, skip, clean)
+    assert ours.tokenize(a, b, add_special_tokens=True) == ref.tokenize(a, b, add_special_tokens=True)
 
 
 # ---------------------------------------------------------------- readers on mutated real files

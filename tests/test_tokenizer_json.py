@@ -206,6 +206,26 @@ def test_tokenizer_json_is_read_first_where_vocab_txt_disagrees(minilm_dir, word
     assert len(ours) == len(ref) == 30523 and ours.vocab["the"] == ref.convert_tokens_to_ids("the") == 1996
 
 
+def test_a_word_length_transformers_wrote_into_its_config_unused_is_not_read(minilm_dir, tmp_path, texts):
+    """transformers takes from_pretrained(..., max_input_chars_per_word=10), ignores it, and saves it into
+    tokenizer_config.json beside a tokenizer.json that says 100: transformers and tokenizers read the directory with
+    100, and so does bertkit now (it read the config's 10: one [UNK] for every word of 11 letters or more)."""
+    transformers.BertTokenizerFast.from_pretrained(minilm_dir, max_input_chars_per_word=10).save_pretrained(tmp_path)
+    assert json.loads((tmp_path / "tokenizer_config.json").read_text())["max_input_chars_per_word"] == 10
+    assert json.loads((tmp_path / "tokenizer.json").read_text())["model"]["max_input_chars_per_word"] == 100
+    ref, ours = transformers.BertTokenizerFast.from_pretrained(tmp_path), BertTokenizer.from_pretrained(tmp_path)
+    file = tokenizers.Tokenizer.from_file(str(tmp_path / "tokenizer.json"))
+    file.no_padding()  # the file keeps the padding of transformers' last call
+    text = "Super Bowl internationalization determination"
+    assert ours(text)["input_ids"] == ref(text)["input_ids"] == file.encode(text).ids == [
+        101, 3565, 4605, 2248, 3989, 9128, 102]
+    assert ours(texts[:120])["input_ids"] == ref(texts[:120])["input_ids"]
+    assert ours.max_input_chars_per_word == 100
+    # passed to from_pretrained, it is this tokenizer's (Google's BERT reads words of up to 200 characters)
+    assert BertTokenizer.from_pretrained(tmp_path, max_input_chars_per_word=10)(text)["input_ids"] == [
+        101, 3565, 4605, 100, 100, 102]
+
+
 @pytest.mark.parametrize("saver", ["SentenceTransformer", "CrossEncoder", "SparseEncoder", "Trainer"])
 def test_model_saves_write_their_tokenizers_tokenizer_json(minilm_dir, words, tmp_path, texts, tiny_checkpoint,
                                                             saver):

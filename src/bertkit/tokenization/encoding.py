@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import copy
 import operator
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from typing import Any, NamedTuple
 
 from bertkit.errors import BertkitError
@@ -226,6 +226,13 @@ class BatchEncoding(dict):
         words = self.word_ids(batch_index)
         return words[token_index] if token_index < len(words) else None
 
+    def token_to_sequence(self, batch_or_token_index: int, token_index: int | None = None) -> int | None:
+        """The text token ``token_index`` comes from (``sequence_ids``' entry: 0 or 1), None for [CLS]/[SEP]/[PAD]
+        and an index past the row. ``token_to_sequence(t)`` reads row 0."""
+        batch_index, token_index = _row_and_index(batch_or_token_index, token_index, "token_index")
+        sequences = self.sequence_ids(batch_index)
+        return sequences[token_index] if token_index < len(sequences) else None
+
     def char_to_word(self, batch_or_char_index: int, char_index: int | None = None,
                      sequence_index: int = 0) -> int | None:
         """The word of text ``sequence_index`` that covers character ``char_index`` of that text, or None (as
@@ -256,12 +263,13 @@ def _row_and_index(batch_or_index: int, index: int | None, name: str) -> tuple[i
     return batch_index, value
 
 
-def word_index(ids: list[int], continuation_ids: frozenset[int]) -> list[int]:
+def word_index(ids: list[int], continuation_ids: frozenset[int], starts: Collection[int] = ()) -> list[int]:
     """Word number of each token: a new word starts at every token that is not a "##" continuation piece
-    (BERT's pre-tokenizer words, i.e. whitespace- and punctuation-separated, each an added token too)."""
+    (BERT's pre-tokenizer words, i.e. whitespace- and punctuation-separated, each an added token too) and at the
+    positions ``starts`` (added tokens cut out of the text whose id is also a continuation piece's, "##zz")."""
     words, w = [], -1
-    for i in ids:
-        if i not in continuation_ids:
+    for pos, i in enumerate(ids):
+        if i not in continuation_ids or pos in starts:
             w += 1
         words.append(w)
     return words

@@ -22,7 +22,8 @@ Offsets = list[tuple[int, int]]
 
 
 class TextEncoder:
-    """``encode(text, offsets)``: the ids of ``text`` (no [CLS]/[SEP]), appending their offsets to ``offsets``."""
+    """``encode(text, offsets, cut)``: the ids of ``text`` (no [CLS]/[SEP]), appending their offsets to ``offsets``
+    and the positions of the special and added tokens cut out of the text to ``cut`` (each a word of its own)."""
 
     def __init__(self, vocab: Mapping[str, int], basic: BasicTokenizer, wordpiece: WordPiece,
                  special_tokens: Sequence[str], added_tokens: Sequence[str]):
@@ -41,21 +42,23 @@ class TextEncoder:
                 self.added_ids.setdefault(normal, vocab[t])
         self.added_re = _longest_first(self.added_ids) if self.added_ids else None
 
-    def encode(self, text: str, offsets: Offsets | None = None) -> list[int]:
+    def encode(self, text: str, offsets: Offsets | None = None, cut: list[int] | None = None) -> list[int]:
         if not isinstance(text, str):
             raise TypeError(f"the tokenizer takes str (or a list of str), got {type(text).__name__}")
         ids: list[int] = []
         if any(c in text for c in self.first_chars) and self.special_re.search(text):
             pos = 0
             for m in self.special_re.finditer(text):
-                self._encode_added(text[pos : m.start()], pos, ids, offsets)
+                self._encode_added(text[pos : m.start()], pos, ids, offsets, cut)
+                if cut is not None:
+                    cut.append(len(ids))
                 ids.append(self.match_ids[m.group()])
                 if offsets is not None:
                     offsets.append(m.span())
                 pos = m.end()
-            self._encode_added(text[pos:], pos, ids, offsets)
+            self._encode_added(text[pos:], pos, ids, offsets, cut)
         else:
-            self._encode_added(text, 0, ids, offsets)
+            self._encode_added(text, 0, ids, offsets, cut)
         return ids
 
     def lowercase(self, text: str) -> str:
@@ -67,7 +70,8 @@ class TextEncoder:
         parts = self.special_re.split(text)
         return "".join(p + m for p, m in zip(map(lowercase, parts), [*self.special_re.findall(text), ""]))
 
-    def _encode_added(self, text: str, base: int, ids: list[int], offsets: Offsets | None) -> None:
+    def _encode_added(self, text: str, base: int, ids: list[int], offsets: Offsets | None,
+                      cut: list[int] | None = None) -> None:
         """Text without special tokens: the added tokens its normalised form holds, and the plain text around them."""
         added = self.added_re
         if added is None or not added.search(text.translate(self.basic.normal)):
@@ -78,6 +82,8 @@ class TextEncoder:
         for m in added.finditer(normal):
             start, end = source[m.start()], source[m.end() - 1] + 1
             self._encode_plain(text[pos:start], base + pos, ids, offsets)
+            if cut is not None:
+                cut.append(len(ids))
             ids.append(self.added_ids[m.group()])
             if offsets is not None:
                 offsets.append((base + start, base + end))

@@ -71,6 +71,9 @@ SAVE_OPTIONS: dict[str, tuple[Any, str]] = {
 CALL_POSITIONS = ("text", "text_pair", "text_target", "text_pair_target", "add_special_tokens", "padding",
                   "truncation", "max_length", "stride", "is_split_into_words", "pad_to_multiple_of", "padding_side",
                   "return_tensors")
+# the call's keywords transformers' tokenize takes and ignores (its _encode_plus reads truncation_strategy and
+# padding_strategy, so max_length and stride alone cut nothing either)
+TOKENIZE_IGNORES = ("truncation", "padding", "max_length", "stride", "pad_to_multiple_of", "return_overflowing_tokens")
 _TARGETS = ("bertkit's tokenizer encodes inputs only (BERT has no target text): encode the targets with a second "
             "call, tok(targets), and take its input_ids as the labels")
 
@@ -198,6 +201,9 @@ class BertTokenizer(EditableVocabulary):
         source = json_file = path / TOKENIZER_FILE
         settings = read_settings(path)
         if json_file.is_file():  # first, as transformers and sentence-transformers read it: the same ids as theirs
+            # The word length past which a word is [UNK] is tokenizer.json's, as tokenizers reads it: transformers 5
+            # reads neither file's and writes into tokenizer_config.json one passed to its from_pretrained, unused
+            settings.pop("max_input_chars_per_word", None)
             vocab, settings, wordpiece_size = read_tokenizer_json(json_file, {**settings, **overrides}, sides)
             added_beside_tokenizer_json(vocab, path, settings)  # what transformers 5 adds from the files beside it
         elif vocab.is_file():
@@ -299,6 +305,11 @@ class BertTokenizer(EditableVocabulary):
             f"model_max_length={self.model_max_length})"
         )
 
+    @property
+    def pad_token_type_id(self) -> int:
+        """The token_type_id of padding, 0 as in transformers (what collators pad token_type_ids with)."""
+        return 0
+
     is_fast = True  # answers as BertTokenizerFast does (offsets, word_ids)
     split_special_tokens = False  # transformers' default, the one bertkit implements (another is refused)
     model_input_names = ["input_ids", "token_type_ids", "attention_mask"]
@@ -324,11 +335,24 @@ class BertTokenizer(EditableVocabulary):
         tokenizer: its special tokens left as they are."""
         return self._text.lowercase(text)
 
-    def tokenize(self, text: str) -> list[str]:
+    def tokenize(self, text: str, pair: str | None = None, add_special_tokens: bool = False, **kwargs: Any) -> list[str]:
         """WordPiece strings of ``text`` (no [CLS]/[SEP]): ``"unaffable"`` -> ``["una", "##ffa", "##ble"]``; its ids
-        read back as ``convert_ids_to_tokens`` reads them (an added token in its normalised form, as transformers)."""
-        tokens = self._vocabulary.ids_to_tokens
-        return [tokens[i] for i in self._text.encode(text)]
+        read back as ``convert_ids_to_tokens`` reads them (an added token in its normalised form, as transformers).
+        As transformers', ``pair`` and ``add_special_tokens`` give the tokens of ``tok(text, pair,
+        add_special_tokens=...)``: ``[CLS] a [SEP] b [SEP]`` with both; ``is_split_into_words`` reads ``text`` as
+        words. transformers' tokenize ignores truncation and padding (its tokens are the whole text's): they are
+        refused here, naming the call that applies them."""
+        if pair is None and not add_special_tokens and not kwargs:
+            tokens = self._vocabulary.ids_to_tokens
+            return [tokens[i] for i in self._text.encode(text)]
+        _one_text("tokenize", text, kwargs)  # transformers gives a batch's first row alone
+        for name in TOKENIZE_IGNORES:
+            if kwargs.get(name, None) not in (None, False, 0, "do_not_truncate", "do_not_pad"):
+                raise BertkitError(f"tok.tokenize(..., {name}={kwargs[name]!r}): transformers' tokenize ignores "
+                                   f"{name} and gives the whole text's tokens, so bertkit does not apply it either; "
+                                   f"for the tokens of a truncated or padded call use tok(text, pair, {name}=..., "
+                                   "...).tokens()")
+        return self(text, pair, add_special_tokens=add_special_tokens, **kwargs).tokens()
 
     @keyword_only(CALL_POSITIONS, "transformers")
     def __call__(
@@ -430,13 +454,7 @@ class BertTokenizer(EditableVocabulary):
 
     def encode(self, text: str, text_pair: str | None = None, **kwargs: Any) -> list[int]:
         """``input_ids`` of one text (or pair), special tokens included; keyword arguments as ``__call__``."""
-        words = kwargs.get("is_split_into_words") and isinstance(text, (list, tuple)) and all(
-            isinstance(w, str) for w in text)
-        if not isinstance(text, str) and not words:
-            raise TypeError(
-                "encode takes one str (with is_split_into_words=True one list of words); for a batch call the "
-                f"tokenizer itself (got {type(text).__name__})"
-            )
+        _one_text("encode", text, kwargs)
         return self(text, text_pair, **kwargs)["input_ids"]
 
     # ------------------------------------------------------------------------------------------------
@@ -471,12 +489,28 @@ class BertTokenizer(EditableVocabulary):
                             f"sequence of {len(rows)} ids: use decode for it")
         return [self.decode(ids, **kwargs) for ids in rows]
 
+    def clean_up_tokenization(self, text: str) -> str:
+        """transformers' clean-up of decoded text (`` ,`` -> ``,``, `` n't`` -> ``n't``...), the one
+        ``decode(..., clean_up_tokenization_spaces=True)`` applies."""
+        return cleaned_up(text)
+
     def convert_tokens_to_string(self, tokens: Sequence[str]) -> str:
         """Token strings -> text with the WordPiece decoder (``decoding.wordpiece_text``)."""
         if isinstance(tokens, str):  # else spelled out letter by letter ("h e l l o"); transformers refuses it too
             raise TypeError(f"convert_tokens_to_string takes a list of token strings, got the str {tokens!r:.60}: "
                             "pass tokenizer.tokenize(text)")
         return wordpiece_text(tokens)
+
+
+def _one_text(method: str, text: Any, kwargs: Mapping[str, Any]) -> None:
+    """Refuse a batch where ``method`` takes one text (a str, or with ``is_split_into_words`` one list of words)."""
+    words = kwargs.get("is_split_into_words") and isinstance(text, (list, tuple)) and all(
+        isinstance(w, str) for w in text)
+    if not isinstance(text, str) and not words:
+        raise TypeError(
+            f"{method} takes one str (with is_split_into_words=True one list of words); for a batch call the "
+            f"tokenizer itself (got {type(text).__name__})"
+        )
 
 
 def _tokens_from_mapping(vocab: Mapping[str, int]) -> list[str]:

@@ -25,6 +25,7 @@ from bertkit.tokenization.added_token import AddedToken, token_text
 from bertkit.tokenization.basic import BasicTokenizer
 from bertkit.tokenization.batch import Segment
 from bertkit.tokenization.decoding import as_id_list
+from bertkit.tokenization.encoding import word_index
 from bertkit.tokenization.loading import EXTRA_SPECIAL_TOKENS, SPECIAL_TOKEN_KEYS, renamed_extra
 from bertkit.tokenization.text import TextEncoder, check_added_tokens
 from bertkit.tokenization.wordpiece import WordPiece
@@ -61,7 +62,7 @@ class Vocabulary:
     # resumed run's check) as it did before they had a list of their own
     _EMPTY_UNSTATED = ("unlisted_special_tokens",)
     _DERIVED = ("vocab", "all_special_tokens", "all_special_ids", *_SPECIAL_IDS, "ids_to_tokens", "_text",
-                "_special_id_set", "_decode_skip_ids", "_continuation_ids")
+                "_special_id_set", "_decode_skip_ids", "_continuation_ids", "_cut_continuation")
 
     def __init__(self, tokens: list[str], settings: Mapping[str, Any], special: Mapping[str, str],
                  additional_special_tokens: Sequence[str], added_tokens: Sequence[str],
@@ -129,6 +130,10 @@ class Vocabulary:
         # vocabulary is never one, "##" or not (it is cut out of the text as a word of its own, as in tokenizers)
         self._continuation_ids = frozenset(i for i, t in enumerate(self._tokens[:self._wordpiece_size])
                                            if t.startswith("##"))
+        # ... unless a token cut out of the text has its id ("##zz" added, the vocabulary's own): then where the text
+        # has it is what says whether an id starts a word (segment)
+        cut_ids = {*self._text.match_ids.values(), *self._text.added_ids.values()}
+        self._cut_continuation = not self._continuation_ids.isdisjoint(cut_ids)
 
     def __getstate__(self) -> dict:
         return {k: v for k, v in self.__dict__.items()
@@ -151,7 +156,11 @@ class Vocabulary:
         """One input text's ids, offsets (None unless ``with_offsets``) and, for pre-split words, word indices."""
         offsets: list[tuple[int, int]] | None = [] if with_offsets else None
         if not split:
-            return Segment(self._text.encode(text, offsets), offsets, None)
+            if not self._cut_continuation:
+                return Segment(self._text.encode(text, offsets), offsets, None)  # words worked out from the ids
+            cut: list[int] = []
+            ids = self._text.encode(text, offsets, cut)
+            return Segment(ids, offsets, word_index(ids, self._continuation_ids, frozenset(cut)))
         if isinstance(text, str) or not all(isinstance(w, str) for w in text):
             raise TypeError("with is_split_into_words=True each text is a list of words (str), got "
                             f"{type(text).__name__}: {str(text)[:60]!r}")
