@@ -236,6 +236,12 @@ def test_a_decomposed_accent_starts_no_continuation_where_transformers_length_te
     # transformers' grouping of the decomposed text, for the record: "Paris" and "école" one entity
     assert [(e["start"], e["end"]) for e in theirs("Paris e\u0301cole Lyon", aggregation_strategy="first")] == [
         (0, 12), (13, 17)]
+    # a word read as [UNK] (an emoji, a word holding one) is a word of its own in both: transformers' length test
+    # leaves [UNK] out
+    for text, spans in (("Paris \U0001F600 Lyon", [(0, 5), (6, 7), (8, 12)]),
+                        ("Paris x\U0001F600 Lyon", [(0, 5), (6, 8), (9, 13)])):
+        assert [(e["start"], e["end"]) for e in ours(text)["entities"]] == spans
+        assert [(e["start"], e["end"]) for e in theirs(text, aggregation_strategy="first")] == spans
 
 
 def test_group_entities_reads_iob2_iob1_and_bioes():
