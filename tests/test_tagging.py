@@ -236,6 +236,12 @@ def test_a_decomposed_accent_starts_no_continuation_where_transformers_length_te
     # transformers' grouping of the decomposed text, for the record: "Paris" and "école" one entity
     assert [(e["start"], e["end"]) for e in theirs("Paris e\u0301cole Lyon", aggregation_strategy="first")] == [
         (0, 12), (13, 17)]
+    # a word read as [UNK] (an emoji, a word holding one) is a word of its own in both: transformers' length test
+    # leaves [UNK] out
+    for text, spans in (("Paris \U0001F600 Lyon", [(0, 5), (6, 7), (8, 12)]),
+                        ("Paris x\U0001F600 Lyon", [(0, 5), (6, 8), (9, 13)])):
+        assert [(e["start"], e["end"]) for e in ours(text)["entities"]] == spans
+        assert [(e["start"], e["end"]) for e in theirs(text, aggregation_strategy="first")] == spans
 
 
 def test_group_entities_reads_iob2_iob1_and_bioes():
@@ -256,3 +262,43 @@ def test_group_entities_reads_iob2_iob1_and_bioes():
     adjacent = group_entities(words(["B-LOC", "B-LOC", "I-PER", "O", "O", "O", "O", "O", "O"]), text)
     assert [e["word"] for e in adjacent] == ["Jim", "Smith", "went"]
 
+
+
+def test_group_entities_reads_bilou_and_lower_case_prefixes():
+    # BILOU's L- (last) and U- (unit) are BIOES's E- and S-, and a lower-case prefix is a prefix: "U-PER" and "b-per"
+    # were types of their own, and consecutive "b-per" words (two people) one entity "b-per"
+    text = "Jim Smith went to New York City and Paris"
+    spans = [(0, 3), (4, 9), (10, 14), (15, 17), (18, 21), (22, 26), (27, 31), (32, 35), (36, 41)]
+
+    def grouped(tags):
+        words = [{"start": s, "end": e, "tag": t, "score": 0.5} for (s, e), t in zip(spans, tags)]
+        return [(e["entity_group"], e["word"]) for e in group_entities(words, text)]
+
+    assert grouped(["B-PER", "L-PER", "O", "O", "B-LOC", "I-LOC", "L-LOC", "O", "U-LOC"]) == [
+        ("PER", "Jim Smith"), ("LOC", "New York City"), ("LOC", "Paris")]
+    assert grouped(["b-per", "i-per", "O", "O", "b-loc", "i-loc", "i-loc", "O", "b-loc"]) == [
+        ("per", "Jim Smith"), ("loc", "New York City"), ("loc", "Paris")]
+    assert grouped(["b-per", "b-per", "O", "O", "u-loc", "u-loc", "O", "O", "O"]) == [
+        ("per", "Jim"), ("per", "Smith"), ("loc", "New"), ("loc", "York")]
+
+
+def test_lower_case_tags_make_transformers_entities_of_the_upper_case_tags(tmp_path_factory, minilm_dir):
+    """One head's weights with IOB2 tags written in lower case: bertkit named each entity after its whole tag ("b-per",
+    "i-per") and joined consecutive "b-per" words into one; transformers names them "per". Its entities are now
+    transformers' entities of the same weights tagged in upper case (types, spans and scores), lower-cased."""
+    upper = ["O", "B-PER", "I-PER", "B-LOC", "I-LOC"]
+    d, model = tiny_dir(tmp_path_factory, minilm_dir, "BertForTokenClassification", seed=7,
+                        id2label=dict(enumerate(upper)), label2id={t: i for i, t in enumerate(upper)})
+    lower = tmp_path_factory.mktemp("lower_tags")
+    model.config.id2label = {i: t.lower() for i, t in enumerate(upper)}
+    model.config.label2id = {t.lower(): i for i, t in enumerate(upper)}
+    model.save_pretrained(lower)
+    for name in ("vocab.txt", "tokenizer_config.json", "special_tokens_map.json", "tokenizer.json"):
+        (lower / name).write_bytes((d / name).read_bytes())
+    text = "Jim Smith went to New York City and Paris with Anna Karenina."
+    theirs = transformers.pipeline("token-classification", model=str(d), device="cpu")(text, aggregation_strategy="first")
+    got = bertkit.pipeline("token-classification", lower)(text)["entities"]
+    assert len(theirs) > 3 and {e["entity_group"] for e in theirs} == {"PER", "LOC"}
+    assert [(e["entity_group"], e["start"], e["end"]) for e in got] == [
+        (e["entity_group"].lower(), e["start"], e["end"]) for e in theirs]
+    np.testing.assert_allclose([e["score"] for e in got], [float(e["score"]) for e in theirs], atol=1e-6, rtol=0)

@@ -19,20 +19,24 @@ from bertkit.inference.options import Option, Rule, int_in, or_none
 from bertkit.inference.pipelines import per_row
 from bertkit.tokenization.encoding import segment_ids
 
+# A tag's prefix in any case, as BIOES's: BILOU's L(ast) and U(nit) are BIOES's E(nd) and S(ingle).
+_PREFIXES = {"B": "B", "I": "I", "E": "E", "S": "S", "L": "E", "U": "S"}
+
 
 def _split_tag(tag: str) -> tuple[str, str | None]:
-    """("B", "PER") from "B-PER"; ("O", None) from "O"; a tag without a prefix is its own type ("I")."""
+    """("B", "PER") from "B-PER" (and "b-per" gives ("B", "per"), "U-PER" ("S", "PER")); ("O", None) from "O"; a tag
+    without a prefix is its own type ("I")."""
     if tag == "O":
         return "O", None
-    if len(tag) > 2 and tag[1] in "-_" and tag[0] in "BIES":
-        return tag[0], tag[2:]
+    if len(tag) > 2 and tag[1] in "-_" and tag[0].upper() in _PREFIXES:
+        return _PREFIXES[tag[0].upper()], tag[2:]
     return "I", tag
 
 
 def group_entities(words: Sequence[dict[str, Any]], text: str, outside: bool = False) -> list[dict[str, Any]]:
-    """Word tags -> entity spans. IOB2, IOB1 and BIOES all read right: an entity starts at B/S, at a type
-    change, or after O, and ends before O, B or S, at E, or at a type change; its score is the mean of its
-    words' scores and ``word`` the exact input substring from its first word's start to its last's end.
+    """Word tags -> entity spans. IOB2, IOB1, BIOES and BILOU all read right, prefixes in either case: an entity
+    starts at B/S (U), at a type change, or after O, and ends before O, B or S, at E (L), or at a type change; its
+    score is the mean of its words' scores and ``word`` the exact input substring from its first word's start to its last's end.
     ``outside``: each run of words tagged O is a group of type "O" too (transformers' pipeline with an
     ``ignore_labels`` that leaves out "O")."""
     groups: list[tuple[str, list[dict[str, Any]]]] = []  # (type, its words), one per entity
