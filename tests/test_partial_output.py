@@ -363,3 +363,65 @@ def test_a_second_writer_of_one_output_file_is_refused_from_the_first_ones_start
                            overwrite=False):
             raise ValueError("the model failed")
     assert sorted(os.listdir(tmp_path)) == ["new"]
+
+
+def _film_extraction(tiny_model):
+    from bertkit import BertTokenizer
+
+    tok = BertTokenizer({t: i for i, t in enumerate(["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "a", "good",
+                                                     "dull", "film"])})
+    texts = [(t, None) for t in ("a good film", "a dull film", "good", "a film", "dull dull film", "a good dull film")]
+    return tiny_model(), tok, texts, dict(layers=[-1], batch_size=1, chunk_size=2, progress=False)
+
+
+@pytest.mark.parametrize("suffix", [".jsonl", ".safetensors"])
+def test_a_symlink_at_a_partial_name_is_replaced_never_written_through(tmp_path, monkeypatch, tiny_model, suffix):
+    """Was: a symlink at an output's partial name (``.out.jsonl.bertkit-partial``) was written through: a resume
+    proved the rows of the file it led to, truncated that file, appended the rest of the rows to it and renamed the
+    symlink to ``out.jsonl``, so the user's file became the output (its own lines cut away) and the output a link to
+    it; a run afresh truncated it. Now the symlink is replaced, as an atomic write replaces one at its name: the
+    user's file keeps its bytes, and the output is a file of the uninterrupted run's bytes."""
+    from bertkit import features
+
+    model, tok, texts, options = _film_extraction(tiny_model)
+    whole = tmp_path / f"whole{suffix}"
+    features.extract_features(model, tok, texts, whole, **options)
+    run, calls = features.run_batches, []
+
+    def cut(*args, **kwargs):  # Ctrl-C as the third unit starts: two recorded
+        calls.append(1)
+        if len(calls) == 3:
+            raise KeyboardInterrupt
+        return run(*args, **kwargs)
+
+    out = tmp_path / f"out{suffix}"
+    monkeypatch.setattr(features, "run_batches", cut)
+    with pytest.raises(KeyboardInterrupt):
+        features.extract_features(model, tok, texts, out, **options)
+    monkeypatch.undo()
+    mine = tmp_path / f"mine{suffix}"
+    mine.write_bytes(partial_path(out).read_bytes() + b"the user's own bytes, after the rows\n" * 50)
+    kept = mine.read_bytes()
+    partial_path(out).unlink()
+    partial_path(out).symlink_to(mine.name)
+    features.extract_features(model, tok, texts, out, resume=True, **options)
+    assert mine.read_bytes() == kept
+    assert not out.is_symlink() and _same_features(out, whole)
+
+    fresh = tmp_path / f"fresh{suffix}"  # a run afresh finding a symlink at its partial name
+    partial_path(fresh).symlink_to(mine.name)
+    features.extract_features(model, tok, texts, fresh, **options)
+    assert mine.read_bytes() == kept
+    assert not fresh.is_symlink() and _same_features(fresh, whole)
+
+
+def _same_features(path, whole) -> bool:
+    """A .jsonl's bytes; a .safetensors' lines (its metadata names its extraction, so its bytes are its own)."""
+    from bertkit.feature_files import read_features
+
+    if path.suffix == ".jsonl":
+        return path.read_bytes() == whole.read_bytes()
+    got, want = list(read_features(path)), list(read_features(whole))
+    return len(got) == len(want) == 6 and all(
+        list(a["input_ids"]) == list(b["input_ids"]) and (a["layers"][-1] == b["layers"][-1]).all()
+        for a, b in zip(got, want))

@@ -20,8 +20,8 @@ import numpy as np
 
 from bertkit.errors import BertkitError, MissingFileError, NonFiniteError
 from bertkit.manifests import sha256_of
-from bertkit.outputs import fsync, writing
-from bertkit.partial_output import PartialOutput, partial_path
+from bertkit.outputs import fsync, regular_stat, writing
+from bertkit.partial_output import PartialOutput, open_partial, partial_path
 
 logger = logging.getLogger("bertkit")
 StatesOf = Callable[[int, int], dict[int, np.ndarray]]
@@ -88,7 +88,8 @@ def resume_point(partial: PartialOutput, out: Path, files: Sequence[Path],
             shards, current = shards[:p], 0
             break
     tmp = partial_path(files[min(len(shards), len(files) - 1)])
-    if current and not (len(shards) < len(files) and tmp.is_file() and tmp.stat().st_size == state.get("bytes")
+    if current and not (len(shards) < len(files) and (st := regular_stat(tmp)) is not None  # never a symlink's
+                        and st.st_size == state.get("bytes")
                         and len(state.get("unit_sha256") or []) >= current):
         logger.warning("%s is missing or not of the size recorded: shard %d's units are made again", tmp, len(shards))
         current = 0
@@ -234,7 +235,7 @@ def _write_shard(partial: PartialOutput, path: Path, shard: range, units: list[l
     if not start:
         record(0)  # the file named before it is made
     size = len(head) + int(np.prod(shape)) * np_dtype.itemsize
-    with writing(tmp), open(tmp, "r+b" if start else "wb") as f:
+    with writing(tmp), open_partial(tmp, "r+b" if start else "wb") as f:
         f.write(head)  # the same bytes again on a resume
         f.truncate(size)
         if hasattr(os, "posix_fallocate"):  # not on macOS or Windows

@@ -216,3 +216,20 @@ def remove_empty_dirs(directory: Path) -> None:
     for root, _, _ in os.walk(directory, topdown=False):
         with contextlib.suppress(OSError):
             os.rmdir(root)  # only if empty
+
+
+def remove_emptied(directory: Path) -> None:
+    """``remove_empty_dirs`` of a directory a write replaced and emptied (``staging._dispose``). Another process's save
+    of the same name, started as this one swapped, may have locked it at the staging name after it was listed (that
+    save then finds the name held and steps back): a lock file alone is that save's bookkeeping, removed with the
+    directory, never kept beside the output as a file of the user's."""
+    for _ in range(100):
+        remove_empty_dirs(directory)
+        if not os.path.lexists(directory):
+            return
+        stray = [path for _, path in files_under(directory)]
+        if not all(path.name == LOCK and is_bookkeeping(path) for path in stray):
+            return
+        for path in stray:
+            with contextlib.suppress(FileNotFoundError):
+                path.unlink()

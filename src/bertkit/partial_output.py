@@ -27,7 +27,7 @@ from typing import IO, Any
 from bertkit import dir_lock
 from bertkit.errors import BertkitError
 from bertkit.manifests import sha256_digest
-from bertkit.outputs import PARTIAL, _alive, _publish, atomic_write_text, fsync_dir, writing
+from bertkit.outputs import PARTIAL, _alive, _publish, atomic_write_text, fsync_dir, regular_stat, writing
 
 logger = logging.getLogger("bertkit")
 FORMAT = 1
@@ -232,11 +232,21 @@ class PartialOutput:
         key = (path.name, entry.get("bytes"), entry.get("sha256"))
         if key not in self._proven:
             tmp, size, proven = partial_path(path), int(entry.get("bytes", 0)), None
-            if tmp.is_file() and tmp.stat().st_size >= size:
+            if (st := regular_stat(tmp)) is not None and st.st_size >= size:  # a symlink there proves nothing
                 digest = sha256_digest(tmp, size)
                 proven = digest if digest.hexdigest() == entry.get("sha256") else None
             self._proven[key] = proven
         return None if self._proven[key] is None else self._proven[key].copy()  # the kept one never goes on
+
+
+def open_partial(tmp: Path, mode: str) -> IO[bytes]:
+    """The partial file ``tmp`` opened to be written afresh (``"wb"``) or gone on with (``"r+b"``, a file ``proven``
+    found regular), never through a symlink: one at that name is removed and a file made in its place, as an atomic
+    write replaces a symlink at its name (the file it leads to is the user's). The caller closes it."""
+    if mode == "wb" and os.path.islink(tmp):
+        tmp.unlink()
+    flags = os.O_RDWR if mode == "r+b" else os.O_WRONLY | os.O_CREAT | os.O_TRUNC
+    return os.fdopen(os.open(tmp, flags | os.O_NOFOLLOW | os.O_CLOEXEC, 0o666), mode)
 
 
 class Appender:
@@ -250,7 +260,7 @@ class Appender:
         if proven is not None:  # the recorded rows' sha256 goes on as the digest of the rows to come
             self.digest = proven
             with writing(self.tmp):
-                self.file: IO[bytes] = open(self.tmp, "r+b")  # noqa: SIM115 (closed by close())
+                self.file: IO[bytes] = open_partial(self.tmp, "r+b")
                 self.file.truncate(size)  # a row torn by the kill, and any row past the record: made again
                 self.file.seek(size)
             return
@@ -261,7 +271,7 @@ class Appender:
         self.digest = hashlib.sha256()
         run.save(run.progress)  # the file named before it is made: a kill leaves no file no record names
         with writing(self.tmp):
-            self.file = open(self.tmp, "wb")  # noqa: SIM115 (closed by close())
+            self.file = open_partial(self.tmp, "wb")
 
     def write(self, text: str) -> None:
         data = text.encode("utf-8")

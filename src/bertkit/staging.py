@@ -37,7 +37,7 @@ from bertkit.manifests import (
     is_bookkeeping,
     manifest_files,
     proven_files,
-    remove_empty_dirs,
+    remove_emptied,
 )
 from bertkit.outputs import (
     BOOKKEEPING,
@@ -269,7 +269,7 @@ def _dispose(old: Path, target: Path, merge: bool, proven: Mapping[str, tuple[in
                 os.rename(path, dst)
                 continue
         left.append(rel)
-    remove_empty_dirs(old)
+    remove_emptied(old)
     if os.path.lexists(old):
         kept = Path(tempfile.mkdtemp(prefix=f"{target.name}.replaced-", dir=target.parent))
         os.rename(old, kept / target.name)
@@ -351,7 +351,9 @@ class Stage:
             with writing(target):
                 dir_lock.lock(path, what)
         except FileNotFoundError:
-            if made and not os.path.lexists(path):  # another process took it before this one locked it, and finished
+            # gone before this one locked it: another process took it (made here) and finished, or it was the
+            # directory another save replaced (found here) and that save has disposed of it
+            if not os.path.lexists(path):
                 return cls.open(target, what, partial, keep)
             raise
         except BaseException as e:
