@@ -227,6 +227,17 @@ def test_transformers_4_spelling_is_refused_naming_the_new_one(tmp_path):
         bertkit.TrainingArguments(output_dir=str(tmp_path), group_by_length=True)
 
 
+def test_batch_rebalance_is_refused_naming_what_to_choose(tmp_path):
+    """transformers 5's fourth strategy was refused as "not one of ('random', 'sequential', 'group_by_length')",
+    which neither said what it is nor which of those does its job."""
+    import bertkit
+
+    with pytest.raises(BertkitError, match=r"train_sampling_strategy 'batch_rebalance' \(transformers' sampler that "
+                                           r"spreads padded tokens.*not implemented in bertkit; choose "
+                                           r"'group_by_length' \(batches of similar lengths: less padding\)"):
+        bertkit.TrainingArguments(output_dir=str(tmp_path), train_sampling_strategy="batch_rebalance")
+
+
 def test_sentence_trainers_train_in_sentence_transformers_order_whatever_the_strategy(tiny_checkpoint, minilm_dir,
                                                                                      tmp_path, caplog):
     """sentence-transformers' trainers never read train_sampling_strategy (their batch_sampler shuffles); bertkit's

@@ -173,6 +173,11 @@ class TrainingArguments(TrainingSettings):
             raise BertkitError(f"lr_scheduler_type {schedule!r} is not implemented in bertkit ({_OTHER_SCHEDULES[schedule]}); "
                                f"choose one of {', '.join(SCHEDULE_OPTIONS)}")
         self.lr_scheduler_type = schedule
+        if getattr(self.train_sampling_strategy, "value", self.train_sampling_strategy) == "batch_rebalance":
+            raise BertkitError("train_sampling_strategy 'batch_rebalance' (transformers' sampler that spreads padded "
+                               "tokens evenly over processes and accumulation steps) is not implemented in bertkit; "
+                               "choose 'group_by_length' (batches of similar lengths: less padding), 'random' or "
+                               "'sequential'")
         optim = getattr(self.optim, "value", self.optim)  # transformers' OptimizerNames
         if isinstance(optim, str) and optim not in ("adamw", "adamw_torch", "adamw_torch_fused"):
             raise BertkitError(f"optim {optim!r} is not implemented in bertkit: its loop trains with torch.optim.AdamW "
