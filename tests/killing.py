@@ -163,7 +163,7 @@ def run_here(cli_args: list[str]) -> int:
 # not a Python start-up (the child runs on one thread: the parent's OpenMP pool does not survive a fork).
 
 _STEPS = ("os.open", "builtins.open", "io.open", "os.mkdir", "os.rename", "os.replace", "os.link", "os.symlink",
-          "os.unlink", "os.remove", "os.rmdir", "os.chmod", "staging._exchange", "torch.save", "save_file")
+          "os.unlink", "os.remove", "os.rmdir", "os.chmod", "dir_swap._exchange", "torch.save", "save_file")
 NEVER_FULL = ("os.unlink", "os.remove", "os.rmdir", "os.chmod")  # a full disk fails no removal
 _WRITING = os.O_WRONLY | os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_APPEND
 
@@ -185,9 +185,9 @@ def _install(fault: str, at: int, counter: list) -> None:
     import safetensors.torch
     import torch
 
-    from bertkit import staging
+    from bertkit import dir_swap
 
-    modules = {"os": os, "builtins": builtins, "io": io, "staging": staging, "torch": torch}
+    modules = {"os": os, "builtins": builtins, "io": io, "dir_swap": dir_swap, "torch": torch}
 
     def hooked(name, real):
         def call(*args, **kwargs):
