@@ -163,7 +163,7 @@ def run_here(cli_args: list[str]) -> int:
 # not a Python start-up (the child runs on one thread: the parent's OpenMP pool does not survive a fork).
 
 _STEPS = ("os.open", "builtins.open", "io.open", "os.mkdir", "os.rename", "os.replace", "os.link", "os.symlink",
-          "os.unlink", "os.remove", "os.rmdir", "os.chmod", "staging._exchange", "torch.save", "save_file")
+          "os.unlink", "os.remove", "os.rmdir", "os.chmod", "dir_swap._exchange", "torch.save", "save_file")
 NEVER_FULL = ("os.unlink", "os.remove", "os.rmdir", "os.chmod")  # a full disk fails no removal
 _WRITING = os.O_WRONLY | os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_APPEND
 
@@ -185,9 +185,9 @@ def _install(fault: str, at: int, counter: list) -> None:
     import safetensors.torch
     import torch
 
-    from bertkit import staging
+    from bertkit import dir_swap
 
-    modules = {"os": os, "builtins": builtins, "io": io, "staging": staging, "torch": torch}
+    modules = {"os": os, "builtins": builtins, "io": io, "dir_swap": dir_swap, "torch": torch}
 
     def hooked(name, real):
         def call(*args, **kwargs):
@@ -212,8 +212,9 @@ def _install(fault: str, at: int, counter: list) -> None:
             safetensors.torch.save_file = hooked(name, safetensors.torch.save_file)
             continue
         module, attr = name.split(".")
-        if hasattr(modules[module], attr):
-            setattr(modules[module], attr, hooked(name, getattr(modules[module], attr)))
+        # a step that names no function (bertkit's moved elsewhere) would go uncounted, and its faults untested
+        assert hasattr(modules[module], attr), f"{name}: no such function to count as a write step"
+        setattr(modules[module], attr, hooked(name, getattr(modules[module], attr)))
 
 
 def run_with_fault(write, fault: str = "none", at: int = 0) -> tuple[str, int, str]:

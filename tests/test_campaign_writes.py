@@ -479,7 +479,7 @@ def test_ctrl_c_right_after_the_swap_removes_nothing_of_the_directory_it_replace
     """Ctrl-C between the exchange and the lock's move: the staging name holds the replaced directory, unmarked.
     Was: the save's clean-up cleared it as its own staging directory, and a user's file a file system without hard
     links could not have linked into the new directory was gone; now it is left for the next write to carry back."""
-    from bertkit import staging
+    from bertkit import dir_lock
 
     out = tmp_path / "out"
     tiny_model().save_pretrained(out)
@@ -491,8 +491,8 @@ def test_ctrl_c_right_after_the_swap_removes_nothing_of_the_directory_it_replace
     def interrupted(old, new):
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(staging.os, "link", no_hard_links)
-    monkeypatch.setattr(staging.dir_lock, "moved", interrupted)
+    monkeypatch.setattr(os, "link", no_hard_links)
+    monkeypatch.setattr(dir_lock, "moved", interrupted)
     with pytest.raises(KeyboardInterrupt):
         tiny_model(seed=1).save_pretrained(out)
     monkeypatch.undo()

@@ -26,8 +26,8 @@ LAYERS = [
     ("tasks", "data", "auto"),
     ("heads", "head_losses", "quantization"),
     ("modeling",),
-    ("padding", "tokenization", "checkpoint_io", "weight_files", "model_checks"),
-    ("config", "outputs", "manifests", "staging", "write_paths", "runs", "partial_output", "dir_lock", "errors", "_parallel", "_hardware", "examples", "hub", "compat", "calibration_text",
+    ("padding", "tokenization", "checkpoint_io", "checkpoint_keys", "checkpoint_checks", "weight_files", "model_checks"),
+    ("config", "outputs", "manifests", "staging", "dir_swap", "job_writes", "write_paths", "runs", "partial_output", "dir_lock", "errors", "_parallel", "_hardware", "examples", "hub", "compat", "calibration_text",
      "construction", "progress"),
 ]
 

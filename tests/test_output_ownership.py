@@ -719,7 +719,7 @@ def test_a_file_the_user_saves_anew_or_removes_while_a_save_swaps_stays_as_they_
     user saved meanwhile the way editors save (a new file renamed over its name) was removed with the replaced
     directory and the link to its earlier content kept, and a file the user removed meanwhile came back. Now the
     new directory holds each as the user left it."""
-    from bertkit import staging
+    from bertkit import dir_swap
 
     out = tmp_path / "out"
     out.mkdir()
@@ -727,7 +727,7 @@ def test_a_file_the_user_saves_anew_or_removes_while_a_save_swaps_stays_as_they_
     (out / "sub").mkdir()
     (out / "sub" / "draft.txt").write_text("remove me")
     (out / "kept.txt").write_text("as it was")
-    exchange = staging._exchange
+    exchange = dir_swap._exchange
 
     def user_edits_then_exchange(a, b):
         (b / ".notes.txt.swp").write_text("v2")
@@ -736,7 +736,7 @@ def test_a_file_the_user_saves_anew_or_removes_while_a_save_swaps_stays_as_they_
         (b / "late.txt").write_text("new")
         exchange(a, b)
 
-    monkeypatch.setattr(staging, "_exchange", user_edits_then_exchange)
+    monkeypatch.setattr(dir_swap, "_exchange", user_edits_then_exchange)
     tiny_model(seed=1, vocab_size=16).save_pretrained(out)
     files = {p.relative_to(out).as_posix(): p for p in out.rglob("*") if p.is_file()}
     assert sorted(files) == ["config.json", "kept.txt", "late.txt", "model.safetensors", "notes.txt"]

@@ -242,7 +242,7 @@ def test_rank_0s_metrics_file_waits_for_another_ranks_save_of_its_directory(tmp_
     out = tmp_path / "out"
     out.mkdir()
     (out / "all_results.json").write_text('{"train_loss": 0.5}')
-    write = ("import json, sys; from pathlib import Path; from bertkit.staging import write_text_beside_job; "
+    write = ("import json, sys; from pathlib import Path; from bertkit.job_writes import write_text_beside_job; "
              "p = Path(sys.argv[1]); print('writing', flush=True); "
              "write_text_beside_job(p, lambda: json.dumps({**json.loads(p.read_text()), "
              "'eval_loss': 0.25})); print('written', flush=True)")

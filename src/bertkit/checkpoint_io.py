@@ -4,12 +4,15 @@ A checkpoint directory holds ``config.json`` and ``model.safetensors`` (or trans
 ``pytorch_model.bin``, read only with ``torch.load(weights_only=True)``; either may be shards with an
 ``.index.json``, as ``save_pretrained(max_shard_size=...)`` writes them). bertkit's modules carry the published
 names, so a state dict is a checkpoint's as it is; the only renames are the published formats' own: the
-``bert.`` prefix, TF-era ``LayerNorm.gamma``/``beta`` and the tied decoder's copies.
+``bert.`` prefix, TF-era ``LayerNorm.gamma``/``beta`` and the tied decoder's copies (``bertkit.checkpoint_keys``, the
+key table).
 
 Loading is strict: a missing key, a key belonging to none of the model's modules, a shape that does not fit
 the config, a weight that is not floating-point or holds NaN/inf is an error listing every such key. Logged,
 not errors: a task head (or pooler) absent from a pre-trained checkpoint is initialised fresh, and weights of
 BERT heads the model does not have (``bert-base-uncased``'s pre-training heads under a classifier) are dropped.
+What is refused before loading (a config unlike the weights) or saving (a pruned weight, NaN) is
+``bertkit.checkpoint_checks``'s; saving writes the directory whole (``bertkit.staging.staged``).
 """
 
 from __future__ import annotations
@@ -17,15 +20,32 @@ from __future__ import annotations
 import inspect
 import json
 import logging
-from collections.abc import Container, Iterable
+from collections.abc import Container
 from pathlib import Path
 from typing import Any, ClassVar, NamedTuple
 
 import torch
-from torch import Tensor, nn
-from torch.nn.utils import parametrize
+from torch import Tensor
 
 from bertkit._parallel import job_of
+from bertkit.checkpoint_checks import (
+    check_config_fits_weights,
+    nonfinite_count,
+    outside_bert_hint,
+    refuse_layers_unlike_config,
+    weight_transform,
+)
+from bertkit.checkpoint_keys import (
+    ENCODER_KEYS,
+    FAMILY_HEADS,
+    IGNORED_KEYS,
+    LAYER_KEYS,
+    POOLER_KEYS,
+    TIED_KEYS,
+    canonical_tensors,
+    expand_keys,
+    strip_encoder_prefix,
+)
 from bertkit.compat import TransformersModelCalls, check_attn_implementation
 from bertkit.config import BertConfig
 from bertkit.construction import building_to_load
@@ -36,180 +56,6 @@ from bertkit.staging import staged
 from bertkit.weight_files import CONFIG_NAME, WEIGHTS_NAME, read_weights, refuse_save_beside_other_kind
 
 logger = logging.getLogger("bertkit")
-
-
-# The encoder's published names, relative to the encoder (head models prefix "bert."); "{i}" is the layer index.
-_ENCODER = ["embeddings.word_embeddings.weight", "embeddings.position_embeddings.weight",
-            "embeddings.token_type_embeddings.weight", "embeddings.LayerNorm.weight", "embeddings.LayerNorm.bias"]
-_LAYER = [f"encoder.layer.{{i}}.{module}.{p}"
-          for module in ("attention.self.query", "attention.self.key", "attention.self.value", "attention.output.dense",
-                         "attention.output.LayerNorm", "intermediate.dense", "output.dense", "output.LayerNorm")
-          for p in ("weight", "bias")]
-_POOLER = ["pooler.dense.weight", "pooler.dense.bias"]
-
-# The MLM decoder is tied to the word embeddings and its bias to cls.predictions.bias (paper's code:
-# output_weights = embedding table): state dicts list them, as transformers' do, but checkpoints need not.
-TIED_KEYS = ("cls.predictions.decoder.weight", "cls.predictions.decoder.bias")
-# Accepted on load, never written: the tied decoder, and the position-id buffer old checkpoints store.
-IGNORED_KEYS = (*TIED_KEYS, "embeddings.position_ids")
-# The top-level modules of BERT heads: a key under one that the model lacks is another head's, dropped.
-FAMILY_HEADS = ("cls.", "classifier.", "qa_outputs.")
-
-def _expand(names: list[str], num_layers: int) -> list[str]:
-    return [n.format(i=i) for n in names for i in (range(num_layers) if "{i}" in n else (0,))]
-
-
-# The modules of each kind of projection int8 directories name (``bertkit.quantization``).
-_PROJECTION_MODULES = {"qkv": ("attention.self.query", "attention.self.key", "attention.self.value"),
-                       "attn_out": ("attention.output.dense",), "ffn_in": ("intermediate.dense",),
-                       "ffn_out": ("output.dense",)}
-
-
-def refuse_layers_unlike_config(model: Any, encoder: Any) -> None:
-    """Refuse to save ``model`` when its ``encoder`` runs another number of layers than its config says (a student
-    cut to some of its teacher's layers): the config is what a checkpoint is read back with, so the keys written
-    follow it, and layers past it were dropped without a word (a student that ran 6 layers saved 3), missing ones
-    refused as if the model were int8, and an int8 directory written that no load reads."""
-    layers, configured = len(encoder.encoder.layer), model.config.num_hidden_layers
-    if layers != configured:
-        raise BertkitError(f"{type(model).__name__} runs {layers} encoder layers but its config says "
-                           f"num_hidden_layers={configured}, the number a checkpoint is read back with: set "
-                           f"config.num_hidden_layers = {layers} (the layers kept in encoder.layer), or keep "
-                           f"{configured} layers there")
-
-
-def encoder_published_names(name: str) -> tuple[str, ...]:
-    """The published name(s) of an encoder projection's parameter as int8 directories name it
-    (``layers.3.qkv.weight`` -> ``encoder.layer.3.attention.self.query.weight``, ``...key.weight``,
-    ``...value.weight``)."""
-    parts = name.split(".")
-    if len(parts) != 4 or parts[0] != "layers" or not parts[1].isdigit() or parts[2] not in _PROJECTION_MODULES:
-        raise KeyError(f"{name} is not layers.<i>.<{'|'.join(_PROJECTION_MODULES)}>.<parameter>")
-    _, i, kind, param = parts
-    return tuple(f"encoder.layer.{i}.{module}.{param}" for module in _PROJECTION_MODULES[kind])
-
-
-def _normalise_published_key(key: str) -> str:
-    """Keys of TF-converted checkpoints use LayerNorm.gamma/beta; transformers renamed them weight/bias."""
-    if key.endswith(".gamma"):
-        return key[: -len("gamma")] + "weight"
-    if key.endswith(".beta"):
-        return key[: -len("beta")] + "bias"
-    return key
-
-
-def _strip_encoder_prefix(key: str) -> str:
-    return key[len("bert."):] if key.startswith("bert.") else key
-
-
-def _canonical(published: dict[str, Tensor], prefix: str = "") -> dict[str, Tensor]:
-    """Published names made canonical: LayerNorm.gamma -> weight, and the encoder's keys under ``prefix`` ("bert."
-    in a head model) whichever prefix the file used."""
-    out: dict[str, Tensor] = {}
-    for key, value in published.items():
-        key = _normalise_published_key(key)
-        bare = _strip_encoder_prefix(key)
-        out[prefix + bare if bare.startswith(("embeddings.", "encoder.", "pooler.")) else key] = value
-    if "cls.predictions.bias" not in out and TIED_KEYS[1] in out:  # the MLM bias stored as its tied copy only, which
-        out["cls.predictions.bias"] = out.pop(TIED_KEYS[1])  # transformers' tied-weight map loads as the bias
-    return out
-
-
-def canonical_names(names: Iterable[str]) -> set[str]:
-    """A checkpoint's tensor names as loading reads them (``_canonical``), the encoder's without ``bert.``."""
-    return set(_canonical(dict.fromkeys(names)))  # type: ignore[arg-type]  # the names alone
-
-
-# ---------------------------------------------------------------------------------------------------
-# Reading weight files
-# ---------------------------------------------------------------------------------------------------
-
-
-# Which config.json sizes each published encoder tensor's dimensions are: (tensor, ((field, dimension), ...)).
-_SIZES = (
-    ("embeddings.word_embeddings.weight", (("vocab_size", 0), ("hidden_size", 1))),
-    ("embeddings.position_embeddings.weight", (("max_position_embeddings", 0), ("hidden_size", 1))),
-    ("embeddings.token_type_embeddings.weight", (("type_vocab_size", 0), ("hidden_size", 1))),
-    ("encoder.layer.0.intermediate.dense.weight", (("intermediate_size", 0), ("hidden_size", 1))),
-)
-
-
-def check_config_fits_weights(config: BertConfig, weights: dict[str, Tensor], source: str) -> None:
-    """Refuse a config whose sizes are not the weights', naming each field and both values: before the model is
-    built, so a damaged config.json (vocab_size 2**40) is an error, not an allocation of its size."""
-    canonical = {k: tuple(v.shape) for k, v in _canonical(weights).items() if isinstance(v, Tensor)}
-    found: dict[str, tuple[int, int, str]] = {}  # field -> (config's value, weights' value, the tensor read)
-    for key, dims in _SIZES:
-        shape = canonical.get(key)
-        if shape is None or len(shape) != 2:
-            continue  # absent or malformed: the strict loading names it
-        for field, dim in dims:
-            if field not in found and shape[dim] != getattr(config, field):
-                found[field] = (getattr(config, field), shape[dim], f"{key} {shape}")
-    layers = _layer_tensors(weights)
-    complete = [i for i in sorted(layers) if len(layers[i]) == len(_LAYER)]
-    n = len(complete)
-    if complete == list(range(n)) and len(layers) == n:  # layers 0 to n-1, each whole: n is the weights' count
-        if n and n != config.num_hidden_layers:
-            found["num_hidden_layers"] = (config.num_hidden_layers, n, f"encoder.layer.0 to {n - 1}"
-                                          + (f"; no encoder.layer.{n}" if n < config.num_hidden_layers else ""))
-    else:
-        _refuse_stray_layers(config.num_hidden_layers, layers, source)
-    if found:
-        raise BertkitError(f"{source}: the config does not match the weights: "
-                           + "; ".join(f"{field} is {ours} but the weights have {theirs} ({key})"
-                                       for field, (ours, theirs, key) in found.items())
-                           + "; fix config.json (or the overrides passed) to the weights' sizes, or pair the weights "
-                             "with the config.json they were saved with")
-
-
-def _layer_tensors(weights: dict[str, Tensor]) -> dict[int, dict[str, str]]:
-    """The encoder layers the weights hold tensors of: {layer index: {its canonical name: the name in the file}},
-    counting only the tensors a layer has (``_LAYER``; anything else is the strict loading's to name)."""
-    names = {n.format(i="{i}") for n in _LAYER}
-    out: dict[int, dict[str, str]] = {}
-    for key, value in weights.items():
-        bare = _strip_encoder_prefix(_normalise_published_key(key))
-        parts = bare.split(".", 3)
-        if isinstance(value, Tensor) and len(parts) == 4 and parts[:2] == ["encoder", "layer"] and parts[2].isdigit() \
-                and f"encoder.layer.{{i}}.{parts[3]}" in names:
-            out.setdefault(int(parts[2]), {})[bare] = key
-    return out
-
-
-def _refuse_stray_layers(num_layers: int, layers: dict[int, dict[str, str]], source: str) -> None:
-    """Refuse weights whose layers 0 to ``num_layers`` - 1 are whole but which hold tensors of a layer beyond them,
-    naming those tensors and why no num_hidden_layers fits (a count from the highest index would ask for layers the
-    file lacks). Other gaps (a layer of the config missing a tensor) are the strict loading's to name, key by key."""
-    beyond = sorted(i for i in layers if i >= num_layers)
-    if not beyond or any(len(layers.get(i, {})) != len(_LAYER) for i in range(num_layers)):
-        return
-    stray = [key for i in beyond for key in sorted(layers[i].values())]
-    shown = ", ".join(stray[:5]) + (f" and {len(stray) - 5} more" if len(stray) > 5 else "")
-    whole = len(_LAYER)
-    held = "; ".join(f"layer {i}: " + ("whole" if len(layers[i]) == whole else f"{len(layers[i])} of its {whole} "
-                                                                                  "tensors") for i in beyond)
-    lacking = " and ".join(f"layer {i} " + ("missing" if i not in layers else "incomplete")
-                           for i in range(num_layers, beyond[-1] + 1) if len(layers.get(i, {})) != whole)
-    raise BertkitError(
-        f"{source}: the weights hold layers 0 to {num_layers - 1} whole, as config.json's num_hidden_layers "
-        f"{num_layers} says, and stray tensors beyond them ({held}): {shown}. Raising num_hidden_layers does not "
-        f"load them: {beyond[-1] + 1} would leave {lacking}. Remove the stray tensors from the weights file (a "
-        f"{num_layers}-layer model never writes them), or pair the weights with the config.json they were saved "
-        "with")
-
-
-def _outside_bert_hint(unknown: list[str]) -> str:
-    """How to load a checkpoint whose only unexpected tensors belong to no BERT module (TinyBERT's distillation
-    projections ``fit_denses.*``, a training script's extra layer): transformers drops them with a warning, and the
-    model is whole without them. Tensors inside the encoder (a variant's gated MLP) get no such advice: dropping
-    them would load another network's encoder half-way."""
-    if not unknown or any(_strip_encoder_prefix(k).startswith(("embeddings.", "encoder.", "pooler.")) for k in unknown):
-        return ""
-    prefixes = tuple(sorted({k.split(".")[0] + "." for k in unknown}))
-    return (f" (tensors of no BERT module, which transformers drops with a warning; to load the model without them "
-            f"pass the rest as state_dict: from_pretrained(path, state_dict={{k: v for k, v in "
-            f"bertkit.weight_files.read_weights(pathlib.Path(path)).items() if not k.startswith({prefixes!r})}}))")
 
 
 def _checkpoint_directory(path: str | Path | None, config: BertConfig | None,
@@ -293,8 +139,8 @@ class PretrainedMixin(TransformersModelCalls):
         """(encoder keys, head keys): this model's published weight names (tied copies left out)."""
         enc = self._encoder()
         if enc is self:
-            base = _ENCODER + _LAYER + (_POOLER if self.pooler is not None else [])  # type: ignore[attr-defined]
-            return _expand(base, self.config.num_hidden_layers), []
+            base = ENCODER_KEYS + LAYER_KEYS + (POOLER_KEYS if self.pooler is not None else [])  # type: ignore[attr-defined]
+            return expand_keys(base, self.config.num_hidden_layers), []
         encoder_keys = ["bert." + k for k in enc._published_keys()[0]]
         own = self.state_dict(keep_vars=True)  # type: ignore[attr-defined]  # views: no tied-decoder copy
         return encoder_keys, [k for k in own if not k.startswith("bert.") and k not in TIED_KEYS]
@@ -364,7 +210,7 @@ class PretrainedMixin(TransformersModelCalls):
                                   ignore_mismatched_sizes: bool = False) -> LoadReport:
         """Load weights under the published names (with or without ``bert.``); returns what was loaded and what
         was not. ``ignore_mismatched_sizes``: a head weight of another shape stays fresh, with a warning."""
-        tensors = _canonical(published, "bert." if self._encoder() is not self else "")
+        tensors = canonical_tensors(published, "bert." if self._encoder() is not self else "")
         encoder_keys, head_keys = self._published_keys()
         heads = set(head_keys)
         own = self.state_dict(keep_vars=True)  # type: ignore[attr-defined]  # views: no tied-decoder copy
@@ -388,7 +234,7 @@ class PretrainedMixin(TransformersModelCalls):
                 new_state[key] = value
         untied = self._untied_decoder(tensors)
         used = set(encoder_keys) | heads
-        leftovers = sorted(k for k in tensors if k not in used and _strip_encoder_prefix(k) not in IGNORED_KEYS)
+        leftovers = sorted(k for k in tensors if k not in used and strip_encoder_prefix(k) not in IGNORED_KEYS)
         unknown = [k for k in leftovers if self._is_unexpected(k)]
         other_heads = [k for k in leftovers if k not in unknown]
 
@@ -397,7 +243,7 @@ class PretrainedMixin(TransformersModelCalls):
 
         problems = [f"{what}: {found if full else some(found)}{why}" for what, found, full, why in (
             ("missing keys", missing, True, ""),
-            ("unexpected keys", unknown, True, _outside_bert_hint(unknown)),
+            ("unexpected keys", unknown, True, outside_bert_hint(unknown)),
             ("shape mismatches", shapes, True,
              f" (the config says hidden_size={self.config.hidden_size}, num_hidden_layers="
              f"{self.config.num_hidden_layers}, vocab_size={self.config.vocab_size}, num_labels="
@@ -443,9 +289,9 @@ class PretrainedMixin(TransformersModelCalls):
     def _is_unexpected(self, key: str) -> bool:
         """Whether a key this model does not load is an error (not a published encoder name, a weight its own
         module lacks, or under no BERT head) rather than another head's or an absent pooler's, dropped."""
-        bare = _strip_encoder_prefix(key)
+        bare = strip_encoder_prefix(key)
         if bare.startswith(("embeddings.", "encoder.", "pooler.")):
-            return bare not in _expand(_ENCODER + _LAYER + _POOLER, self.config.num_hidden_layers)
+            return bare not in expand_keys(ENCODER_KEYS + LAYER_KEYS + POOLER_KEYS, self.config.num_hidden_layers)
         parent = key.rpartition(".")[0]
         return parent in dict(self.named_modules()) or not key.startswith(FAMILY_HEADS)  # type: ignore[attr-defined]
 
@@ -570,33 +416,3 @@ SAVE_OPTIONS: dict[str, tuple[Any, str]] = {
     "distributed_checkpoint": (False, _RANKS),
     "safe_serialization": (True, "bertkit writes safetensors only (transformers 5 too)"),
 }
-
-
-def weight_transform(model: nn.Module, key: str) -> str | None:
-    """Why ``model``'s state dict has no ``key`` (``...query.weight``) when a PyTorch transform computes that
-    weight from other tensors (``torch.nn.utils.prune``, ``parametrize``, ``weight_norm``), with the call that
-    makes it a plain parameter again; None otherwise."""
-    path, _, name = key.rpartition(".")
-    try:
-        module = model.get_submodule(path)
-    except AttributeError:
-        return None
-    if parametrize.is_parametrized(module, name):
-        return (f"{key} is parametrized ({type(module.parametrizations[name][0]).__name__}): call torch.nn.utils."
-                f"parametrize.remove_parametrizations(model.get_submodule({path!r}), {name!r})")
-    if hasattr(module, f"{name}_orig") and hasattr(module, f"{name}_mask"):
-        return (f"{key} is pruned (torch.nn.utils.prune: {name}_orig and {name}_mask): call torch.nn.utils.prune."
-                f"remove(model.get_submodule({path!r}), {name!r})")
-    if hasattr(module, f"{name}_g") and hasattr(module, f"{name}_v"):
-        return (f"{key} is weight-normed (torch.nn.utils.weight_norm: {name}_g and {name}_v): call torch.nn.utils."
-                f"remove_weight_norm(model.get_submodule({path!r}), {name!r})")
-    return None
-
-
-def nonfinite_count(key: str, value: Tensor) -> str | None:
-    """"KEY (n of N)" where the floating-point tensor ``value`` holds NaN or infinite values, else None; loading
-    refuses such weights and saving will not write them. The range is checked first (NaN propagates to both ends),
-    so a finite tensor costs no full-size mask."""
-    if not value.is_floating_point() or not value.numel() or bool(torch.isfinite(torch.stack(torch.aminmax(value))).all()):
-        return None
-    return f"{key} ({int((~torch.isfinite(value)).sum())} of {value.numel()})"

@@ -219,7 +219,7 @@ def remove_empty_dirs(directory: Path) -> None:
 
 
 def remove_emptied(directory: Path) -> None:
-    """``remove_empty_dirs`` of a directory a write replaced and emptied (``staging._dispose``). Another process's save
+    """``remove_empty_dirs`` of a directory a write replaced and emptied (``dir_swap.dispose_replaced``). Another process's save
     of the same name, started as this one swapped, may have locked it at the staging name after it was listed (that
     save then finds the name held and steps back): a lock file alone is that save's bookkeeping, removed with the
     directory, never kept beside the output as a file of the user's."""

@@ -1,16 +1,16 @@
 """How bertkit writes a directory (``staged``: ``save_pretrained``, ``SentenceTransformer.save``, checkpoints, a
 command's run): whole, into its staging directory beside it (``.NAME.bertkit-staging``: locked while written, marked
 by ``.bertkit-partial``), then made visible in one step: renamed into place, or exchanged with the directory there
-(``renameat2(RENAME_EXCHANGE)``), whose other files were linked into the new one first (a save adds to a directory,
-as transformers' does; the files it writes replace theirs). The next write of the name removes what a kill left in
+(``bertkit.dir_swap``: the swap, and what becomes of the replaced directory's files; a save adds to a directory, as
+transformers' does, and the files it writes replace theirs). The next write of the name removes what a kill left in
 the staging directory: its name and its ``.bertkit-partial`` say it is bertkit's. The lock (``bertkit.dir_lock``)
 on the staging directory moves with it into place, so a second writer of the name, or of a directory inside or
-around it, is refused from the first one's start to its process's exit.
+around it, is refused from the first one's start to its process's exit, unless it is another process of the same
+torchrun job saving the same content (``bertkit.job_writes``): that one waits, and leaves the write as made.
 """
 from __future__ import annotations
 
 import contextlib
-import ctypes
 import errno
 import glob
 import itertools
@@ -24,28 +24,18 @@ import time
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from bertkit import dir_lock
-from bertkit._parallel import info_from_env, job_of
+from bertkit._parallel import info_from_env
 from bertkit.dir_lock import LOCK, staging_path
+from bertkit.dir_swap import dispose_replaced, recover_swap, swap_in, take_mode
 from bertkit.errors import BertkitError, WriteError
-from bertkit.manifests import (
-    MANIFEST_FORMAT,
-    files_under,
-    identity,
-    is_bookkeeping,
-    manifest_files,
-    proven_files,
-    remove_emptied,
-)
+from bertkit.job_writes import sibling_around, wait_while_held, written_by_sibling
+from bertkit.manifests import MANIFEST_FORMAT, manifest_files
 from bertkit.outputs import (
-    BOOKKEEPING,
     MARKER,
     PARTIAL,
-    atomic_target,
     atomic_write_json,
-    atomic_write_text,
     fsync_dir,
     is_mount_point,
     mount_point_in,
@@ -56,7 +46,7 @@ from bertkit.outputs import (
     write_error,
     writing,
 )
-from bertkit.write_paths import make_route, refuse_long_name, refuse_non_directory, replaced_path, target_of
+from bertkit.write_paths import make_route, refuse_long_name, refuse_non_directory, target_of
 
 logger = logging.getLogger("bertkit")
 
@@ -86,98 +76,6 @@ def _read_partial(directory: Path) -> dict | None:
     return record if isinstance(record, dict) else {}
 
 
-_EXCHANGE_UNSUPPORTED = (errno.EINVAL, errno.ENOSYS, errno.EOPNOTSUPP, errno.ENOTSUP, errno.EXDEV)
-
-
-def _exchange(a: Path, b: Path) -> None:
-    """Swap the directories at ``a`` and ``b`` in one step (Linux's renameat2 RENAME_EXCHANGE). Where the system
-    has no such call, in three renames through ``.NAME.bertkit-replaced``, which a kill leaves to be put back by
-    the next write (``_recover``)."""
-    libc = ctypes.CDLL(None, use_errno=True)
-    call = getattr(libc, "renameat2", None)
-    if call is not None:
-        at_cwd, rename_exchange = -100, 2
-        if call(at_cwd, os.fsencode(a), at_cwd, os.fsencode(b), rename_exchange) == 0:
-            return
-        code = ctypes.get_errno()
-        if code not in _EXCHANGE_UNSUPPORTED:
-            raise OSError(code, os.strerror(code), str(b))
-    aside = replaced_path(b)
-    os.rename(b, aside)
-    os.rename(a, b)
-    os.rename(aside, a)
-
-
-def _recover(target: Path, stage: Path) -> None:
-    """Put back what a kill left of an exchange without renameat2: ``target`` missing, its old content aside."""
-    aside = replaced_path(target)
-    if os.path.isdir(aside) and not os.path.islink(aside):
-        if not os.path.lexists(target):
-            os.rename(aside, target)
-        elif not os.path.lexists(stage):
-            os.rename(aside, stage)
-
-
-def superseded_shards(old: Path, new: Path) -> set[str]:
-    """The files of ``old`` (relative paths) that the write ``new`` replaces under other names: a sharded weights file,
-    ``X.index.json`` and the shards beside it that its ``weight_map`` lists (transformers'
-    ``save_pretrained(max_shard_size=...)``), where ``new`` writes ``X`` whole (``model.safetensors``) and neither the
-    index nor the shard. They are the previous version of the file written: carried over, they would be a stale second
-    copy of the weights beside the new one (a whole model's size), and a loader that reads the index first (vLLM's)
-    would load them instead. transformers' own unsharded save removes the shards (and leaves the index). An index that
-    cannot be read, or that lists files outside its folder, proves nothing: kept with its files."""
-    out: set[str] = set()
-    if not old.is_dir() or old.is_symlink():
-        return out
-    for rel, path in files_under(old):
-        whole = rel.removesuffix(".index.json")
-        if whole == rel or path.is_symlink() or not (new / whole).is_file() or os.path.lexists(new / rel):
-            continue
-        try:
-            weight_map = json.loads(path.read_text(encoding="utf-8")).get("weight_map")
-        except (OSError, ValueError, AttributeError):
-            continue
-        shards = {s for s in weight_map.values() if isinstance(s, str)} if isinstance(weight_map, dict) else set()
-        folder = Path(rel).parent
-        if not shards or any(Path(s).name != s or s in (".", "..", Path(whole).name) for s in shards):
-            continue
-        out.add(rel)
-        out.update((folder / s).as_posix() for s in shards if not os.path.lexists(new / folder / s))
-    return out
-
-
-def _link_others(target: Path, stage: Path, replaced: Mapping[str, Any]) -> dict[str, tuple[int, int]]:
-    """What else ``target`` holds (a user's files, where this write made none of the same name; not the ``replaced``
-    files of an earlier run), hard-linked into ``stage`` before the swap: it is in place at every moment. Returns
-    the files linked (relative path -> device and inode), for ``_dispose`` to tell a file changed since."""
-    linked = {}
-    for root, dirs, _ in os.walk(target):
-        for name in dirs:  # an empty directory of the user's (the others are made for what they hold)
-            with contextlib.suppress(OSError):
-                if not Path(root, name).is_symlink() and not os.listdir(Path(root, name)):
-                    (stage / Path(root, name).relative_to(target)).mkdir(parents=True, exist_ok=True)
-    superseded = superseded_shards(target, stage)
-    for rel, path in files_under(target):
-        dst = stage / rel
-        if rel in replaced or rel in superseded or os.path.lexists(dst) or (
-                path.name in (LOCK, PARTIAL) and is_bookkeeping(path)):
-            continue
-        with contextlib.suppress(OSError):  # no hard links here: carried after the swap instead (_dispose)
-            dst.parent.mkdir(parents=True, exist_ok=True)
-            if path.is_symlink():
-                os.symlink(os.readlink(path), dst)
-            else:
-                os.link(path, dst)
-                linked[rel] = (st := os.lstat(dst)).st_dev, st.st_ino
-    for root, dirs, _ in os.walk(target):  # each directory of the user's keeps its permissions (a private one stays so)
-        for name in dirs:
-            mine, made = Path(root, name), stage / Path(root, name).relative_to(target)
-            if not mine.is_symlink() and made.is_dir() and not made.is_symlink():
-                with contextlib.suppress(OSError):
-                    _take_mode(mine, made)
-    return linked
-
-
 def _read_only_dir(target: Path) -> Path | None:
     """The first directory at or under ``target`` (never through a symlink) this process may not change, if any: a
     write of ``target`` would replace it, or leave the old one's entries it cannot remove (root may change any)."""
@@ -188,93 +86,6 @@ def _read_only_dir(target: Path) -> Path | None:
             if not path.is_symlink() and not os.access(path, os.W_OK | os.X_OK):
                 return path
     return None
-
-
-def _take_mode(target: Path, stage: Path) -> int | None:
-    """``stage`` made to replace the directory ``target`` takes its permission bits (with the owner's rights until
-    the write is finished) and, where this process may set them, its owner and group: a private 0700 directory stays
-    private, a team's setgid directory the team's. Returns ``target``'s mode (None: no directory there)."""
-    try:
-        st = os.lstat(target)
-    except FileNotFoundError:
-        return None
-    if not stat.S_ISDIR(st.st_mode):
-        return None
-    try:
-        os.chown(stage, st.st_uid, st.st_gid)
-    except PermissionError:  # another user's directory: its group, where this user is in it
-        with contextlib.suppress(PermissionError):
-            os.chown(stage, -1, st.st_gid)
-    mode = stat.S_IMODE(st.st_mode)
-    os.chmod(stage, mode | stat.S_IRWXU)  # after chown, which clears the setgid bit
-    return mode
-
-
-def _real_dir(path: Path) -> bool:
-    """Whether ``path`` is a directory, not a symlink to one: where a save made a directory (``1_Pooling``), a file of
-    the user's at that name is no earlier version of a file it writes, and is kept (sentence-transformers' save
-    stops there, "File exists")."""
-    return path.is_dir() and not path.is_symlink()
-
-
-def _is_file(path: Path, ident: tuple[int, int]) -> bool:
-    """Whether ``path`` is the regular file of that device and inode."""
-    return (st := regular_stat(path)) is not None and (st.st_dev, st.st_ino) == ident
-
-
-def _same_file(a: Path, b: Path) -> bool:
-    with contextlib.suppress(OSError):
-        x, y = os.lstat(a), os.lstat(b)
-        return (x.st_dev, x.st_ino) == (y.st_dev, y.st_ino) or (
-            stat.S_ISLNK(x.st_mode) and stat.S_ISLNK(y.st_mode) and os.readlink(a) == os.readlink(b))
-    return False
-
-
-def _dispose(old: Path, target: Path, merge: bool, proven: Mapping[str, tuple[int, ...]] | None = None,
-             linked: Mapping[str, tuple[int, int]] | None = None) -> None:
-    """The directory ``target`` replaced, now at ``old``: its files its manifests prove bertkit's removed (``proven``:
-    those proven already, by identity), and with ``merge`` (a save that adds to a directory) those the new one
-    replaces, the shards of a weights file it writes whole among them (``superseded_shards``); every other file is
-    carried into ``target`` where its name is free. What is left (a file of a user's
-    where the new run put one of the same name) is kept beside ``target``, named in a warning. A file ``linked`` into
-    the new directory before the swap (``_link_others``) and replaced or removed at its old name since (an editor
-    saves by renaming a new file over its name) is as the user left it: the newer file replaces the link, and a
-    removed one is not brought back."""
-    if proven is None:
-        try:
-            proven = proven_files(old)[0]
-        except BertkitError:  # a manifest bertkit cannot read (damaged, another version's) proves nothing: all kept
-            proven = {}
-    else:
-        proven = {rel: ident for rel, ident in proven.items()
-                  if (st := regular_stat(old / rel)) is not None and identity(st) == ident}
-    superseded = superseded_shards(old, target) if merge else set()
-    for rel, ident in (linked or {}).items():
-        if not os.path.lexists(old / rel) and _is_file(target / rel, ident):
-            os.unlink(target / rel)  # removed by the user since it was linked
-    left = []  # bookkeeping last: a manifest keeps proving what is left until it goes (a kill meanwhile)
-    for rel, path in sorted(files_under(old), key=lambda entry: entry[1].name in BOOKKEEPING):
-        dst = target / rel
-        if linked and rel in linked and _is_file(dst, linked[rel]) and not _is_file(path, linked[rel]):
-            os.replace(path, dst)  # the user's file, saved anew at its name since it was linked
-            continue
-        if rel in proven or rel in superseded or (path.name in (LOCK, PARTIAL) and is_bookkeeping(path)) or (
-                os.path.lexists(dst) and ((merge and not _real_dir(dst)) or is_bookkeeping(path)
-                                          or _same_file(path, dst))):
-            path.unlink()
-            continue
-        if not os.path.lexists(dst):
-            with contextlib.suppress(OSError):
-                dst.parent.mkdir(parents=True, exist_ok=True)
-                os.rename(path, dst)
-                continue
-        left.append(rel)
-    remove_emptied(old)
-    if os.path.lexists(old):
-        kept = Path(tempfile.mkdtemp(prefix=f"{target.name}.replaced-", dir=target.parent))
-        os.rename(old, kept / target.name)
-        logger.warning("%s was replaced; %d file(s) of it bertkit cannot prove it wrote, whose names the new one "
-                       "uses, were kept in %s (e.g. %s)", target, len(left), kept, ", ".join(left[:3]))
 
 
 def _working_directory() -> Path | None:
@@ -332,7 +143,7 @@ class Stage:
         parents = tuple(itertools.takewhile(lambda d: not os.path.lexists(d), (parent, *parent.parents)))
         with writing(target):
             target.parent.mkdir(parents=True, exist_ok=True)
-            _recover(target, path)
+            recover_swap(target, path)
             try:
                 path.mkdir()
                 made = True
@@ -371,7 +182,7 @@ class Stage:
                 if record is None:  # no .bertkit-partial: the replaced directory a kill left mid-swap
                     done = _read_partial(target) or {}  # the mark of the write that replaced it: a save adds
                     dir_lock.unlock(path)
-                    _dispose(path, target, merge="write" in done)
+                    dispose_replaced(path, target, merge="write" in done)
                     with contextlib.suppress(FileNotFoundError):
                         (target / PARTIAL).unlink()
                     return cls.open(target, what, partial, keep)
@@ -398,7 +209,7 @@ class Stage:
     def commit(self, *, manifest: dict | None, merge: bool, keep_lock: bool = False,
                proven: Mapping[str, tuple[int, ...]] | None = None) -> None:
         """Make the staging directory ``target``: its manifest (``manifest`` and the files) written last, then
-        renamed into place, or exchanged with the directory there, which is then disposed of (``_dispose``)."""
+        renamed into place, or exchanged with the directory there, which is then disposed of (``bertkit.dir_swap``)."""
         path, target = self.path, self.target
         run = manifest is not None and "command" in manifest
         cwd = _working_directory()
@@ -406,23 +217,15 @@ class Stage:
             if manifest is not None:
                 atomic_write_json(path / MARKER, {**manifest, "format": MANIFEST_FORMAT, "files": manifest_files(path)})
             real = str(path.resolve())
-            mode = _take_mode(target, path)
-            try:
-                os.rename(path, target)  # a new name, or over an empty directory: one step
-                replaced = False
-            except OSError as e:
-                if e.errno not in (errno.ENOTEMPTY, errno.EEXIST) or not target.is_dir() or target.is_symlink():
-                    raise
-                linked = _link_others(target, path, proven or {})
-                _exchange(path, target)
-                replaced = True
+            mode = take_mode(target, path)
+            linked = swap_in(path, target, proven or {})  # None: renamed, nothing replaced
         dir_lock.moved(real, target)
         if cwd is not None and (cwd == target or target in cwd.parents):
             with contextlib.suppress(OSError):  # the process works in the new directory, as after a write in place
                 os.chdir(cwd)
         fsync_dir(target.parent)
-        if replaced:  # its mark tells a write after a kill here which kind this was (Stage.open)
-            _dispose(path, target, merge, proven, linked)
+        if linked is not None:  # its mark tells a write after a kill here which kind this was (Stage.open)
+            dispose_replaced(path, target, merge, proven, linked)
         (target / PARTIAL).unlink()
         if mode is not None and mode & stat.S_IRWXU != stat.S_IRWXU:
             os.chmod(target, mode)  # without the owner's rights it needed to finish
@@ -460,84 +263,6 @@ def _refuse_held(target: Path) -> None:
         raise dir_lock.Held(f"{target} is in use by {holder}; wait for it to finish or choose another output", holder)
 
 
-def _written_by_sibling(target: Path, tag: str) -> bool:
-    """Whether another process of the job ``tag`` names is writing ``target`` (its staging directory's lock, or the
-    target's, names that job and another pid): then waited for (its lock is dropped when its directory is in place,
-    or when it dies), and True once ``target`` is there. A finished save leaves no lock file, so a save after it
-    writes the directory again, as a second save of a name does."""
-    for place in (staging_path(target), target):
-        line = _sibling_lock(place, tag)
-        if line is None:
-            continue
-        logger.info("%s is being written by %s, of this process's job: waiting for it", target, line)
-        while dir_lock.held_by_another(place) is not None:
-            time.sleep(0.05)
-        return target.is_dir()
-    return False
-
-
-def _sibling_around(target: Path, tag: str) -> Path | None:
-    """A directory above or inside ``target`` that another process of the job ``tag`` names is writing (its lock, or
-    its staging directory's, held), if any. A save of ``target`` exchanges the whole directory: one of a directory
-    above or inside it under way meanwhile would be swapped away, half written, from under its writer."""
-    places = [place for above in target.parents for place in (above, staging_path(above))]
-    if target.is_dir() and not target.is_symlink():
-        places += [Path(root) for root, _, files in os.walk(target) if LOCK in files and Path(root) != target]
-    return next((place for place in places if _sibling_lock(place, tag) is not None), None)
-
-
-def _sibling_writing(directory: Path, tag: str) -> Path | None:
-    """A directory at, above or inside ``directory`` that another process of the job ``tag`` names is writing."""
-    here = next((place for place in (directory, staging_path(directory)) if _sibling_lock(place, tag) is not None),
-                None)
-    return here if here is not None else _sibling_around(directory, tag)
-
-
-def _sibling_lock(place: Path, tag: str) -> str | None:
-    """``place``'s lock line where another live process of the job ``tag`` names holds it, else None."""
-    try:
-        line = (place / LOCK).read_text(encoding="utf-8", errors="replace").strip() if regular_stat(
-            place / LOCK) else ""
-    except OSError:
-        return None
-    # held, not only named: a lock file a killed write left names its job too, and is no write under way
-    held = (line.endswith(f"{tag})") and not line.startswith(f"pid {os.getpid()} ")
-            and dir_lock.held_by_another(place) is not None)
-    return line if held else None
-
-
-def write_text_beside_job(path: Path, text: Callable[[], str]) -> None:
-    """``atomic_write_text(path, text())`` into a directory the other processes of this process's torchrun job may be
-    saving meanwhile (``model.save_pretrained(output_dir)`` on every rank): a save exchanges its whole directory, so a
-    file renamed into it mid-exchange is lost with the old one. Their writes at, above or inside it are waited for,
-    then ``text()`` (read after the wait: it may read the directory) is written, again until the file holds it with
-    none of theirs under way; this process's temporaries an exchange carried along are removed."""
-    job = job_of()
-    if job is None:
-        atomic_write_text(path, text())
-        return
-    tag, directory = f"[{job}]", target_of(path.parent)
-    # this call's own temporaries, by name and file (device, inode): the only files it may remove
-    written: list[tuple[str, int, int]] = []
-    while True:
-        while _sibling_writing(directory, tag) is not None:
-            time.sleep(0.05)
-        content = text()
-        with atomic_target(path) as tmp:
-            tmp.write_text(content, encoding="utf-8", newline="")
-            st = os.lstat(tmp)
-            written.append((tmp.name, st.st_dev, st.st_ino))
-        while _sibling_writing(directory, tag) is not None:
-            time.sleep(0.05)
-        with contextlib.suppress(OSError):
-            if path.read_text(encoding="utf-8") == content:
-                break
-    for name, dev, ino in written:  # one an exchange carried into the directory under its name, still this file
-        if (st := regular_stat(path.parent / name)) is not None and (st.st_dev, st.st_ino) == (dev, ino):
-            with contextlib.suppress(FileNotFoundError):
-                (path.parent / name).unlink()
-
-
 def _open_shared(target: Path, what: str, partial: dict, shared_by: str | None) -> Stage | None:
     """``Stage.open``; with ``shared_by``, the lock names the job, and None where another process of that job was
     writing ``target`` (waited for), so this one leaves it as that one wrote it. Its write of a directory above or
@@ -546,11 +271,10 @@ def _open_shared(target: Path, what: str, partial: dict, shared_by: str | None) 
     if shared_by is None:
         return Stage.open(target, what, partial)
     tag = f"[{shared_by}]"
-    while not _written_by_sibling(target, tag):
-        if (near := _sibling_around(target, tag)) is not None:
+    while not written_by_sibling(target, tag):
+        if (near := sibling_around(target, tag)) is not None:
             logger.info("%s is being written by another process of this process's job: %s waits for it", near, target)
-            while dir_lock.held_by_another(near) is not None:
-                time.sleep(0.05)
+            wait_while_held(near)
             continue
         try:
             stage = Stage.open(target, f"{what} {tag}", partial)
@@ -558,7 +282,7 @@ def _open_shared(target: Path, what: str, partial: dict, shared_by: str | None) 
             if not e.holder.endswith(f"{tag})"):
                 raise
             continue
-        if _sibling_around(target, tag) is None:
+        if sibling_around(target, tag) is None:
             return stage
         stage.abort()  # both took their locks at once: this one steps back, after a pause of its own length
         time.sleep(0.05 * (1 + info_from_env().rank % 8))

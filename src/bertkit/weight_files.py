@@ -1,7 +1,7 @@
 """What a checkpoint directory holds on disk: the file names (float weights, their shards' index, an int8 model,
 config.json), which of them a directory's weights are read from, and reading them safely (safetensors first, else
 transformers' torch pickle with ``weights_only=True``; shards by their index). A directory holding both kinds of
-weights is refused: each loader would read its own. What the weights' names mean is ``checkpoint_io``'s.
+weights is refused: each loader would read its own. What the weights' names mean is ``checkpoint_keys``'s.
 """
 
 from __future__ import annotations

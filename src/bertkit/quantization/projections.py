@@ -1,6 +1,6 @@
 """The projections of an encoder layer that can be int8: finding them, naming them, swapping them.
 
-int8 directories name them ``layers.3.qkv``; the modules carry transformers' names (``checkpoint_io`` maps one
+int8 directories name them ``layers.3.qkv``; the modules carry transformers' names (``checkpoint_keys`` maps one
 to the other). "qkv" is the three modules query, key and value:
 quantized, they become one int8 module, ``attention.self.qkv`` (one GEMM), and query/key/value are None.
 ``int8_projections`` and ``is_int8_model`` say what a model holds.
@@ -11,7 +11,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from bertkit.checkpoint_io import encoder_published_names
+from bertkit.checkpoint_keys import encoder_published_names
 from bertkit.construction import empty_linear
 from bertkit.errors import BertkitError
 from bertkit.modeling import BertModel

@@ -17,13 +17,8 @@ import torch
 from torch import Tensor, nn
 
 from bertkit._hardware import check_int8_kernel
-from bertkit.checkpoint_io import (
-    FAMILY_HEADS,
-    TIED_KEYS,
-    canonical_names,
-    encoder_published_names,
-    refuse_layers_unlike_config,
-)
+from bertkit.checkpoint_checks import refuse_layers_unlike_config
+from bertkit.checkpoint_keys import FAMILY_HEADS, TIED_KEYS, canonical_names, encoder_published_names
 from bertkit.config import BertConfig
 from bertkit.errors import BertkitError, MissingFileError
 from bertkit.heads import MODEL_CLASSES

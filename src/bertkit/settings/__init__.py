@@ -2,7 +2,7 @@
 come from it (``bertkit.cli_flags``), and ``bertkit.TrainingArguments`` from ``training.TrainingSettings``.
 
 ``fields`` holds the field helper ``flag``, the checks and the field groups several commands share; ``training``,
-``inference`` and ``data`` the commands' settings. Nothing here imports torch: ``bertkit --help`` stays fast.
+``finetune``, ``inference`` and ``data`` the commands' settings. Nothing here imports torch: ``bertkit --help`` stays fast.
 (jsonargparse or tyro would generate the flags too, but the core depends on torch, numpy, safetensors and tqdm only.)
 Public names are imported lazily (PEP 562), as ``bertkit``'s own.
 """
@@ -18,9 +18,10 @@ _MODULES = {
     "inference": ("ConvertTfSettings", "ExportOnnxSettings", "ExtractSettings", "PredictBenchmarkSettings",
                   "PredictFileSettings", "PredictGlueSettings", "PredictNerSettings", "PredictSquadSettings",
                   "PredictSwagSettings", "QuantizeSettings", "ServeSettings"),
-    "training": ("STUDY_COMBINATIONS", "ClassifySettings", "DemoSettings", "FinetuneSettings", "GlueSettings",
-                 "NerSettings", "PretrainSettings", "SequenceClassificationSettings", "SquadSettings",
-                 "StudySettings", "SwagSettings", "TrainingSettings", "first"),
+    "training": ("STUDY_COMBINATIONS", "DemoSettings", "PretrainSettings", "StudySettings", "TrainingSettings",
+                 "first"),
+    "finetune": ("ClassifySettings", "FinetuneSettings", "GlueSettings", "NerSettings",
+                 "SequenceClassificationSettings", "SquadSettings", "SwagSettings"),
 }
 _EXPORTS = {name: f"bertkit.settings.{module}" for module, names in _MODULES.items() for name in names}
 __all__ = list(_EXPORTS)

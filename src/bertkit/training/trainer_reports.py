@@ -15,9 +15,9 @@ from typing import Any
 from bertkit import dir_lock
 from bertkit._parallel import job_of
 from bertkit.errors import read_json_object
+from bertkit.job_writes import write_text_beside_job
 from bertkit.outputs import atomic_write_text
 from bertkit.runs import output_dir, record
-from bertkit.staging import write_text_beside_job
 from bertkit.training.distributed import current
 
 TRAINER_STATE = "trainer_state.json"
