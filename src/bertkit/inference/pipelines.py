@@ -28,6 +28,7 @@ from bertkit.inference.options import BOOL, FINITE, Option, int_in, or_none
 from bertkit.inference.runner import readable
 from bertkit.sentence.directory import cross_encoder_max_seq_length, saved_activation
 from bertkit.tasks import squad
+from bertkit.tokenization.batch import left_truncated
 from bertkit.tokenization.encoding import segment_ids
 
 logger = logging.getLogger("bertkit")
@@ -176,8 +177,12 @@ class TextOrPairPipeline(Pipeline):
         raise BertkitError(f"{self.task} input {index} is {type(item).__name__} {str(item)[:60]!r}; expected a str, "
                            "a (text, text_pair) tuple or {'text': ..., 'text_pair': ...}")
 
-    def encode(self, item: tuple[str, str | None], truncate: bool = True, **_: Any) -> list[dict[str, Any]]:
-        """The row, cut at max_length; ``truncate=False`` keeps it whole (the server refuses it when too long)."""
+    def encode(self, item: tuple[str, str | None], truncate: bool = True, truncation_direction: str = "right",
+               **_: Any) -> list[dict[str, Any]]:
+        """The row, cut at max_length (``truncation_direction`` "left": keeping each text's end, as TEI's "Left");
+        ``truncate=False`` keeps it whole (the server refuses it when too long)."""
+        if truncate and truncation_direction.lower() == "left":
+            return [left_truncated(self.tokenizer, item[0], item[1], self.max_length)]
         enc = self.tokenizer(item[0], item[1], truncation=truncate, max_length=self.max_length if truncate else None)
         return [{"input_ids": enc["input_ids"], "token_type_ids": segment_ids(enc)}]
 
@@ -318,8 +323,10 @@ class RerankPipeline(TextClassificationPipeline):
     def check_input(self, item: Any, index: int) -> dict:
         return Pipeline.check_input(self, item, index)
 
-    def encode(self, item: dict, **_: Any) -> list[dict[str, Any]]:
-        return [row for text in item["texts"] for row in TextOrPairPipeline.encode(self, (item["query"], text))]
+    def encode(self, item: dict, truncation_direction: str = "right", **_: Any) -> list[dict[str, Any]]:
+        return [row for text in item["texts"]
+                for row in TextOrPairPipeline.encode(self, (item["query"], text),
+                                                     truncation_direction=truncation_direction)]
 
     def decode(self, item: dict, rows, outputs, raw_scores: bool = False, return_text: bool = False,
                **_: Any) -> list[dict[str, Any]]:
