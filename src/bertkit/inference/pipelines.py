@@ -93,7 +93,9 @@ class FillMaskPipeline(Pipeline):
 
     def encode(self, item: str, top_k: int | None = None, targets: list[int] | None = None,
                **_: Any) -> list[dict[str, Any]]:
-        vocab = min(self.config.vocab_size, len(self.tokenizer))  # rows past the tokenizer's ids hold no token
+        # rows past the tokenizer's ids hold no token (its ids, not len(tokenizer): a token a vocab.txt lists twice
+        # counts once there, and has its last line's id)
+        vocab = min(self.config.vocab_size, len(self.tokenizer.ids_to_tokens))
         # the ranking would stop at the vocabulary: fewer than asked, unsaid (targets cap top_k at their number, as
         # transformers' do: the caller named every candidate)
         if top_k is not None and top_k > vocab and targets is None:
@@ -135,6 +137,7 @@ class FillMaskPipeline(Pipeline):
                **_: Any) -> list[dict[str, Any]] | list[list[dict[str, Any]]]:
         ids, masks, probs = rows[0]["input_ids"], rows[0]["masks"], outputs[0]
         tok = self.tokenizer
+        n_ids = len(tok.ids_to_tokens)
         per_mask = []
         for m, p in zip(masks, probs):
             candidates = []
@@ -142,7 +145,7 @@ class FillMaskPipeline(Pipeline):
                 order = np.argsort(-p, kind="stable")
                 # rows past the tokenizer's ids (resize_token_embeddings' pad_to_multiple_of) hold no token: no
                 # candidate (transformers lists them, token_str ""); the scores stay those of the softmax over every row
-                ranking = order[order < len(tok)].tolist()
+                ranking = order[order < n_ids].tolist()
             else:  # the targets' own probabilities (not renormalised among them), best first, ties in token-id order
                 ranking = sorted(targets, key=lambda t: (-p[t], t))
             for t in ranking[:top_k]:

@@ -194,7 +194,7 @@ def _decode(data: Any, server: Any) -> Call:
         raise RequestError(422, "ids must be a non-empty list of token ids (ints) or a non-empty list of them, got "
                                 f"{str(f['ids'])[:80]!r}")
     limits.check_items(len(sequences), "sequences of ids")
-    vocab = len(pipe.tokenizer)
+    vocab = len(pipe.tokenizer.ids_to_tokens)  # its ids (a token a vocab.txt lists twice counts once in its len)
     for i, ids in enumerate(sequences):
         bad = next((x for x in ids if not 0 <= x < vocab), None)
         if bad is not None:
