@@ -414,7 +414,7 @@ SERVE_REFUSALS = [
     ("text of zero-width spaces", "/v1/embeddings", {"input": "\u200b\u200b"}, 422, "input 0 is empty"),
     ("truncate false, too long", "/embed", {"inputs": "good " * 30, "truncate": False}, 422,
      "input 0 has 32 tokens, over max_length 16"),
-    ("truncation_direction Left", "/embed", {"inputs": "good", "truncation_direction": "Left"}, 422,
+    ("truncation_direction LEFT", "/embed", {"inputs": "good", "truncation_direction": "LEFT"}, 422,
      "truncation_direction must be"),
     ("similarity of no sentences", "/similarity", {"inputs": {"source_sentence": "a", "sentences": []}}, 422,
      "inputs.sentences is empty"),

@@ -332,7 +332,7 @@ def served_tokens(pairs: list[dict]) -> list[str]:
     ({"inputs": "x", "prompt_name": "passage"}, 422, 'prompt_name must be "query" (encode_query\'s vectors) or'),
     ({"inputs": "x", "normalize": True}, 422, "unknown field(s) normalize; /embed_sparse takes inputs, prompt_name"),
     ({"inputs": "x", "pooling": "splade"}, 422, "unknown field(s) pooling"),
-    ({"inputs": "x", "truncation_direction": "left"}, 422, 'truncation_direction must be "right"'),
+    ({"inputs": "x", "truncation_direction": "LEFT"}, 422, 'truncation_direction must be "right" (keep a text'),
     ({"inputs": [[101, 1037, 102]]}, 422, "/embed_sparse takes texts, not token ids (TEI's takes both): send the text"),
     ({"inputs": ["fine", [101, 102]]}, 422, "/embed_sparse takes texts, not token ids"),
 ])
@@ -461,3 +461,21 @@ def test_the_screened_head_called_from_threads_at_once_gives_each_its_own_maxima
     assert len(screened.spare) == 1
     for i, got in enumerate(together):
         assert torch.equal(got, alone[i % len(calls)]), i
+
+
+def test_embed_sparse_truncation_direction_left_embeds_the_end_of_the_text(served):
+    """TEI's "Left" on /embed_sparse: a text over max_length 128 is embedded as the tokens transformers' tokenizer keeps
+    with truncation_side="left" ([CLS], the last 126, [SEP]); it was refused with a 422."""
+    import httpx
+    from transformers import BertTokenizerFast
+
+    from serve_helpers import MODEL
+
+    url, text = served["splade"].url, "alpha " * 150 + "the capital of france"
+    kept = BertTokenizerFast.from_pretrained(MODEL, truncation_side="left")(text, truncation=True, max_length=128)
+    assert len(kept["input_ids"]) == 128
+    left, of_kept, right = (httpx.post(f"{url}/embed_sparse", json=body, timeout=60) for body in (
+        {"inputs": text, "truncation_direction": "Left"},
+        {"inputs": BertTokenizerFast.from_pretrained(MODEL).decode(kept["input_ids"][1:-1])}, {"inputs": text}))
+    assert left.status_code == 200, left.text
+    assert left.json() == of_kept.json() and left.json() != right.json()

@@ -113,6 +113,44 @@ def test_vocab_txt_lines_are_read_as_transformers_5_reads_them(minilm_dir, tmp_p
     assert tokens[7592:7594] == ["hello", "ab\rcd"] and len(tokens) == 30522
 
 
+# the lines put into minilm's 30,522 (where, what): blank lines, a token listed twice, both; and the tokens counted
+REPEATS = {"two blank lines at the end": ([(30522, ""), (30522, "")], 30523),
+           "three blank lines at the end": ([(30522, ""), (30522, ""), (30522, "")], 30523),
+           "two blank lines inside": ([(2000, ""), (2000, "")], 30523),
+           "hello twice": ([(30522, "hello")], 30522),
+           "world twice, then a blank line twice": ([(3000, "world"), (30522, ""), (30522, "hello"), (30522, "")],
+                                                    30523),
+           "[CLS] twice": ([(30522, "[CLS]")], 30522)}
+
+
+@pytest.mark.parametrize("case", REPEATS)
+def test_a_vocab_txt_listing_a_token_twice_counts_and_ids_it_as_transformers(minilm_dir, tmp_path, case, caplog):
+    """A token on two lines of a vocab.txt (a blank line is the token "") has the id of its last line, and the
+    vocabulary counts it once: transformers' BertTokenizer and BertTokenizerFast and the tokenizers library agree.
+    Was: len(tokenizer) and vocab_size counted lines (30524 with two blank lines at the end of minilm's vocab.txt,
+    where transformers says 30523), and a token but "" listed twice was refused."""
+    words = (minilm_dir / "vocab.txt").read_text(encoding="utf-8").split("\n")[:-1]
+    lines, count = REPEATS[case]
+    for at, token in lines:
+        words.insert(at, token)
+    path = _directory(minilm_dir, tmp_path / "tok", [])
+    (path / "vocab.txt").write_text("".join(w + "\n" for w in words), encoding="utf-8")
+    ours = BertTokenizer.from_pretrained(path)
+    text = "hello world [CLS] x"
+    by_line = {t: i for i, t in enumerate(words)}
+    assert by_line == tokenizers.models.WordPiece.read_file(str(path / "vocab.txt"))
+    for theirs in (transformers.BertTokenizerFast.from_pretrained(str(path)),
+                   transformers.BertTokenizer.from_pretrained(str(path))):
+        assert (len(ours), ours.vocab_size) == (len(theirs), theirs.vocab_size) == (len(by_line), len(by_line))
+        assert ours.get_vocab() == theirs.get_vocab() == by_line
+        assert ours(text)["input_ids"] == theirs(text)["input_ids"]
+        assert ours.convert_tokens_to_ids(["", "hello", "world", "[CLS]"]) == \
+            theirs.convert_tokens_to_ids(["", "hello", "world", "[CLS]"])
+    named = [t for _, t in lines if t]
+    assert len(ours) == ours.vocab_size == count
+    assert all(f"{t!r} on line" in caplog.text for t in named) and ("''" not in caplog.text)
+
+
 def test_unk_token_only_tokenizer_json_gives_is_refused(minilm_dir, tmp_path):
     """transformers 5 builds the WordPiece model's unknown token from the config (or its default "[UNK]"), not from
     tokenizer.json's model.unk_token, which tokenizers reads. With the file alone naming "[unused9]", bertkit gave an

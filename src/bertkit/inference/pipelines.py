@@ -28,6 +28,7 @@ from bertkit.inference.options import BOOL, FINITE, Option, int_in, or_none
 from bertkit.inference.runner import readable
 from bertkit.sentence.directory import cross_encoder_max_seq_length, saved_activation
 from bertkit.tasks import squad
+from bertkit.tokenization.batch import left_truncated
 from bertkit.tokenization.encoding import segment_ids
 
 logger = logging.getLogger("bertkit")
@@ -92,7 +93,9 @@ class FillMaskPipeline(Pipeline):
 
     def encode(self, item: str, top_k: int | None = None, targets: list[int] | None = None,
                **_: Any) -> list[dict[str, Any]]:
-        vocab = min(self.config.vocab_size, len(self.tokenizer))  # rows past the tokenizer's ids hold no token
+        # rows past the tokenizer's ids hold no token (its ids, not len(tokenizer): a token a vocab.txt lists twice
+        # counts once there, and has its last line's id)
+        vocab = min(self.config.vocab_size, len(self.tokenizer.ids_to_tokens))
         # the ranking would stop at the vocabulary: fewer than asked, unsaid (targets cap top_k at their number, as
         # transformers' do: the caller named every candidate)
         if top_k is not None and top_k > vocab and targets is None:
@@ -134,6 +137,7 @@ class FillMaskPipeline(Pipeline):
                **_: Any) -> list[dict[str, Any]] | list[list[dict[str, Any]]]:
         ids, masks, probs = rows[0]["input_ids"], rows[0]["masks"], outputs[0]
         tok = self.tokenizer
+        n_ids = len(tok.ids_to_tokens)
         per_mask = []
         for m, p in zip(masks, probs):
             candidates = []
@@ -141,7 +145,7 @@ class FillMaskPipeline(Pipeline):
                 order = np.argsort(-p, kind="stable")
                 # rows past the tokenizer's ids (resize_token_embeddings' pad_to_multiple_of) hold no token: no
                 # candidate (transformers lists them, token_str ""); the scores stay those of the softmax over every row
-                ranking = order[order < len(tok)].tolist()
+                ranking = order[order < n_ids].tolist()
             else:  # the targets' own probabilities (not renormalised among them), best first, ties in token-id order
                 ranking = sorted(targets, key=lambda t: (-p[t], t))
             for t in ranking[:top_k]:
@@ -176,8 +180,12 @@ class TextOrPairPipeline(Pipeline):
         raise BertkitError(f"{self.task} input {index} is {type(item).__name__} {str(item)[:60]!r}; expected a str, "
                            "a (text, text_pair) tuple or {'text': ..., 'text_pair': ...}")
 
-    def encode(self, item: tuple[str, str | None], truncate: bool = True, **_: Any) -> list[dict[str, Any]]:
-        """The row, cut at max_length; ``truncate=False`` keeps it whole (the server refuses it when too long)."""
+    def encode(self, item: tuple[str, str | None], truncate: bool = True, truncation_direction: str = "right",
+               **_: Any) -> list[dict[str, Any]]:
+        """The row, cut at max_length (``truncation_direction`` "left": keeping each text's end, as TEI's "Left");
+        ``truncate=False`` keeps it whole (the server refuses it when too long)."""
+        if truncate and truncation_direction.lower() == "left":
+            return [left_truncated(self.tokenizer, item[0], item[1], self.max_length)]
         enc = self.tokenizer(item[0], item[1], truncation=truncate, max_length=self.max_length if truncate else None)
         return [{"input_ids": enc["input_ids"], "token_type_ids": segment_ids(enc)}]
 
@@ -318,8 +326,10 @@ class RerankPipeline(TextClassificationPipeline):
     def check_input(self, item: Any, index: int) -> dict:
         return Pipeline.check_input(self, item, index)
 
-    def encode(self, item: dict, **_: Any) -> list[dict[str, Any]]:
-        return [row for text in item["texts"] for row in TextOrPairPipeline.encode(self, (item["query"], text))]
+    def encode(self, item: dict, truncation_direction: str = "right", **_: Any) -> list[dict[str, Any]]:
+        return [row for text in item["texts"]
+                for row in TextOrPairPipeline.encode(self, (item["query"], text),
+                                                     truncation_direction=truncation_direction)]
 
     def decode(self, item: dict, rows, outputs, raw_scores: bool = False, return_text: bool = False,
                **_: Any) -> list[dict[str, Any]]:

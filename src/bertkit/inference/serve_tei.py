@@ -141,7 +141,7 @@ def _rerank(data: Any, server: Any) -> Call:
         limits.check_chars(len(f["query"]) + len(text), f"the query with text {i}")
         if not f.get("truncate", True):
             fitted(len(pipe.tokenizer(f["query"], text)["input_ids"]), f"the query with text {i}", pipe, False)
-    rows = pipe.encode({"query": f["query"], "texts": texts})
+    rows = pipe.encode({"query": f["query"], "texts": texts}, truncation_direction=f.get("truncation_direction", "right"))
     answer = {"texts": texts, "raw_scores": f.get("raw_scores", False), "return_text": f.get("return_text", False),
               "top_n": f.get("top_n")}
     # One model sequence per (query, text) pair: admission, max_items and the model call's bounds count pairs.
@@ -194,7 +194,7 @@ def _decode(data: Any, server: Any) -> Call:
         raise RequestError(422, "ids must be a non-empty list of token ids (ints) or a non-empty list of them, got "
                                 f"{str(f['ids'])[:80]!r}")
     limits.check_items(len(sequences), "sequences of ids")
-    vocab = len(pipe.tokenizer)
+    vocab = len(pipe.tokenizer.ids_to_tokens)  # its ids (a token a vocab.txt lists twice counts once in its len)
     for i, ids in enumerate(sequences):
         bad = next((x for x in ids if not 0 <= x < vocab), None)
         if bad is not None:
@@ -216,7 +216,8 @@ def _embed(data: Any, server: Any, all_tokens: bool = False) -> Call:
     f = fields(data, path, ("inputs",), ("truncate", "truncation_direction", "prompt_name", *vector), server)
     texts = embedded_texts(f["inputs"], path, limits, SEND_THE_TEXT if all_tokens else (
         "send the ids as the input of /v1/embeddings, the whole sequence as /tokenize gives it ([CLS] ... [SEP])"))
-    items = [encode(pipe, read_input(pipe, t, i), i, f.get("truncate", True), prompt_name=f.get("prompt_name"))
+    items = [encode(pipe, read_input(pipe, t, i), i, f.get("truncate", True), prompt_name=f.get("prompt_name"),
+                    truncation_direction=f.get("truncation_direction", "right"))
              | ({"all_tokens": True} if all_tokens else {}) for i, t in enumerate(texts)]
     answer = {} if all_tokens else {"normalize": f.get("normalize", True), "dimensions": f.get("dimensions")}
     return Call(items, {"rows": True}, answer, cost=len(items), tokens=[len(e["input_ids"]) for e in items],

@@ -155,7 +155,8 @@ def _parameter_checks(server: Any) -> dict[str, Rule]:
         **dict.fromkeys(("raw_scores", "truncate", "normalize", "add_special_tokens", "skip_special_tokens"), BOOL),
         "model": (lambda v: isinstance(v, str), "a string (any: this server serves one model)"),
         "user": (lambda v: isinstance(v, str), "a string"),
-        "truncation_direction": (lambda v: v in ("right", "Right"), '"right" (bertkit keeps a text\'s beginning)'),
+        "truncation_direction": (lambda v: v in ("right", "Right", "left", "Left"),
+                                 '"right" (keep a text\'s beginning, the default) or "left" (keep its end)'),
         "prompt_name": (lambda v: False, "null (this server's model has no prompts)"),
         "encoding_format": (lambda v: v == "float", '"float"'),
         "dimensions": int_in(1, getattr(pipe, "dimension", 0), " (the width of this server's vectors)"),
@@ -201,7 +202,7 @@ def parse_request(data: Any, server: Any, similarity: bool = False) -> Call:
     raw = f.pop("inputs")  # a list is several inputs (but TEI's Sequence, below): a pair is {"text", "text_pair"}
     answer = {renamed.get(k, k): v for k, v in {**params, **f}.items()}  # render reads what it needs
     task.check_answer(answer)
-    options = {k: v for k, v in answer.items() if k in names}
+    options = {k: v for k, v in answer.items() if k in names or k == "truncation_direction"}  # encode's, at parsing
     names = None  # what an error calls each input: its index, or its field in a sentence-similarity body
     if similarity or SIMILARITY in task.routes and isinstance(raw, dict) and "source_sentence" in raw:
         raw, answer["similarity"] = _similarity_inputs(raw, pipe), True

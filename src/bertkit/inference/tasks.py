@@ -404,7 +404,7 @@ class SparseEmbedding(Task):
             if not f.get("truncate", True) and tokens > limit:
                 raise RequestError(422, f"input {i} has {tokens} tokens, over max_length {limit}; send truncate: "
                                         "true to cut it, or shorten it")
-            rows.extend(pipe.encode(read, prompt_name=side))
+            rows.extend(pipe.encode(read, prompt_name=side, truncation_direction=f.get("truncation_direction", "right")))
         return Call(rows, {"rows": True}, {}, cost=len(rows), tokens=[len(r["input_ids"]) for r in rows],
                     chars=sum(map(len, texts)))
 

@@ -13,7 +13,7 @@ from collections.abc import Callable, Sequence
 from typing import Any, NamedTuple
 
 from bertkit.errors import BertkitError, is_whole
-from bertkit.tokenization.encoding import BatchEncoding, RowInfo, word_index
+from bertkit.tokenization.encoding import BatchEncoding, RowInfo, segment_ids, word_index
 
 TRUNCATION_STRATEGIES = ("longest_first", "only_first", "only_second")
 # What each column of an encoded row pads with (``input_ids`` with the tokenizer's pad id): the columns ``pad``
@@ -258,6 +258,25 @@ def truncation_lengths(
             f"from the second; use a larger max_length or truncation='longest_first'"
         )
     raise BertkitError(f"unknown truncation strategy {strategy!r}; use one of {TRUNCATION_STRATEGIES}")
+
+
+def left_truncated(tokenizer: Any, text: str, text_pair: str | None, max_length: int,
+                   add_special_tokens: bool = True) -> dict[str, list[int]]:
+    """``input_ids`` and ``token_type_ids`` of ``text`` (and ``text_pair``) cut to ``max_length`` from the left, as
+    transformers' tokenizer with ``truncation_side="left"`` (and TEI's ``truncation_direction: "Left"``): each text
+    keeps its last tokens, as many as ``truncation_lengths`` keeps (longest_first), and the special tokens stay."""
+    full = tokenizer(text, text_pair, add_special_tokens=add_special_tokens)
+    ids = full["input_ids"]
+    types = segment_ids(full)
+    s = 1 if add_special_tokens else 0  # [CLS] before A, a [SEP] after each text
+    len_a = len(tokenizer(text, add_special_tokens=False)["input_ids"])
+    len_b = None if text_pair is None else len(ids) - len_a - 3 * s
+    n_a, n_b = truncation_lengths(len_a, len_b, max_length, "longest_first", (2 if len_b is None else 3) * s)
+    keep = [*range(s), *range(s + len_a - n_a, s + len_a + s)]
+    if len_b is not None and n_b is not None:
+        start_b = s + len_a + s
+        keep += range(start_b + len_b - n_b, start_b + len_b + s)
+    return {"input_ids": [ids[i] for i in keep], "token_type_ids": [types[i] for i in keep]}
 
 
 def encode_rows(segments: Sequence[tuple[Segment, Segment | None]], texts: Sequence[tuple[Any, Any]],

@@ -47,7 +47,7 @@ from bertkit.tokenization.loading import (
 )
 from bertkit.tokenization.pad import pad_examples
 from bertkit.tokenization.vocabulary import EditableVocabulary, SharedVocabulary, Vocabulary, right_only
-from bertkit.tokenization.wordpiece import VOCAB_FILE, load_vocab, unique_tokens, write_vocab_file
+from bertkit.tokenization.wordpiece import VOCAB_FILE, listed_tokens, load_vocab, write_vocab_file
 
 __all__ = ["BertTokenizer", "BertTokenizerFast"]
 
@@ -128,9 +128,9 @@ class BertTokenizer(EditableVocabulary):
         if isinstance(vocab, Mapping):
             tokens = _tokens_from_mapping(vocab)
         elif isinstance(vocab, (list, tuple)):  # e.g. a vocabulary just learned (tokenization.trainer)
-            tokens = unique_tokens(vocab, "the vocabulary")
+            tokens = listed_tokens(vocab)
         else:
-            tokens = load_vocab(vocab)
+            tokens = listed_tokens(load_vocab(vocab))
         settings = {"do_lower_case": do_lower_case, "strip_accents": strip_accents,
                     "tokenize_chinese_chars": tokenize_chinese_chars, "model_max_length": model_max_length,
                     "max_input_chars_per_word": max_input_chars_per_word,

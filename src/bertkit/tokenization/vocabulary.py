@@ -62,7 +62,7 @@ class Vocabulary:
     # resumed run's check) as it did before they had a list of their own
     _EMPTY_UNSTATED = ("unlisted_special_tokens",)
     _DERIVED = ("vocab", "all_special_tokens", "all_special_ids", *_SPECIAL_IDS, "ids_to_tokens", "_text",
-                "_special_id_set", "_decode_skip_ids", "_continuation_ids", "_cut_continuation")
+                "_special_id_set", "_decode_skip_ids", "_continuation_ids", "_cut_continuation", "_wordpiece_count")
 
     def __init__(self, tokens: list[str], settings: Mapping[str, Any], special: Mapping[str, str],
                  additional_special_tokens: Sequence[str], added_tokens: Sequence[str],
@@ -102,6 +102,9 @@ class Vocabulary:
 
     def _build(self) -> None:
         self.vocab: dict[str, int] = {t: i for i, t in enumerate(self._tokens)}  # duplicates: last id wins, as HF
+        # WordPiece's tokens counted once each (vocab_size), as tokenizers counts its vocab.txt: a token on two lines
+        # (two blank lines at a file's end) has one id, the last
+        self._wordpiece_count = len(set(self._tokens[:self._wordpiece_size]))
         self.all_special_tokens: list[str] = list(dict.fromkeys(self._special_list()))
         self.all_special_ids: list[int] = [self.vocab[t] for t in self.all_special_tokens]
         for name, key in _SPECIAL_IDS.items():
@@ -389,11 +392,13 @@ class EditableVocabulary:
     @property
     def vocab_size(self) -> int:
         """The WordPiece vocabulary's size, without the tokens added past it (``len(tok)`` counts those), as
-        transformers gives it: ``range(tok.vocab_size, len(tok))`` are the added ids."""
-        return self._wordpiece_size
+        transformers gives it: ``range(tok.vocab_size, len(tok))`` are the added ids. A token a vocab.txt lists twice
+        (a blank line) counts once, as in transformers."""
+        return self._wordpiece_count
 
     def __len__(self) -> int:
-        return len(self._tokens)
+        """The tokens, added ones included, each once (``len(tok.get_vocab())``), as transformers counts them."""
+        return len(self._vocabulary.vocab)
 
     def get_vocab(self) -> dict[str, int]:
         """A copy of ``{token: id}``, added tokens included (``len(tok.get_vocab()) == len(tok)``)."""
@@ -433,7 +438,7 @@ class EditableVocabulary:
         return [get(t, unk) for t in tokens]
 
     def convert_ids_to_tokens(self, ids: int | Iterable[int], skip_special_tokens: bool = False) -> str | list[str]:
-        """Id(s) -> token string(s); an id outside 0..len(self)-1 is a ValueError. ``skip_special_tokens=True`` leaves
+        """Id(s) -> token string(s); an id no line of the vocabulary (or added token) has is a ValueError. ``skip_special_tokens=True`` leaves
         out the ids of ``all_special_ids`` from a list, as transformers does (one id is returned either way)."""
         if isinstance(ids, int) or getattr(ids, "ndim", None) == 0:
             return self._token_of(as_id_list([ids])[0])

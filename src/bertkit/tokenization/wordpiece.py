@@ -9,6 +9,7 @@ on. A word that cannot be covered this way, or longer than ``max_input_chars_per
 
 from __future__ import annotations
 
+import logging
 import os
 from collections.abc import Callable, Hashable, Mapping, Sequence
 from pathlib import Path
@@ -18,6 +19,8 @@ from bertkit.errors import BertkitError, MissingFileError
 from bertkit.outputs import atomic_write
 
 __all__ = ["Memo", "WordPiece", "SPECIAL_TOKENS", "load_vocab", "write_vocab_file"]
+
+logger = logging.getLogger("bertkit")
 
 VOCAB_FILE = "vocab.txt"
 PREFIX = "##"  # what marks a WordPiece that continues a word
@@ -54,22 +57,22 @@ def load_vocab(path: str | os.PathLike) -> list[str]:
     if tokens and tokens[0].startswith("\ufeff"):
         raise BertkitError(f"{path} starts with a UTF-8 byte-order mark, which would become part of its first "
                            f"token ({tokens[0][1:]!r}); save the file as UTF-8 without BOM")
-    return unique_tokens(tokens, str(path))
+    return tokens
 
 
-def unique_tokens(tokens: Sequence[str], source: str) -> list[str]:
-    """``tokens`` as a list, once no token but "" (a blank line of a vocab.txt) is listed twice."""
+def listed_tokens(tokens: Sequence[str]) -> list[str]:
+    """``tokens`` (line ``i`` of a vocab.txt, id ``i``) as a list, with a warning where a token but "" (a blank line)
+    is listed twice: as transformers and the tokenizers library read the file, it takes the id of its last line, the
+    ids of its earlier lines encode nothing, and ``len(tokenizer)`` counts it once."""
     if len(set(tokens)) == len(tokens):  # no token twice: the one pass below names the lines of those that are
         return list(tokens)
-    seen: dict[str, int] = {}
-    duplicates = []
-    for i, token in enumerate(tokens):
-        if token in seen and token != "":
-            duplicates.append(f"{token!r} on lines {seen[token] + 1} and {i + 1}")
-        seen.setdefault(token, i)
-    if duplicates:
-        raise BertkitError(f"{source} lists {len(duplicates)} token(s) twice ({'; '.join(duplicates[:5])}): each "
-                           "token needs one id; remove the repeated lines")
+    last = {token: i for i, token in enumerate(tokens)}
+    repeated = [f"{token!r} on line {i + 1}, also on line {last[token] + 1} (id {last[token]})"
+                for i, token in enumerate(tokens) if token and last[token] != i]
+    if repeated:
+        logger.warning("the vocabulary lists %d token(s) more than once (%s): each takes the id of its last line, as "
+                       "transformers reads the file, and len(tokenizer) counts it once; remove the repeated lines to "
+                       "give every line its own token", len(repeated), "; ".join(repeated[:5]))
     return list(tokens)
 
 

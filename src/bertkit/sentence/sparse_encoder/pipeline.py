@@ -35,6 +35,7 @@ from bertkit.quantization import is_int8_checkpoint
 from bertkit.sentence.sparse_encoder.model import SparseEncoder, select_max_active_dims, splade_embedder
 from bertkit.sentence.sparse_encoder.modules import Router, SparseStaticEmbedding, Transformer
 from bertkit.tokenization import BertTokenizer
+from bertkit.tokenization.batch import left_truncated
 from bertkit.tokenization.encoding import segment_ids
 
 SIDES = ("document", "query")  # what prompt_name selects: encode_document's vectors, encode_query's (none: encode's)
@@ -177,11 +178,14 @@ class SparseEmbeddingPipeline(Pipeline):
             text = self.tokenizer.lowercase(text)
         return len(self.tokenizer(text, add_special_tokens=not side.static)["input_ids"]), side.limit
 
-    def encode(self, item: str, prompt_name: str | None = None, **_: Any) -> list[dict[str, Any]]:
+    def encode(self, item: str, prompt_name: str | None = None, truncation_direction: str = "right",
+               **_: Any) -> list[dict[str, Any]]:
         side = self.side(prompt_name)
         text = side.prompt + item  # as the route's input module tokenizes (Transformer / SparseStaticEmbedding)
         if side.lower:
             text = self.tokenizer.lowercase(text)
+        if truncation_direction.lower() == "left":  # TEI's "Left": the text's end kept
+            return [{**left_truncated(self.tokenizer, text, None, side.limit, not side.static), "side": side.name}]
         enc = self.tokenizer(text, add_special_tokens=not side.static, truncation=True, max_length=side.limit)
         return [{"input_ids": enc["input_ids"], "token_type_ids": segment_ids(enc), "side": side.name}]
 
