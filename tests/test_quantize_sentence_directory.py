@@ -7,9 +7,11 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+import bertkit._hardware
 from sentence_helpers import st_directory  # tests/ is on sys.path under pytest
 
-pytest.importorskip("torch.ao.quantization")
+pytestmark = pytest.mark.skipif(bertkit._hardware.int8_kernel() is None,
+                                reason="this PyTorch has no int8 kernel for this CPU")
 
 TEXTS = ["A man is playing a guitar.", "The quick brown fox jumps over the lazy dog near the riverbank today again",
          "Café déjà vu"]
