@@ -164,8 +164,7 @@ def _quantize(s) -> dict:
     form = text_form(s.model)
     positions = BertConfig.from_pretrained(form.encoder_dir).max_position_embeddings
     length = max_seq_length_for(s.max_seq_length, form, BertTokenizer.from_pretrained(form.encoder_dir), positions)
-    report = quantize_checkpoint(s.model, s.output_dir, calibration_file=s.calibration_file, max_length=length)
-    return {**report, "max_seq_length": length}
+    return quantize_checkpoint(s.model, s.output_dir, calibration_file=s.calibration_file, max_length=length)
 
 
 def _serve_routes() -> str:

@@ -22,7 +22,7 @@ import socket
 from pathlib import Path
 from typing import Any
 
-from bertkit.errors import BertkitError, MissingFileError, given_path
+from bertkit.errors import BertkitError, MissingFileError, given_path, is_whole
 
 # What a Hub repo id looks like: "name" or "owner/name", letters, digits, - _ . (no leading dot, no "..").
 _HUB_ID = re.compile(r"^(?:[A-Za-z0-9][\w.-]{0,95}/)?[A-Za-z0-9][\w.-]{0,95}$")
@@ -126,6 +126,26 @@ def read_json(path: Path) -> Any:
         return json.loads(path.read_text(encoding="utf-8"))
     except ValueError as e:  # not JSON, or not UTF-8
         raise BertkitError(f"{path} is not valid JSON ({e}); restore it from the model's source") from None
+
+
+def declared_max_seq_length(directory: str | Path) -> int | None:
+    """The max_seq_length ``directory``'s sentence_bert_config.json declares, None where it declares none: where a
+    Transformer module cuts its texts (or a cross-encoder its pairs), over the tokenizer's model_max_length, as
+    sentence-transformers reads it."""
+    sbert_file = Path(directory) / SBERT_CONFIG
+    return declared_length(read_json(sbert_file) or {}, sbert_file)
+
+
+def declared_length(sbert: dict[str, Any], sbert_file: Path | str) -> int | None:
+    """A model_max_length in tokenizer_args (processor_kwargs), else max_seq_length, of the sentence_bert_config.json
+    ``sbert``: sentence-transformers 6 gives max_seq_length to the tokenizer as its model_max_length only where its
+    arguments set none."""
+    given = [a for a in (sbert.get(k) for k in ("tokenizer_args", "processor_kwargs"))
+             if isinstance(a, dict) and "model_max_length" in a]
+    value = given[0]["model_max_length"] if given else sbert.get("max_seq_length")
+    if value is not None and not is_whole(value):
+        raise BertkitError(f"{sbert_file}: max_seq_length {value!r} must be a whole number >= 1 (or absent)")
+    return value
 
 
 def read_modules(directory: Path) -> list[dict[str, Any]] | None:

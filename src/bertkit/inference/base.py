@@ -20,7 +20,7 @@ from torch import Tensor, nn
 
 from bertkit.config import refuse_other_network
 from bertkit.errors import BertkitError, MissingFileError, NonFiniteError, is_whole, nonfinite_cause
-from bertkit.hub import download_hint, not_a_directory
+from bertkit.hub import declared_max_seq_length, download_hint, not_a_directory
 from bertkit.inference.options import Option, checked_flag, refusal
 from bertkit.inference.prepare import (
     ModelState,
@@ -32,7 +32,6 @@ from bertkit.inference.prepare import (
 from bertkit.inference.runner import readable, run_length_sorted
 from bertkit.padding import pad_batch
 from bertkit.quantization import is_int8_checkpoint, load_for_inference, read_calibration_file, require_head
-from bertkit.sentence.directory import declared_max_seq_length
 from bertkit.tokenization import BertTokenizer
 
 logger = logging.getLogger(__name__)

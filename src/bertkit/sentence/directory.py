@@ -23,6 +23,7 @@ from bertkit.hub import (
     SBERT_CONFIG,
     ST_CONFIG,
     cache_hint,
+    declared_length,
     encoder_path,
     module_types,
     read_json,
@@ -213,7 +214,7 @@ def transformer_max_seq_length(sbert: dict[str, Any], sbert_file: Path | str,
                            "sentence-transformers': bertkit embeds with the encoder's last layer in float32, each "
                            "text cut at max_seq_length; move a tokenizer setting (do_lower_case, strip_accents) to "
                            "tokenizer_config.json, remove what the model does not need, or use sentence-transformers")
-    return _declared_length(sbert, sbert_file)
+    return declared_length(sbert, sbert_file)
 
 
 def cross_encoder_max_seq_length(directory: Path) -> int | None:
@@ -253,21 +254,6 @@ def cross_encoder_max_seq_length(directory: Path) -> int | None:
                            "prompts; load it with sentence-transformers, or set default_prompt_name to null there and "
                            "put the prompt before each query yourself")
     return transformer_max_seq_length(sbert, sbert_file, _CROSS_ENCODER_KEYS)
-
-
-def declared_max_seq_length(directory: str | Path) -> int | None:
-    """The max_seq_length ``directory``'s sentence_bert_config.json declares, None where it declares none: where a
-    Transformer module cuts its texts (or a cross-encoder its pairs), over the tokenizer's model_max_length, as
-    sentence-transformers reads it."""
-    sbert_file = Path(directory) / SBERT_CONFIG
-    return _declared_length(read_json(sbert_file) or {}, sbert_file)
-
-
-def _declared_length(sbert: dict[str, Any], sbert_file: Path | str) -> int | None:
-    """A model_max_length in tokenizer_args (processor_kwargs), else max_seq_length: sentence-transformers 6 gives
-    max_seq_length to the tokenizer as its model_max_length only where its arguments set none."""
-    given = [a for a in (sbert.get(k) for k in _TOKENIZER_ARGS) if isinstance(a, dict) and "model_max_length" in a]
-    return _whole(given[0]["model_max_length"] if given else sbert.get("max_seq_length"), "max_seq_length", sbert_file)
 
 
 def _whole(value: Any, name: str, where: Path | str) -> int | None:
