@@ -171,12 +171,16 @@ def _with_faults(saves: list) -> list:
     """Each save with a kill and a full disk at every step; `bertkit quantize --overwrite` in `make test-slow` only
     (about 100 quantizations, 12 s): it stages its output as the save_pretrained cases do, and the regression it
     guards (the earlier output removed before the new one was written) is
-    test_quantize_overwrite_on_a_full_disk_keeps_the_earlier_output's, in `make test`."""
+    test_quantize_overwrite_on_a_full_disk_keeps_the_earlier_output's, in `make test`. The full disk at every step
+    runs in `make test-slow` too (4 s a save): make test keeps the full-disk checks of the same staged writes,
+    test_quantize_overwrite_on_a_full_disk_keeps_the_earlier_output,
+    test_finetune_on_a_full_disk_is_one_line_and_leaves_no_output and
+    test_a_full_disk_refusing_the_lock_leaves_the_directory_free_for_the_next_write."""
     cases = []
     for save in saves:
         name, marks = (save.values[0], list(save.marks)) if hasattr(save, "values") else (save, [])
         for fault in ("kill", "full"):
-            slow = [pytest.mark.slow] if name == "bertkit quantize --overwrite" else []
+            slow = [pytest.mark.slow] if name == "bertkit quantize --overwrite" or fault == "full" else []
             cases.append(pytest.param(name, fault, marks=marks or slow))
     return cases
 

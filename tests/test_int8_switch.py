@@ -361,6 +361,8 @@ def test_predict_int8_calibrates_on_the_calibration_file(classifier_dir, classif
     assert own != classifiers[1](texts)  # the calibration file was used (scores differ in the last digits)
 
 
+@pytest.mark.slow  # 2.6 s; make test keeps test_a_saved_int8_model_runs_in_the_commands_as_with_int8 (extract-features
+# --int8) and test_int8_embeddings_within_cosine_099_of_fp32 (int8 states close to fp32's)
 def test_extract_features_int8_close_to_fp32(minilm_dir, sentences, tmp_path, capsys):
     from bertkit.features import read_features
 
@@ -448,6 +450,8 @@ def _tiny_head(head: type, tok: BertTokenizer, out: Path, seed: int, **config) -
     return out
 
 
+@pytest.mark.slow  # 3.6 s; make test keeps test_a_saved_int8_model_runs_in_the_commands_as_with_int8 (predict glue
+# --int8, its report and scores) and test_int8_embeddings_within_cosine_099_of_fp32 (int8 close to fp32)
 def test_predict_glue_int8_close_to_fp32(classifier_dir, data_dir, sentences, tmp_path, capsys, monkeypatch):
     """`predict glue --int8` on 64 SST-2 dev rows with the fitted MiniLM classifier (real activations, a head
     with real margins): the helper pipelines use quantizes the loaded model after .eval(), on --calibration-file's

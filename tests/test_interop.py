@@ -657,8 +657,10 @@ def test_torch_export_with_dynamic_batch_and_sequence_equals_eager():
         torch.testing.assert_close(got.pooler_output, want.pooler_output, **TOL)
 
 
-@pytest.mark.parametrize("cls", [pytest.param(BertModel, marks=pytest.mark.slow), H.BertForSequenceClassification,
-                                 pytest.param(H.BertForQuestionAnswering, marks=pytest.mark.slow)],
+# make test-slow (5 s a class): make test keeps test_torch_export_with_dynamic_batch_and_sequence_equals_eager (the
+# torch.export capture with dynamic axes the dynamo exporter runs) and test_export.py's onnxruntime checks
+@pytest.mark.slow
+@pytest.mark.parametrize("cls", [BertModel, H.BertForSequenceClassification, H.BertForQuestionAnswering],
                          ids=lambda c: c.__name__)
 def test_dynamo_onnx_export_runs_in_onnxruntime_equal_to_eager(cls, tmp_path):
     """``torch.onnx.export(model, ..., dynamo=True)`` on the model itself (its output dataclass flattens to

@@ -418,6 +418,7 @@ def test_the_probes_answer_the_same_in_the_callers_context(context):
     assert onednn_int8_exact.__wrapped__(levels=127) == want[1]  # keywords pass through
 
 
+@pytest.mark.slow  # a process of its own (2.4 s); make test keeps test_the_probes_answer_the_same_in_the_callers_context
 def test_a_fresh_process_whose_first_pass_is_bf16(tiny_checkpoint, tmp_path):
     """The end-to-end form of the probe bug above: ``bertkit predict --bf16`` (any first pass under bf16 autocast in
     a new process) failed with a dtype error. Here a new interpreter's first pass is a bf16 pipeline's."""

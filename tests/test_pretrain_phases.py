@@ -137,7 +137,8 @@ def uninterrupted(two_lengths, tmp_path_factory) -> tuple[Path, list[tuple[int, 
     return out, seen
 
 
-@pytest.mark.parametrize("stop", [4, SWITCH, pytest.param(8, marks=pytest.mark.slow)],
+# at the switch in make test-slow: make test keeps test_the_command_line_two_phase_run_stopped_at_the_switch_resumes_exactly
+@pytest.mark.parametrize("stop", [4, pytest.param(SWITCH, marks=pytest.mark.slow), pytest.param(8, marks=pytest.mark.slow)],
                          ids=["in-phase-1", "at-the-switch", "in-phase-2"])
 def test_a_two_phase_run_stopped_and_resumed_matches_the_uninterrupted_one(two_lengths, uninterrupted, tmp_path,
                                                                          monkeypatch, caplog, one_thread, stop):

@@ -120,6 +120,7 @@ def test_killed_inside_checkpoint_writes_resumes_bit_for_bit(tiny_setup, uninter
     assert not torn_checkpoint_left(killed)
 
 
+@pytest.mark.slow  # 5 s; make test keeps test_kill_resume_ends.py::test_a_kill_while_the_finished_run_removes_its_checkpoints_resumes
 def test_a_checkpoint_whose_removal_a_kill_cut_short_is_gone_after_resuming(tiny_setup, tmp_path):
     """Killed while rotation removed step-10 (its state.pt gone, its manifest and the rest left), then resumed from
     step-30, the last: no later rotation runs, and the finished run kept the half-removed step-10 among its
@@ -232,6 +233,7 @@ def test_a_truncated_checkpoint_and_a_torn_metrics_line_fall_back_and_resume_exa
         torch.set_num_threads(threads)
 
 
+@pytest.mark.slow  # 2 s; make test keeps test_a_shard_replaced_after_the_manifest_is_refused_before_training
 def test_data_regenerated_at_the_same_path_does_not_resume_silently(tiny_setup, tmp_path):
     import shutil
 

@@ -143,6 +143,7 @@ def test_an_inductor_cache_that_cannot_be_made_stops_training_before_any_work(ch
             subprocess.run(["umount", "-l", str(tmp_path / "ro")], check=True)
 
 
+@pytest.mark.slow  # a process of its own (4 s); make test keeps test_int8.py::test_a_failed_compile_quantizes_eagerly_and_says_so_once
 def test_int8_quantizes_eagerly_when_its_compile_cannot_make_the_inductor_cache(tmp_path):
     """Was: `bertkit serve --int8` compiles the activations' quantization at warm-up, and torch.compile itself
     (importing torch._dynamo) makes the Inductor cache directory: with TORCHINDUCTOR_CACHE_DIR read-only the

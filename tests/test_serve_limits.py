@@ -556,6 +556,8 @@ else:
 '''
 
 
+@pytest.mark.slow  # two probe processes (4 s); make test keeps test_a_cache_capacity_the_user_set_is_left_as_it_is and
+# test_int8_switch.py::test_serve_int8_answers_with_the_int8_pipelines_embeddings (the server bounds the caches)
 @pytest.mark.skipif(platform.libc_ver()[0] != "glibc", reason="the probe trims with glibc's malloc_trim")
 def test_the_server_bounds_onednns_kernel_caches_so_new_row_counts_keep_no_memory():
     """oneDNN's Linear builds kernels for each new row count and oneDNN and ideep kept the 1,024 most recent: a

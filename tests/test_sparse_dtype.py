@@ -48,8 +48,13 @@ def _dense(x: torch.Tensor) -> torch.Tensor:
     return x.to_dense() if x.is_sparse else x
 
 
-@pytest.mark.parametrize("cast", ["half", "bfloat16", "double"])
-@pytest.mark.parametrize("layout", ["max", "sum", "router"])
+# make test: each layout once and each cast once (each of the three comparisons below); the other six in make test-slow
+_IN_MAKE_TEST = {("max", "double"), ("sum", "half"), ("router", "bfloat16")}
+
+
+@pytest.mark.parametrize(("layout", "cast"), [
+    (layout, cast) if (layout, cast) in _IN_MAKE_TEST else pytest.param(layout, cast, marks=pytest.mark.slow)
+    for cast in ("half", "bfloat16", "double") for layout in ("max", "sum", "router")])
 def test_cast_sparse_encoder_keeps_its_type(sparse_dirs, layout, cast):
     from bertkit.sentence.sparse_encoder import SparseEncoder
 

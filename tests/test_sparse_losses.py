@@ -106,7 +106,9 @@ LOSSES = {
 }
 
 
-@pytest.mark.parametrize("kind", list(LOSSES))
+# one loss per kind of data in make test (triplets; scored pairs on documents only), the other three in make test-slow
+@pytest.mark.parametrize("kind", [k if k in ("triplet", "cosine_similarity") else pytest.param(k, marks=pytest.mark.slow)
+                                  for k in LOSSES])
 def test_loss_gives_sentence_transformers_terms_and_gradients(kind, checkpoint, triplets, scored_pairs):
     columns, labels = (triplets, None) if kind.startswith("triplet") else scored_pairs
     (want_model, reference), (got_model, losses) = _models(checkpoint)

@@ -254,22 +254,27 @@ def test_combining_mark_sequences(pair) -> None:
     assert [basic.tokenize(t) for t in texts] == words
 
 
-def test_options_other_than_the_checkpoints(vocab_file: Path) -> None:
+# every combination; make test keeps two that each differ from the checkpoint's in every option it can (uncased
+# keeping accents and splitting no CJK, cased stripping accents), the other ten run in make test-slow
+_OPTIONS = [(lower, strip, chinese) for lower in (True, False) for strip in (True, False, None) for chinese in (True, False)]
+_OPTIONS_IN_MAKE_TEST = {(True, False, False), (False, True, False)}
+
+
+@pytest.mark.parametrize(
+    ("lower", "strip", "chinese"),
+    [o if o in _OPTIONS_IN_MAKE_TEST else pytest.param(*o, marks=pytest.mark.slow) for o in _OPTIONS],
+)
+def test_options_other_than_the_checkpoints(vocab_file: Path, lower: bool, strip: bool | None, chinese: bool) -> None:
     """strip_accents / tokenize_chinese_chars combinations the minilm config does not use."""
     normalizers = pytest.importorskip("tokenizers.normalizers")
     rng = random.Random(7)
     texts = [_random_text(rng) for _ in range(300)] + [t for t in EDGE_CASES if sendable(t)]
-    for lower in (True, False):
-        for strip in (True, False, None):
-            for chinese in (True, False):
-                ref = hf_reference(vocab_file, lower)
-                ref.backend_tokenizer.normalizer = normalizers.BertNormalizer(
-                    lowercase=lower, strip_accents=strip, handle_chinese_chars=chinese
-                )
-                ours = BertTokenizer(
-                    vocab_file, do_lower_case=lower, strip_accents=strip, tokenize_chinese_chars=chinese
-                )
-                _assert_same(ours, ref, texts)
+    ref = hf_reference(vocab_file, lower)
+    ref.backend_tokenizer.normalizer = normalizers.BertNormalizer(
+        lowercase=lower, strip_accents=strip, handle_chinese_chars=chinese
+    )
+    ours = BertTokenizer(vocab_file, do_lower_case=lower, strip_accents=strip, tokenize_chinese_chars=chinese)
+    _assert_same(ours, ref, texts)
 
 
 # ----------------------------------------------------------------------------------------------------
@@ -342,6 +347,7 @@ def _run_sweep(model: Path, data: Path, every: int) -> dict:
     return result
 
 
+@pytest.mark.slow  # 4 s; make test keeps test_random_strings, test_combining_mark_sequences and test_edge_case
 def test_data_sample(vocab_file: Path, data_dir: Path) -> None:
     """Every 1000th line of every data file (about 1,900 texts and pairs per mode), every file group present."""
     result = _run_sweep(vocab_file.parent, data_dir, 1000)
