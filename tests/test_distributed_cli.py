@@ -189,6 +189,10 @@ def test_a_launch_is_repeated_only_after_gloo_s_abort():
     assert not gloo_aborted("exitcode  : -6 (pid: 1)  (SIGABRT)\n")  # an abort of another cause
 
 
+# two spawned interpreters (about 3 s); the same rule for torchrun's launches is make test's in
+# test_a_launch_is_repeated_only_after_gloo_s_abort, and the spawn itself runs in make test's DDP tests
+# (test_sentence_matryoshka_ddp.py)
+@pytest.mark.slow
 def test_spawned_workers_run_again_only_after_an_abort(tmp_path):
     """launch_helpers.spawn_gloo_workers spawns again after a worker died of SIGABRT (the second try succeeds
     here), and lets a worker's own Python error through at once."""

@@ -43,7 +43,7 @@ def _assert_outputs_equal(eager: tuple, exported: tuple, mask: torch.Tensor) -> 
         torch.testing.assert_close(b, a, atol=1e-5, rtol=0)
 
 
-@pytest.mark.parametrize("cls", slow_after(CLASSES, keep=2), ids=lambda c: c.__name__)
+@pytest.mark.parametrize("cls", slow_after(CLASSES, keep=1), ids=lambda c: c.__name__)
 def test_torch_export_on_every_head_with_dynamic_batch_and_sequence(cls, tiny_model):
     model = tiny_model(cls, **TINY).eval()
     batch, seq = torch.export.Dim("batch", max=256), torch.export.Dim("sequence", max=TINY["max_position_embeddings"])
@@ -62,7 +62,9 @@ def test_torch_export_on_every_head_with_dynamic_batch_and_sequence(cls, tiny_mo
         _assert_outputs_equal(want, got, mask)
 
 
-@pytest.mark.parametrize("cls", CLASSES, ids=lambda c: c.__name__)
+# the base model and the two-output pre-training head in make test (the heads' own traces are make test's in
+# test_jit_trace_of_the_model_itself_returns_its_output_tuple); every head in make test-slow
+@pytest.mark.parametrize("cls", slow_after(CLASSES, keep=2), ids=lambda c: c.__name__)
 def test_jit_trace_on_every_head_through_tuple_outputs(cls, tiny_model):
     model = tiny_model(cls, **TINY).eval()
     wrapper = TupleOutputModel(model).eval()
@@ -158,8 +160,9 @@ def test_onnx_export_equals_bertkit_on_real_text(tmp_path, minilm_2_layers, data
     assert main(["export", "onnx", "--model", str(minilm_2_layers), "--out", str(out)]) == 2  # never overwritten
 
 
-@pytest.mark.parametrize("cls", [H.BertForSequenceClassification, H.BertForQuestionAnswering,
-                                 H.BertForMultipleChoice, H.BertForPreTraining], ids=lambda c: c.__name__)
+@pytest.mark.parametrize("cls", slow_after([H.BertForSequenceClassification, H.BertForQuestionAnswering,
+                                            H.BertForMultipleChoice, H.BertForPreTraining], keep=2),
+                         ids=lambda c: c.__name__)
 def test_onnx_export_of_heads(tmp_path, minilm_2_layers, cls, tiny_model):
     pytest.importorskip("onnxruntime", reason="pip install 'bertkit[onnx]'")
     tok = BertTokenizer.from_pretrained(minilm_2_layers)

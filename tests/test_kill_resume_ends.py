@@ -71,12 +71,11 @@ def _result(out: Path) -> tuple:
             (out / "model" / "model.safetensors").read_bytes())
 
 
-def _kill_at(root: Path, out: Path, pattern: str, which: int = 0, after: bool = False) -> str:
+def _kill_at(root: Path, out: Path, names: list[str], pattern: str, which: int = 0, after: bool = False) -> str:
     """Run ``_args(root, out)`` in a forked child killed before (``after``: right after) its write step whose name
-    matches ``pattern`` (``which``: the first, -1: the last); returns that step's name. The steps are counted on a
-    run into another directory of the same name."""
-    write_steps(lambda: _cli(_args(root, out.parent / "counted" / out.name)))
-    names = run_with_fault.names
+    matches ``pattern`` (``which``: the first, -1: the last); returns that step's name. ``names``: the steps of a
+    whole run into a directory of the same name as ``out`` (the ``counted`` fixture's)."""
+    assert out.name == "out"
     args = _args(root, out)
     at = [i for i, name in enumerate(names) if re.search(pattern, name)][which]
     outcome = run_with_fault(lambda: _cli(args), "kill", at + 1 + after)
@@ -91,34 +90,45 @@ def reference(setup, tmp_path_factory) -> tuple:
     return _result(out)
 
 
-def test_a_run_resumed_after_a_kill_inside_a_file_write_keeps_none_of_its_temporary_files(setup, tmp_path,
+@pytest.fixture(scope="module")
+def counted(setup, reference, tmp_path_factory) -> list[str]:
+    """The names of the write steps of an uninterrupted run into a directory named "out", in a forked child as the
+    killed runs, counted once for every test here. After ``reference``, as every kill is forked after it: a child
+    forked before any run in this process takes other write steps (counted so, the random kills below landed past
+    the end of the runs they were meant to cut)."""
+    out = tmp_path_factory.mktemp("counted") / "out"
+    write_steps(lambda: _cli(_args(setup, out)))
+    return list(run_with_fault.names)
+
+
+def test_a_run_resumed_after_a_kill_inside_a_file_write_keeps_none_of_its_temporary_files(setup, tmp_path, counted,
                                                                                            reference):
     """Was: the killed write's `.report.json.<random>.<pid>.bertkit-tmp` was carried into the finished run's
     directory (and its manifest) by --resume, as were a killed checkpoint's `.vocab.txt...bertkit-tmp`."""
     out = tmp_path / "out"
-    _kill_at(setup, out, r"^builtins\.open\(\.report\.json\..*\.bertkit-tmp\)")
+    _kill_at(setup, out, counted, r"^builtins\.open\(\.report\.json\..*\.bertkit-tmp\)")
     _cli(_args(setup, out, "--resume"))
     assert not [p.name for p in out.rglob("*.bertkit-tmp")]
     assert _result(out) == reference
 
 
 @pytest.mark.parametrize("step", [r"^os\.unlink\(state\.pt\)", pytest.param(r"^os\.rmdir\(step-\d+\)", marks=pytest.mark.slow)])
-def test_a_kill_while_the_finished_run_removes_its_checkpoints_resumes(setup, tmp_path, reference, step):
+def test_a_kill_while_the_finished_run_removes_its_checkpoints_resumes(setup, tmp_path, counted, reference, step):
     """Was: `no intact checkpoint to resume from in .../checkpoints: .../step-00000004/state.pt
     (FileNotFoundError ...)`, exit 2: the run's checkpoints went before its model and report were written, and the
     one a kill left half removed was taken for a damaged checkpoint; only --overwrite, training again, went on."""
     out = tmp_path / "out"
-    _kill_at(setup, out, step, which=-1)
+    _kill_at(setup, out, counted, step, which=-1)
     _cli(_args(setup, out, "--resume"))
     assert _result(out) == reference
 
 
-def test_a_run_killed_after_its_last_checkpoint_logs_its_final_evaluation_at_its_epoch(setup, tmp_path,
+def test_a_run_killed_after_its_last_checkpoint_logs_its_final_evaluation_at_its_epoch(setup, tmp_path, counted,
                                                                                         reference):
     """Was: resumed from the checkpoint of its last step (epoch 1, batch 1 of 3), the run owed its final evaluation
     and logged it as `"epoch": 0` in metrics.jsonl and the report's dev_per_epoch, where the uninterrupted run says 1."""
     out = tmp_path / "out"
-    _kill_at(setup, out, r"^os\.rename\(\.step-00000004\.bertkit-staging\)", after=True)
+    _kill_at(setup, out, counted, r"^os\.rename\(\.step-00000004\.bertkit-staging\)", after=True)
     _cli(_args(setup, out, "--resume"))
     assert [r["epoch"] for r in json.loads((out / "report.json").read_text())["dev_per_epoch"]] == [0, 1]
     assert _result(out) == reference

@@ -267,6 +267,9 @@ _FEATURES_KILLER = """
 """
 
 
+# a child process; the resume of a safetensors extraction cut short (by a hook, in this process) is make test's in
+# test_extract_features_cut_short_resumes_to_the_same_bytes
+@pytest.mark.slow
 def test_extract_features_safetensors_killed_in_a_child_resumes_to_the_same_bytes(minilm_2_layers, texts, tmp_path):
     from bertkit import features
 

@@ -196,7 +196,8 @@ def _cross_fit(lib: str, model_dir, out, monkeypatch, loss_fct: bool = False):
     return losses_seen, csv, calls, model.predict([[q, p] for q, p, _ in RERANK])
 
 
-@pytest.mark.parametrize("loss_fct", [False, True], ids=["default", "loss_fct"])
+# fit's default loss in make test; the same loss handed in as loss_fct (the same fit around it) in make test-slow
+@pytest.mark.parametrize("loss_fct", [False, pytest.param(True, marks=pytest.mark.slow)], ids=["default", "loss_fct"])
 def test_cross_encoder_fit_gives_sentence_transformers_numbers(loss_fct, minilm_2_layers, tmp_path, monkeypatch,
                                                               one_thread):
     """CrossEncoder.fit with its default loss (BinaryCrossEntropyLoss), and with the same loss as a torch loss_fct

@@ -63,10 +63,11 @@ def models(dirs):
 # scale gives 0.1937, the guide masking the second capital question's answer for the first and others
 # The defaults on 2 columns (the first case) take no path the defaults on 3 and the self-guided 2-column case do not
 # take: it runs in `make test-slow`.
+# make test: a guide of its own and the guide the model itself; the other options in make test-slow
 CASES = [*slow_after([({}, 2, "cls")], keep=0), ({}, 3, "cls"),
-         ({"margin_strategy": "relative", "margin": 0.05}, 3, "cls"),
+         pytest.param({"margin_strategy": "relative", "margin": 0.05}, 3, "cls", marks=pytest.mark.slow),
          ({"margin": 0.1, "contrast_anchors": False, "temperature": 0.2}, 2, "self"),
-         ({"contrast_positives": False, "temperature": 0.5}, 3, "self")]
+         pytest.param({"contrast_positives": False, "temperature": 0.5}, 3, "self", marks=pytest.mark.slow)]
 
 
 @pytest.mark.parametrize("kwargs,columns,guide", CASES)

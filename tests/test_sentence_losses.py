@@ -162,7 +162,7 @@ def _loss_and_grads(model, loss, columns):
     return value.detach(), {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
 
 
-@pytest.mark.parametrize("wrap", [False, True], ids=["mnrl", "matryoshka"])
+@pytest.mark.parametrize("wrap", slow_after([False, True]), ids=["mnrl", "matryoshka"])
 def test_cached_loss_has_the_uncached_gradients(model, wrap):
     model.train()  # dropout on: the cached loss must replay it per mini-batch
     plain = losses.MultipleNegativesRankingLoss(model)

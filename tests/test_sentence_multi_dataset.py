@@ -197,6 +197,9 @@ def test_bad_input_is_named_before_anything_is_written(model, minilm_2_layers, t
     assert not (tmp_path / "out").exists()
 
 
+# three training runs; a resume bit for bit and its refusal under another sampler are make test's in
+# test_sentence_group_by_label.py::test_a_run_resumes_only_under_its_batch_sampler (the samplers in the same record)
+@pytest.mark.slow
 def test_a_resumed_run_is_the_uninterrupted_one(model_dir, tmp_path):
     """Stopped after step 3 of 7 (two epochs of 5 proportional batches) and resumed from its checkpoint, a multi-dataset run
     trains the same batches to the same losses and weights as the run that was not stopped, bit for bit; resumed
@@ -262,6 +265,8 @@ def _sparse_steps(lib: str, checkpoint, out_dir) -> list[tuple[str, dict[str, fl
     return steps
 
 
+# the multi-dataset training it shares is make test's in test_training_script_gives_sentence_transformers_numbers
+@pytest.mark.slow
 def test_sparse_training_on_two_datasets_is_sentence_transformers(minilm_2_layers, tmp_path):
     """SparseEncoderTrainer shares the dense trainer's multi-dataset training: two SpladeLosses (each warmed up by
     a callback of its own) give the same dataset, terms and regulariser weight at every step."""

@@ -200,7 +200,7 @@ def test_resuming_with_other_learning_rates_is_refused(model, tmp_path):
     assert trainer(1e-4).train(resume_from_checkpoint=True).global_step == 2
 
 
-@pytest.mark.parametrize("sampler", [BatchSamplers.BATCH_SAMPLER, BatchSamplers.NO_DUPLICATES])
+@pytest.mark.parametrize("sampler", slow_after([BatchSamplers.BATCH_SAMPLER, BatchSamplers.NO_DUPLICATES]))
 def test_eval_loss_is_sentence_transformers(model_dir, sampler, tmp_path):
     """sentence-transformers evaluates in batches its sampler draws (shuffled with ``seed``, or without duplicate
     texts), not in the dataset's order; an in-batch-negatives loss's eval_loss depends on them. 12 and 14 pairs (a
@@ -420,7 +420,7 @@ def test_resuming_under_another_loss_or_loss_setting_is_refused(model, tmp_path)
     assert trainer(losses.MultipleNegativesRankingLoss(model)).train(resume_from_checkpoint=True).global_step == 2
 
 
-@pytest.mark.parametrize("kind", ["sentence", "cross", "sparse"])
+@pytest.mark.parametrize("kind", slow_after(["sentence", "cross", "sparse"]))
 def test_resuming_with_another_model_is_refused_naming_what_differs(kind, tmp_path, tiny_checkpoint, minilm_2_layers):
     """A checkpoint holds the model's weights, not its modules' settings: a run resumed with CLS pooling after mean
     pooling, without its Normalize, or with SPLADE's sum after max trained another model without a word; one resumed
@@ -549,7 +549,7 @@ def _former_name(key: str, kind: str, prefix: str = "") -> str:
     return prefix + re.sub(r"^(\d+)\.linear\.", lambda m: f"dense.{int(m[1]) - 2}.linear.", rest)
 
 
-@pytest.mark.parametrize("kind", ["sentence", "cross"])
+@pytest.mark.parametrize("kind", slow_after(["sentence", "cross"]))
 def test_a_checkpoint_written_under_the_former_names_resumes_exactly(kind, tmp_path, tiny_checkpoint,
                                                                     minilm_2_layers):
     """A checkpoint the trainer wrote before the model's names were sentence-transformers' (state.pt's weights under

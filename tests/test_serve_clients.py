@@ -510,6 +510,9 @@ def test_haystacks_openai_document_embedder(embedder, monkeypatch):
     assert out["meta"]["model"] == "bertkit-minilm"
 
 
+# langchain's import (about 2 s); the InferenceClient it wraps, on the same route, is make test's in
+# test_inference_client_on_the_root_route_gets_the_pipelines_embeddings
+@pytest.mark.slow
 def test_langchain_huggingface_endpoint_embeddings_given_the_base_url(embedder):
     """langchain-huggingface's HuggingFaceEndpointEmbeddings(model=base URL): huggingface_hub's InferenceClient
     on TEI's POST /, as LangChain's docs configure it for a TEI server."""
@@ -520,6 +523,9 @@ def test_langchain_huggingface_endpoint_embeddings_given_the_base_url(embedder):
     np.testing.assert_allclose(model.embed_query(QUERY), pipe(QUERY), atol=1e-5)
 
 
+# llama-index's import; llama-index's TEI rerank client stays in make test (test_llama_index_tei_rerank_postprocessor)
+# and the /embed route this client posts to is make test's in test_serve_wire.py
+@pytest.mark.slow
 def test_llama_index_tei_embeddings(embedder):
     tei = pytest.importorskip("llama_index.embeddings.text_embeddings_inference",
                               reason="llama-index-embeddings-text-embeddings-inference is not installed")
@@ -779,7 +785,7 @@ def _glue_cross_encoder(directory: Path, task: str | None, id2label: dict | None
     return directory
 
 
-@pytest.mark.parametrize("task", ["qnli", "rte"])
+@pytest.mark.parametrize("task", ["qnli", pytest.param("rte", marks=pytest.mark.slow)])  # the same labels
 def test_a_model_of_the_qnli_recipe_reranks_by_the_probability_of_entailment(tmp_path, task):
     """Its labels are (entailment, not_entailment): scored P(label 1), the least relevant texts ranked first."""
     from bertkit import pipeline

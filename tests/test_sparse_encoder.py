@@ -87,7 +87,9 @@ def _assert_same_vectors(got: torch.Tensor, want: torch.Tensor, summed: bool = F
     torch.testing.assert_close(got.values(), want.values().float(), atol=5e-5 if summed else 1e-5, rtol=1e-5)
 
 
-@pytest.mark.parametrize("layout", slow_after(LAYOUTS, keep=2))
+# the checkpoint's layout in make test; each sentence-transformers directory's vectors are make test's in
+# test_directories_read_both_ways (on fewer texts), and all of them here in make test-slow
+@pytest.mark.parametrize("layout", slow_after(LAYOUTS, keep=1))
 def test_same_sparse_vectors_as_sentence_transformers(layout, layouts, texts, vocab_size):
     from bertkit.sentence import SparseEncoder
 
@@ -247,7 +249,9 @@ def test_a_task_against_its_method_or_keyed_texts_are_refused(layouts, texts):
 # in chunks of 9 and 3: sentence-transformers reports the corpus sparsity as each chunk's float32 mean weighted by
 # its size (a mean of 9 paragraphs' counts is seldom a float32); bertkit took the whole corpus's mean (corpus active
 # dims 3390.25 against sentence-transformers' 3390.24994, measured)
-@pytest.mark.parametrize("layout,max_active_dims,chunk", [("splade", None, 9), ("inference_free", 48, 50000)])
+# the inference-free layout with max_active_dims under an evaluator is make test's in test_triplet_evaluator_metrics
+@pytest.mark.parametrize("layout,max_active_dims,chunk", [("splade", None, 9),
+                                                          pytest.param("inference_free", 48, 50000, marks=pytest.mark.slow)])
 def test_information_retrieval_evaluator_metrics(layout, max_active_dims, chunk, layouts, data_dir, vocab_size):
     from sentence_transformers.sparse_encoder.evaluation import (
         SparseInformationRetrievalEvaluator as Reference,
@@ -290,7 +294,8 @@ def _same_metrics(got: dict, want: dict) -> None:
         assert got[key] == pytest.approx(float(value), abs=1e-6), key
 
 
-@pytest.mark.parametrize("max_active_dims", [None, 48])
+# max_active_dims=None under an evaluator is make test's in test_information_retrieval_evaluator_metrics
+@pytest.mark.parametrize("max_active_dims", [pytest.param(None, marks=pytest.mark.slow), 48])
 def test_embedding_similarity_evaluator_metrics(max_active_dims, layouts, data_dir, vocab_size):
     """STS-B dev's first 24 pairs: correlations per similarity function and the mean sparsity of the two sides."""
 

@@ -44,7 +44,10 @@ def _assert_same(got: list[list[dict]], want: list[list[tuple[int, float]]], sum
                                    atol=5e-5 if summed else 1e-5, rtol=1e-5)
 
 
-@pytest.mark.parametrize("layout", LAYOUTS)
+# sentence-transformers' SPLADE directory in make test; the other layouts in make test-slow (the inference-free one's
+# query side is make test's in test_an_inference_free_model_embeds_queries_with_its_static_weights)
+@pytest.mark.parametrize("layout", [pytest.param(layout, marks=pytest.mark.slow) if layout != "splade" else layout
+                                    for layout in LAYOUTS])
 def test_the_pipeline_gives_encode_document_and_encode_query_vectors(layout, layouts, texts):
     from bertkit import pipeline
     from bertkit.sentence import SparseEncoder
@@ -421,6 +424,9 @@ print(*faults, int((got[0] > 0).sum()), all(torch.equal(got[0], v) for v in got)
 '''
 
 
+# a child process counting page faults (about 4 s); the kept buffers' values are make test's in
+# test_the_screened_head_called_from_threads_at_once_gives_each_its_own_maxima
+@pytest.mark.slow
 @pytest.mark.skipif(__import__("platform").libc_ver()[0] != "glibc", reason="mallopt's mmap threshold is glibc's")
 def test_the_screened_head_reuses_its_buffers_where_the_server_holds_the_mmap_threshold():
     """The server holds glibc's mmap threshold at 128 KiB, so every block over it is a fresh mapping faulted in page

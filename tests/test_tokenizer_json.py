@@ -84,7 +84,14 @@ def _copy_tokenizer(source, out):
     return out
 
 
-@pytest.mark.parametrize("name", [*SETTINGS, "another-cls-token"])
+def _slow_but(cases, *kept):
+    """``cases`` with all but ``kept`` marked slow: make test checks each test's mechanism on the settings kept (each
+    test of this file keeps other settings, so make test writes and reads every one), make test-slow on all."""
+    return [case if case in kept else pytest.param(*(case if isinstance(case, tuple) else (case,)),
+                                                   marks=pytest.mark.slow) for case in cases]
+
+
+@pytest.mark.parametrize("name", _slow_but([*SETTINGS, "another-cls-token"], "cased-strip-accents", "another-cls-token"))
 def test_tokenizer_json_is_the_one_transformers_writes(words, tmp_path, name):
     """Byte for byte, but for the final newline: the WordPiece model (added tokens left out), the BertNormalizer's
     settings, the post-processor's [CLS]/[SEP] ids, every special and added token with its flags."""
@@ -105,7 +112,7 @@ def test_tokenizer_json_is_the_one_transformers_writes(words, tmp_path, name):
         ("<ent>", 30525, False, True)], key=lambda e: e[1])
 
 
-@pytest.mark.parametrize("name", SETTINGS)
+@pytest.mark.parametrize("name", _slow_but(list(SETTINGS), "lower-keep-accents"))
 def test_the_tokenizers_library_gives_bertkits_ids_from_the_file(words, tmp_path, texts, pairs, name):
     """tokenizers.Tokenizer.from_file on the written file alone: the same ids, segments and offsets as bertkit on
     SQuAD, CoNLL-2003 and CJK / accented text with added and special tokens, single texts and pairs."""
@@ -123,7 +130,7 @@ def test_the_tokenizers_library_gives_bertkits_ids_from_the_file(words, tmp_path
     assert ours["token_type_ids"] == [e.type_ids for e in theirs]
 
 
-@pytest.mark.parametrize("name", [*SETTINGS, "blank-lines"])
+@pytest.mark.parametrize("name", _slow_but([*SETTINGS, "blank-lines"], "cased", "blank-lines"))
 def test_what_is_written_reads_back_as_the_same_tokenizer(words, tmp_path, texts, name):
     """read_tokenizer_json gives back the tokens, the WordPiece model's size and the settings; from_pretrained the
     same tokenizer. Read from vocab.txt, a special token added as "newtok" joined the WordPiece vocabulary, so the
@@ -160,7 +167,8 @@ def _reordered(words):
     return words[:1000] + words[:999:-1]
 
 
-@pytest.mark.parametrize("case", ["another-vocabulary", "another-cls-token", "added-tokens-dropped"])
+@pytest.mark.parametrize("case", _slow_but(["another-vocabulary", "another-cls-token", "added-tokens-dropped"],
+                                           "another-vocabulary"))
 def test_a_save_over_a_directory_gives_transformers_the_saved_tokenizers_ids(minilm_dir, words, tmp_path, texts,
                                                                              pairs, case):
     """Saved over a directory that held a tokenizer.json (a sentence-transformers or transformers directory, or
@@ -226,7 +234,9 @@ def test_a_word_length_transformers_wrote_into_its_config_unused_is_not_read(min
         101, 3565, 4605, 100, 100, 102]
 
 
-@pytest.mark.parametrize("saver", ["SentenceTransformer", "CrossEncoder", "SparseEncoder", "Trainer"])
+# the sentence models save through one path (CrossEncoder's and SparseEncoder's in make test-slow), Trainer another
+@pytest.mark.parametrize("saver", _slow_but(["SentenceTransformer", "CrossEncoder", "SparseEncoder", "Trainer"],
+                                            "SentenceTransformer", "Trainer"))
 def test_model_saves_write_their_tokenizers_tokenizer_json(minilm_dir, words, tmp_path, texts, tiny_checkpoint,
                                                             saver):
     """SentenceTransformer.save, CrossEncoder.save, SparseEncoder.save and Trainer.save_model write the tokenizer
@@ -293,9 +303,11 @@ def test_an_added_token_matched_otherwise_than_add_tokens_matches_is_refused(min
         BertTokenizer.from_pretrained(d)
 
 
-@pytest.mark.parametrize(("flag", "layout"), [({"single_word": True}, "json"), ({"normalized": True}, "json"),
-                                               ({"lstrip": True}, "json"), ({"rstrip": True}, "config"),
-                                               ({"single_word": True}, "map")])
+# one flag per file layout in make test; json's normalized and lstrip in make test-slow
+@pytest.mark.parametrize(("flag", "layout"), [({"single_word": True}, "json"),
+                                               pytest.param({"normalized": True}, "json", marks=pytest.mark.slow),
+                                               pytest.param({"lstrip": True}, "json", marks=pytest.mark.slow),
+                                               ({"rstrip": True}, "config"), ({"single_word": True}, "map")])
 def test_a_special_token_matched_otherwise_than_as_written_is_refused(minilm_dir, tmp_path, flag, layout):
     """transformers matches a special token with single_word=true only as a whole word, a normalized=true one in the
     normalized text, and takes the whitespace beside an lstrip/rstrip one into its offsets; bertkit matches special

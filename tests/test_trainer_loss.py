@@ -97,7 +97,9 @@ def _same_numbers(kind: str, loss: str, checkpoint: Path, out: Path, **settings)
     return theirs
 
 
-@pytest.mark.parametrize("loss, scaled", [("class_weighted", None), ("class_weighted", False), ("per_item", None)])
+@pytest.mark.parametrize("loss, scaled", [("class_weighted", None),
+                                          pytest.param("class_weighted", False, marks=pytest.mark.slow),
+                                          ("per_item", None)])
 def test_a_compute_loss_override_trains_and_evaluates_at_transformers_numbers(checkpoints, tmp_path, loss, scaled):
     """The override is called for every micro-batch and every evaluation batch, given num_items_in_batch (the step's
     labels), and its loss divided by the accumulation steps as transformers divides it: not, as transformers has it
