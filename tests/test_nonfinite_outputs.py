@@ -542,3 +542,19 @@ def test_serve_normalises_a_vector_whose_norm_overflows_to_the_unit_vector_it_is
     assert embedded.status_code == 200 and similar.status_code == 200, (embedded.text, similar.text)
     assert embedded.json()[0] == pytest.approx([32**-0.5] * 32, rel=1e-6)
     assert similar.json() == pytest.approx([1.0, 1.0])
+
+
+def test_serve_refuses_a_base64_embedding_holding_nan(tmp_path, tiny_checkpoint):
+    """/v1/embeddings with encoding_format "base64" wrote a NaN into the answer's bytes: the JSON encoder, which refuses
+    a NaN among floats, sees a string there, so the client decoded a vector of NaN from a 200 where "float" gets a 500."""
+    pytest.importorskip("fastapi")
+    from fastapi.testclient import TestClient
+
+    from bertkit.inference.serve import create_app
+
+    directory = _overflowing(tmp_path, tiny_checkpoint, "feature-extraction")
+    with TestClient(create_app(bertkit.pipeline("feature-extraction", directory), str(directory))) as client:
+        answer = client.post("/v1/embeddings", json={"input": ["the cat", "hello"], "encoding_format": "base64"})
+    assert answer.status_code == 500, answer.text[:200]
+    assert re.match(r"^the answer to /v1/embeddings holds NaN at \['data'\]\[0\]\['embedding'\]\[3\] \(the path's "
+                    "first index is the input's", answer.json()["error"]["message"]), answer.text

@@ -230,8 +230,10 @@ def _openai_answer(server: Any, call: Call, results: list[Any]) -> dict[str, Any
     a, data = call.answer, []
     for i, r in enumerate(results):
         v = embedding(r, a, True)  # dimensions kept, then normalised (OpenAI's and TEI's order)
-        if a["encoding_format"] == "base64":  # little-endian float32, as OpenAI's answers
-            v = base64.b64encode(np.asarray(v, dtype="<f4").tobytes()).decode("ascii")
+        # little-endian float32, as OpenAI's base64 answers; a vector holding a NaN or an infinity stays floats, which
+        # the answer's JSON encoding refuses (naming where), as it could not once they were base64
+        if a["encoding_format"] == "base64" and np.isfinite(packed := np.asarray(v, dtype="<f4")).all():
+            v = base64.b64encode(packed.tobytes()).decode("ascii")
         data.append({"object": "embedding", "embedding": v, "index": i})
     tokens = sum(call.tokens)
     return {"object": "list", "data": data, "model": server.model_name,
