@@ -624,6 +624,20 @@ def test_compiling_waits_until_the_eager_passes_have_cost_what_it_costs(monkeypa
     assert warm.compiled is not None and calls == [1, 1]
 
 
+def test_a_servers_warm_up_leaves_the_compile_due_in_its_process():
+    """What serve's warm-up leaves behind in this process; the next test checks that it does not find it."""
+    kernels.compiled_quantize_per_token.compile_next()
+    assert kernels.compiled_quantize_per_token.eager_activations >= kernels.COMPILE_AFTER
+
+
+def test_the_next_test_finds_the_compile_as_a_new_process_has_it():
+    """conftest.py's int8s_compile_is_each_tests_own: the warm-up of the test before (in the same process under
+    --dist loadfile) left the compile due; a test that then ran an int8 model on COMPILE_FROM activations paid
+    Inductor's compile (13.5 s of test_every_head_runs_quantized[BertForMaskedLM] in one make test)."""
+    fused = kernels.compiled_quantize_per_token
+    assert (fused.eager_activations, fused.compiled, fused.failed, fused.checked) == (0, None, False, False)
+
+
 def test_a_failed_compile_quantizes_eagerly_and_says_so_once(monkeypatch, caplog):
     """Where compiling fails (no C++ compiler) the codes are computed eagerly, the same, with one warning."""
 
