@@ -161,17 +161,6 @@ from bertkit.inference.prepare import cpu_key_multiple
 print(_hardware.cpu_class(), _hardware.cpu_has_bf16(), _hardware.int8_kernel().activation_bits, cpu_key_multiple())
 """
 
-
-@pytest.mark.skipif(KERNEL.activation_bits != 8, reason="needs a CPU above AVX2, to emulate an AVX2 one on")
-def test_the_probes_see_an_emulated_avx2_cpu():
-    """Held to AVX2 (ATen's kernels and oneDNN: how BENCHMARKS.md emulates an AVX2-only CPU), every probe answers as
-    on such a CPU: no bf16, int8 at 7 bits, attention keys rounded to AVX2's 8-float vector, class avx2."""
-    env = {**os.environ, "ATEN_CPU_CAPABILITY": "avx2", "ONEDNN_MAX_CPU_ISA": "AVX2"}
-    run = subprocess.run([sys.executable, "-c", _EMULATED], env=env, capture_output=True, text=True, timeout=300)
-    assert run.returncode == 0, run.stderr[-2000:]
-    assert run.stdout.split() == ["avx2", "False", "7", "8"], run.stdout
-
-
 _AVX2_PROBE = """
 import torch
 from torch import nn
@@ -196,15 +185,30 @@ print(_hardware.onednn_int8_exact(127), _hardware.onednn_int8_exact(63), layer.k
 """
 
 
+@pytest.fixture(scope="module")
+def emulated_avx2() -> list[str]:
+    """The output lines of _EMULATED, then of _AVX2_PROBE, run in one interpreter held to AVX2 (ATen's kernels and
+    oneDNN: how BENCHMARKS.md emulates an AVX2-only CPU; a second interpreter cost 2 s of CPU)."""
+    env = {**os.environ, "ATEN_CPU_CAPABILITY": "avx2", "ONEDNN_MAX_CPU_ISA": "AVX2"}
+    run = subprocess.run([sys.executable, "-c", _EMULATED + _AVX2_PROBE], env=env, capture_output=True, text=True,
+                         timeout=300)
+    assert run.returncode == 0, run.stderr[-2000:]
+    return run.stdout.splitlines()
+
+
+@pytest.mark.skipif(KERNEL.activation_bits != 8, reason="needs a CPU above AVX2, to emulate an AVX2 one on")
+def test_the_probes_see_an_emulated_avx2_cpu(emulated_avx2):
+    """Held to AVX2, every probe answers as on such a CPU: no bf16, int8 at 7 bits, attention keys rounded to AVX2's
+    8-float vector, class avx2."""
+    assert emulated_avx2[0].split() == ["avx2", "False", "7", "8"], emulated_avx2
+
+
 @pytest.mark.skipif(KERNEL != Int8Kernel("onednn", 8), reason="needs a CPU whose oneDNN runs at 8 bits, to narrow it")
-def test_on_avx2_onednn_is_not_exact_at_8_bits_and_is_its_formula_at_7():
+def test_on_avx2_onednn_is_not_exact_at_8_bits_and_is_its_formula_at_7(emulated_avx2):
     """oneDNN held to AVX2 (``ONEDNN_MAX_CPU_ISA``: what a CPU without VNNI runs) sums pairs of u8 x s8 products
     in int16: the probe finds 8-bit codes inexact there and 7-bit ones (zero point 64) exact, and a 7-bit layer on
     it is its formula computed in float64 from the same integers."""
-    run = subprocess.run([sys.executable, "-c", _AVX2_PROBE], env={**os.environ, "ONEDNN_MAX_CPU_ISA": "AVX2"},
-                         capture_output=True, text=True, timeout=300)
-    assert run.returncode == 0, run.stderr[-2000:]
-    assert run.stdout.split() == ["False", "True", "onednn", "63", "True"], run.stdout
+    assert emulated_avx2[1].split() == ["False", "True", "onednn", "63", "True"], emulated_avx2
 
 
 # one kernel in make test (fbgemm's 7 bits on an AVX2 machine, where KERNEL is FBGEMM); the other in make test-slow
@@ -522,13 +526,13 @@ def test_every_head_runs_quantized(name, minilm_2_layers, data_dir, sst2_sentenc
     assert float(F.cosine_similarity(out[real], ref[real], dim=0)) >= 0.99
 
 
-def test_padded_and_unpadded_layouts_agree(int8, fp32_embeddings, tok, sst2_sentences):
+def test_padded_and_unpadded_layouts_agree(int8, fp32, tok, sst2_sentences):
     """Both layouts stay within int8's error of fp32 (as test_int8_switch.py bounds it: every text's cosine at least
     0.98, their mean at least 0.995). They differ from each other by more than float rounding: the padded layout's
     per-call activation scale also covers the padding positions."""
     texts = sst2_sentences[:96]
     unpadded, padded = embed(int8, tok, texts), embed(int8, tok, texts, layout="padded")
-    reference = fp32_embeddings["sst2"][:96]
+    reference = embed(fp32, tok, texts)  # these 96 alone: fp32_embeddings' 400 texts are the slow test's
     # measured: padded 0.9970 at least (unpadded 0.9977) on VNNI; fbgemm's 7 bits, AVX2 held on a Xeon: 0.9895
     for layout, got in (("padded", padded), ("unpadded", unpadded)):
         cos = F.cosine_similarity(got, reference)
@@ -618,6 +622,20 @@ def test_compiling_waits_until_the_eager_passes_have_cost_what_it_costs(monkeypa
     warm.compile_next()
     warm(x, inv, 255)
     assert warm.compiled is not None and calls == [1, 1]
+
+
+def test_a_servers_warm_up_leaves_the_compile_due_in_its_process():
+    """What serve's warm-up leaves behind in this process; the next test checks that it does not find it."""
+    kernels.compiled_quantize_per_token.compile_next()
+    assert kernels.compiled_quantize_per_token.eager_activations >= kernels.COMPILE_AFTER
+
+
+def test_the_next_test_finds_the_compile_as_a_new_process_has_it():
+    """conftest.py's int8s_compile_is_each_tests_own: the warm-up of the test before (in the same process under
+    --dist loadfile) left the compile due; a test that then ran an int8 model on COMPILE_FROM activations paid
+    Inductor's compile (13.5 s of test_every_head_runs_quantized[BertForMaskedLM] in one make test)."""
+    fused = kernels.compiled_quantize_per_token
+    assert (fused.eager_activations, fused.compiled, fused.failed, fused.checked) == (0, None, False, False)
 
 
 def test_a_failed_compile_quantizes_eagerly_and_says_so_once(monkeypatch, caplog):
