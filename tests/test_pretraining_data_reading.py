@@ -21,9 +21,10 @@ def test_a_paragraph_ending_in_what_the_tokenizer_deletes_is_prose(tmp_path, tai
         [f"He spoke to the gods who heard them.{tail}", "They said no more.", "The end."]]
 
 
-def test_a_paragraph_of_deleted_characters_alone_is_no_prose(tmp_path):
-    book = tmp_path / "book.txt"
-    book.write_text("\x00\u200e\n\nThey said no more. The end.\n", encoding="utf-8")
+def test_a_paragraph_of_deleted_characters_alone_or_stray_markup_is_no_prose(tmp_path):
+    book = tmp_path / "book.txt"  # a space before closers is no sentence's end: a stray image caption's "]]"
+    book.write_text("\x00\u200e\n\nA bicycle, with 500 million produced. ]]\n\nThey said no more. The end.\n",
+                    encoding="utf-8")
     assert list(iter_documents(book, "prose")) == [["They said no more.", "The end."]]
 
 

@@ -33,10 +33,10 @@ _CITATION = re.compile(r"\[(?:\d+(?:\s*[,–-]\s*\d+)*|[a-z]|citation needed|not
 _REFERENCE_LINE = re.compile(r"^\[\d+\]")
 _TABLE_MARKUP = re.compile(r"\|-|-{3,} +-{3,}")
 _CLOSERS = "\"'”’»)]_*"
-# What may follow a paragraph's last word: closers, spaces, and the characters the tokenizer deletes (NUL, U+FFFD, a
+# What may follow a paragraph's last word: closers, and the characters the tokenizer deletes (NUL, U+FFFD, a
 # left-to-right mark, C1 controls such as the U+0094 of a Windows-1252 closing quote decoded as Latin-1), which the
-# model never sees.
-_TAIL_CHAR = re.compile("[" + re.escape(_CLOSERS) + r"\s" + "".join(f"\\U{a:08x}-\\U{b:08x}" for a, b in CONTROL) + "]")
+# model never sees. Not a space: "produced. ]]" is a stray image caption's markup, not a sentence's end.
+_TAIL_CHAR = re.compile("[" + re.escape(_CLOSERS) + "".join(f"\\U{a:08x}-\\U{b:08x}" for a, b in CONTROL) + "]")
 _PROSE_END = ".!?:;…"
 _DETECT_BYTES = 64 * 1024
 # Lines that are one whole sentence, for "auto" to read a file as google's layout.
