@@ -159,3 +159,23 @@ def test_a_length_prompt_or_lowercase_of_another_type_is_refused(tiny, tmp_path,
     with pytest.raises(BertkitError, match=match):
         fx.extract_features(model, tok, TEXTS, tmp_path / "f.jsonl", layers=[-1], progress=False, **{option: value})
     assert not list(tmp_path.iterdir())
+
+
+def test_lines_cut_at_max_seq_length_are_counted_and_warned(tiny, tmp_path, caplog):
+    """Was silent (as google's script is): a line past max_seq_length lost its later tokens' states without a word.
+    Kept as google cuts it (a text at its end; a pair one token at a time from its longer segment), now said."""
+    model, tok = tiny
+    texts = [("hello world", None), ("the quick fox " * 3, None), ("hello", "world " * 9), ("the fox", "hello")]
+    with caplog.at_level("WARNING", logger="bertkit"):
+        report = fx.extract_features(model, tok, texts, tmp_path / "f.jsonl", layers=[-1], max_seq_length=8,
+                                     progress=False)
+    assert report["lines_cut"] == 2
+    assert [len(json.loads(line)["features"]) for line in (tmp_path / "f.jsonl").open()] == [4, 8, 8, 6]
+    assert ("2 of the 4 lines are longer than max_seq_length 8 and were cut to it (a text at its end, a pair from its "
+            "longer segment): their tokens past it have no states in the output; the longest is line 2 (0-based) with "
+            "13 tokens.") in caplog.text
+    caplog.clear()
+    with caplog.at_level("WARNING", logger="bertkit"):
+        assert fx.extract_features(model, tok, texts, tmp_path / "g.jsonl", layers=[-1], max_seq_length=16,
+                                   progress=False)["lines_cut"] == 0
+    assert "were cut" not in caplog.text

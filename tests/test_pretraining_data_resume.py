@@ -245,3 +245,50 @@ def test_a_corpus_refused_in_its_last_unit_leaves_nothing_and_the_corrected_run_
     assert main(argv) == 0, capsys.readouterr().err
     made = _contents(out)  # the manifest names the copies' paths
     assert made.pop("manifest.json") and made == {k: v for k, v in reference.items() if k != "manifest.json"}
+
+
+@pytest.mark.slow
+def test_a_script_without_a_main_guard_is_told_so_not_left_waiting(corpus, tmp_path):
+    """Was a hang: each spawned worker runs the script again, and died there (on the output directory its parent
+    held) before reading its arguments, the tokenizer among them; the parent, writing them into the pipe the worker
+    starts from, waited for ever once they passed the pipe's 64 KiB (MiniLM's vocabulary does)."""
+    script = tmp_path / "make.py"
+    script.write_text("import sys\nfrom bertkit.data import create_pretraining_data\n"
+                      "from bertkit.tokenization import BertTokenizer\n"
+                      f"create_pretraining_data(sys.argv[1:], BertTokenizer.from_pretrained({str(MODEL)!r}), "
+                      f"{str(tmp_path / 'out')!r}, num_workers=2, progress=False, **{CONFIG!r})\n", encoding="utf-8")
+    env = {**os.environ, "PYTHONPATH": str(ROOT / "src")}
+    done = subprocess.run([sys.executable, str(script), *corpus], capture_output=True, text=True, timeout=90, env=env)
+    assert done.returncode == 1
+    assert done.stderr.strip().splitlines()[-1] == (
+        "bertkit.errors.BertkitError: a worker process ended before its work was done (num_workers=2). Workers start "
+        "by running the calling script again: in a script, call this under `if __name__ == \"__main__\":` (or pass "
+        "num_workers=1). Otherwise the machine may have killed it for memory: pass fewer workers")
+    assert "this worker process is running the calling script again" in done.stderr  # the worker's own, not the lock's
+    assert "is in use by pid" not in done.stderr
+
+
+def test_workers_get_their_arguments_from_a_file_not_the_pipe_they_start_from(monkeypatch, tok):
+    """The cheap half of the test above: what starts a worker stays small (a path), however large the job."""
+    import pickle
+
+    from bertkit import _parallel
+
+    made = []
+
+    class Recorder:
+        def __init__(self, workers, **kwargs):
+            made.append(kwargs)
+
+        def shutdown(self, **kwargs):
+            pass
+
+    monkeypatch.setattr(_parallel, "ProcessPoolExecutor", Recorder)
+    job = pretraining._Job(pretraining.PretrainingConfig(), tok, "out")
+    with _parallel.spawn_pool(2, 4, pretraining._init_worker, (job,)):
+        start = pickle.dumps(made[0]["initargs"])
+        assert len(pickle.dumps(job)) > 1 << 16 > 50 * len(start)
+        with open(made[0]["initargs"][0], "rb") as f:
+            initializer, initargs = pickle.load(f)
+        assert initializer is pretraining._init_worker and initargs[0].tables.mask_id == tok.mask_token_id
+    assert not os.path.exists(made[0]["initargs"][0])

@@ -6,7 +6,9 @@ from __future__ import annotations
 
 import multiprocessing
 import os
+import pickle
 import signal
+import tempfile
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from concurrent.futures import ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
@@ -34,23 +36,40 @@ def spawn_pool(num_workers: int, num_units: int, initializer: Callable[..., None
     if workers <= 1:
         yield None
         return
+    refuse_in_a_starting_worker()  # before the executor makes its queues' 5 semaphores
+    # The initializer and its arguments reach the workers in a file, not in the pipe that starts each one: a worker
+    # running the script again (no main guard) dies before it reads past the script's name, and the parent, which
+    # holds that pipe's other end open until its write is done, waited for ever once the write passed the pipe's
+    # 64 KiB (a tokenizer's vocabulary does) instead of seeing the pool broken.
+    fd, setup = tempfile.mkstemp(prefix="bertkit-worker-", suffix=".pickle")
+    try:
+        with os.fdopen(fd, "wb") as f:
+            pickle.dump((initializer, initargs), f, protocol=pickle.HIGHEST_PROTOCOL)
+        executor = ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn"),
+                                       initializer=_start_worker, initargs=(setup,))
+        try:
+            yield _Pool(executor, workers)
+        finally:
+            executor.shutdown(wait=True, cancel_futures=True)
+    finally:
+        os.unlink(setup)
+
+
+def refuse_in_a_starting_worker() -> None:
+    """Refuse in a spawned worker still running the calling script (no main guard; the stdlib's own test for it),
+    naming the fix: a call that would start a pool of its own, before it makes anything (a pool's 5 semaphores, which
+    the worker left behind when the parent, seeing the pool broken, killed it mid-way: "There appear to be 5 leaked
+    semaphore objects"), or claims anything (the output directory its parent holds, whose lock it would name)."""
     if getattr(multiprocessing.current_process(), "_inheriting", False):
-        # a spawned worker still running the calling script (no main guard), the stdlib's own test for it; refused
-        # before the executor makes its queues' 5 semaphores, which the worker left behind when the parent, seeing the
-        # pool broken, killed it mid-way ("There appear to be 5 leaked semaphore objects" after the parent's error)
         raise BertkitError("this worker process is running the calling script again, as each spawned worker does, and "
                            "reached a call that starts a pool of its own: in the script, make the call under "
                            "`if __name__ == \"__main__\":` (or pass num_workers=1)")
-    executor = ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn"),
-                                   initializer=_start_worker, initargs=(initializer, initargs))
-    try:
-        yield _Pool(executor, workers)
-    finally:
-        executor.shutdown(wait=True, cancel_futures=True)
 
 
-def _start_worker(initializer: Callable[..., None] | None, initargs: tuple[Any, ...]) -> None:
+def _start_worker(setup: str) -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C reaches the terminal's whole group: the caller handles it
+    with open(setup, "rb") as f:
+        initializer, initargs = pickle.load(f)  # spawn_pool's own file, written for this pool (mkstemp: mode 0600)
     if initializer is not None:
         initializer(*initargs)
 

@@ -233,17 +233,20 @@ def encode_texts(tokenizer: Any, texts: Sequence[tuple[str, str | None]], max_se
 
 
 def _encoded(tokenizer: Any, texts: Iterable[tuple[str, str | None]], max_seq_length: int, prompt: str,
-             lowercase: bool) -> Iterator[dict]:
-    """``encode_texts``' rows, one at a time."""
+             lowercase: bool, cut: list[tuple[int, int]] | None = None) -> Iterator[dict]:
+    """``encode_texts``' rows, one at a time; ``cut`` gets (line, tokens before the cut) of each line cut short."""
     lower = lowercaser(tokenizer) if lowercase else None
     # b's segment: 0 too where the tokenizer's model_input_names leaves token_type_ids out, as transformers feeds it
     segment = int(getattr(tokenizer, "segments_to_model", True))
-    for a, b in texts:
+    for line, (a, b) in enumerate(texts):
         a = prompt + a
         if lower is not None:  # around the special tokens, as sentence-transformers' Lowercase normalizer
             a, b = lower(a), lower(b) if b is not None else None
         ids_a = tokenizer(a, add_special_tokens=False)["input_ids"]
         ids_b = tokenizer(b, add_special_tokens=False)["input_ids"] if b else []
+        whole = len(ids_a) + len(ids_b) + (3 if ids_b else 2)
+        if cut is not None and whole > max_seq_length:
+            cut.append((line, whole))
         if ids_b:
             while len(ids_a) + len(ids_b) > max_seq_length - 3:
                 (ids_a if len(ids_a) > len(ids_b) else ids_b).pop()
@@ -397,7 +400,10 @@ def extract_features(
         if refused is not None:
             raise refused
         encode_texts(tokenizer, [], max_seq_length, prompt=prompt, lowercase=lowercase)  # its arguments checked first
-        encoded = EncodedLines(_encoded(tokenizer, texts, max_seq_length, prompt, lowercase))
+        cut: list[tuple[int, int]] = []
+        encoded = EncodedLines(_encoded(tokenizer, texts, max_seq_length, prompt, lowercase, cut))
+        if cut and rank == 0:
+            _warn_cut(cut, len(encoded), max_seq_length)
         per_token = len(positions) * model.config.hidden_size * np.dtype(dtype).itemsize
         plan, files, units, batches = _plan_output(out, encoded, per_token, max_shard_bytes, chunk_size, batch_size)
         # ``out`` and its shards, in this run's number or another: an earlier output is replaced whole (never some of
@@ -453,7 +459,17 @@ def extract_features(
             write_safetensors(partial, files, plan, units, states_of, encoded, layers, np.dtype(dtype), meta,
                               bar.update, superseded=earlier)  # its other shards, once the new ones are in place
     bar.close()
-    return _report(files, encoded, layers, world, time.perf_counter() - t0)
+    return {**_report(files, encoded, layers, world, time.perf_counter() - t0), "lines_cut": len(cut)}
+
+
+def _warn_cut(cut: list[tuple[int, int]], lines: int, max_seq_length: int) -> None:
+    """Lines longer than ``max_seq_length`` are cut, as google's script cuts them, without a word there: said, with
+    how many and the longest, since their tokens past the cut have no states in the output."""
+    line, tokens = max(cut, key=lambda c: c[1])
+    logger.warning("%d of the %d lines are longer than max_seq_length %d and were cut to it (a text at its end, a pair "
+                   "from its longer segment): their tokens past it have no states in the output; the longest is line "
+                   "%d (0-based) with %d tokens. Pass a larger --max-seq-length (within the model's positions), or "
+                   "split those lines", len(cut), lines, max_seq_length, line, tokens)
 
 
 def _input_identity(input_file: str | os.PathLike | None, texts: Sequence[tuple[str, str | None]]) -> dict:

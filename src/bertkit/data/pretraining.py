@@ -24,7 +24,7 @@ from typing import Any
 import numpy as np
 
 from bertkit import runs
-from bertkit._parallel import spawn_pool
+from bertkit._parallel import refuse_in_a_starting_worker, spawn_pool
 from bertkit.data import unit_records
 from bertkit.data.config import PretrainingConfig
 from bertkit.data.masking import MaskingTables, mask_tokens, targets_asked
@@ -77,6 +77,7 @@ def create_pretraining_data(
     refused when the settings, the input files (their sizes and modification times), the tokenizer or the plan of
     work units differ from the run it continues. Read the result with :class:`PretrainingDataset`.
     """
+    refuse_in_a_starting_worker()  # a worker re-running a script without a main guard: named, not its parent's lock
     if resume and overwrite:  # either winning quietly would do what one of them did not ask
         raise BertkitError("resume and overwrite are both set: resume (--resume) continues the run cut short in "
                            f"{output_dir}, overwrite (--overwrite) starts it again; choose one")

@@ -17,6 +17,7 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
 from bertkit.errors import BertkitError
+from bertkit.tokenization._unicode_tables import CONTROL
 from bertkit.tokenization.textfiles import iter_lines, refuse_compressed, refuse_lone_carriage_returns
 
 INPUT_FORMATS = ("auto", "prose", "sentences", "wikitext")
@@ -32,6 +33,10 @@ _CITATION = re.compile(r"\[(?:\d+(?:\s*[,–-]\s*\d+)*|[a-z]|citation needed|not
 _REFERENCE_LINE = re.compile(r"^\[\d+\]")
 _TABLE_MARKUP = re.compile(r"\|-|-{3,} +-{3,}")
 _CLOSERS = "\"'”’»)]_*"
+# What may follow a paragraph's last word: closers, and the characters the tokenizer deletes (NUL, U+FFFD, a
+# left-to-right mark, C1 controls such as the U+0094 of a Windows-1252 closing quote decoded as Latin-1), which the
+# model never sees. Not a space: "produced. ]]" is a stray image caption's markup, not a sentence's end.
+_TAIL_CHAR = re.compile("[" + re.escape(_CLOSERS) + "".join(f"\\U{a:08x}-\\U{b:08x}" for a, b in CONTROL) + "]")
 _PROSE_END = ".!?:;…"
 _DETECT_BYTES = 64 * 1024
 # Lines that are one whole sentence, for "auto" to read a file as google's layout.
@@ -142,7 +147,7 @@ def _one_sentence_per_line(lines: list[str]) -> bool:
         return False  # a Project Gutenberg book: prose, whose licence header prose reading drops
     text = [line.strip() for line in lines if line.strip()]
     whole = sum(
-        1 for line in text if line.rstrip(_CLOSERS)[-1:] in _PROSE_END and len(split_sentences(line)) == 1
+        1 for line in text if _ends_like_prose(line) and len(split_sentences(line)) == 1
     )
     return whole >= _SENTENCE_LINES_SHARE * len(text)
 
@@ -152,10 +157,16 @@ def clean_paragraph(paragraph: str) -> str | None:
     text = _CITATION.sub("", paragraph).strip()
     if not text or _REFERENCE_LINE.match(text) or _TABLE_MARKUP.search(text):
         return None
-    last = text.rstrip(_CLOSERS)
-    if not last or last[-1] not in _PROSE_END:
-        return None
-    return text
+    return text if _ends_like_prose(text) else None
+
+
+def _ends_like_prose(text: str) -> bool:
+    """Whether the last character of ``text`` before its closing quotes and brackets, and before what the tokenizer
+    deletes, ends a sentence."""
+    end = len(text)
+    while end and _TAIL_CHAR.match(text, end - 1):
+        end -= 1
+    return end > 0 and text[end - 1] in _PROSE_END
 
 
 def iter_documents(
@@ -316,7 +327,9 @@ def plan_work_units(
             continue
         with open(path, "rb") as f:
             first_line = f.readline(_DETECT_BYTES)
-        refuse_compressed(first_line, path)
+            f.seek(0)
+            head = f.read(64)
+        refuse_compressed(head, path)  # a line's worth of bytes: a UTF-16 file's first line may be one NUL
         refuse_lone_carriage_returns(first_line, path)
         fmt = detect_format(path) if input_format == "auto" else input_format
         cuts = [0] + _cut_points(path, fmt, size, unit_bytes) + [size]

@@ -36,7 +36,27 @@ def refuse_compressed(head: bytes, path: str | os.PathLike) -> None:
             raise BertkitError(f"{path} is {name} text, not UTF-8: convert it first (iconv -f {name} -t UTF-8 {path} > "
                                "NEW.txt) and pass the converted file; read as UTF-8 (errors='replace') its line breaks "
                                "leave a NUL on each next line, so no line is blank and documents run together")
+    wide = _wide_without_bom(head)
+    if wide is not None:
+        raise BertkitError(f"{path} is {wide} text without a byte-order mark (NUL bytes between its letters), not UTF-8: "
+                           f"convert it first (iconv -f {wide} -t UTF-8 {path} > NEW.txt) and pass the converted file; "
+                           "read as UTF-8 its line breaks leave a NUL on each next line, so no line is blank: documents "
+                           "run together, and a paragraph ending in a NUL is no prose")
     refuse_compressed_format(head, path)
+
+
+def _wide_without_bom(head: bytes) -> str | None:
+    """The encoding of UTF-16 or UTF-32 text without a byte-order mark whose first bytes are ``head`` (16 or more):
+    Latin text in it has a NUL in every byte of a character but the one that holds the letter, which UTF-8 text never
+    has; None for anything else."""
+    head = head[: len(head) // 4 * 4]
+    if len(head) < 16:
+        return None
+    nul = [head[r::4].count(0) / (len(head) // 4) for r in range(4)]  # share of NUL bytes at each place of 4
+    for name, zeros in (("UTF-32LE", (1, 2, 3)), ("UTF-32BE", (0, 1, 2)), ("UTF-16LE", (1, 3)), ("UTF-16BE", (0, 2))):
+        if all(nul[r] >= 0.75 for r in zeros) and all(nul[r] < 0.5 for r in range(4) if r not in zeros):
+            return name
+    return None
 
 
 def refuse_compressed_format(head: bytes, path: str | os.PathLike) -> None:
