@@ -39,7 +39,7 @@ def _check_scorable(task: glue.GlueTask, dev: list[glue.GlueExample], flag: str,
     sklearn gives them, for a perfect prediction too (every run of a grid scored 0.0, the first kept as best)."""
     labels = sorted({e.label for e in dev})
     rows, fix = ((f"{flag} {value} keeps {len(dev)} {task.name} dev rows", f"pass a larger {flag}") if value is not None
-                 else (f"the {task.name} file's {len(dev)} rows are", "score a file whose rows differ"))
+                 else (f"the {task.name} dev file holds {len(dev)} rows", "score a dev file whose labels differ"))
     if task.is_regression and len({float(e.label) for e in dev}) < 2:
         raise BertkitError(f"{rows}, all scored {dev[0].label}: the correlations {task.name} is scored by (Pearson, "
                            f"Spearman) need differing scores; {fix}")
