@@ -323,6 +323,51 @@ def test_sts_b_dev_rows_all_scored_alike_are_refused_before_any_work(tmp_path, g
     assert sorted(p.name for p in tmp_path.iterdir()) == ["glue", "model"]  # nothing written
 
 
+def _write_cola_and_mrpc(root):
+    """CoLA (no header) and MRPC files whose first two dev rows have one label: CoLA's both 1, MRPC's both 0."""
+    cola, mrpc = root / "CoLA", root / "MRPC"
+    cola.mkdir(parents=True)
+    mrpc.mkdir(parents=True)
+    rows = [("the movie was good", "1"), ("the plot was great", "1"), ("movie the was", "0"), ("was bad the", "0")]
+    for split in ("train", "dev"):
+        (cola / f"{split}.tsv").write_text("".join(f"src\t{y}\t\t{s}\n" for s, y in rows))
+        (mrpc / f"{split}.tsv").write_text("Quality\t#1 ID\t#2 ID\t#1 String\t#2 String\n" + "".join(
+            f"{1 - int(y)}\t{i}\t{i + 100}\t{s}\tthe plot was fine\n" for i, (s, y) in enumerate(rows)))
+
+
+_ONE_LABEL = {
+    "cola": "keeps 2 cola dev rows, all labelled 1: the Matthews correlation cola is scored by is 0.0 whatever is "
+            "predicted (sklearn's value for a single class)",
+    "mrpc": "keeps 2 mrpc dev rows, none labelled 1: the F1 of label 1 mrpc is scored by first is 0.0 whatever is "
+            "predicted (sklearn's value where no row has the label)",
+}
+
+
+@pytest.mark.parametrize("task, command", [
+    ("cola", "finetune"), ("mrpc", "predict"),
+    pytest.param("cola", "predict", marks=pytest.mark.slow), pytest.param("mrpc", "finetune", marks=pytest.mark.slow),
+])
+def test_dev_rows_of_one_label_that_leave_the_first_score_fixed_are_refused_before_any_work(
+        tmp_path, glue_model, capsys, task, command):
+    # MCC of labels all 1 is 0.0 for any predictions, a perfect one too, as is the F1 of label 1 where no row has it:
+    # every run of the grid scored 0.0 and the first was kept as best, a number that said nothing of the model
+    _write_cola_and_mrpc(tmp_path / "glue")
+    args = ["--task", task, "--data-dir", str(tmp_path / "glue"), "--out", str(tmp_path / "run"), "--max-seq-length",
+            "32"]
+    if command == "finetune":
+        args = ["finetune", "glue", "--model", str(glue_model), "--max-eval-samples", "2", "--no-progress", *args]
+    else:
+        BertForSequenceClassification.from_pretrained(glue_model, num_labels=2).save_pretrained(glue_model)
+        args = ["predict", "glue", "--model", str(glue_model), "--split", "dev", "--max-predict-samples", "2", *args]
+    assert main(args) == 2
+    flag = "--max-eval-samples" if command == "finetune" else "--max-predict-samples"
+    assert f"{flag} 2 {_ONE_LABEL[task]}; pass a larger {flag}" in capsys.readouterr().err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["glue", "model"]  # nothing written
+    if command == "predict":  # three rows hold both labels: scored as before
+        args[args.index(flag) + 1] = "3"
+        assert main(args) == 0
+
+
 def test_predict_sts_b_writes_an_undefined_correlation_as_null_with_its_reason(tmp_path, glue_model, capsys):
     # A regression head predicting one score for every row: Pearson and Spearman are undefined (scipy: NaN), and
     # report.json held a bare NaN (not JSON: a strict parser stops at it) as the score.

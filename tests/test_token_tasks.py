@@ -298,6 +298,28 @@ def test_finetune_ner_refuses_an_entity_type_the_training_data_lacks(encoder_dir
     assert not (tmp_path / "o").exists()
 
 
+@pytest.mark.parametrize("max_eval_samples, message", [
+    (1, "--max-eval-samples 1 keeps 1 dev sentences, every tag O: with no entity to find, conlleval's (and seqeval's) "
+        "precision, recall and F1 are 0.0 whatever is predicted; pass a larger --max-eval-samples"),
+    pytest.param(None, "valid.txt holds 2 sentences, every tag O: with no entity to find, conlleval's (and "
+                       "seqeval's) precision, recall and F1 are 0.0 whatever is predicted; score a dev file with "
+                       "entities", marks=pytest.mark.slow),
+])
+def test_finetune_ner_refuses_dev_sentences_without_an_entity(encoder_dir, tmp_path, max_eval_samples, message):
+    # Was: trained, then reported dev F1 0.0 after every epoch, for any tagger (a perfect one too)
+    data = tmp_path / "data"
+    data.mkdir()
+    for split, text in CONLL.items():
+        if split == "valid":
+            text = text.replace("B-ORG", "O") if max_eval_samples else text.replace("B-ORG", "O").replace("B-LOC", "O")
+        (data / f"{split}.txt").write_text(text)
+    with pytest.raises(ValueError) as e:
+        tt.finetune_ner(tt.NerSettings(data_dir=data, model_name_or_path=encoder_dir, output_dir=tmp_path / "o",
+                                       max_eval_samples=max_eval_samples, max_steps=1, progress=False))
+    assert str(e.value).endswith(message)
+    assert not (tmp_path / "o").exists()
+
+
 def test_finetune_ner_keeps_the_tag_order_of_a_checkpoint_that_has_them(conll_dir, encoder_dir, tiny_checkpoint,
                                                                         tmp_path):
     # run_ner.py's order (sorted names): each row of the head keeps its tag, as run_ner.py keeps it. The rows were

@@ -33,12 +33,23 @@ def finetune_glue(s: GlueSettings) -> dict[str, Any]:
 
 
 def _check_scorable(task: glue.GlueTask, dev: list[glue.GlueExample], flag: str, value: int | None) -> None:
-    """Refuse, before any work, dev rows too few or too alike for STS-B's correlations (each would be NaN or
-    an error once the model has run)."""
+    """Refuse, before any work, dev rows whose labels leave the task's first score one value whatever is predicted:
+    STS-B's correlations need differing scores (each would be NaN or an error once the model has run); the Matthews
+    correlation (CoLA, AX) is 0.0 for rows of one label, and the F1 of label 1 (MRPC, QQP) where no row has it, as
+    sklearn gives them, for a perfect prediction too (every run of a grid scored 0.0, the first kept as best)."""
+    labels = sorted({e.label for e in dev})
+    rows, fix = ((f"{flag} {value} keeps {len(dev)} {task.name} dev rows", f"pass a larger {flag}") if value is not None
+                 else (f"the {task.name} dev file holds {len(dev)} rows", "score a dev file whose labels differ"))
     if task.is_regression and len({float(e.label) for e in dev}) < 2:
-        raise BertkitError(f"{flag} {value} keeps {len(dev)} {task.name} dev rows, all scored {dev[0].label}: the "
-                           f"correlations {task.name} is scored by (Pearson, Spearman) need differing scores; pass a "
-                           f"larger {flag}")
+        raise BertkitError(f"{rows}, all scored {dev[0].label}: the correlations {task.name} is scored by (Pearson, "
+                           f"Spearman) need differing scores; {fix}")
+    if task.metric_kind == "mcc" and len(labels) < 2:
+        raise BertkitError(f"{rows}, all labelled {labels[0]}: the Matthews correlation {task.name} is scored by is 0.0 "
+                           f"whatever is predicted (sklearn's value for a single class); {fix}")
+    if task.metric_kind == "f1_acc" and task.labels is not None and task.labels[1] not in labels:
+        raise BertkitError(f"{rows}, none labelled {task.labels[1]}: the F1 of label {task.labels[1]} {task.name} is "
+                           f"scored by first is 0.0 whatever is predicted (sklearn's value where no row has the label); "
+                           f"{fix}")
 
 
 def predict_glue(s: PredictGlueSettings) -> dict[str, Any]:
