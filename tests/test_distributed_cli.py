@@ -176,6 +176,65 @@ def test_extract_features_under_torchrun_writes_the_one_process_bytes(tmp_path, 
     assert sorted(p.name for p in tmp_path.iterdir()) == sorted(["in.txt", f"one{suffix}", f"two{suffix}"])  # no parts
 
 
+# the fine-tuning commands whose features are not their examples: SQuAD's doc-stride windows (6 a question here) and
+# CoNLL's sentences longer than --max-seq-length (33 features of 21 sentences), so a global batch's features, and
+# one example's, are split over the two processes
+TOKEN_TASKS = {
+    "squad": lambda data: ["--train-file", str(data / "squad" / "dev-v1.1.json"), "--predict-file",
+                           str(data / "squad" / "dev-v1.1.json"), "--max-train-samples", "13", "--max-eval-samples",
+                           "7", "--max-seq-length", "64", "--doc-stride", "32", "--max-query-length", "24"],
+    "ner": lambda data: ["--data-dir", str(data / "conll2003"), "--max-train-samples", "21", "--max-eval-samples",
+                         "11", "--max-seq-length", "32"],
+}
+
+
+@pytest.mark.slow  # a fine-tuning run in this process and one under torchrun (about 100 s on 2 busy cores)
+@pytest.mark.parametrize("task", list(TOKEN_TASKS))
+def test_a_token_task_fine_tuned_under_torchrun_logs_scores_and_predicts_as_one_process(
+        tmp_path, minilm_2_layers, data_dir, task):
+    """`finetune squad|ner` with 2 processes gives one process's logged losses (1e-5), dev scores, answers and tags
+    (byte for byte; SQuAD's n-best logits within float rounding), and the same files, rank 0 alone writing them."""
+    from bertkit.cli import main
+
+    model = tmp_path / "model"  # MiniLM's first 2 layers with dropout off: the runs differ only in the split
+    shutil.copytree(minilm_2_layers, model)
+    config = json.loads((model / "config.json").read_text())
+    config.update(hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)
+    (model / "config.json").write_text(json.dumps(config))
+
+    def args(out: Path) -> list[str]:
+        return ["finetune", task, "--model", str(model), *TOKEN_TASKS[task](data_dir), "--batch-size", "8",
+                "--epochs", "1", "--eval-batch-size", "4", "--learning-rate", "1e-3", "--logging-steps", "1",
+                "--no-progress", "--device", "cpu", "--output-dir", str(out)]
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # as each torchrun worker (OMP_NUM_THREADS=1)
+    try:
+        assert main(args(tmp_path / "one")) == 0
+    finally:
+        torch.set_num_threads(threads)
+    done = run_torchrun(["-m", "bertkit", *args(tmp_path / "two")], _env(), HANG, fresh=tmp_path / "two")
+    assert done.returncode == 0, done.stderr[-3000:]
+    one, two = tmp_path / "one", tmp_path / "two"
+    assert sorted(p.relative_to(two) for p in two.rglob("*")) == sorted(p.relative_to(one) for p in one.rglob("*"))
+    steps = [s for s, _ in _losses(one)]
+    assert steps == [s for s, _ in _losses(two)] and len(steps) >= 5
+    assert [v for _, v in _losses(two)] == pytest.approx([v for _, v in _losses(one)], abs=1e-5)
+    reports = [json.loads((run / "report.json").read_text()) for run in (one, two)]
+    scores = "scores" if task == "squad" else "dev"
+    assert reports[1][scores] == reports[0][scores]
+    files = [{k: Path(v) for k, v in report["files"].items()} for report in reports]
+    for name in ("predictions",) if task == "squad" else ("dev", "test"):  # the answers and the tags
+        assert files[1][name].read_bytes() == files[0][name].read_bytes(), name
+    if task == "squad":  # each question's n best spans: the same spans, their logits within float rounding
+        nbest = [json.loads(f["nbest_predictions"].read_text()) for f in files]
+        assert nbest[1].keys() == nbest[0].keys()
+        for qid, spans in nbest[0].items():
+            assert [s["text"] for s in nbest[1][qid]] == [s["text"] for s in spans], qid
+            assert [s["start_logit"] for s in nbest[1][qid]] == pytest.approx([s["start_logit"] for s in spans],
+                                                                              abs=1e-4)
+
+
 def test_a_launch_is_repeated_only_after_gloo_s_abort():
     """launch_helpers.run_torchrun launches again only for gloo's C++ abort (torchrun's report as CI printed it),
     never for a worker that failed with bertkit's error or any other exit code."""
