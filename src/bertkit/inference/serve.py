@@ -464,11 +464,13 @@ def serve(s: Any) -> dict[str, Any]:
 
     task = served_task(s.task)  # refused before the model loads, as --pooling or --prompt-name it does not read
     refuse_unread(task, s, "bertkit serve", settings_served)
+    task.check_settings(s)  # a --max-length no request could run with by default, before the model loads
     _check_address(s.host, s.port)
     fix_mmap_threshold()  # the server's process only: its memory stays flat under mixed traffic (serve_batching)
     bound_onednn_caches()  # likewise for oneDNN's kernels, before the model's loading builds the first one
     pipe = pipeline(s.task, s.model_name_or_path, device=s.device, bf16=s.bf16, batch_size=s.max_batch_size,
                     max_length=s.max_length, progress=False, **task.load_options(s), **int8_options(s))
+    task.check_loaded(pipe, s)
     warm_up(pipe)
     app = create_app(pipe, str(s.model_name_or_path), max_batch_size=s.max_batch_size, max_wait_ms=s.max_wait_ms,
                      limits=Limits.from_settings(s), max_batch_tokens=s.max_batch_tokens, api_key=s.api_key,
