@@ -52,8 +52,8 @@ def reranker(tmp_path_factory, minilm_2_layers):
 
 def test_copies_in_one_rerank_tie_exactly_and_rank_later_index_first(reranker):
     """The three copies were run in two or three forward batches (batch_size 2) and scored 1e-3 apart (on MiniLM,
-    0.02524716965854168 and 0.025247182697057724 for one pair in one request, as its rows met others), so their
-    order was the batches'. Each distinct pair is now computed once per call: one score, TEI's order 4, 2, 0."""
+    two raw scores a float32 step apart for one pair in one request: the slow test below), so their order was the
+    batches'. Each distinct pair is now computed once per call: one score, TEI's order 4, 2, 0."""
     for raw in (True, False):
         got = httpx.post(f"{reranker}/rerank", json={"query": QUERY, "texts": TEXTS, "raw_scores": raw}).json()
         scores = {g["index"]: g["score"] for g in got}
@@ -100,3 +100,24 @@ def test_copies_of_a_text_embed_alike_in_one_call(minilm_2_layers):
     out = pipe.run_rows(rows)
     assert np.array_equal(out[0], out[2]) and np.array_equal(out[0], out[4]) and out[0] is not out[2]
     assert not np.array_equal(out[0], out[1])
+
+
+@pytest.mark.slow
+def test_copies_rerank_to_one_score_with_minilms_real_numbers(minilm_dir, tmp_path):
+    """Without a drift: MiniLM (6 layers, a seeded head), 40 copies of a pair beside 1 to 63 longer pairs, in forward
+    batches of 32. On a 2-core x86 machine the copies scored 0.03274720162153244 or 0.03274722397327423 (raw) as
+    the rows beside them changed; now one score, and /rerank's order among them is TEI's, the last copy first."""
+    from bertkit import pipeline
+    from bertkit.heads import BertForSequenceClassification
+    from bertkit.tokenization import BertTokenizer
+
+    torch.manual_seed(0)
+    BertForSequenceClassification.from_pretrained(minilm_dir, num_labels=1).save_pretrained(tmp_path)
+    BertTokenizer.from_pretrained(minilm_dir).save_pretrained(tmp_path)
+    pipe = pipeline("rerank", tmp_path, batch_size=32, progress=False)
+    long = "Paris is the capital of France and a big city, and a very long text about many things " * 3
+    for n in (1, 31, 63):
+        texts = [SAME] * 40 + [long] * n
+        got = pipe({"query": QUERY, "texts": texts}, raw_scores=True)
+        assert len({g["score"] for g in got if g["index"] < 40}) == 1, n
+        assert [g["index"] for g in got if g["index"] < 40] == list(range(39, -1, -1))
