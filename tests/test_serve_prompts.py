@@ -310,6 +310,36 @@ def test_serve_refuses_a_setting_its_task_does_not_read(tmp_path, task, setting,
         serve(ServeSettings(model_name_or_path=tmp_path / "missing", task=task, **setting))
 
 
+def test_serve_refuses_a_question_answering_length_no_default_request_fits(tmp_path, minilm_2_layers):
+    """Was: `serve --task question-answering --max-length 48` loaded the model, started, then refused every request
+    with 422 (the question's 64 tokens and 3 specials do not fit) unless it sent max_question_len. Now refused as
+    predict refuses it: --max-length before anything is read or loaded (the directory does not exist), a checkpoint
+    whose own length is that short once loaded, before the server starts."""
+    import json
+    import re
+    import shutil
+
+    from bertkit.errors import BertkitError
+    from bertkit.heads import BertForQuestionAnswering
+    from bertkit.inference.serve import serve
+    from bertkit.settings import ServeSettings
+
+    fix = re.escape("question-answering cuts each question to 64 tokens, and [CLS] and two [SEP] make 67; raise "
+                    "--max-length above 67")
+    for length in (48, 67):
+        with pytest.raises(BertkitError, match=f"^--max-length {length} leaves no room for a context: {fix}"):
+            serve(ServeSettings(model_name_or_path=tmp_path / "missing", task="question-answering", max_length=length))
+    d = tmp_path / "qa"
+    BertForQuestionAnswering.from_pretrained(minilm_2_layers).save_pretrained(d)
+    for name in ("vocab.txt", "tokenizer_config.json"):
+        shutil.copy(minilm_2_layers / name, d / name)
+    config = json.loads((d / "tokenizer_config.json").read_text())
+    (d / "tokenizer_config.json").write_text(json.dumps({**config, "model_max_length": 48}))
+    with pytest.raises(BertkitError, match=r"^this checkpoint's max_length 48 \(--max-length unset\) leaves no room "
+                                           f"for a context: {fix}"):
+        serve(ServeSettings(model_name_or_path=d, task="question-answering", port=0))
+
+
 def test_serve_reads_the_answer_limits_of_the_tasks_that_take_top_k():
     from bertkit.inference.serve import settings_served
     from bertkit.inference.tasks import TASK_LIST

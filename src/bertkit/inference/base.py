@@ -29,7 +29,7 @@ from bertkit.inference.prepare import (
     int8_model_request,
     prepare_model,
 )
-from bertkit.inference.runner import readable, run_length_sorted
+from bertkit.inference.runner import distinct, readable, run_length_sorted
 from bertkit.padding import pad_batch
 from bertkit.quantization import is_int8_checkpoint, load_for_inference, read_calibration_file, require_head
 from bertkit.tokenization import BertTokenizer
@@ -386,22 +386,25 @@ class Pipeline:
                            "(%s), as made without bf16=True, and leaves the caller's autocast aside; make it with "
                            "bf16=True to run in bf16", self.task, self.device.type,
                            torch.get_autocast_dtype(self.device.type), self.precision.dtype)
-        show = self.progress if self.progress is not None else len(rows) >= _PROGRESS_ROWS
+        firsts, places = distinct([_row_key(r) for r in rows])  # copies of a row computed once, so they tie exactly
+        rows_run = [rows[i] for i in firsts]
+        show = self.progress if self.progress is not None else len(rows_run) >= _PROGRESS_ROWS
         from bertkit.progress import progress_bar
 
-        bar = progress_bar(total=len(rows), desc=self.task, unit="seq", enabled=show, leave=False)
+        bar = progress_bar(total=len(rows_run), desc=self.task, unit="seq", enabled=show, leave=False)
         pad_values = {"input_ids": self.tokenizer.pad_token_id, "token_type_ids": 0}  # (B, T), or (B, C, T) for choices
         # Longest first: the first batch is the largest, so running out of memory shows at once. Rows with
         # different numbers of choices (multiple-choice) never share a batch: it must be one (B, C, T) tensor.
-        results = run_length_sorted(self.forward, rows, batch_size=self.batch_size, device=self.device,
+        results = run_length_sorted(self.forward, rows_run, batch_size=self.batch_size, device=self.device,
                                     pad=lambda batch: pad_batch(batch, pad_values, attention_mask=True),
-                                    bf16=self.bf16, lengths=[_row_length(r) for r in rows],
+                                    bf16=self.bf16, lengths=[_row_length(r) for r in rows_run],
                                     model=self.model if self._runs_given else None,  # eval mode during the call
-                                    longest_first=True, groups=[_group(r) for r in rows], bar=bar,
-                                    nonfinite=lambda i: f"the model's output for {self.task} row {i} is not finite "
-                                    f"(NaN or inf), so no result was produced: {nonfinite_cause(self.model)}")
+                                    longest_first=True, groups=[_group(r) for r in rows_run], bar=bar,
+                                    nonfinite=lambda i: f"the model's output for {self.task} row {firsts[i]} is not "
+                                    f"finite (NaN or inf), so no result was produced: {nonfinite_cause(self.model)}")
         bar.close()
-        return results
+        # a copy's output is its own array: a caller that changes one in place leaves the others as computed
+        return [results[p] if firsts[p] == i else results[p].copy() for i, p in enumerate(places)]
 
 
 _PLAIN = (str, int, float, np.generic, type(None))  # a record's values that hold no other values
@@ -447,6 +450,24 @@ def _has(value: Any, kind: type) -> bool:
     if kind is list:
         return isinstance(value, list) and bool(value) and all(isinstance(v, str) for v in value)
     return isinstance(value, kind)
+
+
+def _row_key(row: dict[str, Any]) -> Any:
+    """A row as a hashable value, equal for rows the model computes alike (every key of the row, which the forward
+    may read); None for a row holding anything but strings, numbers, None, lists and dicts of them."""
+    def frozen(x: Any) -> Any:
+        if isinstance(x, list | tuple):
+            return tuple(map(frozen, x))
+        if isinstance(x, dict):
+            return tuple((k, frozen(v)) for k, v in sorted(x.items()))
+        if x is None or type(x) in (str, int, float, bool):
+            return x
+        raise TypeError
+
+    try:
+        return frozen(row)
+    except TypeError:  # an array or a tensor in it (or keys that do not sort): computed on its own
+        return None
 
 
 def _group(row: dict[str, Any]) -> tuple[int, int, bool]:

@@ -340,6 +340,7 @@ def predict_file(s: Any) -> dict[str, Any]:
         # the bounds the loaded pipeline sets (--stride below its max_length - 2): refused at the first call, the
         # refusal was taken for a record's and replaced by what encoding that record alone said
         pipe.check_options(options, pipe)
+        task.check_loaded(pipe, s)
         from bertkit.progress import progress_bar
 
         t0 = time.perf_counter()

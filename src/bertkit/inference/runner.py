@@ -168,6 +168,22 @@ def run_batches(call: Call, rows: Sequence[Any], batches: Sequence[Sequence[int]
     return {i: o for idx, outs in evaluate(call, rows, batches, pad=pad, **options) for i, o in zip(idx, outs)}
 
 
+def distinct(keys: Sequence[Any]) -> tuple[list[int], list[int]]:
+    """(the index of the first item of each distinct key, each item's place among those): items with equal keys are
+    computed once and share that result, bit for bit. A row's numbers depend on the batch it meets (its length's
+    kernels, the rows beside it), so two copies of a text in one call came out a float32 step apart and their tie,
+    which TEI and sentence-transformers order by index, fell either way. A key None is never equal to another."""
+    seen: dict[Any, int] = {}
+    firsts: list[int] = []
+    places = []
+    for i, key in enumerate(keys):
+        place = len(firsts) if key is None else seen.setdefault(key, len(firsts))
+        if place == len(firsts):
+            firsts.append(i)
+        places.append(place)
+    return firsts, places
+
+
 def run_length_sorted(call: Call, rows: Sequence[Any], *, batch_size: int, pad: Pad,
                       lengths: Sequence[int] | None = None, longest_first: bool = False,
                       groups: Sequence[Any] | None = None, **options: Any) -> list[np.ndarray]:

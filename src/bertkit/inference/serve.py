@@ -17,7 +17,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-from bertkit.errors import BertkitError, NonFiniteError
+from bertkit.errors import BertkitError, NonFiniteError, is_whole
 from bertkit.inference import serve_tei
 from bertkit.inference.serve_batching import (
     Batcher,
@@ -30,7 +30,7 @@ from bertkit.inference.serve_batching import (
 )
 from bertkit.inference.serve_wire import PREDICT, Call, Limits, RequestError, Route, load_json
 from bertkit.inference.tasks import SERVED, TASK_ROUTES, Task, task_named
-from bertkit.settings.inference import check_api_key, check_served_name
+from bertkit.settings.inference import ServeSettings, check_api_key, check_served_name
 
 logger = logging.getLogger("bertkit")
 
@@ -299,9 +299,10 @@ class _BearerKey:
 
 
 def create_app(pipe: Any, model_dir: str, *, max_batch_size: int = 32, max_wait_ms: float = 5.0,
-               limits: Limits | None = None, max_batch_tokens: int | None = None, api_key: str | None = None,
-               served_model_name: str | None = None) -> Any:
-    """The FastAPI application serving ``pipe`` on ``ROUTES`` (the arguments are ``bertkit serve``'s flags).
+               limits: Limits | None = None, max_batch_tokens: int = ServeSettings.max_batch_tokens,
+               api_key: str | None = None, served_model_name: str | None = None) -> Any:
+    """The FastAPI application serving ``pipe`` on ``ROUTES`` (the arguments are ``bertkit serve``'s flags, with
+    their defaults: ``max_batch_tokens`` TEI's 16384, which /info answers as the bound it is).
     ``app.state.draining = True`` refuses new requests with 503 while admitted ones finish (``serve`` sets it on
     SIGTERM); ``app.state.stopping.set()`` ends the model call under way at its next forward batch (the app's
     shutdown sets it); ``app.state.stats`` holds the counters."""
@@ -363,11 +364,13 @@ def served_task(name: str) -> Task:
     return task
 
 
-def _check_server_args(pipe: Any, max_batch_tokens: int | None, api_key: str | None,
-                       served_model_name: str | None) -> None:
-    """Refuse a token bound no input of max_length fits in, an API key no header can carry, and an empty served name
-    (the model's path would be shown in its place)."""
-    if max_batch_tokens is not None and max_batch_tokens < pipe.max_length:
+def _check_server_args(pipe: Any, max_batch_tokens: int, api_key: str | None, served_model_name: str | None) -> None:
+    """Refuse a token bound that is no whole number or that no input of max_length fits in, an API key no header can
+    carry, and an empty served name (the model's path would be shown in its place)."""
+    if not is_whole(max_batch_tokens):  # None bounded nothing, and /info answered null where TEI's clients read a number
+        raise BertkitError(f"max_batch_tokens must be a whole number >= 1, got {max_batch_tokens!r} (16384 is TEI's "
+                           "default and bertkit serve's)")
+    if max_batch_tokens < pipe.max_length:
         raise BertkitError(f"max_batch_tokens {max_batch_tokens} is below max_length {pipe.max_length}: one input "
                            "of max_length tokens could never be computed; raise --max-batch-tokens or lower --max-length")
     if api_key is not None:
@@ -461,11 +464,13 @@ def serve(s: Any) -> dict[str, Any]:
 
     task = served_task(s.task)  # refused before the model loads, as --pooling or --prompt-name it does not read
     refuse_unread(task, s, "bertkit serve", settings_served)
+    task.check_settings(s)  # a --max-length no request could run with by default, before the model loads
     _check_address(s.host, s.port)
     fix_mmap_threshold()  # the server's process only: its memory stays flat under mixed traffic (serve_batching)
     bound_onednn_caches()  # likewise for oneDNN's kernels, before the model's loading builds the first one
     pipe = pipeline(s.task, s.model_name_or_path, device=s.device, bf16=s.bf16, batch_size=s.max_batch_size,
                     max_length=s.max_length, progress=False, **task.load_options(s), **int8_options(s))
+    task.check_loaded(pipe, s)
     warm_up(pipe)
     app = create_app(pipe, str(s.model_name_or_path), max_batch_size=s.max_batch_size, max_wait_ms=s.max_wait_ms,
                      limits=Limits.from_settings(s), max_batch_tokens=s.max_batch_tokens, api_key=s.api_key,

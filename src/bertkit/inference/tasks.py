@@ -109,8 +109,20 @@ class Task:
         """Refuse a record's text the pipeline would refuse, before the model loads."""
 
     def check_settings(self, s: Any) -> None:
-        """Refuse `bertkit predict`'s settings (PredictFileSettings) that no input of the task could run with, naming
-        predict's flag, before any input is read."""
+        """Refuse `bertkit predict`'s or `bertkit serve`'s settings that no input of the task could run with, naming
+        the flag, before any input is read or the model loads."""
+        if s.max_length is not None:
+            self.check_length(s.max_length, f"--max-length {s.max_length}")
+
+    def check_loaded(self, pipe: Any, s: Any) -> None:
+        """``check_settings``' refusal of a length, for the checkpoint's own (``--max-length`` unset), known once
+        ``pipe`` has loaded."""
+        if s.max_length is None:
+            self.check_length(pipe.max_length, f"this checkpoint's max_length {pipe.max_length} (--max-length unset)")
+
+    def check_length(self, max_length: int, given: str) -> None:
+        """Refuse a pipeline length no input of the task could run with by default; ``given`` says where it comes
+        from (a flag, or the checkpoint once loaded)."""
 
     def load_options(self, s: Any) -> dict[str, Any]:
         """The pipeline's construction options from predict's or serve's settings (``load_settings``), checked
@@ -268,14 +280,15 @@ class QuestionAnswering(Task):
     answer_params = ("align_to_words", "max_seq_len")
     candidates_per = "questions"
 
-    def check_settings(self, s: Any) -> None:
-        # predict cuts questions where the pipeline does by default, and has no flag to cut them shorter: the
-        # pipeline's own message would name its max_question_length, which predict does not take
+    def check_length(self, max_length: int, given: str) -> None:
+        # predict and serve cut questions where the pipeline does by default, and have no flag to cut them shorter:
+        # the pipeline's own message would name its max_question_length, which predict does not take, and a server
+        # started so refused every request that did not send max_question_len (422), after loading the model
         question = _default(self.pipeline_class().encode, "max_question_length")
-        if s.max_length is not None and s.max_length <= question + 3:
-            raise BertkitError(f"--max-length {s.max_length} leaves no room for a context: question-answering cuts "
-                               f"each question to {question} tokens, and [CLS] and two [SEP] make {question + 3}; "
-                               f"raise --max-length above {question + 3} (384: the SQuAD recipe's)")
+        if max_length <= question + 3:
+            raise BertkitError(f"{given} leaves no room for a context: question-answering cuts each question to "
+                               f"{question} tokens, and [CLS] and two [SEP] make {question + 3}; raise --max-length "
+                               f"above {question + 3} (384: the SQuAD recipe's)")
 
     def cost(self, pipe: Any, item: Any, options: dict[str, Any], index: int) -> tuple[int, int, str]:
         from bertkit.tasks import squad
