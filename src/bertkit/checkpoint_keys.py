@@ -69,14 +69,17 @@ def strip_encoder_prefix(key: str) -> str:
 def canonical_tensors(published: dict[str, Tensor], prefix: str = "") -> dict[str, Tensor]:
     """Published names made canonical: LayerNorm.gamma -> weight, and the encoder's keys under ``prefix`` ("bert."
     in a head model) whichever prefix the file used."""
-    out: dict[str, Tensor] = {}
-    for key, value in published.items():
-        key = normalise_published_key(key)
-        bare = strip_encoder_prefix(key)
-        out[prefix + bare if bare.startswith(("embeddings.", "encoder.", "pooler.")) else key] = value
+    out = {canonical_key(key, prefix): value for key, value in published.items()}
     if "cls.predictions.bias" not in out and TIED_KEYS[1] in out:  # the MLM bias stored as its tied copy only, which
         out["cls.predictions.bias"] = out.pop(TIED_KEYS[1])  # transformers' tied-weight map loads as the bias
     return out
+
+
+def canonical_key(key: str, prefix: str = "") -> str:
+    """One published name made canonical (``canonical_tensors``)."""
+    key = normalise_published_key(key)
+    bare = strip_encoder_prefix(key)
+    return prefix + bare if bare.startswith(("embeddings.", "encoder.", "pooler.")) else key
 
 
 def canonical_names(names: Iterable[str]) -> set[str]:
