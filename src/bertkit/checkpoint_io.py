@@ -8,7 +8,8 @@ names, so a state dict is a checkpoint's as it is; the only renames are the publ
 key table).
 
 Loading is strict: a missing key, a key belonging to none of the model's modules, a shape that does not fit
-the config, a weight that is not floating-point or holds NaN/inf is an error listing every such key. Logged,
+the config, a weight that is not floating-point or holds NaN/inf, one weight stored under two of its names with
+different values is an error listing every such key. Logged,
 not errors: a task head (or pooler) absent from a pre-trained checkpoint is initialised fresh, and weights of
 BERT heads the model does not have (``bert-base-uncased``'s pre-training heads under a classifier) are dropped.
 What is refused before loading (a config unlike the weights) or saving (a pruned weight, NaN) is
@@ -213,7 +214,7 @@ class PretrainedMixin(TransformersModelCalls):
         """Load weights under the published names (with or without ``bert.``); returns what was loaded and what
         was not. ``ignore_mismatched_sizes``: a head weight of another shape stays fresh, with a warning."""
         prefix = "bert." if self._encoder() is not self else ""
-        tensors = canonical_tensors(published, prefix)
+        tensors = canonical_tensors(published, prefix, source)
         encoder_keys, head_keys = self._published_keys()
         heads = set(head_keys)
         own = self.state_dict(keep_vars=True)  # type: ignore[attr-defined]  # views: no tied-decoder copy
