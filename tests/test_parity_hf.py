@@ -167,6 +167,26 @@ def test_other_activations_match_transformers(act, tmp_path):
     _compare(ours, hf, BertModel, *_inputs(BertModel, torch.Generator().manual_seed(3), 2))
 
 
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_gelu_new_in_half_precision_is_transformers_own_formula(dtype, tmp_path):
+    """hidden_act "gelu_new" is transformers' NewGELUActivation, the tanh approximation written out step by step in the
+    input's dtype. bertkit ran PyTorch's fused tanh GELU, the same function rounded once: in bf16 the masked-LM logits
+    came 0.16 apart from transformers' (fp16 0.023), where "gelu" and "gelu_pytorch_tanh" agree to the bit."""
+    torch.manual_seed(0)
+    hf = transformers.BertForMaskedLM(transformers.BertConfig(**{**TINY, "hidden_size": 64, "intermediate_size": 256},
+                                                              hidden_act="gelu_new"))
+    with torch.no_grad():
+        for p in hf.parameters():
+            p.add_(torch.randn_like(p) * 0.3)  # activations spread wide, where the two roundings part
+    hf.to(dtype).save_pretrained(tmp_path)
+    theirs = transformers.BertForMaskedLM.from_pretrained(tmp_path).eval()
+    ours = H.BertForMaskedLM.from_pretrained(tmp_path, dtype="auto")
+    assert ours.dtype == theirs.dtype == dtype
+    ids = torch.randint(1, TINY["vocab_size"], (4, 20), generator=torch.Generator().manual_seed(2))
+    with torch.no_grad():
+        torch.testing.assert_close(ours(input_ids=ids).logits, theirs(input_ids=ids).logits, rtol=0, atol=0)
+
+
 def test_legacy_pytorch_model_bin_loads_with_weights_only(tmp_path):
     torch.manual_seed(0)
     hf = transformers.BertForMaskedLM(transformers.BertConfig(**TINY))

@@ -17,9 +17,9 @@ from typing import Any
 from bertkit.errors import BertkitError, MissingFileError, no_hub, read_json_object
 from bertkit.outputs import atomic_write_text
 
-# hidden_act -> nn.GELU's ``approximate`` (None: ReLU). "gelu" is the exact erf GELU, as transformers computes it
-# (google-research/bert's modeling.py first computed erf's, later the tanh approximation, "gelu_new" here).
-ACTIVATIONS = {"gelu": "none", "gelu_new": "tanh", "gelu_pytorch_tanh": "tanh", "relu": None}
+# The hidden_act values bertkit computes as transformers does (modeling.activation builds each). "gelu" is the exact
+# erf GELU (google-research/bert's modeling.py first computed erf's, later the tanh approximation, "gelu_new" here).
+ACTIVATIONS = ("gelu", "gelu_new", "gelu_pytorch_tanh", "relu")
 PROBLEM_TYPES = ("regression", "single_label_classification", "multi_label_classification")
 DEFAULT_ID2LABEL = {0: "LABEL_0", 1: "LABEL_1"}
 # Written to config.json only when they differ from these defaults (runtime switches, not the network's shape).
@@ -125,7 +125,9 @@ class BertConfig:
                 f"{self.num_attention_heads}; choose a head count that divides it (e.g. hidden_size // 64)"
             )
         if self.hidden_act not in ACTIVATIONS:
-            raise BertkitError(f"BertConfig.hidden_act {self.hidden_act!r} is not one of {tuple(ACTIVATIONS)}")
+            raise BertkitError(f"BertConfig.hidden_act {self.hidden_act!r} is not one of {ACTIVATIONS}, the activations "
+                               "bertkit computes as transformers does; load a checkpoint with another one with "
+                               "transformers")
         if self.position_embedding_type != "absolute":
             raise BertkitError(
                 f"BertConfig.position_embedding_type {self.position_embedding_type!r} is not supported; "
