@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import random
 import shutil
@@ -185,6 +186,28 @@ def test_gelu_new_in_half_precision_is_transformers_own_formula(dtype, tmp_path)
     ids = torch.randint(1, TINY["vocab_size"], (4, 20), generator=torch.Generator().manual_seed(2))
     with torch.no_grad():
         torch.testing.assert_close(ours(input_ids=ids).logits, theirs(input_ids=ids).logits, rtol=0, atol=0)
+
+
+def test_a_config_without_a_pad_token_loads_and_trains_its_first_row_as_transformers(tmp_path):
+    """transformers writes "pad_token_id": null for BertConfig(pad_token_id=None), and its word embeddings then have no
+    padding row: every row, id 0's too, takes gradients. bertkit refused the checkpoint ("must be a non-negative int,
+    got None"); it loads now, trains as transformers does, and saves null back."""
+    torch.manual_seed(0)
+    hf = transformers.BertForSequenceClassification(transformers.BertConfig(**TINY, pad_token_id=None))
+    hf.save_pretrained(tmp_path / "hf")
+    ours = H.BertForSequenceClassification.from_pretrained(tmp_path / "hf")
+    assert ours.config.pad_token_id is None and ours.bert.embeddings.word_embeddings.padding_idx is None
+    ids = torch.tensor([[2, 0, 5, 0, 7]])
+    grads = []
+    for model in (ours, hf):
+        model.eval()
+        model(input_ids=ids, labels=torch.tensor([1])).loss.backward()
+        grads.append(model.bert.embeddings.word_embeddings.weight.grad[0])
+    assert grads[1].abs().sum() > 0
+    torch.testing.assert_close(grads[0], grads[1], atol=1e-6, rtol=0)
+    ours.save_pretrained(tmp_path / "ours")
+    assert json.loads((tmp_path / "ours" / "config.json").read_text())["pad_token_id"] is None
+    assert transformers.BertForSequenceClassification.from_pretrained(tmp_path / "ours").config.pad_token_id is None
 
 
 def test_legacy_pytorch_model_bin_loads_with_weights_only(tmp_path):

@@ -81,7 +81,7 @@ class BertConfig:
     # Std of the normal initialiser (transformers' draw, modeling.init_bert_weights); 0.02 as in google-research/bert.
     initializer_range: float = 0.02
     layer_norm_eps: float = 1e-12
-    pad_token_id: int = 0
+    pad_token_id: int | None = 0  # None (transformers' null): no padding row, every word embedding trained
     position_embedding_type: str = "absolute"
     # Task-head fields, named as transformers names them so fine-tuned checkpoints round-trip.
     classifier_dropout: float | None = None
@@ -113,9 +113,11 @@ class BertConfig:
                 raise BertkitError(f"BertConfig.{name} must be positive, got {value!r}")
         for name in (*_SIZES, "pad_token_id"):
             value = getattr(self, name)
+            if value is None and name == "pad_token_id":
+                continue
             if isinstance(value, bool) or not isinstance(value, int) or value < (name != "pad_token_id"):
                 raise BertkitError(f"BertConfig.{name} must be a {'positive' if name in _SIZES else 'non-negative'} "
-                                   f"int, got {value!r}")
+                                   f"int{'' if name in _SIZES else ' (or null)'}, got {value!r}")
         for name in _SWITCHES:
             if not isinstance(getattr(self, name), bool):
                 raise BertkitError(f"BertConfig.{name} must be true or false, got {getattr(self, name)!r}")
@@ -144,7 +146,7 @@ class BertConfig:
                                f"got {self.architectures!r}")
         if not isinstance(self.name_or_path, str):
             self.name_or_path = str(self.name_or_path)  # a Path, as transformers' str(name_or_path)
-        if self.pad_token_id >= self.vocab_size:
+        if self.pad_token_id is not None and self.pad_token_id >= self.vocab_size:
             raise BertkitError(f"BertConfig.pad_token_id {self.pad_token_id} is outside the vocabulary (size {self.vocab_size})")
         self._normalise_labels()
 
