@@ -72,6 +72,28 @@ def test_missing_and_unexpected_keys_listed(saved):
     assert "unexpected keys: ['encoder.layer.1.attention.self.rotary.weight']" in str(e.value)
 
 
+@pytest.mark.parametrize("stored, other", [
+    ("embeddings.word_embeddings.weight", "bert.embeddings.word_embeddings.weight"),  # with and without the prefix
+    ("encoder.layer.0.output.LayerNorm.weight", "encoder.layer.0.output.LayerNorm.gamma"),  # and its TF-era name
+])
+def test_two_tensors_for_one_weight_are_refused_naming_both(saved, stored, other):
+    """A file holding one weight under two of its published names, with different values: loading kept whichever came
+    last in name order, where transformers may take the other, so the two
+    libraries computed different numbers from one file without a word. Refused now, naming both; the same values
+    under both names (an exported copy) load as before."""
+    state = load_file(saved / "model.safetensors")
+    state[other] = state[stored] + 1.0
+    save_file(state, saved / "model.safetensors")
+    with pytest.raises(ValueError) as e:
+        BertModel.from_pretrained(saved)
+    first, second = sorted((stored, other))  # in the file's order, safetensors' sorted names
+    assert f"{saved}: {first} and {second} hold different values for one weight" in str(e.value), str(e.value)
+    state[other] = state[stored].clone()
+    save_file(state, saved / "model.safetensors")
+    model = BertModel.from_pretrained(saved)
+    torch.testing.assert_close(model.state_dict()[stored], state[stored], rtol=0, atol=0)
+
+
 def test_a_stray_layer_tensor_is_named_with_advice_that_loads(saved):
     """Was: one tensor of a layer 3 in a 2-layer checkpoint got "num_hidden_layers is 2 but the weights have 4: fix
     config.json", advice that fails next on the missing layer 2 and the rest of layer 3."""

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import random
 import shutil
@@ -165,6 +166,48 @@ def test_other_activations_match_transformers(act, tmp_path):
     ours = BertModel.from_pretrained(tmp_path)
     assert ours.config.hidden_act == act
     _compare(ours, hf, BertModel, *_inputs(BertModel, torch.Generator().manual_seed(3), 2))
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_gelu_new_in_half_precision_is_transformers_own_formula(dtype, tmp_path):
+    """hidden_act "gelu_new" is transformers' NewGELUActivation, the tanh approximation written out step by step in the
+    input's dtype. bertkit ran PyTorch's fused tanh GELU, the same function rounded once: in bf16 the masked-LM logits
+    came 0.16 apart from transformers' (fp16 0.023), where "gelu" and "gelu_pytorch_tanh" agree to the bit."""
+    torch.manual_seed(0)
+    hf = transformers.BertForMaskedLM(transformers.BertConfig(**{**TINY, "hidden_size": 64, "intermediate_size": 256},
+                                                              hidden_act="gelu_new"))
+    with torch.no_grad():
+        for p in hf.parameters():
+            p.add_(torch.randn_like(p) * 0.3)  # activations spread wide, where the two roundings part
+    hf.to(dtype).save_pretrained(tmp_path)
+    theirs = transformers.BertForMaskedLM.from_pretrained(tmp_path).eval()
+    ours = H.BertForMaskedLM.from_pretrained(tmp_path, dtype="auto")
+    assert ours.dtype == theirs.dtype == dtype
+    ids = torch.randint(1, TINY["vocab_size"], (4, 20), generator=torch.Generator().manual_seed(2))
+    with torch.no_grad():
+        torch.testing.assert_close(ours(input_ids=ids).logits, theirs(input_ids=ids).logits, rtol=0, atol=0)
+
+
+def test_a_config_without_a_pad_token_loads_and_trains_its_first_row_as_transformers(tmp_path):
+    """transformers writes "pad_token_id": null for BertConfig(pad_token_id=None), and its word embeddings then have no
+    padding row: every row, id 0's too, takes gradients. bertkit refused the checkpoint ("must be a non-negative int,
+    got None"); it loads now, trains as transformers does, and saves null back."""
+    torch.manual_seed(0)
+    hf = transformers.BertForSequenceClassification(transformers.BertConfig(**TINY, pad_token_id=None))
+    hf.save_pretrained(tmp_path / "hf")
+    ours = H.BertForSequenceClassification.from_pretrained(tmp_path / "hf")
+    assert ours.config.pad_token_id is None and ours.bert.embeddings.word_embeddings.padding_idx is None
+    ids = torch.tensor([[2, 0, 5, 0, 7]])
+    grads = []
+    for model in (ours, hf):
+        model.eval()
+        model(input_ids=ids, labels=torch.tensor([1])).loss.backward()
+        grads.append(model.bert.embeddings.word_embeddings.weight.grad[0])
+    assert grads[1].abs().sum() > 0
+    torch.testing.assert_close(grads[0], grads[1], atol=1e-6, rtol=0)
+    ours.save_pretrained(tmp_path / "ours")
+    assert json.loads((tmp_path / "ours" / "config.json").read_text())["pad_token_id"] is None
+    assert transformers.BertForSequenceClassification.from_pretrained(tmp_path / "ours").config.pad_token_id is None
 
 
 def test_legacy_pytorch_model_bin_loads_with_weights_only(tmp_path):

@@ -1137,6 +1137,8 @@ def test_decode_takes_an_encoding_and_the_slow_tokenizers_spacing_switch(minilm_
 @pytest.mark.parametrize("cls, source, kwargs", [
     ("BertForSequenceClassification", "encoder", {"num_labels": 3}),  # a new head: its weights missing
     ("BertForPreTraining", "encoder", {}),  # the MLM head fresh, its tied decoder bias too
+    ("BertForMaskedLM", "encoder", {}),  # the encoder's pooler left out, under the file's name (no "bert.")
+    ("BertForQuestionAnswering", "encoder", {}),
     ("BertForMaskedLM", "pretraining", {}),
     ("BertModel", "pretraining", {}),
     ("BertForSequenceClassification", "pretraining", {}),  # the checkpoint's heads left out

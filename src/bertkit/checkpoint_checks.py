@@ -34,7 +34,7 @@ _SIZES = (
 def check_config_fits_weights(config: BertConfig, weights: dict[str, Tensor], source: str) -> None:
     """Refuse a config whose sizes are not the weights', naming each field and both values: before the model is
     built, so a damaged config.json (vocab_size 2**40) is an error, not an allocation of its size."""
-    canonical = {k: tuple(v.shape) for k, v in canonical_tensors(weights).items() if isinstance(v, Tensor)}
+    canonical = {k: tuple(v.shape) for k, v in canonical_tensors(weights, source=source).items() if isinstance(v, Tensor)}
     found: dict[str, tuple[int, int, str]] = {}  # field -> (config's value, weights' value, the tensor read)
     for key, dims in _SIZES:
         shape = canonical.get(key)

@@ -8,7 +8,8 @@ names, so a state dict is a checkpoint's as it is; the only renames are the publ
 key table).
 
 Loading is strict: a missing key, a key belonging to none of the model's modules, a shape that does not fit
-the config, a weight that is not floating-point or holds NaN/inf is an error listing every such key. Logged,
+the config, a weight that is not floating-point or holds NaN/inf, one weight stored under two of its names with
+different values is an error listing every such key. Logged,
 not errors: a task head (or pooler) absent from a pre-trained checkpoint is initialised fresh, and weights of
 BERT heads the model does not have (``bert-base-uncased``'s pre-training heads under a classifier) are dropped.
 What is refused before loading (a config unlike the weights) or saving (a pruned weight, NaN) is
@@ -42,8 +43,10 @@ from bertkit.checkpoint_keys import (
     LAYER_KEYS,
     POOLER_KEYS,
     TIED_KEYS,
+    canonical_key,
     canonical_tensors,
     expand_keys,
+    normalise_published_key,
     strip_encoder_prefix,
 )
 from bertkit.compat import TransformersModelCalls, check_attn_implementation
@@ -210,7 +213,8 @@ class PretrainedMixin(TransformersModelCalls):
                                   ignore_mismatched_sizes: bool = False) -> LoadReport:
         """Load weights under the published names (with or without ``bert.``); returns what was loaded and what
         was not. ``ignore_mismatched_sizes``: a head weight of another shape stays fresh, with a warning."""
-        tensors = canonical_tensors(published, "bert." if self._encoder() is not self else "")
+        prefix = "bert." if self._encoder() is not self else ""
+        tensors = canonical_tensors(published, prefix, source)
         encoder_keys, head_keys = self._published_keys()
         heads = set(head_keys)
         own = self.state_dict(keep_vars=True)  # type: ignore[attr-defined]  # views: no tied-decoder copy
@@ -236,7 +240,10 @@ class PretrainedMixin(TransformersModelCalls):
         used = set(encoder_keys) | heads
         leftovers = sorted(k for k in tensors if k not in used and strip_encoder_prefix(k) not in IGNORED_KEYS)
         unknown = [k for k in leftovers if self._is_unexpected(k)]
-        other_heads = [k for k in leftovers if k not in unknown]
+        # reported under the file's encoder prefix, as transformers reports them: a bare encoder's pooler left out of
+        # a head model is pooler.dense.weight, not bert.pooler.dense.weight
+        in_file = {canonical_key(k, prefix): normalise_published_key(k) for k in published}
+        other_heads = [in_file.get(k, k) for k in leftovers if k not in unknown]
 
         def some(found: list[str]) -> str:
             return f"{found[:5]}" + (f" and {len(found) - 5} more" if len(found) > 5 else "")

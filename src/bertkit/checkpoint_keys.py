@@ -10,7 +10,10 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
+import torch
 from torch import Tensor
+
+from bertkit.errors import BertkitError
 
 # The encoder's published names, relative to the encoder (head models prefix "bert."); "{i}" is the layer index.
 ENCODER_KEYS = ["embeddings.word_embeddings.weight", "embeddings.position_embeddings.weight",
@@ -66,17 +69,35 @@ def strip_encoder_prefix(key: str) -> str:
     return key[len("bert."):] if key.startswith("bert.") else key
 
 
-def canonical_tensors(published: dict[str, Tensor], prefix: str = "") -> dict[str, Tensor]:
+def canonical_tensors(published: dict[str, Tensor], prefix: str = "", source: str = "the checkpoint") -> dict[str, Tensor]:
     """Published names made canonical: LayerNorm.gamma -> weight, and the encoder's keys under ``prefix`` ("bert."
-    in a head model) whichever prefix the file used."""
+    in a head model) whichever prefix the file used. Two names of one weight holding different values are refused,
+    naming both (``source``: the file, for the message)."""
     out: dict[str, Tensor] = {}
+    named: dict[str, str] = {}
     for key, value in published.items():
-        key = normalise_published_key(key)
-        bare = strip_encoder_prefix(key)
-        out[prefix + bare if bare.startswith(("embeddings.", "encoder.", "pooler.")) else key] = value
+        canonical = canonical_key(key, prefix)
+        if canonical in out and isinstance(value, Tensor) and not _same(out[canonical], value):
+            # one weight under two of its names (with and without "bert.", LayerNorm.gamma and .weight): which one a
+            # loader keeps is its own choice (transformers' differs by case), so the numbers would be too
+            raise BertkitError(f"{source}: {named[canonical]} and {key} hold different values for one weight, {canonical}; "
+                               "the file was merged from two models or edited: keep one of the two (from_pretrained("
+                               "path, state_dict=...) with the other left out) or save the checkpoint again")
+        out[canonical], named[canonical] = value, key
     if "cls.predictions.bias" not in out and TIED_KEYS[1] in out:  # the MLM bias stored as its tied copy only, which
         out["cls.predictions.bias"] = out.pop(TIED_KEYS[1])  # transformers' tied-weight map loads as the bias
     return out
+
+
+def _same(a: Tensor, b: Tensor) -> bool:
+    return a.shape == b.shape and a.dtype == b.dtype and torch.equal(a, b)
+
+
+def canonical_key(key: str, prefix: str = "") -> str:
+    """One published name made canonical (``canonical_tensors``)."""
+    key = normalise_published_key(key)
+    bare = strip_encoder_prefix(key)
+    return prefix + bare if bare.startswith(("embeddings.", "encoder.", "pooler.")) else key
 
 
 def canonical_names(names: Iterable[str]) -> set[str]:

@@ -179,7 +179,7 @@ class TransformersModelCalls:
         n = old.num_embeddings if new_num_tokens is None else int(new_num_tokens)
         if pad_to_multiple_of is not None:
             n = -(-n // pad_to_multiple_of) * pad_to_multiple_of
-        if not self.config.pad_token_id < n:
+        if self.config.pad_token_id is not None and not self.config.pad_token_id < n:
             raise BertkitError(f"a vocabulary of {n} tokens does not hold pad_token_id {self.config.pad_token_id}")
         if n == old.num_embeddings:
             return old
@@ -201,7 +201,7 @@ class TransformersModelCalls:
         """Swap in ``embeddings`` (the MLM bias cut or zero-extended to their rows with ``resize_mlm_bias``), tie
         the MLM decoder to them again, and set ``config.vocab_size`` to their rows."""
         n = embeddings.num_embeddings
-        if not self.config.pad_token_id < n:
+        if self.config.pad_token_id is not None and not self.config.pad_token_id < n:
             raise BertkitError(f"a vocabulary of {n} tokens does not hold pad_token_id {self.config.pad_token_id}")
         self._encoder().embeddings.word_embeddings = embeddings
         if (mlm := self._mlm_head()) is not None:

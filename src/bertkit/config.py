@@ -17,9 +17,9 @@ from typing import Any
 from bertkit.errors import BertkitError, MissingFileError, no_hub, read_json_object
 from bertkit.outputs import atomic_write_text
 
-# hidden_act -> nn.GELU's ``approximate`` (None: ReLU). "gelu" is the exact erf GELU, as transformers computes it
-# (google-research/bert's modeling.py first computed erf's, later the tanh approximation, "gelu_new" here).
-ACTIVATIONS = {"gelu": "none", "gelu_new": "tanh", "gelu_pytorch_tanh": "tanh", "relu": None}
+# The hidden_act values bertkit computes as transformers does (modeling.activation builds each). "gelu" is the exact
+# erf GELU (google-research/bert's modeling.py first computed erf's, later the tanh approximation, "gelu_new" here).
+ACTIVATIONS = ("gelu", "gelu_new", "gelu_pytorch_tanh", "relu")
 PROBLEM_TYPES = ("regression", "single_label_classification", "multi_label_classification")
 DEFAULT_ID2LABEL = {0: "LABEL_0", 1: "LABEL_1"}
 # Written to config.json only when they differ from these defaults (runtime switches, not the network's shape).
@@ -81,7 +81,7 @@ class BertConfig:
     # Std of the normal initialiser (transformers' draw, modeling.init_bert_weights); 0.02 as in google-research/bert.
     initializer_range: float = 0.02
     layer_norm_eps: float = 1e-12
-    pad_token_id: int = 0
+    pad_token_id: int | None = 0  # None (transformers' null): no padding row, every word embedding trained
     position_embedding_type: str = "absolute"
     # Task-head fields, named as transformers names them so fine-tuned checkpoints round-trip.
     classifier_dropout: float | None = None
@@ -113,9 +113,11 @@ class BertConfig:
                 raise BertkitError(f"BertConfig.{name} must be positive, got {value!r}")
         for name in (*_SIZES, "pad_token_id"):
             value = getattr(self, name)
+            if value is None and name == "pad_token_id":
+                continue
             if isinstance(value, bool) or not isinstance(value, int) or value < (name != "pad_token_id"):
                 raise BertkitError(f"BertConfig.{name} must be a {'positive' if name in _SIZES else 'non-negative'} "
-                                   f"int, got {value!r}")
+                                   f"int{'' if name in _SIZES else ' (or null)'}, got {value!r}")
         for name in _SWITCHES:
             if not isinstance(getattr(self, name), bool):
                 raise BertkitError(f"BertConfig.{name} must be true or false, got {getattr(self, name)!r}")
@@ -125,7 +127,9 @@ class BertConfig:
                 f"{self.num_attention_heads}; choose a head count that divides it (e.g. hidden_size // 64)"
             )
         if self.hidden_act not in ACTIVATIONS:
-            raise BertkitError(f"BertConfig.hidden_act {self.hidden_act!r} is not one of {tuple(ACTIVATIONS)}")
+            raise BertkitError(f"BertConfig.hidden_act {self.hidden_act!r} is not one of {ACTIVATIONS}, the activations "
+                               "bertkit computes as transformers does; load a checkpoint with another one with "
+                               "transformers")
         if self.position_embedding_type != "absolute":
             raise BertkitError(
                 f"BertConfig.position_embedding_type {self.position_embedding_type!r} is not supported; "
@@ -142,7 +146,7 @@ class BertConfig:
                                f"got {self.architectures!r}")
         if not isinstance(self.name_or_path, str):
             self.name_or_path = str(self.name_or_path)  # a Path, as transformers' str(name_or_path)
-        if self.pad_token_id >= self.vocab_size:
+        if self.pad_token_id is not None and self.pad_token_id >= self.vocab_size:
             raise BertkitError(f"BertConfig.pad_token_id {self.pad_token_id} is outside the vocabulary (size {self.vocab_size})")
         self._normalise_labels()
 

@@ -230,9 +230,10 @@ NOT_FOR_TRAINING = ("the inference copy (optimize_for_inference, prepare_model) 
                     "are prepared weights without a backward; train, or take gradients through, the model it was "
                     "made from")
 
-# oneDNN's fused post-operations for the feed-forward activations (``_linear_pointwise``'s attr and algorithm).
+# oneDNN's fused post-operations for the feed-forward activations (``_linear_pointwise``'s attr and algorithm); fused
+# in fp32 only, where "gelu_new"'s op-by-op formula (NewGELU) and the fused tanh GELU agree within fp32 rounding.
 _ONEDNN_ACTIVATIONS = {("GELU", "none"): ("gelu", "none"), ("GELU", "tanh"): ("gelu", "tanh"),
-                       ("ReLU", None): ("relu", "")}
+                       ("NewGELU", None): ("gelu", "tanh"), ("ReLU", None): ("relu", "")}
 
 
 def cpu_key_multiple() -> int:
