@@ -259,3 +259,25 @@ def test_a_refused_checkpoint_write_names_the_resume_of_the_run_that_wrote_it(tm
         checkpoint.save_checkpoint(tmp_path, {"model": {"w": torch.zeros(4)}}, 4, keep=2,
                                    layout=getattr(checkpoint, layout))
     assert str(info.value).endswith(f"free some space and run again with {resume}"), str(info.value)
+
+
+def test_use_safetensors_picks_the_kind_of_file_as_transformers(saved):
+    # A directory holding both kinds, with other values in the pickle: transformers reads safetensors for None and
+    # True and the pickle for False; a kind that is absent is an error in both.
+    import transformers
+
+    weights = load_file(saved / "model.safetensors")
+    torch.save({k: v + 1.0 for k, v in weights.items()}, saved / "pytorch_model.bin")
+    ids = torch.tensor([[2, 7, 11, 3]])
+    for choice in (None, True, False):
+        ours = BertModel.from_pretrained(saved, use_safetensors=choice)
+        theirs = transformers.BertModel.from_pretrained(saved, use_safetensors=choice)
+        torch.testing.assert_close(ours(ids).last_hidden_state, theirs(ids).last_hidden_state, rtol=1e-5, atol=1e-5)
+    with_pickle = BertModel.from_pretrained(saved, use_safetensors=False)
+    assert torch.equal(with_pickle.embeddings.word_embeddings.weight,
+                       weights["embeddings.word_embeddings.weight"] + 1.0)
+    (saved / "model.safetensors").unlink()
+    with pytest.raises(FileNotFoundError, match="use_safetensors=True and .* holds no model.safetensors"):
+        BertModel.from_pretrained(saved, use_safetensors=True)
+    with pytest.raises(ValueError, match="use_safetensors='yes'"):
+        BertModel.from_pretrained(saved, use_safetensors="yes")

@@ -154,7 +154,8 @@ class PretrainedMixin(TransformersModelCalls):
                         state_dict: dict[str, Tensor] | None = None, dtype: torch.dtype | str | None = None,
                         device: torch.device | str | None = None, attn_implementation: str | None = None,
                         add_pooling_layer: bool | None = None, ignore_mismatched_sizes: bool = False,
-                        output_loading_info: bool = False, **config_overrides: Any):
+                        output_loading_info: bool = False, use_safetensors: bool | None = None,
+                        **config_overrides: Any):
         """Build the model from a Hugging Face-layout directory (or Hub id, ``bertkit.hub``), in eval mode, as
         transformers does.
 
@@ -166,7 +167,8 @@ class PretrainedMixin(TransformersModelCalls):
         as transformers does: ``info`` holds the sets ``missing_keys`` (initialised fresh: not in the checkpoint),
         ``unexpected_keys`` (in the checkpoint, left out: another head's), ``mismatched_keys`` ((name, file shape,
         model shape), re-initialised under ``ignore_mismatched_sizes``) and an empty ``error_msgs`` list (bertkit
-        raises instead).
+        raises instead). ``use_safetensors`` is transformers': True reads ``model.safetensors`` (or its shards)
+        only, False ``pytorch_model.bin`` only, None (default) safetensors first.
         """
         if torch.get_default_device().type == "meta":  # else torch's "Tensor on device cpu is not on the expected
             # device meta!" from deep inside loading, or "Cannot copy out of meta tensor" from a pipeline
@@ -185,7 +187,7 @@ class PretrainedMixin(TransformersModelCalls):
         elif config_overrides:
             config = BertConfig.from_dict(config.to_dict(), **config_overrides)
         source = "state_dict" if state_dict is not None else str(directory)
-        weights = state_dict if state_dict is not None else read_weights(directory)
+        weights = state_dict if state_dict is not None else read_weights(directory, use_safetensors)
         check_config_fits_weights(config, weights, source)
         if add_pooling_layer is not None and "add_pooling_layer" not in inspect.signature(cls).parameters:
             raise BertkitError(f"add_pooling_layer is a BertModel argument; {cls.__name__} decides its pooler")

@@ -75,12 +75,17 @@ def weight_files(directory: Path) -> list[Path]:
     return _stored_weights(directory)[0]
 
 
-def _stored_weights(directory: Path) -> tuple[list[Path], set[str] | None]:
+def _stored_weights(directory: Path, use_safetensors: bool | None = None) -> tuple[list[Path], set[str] | None]:
     """``weight_files`` and, for a sharded checkpoint, the tensor names its index lists (None for one file). Every
-    listed shard must be there: a partial download is refused, not loaded as a model missing layers."""
+    listed shard must be there: a partial download is refused, not loaded as a model missing layers.
+    ``use_safetensors`` is transformers' keyword: True reads safetensors only, False the torch pickle only."""
     refuse_mixed_weights(directory)
     fix = "copy or download the checkpoint again"
-    for name in (WEIGHTS_NAME, PICKLE_WEIGHTS_NAME):
+    names = {None: (WEIGHTS_NAME, PICKLE_WEIGHTS_NAME), True: (WEIGHTS_NAME,), False: (PICKLE_WEIGHTS_NAME,)}
+    if use_safetensors not in names:
+        raise BertkitError(f"use_safetensors={use_safetensors!r}: pass True (safetensors only), False (the torch "
+                           "pickle only) or None (safetensors first, as transformers reads)")
+    for name in names[use_safetensors]:
         if (directory / name).is_file():
             return [directory / name], None
         index = directory / (name + ".index.json")
@@ -100,6 +105,10 @@ def _stored_weights(directory: Path) -> tuple[list[Path], set[str] | None]:
                                        f"{directory} ({', '.join(missing[:3])}): the checkpoint is incomplete; "
                                        "download or copy the missing shards")
             return [directory / s for s in shards], set(weight_map)
+    if use_safetensors is not None:  # as transformers, which refuses the other kind under this keyword
+        wanted = names[use_safetensors][0]
+        raise MissingFileError(f"use_safetensors={use_safetensors} and {directory} holds no {wanted} (nor its shards "
+                               f"with {wanted}.index.json); drop use_safetensors to read the weights it holds")
     raise MissingFileError(
         f"no float weights in {directory}{cache_hint(directory)}: expected {WEIGHTS_NAME} (or {PICKLE_WEIGHTS_NAME}, "
         "or either's shards with its .index.json); point at a directory written by save_pretrained, or fetch the "
@@ -135,10 +144,10 @@ def _read_weight_file(path: Path) -> dict[str, Tensor]:
                            f"convert it to {WEIGHTS_NAME} with a tool you trust ({str(e).splitlines()[0]})") from None
 
 
-def read_weights(directory: Path) -> dict[str, Tensor]:
+def read_weights(directory: Path, use_safetensors: bool | None = None) -> dict[str, Tensor]:
     """The state dict stored in ``directory`` (``weight_files``: safetensors first, else transformers' torch pickle,
-    read safely; a sharded checkpoint shard by shard)."""
-    files, listed = _stored_weights(directory)
+    read safely; a sharded checkpoint shard by shard; ``use_safetensors`` as in ``_stored_weights``)."""
+    files, listed = _stored_weights(directory, use_safetensors)
     weights: dict[str, Tensor] = {}
     for path in files:
         weights.update(_read_weight_file(path))
