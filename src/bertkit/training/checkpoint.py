@@ -269,7 +269,13 @@ def _rotate(out_dir: Path, layout: CheckpointLayout, final: Path, keep: int,
     kept = {final, *(p for p in ours if protect is not None and protect(p))}
     others = [p for p in ours if p not in kept]
     for old in others[:max(0, len(others) - max(0, keep - len(kept)))]:
-        remove_owned_tree(old)  # only the files recorded as written by this run or the one it resumes
+        remove_checkpoint(old)
+
+
+def remove_checkpoint(path: Path) -> None:
+    """Remove the checkpoint at ``path``: only the files recorded as written by this run or the one it resumes, its
+    state.pt first, so that what a kill leaves of the removal lacks it (``resume_point.removal_cut_short``)."""
+    remove_owned_tree(path, first=(STATE_FILE,))
 
 
 def _provable(path: Path) -> bool:
