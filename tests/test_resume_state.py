@@ -76,6 +76,6 @@ def test_a_seeded_masking_collator_resumes_its_masks_where_the_run_was(masked_lm
         _trainer(masked_lm, tmp_path / "cut", collator=collator, callbacks=[KillAt(2)], **settings).train()
     resumed = _trainer(masked_lm, tmp_path / "cut", collator=collator, **settings)
     resumed.train(resume_from_checkpoint=True)
-    # was: the resumed collator drew from seed 7 again, step 1's masks at step 2 (loss 9.155843 for 9.155526)
+    # was: the resumed collator drew from seed 7 again, other masks from step 2 on (loss 9.155843 for 9.155526)
     assert _losses(resumed.state.log_history) == _losses(whole.state.log_history)
     assert len({loss for _, loss, _ in _losses(whole.state.log_history)}) == 3
