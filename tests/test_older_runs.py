@@ -201,7 +201,7 @@ def _as_written_earlier(run: Path, rng) -> list[str]:
     partial.write_text(json.dumps(record))
     for state_file in sorted(stage.glob("checkpoints/step-*/state.pt")):
         state = torch.load(state_file, weights_only=True)
-        for key in ("format", "last_step", "records"):
+        for key in ("format", "last_step", "records", "optimizer_parameters"):
             if rng.random() < 0.7:
                 state.pop(key, None)
                 changed.append(f"{state_file.parent.name} without {key}")

@@ -178,14 +178,16 @@ def owns(path: str | os.PathLike) -> bool:
     return False
 
 
-def remove_owned_tree(directory: str | os.PathLike) -> list[str]:
+def remove_owned_tree(directory: str | os.PathLike, first: tuple[str, ...] = ()) -> list[str]:
     """Remove the files under ``directory`` its manifests prove bertkit's (and its bookkeeping), then the directories
-    left empty; symlinks are never followed. Returns what was left (relative paths), named in a warning."""
+    left empty; symlinks are never followed. Returns what was left (relative paths), named in a warning. ``first``:
+    the relative paths removed before the others (a checkpoint's state.pt: one without it, its manifest kept, is a
+    removal a kill cut short)."""
     directory = Path(directory)
     if directory.is_symlink() or not directory.is_dir():
         return []
     proven, left = proven_files(directory)
-    refused = [rel for rel in proven if not _unlink(directory / rel)]
+    refused = [rel for rel in sorted(proven, key=lambda rel: rel not in first) if not _unlink(directory / rel)]
     if not refused:  # else the manifest stays, the proof a later removal asks for
         for _, path in list(files_under(directory)):
             if is_bookkeeping(path):  # a manifest proves nothing of what is left: no record of the user's files

@@ -269,7 +269,13 @@ def _rotate(out_dir: Path, layout: CheckpointLayout, final: Path, keep: int,
     kept = {final, *(p for p in ours if protect is not None and protect(p))}
     others = [p for p in ours if p not in kept]
     for old in others[:max(0, len(others) - max(0, keep - len(kept)))]:
-        remove_owned_tree(old)  # only the files recorded as written by this run or the one it resumes
+        remove_checkpoint(old)
+
+
+def remove_checkpoint(path: Path) -> None:
+    """Remove the checkpoint at ``path``: only the files recorded as written by this run or the one it resumes, its
+    state.pt first, so that what a kill leaves of the removal lacks it (``resume_point.removal_cut_short``)."""
+    remove_owned_tree(path, first=(STATE_FILE,))
 
 
 def _provable(path: Path) -> bool:
@@ -314,7 +320,19 @@ def load_model_state(model: nn.Module, weights: dict) -> None:
     model.load_state_dict({**weights, **{key: weights[name] for key, name in aliases.items()}})
 
 
-def load_optimizer_state(optimizer: torch.optim.Optimizer, state: dict) -> None:
+def optimizer_parameters(model: nn.Module, optimizer: torch.optim.Optimizer) -> list[list[str]]:
+    """The names (``model.named_parameters()``'s) of the parameters each of ``optimizer``'s groups trains, in order:
+    a checkpoint records them, so that a resume whose model trains other parameters is refused by name."""
+    names = {id(p): n for n, p in model.named_parameters()}
+    return [[names.get(id(p), "?") for p in g["params"]] for g in optimizer.param_groups]
+
+
+def load_optimizer_state(optimizer: torch.optim.Optimizer, state: dict, trained: list[list[str]] | None = None,
+                         saved_trained: list[list[str]] | None = None) -> None:
+    """Load AdamW's state; ``trained`` and ``saved_trained`` (``optimizer_parameters`` now and in the checkpoint,
+    None where a checkpoint written before it was recorded holds none) must name the same parameters: torch hands
+    the moments out by position, so a model that freezes other tensors of the same shapes (requires_grad) would take
+    another tensor's moments without a word."""
     saved = [len(g["params"]) for g in state.get("param_groups", [])]
     now = [len(g["params"]) for g in optimizer.param_groups]
     if saved != now:  # torch's own message names no cause; a different parameter layout is the usual one
@@ -322,7 +340,22 @@ def load_optimizer_state(optimizer: torch.optim.Optimizer, state: dict) -> None:
             f"the checkpoint's optimiser state holds parameter groups of {saved} tensors, this model's "
             f"optimiser {now}: it was written for another model, so the run cannot be resumed; start a new "
             "run (its model files can still initialise one)")
+    if trained is not None and saved_trained is not None and trained != saved_trained:
+        before, after = {n for g in saved_trained for n in g}, {n for g in trained for n in g}
+        what = (f"the checkpoint's trains {_few(before - after)}, which this run's does not, and this run's trains "
+                f"{_few(after - before)}" if before != after else
+                "the same parameters in other groups (other weight decay or learning-rate groups)")
+        raise BertkitError(
+            f"the checkpoint's optimiser and this run's train other parameters ({what}): the model's trainable "
+            "parameters (requires_grad) differ from the run that wrote it, and AdamW's moments would go to other "
+            "tensors; freeze the parameters that run froze, or start a new run (its model files can still "
+            "initialise one)")
     optimizer.load_state_dict(state)
+
+
+def _few(names: set[str]) -> str:
+    shown = sorted(names)
+    return repr(shown[:4])[:-1] + (f", ... ({len(shown)} in all)]" if len(shown) > 4 else "]") if shown else "none"
 
 
 def rng_state(device: str) -> dict:

@@ -17,6 +17,7 @@ from bertkit.settings import FinetuneSettings, TrainingSettings
 from bertkit.settings.training import micro_batch_size
 from bertkit.tokenization import BertTokenizer
 from bertkit.training.batch_plan import BatchPlan, steps_for_epochs, steps_per_epoch
+from bertkit.training.checkpoint import STEP_LAYOUT, remove_checkpoint
 from bertkit.training.distributed import current
 from bertkit.training.loop import Phase, TrainResult, train
 from bertkit.training.plot import plot_metrics
@@ -84,4 +85,6 @@ def remove_checkpoints(s: TrainingSettings) -> None:
     what the caller keeps of the run is written: a kill before then (scoring dev, saving the model) leaves the final
     checkpoint, from which --resume finishes the run without training it again."""
     if current().is_main:
+        for path in STEP_LAYOUT.dirs(s.output_dir):  # each state.pt first: a kill leaves removals it can tell apart
+            remove_checkpoint(path)
         remove_owned_tree(s.output_dir / "checkpoints")

@@ -35,6 +35,7 @@ from bertkit.training.checkpoint import (
     load_model_state,
     load_optimizer_state,
     model_state,
+    optimizer_parameters,
     restore_rank_state,
     rng_state,
     save_checkpoint,
@@ -265,7 +266,8 @@ class _Run:
     def restore(self, path: Path, state: dict) -> None:
         """Continue from the checkpoint at ``path``, metrics.jsonl cut back to the records it found."""
         info = self.info
-        load_optimizer_state(self.optimizer, state["optimizer"])
+        load_optimizer_state(self.optimizer, state["optimizer"], optimizer_parameters(self.model, self.optimizer),
+                             state.get("optimizer_parameters"))
         self.scheduler.load_state_dict(state["scheduler"])
         self.scaler.load_state_dict(state["scaler"])
         pos = self.pos = Position(**state["position"])
@@ -545,6 +547,7 @@ class _Run:
                 limit = self.args.save_total_limit  # None, 0 or below: keep every checkpoint, as transformers reads it
                 save_checkpoint(self.args.output_dir, {
                     "model": model_state(self.model), "optimizer": self.optimizer.state_dict(), "scheduler": self.scheduler.state_dict(),
+                    "optimizer_parameters": optimizer_parameters(self.model, self.optimizer),
                     "scaler": self.scaler.state_dict(), "rank_rng": rng, "world_size": self.info.world_size,
                     "computed_on": computed_on(self.device),  # the CPU class and threads: a resume elsewhere warns
                     "position": dataclasses.asdict(self.pos), "fingerprint": self.fingerprint,

@@ -16,7 +16,7 @@ from pathlib import Path
 import torch
 
 from bertkit.errors import BertkitError
-from bertkit.manifests import read_marker, remove_owned_tree
+from bertkit.manifests import read_marker
 from bertkit.outputs import regular_stat
 from bertkit.training.checkpoint import (
     FIRST_RECORDED,
@@ -25,6 +25,7 @@ from bertkit.training.checkpoint import (
     CheckpointLayout,
     checkpoint_step,
     read_state,
+    remove_checkpoint,
 )
 
 logger = logging.getLogger("bertkit")
@@ -169,13 +170,16 @@ def _differences(saved: dict, now: dict, prefix: str = "") -> dict[str, tuple]:
 
 def removal_cut_short(path: Path) -> bool:
     """Whether the checkpoint directory ``path`` is what a kill left of its removal (rotation, or a fine-tuning run's
-    clean-up): a checkpoint is renamed into place whole, so one missing a file its manifest lists, or holding
-    neither manifest nor state, was being removed. Not a checkpoint to resume from, nor a damaged one."""
+    clean-up): a checkpoint is renamed into place whole and removed state.pt first (``checkpoint.remove_checkpoint``),
+    so one whose manifest lists a state.pt that is gone, or holding neither manifest nor state, was being removed
+    (a model-only one, without state.pt: one missing any file its manifest lists). Not a checkpoint to resume from,
+    nor a damaged one. One that still holds its state.pt and lacks another file (an optimizer.pt the user deleted to
+    free the disk) is not: a resume passes over it as damaged, and keeps it."""
     try:
         marker = read_marker(path)
     except BertkitError:  # a manifest bertkit cannot read: left to read_state, which names the damage
         return False
-    if marker is None:
+    if marker is None or STATE_FILE in marker["files"]:
         return regular_stat(path / STATE_FILE) is None
     return any(regular_stat(path / rel) is None for rel in marker["files"])
 
@@ -189,7 +193,7 @@ def finish_removals(out_dir: Path, layout: CheckpointLayout, resumed: Path) -> N
         with contextlib.suppress(BertkitError):  # a manifest bertkit cannot read: read_state names the damage
             if read_marker(path) is not None and removal_cut_short(path):
                 logger.info("removing %s, a checkpoint whose removal a kill cut short", path)
-                remove_owned_tree(path)
+                remove_checkpoint(path)
 
 
 def checkpoint_to_resume(out_dir: Path, fingerprint: dict, layout: CheckpointLayout,

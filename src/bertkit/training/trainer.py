@@ -305,6 +305,8 @@ class Trainer(TrainerLoss, TrainerEvaluation, TrainerReports):
             refuse_other_run(resume, run_fingerprint(settings, fingerprint))
             if self._grouped is not None:
                 self._grouped.load(resume)
+            if info.world_size == 1:  # (under torchrun each rank's collator draws its own stream, not recorded)
+                trainer_data.load_collator_rng(self.data_collator, resume)
 
         self.state = self._new_state(total, per_epoch, resume)
         self.control = TrainerControl()
@@ -514,6 +516,8 @@ class Trainer(TrainerLoss, TrainerEvaluation, TrainerReports):
         self.state.save_to_json(directory / TRAINER_STATE)  # as transformers writes a checkpoint's
         if self._grouped is not None:
             self._grouped.save(directory)
+        if current().world_size == 1:
+            trainer_data.save_collator_rng(self.data_collator, directory)
 
     def save_model(self, output_dir: str | Path | None = None, _internal_call: bool = False) -> None:
         """The model (config.json, model.safetensors) and the tokenizer, in the Hugging Face layout."""

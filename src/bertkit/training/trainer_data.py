@@ -9,8 +9,10 @@ import hashlib
 import logging
 import math
 import numbers
+import os
 import pickle
 from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -345,3 +347,38 @@ def loader_draw() -> None:
     evaluation, predict()): drawn here too, dropout's masks (and an unseeded masking collator's) are a transformers
     run's for the same seed. bertkit's loader draws from its own generator, so a resumed run draws what it drew."""
     torch.empty((), dtype=torch.int64).random_()
+
+
+COLLATOR_RNG = "collator_rng.pt"  # a checkpoint's record of a seeded collator's generator
+
+
+def save_collator_rng(collator: Any, directory: Path) -> None:
+    """A seeded collator's generator state (a masking collator's ``seed=``: bertkit's or transformers'), written
+    into a checkpoint: a resumed run's collator would otherwise draw its masks from the seed again, not from where
+    the interrupted run was (transformers' resumed run does), and train on other masks without a word. None where
+    it has drawn nothing yet."""
+    if getattr(collator, "seed", None) is None or not hasattr(collator, "generator"):
+        return
+    generator = collator.generator
+    torch.save({"generator": generator.get_state() if isinstance(generator, torch.Generator) else None},
+               directory / COLLATOR_RNG)
+
+
+def load_collator_rng(collator: Any, checkpoint: Path) -> None:
+    """Give a seeded collator the generator state ``checkpoint`` recorded (``save_collator_rng``), in this process
+    (with DataLoader workers, each draws from a generator of its own, seeded as it starts, as transformers' do). A
+    checkpoint written before it was recorded holds none: its masks are drawn from the seed again, as then, and a
+    warning says so."""
+    if getattr(collator, "seed", None) is None or not hasattr(collator, "generator"):
+        return
+    path = checkpoint / COLLATOR_RNG
+    if not path.is_file():
+        logger.warning("%s holds no %s (written by an earlier bertkit): the seeded %s draws its masks from seed %s "
+                       "again, so from here they differ from the interrupted run's", checkpoint, COLLATOR_RNG,
+                       type(collator).__name__, collator.seed)
+        return
+    state = torch.load(path, weights_only=True)["generator"]
+    if state is not None:
+        collator.generator = torch.Generator()
+        collator.generator.set_state(state)
+        collator._generator_pid = os.getpid()  # made in this process: the collator's own check keeps it
