@@ -163,6 +163,29 @@ def model(tmp_path_factory, minilm_2_layers):
     return SentenceTransformer(st_directory(minilm_2_layers, tmp_path_factory.mktemp("st") / "m"))
 
 
+def test_matryoshka_follows_sentence_transformers_6_3(model, tmp_path):
+    """MatryoshkaLoss as sentence-transformers 6.3 has it: its dims are checked against the width the forward pass
+    gives, not a saved truncate_dim (which cuts encode's output only: a model saved with truncate_dim=64 had every
+    larger dimension refused); half-precision embeddings are cut and normalised in float32, then put back in their
+    type (normalised in bfloat16, the loss came out 14.5363 for 6.3's 14.5170 on these embeddings)."""
+    from sentence_transformers.sentence_transformer.losses.matryoshka import shrink
+
+    saved = tmp_path / "truncated"
+    model.save(str(saved))
+    config = json.loads((saved / "config_sentence_transformers.json").read_text())
+    (saved / "config_sentence_transformers.json").write_text(json.dumps({**config, "truncate_dim": 64}))
+    truncated = SentenceTransformer(str(saved))
+    assert truncated.get_embedding_dimension() == 64
+    assert losses.MatryoshkaLoss(truncated, losses.CoSENTLoss(truncated), [384, 128, 64]).matryoshka_dims == (384, 128, 64)
+    g = torch.Generator().manual_seed(0)
+    embeddings = [(torch.randn(6, 16, generator=g) * 40).bfloat16() for _ in range(2)]
+    labels = torch.tensor([0.1, 0.9, 0.5, 0.5, 0.0, 1.0])
+    inner = losses.CoSENTLoss(_Dim())
+    got = losses.MatryoshkaLoss(_Dim(), inner, [16, 4]).compute_loss_from_embeddings(embeddings, labels)
+    want = sum(inner.compute_loss_from_embeddings([shrink(e, d) for e in embeddings], labels) for d in (16, 4))
+    assert got.item() == want.item()
+
+
 def _features(model, columns):
     return [model.tokenize(texts) for texts in columns]
 
