@@ -7,6 +7,7 @@ included); and the refusals of what bertkit does not implement."""
 
 from __future__ import annotations
 
+import logging
 import re
 import shutil
 
@@ -556,18 +557,25 @@ def test_the_activation_older_sentence_transformers_recorded_in_config_json_is_r
     assert isinstance(CrossEncoder(tmp_path / "saved").activation_fn, torch.nn.Identity)
 
 
-def test_an_activation_function_is_recorded_as_sentence_transformers_records_it(directory, tmp_path):
+def test_an_activation_function_is_recorded_as_sentence_transformers_records_it(directory, tmp_path, caplog):
     """A function as the activation (torch.nn.functional.sigmoid, torch.sigmoid) is recorded under its class's name,
     as sentence-transformers records it ("function", "builtin_function_or_method"): bertkit wrote the function's
     own name, on which sentence-transformers' load called it with no argument and stopped with a TypeError. Each
-    library now refuses (bertkit) or replaces with the default (sentence-transformers) the same name."""
+    library now refuses (bertkit) or replaces with the default (sentence-transformers) the same name, and the save
+    warns of it, naming the module to use, as sentence-transformers 6.3 does (a function went without a word)."""
     import json
 
     for fn in (torch.nn.functional.sigmoid, torch.sigmoid, torch.nn.Tanh()):
         want_model, got_model = st_ce.CrossEncoder(str(directory)), CrossEncoder(directory)
         want_model.activation_fn = got_model.activation_fn = fn
         want_model.save(str(tmp_path / "st"))
-        got_model.save(tmp_path / "bk")
+        caplog.clear()
+        with caplog.at_level(logging.WARNING, logger="bertkit"):
+            got_model.save(tmp_path / "bk")
+        warned = [r.getMessage() for r in caplog.records if r.name == "bertkit" and "plain function" in r.getMessage()]
+        assert len(warned) == (not isinstance(fn, torch.nn.Module)), fn
+        assert all(f"saving activation function {fn!r}, a plain function" in w and "torch.nn.Module" in w
+                   for w in warned)
         recorded = [json.loads((tmp_path / d / "config_sentence_transformers.json").read_text())["activation_fn"]
                     for d in ("st", "bk")]
         assert recorded[1] == recorded[0], fn
