@@ -7,6 +7,7 @@ included); and the refusals of what bertkit does not implement."""
 
 from __future__ import annotations
 
+import logging
 import re
 import shutil
 
@@ -422,39 +423,44 @@ def test_reranking_evaluator_refuses_a_text_where_a_list_of_texts_goes(sample):
         {k: float(v) for k, v in want.items()}, abs=1e-12)
 
 
-def test_reranking_evaluator_takes_at_k_none_and_refuses_what_sentence_transformers_cannot_rank():
-    """at_k=None (the whole ranking: scikit-learn's k=None) gives sentence-transformers' numbers (it divided by
-    zero); a sample that leaves one document to rank (sentence-transformers stops at scikit-learn's "Computing NDCG is
-    only meaningful when there is more than 1 document" after scoring every pair) scored a perfect 1.0; empty
-    documents, an at_k below 1, failed at the call (KeyError 'negative', ZeroDivisionError). Each is refused when the
-    evaluator is made, naming the sample or the value."""
+def test_reranking_evaluator_takes_at_k_none_and_the_rankings_sentence_transformers_6_3_scores():
+    """at_k=None (the whole ranking) gives sentence-transformers 6.3's numbers at an at_k beyond every ranking: 6.3
+    itself fails on it (min(positives, None) in its ideal DCG; 6.2 took it), so bertkit keeps it (docs/sentence.md).
+    What 6.3 scores and bertkit refused after 6.2 failed on it: a ranking of one document (nDCG 1 for a found
+    positive), empty first-stage documents (base metrics 0; the positives still reranked). A positive the first stage
+    missed now counts against it (base nDCG 0.6131, MAP 0.5 where the missed positive was appended as found: 1.0)."""
     samples = [{"query": "q", "positive": ["p1", "p2"], "negative": ["n1", "n2", "n3"]},
                {"query": "r", "positive": ["p"], "documents": ["a", "p", "b", "c"]},
                {"query": "s", "positive": ["x", "p"], "documents": ["p", "a"]}]
     table = {("q", "p1"): 0.3, ("q", "p2"): 0.2, ("q", "n1"): 0.1, ("q", "n2"): 0.9, ("q", "n3"): 0.4,
              ("r", "p"): 0.05, ("r", "a"): 0.5, ("r", "b"): 0.6, ("r", "c"): 0.01, ("s", "x"): 0.7, ("s", "p"): 0.2,
-             ("s", "a"): 0.3}
-    want = st_evaluation.CrossEncoderRerankingEvaluator(samples, at_k=None, write_csv=False)(_Table(table))
+             ("s", "a"): 0.3, ("t", "p"): 1.0}
+    want = st_evaluation.CrossEncoderRerankingEvaluator(samples, at_k=100, write_csv=False)(_Table(table))
     got = evaluation.CrossEncoderRerankingEvaluator(samples, at_k=None, write_csv=False)(_Table(table))
-    assert got.keys() == want.keys() and "ndcg@None" in got
-    np.testing.assert_allclose([got[k] for k in want], [float(v) for v in want.values()], atol=1e-12)
+    assert list(got) == [k.replace("@100", "@None") for k in want]
+    np.testing.assert_allclose(list(got.values()), [float(v) for v in want.values()], atol=1e-12)
     assert got["ndcg@None"] == pytest.approx(0.663454169367836, abs=1e-12)
-    one = "sample 0 leaves one document to rank, and nDCG needs two or more"
+    with pytest.raises(TypeError):
+        st_evaluation.CrossEncoderRerankingEvaluator(samples, at_k=None, write_csv=False)(_Table(table))
+    for sample, kwargs in (({"query": "t", "positive": ["p"], "negative": []}, {}),
+                           ({"query": "t", "positive": "p", "documents": ["p"]}, {}),
+                           ({"query": "t", "positive": ["p"], "documents": ["p"]}, {"always_rerank_positives": False}),
+                           ({"query": "t", "positive": ["p"], "documents": []}, {}),
+                           ({"query": "t", "positive": ["p"], "documents": []}, {"always_rerank_positives": False})):
+        want = st_evaluation.CrossEncoderRerankingEvaluator([sample], write_csv=False, **kwargs)(_Table(table))
+        got = evaluation.CrossEncoderRerankingEvaluator([sample], write_csv=False, **kwargs)(_Table(table))
+        assert got == pytest.approx({k: float(v) for k, v in want.items()}, abs=1e-12), (sample, kwargs)
     for sample, kwargs, message in (
-            ({"query": "q", "positive": ["p"], "negative": []}, {}, one),
-            ({"query": "q", "positive": "p", "documents": ["p"]}, {}, one),  # the first stage's ranking too
-            ({"query": "q", "positive": ["p"], "documents": ["p"]}, {"always_rerank_positives": False}, one),
-            ({"query": "q", "positive": ["p"], "documents": []}, {}, "sample 0's 'documents' is empty"),
             (samples[0], {"at_k": 0}, "at_k must be a whole number >= 1 (or None: the whole ranking), got 0"),
             (samples[0], {"mrr_at_k": -1}, "mrr_at_k must be a whole number >= 1 (or None: the whole ranking), got -1")):
-        with pytest.raises((ValueError, TypeError)):  # scikit-learn's InvalidParameterError is a ValueError
-            st_evaluation.CrossEncoderRerankingEvaluator([sample], write_csv=False, **kwargs)(_Table(table | {("q", "p"): 1.0}))
         with pytest.raises(BertkitError, match=re.escape(message)):
             evaluation.CrossEncoderRerankingEvaluator([sample], **kwargs)
-    # what sentence-transformers ranks: a positive the first stage missed makes its ranking two long
     missed = [{"query": "q", "positive": ["p", "x"], "documents": ["p"]}]
-    assert evaluation.CrossEncoderRerankingEvaluator(missed, write_csv=False)(_Table({("q", "p"): 0.5, ("q", "x"): 0.4}))[
-        "base_ndcg@10"] == 1.0
+    scores = _Table({("q", "p"): 0.5, ("q", "x"): 0.4})
+    want = st_evaluation.CrossEncoderRerankingEvaluator(missed, write_csv=False)(scores)
+    got = evaluation.CrossEncoderRerankingEvaluator(missed, write_csv=False)(scores)
+    assert got == pytest.approx({k: float(v) for k, v in want.items()}, abs=1e-12)
+    assert (round(got["base_ndcg@10"], 4), got["base_map"]) == (0.6131, 0.5)
 
 
 def test_what_bertkit_does_not_implement_is_refused_by_name(directory, rows, tmp_path):
@@ -551,18 +557,25 @@ def test_the_activation_older_sentence_transformers_recorded_in_config_json_is_r
     assert isinstance(CrossEncoder(tmp_path / "saved").activation_fn, torch.nn.Identity)
 
 
-def test_an_activation_function_is_recorded_as_sentence_transformers_records_it(directory, tmp_path):
+def test_an_activation_function_is_recorded_as_sentence_transformers_records_it(directory, tmp_path, caplog):
     """A function as the activation (torch.nn.functional.sigmoid, torch.sigmoid) is recorded under its class's name,
     as sentence-transformers records it ("function", "builtin_function_or_method"): bertkit wrote the function's
     own name, on which sentence-transformers' load called it with no argument and stopped with a TypeError. Each
-    library now refuses (bertkit) or replaces with the default (sentence-transformers) the same name."""
+    library now refuses (bertkit) or replaces with the default (sentence-transformers) the same name, and the save
+    warns of it, naming the module to use, as sentence-transformers 6.3 does (a function went without a word)."""
     import json
 
     for fn in (torch.nn.functional.sigmoid, torch.sigmoid, torch.nn.Tanh()):
         want_model, got_model = st_ce.CrossEncoder(str(directory)), CrossEncoder(directory)
         want_model.activation_fn = got_model.activation_fn = fn
         want_model.save(str(tmp_path / "st"))
-        got_model.save(tmp_path / "bk")
+        caplog.clear()
+        with caplog.at_level(logging.WARNING, logger="bertkit"):
+            got_model.save(tmp_path / "bk")
+        warned = [r.getMessage() for r in caplog.records if r.name == "bertkit" and "plain function" in r.getMessage()]
+        assert len(warned) == (not isinstance(fn, torch.nn.Module)), fn
+        assert all(f"saving activation function {fn!r}, a plain function" in w and "torch.nn.Module" in w
+                   for w in warned)
         recorded = [json.loads((tmp_path / d / "config_sentence_transformers.json").read_text())["activation_fn"]
                     for d in ("st", "bk")]
         assert recorded[1] == recorded[0], fn

@@ -1527,7 +1527,7 @@ def test_a_model_saved_in_half_precision_warns_that_it_is_computed_in_float32(ti
 
 
 def test_texts_without_words_give_sentence_transformers_vectors_and_scores(models, minilm_2_layers, tmp_path):
-    """The encoders' rule for an empty text (sentence-transformers 6.2's, in its three classes): "", whitespace,
+    """The encoders' rule for an empty text (sentence-transformers 6.3's, in its three classes): "", whitespace,
     control and zero-width characters are read as [CLS] [SEP] alone, each giving the same vector or score, not
     refused (the pipelines and servers refuse them: docs/inference.md). SparseEncoder's: tests/test_sparse_encoder.py."""
     from cross_encoder_helpers import cross_encoder_directory

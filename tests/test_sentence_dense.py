@@ -1,5 +1,5 @@
 """A ``Dense`` after the Pooling (LaBSE's 768->768 tanh, a fine-tuned embedder's width reduction), beside
-sentence-transformers 6.2 on MiniLM's first 2 layers: a directory it saves with Dense layers embeds to its vectors in
+sentence-transformers 6.3 on MiniLM's first 2 layers: a directory it saves with Dense layers embeds to its vectors in
 bertkit, bertkit's save loads to the same vectors there, and MultipleNegativesRankingLoss trains the Dense layers to its
 losses. The embedding pipelines (predict, serve) refuse such a directory by name."""
 

@@ -12,7 +12,7 @@ import pytest
 import torch
 
 from bertkit.errors import BertkitError
-from bertkit.sentence import SentenceTransformer, evaluation
+from bertkit.sentence import SentenceTransformer, evaluation, util
 from cases import slow_after
 from sentence_helpers import glue_rows, st_directory
 
@@ -98,13 +98,14 @@ def test_sequential_evaluator_matches(models, squad, stsb):
 
 
 class _Fixed:
-    """A model whose encode returns fixed embeddings (by text), for comparing evaluators on exact ties."""
+    """A model whose encode returns fixed embeddings (by text), for comparing evaluators on exact ties; it scores
+    with cosine similarity, or the dot product with ``similarity_fn_name="dot"``."""
 
-    similarity_fn_name = "cosine"
-
-    def __init__(self, table: dict[str, torch.Tensor]):
+    def __init__(self, table: dict[str, torch.Tensor], similarity_fn_name: str = "cosine"):
         self.table = table
         self.model_card_data = self  # sentence-transformers' evaluators record their metrics here
+        self.similarity_fn_name = similarity_fn_name
+        self.similarity = {"cosine": util.cos_sim, "dot": util.dot_score}[similarity_fn_name]
 
     def set_evaluation_metrics(self, *_):
         pass
@@ -131,6 +132,21 @@ def test_reranking_ties_match_scikit_learn():
         want = st_evaluation.RerankingEvaluator(samples, at_k=at_k)(_Fixed(table))
         got = evaluation.RerankingEvaluator(samples, at_k=at_k)(_Fixed(table))
         _assert_same(got, want, atol=1e-12)
+
+
+def test_reranking_scores_with_the_models_similarity_by_default():
+    """similarity_fct=None, sentence-transformers 6.3's default: the model's own similarity (a dot-product model's dot
+    products), where 6.2 and bertkit before scored cosine whatever the model's similarity_fn_name (MAP 0.8333 here
+    against the dot product's 0.7500)."""
+    g = torch.Generator().manual_seed(3)
+    table = {t: torch.randn(6, generator=g) * (1 + i) for i, t in enumerate([f"t{i}" for i in range(6)] + ["q"])}
+    samples = [{"query": "q", "positive": ["t0", "t4"], "negative": ["t1", "t2", "t3", "t5"]}]
+    model = _Fixed(table, "dot")
+    want = st_evaluation.RerankingEvaluator(samples, write_csv=False)(model)
+    got = evaluation.RerankingEvaluator(samples, write_csv=False)(model)
+    _assert_same(got, want, atol=1e-12)
+    cosine = evaluation.RerankingEvaluator(samples, similarity_fct=util.cos_sim, write_csv=False)(model)
+    assert (round(got["map"], 4), round(cosine["map"], 4)) == (0.75, 0.8333)
 
 
 def test_reranking_scores_each_sample_on_a_slice_as_sentence_transformers():

@@ -148,6 +148,25 @@ def test_fit_refuses_loaders_it_cannot_read(model, model_dir):
         model.fit([(torch.utils.data.DataLoader(rows[:2], batch_size=3), mnrl)])
     with pytest.raises(NotImplementedInBertkit, match=r"custom batch_sampler \(BatchSampler\)"):
         CrossEncoder(model_dir).fit(batched)
+    # pairs and triplets in one objective: sentence-transformers 6.3 refuses them (6.2, and bertkit, dropped every
+    # triplet's negative without a word)
+    mixed = [*rows[:4], InputExample(texts=["q", "p", "n"]), *rows[4:]]
+    with pytest.raises(BertkitError, match=r"fit: the InputExamples of train objective 1 have 2 to 3 texts \(e.g. "
+                                           r"example 0: 2, example 4: 3\); all of one objective need the same number"):
+        model.fit([(torch.utils.data.DataLoader(mixed, batch_size=3), mnrl)])
+
+
+def test_fit_reads_an_evaluator_without_a_primary_metric_as_its_score():
+    """An evaluator whose primary_metric is None (one that returns a float): its score is the "evaluator" metric,
+    as sentence-transformers 6.3 reads it (6.2 and bertkit failed in str.endswith(None))."""
+    from types import SimpleNamespace
+
+    from bertkit.sentence.fit import _ScoreCallback
+
+    calls = []
+    callback = _ScoreCallback(lambda *a: calls.append(a), SimpleNamespace(primary_metric=None))
+    callback.on_evaluate(None, SimpleNamespace(epoch=1.0, global_step=4), None, metrics={"eval_evaluator": 0.25})
+    assert calls == [(0.25, 1.0, 4)]
 
 
 RERANK = [(f"question {i}", f"paragraph {i // 2}" if i % 3 else f"unrelated {i}", float(i % 3 != 0)) for i in range(10)]
@@ -205,9 +224,9 @@ def test_cross_encoder_fit_gives_sentence_transformers_numbers(loss_fct, minilm_
     model; so against its default): the same loss at every step, the same evaluations at each epoch's end (its CSV)
     and the same trained model. On one thread: on two, on a Xeon with AMX, the first epoch's Pearson correlation of
     scores still close together came out 2.6e-5 (relative) from sentence-transformers', the two libraries' float32
-    sums split differently over the threads. Unlike sentence-transformers 6.2 (whose epoch-end evaluation is never handed
-    the trainer), fit's callback gets each evaluation and output_path the best epoch's model, as its docstring and
-    its old_fit say."""
+    sums split differently over the threads. fit's callback gets each evaluation and output_path the best epoch's
+    model, in both (sentence-transformers 6.2's epoch-end evaluation was never handed the trainer, so its callback got
+    none and nothing was saved; 6.3 hands it, as bertkit did)."""
     from bertkit.sentence.cross_encoder import CrossEncoder
     from cross_encoder_helpers import cross_encoder_directory
 
@@ -222,8 +241,10 @@ def test_cross_encoder_fit_gives_sentence_transformers_numbers(loss_fct, minilm_
     assert [r[:2] for r in got_csv] == [r[:2] for r in want_csv] == [(1.0, 3.0), (2.0, 6.0)]
     np.testing.assert_allclose([r[2:] for r in got_csv], [r[2:] for r in want_csv], rtol=1e-5)
     np.testing.assert_allclose(got_pred, want_pred, atol=1e-5)
-    assert want_calls == [] and not (tmp_path / "st" / "config.json").exists()  # sentence-transformers' fit drops them
     assert got_calls == [(spearman, epoch, int(steps)) for epoch, steps, _, spearman in got_csv]
+    assert [c[1:] for c in got_calls] == [c[1:] for c in want_calls]
+    np.testing.assert_allclose([c[0] for c in got_calls], [c[0] for c in want_calls], rtol=1e-5)
+    assert (tmp_path / "st" / "config.json").is_file() and (tmp_path / "bk" / "config.json").is_file()
     assert (tmp_path / "checkpoints" / "model").is_dir()
     if got_csv[1][3] > got_csv[0][3]:  # the last epoch's model is the best: the one saved
         saved = CrossEncoder(str(tmp_path / "bk"), max_length=16).predict([[q, p] for q, p, _ in RERANK])

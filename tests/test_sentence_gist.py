@@ -95,6 +95,18 @@ def test_matryoshka_gist_equals_sentence_transformers(models):
     torch.testing.assert_close(got.detach(), want, atol=1e-5, rtol=1e-5)
 
 
+def test_a_text_is_no_negative_of_itself_as_sentence_transformers_6_3(small_dirs):
+    """An anchor that is its own positive's text, the model its own guide: the guide's anchor-positive similarity is
+    then its self-similarity, so the margin let the anchor through as a candidate against itself (among the anchors,
+    and the positive among the positives). sentence-transformers 6.3 masks each text's score with itself."""
+    ours, ref = SentenceTransformer(small_dirs[0]), st.SentenceTransformer(str(small_dirs[0]), device="cpu")
+    texts = [QUESTIONS[:4], [QUESTIONS[0], QUESTIONS[1], *ANSWERS[2:4]]]
+    got = losses.GISTEmbedLoss(ours, ours)([ours.tokenize(t) for t in texts], None)
+    with torch.no_grad():
+        want = st_losses.GISTEmbedLoss(ref, ref)([ref.tokenize(t) for t in texts], None)
+    torch.testing.assert_close(got.detach(), want, atol=1e-5, rtol=1e-5)
+
+
 def test_guide_is_not_trained_or_saved(small_dirs, tmp_path):
     # a guide that sees real negatives
     model, guide = SentenceTransformer(small_dirs[0]), SentenceTransformer(small_dirs[0])

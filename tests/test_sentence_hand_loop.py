@@ -1,4 +1,4 @@
-"""A training loop of one's own around a ``SentenceTransformer`` or ``CrossEncoder``, beside sentence-transformers 6.2
+"""A training loop of one's own around a ``SentenceTransformer`` or ``CrossEncoder``, beside sentence-transformers 6.3
 on MiniLM's first 2 layers: the model's parameter and state-dict names are sentence-transformers' (``0.model.…``, a
 Dense layer's ``2.linear.…``), so a script that freezes or groups parameters by those names selects the same
 tensors, and state dicts load strictly from one library into the other (sentence-transformers 5's ``0.auto_model.…``

@@ -118,6 +118,27 @@ def test_mnrl_dot_product_and_triplet_cosine():
     torch.testing.assert_close(got.compute_loss_from_embeddings(embeddings), want.compute_loss_from_embeddings(embeddings, None))
 
 
+def test_batch_cosine_distance_is_zero_to_itself_and_never_negative_as_sentence_transformers_6_3():
+    """BatchHardTripletLossDistanceFunction.cosine_distance: 1 - cosine clamped at 0 with an exact 0 diagonal, as
+    sentence-transformers 6.3 computes it; before, rounding left a text 2.4e-7 from itself and a duplicated text
+    -2.4e-7 from its copy. The four batch losses on it equal sentence-transformers'."""
+    g = torch.Generator().manual_seed(2)
+    x = torch.randn(8, 16, generator=g)
+    x[5] = x[1]  # a duplicated text
+    raw = 1 - st.util.cos_sim(x, x)
+    assert raw.diagonal().abs().max() > 0 and raw.min() < 0  # what the clamp and the diagonal change, in this batch
+    got = losses.BatchHardTripletLossDistanceFunction.cosine_distance(x)
+    assert torch.equal(got, st_losses.BatchHardTripletLossDistanceFunction.cosine_distance(x))
+    assert got.min() == 0 and not got.diagonal().any()
+    labels = torch.tensor([0, 1, 0, 1, 2, 1, 2, 0])
+    for name in ("BatchHardTripletLoss", "BatchHardSoftMarginTripletLoss", "BatchAllTripletLoss",
+                 "BatchSemiHardTripletLoss"):
+        want = getattr(st_losses, name)(_Dim(), distance_metric=st_losses.BatchHardTripletLossDistanceFunction
+                                        .cosine_distance).compute_loss_from_embeddings([x], labels)
+        ours = getattr(losses, name)(_Dim(), distance_metric=losses.BatchHardTripletLossDistanceFunction.cosine_distance)
+        torch.testing.assert_close(ours.compute_loss_from_embeddings([x], labels), want, atol=1e-7, rtol=0)
+
+
 @pytest.mark.parametrize("metric", ["EUCLIDEAN", "MANHATTAN", "COSINE"])
 def test_triplet_gradients_where_anchor_and_positive_are_the_same_text(metric):
     """A duplicate (the same text as anchor and positive) has distance 0; its gradient is sentence-transformers'
@@ -140,6 +161,29 @@ def test_triplet_gradients_where_anchor_and_positive_are_the_same_text(metric):
 @pytest.fixture(scope="module")
 def model(tmp_path_factory, minilm_2_layers):
     return SentenceTransformer(st_directory(minilm_2_layers, tmp_path_factory.mktemp("st") / "m"))
+
+
+def test_matryoshka_follows_sentence_transformers_6_3(model, tmp_path):
+    """MatryoshkaLoss as sentence-transformers 6.3 has it: its dims are checked against the width the forward pass
+    gives, not a saved truncate_dim (which cuts encode's output only: a model saved with truncate_dim=64 had every
+    larger dimension refused); half-precision embeddings are cut and normalised in float32, then put back in their
+    type (normalised in bfloat16, the loss came out 14.5363 for 6.3's 14.5170 on these embeddings)."""
+    from sentence_transformers.sentence_transformer.losses.matryoshka import shrink
+
+    saved = tmp_path / "truncated"
+    model.save(str(saved))
+    config = json.loads((saved / "config_sentence_transformers.json").read_text())
+    (saved / "config_sentence_transformers.json").write_text(json.dumps({**config, "truncate_dim": 64}))
+    truncated = SentenceTransformer(str(saved))
+    assert truncated.get_embedding_dimension() == 64
+    assert losses.MatryoshkaLoss(truncated, losses.CoSENTLoss(truncated), [384, 128, 64]).matryoshka_dims == (384, 128, 64)
+    g = torch.Generator().manual_seed(0)
+    embeddings = [(torch.randn(6, 16, generator=g) * 40).bfloat16() for _ in range(2)]
+    labels = torch.tensor([0.1, 0.9, 0.5, 0.5, 0.0, 1.0])
+    inner = losses.CoSENTLoss(_Dim())
+    got = losses.MatryoshkaLoss(_Dim(), inner, [16, 4]).compute_loss_from_embeddings(embeddings, labels)
+    want = sum(inner.compute_loss_from_embeddings([shrink(e, d) for e in embeddings], labels) for d in (16, 4))
+    assert got.item() == want.item()
 
 
 def _features(model, columns):

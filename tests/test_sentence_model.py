@@ -347,7 +347,7 @@ def test_module_0_returns_the_token_embeddings_and_every_layer_when_asked(models
 
 
 def test_modules_run_one_by_one_update_the_features_as_sentence_transformers(models_2_layers):
-    """sentence-transformers 6.2's chain, ``features = model[i](features)`` module by module, and ``model(features)``,
+    """sentence-transformers 6.3's chain, ``features = model[i](features)`` module by module, and ``model(features)``,
     which updates the caller's dict: ``model[1](model[0](features))`` failed in bertkit (its Pooling took the encoder's
     output, not the features: TypeError), as did ``model[-1](features)`` (Normalize was not callable), and
     ``model(features)`` returned a new dict, so a script reading ``features["sentence_embedding"]`` after it got a

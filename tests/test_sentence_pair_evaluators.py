@@ -41,13 +41,14 @@ def models(tmp_path_factory, minilm_2_layers):
 
 
 class _Fixed:
-    """A model whose encode returns fixed embeddings (by text), for comparing the evaluators alone."""
+    """A model whose encode returns fixed embeddings (by text), for comparing the evaluators alone; it scores with
+    cosine similarity, or the dot product with ``similarity_fn_name="dot"``."""
 
-    similarity_fn_name = "cosine"
-
-    def __init__(self, table: dict[str, torch.Tensor]):
+    def __init__(self, table: dict[str, torch.Tensor], similarity_fn_name: str = "cosine"):
         self.table = table
         self.model_card_data = self  # sentence-transformers' evaluators record their metrics here
+        self.similarity_fn_name = similarity_fn_name
+        self.similarity = {"cosine": util.cos_sim, "dot": util.dot_score}[similarity_fn_name]
 
     def set_evaluation_metrics(self, *_):
         pass
@@ -205,19 +206,20 @@ def test_community_detection_matches(mined_sentences):
     assert util.community_detection(embeddings[:3], min_community_size=5) == []
 
 
-def test_community_detection_compares_a_threshold_in_its_type_as_sentence_transformers():
-    """sentence-transformers compares a numpy float64 threshold with a centre's similarities in float64 (a Python
-    float in float32); bertkit rounded every threshold to float32, so that at a float64 threshold just above a
-    similarity it found communities sentence-transformers does not (20 of 58 such thresholds on 300 STS-B
-    sentences)."""
+def test_community_detection_compares_a_threshold_in_the_similarities_type_as_sentence_transformers():
+    """sentence-transformers 6.3 compares any threshold with the similarities in their type (float32 here): a numpy
+    float64 threshold just above a similarity is rounded onto it and passes it, as a Python float does. 6.2 compared
+    it with a centre's similarities in float64, and so did bertkit after it: at the 30 float64 thresholds below, 14
+    communities came out otherwise than 6.3's."""
     x = torch.randn(30, 16, generator=torch.Generator().manual_seed(0))
     nearest = util.cos_sim(x, x).fill_diagonal_(-1).max(1).values.tolist()
-    differ = 0
+    found = 0
     for threshold in [np.float64(s) + 1e-12 for s in nearest] + [s + 1e-12 for s in nearest]:
         want = st.util.community_detection(x, threshold=threshold, min_community_size=2)
         assert util.community_detection(x, threshold=threshold, min_community_size=2) == want
-        differ += want != st.util.community_detection(x, threshold=float(threshold), min_community_size=2)
-    assert differ == 14  # of 30 float64 thresholds, which float32 rounds down to the similarity they lie above
+        assert want == st.util.community_detection(x, threshold=float(threshold), min_community_size=2)
+        found += bool(want)
+    assert found == 60
 
 
 def test_paraphrase_mining_evaluator_matches(mrpc, mined_sentences):
@@ -239,6 +241,21 @@ def test_paraphrase_mining_evaluator_matches(mrpc, mined_sentences):
         assert got_eval.primary_metric == want_eval.primary_metric
         assert got_eval.total_num_duplicates == want_eval.total_num_duplicates
     assert 0 < want["average_precision"] < 1
+
+
+def test_paraphrase_mining_evaluator_mines_with_the_models_similarity():
+    """sentence-transformers 6.3 mines the pairs with the model's similarity (a dot-product model's dot products);
+    6.2, and bertkit before, with cosine whatever the model's similarity_fn_name (average precision 0.1087 here
+    against the dot product's 0.1118)."""
+    g = torch.Generator().manual_seed(1)
+    table = {f"s{i}": torch.randn(5, generator=g) * (1 + i % 4) for i in range(12)}
+    sentences = {i: f"s{i}" for i in range(12)}
+    duplicates = [(0, 4), (1, 5), (2, 9), (3, 7)]
+    for fn in ("dot", "cosine"):
+        want = st_evaluation.ParaphraseMiningEvaluator(sentences, duplicates, write_csv=False)(_Fixed(table, fn))
+        got = evaluation.ParaphraseMiningEvaluator(sentences, duplicates)(_Fixed(table, fn))
+        _assert_same(got, want)
+        assert round(got["average_precision"], 4) == {"dot": 0.1118, "cosine": 0.1087}[fn]
 
 
 def test_paraphrase_mining_evaluator_refuses_counts_that_are_not_whole_when_made():

@@ -418,3 +418,40 @@ def test_model_attributes_are_sentence_transformers_or_refused_by_name(minilm_2_
     with pytest.raises(BertkitError, match=r"CrossEncoder\.pop is not implemented in bertkit: bertkit's CrossEncoder"):
         ce.pop(0)
     assert isinstance(SentenceTransformer.load(str(minilm_2_layers)), SentenceTransformer)
+
+
+def test_sentence_transformers_6_3_model_additions_are_followed_or_refused(minilm_2_layers, cross_encoders,
+                                                                          tmp_path):
+    """sentence-transformers 6.3's additions to its model classes and training arguments: activation_checkpointing_enable
+    (gradient_checkpointing_enable its older name) turns on the encoder's recomputation, get_device_name answers the
+    device a model goes to without device=, activation_checkpointing is the training arguments' name of
+    gradient_checkpointing (the newer winning); use_kernels and kernel_config, transformers' Hub kernels, are refused
+    by name (use_kernels=False, their default, loads). Was: AttributeError, an unknown argument, a refusal saying
+    to use gradient_checkpointing."""
+    from bertkit.sentence import SentenceTransformer, SentenceTransformerTrainingArguments
+
+    ours, ref = SentenceTransformer(str(minilm_2_layers), use_kernels=False), cross_encoders[0]
+    for model in (ours, ref):
+        encoders = [m for m in model.modules() if hasattr(m, "gradient_checkpointing")]
+        assert encoders and not any(m.gradient_checkpointing for m in encoders)
+        model.activation_checkpointing_enable({"use_reentrant": False})
+        assert all(m.gradient_checkpointing for m in encoders)
+        model.gradient_checkpointing_enable()
+        assert model.get_device_name() == ("cuda:0" if torch.cuda.is_available() else "cpu")
+    if not torch.cuda.is_available():
+        assert ours.get_device_name() == st.SentenceTransformer(str(minilm_2_layers), device="cpu").get_device_name()
+    for name, value in (("use_kernels", True), ("kernel_config", {"layers": {}})):
+        with pytest.raises(BertkitError, match=rf"^SentenceTransformer\({name}=...\) is not implemented in bertkit: "
+                                               r"bertkit runs its own PyTorch encoder, .* drop this argument$"):
+            SentenceTransformer(str(minilm_2_layers), **{name: value})
+    for kwargs, want in (({"activation_checkpointing": True}, True), ({"gradient_checkpointing": True}, True),
+                         ({"activation_checkpointing": False, "gradient_checkpointing": True}, False), ({}, False)):
+        args = SentenceTransformerTrainingArguments(output_dir=str(tmp_path), **kwargs)
+        theirs = st.SentenceTransformerTrainingArguments(output_dir=str(tmp_path), **kwargs)
+        assert (args.activation_checkpointing, bool(args.gradient_checkpointing)) == \
+            (theirs.activation_checkpointing, theirs.gradient_checkpointing) == (want, want), kwargs
+    with pytest.raises(BertkitError, match=r"activation_checkpointing_kwargs=\{'use_reentrant': True\} is a "
+                                           r"transformers argument bertkit does not implement: use "
+                                           r"gradient_checkpointing=True \(per encoder layer, no options\)"):
+        SentenceTransformerTrainingArguments(output_dir=str(tmp_path),
+                                             activation_checkpointing_kwargs={"use_reentrant": True})

@@ -545,3 +545,31 @@ def test_evaluation_logs_the_terms_of_its_own_pass(checkpoint, tmp_path):
                                err_msg=str(terms))
     assert got["eval_base_loss"] + got["eval_document_regularizer_loss"] + got["eval_query_regularizer_loss"] == \
         pytest.approx(got["eval_loss"], abs=2e-4)
+
+
+def test_evaluation_logs_its_terms_under_its_own_prefix(checkpoint, tmp_path):
+    """sentence-transformers 6.3 logs an evaluation's loss terms under that evaluation's prefix: evaluate() of a dict
+    of datasets as eval_{name}_base_loss, ...; evaluate(metric_key_prefix="test") as test_base_loss, ... 6.2, and
+    bertkit, logged terms beside eval_loss alone, so these went unlogged."""
+    rows = [{"query": f"question {i} on topic {i % 4}", "positive": f"answer {i // 2} about topic {i % 4}"}
+            for i in range(12)]
+    logs = {}
+    for lib in ("sentence_transformers", "bertkit"):
+        S, losses, _ = _library(lib)
+        model = S.SparseEncoder(str(checkpoint), device="cpu")
+        model.max_seq_length = MAX_LENGTH
+        loss = losses.SpladeLoss(model, losses.SparseMultipleNegativesRankingLoss(model), **WEIGHTS)
+        args = S.SparseEncoderTrainingArguments(output_dir=str(tmp_path / lib), per_device_eval_batch_size=4,
+                                                report_to="none", use_cpu=True, disable_tqdm=True)
+        trainer = S.SparseEncoderTrainer(model=model, args=args, train_dataset=datasets.Dataset.from_list(rows),
+                                         eval_dataset={"a": datasets.Dataset.from_list(rows[:4]),
+                                                       "b": datasets.Dataset.from_list(rows[4:8])}, loss=loss)
+        trainer.evaluate()
+        trainer.evaluate(datasets.Dataset.from_list(rows[8:]), metric_key_prefix="test")
+        logs[lib] = [{k: v for k, v in h.items() if k.endswith("loss")} for h in trainer.state.log_history]
+    want, got = logs["sentence_transformers"], logs["bertkit"]
+    assert [sorted(h) for h in got] == [sorted(h) for h in want] == [
+        sorted(f"{p}_{t}" for t in ("loss", "base_loss", "document_regularizer_loss", "query_regularizer_loss"))
+        for p in ("eval_a", "eval_b", "test")]
+    for g, w in zip(got, want):
+        np.testing.assert_allclose([g[k] for k in w], list(w.values()), rtol=1e-4, atol=1e-4)

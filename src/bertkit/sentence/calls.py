@@ -39,6 +39,11 @@ REFUSED_INIT = {
     "processor_kwargs": "for its model_max_length set model.max_seq_length after loading; bertkit reads the "
                         "tokenizer's other settings from its files",
     "config_kwargs": "edit config.json, or set dropout on model.bert after loading",
+    # sentence-transformers 6.3's Hub kernels (transformers' use_kernels) for the backbone
+    "use_kernels": "bertkit runs its own PyTorch encoder, which transformers' Hub kernels do not replace; drop "
+                   "this argument",
+    "kernel_config": "bertkit runs its own PyTorch encoder, which transformers' Hub kernels do not replace; drop "
+                     "this argument",
 }
 
 
@@ -88,7 +93,7 @@ def check_save_arguments(what: str, model_name: Any, create_model_card: Any, tra
 
 # sentence-transformers' defaults of the refused arguments whose default is not None: given explicitly, nothing is
 # asked for that bertkit does not do (trust_remote_code=False, backend="torch" were refused as if they asked)
-REFERENCE_DEFAULTS: dict[str, Any] = {"trust_remote_code": False, "backend": "torch"}
+REFERENCE_DEFAULTS: dict[str, Any] = {"trust_remote_code": False, "backend": "torch", "use_kernels": False}
 
 
 def refuse_arguments(what: str, unknown: dict[str, Any], table: dict[str, str]) -> None:
@@ -151,7 +156,8 @@ def refusal(owner: str, name: str) -> NotImplementedInBertkit:
 
 class ReferenceCalls:
     """The model methods of sentence-transformers' three model classes beyond encoding, for bertkit's three
-    (SentenceTransformer, CrossEncoder, SparseEncoder): ``evaluate`` and ``gradient_checkpointing_enable``; the
+    (SentenceTransformer, CrossEncoder, SparseEncoder): ``evaluate``, ``activation_checkpointing_enable`` (and its
+    older name ``gradient_checkpointing_enable``) and ``get_device_name``; the
     methods bertkit does not implement (``_REFUSED_METHODS``) raise ``NotImplementedInBertkit`` naming what to use."""
 
     # what the class's fixed modules are and how to get others, said by nn.Sequential's append / extend / insert /
@@ -209,11 +215,22 @@ class ReferenceCalls:
             os.makedirs(output_path, exist_ok=True)
         return evaluator(self, output_path)
 
-    def gradient_checkpointing_enable(self, gradient_checkpointing_kwargs: dict[str, Any] | None = None) -> None:
-        """Recompute each encoder layer in the backward pass (the encoder's own switch)."""
+    def activation_checkpointing_enable(self, activation_checkpointing_kwargs: dict[str, Any] | None = None) -> None:
+        """Recompute each encoder layer in the backward pass (the encoder's own switch): sentence-transformers 6.3's
+        name, ``activation_checkpointing_kwargs`` going to ``torch.utils.checkpoint.checkpoint``."""
         encoders = [m for m in self.modules() if isinstance(m, BertModel)]  # type: ignore[attr-defined]
         for encoder in encoders:
-            encoder.gradient_checkpointing_enable(gradient_checkpointing_kwargs)
+            encoder.gradient_checkpointing_enable(activation_checkpointing_kwargs)
+
+    def gradient_checkpointing_enable(self, gradient_checkpointing_kwargs: dict[str, Any] | None = None) -> None:
+        """``activation_checkpointing_enable`` under its older name (transformers')."""
+        self.activation_checkpointing_enable(gradient_checkpointing_kwargs)
+
+    def get_device_name(self) -> str:
+        """The device a model is placed on when its ``device`` is None: ``resolve_device("auto")``, "cuda:LOCAL_RANK"
+        on a GPU machine (one GPU per torchrun process), else "cpu" (sentence-transformers 6.3's method, which also
+        names mps, npu, xpu, hpu and neuron devices; bertkit runs on CUDA and the CPU)."""
+        return resolve_device("auto", info_from_env().local_rank)
 
     def __getattr__(self, name: str) -> Any:
         try:

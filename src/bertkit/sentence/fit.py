@@ -246,7 +246,14 @@ def _rows(loader: torch.utils.data.DataLoader, i: int) -> list[dict[str, Any]]:
     if bad is not None:
         raise BertkitError(f"fit: the DataLoader of train objective {i} gives {bad!r} where an InputExample with its "
                            "texts goes: build it over [InputExample(texts=[...], label=...), ...]")
-    width = min(len(e.texts) for e in examples) if examples else 0  # zip(*texts): the fewest texts of a row
+    widths = sorted({len(e.texts) for e in examples})
+    if len(widths) > 1:  # zip(*texts) kept the fewest texts of a row, dropping the others' last ones without a word
+        first = {w: next(r for r, e in enumerate(examples) if len(e.texts) == w) for w in widths}
+        raise BertkitError(f"fit: the InputExamples of train objective {i} have {widths[0]} to {widths[-1]} texts "
+                           f"(e.g. example {first[widths[0]]}: {widths[0]}, example {first[widths[-1]]}: "
+                           f"{widths[-1]}); all of one objective need the same number, as in sentence-transformers "
+                           "6.3: give each kind its own DataLoader")
+    width = widths[0] if examples else 0
     labels = [e.label for e in examples]
     try:
         unlabelled = set(labels) == {0}  # InputExample's default label: the dataset has no label column
@@ -304,7 +311,7 @@ class _ScoreCallback(TrainerCallback):
         self.callback, self.evaluator = callback, evaluator
 
     def on_evaluate(self, args, state, control, metrics=None, **kwargs):
-        key = getattr(self.evaluator, "primary_metric", "evaluator")
+        key = getattr(self.evaluator, "primary_metric", None) or "evaluator"  # None too, as in 6.3
         for name, value in (metrics or {}).items():
             if name.endswith(key):
                 return self.callback(value, state.epoch, state.global_step)
@@ -322,7 +329,7 @@ class _SaveModel(TrainerCallback):
     def on_evaluate(self, args, state, control, metrics=None, model=None, **kwargs):
         if self.evaluator is None or not self.save_best_model:
             return
-        key = getattr(self.evaluator, "primary_metric", "evaluator")
+        key = getattr(self.evaluator, "primary_metric", None) or "evaluator"  # None too, as in 6.3
         greater = getattr(self.evaluator, "greater_is_better", True)
         for name, value in (metrics or {}).items():
             if not name.endswith(key):

@@ -5,8 +5,9 @@ formats, so the same negatives from the same model and data), with an exact torc
     triplets = mine_hard_negatives(pairs, model, range_min=2, num_negatives=1, relative_margin=0.05)
 
 Each distinct anchor is embedded once (as a query) and each distinct text of ``corpus`` plus the positives once (as
-a document), normalised; a query's candidates are its ``range_max`` best-scoring texts, less its own positives
-(unless ``include_positives``), less those the margins, ``max_score`` and ``min_score`` rule out; the first
+a document), normalised; a query's candidates are its ``range_max`` best-scoring texts, less the anchor's own text
+(unless it is its own positive and ``include_positives``), less its positives (unless ``include_positives``), less
+those the margins, ``max_score`` and ``min_score`` rule out, as sentence-transformers 6.3 mines them; the first
 ``range_min`` candidates are skipped, and ``num_negatives`` taken from the rest: the best ("top") or drawn at random
 ("random", with ``rng``, Python's ``random`` module by default as in sentence-transformers).
 """
@@ -56,9 +57,9 @@ def mine_hard_negatives(dataset: Any, model: Any, anchor_column_name: str | None
     (or puts in the labels' place) the similarity scores. ``margin`` is sentence-transformers' older name of
     ``absolute_margin``. Asking for more negatives than the corpus holds beside a query's positives is an error. The
     arguments after ``corpus`` are keywords (a call by sentence-transformers' positions, whose sixth is
-    ``cross_encoder``, is refused by Python). With a ``cross_encoder`` and any of the margins, ``max_score`` or
-    ``min_score``, its scores replace the model's for the candidates and the positives (which the filters then
-    compare, and ``output_scores`` gives), as sentence-transformers rescores; without a filter it is not used."""
+    ``cross_encoder``, is refused by Python). With a ``cross_encoder``, its scores replace the model's for the
+    candidates and the positives (which order the candidates, which the filters compare, and ``output_scores``
+    gives), as sentence-transformers 6.3 rescores, with or without a filter."""
     for name, value in refused.items():
         if name not in _REFUSED:
             raise BertkitError(f"mine_hard_negatives got an unknown argument {name!r}")
@@ -113,9 +114,9 @@ def mine_hard_negatives(dataset: Any, model: Any, anchor_column_name: str | None
                            f"{str(corpus[bad])[:60]!r}, not a text; drop it from the corpus")
     max_rows = max(Counter(queries_all).values())  # sentence-transformers sizes the search by rows per anchor
     filtered = absolute_margin is not None or relative_margin is not None or max_score is not None
-    rescore = cross_encoder is not None and (filtered or min_score is not None)
     if range_max is None:  # room for skipped candidates when filters drop some, and for the positives
-        range_max = range_min + num_negatives * (10 if filtered or rescore else 1) + max_rows
+        many = filtered or (cross_encoder is not None and min_score is not None)
+        range_max = range_min + num_negatives * (10 if many else 1) + max_rows
     if range_min >= range_max or num_negatives > range_max - range_min:
         raise BertkitError(f"range_min {range_min} and range_max {range_max} leave {range_max - range_min} "
                            f"candidates for num_negatives {num_negatives}; need range_min < range_max and "
@@ -126,15 +127,20 @@ def mine_hard_negatives(dataset: Any, model: Any, anchor_column_name: str | None
     queries = list(dict.fromkeys(queries_all))
     query_id = {q: i for i, q in enumerate(queries)}
     positive_ids: list[list[int]] = [[] for _ in queries]
+    # the anchor's own text is no negative of it (unless it is its own positive and positives are candidates)
+    own_ids = [text_id.get(q, -1) for q in queries]
     for q, p in zip(queries_all, positives_all):
         if text_id[p] not in positive_ids[query_id[q]]:
             positive_ids[query_id[q]].append(text_id[p])
-    reserved = 0 if include_positives else max(len(p) for p in positive_ids)
+        if include_positives and q == p:
+            own_ids[query_id[q]] = -1
+    reserved = max((0 if include_positives else len(p)) + (own not in p and own != -1)
+                   for p, own in zip(positive_ids, own_ids))
     if range_min + num_negatives > len(texts) - reserved:
         raise BertkitError(
             f"mine_hard_negatives: cannot mine {num_negatives} negatives per anchor after skipping range_min "
             f"{range_min}: the corpus holds {len(texts)} distinct texts, and up to {reserved} of them are an anchor's "
-            f"own positives, which leaves {max(len(texts) - reserved - range_min, 0)}; lower num_negatives or "
+            f"own text and positives, which leaves {max(len(texts) - reserved - range_min, 0)}; lower num_negatives or "
             "range_min, or pass corpus= with more texts")
 
     encode = {"batch_size": batch_size, "normalize_embeddings": True, "convert_to_tensor": True,
@@ -143,7 +149,7 @@ def mine_hard_negatives(dataset: Any, model: Any, anchor_column_name: str | None
     query_emb = model.encode_query(queries, prompt_name=query_prompt_name, prompt=query_prompt, **encode)
     for embeddings, inputs, what in ((corpus_emb, texts, "document embedding"), (query_emb, queries, "query embedding")):
         refuse_nonfinite(embeddings, inputs, "mine_hard_negatives", what, "no negatives were mined", model=model)
-    width = range_max + max_rows
+    width = range_max + max_rows + 1  # sentence-transformers 6.3: room for the positives and the anchor's own text
     scores, ids = [], []
     for start in range(0, len(queries), faiss_batch_size):  # exact search, (faiss_batch_size, corpus) at a time
         top = torch.topk(model.similarity(query_emb[start:start + faiss_batch_size], corpus_emb),
@@ -151,13 +157,13 @@ def mine_hard_negatives(dataset: Any, model: Any, anchor_column_name: str | None
         scores.append(top.values)
         ids.append(top.indices)
     scores, ids = torch.cat(scores), torch.cat(ids)  # (Q, k)
-    if width > len(texts):  # as sentence-transformers: padded to range_max + max_rows with empty candidates
+    if width > len(texts):  # as sentence-transformers: padded to range_max + max_rows + 1 with empty candidates
         scores = torch.cat([scores, scores.new_full((len(queries), width - len(texts)), -torch.inf)], 1)
         ids = torch.cat([ids, ids.new_full((len(queries), width - len(texts)), -1)], 1)
     repeat = torch.tensor([len(p) for p in positive_ids])
     flat_positives = torch.tensor([i for p in positive_ids for i in p])
     positive_scores = model.similarity_pairwise(query_emb.repeat_interleave(repeat, 0), corpus_emb[flat_positives])
-    if rescore:  # every candidate (a padding one, id -1, as the last text, as sentence-transformers scores it) and
+    if cross_encoder is not None:  # every candidate (a padding one, id -1, as the last text, as sentence-transformers scores it) and
         # every positive, in one predict call: batches across queries
         pairs = [(queries[q], texts[i]) for q, row in enumerate(ids.tolist()) for i in row]
         pairs += [(queries[q], texts[p]) for q, pids in enumerate(positive_ids) for p in pids]
@@ -166,6 +172,7 @@ def mine_hard_negatives(dataset: Any, model: Any, anchor_column_name: str | None
                          model=cross_encoder)
         scores, positive_scores = rescored[:ids.numel()].view(ids.shape).clone(), rescored[ids.numel():]
     scores[ids == -1] = -torch.inf
+    scores[ids == torch.tensor(own_ids, device=ids.device).unsqueeze(1)] = -torch.inf
     if not include_positives:
         scores[torch.stack([torch.isin(ids[q], torch.tensor(p)) for q, p in enumerate(positive_ids)])] = -torch.inf
 

@@ -382,14 +382,27 @@ class SentenceTransformerTrainer(Trainer):
         return [rows % size or size if rank + i * info.world_size == last else size
                 for rank, count in enumerate(counts) for i in range(count)]
 
+    # the metric prefix of the last evaluation pass ("eval", "eval_{name}" for a dict's dataset, evaluate()'s own),
+    # under which that pass's loss terms are logged, as sentence-transformers 6.3 logs them
+    _eval_prefix = "eval"
+
     def log(self, logs: dict[str, float], start_time: float | None = None) -> None:
-        """The record, with the loss's terms' means beside "loss" / "eval_loss" for a loss that names them."""
-        split = "train" if "loss" in logs else "eval" if "eval_loss" in logs else None
+        """The record, with the loss's terms' means beside "loss" / "{prefix}_loss" for a loss that names them."""
+        split = "train" if "loss" in logs else "eval" if f"{self._eval_prefix}_loss" in logs else None
         if split is not None:  # a copy, as sentence-transformers logs these: the epoch goes into it, not the caller's
-            prefix = "eval_" if split == "eval" else ""
-            components = self._module.components(split) if isinstance(self._module, LossModel) else {}
-            logs = {**logs, **{prefix + k: v for k, v in components.items()}}
+            prefix = f"{self._eval_prefix}_" if split == "eval" else ""
+            logs = {**logs, **self._loss_terms(split, prefix)}
         super().log(logs, start_time)
+
+    def _loss_terms(self, split: str, prefix: str) -> dict[str, float]:
+        """The loss's terms' means since they were last read (then reset), prefixed; {} for a loss of one term."""
+        components = self._module.components(split) if isinstance(self._module, LossModel) else {}
+        return {prefix + k: v for k, v in components.items()}
+
+    def _prediction_output(self, dataset: Any, what: str, prefix: str, module: nn.Module | None = None,
+                           check: bool = True, ignore_keys: list[str] | None = None) -> Any:
+        self._eval_prefix = prefix
+        return super()._prediction_output(dataset, what, prefix, module, check, ignore_keys)
 
     # -- evaluation ---------------------------------------------------------------------------------------------
     def _evaluator_metrics(self, _: EvalPrediction) -> dict[str, float]:
@@ -475,7 +488,9 @@ class SentenceTransformerTrainer(Trainer):
             return super()._evaluate_in_loop(module)
         compute_metrics, self.compute_metrics = self.compute_metrics, None
         try:
-            parts = [self._prediction_output(dataset, what, prefix, module, check=False).metrics
+            # each dataset's loss terms under its own prefix, as sentence-transformers 6.3 logs them
+            parts = [{**self._prediction_output(dataset, what, prefix, module, check=False).metrics,
+                      **self._loss_terms("eval", f"{prefix}_")}
                      for prefix, what, dataset in self._eval_sets(self.eval_dataset, "eval")]
         finally:
             self.compute_metrics = compute_metrics

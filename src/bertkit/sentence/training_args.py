@@ -123,6 +123,9 @@ class SentenceTransformerTrainingArguments(TrainingArguments):
                  learning_rate_mapping: dict[str, float] | str | None = None,
                  multi_dataset_batch_sampler: MultiDatasetBatchSamplers | str = MultiDatasetBatchSamplers.PROPORTIONAL,
                  **kwargs: Any):
+        activation_checkpointing = kwargs.pop("activation_checkpointing", None)
+        if activation_checkpointing is not None:  # sentence-transformers 6.3's name, which wins over the older one
+            kwargs["gradient_checkpointing"] = activation_checkpointing
         if kwargs.get("label_smoothing_factor", 0.0) != 0.0:
             raise BertkitError(f"label_smoothing_factor {kwargs['label_smoothing_factor']!r}: sentence-transformers' "
                                "trainers never apply it (their compute_loss calls the loss), so it would change "
@@ -161,6 +164,12 @@ class SentenceTransformerTrainingArguments(TrainingArguments):
         self.router_mapping = _router_mapping(router_mapping)
         self.learning_rate_mapping = _learning_rate_mapping(learning_rate_mapping)
         super().__init__(output_dir, **kwargs)
+
+    @property
+    def activation_checkpointing(self) -> bool:
+        """Whether each encoder layer is recomputed in the backward pass: ``gradient_checkpointing`` under
+        sentence-transformers 6.3's (and transformers') newer name, which the constructor takes too."""
+        return bool(self.gradient_checkpointing)
 
     def to_dict(self) -> dict[str, Any]:
         return {**super().to_dict(), "batch_sampler": self.batch_sampler.value, "prompts": self.prompts,

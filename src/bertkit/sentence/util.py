@@ -447,9 +447,10 @@ def community_detection(embeddings: Any, threshold: float = 0.75, min_community_
     largest first, each the centre's index then its members' by decreasing similarity; no embedding is in two.
 
     Every embedding with enough neighbours is a candidate centre; candidates are taken largest first, each keeping
-    the members no earlier community took, if enough are left. As in sentence-transformers, a centre's neighbours
-    are the ``torch.topk`` of a window of at least 50 that doubles (for this and later centres) while all of it
-    passes, so equal similarities come in its order, and the threshold is compared in its types."""
+    the members no earlier community took, if enough are left. As in sentence-transformers 6.3, the neighbours of a
+    batch's centres are the ``torch.topk`` of a window of at least 50 that doubles (for this and later batches) while
+    any centre's passes whole, so equal similarities come in its order, and the threshold is compared in the
+    similarities' type."""
     _at_least_one(min_community_size=min_community_size, batch_size=batch_size)
     if not isinstance(embeddings, Tensor) and len(embeddings) == 0:
         return []
@@ -459,23 +460,24 @@ def community_detection(embeddings: Any, threshold: float = 0.75, min_community_
     if n == 0 or n < min_community_size:
         return []
     x = normalize_embeddings(x)
-    # As sentence-transformers: the threshold in float32 from a Python float, in float64 from numpy's; compared one
-    # similarity at a time (a centre's, and the window's last) in the wider of the two types, and with the members
-    # in the similarities' own
+    # sentence-transformers' torch.tensor(threshold): a 0-d tensor, which never widens the similarities' type
     threshold_t = torch.as_tensor(threshold, device=x.device)
     window = min(max(2 * min_community_size, 50), n)
     candidates: list[tuple[int, np.ndarray]] = []
     for start in progress_bar(range(0, n, batch_size), desc="Finding clusters", enabled=show_progress_bar):
         scores = x[start:start + batch_size] @ x.T  # (b, N)
         refuse_nan_scores(scores, "community_detection", "embedding", "embedding", start)
-        wider = torch.promote_types(scores.dtype, threshold_t.dtype)
-        enough = scores.topk(min_community_size, dim=1).values[:, -1].to(wider) >= threshold_t
-        for row in enough.nonzero().flatten().tolist():
-            values, ids = scores[row].topk(window)
-            while values[-1] >= threshold_t and window < n:
-                window = min(2 * window, n)
-                values, ids = scores[row].topk(window)
-            candidates.append((start + row, ids[values >= threshold_t].cpu().numpy()))
+        enough = scores.topk(min_community_size, dim=1).values[:, -1] >= threshold_t
+        if not enough.any():
+            continue
+        scores = scores[enough]  # (c, N), the batch's centres
+        values, ids = scores.topk(window, dim=1)
+        while window < n and (values[:, -1] >= threshold_t).any():
+            window = min(2 * window, n)
+            values, ids = scores.topk(window, dim=1)
+        counts = (values >= threshold_t).sum(1).tolist()
+        for centre, count, row in zip((enough.nonzero().flatten() + start).tolist(), counts, ids.cpu().numpy()):
+            candidates.append((centre, row[:count]))
     candidates.sort(key=lambda c: len(c[1]), reverse=True)
     taken = np.zeros(n, dtype=bool)
     communities = []

@@ -57,6 +57,7 @@ _HUB = "save with trainer.save_model(DIR) and upload DIR with huggingface_hub"
 _DIST = "bertkit runs data-parallel under torchrun on its own (docs/distributed.md)"
 ADVICE = {  # by the start of the name
     "gradient_checkpointing_kwargs": "use gradient_checkpointing=True (per encoder layer, no options)",
+    "activation_checkpointing_kwargs": "use gradient_checkpointing=True (per encoder layer, no options)",
     "activation_checkpointing": "use gradient_checkpointing=True",
     "torch_compile": "torch_compile=True compiles each encoder layer with the default backend and mode",
     "tf32": "set torch.backends.cuda.matmul.allow_tf32 yourself",

@@ -7,9 +7,10 @@ results CSV when given an ``output_path`` (``{class name}[_{name}]_results.csv``
 ``_results_@{at_k}.csv``), as ``bertkit.sentence.evaluation.base.ResultsCsv`` says.
 
 A reranking sample is ``{"query", "positive": [...], "negative": [...]}`` or ``{"query", "positive", "documents": [...]}``
-(a first-stage ranking to rerank). AP and nDCG average over tied scores as scikit-learn's
-``average_precision_score`` and ``ndcg_score`` do (sentence-transformers' definitions); MRR@k takes numpy's
-argsort order, as sentence-transformers does.
+(a first-stage ranking to rerank, possibly empty). AP and nDCG average over tied scores as scikit-learn's
+``average_precision_score`` and ``dcg_score`` do, and are normalised by all of a query's positives, those missing from
+its ``documents`` included (sentence-transformers 6.3's definitions: AP times the share of positives ranked, nDCG
+against an ideal ranking of every positive); MRR@k takes numpy's argsort order, as sentence-transformers does.
 """
 
 from __future__ import annotations
@@ -66,15 +67,6 @@ class CrossEncoderRerankingEvaluator(_PredictingEvaluator):
             if not s["positive"]:  # sentence-transformers averages it in as 0: a query with nothing to find is no miss
                 raise BertkitError(f"CrossEncoderRerankingEvaluator: sample {i}'s 'positive' is empty, so its MAP, MRR "
                                    "and nDCG are undefined; give its relevant documents, or leave the sample out")
-            if "documents" in s and not s["documents"]:
-                raise BertkitError(f"CrossEncoderRerankingEvaluator: sample {i}'s 'documents' is empty; give the "
-                                   "first stage's documents for its query, or leave the sample out")
-            for ranked in _rankings(s, always_rerank_positives)[1:]:
-                # scikit-learn's ndcg_score refuses one document, so sentence-transformers stops at this sample
-                # (after scoring every pair); the 1.0 of a ranking of one would count as a perfect rerank
-                if ranked is not None and len(ranked) == 1 and ranked[0]:
-                    raise BertkitError(f"CrossEncoderRerankingEvaluator: sample {i} leaves one document to rank, "
-                                       "and nDCG needs two or more; add negatives to it, or leave it out")
         self.at_k = mrr_at_k if mrr_at_k is not None else at_k
         if self.at_k is not None and not is_whole(self.at_k):
             raise BertkitError(f"CrossEncoderRerankingEvaluator: {'mrr_at_k' if mrr_at_k is not None else 'at_k'} "
@@ -84,22 +76,28 @@ class CrossEncoderRerankingEvaluator(_PredictingEvaluator):
         self.primary_metric = f"{name}_ndcg@{self.at_k}" if name else f"ndcg@{self.at_k}"
         self.csv_file = results_csv_name("CrossEncoderRerankingEvaluator", name, tail=f"_@{self.at_k}")
 
-    def _metrics(self, relevant: list[int], scores: np.ndarray) -> tuple[float, float, float]:
-        """MRR@k, nDCG@k and AP of one sample's ranking (at least one document relevant)."""
+    def _metrics(self, relevant: list[int], scores: np.ndarray, n_positive: int) -> tuple[float, float, float]:
+        """MRR@k, nDCG@k and AP of one sample's ranking, normalised by its ``n_positive`` positives (0 for all three
+        when the ranking holds none of them)."""
+        found = sum(relevant)
+        if not found:
+            return 0.0, 0.0, 0.0
+        n_positive = max(n_positive, found)
         ranking = np.argsort(scores)[::-1]
         mrr = next((1 / (rank + 1) for rank, i in enumerate(ranking[:self.at_k]) if relevant[i]), 0.0)
         relevant_array = np.asarray(relevant)
-        return (mrr, ndcg_at_k(relevant_array, scores, self.at_k or len(scores)),
-                average_precision(relevant_array, scores))
+        # at_k None (the whole ranking) is bertkit's reading: sentence-transformers 6.3 fails on it (min(n, None))
+        return (mrr, ndcg_at_k(relevant_array, scores, self.at_k or len(scores), n_positive),
+                average_precision(relevant_array, scores) * found / n_positive)
 
     def __call__(self, model: Any, output_path: str | None = None, epoch: int = -1, steps: int = -1) -> dict[str, float]:
         base, per_sample, pairs = [], [], []
         for s in self.samples:
             docs, relevant, first_stage = _rankings(s, self.always_rerank_positives)
+            n_positive = 1 if isinstance(s["positive"], str) else len(s["positive"])
             if first_stage is not None:
-                base.append(self._metrics(first_stage, np.arange(len(first_stage), 0, -1)) if sum(first_stage)
-                            else (0.0, 0.0, 0.0))
-            per_sample.append((relevant, len(docs)) if sum(relevant) else None)
+                base.append(self._metrics(first_stage, np.arange(len(first_stage), 0, -1), n_positive))
+            per_sample.append((relevant, len(docs), n_positive) if sum(relevant) else None)
             if sum(relevant):
                 pairs += [(s["query"], d) for d in docs]
         scores = model.predict(pairs, batch_size=self.batch_size, convert_to_numpy=True,
@@ -110,8 +108,8 @@ class CrossEncoderRerankingEvaluator(_PredictingEvaluator):
             if item is None:
                 results.append((0.0, 0.0, 0.0))
                 continue
-            relevant, n = item
-            results.append(self._metrics(relevant, scores[at:at + n]))
+            relevant, n, n_positive = item
+            results.append(self._metrics(relevant, scores[at:at + n], n_positive))
             at += n
         mrr, nd, ap = np.mean(results, axis=0)
         metrics = {"map": float(ap), f"mrr@{self.at_k}": float(mrr), f"ndcg@{self.at_k}": float(nd)}
@@ -126,7 +124,7 @@ class CrossEncoderRerankingEvaluator(_PredictingEvaluator):
 
 def _rankings(sample: dict[str, Any], always_rerank_positives: bool) -> tuple[list[str], list[int], list[int] | None]:
     """A sample as sentence-transformers reranks it: the documents scored and their relevance, and the relevance in
-    the first stage's order (the positives it missed last; None without ``documents``)."""
+    the first stage's order (None without ``documents``)."""
     positive, documents = sample["positive"], sample.get("documents")
     positive = [positive] if isinstance(positive, str) else list(positive)
     if documents is None:
@@ -137,8 +135,6 @@ def _rankings(sample: dict[str, Any], always_rerank_positives: bool) -> tuple[li
         relevant = [1] * len(positive) + [0] * (len(docs) - len(positive))
     else:
         docs, relevant = list(documents), list(first_stage)
-    if sum(first_stage):
-        first_stage += [1] * (len(positive) - sum(first_stage))
     return docs, relevant, first_stage
 
 

@@ -16,7 +16,9 @@ sentence-transformers' ``modules.json`` (one Transformer module), ``sentence_ber
 
 from __future__ import annotations
 
+import functools
 import importlib
+import inspect
 import logging
 from collections.abc import Callable, Iterable, Mapping, Sequence, Set
 from pathlib import Path
@@ -483,6 +485,12 @@ class CrossEncoder(Indexed, ReferenceCalls, nn.Module):
         (``bertkit.staging.staged``)."""
         check_save_arguments("CrossEncoder.save", model_name, create_model_card, train_datasets, safe_serialization)
         directory = given_path(path, "the directory to save into")
+        if inspect.isroutine(self.activation_fn) or isinstance(self.activation_fn, functools.partial):
+            # sentence-transformers 6.3's warning: only a module's class can be recorded and rebuilt
+            logger.warning("saving activation function %r, a plain function, which the directory cannot record: "
+                           "bertkit refuses the directory without activation_fn=, and sentence-transformers loads "
+                           "it with its default activation. Use a torch.nn.Module instead (torch.nn.Sigmoid() for "
+                           "torch.sigmoid, torch.nn.Identity() for lambda x: x)", self.activation_fn)
         with staged(directory, shared_by=job_of()) as out:
             self.model.save_pretrained(out)
             self.tokenizer.save_pretrained(out)

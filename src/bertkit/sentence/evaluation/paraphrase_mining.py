@@ -37,7 +37,8 @@ class ParaphraseMiningEvaluator(ResultsCsv, EmbeddingEvaluator):
     ``sentences_map`` ({id: sentence}) against the duplicates (``duplicates_list`` of id pairs and/or
     ``duplicates_dict`` {id1: {id2: bool}}, which sentence-transformers documents as symmetric; a pair counts in
     either direction, and pairs naming an id outside ``sentences_map`` are left out). Mining takes ``top_k`` neighbours
-    per sentence and keeps ``max_pairs``. With an ``output_path``: ``paraphrase_mining_evaluation[_{name}]_results.csv``."""
+    per sentence and keeps ``max_pairs``, scoring pairs with the model's ``similarity``. With an ``output_path``:
+    ``paraphrase_mining_evaluation[_{name}]_results.csv``."""
 
     # checked when the evaluator is made, not when mining (after steps of training): a max_pairs of 2.5 or NaN mined
     # nothing, average precision 0 without a word
@@ -76,8 +77,9 @@ class ParaphraseMiningEvaluator(ResultsCsv, EmbeddingEvaluator):
 
     def __call__(self, model: Any, output_path: str | None = None, epoch: int = -1, steps: int = -1) -> dict[str, float]:
         embeddings = self.embed(model, self.sentences)  # util.paraphrase_mining's encode
+        # scored with the model's own similarity (its similarity_fn_name), as sentence-transformers 6.3 mines them
         mined = paraphrase_mining_embeddings(embeddings, self.query_chunk_size, self.corpus_chunk_size, self.max_pairs,
-                                             self.top_k)
+                                             self.top_k, model.similarity)
         total = self.total_num_duplicates
         found = found_before = 0
         ap = best_f1 = best_precision = best_recall = threshold = 0  # ints until found, as the CSV shows them

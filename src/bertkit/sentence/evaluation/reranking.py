@@ -13,7 +13,7 @@ import torch
 from bertkit.errors import BertkitError, is_whole
 from bertkit.sentence.evaluation.base import EmbeddingEvaluator, ResultsCsv, prefixed, results_csv_name
 from bertkit.sentence.finite import refuse_nan_scores
-from bertkit.sentence.util import cos_sim, take_rows
+from bertkit.sentence.util import take_rows
 
 
 def average_precision(relevant: np.ndarray, scores: np.ndarray) -> float:
@@ -27,8 +27,10 @@ def average_precision(relevant: np.ndarray, scores: np.ndarray) -> float:
     return float(np.sum(np.diff(np.r_[0.0, recall]) * precision))
 
 
-def ndcg_at_k(relevant: np.ndarray, scores: np.ndarray, k: int) -> float:
-    """scikit-learn's ``ndcg_score(..., k=k)`` for one query: tied candidates share their discounts equally."""
+def ndcg_at_k(relevant: np.ndarray, scores: np.ndarray, k: int, n_relevant: int | None = None) -> float:
+    """scikit-learn's ``ndcg_score(..., k=k)`` for one query: tied candidates share their discounts equally. With
+    ``n_relevant`` (at least the relevant candidates ranked), the ideal ranking holds that many relevant documents,
+    those the ranking missed included, as sentence-transformers 6.3's reranking evaluators normalise it."""
     discount = 1 / np.log2(np.arange(len(scores)) + 2)
     discount[k:] = 0
     cumulative = np.cumsum(discount)
@@ -36,7 +38,7 @@ def ndcg_at_k(relevant: np.ndarray, scores: np.ndarray, k: int) -> float:
     gains = np.bincount(group, weights=relevant) / counts
     ends = np.cumsum(counts) - 1
     dcg = float(np.sum(gains * np.diff(np.r_[0.0, cumulative[ends]])))
-    ideal = float(np.sum(discount[:int(relevant.sum())]))
+    ideal = float(np.sum(1 / np.log2(np.arange(min(max(n_relevant or 0, int(relevant.sum())), k)) + 2)))
     return dcg / ideal
 
 
@@ -44,13 +46,14 @@ class RerankingEvaluator(ResultsCsv, EmbeddingEvaluator):
     """``samples``: a list (or dict) of ``{"query": str, "positive": [str, ...], "negative": [str, ...]}``
     (one string is one candidate); samples without positives or negatives are left out. Metric keys:
     ``{name}_map``, ``{name}_mrr@{at_k}``, ``{name}_ndcg@{at_k}`` (``at_k=None``: the whole ranking, keys ``mrr@None``
-    and ``ndcg@None`` as sentence-transformers names them). Queries are encoded as queries, candidates as
+    and ``ndcg@None`` as sentence-transformers names them). Candidates are scored with ``similarity_fct``, by default
+    (None) the model's own ``similarity`` (its ``similarity_fn_name``), as sentence-transformers 6.3 scores them. Queries are encoded as queries, candidates as
     documents (the model's prompts for each). The candidates of all samples are encoded in one call whatever
     ``use_batched_encoding`` says (sentence-transformers' per-sample encoding gives the same numbers). With an
     ``output_path``: ``RerankingEvaluator[_{name}]_results_@{at_k}.csv``."""
 
     def __init__(self, samples: list[dict[str, Any]] | dict[Any, dict[str, Any]], at_k: int = 10, name: str = "",
-                 write_csv: bool = True, similarity_fct: Callable[[Any, Any], torch.Tensor] = cos_sim,
+                 write_csv: bool = True, similarity_fct: Callable[[Any, Any], torch.Tensor] | None = None,
                  batch_size: int = 64, show_progress_bar: bool = False, use_batched_encoding: bool = True,
                  truncate_dim: int | None = None, mrr_at_k: int | None = None):
         at_k = mrr_at_k if mrr_at_k is not None else at_k
@@ -77,10 +80,11 @@ class RerankingEvaluator(ResultsCsv, EmbeddingEvaluator):
     def __call__(self, model: Any, output_path: str | None = None, epoch: int = -1, steps: int = -1) -> dict[str, float]:
         queries = self.embed(model, [s["query"] for s in self.samples], "query")
         docs = self.embed(model, [d for s in self.samples for d in (*s["positive"], *s["negative"])], "document")
+        similarity = self.similarity_fct if self.similarity_fct is not None else model.similarity
         ap, mrr, ndcg, start = [], [], [], 0
         for query, sample in zip(queries, self.samples):
             n_pos, n = len(sample["positive"]), len(sample["positive"]) + len(sample["negative"])
-            scores = self.similarity_fct(query, take_rows(docs, start, n)).reshape(-1)
+            scores = similarity(query, take_rows(docs, start, n)).reshape(-1)
             refuse_nan_scores(scores, "RerankingEvaluator", f"sample {len(mrr)}'s candidate")
             start += n
             relevant = np.r_[np.ones(n_pos), np.zeros(n - n_pos)]

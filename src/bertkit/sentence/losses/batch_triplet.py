@@ -32,8 +32,10 @@ class BatchHardTripletLossDistanceFunction:
 
     @staticmethod
     def cosine_distance(embeddings: Tensor) -> Tensor:
-        """1 - cosine similarity."""
-        return 1 - cos_sim(embeddings, embeddings)
+        """1 - cosine similarity, at least 0 and exactly 0 on the diagonal, as sentence-transformers 6.3 computes it
+        (rounding had left an embedding a distance of +-1e-7 from itself)."""
+        distances = (1 - cos_sim(embeddings, embeddings)).clamp(min=0.0)
+        return distances.fill_diagonal_(0.0)
 
     @staticmethod
     def euclidean_distance(embeddings: Tensor, squared: bool = False) -> Tensor:

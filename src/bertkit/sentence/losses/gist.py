@@ -72,17 +72,20 @@ class GISTEmbedLoss(SentenceLoss):
         own = g_ap.diagonal().unsqueeze(1)  # (B, 1): the guide's similarity of each anchor with its positive
         limit = own - self.margin if self.margin_strategy == "absolute" else own - own.abs() * self.margin
 
-        def vetted(scores: Tensor, guided: Tensor, keep_own: bool = False) -> Tensor:
+        def vetted(scores: Tensor, guided: Tensor, own: str | None = None) -> Tensor:
             drop = guided > limit
-            if keep_own:  # the anchor's own positive is the target, never a false negative
-                drop = drop & ~torch.eye(len(drop), dtype=torch.bool, device=drop.device)
+            eye = torch.eye(len(drop), dtype=torch.bool, device=drop.device)
+            if own == "target":  # the anchor's own positive is the target, never a false negative
+                drop = drop & ~eye
+            elif own == "self":  # a text is no negative of itself (sentence-transformers 6.3; the guide's margin let
+                drop = drop | eye  # it through when an anchor's guide similarity with its positive was 1)
             return scores.masked_fill(drop, -torch.inf)
 
-        scores = [vetted(cos_sim(anchor, positive), g_ap, keep_own=True)]
+        scores = [vetted(cos_sim(anchor, positive), g_ap, own="target")]
         if self.contrast_anchors:
-            scores.append(vetted(cos_sim(anchor, anchor), guide_similarity(g_anchor, g_anchor)))
+            scores.append(vetted(cos_sim(anchor, anchor), guide_similarity(g_anchor, g_anchor), own="self"))
         if self.contrast_positives:
-            scores.append(vetted(cos_sim(positive, positive), guide_similarity(g_positive, g_positive)))
+            scores.append(vetted(cos_sim(positive, positive), guide_similarity(g_positive, g_positive), own="self"))
         for n, g_n in zip(negative, g_negative):
             scores.append(vetted(cos_sim(anchor, n), guide_similarity(g_anchor, g_n)))
         logits = torch.cat(scores, dim=1) / self.temperature  # (B, B * columns)

@@ -9,6 +9,7 @@ import random
 from collections.abc import Sequence
 from typing import Any
 
+import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
@@ -32,7 +33,7 @@ class MatryoshkaLoss(SentenceLoss):
             # SoftmaxLoss: its classifier takes the full width (sentence-transformers fails inside the product)
             raise BertkitError(f"MatryoshkaLoss cannot wrap {type(loss).__name__}, which does not score cut "
                                "embeddings; train with it alone")
-        full = model.get_sentence_embedding_dimension()
+        full = _untruncated_width(model)
         dims = list(matryoshka_dims)
         if not dims or any(not is_whole(d, 1, full) for d in dims):
             raise BertkitError(f"MatryoshkaLoss: matryoshka_dims {dims} must be whole numbers in [1, {full}], this "
@@ -73,13 +74,13 @@ class MatryoshkaLoss(SentenceLoss):
         """``guide``: GISTEmbedLoss's guide embeddings, passed on whole (the guide is not truncated). Labels that are
         embeddings, (B, D) or (B, C, D) at the model's width (a teacher's, for MSELoss or EmbedDistillLoss), are cut
         to each d as the embeddings are, as sentence-transformers cuts them."""
-        width = self.model.get_sentence_embedding_dimension()
+        width = _untruncated_width(self.model)
         embedding_labels = isinstance(labels, Tensor) and labels.ndim in (2, 3) and labels.shape[-1] == width
         total: Any = 0.0
         for i in self._dims():
             d, w = self.matryoshka_dims[i], self.matryoshka_weights[i]
             total = total + w * self.loss.compute_loss_from_embeddings(
-                [F.normalize(e[..., :d], p=2, dim=-1) for e in embeddings],
+                [_normalized(e[..., :d]) for e in embeddings],
                 labels[..., :d] if embedding_labels else labels, *guide)
         return total
 
@@ -89,3 +90,19 @@ class MatryoshkaLoss(SentenceLoss):
         guide = self.loss.embed_guide(sentence_features) if isinstance(self.loss, GISTEmbedLoss) else None
         return self.loss.loss_on_batch(embed_columns(self.model, sentence_features), sentence_features, labels,
                                        self.compute_loss_from_embeddings, guide)
+
+
+def _untruncated_width(model: nn.Module) -> int:
+    """The width the model's forward pass gives, whatever its ``truncate_dim`` (which cuts ``encode``'s output
+    only): the widths a MatryoshkaLoss may train, as sentence-transformers 6.3 reads them (6.2 read the truncated
+    width, refusing a model saved with truncate_dim=64 any larger dimension)."""
+    width = getattr(model, "_width", None)
+    return width if isinstance(width, int) else model.get_sentence_embedding_dimension()
+
+
+def _normalized(embeddings: Tensor) -> Tensor:
+    """Unit rows, in float32 for half-precision embeddings (whose squares lose small components), back in their
+    type, as sentence-transformers 6.3 normalises them."""
+    if embeddings.dtype in (torch.float16, torch.bfloat16):
+        return F.normalize(embeddings.float(), p=2, dim=-1).to(embeddings.dtype)
+    return F.normalize(embeddings, p=2, dim=-1)

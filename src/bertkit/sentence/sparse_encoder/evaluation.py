@@ -18,7 +18,6 @@ from bertkit.sentence.evaluation.information_retrieval import InformationRetriev
 from bertkit.sentence.evaluation.reranking import RerankingEvaluator
 from bertkit.sentence.evaluation.similarity import EmbeddingSimilarityEvaluator
 from bertkit.sentence.evaluation.triplet import TripletEvaluator
-from bertkit.sentence.util import cos_sim
 
 __all__ = ["SparseInformationRetrievalEvaluator", "SparseEmbeddingSimilarityEvaluator", "SparseTripletEvaluator",
            "SparseRerankingEvaluator"]
@@ -135,7 +134,7 @@ class SparseRerankingEvaluator(SparseEvaluator, RerankingEvaluator):
     samples of each sample's (the ranking metrics are the same either way)."""
 
     def __init__(self, samples: list[dict[str, Any]] | dict[Any, dict[str, Any]], at_k: int = 10, name: str = "",
-                 write_csv: bool = True, similarity_fct: Callable[[Any, Any], torch.Tensor] = cos_sim,
+                 write_csv: bool = True, similarity_fct: Callable[[Any, Any], torch.Tensor] | None = None,
                  batch_size: int = 64, show_progress_bar: bool = False, use_batched_encoding: bool = True,
                  max_active_dims: int | None = None, mrr_at_k: int | None = None):
         super().__init__(samples, at_k=at_k, name=name, write_csv=write_csv, similarity_fct=similarity_fct,
