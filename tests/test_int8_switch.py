@@ -737,12 +737,13 @@ def test_a_saved_int8_model_packs_for_the_kernel_it_finds(quantized_classifier, 
         load_int8(quantized_classifier)
 
 
-def test_a_saved_int8_model_refuses_what_it_cannot_do(classifier_dir, quantized_classifier, tmp_path, capsys):
+def test_a_saved_int8_model_refuses_what_it_cannot_do(classifier_dir, quantized_classifier, loaded_int8, tmp_path,
+                                                     capsys):
     from bertkit.quantization import load_int8, quantize_int8
 
     with pytest.raises(BertkitError, match=r"int8 model written by `bertkit quantize`.*fp32 directory it was quantized"):
         BertForSequenceClassification.from_pretrained(quantized_classifier)
-    model = load_int8(quantized_classifier)
+    model = loaded_int8  # load_int8(quantized_classifier), loaded once for the refusals
     with pytest.raises(BertkitError, match=r"no float bert.encoder.layer.0.attention.self.query.weight.*save_int8"):
         model.save_pretrained(tmp_path / "resaved")
     with pytest.raises(BertkitError, match="quantized already"):
