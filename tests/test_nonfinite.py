@@ -170,6 +170,11 @@ class _Embeddings:
 
     encode_query = encode_document = encode
 
+    def similarity(self, a, b):  # the model's own similarity, which the mining evaluator scores with
+        from bertkit.sentence import util
+
+        return util.cos_sim(a, b)
+
 
 class _Scores:
     """A one-label cross-encoder whose predict gives a fixed score (by document)."""

@@ -143,15 +143,16 @@ def finetune_ner(s: NerSettings) -> dict[str, Any]:
     data = {split: ner.read_conll(s.data_dir / name, s.tag_scheme) for split, name in NER_SPLITS.items()}
     n_dev = len(data["dev"])
     data["dev"] = first(data["dev"], s.max_eval_samples)
+    train_sentences = first(data["train"], s.max_train_samples)
+    # from all of train, so a subset run keeps the same head
+    labels = ner.training_labels(data["train"], s.data_dir / NER_SPLITS["train"])
+    # (after the training file, whose own refusal is the one to fix first)
     if all(t == "O" for sent in data["dev"] for t in sent.tags):  # every run's dev score would read 0.0
         rows, fix = ((f"--max-eval-samples {s.max_eval_samples} keeps {len(data['dev'])} dev sentences",
                       "pass a larger --max-eval-samples") if len(data["dev"]) < n_dev else
                      (f"{s.data_dir / NER_SPLITS['dev']} holds {n_dev} sentences", "score a dev file with entities"))
         raise BertkitError(f"{rows}, every tag O: with no entity to find, conlleval's (and seqeval's) precision, "
                            f"recall and F1 are 0.0 whatever is predicted; {fix}")
-    train_sentences = first(data["train"], s.max_train_samples)
-    # from all of train, so a subset run keeps the same head
-    labels = ner.training_labels(data["train"], s.data_dir / NER_SPLITS["train"])
     tagged = BertConfig.from_pretrained(s.model_name_or_path).id2label
     if sorted(tagged.values()) == sorted(labels):  # a tagger of these labels (run_ner.py's order, say):
         labels = [tagged[i] for i in range(len(tagged))]  # each row of its head keeps its tag, as in run_ner.py
