@@ -541,6 +541,32 @@ def test_what_bertkit_does_not_implement_is_refused_by_name(directory, rows, tmp
         CrossEncoder(tmp_path / "custom")
 
 
+def test_older_positional_arguments_are_read_as_sentence_transformers_6_3_reads_them(tiny_directory, rows, caplog):
+    """sentence-transformers 6.3 reads the arguments after the path in its 5.3 order (num_labels, max_length,
+    activation_fn, device, ...), logging a deprecation warning for each: bertkit's keyword-only constructor gave
+    Python's "takes from 1 to 2 positional arguments but 5 were given"."""
+    pairs = _pairs(rows)[:4]
+    caplog.set_level(logging.WARNING)
+    want_model = st_ce.CrossEncoder(str(tiny_directory), 1, 32, torch.nn.Identity(), "cpu")
+    want = [r.getMessage() for r in caplog.records if "positional" in r.getMessage()]
+    caplog.clear()
+    got_model = CrossEncoder(tiny_directory, 1, 32, torch.nn.Identity(), "cpu")
+    assert [r.getMessage() for r in caplog.records if "positional" in r.getMessage()] == want
+    assert len(want) == 4 and want[1] == ("Passing `max_length` as a positional argument to CrossEncoder is "
+                                          "deprecated. Please pass `max_length` as a keyword argument instead.")
+    assert got_model.max_length == want_model.max_seq_length == 32
+    np.testing.assert_allclose(got_model.predict(pairs), want_model.predict(pairs), atol=2e-5, rtol=0)
+    # each then taken or refused as its keyword is: the 11th is tokenizer_kwargs
+    with pytest.raises(BertkitError, match=r"CrossEncoder\(tokenizer_kwargs=...\) is not implemented in bertkit"):
+        CrossEncoder(tiny_directory, *[None] * 10, {"model_max_length": 16})
+    # what sentence-transformers drops without a word is refused: a name given both ways (it keeps the keyword's),
+    # and values past its 14 names
+    with pytest.raises(BertkitError, match=r"got max_length twice, by position \(64\) and by keyword \(32\)"):
+        CrossEncoder(tiny_directory, 1, 64, max_length=32)
+    with pytest.raises(BertkitError, match=r"got 16 arguments by position; .* drops the rest \('x'\)"):
+        CrossEncoder(tiny_directory, *[None] * 14, "x")
+
+
 def test_the_activation_older_sentence_transformers_recorded_in_config_json_is_read(minilm_2_layers, tmp_path):
     import json
 

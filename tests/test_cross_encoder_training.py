@@ -306,3 +306,80 @@ def test_cross_encoder_learning_rate_mapping_is_sentence_transformers(minilm_2_l
     before = classifier[key].detach().clone()
     trainer.train()
     assert torch.equal(dict(model.named_parameters())[key], before)
+
+
+def _label_forms_losses(lib: str, model_dir, out_dir, loss_name: str, dataset, steps: int = 2) -> list[float]:
+    """Each step's loss of the same two-step training script, ``lib`` picking the import."""
+    import importlib
+
+    S = importlib.import_module(f"{lib}.sentence.cross_encoder" if lib == "bertkit" else f"{lib}.cross_encoder")
+    model = S.CrossEncoder(str(model_dir), max_length=32)
+    step_losses = []
+
+    class Recorded(getattr(S.losses, loss_name)):
+        def forward(self, inputs, labels, **kwargs):
+            value = super().forward(inputs, labels, **kwargs)
+            step_losses.append(value.item())
+            return value
+
+    args = S.CrossEncoderTrainingArguments(
+        output_dir=str(out_dir), per_device_train_batch_size=4, max_steps=steps, learning_rate=1e-3,
+        save_strategy="no", report_to="none", seed=42, use_cpu=True, disable_tqdm=True)
+    S.CrossEncoderTrainer(model=model, args=args, train_dataset=dataset, loss=Recorded(model)).train()
+    return step_losses
+
+
+def _label_form_rows(kind: str) -> list[dict]:
+    q = [f"question {i} about topic {i % 3}" for i in range(8)]
+    t = [f"passage {i} text on topic {(i * 2) % 5}" for i in range(8)]
+    if kind == "listwise":
+        return [{"query": q[i], "docs": [t[i], *t[:1 + i % 3]], "labels": [1.0, *[0.5 / (j + 1) for j in
+                                                                              range(1 + i % 3)]]} for i in range(8)]
+    if kind == "margins":
+        return [{"query": q[i], "positive": t[i], "n1": t[i - 1], "n2": t[i - 2], "label": [1.0 + 0.1 * i,
+                                                                                         2.0 - 0.1 * i]}
+                for i in range(8)]
+    return [{"query": q[i], "text": t[i], "label": i % (3 if kind == "classes" else 2)} for i in range(8)]
+
+
+_LABEL_FORM_LOSSES = {"listwise": "ListNetLoss", "margins": "MarginMSELoss", "classes": "CrossEntropyLoss",
+                      "binary": "BinaryCrossEntropyLoss"}
+
+
+@pytest.mark.parametrize("kind, cast", [("listwise", None), ("margins", None), ("classes", "int64"),
+                                        ("classes", "int8"), ("binary", "bool"), ("binary", "int64"),
+                                        ("binary", "float32")])
+def test_torch_formatted_labels_train_as_in_sentence_transformers(kind, cast, tiny_checkpoint, minilm_2_layers,
+                                                                  tmp_path):
+    """Labels as a dataset with format "torch" hands them over (0-d tensors of the column's dtype, or a tensor per
+    row for a list of labels), sentence-transformers 6.3's CrossEncoderDataCollator stacks them or keeps each row's:
+    the same loss at each step. A listwise dataset in that format was refused as having no list of labels."""
+    model_dir = tiny_checkpoint(tmp_path / "ce", "BertForSequenceClassification", tokenizer=minilm_2_layers,
+                                labels=3 if kind == "classes" else 1, hidden_dropout_prob=0.0,
+                                attention_probs_dropout_prob=0.0, initializer_range=0.5, max_position_embeddings=512)
+    dataset = datasets.Dataset.from_list(_label_form_rows(kind))
+    if cast:
+        dataset = dataset.cast_column("label", datasets.Value(cast))
+    dataset = dataset.with_format("torch")
+    loss = _LABEL_FORM_LOSSES[kind]
+    want = _label_forms_losses("sentence_transformers", model_dir, tmp_path / "st", loss, dataset)
+    got = _label_forms_losses("bertkit", model_dir, tmp_path / "bk", loss, dataset)
+    assert len(got) == len(want) == 2 and want[0] != want[1]
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=0)  # 1.5574417 against 1.5574405 at ListNetLoss's 2nd
+
+
+def test_torch_and_numpy_labels_train_as_plain_ones(tiny_checkpoint, minilm_2_layers, tmp_path):
+    """bertkit alone: a listwise dataset with format "torch" (refused before: "row
+    0 has 'docs' list and 'labels' Tensor") and a bool label column with format "numpy" (0-d bool arrays, which
+    failed in the collator with "len() of unsized object"; sentence-transformers 6.3 takes no "numpy" format) train
+    to the losses of the same rows as plain lists and bools."""
+    model_dir = tiny_checkpoint(tmp_path / "ce", "BertForSequenceClassification", tokenizer=minilm_2_layers,
+                                labels=1, hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0, initializer_range=0.5,
+                                max_position_embeddings=512, num_hidden_layers=1)
+    listwise = datasets.Dataset.from_list(_label_form_rows("listwise"))
+    binary = datasets.Dataset.from_list(_label_form_rows("binary")).cast_column("label", datasets.Value("bool"))
+    for loss, plain, formatted in (("ListNetLoss", listwise, listwise.with_format("torch")),
+                                   ("BinaryCrossEntropyLoss", binary, binary.with_format("numpy"))):
+        want = _label_forms_losses("bertkit", model_dir, tmp_path / "a", loss, plain, steps=1)
+        got = _label_forms_losses("bertkit", model_dir, tmp_path / "b", loss, formatted, steps=1)
+        assert len(got) == 1 and got == pytest.approx(want, rel=1e-6), loss

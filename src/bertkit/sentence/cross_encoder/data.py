@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+import numpy as np
 import torch
 from torch import Tensor
 
@@ -29,8 +30,7 @@ class CrossEncoderExamples(Sequence):
         self.label, self.texts = loss_columns(dataset, loss, what)
         self.dataset, self.model, self.listwise, self.name = dataset, model, loss.listwise, name
         first = dataset[0]
-        if self.listwise and not (isinstance(first[self.texts[1]], (list, tuple))
-                                  and isinstance(first[self.label], (list, tuple))):
+        if self.listwise and not (isinstance(first[self.texts[1]], (list, tuple)) and _is_list(first[self.label])):
             raise BertkitError(f"{what}: {loss.describe_columns()}; row 0 has {self.texts[1]!r} "
                                f"{type(first[self.texts[1]]).__name__} and {self.label!r} "
                                f"{type(first[self.label]).__name__}")
@@ -62,6 +62,8 @@ class CrossEncoderExamples(Sequence):
                                    "per document")
         elif isinstance(label, (list, tuple)):  # several numbers a row (MarginMSELoss's margins): one tensor
             label = torch.tensor(label, dtype=torch.float32)
+        elif isinstance(label, (np.ndarray, np.generic)):  # a dataset with format "numpy": a tensor of its dtype (a
+            label = torch.as_tensor(label)  # list of 0-d bool arrays failed in torch.tensor: "len() of unsized object")
         return label
 
     def label_column(self) -> list:
@@ -85,6 +87,12 @@ class CrossEncoderExamples(Sequence):
         (a listwise loss scores each query's documents alone, so another row's documents are no negatives; kept apart
         one by one, 8 SQuAD rows sharing documents made 4 batches of 5 where there are 2, and an epoch left 4 rows out)."""
         return [{str(t) for t in row} for row in zip(*(column(self.dataset, c) for c in self.texts))]
+
+
+def _is_list(label: Any) -> bool:
+    """A listwise row's labels: a list, or one tensor or array of them (a dataset with format "torch" or "numpy", which
+    sentence-transformers' listwise losses take as they take a list; refused as no list before)."""
+    return isinstance(label, (list, tuple)) or (isinstance(label, (Tensor, np.ndarray)) and label.ndim == 1)
 
 
 def collate(examples: list[dict[str, Any]], pad_id: int = 0) -> dict[str, Any]:

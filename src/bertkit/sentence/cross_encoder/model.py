@@ -114,6 +114,39 @@ _REFUSED_CALL = {
 }
 
 
+# sentence-transformers 5.3's positional order after model_name_or_path, which 6.3 still reads with a logged
+# deprecation warning for each (bertkit's CrossEncoder takes them by keyword only: Python's TypeError before)
+_LEGACY_POSITIONS = ("num_labels", "max_length", "activation_fn", "device", "cache_folder", "trust_remote_code",
+                     "revision", "local_files_only", "token", "model_kwargs", "tokenizer_kwargs", "config_kwargs",
+                     "model_card_data", "backend")
+
+
+def _legacy_positions(init: Callable[..., None]) -> Callable[..., None]:
+    """``CrossEncoder(path, 1, 256)`` read as sentence-transformers 6.3 reads it (num_labels=1, max_length=256),
+    with its warning for each; then each is taken or refused as its keyword is. Where 6.3 keeps the keyword and
+    drops the positional value of the same name, or drops the values past its 14 names, without a word, bertkit
+    refuses, naming them."""
+
+    @functools.wraps(init)
+    def wrapper(self: Any, *args: Any, **kwargs: Any) -> None:
+        if len(args) > 1 + len(_LEGACY_POSITIONS):
+            extra = ", ".join(repr(value)[:40] for value in args[1 + len(_LEGACY_POSITIONS):])
+            raise BertkitError(f"CrossEncoder() got {len(args)} arguments by position; sentence-transformers reads "
+                               f"the model path and {len(_LEGACY_POSITIONS)} more ({', '.join(_LEGACY_POSITIONS)}) "
+                               f"and drops the rest ({extra}): pass the arguments by keyword")
+        for name, value in zip(_LEGACY_POSITIONS, args[1:]):
+            logger.warning("Passing `%s` as a positional argument to CrossEncoder is deprecated. Please pass `%s` "
+                           "as a keyword argument instead.", name, name)
+            if name in kwargs:
+                raise BertkitError(f"CrossEncoder() got {name} twice, by position ({value!r}) and by keyword "
+                                   f"({kwargs[name]!r}); sentence-transformers keeps the keyword's and drops the "
+                                   f"other: pass {name} once, by keyword")
+            kwargs[name] = value
+        init(self, *args[:1], **kwargs)
+
+    return wrapper
+
+
 def refuse_prompts(what: str, prompt_name: Any, prompt: Any) -> None:
     """sentence-transformers 6's prompt arguments of predict and rank, refused by name (None asks for nothing). A
     number there is most likely a batch size given by position, as sentence-transformers 5 took it: said so."""
@@ -210,6 +243,7 @@ class CrossEncoder(Indexed, ReferenceCalls, nn.Module):
     # model_name_or_path defaults to None as sentence-transformers 6's (which builds from modules=[...] without it),
     # so that CrossEncoder(modules=[...]) reaches the refusal naming modules, not Python's "missing 1 required
     # positional argument"
+    @_legacy_positions
     def __init__(self, model_name_or_path: str | Path | None = None, *, num_labels: int | None = None,
                  max_length: int | None = None, activation_fn: Callable | None = None, device: str | None = None,
                  local_files_only: bool = False, model_kwargs: dict[str, Any] | None = None,
