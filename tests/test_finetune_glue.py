@@ -305,19 +305,25 @@ def test_sts_b_checkpoint_names_its_output_as_run_glue_does(tmp_path, glue_model
     assert best.config.id2label == {0: "LABEL_0"} and best.config.problem_type == "regression"
 
 
+def _two_dev_rows_command(tmp_path, glue_model, command, task, num_labels):
+    """`finetune glue` or `predict glue` (the model saved with a head of num_labels) on the first two dev rows of
+    tmp_path/glue; returns the arguments and the flag that keeps two rows."""
+    args = ["--task", task, "--data-dir", str(tmp_path / "glue"), "--out", str(tmp_path / "run"), "--max-seq-length",
+            "32"]
+    if command == "finetune":
+        return ["finetune", "glue", "--model", str(glue_model), "--max-eval-samples", "2", "--no-progress",
+                *args], "--max-eval-samples"
+    BertForSequenceClassification.from_pretrained(glue_model, num_labels=num_labels).save_pretrained(glue_model)
+    return ["predict", "glue", "--model", str(glue_model), "--split", "dev", "--max-predict-samples", "2",
+            *args], "--max-predict-samples"
+
+
 @pytest.mark.parametrize("command", ["finetune", "predict"])
 def test_sts_b_dev_rows_all_scored_alike_are_refused_before_any_work(tmp_path, glue_model, capsys, command):
     # Pearson of one row is an error, of equal scores NaN: found before training (the run used to train, then stop)
     _write_stsb(tmp_path / "glue")
-    args = ["--task", "stsb", "--data-dir", str(tmp_path / "glue"), "--out", str(tmp_path / "run"),
-            "--max-seq-length", "32"]
-    if command == "finetune":
-        args = ["finetune", "glue", "--model", str(glue_model), "--max-eval-samples", "2", "--no-progress", *args]
-    else:
-        BertForSequenceClassification.from_pretrained(glue_model, num_labels=1).save_pretrained(glue_model)
-        args = ["predict", "glue", "--model", str(glue_model), "--split", "dev", "--max-predict-samples", "2", *args]
+    args, flag = _two_dev_rows_command(tmp_path, glue_model, command, "stsb", num_labels=1)
     assert main(args) == 2
-    flag = "--max-eval-samples" if command == "finetune" else "--max-predict-samples"
     assert (f"{flag} 2 keeps 2 sts-b dev rows, all scored 4.000: the correlations sts-b is scored by (Pearson, "
             f"Spearman) need differing scores; pass a larger {flag}") in capsys.readouterr().err
     assert sorted(p.name for p in tmp_path.iterdir()) == ["glue", "model"]  # nothing written
@@ -352,15 +358,8 @@ def test_dev_rows_of_one_label_that_leave_the_first_score_fixed_are_refused_befo
     # MCC of labels all 1 is 0.0 for any predictions, a perfect one too, as is the F1 of label 1 where no row has it:
     # every run of the grid scored 0.0 and the first was kept as best, a number that said nothing of the model
     _write_cola_and_mrpc(tmp_path / "glue")
-    args = ["--task", task, "--data-dir", str(tmp_path / "glue"), "--out", str(tmp_path / "run"), "--max-seq-length",
-            "32"]
-    if command == "finetune":
-        args = ["finetune", "glue", "--model", str(glue_model), "--max-eval-samples", "2", "--no-progress", *args]
-    else:
-        BertForSequenceClassification.from_pretrained(glue_model, num_labels=2).save_pretrained(glue_model)
-        args = ["predict", "glue", "--model", str(glue_model), "--split", "dev", "--max-predict-samples", "2", *args]
+    args, flag = _two_dev_rows_command(tmp_path, glue_model, command, task, num_labels=2)
     assert main(args) == 2
-    flag = "--max-eval-samples" if command == "finetune" else "--max-predict-samples"
     assert f"{flag} 2 {_ONE_LABEL[task]}; pass a larger {flag}" in capsys.readouterr().err
     assert sorted(p.name for p in tmp_path.iterdir()) == ["glue", "model"]  # nothing written
     if command == "predict":  # three rows hold both labels: scored as before
