@@ -158,8 +158,9 @@ def test_pretraining_checkpoint_loads_into_every_head(tmp_path, caplog):
                                    base.encoder.layer[1].attention.self.key.weight)
 
 
-@pytest.mark.parametrize("act", ["gelu_new", "relu"])
+@pytest.mark.parametrize("act", ["gelu_new", "relu", "gelu_fast", "quick_gelu", "silu", "swish", "mish", "tanh"])
 def test_other_activations_match_transformers(act, tmp_path):
+    """Every hidden_act bertkit takes is transformers' ACT2FN function; "gelu_fast" to "tanh" were refused."""
     torch.manual_seed(0)
     hf = transformers.BertModel(transformers.BertConfig(**TINY, hidden_act=act))
     hf.save_pretrained(tmp_path)

@@ -19,7 +19,8 @@ from bertkit.outputs import atomic_write_text
 
 # The hidden_act values bertkit computes as transformers does (modeling.activation builds each). "gelu" is the exact
 # erf GELU (google-research/bert's modeling.py first computed erf's, later the tanh approximation, "gelu_new" here).
-ACTIVATIONS = ("gelu", "gelu_new", "gelu_pytorch_tanh", "relu")
+ACTIVATIONS = ("gelu", "gelu_new", "gelu_fast", "gelu_pytorch_tanh", "quick_gelu", "relu", "silu", "swish", "mish",
+               "tanh")
 PROBLEM_TYPES = ("regression", "single_label_classification", "multi_label_classification")
 DEFAULT_ID2LABEL = {0: "LABEL_0", 1: "LABEL_1"}
 # Written to config.json only when they differ from these defaults (runtime switches, not the network's shape).

@@ -67,12 +67,33 @@ class NewGELU(nn.Module):
         return 0.5 * x * (1.0 + torch.tanh(math.sqrt(2.0 / math.pi) * (x + 0.044715 * torch.pow(x, 3.0))))
 
 
+class FastGELU(nn.Module):
+    """``hidden_act: "gelu_fast"``: the same tanh approximation in transformers' ``FastGELUActivation`` arrangement
+    (the constant rounded to 0.7978845608, x factored out of the cubic), op by op as there, so its roundings are
+    transformers' in every dtype."""
+
+    def forward(self, x: Tensor) -> Tensor:
+        return 0.5 * x * (1.0 + torch.tanh(x * 0.7978845608 * (1.0 + 0.044715 * x * x)))
+
+
+class QuickGELU(nn.Module):
+    """``hidden_act: "quick_gelu"``: x * sigmoid(1.702 x) (transformers' ``QuickGELUActivation``)."""
+
+    def forward(self, x: Tensor) -> Tensor:
+        return x * torch.sigmoid(1.702 * x)
+
+
+# hidden_act -> the module transformers' ACT2FN builds for it, computed op for op as there ("silu" and "swish" are
+# the same function, as in transformers)
+_ACTIVATION_MODULES = {"gelu": nn.GELU, "gelu_new": NewGELU, "gelu_fast": FastGELU,
+                       "gelu_pytorch_tanh": lambda: nn.GELU(approximate="tanh"), "quick_gelu": QuickGELU,
+                       "relu": nn.ReLU, "silu": nn.SiLU, "swish": nn.SiLU, "mish": nn.Mish, "tanh": nn.Tanh}
+
+
 def activation(name: str) -> nn.Module:
     """The feed-forward non-linearity ``hidden_act`` names (one of ``config.ACTIVATIONS``), as a module
     (transformers' ``intermediate_act_fn``); the paper (section 3.1) uses GELU."""
-    modules = {"gelu": nn.GELU, "gelu_new": NewGELU, "gelu_pytorch_tanh": lambda: nn.GELU(approximate="tanh"),
-               "relu": nn.ReLU}
-    return modules[name]()
+    return _ACTIVATION_MODULES[name]()
 
 
 class BertEmbeddings(nn.Module):
