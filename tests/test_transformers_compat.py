@@ -687,6 +687,20 @@ def test_inputs_embeds_equal_transformers(tmp_path):
         ours(input_ids=inputs["input_ids"], inputs_embeds=embeds)
 
 
+def test_the_embeddings_called_directly_default_their_token_types_and_positions_as_transformers(tmp_path):
+    """``model.bert.embeddings(input_ids)``, as adversarial-training and attribution recipes call it: transformers
+    defaults the token types to 0 and the positions to 0..T-1; bertkit's module needed both (a TypeError)."""
+    ours, hf = _pair("BertForSequenceClassification", tmp_path)
+    inputs = _batch()
+    embeds = hf.get_input_embeddings()(inputs["input_ids"]).detach()
+    with torch.no_grad():
+        for kwargs in ({"input_ids": inputs["input_ids"]}, {"inputs_embeds": embeds},
+                       {"input_ids": inputs["input_ids"], "token_type_ids": inputs["token_type_ids"]}):
+            torch.testing.assert_close(ours.bert.embeddings(**kwargs), hf.bert.embeddings(**kwargs), rtol=0, atol=0)
+        torch.testing.assert_close(ours.bert.embeddings(inputs["input_ids"]), hf.bert.embeddings(inputs["input_ids"]),
+                                   rtol=0, atol=0)
+
+
 def test_input_embeddings_and_a_transformers_state_dict_through_the_key_table(minilm_2_layers):
     hf = transformers.BertModel.from_pretrained(minilm_2_layers).eval()
     ours = BertModel(BertConfig.from_pretrained(minilm_2_layers)).eval()

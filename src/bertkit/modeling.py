@@ -113,10 +113,16 @@ class BertEmbeddings(nn.Module):
         self.register_buffer("position_ids", torch.arange(config.max_position_embeddings).expand((1, -1)),
                              persistent=False)
 
-    def forward(self, input_ids: Tensor | None, token_type_ids: Tensor, position_ids: Tensor,
-                inputs_embeds: Tensor | None = None) -> Tensor:
+    def forward(self, input_ids: Tensor | None = None, token_type_ids: Tensor | None = None,
+                position_ids: Tensor | None = None, inputs_embeds: Tensor | None = None) -> Tensor:
         # inputs_embeds (given instead of input_ids) replaces only the word-embedding lookup, as in transformers.
         words = self.word_embeddings(input_ids) if inputs_embeds is None else inputs_embeds
+        # Called directly (``model.bert.embeddings(input_ids)``, as adversarial-training and attribution recipes do),
+        # token types default to 0 and positions to 0..T-1, as transformers' defaults; BertModel passes both
+        if token_type_ids is None:
+            token_type_ids = torch.zeros(words.shape[:-1], dtype=torch.long, device=words.device)
+        if position_ids is None:
+            position_ids = self.position_ids[0, :words.shape[-2]]  # (T,), broadcast over the batch
         x = words + self.token_type_embeddings(token_type_ids)
         x = x + self.position_embeddings(position_ids)  # (B, T, H)
         return self.dropout(self.LayerNorm(x))
