@@ -569,3 +569,15 @@ def test_verbose_and_pads_return_attention_mask_are_taken_as_transformers_takes_
         b = hf.pad(examples, return_attention_mask=wanted, verbose=False)
         assert dict(a) == dict(b)
         assert ("attention_mask" in a) is (wanted is not False)
+
+
+def test_batch_encoding_is_fast_and_n_sequences_as_transformers(hf, ours, sentences):
+    """``enc.is_fast`` and ``enc.n_sequences`` were AttributeErrors."""
+    calls = [((sentences[0],), {}), ((sentences[:3],), {}), ((sentences[0], sentences[1]), {}),
+             ((sentences[:2], sentences[2:4]), {"padding": True, "return_tensors": "pt"}),
+             ((sentences[:2],), {"truncation": True, "max_length": 8, "return_overflowing_tokens": True})]
+    for args, kwargs in calls:
+        theirs, mine = hf(*args, **kwargs), ours(*args, **kwargs)
+        assert (mine.is_fast, mine.n_sequences) == (theirs.is_fast, theirs.n_sequences), (args, kwargs)
+    padded = [hf.pad([hf(sentences[0])]), ours.pad([ours(sentences[0])])]
+    assert [(p.is_fast, p.n_sequences) for p in padded] == [(False, None), (False, None)]

@@ -92,6 +92,18 @@ class BatchEncoding(dict):
         """The columns as a dict (transformers' ``BatchEncoding.data``): this object, which is one."""
         return self
 
+    @property
+    def is_fast(self) -> bool:
+        """Whether the tokenizer made this encoding, so it answers the token/word/character maps (transformers':
+        whether a fast tokenizer did); False for ``pad()``'s output, as there."""
+        return self._row_info is not None
+
+    @property
+    def n_sequences(self) -> int | None:
+        """The texts in row 0: 1, or 2 for a pair (transformers' ``BatchEncoding.n_sequences``); None without rows
+        or maps."""
+        return None if not self._row_info else 1 if self._row_info[0].len_b is None else 2
+
     def copy(self) -> BatchEncoding:
         """A shallow copy that is still a BatchEncoding with its maps (``dict.copy`` would give a plain dict)."""
         return copy.copy(self)
