@@ -12,6 +12,7 @@ The silent differences come first: each of those failed on the code before it wa
 
 from __future__ import annotations
 
+import copy
 import json
 import re
 import shutil
@@ -1136,6 +1137,27 @@ def test_config_update_architectures_and_name_or_path_as_transformers(minilm_dir
     written = json.loads((tmp_path / "saved" / "config.json").read_text())
     assert written["architectures"] == ["BertForSequenceClassification"] and "_name_or_path" not in written
     assert bertkit.BertConfig().architectures is None and bertkit.BertConfig().name_or_path == ""
+
+
+def test_config_keys_that_are_no_field_read_and_assign_as_in_transformers(tmp_path):
+    """config.json's other keys read as attributes (``getattr(config, "use_cache", None)`` gave the default where
+    transformers gives the file's value), and an assigned one is written by save_pretrained: it was a plain attribute
+    never saved, and one the file held already was saved with its old value."""
+    transformers.BertConfig(**TINY, my_key=5, task_specific_params={"a": 1}).save_pretrained(tmp_path / "hf")
+    ours, theirs = bertkit.BertConfig.from_pretrained(tmp_path / "hf"), transformers.BertConfig.from_pretrained(tmp_path / "hf")
+    for key in ("my_key", "task_specific_params", "use_cache", "tie_word_embeddings"):
+        assert getattr(ours, key) == getattr(theirs, key), key
+    assert getattr(ours, "absent", "default") == "default"
+    for config in (ours, theirs):
+        config.use_cache, config.my_key, config.new_key, config.hidden_dropout_prob = False, 7, "v", 0.25
+        config.save_pretrained(tmp_path / type(config).__module__.split(".")[0])
+    for reader in (bertkit.BertConfig, transformers.BertConfig):
+        for directory in ("bertkit", "transformers"):
+            back = reader.from_pretrained(tmp_path / directory)
+            assert (back.use_cache, back.my_key, back.new_key, back.hidden_dropout_prob) == (False, 7, "v", 0.25)
+    copied = copy.copy(ours)
+    copied.my_key = 8  # a copy's assignment leaves the original as it was
+    assert (ours.my_key, copied.my_key) == (7, 8)
 
 
 def test_decode_takes_an_encoding_and_the_slow_tokenizers_spacing_switch(minilm_dir):

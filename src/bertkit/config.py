@@ -161,7 +161,21 @@ class BertConfig:
         # would be an attribute nothing reads, the outputs still bidirectional
         if name in _DECODER_SWITCHES and value:
             raise _decoder_refusal([name])
+        if name not in _FIELDS and not name.startswith("_") and not hasattr(type(self), name) and "extra" in self.__dict__:
+            # A key that is no field (``model.config.use_cache = False``, a script's own key): kept with config.json's
+            # other keys and written with them, as transformers keeps and writes it; as a plain attribute it was
+            # never saved, and one config.json held already was saved with its old value
+            object.__setattr__(self, "extra", {**self.extra, name: value})  # a new dict: copies may share the old
+            return
         object.__setattr__(self, name, value)
+
+    def __getattr__(self, name: str) -> Any:
+        """config.json's keys that are no field read as attributes (``config.use_cache``, a script's own key), as
+        transformers' config has them; only called where no field, property or method has the name."""
+        extra = self.__dict__.get("extra")
+        if extra is not None and not name.startswith("__") and name in extra:
+            return extra[name]
+        raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
 
     def _normalise_labels(self) -> None:
         """id2label with int keys 0..n-1 (transformers' two default labels when none are named), and a known
