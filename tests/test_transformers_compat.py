@@ -1148,6 +1148,8 @@ def test_config_keys_that_are_no_field_read_and_assign_as_in_transformers(tmp_pa
     for key in ("my_key", "task_specific_params", "use_cache", "tie_word_embeddings"):
         assert getattr(ours, key) == getattr(theirs, key), key
     assert getattr(ours, "absent", "default") == "default"
+    with pytest.raises(AttributeError, match="model.dtype"):  # config.json's, not the loaded model's (transformers')
+        _ = ours.dtype
     for config in (ours, theirs):
         config.use_cache, config.my_key, config.new_key, config.hidden_dropout_prob = False, 7, "v", 0.25
         config.save_pretrained(tmp_path / type(config).__module__.split(".")[0])

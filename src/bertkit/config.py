@@ -44,6 +44,9 @@ _TRANSFORMERS_ONLY = {
 
 
 _DECODER_SWITCHES = ("is_decoder", "add_cross_attention")
+# config.json's dtype of the saved weights (a string), which save_pretrained writes from the model's: not read or set
+# as an attribute, where transformers' config.dtype follows the loaded model's (model.dtype here)
+_WEIGHTS_DTYPE_KEYS = ("dtype", "torch_dtype")
 
 
 def _decoder_refusal(switches: list[str]) -> BertkitError:
@@ -161,7 +164,8 @@ class BertConfig:
         # would be an attribute nothing reads, the outputs still bidirectional
         if name in _DECODER_SWITCHES and value:
             raise _decoder_refusal([name])
-        if name not in _FIELDS and not name.startswith("_") and not hasattr(type(self), name) and "extra" in self.__dict__:
+        if name not in _FIELDS and name not in _WEIGHTS_DTYPE_KEYS and not name.startswith("_") and \
+                not hasattr(type(self), name) and "extra" in self.__dict__:
             # A key that is no field (``model.config.use_cache = False``, a script's own key): kept with config.json's
             # other keys and written with them, as transformers keeps and writes it; as a plain attribute it was
             # never saved, and one config.json held already was saved with its old value
@@ -173,6 +177,9 @@ class BertConfig:
         """config.json's keys that are no field read as attributes (``config.use_cache``, a script's own key), as
         transformers' config has them; only called where no field, property or method has the name."""
         extra = self.__dict__.get("extra")
+        if name in _WEIGHTS_DTYPE_KEYS:
+            raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}: read the model's dtype, "
+                                 "model.dtype (config.json's dtype is the one the weights were saved in)")
         if extra is not None and not name.startswith("__") and name in extra:
             return extra[name]
         raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
