@@ -47,8 +47,8 @@ logger = logging.getLogger("bertkit")
 
 def right_only(name: str, value: object) -> None:
     if value != "right":
-        raise BertkitError(f"{name}={value!r}: bertkit pads and truncates on the right only (BERT's layout; "
-                           "the encoder's unpadded path expects right padding); leave it \"right\"")
+        raise BertkitError(f"{name}={value!r}: bertkit's tokenizer pads and truncates on the right only (BERT's "
+                           "layout; its models read a batch padded either way); leave it \"right\"")
 
 
 class Vocabulary:
